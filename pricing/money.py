@@ -1,0 +1,70 @@
+"""Exact money: integer micro-dollars everywhere, Decimal at the edges.
+
+Why micro-dollars: a GPU-second on a $0.50/h pool costs 138.9 micro-dollars, so
+integer micros keep per-second accrual exact enough to never round a budget
+over, while staying a plain ``int`` that SQLite, Redis and JSON store losslessly.
+Floats never touch money: prices enter as ``Decimal`` strings from the catalog
+and leave as ``Decimal`` or formatted strings.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+
+MICROS_PER_DOLLAR = 1_000_000
+SECONDS_PER_HOUR = 3600
+
+Micros = int
+
+
+class MoneyError(ValueError):
+    """A value could not be read as an amount of money."""
+
+
+def to_micros(value: str | int | Decimal) -> Micros:
+    """Read dollars (``"12.5"``, ``"$12.50"``, ``Decimal``, ``int``) as micro-dollars.
+
+    Floats are refused: they cannot represent most prices exactly.
+    Sub-micro fractions round up (a price is never under-stated).
+    """
+    if isinstance(value, bool) or isinstance(value, float):
+        raise MoneyError(f"money must be given as a string or Decimal, not {type(value).__name__}")
+    if isinstance(value, int):
+        return value * MICROS_PER_DOLLAR
+    if isinstance(value, str):
+        text = value.strip().replace(",", "")
+        if text.startswith("$"):
+            text = text[1:]
+        try:
+            value = Decimal(text)
+        except InvalidOperation as exc:
+            raise MoneyError(f"{value!r} is not an amount of dollars") from exc
+    if not value.is_finite():
+        raise MoneyError("amount must be finite")
+    return int((value * MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
+
+
+def to_decimal(micros: Micros) -> Decimal:
+    """Micro-dollars as an exact ``Decimal`` of dollars."""
+    return Decimal(micros) / MICROS_PER_DOLLAR
+
+
+def fmt(micros: Micros) -> str:
+    """``$12.34`` for people: cents, rounded up so a shown cost never understates."""
+    cents = -((-micros) // 10_000)
+    sign = "-" if cents < 0 else ""
+    cents = abs(cents)
+    return f"{sign}${cents // 100:,}.{cents % 100:02d}"
+
+
+def cost_for_seconds(price_per_hour: Micros, seconds: int | Decimal) -> Micros:
+    """Cost of ``seconds`` at ``price_per_hour``, rounded up to a whole micro-dollar."""
+    total = Decimal(price_per_hour) * Decimal(seconds) / SECONDS_PER_HOUR
+    return int(total.to_integral_value(rounding=ROUND_CEILING))
+
+
+def affordable_seconds(price_per_hour: Micros, micros: Micros) -> int:
+    """Whole seconds that ``micros`` buys at ``price_per_hour`` (rounded down)."""
+    if price_per_hour <= 0:
+        raise MoneyError("price must be positive to compute affordable time")
+    return int((Decimal(micros) * SECONDS_PER_HOUR / price_per_hour).to_integral_value(rounding=ROUND_FLOOR))
