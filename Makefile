@@ -1,0 +1,62 @@
+# spot-broker — the two commands a new user needs: `make demo` and `make test`.
+# Both install what they need on a fresh machine (a venv in .venv; Debian
+# packages for the test suite) and are safe to run again.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip -q --disable-pip-version-check
+CHECKOV_VENV ?= .venv-checkov
+
+DEMO_EXTRAS := torch
+TEST_EXTRAS := redis,s3,gcs,skypilot,slack,torch,dev
+
+.PHONY: demo test install-demo install-test apt-deps checkov-venv serve clean bench
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# A stamp per extras set, redone when pyproject.toml changes.
+$(VENV)/.demo-installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e '.[$(DEMO_EXTRAS)]'
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e '.[$(TEST_EXTRAS)]'
+	touch $@ $(VENV)/.demo-installed
+
+install-demo: $(VENV)/.demo-installed
+install-test: $(VENV)/.test-installed apt-deps checkov-venv
+
+# Debian packages the tests drive for real: redis-server (own AOF instances),
+# chromium (dashboard test through Playwright), rsync (SkyPilot file mounts).
+apt-deps:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v rsync >/dev/null || missing="$$missing rsync"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# checkov pins an old boto3 that breaks s3fs, so it lives in its own venv.
+$(CHECKOV_VENV)/bin/checkov:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip -q --disable-pip-version-check install checkov
+checkov-venv: $(CHECKOV_VENV)/bin/checkov
+
+demo: install-demo
+	$(PY) examples/demo.py
+
+test: install-test
+	CHECKOV=$(abspath $(CHECKOV_VENV))/bin/checkov $(PY) -m pytest -q -p no:cacheprovider
+
+serve: install-demo
+	$(VENV)/bin/broker serve
+
+bench: install-test
+	$(PY) benchmarks/api.py
+
+clean:
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache
