@@ -1,0 +1,130 @@
+"""Placement: pick the offer a job should run on now, or say in a sentence why none fits.
+
+Pure: takes the request, the offers, free capacity, the budget left, blocked
+zones and per-zone preemption risk, returns a :class:`Placement` or
+:class:`NoFit`. The live broker's admission quote and its scheduler call this,
+and so does the simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from pricing.money import Micros, fmt
+from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The chosen offer; ``price_per_hour`` covers all ``num_nodes``."""
+
+    offer: Offer
+    num_nodes: int = 1
+
+    @property
+    def tier(self) -> Tier:
+        return self.offer.tier
+
+    @property
+    def price_per_hour(self) -> Micros:
+        return self.offer.price_per_hour * self.num_nodes
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Nothing fits; ``reason`` is one sentence for a person."""
+
+    reason: str
+
+
+def matches(offer: Offer, want: ResourceRequest) -> bool:
+    """Whether ``offer`` satisfies one resource shape."""
+    if want.accelerator is not None:
+        if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
+            return False
+        if offer.accelerator_count < max(want.accelerator_count, 1):
+            return False
+    if want.cpus is not None and offer.vcpus is not None and offer.vcpus < want.cpus:
+        return False
+    if want.memory_gib is not None and offer.memory_gib is not None and offer.memory_gib < want.memory_gib:
+        return False
+    if want.use_spot is True and offer.tier is not Tier.SPOT:
+        return False
+    if want.use_spot is False and offer.tier is Tier.SPOT:
+        return False
+    for attr in ("cloud", "region", "zone", "instance_type"):
+        wanted = getattr(want, attr)
+        if wanted is not None and str(getattr(offer, attr)).lower() != str(wanted).lower():
+            return False
+    return True
+
+
+def candidates(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
+    """Offers matching any alternative of the request and its allowed tiers."""
+    return [
+        o
+        for o in offers
+        if o.tier in request.allowed_tiers and any(matches(o, alt) for alt in request.alternatives)
+    ]
+
+
+def place(
+    request: JobRequest,
+    offers: Sequence[Offer],
+    *,
+    free_capacity: Mapping[str, int] | None = None,
+    budget_left: Micros | None = None,
+    blocked_zones: frozenset[str] = frozenset(),
+    preemption_risk: Mapping[str, Decimal] | None = None,
+) -> Placement | NoFit:
+    """Choose where the job runs now.
+
+    Order: offers the job can get now (capacity free, zone not blocked, under
+    ``max_price_per_hour``), then lowest price, then lowest preemption risk.
+    ``free_capacity`` maps an offer's ``location`` to free nodes; a location
+    missing from it is taken as unconstrained (a cloud region).
+    """
+    free_capacity = free_capacity or {}
+    preemption_risk = preemption_risk or {}
+    matching = candidates(request, offers)
+    if not matching:
+        return NoFit(f"no offer has {_describe_request(request)}")
+    under_cap = [
+        o
+        for o in matching
+        if request.max_price_per_hour is None
+        or o.price_per_hour * request.num_nodes <= request.max_price_per_hour
+    ]
+    if not under_cap:
+        cheapest = min(matching, key=lambda o: o.price_per_hour)
+        return NoFit(
+            f"the cheapest match, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * request.num_nodes)}/h, "
+            f"over the job's max_price_per_hour of {fmt(request.max_price_per_hour or 0)}"
+        )
+    unblocked = [o for o in under_cap if o.location not in blocked_zones]
+    if not unblocked:
+        return NoFit("every matching zone is blocked for this job after recent preemptions")
+    available = [o for o in unblocked if free_capacity.get(o.location, request.num_nodes) >= request.num_nodes]
+    if not available:
+        return NoFit("every matching pool or zone is full right now")
+    if budget_left is not None:
+        affordable = [o for o in available if o.price_per_hour * request.num_nodes <= budget_left or budget_left > 0]
+        if not affordable:
+            return NoFit(f"the budget left, {fmt(budget_left)}, is spent")
+        available = affordable
+    best = min(
+        available,
+        key=lambda o: (o.price_per_hour, preemption_risk.get(o.location, Decimal(0)), o.tier.value, o.location),
+    )
+    return Placement(offer=best, num_nodes=request.num_nodes)
+
+
+def _describe_request(request: JobRequest) -> str:
+    parts = []
+    for alt in request.alternatives:
+        acc = f"{max(alt.accelerator_count, 1)}x {alt.accelerator}" if alt.accelerator else "no accelerator"
+        where = "/".join(x for x in (alt.cloud, alt.region, alt.zone) if x)
+        parts.append(acc + (f" in {where}" if where else "") + (" on spot" if alt.use_spot else ""))
+    return " or ".join(parts)
