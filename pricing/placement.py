@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from pricing.money import Micros, fmt
+from pricing.money import Micros, cost_for_seconds, fmt
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 
 
@@ -70,6 +70,23 @@ def candidates(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     ]
 
 
+TIER_ORDER = {Tier.ONPREM: 0, Tier.ONDEMAND: 1, Tier.SPOT: 2}
+"""Tie-break among equal effective prices: the more reliable tier first."""
+
+
+def effective_price(offer: Offer, num_nodes: int, preemption_risk: Mapping[str, Decimal]) -> Decimal:
+    """$/h for all nodes, a spot offer's raised by its zone's preemption risk.
+
+    ``preemption_risk[zone]`` is the expected fraction of extra time a spot run
+    there loses to preemptions (changeovers and lost work): 0.1 makes a $1/h
+    spot offer rank as $1.10/h. Reliable tiers carry no risk.
+    """
+    hourly = Decimal(offer.price_per_hour * num_nodes)
+    if offer.tier is Tier.SPOT:
+        hourly *= 1 + max(preemption_risk.get(offer.location, Decimal(0)), Decimal(0))
+    return hourly
+
+
 def place(
     request: JobRequest,
     offers: Sequence[Offer],
@@ -81,44 +98,57 @@ def place(
 ) -> Placement | NoFit:
     """Choose where the job runs now.
 
-    Order: offers the job can get now (capacity free, zone not blocked, under
-    ``max_price_per_hour``), then lowest price, then lowest preemption risk.
-    ``free_capacity`` maps an offer's ``location`` to free nodes; a location
-    missing from it is taken as unconstrained (a cloud region).
+    Steps, each of which may end in a :class:`NoFit` naming why:
+
+    1. offers of the requested shape (any ``any_of`` alternative, explicit
+       cloud/region/zone/instance type) on an allowed tier;
+    2. at or under ``max_price_per_hour`` (all nodes);
+    3. not in a zone (or pool) blocked for this job after a preemption;
+    4. capacity the job can actually get now: ``free_capacity`` maps an offer's
+       ``location`` to free nodes (a full on-prem pool is not a choice); a
+       location missing from it is taken as unconstrained (a cloud region);
+    5. within ``budget_left``: spent means nothing fits; with
+       ``expected_hours`` the offer's estimate must fit the budget;
+    6. the lowest :func:`effective_price`, then the more reliable tier, then name.
     """
     free_capacity = free_capacity or {}
     preemption_risk = preemption_risk or {}
+    n = request.num_nodes
     matching = candidates(request, offers)
     if not matching:
         return NoFit(f"no offer has {_describe_request(request)}")
-    under_cap = [
-        o
-        for o in matching
-        if request.max_price_per_hour is None
-        or o.price_per_hour * request.num_nodes <= request.max_price_per_hour
-    ]
+    under_cap = [o for o in matching if request.max_price_per_hour is None or o.price_per_hour * n <= request.max_price_per_hour]
     if not under_cap:
         cheapest = min(matching, key=lambda o: o.price_per_hour)
         return NoFit(
-            f"the cheapest match, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * request.num_nodes)}/h, "
+            f"the cheapest match, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h, "
             f"over the job's max_price_per_hour of {fmt(request.max_price_per_hour or 0)}"
         )
     unblocked = [o for o in under_cap if o.location not in blocked_zones]
     if not unblocked:
         return NoFit("every matching zone is blocked for this job after recent preemptions")
-    available = [o for o in unblocked if free_capacity.get(o.location, request.num_nodes) >= request.num_nodes]
+    available = [o for o in unblocked if free_capacity.get(o.location, n) >= n]
     if not available:
         return NoFit("every matching pool or zone is full right now")
     if budget_left is not None:
-        affordable = [o for o in available if o.price_per_hour * request.num_nodes <= budget_left or budget_left > 0]
-        if not affordable:
+        if budget_left <= 0:
             return NoFit(f"the budget left, {fmt(budget_left)}, is spent")
-        available = affordable
+        if request.expected_hours is not None:
+            seconds = request.expected_hours * 3600
+            costs = {o: cost_for_seconds(o.price_per_hour * n, seconds) for o in available}
+            affordable = [o for o in available if costs[o] <= budget_left]
+            if not affordable:
+                cheapest = min(available, key=lambda o: costs[o])
+                return NoFit(
+                    f"the budget left, {fmt(budget_left)}, does not cover {request.expected_hours} h "
+                    f"on the cheapest free match, {cheapest.describe()}, estimated at {fmt(costs[cheapest])}"
+                )
+            available = affordable
     best = min(
         available,
-        key=lambda o: (o.price_per_hour, preemption_risk.get(o.location, Decimal(0)), o.tier.value, o.location),
+        key=lambda o: (effective_price(o, n, preemption_risk), TIER_ORDER[o.tier], o.cloud, o.location, o.instance_type),
     )
-    return Placement(offer=best, num_nodes=request.num_nodes)
+    return Placement(offer=best, num_nodes=n)
 
 
 def _describe_request(request: JobRequest) -> str:

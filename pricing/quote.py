@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from pricing.money import Micros, cost_for_seconds, fmt
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, candidates, place
+from pricing.placement import NoFit, candidates, effective_price, place
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,23 @@ class Quote:
     best: TierQuote | None
     no_fit: str | None = None
 
+    @property
+    def per_hour(self) -> bool:
+        """True when the job gave no ``expected_hours``: figures are $/h, not totals."""
+        return self.expected_hours is None
+
     def cheapest(self) -> TierQuote | None:
-        priced = [t for t in self.tiers]
-        if not priced:
+        if not self.tiers:
             return None
-        return min(priced, key=lambda t: t.price_per_hour)
+        return min(self.tiers, key=lambda t: (t.estimate if t.estimate is not None else t.price_per_hour, t.price_per_hour))
+
+    def summary(self) -> str:
+        """One sentence: the estimate of the offer placement would choose now."""
+        if self.best is None:
+            return self.no_fit or "no offer matches the job's resources"
+        if self.per_hour:
+            return f"{fmt(self.best.price_per_hour)}/h on {_label(self.best)} (no expected_hours given, so this is per hour)"
+        return f"estimated {fmt(self.best.estimate or 0)} for {self.expected_hours} h on {_label(self.best)}"
 
     def fits(self, budget: Micros) -> bool:
         """Whether the budget covers the cheapest tier for the expected length."""
@@ -73,28 +85,39 @@ def quote(
     offers: Sequence[Offer],
     *,
     free_capacity: Mapping[str, int] | None = None,
+    blocked_zones: frozenset[str] = frozenset(),
+    preemption_risk: Mapping[str, Decimal] | None = None,
 ) -> Quote:
-    """Price the job on every tier it may use; capacity only affects ``best``."""
+    """Price the job on every tier it may use; capacity only affects ``best``.
+
+    An estimate is the job's total for ``expected_hours`` (all nodes); a spot
+    estimate adds its zone's ``preemption_risk`` (the expected fraction of time
+    lost to preemptions), so it is an honest total, not the list price times
+    the hours. Without ``expected_hours`` estimates are ``None`` and the quote
+    is per hour (:attr:`Quote.per_hour`).
+    """
+    risk = preemption_risk or {}
     matching = candidates(request, offers)
     if request.max_price_per_hour is not None:
         matching = [o for o in matching if o.price_per_hour * request.num_nodes <= request.max_price_per_hour]
     per_tier: dict[Tier, Offer] = {}
-    for offer in sorted(matching, key=lambda o: o.price_per_hour):
+    for offer in sorted(matching, key=lambda o: (effective_price(o, request.num_nodes, risk), o.location)):
         per_tier.setdefault(offer.tier, offer)
-    tiers = tuple(_tier_quote(o, request) for o in per_tier.values())
-    chosen = place(request, offers, free_capacity=free_capacity)
+    tiers = tuple(_tier_quote(o, request, risk) for o in per_tier.values())
+    chosen = place(request, offers, free_capacity=free_capacity, blocked_zones=blocked_zones, preemption_risk=risk)
     best = None
     no_fit = None
     if isinstance(chosen, NoFit):
         no_fit = chosen.reason
     else:
-        best = _tier_quote(chosen.offer, request)
+        best = _tier_quote(chosen.offer, request, risk)
     return Quote(tiers=tiers, expected_hours=request.expected_hours, best=best, no_fit=no_fit)
 
 
-def _tier_quote(offer: Offer, request: JobRequest) -> TierQuote:
+def _tier_quote(offer: Offer, request: JobRequest, risk: Mapping[str, Decimal]) -> TierQuote:
     hourly = offer.price_per_hour * request.num_nodes
     estimate = None
     if request.expected_hours is not None:
-        estimate = cost_for_seconds(hourly, request.expected_hours * 3600)
+        loaded = Decimal(1) + (max(risk.get(offer.location, Decimal(0)), Decimal(0)) if offer.tier is Tier.SPOT else 0)
+        estimate = cost_for_seconds(hourly, request.expected_hours * 3600 * loaded)
     return TierQuote(tier=offer.tier, offer=offer, price_per_hour=hourly, estimate=estimate)

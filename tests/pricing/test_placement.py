@@ -1,0 +1,89 @@
+"""Placement: the offer a job runs on now, or why none fits, as a table of cases."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from pricing.catalog import onprem_offer
+from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
+from pricing.placement import NoFit, Placement, place
+
+
+def cloud(tier, zone, price, acc="V100", count=1, region="us-east-1"):
+    return Offer(tier, "aws", region, zone, f"{acc}x{count}", acc, count, price)
+
+
+POOL = onprem_offer("lab", 1, "V100", "0.80")  # $0.80/h
+OFFERS = [
+    POOL,
+    cloud(Tier.ONDEMAND, "us-east-1a", 3_060_000),
+    cloud(Tier.SPOT, "us-east-1a", 970_000),
+    cloud(Tier.SPOT, "us-east-1b", 900_000),
+    cloud(Tier.SPOT, "us-west-2a", 950_000, region="us-west-2"),
+    cloud(Tier.ONDEMAND, "us-west-2a", 24_000_000, acc="A100", count=8, region="us-west-2"),
+]
+V100 = (ResourceRequest(accelerator="V100", accelerator_count=1),)
+
+
+def job(**kw):
+    kw.setdefault("alternatives", V100)
+    return JobRequest(**kw)
+
+
+CASES = [
+    ("a free on-prem pool cheaper than spot is chosen", job(), {}, "onprem lab"),
+    ("a full on-prem pool is not a choice, the cheapest spot zone is", job(), dict(free_capacity={"lab": 0}), "spot us-east-1b"),
+    ("a zone blocked after a preemption is skipped", job(), dict(free_capacity={"lab": 0}, blocked_zones=frozenset({"us-east-1b"})), "spot us-west-2a"),
+    (
+        "a risky spot zone loses to a slightly dearer stable one",
+        job(),
+        dict(free_capacity={"lab": 0}, preemption_risk={"us-east-1b": Decimal("0.2")}),
+        "spot us-west-2a",
+    ),
+    ("use_spot false with the pool full falls to on-demand", job(alternatives=(ResourceRequest("V100", 1, use_spot=False),)), dict(free_capacity={"lab": 0}), "ondemand us-east-1a"),
+    ("an explicit region is honoured", job(alternatives=(ResourceRequest("V100", 1, region="us-west-2"),)), {}, "spot us-west-2a"),
+    ("an explicit zone is honoured", job(alternatives=(ResourceRequest("V100", 1, zone="us-east-1a", use_spot=True),)), {}, "spot us-east-1a"),
+    (
+        "any_of takes the cheapest alternative that exists",
+        job(alternatives=(ResourceRequest("H100", 8), ResourceRequest("A100", 8))),
+        {},
+        "ondemand us-west-2a",
+    ),
+    ("the tier limit keeps a job off spot", job(allowed_tiers=frozenset({Tier.ONDEMAND})), {}, "ondemand us-east-1a"),
+    ("max_price_per_hour under on-prem's price leaves nothing", job(max_price_per_hour=500_000), {}, "NoFit over the job's max_price_per_hour"),
+    ("max_price_per_hour allows only spot when the pool is full", job(max_price_per_hour=1_000_000), dict(free_capacity={"lab": 0}), "spot us-east-1b"),
+    ("an accelerator nobody sells", job(alternatives=(ResourceRequest("TPU", 1),)), {}, "NoFit no offer has 1x TPU"),
+    ("too many GPUs for any offer", job(alternatives=(ResourceRequest("V100", 8),)), {}, "NoFit no offer has 8x V100"),
+    ("every zone blocked", job(alternatives=(ResourceRequest("V100", 1, use_spot=True),)), dict(blocked_zones=frozenset({"us-east-1a", "us-east-1b", "us-west-2a"})), "NoFit blocked"),
+    ("a spent budget places nothing", job(), dict(budget_left=0), "NoFit is spent"),
+    (
+        "a budget too small for the expected hours on any free offer",
+        job(expected_hours=Decimal(100)),
+        dict(budget_left=50_000_000, free_capacity={"lab": 0}),
+        "NoFit does not cover 100 h",
+    ),
+    ("a budget that covers the pool for the expected hours picks the pool", job(expected_hours=Decimal(10)), dict(budget_left=8_000_000), "onprem lab"),
+    (
+        "a budget that covers only the cheapest spot zone for the hours picks it over a safer one",
+        job(expected_hours=Decimal(10)),
+        dict(budget_left=9_200_000, free_capacity={"lab": 0}, preemption_risk={"us-east-1b": Decimal("0.1")}),
+        "spot us-east-1b",
+    ),
+    ("two nodes need two free pool nodes", job(num_nodes=2), dict(free_capacity={"lab": 1}), "spot us-east-1b"),
+]
+
+
+@pytest.mark.parametrize("request_, kwargs, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_place(request_, kwargs, expected):
+    result = place(request_, OFFERS, **kwargs)
+    if expected.startswith("NoFit"):
+        assert isinstance(result, NoFit), result
+        assert expected.removeprefix("NoFit ") in result.reason
+        assert result.reason and not result.reason.endswith(".")
+    else:
+        assert isinstance(result, Placement), result
+        tier, where = expected.split()
+        assert (result.tier.value, result.offer.location) == (tier, where)
+        assert result.price_per_hour == result.offer.price_per_hour * request_.num_nodes

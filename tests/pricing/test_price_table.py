@@ -1,0 +1,103 @@
+"""The price table: SkyPilot v8 catalog rows and on-prem pools as offers."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from pricing.catalog import onprem_offer, parse_az_mappings, parse_vms_csv
+from pricing.loading import SNAPSHOT_DIR, load_price_table
+from pricing.offers import Tier
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+AWS_HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch\n"
+GCP_HEADER = "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
+
+
+@pytest.mark.parametrize(
+    "row, zone_names, expected",
+    [
+        pytest.param(
+            "p3.8xlarge,V100,4.0,32.0,244.0,,12.24,3.6720,us-east-1,use1-az2,x86_64",
+            {"use1-az2": "us-east-1a"},
+            {(Tier.ONDEMAND, "us-east-1a", 12_240_000), (Tier.SPOT, "us-east-1a", 3_672_000)},
+            id="a row with a spot price gives an on-demand and a spot offer in the named zone",
+        ),
+        pytest.param(
+            "p3.8xlarge,V100,4.0,32.0,244.0,,12.24,,us-east-1,use1-az2,x86_64",
+            {},
+            {(Tier.ONDEMAND, "use1-az2", 12_240_000)},
+            id="an empty spot price means no spot offer and an unmapped zone id stays an id",
+        ),
+        pytest.param(
+            "g4dn.xlarge,T4,1.0,4.0,16.0,,0.5261234567,0.2158,us-east-1,use1-az1,x86_64",
+            {"use1-az1": "us-east-1d"},
+            {(Tier.ONDEMAND, "us-east-1d", 526_124), (Tier.SPOT, "us-east-1d", 215_800)},
+            id="sub-micro fractions of a price round up, never down",
+        ),
+        pytest.param("m6i.2xlarge,,,8.0,32.0,,,,us-east-1,use1-az1,x86_64", {}, set(), id="a row without a price is skipped"),
+    ],
+)
+def test_aws_rows_become_offers(row, zone_names, expected):
+    offers = parse_vms_csv(AWS_HEADER + row + "\n", "aws", zone_names)
+    assert {(o.tier, o.zone, o.price_per_hour) for o in offers} == expected
+
+
+def test_gcp_gpu_rows_are_priced_with_their_host_vm():
+    text = GCP_HEADER + "\n".join(
+        [
+            "n1-highmem-8,8.0,52.0,,,,us-central1,us-central1-a,0.47321,0.09962",
+            ",,,V100,1,V100,us-central1,us-central1-a,2.48,0.992",
+            ",,,tpu-v6e-1,1,tpu-v6e-1,us-central1,us-central1-a,2.7,0.54421",
+        ]
+    )
+    offers = {(o.instance_type, o.tier): o.price_per_hour for o in parse_vms_csv(text, "gcp")}
+    assert offers[("n1-highmem-8+V100:1", Tier.ONDEMAND)] == 2_953_210
+    assert offers[("n1-highmem-8+V100:1", Tier.SPOT)] == 1_091_620
+    assert offers[("tpu-v6e-1", Tier.ONDEMAND)] == 2_700_000
+
+
+def test_snapshot_ships_with_a_source_note_and_loads_offline(tmp_path):
+    assert (SNAPSHOT_DIR / "aws" / "SOURCE.md").is_file()
+    offers = load_price_table(home=tmp_path)  # an empty HOME: no SkyPilot catalog
+    assert len(offers) > 200
+    assert all(isinstance(o.price_per_hour, int) for o in offers)
+    zones = {o.zone for o in offers}
+    assert "us-east-1a" in zones
+    assert not any(re.fullmatch(r"[a-z]+\d-az\d", z) for z in zones if z), "a regular zone id was left unmapped"
+    p5 = [o for o in offers if o.instance_type == "p5.48xlarge" and o.tier is Tier.ONDEMAND]
+    assert p5 and p5[0].accelerator == "H100" and p5[0].accelerator_count == 8
+
+
+def test_a_skypilot_catalog_in_home_wins_over_the_snapshot(tmp_path):
+    aws = tmp_path / ".sky" / "catalogs" / "v8" / "aws"
+    aws.mkdir(parents=True)
+    (aws / "vms.csv").write_text(AWS_HEADER + "p3.8xlarge,V100,4.0,32.0,244.0,,9.99,1.11,us-east-1,use1-az2,x86_64\n")
+    offers = load_price_table(home=tmp_path)
+    assert {(o.tier, o.zone, o.price_per_hour) for o in offers} == {
+        (Tier.ONDEMAND, "us-east-1a", 9_990_000),
+        (Tier.SPOT, "us-east-1a", 1_110_000),
+    }
+
+
+def test_az_mappings_match_the_shared_reference_copy():
+    text = (SHARED / "skypilot-catalog" / "v8" / "aws" / "az_mappings-default.csv").read_text()
+    assert parse_az_mappings(text)["use1-az1"] == "us-east-1d"
+
+
+@pytest.mark.parametrize(
+    "gpus, price, hourly",
+    [
+        pytest.param(8, "1.25", 10_000_000, id="eight GPUs at $1.25 per GPU-hour cost $10 an hour, not zero"),
+        pytest.param(1, Decimal("0.333333"), 333_333, id="one GPU at a Decimal price keeps every micro-dollar"),
+    ],
+)
+def test_onprem_pool_is_priced_per_gpu_hour(gpus, price, hourly):
+    offer = onprem_offer("lab-a100", gpus, "A100", price)
+    assert offer.tier is Tier.ONPREM and offer.cloud == "local"
+    assert offer.region == offer.zone == offer.location == "lab-a100"
+    assert offer.price_per_hour == hourly and offer.accelerator_count == gpus
