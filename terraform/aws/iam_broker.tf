@@ -1,0 +1,171 @@
+# Two roles for the broker tasks: ECS's execution role (pull the image, write
+# logs, read the secrets it injects) and the task role the broker itself runs
+# as (its bucket, its secrets, and what SkyPilot needs to launch GPU
+# instances). SkyPilot picks the task role up through the container
+# credentials endpoint, like any boto3 client.
+
+data "aws_iam_policy_document" "ecs_tasks_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ecs-tasks.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+  }
+}
+
+resource "aws_iam_role" "execution" {
+  name               = "${var.name}-execution"
+  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+}
+
+resource "aws_iam_role_policy_attachment" "execution_managed" {
+  role       = aws_iam_role.execution.name
+  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
+}
+
+resource "aws_iam_role_policy" "execution_secrets" {
+  name   = "inject-secrets"
+  role   = aws_iam_role.execution.id
+  policy = data.aws_iam_policy_document.execution_secrets.json
+}
+
+data "aws_iam_policy_document" "execution_secrets" {
+  statement {
+    sid       = "ReadInjectedSecrets"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [for name in local.secret_names : aws_secretsmanager_secret.broker[name].arn]
+  }
+  statement {
+    sid       = "DecryptThem"
+    actions   = ["kms:Decrypt"]
+    resources = [aws_kms_key.broker.arn]
+  }
+}
+
+resource "aws_iam_role" "task" {
+  name               = "${var.name}-task"
+  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+}
+
+resource "aws_iam_role_policy" "task_storage" {
+  name   = "checkpoints-and-secrets"
+  role   = aws_iam_role.task.id
+  policy = data.aws_iam_policy_document.task_storage.json
+}
+
+data "aws_iam_policy_document" "task_storage" {
+  statement {
+    sid       = "ListCheckpoints"
+    actions   = ["s3:ListBucket", "s3:GetBucketLocation"]
+    resources = [aws_s3_bucket.checkpoints.arn]
+  }
+  statement {
+    sid       = "ReadWriteCheckpoints"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+    resources = ["${aws_s3_bucket.checkpoints.arn}/*"]
+  }
+  statement {
+    sid       = "ReadOwnSecrets"
+    actions   = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
+    resources = [for name in local.secret_names : aws_secretsmanager_secret.broker[name].arn]
+  }
+  statement {
+    sid       = "UseTheKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [aws_kms_key.broker.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "task_skypilot" {
+  name   = "skypilot-launch"
+  role   = aws_iam_role.task.id
+  policy = data.aws_iam_policy_document.task_skypilot.json
+}
+
+# SkyPilot's documented minimal AWS policy, narrowed: GPU instance types only,
+# launch regions only, and the spot-broker-training profile instead of
+# skypilot-v1 (set aws.remote_identity: spot-broker-training in SkyPilot's config).
+data "aws_iam_policy_document" "task_skypilot" {
+  statement {
+    sid       = "LaunchGpuInstancesOnly"
+    actions   = ["ec2:RunInstances"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:instance/*"]
+    condition {
+      test     = "StringLike"
+      variable = "ec2:InstanceType"
+      values   = var.gpu_instance_types
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    sid     = "LaunchWithTheseResources"
+    actions = ["ec2:RunInstances"]
+    resources = [
+      "arn:${data.aws_partition.current.partition}:ec2:*::image/ami-*",
+      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:network-interface/*",
+      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:subnet/*",
+      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:volume/*",
+      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:security-group/*",
+      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:spot-instances-request/*",
+    ]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    sid       = "ManageLaunchedInstances"
+    actions   = ["ec2:TerminateInstances", "ec2:StartInstances", "ec2:StopInstances", "ec2:CreateTags", "ec2:DeleteTags"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:instance/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    sid     = "SkyPilotSecurityGroups"
+    actions = ["ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress"]
+    resources = [
+      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:security-group/*",
+      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:vpc/*",
+    ]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    # Describe calls cannot be scoped to resources in IAM.
+    sid       = "DescribeForPlacement"
+    actions   = ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeImages", "ec2:DescribeSubnets", "ec2:DescribeVpcs", "ec2:DescribeSecurityGroups", "ec2:DescribeAvailabilityZones", "ec2:DescribeRegions", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSpotInstanceRequests", "ec2:DescribeKeyPairs"]
+    resources = ["*"]
+  }
+  statement {
+    sid       = "PassTrainingRole"
+    actions   = ["iam:GetRole", "iam:PassRole"]
+    resources = [aws_iam_role.training.arn]
+    condition {
+      test     = "StringEqualsIfExists"
+      variable = "iam:PassedToService"
+      values   = ["ec2.amazonaws.com"]
+    }
+  }
+  statement {
+    sid       = "ReadTrainingProfile"
+    actions   = ["iam:GetInstanceProfile"]
+    resources = [aws_iam_instance_profile.training.arn]
+  }
+}

@@ -1,0 +1,33 @@
+# One Secrets Manager entry per secret setting; ECS injects them by name.
+resource "random_password" "admin_token" {
+  length  = 48
+  special = false
+}
+
+resource "random_password" "team_token" {
+  for_each = var.teams
+  length   = 48
+  special  = false
+}
+
+resource "aws_secretsmanager_secret" "broker" {
+  #checkov:skip=CKV2_AWS_57:Values are generated or pasted by Terraform; rotate by tainting the random_password (or updating the Slack variables) and applying, which also restarts the tasks.
+  for_each                = toset(local.secret_names)
+  name                    = "${var.name}/${lower(replace(each.key, "_", "-"))}"
+  description             = "${each.key} for ${var.name}"
+  kms_key_id              = aws_kms_key.broker.arn
+  recovery_window_in_days = 7
+}
+
+resource "aws_secretsmanager_secret_version" "broker" {
+  for_each      = toset(local.secret_names)
+  secret_id     = aws_secretsmanager_secret.broker[each.key].id
+  secret_string = local.secret_values[each.key]
+
+  lifecycle {
+    precondition {
+      condition     = !startswith(each.key, "BROKER_SLACK_") || (var.slack_signing_secret != "" && var.slack_bot_token != "")
+      error_message = "slack_enabled is true: set slack_signing_secret and slack_bot_token."
+    }
+  }
+}
