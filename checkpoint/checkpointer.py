@@ -1,0 +1,273 @@
+"""The training script's entry point: due / save / restore / close.
+
+    ckpt = Checkpointer()                       # base URI from BROKER_CHECKPOINT_URI
+    state = ckpt.restore(default=None)          # newest verified checkpoint, or None
+    for step in range(start, total):
+        ...
+        if ckpt.due(step + 1):
+            ckpt.save(step + 1, {"model": model, "optim": opt, "rng": GlobalRNG()})
+    ckpt.close()
+
+Environment read (all optional):
+
+* ``BROKER_CHECKPOINT_URI`` — base URI when none is passed;
+* ``BROKER_RESUME_FROM`` — URI of one committed checkpoint the broker wants resumed;
+  ``restore`` starts there (falling back to older ones in the same place if it is corrupt);
+* ``BROKER_JOB_ID``, ``BROKER_ATTEMPT`` — recorded in each manifest;
+* ``BROKER_PREEMPTION_GRACE_S`` — seconds from SIGTERM to a forced exit (default 30);
+* ``BROKER_PROGRESS_URL`` + ``BROKER_JOB_TOKEN`` — each commit is reported there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from checkpoint import commit, layout, restore as restoring, serialization, snapshot
+from checkpoint.errors import CheckpointError
+from checkpoint.layout import CheckpointId
+from checkpoint.manifest import Manifest
+from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice
+from checkpoint.progress import Reporter
+from checkpoint.retention import RetentionPolicy
+from checkpoint.schedule import SavePolicy, is_due
+from checkpoint.background import BackgroundRunner
+from checkpoint.storage import Storage, TransferOptions, open_storage
+
+log = logging.getLogger("checkpoint")
+
+
+class Restored(Mapping[str, Any]):
+    """A restored checkpoint: the saved dict (stateful objects as their state dicts),
+    plus ``step``, ``uri`` and ``manifest``."""
+
+    def __init__(self, state: dict[str, Any], step: int, uri: str, manifest: Manifest):
+        self._state = state
+        self.step = step
+        self.uri = uri
+        self.manifest = manifest
+
+    def __getitem__(self, key: str) -> Any:
+        return self._state[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state)
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def __repr__(self) -> str:
+        return f"Restored(step={self.step}, uri={self.uri!r}, keys={list(self._state)})"
+
+
+class Checkpointer:
+    """Asynchronous, atomically committed, verified checkpoints for one training run.
+
+    Args:
+        uri: base URI (``s3://bucket/run-7``, ``gs://…``, ``/path``, ``memory://…``);
+            defaults to ``$BROKER_CHECKPOINT_URI``.
+        every_steps: ``due`` is true on multiples of this step count.
+        every_seconds: ``due`` is true once this long has passed since the last save
+            (default 300 s when neither interval is given).
+        keep_last: committed checkpoints kept (older ones are deleted after a commit).
+        keep_every: additionally keep the first checkpoint of every window of this many steps.
+        grace_s: SIGTERM to forced exit; default ``$BROKER_PREEMPTION_GRACE_S`` or 30 s.
+        handle_sigterm: install the SIGTERM handler (main thread only).
+        storage_options: passed to fsspec (e.g. ``{"token": …}`` for gcsfs).
+        transfer: part size and concurrency for large uploads and downloads.
+        exit_code: status the process exits with after a preemption save.
+    """
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int = 3,
+        keep_every: int | None = None,
+        grace_s: float | None = None,
+        handle_sigterm: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        transfer: TransferOptions | None = None,
+        exit_code: int = EXIT_CODE,
+        clock: Callable[[], float] = time.monotonic,
+        env: Mapping[str, str] | None = None,
+    ):
+        env = os.environ if env is None else env
+        uri = uri or env.get("BROKER_CHECKPOINT_URI")
+        if not uri:
+            raise ValueError("no checkpoint URI: pass one or set BROKER_CHECKPOINT_URI")
+        self._storage_options = storage_options
+        self._transfer = transfer or TransferOptions()
+        self._storage: Storage = open_storage(uri, storage_options, self._transfer)
+        if every_steps is None and every_seconds is None:
+            every_seconds = 300.0
+        self._policy = SavePolicy(every_steps, every_seconds)
+        self._retention = RetentionPolicy(keep_last, keep_every)
+        self._clock = clock
+        self._resume_from = env.get("BROKER_RESUME_FROM") or None
+        self._job = {k: env[v] for k, v in (("id", "BROKER_JOB_ID"), ("attempt", "BROKER_ATTEMPT")) if env.get(v)}
+        self._reporter = Reporter.from_env(env)
+        if grace_s is None:
+            grace_s = float(env.get("BROKER_PREEMPTION_GRACE_S") or DEFAULT_GRACE_S)
+        self.preemption = PreemptionNotice(grace_s, exit_code, clock=clock)
+        if handle_sigterm:
+            self.preemption.install()
+        self._runner = BackgroundRunner()
+        self._last_step: int | None = None
+        self._last_time = clock()
+        self._last_id: CheckpointId | None = None
+        self.last_committed: str | None = None  # URI of the newest checkpoint this process committed
+        self._closed = False
+        _live.add(self)
+
+    @property
+    def uri(self) -> str:
+        return self._storage.base_uri
+
+    # -- saving ---------------------------------------------------------------------
+
+    def due(self, step: int) -> bool:
+        """Whether ``save(step, …)`` should be called now (interval reached or preemption).
+
+        Raises CheckpointError if a previous background save failed.
+        """
+        self._raise_pending()
+        return is_due(step, self._clock(), self._policy, self._last_step, self._last_time,
+                      self.preemption.requested)
+
+    def save(self, step: int, state: Mapping[str, Any], *, wait: bool = False) -> None:
+        """Snapshot ``state`` now and upload it in the background.
+
+        Blocks only while tensors are copied to host memory and the structure is frozen.
+        After a preemption notice it also waits for the commit and exits the process.
+
+        Raises CheckpointError if a previous background save failed.
+        """
+        self._raise_pending()
+        if self._closed:
+            raise CheckpointError("save() after close()")
+        if step != self._last_step:
+            captured = snapshot.capture(state)
+            cid = layout.new_id(step, int(time.time() * 1000), self._last_id)
+            self._last_id, self._last_step, self._last_time = cid, step, self._clock()
+            self._runner.submit(lambda: self._write(cid, captured))
+        if wait or self.preemption.requested:
+            self.wait()
+        if self.preemption.requested:
+            self._exit_after_preemption()
+
+    def wait(self) -> str | None:
+        """Block until queued saves are committed; return the newest committed URI.
+
+        Raises CheckpointError if one failed.
+        """
+        self._runner.wait()
+        self._raise_pending()
+        return self.last_committed
+
+    def close(self) -> None:
+        """Wait for uploads, stop the worker, restore the SIGTERM handler. Raises on failure."""
+        if self._closed:
+            return
+        self._closed = True
+        _live.discard(self)
+        self._runner.close()
+        self.preemption.uninstall()
+        self._raise_pending()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self, cid: CheckpointId, captured: snapshot.Captured) -> None:
+        files = captured.files()
+        commit.write_checkpoint(self._storage, cid, files, serialization.framework_versions(), self._job)
+        uri = self._storage.uri(cid.name)
+        self.last_committed = uri
+        log.info("committed checkpoint %s (%d bytes)", uri, sum(len(d) for d in files.values()))
+        self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
+        try:
+            commit.apply_retention(self._storage, self._retention)
+        except OSError as e:  # the new checkpoint is safe; old ones are cleaned next time
+            log.warning("retention after %s failed: %s", uri, e)
+
+    def _raise_pending(self) -> None:
+        error = self._runner.take_error()
+        if error is not None:
+            raise CheckpointError(f"background checkpoint save failed: {error!r}") from error
+
+    def _exit_after_preemption(self) -> None:
+        log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)
+        self._closed = True
+        _live.discard(self)
+        self._runner.close(timeout=0)
+        sys.stdout.flush()
+        raise SystemExit(self.preemption.exit_code)
+
+    # -- restoring ------------------------------------------------------------------
+
+    def restore(
+        self,
+        default: Any = None,
+        *,
+        into: Mapping[str, Any] | None = None,
+        allow_pickle: bool = False,
+    ) -> Restored | Any:
+        """The newest committed checkpoint whose files verify, or ``default``.
+
+        With ``$BROKER_RESUME_FROM`` set, that checkpoint is tried first and only older ones
+        beside it after. Corrupt or incomplete checkpoints are skipped with a
+        :class:`CheckpointWarning` naming them. With ``into`` (same keys as saved, live
+        objects as values), each object that has ``load_state_dict`` is loaded in place.
+
+        Raises:
+            UnsafeCheckpointError: the chosen checkpoint contains pickled objects and
+                ``allow_pickle`` is False.
+        """
+        if self._resume_from:
+            parent, cid = layout.split_checkpoint_uri(self._resume_from)
+            storage = (self._storage if parent.rstrip("/") == self._storage.base_uri
+                       else open_storage(parent, self._storage_options, self._transfer))
+            entries = layout.scan(storage.list())
+            wanted = [e for e in entries if e.id == cid] or [layout.Entry(cid, True, frozenset())]
+            older = layout.committed_newest_first(entries, cid)
+            candidates = wanted + [e for e in older if e.id != cid]
+        else:
+            storage = self._storage
+            candidates = restoring.candidates(storage)
+        found = restoring.first_verified(
+            storage, candidates, lambda loaded: snapshot.decode(loaded.files, allow_pickle)
+        )
+        if found is None:
+            return default
+        loaded, state = found
+        if into:
+            for key, target in into.items():
+                if key in state and snapshot.is_stateful(target):
+                    target.load_state_dict(state[key])
+        self._last_step, self._last_time = loaded.id.step, self._clock()
+        log.info("restored checkpoint %s", loaded.uri)
+        return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
+
+
+_live: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """A script that forgets ``close()`` still gets its last save committed."""
+    for ckpt in list(_live):
+        try:
+            ckpt.close()
+        except Exception as e:  # noqa: BLE001 - nothing left to raise to
+            log.error("checkpoint upload failed at exit: %s", e)

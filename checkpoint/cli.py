@@ -1,0 +1,97 @@
+"""``checkpoint ls URI`` and ``checkpoint verify URI``. Parses, calls, renders; no rules here.
+
+``ls`` lists every checkpoint directory under a base URI with its state (committed or
+incomplete), step, creation time and size. ``verify`` checks files against manifests —
+every committed checkpoint under a base URI, or one checkpoint given by its own URI — and
+exits 1 if any fails (naming it and why), 0 if all verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from typing import TextIO
+
+from checkpoint import layout
+from checkpoint.errors import CorruptCheckpoint
+from checkpoint.manifest import Manifest
+from checkpoint.restore import load_verified
+from checkpoint.storage import Storage, open_storage
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(prog="checkpoint", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("ls", help="list checkpoints under a base URI")
+    ls.add_argument("uri")
+    verify = sub.add_parser("verify", help="verify checkpoints (a base URI or one checkpoint URI)")
+    verify.add_argument("uri")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "ls":
+            return _ls(open_storage(args.uri), out)
+        return _verify(args.uri, out)
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _ls(storage: Storage, out: TextIO) -> int:
+    entries = layout.scan(storage.list())
+    if not entries:
+        print(f"no checkpoints under {storage.uri()}", file=out)
+        return 0
+    print(f"{'STEP':>10}  {'CREATED (UTC)':<19}  {'SIZE':>10}  {'STATE':<10}  URI", file=out)
+    for e in reversed(entries):
+        size = ""
+        if e.committed:
+            try:
+                size = _human(Manifest.from_json(storage.read(layout.path(e.id, layout.MANIFEST))).total_bytes)
+            except (FileNotFoundError, ValueError):
+                size = "?"
+        created = dt.datetime.fromtimestamp(e.id.created_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        state = "committed" if e.committed else "incomplete"
+        print(f"{e.id.step:>10}  {created:<19}  {size:>10}  {state:<10}  {storage.uri(e.name)}", file=out)
+    return 0
+
+
+def _verify(uri: str, out: TextIO) -> int:
+    try:
+        parent, cid = layout.split_checkpoint_uri(uri)
+    except ValueError:
+        storage = open_storage(uri)
+        targets = layout.committed_newest_first(layout.scan(storage.list()))
+        if not targets:
+            print(f"no committed checkpoints under {storage.uri()}", file=out)
+            return 1
+        ids = [e.id for e in targets]
+    else:
+        storage, ids = open_storage(parent), [cid]
+    failed = 0
+    for cid in ids:
+        try:
+            loaded = load_verified(storage, cid)
+        except CorruptCheckpoint as e:
+            failed += 1
+            print(f"CORRUPT  {storage.uri(cid.name)}: {e}", file=out)
+        else:
+            n = len(loaded.manifest.files)
+            print(f"OK       {loaded.uri} (step {cid.step}, {n} files, "
+                  f"{_human(loaded.manifest.total_bytes)})", file=out)
+    print(f"{len(ids) - failed} of {len(ids)} verified", file=out)
+    return 1 if failed else 0
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,19 @@
+"""What the checkpoint library raises and warns."""
+
+from __future__ import annotations
+
+
+class CheckpointError(RuntimeError):
+    """A save failed (raised on the call after the failure, or in ``close``)."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """Restoring would unpickle arbitrary objects and ``allow_pickle`` was not given."""
+
+
+class CorruptCheckpoint(Exception):
+    """One checkpoint failed verification; restore skips it and tries the previous one."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped on restore (it names the checkpoint and says why)."""

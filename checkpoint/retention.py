@@ -1,0 +1,48 @@
+"""Which checkpoint directories to delete after a commit. Pure.
+
+Rules, applied only right after a new checkpoint committed (so a newer one always exists
+before anything older goes):
+
+* keep the newest ``keep_last`` committed checkpoints;
+* with ``keep_every`` set, also keep the first committed checkpoint in each window of
+  ``keep_every`` steps (``[0, K)``, ``[K, 2K)``, …) — works for irregular, time-based saves;
+* an uncommitted directory older than the newest commit is debris of a save that died:
+  delete it. Newer uncommitted ones are left alone (nothing is writing them but a
+  concurrent writer we would not want to race).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checkpoint.layout import Entry
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    keep_last: int = 3
+    keep_every: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep_last < 1:
+            raise ValueError("keep_last must be >= 1: the newest checkpoint is always kept")
+        if self.keep_every is not None and self.keep_every < 1:
+            raise ValueError("keep_every must be >= 1 steps")
+
+
+def to_delete(entries: list[Entry], policy: RetentionPolicy) -> list[Entry]:
+    """Entries to delete, oldest first."""
+    committed = sorted((e for e in entries if e.committed), key=lambda e: e.id)
+    if not committed:
+        return []
+    keep = {e.id for e in committed[-policy.keep_last:]}
+    if policy.keep_every:
+        first_in_window: dict[int, Entry] = {}
+        for e in committed:
+            first_in_window.setdefault(e.id.step // policy.keep_every, e)
+        keep |= {e.id for e in first_in_window.values()}
+    newest = committed[-1].id
+    return [
+        e for e in sorted(entries, key=lambda e: e.id)
+        if e.id not in keep and (e.committed or e.id < newest)
+    ]

@@ -1,0 +1,180 @@
+"""Turning a training state into checkpoint files, and back.
+
+``capture`` is the only part of a save the training loop waits for: it calls
+``state_dict()`` on stateful objects (model, optimizer, scheduler, GradScaler, …), copies
+every tensor to private host memory and freezes the rest of the structure. ``Captured.files``
+then does the slow part — safetensors encoding — on the background thread.
+
+Files produced (see :mod:`checkpoint.layout`):
+
+* ``state.json`` — the structure, with tensors referenced by name. JSON cannot say "tuple",
+  "int dict key" or "bytes", so those are tagged (``{"__tuple__": [...]}`` etc.); floats
+  round-trip exactly.
+* one safetensors file per top-level key holding its tensors and numpy arrays.
+* ``objects.pkl`` — only for leaves nothing else can represent. Restore refuses to unpickle
+  it unless ``allow_pickle=True``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoint import layout, serialization
+from checkpoint.errors import UnsafeCheckpointError
+
+def is_stateful(x: Any) -> bool:
+    """Has ``state_dict()`` and ``load_state_dict()`` (torch modules, optimizers, …)."""
+    return callable(getattr(x, "state_dict", None)) and callable(getattr(x, "load_state_dict", None))
+
+
+@dataclass
+class Captured:
+    """A frozen copy of the state, cheap to take; encoded to bytes later."""
+
+    tree: dict[str, Any]
+    tensors: dict[str, dict[str, Any]]  # file name → {tensor name → host copy}
+    arrays: dict[str, set[str]]  # file name → names that are numpy arrays
+    objects: list[bytes] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(_nbytes(t) for group in self.tensors.values() for t in group.values())
+
+    def files(self) -> dict[str, bytes]:
+        """Encode to file contents (slow: runs on the background thread)."""
+        doc = {"format": 1, "tree": self.tree, "arrays": {k: sorted(v) for k, v in self.arrays.items()}}
+        out = {layout.STATE: json.dumps(doc, allow_nan=True).encode()}
+        for filename, group in self.tensors.items():
+            out[filename] = serialization.encode_tensors(group)
+        if self.objects:
+            out[layout.OBJECTS] = pickle.dumps(self.objects, protocol=pickle.HIGHEST_PROTOCOL)
+        return out
+
+
+def capture(state: Mapping[str, Any]) -> Captured:
+    """Freeze ``state`` (a dict of top-level names → objects) into a :class:`Captured`."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"save() takes a dict of name → object, got {type(state).__name__}")
+    captured = Captured(tree={}, tensors={}, arrays={})
+    for index, (key, value) in enumerate(state.items()):
+        if not isinstance(key, str):
+            raise TypeError(f"top-level keys must be strings, got {key!r}")
+        filename = layout.tensor_file(index, key)
+        encoder = _Encoder(captured, filename)
+        captured.tree[key] = encoder.encode(value, key)
+        if filename in captured.tensors and not captured.tensors[filename]:
+            del captured.tensors[filename]
+    return captured
+
+
+class _Encoder:
+    def __init__(self, captured: Captured, filename: str):
+        self._captured = captured
+        self._filename = filename
+        # id(tensor) → (name, tensor): one object reachable twice is stored once. The tensor
+        # is held so its id cannot be reused by a later temporary during this capture.
+        self._seen: dict[int, tuple[str, Any]] = {}
+        self._group = captured.tensors.setdefault(filename, {})
+
+    def encode(self, obj: Any, where: str) -> Any:
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj
+        if serialization.is_tensor(obj):
+            return {"__tensor__": self._put(obj, where)}
+        if serialization.is_ndarray(obj):
+            if serialization.can_store_array(obj):
+                name = self._put(obj, where)
+                self._captured.arrays.setdefault(self._filename, set()).add(name)
+                return {"__ndarray__": name}
+            return self._pickle(obj)
+        if serialization.is_numpy_scalar(obj):
+            return self.encode(serialization.numpy_scalar_value(obj), where)
+        if isinstance(obj, Mapping):
+            if all(isinstance(k, str) and not k.startswith("__") for k in obj):
+                return {k: self.encode(v, f"{where}.{k}") for k, v in obj.items()}
+            return {"__dict__": [[self.encode(k, where), self.encode(v, f"{where}.{k}")] for k, v in obj.items()]}
+        if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+            return {"__tuple__": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        if isinstance(obj, (bytes, bytearray)):
+            return {"__bytes__": base64.b64encode(obj).decode()}
+        if is_stateful(obj):
+            return self.encode(obj.state_dict(), where)
+        return self._pickle(obj)
+
+    def _put(self, obj: Any, where: str) -> str:
+        seen = self._seen.get(id(obj))
+        if seen is not None:
+            return seen[0]
+        name = where if where not in self._group else f"{where}#{len(self._group)}"
+        self._group[name] = serialization.host_copy(obj)
+        self._seen[id(obj)] = (name, obj)
+        return name
+
+    def _pickle(self, obj: Any) -> dict[str, int]:
+        # Pickled now, while the training loop waits, so later mutation cannot leak in.
+        self._captured.objects.append(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        return {"__pickle__": len(self._captured.objects) - 1}
+
+
+def decode(files: Mapping[str, bytes], allow_pickle: bool = False) -> dict[str, Any]:
+    """Files of one checkpoint → the saved dict (stateful objects come back as state dicts).
+
+    Raises:
+        UnsafeCheckpointError: the checkpoint holds pickled objects and ``allow_pickle`` is False.
+        ValueError: the files do not decode (should not happen once verified).
+    """
+    try:
+        doc = json.loads(files[layout.STATE])
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"{layout.STATE} unreadable: {e}") from e
+    objects: list[Any] | None = None
+    if layout.OBJECTS in files:
+        if not allow_pickle:
+            raise UnsafeCheckpointError(
+                "checkpoint holds pickled Python objects; pass allow_pickle=True only if you "
+                "trust whoever wrote it"
+            )
+        objects = [pickle.loads(b) for b in pickle.loads(files[layout.OBJECTS])]
+    arrays = {k: set(v) for k, v in doc.get("arrays", {}).items()}
+    out = {}
+    for index, (key, value) in enumerate(doc["tree"].items()):
+        filename = layout.tensor_file(index, key)
+        data = files.get(filename, b"")
+        tensors = serialization.decode_tensors(data, arrays.get(filename, set())) if data else {}
+        out[key] = _decode(value, tensors, objects)
+    return out
+
+
+def _decode(obj: Any, tensors: dict[str, Any], objects: list[Any] | None) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v, tensors, objects) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if len(obj) == 1:
+        (tag, value), = obj.items()
+        if tag in ("__tensor__", "__ndarray__"):
+            return tensors[value]
+        if tag == "__tuple__":
+            return tuple(_decode(v, tensors, objects) for v in value)
+        if tag == "__dict__":
+            return {_decode(k, tensors, objects): _decode(v, tensors, objects) for k, v in value}
+        if tag == "__bytes__":
+            return base64.b64decode(value)
+        if tag == "__pickle__":
+            assert objects is not None
+            return objects[value]
+    return {k: _decode(v, tensors, objects) for k, v in obj.items()}
+
+
+def _nbytes(t: Any) -> int:
+    if serialization.is_tensor(t):
+        return t.numel() * t.element_size()
+    return int(t.nbytes)
+
