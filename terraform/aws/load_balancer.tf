@@ -12,7 +12,6 @@ resource "aws_lb" "broker" {
 }
 
 resource "aws_lb_target_group" "broker" {
-  #checkov:skip=CKV_AWS_378:TLS ends at the load balancer; the hop to the tasks stays inside the VPC, in private subnets, on port 8000.
   name                 = "${var.name}-tasks"
   port                 = local.broker_port
   protocol             = "HTTP"

@@ -13,7 +13,7 @@ resource "random_password" "team_token" {
 resource "aws_secretsmanager_secret" "broker" {
   #checkov:skip=CKV2_AWS_57:Values are generated or pasted by Terraform; rotate by tainting the random_password (or updating the Slack variables) and applying, which also restarts the tasks.
   for_each                = toset(local.secret_names)
-  name                    = "${var.name}/${lower(replace(each.key, "_", "-"))}"
+  name                    = "${var.name}/${lower(replace(trimprefix(each.key, "BROKER_"), "_", "-"))}"
   description             = "${each.key} for ${var.name}"
   kms_key_id              = aws_kms_key.broker.arn
   recovery_window_in_days = 7

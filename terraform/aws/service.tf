@@ -16,7 +16,6 @@ resource "aws_ecs_cluster" "broker" {
 }
 
 resource "aws_ecs_task_definition" "broker" {
-  #checkov:skip=CKV_AWS_336:SkyPilot writes its state, keys and logs under the home directory (~/.sky, ~/.ssh) at run time.
   family                   = var.name
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
@@ -34,6 +33,8 @@ resource "aws_ecs_task_definition" "broker" {
     name         = "broker"
     image        = var.broker_image
     essential    = true
+    # SkyPilot writes its state, keys and logs under ~/.sky and ~/.ssh.
+    readonlyRootFilesystem = false
     command      = ["broker", "serve", "--host", "0.0.0.0", "--port", tostring(local.broker_port)]
     portMappings = [{ containerPort = local.broker_port, protocol = "tcp" }]
     environment  = [for key, value in local.environment : { name = key, value = value }]

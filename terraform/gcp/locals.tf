@@ -1,0 +1,58 @@
+# The broker's settings, named exactly as in docs/deploy.md (## Settings).
+locals {
+  # SkyPilot launches training instances as this service account
+  # (gcp.remote_identity in the SkyPilot config); the name is fixed.
+  training_account_id = "spot-broker-training"
+
+  checkpoint_prefix = "checkpoints"
+  checkpoint_root   = "gs://${google_storage_bucket.checkpoints.name}/${local.checkpoint_prefix}"
+  broker_port       = 8000
+
+  # Cloud Run's deterministic URL; computed rather than read from the service
+  # so the service can be told its own address.
+  public_url = "https://${var.name}-${data.google_project.this.number}.${var.region}.run.app"
+
+  # Memorystore signs its TLS certificate with its own CA; the broker reads it
+  # from a mounted secret (redis-py takes ssl_ca_certs from the URL).
+  redis_ca_dir = "/etc/spot-broker/redis-ca"
+
+  # Plain settings, passed as container environment.
+  environment = {
+    BROKER_CONFIG          = var.broker_config_path
+    BROKER_CHECKPOINT_ROOT = local.checkpoint_root
+    BROKER_PUBLIC_URL      = local.public_url
+    BROKER_LAUNCHER        = "skypilot"
+    BROKER_ENGINE          = "on"
+  }
+
+  # Secret settings: one Secret Manager secret each, read by Cloud Run.
+  # Keys must not depend on secret values (they drive for_each).
+  secret_names = concat(
+    ["BROKER_STORE_URL", "BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS"],
+    var.slack_enabled ? ["BROKER_SLACK_SIGNING_SECRET", "BROKER_SLACK_BOT_TOKEN"] : [],
+  )
+
+  secret_values = {
+    BROKER_STORE_URL            = "rediss://:${google_redis_instance.store.auth_string}@${google_redis_instance.store.host}:${google_redis_instance.store.port}/0?ssl_ca_certs=${local.redis_ca_dir}/ca.pem"
+    BROKER_ADMIN_TOKEN          = random_password.admin_token.result
+    BROKER_TEAM_TOKENS          = jsonencode({ for team in var.teams : team => random_password.team_token[team].result })
+    BROKER_SLACK_SIGNING_SECRET = var.slack_signing_secret
+    BROKER_SLACK_BOT_TOKEN      = var.slack_bot_token
+  }
+}
+
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+resource "google_project_service" "needed" {
+  for_each = toset([
+    "compute.googleapis.com",
+    "iam.googleapis.com",
+    "redis.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+  ])
+  service            = each.value
+  disable_on_destroy = false
+}

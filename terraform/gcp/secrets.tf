@@ -1,0 +1,63 @@
+# One Secret Manager secret per secret setting, plus Redis's CA certificate.
+resource "random_password" "admin_token" {
+  length  = 48
+  special = false
+}
+
+resource "random_password" "team_token" {
+  for_each = var.teams
+  length   = 48
+  special  = false
+}
+
+resource "google_secret_manager_secret" "broker" {
+  for_each  = toset(local.secret_names)
+  secret_id = "${var.name}-${lower(replace(trimprefix(each.key, "BROKER_"), "_", "-"))}"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.needed]
+}
+
+resource "google_secret_manager_secret_version" "broker" {
+  for_each    = toset(local.secret_names)
+  secret      = google_secret_manager_secret.broker[each.key].id
+  secret_data = local.secret_values[each.key]
+
+  lifecycle {
+    precondition {
+      condition     = !startswith(each.key, "BROKER_SLACK_") || (var.slack_signing_secret != "" && var.slack_bot_token != "")
+      error_message = "slack_enabled is true: set slack_signing_secret and slack_bot_token."
+    }
+  }
+}
+
+resource "google_secret_manager_secret_iam_member" "broker" {
+  for_each  = toset(local.secret_names)
+  secret_id = google_secret_manager_secret.broker[each.key].id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.broker.email}"
+}
+
+resource "google_secret_manager_secret" "redis_ca" {
+  secret_id = "${var.name}-redis-ca"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.needed]
+}
+
+resource "google_secret_manager_secret_version" "redis_ca" {
+  secret      = google_secret_manager_secret.redis_ca.id
+  secret_data = google_redis_instance.store.server_ca_certs[0].cert
+}
+
+resource "google_secret_manager_secret_iam_member" "redis_ca" {
+  secret_id = google_secret_manager_secret.redis_ca.id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.broker.email}"
+}

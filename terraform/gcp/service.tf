@@ -1,0 +1,119 @@
+# The broker on Cloud Run: min_instances instances, CPU always allocated so
+# each runs the reconcile loop (BROKER_ENGINE=on); the shared Redis store makes
+# their writes compare-and-set. Public: Slack and training instances in other
+# clouds call it, and the broker authenticates every route itself.
+resource "google_cloud_run_v2_service" "broker" {
+  name     = var.name
+  location = var.region
+  ingress  = "INGRESS_TRAFFIC_ALL"
+
+  template {
+    service_account = google_service_account.broker.email
+
+    scaling {
+      min_instance_count = var.min_instances
+      max_instance_count = var.max_instances
+    }
+
+    vpc_access {
+      network_interfaces {
+        network    = var.network
+        subnetwork = var.subnetwork
+      }
+      egress = "PRIVATE_RANGES_ONLY"
+    }
+
+    containers {
+      image   = var.broker_image
+      command = ["broker"]
+      args    = ["serve", "--host", "0.0.0.0", "--port", tostring(local.broker_port)]
+
+      ports {
+        container_port = local.broker_port
+      }
+
+      resources {
+        limits = {
+          cpu    = var.cpu
+          memory = var.memory
+        }
+        cpu_idle = false
+      }
+
+      dynamic "env" {
+        for_each = local.environment
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      dynamic "env" {
+        for_each = toset(local.secret_names)
+        content {
+          name = env.value
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.broker[env.value].secret_id
+              version = "latest"
+            }
+          }
+        }
+      }
+
+      volume_mounts {
+        name       = "redis-ca"
+        mount_path = local.redis_ca_dir
+      }
+
+      startup_probe {
+        http_get {
+          path = "/v1/healthz"
+          port = local.broker_port
+        }
+        period_seconds    = 5
+        failure_threshold = 12
+      }
+
+      liveness_probe {
+        http_get {
+          path = "/v1/healthz"
+          port = local.broker_port
+        }
+        period_seconds = 15
+      }
+    }
+
+    volumes {
+      name = "redis-ca"
+      secret {
+        secret = google_secret_manager_secret.redis_ca.secret_id
+        items {
+          version = "latest"
+          path    = "ca.pem"
+        }
+      }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.max_instances >= var.min_instances
+      error_message = "max_instances must not be below min_instances."
+    }
+  }
+
+  depends_on = [
+    google_secret_manager_secret_version.broker,
+    google_secret_manager_secret_version.redis_ca,
+    google_secret_manager_secret_iam_member.broker,
+    google_secret_manager_secret_iam_member.redis_ca,
+  ]
+}
+
+resource "google_cloud_run_v2_service_iam_member" "public" {
+  name     = google_cloud_run_v2_service.broker.name
+  location = google_cloud_run_v2_service.broker.location
+  role     = "roles/run.invoker"
+  member   = "allUsers"
+}
