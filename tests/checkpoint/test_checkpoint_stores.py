@@ -1,0 +1,196 @@
+"""One contract suite, run against local files, memory://, S3 (moto server) and GCS (emulator)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from checkpoint import Checkpointer, CheckpointWarning, GlobalRNG, TransferOptions
+from checkpoint import layout
+from checkpoint.storage import open_storage
+
+FRESH = object()
+
+
+def small_state(seed: int = 0) -> dict:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for _ in range(3):
+        loss = model(torch.randn(5, 4)).pow(2).mean()
+        optim.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(optim)
+        scaler.update()
+        sched.step()
+    return {"model": model, "optim": optim, "sched": sched, "scaler": scaler,
+            "data": {"epoch": 2, "pos": 17, "seen": (3, 4.5)}}
+
+
+def checkpointer(uri: str, **kw) -> Checkpointer:
+    kw.setdefault("env", {})
+    kw.setdefault("handle_sigterm", False)
+    kw.setdefault("every_steps", 1)
+    return Checkpointer(uri, **kw)
+
+
+def save_steps(uri: str, steps: list[int], **kw) -> list[str]:
+    with checkpointer(uri, **kw) as ckpt:
+        uris = []
+        for s in steps:
+            ckpt.save(s, {"w": torch.full((64,), float(s)), "step": s}, wait=True)
+            uris.append(ckpt.last_committed)
+    return uris
+
+
+def test_a_fresh_run_restores_the_default(store_uri):
+    with checkpointer(store_uri) as ckpt:
+        assert ckpt.restore(default=FRESH) is FRESH
+
+
+def test_save_then_restore_round_trips_model_optimizer_scheduler_scaler_and_data(store_uri):
+    state = small_state()
+    with checkpointer(store_uri) as ckpt:
+        ckpt.save(30, state)
+        assert ckpt.wait().startswith(store_uri.rstrip("/") + "/step-000000000030-")
+
+    fresh = small_state(seed=1)
+    with checkpointer(store_uri) as ckpt:
+        restored = ckpt.restore(into=fresh)
+    assert restored.step == 30
+    for name, tensor in state["model"].state_dict().items():
+        assert torch.equal(fresh["model"].state_dict()[name], tensor), name
+    assert fresh["optim"].state_dict()["param_groups"] == state["optim"].state_dict()["param_groups"]
+    for i, s in state["optim"].state_dict()["state"].items():
+        for k, v in s.items():
+            assert torch.equal(fresh["optim"].state_dict()["state"][i][k], v), (i, k)
+    assert fresh["sched"].state_dict() == state["sched"].state_dict()
+    assert fresh["scaler"].state_dict() == state["scaler"].state_dict()
+    assert restored["data"] == {"epoch": 2, "pos": 17, "seen": (3, 4.5)}
+
+
+def test_restore_takes_the_newest_and_retention_keeps_only_the_last_n(store_uri):
+    uris = save_steps(store_uri, [10, 20, 30, 40], keep_last=2)
+    storage = open_storage(store_uri)
+    assert [e.id.step for e in layout.scan(storage.list())] == [30, 40]
+    with checkpointer(store_uri) as ckpt:
+        restored = ckpt.restore()
+    assert (restored.step, restored.uri, restored["step"]) == (40, uris[-1], 40)
+
+
+def _flip_byte(data: bytes) -> bytes:
+    i = len(data) // 2
+    return data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+
+
+DAMAGE = [
+    ("a flipped byte in a tensor file", "00-w.safetensors", lambda s, p: s.write(p, _flip_byte(s.read(p))),
+     "sha256 mismatch"),
+    ("a truncated tensor file", "00-w.safetensors", lambda s, p: s.write(p, s.read(p)[:-7]), "manifest says"),
+    ("a deleted tensor file", "00-w.safetensors", lambda s, p: s.delete([p]), "is missing"),
+    ("a deleted manifest", "manifest.json", lambda s, p: s.delete([p]), "manifest.json is missing"),
+    ("an edited manifest", "manifest.json",
+     lambda s, p: s.write(p, s.read(p).replace(b'"step": 20', b'"step": 21')), "does not match its commit marker"),
+    ("no commit marker (a save that never finished)", "COMMITTED", lambda s, p: s.delete([p]), None),
+]
+
+
+@pytest.mark.parametrize("target, damage, reason", [d[1:] for d in DAMAGE],
+                         ids=[f"{d[0]} in the newest checkpoint → restore falls back and says why" for d in DAMAGE])
+def test_damaged_newest_checkpoint_is_skipped_for_the_previous_one(store_uri, target, damage, reason):
+    uris = save_steps(store_uri, [10, 20])
+    storage = open_storage(store_uri)
+    damage(storage, f"{uris[-1].rsplit('/', 1)[1]}/{target}")
+
+    with checkpointer(store_uri) as ckpt, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        restored = ckpt.restore()
+    assert (restored.step, restored["step"]) == (10, 10)
+    torch.testing.assert_close(restored["w"], torch.full((64,), 10.0), rtol=0, atol=0)
+    skipped = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
+    if reason is None:  # uncommitted: simply not a checkpoint, nothing to warn about
+        assert skipped == []
+    else:
+        assert len(skipped) == 1 and uris[-1] in skipped[0] and reason in skipped[0], skipped
+
+
+def test_when_every_checkpoint_is_corrupt_restore_returns_the_default(store_uri):
+    uris = save_steps(store_uri, [10])
+    storage = open_storage(store_uri)
+    storage.delete([f"{uris[0].rsplit('/', 1)[1]}/state.json"])
+    with checkpointer(store_uri) as ckpt, pytest.warns(CheckpointWarning, match="state.json is missing"):
+        assert ckpt.restore(default=FRESH) is FRESH
+
+
+def test_broker_resume_from_picks_that_checkpoint_over_the_newest(store_uri):
+    uris = save_steps(store_uri, [10, 20, 30])
+    with checkpointer(store_uri, env={"BROKER_RESUME_FROM": uris[1]}) as ckpt:
+        restored = ckpt.restore()
+    assert (restored.step, restored.uri) == (20, uris[1])
+
+
+def test_a_corrupt_resume_from_falls_back_to_an_older_one_not_a_newer_one(store_uri):
+    uris = save_steps(store_uri, [10, 20, 30])
+    open_storage(store_uri).delete([f"{uris[1].rsplit('/', 1)[1]}/00-w.safetensors"])
+    with checkpointer(store_uri, env={"BROKER_RESUME_FROM": uris[1]}) as ckpt, \
+            pytest.warns(CheckpointWarning, match="00-w.safetensors is missing"):
+        assert ckpt.restore().step == 10
+
+
+def test_a_large_file_goes_up_in_parts_and_comes_back_intact(store_uri):
+    # 11 MiB in 5 MiB parts (S3's minimum part size): a 3-part multipart upload on S3,
+    # a 3-part composite upload on GCS.
+    big = torch.arange(11 * 2**18, dtype=torch.float32)
+    transfer = TransferOptions(part_size=5 * 2**20, concurrency=3)
+    with checkpointer(store_uri, transfer=transfer) as ckpt:
+        ckpt.save(1, {"big": big}, wait=True)
+    with checkpointer(store_uri, transfer=transfer) as ckpt:
+        assert torch.equal(ckpt.restore()["big"], big)
+    names = open_storage(store_uri).list()
+    assert not [n for n in names if ".part-" in n], "temporary parts must be cleaned up"
+
+
+def test_storage_contract(store_uri):
+    storage = open_storage(store_uri)
+    assert storage.list() == []  # an absent base is empty, not an error
+    storage.write("d/a", b"one")
+    storage.write("d/a", b"two")  # overwrite
+    storage.write("d/b", b"")
+    assert storage.read("d/a") == b"two" and storage.read("d/b") == b""
+    assert storage.list() == ["d/a", "d/b"]
+    with pytest.raises(FileNotFoundError):
+        storage.read("d/nope")
+    storage.delete(["d/a", "d/nope"])  # idempotent
+    storage.delete(["d/a"])
+    assert storage.list() == ["d/b"]
+    assert storage.uri("d/b") == store_uri.rstrip("/") + "/d/b"
+
+
+@pytest.mark.parametrize("kind", ["s3"], ids=["s3 endpoint comes from AWS_ENDPOINT_URL alone"])
+def test_s3_endpoint_is_taken_from_the_environment(make_uri, kind):
+    uri = make_uri(kind)
+    assert os.environ["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+    save_steps(uri, [1])
+    import boto3
+
+    keys = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).list_objects_v2(
+        Bucket=uri.split("/")[2], Prefix=uri.split("/", 3)[3])["Contents"]
+    assert any(k["Key"].endswith("/COMMITTED") for k in keys)
+
+
+def test_global_rng_round_trip(store_uri):
+    import random
+
+    import numpy as np
+
+    with checkpointer(store_uri) as ckpt:
+        ckpt.save(1, {"rng": GlobalRNG()}, wait=True)
+        expected = (random.random(), np.random.rand(), torch.rand(1).item())
+        random.random(), np.random.rand(), torch.rand(3)  # move on
+        ckpt.restore(into={"rng": GlobalRNG()})
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
