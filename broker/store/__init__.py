@@ -1,0 +1,21 @@
+"""Job stores: pick one by URL (``sqlite:///path`` or ``redis://host:port/db``)."""
+
+from __future__ import annotations
+
+from broker.store.base import Change, DuplicateJob, JobStore, StoreError, VersionConflict
+
+__all__ = ["Change", "DuplicateJob", "JobStore", "StoreError", "VersionConflict", "open_store"]
+
+
+def open_store(url: str) -> JobStore:
+    """Open the store named by ``url``; Redis support is imported only when asked for."""
+    if url.startswith("sqlite://"):
+        from broker.store.sqlite import SqliteStore
+
+        path = url[len("sqlite://"):]  # sqlite:///abs/path.db → /abs/path.db
+        return SqliteStore(":memory:" if path in ("", "/:memory:", ":memory:") else path)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from broker.store.redis import RedisStore
+
+        return RedisStore(url)
+    raise ValueError(f"unknown store URL {url!r}: use sqlite:///path/to/broker.db or redis://host:6379/0")

@@ -1,0 +1,204 @@
+"""The HTTP API (FastAPI; OpenAPI at ``/docs``). Routes parse, call the service, render.
+
+``fastapi`` is imported only in this package. The app owns the store, the
+launcher and (unless ``BROKER_ENGINE=off``) the engine thread.
+"""
+
+# no `from __future__ import annotations`: FastAPI must see the real types of local aliases
+
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import yaml
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from broker.auth import Principal, Unauthorized, authenticate
+from broker.config import Settings, load_settings
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
+from broker.runtime import open_launcher
+from broker.service import BrokerService, Conflict, Invalid, NotFound
+from broker.spec import SpecError, load_text
+from broker.store import JobStore, open_store
+from broker.views import event_view, job_view
+
+log = logging.getLogger("broker.api")
+
+
+def _error(status: int, detail: str, field: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"detail": detail}
+    if field:
+        body["field"] = field
+    return JSONResponse(status_code=status, content=body)
+
+
+def create_app(settings: Settings | None = None, *, store: JobStore | None = None, launcher=None,
+               engine: bool | None = None) -> FastAPI:
+    settings = settings or load_settings(create_admin_token=True)
+    store = store or open_store(settings.store_url)
+    launcher = launcher or open_launcher(settings)
+    service = BrokerService(settings, store, launcher)
+    run_engine = settings.engine if engine is None else engine
+    eng = Engine(settings, store, launcher) if run_engine else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if eng:
+            eng.start()
+        try:
+            yield
+        finally:
+            if eng:
+                eng.stop()
+
+    app = FastAPI(title="spot-broker", version="0.1.0", lifespan=lifespan,
+                  description="Submit ML training jobs with a budget cap and a deadline; the broker runs each "
+                              "where it is cheapest and resumes it after preemption.")
+    app.state.service = service
+    app.state.engine = eng
+    app.state.settings = settings
+
+    # -- errors: a 4xx naming the field, never a traceback --------------------------------------
+
+    @app.exception_handler(Invalid)
+    async def _invalid(request: Request, exc: Invalid):
+        return _error(exc.status, f"{exc.field}: {exc.reason}", exc.field)
+
+    @app.exception_handler(NotFound)
+    async def _not_found(request: Request, exc: NotFound):
+        return _error(404, f"no job {exc.args[0]}")
+
+    @app.exception_handler(Conflict)
+    async def _conflict(request: Request, exc: Conflict):
+        return _error(409, str(exc))
+
+    @app.exception_handler(Unauthorized)
+    async def _unauthorized(request: Request, exc: Unauthorized):
+        return JSONResponse(status_code=401, content={"detail": str(exc)}, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid"}
+        field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "header", "path"))
+        return _error(422, f"{field or 'request'}: {first.get('msg')}", field or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _error(500, "the broker hit an unexpected error; it is logged. Nothing was lost: retry the request.")
+
+    @app.middleware("http")
+    async def _body_limit(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > settings.max_body_bytes
+            except ValueError:
+                return _error(400, "Content-Length: not a number")
+            if too_big:
+                return _error(413, f"body: larger than {settings.max_body_bytes} bytes")
+        return await call_next(request)
+
+    # -- auth ------------------------------------------------------------------------------------
+
+    def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
+        return authenticate(settings, authorization)
+
+    Caller = Annotated[Principal, Depends(principal)]
+
+    async def read_spec(request: Request) -> dict:
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > settings.max_body_bytes:
+                raise Invalid("body", f"larger than {settings.max_body_bytes} bytes", status=413)
+        if not body.strip():
+            raise Invalid("body", "is empty: send the task as JSON or YAML")
+        text = body.decode("utf-8", "replace")
+        ctype = request.headers.get("content-type", "")
+        if "json" in ctype:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise Invalid("body", f"is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+            if not isinstance(data, dict):
+                raise Invalid("body", "must be a JSON object (a SkyPilot task)")
+            return data
+        try:
+            return load_text(text)
+        except SpecError as exc:
+            raise Invalid(exc.field, exc.reason) from None
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    @app.get("/v1/healthz", tags=["ops"])
+    def healthz() -> dict:
+        """Liveness and readiness: 200 when the store answers."""
+        store.get_job("healthz-probe")
+        return {"ok": True, "engine": eng is not None}
+
+    @app.post("/v1/jobs", status_code=201, tags=["jobs"])
+    async def submit(request: Request, caller: Caller,
+                     idempotency_key: Annotated[str | None, Header()] = None) -> JSONResponse:
+        """Submit a SkyPilot task (JSON or YAML) with an optional ``broker:`` section.
+
+        Refused with 422 and a sentence when the budget cannot cover the cheapest placement.
+        A retried request with the same ``Idempotency-Key`` returns the first job (200).
+        """
+        raw = await read_spec(request)
+        job, created = service.submit(caller, raw, idempotency_key=idempotency_key)
+        position = service.queue_positions().get(job.id)
+        return JSONResponse(status_code=201 if created else 200, content=job_view(job, position=position),
+                            headers={"Location": f"/v1/jobs/{job.id}"})
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    def list_jobs(caller: Caller, state: str | None = None, team: str | None = None,
+                  limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict:
+        """Jobs you can see, newest first; filter by ``state`` and ``team``."""
+        jobs = service.list(caller, state=state, team=team, limit=limit)
+        pos = service.queue_positions()
+        return {"jobs": [job_view(j, position=pos.get(j.id)) for j in jobs]}
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    def get_job(job_id: str, caller: Caller) -> dict:
+        """One job with its attempts, queue position and reason."""
+        job = service.get(caller, job_id)
+        return job_view(job, position=service.queue_positions().get(job.id),
+                        attempts=service.attempts(caller, job_id))
+
+    @app.get("/v1/jobs/{job_id}/events", tags=["jobs"])
+    def get_events(job_id: str, caller: Caller) -> dict:
+        """Every state change of the job, oldest first."""
+        return {"events": [event_view(e) for e in service.events(caller, job_id)]}
+
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
+    def get_logs(job_id: str, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0,
+                 attempt: Annotated[int | None, Query(ge=1)] = None) -> dict:
+        """Output of an attempt (the newest by default) from byte ``offset``; poll to follow."""
+        return service.logs(caller, job_id, attempt=attempt, offset=offset)
+
+    @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
+    def cancel(job_id: str, caller: Caller) -> dict:
+        """Cancel a job. A running attempt is stopped (SIGTERM, then SIGKILL after the grace period).
+        409 if the job already ended."""
+        return job_view(service.cancel(caller, job_id))
+
+    @app.get("/v1/states", tags=["jobs"], include_in_schema=False)
+    def states() -> dict:
+        return {"states": [s.value for s in JobState]}
+
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory broker.api.app:app_from_env``."""
+    return create_app()

@@ -1,0 +1,278 @@
+"""``broker``: the command line. A thin layer over :class:`broker.client.BrokerClient`.
+
+Human output (rich tables) by default, ``--json`` for scripts; errors are one
+line on stderr and a non-zero exit code. Heavy imports happen inside commands,
+so ``broker --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+STATE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
+               "queued": "white", "stopped_budget": "magenta", "cancelling": "yellow"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="broker", description="spot-broker: run ML training where it is cheapest, "
+                                "within budget and deadline, and resume it after preemption.")
+    p.add_argument("--url", default=None, help="broker URL (default $BROKER_URL or http://127.0.0.1:8000)")
+    p.add_argument("--token", default=None, help="bearer token (default $BROKER_TOKEN or the local admin token)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("serve", help="run the broker (API + engine)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=int(os.environ.get("BROKER_PORT", 8000)))
+    s.add_argument("--config", default=None, help="config YAML (default $BROKER_CONFIG)")
+    s.add_argument("--no-engine", action="store_true", help="serve the API only; run `broker worker` apart")
+
+    w = sub.add_parser("worker", help="run the engine without the API")
+    w.add_argument("--config", default=None)
+    w.add_argument("--burst", action="store_true", help="run until no job is active, then exit")
+
+    s = sub.add_parser("submit", help="submit a SkyPilot task YAML")
+    s.add_argument("file")
+    s.add_argument("--budget", help="budget cap in dollars (overrides broker.budget_usd)")
+    s.add_argument("--team")
+    s.add_argument("--deadline", help="ISO time or duration from now (6h, 1d12h)")
+    s.add_argument("--idempotency-key")
+    s.add_argument("--wait", action="store_true", help="follow the job until it ends")
+
+    s = sub.add_parser("status", help="list jobs, or show one")
+    s.add_argument("id", nargs="?")
+    s.add_argument("--state")
+    s.add_argument("--team")
+
+    s = sub.add_parser("logs", help="show a job's output")
+    s.add_argument("id")
+    s.add_argument("-f", "--follow", action="store_true")
+    s.add_argument("--attempt", type=int)
+
+    s = sub.add_parser("cancel", help="cancel a job")
+    s.add_argument("id")
+
+    s = sub.add_parser("events", help="a job's state changes")
+    s.add_argument("id")
+
+    sub.add_parser("simulate", help="replay spot traces with a policy (see `broker simulate --help`)",
+                   add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "simulate":
+        from pricing.simulate_cli import main as simulate
+
+        return simulate(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one clear line, never a traceback
+        from broker.client import BrokerError
+
+        if isinstance(exc, BrokerError):
+            where = f" [{exc.status}]" if exc.status else ""
+            print(f"error{where}: {exc.detail}", file=sys.stderr)
+            return 1
+        from broker.config import ConfigError
+
+        if isinstance(exc, (ConfigError, ValueError, OSError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from broker.api.app import create_app
+    from broker.config import load_settings
+
+    settings = load_settings(config_path=args.config, create_admin_token=True)
+    app = create_app(settings, engine=False if args.no_engine else None)
+    print(f"spot-broker on http://{args.host}:{args.port}  store={settings.store_url}  "
+          f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}",
+          file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def cmd_worker(args) -> int:
+    import logging
+    import signal
+    import threading
+
+    from broker.config import load_settings
+    from broker.engine.reconcile import Engine
+    from broker.runtime import open_launcher
+    from broker.store import open_store
+
+    logging.basicConfig(level=logging.INFO)
+    settings = load_settings(config_path=args.config)
+    engine = Engine(settings, open_store(settings.store_url), open_launcher(settings))
+    if args.burst:
+        engine.run_until_idle(timeout=24 * 3600)
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.is_set():
+        engine.tick()
+        stop.wait(settings.tick_seconds)
+    return 0
+
+
+def _client(args):
+    from broker.client import BrokerClient
+
+    return BrokerClient(args.url, args.token)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def cmd_submit(args) -> int:
+    import yaml
+
+    from broker.client import read_task_file
+
+    text = read_task_file(args.file)
+    task = yaml.safe_load(text)
+    if isinstance(task, dict) and isinstance(task.get("workdir"), str):
+        wd = Path(task["workdir"]).expanduser()
+        if not wd.is_absolute() and wd.is_dir():
+            task["workdir"] = str(wd.resolve())  # the local launcher runs from here
+    with _client(args) as client:
+        job = client.submit(task if isinstance(task, dict) else text, budget=args.budget, team=args.team,
+                            deadline=args.deadline, idempotency_key=args.idempotency_key)
+        if args.json and not args.wait:
+            _print_json(job)
+            return 0
+        con = _console()
+        quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
+        con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}: "
+                  f"budget {job['budget']['usd']}, estimate {quote}")
+        if args.wait:
+            for text in client.follow_logs(job["id"]):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            final = client.job(job["id"])
+            _show_job(con, final)
+            return 0 if final["state"] == "succeeded" else 1
+    return 0
+
+
+def _show_job(con, job: dict) -> None:
+    from rich.table import Table
+
+    style = STATE_STYLE.get(job["state"], "white")
+    con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state=[{style}]{job['state']}[/]")
+    if job.get("reason"):
+        con.print(f"  {job['reason']}")
+    if job.get("queue_position"):
+        con.print(f"  queue position: {job['queue_position']}")
+    con.print(f"  spent {job['spent']['usd']} of {job['budget']['usd']}"
+              + (f"  deadline {job['deadline']}" if job.get("deadline") else ""))
+    attempts = job.get("attempt_list") or []
+    if attempts:
+        t = Table("attempt", "state", "where", "$/h", "cost", "started", "ended", "reason")
+        for a in attempts:
+            p = a["placement"]
+            t.add_row(str(a["n"]), a["state"], f"{p.get('tier')} {p.get('instance_type')}",
+                      a["price_per_hour"]["usd"], a["cost"]["usd"], a["started_at"] or "", a["ended_at"] or "",
+                      a["reason"])
+        con.print(t)
+
+
+def cmd_status(args) -> int:
+    from rich.table import Table
+
+    with _client(args) as client:
+        if args.id:
+            job = client.job(args.id)
+            if args.json:
+                _print_json(job)
+            else:
+                _show_job(_console(), job)
+            return 0
+        jobs = client.jobs(state=args.state, team=args.team)
+    if args.json:
+        _print_json(jobs)
+        return 0
+    t = Table("id", "name", "team", "state", "queue", "spent", "budget", "reason")
+    for j in jobs:
+        style = STATE_STYLE.get(j["state"], "white")
+        t.add_row(j["id"], j["name"], j["team"], f"[{style}]{j['state']}[/]", str(j["queue_position"] or ""),
+                  j["spent"]["usd"], j["budget"]["usd"], j["reason"])
+    _console().print(t)
+    return 0
+
+
+def cmd_logs(args) -> int:
+    with _client(args) as client:
+        if args.follow:
+            for text in client.follow_logs(args.id):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            return 0
+        chunk = client.logs(args.id, attempt=args.attempt)
+        if args.json:
+            _print_json(chunk)
+        else:
+            sys.stdout.write(chunk["data"])
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    with _client(args) as client:
+        job = client.cancel(args.id)
+    if args.json:
+        _print_json(job)
+    else:
+        print(f"{job['id']}: {job['state']}")
+    return 0
+
+
+def cmd_events(args) -> int:
+    from rich.table import Table
+
+    with _client(args) as client:
+        events = client.events(args.id)
+    if args.json:
+        _print_json(events)
+        return 0
+    t = Table("#", "time", "event", "from", "to", "by", "reason")
+    for e in events:
+        t.add_row(str(e["seq"]), e["time"], e["event"], e["from"] or "", e["to"] or "", e["actor"], e["reason"])
+    _console().print(t)
+    return 0
+
+
+COMMANDS = {
+    "serve": cmd_serve, "worker": cmd_worker, "submit": cmd_submit, "status": cmd_status, "logs": cmd_logs,
+    "cancel": cmd_cancel, "events": cmd_events,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""One settings object for the broker, read from a YAML file and the environment.
+
+Precedence: environment variables (the names ``terraform/`` outputs and
+``docs/deploy.md`` documents) over the config file over built-in defaults. The
+built-in default runs out of the box: an embedded SQLite store under the
+user's data dir, the local launcher with one CPU pool, and a generated admin
+token the local CLI picks up by itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pricing.money import Micros, MoneyError, to_micros
+
+
+class ConfigError(ValueError):
+    """The config file or an environment variable is invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """An on-prem pool on this host: ``slots`` GPUs (or CPU job slots when ``accelerator`` is None).
+
+    ``price_per_slot_hour`` is what a slot costs the company per hour (power,
+    amortized hardware): never $0, so on-prem is compared honestly with cloud.
+    """
+
+    name: str
+    slots: int
+    accelerator: str | None
+    price_per_slot_hour: Micros
+    cpus_per_slot: Decimal = Decimal(2)
+    memory_gib_per_slot: Decimal = Decimal(8)
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    token_hashes: frozenset[str] = frozenset()
+    default_budget: Micros | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    store_url: str
+    pools: tuple[Pool, ...]
+    teams: dict[str, Team]
+    admin_token_hashes: frozenset[str]
+    default_budget: Micros
+    checkpoint_root: str
+    public_url: str
+    launcher: str = "local"
+    engine: bool = True
+    tick_seconds: float = 1.0
+    stop_grace_seconds: float = 30.0
+    max_body_bytes: int = 1_000_000
+    default_team: str = "default"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def team_for_token(self, token: str) -> str | None:
+        digest = hash_token(token)
+        for team in self.teams.values():
+            if any(secrets.compare_digest(digest, h) for h in team.token_hashes):
+                return team.name
+        return None
+
+    def is_admin_token(self, token: str) -> bool:
+        digest = hash_token(token)
+        return any(secrets.compare_digest(digest, h) for h in self.admin_token_hashes)
+
+    def budget_for(self, team: str) -> Micros:
+        t = self.teams.get(team)
+        return t.default_budget if t and t.default_budget is not None else self.default_budget
+
+
+def hash_token(token: str) -> str:
+    """Tokens are random and long, so one SHA-256 is the right hash (no password stretching needed)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def default_data_dir(env: dict[str, str] | os._Environ = os.environ) -> Path:
+    if env.get("BROKER_DATA_DIR"):
+        return Path(env["BROKER_DATA_DIR"]).expanduser()
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "spot-broker"
+
+
+DEFAULT_POOLS = ({"name": "local", "slots": 2, "accelerator": None, "price_per_slot_hour": "0.20"},)
+
+
+def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_path: str | Path | None = None,
+                  create_admin_token: bool = False) -> Settings:
+    """Read settings. With ``create_admin_token`` (``broker serve``), make one if none is set."""
+    env = os.environ if env is None else env
+    data_dir = default_data_dir(env)
+    path = Path(config_path or env.get("BROKER_CONFIG") or data_dir / "config.yaml").expanduser()
+    raw: dict[str, Any] = {}
+    if path.exists():
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: must be a mapping")
+    elif config_path or env.get("BROKER_CONFIG"):
+        raise ConfigError(f"config file {path} does not exist")
+    data_dir = Path(raw.get("data_dir") or data_dir).expanduser() if not env.get("BROKER_DATA_DIR") else data_dir
+    pools = tuple(_pool(p, i) for i, p in enumerate(raw.get("pools") or DEFAULT_POOLS))
+    names = [p.name for p in pools]
+    if len(set(names)) != len(names):
+        raise ConfigError("pools: pool names must be unique")
+    teams = _teams(raw.get("teams") or {})
+    for team, token in _json_env(env, "BROKER_TEAM_TOKENS").items():
+        t = teams.get(team, Team(team))
+        teams[team] = Team(team, t.token_hashes | {hash_token(str(token))}, t.default_budget)
+    admin_hashes = set(_str_list(raw.get("admin_token_sha256"), "admin_token_sha256"))
+    if env.get("BROKER_ADMIN_TOKEN"):
+        admin_hashes.add(hash_token(env["BROKER_ADMIN_TOKEN"]))
+    token_file = data_dir / "admin-token"
+    if not admin_hashes and token_file.exists():
+        admin_hashes.add(hash_token(token_file.read_text().strip()))
+    if not admin_hashes and create_admin_token:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token + "\n")
+        admin_hashes.add(hash_token(token))
+    store_url = env.get("BROKER_STORE_URL") or raw.get("store_url") or f"sqlite://{data_dir / 'broker.db'}"
+    port = env.get("BROKER_PORT") or "8000"
+    return Settings(
+        data_dir=data_dir,
+        store_url=store_url,
+        pools=pools,
+        teams=teams,
+        admin_token_hashes=frozenset(admin_hashes),
+        default_budget=_money(raw.get("default_budget_usd", "10"), "default_budget_usd"),
+        checkpoint_root=(env.get("BROKER_CHECKPOINT_ROOT") or raw.get("checkpoint_root")
+                         or (data_dir / "checkpoints").as_uri()),
+        public_url=env.get("BROKER_PUBLIC_URL") or raw.get("public_url") or f"http://127.0.0.1:{port}",
+        launcher=env.get("BROKER_LAUNCHER") or raw.get("launcher") or "local",
+        engine=(env.get("BROKER_ENGINE") or str(raw.get("engine", "on"))).lower() not in ("off", "false", "0"),
+        tick_seconds=float(raw.get("tick_seconds", 1.0)),
+        stop_grace_seconds=float(raw.get("stop_grace_seconds", 30.0)),
+        max_body_bytes=int(raw.get("max_body_bytes", 1_000_000)),
+        extra={k: v for k, v in raw.items() if k in ("zones", "failure_rules", "slack", "notifications")},
+    )
+
+
+def _pool(p: Any, i: int) -> Pool:
+    where = f"pools[{i}]"
+    if not isinstance(p, dict) or not p.get("name"):
+        raise ConfigError(f"{where}: needs a name")
+    try:
+        slots = int(p.get("slots", p.get("gpus", 1)))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.slots: must be a whole number") from None
+    if slots < 1:
+        raise ConfigError(f"{where}.slots: must be at least 1")
+    price = p.get("price_per_slot_hour", p.get("price_per_gpu_hour"))
+    if price is None:
+        raise ConfigError(f"{where}.price_per_slot_hour: required (what one slot costs the company per hour)")
+    micros = _money(price, f"{where}.price_per_slot_hour")
+    if micros <= 0:
+        raise ConfigError(f"{where}.price_per_slot_hour: must be more than $0 (on-prem GPUs are not free)")
+    return Pool(
+        name=str(p["name"]), slots=slots, accelerator=p.get("accelerator"), price_per_slot_hour=micros,
+        cpus_per_slot=Decimal(str(p.get("cpus_per_slot", 2))),
+        memory_gib_per_slot=Decimal(str(p.get("memory_gib_per_slot", 8))),
+    )
+
+
+def _teams(raw: Any) -> dict[str, Team]:
+    if not isinstance(raw, dict):
+        raise ConfigError("teams: must be a mapping of team name to settings")
+    out = {}
+    for name, t in raw.items():
+        t = t or {}
+        hashes = set(_str_list(t.get("token_sha256"), f"teams.{name}.token_sha256"))
+        hashes |= {hash_token(x) for x in _str_list(t.get("tokens"), f"teams.{name}.tokens")}
+        budget = t.get("default_budget_usd")
+        out[str(name)] = Team(str(name), frozenset(hashes),
+                              _money(budget, f"teams.{name}.default_budget_usd") if budget is not None else None)
+    return out
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ConfigError(f"{where}: must be a string or a list of strings")
+
+
+def _json_env(env: Any, name: str) -> dict[str, Any]:
+    if not env.get(name):
+        return {}
+    try:
+        value = json.loads(env[name])
+    except json.JSONDecodeError:
+        raise ConfigError(f"{name}: must be a JSON object like {{\"team\": \"token\"}}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name}: must be a JSON object like {{\"team\": \"token\"}}")
+    return value
+
+
+def _money(value: Any, where: str) -> Micros:
+    try:
+        return to_micros(repr(value) if isinstance(value, float) else value)
+    except MoneyError:
+        raise ConfigError(f"{where}: must be an amount of dollars") from None

@@ -1,0 +1,40 @@
+"""Launch step: build the launcher request for a job's next attempt. Pure.
+
+The attempt id is derived from the job id and the attempt number, so the
+launcher can make launching idempotent.
+"""
+
+from __future__ import annotations
+
+from broker.models import Attempt, Job
+from launchers.base import LaunchRequest
+
+
+def broker_envs(job: Job, attempt: Attempt, *, public_url: str, job_token: str | None = None) -> dict[str, str]:
+    """The variables every attempt sees (names documented in the README)."""
+    envs = {
+        "BROKER_JOB_ID": job.id,
+        "BROKER_ATTEMPT": str(attempt.n),
+        "BROKER_CHECKPOINT_URI": job.checkpoint_uri,
+        "BROKER_PROGRESS_URL": f"{public_url.rstrip('/')}/v1/jobs/{job.id}/progress",
+    }
+    if attempt.resume_from:
+        envs["BROKER_RESUME_FROM"] = attempt.resume_from
+    if job_token:
+        envs["BROKER_JOB_TOKEN"] = job_token
+    return envs
+
+
+def launch_request(job: Job, attempt: Attempt, *, public_url: str, stop_grace_seconds: float,
+                   job_token: str | None = None) -> LaunchRequest:
+    task = {k: v for k, v in job.spec.items() if k != "broker"}
+    return LaunchRequest(
+        attempt_id=attempt.id,
+        job_id=job.id,
+        attempt=attempt.n,
+        task=task,
+        placement=dict(attempt.placement),
+        envs=broker_envs(job, attempt, public_url=public_url, job_token=job_token),
+        slots=tuple(attempt.slots),
+        stop_grace_seconds=stop_grace_seconds,
+    )

@@ -1,0 +1,83 @@
+"""Monitor step: what an attempt's status means for its job. Pure.
+
+A table from (launcher phase, job state) to the job event to apply; the retry
+rules decide whether an error exit is recovered. Preemption and a lost node
+always recover (up to :data:`MAX_ATTEMPTS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.lifecycle import AttemptState, JobEvent, JobState
+from broker.models import Attempt, Job
+from launchers.base import AttemptStatus, Phase
+
+MAX_ATTEMPTS = 20
+"""A job that needs more attempts than this is failed: something is wrong that retrying won't fix."""
+
+ATTEMPT_STATE = {
+    Phase.SUCCEEDED: AttemptState.SUCCEEDED,
+    Phase.FAILED: AttemptState.FAILED,
+    Phase.PREEMPTED: AttemptState.PREEMPTED,
+    Phase.LOST: AttemptState.LOST,
+    Phase.GONE: AttemptState.LOST,
+    Phase.STOPPED: AttemptState.STOPPED,
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to do: the job event (or None), the attempt's new state, and why."""
+
+    event: JobEvent | None
+    attempt_state: AttemptState | None
+    reason: str
+    retried_error: bool = False
+
+
+def describe_end(status: AttemptStatus) -> str:
+    if status.phase is Phase.SUCCEEDED:
+        return "the run command exited 0"
+    if status.phase is Phase.FAILED:
+        where = f"the {status.step} command" if status.step else "the job"
+        if status.signal:
+            return f"{where} was killed by signal {status.signal}"
+        return f"{where} exited with code {status.exit_code}"
+    if status.phase is Phase.PREEMPTED:
+        return "the spot capacity was preempted"
+    if status.phase in (Phase.LOST, Phase.GONE):
+        return status.reason or "the node was lost"
+    if status.phase is Phase.STOPPED:
+        return f"stopped ({status.reason or 'on request'})"
+    return status.phase.value
+
+
+def decide(job: Job, attempt: Attempt, status: AttemptStatus) -> Outcome:
+    """The job event an attempt status calls for, given the job's state and retry settings."""
+    if status.phase in (Phase.PENDING,):
+        return Outcome(None, None, "")
+    if status.phase is Phase.RUNNING:
+        if job.state is JobState.LAUNCHING:
+            return Outcome(JobEvent.START, AttemptState.RUNNING, "the attempt started")
+        return Outcome(None, None, "")
+    end = describe_end(status)
+    attempt_state = ATTEMPT_STATE[status.phase]
+    if job.state is JobState.CANCELLING:
+        return Outcome(JobEvent.ENDED, attempt_state, f"cancelled; {end}")
+    if status.phase is Phase.SUCCEEDED:
+        return Outcome(JobEvent.SUCCEED, attempt_state, "succeeded: " + end)
+    if status.phase is Phase.FAILED:
+        retry = job.retry or {}
+        code_listed = status.exit_code in (retry.get("recover_on_exit_codes") or [])
+        under_limit = job.errors_retried < int(retry.get("max_restarts_on_errors") or 0)
+        if (code_listed or under_limit) and job.attempts < MAX_ATTEMPTS:
+            why = "its exit code is in recover_on_exit_codes" if code_listed else \
+                f"retry {job.errors_retried + 1} of {retry.get('max_restarts_on_errors')}"
+            return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; retrying ({why})", retried_error=True)
+        return Outcome(JobEvent.FAIL, attempt_state, "failed: " + end)
+    # preempted, lost, gone, or stopped by something other than a cancel: infrastructure, recover
+    if job.attempts >= MAX_ATTEMPTS:
+        return Outcome(JobEvent.FAIL, attempt_state,
+                       f"failed: {end}, and the job already used {MAX_ATTEMPTS} attempts")
+    return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; requeued to resume from its last checkpoint")

@@ -1,0 +1,142 @@
+"""The job state machine: states, events, the transition table, and ``apply``.
+
+Nothing else in the broker assigns a job state. Every change goes through
+:func:`apply`, which returns the new state and the :class:`~broker.models.Event`
+to store with it; an event the table does not allow raises
+:class:`IllegalTransition` (the API answers 409).
+
+::
+
+      submit ─▶ queued ──place──▶ placed ──launch──▶ launching ──start──▶ running ──succeed──▶ succeeded
+                  ▲  ▲               │                  │  │                 │  │
+                  │  └───unplace─────┘                  │  └─succeed────────────────────────▶ succeeded
+                  │  ◀──launch_failed───────────────────┘                    │  │
+                  │  ◀──recover (preempted, node lost, retried error)────────┘  ├──fail──────▶ failed
+                  │                                                             └─stop_budget─▶ stopped_budget
+                  └──resume── failed | stopped_budget
+
+      cancel: queued | placed ──▶ cancelled
+              launching | running ──▶ cancelling ──ended (the attempt stopped)──▶ cancelled
+
+Final states: succeeded, cancelled, failed, stopped_budget — the engine leaves
+them alone; a user may ``resume`` a failed or budget-stopped job.
+
+Attempts have their own, simpler life (see :class:`AttemptState`): one job runs
+through one or more attempts; only the newest may be active.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"
+    PLACED = "placed"
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    STOPPED_BUDGET = "stopped_budget"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+    @property
+    def is_active(self) -> bool:
+        """Holds (or is about to hold) capacity."""
+        return self in (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING)
+
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED_BUDGET})
+"""States the engine leaves alone. ``failed`` and ``stopped_budget`` can still be resumed by a user."""
+
+
+class JobEvent(str, Enum):
+    SUBMIT = "submit"
+    PLACE = "place"
+    UNPLACE = "unplace"
+    LAUNCH = "launch"
+    LAUNCH_FAILED = "launch_failed"
+    START = "start"
+    SUCCEED = "succeed"
+    FAIL = "fail"
+    RECOVER = "recover"
+    STOP_BUDGET = "stop_budget"
+    CANCEL = "cancel"
+    ENDED = "ended"
+    RESUME = "resume"
+
+
+S, E = JobState, JobEvent
+
+TRANSITIONS: dict[tuple[JobState | None, JobEvent], JobState] = {
+    (None, E.SUBMIT): S.QUEUED,
+    (S.QUEUED, E.PLACE): S.PLACED,
+    (S.PLACED, E.UNPLACE): S.QUEUED,
+    (S.PLACED, E.LAUNCH): S.LAUNCHING,
+    (S.LAUNCHING, E.LAUNCH_FAILED): S.QUEUED,
+    (S.LAUNCHING, E.START): S.RUNNING,
+    (S.LAUNCHING, E.SUCCEED): S.SUCCEEDED,  # a job shorter than one engine tick
+    (S.LAUNCHING, E.FAIL): S.FAILED,
+    (S.LAUNCHING, E.RECOVER): S.QUEUED,
+    (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
+    (S.RUNNING, E.FAIL): S.FAILED,
+    (S.RUNNING, E.RECOVER): S.QUEUED,
+    (S.LAUNCHING, E.STOP_BUDGET): S.STOPPED_BUDGET,
+    (S.RUNNING, E.STOP_BUDGET): S.STOPPED_BUDGET,
+    (S.FAILED, E.RESUME): S.QUEUED,
+    (S.STOPPED_BUDGET, E.RESUME): S.QUEUED,
+    (S.QUEUED, E.CANCEL): S.CANCELLED,
+    (S.PLACED, E.CANCEL): S.CANCELLED,
+    (S.LAUNCHING, E.CANCEL): S.CANCELLING,
+    (S.RUNNING, E.CANCEL): S.CANCELLING,
+    (S.CANCELLING, E.ENDED): S.CANCELLED,
+}
+"""(from, event) → to. The only source of truth for what may happen to a job."""
+
+
+class IllegalTransition(Exception):
+    """The event is not allowed from the job's current state."""
+
+    def __init__(self, state: JobState | None, event: JobEvent):
+        self.state = state
+        self.event = event
+        where = state.value if state else "nothing"
+        super().__init__(f"cannot {event.value} a job that is {where}")
+
+
+@dataclass(frozen=True)
+class Transition:
+    from_state: JobState | None
+    to_state: JobState
+    event: JobEvent
+
+
+def apply(state: JobState | None, event: JobEvent) -> Transition:
+    """Apply ``event`` to a job in ``state``; raise :class:`IllegalTransition` if the table forbids it."""
+    try:
+        to = TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(state, event) from None
+    return Transition(from_state=state, to_state=to, event=event)
+
+
+class AttemptState(str, Enum):
+    """One try at running the job on one placement."""
+
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    LOST = "lost"
+    STOPPED = "stopped"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (AttemptState.LAUNCHING, AttemptState.RUNNING)

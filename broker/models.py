@@ -1,0 +1,145 @@
+"""The broker's records: a job, its attempts, and the events that moved it.
+
+Plain dataclasses that round-trip through ``to_dict``/``from_dict`` (JSON-safe:
+money as integer micro-dollars, times as float epoch seconds). Stores keep
+these dicts; the API renders public views of them and never a raw row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.lifecycle import AttemptState, JobEvent, JobState
+
+
+@dataclass
+class Event:
+    """One state change (or notable fact) in a job's life, kept forever."""
+
+    job_id: str
+    time: float
+    event: str
+    from_state: str | None
+    to_state: str | None
+    reason: str
+    actor: str
+    attempt: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = None  # assigned by the store, increasing per job
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Event:
+        return cls(**d)
+
+
+@dataclass
+class Attempt:
+    """One try at running a job on one placement.
+
+    ``id`` is ``<job id>-a<n>``: launching is idempotent per attempt id, so a
+    launcher asked twice for the same attempt runs it once.
+    """
+
+    id: str
+    job_id: str
+    n: int
+    state: AttemptState
+    launcher: str
+    placement: dict[str, Any]
+    price_per_hour: int  # micro-dollars per hour, all nodes
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    cost: int = 0  # micro-dollars accrued so far
+    billed_until: float | None = None
+    slots: list[int] = field(default_factory=list)
+    resume_from: str | None = None
+    stop_requested_at: float | None = None
+    stop_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["state"] = self.state.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Attempt:
+        d = dict(d)
+        d["state"] = AttemptState(d["state"])
+        return cls(**d)
+
+
+@dataclass
+class Job:
+    """A submitted job: its spec, money, and where it stands.
+
+    ``version`` increases by one on every stored change; stores refuse a write
+    whose expected version is stale (compare-and-set), which is what keeps two
+    broker processes from both launching the same attempt.
+    """
+
+    id: str
+    name: str
+    team: str
+    state: JobState
+    spec: dict[str, Any]  # the SkyPilot task as submitted, with its broker: section
+    budget: int  # micro-dollars, the cap
+    priority: int
+    submitted_at: float
+    updated_at: float
+    version: int = 0
+    deadline: float | None = None
+    max_price_per_hour: int | None = None
+    expected_hours: str | None = None  # Decimal as text
+    spent: int = 0  # micro-dollars, sum of attempts' cost
+    attempts: int = 0  # number of attempts created
+    reason: str = ""  # why it is where it is (waiting for capacity, failed because ...)
+    quote: dict[str, Any] = field(default_factory=dict)
+    placement: dict[str, Any] = field(default_factory=dict)  # where the current/next attempt runs
+    slots: list[int] = field(default_factory=list)  # on-prem slots reserved for it
+    retry: dict[str, Any] = field(default_factory=dict)
+    errors_retried: int = 0
+    checkpoint_uri: str = ""
+    idempotency_key: str | None = None
+    submitted_by: str = ""
+
+    @property
+    def current_attempt_id(self) -> str | None:
+        return attempt_id(self.id, self.attempts) if self.attempts else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["state"] = self.state.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Job:
+        d = dict(d)
+        d["state"] = JobState(d["state"])
+        return cls(**d)
+
+
+def attempt_id(job_id: str, n: int) -> str:
+    return f"{job_id}-a{n}"
+
+
+def event_for(job: Job, event: JobEvent, to_state: JobState, *, time: float, reason: str, actor: str,
+              from_state: JobState | None, data: dict[str, Any] | None = None) -> Event:
+    return Event(
+        job_id=job.id,
+        time=time,
+        event=event.value,
+        from_state=from_state.value if from_state else None,
+        to_state=to_state.value,
+        reason=reason,
+        actor=actor,
+        attempt=job.attempts or None,
+        data=data or {},
+    )

@@ -1,0 +1,349 @@
+"""Read a job spec: a SkyPilot task (YAML or JSON) plus an optional ``broker:`` section.
+
+Any valid SkyPilot task is accepted as it is; the broker reads only what it
+needs to price and place the job (``resources``, ``num_nodes``) and keeps the
+rest untouched for the launcher. Problems raise :class:`SpecError` naming the
+field (``resources.accelerators``, ``broker.budget_usd``) and the reason,
+which the API turns into a 422.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import yaml
+
+from pricing.money import Micros, MoneyError, to_micros
+from pricing.offers import JobRequest, ResourceRequest
+
+MAX_NAME = 128
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+BROKER_KEYS = {
+    "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours",
+}
+RETRY_KEYS = {"max_restarts_on_errors", "recover_on_exit_codes"}
+
+
+class SpecError(ValueError):
+    """The spec is invalid: ``field`` is a dotted path, ``reason`` a sentence fragment."""
+
+    def __init__(self, field: str, reason: str):
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When an error exit (not a preemption) is retried. Preemptions always are."""
+
+    max_restarts_on_errors: int = 0
+    recover_on_exit_codes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class BrokerSection:
+    team: str | None = None
+    budget: Micros | None = None
+    deadline: float | None = None
+    priority: int = 0
+    max_price_per_hour: Micros | None = None
+    checkpoint: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    expected_hours: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A parsed spec: the task as given (``task``), the broker section, and the request to place."""
+
+    task: dict[str, Any]
+    broker: BrokerSection
+    request: JobRequest
+
+    @property
+    def name(self) -> str:
+        return self.task.get("name") or "job"
+
+
+def load_text(text: str) -> dict[str, Any]:
+    """YAML (or JSON, which is YAML) text to a mapping."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError("body", f"is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise SpecError("body", "must be a mapping (a SkyPilot task), not " + type(data).__name__)
+    return data
+
+
+def parse(raw: dict[str, Any], *, now: float) -> JobSpec:
+    """Validate a task mapping and read the parts the broker needs."""
+    if not isinstance(raw, dict):
+        raise SpecError("body", "must be a mapping (a SkyPilot task)")
+    task = {k: v for k, v in raw.items() if k != "broker"}
+    name = task.get("name")
+    if name is not None:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name):
+            raise SpecError("name", f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', starting with a letter or digit")
+    for key in ("setup", "run"):
+        if key in task and task[key] is not None and not isinstance(task[key], str):
+            raise SpecError(key, "must be a shell script (a string)")
+    if "envs" in task and task["envs"] is not None:
+        envs = task["envs"]
+        if not isinstance(envs, dict):
+            raise SpecError("envs", "must be a mapping of names to values")
+        for k, v in envs.items():
+            if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise SpecError(f"envs.{k}", "is not a valid environment variable name")
+            if isinstance(v, (dict, list)):
+                raise SpecError(f"envs.{k}", "must be a string or number")
+    num_nodes = task.get("num_nodes", 1)
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+        raise SpecError("num_nodes", "must be a whole number of at least 1")
+    for key in ("file_mounts",):
+        if key in task and task[key] is not None and not isinstance(task[key], dict):
+            raise SpecError(key, "must be a mapping")
+    if "workdir" in task and task["workdir"] is not None and not isinstance(task["workdir"], (str, dict)):
+        raise SpecError("workdir", "must be a path")
+    broker = _parse_broker(raw.get("broker"), now=now)
+    alternatives = _parse_resources(task.get("resources"))
+    request = JobRequest(
+        alternatives=alternatives,
+        num_nodes=num_nodes,
+        max_price_per_hour=broker.max_price_per_hour,
+        expected_hours=broker.expected_hours,
+    )
+    return JobSpec(task=task, broker=broker, request=request)
+
+
+# --- resources ---------------------------------------------------------------------------------
+
+
+def _parse_resources(resources: Any) -> tuple[ResourceRequest, ...]:
+    if resources is None:
+        return (ResourceRequest(),)
+    if not isinstance(resources, dict):
+        raise SpecError("resources", "must be a mapping")
+    base = {k: v for k, v in resources.items() if k not in ("any_of", "ordered")}
+    variants = resources.get("any_of") or resources.get("ordered")
+    key = "any_of" if "any_of" in resources else "ordered"
+    if variants is None:
+        return tuple(_one_resource(base, "resources"))
+    if not isinstance(variants, list) or not variants:
+        raise SpecError(f"resources.{key}", "must be a non-empty list of resource mappings")
+    out: list[ResourceRequest] = []
+    for i, variant in enumerate(variants):
+        if not isinstance(variant, dict):
+            raise SpecError(f"resources.{key}[{i}]", "must be a mapping")
+        out.extend(_one_resource({**base, **variant}, f"resources.{key}[{i}]"))
+    return tuple(out)
+
+
+def _one_resource(r: dict[str, Any], where: str) -> list[ResourceRequest]:
+    cloud, region, zone = _location(r, where)
+    use_spot = r.get("use_spot")
+    if use_spot is not None and not isinstance(use_spot, bool):
+        raise SpecError(f"{where}.use_spot", "must be true or false")
+    cpus = _amount(r.get("cpus"), f"{where}.cpus")
+    memory = _amount(r.get("memory"), f"{where}.memory")
+    instance_type = r.get("instance_type")
+    if instance_type is not None and not isinstance(instance_type, str):
+        raise SpecError(f"{where}.instance_type", "must be a string")
+    accs = _accelerators(r.get("accelerators"), f"{where}.accelerators")
+    return [
+        ResourceRequest(
+            accelerator=name, accelerator_count=count, cpus=cpus, memory_gib=memory, use_spot=use_spot,
+            cloud=cloud, region=region, zone=zone, instance_type=instance_type,
+        )
+        for name, count in accs
+    ]
+
+
+def _location(r: dict[str, Any], where: str) -> tuple[str | None, str | None, str | None]:
+    infra = r.get("infra")
+    if infra is not None:
+        if not isinstance(infra, str) or not infra.strip():
+            raise SpecError(f"{where}.infra", "must look like 'aws', 'aws/us-east-1' or 'aws/us-east-1/us-east-1a'")
+        parts = [p or None for p in infra.strip().split("/")]
+        if len(parts) > 3 or parts[0] is None:
+            raise SpecError(f"{where}.infra", "must look like 'aws', 'aws/us-east-1' or 'aws/us-east-1/us-east-1a'")
+        parts += [None] * (3 - len(parts))
+        return parts[0].lower() if parts[0] != "*" else None, parts[1], parts[2]
+    out = []
+    for key in ("cloud", "region", "zone"):
+        value = r.get(key)
+        if value is not None and not isinstance(value, str):
+            raise SpecError(f"{where}.{key}", "must be a string")
+        out.append(value.lower() if key == "cloud" and value else value)
+    return out[0], out[1], out[2]
+
+
+def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:
+    if value is None:
+        return [(None, 0)]
+    if isinstance(value, str):
+        return [_one_accelerator(value, where)]
+    if isinstance(value, dict):
+        if not value:
+            raise SpecError(where, "must name at least one accelerator")
+        out = []
+        for name, count in value.items():
+            if count is None:
+                count = 1
+            if isinstance(count, bool) or not isinstance(count, (int, float)) or count <= 0 or int(count) != count:
+                raise SpecError(f"{where}.{name}", "count must be a positive whole number")
+            out.append((str(name), int(count)))
+        return out
+    if isinstance(value, (list, set, tuple)):
+        if not value:
+            raise SpecError(where, "must name at least one accelerator")
+        return [_one_accelerator(v, where) for v in value]
+    raise SpecError(where, "must be like 'A100:8', a mapping {A100: 8}, or a list of those")
+
+
+def _one_accelerator(text: Any, where: str) -> tuple[str, int]:
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(where, "must be like 'A100' or 'A100:8'")
+    name, _, count = text.strip().partition(":")
+    if not name:
+        raise SpecError(where, "must be like 'A100' or 'A100:8'")
+    if not count:
+        return name, 1
+    try:
+        n = Decimal(count)
+    except InvalidOperation:
+        raise SpecError(where, f"count {count!r} is not a number") from None
+    if n <= 0 or n != n.to_integral_value():
+        raise SpecError(where, "count must be a positive whole number")
+    return name, int(n)
+
+
+def _amount(value: Any, where: str) -> Decimal | None:
+    """cpus / memory: ``4``, ``"4"`` or ``"4+"`` (at least). Either way a minimum here."""
+    if value is None:
+        return None
+    text = str(value).strip().rstrip("+")
+    if isinstance(value, bool):
+        raise SpecError(where, "must be a number, optionally followed by '+'")
+    try:
+        amount = Decimal(text)
+    except InvalidOperation:
+        raise SpecError(where, "must be a number, optionally followed by '+'") from None
+    if not amount.is_finite() or amount <= 0:
+        raise SpecError(where, "must be positive")
+    return amount
+
+
+# --- broker section ----------------------------------------------------------------------------
+
+
+def _parse_broker(section: Any, *, now: float) -> BrokerSection:
+    if section is None:
+        return BrokerSection()
+    if not isinstance(section, dict):
+        raise SpecError("broker", "must be a mapping")
+    unknown = sorted(set(section) - BROKER_KEYS)
+    if unknown:
+        raise SpecError(f"broker.{unknown[0]}", f"is not a broker setting (known: {', '.join(sorted(BROKER_KEYS))})")
+    team = section.get("team")
+    if team is not None and (not isinstance(team, str) or not NAME_RE.match(team)):
+        raise SpecError("broker.team", "must be a team name (letters, digits, '-', '_', '.')")
+    budget = _money(section.get("budget_usd"), "broker.budget_usd")
+    if budget is not None and budget <= 0:
+        raise SpecError("broker.budget_usd", "must be more than $0")
+    max_price = _money(section.get("max_price_per_hour"), "broker.max_price_per_hour")
+    if max_price is not None and max_price <= 0:
+        raise SpecError("broker.max_price_per_hour", "must be more than $0")
+    priority = section.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -1000 <= priority <= 1000:
+        raise SpecError("broker.priority", "must be a whole number from -1000 to 1000")
+    checkpoint = section.get("checkpoint")
+    if checkpoint is not None and (not isinstance(checkpoint, str) or not checkpoint.strip()):
+        raise SpecError("broker.checkpoint", "must be a URL prefix such as s3://bucket/runs")
+    expected = section.get("expected_hours")
+    expected_hours = None
+    if expected is not None:
+        try:
+            expected_hours = Decimal(str(expected))
+        except InvalidOperation:
+            raise SpecError("broker.expected_hours", "must be a number of hours") from None
+        if isinstance(expected, bool) or not expected_hours.is_finite() or expected_hours <= 0:
+            raise SpecError("broker.expected_hours", "must be a positive number of hours")
+    deadline = None
+    if section.get("deadline") is not None:
+        deadline = parse_deadline(section["deadline"], now=now, where="broker.deadline")
+    return BrokerSection(
+        team=team, budget=budget, deadline=deadline, priority=priority, max_price_per_hour=max_price,
+        checkpoint=checkpoint.strip() if checkpoint else None, retry=_retry(section.get("retry")),
+        expected_hours=expected_hours,
+    )
+
+
+def _retry(value: Any) -> RetryPolicy:
+    if value is None:
+        return RetryPolicy()
+    if not isinstance(value, dict):
+        raise SpecError("broker.retry", "must be a mapping")
+    unknown = sorted(set(value) - RETRY_KEYS)
+    if unknown:
+        raise SpecError(f"broker.retry.{unknown[0]}", f"is not a retry setting (known: {', '.join(sorted(RETRY_KEYS))})")
+    restarts = value.get("max_restarts_on_errors", 0)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 100:
+        raise SpecError("broker.retry.max_restarts_on_errors", "must be a whole number from 0 to 100")
+    codes = value.get("recover_on_exit_codes", [])
+    if isinstance(codes, int) and not isinstance(codes, bool):
+        codes = [codes]
+    if not isinstance(codes, list) or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 255 for c in codes):
+        raise SpecError("broker.retry.recover_on_exit_codes", "must be a list of exit codes from 0 to 255")
+    return RetryPolicy(max_restarts_on_errors=restarts, recover_on_exit_codes=tuple(codes))
+
+
+def _money(value: Any, where: str) -> Micros | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise SpecError(where, "must be an amount of dollars")
+    if isinstance(value, float):
+        value = repr(value)  # YAML reads 20.5 as a float; its shortest repr is what the user typed
+    try:
+        return to_micros(value if not isinstance(value, int) else value)
+    except MoneyError:
+        raise SpecError(where, "must be an amount of dollars such as 20 or \"12.50\"") from None
+
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.I)
+_ISO_DURATION = re.compile(r"^P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.I)
+
+
+def parse_deadline(value: Any, *, now: float, where: str = "deadline") -> float:
+    """A deadline as epoch seconds: an ISO time (``2026-12-01T18:00Z``) or a duration from now
+    (``6h``, ``1d12h``, ``90m``, ``PT6H``). Must lie in the future."""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        seconds = moment.timestamp()
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        m = _ISO_DURATION.match(text) if text.upper().startswith("P") else _DURATION.match(text)
+        if m and any(m.groups()):
+            d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+            seconds = now + timedelta(days=d, hours=h, minutes=mi, seconds=s).total_seconds()
+        else:
+            try:
+                moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)") from None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=timezone.utc)
+            seconds = moment.timestamp()
+    else:
+        raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)")
+    if seconds <= now:
+        raise SpecError(where, "is in the past")
+    return seconds

@@ -1,0 +1,85 @@
+"""The ``JobStore`` port: where jobs, attempts and events live.
+
+Two implementations pass one contract suite (``tests/broker/test_store_contract.py``):
+:mod:`broker.store.sqlite` (embedded default) and :mod:`broker.store.redis`
+(several broker processes). Every write goes through :meth:`JobStore.commit`,
+which applies one :class:`Change` atomically with compare-and-set on the job's
+version — the mechanism that lets several brokers share a store without ever
+launching the same attempt twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from broker.models import Attempt, Event, Job
+
+
+class StoreError(Exception):
+    """Base for store failures the caller may handle."""
+
+
+class VersionConflict(StoreError):
+    """Someone else changed the job first; re-read it and decide again."""
+
+
+class DuplicateJob(StoreError):
+    """A job with this id (or this team's idempotency key) exists; ``existing_id`` names it."""
+
+    def __init__(self, existing_id: str):
+        self.existing_id = existing_id
+        super().__init__(f"job {existing_id} already exists")
+
+
+@dataclass
+class Change:
+    """One atomic write: the job as it should become, plus what to append.
+
+    ``expected_version`` is the version the caller read; the store writes only
+    if the stored job still has it, and stores ``job`` with version + 1.
+    ``expected_version=None`` creates the job (fails with :class:`DuplicateJob`
+    if the id or the team's idempotency key is taken).
+    """
+
+    job: Job
+    expected_version: int | None
+    events: Sequence[Event] = ()
+    attempts: Sequence[Attempt] = ()
+    metrics: Sequence[dict] = field(default_factory=tuple)
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Durable record of jobs. Every method may be called from any thread."""
+
+    def commit(self, change: Change) -> Job:
+        """Apply ``change`` atomically and durably; return the stored job (new version).
+
+        Raises :class:`VersionConflict` if the job's version moved on (nothing
+        is written), :class:`DuplicateJob` on a create whose id or idempotency
+        key exists. When it returns, the change survives a crash of the process.
+        """
+
+    def get_job(self, job_id: str) -> Job | None:
+        """The job, or ``None`` if there is no such job."""
+
+    def find_idempotent(self, team: str, key: str) -> Job | None:
+        """The job this team submitted with this ``Idempotency-Key``, if any."""
+
+    def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
+                  limit: int = 1000) -> list[Job]:
+        """Jobs, newest first, optionally filtered by state(s) and team."""
+
+    def events(self, job_id: str, *, after_seq: int = 0) -> list[Event]:
+        """The job's events in order (``seq`` ascending), after ``after_seq``."""
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        """The job's attempts, oldest first."""
+
+    def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
+        """Reported progress/metric points, oldest first."""
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""

@@ -1,0 +1,46 @@
+"""Every Redis key the broker uses, in one place (as arq does).
+
+All keys share one prefix so several brokers (or tests) can share a server
+with different prefixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "sb"
+
+    def job(self, job_id: str) -> str:
+        """JSON of the job (with its version)."""
+        return f"{self.prefix}:job:{job_id}"
+
+    def all_jobs(self) -> str:
+        """Sorted set: job id scored by submit time."""
+        return f"{self.prefix}:jobs"
+
+    def by_state(self, state: str) -> str:
+        """Set of job ids in a state."""
+        return f"{self.prefix}:jobs:state:{state}"
+
+    def by_team(self, team: str) -> str:
+        """Sorted set: the team's job ids scored by submit time."""
+        return f"{self.prefix}:jobs:team:{team}"
+
+    def idempotency(self, team: str, key: str) -> str:
+        """String: the job id a team's Idempotency-Key created."""
+        return f"{self.prefix}:idem:{team}:{key}"
+
+    def attempts(self, job_id: str) -> str:
+        """Hash: attempt number → attempt JSON."""
+        return f"{self.prefix}:attempts:{job_id}"
+
+    def events(self, job_id: str) -> str:
+        """List of event JSON, oldest first."""
+        return f"{self.prefix}:events:{job_id}"
+
+    def metrics(self, job_id: str) -> str:
+        """List of metric point JSON, oldest first."""
+        return f"{self.prefix}:metrics:{job_id}"

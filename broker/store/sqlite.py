@@ -1,0 +1,170 @@
+"""SQLite job store: the embedded default.
+
+One file (WAL journal, ``synchronous=FULL`` so a commit that returned survives
+power loss of the process), one connection guarded by a lock: SQLite
+serializes writers anyway, and one connection keeps the compare-and-set inside
+a single ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.models import Attempt, Event, Job
+from broker.store.base import Change, DuplicateJob, VersionConflict
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    state TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    submitted_at REAL NOT NULL,
+    idempotency_key TEXT,
+    body TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs(team, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_team ON jobs(team, submitted_at);
+CREATE TABLE IF NOT EXISTS attempts (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
+CREATE TABLE IF NOT EXISTS events (
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+);
+"""
+
+
+class SqliteStore:
+    """:class:`~broker.store.base.JobStore` on one SQLite file."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.executescript(SCHEMA)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def commit(self, change: Change) -> Job:
+        job = change.job
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT version FROM jobs WHERE id = ?", (job.id,)).fetchone()
+                if change.expected_version is None:
+                    if row is not None:
+                        raise DuplicateJob(job.id)
+                    if job.idempotency_key:
+                        dup = db.execute(
+                            "SELECT id FROM jobs WHERE team = ? AND idempotency_key = ?",
+                            (job.team, job.idempotency_key),
+                        ).fetchone()
+                        if dup:
+                            raise DuplicateJob(dup[0])
+                    new_version = 1
+                else:
+                    if row is None or row[0] != change.expected_version:
+                        raise VersionConflict(f"job {job.id} is at version {row[0] if row else None}, "
+                                              f"expected {change.expected_version}")
+                    new_version = change.expected_version + 1
+                stored = Job.from_dict({**job.to_dict(), "version": new_version})
+                db.execute(
+                    "INSERT OR REPLACE INTO jobs (id, team, state, version, submitted_at, idempotency_key, body)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (stored.id, stored.team, stored.state.value, new_version, stored.submitted_at,
+                     stored.idempotency_key, json.dumps(stored.to_dict())),
+                )
+                for attempt in change.attempts:
+                    db.execute(
+                        "INSERT OR REPLACE INTO attempts (id, job_id, n, body) VALUES (?, ?, ?, ?)",
+                        (attempt.id, attempt.job_id, attempt.n, json.dumps(attempt.to_dict())),
+                    )
+                self._append(db, "events", job.id, [e.to_dict() for e in change.events])
+                self._append(db, "metrics", job.id, list(change.metrics))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return stored
+
+    @staticmethod
+    def _append(db: sqlite3.Connection, table: str, job_id: str, bodies: list[dict]) -> None:
+        if not bodies:
+            return
+        (last,) = db.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {table} WHERE job_id = ?", (job_id,)).fetchone()
+        for i, body in enumerate(bodies, start=last + 1):
+            body = {**body, "seq": i}
+            db.execute(f"INSERT INTO {table} (job_id, seq, body) VALUES (?, ?, ?)", (job_id, i, json.dumps(body)))
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _query(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def get_job(self, job_id: str) -> Job | None:
+        rows = self._query("SELECT body FROM jobs WHERE id = ?", (job_id,))
+        return Job.from_dict(json.loads(rows[0][0])) if rows else None
+
+    def find_idempotent(self, team: str, key: str) -> Job | None:
+        rows = self._query("SELECT body FROM jobs WHERE team = ? AND idempotency_key = ?", (team, key))
+        return Job.from_dict(json.loads(rows[0][0])) if rows else None
+
+    def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
+                  limit: int = 1000) -> list[Job]:
+        sql, args = "SELECT body FROM jobs WHERE 1=1", []
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args += list(states)
+        if team:
+            sql += " AND team = ?"
+            args.append(team)
+        sql += " ORDER BY submitted_at DESC, id DESC LIMIT ?"
+        args.append(limit)
+        return [Job.from_dict(json.loads(r[0])) for r in self._query(sql, args)]
+
+    def events(self, job_id: str, *, after_seq: int = 0) -> list[Event]:
+        rows = self._query("SELECT body FROM events WHERE job_id = ? AND seq > ? ORDER BY seq", (job_id, after_seq))
+        return [Event.from_dict(json.loads(r[0])) for r in rows]
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        rows = self._query("SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job_id,))
+        return [Attempt.from_dict(json.loads(r[0])) for r in rows]
+
+    def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
+        rows = self._query(
+            "SELECT body FROM (SELECT seq, body FROM metrics WHERE job_id = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+            (job_id, limit),
+        )
+        return [json.loads(r[0]) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._db.close()
+            except sqlite3.ProgrammingError:
+                pass

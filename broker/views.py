@@ -1,0 +1,77 @@
+"""Public views of the broker's records: what the API, CLI and Slack show. Never a raw row."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from broker.models import Attempt, Event, Job
+from pricing.money import fmt
+
+
+def iso(t: float | None) -> str | None:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z") if t else None
+
+
+def money(micros: int | None) -> dict[str, Any] | None:
+    """Money on the wire: exact micro-dollars for scripts, and a string for people."""
+    if micros is None:
+        return None
+    return {"micros": micros, "usd": fmt(micros)}
+
+
+def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] | None = None) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": job.id,
+        "name": job.name,
+        "team": job.team,
+        "state": job.state.value,
+        "reason": job.reason,
+        "priority": job.priority,
+        "submitted_at": iso(job.submitted_at),
+        "updated_at": iso(job.updated_at),
+        "deadline": iso(job.deadline),
+        "budget": money(job.budget),
+        "spent": money(job.spent),
+        "quote": job.quote,
+        "placement": job.placement or None,
+        "attempts": job.attempts,
+        "checkpoint_uri": job.checkpoint_uri,
+        "queue_position": position,
+        "version": job.version,
+    }
+    if attempts is not None:
+        view["attempt_list"] = [attempt_view(a) for a in attempts]
+    return view
+
+
+def attempt_view(a: Attempt) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "n": a.n,
+        "state": a.state.value,
+        "launcher": a.launcher,
+        "placement": a.placement,
+        "price_per_hour": money(a.price_per_hour),
+        "created_at": iso(a.created_at),
+        "started_at": iso(a.started_at),
+        "ended_at": iso(a.ended_at),
+        "exit_code": a.exit_code,
+        "reason": a.reason,
+        "cost": money(a.cost),
+        "resume_from": a.resume_from,
+    }
+
+
+def event_view(e: Event) -> dict[str, Any]:
+    return {
+        "seq": e.seq,
+        "time": iso(e.time),
+        "event": e.event,
+        "from": e.from_state,
+        "to": e.to_state,
+        "reason": e.reason,
+        "actor": e.actor,
+        "attempt": e.attempt,
+        "data": e.data,
+    }

@@ -1,0 +1,108 @@
+"""The ``Launcher`` port: run one attempt of a job somewhere, report on it, stop it.
+
+A launcher knows nothing of jobs, budgets or policies: the engine decides
+*where* (a placement) and asks a launcher to make it so. Two implementations:
+:mod:`launchers.local` (real processes on this host: on-prem pools and
+simulated cloud zones) and :mod:`launchers.skypilot` (clouds and Kubernetes).
+
+Contracts every implementation keeps (checked by the launcher contract tests):
+
+* ``launch`` is **idempotent per attempt id**: asked twice — by a broker that
+  crashed and restarted, or by two brokers — it runs the attempt at most once.
+* ``status`` never raises for an attempt it does not know: it answers
+  :attr:`Phase.GONE`.
+* ``stop`` is idempotent and does not block for the grace period; an attempt
+  already gone is left alone silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a launcher needs to run one attempt.
+
+    ``task`` is the user's SkyPilot task as submitted (without the ``broker:``
+    section). ``placement`` is the engine's choice (tier, cloud, region, zone,
+    instance_type, location, price_per_hour, simulated). ``envs`` are the
+    broker's variables (``BROKER_JOB_ID``, ``BROKER_ATTEMPT``,
+    ``BROKER_CHECKPOINT_URI``, ...), merged over the task's own ``envs``.
+    ``slots`` are the GPU (or CPU-job) slots of an on-prem pool the attempt holds.
+    """
+
+    attempt_id: str
+    job_id: str
+    attempt: int
+    task: dict[str, Any]
+    placement: dict[str, Any]
+    envs: dict[str, str] = field(default_factory=dict)
+    slots: tuple[int, ...] = ()
+    stop_grace_seconds: float = 30.0
+
+
+class Phase(str, Enum):
+    """Where an attempt stands, as the launcher sees it."""
+
+    PENDING = "pending"  # accepted, not running yet (provisioning, setup starting)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # the run command exited 0
+    FAILED = "failed"  # the run (or setup) exited non-zero
+    PREEMPTED = "preempted"  # the capacity was taken back (spot), with or without notice
+    LOST = "lost"  # the node or process vanished without recording an exit
+    STOPPED = "stopped"  # stopped on the broker's request
+    GONE = "gone"  # the launcher has no record of this attempt
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (Phase.PENDING, Phase.RUNNING)
+
+
+@dataclass(frozen=True)
+class AttemptStatus:
+    phase: Phase
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    step: str | None = None  # "setup" or "run": which command was running at the end
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Optional abilities, as data rather than ``NotImplementedError``."""
+
+    simulated: bool = False  # processes on this host standing in for cloud capacity
+    preemption_notice: bool = True  # SIGTERM before the end
+    follow_logs: bool = True
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    def launch(self, request: LaunchRequest) -> None:
+        """Start the attempt unless it was started before. Idempotent; returns quickly.
+
+        Raises :class:`LaunchError` with a sentence when the placement cannot be
+        satisfied (the engine requeues the job and records the reason).
+        """
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        """Current phase of the attempt. Never raises for unknown ids (→ ``GONE``)."""
+
+    def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
+        """Ask the attempt to end: SIGTERM (the preemption-notice path), SIGKILL after
+        ``grace_seconds``. Does not wait. Idempotent; an attempt already gone is ignored."""
+
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        """Up to ``limit`` bytes of output from ``offset``; returns (bytes, next offset)."""
+
+
+class LaunchError(Exception):
+    """The launcher cannot run this placement; the message is a sentence for the user."""

@@ -1,0 +1,199 @@
+"""The local launcher: each attempt is a real process tree on this host.
+
+It serves the on-prem pools (GPU slots handed out through
+``CUDA_VISIBLE_DEVICES``; zero GPUs works) and, for demos and tests, simulated
+cloud zones. Each attempt runs under :mod:`launchers.local_runner` in its own
+session, with its state in ``<runs dir>/<attempt id>/`` — so a broker that
+restarts re-adopts running attempts by reading those folders, and launching is
+idempotent per attempt id.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase
+
+STARTUP_GRACE_SECONDS = 10.0
+"""How long a run folder without a live runner counts as starting rather than lost."""
+
+
+class LocalLauncher:
+    """:class:`~launchers.base.Launcher` running attempts as local processes."""
+
+    name = "local"
+    capabilities = Capabilities(simulated=False, preemption_notice=True, follow_logs=True)
+
+    def __init__(self, runs_dir: str | Path, *, python: str = sys.executable):
+        self.runs_dir = Path(runs_dir)
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.python = python
+        self._children: dict[str, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+
+    def _dir(self, attempt_id: str) -> Path:
+        if not attempt_id or "/" in attempt_id or attempt_id.startswith("."):
+            raise ValueError(f"bad attempt id {attempt_id!r}")
+        return self.runs_dir / attempt_id
+
+    # -- launch ---------------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> None:
+        run_dir = self._dir(request.attempt_id)
+        if not request.task.get("run") and not request.task.get("setup"):
+            raise LaunchError("the task has no run command")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / "launch.lock", "a+") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)  # one launch() at a time per attempt, across processes
+            if (run_dir / "exit.json").exists() or self._runner_alive(run_dir):
+                return
+            if (run_dir / "spawned").exists() and time.time() - (run_dir / "spawned").stat().st_mtime < STARTUP_GRACE_SECONDS:
+                return  # a runner was just spawned and is taking its lock
+            body = {
+                "attempt_id": request.attempt_id, "job_id": request.job_id, "attempt": request.attempt,
+                "task": request.task, "placement": request.placement, "envs": request.envs,
+                "slots": list(request.slots), "stop_grace_seconds": request.stop_grace_seconds,
+            }
+            tmp = run_dir / "request.json.tmp"
+            tmp.write_text(json.dumps(body))
+            os.replace(tmp, run_dir / "request.json")
+            with open(run_dir / "runner.log", "ab") as out:
+                child = subprocess.Popen(
+                    [self.python, "-m", "launchers.local_runner", str(run_dir)],
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
+                )
+            (run_dir / "spawned").write_text(str(child.pid))
+        with self._lock:
+            self._children[request.attempt_id] = child
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def _reap(self, attempt_id: str) -> None:
+        with self._lock:
+            child = self._children.get(attempt_id)
+            if child is not None and child.poll() is not None:
+                del self._children[attempt_id]
+
+    @staticmethod
+    def _runner_alive(run_dir: Path) -> bool:
+        lock_path = run_dir / "runner.lock"
+        if not lock_path.exists():
+            return False
+        with open(lock_path, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        self._reap(attempt_id)
+        run_dir = self._dir(attempt_id)
+        if not run_dir.exists():
+            return AttemptStatus(Phase.GONE, reason="no such attempt on this host")
+        exit_file = run_dir / "exit.json"
+        if exit_file.exists():
+            return self._ended(json.loads(exit_file.read_text()))
+        if self._runner_alive(run_dir):
+            if exit_file.exists():  # finished between the two looks
+                return self._ended(json.loads(exit_file.read_text()))
+            started = (run_dir / "runner.pid").stat().st_mtime if (run_dir / "runner.pid").exists() else None
+            return AttemptStatus(Phase.RUNNING, started_at=started)
+        if exit_file.exists():
+            return self._ended(json.loads(exit_file.read_text()))
+        spawned = run_dir / "spawned"
+        if not spawned.exists() or time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS:
+            if not (run_dir / "runner.pid").exists():
+                return AttemptStatus(Phase.PENDING)
+        return AttemptStatus(Phase.LOST, reason="the process running the attempt vanished without recording an exit")
+
+    @staticmethod
+    def _ended(r: dict) -> AttemptStatus:
+        if r.get("stopped"):
+            phase = Phase.PREEMPTED if r.get("reason") == "preempted" else Phase.STOPPED
+        else:
+            phase = Phase.SUCCEEDED if r.get("exit_code") == 0 else Phase.FAILED
+        return AttemptStatus(phase, exit_code=r.get("exit_code"), signal=r.get("signal"), reason=r.get("reason", ""),
+                             started_at=r.get("started_at"), ended_at=r.get("ended_at"), step=r.get("step"))
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
+        run_dir = self._dir(attempt_id)
+        if not run_dir.exists() or (run_dir / "exit.json").exists():
+            return
+        stop_file = run_dir / "stop.json"
+        if not stop_file.exists():
+            tmp = run_dir / "stop.json.tmp"
+            tmp.write_text(json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
+            os.replace(tmp, stop_file)
+        self._signal_runner(run_dir, signal.SIGTERM)
+
+    def kill(self, attempt_id: str) -> None:
+        """SIGKILL the attempt and its runner with no notice (a node lost). For fault injection."""
+        run_dir = self._dir(attempt_id)
+        pid = self._runner_pid(run_dir)
+        if pid is None:
+            return
+        try:
+            for child_pgid in _child_pgids(pid):
+                os.killpg(child_pgid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._reap(attempt_id)
+
+    @staticmethod
+    def _runner_pid(run_dir: Path) -> int | None:
+        try:
+            return int((run_dir / "runner.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _signal_runner(self, run_dir: Path, sig: int) -> None:
+        pid = self._runner_pid(run_dir)
+        if pid is not None and self._runner_alive(run_dir):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        path = self._dir(attempt_id) / "output.log"
+        if not path.exists():
+            return b"", offset
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(limit)
+        return data, offset + len(data)
+
+
+def _child_pgids(pid: int) -> list[int]:
+    """Process groups of the runner's children (the job runs in a session of its own)."""
+    groups = set()
+    try:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:  # ppid
+                groups.add(int(fields[2]))  # pgrp
+    except OSError:
+        pass
+    return sorted(groups)

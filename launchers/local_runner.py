@@ -1,0 +1,142 @@
+"""The process that runs one attempt on this host: ``python -m launchers.local_runner RUN_DIR``.
+
+It is started by :class:`launchers.local.LocalLauncher` in a session of its own,
+so it outlives a broker that crashes or restarts; everything it knows and
+reports lives in ``RUN_DIR``:
+
+* ``request.json`` — the launch request (written before the runner starts).
+* ``runner.lock`` — held (``flock``) for the runner's whole life. A second runner
+  for the same attempt cannot take it and exits at once: an attempt runs once.
+* ``runner.pid`` — whom to signal.
+* ``stop.json`` — a stop request: ``{"reason": ..., "grace_seconds": ...}``.
+* ``output.log`` — setup and run output.
+* ``exit.json`` — written last, atomically: how the attempt ended.
+
+On SIGTERM the runner forwards SIGTERM to the job's process group (the
+preemption notice), waits the grace period, then SIGKILLs the group.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class Runner:
+    def __init__(self, run_dir: Path):
+        self.dir = run_dir
+        self.request = json.loads((run_dir / "request.json").read_text())
+        self.child: subprocess.Popen | None = None
+        self.stop_reason: str | None = None
+        self.grace = float(self.request.get("stop_grace_seconds", 30))
+        self._killer: threading.Timer | None = None
+
+    def _read_stop(self) -> dict | None:
+        try:
+            return json.loads((self.dir / "stop.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def on_sigterm(self, signum, frame) -> None:
+        stop = self._read_stop() or {}
+        if self.stop_reason is not None:
+            self._kill_now()  # a second SIGTERM: no more waiting
+            return
+        self.stop_reason = stop.get("reason", "stopped")
+        grace = float(stop.get("grace_seconds", self.grace))
+        if self.child and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            self._killer = threading.Timer(grace, self._kill_now)
+            self._killer.daemon = True
+            self._killer.start()
+
+    def _kill_now(self) -> None:
+        if self.child and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        task = self.request["task"]
+        env.update({k: str(v) for k, v in (task.get("envs") or {}).items() if v is not None})
+        env.update(self.request.get("envs") or {})
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in self.request.get("slots") or []) \
+            if self.request.get("placement", {}).get("accelerator") else ""
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def run(self) -> dict:
+        task = self.request["task"]
+        workdir = task.get("workdir")
+        cwd = workdir if isinstance(workdir, str) and os.path.isdir(workdir) else str(self.dir)
+        started = time.time()
+        result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
+        with open(self.dir / "output.log", "ab", buffering=0) as log:
+            for step in ("setup", "run"):
+                script = task.get(step)
+                if not script:
+                    continue
+                if self.stop_reason or self._read_stop():
+                    break
+                result["step"] = step
+                self.child = subprocess.Popen(
+                    ["bash", "-c", script], cwd=cwd, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )
+                code = self.child.wait()
+                if code < 0:
+                    result.update(exit_code=128 - code, signal=-code)
+                else:
+                    result.update(exit_code=code, signal=None)
+                if code != 0:
+                    break
+        if self._killer:
+            self._killer.cancel()
+        stop = self._read_stop()
+        if self.stop_reason is None and stop and result["step"] is None:
+            self.stop_reason = stop.get("reason", "stopped")
+        result.update(stopped=self.stop_reason is not None, reason=self.stop_reason or "", ended_at=time.time())
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    run_dir = Path(argv[0])
+    lock = open(run_dir / "runner.lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another runner holds this attempt: it runs once
+    if (run_dir / "exit.json").exists():
+        return 0  # it already ran
+    runner = Runner(run_dir)
+    signal.signal(signal.SIGTERM, runner.on_sigterm)
+    (run_dir / "runner.pid").write_text(str(os.getpid()))
+    result = runner.run()
+    _write_atomic(run_dir / "exit.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
