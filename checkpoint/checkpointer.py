@@ -82,6 +82,9 @@ class Checkpointer:
         storage_options: passed to fsspec (e.g. ``{"token": …}`` for gcsfs).
         transfer: part size and concurrency for large uploads and downloads.
         exit_code: status the process exits with after a preemption save.
+        storage: an already open :class:`~checkpoint.storage.Storage` to use instead of
+            ``uri`` (tests pass fakes here).
+        env: environment to read (default ``os.environ``).
     """
 
     def __init__(
@@ -99,14 +102,17 @@ class Checkpointer:
         exit_code: int = EXIT_CODE,
         clock: Callable[[], float] = time.monotonic,
         env: Mapping[str, str] | None = None,
+        storage: Storage | None = None,
     ):
         env = os.environ if env is None else env
-        uri = uri or env.get("BROKER_CHECKPOINT_URI")
-        if not uri:
-            raise ValueError("no checkpoint URI: pass one or set BROKER_CHECKPOINT_URI")
         self._storage_options = storage_options
         self._transfer = transfer or TransferOptions()
-        self._storage: Storage = open_storage(uri, storage_options, self._transfer)
+        if storage is None:
+            uri = uri or env.get("BROKER_CHECKPOINT_URI")
+            if not uri:
+                raise ValueError("no checkpoint URI: pass one or set BROKER_CHECKPOINT_URI")
+            storage = open_storage(uri, storage_options, self._transfer)
+        self._storage: Storage = storage
         if every_steps is None and every_seconds is None:
             every_seconds = 300.0
         self._policy = SavePolicy(every_steps, every_seconds)

@@ -1,0 +1,97 @@
+"""Saving in the background: what blocks, what supersedes what, where errors surface."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import torch
+from fakes import FailingStorage, GatedStorage
+
+from checkpoint import Checkpointer, CheckpointError, layout
+from checkpoint.preemption import PreemptionNotice
+from checkpoint.storage import open_storage
+
+
+def memory_store():
+    return open_storage(f"memory://ckpt-async/{uuid.uuid4().hex}")
+
+
+def checkpointer(storage, **kw) -> Checkpointer:
+    kw.setdefault("every_steps", 1)
+    return Checkpointer(storage=storage, env={}, handle_sigterm=False, **kw)
+
+
+def committed_steps(storage) -> list[int]:
+    return [e.id.step for e in layout.scan(storage.list()) if e.committed]
+
+
+def test_save_returns_before_the_upload_and_keeps_a_private_copy_of_the_tensors():
+    storage = GatedStorage(memory_store())
+    ckpt = checkpointer(storage)
+    weights = torch.zeros(1000)
+    ckpt.save(1, {"w": weights})
+    assert storage.writes_started.acquire(timeout=5)  # the upload is running...
+    assert committed_steps(storage) == []  # ...but nothing is committed, and save() returned
+    weights += 1  # training goes on mutating the live tensor
+    storage.open()
+    ckpt.close()
+    assert committed_steps(storage) == [1]
+    assert torch.equal(checkpointer(storage).restore()["w"], torch.zeros(1000))
+
+
+def test_a_newer_save_replaces_one_still_queued_behind_a_running_upload():
+    storage = GatedStorage(memory_store())
+    ckpt = checkpointer(storage)
+    ckpt.save(1, {"x": torch.ones(3)})
+    assert storage.writes_started.acquire(timeout=5)
+    ckpt.save(2, {"x": torch.ones(3)})
+    ckpt.save(3, {"x": torch.ones(3)})
+    storage.open()
+    ckpt.close()
+    assert committed_steps(storage) == [1, 3]
+
+
+@pytest.mark.parametrize("next_call", ["save", "due", "wait", "close"],
+                         ids=lambda c: f"a failed upload is raised by the next {c}()")
+def test_background_errors_surface_on_the_next_call(next_call):
+    ckpt = checkpointer(FailingStorage(memory_store()))
+    ckpt.save(1, {"x": torch.ones(3)})
+    ckpt._runner.wait()
+    call = {"save": lambda: ckpt.save(2, {"x": torch.ones(3)}), "due": lambda: ckpt.due(2),
+            "wait": ckpt.wait, "close": ckpt.close}[next_call]
+    with pytest.raises(CheckpointError, match="store unavailable"):
+        call()
+
+
+def test_after_a_preemption_notice_save_commits_then_exits_with_143():
+    storage = memory_store()
+    ckpt = checkpointer(storage, every_steps=1000, every_seconds=3600)
+    assert not ckpt.due(7)
+    ckpt.preemption.notify()
+    assert ckpt.due(7)
+    with pytest.raises(SystemExit) as exited:
+        ckpt.save(7, {"x": torch.ones(3)})
+    assert exited.value.code == 143
+    assert committed_steps(storage) == [7]
+    ckpt.preemption.uninstall()
+
+
+EXITS = [
+    ("a second notice forces exit at once", lambda n: n.notify(), 0.0),
+    ("the grace deadline forces exit", lambda n: None, 0.05),
+]
+
+
+@pytest.mark.parametrize("then, wait_s", [e[1:] for e in EXITS], ids=[e[0] for e in EXITS])
+def test_forced_exit(then, wait_s):
+    import threading
+
+    exited = threading.Event()
+    codes = []
+    notice = PreemptionNotice(grace_s=0.05 if wait_s else 60, force_exit=lambda c: (codes.append(c), exited.set()))
+    notice.notify()
+    then(notice)
+    assert exited.wait(5)
+    assert codes == [143]
+    notice.uninstall()

@@ -1,0 +1,85 @@
+"""The progress reporter: what it posts, how often, and that it never hurts training."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import torch
+
+from checkpoint import Checkpointer
+from checkpoint.progress import Reporter
+from checkpoint.storage import open_storage
+
+
+@pytest.fixture
+def broker():
+    """A loopback HTTP server that records each POST as (authorization, json body)."""
+    received: queue.Queue = queue.Queue()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.put((self.headers.get("Authorization"), json.loads(body)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/jobs/j-1/progress", received
+    server.shutdown()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_is_posted_with_the_bearer_token_at_most_every_interval(broker):
+    url, received = broker
+    clock = FakeClock()
+    reporter = Reporter(url, "tok", interval_s=5, clock=clock)
+    assert reporter.report(10, 300, {"loss": 1.25})
+    clock.now = 4.9
+    assert not reporter.report(11, 300, {"loss": 1.0})  # too soon: dropped
+    clock.now = 5.0
+    assert reporter.report(12, 300, {"loss": torch.tensor(0.5)})
+    got = [received.get(timeout=5), received.get(timeout=5)]
+    assert sorted(got, key=lambda g: g[1]["step"]) == [
+        ("Bearer tok", {"step": 10, "total_steps": 300, "metrics": {"loss": 1.25}}),
+        ("Bearer tok", {"step": 12, "total_steps": 300, "metrics": {"loss": 0.5}}),
+    ]
+
+
+@pytest.mark.parametrize("env", [{}, {"BROKER_PROGRESS_URL": "http://127.0.0.1:9/x"}],
+                         ids=["without a URL nothing is sent", "without a token nothing is sent"])
+def test_reporting_is_off_unless_url_and_token_are_set(env):
+    assert not Reporter.from_env(env).report(1, 2)
+
+
+def test_a_broker_that_is_down_never_raises():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connection refused
+    assert Reporter(f"http://127.0.0.1:{port}/p", "tok").post({"step": 1}) is False
+
+
+def test_each_commit_is_reported_with_its_uri(broker):
+    url, received = broker
+    env = {"BROKER_PROGRESS_URL": url, "BROKER_JOB_TOKEN": "tok"}
+    storage = open_storage(f"memory://ckpt-progress/{uuid.uuid4().hex}")
+    with Checkpointer(storage=storage, env=env, handle_sigterm=False, every_steps=1) as ckpt:
+        ckpt.save(5, {"x": torch.ones(2)})
+        uri = ckpt.wait()
+    assert received.get(timeout=5) == ("Bearer tok", {"checkpoint": {"step": 5, "uri": uri}})
