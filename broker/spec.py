@@ -132,10 +132,10 @@ def _parse_resources(resources: Any) -> tuple[ResourceRequest, ...]:
     if not isinstance(resources, dict):
         raise SpecError("resources", "must be a mapping")
     base = {k: v for k, v in resources.items() if k not in ("any_of", "ordered")}
-    variants = resources.get("any_of") or resources.get("ordered")
     key = "any_of" if "any_of" in resources else "ordered"
-    if variants is None:
+    if key not in resources:
         return tuple(_one_resource(base, "resources"))
+    variants = resources[key]
     if not isinstance(variants, list) or not variants:
         raise SpecError(f"resources.{key}", "must be a non-empty list of resource mappings")
     out: list[ResourceRequest] = []

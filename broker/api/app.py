@@ -105,7 +105,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             except ValueError:
                 return _error(400, "Content-Length: not a number")
             if too_big:
-                return _error(413, f"body: larger than {settings.max_body_bytes} bytes")
+                return _error(413, f"body: larger than {settings.max_body_bytes} bytes", "body")
         return await call_next(request)
 
     # -- auth ------------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""Cost routes: ``GET /v1/costs`` (the report, for scripts and the page) and ``GET /dashboard``.
+
+The page is static HTML/JS/CSS shipped in ``broker/api/static`` (no CDN: it
+works offline). It asks for a token, keeps it in ``localStorage`` and calls
+``/v1/costs`` with ``Authorization: Bearer``, so it sees exactly what the
+token may see: a team its own spend, the admin every team's.
+"""
+
+# no `from __future__ import annotations`: FastAPI must see the real types of local aliases
+
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header
+from fastapi.responses import HTMLResponse, Response
+
+from broker import costs
+from broker.auth import Principal, authenticate
+from broker.config import Settings
+from broker.service import Invalid
+from broker.views import job_view
+
+STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+                ".svg": "image/svg+xml"}
+PAGE_HEADERS = {
+    # everything the page needs comes from the broker itself
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                               "connect-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _static(name: str) -> bytes | None:
+    if "/" in name or name.startswith("."):
+        return None
+    f = resources.files("broker.api").joinpath("static", name)
+    return f.read_bytes() if f.is_file() else None
+
+
+def router(service, settings: Settings) -> APIRouter:
+    r = APIRouter()
+
+    def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
+        return authenticate(settings, authorization)
+
+    Caller = Annotated[Principal, Depends(principal)]
+
+    def team_for(caller: Principal, team: str | None) -> str | None:
+        if caller.admin:
+            return team or None
+        if team and team != caller.team:
+            raise Invalid("team", f"you can see only your team's costs ({caller.team})", status=403)
+        return caller.team
+
+    @r.get("/v1/costs", tags=["costs"])
+    def get_costs(caller: Caller, team: str | None = None, period: str | None = None,
+                  since: str | None = None, until: str | None = None) -> dict:
+        """Spend, saving against on-demand, preemptions, budget burn and the queue, for a team and a window.
+
+        ``period`` is ``24h``, ``7d`` (default), ``30d`` or ``90d`` ending now; or give ISO ``since``
+        (and optionally ``until``). Money is integer micro-dollars (``micros``) with a display string
+        (``usd``). Non-admin tokens see only their own team.
+        """
+        now = service.clock()
+        try:
+            win = costs.window(now=now, period=period, since=since, until=until)
+        except costs.CostQueryError as exc:
+            raise Invalid(exc.field, exc.reason) from None
+        scope = team_for(caller, team)
+        jobs, attempts = costs.gather(service.store, team=scope, win=win)
+        body = costs.report(jobs, attempts, win=win, now=now, positions=service.queue_positions(), team=scope)
+        body["teams"] = sorted(settings.teams) if caller.admin else [caller.team]
+        return body
+
+    @r.get("/v1/costs/jobs/{job_id}", tags=["costs"])
+    def get_job_costs(job_id: str, caller: Caller) -> dict:
+        """One job: its attempts with tier, zone and cost, saving against on-demand, and its metric points."""
+        job = service.get(caller, job_id)
+        attempts = service.attempts(caller, job_id)
+        points = service.store.metrics(job_id, limit=2000) if hasattr(service.store, "metrics") else []
+        return {"job": job_view(job, position=service.queue_positions().get(job.id)),
+                **costs.job_costs(job, attempts),
+                "metrics": [_point(p) for p in points]}
+
+    @r.get("/dashboard", include_in_schema=False)
+    def dashboard() -> HTMLResponse:
+        return HTMLResponse(_static("dashboard.html").decode(), headers=PAGE_HEADERS)
+
+    @r.get("/dashboard/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        body = _static(name)
+        ext = name[name.rfind("."):] if "." in name else ""
+        if body is None or ext not in STATIC_TYPES:
+            return Response(status_code=404, content=b"not found")
+        return Response(content=body, media_type=STATIC_TYPES[ext], headers=PAGE_HEADERS)
+
+    return r
+
+
+def _point(p: dict) -> dict:
+    """A progress point on the wire: time, step, total_steps and numeric metrics only."""
+    metrics = p.get("metrics") if isinstance(p.get("metrics"), dict) else {}
+    return {"time": p.get("time"), "step": p.get("step"), "total_steps": p.get("total_steps"),
+            "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}}

@@ -1,0 +1,323 @@
+"""Cost aggregation: what each team spent, where, and what it saved against on-demand. Pure.
+
+The one report behind ``GET /v1/costs``, the dashboard, the Slack ``costs``
+command and ``/metrics``: so every edge shows the same numbers. Money is
+integer micro-dollars end to end; edges format it.
+
+Rules (documented for users in ``docs/slack.md``, "The cost report"):
+
+* **Spend in a window.** An attempt's cost covers ``[created_at, billed_until]``
+  (billing runs from launch). Its share of a window is apportioned by whole
+  seconds with *cumulative* rounding — ``share(a, b) = F(b) - F(a)`` where
+  ``F(t) = floor(cost × seconds_billed_by(t) / seconds_billed)`` — so the days
+  of a window always add up exactly to the window, and all windows to the cost.
+* **On-demand equivalent** of an attempt: the same seconds at the on-demand
+  price of the same shape, taken from the first of: the placement's
+  ``ondemand_price_per_hour``; the attempt's own price if it ran on-demand;
+  the job's quote for tier ``ondemand``; the attempt's own price. When that
+  price *is* the attempt's own price the equivalent is the attempt's cost, so
+  on-demand work saves exactly $0. ``saving = equivalent - spend`` (negative
+  when the cheaper-looking choice cost more).
+* **Preemption**: an attempt that ended ``preempted`` or ``lost``. Its
+  recovery time runs from its end to the start of the next attempt (still
+  counting while the job waits); that is the time lost to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import ROUND_FLOOR, Decimal
+
+from broker.lifecycle import JobState
+from broker.models import Attempt, Job
+from pricing.money import Micros, cost_for_seconds, fmt
+
+TIERS = ("onprem", "ondemand", "spot")
+PERIODS = {"24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}
+DAY = 86_400
+PREEMPTED_STATES = ("preempted", "lost")
+RUNNING_STATES = (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING)
+TOP_JOBS = 10
+
+
+class CostQueryError(ValueError):
+    """A bad window: ``field`` and the reason."""
+
+    def __init__(self, field: str, reason: str):
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+@dataclass(frozen=True)
+class Window:
+    """Half-open ``[since, until)`` in epoch seconds; ``label`` is what the caller asked for."""
+
+    since: float
+    until: float
+    label: str
+
+
+def window(*, now: float, period: str | None = None, since: str | None = None, until: str | None = None) -> Window:
+    """The window a query asks for: ``period`` (``7d`` default) or ISO ``since``/``until``."""
+    if period is not None and (since or until):
+        raise CostQueryError("period", "give either period or since/until, not both")
+    end = _iso(until, "until") if until else now
+    if since:
+        start = _iso(since, "since")
+        label = "custom"
+    else:
+        period = period or "7d"
+        if period not in PERIODS:
+            raise CostQueryError("period", f"must be one of {', '.join(PERIODS)}")
+        start, label = end - PERIODS[period], period
+    if start >= end:
+        raise CostQueryError("since", "must be before until")
+    if end - start > 400 * DAY:
+        raise CostQueryError("since", "the window can be at most 400 days")
+    return Window(start, end, label)
+
+
+def _iso(text: str, field: str) -> float:
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CostQueryError(field, "must be an ISO date or time, like 2025-01-31 or 2025-01-31T12:00:00Z") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+# -- one attempt -----------------------------------------------------------------------------------
+
+
+def tier_of(attempt: Attempt) -> str:
+    tier = str(attempt.placement.get("tier") or "")
+    return tier if tier in TIERS else "onprem"
+
+
+def ondemand_price(attempt: Attempt, job: Job) -> Micros:
+    """Per hour, all nodes: the on-demand price of the attempt's shape (rule in the module docstring)."""
+    explicit = attempt.placement.get("ondemand_price_per_hour")
+    if explicit is not None:
+        return int(explicit)
+    if tier_of(attempt) == "ondemand":
+        return attempt.price_per_hour
+    for t in (job.quote or {}).get("tiers") or []:
+        if t.get("tier") == "ondemand" and t.get("price_per_hour") is not None:
+            return int(t["price_per_hour"])
+    return attempt.price_per_hour
+
+
+def billed_span(attempt: Attempt) -> tuple[int, int]:
+    """(start, whole seconds billed): the span ``attempt.cost`` covers."""
+    start = int(attempt.created_at)
+    end = attempt.billed_until if attempt.billed_until is not None else attempt.ended_at
+    seconds = max(0, int(end - attempt.created_at)) if end is not None else 0
+    return start, seconds
+
+
+def ondemand_equivalent(attempt: Attempt, job: Job) -> Micros:
+    price = ondemand_price(attempt, job)
+    if price == attempt.price_per_hour:
+        return attempt.cost
+    return cost_for_seconds(price, billed_span(attempt)[1])
+
+
+def share(total: Micros, attempt: Attempt, a: float, b: float) -> Micros:
+    """The part of ``total`` (accrued evenly over the attempt's billed span) that falls in ``[a, b)``."""
+    return _cumulative(total, attempt, b) - _cumulative(total, attempt, a)
+
+
+def _cumulative(total: Micros, attempt: Attempt, t: float) -> Micros:
+    start, seconds = billed_span(attempt)
+    if seconds == 0:
+        return total if t > start else 0
+    elapsed = min(max(int(t) - start, 0), seconds)
+    return total * elapsed // seconds
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, win: Window, now: float,
+           positions: Mapping[str, int], team: str | None) -> dict:
+    """Everything the dashboard shows for ``team`` (``None``: all teams) in ``win``.
+
+    ``jobs`` must already be limited to what the caller may see; ``attempts``
+    maps job id to its attempts, oldest first; ``positions`` is the global
+    queue position of each queued job.
+    """
+    days = _days(win)
+    by_day = {d[0]: {t: 0 for t in (*TIERS, "ondemand_equivalent")} for d in days}
+    tier_total = dict.fromkeys(TIERS, 0)
+    equiv_total = 0
+    teams: dict[str, dict[str, int]] = {}
+    per_job: list[tuple[Job, int, int, int]] = []
+    preemptions: list[dict] = []
+    for job in jobs:
+        job_cost = job_equiv = 0
+        tries = list(attempts.get(job.id, ()))
+        for i, att in enumerate(tries):
+            tier = tier_of(att)
+            equiv = ondemand_equivalent(att, job)
+            cost_in = share(att.cost, att, win.since, win.until)
+            equiv_in = share(equiv, att, win.since, win.until)
+            for key, a, b in days:
+                by_day[key][tier] += share(att.cost, att, a, b)
+                by_day[key]["ondemand_equivalent"] += share(equiv, att, a, b)
+            tier_total[tier] += cost_in
+            equiv_total += equiv_in
+            job_cost += cost_in
+            job_equiv += equiv_in
+            t = teams.setdefault(job.team, {"spent": 0, "ondemand_equivalent": 0, **dict.fromkeys(TIERS, 0)})
+            t["spent"] += cost_in
+            t[tier] += cost_in
+            t["ondemand_equivalent"] += equiv_in
+            if att.state.value in PREEMPTED_STATES and att.ended_at is not None and win.since <= att.ended_at < win.until:
+                preemptions.append(_preemption(job, att, tries[i + 1] if i + 1 < len(tries) else None, now))
+        if tries:
+            per_job.append((job, job_cost, job_equiv, len(tries)))
+    spent = sum(tier_total.values())
+    top = sorted((p for p in per_job if p[1] > 0), key=lambda p: (-p[1], p[0].id))[:TOP_JOBS]
+    zones: dict[str, int] = {}
+    for p in preemptions:
+        zones[p["zone"]] = zones.get(p["zone"], 0) + 1
+    return {
+        "team": team,
+        "window": {"since": _iso_out(win.since), "until": _iso_out(win.until), "period": win.label},
+        "currency": "USD",
+        "totals": {
+            "spent": money(spent),
+            "ondemand_equivalent": money(equiv_total),
+            "saving": money(equiv_total - spent),
+            "saving_percent": percent(equiv_total - spent, equiv_total),
+            "by_tier": {t: money(tier_total[t]) for t in TIERS},
+        },
+        "by_day": [
+            {"date": key, **{t: money(v[t]) for t in TIERS},
+             "total": money(sum(v[t] for t in TIERS)),
+             "ondemand_equivalent": money(v["ondemand_equivalent"]),
+             "saving": money(v["ondemand_equivalent"] - sum(v[t] for t in TIERS))}
+            for key, v in by_day.items()
+        ],
+        "by_team": [
+            {"team": name, "spent": money(v["spent"]), "ondemand_equivalent": money(v["ondemand_equivalent"]),
+             "saving": money(v["ondemand_equivalent"] - v["spent"]), "by_tier": {t: money(v[t]) for t in TIERS}}
+            for name, v in sorted(teams.items())
+        ],
+        "top_jobs": [
+            {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money(c),
+             "ondemand_equivalent": money(e), "saving": money(e - c), "attempts": n}
+            for j, c, e, n in top
+        ],
+        "preemptions": {
+            "count": len(preemptions),
+            "recovery_seconds": sum(p["recovery_seconds"] for p in preemptions),
+            "by_zone": [{"zone": z, "count": n} for z, n in sorted(zones.items(), key=lambda x: (-x[1], x[0]))],
+            "events": sorted(preemptions, key=lambda p: p["time"], reverse=True)[:50],
+        },
+        "budget_burn": [burn(j, attempts.get(j.id, ()), now) for j in jobs if j.state in RUNNING_STATES],
+        "queue": sorted(
+            ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
+              "priority": j.priority, "reason": j.reason, "waiting_seconds": max(0, int(now - j.submitted_at))}
+             for j in jobs if j.state is JobState.QUEUED),
+            key=lambda q: (q["position"] is None, q["position"] or 0, q["id"]),
+        ),
+    }
+
+
+def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
+    """One job, all time: spend, on-demand equivalent and saving, plus each attempt's part."""
+    rows = []
+    spent = equiv = 0
+    for att in attempts:
+        e = ondemand_equivalent(att, job)
+        spent += att.cost
+        equiv += e
+        start, seconds = billed_span(att)
+        rows.append({"n": att.n, "state": att.state.value, "tier": tier_of(att),
+                     "zone": location(att), "instance_type": att.placement.get("instance_type"),
+                     "price_per_hour": money(att.price_per_hour), "cost": money(att.cost),
+                     "ondemand_equivalent": money(e), "seconds": seconds,
+                     "started_at": _iso_out(att.started_at), "ended_at": _iso_out(att.ended_at),
+                     "reason": att.reason})
+    return {"spent": money(spent), "ondemand_equivalent": money(equiv), "saving": money(equiv - spent),
+            "saving_percent": percent(equiv - spent, equiv), "attempts": rows}
+
+
+def burn(job: Job, attempts: Sequence[Attempt], now: float) -> dict:
+    """How fast a running job eats its budget, and how long what is left lasts at the current price."""
+    price = attempts[-1].price_per_hour if attempts else int(job.placement.get("price_per_hour") or 0)
+    left = max(0, job.budget - job.spent)
+    hours_left = None
+    if price > 0:
+        hours_left = str((Decimal(left) / Decimal(price)).quantize(Decimal("0.1"), rounding=ROUND_FLOOR))
+    return {"id": job.id, "name": job.name, "team": job.team, "state": job.state.value,
+            "spent": money(job.spent), "budget": money(job.budget), "percent": percent(job.spent, job.budget),
+            "price_per_hour": money(price), "hours_left": hours_left}
+
+
+def location(att: Attempt) -> str:
+    p = att.placement
+    return str(p.get("zone") or p.get("location") or p.get("region") or "unknown")
+
+
+def _preemption(job: Job, att: Attempt, nxt: Attempt | None, now: float) -> dict:
+    assert att.ended_at is not None
+    back = (nxt.started_at or None) if nxt else None
+    recovery = max(0, int((back if back is not None else now) - att.ended_at))
+    return {"job_id": job.id, "team": job.team, "attempt": att.n, "zone": location(att), "tier": tier_of(att),
+            "state": att.state.value, "time": _iso_out(att.ended_at), "recovery_seconds": recovery,
+            "recovered": back is not None}
+
+
+def recoveries(attempts: Sequence[Attempt]) -> list[float]:
+    """Seconds from each preemption (or lost node) to the next attempt running, for those that resumed."""
+    out = []
+    for prev, nxt in zip(attempts, attempts[1:]):
+        if prev.state.value in PREEMPTED_STATES and prev.ended_at is not None and nxt.started_at is not None:
+            out.append(max(0.0, nxt.started_at - prev.ended_at))
+    return out
+
+
+def money(micros: int) -> dict:
+    return {"micros": micros, "usd": fmt(micros)}
+
+
+def percent(part: int, whole: int) -> int | None:
+    """Whole percent, rounded down (so 79.9% of a budget never shows as 80%)."""
+    return part * 100 // whole if whole > 0 else None
+
+
+def _days(win: Window) -> list[tuple[str, float, float]]:
+    """UTC calendar days overlapping the window, each clipped to it: (date, start, end)."""
+    out = []
+    day = datetime.fromtimestamp(win.since, tz=timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    while day.timestamp() < win.until:
+        a, b = max(day.timestamp(), win.since), min((day + timedelta(days=1)).timestamp(), win.until)
+        out.append((day.date().isoformat(), a, b))
+        day += timedelta(days=1)
+    return out
+
+
+def _iso_out(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# -- reading (the only impure part, kept here so every edge gathers the same way) ------------------
+
+
+def gather(store, *, team: str | None, win: Window | None) -> tuple[list[Job], dict[str, list[Attempt]]]:
+    """Jobs of ``team`` (all when ``None``) that may hold cost in ``win``, and their attempts.
+
+    A job that ended before the window cannot: its attempts were billed no
+    later than its last update.
+    """
+    jobs = [j for j in store.list_jobs(team=team, limit=100_000)
+            if win is None or ((j.submitted_at < win.until) and not (j.state.is_final and j.updated_at < win.since))]
+    return jobs, {j.id: store.attempts(j.id) for j in jobs}

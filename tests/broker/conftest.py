@@ -1,0 +1,124 @@
+"""Fixtures for the broker's tests: real stores (SQLite file, a redis-server of our own), settings, ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.config import load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+ADMIN = "admin-token-for-tests"
+TEAM_TOKENS = {"vision": "vision-token", "nlp": "nlp-token"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server of the test's own: AOF with fsync on every write, on a free loopback port."""
+
+    def __init__(self, workdir: Path):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (make test installs it)")
+        self.workdir = workdir
+        self.port = free_port()
+        self.binary = binary
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
+             "--logfile", str(self.workdir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not start; see {self.workdir / 'redis.log'}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_settings(tmp_path):
+    """Settings for a broker under ``tmp_path``; keyword arguments become env/config values."""
+
+    def make(store_url: str | None = None, config: str | None = None, **env):
+        values = {
+            "BROKER_DATA_DIR": str(tmp_path / "data"),
+            "BROKER_ADMIN_TOKEN": ADMIN,
+            "BROKER_TEAM_TOKENS": '{"vision": "vision-token", "nlp": "nlp-token"}',
+        }
+        if store_url:
+            values["BROKER_STORE_URL"] = store_url
+        cfg_path = None
+        if config is not None:
+            cfg_path = tmp_path / "config.yaml"
+            cfg_path.write_text(config)
+        values.update(env)
+        return load_settings(values, config_path=cfg_path)
+
+    return make
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request, tmp_path, redis_server):
+    """Each store implementation, fresh: one contract, two backends."""
+    from broker.store import open_store
+
+    if request.param == "sqlite":
+        s = open_store(f"sqlite://{tmp_path / 'store.db'}")
+    else:
+        from broker.store.redis import RedisStore
+
+        s = RedisStore(redis_server.url, prefix=f"t{os.getpid()}-{time.monotonic_ns()}")
+    yield s
+    s.close()
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")

@@ -1,0 +1,151 @@
+"""The HTTP API: submit, read, cancel, auth, and bad input that never becomes a 500."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.store import open_store
+
+from conftest import ADMIN
+
+CONFIG = """
+pools:
+  - {name: gpu-box, slots: 4, accelerator: A100, price_per_slot_hour: "2.00"}
+  - {name: cpu, slots: 2, price_per_slot_hour: "0.10"}
+default_budget_usd: "10"
+teams:
+  vision: {default_budget_usd: "30"}
+"""
+
+TASK = {"name": "train", "resources": {"accelerators": "A100:2"}, "run": "echo hi",
+        "broker": {"budget_usd": 50, "expected_hours": 2}}
+
+
+@pytest.fixture
+def client(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG)
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'api.db'}"), engine=False)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def auth(token=ADMIN):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_submit_json_returns_201_with_a_quote(client):
+    r = client.post("/v1/jobs", json=TASK, headers=auth())
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["state"] == "queued" and job["queue_position"] == 1
+    assert job["budget"] == {"micros": 50_000_000, "usd": "$50.00"}
+    # 2 A100 slots at $2.00 each for 2 hours
+    assert job["quote"]["tiers"][0]["estimate"] == 8_000_000
+    assert r.headers["location"] == f"/v1/jobs/{job['id']}"
+
+
+def test_submit_yaml_text_is_accepted(client):
+    yaml_text = "name: y\nrun: echo hi\nresources: {cpus: 1}\n"
+    r = client.post("/v1/jobs", content=yaml_text, headers={**auth(), "Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    assert r.json()["budget"]["usd"] == "$10.00"  # the broker default
+
+
+def test_a_team_default_budget_applies(client):
+    r = client.post("/v1/jobs", json={"run": "echo"}, headers=auth("vision-token"))
+    assert r.status_code == 201
+    assert r.json()["team"] == "vision" and r.json()["budget"]["usd"] == "$30.00"
+
+
+def test_over_budget_is_refused_with_the_estimates(client):
+    task = {**TASK, "broker": {"budget_usd": 5, "expected_hours": 2}}
+    r = client.post("/v1/jobs", json=task, headers=auth())
+    assert r.status_code == 422
+    body = r.json()
+    assert body["field"] == "broker.budget_usd"
+    assert "estimated $8.00 on on-prem A100 exceeds the budget of $5.00" in body["detail"]
+
+
+def test_a_job_nothing_can_run_is_refused_naming_resources(client):
+    r = client.post("/v1/jobs", json={"run": "x", "resources": {"accelerators": "H100:8"}}, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "resources"
+    assert "H100" in r.json()["detail"]
+
+
+def test_idempotency_key_returns_the_first_job(client):
+    h = {**auth(), "Idempotency-Key": "abc"}
+    first = client.post("/v1/jobs", json=TASK, headers=h)
+    again = client.post("/v1/jobs", json=TASK, headers=h)
+    assert first.status_code == 201 and again.status_code == 200
+    assert first.json()["id"] == again.json()["id"]
+    assert len(client.get("/v1/jobs", headers=auth()).json()["jobs"]) == 1
+
+
+@pytest.mark.parametrize(
+    "body, headers, status, field",
+    [
+        pytest.param(b"{not json", {"Content-Type": "application/json"}, 422, "body", id="broken JSON is a 422 on body"),
+        pytest.param(b"- a\n- list\n", {"Content-Type": "application/yaml"}, 422, "body", id="a YAML list is a 422 on body"),
+        pytest.param(b"", {}, 422, "body", id="an empty body is a 422 on body"),
+        pytest.param(b'{"broker": {"budget_usd": "free"}}', {"Content-Type": "application/json"}, 422, "broker.budget_usd",
+                     id="a bad budget is a 422 naming broker.budget_usd"),
+        pytest.param(b'{"num_nodes": -1}', {"Content-Type": "application/json"}, 422, "num_nodes", id="bad num_nodes is named"),
+        pytest.param(b"x" * 2_000_000, {}, 413, "body", id="an oversized body is a 413"),
+    ],
+)
+def test_bad_input_gets_a_4xx_naming_the_field(client, body, headers, status, field):
+    r = client.post("/v1/jobs", content=body, headers={**auth(), **headers})
+    assert r.status_code == status, r.text
+    assert r.json().get("field") == field
+    assert client.get("/v1/jobs", headers=auth()).json()["jobs"] == []  # nothing half-created
+
+
+def test_auth_is_required_and_checked(client):
+    assert client.get("/v1/jobs").status_code == 401
+    assert client.get("/v1/jobs", headers=auth("wrong")).status_code == 401
+
+
+def test_a_team_sees_only_its_own_jobs(client):
+    mine = client.post("/v1/jobs", json={"run": "x"}, headers=auth("vision-token")).json()
+    theirs = client.post("/v1/jobs", json={"run": "x"}, headers=auth("nlp-token")).json()
+    assert [j["id"] for j in client.get("/v1/jobs", headers=auth("vision-token")).json()["jobs"]] == [mine["id"]]
+    assert client.get(f"/v1/jobs/{theirs['id']}", headers=auth("vision-token")).status_code == 404
+    assert client.post(f"/v1/jobs/{theirs['id']}/cancel", headers=auth("vision-token")).status_code == 404
+    assert len(client.get("/v1/jobs", headers=auth()).json()["jobs"]) == 2  # admin sees all
+
+
+def test_a_team_cannot_submit_for_another_team(client):
+    r = client.post("/v1/jobs", json={"run": "x", "broker": {"team": "nlp"}}, headers=auth("vision-token"))
+    assert r.status_code == 403 and r.json()["field"] == "broker.team"
+
+
+def test_unknown_job_is_a_404(client):
+    assert client.get("/v1/jobs/j-nope", headers=auth()).status_code == 404
+    assert client.get("/v1/jobs/j-nope/events", headers=auth()).status_code == 404
+
+
+def test_cancel_then_cancel_again_is_a_409(client):
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth())
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    again = client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth())
+    assert again.status_code == 409 and "cancelled" in again.json()["detail"]
+    events = client.get(f"/v1/jobs/{job['id']}/events", headers=auth()).json()["events"]
+    assert [(e["event"], e["from"], e["to"], e["actor"]) for e in events] == [
+        ("submit", None, "queued", "admin"), ("cancel", "queued", "cancelled", "admin")]
+
+
+def test_list_filters_and_bad_filter(client):
+    client.post("/v1/jobs", json=TASK, headers=auth())
+    assert len(client.get("/v1/jobs?state=queued", headers=auth()).json()["jobs"]) == 1
+    assert client.get("/v1/jobs?state=running", headers=auth()).json()["jobs"] == []
+    r = client.get("/v1/jobs?state=bogus", headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "state"
+    r = client.get("/v1/jobs?limit=0", headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "limit"
+
+
+def test_openapi_docs_are_served(client):
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel", "/v1/healthz"} <= set(paths)

@@ -1,0 +1,128 @@
+"""One contract, every store: SQLite (embedded) and Redis (a real redis-server)."""
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from broker.lifecycle import AttemptState, JobEvent, JobState, apply
+from broker.models import Attempt, Event, Job
+from broker.store import Change, DuplicateJob, VersionConflict
+
+
+def make_job(job_id="j-1", team="vision", key=None, t=100.0) -> Job:
+    return Job(id=job_id, name="train", team=team, state=JobState.QUEUED, spec={"run": "echo"}, budget=5_000_000,
+               priority=0, submitted_at=t, updated_at=t, idempotency_key=key)
+
+
+def event(job: Job, ev: JobEvent, frm, to, t=100.0) -> Event:
+    return Event(job_id=job.id, time=t, event=ev.value, from_state=frm and frm.value, to_state=to.value,
+                 reason="r", actor="test")
+
+
+def create(store, job: Job) -> Job:
+    return store.commit(Change(job=job, expected_version=None, events=[event(job, JobEvent.SUBMIT, None, JobState.QUEUED)]))
+
+
+def test_create_then_read_back_everything(store):
+    job = create(store, make_job())
+    assert job.version == 1
+    got = store.get_job("j-1")
+    assert got == job
+    assert [e.event for e in store.events("j-1")] == ["submit"]
+    assert store.events("j-1")[0].seq == 1
+    assert store.get_job("nope") is None
+
+
+def test_creating_the_same_id_twice_is_refused(store):
+    create(store, make_job())
+    with pytest.raises(DuplicateJob):
+        create(store, make_job())
+
+
+def test_an_idempotency_key_maps_to_one_job_per_team(store):
+    create(store, make_job("j-1", key="k1"))
+    with pytest.raises(DuplicateJob) as info:
+        create(store, make_job("j-2", key="k1"))
+    assert info.value.existing_id == "j-1"
+    assert store.find_idempotent("vision", "k1").id == "j-1"
+    create(store, make_job("j-3", team="nlp", key="k1"))  # another team's key space
+    assert store.find_idempotent("nlp", "k1").id == "j-3"
+    assert store.get_job("j-2") is None
+
+
+def test_compare_and_set_refuses_a_stale_version(store):
+    job = create(store, make_job())
+    placed = store.commit(Change(job=replace(job, state=JobState.PLACED), expected_version=1,
+                                 events=[event(job, JobEvent.PLACE, JobState.QUEUED, JobState.PLACED)]))
+    assert placed.version == 2
+    with pytest.raises(VersionConflict):
+        store.commit(Change(job=replace(job, state=JobState.CANCELLED), expected_version=1,
+                            events=[event(job, JobEvent.CANCEL, JobState.QUEUED, JobState.CANCELLED)]))
+    after = store.get_job(job.id)
+    assert after.state is JobState.PLACED and after.version == 2
+    assert [e.event for e in store.events(job.id)] == ["submit", "place"]  # the refused write left nothing
+
+
+def test_two_writers_racing_for_one_launch_only_one_wins(store):
+    job = create(store, make_job())
+    job = store.commit(Change(job=replace(job, state=JobState.PLACED), expected_version=1))
+    winners, barrier = [], threading.Barrier(8)
+
+    def launch(i):
+        attempt = Attempt(id=f"{job.id}-a1", job_id=job.id, n=1, state=AttemptState.LAUNCHING, launcher=f"w{i}",
+                          placement={}, price_per_hour=1, created_at=1.0)
+        barrier.wait()
+        try:
+            store.commit(Change(job=replace(job, state=apply(job.state, JobEvent.LAUNCH).to_state, attempts=1),
+                                expected_version=job.version, attempts=[attempt],
+                                events=[event(job, JobEvent.LAUNCH, JobState.PLACED, JobState.LAUNCHING)]))
+            winners.append(i)
+        except VersionConflict:
+            pass
+
+    threads = [threading.Thread(target=launch, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    assert store.attempts(job.id)[0].launcher == f"w{winners[0]}"
+    assert [e.event for e in store.events(job.id)] == ["submit", "launch"]
+
+
+def test_attempts_are_upserted_and_listed_in_order(store):
+    job = create(store, make_job())
+    a1 = Attempt(id="j-1-a1", job_id="j-1", n=1, state=AttemptState.RUNNING, launcher="local", placement={"tier": "spot"},
+                 price_per_hour=1_000_000, created_at=1.0)
+    job = store.commit(Change(job=job, expected_version=1, attempts=[a1]))
+    a2 = replace(a1, id="j-1-a2", n=2)
+    job = store.commit(Change(job=job, expected_version=2, attempts=[replace(a1, state=AttemptState.PREEMPTED, cost=42), a2]))
+    got = store.attempts("j-1")
+    assert [(a.n, a.state, a.cost) for a in got] == [(1, AttemptState.PREEMPTED, 42), (2, AttemptState.RUNNING, 0)]
+
+
+def test_list_filters_by_state_and_team_newest_first(store):
+    create(store, make_job("j-a", t=1.0))
+    create(store, make_job("j-b", team="nlp", t=2.0))
+    j = create(store, make_job("j-c", t=3.0))
+    store.commit(Change(job=replace(j, state=JobState.PLACED), expected_version=1))
+    assert [x.id for x in store.list_jobs()] == ["j-c", "j-b", "j-a"]
+    assert [x.id for x in store.list_jobs(team="vision")] == ["j-c", "j-a"]
+    assert [x.id for x in store.list_jobs(states=["queued"])] == ["j-b", "j-a"]
+    assert [x.id for x in store.list_jobs(states=["placed"], team="nlp")] == []
+    assert [x.id for x in store.list_jobs(limit=1)] == ["j-c"]
+
+
+def test_events_after_a_sequence_number(store):
+    job = create(store, make_job())
+    store.commit(Change(job=job, expected_version=1, events=[event(job, JobEvent.PLACE, JobState.QUEUED, JobState.PLACED)]))
+    assert [e.seq for e in store.events(job.id)] == [1, 2]
+    assert [e.event for e in store.events(job.id, after_seq=1)] == ["place"]
+
+
+def test_metrics_points_are_appended_in_order(store):
+    job = create(store, make_job())
+    store.commit(Change(job=job, expected_version=1, metrics=[{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]))
+    assert [m["step"] for m in store.metrics(job.id)] == [1, 2]
+    assert store.metrics(job.id, limit=1)[0]["step"] == 2
