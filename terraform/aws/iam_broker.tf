@@ -148,10 +148,32 @@ data "aws_iam_policy_document" "task_skypilot" {
     }
   }
   statement {
-    # Describe calls cannot be scoped to resources in IAM.
-    sid       = "DescribeForPlacement"
-    actions   = ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeImages", "ec2:DescribeSubnets", "ec2:DescribeVpcs", "ec2:DescribeSecurityGroups", "ec2:DescribeAvailabilityZones", "ec2:DescribeRegions", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSpotInstanceRequests", "ec2:DescribeKeyPairs"]
+    # Read-only calls that EC2 cannot scope to resources: the ones SkyPilot's
+    # AWS provisioner (0.14) makes, instead of its documented ec2:Describe*.
+    sid = "DescribeForPlacement"
+    actions = [
+      "ec2:DescribeAvailabilityZones",
+      "ec2:DescribeImages",
+      "ec2:DescribeInstanceStatus",
+      "ec2:DescribeInstanceTypeOfferings",
+      "ec2:DescribeInstanceTypes",
+      "ec2:DescribeInstances",
+      "ec2:DescribeKeyPairs",
+      "ec2:DescribeRegions",
+      "ec2:DescribeRouteTables",
+      "ec2:DescribeSecurityGroups",
+      "ec2:DescribeSpotInstanceRequests",
+      "ec2:DescribeSpotPriceHistory",
+      "ec2:DescribeSubnets",
+      "ec2:DescribeVpcs",
+    ]
     resources = ["*"]
+  }
+  statement {
+    # SkyPilot skips regions whose GPU quota is zero before trying them.
+    sid       = "ReadEc2Quotas"
+    actions   = ["servicequotas:GetServiceQuota"]
+    resources = ["arn:${data.aws_partition.current.partition}:servicequotas:*:${data.aws_caller_identity.current.account_id}:ec2/*"]
   }
   statement {
     sid       = "PassTrainingRole"

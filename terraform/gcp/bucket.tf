@@ -1,7 +1,7 @@
 # Checkpoint bucket: each job writes under checkpoints/<job-id>/.
 resource "google_storage_bucket" "checkpoints" {
   #checkov:skip=CKV_GCP_62:Usage logs need a second, log-only bucket; Cloud Audit Logs (data access) are the audit trail if a project wants one.
-  name                        = "${var.project_id}-${var.name}-checkpoints"
+  name                        = "${var.project_id}-${var.name}-ckpt" # at most 57 of the 63 characters allowed
   location                    = var.region
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"

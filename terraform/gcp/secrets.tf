@@ -28,7 +28,7 @@ resource "google_secret_manager_secret_version" "broker" {
 
   lifecycle {
     precondition {
-      condition     = !startswith(each.key, "BROKER_SLACK_") || (var.slack_signing_secret != "" && var.slack_bot_token != "")
+      condition     = !var.slack_enabled || (var.slack_signing_secret != "" && var.slack_bot_token != "")
       error_message = "slack_enabled is true: set slack_signing_secret and slack_bot_token."
     }
   }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -92,6 +93,12 @@ def load_module(directory: Path) -> Module:
     for path in sorted(directory.glob("*.tf")):
         add_file(module, parse_text(path.read_text(), str(path)), path.name)
     return module
+
+
+@lru_cache(maxsize=None)
+def cached_module(directory: Path) -> Module:
+    """load_module, once per directory per test session (the tests only read it)."""
+    return load_module(directory)
 
 
 def module_from_texts(texts: dict[str, str]) -> Module:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from hcl_model import load_module, parse_text, problems, refs_of
-from paths import MODULES, TF_FILES, rel
+from hcl_model import cached_module, parse_text, problems, refs_of
+from terraform_paths import MODULES, TF_FILES, rel
 
 
 def test_there_are_modules_to_check():
@@ -17,6 +17,6 @@ def test_file_parses(path):
 
 @pytest.mark.parametrize("module_dir", MODULES, ids=[f"references in {rel(p)} all resolve" for p in MODULES])
 def test_references_resolve(module_dir):
-    module = load_module(module_dir)
+    module = cached_module(module_dir)
     assert len(refs_of(module)) > 50, "the checker found almost no references: is it reading the files?"
     assert problems(module) == []
