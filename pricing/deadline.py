@@ -1,0 +1,170 @@
+"""What a spot/on-demand policy sees and says, and the deadline arithmetic all policies share.
+
+Everything is in **seconds** (floats), never ticks, so the live engine (which
+ticks whenever it likes) and the simulator (which ticks every ``gap_seconds``)
+build the same :class:`PolicyInput`. Prices appear only as ratios to the spot
+price: the policy weighs hours, the broker's money stays in micro-dollars.
+
+The safety net (Can't Be Late, NSDI'24, §4): a job may spend a tick on
+anything but a reliable tier only if, after that tick, switching to the
+reliable tier (one changeover) still finishes by the deadline.
+:func:`is_safe` is that test, exact on the tick grid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from pricing.offers import Tier
+
+
+class Action(str, Enum):
+    WAIT = "wait"
+    SPOT = "spot"
+    ONDEMAND = "ondemand"
+    ONPREM = "onprem"
+
+
+RELIABLE = {Action.ONDEMAND: Tier.ONDEMAND, Action.ONPREM: Tier.ONPREM}
+ACTION_TIER = {Action.SPOT: Tier.SPOT, **RELIABLE}
+
+
+@dataclass(frozen=True)
+class Holding:
+    """The capacity the job runs on now: a tier and, for spot, its zone."""
+
+    tier: Tier
+    zone: str | None = None
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """One tick's view of a job. Seconds throughout.
+
+    Attributes:
+        now, deadline, started_at: wall times (any epoch, same for all three).
+        work_total: the job's estimated length of useful work.
+        work_done: useful work done so far (checkpointed progress).
+        changeover: the delay of a move to a new instance (provisioning +
+            restore + work lost since the last checkpoint), as the broker estimates it.
+        holding: what the job runs on now (``None``: idle, or just preempted).
+        changeover_left: the part of the current instance's changeover still to run.
+        spot_zones_available: zones where spot capacity is available now.
+        ondemand_available, onprem_available: whether those tiers can be had now.
+        tick: seconds until the policy is asked again.
+        price_ratio: on-demand $/h ÷ spot $/h.
+        onprem_ratio: on-prem internal $/h ÷ spot $/h (``None``: no pool).
+        spent: what the job has cost so far, in spot-hours (cost ÷ spot $/h).
+    """
+
+    now: float
+    deadline: float
+    work_total: float
+    work_done: float
+    changeover: float
+    holding: Holding | None = None
+    spot_zones_available: frozenset[str] = frozenset()
+    ondemand_available: bool = True
+    onprem_available: bool = False
+    tick: float = 60.0
+    changeover_left: float = 0.0
+    started_at: float = 0.0
+    price_ratio: float = 3.0
+    onprem_ratio: float | None = None
+    spent: float = 0.0
+
+    @property
+    def remaining(self) -> float:
+        return max(self.work_total - self.work_done, 0.0)
+
+    @property
+    def reliable(self) -> Action:
+        """The reliable tier to fall back to: a free on-prem pool cheaper than on-demand wins."""
+        if self.onprem_available and self.onprem_ratio is not None and (self.onprem_ratio <= self.price_ratio or not self.ondemand_available):
+            return Action.ONPREM
+        return Action.ONDEMAND
+
+    @property
+    def reliable_ratio(self) -> float:
+        return self.onprem_ratio if self.reliable is Action.ONPREM and self.onprem_ratio is not None else self.price_ratio
+
+    @property
+    def on_reliable(self) -> bool:
+        return self.holding is not None and self.holding.tier in (Tier.ONDEMAND, Tier.ONPREM)
+
+    @property
+    def on_spot(self) -> bool:
+        """Holding spot in a zone that is still available (a lost one is not held)."""
+        return self.holding is not None and self.holding.tier is Tier.SPOT and self.holding.zone in self.spot_zones_available
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    zone: str | None = None
+    reason: str = ""
+
+
+def ticks_left(inp: PolicyInput) -> int:
+    """Whole ticks before the deadline (a tick that would end after it does not count)."""
+    return max(math.floor((inp.deadline - inp.now) / inp.tick + 1e-9), 0)
+
+
+def progress_this_tick(inp: PolicyInput, action: Action, zone: str | None = None) -> float:
+    """Useful work a tick of ``action`` makes: the tick less the changeover still to run."""
+    if action is Action.WAIT:
+        return 0.0
+    same = inp.holding is not None and inp.holding.tier is ACTION_TIER[action] and (action is not Action.SPOT or (inp.on_spot and inp.holding.zone == zone))
+    left = inp.changeover_left if same else inp.changeover
+    return max(inp.tick - left, 0.0)
+
+
+def slack(inp: PolicyInput) -> float:
+    """Time to spare if the job went (or stayed) reliable now and ran to the end."""
+    need = inp.remaining + (inp.changeover_left if inp.on_reliable else inp.changeover)
+    return ticks_left(inp) * inp.tick - need
+
+
+def is_safe(inp: PolicyInput, action: Action, zone: str | None = None) -> bool:
+    """Whether the deadline is still reachable after one tick of ``action``.
+
+    Reliable actions are always as safe as anything can be. Otherwise, after
+    the tick the job must still be able to start a reliable instance (one
+    full changeover) and finish within the ticks then left.
+    """
+    if action in RELIABLE:
+        return True
+    after = inp.remaining - progress_this_tick(inp, action, zone)
+    return after <= 0 or inp.changeover + after <= (ticks_left(inp) - 1) * inp.tick + 1e-6
+
+
+def _reliable_ticks(inp: PolicyInput, work: float, changeover: float) -> int:
+    return max(math.ceil((work + changeover) / inp.tick - 1e-9), 0)
+
+
+def cost_cap(inp: PolicyInput) -> float:
+    """The most the job may cost, in spot-hours: running it all on on-demand
+    (whole ticks, one changeover). A user budget that covers on-demand is then
+    never exceeded either."""
+    return _reliable_ticks(inp, inp.work_total, inp.changeover) * inp.tick / 3600 * inp.price_ratio
+
+
+def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -> bool:
+    """Whether, after a tick of ``action``, finishing on the reliable tier stays within :func:`cost_cap`.
+
+    Reliable ticks keep the invariant by themselves (each buys its own
+    progress at the reliable price), so only spot and waiting are checked.
+    """
+    if action in RELIABLE:
+        return True
+    tick_hours = inp.tick / 3600
+    price = 1.0 if action is Action.SPOT else 0.0
+    after = inp.remaining - progress_this_tick(inp, action, zone)
+    finish = _reliable_ticks(inp, max(after, 0.0), inp.changeover) * tick_hours * inp.reliable_ratio if after > 0 else 0.0
+    return inp.spent + price * tick_hours + finish <= cost_cap(inp) + 1e-9
+
+
+def reliable(inp: PolicyInput, reason: str) -> Decision:
+    return Decision(inp.reliable, None, reason)

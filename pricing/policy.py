@@ -1,0 +1,85 @@
+"""The spot / on-demand policies by name, each wrapped in the exact safety net.
+
+A policy is an object with two methods (so the live engine and the simulator
+drive it the same way, and its online state is explicit):
+
+- ``observe(inp)`` — record what this tick shows (which zones have spot now);
+  called once per tick, before ``decide``. Stateless policies ignore it.
+- ``decide(inp) -> Decision`` — what to run for the next tick. Pure given the
+  state ``observe`` built: it never reads a clock or a file.
+
+Create a fresh policy per job (``make_policy(name)``): state is per job.
+
+| name | what it is |
+|---|---|
+| ``broker`` (default) | the broker's own: :class:`pricing.spot_policy.SlackReserve` |
+| ``ondemand`` | on-demand (or a cheaper free on-prem pool) only |
+| ``greedy`` | the paper's Greedy |
+| ``uniform_progress`` | the paper's Uniform Progress |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from pricing.baselines import Greedy, OnDemandOnly, UniformProgress
+from pricing.deadline import Action, Decision, Holding, PolicyInput, is_safe, reliable, within_cost_cap
+from pricing.spot_policy import SlackReserve
+
+__all__ = ["Action", "Decision", "Holding", "PolicyInput", "Policy", "POLICIES", "DEFAULT_POLICY", "make_policy", "SafetyNet"]
+
+
+class Policy(Protocol):
+    name: str
+
+    def observe(self, inp: PolicyInput) -> None: ...
+
+    def decide(self, inp: PolicyInput) -> Decision: ...
+
+
+class SafetyNet:
+    """Wraps a policy: any decision that could miss the deadline, or make the job
+    cost more than running it all on on-demand, becomes the reliable tier.
+
+    Also turns spot in a zone without spot capacity into waiting (then re-checks).
+    This is what makes "never misses when meeting the deadline was possible at
+    the start" hold for every policy in the registry.
+    """
+
+    def __init__(self, inner: Policy):
+        self.inner = inner
+        self.name = inner.name
+
+    def observe(self, inp: PolicyInput) -> None:
+        self.inner.observe(inp)
+
+    def decide(self, inp: PolicyInput) -> Decision:
+        decision = self.inner.decide(inp)
+        if decision.action is Action.SPOT and decision.zone not in inp.spot_zones_available:
+            decision = Decision(Action.WAIT, None, f"no spot capacity in {decision.zone}; {decision.reason}")
+        if inp.remaining <= 0 and decision.action is Action.WAIT:
+            return reliable(inp, "work estimate used up but the job runs on: finish on the reliable tier")
+        if not is_safe(inp, decision.action, decision.zone):
+            return reliable(inp, "safety net: anything else could miss the deadline")
+        if not within_cost_cap(inp, decision.action, decision.zone):
+            return reliable(inp, "cost cap: anything else could cost more than on-demand only")
+        return decision
+
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "broker": SlackReserve,
+    "ondemand": OnDemandOnly,
+    "greedy": Greedy,
+    "uniform_progress": UniformProgress,
+}
+DEFAULT_POLICY = "broker"
+
+
+def make_policy(name: str = DEFAULT_POLICY) -> SafetyNet:
+    """A fresh policy (with its own online state), wrapped in the safety net."""
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    return SafetyNet(factory())

@@ -1,0 +1,163 @@
+"""``broker simulate``: replay spot availability traces through a policy (a thin edge).
+
+Parses arguments, reads traces with :mod:`pricing.loading`, runs
+:func:`pricing.simulate.simulate` (and, with ``--optimum``, the exact DP of
+:mod:`pricing.optimum`), and prints one JSON object per window (``--json``) or
+a summary table.
+
+Cost units: as the paper normalizes them — spot costs 1 per hour and
+on-demand ``--price-ratio`` (k) per hour, billed per whole tick — unless
+``--spot-price`` gives spot's $/h, in which case ``cost`` is that times the
+normalized cost (dollars). The reported cost always follows from ``actions``:
+``(spot ticks + k × on-demand ticks) × gap / 3600``.
+
+Examples::
+
+    python -m pricing.simulate_cli --windows ../shared/data/cant-be-late-windows.jsonl \\
+        --policy uniform_progress --job-hours 48 --deadline-hours 60 --json
+    python -m pricing.simulate_cli --zones a.json,b.json,c.json --windows 20 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+
+from pricing.loading import read_trace, read_windows
+from pricing.optimum import min_cost_by_tick
+from pricing.policy import DEFAULT_POLICY, POLICIES, make_policy
+from pricing.simulate import simulate
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="broker simulate", description="Replay spot availability traces through a spot/on-demand policy.")
+    p.add_argument("--windows", required=True, help="a windows .jsonl file, or with --zones the number of windows to sample")
+    p.add_argument("--zones", help="comma-separated spot-traces .json files aligned in time, one per zone")
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling windows from --zones")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"one or more of {', '.join(POLICIES)} (comma-separated; default {DEFAULT_POLICY})")
+    p.add_argument("--job-hours", type=float, default=48.0)
+    p.add_argument("--deadline-hours", type=float, default=60.0)
+    p.add_argument("--changeover-hours", type=float, default=0.2)
+    p.add_argument("--price-ratio", type=float, default=3.145, help="on-demand price ÷ spot price (k)")
+    p.add_argument("--spot-price", help="spot $/h; costs are then reported in dollars")
+    p.add_argument("--gap-seconds", type=int, help="the job's tick with --zones (default: the traces' finest tick)")
+    p.add_argument("--told-job-hours", type=float, help="job length the policy is told (default: the real one)")
+    p.add_argument("--told-changeover-hours", type=float, help="changeover the policy is told (default: the real one)")
+    p.add_argument("--optimum", action="store_true", help="also report the omniscient optimum per window")
+    p.add_argument("--limit", type=int, help="only the first N windows of a file")
+    p.add_argument("--json", action="store_true", help="one JSON object per window and policy")
+    return p
+
+
+def resample(data: list[int], gap: int, to_gap: int) -> np.ndarray:
+    """A trace at tick ``to_gap``: each new tick takes the value in force at its start."""
+    n = (len(data) * gap) // to_gap
+    idx = (np.arange(n) * to_gap) // gap
+    return np.asarray(data)[idx] > 0
+
+
+def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int | None) -> tuple[int, Iterator[dict]]:
+    traces = [read_trace(Path(f)) for f in files]
+    job_gap = gap or min(g for g, _ in traces)
+    series = [resample(d, g, job_gap) for g, d in traces]
+    length = min(len(s) for s in series)
+    matrix = np.stack([s[:length] for s in series])
+    if length < ticks:
+        raise SystemExit(f"the traces hold {length} ticks, fewer than the {ticks} a window needs")
+    rng = random.Random(seed)
+    names = [Path(f).stem for f in files]
+
+    def gen() -> Iterator[dict]:
+        for i in range(count):
+            start = rng.randrange(0, length - ticks + 1)
+            yield {"trace": "+".join(names), "window": i, "gap_seconds": job_gap, "start_tick": start, "zones": names, "available": matrix[:, start : start + ticks]}
+
+    return job_gap, gen()
+
+
+def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
+    args = parser().parse_args(argv)
+    names = [n.strip() for n in args.policy.split(",") if n.strip()]
+    for name in names:
+        if name not in POLICIES:
+            raise SystemExit(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    work, deadline = round(args.job_hours * 3600), round(args.deadline_hours * 3600)
+    changeover = round(args.changeover_hours * 3600)
+    if args.zones:
+        files = [f for f in args.zones.split(",") if f]
+        probe_gap = args.gap_seconds or min(read_trace(Path(f))[0] for f in files)
+        _, windows = zone_windows(files, int(args.windows), args.seed, deadline // probe_gap, args.gap_seconds)
+    else:
+        windows = read_windows(Path(args.windows))
+    scale = Decimal(args.spot_price) if args.spot_price else None
+    results = []
+    for n, w in enumerate(windows):
+        if args.limit is not None and n >= args.limit:
+            break
+        gap = int(w["gap_seconds"])
+        avail = np.atleast_2d(np.asarray(w["available"]) > 0)
+        zones = w.get("zones") or ([w["trace"]] if avail.shape[0] == 1 else [f"zone{i}" for i in range(avail.shape[0])])
+        optimum = None
+        if args.optimum:
+            best = min_cost_by_tick(avail, gap=gap, work=work, changeover=changeover, price_ratio=args.price_ratio, ticks=deadline // gap)
+            optimum = float(best[-1]) if np.isfinite(best[-1]) else None
+        for name in names:
+            r = simulate(
+                make_policy(name), avail, gap=gap, work=work, deadline=deadline, changeover=changeover,
+                price_ratio=args.price_ratio, zones=zones,
+                work_told=round(args.told_job_hours * 3600) if args.told_job_hours else None,
+                changeover_told=round(args.told_changeover_hours * 3600) if args.told_changeover_hours else None,
+                horizon=min(avail.shape[1] * gap, 2 * deadline),
+            )
+            row = {
+                "trace": w.get("trace"), "window": w.get("window", n), "policy": name,
+                "cost": _money(r.cost, scale), "finished": r.finished,
+                "finish_hours": None if r.finish_seconds is None else r.finish_seconds / 3600,
+                "spot_hours": r.spot_hours, "ondemand_hours": r.ondemand_hours,
+                "ondemand_only_cost": _money(-(-(work + changeover) // gap) * gap / 3600 * args.price_ratio, scale),
+                "actions": r.actions,
+            }
+            if "start_tick" in w:
+                row["start_tick"] = w["start_tick"]
+            if args.optimum:
+                row["optimum"] = None if optimum is None else _money(optimum, scale)
+            results.append(row)
+            if args.json:
+                print(json.dumps(row), file=out)
+    if not args.json:
+        print(summary(results), file=out)
+    return results
+
+
+def _money(normalized: float, scale: Decimal | None) -> float:
+    if scale is None:
+        return round(normalized, 9)
+    return float((Decimal(repr(normalized)) * scale).quantize(Decimal("0.000001")))
+
+
+def summary(rows: list[dict]) -> str:
+    lines = [f"{'policy':<18}{'windows':>8}{'mean cost':>11}{'misses':>8}{'> on-demand':>13}{'vs optimum':>12}"]
+    for name in dict.fromkeys(r["policy"] for r in rows):
+        mine = [r for r in rows if r["policy"] == name]
+        cost = sum(r["cost"] for r in mine)
+        opt = [r.get("optimum") for r in mine]
+        ratio = f"{cost / sum(opt):.3f}x" if opt and None not in opt and sum(opt) > 0 else "-"
+        above = sum(r["cost"] > r["ondemand_only_cost"] + 1e-9 for r in mine)
+        lines.append(f"{name:<18}{len(mine):>8}{cost / len(mine):>11.2f}{sum(not r['finished'] for r in mine):>8}{above:>13}{ratio:>12}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    run(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""The simulator, the DP optimum and the policies on real windows, re-costed independently."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pricing.optimum import min_cost_by_tick
+from pricing.policy import POLICIES, make_policy
+from pricing.simulate import simulate
+from pricing.simulate_cli import run as cli_run
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+WINDOWS_FILE = SHARED / "cant-be-late-windows.jsonl"
+C, D, K = 48 * 3600, 720, 3.145
+
+
+def recost(actions: str, avail: np.ndarray, gap: int, work: int, changeover: int, ratio: float) -> tuple[float, float, int | None]:
+    """The model of §3.1 written out again, independently: (cost, progress, ticks to finish)."""
+    chars = "S" if avail.shape[0] == 1 else "0123456789"
+    cost, progress, prev, left = 0.0, 0.0, "I", 0.0
+    for t, a in enumerate(actions):
+        if a == "I":
+            prev = "I"
+            continue
+        if a != "O":
+            assert avail[chars.index(a), t], f"spot used at tick {t} where there was none"
+        if a != prev or (a != "O" and not avail[chars.index(a), t]):
+            left = changeover
+        progress += max(gap - left, 0)
+        left = max(left - gap, 0)
+        cost += gap / 3600 * (ratio if a == "O" else 1.0)
+        prev = a
+        if progress >= work:
+            return cost, progress, t + 1
+    return cost, progress, None
+
+
+def sample_windows(n: int, seed: int = 7) -> list[dict]:
+    lines = WINDOWS_FILE.read_text().splitlines()
+    return [json.loads(x) for x in random.Random(seed).sample(lines, n)]
+
+
+WINDOWS = sample_windows(10)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_meets_every_deadline_and_its_cost_follows_from_its_actions(name):
+    for w, R in itertools.product(WINDOWS, (52, 60, 80)):
+        avail = np.atleast_2d(w["available"])
+        run = simulate(make_policy(name), avail, gap=600, work=C, deadline=R * 3600, changeover=D, price_ratio=K)
+        assert run.finished, (w["trace"], w["window"], R)
+        cost, progress, ticks = recost(run.actions, avail, 600, C, D, K)
+        assert ticks == len(run.actions) and ticks * 600 <= R * 3600
+        assert cost == pytest.approx(run.cost, abs=1e-9)
+
+
+def test_the_optimum_is_never_beaten_and_the_broker_never_costs_more_than_on_demand():
+    od_only = -(-(C + D) // 600) * 600 / 3600 * K
+    for w in WINDOWS:
+        avail = np.atleast_2d(w["available"])
+        best = min_cost_by_tick(avail, gap=600, work=C, changeover=D, price_ratio=K, ticks=80 * 6)
+        for R in (52, 64, 80):
+            opt = best[R * 6 - 1]
+            for name in POLICIES:
+                cost = simulate(make_policy(name), avail, gap=600, work=C, deadline=R * 3600, changeover=D, price_ratio=K).cost
+                assert cost >= opt - 1e-9, (name, R)
+                if name == "broker":
+                    assert cost <= od_only + 1e-9
+
+
+def brute_force(avail: np.ndarray, gap: int, work: int, changeover: int, ratio: float, ticks: int) -> float:
+    """Least cost over every action sequence: the DP's yardstick on tiny cases."""
+    chars = ["I", "O"] + (["S"] if avail.shape[0] == 1 else [str(i) for i in range(avail.shape[0])])
+    best = float("inf")
+    for seq in itertools.product(chars, repeat=ticks):
+        if any(c not in "IO" and not avail[0 if c == "S" else int(c), t] for t, c in enumerate(seq)):
+            continue
+        cost, _, done = recost("".join(seq), avail, gap, work, changeover, ratio)
+        if done is not None:
+            best = min(best, recost("".join(seq[:done]), avail, gap, work, changeover, ratio)[0])
+    return best
+
+
+@pytest.mark.parametrize(
+    "avail, work, changeover, ticks",
+    [
+        pytest.param([[1, 0, 1, 1, 0, 1, 1]], 3, 1, 7, id="one zone with gaps: the DP finds the brute-force optimum"),
+        pytest.param([[1, 1, 0, 0, 1, 1, 1]], 4, 3, 7, id="a changeover longer than a tick is carried over exactly"),
+        pytest.param([[1, 0, 0, 1, 0], [0, 1, 1, 0, 1]], 3, 1, 5, id="two zones: hopping zones costs a changeover each time"),
+        pytest.param([[0, 0, 0, 0, 0]], 2, 1, 4, id="no spot at all: on-demand from the first tick"),
+    ],
+)
+def test_dp_matches_brute_force(avail, work, changeover, ticks):
+    gap = 2
+    a = np.array(avail) > 0
+    best = min_cost_by_tick(a, gap=gap, work=work * gap // 2 * 1, changeover=changeover, price_ratio=3.0, ticks=ticks)
+    assert best[-1] == pytest.approx(brute_force(a, gap, work, changeover, 3.0, ticks))
+
+
+def test_cli_prints_one_json_object_per_window_whose_cost_recosts_exactly():
+    buf = io.StringIO()
+    cli_run(["--windows", str(WINDOWS_FILE), "--limit", "3", "--policy", "uniform_progress,broker", "--deadline-hours", "56", "--json", "--optimum"], out=buf)
+    rows = [json.loads(x) for x in buf.getvalue().splitlines()]
+    assert len(rows) == 6
+    windows = {(w["trace"], w["window"]): w for w in map(json.loads, WINDOWS_FILE.read_text().splitlines()[:3])}
+    for row in rows:
+        assert {"trace", "window", "cost", "finished", "spot_hours", "ondemand_hours", "actions"} <= row.keys()
+        avail = np.atleast_2d(windows[(row["trace"], row["window"])]["available"])
+        cost, _, _ = recost(row["actions"], avail, 600, C, D, K)
+        assert row["cost"] == pytest.approx(cost, abs=1e-6) and row["finished"]
+        assert row["optimum"] <= row["cost"] + 1e-9
+
+
+def test_cli_samples_multi_zone_windows_and_names_zones_by_index():
+    trace_dir = SHARED / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"
+    files = ",".join(str(trace_dir / f"{z}_v100_1.json") for z in ("us-east-1a", "us-east-1c", "us-east-1f"))
+    buf = io.StringIO()
+    cli_run(["--zones", files, "--windows", "2", "--seed", "3", "--job-hours", "10", "--deadline-hours", "14", "--gap-seconds", "600", "--json"], out=buf)
+    rows = [json.loads(x) for x in buf.getvalue().splitlines()]
+    assert [r["window"] for r in rows] == [0, 1] and all("start_tick" in r for r in rows)
+    assert all(set(r["actions"]) <= set("IO012") and r["finished"] for r in rows)
+
+
+def test_told_a_short_job_and_a_short_changeover_the_broker_still_finishes_within_the_relaxed_bound():
+    for w in WINDOWS[:5]:
+        avail = np.atleast_2d(w["available"])
+        for R in (52, 64):
+            run = simulate(make_policy("broker"), avail, gap=600, work=round(C * 1.2 / 600) * 600, deadline=R * 3600, changeover=1440,
+                           price_ratio=K, work_told=C, changeover_told=D, horizon=avail.shape[1] * 600)
+            bound = R * 3600 + (round(C * 1.2 / 600) * 600 - C) + 2 * (1440 - D)
+            assert run.finish_seconds is not None and run.finish_seconds <= bound
