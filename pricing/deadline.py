@@ -152,7 +152,8 @@ def cost_cap(inp: PolicyInput) -> float:
 
 
 def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -> bool:
-    """Whether, after a tick of ``action``, finishing on the reliable tier stays within :func:`cost_cap`.
+    """Whether, after a tick of ``action``, finishing on the reliable tier stays
+    within :func:`cost_cap` (plus :func:`changeover_allowance`).
 
     Reliable ticks keep the invariant by themselves (each buys its own
     progress at the reliable price), so only spot and waiting are checked.
@@ -163,7 +164,19 @@ def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -
     price = 1.0 if action is Action.SPOT else 0.0
     after = inp.remaining - progress_this_tick(inp, action, zone)
     finish = _reliable_ticks(inp, max(after, 0.0), inp.changeover) * tick_hours * inp.reliable_ratio if after > 0 else 0.0
-    return inp.spent + price * tick_hours + finish <= cost_cap(inp) + 1e-9
+    return inp.spent + price * tick_hours + finish <= cost_cap(inp) + changeover_allowance(inp) + 1e-9
+
+
+def changeover_allowance(inp: PolicyInput) -> float:
+    """One spot changeover's cost (whole ticks at the spot price), in spot-hours.
+
+    Without it no job could ever start on spot: a first spot tick that is all
+    changeover makes no progress, so in the worst case (the instance lost the
+    moment its changeover ends) it is pure extra cost over on-demand only. The
+    cap therefore holds up to this one changeover; a run that gets any useful
+    spot time stays under on-demand only.
+    """
+    return math.ceil(inp.changeover / inp.tick - 1e-9) * inp.tick / 3600
 
 
 def reliable(inp: PolicyInput, reason: str) -> Decision:
