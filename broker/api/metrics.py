@@ -1,0 +1,172 @@
+"""``GET /metrics`` for Prometheus: the only module that imports ``prometheus_client``.
+
+Figures derived from state (jobs by state, spend, saving, preemptions,
+recovery and queue-wait distributions) are read from the store at scrape
+time by :class:`StoreCollector`, so several broker processes sharing a store
+all report the same totals and nothing is lost on restart. API latency is a
+live histogram fed by :func:`install_latency_middleware`. Labels stay
+low-cardinality: team, state, tier, zone, method, route template, status
+class — never a job id.
+
+Money is exact in ``/v1/costs`` (micro-dollars); here it is dollars as
+Prometheus floats, which is what dashboards add and rate over.
+
+Set ``BROKER_METRICS_TOKEN`` to require ``Authorization: Bearer <it>`` on a scrape.
+"""
+
+# no `from __future__ import annotations`: FastAPI must see the real types of local aliases
+
+import os
+import secrets
+import time
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from broker import costs
+from broker.config import Settings
+from broker.lifecycle import JobState
+
+RECOVERY_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
+WAIT_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+def registry_of(app) -> CollectorRegistry:
+    """The app's own registry (one per app, so tests can build many apps in one process)."""
+    reg = getattr(app.state, "metrics_registry", None)
+    if reg is None:
+        reg = CollectorRegistry(auto_describe=True)
+        app.state.metrics_registry = reg
+    return reg
+
+
+class StoreCollector:
+    """Reads the store on each scrape and reports what state implies."""
+
+    def __init__(self, service, engine_of=lambda: None):
+        self.service = service
+        self.engine_of = engine_of
+
+    def describe(self):
+        return []  # read the store only on scrape, not at registration
+
+    def collect(self):
+        store = self.service.store
+        jobs, attempts = costs.gather(store, team=None, win=None)
+        by_state = GaugeMetricFamily("broker_jobs", "Jobs by state and team.", labels=["state", "team"])
+        counts: dict[tuple[str, str], int] = {}
+        for j in jobs:
+            counts[(j.state.value, j.team)] = counts.get((j.state.value, j.team), 0) + 1
+        for team in sorted({j.team for j in jobs}):
+            for s in JobState:
+                by_state.add_metric([s.value, team], counts.get((s.value, team), 0))
+        yield by_state
+
+        spend = CounterMetricFamily("broker_spend_dollars", "Cost accrued by all attempts, by team and tier.",
+                                    labels=["team", "tier"])
+        equiv = CounterMetricFamily("broker_ondemand_equivalent_dollars",
+                                    "What the same work would have cost all on-demand, by team.", labels=["team"])
+        saved = GaugeMetricFamily("broker_saved_vs_ondemand_dollars",
+                                  "On-demand equivalent minus actual spend, by team.", labels=["team"])
+        preempt = CounterMetricFamily("broker_preemptions", "Attempts preempted or lost, by zone and tier.",
+                                      labels=["zone", "tier"])
+        spent: dict[tuple[str, str], int] = {}
+        equivs: dict[str, int] = {}
+        zones: dict[tuple[str, str], int] = {}
+        recoveries: list[float] = []
+        waits: list[float] = []
+        for j in jobs:
+            tries = attempts.get(j.id, [])
+            for a in tries:
+                key = (j.team, costs.tier_of(a))
+                spent[key] = spent.get(key, 0) + a.cost
+                equivs[j.team] = equivs.get(j.team, 0) + costs.ondemand_equivalent(a, j)
+                if a.state.value in costs.PREEMPTED_STATES:
+                    z = (costs.location(a), costs.tier_of(a))
+                    zones[z] = zones.get(z, 0) + 1
+            recoveries.extend(costs.recoveries(tries))
+            if tries:
+                waits.append(max(0.0, tries[0].created_at - j.submitted_at))
+        for team in sorted({j.team for j in jobs}):
+            for tier in costs.TIERS:
+                spend.add_metric([team, tier], spent.get((team, tier), 0) / 1_000_000)
+            total = sum(spent.get((team, t), 0) for t in costs.TIERS)
+            equiv.add_metric([team], equivs.get(team, 0) / 1_000_000)
+            saved.add_metric([team], (equivs.get(team, 0) - total) / 1_000_000)
+        for (zone, tier), n in sorted(zones.items()):
+            preempt.add_metric([zone, tier], n)
+        yield spend
+        yield equiv
+        yield saved
+        yield preempt
+        yield _histogram("broker_recovery_seconds", "Time from a preemption to the next attempt running.",
+                         recoveries, RECOVERY_BUCKETS)
+        yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
+                         waits, WAIT_BUCKETS)
+        engine = self.engine_of()
+        if engine is not None:
+            g = GaugeMetricFamily("broker_engine_tick_seconds", "Duration of the engine's last reconcile loop.")
+            g.add_metric([], float(getattr(engine, "last_tick_seconds", 0.0)))
+            yield g
+
+
+def _histogram(name: str, doc: str, values: list[float], bounds: tuple[float, ...]) -> HistogramMetricFamily:
+    buckets = [(_le(b), sum(1 for v in values if v <= b)) for b in bounds] + [("+Inf", len(values))]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=float(sum(values)))
+
+
+def _le(b: float) -> str:
+    return str(float(b))
+
+
+def install_latency_middleware(app) -> None:
+    """Time every request into ``broker_http_request_duration_seconds{method,route,status}``.
+
+    ``route`` is the route template (``/v1/jobs/{job_id}``), or ``other`` for
+    paths no route matched, so a scan of random URLs cannot grow the label set.
+    Idempotent per app.
+    """
+    if getattr(app.state, "latency_middleware", False):
+        return
+    app.state.latency_middleware = True
+    hist = Histogram("broker_http_request_duration_seconds", "API request latency.",
+                     labelnames=["method", "route", "status"], buckets=LATENCY_BUCKETS, registry=registry_of(app))
+
+    @app.middleware("http")
+    async def _latency(request: Request, call_next):
+        started = time.perf_counter()
+        status = "5xx"
+        try:
+            response = await call_next(request)
+            status = f"{response.status_code // 100}xx"
+            return response
+        finally:
+            route = request.scope.get("route")
+            template = getattr(route, "path", None) or "other"
+            hist.labels(request.method, template, status).observe(time.perf_counter() - started)
+
+
+def router(service, settings: Settings, *, app=None) -> APIRouter:
+    """``/metrics``. ``app`` gives the registry (with the latency histogram) and the engine."""
+    r = APIRouter()
+    if app is not None:
+        reg = registry_of(app)
+        engine_of = lambda: getattr(app.state, "engine", None)  # noqa: E731
+    else:
+        reg = CollectorRegistry(auto_describe=True)
+        engine_of = lambda: None  # noqa: E731
+    reg.register(StoreCollector(service, engine_of))
+    token = os.environ.get("BROKER_METRICS_TOKEN") or (settings.extra.get("metrics") or {}).get("token")
+
+    @r.get("/metrics", include_in_schema=False)
+    def metrics(authorization: str | None = Header(default=None)) -> Response:
+        if token and not (authorization and authorization.lower().startswith("bearer ")
+                          and secrets.compare_digest(authorization[7:].strip(), str(token))):
+            return Response(status_code=401, content=b"send Authorization: Bearer <BROKER_METRICS_TOKEN>\n",
+                            headers={"WWW-Authenticate": "Bearer"})
+        return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
+
+    return r

@@ -1,0 +1,144 @@
+"""Slack routes: ``POST /slack/commands`` (the slash command) and ``POST /slack/interactions`` (buttons).
+
+Both check Slack's request signature over the raw body first; a request
+that fails it gets 401 and changes nothing. Replies are Block Kit, sent
+within Slack's 3-second window: quick commands answer in the HTTP response,
+slower ones (fetching a spec URL, logs) acknowledge and post the result to
+``response_url`` after the response is sent. Button results also go to
+``response_url``. Setup: ``docs/slack.md``.
+"""
+
+# no `from __future__ import annotations`: FastAPI must see the real types of local aliases
+
+import json
+import logging
+from urllib.parse import parse_qs
+
+import httpx
+from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from broker.config import Settings
+from broker.slack import sdk
+from broker.slack.blocks import Reply, error
+from broker.slack.commands import CommandError, parse
+from broker.slack.config import SlackConfig, slack_config
+from broker.slack.dispatch import Deferred, Dispatcher
+from broker.slack.notify import Notifier
+
+log = logging.getLogger("broker.slack")
+
+
+def dashboard_url(settings: Settings) -> str:
+    return settings.public_url.rstrip("/") + "/dashboard"
+
+
+def notifier_for(service, settings: Settings) -> Notifier | None:
+    """A started-on-demand :class:`Notifier` when the config names a channel or webhook, else ``None``."""
+    cfg = slack_config(settings.extra)
+    if not cfg.notifications_enabled:
+        return None
+    return Notifier(cfg, service.store, dashboard_url=dashboard_url(settings))
+
+
+def spec_fetcher(cfg: SlackConfig, max_bytes: int):
+    """Read a task from a URL the config allows (``slack.spec_url_prefixes``), at most ``max_bytes``."""
+
+    def fetch(url: str) -> str:
+        if not any(url.startswith(p) for p in cfg.spec_url_prefixes):
+            raise ValueError(f"{url} is not allowed (allowed: {', '.join(cfg.spec_url_prefixes)})")
+        try:
+            with httpx.stream("GET", url, timeout=10, follow_redirects=False) as resp:
+                if resp.status_code != 200:
+                    raise ValueError(f"{url} answered HTTP {resp.status_code}")
+                body = bytearray()
+                for chunk in resp.iter_bytes():
+                    body.extend(chunk)
+                    if len(body) > max_bytes:
+                        raise ValueError(f"{url} is larger than {max_bytes} bytes")
+        except httpx.HTTPError as exc:
+            raise ValueError(f"could not fetch {url}: {exc}") from None
+        return body.decode("utf-8", "replace")
+
+    return fetch
+
+
+def router(service, settings: Settings) -> APIRouter:
+    r = APIRouter(tags=["slack"])
+    cfg = slack_config(settings.extra)
+    dispatcher = Dispatcher(service, cfg, dashboard_url=dashboard_url(settings),
+                            fetch=spec_fetcher(cfg, settings.max_body_bytes))
+
+    async def verified(request: Request) -> bytes | Response:
+        if not cfg.signing_secret:
+            return JSONResponse(status_code=404, content={"detail": "Slack is not configured on this broker"})
+        body = await request.body()
+        try:
+            ok = sdk.verify(cfg.signing_secret, body, request.headers)
+        except sdk.SlackUnavailable as exc:
+            return JSONResponse(status_code=503, content={"detail": str(exc)})
+        if not ok:
+            return JSONResponse(status_code=401, content={"detail": "invalid Slack signature or stale timestamp"})
+        return body
+
+    def respond_later(url: str, reply: Reply) -> None:
+        payload = {**reply.payload(), "replace_original": False}
+        for _ in range(3):
+            try:
+                sdk.post_webhook(url, payload)
+                return
+            except sdk.DeliveryError as exc:
+                log.warning("slack response_url post failed: %s", exc)
+                if exc.permanent:
+                    return
+
+    @r.post("/slack/commands", include_in_schema=False)
+    async def commands(request: Request, background: BackgroundTasks) -> Response:
+        body = await verified(request)
+        if isinstance(body, Response):
+            return body
+        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+        if form.get("command") and form["command"] != cfg.command:
+            return JSONResponse(error(f"This broker answers `{cfg.command}`, not `{form['command']}`.").payload())
+        who = cfg.principal(form.get("user_id", ""))
+        if who is None:
+            return JSONResponse(error(
+                f"Your Slack user `{form.get('user_id')}` is not mapped to a team. Ask the broker admin to add it "
+                f"under `slack.users` in the config.").payload())
+        try:
+            cmd = parse(form.get("text", ""))
+        except CommandError as exc:
+            return JSONResponse(error(str(exc)).payload())
+        outcome = await run_in_threadpool(dispatcher.command, cmd, who)
+        if isinstance(outcome, Deferred):
+            url = form.get("response_url")
+            if url:
+                background.add_task(lambda: respond_later(url, outcome.work()))
+            return JSONResponse(outcome.ack.payload())
+        return JSONResponse(outcome.payload())
+
+    @r.post("/slack/interactions", include_in_schema=False)
+    async def interactions(request: Request, background: BackgroundTasks) -> Response:
+        body = await verified(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            form = parse_qs(body.decode("utf-8", "replace"))
+            payload = json.loads(form["payload"][0])
+            user_id = str(payload["user"]["id"])
+            action = payload["actions"][0]
+        except (KeyError, IndexError, ValueError, TypeError):
+            return JSONResponse(status_code=400, content={"detail": "not a Slack block_actions payload"})
+        url = payload.get("response_url")
+        who = cfg.principal(user_id)
+        if who is None:
+            reply = error(f"Your Slack user `{user_id}` is not mapped to a team; nothing was changed.")
+        else:
+            reply = await run_in_threadpool(dispatcher.action, str(action.get("action_id")),
+                                            str(action.get("value", "")), who)
+        if url:
+            background.add_task(respond_later, url, reply)
+        return Response(status_code=200)
+
+    return r

@@ -1,0 +1,177 @@
+"""A parsed command or a pressed button → one call to the service → a :class:`Reply`.
+
+No rule lives here: who may act on which job is the service's check (a Slack
+user acts as ``Principal(team=<their mapped team>)``), so Slack and the HTTP
+API refuse the same things. Work that may take longer than Slack's 3 seconds
+(fetching a spec URL, reading logs) comes back as :class:`Deferred`: the edge
+acknowledges at once and posts the result to the ``response_url``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker import costs
+from broker.auth import Principal
+from broker.service import Conflict, Invalid, NotFound
+from broker.slack import blocks
+from broker.slack.blocks import Reply
+from broker.slack.commands import Command
+from broker.slack.config import SlackConfig
+from broker.spec import SpecError, load_text
+from pricing.money import fmt
+
+Fetch = Callable[[str], str]
+"""Read a spec URL and return its text; raises ``ValueError`` with a sentence."""
+
+ACTION_KINDS = {v: k for k, v in blocks.ACTIONS.items()}
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """Acknowledge with ``ack`` now; run ``work`` after answering and post what it returns."""
+
+    ack: Reply
+    work: Callable[[], Reply]
+
+
+class Dispatcher:
+    def __init__(self, service, cfg: SlackConfig, *, dashboard_url: str, fetch: Fetch):
+        self.service = service
+        self.cfg = cfg
+        self.dashboard_url = dashboard_url
+        self.fetch = fetch
+
+    # -- slash commands -------------------------------------------------------------------------
+
+    def command(self, cmd: Command, who: Principal) -> Reply | Deferred:
+        handler = getattr(self, f"_cmd_{cmd.name}")
+        if cmd.name in ("logs",) or (cmd.name == "submit" and cmd.url):
+            return Deferred(Reply(f":hourglass: Working on `{cmd.name}`…"), lambda: self._guard(handler, cmd, who))
+        return self._guard(handler, cmd, who)
+
+    def _guard(self, fn: Callable[..., Reply], *args) -> Reply:
+        try:
+            return fn(*args)
+        except NotFound as exc:
+            return blocks.error(f"No job `{exc.args[0]}` that you can see.")
+        except Conflict as exc:
+            return blocks.error(f"Not now: {exc}.")
+        except Invalid as exc:
+            return blocks.error(f"{exc.field}: {exc.reason}")
+        except costs.CostQueryError as exc:
+            return blocks.error(str(exc))
+
+    def _cmd_help(self, cmd: Command, who: Principal) -> Reply:
+        return blocks.help_reply(self.cfg.command)
+
+    def _cmd_status(self, cmd: Command, who: Principal) -> Reply:
+        positions = self.service.queue_positions()
+        if cmd.job_id:
+            job = self.service.get(who, cmd.job_id)
+            return blocks.job_reply(job, self.service.attempts(who, job.id), positions.get(job.id), self.dashboard_url)
+        jobs = self.service.list(who, limit=200)
+        active = [j for j in jobs if not j.state.is_final]
+        recent = [j for j in jobs if j.state.is_final][:5]
+        return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended", active + recent,
+                                 positions, "No jobs yet. Submit one with `submit`.")
+
+    def _cmd_queue(self, cmd: Command, who: Principal) -> Reply:
+        positions = self.service.queue_positions()
+        queued = sorted(self.service.list(who, state="queued", limit=1000), key=lambda j: positions.get(j.id, 0))
+        return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, positions, "Nothing is waiting.")
+
+    def _cmd_logs(self, cmd: Command, who: Principal) -> Reply:
+        return blocks.logs_reply(cmd.job_id, self.service.logs(who, cmd.job_id))
+
+    def _cmd_cancel(self, cmd: Command, who: Principal) -> Reply:
+        job = self.service.cancel(who, cmd.job_id, reason=f"cancelled from Slack by {who.name}")
+        return Reply(f"Cancelling {job.id}", [blocks.section(blocks.job_line(job))])
+
+    def _cmd_resume(self, cmd: Command, who: Principal) -> Reply:
+        return self._resume(who, cmd.job_id, force=cmd.force)
+
+    def _cmd_budget(self, cmd: Command, who: Principal) -> Reply:
+        return self._raise(who, cmd.job_id, cmd.amount)
+
+    def _cmd_costs(self, cmd: Command, who: Principal) -> Reply:
+        team = cmd.team
+        if not who.admin:
+            if team and team != who.team:
+                return blocks.error(f"You can see only your team's costs ({who.team}).")
+            team = who.team
+        now = self.service.clock()
+        win = costs.window(now=now, period=cmd.period)
+        jobs, attempts = costs.gather(self.service.store, team=team, win=win)
+        report = costs.report(jobs, attempts, win=win, now=now, positions=self.service.queue_positions(), team=team)
+        return blocks.costs_reply(report, self.dashboard_url)
+
+    def _cmd_submit(self, cmd: Command, who: Principal) -> Reply:
+        try:
+            text = self.fetch(cmd.url) if cmd.url else cmd.yaml
+            raw = load_text(text or "")
+        except ValueError as exc:  # SpecError is a ValueError too
+            msg = f"{exc.field}: {exc.reason}" if isinstance(exc, SpecError) else str(exc)
+            return blocks.error(f"Could not read the task: {msg}")
+        opts = dict(cmd.options)
+        if "name" in opts:
+            raw["name"] = opts.pop("name")
+        if "priority" in opts:
+            try:
+                opts["priority"] = int(opts["priority"])
+            except ValueError:
+                return blocks.error("priority: must be a whole number")
+        if opts:
+            section = raw.get("broker") if isinstance(raw.get("broker"), dict) else {}
+            raw["broker"] = {**section, **opts}
+        job, created = self.service.submit(who, raw)
+        pos = self.service.queue_positions().get(job.id)
+        tiers = (job.quote or {}).get("tiers") or []
+        est = f" · cheapest: {tiers[0]['tier']} {tiers[0]['text']}" if tiers else ""
+        verb = "Submitted" if created else "Already submitted"
+        return Reply(f"{verb} {job.id}", [
+            blocks.section(f":inbox_tray: {verb} *{job.name}* `{job.id}` for team {job.team} — budget "
+                           f"{fmt(job.budget)}{est}" + (f" · #{pos} in queue" if pos else "")),
+            blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
+                           f"channel."),
+        ])
+
+    # -- buttons --------------------------------------------------------------------------------
+
+    def action(self, action_id: str, value: str, who: Principal) -> Reply:
+        kind = ACTION_KINDS.get(action_id)
+        try:
+            data: dict[str, Any] = json.loads(value)
+            job_id = str(data["job"])
+        except (ValueError, KeyError, TypeError):
+            return blocks.error("That button is out of date.")
+        if kind == "resume":
+            return self._guard(self._resume, who, job_id)
+        if kind == "switch_ondemand":
+            return self._guard(self._future, "switch_to_ondemand", who, job_id)
+        if kind == "raise_budget":
+            if not isinstance(data.get("budget"), int):
+                return blocks.error("That button is out of date.")
+            return self._guard(self._raise, who, job_id, data["budget"])
+        if kind == "cancel":
+            return self._guard(self._cmd_cancel, Command("cancel", job_id=job_id), who)
+        return blocks.error("Unknown button.")
+
+    def _resume(self, who: Principal, job_id: str, *, force: bool = False) -> Reply:
+        return self._future("resume", who, job_id, force=force)
+
+    def _raise(self, who: Principal, job_id: str, amount: int) -> Reply:
+        return self._future("raise_budget", who, job_id, amount)
+
+    def _future(self, method: str, who: Principal, job_id: str, *args, **kwargs) -> Reply:
+        """Call a service method that newer brokers have; say so plainly when this one does not."""
+        fn = getattr(self.service, method, None)
+        if fn is None:
+            return blocks.error(f"This broker cannot `{method.replace('_', ' ')}` yet.")
+        job = fn(who, job_id, *args, **kwargs)
+        done = {"resume": "Resumed", "switch_to_ondemand": "Switched to on-demand",
+                "raise_budget": f"Budget raised to {fmt(job.budget)} for"}[method]
+        return Reply(f"{done} {job.id}", [blocks.section(f"{done} `{job.id}`.\n" + blocks.job_line(job))])

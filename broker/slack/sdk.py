@@ -1,0 +1,84 @@
+"""The only module that imports ``slack_sdk`` (lazily: the ``slack`` extra is optional).
+
+Three things touch Slack: checking a request's signature, posting a
+message (Web API ``chat.postMessage`` with the bot token, or an incoming
+webhook), and answering through a command's ``response_url``. Each send
+either returns or raises :class:`DeliveryError`; retrying is the caller's
+job (:mod:`broker.slack.notify`), so slack_sdk's own retry handlers are off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class SlackUnavailable(RuntimeError):
+    """``slack_sdk`` is not installed: ``pip install 'spot-broker[slack]'``."""
+
+
+class DeliveryError(Exception):
+    """A send failed. ``retry_after`` is Slack's rate-limit hint in seconds, when it gave one."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False):
+        self.retry_after = retry_after
+        self.permanent = permanent
+        super().__init__(message)
+
+
+PERMANENT_ERRORS = {"channel_not_found", "not_in_channel", "invalid_auth", "account_inactive", "token_revoked",
+                    "is_archived", "no_permission", "missing_scope", "invalid_blocks"}
+
+
+def _sdk():
+    try:
+        import slack_sdk  # noqa: F401
+    except ImportError:
+        raise SlackUnavailable("Slack support needs slack_sdk: pip install 'spot-broker[slack]'") from None
+    import slack_sdk.errors
+    import slack_sdk.signature
+    import slack_sdk.webhook
+
+    return slack_sdk
+
+
+def verify(signing_secret: str, body: bytes, headers: Mapping[str, str]) -> bool:
+    """Slack's v0 signature: HMAC-SHA256 of ``v0:<timestamp>:<body>``, within 5 minutes, compared in constant time."""
+    sdk = _sdk()
+    timestamp = headers.get("x-slack-request-timestamp")
+    signature = headers.get("x-slack-signature")
+    if not timestamp or not signature or not timestamp.isdigit():
+        return False
+    return sdk.signature.SignatureVerifier(signing_secret).is_valid(body, timestamp, signature)
+
+
+def post_message(token: str, channel: str, payload: Mapping, *, api_url: str, timeout: int = 10) -> None:
+    """``chat.postMessage``; raises :class:`DeliveryError`."""
+    sdk = _sdk()
+    client = sdk.WebClient(token=token, base_url=api_url, timeout=timeout, retry_handlers=[])
+    try:
+        client.chat_postMessage(channel=channel, text=payload.get("text", ""), blocks=payload.get("blocks"))
+    except sdk.errors.SlackApiError as exc:
+        resp = exc.response
+        error = (resp.data or {}).get("error") if isinstance(resp.data, dict) else None
+        retry_after = resp.headers.get("Retry-After") or resp.headers.get("retry-after")
+        raise DeliveryError(f"chat.postMessage: {error or resp.status_code}",
+                            retry_after=float(retry_after) if retry_after else None,
+                            permanent=error in PERMANENT_ERRORS) from None
+    except Exception as exc:  # network: urllib errors, timeouts
+        raise DeliveryError(f"chat.postMessage: {exc}") from None
+
+
+def post_webhook(url: str, payload: Mapping, *, timeout: int = 10) -> None:
+    """An incoming webhook or a ``response_url``; raises :class:`DeliveryError`."""
+    sdk = _sdk()
+    client = sdk.webhook.WebhookClient(url, timeout=timeout, retry_handlers=[])
+    try:
+        resp = client.send_dict(dict(payload))
+    except Exception as exc:
+        raise DeliveryError(f"webhook: {exc}") from None
+    if resp.status_code == 429:
+        ra = resp.headers.get("Retry-After") or resp.headers.get("retry-after")
+        raise DeliveryError("webhook: rate limited", retry_after=float(ra) if ra else None)
+    if resp.status_code >= 400:
+        raise DeliveryError(f"webhook: HTTP {resp.status_code} {resp.body[:200]}",
+                            permanent=400 <= resp.status_code < 500 and resp.status_code not in (408, 429))

@@ -1,0 +1,129 @@
+"""The cost report: exact money, the on-demand-equivalent rule, windows, and who sees what."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker import costs
+from broker.lifecycle import AttemptState, JobState
+
+from . import world
+from .conftest import auth
+
+DAY = 86_400
+
+
+def _one_attempt(placement, *, cost, seconds, quote_od=None, start=10 * DAY):
+    j = world.job("j-x", "t", JobState.SUCCEEDED, submitted=start, budget=10**9, spent=cost, attempts=1,
+                  quote_od=quote_od)
+    a = world.attempt("j-x", 1, AttemptState.SUCCEEDED, placement, start=start, seconds=seconds, cost=cost)
+    return j, a
+
+
+@pytest.mark.parametrize("placement, quote_od, expected", [
+    (world.spot("z", 500_000, od=2_000_000), None, 2_000_000),
+    (world.ondemand(3_000_000), 9_999_999, 3_000_000),
+    (world.onprem(200_000), 1_000_000, 1_000_000),
+    (world.onprem(200_000), None, 200_000),
+], ids=[
+    "spot with the placement's on-demand price → that price",
+    "on-demand attempt → its own price, whatever the quote says",
+    "on-prem with an on-demand tier in the quote → the quote's price",
+    "nothing to compare with → the attempt's own price (saves $0)",
+])
+def test_ondemand_price_rule(placement, quote_od, expected):
+    j, a = _one_attempt(placement, cost=1, seconds=3600, quote_od=quote_od)
+    assert costs.ondemand_price(a, j) == expected
+
+
+def test_on_demand_work_saves_exactly_nothing():
+    j, a = _one_attempt(world.ondemand(3_000_000), cost=1_234_567, seconds=1481)
+    assert costs.ondemand_equivalent(a, j) == 1_234_567
+
+
+@pytest.mark.parametrize("cost, seconds, offset", [
+    (1_000_001, 3 * DAY + 17, 5 * 3600 + 0.5),
+    (7, 2 * DAY, 0),
+    (999_999_999, 29 * DAY + 3, 23 * 3600 + 59),
+], ids=["odd micros over three days and a bit", "seven micros over two days", "a large cost over a month"])
+def test_days_add_up_exactly_to_the_window_and_windows_to_the_cost(cost, seconds, offset):
+    start = 100 * DAY + offset
+    j, a = _one_attempt(world.spot("z", 1), cost=cost, seconds=seconds, start=start)
+    win = costs.Window(start - 3 * DAY, start + seconds + DAY, "custom")
+    r = costs.report([j], {j.id: [a]}, win=win, now=win.until, positions={}, team=None)
+    assert sum(d["total"]["micros"] for d in r["by_day"]) == r["totals"]["spent"]["micros"] == cost
+    mid = start + seconds // 3
+    left = costs.report([j], {j.id: [a]}, win=costs.Window(win.since, mid, "x"), now=mid, positions={}, team=None)
+    right = costs.report([j], {j.id: [a]}, win=costs.Window(mid, win.until, "x"), now=mid, positions={}, team=None)
+    assert left["totals"]["spent"]["micros"] + right["totals"]["spent"]["micros"] == cost
+    assert 0 < left["totals"]["spent"]["micros"] < cost
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"period": "1y"}, "period"),
+    ({"since": "yesterday"}, "since"),
+    ({"since": "2025-02-01", "until": "2025-01-01"}, "since"),
+    ({"period": "7d", "since": "2025-01-01"}, "period"),
+], ids=["an unknown period", "a since that is not ISO", "since after until", "both period and since"])
+def test_bad_windows_name_the_field(kwargs, field):
+    with pytest.raises(costs.CostQueryError) as exc:
+        costs.window(now=1_800_000_000, **kwargs)
+    assert exc.value.field == field
+
+
+def test_admin_sees_every_team_and_the_hand_worked_totals(client):
+    r = client.get("/v1/costs?period=7d", headers=auth(world.ADMIN))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    by_team = {t["team"]: t for t in body["by_team"]}
+    for team, exp in world.EXPECTED.items():
+        assert by_team[team]["spent"]["micros"] == exp["spent"]
+        assert by_team[team]["ondemand_equivalent"]["micros"] == exp["ondemand_equivalent"]
+        for tier in costs.TIERS:
+            assert by_team[team]["by_tier"][tier]["micros"] == exp[tier]
+    total = sum(e["spent"] for e in world.EXPECTED.values())
+    assert body["totals"]["spent"] == {"micros": total, "usd": "$6.90"}
+    assert body["totals"]["saving"]["micros"] == sum(e["ondemand_equivalent"] - e["spent"]
+                                                     for e in world.EXPECTED.values())
+    assert sum(d["total"]["micros"] for d in body["by_day"]) == total
+    for tier in costs.TIERS:
+        assert sum(d[tier]["micros"] for d in body["by_day"]) == body["totals"]["by_tier"][tier]["micros"]
+    assert [j["id"] for j in body["top_jobs"]] == ["j-a1", "j-a2", "j-b1"]
+    assert body["preemptions"]["count"] == 1
+    assert body["preemptions"]["by_zone"] == [{"zone": "us-east-1a", "count": 1}]
+    # preempted at t0+4h, the next attempt started at t0+5h+60s
+    assert body["preemptions"]["recovery_seconds"] == 3600 + 60
+    assert [(b["id"], b["percent"]) for b in body["budget_burn"]] == [("j-a2", 75)]
+    assert body["budget_burn"][0]["hours_left"] == "0.1"
+    assert [(q["id"], q["position"]) for q in body["queue"]] == [("j-a3", 1)]
+    assert "no capacity for 8x H100" in body["queue"][0]["reason"]
+
+
+def test_a_team_sees_only_its_own_spend(client):
+    r = client.get("/v1/costs", headers=auth(world.TOKENS["team-b"])).json()
+    assert r["team"] == "team-b" and r["teams"] == ["team-b"]
+    assert r["totals"]["spent"]["micros"] == world.EXPECTED["team-b"]["spent"]
+    assert [t["team"] for t in r["by_team"]] == ["team-b"]
+    assert r["queue"] == [] and r["budget_burn"] == []
+    refused = client.get("/v1/costs?team=team-a", headers=auth(world.TOKENS["team-b"]))
+    assert refused.status_code == 403 and refused.json()["field"] == "team"
+    assert client.get("/v1/costs").status_code == 401
+
+
+def test_a_window_before_the_work_shows_nothing(client, seeded):
+    r = client.get("/v1/costs", params={"since": "2001-01-01", "until": "2001-01-08"},
+                   headers=auth(world.ADMIN)).json()
+    assert r["totals"]["spent"]["micros"] == 0 and len(r["by_day"]) == 7
+    bad = client.get("/v1/costs?period=1y", headers=auth(world.ADMIN))
+    assert bad.status_code == 422 and bad.json()["field"] == "period"
+
+
+def test_job_detail_has_attempts_cost_and_the_loss_curve(client):
+    r = client.get("/v1/costs/jobs/j-a1", headers=auth(world.TOKENS["team-a"]))
+    assert r.status_code == 200
+    body = r.json()
+    assert [(a["n"], a["tier"], a["zone"], a["cost"]["micros"]) for a in body["attempts"]] == [
+        (1, "spot", "us-east-1a", 2_000_000), (2, "spot", "us-east-1b", 3_000_000)]
+    assert body["saving"]["micros"] == 20_000_000 - 5_000_000 and body["saving_percent"] == 75
+    assert len(body["metrics"]) == 59 and body["metrics"][0]["metrics"]["loss"] == 1.25
+    assert client.get("/v1/costs/jobs/j-a1", headers=auth(world.TOKENS["team-b"])).status_code == 404
