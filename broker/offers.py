@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from broker.config import Pool, Settings
 from broker.models import Job
-from pricing.offers import Offer, Tier
+from pricing.offers import JobRequest, Offer, Tier
 
 
 def pool_offers(pool: Pool) -> list[Offer]:
@@ -81,3 +81,9 @@ def placement_record(offer: Offer, num_nodes: int) -> dict:
         "accelerator_count": offer.accelerator_count, "num_nodes": num_nodes,
         "price_per_hour": offer.price_per_hour * num_nodes, "simulated": offer.simulated,
     }
+
+
+def usable_by(offers: Iterable[Offer], request: JobRequest) -> list[Offer]:
+    """Offers this job may take: a CPU-only job never holds an on-prem GPU slot."""
+    wants_gpu = any(alt.accelerator for alt in request.alternatives)
+    return [o for o in offers if wants_gpu or not (o.tier is Tier.ONPREM and o.accelerator)]

@@ -18,7 +18,7 @@ from broker.auth import Principal
 from broker.config import Settings
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for
-from broker.offers import all_offers
+from broker.offers import all_offers, usable_by
 from broker.queue import positions
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
@@ -78,7 +78,7 @@ class BrokerService:
         checkpoint = spec.broker.checkpoint or f"{self.settings.checkpoint_root.rstrip('/')}/{job_id}"
         try:
             admitted: Admitted = admit(
-                spec, job_id=job_id, team=team, budget=budget, offers=all_offers(self.settings), now=now,
+                spec, job_id=job_id, team=team, budget=budget, offers=usable_by(all_offers(self.settings), spec.request), now=now,
                 actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
             )
         except Refused as exc:

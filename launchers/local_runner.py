@@ -84,6 +84,8 @@ class Runner:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in self.request.get("slots") or []) \
             if self.request.get("placement", {}).get("accelerator") else ""
         env["PYTHONUNBUFFERED"] = "1"
+        # jobs on this host run with the broker's own Python environment first on PATH
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env
 
     def run(self) -> dict:

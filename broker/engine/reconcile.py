@@ -106,7 +106,8 @@ class Engine:
         job = decision.job
         if isinstance(decision, Wait):
             if job.reason != decision.reason:
-                self._commit(job, None, decision.reason, now, reason=decision.reason)
+                self.store.commit(Change(job=replace(job, reason=decision.reason, updated_at=now),
+                                         expected_version=job.version))
             return
         self._commit(job, JobEvent.PLACE, decision.reason, now, placement=decision.placement,
                      slots=list(decision.slots), data={"placement": decision.placement})

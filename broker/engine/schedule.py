@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from broker.models import Job
-from broker.offers import Market, placement_record, slots_of
+from broker.offers import Market, placement_record, slots_of, usable_by
 from broker.queue import ordered
 from broker.spec import parse
 from pricing.offers import Tier
@@ -41,7 +41,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float) -> list[Place | Wai
     for position, job in enumerate(ordered(jobs), start=1):
         request = parse(job.spec, now=job.submitted_at).request
         budget_left = job.budget - job.spent
-        chosen = place(request, offers, free_capacity=capacity, budget_left=budget_left)
+        chosen = place(request, usable_by(offers, request), free_capacity=capacity, budget_left=budget_left)
         if isinstance(chosen, NoFit):
             decisions.append(Wait(job, f"waiting (position {position} in the queue): {chosen.reason}"))
             continue

@@ -1,0 +1,457 @@
+"""The SkyPilot launcher: each attempt on its own SkyPilot cluster, in the clouds or on Kubernetes.
+
+The broker decides *where* (tier, cloud, region, zone, instance type); SkyPilot
+provisions it. The only module that imports ``sky`` (lazily, so ``broker
+--help`` stays fast; ``skypilot==0.14.1`` is the ``skypilot`` extra).
+
+Choices, and why:
+
+* **One cluster per attempt**, named from the attempt id
+  (:func:`cluster_name`). A launch repeated after a broker crash finds the
+  cluster (or the launch request still in flight) and does nothing, so an
+  attempt never runs twice. The broker, not SkyPilot's managed-jobs
+  controller (``sky jobs launch``), decides recovery: it alone knows the
+  budget, the deadline and which zones it has blocked, and resumes the next
+  attempt wherever is cheapest then — possibly on-prem.
+* **Serverless.** The cluster lives only while its attempt runs: the launcher
+  tears it down as soon as it sees the attempt end (:meth:`status`), on
+  :meth:`stop`, and :meth:`sweep` tears down clusters the broker no longer
+  knows. SkyPilot's autodown (``down=True`` with ``autostop_minutes``) is the
+  safety net for a broker that is down.
+* **Plan first.** :meth:`launch` asks SkyPilot for a dry run before the real
+  launch and turns a refusal (unknown accelerator, no such zone, missing
+  bucket) into :class:`~launchers.base.LaunchError` with a sentence.
+
+The launcher keeps one small JSON file per attempt in ``state_dir`` (launch
+request id, spot or not, the last phase, a stop request, the logs fetched) so a
+restarted broker reads status correctly; SkyPilot itself is reached through a
+:class:`SkyClient` (:class:`SdkClient`: the SkyPilot SDK and its API server).
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase
+from launchers.skypilot_status import Launch, Observation, next_status
+from launchers.skypilot_task import TaskConfigError, task_config, without_broker_mounts
+
+CLUSTER_PREFIX = "broker"
+MAX_CLUSTER_NAME = 40
+"""SkyPilot shortens long names on the cloud anyway; short ones stay readable in ``sky status``."""
+
+DEFAULT_AUTOSTOP_MINUTES = 10
+"""Autodown after this many idle minutes: the safety net when the broker cannot tear a cluster down."""
+
+
+# --- validation (``broker submit``) ------------------------------------------------------------
+
+
+class TaskError(ValueError):
+    """A task SkyPilot refuses: ``field`` is the dotted path SkyPilot names, ``reason`` its message."""
+
+    def __init__(self, field: str, reason: str):
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+_PROBLEM_FIELD = re.compile(r"problematic field\(s\): \$\.?([\w.\[\]-]*)")
+_UNKNOWN_FIELD = re.compile(r"(?:Instead of|unsupported field) '([^']+)'")
+
+
+def validate_task(task: Mapping[str, Any]) -> None:
+    """Refuse a task SkyPilot would refuse, with SkyPilot's message and the field it names.
+
+    Runs the real ``sky.Task.from_yaml_config`` on a deep copy (it empties the
+    dict it is given). A ``broker:`` section and ``broker:checkpoint`` mounts
+    are the broker's and are left out. SkyPilot checks that a cloud bucket used
+    as a ``file_mounts`` source exists, so that case reaches the storage.
+    """
+    import sky
+
+    config = without_broker_mounts({k: v for k, v in task.items() if k != "broker"})
+    try:
+        sky.Task.from_yaml_config(config)
+    except Exception as exc:  # SkyPilot raises ValueError subclasses and its own exceptions
+        message = _first_line(exc)
+        raise TaskError(_field_of(message), message) from None
+
+
+def _field_of(message: str) -> str:
+    match = _PROBLEM_FIELD.search(message)
+    if match and match.group(1):
+        return match.group(1)
+    match = _UNKNOWN_FIELD.search(message)
+    if match:
+        return match.group(1)
+    lowered = message.lower()
+    for field in ("file_mounts", "accelerator", "instance", "zone", "region", "infra", "envs", "workdir",
+                  "num_nodes", "setup", "run", "resources"):
+        if field in lowered:
+            return {"accelerator": "resources.accelerators", "instance": "resources.instance_type",
+                    "zone": "resources.infra", "region": "resources.infra",
+                    "infra": "resources.infra"}.get(field, field)
+    return "task"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --- building the task ---------------------------------------------------------------------------
+
+
+def cluster_name(attempt_id: str, prefix: str = CLUSTER_PREFIX) -> str:
+    """The attempt's cluster: ``broker-<attempt id>``, lowercased; long ids end in a short hash."""
+    if not attempt_id:
+        raise ValueError("empty attempt id")
+    body = re.sub(r"[^a-z0-9-]+", "-", attempt_id.lower()).strip("-")
+    name = f"{prefix}-{body}"
+    if len(name) > MAX_CLUSTER_NAME or body != attempt_id:
+        digest = hashlib.sha256(attempt_id.encode()).hexdigest()[:6]
+        name = f"{name[: MAX_CLUSTER_NAME - 7].rstrip('-')}-{digest}"
+    return name
+
+
+def attempt_config(request: LaunchRequest) -> dict[str, Any]:
+    """The SkyPilot task config for ``request`` (raises :class:`LaunchError` if it cannot be made)."""
+    try:
+        return task_config(request.task, request.placement, request.envs,
+                           job_id=request.job_id, attempt_id=request.attempt_id)
+    except TaskConfigError as exc:
+        raise LaunchError(str(exc)) from None
+
+
+def build_task(config: Mapping[str, Any]) -> Any:
+    """A real ``sky.Task`` from a config, or :class:`LaunchError` with SkyPilot's reason."""
+    import sky
+
+    try:
+        return sky.Task.from_yaml_config(copy.deepcopy(dict(config)))
+    except Exception as exc:
+        raise LaunchError(refusal(exc, config)) from None
+
+
+def refusal(exc: BaseException, config: Mapping[str, Any] | None = None) -> str:
+    """SkyPilot's refusal of a placement as one sentence for the user."""
+    kind = type(exc).__name__
+    message = _first_line(exc).rstrip(".")
+    where = _describe(config or {})
+    if kind.startswith("Storage"):
+        return f"SkyPilot cannot mount the storage for {where}: {message}."
+    if kind == "ResourcesUnavailableError":
+        return f"SkyPilot finds no capacity or offer for {where}: {message}."
+    if kind in ("NoCloudAccessError", "CloudUserIdentityError"):
+        return f"SkyPilot has no access to the cloud for {where} (run `sky check`): {message}."
+    return f"SkyPilot cannot satisfy {where}: {message}."
+
+
+def _describe(config: Mapping[str, Any]) -> str:
+    r = config.get("resources") or {}
+    what = r.get("instance_type") or r.get("accelerators") or "the task"
+    if isinstance(what, dict):
+        what = ", ".join(f"{k}:{v}" for k, v in what.items())
+    spot = " (spot)" if r.get("use_spot") else ""
+    return f"{what}{spot} in {r.get('infra', 'any cloud')}"
+
+
+# --- the port to SkyPilot ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What SkyPilot says of one cluster."""
+
+    name: str
+    status: str  # ClusterStatus value: INIT, UP, STOPPED
+    spot: bool = False
+
+
+class SkyClient(Protocol):
+    """The few SkyPilot calls the launcher makes. :class:`SdkClient` is the real one."""
+
+    def plan(self, task: Any, cluster: str) -> None:
+        """Dry-run the launch; raise SkyPilot's error if it cannot be satisfied. Blocks (seconds)."""
+
+    def launch(self, task: Any, cluster: str, *, autostop_minutes: int) -> str:
+        """Start provisioning and the job, autodown as the safety net; return the request id. Does not wait."""
+
+    def launch_state(self, request_id: str) -> tuple[Launch, str]:
+        """The launch request's state and, if it failed, SkyPilot's message."""
+
+    def launch_in_flight(self, cluster: str) -> bool:
+        """Whether a launch request for ``cluster`` is pending or running (found after a crash)."""
+
+    def clusters(self, names: list[str] | None = None) -> list[Cluster]:
+        """Clusters SkyPilot knows (refreshed from the cloud for spot and autostop ones)."""
+
+    def job_status(self, cluster: str) -> str | None:
+        """The JobStatus value of the cluster's latest job, or None."""
+
+    def down(self, cluster: str) -> None:
+        """Tear the cluster down. Does not wait; a cluster already gone is no error."""
+
+    def logs(self, cluster: str) -> bytes:
+        """The latest job's output so far."""
+
+
+class SdkClient:
+    """:class:`SkyClient` through the SkyPilot SDK: each call is a request to the API server.
+
+    The SDK starts a local API server on first use unless ``SKYPILOT_API_SERVER_ENDPOINT``
+    (or ``sky api login``) points at a shared one.
+    """
+
+    def plan(self, task: Any, cluster: str) -> None:
+        import sky
+
+        sky.get(sky.launch(task, cluster_name=cluster, dryrun=True))
+
+    def launch(self, task: Any, cluster: str, *, autostop_minutes: int) -> str:
+        import sky
+
+        return str(sky.launch(task, cluster_name=cluster, idle_minutes_to_autostop=autostop_minutes, down=True))
+
+    def launch_state(self, request_id: str) -> tuple[Launch, str]:
+        import sky
+
+        payloads = sky.api_status([request_id])
+        if not payloads:
+            return Launch.NONE, ""
+        status, error = payloads[0].status, payloads[0].error
+        if status in ("PENDING", "WAITING", "RUNNING"):
+            return Launch.IN_FLIGHT, ""
+        if status == "SUCCEEDED":
+            return Launch.DONE, ""
+        try:
+            detail = json.loads(error) or {}
+            message = detail.get("message") or detail.get("type") or status.lower()
+        except (TypeError, ValueError):
+            message = str(error or status.lower())
+        return Launch.FAILED, _first_line(Exception(message))
+
+    def launch_in_flight(self, cluster: str) -> bool:
+        import sky
+
+        return any(
+            "launch" in (p.name or "") and p.status in ("PENDING", "WAITING", "RUNNING")
+            for p in sky.api_status(cluster_name=cluster)
+        )
+
+    def clusters(self, names: list[str] | None = None) -> list[Cluster]:
+        import sky
+        from sky.utils import common
+
+        records = sky.get(sky.status(names, refresh=common.StatusRefreshMode.AUTO))
+        out = []
+        for r in records:
+            handle = r["handle"] if isinstance(r, dict) else r.handle
+            resources = getattr(handle, "launched_resources", None)
+            status = r["status"] if isinstance(r, dict) else r.status
+            name = r["name"] if isinstance(r, dict) else r.name
+            out.append(Cluster(name, getattr(status, "value", str(status)), bool(getattr(resources, "use_spot", False))))
+        return out
+
+    def job_status(self, cluster: str) -> str | None:
+        import sky
+
+        statuses = sky.get(sky.job_status(cluster))
+        if not statuses:
+            return None
+        latest = statuses[max(statuses, key=lambda k: -1 if k is None else k)]
+        return getattr(latest, "value", None if latest is None else str(latest))
+
+    def down(self, cluster: str) -> None:
+        import sky
+
+        sky.down(cluster)
+
+    def logs(self, cluster: str) -> bytes:
+        import io
+
+        import sky
+
+        buffer = io.StringIO()
+        sky.tail_logs(cluster, None, follow=False, output_stream=buffer)
+        return buffer.getvalue().encode()
+
+
+# --- the launcher ----------------------------------------------------------------------------------
+
+
+class SkyPilotLauncher:
+    """:class:`~launchers.base.Launcher` running each attempt on its own SkyPilot cluster."""
+
+    name = "skypilot"
+    capabilities = Capabilities(simulated=False, preemption_notice=False, follow_logs=False)
+
+    def __init__(self, state_dir: str | Path, *, client: SkyClient | None = None,
+                 autostop_minutes: int = DEFAULT_AUTOSTOP_MINUTES, prefix: str = CLUSTER_PREFIX):
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.client = client if client is not None else SdkClient()
+        self.autostop_minutes = autostop_minutes
+        self.prefix = prefix
+
+    def cluster(self, attempt_id: str) -> str:
+        return cluster_name(attempt_id, self.prefix)
+
+    # -- launch ---------------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> None:
+        """Plan, then start the attempt's cluster unless it was started before.
+
+        Blocks for SkyPilot's dry run (seconds), not for provisioning. Raises
+        :class:`LaunchError` when SkyPilot refuses the placement.
+        """
+        config = attempt_config(request)
+        name = self.cluster(request.attempt_id)
+        with self._locked(request.attempt_id) as state:
+            if state.get("request_id") or state.get("adopted"):
+                return
+            if self.client.launch_in_flight(name) or self.client.clusters([name]):
+                state.update(cluster=name, adopted=True, spot=bool(config["resources"].get("use_spot")))
+                return
+            try:
+                self.client.plan(build_task(config), name)
+            except LaunchError:
+                raise
+            except Exception as exc:
+                raise LaunchError(refusal(exc, config)) from None
+            state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), phase=None)
+            self._save(request.attempt_id, state)  # the intent, before the request exists
+            state["request_id"] = self.client.launch(build_task(config), name, autostop_minutes=self.autostop_minutes)
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def observe(self, attempt_id: str, state: Mapping[str, Any]) -> Observation:
+        """Poll SkyPilot for the attempt (the launch request, the cluster, its job)."""
+        name = self.cluster(attempt_id)
+        found = self.client.clusters([name])
+        cluster = found[0] if found else None
+        launch, error = Launch.NONE, ""
+        if state.get("request_id"):
+            launch, error = self.client.launch_state(state["request_id"])
+        elif state.get("adopted"):
+            launch = Launch.IN_FLIGHT if self.client.launch_in_flight(name) else Launch.DONE
+        job = self.client.job_status(name) if cluster is not None and cluster.status == "UP" else None
+        return Observation(launch=launch, cluster=cluster.status if cluster else None, job=job,
+                           spot=cluster.spot if cluster else bool(state.get("spot")),
+                           stop_reason=state.get("stop_reason"), launch_error=error)
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        """The attempt's phase. Never raises: unknown → ``GONE``; SkyPilot unreachable → the last phase.
+
+        When the attempt has ended, its logs are kept and its cluster torn down.
+        """
+        with self._locked(attempt_id) as state:
+            previous = Phase(state["phase"]) if state.get("phase") else None
+            if previous is not None and previous.is_final:
+                return AttemptStatus(previous, exit_code=state.get("exit_code"), reason=state.get("reason", ""),
+                                     step=state.get("step"))
+            try:
+                obs = self.observe(attempt_id, state)
+            except Exception as exc:  # API server down, network: report what was known
+                return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_first_line(exc)}")
+            result = next_status(previous, obs)
+            if result.phase is Phase.GONE:
+                return result
+            state.update(phase=result.phase.value, exit_code=result.exit_code, reason=result.reason,
+                         step=result.step)
+            if result.phase.is_final and not state.get("down"):
+                self._keep_logs(attempt_id, state)
+                self._down(attempt_id, state)
+            return result
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
+        """Tear the attempt's cluster down. Does not wait; idempotent; an unknown attempt is ignored.
+
+        SkyPilot gives the job no notice before the VMs go, so ``grace_seconds`` is not used;
+        jobs rely on their periodic checkpoints.
+        """
+        with self._locked(attempt_id) as state:
+            if not state and not self.client.clusters([self.cluster(attempt_id)]):
+                return
+            state.setdefault("stop_reason", reason)
+            if not state.get("down"):
+                self._keep_logs(attempt_id, state)
+                self._down(attempt_id, state)
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        """The job's output from ``offset``: from SkyPilot while the cluster lives, then the kept copy."""
+        kept = self._path(attempt_id, ".log")
+        with self._locked(attempt_id) as state:
+            if state and not state.get("down"):
+                self._keep_logs(attempt_id, state)
+        data = kept.read_bytes() if kept.exists() else b""
+        chunk = data[offset: offset + limit]
+        return chunk, offset + len(chunk)
+
+    # -- sweep ----------------------------------------------------------------------------------
+
+    def sweep(self, known_attempt_ids: list[str] | set[str] | tuple[str, ...]) -> list[str]:
+        """Tear down this broker's clusters whose attempt the broker no longer runs; return their names."""
+        keep = {self.cluster(a) for a in known_attempt_ids}
+        stale = sorted(c.name for c in self.client.clusters()
+                       if c.name.startswith(self.prefix + "-") and c.name not in keep)
+        for name in stale:
+            self.client.down(name)
+        return stale
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _path(self, attempt_id: str, suffix: str) -> Path:
+        if not attempt_id or "/" in attempt_id or attempt_id.startswith("."):
+            raise ValueError(f"bad attempt id {attempt_id!r}")
+        return self.state_dir / f"{attempt_id}{suffix}"
+
+    @contextmanager
+    def _locked(self, attempt_id: str) -> Iterator[dict[str, Any]]:
+        """The attempt's state, under a lock across processes; saved on exit if changed."""
+        path = self._path(attempt_id, ".json")
+        with open(self._path(attempt_id, ".lock"), "a+") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            state = json.loads(path.read_text()) if path.exists() else {}
+            before = dict(state)
+            try:
+                yield state
+            finally:
+                if state != before:
+                    self._save(attempt_id, state)
+
+    def _save(self, attempt_id: str, state: Mapping[str, Any]) -> None:
+        path = self._path(attempt_id, ".json")
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, sort_keys=True))
+        os.replace(tmp, path)
+
+    def _keep_logs(self, attempt_id: str, state: Mapping[str, Any]) -> None:
+        try:
+            data = self.client.logs(self.cluster(attempt_id))
+        except Exception:  # no cluster yet, or gone: keep what was fetched before
+            return
+        if data:
+            self._path(attempt_id, ".log").write_bytes(data)
+
+    def _down(self, attempt_id: str, state: dict[str, Any]) -> None:
+        try:
+            self.client.down(self.cluster(attempt_id))
+        except Exception:  # the sweep retries
+            return
+        state["down"] = True

@@ -1,0 +1,113 @@
+"""What SkyPilot's view of a cluster means for an attempt. Pure: no ``sky`` import, no I/O.
+
+The SkyPilot launcher runs each attempt on its own cluster and observes three
+things: its launch request (in flight, failed, done), the cluster's status
+(``INIT``, ``UP``, ``STOPPED``, or no record at all) and the status of the
+cluster's job. :func:`next_status` folds one :class:`Observation` into the
+attempt's phase, given the phase reported before — the one piece of memory the
+mapping needs, because a spot cluster that disappears is a preemption only if
+the job was running on it.
+
+Sequences, read left to right (each arrow is one poll):
+
+| observed | phases |
+|---|---|
+| launch in flight → cluster INIT → UP, job RUNNING → job SUCCEEDED | pending → pending → running → succeeded |
+| spot: UP, job RUNNING → cluster gone (or INIT, STOPPED) | running → preempted |
+| on-demand: UP, job RUNNING → cluster gone | running → lost |
+| launch in flight → launch failed (no capacity) | pending → lost (the engine requeues) |
+| stop requested → cluster gone | stopped |
+
+A final phase is sticky: once an attempt has ended, later observations (the
+cluster being torn down) do not change what it ended as.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from launchers.base import AttemptStatus, Phase
+
+
+class Launch(str, Enum):
+    """The state of the attempt's ``sky.launch`` request, as far as the launcher knows."""
+
+    NONE = "none"  # never sent (or the launcher has no record of it)
+    IN_FLIGHT = "in_flight"  # pending or running on the API server
+    FAILED = "failed"  # SkyPilot gave up: no capacity, quota, bad credentials
+    DONE = "done"  # the cluster was provisioned and the job submitted
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One poll of SkyPilot for one attempt.
+
+    ``cluster`` is SkyPilot's ``ClusterStatus`` value (``"INIT"``, ``"UP"``,
+    ``"STOPPED"``) or None when SkyPilot has no record of the cluster (never
+    made, terminated, preempted and cleaned up). ``job`` is the ``JobStatus``
+    value of the cluster's job, or None when it could not be read.
+    """
+
+    launch: Launch = Launch.NONE
+    cluster: str | None = None
+    job: str | None = None
+    spot: bool = False
+    stop_reason: str | None = None  # set once the broker asked for the attempt to stop
+    launch_error: str = ""
+
+
+JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
+    "SUCCEEDED": (Phase.SUCCEEDED, "run"),
+    "FAILED": (Phase.FAILED, "run"),
+    "FAILED_SETUP": (Phase.FAILED, "setup"),
+    "FAILED_DRIVER": (Phase.FAILED, "run"),
+    "FAILED_PRECHECKS": (Phase.FAILED, "setup"),
+}
+"""Terminal job states of SkyPilot's job queue: phase and which command ended it."""
+
+JOB_RUNNING = {"SETTING_UP": "setup", "RUNNING": "run"}
+"""Job states in which the user's code runs (setup counts, as it does for the local launcher)."""
+
+JOB_WAITING = {"INIT", "PENDING"}
+
+
+def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
+    """The attempt's status after ``obs``, given the phase reported before (None: not known)."""
+    if previous is not None and previous.is_final and previous is not Phase.GONE:
+        return AttemptStatus(previous)
+    if obs.job in JOB_ENDS:
+        phase, step = JOB_ENDS[obs.job]
+        if phase is Phase.FAILED and obs.stop_reason:
+            return AttemptStatus(_stopped(obs.stop_reason), reason=obs.stop_reason, step=step)
+        return AttemptStatus(phase, exit_code=0 if phase is Phase.SUCCEEDED else None, step=step)
+    if obs.job == "CANCELLED" or (obs.stop_reason and obs.cluster != "UP"):
+        reason = obs.stop_reason or "the job was cancelled outside the broker"
+        return AttemptStatus(_stopped(reason), reason=reason)
+    if obs.cluster == "UP":
+        if obs.job in JOB_RUNNING:
+            return AttemptStatus(Phase.RUNNING, step=JOB_RUNNING[obs.job])
+        return AttemptStatus(Phase.PENDING)
+    # The cluster is not UP: provisioning, or the capacity went away.
+    if previous is Phase.RUNNING:
+        if obs.spot:
+            return AttemptStatus(Phase.PREEMPTED, reason="the spot cluster is no longer up", step="run")
+        return AttemptStatus(Phase.LOST, reason=f"the cluster is {_describe(obs.cluster)} while its job was running")
+    if obs.launch is Launch.IN_FLIGHT or (obs.launch is Launch.DONE and obs.cluster == "INIT"):
+        return AttemptStatus(Phase.PENDING)
+    if obs.launch is Launch.FAILED:
+        why = obs.launch_error or "no reason given"
+        return AttemptStatus(Phase.LOST, reason=f"SkyPilot could not provision the cluster: {why}")
+    if obs.launch is Launch.NONE and obs.cluster is None:
+        return AttemptStatus(Phase.GONE, reason="SkyPilot has no cluster for this attempt")
+    if obs.spot and obs.launch is Launch.DONE:
+        return AttemptStatus(Phase.PREEMPTED, reason=f"the spot cluster is {_describe(obs.cluster)} before its job ran")
+    return AttemptStatus(Phase.LOST, reason=f"the cluster is {_describe(obs.cluster)} and no job ended on it")
+
+
+def _stopped(reason: str) -> Phase:
+    return Phase.PREEMPTED if reason == "preempted" else Phase.STOPPED
+
+
+def _describe(cluster: str | None) -> str:
+    return "gone" if cluster is None else cluster

@@ -1,0 +1,131 @@
+"""The SkyPilot task config for one attempt: the user's task with the broker's choices pinned. Pure.
+
+Works on plain dicts (the YAML form of a ``sky.Task``); :mod:`launchers.skypilot`
+turns the result into a real ``sky.Task`` with ``sky.Task.from_yaml_config``.
+
+What the broker changes, and nothing else:
+
+| part | becomes |
+|---|---|
+| ``resources`` (``any_of`` / ``ordered`` resolved to the chosen shape) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type``, ``accelerators``, ``use_spot`` (tier ``spot``) |
+| ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
+| ``num_nodes`` | the placement's ``num_nodes`` when given |
+| ``envs`` | the task's own, with the broker's (``BROKER_*``) over them |
+| ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+CHECKPOINT_MOUNT = "broker:checkpoint"
+"""A ``file_mounts`` value that asks for the job's checkpoint bucket mounted at that path."""
+
+MOUNTABLE_SCHEMES = ("s3", "gs", "r2")
+"""Checkpoint stores SkyPilot can mount as a bucket."""
+
+PLACEMENT_KEYS = ("infra", "cloud", "region", "zone", "instance_type", "accelerators", "use_spot",
+                  "any_of", "ordered")
+"""Resource keys the broker decides; the user's values for them are replaced, the rest kept."""
+
+KUBERNETES_CLOUDS = {"kubernetes": "k8s", "k8s": "k8s"}
+
+
+class TaskConfigError(ValueError):
+    """The placement or the checkpoint mount cannot be expressed as a SkyPilot task."""
+
+
+def infra(placement: Mapping[str, Any]) -> str:
+    """``cloud/region/zone`` (``k8s/<context>`` for Kubernetes) from a placement."""
+    cloud = str(placement.get("cloud") or "").lower()
+    if not cloud or cloud == "local":
+        raise TaskConfigError(f"the placement's cloud {cloud or 'none'!r} is not one SkyPilot provisions")
+    parts = [KUBERNETES_CLOUDS.get(cloud, cloud)]
+    for key in ("region", "zone"):
+        if placement.get(key):
+            parts.append(str(placement[key]))
+        else:
+            break
+    return "/".join(parts)
+
+
+def pinned_resources(resources: Mapping[str, Any] | None, placement: Mapping[str, Any]) -> dict[str, Any]:
+    """The user's resources with every placement decision replaced by the broker's."""
+    resources = dict(resources or {})
+    variants = resources.get("any_of") or resources.get("ordered") or []
+    base = {k: v for k, v in resources.items() if k not in PLACEMENT_KEYS}
+    chosen = _variant_for(variants, placement)
+    merged = {**base, **{k: v for k, v in chosen.items() if k not in PLACEMENT_KEYS}}
+    merged["infra"] = infra(placement)
+    if placement.get("instance_type"):
+        merged["instance_type"] = str(placement["instance_type"])
+    if placement.get("accelerator"):
+        merged["accelerators"] = {str(placement["accelerator"]): int(placement.get("accelerator_count") or 1)}
+    merged["use_spot"] = placement.get("tier") == "spot"
+    return merged
+
+
+def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``any_of`` alternative the placement satisfies: same accelerator, else the first."""
+    wanted = str(placement.get("accelerator") or "").lower()
+    for variant in variants:
+        if isinstance(variant, Mapping) and wanted and wanted in str(variant.get("accelerators") or "").lower():
+            return variant
+    return variants[0] if variants and isinstance(variants[0], Mapping) else {}
+
+
+def checkpoint_mount(uri: str, destination: str) -> tuple[dict[str, str], str]:
+    """The ``file_mounts`` value mounting ``uri``'s bucket, and the job's folder under ``destination``."""
+    parts = urlsplit(uri)
+    if parts.scheme not in MOUNTABLE_SCHEMES or not parts.netloc:
+        raise TaskConfigError(
+            f"the checkpoint store {uri!r} cannot be mounted; a mount needs a bucket URL "
+            f"({', '.join(s + '://' for s in MOUNTABLE_SCHEMES)})"
+        )
+    folder = destination.rstrip("/") + ("/" + parts.path.strip("/") if parts.path.strip("/") else "")
+    return {"source": f"{parts.scheme}://{parts.netloc}", "mode": "MOUNT"}, folder
+
+
+def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Mapping[str, str], *,
+                job_id: str = "", attempt_id: str = "") -> dict[str, Any]:
+    """The SkyPilot task config for one attempt (a new dict; ``task`` is not changed)."""
+    config = copy.deepcopy(dict(task))
+    config.pop("broker", None)
+    resources = pinned_resources(config.get("resources"), placement)
+    labels = dict(resources.get("labels") or {})
+    if job_id:
+        labels.setdefault("broker-job", job_id)
+    if attempt_id:
+        labels.setdefault("broker-attempt", attempt_id)
+    if labels:
+        resources["labels"] = labels
+    config["resources"] = resources
+    if placement.get("num_nodes"):
+        config["num_nodes"] = int(placement["num_nodes"])
+    merged_envs = {str(k): ("" if v is None else str(v)) for k, v in (config.get("envs") or {}).items()}
+    merged_envs.update({k: str(v) for k, v in envs.items()})
+    mounts = dict(config.get("file_mounts") or {})
+    for destination, source in list(mounts.items()):
+        if source == CHECKPOINT_MOUNT:
+            uri = merged_envs.get("BROKER_CHECKPOINT_URI", "")
+            mounts[destination], merged_envs["BROKER_CHECKPOINT_DIR"] = checkpoint_mount(uri, str(destination))
+    if mounts:
+        config["file_mounts"] = mounts
+    config["envs"] = merged_envs
+    return config
+
+
+def without_broker_mounts(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``task`` without the ``broker:checkpoint`` mounts (they are resolved at launch)."""
+    config = copy.deepcopy(dict(task))
+    mounts = config.get("file_mounts")
+    if isinstance(mounts, dict):
+        kept = {k: v for k, v in mounts.items() if v != CHECKPOINT_MOUNT}
+        if kept:
+            config["file_mounts"] = kept
+        else:
+            config.pop("file_mounts")
+    return config

@@ -1,0 +1,142 @@
+"""The engine with the local launcher: real processes from queued to an end state."""
+
+import time
+
+import pytest
+
+from broker.auth import Principal
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
+from broker.runtime import open_launcher
+from broker.service import BrokerService
+from broker.store import open_store
+
+from conftest import wait_for
+
+ADMIN = Principal("admin", None, admin=True)
+CONFIG = """
+pools:
+  - {name: gpus, slots: 2, accelerator: A100, price_per_slot_hour: "3.60"}
+  - {name: cpu, slots: 1, price_per_slot_hour: "0.36"}
+stop_grace_seconds: 2
+tick_seconds: 0.05
+"""
+
+
+@pytest.fixture
+def broker(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'e.db'}")
+    launcher = open_launcher(settings)
+    service = BrokerService(settings, store, launcher)
+    engine = Engine(settings, store, launcher)
+    yield service, engine, store, launcher
+    store.close()
+
+
+def run_until(engine, store, job_id, states, timeout=20):
+    def done():
+        engine.tick()
+        job = store.get_job(job_id)
+        return job if job.state.value in states else None
+
+    return wait_for(done, timeout=timeout)
+
+
+def submit(service, run, **resources):
+    task = {"name": "t", "run": run, "resources": resources or {"cpus": 1}, "broker": {"budget_usd": 5}}
+    return service.submit(ADMIN, task)[0]
+
+
+def test_a_job_runs_to_success_with_its_events_logs_and_cost(broker):
+    service, engine, store, launcher = broker
+    job = submit(service, "echo job=$BROKER_JOB_ID attempt=$BROKER_ATTEMPT ckpt=$BROKER_CHECKPOINT_URI; sleep 1.2")
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED
+    assert [e.event for e in store.events(job.id)] == ["submit", "place", "launch", "start", "succeed"]
+    log = service.logs(ADMIN, job.id)["data"]
+    assert f"job={job.id} attempt=1 ckpt={final.checkpoint_uri}" in log
+    (attempt,) = store.attempts(job.id)
+    assert attempt.placement["location"] == "cpu" and attempt.exit_code == 0
+    # $0.36/h is 100 micro-dollars a second; at least one whole second ran
+    assert attempt.cost >= 100 and final.spent == attempt.cost
+
+
+def test_a_failing_job_fails_with_its_exit_code(broker):
+    service, engine, store, _ = broker
+    job = submit(service, "echo boom >&2; exit 3")
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.FAILED
+    assert "exited with code 3" in final.reason
+    assert "boom" in service.logs(ADMIN, job.id)["data"]
+
+
+def test_an_error_exit_listed_in_retry_settings_is_retried(broker):
+    service, engine, store, _ = broker
+    task = {"run": "if [ $BROKER_ATTEMPT = 1 ]; then exit 75; fi; echo second", "resources": {"cpus": 1},
+            "broker": {"budget_usd": 5, "retry": {"recover_on_exit_codes": [75]}}}
+    job = service.submit(ADMIN, task)[0]
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED and final.attempts == 2
+
+
+def test_gpu_slots_are_handed_out_through_cuda_visible_devices(broker):
+    service, engine, store, _ = broker
+    a = submit(service, 'echo "gpus=[$CUDA_VISIBLE_DEVICES]"; sleep 1', accelerators="A100:1")
+    b = submit(service, 'echo "gpus=[$CUDA_VISIBLE_DEVICES]"; sleep 1', accelerators="A100:1")
+    run_until(engine, store, a.id, {"succeeded"})
+    run_until(engine, store, b.id, {"succeeded"})
+    seen = {service.logs(ADMIN, j.id)["data"].strip() for j in (a, b)}
+    assert seen == {"gpus=[0]", "gpus=[1]"}  # both ran at once, on different GPUs
+
+
+def test_a_full_pool_makes_the_next_job_wait_with_its_reason_and_position(broker):
+    service, engine, store, _ = broker
+    first = submit(service, "sleep 2")
+    second = submit(service, "echo second")
+    run_until(engine, store, first.id, {"running"})
+    engine.tick()
+    waiting = store.get_job(second.id)
+    assert waiting.state is JobState.QUEUED
+    assert "position 1" in waiting.reason and "full" in waiting.reason
+    assert service.queue_positions() == {second.id: 1}
+    final = run_until(engine, store, second.id, {"succeeded"})
+    assert final.state is JobState.SUCCEEDED
+
+
+def test_cancelling_a_running_job_stops_its_process(broker):
+    service, engine, store, _ = broker
+    job = submit(service, "trap 'echo got-sigterm; exit 143' TERM; while true; do sleep 0.1; done")
+    run_until(engine, store, job.id, {"running"})
+    time.sleep(0.3)  # let bash install its trap
+    assert service.cancel(ADMIN, job.id).state is JobState.CANCELLING
+    final = run_until(engine, store, job.id, {"cancelled"})
+    assert final.state is JobState.CANCELLED
+    assert "got-sigterm" in service.logs(ADMIN, job.id)["data"]
+    assert [e.event for e in store.events(job.id)][-2:] == ["cancel", "ended"]
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(broker):
+    service, engine, store, _ = broker
+    job = submit(service, "trap '' TERM; sleep 30")
+    run_until(engine, store, job.id, {"running"})
+    started = time.monotonic()
+    service.cancel(ADMIN, job.id)
+    run_until(engine, store, job.id, {"cancelled"})
+    assert time.monotonic() - started < 10  # grace is 2 s in this config
+
+
+def test_launching_twice_runs_the_attempt_once(broker, tmp_path):
+    from launchers.base import LaunchRequest, Phase
+
+    _, _, _, launcher = broker
+    marker = tmp_path / "count"
+    req = LaunchRequest(attempt_id="j-x-a1", job_id="j-x", attempt=1, task={"run": f"echo run >> {marker}"},
+                        placement={}, envs={})
+    for _ in range(3):
+        launcher.launch(req)
+    wait_for(lambda: launcher.status("j-x-a1").phase is Phase.SUCCEEDED)
+    launcher.launch(req)
+    time.sleep(0.5)
+    assert marker.read_text().count("run") == 1
+    assert launcher.status("nope-a1").phase is Phase.GONE
