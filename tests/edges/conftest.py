@@ -25,9 +25,13 @@ def seeded(store):
     return world.seed(store)
 
 
-def build_app(settings, store, *, service=None):
+def build_app(settings, store, *, service_class=None):
+    """The app with the edges installed; ``service_class`` swaps in a service with more methods."""
     app = create_app(settings, store=store, launcher=FakeLauncher(), engine=False)
-    install_edges(app, service or app.state.service, settings)
+    service = app.state.service
+    if service_class is not None:
+        service = service_class(settings, store, service.launcher)
+    install_edges(app, service, settings)
     return app
 
 
