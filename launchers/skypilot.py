@@ -84,17 +84,20 @@ def validate_task(task: Mapping[str, Any]) -> None:
     try:
         sky.Task.from_yaml_config(config)
     except Exception as exc:  # SkyPilot raises ValueError subclasses and its own exceptions
-        message = _first_line(exc)
+        message = _one_line(exc)
         raise TaskError(_field_of(message), message) from None
 
 
 def _field_of(message: str) -> str:
     match = _PROBLEM_FIELD.search(message)
     if match and match.group(1):
-        return match.group(1)
+        within = "resources." if message.startswith("Invalid resources YAML") else ""
+        return within + match.group(1)
     match = _UNKNOWN_FIELD.search(message)
     if match:
-        return match.group(1)
+        return ("resources." if message.startswith("Invalid resources YAML") else "") + match.group(1)
+    if "`envs` field" in message:
+        return "envs"
     lowered = message.lower()
     for field in ("file_mounts", "accelerator", "instance", "zone", "region", "infra", "envs", "workdir",
                   "num_nodes", "setup", "run", "resources"):
@@ -105,9 +108,12 @@ def _field_of(message: str) -> str:
     return "task"
 
 
-def _first_line(exc: BaseException) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    """SkyPilot's message on one line (colour codes dropped), shortened to ``limit`` characters."""
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split())
+    if not text:
+        return type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --- building the task ---------------------------------------------------------------------------
@@ -147,7 +153,7 @@ def build_task(config: Mapping[str, Any]) -> Any:
 def refusal(exc: BaseException, config: Mapping[str, Any] | None = None) -> str:
     """SkyPilot's refusal of a placement as one sentence for the user."""
     kind = type(exc).__name__
-    message = _first_line(exc).rstrip(".")
+    message = _one_line(exc).rstrip(".")
     where = _describe(config or {})
     if kind.startswith("Storage"):
         return f"SkyPilot cannot mount the storage for {where}: {message}."
@@ -240,7 +246,7 @@ class SdkClient:
             message = detail.get("message") or detail.get("type") or status.lower()
         except (TypeError, ValueError):
             message = str(error or status.lower())
-        return Launch.FAILED, _first_line(Exception(message))
+        return Launch.FAILED, _one_line(Exception(message))
 
     def launch_in_flight(self, cluster: str) -> bool:
         import sky
@@ -364,7 +370,7 @@ class SkyPilotLauncher:
             try:
                 obs = self.observe(attempt_id, state)
             except Exception as exc:  # API server down, network: report what was known
-                return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_first_line(exc)}")
+                return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_one_line(exc)}")
             result = next_status(previous, obs)
             if result.phase is Phase.GONE:
                 return result

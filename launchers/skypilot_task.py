@@ -11,7 +11,7 @@ What the broker changes, and nothing else:
 | ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them |
-| ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
+| ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def checkpoint_mount(uri: str, destination: str) -> tuple[dict[str, str], str]:
             f"({', '.join(s + '://' for s in MOUNTABLE_SCHEMES)})"
         )
     folder = destination.rstrip("/") + ("/" + parts.path.strip("/") if parts.path.strip("/") else "")
-    return {"source": f"{parts.scheme}://{parts.netloc}", "mode": "MOUNT"}, folder
+    # persistent: tearing the cluster down must never delete the bucket holding the checkpoints
+    return {"source": f"{parts.scheme}://{parts.netloc}", "mode": "MOUNT", "persistent": True}, folder
 
 
 def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Mapping[str, str], *,

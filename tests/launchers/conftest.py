@@ -1,0 +1,128 @@
+"""SkyPilot, in process and offline: a temporary HOME, the catalog subset, AWS served by moto.
+
+Everything here is real SkyPilot 0.14.1 code running against a real catalog and a real (moto)
+AWS API on loopback. The one thing faked is the answer to "which clouds are enabled", the way
+SkyPilot's own test suite fakes it, since ``sky check`` would need real credentials.
+
+``HOME`` and ``SKY_RUNTIME_DIR`` must point at the temporary folder before ``sky`` is imported;
+the environment is set for this package only and restored when it ends. Proxies point at a
+closed loopback port, so anything that tries to leave the machine fails instead of leaking.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CATALOG = REPO.parent / "shared" / "data" / "skypilot-catalog" / "v8"
+FIXTURES = HERE / "fixtures"
+BUCKET = "broker-ckpt"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_catalog(home: Path) -> Path:
+    catalog = home / ".sky" / "catalogs" / "v8"
+    shutil.copytree(CATALOG, catalog)
+    with open(catalog / "aws" / "images.csv", "a") as images:
+        images.writelines((FIXTURES / "made_for_test_images_cuda13.csv").read_text().splitlines(True)[1:])
+    shutil.copy(FIXTURES / "made_for_test_instance_quota_mapping.csv", catalog / "aws" / "instance_quota_mapping.csv")
+    return catalog
+
+
+def _amis(catalog: Path, path: Path) -> None:
+    """Every image of the catalog, in the form ``MOTO_AMIS_PATH`` expects."""
+    rows = list(csv.DictReader((catalog / "aws" / "images.csv").open()))
+    path.write_text(json.dumps([
+        {"ami_id": r["ImageId"], "name": r["Tag"], "description": "catalog image (test)", "owner_id": "123456789012",
+         "public": True, "virtualization_type": "hvm", "architecture": "arm64" if "arm64" in r["Tag"] else "x86_64",
+         "state": "available", "platform": None, "hypervisor": "xen", "root_device_name": "/dev/sda1",
+         "root_device_type": "ebs", "sriov": "simple"}
+        for r in rows
+    ]))
+
+
+@pytest.fixture(scope="package")
+def moto_endpoint(tmp_path_factory):
+    """A moto server (S3, STS, EC2) on loopback, in its own process, serving the catalog's images."""
+    home = tmp_path_factory.mktemp("moto")
+    catalog = _write_catalog(home)
+    _amis(catalog, home / "amis.json")
+    port = _free_port()
+    env = {**os.environ, "MOTO_AMIS_PATH": str(home / "amis.json")}
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        server.kill()
+        raise RuntimeError("moto server did not start")
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.fixture(scope="package")
+def sky_env(tmp_path_factory, moto_endpoint):
+    """Environment for ``sky``: a temporary HOME with the catalog, AWS pointed at moto, no usage reports."""
+    home = tmp_path_factory.mktemp("skyhome")
+    catalog = _write_catalog(home)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    env = {
+        "HOME": str(home), "SKY_RUNTIME_DIR": str(home), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1",
+        "AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+        "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "https_proxy": dead,
+        "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+    }
+    mp = pytest.MonkeyPatch()
+    for key, value in env.items():
+        mp.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "SKYPILOT_API_SERVER_ENDPOINT"):
+        mp.delenv(key, raising=False)
+    yield {"home": home, "catalog": catalog, "endpoint": moto_endpoint, "env": env}
+    mp.undo()
+
+
+@pytest.fixture(scope="package")
+def sky(sky_env):
+    """The ``sky`` package, imported under :func:`sky_env`, with AWS as the enabled cloud."""
+    if "sky" in sys.modules:
+        pytest.fail("sky was imported before its HOME was set; only launchers/skypilot*.py may import it")
+    import sky
+    import sky.check
+    from sky import clouds
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sky.check, "get_cached_enabled_clouds_or_refresh", lambda *_a, **_k: [clouds.AWS()])
+    yield sky
+    mp.undo()
+
+
+@pytest.fixture(scope="package")
+def bucket(sky_env):
+    """The checkpoint bucket, made in moto's S3."""
+    import boto3
+
+    boto3.client("s3", endpoint_url=sky_env["endpoint"], region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    return BUCKET

@@ -1,0 +1,74 @@
+"""The status mapping, as recorded SkyPilot sequences: each poll's view → the attempt's phase. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from launchers.base import Phase
+from launchers.skypilot_status import Launch, Observation, next_status
+
+IN_FLIGHT = Observation(launch=Launch.IN_FLIGHT)
+
+
+def obs(cluster=None, job=None, *, spot=False, launch=Launch.DONE, stop=None, error=""):
+    return Observation(launch=launch, cluster=cluster, job=job, spot=spot, stop_reason=stop, launch_error=error)
+
+
+SEQUENCES = [
+    ("launch in flight → INIT → UP and RUNNING → SUCCEEDED: pending, pending, running, succeeded",
+     [IN_FLIGHT, obs("INIT"), obs("UP", "RUNNING"), obs("UP", "SUCCEEDED")],
+     [Phase.PENDING, Phase.PENDING, Phase.RUNNING, Phase.SUCCEEDED]),
+    ("init → up with the job setting up is running (setup counts)",
+     [obs("INIT"), obs("UP", "SETTING_UP")], [Phase.PENDING, Phase.RUNNING]),
+    ("up with the job still pending in the cluster's queue is pending",
+     [obs("UP", "PENDING"), obs("UP", "INIT")], [Phase.PENDING, Phase.PENDING]),
+    ("spot: up and running → cluster gone is a preemption",
+     [obs("UP", "RUNNING", spot=True), obs(None, spot=True)], [Phase.RUNNING, Phase.PREEMPTED]),
+    ("spot: up and running → cluster INIT (a node was reclaimed) is a preemption",
+     [obs("UP", "RUNNING", spot=True), obs("INIT", spot=True)], [Phase.RUNNING, Phase.PREEMPTED]),
+    ("spot: up and running → cluster STOPPED is a preemption",
+     [obs("UP", "RUNNING", spot=True), obs("STOPPED", spot=True)], [Phase.RUNNING, Phase.PREEMPTED]),
+    ("on-demand: up and running → cluster gone is a lost node, not a preemption",
+     [obs("UP", "RUNNING"), obs(None)], [Phase.RUNNING, Phase.LOST]),
+    ("the run command fails: failed, at the run step",
+     [obs("UP", "RUNNING"), obs("UP", "FAILED")], [Phase.RUNNING, Phase.FAILED]),
+    ("the setup command fails: failed, at the setup step",
+     [obs("UP", "SETTING_UP"), obs("UP", "FAILED_SETUP")], [Phase.RUNNING, Phase.FAILED]),
+    ("launch in flight → launch failed (no spot capacity): pending, then lost so the engine requeues",
+     [IN_FLIGHT, obs(launch=Launch.FAILED, error="no capacity")], [Phase.PENDING, Phase.LOST]),
+    ("stop requested while running → cluster gone: stopped",
+     [obs("UP", "RUNNING"), obs(None, stop="cancelled")], [Phase.RUNNING, Phase.STOPPED]),
+    ("stop for preemption while running (spot) → cluster gone: preempted",
+     [obs("UP", "RUNNING", spot=True), obs(None, spot=True, stop="preempted")], [Phase.RUNNING, Phase.PREEMPTED]),
+    ("a job cancelled outside the broker is stopped",
+     [obs("UP", "RUNNING"), obs("UP", "CANCELLED")], [Phase.RUNNING, Phase.STOPPED]),
+    ("succeeded, then the cluster torn down: still succeeded (final phases are sticky)",
+     [obs("UP", "SUCCEEDED", spot=True), obs(None, spot=True)], [Phase.SUCCEEDED, Phase.SUCCEEDED]),
+    ("no launch and no cluster: gone",
+     [obs(None, launch=Launch.NONE)], [Phase.GONE]),
+    ("launched spot cluster gone before its job ran (broker restarted, no memory): preempted",
+     [obs(None, spot=True)], [Phase.PREEMPTED]),
+    ("launched on-demand cluster gone, no job seen: lost",
+     [obs(None)], [Phase.LOST]),
+    ("a cluster left INIT after the launch request finished (provisioning broke) is pending until it resolves",
+     [obs("INIT"), obs("UP", "RUNNING")], [Phase.PENDING, Phase.RUNNING]),
+]
+
+
+@pytest.mark.parametrize("observed, expected", [(o, e) for _, o, e in SEQUENCES], ids=[s[0] for s in SEQUENCES])
+def test_sequence(observed, expected):
+    phases, previous = [], None
+    for o in observed:
+        previous = next_status(previous, o).phase
+        phases.append(previous)
+    assert phases == expected
+
+
+def test_failed_setup_names_the_setup_step():
+    status = next_status(Phase.RUNNING, obs("UP", "FAILED_SETUP"))
+    assert (status.phase, status.step) == (Phase.FAILED, "setup")
+
+
+def test_a_failed_launch_carries_skypilots_reason():
+    status = next_status(Phase.PENDING, obs(launch=Launch.FAILED, error="InsufficientInstanceCapacity in us-east-1b"))
+    assert "InsufficientInstanceCapacity in us-east-1b" in status.reason

@@ -1,0 +1,173 @@
+"""Layer 1: every task the broker generates goes through the real ``sky.Task`` and back.
+
+``sky.Task.from_yaml_config`` validates against SkyPilot's schema and builds real
+``Resources`` (checked against the catalog); ``to_yaml_config`` shows what SkyPilot will run.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launchers.base import LaunchError, LaunchRequest
+from launchers.skypilot import TaskError, attempt_config, build_task, cluster_name, validate_task
+from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, infra
+
+REPO = Path(__file__).resolve().parents[2]
+
+SPOT_A100 = {"tier": "spot", "cloud": "aws", "region": "us-east-1", "zone": "us-east-1b",
+             "instance_type": "p4d.24xlarge", "accelerator": "A100", "accelerator_count": 8, "num_nodes": 1,
+             "price_per_hour": 2_465_500, "simulated": False}
+ONDEMAND_T4 = {"tier": "ondemand", "cloud": "aws", "region": "us-west-2", "zone": "us-west-2a",
+               "instance_type": "g4dn.xlarge", "accelerator": "T4", "accelerator_count": 1, "num_nodes": 2,
+               "price_per_hour": 526_000, "simulated": False}
+ONDEMAND_CPU = {"tier": "ondemand", "cloud": "aws", "region": "us-east-2", "zone": None,
+                "instance_type": "m6i.2xlarge", "accelerator": None, "accelerator_count": 0, "num_nodes": 1}
+ENVS = {"BROKER_JOB_ID": "j-0123456789", "BROKER_ATTEMPT": "2", "BROKER_CHECKPOINT_URI": "s3://broker-ckpt/runs/j-0123456789",
+        "BROKER_PROGRESS_URL": "https://broker.example/v1/jobs/j-0123456789/progress",
+        "BROKER_RESUME_FROM": "s3://broker-ckpt/runs/j-0123456789/step-400", "BROKER_JOB_TOKEN": "tok"}
+
+GPU_TASK = {
+    "name": "train-gpt",
+    "resources": {"any_of": [{"accelerators": "A100:8"}, {"accelerators": {"T4": 1}, "disk_size": 100}],
+                  "cpus": "4+"},
+    "envs": {"EPOCHS": 3, "BROKER_ATTEMPT": "user value, overridden"},
+    "setup": "pip list",
+    "run": "python train.py --epochs $EPOCHS",
+}
+
+
+def example(name: str) -> dict:
+    spec = yaml.safe_load((REPO / "examples" / name).read_text())
+    spec.pop("broker", None)
+    return spec
+
+
+def request(task, placement, envs=ENVS, attempt_id="j-0123456789-a2"):
+    return LaunchRequest(attempt_id=attempt_id, job_id="j-0123456789", attempt=2, task=task, placement=placement,
+                         envs=dict(envs))
+
+
+CASES = [
+    ("hello example on on-demand CPU in us-east-2", example("hello.yaml"), ONDEMAND_CPU),
+    ("train example on on-demand CPU in us-east-2", example("train.yaml"), ONDEMAND_CPU),
+    ("any_of GPU task resolved to 8x A100 spot in us-east-1b", GPU_TASK, SPOT_A100),
+    ("any_of GPU task resolved to T4 on-demand in us-west-2a on 2 nodes", GPU_TASK, ONDEMAND_T4),
+]
+
+
+@pytest.mark.parametrize("task, placement", [(t, p) for _, t, p in CASES], ids=[c[0] for c in CASES])
+def test_generated_task_round_trips_through_skypilot_with_the_placement_pinned(sky, task, placement):
+    given = copy.deepcopy(task)
+    config = attempt_config(request(task, placement))
+    dumped = build_task(config).to_yaml_config()
+
+    assert task == given, "the user's task is never changed"
+    resources = dumped["resources"]
+    where = "/".join(p for p in (placement["cloud"], placement["region"], placement["zone"]) if p)
+    assert resources["infra"] == where
+    assert resources["instance_type"] == placement["instance_type"]
+    assert bool(resources.get("use_spot")) is (placement["tier"] == "spot")
+    if placement["accelerator"]:
+        assert resources["accelerators"] == {placement["accelerator"]: placement["accelerator_count"]}
+    assert dumped.get("num_nodes", 1) == placement["num_nodes"]
+    assert {k: dumped["envs"][k] for k in ENVS} == ENVS, "the broker's variables win over the task's"
+    for key in ("run", "setup", "name"):
+        assert dumped.get(key) == task.get(key)
+    assert resources["labels"] == {"broker-job": "j-0123456789", "broker-attempt": "j-0123456789-a2"}
+
+
+def test_the_chosen_any_of_alternative_keeps_its_own_settings(sky):
+    dumped = build_task(attempt_config(request(GPU_TASK, ONDEMAND_T4))).to_yaml_config()
+    assert dumped["resources"]["disk_size"] == 100
+    assert dumped["resources"]["cpus"] == "4+"
+    assert "any_of" not in dumped["resources"]
+
+
+def test_a_checkpoint_mount_becomes_the_bucket_mounted_and_a_folder_variable(sky, bucket):
+    task = {**GPU_TASK, "file_mounts": {"/ckpt": CHECKPOINT_MOUNT}}
+    dumped = build_task(attempt_config(request(task, SPOT_A100))).to_yaml_config()
+    assert dumped["file_mounts"]["/ckpt"] == {"source": "s3://broker-ckpt", "mode": "MOUNT", "persistent": True}
+    assert dumped["envs"]["BROKER_CHECKPOINT_DIR"] == "/ckpt/runs/j-0123456789"
+
+
+def test_a_checkpoint_mount_of_a_store_that_is_no_bucket_is_refused():
+    task = {**GPU_TASK, "file_mounts": {"/ckpt": CHECKPOINT_MOUNT}}
+    with pytest.raises(LaunchError, match="cannot be mounted"):
+        attempt_config(request(task, SPOT_A100, envs={**ENVS, "BROKER_CHECKPOINT_URI": "/var/lib/broker/ckpt"}))
+
+
+def test_building_the_task_leaves_the_config_intact(sky):
+    config = attempt_config(request(GPU_TASK, SPOT_A100))
+    before = copy.deepcopy(config)
+    build_task(config)
+    assert config == before, "from_yaml_config empties the dict it is given; build_task gives it a copy"
+
+
+def test_an_onprem_placement_is_not_for_skypilot():
+    with pytest.raises(TaskConfigError, match="not one SkyPilot provisions"):
+        infra({"tier": "onprem", "cloud": "local", "region": "lab"})
+
+
+@pytest.mark.parametrize("placement, expected", [
+    ({"cloud": "aws", "region": "us-east-1", "zone": "us-east-1a"}, "aws/us-east-1/us-east-1a"),
+    ({"cloud": "aws", "region": "us-east-1", "zone": None}, "aws/us-east-1"),
+    ({"cloud": "kubernetes", "region": "lab-gpus"}, "k8s/lab-gpus"),
+], ids=["a zone pins cloud, region and zone", "no zone pins the region", "kubernetes pins the context"])
+def test_infra(placement, expected):
+    assert infra(placement) == expected
+
+
+@pytest.mark.parametrize("attempt_id, expected", [
+    ("j-0123456789-a1", "broker-j-0123456789-a1"),
+    ("j-0123456789-a12", "broker-j-0123456789-a12"),
+], ids=["an attempt id names its cluster", "a two-digit attempt too"])
+def test_cluster_name_is_the_attempt_id(attempt_id, expected):
+    assert cluster_name(attempt_id) == expected
+
+
+def test_an_unusual_attempt_id_still_gives_a_valid_distinct_cluster_name():
+    a, b = cluster_name("Job_A" * 10 + "-a1"), cluster_name("Job_A" * 10 + "-a2")
+    assert a != b and len(a) <= 40 and a == a.lower() and a.startswith("broker-")
+
+
+# --- validate_task (broker submit) ---------------------------------------------------------------
+
+VALID = [
+    ("the hello example", example("hello.yaml")),
+    ("the train example", example("train.yaml")),
+    ("an any_of GPU task", GPU_TASK),
+    ("a task asking for the checkpoint mount", {**GPU_TASK, "file_mounts": {"/ckpt": CHECKPOINT_MOUNT}}),
+    ("a task with a broker section", {**example("hello.yaml"), "broker": {"budget_usd": 3}}),
+    ("an accelerator SkyPilot does not know (refused later, by the plan, not at submit)",
+     {"resources": {"accelerators": "B999:8"}, "run": "x"}),
+]
+
+
+@pytest.mark.parametrize("task", [t for _, t in VALID], ids=[v[0] for v in VALID])
+def test_valid_tasks_are_accepted_unchanged(sky, task):
+    given = copy.deepcopy(task)
+    validate_task(task)
+    assert task == given
+
+
+INVALID = [
+    ("a misspelt top-level field is named", {"runn": "echo"}, "runn", "run"),
+    ("a wrong type under resources names the field", {"resources": {"use_spot": "often"}, "run": "x"},
+     "resources.use_spot", "often"),
+    ("a misspelt resources field is named with its path", {"resources": {"acelerators": "A100"}, "run": "x"},
+     "resources.acelerators", "accelerators"),
+    ("an invalid variable name names envs", {"envs": {"1BAD": "x"}, "run": "x"}, "envs", "1BAD"),
+    ("num_nodes that is not a number names num_nodes", {"num_nodes": "two", "run": "x"}, "num_nodes", "two"),
+]
+
+
+@pytest.mark.parametrize("task, field, mentions", [(t, f, m) for _, t, f, m in INVALID], ids=[i[0] for i in INVALID])
+def test_invalid_tasks_are_refused_with_skypilots_message_naming_the_field(sky, task, field, mentions):
+    with pytest.raises(TaskError) as caught:
+        validate_task(task)
+    assert caught.value.field == field
+    assert mentions in caught.value.reason
