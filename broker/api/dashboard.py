@@ -72,6 +72,7 @@ def router(service, settings: Settings) -> APIRouter:
         jobs, attempts = costs.gather(service.store, team=scope, win=win)
         body = costs.report(jobs, attempts, win=win, now=now, positions=service.queue_positions(), team=scope)
         body["teams"] = sorted(settings.teams) if caller.admin else [caller.team]
+        body["viewer"] = {"admin": caller.admin, "team": caller.team}
         return body
 
     @r.get("/v1/costs/jobs/{job_id}", tags=["costs"])

@@ -1,0 +1,221 @@
+// spot-broker cost dashboard. Plain JS, no dependencies: it must work offline.
+// Every figure comes from GET /v1/costs (or /v1/costs/jobs/{id}); money arrives as integer
+// micro-dollars with a display string, and the page shows the display string as given.
+"use strict";
+
+const TOKEN_KEY = "spot-broker-token";
+const TIERS = ["onprem", "ondemand", "spot"];
+const SVG = "http://www.w3.org/2000/svg";
+const $ = (id) => document.getElementById(id);
+
+function token() { return localStorage.getItem(TOKEN_KEY); }
+
+function takeTokenFromUrl() {
+  const url = new URL(window.location.href);
+  const t = url.searchParams.get("token");
+  if (t) {
+    localStorage.setItem(TOKEN_KEY, t);
+    url.searchParams.delete("token");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);  // keep it out of history
+  }
+}
+
+async function api(path) {
+  const resp = await fetch(path, { headers: { Authorization: "Bearer " + token() } });
+  if (resp.status === 401) { showLogin("That token was not accepted."); throw new Error("unauthorized"); }
+  const body = await resp.json();
+  if (!resp.ok) throw new Error(body.detail || ("HTTP " + resp.status));
+  return body;
+}
+
+// micro-dollars → "$1,234.57" (rounded up to the cent, as the broker does)
+function usd(micros) {
+  const cents = -Math.floor(-micros / 10000);
+  const sign = cents < 0 ? "-" : "";
+  const abs = Math.abs(cents);
+  return sign + "$" + Math.floor(abs / 100).toLocaleString("en-US") + "." + String(abs % 100).padStart(2, "0");
+}
+
+function duration(seconds) {
+  if (seconds < 60) return seconds + " s";
+  if (seconds < 3600) return Math.round(seconds / 60) + " min";
+  return (seconds / 3600).toFixed(1) + " h";
+}
+
+function el(tag, text, attrs) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+function row(cells, onClick) {
+  const tr = el("tr");
+  for (const c of cells) {
+    const td = typeof c === "object" && c !== null && c.node ? c.node : el("td", c && c.text !== undefined ? c.text : c);
+    if (c && c.num) td.className = "num";
+    tr.appendChild(td);
+  }
+  if (onClick) { tr.className = "clickable"; tr.addEventListener("click", onClick); }
+  return tr;
+}
+
+function fill(tableId, rows, empty) {
+  const tbody = $(tableId).querySelector("tbody");
+  tbody.replaceChildren(...rows);
+  if (!rows.length) {
+    const cols = $(tableId).querySelectorAll("th").length;
+    const tr = el("tr"); tr.appendChild(el("td", empty, { colspan: cols, class: "empty" }));
+    tbody.appendChild(tr);
+  }
+}
+
+function money(id, m) {
+  const node = $(id);
+  node.textContent = m.usd;
+  node.dataset.micros = String(m.micros);
+}
+
+function showLogin(message) {
+  $("main").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+}
+
+function setTeams(body) {
+  const sel = $("team");
+  const current = sel.value;
+  const admin = body.viewer.admin;
+  const options = admin ? [["", "All teams"], ...body.teams.map((t) => [t, t])] : body.teams.map((t) => [t, t]);
+  sel.replaceChildren(...options.map(([v, label]) => el("option", label, { value: v })));
+  sel.value = options.some(([v]) => v === current) ? current : options[0][0];
+  sel.disabled = !admin;
+}
+
+async function load() {
+  const params = new URLSearchParams({ period: $("period").value });
+  if ($("team").value) params.set("team", $("team").value);
+  let body;
+  try {
+    body = await api("/v1/costs?" + params);
+  } catch (err) {
+    if (err.message !== "unauthorized") { $("error").hidden = false; $("error").textContent = err.message; }
+    return;
+  }
+  $("error").hidden = true;
+  $("login").hidden = true;
+  $("main").hidden = false;
+  setTeams(body);
+  render(body);
+}
+
+function render(r) {
+  const t = r.totals;
+  money("total-spent", t.spent);
+  money("total-ondemand", t.ondemand_equivalent);
+  money("total-saving", t.saving);
+  $("total-saving-pct").textContent = t.saving_percent === null ? "" : t.saving_percent + "% less than all on-demand";
+  $("preempt-count").textContent = r.preemptions.count;
+  $("preempt-lost").textContent = duration(r.preemptions.recovery_seconds) + " lost waiting to resume";
+  $("tiers").replaceChildren(...TIERS.map((k) => {
+    const s = el("span", ({ onprem: "On-prem ", ondemand: "On-demand ", spot: "Spot " })[k] + t.by_tier[k].usd);
+    s.dataset.tier = k; s.dataset.micros = String(t.by_tier[k].micros);
+    return s;
+  }));
+  drawDays(r.by_day);
+  $("teams-section").hidden = r.by_team.length < 2 && r.team !== null;
+  fill("teams", r.by_team.map((x) => row([x.team, { text: x.spent.usd, num: 1 }, { text: x.ondemand_equivalent.usd, num: 1 },
+    { text: x.saving.usd, num: 1 }])), "No spend in this period.");
+  fill("burn", r.budget_burn.map((b) => {
+    const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });
+    const inner = el("div"); inner.style.width = Math.min(100, b.percent || 0) + "%"; bar.appendChild(inner);
+    const td = el("td"); td.appendChild(bar); td.appendChild(el("span", (b.percent ?? 0) + "%"));
+    return row([b.name + " (" + b.id + ")", { node: td }, { text: b.spent.usd + " / " + b.budget.usd, num: 1 },
+      { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1 }],
+      () => showJob(b.id));
+  }), "Nothing running.");
+  fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, q.name + " (" + q.id + ")", q.reason],
+    () => showJob(q.id))), "Nothing waiting.");
+  fill("top", r.top_jobs.map((j) => row([j.name + " (" + j.id + ")", j.team, j.state, { text: j.spent.usd, num: 1 },
+    { text: j.saving.usd, num: 1 }], () => showJob(j.id))), "No spend in this period.");
+  fill("preemptions", r.preemptions.events.map((p) => row([p.time.replace("T", " ").replace("Z", " UTC"),
+    p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + (p.recovered ? "" : " (waiting)"), num: 1 }],
+    () => showJob(p.job_id))), "No preemptions in this period.");
+  $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
+}
+
+function drawDays(days) {
+  const W = 800, H = 200, pad = 30;
+  const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "spend by day and tier" });
+  const max = Math.max(1, ...days.map((d) => d.total.micros));
+  const bw = (W - pad) / Math.max(1, days.length);
+  days.forEach((d, i) => {
+    let y = H - 20;
+    for (const k of TIERS) {
+      const h = (d[k].micros / max) * (H - 40);
+      if (h > 0) {
+        const r = svg("rect", { x: pad + i * bw + 2, y: y - h, width: Math.max(1, bw - 4), height: h, class: k });
+        const title = svg("title"); title.textContent = `${d.date} ${k}: ${d[k].usd}`; r.appendChild(title);
+        box.appendChild(r);
+        y -= h;
+      }
+    }
+    if (days.length <= 31 && (days.length <= 10 || i % 5 === 0)) {
+      const label = svg("text", { x: pad + i * bw + bw / 2, y: H - 5, "text-anchor": "middle" });
+      label.textContent = d.date.slice(5);
+      box.appendChild(label);
+    }
+  });
+  const top = svg("text", { x: 0, y: 15 }); top.textContent = usd(max); box.appendChild(top);
+  $("chart").replaceChildren(box);
+}
+
+async function showJob(id) {
+  let j;
+  try { j = await api("/v1/costs/jobs/" + encodeURIComponent(id)); } catch (err) { return; }
+  $("job").hidden = false;
+  $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
+  $("job-summary").textContent = `${j.job.state} · spent ${j.spent.usd} of ${j.job.budget.usd} · ` +
+    `on-demand would have cost ${j.ondemand_equivalent.usd}, saved ${j.saving.usd}` +
+    (j.saving_percent === null ? "" : ` (${j.saving_percent}%)`) + (j.job.reason ? " · " + j.job.reason : "");
+  fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
+    a.state + (a.reason ? " — " + a.reason : ""), { text: (a.seconds / 3600).toFixed(2), num: 1 },
+    { text: a.cost.usd, num: 1 }, { text: a.ondemand_equivalent.usd, num: 1 }])), "No attempts yet.");
+  drawLoss(j.metrics);
+  $("job").scrollIntoView({ behavior: "instant", block: "start" });
+}
+
+function drawLoss(points) {
+  const key = points.some((p) => "loss" in p.metrics) ? "loss" : Object.keys((points[0] || { metrics: {} }).metrics)[0];
+  const pts = points.filter((p) => key && typeof p.metrics[key] === "number" && typeof p.step === "number");
+  if (!pts.length) { $("loss").replaceChildren(el("p", "No metrics reported yet.", { class: "empty" })); return; }
+  const W = 800, H = 200, pad = 40;
+  const xs = pts.map((p) => p.step), ys = pts.map((p) => p.metrics[key]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1), y0 = Math.min(...ys), y1 = Math.max(...ys, y0 + 1e-9);
+  const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": key + " by step" });
+  const line = svg("polyline", { points: pts.map((p) =>
+    `${(pad + (p.step - x0) / (x1 - x0) * (W - pad - 10)).toFixed(1)},${(10 + (y1 - p.metrics[key]) / (y1 - y0) * (H - 40)).toFixed(1)}`).join(" ") });
+  box.appendChild(line);
+  const labels = [[0, 15, y1.toPrecision(3)], [0, H - 30, y0.toPrecision(3)], [pad, H - 5, "step " + x0], [W - 80, H - 5, "step " + x1]];
+  for (const [x, y, text] of labels) { const t = svg("text", { x, y }); t.textContent = text; box.appendChild(t); }
+  $("loss").replaceChildren(box);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  takeTokenFromUrl();
+  $("login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    localStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+    load();
+  });
+  $("logout").addEventListener("click", () => { localStorage.removeItem(TOKEN_KEY); showLogin(""); });
+  $("team").addEventListener("change", () => { $("job").hidden = true; load(); });
+  $("period").addEventListener("change", load);
+  if (token()) load(); else showLogin("");
+});

@@ -1,0 +1,100 @@
+"""The dashboard in a real headless Chromium: loads clean, shows /v1/costs' numbers, filters, screenshots."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from . import world
+from .conftest import auth, build_app
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+
+
+@pytest.fixture
+def server(tmp_path, store, seeded):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(5)
+
+
+def test_the_page_is_static_and_names_no_other_host(client):
+    page = client.get("/dashboard")
+    assert page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
+    for asset in ("dashboard.js", "dashboard.css"):
+        r = client.get(f"/dashboard/static/{asset}")
+        assert r.status_code == 200
+        assert "http://" not in r.text.replace("http://www.w3.org/2000/svg", "") and "https://" not in r.text
+    assert "https://" not in page.text and "http://" not in page.text
+    assert client.get("/dashboard/static/..%2Fdashboard.py").status_code == 404
+    assert client.get("/dashboard/static/nope.js").status_code == 404
+
+
+def test_dashboard_in_chromium(server):
+    from playwright.sync_api import sync_playwright
+
+    admin = httpx.get(f"{server}/v1/costs?period=7d", headers=auth(world.ADMIN)).json()
+    team_b = httpx.get(f"{server}/v1/costs?period=7d&team=team-b", headers=auth(world.ADMIN)).json()
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{server}/dashboard?token={world.ADMIN}")
+            page.wait_for_selector("#total-spent[data-micros]")
+            assert "token=" not in page.url  # taken out of the address bar, kept in localStorage
+            t = admin["totals"]
+            assert page.text_content("#total-spent") == t["spent"]["usd"]
+            assert page.get_attribute("#total-spent", "data-micros") == str(t["spent"]["micros"])
+            assert page.get_attribute("#total-saving", "data-micros") == str(t["saving"]["micros"])
+            assert page.text_content("#total-ondemand") == t["ondemand_equivalent"]["usd"]
+            for tier, m in t["by_tier"].items():
+                assert page.get_attribute(f'#tiers [data-tier="{tier}"]', "data-micros") == str(m["micros"])
+            assert page.locator("#chart rect").count() > 0
+            assert page.locator("#queue tbody tr").count() == 1 and "8x H100" in page.text_content("#queue")
+            assert "75%" in page.text_content("#burn")
+
+            page.select_option("#team", "team-b")  # the filter
+            page.wait_for_function(
+                f"document.querySelector('#total-spent').dataset.micros === '{team_b['totals']['spent']['micros']}'")
+            assert page.text_content("#total-saving") == team_b["totals"]["saving"]["usd"]
+            assert page.locator("#top tbody tr").count() == 1
+
+            page.select_option("#team", "")
+            page.wait_for_function(
+                f"document.querySelector('#total-spent').dataset.micros === '{t['spent']['micros']}'")
+            page.click("#top tbody tr:first-child")  # the most expensive job: attempts and loss curve
+            page.wait_for_selector("#loss polyline")
+            assert page.locator("#attempts tbody tr").count() == 2
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+            page.evaluate("localStorage.setItem('spot-broker-token', 'wrong')")
+            page.goto(f"{server}/dashboard")
+            page.wait_for_selector("#login:not([hidden])")
+        finally:
+            browser.close()
+    assert [e for e in errors if "401" not in e] == []  # the wrong-token 401 at the end is expected
+    assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
