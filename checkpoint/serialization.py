@@ -10,6 +10,7 @@ Tensors are written in the safetensors format (no pickle): a JSON header and raw
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
 import sys
 from typing import Any
@@ -68,21 +69,29 @@ def encode_tensors(items: dict[str, Any]) -> bytes:
 
 
 def decode_tensors(data: bytes, as_arrays: set[str]) -> dict[str, Any]:
-    """safetensors bytes → {name: tensor}; names in ``as_arrays`` come back as numpy arrays."""
+    """safetensors bytes → {name: tensor}; names in ``as_arrays`` come back as numpy arrays.
+
+    A file holding only arrays is read with numpy alone, so numpy-only scripts never import torch.
+    """
     if not data:
         return {}
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        from safetensors.numpy import load
+    if set(_header_names(data)) <= as_arrays:
+        from safetensors.numpy import load as load_arrays
 
-        return load(data)
+        return load_arrays(data)
     from safetensors.torch import load
 
     out = load(data)
     for name in as_arrays & out.keys():
         out[name] = out[name].numpy()
     return out
+
+
+def _header_names(data: bytes) -> list[str]:
+    """Tensor names from a safetensors header (8-byte little-endian length, then JSON)."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    return [k for k in header if k != "__metadata__"]
 
 
 def _contiguous_array(x: Any) -> Any:
