@@ -159,7 +159,7 @@ def router(service, settings: Settings, *, app=None) -> APIRouter:
         reg = CollectorRegistry(auto_describe=True)
         engine_of = lambda: None  # noqa: E731
     reg.register(StoreCollector(service, engine_of))
-    token = os.environ.get("BROKER_METRICS_TOKEN") or (settings.extra.get("metrics") or {}).get("token")
+    token = os.environ.get("BROKER_METRICS_TOKEN")
 
     @r.get("/metrics", include_in_schema=False)
     def metrics(authorization: str | None = Header(default=None)) -> Response:

@@ -51,7 +51,7 @@ def test_the_page_is_static_and_names_no_other_host(client):
 
 
 def test_dashboard_in_chromium(server):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     admin = httpx.get(f"{server}/v1/costs?period=7d", headers=auth(world.ADMIN)).json()
     team_b = httpx.get(f"{server}/v1/costs?period=7d&team=team-b", headers=auth(world.ADMIN)).json()
@@ -77,14 +77,12 @@ def test_dashboard_in_chromium(server):
             assert "75%" in page.text_content("#burn")
 
             page.select_option("#team", "team-b")  # the filter
-            page.wait_for_function(
-                f"document.querySelector('#total-spent').dataset.micros === '{team_b['totals']['spent']['micros']}'")
+            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(team_b["totals"]["spent"]["micros"]))
             assert page.text_content("#total-saving") == team_b["totals"]["saving"]["usd"]
             assert page.locator("#top tbody tr").count() == 1
 
             page.select_option("#team", "")
-            page.wait_for_function(
-                f"document.querySelector('#total-spent').dataset.micros === '{t['spent']['micros']}'")
+            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(t["spent"]["micros"]))
             page.click("#top tbody tr:first-child")  # the most expensive job: attempts and loss curve
             page.wait_for_selector("#loss polyline")
             assert page.locator("#attempts tbody tr").count() == 2
