@@ -19,6 +19,7 @@ class ScriptedSky:
         self.real_plan = real_plan
         self.launched: list[tuple[str, dict[str, Any]]] = []  # (cluster, task config as SkyPilot dumps it)
         self.planned: list[str] = []
+        self.autostop: dict[str, int] = {}
         self.downed: list[str] = []
         self.requests: dict[str, tuple[Launch, str]] = {}
         self.in_flight: set[str] = set()
@@ -37,6 +38,7 @@ class ScriptedSky:
 
     def launch(self, task: Any, cluster: str, *, autostop_minutes: int) -> str:
         self.launched.append((cluster, task.to_yaml_config()))
+        self.autostop[cluster] = autostop_minutes
         request_id = f"req-{next(self._ids)}"
         self.requests[request_id] = (Launch.IN_FLIGHT, "")
         return request_id

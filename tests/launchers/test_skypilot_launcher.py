@@ -1,0 +1,134 @@
+"""The launcher's contract over a scripted SkyPilot: idempotent launch, status, teardown, stop,
+logs, sweep. Plans are SkyPilot's real dry run only where a test needs one; here they are skipped
+(``real_plan=False``) — the planning path is covered by ``test_skypilot_plan``."""
+
+from __future__ import annotations
+
+import pytest
+from skypilot_fakes import ScriptedSky
+from test_skypilot_task import GPU_TASK, ONDEMAND_T4, SPOT_A100, request
+
+from launchers.base import Launcher, Phase
+from launchers.skypilot import SkyPilotLauncher
+from launchers.skypilot_status import Launch
+
+AID = "j-0123456789-a2"
+CLUSTER = "broker-j-0123456789-a2"
+
+
+@pytest.fixture
+def sky_client():
+    return ScriptedSky(real_plan=False)
+
+
+@pytest.fixture
+def launcher(sky, tmp_path, sky_client):
+    return SkyPilotLauncher(tmp_path / "state", client=sky_client)
+
+
+def test_it_is_a_launcher(launcher):
+    assert isinstance(launcher, Launcher)
+    assert launcher.capabilities.preemption_notice is False
+
+
+def test_a_repeated_launch_finds_the_same_attempt_and_launches_once(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    assert [c for c, _ in sky_client.launched] == [CLUSTER]
+
+
+def test_a_broker_restarted_without_its_state_adopts_the_cluster_instead_of_making_a_second(
+        sky, tmp_path, sky_client):
+    sky_client.provisioned(CLUSTER, spot=True)
+    fresh = SkyPilotLauncher(tmp_path / "other-state", client=sky_client)
+    fresh.launch(request(GPU_TASK, SPOT_A100))
+    assert sky_client.launched == []
+    assert fresh.status(AID).phase is Phase.RUNNING
+
+
+def test_a_launch_request_still_in_flight_after_a_crash_is_not_sent_again(sky, tmp_path, sky_client):
+    sky_client.in_flight.add(CLUSTER)
+    fresh = SkyPilotLauncher(tmp_path / "other-state", client=sky_client)
+    fresh.launch(request(GPU_TASK, SPOT_A100))
+    assert sky_client.launched == []
+    assert fresh.status(AID).phase is Phase.PENDING
+
+
+def test_the_launch_asks_for_autodown_as_the_safety_net(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    [(cluster, dumped)] = sky_client.launched
+    assert not dumped["resources"].get("use_spot")
+    assert sky_client.autostop[cluster] == launcher.autostop_minutes > 0
+
+
+def test_an_unknown_attempt_is_gone_and_stopping_it_is_silent(launcher, sky_client):
+    assert launcher.status("j-ffffffffff-a1").phase is Phase.GONE
+    launcher.stop("j-ffffffffff-a1", grace_seconds=5)
+    assert sky_client.downed == []
+
+
+def test_a_spot_attempt_runs_then_is_preempted_and_its_cluster_is_torn_down(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    assert launcher.status(AID).phase is Phase.PENDING
+    sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    sky_client.cluster_status[CLUSTER] = sky_client.cluster_status[CLUSTER].__class__(CLUSTER, "INIT", True)
+    assert launcher.status(AID).phase is Phase.PREEMPTED
+    assert sky_client.downed == [CLUSTER], "no idle GPU is billed after the attempt ends"
+    assert launcher.status(AID).phase is Phase.PREEMPTED
+    assert sky_client.downed == [CLUSTER], "torn down once"
+
+
+def test_a_finished_attempt_keeps_its_logs_after_its_cluster_is_torn_down(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
+    sky_client.output[CLUSTER] = b"step 1\nstep 2\n"
+    assert launcher.status(AID).phase is Phase.RUNNING
+    sky_client.jobs[CLUSTER] = "SUCCEEDED"
+    sky_client.output[CLUSTER] = b"step 1\nstep 2\ndone\n"
+    status = launcher.status(AID)
+    assert (status.phase, status.exit_code) == (Phase.SUCCEEDED, 0)
+    assert CLUSTER in sky_client.downed
+    assert launcher.logs(AID) == (b"step 1\nstep 2\ndone\n", 19)
+    assert launcher.logs(AID, offset=7, limit=6) == (b"step 2", 13)
+
+
+def test_a_launch_skypilot_cannot_provision_is_lost_so_the_engine_requeues(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    [rid] = sky_client.requests
+    sky_client.requests[rid] = (Launch.FAILED, "ResourcesUnavailableError: no spot capacity in us-east-1b")
+    status = launcher.status(AID)
+    assert status.phase is Phase.LOST
+    assert "no spot capacity in us-east-1b" in status.reason
+
+
+def test_stop_tears_down_without_waiting_and_the_attempt_ends_stopped(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    launcher.stop(AID, grace_seconds=30, reason="cancelled")
+    launcher.stop(AID, grace_seconds=30, reason="cancelled")
+    assert sky_client.downed == [CLUSTER]
+    status = launcher.status(AID)
+    assert (status.phase, status.reason) == (Phase.STOPPED, "cancelled")
+
+
+def test_skypilot_unreachable_reports_the_last_phase_instead_of_raising(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, spot=True)
+    assert launcher.status(AID).phase is Phase.RUNNING
+
+    def unreachable(*_a, **_k):
+        raise ConnectionError("API server at http://127.0.0.1:46580 is not reachable")
+
+    sky_client.clusters = unreachable
+    status = launcher.status(AID)
+    assert status.phase is Phase.RUNNING and "not reachable" in status.reason
+
+
+def test_the_sweep_tears_down_only_this_brokers_clusters_it_no_longer_knows(launcher, sky_client):
+    for name in ("broker-j-aaaaaaaaaa-a1", "broker-j-bbbbbbbbbb-a3", "teammate-notebook"):
+        sky_client.provisioned(name)
+    torn = launcher.sweep(["j-aaaaaaaaaa-a1"])
+    assert torn == ["broker-j-bbbbbbbbbb-a3"]
+    assert sorted(sky_client.cluster_status) == ["broker-j-aaaaaaaaaa-a1", "teammate-notebook"]
