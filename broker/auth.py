@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 
 from broker.config import Settings
@@ -33,3 +35,14 @@ def authenticate(settings: Settings, authorization: str | None) -> Principal:
     if team is None:
         raise Unauthorized("the token is not valid")
     return Principal(name=f"team:{team}", team=team)
+
+
+def job_token(settings: Settings, job_id: str) -> str:
+    """A job's own bearer token for its progress reports (``BROKER_JOB_TOKEN``).
+
+    An HMAC of the job id keyed by the admin tokens' hashes: every broker process
+    sharing the admin secret mints and checks the same token, nothing is stored,
+    and the token lets a job report only on itself.
+    """
+    key = "".join(sorted(settings.admin_token_hashes)).encode() or b"spot-broker"
+    return hmac.new(key, f"job:{job_id}".encode(), hashlib.sha256).hexdigest()

@@ -8,6 +8,7 @@ so ``broker --help`` is instant.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -104,6 +105,10 @@ def cmd_serve(args) -> int:
     from broker.config import load_settings
 
     settings = load_settings(config_path=args.config, create_admin_token=True)
+    if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
+        # jobs on this host report progress to the port we actually listen on
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+        settings = dataclasses.replace(settings, public_url=f"http://{host}:{args.port}")
     app = create_app(settings, engine=False if args.no_engine else None)
     print(f"spot-broker on http://{args.host}:{args.port}  store={settings.store_url}  "
           f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}",

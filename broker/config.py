@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from launchers.simzones import SimZone, zones_from_config
 from pricing.money import Micros, MoneyError, to_micros
 
 
@@ -66,6 +67,10 @@ class Settings:
     stop_grace_seconds: float = 30.0
     max_body_bytes: int = 1_000_000
     default_team: str = "default"
+    zones: tuple[SimZone, ...] = ()
+    heartbeat_timeout_seconds: float = 0.0  # 0: off; else a running job silent this long is treated as lost
+    zone_cooldown_seconds: float = 1800.0
+    changeover_seconds: float = 120.0  # provisioning + restore, until the broker has measured it
     extra: dict[str, Any] = field(default_factory=dict)
 
     def team_for_token(self, token: str) -> str | None:
@@ -154,8 +159,19 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         tick_seconds=float(raw.get("tick_seconds", 1.0)),
         stop_grace_seconds=float(raw.get("stop_grace_seconds", 30.0)),
         max_body_bytes=int(raw.get("max_body_bytes", 1_000_000)),
-        extra={k: v for k, v in raw.items() if k in ("zones", "failure_rules", "slack", "notifications")},
+        zones=_zones(raw.get("zones"), path.parent),
+        heartbeat_timeout_seconds=float(raw.get("heartbeat_timeout_seconds", 0)),
+        zone_cooldown_seconds=float(raw.get("zone_cooldown_seconds", 1800)),
+        changeover_seconds=float(raw.get("changeover_seconds", 120)),
+        extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
     )
+
+
+def _zones(raw: Any, base: Path) -> tuple[SimZone, ...]:
+    try:
+        return zones_from_config(raw, base_dir=base)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _pool(p: Any, i: int) -> Pool:

@@ -12,7 +12,8 @@ to store with it; an event the table does not allow raises
                   │  └───unplace─────┘                  │  └─succeed────────────────────────▶ succeeded
                   │  ◀──launch_failed───────────────────┘                    │  │
                   │  ◀──recover (preempted, node lost, retried error)────────┘  ├──fail──────▶ failed
-                  │                                                             └─stop_budget─▶ stopped_budget
+                  │                                                             └─stop_budget─▶ stopping
+                  │                                              stopping ──ended (checkpointed, stopped)──▶ stopped_budget
                   └──resume── failed | stopped_budget
 
       cancel: queued | placed ──▶ cancelled
@@ -39,6 +40,7 @@ class JobState(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLING = "cancelling"
+    STOPPING = "stopping"
     CANCELLED = "cancelled"
     STOPPED_BUDGET = "stopped_budget"
 
@@ -49,7 +51,7 @@ class JobState(str, Enum):
     @property
     def is_active(self) -> bool:
         """Holds (or is about to hold) capacity."""
-        return self in (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING)
+        return self in (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState.STOPPING)
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.STOPPED_BUDGET})
@@ -87,8 +89,12 @@ TRANSITIONS: dict[tuple[JobState | None, JobEvent], JobState] = {
     (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
     (S.RUNNING, E.FAIL): S.FAILED,
     (S.RUNNING, E.RECOVER): S.QUEUED,
-    (S.LAUNCHING, E.STOP_BUDGET): S.STOPPED_BUDGET,
-    (S.RUNNING, E.STOP_BUDGET): S.STOPPED_BUDGET,
+    (S.QUEUED, E.STOP_BUDGET): S.STOPPED_BUDGET,
+    (S.PLACED, E.STOP_BUDGET): S.STOPPED_BUDGET,
+    (S.LAUNCHING, E.STOP_BUDGET): S.STOPPING,
+    (S.RUNNING, E.STOP_BUDGET): S.STOPPING,
+    (S.STOPPING, E.ENDED): S.STOPPED_BUDGET,
+    (S.STOPPING, E.CANCEL): S.CANCELLING,
     (S.FAILED, E.RESUME): S.QUEUED,
     (S.STOPPED_BUDGET, E.RESUME): S.QUEUED,
     (S.QUEUED, E.CANCEL): S.CANCELLED,

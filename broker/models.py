@@ -63,6 +63,10 @@ class Attempt:
     resume_from: str | None = None
     stop_requested_at: float | None = None
     stop_reason: str = ""
+    first_step: int | None = None  # first progress step this attempt reported (restore point)
+    last_step: int | None = None
+    checkpoint: dict[str, Any] = field(default_factory=dict)  # latest committed by this attempt
+    steps_lost: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -106,6 +110,12 @@ class Job:
     slots: list[int] = field(default_factory=list)  # on-prem slots reserved for it
     retry: dict[str, Any] = field(default_factory=dict)
     errors_retried: int = 0
+    progress: dict[str, Any] = field(default_factory=dict)  # last report: step, total_steps, at, metrics
+    last_checkpoint: dict[str, Any] = field(default_factory=dict)  # {"step", "uri", "at"}: latest committed
+    blocked_zones: dict[str, float] = field(default_factory=dict)  # zone → blocked until (after preemptions)
+    budget_warned: bool = False
+    force_tier: str | None = None  # "ondemand" after a user's "switch to on-demand"
+    diagnosis: dict[str, Any] = field(default_factory=dict)  # how the last attempt ended, in plain words
     checkpoint_uri: str = ""
     idempotency_key: str | None = None
     submitted_by: str = ""

@@ -1,19 +1,28 @@
 """Price step: the offers the broker can place jobs on, and the capacity free on each.
 
-An on-prem pool of N slots (GPUs, or CPU-job slots) is offered as N shapes —
-1 slot, 2 slots, … N slots — each at its internal price per slot-hour, so a
-job pays for the slots it holds and placement picks the smallest shape that
-fits. A shape bigger than the pool's free slots is not offered; a pool with no
-shape left is reported as full. Pure.
+* An on-prem pool of N slots (GPUs, or CPU-job slots) is offered as N shapes —
+  1 slot, 2 slots, … N slots — each at its internal price per slot-hour, so a
+  job pays for the slots it holds and placement picks the smallest shape that
+  fits. A shape bigger than the pool's free slots is not offered; a pool with
+  no shape left is reported as full.
+* A simulated cloud zone (``zones:`` in the config) is offered as its instance
+  type at the price table's spot or on-demand price for that region, marked
+  ``simulated``; its capacity is its free nodes, and a spot zone the launcher
+  reports without capacity has none.
+
+Pure, given the price table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from broker.config import Pool, Settings
 from broker.models import Job
+from launchers.simzones import SimZone
+from pricing.money import to_micros
 from pricing.offers import JobRequest, Offer, Tier
 
 
@@ -31,18 +40,53 @@ def pool_offers(pool: Pool) -> list[Offer]:
     ]
 
 
+@lru_cache(maxsize=1)
+def _price_table() -> tuple[Offer, ...]:
+    from pricing.loading import load_price_table
+
+    return load_price_table()
+
+
+def zone_offer(zone: SimZone, table: Iterable[Offer] | None = None) -> Offer:
+    """A simulated zone priced like the real instance it stands for."""
+    tier = Tier(zone.tier)
+    rows = [o for o in (table if table is not None else _price_table())
+            if o.instance_type == zone.instance_type and o.region == zone.region and o.tier is tier
+            and (zone.cloud_zone is None or o.zone == zone.cloud_zone)]
+    if not rows and zone.price_per_hour is None:
+        raise ValueError(f"zones: no {tier.value} price for {zone.instance_type} in {zone.region} in the price table; "
+                         "set price_per_hour")
+    row = min(rows, key=lambda o: o.price_per_hour) if rows else None
+    return Offer(
+        tier=tier, cloud=zone.cloud, region=zone.region, zone=zone.name, instance_type=zone.instance_type,
+        accelerator=row.accelerator if row else None, accelerator_count=row.accelerator_count if row else 0,
+        price_per_hour=to_micros(zone.price_per_hour) if zone.price_per_hour is not None else row.price_per_hour,
+        vcpus=row.vcpus if row else None, memory_gib=row.memory_gib if row else None, simulated=True,
+    )
+
+
 def slots_of(offer: Offer) -> int:
     """How many pool slots an on-prem shape holds (``<pool>-<k>slot``)."""
     return int(offer.instance_type.rsplit("-", 1)[1].removesuffix("slot"))
 
 
 def held_slots(jobs: Iterable[Job]) -> dict[str, set[int]]:
-    """Slots held per pool by jobs that are placed, launching, running or being cancelled."""
+    """Slots held per pool by jobs that are placed, launching, running or stopping."""
     held: dict[str, set[int]] = {}
     for job in jobs:
         if job.state.is_active and job.placement.get("tier") == Tier.ONPREM.value:
             held.setdefault(job.placement.get("location", ""), set()).update(job.slots)
     return held
+
+
+def nodes_in_use(jobs: Iterable[Job]) -> dict[str, int]:
+    """Nodes held per cloud zone by active jobs."""
+    used: dict[str, int] = {}
+    for job in jobs:
+        if job.state.is_active and job.placement.get("tier") in (Tier.SPOT.value, Tier.ONDEMAND.value):
+            loc = job.placement.get("location", "")
+            used[loc] = used.get(loc, 0) + int(job.placement.get("num_nodes", 1))
+    return used
 
 
 @dataclass(frozen=True)
@@ -52,9 +96,11 @@ class Market:
     offers: tuple[Offer, ...]
     free_capacity: dict[str, int]
     free_slots: dict[str, list[int]]
+    spot_available: frozenset[str] = frozenset()
 
 
-def market(settings: Settings, active_jobs: Iterable[Job]) -> Market:
+def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping[str, bool] | None = None) -> Market:
+    active_jobs = list(active_jobs)
     held = held_slots(active_jobs)
     offers: list[Offer] = []
     capacity: dict[str, int] = {}
@@ -65,17 +111,37 @@ def market(settings: Settings, active_jobs: Iterable[Job]) -> Market:
         fitting = [o for o in shapes if slots_of(o) <= len(free[pool.name])]
         offers.extend(fitting or shapes)
         capacity[pool.name] = 1 if fitting else 0
-    return Market(offers=tuple(offers), free_capacity=capacity, free_slots=free)
+    used = nodes_in_use(active_jobs)
+    availability = availability or {}
+    spot_up = set()
+    for zone in settings.zones:
+        offers.append(zone_offer(zone))
+        up = availability.get(zone.name, True)
+        capacity[zone.name] = max(zone.nodes - used.get(zone.name, 0), 0) if up else 0
+        if zone.tier == "spot" and up:
+            spot_up.add(zone.name)
+    return Market(offers=tuple(offers), free_capacity=capacity, free_slots=free, spot_available=frozenset(spot_up))
 
 
 def all_offers(settings: Settings) -> list[Offer]:
-    """Every offer with every pool empty: what the admission quote prices against."""
-    return [o for pool in settings.pools for o in pool_offers(pool)]
+    """Every offer with all capacity free: what the admission quote prices against."""
+    return [o for pool in settings.pools for o in pool_offers(pool)] + [zone_offer(z) for z in settings.zones]
 
 
-def placement_record(offer: Offer, num_nodes: int) -> dict:
+def ondemand_price(offer: Offer, offers: Iterable[Offer]) -> int | None:
+    """What the same shape costs on on-demand (for "saved against on-demand"), if it is offered."""
+    if offer.tier is Tier.ONDEMAND:
+        return offer.price_per_hour
+    same = [o.price_per_hour for o in offers if o.tier is Tier.ONDEMAND and o.instance_type == offer.instance_type
+            and o.cloud == offer.cloud and o.region == offer.region]
+    return min(same) if same else None
+
+
+def placement_record(offer: Offer, num_nodes: int, offers: Iterable[Offer] = ()) -> dict:
     """The placement as stored on the job and handed to the launcher."""
+    od = ondemand_price(offer, offers)
     return {
+        "ondemand_price_per_hour": od * num_nodes if od is not None else None,
         "tier": offer.tier.value, "cloud": offer.cloud, "region": offer.region, "zone": offer.zone,
         "location": offer.location, "instance_type": offer.instance_type, "accelerator": offer.accelerator,
         "accelerator_count": offer.accelerator_count, "num_nodes": num_nodes,

@@ -10,5 +10,5 @@ def open_launcher(settings: Settings) -> Launcher:
     if settings.launcher == "local":
         from launchers.local import LocalLauncher
 
-        return LocalLauncher(settings.data_dir / "runs")
+        return LocalLauncher(settings.data_dir / "runs", zones=settings.zones)
     raise ValueError(f"unknown launcher {settings.launcher!r} (BROKER_LAUNCHER): use 'local'")

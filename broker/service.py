@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from broker.admission import Admitted, Refused, admit
-from broker.auth import Principal
+from broker.auth import Principal, job_token
 from broker.config import Settings
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for
@@ -23,6 +23,11 @@ from broker.queue import positions
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
 from launchers.base import Launcher
+from pricing.money import fmt
+
+
+RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
+"""States a user may resume from."""
 
 
 class NotFound(Exception):
@@ -154,3 +159,173 @@ class BrokerService:
             except VersionConflict:
                 continue  # the engine moved it; decide again on the fresh state
         raise Conflict("the job is changing too fast to cancel; try again")
+
+    # -- recovery, money and progress ------------------------------------------------------------
+
+
+
+
+
+    def resume(self, principal: Principal, job_id: str, *, force: bool = False,
+               reason: str | None = None) -> Job:
+        """One-click resume: a failed or budget-stopped job runs again as a new attempt from its last checkpoint.
+
+        Infrastructure failures (preempted, node lost, budget stop, network) resume without question; a
+        failure in the user's code is refused (409, with the diagnosis) unless ``force``.
+        """
+        for _ in range(10):
+            job = self.get(principal, job_id)
+            if job.state not in RESUMABLE:
+                raise Conflict(f"cannot resume a job that is {job.state.value}: only failed or stopped_budget jobs resume")
+            diagnosis = job.diagnosis or {}
+            if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force:
+                text = diagnosis.get("text") or job.reason
+                raise Conflict(f"the job failed in its own code: {text} Fix it and resubmit, or resume with force "
+                               "to run it again anyway")
+            if job.state is JobState.STOPPED_BUDGET and job.spent >= job.budget:
+                raise Conflict(f"the budget of {fmt(job.budget)} is spent: raise it first (POST /v1/jobs/{job.id}/budget)")
+            now = self.clock()
+            step = job.last_checkpoint.get("step")
+            why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
+                             + (" (forced)" if force else ""))
+            t = apply(job.state, JobEvent.RESUME)
+            new = replace(job, state=t.to_state, reason=why, updated_at=now, errors_retried=0, placement={}, slots=[])
+            event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
+                              from_state=job.state, data={"checkpoint_step": step, "force": force})
+            try:
+                return self.store.commit(Change(job=new, expected_version=job.version, events=[event]))
+            except VersionConflict:
+                continue
+        raise Conflict("the job is changing too fast; try again")
+
+
+    def raise_budget(self, principal: Principal, job_id: str, new_budget: int) -> Job:
+        """Set a job's budget cap (raising it lets a budget-stopped job resume)."""
+        if new_budget <= 0:
+            raise Invalid("budget_usd", "must be more than $0")
+        for _ in range(10):
+            job = self.get(principal, job_id)
+            if job.state.is_final and job.state is not JobState.STOPPED_BUDGET and job.state is not JobState.FAILED:
+                raise Conflict(f"cannot change the budget of a job that is {job.state.value}")
+            if new_budget < job.spent:
+                raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
+            now = self.clock()
+            note = Event(job_id=job.id, time=now, event="budget_changed", from_state=job.state.value,
+                         to_state=job.state.value, reason=f"budget {fmt(job.budget)} → {fmt(new_budget)} by {principal.name}",
+                         actor=principal.name, attempt=job.attempts or None, data={"old": job.budget, "new": new_budget})
+            try:
+                return self.store.commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
+                                                expected_version=job.version, events=[note]))
+            except VersionConflict:
+                continue
+        raise Conflict("the job is changing too fast; try again")
+
+
+    def switch_to_ondemand(self, principal: Principal, job_id: str) -> Job:
+        """Pin the job to on-demand from its next attempt on (resumes it if it had stopped)."""
+        for _ in range(10):
+            job = self.get(principal, job_id)
+            if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
+                raise Conflict(f"the job is {job.state.value}")
+            now = self.clock()
+            note = Event(job_id=job.id, time=now, event="switch_tier", from_state=job.state.value,
+                         to_state=job.state.value, reason=f"pinned to on-demand by {principal.name}", actor=principal.name,
+                         attempt=job.attempts or None, data={"tier": "ondemand"})
+            try:
+                job = self.store.commit(Change(job=replace(job, force_tier="ondemand", updated_at=now),
+                                               expected_version=job.version, events=[note]))
+            except VersionConflict:
+                continue
+            if job.state in RESUMABLE:
+                return self.resume(principal, job_id, force=True, reason=f"resumed on on-demand by {principal.name}")
+            return job
+        raise Conflict("the job is changing too fast; try again")
+
+
+    def report_progress(self, job_id: str, token: str, body: dict[str, Any]) -> Job:
+        """A training script's report (step, total steps, metrics, committed checkpoint), with the job's own token."""
+        if not secrets.compare_digest(token, job_token(self.settings, job_id)):
+            raise NotFound(job_id)
+        point = _progress_point(body, self.clock())
+        for _ in range(10):
+            job = self.store.get_job(job_id)
+            if job is None:
+                raise NotFound(job_id)
+            if job.state.is_final:
+                raise Conflict(f"the job is {job.state.value}")
+            attempts = self.store.attempts(job_id)
+            changes: dict[str, Any] = {"updated_at": point["time"]}
+            records = []
+            if point.get("step") is not None:
+                changes["progress"] = {"step": point["step"], "total_steps": point.get("total_steps")
+                                       or job.progress.get("total_steps"), "at": point["time"],
+                                       "metrics": point.get("metrics", {}), "attempt": job.attempts}
+            if point.get("checkpoint"):
+                changes["last_checkpoint"] = {**point["checkpoint"], "at": point["time"], "attempt": job.attempts}
+            if attempts and point.get("step") is not None:
+                a = attempts[-1]
+                records.append(replace(a, last_step=point["step"],
+                                       first_step=a.first_step if a.first_step is not None else point["step"],
+                                       checkpoint=changes.get("last_checkpoint", a.checkpoint)))
+            elif attempts and point.get("checkpoint"):
+                records.append(replace(attempts[-1], checkpoint=changes["last_checkpoint"]))
+            try:
+                return self.store.commit(Change(job=replace(job, **changes), expected_version=job.version,
+                                                attempts=records, metrics=[point] if point.get("step") is not None else []))
+            except VersionConflict:
+                continue
+        raise Conflict("the job is changing too fast; try again")
+
+
+    def inject_fault(self, principal: Principal, kind: str, *, job_id: str | None = None,
+                     zone: str | None = None, available: bool | None = None) -> dict[str, Any]:
+        """Admins only: preempt an attempt (notice, grace, kill), kill a node (no notice), or change a zone's capacity."""
+        if not principal.admin:
+            raise Invalid("authorization", "fault injection is for admins", status=403)
+        launcher = self.launcher
+        if launcher is None or not launcher.capabilities.simulated:
+            raise Conflict("fault injection needs the local launcher with simulated zones (zones: in the config)")
+        if kind == "zone":
+            try:
+                launcher.set_zone_available(zone or "", available)
+            except KeyError:
+                raise Invalid("zone", f"no simulated zone {zone!r}", status=404) from None
+            return {"zone": zone, "available": available}
+        job = self.get(principal, job_id or "")
+        if job.state not in (JobState.RUNNING, JobState.LAUNCHING):
+            raise Conflict(f"the job is {job.state.value}, not running")
+        attempt_id = f"{job.id}-a{job.attempts}"
+        if kind == "preempt":
+            done = launcher.preempt(attempt_id)
+        elif kind == "kill":
+            launcher.kill(attempt_id)
+            done = True
+        else:
+            raise Invalid("kind", "must be preempt, kill or zone")
+        return {"job": job.id, "attempt": attempt_id, "fault": kind, "applied": bool(done)}
+
+
+def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise Invalid("body", "must be a JSON object")
+    point: dict[str, Any] = {"time": now}
+    for key in ("step", "total_steps"):
+        if body.get(key) is not None:
+            v = body[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise Invalid(key, "must be a whole number ≥ 0")
+            point[key] = v
+    metrics = body.get("metrics") or {}
+    if not isinstance(metrics, dict) or len(metrics) > 50 or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in metrics.items()):
+        raise Invalid("metrics", "must be an object of up to 50 numbers")
+    point["metrics"] = metrics
+    ckpt = body.get("checkpoint")
+    if ckpt is not None:
+        if not isinstance(ckpt, dict) or not isinstance(ckpt.get("uri"), str) or not isinstance(ckpt.get("step"), int):
+            raise Invalid("checkpoint", "must be {\"step\": N, \"uri\": \"...\"}")
+        point["checkpoint"] = {"step": ckpt["step"], "uri": ckpt["uri"]}
+        point.setdefault("step", None)
+    if "step" not in point and "checkpoint" not in point:
+        raise Invalid("step", "a report needs a step or a checkpoint")
+    return point

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase
+from launchers.simzones import SimZone
 
 STARTUP_GRACE_SECONDS = 10.0
 """How long a run folder without a live runner counts as starting rather than lost."""
@@ -32,12 +33,91 @@ class LocalLauncher:
     name = "local"
     capabilities = Capabilities(simulated=False, preemption_notice=True, follow_logs=True)
 
-    def __init__(self, runs_dir: str | Path, *, python: str = sys.executable):
+    def __init__(self, runs_dir: str | Path, *, zones: tuple[SimZone, ...] = (), python: str = sys.executable,
+                 clock=time.time):
         self.runs_dir = Path(runs_dir)
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.python = python
+        self.clock = clock
+        self.zones = {z.name: z for z in zones}
+        if zones:
+            self.capabilities = Capabilities(simulated=True, preemption_notice=True, follow_logs=True)
+        self._zone_dir = self.runs_dir.parent / "zones"
+        self._zone_dir.mkdir(parents=True, exist_ok=True)
+        self._epoch = self._replay_epoch()
         self._children: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
+
+    # -- simulated zones ------------------------------------------------------------------------
+
+    def _replay_epoch(self) -> float:
+        """When trace replay started: shared by every broker process on this data dir."""
+        path = self._zone_dir / "epoch"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(repr(self.clock()))
+        except FileExistsError:
+            pass
+        try:
+            return float(path.read_text() or self.clock())
+        except ValueError:
+            return self.clock()
+
+    def set_zone_available(self, zone: str, available: bool | None) -> None:
+        """Fault injection: take a zone's capacity away (False), give it back (True), or follow its trace (None)."""
+        if zone not in self.zones:
+            raise KeyError(zone)
+        path = self._zone_dir / f"{zone}.json"
+        if available is None:
+            path.unlink(missing_ok=True)
+        else:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"available": available}))
+            os.replace(tmp, path)
+
+    def zone_available(self, zone: str, now: float | None = None) -> bool:
+        z = self.zones.get(zone)
+        if z is None:
+            return True
+        try:
+            return bool(json.loads((self._zone_dir / f"{zone}.json").read_text())["available"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return z.trace_available((now if now is not None else self.clock()) - self._epoch)
+
+    def availability(self) -> dict[str, bool]:
+        """Spot capacity per simulated zone right now (the capacity a real cloud hides until you try)."""
+        now = self.clock()
+        return {name: self.zone_available(name, now) for name, z in self.zones.items() if z.tier == "spot"}
+
+    def preempt(self, attempt_id: str, *, grace_seconds: float | None = None) -> bool:
+        """Fault injection, and what a spot zone does: notice (SIGTERM), grace, SIGKILL.
+
+        Returns False if the attempt was already stopping or had ended."""
+        run_dir = self._dir(attempt_id)
+        if not run_dir.exists() or (run_dir / "exit.json").exists() or (run_dir / "stop.json").exists():
+            return False
+        zone = self.zones.get(self._request(run_dir).get("placement", {}).get("zone") or "")
+        grace = grace_seconds if grace_seconds is not None else (zone.grace if zone else 30.0)
+        self.stop(attempt_id, grace_seconds=grace, reason="preempted")
+        return True
+
+    @staticmethod
+    def _request(run_dir: Path) -> dict:
+        try:
+            return json.loads((run_dir / "request.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _check_zone(self, attempt_id: str, run_dir: Path, started: float | None) -> None:
+        request = self._request(run_dir)
+        zone = self.zones.get(request.get("placement", {}).get("zone") or "")
+        if zone is None or zone.tier != "spot" or (run_dir / "stop.json").exists():
+            return
+        now = self.clock()
+        running_for = now - started if started else 0.0
+        if not self.zone_available(zone.name, now) or zone.scripted_preemption(int(request.get("attempt", 0)), running_for):
+            self.preempt(attempt_id)
 
     def _dir(self, attempt_id: str) -> Path:
         if not attempt_id or "/" in attempt_id or attempt_id.startswith("."):
@@ -108,6 +188,8 @@ class LocalLauncher:
             if exit_file.exists():  # finished between the two looks
                 return self._ended(json.loads(exit_file.read_text()))
             started = (run_dir / "runner.pid").stat().st_mtime if (run_dir / "runner.pid").exists() else None
+            if self.zones:
+                self._check_zone(attempt_id, run_dir, started)
             return AttemptStatus(Phase.RUNNING, started_at=started)
         if exit_file.exists():
             return self._ended(json.loads(exit_file.read_text()))
@@ -133,10 +215,11 @@ class LocalLauncher:
         if not run_dir.exists() or (run_dir / "exit.json").exists():
             return
         stop_file = run_dir / "stop.json"
-        if not stop_file.exists():
-            tmp = run_dir / "stop.json.tmp"
-            tmp.write_text(json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
-            os.replace(tmp, stop_file)
+        if stop_file.exists():
+            return  # already stopping: a second SIGTERM would cut the grace period short
+        tmp = run_dir / "stop.json.tmp"
+        tmp.write_text(json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
+        os.replace(tmp, stop_file)
         self._signal_runner(run_dir, signal.SIGTERM)
 
     def kill(self, attempt_id: str) -> None:

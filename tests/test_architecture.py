@@ -57,7 +57,8 @@ SDK_RULES = [
     ("fsspec", lambda f: f == "checkpoint/storage.py", "object storage through one storage module"),
     ("s3fs", lambda f: f == "checkpoint/storage.py", "object storage through one storage module"),
     ("gcsfs", lambda f: f == "checkpoint/storage.py", "object storage through one storage module"),
-    ("boto3", lambda f: False, "no direct cloud SDKs in the product"),
+    ("boto3", lambda f: f == "checkpoint/storage.py", "cloud SDKs only in the checkpoint storage module"),
+    ("slack_sdk", lambda f: f == "broker/slack/sdk.py", "Slack's SDK in one module"),
     ("torch", lambda f: f == "checkpoint/serialization.py" or f.startswith("checkpoint/rng"),
      "PyTorch only where state is (de)serialized"),
 ]

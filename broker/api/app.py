@@ -15,6 +15,7 @@ import yaml
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker.auth import Principal, Unauthorized, authenticate
@@ -26,6 +27,7 @@ from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import SpecError, load_text
 from broker.store import JobStore, open_store
 from broker.views import event_view, job_view
+from pricing.money import MoneyError, to_micros
 
 log = logging.getLogger("broker.api")
 
@@ -44,7 +46,14 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     launcher = launcher or open_launcher(settings)
     service = BrokerService(settings, store, launcher)
     run_engine = settings.engine if engine is None else engine
-    eng = Engine(settings, store, launcher) if run_engine else None
+    notifier_box: dict = {}
+
+    def on_event(event, job) -> None:
+        notifier = notifier_box.get("notifier")
+        if notifier is not None:
+            notifier.handle(event, job)  # queues and returns: delivery never blocks the engine
+
+    eng = Engine(settings, store, launcher, on_event=on_event) if run_engine else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -55,6 +64,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         finally:
             if eng:
                 eng.stop()
+            if notifier_box.get("notifier") is not None:
+                notifier_box["notifier"].close()
 
     app = FastAPI(title="spot-broker", version="0.1.0", lifespan=lifespan,
                   description="Submit ML training jobs with a budget cap and a deadline; the broker runs each "
@@ -155,9 +166,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         A retried request with the same ``Idempotency-Key`` returns the first job (200).
         """
         raw = await read_spec(request)
-        job, created = service.submit(caller, raw, idempotency_key=idempotency_key)
-        position = service.queue_positions().get(job.id)
-        return JSONResponse(status_code=201 if created else 200, content=job_view(job, position=position),
+        # the store write blocks (fsync): run it off the event loop so other requests go on
+        job, created = await run_in_threadpool(service.submit, caller, raw, idempotency_key=idempotency_key)
+        return JSONResponse(status_code=201 if created else 200, content=job_view(job),
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
     @app.get("/v1/jobs", tags=["jobs"])
@@ -192,10 +203,83 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         409 if the job already ended."""
         return job_view(service.cancel(caller, job_id))
 
-    @app.get("/v1/states", tags=["jobs"], include_in_schema=False)
-    def states() -> dict:
-        return {"states": [s.value for s in JobState]}
+    @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"])
+    def resume(job_id: str, caller: Caller, force: bool = False) -> dict:
+        """One-click resume of a failed or budget-stopped job, as a new attempt from its latest checkpoint.
+        A failure in the job's own code answers 409 with the diagnosis unless ``force=true``."""
+        return job_view(service.resume(caller, job_id, force=force))
 
+    @app.post("/v1/jobs/{job_id}/budget", tags=["recovery"])
+    async def set_budget(job_id: str, caller: Caller, request: Request) -> dict:
+        """Change the budget cap: ``{"budget_usd": "40"}``. Raising it lets a budget-stopped job resume."""
+        body = await _json_object(request)
+        try:
+            micros = to_micros(str(body.get("budget_usd")) if body.get("budget_usd") is not None else "")
+        except MoneyError:
+            raise Invalid("budget_usd", "must be an amount of dollars such as \"40\"") from None
+        return job_view(service.raise_budget(caller, job_id, micros))
+
+    @app.post("/v1/jobs/{job_id}/ondemand", tags=["recovery"])
+    def switch_to_ondemand(job_id: str, caller: Caller) -> dict:
+        """Run the job on on-demand from its next attempt on (and resume it if it had stopped)."""
+        return job_view(service.switch_to_ondemand(caller, job_id))
+
+    @app.post("/v1/jobs/{job_id}/progress", tags=["progress"])
+    async def progress(job_id: str, request: Request,
+                       authorization: Annotated[str | None, Header()] = None) -> dict:
+        """Called by the training script with the job's own token (``BROKER_JOB_TOKEN``):
+        ``{"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}}`` and/or
+        ``{"checkpoint": {"step": 1200, "uri": "s3://..."}}`` after a checkpoint commits."""
+        token = (authorization or "")[7:].strip() if (authorization or "").lower().startswith("bearer ") else ""
+        if not token:
+            raise Unauthorized("send the job's token: Authorization: Bearer $BROKER_JOB_TOKEN")
+        job = service.report_progress(job_id, token, await _json_object(request))
+        return {"ok": True, "state": job.state.value, "stop": job.state.value in ("cancelling", "stopping")}
+
+    @app.get("/v1/jobs/{job_id}/metrics", tags=["progress"])
+    def job_metrics(job_id: str, caller: Caller) -> dict:
+        """The progress and metric points the job reported, oldest first."""
+        service.get(caller, job_id)
+        return {"points": store.metrics(job_id)}
+
+    @app.post("/v1/admin/faults", tags=["admin"])
+    async def fault(caller: Caller, request: Request) -> dict:
+        """Admins, simulated zones only: ``{"kind": "preempt"|"kill", "job_id": ...}`` or
+        ``{"kind": "zone", "zone": ..., "available": false|true|null}``."""
+        body = await _json_object(request)
+        kind = body.get("kind")
+        if kind not in ("preempt", "kill", "zone"):
+            raise Invalid("kind", "must be preempt, kill or zone")
+        available = body.get("available")
+        if kind == "zone" and available is not None and not isinstance(available, bool):
+            raise Invalid("available", "must be true, false or null")
+        return service.inject_fault(caller, kind, job_id=body.get("job_id"), zone=body.get("zone"),
+                                    available=available)
+
+    @app.get("/v1/zones", tags=["admin"])
+    def zones(caller: Caller) -> dict:
+        """Simulated zones (labelled as such) and whether each has spot capacity now."""
+        availability = getattr(launcher, "availability", dict)()
+        return {"zones": [{"name": z.name, "tier": z.tier, "cloud": z.cloud, "region": z.region,
+                           "instance_type": z.instance_type, "simulated": True,
+                           "available": availability.get(z.name, True)} for z in settings.zones]}
+
+    async def _json_object(request: Request) -> dict:
+        raw = await request.body()
+        if len(raw) > settings.max_body_bytes:
+            raise Invalid("body", f"larger than {settings.max_body_bytes} bytes", status=413)
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            raise Invalid("body", "is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise Invalid("body", "must be a JSON object")
+        return body
+
+    from broker.api.edges import install_edges
+
+    install_edges(app, service, settings)
+    notifier_box["notifier"] = getattr(app.state, "notifier", None)
     return app
 
 

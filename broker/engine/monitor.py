@@ -63,8 +63,9 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus) -> Outcome:
         return Outcome(None, None, "")
     end = describe_end(status)
     attempt_state = ATTEMPT_STATE[status.phase]
-    if job.state is JobState.CANCELLING:
-        return Outcome(JobEvent.ENDED, attempt_state, f"cancelled; {end}")
+    if job.state in (JobState.CANCELLING, JobState.STOPPING):
+        what = "cancelled" if job.state is JobState.CANCELLING else "stopped at its budget"
+        return Outcome(JobEvent.ENDED, attempt_state, f"{what}; {end}")
     if status.phase is Phase.SUCCEEDED:
         return Outcome(JobEvent.SUCCEED, attempt_state, "succeeded: " + end)
     if status.phase is Phase.FAILED:

@@ -1,13 +1,14 @@
 """The reconcile loop: monitor → schedule → launch, once per tick.
 
-Each step decides with a pure function (:mod:`.monitor`, :mod:`.schedule`)
-and then applies its decision through :meth:`Engine._commit`, which writes the
-job, its attempt and the event together with compare-and-set on the job's
-version. If another broker process changed the job first the write fails with
-:class:`~broker.store.VersionConflict` and this process simply moves on: the
-job is re-read next tick. Only the process whose ``placed → launching`` write
-won calls the launcher, and launching is idempotent per attempt id, so an
-attempt never runs twice.
+Each step decides with a pure function (:mod:`.monitor`, :mod:`.schedule`,
+:mod:`.budget`, :mod:`.recover`, :mod:`.spot`, :mod:`broker.diagnosis`) and
+then applies its decision through one store write — the job, its attempt and
+its events together, with compare-and-set on the job's version. If another
+broker process changed the job first the write fails with
+:class:`~broker.store.VersionConflict` and this process moves on: the job is
+re-read next tick. Only the process whose ``placed → launching`` write won
+calls the launcher, and launching is idempotent per attempt id, so an attempt
+never runs twice.
 
 On start, nothing special is needed to re-adopt work: attempts that were
 ``launching`` are launched again (a no-op if they had started) and attempts
@@ -22,36 +23,54 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from broker.auth import job_token
 from broker.config import Settings
+from broker.diagnosis import Ending, RuleBook
+from broker.engine import budget as budget_rules
 from broker.engine import monitor
 from broker.engine.billing import accrue
 from broker.engine.launch import launch_request
+from broker.engine.recover import block_zone, steps_lost
 from broker.engine.schedule import Place, Wait, schedule
+from broker.engine.spot import decide as policy_decide
+from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
-from broker.models import Attempt, Job, attempt_id, event_for
-from broker.offers import market
+from broker.models import Attempt, Event, Job, attempt_id, event_for
+from broker.offers import market, usable_by
+from broker.spec import parse
 from broker.store import Change, JobStore, VersionConflict
 from launchers.base import LaunchError, Launcher, Phase
+from pricing.deadline import RELIABLE
+from pricing.money import fmt
+from pricing.offers import Tier
+from pricing.policy import Holding, make_policy
 
 log = logging.getLogger("broker.engine")
 
 ENGINE_STATES = [s.value for s in (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING,
-                                   JobState.CANCELLING)]
+                                   JobState.CANCELLING, JobState.STOPPING)]
+ENDED_PHASE_NAME = {Phase.LOST: "lost", Phase.GONE: "gone", Phase.PREEMPTED: "preempted", Phase.FAILED: "failed",
+                    Phase.SUCCEEDED: "succeeded", Phase.STOPPED: "stopped"}
 
 
 class Engine:
-    """Drives jobs through their states. ``tick`` is one cycle; ``run`` loops until stopped."""
+    """Drives jobs through their states. ``tick`` is one cycle; ``start`` runs it in a thread."""
 
     def __init__(self, settings: Settings, store: JobStore, launcher: Launcher, *,
-                 clock: Callable[[], float] = time.time, actor: str = "engine"):
+                 clock: Callable[[], float] = time.time, actor: str = "engine",
+                 on_event: Callable[[Event, Job], None] | None = None):
         self.settings = settings
         self.store = store
         self.launcher = launcher
         self.clock = clock
         self.actor = actor
+        self.on_event = on_event
+        self.rules = RuleBook(settings.extra.get("failure_rules"))
+        self.policies: dict[str, object] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_tick_seconds = 0.0
+        self.decision_seconds: list[float] = []
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -60,14 +79,26 @@ class Engine:
         now = self.clock()
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
         for job in jobs:  # 1. monitor what runs
-            if job.state in (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING):
+            if job.state in (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState.STOPPING):
                 self._guard(self._monitor, job, now)
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
         active = [j for j in jobs if j.state.is_active]
-        for decision in schedule(jobs, market(self.settings, active), now=now):  # 2. place the queue
+        availability = getattr(self.launcher, "availability", dict)()
+        mk = market(self.settings, active, availability)
+        queued = [j for j in jobs if j.state is JobState.QUEUED]
+        for job in queued:
+            self.policies.setdefault(job.id, make_policy())
+        decided = time.perf_counter()
+        decisions = schedule(queued, mk, now=now, policies=self.policies, attempts_of=self.store.attempts,
+                             changeover=self.settings.changeover_seconds)
+        self.decision_seconds = (self.decision_seconds + [time.perf_counter() - decided])[-100:]
+        for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
         for job in self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000):  # 3. launch
             self._guard(self._launch, job, now)
+        live = {j.id for j in jobs}
+        for job_id in [k for k in self.policies if k not in live]:
+            del self.policies[job_id]
         self.last_tick_seconds = time.perf_counter() - started
 
     def run_until_idle(self, *, timeout: float = 60.0, interval: float = 0.1) -> None:
@@ -92,15 +123,28 @@ class Engine:
     # -- apply ---------------------------------------------------------------------------------
 
     def _commit(self, job: Job, event: JobEvent | None, reason: str, now: float, *,
-                attempts: tuple[Attempt, ...] = (), data: dict | None = None, **fields) -> Job:
-        events = []
+                records: tuple[Attempt, ...] = (), data: dict | None = None, notes: tuple[Event, ...] = (),
+                **fields) -> Job:
+        events = list(notes)
         new = replace(job, updated_at=now, **fields)
         if event is not None:
             t = apply(job.state, event)
             new = replace(new, state=t.to_state, reason=reason)
             events.append(event_for(new, event, t.to_state, time=now, reason=reason, actor=self.actor,
                                     from_state=job.state, data=data))
-        return self.store.commit(Change(job=new, expected_version=job.version, events=events, attempts=attempts))
+        stored = self.store.commit(Change(job=new, expected_version=job.version, events=events, attempts=records))
+        if self.on_event:
+            for e in events:
+                try:
+                    self.on_event(e, stored)
+                except Exception:  # notifications never block or break the engine
+                    log.exception("event hook failed")
+        return stored
+
+    def _note(self, job: Job, name: str, reason: str, now: float, data: dict | None = None) -> Event:
+        """An event that records a fact without changing the state (budget warning, preemption notice)."""
+        return Event(job_id=job.id, time=now, event=name, from_state=job.state.value, to_state=job.state.value,
+                     reason=reason, actor=self.actor, attempt=job.attempts or None, data=data or {})
 
     def _apply_schedule(self, decision: Place | Wait, now: float) -> None:
         job = decision.job
@@ -118,27 +162,24 @@ class Engine:
             id=attempt_id(job.id, n), job_id=job.id, n=n, state=AttemptState.LAUNCHING,
             launcher=self.launcher.name, placement=dict(job.placement),
             price_per_hour=int(job.placement.get("price_per_hour", 0)), created_at=now, slots=list(job.slots),
+            resume_from=job.last_checkpoint.get("uri") or None,
         )
-        job = self._commit_launch(job, attempt, now)
+        where = job.placement.get("zone") or job.placement.get("instance_type", "?")
+        resume = f", resuming from step {job.last_checkpoint.get('step')}" if attempt.resume_from else ""
+        reason = f"launching attempt {n} on {job.placement.get('tier')} {where}{resume}"
+        job = self._commit(job, JobEvent.LAUNCH, reason, now, records=(attempt,),
+                           data={"attempt_id": attempt.id, "resume_from": attempt.resume_from}, **{"attempts": n})
         self._start(job, attempt, now)
-
-    def _commit_launch(self, job: Job, attempt: Attempt, now: float) -> Job:
-        where = job.placement.get("instance_type", "?")
-        t = apply(job.state, JobEvent.LAUNCH)
-        reason = f"launching attempt {attempt.n} on {where}"
-        new = replace(job, state=t.to_state, reason=reason, attempts=attempt.n, updated_at=now)
-        event = event_for(new, JobEvent.LAUNCH, t.to_state, time=now, reason=reason, actor=self.actor,
-                          from_state=job.state, data={"attempt_id": attempt.id})
-        return self.store.commit(Change(job=new, expected_version=job.version, events=[event], attempts=[attempt]))
 
     def _start(self, job: Job, attempt: Attempt, now: float) -> None:
         request = launch_request(job, attempt, public_url=self.settings.public_url,
-                                 stop_grace_seconds=self.settings.stop_grace_seconds)
+                                 stop_grace_seconds=self.settings.stop_grace_seconds,
+                                 job_token=job_token(self.settings, job.id))
         try:
             self.launcher.launch(request)
         except LaunchError as exc:
             failed = replace(attempt, state=AttemptState.FAILED, ended_at=now, reason=str(exc))
-            self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, attempts=(failed,),
+            self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
                          placement={}, slots=[])
 
     def _monitor(self, job: Job, now: float) -> None:
@@ -150,29 +191,135 @@ class Engine:
         if status.phase is Phase.GONE and job.state is JobState.LAUNCHING:
             self._start(job, attempt, now)  # re-adopt: the broker stopped between commit and launch
             return
-        if job.state is JobState.CANCELLING and attempt.stop_requested_at is None and not status.phase.is_final:
-            self.launcher.stop(attempt.id, grace_seconds=self.settings.stop_grace_seconds, reason="cancelled")
-            attempt = replace(attempt, stop_requested_at=now, stop_reason="cancelled")
+        notes: list[Event] = []
+        fields: dict = {}
+        live = not status.phase.is_final
+        if live and attempt.stop_requested_at is None:
+            attempt, stop_notes = self._maybe_stop(job, attempt, status, now, fields)
+            notes += stop_notes
+        stop_budget = fields.pop("_stop_budget", False)
         outcome = monitor.decide(job, attempt, status)
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
         elif outcome.attempt_state is not None:
-            ended = status.ended_at or now
-            attempt = replace(attempt, state=outcome.attempt_state, ended_at=ended, exit_code=status.exit_code,
-                              reason=outcome.reason, started_at=attempt.started_at or status.started_at)
-        attempt = accrue(attempt, now)
+            attempt = replace(attempt, state=outcome.attempt_state, ended_at=status.ended_at or now,
+                              exit_code=status.exit_code, reason=outcome.reason,
+                              started_at=attempt.started_at or status.started_at)
         others = sum(a.cost for a in attempts[:-1])
-        fields: dict = {"spent": others + attempt.cost}
-        if outcome.event in (JobEvent.RECOVER, JobEvent.LAUNCH_FAILED, JobEvent.SUCCEED, JobEvent.FAIL,
-                             JobEvent.ENDED):
-            fields.update(placement={} if outcome.event is JobEvent.RECOVER else job.placement, slots=[])
+        attempt = accrue(attempt, now)
+        attempt = replace(attempt, cost=budget_rules.capped(attempt.cost, others=others, budget=job.budget))
+        fields["spent"] = others + attempt.cost
+        event, reason, data = outcome.event, outcome.reason or job.reason, None
+        if event in (JobEvent.SUCCEED, JobEvent.FAIL, JobEvent.RECOVER, JobEvent.ENDED):
+            reason, data = self._ended(job, attempt, status, outcome, now, fields)
+            attempt = replace(attempt, reason=reason, steps_lost=data.get("steps_lost"))
+            fields.setdefault("slots", [])
+            if event is JobEvent.RECOVER:
+                fields["placement"] = {}
         if outcome.retried_error:
             fields["errors_retried"] = job.errors_retried + 1
-        if outcome.event is None and fields["spent"] == job.spent and attempt == attempts[-1]:
+        if stop_budget and event is None:
+            event, reason = JobEvent.STOP_BUDGET, (f"budget reached: spent {fmt(fields['spent'])} of "
+                                                   f"{fmt(job.budget)}; checkpointing and stopping")
+        if event is None and not notes and fields.get("spent") == job.spent and attempt == attempts[-1] \
+                and len(fields) == 1:
             return
-        self._commit(job, outcome.event, outcome.reason or job.reason, now, attempts=(attempt,),
-                     data={"attempt_id": attempt.id, "exit_code": status.exit_code} if outcome.event else None,
-                     **fields)
+        self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), **fields)
+
+    def _maybe_stop(self, job: Job, attempt: Attempt, status, now: float, fields: dict) -> tuple[Attempt, list[Event]]:
+        """Ask a live attempt to stop when cancelled, out of budget, silent, or leaving spot for the deadline."""
+        grace = self.settings.stop_grace_seconds
+        notes: list[Event] = []
+        reason = None
+        if job.state is JobState.CANCELLING:
+            reason = "cancelled"
+        elif job.state is JobState.STOPPING:
+            reason = "budget"
+        elif job.state is JobState.RUNNING:
+            spent = sum(a.cost for a in self.store.attempts(job.id)[:-1]) + accrue(attempt, now).cost
+            check = budget_rules.check(spent=spent, budget=job.budget, price_per_hour=attempt.price_per_hour,
+                                       grace_seconds=grace, tick_seconds=self.settings.tick_seconds,
+                                       warned=job.budget_warned)
+            if check.warn:
+                fields["budget_warned"] = True
+                percent = spent * 100 // max(job.budget, 1)
+                notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt(job.budget)} "
+                                        f"({percent}%)", now, {"spent": spent, "budget": job.budget,
+                                                               "percent": percent}))
+            if check.stop:
+                notes.append(self._note(job, "budget_stop_requested",
+                                        f"stopping at {fmt(spent)} of {fmt(job.budget)}: checkpoint and stop", now))
+                reason = "budget"
+            elif self._silent(job, now):
+                reason = "heartbeat"
+            elif (migrate := self._leave_spot(job, attempt, now)) is not None:
+                fields["force_tier"] = migrate
+                notes.append(self._note(job, "migrate", f"leaving spot for {migrate} to meet the deadline", now))
+                reason = "migrating"
+        if reason is None:
+            return attempt, notes
+        self.launcher.stop(attempt.id, grace_seconds=0 if reason == "heartbeat" else grace, reason=reason)
+        if reason == "budget" and job.state is JobState.RUNNING:
+            # applied with this tick's commit: running → stopping
+            fields["_stop_budget"] = True
+        return replace(attempt, stop_requested_at=now, stop_reason=reason), notes
+
+    def _silent(self, job: Job, now: float) -> bool:
+        timeout = self.settings.heartbeat_timeout_seconds
+        last = job.progress.get("at")
+        return bool(timeout and last and now - float(last) > timeout)
+
+    def _leave_spot(self, job: Job, attempt: Attempt, now: float) -> str | None:
+        """The policy's safety net, tick by tick, for a job running on spot with a deadline."""
+        if attempt.placement.get("tier") != Tier.SPOT.value or job.deadline is None:
+            return None
+        policy = self.policies.setdefault(job.id, make_policy())
+        request = parse(job.spec, now=job.submitted_at).request
+        mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())
+        offers = usable_by(mk.offers, request)
+        inp = policy_input(job, self.store.attempts(job.id), offers, mk.free_capacity, mk.spot_available,
+                           now=now, changeover=self.settings.changeover_seconds,
+                           holding=Holding(Tier.SPOT, attempt.placement.get("zone")))
+        if inp is None:
+            return None
+        decision = policy_decide(policy, inp)
+        return RELIABLE[decision.action].value if decision.action in RELIABLE else None
+
+    def _ended(self, job: Job, attempt: Attempt, status, outcome, now: float, fields: dict) -> tuple[str, dict]:
+        """Diagnose how the attempt ended; on a preemption, block the zone and count the steps lost."""
+        data, tail = _log_tail(self.launcher, attempt.id)
+        phase = ENDED_PHASE_NAME.get(status.phase, status.phase.value)
+        if attempt.stop_reason in ("budget", "cancelled"):
+            phase = attempt.stop_reason
+        elif attempt.stop_reason == "heartbeat":
+            phase = "lost"
+        diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
+                                               reason=status.reason, log_tail=tail,
+                                               step=attempt.last_step))
+        fields["diagnosis"] = {**diagnosis.to_dict(), "attempt": attempt.n}
+        info = {"attempt_id": attempt.id, "exit_code": status.exit_code, "diagnosis": diagnosis.text,
+                "diagnosis_class": diagnosis.cls, "zone": attempt.placement.get("zone"),
+                "tier": attempt.placement.get("tier"), "checkpoint_step": job.last_checkpoint.get("step")}
+        lost = steps_lost(job, attempt)
+        if lost is not None:
+            info["steps_lost"] = lost
+        if status.phase in (Phase.PREEMPTED, Phase.LOST, Phase.GONE) or attempt.stop_reason == "heartbeat":
+            if attempt.placement.get("tier") == Tier.SPOT.value:
+                fields["blocked_zones"] = block_zone(job, attempt.placement.get("zone"), now=now,
+                                                     cooldown=self.settings.zone_cooldown_seconds)
+            saved = job.last_checkpoint.get("step")
+            where = attempt.placement.get("zone") or attempt.placement.get("instance_type")
+            text = f"{diagnosis.sentence.rstrip('.')} in {where}"
+            text += f"; resumes from step {saved}" if saved is not None else "; restarts from the beginning"
+            text += f" ({lost} steps lost)" if lost is not None else ""
+            return text, info
+        if outcome.event is JobEvent.SUCCEED:
+            return outcome.reason, info
+        if outcome.event is JobEvent.RECOVER:
+            if attempt.stop_reason == "migrating":
+                return f"moved off spot to meet the deadline; resumes from step {job.last_checkpoint.get('step')}", info
+            return f"{diagnosis.text} {outcome.reason.split(';', 1)[-1].strip()}".strip(), info
+        return diagnosis.text, info
 
     # -- running in the background ---------------------------------------------------------------
 
@@ -193,3 +340,12 @@ class Engine:
             except Exception:
                 log.exception("engine tick failed")
             self._stop.wait(self.settings.tick_seconds)
+
+
+def _log_tail(launcher: Launcher, attempt_id: str, size: int = 16_384) -> tuple[dict, str]:
+    try:
+        data, _ = launcher.logs(attempt_id, offset=0, limit=1 << 22)
+    except Exception:  # logs are best effort for a diagnosis
+        return {}, ""
+    return {}, data[-size:].decode("utf-8", "replace")
+

@@ -1,21 +1,33 @@
 """Place step: walk the queue and decide which jobs take which capacity now. Pure.
 
+For each queued job, in queue order:
+
+1. the offers it may use (its resources, its forced tier after a "switch to
+   on-demand", not a zone blocked after a recent preemption);
+2. with a deadline and an expected length, the job's spot policy picks the
+   tier (or says wait) — the same policy the simulator replays;
+3. :func:`pricing.placement.place` picks the offer within that tier, budget and capacity.
+
 Decides against a snapshot (the :class:`~broker.offers.Market`), reserving
-what it hands out so two jobs are never placed on the same slots in one
+what it hands out so two jobs are never placed on the same capacity in one
 cycle; the reconcile loop then persists each decision with compare-and-set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-from broker.models import Job
+from broker.engine.spot import decide as policy_decide
+from broker.engine.spot import policy_input
+from broker.models import Attempt, Job
 from broker.offers import Market, placement_record, slots_of, usable_by
 from broker.queue import ordered
 from broker.spec import parse
-from pricing.offers import Tier
+from pricing.offers import Offer, Tier
 from pricing.placement import NoFit, place
+from pricing.deadline import ACTION_TIER
+from pricing.policy import Action, Policy
 
 
 @dataclass(frozen=True)
@@ -32,16 +44,44 @@ class Wait:
     reason: str
 
 
-def schedule(jobs: Iterable[Job], mk: Market, *, now: float) -> list[Place | Wait]:
+def _offers_for(job: Job, offers: Sequence[Offer], now: float) -> list[Offer]:
+    request = parse(job.spec, now=job.submitted_at).request
+    blocked = {z for z, until in job.blocked_zones.items() if until > now}
+    mine = [o for o in usable_by(offers, request) if o.location not in blocked]
+    if job.force_tier:
+        mine = [o for o in mine if o.tier.value == job.force_tier]
+    return mine
+
+
+def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
+             policies: Mapping[str, Policy] | None = None,
+             attempts_of: Callable[[str], Sequence[Attempt]] = lambda _id: (),
+             changeover: float = 120.0) -> list[Place | Wait]:
     """One decision per queued job, in queue order."""
     free_slots = {k: list(v) for k, v in mk.free_slots.items()}
     capacity = dict(mk.free_capacity)
     offers = list(mk.offers)
+    policies = policies or {}
     decisions: list[Place | Wait] = []
     for position, job in enumerate(ordered(jobs), start=1):
         request = parse(job.spec, now=job.submitted_at).request
-        budget_left = job.budget - job.spent
-        chosen = place(request, usable_by(offers, request), free_capacity=capacity, budget_left=budget_left)
+        mine = _offers_for(job, offers, now)
+        policy = policies.get(job.id)
+        note = ""
+        if policy is not None and not job.force_tier:
+            inp = policy_input(job, attempts_of(job.id), mine, capacity, mk.spot_available, now=now,
+                               changeover=changeover)
+            if inp is not None:
+                d = policy_decide(policy, inp)
+                note = f" ({d.reason})" if d.reason else ""
+                if d.action is Action.WAIT:
+                    decisions.append(Wait(job, f"waiting (position {position} in the queue): the spot policy "
+                                               f"waits for spot capacity{note}"))
+                    continue
+                tier = ACTION_TIER[d.action]
+                mine = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
+                                                                or o.zone == d.zone)]
+        chosen = place(request, mine, free_capacity=capacity, budget_left=job.budget - job.spent)
         if isinstance(chosen, NoFit):
             decisions.append(Wait(job, f"waiting (position {position} in the queue): {chosen.reason}"))
             continue
@@ -58,10 +98,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float) -> list[Place | Wai
             if not any(o.tier is Tier.ONPREM and o.location == pool for o in offers):
                 offers.extend(x for x in mk.offers if x.tier is Tier.ONPREM and x.location == pool)
                 capacity[pool] = 0
-        decisions.append(Place(job, placement_record(offer, chosen.num_nodes), slots,
-                               f"placed on {offer.describe()}"))
+        else:
+            capacity[offer.location] = capacity.get(offer.location, chosen.num_nodes) - chosen.num_nodes
+        decisions.append(Place(job, placement_record(offer, chosen.num_nodes, mk.offers), slots,
+                               f"placed on {offer.describe()}{note}"))
     return decisions
-
-
-def with_reason(job: Job, reason: str) -> Job:
-    return replace(job, reason=reason)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 import redis
 
@@ -54,7 +55,7 @@ class RedisStore:
                     new_version = change.expected_version + 1
                 event_base = p.llen(k.events(job.id)) if change.events else 0
                 metric_base = p.llen(k.metrics(job.id)) if change.metrics else 0
-                stored = Job.from_dict({**job.to_dict(), "version": new_version})
+                stored = replace(job, version=new_version)
                 p.multi()
                 p.set(job_key, json.dumps(stored.to_dict()))
                 if change.expected_version is None:

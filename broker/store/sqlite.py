@@ -12,6 +12,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from broker.models import Attempt, Event, Job
@@ -91,7 +92,7 @@ class SqliteStore:
                         raise VersionConflict(f"job {job.id} is at version {row[0] if row else None}, "
                                               f"expected {change.expected_version}")
                     new_version = change.expected_version + 1
-                stored = Job.from_dict({**job.to_dict(), "version": new_version})
+                stored = replace(job, version=new_version)
                 db.execute(
                     "INSERT OR REPLACE INTO jobs (id, team, state, version, submitted_at, idempotency_key, body)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",

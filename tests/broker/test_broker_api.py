@@ -37,7 +37,8 @@ def test_submit_json_returns_201_with_a_quote(client):
     r = client.post("/v1/jobs", json=TASK, headers=auth())
     assert r.status_code == 201, r.text
     job = r.json()
-    assert job["state"] == "queued" and job["queue_position"] == 1
+    assert job["state"] == "queued"
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["queue_position"] == 1
     assert job["budget"] == {"micros": 50_000_000, "usd": "$50.00"}
     # 2 A100 slots at $2.00 each for 2 hours
     assert job["quote"]["tiers"][0]["estimate"] == 8_000_000

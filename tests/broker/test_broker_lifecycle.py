@@ -23,7 +23,9 @@ S, E = JobState, JobEvent
         pytest.param(S.QUEUED, E.CANCEL, S.CANCELLED, id="a queued job is cancelled at once"),
         pytest.param(S.FAILED, E.RESUME, S.QUEUED, id="a failed job can be resumed"),
         pytest.param(S.STOPPED_BUDGET, E.RESUME, S.QUEUED, id="a job stopped for budget can be resumed"),
-        pytest.param(S.RUNNING, E.STOP_BUDGET, S.STOPPED_BUDGET, id="a running job at its budget is stopped"),
+        pytest.param(S.RUNNING, E.STOP_BUDGET, S.STOPPING, id="a running job at its budget is asked to checkpoint and stop"),
+        pytest.param(S.STOPPING, E.ENDED, S.STOPPED_BUDGET, id="a job whose budget stop ended is stopped_budget"),
+        pytest.param(S.QUEUED, E.STOP_BUDGET, S.STOPPED_BUDGET, id="a queued job with no budget left is stopped at once"),
     ],
 )
 def test_allowed_transitions(state, event, expected):

@@ -1,0 +1,204 @@
+"""Failure diagnosis in plain words: a rules table from how an attempt ended to a class, a sentence and a hint.
+
+Rules match on the launcher's phase and termination reason, the exit code or
+signal, and patterns in the tail of the log; the first rule that matches wins.
+Teams add their own rules in a YAML file (``failure_rules:`` in the config),
+read again whenever it changes, and checked before the shipped ones. Pure,
+except :class:`RuleBook`, which reads that file.
+
+A rule's sentence may use ``{step}`` (the last training step the log or the
+progress reports show), ``{batch_size}``, ``{path}`` (a path or URL in the
+matched line), ``{code}`` and ``{signal}``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline"})
+"""Classes that are not the user's code: a resume needs no confirmation."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    cls: str
+    sentence: str
+    hint: str = ""
+    pattern: re.Pattern | None = None
+    phases: frozenset[str] = frozenset()  # launcher phases it applies to (empty: any)
+    exit_codes: frozenset[int] = frozenset()
+    signals: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt ended, as the monitor saw it."""
+
+    phase: str
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    log_tail: str = ""
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cls: str
+    sentence: str
+    hint: str
+    infrastructure: bool
+    step: int | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return f"{self.sentence} {self.hint}".strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"class": self.cls, "sentence": self.sentence, "hint": self.hint, "infrastructure": self.infrastructure,
+                "step": self.step, "text": self.text}
+
+
+def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=()) -> Rule:
+    return Rule(cls, sentence, hint, re.compile(pattern, re.I | re.M) if pattern else None,
+                frozenset(phases), frozenset(codes), frozenset(signals))
+
+
+SHIPPED_RULES: tuple[Rule, ...] = (
+    _r("preempted", "Spot capacity was preempted{at_step}.",
+       "The broker resumes it from its last checkpoint elsewhere.", phases=["preempted"]),
+    _r("node_lost", "The node running the job was lost{at_step} (no exit was recorded).",
+       "The broker resumes it from its last checkpoint.", phases=["lost", "gone"]),
+    _r("budget_stop", "Stopped at its budget{at_step}.", "Raise the budget and resume to continue.",
+       phases=["budget"]),
+    _r("cancelled", "Cancelled{at_step}.", "", phases=["cancelled"]),
+    _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
+       "Try a smaller batch size, gradient accumulation or activation checkpointing.",
+       r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"),
+    _r("nccl_network", "A NCCL/network error stopped the job{at_step}.",
+       "Usually a flaky node or network: resume it; if it repeats, check NCCL_* settings.",
+       r"NCCL (error|WARN.*(timeout|Connection))|ncclSystemError|ncclRemoteError|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"),
+    _r("data_not_found", "Could not read {path}{at_step}.", "Check the path and the job's credentials.",
+       r"(?:FileNotFoundError|NoSuchKey|NoSuchBucket|No such file or directory|404 Not Found|does not exist)[^\n]*?(?P<path>(?:s3|gs|gcs|az|hdfs|file)://[^\s'\"]+|/[^\s'\":]+)"),
+    _r("storage_access", "Access to {path} was denied{at_step}.", "Check the job's credentials and bucket policy.",
+       r"(?:AccessDenied|403 Forbidden|PermissionError)[^\n]*?(?P<path>(?:s3|gs)://[^\s'\"]+|/[^\s'\":]+)"),
+    _r("dependency_missing", "A Python dependency is missing: {module}.",
+       "Add it to the task's setup (pip install ...).", r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
+    _r("host_oom", "Out of host memory{at_step}: the kernel killed the process.",
+       "Use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
+    _r("host_oom", "Out of host memory{at_step}: the process was killed (exit 137).",
+       "Use a larger instance, fewer data-loader workers, or a smaller batch size.", codes=[137]),
+    _r("cuda_error", "A CUDA error stopped the job{at_step}.",
+       "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
+       r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress|device-side assert"),
+    _r("user_code_error", "The training script raised {exception}{at_step}.",
+       "Fix the error in the code; the log shows the traceback.",
+       r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): ", phases=["failed"]),
+    _r("user_code_error", "The job exited with code {code}{at_step}.", "Read the end of its log for the cause.",
+       phases=["failed"]),
+)
+
+_STEP = re.compile(r"\bstep[ =:]+(\d+)", re.I)
+_BATCH = re.compile(r"\bbatch[_ ]size[ =:]+(\d+)", re.I)
+
+
+def last_step(log_tail: str) -> int | None:
+    found = _STEP.findall(log_tail)
+    return int(found[-1]) if found else None
+
+
+def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
+    """The first rule that matches the ending, rendered as a sentence and a hint."""
+    step = ending.step if ending.step is not None else last_step(ending.log_tail)
+    batch = _BATCH.findall(ending.log_tail)
+    for rule in rules:
+        if rule.phases and ending.phase not in rule.phases:
+            continue
+        if rule.exit_codes and ending.exit_code not in rule.exit_codes and ending.signal not in rule.signals:
+            continue
+        match = None
+        if rule.pattern is not None:
+            match = _last_match(rule.pattern, ending.log_tail)
+            if match is None:
+                continue
+        facts = {"step": step, "code": ending.exit_code, "signal": ending.signal,
+                 "batch_size": batch[-1] if batch else None,
+                 "at_step": f" at step {step}" if step is not None else "",
+                 "batch": f" (batch size {batch[-1]})" if batch else "",
+                 **({k: v for k, v in match.groupdict().items() if v} if match else {})}
+        facts.setdefault("path", "a file")
+        facts.setdefault("module", "a module")
+        facts.setdefault("exception", "an exception")
+        return Diagnosis(rule.cls, _fill(rule.sentence, facts), _fill(rule.hint, facts),
+                         rule.cls in INFRASTRUCTURE, step, {k: v for k, v in facts.items() if v is not None})
+    return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
+
+
+def _last_match(pattern: re.Pattern, text: str) -> re.Match | None:
+    last = None
+    for last in pattern.finditer(text):
+        pass
+    return last
+
+
+def _fill(template: str, facts: dict[str, Any]) -> str:
+    class Missing(dict):
+        def __missing__(self, key):
+            return "?"
+
+    return template.format_map(Missing({k: ("" if v is None else v) for k, v in facts.items()}))
+
+
+def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, ...]:
+    """Team rules: a list of ``{class, pattern?, phases?, exit_codes?, sentence, hint?, infrastructure?}``."""
+    raw = yaml.safe_load(text) or []
+    if isinstance(raw, dict):
+        raw = raw.get("rules", [])
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}: must be a list of rules")
+    out = []
+    for i, r in enumerate(raw):
+        if not isinstance(r, dict) or not r.get("class") or not r.get("sentence"):
+            raise ValueError(f"{where}[{i}]: needs 'class' and 'sentence'")
+        try:
+            out.append(_r(str(r["class"]), str(r["sentence"]), str(r.get("hint", "")), r.get("pattern"),
+                          r.get("phases") or (), r.get("exit_codes") or ()))
+        except re.error as exc:
+            raise ValueError(f"{where}[{i}].pattern: {exc}") from None
+    return tuple(out)
+
+
+class RuleBook:
+    """Team rules from a file, re-read when it changes (no restart), before the shipped rules."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path).expanduser() if path else None
+        self._mtime: float | None = None
+        self._rules: tuple[Rule, ...] = SHIPPED_RULES
+        self.error: str | None = None
+
+    def rules(self) -> tuple[Rule, ...]:
+        if self.path is None:
+            return SHIPPED_RULES
+        try:
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            return SHIPPED_RULES
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                self._rules = rules_from_yaml(self.path.read_text(), where=str(self.path)) + SHIPPED_RULES
+                self.error = None
+            except (ValueError, yaml.YAMLError) as exc:
+                self.error = str(exc)  # keep the last good rules
+        return self._rules
+
+    def diagnose(self, ending: Ending) -> Diagnosis:
+        return diagnose(ending, self.rules())

@@ -1,0 +1,40 @@
+"""Preempt and resume: what the broker records when an attempt is lost, and how the next one starts. Pure.
+
+A preempted (or lost) attempt blocks its zone for this job for a cool-down,
+records the steps lost since the last committed checkpoint, and sends the job
+back to the queue; the next attempt starts with ``BROKER_RESUME_FROM`` set to
+the job's latest committed checkpoint.
+
+Recovery as an event sequence (SkyPilot documents its strategies this way)::
+
+    A1 spot us-east-1a  ──preempted (notice, saved step 400)──▶  zone blocked 30 min
+    A2 spot us-east-1b  resumes from step 400 ──preempted──▶  zone blocked
+    A3 on-demand        resumes (the policy's safety net) ──▶ succeeded
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from broker.models import Attempt, Job
+
+
+def steps_lost(job: Job, attempt: Attempt) -> int | None:
+    """Steps trained since the last committed checkpoint: the work the next attempt redoes."""
+    if attempt.last_step is None:
+        return None
+    saved = job.last_checkpoint.get("step")
+    return max(attempt.last_step - int(saved), 0) if saved is not None else attempt.last_step
+
+
+def block_zone(job: Job, zone: str | None, *, now: float, cooldown: float) -> dict[str, float]:
+    """The job's blocked zones with ``zone`` added for ``cooldown`` seconds; expired blocks dropped."""
+    blocked = {z: until for z, until in job.blocked_zones.items() if until > now}
+    if zone:
+        blocked[zone] = now + cooldown
+    return blocked
+
+
+def next_attempt(job: Job, attempt: Attempt) -> Attempt:
+    """Attempt N+1 resumes from the latest committed checkpoint the job reported."""
+    return replace(attempt, resume_from=job.last_checkpoint.get("uri") or None)

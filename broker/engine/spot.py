@@ -1,0 +1,77 @@
+"""Tick-by-tick tier choice for jobs with a deadline: the same policy object the simulator runs.
+
+Builds a :class:`pricing.policy.PolicyInput` (seconds) from a job's record and
+the market, and asks the job's policy what to do: wait, spot (which zone),
+on-demand or on-prem. Pure, except that a policy object keeps its own online
+state (what it has observed of spot availability), one per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from broker.models import Attempt, Job
+from pricing.offers import Offer, Tier
+from pricing.policy import Decision, Holding, Policy, PolicyInput
+
+POLICY_TICK_SECONDS = 60.0
+"""The granularity the policy plans in (the engine may tick faster)."""
+
+
+def work_seconds(job: Job) -> float | None:
+    return float(Decimal(job.expected_hours) * 3600) if job.expected_hours else None
+
+
+def work_done(job: Job, attempts: Sequence[Attempt], now: float, changeover: float) -> float:
+    """Useful work so far: the checkpointed fraction when the job reports steps, else time run since restores."""
+    total = work_seconds(job) or 0.0
+    steps = job.progress.get("total_steps")
+    ckpt = job.last_checkpoint.get("step")
+    if steps and ckpt is not None:
+        return min(total * float(ckpt) / float(steps), total)
+    ran = 0.0
+    for a in attempts:
+        if a.started_at is None:
+            continue
+        end = a.ended_at if a.ended_at is not None else now
+        ran += max(end - a.started_at - changeover, 0.0)
+    return min(ran, total)
+
+
+def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer], capacity: dict[str, int],
+                 spot_available: frozenset[str], *, now: float, changeover: float,
+                 holding: Holding | None = None) -> PolicyInput | None:
+    """The policy's view of a job, or ``None`` when it has no deadline or no expected length (cheapest wins)."""
+    total = work_seconds(job)
+    if job.deadline is None or total is None:
+        return None
+    blocked = {z for z, until in job.blocked_zones.items() if until > now}
+    by_tier: dict[Tier, list[Offer]] = {}
+    for o in offers:
+        by_tier.setdefault(o.tier, []).append(o)
+    spot = by_tier.get(Tier.SPOT, [])
+    cheapest_spot = min((o.price_per_hour for o in spot), default=None)
+    ondemand = min((o.price_per_hour for o in by_tier.get(Tier.ONDEMAND, [])), default=None)
+    onprem = min((o.price_per_hour for o in by_tier.get(Tier.ONPREM, [])), default=None)
+    base = cheapest_spot or ondemand or onprem or 1
+    zones = frozenset(o.zone for o in spot if o.zone and o.zone in spot_available and o.zone not in blocked
+                      and capacity.get(o.location, 1) > 0)
+    if holding is not None and holding.tier is Tier.SPOT and holding.zone in spot_available:
+        zones = zones | {holding.zone}
+    return PolicyInput(
+        now=now, deadline=job.deadline, work_total=total,
+        work_done=work_done(job, attempts, now, changeover), changeover=changeover, holding=holding,
+        spot_zones_available=zones,
+        ondemand_available=any(capacity.get(o.location, 1) > 0 for o in by_tier.get(Tier.ONDEMAND, [])),
+        onprem_available=any(capacity.get(o.location, 1) > 0 for o in by_tier.get(Tier.ONPREM, [])),
+        tick=POLICY_TICK_SECONDS, started_at=job.submitted_at,
+        price_ratio=float(ondemand / base) if ondemand else 1e9,
+        onprem_ratio=float(onprem / base) if onprem else None,
+        spent=float(job.spent) / float(base) if base else 0.0,
+    )
+
+
+def decide(policy: Policy, inp: PolicyInput) -> Decision:
+    policy.observe(inp)
+    return policy.decide(inp)
