@@ -81,6 +81,8 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
         return []
     spot = _dollars(row.get("SpotPrice"))
     zone_id = (row.get("AvailabilityZone") or "").strip()
+    if cloud == "aws" and zone_names and zone_id and zone_id not in zone_names:
+        return []  # an AWS Local Zone (usw2-lax1-az1): SkyPilot cannot launch there, so it is no offer
     zone = zone_names.get(zone_id, zone_id) or None
     accelerator = (row.get("AcceleratorName") or "").strip() or None
     count = int(_decimal(row.get("AcceleratorCount")) or 0)

@@ -43,7 +43,8 @@ def load_price_table(
             if not vms.is_file():
                 continue
             zone_names: dict[str, str] = {}
-            for mapping in (SNAPSHOT_DIR / cloud / "az_mappings-default.csv", *sorted((root / cloud).glob("az_mappings*.csv"))):
+            for mapping in (SNAPSHOT_DIR / cloud / "az_mappings-default.csv", *sorted((root / cloud).glob("az_mappings*.csv"),
+                                                                                 key=lambda p: (p.name != "az_mappings-default.csv", p.name))):
                 if mapping.is_file():
                     zone_names.update(parse_az_mappings(mapping.read_text()))
             offers.extend(parse_vms_csv(vms.read_text(), cloud, zone_names))

@@ -31,16 +31,8 @@ ZONE_NAMES = ("pricing.loading applies az_mappings-default.csv after the account
               "gets another name than SkyPilot gives it (fix: apply -default first)")
 LOCAL_ZONES = ("pricing.catalog keeps rows of AWS Local Zones (usw2-lax1-az1, use1-atl2-az1) the account's "
                "mapping does not list; SkyPilot drops them (fix: skip rows whose zone id is unmapped)")
-DISAGREE = {
-    "8x A100 on spot": ZONE_NAMES, "8x A100-80GB on spot": ZONE_NAMES, "8x V100-32GB on spot": ZONE_NAMES,
-    "8x A100 in us-west-2 only on spot": ZONE_NAMES, "1x T4 on spot": LOCAL_ZONES, "8x H100 on spot": LOCAL_ZONES,
-}
-"""Known disagreements, strict: each fails today for the reason given, and passes once the price
-table is fixed — then the strict xfail turns into a failure and the mark must go."""
-
 CASES = [
-    pytest.param({**res, "use_spot": spot}, id=name,
-                 marks=[pytest.mark.xfail(strict=True, reason=DISAGREE[name])] if name in DISAGREE else [])
+    pytest.param({**res, "use_spot": spot}, id=name)
     for base, res in REQUESTS for spot in (True, False)
     for name in [f"{base} on {'spot' if spot else 'on-demand'}"]
 ]
