@@ -27,10 +27,7 @@ REQUESTS = [
     ("8x H100", {"accelerators": "H100:8"}),
     ("8x A100 in us-west-2 only", {"accelerators": "A100:8", "infra": "aws/us-west-2"}),
 ]
-ZONE_NAMES = ("pricing.loading applies az_mappings-default.csv after the account's own mapping, so a zone id "
-              "gets another name than SkyPilot gives it (fix: apply -default first)")
-LOCAL_ZONES = ("pricing.catalog keeps rows of AWS Local Zones (usw2-lax1-az1, use1-atl2-az1) the account's "
-               "mapping does not list; SkyPilot drops them (fix: skip rows whose zone id is unmapped)")
+
 CASES = [
     pytest.param({**res, "use_spot": spot}, id=name)
     for base, res in REQUESTS for spot in (True, False)
