@@ -4,7 +4,7 @@ Import-light: torch, numpy and cloud SDKs load only when used. Never imports ``b
 ``launchers`` or ``pricing`` — training scripts run where those are not installed.
 """
 
-from checkpoint.checkpointer import Checkpointer, Restored
+from checkpoint.checkpointer import Checkpointer, Restored, SaveStats
 from checkpoint.errors import CheckpointError, CheckpointWarning, UnsafeCheckpointError
 from checkpoint.rng import GlobalRNG
 from checkpoint.storage import TransferOptions
@@ -15,6 +15,7 @@ __all__ = [
     "CheckpointWarning",
     "GlobalRNG",
     "Restored",
+    "SaveStats",
     "TransferOptions",
     "UnsafeCheckpointError",
 ]

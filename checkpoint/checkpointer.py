@@ -26,6 +26,7 @@ import os
 import sys
 import time
 import weakref
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -64,6 +65,21 @@ class Restored(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"Restored(step={self.step}, uri={self.uri!r}, keys={list(self._state)})"
+
+
+@dataclass(frozen=True)
+class SaveStats:
+    """Timings of one committed save (monotonic seconds), for logs and benchmarks."""
+
+    step: int
+    uri: str
+    bytes: int
+    blocked_s: float  # how long save() held the training loop
+    commit_s: float  # from the save() call until the commit marker was written
+
+    @property
+    def throughput_mib_s(self) -> float:
+        return self.bytes / 2**20 / self.commit_s if self.commit_s else float("inf")
 
 
 class Checkpointer:
@@ -131,6 +147,7 @@ class Checkpointer:
         self._last_time = clock()
         self._last_id: CheckpointId | None = None
         self.last_committed: str | None = None  # URI of the newest checkpoint this process committed
+        self.last_stats: SaveStats | None = None
         self._closed = False
         _live.add(self)
 
@@ -161,10 +178,12 @@ class Checkpointer:
         if self._closed:
             raise CheckpointError("save() after close()")
         if step != self._last_step:
+            started = time.perf_counter()
             captured = snapshot.capture(state)
             cid = layout.new_id(step, int(time.time() * 1000), self._last_id)
             self._last_id, self._last_step, self._last_time = cid, step, self._clock()
-            self._runner.submit(lambda: self._write(cid, captured))
+            blocked = time.perf_counter() - started
+            self._runner.submit(lambda: self._write(cid, captured, started, blocked))
         if wait or self.preemption.requested:
             self.wait()
         if self.preemption.requested:
@@ -195,12 +214,14 @@ class Checkpointer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(self, cid: CheckpointId, captured: snapshot.Captured) -> None:
+    def _write(self, cid: CheckpointId, captured: snapshot.Captured, started: float, blocked: float) -> None:
         files = captured.files()
-        commit.write_checkpoint(self._storage, cid, files, serialization.framework_versions(), self._job)
+        manifest = commit.write_checkpoint(self._storage, cid, files, serialization.framework_versions(), self._job)
         uri = self._storage.uri(cid.name)
+        self.last_stats = SaveStats(cid.step, uri, manifest.total_bytes, blocked, time.perf_counter() - started)
         self.last_committed = uri
-        log.info("committed checkpoint %s (%d bytes)", uri, sum(len(d) for d in files.values()))
+        log.info("committed checkpoint %s (%d bytes, %.1f MiB/s)", uri, manifest.total_bytes,
+                 self.last_stats.throughput_mib_s)
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
         try:
             commit.apply_retention(self._storage, self._retention)

@@ -29,16 +29,12 @@ def write_checkpoint(
     created_at: float | None = None,
 ) -> Manifest:
     """Upload ``files`` into the directory for ``cid`` and commit it. Blocks; raises OSError."""
-    entries: dict[str, FileEntry] = {}
-    with ThreadPoolExecutor(FILE_CONCURRENCY) as pool:
-        # Hash while uploading: hashlib and the network both release the GIL.
-        def put(item: tuple[str, bytes]) -> tuple[str, FileEntry]:
-            name, data = item
-            storage.write(layout.path(cid, name), data)
-            return name, describe(data)
-
-        for name, entry in pool.map(put, sorted(files.items(), key=lambda kv: -len(kv[1]))):
-            entries[name] = entry
+    # Hash on one pool while uploading on another: hashlib and the network both release the GIL.
+    with ThreadPoolExecutor(FILE_CONCURRENCY) as uploads, ThreadPoolExecutor(2) as hashing:
+        hashes = {name: hashing.submit(describe, data) for name, data in files.items()}
+        biggest_first = sorted(files, key=lambda n: -len(files[n]))
+        list(uploads.map(lambda n: storage.write(layout.path(cid, n), files[n]), biggest_first))
+        entries = {name: hashes[name].result() for name in sorted(files)}
     manifest = Manifest(
         step=cid.step,
         created_at=time.time() if created_at is None else created_at,

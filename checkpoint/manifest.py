@@ -70,8 +70,16 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def describe(data: bytes) -> FileEntry:
-    return FileEntry(len(data), sha256(data))
+def describe(data: bytes | list) -> FileEntry:
+    """Size and sha256 of a file given whole or as a list of buffers (hashed without joining)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = [data]
+    h = hashlib.sha256()
+    size = 0
+    for chunk in data:
+        h.update(chunk)
+        size += memoryview(chunk).nbytes
+    return FileEntry(size, h.hexdigest())
 
 
 def commit_marker(manifest_bytes: bytes) -> bytes:

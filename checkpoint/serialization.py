@@ -45,27 +45,58 @@ def host_copy(x: Any) -> Any:
     return x.copy()
 
 
-def can_store_array(x: Any) -> bool:
-    """Whether safetensors can hold this array (numeric dtypes only, no objects/strings)."""
-    return x.dtype.kind in "biuf"
+#: safetensors dtype names, by (numpy kind, itemsize) and by torch dtype name.
+_NUMPY_DTYPES = {("b", 1): "BOOL", ("u", 1): "U8", ("i", 1): "I8", ("u", 2): "U16", ("i", 2): "I16",
+                 ("u", 4): "U32", ("i", 4): "I32", ("u", 8): "U64", ("i", 8): "I64",
+                 ("f", 2): "F16", ("f", 4): "F32", ("f", 8): "F64"}
+_TORCH_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16",
+                 "uint32": "U32", "int32": "I32", "uint64": "U64", "int64": "I64", "float16": "F16",
+                 "bfloat16": "BF16", "float32": "F32", "float64": "F64", "float8_e4m3fn": "F8_E4M3",
+                 "float8_e5m2": "F8_E5M2"}
 
 
-def encode_tensors(items: dict[str, Any]) -> bytes:
-    """Tensors and/or arrays → safetensors bytes. Arrays travel as tensors when torch is there."""
+def supported(x: Any) -> bool:
+    """Whether the safetensors format can hold this tensor or array."""
+    if is_tensor(x):
+        return str(x.dtype).removeprefix("torch.") in _TORCH_DTYPES
+    return (x.dtype.kind, x.dtype.itemsize) in _NUMPY_DTYPES
+
+
+def encode_tensors(items: dict[str, Any]) -> list[Any]:
+    """Tensors and/or arrays → one safetensors file, as a list of buffers to write in order.
+
+    The buffers are a small header followed by views of the (already private) host copies,
+    so encoding copies nothing: the upload reads tensor memory directly. The result is a
+    standard safetensors file (and is read back with the safetensors library).
+    """
     if not items:
-        return b""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        from safetensors.numpy import save
+        return []
+    header: dict[str, Any] = {}
+    views = []
+    offset = 0
+    for name, x in items.items():
+        dtype, shape, view = _raw(x)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + view.nbytes]}
+        views.append(view)
+        offset += view.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data section starts 8-byte aligned
+    return [len(text).to_bytes(8, "little") + text, *views]
 
-        return save({k: _contiguous_array(v) for k, v in items.items()})
-    from safetensors.torch import save
 
-    tensors = {}
-    for k, v in items.items():
-        t = v if isinstance(v, torch.Tensor) else torch.from_numpy(_contiguous_array(v))
-        tensors[k] = t.contiguous()
-    return save(tensors)
+def _raw(x: Any) -> tuple[str, list[int], memoryview]:
+    if is_tensor(x):
+        import torch
+
+        x = x.contiguous()
+        dtype = _TORCH_DTYPES[str(x.dtype).removeprefix("torch.")]
+        raw = x.reshape(-1).view(torch.uint8).numpy() if x.numel() else b""
+        return dtype, list(x.shape), memoryview(raw).cast("B") if len(raw) else memoryview(b"")
+    import numpy as np
+
+    a = np.ascontiguousarray(x)
+    dtype = _NUMPY_DTYPES[(a.dtype.kind, a.dtype.itemsize)]
+    return dtype, list(a.shape), memoryview(a.reshape(-1).view(np.uint8)).cast("B") if a.size else memoryview(b"")
 
 
 def decode_tensors(data: bytes, as_arrays: set[str]) -> dict[str, Any]:
@@ -92,12 +123,6 @@ def _header_names(data: bytes) -> list[str]:
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + n])
     return [k for k in header if k != "__metadata__"]
-
-
-def _contiguous_array(x: Any) -> Any:
-    import numpy as np
-
-    return np.ascontiguousarray(x)
 
 
 def rng_state() -> dict[str, Any]:

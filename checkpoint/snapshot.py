@@ -45,14 +45,14 @@ class Captured:
     def nbytes(self) -> int:
         return sum(_nbytes(t) for group in self.tensors.values() for t in group.values())
 
-    def files(self) -> dict[str, bytes]:
-        """Encode to file contents (slow: runs on the background thread)."""
+    def files(self) -> dict[str, list[Any]]:
+        """Encode to file contents, each a list of buffers (runs on the background thread)."""
         doc = {"format": 1, "tree": self.tree, "arrays": {k: sorted(v) for k, v in self.arrays.items()}}
-        out = {layout.STATE: json.dumps(doc, allow_nan=True).encode()}
+        out: dict[str, list[Any]] = {layout.STATE: [json.dumps(doc, allow_nan=True).encode()]}
         for filename, group in self.tensors.items():
             out[filename] = serialization.encode_tensors(group)
         if self.objects:
-            out[layout.OBJECTS] = pickle.dumps(self.objects, protocol=pickle.HIGHEST_PROTOCOL)
+            out[layout.OBJECTS] = [pickle.dumps(self.objects, protocol=pickle.HIGHEST_PROTOCOL)]
         return out
 
 
@@ -85,9 +85,11 @@ class _Encoder:
         if obj is None or isinstance(obj, (bool, int, float, str)):
             return obj
         if serialization.is_tensor(obj):
+            if not serialization.supported(obj):
+                raise TypeError(f"{where}: tensors of dtype {obj.dtype} cannot be checkpointed")
             return {"__tensor__": self._put(obj, where)}
         if serialization.is_ndarray(obj):
-            if serialization.can_store_array(obj):
+            if serialization.supported(obj):
                 name = self._put(obj, where)
                 self._captured.arrays.setdefault(self._filename, set()).add(name)
                 return {"__ndarray__": name}
@@ -123,13 +125,14 @@ class _Encoder:
         return {"__pickle__": len(self._captured.objects) - 1}
 
 
-def decode(files: Mapping[str, bytes], allow_pickle: bool = False) -> dict[str, Any]:
+def decode(files: Mapping[str, Any], allow_pickle: bool = False) -> dict[str, Any]:
     """Files of one checkpoint → the saved dict (stateful objects come back as state dicts).
 
     Raises:
         UnsafeCheckpointError: the checkpoint holds pickled objects and ``allow_pickle`` is False.
         ValueError: the files do not decode (should not happen once verified).
     """
+    files = {name: _joined(data) for name, data in files.items()}
     try:
         doc = json.loads(files[layout.STATE])
     except (KeyError, ValueError) as e:
@@ -171,6 +174,10 @@ def _decode(obj: Any, tensors: dict[str, Any], objects: list[Any] | None) -> Any
             assert objects is not None
             return objects[value]
     return {k: _decode(v, tensors, objects) for k, v in obj.items()}
+
+
+def _joined(data: Any) -> bytes:
+    return data if isinstance(data, (bytes, bytearray)) else b"".join(data)
 
 
 def _nbytes(t: Any) -> int:

@@ -153,6 +153,13 @@ def test_a_large_file_goes_up_in_parts_and_comes_back_intact(store_uri):
         assert torch.equal(ckpt.restore()["big"], big)
     names = open_storage(store_uri).list()
     assert not [n for n in names if ".part-" in n], "temporary parts must be cleaned up"
+    if store_uri.startswith("s3://"):  # a multipart object's ETag ends in -<number of parts>
+        import boto3
+
+        bucket, prefix = store_uri[5:].split("/", 1)
+        key = next(n for n in names if n.endswith("big.safetensors"))
+        etag = boto3.client("s3").head_object(Bucket=bucket, Key=f"{prefix}/{key}")["ETag"]
+        assert etag.strip('"').endswith("-3"), etag
 
 
 def test_storage_contract(store_uri):
