@@ -153,7 +153,7 @@ def cost_cap(inp: PolicyInput) -> float:
 
 def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -> bool:
     """Whether, after a tick of ``action``, finishing on the reliable tier stays
-    within :func:`cost_cap` (plus :func:`changeover_allowance`).
+    within :func:`cost_cap` plus :func:`changeover_allowance`.
 
     Reliable ticks keep the invariant by themselves (each buys its own
     progress at the reliable price), so only spot and waiting are checked.
@@ -168,15 +168,32 @@ def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -
 
 
 def changeover_allowance(inp: PolicyInput) -> float:
-    """One spot changeover's cost (whole ticks at the spot price), in spot-hours.
+    """What the cap allows above on-demand only: one hop's two changeovers, in spot-hours —
+    one on spot (whole ticks at the spot price) and one back on the reliable tier (whole
+    ticks at its price).
 
-    Without it no job could ever start on spot: a first spot tick that is all
-    changeover makes no progress, so in the worst case (the instance lost the
-    moment its changeover ends) it is pure extra cost over on-demand only. The
-    cap therefore holds up to this one changeover; a run that gets any useful
-    spot time stays under on-demand only.
+    Some allowance is unavoidable: a first spot tick is all changeover (when the
+    changeover is at least a tick), so in the worst case (the instance lost the
+    moment it is taken, and spot never back) any use of spot ends above
+    on-demand only. One spot changeover would be the least; the changeover back
+    to the reliable tier is added so that a job that had to start on the
+    reliable tier before spot saved it anything may still hop to a long spot
+    run once. With d = 0.2 h and 600 s ticks this is 1.4 spot-hours, 0.9% of
+    on-demand only; the broker's policy spends it only on established spot runs
+    (see :mod:`pricing.spot_policy`).
     """
-    return math.ceil(inp.changeover / inp.tick - 1e-9) * inp.tick / 3600
+    n = math.ceil(inp.changeover / inp.tick - 1e-9) * inp.tick / 3600
+    return n * (1.0 + inp.reliable_ratio)
+
+
+def cost_headroom(inp: PolicyInput) -> float:
+    """Spot-hours saved so far against the on-demand line: :func:`cost_cap` less what has
+    been spent and what finishing on the reliable tier from here would cost (no new
+    changeover if the job is on the reliable tier already). Negative: spot ticks
+    spent that have not paid back yet."""
+    left = inp.changeover_left if inp.on_reliable else inp.changeover
+    finish = _reliable_ticks(inp, inp.remaining, left) * inp.tick / 3600 * inp.reliable_ratio if inp.remaining > 0 else 0.0
+    return cost_cap(inp) - inp.spent - finish
 
 
 def reliable(inp: PolicyInput, reason: str) -> Decision:

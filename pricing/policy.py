@@ -47,9 +47,10 @@ class SafetyNet:
     the start" hold for every policy in the registry.
     """
 
-    def __init__(self, inner: Policy):
+    def __init__(self, inner: Policy, cost_cap: bool = True):
         self.inner = inner
         self.name = inner.name
+        self.cost_cap = cost_cap
 
     def observe(self, inp: PolicyInput) -> None:
         self.inner.observe(inp)
@@ -62,7 +63,7 @@ class SafetyNet:
             return reliable(inp, "work estimate used up but the job runs on: finish on the reliable tier")
         if not is_safe(inp, decision.action, decision.zone):
             return reliable(inp, "safety net: anything else could miss the deadline")
-        if not within_cost_cap(inp, decision.action, decision.zone):
+        if self.cost_cap and not within_cost_cap(inp, decision.action, decision.zone):
             return reliable(inp, "cost cap: anything else could cost more than on-demand only")
         return decision
 
@@ -76,10 +77,14 @@ POLICIES: dict[str, Callable[[], Policy]] = {
 DEFAULT_POLICY = "broker"
 
 
-def make_policy(name: str = DEFAULT_POLICY) -> SafetyNet:
-    """A fresh policy (with its own online state), wrapped in the safety net."""
+def make_policy(name: str = DEFAULT_POLICY, *, cost_cap: bool = True) -> SafetyNet:
+    """A fresh policy (with its own online state), wrapped in the safety net.
+
+    ``cost_cap=False`` keeps only the deadline net: for replaying the paper's
+    baselines as published (they have no cost cap); the broker always runs with it.
+    """
     try:
         factory = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
-    return SafetyNet(factory())
+    return SafetyNet(factory(), cost_cap=cost_cap)

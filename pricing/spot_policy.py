@@ -18,14 +18,20 @@ online from what the job has observed, with a weak prior):
 | situation | decision |
 |---|---|
 | on spot and it is still there | stay |
-| spot somewhere, not on the reliable tier | spot, in the zone with the longest expected run |
-| spot somewhere, on the reliable tier | spot if ``(k−1)·min(run, work left) > d·(1+k)`` and slack ≥ 2d + a tick; else stay |
+| spot somewhere, not on the reliable tier | spot, in the zone with the longest expected run — but while nothing is saved yet (cost headroom < a tick of spot) only once the run has lasted 2 ticks |
+| spot somewhere, on the reliable tier | spot if ``(k−1)·min(run, work left) > d·(1+k)``, the run has lasted 20 min (60 min if the hop must be paid from the cap's allowance), and slack ≥ 2d + a tick; else stay |
 | no spot, on the reliable tier | stay; wait instead only if slack exceeds the reserve by a margin |
 | no spot, not on the reliable tier | wait while slack after the tick ≥ reserve, else reliable |
 
 Reserve = ``d·(a + b·work_left/run)``: ``a`` changeovers of headroom plus ``b``
-per preemption expected in the work left. Every decision then passes the exact
-safety net (:class:`pricing.policy.SafetyNet`).
+per preemption expected in the work left — slack kept for later hops back to
+spot. A hop off the reliable tier risks two changeovers' cost, which the cost
+cap (:func:`pricing.deadline.within_cost_cap`) only allows out of money already
+saved against the on-demand line plus one hop's allowance; while savings and
+allowance cannot pay for a hop, going reliable would be for good, so the
+reserve drops to ``a`` changeovers (Greedy's choice: wait as long as the
+deadline allows). Every decision then passes the exact safety net
+(:class:`pricing.policy.SafetyNet`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pricing.deadline import Action, Decision, PolicyInput, reliable, slack
+from pricing.deadline import Action, Decision, PolicyInput, changeover_allowance, cost_headroom, reliable, slack
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class Tuning:
     preemptions_cap: float = 8.0  # at most this many expected preemptions count towards the reserve
     idle_margin: float = 10.0  # changeovers of extra slack before leaving the reliable tier to wait
     confirm_minutes: float = 20.0  # a spot run must have lasted this long before leaving the reliable tier for it
+    credit_minutes: float = 60.0  # ... this long when the hop must be paid from the cost cap's allowance
+    confirm_ticks: int = 2  # while nothing is saved, take spot from idle only once it has been up this many ticks
     prior_run_hours: float = 4.0  # prior mean spot lifetime, weight of one observed run
     half_life_hours: float = 24.0  # window of the lifetime estimate
 
@@ -98,26 +106,40 @@ class SlackReserve:
     def best_known_zone(self) -> str | None:
         return max(sorted(self.zones), key=self.expected_run) if self.zones else None
 
+    def hop_cost(self, inp: PolicyInput) -> float:
+        """Worst-case money (spot-hours) of a hop off the reliable tier that spot drops at
+        once: a spot changeover, and a second changeover back on the reliable tier."""
+        ticks = math.ceil(inp.changeover / inp.tick - 1e-9) * inp.tick / 3600
+        return ticks * (1.0 + inp.reliable_ratio)
+
     def decide(self, inp: PolicyInput) -> Decision:
         if inp.remaining <= 0:
             return reliable(inp, "work estimate used up: finish on the reliable tier")
+        t = self.tuning
         d, k = inp.changeover, inp.reliable_ratio
         spare = slack(inp)
+        saved = cost_headroom(inp)
+        tick_h = inp.tick / 3600
         if inp.on_spot:
             return Decision(Action.SPOT, inp.holding.zone, "stay on spot while it lasts")  # type: ignore[union-attr]
         zone = self.best_zone(inp)
         if zone is not None:
+            up_for = self.zones[zone].up_for if zone in self.zones else 0.0
             if not inp.on_reliable:
+                if saved < tick_h and up_for < t.confirm_ticks * inp.tick - 1e-6 and spare - inp.tick >= 0:
+                    return Decision(Action.WAIT, None, f"spot just appeared in {zone} and nothing is saved yet: wait a tick to see it last")
                 return Decision(Action.SPOT, zone, f"spot is available in {zone}")
             run = self.expected_run(zone)
             worth = (k - 1) * min(run, inp.remaining) > d * (1 + k)
-            proven = self.zones[zone].up_for >= self.tuning.confirm_minutes * 60 if zone in self.zones else False
-            if worth and proven and spare >= 2 * d + inp.tick:
-                return Decision(Action.SPOT, zone, f"spot back in {zone}; an expected {run / 3600:.1f} h run pays for two changeovers")
-            return reliable(inp, "spot is back but a hop would not pay for its changeovers")
+            proof = t.confirm_minutes if saved >= self.hop_cost(inp) else t.credit_minutes
+            if worth and up_for >= proof * 60 - 1e-6 and spare >= 2 * d + inp.tick:
+                return Decision(Action.SPOT, zone, f"spot back in {zone} for {up_for / 60:.0f} min; an expected {run / 3600:.1f} h run pays for two changeovers")
+            return reliable(inp, "spot is back but a hop would not pay for its changeovers yet")
         reserve = self.reserve(inp, self.best_known_zone())
+        if saved + changeover_allowance(inp) < self.hop_cost(inp) + tick_h:
+            reserve = min(reserve, t.reserve_base * d)  # no hop affordable later: reliable would be for good
         if inp.on_reliable:
-            if spare - d + inp.changeover_left > reserve + self.tuning.idle_margin * d:
+            if spare - d + inp.changeover_left > reserve + t.idle_margin * d:
                 return Decision(Action.WAIT, None, "slack well above the reserve: stop paying for on-demand and wait for spot")
             return reliable(inp, "no spot and slack at the reserve: keep running on the reliable tier")
         if spare - inp.tick >= reserve:

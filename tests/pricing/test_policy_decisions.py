@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pricing.deadline import Action, Holding, PolicyInput
+from pricing.deadline import Action, Decision, Holding, PolicyInput, changeover_allowance, cost_headroom
 from pricing.offers import Tier
 from pricing.policy import POLICIES, make_policy
 
@@ -18,12 +18,14 @@ def inp(**kw) -> PolicyInput:
 
 SPOT_A = Holding(Tier.SPOT, "a")
 OD = Holding(Tier.ONDEMAND)
+SAVED = dict(work_done=10 * H, spent=4.0)  # 10 h done for 4 spot-hours: well under the on-demand line
 
 CASES = [
-    ("idle with spot in a zone → runs on spot there", inp(spot_zones_available=frozenset({"a"})), Action.SPOT, "a"),
+    ("idle with spot in a zone, money saved → runs on spot there", inp(spot_zones_available=frozenset({"a"}), **SAVED), Action.SPOT, "a"),
+    ("idle, spot just appeared, nothing saved yet → waits a tick to see it last", inp(spot_zones_available=frozenset({"a"})), Action.WAIT, None),
     ("on spot that is still there → stays", inp(holding=SPOT_A, spot_zones_available=frozenset({"a", "b"})), Action.SPOT, "a"),
     ("preempted with 32 h of slack → waits for spot", inp(holding=None), Action.WAIT, None),
-    ("preempted in zone a while b has spot → moves to b", inp(holding=SPOT_A, spot_zones_available=frozenset({"b"})), Action.SPOT, "b"),
+    ("preempted in zone a while b has spot → moves to b", inp(holding=SPOT_A, spot_zones_available=frozenset({"b"}), **SAVED), Action.SPOT, "b"),
     ("no spot and slack down to the reserve → on-demand", inp(now=30 * H, work_done=2.2 * H), Action.ONDEMAND, None),
     ("no spot, too late for anything else → the safety net picks on-demand", inp(now=31.5 * H, work_done=0.0), Action.ONDEMAND, None),
     (
@@ -72,6 +74,39 @@ def test_a_spot_run_that_has_lasted_twenty_minutes_lures_the_job_off_on_demand()
     assert (decision.action, decision.zone) == (Action.SPOT, "a")
 
 
+def test_spot_that_lasted_two_ticks_is_taken_even_with_nothing_saved():
+    policy = make_policy("broker")
+    for i in range(2):
+        state = inp(now=i * 600.0, spot_zones_available=frozenset({"a"}))
+        policy.observe(state)
+        decision = policy.decide(state)
+    assert (decision.action, decision.zone) == (Action.SPOT, "a"), decision.reason
+
+
+def hop_after(minutes: int, spent: float) -> Decision:
+    """On on-demand at 30 h with 2.2 h done; spot up in zone a for ``minutes``."""
+    policy = make_policy("broker")
+    for i in range(minutes // 10):
+        state = inp(now=30 * H + i * 600, work_done=2.2 * H, holding=OD, spent=spent, spot_zones_available=frozenset({"a"}))
+        policy.observe(state)
+        decision = policy.decide(state)
+    return decision
+
+
+def test_a_hop_paid_from_the_allowance_waits_for_an_hour_of_spot_not_twenty_minutes():
+    # spent 7 spot-hours: 0.9 saved against the on-demand line, less than a hop's two changeovers (1.4)
+    assert hop_after(30, spent=7.0).action is Action.ONDEMAND
+    assert (hop_after(60, spent=7.0).action, hop_after(60, spent=7.0).zone) == (Action.SPOT, "a")
+    assert hop_after(30, spent=0.0).action is Action.SPOT  # 7.9 saved: 20 minutes of proof do
+
+
+def test_cost_headroom_and_allowance_in_spot_hours():
+    # on-demand only: ceil((48 h + 0.2 h) / 10 min) = 290 ticks at k
+    assert cost_headroom(inp()) == pytest.approx(0.0)
+    assert cost_headroom(inp(work_done=10 * H, spent=4.0)) == pytest.approx(60 / 6 * 3.145 - 4.0)
+    assert changeover_allowance(inp()) == pytest.approx(2 / 6 * (1 + 3.145))
+
+
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_every_registered_policy_takes_the_net_when_no_time_is_left_to_spare(name):
     state = inp(now=31.9 * H, work_done=0.0)
@@ -83,3 +118,23 @@ def test_every_registered_policy_takes_the_net_when_no_time_is_left_to_spare(nam
 def test_unknown_policy_names_the_known_ones():
     with pytest.raises(ValueError, match="broker"):
         make_policy("nope")
+
+
+def up(**kw) -> Decision:
+    policy = make_policy("uniform_progress", cost_cap=False)
+    state = inp(**kw)
+    policy.observe(state)
+    return policy.decide(state)
+
+
+def test_uniform_progress_follows_the_public_simulator_rule_by_rule():
+    # behind the line C·t/R (at 10 h the line is at 6 h), no spot: catch up on on-demand
+    assert up(now=10 * H, work_done=5 * H).action is Action.ONDEMAND
+    # ahead of the line, no spot: wait
+    assert up(now=10 * H, work_done=7 * H).action is Action.WAIT
+    # on on-demand, just ahead of the line at t but not at t + 2d (6.06 h): hysteresis keeps on-demand
+    assert up(now=10 * H, work_done=6.03 * H, holding=OD).action is Action.ONDEMAND
+    # spot available overrides the hysteresis, even while behind
+    assert up(now=10 * H, work_done=5 * H, holding=OD, spot_zones_available=frozenset({"a"})).action is Action.SPOT
+    # the net: once a finish on on-demand needs every tick left, on-demand even with spot
+    assert up(now=31.8 * H, work_done=0.0, spot_zones_available=frozenset({"a"})).action is Action.ONDEMAND
