@@ -111,6 +111,8 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
         fitting = [o for o in shapes if slots_of(o) <= len(free[pool.name])]
         offers.extend(fitting or shapes)
         capacity[pool.name] = 1 if fitting else 0
+    if settings.launcher == "skypilot":
+        offers.extend(_price_table())  # clouds: capacity unknown until tried; preempted zones get blocked
     used = nodes_in_use(active_jobs)
     availability = availability or {}
     spot_up = set()
@@ -125,7 +127,8 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
 
 def all_offers(settings: Settings) -> list[Offer]:
     """Every offer with all capacity free: what the admission quote prices against."""
-    return [o for pool in settings.pools for o in pool_offers(pool)] + [zone_offer(z) for z in settings.zones]
+    cloud = list(_price_table()) if settings.launcher == "skypilot" else []
+    return [o for pool in settings.pools for o in pool_offers(pool)] + [zone_offer(z) for z in settings.zones] + cloud
 
 
 def ondemand_price(offer: Offer, offers: Iterable[Offer]) -> int | None:

@@ -7,8 +7,25 @@ from launchers.base import Launcher
 
 
 def open_launcher(settings: Settings) -> Launcher:
-    if settings.launcher == "local":
-        from launchers.local import LocalLauncher
+    """``local``: pools and simulated zones on this host. ``skypilot``: clouds and Kubernetes through
+    SkyPilot, with the local pools and simulated zones still served on this host."""
+    from launchers.local import LocalLauncher
 
-        return LocalLauncher(settings.data_dir / "runs", zones=settings.zones)
-    raise ValueError(f"unknown launcher {settings.launcher!r} (BROKER_LAUNCHER): use 'local'")
+    local = LocalLauncher(settings.data_dir / "runs", zones=settings.zones)
+    if settings.launcher == "local":
+        return local
+    if settings.launcher == "skypilot":
+        from launchers.router import RoutingLauncher
+        from launchers.skypilot import SkyPilotLauncher
+
+        return RoutingLauncher(local, SkyPilotLauncher(settings.data_dir / "skypilot"))
+    raise ValueError(f"unknown launcher {settings.launcher!r} (BROKER_LAUNCHER): use 'local' or 'skypilot'")
+
+
+def validate_task(settings: Settings, task: dict) -> None:
+    """With SkyPilot as the launcher, SkyPilot itself checks the task; raises ``launchers.skypilot.TaskError``."""
+    if settings.launcher != "skypilot":
+        return
+    from launchers.skypilot import validate_task as sky_validate
+
+    sky_validate(task)

@@ -20,10 +20,11 @@ from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for
 from broker.offers import all_offers, usable_by
 from broker.queue import positions
+from broker.runtime import validate_task
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
 from launchers.base import Launcher
-from pricing.money import fmt
+from pricing.money import cost_for_seconds, fmt
 
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
@@ -69,6 +70,10 @@ class BrokerService:
             spec = parse(raw, now=now)
         except SpecError as exc:
             raise Invalid(exc.field, exc.reason) from None
+        try:
+            validate_task(self.settings, spec.task)
+        except ValueError as exc:  # SkyPilot's own message, naming the field
+            raise Invalid(getattr(exc, "field", "body"), getattr(exc, "reason", str(exc))) from None
         team = spec.broker.team or principal.team or self.settings.default_team
         if not principal.admin and team != principal.team:
             raise Invalid("broker.team", f"you can submit only for your team ({principal.team})", status=403)
@@ -182,8 +187,14 @@ class BrokerService:
                 text = diagnosis.get("text") or job.reason
                 raise Conflict(f"the job failed in its own code: {text} Fix it and resubmit, or resume with force "
                                "to run it again anyway")
-            if job.state is JobState.STOPPED_BUDGET and job.spent >= job.budget:
-                raise Conflict(f"the budget of {fmt(job.budget)} is spent: raise it first (POST /v1/jobs/{job.id}/budget)")
+            if job.state is JobState.STOPPED_BUDGET:
+                attempts = self.store.attempts(job.id)
+                price = attempts[-1].price_per_hour if attempts else 0
+                needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
+                if job.budget - job.spent < needed:
+                    raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt(job.budget)} budget is "
+                                   f"left, not enough to run a minute and stop cleanly: raise it first "
+                                   f"(POST /v1/jobs/{job.id}/budget)")
             now = self.clock()
             step = job.last_checkpoint.get("step")
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")

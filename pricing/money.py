@@ -50,10 +50,17 @@ def to_decimal(micros: Micros) -> Decimal:
 
 
 def fmt(micros: Micros) -> str:
-    """``$12.34`` for people: cents, rounded up so a shown cost never understates."""
-    cents = -((-micros) // 10_000)
-    sign = "-" if cents < 0 else ""
-    cents = abs(cents)
+    """``$12.34`` for people: cents, rounded up so a shown cost never understates.
+
+    Amounts under a dollar that are not whole cents show hundredths of a cent
+    (``$0.0045``), so a short job's cost does not read as "$0.01" everywhere.
+    """
+    sign = "-" if micros < 0 else ""
+    if abs(micros) < MICROS_PER_DOLLAR and micros % 10_000:
+        ten_thousandths = -((-abs(micros)) // 100)
+        if ten_thousandths % 100:
+            return f"{sign}$0.{ten_thousandths:04d}"
+    cents = -((-abs(micros)) // 10_000)
     return f"{sign}${cents // 100:,}.{cents % 100:02d}"
 
 

@@ -25,9 +25,10 @@ def check(*, spent: Micros, budget: Micros, price_per_hour: Micros, grace_second
           warned: bool) -> BudgetCheck:
     """Whether to warn, and whether to stop now so that stopping still fits in the budget."""
     reserve = cost_for_seconds(price_per_hour, int(grace_seconds + 2 * tick_seconds + 1))
+    stop = spent + reserve >= budget
     return BudgetCheck(
-        warn=not warned and spent * 100 >= budget * WARN_FRACTION_PERCENT,
-        stop=spent + reserve >= budget,
+        warn=not warned and (stop or spent * 100 >= budget * WARN_FRACTION_PERCENT),  # never stop unwarned
+        stop=stop,
         headroom=budget - spent,
     )
 

@@ -41,6 +41,7 @@ from broker.spec import parse
 from broker.store import Change, JobStore, VersionConflict
 from launchers.base import LaunchError, Launcher, Phase
 from pricing.deadline import RELIABLE
+from pricing.placement import candidates
 from pricing.money import fmt
 from pricing.offers import Tier
 from pricing.policy import Holding, make_policy
@@ -276,12 +277,12 @@ class Engine:
         policy = self.policies.setdefault(job.id, make_policy())
         request = parse(job.spec, now=job.submitted_at).request
         mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())
-        offers = usable_by(mk.offers, request)
+        offers = candidates(request, usable_by(mk.offers, request))
         inp = policy_input(job, self.store.attempts(job.id), offers, mk.free_capacity, mk.spot_available,
                            now=now, changeover=self.settings.changeover_seconds,
                            holding=Holding(Tier.SPOT, attempt.placement.get("zone")))
-        if inp is None:
-            return None
+        if inp is None or inp.remaining <= inp.changeover:
+            return None  # no deadline, or about to finish: moving now costs more than it saves
         decision = policy_decide(policy, inp)
         return RELIABLE[decision.action].value if decision.action in RELIABLE else None
 
@@ -293,9 +294,10 @@ class Engine:
             phase = attempt.stop_reason
         elif attempt.stop_reason == "heartbeat":
             phase = "lost"
+        known = [s for s in (attempt.last_step, (attempt.checkpoint or {}).get("step")) if s is not None]
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
                                                reason=status.reason, log_tail=tail,
-                                               step=attempt.last_step))
+                                               step=max(known) if known else None))
         fields["diagnosis"] = {**diagnosis.to_dict(), "attempt": attempt.n}
         info = {"attempt_id": attempt.id, "exit_code": status.exit_code, "diagnosis": diagnosis.text,
                 "diagnosis_class": diagnosis.cls, "zone": attempt.placement.get("zone"),

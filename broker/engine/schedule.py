@@ -25,7 +25,7 @@ from broker.offers import Market, placement_record, slots_of, usable_by
 from broker.queue import ordered
 from broker.spec import parse
 from pricing.offers import Offer, Tier
-from pricing.placement import NoFit, place
+from pricing.placement import NoFit, candidates, place
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -47,7 +47,7 @@ class Wait:
 def _offers_for(job: Job, offers: Sequence[Offer], now: float) -> list[Offer]:
     request = parse(job.spec, now=job.submitted_at).request
     blocked = {z for z, until in job.blocked_zones.items() if until > now}
-    mine = [o for o in usable_by(offers, request) if o.location not in blocked]
+    mine = [o for o in candidates(request, usable_by(offers, request)) if o.location not in blocked]
     if job.force_tier:
         mine = [o for o in mine if o.tier.value == job.force_tier]
     return mine
@@ -79,8 +79,11 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                                                f"waits for spot capacity{note}"))
                     continue
                 tier = ACTION_TIER[d.action]
-                mine = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
-                                                                or o.zone == d.zone)]
+                chosen_tier = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
+                                                                      or o.zone == d.zone)]
+                if not isinstance(place(request, chosen_tier, free_capacity=capacity,
+                                        budget_left=job.budget - job.spent), NoFit):
+                    mine = chosen_tier  # else the cheapest placement that fits at all
         chosen = place(request, mine, free_capacity=capacity, budget_left=job.budget - job.spent)
         if isinstance(chosen, NoFit):
             decisions.append(Wait(job, f"waiting (position {position} in the queue): {chosen.reason}"))

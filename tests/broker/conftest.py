@@ -122,3 +122,37 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
             return value
         time.sleep(interval)
     raise AssertionError("condition not met in time")
+
+
+def start_broker(tmp_path, store_url=None, port=None, *, engine="on", config: str | None = None, env_extra=None):
+    """A real ``broker serve`` subprocess; returns (process, base URL)."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    port = port or free_port()
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
+           "BROKER_ENGINE": engine, **(env_extra or {})}
+    if store_url:
+        env["BROKER_STORE_URL"] = store_url
+    args = [sys.executable, "-m", "broker.cli", "serve", "--port", str(port)]
+    if config is not None:
+        cfg = tmp_path / f"config-{port}.yaml"
+        cfg.write_text(config)
+        args += ["--config", str(cfg)]
+    log = tmp_path / f"broker-{port}.log"
+    proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return httpx.get(f"{url}/v1/healthz", timeout=0.5).status_code == 200
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                pytest.fail(log.read_text())
+            return False
+
+    wait_for(up, timeout=30)
+    return proc, url

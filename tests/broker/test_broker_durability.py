@@ -4,10 +4,7 @@ Real subprocesses: ``broker serve`` on SQLite and on a redis-server of our own
 with AOF (``appendfsync always``).
 """
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import httpx
@@ -15,24 +12,7 @@ import pytest
 
 from broker.store import open_store
 
-from conftest import ADMIN, REPO, free_port, wait_for
-
-
-def start_broker(tmp_path, store_url, port, engine="on"):
-    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_STORE_URL": store_url,
-           "BROKER_ADMIN_TOKEN": ADMIN, "BROKER_ENGINE": engine}
-    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--port", str(port)], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"broker-{port}.log", "ab"))
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return httpx.get(f"{url}/v1/healthz", timeout=0.5).status_code == 200
-        except httpx.HTTPError:
-            return proc.poll() is not None and pytest.fail((tmp_path / f"broker-{port}.log").read_text())
-
-    wait_for(up, timeout=30)
-    return proc, url
+from conftest import ADMIN, free_port, start_broker, wait_for
 
 
 @pytest.fixture(params=["sqlite", "redis"])

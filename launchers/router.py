@@ -1,0 +1,56 @@
+"""Route each attempt to the launcher for its placement: local pools and simulated zones on this
+host, everything else through SkyPilot. Itself a :class:`~launchers.base.Launcher`.
+"""
+
+from __future__ import annotations
+
+from launchers.base import AttemptStatus, Capabilities, LaunchRequest, Phase
+from launchers.local import LocalLauncher
+
+
+class RoutingLauncher:
+    name = "router"
+
+    def __init__(self, local: LocalLauncher, cloud):
+        self.local = local
+        self.cloud = cloud
+        self.capabilities = Capabilities(simulated=local.capabilities.simulated, preemption_notice=True,
+                                         follow_logs=True)
+
+    def _for_request(self, request: LaunchRequest):
+        placement = request.placement
+        if placement.get("cloud") == "local" or placement.get("simulated"):
+            return self.local
+        return self.cloud
+
+    def _owner(self, attempt_id: str):
+        """The local launcher knows its attempts by their run folder; the rest are SkyPilot's."""
+        return self.local if self.local.status(attempt_id).phase is not Phase.GONE else self.cloud
+
+    def launch(self, request: LaunchRequest) -> None:
+        self._for_request(request).launch(request)
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        return self._owner(attempt_id).status(attempt_id)
+
+    def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
+        self._owner(attempt_id).stop(attempt_id, grace_seconds=grace_seconds, reason=reason)
+
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        return self._owner(attempt_id).logs(attempt_id, offset=offset, limit=limit)
+
+    def availability(self) -> dict[str, bool]:
+        return self.local.availability()
+
+    def sweep(self, known_attempt_ids) -> list[str]:
+        return self.cloud.sweep(known_attempt_ids)
+
+    # fault injection reaches the simulated zones only
+    def preempt(self, attempt_id: str, **kw) -> bool:
+        return self.local.preempt(attempt_id, **kw)
+
+    def kill(self, attempt_id: str) -> None:
+        self.local.kill(attempt_id)
+
+    def set_zone_available(self, zone: str, available: bool | None) -> None:
+        self.local.set_zone_available(zone, available)

@@ -1,0 +1,163 @@
+"""Preempted jobs resume elsewhere, budgets stop jobs before they overrun, failures are explained.
+
+Scenario tests with real processes: a ``broker serve`` subprocess with simulated spot and
+on-demand zones, and a small training loop that checkpoints with the ``checkpoint`` library.
+"""
+
+import re
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import ADMIN, start_broker, wait_for
+
+TRAINER = Path(__file__).with_name("trainer.py")
+H = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def config(a_schedule="[]", b_schedule="[]", price=None, grace=4):
+    price_line = f"\n    price_per_hour: \"{price}\"" if price else ""
+    return f"""
+pools: []
+zones:
+  - name: sim-a
+    tier: spot
+    instance_type: g5.xlarge
+    cloud_zone: us-east-1a
+    grace_seconds: {grace}
+    schedule: {a_schedule}{price_line}
+  - name: sim-b
+    tier: spot
+    instance_type: g5.xlarge
+    cloud_zone: us-east-1f
+    grace_seconds: {grace}
+    schedule: {b_schedule}{price_line}
+  - name: sim-od
+    tier: ondemand
+    instance_type: g5.xlarge{price_line}
+tick_seconds: 0.2
+stop_grace_seconds: {grace}
+changeover_seconds: 2
+zone_cooldown_seconds: 600
+"""
+
+
+def task(steps=60, pause=0.05, every=10, budget="5", **broker):
+    return {
+        "name": "trainer",
+        "resources": {"accelerators": "A10G:1"},
+        "envs": {"BROKER_PROGRESS_INTERVAL_S": "0.1"},
+        "run": f"python {TRAINER} {steps} {pause} {every}",
+        "broker": {"budget_usd": budget, **broker},
+    }
+
+
+@pytest.fixture
+def serve(tmp_path):
+    procs = []
+
+    def start(cfg):
+        proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'r.db'}", config=cfg)
+        procs.append(proc)
+        return httpx.Client(base_url=url, headers=H, timeout=10)
+
+    yield start
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+        p.wait(15)
+
+
+def until_state(client, job_id, states, timeout=60):
+    return wait_for(lambda: (j := client.get(f"/v1/jobs/{job_id}").json())["state"] in states and j, timeout=timeout)
+
+
+def log_of(client, job_id, attempt):
+    r = client.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
+    return r.json()["data"] if r.status_code == 200 else ""  # 404 until the attempt exists
+
+
+def steps(text):
+    return [int(s) for s in re.findall(r"^step (\d+)$", text, re.M)]
+
+
+def start_step(text):
+    return int(re.search(r"^start (\d+)$", text, re.M).group(1))
+
+
+def test_preempted_with_notice_resumes_in_another_zone_losing_no_steps(serve):
+    client = serve(config(a_schedule='["preempt attempt 1 at +2s"]'))
+    job = client.post("/v1/jobs", json=task()).json()
+    final = until_state(client, job["id"], {"succeeded", "failed"})
+    assert final["state"] == "succeeded"
+    a1, a2 = final["attempt_list"]
+    assert (a1["state"], a1["placement"]["zone"]) == ("preempted", "sim-a")
+    assert a2["placement"]["zone"] == "sim-b" and a2["state"] == "succeeded"
+    last_trained = max(steps(log_of(client, job["id"], 1)))
+    resumed_at = start_step(log_of(client, job["id"], 2))
+    assert resumed_at == last_trained, "the notice's save keeps every step trained"
+    assert a2["resume_from"] and f"step-{resumed_at:012d}" in a2["resume_from"]
+    recover = [e for e in client.get(f"/v1/jobs/{job['id']}/events").json()["events"] if e["event"] == "recover"][0]
+    assert recover["data"]["zone"] == "sim-a" and recover["data"]["diagnosis_class"] == "preempted"
+    assert final["spent"]["micros"] == a1["cost"]["micros"] + a2["cost"]["micros"]
+
+
+def test_a_node_killed_without_notice_loses_at_most_one_checkpoint_interval(serve):
+    client = serve(config())
+    job = client.post("/v1/jobs", json=task(steps=80, every=10)).json()
+    wait_for(lambda: len(steps(log_of(client, job["id"], 1))) >= 25, timeout=30)
+    r = client.post("/v1/admin/faults", json={"kind": "kill", "job_id": job["id"]})
+    assert r.status_code == 200 and r.json()["applied"]
+    final = until_state(client, job["id"], {"succeeded", "failed"})
+    assert final["state"] == "succeeded"
+    assert final["attempt_list"][0]["state"] == "lost"
+    lost = max(steps(log_of(client, job["id"], 1))) - start_step(log_of(client, job["id"], 2))
+    assert 0 <= lost <= 10
+
+
+def test_preempted_in_two_zones_neither_is_chosen_again_during_the_cooldown(serve):
+    client = serve(config(a_schedule='["preempt attempt 1 at +1.5s"]', b_schedule='["preempt attempt 2 at +1.5s"]'))
+    job = client.post("/v1/jobs", json=task(steps=60)).json()
+    final = until_state(client, job["id"], {"succeeded", "failed"}, timeout=90)
+    zones = [a["placement"]["zone"] for a in final["attempt_list"]]
+    assert zones == ["sim-a", "sim-b", "sim-od"]
+    assert final["state"] == "succeeded"
+
+
+def test_budget_reached_mid_run_checkpoints_stops_and_resumes_after_raising_it(serve):
+    # $36/h is one cent a second: a $0.08 budget runs a few seconds, then must stop within it
+    client = serve(config(price="36", grace=2))
+    job = client.post("/v1/jobs", json=task(steps=400, pause=0.05, every=1000, budget="0.08")).json()
+    stopped = until_state(client, job["id"], {"stopped_budget", "succeeded", "failed"})
+    assert stopped["state"] == "stopped_budget"
+    assert stopped["spent"]["micros"] <= stopped["budget"]["micros"]
+    events = [e["event"] for e in client.get(f"/v1/jobs/{job['id']}/events").json()["events"]]
+    assert "budget_warning" in events and "stop_budget" in events
+    saved = start_step  # the notice made the trainer save where it stopped
+    assert client.post(f"/v1/jobs/{job['id']}/resume").status_code == 409  # the budget is spent
+    r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "5"})
+    assert r.status_code == 200 and r.json()["budget"]["usd"] == "$5.00"
+    assert client.post(f"/v1/jobs/{job['id']}/resume").status_code == 200
+    final = until_state(client, job["id"], {"succeeded", "failed", "stopped_budget"})
+    assert final["state"] == "succeeded"
+    assert final["spent"]["micros"] <= final["budget"]["micros"]
+    first_log, second_log = log_of(client, job["id"], 1), log_of(client, job["id"], 2)
+    assert saved(second_log) == max(steps(first_log))
+
+
+def test_a_code_error_is_explained_and_resume_needs_force(serve):
+    client = serve(config())
+    oom = {"name": "oom", "resources": {"accelerators": "A10G:1"}, "broker": {"budget_usd": 5},
+           "run": "echo 'step 1200 batch_size 64'; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                  "allocate 2.00 GiB' >&2; exit 1"}
+    job = client.post("/v1/jobs", json=oom).json()
+    final = until_state(client, job["id"], {"failed", "succeeded"})
+    assert final["state"] == "failed"
+    assert final["reason"].startswith("Out of GPU memory at step 1200 (batch size 64). Try a smaller batch size")
+    refused = client.post(f"/v1/jobs/{job['id']}/resume")
+    assert refused.status_code == 409 and "Out of GPU memory" in refused.json()["detail"]
+    forced = client.post(f"/v1/jobs/{job['id']}/resume", params={"force": "true"})
+    assert forced.status_code == 200 and forced.json()["state"] == "queued"
+    again = until_state(client, job["id"], {"failed", "succeeded"})
+    assert again["attempts"] == 2
