@@ -61,6 +61,25 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("events", help="a job's state changes")
     s.add_argument("id")
 
+    s = sub.add_parser("resume", help="resume a failed or budget-stopped job from its last checkpoint")
+    s.add_argument("id")
+    s.add_argument("--force", action="store_true", help="resume even after a failure in the job's own code")
+
+    s = sub.add_parser("budget", help="set a job's budget cap (raise it to resume a budget-stopped job)")
+    s.add_argument("id")
+    s.add_argument("amount", help="dollars, e.g. 40 or 12.50")
+
+    s = sub.add_parser("ondemand", help="run a job on on-demand from its next attempt on")
+    s.add_argument("id")
+
+    s = sub.add_parser("fault", help="admins, simulated zones only: preempt or kill a job's attempt, or take a "
+                                     "zone's capacity away")
+    s.add_argument("kind", choices=["preempt", "kill", "zone"])
+    s.add_argument("target", help="a job id (preempt, kill) or a zone name (zone)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--down", dest="available", action="store_false", default=None, help="zone: no capacity")
+    g.add_argument("--up", dest="available", action="store_true", help="zone: capacity back")
+
     sub.add_parser("simulate", help="replay spot traces with a policy (see `broker simulate --help`)",
                    add_help=False)
     return p
@@ -274,9 +293,51 @@ def cmd_events(args) -> int:
     return 0
 
 
+def cmd_resume(args) -> int:
+    with _client(args) as client:
+        job = client.resume(args.id, force=args.force)
+    _done(args, job, f"{job['id']}: {job['state']} — {job['reason']}")
+    return 0
+
+
+def cmd_budget(args) -> int:
+    with _client(args) as client:
+        job = client.set_budget(args.id, args.amount)
+    _done(args, job, f"{job['id']}: budget {job['budget']['usd']} (spent {job['spent']['usd']})")
+    return 0
+
+
+def cmd_ondemand(args) -> int:
+    with _client(args) as client:
+        job = client.switch_to_ondemand(args.id)
+    _done(args, job, f"{job['id']}: pinned to on-demand; {job['state']}")
+    return 0
+
+
+def cmd_fault(args) -> int:
+    with _client(args) as client:
+        if args.kind == "zone":
+            result = client.fault("zone", zone=args.target, available=args.available)
+            text = f"zone {args.target}: " + {None: "follows its trace again", True: "capacity back",
+                                               False: "no capacity"}[args.available]
+        else:
+            result = client.fault(args.kind, job_id=args.target)
+            text = f"{args.kind} {result['attempt']}: " + ("done" if result["applied"] else "it was already ending")
+    _done(args, result, text)
+    return 0
+
+
+def _done(args, data, text: str) -> None:
+    if args.json:
+        _print_json(data)
+    else:
+        print(text)
+
+
 COMMANDS = {
     "serve": cmd_serve, "worker": cmd_worker, "submit": cmd_submit, "status": cmd_status, "logs": cmd_logs,
-    "cancel": cmd_cancel, "events": cmd_events,
+    "cancel": cmd_cancel, "events": cmd_events, "resume": cmd_resume, "budget": cmd_budget,
+    "ondemand": cmd_ondemand, "fault": cmd_fault,
 }
 
 if __name__ == "__main__":

@@ -98,6 +98,23 @@ class BrokerClient:
     def cancel(self, job_id: str) -> dict:
         return self._call("POST", f"/v1/jobs/{job_id}/cancel")
 
+    def resume(self, job_id: str, *, force: bool = False) -> dict:
+        return self._call("POST", f"/v1/jobs/{job_id}/resume", params={"force": "true"} if force else None)
+
+    def set_budget(self, job_id: str, budget_usd: str) -> dict:
+        return self._call("POST", f"/v1/jobs/{job_id}/budget", json={"budget_usd": str(budget_usd)})
+
+    def switch_to_ondemand(self, job_id: str) -> dict:
+        return self._call("POST", f"/v1/jobs/{job_id}/ondemand")
+
+    def fault(self, kind: str, *, job_id: str | None = None, zone: str | None = None,
+              available: bool | None = None) -> dict:
+        return self._call("POST", "/v1/admin/faults",
+                          json={"kind": kind, "job_id": job_id, "zone": zone, "available": available})
+
+    def costs(self, **params) -> dict:
+        return self._call("GET", "/v1/costs", params=params)
+
     def logs(self, job_id: str, *, offset: int = 0, attempt: int | None = None) -> dict:
         params: dict[str, Any] = {"offset": offset}
         if attempt:

@@ -80,7 +80,7 @@ def router(service, settings: Settings) -> APIRouter:
         """One job: its attempts with tier, zone and cost, saving against on-demand, and its metric points."""
         job = service.get(caller, job_id)
         attempts = service.attempts(caller, job_id)
-        points = service.store.metrics(job_id, limit=2000) if hasattr(service.store, "metrics") else []
+        points = service.store.metrics(job_id, limit=2000)
         return {"job": job_view(job, position=service.queue_positions().get(job.id)),
                 **costs.job_costs(job, attempts),
                 "metrics": [_point(p) for p in points]}

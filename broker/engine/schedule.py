@@ -44,10 +44,9 @@ class Wait:
     reason: str
 
 
-def _offers_for(job: Job, offers: Sequence[Offer], now: float) -> list[Offer]:
+def _offers_for(job: Job, offers: Sequence[Offer]) -> list[Offer]:
     request = parse(job.spec, now=job.submitted_at).request
-    blocked = {z for z, until in job.blocked_zones.items() if until > now}
-    mine = [o for o in candidates(request, usable_by(offers, request)) if o.location not in blocked]
+    mine = candidates(request, usable_by(offers, request))
     if job.force_tier:
         mine = [o for o in mine if o.tier.value == job.force_tier]
     return mine
@@ -65,7 +64,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     decisions: list[Place | Wait] = []
     for position, job in enumerate(ordered(jobs), start=1):
         request = parse(job.spec, now=job.submitted_at).request
-        mine = _offers_for(job, offers, now)
+        mine = _offers_for(job, offers)
+        blocked = frozenset(z for z, until in job.blocked_zones.items() if until > now)
         policy = policies.get(job.id)
         note = ""
         if policy is not None and not job.force_tier:
@@ -81,10 +81,11 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 tier = ACTION_TIER[d.action]
                 chosen_tier = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
                                                                       or o.zone == d.zone)]
-                if not isinstance(place(request, chosen_tier, free_capacity=capacity,
+                if not isinstance(place(request, chosen_tier, free_capacity=capacity, blocked_zones=blocked,
                                         budget_left=job.budget - job.spent), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
-        chosen = place(request, mine, free_capacity=capacity, budget_left=job.budget - job.spent)
+        chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
+                       budget_left=job.budget - job.spent)
         if isinstance(chosen, NoFit):
             decisions.append(Wait(job, f"waiting (position {position} in the queue): {chosen.reason}"))
             continue

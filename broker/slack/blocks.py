@@ -92,7 +92,7 @@ def where(placement: dict | None) -> str:
         return "not placed"
     p = placement
     loc = p.get("zone") or p.get("location") or p.get("region") or "?"
-    cloud = f"{p['cloud']}/" if p.get("cloud") else ""
+    cloud = f"{p['cloud']}/" if p.get("cloud") and p["cloud"] != loc else ""  # on-prem: "local", not "local/local"
     return f"{p.get('tier', '?')} {p.get('instance_type', '?')} in {cloud}{loc}"
 
 

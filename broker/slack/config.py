@@ -15,7 +15,7 @@ from typing import Any
 from broker.auth import Principal
 from broker.config import ConfigError
 
-DEFAULT_EVENTS = ("start", "preempted", "recover", "resume", "budget_warning", "stop_budget", "fail", "succeed")
+DEFAULT_EVENTS = ("start", "recover", "resume", "budget_warning", "ended", "fail", "succeed", "cancel")
 """Events that notify a team's channel unless ``notifications.events`` says otherwise."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from broker import costs
 from broker.auth import Principal
+from broker.lifecycle import JobState
 from broker.service import Conflict, Invalid, NotFound
 from broker.slack import blocks
 from broker.slack.blocks import Reply
@@ -53,13 +54,13 @@ class Dispatcher:
             return Deferred(Reply(f":hourglass: Working on `{cmd.name}`…"), lambda: self._guard(handler, cmd, who))
         return self._guard(handler, cmd, who)
 
-    def _guard(self, fn: Callable[..., Reply], *args) -> Reply:
+    def _guard(self, fn: Callable[..., Reply], *args, **kwargs) -> Reply:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except NotFound as exc:
             return blocks.error(f"No job `{exc.args[0]}` that you can see.")
         except Conflict as exc:
-            return blocks.error(f"Not now: {exc}.")
+            return blocks.error(f"Not now: {str(exc).rstrip('.')}.")
         except Invalid as exc:
             return blocks.error(f"{exc.field}: {exc.reason}")
         except costs.CostQueryError as exc:
@@ -149,9 +150,9 @@ class Dispatcher:
         except (ValueError, KeyError, TypeError):
             return blocks.error("That button is out of date.")
         if kind == "resume":
-            return self._guard(self._resume, who, job_id)
+            return self._guard(self._resume, who, job_id, force=data.get("force") is True)
         if kind == "switch_ondemand":
-            return self._guard(self._future, "switch_to_ondemand", who, job_id)
+            return self._guard(self._switch, who, job_id)
         if kind == "raise_budget":
             if not isinstance(data.get("budget"), int):
                 return blocks.error("That button is out of date.")
@@ -161,17 +162,28 @@ class Dispatcher:
         return blocks.error("Unknown button.")
 
     def _resume(self, who: Principal, job_id: str, *, force: bool = False) -> Reply:
-        return self._future("resume", who, job_id, force=force)
+        try:
+            job = self.service.resume(who, job_id, force=force)
+        except Conflict as exc:
+            # the service refuses a failure in the job's own code unless forced: say how to force it here
+            job = self.service.get(who, job_id)
+            if force or job.state is not JobState.FAILED:
+                raise
+            return Reply(f":warning: Not resumed: {exc}", [
+                blocks.section(f":warning: Not resumed: {exc}"),
+                blocks.context(f"To run it again anyway: `{self.cfg.command} resume {job.id} force`"),
+            ])
+        return self._done("Resumed", job)
+
+    def _switch(self, who: Principal, job_id: str) -> Reply:
+        return self._done("Switched to on-demand", self.service.switch_to_ondemand(who, job_id))
 
     def _raise(self, who: Principal, job_id: str, amount: int) -> Reply:
-        return self._future("raise_budget", who, job_id, amount)
+        before = self.service.get(who, job_id).budget
+        job = self.service.raise_budget(who, job_id, amount)
+        verb = "raised" if job.budget > before else "lowered" if job.budget < before else "kept"
+        return self._done(f"Budget {verb} from {fmt(before)} to {fmt(job.budget)} for", job)
 
-    def _future(self, method: str, who: Principal, job_id: str, *args, **kwargs) -> Reply:
-        """Call a service method that newer brokers have; say so plainly when this one does not."""
-        fn = getattr(self.service, method, None)
-        if fn is None:
-            return blocks.error(f"This broker cannot `{method.replace('_', ' ')}` yet.")
-        job = fn(who, job_id, *args, **kwargs)
-        done = {"resume": "Resumed", "switch_to_ondemand": "Switched to on-demand",
-                "raise_budget": f"Budget raised to {fmt(job.budget)} for"}[method]
-        return Reply(f"{done} {job.id}", [blocks.section(f"{done} `{job.id}`.\n" + blocks.job_line(job))])
+    @staticmethod
+    def _done(what: str, job) -> Reply:
+        return Reply(f"{what} {job.id}", [blocks.section(f"{what} `{job.id}`.\n" + blocks.job_line(job))])

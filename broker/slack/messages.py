@@ -1,22 +1,26 @@
 """Notifications: one stored :class:`~broker.models.Event` → one Slack message (or none). Pure.
 
-=================  ===========================================================  ==========================
-event              says                                                          buttons
-=================  ===========================================================  ==========================
-start              started on <where> (attempt 1) / resumed on <where>          —
-preempted/recover  preempted on <where>; steps lost; resumes from step N         —
-resume             resumed by <who>                                              —
-budget_warning     at N% of its budget, hours left at this price                 raise budget, cancel
-stop_budget        stopped: budget spent                                         raise budget, resume, on-demand
-fail               failed: <plain-words diagnosis>                               resume, on-demand, raise budget
-succeed            finished: cost, saving against on-demand                      —
-cancel/ended       cancelled by <who>                                            —
-=================  ===========================================================  ==========================
+=============  ===============================================================  ===============================
+event          says                                                             buttons
+=============  ===============================================================  ===============================
+start          started on <where> (attempt 1) / resumed from step N on <where>  —
+recover        preempted (or node lost) in <zone>; N steps lost; resumes from   —
+               step N — or, for a retried error or a move off spot, why
+resume         resumed by <who>                                                 —
+budget_warning at N% of its budget, hours left at this price                    raise budget, cancel
+stop_budget    reached its budget: checkpointing and stopping (not by default)  —
+ended          stopped at its budget                                            raise budget, resume, on-demand
+cancel/ended   cancelled (by <who>)                                             —
+fail           failed: the job's diagnosis in plain words                       resume, on-demand, raise budget
+succeed        finished: cost, saving against on-demand                         —
+=============  ===============================================================  ===============================
 
-Facts the engine may put in ``event.data`` and that are used when present:
-``checkpoint_step`` (the step a resume starts from), ``steps_lost``,
-``diagnosis`` (plain words), ``percent`` (budget used). Otherwise they are
-read off the job, its attempts and its progress points.
+What the engine puts in ``event.data`` and is used here: on ``recover``,
+``fail`` and ``ended``: ``zone``, ``tier``, ``diagnosis`` (text),
+``diagnosis_class``, ``checkpoint_step`` (the step a resume starts from) and
+``steps_lost`` (when the attempt reported progress); on ``budget_warning``:
+``percent``. The job record adds ``diagnosis`` (``text``, ``infrastructure``)
+and ``last_checkpoint`` (``step``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from broker.models import Attempt, Event, Job
 from broker.slack.blocks import Reply, actions, button, context, section, where
 from pricing.money import Micros, fmt
 
+INTERRUPTIONS = {"preempted": "was preempted", "node_lost": "lost its node"}
+"""``diagnosis_class`` values of a ``recover`` that was the infrastructure's doing."""
+
 
 def raised_budget(budget: Micros, percent: int) -> Micros:
     """The budget the "Raise budget" button proposes: ``percent`` more, rounded up to whole dollars."""
@@ -35,13 +42,11 @@ def raised_budget(budget: Micros, percent: int) -> Micros:
     return -(-new // 1_000_000) * 1_000_000
 
 
-def resume_step(event: Event, points: Sequence[dict]) -> int | None:
-    """The step a resume would start from, if known (the last checkpoint, not the last report)."""
-    if isinstance(event.data.get("checkpoint_step"), int):
-        return event.data["checkpoint_step"]
-    for p in reversed(points):
-        if isinstance(p.get("checkpoint_step"), int):
-            return p["checkpoint_step"]
+def resume_step(event: Event, job: Job) -> int | None:
+    """The step a resume would start from: the event's ``checkpoint_step``, else the job's last checkpoint."""
+    for step in (event.data.get("checkpoint_step"), (job.last_checkpoint or {}).get("step")):
+        if isinstance(step, int) and not isinstance(step, bool):
+            return step
     return None
 
 
@@ -59,36 +64,50 @@ def _attempt(event: Event, attempts: Sequence[Attempt]) -> Attempt | None:
     return attempts[-1] if attempts else None
 
 
+def _zone(event: Event, att: Attempt | None) -> str:
+    """``spot g5.xlarge in aws/us-east-1a`` from the attempt, or the event's ``tier``/``zone``."""
+    if att is not None and att.placement:
+        return where(att.placement)
+    tier, zone = event.data.get("tier"), event.data.get("zone")
+    return " in ".join(x for x in (tier, zone) if x) or "its placement"
+
+
 def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Sequence[dict], *,
                  dashboard_url: str, raise_percent: int = 50) -> Reply | None:
     """The message for ``event``, or ``None`` when the event is not worth a message."""
     att = _attempt(event, attempts)
     head = f"*{job.name}* `{job.id}` ({job.team})"
     foot = context(f"<{dashboard_url}|Dashboard> · `/broker status {job.id}`")
-    step = resume_step(event, points)
+    step = resume_step(event, job)
+    frm = f"step {step}" if step is not None else "its last checkpoint"
     resume_label = f"Resume from step {step}" if step is not None else "Resume from last checkpoint"
     new_budget = raised_budget(job.budget, raise_percent)
     raise_btn = button("raise_budget", f"Raise budget to {fmt(new_budget)}", job.id, budget=new_budget,
                        confirm=f"Raise the budget of {job.name} from {fmt(job.budget)} to {fmt(new_budget)}?")
+    ondemand_btn = button("switch_ondemand", "Switch to on-demand", job.id,
+                          confirm="Resume on on-demand capacity (no preemptions, higher price)?")
     name = event.event
 
     if name == "start":
         n = event.attempt or (att.n if att else 1)
         if n > 1:
-            frm = f" from step {step}" if step is not None else " from its last checkpoint"
-            return _msg(f":arrow_forward: {head} resumed{frm} on {where(att.placement if att else None)} "
-                        f"(attempt {n}).", foot)
-        return _msg(f":rocket: {head} started on {where(att.placement if att else None)}.", foot)
-    if name in ("preempted", "recover"):
+            return _msg(f":arrow_forward: {head} resumed from {frm} on {_zone(event, att)} (attempt {n}).", foot)
+        return _msg(f":rocket: {head} started on {_zone(event, att)}.", foot)
+    if name == "recover":
         lost = event.data.get("steps_lost")
         if lost is None and step is not None:
             last = last_step(points, att.ended_at if att else None)
             lost = max(0, last - step) if last is not None else None
         lost_text = f"{lost} steps lost" if lost is not None else "steps lost unknown (no progress reported)"
-        why = att.reason if att and att.reason else event.reason
-        frm = f"step {step}" if step is not None else "its last checkpoint"
-        return _msg(f":zap: {head} was interrupted on {where(att.placement if att else None)}: {why}.\n"
-                    f"{lost_text}; it is queued to resume from {frm}.", foot)
+        what = INTERRUPTIONS.get(event.data.get("diagnosis_class"))
+        if what is not None:
+            zone, tier = event.data.get("zone"), event.data.get("tier")
+            place = (f"{zone} ({tier})" if tier else zone) if zone else _zone(event, att)
+            return _msg(f":zap: {head} {what} in {place} (attempt {event.attempt or '?'}).\n"
+                        f"{lost_text}; it is queued to resume from {frm}.", foot)
+        why = event.data.get("diagnosis") or event.reason
+        return _msg(f":repeat: {head} attempt {event.attempt or '?'} on {_zone(event, att)} ended: {why}\n"
+                    f"It is queued again and resumes from {frm} ({lost_text}).", foot)
     if name == "resume":
         return _msg(f":repeat: {head} was resumed by {event.actor}: {event.reason}", foot)
     if name == "budget_warning":
@@ -98,25 +117,31 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         return _msg(f":warning: {head} has used {pct}% of its budget ({fmt(job.spent)} of {fmt(job.budget)}).{left}",
                     actions([raise_btn, button("cancel", "Cancel", job.id, style="danger",
                                                confirm=f"Cancel {job.name}? Its last checkpoint is kept.")]), foot)
-    if name == "stop_budget":
+    if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
         return _msg(f":money_with_wings: {head} was stopped: it spent its budget ({fmt(job.spent)} of "
-                    f"{fmt(job.budget)}). Raise the budget to let it resume.",
-                    actions([raise_btn, button("resume", resume_label, job.id, style="primary"),
-                             button("switch_ondemand", "Switch to on-demand", job.id)]), foot)
+                    f"{fmt(job.budget)}). Raise the budget to let it resume from {frm}.",
+                    actions([raise_btn, button("resume", resume_label, job.id, style="primary"), ondemand_btn]),
+                    foot)
+    if name == "stop_budget":
+        return _msg(f":money_with_wings: {head} reached its budget ({fmt(job.spent)} of {fmt(job.budget)}): "
+                    f"it is checkpointing and stopping.", foot)
     if name == "fail":
-        diagnosis = event.data.get("diagnosis") or event.reason or job.reason
-        return _msg(f":x: {head} failed: {diagnosis}",
-                    actions([button("resume", resume_label, job.id, style="primary"),
-                             button("switch_ondemand", "Switch to on-demand", job.id,
-                                    confirm="Resume on on-demand capacity (no preemptions, higher price)?"),
-                             raise_btn]), foot)
+        diagnosis = job.diagnosis or {}
+        text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason
+        if diagnosis.get("infrastructure"):
+            resume = button("resume", resume_label, job.id, style="primary")
+        else:  # the job's own code: the service resumes it only when forced, so the button asks first
+            resume = button("resume", resume_label, job.id, style="primary", force=True,
+                            confirm=f"It failed in its own code: {text} Run it again anyway from {frm}?")
+        return _msg(f":x: {head} failed: {text}", actions([resume, ondemand_btn, raise_btn]), foot)
     if name == "succeed":
         c = costs.job_costs(job, attempts)
         pct = f" ({c['saving_percent']}%)" if c["saving_percent"] is not None else ""
         return _msg(f":white_check_mark: {head} finished. Cost {c['spent']['usd']}; saved {c['saving']['usd']}{pct} "
                     f"against on-demand ({c['ondemand_equivalent']['usd']}) over {len(attempts)} attempt(s).", foot)
     if name in ("cancel", "ended") and event.to_state == "cancelled":
-        return _msg(f":no_entry_sign: {head} was cancelled by {event.actor}.", foot)
+        by = f" by {event.actor}" if event.event == "cancel" else ""
+        return _msg(f":no_entry_sign: {head} was cancelled{by}.", foot)
     return None
 
 

@@ -10,8 +10,9 @@ retries: ``retries`` more tries after the first, backing off 1 s, 2 s, 4 s …
 is full the newest notification is dropped and logged — the event itself is
 always in the store.
 
-Events: ``recover`` and the engine's ``preempted`` describe the same
-interruption, so only the first of the two is sent for one attempt.
+Which events notify is ``notifications.events`` (default
+:data:`broker.slack.config.DEFAULT_EVENTS`); the engine calls ``handle``
+through its ``on_event`` hook once per committed event.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class Notifier:
         self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._interrupted: set[tuple[str, int | None]] = set()
         self.sent = 0
         self.failed = 0
         self.dropped = 0
@@ -110,13 +110,8 @@ class Notifier:
                 self._queue.task_done()
 
     def _deliver(self, event: Event, job: Job) -> None:
-        if event.event in ("preempted", "recover"):
-            key = (job.id, event.attempt)
-            if key in self._interrupted:
-                return
-            self._interrupted.add(key)
         attempts = self.store.attempts(job.id)
-        points = self.store.metrics(job.id, limit=500) if hasattr(self.store, "metrics") else []
+        points = self.store.metrics(job.id, limit=500)
         reply = notification(event, job, attempts, points, dashboard_url=self.dashboard_url,
                              raise_percent=self.cfg.raise_budget_percent)
         dest = self.cfg.destination(job.team)

@@ -1,0 +1,78 @@
+"""The CLI against a real broker: human output, --json, and one-line errors with a non-zero exit."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ADMIN, REPO, start_broker, wait_for
+
+CONFIG = """
+pools:
+  - {name: local, slots: 1, price_per_slot_hour: "0.36"}
+zones:
+  - {name: sim-a, tier: spot, instance_type: g5.xlarge, grace_seconds: 2}
+tick_seconds: 0.2
+stop_grace_seconds: 2
+"""
+
+
+@pytest.fixture
+def cli(tmp_path):
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'c.db'}", config=CONFIG)
+    env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
+
+    def run(*args, check=True):
+        r = subprocess.run([sys.executable, "-m", "broker.cli", *args], env=env, cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+        if check and r.returncode != 0:
+            raise AssertionError(r.stderr)
+        return r
+
+    yield run, tmp_path
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(15)
+
+
+def test_submit_status_logs_events_through_the_cli(cli):
+    run, tmp = cli
+    task = tmp / "t.yaml"
+    task.write_text("name: hi\nresources: {cpus: 1}\nrun: echo hello-from-cli\n")
+    out = run("submit", str(task), "--budget", "2", "--wait")
+    assert "hello-from-cli" in out.stdout and "succeeded" in out.stdout
+    jobs = json.loads(run("--json", "status").stdout)
+    assert jobs[0]["state"] == "succeeded" and jobs[0]["budget"]["usd"] == "$2.00"
+    job_id = jobs[0]["id"]
+    assert [e["event"] for e in json.loads(run("--json", "events", job_id).stdout)][-1] == "succeed"
+    assert "hello-from-cli" in run("logs", job_id).stdout
+
+
+def test_errors_are_one_line_with_a_non_zero_exit(cli):
+    run, tmp = cli
+    r = run("status", "j-nope", check=False)
+    assert r.returncode == 1 and r.stderr.strip() == "error [404]: no job j-nope"
+    r = run("submit", str(tmp / "missing.yaml"), check=False)
+    assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp / "bad.yaml"
+    bad.write_text("run: x\nbroker: {budget_usd: nope}\n")
+    r = run("submit", str(bad), check=False)
+    assert r.returncode == 1 and "broker.budget_usd" in r.stderr
+
+
+def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
+    run, tmp = cli
+    task = tmp / "spot.yaml"
+    task.write_text("name: s\nresources: {accelerators: A10G:1}\n"
+                    "run: trap 'echo notice; exit 143' TERM; for i in $(seq 100); do sleep 0.1; done\n")
+    job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)
+    wait_for(lambda: json.loads(run("--json", "status", job["id"]).stdout)["state"] == "running", timeout=30)
+    out = run("fault", "preempt", job["id"])
+    assert out.stdout.startswith(f"preempt {job['id']}-a1: done")
+    after = wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == "queued"
+                     and "blocked" in j["reason"] and j, timeout=30)
+    assert after["attempt_list"][0]["state"] == "preempted"  # and its only zone is now blocked for this job
+    assert "notice" in run("logs", job["id"], "--attempt", "1").stdout
+    assert run("cancel", job["id"]).returncode == 0
