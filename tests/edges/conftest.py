@@ -1,4 +1,4 @@
-"""Fixtures for the edge tests: an app over a seeded SQLite store, with the edges installed."""
+"""Fixtures for the edge tests: the real app (``create_app`` installs the edges) over a seeded SQLite store."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
-from broker.api.edges import install_edges
 from broker.store.sqlite import SqliteStore
 
 from . import world
@@ -25,14 +24,11 @@ def seeded(store):
     return world.seed(store)
 
 
-def build_app(settings, store, *, service_class=None):
-    """The app with the edges installed; ``service_class`` swaps in a service with more methods."""
-    app = create_app(settings, store=store, launcher=FakeLauncher(), engine=False)
-    service = app.state.service
-    if service_class is not None:
-        service = service_class(settings, store, service.launcher)
-    install_edges(app, service, settings)
-    return app
+def build_app(settings, store, *, launcher=None, engine=False):
+    """``create_app`` with a :class:`FakeLauncher`. With ``engine=True`` the app has its real engine (wired to
+    the Slack notifier) in ``app.state.engine``; it runs only when a test calls ``tick()``, as long as the
+    test does not enter the app's lifespan (``with TestClient(app)``)."""
+    return create_app(settings, store=store, launcher=launcher or FakeLauncher(), engine=engine)
 
 
 @pytest.fixture

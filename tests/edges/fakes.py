@@ -1,4 +1,4 @@
-"""Fakes we own: a launcher that only serves logs, and a local stand-in for Slack's Web API."""
+"""Fakes we own: a launcher whose attempts do what the test says, and a local stand-in for Slack's Web API."""
 
 from __future__ import annotations
 
@@ -12,26 +12,30 @@ from launchers.base import AttemptStatus, Capabilities, Phase
 
 
 class FakeLauncher:
-    """Launches nothing; ``logs`` serves what the test put in ``output``."""
+    """Launches nothing. ``status`` answers what the test put in ``statuses`` (default: gone);
+    ``logs`` serves what it put in ``output``; ``launched`` and ``stopped`` record the engine's calls."""
 
     name = "fake"
     capabilities = Capabilities(simulated=True)
 
     def __init__(self):
         self.output: dict[str, bytes] = {}
+        self.statuses: dict[str, AttemptStatus] = {}
+        self.launched: list[str] = []
+        self.stopped: list[tuple[str, str]] = []
 
     def launch(self, request) -> None:
-        pass
+        self.launched.append(request.attempt_id)
 
     def status(self, attempt_id: str) -> AttemptStatus:
-        return AttemptStatus(Phase.GONE)
+        return self.statuses.get(attempt_id, AttemptStatus(Phase.GONE))
 
     def stop(self, attempt_id: str, *, grace_seconds: float = 30.0, reason: str = "") -> None:
-        pass
+        self.stopped.append((attempt_id, reason))
 
-    def logs(self, attempt_id: str, *, offset: int = 0) -> tuple[bytes, int]:
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
         data = self.output.get(attempt_id, b"")
-        return data[offset:], len(data)
+        return data[offset:offset + limit], min(len(data), offset + limit)
 
 
 class SlackStub:

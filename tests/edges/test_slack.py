@@ -16,51 +16,21 @@ from urllib.parse import urlencode
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
+from broker.api.edges import install_edges
+from broker.lifecycle import AttemptState, JobEvent, JobState
 from broker.models import Event, event_for
-from broker.service import BrokerService, Conflict
+from broker.service import BrokerService
 from broker.slack import commands
 from broker.slack.commands import CommandError
 from broker.store import Change
+from broker.store.sqlite import SqliteStore
+from launchers.base import AttemptStatus, Phase
 
 from . import world
 from .conftest import build_app
-from .fakes import SlackStub
+from .fakes import FakeLauncher, SlackStub
 
 USERS = {"U_A": "team-a", "U_B": "team-b"}
-
-
-class NewerService(BrokerService):
-    """Stand-in for the service methods the lead is adding (resume, raise_budget, switch_to_ondemand):
-    same signatures, minimal behaviour, every call recorded."""
-
-    calls: list[tuple] = []
-
-    def _move(self, principal, job_id, event, **fields):
-        job = self.get(principal, job_id)
-        try:
-            t = apply(job.state, event)
-        except IllegalTransition as exc:
-            raise Conflict(str(exc)) from None
-        new = replace(job, state=t.to_state, updated_at=self.clock(), **fields)
-        ev = event_for(new, event, t.to_state, time=self.clock(), reason="from slack", actor=principal.name,
-                       from_state=job.state)
-        return self.store.commit(Change(job=new, expected_version=job.version, events=[ev]))
-
-    def resume(self, principal, job_id, *, force=False):
-        self.calls.append(("resume", principal.name, job_id, force))
-        return self._move(principal, job_id, JobEvent.RESUME)
-
-    def switch_to_ondemand(self, principal, job_id):
-        self.calls.append(("switch_to_ondemand", principal.name, job_id))
-        return self._move(principal, job_id, JobEvent.RESUME)
-
-    def raise_budget(self, principal, job_id, new_budget_micros):
-        self.calls.append(("raise_budget", principal.name, job_id, new_budget_micros))
-        job = self.get(principal, job_id)
-        if new_budget_micros <= job.budget:
-            raise Conflict("the new budget must be more than the current one")
-        return self.store.commit(Change(job=replace(job, budget=new_budget_micros), expected_version=job.version))
 
 
 @pytest.fixture
@@ -70,14 +40,16 @@ def stub():
     s.close()
 
 
-@pytest.fixture
-def slack_app(tmp_path, store, seeded, stub):
-    NewerService.calls = []
+def slack_settings(tmp_path, stub, **notifications):
     cfg = {"signing_secret": world.SIGNING_SECRET, "bot_token": "xoxb-test", "users": USERS, "admins": ["U_ADMIN"],
            "channels": {"team-a": "C_A"}, "webhook_urls": {"team-b": stub.url + "/webhook/b"},
            "api_url": stub.url + "/api/", "spec_url_prefixes": [stub.url + "/specs/"]}
-    app = build_app(world.settings(tmp_path, slack=cfg, notifications={"retries": 3}), store,
-                    service_class=NewerService)
+    return world.settings(tmp_path, slack=cfg, notifications={"retries": 3, **notifications})
+
+
+@pytest.fixture
+def slack_app(tmp_path, store, seeded, stub):
+    app = build_app(slack_settings(tmp_path, stub), store)
     app.state.notifier.sleep = lambda s: None  # backoff without waiting
     yield app
     app.state.notifier.close()
@@ -226,58 +198,285 @@ def test_costs_command_matches_the_report(slack):
     assert "$0.40" in reply and "Saved $1.60 (80%)" in reply
 
 
-def test_budget_and_resume_call_the_service_as_the_slack_user(slack, store):
-    assert "Budget raised to $30.00" in text_of(command(slack, "budget j-a2 $30").json())
-    assert store.get_job("j-a2").budget == 30_000_000
-    assert "Resumed" in text_of(command(slack, "resume j-b1 force", user="U_B").json())
-    assert NewerService.calls == [("raise_budget", "slack:U_A", "j-a2", 30_000_000),
-                                  ("resume", "slack:U_B", "j-b1", True)]
-    assert "Not now" in text_of(command(slack, "resume j-a2").json())  # running: cannot resume
+def last_event(store, job_id: str) -> Event:
+    return store.events(job_id)[-1]
 
 
-def test_without_the_newer_service_methods_the_reply_says_so(tmp_path, store, seeded):
-    app = build_app(world.settings(tmp_path, slack={"signing_secret": world.SIGNING_SECRET, "users": USERS}), store)
-    with TestClient(app) as c:
-        assert "cannot `resume` yet" in text_of(command(c, "resume j-a1").json())
-        assert app.state.notifier is None  # no channel or webhook configured
+def set_job(store, job_id: str, **fields):
+    job = store.get_job(job_id)
+    return store.commit(Change(job=replace(job, **fields), expected_version=job.version))
 
 
-# -- notifications and buttons ----------------------------------------------------------------------
+def test_budget_command_sets_the_budget_as_the_slack_user(slack, store):
+    reply = text_of(command(slack, "budget j-a2 $30").json())
+    assert "Budget raised from $2.00 to $30.00" in reply and "j-a2" in reply
+    job = store.get_job("j-a2")
+    assert (job.budget, job.state) == (30_000_000, JobState.RUNNING)
+    ev = last_event(store, "j-a2")
+    assert (ev.event, ev.actor, ev.data) == ("budget_changed", "slack:U_A", {"old": 2_000_000, "new": 30_000_000})
+    # below what it already spent ($1.50): refused by the service, nothing recorded
+    assert "already spent ($1.50)" in text_of(command(slack, "budget j-a2 $1").json())
+    assert store.get_job("j-a2").budget == 30_000_000 and last_event(store, "j-a2").seq == ev.seq
+    assert "No job `j-a2`" in text_of(command(slack, "budget j-a2 $50", user="U_B").json())
 
 
-def _event(job, name, **data):
-    return Event(job_id=job.id, time=time.time(), event=name, from_state="running", to_state=job.state.value,
-                 reason=job.reason, actor="engine", attempt=job.attempts or None, data=data)
-
-
-def test_failure_notification_buttons_work_through_interactions(slack_app, slack, store, stub):
-    notifier = slack_app.state.notifier
+def test_resume_of_a_failure_in_the_jobs_own_code_answers_with_the_diagnosis_unless_forced(slack, store):
+    before = len(store.events("j-b1"))
+    reply = text_of(command(slack, "resume j-b1", user="U_B").json())
+    assert "Out of GPU memory at step 450 (batch size 64)" in reply
+    assert "/broker resume j-b1 force" in reply
+    assert store.get_job("j-b1").state is JobState.FAILED and len(store.events("j-b1")) == before
+    reply = text_of(command(slack, "resume j-b1 force", user="U_B").json())
+    assert "Resumed `j-b1`" in reply and "from step 400 (forced)" in reply
     job = store.get_job("j-b1")
-    started = time.perf_counter()
-    notifier.handle(_event(job, "fail", diagnosis="CUDA out of memory: lower the batch size", checkpoint_step=400),
-                    job)
-    assert time.perf_counter() - started < 0.05
-    (msg,) = stub.wait_for("/webhook/b")  # team-b posts through its webhook
-    assert "CUDA out of memory" in text_of(msg)
-    buttons = {e["text"]["text"]: e for b in msg["blocks"] if b["type"] == "actions" for e in b["elements"]}
-    assert set(buttons) == {"Resume from step 400", "Switch to on-demand", "Raise budget to $5.00"}
-    b = buttons["Resume from step 400"]
-    # someone from another team presses it: refused, nothing changes
-    press(slack, b["action_id"], b["value"], user="U_A", response_url=stub.url + "/respond/x")
-    assert "No job `j-b1`" in text_of(stub.wait_for("/respond/x")[0])
-    assert store.get_job("j-b1").state is JobState.FAILED
-    assert press(slack, b["action_id"], b["value"], user="U_B", response_url=stub.url + "/respond/b").status_code == 200
-    assert "Resumed" in text_of(stub.wait_for("/respond/b")[0])
+    assert job.state is JobState.QUEUED
+    ev = last_event(store, "j-b1")
+    assert (ev.event, ev.actor, ev.from_state, ev.to_state) == ("resume", "slack:U_B", "failed", "queued")
+    assert ev.data == {"checkpoint_step": 400, "force": True}
+
+
+def test_resume_of_an_infrastructure_failure_needs_no_force(slack, store):
+    set_job(store, "j-b1", diagnosis={"class": "node_lost", "infrastructure": True, "text": "The node was lost."})
+    assert "Resumed `j-b1`" in text_of(command(slack, "resume j-b1", user="U_B").json())
     assert store.get_job("j-b1").state is JobState.QUEUED
-    raise_btn = buttons["Raise budget to $5.00"]
-    press(slack, raise_btn["action_id"], raise_btn["value"], user="U_B", response_url=stub.url + "/respond/r")
-    stub.wait_for("/respond/r")
-    assert store.get_job("j-b1").budget == 5_000_000
+    assert last_event(store, "j-b1").data == {"checkpoint_step": 400, "force": False}
+
+
+@pytest.mark.parametrize("job_id, says", [
+    ("j-a2", "Not now: cannot resume a job that is running"),
+    ("j-a3", "Not now: cannot resume a job that is queued"),
+    ("j-a1", "Not now: cannot resume a job that is succeeded"),
+], ids=["running", "queued", "succeeded"])
+def test_only_failed_or_budget_stopped_jobs_resume(slack, store, job_id, says):
+    before = store.get_job(job_id)
+    assert says in text_of(command(slack, f"resume {job_id} force").json())
+    after = store.get_job(job_id)
+    assert (after.state, after.version) == (before.state, before.version)
+
+
+def test_a_budget_stopped_job_resumes_once_its_budget_is_raised(slack, store):
+    set_job(store, "j-b1", state=JobState.STOPPED_BUDGET, spent=3_000_000,
+            diagnosis={"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."})
+    reply = text_of(command(slack, "resume j-b1", user="U_B").json())
+    assert "only $0.00 of the $3.00 budget is left" in reply
+    assert store.get_job("j-b1").state is JobState.STOPPED_BUDGET
+    assert "Budget raised from $3.00 to $4.00" in text_of(command(slack, "budget j-b1 $4", user="U_B").json())
+    assert "Resumed `j-b1`" in text_of(command(slack, "resume j-b1", user="U_B").json())
+    assert store.get_job("j-b1").state is JobState.QUEUED
+    assert [(e.event, e.actor) for e in store.events("j-b1")[-2:]] == [("budget_changed", "slack:U_B"),
+                                                                      ("resume", "slack:U_B")]
+
+
+def test_the_edges_use_the_apps_own_service_and_install_once(tmp_path, store, seeded, stub):
+    app = build_app(slack_settings(tmp_path, stub), store)
+    routes = len(app.routes)
+    install_edges(app, BrokerService(app.state.settings, store), app.state.settings)  # a second call: no-op
+    assert len(app.routes) == routes
+    with TestClient(app) as c:  # the Slack routes reach the app's service, which holds the launcher's logs
+        app.state.service.launcher.output["j-a2-a1"] = b"step 7 loss 0.1\n"
+        assert command(c, "logs j-a2", response_url=stub.url + "/respond/own").status_code == 200
+        assert "step 7 loss 0.1" in text_of(stub.wait_for("/respond/own")[0])
+    app.state.notifier.close()
+
+
+def test_without_a_channel_or_webhook_commands_work_and_nothing_is_notified(tmp_path, store, seeded):
+    app = build_app(world.settings(tmp_path, slack={"signing_secret": world.SIGNING_SECRET, "users": USERS}), store)
+    assert app.state.notifier is None
+    with TestClient(app) as c:
+        assert "Resumed `j-b1`" in text_of(command(c, "resume j-b1 force", user="U_B").json())
+    assert store.get_job("j-b1").state is JobState.QUEUED
+
+
+# -- notifications and buttons, from the real engine ------------------------------------------------
+
+
+def buttons_of(msg: dict) -> dict[str, dict]:
+    return {e["text"]["text"]: e for b in msg["blocks"] if b["type"] == "actions" for e in b["elements"]}
+
+
+def pressed(client, stub, btn: dict, user: str, name: str, value: str | None = None) -> str:
+    """Press a button as ``user``; the reply Slack gets on the response URL, as text."""
+    r = press(client, btn["action_id"], value or btn["value"], user=user, response_url=f"{stub.url}/respond/{name}")
+    assert r.status_code == 200
+    return text_of(stub.wait_for(f"/respond/{name}")[0])
+
+
+@pytest.fixture
+def engine_app(tmp_path, stub):
+    """A fresh store (no seeded world) and the app with its real engine, ticked by the test."""
+    store = SqliteStore(tmp_path / "engine.db")
+    launcher = FakeLauncher()
+    app = build_app(slack_settings(tmp_path, stub), store, launcher=launcher, engine=True)
+    app.state.notifier.sleep = lambda s: None
+    yield app
+    app.state.notifier.close()
+    store.close()
+
+
+def running(app, job_id: str, team: str, placement: dict, *, budget: int, checkpoint_step: int | None,
+            last_step: int | None, started_ago: int = 3600):
+    """A job running attempt 1 on ``placement``, with a committed checkpoint and a last reported step."""
+    now = time.time()
+    ckpt = {"step": checkpoint_step, "uri": f"file:///ckpt/{job_id}/{checkpoint_step}", "at": now - 60} \
+        if checkpoint_step is not None else None
+    job = world.job(job_id, team, JobState.RUNNING, submitted=now - started_ago - 60, budget=budget, spent=0,
+                    attempts=1, placement=placement, checkpoint=ckpt)
+    att = replace(world.attempt(job_id, 1, AttemptState.RUNNING, placement, start=now - started_ago, seconds=0,
+                                cost=0, running=True), last_step=last_step, first_step=0)
+    app.state.service.store.commit(Change(job=job, expected_version=None, attempts=[att], events=[
+        Event(job_id=job_id, time=now, event="start", from_state="launching", to_state="running",
+              reason="the attempt started", actor="engine", attempt=1)]))
+    app.state.service.launcher.statuses[f"{job_id}-a1"] = AttemptStatus(Phase.RUNNING, started_at=now - started_ago)
+
+
+def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presser(engine_app, stub):
+    store, launcher = engine_app.state.service.store, engine_app.state.service.launcher
+    running(engine_app, "j-oom", "team-b", world.onprem(200_000), budget=4_000_000, checkpoint_step=400,
+            last_step=450)
+    launcher.output["j-oom-a1"] = b"step 450 batch_size=64\ntorch.OutOfMemoryError: CUDA out of memory.\n"
+    launcher.statuses["j-oom-a1"] = AttemptStatus(Phase.FAILED, exit_code=1, ended_at=time.time())
+    engine_app.state.engine.tick()
+
+    job = store.get_job("j-oom")
+    assert job.state is JobState.FAILED and job.diagnosis["class"] == "gpu_oom"
+    assert not job.diagnosis["infrastructure"]
+    (msg,) = stub.wait_for("/webhook/b")  # team-b posts through its webhook
+    assert f"failed: {job.diagnosis['text']}" in text_of(msg)
+    assert "Out of GPU memory at step 450 (batch size 64)" in job.diagnosis["text"]
+    buttons = buttons_of(msg)
+    assert set(buttons) == {"Resume from step 400", "Switch to on-demand", "Raise budget to $6.00"}
+    resume = buttons["Resume from step 400"]
+    assert "failed in its own code: Out of GPU memory" in resume["confirm"]["text"]["text"]
+
+    slack = TestClient(engine_app)  # not entered: the lifespan would start the engine's own thread
+    # another team presses it: refused, nothing changes
+    assert "No job `j-oom`" in pressed(slack, stub, resume, "U_A", "other-team")
+    # a button from before force was asked for (no "force" in its value): the diagnosis, nothing changes
+    old = pressed(slack, stub, resume, "U_B", "old", value='{"job":"j-oom"}')
+    assert "Not resumed: the job failed in its own code: Out of GPU memory" in old and "resume j-oom force" in old
+    assert store.get_job("j-oom").state is JobState.FAILED
+    # raise the budget: the service records who did it
+    assert "Budget raised from $4.00 to $6.00" in pressed(slack, stub, buttons["Raise budget to $6.00"], "U_B", "r")
+    ev = last_event(store, "j-oom")
+    assert (store.get_job("j-oom").budget, ev.event, ev.actor) == (6_000_000, "budget_changed", "slack:U_B")
+    # resume, confirmed: a new attempt will start from step 400
+    assert "Resumed `j-oom`" in pressed(slack, stub, resume, "U_B", "resume")
+    ev = last_event(store, "j-oom")
+    assert store.get_job("j-oom").state is JobState.QUEUED
+    assert (ev.event, ev.actor, ev.data) == ("resume", "slack:U_B", {"checkpoint_step": 400, "force": True})
+    # queued now: resuming again is refused; switching to on-demand pins the tier of its next attempt
+    assert "Not now: cannot resume a job that is queued" in pressed(slack, stub, resume, "U_B", "again")
+    assert "Switched to on-demand `j-oom`" in pressed(slack, stub, buttons["Switch to on-demand"], "U_B", "od")
+    job, ev = store.get_job("j-oom"), last_event(store, "j-oom")
+    assert (job.state, job.force_tier, ev.event, ev.actor) == (JobState.QUEUED, "ondemand", "switch_tier",
+                                                               "slack:U_B")
+
+
+def test_an_engine_preemption_posts_zone_and_steps_lost_then_the_resumed_start(engine_app, stub):
+    store, launcher, engine = (engine_app.state.service.store, engine_app.state.service.launcher,
+                               engine_app.state.engine)
+    running(engine_app, "j-spot", "team-a", world.spot("us-east-1b", 500_000, od=2_000_000), budget=10_000_000,
+            checkpoint_step=2400, last_step=2550)
+    launcher.statuses["j-spot-a1"] = AttemptStatus(Phase.PREEMPTED, ended_at=time.time())
+    launcher.statuses["j-spot-a2"] = AttemptStatus(Phase.RUNNING, started_at=time.time())
+    engine.tick()  # monitor: preempted → queued; then place it (the spot zone is blocked: on-prem) and launch
+
+    events = store.events("j-spot")
+    assert [e.event for e in events[-3:]] == ["recover", "place", "launch"]
+    ev = events[-3]
+    assert (ev.data["zone"], ev.data["tier"], ev.data["steps_lost"], ev.data["checkpoint_step"]) == \
+        ("us-east-1b", "spot", 150, 2400)
+    assert "us-east-1b" in store.get_job("j-spot").blocked_zones
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    assert msg["channel"] == "C_A"
+    assert "was preempted in us-east-1b (spot) (attempt 1)" in text_of(msg)
+    assert "150 steps lost; it is queued to resume from step 2400" in text_of(msg)
+
+    engine.tick()  # attempt 2 runs
+    assert launcher.launched == ["j-spot-a2"] and store.get_job("j-spot").state is JobState.RUNNING
+    msgs = stub.wait_for("/api/chat.postMessage", 2)
+    assert "resumed from step 2400 on onprem local-1slot in local (attempt 2)" in text_of(msgs[1])
+
+
+def test_an_engine_budget_stop_posts_buttons_that_resume_only_once_the_budget_is_raised(engine_app, stub):
+    store, launcher, engine = (engine_app.state.service.store, engine_app.state.service.launcher,
+                               engine_app.state.engine)
+    # $3.60/h for an hour: $3.60 of $3.62, less than the stop's reserve (33 s) left
+    running(engine_app, "j-cap", "team-b", world.onprem(3_600_000), budget=3_620_000, checkpoint_step=900,
+            last_step=950)
+    engine.tick()
+    assert launcher.stopped == [("j-cap-a1", "budget")] and store.get_job("j-cap").state is JobState.STOPPING
+    (warning,) = stub.wait_for("/webhook/b")
+    assert "has used 99% of its budget" in text_of(warning)
+    launcher.statuses["j-cap-a1"] = AttemptStatus(Phase.STOPPED, exit_code=0, ended_at=time.time())
+    engine.tick()
+    job = store.get_job("j-cap")
+    assert job.state is JobState.STOPPED_BUDGET and job.spent <= job.budget
+    stopped = stub.wait_for("/webhook/b", 2)[1]
+    assert "was stopped: it spent its budget" in text_of(stopped) and "resume from step 900" in text_of(stopped)
+    buttons = buttons_of(stopped)
+    assert set(buttons) == {"Raise budget to $6.00", "Resume from step 900", "Switch to on-demand"}
+
+    slack = TestClient(engine_app)
+    assert "raise it first" in pressed(slack, stub, buttons["Resume from step 900"], "U_B", "early")
+    assert store.get_job("j-cap").state is JobState.STOPPED_BUDGET
+    pressed(slack, stub, buttons["Raise budget to $6.00"], "U_B", "raise")
+    assert "Switched to on-demand `j-cap`" in pressed(slack, stub, buttons["Switch to on-demand"], "U_B", "od")
+    job = store.get_job("j-cap")
+    assert (job.state, job.budget, job.force_tier) == (JobState.QUEUED, 6_000_000, "ondemand")
+    assert [(e.event, e.actor) for e in store.events("j-cap")[-3:]] == [
+        ("budget_changed", "slack:U_B"), ("switch_tier", "slack:U_B"), ("resume", "slack:U_B")]
+
+
+# -- messages for engine-shaped events --------------------------------------------------------------
+
+
+def engine_event(job, name: str, *, attempt: int | None = None, **data) -> Event:
+    """An event as the engine commits it: a state change through ``event_for``, or a note (no state change)."""
+    attempt = attempt or job.attempts or None
+    try:
+        kind = JobEvent(name)
+    except ValueError:
+        return Event(job_id=job.id, time=time.time(), event=name, from_state=job.state.value,
+                     to_state=job.state.value, reason=name, actor="engine", attempt=attempt, data=data)
+    ev = event_for(job, kind, job.state, time=time.time(), reason=job.reason, actor="engine",
+                   from_state=JobState.RUNNING, data=data)
+    ev.attempt = attempt
+    return ev
+
+
+PREEMPTED = {"attempt_id": "j-a1-a1", "exit_code": None, "diagnosis": "Spot capacity was preempted at step 2550. "
+             "The broker resumes it from its last checkpoint elsewhere.", "diagnosis_class": "preempted",
+             "zone": "us-east-1a", "tier": "spot", "checkpoint_step": 2400, "steps_lost": 150}
+
+
+@pytest.mark.parametrize("name, attempt, data, says", [
+    ("start", 2, {}, "resumed from step 2400 on spot g5.xlarge in aws/us-east-1b (attempt 2)"),
+    ("start", 1, {}, "started on spot g5.xlarge in aws/us-east-1a."),
+    ("recover", 1, PREEMPTED, "was preempted in us-east-1a (spot) (attempt 1).\n150 steps lost; it is queued to "
+                              "resume from step 2400"),
+    ("recover", 1, {**PREEMPTED, "diagnosis_class": "node_lost", "steps_lost": None, "zone": None},
+     "lost its node in spot g5.xlarge in aws/us-east-1a (attempt 1).\n"  # no zone in the data: the attempt's
+     "0 steps lost; it is queued to resume from step 2400"),  # counted from the progress points
+    ("recover", 1, {**PREEMPTED, "diagnosis_class": "cuda_error", "diagnosis": "A CUDA error stopped the job."},
+     "attempt 1 on spot g5.xlarge in aws/us-east-1a ended: A CUDA error stopped the job.\nIt is queued again and "
+     "resumes from step 2400 (150 steps lost)"),
+    ("succeed", 2, {}, "Cost $5.00; saved $15.00 (75%) against on-demand ($20.00) over 2 attempt(s)"),
+], ids=["a second start says resumed, from the job's last checkpoint, and where",
+        "a first start says started", "a preemption says the zone, the steps lost and the resume step",
+        "a lost node without steps_lost counts them from the progress points", "a retried error says the diagnosis",
+        "finished says the cost and the saving against on-demand"])
+def test_lifecycle_messages(slack_app, store, stub, name, attempt, data, says):
+    job = replace(store.get_job("j-a1"), last_checkpoint={"step": 2400, "uri": "file:///c/2400", "at": 0})
+    slack_app.state.notifier.handle(engine_event(job, name, attempt=attempt, **data), job)
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    assert says in text_of(msg)
 
 
 def test_budget_warning_posts_to_the_team_channel_with_cancel(slack_app, slack, store, stub):
     job = store.get_job("j-a2")
-    slack_app.state.notifier.handle(_event(job, "budget_warning", percent=80), job)
+    slack_app.state.notifier.handle(engine_event(job, "budget_warning", spent=1_600_000, budget=2_000_000,
+                                                 percent=80), job)
     (msg,) = stub.wait_for("/api/chat.postMessage")
     assert msg["channel"] == "C_A" and "80% of its budget" in text_of(msg)
     cancel = next(e for b in msg["blocks"] if b["type"] == "actions" for e in b["elements"]
@@ -286,35 +485,20 @@ def test_budget_warning_posts_to_the_team_channel_with_cancel(slack_app, slack, 
     press(slack, cancel["action_id"], cancel["value"], user="U_A", response_url=stub.url + "/respond/c")
     stub.wait_for("/respond/c")
     assert store.get_job("j-a2").state is JobState.CANCELLING
-
-
-@pytest.mark.parametrize("name, data, says", [
-    ("start", {}, "resumed from its last checkpoint on spot g5.xlarge in aws/us-east-1b (attempt 2)"),
-    ("preempted", {"checkpoint_step": 2400}, "steps lost; it is queued to resume from step 2400"),
-    ("succeed", {}, "Cost $5.00; saved $15.00 (75%) against on-demand ($20.00) over 2 attempt(s)"),
-], ids=["a second start says resumed, and where", "a preemption says the steps lost and the resume step",
-        "finished says the cost and the saving against on-demand"])
-def test_lifecycle_messages(slack_app, store, stub, name, data, says):
-    job = store.get_job("j-a1")
-    ev = _event(job, name, **data)
-    if name == "preempted":
-        ev.attempt = 1
-    slack_app.state.notifier.handle(ev, job)
-    (msg,) = stub.wait_for("/api/chat.postMessage")
-    assert says in text_of(msg)
+    assert (last_event(store, "j-a2").event, last_event(store, "j-a2").actor) == ("cancel", "slack:U_A")
 
 
 def test_delivery_retries_then_gives_up_without_blocking(slack_app, store, stub):
     notifier = slack_app.state.notifier
     job = store.get_job("j-a1")
     stub.fail_next["/api/chat.postMessage"] = 2
-    notifier.handle(_event(job, "succeed"), job)
+    notifier.handle(engine_event(job, "succeed"), job)
     stub.wait_for("/api/chat.postMessage")  # third try got through
     stub.fail_next["/api/chat.postMessage"] = 10
     stub.delay = 0.2
     started = time.perf_counter()
-    notifier.handle(_event(job, "succeed"), job)
-    notifier.handle(_event(job, "submit"), job)  # not a notified event: ignored
+    notifier.handle(engine_event(job, "succeed"), job)
+    notifier.handle(engine_event(job, "place"), job)  # not a notified event: ignored
     assert time.perf_counter() - started < 0.05
     assert notifier.flush(10)
     assert (notifier.sent, notifier.failed) == (1, 1)

@@ -67,14 +67,15 @@ def attempt(job_id: str, n: int, state: AttemptState, placement: dict, *, start:
 
 def job(job_id: str, team: str, state: JobState, *, submitted: float, budget: int, spent: int, attempts: int,
         reason: str = "", quote_od: int | None = None, priority: int = 0, updated: float | None = None,
-        placement: dict | None = None) -> Job:
+        placement: dict | None = None, diagnosis: dict | None = None, checkpoint: dict | None = None) -> Job:
     tiers = [{"tier": "onprem", "price_per_hour": 200_000, "estimate": None, "text": "$0.20/h"}]
     if quote_od is not None:
         tiers.append({"tier": "ondemand", "price_per_hour": quote_od, "estimate": None, "text": "$1.00/h"})
     return Job(id=job_id, name=f"train-{job_id}", team=team, state=state, spec={"name": f"train-{job_id}",
                "run": "echo hi"}, budget=budget, priority=priority, submitted_at=submitted,
                updated_at=updated or submitted, spent=spent, attempts=attempts, reason=reason,
-               quote={"tiers": tiers}, placement=placement or {})
+               quote={"tiers": tiers}, placement=placement or {}, diagnosis=diagnosis or {},
+               last_checkpoint=checkpoint or {})
 
 
 @dataclass
@@ -85,7 +86,8 @@ class World:
 
 def seed(store, now: float | None = None) -> World:
     """Team A: a spot job preempted once then finished, an on-demand job running at 75% of its budget,
-    a queued job. Team B: an on-prem job that failed. Expected numbers in :data:`EXPECTED`."""
+    a queued job. Team B: an on-prem job that failed in its own code (out of GPU memory; checkpoint at
+    step 400). Expected numbers in :data:`EXPECTED`."""
     now = now or time.time()
     w = World(now=now)
     t0 = now - 3 * 24 * H  # three days ago: spans several UTC days
@@ -113,13 +115,21 @@ def seed(store, now: float | None = None) -> World:
     _commit(store, a3, [])
 
     b1 = job("j-b1", "team-b", JobState.FAILED, submitted=t0, budget=3_000_000, spent=400_000, attempts=1,
-             reason="failed: the run command exited with code 1", quote_od=1_000_000, updated=t0 + 2 * H)
+             reason="failed: the run command exited with code 1", quote_od=1_000_000, updated=t0 + 2 * H,
+             diagnosis=B1_DIAGNOSIS, checkpoint={"step": 400, "uri": "file:///ckpt/j-b1/400", "at": t0 + H})
     _commit(store, b1, [attempt("j-b1", 1, AttemptState.FAILED, onprem(200_000), start=t0, seconds=2 * H,
                                 cost=400_000)])
     for j in (a1, a2, a3, b1):
         w.jobs[j.id] = store.get_job(j.id)
     return w
 
+
+B1_DIAGNOSIS = {"class": "gpu_oom", "sentence": "Out of GPU memory at step 450 (batch size 64).",
+                "hint": "Try a smaller batch size, gradient accumulation or activation checkpointing.",
+                "infrastructure": False, "step": 450, "attempt": 1,
+                "text": "Out of GPU memory at step 450 (batch size 64). Try a smaller batch size, gradient "
+                        "accumulation or activation checkpointing."}
+"""What the engine's diagnosis left on j-b1: a failure in the job's own code (a resume needs ``force``)."""
 
 EXPECTED = {
     "team-a": {"spent": 6_500_000, "onprem": 0, "ondemand": 1_500_000, "spot": 5_000_000,
