@@ -172,7 +172,7 @@ class BrokerService:
 
 
     def resume(self, principal: Principal, job_id: str, *, force: bool = False,
-               reason: str | None = None) -> Job:
+               reason: str | None = None, tier: str | None = None) -> Job:
         """One-click resume: a failed or budget-stopped job runs again as a new attempt from its last checkpoint.
 
         Infrastructure failures (preempted, node lost, budget stop, network) resume without question; a
@@ -193,14 +193,14 @@ class BrokerService:
                 needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
                 if job.budget - job.spent < needed:
                     raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt(job.budget)} budget is "
-                                   f"left, not enough to run a minute and stop cleanly: raise it first "
-                                   f"(POST /v1/jobs/{job.id}/budget)")
+                                   f"left, not enough to run a minute and stop cleanly: raise the budget first")
             now = self.clock()
             step = job.last_checkpoint.get("step")
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
                              + (" (forced)" if force else ""))
             t = apply(job.state, JobEvent.RESUME)
-            new = replace(job, state=t.to_state, reason=why, updated_at=now, errors_retried=0, placement={}, slots=[])
+            new = replace(job, state=t.to_state, reason=why, updated_at=now, errors_retried=0, placement={}, slots=[],
+                          force_tier=tier or job.force_tier)
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
                               from_state=job.state, data={"checkpoint_step": step, "force": force})
             try:
@@ -211,7 +211,8 @@ class BrokerService:
 
 
     def raise_budget(self, principal: Principal, job_id: str, new_budget: int) -> Job:
-        """Set a job's budget cap (raising it lets a budget-stopped job resume)."""
+        """Set a job's budget cap, up, or down to no less than it spent (raising it lets a budget-stopped
+        job resume)."""
         if new_budget <= 0:
             raise Invalid("budget_usd", "must be more than $0")
         for _ in range(10):
@@ -238,6 +239,9 @@ class BrokerService:
             job = self.get(principal, job_id)
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
                 raise Conflict(f"the job is {job.state.value}")
+            if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind
+                return self.resume(principal, job_id, force=True, tier="ondemand",
+                                   reason=f"resumed on on-demand by {principal.name}")
             now = self.clock()
             note = Event(job_id=job.id, time=now, event="switch_tier", from_state=job.state.value,
                          to_state=job.state.value, reason=f"pinned to on-demand by {principal.name}", actor=principal.name,
@@ -247,8 +251,6 @@ class BrokerService:
                                                expected_version=job.version, events=[note]))
             except VersionConflict:
                 continue
-            if job.state in RESUMABLE:
-                return self.resume(principal, job_id, force=True, reason=f"resumed on on-demand by {principal.name}")
             return job
         raise Conflict("the job is changing too fast; try again")
 
