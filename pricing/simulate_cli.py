@@ -110,7 +110,7 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
             optimum = float(best[-1]) if np.isfinite(best[-1]) else None
         for name in names:
             r = simulate(
-                make_policy(name), avail, gap=gap, work=work, deadline=deadline, changeover=changeover,
+                make_policy(name, cost_cap=name == DEFAULT_POLICY), avail, gap=gap, work=work, deadline=deadline, changeover=changeover,
                 price_ratio=args.price_ratio, zones=zones,
                 work_told=round(args.told_job_hours * 3600) if args.told_job_hours else None,
                 changeover_told=round(args.told_changeover_hours * 3600) if args.told_changeover_hours else None,
