@@ -57,6 +57,9 @@ serve: install-demo
 
 bench: install-test
 	$(PY) benchmarks/api.py
+	$(PY) benchmarks/recovery.py
+	$(PY) benchmarks/checkpoint.py
+	$(PY) benchmarks/policy.py
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache

@@ -1,4 +1,4 @@
-"""The reconcile loop: monitor → schedule → launch, once per tick.
+"""The reconcile loop: monitor → schedule → launch (→ sweep), once per tick.
 
 Each step decides with a pure function (:mod:`.monitor`, :mod:`.schedule`,
 :mod:`.budget`, :mod:`.recover`, :mod:`.spot`, :mod:`broker.diagnosis`) and
@@ -50,6 +50,8 @@ log = logging.getLogger("broker.engine")
 
 ENGINE_STATES = [s.value for s in (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING,
                                    JobState.CANCELLING, JobState.STOPPING)]
+SWEEP_SECONDS = 60.0
+"""How often the engine asks a cloud launcher to tear down clusters no active attempt owns."""
 ENDED_PHASE_NAME = {Phase.LOST: "lost", Phase.GONE: "gone", Phase.PREEMPTED: "preempted", Phase.FAILED: "failed",
                     Phase.SUCCEEDED: "succeeded", Phase.STOPPED: "stopped"}
 
@@ -72,6 +74,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self.last_tick_seconds = 0.0
         self.decision_seconds: list[float] = []
+        self._last_sweep = 0.0
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -100,6 +103,10 @@ class Engine:
         live = {j.id for j in jobs}
         for job_id in [k for k in self.policies if k not in live]:
             del self.policies[job_id]
+        sweep = getattr(self.launcher, "sweep", None)
+        if sweep is not None and now - self._last_sweep >= SWEEP_SECONDS:  # 4. no idle cloud GPU left behind
+            self._last_sweep = now
+            self._guard(sweep, {f"{j.id}-a{j.attempts}" for j in jobs if j.attempts})
         self.last_tick_seconds = time.perf_counter() - started
 
     def run_until_idle(self, *, timeout: float = 60.0, interval: float = 0.1) -> None:

@@ -140,3 +140,28 @@ def test_launching_twice_runs_the_attempt_once(broker, tmp_path):
     time.sleep(0.5)
     assert marker.read_text().count("run") == 1
     assert launcher.status("nope-a1").phase is Phase.GONE
+
+
+def test_the_engine_sweeps_cloud_clusters_no_active_attempt_owns(broker):
+    service, engine, store, launcher = broker
+
+    class Sweeping:
+        """A launcher with the optional ``sweep`` ability, wrapping the local one."""
+
+        def __init__(self, inner):
+            self.inner, self.name, self.capabilities, self.swept = inner, inner.name, inner.capabilities, []
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def sweep(self, known):
+            self.swept.append(set(known))
+            return []
+
+    wrapped = Sweeping(launcher)
+    engine.launcher = wrapped
+    job = submit(service, "sleep 1")
+    run_until(engine, store, job.id, {"running"})
+    engine._last_sweep = 0.0
+    engine.tick()
+    assert {f"{job.id}-a1"} in wrapped.swept
