@@ -64,6 +64,7 @@ class Attempt:
     stop_requested_at: float | None = None
     stop_reason: str = ""
     first_step: int | None = None  # first progress step this attempt reported (restore point)
+    first_report_at: float | None = None  # when it first reported: launch → training again is the changeover
     last_step: int | None = None
     checkpoint: dict[str, Any] = field(default_factory=dict)  # latest committed by this attempt
     steps_lost: int | None = None

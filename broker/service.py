@@ -279,6 +279,7 @@ class BrokerService:
                 a = attempts[-1]
                 records.append(replace(a, last_step=point["step"],
                                        first_step=a.first_step if a.first_step is not None else point["step"],
+                                       first_report_at=a.first_report_at or point["time"],
                                        checkpoint=changes.get("last_checkpoint", a.checkpoint)))
             elif attempts and point.get("checkpoint"):
                 records.append(replace(attempts[-1], checkpoint=changes["last_checkpoint"]))

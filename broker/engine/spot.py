@@ -19,6 +19,14 @@ POLICY_TICK_SECONDS = 60.0
 """The granularity the policy plans in (the engine may tick faster)."""
 
 
+def measured_changeover(attempts: Sequence[Attempt], default: float) -> float:
+    """The job's own changeover: median time from an attempt's launch to its first progress report
+    (provisioning + start + restore), falling back to ``default`` until one attempt has reported."""
+    seen = sorted(a.first_report_at - a.created_at for a in attempts
+                  if a.first_report_at is not None and a.first_report_at >= a.created_at)
+    return seen[len(seen) // 2] if seen else default
+
+
 def work_seconds(job: Job) -> float | None:
     return float(Decimal(job.expected_hours) * 3600) if job.expected_hours else None
 
@@ -42,7 +50,10 @@ def work_done(job: Job, attempts: Sequence[Attempt], now: float, changeover: flo
 def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer], capacity: dict[str, int],
                  spot_available: frozenset[str], *, now: float, changeover: float,
                  holding: Holding | None = None) -> PolicyInput | None:
-    """The policy's view of a job, or ``None`` when it has no deadline or no expected length (cheapest wins)."""
+    """The policy's view of a job, or ``None`` when it has no deadline or no expected length (cheapest wins).
+
+    ``changeover`` is the configured default; once an attempt has reported, the job's measured one is used.
+    """
     total = work_seconds(job)
     if job.deadline is None or total is None:
         return None
@@ -59,6 +70,7 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
                       and capacity.get(o.location, 1) > 0)
     if holding is not None and holding.tier is Tier.SPOT and holding.zone in spot_available:
         zones = zones | {holding.zone}
+    changeover = measured_changeover(attempts, changeover)
     return PolicyInput(
         now=now, deadline=job.deadline, work_total=total,
         work_done=work_done(job, attempts, now, changeover), changeover=changeover, holding=holding,
