@@ -215,7 +215,15 @@ def _show_job(con, job: dict) -> None:
     if job.get("reason"):
         con.print(f"  {job['reason']}")
     if job.get("queue_position"):
-        con.print(f"  queue position: {job['queue_position']}")
+        eta = f", roughly starting at {job['estimated_start']}" if job.get("estimated_start") else ""
+        con.print(f"  queue position: {job['queue_position']}{eta}")
+    if job.get("progress"):
+        p = job["progress"]
+        total = f"/{p['total_steps']}" if p.get("total_steps") else ""
+        loss = f", loss {p['metrics']['loss']:.4g}" if "loss" in (p.get("metrics") or {}) else ""
+        con.print(f"  progress: step {p['step']}{total}{loss}")
+    if job.get("last_checkpoint"):
+        con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({job['last_checkpoint']['uri']})")
     con.print(f"  spent {job['spent']['usd']} of {job['budget']['usd']}"
               + (f"  deadline {job['deadline']}" if job.get("deadline") else ""))
     attempts = job.get("attempt_list") or []

@@ -117,6 +117,7 @@ class Job:
     budget_warned: bool = False
     force_tier: str | None = None  # "ondemand" after a user's "switch to on-demand"
     diagnosis: dict[str, Any] = field(default_factory=dict)  # how the last attempt ended, in plain words
+    running_since: float | None = None  # when the current attempt started training
     checkpoint_uri: str = ""
     idempotency_key: str | None = None
     submitted_by: str = ""

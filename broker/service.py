@@ -19,7 +19,7 @@ from broker.config import Settings
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for
 from broker.offers import all_offers, usable_by
-from broker.queue import positions
+from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
@@ -130,6 +130,11 @@ class BrokerService:
 
     def queue_positions(self) -> dict[str, int]:
         return positions(self.store.list_jobs(states=[JobState.QUEUED.value], limit=100_000))
+
+    def queue(self) -> tuple[dict[str, int], dict[str, float]]:
+        """Queue positions and rough start estimates (epoch seconds) of queued jobs."""
+        jobs = self.store.list_jobs(states=[JobState.QUEUED.value, JobState.RUNNING.value], limit=100_000)
+        return positions(jobs), estimated_starts(jobs, self.clock())
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)
@@ -270,9 +275,12 @@ class BrokerService:
             changes: dict[str, Any] = {"updated_at": point["time"]}
             records = []
             if point.get("step") is not None:
+                same_attempt = job.progress.get("attempt") == job.attempts
                 changes["progress"] = {"step": point["step"], "total_steps": point.get("total_steps")
                                        or job.progress.get("total_steps"), "at": point["time"],
-                                       "metrics": point.get("metrics", {}), "attempt": job.attempts}
+                                       "metrics": point.get("metrics", {}), "attempt": job.attempts,
+                                       "first_step": job.progress.get("first_step", point["step"])
+                                       if same_attempt else point["step"]}
             if point.get("checkpoint"):
                 changes["last_checkpoint"] = {**point["checkpoint"], "at": point["time"], "attempt": job.attempts}
             if attempts and point.get("step") is not None:

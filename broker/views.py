@@ -20,7 +20,8 @@ def money(micros: int | None) -> dict[str, Any] | None:
     return {"micros": micros, "usd": fmt(micros)}
 
 
-def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] | None = None) -> dict[str, Any]:
+def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] | None = None,
+             estimated_start: float | None = None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": job.id,
         "name": job.name,
@@ -38,6 +39,10 @@ def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] |
         "attempts": job.attempts,
         "checkpoint_uri": job.checkpoint_uri,
         "queue_position": position,
+        "estimated_start": iso(estimated_start),
+        "progress": job.progress or None,
+        "last_checkpoint": job.last_checkpoint or None,
+        "diagnosis": job.diagnosis or None,
         "version": job.version,
     }
     if attempts is not None:

@@ -209,6 +209,7 @@ class Engine:
         outcome = monitor.decide(job, attempt, status)
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
+            fields["running_since"] = attempt.started_at
         elif outcome.attempt_state is not None:
             attempt = replace(attempt, state=outcome.attempt_state, ended_at=status.ended_at or now,
                               exit_code=status.exit_code, reason=outcome.reason,

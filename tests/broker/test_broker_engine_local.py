@@ -165,3 +165,16 @@ def test_the_engine_sweeps_cloud_clusters_no_active_attempt_owns(broker):
     engine._last_sweep = 0.0
     engine.tick()
     assert {f"{job.id}-a1"} in wrapped.swept
+
+
+def test_a_job_waiting_for_a_full_pool_gets_a_rough_start_estimate(broker):
+    service, engine, store, _ = broker
+    task = {"run": "sleep 3", "resources": {"cpus": 1}, "broker": {"budget_usd": 5, "expected_hours": "0.001"}}
+    first = service.submit(ADMIN, task)[0]
+    second = submit(service, "echo next")
+    running = run_until(engine, store, first.id, {"running"})
+    engine.tick()
+    positions, starts = service.queue()
+    assert positions == {second.id: 1}
+    # the running job expects 3.6 s: the next one starts when it ends
+    assert starts[second.id] == pytest.approx(running.running_since + 3.6, abs=0.01)
