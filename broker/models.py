@@ -155,3 +155,9 @@ def event_for(job: Job, event: JobEvent, to_state: JobState, *, time: float, rea
         attempt=job.attempts or None,
         data=data or {},
     )
+
+
+def note_event(job: Job, name: str, reason: str, *, time: float, actor: str, data: dict[str, Any] | None = None) -> Event:
+    """An event that records a fact without changing the job's state (a budget warning, a tier switch)."""
+    return Event(job_id=job.id, time=time, event=name, from_state=job.state.value, to_state=job.state.value,
+                 reason=reason, actor=actor, attempt=job.attempts or None, data=data or {})

@@ -17,7 +17,7 @@ from broker.admission import Admitted, Refused, admit
 from broker.auth import Principal, job_token
 from broker.config import Settings
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
-from broker.models import Attempt, Event, Job, event_for
+from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import all_offers, usable_by
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
@@ -29,6 +29,7 @@ from pricing.money import cost_for_seconds, fmt
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
 """States a user may resume from."""
+CAS_RETRIES = 10
 
 
 class NotFound(Exception):
@@ -151,8 +152,18 @@ class BrokerService:
 
     # -- change ----------------------------------------------------------------------------------
 
+    def _retrying(self, once: Callable[[], Job]) -> Job:
+        """Run a read-decide-commit step until its compare-and-set lands (the engine may move the job
+        between our read and our write; we then decide again on the fresh state)."""
+        for _ in range(CAS_RETRIES):
+            try:
+                return once()
+            except VersionConflict:
+                continue
+        raise Conflict("the job is changing too fast; try again")
+
     def cancel(self, principal: Principal, job_id: str, *, reason: str = "cancelled by the user") -> Job:
-        for _ in range(10):
+        def once() -> Job:
             job = self.get(principal, job_id)
             try:
                 t = apply(job.state, JobEvent.CANCEL)
@@ -164,26 +175,21 @@ class BrokerService:
                 new = replace(new, placement={}, slots=[])
             event = event_for(new, JobEvent.CANCEL, t.to_state, time=now, reason=reason, actor=principal.name,
                               from_state=job.state)
-            try:
-                return self.store.commit(Change(job=new, expected_version=job.version, events=[event]))
-            except VersionConflict:
-                continue  # the engine moved it; decide again on the fresh state
-        raise Conflict("the job is changing too fast to cancel; try again")
+            return self.store.commit(Change(job=new, expected_version=job.version, events=[event]))
+
+        return self._retrying(once)
 
     # -- recovery, money and progress ------------------------------------------------------------
-
-
-
-
 
     def resume(self, principal: Principal, job_id: str, *, force: bool = False,
                reason: str | None = None, tier: str | None = None) -> Job:
         """One-click resume: a failed or budget-stopped job runs again as a new attempt from its last checkpoint.
 
         Infrastructure failures (preempted, node lost, budget stop, network) resume without question; a
-        failure in the user's code is refused (409, with the diagnosis) unless ``force``.
+        failure in the user's code is refused (409, with the diagnosis) unless ``force``. ``tier`` pins the
+        tier of the attempts from now on, in the same write.
         """
-        for _ in range(10):
+        def once() -> Job:
             job = self.get(principal, job_id)
             if job.state not in RESUMABLE:
                 raise Conflict(f"cannot resume a job that is {job.state.value}: only failed or stopped_budget jobs resume")
@@ -208,39 +214,33 @@ class BrokerService:
                           force_tier=tier or job.force_tier)
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
                               from_state=job.state, data={"checkpoint_step": step, "force": force})
-            try:
-                return self.store.commit(Change(job=new, expected_version=job.version, events=[event]))
-            except VersionConflict:
-                continue
-        raise Conflict("the job is changing too fast; try again")
+            return self.store.commit(Change(job=new, expected_version=job.version, events=[event]))
 
+        return self._retrying(once)
 
     def raise_budget(self, principal: Principal, job_id: str, new_budget: int) -> Job:
         """Set a job's budget cap, up, or down to no less than it spent (raising it lets a budget-stopped
         job resume)."""
         if new_budget <= 0:
             raise Invalid("budget_usd", "must be more than $0")
-        for _ in range(10):
+
+        def once() -> Job:
             job = self.get(principal, job_id)
-            if job.state.is_final and job.state is not JobState.STOPPED_BUDGET and job.state is not JobState.FAILED:
+            if job.state.is_final and job.state not in RESUMABLE:
                 raise Conflict(f"cannot change the budget of a job that is {job.state.value}")
             if new_budget < job.spent:
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
             now = self.clock()
-            note = Event(job_id=job.id, time=now, event="budget_changed", from_state=job.state.value,
-                         to_state=job.state.value, reason=f"budget {fmt(job.budget)} → {fmt(new_budget)} by {principal.name}",
-                         actor=principal.name, attempt=job.attempts or None, data={"old": job.budget, "new": new_budget})
-            try:
-                return self.store.commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
-                                                expected_version=job.version, events=[note]))
-            except VersionConflict:
-                continue
-        raise Conflict("the job is changing too fast; try again")
+            note = note_event(job, "budget_changed", f"budget {fmt(job.budget)} → {fmt(new_budget)} by {principal.name}",
+                              time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})
+            return self.store.commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
+                                            expected_version=job.version, events=[note]))
 
+        return self._retrying(once)
 
     def switch_to_ondemand(self, principal: Principal, job_id: str) -> Job:
         """Pin the job to on-demand from its next attempt on (resumes it if it had stopped)."""
-        for _ in range(10):
+        def once() -> Job:
             job = self.get(principal, job_id)
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
                 raise Conflict(f"the job is {job.state.value}")
@@ -248,24 +248,20 @@ class BrokerService:
                 return self.resume(principal, job_id, force=True, tier="ondemand",
                                    reason=f"resumed on on-demand by {principal.name}")
             now = self.clock()
-            note = Event(job_id=job.id, time=now, event="switch_tier", from_state=job.state.value,
-                         to_state=job.state.value, reason=f"pinned to on-demand by {principal.name}", actor=principal.name,
-                         attempt=job.attempts or None, data={"tier": "ondemand"})
-            try:
-                job = self.store.commit(Change(job=replace(job, force_tier="ondemand", updated_at=now),
-                                               expected_version=job.version, events=[note]))
-            except VersionConflict:
-                continue
-            return job
-        raise Conflict("the job is changing too fast; try again")
+            note = note_event(job, "switch_tier", f"pinned to on-demand by {principal.name}", time=now,
+                              actor=principal.name, data={"tier": "ondemand"})
+            return self.store.commit(Change(job=replace(job, force_tier="ondemand", updated_at=now),
+                                            expected_version=job.version, events=[note]))
 
+        return self._retrying(once)
 
     def report_progress(self, job_id: str, token: str, body: dict[str, Any]) -> Job:
         """A training script's report (step, total steps, metrics, committed checkpoint), with the job's own token."""
         if not secrets.compare_digest(token, job_token(self.settings, job_id)):
             raise NotFound(job_id)
         point = _progress_point(body, self.clock())
-        for _ in range(10):
+
+        def once() -> Job:
             job = self.store.get_job(job_id)
             if job is None:
                 raise NotFound(job_id)
@@ -291,13 +287,10 @@ class BrokerService:
                                        checkpoint=changes.get("last_checkpoint", a.checkpoint)))
             elif attempts and point.get("checkpoint"):
                 records.append(replace(attempts[-1], checkpoint=changes["last_checkpoint"]))
-            try:
-                return self.store.commit(Change(job=replace(job, **changes), expected_version=job.version,
-                                                attempts=records, metrics=[point] if point.get("step") is not None else []))
-            except VersionConflict:
-                continue
-        raise Conflict("the job is changing too fast; try again")
+            return self.store.commit(Change(job=replace(job, **changes), expected_version=job.version,
+                                            attempts=records, metrics=[point] if point.get("step") is not None else []))
 
+        return self._retrying(once)
 
     def inject_fault(self, principal: Principal, kind: str, *, job_id: str | None = None,
                      zone: str | None = None, available: bool | None = None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from broker.engine.schedule import Place, Wait, schedule
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
-from broker.models import Attempt, Event, Job, attempt_id, event_for
+from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, usable_by
 from broker.spec import parse
 from broker.store import Change, JobStore, VersionConflict
@@ -150,9 +150,7 @@ class Engine:
         return stored
 
     def _note(self, job: Job, name: str, reason: str, now: float, data: dict | None = None) -> Event:
-        """An event that records a fact without changing the state (budget warning, preemption notice)."""
-        return Event(job_id=job.id, time=now, event=name, from_state=job.state.value, to_state=job.state.value,
-                     reason=reason, actor=self.actor, attempt=job.attempts or None, data=data or {})
+        return note_event(job, name, reason, time=now, actor=self.actor, data=data)
 
     def _apply_schedule(self, decision: Place | Wait, now: float) -> None:
         job = decision.job
