@@ -6,7 +6,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip -q --disable-pip-version-check
+CONSTRAINTS := requirements/constraints.txt
 CHECKOV_VENV ?= .venv-checkov
+CHECKOV_VERSION := 3.3.30
 
 DEMO_EXTRAS := torch
 TEST_EXTRAS := redis,s3,gcs,skypilot,slack,torch,dev
@@ -17,12 +19,13 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # A stamp per extras set, redone when pyproject.toml changes.
-$(VENV)/.demo-installed: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -e '.[$(DEMO_EXTRAS)]'
+# Versions come from $(CONSTRAINTS): the same set on every machine, resolved without backtracking.
+$(VENV)/.demo-installed: pyproject.toml $(CONSTRAINTS) | $(VENV)/bin/python
+	$(PIP) install -c $(CONSTRAINTS) -e '.[$(DEMO_EXTRAS)]'
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -e '.[$(TEST_EXTRAS)]'
+$(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS) | $(VENV)/bin/python
+	$(PIP) install -c $(CONSTRAINTS) -e '.[$(TEST_EXTRAS)]'
 	touch $@ $(VENV)/.demo-installed
 
 install-demo: $(VENV)/.demo-installed
@@ -43,7 +46,7 @@ apt-deps:
 # checkov pins an old boto3 that breaks s3fs, so it lives in its own venv.
 $(CHECKOV_VENV)/bin/checkov:
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip -q --disable-pip-version-check install checkov
+	$(CHECKOV_VENV)/bin/pip -q --disable-pip-version-check install 'checkov==$(CHECKOV_VERSION)'
 checkov-venv: $(CHECKOV_VENV)/bin/checkov
 
 demo: install-demo
