@@ -241,11 +241,22 @@ class SdkClient:
             return Launch.IN_FLIGHT, ""
         if status == "SUCCEEDED":
             return Launch.DONE, ""
+        if status == "CANCELLED":
+            return Launch.FAILED, "the launch request was cancelled"
         try:
             detail = json.loads(error) or {}
-            message = detail.get("message") or detail.get("type") or status.lower()
+            message = detail.get("message") or detail.get("type") or ""
         except (TypeError, ValueError):
-            message = str(error or status.lower())
+            message = str(error or "")
+        if not message:
+            # The server leaves ``error`` out of /api/status; the request's own result carries
+            # SkyPilot's exception (a finished request answers at once).
+            try:
+                sky.get(request_id)
+            except Exception as exc:
+                message = f"{type(exc).__name__}: {_one_line(exc)}"
+            else:
+                message = status.lower()
         return Launch.FAILED, _one_line(Exception(message))
 
     def launch_in_flight(self, cluster: str) -> bool:
@@ -253,6 +264,7 @@ class SdkClient:
 
         return any(
             "launch" in (p.name or "") and p.status in ("PENDING", "WAITING", "RUNNING")
+            and getattr(p, "cluster_name", cluster) in (cluster, None)  # an older server ignores the filter
             for p in sky.api_status(cluster_name=cluster)
         )
 
