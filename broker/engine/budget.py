@@ -21,10 +21,15 @@ class BudgetCheck:
     headroom: Micros
 
 
+def reserve_seconds(grace_seconds: float, tick_seconds: float) -> int:
+    """What must stay paid for when the stop is asked: the grace period and two ticks to notice the end."""
+    return int(grace_seconds + 2 * tick_seconds + 1)
+
+
 def check(*, spent: Micros, budget: Micros, price_per_hour: Micros, grace_seconds: float, tick_seconds: float,
           warned: bool) -> BudgetCheck:
     """Whether to warn, and whether to stop now so that stopping still fits in the budget."""
-    reserve = cost_for_seconds(price_per_hour, int(grace_seconds + 2 * tick_seconds + 1))
+    reserve = cost_for_seconds(price_per_hour, reserve_seconds(grace_seconds, tick_seconds))
     stop = spent + reserve >= budget
     return BudgetCheck(
         warn=not warned and (stop or spent * 100 >= budget * WARN_FRACTION_PERCENT),  # never stop unwarned

@@ -94,7 +94,9 @@ class Engine:
             self.policies.setdefault(job.id, make_policy())
         decided = time.perf_counter()
         decisions = schedule(queued, mk, now=now, policies=self.policies, attempts_of=self.store.attempts,
-                             changeover=self.settings.changeover_seconds)
+                             changeover=self.settings.changeover_seconds,
+                             min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
+                                                                          self.settings.tick_seconds))
         self.decision_seconds = (self.decision_seconds + [time.perf_counter() - decided])[-100:]
         for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
@@ -155,6 +157,13 @@ class Engine:
     def _apply_schedule(self, decision: Place | Wait, now: float) -> None:
         job = decision.job
         if isinstance(decision, Wait):
+            if decision.budget_spent:
+                self._commit(job, JobEvent.STOP_BUDGET, f"stopped: the budget left, {fmt(job.budget - job.spent)}, "
+                             f"cannot pay for a start and a clean stop; raise the budget to resume", now,
+                             diagnosis={"class": "budget_stop", "sentence": "Stopped at its budget.",
+                                        "hint": "Raise the budget and resume to continue.", "infrastructure": True,
+                                        "text": "Stopped at its budget. Raise the budget and resume to continue."})
+                return
             if job.reason != decision.reason:
                 self.store.commit(Change(job=replace(job, reason=decision.reason, updated_at=now),
                                          expected_version=job.version))

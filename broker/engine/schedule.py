@@ -24,6 +24,7 @@ from broker.models import Attempt, Job
 from broker.offers import Market, placement_record, slots_of, usable_by
 from broker.queue import ordered
 from broker.spec import parse
+from pricing.money import cost_for_seconds
 from pricing.offers import Offer, Tier
 from pricing.placement import NoFit, candidates, place
 from pricing.deadline import ACTION_TIER
@@ -42,6 +43,7 @@ class Place:
 class Wait:
     job: Job
     reason: str
+    budget_spent: bool = False  # nothing can run within what is left: stop it rather than queue forever
 
 
 def _offers_for(job: Job, offers: Sequence[Offer]) -> list[Offer]:
@@ -55,8 +57,9 @@ def _offers_for(job: Job, offers: Sequence[Offer]) -> list[Offer]:
 def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
              policies: Mapping[str, Policy] | None = None,
              attempts_of: Callable[[str], Sequence[Attempt]] = lambda _id: (),
-             changeover: float = 120.0) -> list[Place | Wait]:
-    """One decision per queued job, in queue order."""
+             changeover: float = 120.0, min_run_seconds: int = 60) -> list[Place | Wait]:
+    """One decision per queued job, in queue order. A job whose budget left cannot buy
+    ``min_run_seconds`` on its cheapest offer (it would be stopped at once) is stopped, not queued."""
     free_slots = {k: list(v) for k, v in mk.free_slots.items()}
     capacity = dict(mk.free_capacity)
     offers = list(mk.offers)
@@ -84,6 +87,10 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 if not isinstance(place(request, chosen_tier, free_capacity=capacity, blocked_zones=blocked,
                                         budget_left=job.budget - job.spent), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
+        cheapest = min((o.price_per_hour * request.num_nodes for o in mine), default=None)
+        if cheapest is not None and job.budget - job.spent < cost_for_seconds(cheapest, min_run_seconds):
+            decisions.append(Wait(job, "the budget left cannot pay for a start and a clean stop on any offer", budget_spent=True))
+            continue
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
                        budget_left=job.budget - job.spent)
         if isinstance(chosen, NoFit):

@@ -178,3 +178,16 @@ def test_a_job_waiting_for_a_full_pool_gets_a_rough_start_estimate(broker):
     assert positions == {second.id: 1}
     # the running job expects 3.6 s: the next one starts when it ends
     assert starts[second.id] == pytest.approx(running.running_since + 3.6, abs=0.01)
+
+
+def test_a_queued_job_whose_budget_is_spent_is_stopped_not_queued_forever(broker):
+    from dataclasses import replace as dc_replace
+
+    from broker.store import Change
+
+    service, engine, store, _ = broker
+    job = submit(service, "echo never")
+    store.commit(Change(job=dc_replace(job, spent=job.budget - 1), expected_version=job.version))
+    engine.tick()
+    stopped = store.get_job(job.id)
+    assert stopped.state is JobState.STOPPED_BUDGET and "raise the budget" in stopped.reason
