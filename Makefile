@@ -33,13 +33,15 @@ install-test: $(VENV)/.test-installed apt-deps checkov-venv
 
 # Debian packages the tests drive for real: redis-server (own AOF instances),
 # chromium (dashboard test through Playwright), rsync (SkyPilot file mounts), and the
-# aws CLI (the real SkyPilot API server runs `aws configure list` in its cloud check).
+# aws CLI (the real SkyPilot API server runs `aws configure list` in its cloud check),
+# prometheus (a real Prometheus scrapes the broker in one test).
 apt-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v rsync >/dev/null || missing="$$missing rsync"; \
 	command -v aws >/dev/null || missing="$$missing awscli"; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
