@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from checkpoint import layout, retention
 from checkpoint.layout import CheckpointId, Entry
-from checkpoint.manifest import FileEntry, Manifest, commit_marker, describe
+from checkpoint.manifest import Manifest, commit_marker, describe
 from checkpoint.storage import Storage
 
 #: Files uploaded at once (each large file is itself uploaded in parallel parts).

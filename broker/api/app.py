@@ -11,7 +11,6 @@ import logging
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-import yaml
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -21,7 +20,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
-from broker.lifecycle import JobState
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import SpecError, load_text

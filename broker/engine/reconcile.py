@@ -73,7 +73,6 @@ class Engine:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_tick_seconds = 0.0
-        self.decision_seconds: list[float] = []
         self._last_sweep = 0.0
 
     # -- the cycle -----------------------------------------------------------------------------
@@ -92,12 +91,10 @@ class Engine:
         queued = [j for j in jobs if j.state is JobState.QUEUED]
         for job in queued:
             self.policies.setdefault(job.id, make_policy())
-        decided = time.perf_counter()
         decisions = schedule(queued, mk, now=now, policies=self.policies, attempts_of=self.store.attempts,
                              changeover=self.settings.changeover_seconds,
                              min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
                                                                           self.settings.tick_seconds))
-        self.decision_seconds = (self.decision_seconds + [time.perf_counter() - decided])[-100:]
         for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
         for job in self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000):  # 3. launch
@@ -303,7 +300,7 @@ class Engine:
 
     def _ended(self, job: Job, attempt: Attempt, status, outcome, now: float, fields: dict) -> tuple[str, dict]:
         """Diagnose how the attempt ended; on a preemption, block the zone and count the steps lost."""
-        data, tail = _log_tail(self.launcher, attempt.id)
+        tail = _log_tail(self.launcher, attempt.id)
         phase = ENDED_PHASE_NAME.get(status.phase, status.phase.value)
         if attempt.stop_reason in ("budget", "cancelled"):
             phase = attempt.stop_reason
@@ -359,10 +356,10 @@ class Engine:
             self._stop.wait(self.settings.tick_seconds)
 
 
-def _log_tail(launcher: Launcher, attempt_id: str, size: int = 16_384) -> tuple[dict, str]:
+def _log_tail(launcher: Launcher, attempt_id: str, size: int = 16_384) -> str:
+    """The end of an attempt's output, for its diagnosis (best effort: no logs, no patterns)."""
     try:
         data, _ = launcher.logs(attempt_id, offset=0, limit=1 << 22)
-    except Exception:  # logs are best effort for a diagnosis
-        return {}, ""
-    return {}, data[-size:].decode("utf-8", "replace")
-
+    except Exception:
+        return ""
+    return data[-size:].decode("utf-8", "replace")
