@@ -65,6 +65,9 @@ def attempt_view(a: Attempt) -> dict[str, Any]:
         "reason": a.reason,
         "cost": money(a.cost),
         "resume_from": a.resume_from,
+        "checkpoint": a.checkpoint or None,  # the latest checkpoint this attempt committed
+        "last_step": a.last_step,
+        "steps_lost": a.steps_lost,
     }
 
 

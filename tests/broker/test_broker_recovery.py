@@ -98,6 +98,7 @@ def test_preempted_with_notice_resumes_in_another_zone_losing_no_steps(serve):
     resumed_at = start_step(log_of(client, job["id"], 2))
     assert resumed_at == last_trained, "the notice's save keeps every step trained"
     assert a2["resume_from"] and f"step-{resumed_at:012d}" in a2["resume_from"]
+    assert a1["checkpoint"]["uri"] == a2["resume_from"] and a1["steps_lost"] == 0
     recover = [e for e in client.get(f"/v1/jobs/{job['id']}/events").json()["events"] if e["event"] == "recover"][0]
     assert recover["data"]["zone"] == "sim-a" and recover["data"]["diagnosis_class"] == "preempted"
     assert final["spent"]["micros"] == a1["cost"]["micros"] + a2["cost"]["micros"]
