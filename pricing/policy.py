@@ -12,7 +12,8 @@ Create a fresh policy per job (``make_policy(name)``): state is per job.
 
 | name | what it is |
 |---|---|
-| ``broker`` (default) | the broker's own: :class:`pricing.spot_policy.SlackReserve` |
+| ``broker`` (default) | the broker's own: :class:`pricing.spot_policy.ModelPredictive` (a DP over an availability model learnt online) |
+| ``slack_reserve`` | the broker's previous policy: :class:`pricing.spot_policy.SlackReserve` (rules with a slack reserve) |
 | ``ondemand`` | on-demand (or a cheaper free on-prem pool) only |
 | ``greedy`` | the paper's Greedy |
 | ``uniform_progress`` | the paper's Uniform Progress |
@@ -21,11 +22,12 @@ Create a fresh policy per job (``make_policy(name)``): state is per job.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 from pricing.baselines import Greedy, OnDemandOnly, UniformProgress
 from pricing.deadline import Action, Decision, Holding, PolicyInput, is_safe, reliable, within_cost_cap
-from pricing.spot_policy import SlackReserve
+from pricing.spot_policy import ModelPredictive, SlackReserve
 
 __all__ = ["Action", "Decision", "Holding", "PolicyInput", "Policy", "POLICIES", "DEFAULT_POLICY", "make_policy", "SafetyNet"]
 
@@ -69,7 +71,8 @@ class SafetyNet:
 
 
 POLICIES: dict[str, Callable[[], Policy]] = {
-    "broker": SlackReserve,
+    "broker": partial(ModelPredictive, name="broker"),
+    "slack_reserve": partial(SlackReserve, name="slack_reserve"),
     "ondemand": OnDemandOnly,
     "greedy": Greedy,
     "uniform_progress": UniformProgress,

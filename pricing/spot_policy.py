@@ -1,4 +1,9 @@
-"""The broker's own spot / on-demand policy: spend slack on waiting, keep a reserve for changeovers.
+"""The broker's own spot / on-demand policies.
+
+:class:`ModelPredictive` (the default, at the end of this module) plans each tick with a DP over
+an availability model learnt online. :class:`SlackReserve` (the previous default, registered as
+``slack_reserve``, and the fallback where the plan's grid does not fit) is described here:
+spend slack on waiting, keep a reserve for changeovers.
 
 Why this shape. Waiting for spot costs nothing but slack; an hour of
 on-demand costs ``k`` spot-hours whenever it is bought. So the cheapest plan
@@ -145,3 +150,233 @@ class SlackReserve:
         if spare - inp.tick >= reserve:
             return Decision(Action.WAIT, None, f"no spot; {spare / 3600:.1f} h of slack above a {reserve / 3600:.1f} h reserve")
         return reliable(inp, f"no spot and slack down to the {reserve / 3600:.1f} h reserve")
+
+
+# --------------------------------------------------------------------------------------------
+# Model-predictive control: a DP over a semi-Markov availability model learnt online
+# --------------------------------------------------------------------------------------------
+
+AGE_EDGES = (1, 2, 3, 5, 9, 17, 33)  # age buckets of a spot up- or down-run, in planning steps; the last is open
+_BIG = 1e9
+
+
+@dataclass(frozen=True)
+class MPCTuning:
+    """Constants of :class:`ModelPredictive`; generic, chosen on the training windows only.
+
+    Hazard of a run (up or down) ending in its ``a``-th planning step: ``alpha / (beta + a)``
+    — decreasing with age, as spot runs are heavy-tailed — with ``alpha`` per direction
+    learnt online from the job's own history and shrunk towards the prior.
+    """
+
+    beta: float = 2.0  # hazard shape: the age at which the hazard has halved from ``alpha / beta``
+    alpha_up: float = 1.0  # prior hazard scale of a spot up-run (mean up-run ≈ 8 steps)
+    alpha_down: float = 1.0  # prior hazard scale of a down-run
+    prior_weight: float = 3.0  # the prior counts as this many observed run ends
+    plan_step: float = 600.0  # seconds per planning step (at least the tick)
+    work_units: int = 5  # work grid: plan_step / work_units (120 s: exact for 600 s ticks and d = 0.2 h)
+    horizon_steps: int = 480  # the plan looks at most this many steps ahead (longer jobs get longer steps)
+    log_bin: float = 0.2  # the learnt hazard scales are rounded to e^0.2 steps so solved plans can be shared
+    max_work_steps: int = 8000  # beyond this many work units, fall back to SlackReserve
+
+
+def _bucket(age: int) -> int:
+    b = 0
+    while b + 1 < len(AGE_EDGES) and age >= AGE_EDGES[b + 1]:
+        b += 1
+    return b
+
+
+def _transition(alpha_up: float, alpha_down: float, beta: float):
+    """Markov chain over (up/down, age bucket): stochastic ageing through the buckets."""
+    import numpy as np
+
+    n_b = len(AGE_EDGES)
+    t = np.zeros((2 * n_b, 2 * n_b))
+    for side, alpha in ((0, alpha_down), (1, alpha_up)):  # state index side * n_b + bucket
+        for b in range(n_b):
+            lo = AGE_EDGES[b]
+            hi = AGE_EDGES[b + 1] - 1 if b + 1 < len(AGE_EDGES) else 2 * lo
+            h = min(alpha * sum(1.0 / (beta + a) for a in range(lo, hi + 1)) / (hi - lo + 1), 0.95)
+            adv = 1.0 / (AGE_EDGES[b + 1] - lo) if b + 1 < len(AGE_EDGES) else 0.0
+            i = side * n_b + b
+            t[i, (1 - side) * n_b] += h
+            t[i, side * n_b + min(b + 1, n_b - 1)] += (1 - h) * adv
+            t[i, i] += (1 - h) * (1 - adv)
+    return t
+
+
+class _Plan:
+    """Solved decisions ``[n steps left, holding, availability state, work units left]`` →
+    0 wait, 1 spot, 2 reliable, stored per row as change points (rows are piecewise constant)."""
+
+    def __init__(self, dec):
+        import numpy as np
+
+        self.shape = dec.shape
+        rows = dec.reshape(-1, dec.shape[-1])
+        change = rows[:, 1:] != rows[:, :-1]
+        r, c = np.nonzero(change)
+        self.indptr = np.concatenate([[0], np.cumsum(change.sum(1))])
+        self.pos = (c + 1).astype(np.int32)
+        self.val = rows[r, c + 1]
+        self.first = rows[:, 0].copy()
+
+    def get(self, n: int, h: int, s: int, w: int) -> int:
+        import numpy as np
+
+        row = int(np.ravel_multi_index((n, h, s), self.shape[:3]))
+        a, b = self.indptr[row], self.indptr[row + 1]
+        i = int(np.searchsorted(self.pos[a:b], w, "right"))
+        return int(self.first[row] if i == 0 else self.val[a + i - 1])
+
+
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def solve_plan(alpha_up: float, alpha_down: float, beta: float, k: float, dc: int, q: int, n_steps: int, w_max: int) -> _Plan:
+    """Backward DP for the least expected cost (spot 1, reliable ``k`` per step) to finish
+    ``w`` work units within ``n`` steps, over holdings {idle, spot phase j, reliable phase j}
+    (j = steps since the changeover of ``dc`` work units began, capped once it is over) and the
+    availability chain of :func:`_transition`. Unfinished at the deadline costs ``_BIG``."""
+    import numpy as np
+
+    t = _transition(alpha_up, alpha_down, beta).astype(np.float32)
+    n_b = len(AGE_EDGES)
+    jmax = max(math.ceil(dc / q), 1)
+    prog = [max(q - max(dc - j * q, 0), 0) for j in range(jmax + 1)]
+    big, kk, one = np.float32(_BIG), np.float32(k), np.float32(1.0)
+    v = np.full((1 + 2 * jmax, 2 * n_b, w_max + 1), big, np.float32)
+    v[:, :, 0] = 0.0
+    dec = np.zeros((n_steps + 1, 1 + jmax, 2 * n_b, w_max + 1), np.int8)
+
+    def then(x, p, c):  # cost c now, then x at p fewer work units (≤ 0: done)
+        y = np.empty_like(x)
+        if p:
+            y[:, p:] = x[:, :-p] + c
+            y[:, :p] = c
+        else:
+            np.add(x, c, out=y)
+        return y
+
+    def choose(out_v, out_d, wait, spot, rel):
+        m = np.minimum(wait, spot)
+        out_d[...] = spot < wait
+        np.putmask(out_d, rel <= m, 2)  # ties (and hopeless states) go reliable
+        np.minimum(m, rel, out=out_v)
+
+    for n in range(1, n_steps + 1):
+        e = np.matmul(t, v)
+        e[:, :, 0] = 0.0
+        spot_new = then(e[1], prog[0], one)
+        spot_new[:n_b] = big
+        nv = np.empty_like(v)
+        choose(nv[0], dec[n, 0], e[0], spot_new, then(e[1 + jmax], prog[0], kk))
+        for j in range(1, jmax + 1):
+            stay = then(e[min(j + 1, jmax)], prog[j], one)  # holding spot: stay while it is up
+            nv[j] = nv[0]
+            np.minimum(nv[j, n_b:], stay[n_b:], out=nv[j, n_b:])
+            choose(nv[jmax + j], dec[n, j], e[0], spot_new, then(e[jmax + min(j + 1, jmax)], prog[j], kk))
+        np.minimum(nv, big, out=nv)
+        nv[:, :, 0] = 0.0
+        v = nv
+    return _Plan(dec)
+
+
+def cached_plan(*key) -> _Plan:
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) > 4000:
+            _PLANS.clear()
+        plan = _PLANS[key] = solve_plan(*key)
+    return plan
+
+
+@dataclass
+class RunModel:
+    """Online history of one availability process: run ends and hazard-weighted exposure."""
+
+    up: bool | None = None
+    age_seconds: float = 0.0
+    ends: dict = field(default_factory=lambda: {True: 0.0, False: 0.0})
+    exposure: dict = field(default_factory=lambda: {True: 0.0, False: 0.0})
+
+
+@dataclass
+class ModelPredictive:
+    """Model-predictive control: each tick, the least-expected-cost action under a
+    semi-Markov model of spot availability learnt online from this job's own history.
+
+    The model: spot (in any usable zone) is up or down; a run ending in its ``a``-th
+    planning step has hazard ``alpha / (beta + a)``; ``alpha`` for up- and down-runs is the
+    maximum-likelihood fit to the runs this job has seen (ends ÷ hazard-shape-weighted
+    exposure), shrunk towards a generic prior. The plan is an exact backward DP over
+    (steps left, work left, holding, up/down and age bucket) on a grid of ``plan_step``
+    seconds (:func:`solve_plan`); solved plans are shared across ticks and jobs by the
+    rounded hazard scales. Held spot is kept while it is up; a zone is chosen as
+    :class:`SlackReserve` ranks them (longest expected run). Nothing looks into the future
+    of a trace. Falls back to :class:`SlackReserve` where the grid does not fit (numpy
+    missing, a very long job, no on-demand price).
+    """
+
+    tuning: MPCTuning = field(default_factory=MPCTuning)
+    name: str = "mpc"
+    zones: SlackReserve = field(default_factory=SlackReserve)
+    model: RunModel = field(default_factory=RunModel)
+    step: float | None = None  # planning step, fixed at the job's first tick
+
+    def observe(self, inp: PolicyInput) -> None:
+        self.zones.observe(inp)
+        if self.step is None:
+            t = self.tuning
+            self.step = max(t.plan_step, inp.tick, (inp.deadline - inp.now) / t.horizon_steps)
+        m, up = self.model, bool(inp.spot_zones_available)
+        if m.up is not None and up != m.up:
+            m.ends[m.up] += 1.0
+        if up != m.up:
+            m.up, m.age_seconds = up, 0.0
+        m.age_seconds += inp.tick
+        age = max(m.age_seconds / self.step, 1.0)
+        m.exposure[up] += (inp.tick / self.step) / (self.tuning.beta + age)
+
+    def alphas(self) -> tuple[float, float]:
+        t, m = self.tuning, self.model
+        w = t.prior_weight
+        return tuple((m.ends[side] + w) / (m.exposure[side] + w / prior) for side, prior in ((True, t.alpha_up), (False, t.alpha_down)))  # type: ignore[return-value]
+
+    def decide(self, inp: PolicyInput) -> Decision:
+        if inp.remaining <= 0:
+            return reliable(inp, "work estimate used up: finish on the reliable tier")
+        if inp.on_spot:
+            return Decision(Action.SPOT, inp.holding.zone, "stay on spot while it lasts")  # type: ignore[union-attr]
+        t = self.tuning
+        step = self.step or max(t.plan_step, inp.tick)
+        unit = step / t.work_units
+        w_max = math.ceil(inp.work_total / unit - 1e-9)
+        k = inp.reliable_ratio
+        try:
+            import numpy  # noqa: F401
+        except ImportError:  # pragma: no cover - numpy ships with the pricing extras
+            return self.zones.decide(inp)
+        if w_max > t.max_work_steps or not (0 < k < 1e3):
+            return self.zones.decide(inp)
+        n = min(math.floor((inp.deadline - inp.now) / step + 1e-9), t.horizon_steps)
+        if n <= 0:
+            return reliable(inp, "no planning step left before the deadline")
+        au, ad = self.alphas()
+        bu, bd = round(math.log(au) / t.log_bin), round(math.log(ad) / t.log_bin)
+        dc = max(round(inp.changeover / unit), 0)
+        plan = cached_plan(math.exp(bu * t.log_bin), math.exp(bd * t.log_bin), t.beta, round(k, 3), dc, t.work_units, t.horizon_steps, w_max)
+        w = min(math.ceil(inp.remaining / unit - 1e-9), w_max)
+        s = (len(AGE_EDGES) if self.model.up else 0) + _bucket(max(math.ceil(self.model.age_seconds / step - 1e-9), 1))
+        jmax = max(math.ceil(dc / t.work_units), 1)
+        j = 0
+        if inp.on_reliable:
+            j = jmax if inp.changeover_left <= 0 else max(jmax - math.ceil(inp.changeover_left / step - 1e-9), 1)
+        a = plan.get(n, j, s, w)
+        zone = self.zones.best_zone(inp)
+        if a == 1 and zone is not None:
+            return Decision(Action.SPOT, zone, f"plan: spot in {zone} (up-run hazard scale {au:.2f}, down {ad:.2f})")
+        if a == 0:
+            return Decision(Action.WAIT, None, f"plan: wait for spot ({inp.remaining / 3600:.1f} h of work, {(inp.deadline - inp.now) / 3600:.1f} h left)")
+        return reliable(inp, "plan: the reliable tier is cheaper in expectation than waiting for spot")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from pricing.deadline import Action, Decision, Holding, PolicyInput, changeover_allowance, cost_headroom
@@ -57,8 +58,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("given, action, zone", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_broker_decides(given, action, zone):
-    policy = make_policy("broker")
+def test_slack_reserve_decides(given, action, zone):
+    policy = make_policy("slack_reserve")
     policy.observe(given)
     decision = policy.decide(given)
     assert (decision.action, decision.zone) == (action, zone), decision.reason
@@ -66,7 +67,7 @@ def test_broker_decides(given, action, zone):
 
 
 def test_a_spot_run_that_has_lasted_twenty_minutes_lures_the_job_off_on_demand():
-    policy = make_policy("broker")
+    policy = make_policy("slack_reserve")
     for i in range(3):  # three 10-minute ticks with spot up in zone a
         state = inp(now=(30 + i / 6) * H, work_done=2.2 * H, holding=OD, spot_zones_available=frozenset({"a"}))
         policy.observe(state)
@@ -75,7 +76,7 @@ def test_a_spot_run_that_has_lasted_twenty_minutes_lures_the_job_off_on_demand()
 
 
 def test_spot_that_lasted_two_ticks_is_taken_even_with_nothing_saved():
-    policy = make_policy("broker")
+    policy = make_policy("slack_reserve")
     for i in range(2):
         state = inp(now=i * 600.0, spot_zones_available=frozenset({"a"}))
         policy.observe(state)
@@ -85,7 +86,7 @@ def test_spot_that_lasted_two_ticks_is_taken_even_with_nothing_saved():
 
 def hop_after(minutes: int, spent: float) -> Decision:
     """On on-demand at 30 h with 2.2 h done; spot up in zone a for ``minutes``."""
-    policy = make_policy("broker")
+    policy = make_policy("slack_reserve")
     for i in range(minutes // 10):
         state = inp(now=30 * H + i * 600, work_done=2.2 * H, holding=OD, spent=spent, spot_zones_available=frozenset({"a"}))
         policy.observe(state)
@@ -138,3 +139,55 @@ def test_uniform_progress_follows_the_public_simulator_rule_by_rule():
     assert up(now=10 * H, work_done=5 * H, holding=OD, spot_zones_available=frozenset({"a"})).action is Action.SPOT
     # the net: once a finish on on-demand needs every tick left, on-demand even with spot
     assert up(now=31.8 * H, work_done=0.0, spot_zones_available=frozenset({"a"})).action is Action.ONDEMAND
+
+
+# --- the default policy: model-predictive control over an availability model learnt online ---
+
+from pricing.spot_policy import AGE_EDGES, ModelPredictive, _Plan, _transition, solve_plan  # noqa: E402
+
+
+def mpc_after(history: list[bool], **kw) -> tuple[ModelPredictive, Decision]:
+    """A fresh ModelPredictive fed ``history`` (spot up or not, one 10-minute tick each), then asked."""
+    policy = make_policy("broker")
+    state = None
+    for i, is_up in enumerate(history):
+        state = inp(now=i * 600.0, **{**kw, "spot_zones_available": frozenset({"a"}) if is_up else frozenset()})
+        policy.observe(state)
+    return policy.inner, policy.decide(state)
+
+
+def test_the_learnt_hazards_follow_the_jobs_own_history():
+    flickery, _ = mpc_after([True, False] * 30)
+    steady, _ = mpc_after([True] * 50 + [False] * 10)
+    assert flickery.alphas()[0] > 1.0 > steady.alphas()[0]  # up-runs of one tick vs one of 50
+
+
+def test_plans_idle_on_a_long_deadline_run_on_steady_spot_and_go_reliable_at_the_end():
+    _, d = mpc_after([True] * 30, work_done=0.0)
+    assert (d.action, d.zone) == (Action.SPOT, "a")
+    _, d = mpc_after([True] * 30 + [False])  # just lost, 31 h of slack: wait for spot
+    assert d.action is Action.WAIT
+    _, d = mpc_after([True] * 3 + [False] * 20, work_done=0.0, deadline=50 * H)  # under 2 h of slack left
+    assert d.action is Action.ONDEMAND
+
+
+def test_transition_rows_are_distributions_and_hazards_fall_with_age():
+    t = _transition(1.0, 1.0, 2.0)
+    assert np.allclose(t.sum(1), 1.0) and (t >= 0).all()
+    n = len(AGE_EDGES)
+    ends = [t[n + b, 0] for b in range(n)]  # up bucket b → down, age 1
+    assert all(a > b for a, b in zip(ends, ends[1:]))
+
+
+def test_plan_rows_round_trip_through_their_change_points():
+    dec = np.random.default_rng(0).integers(0, 3, size=(3, 2, 4, 9)).astype(np.int8)
+    plan = _Plan(dec)
+    assert all(plan.get(*i, w) == dec[(*i, w)] for i in np.ndindex(dec.shape[:3]) for w in range(9))
+
+
+def test_the_plan_knows_a_hopeless_state_goes_reliable_and_a_finished_one_costs_nothing():
+    plan = solve_plan(1.0, 1.0, 2.0, 3.0, 6, 5, n_steps=20, w_max=120)
+    down, up = 0, len(AGE_EDGES)
+    assert plan.get(3, 0, up, 100) == 2  # 100 units of work in 3 steps cannot be done: reliable
+    assert plan.get(20, 0, down, 10) == 0  # 2 steps of work in 20 with no spot now: wait
+    assert plan.get(20, 0, up + len(AGE_EDGES) - 1, 10) == 1  # long-lived spot and slack: spot
