@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -39,6 +41,12 @@ def _hard_exit(code: int) -> None:
 class PreemptionNotice:
     """Records the first SIGTERM and enforces the grace deadline.
 
+    Signals are watched by a thread of our own, through :func:`signal.set_wakeup_fd`: the
+    interpreter writes each signal's number to that descriptor from whichever thread the kernel
+    delivered it to. Waiting for the Python-level handler instead would miss notices, because that
+    handler only runs when the *main* thread next executes bytecode — and a main thread asleep in
+    a long step is not woken when the signal lands on another thread (an upload thread, say).
+
     Args:
         grace_s: seconds from the notice to a forced exit.
         exit_code: status for both the clean and the forced exit.
@@ -59,7 +67,11 @@ class PreemptionNotice:
         self._clock = clock
         self.noticed_at: float | None = None
         self._timer: threading.Timer | None = None
+        self._watchdog: threading.Thread | None = None
+        self._stop_watchdog = False
+        self._sockets: tuple[socket.socket, socket.socket] | None = None
         self._previous = None
+        self._previous_wakeup = -1
         self._installed = False
 
     @property
@@ -75,14 +87,32 @@ class PreemptionNotice:
         """Handle SIGTERM from now on. Only possible on the main thread; False elsewhere."""
         if self._installed or threading.current_thread() is not threading.main_thread():
             return self._installed
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        self._sockets = (reader, writer)
+        self._previous_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+        self._stop_watchdog = False
+        self._watchdog = threading.Thread(target=self._watch, args=(reader,), name="checkpoint-preemption",
+                                          daemon=True)
+        self._watchdog.start()
         self._installed = True
         return True
 
     def uninstall(self) -> None:
         if self._installed and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+            signal.set_wakeup_fd(self._previous_wakeup)
             self._installed = False
+        self._stop_watchdog = True
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join(1.0)
+        self._watchdog = None
+        if self._sockets is not None:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets = None
         if self._timer is not None:
             self._timer.cancel()
 
@@ -94,12 +124,33 @@ class PreemptionNotice:
             return
         self.noticed_at = self._clock()
         log.warning("preemption notice: saving at the next step, exiting within %.0f s", self.grace_s)
-        self._timer = threading.Timer(self.grace_s, self._deadline)
-        self._timer.daemon = True
-        self._timer.start()
+        if self._watchdog is None:  # no watchdog thread (never installed): a timer enforces the deadline
+            self._timer = threading.Timer(self.grace_s, self._deadline)
+            self._timer.daemon = True
+            self._timer.start()
 
     def _on_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
-        self.notify()
+        """Nothing to do here: the watchdog saw the signal on the wakeup descriptor already."""
+
+    def _watch(self, reader: socket.socket, poll_s: float = 0.05) -> None:
+        while not self._stop_watchdog:
+            ready, _, _ = select.select([reader], [], [], poll_s)
+            if ready:
+                try:
+                    data = reader.recv(64)
+                except (BlockingIOError, OSError):
+                    data = b""
+                for signum in data:
+                    if signum == signal.SIGTERM:
+                        self.notify()
+                    elif self._previous_wakeup >= 0:  # someone else's signal: pass it on
+                        try:
+                            os.write(self._previous_wakeup, bytes([signum]))
+                        except OSError:
+                            pass
+            if self.noticed_at is not None and self._clock() - self.noticed_at >= self.grace_s:
+                self._deadline()
+                return
 
     def _deadline(self) -> None:
         log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)

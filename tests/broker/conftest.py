@@ -1,73 +1,14 @@
-"""Fixtures for the broker's tests: real stores (SQLite file, a redis-server of our own), settings, ports."""
+"""Fixtures for the broker's tests: real stores (SQLite file, a redis-server of our own), settings."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
+from broker_testing import ADMIN, RedisServer
 
 from broker.config import load_settings
-
-REPO = Path(__file__).resolve().parents[2]
-ADMIN = "admin-token-for-tests"
-TEAM_TOKENS = {"vision": "vision-token", "nlp": "nlp-token"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server of the test's own: AOF with fsync on every write, on a free loopback port."""
-
-    def __init__(self, workdir: Path):
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server is not installed (make test installs it)")
-        self.workdir = workdir
-        self.port = free_port()
-        self.binary = binary
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
-             "--logfile", str(self.workdir / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start; see {self.workdir / 'redis.log'}")
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
 
 
 @pytest.fixture(scope="session")
@@ -112,47 +53,3 @@ def store(request, tmp_path, redis_server):
         s = RedisStore(redis_server.url, prefix=f"t{os.getpid()}-{time.monotonic_ns()}")
     yield s
     s.close()
-
-
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
-
-
-def start_broker(tmp_path, store_url=None, port=None, *, engine="on", config: str | None = None, env_extra=None):
-    """A real ``broker serve`` subprocess; returns (process, base URL)."""
-    import os
-    import subprocess
-    import sys
-
-    import httpx
-
-    port = port or free_port()
-    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
-           "BROKER_ENGINE": engine, **(env_extra or {})}
-    if store_url:
-        env["BROKER_STORE_URL"] = store_url
-    args = [sys.executable, "-m", "broker.cli", "serve", "--port", str(port)]
-    if config is not None:
-        cfg = tmp_path / f"config-{port}.yaml"
-        cfg.write_text(config)
-        args += ["--config", str(cfg)]
-    log = tmp_path / f"broker-{port}.log"
-    proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return httpx.get(f"{url}/v1/healthz", timeout=0.5).status_code == 200
-        except httpx.HTTPError:
-            if proc.poll() is not None:
-                pytest.fail(log.read_text())
-            return False
-
-    wait_for(up, timeout=30)
-    return proc, url

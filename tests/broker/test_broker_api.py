@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.store import open_store
 
-from conftest import ADMIN
+from broker_testing import ADMIN
 
 CONFIG = """
 pools:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ADMIN, REPO, start_broker, wait_for
+from broker_testing import ADMIN, REPO, start_broker, wait_for
 
 CONFIG = """
 pools:

@@ -12,7 +12,7 @@ import pytest
 
 from broker.store import open_store
 
-from conftest import ADMIN, free_port, start_broker, wait_for
+from broker_testing import ADMIN, free_port, start_broker, wait_for
 
 
 @pytest.fixture(params=["sqlite", "redis"])

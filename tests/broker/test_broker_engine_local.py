@@ -11,7 +11,7 @@ from broker.runtime import open_launcher
 from broker.service import BrokerService
 from broker.store import open_store
 
-from conftest import wait_for
+from broker_testing import wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 CONFIG = """

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ADMIN, start_broker, wait_for
+from broker_testing import ADMIN, start_broker, wait_for
 
 TRAINER = Path(__file__).with_name("trainer.py")
 H = {"Authorization": f"Bearer {ADMIN}"}

@@ -3,6 +3,8 @@ verified checkpoints, and never loses one a writer had seen committed."""
 
 from __future__ import annotations
 
+import sys
+
 import os
 import random
 import signal
@@ -13,11 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PYTHON
+
 
 from checkpoint import Checkpointer, CheckpointWarning, layout
 from checkpoint.restore import load_verified
 from checkpoint.storage import open_storage
+
+PYTHON = sys.executable
 
 WRITER = str(Path(__file__).with_name("writer.py"))
 KILLS = {"file": 12, "s3": 10}  # 22 kills in all

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import ast
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO
+
+PYTHON = sys.executable
+REPO = Path(__file__).resolve().parents[2]
+
 
 PACKAGE = REPO / "checkpoint"
 

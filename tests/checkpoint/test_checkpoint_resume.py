@@ -3,6 +3,8 @@ weights bit-identical to a run that never stopped (CPU). SIGTERM saves, then exi
 
 from __future__ import annotations
 
+import sys
+
 import random
 import signal
 import subprocess
@@ -11,9 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, REPO
+
 
 from checkpoint import Checkpointer
+
+PYTHON = sys.executable
+REPO = Path(__file__).resolve().parents[2]
 
 EXAMPLE = str(REPO / "examples" / "train_mlp.py")
 WRITER = str(Path(__file__).with_name("writer.py"))
