@@ -3,7 +3,9 @@
 One file (WAL journal, ``synchronous=FULL`` so a commit that returned survives
 power loss of the process), one connection guarded by a lock: SQLite
 serializes writers anyway, and one connection keeps the compare-and-set inside
-a single ``BEGIN IMMEDIATE`` transaction.
+a single ``BEGIN IMMEDIATE`` transaction. Writers that queue up behind a sync
+are committed together (group commit): one fsync for the batch, a savepoint
+per change so a conflict in one leaves the others alone.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ CREATE TABLE IF NOT EXISTS metrics (
 """
 
 
+class _Pending:
+    """One caller's change waiting for the group commit that writes it."""
+
+    __slots__ = ("change", "done", "result", "error")
+
+    def __init__(self, change: Change):
+        self.change = change
+        self.done = False
+        self.result: Job | None = None
+        self.error: BaseException | None = None
+
+
 class SqliteStore:
     """:class:`~broker.store.base.JobStore` on one SQLite file."""
 
@@ -61,6 +75,8 @@ class SqliteStore:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: list[_Pending] = []
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -70,46 +86,77 @@ class SqliteStore:
     # -- writes ---------------------------------------------------------------------------------
 
     def commit(self, change: Change) -> Job:
+        """Group commit: writers that arrive while another is syncing are written together, each in
+        its own savepoint (so one's conflict leaves the others alone), then made durable by one
+        fsync. Every caller returns only after the transaction holding its change has committed."""
+        slot = _Pending(change)
+        with self._pending_lock:
+            self._pending.append(slot)
+        with self._lock:  # one leader at a time; a follower finds its change already written
+            if not slot.done:
+                with self._pending_lock:
+                    batch, self._pending = self._pending, []
+                self._write_batch(batch)
+        if slot.error is not None:
+            raise slot.error
+        return slot.result
+
+    def _write_batch(self, batch: list[_Pending]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for slot in batch:
+                db.execute("SAVEPOINT change")
+                try:
+                    slot.result = self._apply(db, slot.change)
+                except BaseException as exc:  # this change only: the batch goes on
+                    db.execute("ROLLBACK TO change")
+                    slot.error = exc
+                db.execute("RELEASE change")
+            db.execute("COMMIT")
+        except BaseException as exc:
+            db.execute("ROLLBACK")
+            for slot in batch:
+                slot.result, slot.error = None, slot.error or exc
+            raise
+        finally:
+            for slot in batch:
+                slot.done = True
+
+    @staticmethod
+    def _apply(db: sqlite3.Connection, change: Change) -> Job:
         job = change.job
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                row = db.execute("SELECT version FROM jobs WHERE id = ?", (job.id,)).fetchone()
-                if change.expected_version is None:
-                    if row is not None:
-                        raise DuplicateJob(job.id)
-                    if job.idempotency_key:
-                        dup = db.execute(
-                            "SELECT id FROM jobs WHERE team = ? AND idempotency_key = ?",
-                            (job.team, job.idempotency_key),
-                        ).fetchone()
-                        if dup:
-                            raise DuplicateJob(dup[0])
-                    new_version = 1
-                else:
-                    if row is None or row[0] != change.expected_version:
-                        raise VersionConflict(f"job {job.id} is at version {row[0] if row else None}, "
-                                              f"expected {change.expected_version}")
-                    new_version = change.expected_version + 1
-                stored = replace(job, version=new_version)
-                db.execute(
-                    "INSERT OR REPLACE INTO jobs (id, team, state, version, submitted_at, idempotency_key, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (stored.id, stored.team, stored.state.value, new_version, stored.submitted_at,
-                     stored.idempotency_key, json.dumps(stored.to_dict())),
-                )
-                for attempt in change.attempts:
-                    db.execute(
-                        "INSERT OR REPLACE INTO attempts (id, job_id, n, body) VALUES (?, ?, ?, ?)",
-                        (attempt.id, attempt.job_id, attempt.n, json.dumps(attempt.to_dict())),
-                    )
-                self._append(db, "events", job.id, [e.to_dict() for e in change.events])
-                self._append(db, "metrics", job.id, list(change.metrics))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        row = db.execute("SELECT version FROM jobs WHERE id = ?", (job.id,)).fetchone()
+        if change.expected_version is None:
+            if row is not None:
+                raise DuplicateJob(job.id)
+            if job.idempotency_key:
+                dup = db.execute(
+                    "SELECT id FROM jobs WHERE team = ? AND idempotency_key = ?",
+                    (job.team, job.idempotency_key),
+                ).fetchone()
+                if dup:
+                    raise DuplicateJob(dup[0])
+            new_version = 1
+        else:
+            if row is None or row[0] != change.expected_version:
+                raise VersionConflict(f"job {job.id} is at version {row[0] if row else None}, "
+                                      f"expected {change.expected_version}")
+            new_version = change.expected_version + 1
+        stored = replace(job, version=new_version)
+        db.execute(
+            "INSERT OR REPLACE INTO jobs (id, team, state, version, submitted_at, idempotency_key, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (stored.id, stored.team, stored.state.value, new_version, stored.submitted_at,
+             stored.idempotency_key, json.dumps(stored.to_dict())),
+        )
+        for attempt in change.attempts:
+            db.execute(
+                "INSERT OR REPLACE INTO attempts (id, job_id, n, body) VALUES (?, ?, ?, ?)",
+                (attempt.id, attempt.job_id, attempt.n, json.dumps(attempt.to_dict())),
+            )
+        SqliteStore._append(db, "events", job.id, [e.to_dict() for e in change.events])
+        SqliteStore._append(db, "metrics", job.id, list(change.metrics))
         return stored
 
     @staticmethod

@@ -126,3 +126,30 @@ def test_metrics_points_are_appended_in_order(store):
     store.commit(Change(job=job, expected_version=1, metrics=[{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]))
     assert [m["step"] for m in store.metrics(job.id)] == [1, 2]
     assert store.metrics(job.id, limit=1)[0]["step"] == 2
+
+
+def test_concurrent_writers_each_get_their_own_answer(store):
+    """Many writers at once (batched by SQLite's group commit): a refused change loses no other."""
+    create(store, make_job("j-taken"))
+    results, barrier = {}, threading.Barrier(24)
+
+    def write(i):
+        job = make_job("j-taken" if i % 6 == 0 else f"j-{i}")
+        barrier.wait()
+        try:
+            results[i] = create(store, job).version
+        except DuplicateJob as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, result in results.items():
+        if i % 6 == 0:
+            assert isinstance(result, DuplicateJob) and result.existing_id == "j-taken"
+        else:
+            assert result == 1 and store.get_job(f"j-{i}") is not None
+            assert [e.event for e in store.events(f"j-{i}")] == ["submit"]
+    assert len(store.list_jobs()) == 1 + 20
