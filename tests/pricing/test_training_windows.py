@@ -18,8 +18,11 @@ WINDOWS_FILE = SHARED / "cant-be-late-windows.jsonl"
 OCTOBER = SHARED / "spot-traces" / "availability" / "1-node" / "aws-10-26-2022"
 TWO_MONTH = SHARED / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"
 
-pytestmark = pytest.mark.skipif(not (WINDOWS_FILE.exists() and OCTOBER.is_dir() and TWO_MONTH.is_dir()),
-                                reason="shared spot traces not present")
+
+
+def test_the_shared_traces_are_there():
+    """The shared data is part of every checkout's surroundings: missing, this fails rather than skips."""
+    assert WINDOWS_FILE.exists() and OCTOBER.is_dir() and TWO_MONTH.is_dir(), f"no spot traces under {SHARED}"
 
 
 def _bench():
