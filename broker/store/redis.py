@@ -1,9 +1,10 @@
 """Redis job store: for several broker processes sharing one server.
 
 The only module that imports ``redis``. Each :meth:`RedisStore.commit` is one
-``WATCH``/``MULTI``/``EXEC`` over the job key: the version check and every key
-it touches (job, state and team indexes, attempts, events) change together or
-not at all. Durability is the server's: run it with ``appendonly yes`` and
+Lua script (one round trip): the version check and every key it touches (job,
+state and team indexes, idempotency key, attempts, events, metrics) change
+together or not at all. An event's and a metric point's ``seq`` is its place in
+its list, so it is not stored. Durability is the server's: run it with ``appendonly yes`` and
 ``appendfsync always`` for a commit that survives a crash.
 """
 
@@ -20,6 +21,44 @@ from broker.store.base import Change, DuplicateJob, StoreError, VersionConflict
 from broker.store.redis_keys import Keys
 
 
+COMMIT_SCRIPT = """
+-- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics
+-- ARGV: expected version ('' = create), job JSON, job id, submitted_at, new state, state-set prefix,
+--       has idempotency key ('1'/'0'), n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON...
+local current = redis.call('GET', KEYS[1])
+local old_state = false
+if ARGV[1] == '' then
+  if current then return {'DUP', ARGV[3]} end
+  if ARGV[7] == '1' then
+    local existing = redis.call('GET', KEYS[4])
+    if existing then return {'DUP', existing} end
+  end
+else
+  if not current then return {'CONFLICT', ''} end
+  local stored = cjson.decode(current)
+  if tostring(stored['version']) ~= ARGV[1] then return {'CONFLICT', tostring(stored['version'])} end
+  old_state = stored['state']
+end
+redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[1] == '' then
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[3])
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+  if ARGV[7] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
+end
+if old_state ~= ARGV[5] then
+  if old_state then redis.call('SREM', ARGV[6] .. old_state, ARGV[3]) end
+  redis.call('SADD', ARGV[6] .. ARGV[5], ARGV[3])
+end
+local i = 9
+for _ = 1, tonumber(ARGV[8]) do redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]); i = i + 2 end
+local n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('RPUSH', KEYS[6], ARGV[i]); i = i + 1 end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do redis.call('RPUSH', KEYS[7], ARGV[i]); i = i + 1 end
+return {'OK', ''}
+"""
+
+
 class RedisStore:
     """:class:`~broker.store.base.JobStore` on a Redis server."""
 
@@ -27,64 +66,32 @@ class RedisStore:
         self.keys = Keys(prefix)
         self._r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10,
                                        health_check_interval=30)
+        self._commit_script = self._r.register_script(COMMIT_SCRIPT)
 
     def commit(self, change: Change) -> Job:
         job, k = change.job, self.keys
-        job_key = k.job(job.id)
-        idem_key = k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else None
-        with self._r.pipeline() as p:
-            watched = [job_key] + ([idem_key] if idem_key and change.expected_version is None else [])
-            try:
-                p.watch(*watched)
-                current_raw = p.get(job_key)
-                old_state = None
-                if change.expected_version is None:
-                    if current_raw is not None:
-                        raise DuplicateJob(job.id)
-                    if idem_key:
-                        existing = p.get(idem_key)
-                        if existing:
-                            raise DuplicateJob(existing)
-                    new_version = 1
-                else:
-                    current = json.loads(current_raw) if current_raw else None
-                    if current is None or current["version"] != change.expected_version:
-                        raise VersionConflict(f"job {job.id} is at version {current and current['version']}, "
-                                              f"expected {change.expected_version}")
-                    old_state = current["state"]
-                    new_version = change.expected_version + 1
-                event_base = p.llen(k.events(job.id)) if change.events else 0
-                metric_base = p.llen(k.metrics(job.id)) if change.metrics else 0
-                stored = replace(job, version=new_version)
-                p.multi()
-                p.set(job_key, json.dumps(stored.to_dict()))
-                if change.expected_version is None:
-                    p.zadd(k.all_jobs(), {job.id: job.submitted_at})
-                    p.zadd(k.by_team(job.team), {job.id: job.submitted_at})
-                    if idem_key:
-                        p.set(idem_key, job.id)
-                if old_state != stored.state.value:
-                    if old_state:
-                        p.srem(k.by_state(old_state), job.id)
-                    p.sadd(k.by_state(stored.state.value), job.id)
-                for attempt in change.attempts:
-                    p.hset(k.attempts(job.id), str(attempt.n), json.dumps(attempt.to_dict()))
-                if change.events:
-                    p.rpush(k.events(job.id), *[
-                        json.dumps({**e.to_dict(), "seq": event_base + i}) for i, e in enumerate(change.events, 1)
-                    ])
-                if change.metrics:
-                    p.rpush(k.metrics(job.id), *[
-                        json.dumps({**m, "seq": metric_base + i}) for i, m in enumerate(change.metrics, 1)
-                    ])
-                p.execute()
-            except redis.WatchError:
-                if change.expected_version is None:
-                    existing = self._r.get(idem_key) if idem_key else None
-                    raise DuplicateJob(existing or job.id) from None
-                raise VersionConflict(f"job {job.id} changed while committing") from None
-            except redis.RedisError as exc:
-                raise StoreError(f"redis: {exc}") from exc
+        new_version = 1 if change.expected_version is None else change.expected_version + 1
+        stored = replace(job, version=new_version)
+        args: list = [
+            "" if change.expected_version is None else str(change.expected_version),
+            json.dumps(stored.to_dict()), job.id, repr(job.submitted_at), stored.state.value, k.by_state(""),
+            "1" if job.idempotency_key else "0", len(change.attempts),
+        ]
+        for attempt in change.attempts:
+            args += [str(attempt.n), json.dumps(attempt.to_dict())]
+        args += [len(change.events), *(json.dumps(e.to_dict()) for e in change.events)]
+        args += [len(change.metrics), *(json.dumps(m) for m in change.metrics)]
+        keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
+                k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
+                k.attempts(job.id), k.events(job.id), k.metrics(job.id)]
+        try:
+            outcome, detail = self._commit_script(keys=keys, args=args)
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+        if outcome == "DUP":
+            raise DuplicateJob(detail)
+        if outcome == "CONFLICT":
+            raise VersionConflict(f"job {job.id} is at version {detail or None}, expected {change.expected_version}")
         return stored
 
     def get_job(self, job_id: str) -> Job | None:
@@ -115,14 +122,18 @@ class RedisStore:
 
     def events(self, job_id: str, *, after_seq: int = 0) -> list[Event]:
         raws = self._r.lrange(self.keys.events(job_id), after_seq, -1)
-        return [Event.from_dict(json.loads(r)) for r in raws]
+        return [Event.from_dict({**json.loads(r), "seq": after_seq + i}) for i, r in enumerate(raws, 1)]
 
     def attempts(self, job_id: str) -> list[Attempt]:
         raws = self._r.hgetall(self.keys.attempts(job_id))
         return sorted((Attempt.from_dict(json.loads(v)) for v in raws.values()), key=lambda a: a.n)
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
-        return [json.loads(r) for r in self._r.lrange(self.keys.metrics(job_id), -limit, -1)]
+        key = self.keys.metrics(job_id)
+        with self._r.pipeline(transaction=True) as p:
+            total, raws = p.llen(key).lrange(key, -limit, -1).execute()
+        first = total - len(raws)
+        return [{**json.loads(r), "seq": first + i} for i, r in enumerate(raws, 1)]
 
     def ping(self) -> bool:
         return bool(self._r.ping())
