@@ -90,7 +90,7 @@ class Engine:
         mk = market(self.settings, active, availability)
         queued = [j for j in jobs if j.state is JobState.QUEUED]
         for job in queued:
-            self.policies.setdefault(job.id, make_policy())
+            self._policy(job.id)
         decisions = schedule(queued, mk, now=now, policies=self.policies, attempts_of=self.store.attempts,
                              changeover=self.settings.changeover_seconds,
                              min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
@@ -118,6 +118,13 @@ class Engine:
             if time.monotonic() > deadline:
                 raise TimeoutError("jobs still active after the timeout")
             time.sleep(interval)
+
+    def _policy(self, job_id: str):
+        """The job's own spot policy object (it keeps what it has observed of spot availability)."""
+        policy = self.policies.get(job_id)
+        if policy is None:
+            policy = self.policies[job_id] = make_policy()
+        return policy
 
     def _guard(self, step: Callable, *args) -> None:
         try:
@@ -286,7 +293,7 @@ class Engine:
         """The policy's safety net, tick by tick, for a job running on spot with a deadline."""
         if attempt.placement.get("tier") != Tier.SPOT.value or job.deadline is None:
             return None
-        policy = self.policies.setdefault(job.id, make_policy())
+        policy = self._policy(job.id)
         request = parse(job.spec, now=job.submitted_at).request
         mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())
         offers = candidates(request, usable_by(mk.offers, request))
