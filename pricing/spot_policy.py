@@ -315,8 +315,8 @@ class ModelPredictive:
     seconds (:func:`solve_plan`); solved plans are shared across ticks and jobs by the
     rounded hazard scales. Held spot is kept while it is up; a zone is chosen as
     :class:`SlackReserve` ranks them (longest expected run). Nothing looks into the future
-    of a trace. Falls back to :class:`SlackReserve` where the grid does not fit (numpy
-    missing, a very long job, no on-demand price).
+    of a trace. Falls back to :class:`SlackReserve` where the grid does not fit (a very
+    long job, no on-demand price).
     """
 
     tuning: MPCTuning = field(default_factory=MPCTuning)
@@ -354,10 +354,6 @@ class ModelPredictive:
         unit = step / t.work_units
         w_max = math.ceil(inp.work_total / unit - 1e-9)
         k = inp.reliable_ratio
-        try:
-            import numpy  # noqa: F401
-        except ImportError:  # pragma: no cover - numpy ships with the pricing extras
-            return self.zones.decide(inp)
         if w_max > t.max_work_steps or not (0 < k < 1e3):
             return self.zones.decide(inp)
         n = min(math.floor((inp.deadline - inp.now) / step + 1e-9), t.horizon_steps)

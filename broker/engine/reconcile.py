@@ -214,7 +214,7 @@ class Engine:
         fields: dict = {}
         live = not status.phase.is_final
         if live and attempt.stop_requested_at is None:
-            attempt, stop_notes = self._maybe_stop(job, attempt, status, now, fields)
+            attempt, stop_notes = self._maybe_stop(job, attempts, attempt, now, fields)
             notes += stop_notes
         stop_budget = fields.pop("_stop_budget", False)
         outcome = monitor.decide(job, attempt, status)
@@ -246,7 +246,8 @@ class Engine:
             return
         self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), **fields)
 
-    def _maybe_stop(self, job: Job, attempt: Attempt, status, now: float, fields: dict) -> tuple[Attempt, list[Event]]:
+    def _maybe_stop(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float,
+                    fields: dict) -> tuple[Attempt, list[Event]]:
         """Ask a live attempt to stop when cancelled, out of budget, silent, or leaving spot for the deadline."""
         grace = self.settings.stop_grace_seconds
         notes: list[Event] = []
@@ -256,7 +257,7 @@ class Engine:
         elif job.state is JobState.STOPPING:
             reason = "budget"
         elif job.state is JobState.RUNNING:
-            spent = sum(a.cost for a in self.store.attempts(job.id)[:-1]) + accrue(attempt, now).cost
+            spent = sum(a.cost for a in attempts[:-1]) + accrue(attempt, now).cost
             check = budget_rules.check(spent=spent, budget=job.budget, price_per_hour=attempt.price_per_hour,
                                        grace_seconds=grace, tick_seconds=self.settings.tick_seconds,
                                        warned=job.budget_warned)
@@ -272,7 +273,7 @@ class Engine:
                 reason = "budget"
             elif self._silent(job, now):
                 reason = "heartbeat"
-            elif (migrate := self._leave_spot(job, attempt, now)) is not None:
+            elif (migrate := self._leave_spot(job, attempts, attempt, now)) is not None:
                 fields["force_tier"] = migrate
                 notes.append(self._note(job, "migrate", f"leaving spot for {migrate} to meet the deadline", now))
                 reason = "migrating"
@@ -289,7 +290,7 @@ class Engine:
         last = job.progress.get("at")
         return bool(timeout and last and now - float(last) > timeout)
 
-    def _leave_spot(self, job: Job, attempt: Attempt, now: float) -> str | None:
+    def _leave_spot(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> str | None:
         """The policy's safety net, tick by tick, for a job running on spot with a deadline."""
         if attempt.placement.get("tier") != Tier.SPOT.value or job.deadline is None:
             return None
@@ -297,7 +298,7 @@ class Engine:
         request = parse(job.spec, now=job.submitted_at).request
         mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())
         offers = candidates(request, usable_by(mk.offers, request))
-        inp = policy_input(job, self.store.attempts(job.id), offers, mk.free_capacity, mk.spot_available,
+        inp = policy_input(job, attempts, offers, mk.free_capacity, mk.spot_available,
                            now=now, changeover=self.settings.changeover_seconds,
                            holding=Holding(Tier.SPOT, attempt.placement.get("zone")))
         if inp is None or inp.remaining <= inp.changeover:

@@ -3,7 +3,7 @@
 A preempted (or lost) attempt blocks its zone for this job for a cool-down,
 records the steps lost since the last committed checkpoint, and sends the job
 back to the queue; the next attempt starts with ``BROKER_RESUME_FROM`` set to
-the job's latest committed checkpoint.
+the job's latest committed checkpoint (see ``Engine._launch``).
 
 Recovery as an event sequence (SkyPilot documents its strategies this way)::
 
@@ -13,8 +13,6 @@ Recovery as an event sequence (SkyPilot documents its strategies this way)::
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from broker.models import Attempt, Job
 
@@ -34,7 +32,3 @@ def block_zone(job: Job, zone: str | None, *, now: float, cooldown: float) -> di
         blocked[zone] = now + cooldown
     return blocked
 
-
-def next_attempt(job: Job, attempt: Attempt) -> Attempt:
-    """Attempt N+1 resumes from the latest committed checkpoint the job reported."""
-    return replace(attempt, resume_from=job.last_checkpoint.get("uri") or None)
