@@ -307,15 +307,17 @@ class ModelPredictive:
     """Model-predictive control: each tick, the least-expected-cost action under a
     semi-Markov model of spot availability learnt online from this job's own history.
 
-    The model: spot (in any usable zone) is up or down; a run ending in its ``a``-th
-    planning step has hazard ``alpha / (beta + a)``; ``alpha`` for up- and down-runs is the
-    maximum-likelihood fit to the runs this job has seen (ends ÷ hazard-shape-weighted
-    exposure), shrunk towards a generic prior. The plan is an exact backward DP over
-    (steps left, work left, holding, up/down and age bucket) on a grid of ``plan_step``
-    seconds (:func:`solve_plan`); solved plans are shared across ticks and jobs by the
-    rounded hazard scales. Held spot is kept while it is up; a zone is chosen as
-    :class:`SlackReserve` ranks them (longest expected run). Nothing looks into the future
-    of a trace. Falls back to :class:`SlackReserve` where the grid does not fit (a very
+    The model: spot is up or down; a run ending in its ``a``-th planning step has hazard
+    ``alpha / (beta + a)``; ``alpha`` for up- and down-runs is the maximum-likelihood fit
+    to the runs this job has seen (ends ÷ hazard-shape-weighted exposure), shrunk towards
+    a generic prior. With several zones, up-runs are each zone's own (what an instance
+    lives through; pooled over zones) and down-runs are spells with no zone up (what the
+    job waits through); the zone taken is the one whose run has lasted longest, and its
+    age is the plan's. The plan is an exact backward DP over (steps left, work left,
+    holding, up/down and age bucket) on a grid of ``plan_step`` seconds
+    (:func:`solve_plan`); solved plans are shared across ticks and jobs by the rounded
+    hazard scales. Held spot is kept while it is up. Nothing looks into the future of a
+    trace. Falls back to :class:`SlackReserve` where the grid does not fit (a very
     long job, no on-demand price).
     """
 
@@ -326,18 +328,35 @@ class ModelPredictive:
     step: float | None = None  # planning step, fixed at the job's first tick
 
     def observe(self, inp: PolicyInput) -> None:
+        was_up = {z: h.up_for > 0 for z, h in self.zones.zones.items()}
         self.zones.observe(inp)
+        t, m = self.tuning, self.model
         if self.step is None:
-            t = self.tuning
             self.step = max(t.plan_step, inp.tick, (inp.deadline - inp.now) / t.horizon_steps)
-        m, up = self.model, bool(inp.spot_zones_available)
-        if m.up is not None and up != m.up:
-            m.ends[m.up] += 1.0
-        if up != m.up:
-            m.up, m.age_seconds = up, 0.0
-        m.age_seconds += inp.tick
-        age = max(m.age_seconds / self.step, 1.0)
-        m.exposure[up] += (inp.tick / self.step) / (self.tuning.beta + age)
+        # Up-runs are what an instance lives through: each zone's own runs, pooled over zones.
+        for zone, h in self.zones.zones.items():
+            if h.up_for > 0:
+                m.exposure[True] += (inp.tick / self.step) / (t.beta + max(h.up_for / self.step, 1.0))
+            elif was_up.get(zone):
+                m.ends[True] += 1.0
+        # Down-runs are what a job waits through: no usable zone has spot.
+        if inp.spot_zones_available:
+            if m.up is False:
+                m.ends[False] += 1.0
+            m.up, m.age_seconds = True, max(h.up_for for h in self.zones.zones.values())
+        else:
+            if m.up is not False:
+                m.up, m.age_seconds = False, 0.0
+            m.age_seconds += inp.tick
+            m.exposure[False] += (inp.tick / self.step) / (t.beta + max(m.age_seconds / self.step, 1.0))
+
+    def best_zone(self, inp: PolicyInput) -> str | None:
+        """The zone whose spot run has lasted longest (the hazard falls with age), then the
+        one with the longest expected run; the plan's up-run age is that zone's."""
+        if not inp.spot_zones_available:
+            return None
+        runs = self.zones.zones
+        return max(sorted(inp.spot_zones_available), key=lambda z: (runs[z].up_for, self.zones.expected_run(z)))
 
     def alphas(self) -> tuple[float, float]:
         t, m = self.tuning, self.model
@@ -370,7 +389,7 @@ class ModelPredictive:
         if inp.on_reliable:
             j = jmax if inp.changeover_left <= 0 else max(jmax - math.ceil(inp.changeover_left / step - 1e-9), 1)
         a = plan.get(n, j, s, w)
-        zone = self.zones.best_zone(inp)
+        zone = self.best_zone(inp)
         if a == 1 and zone is not None:
             return Decision(Action.SPOT, zone, f"plan: spot in {zone} (up-run hazard scale {au:.2f}, down {ad:.2f})")
         if a == 0:

@@ -191,3 +191,31 @@ def test_the_plan_knows_a_hopeless_state_goes_reliable_and_a_finished_one_costs_
     assert plan.get(3, 0, up, 100) == 2  # 100 units of work in 3 steps cannot be done: reliable
     assert plan.get(20, 0, down, 10) == 0  # 2 steps of work in 20 with no spot now: wait
     assert plan.get(20, 0, up + len(AGE_EDGES) - 1, 10) == 1  # long-lived spot and slack: spot
+
+
+def mpc_zones_after(history: list[set[str]], **kw) -> tuple[ModelPredictive, Decision]:
+    """A fresh ModelPredictive fed ``history`` (the zones with spot, one 10-minute tick each), then asked."""
+    policy = make_policy("broker")
+    state = None
+    for i, zones in enumerate(history):
+        state = inp(now=i * 600.0, **{**kw, "spot_zones_available": frozenset(zones)})
+        policy.observe(state)
+    return policy.inner, policy.decide(state)
+
+
+def test_several_zones_the_job_takes_the_one_whose_spot_run_has_lasted_longest():
+    # b has been up for 12 ticks, a only for the last two: hazards fall with age, so b
+    _, d = mpc_zones_after([{"b"}] * 10 + [{"a", "b"}] * 2, work_done=0.0)
+    assert (d.action, d.zone) == (Action.SPOT, "b"), d.reason
+    _, d = mpc_zones_after([{"a"}] * 10 + [{"a", "b"}] * 2, work_done=0.0)
+    assert (d.action, d.zone) == (Action.SPOT, "a"), d.reason
+
+
+def test_several_zones_up_runs_are_each_zones_own_so_zone_flicker_counts_as_preemption():
+    # Some zone always has spot, but each zone's runs last two ticks: an instance would be
+    # lost every two ticks, and the learnt up-run hazard says so (one merged "any zone" run
+    # would look like one long, steady run).
+    flicker, _ = mpc_zones_after([{"a"}, {"a"}, {"b"}, {"b"}] * 15, work_done=0.0)
+    steady, _ = mpc_zones_after([{"a"}] * 60, work_done=0.0)
+    assert flicker.alphas()[0] > 1.0 > steady.alphas()[0]
+    assert flicker.model.up and flicker.model.age_seconds == 2 * 600.0  # the plan sees b's age, not the merged run's
