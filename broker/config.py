@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from launchers.simzones import SimZone, zones_from_config
-from pricing.money import Micros, MoneyError, to_micros
+from pricing.money import Micros, MoneyError, typed_to_micros
 
 
 class ConfigError(ValueError):
@@ -235,6 +235,6 @@ def _json_env(env: Any, name: str) -> dict[str, Any]:
 
 def _money(value: Any, where: str) -> Micros:
     try:
-        return to_micros(repr(value) if isinstance(value, float) else value)
+        return typed_to_micros(value)
     except MoneyError:
         raise ConfigError(f"{where}: must be an amount of dollars") from None

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from pricing.money import Micros, MoneyError, to_micros
+from pricing.money import Micros, MoneyError, typed_to_micros
 from pricing.offers import JobRequest, ResourceRequest
 
 MAX_NAME = 128
@@ -308,12 +308,8 @@ def _retry(value: Any) -> RetryPolicy:
 def _money(value: Any, where: str) -> Micros | None:
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise SpecError(where, "must be an amount of dollars")
-    if isinstance(value, float):
-        value = repr(value)  # YAML reads 20.5 as a float; its shortest repr is what the user typed
     try:
-        return to_micros(value if not isinstance(value, int) else value)
+        return typed_to_micros(value)
     except MoneyError:
         raise SpecError(where, "must be an amount of dollars such as 20 or \"12.50\"") from None
 

@@ -44,6 +44,20 @@ def to_micros(value: str | int | Decimal) -> Micros:
     return int((value * MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
 
 
+def typed_to_micros(value: object) -> Micros:
+    """Dollars as a user typed them in YAML or JSON, as micro-dollars.
+
+    Those parsers read ``20.5`` as a float; its shortest ``repr`` is what was typed, so it is
+    read through that string (exact), never as a binary fraction. Strings, ints and
+    ``Decimal`` go to :func:`to_micros`; anything else (a bool, a list) is a :class:`MoneyError`.
+    """
+    if isinstance(value, float):
+        value = repr(value)
+    if isinstance(value, bool) or not isinstance(value, (str, int, Decimal)):
+        raise MoneyError(f"{value!r} is not an amount of dollars")
+    return to_micros(value)
+
+
 def to_decimal(micros: Micros) -> Decimal:
     """Micro-dollars as an exact ``Decimal`` of dollars."""
     return Decimal(micros) / MICROS_PER_DOLLAR

@@ -1,0 +1,35 @@
+"""Money reads exactly from what users type, and shows without understating."""
+
+from decimal import Decimal
+
+import pytest
+
+from pricing.money import MoneyError, fmt, to_micros, typed_to_micros
+
+
+@pytest.mark.parametrize("typed, micros", [
+    pytest.param(20.1, 20_100_000, id="a YAML float such as 20.1 is read as typed, not as its binary fraction"),
+    pytest.param(0.3, 300_000, id="0.3 is three tenths exactly"),
+    pytest.param(7, 7_000_000, id="a whole number of dollars"),
+    pytest.param("$1,250.50", 1_250_500_000, id="a string with a dollar sign and thousands separator"),
+    pytest.param(Decimal("0.0000001"), 1, id="a fraction of a micro-dollar rounds up, never under-stating a price"),
+])
+def test_typed_dollars_become_exact_micros(typed, micros):
+    assert typed_to_micros(typed) == micros
+
+
+@pytest.mark.parametrize("typed", [True, None, [1], {"usd": 1}, "twelve", float("inf")], ids=repr)
+def test_what_is_not_an_amount_of_dollars_is_refused(typed):
+    with pytest.raises(MoneyError):
+        typed_to_micros(typed)
+
+
+def test_plain_to_micros_still_refuses_floats():
+    with pytest.raises(MoneyError):
+        to_micros(0.1)  # type: ignore[arg-type]
+
+
+def test_shown_amounts_round_up_and_keep_small_costs_visible():
+    assert fmt(12_341_000) == "$12.35"
+    assert fmt(4_500) == "$0.0045"
+    assert fmt(-1_000_000) == "-$1.00"
