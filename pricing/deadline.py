@@ -157,6 +157,11 @@ def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -
 
     Reliable ticks keep the invariant by themselves (each buys its own
     progress at the reliable price), so only spot and waiting are checked.
+    Leaving the reliable tier to *wait* gets no allowance: the allowance exists for
+    spot's unproductive first tick, and a wait that ends back on the reliable tier
+    risks only a second changeover there, which must come out of money already saved
+    (without this, a job that never touched spot could end a changeover above
+    on-demand only).
     """
     if action in RELIABLE:
         return True
@@ -164,7 +169,8 @@ def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -
     price = 1.0 if action is Action.SPOT else 0.0
     after = inp.remaining - progress_this_tick(inp, action, zone)
     finish = _reliable_ticks(inp, max(after, 0.0), inp.changeover) * tick_hours * inp.reliable_ratio if after > 0 else 0.0
-    return inp.spent + price * tick_hours + finish <= cost_cap(inp) + changeover_allowance(inp) + 1e-9
+    allowance = 0.0 if action is Action.WAIT and inp.on_reliable else changeover_allowance(inp)
+    return inp.spent + price * tick_hours + finish <= cost_cap(inp) + allowance + 1e-9
 
 
 def changeover_allowance(inp: PolicyInput) -> float:

@@ -219,3 +219,30 @@ def test_several_zones_up_runs_are_each_zones_own_so_zone_flicker_counts_as_pree
     steady, _ = mpc_zones_after([{"a"}] * 60, work_done=0.0)
     assert flicker.alphas()[0] > 1.0 > steady.alphas()[0]
     assert flicker.model.up and flicker.model.age_seconds == 2 * 600.0  # the plan sees b's age, not the merged run's
+
+
+def test_leaving_on_demand_to_wait_needs_money_saved_not_the_allowance():
+    from pricing.deadline import within_cost_cap
+
+    # 10 h done on on-demand alone (its changeover and 10 h: 62 ticks at k): nothing saved
+    on_od = inp(work_done=10 * H, spent=62 / 6 * 3.145, holding=OD)
+    assert cost_headroom(on_od) == pytest.approx(0.0)
+    assert not within_cost_cap(on_od, Action.WAIT)  # a wait back to on-demand would cost a second changeover
+    assert within_cost_cap(on_od, Action.SPOT, "a")  # a hop to spot may use the allowance
+    # the same job with a few spot-hours saved may wait
+    saved = inp(work_done=10 * H, spent=62 / 6 * 3.145 - 3.0, holding=OD)
+    assert within_cost_cap(saved, Action.WAIT)
+    # idle (just preempted, say): waiting keeps the allowance, as before
+    assert within_cost_cap(inp(work_done=10 * H, spent=62 / 6 * 3.145), Action.WAIT)
+
+
+@pytest.mark.parametrize("deadline", [52, 56, 60, 70, 80])
+def test_with_no_spot_at_all_a_job_costs_exactly_on_demand_only(deadline):
+    # It waits for spot while slack lasts, then runs on on-demand; it used to leave on-demand
+    # again to wait and come back, one changeover above on-demand only.
+    from pricing.simulate import simulate
+
+    none = np.zeros((1, 80 * 6), bool)
+    run = simulate(make_policy("broker"), none, gap=600, work=48 * H, deadline=deadline * H, changeover=0.2 * H, price_ratio=3.145)
+    assert run.finished and "S" not in run.actions
+    assert run.cost == pytest.approx(290 / 6 * 3.145), run.actions
