@@ -1,20 +1,27 @@
 """Redis job store: for several broker processes sharing one server.
 
-The only module that imports ``redis``. Each :meth:`RedisStore.commit` is one
-Lua script (one round trip): the version check and every key it touches (job,
-state and team indexes, idempotency key, attempts, events, metrics) change
-together or not at all. An event's and a metric point's ``seq`` is its place in
-its list, so it is not stored. Durability is the server's: run it with ``appendonly yes`` and
+The only module that imports ``redis``. Each change is one run of a Lua script:
+the version check and every key it touches (job, state and team indexes,
+idempotency key, attempts, events, metrics) change together or not at all. An
+event's and a metric point's ``seq`` is its place in its list, so it is not
+stored. Durability is the server's: run it with ``appendonly yes`` and
 ``appendfsync always`` for a commit that survives a crash.
+
+Commits are grouped, as in the SQLite store: changes that arrive while another
+commit is in flight are sent together, one script run each, in one pipelined
+round trip on one connection; each caller returns only when the server has
+answered its own script.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
 import redis
+from redis.exceptions import NoScriptError
 
 from broker.models import Attempt, Event, Job
 from broker.store.base import Change, DuplicateJob, StoreError, VersionConflict
@@ -59,6 +66,20 @@ return {'OK', ''}
 """
 
 
+class _Pending:
+    """One caller's change waiting for the group commit that sends it."""
+
+    __slots__ = ("change", "keys", "args", "done", "result", "error")
+
+    def __init__(self, change: Change, stored: Job, keys: list[str], args: list):
+        self.change = change
+        self.keys = keys
+        self.args = args
+        self.done = False
+        self.result = stored
+        self.error: BaseException | None = None
+
+
 class RedisStore:
     """:class:`~broker.store.base.JobStore` on a Redis server."""
 
@@ -67,8 +88,28 @@ class RedisStore:
         self._r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10,
                                        health_check_interval=30)
         self._commit_script = self._r.register_script(COMMIT_SCRIPT)
+        self._lock = threading.Lock()  # one group commit in flight at a time
+        self._pending_lock = threading.Lock()
+        self._pending: list[_Pending] = []
 
     def commit(self, change: Change) -> Job:
+        """Group commit: a caller that finds a commit in flight queues its change; the next leader
+        sends every queued change in one pipelined round trip (one script run each, so one's
+        conflict leaves the others alone). Every caller returns only after the server answered
+        its own script, so durability is exactly the single-commit one."""
+        slot = self._prepare(change)
+        with self._pending_lock:
+            self._pending.append(slot)
+        with self._lock:  # one leader at a time; a follower finds its change already written
+            if not slot.done:
+                with self._pending_lock:
+                    batch, self._pending = self._pending, []
+                self._write_batch(batch)
+        if slot.error is not None:
+            raise slot.error
+        return slot.result
+
+    def _prepare(self, change: Change) -> _Pending:
         job, k = change.job, self.keys
         new_version = 1 if change.expected_version is None else change.expected_version + 1
         stored = replace(job, version=new_version)
@@ -84,15 +125,49 @@ class RedisStore:
         keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
                 k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
                 k.attempts(job.id), k.events(job.id), k.metrics(job.id)]
+        return _Pending(change, stored, keys, args)
+
+    def _write_batch(self, batch: list[_Pending]) -> None:
+        script = self._commit_script
+        todo = batch  # changes with no answer yet
         try:
-            outcome, detail = self._commit_script(keys=keys, args=args)
-        except redis.RedisError as exc:
-            raise StoreError(f"redis: {exc}") from exc
+            while todo:
+                pipe = self._r.pipeline(transaction=False)
+                for slot in todo:
+                    pipe.evalsha(script.sha, len(slot.keys), *slot.keys, *slot.args)
+                replies = pipe.execute(raise_on_error=False)
+                unknown = []  # the server lost the script (restart, SCRIPT FLUSH): these did not run
+                for slot, reply in zip(todo, replies):
+                    if isinstance(reply, NoScriptError):
+                        unknown.append(slot)
+                    elif isinstance(reply, Exception):
+                        slot.result, slot.error = None, StoreError(f"redis: {reply}")
+                    else:
+                        self._outcome(slot, *reply)
+                todo = unknown
+                if todo:
+                    self._r.script_load(script.script)
+        except BaseException as exc:
+            error = exc
+            if isinstance(exc, redis.RedisError):
+                error = StoreError(f"redis: {exc}")
+                error.__cause__ = exc
+            for slot in todo:
+                slot.result, slot.error = None, error
+            if not isinstance(exc, redis.RedisError):
+                raise
+        finally:
+            for slot in batch:
+                slot.done = True
+
+    @staticmethod
+    def _outcome(slot: _Pending, outcome: str, detail: str) -> None:
         if outcome == "DUP":
-            raise DuplicateJob(detail)
-        if outcome == "CONFLICT":
-            raise VersionConflict(f"job {job.id} is at version {detail or None}, expected {change.expected_version}")
-        return stored
+            slot.result, slot.error = None, DuplicateJob(detail)
+        elif outcome == "CONFLICT":
+            change = slot.change
+            slot.result, slot.error = None, VersionConflict(
+                f"job {change.job.id} is at version {detail or None}, expected {change.expected_version}")
 
     def get_job(self, job_id: str) -> Job | None:
         raw = self._r.get(self.keys.job(job_id))

@@ -129,7 +129,7 @@ def test_metrics_points_are_appended_in_order(store):
 
 
 def test_concurrent_writers_each_get_their_own_answer(store):
-    """Many writers at once (batched by SQLite's group commit): a refused change loses no other."""
+    """Many writers at once (batched by both stores' group commit): a refused change loses no other."""
     create(store, make_job("j-taken"))
     results, barrier = {}, threading.Barrier(24)
 
@@ -153,3 +153,39 @@ def test_concurrent_writers_each_get_their_own_answer(store):
             assert result == 1 and store.get_job(f"j-{i}") is not None
             assert [e.event for e in store.events(f"j-{i}")] == ["submit"]
     assert len(store.list_jobs()) == 1 + 20
+
+
+def test_redis_commits_go_on_after_the_server_forgets_the_script(redis_server):
+    """A restart or SCRIPT FLUSH empties the server's script cache: a batch whose scripts were
+    refused (NOSCRIPT, so none ran) is sent again once, after the script is loaded."""
+    import os
+    import time
+
+    import redis
+
+    from broker.store.redis import RedisStore
+
+    store = RedisStore(redis_server.url, prefix=f"t{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        create(store, make_job("j-1"))
+        redis.Redis.from_url(redis_server.url).script_flush()
+        results, barrier = {}, threading.Barrier(8)
+
+        def write(i):
+            barrier.wait()
+            try:
+                results[i] = create(store, make_job("j-1" if i == 0 else f"j-{i + 1}")).version
+            except DuplicateJob as exc:
+                results[i] = exc
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert isinstance(results[0], DuplicateJob)
+        assert all(results[i] == 1 for i in range(1, 8))
+        assert len(store.list_jobs()) == 8
+        assert [e.event for e in store.events("j-8")] == ["submit"]
+    finally:
+        store.close()
