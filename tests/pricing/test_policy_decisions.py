@@ -128,16 +128,20 @@ def up(**kw) -> Decision:
     return policy.decide(state)
 
 
-def test_uniform_progress_follows_the_public_simulator_rule_by_rule():
+def test_uniform_progress_follows_the_papers_evaluated_variant_rule_by_rule():
     # behind the line C·t/R (at 10 h the line is at 6 h), no spot: catch up on on-demand
     assert up(now=10 * H, work_done=5 * H).action is Action.ONDEMAND
     # ahead of the line, no spot: wait
     assert up(now=10 * H, work_done=7 * H).action is Action.WAIT
-    # on on-demand, just ahead of the line at t but not at t + 2d (6.06 h): hysteresis keeps on-demand
-    assert up(now=10 * H, work_done=6.03 * H, holding=OD).action is Action.ONDEMAND
-    # spot available overrides the hysteresis, even while behind
+    # on on-demand and well ahead of the line, no spot: keeps on-demand (no hysteresis)
+    assert up(now=10 * H, work_done=8 * H, holding=OD).action is Action.ONDEMAND
+    # spot available takes it, from on-demand too, even while behind
     assert up(now=10 * H, work_done=5 * H, holding=OD, spot_zones_available=frozenset({"a"})).action is Action.SPOT
-    # the net: once a finish on on-demand needs every tick left, on-demand even with spot
+    # the 2d net: 32 h to go, 31.6 h of work (+ 2d = 32 h): on-demand even with spot
+    assert up(now=48 * H, work_done=16.4 * H, spot_zones_available=frozenset({"a"})).action is Action.ONDEMAND
+    # ... but a live spot instance is kept there
+    assert up(now=48 * H, work_done=16.4 * H, holding=SPOT_A, spot_zones_available=frozenset({"a"})).action is Action.SPOT
+    # the d net: a finish on on-demand needs every tick left: on-demand even with spot
     assert up(now=31.8 * H, work_done=0.0, spot_zones_available=frozenset({"a"})).action is Action.ONDEMAND
 
 
