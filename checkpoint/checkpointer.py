@@ -15,6 +15,9 @@ Environment read (all optional):
   ``restore`` starts there (falling back to older ones in the same place if it is corrupt);
 * ``BROKER_JOB_ID``, ``BROKER_ATTEMPT`` — recorded in each manifest;
 * ``BROKER_PREEMPTION_GRACE_S`` — seconds from SIGTERM to a forced exit (default 30);
+* ``BROKER_PREEMPTION_METADATA`` (``aws`` / ``gcp``), ``BROKER_METADATA_URL``,
+  ``BROKER_METADATA_POLL_S`` — also watch the cloud's own spot interruption notice
+  (:mod:`checkpoint.cloud_notice`; the SkyPilot launcher sets these on spot placements);
 * ``BROKER_PROGRESS_URL`` + ``BROKER_JOB_TOKEN`` — each commit is reported there.
 """
 
@@ -34,6 +37,7 @@ from checkpoint import commit, layout, restore as restoring, serialization, snap
 from checkpoint.errors import CheckpointError
 from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
+from checkpoint.cloud_notice import MetadataWatcher
 from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
@@ -94,7 +98,8 @@ class Checkpointer:
         keep_last: committed checkpoints kept (older ones are deleted after a commit).
         keep_every: additionally keep the first checkpoint of every window of this many steps.
         grace_s: SIGTERM to forced exit; default ``$BROKER_PREEMPTION_GRACE_S`` or 30 s.
-        handle_sigterm: install the SIGTERM handler (main thread only).
+        handle_sigterm: install the SIGTERM handler (main thread only) and, where the
+            environment names a cloud, watch its metadata for the spot notice.
         storage_options: passed to fsspec (e.g. ``{"token": …}`` for gcsfs).
         transfer: part size and concurrency for large uploads and downloads.
         exit_code: status the process exits with after a preemption save.
@@ -140,8 +145,12 @@ class Checkpointer:
         if grace_s is None:
             grace_s = float(env.get("BROKER_PREEMPTION_GRACE_S") or DEFAULT_GRACE_S)
         self.preemption = PreemptionNotice(grace_s, exit_code, clock=clock)
+        self._cloud_notice: MetadataWatcher | None = None
         if handle_sigterm:
+            self._cloud_notice = MetadataWatcher.from_env(env, lambda: self.preemption.notify("cloud"))  # may refuse the settings
             self.preemption.install()
+            if self._cloud_notice is not None:
+                self._cloud_notice.start()
         self._runner = BackgroundRunner()
         self._last_step: int | None = None
         self._last_time = clock()
@@ -205,6 +214,8 @@ class Checkpointer:
         self._closed = True
         _live.discard(self)
         self._runner.close()
+        if self._cloud_notice is not None:
+            self._cloud_notice.stop()
         self.preemption.uninstall()
         self._raise_pending()
 

@@ -10,7 +10,7 @@ What the broker changes, and nothing else:
 | ``resources`` (``any_of`` / ``ordered`` resolved to the chosen shape) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type``, ``accelerators``, ``use_spot`` (tier ``spot``) |
 | ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
-| ``envs`` | the task's own, with the broker's (``BROKER_*``) over them |
+| ``envs`` | the task's own, with the broker's (``BROKER_*``) over them; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
 | ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
 """
 
@@ -22,6 +22,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 CHECKPOINT_MOUNT = "broker:checkpoint"
+#: Spot notice lead time by cloud, seconds, less a margin: AWS gives two minutes' warning in
+#: instance metadata, GCP 30 s (their docs); the grace to a forced exit is set a little under.
+SPOT_NOTICE = {"aws": 110, "gcp": 25}
 """A ``file_mounts`` value that asks for the job's checkpoint bucket mounted at that path."""
 
 MOUNTABLE_SCHEMES = ("s3", "gs", "r2")
@@ -108,6 +111,11 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
         config["num_nodes"] = int(placement["num_nodes"])
     merged_envs = {str(k): ("" if v is None else str(v)) for k, v in (config.get("envs") or {}).items()}
     merged_envs.update({k: str(v) for k, v in envs.items()})
+    cloud = str(placement.get("cloud") or "").lower()
+    if placement.get("tier") == "spot" and cloud in SPOT_NOTICE:
+        # the checkpoint library watches the cloud's own interruption notice (checkpoint.cloud_notice)
+        merged_envs.setdefault("BROKER_PREEMPTION_METADATA", cloud)
+        merged_envs.setdefault("BROKER_PREEMPTION_GRACE_S", str(SPOT_NOTICE[cloud]))
     mounts = dict(config.get("file_mounts") or {})
     for destination, source in list(mounts.items()):
         if source == CHECKPOINT_MOUNT:

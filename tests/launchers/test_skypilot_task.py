@@ -80,6 +80,15 @@ def test_generated_task_round_trips_through_skypilot_with_the_placement_pinned(s
     assert resources["labels"] == {"broker-job": "j-0123456789", "broker-attempt": "j-0123456789-a2"}
 
 
+def test_spot_on_aws_or_gcp_tells_the_checkpoint_library_to_watch_the_clouds_notice(sky):
+    spot = build_task(attempt_config(request(GPU_TASK, SPOT_A100))).to_yaml_config()["envs"]
+    assert spot["BROKER_PREEMPTION_METADATA"] == "aws" and spot["BROKER_PREEMPTION_GRACE_S"] == "110"
+    on_demand = build_task(attempt_config(request(GPU_TASK, ONDEMAND_T4))).to_yaml_config()["envs"]
+    assert "BROKER_PREEMPTION_METADATA" not in on_demand and "BROKER_PREEMPTION_GRACE_S" not in on_demand
+    own = {**GPU_TASK, "envs": {"BROKER_PREEMPTION_GRACE_S": "60"}}  # a task's own grace is kept
+    assert build_task(attempt_config(request(own, SPOT_A100))).to_yaml_config()["envs"]["BROKER_PREEMPTION_GRACE_S"] == "60"
+
+
 def test_the_chosen_any_of_alternative_keeps_its_own_settings(sky):
     dumped = build_task(attempt_config(request(GPU_TASK, ONDEMAND_T4))).to_yaml_config()
     assert dumped["resources"]["disk_size"] == 100
