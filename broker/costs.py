@@ -318,6 +318,7 @@ def gather(store, *, team: str | None, win: Window | None) -> tuple[list[Job], d
     A job that ended before the window cannot: its attempts were billed no
     later than its last update.
     """
-    jobs = [j for j in store.list_jobs(team=team, limit=100_000)
+    listed = store.list_jobs(team=team, limit=100_000, active_since=None if win is None else win.since)
+    jobs = [j for j in listed
             if win is None or ((j.submitted_at < win.until) and not (j.state.is_final and j.updated_at < win.since))]
     return jobs, {j.id: store.attempts(j.id) for j in jobs}

@@ -18,7 +18,9 @@ Set ``BROKER_METRICS_TOKEN`` to require ``Authorization: Bearer <it>`` on a scra
 
 import os
 import secrets
+import threading
 import time
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
@@ -43,26 +45,73 @@ def registry_of(app) -> CollectorRegistry:
     return reg
 
 
+@dataclass(frozen=True)
+class _JobFigures:
+    """What one job adds to the store-derived metrics (kept per job between scrapes)."""
+
+    state: str
+    team: str
+    spent: tuple  # ((tier, micros), ...)
+    equivalent: int
+    preempted: tuple  # ((zone, tier), ...) one per preempted or lost attempt
+    recoveries: tuple
+    wait: float | None
+
+
+def _figures(job, tries) -> _JobFigures:
+    spent: dict[str, int] = {}
+    for a in tries:
+        spent[costs.tier_of(a)] = spent.get(costs.tier_of(a), 0) + a.cost
+    return _JobFigures(
+        state=job.state.value, team=job.team, spent=tuple(sorted(spent.items())),
+        equivalent=sum(costs.ondemand_equivalent(a, job) for a in tries),
+        preempted=tuple((costs.location(a), costs.tier_of(a)) for a in tries if a.state.value in costs.PREEMPTED_STATES),
+        recoveries=tuple(costs.recoveries(tries)),
+        wait=max(0.0, tries[0].created_at - job.submitted_at) if tries else None)
+
+
 class StoreCollector:
-    """Reads the store on each scrape and reports what state implies."""
+    """Reads the store on each scrape and reports what state implies.
+
+    Incremental: the first scrape reads every job; later ones read only jobs that are not
+    final or were updated since the previous scrape (less ``SKEW_S``, for other broker
+    processes' clocks) — a finished job cannot change without its ``updated_at`` moving —
+    and keep each job's figures in memory, so a scrape does not decode the whole history.
+    """
+
+    SKEW_S = 300.0
 
     def __init__(self, service, engine_of=lambda: None):
         self.service = service
         self.engine_of = engine_of
+        self.clock = getattr(service, "clock", time.time)  # the clock that stamps updated_at
+        self._figures: dict[str, _JobFigures] = {}
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
 
     def describe(self):
         return []  # read the store only on scrape, not at registration
 
-    def collect(self):
+    def _refresh(self) -> list[_JobFigures]:
         store = self.service.store
-        jobs, attempts = costs.gather(store, team=None, win=None)
+        with self._lock:  # one refresh at a time; scrapes are rare
+            now = self.clock()
+            since = None if self._read_at is None else self._read_at - self.SKEW_S
+            for j in store.list_jobs(limit=10**9, active_since=since):
+                self._figures[j.id] = _figures(j, store.attempts(j.id))
+            self._read_at = now
+            return list(self._figures.values())
+
+    def collect(self):
+        figures = self._refresh()
+        teams = sorted({f.team for f in figures})
         by_state = GaugeMetricFamily("broker_jobs", "Jobs by state and team.", labels=["state", "team"])
         counts: dict[tuple[str, str], int] = {}
-        for j in jobs:
-            counts[(j.state.value, j.team)] = counts.get((j.state.value, j.team), 0) + 1
-        for team in sorted({j.team for j in jobs}):
-            for s in JobState:
-                by_state.add_metric([s.value, team], counts.get((s.value, team), 0))
+        for f in figures:
+            counts[(f.state, f.team)] = counts.get((f.state, f.team), 0) + 1
+        for team in teams:
+            for st in JobState:
+                by_state.add_metric([st.value, team], counts.get((st.value, team), 0))
         yield by_state
 
         spend = CounterMetricFamily("broker_spend_dollars", "Cost accrued by all attempts, by team and tier.",
@@ -78,19 +127,16 @@ class StoreCollector:
         zones: dict[tuple[str, str], int] = {}
         recoveries: list[float] = []
         waits: list[float] = []
-        for j in jobs:
-            tries = attempts.get(j.id, [])
-            for a in tries:
-                key = (j.team, costs.tier_of(a))
-                spent[key] = spent.get(key, 0) + a.cost
-                equivs[j.team] = equivs.get(j.team, 0) + costs.ondemand_equivalent(a, j)
-                if a.state.value in costs.PREEMPTED_STATES:
-                    z = (costs.location(a), costs.tier_of(a))
-                    zones[z] = zones.get(z, 0) + 1
-            recoveries.extend(costs.recoveries(tries))
-            if tries:
-                waits.append(max(0.0, tries[0].created_at - j.submitted_at))
-        for team in sorted({j.team for j in jobs}):
+        for f in figures:
+            for tier, micros in f.spent:
+                spent[(f.team, tier)] = spent.get((f.team, tier), 0) + micros
+            equivs[f.team] = equivs.get(f.team, 0) + f.equivalent
+            for z in f.preempted:
+                zones[z] = zones.get(z, 0) + 1
+            recoveries.extend(f.recoveries)
+            if f.wait is not None:
+                waits.append(f.wait)
+        for team in teams:
             for tier in costs.TIERS:
                 spend.add_metric([team, tier], spent.get((team, tier), 0) / 1_000_000)
             total = sum(spent.get((team, t), 0) for t in costs.TIERS)

@@ -69,8 +69,10 @@ class JobStore(Protocol):
         """The job this team submitted with this ``Idempotency-Key``, if any."""
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
-                  limit: int = 1000) -> list[Job]:
-        """Jobs, newest first, optionally filtered by state(s) and team."""
+                  limit: int = 1000, active_since: float | None = None) -> list[Job]:
+        """Jobs, newest first, optionally filtered by state(s) and team. With ``active_since``,
+        only jobs not in a final state or last updated at or after that time (what a cost
+        window or an incremental scrape needs; finished history is not read)."""
 
     def events(self, job_id: str, *, after_seq: int = 0) -> list[Event]:
         """The job's events in order (``seq`` ascending), after ``after_seq``."""

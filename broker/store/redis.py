@@ -178,7 +178,7 @@ class RedisStore:
         return self.get_job(job_id) if job_id else None
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
-                  limit: int = 1000) -> list[Job]:
+                  limit: int = 1000, active_since: float | None = None) -> list[Job]:
         k = self.keys
         ids = self._r.zrevrange(k.by_team(team) if team else k.all_jobs(), 0, -1)
         if states:
@@ -186,12 +186,16 @@ class RedisStore:
             for state in states:
                 wanted |= self._r.smembers(k.by_state(state))
             ids = [i for i in ids if i in wanted]
-        jobs = []
-        for start in range(0, min(len(ids), limit), 500):
-            chunk = ids[start:min(start + 500, limit)]
+        jobs: list[Job] = []
+        for start in range(0, len(ids), 500):  # ids are newest first: stop once ``limit`` matched
+            if len(jobs) >= limit:
+                break
+            chunk = ids[start:start + 500]
             for raw in self._r.mget([k.job(i) for i in chunk]):
                 if raw:
-                    jobs.append(Job.from_dict(json.loads(raw)))
+                    job = Job.from_dict(json.loads(raw))
+                    if active_since is None or not job.state.is_final or job.updated_at >= active_since:
+                        jobs.append(job)
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
         return jobs[:limit]
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from broker.lifecycle import FINAL_STATES
 from broker.models import Attempt, Event, Job
 from broker.store.base import Change, DuplicateJob, VersionConflict
 
@@ -28,18 +29,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     version INTEGER NOT NULL,
     submitted_at REAL NOT NULL,
     idempotency_key TEXT,
-    body TEXT NOT NULL
+    body TEXT NOT NULL,
+    updated_at REAL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs(team, idempotency_key) WHERE idempotency_key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
-CREATE INDEX IF NOT EXISTS jobs_team ON jobs(team, submitted_at);
 CREATE TABLE IF NOT EXISTS attempts (
     id TEXT PRIMARY KEY,
     job_id TEXT NOT NULL,
     n INTEGER NOT NULL,
     body TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 CREATE TABLE IF NOT EXISTS events (
     job_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -53,6 +51,15 @@ CREATE TABLE IF NOT EXISTS metrics (
     PRIMARY KEY (job_id, seq)
 );
 """
+# Indexes come after the migrations, which may add the columns they cover.
+INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs(team, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_team ON jobs(team, submitted_at);
+CREATE INDEX IF NOT EXISTS jobs_updated ON jobs(updated_at);
+CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
+"""
+FINAL = tuple(sorted(s.value for s in FINAL_STATES))
 
 
 class _Pending:
@@ -82,6 +89,21 @@ class SqliteStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(SCHEMA)
+        self._migrate()
+        self._db.executescript(INDEXES)
+
+    def _migrate(self) -> None:
+        """Bring a file written by an older broker up to this schema (in one transaction)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if "updated_at" not in columns:  # added for windowed reads (list_jobs(active_since=...))
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("ALTER TABLE jobs ADD COLUMN updated_at REAL")
+                self._db.execute("UPDATE jobs SET updated_at = json_extract(body, '$.updated_at')")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -145,10 +167,10 @@ class SqliteStore:
             new_version = change.expected_version + 1
         stored = replace(job, version=new_version)
         db.execute(
-            "INSERT OR REPLACE INTO jobs (id, team, state, version, submitted_at, idempotency_key, body)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (id, team, state, version, submitted_at, idempotency_key, body, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (stored.id, stored.team, stored.state.value, new_version, stored.submitted_at,
-             stored.idempotency_key, json.dumps(stored.to_dict())),
+             stored.idempotency_key, json.dumps(stored.to_dict()), stored.updated_at),
         )
         for attempt in change.attempts:
             db.execute(
@@ -183,7 +205,7 @@ class SqliteStore:
         return Job.from_dict(json.loads(rows[0][0])) if rows else None
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
-                  limit: int = 1000) -> list[Job]:
+                  limit: int = 1000, active_since: float | None = None) -> list[Job]:
         sql, args = "SELECT body FROM jobs WHERE 1=1", []
         if states:
             sql += f" AND state IN ({','.join('?' * len(states))})"
@@ -191,6 +213,9 @@ class SqliteStore:
         if team:
             sql += " AND team = ?"
             args.append(team)
+        if active_since is not None:
+            sql += f" AND (state NOT IN ({','.join('?' * len(FINAL))}) OR updated_at >= ?)"
+            args += [*FINAL, active_since]
         sql += " ORDER BY submitted_at DESC, id DESC LIMIT ?"
         args.append(limit)
         return [Job.from_dict(json.loads(r[0])) for r in self._query(sql, args)]

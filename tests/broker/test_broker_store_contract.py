@@ -114,6 +114,51 @@ def test_list_filters_by_state_and_team_newest_first(store):
     assert [x.id for x in store.list_jobs(limit=1)] == ["j-c"]
 
 
+def test_active_since_skips_finished_history_but_keeps_live_and_recent_jobs(store):
+    old_done = create(store, make_job("j-old", t=1.0))
+    store.commit(Change(job=replace(old_done, state=JobState.SUCCEEDED, updated_at=50.0), expected_version=1))
+    recent_done = create(store, make_job("j-recent", t=2.0))
+    store.commit(Change(job=replace(recent_done, state=JobState.FAILED, updated_at=500.0), expected_version=1))
+    create(store, make_job("j-live", t=3.0))  # queued since t = 3: not final, so always listed
+    assert [x.id for x in store.list_jobs(active_since=100.0)] == ["j-live", "j-recent"]
+    assert [x.id for x in store.list_jobs(active_since=1000.0)] == ["j-live"]
+    assert [x.id for x in store.list_jobs(active_since=100.0, limit=1)] == ["j-live"]
+    assert [x.id for x in store.list_jobs(active_since=0.0)] == ["j-live", "j-recent", "j-old"]
+    # limit applies after the filter: the newest matches, however much history sits in between
+    for i in range(600):
+        done = create(store, make_job(f"j-h{i:03d}", t=10.0 + i))
+        store.commit(Change(job=replace(done, state=JobState.CANCELLED, updated_at=20.0), expected_version=1))
+    assert [x.id for x in store.list_jobs(active_since=100.0, limit=2)] == ["j-live", "j-recent"]
+
+
+def test_a_sqlite_file_from_before_updated_at_is_migrated_in_place(tmp_path):
+    import json
+    import sqlite3
+
+    from broker.store.sqlite import SqliteStore
+
+    path = tmp_path / "old.db"
+    job = replace(make_job("j-old", t=1.0), state=JobState.SUCCEEDED, updated_at=50.0, version=2)
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE jobs (id TEXT PRIMARY KEY, team TEXT NOT NULL, state TEXT NOT NULL, version INTEGER NOT NULL,
+                           submitted_at REAL NOT NULL, idempotency_key TEXT, body TEXT NOT NULL);
+        CREATE INDEX jobs_state ON jobs(state);
+    """)
+    db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)",
+               (job.id, job.team, job.state.value, 2, job.submitted_at, None, json.dumps(job.to_dict())))
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    assert store.get_job("j-old") == job  # nothing lost
+    assert [x.id for x in store.list_jobs(active_since=10.0)] == ["j-old"]
+    assert store.list_jobs(active_since=100.0) == []
+    create(store, make_job("j-new", t=5.0))
+    assert [x.id for x in store.list_jobs(active_since=100.0)] == ["j-new"]
+    store.close()
+    SqliteStore(path).close()  # opening a migrated file again is a no-op
+
+
 def test_events_after_a_sequence_number(store):
     job = create(store, make_job())
     store.commit(Change(job=job, expected_version=1, events=[event(job, JobEvent.PLACE, JobState.QUEUED, JobState.PLACED)]))

@@ -75,3 +75,43 @@ def test_installing_the_edges_twice_changes_nothing(app):
     routes = len(app.routes)
     install_edges(app, app.state.service, app.state.settings)
     assert len(app.routes) == routes
+
+
+def test_a_later_scrape_reads_only_live_and_recent_jobs_and_still_sees_every_change(app, store, seeded):
+    import time
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+
+    from broker.lifecycle import AttemptState, JobState
+    from broker.store import Change
+
+    read = []
+    list_jobs = store.list_jobs
+
+    def spy(**kw):
+        out = list_jobs(**kw)
+        if not kw.get("states"):  # the collector's reads (the queue view asks for states)
+            read.append((kw.get("active_since"), sorted(j.id for j in out)))
+        return out
+
+    store.list_jobs = spy
+    with TestClient(app) as client:
+        first = scrape(client)
+        # between scrapes: the running on-demand job is billed more and then cancelled
+        a2 = store.get_job("j-a2")
+        (att,) = store.attempts("j-a2")
+        store.commit(Change(job=replace(a2, state=JobState.CANCELLED, updated_at=time.time()), expected_version=a2.version,
+                            attempts=[replace(att, state=AttemptState.STOPPED, cost=att.cost + 250_000)]))
+        second = scrape(client)
+    assert len(read) == 2
+    assert read[0] == (None, ["j-a1", "j-a2", "j-a3", "j-b1"])  # the first scrape reads everything
+    since, ids = read[1]
+    assert since is not None and ids == ["j-a2", "j-a3"]  # later: live or just changed; days-old history is not read
+    spent = ("broker_spend_dollars_total", (("team", "team-a"), ("tier", "ondemand")))
+    assert round((second[spent] - first[spent]) * 1_000_000) == 250_000
+    assert second[("broker_jobs", (("state", "cancelled"), ("team", "team-a")))] == 1
+    assert second[("broker_jobs", (("state", "running"), ("team", "team-a")))] == 0
+    # finished jobs kept from the first scrape still count
+    assert second[("broker_jobs", (("state", "failed"), ("team", "team-b")))] == 1
+    assert second[("broker_spend_dollars_total", (("team", "team-b"), ("tier", "onprem")))] == 0.4
