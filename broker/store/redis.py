@@ -23,15 +23,18 @@ from dataclasses import replace
 import redis
 from redis.exceptions import NoScriptError
 
+from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.store.base import Change, DuplicateJob, StoreError, VersionConflict
 from broker.store.redis_keys import Keys
 
 
 COMMIT_SCRIPT = """
--- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics
+-- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
+--       jobs by update time
 -- ARGV: expected version ('' = create), job JSON, job id, submitted_at, new state, state-set prefix,
---       has idempotency key ('1'/'0'), n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON...
+--       has idempotency key ('1'/'0'), n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON...,
+--       updated_at
 local current = redis.call('GET', KEYS[1])
 local old_state = false
 if ARGV[1] == '' then
@@ -62,6 +65,7 @@ local n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do redis.call('RPUSH', KEYS[6], ARGV[i]); i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do redis.call('RPUSH', KEYS[7], ARGV[i]); i = i + 1 end
+redis.call('ZADD', KEYS[8], ARGV[i], ARGV[3])
 return {'OK', ''}
 """
 
@@ -88,6 +92,7 @@ class RedisStore:
         self._r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10,
                                        health_check_interval=30)
         self._commit_script = self._r.register_script(COMMIT_SCRIPT)
+        self._updated_complete = False
         self._lock = threading.Lock()  # one group commit in flight at a time
         self._pending_lock = threading.Lock()
         self._pending: list[_Pending] = []
@@ -122,9 +127,10 @@ class RedisStore:
             args += [str(attempt.n), json.dumps(attempt.to_dict())]
         args += [len(change.events), *(json.dumps(e.to_dict()) for e in change.events)]
         args += [len(change.metrics), *(json.dumps(m) for m in change.metrics)]
+        args.append(repr(float(stored.updated_at)))
         keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
                 k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
-                k.attempts(job.id), k.events(job.id), k.metrics(job.id)]
+                k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated()]
         return _Pending(change, stored, keys, args)
 
     def _write_batch(self, batch: list[_Pending]) -> None:
@@ -173,6 +179,24 @@ class RedisStore:
         raw = self._r.get(self.keys.job(job_id))
         return Job.from_dict(json.loads(raw)) if raw else None
 
+    def _backfill_updated(self) -> None:
+        """Stores written before the update-time index existed get it once (idempotent, safe to race)."""
+        k = self.keys
+        if self._updated_complete or self._r.exists(k.updated_backfilled()):
+            self._updated_complete = True
+            return
+        ids = self._r.zrange(k.all_jobs(), 0, -1)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            scores = {}
+            for job_id, raw in zip(chunk, self._r.mget([k.job(i) for i in chunk])):
+                if raw:
+                    scores[job_id] = float(json.loads(raw).get("updated_at") or 0.0)
+            if scores:
+                self._r.zadd(k.updated(), scores, gt=True)  # never move a newer score back
+        self._r.set(k.updated_backfilled(), "1")
+        self._updated_complete = True
+
     def find_idempotent(self, team: str, key: str) -> Job | None:
         job_id = self._r.get(self.keys.idempotency(team, key))
         return self.get_job(job_id) if job_id else None
@@ -181,6 +205,12 @@ class RedisStore:
                   limit: int = 1000, active_since: float | None = None) -> list[Job]:
         k = self.keys
         ids = self._r.zrevrange(k.by_team(team) if team else k.all_jobs(), 0, -1)
+        if active_since is not None:  # live jobs, and jobs updated since: finished history is not read
+            self._backfill_updated()
+            live = self._r.sunion([k.by_state(s.value) for s in JobState if not s.is_final])
+            recent = self._r.zrangebyscore(k.updated(), active_since, "+inf")
+            candidates = live | set(recent)
+            ids = [i for i in ids if i in candidates]
         if states:
             wanted: set[str] = set()
             for state in states:

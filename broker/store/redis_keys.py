@@ -21,6 +21,14 @@ class Keys:
         """Sorted set: job id scored by submit time."""
         return f"{self.prefix}:jobs"
 
+    def updated(self) -> str:
+        """Sorted set: job id scored by its last update (windowed reads skip older finished jobs)."""
+        return f"{self.prefix}:jobs:updated"
+
+    def updated_backfilled(self) -> str:
+        """String, set once ``updated`` holds every job (stores written before it existed are backfilled)."""
+        return f"{self.prefix}:jobs:updated:complete"
+
     def by_state(self, state: str) -> str:
         """Set of job ids in a state."""
         return f"{self.prefix}:jobs:state:{state}"

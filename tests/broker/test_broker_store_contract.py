@@ -234,3 +234,29 @@ def test_redis_commits_go_on_after_the_server_forgets_the_script(redis_server):
         assert [e.event for e in store.events("j-8")] == ["submit"]
     finally:
         store.close()
+
+
+def test_a_redis_store_from_before_the_update_index_is_backfilled_on_first_windowed_read(redis_server):
+    import os
+    import time
+
+    import redis
+
+    from broker.store.redis import RedisStore
+    from broker.store.redis_keys import Keys
+
+    prefix = f"t{os.getpid()}-{time.monotonic_ns()}"
+    store = RedisStore(redis_server.url, prefix=prefix)
+    try:
+        old = create(store, make_job("j-old", t=1.0))
+        store.commit(Change(job=replace(old, state=JobState.SUCCEEDED, updated_at=500.0), expected_version=1))
+        create(store, make_job("j-live", t=2.0))
+        raw = redis.Redis.from_url(redis_server.url)
+        raw.delete(Keys(prefix).updated())  # as written by a broker before the index existed
+        later = RedisStore(redis_server.url, prefix=prefix)
+        assert [x.id for x in later.list_jobs(active_since=100.0)] == ["j-live", "j-old"]
+        assert [x.id for x in later.list_jobs(active_since=1000.0)] == ["j-live"]
+        assert raw.zscore(Keys(prefix).updated(), "j-old") == 500.0
+        later.close()
+    finally:
+        store.close()
