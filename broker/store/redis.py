@@ -203,19 +203,24 @@ class RedisStore:
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
                   limit: int = 1000, active_since: float | None = None) -> list[Job]:
+        """Filters are answered from the indexes (state sets, the update-time index), so only the
+        jobs that match are fetched and decoded; the team's (or all jobs') sorted set orders them."""
         k = self.keys
-        ids = self._r.zrevrange(k.by_team(team) if team else k.all_jobs(), 0, -1)
-        if active_since is not None:  # live jobs, and jobs updated since: finished history is not read
-            self._backfill_updated()
-            live = self._r.sunion([k.by_state(s.value) for s in JobState if not s.is_final])
-            recent = self._r.zrangebyscore(k.updated(), active_since, "+inf")
-            candidates = live | set(recent)
-            ids = [i for i in ids if i in candidates]
-        if states:
-            wanted: set[str] = set()
-            for state in states:
-                wanted |= self._r.smembers(k.by_state(state))
-            ids = [i for i in ids if i in wanted]
+        index = k.by_team(team) if team else k.all_jobs()
+        if states or active_since is not None:
+            wanted: set[str] | None = None
+            if states:
+                wanted = set(self._r.sunion([k.by_state(state) for state in states]))
+            if active_since is not None:  # live jobs, and jobs updated since: finished history is not read
+                self._backfill_updated()
+                live = self._r.sunion([k.by_state(st.value) for st in JobState if not st.is_final])
+                recent = live | set(self._r.zrangebyscore(k.updated(), active_since, "+inf"))
+                wanted = recent if wanted is None else wanted & recent
+            candidates = sorted(wanted)
+            scores = self._r.zmscore(index, candidates) if candidates else []  # None: not the team's
+            ids = [i for _, i in sorted(((sc, i) for i, sc in zip(candidates, scores) if sc is not None), reverse=True)]
+        else:
+            ids = self._r.zrevrange(index, 0, -1)
         jobs: list[Job] = []
         for start in range(0, len(ids), 500):  # ids are newest first: stop once ``limit`` matched
             if len(jobs) >= limit:
@@ -224,7 +229,8 @@ class RedisStore:
             for raw in self._r.mget([k.job(i) for i in chunk]):
                 if raw:
                     job = Job.from_dict(json.loads(raw))
-                    if active_since is None or not job.state.is_final or job.updated_at >= active_since:
+                    if (not states or job.state.value in states) and (
+                            active_since is None or not job.state.is_final or job.updated_at >= active_since):
                         jobs.append(job)
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
         return jobs[:limit]
