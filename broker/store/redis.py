@@ -16,7 +16,6 @@ answered its own script.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -26,6 +25,7 @@ from redis.exceptions import NoScriptError
 from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.store.base import Change, DuplicateJob, StoreError, VersionConflict
+from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys
 
 
@@ -70,18 +70,15 @@ return {'OK', ''}
 """
 
 
-class _Pending:
-    """One caller's change waiting for the group commit that sends it."""
+class _Change:
+    """A change ready to send: its script keys and arguments."""
 
-    __slots__ = ("change", "keys", "args", "done", "result", "error")
+    __slots__ = ("change", "keys", "args")
 
-    def __init__(self, change: Change, stored: Job, keys: list[str], args: list):
+    def __init__(self, change: Change, keys: list[str], args: list):
         self.change = change
         self.keys = keys
         self.args = args
-        self.done = False
-        self.result = stored
-        self.error: BaseException | None = None
 
 
 class RedisStore:
@@ -93,28 +90,16 @@ class RedisStore:
                                        health_check_interval=30)
         self._commit_script = self._r.register_script(COMMIT_SCRIPT)
         self._updated_complete = False
-        self._lock = threading.Lock()  # one group commit in flight at a time
-        self._pending_lock = threading.Lock()
-        self._pending: list[_Pending] = []
+        self._group = GroupCommit(self._write_batch)  # one group commit in flight at a time
 
     def commit(self, change: Change) -> Job:
         """Group commit: a caller that finds a commit in flight queues its change; the next leader
         sends every queued change in one pipelined round trip (one script run each, so one's
         conflict leaves the others alone). Every caller returns only after the server answered
         its own script, so durability is exactly the single-commit one."""
-        slot = self._prepare(change)
-        with self._pending_lock:
-            self._pending.append(slot)
-        with self._lock:  # one leader at a time; a follower finds its change already written
-            if not slot.done:
-                with self._pending_lock:
-                    batch, self._pending = self._pending, []
-                self._write_batch(batch)
-        if slot.error is not None:
-            raise slot.error
-        return slot.result
+        return self._group.submit(self._prepare(change))
 
-    def _prepare(self, change: Change) -> _Pending:
+    def _prepare(self, change: Change) -> Slot:
         job, k = change.job, self.keys
         new_version = 1 if change.expected_version is None else change.expected_version + 1
         stored = replace(job, version=new_version)
@@ -131,16 +116,16 @@ class RedisStore:
         keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
                 k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
                 k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated()]
-        return _Pending(change, stored, keys, args)
+        return Slot(_Change(change, keys, args), result=stored)
 
-    def _write_batch(self, batch: list[_Pending]) -> None:
+    def _write_batch(self, batch: Sequence[Slot]) -> None:
         script = self._commit_script
         todo = batch  # changes with no answer yet
         try:
             while todo:
                 pipe = self._r.pipeline(transaction=False)
                 for slot in todo:
-                    pipe.evalsha(script.sha, len(slot.keys), *slot.keys, *slot.args)
+                    pipe.evalsha(script.sha, len(slot.item.keys), *slot.item.keys, *slot.item.args)
                 replies = pipe.execute(raise_on_error=False)
                 unknown = []  # the server lost the script (restart, SCRIPT FLUSH): these did not run
                 for slot, reply in zip(todo, replies):
@@ -167,11 +152,11 @@ class RedisStore:
                 slot.done = True
 
     @staticmethod
-    def _outcome(slot: _Pending, outcome: str, detail: str) -> None:
+    def _outcome(slot: Slot, outcome: str, detail: str) -> None:
         if outcome == "DUP":
             slot.result, slot.error = None, DuplicateJob(detail)
         elif outcome == "CONFLICT":
-            change = slot.change
+            change = slot.item.change
             slot.result, slot.error = None, VersionConflict(
                 f"job {change.job.id} is at version {detail or None}, expected {change.expected_version}")
 

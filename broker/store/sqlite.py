@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from broker.lifecycle import FINAL_STATES
 from broker.models import Attempt, Event, Job
 from broker.store.base import Change, DuplicateJob, VersionConflict
+from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -62,18 +62,6 @@ CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 FINAL = tuple(sorted(s.value for s in FINAL_STATES))
 
 
-class _Pending:
-    """One caller's change waiting for the group commit that writes it."""
-
-    __slots__ = ("change", "done", "result", "error")
-
-    def __init__(self, change: Change):
-        self.change = change
-        self.done = False
-        self.result: Job | None = None
-        self.error: BaseException | None = None
-
-
 class SqliteStore:
     """:class:`~broker.store.base.JobStore` on one SQLite file."""
 
@@ -81,9 +69,8 @@ class SqliteStore:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._pending_lock = threading.Lock()
-        self._pending: list[_Pending] = []
+        self._group = GroupCommit(self._write_batch)
+        self._lock = self._group.lock  # one connection: reads wait for the batch being written
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -111,26 +98,16 @@ class SqliteStore:
         """Group commit: writers that arrive while another is syncing are written together, each in
         its own savepoint (so one's conflict leaves the others alone), then made durable by one
         fsync. Every caller returns only after the transaction holding its change has committed."""
-        slot = _Pending(change)
-        with self._pending_lock:
-            self._pending.append(slot)
-        with self._lock:  # one leader at a time; a follower finds its change already written
-            if not slot.done:
-                with self._pending_lock:
-                    batch, self._pending = self._pending, []
-                self._write_batch(batch)
-        if slot.error is not None:
-            raise slot.error
-        return slot.result
+        return self._group.submit(Slot(change))
 
-    def _write_batch(self, batch: list[_Pending]) -> None:
+    def _write_batch(self, batch: Sequence[Slot]) -> None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
             for slot in batch:
                 db.execute("SAVEPOINT change")
                 try:
-                    slot.result = self._apply(db, slot.change)
+                    slot.result = self._apply(db, slot.item)
                 except BaseException as exc:  # this change only: the batch goes on
                     db.execute("ROLLBACK TO change")
                     slot.error = exc
