@@ -316,9 +316,8 @@ def gather(store, *, team: str | None, win: Window | None) -> tuple[list[Job], d
     """Jobs of ``team`` (all when ``None``) that may hold cost in ``win``, and their attempts.
 
     A job that ended before the window cannot: its attempts were billed no
-    later than its last update.
+    later than its last update — the store leaves those out (``active_since``).
     """
     listed = store.list_jobs(team=team, limit=100_000, active_since=None if win is None else win.since)
-    jobs = [j for j in listed
-            if win is None or ((j.submitted_at < win.until) and not (j.state.is_final and j.updated_at < win.since))]
+    jobs = [j for j in listed if win is None or j.submitted_at < win.until]
     return jobs, {j.id: store.attempts(j.id) for j in jobs}

@@ -61,7 +61,8 @@ class _JobFigures:
 def _figures(job, tries) -> _JobFigures:
     spent: dict[str, int] = {}
     for a in tries:
-        spent[costs.tier_of(a)] = spent.get(costs.tier_of(a), 0) + a.cost
+        tier = costs.tier_of(a)
+        spent[tier] = spent.get(tier, 0) + a.cost
     return _JobFigures(
         state=job.state.value, team=job.team, spent=tuple(sorted(spent.items())),
         equivalent=sum(costs.ondemand_equivalent(a, job) for a in tries),
