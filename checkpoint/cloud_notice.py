@@ -93,8 +93,11 @@ class MetadataWatcher:
             raise MetadataError(f"BROKER_PREEMPTION_METADATA must be one of {', '.join(sorted(_READERS))} or off, not {cloud!r}")
         if poll_s <= 0:
             raise MetadataError("BROKER_METADATA_POLL_S must be a positive number of seconds")
+        base = (base_url or DEFAULT_URLS[cloud]).rstrip("/")
+        if not base.startswith(("http://", "https://")):
+            raise MetadataError(f"BROKER_METADATA_URL must be an http:// or https:// URL, not {base_url!r}")
         self.cloud = cloud
-        self.base_url = (base_url or DEFAULT_URLS[cloud]).rstrip("/")
+        self.base_url = base
         self.poll_s = poll_s
         self.noticed: str | None = None
         self._notify = notify

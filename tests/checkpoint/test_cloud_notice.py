@@ -132,7 +132,8 @@ def test_an_unreachable_endpoint_is_retried_quietly(caplog):
     ({"BROKER_PREEMPTION_METADATA": "azure"}, "aws, gcp or off"),
     ({"BROKER_PREEMPTION_METADATA": "aws", "BROKER_METADATA_POLL_S": "soon"}, "positive number"),
     ({"BROKER_PREEMPTION_METADATA": "aws", "BROKER_METADATA_POLL_S": "0"}, "positive number"),
-], ids=["an unknown cloud is named", "a poll interval that is not a number", "a zero poll interval"])
+    ({"BROKER_PREEMPTION_METADATA": "gcp", "BROKER_METADATA_URL": "metadata.internal"}, "http:// or https://"),
+], ids=["an unknown cloud is named", "a poll interval that is not a number", "a zero poll interval", "a URL without a scheme"])
 def test_bad_settings_fail_the_checkpointer_at_construction(env, message, tmp_path):
     with pytest.raises(MetadataError, match=message):
         Checkpointer(str(tmp_path), env=env)
