@@ -90,6 +90,9 @@ def sky_env(tmp_path_factory, moto_endpoint):
     dead = f"http://127.0.0.1:{_free_port()}"
     env = {
         "HOME": str(home), "SKY_RUNTIME_DIR": str(home), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1",
+        # An SDK call with no endpoint set starts a local API server: on a port of its own, never
+        # the default 46580 where a developer's real server may be listening.
+        "SKYPILOT_API_SERVER_LOCAL_PORT": str(_free_port()),
         "AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
         "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "https_proxy": dead,
@@ -101,6 +104,10 @@ def sky_env(tmp_path_factory, moto_endpoint):
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "SKYPILOT_API_SERVER_ENDPOINT"):
         mp.delenv(key, raising=False)
     yield {"home": home, "catalog": catalog, "endpoint": moto_endpoint, "env": env}
+    # ... and stop that server (it outlives the test run otherwise: its own session, six processes).
+    sky_cli = Path(sys.executable).with_name("sky")
+    subprocess.run([str(sky_cli), "api", "stop"], env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=120, check=False)
     mp.undo()
 
 
