@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from skyports import sky_api_port, sky_queue_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -92,7 +93,7 @@ def sky_env(tmp_path_factory, moto_endpoint):
         "HOME": str(home), "SKY_RUNTIME_DIR": str(home), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1",
         # An SDK call with no endpoint set starts a local API server: on a port of its own, never
         # the default 46580 where a developer's real server may be listening.
-        "SKYPILOT_API_SERVER_LOCAL_PORT": str(_free_port()),
+        "SKYPILOT_API_SERVER_LOCAL_PORT": str(sky_api_port()),
         "AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
         "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "https_proxy": dead,
@@ -120,6 +121,10 @@ def sky(sky_env):
     import sky.check
     from sky import clouds
 
+    from sky.server.requests.queues import mp_queue
+
+    port = int(os.environ["SKYPILOT_API_SERVER_LOCAL_PORT"])
+    assert mp_queue.get_queue_manager_port() == sky_queue_port(port), "SkyPilot moved its queue port: update sky_queue_port"
     mp = pytest.MonkeyPatch()
     mp.setattr(sky.check, "get_cached_enabled_clouds_or_refresh", lambda *_a, **_k: [clouds.AWS()])
     yield sky

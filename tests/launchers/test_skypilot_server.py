@@ -34,6 +34,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from skyports import sky_api_port
 from test_skypilot_task import request
 
 from launchers.base import Phase
@@ -131,7 +132,7 @@ def server(sky_env, sky, tmp_path_factory):
     _prepare_moto(sky_env["endpoint"])
 
     trap = Trap()
-    port = _free_port()
+    port = sky_api_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HOME": str(home), "SKY_RUNTIME_DIR": str(home), "SKYPILOT_API_SERVER_LOCAL_PORT": str(port),
            "HTTP_PROXY": trap.url, "HTTPS_PROXY": trap.url, "http_proxy": trap.url, "https_proxy": trap.url,
