@@ -173,24 +173,29 @@ def test_metrics_points_are_appended_in_order(store):
     assert store.metrics(job.id, limit=1)[0]["step"] == 2
 
 
-def test_concurrent_writers_each_get_their_own_answer(store):
-    """Many writers at once (batched by both stores' group commit): a refused change loses no other."""
-    create(store, make_job("j-taken"))
-    results, barrier = {}, threading.Barrier(24)
+def create_at_once(store, jobs: list[Job]) -> dict:
+    """Create ``jobs`` from one thread each, released together: index → version or the DuplicateJob."""
+    results, barrier = {}, threading.Barrier(len(jobs))
 
     def write(i):
-        job = make_job("j-taken" if i % 6 == 0 else f"j-{i}")
         barrier.wait()
         try:
-            results[i] = create(store, job).version
+            results[i] = create(store, jobs[i]).version
         except DuplicateJob as exc:
             results[i] = exc
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(24)]
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(jobs))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return results
+
+
+def test_concurrent_writers_each_get_their_own_answer(store):
+    """Many writers at once (batched by both stores' group commit): a refused change loses no other."""
+    create(store, make_job("j-taken"))
+    results = create_at_once(store, [make_job("j-taken" if i % 6 == 0 else f"j-{i}") for i in range(24)])
     for i, result in results.items():
         if i % 6 == 0:
             assert isinstance(result, DuplicateJob) and result.existing_id == "j-taken"
@@ -214,20 +219,7 @@ def test_redis_commits_go_on_after_the_server_forgets_the_script(redis_server):
     try:
         create(store, make_job("j-1"))
         redis.Redis.from_url(redis_server.url).script_flush()
-        results, barrier = {}, threading.Barrier(8)
-
-        def write(i):
-            barrier.wait()
-            try:
-                results[i] = create(store, make_job("j-1" if i == 0 else f"j-{i + 1}")).version
-            except DuplicateJob as exc:
-                results[i] = exc
-
-        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = create_at_once(store, [make_job("j-1" if i == 0 else f"j-{i + 1}") for i in range(8)])
         assert isinstance(results[0], DuplicateJob)
         assert all(results[i] == 1 for i in range(1, 8))
         assert len(store.list_jobs()) == 8
