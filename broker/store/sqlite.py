@@ -81,16 +81,20 @@ class SqliteStore:
 
     def _migrate(self) -> None:
         """Bring a file written by an older broker up to this schema (in one transaction)."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        if "updated_at" not in columns:  # added for windowed reads (list_jobs(active_since=...))
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+        def columns() -> set[str]:
+            return {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+
+        if "updated_at" in columns():
+            return
+        self._db.execute("BEGIN IMMEDIATE")  # another process opening the same file migrates once, not twice
+        try:
+            if "updated_at" not in columns():  # added for windowed reads (list_jobs(active_since=...))
                 self._db.execute("ALTER TABLE jobs ADD COLUMN updated_at REAL")
                 self._db.execute("UPDATE jobs SET updated_at = json_extract(body, '$.updated_at')")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     # -- writes ---------------------------------------------------------------------------------
 
