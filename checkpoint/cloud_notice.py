@@ -44,38 +44,7 @@ class MetadataError(ValueError):
     """The metadata watcher's configuration is not usable."""
 
 
-def _aws_notice(base: str, token: list[str | None]) -> str | None:
-    """The pending spot interruption action (``terminate``, …) or None; IMDSv2."""
-    if token[0] is None:
-        req = urllib.request.Request(base + "/latest/api/token", method="PUT",
-                                     headers={"X-aws-ec2-metadata-token-ttl-seconds": str(_TOKEN_TTL_S)})
-        with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
-            token[0] = resp.read().decode().strip()
-    req = urllib.request.Request(base + "/latest/meta-data/spot/instance-action",
-                                 headers={"X-aws-ec2-metadata-token": token[0] or ""})
-    try:
-        with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
-            body = resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None  # no interruption scheduled
-        if exc.code == 401:
-            token[0] = None  # the token expired: fetch a new one next time
-        raise
-    try:
-        action = json.loads(body).get("action")
-    except (ValueError, AttributeError):
-        action = None
-    return str(action or "terminate")
-
-
-def _gcp_notice(base: str, token: list[str | None]) -> str | None:  # noqa: ARG001 - same shape as _aws_notice
-    req = urllib.request.Request(base + "/computeMetadata/v1/instance/preempted", headers={"Metadata-Flavor": "Google"})
-    with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
-        return "preempted" if resp.read().decode().strip().upper() == "TRUE" else None
-
-
-_READERS = {"aws": _aws_notice, "gcp": _gcp_notice}
+CLOUDS = ("aws", "gcp")
 
 
 class MetadataWatcher:
@@ -89,8 +58,8 @@ class MetadataWatcher:
     """
 
     def __init__(self, cloud: str, notify, *, base_url: str | None = None, poll_s: float = DEFAULT_POLL_S):
-        if cloud not in _READERS:
-            raise MetadataError(f"BROKER_PREEMPTION_METADATA must be one of {', '.join(sorted(_READERS))} or off, not {cloud!r}")
+        if cloud not in CLOUDS:
+            raise MetadataError(f"BROKER_PREEMPTION_METADATA must be one of {', '.join(CLOUDS)} or off, not {cloud!r}")
         if poll_s <= 0:
             raise MetadataError("BROKER_METADATA_POLL_S must be a positive number of seconds")
         base = (base_url or DEFAULT_URLS[cloud]).rstrip("/")
@@ -103,7 +72,7 @@ class MetadataWatcher:
         self._notify = notify
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._token: list[str | None] = [None]
+        self._token: str | None = None  # AWS IMDSv2 session token
         self._warned = False
 
     @classmethod
@@ -119,7 +88,37 @@ class MetadataWatcher:
 
     def check(self) -> str | None:
         """One poll: the notice (an action word) if the cloud has announced a reclaim."""
-        return _READERS[self.cloud](self.base_url, self._token)
+        return self._aws_notice() if self.cloud == "aws" else self._gcp_notice()
+
+    def _aws_notice(self) -> str | None:
+        """The pending spot interruption action (``terminate``, …) or None; IMDSv2."""
+        if self._token is None:
+            req = urllib.request.Request(self.base_url + "/latest/api/token", method="PUT",
+                                         headers={"X-aws-ec2-metadata-token-ttl-seconds": str(_TOKEN_TTL_S)})
+            with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
+                self._token = resp.read().decode().strip()
+        req = urllib.request.Request(self.base_url + "/latest/meta-data/spot/instance-action",
+                                     headers={"X-aws-ec2-metadata-token": self._token})
+        try:
+            with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
+                body = resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None  # no interruption scheduled
+            if exc.code == 401:
+                self._token = None  # the token expired: fetch a new one next time
+            raise
+        try:
+            action = json.loads(body).get("action")
+        except (ValueError, AttributeError):
+            action = None
+        return str(action or "terminate")
+
+    def _gcp_notice(self) -> str | None:
+        req = urllib.request.Request(self.base_url + "/computeMetadata/v1/instance/preempted",
+                                     headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
+            return "preempted" if resp.read().decode().strip().upper() == "TRUE" else None
 
     def start(self) -> MetadataWatcher:
         self._thread = threading.Thread(target=self._run, name="checkpoint-cloud-notice", daemon=True)
