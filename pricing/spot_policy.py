@@ -178,6 +178,7 @@ class MPCTuning:
     horizon_steps: int = 480  # the plan looks at most this many steps ahead (longer jobs get longer steps)
     log_bin: float = 0.2  # the learnt hazard scales are rounded to e^0.2 steps so solved plans can be shared
     max_work_steps: int = 8000  # beyond this many work units, fall back to SlackReserve
+    failover_weight: float = 1.0  # prior of the failover chance: 0, counting as this many run ends
 
 
 def _bucket(age: int) -> int:
@@ -187,8 +188,11 @@ def _bucket(age: int) -> int:
     return b
 
 
-def _transition(alpha_up: float, alpha_down: float, beta: float):
-    """Markov chain over (up/down, age bucket): stochastic ageing through the buckets."""
+def _transition(alpha_up: float, alpha_down: float, beta: float, failover: float = 0.0):
+    """Markov chain over (up/down, age bucket): stochastic ageing through the buckets.
+
+    ``failover``: the chance that, when an up-run ends, another zone has spot at that
+    moment — the chain then goes to a new up-run (age 1) instead of down. 0 with one zone."""
     import numpy as np
 
     n_b = len(AGE_EDGES)
@@ -200,7 +204,9 @@ def _transition(alpha_up: float, alpha_down: float, beta: float):
             h = min(alpha * sum(1.0 / (beta + a) for a in range(lo, hi + 1)) / (hi - lo + 1), 0.95)
             adv = 1.0 / (AGE_EDGES[b + 1] - lo) if b + 1 < len(AGE_EDGES) else 0.0
             i = side * n_b + b
-            t[i, (1 - side) * n_b] += h
+            jump = failover if side == 1 else 0.0
+            t[i, (1 - side) * n_b] += h * (1 - jump)
+            t[i, n_b] += h * jump
             t[i, side * n_b + min(b + 1, n_b - 1)] += (1 - h) * adv
             t[i, i] += (1 - h) * (1 - adv)
     return t
@@ -234,14 +240,17 @@ class _Plan:
 _PLANS: dict[tuple, _Plan] = {}
 
 
-def solve_plan(alpha_up: float, alpha_down: float, beta: float, k: float, dc: int, q: int, n_steps: int, w_max: int) -> _Plan:
+def solve_plan(alpha_up: float, alpha_down: float, beta: float, k: float, dc: int, q: int, n_steps: int, w_max: int,
+               failover: float = 0.0) -> _Plan:
     """Backward DP for the least expected cost (spot 1, reliable ``k`` per step) to finish
     ``w`` work units within ``n`` steps, over holdings {idle, spot phase j, reliable phase j}
     (j = steps since the changeover of ``dc`` work units began, capped once it is over) and the
-    availability chain of :func:`_transition`. Unfinished at the deadline costs ``_BIG``."""
+    availability chain of :func:`_transition`. Unfinished at the deadline costs ``_BIG``.
+    A held instance lives while its run does: in a down state, or in an up-run of age 1
+    (reached only as a failover to another zone), the job holds nothing."""
     import numpy as np
 
-    t = _transition(alpha_up, alpha_down, beta).astype(np.float32)
+    t = _transition(alpha_up, alpha_down, beta, failover).astype(np.float32)
     n_b = len(AGE_EDGES)
     jmax = max(math.ceil(dc / q), 1)
     prog = [max(q - max(dc - j * q, 0), 0) for j in range(jmax + 1)]
@@ -275,7 +284,7 @@ def solve_plan(alpha_up: float, alpha_down: float, beta: float, k: float, dc: in
         for j in range(1, jmax + 1):
             stay = then(e[min(j + 1, jmax)], prog[j], one)  # holding spot: stay while it is up
             nv[j] = nv[0]
-            np.minimum(nv[j, n_b:], stay[n_b:], out=nv[j, n_b:])
+            np.minimum(nv[j, n_b + 1:], stay[n_b + 1:], out=nv[j, n_b + 1:])
             choose(nv[jmax + j], dec[n, j], e[0], spot_new, then(e[jmax + min(j + 1, jmax)], prog[j], kk))
         np.minimum(nv, big, out=nv)
         nv[:, :, 0] = 0.0
@@ -300,6 +309,8 @@ class RunModel:
     age_seconds: float = 0.0
     ends: dict = field(default_factory=lambda: {True: 0.0, False: 0.0})
     exposure: dict = field(default_factory=lambda: {True: 0.0, False: 0.0})
+    best_ends: float = 0.0  # ends of the run a job would hold (the longest-running zone's) ...
+    failovers: float = 0.0  # ... and how many of them found another zone with spot at that moment
 
 
 @dataclass
@@ -329,8 +340,12 @@ class ModelPredictive:
 
     def observe(self, inp: PolicyInput) -> None:
         was_up = {z: h.up_for > 0 for z, h in self.zones.zones.items()}
+        held = max((z for z, up in was_up.items() if up), key=lambda z: self.zones.zones[z].up_for, default=None)
         self.zones.observe(inp)
         t, m = self.tuning, self.model
+        if held is not None and held not in inp.spot_zones_available:
+            m.best_ends += 1.0
+            m.failovers += 1.0 if inp.spot_zones_available else 0.0
         if self.step is None:
             self.step = max(t.plan_step, inp.tick, (inp.deadline - inp.now) / t.horizon_steps)
         # Up-runs are what an instance lives through: each zone's own runs, pooled over zones.
@@ -358,6 +373,12 @@ class ModelPredictive:
         runs = self.zones.zones
         return max(sorted(inp.spot_zones_available), key=lambda z: (runs[z].up_for, self.zones.expected_run(z)))
 
+    def failover(self) -> float:
+        """Chance that another zone has spot when the held zone's run ends (0 with one zone),
+        rounded to tenths so plans can be shared."""
+        m = self.model
+        return round(m.failovers / (m.best_ends + self.tuning.failover_weight), 1)
+
     def alphas(self) -> tuple[float, float]:
         t, m = self.tuning, self.model
         w = t.prior_weight
@@ -381,7 +402,8 @@ class ModelPredictive:
         au, ad = self.alphas()
         bu, bd = round(math.log(au) / t.log_bin), round(math.log(ad) / t.log_bin)
         dc = max(round(inp.changeover / unit), 0)
-        plan = cached_plan(math.exp(bu * t.log_bin), math.exp(bd * t.log_bin), t.beta, round(k, 3), dc, t.work_units, t.horizon_steps, w_max)
+        plan = cached_plan(math.exp(bu * t.log_bin), math.exp(bd * t.log_bin), t.beta, round(k, 3), dc, t.work_units, t.horizon_steps, w_max,
+                           self.failover())
         w = min(math.ceil(inp.remaining / unit - 1e-9), w_max)
         s = (len(AGE_EDGES) if self.model.up else 0) + _bucket(max(math.ceil(self.model.age_seconds / step - 1e-9), 1))
         jmax = max(math.ceil(dc / t.work_units), 1)

@@ -250,3 +250,34 @@ def test_with_no_spot_at_all_a_job_costs_exactly_on_demand_only(deadline):
     run = simulate(make_policy("broker"), none, gap=600, work=48 * H, deadline=deadline * H, changeover=0.2 * H, price_ratio=3.145)
     assert run.finished and "S" not in run.actions
     assert run.cost == pytest.approx(290 / 6 * 3.145), run.actions
+
+
+def test_several_zones_the_model_learns_how_often_another_zone_is_up_when_the_held_one_ends():
+    # a's runs end while b is up, then b's while a is up: every loss finds another zone
+    both, _ = mpc_zones_after([{"a"}] * 3 + [{"a", "b"}] + [{"b"}] * 3 + [{"a", "b"}] + [{"a"}] * 3 + [{"a", "b"}] + [{"b"}] * 3)
+    alone, _ = mpc_zones_after([{"a"}] * 3 + [set()] * 2 + [{"b"}] * 3 + [set()] * 2 + [{"a"}] * 3)
+    single, _ = mpc_after([True] * 3 + [False] * 2 + [True] * 3 + [False] * 2 + [True] * 3)
+    assert both.failover() >= 0.7 and alone.failover() == 0.0 and single.failover() == 0.0
+
+
+def test_failover_sends_an_ended_up_run_to_a_new_up_run_instead_of_down():
+    n = len(AGE_EDGES)
+    plain, fail = _transition(1.0, 1.0, 2.0), _transition(1.0, 1.0, 2.0, failover=0.6)
+    assert np.allclose(fail.sum(1), 1.0) and (fail >= 0).all()
+    for b in range(n):
+        assert fail[n + b, n] == pytest.approx(0.6 * plain[n + b, 0] + plain[n + b, n])
+        assert fail[n + b, 0] == pytest.approx(0.4 * plain[n + b, 0])
+    assert np.allclose(fail[:n], plain[:n])  # down-runs end in an up-run either way
+
+
+def test_a_plan_that_can_fail_over_leaves_on_demand_more_readily():
+    # On on-demand with spot up somewhere, losing a young spot run usually means another zone
+    # rather than a wait, so staying on on-demand is the plan's choice in fewer states.
+    kw = dict(n_steps=60, w_max=200)
+    alone, fail = solve_plan(1.2, 1.0, 2.0, 3.145, 6, 5, **kw), solve_plan(1.2, 1.0, 2.0, 3.145, 6, 5, failover=0.8, **kw)
+    on_od = 2  # jmax = ceil(6 / 5) = 2: holding 2 is the reliable tier past its changeover
+    up = len(AGE_EDGES)
+    states = [(n, on_od, up + b, w) for n in range(1, 61) for b in range(3) for w in range(0, 201, 5)]
+    stay_alone = sum(alone.get(*s) == 2 for s in states)
+    stay_fail = sum(fail.get(*s) == 2 for s in states)
+    assert stay_fail < stay_alone
