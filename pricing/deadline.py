@@ -57,6 +57,8 @@ class PolicyInput:
         price_ratio: on-demand $/h ÷ spot $/h.
         onprem_ratio: on-prem internal $/h ÷ spot $/h (``None``: no pool).
         spent: what the job has cost so far, in spot-hours (cost ÷ spot $/h).
+        budget: the user's budget for the whole job, in spot-hours (``None``: none set).
+            When it covers on-demand only, the cost cap's allowance shrinks to fit in it.
     """
 
     now: float
@@ -74,6 +76,7 @@ class PolicyInput:
     price_ratio: float = 3.0
     onprem_ratio: float | None = None
     spent: float = 0.0
+    budget: float | None = None
 
     @property
     def remaining(self) -> float:
@@ -145,9 +148,9 @@ def _reliable_ticks(inp: PolicyInput, work: float, changeover: float) -> int:
 
 
 def cost_cap(inp: PolicyInput) -> float:
-    """The most the job may cost, in spot-hours: running it all on on-demand
-    (whole ticks, one changeover). A user budget that covers on-demand is then
-    never exceeded either."""
+    """On-demand only, in spot-hours: running the whole job on on-demand (whole ticks,
+    one changeover). :func:`within_cost_cap` allows :func:`changeover_allowance` above
+    it, which a user budget covering on-demand only bounds: such a budget is never exceeded."""
     return _reliable_ticks(inp, inp.work_total, inp.changeover) * inp.tick / 3600 * inp.price_ratio
 
 
@@ -187,9 +190,21 @@ def changeover_allowance(inp: PolicyInput) -> float:
     run once. With d = 0.2 h and 600 s ticks this is 1.4 spot-hours, 0.9% of
     on-demand only; the broker's policy spends it only on established spot runs
     (see :mod:`pricing.spot_policy`).
+
+    A user budget that covers on-demand only bounds it: the allowance is then at most
+    what the budget holds above on-demand only, so such a budget is never exceeded
+    (with a budget of exactly on-demand only there is none: spot is never risked).
+    A budget below on-demand only cannot be kept by the reliable tier anyway; the
+    engine stops such a job at its budget, and the allowance stays as it is.
     """
     n = math.ceil(inp.changeover / inp.tick - 1e-9) * inp.tick / 3600
-    return n * (1.0 + inp.reliable_ratio)
+    full = n * (1.0 + inp.reliable_ratio)
+    if inp.budget is not None:
+        cap = cost_cap(inp)
+        above = inp.budget - cap
+        if above >= -1e-6 * max(cap, 1.0):  # a budget typed as on-demand only's rounded cost still counts
+            return min(full, max(above, 0.0))
+    return full
 
 
 def cost_headroom(inp: PolicyInput) -> float:

@@ -57,12 +57,14 @@ def simulate(
     work_told: float | None = None,
     changeover_told: float | None = None,
     horizon: float | None = None,
+    budget: float | None = None,
 ) -> Run:
     """Run ``policy`` over ``available`` (zones × ticks, >0 = spot up) from tick 0.
 
     ``work_told`` / ``changeover_told`` are what the policy is told (to test
     misestimates); the replay uses ``work`` and ``changeover``. The replay
     stops when the job is done or at ``horizon`` (default: the deadline).
+    ``budget`` is the user's budget in spot-hours, as the policy sees it.
     """
     avail = np.atleast_2d(np.asarray(available) > 0)
     n_zones, n_ticks = avail.shape
@@ -96,6 +98,7 @@ def simulate(
             changeover_left=left,
             price_ratio=price_ratio,
             spent=(n_spot + price_ratio * n_od) * gap / 3600,
+            budget=budget,
         )
         policy.observe(inp)
         decision = policy.decide(inp)

@@ -47,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--changeover-hours", type=float, default=0.2)
     p.add_argument("--price-ratio", type=float, default=3.145, help="on-demand price ÷ spot price (k)")
     p.add_argument("--spot-price", help="spot $/h; costs are then reported in dollars")
+    p.add_argument("--budget", help="the user's budget, in the units of cost (dollars with --spot-price); one that covers "
+                   "on-demand only is never exceeded")
     p.add_argument("--gap-seconds", type=int, help="the job's tick with --zones (default: the traces' finest tick)")
     p.add_argument("--told-job-hours", type=float, help="job length the policy is told (default: the real one)")
     p.add_argument("--told-changeover-hours", type=float, help="changeover the policy is told (default: the real one)")
@@ -97,6 +99,14 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
     else:
         windows = read_windows(Path(args.windows))
     scale = Decimal(args.spot_price) if args.spot_price else None
+    try:
+        budget = None if args.budget is None else Decimal(args.budget)
+    except ArithmeticError:
+        raise SystemExit(f"--budget: {args.budget!r} is not a number") from None
+    if budget is not None and not (budget.is_finite() and budget >= 0):
+        raise SystemExit(f"--budget: {args.budget!r} must be a number ≥ 0")
+    if budget is not None:
+        budget = float(budget / scale if scale else budget)
     results = []
     for n, w in enumerate(windows):
         if args.limit is not None and n >= args.limit:
@@ -115,6 +125,7 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
                 work_told=round(args.told_job_hours * 3600) if args.told_job_hours else None,
                 changeover_told=round(args.told_changeover_hours * 3600) if args.told_changeover_hours else None,
                 horizon=min(avail.shape[1] * gap, 2 * deadline),
+                budget=budget,
             )
             row = {
                 "trace": w.get("trace"), "window": w.get("window", n), "policy": name,

@@ -81,6 +81,7 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
         price_ratio=float(ondemand / base) if ondemand else 1e9,
         onprem_ratio=float(onprem / base) if onprem else None,
         spent=float(job.spent) / float(base) if base else 0.0,
+        budget=float(job.budget) / float(base) if base else None,
     )
 
 

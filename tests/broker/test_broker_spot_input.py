@@ -66,3 +66,9 @@ def test_the_zone_a_job_holds_stays_visible_while_it_runs_there():
     inp = policy_input(job(), [], OFFERS, {"z1": 0, "z2": 0, "od": 1}, frozenset({"z1"}), now=NOW, changeover=60,
                        holding=Holding(Tier.SPOT, "z1"))
     assert "z1" in inp.spot_zones_available and inp.on_spot
+
+
+def test_the_policy_sees_spent_money_and_the_budget_in_spot_hours():
+    inp = policy_input(job(budget=50_000_000, spent=4_000_000), [], OFFERS, {"z1": 1, "z2": 1, "od": 1}, frozenset({"z1"}),
+                       now=NOW, changeover=60)
+    assert inp.spent == pytest.approx(4.0) and inp.budget == pytest.approx(50.0)  # the cheapest spot is $1/h

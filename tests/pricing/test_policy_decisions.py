@@ -281,3 +281,13 @@ def test_a_plan_that_can_fail_over_leaves_on_demand_more_readily():
     stay_alone = sum(alone.get(*s) == 2 for s in states)
     stay_fail = sum(fail.get(*s) == 2 for s in states)
     assert stay_fail < stay_alone
+
+
+def test_a_budget_that_covers_on_demand_only_bounds_the_cap_allowance():
+    od_only = 290 / 6 * 3.145  # 48 h + a 0.2 h changeover on 600 s ticks
+    full = 2 / 6 * (1 + 3.145)
+    assert changeover_allowance(inp(budget=od_only + 10)) == pytest.approx(full)
+    assert changeover_allowance(inp(budget=od_only + 0.5)) == pytest.approx(0.5)
+    assert changeover_allowance(inp(budget=od_only)) == pytest.approx(0.0)
+    assert changeover_allowance(inp(budget=od_only - 1)) == pytest.approx(full)  # cannot be kept anyway: the engine stops it
+

@@ -6,6 +6,7 @@ import io
 import itertools
 import json
 import random
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,34 @@ def test_told_a_short_job_and_a_short_changeover_the_broker_still_finishes_withi
                            price_ratio=K, work_told=C, changeover_told=D, horizon=avail.shape[1] * 600)
             bound = R * 3600 + (round(C * 1.2 / 600) * 600 - C) + 2 * (1440 - D)
             assert run.finish_seconds is not None and run.finish_seconds <= bound
+
+
+@pytest.mark.parametrize("extra", [0.0, 0.5])
+def test_on_real_windows_a_budget_that_covers_on_demand_only_is_never_exceeded(extra):
+    # Windows of the paper's where the broker's default run ends a little above on-demand only
+    # (spot that flickered, then on-demand to the deadline): with a budget at on-demand only
+    # (+ half a spot-hour) the allowance shrinks to it and no run costs more than the budget.
+    from pricing.loading import read_windows
+
+    od_only = 290 / 6 * 3.145
+    windows = list(read_windows(WINDOWS_FILE))[944:1017:8]
+    kw = dict(gap=600, work=C, changeover=720, price_ratio=3.145)
+    free, bound = [], []
+    for w in windows:
+        avail = np.atleast_2d(np.asarray(w["available"]) > 0)
+        for R in (52, 60):
+            free.append(simulate(make_policy("broker"), avail, deadline=R * 3600, **kw))
+            bound.append(simulate(make_policy("broker"), avail, deadline=R * 3600, budget=od_only + extra, **kw))
+    assert sum(r.cost > od_only + extra + 1e-9 for r in free) >= 5  # without the budget, these windows go above it
+    assert all(r.finished and r.cost <= od_only + extra + 1e-9 for r in bound)
+    assert (sum(r.spot_hours for r in bound) > 0) == (extra > 0)  # with no room above on-demand only, spot is never risked
+
+
+def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(capsys):
+    args = ["--windows", str(WINDOWS_FILE), "--limit", "6", "--deadline-hours", "52", "--spot-price", "0.9731"]
+    od_only = cli_run(args + ["--json"], out=io.StringIO())[0]["ondemand_only_cost"]
+    rows = cli_run(args + ["--json", "--budget", str(od_only)], out=io.StringIO())
+    assert all(r["finished"] and r["spot_hours"] == 0 and Decimal(str(r["cost"])) <= Decimal(str(od_only)) for r in rows)
+    for bad, why in (("abc", "is not a number"), ("-1", "must be a number")):
+        with pytest.raises(SystemExit, match=why):
+            cli_run(args + ["--budget", bad], out=io.StringIO())
