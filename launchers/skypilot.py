@@ -38,13 +38,13 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase
 from launchers.skypilot_status import Launch, Observation, next_status
-from launchers.skypilot_task import TaskConfigError, task_config, without_broker_mounts
+from launchers.skypilot_task import TaskConfigError, exit_code_in, task_config, without_broker_mounts
 
 CLUSTER_PREFIX = "broker"
 MAX_CLUSTER_NAME = 40
@@ -377,8 +377,8 @@ class SkyPilotLauncher:
         with self._locked(attempt_id) as state:
             previous = Phase(state["phase"]) if state.get("phase") else None
             if previous is not None and previous.is_final:
-                return AttemptStatus(previous, exit_code=state.get("exit_code"), reason=state.get("reason", ""),
-                                     step=state.get("step"))
+                return AttemptStatus(previous, exit_code=state.get("exit_code"), signal=state.get("signal"),
+                                     reason=state.get("reason", ""), step=state.get("step"))
             try:
                 obs = self.observe(attempt_id, state)
             except Exception as exc:  # API server down, network: report what was known
@@ -386,11 +386,13 @@ class SkyPilotLauncher:
             result = next_status(previous, obs)
             if result.phase is Phase.GONE:
                 return result
-            state.update(phase=result.phase.value, exit_code=result.exit_code, reason=result.reason,
-                         step=result.step)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
+            if result.phase is Phase.FAILED and result.exit_code is None:
+                result = self._with_exit_code(attempt_id, result)
+            state.update(phase=result.phase.value, exit_code=result.exit_code, signal=result.signal,
+                         reason=result.reason, step=result.step)
             return result
 
     # -- stop -----------------------------------------------------------------------------------
@@ -466,6 +468,15 @@ class SkyPilotLauncher:
             return
         if data:
             self._path(attempt_id, ".log").write_bytes(data)
+
+    def _with_exit_code(self, attempt_id: str, result: AttemptStatus) -> AttemptStatus:
+        """``result`` with the exit status the wrapped run reported in its kept logs (bash's
+        128 + N is a kill by signal N, as the local launcher reports it)."""
+        kept = self._path(attempt_id, ".log")
+        code = exit_code_in(kept.read_bytes()) if kept.exists() else None
+        if code is None:
+            return result
+        return replace(result, exit_code=code, signal=code - 128 if code > 128 else None)
 
     def _down(self, attempt_id: str, state: dict[str, Any]) -> None:
         try:

@@ -12,11 +12,13 @@ What the broker changes, and nothing else:
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
 | ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
+| ``run`` | the same script in a subshell, then one line reporting its exit status (:func:`reporting_exit_code`): SkyPilot's job status says only ``FAILED``, so the launcher reads the code from the logs (:func:`exit_code_in`) for the failure diagnosis |
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +37,10 @@ PLACEMENT_KEYS = ("infra", "cloud", "region", "zone", "instance_type", "accelera
 """Resource keys the broker decides; the user's values for them are replaced, the rest kept."""
 
 KUBERNETES_CLOUDS = {"kubernetes": "k8s", "k8s": "k8s"}
+
+EXIT_MARKER = "[spot-broker] run exited with status "
+"""The line the wrapped ``run`` prints last: the marker, then bash's exit status (128 + N: killed by signal N)."""
+_EXIT_LINE = re.compile(re.escape(EXIT_MARKER).encode() + rb"(\d+)\s*$", re.MULTILINE)
 
 
 class TaskConfigError(ValueError):
@@ -124,7 +130,22 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
     if mounts:
         config["file_mounts"] = mounts
     config["envs"] = merged_envs
+    if isinstance(config.get("run"), str) and config["run"].strip():
+        config["run"] = reporting_exit_code(config["run"])
     return config
+
+
+def reporting_exit_code(run: str) -> str:
+    """``run`` in a subshell (its own ``exit``, ``set -e`` or a signal end only the subshell),
+    then a line with its exit status, which the script then exits with."""
+    return f"(\n{run.rstrip()}\n)\nbroker_status=$?\necho \"{EXIT_MARKER}$broker_status\"\nexit $broker_status\n"
+
+
+def exit_code_in(logs: bytes) -> int | None:
+    """The run's exit status from its logs (None: no report — it never ended on its own, or
+    the logs were cut). With several nodes each reports; the first failure's status wins."""
+    codes = [int(m.group(1)) for m in _EXIT_LINE.finditer(logs)]
+    return next((c for c in codes if c != 0), codes[0] if codes else None)
 
 
 def without_broker_mounts(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -93,6 +93,19 @@ def test_a_finished_attempt_keeps_its_logs_after_its_cluster_is_torn_down(launch
     assert launcher.logs(AID, offset=7, limit=6) == (b"step 2", 13)
 
 
+def test_a_failed_run_reports_its_exit_status_and_signal_from_the_logs(launcher, sky_client):
+    # SkyPilot's job status says only FAILED; the wrapped run printed its status last.
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    sky_client.jobs[CLUSTER] = "FAILED"
+    sky_client.output[CLUSTER] = b"step 1200\nKilled\n[spot-broker] run exited with status 137\n"
+    status = launcher.status(AID)
+    assert (status.phase, status.exit_code, status.signal, status.step) == (Phase.FAILED, 137, 9, "run")
+    again = launcher.status(AID)  # after teardown, from the attempt's saved state
+    assert (again.exit_code, again.signal) == (137, 9)
+
+
 def test_a_launch_skypilot_cannot_provision_is_lost_so_the_engine_requeues(launcher, sky_client):
     launcher.launch(request(GPU_TASK, SPOT_A100))
     [rid] = sky_client.requests

@@ -14,7 +14,7 @@ import yaml
 
 from launchers.base import LaunchError, LaunchRequest
 from launchers.skypilot import TaskError, attempt_config, build_task, cluster_name, validate_task
-from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, infra
+from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, exit_code_in, infra, reporting_exit_code
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,8 +75,9 @@ def test_generated_task_round_trips_through_skypilot_with_the_placement_pinned(s
         assert resources["accelerators"] == {placement["accelerator"]: placement["accelerator_count"]}
     assert dumped.get("num_nodes", 1) == placement["num_nodes"]
     assert {k: dumped["envs"][k] for k in ENVS} == ENVS, "the broker's variables win over the task's"
-    for key in ("run", "setup", "name"):
+    for key in ("setup", "name"):
         assert dumped.get(key) == task.get(key)
+    assert dumped["run"] == reporting_exit_code(task["run"])  # the user's script, reporting its exit status
     assert resources["labels"] == {"broker-job": "j-0123456789", "broker-attempt": "j-0123456789-a2"}
 
 
@@ -180,3 +181,29 @@ def test_invalid_tasks_are_refused_with_skypilots_message_naming_the_field(sky, 
         validate_task(task)
     assert caught.value.field == field
     assert mentions in caught.value.reason
+
+
+@pytest.mark.parametrize("script, status", [
+    pytest.param("echo hi", 0, id="a script that succeeds reports 0"),
+    pytest.param("echo start\nexit 3\necho never", 3, id="its own exit ends only the subshell and is reported"),
+    pytest.param("set -e\nfalse\necho never", 1, id="set -e stops the script, and the status is still reported"),
+    pytest.param("sh -c 'kill -9 $$'", 137, id="a process killed by SIGKILL (the OOM killer) reports 137"),
+    pytest.param("cat <<'EOF'\n)\nEOF\nexit 7", 7, id="a heredoc holding a bracket does not break the wrapper"),
+    pytest.param("python3 -c 'import sys; sys.exit(42)' \\\n  && echo ok", 42, id="a trailing line continuation is closed first"),
+])
+def test_the_wrapped_run_reports_the_scripts_own_exit_status_in_real_bash(tmp_path, script, status):
+    import subprocess
+
+    plain = subprocess.run(["bash", "-c", script], capture_output=True, cwd=tmp_path)
+    wrapped = subprocess.run(["bash", "-c", reporting_exit_code(script)], capture_output=True, cwd=tmp_path)
+    as_bash_reports = plain.returncode if plain.returncode >= 0 else 128 - plain.returncode  # killed by N: 128 + N
+    assert as_bash_reports == wrapped.returncode == status
+    assert exit_code_in(wrapped.stdout) == status
+    assert wrapped.stdout.startswith(plain.stdout)  # the script's own output is unchanged
+
+
+def test_the_exit_status_is_read_from_the_logs_the_first_failing_node_wins():
+    line = b"[spot-broker] run exited with status "
+    assert exit_code_in(b"step 1\n" + line + b"0\n") == 0
+    assert exit_code_in(b"(worker1) " + line + b"0\n" + line + b"139\n") == 139
+    assert exit_code_in(b"step 1\nstep 2\n") is None  # preempted or cut: no report
