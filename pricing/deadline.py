@@ -166,14 +166,19 @@ def within_cost_cap(inp: PolicyInput, action: Action, zone: str | None = None) -
     (without this, a job that never touched spot could end a changeover above
     on-demand only).
     """
-    if action in RELIABLE:
-        return True
+    return action in RELIABLE or cap_margin(inp, action, zone) >= -1e-9
+
+
+def cap_margin(inp: PolicyInput, action: Action, zone: str | None = None) -> float:
+    """Spot-hours left under the cap (on-demand only plus the allowance, none for a wait off
+    the reliable tier) in the worst case after a tick of ``action``: the tick makes the
+    progress it must and then the job finishes on the reliable tier, from a new changeover."""
     tick_hours = inp.tick / 3600
     price = 1.0 if action is Action.SPOT else 0.0
     after = inp.remaining - progress_this_tick(inp, action, zone)
     finish = _reliable_ticks(inp, max(after, 0.0), inp.changeover) * tick_hours * inp.reliable_ratio if after > 0 else 0.0
     allowance = 0.0 if action is Action.WAIT and inp.on_reliable else changeover_allowance(inp)
-    return inp.spent + price * tick_hours + finish <= cost_cap(inp) + allowance + 1e-9
+    return cost_cap(inp) + allowance - (inp.spent + price * tick_hours + finish)
 
 
 def changeover_allowance(inp: PolicyInput) -> float:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pricing.deadline import Action, Decision, PolicyInput, changeover_allowance, cost_headroom, reliable, slack
+from pricing.deadline import Action, Decision, PolicyInput, cap_margin, changeover_allowance, cost_headroom, reliable, slack
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,8 @@ class MPCTuning:
     log_bin: float = 0.2  # the learnt hazard scales are rounded to e^0.2 steps so solved plans can be shared
     max_work_steps: int = 8000  # beyond this many work units, fall back to SlackReserve
     failover_weight: float = 1.0  # prior of the failover chance: 0, counting as this many run ends
+    reserve_fraction: float = 0.65  # of the cap's allowance: a spot move leaving less in the worst case ...
+    proof_minutes: float = 60.0  # ... waits for a run that has lasted this long (unless another zone is up too)
 
 
 def _bucket(age: int) -> int:
@@ -374,6 +376,17 @@ class ModelPredictive:
         runs = self.zones.zones
         return max(sorted(inp.spot_zones_available), key=lambda z: (runs[z].up_for, self.zones.expected_run(z)))
 
+    def unproven_last_hop(self, inp: PolicyInput, zone: str) -> bool:
+        """Whether spot in ``zone`` now would be a gamble the cost cap can afford only about once
+        more — in the worst case (lost after its unproductive first tick) it would leave less
+        than ``reserve_fraction`` of the allowance — on a run younger than ``proof_minutes``,
+        with no other zone up to fail over to. The plan knows nothing of the cap; a lost gamble
+        like that holds the job on the reliable tier to its end, however long spot then lasts."""
+        t = self.tuning
+        return (len(inp.spot_zones_available) == 1
+                and self.zones.zones[zone].up_for < t.proof_minutes * 60 - 1e-6
+                and cap_margin(inp, Action.SPOT, zone) < t.reserve_fraction * changeover_allowance(inp))
+
     def failover(self) -> float:
         """Chance that another zone has spot when the held zone's run ends (0 with one zone),
         rounded to tenths so plans can be shared."""
@@ -413,6 +426,10 @@ class ModelPredictive:
             j = jmax if inp.changeover_left <= 0 else max(jmax - math.ceil(inp.changeover_left / step - 1e-9), 1)
         a = plan.get(n, j, s, w)
         zone = self.best_zone(inp)
+        if a == 1 and zone is not None and self.unproven_last_hop(inp, zone):
+            why = (f"spot in {zone} has lasted {self.zones.zones[zone].up_for / 60:.0f} min; losing it now would leave "
+                   f"the cost cap no room for another hop: wait for it to last {self.tuning.proof_minutes:.0f} min")
+            return reliable(inp, why) if inp.on_reliable else Decision(Action.WAIT, None, why)
         if a == 1 and zone is not None:
             return Decision(Action.SPOT, zone, f"plan: spot in {zone} (up-run hazard scale {au:.2f}, down {ad:.2f})")
         if a == 0:

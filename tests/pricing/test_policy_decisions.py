@@ -291,3 +291,17 @@ def test_a_budget_that_covers_on_demand_only_bounds_the_cap_allowance():
     assert changeover_allowance(inp(budget=od_only)) == pytest.approx(0.0)
     assert changeover_allowance(inp(budget=od_only - 1)) == pytest.approx(full)  # cannot be kept anyway: the engine stops it
 
+
+
+def test_a_hop_the_cap_can_afford_only_once_more_waits_for_spot_to_last_an_hour_unless_another_zone_is_up():
+    # On on-demand with nothing saved, a hop's worst case (a spot tick lost, a second changeover
+    # back) uses most of the cap's allowance: lost, the job could never leave on-demand again.
+    broke = dict(holding=OD, work_done=10 * H, spent=62 / 6 * 3.145)
+    _, young = mpc_zones_after([set()] * 20 + [{"a"}] * 2, **broke)
+    assert young.action is Action.ONDEMAND and "wait for it to last 60 min" in young.reason
+    _, proven = mpc_zones_after([set()] * 20 + [{"a"}] * 7, **broke)  # 70 min
+    assert (proven.action, proven.zone) == (Action.SPOT, "a"), proven.reason
+    _, backed = mpc_zones_after([set()] * 20 + [{"a", "b"}] * 2, **broke)  # losing one zone would likely be a failover
+    assert backed.action is Action.SPOT, backed.reason
+    _, saved = mpc_zones_after([set()] * 20 + [{"a"}] * 2, **{**broke, "spent": 62 / 6 * 3.145 - 3.0})  # money saved
+    assert saved.action is Action.SPOT, saved.reason
