@@ -330,8 +330,9 @@ class ModelPredictive:
     instance, no wait), with a chance learnt from the job's history too. The plan is an exact backward DP over (steps left, work left,
     holding, up/down and age bucket) on a grid of ``plan_step`` seconds
     (:func:`solve_plan`); solved plans are shared across ticks and jobs by the rounded
-    hazard scales. Held spot is kept while it is up. Nothing looks into the future of a
-    trace. Falls back to :class:`SlackReserve` where the grid does not fit (a very
+    hazard scales. Held spot is kept while it is up. A spot move that could cost the cap's
+    last affordable hop waits for a proven run (:meth:`unproven_last_hop`). Nothing looks
+    into the future of a trace. Falls back to :class:`SlackReserve` where the grid does not fit (a very
     long job, no on-demand price).
     """
 
