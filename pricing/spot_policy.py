@@ -179,8 +179,7 @@ class MPCTuning:
     log_bin: float = 0.2  # the learnt hazard scales are rounded to e^0.2 steps so solved plans can be shared
     max_work_steps: int = 8000  # beyond this many work units, fall back to SlackReserve
     failover_weight: float = 1.0  # prior of the failover chance: 0, counting as this many run ends
-    reserve_fraction: float = 0.65  # of the cap's allowance: a spot move leaving less in the worst case ...
-    proof_minutes: float = 60.0  # ... waits for a run that has lasted this long (unless another zone is up too)
+    proof_minutes: float = 60.0  # a hop off the reliable tier on the cap's credit waits for a run this old
 
 
 def _bucket(age: int) -> int:
@@ -330,8 +329,8 @@ class ModelPredictive:
     instance, no wait), with a chance learnt from the job's history too. The plan is an exact backward DP over (steps left, work left,
     holding, up/down and age bucket) on a grid of ``plan_step`` seconds
     (:func:`solve_plan`); solved plans are shared across ticks and jobs by the rounded
-    hazard scales. Held spot is kept while it is up. A spot move that could cost the cap's
-    last affordable hop waits for a proven run (:meth:`unproven_last_hop`). Nothing looks
+    hazard scales. Held spot is kept while it is up. A hop off the reliable tier on the cost
+    cap's credit waits for a proven run (:meth:`unproven_hop_on_credit`). Nothing looks
     into the future of a trace. Falls back to :class:`SlackReserve` where the grid does not fit (a very
     long job, no on-demand price).
     """
@@ -377,16 +376,16 @@ class ModelPredictive:
         runs = self.zones.zones
         return max(sorted(inp.spot_zones_available), key=lambda z: (runs[z].up_for, self.zones.expected_run(z)))
 
-    def unproven_last_hop(self, inp: PolicyInput, zone: str) -> bool:
-        """Whether spot in ``zone`` now would be a gamble the cost cap can afford only about once
-        more — in the worst case (lost after its unproductive first tick) it would leave less
-        than ``reserve_fraction`` of the allowance — on a run younger than ``proof_minutes``,
-        with no other zone up to fail over to. The plan knows nothing of the cap; a lost gamble
-        like that holds the job on the reliable tier to its end, however long spot then lasts."""
-        t = self.tuning
-        return (len(inp.spot_zones_available) == 1
-                and self.zones.zones[zone].up_for < t.proof_minutes * 60 - 1e-6
-                and cap_margin(inp, Action.SPOT, zone) < t.reserve_fraction * changeover_allowance(inp))
+    def unproven_hop_on_credit(self, inp: PolicyInput, zone: str) -> bool:
+        """Whether a hop off the reliable tier to spot in ``zone`` would be paid on credit — its
+        worst case (lost after its unproductive first tick, then a second changeover back) not
+        covered by money already saved, so drawn from the cost cap's allowance — onto a run
+        younger than ``proof_minutes``, with no other zone up to fail over to. The plan knows
+        nothing of the cap; a few such hops lost use the allowance up, and from then on the cap
+        holds the job on the reliable tier to its end, however long spot then lasts."""
+        return (inp.on_reliable and len(inp.spot_zones_available) == 1
+                and self.zones.zones[zone].up_for < self.tuning.proof_minutes * 60 - 1e-6
+                and cap_margin(inp, Action.SPOT, zone) < changeover_allowance(inp) - 1e-9)
 
     def failover(self) -> float:
         """Chance that another zone has spot when the held zone's run ends (0 with one zone),
@@ -427,10 +426,9 @@ class ModelPredictive:
             j = jmax if inp.changeover_left <= 0 else max(jmax - math.ceil(inp.changeover_left / step - 1e-9), 1)
         a = plan.get(n, j, s, w)
         zone = self.best_zone(inp)
-        if a == 1 and zone is not None and self.unproven_last_hop(inp, zone):
-            why = (f"spot in {zone} has lasted {self.zones.zones[zone].up_for / 60:.0f} min; losing it now would leave "
-                   f"the cost cap no room for another hop: wait for it to last {self.tuning.proof_minutes:.0f} min")
-            return reliable(inp, why) if inp.on_reliable else Decision(Action.WAIT, None, why)
+        if a == 1 and zone is not None and self.unproven_hop_on_credit(inp, zone):
+            return reliable(inp, f"spot in {zone} has lasted {self.zones.zones[zone].up_for / 60:.0f} min and nothing saved "
+                                 f"would pay for losing it: wait for it to last {self.tuning.proof_minutes:.0f} min")
         if a == 1 and zone is not None:
             return Decision(Action.SPOT, zone, f"plan: spot in {zone} (up-run hazard scale {au:.2f}, down {ad:.2f})")
         if a == 0:

@@ -293,9 +293,10 @@ def test_a_budget_that_covers_on_demand_only_bounds_the_cap_allowance():
 
 
 
-def test_a_hop_the_cap_can_afford_only_once_more_waits_for_spot_to_last_an_hour_unless_another_zone_is_up():
+def test_a_hop_off_on_demand_on_the_caps_credit_waits_for_spot_to_last_an_hour_unless_another_zone_is_up():
     # On on-demand with nothing saved, a hop's worst case (a spot tick lost, a second changeover
-    # back) uses most of the cap's allowance: lost, the job could never leave on-demand again.
+    # back) comes out of the cap's allowance; a few of those lost and the job could never leave
+    # on-demand again.
     broke = dict(holding=OD, work_done=10 * H, spent=62 / 6 * 3.145)
     _, young = mpc_zones_after([set()] * 20 + [{"a"}] * 2, **broke)
     assert young.action is Action.ONDEMAND and "wait for it to last 60 min" in young.reason
@@ -303,5 +304,7 @@ def test_a_hop_the_cap_can_afford_only_once_more_waits_for_spot_to_last_an_hour_
     assert (proven.action, proven.zone) == (Action.SPOT, "a"), proven.reason
     _, backed = mpc_zones_after([set()] * 20 + [{"a", "b"}] * 2, **broke)  # losing one zone would likely be a failover
     assert backed.action is Action.SPOT, backed.reason
-    _, saved = mpc_zones_after([set()] * 20 + [{"a"}] * 2, **{**broke, "spent": 62 / 6 * 3.145 - 3.0})  # money saved
+    _, saved = mpc_zones_after([set()] * 20 + [{"a"}] * 2, **{**broke, "spent": 62 / 6 * 3.145 - 3.0})  # savings pay for it
     assert saved.action is Action.SPOT, saved.reason
+    _, idle = mpc_zones_after([set()] * 20 + [{"a"}] * 2, work_done=0.0)  # not a hop: from idle the worst case is a tick
+    assert idle.action is Action.SPOT, idle.reason
