@@ -326,13 +326,14 @@ class ModelPredictive:
     lives through; pooled over zones) and down-runs are spells with no zone up (what the
     job waits through); the zone taken is the one whose run has lasted longest, and its
     age is the plan's; when that run ends, another zone may be up (a failover: a new
-    instance, no wait), with a chance learnt from the job's history too. The plan is an exact backward DP over (steps left, work left,
-    holding, up/down and age bucket) on a grid of ``plan_step`` seconds
-    (:func:`solve_plan`); solved plans are shared across ticks and jobs by the rounded
-    hazard scales. Held spot is kept while it is up. A hop off the reliable tier on the cost
-    cap's credit waits for a proven run (:meth:`unproven_hop_on_credit`). Nothing looks
-    into the future of a trace. Falls back to :class:`SlackReserve` where the grid does not fit (a very
-    long job, no on-demand price).
+    instance, no wait), with a chance learnt from the job's history too. The plan is an
+    exact backward DP over (steps left, work left, holding, up/down and age bucket) on a
+    grid of ``plan_step`` seconds (:func:`solve_plan`); solved plans are shared across
+    ticks and jobs by the rounded hazard scales. Held spot is kept while it is up. A hop
+    off the reliable tier on the cost cap's credit waits for a proven run
+    (:meth:`unproven_hop_on_credit`). Nothing looks into the future of a trace. Falls
+    back to :class:`SlackReserve` where the grid does not fit (a very long job, no
+    on-demand price).
     """
 
     tuning: MPCTuning = field(default_factory=MPCTuning)
