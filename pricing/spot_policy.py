@@ -81,7 +81,7 @@ class SlackReserve:
     def observe(self, inp: PolicyInput) -> None:
         """Fold one tick of spot availability into each zone's windowed history."""
         decay = 0.5 ** (inp.tick / (self.tuning.half_life_hours * 3600))
-        for zone in inp.spot_zones_available:
+        for zone in sorted(inp.spot_zones_available):  # sorted: dict order (and so float sums) never depends on str hashing
             self.zones.setdefault(zone, ZoneHistory())
         for zone, h in self.zones.items():
             up = zone in inp.spot_zones_available
@@ -344,7 +344,7 @@ class ModelPredictive:
 
     def observe(self, inp: PolicyInput) -> None:
         was_up = {z: h.up_for > 0 for z, h in self.zones.zones.items()}
-        held = max((z for z, up in was_up.items() if up), key=lambda z: self.zones.zones[z].up_for, default=None)
+        held = self._preferred(z for z, up in was_up.items() if up)  # the zone a job would have held
         self.zones.observe(inp)
         t, m = self.tuning, self.model
         if held is not None and held not in inp.spot_zones_available:
@@ -372,10 +372,11 @@ class ModelPredictive:
     def best_zone(self, inp: PolicyInput) -> str | None:
         """The zone whose spot run has lasted longest (the hazard falls with age), then the
         one with the longest expected run; the plan's up-run age is that zone's."""
-        if not inp.spot_zones_available:
-            return None
+        return self._preferred(inp.spot_zones_available)
+
+    def _preferred(self, zones) -> str | None:
         runs = self.zones.zones
-        return max(sorted(inp.spot_zones_available), key=lambda z: (runs[z].up_for, self.zones.expected_run(z)))
+        return max(sorted(zones), key=lambda z: (runs[z].up_for, self.zones.expected_run(z)), default=None)
 
     def unproven_hop_on_credit(self, inp: PolicyInput, zone: str) -> bool:
         """Whether a hop off the reliable tier to spot in ``zone`` would be paid on credit — its
