@@ -144,6 +144,9 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
                 print(json.dumps(row), file=out)
     if not args.json:
         print(summary(results), file=out)
+        if budget is not None:
+            print(f"budget {args.budget}: the broker's cost cap keeps each of its runs within it when it covers "
+                  f"on-demand only; the paper's baselines run without a cap and ignore it", file=out)
     return results
 
 

@@ -165,6 +165,9 @@ def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(
     od_only = cli_run(args + ["--json"], out=io.StringIO())[0]["ondemand_only_cost"]
     rows = cli_run(args + ["--json", "--budget", str(od_only)], out=io.StringIO())
     assert all(r["finished"] and r["spot_hours"] == 0 and Decimal(str(r["cost"])) <= Decimal(str(od_only)) for r in rows)
+    table = io.StringIO()
+    cli_run(args + ["--budget", str(od_only)], out=table)
+    assert f"budget {od_only}: the broker's cost cap keeps each of its runs within it" in table.getvalue()
     for bad, why in (("abc", "is not a number"), ("-1", "must be a number")):
         with pytest.raises(SystemExit, match=why):
             cli_run(args + ["--budget", bad], out=io.StringIO())
