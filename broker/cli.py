@@ -87,6 +87,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`broker simulate ... | head`): stop quietly, as Unix tools do.
+        # Point stdout at /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "simulate":
         from pricing.simulate_cli import main as simulate
@@ -100,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # one clear line, never a traceback
         from broker.client import BrokerError
 

@@ -192,3 +192,21 @@ def test_multi_zone_runs_repeat_exactly_whatever_the_processs_string_hashing():
         assert done.returncode == 0, done.stderr
         outputs.append([json.loads(line)["actions"] for line in done.stdout.splitlines()])
     assert len(outputs[0]) == 2 and outputs[0] == outputs[1]
+
+
+def test_piped_into_a_reader_that_stops_early_the_cli_exits_quietly():
+    # `broker simulate ... | head -1`: once the reader has gone, writing raises BrokenPipeError;
+    # the user must see head's line, not a Python traceback.
+    import subprocess
+    import sys
+
+    code = "import sys; from broker.cli import main; sys.exit(main(sys.argv[1:]))"
+    args = ["simulate", "--windows", str(WINDOWS_FILE), "--limit", "400", "--policy", "greedy", "--json"]
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[2])
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away after one line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert json.loads(first)["policy"] == "greedy"
+    assert "Traceback" not in err and "Broken pipe" not in err, err
