@@ -25,6 +25,7 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -151,6 +152,7 @@ def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, wi
     queue position of each queued job.
     """
     days = _days(win)
+    day_ends = [b for _, _, b in days]
     by_day = {d[0]: {t: 0 for t in (*TIERS, "ondemand_equivalent")} for d in days}
     tier_total = dict.fromkeys(TIERS, 0)
     equiv_total = 0
@@ -165,7 +167,7 @@ def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, wi
             equiv = ondemand_equivalent(att, job)
             cost_in = share(att.cost, att, win.since, win.until)
             equiv_in = share(equiv, att, win.since, win.until)
-            for key, a, b in days:
+            for key, a, b in _days_touched(days, day_ends, att):
                 by_day[key][tier] += share(att.cost, att, a, b)
                 by_day[key]["ondemand_equivalent"] += share(equiv, att, a, b)
             tier_total[tier] += cost_in
@@ -292,6 +294,19 @@ def percent(part: int, whole: int) -> int | None:
     return part * 100 // whole if whole > 0 else None
 
 
+def _days_touched(days: list[tuple[str, float, float]], day_ends: list[float], attempt: Attempt):
+    """The days of ``days`` (sorted, ends in ``day_ends``) whose share of ``attempt`` can be non-zero:
+    a superset of those overlapping its billed span, by a second each side. Every other day's share
+    is exactly 0 (both ends of it are before the span, or both after), so skipping them changes no
+    sum — and a 90-day report no longer costs 90 days per attempt."""
+    start, seconds = billed_span(attempt)
+    first = bisect_right(day_ends, start - 1)
+    for i in range(first, len(days)):
+        if days[i][1] >= start + seconds + 1:
+            break
+        yield days[i]
+
+
 def _days(win: Window) -> list[tuple[str, float, float]]:
     """UTC calendar days overlapping the window, each clipped to it: (date, start, end)."""
     out = []
@@ -320,4 +335,4 @@ def gather(store, *, team: str | None, win: Window | None) -> tuple[list[Job], d
     """
     listed = store.list_jobs(team=team, limit=100_000, active_since=None if win is None else win.since)
     jobs = [j for j in listed if win is None or j.submitted_at < win.until]
-    return jobs, {j.id: store.attempts(j.id) for j in jobs}
+    return jobs, store.attempts_of([j.id for j in jobs])

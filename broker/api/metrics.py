@@ -98,8 +98,10 @@ class StoreCollector:
         with self._lock:  # one refresh at a time; scrapes are rare
             now = self.clock()
             since = None if self._read_at is None else self._read_at - self.SKEW_S
-            for j in store.list_jobs(limit=10**9, active_since=since):
-                self._figures[j.id] = _figures(j, store.attempts(j.id))
+            jobs = store.list_jobs(limit=10**9, active_since=since)
+            attempts = store.attempts_of([j.id for j in jobs])
+            for j in jobs:
+                self._figures[j.id] = _figures(j, attempts[j.id])
             self._read_at = now
             return list(self._figures.values())
 

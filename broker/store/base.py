@@ -17,6 +17,9 @@ from typing import Protocol, runtime_checkable
 from broker.models import Attempt, Event, Job
 
 
+BATCH_IDS = 500  # ids per round trip in the stores' batched reads
+
+
 class StoreError(Exception):
     """Base for store failures the caller may handle."""
 
@@ -79,6 +82,10 @@ class JobStore(Protocol):
 
     def attempts(self, job_id: str) -> list[Attempt]:
         """The job's attempts, oldest first."""
+
+    def attempts_of(self, job_ids: Sequence[str]) -> dict[str, list[Attempt]]:
+        """Each job's attempts, oldest first, in a few round trips (every id is a key; a job
+        with none, or no such job, maps to ``[]``): what a cost report over many jobs reads."""
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         """Reported progress/metric points, oldest first."""

@@ -24,7 +24,7 @@ from redis.exceptions import NoScriptError
 
 from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
-from broker.store.base import Change, DuplicateJob, StoreError, VersionConflict
+from broker.store.base import BATCH_IDS, Change, DuplicateJob, StoreError, VersionConflict
 from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys
 
@@ -227,6 +227,18 @@ class RedisStore:
     def attempts(self, job_id: str) -> list[Attempt]:
         raws = self._r.hgetall(self.keys.attempts(job_id))
         return sorted((Attempt.from_dict(json.loads(v)) for v in raws.values()), key=lambda a: a.n)
+
+    def attempts_of(self, job_ids: Sequence[str]) -> dict[str, list[Attempt]]:
+        ids = list(dict.fromkeys(job_ids))
+        out: dict[str, list[Attempt]] = {}
+        for i in range(0, len(ids), BATCH_IDS):
+            chunk = ids[i : i + BATCH_IDS]
+            with self._r.pipeline(transaction=False) as p:
+                for job_id in chunk:
+                    p.hgetall(self.keys.attempts(job_id))
+                for job_id, raws in zip(chunk, p.execute()):
+                    out[job_id] = sorted((Attempt.from_dict(json.loads(v)) for v in raws.values()), key=lambda a: a.n)
+        return out
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         key = self.keys.metrics(job_id)

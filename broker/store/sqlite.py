@@ -18,7 +18,7 @@ from pathlib import Path
 
 from broker.lifecycle import FINAL_STATES
 from broker.models import Attempt, Event, Job
-from broker.store.base import Change, DuplicateJob, VersionConflict
+from broker.store.base import BATCH_IDS, Change, DuplicateJob, VersionConflict
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -208,6 +208,17 @@ class SqliteStore:
     def attempts(self, job_id: str) -> list[Attempt]:
         rows = self._query("SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job_id,))
         return [Attempt.from_dict(json.loads(r[0])) for r in rows]
+
+    def attempts_of(self, job_ids: Sequence[str]) -> dict[str, list[Attempt]]:
+        out: dict[str, list[Attempt]] = {j: [] for j in job_ids}
+        ids = list(out)
+        for i in range(0, len(ids), BATCH_IDS):
+            chunk = ids[i : i + BATCH_IDS]
+            rows = self._query(f"SELECT job_id, body FROM attempts WHERE job_id IN ({','.join('?' * len(chunk))}) "
+                               "ORDER BY job_id, n", chunk)
+            for job_id, body in rows:
+                out[job_id].append(Attempt.from_dict(json.loads(body)))
+        return out
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         rows = self._query(

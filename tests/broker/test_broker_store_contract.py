@@ -102,6 +102,24 @@ def test_attempts_are_upserted_and_listed_in_order(store):
     assert [(a.n, a.state, a.cost) for a in got] == [(1, AttemptState.PREEMPTED, 42), (2, AttemptState.RUNNING, 0)]
 
 
+def test_attempts_of_many_jobs_read_in_batches_match_one_job_at_a_time(store):
+    from broker.store.base import BATCH_IDS
+
+    ids = [f"j-{i}" for i in range(BATCH_IDS + 7)]  # more than one batch
+    for i, job_id in enumerate(ids):
+        job = create(store, make_job(job_id))
+        tries = [Attempt(id=f"{job_id}-a{n}", job_id=job_id, n=n, state=AttemptState.PREEMPTED, launcher="local",
+                         placement={"tier": "spot"}, price_per_hour=1_000_000, created_at=float(n), cost=i * 10 + n)
+                 for n in range(i % 3, 0, -1)]  # 0, 2 or 1 attempts, written newest first
+        if tries:
+            store.commit(Change(job=job, expected_version=1, attempts=tries))
+    got = store.attempts_of(ids[::-1] + ["no-such-job"])
+    assert set(got) == {*ids, "no-such-job"} and got["no-such-job"] == []
+    assert all(got[j] == store.attempts(j) for j in ids)
+    assert [a.n for a in got["j-2"]] == [1, 2] and [a.cost for a in got["j-2"]] == [21, 22]
+    assert sum(len(v) for v in got.values()) == sum(i % 3 for i in range(len(ids)))
+
+
 def test_list_filters_by_state_and_team_newest_first(store):
     create(store, make_job("j-a", t=1.0))
     create(store, make_job("j-b", team="nlp", t=2.0))
