@@ -53,14 +53,43 @@ def load_price_table(
 
 
 def read_trace(path: Path) -> tuple[int, list[int]]:
-    """A spot-traces file as ``(gap_seconds, availability per tick)``; >0 means spot is up."""
-    doc = json.loads(Path(path).read_text())
-    return int(doc["metadata"]["gap_seconds"]), [int(x) for x in doc["data"]]
+    """A spot-traces file as ``(gap_seconds, availability per tick)``; >0 means spot is up.
+    ``ValueError`` naming the file and what is wrong with it for anything else."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a spot-traces JSON file ({exc})") from None
+    try:
+        gap, data = int(doc["metadata"]["gap_seconds"]), [int(x) for x in doc["data"]]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}: a spot-traces file needs metadata.gap_seconds and a data list of integers") from None
+    if gap <= 0 or not data:
+        raise ValueError(f"{path}: gap_seconds must be > 0 and data must not be empty")
+    return gap, data
 
 
 def read_windows(path: Path) -> Iterator[dict]:
-    """The windows JSONL, one dict per window (``available``: list, or list of lists per zone)."""
+    """The windows JSONL, one dict per window (``available``: list, or list of lists per zone).
+    ``ValueError`` naming the file, the line and what is wrong with it for a malformed window."""
     with Path(path).open() as fh:
-        for line in fh:
+        for n, line in enumerate(fh, 1):
             if line.strip():
-                yield json.loads(line)
+                yield _window(line, f"{path} line {n}")
+
+
+def _window(line: str, where: str) -> dict:
+    try:
+        w = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(w, dict):
+        raise ValueError(f"{where}: a window is a JSON object")
+    gap, avail = w.get("gap_seconds"), w.get("available")
+    if not isinstance(gap, int) or isinstance(gap, bool) or gap <= 0:
+        raise ValueError(f"{where}: gap_seconds must be a whole number of seconds > 0, got {gap!r}")
+    rows = avail if isinstance(avail, list) and avail and all(isinstance(r, list) for r in avail) else [avail]
+    if not all(isinstance(r, list) and r and all(isinstance(x, int) and not isinstance(x, bool) for x in r) for r in rows):
+        raise ValueError(f"{where}: available must be a non-empty list of 0/1 per tick, or one such list per zone")
+    if len({len(r) for r in rows}) > 1:
+        raise ValueError(f"{where}: the zones' available lists differ in length ({sorted({len(r) for r in rows})})")
+    return w

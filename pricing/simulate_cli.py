@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 from collections.abc import Iterator
@@ -84,12 +85,57 @@ def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int |
     return job_gap, gen()
 
 
+def _check(args) -> None:
+    """Refuse nonsense before any work, naming the option and the reason."""
+    positive = {"--job-hours": args.job_hours, "--deadline-hours": args.deadline_hours, "--price-ratio": args.price_ratio,
+                "--gap-seconds": args.gap_seconds, "--told-job-hours": args.told_job_hours}
+    for flag, value in positive.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise SystemExit(f"--{flag.lstrip('-')}: must be a number > 0, got {value!r}")
+    for flag, value in {"--changeover-hours": args.changeover_hours, "--told-changeover-hours": args.told_changeover_hours}.items():
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise SystemExit(f"{flag}: must be a number ≥ 0, got {value!r}")
+    if args.limit is not None and args.limit < 0:
+        raise SystemExit(f"--limit: must be ≥ 0, got {args.limit}")
+    if args.deadline_hours < args.job_hours + args.changeover_hours:
+        raise SystemExit(f"--deadline-hours: {args.deadline_hours:g} h is shorter than the job ({args.job_hours:g} h) plus one "
+                         f"changeover ({args.changeover_hours:g} h): no policy can finish in time")
+    if args.zones and not (args.windows.isdigit() and int(args.windows) > 0):
+        raise SystemExit(f"--windows: with --zones, the number of windows to sample (a whole number > 0), got {args.windows!r}")
+
+
+def _decimal(flag: str, text: str | None, *, positive: bool = False) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        value = Decimal(text)
+    except ArithmeticError:
+        raise SystemExit(f"{flag}: {text!r} is not a number") from None
+    if not (value.is_finite() and (value > 0 if positive else value >= 0)):
+        raise SystemExit(f"{flag}: {text!r} must be a number {'> 0' if positive else '≥ 0'}")
+    return value
+
+
 def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
     args = parser().parse_args(argv)
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
     for name in names:
         if name not in POLICIES:
             raise SystemExit(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    _check(args)
+    scale = _decimal("--spot-price", args.spot_price, positive=True)
+    budget = _decimal("--budget", args.budget)
+    if budget is not None:
+        budget = float(budget / scale if scale else budget)
+    try:
+        return _replay(args, names, scale, budget, out)
+    except BrokenPipeError:  # the reader went away: broker.cli exits quietly
+        raise
+    except (OSError, ValueError) as exc:  # a missing or malformed trace or windows file: one line, no traceback
+        raise SystemExit(f"error: {exc.strerror + ': ' + str(exc.filename) if isinstance(exc, OSError) and exc.filename else exc}") from None
+
+
+def _replay(args, names: list[str], scale: Decimal | None, budget: float | None, out) -> list[dict]:
     work, deadline = round(args.job_hours * 3600), round(args.deadline_hours * 3600)
     changeover = round(args.changeover_hours * 3600)
     if args.zones:
@@ -98,15 +144,6 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
         _, windows = zone_windows(files, int(args.windows), args.seed, deadline // probe_gap, args.gap_seconds)
     else:
         windows = read_windows(Path(args.windows))
-    scale = Decimal(args.spot_price) if args.spot_price else None
-    try:
-        budget = None if args.budget is None else Decimal(args.budget)
-    except ArithmeticError:
-        raise SystemExit(f"--budget: {args.budget!r} is not a number") from None
-    if budget is not None and not (budget.is_finite() and budget >= 0):
-        raise SystemExit(f"--budget: {args.budget!r} must be a number ≥ 0")
-    if budget is not None:
-        budget = float(budget / scale if scale else budget)
     results = []
     for n, w in enumerate(windows):
         if args.limit is not None and n >= args.limit:

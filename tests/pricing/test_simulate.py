@@ -210,3 +210,43 @@ def test_piped_into_a_reader_that_stops_early_the_cli_exits_quietly():
     assert proc.wait(timeout=120) == 141
     assert json.loads(first)["policy"] == "greedy"
     assert "Traceback" not in err and "Broken pipe" not in err, err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--job-hours", "-3"], "--job-hours: must be a number > 0"),
+    (["--price-ratio", "nan"], "--price-ratio: must be a number > 0"),
+    (["--changeover-hours", "-0.1"], "--changeover-hours: must be a number ≥ 0"),
+    (["--deadline-hours", "10"], "--deadline-hours: 10 h is shorter than the job \\(48 h\\) plus one changeover"),
+    (["--spot-price", "0"], "--spot-price: '0' must be a number > 0"),
+    (["--spot-price", "cheap"], "--spot-price: 'cheap' is not a number"),
+    (["--limit", "-1"], "--limit: must be ≥ 0"),
+], ids=["a negative job", "a ratio that is not a number", "a negative changeover", "a deadline no policy can meet",
+        "a free spot price", "a spot price in words", "a negative limit"])
+def test_simulate_refuses_bad_options_naming_the_option_and_the_reason(args, message):
+    with pytest.raises(SystemExit, match=message):
+        cli_run(["--windows", str(WINDOWS_FILE), "--limit", "1", *args], out=io.StringIO())
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"trace": "t", "gap_seconds": 600, "available": [1, 0, 1]}\n{"trace": oops}\n', "line 2: not JSON"),
+    ('{"trace": "t", "gap_seconds": 600, "available": [[1, 0], [1]]}\n', "line 1: the zones' available lists differ in length"),
+    ('{"trace": "t", "gap_seconds": "600", "available": [1]}\n', "line 1: gap_seconds must be a whole number of seconds > 0"),
+    ('{"trace": "t", "gap_seconds": 600}\n', "line 1: available must be a non-empty list"),
+    ('\n\n[1, 2]\n', "line 3: a window is a JSON object"),
+], ids=["a line that is not JSON", "zones of different lengths", "a tick given as text", "no availability", "not an object"])
+def test_a_malformed_windows_file_is_refused_naming_the_line(tmp_path, content, message):
+    f = tmp_path / "w.jsonl"
+    f.write_text(content)
+    with pytest.raises(SystemExit, match=f"error: {f} {message}"):
+        cli_run(["--windows", str(f), "--job-hours", "0.1", "--deadline-hours", "0.5"], out=io.StringIO())
+
+
+def test_a_missing_or_malformed_trace_file_is_one_line_not_a_traceback(tmp_path):
+    with pytest.raises(SystemExit, match=f"error: No such file or directory: {tmp_path / 'nope.jsonl'}"):
+        cli_run(["--windows", str(tmp_path / "nope.jsonl")], out=io.StringIO())
+    bad = tmp_path / "zone.json"
+    bad.write_text('{"metadata": {}, "data": [1, 0]}')
+    with pytest.raises(SystemExit, match="zone.json: a spot-traces file needs metadata.gap_seconds"):
+        cli_run(["--zones", str(bad), "--windows", "2"], out=io.StringIO())
+    with pytest.raises(SystemExit, match="--windows: with --zones, the number of windows to sample"):
+        cli_run(["--zones", str(bad), "--windows", "many"], out=io.StringIO())
