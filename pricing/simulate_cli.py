@@ -91,15 +91,19 @@ def _check(args) -> None:
                 "--gap-seconds": args.gap_seconds, "--told-job-hours": args.told_job_hours}
     for flag, value in positive.items():
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise SystemExit(f"--{flag.lstrip('-')}: must be a number > 0, got {value!r}")
+            raise SystemExit(f"{flag}: must be a number > 0, got {value!r}")
     for flag, value in {"--changeover-hours": args.changeover_hours, "--told-changeover-hours": args.told_changeover_hours}.items():
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise SystemExit(f"{flag}: must be a number ≥ 0, got {value!r}")
     if args.limit is not None and args.limit < 0:
         raise SystemExit(f"--limit: must be ≥ 0, got {args.limit}")
-    if args.deadline_hours < args.job_hours + args.changeover_hours:
-        raise SystemExit(f"--deadline-hours: {args.deadline_hours:g} h is shorter than the job ({args.job_hours:g} h) plus one "
-                         f"changeover ({args.changeover_hours:g} h): no policy can finish in time")
+    # What the policy is told must fit (a real job longer than it was told may run past the deadline:
+    # that is the robustness replay); a job that cannot fit even as told is a mistake in the options.
+    told_job = args.told_job_hours or args.job_hours
+    told_changeover = args.changeover_hours if args.told_changeover_hours is None else args.told_changeover_hours
+    if args.deadline_hours < told_job + told_changeover:
+        raise SystemExit(f"--deadline-hours: {args.deadline_hours:g} h is shorter than the job ({told_job:g} h) plus one "
+                         f"changeover ({told_changeover:g} h): no policy can finish in time")
     if args.zones and not (args.windows.isdigit() and int(args.windows) > 0):
         raise SystemExit(f"--windows: with --zones, the number of windows to sample (a whole number > 0), got {args.windows!r}")
 

@@ -250,3 +250,10 @@ def test_a_missing_or_malformed_trace_file_is_one_line_not_a_traceback(tmp_path)
         cli_run(["--zones", str(bad), "--windows", "2"], out=io.StringIO())
     with pytest.raises(SystemExit, match="--windows: with --zones, the number of windows to sample"):
         cli_run(["--zones", str(bad), "--windows", "many"], out=io.StringIO())
+
+
+def test_a_job_longer_than_it_was_told_may_still_be_replayed_past_its_deadline():
+    # The robustness replay: the policy is told 48 h, the job really takes 57.6 h, the deadline is 52 h.
+    rows = cli_run(["--windows", str(WINDOWS_FILE), "--limit", "1", "--job-hours", "57.6", "--told-job-hours", "48",
+                    "--deadline-hours", "52", "--json"], out=io.StringIO())
+    assert not rows[0]["finished"] and rows[0]["finish_hours"] > 52  # done, after the deadline it could not know
