@@ -248,7 +248,15 @@ class Checkpointer:
         log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)
         self._closed = True
         _live.discard(self)
-        self._runner.close(timeout=0)
+        # Stop this library's threads before the interpreter finalizes: a daemon thread still
+        # alive then is ended by pthread_exit mid-call, and native code on its stack can turn
+        # that into std::terminate — the process then dies of SIGABRT instead of exiting 143
+        # (seen once in the suite: "terminate called without an active exception"). The save
+        # is committed, so each stop is short; the SIGTERM handler goes back to what it was.
+        self._runner.close(timeout=1.0)
+        if self._cloud_notice is not None:
+            self._cloud_notice.stop()
+        self.preemption.uninstall()
         sys.stdout.flush()
         raise SystemExit(self.preemption.exit_code)
 

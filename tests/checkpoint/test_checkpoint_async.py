@@ -77,6 +77,31 @@ def test_after_a_preemption_notice_save_commits_then_exits_with_143():
     ckpt.preemption.uninstall()
 
 
+def test_the_exit_after_a_preemption_leaves_none_of_the_librarys_threads_running():
+    # A daemon thread still alive when the interpreter finalizes is ended mid-call; with native
+    # code on its stack that can abort the process (SIGABRT, not 143). So the exit stops them.
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("must run on the main thread to install the SIGTERM handler")
+    before = signal.getsignal(signal.SIGTERM)
+    earlier = set(threading.enumerate())  # other tests' checkpointers may still be winding down
+    storage = memory_store()
+    ckpt = checkpointer(storage, every_steps=1000, every_seconds=3600)
+    assert ckpt.preemption.install()
+    ckpt.save(1, {"x": torch.ones(3)})
+    ckpt.wait()
+    ours = set(threading.enumerate()) - earlier
+    assert {t.name for t in ours} >= {"checkpoint-preemption", "checkpoint-upload"}
+    ckpt.preemption.notify()
+    with pytest.raises(SystemExit) as exited:
+        ckpt.save(2, {"x": torch.ones(3)})
+    assert exited.value.code == 143 and committed_steps(storage) == [1, 2]
+    assert [t.name for t in ours if t.is_alive()] == []
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 EXITS = [
     ("a second notice forces exit at once", lambda n: n.notify(), 0.0),
     ("the grace deadline forces exit", lambda n: None, 0.05),
