@@ -171,8 +171,8 @@ class RedisStore:
             self._updated_complete = True
             return
         ids = self._r.zrange(k.all_jobs(), 0, -1)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
+        for start in range(0, len(ids), BATCH_IDS):
+            chunk = ids[start:start + BATCH_IDS]
             scores = {}
             for job_id, raw in zip(chunk, self._r.mget([k.job(i) for i in chunk])):
                 if raw:
@@ -207,10 +207,10 @@ class RedisStore:
         else:
             ids = self._r.zrevrange(index, 0, -1)
         jobs: list[Job] = []
-        for start in range(0, len(ids), 500):  # ids are newest first: stop once ``limit`` matched
+        for start in range(0, len(ids), BATCH_IDS):  # ids are newest first: stop once ``limit`` matched
             if len(jobs) >= limit:
                 break
-            chunk = ids[start:start + 500]
+            chunk = ids[start:start + BATCH_IDS]
             for raw in self._r.mget([k.job(i) for i in chunk]):
                 if raw:
                     job = Job.from_dict(json.loads(raw))
