@@ -211,12 +211,7 @@ class Checkpointer:
         """Wait for uploads, stop the worker, restore the SIGTERM handler. Raises on failure."""
         if self._closed:
             return
-        self._closed = True
-        _live.discard(self)
-        self._runner.close()
-        if self._cloud_notice is not None:
-            self._cloud_notice.stop()
-        self.preemption.uninstall()
+        self._shut_down()
         self._raise_pending()
 
     def __enter__(self) -> Checkpointer:
@@ -246,19 +241,24 @@ class Checkpointer:
 
     def _exit_after_preemption(self) -> None:
         log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)
-        self._closed = True
-        _live.discard(self)
         # Stop this library's threads before the interpreter finalizes: a daemon thread still
         # alive then is ended by pthread_exit mid-call, and native code on its stack can turn
         # that into std::terminate — the process then dies of SIGABRT instead of exiting 143
         # (seen once in the suite: "terminate called without an active exception"). The save
         # is committed, so each stop is short; the SIGTERM handler goes back to what it was.
-        self._runner.close(timeout=1.0)
+        self._shut_down(upload_timeout=1.0)
+        sys.stdout.flush()
+        raise SystemExit(self.preemption.exit_code)
+
+    def _shut_down(self, upload_timeout: float | None = None) -> None:
+        """Stop the upload worker (after what is queued), the cloud-notice poller and the SIGTERM
+        watchdog, and put the previous SIGTERM handler back."""
+        self._closed = True
+        _live.discard(self)
+        self._runner.close(timeout=upload_timeout)
         if self._cloud_notice is not None:
             self._cloud_notice.stop()
         self.preemption.uninstall()
-        sys.stdout.flush()
-        raise SystemExit(self.preemption.exit_code)
 
     # -- restoring ------------------------------------------------------------------
 

@@ -225,8 +225,7 @@ class RedisStore:
         return [Event.from_dict({**json.loads(r), "seq": after_seq + i}) for i, r in enumerate(raws, 1)]
 
     def attempts(self, job_id: str) -> list[Attempt]:
-        raws = self._r.hgetall(self.keys.attempts(job_id))
-        return sorted((Attempt.from_dict(json.loads(v)) for v in raws.values()), key=lambda a: a.n)
+        return self.attempts_of([job_id])[job_id]
 
     def attempts_of(self, job_ids: Sequence[str]) -> dict[str, list[Attempt]]:
         ids = list(dict.fromkeys(job_ids))

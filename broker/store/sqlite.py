@@ -206,8 +206,7 @@ class SqliteStore:
         return [Event.from_dict(json.loads(r[0])) for r in rows]
 
     def attempts(self, job_id: str) -> list[Attempt]:
-        rows = self._query("SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job_id,))
-        return [Attempt.from_dict(json.loads(r[0])) for r in rows]
+        return self.attempts_of([job_id])[job_id]
 
     def attempts_of(self, job_ids: Sequence[str]) -> dict[str, list[Attempt]]:
         out: dict[str, list[Attempt]] = {j: [] for j in job_ids}
