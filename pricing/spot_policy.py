@@ -242,16 +242,18 @@ _PLANS: dict[tuple, _Plan] = {}
 
 
 def solve_plan(alpha_up: float, alpha_down: float, beta: float, k: float, dc: int, q: int, n_steps: int, w_max: int,
-               failover: float = 0.0) -> _Plan:
+               failover: float = 0.0, chain=None) -> _Plan:
     """Backward DP for the least expected cost (spot 1, reliable ``k`` per step) to finish
     ``w`` work units within ``n`` steps, over holdings {idle, spot phase j, reliable phase j}
     (j = steps since the changeover of ``dc`` work units began, capped once it is over) and the
     availability chain of :func:`_transition`. Unfinished at the deadline costs ``_BIG``.
     A held instance lives while its run does: in a down state, or in an up-run of age 1
-    (reached only as a failover to another zone), the job holds nothing."""
+    (reached only as a failover to another zone), the job holds nothing. ``chain``: another
+    transition matrix over the same states, used instead of the model's (the benchmark's
+    clairvoyant bound, ``benchmarks/policy_bound.py``)."""
     import numpy as np
 
-    t = _transition(alpha_up, alpha_down, beta, failover).astype(np.float32)
+    t = (_transition(alpha_up, alpha_down, beta, failover) if chain is None else np.asarray(chain)).astype(np.float32)
     n_b = len(AGE_EDGES)
     jmax = max(math.ceil(dc / q), 1)
     prog = [max(q - max(dc - j * q, 0), 0) for j in range(jmax + 1)]

@@ -197,6 +197,20 @@ def test_the_plan_knows_a_hopeless_state_goes_reliable_and_a_finished_one_costs_
     assert plan.get(20, 0, up + len(AGE_EDGES) - 1, 10) == 1  # long-lived spot and slack: spot
 
 
+def test_a_plan_given_a_chain_follows_that_chain():
+    # benchmarks/policy_bound.py hands the plan a chain measured on the window instead of the model's
+    kw = dict(n_steps=30, w_max=100)
+    model = solve_plan(1.0, 1.0, 2.0, 3.145, 6, 5, **kw)
+    same = solve_plan(9.9, 9.9, 2.0, 3.145, 6, 5, chain=_transition(1.0, 1.0, 2.0), **kw)  # the alphas are ignored
+    states = [(n, h, s, w) for n in range(1, 31) for h in range(model.shape[1]) for s in range(2 * len(AGE_EDGES)) for w in range(101)]
+    assert all(model.get(*x) == same.get(*x) for x in states)
+    never_back = _transition(1.0, 1.0, 2.0)
+    never_back[:len(AGE_EDGES)] = 0.0
+    never_back[np.arange(len(AGE_EDGES)), np.minimum(np.arange(len(AGE_EDGES)) + 1, len(AGE_EDGES) - 1)] = 1.0  # outages never end
+    hopeless = solve_plan(1.0, 1.0, 2.0, 3.145, 6, 5, chain=never_back, **kw)
+    assert model.get(30, 0, 0, 50) == 0 and hopeless.get(30, 0, 0, 50) == 2  # in an outage: wait, unless it never ends
+
+
 def mpc_zones_after(history: list[set[str]], **kw) -> tuple[ModelPredictive, Decision]:
     """A fresh ModelPredictive fed ``history`` (the zones with spot, one 10-minute tick each), then asked."""
     policy = make_policy("broker")

@@ -1,0 +1,144 @@
+"""How far a better availability model could take the broker's policy: a clairvoyant bound.
+
+    nice -n 10 .venv/bin/python benchmarks/policy_bound.py            # the paper's 2,400 windows (~5 min)
+    nice -n 10 .venv/bin/python benchmarks/policy_bound.py --training # the 500 training windows (~1 min)
+
+A diagnostic, not a policy: it **looks into the future**. For each window it measures the
+window's own spot statistics over its whole length — per side (up, down) and per age bucket of
+the plan (``AGE_EDGES``), the share of runs that end at that age (ends ÷ steps lived, lightly
+smoothed) — and gives that chain to the broker's plan (``solve_plan(..., chain=...)``) in place
+of the model it learns online. Everything else is the broker's: the same DP, the same hop rule,
+the same safety net and cost cap, C = 48 h, d = 0.2 h, k = 3.145, the same six deadlines.
+
+The figure says what the plan reaches when it knows, from the first tick, how this window's spot
+runs and outages are distributed (a little of the realized future leaks in with it: a bucket that
+holds one run ending says where that run ended). A causal policy whose model has this form
+cannot be expected to do better; see docs/policy.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+from itertools import groupby
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from policy import C, D, DATA, DEADLINES, K, training_windows  # noqa: E402
+
+from pricing.deadline import Action, Decision, reliable  # noqa: E402
+from pricing.loading import read_windows  # noqa: E402
+from pricing.optimum import min_cost_by_tick  # noqa: E402
+from pricing.policy import SafetyNet  # noqa: E402
+from pricing.simulate import simulate  # noqa: E402
+from pricing.spot_policy import AGE_EDGES, ModelPredictive, _bucket, solve_plan  # noqa: E402
+
+SMOOTH = 0.5  # steps of exposure added to each bucket, with 0.3 of an end: no hazard is exactly 0 or 1
+
+
+def window_chain(avail: np.ndarray) -> np.ndarray:
+    """The plan's availability chain with each bucket's hazard measured on the whole window."""
+    n_b = len(AGE_EDGES)
+    ends, lived = np.zeros((2, n_b)), np.zeros((2, n_b))
+    runs = [(side, len(list(g))) for side, g in groupby(avail.astype(int).tolist())]
+    for i, (side, length) in enumerate(runs):
+        for age in range(1, length + 1):
+            lived[side, _bucket(age)] += 1
+        if i < len(runs) - 1:  # the last run is cut by the window's end, not ended
+            ends[side, _bucket(length)] += 1
+    hazard = np.clip((ends + 0.3 * SMOOTH) / (lived + SMOOTH), 0.005, 0.95)
+    t = np.zeros((2 * n_b, 2 * n_b))
+    for side in (0, 1):
+        for b in range(n_b):
+            advance = 1.0 / (AGE_EDGES[b + 1] - AGE_EDGES[b]) if b + 1 < n_b else 0.0
+            i, h = side * n_b + b, hazard[side, b]
+            t[i, (1 - side) * n_b] += h
+            t[i, side * n_b + min(b + 1, n_b - 1)] += (1 - h) * advance
+            t[i, i] += (1 - h) * (1 - advance)
+    return t
+
+
+@dataclass
+class Clairvoyant(ModelPredictive):
+    """The broker's policy planning on a given chain instead of its online model."""
+
+    chain: np.ndarray | None = None
+    _plan = None
+
+    def decide(self, inp):
+        if inp.remaining <= 0 or inp.on_spot:
+            return super().decide(inp)
+        t = self.tuning
+        step = self.step or max(t.plan_step, inp.tick)
+        unit = step / t.work_units
+        w_max = math.ceil(inp.work_total / unit - 1e-9)
+        n = min(math.floor((inp.deadline - inp.now) / step + 1e-9), t.horizon_steps)
+        if n <= 0:
+            return super().decide(inp)
+        dc = max(round(inp.changeover / unit), 0)
+        if self._plan is None:
+            self._plan = solve_plan(1.0, 1.0, t.beta, round(inp.reliable_ratio, 3), dc, t.work_units, t.horizon_steps, w_max,
+                                    chain=self.chain)
+        w = min(math.ceil(inp.remaining / unit - 1e-9), w_max)
+        s = (len(AGE_EDGES) if self.model.up else 0) + _bucket(max(math.ceil(self.model.age_seconds / step - 1e-9), 1))
+        jmax = max(math.ceil(dc / t.work_units), 1)
+        j = 0
+        if inp.on_reliable:
+            j = jmax if inp.changeover_left <= 0 else max(jmax - math.ceil(inp.changeover_left / step - 1e-9), 1)
+        a = self._plan.get(n, j, s, w)
+        zone = self.best_zone(inp)
+        if a == 1 and zone is not None and self.unproven_hop_on_credit(inp, zone):
+            return reliable(inp, "hop on credit onto unproven spot")
+        if a == 1 and zone is not None:
+            return Decision(Action.SPOT, zone, "clairvoyant plan: spot")
+        if a == 0:
+            return Decision(Action.WAIT, None, "clairvoyant plan: wait")
+        return reliable(inp, "clairvoyant plan: reliable")
+
+
+def one_window(w: dict) -> list[tuple]:
+    gap = int(w["gap_seconds"])
+    avail = np.atleast_2d(np.asarray(w["available"]) > 0)
+    best = min_cost_by_tick(avail, gap=gap, work=C, changeover=D, price_ratio=K, ticks=max(DEADLINES) * 3600 // gap)
+    chain = window_chain(avail[0])
+    plan = None
+    rows = []
+    for R in DEADLINES:  # one plan serves every deadline: it is solved for the longest horizon
+        policy = Clairvoyant(name="clairvoyant", chain=chain)
+        policy._plan = plan
+        r = simulate(SafetyNet(policy), avail, gap=gap, work=C, deadline=R * 3600, changeover=D, price_ratio=K)
+        plan = policy._plan
+        rows.append((R, r.cost, float(best[R * 3600 // gap - 1]), r.finished))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--training", action="store_true", help="the 500 training windows instead of the paper's")
+    args = ap.parse_args()
+    t0 = time.time()
+    windows = training_windows() if args.training else list(read_windows(DATA / "cant-be-late-windows.jsonl"))
+    with Pool(2) as pool:
+        rows = [r for rs in pool.imap(one_window, windows, chunksize=4) for r in rs]
+    ratios = sorted(r[1] / r[2] for r in rows)
+    per = " | ".join(f"{sum(r[1] for r in rows if r[0] == R) / sum(r[2] for r in rows if r[0] == R):.3f}" for R in DEADLINES)
+    print(f"Clairvoyant bound: {'training' if args.training else 'paper'} windows, {len(windows)} × {len(DEADLINES)} deadlines\n")
+    print("| plan's model | overall ×opt | " + " | ".join(f"R={R} h" for R in DEADLINES) + " | p90 per window | misses |")
+    print("|---" * (4 + len(DEADLINES)) + "|")
+    print(f"| each window's own hazards, known in advance | {sum(r[1] for r in rows) / sum(r[2] for r in rows):.3f} | {per} | "
+          f"{ratios[int(0.9 * len(ratios))]:.3f} | {sum(not r[3] for r in rows)} |")
+    print(f"\n({time.time() - t0:.0f} s on 2 workers)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
