@@ -81,6 +81,17 @@ def training_windows(seed: int = TRAINING_SEED, october: int = 40, two_month: in
     return out
 
 
+def multi_zone_windows(zones: tuple[str, ...], count: int, seed: int = 1, gap: int = 600, deadline_hours: int = 60) -> list[np.ndarray]:
+    """``count`` windows of ``deadline_hours`` from the 2-month trace of ``zones`` (resampled to
+    ``gap``, aligned at their first tick), start ticks from ``random.Random(seed)``."""
+    traces = {z: resample(*reversed(read_trace(TWO_MONTH / f"{z}_v100_1.json")), to_gap=gap) for z in ALL9}
+    length = min(len(t) for t in traces.values())
+    ticks = deadline_hours * 3600 // gap
+    matrix = np.stack([traces[z][:length] for z in zones])
+    rng = random.Random(seed)
+    return [matrix[:, s : s + ticks] for s in (rng.randrange(0, length - ticks + 1) for _ in range(count))]
+
+
 def od_only_cost(gap: int, work: int = C, changeover: int = D) -> float:
     return -(-(work + changeover) // gap) * gap / 3600 * K
 
@@ -187,18 +198,9 @@ def main() -> int:
         print("\n".join(single_zone_table(rows)))
         print(f"\n({time.time() - t0:.0f} s)\n", flush=True)
 
-        gap = 600
-        traces = {z: resample(*reversed(read_trace(TWO_MONTH / f"{z}_v100_1.json")), to_gap=gap) for z in ALL9}
-        length = min(len(t) for t in traces.values())
-        R = 60
-        ticks = R * 3600 // gap
-        jobs = []
-        for label, zones in (("4 zones us-east-1", EAST1), ("all 9 zones", ALL9)):
-            matrix = np.stack([traces[z][:length] for z in zones])
-            zr = random.Random(1)
-            for _ in range(args.mz_windows):
-                s = zr.randrange(0, length - ticks + 1)
-                jobs.append((label, matrix[:, s : s + ticks], gap, R))
+        gap, R = 600, 60
+        jobs = [(label, avail, gap, R) for label, zones in (("4 zones us-east-1", EAST1), ("all 9 zones", ALL9))
+                for avail in multi_zone_windows(zones, args.mz_windows, seed=1, gap=gap, deadline_hours=R)]
         mz = [r for rs in pool.map(multi_zone, jobs, chunksize=4) for r in rs]
         labels = ["4 zones us-east-1", "all 9 zones"]
         print(f"## Multi-zone: 2-month trace, {args.mz_windows} windows per set, R = 60 h, 600 s ticks\n")
