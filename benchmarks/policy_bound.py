@@ -41,7 +41,7 @@ from pricing.loading import read_windows  # noqa: E402
 from pricing.optimum import min_cost_by_tick  # noqa: E402
 from pricing.policy import SafetyNet  # noqa: E402
 from pricing.simulate import simulate  # noqa: E402
-from pricing.spot_policy import AGE_EDGES, ModelPredictive, _bucket, solve_plan  # noqa: E402
+from pricing.spot_policy import AGE_EDGES, ModelPredictive, _bucket, chain_from_hazards, solve_plan  # noqa: E402
 
 SMOOTH = 0.5  # steps of exposure added to each bucket, with 0.3 of an end: no hazard is exactly 0 or 1
 
@@ -70,17 +70,7 @@ def window_chain(avail: np.ndarray) -> np.ndarray:
     up_ends = [(z, t) for z in range(avail.shape[0]) for t in range(1, avail.shape[1]) if avail[z, t - 1] and not avail[z, t]]
     failover = sum(bool(avail[:, t].any()) for _, t in up_ends) / len(up_ends) if up_ends else 0.0
     hazard = np.clip((ends + 0.3 * SMOOTH) / (lived + SMOOTH), 0.005, 0.95)
-    t = np.zeros((2 * n_b, 2 * n_b))
-    for side in (0, 1):
-        for b in range(n_b):
-            advance = 1.0 / (AGE_EDGES[b + 1] - AGE_EDGES[b]) if b + 1 < n_b else 0.0
-            i, h = side * n_b + b, hazard[side, b]
-            jump = failover if side == 1 else 0.0
-            t[i, (1 - side) * n_b] += h * (1 - jump)
-            t[i, n_b] += h * jump
-            t[i, side * n_b + min(b + 1, n_b - 1)] += (1 - h) * advance
-            t[i, i] += (1 - h) * (1 - advance)
-    return t
+    return chain_from_hazards(hazard[0], hazard[1], failover)
 
 
 @dataclass

@@ -189,21 +189,29 @@ def _bucket(age: int) -> int:
     return b
 
 
-def _transition(alpha_up: float, alpha_down: float, beta: float, failover: float = 0.0):
-    """Markov chain over (up/down, age bucket): stochastic ageing through the buckets.
+def _bucket_hazards(alpha: float, beta: float) -> list[float]:
+    """Per age bucket, the chance a run ends in its next step: ``alpha / (beta + a)`` averaged
+    over the bucket's ages (the open last bucket over ``lo..2 lo``), at most 0.95."""
+    out = []
+    for b, lo in enumerate(AGE_EDGES):
+        hi = AGE_EDGES[b + 1] - 1 if b + 1 < len(AGE_EDGES) else 2 * lo
+        out.append(min(alpha * sum(1.0 / (beta + a) for a in range(lo, hi + 1)) / (hi - lo + 1), 0.95))
+    return out
 
-    ``failover``: the chance that, when an up-run ends, another zone has spot at that
-    moment — the chain then goes to a new up-run (age 1) instead of down. 0 with one zone."""
+
+def chain_from_hazards(down, up, failover: float = 0.0):
+    """Markov chain over (up/down, age bucket), state ``side * len(AGE_EDGES) + bucket``: a run
+    ends with its bucket's hazard (``down``/``up``, one per bucket), else ages stochastically
+    through the buckets. ``failover``: the chance that, when an up-run ends, another zone has
+    spot at that moment — the chain then goes to a new up-run (age 1) instead of down."""
     import numpy as np
 
     n_b = len(AGE_EDGES)
     t = np.zeros((2 * n_b, 2 * n_b))
-    for side, alpha in ((0, alpha_down), (1, alpha_up)):  # state index side * n_b + bucket
+    for side, hazards in ((0, down), (1, up)):
         for b in range(n_b):
-            lo = AGE_EDGES[b]
-            hi = AGE_EDGES[b + 1] - 1 if b + 1 < len(AGE_EDGES) else 2 * lo
-            h = min(alpha * sum(1.0 / (beta + a) for a in range(lo, hi + 1)) / (hi - lo + 1), 0.95)
-            adv = 1.0 / (AGE_EDGES[b + 1] - lo) if b + 1 < len(AGE_EDGES) else 0.0
+            h = hazards[b]
+            adv = 1.0 / (AGE_EDGES[b + 1] - AGE_EDGES[b]) if b + 1 < n_b else 0.0
             i = side * n_b + b
             jump = failover if side == 1 else 0.0
             t[i, (1 - side) * n_b] += h * (1 - jump)
@@ -211,6 +219,12 @@ def _transition(alpha_up: float, alpha_down: float, beta: float, failover: float
             t[i, side * n_b + min(b + 1, n_b - 1)] += (1 - h) * adv
             t[i, i] += (1 - h) * (1 - adv)
     return t
+
+
+def _transition(alpha_up: float, alpha_down: float, beta: float, failover: float = 0.0):
+    """The model's chain: hazards ``alpha / (beta + age)`` per direction (:func:`chain_from_hazards`);
+    ``failover`` is 0 with one zone."""
+    return chain_from_hazards(_bucket_hazards(alpha_down, beta), _bucket_hazards(alpha_up, beta), failover)
 
 
 class _Plan:
