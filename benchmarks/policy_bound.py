@@ -20,7 +20,6 @@ cannot be expected to do better; see docs/policy.md.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -36,7 +35,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from policy import ALL9, C, D, DATA, DEADLINES, EAST1, K, multi_zone_windows, training_windows  # noqa: E402
 
-from pricing.deadline import Action, Decision, reliable  # noqa: E402
 from pricing.loading import read_windows  # noqa: E402
 from pricing.optimum import min_cost_by_tick  # noqa: E402
 from pricing.policy import SafetyNet  # noqa: E402
@@ -75,40 +73,17 @@ def window_chain(avail: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Clairvoyant(ModelPredictive):
-    """The broker's policy planning on a given chain instead of its online model."""
+    """The broker's policy (every rule of ``ModelPredictive.decide``) planning on a given chain
+    instead of the one it learns online."""
 
     chain: np.ndarray | None = None
     _plan = None
 
-    def decide(self, inp):
-        if inp.remaining <= 0 or inp.on_spot:
-            return super().decide(inp)
-        t = self.tuning
-        step = self.step or max(t.plan_step, inp.tick)
-        unit = step / t.work_units
-        w_max = math.ceil(inp.work_total / unit - 1e-9)
-        n = min(math.floor((inp.deadline - inp.now) / step + 1e-9), t.horizon_steps)
-        if n <= 0:
-            return super().decide(inp)
-        dc = max(round(inp.changeover / unit), 0)
+    def plan(self, k, dc, w_max):
         if self._plan is None:
-            self._plan = solve_plan(1.0, 1.0, t.beta, round(inp.reliable_ratio, 3), dc, t.work_units, t.horizon_steps, w_max,
+            self._plan = solve_plan(1.0, 1.0, self.tuning.beta, k, dc, self.tuning.work_units, self.tuning.horizon_steps, w_max,
                                     chain=self.chain)
-        w = min(math.ceil(inp.remaining / unit - 1e-9), w_max)
-        s = (len(AGE_EDGES) if self.model.up else 0) + _bucket(max(math.ceil(self.model.age_seconds / step - 1e-9), 1))
-        jmax = max(math.ceil(dc / t.work_units), 1)
-        j = 0
-        if inp.on_reliable:
-            j = jmax if inp.changeover_left <= 0 else max(jmax - math.ceil(inp.changeover_left / step - 1e-9), 1)
-        a = self._plan.get(n, j, s, w)
-        zone = self.best_zone(inp)
-        if a == 1 and zone is not None and self.unproven_hop_on_credit(inp, zone):
-            return reliable(inp, "hop on credit onto unproven spot")
-        if a == 1 and zone is not None:
-            return Decision(Action.SPOT, zone, "clairvoyant plan: spot")
-        if a == 0:
-            return Decision(Action.WAIT, None, "clairvoyant plan: wait")
-        return reliable(inp, "clairvoyant plan: reliable")
+        return self._plan
 
 
 def one_window(w: dict) -> list[tuple]:

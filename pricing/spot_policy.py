@@ -416,6 +416,15 @@ class ModelPredictive:
         w = t.prior_weight
         return tuple((m.ends[side] + w) / (m.exposure[side] + w / prior) for side, prior in ((True, t.alpha_up), (False, t.alpha_down)))  # type: ignore[return-value]
 
+    def plan(self, k: float, dc: int, w_max: int) -> _Plan:
+        """The solved plan for the model as learnt so far (on-demand ratio ``k``, changeover ``dc``
+        and job ``w_max`` in work units), shared across ticks and jobs by the rounded hazard scales."""
+        t = self.tuning
+        au, ad = self.alphas()
+        bu, bd = round(math.log(au) / t.log_bin), round(math.log(ad) / t.log_bin)
+        return cached_plan(math.exp(bu * t.log_bin), math.exp(bd * t.log_bin), t.beta, k, dc, t.work_units, t.horizon_steps, w_max,
+                           self.failover())
+
     def decide(self, inp: PolicyInput) -> Decision:
         if inp.remaining <= 0:
             return reliable(inp, "work estimate used up: finish on the reliable tier")
@@ -431,11 +440,8 @@ class ModelPredictive:
         n = min(math.floor((inp.deadline - inp.now) / step + 1e-9), t.horizon_steps)
         if n <= 0:
             return reliable(inp, "no planning step left before the deadline")
-        au, ad = self.alphas()
-        bu, bd = round(math.log(au) / t.log_bin), round(math.log(ad) / t.log_bin)
         dc = max(round(inp.changeover / unit), 0)
-        plan = cached_plan(math.exp(bu * t.log_bin), math.exp(bd * t.log_bin), t.beta, round(k, 3), dc, t.work_units, t.horizon_steps, w_max,
-                           self.failover())
+        plan = self.plan(round(k, 3), dc, w_max)
         w = min(math.ceil(inp.remaining / unit - 1e-9), w_max)
         s = (len(AGE_EDGES) if self.model.up else 0) + _bucket(max(math.ceil(self.model.age_seconds / step - 1e-9), 1))
         jmax = max(math.ceil(dc / t.work_units), 1)
@@ -448,6 +454,7 @@ class ModelPredictive:
             return reliable(inp, f"spot in {zone} has lasted {self.zones.zones[zone].up_for / 60:.0f} min and nothing saved "
                                  f"would pay for losing it: wait for it to last {self.tuning.proof_minutes:.0f} min")
         if a == 1 and zone is not None:
+            au, ad = self.alphas()
             return Decision(Action.SPOT, zone, f"plan: spot in {zone} (up-run hazard scale {au:.2f}, down {ad:.2f})")
         if a == 0:
             return Decision(Action.WAIT, None, f"plan: wait for spot ({inp.remaining / 3600:.1f} h of work, {(inp.deadline - inp.now) / 3600:.1f} h left)")
