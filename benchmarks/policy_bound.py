@@ -7,7 +7,7 @@
 A diagnostic, not a policy: it **looks into the future**. For each window it measures the
 window's own spot statistics over its whole length — per side (up, down) and per age bucket of
 the plan (``AGE_EDGES``), the share of runs that end at that age (ends ÷ steps lived, lightly
-smoothed) — and gives that chain to the broker's plan (``solve_plan(..., chain=...)``) in place
+smoothed) — and gives that chain to the broker's plan (``solve_plan(chain, ...)``) in place
 of the model it learns online. Everything else is the broker's: the same DP, the same hop rule,
 the same safety net and cost cap, C = 48 h, d = 0.2 h, k = 3.145, the same six deadlines.
 
@@ -81,8 +81,7 @@ class Clairvoyant(ModelPredictive):
 
     def plan(self, k, dc, w_max):
         if self._plan is None:
-            self._plan = solve_plan(1.0, 1.0, self.tuning.beta, k, dc, self.tuning.work_units, self.tuning.horizon_steps, w_max,
-                                    chain=self.chain)
+            self._plan = solve_plan(self.chain, k, dc, self.tuning.work_units, self.tuning.horizon_steps, w_max)
         return self._plan
 
 

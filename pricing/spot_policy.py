@@ -255,19 +255,18 @@ class _Plan:
 _PLANS: dict[tuple, _Plan] = {}
 
 
-def solve_plan(alpha_up: float, alpha_down: float, beta: float, k: float, dc: int, q: int, n_steps: int, w_max: int,
-               failover: float = 0.0, chain=None) -> _Plan:
+def solve_plan(chain, k: float, dc: int, q: int, n_steps: int, w_max: int) -> _Plan:
     """Backward DP for the least expected cost (spot 1, reliable ``k`` per step) to finish
     ``w`` work units within ``n`` steps, over holdings {idle, spot phase j, reliable phase j}
     (j = steps since the changeover of ``dc`` work units began, capped once it is over) and the
-    availability chain of :func:`_transition`. Unfinished at the deadline costs ``_BIG``.
-    A held instance lives while its run does: in a down state, or in an up-run of age 1
-    (reached only as a failover to another zone), the job holds nothing. ``chain``: another
-    transition matrix over the same states, used instead of the model's (the benchmark's
-    clairvoyant bound, ``benchmarks/policy_bound.py``)."""
+    availability ``chain`` (:func:`chain_from_hazards`: the model's is :func:`_transition`; the
+    clairvoyant bound of ``benchmarks/policy_bound.py`` measures one on the window).
+    Unfinished at the deadline costs ``_BIG``. A held instance lives while its run does: in a
+    down state, or in an up-run of age 1 (reached only as a failover to another zone), the
+    job holds nothing."""
     import numpy as np
 
-    t = (_transition(alpha_up, alpha_down, beta, failover) if chain is None else np.asarray(chain)).astype(np.float32)
+    t = np.asarray(chain).astype(np.float32)
     n_b = len(AGE_EDGES)
     jmax = max(math.ceil(dc / q), 1)
     prog = [max(q - max(dc - j * q, 0), 0) for j in range(jmax + 1)]
@@ -309,12 +308,15 @@ def solve_plan(alpha_up: float, alpha_down: float, beta: float, k: float, dc: in
     return _Plan(dec)
 
 
-def cached_plan(*key) -> _Plan:
+def cached_plan(alpha_up: float, alpha_down: float, beta: float, failover: float, k: float, dc: int, q: int, n_steps: int,
+                w_max: int) -> _Plan:
+    """The plan on the model's chain (:func:`_transition`), solved once per distinct arguments."""
+    key = (alpha_up, alpha_down, beta, failover, k, dc, q, n_steps, w_max)
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) > 4000:
             _PLANS.clear()
-        plan = _PLANS[key] = solve_plan(*key)
+        plan = _PLANS[key] = solve_plan(_transition(alpha_up, alpha_down, beta, failover), k, dc, q, n_steps, w_max)
     return plan
 
 
@@ -422,8 +424,8 @@ class ModelPredictive:
         t = self.tuning
         au, ad = self.alphas()
         bu, bd = round(math.log(au) / t.log_bin), round(math.log(ad) / t.log_bin)
-        return cached_plan(math.exp(bu * t.log_bin), math.exp(bd * t.log_bin), t.beta, k, dc, t.work_units, t.horizon_steps, w_max,
-                           self.failover())
+        return cached_plan(math.exp(bu * t.log_bin), math.exp(bd * t.log_bin), t.beta, self.failover(), k, dc, t.work_units,
+                           t.horizon_steps, w_max)
 
     def decide(self, inp: PolicyInput) -> Decision:
         if inp.remaining <= 0:

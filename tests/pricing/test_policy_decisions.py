@@ -147,7 +147,7 @@ def test_uniform_progress_follows_the_papers_evaluated_variant_rule_by_rule():
 
 # --- the default policy: model-predictive control over an availability model learnt online ---
 
-from pricing.spot_policy import AGE_EDGES, ModelPredictive, _Plan, _transition, solve_plan  # noqa: E402
+from pricing.spot_policy import AGE_EDGES, ModelPredictive, _Plan, _transition, cached_plan, solve_plan  # noqa: E402
 
 
 def mpc_after(history: list[bool], **kw) -> tuple[ModelPredictive, Decision]:
@@ -190,7 +190,7 @@ def test_plan_rows_round_trip_through_their_change_points():
 
 
 def test_the_plan_knows_a_hopeless_state_goes_reliable_and_a_finished_one_costs_nothing():
-    plan = solve_plan(1.0, 1.0, 2.0, 3.0, 6, 5, n_steps=20, w_max=120)
+    plan = solve_plan(_transition(1.0, 1.0, 2.0), 3.0, 6, 5, n_steps=20, w_max=120)
     down, up = 0, len(AGE_EDGES)
     assert plan.get(3, 0, up, 100) == 2  # 100 units of work in 3 steps cannot be done: reliable
     assert plan.get(20, 0, down, 10) == 0  # 2 steps of work in 20 with no spot now: wait
@@ -200,14 +200,14 @@ def test_the_plan_knows_a_hopeless_state_goes_reliable_and_a_finished_one_costs_
 def test_a_plan_given_a_chain_follows_that_chain():
     # benchmarks/policy_bound.py hands the plan a chain measured on the window instead of the model's
     kw = dict(n_steps=30, w_max=100)
-    model = solve_plan(1.0, 1.0, 2.0, 3.145, 6, 5, **kw)
-    same = solve_plan(9.9, 9.9, 2.0, 3.145, 6, 5, chain=_transition(1.0, 1.0, 2.0), **kw)  # the alphas are ignored
+    model = cached_plan(1.0, 1.0, 2.0, 0.0, 3.145, 6, 5, **kw)  # what the broker's policy plans on
+    same = solve_plan(_transition(1.0, 1.0, 2.0), 3.145, 6, 5, **kw)
     states = [(n, h, s, w) for n in range(1, 31) for h in range(model.shape[1]) for s in range(2 * len(AGE_EDGES)) for w in range(101)]
     assert all(model.get(*x) == same.get(*x) for x in states)
     never_back = _transition(1.0, 1.0, 2.0)
     never_back[:len(AGE_EDGES)] = 0.0
     never_back[np.arange(len(AGE_EDGES)), np.minimum(np.arange(len(AGE_EDGES)) + 1, len(AGE_EDGES) - 1)] = 1.0  # outages never end
-    hopeless = solve_plan(1.0, 1.0, 2.0, 3.145, 6, 5, chain=never_back, **kw)
+    hopeless = solve_plan(never_back, 3.145, 6, 5, **kw)
     assert model.get(30, 0, 0, 50) == 0 and hopeless.get(30, 0, 0, 50) == 2  # in an outage: wait, unless it never ends
 
 
@@ -288,7 +288,7 @@ def test_a_plan_that_can_fail_over_leaves_on_demand_more_readily():
     # On on-demand with spot up somewhere, losing a young spot run usually means another zone
     # rather than a wait, so staying on on-demand is the plan's choice in fewer states.
     kw = dict(n_steps=60, w_max=200)
-    alone, fail = solve_plan(1.2, 1.0, 2.0, 3.145, 6, 5, **kw), solve_plan(1.2, 1.0, 2.0, 3.145, 6, 5, failover=0.8, **kw)
+    alone, fail = solve_plan(_transition(1.2, 1.0, 2.0), 3.145, 6, 5, **kw), solve_plan(_transition(1.2, 1.0, 2.0, failover=0.8), 3.145, 6, 5, **kw)
     on_od = 2  # jmax = ceil(6 / 5) = 2: holding 2 is the reliable tier past its changeover
     up = len(AGE_EDGES)
     states = [(n, on_od, up + b, w) for n in range(1, 61) for b in range(3) for w in range(0, 201, 5)]
