@@ -23,10 +23,17 @@ STATE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "ru
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="broker", description="spot-broker: run ML training where it is cheapest, "
                                 "within budget and deadline, and resume it after preemption.")
-    p.add_argument("--url", default=None, help="broker URL (default $BROKER_URL or http://127.0.0.1:8000)")
-    p.add_argument("--token", default=None, help="bearer token (default $BROKER_TOKEN or the local admin token)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    # The client options are taken before the command or after it (`broker status --json`); given
+    # after it, they override: SUPPRESS keeps a subcommand from resetting what was given before.
+    common = argparse.ArgumentParser(add_help=False)
+    for parser, unset in ((p, None), (common, argparse.SUPPRESS)):
+        parser.add_argument("--url", default=unset, help="broker URL (default $BROKER_URL or http://127.0.0.1:8000)")
+        parser.add_argument("--token", default=unset, help="bearer token (default $BROKER_TOKEN or the local admin token)")
+        parser.add_argument("--json", action="store_true", default=unset or False, help="machine-readable output")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def client(name: str, **kw) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
 
     s = sub.add_parser("serve", help="run the broker (API + engine)")
     s.add_argument("--host", default="127.0.0.1")
@@ -38,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--config", default=None)
     w.add_argument("--burst", action="store_true", help="run until no job is active, then exit")
 
-    s = sub.add_parser("submit", help="submit a SkyPilot task YAML")
+    s = client("submit", help="submit a SkyPilot task YAML")
     s.add_argument("file")
     s.add_argument("--budget", help="budget cap in dollars (overrides broker.budget_usd)")
     s.add_argument("--team")
@@ -46,34 +53,34 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--idempotency-key")
     s.add_argument("--wait", action="store_true", help="follow the job until it ends")
 
-    s = sub.add_parser("status", help="list jobs, or show one")
+    s = client("status", help="list jobs, or show one")
     s.add_argument("id", nargs="?")
     s.add_argument("--state")
     s.add_argument("--team")
 
-    s = sub.add_parser("logs", help="show a job's output")
+    s = client("logs", help="show a job's output")
     s.add_argument("id")
     s.add_argument("-f", "--follow", action="store_true")
     s.add_argument("--attempt", type=int)
 
-    s = sub.add_parser("cancel", help="cancel a job")
+    s = client("cancel", help="cancel a job")
     s.add_argument("id")
 
-    s = sub.add_parser("events", help="a job's state changes")
+    s = client("events", help="a job's state changes")
     s.add_argument("id")
 
-    s = sub.add_parser("resume", help="resume a failed or budget-stopped job from its last checkpoint")
+    s = client("resume", help="resume a failed or budget-stopped job from its last checkpoint")
     s.add_argument("id")
     s.add_argument("--force", action="store_true", help="resume even after a failure in the job's own code")
 
-    s = sub.add_parser("budget", help="set a job's budget cap (raise it to resume a budget-stopped job)")
+    s = client("budget", help="set a job's budget cap (raise it to resume a budget-stopped job)")
     s.add_argument("id")
     s.add_argument("amount", help="dollars, e.g. 40 or 12.50")
 
-    s = sub.add_parser("ondemand", help="run a job on on-demand from its next attempt on")
+    s = client("ondemand", help="run a job on on-demand from its next attempt on")
     s.add_argument("id")
 
-    s = sub.add_parser("fault", help="admins, simulated zones only: preempt or kill a job's attempt, or take a "
+    s = client("fault", help="admins, simulated zones only: preempt or kill a job's attempt, or take a "
                                      "zone's capacity away")
     s.add_argument("kind", choices=["preempt", "kill", "zone"])
     s.add_argument("target", help="a job id (preempt, kill) or a zone name (zone)")

@@ -32,6 +32,7 @@ def cli(tmp_path):
             raise AssertionError(r.stderr)
         return r
 
+    run.url = url
     yield run, tmp_path
     proc.send_signal(signal.SIGTERM)
     proc.wait(15)
@@ -47,6 +48,12 @@ def test_submit_status_logs_events_through_the_cli(cli):
     assert jobs[0]["state"] == "succeeded" and jobs[0]["budget"]["usd"] == "$2.00"
     job_id = jobs[0]["id"]
     assert [e["event"] for e in json.loads(run("--json", "events", job_id).stdout)][-1] == "succeed"
+    # the client options also go after the command, where they win over those given before it
+    assert json.loads(run("status", job_id, "--json").stdout)["id"] == job_id
+    r = run("--url", "http://127.0.0.1:9", "--json", "events", job_id, "--url", run.url, check=False)
+    assert r.returncode == 0 and json.loads(r.stdout)[-1]["event"] == "succeed", r.stderr
+    r = run("--url", run.url, "events", job_id, "--url", "http://127.0.0.1:9", check=False)
+    assert r.returncode == 1 and "cannot reach the broker at http://127.0.0.1:9" in r.stderr
     assert "hello-from-cli" in run("logs", job_id).stdout
 
 
