@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from broker.api.schema import BUDGET, COMMON, FAULT, PROGRESS, TASK, errors
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
@@ -65,7 +66,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             if notifier_box.get("notifier") is not None:
                 notifier_box["notifier"].close()
 
-    app = FastAPI(title="spot-broker", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="spot-broker", version="0.1.0", lifespan=lifespan, responses=errors(*COMMON),
                   description="Submit ML training jobs with a budget cap and a deadline; the broker runs each "
                               "where it is cheapest and resumes it after preemption.")
     app.state.service = service
@@ -155,7 +156,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         store.get_job("healthz-probe")
         return {"ok": True, "engine": eng is not None}
 
-    @app.post("/v1/jobs", status_code=201, tags=["jobs"])
+    @app.post("/v1/jobs", status_code=201, tags=["jobs"], openapi_extra=TASK,
+              responses={200: {"description": "a retry with the same Idempotency-Key: the job it created first"},
+                         **errors(401, 403, 409, 422)})
     async def submit(request: Request, caller: Caller,
                      idempotency_key: Annotated[str | None, Header()] = None) -> JSONResponse:
         """Submit a SkyPilot task (JSON or YAML) with an optional ``broker:`` section.
@@ -169,7 +172,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return JSONResponse(status_code=201 if created else 200, content=job_view(job),
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
-    @app.get("/v1/jobs", tags=["jobs"])
+    @app.get("/v1/jobs", tags=["jobs"], responses=errors(401, 422))
     def list_jobs(caller: Caller, state: str | None = None, team: str | None = None,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict:
         """Jobs you can see, newest first; filter by ``state`` and ``team``."""
@@ -177,7 +180,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         pos, eta = service.queue()
         return {"jobs": [job_view(j, position=pos.get(j.id), estimated_start=eta.get(j.id)) for j in jobs]}
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], responses=errors(401, 404, 422))
     def get_job(job_id: str, caller: Caller) -> dict:
         """One job with its attempts, queue position and reason."""
         job = service.get(caller, job_id)
@@ -185,30 +188,30 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return job_view(job, position=pos.get(job.id), estimated_start=eta.get(job.id),
                         attempts=service.attempts(caller, job_id))
 
-    @app.get("/v1/jobs/{job_id}/events", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], responses=errors(401, 404, 422))
     def get_events(job_id: str, caller: Caller) -> dict:
         """Every state change of the job, oldest first."""
         return {"events": [event_view(e) for e in service.events(caller, job_id)]}
 
-    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], responses=errors(401, 404, 422, 503))
     def get_logs(job_id: str, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0,
                  attempt: Annotated[int | None, Query(ge=1)] = None) -> dict:
         """Output of an attempt (the newest by default) from byte ``offset``; poll to follow."""
         return service.logs(caller, job_id, attempt=attempt, offset=offset)
 
-    @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
+    @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"], responses=errors(401, 404, 409, 422))
     def cancel(job_id: str, caller: Caller) -> dict:
         """Cancel a job. A running attempt is stopped (SIGTERM, then SIGKILL after the grace period).
         409 if the job already ended."""
         return job_view(service.cancel(caller, job_id))
 
-    @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"])
+    @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"], responses=errors(401, 404, 409, 422))
     def resume(job_id: str, caller: Caller, force: bool = False) -> dict:
         """One-click resume of a failed or budget-stopped job, as a new attempt from its latest checkpoint.
         A failure in the job's own code answers 409 with the diagnosis unless ``force=true``."""
         return job_view(service.resume(caller, job_id, force=force))
 
-    @app.post("/v1/jobs/{job_id}/budget", tags=["recovery"])
+    @app.post("/v1/jobs/{job_id}/budget", tags=["recovery"], responses=errors(401, 404, 409, 422), openapi_extra=BUDGET)
     async def set_budget(job_id: str, caller: Caller, request: Request) -> dict:
         """Change the budget cap: ``{"budget_usd": "40"}``. Raising it lets a budget-stopped job resume."""
         body = await _json_object(request)
@@ -218,12 +221,12 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             raise Invalid("budget_usd", "must be an amount of dollars such as \"40\"") from None
         return job_view(service.raise_budget(caller, job_id, micros))
 
-    @app.post("/v1/jobs/{job_id}/ondemand", tags=["recovery"])
+    @app.post("/v1/jobs/{job_id}/ondemand", tags=["recovery"], responses=errors(401, 404, 409, 422))
     def switch_to_ondemand(job_id: str, caller: Caller) -> dict:
         """Run the job on on-demand from its next attempt on (and resume it if it had stopped)."""
         return job_view(service.switch_to_ondemand(caller, job_id))
 
-    @app.post("/v1/jobs/{job_id}/progress", tags=["progress"])
+    @app.post("/v1/jobs/{job_id}/progress", tags=["progress"], responses=errors(401, 404, 409, 422), openapi_extra=PROGRESS)
     async def progress(job_id: str, request: Request,
                        authorization: Annotated[str | None, Header()] = None) -> dict:
         """Called by the training script with the job's own token (``BROKER_JOB_TOKEN``):
@@ -235,13 +238,13 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         job = service.report_progress(job_id, token, await _json_object(request))
         return {"ok": True, "state": job.state.value, "stop": job.state.value in ("cancelling", "stopping")}
 
-    @app.get("/v1/jobs/{job_id}/metrics", tags=["progress"])
+    @app.get("/v1/jobs/{job_id}/metrics", tags=["progress"], responses=errors(401, 404, 422))
     def job_metrics(job_id: str, caller: Caller) -> dict:
         """The progress and metric points the job reported, oldest first."""
         service.get(caller, job_id)
         return {"points": store.metrics(job_id)}
 
-    @app.post("/v1/admin/faults", tags=["admin"])
+    @app.post("/v1/admin/faults", tags=["admin"], responses=errors(401, 403, 404, 409, 422), openapi_extra=FAULT)
     async def fault(caller: Caller, request: Request) -> dict:
         """Admins, simulated zones only: ``{"kind": "preempt"|"kill", "job_id": ...}`` or
         ``{"kind": "zone", "zone": ..., "available": false|true|null}``."""
@@ -249,13 +252,16 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         kind = body.get("kind")
         if kind not in ("preempt", "kill", "zone"):
             raise Invalid("kind", "must be preempt, kill or zone")
+        for key in ("job_id", "zone"):
+            if body.get(key) is not None and not isinstance(body[key], str):
+                raise Invalid(key, "must be a string")
         available = body.get("available")
         if kind == "zone" and available is not None and not isinstance(available, bool):
             raise Invalid("available", "must be true, false or null")
         return service.inject_fault(caller, kind, job_id=body.get("job_id"), zone=body.get("zone"),
                                     available=available)
 
-    @app.get("/v1/zones", tags=["admin"])
+    @app.get("/v1/zones", tags=["admin"], responses=errors(401, 422))
     def zones(caller: Caller) -> dict:
         """Simulated zones (labelled as such) and whether each has spot capacity now."""
         availability = getattr(launcher, "availability", dict)()
@@ -269,7 +275,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             raise Invalid("body", f"larger than {settings.max_body_bytes} bytes", status=413)
         try:
             body = json.loads(raw or b"{}")
-        except json.JSONDecodeError:
+        except ValueError:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not text
             raise Invalid("body", "is not valid JSON") from None
         if not isinstance(body, dict):
             raise Invalid("body", "must be a JSON object")

@@ -150,3 +150,23 @@ def test_openapi_docs_are_served(client):
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel", "/v1/healthz"} <= set(paths)
+
+
+def test_a_body_that_is_not_text_or_has_the_wrong_types_is_a_422_not_a_500(client):
+    # both were 500s until the schemathesis fuzz (test_openapi_conformance.py) sent them
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.post(f"/v1/jobs/{job['id']}/budget", content=b"\x96\xffzH", headers={**auth(), "Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json() == {"detail": "body: is not valid JSON", "field": "body"}
+    r = client.post("/v1/admin/faults", json={"kind": "preempt", "job_id": [job["id"]]}, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "job_id"
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["usd"] == "$50.00"  # nothing changed
+
+
+def test_the_openapi_document_gives_the_error_body_the_api_sends(client):
+    doc = client.get("/openapi.json").json()
+    assert set(doc["components"]["schemas"]["ApiError"]["properties"]) == {"detail", "field"}
+    assert "HTTPValidationError" not in doc["components"]["schemas"]  # FastAPI's default 422 body is never sent
+    submit = doc["paths"]["/v1/jobs"]["post"]
+    assert {"application/json", "application/yaml"} == set(submit["requestBody"]["content"])
+    assert {"200", "201", "401", "403", "422"} <= set(submit["responses"])
+    assert submit["responses"]["422"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ApiError"}

@@ -1,0 +1,105 @@
+"""What the published OpenAPI document (``/openapi.json``, ``/docs``) says beyond the route
+signatures: the one error body every error has, which errors each route can answer, and the
+bodies of the routes that read their request themselves (a task in JSON *or* YAML, small JSON
+objects checked field by field so that each refusal names the field).
+
+Clients generated from the document, and ``tests/broker/test_openapi_conformance.py``, rely on
+it being true: every status a route answers is listed with this body.
+"""
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ApiError(BaseModel):
+    """Every error the API answers: a sentence, and the request field it is about when there is one."""
+
+    detail: str
+    field: str | None = None
+
+
+WHY = {
+    400: "a malformed request (a Content-Length that is not a number)",
+    401: "no bearer token, or one the broker does not know",
+    403: "the token may not do this (another team's jobs or costs; admins only)",
+    404: "no such job (or attempt, or zone) that this token can see",
+    409: "the job's state does not allow this now; `detail` says why",
+    413: "the body is larger than the broker accepts",
+    422: "bad input: `field` names it and `detail` says why",
+    500: "an unexpected error, logged by the broker; nothing was lost: retry",
+    503: "this broker process cannot serve it (no launcher to read logs from)",
+}
+
+COMMON = (400, 413, 500)  # any request: the body-size check runs before routing, and the last-resort handler
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: each code with :class:`ApiError` and what it means."""
+    return {code: {"model": ApiError, "description": WHY[code]} for code in codes}
+
+
+def body(schema: dict[str, Any], *, yaml: bool = False, example: Any = None) -> dict[str, Any]:
+    """``openapi_extra=`` declaring a JSON request body (and its YAML text form with ``yaml``)."""
+    content: dict[str, Any] = {"application/json": {"schema": schema, **({"example": example} if example else {})}}
+    if yaml:
+        content["application/yaml"] = {"schema": {"type": "string", "description": "the same task as YAML text"}}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+_MONEY = {"anyOf": [{"type": "string"}, {"type": "number"}], "description": "dollars, exact: \"12.50\" or 12.5"}
+
+TASK = body({
+    "type": "object",
+    "description": "A SkyPilot task (any valid one is kept as given for the launcher) with an optional "
+                   "`broker:` section. Unknown keys in `broker:` are refused, naming the key.",
+    "additionalProperties": True,
+    "properties": {
+        "name": {"type": "string"},
+        "resources": {"type": "object", "description": "SkyPilot resources: accelerators, any_of, infra, use_spot, ..."},
+        "num_nodes": {"type": "integer"},
+        "setup": {"type": "string"},
+        "run": {"type": "string"},
+        "envs": {"type": "object"},
+        "broker": {
+            "type": "object",
+            "properties": {
+                "team": {"type": "string", "description": "default: the token's team"},
+                "budget_usd": {**_MONEY, "description": "the cap, never exceeded (default: the team's default budget)"},
+                "deadline": {"type": "string", "description": "ISO time, or a duration from now: 6h, 1d12h"},
+                "expected_hours": {"type": "number", "description": "makes the admission quote a total, not a price per hour"},
+                "priority": {"type": "integer"},
+                "max_price_per_hour": _MONEY,
+                "checkpoint": {"type": "string", "description": "fsspec URI: s3://, gs://, file://"},
+                "retry": {"type": "object", "properties": {"max_restarts_on_errors": {"type": "integer"},
+                                                           "recover_on_exit_codes": {"type": "array", "items": {"type": "integer"}}}},
+            },
+        },
+    },
+}, yaml=True, example={"name": "finetune", "resources": {"accelerators": "A100:1"}, "run": "python train.py",
+                       "broker": {"budget_usd": "20", "deadline": "12h", "expected_hours": 4}})
+
+BUDGET = body({"type": "object", "required": ["budget_usd"], "properties": {"budget_usd": _MONEY}},
+              example={"budget_usd": "40"})
+
+PROGRESS = body({
+    "type": "object",
+    "description": "A step report and/or a committed checkpoint (at least one of `step` and `checkpoint`).",
+    "properties": {
+        "step": {"type": "integer", "minimum": 0},
+        "total_steps": {"type": "integer", "minimum": 0},
+        "metrics": {"type": "object", "additionalProperties": {"type": "number"}, "description": "up to 50 numbers"},
+        "checkpoint": {"type": "object", "properties": {"step": {"type": "integer"}, "uri": {"type": "string"}}},
+    },
+}, example={"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}})
+
+FAULT = body({
+    "type": "object",
+    "required": ["kind"],
+    "properties": {
+        "kind": {"type": "string", "enum": ["preempt", "kill", "zone"]},
+        "job_id": {"type": "string", "description": "preempt, kill: the job whose running attempt is hit"},
+        "zone": {"type": "string", "description": "zone: the simulated zone"},
+        "available": {"type": ["boolean", "null"], "description": "zone: capacity off, on, or back to its trace"},
+    },
+}, example={"kind": "preempt", "job_id": "j-3fa9c1b2e0"})
