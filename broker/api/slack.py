@@ -128,6 +128,8 @@ def router(service, settings: Settings) -> APIRouter:
             payload = json.loads(form["payload"][0])
             user_id = str(payload["user"]["id"])
             action = payload["actions"][0]
+            if not isinstance(action, dict):
+                raise TypeError("an action is an object")
         except (KeyError, IndexError, ValueError, TypeError):
             return JSONResponse(status_code=400, content={"detail": "not a Slack block_actions payload"})
         url = payload.get("response_url")

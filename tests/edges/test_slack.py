@@ -113,6 +113,18 @@ def test_a_bad_signature_is_refused_and_does_nothing(slack, store, sign):
     assert store.get_job("j-a2").state is JobState.RUNNING
 
 
+@pytest.mark.parametrize("payload", [
+    "not json", "[1, 2]", '{"user": {"id": "U_A"}}', '{"user": {"id": "U_A"}, "actions": []}',
+    '{"user": {"id": "U_A"}, "actions": ["broker_cancel"]}', '{"user": "U_A", "actions": [{}]}',
+], ids=["not JSON", "a list", "no actions", "an empty action list", "an action that is a string",
+        "a user that is a string"])
+def test_a_signed_interaction_that_is_not_block_actions_is_a_400(slack, store, payload):
+    body = urlencode({"payload": payload})
+    r = slack.post("/slack/interactions", content=body, headers=signed(body))
+    assert r.status_code == 400 and r.json() == {"detail": "not a Slack block_actions payload"}
+    assert store.get_job("j-a2").state is JobState.RUNNING
+
+
 def test_a_body_changed_after_signing_is_refused(slack):
     body = urlencode({"command": "/broker", "text": "help", "user_id": "U_A"})
     headers = signed(body)
