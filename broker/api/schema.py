@@ -1,7 +1,9 @@
 """What the published OpenAPI document (``/openapi.json``, ``/docs``) says beyond the route
-signatures: the one error body every error has, which errors each route can answer, and the
-bodies of the routes that read their request themselves (a task in JSON *or* YAML, small JSON
-objects checked field by field so that each refusal names the field).
+signatures: the one error body every error has, which errors each route can answer, the bodies
+of the routes that read their request themselves (a task in JSON *or* YAML, small JSON objects
+checked field by field so that each refusal names the field), and the shapes of the answers
+(:class:`JobOut` and friends: documentation of what :mod:`broker.views` renders; routes return
+those dicts as they are, nothing is re-validated on the way out).
 
 Clients generated from the document, and ``tests/broker/test_openapi_conformance.py``, rely on
 it being true: every status a route answers is listed with this body.
@@ -9,7 +11,9 @@ it being true: every status a route answers is listed with this body.
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from broker.lifecycle import AttemptState, JobState
 
 
 class ApiError(BaseModel):
@@ -17,6 +21,102 @@ class ApiError(BaseModel):
 
     detail: str
     field: str | None = None
+
+
+class Money(BaseModel):
+    """Exact micro-dollars for scripts, and a display string for people."""
+
+    micros: int
+    usd: str = Field(examples=["$12.50"])
+
+
+class AttemptOut(BaseModel):
+    id: str
+    n: int
+    state: AttemptState
+    launcher: str | None
+    placement: dict[str, Any] | None = Field(description="tier, cloud, region, zone, instance type, $/h")
+    price_per_hour: Money | None
+    created_at: str | None
+    started_at: str | None
+    ended_at: str | None
+    exit_code: int | None
+    reason: str | None
+    cost: Money | None
+    resume_from: str | None = Field(description="the checkpoint this attempt resumed from")
+    checkpoint: dict[str, Any] | None = Field(description="the latest checkpoint this attempt committed")
+    last_step: int | None
+    steps_lost: int | None
+
+
+class JobOut(BaseModel):
+    """A job as the API shows it; times are ISO 8601 UTC (``...Z``)."""
+
+    id: str
+    name: str
+    team: str
+    state: JobState
+    reason: str | None = Field(description="why it is in this state, in a sentence")
+    priority: int
+    submitted_at: str | None
+    updated_at: str | None
+    deadline: str | None
+    budget: Money | None
+    spent: Money | None
+    quote: dict[str, Any] | None = Field(description="the admission quote: per tier, $/h and the estimate")
+    placement: dict[str, Any] | None
+    attempts: int
+    checkpoint_uri: str | None
+    queue_position: int | None
+    estimated_start: str | None = Field(description="roughly when a queued job will start")
+    progress: dict[str, Any] | None
+    last_checkpoint: dict[str, Any] | None
+    diagnosis: dict[str, Any] | None = Field(description="a failure explained in plain words")
+    version: int
+    attempt_list: list[AttemptOut] | None = Field(None, description="one job's own page only")
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class EventOut(BaseModel):
+    seq: int
+    time: str | None
+    event: str
+    from_: str | None = Field(alias="from")
+    to: str | None
+    reason: str | None
+    actor: str | None
+    attempt: int | None
+    data: dict[str, Any] | None
+
+
+class EventList(BaseModel):
+    events: list[EventOut]
+
+
+class LogsOut(BaseModel):
+    attempt: int | None
+    data: str
+    offset: int = Field(description="pass it back as ?offset= to read on")
+    done: bool
+
+
+class ProgressAck(BaseModel):
+    ok: bool
+    state: JobState
+    stop: bool = Field(description="the broker wants the script to checkpoint and exit")
+
+
+class Health(BaseModel):
+    ok: bool
+    engine: bool
+
+
+def ok(model: type[BaseModel], description: str = "OK") -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entry for a route's 200 answer, documented as ``model``."""
+    return {200: {"model": model, "description": description}}
 
 
 WHY = {

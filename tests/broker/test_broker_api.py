@@ -170,3 +170,6 @@ def test_the_openapi_document_gives_the_error_body_the_api_sends(client):
     assert {"application/json", "application/yaml"} == set(submit["requestBody"]["content"])
     assert {"200", "201", "401", "403", "422"} <= set(submit["responses"])
     assert submit["responses"]["422"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ApiError"}
+    one = doc["paths"]["/v1/jobs/{job_id}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert one == {"$ref": "#/components/schemas/JobOut"}  # the job's shape, for generated clients
+    assert doc["components"]["schemas"]["JobOut"]["properties"]["state"] == {"$ref": "#/components/schemas/JobState"}

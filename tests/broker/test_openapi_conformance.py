@@ -4,7 +4,8 @@ Schemathesis generates requests from ``/openapi.json`` (valid ones and broken on
 bytes that are not text, missing fields) and sends them to the real app in process, with the
 admin token, a team's token or none, at jobs that exist (queued, cancelled, another team's) as
 well as at made-up ids. Every answer must be a status the document lists for that route, with the
-content type, headers and body it documents (errors: ``{"detail", "field"}``), and never a 5xx.
+content type, headers and body it documents (a job: ``JobOut``, with its attempts; errors:
+``{"detail", "field"}``), and never a 5xx.
 What it found when it was added: a body that is not UTF-8 sent to ``/budget`` or ``/progress``
 was a 500; a retried submit answered a 200 the document did not list.
 """
@@ -20,9 +21,11 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
                                                response_schema_conformance, status_code_conformance)
 
 from broker.api.app import create_app
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
 from broker.store import open_store
 
-from broker_testing import ADMIN
+from broker_testing import ADMIN, wait_for
 
 CONFIG = """
 pools:
@@ -38,7 +41,8 @@ CALLERS = ({"Authorization": f"Bearer {ADMIN}"}, {"Authorization": "Bearer visio
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """The app (engine off: nothing generated is ever run) and the ids of a few real jobs."""
+    """The app (engine off: nothing generated is ever run) and the ids of a few real jobs: one that
+    ran to success (attempt, logs, events), one queued, another team's, one cancelled."""
     from broker.config import load_settings
 
     tmp = tmp_path_factory.mktemp("openapi")
@@ -54,10 +58,14 @@ def world(tmp_path_factory):
             assert r.status_code == 201, r.text
             return r.json()["id"]
 
+        ran = submit("vision-token")  # run through the engine first, so that it has an attempt, logs and events
+        service = app.state.service
+        engine = Engine(service.settings, service.store, service.launcher)
+        wait_for(lambda: engine.tick() or service.store.get_job(ran).state is JobState.SUCCEEDED, timeout=30)
         queued, nlp = submit("vision-token"), submit("nlp-token")
         cancelled = submit("vision-token")
         assert client.post(f"/v1/jobs/{cancelled}/cancel", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
-        yield app, [queued, nlp, cancelled, "j-0000000000"]
+        yield app, [ran, queued, nlp, cancelled, "j-0000000000"]
 
 
 @pytest.fixture(scope="module")
