@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--down", dest="available", action="store_false", default=None, help="zone: no capacity")
     g.add_argument("--up", dest="available", action="store_true", help="zone: capacity back")
 
+    s = client("costs", help="spend, saving against on-demand and preemptions, for a team and a window, or one job")
+    s.add_argument("id", nargs="?", help="a job: its attempts and what each cost")
+    s.add_argument("--team", help="admins: one team (default: all); others see their own team")
+    s.add_argument("--period", help="24h, 7d (default), 30d or 90d, ending now")
+    s.add_argument("--since", help="ISO date or time (instead of --period)")
+    s.add_argument("--until", help="ISO date or time (with --since; default now)")
+
     sub.add_parser("simulate", help="replay spot traces with a policy (see `broker simulate --help`)",
                    add_help=False)
     return p
@@ -368,10 +375,60 @@ def _done(args, data, text: str) -> None:
         print(text)
 
 
+def cmd_costs(args) -> int:
+    from rich.table import Table
+
+    with _client(args) as client:
+        if args.id:
+            data = client.job_costs(args.id)
+        else:
+            params = {k: v for k, v in (("team", args.team), ("period", args.period), ("since", args.since),
+                                        ("until", args.until)) if v}
+            data = client.costs(**params)
+    if args.json:
+        _print_json(data)
+        return 0
+    con = _console()
+    if args.id:
+        job = data["job"]
+        con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state={job['state']}")
+        con.print(_saving_line(data["spent"], data["ondemand_equivalent"], data["saving"], data["saving_percent"]))
+        t = Table("#", "state", "tier", "zone", "instance", "$/h", "seconds", "cost", "on-demand would be")
+        for a in data["attempts"]:
+            t.add_row(str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",
+                      a["price_per_hour"]["usd"] if a["price_per_hour"] else "", str(a["seconds"]), a["cost"]["usd"],
+                      a["ondemand_equivalent"]["usd"])
+        con.print(t)
+        return 0
+    tot, win = data["totals"], data["window"]
+    con.print(f"[bold]{data['team'] or 'all teams'}[/], {win['since']} → {win['until']} ({win['period']})")
+    con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], tot["saving"], tot["saving_percent"]))
+    con.print("  by tier: " + " · ".join(f"{k} {v['usd']}" for k, v in tot["by_tier"].items()))
+    if len(data["by_team"]) > 1:
+        t = Table("team", "spent", "on-demand would be", "saved")
+        for row in data["by_team"]:
+            t.add_row(row["team"], row["spent"]["usd"], row["ondemand_equivalent"]["usd"], row["saving"]["usd"])
+        con.print(t)
+    if data["top_jobs"]:
+        t = Table("most expensive", "name", "team", "state", "attempts", "spent", "saved")
+        for j in data["top_jobs"]:
+            t.add_row(j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"], j["saving"]["usd"])
+        con.print(t)
+    pre = data["preemptions"]
+    zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
+    con.print(f"  {pre['count']} preemption(s), {pre['recovery_seconds'] // 60} min to recover" + (f" ({zones})" if zones else ""))
+    return 0
+
+
+def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:
+    pct = f" ({percent}%)" if percent is not None else ""
+    return f"  spent {spent['usd']}; the same work on on-demand: {equivalent['usd']}; saved {saving['usd']}{pct}"
+
+
 COMMANDS = {
     "serve": cmd_serve, "worker": cmd_worker, "submit": cmd_submit, "status": cmd_status, "logs": cmd_logs,
     "cancel": cmd_cancel, "events": cmd_events, "resume": cmd_resume, "budget": cmd_budget,
-    "ondemand": cmd_ondemand, "fault": cmd_fault,
+    "ondemand": cmd_ondemand, "fault": cmd_fault, "costs": cmd_costs,
 }
 
 if __name__ == "__main__":

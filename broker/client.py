@@ -115,6 +115,9 @@ class BrokerClient:
     def costs(self, **params) -> dict:
         return self._call("GET", "/v1/costs", params=params)
 
+    def job_costs(self, job_id: str) -> dict:
+        return self._call("GET", f"/v1/costs/jobs/{job_id}")
+
     def logs(self, job_id: str, *, offset: int = 0, attempt: int | None = None) -> dict:
         params: dict[str, Any] = {"offset": offset}
         if attempt:

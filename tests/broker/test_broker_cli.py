@@ -41,7 +41,7 @@ def cli(tmp_path):
 def test_submit_status_logs_events_through_the_cli(cli):
     run, tmp = cli
     task = tmp / "t.yaml"
-    task.write_text("name: hi\nresources: {cpus: 1}\nrun: echo hello-from-cli\n")
+    task.write_text("name: hi\nresources: {cpus: 1}\nrun: echo hello-from-cli; sleep 1.1\n")  # a second costs something
     out = run("submit", str(task), "--budget", "2", "--wait")
     assert "hello-from-cli" in out.stdout and "succeeded" in out.stdout
     jobs = json.loads(run("--json", "status").stdout)
@@ -55,6 +55,15 @@ def test_submit_status_logs_events_through_the_cli(cli):
     r = run("--url", run.url, "events", job_id, "--url", "http://127.0.0.1:9", check=False)
     assert r.returncode == 1 and "cannot reach the broker at http://127.0.0.1:9" in r.stderr
     assert "hello-from-cli" in run("logs", job_id).stdout
+    # what it cost: the team's window, and the job attempt by attempt
+    report = json.loads(run("costs", "--json").stdout)
+    assert report["top_jobs"][0]["id"] == job_id and report["totals"]["spent"] == jobs[0]["spent"]
+    out = run("costs", "--period", "24h").stdout
+    assert "all teams" in out and job_id in out and f"spent {jobs[0]['spent']['usd']}" in out
+    out = run("costs", job_id).stdout
+    assert "succeeded" in out and "onprem" in out and "local" in out
+    r = run("costs", "--period", "3d", check=False)
+    assert r.returncode == 1 and r.stderr.strip() == "error [422]: period: must be one of 24h, 7d, 30d, 90d"
 
 
 def test_errors_are_one_line_with_a_non_zero_exit(cli):
