@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, EventList, Health, JobList, JobOut, LogsOut,
-                               ProgressAck, errors, ok)
+                               ProgressAck, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
@@ -151,8 +151,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     # -- routes ----------------------------------------------------------------------------------
 
-    @app.get("/v1/healthz", response_model=None, tags=["ops"],
-              responses=ok(Health))
+    @app.get("/v1/healthz", tags=["ops"], **answers(Health))
     def healthz() -> dict:
         """Liveness and readiness: 200 when the store answers."""
         store.get_job("healthz-probe")
@@ -175,8 +174,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return JSONResponse(status_code=201 if created else 200, content=job_view(job),
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
-    @app.get("/v1/jobs", response_model=None, tags=["jobs"],
-              responses={**ok(JobList), **errors(401, 422)})
+    @app.get("/v1/jobs", tags=["jobs"], **answers(JobList, 401, 422))
     def list_jobs(caller: Caller, state: str | None = None, team: str | None = None,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict:
         """Jobs you can see, newest first; filter by ``state`` and ``team``."""
@@ -184,8 +182,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         pos, eta = service.queue()
         return {"jobs": [job_view(j, position=pos.get(j.id), estimated_start=eta.get(j.id)) for j in jobs]}
 
-    @app.get("/v1/jobs/{job_id}", response_model=None, tags=["jobs"],
-              responses={**ok(JobOut), **errors(401, 404, 422)})
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], **answers(JobOut, 401, 404, 422))
     def get_job(job_id: str, caller: Caller) -> dict:
         """One job with its attempts, queue position and reason."""
         job = service.get(caller, job_id)
@@ -193,35 +190,30 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return job_view(job, position=pos.get(job.id), estimated_start=eta.get(job.id),
                         attempts=service.attempts(caller, job_id))
 
-    @app.get("/v1/jobs/{job_id}/events", response_model=None, tags=["jobs"],
-              responses={**ok(EventList), **errors(401, 404, 422)})
+    @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], **answers(EventList, 401, 404, 422))
     def get_events(job_id: str, caller: Caller) -> dict:
         """Every state change of the job, oldest first."""
         return {"events": [event_view(e) for e in service.events(caller, job_id)]}
 
-    @app.get("/v1/jobs/{job_id}/logs", response_model=None, tags=["jobs"],
-              responses={**ok(LogsOut), **errors(401, 404, 422, 503)})
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], **answers(LogsOut, 401, 404, 422, 503))
     def get_logs(job_id: str, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0,
                  attempt: Annotated[int | None, Query(ge=1)] = None) -> dict:
         """Output of an attempt (the newest by default) from byte ``offset``; poll to follow."""
         return service.logs(caller, job_id, attempt=attempt, offset=offset)
 
-    @app.post("/v1/jobs/{job_id}/cancel", response_model=None, tags=["jobs"],
-              responses={**ok(JobOut), **errors(401, 404, 409, 422)})
+    @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"], **answers(JobOut, 401, 404, 409, 422))
     def cancel(job_id: str, caller: Caller) -> dict:
         """Cancel a job. A running attempt is stopped (SIGTERM, then SIGKILL after the grace period).
         409 if the job already ended."""
         return job_view(service.cancel(caller, job_id))
 
-    @app.post("/v1/jobs/{job_id}/resume", response_model=None, tags=["recovery"],
-              responses={**ok(JobOut), **errors(401, 404, 409, 422)})
+    @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422))
     def resume(job_id: str, caller: Caller, force: bool = False) -> dict:
         """One-click resume of a failed or budget-stopped job, as a new attempt from its latest checkpoint.
         A failure in the job's own code answers 409 with the diagnosis unless ``force=true``."""
         return job_view(service.resume(caller, job_id, force=force))
 
-    @app.post("/v1/jobs/{job_id}/budget", response_model=None, tags=["recovery"],
-              responses={**ok(JobOut), **errors(401, 404, 409, 422)},
+    @app.post("/v1/jobs/{job_id}/budget", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422),
               openapi_extra=BUDGET)
     async def set_budget(job_id: str, caller: Caller, request: Request) -> dict:
         """Change the budget cap: ``{"budget_usd": "40"}``. Raising it lets a budget-stopped job resume."""
@@ -232,14 +224,12 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             raise Invalid("budget_usd", "must be an amount of dollars such as \"40\"") from None
         return job_view(service.raise_budget(caller, job_id, micros))
 
-    @app.post("/v1/jobs/{job_id}/ondemand", response_model=None, tags=["recovery"],
-              responses={**ok(JobOut), **errors(401, 404, 409, 422)})
+    @app.post("/v1/jobs/{job_id}/ondemand", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422))
     def switch_to_ondemand(job_id: str, caller: Caller) -> dict:
         """Run the job on on-demand from its next attempt on (and resume it if it had stopped)."""
         return job_view(service.switch_to_ondemand(caller, job_id))
 
-    @app.post("/v1/jobs/{job_id}/progress", response_model=None, tags=["progress"],
-              responses={**ok(ProgressAck), **errors(401, 404, 409, 422)},
+    @app.post("/v1/jobs/{job_id}/progress", tags=["progress"], **answers(ProgressAck, 401, 404, 409, 422),
               openapi_extra=PROGRESS)
     async def progress(job_id: str, request: Request,
                        authorization: Annotated[str | None, Header()] = None) -> dict:

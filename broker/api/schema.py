@@ -119,6 +119,12 @@ def ok(model: type[BaseModel], description: str = "OK") -> dict[int | str, dict[
     return {200: {"model": model, "description": description}}
 
 
+def answers(model: type[BaseModel], *codes: int) -> dict[str, Any]:
+    """Route keywords: the 200 answer documented as ``model`` (the route's dict is sent as it is,
+    ``response_model=None``) and the error ``codes`` it can answer."""
+    return {"response_model": None, "responses": {**ok(model), **errors(*codes)}}
+
+
 WHY = {
     400: "a malformed request (a Content-Length that is not a number)",
     401: "no bearer token, or one the broker does not know",
