@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Header
 from fastapi.responses import HTMLResponse, Response
 
 from broker import costs
-from broker.api.schema import errors
+from broker.api.schema import CostReport, JobCosts, answers
 from broker.auth import Principal, authenticate
 from broker.config import Settings
 from broker.service import Invalid
@@ -55,7 +55,7 @@ def router(service, settings: Settings) -> APIRouter:
             raise Invalid("team", f"you can see only your team's costs ({caller.team})", status=403)
         return caller.team
 
-    @r.get("/v1/costs", tags=["costs"], responses=errors(401, 403, 422))
+    @r.get("/v1/costs", tags=["costs"], **answers(CostReport, 401, 403, 422))
     def get_costs(caller: Caller, team: str | None = None, period: str | None = None,
                   since: str | None = None, until: str | None = None) -> dict:
         """Spend, saving against on-demand, preemptions, budget burn and the queue, for a team and a window.
@@ -76,7 +76,7 @@ def router(service, settings: Settings) -> APIRouter:
         body["viewer"] = {"admin": caller.admin, "team": caller.team}
         return body
 
-    @r.get("/v1/costs/jobs/{job_id}", tags=["costs"], responses=errors(401, 404, 422))
+    @r.get("/v1/costs/jobs/{job_id}", tags=["costs"], **answers(JobCosts, 401, 404, 422))
     def get_job_costs(job_id: str, caller: Caller) -> dict:
         """One job: its attempts with tier, zone and cost, saving against on-demand, and its metric points."""
         job = service.get(caller, job_id)

@@ -114,6 +114,154 @@ class Health(BaseModel):
     engine: bool
 
 
+class ByTier(BaseModel):
+    onprem: Money
+    ondemand: Money
+    spot: Money
+
+
+class CostWindow(BaseModel):
+    since: str
+    until: str
+    period: str = Field(description="24h, 7d, 30d, 90d, or custom")
+
+
+class CostTotals(BaseModel):
+    spent: Money
+    ondemand_equivalent: Money = Field(description="the same attempts at on-demand prices")
+    saving: Money
+    saving_percent: int | None
+    by_tier: ByTier
+
+
+class CostDay(ByTier):
+    date: str
+    total: Money
+    ondemand_equivalent: Money
+    saving: Money
+
+
+class CostTeam(BaseModel):
+    team: str
+    spent: Money
+    ondemand_equivalent: Money
+    saving: Money
+    by_tier: ByTier
+
+
+class CostJob(BaseModel):
+    id: str
+    name: str
+    team: str
+    state: JobState
+    spent: Money
+    ondemand_equivalent: Money
+    saving: Money
+    attempts: int
+
+
+class Preemption(BaseModel):
+    job_id: str
+    team: str
+    attempt: int
+    zone: str
+    tier: str
+    state: AttemptState
+    time: str | None
+    recovery_seconds: int = Field(description="until the next attempt ran (or until now)")
+    recovered: bool
+
+
+class ZoneCount(BaseModel):
+    zone: str
+    count: int
+
+
+class Preemptions(BaseModel):
+    count: int
+    recovery_seconds: int
+    by_zone: list[ZoneCount]
+    events: list[Preemption] = Field(description="the newest 50")
+
+
+class BudgetBurn(BaseModel):
+    id: str
+    name: str
+    team: str
+    state: JobState
+    spent: Money
+    budget: Money
+    percent: int | None
+    price_per_hour: Money
+    hours_left: str | None = Field(description="at the current price, rounded down to a tenth")
+
+
+class QueuedJob(BaseModel):
+    id: str
+    name: str
+    team: str
+    position: int | None
+    priority: int
+    reason: str | None
+    waiting_seconds: int
+
+
+class Viewer(BaseModel):
+    admin: bool
+    team: str | None
+
+
+class CostReport(BaseModel):
+    """``GET /v1/costs``: money is exact micro-dollars with a display string."""
+
+    team: str | None = Field(description="the team reported on; null: all teams (admins)")
+    window: CostWindow
+    currency: str
+    totals: CostTotals
+    by_day: list[CostDay]
+    by_team: list[CostTeam]
+    top_jobs: list[CostJob]
+    preemptions: Preemptions
+    budget_burn: list[BudgetBurn] = Field(description="running jobs: how fast they eat their budgets")
+    queue: list[QueuedJob]
+    teams: list[str]
+    viewer: Viewer
+
+
+class AttemptCost(BaseModel):
+    n: int
+    state: AttemptState
+    tier: str
+    zone: str
+    instance_type: str | None
+    price_per_hour: Money | None
+    cost: Money
+    ondemand_equivalent: Money
+    seconds: int | float
+    started_at: str | None
+    ended_at: str | None
+    reason: str | None
+
+
+class MetricPoint(BaseModel):
+    time: float | str | None
+    step: int | None
+    total_steps: int | None
+    metrics: dict[str, float]
+
+
+class JobCosts(BaseModel):
+    """``GET /v1/costs/jobs/{id}``: one job, all time."""
+
+    job: JobOut
+    spent: Money
+    ondemand_equivalent: Money
+    saving: Money
+    saving_percent: int | None
+    attempts: list[AttemptCost]
+    metrics: list[MetricPoint]
+
+
 def ok(model: type[BaseModel], description: str = "OK") -> dict[int | str, dict[str, Any]]:
     """``responses=`` entry for a route's 200 answer, documented as ``model``."""
     return {200: {"model": model, "description": description}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker import costs
+from broker.api.schema import CostReport, JobCosts
 from broker.lifecycle import AttemptState, JobState
 
 from . import world
@@ -97,6 +98,7 @@ def test_admin_sees_every_team_and_the_hand_worked_totals(client):
     assert body["budget_burn"][0]["hours_left"] == "0.1"
     assert [(q["id"], q["position"]) for q in body["queue"]] == [("j-a3", 1)]
     assert "no capacity for 8x H100" in body["queue"][0]["reason"]
+    CostReport.model_validate_json(r.text, strict=True)  # the shape /openapi.json documents, on a report with every part filled
 
 
 def test_a_team_sees_only_its_own_spend(client):
@@ -126,6 +128,7 @@ def test_job_detail_has_attempts_cost_and_the_loss_curve(client):
         (1, "spot", "us-east-1a", 2_000_000), (2, "spot", "us-east-1b", 3_000_000)]
     assert body["saving"]["micros"] == 20_000_000 - 5_000_000 and body["saving_percent"] == 75
     assert len(body["metrics"]) == 59 and body["metrics"][0]["metrics"]["loss"] == 1.25
+    JobCosts.model_validate_json(r.text, strict=True)  # as /openapi.json documents it
     assert client.get("/v1/costs/jobs/j-a1", headers=auth(world.TOKENS["team-b"])).status_code == 404
 
 
