@@ -158,7 +158,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return {"ok": True, "engine": eng is not None}
 
     @app.post("/v1/jobs", status_code=201, tags=["jobs"], openapi_extra=TASK,
-              responses={201: {"model": JobOut, "description": "the job, queued"},
+              responses={**ok(JobOut, "the job, queued", status=201),
                          **ok(JobOut, "a retry with the same Idempotency-Key: the job it created first"),
                          **errors(401, 403, 409, 422)})
     async def submit(request: Request, caller: Caller,

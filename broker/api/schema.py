@@ -2,8 +2,9 @@
 signatures: the one error body every error has, which errors each route can answer, the bodies
 of the routes that read their request themselves (a task in JSON *or* YAML, small JSON objects
 checked field by field so that each refusal names the field), and the shapes of the answers
-(:class:`JobOut` and friends: documentation of what :mod:`broker.views` renders; routes return
-those dicts as they are, nothing is re-validated on the way out).
+(:class:`JobOut`, :class:`CostReport` and friends: documentation of what :mod:`broker.views` and
+:mod:`broker.costs` render; routes return those dicts as they are, nothing is re-validated on the
+way out).
 
 Clients generated from the document, and ``tests/broker/test_openapi_conformance.py``, rely on
 it being true: every status a route answers is listed with this body.
@@ -262,9 +263,9 @@ class JobCosts(BaseModel):
     metrics: list[MetricPoint]
 
 
-def ok(model: type[BaseModel], description: str = "OK") -> dict[int | str, dict[str, Any]]:
-    """``responses=`` entry for a route's 200 answer, documented as ``model``."""
-    return {200: {"model": model, "description": description}}
+def ok(model: type[BaseModel], description: str = "OK", status: int = 200) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entry for a route's ``status`` answer, documented as ``model``."""
+    return {status: {"model": model, "description": description}}
 
 
 def answers(model: type[BaseModel], *codes: int) -> dict[str, Any]:
