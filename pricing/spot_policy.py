@@ -179,7 +179,7 @@ class MPCTuning:
     log_bin: float = 0.2  # the learnt hazard scales are rounded to e^0.2 steps so solved plans can be shared
     max_work_steps: int = 8000  # beyond this many work units, fall back to SlackReserve
     failover_weight: float = 1.0  # prior of the failover chance: 0, counting as this many run ends
-    proof_minutes: float = 60.0  # a hop off the reliable tier on the cap's credit waits for a run this old
+    proof_minutes: float = Tuning.credit_minutes  # a hop off the reliable tier on the cap's credit waits for a run this old (the rules' hour)
 
 
 def _bucket(age: int) -> int:
