@@ -205,33 +205,43 @@ def _console():
     return Console()
 
 
+def _table(*columns):
+    """A rich table whose ``(name, width)`` columns never wrap or shrink below ``width`` (ids and times
+    must stay whole to be copied); the other columns take what is left."""
+    from rich.table import Column, Table
+
+    return Table(*(Column(c[0], no_wrap=True, min_width=c[1]) if isinstance(c, tuple) else c for c in columns))
+
+
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
 
 def cmd_submit(args) -> int:
-    import yaml
-
-    from broker.client import read_task_file
+    from broker.client import load_task, read_task_file
 
     text = read_task_file(args.file)
-    task = yaml.safe_load(text)
-    if isinstance(task, dict) and isinstance(task.get("workdir"), str):
+    task = load_task(text)
+    if isinstance(task.get("workdir"), str):
         wd = Path(task["workdir"]).expanduser()
         if not wd.is_absolute() and wd.is_dir():
             task["workdir"] = str(wd.resolve())  # the local launcher runs from here
     with _client(args) as client:
-        job = client.submit(task if isinstance(task, dict) else text, budget=args.budget, team=args.team,
+        job = client.submit(task, budget=args.budget, team=args.team,
                             deadline=args.deadline, idempotency_key=args.idempotency_key)
         if args.json and not args.wait:
             _print_json(job)
             return 0
         con = _console()
-        quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
-        con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}: "
-                  f"budget {job['budget']['usd']}, estimate {quote}")
+        if client.last_submit_created is False:
+            con.print(f"already submitted with this idempotency key: [bold]{job['id']}[/] ({job['name']}), "
+                      f"{job['state']}; nothing new was submitted")
+        else:
+            quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
+            con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}: "
+                      f"budget {job['budget']['usd']}, estimate {quote}")
         if args.wait:
-            for text in client.follow_logs(job["id"]):
+            for text in client.follow_logs(job["id"], on_status=_say_status):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             final = client.job(job["id"])
@@ -240,9 +250,17 @@ def cmd_submit(args) -> int:
     return 0
 
 
-def _show_job(con, job: dict) -> None:
-    from rich.table import Table
+def _say_status(job: dict) -> None:
+    """While following a job with no output yet: one line on stderr each time where it stands changes."""
+    if job["state"] in ("running", "succeeded"):
+        return
+    where = f", position {job['queue_position']} in the queue" if job.get("queue_position") else ""
+    eta = f", roughly starting at {job['estimated_start']}" if job.get("estimated_start") else ""
+    reason = f": {job['reason']}" if job.get("reason") else ""
+    print(f"[{job['id']} {job['state']}{where}{eta}{reason}]", file=sys.stderr, flush=True)
 
+
+def _show_job(con, job: dict) -> None:
     style = STATE_STYLE.get(job["state"], "white")
     con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state=[{style}]{job['state']}[/]")
     if job.get("reason"):
@@ -261,7 +279,7 @@ def _show_job(con, job: dict) -> None:
               + (f"  deadline {job['deadline']}" if job.get("deadline") else ""))
     attempts = job.get("attempt_list") or []
     if attempts:
-        t = Table("attempt", "state", "where", "$/h", "cost", "started", "ended", "reason")
+        t = _table("attempt", "state", ("where", 14), "$/h", "cost", ("started", 20), ("ended", 20), "reason")
         for a in attempts:
             p = a["placement"]
             t.add_row(str(a["n"]), a["state"], f"{p.get('tier')} {p.get('instance_type')}",
@@ -271,8 +289,6 @@ def _show_job(con, job: dict) -> None:
 
 
 def cmd_status(args) -> int:
-    from rich.table import Table
-
     with _client(args) as client:
         if args.id:
             job = client.job(args.id)
@@ -285,7 +301,7 @@ def cmd_status(args) -> int:
     if args.json:
         _print_json(jobs)
         return 0
-    t = Table("id", "name", "team", "state", "queue", "spent", "budget", "reason")
+    t = _table(("id", 12), "name", "team", "state", "queue", "spent", "budget", "reason")
     for j in jobs:
         style = STATE_STYLE.get(j["state"], "white")
         t.add_row(j["id"], j["name"], j["team"], f"[{style}]{j['state']}[/]", str(j["queue_position"] or ""),
@@ -297,7 +313,7 @@ def cmd_status(args) -> int:
 def cmd_logs(args) -> int:
     with _client(args) as client:
         if args.follow:
-            for text in client.follow_logs(args.id):
+            for text in client.follow_logs(args.id, on_status=_say_status):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             return 0
@@ -320,14 +336,12 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_events(args) -> int:
-    from rich.table import Table
-
     with _client(args) as client:
         events = client.events(args.id)
     if args.json:
         _print_json(events)
         return 0
-    t = Table("#", "time", "event", "from", "to", "by", "reason")
+    t = _table("#", ("time", 20), "event", "from", "to", "by", "reason")
     for e in events:
         t.add_row(str(e["seq"]), e["time"], e["event"], e["from"] or "", e["to"] or "", e["actor"], e["reason"])
     _console().print(t)
@@ -335,8 +349,15 @@ def cmd_events(args) -> int:
 
 
 def cmd_resume(args) -> int:
+    from broker.client import BrokerError
+
     with _client(args) as client:
-        job = client.resume(args.id, force=args.force)
+        try:
+            job = client.resume(args.id, force=args.force)
+        except BrokerError as exc:
+            if exc.status == 409 and "with force" in exc.detail:  # the API's word for it; here it is a flag
+                exc.detail = exc.detail.replace("with force", f"with --force (broker resume {args.id} --force)")
+            raise
     _done(args, job, f"{job['id']}: {job['state']} — {job['reason']}")
     return 0
 
@@ -376,8 +397,6 @@ def _done(args, data, text: str) -> None:
 
 
 def cmd_costs(args) -> int:
-    from rich.table import Table
-
     with _client(args) as client:
         if args.id:
             data = client.job_costs(args.id)
@@ -393,7 +412,7 @@ def cmd_costs(args) -> int:
         job = data["job"]
         con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state={job['state']}")
         con.print(_saving_line(data["spent"], data["ondemand_equivalent"], data["saving"], data["saving_percent"]))
-        t = Table("#", "state", "tier", "zone", "instance", "$/h", "seconds", "cost", "on-demand would be")
+        t = _table("#", "state", "tier", "zone", "instance", "$/h", "seconds", "cost", "on-demand would be")
         for a in data["attempts"]:
             t.add_row(str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",
                       a["price_per_hour"]["usd"] if a["price_per_hour"] else "", str(a["seconds"]), a["cost"]["usd"],
@@ -405,12 +424,12 @@ def cmd_costs(args) -> int:
     con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], tot["saving"], tot["saving_percent"]))
     con.print("  by tier: " + " · ".join(f"{k} {v['usd']}" for k, v in tot["by_tier"].items()))
     if len(data["by_team"]) > 1:
-        t = Table("team", "spent", "on-demand would be", "saved")
+        t = _table("team", "spent", "on-demand would be", "saved")
         for row in data["by_team"]:
             t.add_row(row["team"], row["spent"]["usd"], row["ondemand_equivalent"]["usd"], row["saving"]["usd"])
         con.print(t)
     if data["top_jobs"]:
-        t = Table("most expensive", "name", "team", "state", "attempts", "spent", "saved")
+        t = _table(("most expensive", 12), "name", "team", "state", "attempts", "spent", "saved")
         for j in data["top_jobs"]:
             t.add_row(j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"], j["saving"]["usd"])
         con.print(t)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 import yaml
@@ -39,9 +39,27 @@ def default_token(env: dict[str, str] | os._Environ = os.environ) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
+def load_task(text: str) -> dict:
+    """A task file's text (YAML or JSON) as a mapping, or :class:`BrokerError` saying where it is broken."""
+    try:
+        task = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None)
+        raise BrokerError(0, f"the task is not valid YAML{where}" + (f": {problem}" if problem else "")) from None
+    if not isinstance(task, dict):
+        raise BrokerError(0, "the task file must hold a mapping (a SkyPilot task)")
+    return task
+
+
 class BrokerClient:
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
         self.url = (url or os.environ.get("BROKER_URL") or "http://127.0.0.1:8000").rstrip("/")
+        if not self.url.lower().startswith(("http://", "https://")):
+            raise BrokerError(0, f"the broker URL {self.url!r} must start with http:// or https://, "
+                                 "like http://127.0.0.1:8000")
+        self.last_submit_created: bool | None = None  # whether the last submit made a job (False: its Idempotency-Key had)
         self.token = token or default_token()
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -56,12 +74,17 @@ class BrokerClient:
         self.close()
 
     def _call(self, method: str, path: str, **kw) -> Any:
+        return self._request(method, path, **kw).json()
+
+    def _request(self, method: str, path: str, **kw) -> httpx.Response:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.ConnectError:
             raise BrokerError(0, f"cannot reach the broker at {self.url} (is `broker serve` running?)") from None
         except httpx.TimeoutException:
             raise BrokerError(0, f"the broker at {self.url} did not answer in time") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise BrokerError(0, f"cannot talk to the broker at {self.url}: {exc}") from None
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -69,21 +92,21 @@ class BrokerClient:
             except ValueError:
                 detail, field = r.text or r.reason_phrase, None
             raise BrokerError(r.status_code, str(detail), field)
-        return r.json()
+        return r
 
     # -- jobs ------------------------------------------------------------------------------------
 
     def submit(self, spec: str | dict, *, budget: str | None = None, team: str | None = None,
                deadline: str | None = None, idempotency_key: str | None = None) -> dict:
         """Submit a task (YAML text or a mapping); ``budget``/``team``/``deadline`` override its broker: section."""
-        task = yaml.safe_load(spec) if isinstance(spec, str) else dict(spec)
-        if not isinstance(task, dict):
-            raise BrokerError(0, "the task file must hold a mapping (a SkyPilot task)")
+        task = load_task(spec) if isinstance(spec, str) else dict(spec)
         overrides = {k: v for k, v in {"budget_usd": budget, "team": team, "deadline": deadline}.items() if v is not None}
         if overrides:
             task["broker"] = {**(task.get("broker") or {}), **overrides}
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._call("POST", "/v1/jobs", json=task, headers=headers)
+        r = self._request("POST", "/v1/jobs", json=task, headers=headers)
+        self.last_submit_created = r.status_code == 201
+        return r.json()
 
     def jobs(self, *, state: str | None = None, team: str | None = None) -> list[dict]:
         params = {k: v for k, v in {"state": state, "team": team}.items() if v}
@@ -124,9 +147,12 @@ class BrokerClient:
             params["attempt"] = attempt
         return self._call("GET", f"/v1/jobs/{job_id}/logs", params=params)
 
-    def follow_logs(self, job_id: str, *, poll: float = 0.5) -> Iterator[str]:
-        """Yield log text as it appears, across attempts, until the job ends."""
-        attempt, offset = None, 0
+    def follow_logs(self, job_id: str, *, poll: float = 0.5,
+                    on_status: Callable[[dict], None] | None = None) -> Iterator[str]:
+        """Yield log text as it appears, across attempts, until the job ends. ``on_status`` is called with
+        the job whenever its state, queue position or reason changes while there is no output (so a
+        queued job says why it waits instead of looking hung)."""
+        attempt, offset, seen = None, 0, None
         while True:
             chunk = self.logs(job_id, offset=offset, attempt=attempt)
             if chunk["attempt"] is not None and attempt is None:
@@ -136,6 +162,10 @@ class BrokerClient:
                 offset = chunk["offset"]
                 continue
             job = self.job(job_id)
+            status = (job["state"], job.get("queue_position"), job.get("reason"))
+            if on_status is not None and status != seen:
+                seen = status
+                on_status(job)
             if attempt is not None and job["attempts"] > attempt:
                 attempt, offset = attempt + 1, 0
                 continue
@@ -161,4 +191,9 @@ def read_task_file(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise BrokerError(0, f"{path}: no such file")
-    return p.read_text()
+    if p.is_dir():
+        raise BrokerError(0, f"{path} is a directory; give the task's YAML file")
+    try:
+        return p.read_text()
+    except UnicodeDecodeError:
+        raise BrokerError(0, f"{path} is not a text file; give the task's YAML file") from None

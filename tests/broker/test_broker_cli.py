@@ -76,6 +76,46 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli):
     bad.write_text("run: x\nbroker: {budget_usd: nope}\n")
     r = run("submit", str(bad), check=False)
     assert r.returncode == 1 and "broker.budget_usd" in r.stderr
+    broken = tmp / "broken.yaml"
+    broken.write_text("run: x\nresources: {cpus: 1+\n")
+    r = run("submit", str(broken), check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: the task is not valid YAML at line 3"), r.stderr
+    r = run("submit", str(tmp), check=False)
+    assert r.returncode == 1 and "is a directory" in r.stderr and "Traceback" not in r.stderr
+    r = run("--url", run.url.removeprefix("http://"), "status", check=False)
+    assert r.returncode == 1 and "must start with http:// or https://" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_idempotency_key_says_what_it_did(cli):
+    run, tmp = cli
+    first, second = tmp / "first.yaml", tmp / "second.yaml"
+    first.write_text("name: first\nrun: echo one\n")
+    second.write_text("name: second\nrun: echo two\n")
+    made = run("submit", str(first), "--idempotency-key", "k1").stdout
+    assert made.startswith("submitted j-")
+    again = run("submit", str(first), "--idempotency-key", "k1").stdout
+    assert again.startswith("already submitted with this idempotency key: j-") and "nothing new" in again
+    r = run("submit", str(second), "--idempotency-key", "k1", check=False)
+    assert r.returncode == 1
+    assert "was already used for job j-" in r.stderr and "different task" in r.stderr
+
+
+def test_waiting_for_a_queued_job_says_why_it_waits_and_ids_stay_whole_at_80_columns(cli):
+    run, tmp = cli
+    blocker = tmp / "blocker.yaml"
+    blocker.write_text("name: blocker\nresources: {cpus: 1}\nrun: sleep 4\n")
+    first = json.loads(run("--json", "submit", str(blocker)).stdout)
+    wait_for(lambda: json.loads(run("--json", "status", first["id"]).stdout)["state"] == "running", timeout=30)
+    nxt = tmp / "next.yaml"
+    nxt.write_text("name: next\nresources: {cpus: 1, use_spot: false}\nrun: echo ran-after\n")  # the pool only
+    out = run("submit", str(nxt), "--wait")
+    assert "ran-after" in out.stdout
+    assert "queued, position 1 in the queue" in out.stderr and "full right now" in out.stderr, out.stderr
+    env_80 = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": "80"}
+    table = subprocess.run([sys.executable, "-m", "broker.cli", "status"], env=env_80, cwd=REPO, capture_output=True,
+                           text=True, timeout=60).stdout
+    assert first["id"] in table, table
 
 
 def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
