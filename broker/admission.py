@@ -71,7 +71,7 @@ def admit(
         name=spec.name,
         team=team,
         state=transition.to_state,
-        spec={**spec.task, **({"broker": _broker_echo(spec)} if spec.broker else {})},
+        spec={**spec.task, **({"broker": broker_echo(spec)} if spec.broker else {})},
         budget=budget,
         priority=spec.broker.priority,
         submitted_at=now,
@@ -94,7 +94,8 @@ def admit(
     return Admitted(job=job, event=event)
 
 
-def _broker_echo(spec: JobSpec) -> dict:
+def broker_echo(spec: JobSpec) -> dict:
+    """The broker: section as the job keeps it (the budget and deadline are kept as fields of their own)."""
     b = spec.broker
     return {k: v for k, v in {
         "team": b.team, "priority": b.priority, "checkpoint": b.checkpoint,

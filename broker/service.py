@@ -7,13 +7,14 @@ compare-and-set; the engine does the rest.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from broker.admission import Admitted, Refused, admit
+from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import Principal, job_token
 from broker.config import Settings
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
@@ -25,6 +26,8 @@ from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
 from launchers.base import Launcher
 from pricing.money import cost_for_seconds, fmt
+from pricing.offers import Tier
+from pricing.placement import candidates
 
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
@@ -48,6 +51,20 @@ class Invalid(Exception):
 
 class Conflict(Exception):
     """The request is not allowed in the job's current state."""
+
+
+def _same_submit(existing: Job, spec, key: str | None) -> Job:
+    """The job an Idempotency-Key already made, if this submit asks for the same task (a retry); a
+    different task under a used key is refused, never silently answered with the first job
+    (as the IETF Idempotency-Key draft asks: 422 for a reused key with another payload). The task is
+    compared as stored — everything but the budget, which may have been raised since, and a relative
+    deadline, which moves with the clock."""
+    stored = {k: v for k, v in existing.spec.items() if k != "broker"}
+    same_task = json.dumps(spec.task, sort_keys=True, default=str) == json.dumps(stored, sort_keys=True, default=str)
+    if not same_task or broker_echo(spec) != (existing.spec.get("broker") or {}):
+        raise Invalid("Idempotency-Key", f"was already used for job {existing.id} with a different task; "
+                                         "use a new key to submit this one")
+    return existing
 
 
 def new_job_id() -> str:
@@ -83,7 +100,7 @@ class BrokerService:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
-                return existing, False
+                return _same_submit(existing, spec, idempotency_key), False
         job_id = new_job_id()
         budget = spec.broker.budget if spec.broker.budget is not None else self.settings.budget_for(team)
         checkpoint = spec.broker.checkpoint or f"{self.settings.checkpoint_root.rstrip('/')}/{job_id}"
@@ -100,7 +117,7 @@ class BrokerService:
             existing = self.store.get_job(dup.existing_id)
             if existing is None:
                 raise
-            return existing, False
+            return _same_submit(existing, spec, idempotency_key), False
         return job, True
 
     # -- read ------------------------------------------------------------------------------------
@@ -244,6 +261,10 @@ class BrokerService:
             job = self.get(principal, job_id)
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
                 raise Conflict(f"the job is {job.state.value}")
+            request = parse(job.spec, now=job.submitted_at, strict=False).request
+            if not any(o.tier is Tier.ONDEMAND for o in candidates(request, usable_by(all_offers(self.settings), request))):
+                raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
+                               "it there would leave it queued forever")
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind
                 return self.resume(principal, job_id, force=True, tier="ondemand",
                                    reason=f"resumed on on-demand by {principal.name}")

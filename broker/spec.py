@@ -9,9 +9,10 @@ which the API turns into a 422.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -26,6 +27,21 @@ BROKER_KEYS = {
     "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours",
 }
 RETRY_KEYS = {"max_restarts_on_errors", "recover_on_exit_codes"}
+MAX_DEADLINE_DAYS = 366  # a deadline further away is a typo, not a training run's
+# The keys SkyPilot 0.14.1's schema allows (sky.utils.schemas; a test compares them with the installed
+# SkyPilot): a key outside them is a typo SkyPilot would refuse at launch, so it is refused at submit.
+TASK_KEYS = frozenset({
+    "name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts", "setup", "run", "service", "inputs",
+    "outputs", "config", "volumes", "volume_mounts", "event_callback", "pool", "file_mounts_mapping", "managed_secrets",
+    "api_server_access", "_metadata",
+})
+RESOURCE_KEYS = frozenset({
+    "cloud", "region", "zone", "infra", "accelerators", "accelerator_args", "instance_type", "cpus", "memory", "use_spot",
+    "job_recovery", "disk_size", "disk_tier", "network_tier", "ports", "labels", "image_id", "any_of", "ordered",
+    "autostop", "priority", "priority_class", "max_hourly_cost", "local_disk", "ephemeral_storage", "volumes",
+    "_cluster_config_overrides", "_docker_login_config", "_is_image_managed", "_no_missing_accel_warnings",
+    "_requires_fuse",
+})
 
 
 class SpecError(ValueError):
@@ -83,11 +99,18 @@ def load_text(text: str) -> dict[str, Any]:
     return data
 
 
-def parse(raw: dict[str, Any], *, now: float) -> JobSpec:
-    """Validate a task mapping and read the parts the broker needs."""
+def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
+    """Validate a task mapping and read the parts the broker needs.
+
+    ``strict`` (at submit) adds checks that a stored spec need not pass again: a command to run,
+    only SkyPilot's keys, a deadline at most ``MAX_DEADLINE_DAYS`` away and not sooner than the
+    job's own ``expected_hours``. The engine re-reads stored specs with ``strict=False``, so a job
+    accepted by an earlier version, before a check existed, is still read the same way."""
     if not isinstance(raw, dict):
         raise SpecError("body", "must be a mapping (a SkyPilot task)")
     task = {k: v for k, v in raw.items() if k != "broker"}
+    if strict:
+        _known_keys(task, TASK_KEYS | {"broker"}, "")
     name = task.get("name")
     if name is not None:
         if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name):
@@ -112,8 +135,14 @@ def parse(raw: dict[str, Any], *, now: float) -> JobSpec:
             raise SpecError(key, "must be a mapping")
     if "workdir" in task and task["workdir"] is not None and not isinstance(task["workdir"], (str, dict)):
         raise SpecError("workdir", "must be a path")
-    broker = _parse_broker(raw.get("broker"), now=now)
-    alternatives = _parse_resources(task.get("resources"))
+    broker = _parse_broker(raw.get("broker"), now=now, strict=strict)
+    if strict and broker.deadline is not None and broker.expected_hours is not None \
+            and now + float(broker.expected_hours) * 3600 > broker.deadline:
+        raise SpecError("broker.deadline", f"is {(broker.deadline - now) / 3600:.1f} h away, but broker.expected_hours says "
+                                           f"the job needs {broker.expected_hours} h: move the deadline or correct the estimate")
+    alternatives = _parse_resources(task.get("resources"), strict=strict)
+    if strict and not (task.get("run") or "").strip() and not (task.get("setup") or "").strip():
+        raise SpecError("run", "is required: the shell command that trains, such as 'python train.py'")
     request = JobRequest(
         alternatives=alternatives,
         num_nodes=num_nodes,
@@ -126,11 +155,13 @@ def parse(raw: dict[str, Any], *, now: float) -> JobSpec:
 # --- resources ---------------------------------------------------------------------------------
 
 
-def _parse_resources(resources: Any) -> tuple[ResourceRequest, ...]:
+def _parse_resources(resources: Any, *, strict: bool = True) -> tuple[ResourceRequest, ...]:
     if resources is None:
         return (ResourceRequest(),)
     if not isinstance(resources, dict):
         raise SpecError("resources", "must be a mapping")
+    if strict:
+        _known_keys(resources, RESOURCE_KEYS, "resources.")
     base = {k: v for k, v in resources.items() if k not in ("any_of", "ordered")}
     key = "any_of" if "any_of" in resources else "ordered"
     if key not in resources:
@@ -142,8 +173,19 @@ def _parse_resources(resources: Any) -> tuple[ResourceRequest, ...]:
     for i, variant in enumerate(variants):
         if not isinstance(variant, dict):
             raise SpecError(f"resources.{key}[{i}]", "must be a mapping")
+        if strict:
+            _known_keys(variant, RESOURCE_KEYS - {"any_of", "ordered"}, f"resources.{key}[{i}].")
         out.extend(_one_resource({**base, **variant}, f"resources.{key}[{i}]"))
     return tuple(out)
+
+
+def _known_keys(mapping: dict[str, Any], known: frozenset[str] | set[str], prefix: str) -> None:
+    """Refuse a key SkyPilot does not know (a typo would otherwise be dropped, or refused only at launch)."""
+    for key in sorted(mapping, key=str):
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(k for k in known if not k.startswith("_")), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(k for k in known if not k.startswith('_')))}"
+            raise SpecError(f"{prefix}{key}", f"is not a SkyPilot {'resources' if prefix else 'task'} key ({hint})")
 
 
 def _one_resource(r: dict[str, Any], where: str) -> list[ResourceRequest]:
@@ -244,7 +286,7 @@ def _amount(value: Any, where: str) -> Decimal | None:
 # --- broker section ----------------------------------------------------------------------------
 
 
-def _parse_broker(section: Any, *, now: float) -> BrokerSection:
+def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSection:
     if section is None:
         return BrokerSection()
     if not isinstance(section, dict):
@@ -278,7 +320,7 @@ def _parse_broker(section: Any, *, now: float) -> BrokerSection:
             raise SpecError("broker.expected_hours", "must be a positive number of hours")
     deadline = None
     if section.get("deadline") is not None:
-        deadline = parse_deadline(section["deadline"], now=now, where="broker.deadline")
+        deadline = parse_deadline(section["deadline"], now=now, where="broker.deadline", bounded=strict)
     return BrokerSection(
         team=team, budget=budget, deadline=deadline, priority=priority, max_price_per_hour=max_price,
         checkpoint=checkpoint.strip() if checkpoint else None, retry=_retry(section.get("retry")),
@@ -318,9 +360,9 @@ _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?
 _ISO_DURATION = re.compile(r"^P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.I)
 
 
-def parse_deadline(value: Any, *, now: float, where: str = "deadline") -> float:
+def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: bool = True) -> float:
     """A deadline as epoch seconds: an ISO time (``2026-12-01T18:00Z``) or a duration from now
-    (``6h``, ``1d12h``, ``90m``, ``PT6H``). Must lie in the future."""
+    (``6h``, ``1d12h``, ``90m``, ``PT6H``). Must lie in the future, at most ``MAX_DEADLINE_DAYS`` away."""
     if isinstance(value, datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
         seconds = moment.timestamp()
@@ -329,7 +371,7 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline") -> float:
         m = _ISO_DURATION.match(text) if text.upper().startswith("P") else _DURATION.match(text)
         if m and any(m.groups()):
             d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-            seconds = now + timedelta(days=d, hours=h, minutes=mi, seconds=s).total_seconds()
+            seconds = now + d * 86400 + h * 3600 + mi * 60 + s
         else:
             try:
                 moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -342,4 +384,6 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline") -> float:
         raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)")
     if seconds <= now:
         raise SpecError(where, "is in the past")
+    if bounded and seconds > now + MAX_DEADLINE_DAYS * 86400:
+        raise SpecError(where, f"is more than {MAX_DEADLINE_DAYS} days away; leave it out for a job with no deadline")
     return seconds

@@ -10,7 +10,12 @@ from pricing.money import fmt
 
 
 def iso(t: float | None) -> str | None:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z") if t else None
+    if not t:
+        return None
+    try:
+        return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):  # beyond year 9999: only a row stored before deadlines were bounded
+        return f"{t:.0f}"
 
 
 def money(micros: int | None) -> dict[str, Any] | None:

@@ -105,4 +105,12 @@ class Launcher(Protocol):
 
 
 class LaunchError(Exception):
-    """The launcher cannot run this placement; the message is a sentence for the user."""
+    """The launcher cannot run this placement; the message is a sentence for the user.
+
+    ``permanent``: the task itself cannot be run (no command, a config SkyPilot rejects), so
+    trying again elsewhere cannot help and the job fails; otherwise (no capacity, no cloud access
+    yet) the job goes back to the queue to be placed again."""
+
+    def __init__(self, message: str, *, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent

@@ -129,7 +129,7 @@ class LocalLauncher:
     def launch(self, request: LaunchRequest) -> None:
         run_dir = self._dir(request.attempt_id)
         if not request.task.get("run") and not request.task.get("setup"):
-            raise LaunchError("the task has no run command")
+            raise LaunchError("the task has no run command", permanent=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / "launch.lock", "a+") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)  # one launch() at a time per attempt, across processes

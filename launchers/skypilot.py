@@ -137,7 +137,7 @@ def attempt_config(request: LaunchRequest) -> dict[str, Any]:
         return task_config(request.task, request.placement, request.envs,
                            job_id=request.job_id, attempt_id=request.attempt_id)
     except TaskConfigError as exc:
-        raise LaunchError(str(exc)) from None
+        raise LaunchError(str(exc), permanent=True) from None
 
 
 def build_task(config: Mapping[str, Any]) -> Any:
@@ -146,8 +146,8 @@ def build_task(config: Mapping[str, Any]) -> Any:
 
     try:
         return sky.Task.from_yaml_config(copy.deepcopy(dict(config)))
-    except Exception as exc:
-        raise LaunchError(refusal(exc, config)) from None
+    except Exception as exc:  # SkyPilot rejects the task itself: no other placement would take it
+        raise LaunchError(refusal(exc, config), permanent=True) from None
 
 
 def refusal(exc: BaseException, config: Mapping[str, Any] | None = None) -> str:

@@ -29,6 +29,8 @@ from broker.store import JobStore, open_store
 from broker.views import event_view, job_view
 from pricing.money import MoneyError, to_micros
 
+MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek takes no more
+
 log = logging.getLogger("broker.api")
 
 
@@ -196,8 +198,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return {"events": [event_view(e) for e in service.events(caller, job_id)]}
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], **answers(LogsOut, 401, 404, 422, 503))
-    def get_logs(job_id: str, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0,
-                 attempt: Annotated[int | None, Query(ge=1)] = None) -> dict:
+    def get_logs(job_id: str, caller: Caller, offset: Annotated[int, Query(ge=0, le=MAX_LOG_OFFSET)] = 0,
+                 attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> dict:
         """Output of an attempt (the newest by default) from byte ``offset``; poll to follow."""
         return service.logs(caller, job_id, attempt=attempt, offset=offset)
 

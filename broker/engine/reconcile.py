@@ -198,6 +198,14 @@ class Engine:
             self.launcher.launch(request)
         except LaunchError as exc:
             failed = replace(attempt, state=AttemptState.FAILED, ended_at=now, reason=str(exc))
+            if exc.permanent:  # the task itself cannot run: another placement would be refused the same way
+                sentence = f"The launcher cannot run this task: {str(exc).rstrip('.')}."
+                hint = "Fix the task and submit it again."
+                self._commit(job, JobEvent.FAIL, f"{sentence} {hint}", now, records=(failed,), placement={}, slots=[],
+                             diagnosis={"class": "launch_refused", "sentence": sentence, "hint": hint,
+                                        "infrastructure": False, "step": None, "text": f"{sentence} {hint}",
+                                        "attempt": attempt.n})
+                return
             self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
                          placement={}, slots=[])
 
@@ -239,8 +247,8 @@ class Engine:
         if outcome.retried_error:
             fields["errors_retried"] = job.errors_retried + 1
         if stop_budget and event is None:
-            event, reason = JobEvent.STOP_BUDGET, (f"budget reached: spent {fmt(fields['spent'])} of "
-                                                   f"{fmt(job.budget)}; checkpointing and stopping")
+            event, reason = JobEvent.STOP_BUDGET, (f"budget nearly used: spent {fmt(fields['spent'])} of "
+                                                   f"{fmt(job.budget)}, the rest pays for checkpointing and stopping")
         if event is None and not notes and fields.get("spent") == job.spent and attempt == attempts[-1] \
                 and len(fields) == 1:
             return
@@ -264,12 +272,14 @@ class Engine:
             if check.warn:
                 fields["budget_warned"] = True
                 percent = spent * 100 // max(job.budget, 1)
+                why = f"; the {fmt(job.budget - spent)} left only pays for a clean stop" if check.stop else ""
                 notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt(job.budget)} "
-                                        f"({percent}%)", now, {"spent": spent, "budget": job.budget,
-                                                               "percent": percent}))
+                                        f"({percent}%){why}", now, {"spent": spent, "budget": job.budget,
+                                                                    "percent": percent}))
             if check.stop:
                 notes.append(self._note(job, "budget_stop_requested",
-                                        f"stopping at {fmt(spent)} of {fmt(job.budget)}: checkpoint and stop", now))
+                                        f"stopping at {fmt(spent)} of {fmt(job.budget)}: the rest pays for "
+                                        f"checkpointing and stopping within the budget", now))
                 reason = "budget"
             elif self._silent(job, now):
                 reason = "heartbeat"
@@ -295,7 +305,7 @@ class Engine:
         if attempt.placement.get("tier") != Tier.SPOT.value or job.deadline is None:
             return None
         policy = self._policy(job.id)
-        request = parse(job.spec, now=job.submitted_at).request
+        request = parse(job.spec, now=job.submitted_at, strict=False).request
         mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())
         offers = candidates(request, usable_by(mk.offers, request))
         inp = policy_input(job, attempts, offers, mk.free_capacity, mk.spot_available,

@@ -47,7 +47,7 @@ class Wait:
 
 
 def _offers_for(job: Job, offers: Sequence[Offer]) -> list[Offer]:
-    request = parse(job.spec, now=job.submitted_at).request
+    request = parse(job.spec, now=job.submitted_at, strict=False).request
     mine = candidates(request, usable_by(offers, request))
     if job.force_tier:
         mine = [o for o in mine if o.tier.value == job.force_tier]
@@ -65,8 +65,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     offers = list(mk.offers)
     policies = policies or {}
     decisions: list[Place | Wait] = []
-    for position, job in enumerate(ordered(jobs), start=1):
-        request = parse(job.spec, now=job.submitted_at).request
+    for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
+        request = parse(job.spec, now=job.submitted_at, strict=False).request
         mine = _offers_for(job, offers)
         blocked = frozenset(z for z, until in job.blocked_zones.items() if until > now)
         policy = policies.get(job.id)
@@ -78,8 +78,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 d = policy_decide(policy, inp)
                 note = f" ({d.reason})" if d.reason else ""
                 if d.action is Action.WAIT:
-                    decisions.append(Wait(job, f"waiting (position {position} in the queue): the spot policy "
-                                               f"waits for spot capacity{note}"))
+                    decisions.append(Wait(job, f"waiting: the spot policy waits for spot capacity{note}"))
                     continue
                 tier = ACTION_TIER[d.action]
                 chosen_tier = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
@@ -94,7 +93,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
                        budget_left=job.budget - job.spent)
         if isinstance(chosen, NoFit):
-            decisions.append(Wait(job, f"waiting (position {position} in the queue): {chosen.reason}"))
+            decisions.append(Wait(job, f"waiting: {chosen.reason}"))
             continue
         offer = chosen.offer
         slots: tuple[int, ...] = ()

@@ -50,7 +50,8 @@ def work_done(job: Job, attempts: Sequence[Attempt], now: float, changeover: flo
 def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer], capacity: dict[str, int],
                  spot_available: frozenset[str], *, now: float, changeover: float,
                  holding: Holding | None = None) -> PolicyInput | None:
-    """The policy's view of a job, or ``None`` when it has no deadline or no expected length (cheapest wins).
+    """The policy's view of a job, or ``None`` when it has no deadline, no expected length or no spot offer
+    (the policy chooses between spot and the reliable tiers; without spot the cheapest placement wins).
 
     ``changeover`` is the configured default; once an attempt has reported, the job's measured one is used.
     """
@@ -62,6 +63,8 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
     for o in offers:
         by_tier.setdefault(o.tier, []).append(o)
     spot = by_tier.get(Tier.SPOT, [])
+    if not spot and (holding is None or holding.tier is not Tier.SPOT):
+        return None
     cheapest_spot = min((o.price_per_hour for o in spot), default=None)
     ondemand = min((o.price_per_hour for o in by_tier.get(Tier.ONDEMAND, [])), default=None)
     onprem = min((o.price_per_hour for o in by_tier.get(Tier.ONPREM, [])), default=None)

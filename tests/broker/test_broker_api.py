@@ -82,6 +82,18 @@ def test_idempotency_key_returns_the_first_job(client):
     assert len(client.get("/v1/jobs", headers=auth()).json()["jobs"]) == 1
 
 
+def test_an_idempotency_key_reused_for_another_task_is_refused_not_answered_with_the_first_job(client):
+    h = {**auth(), "Idempotency-Key": "abc"}
+    first = client.post("/v1/jobs", json=TASK, headers=h).json()
+    other = client.post("/v1/jobs", json={**TASK, "run": "python other.py"}, headers=h)
+    assert other.status_code == 422 and other.json()["field"] == "Idempotency-Key"
+    assert first["id"] in other.json()["detail"] and "different task" in other.json()["detail"]
+    # a retry with only a relative deadline or the budget changed is still the same submit
+    retry = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "budget_usd": 60}}, headers=h)
+    assert retry.status_code == 200 and retry.json()["id"] == first["id"]
+    assert len(client.get("/v1/jobs", headers=auth()).json()["jobs"]) == 1
+
+
 @pytest.mark.parametrize(
     "body, headers, status, field",
     [
@@ -92,6 +104,12 @@ def test_idempotency_key_returns_the_first_job(client):
                      id="a bad budget is a 422 naming broker.budget_usd"),
         pytest.param(b'{"num_nodes": -1}', {"Content-Type": "application/json"}, 422, "num_nodes", id="bad num_nodes is named"),
         pytest.param(b"x" * 2_000_000, {}, 413, "body", id="an oversized body is a 413"),
+        pytest.param(b'{"run": "echo", "broker": {"deadline": "99999999d"}}', {"Content-Type": "application/json"}, 422,
+                     "broker.deadline", id="a deadline centuries away is a 422, not a job no list can show"),
+        pytest.param(b'{"resources": {"cpus": 1}}', {"Content-Type": "application/json"}, 422, "run",
+                     id="a task with nothing to run is a 422 naming run"),
+        pytest.param(b'{"run": "echo", "resources": {"acelerators": "A100:1"}}', {"Content-Type": "application/json"}, 422,
+                     "resources.acelerators", id="a misspelt resources key is a 422 naming it"),
     ],
 )
 def test_bad_input_gets_a_4xx_naming_the_field(client, body, headers, status, field):
@@ -173,3 +191,24 @@ def test_the_openapi_document_gives_the_error_body_the_api_sends(client):
     one = doc["paths"]["/v1/jobs/{job_id}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert one == {"$ref": "#/components/schemas/JobOut"}  # the job's shape, for generated clients
     assert doc["components"]["schemas"]["JobOut"]["properties"]["state"] == {"$ref": "#/components/schemas/JobState"}
+
+
+def test_a_log_offset_past_any_file_is_a_422_not_a_500(client):
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.get(f"/v1/jobs/{job['id']}/logs", params={"offset": 10**23}, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "offset"
+
+
+def test_a_job_stored_with_a_deadline_past_year_9999_still_lists(client, tmp_path):
+    """Rows stored before deadlines were bounded: the views render them instead of failing every list."""
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    store = client.app.state.service.store
+    stored = store.get_job(job["id"])
+    store.commit(Change(job=replace(stored, deadline=8.7e12), expected_version=stored.version))
+    listed = client.get("/v1/jobs", headers=auth())
+    assert listed.status_code == 200 and listed.json()["jobs"][0]["deadline"] == "8700000000000"
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).status_code == 200

@@ -98,7 +98,7 @@ def test_a_full_pool_makes_the_next_job_wait_with_its_reason_and_position(broker
     engine.tick()
     waiting = store.get_job(second.id)
     assert waiting.state is JobState.QUEUED
-    assert "position 1" in waiting.reason and "full" in waiting.reason
+    assert "full" in waiting.reason and "position" not in waiting.reason  # the position is a field, never stale text
     assert service.queue_positions() == {second.id: 1}
     final = run_until(engine, store, second.id, {"succeeded"})
     assert final.state is JobState.SUCCEEDED
@@ -191,3 +191,52 @@ def test_a_queued_job_whose_budget_is_spent_is_stopped_not_queued_forever(broker
     engine.tick()
     stopped = store.get_job(job.id)
     assert stopped.state is JobState.STOPPED_BUDGET and "raise the budget" in stopped.reason
+
+
+def test_a_task_the_launcher_can_never_run_fails_once_instead_of_requeuing_forever(broker):
+    """A job stored before submit required a command (its task has none): the local launcher refuses it
+    for good, so the job fails with that reason after one attempt rather than cycling through the queue
+    holding a slot."""
+    from dataclasses import replace as dc_replace
+
+    from broker.store import Change
+
+    service, engine, store, _ = broker
+    job = submit(service, "echo placeholder")
+    spec = {k: v for k, v in job.spec.items() if k != "run"}
+    store.commit(Change(job=dc_replace(job, spec=spec), expected_version=job.version))
+    final = run_until(engine, store, job.id, {"failed", "succeeded"})
+    for _ in range(5):
+        engine.tick()
+    assert store.get_job(job.id).state is JobState.FAILED
+    assert len(store.attempts(job.id)) == 1
+    assert final.diagnosis["class"] == "launch_refused" and final.diagnosis["infrastructure"] is False
+    assert "no run command" in final.reason and "submit it again" in final.reason
+    assert [e.event for e in store.events(job.id)] == ["submit", "place", "launch", "fail"]
+
+
+def test_a_deadline_job_with_no_spot_offer_waits_for_the_full_pool_not_for_spot(broker):
+    """With no spot zone for it, the spot policy has nothing to decide: the job says the pool is full and
+    gets a start estimate, instead of 'the spot policy waits for spot capacity'."""
+    service, engine, store, _ = broker
+    task = {"run": "sleep 3", "resources": {"cpus": 1}, "broker": {"budget_usd": 5, "expected_hours": "0.001"}}
+    first = service.submit(ADMIN, task)[0]
+    late = {"run": "echo late", "resources": {"cpus": 1},
+            "broker": {"budget_usd": 5, "deadline": "2h", "expected_hours": "0.5"}}
+    second = service.submit(ADMIN, late)[0]
+    run_until(engine, store, first.id, {"running"})
+    engine.tick()
+    waiting = store.get_job(second.id)
+    assert waiting.state is JobState.QUEUED
+    assert "full" in waiting.reason and "spot" not in waiting.reason, waiting.reason
+    assert second.id in service.queue()[1]
+
+
+def test_pinning_a_job_to_on_demand_where_there_is_none_is_refused(broker):
+    from broker.service import Conflict
+
+    service, _, store, _ = broker
+    job = submit(service, "echo x")
+    with pytest.raises(Conflict, match="no on-demand offer fits this job"):
+        service.switch_to_ondemand(ADMIN, job.id)
+    assert store.get_job(job.id).force_tier is None

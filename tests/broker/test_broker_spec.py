@@ -57,7 +57,8 @@ broker:
 
 
 def test_any_of_expands_to_alternatives():
-    raw = {"resources": {"use_spot": True, "any_of": [{"accelerators": "A100:8"}, {"accelerators": {"H100": 8}, "infra": "aws"}]}}
+    raw = {"run": "python train.py",
+           "resources": {"use_spot": True, "any_of": [{"accelerators": "A100:8"}, {"accelerators": {"H100": 8}, "infra": "aws"}]}}
     alts = parse(raw, now=NOW).request.alternatives
     assert [(a.accelerator, a.accelerator_count, a.use_spot, a.cloud) for a in alts] == [
         ("A100", 8, True, None), ("H100", 8, True, "aws")]
@@ -81,31 +82,64 @@ def test_any_of_expands_to_alternatives():
         pytest.param({"envs": {"1BAD": "x"}}, "envs.1BAD", id="an environment variable with a bad name"),
         pytest.param({"name": "has spaces"}, "name", id="a name with spaces"),
         pytest.param({"broker": {"retry": {"max_restarts_on_errors": -1}}}, "broker.retry.max_restarts_on_errors", id="negative restarts"),
+        pytest.param({"broker": {"deadline": "99999999d"}}, "broker.deadline", id="a deadline centuries away is refused"),
+        pytest.param({"broker": {"deadline": "P99999999D"}}, "broker.deadline", id="an ISO duration centuries away is refused"),
+        pytest.param({"broker": {"deadline": "9" * 400 + "d"}}, "broker.deadline", id="a deadline too large for a float is refused"),
+        pytest.param({"broker": {"deadline": "9999-12-31T23:00:00-05:00"}}, "broker.deadline", id="a deadline past the year 9999 is refused"),
+        pytest.param({"broker": {"deadline": "1h", "expected_hours": 3}}, "broker.deadline",
+                     id="a deadline sooner than the job's own expected length is refused"),
+        pytest.param({"resources": {"acelerators": "A100:1"}}, "resources.acelerators", id="a misspelt resources key is named"),
+        pytest.param({"resources": {"any_of": [{"acelerators": "A100:1"}]}}, "resources.any_of[0].acelerators",
+                     id="a misspelt key inside any_of is named"),
+        pytest.param({"setpu": "pip install torch"}, "setpu", id="a misspelt task key is named"),
     ],
 )
 def test_bad_fields_are_named(raw, field):
     with pytest.raises(SpecError) as info:
-        parse(raw, now=NOW)
+        parse({"run": "python train.py", **raw}, now=NOW)
     assert info.value.field == field
 
 
-def test_yaml_syntax_error_says_where():
+def test_a_misspelt_key_gets_the_likely_one_suggested():
     with pytest.raises(SpecError) as info:
-        load_text("name: x\nresources: [unclosed\n")
-    assert info.value.field == "body" and "line" in info.value.reason
+        parse({"run": "python train.py", "resources": {"acelerators": "A100:1"}}, now=NOW)
+    assert "did you mean 'accelerators'?" in info.value.reason
 
 
-@pytest.mark.parametrize(
-    "text, seconds",
-    [("6h", 6 * 3600), ("1d12h", 36 * 3600), ("90m", 5400), ("PT2H30M", 9000), ("45s", 45)],
-    ids=["six hours", "a day and a half", "ninety minutes", "an ISO duration", "seconds"],
-)
-def test_deadline_durations(text, seconds):
-    assert parse_deadline(text, now=NOW) == NOW + seconds
+@pytest.mark.parametrize("task", [
+    pytest.param({"resources": {"cpus": 1}}, id="a task with nothing to run"),
+    pytest.param({"run": "   ", "setup": None}, id="a run that is only blanks"),
+])
+def test_a_task_with_nothing_to_run_is_refused_at_submit(task):
+    with pytest.raises(SpecError) as info:
+        parse(task, now=NOW)
+    assert info.value.field == "run" and "required" in info.value.reason
 
 
-def test_deadline_iso_time():
-    from datetime import datetime, timezone
+def test_a_setup_only_task_is_accepted_as_skypilot_accepts_it():
+    assert parse({"setup": "pip install -r requirements.txt"}, now=NOW).task["setup"]
 
-    expected = datetime(2027, 1, 15, 12, tzinfo=timezone.utc).timestamp()
-    assert parse_deadline("2027-01-15T12:00:00Z", now=NOW) == expected
+
+def test_a_deadline_just_inside_the_limit_is_accepted():
+    from broker.spec import MAX_DEADLINE_DAYS
+
+    assert parse_deadline(f"{MAX_DEADLINE_DAYS}d", now=NOW) == NOW + MAX_DEADLINE_DAYS * 86400
+
+
+def test_the_known_keys_are_installed_skypilots(tmp_path):
+    """The spec refuses keys outside SkyPilot's schema; the lists must be SkyPilot's own. Read in a
+    child process: ``sky`` fixes its paths from ``HOME`` at import, which must not leak into this one."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from broker.spec import RESOURCE_KEYS, TASK_KEYS
+
+    code = ("import json; from sky.utils import schemas; print(json.dumps([sorted(schemas.get_task_schema()['properties']), "
+            "sorted(schemas.get_resources_schema()['properties'])]))")
+    env = {**os.environ, "HOME": str(tmp_path), "SKY_RUNTIME_DIR": str(tmp_path), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    task, resources = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(task) == TASK_KEYS
+    assert set(resources) == RESOURCE_KEYS

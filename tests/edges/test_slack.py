@@ -25,6 +25,7 @@ from broker.slack.commands import CommandError
 from broker.store import Change
 from broker.store.sqlite import SqliteStore
 from launchers.base import AttemptStatus, Phase
+from launchers.simzones import zones_from_config
 
 from . import world
 from .conftest import build_app
@@ -321,7 +322,10 @@ def engine_app(tmp_path, stub):
     """A fresh store (no seeded world) and the app with its real engine, ticked by the test."""
     store = SqliteStore(tmp_path / "engine.db")
     launcher = FakeLauncher()
-    app = build_app(slack_settings(tmp_path, stub), store, launcher=launcher, engine=True)
+    # an on-demand zone, so that the "Switch to on-demand" buttons have somewhere to switch to
+    settings = replace(slack_settings(tmp_path, stub),
+                       zones=zones_from_config([{"name": "sim-od", "tier": "ondemand", "instance_type": "g5.xlarge"}]))
+    app = build_app(settings, store, launcher=launcher, engine=True)
     app.state.notifier.sleep = lambda s: None
     yield app
     app.state.notifier.close()

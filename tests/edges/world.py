@@ -111,7 +111,7 @@ def seed(store, now: float | None = None) -> World:
                                 seconds=1800, cost=1_500_000, running=True)])
 
     a3 = job("j-a3", "team-a", JobState.QUEUED, submitted=now - 300, budget=5_000_000, spent=0, attempts=0,
-             reason="waiting (position 1 in the queue): no capacity for 8x H100 right now", priority=5)
+             reason="waiting: no capacity for 8x H100 right now", priority=5)
     _commit(store, a3, [])
 
     b1 = job("j-b1", "team-b", JobState.FAILED, submitted=t0, budget=3_000_000, spent=400_000, attempts=1,
