@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from broker.lifecycle import JobEvent, apply
 from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
-from pricing.money import Micros, fmt
+from pricing.money import Micros, cost_for_seconds, fmt
 from pricing.offers import Offer
 from pricing.quote import Quote, quote
 
@@ -58,13 +58,19 @@ def admit(
     actor: str,
     checkpoint_uri: str,
     idempotency_key: str | None,
+    min_run_seconds: int = 0,
 ) -> Admitted:
-    """Price the job and build its first record, or raise :class:`Refused`."""
+    """Price the job and build its first record, or raise :class:`Refused`. ``min_run_seconds``: what a
+    start must be able to pay for (the engine stops a job whose budget cannot, so it is refused here)."""
     q = quote(spec.request, offers)
     if not q.tiers:
         raise Refused("resources", f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
     if not q.fits(budget):
         raise Refused("broker.budget_usd", q.refusal(budget))
+    cheapest_hour = min(t.price_per_hour for t in q.tiers)
+    if budget < cost_for_seconds(cheapest_hour, min_run_seconds):
+        raise Refused("broker.budget_usd", f"the budget of {fmt(budget)} cannot pay for a start and a clean stop "
+                                           f"({min_run_seconds} s) at the cheapest offer's {fmt(cheapest_hour)}/h")
     transition = apply(None, JobEvent.SUBMIT)
     job = Job(
         id=job_id,

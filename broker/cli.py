@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--team", help="admins: one team (default: all); others see their own team")
     s.add_argument("--period", help="24h, 7d (default), 30d or 90d, ending now")
     s.add_argument("--since", help="ISO date or time (instead of --period)")
-    s.add_argument("--until", help="ISO date or time (with --since; default now)")
+    s.add_argument("--until", help="ISO date or time (default now)")
 
     sub.add_parser("simulate", help="replay spot traces with a policy (see `broker simulate --help`)",
                    add_help=False)

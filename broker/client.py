@@ -91,6 +91,9 @@ class BrokerClient:
                 detail, field = body.get("detail", r.text), body.get("field")
             except ValueError:
                 detail, field = r.text or r.reason_phrase, None
+            if r.status_code == 401 and not self.token:
+                detail = (f"{detail} (no token was sent: set BROKER_TOKEN or --token, or run this where `broker serve` "
+                          f"wrote {default_data_dir() / 'admin-token'})")
             raise BrokerError(r.status_code, str(detail), field)
         return r
 

@@ -9,6 +9,7 @@ token the local CLI picks up by itself.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -101,6 +102,13 @@ def default_data_dir(env: dict[str, str] | os._Environ = os.environ) -> Path:
     return Path(base) / "spot-broker"
 
 
+CONFIG_KEYS = frozenset({
+    "data_dir", "store_url", "pools", "teams", "admin_token_sha256", "default_budget_usd", "checkpoint_root", "public_url",
+    "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "zones", "heartbeat_timeout_seconds",
+    "zone_cooldown_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
+})
+"""The config file's top-level settings (docs/deploy.md); anything else is refused, naming the likely one."""
+
 DEFAULT_POOLS = ({"name": "local", "slots": 2, "accelerator": None, "price_per_slot_hour": "0.20"},)
 
 
@@ -118,6 +126,11 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
             raise ConfigError(f"{path}: not valid YAML ({exc})") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: must be a mapping")
+        for key in sorted(map(str, raw)):
+            if key not in CONFIG_KEYS:  # a typo would otherwise be dropped without a word
+                close = difflib.get_close_matches(key, sorted(CONFIG_KEYS), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(CONFIG_KEYS))}"
+                raise ConfigError(f"{path}: {key} is not a setting ({hint})")
     elif config_path or env.get("BROKER_CONFIG"):
         raise ConfigError(f"config file {path} does not exist")
     data_dir = Path(raw.get("data_dir") or data_dir).expanduser() if not env.get("BROKER_DATA_DIR") else data_dir

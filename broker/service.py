@@ -17,6 +17,7 @@ from typing import Any
 from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import Principal, job_token
 from broker.config import Settings
+from broker.engine.budget import reserve_seconds
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import all_offers, usable_by
@@ -95,6 +96,9 @@ class BrokerService:
         team = spec.broker.team or principal.team or self.settings.default_team
         if not principal.admin and team != principal.team:
             raise Invalid("broker.team", f"you can submit only for your team ({principal.team})", status=403)
+        if self.settings.teams and team not in self.settings.teams and team != self.settings.default_team:
+            known = ", ".join(sorted({*self.settings.teams, self.settings.default_team}))
+            raise Invalid("broker.team", f"there is no team {team!r} (teams: {known})")
         if idempotency_key is not None:
             if not 1 <= len(idempotency_key) <= 200:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
@@ -108,6 +112,7 @@ class BrokerService:
             admitted: Admitted = admit(
                 spec, job_id=job_id, team=team, budget=budget, offers=usable_by(all_offers(self.settings), spec.request), now=now,
                 actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
+                min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
             )
         except Refused as exc:
             raise Invalid(exc.field, str(exc)) from None

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from pricing.money import Micros, MoneyError, typed_to_micros
+from pricing.money import AmountTooLarge, Micros, MoneyError, typed_to_micros
 from pricing.offers import JobRequest, ResourceRequest
 
 MAX_NAME = 128
@@ -352,6 +352,8 @@ def _money(value: Any, where: str) -> Micros | None:
         return None
     try:
         return typed_to_micros(value)
+    except AmountTooLarge as exc:
+        raise SpecError(where, str(exc)) from None
     except MoneyError:
         raise SpecError(where, "must be an amount of dollars such as 20 or \"12.50\"") from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 
 MICROS_PER_DOLLAR = 1_000_000
+MAX_DOLLARS = 1_000_000_000  # no budget or price is larger; keeps every stored amount far inside a 64-bit integer
 SECONDS_PER_HOUR = 3600
 
 Micros = int
@@ -19,6 +20,10 @@ Micros = int
 
 class MoneyError(ValueError):
     """A value could not be read as an amount of money."""
+
+
+class AmountTooLarge(MoneyError):
+    """An amount above ``MAX_DOLLARS``."""
 
 
 def to_micros(value: str | int | Decimal) -> Micros:
@@ -30,7 +35,7 @@ def to_micros(value: str | int | Decimal) -> Micros:
     if isinstance(value, bool) or isinstance(value, float):
         raise MoneyError(f"money must be given as a string or Decimal, not {type(value).__name__}")
     if isinstance(value, int):
-        return value * MICROS_PER_DOLLAR
+        value = Decimal(value)
     if isinstance(value, str):
         text = value.strip().replace(",", "")
         if text.startswith("$"):
@@ -41,6 +46,8 @@ def to_micros(value: str | int | Decimal) -> Micros:
             raise MoneyError(f"{value!r} is not an amount of dollars") from exc
     if not value.is_finite():
         raise MoneyError("amount must be finite")
+    if abs(value) > MAX_DOLLARS:
+        raise AmountTooLarge(f"must be at most ${MAX_DOLLARS:,}")
     return int((value * MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
 
 

@@ -116,7 +116,7 @@ def place(
     n = request.num_nodes
     matching = candidates(request, offers)
     if not matching:
-        return NoFit(f"no offer has {_describe_request(request)}")
+        return NoFit(f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}")
     under_cap = [o for o in matching if request.max_price_per_hour is None or o.price_per_hour * n <= request.max_price_per_hour]
     if not under_cap:
         cheapest = min(matching, key=lambda o: o.price_per_hour)
@@ -152,9 +152,36 @@ def place(
 
 
 def _describe_request(request: JobRequest) -> str:
+    """What the job asks for, alternative by alternative: ``8x H100 with 64+ vCPUs in aws/us-east-1 on spot``."""
     parts = []
     for alt in request.alternatives:
-        acc = f"{max(alt.accelerator_count, 1)}x {alt.accelerator}" if alt.accelerator else "no accelerator"
+        shape = [f"{max(alt.accelerator_count, 1)}x {alt.accelerator}"] if alt.accelerator else []
+        if alt.instance_type:
+            shape.append(f"instance type {alt.instance_type}")
+        size = [f"{alt.cpus}+ vCPUs" if alt.cpus is not None else "", f"{alt.memory_gib}+ GiB of memory" if alt.memory_gib is not None else ""]
+        size = [x for x in size if x]
+        text = " ".join(shape) + (" with " if shape and size else "") + " and ".join(size)
         where = "/".join(x for x in (alt.cloud, alt.region, alt.zone) if x)
-        parts.append(acc + (f" in {where}" if where else "") + (" on spot" if alt.use_spot else ""))
-    return " or ".join(parts)
+        text = (text or "the resources asked") + (f" in {where}" if where else "")
+        text += " on spot" if alt.use_spot else " off spot" if alt.use_spot is False else ""
+        parts.append(text)
+    return " or ".join(parts) + (f" for {request.num_nodes} nodes" if request.num_nodes > 1 else "")
+
+
+def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
+    """A hint at what the offers do have, for the alternative's first unmet want."""
+    if not offers:
+        return " (no offers are configured)"
+    alt = request.alternatives[0]
+    if alt.accelerator:
+        names = sorted({f"{o.accelerator}" for o in offers if o.accelerator})
+        if not any(n.lower() == alt.accelerator.lower() for n in names):
+            return f" (accelerators offered: {', '.join(names[:12])})" if names else " (no offer has an accelerator)"
+        most = max(o.accelerator_count for o in offers if o.accelerator and o.accelerator.lower() == alt.accelerator.lower())
+        if alt.accelerator_count > most:
+            return f" (at most {most}x {alt.accelerator} in one offer)"
+    for want, attr, unit in ((alt.cpus, "vcpus", "vCPUs"), (alt.memory_gib, "memory_gib", "GiB of memory")):
+        known = [getattr(o, attr) for o in offers if getattr(o, attr) is not None]
+        if want is not None and known and max(known) < want:
+            return f" (the largest offer has {max(known)} {unit})"
+    return ""

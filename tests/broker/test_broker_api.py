@@ -212,3 +212,20 @@ def test_a_job_stored_with_a_deadline_past_year_9999_still_lists(client, tmp_pat
     listed = client.get("/v1/jobs", headers=auth())
     assert listed.status_code == 200 and listed.json()["jobs"][0]["deadline"] == "8700000000000"
     assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).status_code == 200
+
+
+def test_an_admin_submitting_for_a_team_that_does_not_exist_is_told_the_teams(client):
+    r = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "team": "nosuch"}}, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "broker.team"
+    assert "no team 'nosuch'" in r.json()["detail"] and "vision" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("body", [
+    pytest.param({"run": "echo", "broker": {"budget_usd": "0.000001"}}, id="a budget of one micro-dollar"),
+    pytest.param({"run": "echo", "num_nodes": 10**23, "broker": {"budget_usd": 50}}, id="more nodes than any budget can start"),
+])
+def test_a_budget_that_cannot_pay_for_a_start_is_refused_at_submit_not_stopped_at_once(client, body):
+    r = client.post("/v1/jobs", json=body, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "broker.budget_usd", r.text
+    assert "cannot pay for a start and a clean stop" in r.json()["detail"]
+    assert client.get("/v1/jobs", headers=auth()).json()["jobs"] == []

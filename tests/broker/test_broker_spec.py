@@ -92,6 +92,7 @@ def test_any_of_expands_to_alternatives():
         pytest.param({"resources": {"any_of": [{"acelerators": "A100:1"}]}}, "resources.any_of[0].acelerators",
                      id="a misspelt key inside any_of is named"),
         pytest.param({"setpu": "pip install torch"}, "setpu", id="a misspelt task key is named"),
+        pytest.param({"broker": {"budget_usd": "1e300"}}, "broker.budget_usd", id="a budget beyond a billion dollars is refused"),
     ],
 )
 def test_bad_fields_are_named(raw, field):

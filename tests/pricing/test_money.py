@@ -33,3 +33,15 @@ def test_shown_amounts_round_up_and_keep_small_costs_visible():
     assert fmt(12_341_000) == "$12.35"
     assert fmt(4_500) == "$0.0045"
     assert fmt(-1_000_000) == "-$1.00"
+
+
+@pytest.mark.parametrize("amount", ["1e300", 10**12, "1000000000.000001", "-2000000000"])
+def test_an_amount_beyond_a_billion_dollars_is_refused(amount):
+    from pricing.money import AmountTooLarge
+
+    with pytest.raises(AmountTooLarge, match=r"at most \$1,000,000,000"):
+        to_micros(amount)
+
+
+def test_a_billion_dollars_is_still_an_amount():
+    assert to_micros(1_000_000_000) == 10**15 and to_micros("1000000000") == 10**15

@@ -54,8 +54,10 @@ CASES = [
     ("the tier limit keeps a job off spot", job(allowed_tiers=frozenset({Tier.ONDEMAND})), {}, "ondemand us-east-1a"),
     ("max_price_per_hour under on-prem's price leaves nothing", job(max_price_per_hour=500_000), {}, "NoFit over the job's max_price_per_hour"),
     ("max_price_per_hour allows only spot when the pool is full", job(max_price_per_hour=1_000_000), dict(free_capacity={"lab": 0}), "spot us-east-1b"),
-    ("an accelerator nobody sells", job(alternatives=(ResourceRequest("TPU", 1),)), {}, "NoFit no offer has 1x TPU"),
-    ("too many GPUs for any offer", job(alternatives=(ResourceRequest("V100", 8),)), {}, "NoFit no offer has 8x V100"),
+    ("an accelerator nobody sells, naming those sold", job(alternatives=(ResourceRequest("TPU", 1),)), {},
+     "NoFit no offer has 1x TPU (accelerators offered: A100, V100)"),
+    ("too many GPUs for any offer, naming the most one has", job(alternatives=(ResourceRequest("V100", 8),)), {},
+     "NoFit no offer has 8x V100 (at most 1x V100 in one offer)"),
     ("every zone blocked", job(alternatives=(ResourceRequest("V100", 1, use_spot=True),)), dict(blocked_zones=frozenset({"us-east-1a", "us-east-1b", "us-west-2a"})), "NoFit blocked"),
     ("a spent budget places nothing", job(), dict(budget_left=0), "NoFit is spent"),
     (
@@ -87,3 +89,20 @@ def test_place(request_, kwargs, expected):
         tier, where = expected.split()
         assert (result.tier.value, result.offer.location) == (tier, where)
         assert result.price_per_hour == result.offer.price_per_hour * request_.num_nodes
+
+
+SIZED = [Offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", "m6i.2xlarge", None, 0, 384_000, vcpus=Decimal(8),
+               memory_gib=Decimal(32))]
+
+
+@pytest.mark.parametrize("want, expected", [
+    pytest.param(ResourceRequest(memory_gib=Decimal(4096)), "no offer has 4096+ GiB of memory (the largest offer has 32 GiB of memory)",
+                 id="more memory than any offer says how much the largest has"),
+    pytest.param(ResourceRequest(cpus=Decimal(64), use_spot=True), "no offer has 64+ vCPUs on spot",
+                 id="a CPU-only shape is described by its size, not as 'no accelerator'"),
+    pytest.param(ResourceRequest(instance_type="p5.48xlarge", region="us-west-2"),
+                 "no offer has instance type p5.48xlarge in us-west-2", id="an instance type and region are named"),
+])
+def test_a_shape_nothing_offers_is_described_as_asked(want, expected):
+    result = place(JobRequest(alternatives=(want,)), SIZED)
+    assert isinstance(result, NoFit) and result.reason.startswith(expected), result
