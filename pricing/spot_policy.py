@@ -47,6 +47,15 @@ from dataclasses import dataclass, field
 from pricing.deadline import Action, Decision, PolicyInput, cap_margin, changeover_allowance, cost_headroom, reliable, slack
 
 
+def span(seconds: float) -> str:
+    """A duration for a decision's reason: ``45 s``, ``12 min``, ``3.5 h`` (never ``0.0 h``)."""
+    if seconds < 60:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 @dataclass(frozen=True)
 class Tuning:
     """The policy's few constants, in units of the changeover ``d`` or hours; not per trace."""
@@ -138,7 +147,7 @@ class SlackReserve:
             worth = (k - 1) * min(run, inp.remaining) > d * (1 + k)
             proof = t.confirm_minutes if saved >= self.hop_cost(inp) else t.credit_minutes
             if worth and up_for >= proof * 60 - 1e-6 and spare >= 2 * d + inp.tick:
-                return Decision(Action.SPOT, zone, f"spot back in {zone} for {up_for / 60:.0f} min; an expected {run / 3600:.1f} h run pays for two changeovers")
+                return Decision(Action.SPOT, zone, f"spot back in {zone} for {span(up_for)}; an expected {span(run)} run pays for two changeovers")
             return reliable(inp, "spot is back but a hop would not pay for its changeovers yet")
         reserve = self.reserve(inp, self.best_known_zone())
         if saved + changeover_allowance(inp) < self.hop_cost(inp) + tick_h:
@@ -148,8 +157,8 @@ class SlackReserve:
                 return Decision(Action.WAIT, None, "slack well above the reserve: stop paying for on-demand and wait for spot")
             return reliable(inp, "no spot and slack at the reserve: keep running on the reliable tier")
         if spare - inp.tick >= reserve:
-            return Decision(Action.WAIT, None, f"no spot; {spare / 3600:.1f} h of slack above a {reserve / 3600:.1f} h reserve")
-        return reliable(inp, f"no spot and slack down to the {reserve / 3600:.1f} h reserve")
+            return Decision(Action.WAIT, None, f"no spot; {span(spare)} of slack above a {span(reserve)} reserve")
+        return reliable(inp, f"no spot and slack down to the {span(reserve)} reserve")
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,11 +462,11 @@ class ModelPredictive:
         a = plan.get(n, j, s, w)
         zone = self.best_zone(inp)
         if a == 1 and zone is not None and self.unproven_hop_on_credit(inp, zone):
-            return reliable(inp, f"spot in {zone} has lasted {self.zones.zones[zone].up_for / 60:.0f} min and nothing saved "
+            return reliable(inp, f"spot in {zone} has lasted {span(self.zones.zones[zone].up_for)} and nothing saved "
                                  f"would pay for losing it: wait for it to last {self.tuning.proof_minutes:.0f} min")
         if a == 1 and zone is not None:
             au, ad = self.alphas()
             return Decision(Action.SPOT, zone, f"plan: spot in {zone} (up-run hazard scale {au:.2f}, down {ad:.2f})")
         if a == 0:
-            return Decision(Action.WAIT, None, f"plan: wait for spot ({inp.remaining / 3600:.1f} h of work, {(inp.deadline - inp.now) / 3600:.1f} h left)")
+            return Decision(Action.WAIT, None, f"plan: wait for spot ({span(inp.remaining)} of work, {span(inp.deadline - inp.now)} left)")
         return reliable(inp, "plan: the reliable tier is cheaper in expectation than waiting for spot")

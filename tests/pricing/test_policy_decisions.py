@@ -322,3 +322,11 @@ def test_a_hop_off_on_demand_on_the_caps_credit_waits_for_spot_to_last_an_hour_u
     assert saved.action is Action.SPOT, saved.reason
     _, idle = mpc_zones_after([set()] * 20 + [{"a"}] * 2, work_done=0.0)  # not a hop: from idle the worst case is a tick
     assert idle.action is Action.SPOT, idle.reason
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0 s"), (45, "45 s"), (60, "1 min"), (720, "12 min"), (3600, "1.0 h"),
+                                           (12_600, "3.5 h")])
+def test_reasons_give_durations_in_units_a_person_reads(seconds, text):
+    from pricing.spot_policy import span
+
+    assert span(seconds) == text
