@@ -233,7 +233,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         """Run the job on on-demand from its next attempt on (and resume it if it had stopped)."""
         return job_view(service.switch_to_ondemand(caller, job_id))
 
-    @app.post("/v1/jobs/{job_id}/progress", tags=["progress"], **answers(ProgressAck, 401, 404, 409, 422),
+    @app.post("/v1/jobs/{job_id}/progress", tags=["progress"], **answers(ProgressAck, 401, 403, 404, 409, 422),
               openapi_extra=PROGRESS)
     async def progress(job_id: str, request: Request,
                        authorization: Annotated[str | None, Header()] = None) -> dict:
@@ -243,6 +243,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         token = (authorization or "")[7:].strip() if (authorization or "").lower().startswith("bearer ") else ""
         if not token:
             raise Unauthorized("send the job's token: Authorization: Bearer $BROKER_JOB_TOKEN")
+        if settings.is_admin_token(token) or settings.team_for_token(token) is not None:
+            raise Invalid("Authorization", "progress is reported with the job's own token ($BROKER_JOB_TOKEN in "
+                                           "its environment), not a user's", status=403)
         job = service.report_progress(job_id, token, await _json_object(request))
         return {"ok": True, "state": job.state.value, "stop": job.state.value in ("cancelling", "stopping")}
 

@@ -229,3 +229,10 @@ def test_a_budget_that_cannot_pay_for_a_start_is_refused_at_submit_not_stopped_a
     assert r.status_code == 422 and r.json()["field"] == "broker.budget_usd", r.text
     assert "cannot pay for a start and a clean stop" in r.json()["detail"]
     assert client.get("/v1/jobs", headers=auth()).json()["jobs"] == []
+
+
+@pytest.mark.parametrize("token", [ADMIN, "vision-token"], ids=["the admin token", "a team token"])
+def test_progress_with_a_users_token_says_to_use_the_jobs_own(client, token):
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.post(f"/v1/jobs/{job['id']}/progress", json={"step": 1}, headers=auth(token))
+    assert r.status_code == 403 and r.json()["field"] == "Authorization" and "BROKER_JOB_TOKEN" in r.json()["detail"]
