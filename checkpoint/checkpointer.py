@@ -24,17 +24,21 @@ Environment read (all optional):
 from __future__ import annotations
 
 import atexit
+import concurrent.futures.thread  # noqa: F401 - imported before _register_exit_flush (see there)
 import logging
+import operator
 import os
 import sys
+import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from checkpoint import commit, layout, restore as restoring, serialization, snapshot
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, CheckpointWarning
 from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
@@ -169,9 +173,12 @@ class Checkpointer:
     def due(self, step: int) -> bool:
         """Whether ``save(step, …)`` should be called now (interval reached or preemption).
 
-        Raises CheckpointError if a previous background save failed.
+        Raises CheckpointError if a previous background save failed (not after a preemption
+        notice: then the save it asks for is tried first).
         """
-        self._raise_pending()
+        step = _step(step)
+        if not self.preemption.requested:
+            self._raise_pending()
         return is_due(step, self._clock(), self._policy, self._last_step, self._last_time,
                       self.preemption.requested)
 
@@ -180,10 +187,20 @@ class Checkpointer:
 
         Blocks only while tensors are copied to host memory and the structure is frozen.
         After a preemption notice it also waits for the commit and exits the process.
+        ``step`` must be an integer (``int``, or anything with ``__index__``); saving the step
+        saved last (or just restored) again does nothing — the first save of a step stands.
 
-        Raises CheckpointError if a previous background save failed.
+        Raises CheckpointError if a previous background save failed — except after a
+        preemption notice, when this save is tried anyway (the earlier failure is logged): the
+        last chance to keep the work must not be lost to an earlier, perhaps passing, error.
         """
-        self._raise_pending()
+        step = _step(step)
+        earlier = self._runner.take_error()
+        if earlier is not None:
+            if not self.preemption.requested:
+                raise CheckpointError(f"background checkpoint save failed: {_describe(earlier)}") from earlier
+            log.error("an earlier background save failed (%s); saving again for the preemption notice",
+                      _describe(earlier))
         if self._closed:
             raise CheckpointError("save() after close()")
         if step != self._last_step:
@@ -237,7 +254,7 @@ class Checkpointer:
     def _raise_pending(self) -> None:
         error = self._runner.take_error()
         if error is not None:
-            raise CheckpointError(f"background checkpoint save failed: {error!r}") from error
+            raise CheckpointError(f"background checkpoint save failed: {_describe(error)}") from error
 
     def _exit_after_preemption(self) -> None:
         log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)
@@ -298,22 +315,61 @@ class Checkpointer:
             return default
         loaded, state = found
         if into:
+            missing = [k for k in into if k not in state]
+            if missing:
+                warnings.warn(CheckpointWarning(
+                    f"{loaded.uri} has no {', '.join(map(repr, missing))} (it holds {', '.join(map(repr, state))}): "
+                    f"those objects were not loaded"), stacklevel=2)
             for key, target in into.items():
-                if key in state and snapshot.is_stateful(target):
+                if key not in state:
+                    continue
+                if snapshot.is_stateful(target):
                     target.load_state_dict(state[key])
+                else:
+                    warnings.warn(CheckpointWarning(
+                        f"into[{key!r}] has no load_state_dict(); it was not loaded (read restored[{key!r}])"),
+                        stacklevel=2)
         self._last_step, self._last_time = loaded.id.step, self._clock()
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
 
 
+def _step(step: Any) -> int:
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise TypeError(f"step must be an integer, got {type(step).__name__} {step!r}") from None
+
+
+def _describe(error: BaseException) -> str:
+    """An error in one line: its type and message (an OSError keeps its path), at most 500 characters."""
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
 _live: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
 
 
-@atexit.register
 def _flush_at_exit() -> None:
-    """A script that forgets ``close()`` still gets its last save committed."""
+    """A script that forgets ``close()`` still gets its queued saves committed."""
     for ckpt in list(_live):
         try:
             ckpt.close()
         except Exception as e:  # noqa: BLE001 - nothing left to raise to
             log.error("checkpoint upload failed at exit: %s", e)
+
+
+def _register_exit_flush() -> None:
+    """Run :func:`_flush_at_exit` while thread pools still take work. An ``atexit`` hook runs too
+    late: by then ``concurrent.futures`` has shut down (its own hook runs as the interpreter stops
+    its threads) and every upload — ours, boto3's — fails with "cannot schedule new futures after
+    interpreter shutdown". Hooks registered with ``threading`` run newest first, and
+    ``concurrent.futures.thread`` registered its hook when it was imported, above: ours runs before it."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # not CPython's threading: the best there is
+        atexit.register(_flush_at_exit)
+    else:
+        register(_flush_at_exit)
+
+
+_register_exit_flush()

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         if args.command == "ls":
             return _ls(open_storage(args.uri), out)
         return _verify(args.uri, out)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # a store that cannot be reached, a URL that cannot be read
         print(f"error: {e}", file=sys.stderr)
         return 2
 

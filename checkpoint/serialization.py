@@ -56,9 +56,9 @@ _TORCH_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "
 
 
 def supported(x: Any) -> bool:
-    """Whether the safetensors format can hold this tensor or array."""
+    """Whether the safetensors format can hold this tensor or array (dense tensors only)."""
     if is_tensor(x):
-        return str(x.dtype).removeprefix("torch.") in _TORCH_DTYPES
+        return str(x.dtype).removeprefix("torch.") in _TORCH_DTYPES and x.layout is sys.modules["torch"].strided
     return (x.dtype.kind, x.dtype.itemsize) in _NUMPY_DTYPES
 
 
@@ -94,9 +94,11 @@ def _raw(x: Any) -> tuple[str, list[int], memoryview]:
         return dtype, list(x.shape), memoryview(raw).cast("B") if len(raw) else memoryview(b"")
     import numpy as np
 
-    a = np.ascontiguousarray(x)
+    # safetensors is little-endian: a big-endian array is converted, not written as if it were little.
+    # ascontiguousarray makes a 0-d array 1-d, so the shape is taken from the array given.
+    a = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<"))
     dtype = _NUMPY_DTYPES[(a.dtype.kind, a.dtype.itemsize)]
-    return dtype, list(a.shape), memoryview(a.reshape(-1).view(np.uint8)).cast("B") if a.size else memoryview(b"")
+    return dtype, list(np.shape(x)), memoryview(a.reshape(-1).view(np.uint8)).cast("B") if a.size else memoryview(b"")
 
 
 def decode_tensors(data: bytes, as_arrays: set[str]) -> dict[str, Any]:

@@ -86,14 +86,18 @@ class _Encoder:
             return obj
         if serialization.is_tensor(obj):
             if not serialization.supported(obj):
-                raise TypeError(f"{where}: tensors of dtype {obj.dtype} cannot be checkpointed")
+                what = (f"dtype {obj.dtype}" if str(obj.layout) == "torch.strided"
+                        else f"layout {obj.layout} (save obj.to_dense(), or its indices and values)")
+                raise TypeError(f"{where}: tensors of {what} cannot be checkpointed")
+            if obj.device.type == "meta":
+                raise TypeError(f"{where}: a tensor on the meta device has no data to checkpoint")
             return {"__tensor__": self._put(obj, where)}
         if serialization.is_ndarray(obj):
             if serialization.supported(obj):
                 name = self._put(obj, where)
                 self._captured.arrays.setdefault(self._filename, set()).add(name)
                 return {"__ndarray__": name}
-            return self._pickle(obj)
+            return self._pickle(obj, where)
         if serialization.is_numpy_scalar(obj):
             return self.encode(serialization.numpy_scalar_value(obj), where)
         if isinstance(obj, Mapping):
@@ -108,7 +112,7 @@ class _Encoder:
             return {"__bytes__": base64.b64encode(obj).decode()}
         if is_stateful(obj):
             return self.encode(obj.state_dict(), where)
-        return self._pickle(obj)
+        return self._pickle(obj, where)
 
     def _put(self, obj: Any, where: str) -> str:
         seen = self._seen.get(id(obj))
@@ -119,9 +123,14 @@ class _Encoder:
         self._seen[id(obj)] = (name, obj)
         return name
 
-    def _pickle(self, obj: Any) -> dict[str, int]:
+    def _pickle(self, obj: Any, where: str) -> dict[str, int]:
         # Pickled now, while the training loop waits, so later mutation cannot leak in.
-        self._captured.objects.append(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        try:
+            data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 - pickle raises many kinds; each is "cannot be saved"
+            raise TypeError(f"{where}: a {type(obj).__name__} cannot be checkpointed (not a tensor, array, "
+                            f"plain value or object with state_dict(), and pickle refuses it: {e})") from None
+        self._captured.objects.append(data)
         return {"__pickle__": len(self._captured.objects) - 1}
 
 

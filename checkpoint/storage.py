@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -138,7 +139,11 @@ def open_storage(
     storage_options: dict[str, Any] | None = None,
     transfer: TransferOptions | None = None,
 ) -> Storage:
-    """Open the store for a base URI (``s3://b/run``, ``gs://b/run``, ``/tmp/run``, ...)."""
+    """Open the store for a base URI (``s3://b/run``, ``gs://b/run``, ``/tmp/run``, ...).
+
+    Raises ValueError for a URI that only looks like one: fsspec reads ``s3:/b/run``, ``s3//b/run`` or
+    ``s3://`` as local paths, and a spot VM's local disk goes with the VM."""
+    check_uri(uri)
     uri = uri.rstrip("/")
     options = dict(storage_options or {})
     protocol = fsspec.core.split_protocol(uri)[0] or "file"
@@ -148,6 +153,27 @@ def open_storage(
         options.setdefault("token", "anon")
     fs, root = fsspec.core.url_to_fs(uri, **options)
     return FsspecStorage(fs, root.rstrip("/"), uri, transfer or TransferOptions())
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.S)
+_BUCKET_STORES = ("s3", "s3a", "gs", "gcs")
+
+
+def check_uri(uri: str) -> None:
+    """Refuse a checkpoint URI with a typo that would send checkpoints to the local disk."""
+    if not isinstance(uri, str) or not uri.strip():
+        raise ValueError("a checkpoint URI is needed (s3://bucket/run, gs://bucket/run or a path)")
+    m = _SCHEME.match(uri)
+    if m and len(m.group(1)) > 1:  # one letter is a Windows drive, not a scheme
+        scheme, rest = m.group(1).lower(), m.group(2)
+        if not rest.startswith("//"):
+            raise ValueError(f"{uri!r}: a URL needs '//' after '{m.group(1)}:' (like {m.group(1)}://bucket/run)")
+        if scheme in _BUCKET_STORES and not rest[2:].split("/", 1)[0]:
+            raise ValueError(f"{uri!r}: no bucket (like {m.group(1)}://bucket/run)")
+        return
+    first = uri.split("/", 1)[0].lower()
+    if first in _BUCKET_STORES and uri[len(first):].startswith("//"):
+        raise ValueError(f"{uri!r}: looks like a URL missing ':' (like {first}://bucket/run)")
 
 
 def _protocol(fs: Any) -> str:
