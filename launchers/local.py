@@ -194,10 +194,27 @@ class LocalLauncher:
         if exit_file.exists():
             return self._ended(json.loads(exit_file.read_text()))
         spawned = run_dir / "spawned"
-        if not spawned.exists() or time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS:
+        if not spawned.exists() and not (run_dir / "runner.pid").exists():
+            if self._launching(run_dir):
+                return AttemptStatus(Phase.PENDING)
+            # launch() stopped (its broker killed) after making the folder, before the process was spawned:
+            # nothing runs, so the engine launches it again (launch() is idempotent per attempt)
+            return AttemptStatus(Phase.GONE, reason="the launch was cut short before its process started")
+        if spawned.exists() and time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS:
             if not (run_dir / "runner.pid").exists():
                 return AttemptStatus(Phase.PENDING)
         return AttemptStatus(Phase.LOST, reason="the process running the attempt vanished without recording an exit")
+
+    @staticmethod
+    def _launching(run_dir: Path) -> bool:
+        """Whether a launch() of this attempt holds its lock now (in any process)."""
+        with open(run_dir / "launch.lock", "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
 
     @staticmethod
     def _ended(r: dict) -> AttemptStatus:

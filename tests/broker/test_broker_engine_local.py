@@ -240,3 +240,46 @@ def test_pinning_a_job_to_on_demand_where_there_is_none_is_refused(broker):
     with pytest.raises(Conflict, match="no on-demand offer fits this job"):
         service.switch_to_ondemand(ADMIN, job.id)
     assert store.get_job(job.id).force_tier is None
+
+
+def test_a_launch_cut_short_before_its_process_started_is_launched_again_once(broker):
+    """The broker killed inside launch(), after the run folder was made but before the process was
+    spawned: the attempt is launched again, not left 'launching' for good — and runs once."""
+    import json as _json
+
+    service, engine, store, launcher = broker
+    real_launch = launcher.launch
+    cut = []
+
+    def dies_midway(request):
+        if not cut:  # what a kill -9 at that moment leaves behind: the lock, the request, no process
+            cut.append(request.attempt_id)
+            run_dir = launcher.runs_dir / request.attempt_id
+            run_dir.mkdir(parents=True)
+            (run_dir / "launch.lock").touch()
+            (run_dir / "request.json").write_text(_json.dumps({"attempt_id": request.attempt_id}))
+            (run_dir / "runner.log").touch()
+            return
+        real_launch(request)
+
+    launcher.launch = dies_midway
+    job = submit(service, "echo ran-$BROKER_ATTEMPT; sleep 0.5")
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED and cut == [f"{job.id}-a1"]
+    assert len(store.attempts(job.id)) == 1
+    assert service.logs(ADMIN, job.id)["data"].count("ran-1") == 1
+    assert [e.event for e in store.events(job.id)] == ["submit", "place", "launch", "start", "succeed"]
+
+
+def test_an_attempt_whose_launch_is_in_progress_elsewhere_is_pending_not_gone(broker, tmp_path):
+    import fcntl
+
+    from launchers.base import Phase
+
+    _, _, _, launcher = broker
+    run_dir = launcher.runs_dir / "j-x-a1"
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "launch.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another broker process is inside launch()
+        assert launcher.status("j-x-a1").phase is Phase.PENDING
+    assert launcher.status("j-x-a1").phase is Phase.GONE
