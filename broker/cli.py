@@ -233,7 +233,7 @@ def cmd_submit(args) -> int:
             _print_json(job)
             return 0
         con = _console()
-        if client.last_submit_created is False:
+        if client.last_submit_created is False and args.idempotency_key:
             con.print(f"already submitted with this idempotency key: [bold]{job['id']}[/] ({job['name']}), "
                       f"{job['state']}; nothing new was submitted")
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -19,16 +20,21 @@ import yaml
 from broker.config import default_data_dir
 
 FINAL = {"succeeded", "failed", "cancelled", "stopped_budget"}
+SUBMIT_RETRY_DELAYS = (0.5, 1.0, 2.0)  # seconds before each retry of a submit whose outcome is unknown
 
 
 class BrokerError(Exception):
     """The broker refused a request; ``status`` is the HTTP status, ``field`` the field it names."""
 
-    def __init__(self, status: int, detail: str, field: str | None = None):
+    def __init__(self, status: int, detail: str, field: str | None = None, *, unknown_outcome: bool = False):
         self.status = status
         self.detail = detail
         self.field = field
+        self.unknown_outcome = unknown_outcome  # the request may have been carried out (no answer came)
         super().__init__(detail)
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 def default_token(env: dict[str, str] | os._Environ = os.environ) -> str | None:
@@ -82,7 +88,7 @@ class BrokerClient:
         except httpx.ConnectError:
             raise BrokerError(0, f"cannot reach the broker at {self.url} (is `broker serve` running?)") from None
         except httpx.TimeoutException:
-            raise BrokerError(0, f"the broker at {self.url} did not answer in time") from None
+            raise BrokerError(0, f"the broker at {self.url} did not answer in time", unknown_outcome=True) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BrokerError(0, f"cannot talk to the broker at {self.url}: {exc}") from None
         if r.status_code >= 400:
@@ -94,7 +100,7 @@ class BrokerClient:
             if r.status_code == 401 and not self.token:
                 detail = (f"{detail} (no token was sent: set BROKER_TOKEN or --token, or run this where `broker serve` "
                           f"wrote {default_data_dir() / 'admin-token'})")
-            raise BrokerError(r.status_code, str(detail), field)
+            raise BrokerError(r.status_code, str(detail), field, unknown_outcome=r.status_code in (500, 503))
         return r
 
     # -- jobs ------------------------------------------------------------------------------------
@@ -106,8 +112,21 @@ class BrokerClient:
         overrides = {k: v for k, v in {"budget_usd": budget, "team": team, "deadline": deadline}.items() if v is not None}
         if overrides:
             task["broker"] = {**(task.get("broker") or {}), **overrides}
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        r = self._request("POST", "/v1/jobs", json=task, headers=headers)
+        # Every submit carries a key (a fresh one unless given), so a submit whose answer was lost — a
+        # timeout, the store briefly down — is retried here without making a second job.
+        key = idempotency_key or uuid.uuid4().hex
+        for delay in (*SUBMIT_RETRY_DELAYS, None):
+            try:
+                r = self._request("POST", "/v1/jobs", json=task, headers={"Idempotency-Key": key})
+                break
+            except BrokerError as exc:
+                if not exc.unknown_outcome:
+                    raise
+                if delay is None:
+                    exc.detail += (f" — the submit may have been stored; retrying with --idempotency-key {key} "
+                                   "(Idempotency-Key header) cannot submit it twice")
+                    raise
+                time.sleep(delay)
         self.last_submit_created = r.status_code == 201
         return r.json()
 

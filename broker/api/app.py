@@ -25,7 +25,7 @@ from broker.engine.reconcile import Engine
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import SpecError, load_text
-from broker.store import JobStore, open_store
+from broker.store import JobStore, StoreUnavailable, open_store
 from broker.views import event_view, job_view
 from pricing.money import AmountTooLarge, MoneyError, to_micros
 
@@ -104,10 +104,27 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     async def _http(request: Request, exc: StarletteHTTPException):
         return _error(exc.status_code, str(exc.detail))
 
+    @app.exception_handler(StoreUnavailable)
+    async def _store_down(request: Request, exc: StoreUnavailable):
+        log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+        if request.method in ("GET", "HEAD") or exc.written is False:
+            detail = "the job store did not answer; nothing was changed: retry in a moment"
+        elif request.url.path == "/v1/jobs":
+            detail = ("the job store did not answer, so this submit may or may not have been stored: retry it with the "
+                      "same Idempotency-Key (safe), or check `broker status` before submitting again")
+        else:
+            detail = "the job store did not answer, so this change may or may not have been made: check the job, then retry"
+        response = _error(503, detail)
+        response.headers["Retry-After"] = "1"
+        return response
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return _error(500, "the broker hit an unexpected error; it is logged. Nothing was lost: retry the request.")
+        if request.method in ("GET", "HEAD"):
+            return _error(500, "the broker hit an unexpected error; it is logged. Nothing was changed: retry the request.")
+        return _error(500, "the broker hit an unexpected error; it is logged. The change may or may not have been made: "
+                           "check before retrying (a submit retried with the same Idempotency-Key is safe).")
 
     @app.middleware("http")
     async def _body_limit(request: Request, call_next):

@@ -282,11 +282,12 @@ WHY = {
     409: "the job's state does not allow this now; `detail` says why",
     413: "the body is larger than the broker accepts",
     422: "bad input: `field` names it and `detail` says why",
-    500: "an unexpected error, logged by the broker; nothing was lost: retry",
-    503: "this broker process cannot serve it (no launcher to read logs from)",
+    500: "an unexpected error, logged by the broker; a read can be retried, a change checked first (`detail` says)",
+    503: "the job store did not answer (a `Retry-After` header says when to try again; `detail` says whether a "
+         "change may have been made), or this broker process cannot serve it (no launcher to read logs from)",
 }
 
-COMMON = (400, 413, 500)  # any request: the body-size check runs before routing, and the last-resort handler
+COMMON = (400, 413, 500, 503)  # any request: the body-size check runs before routing, the last-resort handler, a store that is down
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:

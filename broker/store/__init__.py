@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.store.base import Change, DuplicateJob, JobStore, StoreError, VersionConflict
+from broker.store.base import Change, DuplicateJob, JobStore, StoreError, StoreUnavailable, VersionConflict
 
-__all__ = ["Change", "DuplicateJob", "JobStore", "StoreError", "VersionConflict", "open_store"]
+__all__ = ["Change", "DuplicateJob", "JobStore", "StoreError", "StoreUnavailable", "VersionConflict", "open_store"]
 
 
 def open_store(url: str) -> JobStore:

@@ -10,6 +10,9 @@ launching the same attempt twice.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -22,6 +25,42 @@ BATCH_IDS = 500  # ids per round trip in the stores' batched reads
 
 class StoreError(Exception):
     """Base for store failures the caller may handle."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or did not answer in time. For a write, ``written`` says what
+    became of it: ``False`` (rolled back: nothing was stored) or ``None`` (unknown: the request may
+    have reached the store and the answer been lost)."""
+
+    def __init__(self, message: str, *, written: bool | None = None):
+        self.written = written
+        super().__init__(message)
+
+
+def unavailable_on(errors: tuple[type[BaseException], ...], *, written: bool | None):
+    """Class decorator for a store: its public methods raise :class:`StoreUnavailable` for the driver's
+    ``errors`` (connection refused or lost, a timeout, a locked or unreadable file), so callers handle one
+    exception and never see the driver's. ``written``: what a failed ``commit`` did (see there)."""
+
+    def wrap(name: str, fn):
+        @functools.wraps(fn)
+        def method(self, *args, **kwargs):
+            try:
+                return fn(self, *args, **kwargs)
+            except StoreUnavailable:
+                raise
+            except errors as exc:
+                raise StoreUnavailable(f"the job store did not answer: {exc}",
+                                       written=written if name == "commit" else None) from exc
+        return method
+
+    def decorate(cls):
+        for name, fn in list(vars(cls).items()):
+            if inspect.isfunction(fn) and not name.startswith("_") and name != "close":  # plain methods only
+                setattr(cls, name, wrap(name, fn))
+        return cls
+
+    return decorate
 
 
 class VersionConflict(StoreError):

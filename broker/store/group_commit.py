@@ -46,7 +46,13 @@ class GroupCommit:
             if not slot.done:
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
-                self._write(batch)
+                try:
+                    self._write(batch)
+                except BaseException as exc:  # a write that failed before it could answer every slot
+                    for other in batch:
+                        if not other.done:
+                            other.result, other.error, other.done = None, exc, True
+                    raise
         if slot.error is not None:
             raise slot.error
         return slot.result

@@ -24,7 +24,7 @@ from redis.exceptions import NoScriptError
 
 from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
-from broker.store.base import BATCH_IDS, Change, DuplicateJob, StoreError, VersionConflict
+from broker.store.base import BATCH_IDS, Change, DuplicateJob, StoreError, StoreUnavailable, VersionConflict, unavailable_on
 from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys
 
@@ -81,6 +81,7 @@ class _Change:
         self.args = args
 
 
+@unavailable_on((redis.ConnectionError, redis.TimeoutError), written=None)  # a lost reply: the script may have run
 class RedisStore:
     """:class:`~broker.store.base.JobStore` on a Redis server."""
 
@@ -140,7 +141,10 @@ class RedisStore:
                     self._r.script_load(script.script)
         except BaseException as exc:
             error = exc
-            if isinstance(exc, redis.RedisError):
+            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):  # sent, perhaps run, answer lost
+                error = StoreUnavailable(f"the job store did not answer: {exc}", written=None)
+                error.__cause__ = exc
+            elif isinstance(exc, redis.RedisError):
                 error = StoreError(f"redis: {exc}")
                 error.__cause__ = exc
             for slot in todo:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from broker.lifecycle import FINAL_STATES
 from broker.models import Attempt, Event, Job
-from broker.store.base import BATCH_IDS, Change, DuplicateJob, VersionConflict
+from broker.store.base import BATCH_IDS, Change, DuplicateJob, VersionConflict, unavailable_on
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -62,6 +62,7 @@ CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 FINAL = tuple(sorted(s.value for s in FINAL_STATES))
 
 
+@unavailable_on((sqlite3.OperationalError,), written=False)  # locked past the timeout, disk errors: rolled back
 class SqliteStore:
     """:class:`~broker.store.base.JobStore` on one SQLite file."""
 
@@ -106,19 +107,22 @@ class SqliteStore:
 
     def _write_batch(self, batch: Sequence[Slot]) -> None:
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
-            for slot in batch:
-                db.execute("SAVEPOINT change")
-                try:
-                    slot.result = self._apply(db, slot.item)
-                except BaseException as exc:  # this change only: the batch goes on
-                    db.execute("ROLLBACK TO change")
-                    slot.error = exc
-                db.execute("RELEASE change")
-            db.execute("COMMIT")
+            db.execute("BEGIN IMMEDIATE")  # may fail (locked past the timeout): every slot hears of it
+            try:
+                for slot in batch:
+                    db.execute("SAVEPOINT change")
+                    try:
+                        slot.result = self._apply(db, slot.item)
+                    except BaseException as exc:  # this change only: the batch goes on
+                        db.execute("ROLLBACK TO change")
+                        slot.error = exc
+                    db.execute("RELEASE change")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
         except BaseException as exc:
-            db.execute("ROLLBACK")
             for slot in batch:
                 slot.result, slot.error = None, slot.error or exc
             raise

@@ -1,0 +1,154 @@
+"""A store that does not answer is a 503 that says what became of the request, never a 500 promising
+that nothing was lost: a real redis-server stopped and started again, and a SQLite file locked by
+another process."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.store import StoreUnavailable, open_store
+
+from broker_testing import ADMIN, RedisServer
+
+CONFIG = """
+pools:
+  - {name: cpu, slots: 2, price_per_slot_hour: "0.10"}
+"""
+TASK = {"name": "t", "run": "echo hi", "broker": {"budget_usd": 5}}
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def test_a_stopped_redis_is_a_503_naming_what_may_have_happened_and_the_store_recovers(make_settings, tmp_path):
+    server = RedisServer(tmp_path / "redis").start()
+    store = open_store(server.url)
+    app = create_app(make_settings(config=CONFIG), store=store, engine=False)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            first = client.post("/v1/jobs", json=TASK, headers=AUTH)
+            assert first.status_code == 201
+            server.stop()
+            health = client.get("/v1/healthz")
+            assert health.status_code == 503 and health.headers["Retry-After"] == "1"
+            assert "nothing was changed" in health.json()["detail"]
+            submit = client.post("/v1/jobs", json=TASK, headers={**AUTH, "Idempotency-Key": "k1"})
+            assert submit.status_code == 503, submit.text
+            assert "may or may not have been stored" in submit.json()["detail"]
+            assert "same Idempotency-Key" in submit.json()["detail"]
+            cancel = client.post(f"/v1/jobs/{first.json()['id']}/cancel", headers=AUTH)
+            assert cancel.status_code == 503 and "check the job" in cancel.json()["detail"]
+            server.start()  # same port, same AOF: the first job is still there
+            again = client.post("/v1/jobs", json=TASK, headers={**AUTH, "Idempotency-Key": "k1"})
+            assert again.status_code in (200, 201), again.text
+            ids = {j["id"] for j in client.get("/v1/jobs", headers=AUTH).json()["jobs"]}
+            assert ids == {first.json()["id"], again.json()["id"]}
+    finally:
+        store.close()
+        server.stop()
+
+
+def test_the_redis_store_raises_store_unavailable_not_the_drivers_error(tmp_path):
+    server = RedisServer(tmp_path / "redis").start()
+    store = open_store(server.url)
+    server.stop()
+    try:
+        with pytest.raises(StoreUnavailable) as read:
+            store.get_job("j-x")
+        assert read.value.written is None
+    finally:
+        store.close()
+
+
+def test_a_sqlite_file_locked_past_the_timeout_is_a_503_saying_nothing_was_stored(make_settings, tmp_path):
+    path = tmp_path / "locked.db"
+    store = open_store(f"sqlite://{path}")
+    store._db.execute("PRAGMA busy_timeout=200")  # the shipped 30 s, shortened for the test
+    app = create_app(make_settings(config=CONFIG), store=store, engine=False)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+            r = client.post("/v1/jobs", json=TASK, headers=AUTH)
+            assert r.status_code == 503, r.text
+            assert "nothing was changed" in r.json()["detail"]
+            other.execute("ROLLBACK")
+            assert client.get("/v1/jobs", headers=AUTH).json()["jobs"] == []  # and indeed nothing was
+            assert client.post("/v1/jobs", json=TASK, headers=AUTH).status_code == 201
+    finally:
+        other.close()
+        store.close()
+
+
+def test_every_writer_in_a_group_commit_that_cannot_begin_hears_so(tmp_path):
+    """Writers queued behind a leader whose transaction could not even begin get the error too, never a
+    silent None for a job."""
+    import threading
+
+    from broker.lifecycle import JobState
+    from broker.models import Job
+    from broker.store import Change
+
+    def make_job(job_id: str) -> Job:
+        return Job(id=job_id, name="train", team="vision", state=JobState.QUEUED, spec={"run": "echo"},
+                   budget=5_000_000, priority=0, submitted_at=100.0, updated_at=100.0)
+
+    path = tmp_path / "locked.db"
+    store = open_store(f"sqlite://{path}")
+    store._db.execute("PRAGMA busy_timeout=300")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    outcomes: list[object] = []
+
+    def write(i: int) -> None:
+        try:
+            outcomes.append(store.commit(Change(job=make_job(f"j-lock{i}"), expected_version=None)))
+        except StoreUnavailable as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    other.execute("ROLLBACK")
+    other.close()
+    assert len(outcomes) == 4 and all(isinstance(o, StoreUnavailable) and o.written is False for o in outcomes), outcomes
+    store.close()
+
+
+def test_the_client_retries_a_submit_whose_answer_was_lost_without_making_a_second_job(make_settings, tmp_path,
+                                                                                      monkeypatch):
+    """The store is down for the first tries (503, outcome unknown); the client retries with the key it
+    sent the first time, and the broker ends up with exactly one job."""
+    import broker.client as client_mod
+    from broker.client import BrokerClient
+
+    server = RedisServer(tmp_path / "redis").start()
+    store = open_store(server.url)
+    app = create_app(make_settings(config=CONFIG), store=store, engine=False)
+    monkeypatch.setattr(client_mod, "SUBMIT_RETRY_DELAYS", (0.0, 0.0, 0.0))
+    sent: list[str] = []
+    try:
+        with TestClient(app, raise_server_exceptions=False) as http:
+            client = BrokerClient("http://testserver", ADMIN)
+            http.headers["Authorization"] = f"Bearer {ADMIN}"
+            client._http = http
+            real = http.request
+
+            def request(method, url, **kw):
+                sent.append(kw.get("headers", {}).get("Idempotency-Key"))
+                if len(sent) == 3:
+                    server.start()  # back for the third try
+                return real(method, url, **kw)
+
+            http.request = request
+            server.stop()
+            job = client.submit({"run": "echo hi", "broker": {"budget_usd": 5}})
+            assert len(sent) == 3 and len(set(sent)) == 1 and sent[0]
+            assert [j["id"] for j in client.jobs()] == [job["id"]]
+    finally:
+        store.close()
+        server.stop()
