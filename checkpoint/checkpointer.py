@@ -320,15 +320,9 @@ class Checkpointer:
                 warnings.warn(CheckpointWarning(
                     f"{loaded.uri} has no {', '.join(map(repr, missing))} (it holds {', '.join(map(repr, state))}): "
                     f"those objects were not loaded"), stacklevel=2)
-            for key, target in into.items():
-                if key not in state:
-                    continue
-                if snapshot.is_stateful(target):
+            for key, target in into.items():  # plain values (an epoch count) are read from the result
+                if key in state and snapshot.is_stateful(target):
                     target.load_state_dict(state[key])
-                else:
-                    warnings.warn(CheckpointWarning(
-                        f"into[{key!r}] has no load_state_dict(); it was not loaded (read restored[{key!r}])"),
-                        stacklevel=2)
         self._last_step, self._last_time = loaded.id.step, self._clock()
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
