@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="broker simulate", description="Replay spot availability traces through a spot/on-demand policy.")
     p.add_argument("--windows", required=True, help="a windows .jsonl file, or with --zones the number of windows to sample")
     p.add_argument("--zones", help="comma-separated spot-traces .json files aligned in time, one per zone")
-    p.add_argument("--seed", type=int, default=0, help="seed for sampling windows from --zones")
+    p.add_argument("--seed", type=int, help="seed for sampling windows from --zones (default 0)")
     p.add_argument("--policy", default=DEFAULT_POLICY, help=f"one or more of {', '.join(POLICIES)} (comma-separated; default {DEFAULT_POLICY})")
     p.add_argument("--job-hours", type=float, default=48.0)
     p.add_argument("--deadline-hours", type=float, default=60.0)
@@ -59,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_ZONES = 10  # actions name a zone by one digit
+
+
 def resample(data: list[int], gap: int, to_gap: int) -> np.ndarray:
     """A trace at tick ``to_gap``: each new tick takes the value in force at its start."""
     n = (len(data) * gap) // to_gap
@@ -71,6 +74,10 @@ def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int |
     job_gap = gap or min(g for g, _ in traces)
     series = [resample(d, g, job_gap) for g, d in traces]
     length = min(len(s) for s in series)
+    if any(len(s) != length for s in series):
+        longest = max(len(s) for s in series)
+        print(f"note: the traces hold {length} to {longest} ticks of {job_gap} s; windows are drawn from the first "
+              f"{length}, which all of them cover", file=sys.stderr)
     matrix = np.stack([s[:length] for s in series])
     if length < ticks:
         raise SystemExit(f"the traces hold {length} ticks, fewer than the {ticks} a window needs")
@@ -106,6 +113,12 @@ def _check(args) -> None:
                          f"changeover ({told_changeover:g} h): no policy can finish in time")
     if args.zones and not (args.windows.isdigit() and int(args.windows) > 0):
         raise SystemExit(f"--windows: with --zones, the number of windows to sample (a whole number > 0), got {args.windows!r}")
+    if args.zones and len([f for f in args.zones.split(",") if f]) > MAX_ZONES:
+        raise SystemExit(f"--zones: at most {MAX_ZONES} zones (actions name each zone by one digit, 0-9)")
+    if not args.zones:
+        for flag, value in (("--gap-seconds", args.gap_seconds), ("--seed", args.seed)):
+            if value is not None:
+                raise SystemExit(f"{flag}: only with --zones (a windows file carries its own ticks and windows)")
 
 
 def _decimal(flag: str, text: str | None, *, positive: bool = False) -> Decimal | None:
@@ -145,7 +158,7 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
     if args.zones:
         files = [f for f in args.zones.split(",") if f]
         probe_gap = args.gap_seconds or min(read_trace(Path(f))[0] for f in files)
-        _, windows = zone_windows(files, int(args.windows), args.seed, deadline // probe_gap, args.gap_seconds)
+        _, windows = zone_windows(files, int(args.windows), args.seed or 0, deadline // probe_gap, args.gap_seconds)
     else:
         windows = read_windows(Path(args.windows))
     results = []
@@ -154,6 +167,19 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
             break
         gap = int(w["gap_seconds"])
         avail = np.atleast_2d(np.asarray(w["available"]) > 0)
+        where = f"{w.get('trace')} window {w.get('window', n)}"
+        if avail.shape[0] > MAX_ZONES:
+            raise SystemExit(f"{where}: {avail.shape[0]} zones; at most {MAX_ZONES} (actions name each zone by one digit)")
+        if avail.shape[1] * gap < deadline:
+            raise SystemExit(f"{where}: {avail.shape[1]} ticks of {gap} s ({avail.shape[1] * gap / 3600:g} h) end before the "
+                             f"deadline ({args.deadline_hours:g} h), so runs would be cut off there: use a shorter --deadline-hours")
+        told = round((args.told_job_hours or args.job_hours) * 3600) + round(
+            (args.changeover_hours if args.told_changeover_hours is None else args.told_changeover_hours) * 3600)
+        needed = -(-told // gap)  # as the policy is told (a longer real job is the robustness replay)
+        if needed > deadline // gap:
+            raise SystemExit(f"--deadline-hours: with {gap} s ticks the job needs {needed} whole ticks "
+                             f"({needed * gap / 3600:g} h, ticks are billed and progress whole) but the deadline "
+                             f"holds {deadline // gap}: no policy can finish in time")
         zones = w.get("zones") or ([w["trace"]] if avail.shape[0] == 1 else [f"zone{i}" for i in range(avail.shape[0])])
         optimum = None
         if args.optimum:
@@ -169,7 +195,7 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
                 budget=budget,
             )
             row = {
-                "trace": w.get("trace"), "window": w.get("window", n), "policy": name,
+                "trace": w.get("trace"), "window": w.get("window", n), "policy": name, "gap_seconds": gap,
                 "cost": _money(r.cost, scale), "finished": r.finished,
                 "finish_hours": None if r.finish_seconds is None else r.finish_seconds / 3600,
                 "spot_hours": r.spot_hours, "ondemand_hours": r.ondemand_hours,
@@ -183,6 +209,8 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
             results.append(row)
             if args.json:
                 print(json.dumps(row), file=out)
+    if not results:
+        raise SystemExit(f"no windows in {args.windows}")
     if not args.json:
         print(summary(results), file=out)
         if budget is not None:

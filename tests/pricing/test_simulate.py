@@ -220,8 +220,13 @@ def test_piped_into_a_reader_that_stops_early_the_cli_exits_quietly():
     (["--spot-price", "0"], "--spot-price: '0' must be a number > 0"),
     (["--spot-price", "cheap"], "--spot-price: 'cheap' is not a number"),
     (["--limit", "-1"], "--limit: must be ≥ 0"),
+    (["--deadline-hours", "100"], "window 0: 554 ticks of 600 s \\(92.3333 h\\) end before the deadline \\(100 h\\)"),
+    (["--deadline-hours", "48.25"], "--deadline-hours: with 600 s ticks the job needs 290 whole ticks \\(48.3333 h"),
+    (["--seed", "3"], "--seed: only with --zones"),
+    (["--gap-seconds", "600"], "--gap-seconds: only with --zones"),
 ], ids=["a negative job", "a ratio that is not a number", "a negative changeover", "a deadline no policy can meet",
-        "a free spot price", "a spot price in words", "a negative limit"])
+        "a free spot price", "a spot price in words", "a negative limit", "a deadline past the window's end",
+        "a deadline between the job and its last whole tick", "a seed without zones", "a tick without zones"])
 def test_simulate_refuses_bad_options_naming_the_option_and_the_reason(args, message):
     with pytest.raises(SystemExit, match=message):
         cli_run(["--windows", str(WINDOWS_FILE), "--limit", "1", *args], out=io.StringIO())
@@ -257,3 +262,27 @@ def test_a_job_longer_than_it_was_told_may_still_be_replayed_past_its_deadline()
     rows = cli_run(["--windows", str(WINDOWS_FILE), "--limit", "1", "--job-hours", "57.6", "--told-job-hours", "48",
                     "--deadline-hours", "52", "--json"], out=io.StringIO())
     assert not rows[0]["finished"] and rows[0]["finish_hours"] > 52  # done, after the deadline it could not know
+
+
+def test_more_zones_than_one_digit_can_name_are_refused():
+    trace = str(SHARED / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023" / "us-east-1a_v100_1.json")
+    with pytest.raises(SystemExit, match="--zones: at most 10 zones"):
+        cli_run(["--zones", ",".join([trace] * 11), "--windows", "1"], out=io.StringIO())
+
+
+def test_an_empty_windows_file_is_refused(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(SystemExit, match="no windows in"):
+        cli_run(["--windows", str(empty)], out=io.StringIO())
+
+
+def test_zone_traces_of_different_lengths_are_sampled_where_all_cover_and_say_so(tmp_path, capsys):
+    zones = SHARED / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"
+    full = json.loads((zones / "us-east-1c_v100_1.json").read_text())
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({"metadata": full["metadata"], "data": full["data"][:5000]}))
+    rows = cli_run(["--zones", f"{zones / 'us-east-1a_v100_1.json'},{short}", "--windows", "5", "--seed", "2",
+                    "--deadline-hours", "52", "--policy", "greedy", "--json"], out=io.StringIO())
+    assert "windows are drawn from the first" in capsys.readouterr().err
+    assert all(r["start_tick"] + len(r["actions"]) <= 5000 for r in rows) and all(r["gap_seconds"] == 195 for r in rows)
