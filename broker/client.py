@@ -65,7 +65,7 @@ class BrokerClient:
         if not self.url.lower().startswith(("http://", "https://")):
             raise BrokerError(0, f"the broker URL {self.url!r} must start with http:// or https://, "
                                  "like http://127.0.0.1:8000")
-        self.last_submit_created: bool | None = None  # whether the last submit made a job (False: its Idempotency-Key had)
+        self.last_submit_created: bool | None = None  # whether the last submit made a job (False: its Idempotency-Key had; None: unknown)
         self.token = token or default_token()
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -89,6 +89,9 @@ class BrokerClient:
             raise BrokerError(0, f"cannot reach the broker at {self.url} (is `broker serve` running?)") from None
         except httpx.TimeoutException:
             raise BrokerError(0, f"the broker at {self.url} did not answer in time", unknown_outcome=True) from None
+        except httpx.TransportError as exc:  # sent, then the connection dropped: it may have been carried out
+            raise BrokerError(0, f"the connection to the broker at {self.url} dropped before it answered: {exc}",
+                              unknown_outcome=True) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BrokerError(0, f"cannot talk to the broker at {self.url}: {exc}") from None
         if r.status_code >= 400:
@@ -115,6 +118,7 @@ class BrokerClient:
         # Every submit carries a key (a fresh one unless given), so a submit whose answer was lost — a
         # timeout, the store briefly down — is retried here without making a second job.
         key = idempotency_key or uuid.uuid4().hex
+        retried = False
         for delay in (*SUBMIT_RETRY_DELAYS, None):
             try:
                 r = self._request("POST", "/v1/jobs", json=task, headers={"Idempotency-Key": key})
@@ -127,7 +131,9 @@ class BrokerClient:
                                    "(Idempotency-Key header) cannot submit it twice")
                     raise
                 time.sleep(delay)
-        self.last_submit_created = r.status_code == 201
+                retried = True
+        # after a retry, a 200 may be this very call's job (its first answer lost): unknown then
+        self.last_submit_created = True if r.status_code == 201 else None if retried else False
         return r.json()
 
     def jobs(self, *, state: str | None = None, team: str | None = None) -> list[dict]:

@@ -18,6 +18,7 @@ from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import Principal, job_token
 from broker.config import Settings
 from broker.engine.budget import reserve_seconds
+from broker.engine.schedule import request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import all_offers, usable_by
@@ -266,7 +267,7 @@ class BrokerService:
             job = self.get(principal, job_id)
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
                 raise Conflict(f"the job is {job.state.value}")
-            request = parse(job.spec, now=job.submitted_at, strict=False).request
+            request = request_of(job)
             if not any(o.tier is Tier.ONDEMAND for o in candidates(request, usable_by(all_offers(self.settings), request))):
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
                                "it there would leave it queued forever")

@@ -195,26 +195,37 @@ class LocalLauncher:
             return self._ended(json.loads(exit_file.read_text()))
         spawned = run_dir / "spawned"
         if not spawned.exists() and not (run_dir / "runner.pid").exists():
-            if self._launching(run_dir):
-                return AttemptStatus(Phase.PENDING)
-            # launch() stopped (its broker killed) after making the folder, before the process was spawned:
-            # nothing runs, so the engine launches it again (launch() is idempotent per attempt)
-            return AttemptStatus(Phase.GONE, reason="the launch was cut short before its process started")
+            if self._cut_short(run_dir):
+                # launch() stopped (its broker killed) after making the folder, before the process was spawned:
+                # nothing runs, so the engine launches it again (launch() is idempotent per attempt)
+                return AttemptStatus(Phase.GONE, reason="the launch was cut short before its process started")
+            return AttemptStatus(Phase.PENDING)
         if spawned.exists() and time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS:
             if not (run_dir / "runner.pid").exists():
                 return AttemptStatus(Phase.PENDING)
         return AttemptStatus(Phase.LOST, reason="the process running the attempt vanished without recording an exit")
 
-    @staticmethod
-    def _launching(run_dir: Path) -> bool:
-        """Whether a launch() of this attempt holds its lock now (in any process)."""
+    def _cut_short(self, run_dir: Path) -> bool:
+        """Whether a launch of this attempt began and ended without spawning its process: no launch()
+        holds its lock (in any process), nothing was spawned or ran — looked at while holding that lock,
+        so a launch finishing meanwhile is seen — and the folder is older than the start-up grace (a
+        launch() between making the folder and taking the lock is not mistaken for one cut short)."""
+        if time.time() - run_dir.stat().st_mtime < STARTUP_GRACE_SECONDS:
+            return False
         with open(run_dir / "launch.lock", "a+") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return True
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return False
+                return False  # a launch() is under way
+            try:
+                return not ((run_dir / "spawned").exists() or (run_dir / "runner.pid").exists()
+                            or (run_dir / "exit.json").exists() or self._runner_alive(run_dir))
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def owns(self, attempt_id: str) -> bool:
+        """Whether this launcher ever began launching the attempt (its run folder exists)."""
+        return self._dir(attempt_id).exists()
 
     @staticmethod
     def _ended(r: dict) -> AttemptStatus:

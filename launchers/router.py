@@ -4,7 +4,7 @@ host, everything else through SkyPilot. Itself a :class:`~launchers.base.Launche
 
 from __future__ import annotations
 
-from launchers.base import AttemptStatus, Capabilities, LaunchRequest, Phase
+from launchers.base import AttemptStatus, Capabilities, LaunchRequest
 from launchers.local import LocalLauncher
 
 
@@ -25,7 +25,7 @@ class RoutingLauncher:
 
     def _owner(self, attempt_id: str):
         """The local launcher knows its attempts by their run folder; the rest are SkyPilot's."""
-        return self.local if self.local.status(attempt_id).phase is not Phase.GONE else self.cloud
+        return self.local if self.local.owns(attempt_id) else self.cloud
 
     def launch(self, request: LaunchRequest) -> None:
         self._for_request(request).launch(request)

@@ -146,8 +146,13 @@ def build_task(config: Mapping[str, Any]) -> Any:
 
     try:
         return sky.Task.from_yaml_config(copy.deepcopy(dict(config)))
-    except Exception as exc:  # SkyPilot rejects the task itself: no other placement would take it
-        raise LaunchError(refusal(exc, config), permanent=True) from None
+    except Exception as exc:  # SkyPilot rejects the task itself (no other placement would take it) — unless
+        # it is about reaching the cloud, which an admin may fix: then the job waits in the queue
+        raise LaunchError(refusal(exc, config), permanent=type(exc).__name__ not in TRANSIENT_REFUSALS) from None
+
+
+TRANSIENT_REFUSALS = frozenset({"NoCloudAccessError", "CloudUserIdentityError", "ResourcesUnavailableError"})
+"""SkyPilot errors that say nothing against the task itself (credentials, capacity): the job is requeued."""
 
 
 def refusal(exc: BaseException, config: Mapping[str, Any] | None = None) -> str:

@@ -31,13 +31,12 @@ from broker.engine import monitor
 from broker.engine.billing import accrue
 from broker.engine.launch import launch_request
 from broker.engine.recover import block_zone, steps_lost
-from broker.engine.schedule import Place, Wait, schedule
+from broker.engine.schedule import Place, Wait, request_of, schedule
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, usable_by
-from broker.spec import parse
 from broker.store import Change, JobStore, VersionConflict
 from launchers.base import LaunchError, Launcher, Phase
 from pricing.deadline import RELIABLE
@@ -305,7 +304,7 @@ class Engine:
         if attempt.placement.get("tier") != Tier.SPOT.value or job.deadline is None:
             return None
         policy = self._policy(job.id)
-        request = parse(job.spec, now=job.submitted_at, strict=False).request
+        request = request_of(job)
         mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())
         offers = candidates(request, usable_by(mk.offers, request))
         inp = policy_input(job, attempts, offers, mk.free_capacity, mk.spot_available,

@@ -16,7 +16,7 @@ cycle; the reconcile loop then persists each decision with compare-and-set.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
@@ -25,7 +25,7 @@ from broker.offers import Market, placement_record, slots_of, usable_by
 from broker.queue import ordered
 from broker.spec import parse
 from pricing.money import cost_for_seconds
-from pricing.offers import Offer, Tier
+from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import NoFit, candidates, place
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
@@ -46,8 +46,16 @@ class Wait:
     budget_spent: bool = False  # nothing can run within what is left: stop it rather than queue forever
 
 
+def request_of(job: Job) -> JobRequest:
+    """What to place for a stored job: its spec re-read (``strict=False``: see :func:`broker.spec.parse`),
+    with the price cap the job keeps as a field of its own (the stored ``broker:`` section does not
+    repeat it)."""
+    return replace(parse(job.spec, now=job.submitted_at, strict=False).request,
+                   max_price_per_hour=job.max_price_per_hour)
+
+
 def _offers_for(job: Job, offers: Sequence[Offer]) -> list[Offer]:
-    request = parse(job.spec, now=job.submitted_at, strict=False).request
+    request = request_of(job)
     mine = candidates(request, usable_by(offers, request))
     if job.force_tier:
         mine = [o for o in mine if o.tier.value == job.force_tier]
@@ -66,7 +74,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     policies = policies or {}
     decisions: list[Place | Wait] = []
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
-        request = parse(job.spec, now=job.submitted_at, strict=False).request
+        request = request_of(job)
         mine = _offers_for(job, offers)
         blocked = frozenset(z for z, until in job.blocked_zones.items() if until > now)
         policy = policies.get(job.id)

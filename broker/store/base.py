@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -37,10 +37,13 @@ class StoreUnavailable(StoreError):
         super().__init__(message)
 
 
-def unavailable_on(errors: tuple[type[BaseException], ...], *, written: bool | None):
+def unavailable_on(errors: tuple[type[BaseException], ...], *,
+                   written: Callable[[BaseException], bool | None] | bool | None,
+                   when: Callable[[BaseException], bool] = lambda exc: True):
     """Class decorator for a store: its public methods raise :class:`StoreUnavailable` for the driver's
-    ``errors`` (connection refused or lost, a timeout, a locked or unreadable file), so callers handle one
-    exception and never see the driver's. ``written``: what a failed ``commit`` did (see there)."""
+    ``errors`` that ``when`` accepts (connection refused or lost, a timeout, a locked or failing file), so
+    callers handle one exception and never see the driver's; other errors pass through (a bug, a 500).
+    ``written``: what a failed ``commit`` did (see there), or a function of the error that says."""
 
     def wrap(name: str, fn):
         @functools.wraps(fn)
@@ -50,8 +53,10 @@ def unavailable_on(errors: tuple[type[BaseException], ...], *, written: bool | N
             except StoreUnavailable:
                 raise
             except errors as exc:
-                raise StoreUnavailable(f"the job store did not answer: {exc}",
-                                       written=written if name == "commit" else None) from exc
+                if not when(exc):
+                    raise
+                did = (written(exc) if callable(written) else written) if name == "commit" else None
+                raise StoreUnavailable(f"the job store did not answer: {exc}", written=did) from exc
         return method
 
     def decorate(cls):

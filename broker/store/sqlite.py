@@ -62,7 +62,20 @@ CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 FINAL = tuple(sorted(s.value for s in FINAL_STATES))
 
 
-@unavailable_on((sqlite3.OperationalError,), written=False)  # locked past the timeout, disk errors: rolled back
+def _unavailable(exc: BaseException) -> bool:
+    """The file is locked past the timeout, or the disk fails: not a bug in what was asked."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN"))
+
+
+def _written(exc: BaseException) -> bool | None:
+    """Locked: the transaction never began or was rolled back (nothing stored); a disk error may strike as
+    the commit reaches the WAL, which recovery may still replay (unknown)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return False if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) else None
+
+
+@unavailable_on((sqlite3.OperationalError,), written=_written, when=_unavailable)
 class SqliteStore:
     """:class:`~broker.store.base.JobStore` on one SQLite file."""
 
@@ -122,9 +135,9 @@ class SqliteStore:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        except BaseException as exc:
+        except BaseException as exc:  # rolled back: each change's own outcome (a conflict, a duplicate) is void too
             for slot in batch:
-                slot.result, slot.error = None, slot.error or exc
+                slot.result, slot.error = None, exc
             raise
         finally:
             for slot in batch:

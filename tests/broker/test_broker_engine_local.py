@@ -1,5 +1,6 @@
 """The engine with the local launcher: real processes from queued to an end state."""
 
+import os
 import time
 
 import pytest
@@ -259,6 +260,8 @@ def test_a_launch_cut_short_before_its_process_started_is_launched_again_once(br
             (run_dir / "launch.lock").touch()
             (run_dir / "request.json").write_text(_json.dumps({"attempt_id": request.attempt_id}))
             (run_dir / "runner.log").touch()
+            past = time.time() - 60  # the broker came back after the start-up grace
+            os.utime(run_dir, (past, past))
             return
         real_launch(request)
 
@@ -279,7 +282,13 @@ def test_an_attempt_whose_launch_is_in_progress_elsewhere_is_pending_not_gone(br
     _, _, _, launcher = broker
     run_dir = launcher.runs_dir / "j-x-a1"
     run_dir.mkdir(parents=True)
+    (run_dir / "launch.lock").touch()
+    assert launcher.status("j-x-a1").phase is Phase.PENDING  # just made: a launch() may be about to lock it
+    past = time.time() - 60
+    os.utime(run_dir, (past, past))
     with open(run_dir / "launch.lock", "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another broker process is inside launch()
         assert launcher.status("j-x-a1").phase is Phase.PENDING
-    assert launcher.status("j-x-a1").phase is Phase.GONE
+    assert launcher.status("j-x-a1").phase is Phase.GONE  # nobody launching, nothing spawned: cut short
+    (run_dir / "spawned").write_text("1")
+    assert launcher.status("j-x-a1").phase is not Phase.GONE  # a launch that spawned is never "cut short"

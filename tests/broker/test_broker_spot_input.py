@@ -72,3 +72,20 @@ def test_the_policy_sees_spent_money_and_the_budget_in_spot_hours():
     inp = policy_input(job(budget=50_000_000, spent=4_000_000), [], OFFERS, {"z1": 1, "z2": 1, "od": 1}, frozenset({"z1"}),
                        now=NOW, changeover=60)
     assert inp.spent == pytest.approx(4.0) and inp.budget == pytest.approx(50.0)  # the cheapest spot is $1/h
+
+
+def test_a_stored_jobs_price_cap_holds_at_placement_not_only_at_submit():
+    """The cap is kept on the job (the stored broker: section does not repeat it): the engine's placement
+    must still honour it — the dearer free offer is not taken while the cheaper one is full."""
+    from broker.engine.schedule import Place, Wait, request_of, schedule
+    from broker.offers import Market
+
+    capped = job(deadline=None, expected_hours=None, spec={"run": "x", "resources": {"accelerators": "A10G:1"}},
+                 max_price_per_hour=1_100_000)
+    assert request_of(capped).max_price_per_hour == 1_100_000
+    mk = Market(offers=tuple(OFFERS), free_capacity={"z1": 0, "z2": 1, "od": 1}, free_slots={})
+    (decision,) = schedule([capped], mk, now=NOW)
+    assert isinstance(decision, Wait) and "full" in decision.reason, decision  # not z2 at $1.20/h
+    mk = Market(offers=tuple(OFFERS), free_capacity={"z1": 1, "z2": 1, "od": 1}, free_slots={})
+    (decision,) = schedule([capped], mk, now=NOW)
+    assert isinstance(decision, Place) and decision.placement["zone"] == "z1"
