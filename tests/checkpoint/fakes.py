@@ -1,10 +1,28 @@
-"""Storage fakes we own: wrap a real (memory://) store and hold or fail its writes."""
+"""Storage fakes we own — wrap a real (memory://) store and hold or fail its writes — and the small
+helpers the tests that use them share."""
 
 from __future__ import annotations
 
 import threading
+import uuid
 
-from checkpoint.storage import FsspecStorage
+from checkpoint import Checkpointer, layout
+from checkpoint.storage import FsspecStorage, open_storage
+
+
+def memory_store(prefix: str = "ckpt-tests"):
+    """A fresh memory:// store of its own."""
+    return open_storage(f"memory://{prefix}/{uuid.uuid4().hex}")
+
+
+def checkpointer(storage, **kw) -> Checkpointer:
+    """A checkpointer on ``storage`` that reads no environment and leaves SIGTERM alone; every step is due."""
+    kw.setdefault("every_steps", 1)
+    return Checkpointer(storage=storage, env={}, handle_sigterm=False, **kw)
+
+
+def committed_steps(storage) -> list[int]:
+    return [e.id.step for e in layout.scan(storage.list()) if e.committed]
 
 
 class GatedStorage:

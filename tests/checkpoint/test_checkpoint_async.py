@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import torch
-from fakes import FailingStorage, GatedStorage
+from fakes import FailingStorage, GatedStorage, checkpointer, committed_steps, memory_store
 
-from checkpoint import Checkpointer, CheckpointError, layout
+from checkpoint import CheckpointError
 from checkpoint.preemption import PreemptionNotice
-from checkpoint.storage import open_storage
-
-
-def memory_store():
-    return open_storage(f"memory://ckpt-async/{uuid.uuid4().hex}")
-
-
-def checkpointer(storage, **kw) -> Checkpointer:
-    kw.setdefault("every_steps", 1)
-    return Checkpointer(storage=storage, env={}, handle_sigterm=False, **kw)
-
-
-def committed_steps(storage) -> list[int]:
-    return [e.id.step for e in layout.scan(storage.list()) if e.committed]
 
 
 def test_save_returns_before_the_upload_and_keeps_a_private_copy_of_the_tensors():

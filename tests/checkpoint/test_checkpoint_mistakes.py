@@ -7,31 +7,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import uuid
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from fakes import FailingStorage
+from fakes import FailingStorage, checkpointer, committed_steps, memory_store
 
-from checkpoint import Checkpointer, CheckpointError, CheckpointWarning, layout, snapshot
+from checkpoint import Checkpointer, CheckpointError, CheckpointWarning, snapshot
 from checkpoint.cli import main as checkpoint_cli
 from checkpoint.storage import open_storage
-
-
-def memory_store():
-    return open_storage(f"memory://ckpt-mistakes/{uuid.uuid4().hex}")
-
-
-def checkpointer(storage, **kw) -> Checkpointer:
-    kw.setdefault("every_steps", 1)
-    return Checkpointer(storage=storage, env={}, handle_sigterm=False, **kw)
-
-
-def committed_steps(storage) -> list[int]:
-    return [e.id.step for e in layout.scan(storage.list()) if e.committed]
-
 
 FORGETS_CLOSE = {
     "at the end of the script": "",
