@@ -55,7 +55,7 @@ class Conflict(Exception):
     """The request is not allowed in the job's current state."""
 
 
-def _same_submit(existing: Job, spec, key: str | None) -> Job:
+def _same_submit(existing: Job, spec) -> Job:
     """The job an Idempotency-Key already made, if this submit asks for the same task (a retry); a
     different task under a used key is refused, never silently answered with the first job
     (as the IETF Idempotency-Key draft asks: 422 for a reused key with another payload). The task is
@@ -105,7 +105,7 @@ class BrokerService:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
-                return _same_submit(existing, spec, idempotency_key), False
+                return _same_submit(existing, spec), False
         job_id = new_job_id()
         budget = spec.broker.budget if spec.broker.budget is not None else self.settings.budget_for(team)
         checkpoint = spec.broker.checkpoint or f"{self.settings.checkpoint_root.rstrip('/')}/{job_id}"
@@ -123,7 +123,7 @@ class BrokerService:
             existing = self.store.get_job(dup.existing_id)
             if existing is None:
                 raise
-            return _same_submit(existing, spec, idempotency_key), False
+            return _same_submit(existing, spec), False
         return job, True
 
     # -- read ------------------------------------------------------------------------------------

@@ -54,8 +54,7 @@ def request_of(job: Job) -> JobRequest:
                    max_price_per_hour=job.max_price_per_hour)
 
 
-def _offers_for(job: Job, offers: Sequence[Offer]) -> list[Offer]:
-    request = request_of(job)
+def _offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     mine = candidates(request, usable_by(offers, request))
     if job.force_tier:
         mine = [o for o in mine if o.tier.value == job.force_tier]
@@ -75,7 +74,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     decisions: list[Place | Wait] = []
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
         request = request_of(job)
-        mine = _offers_for(job, offers)
+        mine = _offers_for(job, request, offers)
         blocked = frozenset(z for z, until in job.blocked_zones.items() if until > now)
         policy = policies.get(job.id)
         note = ""
