@@ -9,7 +9,6 @@ token the local CLI picks up by itself.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from broker.spec import unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.money import Micros, MoneyError, typed_to_micros
 
@@ -128,9 +128,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
             raise ConfigError(f"{path}: must be a mapping")
         for key in sorted(map(str, raw)):
             if key not in CONFIG_KEYS:  # a typo would otherwise be dropped without a word
-                close = difflib.get_close_matches(key, sorted(CONFIG_KEYS), n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(CONFIG_KEYS))}"
-                raise ConfigError(f"{path}: {key} is not a setting ({hint})")
+                raise ConfigError(f"{path}: {key} is not a setting ({unknown_key_hint(key, CONFIG_KEYS)})")
     elif config_path or env.get("BROKER_CONFIG"):
         raise ConfigError(f"config file {path} does not exist")
     data_dir = Path(raw.get("data_dir") or data_dir).expanduser() if not env.get("BROKER_DATA_DIR") else data_dir

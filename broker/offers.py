@@ -24,6 +24,7 @@ from broker.models import Job
 from launchers.simzones import SimZone
 from pricing.money import to_micros
 from pricing.offers import JobRequest, Offer, Tier
+from pricing.placement import candidates
 
 
 def pool_offers(pool: Pool) -> list[Offer]:
@@ -150,6 +151,11 @@ def placement_record(offer: Offer, num_nodes: int, offers: Iterable[Offer] = ())
         "accelerator_count": offer.accelerator_count, "num_nodes": num_nodes,
         "price_per_hour": offer.price_per_hour * num_nodes, "simulated": offer.simulated,
     }
+
+
+def matching_offers(request: JobRequest, offers: Iterable[Offer]) -> list[Offer]:
+    """The offers this job may take and that match its request (any alternative, allowed tiers)."""
+    return candidates(request, usable_by(offers, request))
 
 
 def usable_by(offers: Iterable[Offer], request: JobRequest) -> list[Offer]:

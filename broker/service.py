@@ -21,7 +21,7 @@ from broker.engine.budget import reserve_seconds
 from broker.engine.schedule import request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
-from broker.offers import all_offers, usable_by
+from broker.offers import all_offers, matching_offers, usable_by
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.spec import SpecError, parse
@@ -29,7 +29,6 @@ from broker.store import Change, DuplicateJob, JobStore, VersionConflict
 from launchers.base import Launcher
 from pricing.money import cost_for_seconds, fmt
 from pricing.offers import Tier
-from pricing.placement import candidates
 
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
@@ -268,7 +267,7 @@ class BrokerService:
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
                 raise Conflict(f"the job is {job.state.value}")
             request = request_of(job)
-            if not any(o.tier is Tier.ONDEMAND for o in candidates(request, usable_by(all_offers(self.settings), request))):
+            if not any(o.tier is Tier.ONDEMAND for o in matching_offers(request, all_offers(self.settings))):
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
                                "it there would leave it queued forever")
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind

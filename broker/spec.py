@@ -179,13 +179,20 @@ def _parse_resources(resources: Any, *, strict: bool = True) -> tuple[ResourceRe
     return tuple(out)
 
 
+def unknown_key_hint(key: object, known: frozenset[str] | set[str]) -> str:
+    """For a key that is not one of ``known``: the likely one (``did you mean 'x'?``), else the list
+    (private ``_`` keys are never offered)."""
+    public = sorted(k for k in known if not k.startswith("_"))
+    close = difflib.get_close_matches(str(key), public, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(public)}"
+
+
 def _known_keys(mapping: dict[str, Any], known: frozenset[str] | set[str], prefix: str) -> None:
     """Refuse a key SkyPilot does not know (a typo would otherwise be dropped, or refused only at launch)."""
     for key in sorted(mapping, key=str):
         if key not in known:
-            close = difflib.get_close_matches(str(key), sorted(k for k in known if not k.startswith("_")), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(k for k in known if not k.startswith('_')))}"
-            raise SpecError(f"{prefix}{key}", f"is not a SkyPilot {'resources' if prefix else 'task'} key ({hint})")
+            raise SpecError(f"{prefix}{key}", f"is not a SkyPilot {'resources' if prefix else 'task'} key "
+                                              f"({unknown_key_hint(key, known)})")
 
 
 def _one_resource(r: dict[str, Any], where: str) -> list[ResourceRequest]:

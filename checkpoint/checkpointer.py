@@ -177,8 +177,7 @@ class Checkpointer:
         notice: then the save it asks for is tried first).
         """
         step = _step(step)
-        if not self.preemption.requested:
-            self._raise_pending()
+        self._raise_pending(unless_preempted=True)
         return is_due(step, self._clock(), self._policy, self._last_step, self._last_time,
                       self.preemption.requested)
 
@@ -195,12 +194,7 @@ class Checkpointer:
         last chance to keep the work must not be lost to an earlier, perhaps passing, error.
         """
         step = _step(step)
-        earlier = self._runner.take_error()
-        if earlier is not None:
-            if not self.preemption.requested:
-                raise CheckpointError(f"background checkpoint save failed: {_describe(earlier)}") from earlier
-            log.error("an earlier background save failed (%s); saving again for the preemption notice",
-                      _describe(earlier))
+        self._raise_pending(unless_preempted=True)
         if self._closed:
             raise CheckpointError("save() after close()")
         if step != self._last_step:
@@ -251,10 +245,17 @@ class Checkpointer:
         except OSError as e:  # the new checkpoint is safe; old ones are cleaned next time
             log.warning("retention after %s failed: %s", uri, e)
 
-    def _raise_pending(self) -> None:
+    def _raise_pending(self, *, unless_preempted: bool = False) -> None:
+        """Raise a background save's failure. ``unless_preempted`` (before the save a preemption notice
+        asks for): log it instead, as that save is the last chance to keep the work."""
         error = self._runner.take_error()
-        if error is not None:
-            raise CheckpointError(f"background checkpoint save failed: {_describe(error)}") from error
+        if error is None:
+            return
+        if unless_preempted and self.preemption.requested:
+            log.error("an earlier background save failed (%s); saving again for the preemption notice",
+                      _describe(error))
+            return
+        raise CheckpointError(f"background checkpoint save failed: {_describe(error)}") from error
 
     def _exit_after_preemption(self) -> None:
         log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)

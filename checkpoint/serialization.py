@@ -55,11 +55,18 @@ _TORCH_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "
                  "float8_e5m2": "F8_E5M2"}
 
 
+def unsupported(x: Any) -> str | None:
+    """Why the safetensors format cannot hold this tensor or array (``dtype …``, ``layout …``), or None."""
+    if is_tensor(x):
+        if x.layout is not sys.modules["torch"].strided:
+            return f"layout {x.layout} (save obj.to_dense(), or its indices and values)"
+        return None if str(x.dtype).removeprefix("torch.") in _TORCH_DTYPES else f"dtype {x.dtype}"
+    return None if (x.dtype.kind, x.dtype.itemsize) in _NUMPY_DTYPES else f"dtype {x.dtype}"
+
+
 def supported(x: Any) -> bool:
     """Whether the safetensors format can hold this tensor or array (dense tensors only)."""
-    if is_tensor(x):
-        return str(x.dtype).removeprefix("torch.") in _TORCH_DTYPES and x.layout is sys.modules["torch"].strided
-    return (x.dtype.kind, x.dtype.itemsize) in _NUMPY_DTYPES
+    return unsupported(x) is None
 
 
 def encode_tensors(items: dict[str, Any]) -> list[Any]:

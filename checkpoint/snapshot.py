@@ -85,10 +85,9 @@ class _Encoder:
         if obj is None or isinstance(obj, (bool, int, float, str)):
             return obj
         if serialization.is_tensor(obj):
-            if not serialization.supported(obj):
-                what = (f"dtype {obj.dtype}" if str(obj.layout) == "torch.strided"
-                        else f"layout {obj.layout} (save obj.to_dense(), or its indices and values)")
-                raise TypeError(f"{where}: tensors of {what} cannot be checkpointed")
+            why = serialization.unsupported(obj)
+            if why is not None:
+                raise TypeError(f"{where}: tensors of {why} cannot be checkpointed")
             if obj.device.type == "meta":
                 raise TypeError(f"{where}: a tensor on the meta device has no data to checkpoint")
             return {"__tensor__": self._put(obj, where)}

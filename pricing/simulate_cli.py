@@ -92,6 +92,12 @@ def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int |
     return job_gap, gen()
 
 
+def _told(args) -> tuple[float, float]:
+    """The job length and changeover (hours) the policy is told: the real ones unless given apart."""
+    return (args.told_job_hours or args.job_hours,
+            args.changeover_hours if args.told_changeover_hours is None else args.told_changeover_hours)
+
+
 def _check(args) -> None:
     """Refuse nonsense before any work, naming the option and the reason."""
     positive = {"--job-hours": args.job_hours, "--deadline-hours": args.deadline_hours, "--price-ratio": args.price_ratio,
@@ -106,8 +112,7 @@ def _check(args) -> None:
         raise SystemExit(f"--limit: must be ≥ 0, got {args.limit}")
     # What the policy is told must fit (a real job longer than it was told may run past the deadline:
     # that is the robustness replay); a job that cannot fit even as told is a mistake in the options.
-    told_job = args.told_job_hours or args.job_hours
-    told_changeover = args.changeover_hours if args.told_changeover_hours is None else args.told_changeover_hours
+    told_job, told_changeover = _told(args)
     if args.deadline_hours < told_job + told_changeover:
         raise SystemExit(f"--deadline-hours: {args.deadline_hours:g} h is shorter than the job ({told_job:g} h) plus one "
                          f"changeover ({told_changeover:g} h): no policy can finish in time")
@@ -155,6 +160,7 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
 def _replay(args, names: list[str], scale: Decimal | None, budget: float | None, out) -> list[dict]:
     work, deadline = round(args.job_hours * 3600), round(args.deadline_hours * 3600)
     changeover = round(args.changeover_hours * 3600)
+    told = sum(round(hours * 3600) for hours in _told(args))  # job + changeover, seconds, as the policy is told
     if args.zones:
         files = [f for f in args.zones.split(",") if f]
         probe_gap = args.gap_seconds or min(read_trace(Path(f))[0] for f in files)
@@ -173,8 +179,6 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
         if avail.shape[1] * gap < deadline:
             raise SystemExit(f"{where}: {avail.shape[1]} ticks of {gap} s ({avail.shape[1] * gap / 3600:g} h) end before the "
                              f"deadline ({args.deadline_hours:g} h), so runs would be cut off there: use a shorter --deadline-hours")
-        told = round((args.told_job_hours or args.job_hours) * 3600) + round(
-            (args.changeover_hours if args.told_changeover_hours is None else args.told_changeover_hours) * 3600)
         needed = -(-told // gap)  # as the policy is told (a longer real job is the robustness replay)
         if needed > deadline // gap:
             raise SystemExit(f"--deadline-hours: with {gap} s ticks the job needs {needed} whole ticks "

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from broker.auth import job_token
 from broker.config import Settings
-from broker.diagnosis import Ending, RuleBook
+from broker.diagnosis import Diagnosis, Ending, RuleBook
 from broker.engine import budget as budget_rules
 from broker.engine import monitor
 from broker.engine.billing import accrue
@@ -36,11 +36,10 @@ from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
-from broker.offers import market, usable_by
+from broker.offers import market, matching_offers
 from broker.store import Change, JobStore, VersionConflict
 from launchers.base import LaunchError, Launcher, Phase
 from pricing.deadline import RELIABLE
-from pricing.placement import candidates
 from pricing.money import fmt
 from pricing.offers import Tier
 from pricing.policy import Holding, make_policy
@@ -163,9 +162,8 @@ class Engine:
             if decision.budget_spent:
                 self._commit(job, JobEvent.STOP_BUDGET, f"stopped: the budget left, {fmt(job.budget - job.spent)}, "
                              f"cannot pay for a start and a clean stop; raise the budget to resume", now,
-                             diagnosis={"class": "budget_stop", "sentence": "Stopped at its budget.",
-                                        "hint": "Raise the budget and resume to continue.", "infrastructure": True,
-                                        "text": "Stopped at its budget. Raise the budget and resume to continue."})
+                             diagnosis=Diagnosis("budget_stop", "Stopped at its budget.",
+                                                 "Raise the budget and resume to continue.", infrastructure=True).to_dict())
                 return
             if job.reason != decision.reason:
                 self.store.commit(Change(job=replace(job, reason=decision.reason, updated_at=now),
@@ -198,12 +196,10 @@ class Engine:
         except LaunchError as exc:
             failed = replace(attempt, state=AttemptState.FAILED, ended_at=now, reason=str(exc))
             if exc.permanent:  # the task itself cannot run: another placement would be refused the same way
-                sentence = f"The launcher cannot run this task: {str(exc).rstrip('.')}."
-                hint = "Fix the task and submit it again."
-                self._commit(job, JobEvent.FAIL, f"{sentence} {hint}", now, records=(failed,), placement={}, slots=[],
-                             diagnosis={"class": "launch_refused", "sentence": sentence, "hint": hint,
-                                        "infrastructure": False, "step": None, "text": f"{sentence} {hint}",
-                                        "attempt": attempt.n})
+                refused = Diagnosis("launch_refused", f"The launcher cannot run this task: {str(exc).rstrip('.')}.",
+                                    "Fix the task and submit it again.", infrastructure=False)
+                self._commit(job, JobEvent.FAIL, refused.text, now, records=(failed,), placement={}, slots=[],
+                             diagnosis={**refused.to_dict(), "attempt": attempt.n})
                 return
             self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
                          placement={}, slots=[])
@@ -306,7 +302,7 @@ class Engine:
         policy = self._policy(job.id)
         request = request_of(job)
         mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())
-        offers = candidates(request, usable_by(mk.offers, request))
+        offers = matching_offers(request, mk.offers)
         inp = policy_input(job, attempts, offers, mk.free_capacity, mk.spot_available,
                            now=now, changeover=self.settings.changeover_seconds,
                            holding=Holding(Tier.SPOT, attempt.placement.get("zone")))

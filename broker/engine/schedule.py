@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.models import Attempt, Job
-from broker.offers import Market, placement_record, slots_of, usable_by
+from broker.offers import Market, matching_offers, placement_record, slots_of
 from broker.queue import ordered
 from broker.spec import parse
 from pricing.money import cost_for_seconds
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, candidates, place
+from pricing.placement import NoFit, place
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -55,7 +55,7 @@ def request_of(job: Job) -> JobRequest:
 
 
 def _offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
-    mine = candidates(request, usable_by(offers, request))
+    mine = matching_offers(request, offers)
     if job.force_tier:
         mine = [o for o in mine if o.tier.value == job.force_tier]
     return mine

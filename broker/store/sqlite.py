@@ -62,17 +62,23 @@ CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 FINAL = tuple(sorted(s.value for s in FINAL_STATES))
 
 
+_LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # locked past the timeout
+_DISK = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")  # the disk fails
+
+
+def _error_name(exc: BaseException) -> str:
+    return getattr(exc, "sqlite_errorname", "") or ""
+
+
 def _unavailable(exc: BaseException) -> bool:
-    """The file is locked past the timeout, or the disk fails: not a bug in what was asked."""
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN"))
+    """Locked or a failing disk: not a bug in what was asked (those stay errors of their own)."""
+    return _error_name(exc).startswith(_LOCKED + _DISK)
 
 
 def _written(exc: BaseException) -> bool | None:
     """Locked: the transaction never began or was rolled back (nothing stored); a disk error may strike as
     the commit reaches the WAL, which recovery may still replay (unknown)."""
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    return False if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) else None
+    return False if _error_name(exc).startswith(_LOCKED) else None
 
 
 @unavailable_on((sqlite3.OperationalError,), written=_written, when=_unavailable)
