@@ -18,6 +18,8 @@ Environment read (all optional):
 * ``BROKER_PREEMPTION_METADATA`` (``aws`` / ``gcp``), ``BROKER_METADATA_URL``,
   ``BROKER_METADATA_POLL_S`` — also watch the cloud's own spot interruption notice
   (:mod:`checkpoint.cloud_notice`; the SkyPilot launcher sets these on spot placements);
+* ``BROKER_NOTICE_FILE`` — also watch this file for the broker's own stop notice
+  (:mod:`checkpoint.notice_file`; the local launcher sets it for every attempt);
 * ``BROKER_PROGRESS_URL`` + ``BROKER_JOB_TOKEN`` — each commit is reported there.
 """
 
@@ -42,6 +44,7 @@ from checkpoint.errors import CheckpointError, CheckpointWarning
 from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
+from checkpoint.notice_file import NoticeFileWatcher
 from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
@@ -103,7 +106,8 @@ class Checkpointer:
         keep_every: additionally keep the first checkpoint of every window of this many steps.
         grace_s: SIGTERM to forced exit; default ``$BROKER_PREEMPTION_GRACE_S`` or 30 s.
         handle_sigterm: install the SIGTERM handler (main thread only) and, where the
-            environment names a cloud, watch its metadata for the spot notice.
+            environment names a cloud, watch its metadata for the spot notice, and where it
+            names a notice file (``$BROKER_NOTICE_FILE``), watch that.
         storage_options: passed to fsspec (e.g. ``{"token": …}`` for gcsfs).
         transfer: part size and concurrency for large uploads and downloads.
         exit_code: status the process exits with after a preemption save.
@@ -150,11 +154,15 @@ class Checkpointer:
             grace_s = float(env.get("BROKER_PREEMPTION_GRACE_S") or DEFAULT_GRACE_S)
         self.preemption = PreemptionNotice(grace_s, exit_code, clock=clock)
         self._cloud_notice: MetadataWatcher | None = None
+        self._notice_file: NoticeFileWatcher | None = None
         if handle_sigterm:
             self._cloud_notice = MetadataWatcher.from_env(env, lambda: self.preemption.notify("cloud"))  # may refuse the settings
+            self._notice_file = NoticeFileWatcher.from_env(env, lambda: self.preemption.notify("broker"))
             self.preemption.install()
             if self._cloud_notice is not None:
                 self._cloud_notice.start()
+            if self._notice_file is not None:
+                self._notice_file.start()
         self._runner = BackgroundRunner()
         self._last_step: int | None = None
         self._last_time = clock()
@@ -269,13 +277,15 @@ class Checkpointer:
         raise SystemExit(self.preemption.exit_code)
 
     def _shut_down(self, upload_timeout: float | None = None) -> None:
-        """Stop the upload worker (after what is queued), the cloud-notice poller and the SIGTERM
+        """Stop the upload worker (after what is queued), the notice pollers and the SIGTERM
         watchdog, and put the previous SIGTERM handler back."""
         self._closed = True
         _live.discard(self)
         self._runner.close(timeout=upload_timeout)
         if self._cloud_notice is not None:
             self._cloud_notice.stop()
+        if self._notice_file is not None:
+            self._notice_file.stop()
         self.preemption.uninstall()
 
     # -- restoring ------------------------------------------------------------------

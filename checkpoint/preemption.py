@@ -67,6 +67,7 @@ class PreemptionNotice:
         self._clock = clock
         self.noticed_at: float | None = None
         self._signalled = False
+        self._source = "signal"
         self._timer: threading.Timer | None = None
         self._watchdog: threading.Thread | None = None
         self._stop_watchdog = False
@@ -118,24 +119,27 @@ class PreemptionNotice:
             self._timer.cancel()
 
     def notify(self, source: str = "signal") -> None:
-        """A preemption notice arrived: ``source`` is ``"signal"`` (SIGTERM) or the cloud's
-        metadata endpoint (:mod:`checkpoint.cloud_notice`).
+        """A preemption notice arrived: ``source`` is ``"signal"`` (SIGTERM), ``"cloud"`` (the
+        metadata endpoint, :mod:`checkpoint.cloud_notice`) or ``"broker"`` (the runner's notice
+        file, :mod:`checkpoint.notice_file`).
 
-        A second *signal* forces the exit at once. The SIGTERM that follows a cloud's notice
-        (the OS shutting the VM down) is the first signal: the save under way goes on until
-        the grace deadline set by the first notice.
+        A second *signal* forces the exit at once. The SIGTERM that follows a notice from the
+        cloud or the broker (the OS shutting the VM down, the runner's last warning) is the first
+        signal: the save under way goes on until the grace deadline set by the first notice.
         """
         if self.noticed_at is not None:
             if source != "signal":
                 return
             if not self._signalled:
                 self._signalled = True
-                log.warning("SIGTERM after the cloud's notice: still saving, exit within %.0f s", self.seconds_left() or 0.0)
+                log.warning("SIGTERM after the %s's notice: still saving, exit within %.0f s", self._source,
+                            self.seconds_left() or 0.0)
                 return
             log.warning("second preemption notice: exiting now")
             self._force_exit(self.exit_code)
             return
         self._signalled = source == "signal"
+        self._source = source
         self.noticed_at = self._clock()
         log.warning("preemption notice: saving at the next step, exiting within %.0f s", self.grace_s)
         if self._watchdog is None:  # no watchdog thread (never installed): a timer enforces the deadline

@@ -10,10 +10,16 @@ reports lives in ``RUN_DIR``:
 * ``runner.pid`` — whom to signal.
 * ``stop.json`` — a stop request: ``{"reason": ..., "grace_seconds": ...}``.
 * ``output.log`` — setup and run output.
+* ``notice.json`` — the stop notice, written when the runner is told to stop; its path is
+  the job's ``BROKER_NOTICE_FILE``. ``notice.json.listeners/<pid>`` — processes whose
+  checkpoint library watches that file (:mod:`checkpoint.notice_file`).
 * ``exit.json`` — written last, atomically: how the attempt ended.
 
-On SIGTERM the runner forwards SIGTERM to the job's process group (the
-preemption notice), waits the grace period, then SIGKILLs the group.
+On SIGTERM (a stop: preemption, cancel, budget) the runner writes the notice file, then
+SIGTERMs the job's process group — at once when no live process listens for the file;
+otherwise only ``LAST_WARNING_S`` before the grace period ends, as a VM's shutdown follows
+the cloud's notice, so that helper processes (``DataLoader`` workers, which die of SIGTERM)
+live until the training loop has saved. At the end of the grace period it SIGKILLs the group.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+#: With a listener, the group's SIGTERM comes this long (at most a quarter of the grace) before the SIGKILL.
+LAST_WARNING_S = 5.0
+NOTICE = "notice.json"
 
 
 def _write_atomic(path: Path, data: dict) -> None:
@@ -60,14 +70,48 @@ class Runner:
             return
         self.stop_reason = stop.get("reason", "stopped")
         grace = float(stop.get("grace_seconds", self.grace))
+        _write_atomic(self.dir / NOTICE, {"reason": self.stop_reason, "grace_seconds": grace, "at": time.time()})
         if self.child and self.child.poll() is None:
-            try:
-                os.killpg(self.child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            if self._listening():
+                hold = max(0.0, grace - min(LAST_WARNING_S, grace / 4))
+                threading.Thread(target=self._term_when_unheard, args=(self.child, time.monotonic() + hold),
+                                 name="last-warning", daemon=True).start()
+            else:
+                self._term(self.child)
             self._killer = threading.Timer(grace, self._kill_now)
             self._killer.daemon = True
             self._killer.start()
+
+    def _listening(self) -> bool:
+        """Whether a live process of this attempt watches the notice file."""
+        try:
+            names = os.listdir(self.dir / (NOTICE + ".listeners"))
+        except OSError:
+            return False
+        for name in names:
+            try:
+                os.kill(int(name), 0)
+            except (ValueError, ProcessLookupError):
+                continue
+            except PermissionError:
+                pass
+            return True
+        return False
+
+    def _term_when_unheard(self, child: subprocess.Popen, at: float) -> None:
+        """SIGTERM the group at ``at``, or sooner once no listener is left (it closed its
+        checkpointer, say, and the script goes on without one)."""
+        while child.poll() is None and time.monotonic() < at and self._listening():
+            time.sleep(0.1)
+        self._term(child)
+
+    @staticmethod
+    def _term(child: subprocess.Popen) -> None:
+        if child.poll() is None:
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def _kill_now(self) -> None:
         if self.child and self.child.poll() is None:
@@ -84,6 +128,7 @@ class Runner:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in self.request.get("slots") or []) \
             if self.request.get("placement", {}).get("accelerator") else ""
         env["PYTHONUNBUFFERED"] = "1"
+        env["BROKER_NOTICE_FILE"] = str((self.dir / NOTICE).resolve())
         # jobs on this host run with the broker's own Python environment first on PATH
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env

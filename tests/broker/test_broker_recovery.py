@@ -14,6 +14,7 @@ import pytest
 from broker_testing import ADMIN, start_broker, wait_for
 
 TRAINER = Path(__file__).with_name("trainer.py")
+LOADER_TRAINER = Path(__file__).with_name("loader_trainer.py")
 H = {"Authorization": f"Bearer {ADMIN}"}
 
 
@@ -102,6 +103,25 @@ def test_preempted_with_notice_resumes_in_another_zone_losing_no_steps(serve):
     recover = [e for e in client.get(f"/v1/jobs/{job['id']}/events").json()["events"] if e["event"] == "recover"][0]
     assert recover["data"]["zone"] == "sim-a" and recover["data"]["diagnosis_class"] == "preempted"
     assert final["spent"]["micros"] == a1["cost"]["micros"] + a2["cost"]["micros"]
+
+
+def test_a_script_whose_dataloader_has_worker_processes_saves_on_the_notice_and_resumes(serve):
+    # A SIGTERM to the whole process group kills DataLoader workers at once, and the next batch
+    # then raises in the training loop before it can save: the runner announces the stop in the
+    # notice file first and holds the group's SIGTERM back while the checkpoint library listens.
+    client = serve(config(a_schedule='["preempt attempt 1 at +6s"]', grace=6))
+    job = client.post("/v1/jobs", json={**task(),
+                                        "run": f"python {LOADER_TRAINER} 400 0.05 1000"}).json()
+    final = until_state(client, job["id"], {"succeeded", "failed"}, timeout=120)
+    first = log_of(client, job["id"], 1)
+    assert "killed by signal" not in first and "Traceback" not in first, first[-2000:]
+    assert final["state"] == "succeeded", final
+    a1, a2 = final["attempt_list"]
+    assert a1["state"] == "preempted" and a1["exit_code"] == 143
+    last_trained = max(steps(first))
+    assert 0 < last_trained < 400
+    assert start_step(log_of(client, job["id"], 2)) == last_trained, "the notice's save keeps every step trained"
+    assert a1["steps_lost"] == 0 and a1["checkpoint"]["uri"] == a2["resume_from"]
 
 
 def test_a_node_killed_without_notice_loses_at_most_one_checkpoint_interval(serve):

@@ -1,0 +1,91 @@
+"""The broker's own preemption notice on a host it runs jobs on: a file that appears.
+
+A SIGTERM sent to a job's whole process group (what a VM's shutdown does, and what the local
+launcher did for every notice) also reaches the helper processes a training script starts — a
+``torch.utils.data.DataLoader(num_workers>0)`` worker dies of it at once, and the script's next
+batch raises ``DataLoader worker … is killed by signal: Terminated`` before the step can end and
+the notice's checkpoint be saved. So, like a cloud announcing a reclaim in its instance metadata
+before the OS shuts down, the broker's runner announces a stop in a file first:
+
+* ``BROKER_NOTICE_FILE`` (set by the local launcher for every attempt) names the file. The
+  runner writes it (atomically, JSON ``{"reason", "grace_seconds", "at"}``) when it is told to
+  stop the attempt.
+* A process whose :class:`~checkpoint.Checkpointer` watches that file registers itself as a
+  *listener*: an empty file named after its pid in ``<BROKER_NOTICE_FILE>.listeners/``, removed
+  on ``close()``. While a live listener is registered the runner holds the group's SIGTERM back
+  until shortly before the grace period ends (as a VM's shutdown follows the cloud's notice); a
+  script with no listener gets the SIGTERM at once, as before.
+
+:class:`NoticeFileWatcher` polls the file from a daemon thread (a ``stat`` every 0.1 s) and calls
+``notify`` once when it appears. The protocol is only these two paths, so the runner
+(``launchers/local_runner.py``) does not import this library, nor this library the runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger("checkpoint")
+
+ENV = "BROKER_NOTICE_FILE"
+DEFAULT_POLL_S = 0.1
+
+
+def listeners_dir(notice_file: str | os.PathLike) -> Path:
+    """Where the processes watching ``notice_file`` register (one empty file per pid)."""
+    return Path(f"{os.fspath(notice_file)}.listeners")
+
+
+class NoticeFileWatcher:
+    """Registers this process as a listener and calls ``notify`` once when the file appears."""
+
+    def __init__(self, path: str | os.PathLike, notify, *, poll_s: float = DEFAULT_POLL_S):
+        self.path = Path(path)
+        self.poll_s = poll_s
+        self._notify = notify
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._registered: Path | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], notify) -> NoticeFileWatcher | None:
+        path = (env.get(ENV) or "").strip()
+        return cls(path, notify) if path else None
+
+    def start(self) -> NoticeFileWatcher:
+        try:
+            directory = listeners_dir(self.path)
+            directory.mkdir(exist_ok=True)
+            mine = directory / str(os.getpid())
+            mine.touch()
+            self._registered = mine
+        except OSError as exc:  # the runner then signals at once, as it does for any script
+            log.warning("cannot register for the broker's notice in %s (%s): SIGTERM will be the notice",
+                        self.path.parent, exc)
+        self._thread = threading.Thread(target=self._run, name="checkpoint-broker-notice", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._registered is not None and self._registered.name == str(os.getpid()):
+            try:
+                self._registered.unlink()
+            except OSError:
+                pass
+            self._registered = None
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+        self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.path.exists():
+                log.warning("the broker announces a stop (%s)", self.path)
+                self._notify()
+                return
+            self._stop.wait(self.poll_s)

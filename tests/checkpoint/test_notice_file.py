@@ -1,0 +1,64 @@
+"""The broker's own stop notice on a host it runs jobs on: a file that appears
+(``checkpoint/notice_file.py``). The runner side — the notice written, the group's SIGTERM held
+back while a checkpointer listens — runs end to end with a real DataLoader in
+``tests/broker/test_broker_recovery.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from checkpoint import Checkpointer
+from checkpoint.notice_file import NoticeFileWatcher, listeners_dir
+from checkpoint.preemption import PreemptionNotice
+
+
+def _until(predicate, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_checkpointer_listens_while_open_and_the_file_is_its_preemption_notice(tmp_path):
+    notice = tmp_path / "notice.json"
+    with Checkpointer(str(tmp_path / "run"), every_steps=1000, env={"BROKER_NOTICE_FILE": str(notice)}) as ckpt:
+        assert (listeners_dir(notice) / str(os.getpid())).exists()  # what the runner looks for
+        assert not ckpt.due(1)
+        notice.write_text(json.dumps({"reason": "preempted", "grace_seconds": 30, "at": time.time()}))
+        assert _until(lambda: ckpt.preemption.requested)
+        assert ckpt.due(1)
+    assert os.listdir(listeners_dir(notice)) == []  # closed: the runner signals at once again
+
+
+def test_without_the_variable_or_with_sigterm_handling_off_nothing_listens(tmp_path):
+    notice = tmp_path / "notice.json"
+    with Checkpointer(str(tmp_path / "a"), env={}) as ckpt:
+        assert ckpt._notice_file is None
+    with Checkpointer(str(tmp_path / "b"), env={"BROKER_NOTICE_FILE": str(notice)}, handle_sigterm=False):
+        assert not listeners_dir(notice).exists()
+
+
+def test_a_notice_already_there_is_heard_at_once_and_only_once(tmp_path):
+    notice = tmp_path / "notice.json"
+    notice.write_text("{}")
+    heard = []
+    watcher = NoticeFileWatcher(notice, lambda: heard.append(1), poll_s=0.01).start()
+    assert _until(lambda: heard)
+    time.sleep(0.1)
+    watcher.stop()
+    assert heard == [1]
+
+
+def test_the_runners_last_warning_after_the_notice_does_not_cut_the_save_short():
+    codes = []
+    notice = PreemptionNotice(grace_s=60, force_exit=codes.append)
+    notice.notify("broker")
+    notice.notify("signal")  # the group's SIGTERM just before the grace ends: the save goes on
+    assert codes == []
+    notice.notify("signal")  # a second signal: now exit
+    assert codes == [143]
+    notice.uninstall()
