@@ -181,6 +181,35 @@ def test_a_job_waiting_for_a_full_pool_gets_a_rough_start_estimate(broker):
     assert starts[second.id] == pytest.approx(running.running_since + 3.6, abs=0.01)
 
 
+def test_a_start_estimate_follows_only_running_jobs_on_capacity_the_waiting_job_can_use(broker):
+    """A GPU job waits for the GPU pool and a CPU job for the CPU pool: each follows the running job on
+    its own pool, not whichever running job ends first."""
+    service, engine, store, _ = broker
+
+    def expecting(hours, **resources):
+        task = {"run": "sleep 30", "resources": resources,
+                "broker": {"budget_usd": 5, "expected_hours": hours}}
+        return service.submit(ADMIN, task)[0]
+
+    cpu = expecting("0.002", cpus=1)  # 7.2 s
+    gpu = expecting("0.02", accelerators="A100:2")  # 72 s, both GPU slots
+    try:
+        running_cpu = run_until(engine, store, cpu.id, {"running"})
+        running_gpu = run_until(engine, store, gpu.id, {"running"})
+        gpu_next = submit(service, "echo gpu", accelerators="A100:1")
+        cpu_next = submit(service, "echo cpu")
+        engine.tick()
+        assert all("full" in store.get_job(j.id).reason for j in (gpu_next, cpu_next))
+        positions, starts = service.queue()
+        assert positions == {gpu_next.id: 1, cpu_next.id: 2}
+        assert starts[gpu_next.id] == pytest.approx(running_gpu.running_since + 72, abs=0.01)
+        assert starts[cpu_next.id] == pytest.approx(running_cpu.running_since + 7.2, abs=0.01)
+    finally:
+        for job in (cpu, gpu):
+            service.cancel(ADMIN, job.id)
+            run_until(engine, store, job.id, {"cancelled"})
+
+
 def test_a_queued_job_whose_budget_is_spent_is_stopped_not_queued_forever(broker):
     from dataclasses import replace as dc_replace
 
