@@ -144,12 +144,13 @@ def _cumulative(total: Micros, attempt: Attempt, t: float) -> Micros:
 
 
 def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, win: Window, now: float,
-           positions: Mapping[str, int], team: str | None) -> dict:
+           positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None) -> dict:
     """Everything the dashboard shows for ``team`` (``None``: all teams) in ``win``.
 
     ``jobs`` must already be limited to what the caller may see; ``attempts``
     maps job id to its attempts, oldest first; ``positions`` is the global
-    queue position of each queued job.
+    queue position of each queued job, ``starts`` the rough start estimate
+    (epoch seconds) of those that have one.
     """
     days = _days(win)
     day_ends = [b for _, _, b in days]
@@ -224,7 +225,8 @@ def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, wi
         "budget_burn": [burn(j, attempts.get(j.id, ()), now) for j in jobs if j.state in RUNNING_STATES],
         "queue": sorted(
             ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
-              "priority": j.priority, "reason": j.reason, "waiting_seconds": max(0, int(now - j.submitted_at))}
+              "estimated_start": _iso_out((starts or {}).get(j.id)), "priority": j.priority, "reason": j.reason,
+              "waiting_seconds": max(0, int(now - j.submitted_at))}
              for j in jobs if j.state is JobState.QUEUED),
             key=lambda q: (q["position"] is None, q["position"] or 0, q["id"]),
         ),

@@ -71,7 +71,8 @@ def router(service, settings: Settings) -> APIRouter:
             raise Invalid(exc.field, exc.reason) from None
         scope = team_for(caller, team)
         jobs, attempts = costs.gather(service.store, team=scope, win=win)
-        body = costs.report(jobs, attempts, win=win, now=now, positions=service.queue_positions(), team=scope)
+        positions, starts = service.queue()
+        body = costs.report(jobs, attempts, win=win, now=now, positions=positions, starts=starts, team=scope)
         body["teams"] = sorted(settings.teams) if caller.admin else [caller.team]
         body["viewer"] = {"admin": caller.admin, "team": caller.team}
         return body
@@ -82,7 +83,8 @@ def router(service, settings: Settings) -> APIRouter:
         job = service.get(caller, job_id)
         attempts = service.attempts(caller, job_id)
         points = service.store.metrics(job_id, limit=2000)
-        return {"job": job_view(job, position=service.queue_positions().get(job.id)),
+        positions, starts = service.queue()
+        return {"job": job_view(job, position=positions.get(job.id), estimated_start=starts.get(job.id)),
                 **costs.job_costs(job, attempts),
                 "metrics": [_point(p) for p in points]}
 

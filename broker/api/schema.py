@@ -202,6 +202,7 @@ class QueuedJob(BaseModel):
     name: str
     team: str
     position: int | None
+    estimated_start: str | None = Field(description="roughly when it will start")
     priority: int
     reason: str | None
     waiting_seconds: int

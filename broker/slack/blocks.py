@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
+from broker.views import iso
 from pricing.money import fmt
 
 ACTIONS = {
@@ -96,15 +97,18 @@ def where(placement: dict | None) -> str:
     return f"{p.get('tier', '?')} {p.get('instance_type', '?')} in {cloud}{loc}"
 
 
-def job_line(job: Job, position: int | None = None) -> str:
+def job_line(job: Job, position: int | None = None, start: float | None = None) -> str:
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
+    if position and start is not None:
+        pos += f", roughly starting at {iso(start)}"
     return (f"{emoji} *{job.name}* `{job.id}` — {job.state.value}{pos} · spent {fmt(job.spent)} of "
             f"{fmt(job.budget)}\n      _{job.reason}_")
 
 
-def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str) -> Reply:
-    blocks = [section(job_line(job, position)),
+def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
+              start: float | None = None) -> Reply:
+    blocks = [section(job_line(job, position, start)),
               fields([("Team", job.team), ("Where", where(job.placement or (attempts[-1].placement if attempts else None))),
                       ("Attempts", str(len(attempts))), ("Budget", f"{fmt(job.spent)} of {fmt(job.budget)}")])]
     if attempts:
@@ -115,10 +119,11 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
     return Reply(f"{job.name} ({job.id}): {job.state.value}", blocks)
 
 
-def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty: str) -> Reply:
+def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty: str,
+               starts: dict[str, float] | None = None) -> Reply:
     if not jobs:
         return Reply(empty, [section(empty)])
-    lines = [job_line(j, positions.get(j.id)) for j in jobs[:15]]
+    lines = [job_line(j, positions.get(j.id), (starts or {}).get(j.id)) for j in jobs[:15]]
     more = f"\n…and {len(jobs) - 15} more" if len(jobs) > 15 else ""
     return Reply(title, [section(f"*{title}*"), section("\n".join(lines) + more)])
 

@@ -70,20 +70,21 @@ class Dispatcher:
         return blocks.help_reply(self.cfg.command)
 
     def _cmd_status(self, cmd: Command, who: Principal) -> Reply:
-        positions = self.service.queue_positions()
+        positions, starts = self.service.queue()
         if cmd.job_id:
             job = self.service.get(who, cmd.job_id)
-            return blocks.job_reply(job, self.service.attempts(who, job.id), positions.get(job.id), self.dashboard_url)
+            return blocks.job_reply(job, self.service.attempts(who, job.id), positions.get(job.id), self.dashboard_url,
+                                    starts.get(job.id))
         jobs = self.service.list(who, limit=200)
         active = [j for j in jobs if not j.state.is_final]
         recent = [j for j in jobs if j.state.is_final][:5]
         return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended", active + recent,
-                                 positions, "No jobs yet. Submit one with `submit`.")
+                                 positions, "No jobs yet. Submit one with `submit`.", starts)
 
     def _cmd_queue(self, cmd: Command, who: Principal) -> Reply:
-        positions = self.service.queue_positions()
+        positions, starts = self.service.queue()
         queued = sorted(self.service.list(who, state="queued", limit=1000), key=lambda j: positions.get(j.id, 0))
-        return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, positions, "Nothing is waiting.")
+        return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, positions, "Nothing is waiting.", starts)
 
     def _cmd_logs(self, cmd: Command, who: Principal) -> Reply:
         return blocks.logs_reply(cmd.job_id, self.service.logs(who, cmd.job_id))
@@ -107,7 +108,8 @@ class Dispatcher:
         now = self.service.clock()
         win = costs.window(now=now, period=cmd.period)
         jobs, attempts = costs.gather(self.service.store, team=team, win=win)
-        report = costs.report(jobs, attempts, win=win, now=now, positions=self.service.queue_positions(), team=team)
+        positions, starts = self.service.queue()
+        report = costs.report(jobs, attempts, win=win, now=now, positions=positions, starts=starts, team=team)
         return blocks.costs_reply(report, self.dashboard_url)
 
     def _cmd_submit(self, cmd: Command, who: Principal) -> Reply:

@@ -163,3 +163,17 @@ def test_a_long_window_apportions_each_attempt_only_over_its_own_days_and_exactl
     got = {d["date"]: {"spot": d["spot"]["micros"], "ondemand_equivalent": d["ondemand_equivalent"]["micros"]} for d in r["by_day"]}
     assert got == expected
     assert sum(d["spot"] for d in expected.values()) == r["totals"]["spent"]["micros"] > 0
+
+
+def test_a_waiting_job_has_the_same_start_estimate_in_the_job_the_cost_report_and_the_job_costs(client, store, seeded):
+    start = world.wait_behind_a_running_job(store, seeded)
+    expected = costs._iso_out(start)
+    a = auth(world.TOKENS["team-a"])
+    assert client.get("/v1/jobs/j-a3", headers=a).json()["estimated_start"] == expected
+    report = client.get("/v1/costs", headers=a)
+    assert [(q["id"], q["position"], q["estimated_start"]) for q in report.json()["queue"]] == [("j-a3", 1, expected)]
+    CostReport.model_validate_json(report.text, strict=True)
+    job = client.get("/v1/costs/jobs/j-a3", headers=a).json()["job"]
+    assert (job["queue_position"], job["estimated_start"]) == (1, expected)
+    # team B's running job is what j-a3 waits for; team A still sees none of B's jobs or spend
+    assert "j-b2" not in report.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -96,3 +97,20 @@ def test_dashboard_in_chromium(server):
             browser.close()
     assert [e for e in errors if "401" not in e] == []  # the wrong-token 401 at the end is expected
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+
+
+def test_the_queue_says_roughly_when_a_waiting_job_starts(server, store, seeded):
+    from playwright.sync_api import sync_playwright
+
+    start = world.wait_behind_a_running_job(store, seeded)
+    expected = datetime.fromtimestamp(start, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{server}/dashboard?token={world.TOKENS['team-a']}")
+            page.wait_for_selector("#queue tbody tr td:nth-child(3)")
+            cells = page.locator("#queue tbody tr").first.locator("td").all_text_contents()
+        finally:
+            browser.close()
+    assert cells[0] == "1" and "j-a3" in cells[1] and cells[2] == expected and "full" in cells[3]

@@ -24,6 +24,7 @@ from broker.slack import commands
 from broker.slack.commands import CommandError
 from broker.store import Change
 from broker.store.sqlite import SqliteStore
+from broker.views import iso
 from launchers.base import AttemptStatus, Phase
 from launchers.simzones import zones_from_config
 
@@ -523,3 +524,11 @@ def test_delivery_retries_then_gives_up_without_blocking(slack_app, store, stub)
     assert notifier.flush(10)
     assert (notifier.sent, notifier.failed) == (1, 1)
     assert stub.fail_next["/api/chat.postMessage"] == 10 - 4  # 1 try + 3 retries, then given up
+
+
+def test_queue_and_status_say_roughly_when_a_waiting_job_starts(slack, store, seeded):
+    start = world.wait_behind_a_running_job(store, seeded)
+    expected = f"#1 in queue, roughly starting at {iso(start)}"
+    assert expected in text_of(command(slack, "queue").json())
+    assert expected in text_of(command(slack, "status j-a3").json())
+    assert expected in text_of(command(slack, "status").json())

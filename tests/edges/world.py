@@ -10,7 +10,7 @@ figures below are worked out by hand from the cost rules in
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from broker.config import Pool, Settings, Team, hash_token
@@ -145,3 +145,18 @@ def _commit(store, j: Job, attempts: list[Attempt], metrics: list[dict] = ()) ->
     ev = Event(job_id=j.id, time=j.submitted_at, event="submit", from_state=None, to_state="queued",
                reason="submitted", actor="test")
     store.commit(Change(job=j, expected_version=None, events=[ev], attempts=attempts, metrics=list(metrics)))
+
+
+def wait_behind_a_running_job(store, w: World) -> float:
+    """Fill the on-prem pool with a running job of team B expected to take an hour, and leave team A's
+    j-a3 waiting for that pool: returns when j-a3 should roughly start (the running job's end)."""
+    since = w.now - 600
+    b2 = job("j-b2", "team-b", JobState.RUNNING, submitted=since - 60, budget=5_000_000, spent=34_000, attempts=1,
+             reason="the attempt started", placement=onprem(200_000), updated=since)
+    b2.running_since, b2.expected_hours, b2.slots = since, "1", [0, 1]
+    _commit(store, b2, [attempt("j-b2", 1, AttemptState.RUNNING, onprem(200_000), start=since, seconds=600,
+                                cost=34_000, running=True)])
+    a3 = store.get_job("j-a3")
+    store.commit(Change(job=replace(a3, reason="waiting: every matching pool or zone is full right now"),
+                        expected_version=a3.version))
+    return since + 3600

@@ -42,6 +42,9 @@ function duration(seconds) {
   return (seconds / 3600).toFixed(1) + " h";
 }
 
+// "2025-01-30T12:00:00Z" → "2025-01-30 12:00:00 UTC"
+function utc(iso) { return iso.replace("T", " ").replace("Z", " UTC"); }
+
 function el(tag, text, attrs) {
   const e = document.createElement(tag);
   if (text !== undefined && text !== null) e.textContent = String(text);
@@ -140,11 +143,12 @@ function render(r) {
       { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1 }],
       () => showJob(b.id));
   }), "Nothing running.");
-  fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, q.name + " (" + q.id + ")", q.reason],
+  fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, q.name + " (" + q.id + ")",
+    q.estimated_start ? utc(q.estimated_start) : "–", q.reason],
     () => showJob(q.id))), "Nothing waiting.");
   fill("top", r.top_jobs.map((j) => row([j.name + " (" + j.id + ")", j.team, j.state, { text: j.spent.usd, num: 1 },
     { text: j.saving.usd, num: 1 }], () => showJob(j.id))), "No spend in this period.");
-  fill("preemptions", r.preemptions.events.map((p) => row([p.time.replace("T", " ").replace("Z", " UTC"),
+  fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
     p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + (p.recovered ? "" : " (waiting)"), num: 1 }],
     () => showJob(p.job_id))), "No preemptions in this period.");
   $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
