@@ -73,7 +73,8 @@ def router(service, settings: Settings) -> APIRouter:
         jobs, attempts = costs.gather(service.store, team=scope, win=win)
         positions, starts = service.queue()
         body = costs.report(jobs, attempts, win=win, now=now, positions=positions, starts=starts, team=scope)
-        body["teams"] = sorted(settings.teams) if caller.admin else [caller.team]
+        # the admin's own jobs go to the default team: it is one to filter on too
+        body["teams"] = sorted({*settings.teams, settings.default_team}) if caller.admin else [caller.team]
         body["viewer"] = {"admin": caller.admin, "team": caller.team}
         return body
 

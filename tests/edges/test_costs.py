@@ -177,3 +177,13 @@ def test_a_waiting_job_has_the_same_start_estimate_in_the_job_the_cost_report_an
     assert (job["queue_position"], job["estimated_start"]) == (1, expected)
     # team B's running job is what j-a3 waits for; team A still sees none of B's jobs or spend
     assert "j-b2" not in report.text
+
+
+def test_the_admin_can_filter_on_the_default_team_its_own_jobs_go_to(client):
+    job = client.post("/v1/jobs", json={"name": "by-admin", "run": "echo hi", "resources": {"cpus": 1},
+                                        "broker": {"budget_usd": 1}}, headers=auth(world.ADMIN)).json()
+    assert job["team"] == "default"
+    everyone = client.get("/v1/costs", headers=auth(world.ADMIN)).json()
+    assert everyone["teams"] == ["default", "team-a", "team-b"]  # what the dashboard's team filter offers
+    mine = client.get("/v1/costs?team=default", headers=auth(world.ADMIN)).json()
+    assert [q["id"] for q in mine["queue"]] == [job["id"]]
