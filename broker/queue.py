@@ -8,7 +8,7 @@ capacity is never left idle behind a job that cannot start.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from decimal import Decimal
 
 from broker.lifecycle import JobState
@@ -45,20 +45,22 @@ def expected_end(job: Job, now: float) -> float | None:
 
 
 def estimated_starts(jobs: Iterable[Job], now: float,
-                     usable: Mapping[str, Collection[str]] | None = None) -> dict[str, float]:
+                     usable: Callable[[Job], Collection[str]] | None = None) -> dict[str, float]:
     """Roughly when each queued job waiting for capacity starts: in queue order, each takes the earliest
-    expected end not yet taken among running jobs that hold capacity it could use (``usable`` maps a
-    queued job's id to the pools and zones it may run in; absent: any) — with one pool, the k-th job in
-    line gets the k-th expected end. Jobs that wait for another reason (the spot policy, a blocked zone)
-    or with no running job to follow get no estimate."""
+    expected end not yet taken among running jobs that hold capacity it could use (``usable(job)``: the
+    pools and zones a queued job may run in, asked only while ends are left to hand out; absent: any) —
+    with one pool, the k-th job in line gets the k-th expected end. Jobs that wait for another reason
+    (the spot policy, a blocked zone) or with no running job to follow get no estimate."""
     jobs = list(jobs)
     ends = sorted(((e, j.placement.get("location")) for j in jobs if (e := expected_end(j, now)) is not None),
                   key=lambda end: end[0])
     out: dict[str, float] = {}
     for job in ordered(jobs):
+        if not ends:
+            break
         if "full" not in job.reason:
             continue
-        where = usable.get(job.id) if usable is not None else None
+        where = usable(job) if usable is not None else None
         i = next((i for i, (_, loc) in enumerate(ends) if where is None or loc in where), None)
         if i is not None:
             out[job.id] = max(ends.pop(i)[0], now)

@@ -158,9 +158,11 @@ class BrokerService:
         """Queue positions and rough start estimates (epoch seconds) of queued jobs."""
         jobs = self.store.list_jobs(states=[JobState.QUEUED.value, JobState.RUNNING.value], limit=100_000)
         offers = all_offers(self.settings)
-        usable = {j.id: {o.location for o in matching_offers(request_of(j), offers)
-                         if not j.force_tier or o.tier.value == j.force_tier}
-                  for j in jobs if j.state is JobState.QUEUED and "full" in j.reason}
+
+        def usable(job: Job) -> set[str]:
+            return {o.location for o in matching_offers(request_of(job), offers)
+                    if not job.force_tier or o.tier.value == job.force_tier}
+
         return positions(jobs), estimated_starts(jobs, self.clock(), usable)
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
