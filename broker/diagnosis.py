@@ -7,7 +7,7 @@ read again whenever it changes, and checked before the shipped ones. Pure,
 except :class:`RuleBook`, which reads that file.
 
 A rule's sentence may use ``{step}`` (the last training step the log or the
-progress reports show), ``{batch_size}``, ``{path}`` (a path or URL in the
+progress reports show, whichever is later), ``{batch_size}``, ``{path}`` (a path or URL in the
 matched line), ``{code}`` and ``{signal}``.
 """
 
@@ -44,7 +44,7 @@ class Ending:
     signal: int | None = None
     reason: str = ""
     log_tail: str = ""
-    step: int | None = None
+    step: int | None = None  # the last step the progress reports or checkpoints gave
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,9 @@ def last_step(log_tail: str) -> int | None:
 
 def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
     """The first rule that matches the ending, rendered as a sentence and a hint."""
-    step = ending.step if ending.step is not None else last_step(ending.log_tail)
+    # progress reports are rate-limited and checkpoints periodic: the log often shows a later step
+    known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
+    step = max(known) if known else None
     batch = _BATCH.findall(ending.log_tail)
     for rule in rules:
         if rule.phases and ending.phase not in rule.phases:

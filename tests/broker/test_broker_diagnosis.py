@@ -53,3 +53,12 @@ def test_team_rules_are_read_without_a_restart_and_come_first(tmp_path):
     os.utime(path, (time.time() + 5, time.time() + 5))
     assert book.diagnose(ending).cls == "license"  # a broken edit keeps the last good rules
     assert "pattern" in book.error
+
+
+def test_the_step_is_the_latest_known_the_logs_when_the_rate_limited_reports_lag_behind_it():
+    # progress reports go out at most every few seconds: the log has seen steps the broker has not
+    log = "step 350\nstep 375\nTraceback (most recent call last):\nValueError: bad batch\n"
+    assert diagnose(Ending("failed", 1, log_tail=log, step=248)).step == 375
+    assert diagnose(Ending("failed", 1, log_tail="no step here\nValueError: bad batch\n", step=248)).step == 248
+    assert diagnose(Ending("preempted", log_tail="step 90\n", step=120)).sentence == \
+        "Spot capacity was preempted at step 120."

@@ -182,3 +182,24 @@ def test_a_code_error_is_explained_and_resume_needs_force(serve):
     assert forced.status_code == 200 and forced.json()["state"] == "queued"
     again = until_state(client, job["id"], {"failed", "succeeded"})
     assert again["attempts"] == 2
+
+
+def test_a_script_that_reports_progress_and_fails_later_is_diagnosed_at_the_step_its_log_reached(serve, tmp_path):
+    # the progress reports are rate-limited (here: one an hour, so only step 0 reaches the broker); the
+    # log says how far it got
+    script = tmp_path / "fails_late.py"
+    script.write_text("import time\nfrom checkpoint.progress import report\n"
+                      "for step in range(60):\n"
+                      "    report(step, 100)\n"
+                      "    time.sleep(0.02)\n"
+                      "    if step % 10 == 0:\n"
+                      "        print(f'step {step}', flush=True)\n"
+                      "    if step == 55:\n"
+                      "        raise ValueError('batch 55 has labels outside [0, 10)')\n")
+    client = serve(config())
+    job = client.post("/v1/jobs", json={**task(), "envs": {"BROKER_PROGRESS_INTERVAL_S": "3600"},
+                                        "run": f"python {script}"}).json()
+    final = until_state(client, job["id"], {"failed", "succeeded"})
+    assert final["state"] == "failed" and final["progress"]["step"] == 0
+    assert final["diagnosis"]["step"] == 50
+    assert final["reason"].startswith("The training script raised ValueError at step 50")
