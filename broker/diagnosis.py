@@ -95,6 +95,17 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
     _r("host_oom", "Out of host memory{at_step}: the process was killed (exit 137).",
        "Use a larger instance, fewer data-loader workers, or a smaller batch size.", codes=[137]),
+    _r("host_oom", "Out of host memory{at_step}{batch}: an allocation failed.",
+       "Use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory", phases=["failed"]),
+    _r("disk_full", "The disk is full{at_step}: could not write {path}.",
+       "Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
+       "(keep_last) or write them to object storage.",
+       r"(?:No space left on device|Disk quota exceeded)(?:[^\n]*?(?P<path>(?:s3|gs|gcs|file)://[^\s'\"]+|/[^\s'\":]+))?"),
+    _r("disk_full", "torch.save could not finish writing a checkpoint{at_step}; most often the disk is full.",
+       "Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
+       "(keep_last) or write them to object storage.",
+       r"inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing file"),
     _r("cuda_error", "A CUDA error stopped the job{at_step}.",
        "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
        r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress|device-side assert"),

@@ -4,8 +4,12 @@ import os
 import time
 
 import pytest
+from broker_testing import wait_for
 
 from broker.diagnosis import Ending, RuleBook, diagnose
+from broker.engine.reconcile import ENDED_PHASE_NAME
+from launchers.base import LaunchRequest
+from launchers.local import LocalLauncher
 
 CASES = [
     ("preempted", Ending("preempted", log_tail="step 400\n"), "preempted", "Spot capacity was preempted at step 400."),
@@ -62,3 +66,42 @@ def test_the_step_is_the_latest_known_the_logs_when_the_rate_limited_reports_lag
     assert diagnose(Ending("failed", 1, log_tail="no step here\nValueError: bad batch\n", step=248)).step == 248
     assert diagnose(Ending("preempted", log_tail="step 90\n", step=120)).sentence == \
         "Spot capacity was preempted at step 120."
+
+
+@pytest.fixture
+def run_and_diagnose(tmp_path):
+    """Run a task as a real attempt under the local launcher and diagnose how it ended, as the engine does."""
+    launcher = LocalLauncher(tmp_path / "runs")
+    count = iter(range(1, 100))
+
+    def run(task: dict) -> tuple:
+        attempt_id = f"j-test-a{next(count)}"
+        launcher.launch(LaunchRequest(attempt_id, "j-test", 1, task, {}))
+        status = wait_for(lambda: (s := launcher.status(attempt_id)).phase.is_final and s, timeout=60)
+        log = launcher.logs(attempt_id, limit=1 << 22)[0].decode()
+        ending = Ending(ENDED_PHASE_NAME.get(status.phase, status.phase.value), status.exit_code, status.signal,
+                        status.reason, log[-16_384:])
+        return diagnose(ending), log
+
+    return run
+
+
+@pytest.mark.parametrize("run, cls, sentence", [
+    # torch's CPU allocator raises a RuntimeError when the address space (or RAM) runs out
+    ("ulimit -v 4000000; python -c \"import torch; print('step 5 batch_size=4096', flush=True); "
+     "torch.empty(64 * 1024 ** 3, dtype=torch.uint8)\"",
+     "host_oom", "Out of host memory at step 5 (batch size 4096): an allocation failed."),
+    ("ulimit -v 1000000; python -c \"print('step 7', flush=True); bytearray(1 << 40)\"",
+     "host_oom", "Out of host memory at step 7: an allocation failed."),
+    # /dev/full answers every write with ENOSPC, as a full disk does
+    ("python -c \"print('step 800', flush=True); open('/dev/full', 'w').write('x' * 100000)\"",
+     "disk_full", "The disk is full at step 800: could not write a file."),
+    ("python -c \"import torch; print('step 800', flush=True); torch.save(torch.zeros(1 << 20), '/dev/full')\"",
+     "disk_full", "torch.save could not finish writing a checkpoint at step 800; most often the disk is full."),
+    ("python -c \"import errno, os; raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), '/scratch/ckpt/800.pt')\"",
+     "disk_full", "The disk is full: could not write /scratch/ckpt/800.pt."),
+], ids=["torch CPU allocator", "MemoryError", "a write to a full disk", "torch.save to a full disk", "ENOSPC with a path"])
+def test_resource_failures_of_real_processes_are_not_called_code_errors(run_and_diagnose, run, cls, sentence):
+    d, log = run_and_diagnose({"run": run})
+    assert (d.cls, d.sentence) == (cls, sentence), log[-2000:]
+    assert "Fix the error in the code" not in d.text
