@@ -8,12 +8,15 @@ except :class:`RuleBook`, which reads that file.
 
 A rule's sentence may use ``{step}`` (the last training step the log or the
 progress reports show, whichever is later), ``{batch_size}``, ``{path}`` (a path or URL in the
-matched line), ``{code}`` and ``{signal}``.
+matched line), ``{code}``, ``{signal}``, ``{ended}`` ("exited with code 3", "was killed by
+signal 6 (SIGABRT)"), ``{what}`` ("The job", or "The setup command" when the task's setup
+failed) and ``{said}`` (the log's last line, quoted after a colon).
 """
 
 from __future__ import annotations
 
 import re
+import signal as signals
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,7 @@ class Ending:
     reason: str = ""
     log_tail: str = ""
     step: int | None = None  # the last step the progress reports or checkpoints gave
+    command: str | None = None  # which of the task's commands ended it: "setup" or "run"
 
 
 @dataclass(frozen=True)
@@ -109,10 +113,13 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("cuda_error", "A CUDA error stopped the job{at_step}.",
        "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
        r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress|device-side assert"),
-    _r("user_code_error", "The training script raised {exception}{at_step}.",
+    _r("user_code_error", "The training script raised {exception}{at_step}{message}.",
        "Fix the error in the code; the log shows the traceback.",
-       r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): ", phases=["failed"]),
-    _r("user_code_error", "The job exited with code {code}{at_step}.", "Read the end of its log for the cause.",
+       r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", phases=["failed"]),
+    _r("crash", "{what} crashed with a segmentation fault{at_step}.",
+       "Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
+       "the log's last lines show what it was doing.", phases=["failed"], codes=[139], signals=[11]),
+    _r("user_code_error", "{what} {ended}{at_step}{said}.", "Read the end of its log for the cause.",
        phases=["failed"]),
 )
 
@@ -134,7 +141,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     for rule in rules:
         if rule.phases and ending.phase not in rule.phases:
             continue
-        if rule.exit_codes and ending.exit_code not in rule.exit_codes and ending.signal not in rule.signals:
+        if (rule.exit_codes or rule.signals) and ending.exit_code not in rule.exit_codes \
+                and ending.signal not in rule.signals:
             continue
         match = None
         if rule.pattern is not None:
@@ -145,13 +153,38 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  "batch_size": batch[-1] if batch else None,
                  "at_step": f" at step {step}" if step is not None else "",
                  "batch": f" (batch size {batch[-1]})" if batch else "",
+                 "ended": _ended(ending), "what": "The setup command" if ending.command == "setup" else "The job",
+                 "said": f': "{line}"' if (line := _last_line(ending.log_tail)) else "",
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
+        if facts.get("message"):
+            facts["message"] = ": " + _clip(facts["message"]).rstrip(".")
         facts.setdefault("path", "a file")
         facts.setdefault("module", "a module")
         facts.setdefault("exception", "an exception")
         return Diagnosis(rule.cls, _fill(rule.sentence, facts), _fill(rule.hint, facts),
                          rule.cls in INFRASTRUCTURE, step, {k: v for k, v in facts.items() if v is not None})
     return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
+
+
+def _ended(ending: Ending) -> str:
+    if ending.signal:
+        try:
+            name = signals.Signals(ending.signal).name
+        except ValueError:
+            name = "unknown"
+        return f"was killed by signal {ending.signal} ({name})"
+    return "failed" if ending.exit_code is None else f"exited with code {ending.exit_code}"
+
+
+def _last_line(log_tail: str) -> str:
+    """The log's last non-blank line (a progress bar's last redraw), clipped: often the job's own last word."""
+    lines = [line.strip() for line in re.split(r"[\r\n]+", log_tail) if line.strip()]
+    return _clip(lines[-1]) if lines else ""
+
+
+def _clip(text: str, size: int = 200) -> str:
+    text = text.strip()
+    return text if len(text) <= size else text[:size - 1] + "…"
 
 
 def _last_match(pattern: re.Pattern, text: str) -> re.Match | None:

@@ -322,7 +322,7 @@ class Engine:
         known = [s for s in (attempt.last_step, (attempt.checkpoint or {}).get("step")) if s is not None]
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
                                                reason=status.reason, log_tail=tail,
-                                               step=max(known) if known else None))
+                                               step=max(known) if known else None, command=status.step))
         fields["diagnosis"] = {**diagnosis.to_dict(), "attempt": attempt.n}
         info = {"attempt_id": attempt.id, "exit_code": status.exit_code, "diagnosis": diagnosis.text,
                 "diagnosis_class": diagnosis.cls, "zone": attempt.placement.get("zone"),

@@ -26,8 +26,8 @@ CASES = [
     ("nccl", Ending("failed", 1, log_tail="step 77\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error"),
      "nccl_network", "A NCCL/network error stopped the job at step 77."),
     ("python error", Ending("failed", 1, log_tail="Traceback (most recent call last):\nZeroDivisionError: division by zero"),
-     "user_code_error", "The training script raised ZeroDivisionError."),
-    ("plain exit code", Ending("failed", 3, log_tail="bye"), "user_code_error", "The job exited with code 3."),
+     "user_code_error", "The training script raised ZeroDivisionError: division by zero."),
+    ("plain exit code", Ending("failed", 3, log_tail="bye"), "user_code_error", 'The job exited with code 3: "bye".'),
 ]
 
 
@@ -80,7 +80,7 @@ def run_and_diagnose(tmp_path):
         status = wait_for(lambda: (s := launcher.status(attempt_id)).phase.is_final and s, timeout=60)
         log = launcher.logs(attempt_id, limit=1 << 22)[0].decode()
         ending = Ending(ENDED_PHASE_NAME.get(status.phase, status.phase.value), status.exit_code, status.signal,
-                        status.reason, log[-16_384:])
+                        status.reason, log[-16_384:], command=status.step)
         return diagnose(ending), log
 
     return run
@@ -105,3 +105,28 @@ def test_resource_failures_of_real_processes_are_not_called_code_errors(run_and_
     d, log = run_and_diagnose({"run": run})
     assert (d.cls, d.sentence) == (cls, sentence), log[-2000:]
     assert "Fix the error in the code" not in d.text
+
+
+@pytest.mark.parametrize("task, cls, sentence", [
+    # the exception's own words are the useful part of a traceback
+    ({"run": "python -c \"import torch; print('step 37', flush=True); "
+             "torch.nn.Linear(8, 4)(torch.randn(16, 9))\""},
+     "user_code_error", "The training script raised RuntimeError at step 37: "
+                        "mat1 and mat2 shapes cannot be multiplied (16x9 and 8x4)"),
+    # a script that checks its loss and exits says why on its last line
+    ({"run": "python -c \"import sys; print('step 250 loss nan'); print('loss is NaN, stopping'); sys.exit(3)\""},
+     "user_code_error", 'The job exited with code 3 at step 250: "loss is NaN, stopping".'),
+    ({"run": "python -c \"import ctypes; print('step 42', flush=True); ctypes.string_at(0)\""},
+     "crash", "The job crashed with a segmentation fault at step 42."),
+    ({"run": "echo step 7; kill -SEGV $$"}, "crash", "The job crashed with a segmentation fault at step 7."),
+    ({"run": "python -c \"import os; print('step 9', flush=True); os.abort()\""},
+     "user_code_error", 'The job was killed by signal 6 (SIGABRT) at step 9: "step 9".'),
+    ({"setup": "python -m pip install --no-index --disable-pip-version-check definitely-not-a-package-xyz",
+      "run": "echo never"},
+     "user_code_error", 'The setup command exited with code 1: '
+                        '"ERROR: No matching distribution found for definitely-not-a-package-xyz".'),
+], ids=["torch shape mismatch", "sys.exit(3) after NaN", "segfault", "segfault of the shell", "abort", "setup"])
+def test_a_failure_of_a_real_process_says_what_it_said_and_how_it_ended(run_and_diagnose, task, cls, sentence):
+    d, log = run_and_diagnose(task)
+    assert (d.cls, d.sentence.rstrip(".")) == (cls, sentence.rstrip(".")), log[-2000:]
+    assert d.hint and "code 139" not in d.text and "None" not in d.text

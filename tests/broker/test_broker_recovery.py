@@ -203,3 +203,12 @@ def test_a_script_that_reports_progress_and_fails_later_is_diagnosed_at_the_step
     assert final["state"] == "failed" and final["progress"]["step"] == 0
     assert final["diagnosis"]["step"] == 50
     assert final["reason"].startswith("The training script raised ValueError at step 50")
+
+
+def test_a_failed_setup_is_named_with_its_last_line(serve):
+    client = serve(config())
+    job = client.post("/v1/jobs", json={**task(), "setup": "echo 'ERROR: could not build wheel for flash-attn' >&2; exit 1",
+                                        "run": "echo never"}).json()
+    final = until_state(client, job["id"], {"failed", "succeeded"})
+    assert final["reason"].startswith(
+        'The setup command exited with code 1: "ERROR: could not build wheel for flash-attn". Read the end')
