@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline"})
+INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline",
+                            "cuda_error"})
 """Classes that are not the user's code: a resume needs no confirmation."""
 
 
@@ -110,9 +111,13 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
        "(keep_last) or write them to object storage.",
        r"inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing file"),
+    # a device-side assert is the job's own indexing (a label >= the number of classes), not the node
+    _r("user_code_error", "A CUDA kernel's assertion failed{at_step} (device-side assert).",
+       "Usually an index out of range, such as a label >= the number of classes; run a step on CPU, or with "
+       "CUDA_LAUNCH_BLOCKING=1, to see which op.", r"device-side assert"),
     _r("cuda_error", "A CUDA error stopped the job{at_step}.",
        "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
-       r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress|device-side assert"),
+       r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress"),
     _r("user_code_error", "The training script raised {exception}{at_step}{message}.",
        "Fix the error in the code; the log shows the traceback.",
        r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", phases=["failed"]),

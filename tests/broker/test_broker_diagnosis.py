@@ -6,7 +6,7 @@ import time
 import pytest
 from broker_testing import wait_for
 
-from broker.diagnosis import Ending, RuleBook, diagnose
+from broker.diagnosis import INFRASTRUCTURE, SHIPPED_RULES, Ending, RuleBook, diagnose
 from broker.engine.reconcile import ENDED_PHASE_NAME
 from launchers.base import LaunchRequest
 from launchers.local import LocalLauncher
@@ -43,6 +43,19 @@ def test_infrastructure_classes_resume_without_question_code_errors_do_not():
     assert diagnose(Ending("preempted")).infrastructure
     assert diagnose(Ending("failed", 1, log_tail="NCCL error: unhandled system error")).infrastructure
     assert not diagnose(Ending("failed", 1, log_tail="CUDA out of memory")).infrastructure
+
+
+def test_a_class_whose_hint_says_resume_it_resumes_without_force():
+    # "Often a bad node or driver: resume it" must not be answered with "failed in its own code"
+    ecc = diagnose(Ending("failed", 1, log_tail="RuntimeError: CUDA error: uncorrectable ECC error encountered"))
+    assert ecc.cls == "cuda_error" and ecc.infrastructure
+    for rule in SHIPPED_RULES:
+        if "resume it" in rule.hint.lower():
+            assert rule.cls in INFRASTRUCTURE, rule
+    # a device-side assert is the job's own indexing, not the node's
+    assert_ = diagnose(Ending("failed", 1, log_tail="step 3\nRuntimeError: CUDA error: device-side assert triggered"))
+    assert assert_.cls == "user_code_error" and not assert_.infrastructure
+    assert assert_.sentence == "A CUDA kernel's assertion failed at step 3 (device-side assert)."
 
 
 def test_team_rules_are_read_without_a_restart_and_come_first(tmp_path):

@@ -212,3 +212,31 @@ def test_a_failed_setup_is_named_with_its_last_line(serve):
     final = until_state(client, job["id"], {"failed", "succeeded"})
     assert final["reason"].startswith(
         'The setup command exited with code 1: "ERROR: could not build wheel for flash-attn". Read the end')
+
+
+def test_a_failure_of_the_node_not_the_code_resumes_with_one_click_from_its_checkpoint(serve, tmp_path):
+    script = tmp_path / "bad_gpu.py"
+    script.write_text("import os, sys\nfrom checkpoint import Checkpointer\n"
+                      "ckpt = Checkpointer(every_steps=10)\n"
+                      "state = ckpt.restore(default=None)\n"
+                      "start = int(state['step']) if state else 0\n"
+                      "print(f'start {start}', flush=True)\n"
+                      "for step in range(start + 1, 41):\n"
+                      "    print(f'step {step}', flush=True)\n"
+                      "    if step == 25 and os.environ['BROKER_ATTEMPT'] == '1':\n"
+                      "        ckpt.close()\n"
+                      "        sys.exit('RuntimeError: CUDA error: uncorrectable ECC error encountered')\n"
+                      "    if ckpt.due(step):\n"
+                      "        ckpt.save(step, {'step': step})\n"
+                      "ckpt.close()\n")
+    client = serve(config())
+    job = client.post("/v1/jobs", json={**task(), "run": f"python {script}"}).json()
+    failed = until_state(client, job["id"], {"failed", "succeeded"})
+    assert failed["state"] == "failed" and failed["diagnosis"]["class"] == "cuda_error"
+    assert failed["diagnosis"]["infrastructure"] and "resume it" in failed["reason"]
+    resumed = client.post(f"/v1/jobs/{job['id']}/resume")  # no force
+    assert resumed.status_code == 200, resumed.text
+    final = until_state(client, job["id"], {"failed", "succeeded"})
+    assert final["state"] == "succeeded"
+    assert start_step(log_of(client, job["id"], 2)) == 20
+    assert final["attempt_list"][1]["resume_from"] == failed["last_checkpoint"]["uri"]
