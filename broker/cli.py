@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("resume", help="resume a failed or budget-stopped job from its last checkpoint")
     s.add_argument("id")
-    s.add_argument("--force", action="store_true", help="resume even after a failure in the job's own code")
+    s.add_argument("--force", action="store_true", help="resume even after a failure of the job's own (a bug, out of memory), not the infrastructure's")
 
     s = client("budget", help="set a job's budget cap (raise it to resume a budget-stopped job)")
     s.add_argument("id")

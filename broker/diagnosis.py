@@ -98,8 +98,10 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("host_oom", "Out of host memory{at_step}: the kernel killed the process.",
        "Use a larger instance, fewer data-loader workers, or a smaller batch size.",
        r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
-    _r("host_oom", "Out of host memory{at_step}: the process was killed (exit 137).",
-       "Use a larger instance, fewer data-loader workers, or a smaller batch size.", codes=[137]),
+    # SIGKILL with nothing in the log to say why: memory is the likeliest cause, not a certain one
+    _r("host_oom", "The process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host memory.",
+       "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       codes=[137], signals=[9]),
     _r("host_oom", "Out of host memory{at_step}{batch}: an allocation failed.",
        "Use a larger instance, fewer data-loader workers, or a smaller batch size.",
        r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory", phases=["failed"]),

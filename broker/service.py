@@ -224,8 +224,8 @@ class BrokerService:
             diagnosis = job.diagnosis or {}
             if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force:
                 text = diagnosis.get("text") or job.reason
-                raise Conflict(f"the job failed in its own code: {text} Fix it and resubmit, or resume with force "
-                               "to run it again anyway")
+                raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
+                               f"again: {text} Change the job and resubmit, or resume with force to run it again anyway")
             if job.state is JobState.STOPPED_BUDGET:
                 attempts = self.store.attempts(job.id)
                 price = attempts[-1].price_per_hour if attempts else 0

@@ -132,7 +132,7 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
             resume = button("resume", resume_label, job.id, style="primary")
         else:  # the job's own code: the service resumes it only when forced, so the button asks first
             resume = button("resume", resume_label, job.id, style="primary", force=True,
-                            confirm=f"It failed in its own code: {text} Run it again anyway from {frm}?")
+                            confirm=f"It failed for a reason of its own, likely to recur: {text} Run it again anyway from {frm}?")
         return _msg(f":x: {head} failed: {text}", actions([resume, ondemand_btn, raise_btn]), foot)
     if name == "succeed":
         c = costs.job_costs(job, attempts)

@@ -19,6 +19,8 @@ CASES = [
      "gpu_oom", "Out of GPU memory at step 1200 (batch size 64)."),
     ("host oom", Ending("failed", 137, 9, log_tail="step 5\nKilled"), "host_oom",
      "Out of host memory at step 5: the kernel killed the process."),
+    ("killed, log silent", Ending("failed", 137, 9, log_tail="step 5\n"), "host_oom",
+     "The process was killed (SIGKILL) at step 5, most likely by the kernel for lack of host memory."),
     ("missing data", Ending("failed", 1, log_tail="FileNotFoundError: [Errno 2] No such file or directory: 's3://bucket/train/part-3.parquet'"),
      "data_not_found", "Could not read s3://bucket/train/part-3.parquet."),
     ("missing module", Ending("failed", 1, log_tail="ModuleNotFoundError: No module named 'transformers'"),

@@ -366,14 +366,14 @@ def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presse
     buttons = buttons_of(msg)
     assert set(buttons) == {"Resume from step 400", "Switch to on-demand", "Raise budget to $6.00"}
     resume = buttons["Resume from step 400"]
-    assert "failed in its own code: Out of GPU memory" in resume["confirm"]["text"]["text"]
+    assert "failed for a reason of its own, likely to recur: Out of GPU memory" in resume["confirm"]["text"]["text"]
 
     slack = TestClient(engine_app)  # not entered: the lifespan would start the engine's own thread
     # another team presses it: refused, nothing changes
     assert "No job `j-oom`" in pressed(slack, stub, resume, "U_A", "other-team")
     # a button from before force was asked for (no "force" in its value): the diagnosis, nothing changes
     old = pressed(slack, stub, resume, "U_B", "old", value='{"job":"j-oom"}')
-    assert "Not resumed: the job failed in its own code: Out of GPU memory" in old and "resume j-oom force" in old
+    assert "not resumed: the job failed for a reason of its own that a resume would likely meet again: Out of GPU memory" in old and "resume j-oom force" in old
     assert store.get_job("j-oom").state is JobState.FAILED
     # raise the budget: the service records who did it
     assert "Budget raised from $4.00 to $6.00" in pressed(slack, stub, buttons["Raise budget to $6.00"], "U_B", "r")
