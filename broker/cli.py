@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,15 @@ def _say_status(job: dict) -> None:
     print(f"[{job['id']} {job['state']}{where}{eta}{reason}]", file=sys.stderr, flush=True)
 
 
+def _short_time(iso: str | None, today: str | None = None) -> str:
+    """"2026-11-30T19:45:12Z" → "19:45Z" today (UTC), "12-01 19:45Z" on another day; "" for none."""
+    if not iso or len(iso) < 16:
+        return iso or ""
+    today = today or time.strftime("%Y-%m-%d", time.gmtime())
+    clock = iso[11:16] + "Z"
+    return clock if iso[:10] == today else f"{iso[5:10]} {clock}"
+
+
 def _show_job(con, job: dict) -> None:
     style = STATE_STYLE.get(job["state"], "white")
     con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state=[{style}]{job['state']}[/]")
@@ -301,11 +311,11 @@ def cmd_status(args) -> int:
     if args.json:
         _print_json(jobs)
         return 0
-    t = _table(("id", 12), "name", "team", "state", "queue", "spent", "budget", "reason")
+    t = _table(("id", 12), "name", "team", "state", "queue", ("starts ~", 12), "spent", "budget", "reason")
     for j in jobs:
         style = STATE_STYLE.get(j["state"], "white")
         t.add_row(j["id"], j["name"], j["team"], f"[{style}]{j['state']}[/]", str(j["queue_position"] or ""),
-                  j["spent"]["usd"], j["budget"]["usd"], j["reason"])
+                  _short_time(j.get("estimated_start")), j["spent"]["usd"], j["budget"]["usd"], j["reason"])
     _console().print(t)
     return 0
 

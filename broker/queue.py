@@ -8,6 +8,7 @@ capacity is never left idle behind a job that cannot start.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Collection, Iterable
 from decimal import Decimal
 
@@ -49,8 +50,10 @@ def estimated_starts(jobs: Iterable[Job], now: float,
     """Roughly when each queued job waiting for capacity starts: in queue order, each takes the earliest
     expected end not yet taken among running jobs that hold capacity it could use (``usable(job)``: the
     pools and zones a queued job may run in, asked only while ends are left to hand out; absent: any) —
-    with one pool, the k-th job in line gets the k-th expected end. Jobs that wait for another reason
-    (the spot policy, a blocked zone) or with no running job to follow get no estimate."""
+    with one pool, the k-th job in line gets the k-th expected end. A queued job that says how long it
+    runs (``expected_hours``) hands its own expected end on to the jobs behind it, so positions past the
+    number of running jobs get an estimate too. Jobs that wait for another reason (the spot policy, a
+    blocked zone) or with no end to follow get no estimate."""
     jobs = list(jobs)
     ends = sorted(((e, j.placement.get("location")) for j in jobs if (e := expected_end(j, now)) is not None),
                   key=lambda end: end[0])
@@ -63,5 +66,9 @@ def estimated_starts(jobs: Iterable[Job], now: float,
         where = usable(job) if usable is not None else None
         i = next((i for i, (_, loc) in enumerate(ends) if where is None or loc in where), None)
         if i is not None:
-            out[job.id] = max(ends.pop(i)[0], now)
+            end, location = ends.pop(i)
+            out[job.id] = start = max(end, now)
+            if job.expected_hours:
+                bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), location),
+                              key=lambda e: e[0])
     return out

@@ -118,6 +118,26 @@ def test_waiting_for_a_queued_job_says_why_it_waits_and_ids_stay_whole_at_80_col
     assert first["id"] in table, table
 
 
+def test_the_status_table_says_roughly_when_a_waiting_job_starts(cli):
+    run, tmp = cli
+    blocker = tmp / "blocker.yaml"
+    blocker.write_text("name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
+    first = json.loads(run("--json", "submit", str(blocker)).stdout)
+    wait_for(lambda: json.loads(run("--json", "status", first["id"]).stdout)["state"] == "running", timeout=30)
+    nxt = tmp / "next.yaml"
+    nxt.write_text("name: next\nresources: {cpus: 1, use_spot: false}\nrun: echo ran-after\n")
+    second = json.loads(run("--json", "submit", str(nxt)).stdout)
+    waiting = wait_for(lambda: (j := json.loads(run("--json", "status", second["id"]).stdout)).get("estimated_start") and j,
+                       timeout=30)
+    env = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": "160"}
+    table = subprocess.run([sys.executable, "-m", "broker.cli", "status"], env=env, cwd=REPO, capture_output=True,
+                           text=True, timeout=60).stdout
+    row = next(line for line in table.splitlines() if second["id"] in line)
+    start = waiting["estimated_start"]  # about 30 min from now, in UTC
+    assert f"{start[11:16]}Z" in row, table
+    run("cancel", first["id"])
+
+
 def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     run, tmp = cli
     task = tmp / "spot.yaml"

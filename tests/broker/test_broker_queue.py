@@ -1,0 +1,54 @@
+"""Queue order and start estimates (``broker/queue.py``), pure: jobs built by hand, times in seconds."""
+
+import pytest
+
+from broker.lifecycle import JobState
+from broker.models import Job
+from broker.queue import estimated_starts, positions
+
+NOW = 1_000_000.0
+
+
+def job(job_id, state, *, at=0.0, hours=None, since=None, where="gpus", reason="waiting: the pool is full"):
+    return Job(id=job_id, name=job_id, team="t", spec={}, budget=1, priority=0, state=state, submitted_at=NOW - 1000 + at,
+               updated_at=NOW, expected_hours=hours, running_since=since,
+               placement={"location": where} if state is JobState.RUNNING else {},
+               reason=reason if state is JobState.QUEUED else "")
+
+
+def test_the_jobs_in_line_follow_the_running_job_and_each_other_when_they_say_how_long_they_run():
+    jobs = [job("run", JobState.RUNNING, hours="1", since=NOW - 1800),            # ends in 30 min
+            job("a", JobState.QUEUED, at=1, hours="0.5"),                          # starts then, runs 30 min
+            job("b", JobState.QUEUED, at=2),                                        # no length given
+            job("c", JobState.QUEUED, at=3)]
+    starts = estimated_starts(jobs, NOW)
+    assert positions(jobs) == {"a": 1, "b": 2, "c": 3}
+    assert starts["a"] == pytest.approx(NOW + 1800)
+    assert starts["b"] == pytest.approx(NOW + 3600)   # after a, which said how long it runs
+    assert "c" not in starts                            # b did not say: nothing to follow
+
+
+def test_a_chained_end_stays_on_the_capacity_it_was_handed_from():
+    jobs = [job("gpu-run", JobState.RUNNING, hours="1", since=NOW, where="gpus"),
+            job("cpu-run", JobState.RUNNING, hours="0.1", since=NOW, where="cpu"),
+            job("gpu-a", JobState.QUEUED, at=1, hours="1"),
+            job("gpu-b", JobState.QUEUED, at=2, hours="1"),
+            job("cpu-a", JobState.QUEUED, at=3)]
+    where = {"gpu-a": {"gpus"}, "gpu-b": {"gpus"}, "cpu-a": {"cpu"}}
+    starts = estimated_starts(jobs, NOW, lambda j: where[j.id])
+    assert starts["gpu-a"] == pytest.approx(NOW + 3600)
+    assert starts["gpu-b"] == pytest.approx(NOW + 7200)   # gpu-a's end, not the CPU job's
+    assert starts["cpu-a"] == pytest.approx(NOW + 360)
+
+
+def test_jobs_waiting_for_something_else_than_capacity_get_no_estimate_and_pass_nothing_on():
+    jobs = [job("run", JobState.RUNNING, hours="1", since=NOW),
+            job("spot", JobState.QUEUED, at=1, hours="1", reason="the spot policy waits for spot capacity"),
+            job("next", JobState.QUEUED, at=2)]
+    starts = estimated_starts(jobs, NOW)
+    assert "spot" not in starts and starts["next"] == pytest.approx(NOW + 3600)
+
+
+def test_an_overdue_running_job_gives_now_never_a_time_in_the_past():
+    jobs = [job("run", JobState.RUNNING, hours="0.5", since=NOW - 7200), job("a", JobState.QUEUED, at=1)]
+    assert estimated_starts(jobs, NOW) == {"a": NOW}
