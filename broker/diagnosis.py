@@ -145,6 +145,9 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
     step = max(known) if known else None
     batch = _BATCH.findall(ending.log_tail)
+    if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
+        return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
+                         False, step)
     for rule in rules:
         if rule.phases and ending.phase not in rule.phases:
             continue
