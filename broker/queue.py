@@ -31,7 +31,10 @@ def positions(jobs: Iterable[Job]) -> dict[str, int]:
 
 
 def expected_end(job: Job, now: float) -> float | None:
-    """When a running job should finish: from its reported step rate, else from ``expected_hours``."""
+    """When a running job should finish: from its reported step rate, else from ``expected_hours``; a job
+    placed or launching (it holds its capacity already) from ``expected_hours`` counted from now."""
+    if job.state in (JobState.PLACED, JobState.LAUNCHING):
+        return now + float(Decimal(job.expected_hours) * 3600) if job.expected_hours else None
     if job.state is not JobState.RUNNING or job.running_since is None:
         return None
     elapsed = max(now - job.running_since, 0.0)

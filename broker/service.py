@@ -156,7 +156,8 @@ class BrokerService:
 
     def queue(self) -> tuple[dict[str, int], dict[str, float]]:
         """Queue positions and rough start estimates (epoch seconds) of queued jobs."""
-        jobs = self.store.list_jobs(states=[JobState.QUEUED.value, JobState.RUNNING.value], limit=100_000)
+        holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING)
+        jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
         offers = all_offers(self.settings)
 
         def usable(job: Job) -> set[str]:

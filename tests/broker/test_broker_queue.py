@@ -12,7 +12,7 @@ NOW = 1_000_000.0
 def job(job_id, state, *, at=0.0, hours=None, since=None, where="gpus", reason="waiting: the pool is full"):
     return Job(id=job_id, name=job_id, team="t", spec={}, budget=1, priority=0, state=state, submitted_at=NOW - 1000 + at,
                updated_at=NOW, expected_hours=hours, running_since=since,
-               placement={"location": where} if state is JobState.RUNNING else {},
+               placement={"location": where} if state is not JobState.QUEUED else {},
                reason=reason if state is JobState.QUEUED else "")
 
 
@@ -52,3 +52,8 @@ def test_jobs_waiting_for_something_else_than_capacity_get_no_estimate_and_pass_
 def test_an_overdue_running_job_gives_now_never_a_time_in_the_past():
     jobs = [job("run", JobState.RUNNING, hours="0.5", since=NOW - 7200), job("a", JobState.QUEUED, at=1)]
     assert estimated_starts(jobs, NOW) == {"a": NOW}
+
+
+def test_a_job_still_launching_holds_its_capacity_and_is_followed_from_its_expected_length():
+    jobs = [job("starting", JobState.LAUNCHING, hours="0.25"), job("a", JobState.QUEUED, at=1)]
+    assert estimated_starts(jobs, NOW) == {"a": pytest.approx(NOW + 900)}
