@@ -153,6 +153,7 @@ def cmd_serve(args) -> int:
     from broker.config import load_settings
 
     settings = load_settings(config_path=args.config, create_admin_token=True)
+    _check_prices(settings)
     if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
         # jobs on this host report progress to the port we actually listen on
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -170,6 +171,15 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _check_prices(settings) -> None:
+    """Read the price table and price every pool and zone now, so that a malformed catalog or a zone
+    with no price stops the broker at start with one line naming it (a ``ValueError``), rather than
+    failing every submit with a 500 and every engine tick in the log."""
+    from broker.offers import all_offers
+
+    all_offers(settings)
+
+
 def cmd_worker(args) -> int:
     import logging
     import signal
@@ -182,6 +192,7 @@ def cmd_worker(args) -> int:
 
     logging.basicConfig(level=logging.INFO)
     settings = load_settings(config_path=args.config)
+    _check_prices(settings)
     engine = Engine(settings, open_store(settings.store_url), open_launcher(settings))
     if args.burst:
         engine.run_until_idle(timeout=24 * 3600)

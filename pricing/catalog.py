@@ -12,6 +12,7 @@ Rules of the catalog format (SkyPilot's ``catalogs/v8/<cloud>/vms.csv``):
 | ``AvailabilityZone`` = ``use1-az1`` (AWS zone id) | zone name via ``az_mappings`` (``us-east-1a``); the id itself when unmapped |
 | GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with the cheapest ``n1-`` host VM in that zone, a TPU stands alone |
 | row with no ``Price`` | skipped (not purchasable on-demand, no shape to price) |
+| a missing column, or a value that is not a number (``abc``, ``NaN``, a negative or absurd price) | :class:`CatalogError` naming the line and column |
 
 Prices become micro-dollars through ``Decimal`` (never ``float``).
 """
@@ -23,10 +24,17 @@ import io
 from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 
-from pricing.money import Micros, to_micros
+from pricing.money import MoneyError, Micros, to_micros
 from pricing.offers import Offer, Tier
 
 ONPREM_CLOUD = "local"
+REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice",
+                    "Region", "AvailabilityZone")
+"""The schema v8 ``vms.csv`` columns the price table reads (in any order; others are ignored)."""
+
+
+class CatalogError(ValueError):
+    """A catalog file that is not a readable SkyPilot v8 ``vms.csv``; the message names the line and column."""
 
 
 def onprem_offer(pool_name: str, gpus: int, accelerator: str | None, price_per_gpu_hour: str | Decimal | int) -> Offer:
@@ -67,12 +75,38 @@ def parse_vms_csv(text: str, cloud: str, zone_names: Mapping[str, str] | None = 
         zone_names: zone id → zone name (AWS ``az_mappings``); ids pass through when absent.
     """
     zone_names = zone_names or {}
-    rows = list(csv.DictReader(io.StringIO(text)))
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise CatalogError(f"not a SkyPilot v8 vms.csv: no column {', '.join(missing)} in its header line")
+    rows = []
+    for row in reader:
+        for column in ("AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice"):
+            _checked(row.get(column), column, reader.line_num)
+        rows.append(row)
     hosts = _gcp_gpu_hosts(rows) if cloud == "gcp" else {}
     offers: list[Offer] = []
     for row in rows:
         offers.extend(_row_offers(row, cloud, zone_names, hosts))
     return offers
+
+
+def _checked(text: str | None, column: str, line: int) -> None:
+    """An empty cell is allowed; anything else must be a finite, non-negative number, a price one
+    that :func:`pricing.money.to_micros` can hold."""
+    value = (text or "").strip()
+    if not value:
+        return
+    try:
+        number = Decimal(value)
+        ok = number.is_finite() and number >= 0
+        if ok and column in ("Price", "SpotPrice"):
+            to_micros(number)
+    except (InvalidOperation, MoneyError):
+        ok = False
+    if not ok:
+        what = "a price in dollars per hour" if column in ("Price", "SpotPrice") else "a number"
+        raise CatalogError(f"line {line}: {column} {value!r} is not {what}")
 
 
 def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str], hosts: Mapping[str, Mapping[str, str]]) -> Iterable[Offer]:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from pricing.catalog import parse_az_mappings, parse_vms_csv
+from pricing.catalog import CatalogError, parse_az_mappings, parse_vms_csv
 from pricing.offers import Offer
 
 SCHEMA = "v8"
@@ -33,7 +33,9 @@ def load_price_table(
     Per cloud, the first directory holding ``<cloud>/vms.csv`` wins: ``catalog_dir``
     when given, then SkyPilot's own catalog (``~/.sky/catalogs/v8``, refreshed by
     SkyPilot), then the snapshot shipped in ``pricing/data/catalog/v8`` (see its
-    ``SOURCE.md``). A cloud found nowhere contributes no offers.
+    ``SOURCE.md``). A cloud found nowhere contributes no offers. A file that is not a
+    readable v8 ``vms.csv`` is a :class:`~pricing.catalog.CatalogError` naming it, the line
+    and the column (never a silently empty or half-read price table).
     """
     search = [d for d in (catalog_dir, skypilot_catalog_dir(home), SNAPSHOT_DIR) if d is not None]
     offers: list[Offer] = []
@@ -47,7 +49,10 @@ def load_price_table(
                                                                                  key=lambda p: (p.name != "az_mappings-default.csv", p.name))):
                 if mapping.is_file():
                     zone_names.update(parse_az_mappings(mapping.read_text()))
-            offers.extend(parse_vms_csv(vms.read_text(), cloud, zone_names))
+            try:
+                offers.extend(parse_vms_csv(vms.read_text(), cloud, zone_names))
+            except (CatalogError, UnicodeDecodeError) as exc:
+                raise CatalogError(f"price catalog {vms}: {exc}") from None
             break
     return tuple(offers)
 

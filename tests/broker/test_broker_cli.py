@@ -152,3 +152,38 @@ def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     assert after["attempt_list"][0]["state"] == "preempted"  # and its only zone is now blocked for this job
     assert "notice" in run("logs", job["id"], "--attempt", "1").stdout
     assert run("cancel", job["id"]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "launcher, catalog, zones, message",
+    [
+        pytest.param("skypilot", "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,"
+                     "AvailabilityZone\ng5.xlarge,A10G,1,4,16,NaN,0.3,us-east-1,use1-az1\n", "[]",
+                     "line 2: Price 'NaN' is not a price in dollars per hour",
+                     id="a SkyPilot catalog with a NaN price stops serve at start naming the file, line and column"),
+        pytest.param("local", "not,a,catalog\n", "[{name: sim-a, tier: spot, instance_type: g5.xlarge}]",
+                     "not a SkyPilot v8 vms.csv: no column InstanceType",
+                     id="a catalog with another header stops serve at start when a simulated zone is priced from it"),
+        pytest.param("local", None, "[{name: sim-x, tier: spot, instance_type: g9.mega}]",
+                     "zones: no spot price for g9.mega in us-east-1 in the price table; set price_per_hour",
+                     id="a simulated zone with no price stops serve at start instead of failing each submit with a 500"),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_a_price_table_that_cannot_be_read_stops_the_broker_at_start_in_one_line(tmp_path, command, launcher, catalog,
+                                                                                 zones, message):
+    home = tmp_path / "home"
+    (home / ".sky" / "catalogs" / "v8" / "aws").mkdir(parents=True)
+    if catalog is not None:
+        (home / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv").write_text(catalog)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"pools: [{{name: p, slots: 1, price_per_slot_hour: '0.10'}}]\nzones: {zones}\n")
+    env = {**os.environ, "HOME": str(home), "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
+           "BROKER_LAUNCHER": launcher}
+    args = ["--port", "9"] if command == "serve" else []
+    r = subprocess.run([sys.executable, "-m", "broker.cli", command, "--config", str(config), *args], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    if catalog is not None:
+        assert str(home / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv") in r.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pricing.catalog import onprem_offer, parse_az_mappings, parse_vms_csv
+from pricing.catalog import CatalogError, onprem_offer, parse_az_mappings, parse_vms_csv
 from pricing.loading import SNAPSHOT_DIR, load_price_table
 from pricing.offers import Tier
 
@@ -82,6 +82,44 @@ def test_a_skypilot_catalog_in_home_wins_over_the_snapshot(tmp_path):
         (Tier.ONDEMAND, "us-east-1a", 9_990_000),
         (Tier.SPOT, "us-east-1a", 1_110_000),
     }
+
+
+G5 = "g5.xlarge,A10G,1.0,4.0,16.0,,{price},{spot},us-east-1,use1-az1,x86_64"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        pytest.param("this is not,a catalog\nat,all\n", "no column InstanceType, AcceleratorName, AcceleratorCount, vCPUs, "
+                     "MemoryGiB, Price, SpotPrice, Region, AvailabilityZone", id="a file with another header names the columns it lacks"),
+        pytest.param("", "no column InstanceType", id="an empty file is not an empty price table"),
+        pytest.param(AWS_HEADER + G5.format(price="1.0", spot="0.3") + "\n" + G5.format(price="NaN", spot="0.3"),
+                     "line 3: Price 'NaN' is not a price in dollars per hour", id="a NaN price names its line and column"),
+        pytest.param(AWS_HEADER + G5.format(price="abc", spot="0.3"), "line 2: Price 'abc' is not a price",
+                     id="a price that is not a number is an error, not a skipped row"),
+        pytest.param(AWS_HEADER + G5.format(price="1.0", spot="Infinity"), "line 2: SpotPrice 'Infinity' is not a price",
+                     id="an infinite spot price names its column"),
+        pytest.param(AWS_HEADER + G5.format(price="1e20", spot=""), "line 2: Price '1e20' is not a price",
+                     id="a price too large for the money type is an error"),
+        pytest.param(AWS_HEADER + G5.format(price="-1", spot=""), "line 2: Price '-1' is not a price",
+                     id="a negative price is an error, not a skipped row"),
+        pytest.param(AWS_HEADER + "g5.xlarge,A10G,one,4.0,16.0,,1.0,,us-east-1,use1-az1,x86_64",
+                     "line 2: AcceleratorCount 'one' is not a number", id="an accelerator count that is not a number"),
+        pytest.param(AWS_HEADER + "g5.xlarge,A10G,1,NaN,16.0,,1.0,,us-east-1,use1-az1,x86_64",
+                     "line 2: vCPUs 'NaN' is not a number", id="a NaN vCPU count, which placement could not compare"),
+    ],
+)
+def test_a_malformed_catalog_is_an_error_naming_the_line_and_column(text, message):
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        parse_vms_csv(text, "aws")
+
+
+def test_a_malformed_catalog_in_home_is_an_error_naming_the_file(tmp_path):
+    aws = tmp_path / ".sky" / "catalogs" / "v8" / "aws"
+    aws.mkdir(parents=True)
+    (aws / "vms.csv").write_text(AWS_HEADER + G5.format(price="NaN", spot=""))
+    with pytest.raises(CatalogError, match=re.escape(f"price catalog {aws / 'vms.csv'}: line 2: Price 'NaN'")):
+        load_price_table(home=tmp_path)
 
 
 def test_az_mappings_match_the_shared_reference_copy():
