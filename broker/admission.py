@@ -15,6 +15,7 @@ from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
 from pricing.money import Micros, cost_for_seconds, fmt
 from pricing.offers import Offer
+from pricing.placement import candidates
 from pricing.quote import Quote, quote
 
 
@@ -64,7 +65,9 @@ def admit(
     start must be able to pay for (the engine stops a job whose budget cannot, so it is refused here)."""
     q = quote(spec.request, offers)
     if not q.tiers:
-        raise Refused("resources", f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
+        # offers of its shape exist but all cost more than its cap: the cap is what to change
+        field = "broker.max_price_per_hour" if candidates(spec.request, offers) else "resources"
+        raise Refused(field, f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
     if not q.fits(budget):
         raise Refused("broker.budget_usd", q.refusal(budget))
     cheapest_hour = min(t.price_per_hour for t in q.tiers)

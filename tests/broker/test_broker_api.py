@@ -73,6 +73,13 @@ def test_a_job_nothing_can_run_is_refused_naming_resources(client):
     assert "H100" in r.json()["detail"]
 
 
+def test_a_price_cap_under_every_offer_is_refused_naming_the_cap_and_the_cheapest_price(client):
+    r = client.post("/v1/jobs", json={**TASK, "broker": {"budget_usd": 50, "max_price_per_hour": "1.50"}}, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "broker.max_price_per_hour", r.text
+    assert r.json()["detail"].endswith("the cheapest match, onprem 2x A100 gpu-box-2slot in local/gpu-box, costs $4.00/h, "
+                                       "over the job's max_price_per_hour of $1.50")
+
+
 def test_idempotency_key_returns_the_first_job(client):
     h = {**auth(), "Idempotency-Key": "abc"}
     first = client.post("/v1/jobs", json=TASK, headers=h)
