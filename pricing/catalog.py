@@ -10,7 +10,7 @@ Rules of the catalog format (SkyPilot's ``catalogs/v8/<cloud>/vms.csv``):
 | ``Price`` | an on-demand offer at that $/h |
 | ``SpotPrice`` (non-empty) | a spot offer at that $/h, same shape and zone |
 | ``AvailabilityZone`` = ``use1-az1`` (AWS zone id) | zone name via ``az_mappings`` (``us-east-1a``); the id itself when unmapped |
-| GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with the cheapest ``n1-`` host VM in that zone, a TPU stands alone |
+| GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with the cheapest host VM in that zone that can carry it, as SkyPilot pairs them (A100, H100, L4, ... only on their own ``a2-``/``a3-``/``g2-`` types by count; other GPUs on ``n1-`` VMs with enough vCPUs and memory); a GPU with no such host is no offer; a TPU stands alone |
 | row with no ``Price`` | skipped (not purchasable on-demand, no shape to price) |
 | a missing column, or a value that is not a number (``abc``, ``NaN``, a negative or absurd price) | :class:`CatalogError` naming the line and column |
 
@@ -84,7 +84,7 @@ def parse_vms_csv(text: str, cloud: str, zone_names: Mapping[str, str] | None = 
         for column in ("AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice"):
             _checked(row.get(column), column, reader.line_num)
         rows.append(row)
-    hosts = _gcp_gpu_hosts(rows) if cloud == "gcp" else {}
+    hosts = _gcp_host_vms(rows) if cloud == "gcp" else {}
     offers: list[Offer] = []
     for row in rows:
         offers.extend(_row_offers(row, cloud, zone_names, hosts))
@@ -109,7 +109,7 @@ def _checked(text: str | None, column: str, line: int) -> None:
         raise CatalogError(f"line {line}: {column} {value!r} is not {what}")
 
 
-def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str], hosts: Mapping[str, Mapping[str, str]]) -> Iterable[Offer]:
+def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str], hosts: Mapping[str, list[dict[str, str]]]) -> Iterable[Offer]:
     price = _dollars(row.get("Price"))
     if price is None:
         return []
@@ -125,7 +125,10 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
     if not instance_type:  # GCP accelerator row: priced separately from its host VM
         if accelerator is None:
             return []
-        host = hosts.get(zone or "") if not accelerator.lower().startswith("tpu") else None
+        tpu = accelerator.lower().startswith("tpu")
+        host = None if tpu else _gcp_gpu_host(hosts.get(zone or "", []), accelerator, count)
+        if host is None and not tpu:
+            return []  # no VM in this zone can carry it: SkyPilot could not launch it
         if host is not None:
             price += _dollars(host["Price"]) or 0
             spot = None if spot is None or _dollars(host.get("SpotPrice")) is None else spot + _dollars(host["SpotPrice"])
@@ -149,18 +152,49 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
     return out
 
 
-def _gcp_gpu_hosts(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
-    """Cheapest ``n1-`` VM per zone: the host GCP attaches GPUs to."""
-    best: dict[str, dict[str, str]] = {}
+GCP_GPU_VMS: dict[str, dict[int, tuple[str, ...]]] = {
+    "A100": {1: ("a2-highgpu-1g",), 2: ("a2-highgpu-2g",), 4: ("a2-highgpu-4g",), 8: ("a2-highgpu-8g",), 16: ("a2-megagpu-16g",)},
+    "A100-80GB": {1: ("a2-ultragpu-1g",), 2: ("a2-ultragpu-2g",), 4: ("a2-ultragpu-4g",), 8: ("a2-ultragpu-8g",)},
+    "L4": {1: ("g2-standard-4", "g2-standard-8", "g2-standard-12", "g2-standard-16", "g2-standard-32"),
+           2: ("g2-standard-24",), 4: ("g2-standard-48",), 8: ("g2-standard-96",)},
+    "H100": {1: ("a3-highgpu-1g",), 2: ("a3-highgpu-2g",), 4: ("a3-highgpu-4g",), 8: ("a3-highgpu-8g",)},
+    "H100-MEGA": {8: ("a3-megagpu-8g",)},
+    "H200": {8: ("a3-ultragpu-8g",)},
+    "B200": {8: ("a4-highgpu-8g",)},
+}
+"""GPUs GCP attaches only to VM types of their own, by count (SkyPilot 0.14's ``gcp_catalog``)."""
+
+GCP_N1_CPUS: dict[str, dict[int, int]] = {
+    "K80": {1: 4, 2: 8, 4: 16, 8: 32, 16: 64},
+    "V100": {1: 8, 2: 16, 4: 32, 8: 64},
+    "T4": {1: 4, 2: 8, 4: 48},
+    "P100": {1: 8, 2: 16, 4: 32, 8: 64},
+    "DEFAULT": {1: 8, 2: 16, 4: 32, 8: 64, 16: 128},
+}
+"""Other GPUs ride an ``n1-`` VM with at least this many vCPUs for their count and 4 GiB of memory per vCPU (SkyPilot's rule)."""
+
+
+def _gcp_host_vms(rows: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
+    """The priced VM rows per zone: the hosts GCP attaches GPUs to."""
+    vms: dict[str, list[dict[str, str]]] = {}
     for row in rows:
-        name = (row.get("InstanceType") or "").strip()
-        price = _dollars(row.get("Price"))
-        zone = (row.get("AvailabilityZone") or "").strip()
-        if not name.startswith("n1-") or price is None:
-            continue
-        if zone not in best or price < (_dollars(best[zone]["Price"]) or price):
-            best[zone] = row
-    return best
+        if (row.get("InstanceType") or "").strip() and _dollars(row.get("Price")) is not None:
+            vms.setdefault((row.get("AvailabilityZone") or "").strip(), []).append(row)
+    return vms
+
+
+def _gcp_gpu_host(vms: list[dict[str, str]], accelerator: str, count: int) -> dict[str, str] | None:
+    """The cheapest VM of a zone that can carry ``count`` x ``accelerator``, or ``None``."""
+    own = {k.lower(): v for k, v in GCP_GPU_VMS.items()}.get(accelerator.lower())
+    if own is not None:
+        fits = [r for r in vms if r["InstanceType"].strip() in own.get(count, ())]
+    else:
+        cpus = GCP_N1_CPUS.get(accelerator.upper(), GCP_N1_CPUS["DEFAULT"]).get(count)
+        if cpus is None:
+            return None
+        fits = [r for r in vms if r["InstanceType"].strip().startswith(("n1-standard", "n1-highmem", "n1-highcpu"))
+                and (_decimal(r.get("vCPUs")) or 0) >= cpus and (_decimal(r.get("MemoryGiB")) or 0) >= 4 * cpus]
+    return min(fits, key=lambda r: (_dollars(r["Price"]), r["InstanceType"].strip()), default=None)
 
 
 def _decimal(text: str | None) -> Decimal | None:

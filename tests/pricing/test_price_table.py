@@ -61,6 +61,46 @@ def test_gcp_gpu_rows_are_priced_with_their_host_vm():
     assert offers[("tpu-v6e-1", Tier.ONDEMAND)] == 2_700_000
 
 
+GCP_VMS = [  # VM rows as in skypilot-catalog v8 gcp/vms.csv (../shared/data/skypilot-catalog/v8/gcp/vms.sample.csv)
+    "n1-standard-1,1.0,3.75,,,,us-central1,us-central1-a,0.0475,0.01",
+    "n1-highmem-8,8.0,52.0,,,,us-central1,us-central1-a,0.47321,0.09962",
+    "n1-standard-64,64.0,240.0,,,,us-central1,us-central1-a,3.04,0.64",
+    "n1-highmem-64,64.0,416.0,,,,us-central1,us-central1-a,3.78,0.80",
+    "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,0.73948,0.36975",
+    "a2-highgpu-8g,96.0,680.0,,,,us-central1,us-central1-a,5.91582,2.958",
+    "a3-highgpu-1g,26.0,234.0,,,,us-central1,us-central1-a,1.18251,0.36117",
+]
+
+
+@pytest.mark.parametrize(
+    "gpu_row, expected",
+    [
+        pytest.param(",,,A100,8,,us-central1,us-central1-a,23.47,9.38", ("a2-highgpu-8g+A100:8", 29_385_820, 12_338_000),
+                     id="8x A100 rides its own a2-highgpu-8g, never the cheapest n1 VM"),
+        pytest.param(",,,A100,1,,us-central1,us-central1-a,2.934,1.17", ("a2-highgpu-1g+A100:1", 3_673_480, 1_539_750),
+                     id="1x A100 rides a2-highgpu-1g"),
+        pytest.param(",,,H100,1,,us-central1,us-central1-a,11.06,3.5", ("a3-highgpu-1g+H100:1", 12_242_510, 3_861_170),
+                     id="1x H100 rides a3-highgpu-1g"),
+        pytest.param(",,,V100,8,,us-central1,us-central1-a,19.84,7.94", ("n1-highmem-64+V100:8", 23_620_000, 8_740_000),
+                     id="8x V100 rides an n1 VM with the 64 vCPUs and 256 GiB SkyPilot gives it, not n1-standard-1"),
+        pytest.param(",,,T4,1,,us-central1,us-central1-a,0.35,0.14", ("n1-highmem-8+T4:1", 823_210, 239_620),
+                     id="1x T4 rides the cheapest n1 VM with 4+ vCPUs and 16+ GiB"),
+        pytest.param(",,,A100,8,,us-central1,us-central1-b,23.47,9.38", None,
+                     id="a GPU in a zone with no VM to carry it is no offer, not the GPU's price alone"),
+        pytest.param(",,,A100,2,,us-central1,us-central1-a,5.87,2.35", None,
+                     id="2x A100 with no a2-highgpu-2g in the zone is no offer"),
+    ],
+)
+def test_gcp_gpu_rows_ride_the_host_vm_skypilot_would_launch(gpu_row, expected):
+    offers = [o for o in parse_vms_csv(GCP_HEADER + "\n".join([*GCP_VMS, gpu_row]), "gcp") if o.accelerator]
+    if expected is None:
+        assert offers == []
+        return
+    instance_type, ondemand, spot = expected
+    assert {(o.instance_type, o.tier, o.price_per_hour) for o in offers} == {
+        (instance_type, Tier.ONDEMAND, ondemand), (instance_type, Tier.SPOT, spot)}
+
+
 def test_snapshot_ships_with_a_source_note_and_loads_offline(tmp_path):
     assert (SNAPSHOT_DIR / "aws" / "SOURCE.md").is_file()
     offers = load_price_table(home=tmp_path)  # an empty HOME: no SkyPilot catalog
