@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -111,6 +112,11 @@ CONFIG_KEYS = frozenset({
 
 DEFAULT_POOLS = ({"name": "local", "slots": 2, "accelerator": None, "price_per_slot_hour": "0.20"},)
 
+POOL_KEYS = frozenset({"name", "slots", "gpus", "accelerator", "price_per_slot_hour", "price_per_gpu_hour",
+                       "cpus_per_slot", "memory_gib_per_slot"})
+TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd"})
+STORE_SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
+
 
 def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_path: str | Path | None = None,
                   create_admin_token: bool = False) -> Settings:
@@ -131,16 +137,21 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
                 raise ConfigError(f"{path}: {key} is not a setting ({unknown_key_hint(key, CONFIG_KEYS)})")
     elif config_path or env.get("BROKER_CONFIG"):
         raise ConfigError(f"config file {path} does not exist")
-    data_dir = Path(raw.get("data_dir") or data_dir).expanduser() if not env.get("BROKER_DATA_DIR") else data_dir
-    pools = tuple(_pool(p, i) for i, p in enumerate(raw.get("pools") or DEFAULT_POOLS))
+    data_dir = Path(_text(raw, "data_dir") or data_dir).expanduser() if not env.get("BROKER_DATA_DIR") else data_dir
+    raw_pools = raw.get("pools")
+    if raw_pools is not None and not isinstance(raw_pools, list):
+        raise ConfigError("pools: must be a list of pools ([] for none)")
+    pools = tuple(_pool(p, i) for i, p in enumerate(DEFAULT_POOLS if raw_pools is None else raw_pools))
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
         raise ConfigError("pools: pool names must be unique")
     teams = _teams(raw.get("teams") or {})
     for team, token in _json_env(env, "BROKER_TEAM_TOKENS").items():
+        if not isinstance(token, str) or not token.strip():
+            raise ConfigError(f"BROKER_TEAM_TOKENS: the token of team {team!r} must be a non-empty string")
         t = teams.get(team, Team(team))
-        teams[team] = Team(team, t.token_hashes | {hash_token(str(token))}, t.default_budget)
-    admin_hashes = set(_str_list(raw.get("admin_token_sha256"), "admin_token_sha256"))
+        teams[team] = Team(team, t.token_hashes | {hash_token(token)}, t.default_budget)
+    admin_hashes = set(_sha256_list(raw.get("admin_token_sha256"), "admin_token_sha256"))
     if env.get("BROKER_ADMIN_TOKEN"):
         admin_hashes.add(hash_token(env["BROKER_ADMIN_TOKEN"]))
     token_file = data_dir / "admin-token"
@@ -153,7 +164,18 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         with os.fdopen(fd, "w") as fh:
             fh.write(token + "\n")
         admin_hashes.add(hash_token(token))
-    store_url = env.get("BROKER_STORE_URL") or raw.get("store_url") or f"sqlite://{data_dir / 'broker.db'}"
+    store_url = env.get("BROKER_STORE_URL") or _text(raw, "store_url") or f"sqlite://{data_dir / 'broker.db'}"
+    if not store_url.startswith(STORE_SCHEMES):
+        where = "BROKER_STORE_URL" if env.get("BROKER_STORE_URL") else "store_url"
+        raise ConfigError(f"{where}: {store_url!r} is not a store URL: use sqlite:///path/to/broker.db "
+                          "or redis://host:6379/0 (rediss:// for TLS)")
+    launcher = env.get("BROKER_LAUNCHER") or _text(raw, "launcher") or "local"
+    if launcher not in ("local", "skypilot"):
+        where = "BROKER_LAUNCHER" if env.get("BROKER_LAUNCHER") else "launcher"
+        raise ConfigError(f"{where}: {launcher!r} is not a launcher: use 'local' or 'skypilot'")
+    default_budget = _money(raw.get("default_budget_usd", "10"), "default_budget_usd")
+    if default_budget <= 0:
+        raise ConfigError("default_budget_usd: must be more than $0")
     port = env.get("BROKER_PORT") or "8000"
     return Settings(
         data_dir=data_dir,
@@ -161,21 +183,43 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         pools=pools,
         teams=teams,
         admin_token_hashes=frozenset(admin_hashes),
-        default_budget=_money(raw.get("default_budget_usd", "10"), "default_budget_usd"),
-        checkpoint_root=(env.get("BROKER_CHECKPOINT_ROOT") or raw.get("checkpoint_root")
+        default_budget=default_budget,
+        checkpoint_root=(env.get("BROKER_CHECKPOINT_ROOT") or _text(raw, "checkpoint_root")
                          or (data_dir / "checkpoints").as_uri()),
-        public_url=env.get("BROKER_PUBLIC_URL") or raw.get("public_url") or f"http://127.0.0.1:{port}",
-        launcher=env.get("BROKER_LAUNCHER") or raw.get("launcher") or "local",
+        public_url=env.get("BROKER_PUBLIC_URL") or _text(raw, "public_url") or f"http://127.0.0.1:{port}",
+        launcher=launcher,
         engine=(env.get("BROKER_ENGINE") or str(raw.get("engine", "on"))).lower() not in ("off", "false", "0"),
-        tick_seconds=float(raw.get("tick_seconds", 1.0)),
-        stop_grace_seconds=float(raw.get("stop_grace_seconds", 30.0)),
-        max_body_bytes=int(raw.get("max_body_bytes", 1_000_000)),
+        tick_seconds=_number(raw, "tick_seconds", 1.0, positive=True),
+        stop_grace_seconds=_number(raw, "stop_grace_seconds", 30.0),
+        max_body_bytes=int(_number(raw, "max_body_bytes", 1_000_000, positive=True, whole=True)),
         zones=_zones(raw.get("zones"), path.parent),
-        heartbeat_timeout_seconds=float(raw.get("heartbeat_timeout_seconds", 0)),
-        zone_cooldown_seconds=float(raw.get("zone_cooldown_seconds", 1800)),
-        changeover_seconds=float(raw.get("changeover_seconds", 120)),
+        heartbeat_timeout_seconds=_number(raw, "heartbeat_timeout_seconds", 0.0),
+        zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
+        changeover_seconds=_number(raw, "changeover_seconds", 120.0),
         extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
     )
+
+
+def _number(raw: dict[str, Any], key: str, default: float, *, positive: bool = False, whole: bool = False,
+            where: str = "") -> float:
+    """A number of seconds (or bytes) from the config file: ``key: must be ...`` when it is not one."""
+    value = raw.get(key)
+    key = f"{where}.{key}" if where else key
+    if value is None:
+        return float(default)
+    kind = "a whole number" if whole else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and value != int(value)):
+        raise ConfigError(f"{key}: must be {kind}, not {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ConfigError(f"{key}: must be {'more than 0' if positive else '0 or more'}, not {value!r}")
+    return float(value)
+
+
+def _text(raw: dict[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{key}: must be a string, not {value!r}")
+    return value or None
 
 
 def _zones(raw: Any, base: Path) -> tuple[SimZone, ...]:
@@ -189,10 +233,12 @@ def _pool(p: Any, i: int) -> Pool:
     where = f"pools[{i}]"
     if not isinstance(p, dict) or not p.get("name"):
         raise ConfigError(f"{where}: needs a name")
-    try:
-        slots = int(p.get("slots", p.get("gpus", 1)))
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}.slots: must be a whole number") from None
+    for key in sorted(map(str, p)):
+        if key not in POOL_KEYS:
+            raise ConfigError(f"{where}.{key}: is not a pool setting ({unknown_key_hint(key, POOL_KEYS)})")
+    slots = p.get("slots", p.get("gpus", 1))
+    if isinstance(slots, bool) or not isinstance(slots, int):
+        raise ConfigError(f"{where}.slots: must be a whole number, not {slots!r}")
     if slots < 1:
         raise ConfigError(f"{where}.slots: must be at least 1")
     price = p.get("price_per_slot_hour", p.get("price_per_gpu_hour"))
@@ -203,8 +249,8 @@ def _pool(p: Any, i: int) -> Pool:
         raise ConfigError(f"{where}.price_per_slot_hour: must be more than $0 (on-prem GPUs are not free)")
     return Pool(
         name=str(p["name"]), slots=slots, accelerator=p.get("accelerator"), price_per_slot_hour=micros,
-        cpus_per_slot=Decimal(str(p.get("cpus_per_slot", 2))),
-        memory_gib_per_slot=Decimal(str(p.get("memory_gib_per_slot", 8))),
+        cpus_per_slot=Decimal(str(_number(p, "cpus_per_slot", 2, positive=True, where=where))),
+        memory_gib_per_slot=Decimal(str(_number(p, "memory_gib_per_slot", 8, positive=True, where=where))),
     )
 
 
@@ -214,11 +260,32 @@ def _teams(raw: Any) -> dict[str, Team]:
     out = {}
     for name, t in raw.items():
         t = t or {}
-        hashes = set(_str_list(t.get("token_sha256"), f"teams.{name}.token_sha256"))
-        hashes |= {hash_token(x) for x in _str_list(t.get("tokens"), f"teams.{name}.tokens")}
+        if not isinstance(t, dict):
+            raise ConfigError(f"teams.{name}: must be a mapping like {{tokens: [...], default_budget_usd: \"200\"}}")
+        for key in sorted(map(str, t)):
+            if key not in TEAM_KEYS:
+                raise ConfigError(f"teams.{name}.{key}: is not a team setting ({unknown_key_hint(key, TEAM_KEYS)})")
+        hashes = set(_sha256_list(t.get("token_sha256"), f"teams.{name}.token_sha256"))
+        tokens = _str_list(t.get("tokens"), f"teams.{name}.tokens")
+        if not all(x.strip() for x in tokens):
+            raise ConfigError(f"teams.{name}.tokens: a token must not be empty")
+        hashes |= {hash_token(x) for x in tokens}
         budget = t.get("default_budget_usd")
+        if budget is not None and _money(budget, f"teams.{name}.default_budget_usd") <= 0:
+            raise ConfigError(f"teams.{name}.default_budget_usd: must be more than $0")
         out[str(name)] = Team(str(name), frozenset(hashes),
                               _money(budget, f"teams.{name}.default_budget_usd") if budget is not None else None)
+    return out
+
+
+def _sha256_list(value: Any, where: str) -> list[str]:
+    """SHA-256 digests (64 hex digits, as ``sha256sum`` prints them): a token pasted here by mistake matches nothing."""
+    out = []
+    for digest in _str_list(value, where):
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", digest.strip()):
+            raise ConfigError(f"{where}: each entry must be a SHA-256 digest of a token, 64 hex digits "
+                              "(printf %s \"$TOKEN\" | sha256sum), not the token itself")
+        out.append(digest.strip().lower())
     return out
 
 

@@ -14,11 +14,14 @@ Pure except :func:`load_trace` and the override files read by the launcher.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pricing.money import MoneyError, typed_to_micros
 
 NOTICE_SECONDS = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
 """How long each cloud's spot preemption notice lasts."""
@@ -90,6 +93,20 @@ def load_trace(path: str | Path) -> tuple[tuple[int, ...], float]:
     return tuple(int(x) for x in raw["data"]), gap
 
 
+ZONE_KEYS = frozenset({"name", "tier", "cloud", "region", "instance_type", "nodes", "grace_seconds", "trace",
+                       "gap_seconds", "speed", "schedule", "price_per_hour", "cloud_zone"})
+"""A simulated zone's settings in the broker's config; anything else is refused, naming the likely one."""
+
+
+def _number(z: dict, key: str, default: float | None, where: str, *, positive: bool = False) -> float | None:
+    value = z.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{where}.{key}: must be a number{' more than 0' if positive else ', 0 or more'}, not {value!r}")
+    return float(value)
+
+
 def zones_from_config(raw: Any, *, base_dir: Path | None = None) -> tuple[SimZone, ...]:
     """The ``zones:`` section of the broker's config."""
     if not raw:
@@ -101,10 +118,15 @@ def zones_from_config(raw: Any, *, base_dir: Path | None = None) -> tuple[SimZon
         where = f"zones[{i}]"
         if not isinstance(z, dict) or not z.get("name"):
             raise ValueError(f"{where}: needs a name")
+        for key in sorted(map(str, z)):
+            if key not in ZONE_KEYS:
+                close = difflib.get_close_matches(key, sorted(ZONE_KEYS), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(ZONE_KEYS))}"
+                raise ValueError(f"{where}.{key}: is not a zone setting ({hint})")
         tier = str(z.get("tier", "spot"))
         if tier not in ("spot", "ondemand"):
             raise ValueError(f"{where}.tier: must be spot or ondemand")
-        trace, gap = (), float(z.get("gap_seconds", 600))
+        trace, gap = (), _number(z, "gap_seconds", 600, where, positive=True)
         if z.get("trace"):
             path = Path(z["trace"]).expanduser()
             if not path.is_absolute() and base_dir is not None:
@@ -113,13 +135,23 @@ def zones_from_config(raw: Any, *, base_dir: Path | None = None) -> tuple[SimZon
                 trace, gap = load_trace(path)
             except (OSError, ValueError, KeyError) as exc:
                 raise ValueError(f"{where}.trace: cannot read {path} ({exc})") from None
+        nodes = z.get("nodes", 4)
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise ValueError(f"{where}.nodes: must be a whole number, at least 1, not {nodes!r}")
+        price = z.get("price_per_hour")
+        if price is not None:
+            try:
+                if typed_to_micros(price) <= 0:
+                    raise MoneyError("not more than $0")
+            except MoneyError:
+                raise ValueError(f"{where}.price_per_hour: must be an amount of dollars, more than $0") from None
         zones.append(SimZone(
             name=str(z["name"]), tier=tier, cloud=str(z.get("cloud", "aws")), region=str(z.get("region", "us-east-1")),
-            instance_type=str(z.get("instance_type", "g5.xlarge")), nodes=int(z.get("nodes", 4)),
-            grace_seconds=float(z["grace_seconds"]) if z.get("grace_seconds") is not None else None,
-            trace=trace, gap_seconds=gap, speed=float(z.get("speed", 1.0)),
+            instance_type=str(z.get("instance_type", "g5.xlarge")), nodes=nodes,
+            grace_seconds=_number(z, "grace_seconds", None, where),
+            trace=trace, gap_seconds=gap, speed=_number(z, "speed", 1.0, where, positive=True),
             schedule=parse_schedule(z.get("schedule"), f"{where}.schedule"),
-            price_per_hour=str(z["price_per_hour"]) if z.get("price_per_hour") is not None else None,
+            price_per_hour=str(price) if price is not None else None,
             cloud_zone=str(z["cloud_zone"]) if z.get("cloud_zone") else None,
         ))
     names = [z.name for z in zones]

@@ -28,3 +28,56 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
 
     settings = make_settings(config=yaml.safe_dump(values))
     assert settings.stop_grace_seconds == 3 and settings.tick_seconds == 0.5 and settings.max_body_bytes == 10_000
+
+
+POOL = "pools: [{name: p, slots: 1, price_per_slot_hour: '0.10'}]\n"
+
+
+@pytest.mark.parametrize("config, message", [
+    ("tick_seconds: fast\n", r"^tick_seconds: must be a number, not 'fast'$"),
+    ("tick_seconds: -1\n", r"^tick_seconds: must be more than 0"),
+    ("stop_grace_seconds: [1]\n", r"^stop_grace_seconds: must be a number"),
+    ("max_body_bytes: 1MB\n", r"^max_body_bytes: must be a whole number"),
+    ("heartbeat_timeout_seconds: -5\n", r"^heartbeat_timeout_seconds: must be 0 or more"),
+    ("public_url: 5\n", r"^public_url: must be a string"),
+    ("store_url: postgres://db/broker\n", r"^store_url: 'postgres://db/broker' is not a store URL"),
+    ("launcher: skypliot\n", r"^launcher: 'skypliot' is not a launcher"),
+    ("default_budget_usd: -5\n", r"^default_budget_usd: must be more than \$0"),
+    ("pools: {name: p, slots: 1}\n", r"^pools: must be a list"),
+    ("pools: [{name: p, slot: 4, price_per_slot_hour: '1'}]\n", r"^pools\[0\]\.slot: is not a pool setting \(did you mean 'slots'\?\)"),
+    ("pools: [{name: p, slots: 2.5, price_per_slot_hour: '1'}]\n", r"^pools\[0\]\.slots: must be a whole number"),
+    ("pools: [{name: p, slots: 2, price_per_slot_hour: '1', cpus_per_slot: lots}]\n", r"^pools\[0\]\.cpus_per_slot: must be a number"),
+    (POOL + "teams: {vision: abc123}\n", r"^teams\.vision: must be a mapping"),
+    (POOL + "teams: {vision: {token: [abc]}}\n", r"^teams\.vision\.token: is not a team setting \(did you mean 'tokens'\?\)"),
+    (POOL + "teams: {vision: {tokens: ['']}}\n", r"^teams\.vision\.tokens: a token must not be empty"),
+    (POOL + "teams: {vision: {tokens: [abc], default_budget_usd: 0}}\n", r"^teams\.vision\.default_budget_usd: must be more than"),
+    (POOL + "admin_token_sha256: [my-admin-token]\n", r"^admin_token_sha256: each entry must be a SHA-256 digest"),
+    ("zones: [{name: z, teir: ondemand}]\n", r"^zones\[0\]\.teir: is not a zone setting \(did you mean 'tier'\?\)"),
+    ("zones: [{name: z, nodes: many}]\n", r"^zones\[0\]\.nodes: must be a whole number"),
+    ("zones: [{name: z, grace_seconds: soon}]\n", r"^zones\[0\]\.grace_seconds: must be a number"),
+    ("zones: [{name: z, price_per_hour: cheap}]\n", r"^zones\[0\]\.price_per_hour: must be an amount of dollars"),
+])
+def test_a_wrong_value_is_one_line_naming_the_setting(make_settings, config, message):
+    """Not a bare 'could not convert string to float', a traceback, or a value silently dropped."""
+    with pytest.raises(ConfigError, match=message):
+        make_settings(config=config)
+
+
+def test_env_settings_are_checked_naming_the_variable(make_settings):
+    with pytest.raises(ConfigError, match=r"^BROKER_TEAM_TOKENS: the token of team 'vision' must be a non-empty"):
+        make_settings(BROKER_TEAM_TOKENS='{"vision": ""}')
+    with pytest.raises(ConfigError, match=r"^BROKER_STORE_URL: '/var/lib/broker.db' is not a store URL"):
+        make_settings(store_url="/var/lib/broker.db")
+
+
+def test_an_empty_pools_list_means_no_pools_and_no_section_the_default(make_settings):
+    assert make_settings(config="pools: []\n").pools == ()
+    assert [p.name for p in make_settings(config="default_budget_usd: '5'\n").pools] == ["local"]
+
+
+def test_a_sha256_digest_is_accepted_as_written_by_sha256sum(make_settings):
+    import hashlib
+
+    digest = hashlib.sha256(b"ops-token").hexdigest()
+    settings = make_settings(config=POOL + f"admin_token_sha256: ['{digest.upper()}']\nteams: {{ml: {{token_sha256: {digest}}}}}\n")
+    assert settings.is_admin_token("ops-token") and settings.team_for_token("ops-token") == "ml"
