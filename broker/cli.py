@@ -200,7 +200,7 @@ def cmd_worker(args) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     while not stop.is_set():
-        engine.tick()
+        engine.tick_safely()  # a store that stops answering for a while must not end the worker
         stop.wait(settings.tick_seconds)
     return 0
 

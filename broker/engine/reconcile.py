@@ -37,7 +37,7 @@ from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, matching_offers
-from broker.store import Change, JobStore, VersionConflict
+from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from launchers.base import LaunchError, Launcher, Phase
 from pricing.deadline import RELIABLE
 from pricing.money import fmt
@@ -360,12 +360,19 @@ class Engine:
         if self._thread:
             self._thread.join(timeout)
 
+    def tick_safely(self) -> None:
+        """One tick for a loop that must outlive it (``broker serve``'s engine thread, ``broker worker``):
+        a store that does not answer is one line per tick, not a traceback, and the next tick tries again."""
+        try:
+            self.tick()
+        except StoreUnavailable as exc:
+            log.warning("engine tick skipped: %s", exc)
+        except Exception:
+            log.exception("engine tick failed")
+
     def _loop(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:
-                log.exception("engine tick failed")
+            self.tick_safely()
             self._stop.wait(self.settings.tick_seconds)
 
 

@@ -152,3 +152,46 @@ def test_the_client_retries_a_submit_whose_answer_was_lost_without_making_a_seco
     finally:
         store.close()
         server.stop()
+
+
+def test_a_worker_outlives_a_redis_outage_with_one_line_per_tick_and_runs_jobs_after_it(tmp_path):
+    """``broker worker`` (BROKER_ENGINE=off) kept no loop guard: the first tick without Redis ended it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from broker_testing import REPO, wait_for
+
+    server = RedisServer(tmp_path / "redis").start()
+    cfg = tmp_path / "worker.yaml"
+    cfg.write_text(CONFIG + "tick_seconds: 0.1\n")
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
+           "BROKER_STORE_URL": server.url}
+    log = tmp_path / "worker.log"
+    worker = subprocess.Popen([sys.executable, "-m", "broker.cli", "worker", "--config", str(cfg)], env=env, cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        time.sleep(1.0)
+        server.stop()
+        time.sleep(1.5)
+        assert worker.poll() is None, log.read_text()[-2000:]
+        server.start()
+        store = open_store(server.url)
+        from broker.config import load_settings
+
+        settings = load_settings(env, config_path=cfg)
+        app = create_app(settings, store=store, engine=False)
+        with TestClient(app) as client:
+            job = client.post("/v1/jobs", json=TASK, headers=AUTH).json()
+            wait_for(lambda: client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["state"] == "succeeded",
+                     timeout=30, interval=0.1)
+        text = log.read_text()
+        assert "engine tick skipped: the job store did not answer" in text
+        assert "Traceback" not in text
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(15)
+        server.stop()
+    assert worker.returncode == 0
