@@ -150,7 +150,7 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from broker.api.app import create_app
-    from broker.config import load_settings
+    from broker.config import load_settings, redacted_url
 
     settings = load_settings(config_path=args.config, create_admin_token=True)
     _check_prices(settings)
@@ -164,7 +164,7 @@ def cmd_serve(args) -> int:
     # pass walked ~80k startup objects and stalled every request for 30-70 ms on the shared VM.
     gc.collect()
     gc.freeze()
-    print(f"spot-broker on http://{args.host}:{args.port}  store={settings.store_url}  "
+    print(f"spot-broker on http://{args.host}:{args.port}  store={redacted_url(settings.store_url)}  "
           f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}",
           file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

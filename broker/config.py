@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -94,6 +95,15 @@ class Settings:
 def hash_token(token: str) -> str:
     """Tokens are random and long, so one SHA-256 is the right hash (no password stretching needed)."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password shown as ``***``, for logs: ``BROKER_STORE_URL`` carries Redis's AUTH token."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def default_data_dir(env: dict[str, str] | os._Environ = os.environ) -> Path:

@@ -187,3 +187,31 @@ def test_a_price_table_that_cannot_be_read_stops_the_broker_at_start_in_one_line
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     if catalog is not None:
         assert str(home / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv") in r.stderr
+
+
+def test_serve_start_line_does_not_print_the_stores_password(tmp_path):
+    """BROKER_STORE_URL carries the Redis AUTH token (a secret in the cloud's secret store); the start-up
+    line goes to the service's logs."""
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
+           "BROKER_STORE_URL": "rediss://:s3cret-auth-token@127.0.0.1:1/0"}
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--port", "1"], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert first.startswith("spot-broker on http://127.0.0.1:1  store=rediss://:***@127.0.0.1:1/0 "), first
+    assert "s3cret" not in first
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
+    ("redis://user:pw@host:6379/0?ssl_ca_certs=/ca.pem", "redis://user:***@host:6379/0?ssl_ca_certs=/ca.pem"),
+    ("redis://host:6379/0", "redis://host:6379/0"),
+    ("sqlite:///var/lib/broker.db", "sqlite:///var/lib/broker.db"),
+])
+def test_redacted_url(url, shown):
+    from broker.config import redacted_url
+
+    assert redacted_url(url) == shown
