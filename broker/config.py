@@ -73,6 +73,8 @@ class Settings:
     zones: tuple[SimZone, ...] = ()
     heartbeat_timeout_seconds: float = 0.0  # 0: off; else a running job silent this long is treated as lost
     zone_cooldown_seconds: float = 1800.0
+    # an engine silent this long (several brokers, each seeing only its own launches) no longer owns its attempts
+    owner_timeout_seconds: float = 300.0
     changeover_seconds: float = 120.0  # provisioning + restore, until the broker has measured it
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -116,7 +118,7 @@ def default_data_dir(env: dict[str, str] | os._Environ = os.environ) -> Path:
 CONFIG_KEYS = frozenset({
     "data_dir", "store_url", "pools", "teams", "admin_token_sha256", "default_budget_usd", "checkpoint_root", "public_url",
     "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "zones", "heartbeat_timeout_seconds",
-    "zone_cooldown_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
+    "zone_cooldown_seconds", "owner_timeout_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
 })
 """The config file's top-level settings (docs/deploy.md); anything else is refused, naming the likely one."""
 
@@ -205,6 +207,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         zones=_zones(raw.get("zones"), path.parent),
         heartbeat_timeout_seconds=_number(raw, "heartbeat_timeout_seconds", 0.0),
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
+        owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
         changeover_seconds=_number(raw, "changeover_seconds", 120.0),
         extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
     )

@@ -68,6 +68,7 @@ class Attempt:
     last_step: int | None = None
     checkpoint: dict[str, Any] = field(default_factory=dict)  # latest committed by this attempt
     steps_lost: int | None = None
+    launched_in: str = ""  # the launcher's view it was launched in (``Launcher.domain``); "" = any
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -175,6 +175,12 @@ class BrokerService:
             raise Invalid("attempt", f"must be between 1 and {job.attempts}", status=404)
         if self.launcher is None:
             raise Invalid("logs", "this broker process has no launcher to read logs from", status=503)
+        mine = getattr(self.launcher, "domain", "") or ""
+        where = next((a.launched_in for a in self.store.attempts(job.id) if a.n == n), "")
+        if where and where != mine:
+            raise Invalid("logs", f"attempt {n} was launched by another broker process, whose launcher ({where}) "
+                          "keeps its output; read it through that broker, or give the brokers one shared launcher "
+                          "state (docs/architecture.md, 'Several broker processes')", status=409)
         data, next_offset = self.launcher.logs(f"{job.id}-a{n}", offset=offset)
         return {"attempt": n, "data": data.decode("utf-8", "replace"), "offset": next_offset,
                 "done": job.state.is_final and n == job.attempts}

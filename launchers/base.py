@@ -83,6 +83,11 @@ class Capabilities:
 
 @runtime_checkable
 class Launcher(Protocol):
+    """Runs attempts. ``domain`` (optional, default ``""``) names the view of attempts this launcher
+    has: two launchers with the same domain see the same attempts (the local launcher: one host and
+    data directory; SkyPilot: one API server). The engine monitors only attempts launched in its own
+    domain while the engine that launched them is alive."""
+
     name: str
     capabilities: Capabilities
 

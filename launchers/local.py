@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import socket
 import threading
 import time
 from pathlib import Path
@@ -37,6 +38,8 @@ class LocalLauncher:
                  clock=time.time):
         self.runs_dir = Path(runs_dir)
         self.runs_dir.mkdir(parents=True, exist_ok=True)
+        #: every broker process on this host and data directory sees the same attempts
+        self.domain = f"local@{socket.gethostname()}:{self.runs_dir.resolve()}"
         self.python = python
         self.clock = clock
         self.zones = {z.name: z for z in zones}

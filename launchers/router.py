@@ -14,6 +14,7 @@ class RoutingLauncher:
     def __init__(self, local: LocalLauncher, cloud):
         self.local = local
         self.cloud = cloud
+        self.domain = f"{local.domain}+{getattr(cloud, 'domain', '')}"
         self.capabilities = Capabilities(simulated=local.capabilities.simulated, preemption_notice=True,
                                          follow_logs=True)
 

@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -314,6 +315,15 @@ class SdkClient:
 # --- the launcher ----------------------------------------------------------------------------------
 
 
+def sky_domain(env: Mapping[str, str]) -> str:
+    """Whose clusters this launcher sees: one shared API server (``SKYPILOT_API_SERVER_ENDPOINT``) is
+    one view for every broker pointed at it; otherwise each host's own SkyPilot state (``~/.sky``)."""
+    endpoint = (env.get("SKYPILOT_API_SERVER_ENDPOINT") or "").strip().rstrip("/")
+    if endpoint:
+        return f"skypilot:{endpoint}"
+    return f"skypilot@{socket.gethostname()}:{Path(env.get('HOME') or Path.home()) / '.sky'}"
+
+
 class SkyPilotLauncher:
     """:class:`~launchers.base.Launcher` running each attempt on its own SkyPilot cluster."""
 
@@ -327,6 +337,7 @@ class SkyPilotLauncher:
         self.client = client if client is not None else SdkClient()
         self.autostop_minutes = autostop_minutes
         self.prefix = prefix
+        self.domain = sky_domain(os.environ)
 
     def cluster(self, attempt_id: str) -> str:
         return cluster_name(attempt_id, self.prefix)

@@ -214,7 +214,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         """Every state change of the job, oldest first."""
         return {"events": [event_view(e) for e in service.events(caller, job_id)]}
 
-    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], **answers(LogsOut, 401, 404, 422, 503))
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], **answers(LogsOut, 401, 404, 409, 422, 503))
     def get_logs(job_id: str, caller: Caller, offset: Annotated[int, Query(ge=0, le=MAX_LOG_OFFSET)] = 0,
                  attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> dict:
         """Output of an attempt (the newest by default) from byte ``offset``; poll to follow."""

@@ -38,7 +38,7 @@ from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, matching_offers
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
-from launchers.base import LaunchError, Launcher, Phase
+from launchers.base import AttemptStatus, LaunchError, Launcher, Phase
 from pricing.deadline import RELIABLE
 from pricing.money import fmt
 from pricing.offers import Tier
@@ -50,6 +50,9 @@ ENGINE_STATES = [s.value for s in (JobState.QUEUED, JobState.PLACED, JobState.LA
                                    JobState.CANCELLING, JobState.STOPPING)]
 SWEEP_SECONDS = 60.0
 """How often the engine asks a cloud launcher to tear down clusters no active attempt owns."""
+BEAT_SECONDS = 5.0
+"""How often an engine records that it is alive (at most a quarter of ``owner_timeout_seconds``)."""
+
 ENDED_PHASE_NAME = {Phase.LOST: "lost", Phase.GONE: "gone", Phase.PREEMPTED: "preempted", Phase.FAILED: "failed",
                     Phase.SUCCEEDED: "succeeded", Phase.STOPPED: "stopped"}
 
@@ -72,12 +75,17 @@ class Engine:
         self._thread: threading.Thread | None = None
         self.last_tick_seconds = 0.0
         self._last_sweep = 0.0
+        #: the view of attempts this engine's launcher has (``Launcher.domain``); "" sees every attempt
+        self.domain: str = getattr(launcher, "domain", "") or ""
+        self._last_beat = float("-inf")
+        self._beats: dict[str, float] = {}
 
     # -- the cycle -----------------------------------------------------------------------------
 
     def tick(self) -> None:
         started = time.perf_counter()
         now = self.clock()
+        self._beat(now)
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
         for job in jobs:  # 1. monitor what runs
             if job.state in (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState.STOPPING):
@@ -116,6 +124,29 @@ class Engine:
             if time.monotonic() > deadline:
                 raise TimeoutError("jobs still active after the timeout")
             time.sleep(interval)
+
+    def _beat(self, now: float) -> None:
+        """Every few seconds: say this engine is alive, and read when the others last said so."""
+        if now - self._last_beat < min(BEAT_SECONDS, self.settings.owner_timeout_seconds / 4):
+            return
+        if self.domain:
+            self.store.beat(self.domain, now)
+        self._beats = self.store.beats()
+        self._last_beat = now
+
+    def _owner_silence(self, job: Job, attempt: Attempt, now: float) -> str | None:
+        """For an attempt launched in another launcher's view (another host's processes, another
+        SkyPilot state), which this engine cannot see: None while the engine that launched it may still
+        be watching it — it beat within ``owner_timeout_seconds``, or the attempt is younger than that,
+        or the job itself reported progress within it — else why it counts as lost."""
+        timeout = self.settings.owner_timeout_seconds
+        owner = attempt.launched_in
+        last = max(self._beats.get(owner, float("-inf")), attempt.created_at,
+                   float(job.progress.get("at") or float("-inf")))
+        if now - last < timeout:
+            return None
+        return (f"the broker that launched it ({owner}) and the job have been silent for {int(now - last)} s, and "
+                f"its attempts cannot be seen from here")
 
     def _policy(self, job_id: str):
         """The job's own spot policy object (it keeps what it has observed of spot availability)."""
@@ -178,7 +209,7 @@ class Engine:
             id=attempt_id(job.id, n), job_id=job.id, n=n, state=AttemptState.LAUNCHING,
             launcher=self.launcher.name, placement=dict(job.placement),
             price_per_hour=int(job.placement.get("price_per_hour", 0)), created_at=now, slots=list(job.slots),
-            resume_from=job.last_checkpoint.get("uri") or None,
+            resume_from=job.last_checkpoint.get("uri") or None, launched_in=self.domain,
         )
         where = job.placement.get("zone") or job.placement.get("instance_type", "?")
         resume = f", resuming from step {job.last_checkpoint.get('step')}" if attempt.resume_from else ""
@@ -209,7 +240,14 @@ class Engine:
         if not attempts:
             return
         attempt = attempts[-1]
-        status = self.launcher.status(attempt.id)
+        if attempt.launched_in and attempt.launched_in != self.domain:
+            silence = self._owner_silence(job, attempt, now)
+            if silence is None:
+                return  # the engine that launched it watches it
+            status = AttemptStatus(Phase.LOST, reason=silence)
+            attempt = replace(attempt, stop_reason="owner_silent")
+        else:
+            status = self.launcher.status(attempt.id)
         if status.phase is Phase.GONE and job.state is JobState.LAUNCHING:
             self._start(job, attempt, now)  # re-adopt: the broker stopped between commit and launch
             return
@@ -330,6 +368,11 @@ class Engine:
         lost = steps_lost(job, attempt)
         if lost is not None:
             info["steps_lost"] = lost
+        if attempt.stop_reason == "owner_silent":  # not the zone's doing: nothing to block
+            saved = job.last_checkpoint.get("step")
+            text = f"lost: {status.reason}"
+            text += f"; resumes from step {saved}" if saved is not None else "; restarts from the beginning"
+            return text, info
         if status.phase in (Phase.PREEMPTED, Phase.LOST, Phase.GONE) or attempt.stop_reason == "heartbeat":
             if attempt.placement.get("tier") == Tier.SPOT.value:
                 fields["blocked_zones"] = block_zone(job, attempt.placement.get("zone"), now=now,

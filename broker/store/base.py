@@ -134,5 +134,12 @@ class JobStore(Protocol):
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         """Reported progress/metric points, oldest first."""
 
+    def beat(self, domain: str, now: float) -> None:
+        """Record that an engine whose launcher has ``domain`` was alive at ``now`` (not a job write:
+        no version, no event; the last beat per domain is kept)."""
+
+    def beats(self) -> dict[str, float]:
+        """Each engine domain's last beat."""
+
     def close(self) -> None:
         """Release connections. Idempotent."""

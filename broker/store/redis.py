@@ -250,6 +250,12 @@ class RedisStore:
         first = total - len(raws)
         return [{**json.loads(r), "seq": first + i} for i, r in enumerate(raws, 1)]
 
+    def beat(self, domain: str, now: float) -> None:
+        self._r.hset(self.keys.engines(), domain, repr(now))
+
+    def beats(self) -> dict[str, float]:
+        return {domain: float(seen) for domain, seen in self._r.hgetall(self.keys.engines()).items()}
+
     def ping(self) -> bool:
         return bool(self._r.ping())
 

@@ -49,6 +49,10 @@ class Keys:
         """List of event JSON, oldest first."""
         return f"{self.prefix}:events:{job_id}"
 
+    def engines(self) -> str:
+        """Hash: engine domain → its last beat (epoch seconds)."""
+        return f"{self.prefix}:engines"
+
     def metrics(self, job_id: str) -> str:
         """List of metric point JSON, oldest first."""
         return f"{self.prefix}:metrics:{job_id}"

@@ -50,6 +50,10 @@ CREATE TABLE IF NOT EXISTS metrics (
     body TEXT NOT NULL,
     PRIMARY KEY (job_id, seq)
 );
+CREATE TABLE IF NOT EXISTS engines (
+    domain TEXT PRIMARY KEY,
+    seen REAL NOT NULL
+);
 """
 # Indexes come after the migrations, which may add the columns they cover.
 INDEXES = """
@@ -248,6 +252,14 @@ class SqliteStore:
             (job_id, limit),
         )
         return [json.loads(r[0]) for r in rows]
+
+    def beat(self, domain: str, now: float) -> None:
+        with self._lock:  # one statement in autocommit: its own small transaction
+            self._db.execute("INSERT INTO engines (domain, seen) VALUES (?, ?) "
+                             "ON CONFLICT(domain) DO UPDATE SET seen = max(seen, excluded.seen)", (domain, now))
+
+    def beats(self) -> dict[str, float]:
+        return dict(self._query("SELECT domain, seen FROM engines"))
 
     def close(self) -> None:
         with self._lock:

@@ -22,12 +22,13 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
               "public_url": "http://127.0.0.1:9", "launcher": "local", "engine": "off", "tick_seconds": 0.5,
               "stop_grace_seconds": 3, "max_body_bytes": 10_000, "zones": [], "heartbeat_timeout_seconds": 0,
               "zone_cooldown_seconds": 60, "changeover_seconds": 30, "failure_rules": None, "slack": None,
-              "notifications": None}
+              "notifications": None, "owner_timeout_seconds": 90}
     assert set(values) == CONFIG_KEYS
     import yaml
 
     settings = make_settings(config=yaml.safe_dump(values))
     assert settings.stop_grace_seconds == 3 and settings.tick_seconds == 0.5 and settings.max_body_bytes == 10_000
+    assert settings.owner_timeout_seconds == 90
 
 
 POOL = "pools: [{name: p, slots: 1, price_per_slot_hour: '0.10'}]\n"

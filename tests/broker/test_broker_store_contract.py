@@ -270,3 +270,11 @@ def test_a_redis_store_from_before_the_update_index_is_backfilled_on_first_windo
         later.close()
     finally:
         store.close()
+
+
+def test_each_engine_domain_keeps_its_latest_beat(store):
+    assert store.beats() == {}
+    store.beat("local@a:/runs", 100.0)
+    store.beat("skypilot:http://api", 50.5)
+    store.beat("local@a:/runs", 160.25)
+    assert store.beats() == {"local@a:/runs": 160.25, "skypilot:http://api": 50.5}

@@ -2,10 +2,12 @@
 
 import os
 import signal
+import time
 import subprocess
 import sys
 
 import httpx
+import pytest
 import redis
 
 from broker_testing import ADMIN, REPO, start_broker, wait_for
@@ -52,3 +54,76 @@ def test_two_engines_sharing_redis_launch_each_attempt_once(tmp_path, redis_serv
         api.send_signal(signal.SIGTERM)
         api.wait(15)
     assert all(w.returncode == 0 for w in workers)
+
+
+def test_brokers_that_each_see_only_their_own_launches_never_run_an_attempt_twice(tmp_path, redis_server,
+                                                                                  make_settings):
+    """Two brokers on one Redis whose launchers do not share state (two hosts, or two SkyPilot states):
+    each engine watches only the attempts launched in its own launcher's view. Before, broker B asked its
+    own launcher about A's running attempt, heard "gone", called it lost and launched it again beside
+    the first. An engine silent past ``owner_timeout_seconds`` (its host gone) hands its attempts over:
+    lost, and resumed by the others."""
+    from broker.auth import Principal
+    from broker.engine.reconcile import Engine
+    from broker.service import BrokerService, Invalid
+    from broker.store import open_store
+    from launchers.local import LocalLauncher
+
+    url = redis_server.url.rsplit("/", 1)[0] + "/13"
+    redis.Redis.from_url(url).flushdb()
+    settings = make_settings(url, config="pools:\n  - {name: local, slots: 2, price_per_slot_hour: \"0.10\"}\n"
+                                         "tick_seconds: 0.05\nowner_timeout_seconds: 2\n")
+    store = open_store(url)
+    hosts = {name: LocalLauncher(tmp_path / name / "runs") for name in ("a", "b")}
+    assert hosts["a"].domain != hosts["b"].domain
+    engines = {name: Engine(settings, store, launcher) for name, launcher in hosts.items()}
+    services = {name: BrokerService(settings, store, launcher) for name, launcher in hosts.items()}
+    admin = Principal("admin", None, admin=True)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def submit(name, seconds):
+        task = {"name": name, "run": f"echo $BROKER_ATTEMPT >> {marks}/{name}; sleep {seconds}",
+                "broker": {"budget_usd": 1}}
+        return services["a"].submit(admin, task)[0].id
+
+    def tick(*names):
+        for name in names:
+            engines[name].tick()
+        return True
+
+    try:
+        first = submit("first", 3)
+        wait_for(lambda: tick("a") and store.get_job(first).state.value == "running", timeout=20)
+        for _ in range(40):  # B ticks too while A's attempt runs: it must leave it alone
+            tick("a", "b")
+            time.sleep(0.05)
+        assert store.get_job(first).attempts == 1
+        wait_for(lambda: tick("a", "b") and store.get_job(first).state.value == "succeeded", timeout=20)
+        assert (marks / "first").read_text() == "1\n"
+        assert [a.launched_in for a in store.attempts(first)] == [hosts["a"].domain]
+
+        second = submit("second", 30)
+        wait_for(lambda: tick("a") and store.get_job(second).state.value == "running", timeout=20)
+        with pytest.raises(Invalid) as refused:  # B cannot read what A's launcher keeps
+            services["b"].logs(admin, second)
+        assert refused.value.status == 409 and "another broker process" in refused.value.reason
+        hosts["a"].kill(f"{second}-a1")  # host A goes down with its broker: A ticks no more
+        for _ in range(10):  # still within the timeout: B waits for A
+            tick("b")
+            time.sleep(0.05)
+        assert store.get_job(second).attempts == 1
+        job = wait_for(lambda: tick("b") and (j := store.get_job(second)).attempts == 2 and j, timeout=20)
+        lost = store.attempts(second)[0]
+        assert lost.state.value == "lost" and "silent" in lost.reason and hosts["a"].domain in lost.reason
+        assert not job.blocked_zones  # a silent broker is not the zone's doing
+        wait_for(lambda: tick("b") and store.get_job(second).state.value == "running", timeout=20)
+        assert store.attempts(second)[1].launched_in == hosts["b"].domain
+        assert (marks / "second").read_text() == "1\n2\n"
+        services["b"].cancel(admin, second)
+        wait_for(lambda: tick("b") and store.get_job(second).state.value == "cancelled", timeout=20)
+    finally:
+        for launcher in hosts.values():
+            for run in (launcher.runs_dir.iterdir() if launcher.runs_dir.exists() else ()):
+                launcher.kill(run.name)
+        store.close()
