@@ -17,8 +17,12 @@ Contracts every implementation keeps (checked by the launcher contract tests):
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -107,6 +111,29 @@ class Launcher(Protocol):
 
     def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
         """Up to ``limit`` bytes of output from ``offset``; returns (bytes, next offset)."""
+
+
+def state_domain(kind: str, state_dir: Path) -> str:
+    """A launcher domain tied to the directory that holds its state: ``<kind>:<dir>#<id>``, where the id
+    is made once and kept in ``<dir>/.domain`` — every process using that directory shares it, a
+    restart (even under a new host name, as containers get) keeps it, another host's directory at the
+    same path does not."""
+    path = Path(state_dir) / ".domain"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(uuid.uuid4().hex[:12])
+            fh.flush()
+            os.fsync(fh.fileno())
+    for _ in range(50):  # another process may be writing it this instant
+        made = path.read_text().strip()
+        if made:
+            return f"{kind}:{Path(state_dir).resolve()}#{made}"
+        time.sleep(0.01)
+    raise OSError(f"{path} is empty: delete it and start again")
 
 
 class LaunchError(Exception):

@@ -16,12 +16,11 @@ import os
 import signal
 import subprocess
 import sys
-import socket
 import threading
 import time
 from pathlib import Path
 
-from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase
+from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
 from launchers.simzones import SimZone
 
 STARTUP_GRACE_SECONDS = 10.0
@@ -38,8 +37,8 @@ class LocalLauncher:
                  clock=time.time):
         self.runs_dir = Path(runs_dir)
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        #: every broker process on this host and data directory sees the same attempts
-        self.domain = f"local@{socket.gethostname()}:{self.runs_dir.resolve()}"
+        #: every broker process using this runs directory sees the same attempts
+        self.domain = state_domain("local", self.runs_dir)
         self.python = python
         self.clock = clock
         self.zones = {z.name: z for z in zones}

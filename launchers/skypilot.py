@@ -36,14 +36,13 @@ import hashlib
 import json
 import os
 import re
-import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase
+from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
 from launchers.skypilot_status import Launch, Observation, next_status
 from launchers.skypilot_task import TaskConfigError, exit_code_in, task_config, without_broker_mounts
 
@@ -315,13 +314,14 @@ class SdkClient:
 # --- the launcher ----------------------------------------------------------------------------------
 
 
-def sky_domain(env: Mapping[str, str]) -> str:
+def sky_domain(env: Mapping[str, str], state_dir: Path) -> str:
     """Whose clusters this launcher sees: one shared API server (``SKYPILOT_API_SERVER_ENDPOINT``) is
-    one view for every broker pointed at it; otherwise each host's own SkyPilot state (``~/.sky``)."""
+    one view for every broker pointed at it; otherwise this broker's own SkyPilot state, named after
+    its state directory (:func:`launchers.base.state_domain`)."""
     endpoint = (env.get("SKYPILOT_API_SERVER_ENDPOINT") or "").strip().rstrip("/")
     if endpoint:
         return f"skypilot:{endpoint}"
-    return f"skypilot@{socket.gethostname()}:{Path(env.get('HOME') or Path.home()) / '.sky'}"
+    return state_domain("skypilot", state_dir)
 
 
 class SkyPilotLauncher:
@@ -337,7 +337,7 @@ class SkyPilotLauncher:
         self.client = client if client is not None else SdkClient()
         self.autostop_minutes = autostop_minutes
         self.prefix = prefix
-        self.domain = sky_domain(os.environ)
+        self.domain = sky_domain(os.environ, self.state_dir)
 
     def cluster(self, attempt_id: str) -> str:
         return cluster_name(attempt_id, self.prefix)
