@@ -172,9 +172,21 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.get("/v1/healthz", tags=["ops"], **answers(Health))
     def healthz() -> dict:
-        """Liveness and readiness: 200 when the store answers."""
+        """Liveness: 200 while the process answers, with the store's state in the body. A store outage is
+        not the process's fault and restarting it does not help (every broker shares the store), so
+        load-balancer checks and liveness probes use this; ``/v1/readyz`` says whether the store answers."""
+        try:
+            store.get_job("healthz-probe")
+            state = "ok"
+        except StoreUnavailable as exc:
+            state = f"unavailable: {exc}"
+        return {"ok": True, "engine": eng is not None, "store": state}
+
+    @app.get("/v1/readyz", tags=["ops"], **answers(Health, 503))
+    def readyz() -> dict:
+        """Readiness: 200 when the store answers, else 503 (a start-up probe waits for it)."""
         store.get_job("healthz-probe")
-        return {"ok": True, "engine": eng is not None}
+        return {"ok": True, "engine": eng is not None, "store": "ok"}
 
     @app.post("/v1/jobs", status_code=201, tags=["jobs"], openapi_extra=TASK,
               responses={**ok(JobOut, "the job, queued", status=201),

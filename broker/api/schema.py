@@ -111,8 +111,9 @@ class ProgressAck(BaseModel):
 
 
 class Health(BaseModel):
-    ok: bool
-    engine: bool
+    ok: bool = Field(description="the process answers (always true in a 200)")
+    engine: bool = Field(description="the reconcile loop runs in this process")
+    store: str = Field(description="'ok', or why the store did not answer")
 
 
 class ByTier(BaseModel):

@@ -68,7 +68,7 @@ resource "google_cloud_run_v2_service" "broker" {
 
       startup_probe {
         http_get {
-          path = "/v1/healthz"
+          path = "/v1/readyz"
           port = local.broker_port
         }
         period_seconds    = 5

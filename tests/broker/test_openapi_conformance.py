@@ -74,7 +74,8 @@ def api_schema(world):
 
 
 OPERATIONS = [
-    "GET /v1/healthz", "POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{job_id}", "GET /v1/jobs/{job_id}/events",
+    "GET /v1/healthz", "GET /v1/readyz", "POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{job_id}",
+    "GET /v1/jobs/{job_id}/events",
     "GET /v1/jobs/{job_id}/logs", "POST /v1/jobs/{job_id}/cancel", "POST /v1/jobs/{job_id}/resume",
     "POST /v1/jobs/{job_id}/budget", "POST /v1/jobs/{job_id}/ondemand", "POST /v1/jobs/{job_id}/progress",
     "GET /v1/jobs/{job_id}/metrics", "POST /v1/admin/faults", "GET /v1/zones", "GET /v1/costs",
