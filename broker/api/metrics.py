@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from broker import costs
 from broker.config import Settings
 from broker.lifecycle import JobState
+from broker.store import StoreUnavailable
 
 RECOVERY_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
 WAIT_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
@@ -106,7 +107,17 @@ class StoreCollector:
             return list(self._figures.values())
 
     def collect(self):
-        figures = self._refresh()
+        up = GaugeMetricFamily("broker_store_up", "1 when this scrape could read the store, else 0 (the figures "
+                               "read from it are then left out, the process's own ones are not).")
+        try:
+            figures = self._refresh()
+        except StoreUnavailable:
+            up.add_metric([], 0)
+            yield up
+            yield from self._engine()
+            return
+        up.add_metric([], 1)
+        yield up
         teams = sorted({f.team for f in figures})
         by_state = GaugeMetricFamily("broker_jobs", "Jobs by state and team.", labels=["state", "team"])
         counts: dict[tuple[str, str], int] = {}
@@ -155,6 +166,9 @@ class StoreCollector:
                          recoveries, RECOVERY_BUCKETS)
         yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
                          waits, WAIT_BUCKETS)
+        yield from self._engine()
+
+    def _engine(self):
         engine = self.engine_of()
         if engine is not None:
             g = GaugeMetricFamily("broker_engine_tick_seconds", "Duration of the engine's last reconcile loop.")
