@@ -33,7 +33,9 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Pool:
-    """An on-prem pool on this host: ``slots`` GPUs (or CPU job slots when ``accelerator`` is None).
+    """An on-prem pool: ``slots`` GPUs (or CPU job slots when ``accelerator`` is None), on this host, or
+    on a Kubernetes cluster reached through SkyPilot when ``kubernetes_context`` names its kubeconfig
+    context (the launcher must then be ``skypilot``).
 
     ``price_per_slot_hour`` is what a slot costs the company per hour (power,
     amortized hardware): never $0, so on-prem is compared honestly with cloud.
@@ -45,6 +47,7 @@ class Pool:
     price_per_slot_hour: Micros
     cpus_per_slot: Decimal = Decimal(2)
     memory_gib_per_slot: Decimal = Decimal(8)
+    kubernetes_context: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ CONFIG_KEYS = frozenset({
 DEFAULT_POOLS = ({"name": "local", "slots": 2, "accelerator": None, "price_per_slot_hour": "0.20"},)
 
 POOL_KEYS = frozenset({"name", "slots", "gpus", "accelerator", "price_per_slot_hour", "price_per_gpu_hour",
-                       "cpus_per_slot", "memory_gib_per_slot"})
+                       "cpus_per_slot", "memory_gib_per_slot", "kubernetes_context"})
 TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd"})
 STORE_SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
 
@@ -185,6 +188,10 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
     if launcher not in ("local", "skypilot"):
         where = "BROKER_LAUNCHER" if env.get("BROKER_LAUNCHER") else "launcher"
         raise ConfigError(f"{where}: {launcher!r} is not a launcher: use 'local' or 'skypilot'")
+    for i, pool in enumerate(pools):
+        if pool.kubernetes_context and launcher != "skypilot":
+            raise ConfigError(f"pools[{i}].kubernetes_context: a Kubernetes pool is reached through SkyPilot: "
+                              "set launcher: skypilot (or BROKER_LAUNCHER=skypilot)")
     default_budget = _money(raw.get("default_budget_usd", "10"), "default_budget_usd")
     if default_budget <= 0:
         raise ConfigError("default_budget_usd: must be more than $0")
@@ -260,10 +267,14 @@ def _pool(p: Any, i: int) -> Pool:
     micros = _money(price, f"{where}.price_per_slot_hour")
     if micros <= 0:
         raise ConfigError(f"{where}.price_per_slot_hour: must be more than $0 (on-prem GPUs are not free)")
+    context = p.get("kubernetes_context")
+    if context is not None and (not isinstance(context, str) or not context.strip() or "/" in context):
+        raise ConfigError(f"{where}.kubernetes_context: must be the name of a kubeconfig context, not {context!r}")
     return Pool(
         name=str(p["name"]), slots=slots, accelerator=p.get("accelerator"), price_per_slot_hour=micros,
         cpus_per_slot=Decimal(str(_number(p, "cpus_per_slot", 2, positive=True, where=where))),
         memory_gib_per_slot=Decimal(str(_number(p, "memory_gib_per_slot", 8, positive=True, where=where))),
+        kubernetes_context=context.strip() if context else None,
     )
 
 

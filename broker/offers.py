@@ -28,10 +28,13 @@ from pricing.placement import candidates
 
 
 def pool_offers(pool: Pool) -> list[Offer]:
-    """Every shape of ``pool``: ``k`` slots at ``k`` × the slot price."""
+    """Every shape of ``pool``: ``k`` slots at ``k`` × the slot price. A Kubernetes pool's offers are in
+    cloud ``kubernetes``, region = its context (what SkyPilot's ``infra: k8s/<context>`` names); the zone
+    is the pool's name either way, the key its capacity is counted under."""
+    k8s = pool.kubernetes_context
     return [
         Offer(
-            tier=Tier.ONPREM, cloud="local", region=pool.name, zone=pool.name,
+            tier=Tier.ONPREM, cloud="kubernetes" if k8s else "local", region=k8s or pool.name, zone=pool.name,
             instance_type=f"{pool.name}-{k}slot",
             accelerator=pool.accelerator, accelerator_count=k if pool.accelerator else 0,
             price_per_hour=pool.price_per_slot_hour * k, vcpus=pool.cpus_per_slot * k,

@@ -53,6 +53,8 @@ def infra(placement: Mapping[str, Any]) -> str:
     if not cloud or cloud == "local":
         raise TaskConfigError(f"the placement's cloud {cloud or 'none'!r} is not one SkyPilot provisions")
     parts = [KUBERNETES_CLOUDS.get(cloud, cloud)]
+    if cloud in KUBERNETES_CLOUDS:  # a Kubernetes pool: its context; the zone is the broker's pool name
+        return "/".join(parts + ([str(placement["region"])] if placement.get("region") else []))
     for key in ("region", "zone"):
         if placement.get(key):
             parts.append(str(placement[key]))
@@ -69,7 +71,8 @@ def pinned_resources(resources: Mapping[str, Any] | None, placement: Mapping[str
     chosen = _variant_for(variants, placement)
     merged = {**base, **{k: v for k, v in chosen.items() if k not in PLACEMENT_KEYS}}
     merged["infra"] = infra(placement)
-    if placement.get("instance_type"):
+    kubernetes = str(placement.get("cloud") or "").lower() in KUBERNETES_CLOUDS
+    if placement.get("instance_type") and not kubernetes:  # a pool's shape names no Kubernetes instance type
         merged["instance_type"] = str(placement["instance_type"])
     if placement.get("accelerator"):
         merged["accelerators"] = {str(placement["accelerator"]): int(placement.get("accelerator_count") or 1)}

@@ -54,6 +54,8 @@ class Offer:
     def describe(self) -> str:
         acc = f"{self.accelerator_count}x {self.accelerator}" if self.accelerator else "CPU"
         where = self.zone or self.region
+        if self.tier is Tier.ONPREM and self.zone and self.region and self.zone != self.region:
+            where = f"{self.region}, pool {self.zone}"  # a pool in a Kubernetes context
         sim = " (simulated)" if self.simulated else ""
         return f"{self.tier.value} {acc} {self.instance_type} in {self.cloud}/{where}{sim}"
 

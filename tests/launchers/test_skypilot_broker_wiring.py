@@ -56,3 +56,48 @@ def test_local_pools_stay_on_this_host_and_clouds_go_to_skypilot(service, tmp_pa
         time.sleep(0.1)
     assert marker.exists() and launcher.status("j-w-a1").phase is Phase.SUCCEEDED
     assert launcher.status("j-unknown-a1").phase is Phase.GONE  # SkyPilot has no such cluster either
+
+
+K8S_POOL = """
+pools:
+  - {name: lab, slots: 4, accelerator: A100, price_per_slot_hour: "1.10", kubernetes_context: lab-gpus}
+"""
+
+
+def test_a_kubernetes_pool_is_on_prem_capacity_launched_through_skypilot_in_its_context(sky, tmp_path):
+    from broker.engine.launch import launch_request  # noqa: F401 - the engine builds requests the same way
+    from broker.offers import placement_record, pool_offers
+    from launchers.skypilot import attempt_config, build_task
+
+    cfg = tmp_path / "k8s.yaml"
+    cfg.write_text(K8S_POOL)
+    settings = load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_LAUNCHER": "skypilot",
+                              "BROKER_ADMIN_TOKEN": "t"}, config_path=cfg)
+    svc = BrokerService(settings, open_store(f"sqlite://{tmp_path / 'k.db'}"), open_launcher(settings))
+    try:
+        job, _ = svc.submit(ADMIN, {"resources": {"accelerators": "A100:2"}, "run": "python train.py",
+                                    "broker": {"budget_usd": 50, "expected_hours": 1}})
+        cheapest = job.quote["tiers"][0]
+        assert cheapest["tier"] == "onprem" and "kubernetes/lab-gpus" in cheapest["offer"]  # $2.20/h, under any cloud
+        two = next(o for o in pool_offers(settings.pools[0]) if o.accelerator_count == 2)
+        placement = placement_record(two, 1)
+        assert (placement["cloud"], placement["region"], placement["location"]) == ("kubernetes", "lab-gpus", "lab")
+        request = LaunchRequest(attempt_id="j-k-a1", job_id="j-k", attempt=1,
+                                task={"run": "python train.py", "resources": {"accelerators": "A100:2", "cpus": 8}},
+                                placement=placement, envs={})
+        assert svc.launcher._for_request(request) is svc.launcher.cloud  # not a process on this host
+        resources = build_task(attempt_config(request)).to_yaml_config()["resources"]  # the real sky.Task
+        assert resources["infra"] in ("k8s/lab-gpus", "kubernetes/lab-gpus")
+        assert resources["accelerators"] == {"A100": 2} and "instance_type" not in resources
+        assert str(resources["cpus"]) == "8" and not resources.get("use_spot")
+    finally:
+        svc.store.close()
+
+
+def test_a_kubernetes_pool_needs_the_skypilot_launcher(tmp_path):
+    from broker.config import ConfigError
+
+    cfg = tmp_path / "k8s.yaml"
+    cfg.write_text(K8S_POOL)
+    with pytest.raises(ConfigError, match=r"^pools\[0\]\.kubernetes_context: a Kubernetes pool is reached through SkyPilot"):
+        load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": "t"}, config_path=cfg)
