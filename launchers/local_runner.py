@@ -33,6 +33,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from launchers.skypilot_task import CHECKPOINT_MOUNT
 
 #: With a listener, the group's SIGTERM comes this long (at most a quarter of the grace) before the SIGKILL.
 LAST_WARNING_S = 5.0
@@ -124,7 +127,12 @@ class Runner:
         env = dict(os.environ)
         task = self.request["task"]
         env.update({k: str(v) for k, v in (task.get("envs") or {}).items() if v is not None})
+        env.update({k: str(v) for k, v in (task.get("secrets") or {}).items() if v is not None})  # as SkyPilot: over envs
+        env.update(skypilot_envs(self.request))
         env.update(self.request.get("envs") or {})
+        folder = local_checkpoint_dir(self.request)
+        if folder is not None:
+            env["BROKER_CHECKPOINT_DIR"] = folder
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in self.request.get("slots") or []) \
             if self.request.get("placement", {}).get("accelerator") else ""
         env["PYTHONUNBUFFERED"] = "1"
@@ -140,6 +148,8 @@ class Runner:
         started = time.time()
         result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
         with open(self.dir / "output.log", "ab", buffering=0) as log:
+            for note in host_notes(self.request):
+                log.write(f"[spot-broker] {note}\n".encode())
             for step in ("setup", "run"):
                 script = task.get(step)
                 if not script:
@@ -165,6 +175,56 @@ class Runner:
             self.stop_reason = stop.get("reason", "stopped")
         result.update(stopped=self.stop_reason is not None, reason=self.stop_reason or "", ended_at=time.time())
         return result
+
+
+def gpus_of(request: dict) -> int:
+    """The GPUs the attempt holds: its pool slots on-prem; on a simulated zone, the shape it simulates."""
+    placement = request.get("placement") or {}
+    if not placement.get("accelerator"):
+        return 0
+    slots = request.get("slots") or []
+    return len(slots) or int(placement.get("accelerator_count") or 1) * int(placement.get("num_nodes") or 1)
+
+
+def skypilot_envs(request: dict) -> dict[str, str]:
+    """The variables SkyPilot gives every node's ``setup`` and ``run``, for the one node this host is:
+    a task written for SkyPilot (``torchrun --nnodes=$SKYPILOT_NUM_NODES --node_rank=$SKYPILOT_NODE_RANK
+    --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE ...``) runs here unchanged. A ``num_nodes: N`` job runs
+    as one node holding the GPUs of all N (the same world size)."""
+    return {
+        "SKYPILOT_NODE_RANK": "0",
+        "SKYPILOT_NODE_IPS": "127.0.0.1",
+        "SKYPILOT_NUM_NODES": "1",
+        "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus_of(request)),
+        "SKYPILOT_TASK_ID": str(request.get("attempt_id") or ""),
+    }
+
+
+def local_checkpoint_dir(request: dict) -> str | None:
+    """For a task mounting ``broker:checkpoint``: the job's checkpoint folder when it is on this host
+    (a ``file://`` store), made if missing — what ``BROKER_CHECKPOINT_DIR`` names on a SkyPilot cluster."""
+    if CHECKPOINT_MOUNT not in ((request.get("task") or {}).get("file_mounts") or {}).values():
+        return None
+    parts = urlsplit((request.get("envs") or {}).get("BROKER_CHECKPOINT_URI", ""))
+    if parts.scheme != "file" or not parts.path:
+        return None
+    os.makedirs(parts.path, exist_ok=True)
+    return parts.path
+
+
+def host_notes(request: dict) -> list[str]:
+    """What of the task this host does not do as a SkyPilot cluster would: said at the top of the log."""
+    task = request.get("task") or {}
+    notes = []
+    nodes = int((request.get("placement") or {}).get("num_nodes") or task.get("num_nodes") or 1)
+    if nodes > 1:
+        notes.append(f"num_nodes: {nodes} runs on this host as one node with the GPUs of all {nodes} "
+                     f"(SKYPILOT_NUM_NODES=1, SKYPILOT_NUM_GPUS_PER_NODE={gpus_of(request)})")
+    mounts = [str(k) for k, v in (task.get("file_mounts") or {}).items()
+              if not (v == CHECKPOINT_MOUNT and local_checkpoint_dir(request) is not None)]
+    if mounts:
+        notes.append(f"file_mounts are not mounted on this host (only SkyPilot placements mount them): {', '.join(mounts)}")
+    return notes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -321,3 +321,46 @@ def test_an_attempt_whose_launch_is_in_progress_elsewhere_is_pending_not_gone(br
     assert launcher.status("j-x-a1").phase is Phase.GONE  # nobody launching, nothing spawned: cut short
     (run_dir / "spawned").write_text("1")
     assert launcher.status("j-x-a1").phase is not Phase.GONE  # a launch that spawned is never "cut short"
+
+
+
+SKYPILOT_STYLE_RUN = """
+MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)
+echo "nodes=$SKYPILOT_NUM_NODES rank=$SKYPILOT_NODE_RANK master=$MASTER_ADDR gpus=$SKYPILOT_NUM_GPUS_PER_NODE"
+echo "task=$SKYPILOT_TASK_ID token=$HF_TOKEN model=$MODEL ckpt=$BROKER_CHECKPOINT_DIR"
+"""
+
+
+def test_a_task_written_for_skypilot_sees_its_variables_secrets_and_checkpoint_folder(broker):
+    service, engine, store, _ = broker
+    task = {"name": "ddp", "resources": {"accelerators": "A100:2"}, "run": SKYPILOT_STYLE_RUN,
+            "envs": {"MODEL": "llama", "HF_TOKEN": "from-envs"}, "secrets": {"HF_TOKEN": "hf_secret"},
+            "file_mounts": {"/ckpt": "broker:checkpoint", "/data": "s3://some-bucket/data"},
+            "broker": {"budget_usd": 5}}
+    job = service.submit(ADMIN, task)[0]
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED, final.reason
+    (attempt,) = store.attempts(job.id)
+    log = service.logs(ADMIN, job.id)["data"]
+    assert "nodes=1 rank=0 master=127.0.0.1 gpus=2" in log  # torchrun --nnodes/--node_rank/--nproc_per_node work
+    folder = final.checkpoint_uri.removeprefix("file://")
+    assert f"task={attempt.id} token=hf_secret model=llama ckpt={folder}" in log  # secrets over envs, as SkyPilot
+    assert os.path.isdir(folder)
+    # what this host does not do is said, not silently dropped
+    assert "file_mounts are not mounted on this host (only SkyPilot placements mount them): /data" in log
+
+
+def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG + "zones:\n  - {name: sim-a, tier: ondemand, instance_type: g5.xlarge}\n")
+    store = open_store(f"sqlite://{tmp_path / 'z.db'}")
+    launcher = open_launcher(settings)
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    task = {"num_nodes": 2, "resources": {"accelerators": "A10G:1"}, "run": SKYPILOT_STYLE_RUN,
+            "broker": {"budget_usd": 5}}
+    job = service.submit(ADMIN, task)[0]
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED, final.reason
+    log = service.logs(ADMIN, job.id)["data"]
+    assert "nodes=1 rank=0 master=127.0.0.1 gpus=2" in log
+    assert "num_nodes: 2 runs on this host as one node with the GPUs of all 2" in log
+    store.close()
