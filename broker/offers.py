@@ -162,6 +162,8 @@ def matching_offers(request: JobRequest, offers: Iterable[Offer]) -> list[Offer]
 
 
 def usable_by(offers: Iterable[Offer], request: JobRequest) -> list[Offer]:
-    """Offers this job may take: a CPU-only job never holds an on-prem GPU slot."""
+    """Offers this job may take: a CPU-only job never holds an on-prem GPU slot, and a job of several
+    nodes never an on-prem pool (a pool is one node: its capacity in :func:`market`)."""
     wants_gpu = any(alt.accelerator for alt in request.alternatives)
-    return [o for o in offers if wants_gpu or not (o.tier is Tier.ONPREM and o.accelerator)]
+    return [o for o in offers if o.tier is not Tier.ONPREM
+            or ((wants_gpu or not o.accelerator) and request.num_nodes == 1)]

@@ -106,11 +106,17 @@ class BrokerService:
             if existing is not None:
                 return _same_submit(existing, spec), False
         job_id = new_job_id()
+        offers = all_offers(self.settings)
+        if spec.request.num_nodes > 1 and not matching_offers(spec.request, offers) \
+                and matching_offers(replace(spec.request, num_nodes=1), offers):
+            raise Invalid("num_nodes", f"is {spec.request.num_nodes}, but an on-prem pool runs a job on one node (this host) "
+                                       "and no cloud or zone of this broker offers these resources; ask for one node "
+                                       "with all the GPUs in resources.accelerators")
         budget = spec.broker.budget if spec.broker.budget is not None else self.settings.budget_for(team)
         checkpoint = spec.broker.checkpoint or f"{self.settings.checkpoint_root.rstrip('/')}/{job_id}"
         try:
             admitted: Admitted = admit(
-                spec, job_id=job_id, team=team, budget=budget, offers=usable_by(all_offers(self.settings), spec.request), now=now,
+                spec, job_id=job_id, team=team, budget=budget, offers=usable_by(offers, spec.request), now=now,
                 actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
                 min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
             )

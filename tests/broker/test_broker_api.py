@@ -227,11 +227,21 @@ def test_an_admin_submitting_for_a_team_that_does_not_exist_is_told_the_teams(cl
     assert "no team 'nosuch'" in r.json()["detail"] and "vision" in r.json()["detail"]
 
 
+@pytest.fixture
+def zone_client(make_settings, tmp_path):
+    """The API of a broker that also has a simulated on-demand zone (several nodes: not a pool's)."""
+    settings = make_settings(config=CONFIG + "zones:\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge}\n")
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'api.db'}"), engine=False)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
 @pytest.mark.parametrize("body", [
     pytest.param({"run": "echo", "broker": {"budget_usd": "0.000001"}}, id="a budget of one micro-dollar"),
     pytest.param({"run": "echo", "num_nodes": 10**23, "broker": {"budget_usd": 50}}, id="more nodes than any budget can start"),
 ])
-def test_a_budget_that_cannot_pay_for_a_start_is_refused_at_submit_not_stopped_at_once(client, body):
+def test_a_budget_that_cannot_pay_for_a_start_is_refused_at_submit_not_stopped_at_once(zone_client, body):
+    client = zone_client
     r = client.post("/v1/jobs", json=body, headers=auth())
     assert r.status_code == 422 and r.json()["field"] == "broker.budget_usd", r.text
     assert "cannot pay for a start and a clean stop" in r.json()["detail"]

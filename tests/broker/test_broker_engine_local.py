@@ -9,7 +9,7 @@ from broker.auth import Principal
 from broker.engine.reconcile import Engine
 from broker.lifecycle import JobState
 from broker.runtime import open_launcher
-from broker.service import BrokerService
+from broker.service import BrokerService, Invalid
 from broker.store import open_store
 
 from broker_testing import wait_for
@@ -348,6 +348,16 @@ def test_a_task_written_for_skypilot_sees_its_variables_secrets_and_checkpoint_f
     assert os.path.isdir(folder)
     # what this host does not do is said, not silently dropped
     assert "file_mounts are not mounted on this host (only SkyPilot placements mount them): /data" in log
+
+
+def test_a_job_of_several_nodes_is_refused_where_only_a_pool_could_take_it(broker):
+    service, _, store, _ = broker
+    task = {"num_nodes": 2, "resources": {"accelerators": "A100:1"}, "run": "torchrun train.py",
+            "broker": {"budget_usd": 5}}
+    with pytest.raises(Invalid) as caught:  # before: accepted, then queued forever as "every pool is full"
+        service.submit(ADMIN, task)
+    assert caught.value.field == "num_nodes"
+    assert "one node" in caught.value.reason and store.list_jobs() == []
 
 
 def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so(make_settings, tmp_path):
