@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--team")
     s.add_argument("--deadline", help="ISO time or duration from now (6h, 1d12h)")
     s.add_argument("--idempotency-key")
+    s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="set one of the task's envs, as `sky launch --env` (no value: this shell's)")
+    s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="set one of the task's secrets, as `sky launch --secret` (no value: this shell's)")
     s.add_argument("--wait", action="store_true", help="follow the job until it ends")
 
     s = client("status", help="list jobs, or show one")
@@ -234,10 +238,10 @@ def cmd_submit(args) -> int:
 
     text = read_task_file(args.file)
     task = load_task(text)
-    if isinstance(task.get("workdir"), str):
-        wd = Path(task["workdir"]).expanduser()
-        if not wd.is_absolute() and wd.is_dir():
-            task["workdir"] = str(wd.resolve())  # the local launcher runs from here
+    for key, given in (("envs", args.env), ("secrets", args.secret)):
+        if given:
+            task[key] = {**(task.get(key) or {}), **_assignments(given, "--" + key.rstrip("s"))}
+    _resolve_local_paths(task)
     with _client(args) as client:
         job = client.submit(task, budget=args.budget, team=args.team,
                             deadline=args.deadline, idempotency_key=args.idempotency_key)
@@ -260,6 +264,43 @@ def cmd_submit(args) -> int:
             _show_job(con, final)
             return 0 if final["state"] == "succeeded" else 1
     return 0
+
+
+def _resolve_local_paths(task: dict) -> None:
+    """Relative local paths — ``workdir`` and ``file_mounts`` sources — made absolute from where the
+    CLI runs, as ``sky launch`` reads them: the broker launches from its own directory."""
+    def absolute(path: Any) -> Any:
+        if not isinstance(path, str) or "://" in path or ":" in path.split("/", 1)[0]:
+            return path  # a bucket URL, or the broker:checkpoint mount
+        p = Path(path)
+        return str(p.resolve()) if not p.is_absolute() and not path.startswith("~") and p.exists() else path
+
+    if isinstance(task.get("workdir"), str) and Path(task["workdir"]).is_dir():
+        task["workdir"] = absolute(task["workdir"])  # the local launcher runs from here
+    mounts = task.get("file_mounts")
+    if isinstance(mounts, dict):
+        for destination, source in mounts.items():
+            if isinstance(source, dict) and "source" in source:
+                inner = source["source"]
+                source = {**source, "source": [absolute(x) for x in inner] if isinstance(inner, list) else absolute(inner)}
+                mounts[destination] = source
+            else:
+                mounts[destination] = absolute(source)
+
+
+def _assignments(given: list[str], flag: str) -> dict[str, str]:
+    """``NAME=VALUE`` (or ``NAME``: its value in this shell) as ``sky launch --env`` reads them."""
+    from broker.client import BrokerError
+
+    out = {}
+    for item in given:
+        name, eq, value = item.partition("=")
+        if not eq:
+            if name not in os.environ:
+                raise BrokerError(0, f"{flag} {name}: no value given and none in this shell; use {flag} {name}=VALUE")
+            value = os.environ[name]
+        out[name] = value
+    return out
 
 
 def _say_status(job: dict) -> None:

@@ -118,15 +118,20 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     for key in ("setup", "run"):
         if key in task and task[key] is not None and not isinstance(task[key], str):
             raise SpecError(key, "must be a shell script (a string)")
-    if "envs" in task and task["envs"] is not None:
-        envs = task["envs"]
+    for key, flag in (("envs", "--env"), ("secrets", "--secret")):
+        if key not in task or task[key] is None:
+            continue
+        envs = task[key]
         if not isinstance(envs, dict):
-            raise SpecError("envs", "must be a mapping of names to values")
+            raise SpecError(key, "must be a mapping of names to values")
         for k, v in envs.items():
             if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-                raise SpecError(f"envs.{k}", "is not a valid environment variable name")
+                raise SpecError(f"{key}.{k}", "is not a valid environment variable name")
             if isinstance(v, (dict, list)):
-                raise SpecError(f"envs.{k}", "must be a string or number")
+                raise SpecError(f"{key}.{k}", "must be a string or number")
+            if v is None and strict:  # SkyPilot's "required": `sky launch` refuses the task until it is given
+                raise SpecError(f"{key}.{k}", f"has no value, so the task requires it at submit: "
+                                              f"`broker submit {flag} {k}=...` (or {k}: \"\" for an empty one)")
     num_nodes = task.get("num_nodes", 1)
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise SpecError("num_nodes", "must be a whole number of at least 1")

@@ -25,9 +25,9 @@ def cli(tmp_path):
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'c.db'}", config=CONFIG)
     env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
 
-    def run(*args, check=True):
-        r = subprocess.run([sys.executable, "-m", "broker.cli", *args], env=env, cwd=REPO, capture_output=True,
-                           text=True, timeout=60)
+    def run(*args, check=True, cwd=REPO, extra_env=None):
+        r = subprocess.run([sys.executable, "-m", "broker.cli", *args], env={**env, **(extra_env or {})}, cwd=cwd,
+                           capture_output=True, text=True, timeout=60)
         if check and r.returncode != 0:
             raise AssertionError(r.stderr)
         return r
@@ -64,6 +64,48 @@ def test_submit_status_logs_events_through_the_cli(cli):
     assert "succeeded" in out and "onprem" in out and "local" in out
     r = run("costs", "--period", "3d", check=False)
     assert r.returncode == 1 and r.stderr.strip() == "error [422]: period: must be one of 24h, 7d, 30d, 90d"
+
+
+REQUIRED_ENVS = """
+name: needs-token
+envs:
+  MODEL: llama
+  HF_TOKEN: null
+secrets:
+  WANDB_API_KEY: null
+workdir: .
+file_mounts:
+  /data/train.txt: ./data/train.txt
+  /remote: {source: ./data, mode: COPY}
+  /bucket: s3://some-bucket/data
+  /ckpt: broker:checkpoint
+run: echo "model=$MODEL token=$HF_TOKEN wandb=$WANDB_API_KEY cwd=$(pwd)"
+"""
+
+
+def test_required_envs_and_secrets_are_given_at_submit_as_with_sky_launch(cli):
+    run, tmp = cli
+    project = tmp / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "train.txt").write_text("x")
+    (project / "task.yaml").write_text(REQUIRED_ENVS)
+    r = run("submit", "task.yaml", "--budget", "1", cwd=project, check=False)
+    # before: accepted, and the job ran with the token unset
+    assert r.returncode == 1 and r.stderr.strip().startswith("error [422]: envs.HF_TOKEN: has no value"), r.stderr
+    assert "--env HF_TOKEN=" in r.stderr
+    r = run("submit", "task.yaml", "--budget", "1", "--env", "HF_TOKEN=hf_x", cwd=project, check=False)
+    assert r.returncode == 1 and "secrets.WANDB_API_KEY: has no value" in r.stderr and "--secret" in r.stderr
+    out = run("submit", "task.yaml", "--budget", "1", "--env", "HF_TOKEN=hf_x", "--secret", "WANDB_API_KEY", "--wait",
+              cwd=project, extra_env={"WANDB_API_KEY": "w-from-shell"}).stdout
+    assert f"model=llama token=hf_x wandb=w-from-shell cwd={project}" in out
+    # relative local sources are the submitter's, as `sky launch` reads them, not the broker's directory
+    (request,) = (tmp / "data" / "runs").glob("*/request.json")
+    mounts = json.loads(request.read_text())["task"]["file_mounts"]
+    assert mounts == {"/data/train.txt": str(project / "data" / "train.txt"),
+                      "/remote": {"source": str(project / "data"), "mode": "COPY"},
+                      "/bucket": "s3://some-bucket/data", "/ckpt": "broker:checkpoint"}
+    r = run("submit", "task.yaml", "--env", "BROKER_TEST_UNSET_VARIABLE", cwd=project, check=False)
+    assert r.returncode == 1 and "--env BROKER_TEST_UNSET_VARIABLE: no value given and none in this shell" in r.stderr
 
 
 def test_errors_are_one_line_with_a_non_zero_exit(cli):

@@ -93,6 +93,10 @@ def test_any_of_expands_to_alternatives():
                      id="a misspelt key inside any_of is named"),
         pytest.param({"setpu": "pip install torch"}, "setpu", id="a misspelt task key is named"),
         pytest.param({"broker": {"budget_usd": "1e300"}}, "broker.budget_usd", id="a budget beyond a billion dollars is refused"),
+        pytest.param({"envs": {"MODEL": "llama", "HF_TOKEN": None}}, "envs.HF_TOKEN",
+                     id="an env with no value is required, as SkyPilot reads it, and is named"),
+        pytest.param({"secrets": {"WANDB_API_KEY": None}}, "secrets.WANDB_API_KEY", id="so is a secret with no value"),
+        pytest.param({"secrets": ["HF_TOKEN"]}, "secrets", id="secrets that are not a mapping are refused"),
     ],
 )
 def test_bad_fields_are_named(raw, field):
