@@ -305,7 +305,7 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
         raise SpecError("broker", "must be a mapping")
     unknown = sorted(set(section) - BROKER_KEYS)
     if unknown:
-        raise SpecError(f"broker.{unknown[0]}", f"is not a broker setting (known: {', '.join(sorted(BROKER_KEYS))})")
+        raise SpecError(f"broker.{unknown[0]}", f"is not a broker setting ({unknown_key_hint(unknown[0], BROKER_KEYS)})")
     team = section.get("team")
     if team is not None and (not isinstance(team, str) or not NAME_RE.match(team)):
         raise SpecError("broker.team", "must be a team name (letters, digits, '-', '_', '.')")
@@ -347,7 +347,7 @@ def _retry(value: Any) -> RetryPolicy:
         raise SpecError("broker.retry", "must be a mapping")
     unknown = sorted(set(value) - RETRY_KEYS)
     if unknown:
-        raise SpecError(f"broker.retry.{unknown[0]}", f"is not a retry setting (known: {', '.join(sorted(RETRY_KEYS))})")
+        raise SpecError(f"broker.retry.{unknown[0]}", f"is not a retry setting ({unknown_key_hint(unknown[0], RETRY_KEYS)})")
     restarts = value.get("max_restarts_on_errors", 0)
     if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 100:
         raise SpecError("broker.retry.max_restarts_on_errors", "must be a whole number from 0 to 100")

@@ -111,6 +111,17 @@ def test_a_misspelt_key_gets_the_likely_one_suggested():
     assert "did you mean 'accelerators'?" in info.value.reason
 
 
+@pytest.mark.parametrize("broker, field, likely", [
+    ({"budget": 5}, "broker.budget", "budget_usd"),
+    ({"deadine": "6h"}, "broker.deadine", "deadline"),
+    ({"retry": {"max_restarts": 2}}, "broker.retry.max_restarts", "max_restarts_on_errors"),
+])
+def test_a_misspelt_broker_setting_gets_the_likely_one_suggested(broker, field, likely):
+    with pytest.raises(SpecError) as info:
+        parse({"run": "python train.py", "broker": broker}, now=NOW)
+    assert info.value.field == field and f"did you mean '{likely}'?" in info.value.reason
+
+
 @pytest.mark.parametrize("task", [
     pytest.param({"resources": {"cpus": 1}}, id="a task with nothing to run"),
     pytest.param({"run": "   ", "setup": None}, id="a run that is only blanks"),
