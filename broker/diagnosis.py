@@ -145,6 +145,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
     step = max(known) if known else None
     batch = _BATCH.findall(ending.log_tail)
+    log_tail = _root_cause(ending.log_tail)
     if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
         return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
                          False, step)
@@ -156,7 +157,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
             continue
         match = None
         if rule.pattern is not None:
-            match = _last_match(rule.pattern, ending.log_tail)
+            match = _last_match(rule.pattern, log_tail)
             if match is None:
                 continue
         facts = {"step": step, "code": ending.exit_code, "signal": ending.signal,
@@ -164,16 +165,51 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  "at_step": f" at step {step}" if step is not None else "",
                  "batch": f" (batch size {batch[-1]})" if batch else "",
                  "ended": _ended(ending), "what": "The setup command" if ending.command == "setup" else "The job",
-                 "said": f': "{line}"' if (line := _last_line(ending.log_tail)) else "",
+                 "said": f': "{line}"' if (line := _last_line(log_tail)) else "",
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
         if facts.get("message"):
             facts["message"] = ": " + _clip(facts["message"]).rstrip(".")
         facts.setdefault("path", "a file")
         facts.setdefault("module", "a module")
         facts.setdefault("exception", "an exception")
+        facts.setdefault("message", "")
         return Diagnosis(rule.cls, _fill(rule.sentence, facts), _fill(rule.hint, facts),
                          rule.cls in INFRASTRUCTURE, step, {k: v for k, v in facts.items() if v is not None})
     return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
+
+
+# A process in a torch.distributed group prints its uncaught traceback with each line prefixed
+# "[rankN]:"; torchrun then raises a ChildFailedError of its own, whose summary names the first rank
+# that failed ("Root Cause (first observed failure)"), and the other ranks die of the lost peer
+# ("Connection closed by peer … a remote worker crashing").
+_RANK_LINE = re.compile(r"^\[(?:default)?rank(\d+)\]: ?(.*)$")
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?^\s*rank\s*:\s*(\d+)", re.S | re.M)
+_LAUNCHER_ERROR = re.compile(r"^torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:.*$", re.M)
+_LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer|remote worker crashing")
+
+
+def _root_cause(log_tail: str) -> str:
+    """The log as the rules read it: torchrun's own ChildFailedError dropped, and of the workers' lines
+    (unprefixed) only those of the rank that failed first — the one torchrun names, unless its lines
+    say only that it lost a peer — so a peer that died of it does not hide the cause."""
+    if "rank" not in log_tail and "ChildFailedError" not in log_tail:
+        return log_tail
+    by_rank: dict[str, list[str]] = {}
+    for line in log_tail.splitlines():
+        if (m := _RANK_LINE.match(line)) is not None:
+            by_rank.setdefault(m.group(1), []).append(m.group(2))
+    root = _last_match(_ROOT_CAUSE, log_tail)
+    order = sorted(by_rank, key=lambda r: (root is None or r != root.group(1), int(r)))
+    own = [r for r in order if not _LOST_PEER.search("\n".join(by_rank[r]))]
+    wanted = (own or order or [None])[0]
+    lines = []
+    for line in log_tail.splitlines():
+        if (m := _RANK_LINE.match(line)) is not None:
+            if m.group(1) != wanted:
+                continue
+            line = m.group(2)
+        lines.append(line)
+    return _LAUNCHER_ERROR.sub("", "\n".join(lines))
 
 
 def _ended(ending: Ending) -> str:

@@ -147,3 +147,42 @@ def test_a_failure_of_a_real_process_says_what_it_said_and_how_it_ended(run_and_
     d, log = run_and_diagnose(task)
     assert (d.cls, d.sentence.rstrip(".")) == (cls, sentence.rstrip(".")), log[-2000:]
     assert d.hint and "code 139" not in d.text and "None" not in d.text
+
+
+DDP_CRASH = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(1, 100):
+    if rank == 1 and step == 30:
+        raise ValueError(f"batch {step} has labels outside [0, 10)")
+    dist.all_reduce(torch.ones(4))  # rank 0 dies here of the lost peer
+    if rank == 0:
+        print(f"step {step}", flush=True)
+"""
+
+
+def test_a_rank_that_raises_under_torchrun_is_named_by_its_own_exception_not_torchruns(run_and_diagnose, tmp_path):
+    # torchrun prefixes each worker's traceback with "[rankN]:", ends with a ChildFailedError of its own,
+    # and the other rank dies of the lost peer: the cause is rank 1's exception
+    script = tmp_path / "ddp_crash.py"
+    script.write_text(DDP_CRASH)
+    d, log = run_and_diagnose({"run": f"torchrun --standalone --nproc_per_node=2 {script}"})
+    assert "[rank1]: ValueError" in log and "ChildFailedError" in log, log[-3000:]
+    assert (d.cls, d.sentence) == ("user_code_error", "The training script raised ValueError at step 29: "
+                                                      "batch 30 has labels outside [0, 10)."), log[-3000:]
+
+
+def test_a_python_error_with_an_empty_message_leaves_no_placeholder():
+    d = diagnose(Ending("failed", 1, log_tail="step 3\nTraceback (most recent call last):\nRuntimeError: \n"))
+    assert d.sentence == "The training script raised RuntimeError at step 3."
+
+
+def test_under_torchrun_a_rank_that_only_lost_its_peer_is_not_taken_for_the_cause():
+    # torchrun's "first observed failure" can be a rank that died of the other's exit
+    log = ("step 12\n[rank1]: Traceback (most recent call last):\n[rank1]: ValueError: bad labels\n"
+           "[rank0]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1. This is typically caused "
+           "by a remote worker crashing.\nRoot Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == \
+        "The training script raised ValueError at step 12: bad labels."
