@@ -170,6 +170,7 @@ class Checkpointer:
         self.last_committed: str | None = None  # URI of the newest checkpoint this process committed
         self.last_stats: SaveStats | None = None
         self._closed = False
+        self._said_rank = False
         _live.add(self)
 
     @property
@@ -196,6 +197,8 @@ class Checkpointer:
         After a preemption notice it also waits for the commit and exits the process.
         ``step`` must be an integer (``int``, or anything with ``__index__``); saving the step
         saved last (or just restored) again does nothing — the first save of a step stands.
+        In an initialized ``torch.distributed`` group only rank 0 writes: on the other ranks it does
+        nothing (several writers under one base URI would write the same directories and corrupt them).
 
         Raises CheckpointError if a previous background save failed — except after a
         preemption notice, when this save is tried anyway (the earlier failure is logged): the
@@ -205,6 +208,13 @@ class Checkpointer:
         self._raise_pending(unless_preempted=True)
         if self._closed:
             raise CheckpointError("save() after close()")
+        rank = _distributed_rank()
+        if rank:  # another rank of a torch.distributed group: rank 0 writes (see docs/checkpoint.md)
+            if not self._said_rank:
+                self._said_rank = True
+                log.info("rank %d: checkpoints are written by rank 0 only; save() here writes nothing", rank)
+            self._last_step, self._last_time = step, self._clock()
+            return
         if step != self._last_step:
             started = time.perf_counter()
             captured = snapshot.capture(state)
@@ -344,6 +354,18 @@ def _step(step: Any) -> int:
         return operator.index(step)
     except TypeError:
         raise TypeError(f"step must be an integer, got {type(step).__name__} {step!r}") from None
+
+
+def _distributed_rank() -> int | None:
+    """This process's rank in an initialized torch.distributed default group, else None (torch is
+    not imported for this: a script that never imported torch.distributed has no group)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except (AttributeError, RuntimeError, ValueError):
+        pass
+    return None
 
 
 def _describe(error: BaseException) -> str:
