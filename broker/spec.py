@@ -148,8 +148,10 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     alternatives = _parse_resources(task.get("resources"), strict=strict)
     if strict and not (task.get("run") or "").strip() and not (task.get("setup") or "").strip():
         raise SpecError("run", "is required: the shell command that trains, such as 'python train.py'")
+    resources = task.get("resources")
     request = JobRequest(
         alternatives=alternatives,
+        ordered=isinstance(resources, dict) and "ordered" in resources and "any_of" not in resources,
         num_nodes=num_nodes,
         max_price_per_hour=broker.max_price_per_hour,
         expected_hours=broker.expected_hours,

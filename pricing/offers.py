@@ -87,3 +87,4 @@ class JobRequest:
     max_price_per_hour: Micros | None = None
     expected_hours: Decimal | None = None
     allowed_tiers: frozenset[Tier] = field(default_factory=lambda: frozenset(Tier))
+    ordered: bool = False  # SkyPilot's ``ordered``: the alternatives in the user's order of preference

@@ -109,7 +109,9 @@ def place(
        location missing from it is taken as unconstrained (a cloud region);
     5. within ``budget_left``: spent means nothing fits; with
        ``expected_hours`` the offer's estimate must fit the budget;
-    6. the lowest :func:`effective_price`, then the more reliable tier, then name.
+    6. with ``ordered`` alternatives (SkyPilot's ``resources.ordered``), the earliest alternative that
+       still has an offer after steps 1–5; then the lowest :func:`effective_price`, then the more
+       reliable tier, then name.
     """
     free_capacity = free_capacity or {}
     preemption_risk = preemption_risk or {}
@@ -144,9 +146,13 @@ def place(
                     f"on the cheapest free match, {cheapest.describe()}, estimated at {fmt(costs[cheapest])}"
                 )
             available = affordable
+    def preference(o: Offer) -> int:
+        return next(i for i, alt in enumerate(request.alternatives) if matches(o, alt)) if request.ordered else 0
+
     best = min(
         available,
-        key=lambda o: (effective_price(o, n, preemption_risk), TIER_ORDER[o.tier], o.cloud, o.location, o.instance_type),
+        key=lambda o: (preference(o), effective_price(o, n, preemption_risk), TIER_ORDER[o.tier], o.cloud,
+                       o.location, o.instance_type),
     )
     return Placement(offer=best, num_nodes=n)
 

@@ -159,3 +159,12 @@ def test_the_known_keys_are_installed_skypilots(tmp_path):
     task, resources = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(task) == TASK_KEYS
     assert set(resources) == RESOURCE_KEYS
+
+
+def test_ordered_resources_keep_the_users_order_of_preference_and_any_of_does_not():
+    ordered = parse({"run": "x", "resources": {"ordered": [{"accelerators": "H100:8"}, {"accelerators": "A100:8"}]},
+                     "broker": {"budget_usd": 5}}, now=NOW)
+    assert ordered.request.ordered and [a.accelerator for a in ordered.request.alternatives] == ["H100", "A100"]
+    any_of = parse({"run": "x", "resources": {"any_of": [{"accelerators": "H100:8"}, {"accelerators": "A100:8"}]},
+                    "broker": {"budget_usd": 5}}, now=NOW)
+    assert not any_of.request.ordered
