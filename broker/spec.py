@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -146,6 +146,7 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         raise SpecError("broker.deadline", f"is {(broker.deadline - now) / 3600:.1f} h away, but broker.expected_hours says "
                                            f"the job needs {broker.expected_hours} h: move the deadline or correct the estimate")
     alternatives = _parse_resources(task.get("resources"), strict=strict)
+    broker = _retry_from_job_recovery(task.get("resources"), raw.get("broker"), broker)
     if strict and not (task.get("run") or "").strip() and not (task.get("setup") or "").strip():
         raise SpecError("run", "is required: the shell command that trains, such as 'python train.py'")
     resources = task.get("resources")
@@ -342,22 +343,34 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     )
 
 
-def _retry(value: Any) -> RetryPolicy:
+def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection) -> BrokerSection:
+    """SkyPilot's ``resources.job_recovery`` retry settings (``max_restarts_on_errors``,
+    ``recover_on_exit_codes``) count as the job's retry policy unless ``broker.retry`` gives one: a task
+    written for ``sky jobs launch`` keeps its meaning. The ``strategy`` is SkyPilot's own (the broker
+    always recovers preemptions, in a zone of its choosing)."""
+    recovery = resources.get("job_recovery") if isinstance(resources, dict) else None
+    if not isinstance(recovery, dict) or (isinstance(section, dict) and "retry" in section):
+        return broker
+    given = {k: v for k, v in recovery.items() if k in RETRY_KEYS}
+    return replace(broker, retry=_retry(given, "resources.job_recovery")) if given else broker
+
+
+def _retry(value: Any, where: str = "broker.retry") -> RetryPolicy:
     if value is None:
         return RetryPolicy()
     if not isinstance(value, dict):
-        raise SpecError("broker.retry", "must be a mapping")
+        raise SpecError(where, "must be a mapping")
     unknown = sorted(set(value) - RETRY_KEYS)
     if unknown:
-        raise SpecError(f"broker.retry.{unknown[0]}", f"is not a retry setting ({unknown_key_hint(unknown[0], RETRY_KEYS)})")
+        raise SpecError(f"{where}.{unknown[0]}", f"is not a retry setting ({unknown_key_hint(unknown[0], RETRY_KEYS)})")
     restarts = value.get("max_restarts_on_errors", 0)
     if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 100:
-        raise SpecError("broker.retry.max_restarts_on_errors", "must be a whole number from 0 to 100")
+        raise SpecError(f"{where}.max_restarts_on_errors", "must be a whole number from 0 to 100")
     codes = value.get("recover_on_exit_codes", [])
     if isinstance(codes, int) and not isinstance(codes, bool):
         codes = [codes]
     if not isinstance(codes, list) or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 255 for c in codes):
-        raise SpecError("broker.retry.recover_on_exit_codes", "must be a list of exit codes from 0 to 255")
+        raise SpecError(f"{where}.recover_on_exit_codes", "must be a list of exit codes from 0 to 255")
     return RetryPolicy(max_restarts_on_errors=restarts, recover_on_exit_codes=tuple(codes))
 
 

@@ -168,3 +168,15 @@ def test_ordered_resources_keep_the_users_order_of_preference_and_any_of_does_no
     any_of = parse({"run": "x", "resources": {"any_of": [{"accelerators": "H100:8"}, {"accelerators": "A100:8"}]},
                     "broker": {"budget_usd": 5}}, now=NOW)
     assert not any_of.request.ordered
+
+
+def test_skypilots_job_recovery_retry_settings_are_the_retry_policy_unless_broker_retry_gives_one():
+    task = {"run": "x", "resources": {"job_recovery": {"strategy": "FAILOVER", "max_restarts_on_errors": 3,
+                                                       "recover_on_exit_codes": [33]}}}
+    retry = parse({**task, "broker": {"budget_usd": 5}}, now=NOW).broker.retry
+    assert (retry.max_restarts_on_errors, retry.recover_on_exit_codes) == (3, (33,))
+    own = parse({**task, "broker": {"budget_usd": 5, "retry": {"max_restarts_on_errors": 1}}}, now=NOW).broker.retry
+    assert (own.max_restarts_on_errors, own.recover_on_exit_codes) == (1, ())
+    with pytest.raises(SpecError) as bad:
+        parse({"run": "x", "resources": {"job_recovery": {"max_restarts_on_errors": -1}}}, now=NOW)
+    assert bad.value.field == "resources.job_recovery.max_restarts_on_errors"
