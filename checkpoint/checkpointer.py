@@ -157,7 +157,8 @@ class Checkpointer:
         self._notice_file: NoticeFileWatcher | None = None
         if handle_sigterm:
             self._cloud_notice = MetadataWatcher.from_env(env, lambda: self.preemption.notify("cloud"))  # may refuse the settings
-            self._notice_file = NoticeFileWatcher.from_env(env, lambda: self.preemption.notify("broker"))
+            self._notice_file = NoticeFileWatcher.from_env(
+                env, lambda left: self.preemption.notify("broker", grace_s=None if left is None else max(left - 1.0, 0.0)))
             self.preemption.install()
             if self._cloud_notice is not None:
                 self._cloud_notice.start()

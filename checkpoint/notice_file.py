@@ -17,15 +17,19 @@ before the OS shuts down, the broker's runner announces a stop in a file first:
   script with no listener gets the SIGTERM at once, as before.
 
 :class:`NoticeFileWatcher` polls the file from a daemon thread (a ``stat`` every 0.1 s) and calls
-``notify`` once when it appears. The protocol is only these two paths, so the runner
+``notify(seconds_left)`` once when it appears — what the notice leaves of its grace period, so the
+checkpointer's own deadline (``BROKER_PREEMPTION_GRACE_S``, 30 s by default) never outlasts the
+runner's. The protocol is only these two paths, so the runner
 (``launchers/local_runner.py``) does not import this library, nor this library the runner.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -82,10 +86,18 @@ class NoticeFileWatcher:
             self._thread.join(1.0)
         self._thread = None
 
+    def seconds_left(self) -> float | None:
+        """What the notice gives until the runner's SIGKILL (``grace_seconds`` from ``at``), if it says."""
+        try:
+            notice = json.loads(self.path.read_text())
+            return float(notice["grace_seconds"]) - max(0.0, time.time() - float(notice["at"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def _run(self) -> None:
         while not self._stop.is_set():
             if self.path.exists():
                 log.warning("the broker announces a stop (%s)", self.path)
-                self._notify()
+                self._notify(self.seconds_left())
                 return
             self._stop.wait(self.poll_s)

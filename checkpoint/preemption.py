@@ -118,7 +118,7 @@ class PreemptionNotice:
         if self._timer is not None:
             self._timer.cancel()
 
-    def notify(self, source: str = "signal") -> None:
+    def notify(self, source: str = "signal", *, grace_s: float | None = None) -> None:
         """A preemption notice arrived: ``source`` is ``"signal"`` (SIGTERM), ``"cloud"`` (the
         metadata endpoint, :mod:`checkpoint.cloud_notice`) or ``"broker"`` (the runner's notice
         file, :mod:`checkpoint.notice_file`).
@@ -126,6 +126,8 @@ class PreemptionNotice:
         A second *signal* forces the exit at once. The SIGTERM that follows a notice from the
         cloud or the broker (the OS shutting the VM down, the runner's last warning) is the first
         signal: the save under way goes on until the grace deadline set by the first notice.
+        ``grace_s``: what the notice itself leaves (the broker's runner says); it shortens, never
+        lengthens, this process's grace period.
         """
         if self.noticed_at is not None:
             if source != "signal":
@@ -140,6 +142,8 @@ class PreemptionNotice:
             return
         self._signalled = source == "signal"
         self._source = source
+        if grace_s is not None:
+            self.grace_s = min(self.grace_s, grace_s)
         self.noticed_at = self._clock()
         log.warning("preemption notice: saving at the next step, exiting within %.0f s", self.grace_s)
         if self._watchdog is None:  # no watchdog thread (never installed): a timer enforces the deadline

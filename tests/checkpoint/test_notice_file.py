@@ -28,9 +28,11 @@ def test_a_checkpointer_listens_while_open_and_the_file_is_its_preemption_notice
     with Checkpointer(str(tmp_path / "run"), every_steps=1000, env={"BROKER_NOTICE_FILE": str(notice)}) as ckpt:
         assert (listeners_dir(notice) / str(os.getpid())).exists()  # what the runner looks for
         assert not ckpt.due(1)
-        notice.write_text(json.dumps({"reason": "preempted", "grace_seconds": 30, "at": time.time()}))
+        notice.write_text(json.dumps({"reason": "preempted", "grace_seconds": 10, "at": time.time() - 2}))
         assert _until(lambda: ckpt.preemption.requested)
         assert ckpt.due(1)
+        # the runner kills at the end of its 10 s, 2 s of which have passed: exit a second before that
+        assert 6.5 < ckpt.preemption.grace_s <= 7.0
     assert os.listdir(listeners_dir(notice)) == []  # closed: the runner signals at once again
 
 
@@ -46,11 +48,11 @@ def test_a_notice_already_there_is_heard_at_once_and_only_once(tmp_path):
     notice = tmp_path / "notice.json"
     notice.write_text("{}")
     heard = []
-    watcher = NoticeFileWatcher(notice, lambda: heard.append(1), poll_s=0.01).start()
+    watcher = NoticeFileWatcher(notice, heard.append, poll_s=0.01).start()
     assert _until(lambda: heard)
     time.sleep(0.1)
     watcher.stop()
-    assert heard == [1]
+    assert heard == [None]  # the notice gave no grace period
 
 
 def test_the_runners_last_warning_after_the_notice_does_not_cut_the_save_short():
