@@ -79,6 +79,9 @@ class Engine:
         self.domain: str = getattr(launcher, "domain", "") or ""
         self._last_beat = float("-inf")
         self._beats: dict[str, float] = {}
+        #: since when this engine has read the beats without a gap (start, or back from a store outage):
+        #: a beat older than that may be old only because nobody could write it
+        self._watching_since = float("inf")
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -132,17 +135,23 @@ class Engine:
         if self.domain:
             self.store.beat(self.domain, now)
         self._beats = self.store.beats()
+        if now - self._last_beat > self.settings.owner_timeout_seconds / 2:
+            # the first beat, or the first after this engine lost the store for a while (an outage every
+            # engine shared, so the others could not beat either): their silence is counted from now
+            self._watching_since = now
         self._last_beat = now
 
     def _owner_silence(self, job: Job, attempt: Attempt, now: float) -> str | None:
         """For an attempt launched in another launcher's view (another host's processes, another
         SkyPilot state), which this engine cannot see: None while the engine that launched it may still
         be watching it — it beat within ``owner_timeout_seconds``, or the attempt is younger than that,
-        or the job itself reported progress within it — else why it counts as lost."""
+        or the job itself reported progress within it, or this engine has not itself been reading the
+        beats that long (it just started, or the store was down: nobody could beat) — else why it
+        counts as lost."""
         timeout = self.settings.owner_timeout_seconds
         owner = attempt.launched_in
         last = max(self._beats.get(owner, float("-inf")), attempt.created_at,
-                   float(job.progress.get("at") or float("-inf")))
+                   float(job.progress.get("at") or float("-inf")), self._watching_since)
         if now - last < timeout:
             return None
         return (f"the broker that launched it ({owner}) and the job have been silent for {int(now - last)} s, and "

@@ -1,0 +1,105 @@
+"""When an engine may take over another launcher view's attempt (``owner_timeout_seconds``), with a
+controlled clock: only after it has itself watched the owner stay silent that long. Beats that are old
+because nobody could write them (the store was down, or every broker was stopped) prove nothing."""
+
+from __future__ import annotations
+
+import time
+
+from broker.auth import Principal
+from broker.engine.reconcile import Engine
+from broker.service import BrokerService
+from broker.store import open_store
+from launchers.base import AttemptStatus, Capabilities, Phase
+
+CONFIG = ("pools:\n  - {name: local, slots: 2, price_per_slot_hour: \"0.10\"}\n"
+          "tick_seconds: 0.05\nowner_timeout_seconds: 300\n")
+
+
+class ViewLauncher:
+    """A launcher that sees only what it launched itself (another host's processes are 'gone')."""
+
+    name = "view"
+    capabilities = Capabilities(simulated=True)
+
+    def __init__(self, domain: str):
+        self.domain = domain
+        self.launched: list[str] = []
+
+    def launch(self, request) -> None:
+        if request.attempt_id not in self.launched:
+            self.launched.append(request.attempt_id)
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        if attempt_id in self.launched:
+            return AttemptStatus(Phase.RUNNING, started_at=time.time())
+        return AttemptStatus(Phase.GONE)
+
+    def stop(self, attempt_id: str, *, grace_seconds: float = 30.0, reason: str = "") -> None:
+        pass
+
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        return b"", offset
+
+
+def _world(tmp_path, make_settings):
+    settings = make_settings(f"sqlite://{tmp_path / 'broker.db'}", config=CONFIG)
+    store = open_store(settings.store_url)
+    clock = [time.time()]
+    hosts = {name: ViewLauncher(f"view:{name}") for name in ("a", "b")}
+    engines = {name: Engine(settings, store, launcher, clock=lambda: clock[0]) for name, launcher in hosts.items()}
+    service = BrokerService(settings, store, hosts["a"], clock=lambda: clock[0])
+    job_id = service.submit(Principal("admin", None, admin=True),
+                            {"name": "j", "run": "sleep 1000", "broker": {"budget_usd": 5}})[0].id
+    for _ in range(3):
+        engines["a"].tick()
+        clock[0] += 1
+    assert store.get_job(job_id).state.value == "running"
+    assert store.attempts(job_id)[-1].launched_in == "view:a"
+    return store, clock, hosts, engines, job_id
+
+
+def test_after_a_store_outage_longer_than_the_timeout_no_engine_takes_over_a_live_owner(tmp_path, make_settings):
+    store, clock, hosts, engines, job_id = _world(tmp_path, make_settings)
+    engines["b"].tick()  # B watches too, and leaves A's attempt alone
+    clock[0] += 1
+    # The store is down for 10 minutes: neither engine (nor the job's progress reports) can write.
+    clock[0] += 600
+    engines["b"].tick()  # B's first tick after the outage: A's last beat is 600 s old, but A could not beat
+    assert store.get_job(job_id).attempts == 1, "B took over A's running attempt after an outage A could not beat through"
+    engines["a"].tick()
+    for _ in range(100):  # both alive again: A keeps its attempt
+        clock[0] += 5
+        engines["b"].tick()
+        engines["a"].tick()
+    assert store.get_job(job_id).attempts == 1
+    assert hosts["b"].launched == []
+
+
+def test_an_engine_that_starts_after_all_were_down_waits_for_the_owner_to_come_back(tmp_path, make_settings):
+    store, clock, hosts, engines, job_id = _world(tmp_path, make_settings)
+    clock[0] += 3600  # every broker stopped for an hour (maintenance); B comes back first
+    engines["b"].tick()
+    assert store.get_job(job_id).attempts == 1, "B took over before A had a chance to beat again"
+    clock[0] += 30
+    engines["a"].tick()
+    for _ in range(100):
+        clock[0] += 5
+        engines["b"].tick()
+        engines["a"].tick()
+    assert store.get_job(job_id).attempts == 1
+
+
+def test_an_owner_that_stays_silent_is_still_taken_over(tmp_path, make_settings):
+    store, clock, hosts, engines, job_id = _world(tmp_path, make_settings)
+    clock[0] += 600  # an outage, then A never comes back (its host is gone)
+    for _ in range(59):  # B watches A stay silent for less than the timeout
+        clock[0] += 5
+        engines["b"].tick()
+    assert store.get_job(job_id).attempts == 1
+    for _ in range(4):
+        clock[0] += 5
+        engines["b"].tick()
+    job = store.get_job(job_id)
+    assert job.attempts == 2 and store.attempts(job_id)[0].state.value == "lost"
+    assert hosts["b"].launched == [f"{job_id}-a2"]
