@@ -26,7 +26,7 @@ from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
-from launchers.base import Launcher
+from launchers.base import Launcher, domains_of
 from pricing.money import cost_for_seconds, fmt
 from pricing.offers import Tier
 
@@ -181,9 +181,9 @@ class BrokerService:
             raise Invalid("attempt", f"must be between 1 and {job.attempts}", status=404)
         if self.launcher is None:
             raise Invalid("logs", "this broker process has no launcher to read logs from", status=503)
-        mine = getattr(self.launcher, "domain", "") or ""
+        mine = domains_of(self.launcher)
         where = next((a.launched_in for a in self.store.attempts(job.id) if a.n == n), "")
-        if where and where != mine:
+        if where and where not in mine:
             raise Invalid("logs", f"attempt {n} was launched by another broker process, whose launcher ({where}) "
                           "keeps its output; read it through that broker, or give the brokers one shared launcher "
                           "state (docs/architecture.md, 'Several broker processes')", status=409)

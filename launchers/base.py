@@ -89,8 +89,10 @@ class Capabilities:
 class Launcher(Protocol):
     """Runs attempts. ``domain`` (optional, default ``""``) names the view of attempts this launcher
     has: two launchers with the same domain see the same attempts (the local launcher: one host and
-    data directory; SkyPilot: one API server). The engine monitors only attempts launched in its own
-    domain while the engine that launched them is alive."""
+    data directory; SkyPilot: one API server). A launcher that combines views (the router) gives
+    ``domains`` (all of them) and ``domain_for(placement)`` (the one an attempt is launched in). The
+    engine monitors only attempts launched in its own domains while the engine that launched them is
+    alive (:func:`domains_of`, :func:`domain_for`)."""
 
     name: str
     capabilities: Capabilities
@@ -111,6 +113,21 @@ class Launcher(Protocol):
 
     def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
         """Up to ``limit`` bytes of output from ``offset``; returns (bytes, next offset)."""
+
+
+def domains_of(launcher: Any) -> frozenset[str]:
+    """Every view of attempts ``launcher`` has: its ``domains`` (a router: its host's and its cloud's),
+    else its one ``domain``; empty for a launcher that names none."""
+    given = getattr(launcher, "domains", None)
+    if given is None:
+        given = (getattr(launcher, "domain", "") or "",)
+    return frozenset(d for d in given if d)
+
+
+def domain_for(launcher: Any, placement: dict[str, Any]) -> str:
+    """The view an attempt with ``placement`` is launched in (what ``Attempt.launched_in`` records)."""
+    pick = getattr(launcher, "domain_for", None)
+    return pick(placement) if pick is not None else (getattr(launcher, "domain", "") or "")
 
 
 def state_domain(kind: str, state_dir: Path) -> str:

@@ -14,15 +14,23 @@ class RoutingLauncher:
     def __init__(self, local: LocalLauncher, cloud):
         self.local = local
         self.cloud = cloud
-        self.domain = f"{local.domain}+{getattr(cloud, 'domain', '')}"
+        #: this host's attempts (pools, simulated zones) and the cloud's are two views: tasks that share
+        #: one SkyPilot API server see each other's cloud attempts but not each other's local ones
+        self.domains = tuple(d for d in (local.domain, getattr(cloud, "domain", "") or "") if d)
+        self.domain = "+".join(self.domains)
         self.capabilities = Capabilities(simulated=local.capabilities.simulated, preemption_notice=True,
                                          follow_logs=True)
 
+    @staticmethod
+    def _is_local(placement) -> bool:
+        return placement.get("cloud") == "local" or bool(placement.get("simulated"))
+
     def _for_request(self, request: LaunchRequest):
-        placement = request.placement
-        if placement.get("cloud") == "local" or placement.get("simulated"):
-            return self.local
-        return self.cloud
+        return self.local if self._is_local(request.placement) else self.cloud
+
+    def domain_for(self, placement) -> str:
+        """The view an attempt with this placement is launched in: this host's, or the cloud's."""
+        return self.local.domain if self._is_local(placement) else (getattr(self.cloud, "domain", "") or "")
 
     def _owner(self, attempt_id: str):
         """The local launcher knows its attempts by their run folder; the rest are SkyPilot's."""

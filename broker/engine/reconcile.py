@@ -38,7 +38,7 @@ from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, matching_offers
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
-from launchers.base import AttemptStatus, LaunchError, Launcher, Phase
+from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, domain_for, domains_of
 from pricing.deadline import RELIABLE
 from pricing.money import fmt
 from pricing.offers import Tier
@@ -77,6 +77,8 @@ class Engine:
         self._last_sweep = 0.0
         #: the view of attempts this engine's launcher has (``Launcher.domain``); "" sees every attempt
         self.domain: str = getattr(launcher, "domain", "") or ""
+        #: every view it has (a router: this host's and the cloud's); attempts launched in one are this engine's
+        self.domains: frozenset[str] = domains_of(launcher)
         self._last_beat = float("-inf")
         self._beats: dict[str, float] = {}
         #: since when this engine has read the beats without a gap (start, or back from a store outage):
@@ -132,8 +134,8 @@ class Engine:
         """Every few seconds: say this engine is alive, and read when the others last said so."""
         if now - self._last_beat < min(BEAT_SECONDS, self.settings.owner_timeout_seconds / 4):
             return
-        if self.domain:
-            self.store.beat(self.domain, now)
+        for domain in sorted(self.domains):
+            self.store.beat(domain, now)
         self._beats = self.store.beats()
         if now - self._last_beat > self.settings.owner_timeout_seconds / 2:
             # the first beat, or the first after this engine lost the store for a while (an outage every
@@ -218,7 +220,8 @@ class Engine:
             id=attempt_id(job.id, n), job_id=job.id, n=n, state=AttemptState.LAUNCHING,
             launcher=self.launcher.name, placement=dict(job.placement),
             price_per_hour=int(job.placement.get("price_per_hour", 0)), created_at=now, slots=list(job.slots),
-            resume_from=job.last_checkpoint.get("uri") or None, launched_in=self.domain,
+            resume_from=job.last_checkpoint.get("uri") or None,
+            launched_in=domain_for(self.launcher, job.placement),
         )
         where = job.placement.get("zone") or job.placement.get("instance_type", "?")
         resume = f", resuming from step {job.last_checkpoint.get('step')}" if attempt.resume_from else ""
@@ -249,7 +252,7 @@ class Engine:
         if not attempts:
             return
         attempt = attempts[-1]
-        if attempt.launched_in and attempt.launched_in != self.domain:
+        if attempt.launched_in and attempt.launched_in not in self.domains:
             silence = self._owner_silence(job, attempt, now)
             if silence is None:
                 return  # the engine that launched it watches it
