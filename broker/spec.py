@@ -146,7 +146,7 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         raise SpecError("broker.deadline", f"is {(broker.deadline - now) / 3600:.1f} h away, but broker.expected_hours says "
                                            f"the job needs {broker.expected_hours} h: move the deadline or correct the estimate")
     alternatives = _parse_resources(task.get("resources"), strict=strict)
-    broker = _retry_from_job_recovery(task.get("resources"), raw.get("broker"), broker)
+    broker = _retry_from_job_recovery(task.get("resources"), raw.get("broker"), broker, strict=strict)
     if strict and not (task.get("run") or "").strip() and not (task.get("setup") or "").strip():
         raise SpecError("run", "is required: the shell command that trains, such as 'python train.py'")
     resources = task.get("resources")
@@ -343,7 +343,8 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     )
 
 
-def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection) -> BrokerSection:
+def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection, *,
+                             strict: bool = True) -> BrokerSection:
     """SkyPilot's ``resources.job_recovery`` retry settings (``max_restarts_on_errors``,
     ``recover_on_exit_codes``) count as the job's retry policy unless ``broker.retry`` gives one: a task
     written for ``sky jobs launch`` keeps its meaning. The ``strategy`` is SkyPilot's own (the broker
@@ -352,7 +353,15 @@ def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection
     if not isinstance(recovery, dict) or (isinstance(section, dict) and "retry" in section):
         return broker
     given = {k: v for k, v in recovery.items() if k in RETRY_KEYS}
-    return replace(broker, retry=_retry(given, "resources.job_recovery")) if given else broker
+    if not given:
+        return broker
+    try:
+        return replace(broker, retry=_retry(given, "resources.job_recovery"))
+    except SpecError:
+        if strict:
+            raise
+        # a stored job accepted before job_recovery counted (it keeps the retry it was admitted with)
+        return broker
 
 
 def _retry(value: Any, where: str = "broker.retry") -> RetryPolicy:

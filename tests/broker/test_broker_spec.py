@@ -180,3 +180,15 @@ def test_skypilots_job_recovery_retry_settings_are_the_retry_policy_unless_broke
     with pytest.raises(SpecError) as bad:
         parse({"run": "x", "resources": {"job_recovery": {"max_restarts_on_errors": -1}}}, now=NOW)
     assert bad.value.field == "resources.job_recovery.max_restarts_on_errors"
+
+
+def test_a_stored_job_whose_job_recovery_the_retry_check_refuses_is_still_read_by_the_engine():
+    """resources.job_recovery was passed through unchecked before it became the retry policy: a job
+    accepted then with values that check refuses must still re-read (strict=False) — the engine's
+    schedule() and GET /v1/jobs' queue estimates parse every queued job, so one such job raised there
+    on every tick and request. The stored job keeps the retry policy it was admitted with."""
+    for recovery in ({"max_restarts_on_errors": 200}, {"recover_on_exit_codes": ["137"]}):
+        spec = parse({"run": "x", "resources": {"job_recovery": recovery}}, now=NOW, strict=False)
+        assert spec.broker.retry.max_restarts_on_errors == 0
+        with pytest.raises(SpecError):
+            parse({"run": "x", "resources": {"job_recovery": recovery}}, now=NOW)
