@@ -8,10 +8,17 @@ these dicts; the API renders public views of them and never a raw row.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from broker.lifecycle import AttemptState, JobEvent, JobState
+
+
+def _known(cls, d: dict[str, Any]) -> dict[str, Any]:
+    """The stored record's fields this version knows: a field added by a newer broker sharing the store
+    (during a rolling upgrade) is left out rather than failing the read."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
 
 
 @dataclass
@@ -34,7 +41,7 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Event:
-        return cls(**d)
+        return cls(**_known(cls, d))
 
 
 @dataclass
@@ -77,7 +84,7 @@ class Attempt:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Attempt:
-        d = dict(d)
+        d = _known(cls, d)
         d["state"] = AttemptState(d["state"])
         return cls(**d)
 
@@ -134,7 +141,7 @@ class Job:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Job:
-        d = dict(d)
+        d = _known(cls, d)
         d["state"] = JobState(d["state"])
         return cls(**d)
 

@@ -68,6 +68,7 @@ class PreemptionNotice:
         self.noticed_at: float | None = None
         self._signalled = False
         self._source = "signal"
+        self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
         self._watchdog: threading.Thread | None = None
         self._stop_watchdog = False
@@ -129,27 +130,28 @@ class PreemptionNotice:
         ``grace_s``: what the notice itself leaves (the broker's runner says); it shortens, never
         lengthens, this process's grace period.
         """
-        if self.noticed_at is not None:
-            if source != "signal":
+        with self._lock:  # the signal watchdog and the notice pollers may call at once
+            if self.noticed_at is not None:
+                if source != "signal":
+                    return
+                if not self._signalled:
+                    self._signalled = True
+                    log.warning("SIGTERM after the %s's notice: still saving, exit within %.0f s", self._source,
+                                self.seconds_left() or 0.0)
+                    return
+                log.warning("second preemption notice: exiting now")
+                self._force_exit(self.exit_code)
                 return
-            if not self._signalled:
-                self._signalled = True
-                log.warning("SIGTERM after the %s's notice: still saving, exit within %.0f s", self._source,
-                            self.seconds_left() or 0.0)
-                return
-            log.warning("second preemption notice: exiting now")
-            self._force_exit(self.exit_code)
-            return
-        self._signalled = source == "signal"
-        self._source = source
-        if grace_s is not None:
-            self.grace_s = min(self.grace_s, grace_s)
-        self.noticed_at = self._clock()
-        log.warning("preemption notice: saving at the next step, exiting within %.0f s", self.grace_s)
-        if self._watchdog is None:  # no watchdog thread (never installed): a timer enforces the deadline
-            self._timer = threading.Timer(self.grace_s, self._deadline)
-            self._timer.daemon = True
-            self._timer.start()
+            self._signalled = source == "signal"
+            self._source = source
+            if grace_s is not None:
+                self.grace_s = min(self.grace_s, grace_s)
+            self.noticed_at = self._clock()
+            log.warning("preemption notice: saving at the next step, exiting within %.0f s", self.grace_s)
+            if self._watchdog is None:  # no watchdog thread (never installed): a timer enforces the deadline
+                self._timer = threading.Timer(self.grace_s, self._deadline)
+                self._timer.daemon = True
+                self._timer.start()
 
     def _on_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
         """Nothing to do here: the watchdog saw the signal on the wakeup descriptor already."""

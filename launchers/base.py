@@ -131,10 +131,10 @@ def domain_for(launcher: Any, placement: dict[str, Any]) -> str:
 
 
 def state_domain(kind: str, state_dir: Path) -> str:
-    """A launcher domain tied to the directory that holds its state: ``<kind>:<dir>#<id>``, where the id
-    is made once and kept in ``<dir>/.domain`` — every process using that directory shares it, a
-    restart (even under a new host name, as containers get) keeps it, another host's directory at the
-    same path does not."""
+    """A launcher domain tied to the directory that holds its state: ``<kind>#<id>``, where the id is
+    made once and kept in ``<dir>/.domain`` — every process using that directory shares it, a restart
+    (even under a new host name, or with the directory mounted elsewhere) keeps it, another host's
+    directory at the same path does not."""
     path = Path(state_dir) / ".domain"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -148,7 +148,7 @@ def state_domain(kind: str, state_dir: Path) -> str:
     for _ in range(50):  # another process may be writing it this instant
         made = path.read_text().strip()
         if made:
-            return f"{kind}:{Path(state_dir).resolve()}#{made}"
+            return f"{kind}#{made}"
         time.sleep(0.01)
     raise OSError(f"{path} is empty: delete it and start again")
 

@@ -278,3 +278,16 @@ def test_each_engine_domain_keeps_its_latest_beat(store):
     store.beat("skypilot:http://api", 50.5)
     store.beat("local@a:/runs", 160.25)
     assert store.beats() == {"local@a:/runs": 160.25, "skypilot:http://api": 50.5}
+
+
+def test_a_record_with_a_field_from_a_newer_broker_still_reads():
+    """During a rolling upgrade an older broker reads what a newer one wrote: unknown fields are left out."""
+    from dataclasses import asdict
+
+    from broker.lifecycle import AttemptState
+    from broker.models import Attempt
+
+    attempt = Attempt(id="j-1-a1", job_id="j-1", n=1, state=AttemptState.RUNNING, launcher="local", placement={},
+                      price_per_hour=1, created_at=0.0)
+    stored = {**asdict(attempt), "state": "running", "a_field_from_the_future": {"x": 1}}
+    assert Attempt.from_dict(stored) == attempt
