@@ -143,37 +143,41 @@ def test_an_idempotency_key_says_what_it_did(cli):
     assert "was already used for job j-" in r.stderr and "different task" in r.stderr
 
 
-def test_waiting_for_a_queued_job_says_why_it_waits_and_ids_stay_whole_at_80_columns(cli):
-    run, tmp = cli
+def _queue_behind_a_blocker(run, tmp, blocker_yaml):
+    """Run a job that fills the one-slot pool; return it and the path of a task that must wait for it."""
     blocker = tmp / "blocker.yaml"
-    blocker.write_text("name: blocker\nresources: {cpus: 1}\nrun: sleep 4\n")
+    blocker.write_text(blocker_yaml)
     first = json.loads(run("--json", "submit", str(blocker)).stdout)
     wait_for(lambda: json.loads(run("--json", "status", first["id"]).stdout)["state"] == "running", timeout=30)
     nxt = tmp / "next.yaml"
     nxt.write_text("name: next\nresources: {cpus: 1, use_spot: false}\nrun: echo ran-after\n")  # the pool only
+    return first, nxt
+
+
+def _status_table(run, columns):
+    env = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": str(columns)}
+    return subprocess.run([sys.executable, "-m", "broker.cli", "status"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=60).stdout
+
+
+def test_waiting_for_a_queued_job_says_why_it_waits_and_ids_stay_whole_at_80_columns(cli):
+    run, tmp = cli
+    first, nxt = _queue_behind_a_blocker(run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 4\n")
     out = run("submit", str(nxt), "--wait")
     assert "ran-after" in out.stdout
     assert "queued, position 1 in the queue" in out.stderr and "full right now" in out.stderr, out.stderr
-    env_80 = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": "80"}
-    table = subprocess.run([sys.executable, "-m", "broker.cli", "status"], env=env_80, cwd=REPO, capture_output=True,
-                           text=True, timeout=60).stdout
+    table = _status_table(run, 80)
     assert first["id"] in table, table
 
 
 def test_the_status_table_says_roughly_when_a_waiting_job_starts(cli):
     run, tmp = cli
-    blocker = tmp / "blocker.yaml"
-    blocker.write_text("name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
-    first = json.loads(run("--json", "submit", str(blocker)).stdout)
-    wait_for(lambda: json.loads(run("--json", "status", first["id"]).stdout)["state"] == "running", timeout=30)
-    nxt = tmp / "next.yaml"
-    nxt.write_text("name: next\nresources: {cpus: 1, use_spot: false}\nrun: echo ran-after\n")
+    first, nxt = _queue_behind_a_blocker(
+        run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
     second = json.loads(run("--json", "submit", str(nxt)).stdout)
     waiting = wait_for(lambda: (j := json.loads(run("--json", "status", second["id"]).stdout)).get("estimated_start") and j,
                        timeout=30)
-    env = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": "160"}
-    table = subprocess.run([sys.executable, "-m", "broker.cli", "status"], env=env, cwd=REPO, capture_output=True,
-                           text=True, timeout=60).stdout
+    table = _status_table(run, 160)
     row = next(line for line in table.splitlines() if second["id"] in line)
     start = waiting["estimated_start"]  # about 30 min from now, in UTC
     assert f"{start[11:16]}Z" in row, table
