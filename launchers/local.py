@@ -145,7 +145,11 @@ class LocalLauncher:
                 "slots": list(request.slots), "stop_grace_seconds": request.stop_grace_seconds,
             }
             tmp = run_dir / "request.json.tmp"
-            tmp.write_text(json.dumps(body))
+            # the task's secrets and the job's token are in it: readable by this user only
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(body))
+            os.chmod(tmp, 0o600)  # an older tmp left by a killed launch keeps its mode otherwise
             os.replace(tmp, run_dir / "request.json")
             with open(run_dir / "runner.log", "ab") as out:
                 child = subprocess.Popen(

@@ -224,6 +224,12 @@ def host_notes(request: dict) -> list[str]:
               if not (v == CHECKPOINT_MOUNT and local_checkpoint_dir(request) is not None)]
     if mounts:
         notes.append(f"file_mounts are not mounted on this host (only SkyPilot placements mount them): {', '.join(mounts)}")
+    resources = task.get("resources") if isinstance(task.get("resources"), dict) else {}
+    if str(resources.get("image_id") or "").startswith("docker:"):
+        notes.append(f"image_id {resources['image_id']} is not used on this host: the job runs in the broker's own "
+                     "Python environment")
+    if resources.get("ports"):
+        notes.append(f"ports {resources['ports']} are not exposed on this host (only SkyPilot placements open them)")
     return notes
 
 

@@ -365,12 +365,16 @@ def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so
     store = open_store(f"sqlite://{tmp_path / 'z.db'}")
     launcher = open_launcher(settings)
     service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
-    task = {"num_nodes": 2, "resources": {"accelerators": "A10G:1"}, "run": SKYPILOT_STYLE_RUN,
-            "broker": {"budget_usd": 5}}
+    task = {"num_nodes": 2, "run": SKYPILOT_STYLE_RUN, "broker": {"budget_usd": 5},
+            "resources": {"accelerators": "A10G:1", "image_id": "docker:pytorch/pytorch:latest", "ports": 8888}}
     job = service.submit(ADMIN, task)[0]
     final = run_until(engine, store, job.id, {"succeeded", "failed"})
     assert final.state is JobState.SUCCEEDED, final.reason
     log = service.logs(ADMIN, job.id)["data"]
     assert "nodes=1 rank=0 master=127.0.0.1 gpus=2" in log
     assert "num_nodes: 2 runs on this host as one node with the GPUs of all 2" in log
+    assert "image_id docker:pytorch/pytorch:latest is not used on this host" in log
+    assert "ports 8888 are not exposed on this host" in log
+    request = settings.data_dir / "runs" / f"{job.id}-a1" / "request.json"
+    assert request.stat().st_mode & 0o077 == 0  # the task's secrets and the job's token: this user only
     store.close()
