@@ -15,9 +15,10 @@ Pure, given the price table.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from broker.config import Pool, Settings
 from broker.models import Job
@@ -44,11 +45,28 @@ def pool_offers(pool: Pool) -> list[Offer]:
     ]
 
 
-@lru_cache(maxsize=1)
-def _price_table() -> tuple[Offer, ...]:
-    from pricing.loading import load_price_table
+PRICE_RECHECK_SECONDS = 60.0
+"""How often the broker looks whether the catalog it priced from has changed on disk."""
+_table: tuple[tuple, tuple[Offer, ...]] | None = None
+_table_checked = float("-inf")
+_table_lock = threading.Lock()
 
-    return load_price_table()
+
+def _price_table() -> tuple[Offer, ...]:
+    """The cloud price table, read again when SkyPilot refreshes its catalog (the files' times and
+    sizes are looked at once a minute), so a long-running broker quotes today's prices."""
+    global _table, _table_checked
+    from pricing.loading import catalog_files, load_price_table
+
+    with _table_lock:
+        now = time.monotonic()
+        if _table is not None and now - _table_checked < PRICE_RECHECK_SECONDS:
+            return _table[1]
+        files = catalog_files()
+        _table_checked = now
+        if _table is None or _table[0] != files:
+            _table = (files, load_price_table())
+        return _table[1]
 
 
 def zone_offer(zone: SimZone, table: Iterable[Offer] | None = None) -> Offer:

@@ -22,6 +22,24 @@ def skypilot_catalog_dir(home: Path | None = None) -> Path:
     return (home or Path.home()) / ".sky" / "catalogs" / SCHEMA
 
 
+def catalog_files(catalog_dir: Path | None = None, *, clouds: Sequence[str] = ("aws",),
+                  home: Path | None = None) -> tuple[tuple[str, int, int], ...]:
+    """Which ``vms.csv`` files :func:`load_price_table` would read, with their modification time and
+    size: when this changes (SkyPilot refreshed its catalog), the price table is stale."""
+    search = [d for d in (catalog_dir, skypilot_catalog_dir(home), SNAPSHOT_DIR) if d is not None]
+    out = []
+    for cloud in clouds:
+        for root in search:
+            vms = root / cloud / "vms.csv"
+            try:
+                st = vms.stat()
+            except OSError:
+                continue
+            out.append((str(vms), st.st_mtime_ns, st.st_size))
+            break
+    return tuple(out)
+
+
 def load_price_table(
     catalog_dir: Path | None = None,
     *,

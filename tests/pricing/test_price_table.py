@@ -179,3 +179,30 @@ def test_onprem_pool_is_priced_per_gpu_hour(gpus, price, hourly):
     assert offer.tier is Tier.ONPREM and offer.cloud == "local"
     assert offer.region == offer.zone == offer.location == "lab-a100"
     assert offer.price_per_hour == hourly and offer.accelerator_count == gpus
+
+
+def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_path, monkeypatch):
+    """SkyPilot rewrites ~/.sky/catalogs/v8 every few hours; the broker notices within a minute."""
+    import os
+
+    from broker import offers as broker_offers
+
+    vms = tmp_path / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv"
+    vms.parent.mkdir(parents=True)
+    header = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone\n"
+    vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.006,0.40,us-east-1,use1-az1\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(broker_offers, "_table", None)
+    clock = [1000.0]
+    monkeypatch.setattr(broker_offers.time, "monotonic", lambda: clock[0])
+
+    def spot_price():
+        return next(o.price_per_hour for o in broker_offers._price_table() if o.tier.value == "spot")
+
+    assert spot_price() == 400_000
+    vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.006,0.35,us-east-1,use1-az1\n")
+    os.utime(vms, ns=(vms.stat().st_mtime_ns + 10**9,) * 2)
+    clock[0] += 30
+    assert spot_price() == 400_000  # looked at once a minute
+    clock[0] += 31
+    assert spot_price() == 350_000
