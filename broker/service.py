@@ -8,6 +8,7 @@ compare-and-set; the engine does the rest.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from pricing.offers import Tier
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
 """States a user may resume from."""
 CAS_RETRIES = 10
+
+log = logging.getLogger("broker.service")
 
 
 class NotFound(Exception):
@@ -74,11 +77,23 @@ def new_job_id() -> str:
 
 class BrokerService:
     def __init__(self, settings: Settings, store: JobStore, launcher: Launcher | None = None, *,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, on_event: Callable[[Event, Job], None] | None = None):
         self.settings = settings
         self.store = store
         self.launcher = launcher
         self.clock = clock
+        self.on_event = on_event  # as the engine's: the app's Slack notifier sees a cancel or resume too
+
+    def _commit(self, change: Change) -> Job:
+        """Commit, then hand each of its events to ``on_event`` (which queues and returns)."""
+        stored = self.store.commit(change)
+        if self.on_event:
+            for e in change.events:
+                try:
+                    self.on_event(e, stored)
+                except Exception:  # a notification never fails the request that changed the job
+                    log.exception("event hook failed")
+        return stored
 
     # -- submit ----------------------------------------------------------------------------------
 
@@ -123,7 +138,7 @@ class BrokerService:
         except Refused as exc:
             raise Invalid(exc.field, str(exc)) from None
         try:
-            job = self.store.commit(Change(job=admitted.job, expected_version=None, events=[admitted.event]))
+            job = self._commit(Change(job=admitted.job, expected_version=None, events=[admitted.event]))
         except DuplicateJob as dup:
             existing = self.store.get_job(dup.existing_id)
             if existing is None:
@@ -216,7 +231,7 @@ class BrokerService:
                 new = replace(new, placement={}, slots=[])
             event = event_for(new, JobEvent.CANCEL, t.to_state, time=now, reason=reason, actor=principal.name,
                               from_state=job.state)
-            return self.store.commit(Change(job=new, expected_version=job.version, events=[event]))
+            return self._commit(Change(job=new, expected_version=job.version, events=[event]))
 
         return self._retrying(once)
 
@@ -255,7 +270,7 @@ class BrokerService:
                           force_tier=tier or job.force_tier)
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
                               from_state=job.state, data={"checkpoint_step": step, "force": force})
-            return self.store.commit(Change(job=new, expected_version=job.version, events=[event]))
+            return self._commit(Change(job=new, expected_version=job.version, events=[event]))
 
         return self._retrying(once)
 
@@ -274,7 +289,7 @@ class BrokerService:
             now = self.clock()
             note = note_event(job, "budget_changed", f"budget {fmt(job.budget)} → {fmt(new_budget)} by {principal.name}",
                               time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})
-            return self.store.commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
+            return self._commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
                                             expected_version=job.version, events=[note]))
 
         return self._retrying(once)
@@ -295,7 +310,7 @@ class BrokerService:
             now = self.clock()
             note = note_event(job, "switch_tier", f"pinned to on-demand by {principal.name}", time=now,
                               actor=principal.name, data={"tier": "ondemand"})
-            return self.store.commit(Change(job=replace(job, force_tier="ondemand", updated_at=now),
+            return self._commit(Change(job=replace(job, force_tier="ondemand", updated_at=now),
                                             expected_version=job.version, events=[note]))
 
         return self._retrying(once)
@@ -332,7 +347,7 @@ class BrokerService:
                                        checkpoint=changes.get("last_checkpoint", a.checkpoint)))
             elif attempts and point.get("checkpoint"):
                 records.append(replace(attempts[-1], checkpoint=changes["last_checkpoint"]))
-            return self.store.commit(Change(job=replace(job, **changes), expected_version=job.version,
+            return self._commit(Change(job=replace(job, **changes), expected_version=job.version,
                                             attempts=records, metrics=[point] if point.get("step") is not None else []))
 
         return self._retrying(once)

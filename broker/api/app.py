@@ -46,15 +46,15 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     settings = settings or load_settings(create_admin_token=True)
     store = store or open_store(settings.store_url)
     launcher = launcher or open_launcher(settings)
-    service = BrokerService(settings, store, launcher)
     run_engine = settings.engine if engine is None else engine
     notifier_box: dict = {}
 
     def on_event(event, job) -> None:
         notifier = notifier_box.get("notifier")
         if notifier is not None:
-            notifier.handle(event, job)  # queues and returns: delivery never blocks the engine
+            notifier.handle(event, job)  # queues and returns: delivery never blocks the engine or a request
 
+    service = BrokerService(settings, store, launcher, on_event=on_event)  # a cancel or resume notifies too
     eng = Engine(settings, store, launcher, on_event=on_event) if run_engine else None
 
     @asynccontextmanager

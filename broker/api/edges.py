@@ -12,8 +12,8 @@ def install_edges(app, service, settings: Settings) -> None:
     """Mount ``/v1/costs``, ``/dashboard``, ``/metrics`` and ``/slack/*``, and time every request.
 
     Also sets ``app.state.notifier`` (a :class:`broker.slack.notify.Notifier`
-    when Slack notifications are configured, else ``None``): the engine calls
-    ``notifier.handle(event, job)`` after each committed event.
+    when Slack notifications are configured, else ``None``): the engine and the
+    service call ``notifier.handle(event, job)`` after each committed event.
     """
     if getattr(app.state, "edges_installed", False):
         return

@@ -108,8 +108,9 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         why = event.data.get("diagnosis") or event.reason
         return _msg(f":repeat: {head} attempt {event.attempt or '?'} on {_zone(event, att)} ended: {why}\n"
                     f"It is queued again and resumes from {frm} ({lost_text}).", foot)
-    if name == "resume":
-        return _msg(f":repeat: {head} was resumed by {event.actor}: {event.reason}", foot)
+    if name == "resume":  # the service's reason already names who: "resumed by slack:U1 from step 400"
+        why = event.reason if event.actor in (event.reason or "") else f"was resumed by {event.actor}: {event.reason}"
+        return _msg(f":repeat: {head} {why}.", foot)
     if name == "budget_warning":
         pct = event.data.get("percent") or costs.percent(job.spent, job.budget)
         burn = costs.burn(job, attempts, event.time)

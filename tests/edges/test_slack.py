@@ -304,6 +304,19 @@ def test_without_a_channel_or_webhook_commands_work_and_nothing_is_notified(tmp_
     assert store.get_job("j-b1").state is JobState.QUEUED
 
 
+
+def test_a_resume_or_cancel_from_slack_is_posted_to_the_team_channel_once(slack_app, slack, store, stub):
+    # the service commits these (not the engine), and the channel still hears who did what
+    assert "Resumed `j-b1`" in text_of(command(slack, "resume j-b1 force", user="U_B").json())
+    (msg,) = stub.wait_for("/webhook/b")
+    assert "train-j-b1 j-b1 (team-b) resumed by slack:U_B from step 400 (forced)." in msg["text"]
+    assert "Cancelling j-a3" in text_of(command(slack, "cancel j-a3").json())  # queued: cancelled at once
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    assert msg["channel"] == "C_A" and "train-j-a3 j-a3 (team-a) was cancelled by slack:U_A." in msg["text"]
+    command(slack, "cancel j-a2")  # running: the engine's "ended" says it once the attempt has stopped
+    assert slack_app.state.notifier.flush(5)
+    assert len(stub.posts("/api/chat.postMessage")) == 1 and len(stub.posts("/webhook/b")) == 1
+
 # -- notifications and buttons, from the real engine ------------------------------------------------
 
 
