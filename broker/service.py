@@ -274,9 +274,9 @@ class BrokerService:
 
         return self._retrying(once)
 
-    def raise_budget(self, principal: Principal, job_id: str, new_budget: int) -> Job:
+    def raise_budget(self, principal: Principal, job_id: str, new_budget: int, *, only_up: bool = False) -> Job:
         """Set a job's budget cap, up, or down to no less than it spent (raising it lets a budget-stopped
-        job resume)."""
+        job resume). With ``only_up`` (a "Raise budget to $X" button), a budget already at X or above stays."""
         if new_budget <= 0:
             raise Invalid("budget_usd", "must be more than $0")
 
@@ -286,6 +286,8 @@ class BrokerService:
                 raise Conflict(f"cannot change the budget of a job that is {job.state.value}")
             if new_budget < job.spent:
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
+            if only_up and new_budget <= job.budget:
+                raise Conflict(f"the budget is already {fmt(job.budget)}, not below {fmt(new_budget)}")
             now = self.clock()
             note = note_event(job, "budget_changed", f"budget {fmt(job.budget)} → {fmt(new_budget)} by {principal.name}",
                               time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})

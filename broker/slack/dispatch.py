@@ -158,7 +158,7 @@ class Dispatcher:
         if kind == "raise_budget":
             if not isinstance(data.get("budget"), int):
                 return blocks.error("That button is out of date.")
-            return self._guard(self._raise, who, job_id, data["budget"])
+            return self._guard(self._raise, who, job_id, data["budget"], button=True)
         if kind == "cancel":
             return self._guard(self._cmd_cancel, Command("cancel", job_id=job_id), who)
         return blocks.error("Unknown button.")
@@ -180,9 +180,12 @@ class Dispatcher:
     def _switch(self, who: Principal, job_id: str) -> Reply:
         return self._done("Switched to on-demand", self.service.switch_to_ondemand(who, job_id))
 
-    def _raise(self, who: Principal, job_id: str, amount: int) -> Reply:
+    def _raise(self, who: Principal, job_id: str, amount: int, *, button: bool = False) -> Reply:
         before = self.service.get(who, job_id).budget
-        job = self.service.raise_budget(who, job_id, amount)
+        if button and amount <= before:  # pressed twice, or after the budget was set since: never lowers it
+            return blocks.error(f"Nothing changed: the budget of `{job_id}` is already {fmt(before)} (this button "
+                                f"sets {fmt(amount)}). To set another: `{self.cfg.command} budget {job_id} <$>`")
+        job = self.service.raise_budget(who, job_id, amount, only_up=button)
         verb = "raised" if job.budget > before else "lowered" if job.budget < before else "kept"
         return self._done(f"Budget {verb} from {fmt(before)} to {fmt(job.budget)} for", job)
 

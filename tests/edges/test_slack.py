@@ -17,9 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.api.edges import install_edges
+from broker.auth import Principal
 from broker.lifecycle import AttemptState, JobEvent, JobState
 from broker.models import Event, event_for
-from broker.service import BrokerService
+from broker.service import BrokerService, Conflict
 from broker.slack import commands
 from broker.slack.commands import CommandError
 from broker.store import Change
@@ -520,6 +521,26 @@ def test_budget_warning_posts_to_the_team_channel_with_cancel(slack_app, slack, 
     stub.wait_for("/respond/c")
     assert store.get_job("j-a2").state is JobState.CANCELLING
     assert (last_event(store, "j-a2").event, last_event(store, "j-a2").actor) == ("cancel", "slack:U_A")
+
+
+def test_a_raise_budget_button_raises_once_and_never_lowers(slack_app, slack, store, stub):
+    job = store.get_job("j-a2")  # running, $1.50 of $2.00
+    slack_app.state.notifier.handle(engine_event(job, "budget_warning", percent=75), job)
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    btn = buttons_of(msg)["Raise budget to $3.00"]
+    assert "Budget raised from $2.00 to $3.00" in pressed(slack, stub, btn, "U_A", "r1")
+    events = len(store.events("j-a2"))
+    # pressed again: nothing changes, nothing is recorded
+    again = pressed(slack, stub, btn, "U_A", "r2")
+    assert "Nothing changed: the budget of `j-a2` is already $3.00 (this button sets $3.00)" in again
+    assert "/broker budget j-a2 <$>" in again and len(store.events("j-a2")) == events
+    # the budget was set higher since: the old button does not lower it
+    assert "Budget raised from $3.00 to $30.00" in text_of(command(slack, "budget j-a2 $30").json())
+    assert "already $30.00 (this button sets $3.00)" in pressed(slack, stub, btn, "U_A", "stale")
+    assert store.get_job("j-a2").budget == 30_000_000
+    # two presses at once: the service's compare-and-set refuses the one that lost the race
+    with pytest.raises(Conflict, match="already \\$30.00, not below \\$30.00"):
+        slack_app.state.service.raise_budget(Principal("slack:U_A", team="team-a"), "j-a2", 30_000_000, only_up=True)
 
 
 def test_delivery_retries_then_gives_up_without_blocking(slack_app, store, stub):
