@@ -73,11 +73,11 @@ def _zone(event: Event, att: Attempt | None) -> str:
 
 
 def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Sequence[dict], *,
-                 dashboard_url: str, raise_percent: int = 50) -> Reply | None:
+                 dashboard_url: str, raise_percent: int = 50, command: str = "/broker") -> Reply | None:
     """The message for ``event``, or ``None`` when the event is not worth a message."""
     att = _attempt(event, attempts)
     head = f"*{job.name}* `{job.id}` ({job.team})"
-    foot = context(f"<{dashboard_url}|Dashboard> · `/broker status {job.id}`")
+    foot = context(f"<{dashboard_url}|Dashboard> · `{command} status {job.id}`")
     step = resume_step(event, job)
     frm = f"step {step}" if step is not None else "its last checkpoint"
     resume_label = f"Resume from step {step}" if step is not None else "Resume from last checkpoint"

@@ -113,7 +113,7 @@ class Notifier:
         attempts = self.store.attempts(job.id)
         points = self.store.metrics(job.id, limit=500)
         reply = notification(event, job, attempts, points, dashboard_url=self.dashboard_url,
-                             raise_percent=self.cfg.raise_budget_percent)
+                             raise_percent=self.cfg.raise_budget_percent, command=self.cfg.command)
         dest = self.cfg.destination(job.team)
         if reply is None or dest is None:
             return

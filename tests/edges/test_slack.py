@@ -543,6 +543,17 @@ def test_a_raise_budget_button_raises_once_and_never_lowers(slack_app, slack, st
         slack_app.state.service.raise_budget(Principal("slack:U_A", team="team-a"), "j-a2", 30_000_000, only_up=True)
 
 
+def test_a_notification_names_the_slash_command_the_broker_answers(tmp_path, store, seeded, stub):
+    settings = slack_settings(tmp_path, stub)
+    settings = replace(settings, extra={**settings.extra, "slack": {**settings.extra["slack"], "command": "/train"}})
+    app = build_app(settings, store)
+    job = store.get_job("j-a1")
+    app.state.notifier.handle(engine_event(job, "succeed"), job)
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    app.state.notifier.close()
+    assert "`/train status j-a1`" in text_of(msg) and "/broker" not in text_of(msg)
+
+
 def test_delivery_retries_then_gives_up_without_blocking(slack_app, store, stub):
     notifier = slack_app.state.notifier
     job = store.get_job("j-a1")
