@@ -190,23 +190,39 @@ def cmd_worker(args) -> int:
     import threading
 
     from broker.config import load_settings
-    from broker.engine.reconcile import Engine
     from broker.runtime import open_launcher
     from broker.store import open_store
 
     logging.basicConfig(level=logging.INFO)
     settings = load_settings(config_path=args.config)
     _check_prices(settings)
-    engine = Engine(settings, open_store(settings.store_url), open_launcher(settings))
-    if args.burst:
-        engine.run_until_idle(timeout=24 * 3600)
+    engine, notifier = worker_engine(settings, open_store(settings.store_url), open_launcher(settings))
+    try:
+        if args.burst:
+            engine.run_until_idle(timeout=24 * 3600)
+            return 0
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        while not stop.is_set():
+            engine.tick_safely()  # a store that stops answering for a while must not end the worker
+            stop.wait(settings.tick_seconds)
         return 0
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    while not stop.is_set():
-        engine.tick_safely()  # a store that stops answering for a while must not end the worker
-        stop.wait(settings.tick_seconds)
-    return 0
+    finally:
+        if notifier is not None:
+            notifier.close()
+
+
+def worker_engine(settings, store, launcher):
+    """``broker worker``'s engine and the Slack notifier its events go to (``None`` when none is configured):
+    with the engine out of the API processes, the engine's events reach Slack only from here."""
+    from broker.api.slack import dashboard_url
+    from broker.engine.reconcile import Engine
+    from broker.slack.config import slack_config
+    from broker.slack.notify import Notifier
+
+    cfg = slack_config(settings.extra)
+    notifier = Notifier(cfg, store, dashboard_url=dashboard_url(settings)) if cfg.notifications_enabled else None
+    return Engine(settings, store, launcher, on_event=notifier.handle if notifier else None), notifier
 
 
 def _client(args):

@@ -11,11 +11,13 @@ import hmac
 import json
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 from urllib.parse import urlencode
 
 import pytest
 from fastapi.testclient import TestClient
 
+from broker import cli
 from broker.api.edges import install_edges
 from broker.auth import Principal
 from broker.lifecycle import AttemptState, JobEvent, JobState
@@ -404,6 +406,21 @@ def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presse
     job, ev = store.get_job("j-oom"), last_event(store, "j-oom")
     assert (job.state, job.force_tier, ev.event, ev.actor) == (JobState.QUEUED, "ondemand", "switch_tier",
                                                                "slack:U_B")
+
+
+def test_broker_worker_posts_its_engines_events(tmp_path, stub):
+    # BROKER_ENGINE=off: the engine runs in `broker worker`, and its events reach Slack from there
+    store, launcher = SqliteStore(tmp_path / "worker.db"), FakeLauncher()
+    engine, notifier = cli.worker_engine(slack_settings(tmp_path, stub), store, launcher)
+    notifier.sleep = lambda s: None
+    holder = SimpleNamespace(state=SimpleNamespace(service=SimpleNamespace(store=store, launcher=launcher)))
+    running(holder, "j-w", "team-b", world.onprem(200_000), budget=4_000_000, checkpoint_step=400, last_step=450)
+    launcher.statuses["j-w-a1"] = AttemptStatus(Phase.FAILED, exit_code=1, ended_at=time.time())
+    engine.tick()
+    (msg,) = stub.wait_for("/webhook/b")
+    notifier.close()
+    store.close()
+    assert "train-j-w j-w (team-b) failed:" in msg["text"] and "Resume from step 400" in buttons_of(msg)
 
 
 def test_an_engine_preemption_posts_zone_and_steps_lost_then_the_resumed_start(engine_app, stub):
