@@ -26,6 +26,7 @@ and ``last_checkpoint`` (``step``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 
 from broker import costs
 from broker.models import Attempt, Event, Job
@@ -79,8 +80,8 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     head = f"*{job.name}* `{job.id}` ({job.team})"
     foot = context(f"<{dashboard_url}|Dashboard> · `{command} status {job.id}`")
     step = resume_step(event, job)
-    frm = f"step {step}" if step is not None else "its last checkpoint"
-    resume_label = f"Resume from step {step}" if step is not None else "Resume from last checkpoint"
+    frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
+    resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
     new_budget = raised_budget(job.budget, raise_percent)
     raise_btn = button("raise_budget", f"Raise budget to {fmt(new_budget)}", job.id, budget=new_budget,
                        confirm=f"Raise the budget of {job.name} from {fmt(job.budget)} to {fmt(new_budget)}?")
@@ -114,7 +115,10 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     if name == "budget_warning":
         pct = event.data.get("percent") or costs.percent(job.spent, job.budget)
         burn = costs.burn(job, attempts, event.time)
-        left = f" About {burn['hours_left']} h left at {burn['price_per_hour']['usd']}/h." if burn["hours_left"] else ""
+        hours = burn["hours_left"]
+        rate = burn["price_per_hour"]["usd"]
+        left = "" if hours is None else (f" Under 6 minutes left at {rate}/h." if Decimal(hours) < Decimal("0.1")
+                                         else f" About {hours} h left at {rate}/h.")
         return _msg(f":warning: {head} has used {pct}% of its budget ({fmt(job.spent)} of {fmt(job.budget)}).{left}",
                     actions([raise_btn, button("cancel", "Cancel", job.id, style="danger",
                                                confirm=f"Cancel {job.name}? Its last checkpoint is kept.")]), foot)

@@ -525,6 +525,23 @@ def test_lifecycle_messages(slack_app, store, stub, name, attempt, data, says):
     assert says in text_of(msg)
 
 
+def test_a_preemption_before_any_checkpoint_says_the_job_restarts_from_the_beginning(slack_app, store, stub):
+    job = replace(store.get_job("j-a1"), last_checkpoint={})
+    slack_app.state.notifier.handle(engine_event(job, "recover", attempt=1, **{**PREEMPTED, "checkpoint_step": None}),
+                                    job)
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    assert "it is queued to resume from the beginning (no checkpoint yet)" in text_of(msg)
+    assert "last checkpoint" not in text_of(msg)
+
+
+def test_a_budget_warning_with_minutes_left_says_so_not_0_0_hours(slack_app, store, stub):
+    job = store.get_job("j-a2")
+    job = replace(job, budget=job.spent + 1_000)  # a tenth of a cent left
+    slack_app.state.notifier.handle(engine_event(job, "budget_warning", percent=99), job)
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    assert "Under 6 minutes left at" in text_of(msg) and "0.0 h" not in text_of(msg)
+
+
 def test_budget_warning_posts_to_the_team_channel_with_cancel(slack_app, slack, store, stub):
     job = store.get_job("j-a2")
     slack_app.state.notifier.handle(engine_event(job, "budget_warning", spent=1_600_000, budget=2_000_000,
