@@ -164,7 +164,7 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
     if args.zones:
         files = [f for f in args.zones.split(",") if f]
         probe_gap = args.gap_seconds or min(read_trace(Path(f))[0] for f in files)
-        _, windows = zone_windows(files, int(args.windows), args.seed or 0, deadline // probe_gap, args.gap_seconds)
+        _, windows = zone_windows(files, int(args.windows), args.seed or 0, -(-deadline // probe_gap), args.gap_seconds)  # whole ticks that reach the deadline
     else:
         windows = read_windows(Path(args.windows))
     results = []

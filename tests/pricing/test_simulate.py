@@ -129,6 +129,15 @@ def test_cli_samples_multi_zone_windows_and_names_zones_by_index():
     assert all(set(r["actions"]) <= set("IO012") and r["finished"] for r in rows)
 
 
+def test_sampled_zone_windows_reach_a_deadline_that_is_not_a_whole_number_of_the_traces_ticks():
+    # 60 h is 1,107.7 ticks of 195 s: windows of 1,107 ticks ended before it and every run was refused
+    trace_dir = SHARED / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"
+    files = ",".join(str(trace_dir / f"{z}_v100_1.json") for z in ("us-east-1a", "us-east-1c"))
+    rows = cli_run(["--zones", files, "--windows", "2", "--seed", "1", "--deadline-hours", "60", "--policy", "greedy",
+                    "--json"], out=io.StringIO())
+    assert len(rows) == 2 and all(r["gap_seconds"] == 195 and r["finished"] for r in rows)
+
+
 def test_told_a_short_job_and_a_short_changeover_the_broker_still_finishes_within_the_relaxed_bound():
     for w in WINDOWS[:5]:
         avail = np.atleast_2d(w["available"])
