@@ -37,21 +37,21 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kw)
 
     s = sub.add_parser("serve", help="run the broker (API + engine)")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=int(os.environ.get("BROKER_PORT", 8000)))
-    s.add_argument("--config", default=None, help="config YAML (default $BROKER_CONFIG)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=int(os.environ.get("BROKER_PORT", 8000)), help="port (default $BROKER_PORT or 8000)")
+    s.add_argument("--config", default=None, help="config YAML (default $BROKER_CONFIG, else <data dir>/config.yaml)")
     s.add_argument("--no-engine", action="store_true", help="serve the API only; run `broker worker` apart")
 
     w = sub.add_parser("worker", help="run the engine without the API")
-    w.add_argument("--config", default=None)
+    w.add_argument("--config", default=None, help="config YAML (default $BROKER_CONFIG, else <data dir>/config.yaml)")
     w.add_argument("--burst", action="store_true", help="run until no job is active, then exit")
 
     s = client("submit", help="submit a SkyPilot task YAML")
     s.add_argument("file")
     s.add_argument("--budget", help="budget cap in dollars (overrides broker.budget_usd)")
-    s.add_argument("--team")
+    s.add_argument("--team", help="submit for this team (admins; default: your token's team)")
     s.add_argument("--deadline", help="ISO time or duration from now (6h, 1d12h)")
-    s.add_argument("--idempotency-key")
+    s.add_argument("--idempotency-key", help="a retry with the same key returns the first job instead of a second one")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's envs, as `sky launch --env` (no value: this shell's)")
     s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
@@ -59,14 +59,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", action="store_true", help="follow the job until it ends")
 
     s = client("status", help="list jobs, or show one")
-    s.add_argument("id", nargs="?")
-    s.add_argument("--state")
-    s.add_argument("--team")
+    s.add_argument("id", nargs="?", help="one job: its attempts, where they ran, cost")
+    s.add_argument("--state", help="only jobs in this state (queued, running, failed, stopped_budget, ...)")
+    s.add_argument("--team", help="admins: only this team's jobs")
 
     s = client("logs", help="show a job's output")
     s.add_argument("id")
-    s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("--attempt", type=int)
+    s.add_argument("-f", "--follow", action="store_true", help="keep following the output until the job ends")
+    s.add_argument("--attempt", type=int, help="this attempt's output (default: the newest)")
 
     s = client("cancel", help="cancel a job")
     s.add_argument("id")
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("target", help="a job id (preempt, kill) or a zone name (zone)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--down", dest="available", action="store_false", default=None, help="zone: no capacity")
-    g.add_argument("--up", dest="available", action="store_true", help="zone: capacity back")
+    g.add_argument("--up", dest="available", action="store_true", help="zone: capacity held up whatever its trace says (neither flag: back to its trace)")
 
     s = client("costs", help="spend, saving against on-demand and preemptions, for a team and a window, or one job")
     s.add_argument("id", nargs="?", help="a job: its attempts and what each cost")
