@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from decimal import ROUND_CEILING, Decimal
 
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
@@ -54,6 +55,22 @@ def request_of(job: Job) -> JobRequest:
                    max_price_per_hour=job.max_price_per_hour)
 
 
+def left_to_run(job: Job, request: JobRequest) -> JobRequest:
+    """The request to price a queued job's next attempt against: a job that has run before needs only
+    what is left of its ``expected_hours`` — the share of its steps after its last checkpoint, when it
+    reported a step total; when it did not, the estimate is not asked of the budget again (the budget
+    stop keeps the spend within it). Before, a job preempted half-way whose budget had covered the
+    whole estimate at submit waited for ever: "the budget left does not cover <the whole job>"."""
+    if request.expected_hours is None or not job.attempts:
+        return request
+    total = job.progress.get("total_steps")
+    done = (job.last_checkpoint or {}).get("step") or 0
+    if isinstance(total, int) and total > 0 and isinstance(done, int):
+        left = request.expected_hours * Decimal(max(total - done, 0)) / Decimal(total)
+        return replace(request, expected_hours=left.quantize(Decimal("0.0001"), rounding=ROUND_CEILING))
+    return replace(request, expected_hours=None)
+
+
 def _offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     mine = matching_offers(request, offers)
     if job.force_tier:
@@ -73,7 +90,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     policies = policies or {}
     decisions: list[Place | Wait] = []
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
-        request = request_of(job)
+        request = left_to_run(job, request_of(job))
         mine = _offers_for(job, request, offers)
         blocked = frozenset(z for z, until in job.blocked_zones.items() if until > now)
         policy = policies.get(job.id)

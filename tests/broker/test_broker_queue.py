@@ -57,3 +57,29 @@ def test_an_overdue_running_job_gives_now_never_a_time_in_the_past():
 def test_a_job_still_launching_holds_its_capacity_and_is_followed_from_its_expected_length():
     jobs = [job("starting", JobState.LAUNCHING, hours="0.25"), job("a", JobState.QUEUED, at=1)]
     assert estimated_starts(jobs, NOW) == {"a": pytest.approx(NOW + 900)}
+
+
+def test_a_resumed_job_is_priced_for_what_is_left_of_its_expected_length():
+    """Admitted for 1 h at $1/h with $0.60 left after a preemption half-way: the half left fits."""
+    from pricing.offers import Offer, Tier
+
+    from broker.engine.schedule import Place, Wait, schedule
+    from broker.offers import Market
+
+    od = Offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", "g5.xlarge", "A10G", 1, 1_000_000)
+    mk = Market(offers=(od,), free_capacity={}, free_slots={})
+    spec = {"run": "x", "resources": {"accelerators": "A10G:1"}, "broker": {"budget_usd": "1", "expected_hours": 1}}
+
+    def queued(**kw):
+        base = dict(id="j", name="j", team="t", spec=spec, budget=1_000_000, priority=0, state=JobState.QUEUED,
+                    submitted_at=NOW - 100, updated_at=NOW, expected_hours="1", spent=400_000, attempts=1,
+                    reason="waiting")
+        return Job(**{**base, **kw})
+
+    half_done = queued(progress={"step": 55, "total_steps": 100}, last_checkpoint={"step": 50})
+    assert isinstance(schedule([half_done], mk, now=NOW)[0], Place)  # $0.50 for the half left, $0.60 to spend
+    no_total = queued(progress={"step": 55})
+    assert isinstance(schedule([no_total], mk, now=NOW)[0], Place)  # the budget stop guards it from here
+    barely_begun = queued(progress={"step": 5, "total_steps": 100}, last_checkpoint={"step": 0})
+    waits = schedule([barely_begun], mk, now=NOW)[0]
+    assert isinstance(waits, Wait) and "does not cover" in waits.reason  # 1 h left, $0.60: the estimate still says no
