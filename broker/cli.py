@@ -356,14 +356,19 @@ def _show_job(con, job: dict) -> None:
     con.print(f"  spent {job['spent']['usd']} of {job['budget']['usd']}"
               + (f"  deadline {job['deadline']}" if job.get("deadline") else ""))
     attempts = job.get("attempt_list") or []
-    if attempts:
-        t = _table("attempt", "state", ("where", 14), "$/h", "cost", ("started", 20), ("ended", 20), "reason")
-        for a in attempts:
-            p = a["placement"]
-            t.add_row(str(a["n"]), a["state"], f"{p.get('tier')} {p.get('instance_type')}",
-                      a["price_per_hour"]["usd"], a["cost"]["usd"], a["started_at"] or "", a["ended_at"] or "",
-                      a["reason"])
-        con.print(t)
+    for a in attempts:  # lines, not a table: readable at 80 columns, copyable, greppable
+        p = a["placement"]
+        where = " ".join(str(x) for x in (p.get("tier"), p.get("instance_type")) if x)
+        if p.get("zone") or p.get("region"):
+            where += f" in {p.get('zone') or p.get('region')}"
+        where += " (simulated)" if p.get("simulated") else ""
+        style = STATE_STYLE.get(a["state"], "white")
+        con.print(f"  attempt {a['n']}: [{style}]{a['state']}[/] on {where}, {a['price_per_hour']['usd']}/h, "
+                  f"cost {a['cost']['usd']}", soft_wrap=True)
+        if a.get("started_at"):
+            con.print(f"    {a['started_at']} → {a.get('ended_at') or 'now'}", soft_wrap=True)
+        if a.get("reason"):
+            con.print(f"    {a['reason']}", soft_wrap=True)
 
 
 def cmd_status(args) -> int:

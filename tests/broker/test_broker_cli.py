@@ -55,6 +55,12 @@ def test_submit_status_logs_events_through_the_cli(cli):
     r = run("--url", run.url, "events", job_id, "--url", "http://127.0.0.1:9", check=False)
     assert r.returncode == 1 and "cannot reach the broker at http://127.0.0.1:9" in r.stderr
     assert "hello-from-cli" in run("logs", job_id).stdout
+    # one job at 80 columns (a default terminal, or piped): each attempt whole on its lines
+    env_80 = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": "80"}
+    shown = subprocess.run([sys.executable, "-m", "broker.cli", "status", job_id], env=env_80, cwd=REPO,
+                           capture_output=True, text=True, timeout=60).stdout
+    line = next(x for x in shown.splitlines() if x.strip().startswith("attempt 1:"))
+    assert "succeeded on onprem" in line and f"cost {jobs[0]['spent']['usd']}" in line, shown
     # what it cost: the team's window, and the job attempt by attempt
     report = json.loads(run("costs", "--json").stdout)
     assert report["top_jobs"][0]["id"] == job_id and report["totals"]["spent"] == jobs[0]["spent"]
