@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import signal as signals
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ class Rule:
     phases: frozenset[str] = frozenset()  # launcher phases it applies to (empty: any)
     exit_codes: frozenset[int] = frozenset()
     signals: frozenset[int] = frozenset()
+    infrastructure: bool | None = None  # a team rule's say; None: the class decides (INFRASTRUCTURE)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
         facts.setdefault("exception", "an exception")
         facts.setdefault("message", "")
         return Diagnosis(rule.cls, _fill(rule.sentence, facts), _fill(rule.hint, facts),
-                         rule.cls in INFRASTRUCTURE, step, {k: v for k, v in facts.items() if v is not None})
+                         rule.cls in INFRASTRUCTURE if rule.infrastructure is None else rule.infrastructure, step,
+                         {k: v for k, v in facts.items() if v is not None})
     return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
 
 
@@ -248,6 +250,9 @@ def _fill(template: str, facts: dict[str, Any]) -> str:
     return template.format_map(Missing({k: ("" if v is None else v) for k, v in facts.items()}))
 
 
+RULE_KEYS = frozenset({"class", "pattern", "phases", "exit_codes", "sentence", "hint", "infrastructure"})
+
+
 def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, ...]:
     """Team rules: a list of ``{class, pattern?, phases?, exit_codes?, sentence, hint?, infrastructure?}``."""
     raw = yaml.safe_load(text) or []
@@ -259,11 +264,18 @@ def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, .
     for i, r in enumerate(raw):
         if not isinstance(r, dict) or not r.get("class") or not r.get("sentence"):
             raise ValueError(f"{where}[{i}]: needs 'class' and 'sentence'")
+        unknown = sorted(set(map(str, r)) - RULE_KEYS)
+        if unknown:
+            raise ValueError(f"{where}[{i}].{unknown[0]}: is not a rule setting (known: {', '.join(sorted(RULE_KEYS))})")
+        infrastructure = r.get("infrastructure")
+        if infrastructure is not None and not isinstance(infrastructure, bool):
+            raise ValueError(f"{where}[{i}].infrastructure: must be true or false")
         try:
-            out.append(_r(str(r["class"]), str(r["sentence"]), str(r.get("hint", "")), r.get("pattern"),
-                          r.get("phases") or (), r.get("exit_codes") or ()))
+            rule = _r(str(r["class"]), str(r["sentence"]), str(r.get("hint", "")), r.get("pattern"),
+                      r.get("phases") or (), r.get("exit_codes") or ())
         except re.error as exc:
             raise ValueError(f"{where}[{i}].pattern: {exc}") from None
+        out.append(replace(rule, infrastructure=infrastructure))
     return tuple(out)
 
 

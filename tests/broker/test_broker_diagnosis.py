@@ -76,6 +76,20 @@ def test_team_rules_are_read_without_a_restart_and_come_first(tmp_path):
     assert "pattern" in book.error
 
 
+def test_a_team_rule_can_say_its_failure_is_the_infrastructures_and_so_resumes_with_one_click(tmp_path):
+    from broker.diagnosis import rules_from_yaml
+
+    path = tmp_path / "rules.yaml"
+    path.write_text("- class: nfs\n  pattern: 'Stale file handle'\n  sentence: The shared disk dropped out.\n"
+                    "  hint: Resume it.\n  infrastructure: true\n")
+    stale = RuleBook(path).diagnose(Ending("failed", 1, log_tail="OSError: [Errno 116] Stale file handle"))
+    assert (stale.cls, stale.infrastructure) == ("nfs", True)
+    with pytest.raises(ValueError, match=r"failure_rules\[0\]\.infrastucture: is not a rule setting"):
+        rules_from_yaml("- {class: x, sentence: y, infrastucture: true}")
+    with pytest.raises(ValueError, match=r"infrastructure: must be true or false"):
+        rules_from_yaml("- {class: x, sentence: y, infrastructure: maybe}")
+
+
 def test_the_step_is_the_latest_known_the_logs_when_the_rate_limited_reports_lag_behind_it():
     # progress reports go out at most every few seconds: the log has seen steps the broker has not
     log = "step 350\nstep 375\nTraceback (most recent call last):\nValueError: bad batch\n"
