@@ -15,6 +15,7 @@ cycle; the reconcile loop then persists each decision with compare-and-set.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
@@ -71,6 +72,17 @@ def left_to_run(job: Job, request: JobRequest) -> JobRequest:
     return replace(request, expected_hours=None)
 
 
+def _blocked_note(offers: Sequence[Offer], blocked: frozenset[str], job: Job, spot_up: frozenset[str]) -> str:
+    """When spot is up in zones this job may not use for now (blocked after its preemptions there): say
+    which, and until when — a job that 'waits for spot' while spot is up elsewhere needs the reason."""
+    zones = sorted({o.zone for o in offers if o.tier is Tier.SPOT and o.zone in blocked and o.zone in spot_up})
+    if not zones:
+        return ""
+    until = min(job.blocked_zones[z] for z in zones)
+    return (f"; spot is up in {', '.join(zones)}, blocked for this job after its preemptions there until "
+            f"{time.strftime('%H:%M:%SZ', time.gmtime(until))}")
+
+
 def _offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     mine = matching_offers(request, offers)
     if job.force_tier:
@@ -102,7 +114,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 d = policy_decide(policy, inp)
                 note = f" ({d.reason})" if d.reason else ""
                 if d.action is Action.WAIT:
-                    decisions.append(Wait(job, f"waiting: the spot policy waits for spot capacity{note}"))
+                    decisions.append(Wait(job, f"waiting: the spot policy waits for spot capacity{note}"
+                                               f"{_blocked_note(mine, blocked, job, mk.spot_available)}"))
                     continue
                 tier = ACTION_TIER[d.action]
                 chosen_tier = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None

@@ -83,3 +83,32 @@ def test_a_resumed_job_is_priced_for_what_is_left_of_its_expected_length():
     barely_begun = queued(progress={"step": 5, "total_steps": 100}, last_checkpoint={"step": 0})
     waits = schedule([barely_begun], mk, now=NOW)[0]
     assert isinstance(waits, Wait) and "does not cover" in waits.reason  # 1 h left, $0.60: the estimate still says no
+
+
+def test_a_job_the_policy_holds_while_spot_is_up_only_in_zones_blocked_for_it_is_told_so():
+    from pricing.deadline import Decision
+    from pricing.offers import Offer, Tier
+    from pricing.policy import Action
+
+    from broker.engine.schedule import Wait, schedule
+    from broker.offers import Market
+
+    class Waits:  # a policy that decides to wait (what the spot policy does when it sees no usable spot)
+        def observe(self, inp):
+            self.zones = inp.spot_zones_available
+
+        def decide(self, inp):
+            return Decision(Action.WAIT, None, "no spot")
+
+    spot = Offer(Tier.SPOT, "aws", "us-east-1", "us-east-1a", "g5.xlarge", "A10G", 1, 400_000)
+    od = Offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", "g5.xlarge", "A10G", 1, 1_000_000)
+    mk = Market(offers=(spot, od), free_capacity={}, free_slots={}, spot_available=frozenset({"us-east-1a"}))
+    spec = {"run": "x", "resources": {"accelerators": "A10G:1"}, "broker": {"budget_usd": "10", "expected_hours": 1}}
+    job = Job(id="j", name="j", team="t", spec=spec, budget=10_000_000, priority=0, state=JobState.QUEUED,
+              submitted_at=NOW - 100, updated_at=NOW, expected_hours="1", deadline=NOW + 3 * 3600,
+              blocked_zones={"us-east-1a": NOW + 600}, reason="waiting")
+    policy = Waits()
+    (decision,) = schedule([job], mk, now=NOW, policies={"j": policy})
+    assert policy.zones == frozenset()  # the policy is not offered the blocked zone
+    assert isinstance(decision, Wait)
+    assert "spot is up in us-east-1a, blocked for this job after its preemptions there until" in decision.reason
