@@ -6,7 +6,8 @@
 When ``BROKER_PROGRESS_URL`` and ``BROKER_JOB_TOKEN`` are set, this POSTs
 ``{"step": s, "total_steps": T, "metrics": {...}}`` with ``Authorization: Bearer <token>``,
 at most once every ``BROKER_PROGRESS_INTERVAL_S`` seconds (default 5); calls in between are
-dropped. Posts run on a daemon thread with a short timeout, and every error is swallowed:
+dropped, except the last one, which is sent as the process exits (within a second, so the broker's
+view ends at the last step trained, not up to 5 s before it). Posts run on a daemon thread with a short timeout, and every error is swallowed:
 a broker that is down or slow must never stop or slow a training run.
 
 The checkpointer also reports each commit — ``{"checkpoint": {"step": s, "uri": ...}}`` —
@@ -15,6 +16,7 @@ through :func:`report_checkpoint`, which is never rate-limited.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -45,6 +47,7 @@ class Reporter:
         self.interval_s = interval_s
         self._clock = clock
         self._last: float | None = None
+        self._pending: dict[str, Any] | None = None  # the last report the rate limit held back
         self._lock = threading.Lock()
 
     @classmethod
@@ -65,14 +68,22 @@ class Reporter:
         if not self.enabled:
             return False
         now = self._clock()
-        with self._lock:
-            if self._last is not None and now - self._last < self.interval_s:
-                return False
-            self._last = now
         payload: dict[str, Any] = {"step": int(step), "total_steps": total_steps,
                                    "metrics": {k: _number(v) for k, v in (metrics or {}).items()}}
+        with self._lock:
+            if self._last is not None and now - self._last < self.interval_s:
+                self._pending = payload
+                return False
+            self._last = now
+            self._pending = None
         self._send_async(payload)
         return True
+
+    def flush(self, timeout: float = 1.0) -> bool:
+        """Send the last report the rate limit held back, now, on this thread (at exit). Never raises."""
+        with self._lock:
+            payload, self._pending = self._pending, None
+        return self.post(payload, timeout=timeout) if payload is not None and self.enabled else False
 
     def report_checkpoint(self, step: int, uri: str, wait: bool = False) -> bool:
         """Announce a committed checkpoint (always sent, not rate-limited)."""
@@ -84,14 +95,14 @@ class Reporter:
         self._send_async(payload)
         return True
 
-    def post(self, payload: Mapping[str, Any]) -> bool:
+    def post(self, payload: Mapping[str, Any], timeout: float = TIMEOUT_S) -> bool:
         """POST now, on this thread. True on a 2xx answer; never raises."""
         try:
             request = urllib.request.Request(
                 self.url, data=json.dumps(payload).encode(), method="POST",
                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
             )
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return 200 <= response.status < 300
         except Exception as e:  # noqa: BLE001 - progress must never fail training
             log.debug("progress report to %s failed: %s", self.url, e)
@@ -118,6 +129,7 @@ def default_reporter() -> Reporter:
     with _default_lock:
         if _default is None:
             _default = Reporter.from_env()
+            atexit.register(_default.flush)
         return _default
 
 

@@ -62,6 +62,24 @@ def test_progress_is_posted_with_the_bearer_token_at_most_every_interval(broker)
     ]
 
 
+def test_the_last_report_held_back_by_the_rate_limit_is_sent_as_the_script_exits(broker, tmp_path):
+    """A script reporting every step ends: the broker hears its last step, not one up to 5 s older."""
+    import os
+    import subprocess
+    import sys
+
+    url, received = broker
+    script = tmp_path / "train.py"
+    script.write_text("from checkpoint.progress import report\n"
+                      "for step in range(1, 401):\n    report(step, 400)\n")
+    env = {**os.environ, "BROKER_PROGRESS_URL": url, "BROKER_JOB_TOKEN": "tok"}
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=60)
+    steps = []
+    while not received.empty():
+        steps.append(received.get()[1]["step"])
+    assert max(steps) == 400 and len(steps) <= 2  # the last at exit (and the first, if its post finished in time)
+
+
 @pytest.mark.parametrize("env", [{}, {"BROKER_PROGRESS_URL": "http://127.0.0.1:9/x"}],
                          ids=["without a URL nothing is sent", "without a token nothing is sent"])
 def test_reporting_is_off_unless_url_and_token_are_set(env):
