@@ -47,7 +47,7 @@ class Reporter:
         self.interval_s = interval_s
         self._clock = clock
         self._last: float | None = None
-        self._pending: dict[str, Any] | None = None  # the last report the rate limit held back
+        self._pending: tuple | None = None  # the last report the rate limit held back: (step, total, metrics)
         self._lock = threading.Lock()
 
     @classmethod
@@ -68,22 +68,21 @@ class Reporter:
         if not self.enabled:
             return False
         now = self._clock()
-        payload: dict[str, Any] = {"step": int(step), "total_steps": total_steps,
-                                   "metrics": {k: _number(v) for k, v in (metrics or {}).items()}}
         with self._lock:
             if self._last is not None and now - self._last < self.interval_s:
-                self._pending = payload
+                # kept as given: converting the metrics (a GPU tensor's float() waits for the GPU) only if sent
+                self._pending = (step, total_steps, dict(metrics) if metrics else None)
                 return False
             self._last = now
             self._pending = None
-        self._send_async(payload)
+        self._send_async(_payload(step, total_steps, metrics))
         return True
 
     def flush(self, timeout: float = 1.0) -> bool:
         """Send the last report the rate limit held back, now, on this thread (at exit). Never raises."""
         with self._lock:
-            payload, self._pending = self._pending, None
-        return self.post(payload, timeout=timeout) if payload is not None and self.enabled else False
+            held, self._pending = self._pending, None
+        return self.post(_payload(*held), timeout=timeout) if held is not None and self.enabled else False
 
     def report_checkpoint(self, step: int, uri: str, wait: bool = False) -> bool:
         """Announce a committed checkpoint (always sent, not rate-limited)."""
@@ -110,6 +109,11 @@ class Reporter:
 
     def _send_async(self, payload: Mapping[str, Any]) -> None:
         threading.Thread(target=self.post, args=(payload,), name="progress-report", daemon=True).start()
+
+
+def _payload(step: int, total_steps: int | None, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"step": int(step), "total_steps": total_steps,
+            "metrics": {k: _number(v) for k, v in (metrics or {}).items()}}
 
 
 def _number(v: Any) -> float | int | None:

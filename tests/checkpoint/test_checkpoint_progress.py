@@ -80,6 +80,25 @@ def test_the_last_report_held_back_by_the_rate_limit_is_sent_as_the_script_exits
     assert max(steps) == 400 and len(steps) <= 2  # the last at exit (and the first, if its post finished in time)
 
 
+def test_a_report_held_back_does_not_read_its_metrics(broker):
+    """float() of a GPU tensor waits for the GPU: a report the rate limit drops must not pay for it."""
+    url, received = broker
+    reads = []
+
+    class Loss:
+        def __float__(self):
+            reads.append(1)
+            return 0.5
+
+    clock = FakeClock()
+    reporter = Reporter(url, "tok", interval_s=5, clock=clock)
+    assert reporter.report(1, 10, {"loss": Loss()}) and len(reads) == 1
+    for step in range(2, 10):
+        assert not reporter.report(step, 10, {"loss": Loss()})
+    assert len(reads) == 1  # held back, not converted
+    assert reporter.flush() and len(reads) == 2  # the last one, converted as it is sent
+
+
 @pytest.mark.parametrize("env", [{}, {"BROKER_PROGRESS_URL": "http://127.0.0.1:9/x"}],
                          ids=["without a URL nothing is sent", "without a token nothing is sent"])
 def test_reporting_is_off_unless_url_and_token_are_set(env):
