@@ -215,13 +215,10 @@ def cmd_worker(args) -> int:
 def worker_engine(settings, store, launcher):
     """``broker worker``'s engine and the Slack notifier its events go to (``None`` when none is configured):
     with the engine out of the API processes, the engine's events reach Slack only from here."""
-    from broker.api.slack import dashboard_url
+    from broker.api.slack import notifier_for
     from broker.engine.reconcile import Engine
-    from broker.slack.config import slack_config
-    from broker.slack.notify import Notifier
 
-    cfg = slack_config(settings.extra)
-    notifier = Notifier(cfg, store, dashboard_url=dashboard_url(settings)) if cfg.notifications_enabled else None
+    notifier = notifier_for(store, settings)
     return Engine(settings, store, launcher, on_event=notifier.handle if notifier else None), notifier
 
 

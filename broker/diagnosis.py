@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from broker.spec import unknown_key_hint
+
 INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline",
                             "cuda_error"})
 """Classes that are not the user's code: a resume needs no confirmation."""
@@ -76,6 +78,10 @@ def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=()) ->
                 frozenset(phases), frozenset(codes), frozenset(signals))
 
 
+HOST_OOM_HINT = "Use a larger instance, fewer data-loader workers, or a smaller batch size."
+DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
+                  "(keep_last) or write them to object storage.")
+
 SHIPPED_RULES: tuple[Rule, ...] = (
     _r("preempted", "Spot capacity was preempted{at_step}.",
        "The broker resumes it from its last checkpoint elsewhere.", phases=["preempted"]),
@@ -97,22 +103,20 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("dependency_missing", "A Python dependency is missing: {module}.",
        "Add it to the task's setup (pip install ...).", r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
     _r("host_oom", "Out of host memory{at_step}: the kernel killed the process.",
-       "Use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       HOST_OOM_HINT,
        r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
     # SIGKILL with nothing in the log to say why: memory is the likeliest cause, not a certain one
     _r("host_oom", "The process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host memory.",
        "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size.",
        codes=[137], signals=[9]),
     _r("host_oom", "Out of host memory{at_step}{batch}: an allocation failed.",
-       "Use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       HOST_OOM_HINT,
        r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory", phases=["failed"]),
     _r("disk_full", "The disk is full{at_step}: could not write {path}.",
-       "Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
-       "(keep_last) or write them to object storage.",
+       DISK_FULL_HINT,
        r"(?:No space left on device|Disk quota exceeded)(?:[^\n]*?(?P<path>(?:s3|gs|gcs|file)://[^\s'\"]+|/[^\s'\":]+))?"),
     _r("disk_full", "torch.save could not finish writing a checkpoint{at_step}; most often the disk is full.",
-       "Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
-       "(keep_last) or write them to object storage.",
+       DISK_FULL_HINT,
        r"inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing file"),
     # a device-side assert is the job's own indexing (a label >= the number of classes), not the node
     _r("user_code_error", "A CUDA kernel's assertion failed{at_step} (device-side assert).",
@@ -266,7 +270,7 @@ def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, .
             raise ValueError(f"{where}[{i}]: needs 'class' and 'sentence'")
         unknown = sorted(set(map(str, r)) - RULE_KEYS)
         if unknown:
-            raise ValueError(f"{where}[{i}].{unknown[0]}: is not a rule setting (known: {', '.join(sorted(RULE_KEYS))})")
+            raise ValueError(f"{where}[{i}].{unknown[0]}: is not a rule setting ({unknown_key_hint(unknown[0], RULE_KEYS)})")
         infrastructure = r.get("infrastructure")
         if infrastructure is not None and not isinstance(infrastructure, bool):
             raise ValueError(f"{where}[{i}].infrastructure: must be true or false")

@@ -24,4 +24,4 @@ def install_edges(app, service, settings: Settings) -> None:
     app.include_router(dashboard.router(service, settings))
     app.include_router(metrics.router(service, settings, app=app))
     app.include_router(slack.router(service, settings))
-    app.state.notifier = slack.notifier_for(service, settings)
+    app.state.notifier = slack.notifier_for(service.store, settings)

@@ -34,12 +34,13 @@ def dashboard_url(settings: Settings) -> str:
     return settings.public_url.rstrip("/") + "/dashboard"
 
 
-def notifier_for(service, settings: Settings) -> Notifier | None:
-    """A started-on-demand :class:`Notifier` when the config names a channel or webhook, else ``None``."""
+def notifier_for(store, settings: Settings) -> Notifier | None:
+    """A started-on-demand :class:`Notifier` when the config names a channel or webhook, else ``None``
+    (the API app's, and ``broker worker``'s for its engine)."""
     cfg = slack_config(settings.extra)
     if not cfg.notifications_enabled:
         return None
-    return Notifier(cfg, service.store, dashboard_url=dashboard_url(settings))
+    return Notifier(cfg, store, dashboard_url=dashboard_url(settings))
 
 
 def spec_fetcher(cfg: SlackConfig, max_bytes: int):
