@@ -17,7 +17,6 @@ class RoutingLauncher:
         #: this host's attempts (pools, simulated zones) and the cloud's are two views: tasks that share
         #: one SkyPilot API server see each other's cloud attempts but not each other's local ones
         self.domains = tuple(d for d in (local.domain, getattr(cloud, "domain", "") or "") if d)
-        self.domain = "+".join(self.domains)
         self.capabilities = Capabilities(simulated=local.capabilities.simulated, preemption_notice=True,
                                          follow_logs=True)
 

@@ -75,8 +75,6 @@ class Engine:
         self._thread: threading.Thread | None = None
         self.last_tick_seconds = 0.0
         self._last_sweep = 0.0
-        #: the view of attempts this engine's launcher has (``Launcher.domain``); "" sees every attempt
-        self.domain: str = getattr(launcher, "domain", "") or ""
         #: every view it has (a router: this host's and the cloud's); attempts launched in one are this engine's
         self.domains: frozenset[str] = domains_of(launcher)
         self._last_beat = float("-inf")
