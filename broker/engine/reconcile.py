@@ -312,17 +312,26 @@ class Engine:
             check = budget_rules.check(spent=spent, budget=job.budget, price_per_hour=attempt.price_per_hour,
                                        grace_seconds=grace, tick_seconds=self.settings.tick_seconds,
                                        warned=job.budget_warned)
+            # past the budget only when nobody watched the attempt for a while (the broker was down, or the
+            # clock jumped): the recorded spend stops at the budget, and the notes say what ran beyond it
+            over = max(spent - job.budget, 0)
+            spent -= over
+            beyond = (f"; it ran on while the broker was not watching (stopped, or its clock jumped): "
+                      f"{fmt(over)} more at {fmt(attempt.price_per_hour)}/h is beyond the budget and not recorded"
+                      if over else "")
             if check.warn:
                 fields["budget_warned"] = True
                 percent = spent * 100 // max(job.budget, 1)
-                why = f"; the {fmt(job.budget - spent)} left only pays for a clean stop" if check.stop else ""
+                why = beyond or (f"; the {fmt(job.budget - spent)} left only pays for a clean stop" if check.stop else "")
                 notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt(job.budget)} "
                                         f"({percent}%){why}", now, {"spent": spent, "budget": job.budget,
-                                                                    "percent": percent}))
+                                                                    "percent": percent, "beyond_budget": over}))
             if check.stop:
                 notes.append(self._note(job, "budget_stop_requested",
-                                        f"stopping at {fmt(spent)} of {fmt(job.budget)}: the rest pays for "
-                                        f"checkpointing and stopping within the budget", now))
+                                        f"stopping at {fmt(spent)} of {fmt(job.budget)}: " +
+                                        (f"the budget is used up{beyond}" if over else
+                                         "the rest pays for checkpointing and stopping within the budget"), now,
+                                        {"spent": spent, "budget": job.budget, "beyond_budget": over}))
                 reason = "budget"
             elif self._silent(job, now):
                 reason = "heartbeat"

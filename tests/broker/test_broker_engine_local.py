@@ -11,6 +11,7 @@ from broker.lifecycle import JobState
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Invalid
 from broker.store import open_store
+from pricing.money import fmt
 
 from broker_testing import wait_for
 
@@ -378,3 +379,36 @@ def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so
     request = settings.data_dir / "runs" / f"{job.id}-a1" / "request.json"
     assert request.stat().st_mode & 0o077 == 0  # the task's secrets and the job's token: this user only
     store.close()
+
+
+def test_an_attempt_that_ran_past_its_budget_while_the_broker_was_away_is_recorded_at_the_budget_and_said_so(
+        make_settings, tmp_path):
+    # $36/h is one cent a second; the broker is away for an hour while a $1 job runs: the recorded spend stops
+    # at the budget, and the notes say so with the figures of the record (not "-$35.05 left", not "3605%")
+    settings = make_settings(config=CONFIG.replace('"0.36"', '"36"'))
+    store = open_store(f"sqlite://{tmp_path / 'away.db'}")
+    launcher = open_launcher(settings)
+    now = [time.time()]
+    engine = Engine(settings, store, launcher, clock=lambda: now[0])
+    service = BrokerService(settings, store, launcher, clock=lambda: now[0])
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 30", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "1"}})[0]
+    try:
+        wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.RUNNING)
+        now[0] += 3600
+        engine.tick()
+        stopping = store.get_job(job.id)
+        assert stopping.state is JobState.STOPPING and stopping.spent == stopping.budget == 1_000_000
+        notes = {e.event: e for e in store.events(job.id)}
+        warning, stop = notes["budget_warning"], notes["budget_stop_requested"]
+        assert warning.data["percent"] == 100 and warning.data["spent"] == 1_000_000
+        assert warning.reason.startswith("spent $1.00 of $1.00 (100%); it ran on while the broker was not watching")
+        beyond = warning.data["beyond_budget"]
+        assert 34_000_000 < beyond < 37_000_000 and stop.data["beyond_budget"] == beyond
+        assert f"{fmt(beyond)} more at $36.00/h is beyond the budget and not recorded" in stop.reason
+        assert stop.reason.startswith("stopping at $1.00 of $1.00: the budget is used up")
+        assert "-$" not in warning.reason + stop.reason
+    finally:
+        final = run_until(engine, store, job.id, {"stopped_budget", "failed", "succeeded"})
+        store.close()
+    assert final.spent == final.budget
