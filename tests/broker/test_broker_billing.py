@@ -1,0 +1,43 @@
+"""Per-second accrual (``broker/engine/billing.py``) against the cost report's reading of it."""
+
+import pytest
+
+from broker import costs
+from broker.engine.billing import accrue
+from broker.lifecycle import AttemptState, JobState
+from broker.models import Attempt, Job
+
+T0 = 1_700_000_000.0
+PRICE = 36_000_000  # $36/h: $0.01 a second
+OD = 72_000_000
+
+
+def attempt(**kw) -> Attempt:
+    return Attempt(id="j-a1", job_id="j", n=1, state=AttemptState.RUNNING, launcher="local",
+                   placement={"tier": "spot", "zone": "z", "ondemand_price_per_hour": OD},
+                   price_per_hour=PRICE, created_at=T0, **kw)
+
+
+JOB = Job(id="j", name="n", team="t", state=JobState.RUNNING, spec={}, budget=10**9, priority=0, submitted_at=T0,
+          updated_at=T0)
+
+
+@pytest.mark.parametrize("ticks, cost, billed_seconds", [
+    pytest.param([100, 200], 2_000_000, 200, id="ticks 100 s then 200 s → 200 s billed, $2.00"),
+    pytest.param([3700, 100], 37_000_000, 3700, id="clock stepped back an hour after 3700 s → cost and span stay"),
+    pytest.param([3700, 100, 3800], 38_000_000, 3800, id="then forward past it again → billed on from there"),
+])
+def test_accrual_never_moves_the_cost_or_the_span_it_covers_backwards(ticks, cost, billed_seconds):
+    a = attempt()
+    for t in ticks:
+        a = accrue(a, T0 + t)
+    assert a.cost == cost and costs.billed_span(a) == (int(T0), billed_seconds)
+    # the report reads the same seconds: the on-demand equivalent is those seconds at on-demand, the saving exact
+    assert costs.ondemand_equivalent(a, JOB) == 2 * cost
+    assert costs.job_costs(JOB, [a])["attempts"][0]["seconds"] == billed_seconds
+
+
+def test_an_end_seen_after_a_later_accrual_keeps_the_span_the_cost_paid_for():
+    a = accrue(attempt(), T0 + 11)  # the tick saw it running at 11 s
+    ended = accrue(attempt(cost=a.cost, billed_until=a.billed_until, ended_at=T0 + 10), T0 + 12)
+    assert ended.cost == 110_000 and costs.billed_span(ended) == (int(T0), 11)
