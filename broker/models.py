@@ -76,6 +76,7 @@ class Attempt:
     checkpoint: dict[str, Any] = field(default_factory=dict)  # latest committed by this attempt
     steps_lost: int | None = None
     launched_in: str = ""  # the launcher's view it was launched in (``Launcher.domain``); "" = any
+    limit_at: float | None = None  # when the launcher stops it by itself to keep the budget (engine clock)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -13,6 +13,11 @@ Contracts every implementation keeps (checked by the launcher contract tests):
   :attr:`Phase.GONE`.
 * ``stop`` is idempotent and does not block for the grace period; an attempt
   already gone is left alone silently.
+
+A launcher that can keep a job's budget without a broker also has
+``set_stop_in(attempt_id, seconds)``, which moves the limit first given as
+:attr:`LaunchRequest.stop_in_seconds` (the local launcher has it; SkyPilot's
+does not).
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ class LaunchRequest:
     envs: dict[str, str] = field(default_factory=dict)
     slots: tuple[int, ...] = ()
     stop_grace_seconds: float = 30.0
+    #: seconds from now after which the launcher stops the attempt itself (reason ``budget``) if no
+    #: broker has: the job's budget, kept while every broker is down. ``None``: no limit.
+    stop_in_seconds: float | None = None
 
 
 class Phase(str, Enum):

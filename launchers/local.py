@@ -151,6 +151,8 @@ class LocalLauncher:
                 fh.write(json.dumps(body))
             os.chmod(tmp, 0o600)  # an older tmp left by a killed launch keeps its mode otherwise
             os.replace(tmp, run_dir / "request.json")
+            if request.stop_in_seconds is not None:
+                self._write_limit(run_dir, request.stop_in_seconds)
             with open(run_dir / "runner.log", "ab") as out:
                 child = subprocess.Popen(
                     [self.python, "-m", "launchers.local_runner", str(run_dir)],
@@ -255,6 +257,18 @@ class LocalLauncher:
         tmp.write_text(json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
         os.replace(tmp, stop_file)
         self._signal_runner(run_dir, signal.SIGTERM)
+
+    def set_stop_in(self, attempt_id: str, seconds: float) -> None:
+        """Move the attempt's own budget stop to ``seconds`` from now (its runner reads ``limit.json``)."""
+        run_dir = self._dir(attempt_id)
+        if run_dir.exists() and not (run_dir / "exit.json").exists():
+            self._write_limit(run_dir, seconds)
+
+    @staticmethod
+    def _write_limit(run_dir: Path, seconds: float) -> None:
+        tmp = run_dir / "limit.json.tmp"
+        tmp.write_text(json.dumps({"stop_at": time.time() + seconds, "reason": "budget"}))
+        os.replace(tmp, run_dir / "limit.json")
 
     def kill(self, attempt_id: str) -> None:
         """SIGKILL the attempt and its runner with no notice (a node lost). For fault injection."""

@@ -9,6 +9,8 @@ reports lives in ``RUN_DIR``:
   for the same attempt cannot take it and exits at once: an attempt runs once.
 * ``runner.pid`` — whom to signal.
 * ``stop.json`` — a stop request: ``{"reason": ..., "grace_seconds": ...}``.
+* ``limit.json`` — ``{"stop_at": <epoch seconds>, "reason": "budget"}``: when the runner stops the
+  attempt by itself, as if asked, if nobody has (the job's budget, kept while no broker runs).
 * ``output.log`` — setup and run output.
 * ``notice.json`` — the stop notice, written when the runner is told to stop; its path is
   the job's ``BROKER_NOTICE_FILE``. ``notice.json.listeners/<pid>`` — processes whose
@@ -59,6 +61,7 @@ class Runner:
         self.stop_reason: str | None = None
         self.grace = float(self.request.get("stop_grace_seconds", 30))
         self._killer: threading.Timer | None = None
+        self.finished = False  # the commands are done: a limit reached now stops nothing
 
     def _read_stop(self) -> dict | None:
         try:
@@ -84,6 +87,32 @@ class Runner:
             self._killer = threading.Timer(grace, self._kill_now)
             self._killer.daemon = True
             self._killer.start()
+
+    def _read_limit(self) -> dict | None:
+        try:
+            limit = json.loads((self.dir / "limit.json").read_text())
+            return limit if isinstance(limit.get("stop_at"), (int, float)) else None
+        except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+            return None
+
+    def limit_reached(self) -> bool:
+        """Whether the attempt's limit has come; if so, ask for the stop as a broker would have."""
+        limit = self._read_limit()
+        if limit is None or time.time() < limit["stop_at"] or self._read_stop() is not None:
+            return False
+        tmp = self.dir / "stop.json.tmp"
+        tmp.write_text(json.dumps({"reason": limit.get("reason") or "budget", "grace_seconds": self.grace,
+                                   "at": time.time(), "by": "runner"}))
+        os.replace(tmp, self.dir / "stop.json")
+        return True
+
+    def watch_limit(self) -> None:
+        """Thread body: stop the attempt (the SIGTERM path) once its limit comes."""
+        while self.stop_reason is None and not self.finished:
+            if self.limit_reached():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.5)
 
     def _listening(self) -> bool:
         """Whether a live process of this attempt watches the notice file."""
@@ -168,6 +197,7 @@ class Runner:
                     result.update(exit_code=code, signal=None)
                 if code != 0:
                     break
+        self.finished = True
         if self._killer:
             self._killer.cancel()
         stop = self._read_stop()
@@ -246,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(run_dir)
     signal.signal(signal.SIGTERM, runner.on_sigterm)
     (run_dir / "runner.pid").write_text(str(os.getpid()))
+    threading.Thread(target=runner.watch_limit, name="budget-limit", daemon=True).start()
     result = runner.run()
     _write_atomic(run_dir / "exit.json", result)
     return 0

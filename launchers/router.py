@@ -44,6 +44,11 @@ class RoutingLauncher:
     def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
         self._owner(attempt_id).stop(attempt_id, grace_seconds=grace_seconds, reason=reason)
 
+    def set_stop_in(self, attempt_id: str, seconds: float) -> None:
+        setter = getattr(self._owner(attempt_id), "set_stop_in", None)
+        if setter is not None:
+            setter(attempt_id, seconds)
+
     def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
         return self._owner(attempt_id).logs(attempt_id, offset=offset, limit=limit)
 

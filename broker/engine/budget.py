@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pricing.money import Micros, cost_for_seconds
+from pricing.money import Micros, affordable_seconds, cost_for_seconds
 
 WARN_FRACTION_PERCENT = 80
+
+LAUNCHER_STOP_MARGIN_SECONDS = 3
+"""Kept back from a launcher's own budget stop: the runner looks at its limit every half second, and
+writing how the attempt ended takes a moment after the grace period."""
 
 
 @dataclass(frozen=True)
@@ -22,8 +26,9 @@ class BudgetCheck:
 
 
 def reserve_seconds(grace_seconds: float, tick_seconds: float) -> int:
-    """What must stay paid for when the stop is asked: the grace period and two ticks to notice the end."""
-    return int(grace_seconds + 2 * tick_seconds + 1)
+    """What must stay paid for when the stop is asked: the grace period, two ticks to notice the end,
+    and the launcher's own margin, so that the broker's stop always comes before the launcher's."""
+    return int(grace_seconds + 2 * tick_seconds + 1) + LAUNCHER_STOP_MARGIN_SECONDS
 
 
 def check(*, spent: Micros, budget: Micros, price_per_hour: Micros, grace_seconds: float, tick_seconds: float,
@@ -41,3 +46,20 @@ def check(*, spent: Micros, budget: Micros, price_per_hour: Micros, grace_second
 def capped(cost: Micros, *, others: Micros, budget: Micros) -> Micros:
     """An attempt's cost, capped so the job's total never exceeds its budget."""
     return max(min(cost, budget - others), 0)
+
+
+def launcher_stop_at(*, created_at: float, others: Micros, budget: Micros, price_per_hour: Micros,
+                     grace_seconds: float) -> float | None:
+    """When the launcher itself must begin stopping the attempt if no broker has by then.
+
+    The broker stops a job at its budget (:func:`check`), but only while a broker runs: an attempt
+    left running while every broker is down would go on spending. So each attempt carries this
+    limit: the attempt is billed from ``created_at``, and stopping at this time (grace period
+    included) still leaves its cost within what the budget holds beyond the job's ``others``
+    attempts. The broker's own stop comes two ticks and a second earlier (:func:`reserve_seconds`), so
+    this one only fires when no broker watched. ``None`` when the placement is free (nothing to overrun).
+    """
+    if price_per_hour <= 0:
+        return None
+    seconds = affordable_seconds(price_per_hour, max(budget - others, 0))
+    return created_at + seconds - grace_seconds - LAUNCHER_STOP_MARGIN_SECONDS

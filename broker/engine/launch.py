@@ -26,7 +26,7 @@ def broker_envs(job: Job, attempt: Attempt, *, public_url: str, job_token: str |
 
 
 def launch_request(job: Job, attempt: Attempt, *, public_url: str, stop_grace_seconds: float,
-                   job_token: str | None = None) -> LaunchRequest:
+                   job_token: str | None = None, now: float | None = None) -> LaunchRequest:
     task = {k: v for k, v in job.spec.items() if k != "broker"}
     return LaunchRequest(
         attempt_id=attempt.id,
@@ -37,4 +37,5 @@ def launch_request(job: Job, attempt: Attempt, *, public_url: str, stop_grace_se
         envs=broker_envs(job, attempt, public_url=public_url, job_token=job_token),
         slots=tuple(attempt.slots),
         stop_grace_seconds=stop_grace_seconds,
+        stop_in_seconds=None if attempt.limit_at is None or now is None else attempt.limit_at - now,
     )

@@ -66,6 +66,10 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus) -> Outcome:
     if job.state in (JobState.CANCELLING, JobState.STOPPING):
         what = "cancelled" if job.state is JobState.CANCELLING else "stopped at its budget"
         return Outcome(JobEvent.ENDED, attempt_state, f"{what}; {end}")
+    if status.phase is Phase.STOPPED and status.reason == "budget":
+        # the launcher stopped it by itself at the budget (no broker asked): the budget stop, as if asked
+        return Outcome(JobEvent.STOP_BUDGET, attempt_state, "stopped at its budget by the launcher while no "
+                       "broker watched; raise the budget to resume")
     if status.phase is Phase.SUCCEEDED:
         return Outcome(JobEvent.SUCCEED, attempt_state, "succeeded: " + end)
     if status.phase is Phase.FAILED:

@@ -221,6 +221,7 @@ class Engine:
             resume_from=job.last_checkpoint.get("uri") or None,
             launched_in=domain_for(self.launcher, job.placement),
         )
+        attempt = replace(attempt, limit_at=self._limit_at(job, attempt, self.store.attempts(job.id)))
         where = job.placement.get("zone") or job.placement.get("instance_type", "?")
         resume = f", resuming from step {job.last_checkpoint.get('step')}" if attempt.resume_from else ""
         reason = f"launching attempt {n} on {job.placement.get('tier')} {where}{resume}"
@@ -231,7 +232,7 @@ class Engine:
     def _start(self, job: Job, attempt: Attempt, now: float) -> None:
         request = launch_request(job, attempt, public_url=self.settings.public_url,
                                  stop_grace_seconds=self.settings.stop_grace_seconds,
-                                 job_token=job_token(self.settings, job.id))
+                                 job_token=job_token(self.settings, job.id), now=now)
         try:
             self.launcher.launch(request)
         except LaunchError as exc:
@@ -267,7 +268,15 @@ class Engine:
         if live and attempt.stop_requested_at is None:
             attempt, stop_notes = self._maybe_stop(job, attempts, attempt, now, fields)
             notes += stop_notes
+            if attempt.stop_requested_at is None:
+                attempt = self._keep_limit(job, attempts, attempt, now)
         stop_budget = fields.pop("_stop_budget", False)
+        if status.phase is Phase.STOPPED and status.reason == "budget" and not attempt.stop_reason:
+            # the launcher kept the budget by itself while no broker watched (its limit_at came)
+            attempt = replace(attempt, stop_requested_at=attempt.limit_at or now, stop_reason="budget")
+            notes.append(self._note(job, "budget_stop_requested", "stopped at its budget by the launcher itself, "
+                                    "while no broker watched: the rest pays for checkpointing and stopping", now,
+                                    {"spent": job.spent, "budget": job.budget, "by": "launcher"}))
         outcome = monitor.decide(job, attempt, status)
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
@@ -346,6 +355,23 @@ class Engine:
             # applied with this tick's commit: running → stopping
             fields["_stop_budget"] = True
         return replace(attempt, stop_requested_at=now, stop_reason=reason), notes
+
+    def _limit_at(self, job: Job, attempt: Attempt, attempts: list[Attempt]) -> float | None:
+        """When the launcher must stop ``attempt`` by itself to keep the job's budget (see
+        :func:`broker.engine.budget.launcher_stop_at`)."""
+        others = sum(a.cost for a in attempts if a.id != attempt.id)
+        return budget_rules.launcher_stop_at(created_at=attempt.created_at, others=others, budget=job.budget,
+                                             price_per_hour=attempt.price_per_hour,
+                                             grace_seconds=self.settings.stop_grace_seconds)
+
+    def _keep_limit(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> Attempt:
+        """Move the launcher's own stop when the budget changed (raised, most often) since launch."""
+        limit = self._limit_at(job, attempt, attempts)
+        setter = getattr(self.launcher, "set_stop_in", None)
+        if limit is None or setter is None or (attempt.limit_at is not None and abs(limit - attempt.limit_at) < 1):
+            return attempt
+        setter(attempt.id, limit - now)
+        return replace(attempt, limit_at=limit)
 
     def _silent(self, job: Job, now: float) -> bool:
         timeout = self.settings.heartbeat_timeout_seconds

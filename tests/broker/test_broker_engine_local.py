@@ -1,5 +1,6 @@
 """The engine with the local launcher: real processes from queued to an end state."""
 
+import json
 import os
 import time
 
@@ -412,3 +413,61 @@ def test_an_attempt_that_ran_past_its_budget_while_the_broker_was_away_is_record
         final = run_until(engine, store, job.id, {"stopped_budget", "failed", "succeeded"})
         store.close()
     assert final.spent == final.budget
+
+
+def _expensive_cpu_broker(make_settings, tmp_path, name):
+    # $36/h is one cent a second: a $0.10 budget holds 10 seconds
+    settings = make_settings(config=CONFIG.replace('"0.36"', '"36"'))
+    store = open_store(f"sqlite://{tmp_path / name}")
+    launcher = open_launcher(settings)
+    return settings, store, launcher, Engine(settings, store, launcher), BrokerService(settings, store, launcher)
+
+
+def test_the_launcher_keeps_the_budget_by_itself_while_no_broker_watches(make_settings, tmp_path):
+    # the broker sees the job start and then stops ticking (down): the attempt's own limit stops it, the
+    # checkpoint-and-exit grace included, before it costs more than the budget; the broker, back, records a
+    # budget stop at what really ran (not a cost capped to the budget)
+    settings, store, launcher, engine, service = _expensive_cpu_broker(make_settings, tmp_path, "limit.db")
+    job = service.submit(ADMIN, {"name": "t", "run": "trap 'echo saved on notice; exit 0' TERM; sleep 60 & wait",
+                                 "resources": {"cpus": 1}, "broker": {"budget_usd": "0.10"}})[0]
+    try:
+        wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.RUNNING)
+        (attempt,) = store.attempts(job.id)
+        assert attempt.limit_at == attempt.created_at + 10 - settings.stop_grace_seconds - 3
+        ended = settings.data_dir / "runs" / attempt.id / "exit.json"
+        wait_for(ended.exists, timeout=20)  # nobody ticks the engine meanwhile
+        final = run_until(engine, store, job.id, {"stopped_budget", "failed", "succeeded", "queued"})
+        assert final.state is JobState.STOPPED_BUDGET
+        (attempt,) = store.attempts(job.id)
+        ran = int(attempt.ended_at - attempt.created_at)
+        assert ran <= 10 - 3 and attempt.cost == ran * 10_000 <= final.budget  # what ran, within the budget
+        assert attempt.stop_reason == "budget" and final.spent == attempt.cost
+        events = [e.event for e in store.events(job.id)]
+        assert "budget_stop_requested" in events and events[-2:] == ["stop_budget", "ended"]
+        assert "saved on notice" in service.logs(ADMIN, job.id)["data"]  # the stop came with its notice
+    finally:
+        store.close()
+
+
+def test_raising_the_budget_of_a_running_job_moves_the_launchers_own_stop(make_settings, tmp_path):
+    settings, store, launcher, engine, service = _expensive_cpu_broker(make_settings, tmp_path, "raise.db")
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 60", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "0.10"}})[0]
+    try:
+        wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.RUNNING)
+        (attempt,) = store.attempts(job.id)
+        limit = settings.data_dir / "runs" / attempt.id / "limit.json"
+        first = json.loads(limit.read_text())["stop_at"]
+        assert first == pytest.approx(attempt.limit_at, abs=2)  # the same moment, on the runner's clock
+        service.raise_budget(ADMIN, job.id, 10_000_000)  # $10: 1,000 seconds
+        engine.tick()
+        (attempt,) = store.attempts(job.id)
+        assert attempt.limit_at == attempt.created_at + 1000 - settings.stop_grace_seconds - 3
+        assert json.loads(limit.read_text())["stop_at"] == pytest.approx(first + 990, abs=2)
+        time.sleep(first - time.time() + 1.5)  # past the first limit: the runner reads the new one
+        assert store.get_job(job.id).state is JobState.RUNNING
+        assert not (limit.parent / "exit.json").exists() and not (limit.parent / "stop.json").exists()
+    finally:
+        service.cancel(ADMIN, job.id)
+        run_until(engine, store, job.id, {"cancelled"})
+        store.close()
