@@ -10,15 +10,16 @@ which the API turns into a 422.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import yaml
 
-from pricing.money import AmountTooLarge, Micros, MoneyError, typed_to_micros
+from pricing.money import AmountTooLarge, Micros, MoneyError, TooPrecise, typed_to_micros
 from pricing.offers import JobRequest, ResourceRequest
 
 MAX_NAME = 128
@@ -28,6 +29,7 @@ BROKER_KEYS = {
 }
 RETRY_KEYS = {"max_restarts_on_errors", "recover_on_exit_codes"}
 MAX_DEADLINE_DAYS = 366  # a deadline further away is a typo, not a training run's
+MAX_EXPECTED_HOURS = MAX_DEADLINE_DAYS * 24  # a longer expected length is a typo too (and overflows the quote)
 # The keys SkyPilot 0.14.1's schema allows (sky.utils.schemas; a test compares them with the installed
 # SkyPilot): a key outside them is a typo SkyPilot would refuse at launch, so it is refused at submit.
 TASK_KEYS = frozenset({
@@ -118,6 +120,8 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     for key in ("setup", "run"):
         if key in task and task[key] is not None and not isinstance(task[key], str):
             raise SpecError(key, "must be a shell script (a string)")
+        if strict and isinstance(task.get(key), str):
+            _runnable_text(task[key], key)
     for key, flag in (("envs", "--env"), ("secrets", "--secret")):
         if key not in task or task[key] is None:
             continue
@@ -129,6 +133,8 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
                 raise SpecError(f"{key}.{k}", "is not a valid environment variable name")
             if isinstance(v, (dict, list)):
                 raise SpecError(f"{key}.{k}", "must be a string or number")
+            if strict and isinstance(v, str):
+                _runnable_text(v, f"{key}.{k}")
             if v is None and strict:  # SkyPilot's "required": `sky launch` refuses the task until it is given
                 raise SpecError(f"{key}.{k}", f"has no value, so the task requires it at submit: "
                                               f"`broker submit {flag} {k}=...` (or {k}: \"\" for an empty one)")
@@ -158,6 +164,19 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         expected_hours=broker.expected_hours,
     )
     return JobSpec(task=task, broker=broker, request=request)
+
+
+def _runnable_text(text: str, where: str) -> None:
+    """A command or an environment value must reach the shell whole: a NUL byte cannot be passed to a
+    process at all, and a lone surrogate (``"\\ud800"`` in JSON) cannot be written as UTF-8. Either
+    would be accepted, then fail every attempt at launch as if the node had been lost."""
+    if "\x00" in text:
+        raise SpecError(where, "contains a NUL character (\\u0000), which no command or environment variable can hold")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SpecError(where, f"contains {text[exc.start]!r} at character {exc.start + 1}, which is not a Unicode "
+                               "character (a lone surrogate) and cannot be written as UTF-8") from None
 
 
 # --- resources ---------------------------------------------------------------------------------
@@ -254,7 +273,8 @@ def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:
         for name, count in value.items():
             if count is None:
                 count = 1
-            if isinstance(count, bool) or not isinstance(count, (int, float)) or count <= 0 or int(count) != count:
+            if isinstance(count, bool) or not isinstance(count, (int, float)) or not math.isfinite(count) \
+                    or count <= 0 or int(count) != count:
                 raise SpecError(f"{where}.{name}", "count must be a positive whole number")
             out.append((str(name), int(count)))
         return out
@@ -312,10 +332,10 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     team = section.get("team")
     if team is not None and (not isinstance(team, str) or not NAME_RE.match(team)):
         raise SpecError("broker.team", "must be a team name (letters, digits, '-', '_', '.')")
-    budget = _money(section.get("budget_usd"), "broker.budget_usd")
+    budget = _money(section.get("budget_usd"), "broker.budget_usd", strict=strict)
     if budget is not None and budget <= 0:
         raise SpecError("broker.budget_usd", "must be more than $0")
-    max_price = _money(section.get("max_price_per_hour"), "broker.max_price_per_hour")
+    max_price = _money(section.get("max_price_per_hour"), "broker.max_price_per_hour", strict=strict)
     if max_price is not None and max_price <= 0:
         raise SpecError("broker.max_price_per_hour", "must be more than $0")
     priority = section.get("priority", 0)
@@ -333,6 +353,9 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
             raise SpecError("broker.expected_hours", "must be a number of hours") from None
         if isinstance(expected, bool) or not expected_hours.is_finite() or expected_hours <= 0:
             raise SpecError("broker.expected_hours", "must be a positive number of hours")
+        if strict and expected_hours > MAX_EXPECTED_HOURS:
+            raise SpecError("broker.expected_hours", f"is more than {MAX_EXPECTED_HOURS} hours ({MAX_DEADLINE_DAYS} days); "
+                                                     "leave it out if the job's length is not known")
     deadline = None
     if section.get("deadline") is not None:
         deadline = parse_deadline(section["deadline"], now=now, where="broker.deadline", bounded=strict)
@@ -383,12 +406,14 @@ def _retry(value: Any, where: str = "broker.retry") -> RetryPolicy:
     return RetryPolicy(max_restarts_on_errors=restarts, recover_on_exit_codes=tuple(codes))
 
 
-def _money(value: Any, where: str) -> Micros | None:
+def _money(value: Any, where: str, *, strict: bool = True) -> Micros | None:
+    """A cap the user gives, in micro-dollars; at submit (``strict``) a fraction of a micro-dollar is
+    refused rather than rounded up past what the user wrote."""
     if value is None:
         return None
     try:
-        return typed_to_micros(value)
-    except AmountTooLarge as exc:
+        return typed_to_micros(value, exact=strict)
+    except (AmountTooLarge, TooPrecise) as exc:
         raise SpecError(where, str(exc)) from None
     except MoneyError:
         raise SpecError(where, "must be an amount of dollars such as 20 or \"12.50\"") from None
@@ -399,10 +424,16 @@ _ISO_DURATION = re.compile(r"^P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:
 
 
 def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: bool = True) -> float:
-    """A deadline as epoch seconds: an ISO time (``2026-12-01T18:00Z``) or a duration from now
-    (``6h``, ``1d12h``, ``90m``, ``PT6H``). Must lie in the future, at most ``MAX_DEADLINE_DAYS`` away."""
+    """A deadline as epoch seconds: an ISO time with its timezone (``2026-12-01T18:00Z``,
+    ``2026-12-01T18:00+01:00``) or a duration from now (``6h``, ``1d12h``, ``90m``, ``PT6H``). Must lie
+    in the future, at most ``MAX_DEADLINE_DAYS`` away (``bounded``, at submit). A time without a timezone
+    is refused at submit: the broker cannot know the submitter's clock, and reading it as UTC would
+    move the deadline by hours for most people (a stored one is read as UTC, as it was admitted)."""
+    if isinstance(value, date) and not isinstance(value, datetime):  # YAML reads `deadline: 2026-12-01` as a date
+        raise SpecError(where, f"is a date ({value.isoformat()}); give the time and its timezone too, such as "
+                               f"{value.isoformat()}T18:00:00Z")
     if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        moment = _with_zone(value, where, bounded)
         seconds = moment.timestamp()
     elif isinstance(value, str) and value.strip():
         text = value.strip()
@@ -415,9 +446,7 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
                 moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError:
                 raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)") from None
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=timezone.utc)
-            seconds = moment.timestamp()
+            seconds = _with_zone(moment, where, bounded).timestamp()
     else:
         raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)")
     if seconds <= now:
@@ -425,3 +454,12 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
     if bounded and seconds > now + MAX_DEADLINE_DAYS * 86400:
         raise SpecError(where, f"is more than {MAX_DEADLINE_DAYS} days away; leave it out for a job with no deadline")
     return seconds
+
+
+def _with_zone(moment: datetime, where: str, strict: bool) -> datetime:
+    if moment.tzinfo is not None:
+        return moment
+    if strict:
+        text = moment.isoformat(timespec="minutes")
+        raise SpecError(where, f"has no timezone: write {text}Z for UTC, or its offset such as {text}+01:00")
+    return moment.replace(tzinfo=timezone.utc)

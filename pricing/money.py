@@ -26,11 +26,17 @@ class AmountTooLarge(MoneyError):
     """An amount above ``MAX_DOLLARS``."""
 
 
-def to_micros(value: str | int | Decimal) -> Micros:
+class TooPrecise(MoneyError):
+    """An amount with a fraction of a micro-dollar, read with ``exact=True``."""
+
+
+def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
     """Read dollars (``"12.5"``, ``"$12.50"``, ``Decimal``, ``int``) as micro-dollars.
 
     Floats are refused: they cannot represent most prices exactly.
-    Sub-micro fractions round up (a price is never under-stated).
+    Sub-micro fractions round up (a price is never under-stated), or with ``exact`` are refused
+    (:class:`TooPrecise`): a cap a user gives, such as a budget, rounded up would let the broker spend
+    more than it.
     """
     if isinstance(value, bool) or isinstance(value, float):
         raise MoneyError(f"money must be given as a string or Decimal, not {type(value).__name__}")
@@ -48,10 +54,13 @@ def to_micros(value: str | int | Decimal) -> Micros:
         raise MoneyError("amount must be finite")
     if abs(value) > MAX_DOLLARS:
         raise AmountTooLarge(f"must be at most ${MAX_DOLLARS:,}")
-    return int((value * MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
+    micros = value * MICROS_PER_DOLLAR
+    if exact and micros != micros.to_integral_value():
+        raise TooPrecise("has more than 6 decimal places (money is counted in millionths of a dollar)")
+    return int(micros.to_integral_value(rounding=ROUND_CEILING))
 
 
-def typed_to_micros(value: object) -> Micros:
+def typed_to_micros(value: object, *, exact: bool = False) -> Micros:
     """Dollars as a user typed them in YAML or JSON, as micro-dollars.
 
     Those parsers read ``20.5`` as a float; its shortest ``repr`` is what was typed, so it is
@@ -62,7 +71,7 @@ def typed_to_micros(value: object) -> Micros:
         value = repr(value)
     if isinstance(value, bool) or not isinstance(value, (str, int, Decimal)):
         raise MoneyError(f"{value!r} is not an amount of dollars")
-    return to_micros(value)
+    return to_micros(value, exact=exact)
 
 
 def to_decimal(micros: Micros) -> Decimal:

@@ -27,7 +27,7 @@ from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import SpecError, load_text
 from broker.store import JobStore, StoreUnavailable, open_store
 from broker.views import event_view, job_view
-from pricing.money import AmountTooLarge, MoneyError, to_micros
+from pricing.money import AmountTooLarge, MoneyError, TooPrecise, to_micros
 
 MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek takes no more
 
@@ -250,8 +250,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         """Change the budget cap: ``{"budget_usd": "40"}``. Raising it lets a budget-stopped job resume."""
         body = await _json_object(request)
         try:
-            micros = to_micros(str(body.get("budget_usd")) if body.get("budget_usd") is not None else "")
-        except AmountTooLarge as exc:
+            micros = to_micros(str(body.get("budget_usd")) if body.get("budget_usd") is not None else "", exact=True)
+        except (AmountTooLarge, TooPrecise) as exc:
             raise Invalid("budget_usd", str(exc)) from None
         except MoneyError:
             raise Invalid("budget_usd", "must be an amount of dollars such as \"40\"") from None

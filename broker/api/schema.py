@@ -305,7 +305,7 @@ def body(schema: dict[str, Any], *, yaml: bool = False, example: Any = None) -> 
     return {"requestBody": {"required": True, "content": content}}
 
 
-_MONEY = {"anyOf": [{"type": "string"}, {"type": "number"}], "description": "dollars, exact: \"12.50\" or 12.5"}
+_MONEY = {"anyOf": [{"type": "string"}, {"type": "number"}], "description": "dollars, exact to a millionth: \"12.50\" or 12.5"}
 
 TASK = body({
     "type": "object",
@@ -324,7 +324,7 @@ TASK = body({
             "properties": {
                 "team": {"type": "string", "description": "default: the token's team"},
                 "budget_usd": {**_MONEY, "description": "the cap, never exceeded (default: the team's default budget)"},
-                "deadline": {"type": "string", "description": "ISO time, or a duration from now: 6h, 1d12h"},
+                "deadline": {"type": "string", "description": "a duration from now (6h, 1d12h), or an ISO time with its timezone (2026-12-01T18:00Z)"},
                 "expected_hours": {"type": "number", "description": "makes the admission quote a total, not a price per hour"},
                 "priority": {"type": "integer"},
                 "max_price_per_hour": _MONEY,

@@ -1,5 +1,7 @@
 """The HTTP API: submit, read, cancel, auth, and bad input that never becomes a 500."""
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -17,6 +19,7 @@ teams:
   vision: {default_budget_usd: "30"}
 """
 
+SOON = datetime.now(timezone.utc) + timedelta(days=7)  # a deadline a test may give: within a year, in the future
 TASK = {"name": "train", "resources": {"accelerators": "A100:2"}, "run": "echo hi",
         "broker": {"budget_usd": 50, "expected_hours": 2}}
 
@@ -117,6 +120,23 @@ def test_an_idempotency_key_reused_for_another_task_is_refused_not_answered_with
                      id="a task with nothing to run is a 422 naming run"),
         pytest.param(b'{"run": "echo", "resources": {"acelerators": "A100:1"}}', {"Content-Type": "application/json"}, 422,
                      "resources.acelerators", id="a misspelt resources key is a 422 naming it"),
+        pytest.param(b'{"run": "echo", "resources": {"accelerators": {"A100": Infinity}}}', {"Content-Type": "application/json"},
+                     422, "resources.accelerators.A100", id="an Infinity accelerator count is a 422, not a 500"),
+        pytest.param(b'{"run": "echo", "resources": {"accelerators": {"A100": NaN}}}', {"Content-Type": "application/json"},
+                     422, "resources.accelerators.A100", id="a NaN accelerator count is a 422, not a 500"),
+        pytest.param(b'{"run": "echo", "broker": {"expected_hours": "1e400000000"}}', {"Content-Type": "application/json"},
+                     422, "broker.expected_hours", id="an expected length too large to price is a 422, not a 500"),
+        pytest.param(b'{"run": "echo a\\u0000b"}', {"Content-Type": "application/json"}, 422, "run",
+                     id="a run with a NUL is a 422, not a job whose every attempt is lost at launch"),
+        pytest.param(b'{"run": "echo \\ud800"}', {"Content-Type": "application/json"}, 422, "run",
+                     id="a run with a lone surrogate is a 422"),
+        pytest.param(b'{"run": "echo", "broker": {"budget_usd": "0.1000001"}}', {"Content-Type": "application/json"}, 422,
+                     "broker.budget_usd", id="a budget finer than a millionth is a 422, not rounded up"),
+        pytest.param(f"run: echo\nbroker: {{deadline: {SOON:%Y-%m-%d %H:%M:%S}}}\n".encode(), {"Content-Type": "application/yaml"},
+                     422, "broker.deadline", id="a YAML deadline without a timezone is a 422, not read as UTC"),
+        pytest.param(f'{{"run": "echo", "broker": {{"deadline": "{SOON:%Y-%m-%dT%H:%M}"}}}}'.encode(),
+                     {"Content-Type": "application/json"}, 422, "broker.deadline",
+                     id="a JSON deadline without a timezone is a 422"),
     ],
 )
 def test_bad_input_gets_a_4xx_naming_the_field(client, body, headers, status, field):
@@ -124,6 +144,14 @@ def test_bad_input_gets_a_4xx_naming_the_field(client, body, headers, status, fi
     assert r.status_code == status, r.text
     assert r.json().get("field") == field
     assert client.get("/v1/jobs", headers=auth()).json()["jobs"] == []  # nothing half-created
+
+
+def test_a_budget_change_finer_than_a_millionth_is_refused_and_changes_nothing(client):
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "60.0000001"}, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "budget_usd"
+    assert "6 decimal places" in r.json()["detail"]
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
 
 
 def test_auth_is_required_and_checked(client):

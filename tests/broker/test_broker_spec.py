@@ -1,5 +1,6 @@
 """Reading job specs: any SkyPilot task is accepted; bad fields are named."""
 
+from datetime import date, datetime
 from decimal import Decimal
 
 import pytest
@@ -97,6 +98,30 @@ def test_any_of_expands_to_alternatives():
                      id="an env with no value is required, as SkyPilot reads it, and is named"),
         pytest.param({"secrets": {"WANDB_API_KEY": None}}, "secrets.WANDB_API_KEY", id="so is a secret with no value"),
         pytest.param({"secrets": ["HF_TOKEN"]}, "secrets", id="secrets that are not a mapping are refused"),
+        pytest.param({"resources": {"accelerators": {"A100": float("inf")}}}, "resources.accelerators.A100",
+                     id="an infinite accelerator count is named"),
+        pytest.param({"resources": {"accelerators": {"A100": float("nan")}}}, "resources.accelerators.A100",
+                     id="a NaN accelerator count is named"),
+        pytest.param({"broker": {"expected_hours": "1e400000000"}}, "broker.expected_hours",
+                     id="an expected length too large to price is refused"),
+        pytest.param({"broker": {"expected_hours": 366 * 24 + 1}}, "broker.expected_hours",
+                     id="an expected length over a year is refused"),
+        pytest.param({"run": "echo a\x00b"}, "run", id="a run with a NUL character, which no process can take, is refused"),
+        pytest.param({"setup": "pip install \ud800"}, "setup", id="a setup with a lone surrogate, not UTF-8, is refused"),
+        pytest.param({"envs": {"MODEL": "llama\x00"}}, "envs.MODEL", id="an env value with a NUL character is named"),
+        pytest.param({"secrets": {"KEY": "\udc80"}}, "secrets.KEY", id="a secret that is not UTF-8 is named"),
+        pytest.param({"broker": {"budget_usd": "1.0000001"}}, "broker.budget_usd",
+                     id="a budget finer than a millionth of a dollar is refused, not rounded up past it"),
+        pytest.param({"broker": {"budget_usd": 0.1234567}}, "broker.budget_usd",
+                     id="so is a JSON number budget with seven decimals"),
+        pytest.param({"broker": {"max_price_per_hour": "2.0000005"}}, "broker.max_price_per_hour",
+                     id="and a price cap finer than a millionth"),
+        pytest.param({"broker": {"deadline": "2026-09-28T18:00"}}, "broker.deadline",
+                     id="a deadline without a timezone is refused, not read as UTC"),
+        pytest.param({"broker": {"deadline": datetime(2026, 9, 28, 18, 0)}}, "broker.deadline",
+                     id="so is a YAML time without a timezone"),
+        pytest.param({"broker": {"deadline": date(2026, 9, 28)}}, "broker.deadline",
+                     id="and a YAML date, which has neither time nor timezone"),
     ],
 )
 def test_bad_fields_are_named(raw, field):
@@ -192,3 +217,29 @@ def test_a_stored_job_whose_job_recovery_the_retry_check_refuses_is_still_read_b
         assert spec.broker.retry.max_restarts_on_errors == 0
         with pytest.raises(SpecError):
             parse({"run": "x", "resources": {"job_recovery": recovery}}, now=NOW)
+
+
+def test_a_timezone_less_deadline_says_how_to_write_it():
+    with pytest.raises(SpecError) as info:
+        parse({"run": "python train.py", "broker": {"deadline": "2026-09-28T18:00"}}, now=NOW)
+    assert info.value.reason == "has no timezone: write 2026-09-28T18:00Z for UTC, or its offset such as 2026-09-28T18:00+01:00"
+
+
+@pytest.mark.parametrize("deadline, epoch", [
+    pytest.param("2026-09-28T18:00Z", 1790618400.0, id="an ISO time in UTC"),
+    pytest.param("2026-09-28T18:00+02:00", 1790618400.0 - 7200, id="an ISO time with its offset"),
+    pytest.param(datetime.fromisoformat("2026-09-28T18:00:00+00:00"), 1790618400.0, id="a YAML time with its timezone"),
+])
+def test_a_deadline_with_its_timezone_is_read_exactly(deadline, epoch):
+    assert parse({"run": "x", "broker": {"deadline": deadline}}, now=NOW).broker.deadline == epoch
+
+
+def test_a_stored_spec_is_reread_as_it_was_admitted():
+    # the engine re-reads stored specs leniently: one admitted before these checks keeps its meaning
+    spec = parse({"run": "x", "broker": {"deadline": "2026-09-28T18:00", "budget_usd": "1.0000001"}}, now=NOW,
+                 strict=False)
+    assert spec.broker.deadline == 1790618400.0 and spec.broker.budget == 1_000_001
+
+
+def test_a_budget_to_the_millionth_is_kept_exactly():
+    assert parse({"run": "x", "broker": {"budget_usd": "1.000001"}}, now=NOW).broker.budget == 1_000_001

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from pricing.money import MoneyError, fmt, to_micros, typed_to_micros
+from pricing.money import MoneyError, TooPrecise, fmt, to_micros, typed_to_micros
 
 
 @pytest.mark.parametrize("typed, micros", [
@@ -22,6 +22,16 @@ def test_typed_dollars_become_exact_micros(typed, micros):
 def test_what_is_not_an_amount_of_dollars_is_refused(typed):
     with pytest.raises(MoneyError):
         typed_to_micros(typed)
+
+
+@pytest.mark.parametrize("typed", ["1.0000001", 0.1234567, Decimal("0.0000001")], ids=repr)
+def test_a_cap_read_exactly_refuses_a_fraction_of_a_micro_dollar_instead_of_rounding_it_up(typed):
+    with pytest.raises(TooPrecise):
+        typed_to_micros(typed, exact=True)
+
+
+def test_a_cap_read_exactly_keeps_six_decimals():
+    assert typed_to_micros("1.000001", exact=True) == 1_000_001 and to_micros("$2,000.50", exact=True) == 2_000_500_000
 
 
 def test_plain_to_micros_still_refuses_floats():
