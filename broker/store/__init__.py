@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from broker.store.base import Change, DuplicateJob, JobStore, StoreError, StoreUnavailable, VersionConflict
+
+log = logging.getLogger("broker.store")
 
 __all__ = ["Change", "DuplicateJob", "JobStore", "StoreError", "StoreUnavailable", "VersionConflict", "open_store"]
 
@@ -17,5 +21,9 @@ def open_store(url: str) -> JobStore:
     if url.startswith(("redis://", "rediss://", "unix://")):
         from broker.store.redis import RedisStore
 
-        return RedisStore(url)
+        store = RedisStore(url)
+        warning = store.durability_warning()
+        if warning:
+            log.warning("%s (docs/architecture.md, 'Several broker processes')", warning)
+        return store
     raise ValueError(f"unknown store URL {url!r}: use sqlite:///path/to/broker.db or redis://host:6379/0")

@@ -259,5 +259,21 @@ class RedisStore:
     def ping(self) -> bool:
         return bool(self._r.ping())
 
+    def durability_warning(self) -> str | None:
+        """Why an accepted job may not survive a crash of the Redis server, or None when it will (``appendonly
+        yes``, ``appendfsync always``) or the server does not say (a managed Redis that refuses ``CONFIG``
+        has its persistence set elsewhere; a server that does not answer yet is checked by the first request)."""
+        try:
+            config = self._r.config_get("append*")
+        except (redis.ResponseError, redis.ConnectionError, redis.TimeoutError):
+            return None
+        if config.get("appendonly", "yes") != "yes":
+            return ("the Redis server runs with appendonly no: a restart of it loses every job accepted since its last "
+                    "snapshot; run it with appendonly yes and appendfsync always")
+        if config.get("appendfsync", "always") != "always":
+            return (f"the Redis server runs with appendfsync {config['appendfsync']}: a crash of its host can lose jobs "
+                    "the API already answered 201 for; run it with appendfsync always")
+        return None
+
     def close(self) -> None:
         self._r.close()

@@ -1,13 +1,17 @@
 """One contract, every store: SQLite (embedded) and Redis (a real redis-server)."""
 
+import logging
 import threading
 from dataclasses import replace
 
 import pytest
+import redis
 
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job
-from broker.store import Change, DuplicateJob, VersionConflict
+from broker.store import Change, DuplicateJob, VersionConflict, open_store
+
+from broker_testing import RedisServer
 
 
 def make_job(job_id="j-1", team="vision", key=None, t=100.0) -> Job:
@@ -291,3 +295,25 @@ def test_a_record_with_a_field_from_a_newer_broker_still_reads():
                       price_per_hour=1, created_at=0.0)
     stored = {**asdict(attempt), "state": "running", "a_field_from_the_future": {"x": 1}}
     assert Attempt.from_dict(stored) == attempt
+
+
+def test_a_redis_server_that_would_lose_accepted_jobs_in_a_crash_is_named_at_open(tmp_path, caplog):
+    """An accepted job is durable before the 201 only with appendonly yes and appendfsync always;
+    a server run with Redis's defaults (no AOF) or a lazier fsync is said so when the broker opens it."""
+    server = RedisServer(tmp_path / "redis").start()  # its own: the session's server is not reconfigured
+    try:
+        admin = redis.Redis(port=server.port)
+        with caplog.at_level(logging.WARNING, logger="broker.store"):
+            open_store(server.url).close()
+            assert not caplog.records  # appendonly yes, appendfsync always: nothing to say
+            admin.config_set("appendfsync", "everysec")
+            open_store(server.url).close()
+            admin.config_set("appendonly", "no")
+            open_store(server.url).close()
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 2
+        assert "appendfsync everysec" in said[0] and "appendfsync always" in said[0]
+        assert "appendonly no" in said[1]
+        admin.close()
+    finally:
+        server.stop()
