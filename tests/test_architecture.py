@@ -52,6 +52,7 @@ SDK_RULES = [
     ("redis", lambda f: f == "broker/store/redis.py", "redis only in the Redis store"),
     ("fastapi", lambda f: f.startswith("broker/api/"), "FastAPI only in the HTTP edge"),
     ("starlette", lambda f: f.startswith("broker/api/"), "Starlette only in the HTTP edge"),
+    ("fastapi_offline", lambda f: f == "broker/api/app.py", "the docs pages' local assets in the app module"),
     ("uvicorn", lambda f: f == "broker/cli.py", "the server is started by the CLI only"),
     ("prometheus_client", lambda f: f == "broker/api/metrics.py", "metrics in one module"),
     ("fsspec", lambda f: f == "checkpoint/storage.py", "object storage through one storage module"),

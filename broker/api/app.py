@@ -1,5 +1,8 @@
 """The HTTP API (FastAPI; OpenAPI at ``/docs``). Routes parse, call the service, render.
 
+``/docs`` (Swagger UI) and ``/redoc`` load their JavaScript and CSS from the broker itself
+(``fastapi-offline`` ships the files), not from a CDN: broker hosts often have no internet.
+
 ``fastapi`` is imported only in this package. The app owns the store, the
 launcher and (unless ``BROKER_ENGINE=off``) the engine thread.
 """
@@ -14,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -69,9 +73,10 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             if notifier_box.get("notifier") is not None:
                 notifier_box["notifier"].close()
 
-    app = FastAPI(title="spot-broker", version="0.1.0", lifespan=lifespan, responses=errors(*COMMON),
-                  description="Submit ML training jobs with a budget cap and a deadline; the broker runs each "
-                              "where it is cheapest and resumes it after preemption.")
+    app = FastAPIOffline(title="spot-broker", version="0.1.0", lifespan=lifespan, responses=errors(*COMMON),
+                         static_url="/docs/static",
+                         description="Submit ML training jobs with a budget cap and a deadline; the broker runs "
+                                     "each where it is cheapest and resumes it after preemption.")
     app.state.service = service
     app.state.engine = eng
     app.state.settings = settings

@@ -1,4 +1,5 @@
-"""The dashboard in a real headless Chromium: loads clean, shows /v1/costs' numbers, filters, screenshots."""
+"""The pages a browser opens, in a real headless Chromium: the dashboard (loads clean, shows /v1/costs' numbers,
+filters, screenshots) and the API docs at /docs and /redoc, with no network but the broker."""
 
 from __future__ import annotations
 
@@ -114,3 +115,45 @@ def test_the_queue_says_roughly_when_a_waiting_job_starts(server, store, seeded)
         finally:
             browser.close()
     assert cells[0] == "1" and "j-a3" in cells[1] and cells[2] == expected and "full" in cells[3]
+
+
+def _offline(page, server: str, outside: list[tuple[str, str]]) -> None:
+    """Let the page reach the broker only, as on a host with no internet: every other request fails."""
+    def route(r):
+        if r.request.url.startswith(server):
+            r.continue_()
+        else:
+            outside.append((r.request.resource_type, r.request.url))
+            r.abort("internetdisconnected")
+    page.route("**/*", route)
+
+
+def test_the_api_docs_render_their_operations_with_no_network(server):
+    from playwright.sync_api import sync_playwright
+
+    spec = httpx.get(f"{server}/openapi.json").json()
+    operations = {(m.upper(), path) for path, ops in spec["paths"].items() for m in ops}
+    docs: list[tuple[str, str]] = []
+    redoc: list[tuple[str, str]] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            _offline(page, server, docs)
+            page.goto(f"{server}/docs")
+            page.wait_for_selector(".opblock", timeout=15_000)  # Swagger UI drew the operations
+            shown = {(block.locator(".opblock-summary-method").text_content(),
+                      block.locator(".opblock-summary-path").get_attribute("data-path"))
+                     for block in page.locator(".opblock").all()}
+            assert shown == operations
+
+            page = browser.new_page()
+            _offline(page, server, redoc)
+            page.goto(f"{server}/redoc")
+            page.wait_for_selector("[data-section-id^='operation/']", timeout=15_000)  # ReDoc drew them too
+            assert page.locator("[data-section-id^='operation/']").count() == len(operations)
+        finally:
+            browser.close()
+    assert docs == []  # nothing from a CDN or a font host
+    # ReDoc's own "API docs by Redocly" footer logo is the one thing it asks elsewhere: an image, left out
+    assert [kind for kind, _ in redoc] in ([], ["image"])
