@@ -296,8 +296,12 @@ class BrokerService:
 
         return self._retrying(once)
 
-    def switch_to_ondemand(self, principal: Principal, job_id: str) -> Job:
-        """Pin the job to on-demand from its next attempt on (resumes it if it had stopped)."""
+    def switch_to_ondemand(self, principal: Principal, job_id: str, *, force: bool = True) -> Job:
+        """Pin the job to on-demand from its next attempt on (resumes it if it had stopped).
+
+        Resuming a job that failed for a reason of its own takes ``force``, as :meth:`resume` does: the API
+        and the CLI pin on purpose, but a Slack button says only whether its confirmation showed the diagnosis.
+        """
         def once() -> Job:
             job = self.get(principal, job_id)
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
@@ -307,7 +311,7 @@ class BrokerService:
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
                                "it there would leave it queued forever")
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind
-                return self.resume(principal, job_id, force=True, tier="ondemand",
+                return self.resume(principal, job_id, force=force, tier="ondemand",
                                    reason=f"resumed on on-demand by {principal.name}")
             now = self.clock()
             note = note_event(job, "switch_tier", f"pinned to on-demand by {principal.name}", time=now,

@@ -18,7 +18,7 @@ from broker import costs
 from broker.auth import Principal
 from broker.lifecycle import JobState
 from broker.service import Conflict, Invalid, NotFound
-from broker.slack import blocks
+from broker.slack import blocks, messages
 from broker.slack.blocks import Reply
 from broker.slack.commands import Command
 from broker.slack.config import SlackConfig
@@ -154,7 +154,7 @@ class Dispatcher:
         if kind == "resume":
             return self._guard(self._resume, who, job_id, force=data.get("force") is True)
         if kind == "switch_ondemand":
-            return self._guard(self._switch, who, job_id)
+            return self._guard(self._switch, who, job_id, force=data.get("force") is True)
         if kind == "raise_budget":
             if not isinstance(data.get("budget"), int):
                 return blocks.error("That button is out of date.")
@@ -177,8 +177,24 @@ class Dispatcher:
             ])
         return self._done("Resumed", job)
 
-    def _switch(self, who: Principal, job_id: str) -> Reply:
-        return self._done("Switched to on-demand", self.service.switch_to_ondemand(who, job_id))
+    def _switch(self, who: Principal, job_id: str, *, force: bool = False) -> Reply:
+        try:
+            job = self.service.switch_to_ondemand(who, job_id, force=force)
+        except Conflict:
+            # a button whose confirmation did not show the diagnosis (a budget message's, or one posted before
+            # the failure's showed it): show it now, with a button that asks again and forces
+            job = self.service.get(who, job_id)
+            if force or job.state is not JobState.FAILED:
+                raise
+            text = (job.diagnosis or {}).get("text") or job.reason
+            step = job.last_checkpoint.get("step")
+            frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
+            return Reply(f":warning: Not switched: {text}", [
+                blocks.section(f":warning: Not switched to on-demand: `{job.id}` failed for a reason of its own, "
+                               f"likely to recur: {text}"),
+                blocks.actions([messages.ondemand_button(job.id, frm, own_failure=text)]),
+            ])
+        return self._done("Switched to on-demand", job)
 
     def _raise(self, who: Principal, job_id: str, amount: int, *, button: bool = False) -> Reply:
         before = self.service.get(who, job_id).budget

@@ -36,6 +36,30 @@ from pricing.money import Micros, fmt
 INTERRUPTIONS = {"preempted": "was preempted", "node_lost": "lost its node"}
 """``diagnosis_class`` values of a ``recover`` that was the infrastructure's doing."""
 
+CONFIRM_CHARS = 300
+"""The most text Slack shows in a confirm dialog."""
+
+OWN_FAILURE = "It failed for a reason of its own, likely to recur: "
+
+
+def recur_warning(diagnosis: str, ask: str) -> str:
+    """A confirm dialog's text for running again a job that failed for a reason of its own: the warning,
+    the diagnosis and the question, within Slack's limit; a long diagnosis is shortened, never the question."""
+    room = CONFIRM_CHARS - len(OWN_FAILURE) - len(ask) - 1
+    if len(diagnosis) > room:
+        diagnosis = diagnosis[:room - 1].rstrip() + "…"
+    return f"{OWN_FAILURE}{diagnosis} {ask}"
+
+
+def ondemand_button(job_id: str, frm: str, own_failure: str | None = None) -> dict:
+    """*Switch to on-demand*. After a failure of the job's own (``own_failure``: its diagnosis) the switch runs it
+    again, so the confirmation shows the diagnosis and the warning first, as *Resume* does, and the button forces it."""
+    if own_failure is not None:
+        return button("switch_ondemand", "Switch to on-demand", job_id, force=True, confirm=recur_warning(
+            own_failure, f"On-demand will not change that. Run it again anyway, on on-demand, from {frm}?"))
+    return button("switch_ondemand", "Switch to on-demand", job_id,
+                  confirm="Resume on on-demand capacity (no preemptions, higher price)?")
+
 
 def raised_budget(budget: Micros, percent: int) -> Micros:
     """The budget the "Raise budget" button proposes: ``percent`` more, rounded up to whole dollars."""
@@ -85,8 +109,6 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     new_budget = raised_budget(job.budget, raise_percent)
     raise_btn = button("raise_budget", f"Raise budget to {fmt(new_budget)}", job.id, budget=new_budget,
                        confirm=f"Raise the budget of {job.name} from {fmt(job.budget)} to {fmt(new_budget)}?")
-    ondemand_btn = button("switch_ondemand", "Switch to on-demand", job.id,
-                          confirm="Resume on on-demand capacity (no preemptions, higher price)?")
     name = event.event
 
     if name == "start":
@@ -125,7 +147,8 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
         return _msg(f":money_with_wings: {head} was stopped: it spent its budget ({fmt(job.spent)} of "
                     f"{fmt(job.budget)}). Raise the budget to let it resume from {frm}.",
-                    actions([raise_btn, button("resume", resume_label, job.id, style="primary"), ondemand_btn]),
+                    actions([raise_btn, button("resume", resume_label, job.id, style="primary"),
+                             ondemand_button(job.id, frm)]),
                     foot)
     if name == "stop_budget":
         return _msg(f":money_with_wings: {head} reached its budget ({fmt(job.spent)} of {fmt(job.budget)}): "
@@ -135,10 +158,12 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason
         if diagnosis.get("infrastructure"):
             resume = button("resume", resume_label, job.id, style="primary")
+            ondemand = ondemand_button(job.id, frm)
         else:  # the job's own code: the service resumes it only when forced, so the button asks first
             resume = button("resume", resume_label, job.id, style="primary", force=True,
-                            confirm=f"It failed for a reason of its own, likely to recur: {text} Run it again anyway from {frm}?")
-        return _msg(f":x: {head} failed: {text}", actions([resume, ondemand_btn, raise_btn]), foot)
+                            confirm=recur_warning(text, f"Run it again anyway from {frm}?"))
+            ondemand = ondemand_button(job.id, frm, own_failure=text)
+        return _msg(f":x: {head} failed: {text}", actions([resume, ondemand, raise_btn]), foot)
     if name == "succeed":
         c = costs.job_costs(job, attempts)
         pct = f" ({c['saving_percent']}%)" if c["saving_percent"] is not None else ""

@@ -23,7 +23,7 @@ from broker.auth import Principal
 from broker.lifecycle import AttemptState, JobEvent, JobState
 from broker.models import Event, event_for
 from broker.service import BrokerService, Conflict
-from broker.slack import commands
+from broker.slack import commands, messages
 from broker.slack.commands import CommandError
 from broker.store import Change
 from broker.store.sqlite import SqliteStore
@@ -406,6 +406,45 @@ def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presse
     job, ev = store.get_job("j-oom"), last_event(store, "j-oom")
     assert (job.state, job.force_tier, ev.event, ev.actor) == (JobState.QUEUED, "ondemand", "switch_tier",
                                                                "slack:U_B")
+
+
+
+def test_switch_to_on_demand_after_a_failure_of_the_jobs_own_shows_the_diagnosis_before_it_runs_again(engine_app, stub):
+    store, launcher = engine_app.state.service.store, engine_app.state.service.launcher
+    running(engine_app, "j-oom", "team-b", world.onprem(200_000), budget=4_000_000, checkpoint_step=400,
+            last_step=450)
+    launcher.output["j-oom-a1"] = b"step 450 batch_size=64\ntorch.OutOfMemoryError: CUDA out of memory.\n"
+    launcher.statuses["j-oom-a1"] = AttemptStatus(Phase.FAILED, exit_code=1, ended_at=time.time())
+    engine_app.state.engine.tick()
+    (msg,) = stub.wait_for("/webhook/b")
+    ondemand = buttons_of(msg)["Switch to on-demand"]
+    confirm = ondemand["confirm"]["text"]["text"]
+    assert confirm.startswith("It failed for a reason of its own, likely to recur: Out of GPU memory at step 450")
+    assert confirm.endswith("On-demand will not change that. Run it again anyway, on on-demand, from step 400?")
+    assert json.loads(ondemand["value"]) == {"job": "j-oom", "force": True}
+
+    slack = TestClient(engine_app)  # not entered: the lifespan would start the engine's own thread
+    # a button that did not show the diagnosis (one posted before it did): the diagnosis, and a button that asks
+    r = press(slack, ondemand["action_id"], '{"job":"j-oom"}', user="U_B", response_url=f"{stub.url}/respond/old")
+    assert r.status_code == 200
+    (reply,) = stub.wait_for("/respond/old")
+    assert "Not switched to on-demand: `j-oom` failed for a reason of its own, likely to recur: Out of GPU memory" \
+        in text_of(reply)
+    assert store.get_job("j-oom").state is JobState.FAILED and store.get_job("j-oom").force_tier is None
+    again = buttons_of(reply)["Switch to on-demand"]
+    assert again["confirm"] == ondemand["confirm"] and again["value"] == ondemand["value"]
+    # confirmed: it runs again on on-demand, from its checkpoint, recorded as forced
+    assert "Switched to on-demand `j-oom`" in pressed(slack, stub, again, "U_B", "od")
+    job, ev = store.get_job("j-oom"), last_event(store, "j-oom")
+    assert (job.state, job.force_tier) == (JobState.QUEUED, "ondemand")
+    assert (ev.event, ev.actor, ev.data) == ("resume", "slack:U_B", {"checkpoint_step": 400, "force": True})
+
+
+def test_a_long_diagnosis_is_shortened_in_a_confirmation_never_the_question():
+    ask = "On-demand will not change that. Run it again anyway, on on-demand, from step 400?"
+    text = messages.recur_warning("Out of GPU memory. " * 40, ask)
+    assert len(text) == messages.CONFIRM_CHARS and text.endswith("… " + ask)
+    assert text.startswith("It failed for a reason of its own, likely to recur: Out of GPU memory.")
 
 
 def test_broker_worker_posts_its_engines_events(tmp_path, stub):
