@@ -9,7 +9,7 @@ capacity is never left idle behind a job that cannot start.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 
 from broker.lifecycle import JobState
@@ -32,7 +32,9 @@ def positions(jobs: Iterable[Job]) -> dict[str, int]:
 
 def expected_end(job: Job, now: float) -> float | None:
     """When a running job should finish: from its reported step rate, else from ``expected_hours``; a job
-    placed or launching (it holds its capacity already) from ``expected_hours`` counted from now."""
+    placed or launching (it holds its capacity already) from ``expected_hours`` counted from now. ``None``
+    when it cannot be told: no rate and no length, or a job running past its ``expected_hours`` (overdue:
+    it may end any moment or in hours, and "now" would be a guess that is wrong tick after tick)."""
     if job.state in (JobState.PLACED, JobState.LAUNCHING):
         return now + float(Decimal(job.expected_hours) * 3600) if job.expected_hours else None
     if job.state is not JobState.RUNNING or job.running_since is None:
@@ -44,34 +46,70 @@ def expected_end(job: Job, now: float) -> float | None:
         rate = (step - (first or 0)) / elapsed
         return now + max(total - step, 0) / rate
     if job.expected_hours:
-        return job.running_since + float(Decimal(job.expected_hours) * 3600)
+        end = job.running_since + float(Decimal(job.expected_hours) * 3600)
+        return end if end >= now else None
     return None
 
 
-def estimated_starts(jobs: Iterable[Job], now: float,
-                     usable: Callable[[Job], Collection[str]] | None = None) -> dict[str, float]:
-    """Roughly when each queued job waiting for capacity starts: in queue order, each takes the earliest
-    expected end not yet taken among running jobs that hold capacity it could use (``usable(job)``: the
-    pools and zones a queued job may run in, asked only while ends are left to hand out; absent: any) —
-    with one pool, the k-th job in line gets the k-th expected end. A queued job that says how long it
-    runs (``expected_hours``) hands its own expected end on to the jobs behind it, so positions past the
-    number of running jobs get an estimate too. Jobs that wait for another reason (the spot policy, a
-    blocked zone) or with no end to follow get no estimate."""
+def held(job: Job) -> int:
+    """The capacity a job holds: its pool slots, else its nodes."""
+    return len(job.slots) or int(job.placement.get("num_nodes") or 1)
+
+
+def estimated_starts(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, int]] | None = None,
+                     free: Mapping[str, int] | None = None) -> dict[str, float]:
+    """Roughly when each queued job waiting for capacity starts. Capacity is counted in units, a pool's
+    slots or a zone's nodes: ``free`` now per pool or zone, and those that running, launching and placed
+    jobs hold, handed back at their expected ends. In queue order, each job takes the units it needs
+    (``usable(job)``: per pool or zone it may run in, how many; absent: any, one) where they come free
+    earliest, and starts when the last of them does; a job of 4 slots waits for as many slots as that to
+    come free, not for one job to end. A queued job that says how long it runs (``expected_hours``) hands
+    its units back at its own expected end, so jobs further back get an estimate too. A job gets no
+    estimate when it waits for another reason (the spot policy, a blocked zone), or when the units it needs
+    come free only at ends nobody can tell: a job running past its ``expected_hours`` has no end to
+    follow, and neither has one that gives neither a length nor a step total."""
     jobs = list(jobs)
-    ends = sorted(((e, j.placement.get("location")) for j in jobs if (e := expected_end(j, now)) is not None),
-                  key=lambda end: end[0])
+    ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
+    ends += [(e, j.placement.get("location"), held(j)) for j in jobs if (e := expected_end(j, now)) is not None]
+    ends.sort(key=lambda end: end[0])
     out: dict[str, float] = {}
     for job in ordered(jobs):
         if not ends:
             break
         if "full" not in job.reason:
             continue
-        where = usable(job) if usable is not None else None
-        i = next((i for i, (_, loc) in enumerate(ends) if where is None or loc in where), None)
-        if i is not None:
-            end, location = ends.pop(i)
-            out[job.id] = start = max(end, now)
-            if job.expected_hours:
-                bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), location),
-                              key=lambda e: e[0])
+        need = usable(job) if usable is not None else None
+        best: tuple[float, str | None, int] | None = None  # (start, where, units needed)
+        for where in ({loc for _, loc, _ in ends} if need is None else need):
+            want, got = (1 if need is None else need[where]), 0
+            for end, loc, n in ends:
+                if loc == where:
+                    got += n
+                    if got >= want:
+                        if best is None or end < best[0]:
+                            best = (end, where, want)
+                        break
+        if best is None:
+            continue
+        start, where, want = best
+        out[job.id] = max(start, now)
+        ends = _take(ends, where, want, start)
+        if job.expected_hours:
+            bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), where, want), key=lambda e: e[0])
     return out
+
+
+def _take(ends: list[tuple[float, str | None, int]], where: str | None, want: int,
+          start: float) -> list[tuple[float, str | None, int]]:
+    """``ends`` less ``want`` units of ``where`` taken at ``start``, the earliest first; what the last end
+    hands back beyond them stays free from ``start`` on."""
+    left: list[tuple[float, str | None, int]] = []
+    for end, loc, n in ends:
+        if loc == where and want > 0 and end <= start:
+            taken = min(n, want)
+            want -= taken
+            if n > taken:
+                left.append((end, loc, n - taken))
+        else:
+            left.append((end, loc, n))
+    return left

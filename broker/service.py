@@ -22,7 +22,7 @@ from broker.engine.budget import reserve_seconds
 from broker.engine.schedule import request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
-from broker.offers import all_offers, matching_offers, usable_by
+from broker.offers import all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.spec import SpecError, parse
@@ -180,12 +180,20 @@ class BrokerService:
         holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING)
         jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
         offers = all_offers(self.settings)
+        mk = market(self.settings, jobs)
+        free = {**mk.free_capacity, **{pool: len(slots) for pool, slots in mk.free_slots.items()}}
 
-        def usable(job: Job) -> set[str]:
-            return {o.location for o in matching_offers(request_of(job), offers)
-                    if not job.force_tier or o.tier.value == job.force_tier}
+        def usable(job: Job) -> dict[str, int]:
+            """The pools and zones the job may run in, and how many slots (pools) or nodes (zones) it takes there."""
+            request = request_of(job)
+            need: dict[str, int] = {}
+            for o in matching_offers(request, offers):
+                if not job.force_tier or o.tier.value == job.force_tier:
+                    units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes
+                    need[o.location] = min(need.get(o.location, units), units)
+            return need
 
-        return positions(jobs), estimated_starts(jobs, self.clock(), usable)
+        return positions(jobs), estimated_starts(jobs, self.clock(), usable, free)
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)

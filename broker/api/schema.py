@@ -50,6 +50,11 @@ class AttemptOut(BaseModel):
     steps_lost: int | None
 
 
+ESTIMATED_START = ("roughly when a queued job waiting for capacity will start, counting the slots it needs and "
+                   "those the jobs ahead hold until their expected ends; null when that cannot be told: it waits "
+                   "for another reason, or for slots held by a job running past its expected_hours")
+
+
 class JobOut(BaseModel):
     """A job as the API shows it; times are ISO 8601 UTC (``...Z``)."""
 
@@ -69,7 +74,7 @@ class JobOut(BaseModel):
     attempts: int
     checkpoint_uri: str | None
     queue_position: int | None
-    estimated_start: str | None = Field(description="roughly when a queued job will start")
+    estimated_start: str | None = Field(description=ESTIMATED_START)
     progress: dict[str, Any] | None
     last_checkpoint: dict[str, Any] | None
     diagnosis: dict[str, Any] | None = Field(description="a failure explained in plain words")
@@ -203,7 +208,7 @@ class QueuedJob(BaseModel):
     name: str
     team: str
     position: int | None
-    estimated_start: str | None = Field(description="roughly when it will start")
+    estimated_start: str | None = Field(description=ESTIMATED_START)
     priority: int
     reason: str | None
     waiting_seconds: int

@@ -9,11 +9,12 @@ from broker.queue import estimated_starts, positions
 NOW = 1_000_000.0
 
 
-def job(job_id, state, *, at=0.0, hours=None, since=None, where="gpus", reason="waiting: the pool is full"):
+def job(job_id, state, *, at=0.0, hours=None, since=None, where="gpus", reason="waiting: the pool is full",
+        slots=(), progress=None):
     return Job(id=job_id, name=job_id, team="t", spec={}, budget=1, priority=0, state=state, submitted_at=NOW - 1000 + at,
                updated_at=NOW, expected_hours=hours, running_since=since,
                placement={"location": where} if state is not JobState.QUEUED else {},
-               reason=reason if state is JobState.QUEUED else "")
+               reason=reason if state is JobState.QUEUED else "", slots=list(slots), progress=progress or {})
 
 
 def test_the_jobs_in_line_follow_the_running_job_and_each_other_when_they_say_how_long_they_run():
@@ -34,7 +35,7 @@ def test_a_chained_end_stays_on_the_capacity_it_was_handed_from():
             job("gpu-a", JobState.QUEUED, at=1, hours="1"),
             job("gpu-b", JobState.QUEUED, at=2, hours="1"),
             job("cpu-a", JobState.QUEUED, at=3)]
-    where = {"gpu-a": {"gpus"}, "gpu-b": {"gpus"}, "cpu-a": {"cpu"}}
+    where = {"gpu-a": {"gpus": 1}, "gpu-b": {"gpus": 1}, "cpu-a": {"cpu": 1}}
     starts = estimated_starts(jobs, NOW, lambda j: where[j.id])
     assert starts["gpu-a"] == pytest.approx(NOW + 3600)
     assert starts["gpu-b"] == pytest.approx(NOW + 7200)   # gpu-a's end, not the CPU job's
@@ -49,9 +50,44 @@ def test_jobs_waiting_for_something_else_than_capacity_get_no_estimate_and_pass_
     assert "spot" not in starts and starts["next"] == pytest.approx(NOW + 3600)
 
 
-def test_an_overdue_running_job_gives_now_never_a_time_in_the_past():
-    jobs = [job("run", JobState.RUNNING, hours="0.5", since=NOW - 7200), job("a", JobState.QUEUED, at=1)]
-    assert estimated_starts(jobs, NOW) == {"a": NOW}
+def test_a_job_running_past_its_expected_length_gives_no_end_to_follow_not_now():
+    overdue = job("run", JobState.RUNNING, hours="0.5", since=NOW - 7200)  # expected 30 min, running 2 h
+    assert estimated_starts([overdue, job("a", JobState.QUEUED, at=1)], NOW) == {}
+    # another slot of the pool comes free in an hour: the job behind follows that end, and the next one
+    # (with the overdue job holding on) the end of the first
+    other = job("other", JobState.RUNNING, hours="1", since=NOW)
+    jobs = [overdue, other, job("a", JobState.QUEUED, at=1, hours="1"), job("b", JobState.QUEUED, at=2)]
+    assert estimated_starts(jobs, NOW) == {"a": pytest.approx(NOW + 3600), "b": pytest.approx(NOW + 7200)}
+
+
+def test_a_job_past_its_expected_length_that_reports_its_steps_is_followed_from_its_step_rate():
+    late = job("run", JobState.RUNNING, hours="0.5", since=NOW - 7200, progress={"step": 800, "total_steps": 1000})
+    assert estimated_starts([late, job("a", JobState.QUEUED, at=1)], NOW) == {"a": pytest.approx(NOW + 1800)}
+
+
+def four(*hours):
+    """A pool of four slots, each held by a running job that ends in ``hours[i]`` hours."""
+    return [job(f"run{i}", JobState.RUNNING, hours=h, since=NOW, slots=[i]) for i, h in enumerate(hours)]
+
+
+@pytest.mark.parametrize("running, queued, free, expected", [
+    pytest.param(four("1", "2", "3", "4"), [("big", 2, None)], None, {"big": 2},
+                 id="a job of 2 slots waits for the second slot to come free, not the first"),
+    pytest.param(four("1", "2", "3", "4"), [("big", 2, "1"), ("small", 1, None)], None, {"big": 2, "small": 3},
+                 id="the job behind it follows the next end, not the one the 2-slot job took"),
+    pytest.param([job("wide", JobState.RUNNING, hours="1", since=NOW, slots=[0, 1, 2, 3])],
+                 [("a", 1, None), ("b", 1, None), ("c", 1, None)], None, {"a": 1, "b": 1, "c": 1},
+                 id="a job holding 4 slots frees 4 at its end: the next 4 jobs of one slot all start then"),
+    pytest.param(four("1", "2", "3"), [("big", 2, None)], {"gpus": 1}, {"big": 1},
+                 id="a slot free now and one at the first end make 2: the 2-slot job starts at the first end"),
+    pytest.param(four("1"), [("huge", 4, None)], None, {},
+                 id="a job of 4 slots with only 1 slot's end known gets no estimate"),
+])
+def test_a_job_of_several_slots_counts_them(running, queued, free, expected):
+    jobs = running + [job(name, JobState.QUEUED, at=i + 1, hours=h) for i, (name, _, h) in enumerate(queued)]
+    need = {name: {"gpus": n} for name, n, _ in queued}
+    starts = estimated_starts(jobs, NOW, lambda j: need[j.id], free)
+    assert starts == {name: pytest.approx(NOW + 3600 * h) for name, h in expected.items()}
 
 
 def test_a_job_still_launching_holds_its_capacity_and_is_followed_from_its_expected_length():
@@ -112,3 +148,32 @@ def test_a_job_the_policy_holds_while_spot_is_up_only_in_zones_blocked_for_it_is
     assert policy.zones == frozenset()  # the policy is not offered the blocked zone
     assert isinstance(decision, Wait)
     assert "spot is up in us-east-1a, blocked for this job after its preemptions there until" in decision.reason
+
+
+def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_needs(tmp_path):
+    """A pool of 4 A100s: one free, one held by a job ending in 1 h, two by a job ending in 2 h. A job asking
+    for all 4 starts when the 2-slot job ends (not at the first end, and not never for want of the free one)."""
+    from dataclasses import replace
+
+    from broker.config import Pool, Settings
+    from broker.service import BrokerService
+    from broker.store import Change
+    from broker.store.sqlite import SqliteStore
+
+    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
+                        pools=(Pool("gpus", 4, "A100", 1_000_000),), teams={}, admin_token_hashes=frozenset(),
+                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
+                        public_url="http://127.0.0.1:8000", engine=False)
+    store = SqliteStore(tmp_path / "q.db")
+    onprem = {"tier": "onprem", "location": "gpus", "zone": "gpus", "instance_type": "gpus-1slot"}
+    spec = {"run": "x", "resources": {"accelerators": "A100:4"}}
+    jobs = [replace(job("one", JobState.RUNNING, hours="1", since=NOW, slots=[0]), placement=onprem),
+            replace(job("two", JobState.RUNNING, hours="2", since=NOW, slots=[1, 2]), placement=onprem),
+            replace(job("all", JobState.QUEUED, at=1), spec=spec)]
+    for j in jobs:
+        store.commit(Change(job=j, expected_version=None))
+    try:
+        positions_, starts = BrokerService(settings, store, clock=lambda: NOW).queue()
+    finally:
+        store.close()
+    assert positions_ == {"all": 1} and starts == {"all": pytest.approx(NOW + 7200)}
