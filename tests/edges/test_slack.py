@@ -238,6 +238,9 @@ def test_budget_command_sets_the_budget_as_the_slack_user(slack, store):
     assert "already spent ($1.50)" in text_of(command(slack, "budget j-a2 $1").json())
     assert store.get_job("j-a2").budget == 30_000_000 and last_event(store, "j-a2").seq == ev.seq
     assert "No job `j-a2`" in text_of(command(slack, "budget j-a2 $50", user="U_B").json())
+    # a budget is a cap: a fraction of a micro-dollar is refused, never rounded up past what was typed
+    assert "more than 6 decimal places" in text_of(command(slack, "budget j-a2 $40.0000001").json())
+    assert store.get_job("j-a2").budget == 30_000_000 and last_event(store, "j-a2").seq == ev.seq
 
 
 def test_resume_of_a_failure_in_the_jobs_own_code_answers_with_the_diagnosis_unless_forced(slack, store):
