@@ -168,6 +168,7 @@ class Checkpointer:
         self._last_step: int | None = None
         self._last_time = clock()
         self._last_id: CheckpointId | None = None
+        self._failed_id: CheckpointId | None = None  # the last save whose upload failed (upload thread)
         self.last_committed: str | None = None  # URI of the newest checkpoint this process committed
         self.last_stats: SaveStats | None = None
         self._closed = False
@@ -197,7 +198,8 @@ class Checkpointer:
         Blocks only while tensors are copied to host memory and the structure is frozen.
         After a preemption notice it also waits for the commit and exits the process.
         ``step`` must be an integer (``int``, or anything with ``__index__``); saving the step
-        saved last (or just restored) again does nothing — the first save of a step stands.
+        saved last (or just restored) again does nothing — the first save of a step stands, unless
+        its upload failed: then saving the step again writes it.
         In an initialized ``torch.distributed`` group only rank 0 writes: on the other ranks it does
         nothing (several writers under one base URI would write the same directories and corrupt them).
 
@@ -251,8 +253,13 @@ class Checkpointer:
         self.close()
 
     def _write(self, cid: CheckpointId, captured: snapshot.Captured, started: float, blocked: float) -> None:
-        files = captured.files()
-        manifest = commit.write_checkpoint(self._storage, cid, files, serialization.framework_versions(), self._job)
+        try:
+            files = captured.files()
+            manifest = commit.write_checkpoint(self._storage, cid, files, serialization.framework_versions(),
+                                               self._job)
+        except BaseException:
+            self._failed_id = cid  # read by _raise_pending once the runner hands the error over
+            raise
         uri = self._storage.uri(cid.name)
         self.last_stats = SaveStats(cid.step, uri, manifest.total_bytes, blocked, time.perf_counter() - started)
         self.last_committed = uri
@@ -270,6 +277,8 @@ class Checkpointer:
         error = self._runner.take_error()
         if error is None:
             return
+        if self._failed_id is not None and self._failed_id == self._last_id:
+            self._last_step = None  # that step was not saved: saving it again must write it, not skip it
         if unless_preempted and self.preemption.requested:
             log.error("an earlier background save failed (%s); saving again for the preemption notice",
                       _describe(error))

@@ -104,3 +104,25 @@ def test_forced_exit(then, wait_s):
     assert exited.wait(5)
     assert codes == [143]
     notice.uninstall()
+
+
+def test_a_step_whose_upload_failed_is_written_when_saved_again():
+    """save(step, wait=True) raised: retrying the same step must write it, not skip it as already saved."""
+
+    class FailsOnce(FailingStorage):
+        failed = False
+
+        def write(self, path, data):
+            if not self.failed:
+                self.failed = True
+                raise OSError(503, "store unavailable")
+            self._inner.write(path, data)
+
+    storage = FailsOnce(memory_store())
+    ckpt = checkpointer(storage)
+    with pytest.raises(CheckpointError, match="store unavailable"):
+        ckpt.save(5, {"x": torch.ones(3)}, wait=True)
+    assert ckpt.due(5)  # step 5 was never saved
+    ckpt.save(5, {"x": torch.ones(3)}, wait=True)
+    ckpt.close()
+    assert committed_steps(storage) == [5]
