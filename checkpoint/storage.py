@@ -142,8 +142,13 @@ def open_storage(
     """Open the store for a base URI (``s3://b/run``, ``gs://b/run``, ``/tmp/run``, ...).
 
     Raises ValueError for a URI that only looks like one: fsspec reads ``s3:/b/run``, ``s3//b/run`` or
-    ``s3://`` as local paths, and a spot VM's local disk goes with the VM."""
+    ``s3://`` as local paths, and a spot VM's local disk goes with the VM. Also for a scheme no store
+    answers to (``s4://``, or ``https://``, which cannot be written), before fsspec is asked.
+    The scheme is case-insensitive (``S3://`` is ``s3://``)."""
     check_uri(uri)
+    m = _SCHEME.match(uri)
+    if m and len(m.group(1)) > 1:
+        uri = f"{m.group(1).lower()}:{m.group(2)}"
     uri = uri.rstrip("/")
     options = dict(storage_options or {})
     protocol = fsspec.core.split_protocol(uri)[0] or "file"
@@ -151,7 +156,10 @@ def open_storage(
         return S3Storage(uri, options, transfer or TransferOptions())
     if protocol in ("gs", "gcs") and os.environ.get("STORAGE_EMULATOR_HOST"):
         options.setdefault("token", "anon")
-    fs, root = fsspec.core.url_to_fs(uri, **options)
+    try:
+        fs, root = fsspec.core.url_to_fs(uri, **options)
+    except ImportError as e:  # fsspec knows the scheme, but its package is not installed
+        raise ValueError(f"{uri!r}: {protocol}:// needs a package that is not installed ({e})") from None
     return FsspecStorage(fs, root.rstrip("/"), uri, transfer or TransferOptions())
 
 
@@ -170,6 +178,12 @@ def check_uri(uri: str) -> None:
             raise ValueError(f"{uri!r}: a URL needs '//' after '{m.group(1)}:' (like {m.group(1)}://bucket/run)")
         if scheme in _BUCKET_STORES and not rest[2:].split("/", 1)[0]:
             raise ValueError(f"{uri!r}: no bucket (like {m.group(1)}://bucket/run)")
+        if scheme in ("http", "https"):
+            raise ValueError(f"{uri!r}: checkpoints cannot be written over plain HTTP; for an S3-compatible "
+                             f"endpoint use s3://bucket/run with AWS_ENDPOINT_URL={scheme}://host:port")
+        if scheme not in fsspec.available_protocols():
+            raise ValueError(f"{uri!r}: unknown storage scheme '{m.group(1)}://' "
+                             f"(use s3://bucket/run, gs://bucket/run, file:// or a local path)")
         return
     first = uri.split("/", 1)[0].lower()
     if first in _BUCKET_STORES and uri[len(first):].startswith("//"):

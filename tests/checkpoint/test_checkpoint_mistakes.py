@@ -55,12 +55,23 @@ def test_a_script_that_forgets_close_still_commits_its_last_save(kind, ending, m
     ("s3://", "no bucket"),
     ("gs:///run", "no bucket"),
     ("s3//bucket/run", "missing ':'"),
+    ("s4://bucket/run", "unknown storage scheme 's4://'"),
+    ("https://minio.local:9000/bucket/run", "cannot be written over plain HTTP.*AWS_ENDPOINT_URL"),
 ])
 def test_a_url_typo_is_refused_instead_of_writing_to_the_local_disk(uri, says, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=says):
         Checkpointer(uri, env={}, handle_sigterm=False)
     assert list(tmp_path.iterdir()) == []  # nothing was written under the working directory
+
+
+@pytest.mark.parametrize("kind", ["s3", "gcs"])
+def test_an_upper_case_scheme_is_the_same_store(kind, make_uri):
+    uri = make_uri(kind)
+    shouted = uri.split("://", 1)[0].upper() + "://" + uri.split("://", 1)[1]
+    with Checkpointer(shouted, env={}, handle_sigterm=False) as ckpt:
+        ckpt.save(1, {"x": 1}, wait=True)
+    assert committed_steps(open_storage(uri)) == [1]
 
 
 def test_the_cli_says_what_is_wrong_with_a_url_in_one_line(capsys):
