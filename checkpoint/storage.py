@@ -68,7 +68,8 @@ class Storage(Protocol):
     def list(self) -> list[str]:
         """Every object path under the base, recursively, freshly listed (no cache).
 
-        An absent base is an empty list, not an error.
+        An absent base is an empty list, not an error; an absent bucket is an ``OSError`` saying so
+        (a typo in its name must not read as a fresh start).
         """
 
     def delete(self, paths: list[str]) -> None:
@@ -222,7 +223,12 @@ class FsspecStorage:
             "local": self._write_local,
             "gcs": self._write_gcs,
         }.get(self._kind, self._write_generic)
-        self._retrying(lambda: writer(full, data))
+        try:
+            self._retrying(lambda: writer(full, data))
+        except FileNotFoundError as e:
+            if self._kind == "gcs":  # nothing to find on a write: the bucket is not there
+                raise self._no_bucket(e) from e
+            raise
 
     def read(self, path: str) -> bytes:
         full = self._full(path)
@@ -238,7 +244,9 @@ class FsspecStorage:
         self._fs.invalidate_cache()
         try:
             found = self._retrying(lambda: self._fs.find(self._root, detail=False))
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            if self._kind == "gcs":  # gcsfs lists a missing prefix as empty, a missing bucket as not found
+                raise self._no_bucket(e) from e
             return []
         prefix = self._root + "/"
         return sorted(p[len(prefix):] for p in found if p.startswith(prefix))
@@ -262,6 +270,11 @@ class FsspecStorage:
         self._fs.invalidate_cache()
 
     # -- helpers --------------------------------------------------------------------
+
+    def _no_bucket(self, error: FileNotFoundError) -> OSError:
+        bucket = self._root.split("/", 1)[0]
+        return OSError(f"{self.base_uri}: bucket {bucket!r} does not exist, or these credentials cannot see it "
+                       f"({type(error).__name__}: {error})")
 
     def _full(self, path: str) -> str:
         return f"{self._root}/{path}"

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from checkpoint import Checkpointer, CheckpointWarning, GlobalRNG, TransferOptions
+from checkpoint import Checkpointer, CheckpointError, CheckpointWarning, GlobalRNG, TransferOptions
 from checkpoint import layout
 from checkpoint.storage import open_storage
 
@@ -176,6 +176,17 @@ def test_storage_contract(store_uri):
     storage.delete(["d/a"])
     assert storage.list() == ["d/b"]
     assert storage.uri("d/b") == store_uri.rstrip("/") + "/d/b"
+
+
+@pytest.mark.parametrize("kind", ["s3", "gcs"])
+def test_a_bucket_that_does_not_exist_is_an_error_at_restore_not_a_fresh_start(make_uri, kind):
+    uri = make_uri(kind).replace("ckpt-tests", "no-such-bucket-7")
+    with Checkpointer(uri, env={}, handle_sigterm=False) as ckpt:
+        with pytest.raises(OSError, match=r"no-such-bucket-7.*(does not exist|NoSuchBucket)"):
+            ckpt.restore(default="fresh start")
+        ckpt.save(1, {"x": 1})
+        with pytest.raises(CheckpointError, match=r"no-such-bucket-7.*(does not exist|NoSuchBucket)"):
+            ckpt.wait()
 
 
 @pytest.mark.parametrize("kind", ["s3"], ids=["s3 endpoint comes from AWS_ENDPOINT_URL alone"])
