@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from checkpoint import commit, layout, restore as restoring, serialization, snapshot
-from checkpoint.errors import CheckpointError, CheckpointWarning
+from checkpoint.errors import CheckpointError, CheckpointWarning, UnsafeCheckpointError
 from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
@@ -173,6 +173,7 @@ class Checkpointer:
         self.last_stats: SaveStats | None = None
         self._closed = False
         self._said_rank = False
+        self._warned_pickled: set[str] = set()
         _live.add(self)
 
     @property
@@ -221,6 +222,7 @@ class Checkpointer:
         if step != self._last_step:
             started = time.perf_counter()
             captured = snapshot.capture(state)
+            self._warn_pickled(step, captured.pickled)
             cid = layout.new_id(step, int(time.time() * 1000), self._last_id)
             self._last_id, self._last_step, self._last_time = cid, step, self._clock()
             blocked = time.perf_counter() - started
@@ -251,6 +253,17 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _warn_pickled(self, step: int, pickled: list[str]) -> None:
+        """Say at the first save, not at the resume after a preemption, that restore will refuse this state."""
+        new = [p for p in pickled if p not in self._warned_pickled]
+        if not new:
+            return
+        self._warned_pickled.update(new)
+        warnings.warn(CheckpointWarning(
+            f"step {step}: {', '.join(new)} can only be saved pickled, and restore() refuses pickled objects "
+            f"unless allow_pickle=True: save plain values (numbers, strings, lists, dicts), tensors or arrays "
+            f"there, or an object with state_dict()/load_state_dict()"), stacklevel=3)
 
     def _write(self, cid: CheckpointId, captured: snapshot.Captured, started: float, blocked: float) -> None:
         try:
@@ -339,9 +352,7 @@ class Checkpointer:
         else:
             storage = self._storage
             candidates = restoring.candidates(storage)
-        found = restoring.first_verified(
-            storage, candidates, lambda loaded: snapshot.decode(loaded.files, allow_pickle)
-        )
+        found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle))
         if found is None:
             return default
         loaded, state = found
@@ -357,6 +368,13 @@ class Checkpointer:
         self._last_step, self._last_time = loaded.id.step, self._clock()
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
+
+
+def _decode(loaded: restoring.Loaded, allow_pickle: bool) -> dict[str, Any]:
+    try:
+        return snapshot.decode(loaded.files, allow_pickle)
+    except UnsafeCheckpointError as e:
+        raise UnsafeCheckpointError(f"{loaded.uri}: {e}") from None
 
 
 def _step(step: Any) -> int:

@@ -16,4 +16,5 @@ class CorruptCheckpoint(Exception):
 
 
 class CheckpointWarning(UserWarning):
-    """A checkpoint was skipped on restore (it names the checkpoint and says why)."""
+    """A checkpoint was skipped on restore (it names the checkpoint and says why), or a save holds
+    values only pickle can save, which restore refuses by default (it names them)."""

@@ -40,6 +40,7 @@ class Captured:
     tensors: dict[str, dict[str, Any]]  # file name → {tensor name → host copy}
     arrays: dict[str, set[str]]  # file name → names that are numpy arrays
     objects: list[bytes] = field(default_factory=list)
+    pickled: list[str] = field(default_factory=list)  # where each object is, and its type, for messages
 
     @property
     def nbytes(self) -> int:
@@ -130,6 +131,7 @@ class _Encoder:
             raise TypeError(f"{where}: a {type(obj).__name__} cannot be checkpointed (not a tensor, array, "
                             f"plain value or object with state_dict(), and pickle refuses it: {e})") from None
         self._captured.objects.append(data)
+        self._captured.pickled.append(f"{where} (a {type(obj).__name__})")
         return {"__pickle__": len(self._captured.objects) - 1}
 
 
@@ -148,9 +150,10 @@ def decode(files: Mapping[str, Any], allow_pickle: bool = False) -> dict[str, An
     objects: list[Any] | None = None
     if layout.OBJECTS in files:
         if not allow_pickle:
+            where = ", ".join(_pickled_paths(doc.get("tree", {})))
             raise UnsafeCheckpointError(
-                "checkpoint holds pickled Python objects; pass allow_pickle=True only if you "
-                "trust whoever wrote it"
+                f"checkpoint holds pickled Python objects (at {where or 'unknown places'}); pass "
+                "allow_pickle=True only if you trust whoever wrote it"
             )
         objects = [pickle.loads(b) for b in pickle.loads(files[layout.OBJECTS])]
     arrays = {k: set(v) for k, v in doc.get("arrays", {}).items()}
@@ -182,6 +185,25 @@ def _decode(obj: Any, tensors: dict[str, Any], objects: list[Any] | None) -> Any
             assert objects is not None
             return objects[value]
     return {k: _decode(v, tensors, objects) for k, v in obj.items()}
+
+
+def _pickled_paths(tree: Any, where: str = "") -> list[str]:
+    """Where in a saved tree its pickled objects are (``extra.args``, ``history[2]``), as ``save`` names them."""
+    if isinstance(tree, list):
+        return [p for i, v in enumerate(tree) for p in _pickled_paths(v, f"{where}[{i}]")]
+    if not isinstance(tree, dict):
+        return []
+    if len(tree) == 1:
+        (tag, value), = tree.items()
+        if tag == "__pickle__":
+            return [where]
+        if tag == "__tuple__":
+            return _pickled_paths(value, where)
+        if tag == "__dict__":
+            return [p for k, v in value for p in _pickled_paths(v, f"{where}.{k}")]
+        if tag in ("__tensor__", "__ndarray__", "__bytes__"):
+            return []
+    return [p for k, v in tree.items() for p in _pickled_paths(v, f"{where}.{k}" if where else k)]
 
 
 def _joined(data: Any) -> bytes:

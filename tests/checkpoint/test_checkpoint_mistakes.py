@@ -4,6 +4,7 @@ preemption notice."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ import pytest
 import torch
 from fakes import FailingStorage, checkpointer, committed_steps, memory_store
 
-from checkpoint import Checkpointer, CheckpointError, CheckpointWarning, snapshot
+from checkpoint import Checkpointer, CheckpointError, CheckpointWarning, UnsafeCheckpointError, snapshot
 from checkpoint.cli import main as checkpoint_cli
 from checkpoint.storage import open_storage
 
@@ -174,3 +175,21 @@ def test_without_a_notice_an_earlier_failure_still_stops_the_next_save():
     ckpt._runner.wait()
     with pytest.raises(CheckpointError, match=r"OSError: \[Errno 503\] store unavailable"):
         ckpt.save(2, {"x": torch.ones(3)})
+
+
+def test_state_that_needs_pickle_is_named_at_the_first_save_not_first_at_the_resume():
+    """An argparse Namespace or a set in the state saves fine, but the resume after a preemption would
+    stop at UnsafeCheckpointError: the first save says so, and the refusal names where they are."""
+    storage = memory_store()
+    state = {"model": torch.nn.Linear(2, 2), "args": argparse.Namespace(lr=0.1), "data": {"seen": {1, 2}}}
+    with checkpointer(storage) as ckpt, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt.save(1, state, wait=True)
+        ckpt.save(2, state, wait=True)  # said once, not at every save
+    texts = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
+    assert len(texts) == 1 and caught[0].filename == __file__, texts
+    assert texts[0].startswith("step 1: args (a Namespace), data.seen (a set) can only be saved pickled"), texts
+    with checkpointer(storage) as ckpt, pytest.raises(UnsafeCheckpointError) as refused:
+        ckpt.restore()
+    assert str(refused.value).startswith(f"{storage.uri()}/step-000000000002-"), refused.value
+    assert "pickled Python objects (at args, data.seen)" in str(refused.value)
