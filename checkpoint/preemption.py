@@ -33,6 +33,11 @@ EXIT_CODE = 143
 DEFAULT_GRACE_S = 30.0
 
 
+#: Installed notices, oldest first: each one's previous handler is the one before it. Closing one that is
+#: not the newest hands its previous handler to the next, so the newest keeps hearing SIGTERM.
+_chain: list[PreemptionNotice] = []
+
+
 def _hard_exit(code: int) -> None:
     sys.stderr.flush()
     os._exit(code)
@@ -101,12 +106,18 @@ class PreemptionNotice:
                                           daemon=True)
         self._watchdog.start()
         self._installed = True
+        _chain.append(self)
         return True
 
     def uninstall(self) -> None:
         if self._installed and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
-            signal.set_wakeup_fd(self._previous_wakeup)
+            above = _chain[_chain.index(self) + 1:]
+            if above:  # a newer notice handles SIGTERM now: it inherits what we would have put back
+                above[0]._previous, above[0]._previous_wakeup = self._previous, self._previous_wakeup
+            else:
+                signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+                signal.set_wakeup_fd(self._previous_wakeup)
+            _chain.remove(self)
             self._installed = False
         self._stop_watchdog = True
         if self._watchdog is not None and self._watchdog is not threading.current_thread():

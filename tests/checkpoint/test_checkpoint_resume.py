@@ -8,6 +8,7 @@ import sys
 import random
 import signal
 import subprocess
+import textwrap
 import time
 from pathlib import Path
 
@@ -129,3 +130,28 @@ def test_preemption_exit_is_forced_when_no_step_boundary_comes(extra_env, second
     proc.communicate(timeout=20)
     assert proc.returncode == 143
     assert time.monotonic() - started < 10
+
+
+def test_closing_an_older_checkpointer_leaves_the_newest_hearing_sigterm(tmp_path, subprocess_env):
+    """A second checkpointer opened to read pretrained weights, closed after the run's own was created:
+    the run's checkpointer must still take SIGTERM as its notice, not die of it without a save."""
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        import numpy as np
+        from checkpoint import Checkpointer
+        pretrained = Checkpointer({str(tmp_path / "pretrained")!r})
+        pretrained.restore()
+        ckpt = Checkpointer(every_steps=1000)
+        pretrained.close()
+        os.kill(os.getpid(), signal.SIGTERM)
+        for step in range(1, 200):
+            time.sleep(0.05)
+            if ckpt.due(step):
+                ckpt.save(step, {{"w": np.full(4, step)}})
+    """)
+    uri = str(tmp_path / "run")
+    done = subprocess.run([PYTHON, "-c", script], env=subprocess_env(uri), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 143, done.stderr[-2000:]
+    with Checkpointer(uri, env={}, handle_sigterm=False) as ckpt:
+        assert ckpt.restore() is not None
