@@ -82,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("id")
     s.add_argument("amount", help="dollars, e.g. 40 or 12.50")
 
-    s = client("ondemand", help="run a job on on-demand from its next attempt on")
+    s = client("ondemand", help="run a job on on-demand from its next attempt on (resumes a stopped one)")
     s.add_argument("id")
+    s.add_argument("--force", action="store_true",
+                   help="resume it on on-demand even though it failed for a reason of its own")
 
     s = client("fault", help="admins, simulated zones only: preempt or kill a job's attempt, or take a "
                                      "zone's capacity away")
@@ -450,8 +452,15 @@ def cmd_budget(args) -> int:
 
 
 def cmd_ondemand(args) -> int:
+    from broker.client import BrokerError
+
     with _client(args) as client:
-        job = client.switch_to_ondemand(args.id)
+        try:
+            job = client.switch_to_ondemand(args.id, force=args.force)
+        except BrokerError as exc:
+            if exc.status == 409 and "with force" in exc.detail:  # the API's word for it; here it is a flag
+                exc.detail = exc.detail.replace("with force", f"with --force (broker ondemand {args.id} --force)")
+            raise
     _done(args, job, f"{job['id']}: pinned to on-demand; {job['state']}")
     return 0
 

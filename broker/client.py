@@ -155,8 +155,8 @@ class BrokerClient:
     def set_budget(self, job_id: str, budget_usd: str) -> dict:
         return self._call("POST", f"/v1/jobs/{job_id}/budget", json={"budget_usd": str(budget_usd)})
 
-    def switch_to_ondemand(self, job_id: str) -> dict:
-        return self._call("POST", f"/v1/jobs/{job_id}/ondemand")
+    def switch_to_ondemand(self, job_id: str, *, force: bool = False) -> dict:
+        return self._call("POST", f"/v1/jobs/{job_id}/ondemand", params={"force": "true"} if force else None)
 
     def fault(self, kind: str, *, job_id: str | None = None, zone: str | None = None,
               available: bool | None = None) -> dict:

@@ -304,11 +304,12 @@ class BrokerService:
 
         return self._retrying(once)
 
-    def switch_to_ondemand(self, principal: Principal, job_id: str, *, force: bool = True) -> Job:
+    def switch_to_ondemand(self, principal: Principal, job_id: str, *, force: bool = False) -> Job:
         """Pin the job to on-demand from its next attempt on (resumes it if it had stopped).
 
-        Resuming a job that failed for a reason of its own takes ``force``, as :meth:`resume` does: the API
-        and the CLI pin on purpose, but a Slack button says only whether its confirmation showed the diagnosis.
+        Resuming a job that failed for a reason of its own takes ``force``, as :meth:`resume` does (the API's
+        ``force=true``, the CLI's ``--force``, a Slack button whose confirmation showed the diagnosis):
+        on-demand capacity does not change a failure of the job's own.
         """
         def once() -> Job:
             job = self.get(principal, job_id)

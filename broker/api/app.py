@@ -263,9 +263,10 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return job_view(service.raise_budget(caller, job_id, micros))
 
     @app.post("/v1/jobs/{job_id}/ondemand", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422))
-    def switch_to_ondemand(job_id: str, caller: Caller) -> dict:
-        """Run the job on on-demand from its next attempt on (and resume it if it had stopped)."""
-        return job_view(service.switch_to_ondemand(caller, job_id))
+    def switch_to_ondemand(job_id: str, caller: Caller, force: bool = False) -> dict:
+        """Run the job on on-demand from its next attempt on (and resume it if it had stopped). Resuming a
+        failure in the job's own code answers 409 with the diagnosis unless ``force=true``, as resume does."""
+        return job_view(service.switch_to_ondemand(caller, job_id, force=force))
 
     @app.post("/v1/jobs/{job_id}/progress", tags=["progress"], **answers(ProgressAck, 401, 403, 404, 409, 422),
               openapi_extra=PROGRESS)

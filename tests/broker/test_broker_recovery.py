@@ -178,6 +178,10 @@ def test_a_code_error_is_explained_and_resume_needs_force(serve):
     assert final["reason"].startswith("Out of GPU memory at step 1200 (batch size 64). Try a smaller batch size")
     refused = client.post(f"/v1/jobs/{job['id']}/resume")
     assert refused.status_code == 409 and "Out of GPU memory" in refused.json()["detail"]
+    # on-demand capacity does not change a failure of the job's own: pinning it there asks for force too
+    refused = client.post(f"/v1/jobs/{job['id']}/ondemand")
+    assert refused.status_code == 409 and "Out of GPU memory" in refused.json()["detail"]
+    assert client.get(f"/v1/jobs/{job['id']}").json()["state"] == "failed"
     forced = client.post(f"/v1/jobs/{job['id']}/resume", params={"force": "true"})
     assert forced.status_code == 200 and forced.json()["state"] == "queued"
     again = until_state(client, job["id"], {"failed", "succeeded"})
