@@ -98,6 +98,10 @@ def _told(args) -> tuple[float, float]:
             args.changeover_hours if args.told_changeover_hours is None else args.told_changeover_hours)
 
 
+def _zone_files(args) -> list[str]:
+    return [f.strip() for f in (args.zones or "").split(",") if f.strip()]
+
+
 def _check(args) -> None:
     """Refuse nonsense before any work, naming the option and the reason."""
     positive = {"--job-hours": args.job_hours, "--deadline-hours": args.deadline_hours, "--price-ratio": args.price_ratio,
@@ -116,9 +120,11 @@ def _check(args) -> None:
     if args.deadline_hours < told_job + told_changeover:
         raise SystemExit(f"--deadline-hours: {args.deadline_hours:g} h is shorter than the job ({told_job:g} h) plus one "
                          f"changeover ({told_changeover:g} h): no policy can finish in time")
+    if args.zones is not None and not _zone_files(args):
+        raise SystemExit("--zones: name at least one spot-traces .json file (comma-separated)")
     if args.zones and not (args.windows.isdigit() and int(args.windows) > 0):
         raise SystemExit(f"--windows: with --zones, the number of windows to sample (a whole number > 0), got {args.windows!r}")
-    if args.zones and len([f for f in args.zones.split(",") if f]) > MAX_ZONES:
+    if args.zones and len(_zone_files(args)) > MAX_ZONES:
         raise SystemExit(f"--zones: at most {MAX_ZONES} zones (actions name each zone by one digit, 0-9)")
     if not args.zones:
         for flag, value in (("--gap-seconds", args.gap_seconds), ("--seed", args.seed)):
@@ -141,6 +147,8 @@ def _decimal(flag: str, text: str | None, *, positive: bool = False) -> Decimal 
 def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
     args = parser().parse_args(argv)
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
+    if not names:
+        raise SystemExit(f"--policy: name at least one of {', '.join(POLICIES)}")
     for name in names:
         if name not in POLICIES:
             raise SystemExit(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
@@ -161,8 +169,8 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
     work, deadline = round(args.job_hours * 3600), round(args.deadline_hours * 3600)
     changeover = round(args.changeover_hours * 3600)
     told = sum(round(hours * 3600) for hours in _told(args))  # job + changeover, seconds, as the policy is told
-    if args.zones:
-        files = [f for f in args.zones.split(",") if f]
+    if args.zones is not None:
+        files = _zone_files(args)
         probe_gap = args.gap_seconds or min(read_trace(Path(f))[0] for f in files)
         _, windows = zone_windows(files, int(args.windows), args.seed or 0, -(-deadline // probe_gap), args.gap_seconds)  # whole ticks that reach the deadline
     else:
@@ -242,7 +250,14 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    run(argv)
+    """Exit 0, or 2 with one line on stderr for input it refuses (as argparse does for a bad option)."""
+    try:
+        run(argv)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise  # argparse's own exits (--help: 0, a bad option: 2) have printed already
+        print(exc.code, file=sys.stderr)
+        return 2
     return 0
 
 

@@ -295,3 +295,30 @@ def test_zone_traces_of_different_lengths_are_sampled_where_all_cover_and_say_so
                     "--deadline-hours", "52", "--policy", "greedy", "--json"], out=io.StringIO())
     assert "windows are drawn from the first" in capsys.readouterr().err
     assert all(r["start_tick"] + len(r["actions"]) <= 5000 for r in rows) and all(r["gap_seconds"] == 195 for r in rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--windows", "{tmp}/nope.jsonl"], "error: No such file or directory: {tmp}/nope.jsonl"),
+    (["--windows", "{tmp}/empty.jsonl"], "no windows in {tmp}/empty.jsonl"),
+    (["--windows", "{tmp}/bad.jsonl"], "error: {tmp}/bad.jsonl line 1: not JSON"),
+    (["--windows", "{tmp}/uneven.jsonl"], "error: {tmp}/uneven.jsonl line 1: the zones' available lists differ in length"),
+    (["--windows", "{windows}", "--policy", "cheapest"], "unknown policy 'cheapest'; known: broker"),
+    (["--windows", "{windows}", "--deadline-hours", "40"], "--deadline-hours: 40 h is shorter than the job (48 h)"),
+    (["--windows", "{windows}", "--deadline-hours", "48.25"], "--deadline-hours: with 600 s ticks the job needs 290 whole ticks"),
+    (["--windows", "{windows}", "--policy", ","], "--policy: name at least one of broker, "),
+    (["--zones", ",", "--windows", "3"], "--zones: name at least one spot-traces .json file"),
+    (["--zones", "{tmp}/empty.jsonl", "--windows", "3"], "error: {tmp}/empty.jsonl: not a spot-traces JSON file"),
+], ids=["a missing windows file", "an empty windows file", "a windows line cut short", "zones of different lengths",
+        "an unknown policy", "a deadline shorter than the job", "a deadline short of the job's last whole tick",
+        "no policy named", "no trace file named", "an empty trace file"])
+def test_the_simulate_command_refuses_bad_input_with_one_line_and_exit_status_2(tmp_path, capsys, args, message):
+    from broker.cli import main
+
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "bad.jsonl").write_text('{"trace": "t", "window": 0, "gap_seconds": 600, "available": [1, 0\n')
+    (tmp_path / "uneven.jsonl").write_text('{"trace": "t", "window": 0, "gap_seconds": 600, "available": [[1, 0], [1]]}\n')
+    fill = {"tmp": str(tmp_path), "windows": str(WINDOWS_FILE)}
+    code = main(["simulate", *(a.format(**fill) for a in args), "--limit", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith(message.format(**fill)) and err.count("\n") == 1, err
