@@ -92,7 +92,8 @@ def read_trace(path: Path) -> tuple[int, list[int]]:
 
 
 def read_windows(path: Path) -> Iterator[dict]:
-    """The windows JSONL, one dict per window (``available``: list, or list of lists per zone).
+    """The windows JSONL, one dict per window (``available``: list, or list of lists per zone;
+    optional ``zones``: one distinct name per list).
     ``ValueError`` naming the file, the line and what is wrong with it for a malformed window."""
     with Path(path).open() as fh:
         for n, line in enumerate(fh, 1):
@@ -115,4 +116,8 @@ def _window(line: str, where: str) -> dict:
         raise ValueError(f"{where}: available must be a non-empty list of 0/1 per tick, or one such list per zone")
     if len({len(r) for r in rows}) > 1:
         raise ValueError(f"{where}: the zones' available lists differ in length ({sorted({len(r) for r in rows})})")
+    names = w.get("zones")
+    if names is not None and not (isinstance(names, list) and len(names) == len(rows) and len(set(names)) == len(names)
+                                  and all(isinstance(z, str) and z for z in names)):
+        raise ValueError(f"{where}: zones must name each of the {len(rows)} available lists once, got {names!r}")
     return w

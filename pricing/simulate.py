@@ -69,6 +69,8 @@ def simulate(
     avail = np.atleast_2d(np.asarray(available) > 0)
     n_zones, n_ticks = avail.shape
     zones = list(zones) if zones is not None else [f"zone{i}" for i in range(n_zones)]
+    if len(zones) != n_zones or len(set(zones)) != n_zones:  # a repeated name would merge two zones' availability
+        raise ValueError(f"zones must name each of the {n_zones} zones once, got {zones!r}")
     chars = zone_chars(n_zones)
     index = {z: i for i, z in enumerate(zones)}
     told_work = work if work_told is None else work_told

@@ -69,6 +69,13 @@ def resample(data: list[int], gap: int, to_gap: int) -> np.ndarray:
     return np.asarray(data)[idx] > 0
 
 
+def zone_names(files: list[str]) -> list[str]:
+    """Each zone's name, its file's stem; stems that repeat (the same trace name from two
+    folders, or one file twice) get ``#index`` so that no two zones share a name."""
+    stems = [Path(f).stem for f in files]
+    return [s if stems.count(s) == 1 else f"{s}#{i}" for i, s in enumerate(stems)]
+
+
 def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int | None) -> tuple[int, Iterator[dict]]:
     traces = [read_trace(Path(f)) for f in files]
     job_gap = gap or min(g for g, _ in traces)
@@ -82,7 +89,7 @@ def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int |
     if length < ticks:
         raise SystemExit(f"the traces hold {length} ticks, fewer than the {ticks} a window needs")
     rng = random.Random(seed)
-    names = [Path(f).stem for f in files]
+    names = zone_names(files)
 
     def gen() -> Iterator[dict]:
         for i in range(count):

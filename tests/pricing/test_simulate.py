@@ -247,7 +247,10 @@ def test_simulate_refuses_bad_options_naming_the_option_and_the_reason(args, mes
     ('{"trace": "t", "gap_seconds": "600", "available": [1]}\n', "line 1: gap_seconds must be a whole number of seconds > 0"),
     ('{"trace": "t", "gap_seconds": 600}\n', "line 1: available must be a non-empty list"),
     ('\n\n[1, 2]\n', "line 3: a window is a JSON object"),
-], ids=["a line that is not JSON", "zones of different lengths", "a tick given as text", "no availability", "not an object"])
+    ('{"trace": "t", "gap_seconds": 600, "available": [[1, 0], [0, 1]], "zones": ["a"]}\n', "line 1: zones must name each of the 2"),
+    ('{"trace": "t", "gap_seconds": 600, "available": [[1, 0], [0, 1]], "zones": ["a", "a"]}\n', "line 1: zones must name each of the 2"),
+], ids=["a line that is not JSON", "zones of different lengths", "a tick given as text", "no availability", "not an object",
+        "fewer zone names than zones", "a zone name given twice"])
 def test_a_malformed_windows_file_is_refused_naming_the_line(tmp_path, content, message):
     f = tmp_path / "w.jsonl"
     f.write_text(content)
@@ -322,3 +325,23 @@ def test_the_simulate_command_refuses_bad_input_with_one_line_and_exit_status_2(
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.startswith(message.format(**fill)) and err.count("\n") == 1, err
+
+
+def test_zone_traces_whose_files_share_a_name_stay_two_zones():
+    # us-west-2b_v100_1.json from two trace releases: under one name their availability merged, and
+    # the runs took spot in the second zone at ticks where only the first one had it.
+    one, two = (SHARED / "spot-traces" / "availability" / "1-node" / f / "us-west-2b_v100_1.json"
+                for f in ("aws-10-26-2022", "aws-02-15-2023"))
+    rows = cli_run(["--zones", f"{one},{two}", "--gap-seconds", "600", "--windows", "4", "--seed", "2", "--job-hours", "10",
+                    "--deadline-hours", "14", "--policy", "greedy,broker", "--json"], out=io.StringIO())
+    traces = [json.loads(f.read_text()) for f in (one, two)]
+    assert rows[0]["trace"] == "us-west-2b_v100_1#0+us-west-2b_v100_1#1"
+    used = set()
+    for row in rows:
+        s = row["start_tick"]
+        avail = np.array([[t["data"][(s + i) * 600 // t["metadata"]["gap_seconds"]] > 0 for i in range(len(row["actions"]))]
+                          for t in traces])
+        cost, _, ticks = recost(row["actions"], avail, 600, 10 * 3600, D, K)
+        assert ticks == len(row["actions"]) and cost == pytest.approx(row["cost"], abs=1e-6)
+        used |= set(row["actions"]) & {"0", "1"}
+    assert used == {"0", "1"}
