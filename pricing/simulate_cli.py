@@ -209,7 +209,7 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
                 make_policy(name, cost_cap=name == DEFAULT_POLICY), avail, gap=gap, work=work, deadline=deadline, changeover=changeover,
                 price_ratio=args.price_ratio, zones=zones,
                 work_told=round(args.told_job_hours * 3600) if args.told_job_hours else None,
-                changeover_told=round(args.told_changeover_hours * 3600) if args.told_changeover_hours else None,
+                changeover_told=None if args.told_changeover_hours is None else round(args.told_changeover_hours * 3600),
                 horizon=min(avail.shape[1] * gap, 2 * deadline),
                 budget=budget,
             )

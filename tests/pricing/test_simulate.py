@@ -345,3 +345,14 @@ def test_zone_traces_whose_files_share_a_name_stay_two_zones():
         assert ticks == len(row["actions"]) and cost == pytest.approx(row["cost"], abs=1e-6)
         used |= set(row["actions"]) & {"0", "1"}
     assert used == {"0", "1"}
+
+
+def test_a_policy_told_there_is_no_changeover_is_replayed_as_told():
+    # --told-changeover-hours 0 was read as "not given": the policy was told the real 0.2 h instead
+    args = ["--windows", str(WINDOWS_FILE), "--limit", "3", "--deadline-hours", "52", "--policy", "greedy", "--json"]
+    told = cli_run(args + ["--told-changeover-hours", "0"], out=io.StringIO())
+    w = [json.loads(x) for x in WINDOWS_FILE.read_text().splitlines()[:3]]
+    expected = [simulate(make_policy("greedy", cost_cap=False), np.atleast_2d(x["available"]), gap=600, work=C, deadline=52 * 3600,
+                         changeover=D, price_ratio=K, changeover_told=0, horizon=len(x["available"]) * 600).actions for x in w]
+    assert [r["actions"] for r in told] == expected
+    assert expected != [r["actions"] for r in cli_run(args, out=io.StringIO())]
