@@ -182,6 +182,7 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
         _, windows = zone_windows(files, int(args.windows), args.seed or 0, -(-deadline // probe_gap), args.gap_seconds)  # whole ticks that reach the deadline
     else:
         windows = read_windows(Path(args.windows))
+    ratio = Decimal(repr(args.price_ratio))  # as typed: costs are summed exactly, never in binary fractions
     results = []
     for n, w in enumerate(windows):
         if args.limit is not None and n >= args.limit:
@@ -215,10 +216,10 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
             )
             row = {
                 "trace": w.get("trace"), "window": w.get("window", n), "policy": name, "gap_seconds": gap,
-                "cost": _money(r.cost, scale), "finished": r.finished,
+                "cost": _money(_normalized_cost(r.actions, gap, ratio), scale), "finished": r.finished,
                 "finish_hours": None if r.finish_seconds is None else r.finish_seconds / 3600,
                 "spot_hours": r.spot_hours, "ondemand_hours": r.ondemand_hours,
-                "ondemand_only_cost": _money(-(-(work + changeover) // gap) * gap / 3600 * args.price_ratio, scale),
+                "ondemand_only_cost": _money(-(-(work + changeover) // gap) * gap * ratio / 3600, scale),
                 "actions": r.actions,
             }
             if "start_tick" in w:
@@ -238,10 +239,19 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
     return results
 
 
-def _money(normalized: float, scale: Decimal | None) -> float:
+def _normalized_cost(actions: str, gap: int, ratio: Decimal) -> Decimal:
+    """The cost ``actions`` bill, exactly: ``(spot ticks + k × on-demand ticks) × gap / 3600``."""
+    ondemand = actions.count("O")
+    spot = len(actions) - ondemand - actions.count("I")
+    return (spot + ratio * ondemand) * gap / 3600
+
+
+def _money(normalized: Decimal | float, scale: Decimal | None) -> float:
+    """Normalized cost to 9 decimals, or dollars to the micro-dollar with ``--spot-price``."""
+    exact = normalized if isinstance(normalized, Decimal) else Decimal(repr(normalized))
     if scale is None:
-        return round(normalized, 9)
-    return float((Decimal(repr(normalized)) * scale).quantize(Decimal("0.000001")))
+        return float(exact.quantize(Decimal("1e-9")))
+    return float((exact * scale).quantize(Decimal("0.000001")))
 
 
 def summary(rows: list[dict]) -> str:

@@ -356,3 +356,17 @@ def test_a_policy_told_there_is_no_changeover_is_replayed_as_told():
                          changeover=D, price_ratio=K, changeover_told=0, horizon=len(x["available"]) * 600).actions for x in w]
     assert [r["actions"] for r in told] == expected
     assert expected != [r["actions"] for r in cli_run(args, out=io.StringIO())]
+
+
+def test_a_dollar_cost_is_summed_exactly_from_the_actions(tmp_path):
+    # This run's exact cost is $75.9261275, half a micro-dollar: summed in floats it came out a hair
+    # under and was rounded to 75.926127, where the exact sum (the Decimal default, half to even) gives 75.926128.
+    line = next(x for x in WINDOWS_FILE.read_text().splitlines() if x.startswith('{"trace":"us-west-2b_k80_8","window":127,'))
+    (tmp_path / "w.jsonl").write_text(line + "\n")
+    row = cli_run(["--windows", str(tmp_path / "w.jsonl"), "--policy", "uniform_progress", "--deadline-hours", "56",
+                   "--spot-price", "0.9731", "--json"], out=io.StringIO())[0]
+    ondemand = row["actions"].count("O")
+    spot = len(row["actions"]) - ondemand - row["actions"].count("I")
+    exact = (spot + Decimal("3.145") * ondemand) * 600 / 3600 * Decimal("0.9731")
+    assert exact.quantize(Decimal("1e-7")) == exact == Decimal("75.9261275")
+    assert Decimal(repr(row["cost"])) == Decimal("75.926128")
