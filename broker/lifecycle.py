@@ -102,6 +102,9 @@ TRANSITIONS: dict[tuple[JobState | None, JobEvent], JobState] = {
     (S.LAUNCHING, E.CANCEL): S.CANCELLING,
     (S.RUNNING, E.CANCEL): S.CANCELLING,
     (S.CANCELLING, E.ENDED): S.CANCELLED,
+    # the run finished on its own before the cancel or the budget stop reached it: its work is done and paid
+    (S.CANCELLING, E.SUCCEED): S.SUCCEEDED,
+    (S.STOPPING, E.SUCCEED): S.SUCCEEDED,
 }
 """(from, event) → to. The only source of truth for what may happen to a job."""
 

@@ -65,6 +65,8 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus) -> Outcome:
     attempt_state = ATTEMPT_STATE[status.phase]
     if job.state in (JobState.CANCELLING, JobState.STOPPING):
         what = "cancelled" if job.state is JobState.CANCELLING else "stopped at its budget"
+        if status.phase is Phase.SUCCEEDED:  # it finished on its own before the stop reached it
+            return Outcome(JobEvent.SUCCEED, attempt_state, f"succeeded: {end}, before it could be {what}")
         return Outcome(JobEvent.ENDED, attempt_state, f"{what}; {end}")
     if status.phase is Phase.STOPPED and status.reason == "budget":
         # the launcher stopped it by itself at the budget (no broker asked): the budget stop, as if asked

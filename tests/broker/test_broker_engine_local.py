@@ -471,3 +471,19 @@ def test_raising_the_budget_of_a_running_job_moves_the_launchers_own_stop(make_s
         service.cancel(ADMIN, job.id)
         run_until(engine, store, job.id, {"cancelled"})
         store.close()
+
+
+def test_a_cancel_that_comes_after_the_run_finished_on_its_own_leaves_the_job_succeeded(broker):
+    # the broker was not watching (down) when the run exited 0; the user's cancel came after: the work is
+    # done and paid for, so the job says succeeded, not "cancelled" with a reason that reads "succeeded"
+    service, engine, store, launcher = broker
+    job = submit(service, "sleep 1; echo done")
+    run_until(engine, store, job.id, {"running"})
+    attempt = store.attempts(job.id)[-1]
+    wait_for((launcher.runs_dir / attempt.id / "exit.json").exists)  # nobody ticks the engine meanwhile
+    service.cancel(ADMIN, job.id)
+    assert store.get_job(job.id).state is JobState.CANCELLING
+    final = run_until(engine, store, job.id, {"succeeded", "cancelled", "failed"})
+    assert final.state is JobState.SUCCEEDED, final.reason
+    assert "before it could be cancelled" in store.events(job.id)[-1].reason
+    assert [e.event for e in store.events(job.id)][-2:] == ["cancel", "succeed"]
