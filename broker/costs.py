@@ -25,14 +25,14 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_FLOOR, Decimal
 
 from broker.lifecycle import JobState
-from broker.models import Attempt, Job
+from broker.models import Attempt, CostAttempt, CostJob, Job
 from pricing.money import Micros, cost_for_seconds, fmt
 
 TIERS = ("onprem", "ondemand", "spot")
@@ -133,7 +133,11 @@ def share(total: Micros, attempt: Attempt, a: float, b: float) -> Micros:
 
 
 def _cumulative(total: Micros, attempt: Attempt, t: float) -> Micros:
-    start, seconds = billed_span(attempt)
+    return _part(total, *billed_span(attempt), t)
+
+
+def _part(total: Micros, start: int, seconds: int, t: float) -> Micros:
+    """``F(t)``: the part of ``total``, accrued evenly over ``seconds`` from ``start``, billed by ``t``."""
     if seconds == 0:
         return total if t > start else 0
     elapsed = min(max(int(t) - start, 0), seconds)
@@ -143,8 +147,8 @@ def _cumulative(total: Micros, attempt: Attempt, t: float) -> Micros:
 # -- the report ------------------------------------------------------------------------------------
 
 
-def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, win: Window, now: float,
-           positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None) -> dict:
+def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attempt | CostAttempt]], *, win: Window,
+           now: float, positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None) -> dict:
     """Everything the dashboard shows for ``team`` (``None``: all teams) in ``win``.
 
     ``jobs`` must already be limited to what the caller may see; ``attempts``
@@ -153,7 +157,7 @@ def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, wi
     (epoch seconds) of those that have one.
     """
     days = _days(win)
-    day_ends = [b for _, _, b in days]
+    day_starts, day_ends = [a for _, a, _ in days], [b for _, _, b in days]
     by_day = {d[0]: {t: 0 for t in (*TIERS, "ondemand_equivalent")} for d in days}
     tier_total = dict.fromkeys(TIERS, 0)
     equiv_total = 0
@@ -166,11 +170,19 @@ def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, wi
         for i, att in enumerate(tries):
             tier = tier_of(att)
             equiv = ondemand_equivalent(att, job)
-            cost_in = share(att.cost, att, win.since, win.until)
-            equiv_in = share(equiv, att, win.since, win.until)
-            for key, a, b in _days_touched(days, day_ends, att):
-                by_day[key][tier] += share(att.cost, att, a, b)
-                by_day[key]["ondemand_equivalent"] += share(equiv, att, a, b)
+            start, seconds = billed_span(att)
+            first, last = _days_of(day_starts, day_ends, start, seconds)
+            cost_in = equiv_in = 0
+            if first < last:
+                # A day's share is F(its end) - F(its start), a day ends where the next starts, and the days
+                # left out hold exactly 0: so F is taken once per boundary, and the window's share is the sum.
+                bounds = [day_starts[first], *day_ends[first:last]]
+                cost_at = [_part(att.cost, start, seconds, t) for t in bounds]
+                equiv_at = cost_at if equiv == att.cost else [_part(equiv, start, seconds, t) for t in bounds]
+                for d, (key, _, _) in enumerate(days[first:last]):
+                    by_day[key][tier] += cost_at[d + 1] - cost_at[d]
+                    by_day[key]["ondemand_equivalent"] += equiv_at[d + 1] - equiv_at[d]
+                cost_in, equiv_in = cost_at[-1] - cost_at[0], equiv_at[-1] - equiv_at[0]
             tier_total[tier] += cost_in
             equiv_total += equiv_in
             job_cost += cost_in
@@ -296,17 +308,13 @@ def percent(part: int, whole: int) -> int | None:
     return part * 100 // whole if whole > 0 else None
 
 
-def _days_touched(days: list[tuple[str, float, float]], day_ends: list[float], attempt: Attempt):
-    """The days of ``days`` (sorted, ends in ``day_ends``) whose share of ``attempt`` can be non-zero:
-    a superset of those overlapping its billed span, by a second each side. Every other day's share
-    is exactly 0 (both ends of it are before the span, or both after), so skipping them changes no
-    sum — and a 90-day report no longer costs 90 days per attempt."""
-    start, seconds = billed_span(attempt)
+def _days_of(day_starts: list[float], day_ends: list[float], start: int, seconds: int) -> tuple[int, int]:
+    """``days[first:last]``: the days of the window (sorted; starts and ends given) whose share of a span
+    of ``seconds`` from ``start`` can be non-zero — a superset of those overlapping it, by a second each
+    side. Every other day's share is exactly 0 (both ends of it are before the span, or both after), so
+    skipping them changes no sum, and a 90-day report no longer costs 90 days per attempt."""
     first = bisect_right(day_ends, start - 1)
-    for i in range(first, len(days)):
-        if days[i][1] >= start + seconds + 1:
-            break
-        yield days[i]
+    return first, bisect_left(day_starts, start + seconds + 1, lo=first)
 
 
 def _days(win: Window) -> list[tuple[str, float, float]]:
@@ -329,12 +337,13 @@ def _iso_out(t: float | None) -> str | None:
 # -- reading (the only impure part, kept here so every edge gathers the same way) ------------------
 
 
-def gather(store, *, team: str | None, win: Window | None) -> tuple[list[Job], dict[str, list[Attempt]]]:
+def gather(store, *, team: str | None, win: Window) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
     """Jobs of ``team`` (all when ``None``) that may hold cost in ``win``, and their attempts.
 
     A job that ended before the window cannot: its attempts were billed no
-    later than its last update — the store leaves those out (``active_since``).
+    later than its last update — the store leaves those out, and those
+    submitted after it. Only the fields the report shows are read
+    (``JobStore.cost_history``): decoding whole jobs and attempts was most of
+    a long window's time.
     """
-    listed = store.list_jobs(team=team, limit=100_000, active_since=None if win is None else win.since)
-    jobs = [j for j in listed if win is None or j.submitted_at < win.until]
-    return jobs, store.attempts_of([j.id for j in jobs])
+    return store.cost_history(team=team, since=win.since, until=win.until)

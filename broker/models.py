@@ -8,7 +8,9 @@ these dicts; the API renders public views of them and never a raw row.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 from broker.lifecycle import AttemptState, JobEvent, JobState
@@ -145,6 +147,56 @@ class Job:
         d = _known(cls, d)
         d["state"] = JobState(d["state"])
         return cls(**d)
+
+
+@dataclass(frozen=True)
+class CostAttempt:
+    """What the cost report reads of an :class:`Attempt` (same names, same values), and nothing else.
+
+    :meth:`JobStore.cost_history <broker.store.base.JobStore.cost_history>` reads these instead of whole
+    attempts: a 90-day report over tens of thousands of jobs otherwise spends most of its time decoding
+    checkpoints, slots and spec fields it never shows. ``placement`` holds only ``tier``,
+    ``ondemand_price_per_hour``, ``zone``, ``location`` and ``region`` (``None`` when not stored).
+    """
+
+    n: int
+    state: AttemptState
+    placement: dict[str, Any]
+    price_per_hour: int
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    billed_until: float | None
+    cost: int
+
+
+@dataclass(frozen=True)
+class CostJob:
+    """What the cost report reads of a :class:`Job` (same names, same values), and nothing else.
+
+    ``placement`` holds only ``price_per_hour``. The quote's tiers are kept as the store
+    gave them (JSON text, or the list) and decoded only if the on-demand-price rule needs them.
+    """
+
+    id: str
+    name: str
+    team: str
+    state: JobState
+    submitted_at: float
+    priority: int
+    reason: str
+    budget: int
+    spent: int
+    placement: dict[str, Any]
+    quote_tiers: str | list | None
+
+    @cached_property
+    def quote(self) -> dict[str, Any]:
+        tiers = json.loads(self.quote_tiers) if isinstance(self.quote_tiers, str) else self.quote_tiers
+        return {"tiers": tiers or []}
+
+
+COST_PLACEMENT_KEYS = ("tier", "ondemand_price_per_hour", "zone", "location", "region")
 
 
 def attempt_id(job_id: str, n: int) -> str:

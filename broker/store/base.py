@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from broker.models import Attempt, Event, Job
+from broker.models import Attempt, CostAttempt, CostJob, Event, Job
 
 
 BATCH_IDS = 500  # ids per round trip in the stores' batched reads
@@ -130,6 +130,13 @@ class JobStore(Protocol):
     def attempts_of(self, job_ids: Sequence[str]) -> dict[str, list[Attempt]]:
         """Each job's attempts, oldest first, in a few round trips (every id is a key; a job
         with none, or no such job, maps to ``[]``): what a cost report over many jobs reads."""
+
+    def cost_history(self, *, team: str | None, since: float,
+                     until: float) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        """What a cost report over ``[since, until)`` reads: the jobs of ``team`` (all when ``None``)
+        submitted before ``until`` and not final or updated at or after ``since`` (the ``list_jobs``
+        order: newest first), with each one's attempts, oldest first — only the fields the report
+        shows (:class:`~broker.models.CostJob`, :class:`~broker.models.CostAttempt`), no limit."""
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         """Reported progress/metric points, oldest first."""

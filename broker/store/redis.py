@@ -22,8 +22,8 @@ from dataclasses import replace
 import redis
 from redis.exceptions import NoScriptError
 
-from broker.lifecycle import JobState
-from broker.models import Attempt, Event, Job
+from broker.lifecycle import AttemptState, JobState
+from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
 from broker.store.base import BATCH_IDS, Change, DuplicateJob, StoreError, StoreUnavailable, VersionConflict, unavailable_on
 from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys
@@ -79,6 +79,13 @@ class _Change:
         self.change = change
         self.keys = keys
         self.args = args
+
+
+def _cost_attempt(d: dict) -> CostAttempt:
+    place = d.get("placement") or {}
+    return CostAttempt(d["n"], AttemptState(d["state"]), {key: place.get(key) for key in COST_PLACEMENT_KEYS},
+                       d["price_per_hour"], d["created_at"], d.get("started_at"), d.get("ended_at"),
+                       d.get("billed_until"), d.get("cost", 0))
 
 
 @unavailable_on((redis.ConnectionError, redis.TimeoutError), written=None)  # a lost reply: the script may have run
@@ -190,26 +197,35 @@ class RedisStore:
         job_id = self._r.get(self.keys.idempotency(team, key))
         return self.get_job(job_id) if job_id else None
 
+    def _ids(self, *, team: str | None, states: Sequence[str] | None, active_since: float | None,
+             until: float | None = None) -> list[str]:
+        """The ids ``list_jobs`` (and ``cost_history``) may return, newest submitted first, from the indexes
+        only: in the state sets, live or updated since ``active_since``, and submitted before ``until``."""
+        k = self.keys
+        index = k.by_team(team) if team else k.all_jobs()
+        if not (states or active_since is not None):
+            if until is None:
+                return self._r.zrevrange(index, 0, -1)
+            return self._r.zrevrangebyscore(index, f"({until!r}", "-inf")
+        wanted: set[str] | None = None
+        if states:
+            wanted = set(self._r.sunion([k.by_state(state) for state in states]))
+        if active_since is not None:  # live jobs, and jobs updated since: finished history is not read
+            self._backfill_updated()
+            live = self._r.sunion([k.by_state(st.value) for st in JobState if not st.is_final])
+            recent = live | set(self._r.zrangebyscore(k.updated(), active_since, "+inf"))
+            wanted = recent if wanted is None else wanted & recent
+        candidates = sorted(wanted)
+        scores = self._r.zmscore(index, candidates) if candidates else []  # None: not the team's
+        return [i for sc, i in sorted(((sc, i) for i, sc in zip(candidates, scores)
+                                       if sc is not None and (until is None or sc < until)), reverse=True)]
+
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
                   limit: int = 1000, active_since: float | None = None) -> list[Job]:
         """Filters are answered from the indexes (state sets, the update-time index), so only the
         jobs that match are fetched and decoded; the team's (or all jobs') sorted set orders them."""
         k = self.keys
-        index = k.by_team(team) if team else k.all_jobs()
-        if states or active_since is not None:
-            wanted: set[str] | None = None
-            if states:
-                wanted = set(self._r.sunion([k.by_state(state) for state in states]))
-            if active_since is not None:  # live jobs, and jobs updated since: finished history is not read
-                self._backfill_updated()
-                live = self._r.sunion([k.by_state(st.value) for st in JobState if not st.is_final])
-                recent = live | set(self._r.zrangebyscore(k.updated(), active_since, "+inf"))
-                wanted = recent if wanted is None else wanted & recent
-            candidates = sorted(wanted)
-            scores = self._r.zmscore(index, candidates) if candidates else []  # None: not the team's
-            ids = [i for _, i in sorted(((sc, i) for i, sc in zip(candidates, scores) if sc is not None), reverse=True)]
-        else:
-            ids = self._r.zrevrange(index, 0, -1)
+        ids = self._ids(team=team, states=states, active_since=active_since)
         jobs: list[Job] = []
         for start in range(0, len(ids), BATCH_IDS):  # ids are newest first: stop once ``limit`` matched
             if len(jobs) >= limit:
@@ -242,6 +258,33 @@ class RedisStore:
                 for job_id, raws in zip(chunk, p.execute()):
                     out[job_id] = sorted((Attempt.from_dict(json.loads(v)) for v in raws.values()), key=lambda a: a.n)
         return out
+
+    def cost_history(self, *, team: str | None, since: float,
+                     until: float) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        k = self.keys
+        ids = self._ids(team=team, states=None, active_since=since, until=until)
+        jobs: list[CostJob] = []
+        for start in range(0, len(ids), BATCH_IDS):
+            chunk = ids[start:start + BATCH_IDS]
+            for raw in self._r.mget([k.job(i) for i in chunk]):
+                if raw:
+                    d = json.loads(raw)
+                    state = JobState(d["state"])
+                    if not state.is_final or d["updated_at"] >= since:
+                        jobs.append(CostJob(d["id"], d["name"], d["team"], state, d["submitted_at"], d["priority"],
+                                            d.get("reason", ""), d["budget"], d.get("spent", 0),
+                                            {"price_per_hour": (d.get("placement") or {}).get("price_per_hour")},
+                                            (d.get("quote") or {}).get("tiers")))
+        jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
+        attempts: dict[str, list[CostAttempt]] = {}
+        for start in range(0, len(jobs), BATCH_IDS):
+            chunk = [j.id for j in jobs[start:start + BATCH_IDS]]
+            with self._r.pipeline(transaction=False) as p:
+                for job_id in chunk:
+                    p.hgetall(k.attempts(job_id))
+                for job_id, raws in zip(chunk, p.execute()):
+                    attempts[job_id] = sorted((_cost_attempt(json.loads(v)) for v in raws.values()), key=lambda a: a.n)
+        return jobs, attempts
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         key = self.keys.metrics(job_id)

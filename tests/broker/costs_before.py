@@ -1,0 +1,143 @@
+"""The cost report as it was computed before ``JobStore.cost_history`` (commit a90e08d), kept verbatim to
+compare against: whole jobs and attempts read with ``list_jobs`` and ``attempts_of``, and each day's share
+apportioned with two ``share`` calls. ``test_broker_cost_history.py`` checks the report is identical on a
+generated store; ``benchmarks/costs.py`` times the two side by side.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+
+from broker.costs import (PREEMPTED_STATES, RUNNING_STATES, TIERS, TOP_JOBS, Window, _days, _iso_out, _preemption,
+                          billed_span, burn, money, ondemand_equivalent, percent, tier_of)
+from broker.lifecycle import JobState
+from broker.models import Attempt, Job
+from pricing.money import Micros
+
+
+def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, win: Window, now: float,
+           positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None) -> dict:
+    """Everything the dashboard shows for ``team`` (``None``: all teams) in ``win``.
+
+    ``jobs`` must already be limited to what the caller may see; ``attempts``
+    maps job id to its attempts, oldest first; ``positions`` is the global
+    queue position of each queued job, ``starts`` the rough start estimate
+    (epoch seconds) of those that have one.
+    """
+    days = _days(win)
+    day_ends = [b for _, _, b in days]
+    by_day = {d[0]: {t: 0 for t in (*TIERS, "ondemand_equivalent")} for d in days}
+    tier_total = dict.fromkeys(TIERS, 0)
+    equiv_total = 0
+    teams: dict[str, dict[str, int]] = {}
+    per_job: list[tuple[Job, int, int, int]] = []
+    preemptions: list[dict] = []
+    for job in jobs:
+        job_cost = job_equiv = 0
+        tries = list(attempts.get(job.id, ()))
+        for i, att in enumerate(tries):
+            tier = tier_of(att)
+            equiv = ondemand_equivalent(att, job)
+            cost_in = share(att.cost, att, win.since, win.until)
+            equiv_in = share(equiv, att, win.since, win.until)
+            for key, a, b in _days_touched(days, day_ends, att):
+                by_day[key][tier] += share(att.cost, att, a, b)
+                by_day[key]["ondemand_equivalent"] += share(equiv, att, a, b)
+            tier_total[tier] += cost_in
+            equiv_total += equiv_in
+            job_cost += cost_in
+            job_equiv += equiv_in
+            t = teams.setdefault(job.team, {"spent": 0, "ondemand_equivalent": 0, **dict.fromkeys(TIERS, 0)})
+            t["spent"] += cost_in
+            t[tier] += cost_in
+            t["ondemand_equivalent"] += equiv_in
+            if att.state.value in PREEMPTED_STATES and att.ended_at is not None and win.since <= att.ended_at < win.until:
+                preemptions.append(_preemption(job, att, tries[i + 1] if i + 1 < len(tries) else None, now))
+        if tries:
+            per_job.append((job, job_cost, job_equiv, len(tries)))
+    spent = sum(tier_total.values())
+    top = sorted((p for p in per_job if p[1] > 0), key=lambda p: (-p[1], p[0].id))[:TOP_JOBS]
+    zones: dict[str, int] = {}
+    for p in preemptions:
+        zones[p["zone"]] = zones.get(p["zone"], 0) + 1
+    return {
+        "team": team,
+        "window": {"since": _iso_out(win.since), "until": _iso_out(win.until), "period": win.label},
+        "currency": "USD",
+        "totals": {
+            "spent": money(spent),
+            "ondemand_equivalent": money(equiv_total),
+            "saving": money(equiv_total - spent),
+            "saving_percent": percent(equiv_total - spent, equiv_total),
+            "by_tier": {t: money(tier_total[t]) for t in TIERS},
+        },
+        "by_day": [
+            {"date": key, **{t: money(v[t]) for t in TIERS},
+             "total": money(sum(v[t] for t in TIERS)),
+             "ondemand_equivalent": money(v["ondemand_equivalent"]),
+             "saving": money(v["ondemand_equivalent"] - sum(v[t] for t in TIERS))}
+            for key, v in by_day.items()
+        ],
+        "by_team": [
+            {"team": name, "spent": money(v["spent"]), "ondemand_equivalent": money(v["ondemand_equivalent"]),
+             "saving": money(v["ondemand_equivalent"] - v["spent"]), "by_tier": {t: money(v[t]) for t in TIERS}}
+            for name, v in sorted(teams.items())
+        ],
+        "top_jobs": [
+            {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money(c),
+             "ondemand_equivalent": money(e), "saving": money(e - c), "attempts": n}
+            for j, c, e, n in top
+        ],
+        "preemptions": {
+            "count": len(preemptions),
+            "recovery_seconds": sum(p["recovery_seconds"] for p in preemptions),
+            "by_zone": [{"zone": z, "count": n} for z, n in sorted(zones.items(), key=lambda x: (-x[1], x[0]))],
+            "events": sorted(preemptions, key=lambda p: p["time"], reverse=True)[:50],
+        },
+        "budget_burn": [burn(j, attempts.get(j.id, ()), now) for j in jobs if j.state in RUNNING_STATES],
+        "queue": sorted(
+            ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
+              "estimated_start": _iso_out((starts or {}).get(j.id)), "priority": j.priority, "reason": j.reason,
+              "waiting_seconds": max(0, int(now - j.submitted_at))}
+             for j in jobs if j.state is JobState.QUEUED),
+            key=lambda q: (q["position"] is None, q["position"] or 0, q["id"]),
+        ),
+    }
+
+
+def share(total: Micros, attempt: Attempt, a: float, b: float) -> Micros:
+    """The part of ``total`` (accrued evenly over the attempt's billed span) that falls in ``[a, b)``."""
+    return _cumulative(total, attempt, b) - _cumulative(total, attempt, a)
+
+
+def _cumulative(total: Micros, attempt: Attempt, t: float) -> Micros:
+    start, seconds = billed_span(attempt)
+    if seconds == 0:
+        return total if t > start else 0
+    elapsed = min(max(int(t) - start, 0), seconds)
+    return total * elapsed // seconds
+
+
+def _days_touched(days: list[tuple[str, float, float]], day_ends: list[float], attempt: Attempt):
+    """The days of ``days`` (sorted, ends in ``day_ends``) whose share of ``attempt`` can be non-zero:
+    a superset of those overlapping its billed span, by a second each side. Every other day's share
+    is exactly 0 (both ends of it are before the span, or both after), so skipping them changes no
+    sum — and a 90-day report no longer costs 90 days per attempt."""
+    start, seconds = billed_span(attempt)
+    first = bisect_right(day_ends, start - 1)
+    for i in range(first, len(days)):
+        if days[i][1] >= start + seconds + 1:
+            break
+        yield days[i]
+
+
+def gather(store, *, team: str | None, win: Window | None) -> tuple[list[Job], dict[str, list[Attempt]]]:
+    """Jobs of ``team`` (all when ``None``) that may hold cost in ``win``, and their attempts.
+
+    A job that ended before the window cannot: its attempts were billed no
+    later than its last update — the store leaves those out (``active_since``).
+    """
+    listed = store.list_jobs(team=team, limit=100_000, active_since=None if win is None else win.since)
+    jobs = [j for j in listed if win is None or j.submitted_at < win.until]
+    return jobs, store.attempts_of([j.id for j in jobs])
