@@ -18,6 +18,13 @@ Choices, and why:
   :meth:`stop`, and :meth:`sweep` tears down clusters the broker no longer
   knows. SkyPilot's autodown (``down=True`` with ``autostop_minutes``) is the
   safety net for a broker that is down.
+* **The budget holds without a broker.** An attempt with a budget limit
+  (:attr:`LaunchRequest.stop_in_seconds`) runs its ``run`` under a guard that
+  stops it on the cluster itself (:func:`~launchers.skypilot_task.guarded_run`)
+  :meth:`after_run_seconds` before the limit: what a cluster is billed after its
+  run ends — the idle minutes before autodown and the teardown — is paid for
+  within the budget too. A limit cannot be moved on a running cluster (there is
+  no ``set_stop_in``): a budget raised later takes effect on the next attempt.
 * **Plan first.** :meth:`launch` asks SkyPilot for a dry run before the real
   launch and turns a refusal (unknown accelerator, no such zone, missing
   bucket) into :class:`~launchers.base.LaunchError` with a sentence.
@@ -36,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -44,7 +52,7 @@ from typing import Any, Protocol
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
 from launchers.skypilot_status import Launch, Observation, next_status
-from launchers.skypilot_task import TaskConfigError, exit_code_in, task_config, without_broker_mounts
+from launchers.skypilot_task import TaskConfigError, budget_stop_in, exit_code_in, task_config, without_broker_mounts
 
 CLUSTER_PREFIX = "broker"
 MAX_CLUSTER_NAME = 40
@@ -52,6 +60,10 @@ MAX_CLUSTER_NAME = 40
 
 DEFAULT_AUTOSTOP_MINUTES = 10
 """Autodown after this many idle minutes: the safety net when the broker cannot tear a cluster down."""
+
+AUTODOWN_MARGIN_SECONDS = 300
+"""Billed after the idle minutes, at most: SkyPilot's skylet looks at idleness once a minute and counts
+whole minutes, then terminating the VMs takes a minute or two."""
 
 
 # --- validation (``broker submit``) ------------------------------------------------------------
@@ -131,11 +143,13 @@ def cluster_name(attempt_id: str, prefix: str = CLUSTER_PREFIX) -> str:
     return name
 
 
-def attempt_config(request: LaunchRequest) -> dict[str, Any]:
-    """The SkyPilot task config for ``request`` (raises :class:`LaunchError` if it cannot be made)."""
+def attempt_config(request: LaunchRequest, *, stop_at: int | None = None) -> dict[str, Any]:
+    """The SkyPilot task config for ``request`` (raises :class:`LaunchError` if it cannot be made);
+    ``stop_at``: when the cluster stops its ``run`` by itself (epoch seconds)."""
     try:
         return task_config(request.task, request.placement, request.envs,
-                           job_id=request.job_id, attempt_id=request.attempt_id)
+                           job_id=request.job_id, attempt_id=request.attempt_id, stop_at=stop_at,
+                           grace_seconds=request.stop_grace_seconds)
     except TaskConfigError as exc:
         raise LaunchError(str(exc), permanent=True) from None
 
@@ -342,6 +356,18 @@ class SkyPilotLauncher:
     def cluster(self, attempt_id: str) -> str:
         return cluster_name(attempt_id, self.prefix)
 
+    def after_run_seconds(self) -> int:
+        """What a cluster may be billed after its run ends when no broker tears it down: the idle
+        minutes before autodown and :data:`AUTODOWN_MARGIN_SECONDS`."""
+        return self.autostop_minutes * 60 + AUTODOWN_MARGIN_SECONDS
+
+    def cluster_stop_at(self, stop_in_seconds: float | None, now: float) -> int | None:
+        """When the cluster stops the attempt's run by itself (epoch seconds), so that the run, its grace
+        period (already within ``stop_in_seconds``) and the billing after it all fit before the limit."""
+        if stop_in_seconds is None:
+            return None
+        return int(now + stop_in_seconds) - self.after_run_seconds()
+
     # -- launch ---------------------------------------------------------------------------------
 
     def launch(self, request: LaunchRequest) -> None:
@@ -350,13 +376,25 @@ class SkyPilotLauncher:
         Blocks for SkyPilot's dry run (seconds), not for provisioning. Raises
         :class:`LaunchError` when SkyPilot refuses the placement.
         """
-        config = attempt_config(request)
+        now = time.time()
+        stop_at = self.cluster_stop_at(request.stop_in_seconds, now)
+        config = attempt_config(request, stop_at=stop_at)
         name = self.cluster(request.attempt_id)
         with self._locked(request.attempt_id) as state:
-            if state.get("request_id") or state.get("adopted"):
+            if state.get("request_id") or state.get("adopted") or state.get("phase"):
                 return
             if self.client.launch_in_flight(name) or self.client.clusters([name]):
-                state.update(cluster=name, adopted=True, spot=bool(config["resources"].get("use_spot")))
+                state.update(cluster=name, adopted=True, spot=bool(config["resources"].get("use_spot")),
+                             stop_at=stop_at, grace_seconds=request.stop_grace_seconds)
+                return
+            if stop_at is not None and stop_at <= now:
+                # the budget left cannot pay for the cluster's billing after its run: not launched
+                self._path(request.attempt_id, ".log").write_text(
+                    f"[spot-broker] not launched: the budget left pays for {int(request.stop_in_seconds or 0)} s "
+                    f"on this placement, no more than a cluster may be billed after its run ends while no broker "
+                    f"tears it down ({self.after_run_seconds()} s: autostop_minutes {self.autostop_minutes} "
+                    f"idle, then {AUTODOWN_MARGIN_SECONDS} s to notice and terminate); raise the budget\n")
+                state.update(cluster=name, phase=Phase.STOPPED.value, reason="budget", ended_at=now, down=True)
                 return
             try:
                 self.client.plan(build_task(config), name)
@@ -364,7 +402,8 @@ class SkyPilotLauncher:
                 raise
             except Exception as exc:
                 raise LaunchError(refusal(exc, config)) from None
-            state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), phase=None)
+            state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), phase=None, stop_at=stop_at,
+                         grace_seconds=request.stop_grace_seconds)
             self._save(request.attempt_id, state)  # the intent, before the request exists
             state["request_id"] = self.client.launch(build_task(config), name, autostop_minutes=self.autostop_minutes)
 
@@ -381,9 +420,11 @@ class SkyPilotLauncher:
         elif state.get("adopted"):
             launch = Launch.IN_FLIGHT if self.client.launch_in_flight(name) else Launch.DONE
         job = self.client.job_status(name) if cluster is not None and cluster.status == "UP" else None
+        stop_at = state.get("stop_at")
         return Observation(launch=launch, cluster=cluster.status if cluster else None, job=job,
                            spot=cluster.spot if cluster else bool(state.get("spot")),
-                           stop_reason=state.get("stop_reason"), launch_error=error)
+                           stop_reason=state.get("stop_reason"), launch_error=error,
+                           limit_passed=stop_at is not None and time.time() >= stop_at)
 
     def status(self, attempt_id: str) -> AttemptStatus:
         """The attempt's phase. Never raises: unknown → ``GONE``; SkyPilot unreachable → the last phase.
@@ -394,7 +435,8 @@ class SkyPilotLauncher:
             previous = Phase(state["phase"]) if state.get("phase") else None
             if previous is not None and previous.is_final:
                 return AttemptStatus(previous, exit_code=state.get("exit_code"), signal=state.get("signal"),
-                                     reason=state.get("reason", ""), step=state.get("step"))
+                                     reason=state.get("reason", ""), step=state.get("step"),
+                                     ended_at=state.get("ended_at"))
             try:
                 obs = self.observe(attempt_id, state)
             except Exception as exc:  # API server down, network: report what was known
@@ -407,8 +449,10 @@ class SkyPilotLauncher:
                 self._down(attempt_id, state)
             if result.phase is Phase.FAILED and result.exit_code is None:
                 result = self._with_exit_code(attempt_id, result)
+            if result.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED) and state.get("stop_at") is not None:
+                result = self._at_budget(attempt_id, state, result)
             state.update(phase=result.phase.value, exit_code=result.exit_code, signal=result.signal,
-                         reason=result.reason, step=result.step)
+                         reason=result.reason, step=result.step, ended_at=result.ended_at)
             return result
 
     # -- stop -----------------------------------------------------------------------------------
@@ -493,6 +537,18 @@ class SkyPilotLauncher:
         if code is None:
             return result
         return replace(result, exit_code=code, signal=code - 128 if code > 128 else None)
+
+    def _at_budget(self, attempt_id: str, state: Mapping[str, Any], result: AttemptStatus) -> AttemptStatus:
+        """``result`` as a budget stop when the cluster's guard stopped the run (its line in the kept logs),
+        ending when the cluster's billing did: at teardown — now, or autodown's at the latest."""
+        kept = self._path(attempt_id, ".log")
+        stopped = budget_stop_in(kept.read_bytes()) if kept.exists() else None
+        if stopped is None and not (result.phase is Phase.STOPPED and result.reason == "budget"):
+            return result
+        if stopped is None:  # the cluster is gone past its limit (autodown, its logs with it)
+            stopped = int(state["stop_at"]) + int(state.get("grace_seconds") or 0)
+        ended = min(time.time(), stopped + self.after_run_seconds())
+        return replace(result, phase=Phase.STOPPED, reason="budget", step="run", ended_at=ended)
 
     def _down(self, attempt_id: str, state: dict[str, Any]) -> None:
         try:

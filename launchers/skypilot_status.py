@@ -17,6 +17,7 @@ Sequences, read left to right (each arrow is one poll):
 | on-demand: UP, job RUNNING → cluster gone | running → lost |
 | launch in flight → launch failed (no capacity) | pending → lost (the engine requeues) |
 | stop requested → cluster gone | stopped |
+| past the cluster's own budget limit: cluster gone (autodown after the guard stopped the run) | stopped (budget) |
 
 A final phase is sticky: once an attempt has ended, later observations (the
 cluster being torn down) do not change what it ended as.
@@ -55,6 +56,7 @@ class Observation:
     spot: bool = False
     stop_reason: str | None = None  # set once the broker asked for the attempt to stop
     launch_error: str = ""
+    limit_passed: bool = False  # the time the cluster stops its run by itself (the budget) has come
 
 
 JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
@@ -89,6 +91,10 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
             return AttemptStatus(Phase.RUNNING, step=JOB_RUNNING[obs.job])
         return AttemptStatus(Phase.PENDING)
     # The cluster is not UP: provisioning, or the capacity went away.
+    if obs.limit_passed and obs.launch not in (Launch.IN_FLIGHT, Launch.FAILED):
+        # its guard stopped the run at the budget and autodown took the cluster (or the capacity went
+        # first: either way the budget's limit came, and the job must not be resumed beyond it)
+        return AttemptStatus(Phase.STOPPED, reason="budget", step="run")
     if previous is Phase.RUNNING:
         if obs.spot:
             return AttemptStatus(Phase.PREEMPTED, reason="the spot cluster is no longer up", step="run")

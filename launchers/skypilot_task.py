@@ -12,7 +12,7 @@ What the broker changes, and nothing else:
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
 | ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
-| ``run`` | the same script in a subshell, then one line reporting its exit status (:func:`reporting_exit_code`): SkyPilot's job status says only ``FAILED``, so the launcher reads the code from the logs (:func:`exit_code_in`) for the failure diagnosis |
+| ``run`` | the same script in a subshell, then one line reporting its exit status (:func:`reporting_exit_code`): SkyPilot's job status says only ``FAILED``, so the launcher reads the code from the logs (:func:`exit_code_in`) for the failure diagnosis; with a budget limit (``stop_at``), the subshell runs in its own process group under a guard that stops it there — SIGTERM, SIGKILL after the grace period — and says so in the logs (:func:`budget_stop_in`) |
 """
 
 from __future__ import annotations
@@ -41,6 +41,13 @@ KUBERNETES_CLOUDS = {"kubernetes": "k8s", "k8s": "k8s"}
 EXIT_MARKER = "[spot-broker] run exited with status "
 """The line the wrapped ``run`` prints last: the marker, then bash's exit status (128 + N: killed by signal N)."""
 _EXIT_LINE = re.compile(re.escape(EXIT_MARKER).encode() + rb"(\d+)\s*$", re.MULTILINE)
+
+BUDGET_MARKER = "[spot-broker] run stopped at its budget at "
+"""The line a guarded ``run`` prints when its limit stopped it: the marker, then the time (epoch seconds)."""
+_BUDGET_LINE = re.compile(re.escape(BUDGET_MARKER).encode() + rb"(\d+)\s*$", re.MULTILINE)
+BUDGET_EXIT_CODE = 124
+"""What a guarded ``run`` stopped at its limit exits with (as ``timeout`` does), whatever the script's
+own status was: never 0, so SkyPilot never records the job as succeeded."""
 
 
 class TaskConfigError(ValueError):
@@ -103,8 +110,10 @@ def checkpoint_mount(uri: str, destination: str) -> tuple[dict[str, str], str]:
 
 
 def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Mapping[str, str], *,
-                job_id: str = "", attempt_id: str = "") -> dict[str, Any]:
-    """The SkyPilot task config for one attempt (a new dict; ``task`` is not changed)."""
+                job_id: str = "", attempt_id: str = "", stop_at: int | None = None,
+                grace_seconds: float = 30) -> dict[str, Any]:
+    """The SkyPilot task config for one attempt (a new dict; ``task`` is not changed). ``stop_at``
+    (epoch seconds, the cluster's clock): when the guarded ``run`` is stopped (:func:`guarded_run`)."""
     config = copy.deepcopy(dict(task))
     config.pop("broker", None)
     resources = pinned_resources(config.get("resources"), placement)
@@ -134,7 +143,8 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
         config["file_mounts"] = mounts
     config["envs"] = merged_envs
     if isinstance(config.get("run"), str) and config["run"].strip():
-        config["run"] = reporting_exit_code(config["run"])
+        config["run"] = reporting_exit_code(config["run"]) if stop_at is None else \
+            guarded_run(config["run"], stop_at=stop_at, grace_seconds=grace_seconds)
     return config
 
 
@@ -142,6 +152,70 @@ def reporting_exit_code(run: str) -> str:
     """``run`` in a subshell (its own ``exit``, ``set -e`` or a signal end only the subshell),
     then a line with its exit status, which the script then exits with."""
     return f"(\n{run.rstrip()}\n)\nbroker_status=$?\necho \"{EXIT_MARKER}$broker_status\"\nexit $broker_status\n"
+
+
+def guarded_run(run: str, *, stop_at: int, grace_seconds: float) -> str:
+    """:func:`reporting_exit_code`'s script, stopped at ``stop_at`` (epoch seconds) if still running.
+
+    The script runs in a subshell of its own process group (``set -m``; SkyPilot runs ``run`` with
+    ``bash -i`` and no terminal, where job control is off unless asked for), so that its background
+    processes and their children are stopped with it. A watcher waits for ``stop_at``, then sends the
+    group SIGTERM (the checkpoint library saves on it), and SIGKILL once ``grace_seconds`` have passed
+    with any of it still alive. The script then reports the run's own status as usual, prints
+    :data:`BUDGET_MARKER` with the time, and exits :data:`BUDGET_EXIT_CODE`. Past ``stop_at`` already
+    (a long provisioning or setup), the run is not started at all.
+    """
+    grace = max(int(grace_seconds), 0)
+    return (
+        f"broker_stop_at={int(stop_at)}\n"
+        f"broker_grace={grace}\n"
+        'if [ "$(date +%s)" -ge "$broker_stop_at" ]; then\n'
+        '  echo "[spot-broker] the budget\'s limit came before the run started: not starting it"\n'
+        f'  echo "{BUDGET_MARKER}$(date +%s)"\n'
+        f"  exit {BUDGET_EXIT_CODE}\n"
+        "fi\n"
+        'broker_fired="${TMPDIR:-/tmp}/spot-broker-budget.$$"\n'
+        'rm -f "$broker_fired"\n'
+        "set -m\n"
+        f"(\n{run.rstrip()}\n) &\n"
+        "broker_run=$!\n"
+        "set +m\n"
+        "(\n"
+        '  while [ "$(date +%s)" -lt "$broker_stop_at" ]; do sleep 1; done\n'
+        '  : > "$broker_fired"\n'
+        '  echo "[spot-broker] the budget\'s limit came: SIGTERM to the run, SIGKILL after $broker_grace s"\n'
+        '  kill -TERM -- "-$broker_run" 2>/dev/null\n'
+        "  broker_waited=0\n"
+        '  while kill -0 -- "-$broker_run" 2>/dev/null && [ "$broker_waited" -lt "$broker_grace" ]; do\n'
+        "    sleep 1\n"
+        "    broker_waited=$((broker_waited + 1))\n"
+        "  done\n"
+        '  kill -KILL -- "-$broker_run" 2>/dev/null\n'
+        ") &\n"
+        "broker_guard=$!\n"
+        'wait "$broker_run"\n'
+        "broker_status=$?\n"
+        'if [ -e "$broker_fired" ]; then\n'
+        '  wait "$broker_guard"\n'
+        "else\n"
+        '  kill "$broker_guard" 2>/dev/null\n'
+        '  wait "$broker_guard" 2>/dev/null\n'
+        "fi\n"
+        f'echo "{EXIT_MARKER}$broker_status"\n'
+        'if [ -e "$broker_fired" ]; then\n'
+        '  rm -f "$broker_fired"\n'
+        f'  echo "{BUDGET_MARKER}$(date +%s)"\n'
+        f"  exit {BUDGET_EXIT_CODE}\n"
+        "fi\n"
+        "exit $broker_status\n"
+    )
+
+
+def budget_stop_in(logs: bytes) -> int | None:
+    """When the guarded ``run`` was stopped at its budget, from its logs (epoch seconds; the first
+    node to report), or None: it was not (or the logs were cut)."""
+    times = [int(m.group(1)) for m in _BUDGET_LINE.finditer(logs)]
+    return min(times) if times else None
 
 
 def exit_code_in(logs: bytes) -> int | None:

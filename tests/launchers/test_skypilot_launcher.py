@@ -8,8 +8,12 @@ import pytest
 from skypilot_fakes import ScriptedSky
 from test_skypilot_task import GPU_TASK, ONDEMAND_T4, SPOT_A100, request
 
+import dataclasses
+import re
+import time
+
 from launchers.base import Launcher, Phase
-from launchers.skypilot import SkyPilotLauncher
+from launchers.skypilot import AUTODOWN_MARGIN_SECONDS, SkyPilotLauncher
 from launchers.skypilot_status import Launch
 
 AID = "j-0123456789-a2"
@@ -145,3 +149,58 @@ def test_the_sweep_tears_down_only_this_brokers_clusters_it_no_longer_knows(laun
     torn = launcher.sweep(["j-aaaaaaaaaa-a1"])
     assert torn == ["broker-j-bbbbbbbbbb-a3"]
     assert sorted(sky_client.cluster_status) == ["broker-j-aaaaaaaaaa-a1", "teammate-notebook"]
+
+
+# --- the budget's limit on the cluster itself ----------------------------------------------------------
+
+
+def limited(stop_in_seconds, placement=ONDEMAND_T4):
+    return dataclasses.replace(request(GPU_TASK, placement), stop_in_seconds=stop_in_seconds, stop_grace_seconds=30)
+
+
+def test_the_cluster_stops_its_run_early_enough_to_pay_for_the_idle_minutes_and_the_teardown(launcher, sky_client):
+    before = time.time()
+    launcher.launch(limited(3600))
+    [(_, dumped)] = sky_client.launched
+    stop_at = int(re.match(r"broker_stop_at=(\d+)\n", dumped["run"]).group(1))
+    after_run = sky_client.autostop[CLUSTER] * 60 + AUTODOWN_MARGIN_SECONDS
+    assert launcher.after_run_seconds() == after_run == 10 * 60 + 300
+    assert int(before) + 3600 - after_run <= stop_at <= int(time.time()) + 3600 - after_run
+
+
+def test_a_run_its_guard_stopped_is_a_budget_stop_billed_until_its_teardown(launcher, sky_client):
+    launcher.launch(limited(3600))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    stopped = int(time.time()) - 30
+    sky_client.jobs[CLUSTER] = "FAILED"
+    sky_client.output[CLUSTER] = (b"step 900\n[spot-broker] the budget's limit came: SIGTERM to the run\n"
+                                  b"[spot-broker] run exited with status 0\n"
+                                  b"[spot-broker] run stopped at its budget at %d\n" % stopped)
+    status = launcher.status(AID)
+    assert (status.phase, status.reason) == (Phase.STOPPED, "budget")
+    assert CLUSTER in sky_client.downed, "torn down at once by the broker that saw it"
+    assert stopped < status.ended_at <= time.time()  # billed until now, the teardown
+    assert launcher.status(AID) == status  # final, from the saved state
+
+
+def test_a_cluster_autodowned_past_its_limit_while_no_broker_watched_is_a_budget_stop(sky, tmp_path, sky_client):
+    launcher = SkyPilotLauncher(tmp_path / "state", client=sky_client, autostop_minutes=1)
+    launcher.launch(limited(launcher.after_run_seconds() + 1, placement=SPOT_A100))  # its run stops in 1 s
+    sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    time.sleep(1.2)
+    sky_client.down(CLUSTER)  # autodown: the cluster and its logs are gone
+    status = launcher.status(AID)
+    assert (status.phase, status.reason) == (Phase.STOPPED, "budget"), "not a preemption to resume from"
+    assert status.ended_at <= time.time()
+
+
+def test_a_budget_that_cannot_pay_for_the_billing_after_a_run_launches_no_cluster(launcher, sky_client):
+    launcher.launch(limited(launcher.after_run_seconds()))
+    assert sky_client.launched == [] and sky_client.planned == []
+    status = launcher.status(AID)
+    assert (status.phase, status.reason) == (Phase.STOPPED, "budget")
+    assert b"not launched: the budget left pays for 900 s" in launcher.logs(AID)[0]
+    launcher.launch(limited(launcher.after_run_seconds()))  # launching again changes nothing
+    assert sky_client.launched == []

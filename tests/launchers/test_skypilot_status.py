@@ -10,8 +10,9 @@ from launchers.skypilot_status import Launch, Observation, next_status
 IN_FLIGHT = Observation(launch=Launch.IN_FLIGHT)
 
 
-def obs(cluster=None, job=None, *, spot=False, launch=Launch.DONE, stop=None, error=""):
-    return Observation(launch=launch, cluster=cluster, job=job, spot=spot, stop_reason=stop, launch_error=error)
+def obs(cluster=None, job=None, *, spot=False, launch=Launch.DONE, stop=None, error="", past_limit=False):
+    return Observation(launch=launch, cluster=cluster, job=job, spot=spot, stop_reason=stop, launch_error=error,
+                       limit_passed=past_limit)
 
 
 SEQUENCES = [
@@ -50,6 +51,14 @@ SEQUENCES = [
      [obs(None, spot=True)], [Phase.PREEMPTED]),
     ("launched on-demand cluster gone, no job seen: lost",
      [obs(None)], [Phase.LOST]),
+    ("past its budget limit, the cluster gone (its guard stopped the run, autodown took it): stopped, not lost",
+     [obs("UP", "RUNNING"), obs(None, past_limit=True)], [Phase.RUNNING, Phase.STOPPED]),
+    ("spot, past its budget limit, the cluster gone: stopped, not preempted (no resume beyond the budget)",
+     [obs("UP", "RUNNING", spot=True), obs(None, spot=True, past_limit=True)], [Phase.RUNNING, Phase.STOPPED]),
+    ("past its budget limit with the cluster still up and its job running: running (the guard is stopping it)",
+     [obs("UP", "RUNNING", past_limit=True)], [Phase.RUNNING]),
+    ("past its budget limit, the broker's own stop tore it down: stopped for the broker's reason",
+     [obs("UP", "RUNNING"), obs(None, stop="cancelled", past_limit=True)], [Phase.RUNNING, Phase.STOPPED]),
     ("a cluster left INIT after the launch request finished (provisioning broke) is pending until it resolves",
      [obs("INIT"), obs("UP", "RUNNING")], [Phase.PENDING, Phase.RUNNING]),
 ]
@@ -72,3 +81,9 @@ def test_failed_setup_names_the_setup_step():
 def test_a_failed_launch_carries_skypilots_reason():
     status = next_status(Phase.PENDING, obs(launch=Launch.FAILED, error="InsufficientInstanceCapacity in us-east-1b"))
     assert "InsufficientInstanceCapacity in us-east-1b" in status.reason
+
+
+def test_a_cluster_gone_past_its_limit_is_a_budget_stop():
+    status = next_status(Phase.RUNNING, obs(None, spot=True, past_limit=True))
+    assert (status.phase, status.reason) == (Phase.STOPPED, "budget")
+    assert next_status(Phase.RUNNING, obs(None, stop="cancelled", past_limit=True)).reason == "cancelled"

@@ -14,7 +14,16 @@ import yaml
 
 from launchers.base import LaunchError, LaunchRequest
 from launchers.skypilot import TaskError, attempt_config, build_task, cluster_name, validate_task
-from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, exit_code_in, infra, reporting_exit_code
+from launchers.skypilot_task import (
+    BUDGET_EXIT_CODE,
+    CHECKPOINT_MOUNT,
+    TaskConfigError,
+    budget_stop_in,
+    exit_code_in,
+    guarded_run,
+    infra,
+    reporting_exit_code,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -207,3 +216,74 @@ def test_the_exit_status_is_read_from_the_logs_the_first_failing_node_wins():
     assert exit_code_in(b"step 1\n" + line + b"0\n") == 0
     assert exit_code_in(b"(worker1) " + line + b"0\n" + line + b"139\n") == 139
     assert exit_code_in(b"step 1\nstep 2\n") is None  # preempted or cut: no report
+
+
+# --- the budget guard, run by real bash as SkyPilot runs ``run`` (``bash -i``, no terminal) ----------------
+
+
+def _bash(script: str, tmp_path, *, timeout: float = 30):
+    import subprocess
+
+    return subprocess.run(["bash", "-i", "-c", script], capture_output=True, cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_the_guard_stops_the_runs_whole_process_tree_at_its_limit_with_notice_then_sigkill(tmp_path):
+    import time
+
+    # the script's own trap saves on the notice; a child that ignores SIGTERM and a grandchild in the
+    # background must go too, by SIGKILL once the grace period is over
+    script = ("trap 'echo saved on notice; exit 0' TERM\n"
+              "bash -c 'trap \"\" TERM; sleep 120 & echo $! > grandchild; sleep 120' &\n"
+              "echo $! > child\n"
+              "echo training\n"
+              "wait")
+    started = time.time()
+    done = _bash(guarded_run(script, stop_at=int(started) + 2, grace_seconds=2), tmp_path)
+    took = time.time() - started
+    out = done.stdout.decode()
+    assert done.returncode == BUDGET_EXIT_CODE, "never 0, even when the script exits 0 on the notice"
+    assert "training" in out and "saved on notice" in out  # SIGTERM came first, and reached the script
+    assert exit_code_in(done.stdout) == 0  # the script's own status, still reported
+    stopped = budget_stop_in(done.stdout)
+    assert stopped is not None and started + 1 <= stopped <= time.time() + 1
+    assert 2 <= took < 9, "the limit, then at most the grace period before SIGKILL"
+    for name in ("child", "grandchild"):
+        assert not _alive(int((tmp_path / name).read_text())), f"the {name} was left running"
+
+
+def test_a_run_that_ends_before_its_limit_reports_its_own_status_at_once(tmp_path):
+    import time
+
+    started = time.time()
+    done = _bash(guarded_run("echo hi\nexit 3", stop_at=int(started) + 600, grace_seconds=30), tmp_path)
+    assert time.time() - started < 5, "the guard does not wait for the limit"
+    assert done.returncode == 3 and exit_code_in(done.stdout) == 3
+    assert budget_stop_in(done.stdout) is None and b"hi\n" in done.stdout
+
+
+def test_a_run_whose_limit_came_during_provisioning_or_setup_is_not_started(tmp_path):
+    import time
+
+    done = _bash(guarded_run("touch started", stop_at=int(time.time()) - 1, grace_seconds=30), tmp_path)
+    assert done.returncode == BUDGET_EXIT_CODE and budget_stop_in(done.stdout) is not None
+    assert not (tmp_path / "started").exists()
+
+
+def test_with_a_limit_the_task_skypilot_runs_is_the_guarded_run(sky):
+    config = attempt_config(LaunchRequest(attempt_id="j-0123456789-a2", job_id="j-0123456789", attempt=2,
+                                          task=GPU_TASK, placement=SPOT_A100, envs=dict(ENVS),
+                                          stop_grace_seconds=45), stop_at=1_900_000_000)
+    dumped = build_task(config).to_yaml_config()
+    assert dumped["run"].startswith("broker_stop_at=1900000000\nbroker_grace=45\n")
+    assert "python train.py --epochs $EPOCHS" in dumped["run"]
+    assert dumped["setup"] == "pip list"  # setup is not guarded
+    assert "broker_stop_at" not in attempt_config(request(GPU_TASK, SPOT_A100))["run"]  # no limit, no guard
