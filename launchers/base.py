@@ -14,10 +14,11 @@ Contracts every implementation keeps (checked by the launcher contract tests):
 * ``stop`` is idempotent and does not block for the grace period; an attempt
   already gone is left alone silently.
 
-A launcher that can keep a job's budget without a broker also has
-``set_stop_in(attempt_id, seconds)``, which moves the limit first given as
-:attr:`LaunchRequest.stop_in_seconds` (the local launcher has it; SkyPilot's
-does not).
+Every launcher stops an attempt by itself at :attr:`LaunchRequest.stop_in_seconds`
+(reason ``budget``), so a job's budget holds while every broker is down. One that
+can move that limit on a running attempt also has ``set_stop_in(attempt_id,
+seconds) -> bool`` (True: moved); the local launcher has it, SkyPilot's does not
+(a cluster's limit is fixed at launch), and the router answers for the attempt's own.
 """
 
 from __future__ import annotations

@@ -258,11 +258,14 @@ class LocalLauncher:
         os.replace(tmp, stop_file)
         self._signal_runner(run_dir, signal.SIGTERM)
 
-    def set_stop_in(self, attempt_id: str, seconds: float) -> None:
-        """Move the attempt's own budget stop to ``seconds`` from now (its runner reads ``limit.json``)."""
+    def set_stop_in(self, attempt_id: str, seconds: float) -> bool:
+        """Move the attempt's own budget stop to ``seconds`` from now (its runner reads ``limit.json``);
+        False when the attempt has ended or is unknown."""
         run_dir = self._dir(attempt_id)
         if run_dir.exists() and not (run_dir / "exit.json").exists():
             self._write_limit(run_dir, seconds)
+            return True
+        return False
 
     @staticmethod
     def _write_limit(run_dir: Path, seconds: float) -> None:

@@ -44,10 +44,10 @@ class RoutingLauncher:
     def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
         self._owner(attempt_id).stop(attempt_id, grace_seconds=grace_seconds, reason=reason)
 
-    def set_stop_in(self, attempt_id: str, seconds: float) -> None:
+    def set_stop_in(self, attempt_id: str, seconds: float) -> bool:
+        """Move the attempt's own limit if its launcher can (a SkyPilot cluster's is fixed: False)."""
         setter = getattr(self._owner(attempt_id), "set_stop_in", None)
-        if setter is not None:
-            setter(attempt_id, seconds)
+        return bool(setter(attempt_id, seconds)) if setter is not None else False
 
     def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
         return self._owner(attempt_id).logs(attempt_id, offset=offset, limit=limit)

@@ -53,8 +53,9 @@ def describe_end(status: AttemptStatus) -> str:
     return status.phase.value
 
 
-def decide(job: Job, attempt: Attempt, status: AttemptStatus) -> Outcome:
-    """The job event an attempt status calls for, given the job's state and retry settings."""
+def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated: bool = False) -> Outcome:
+    """The job event an attempt status calls for, given the job's state and retry settings.
+    ``limit_outdated``: a launcher's own budget stop came at a limit the budget has outgrown since."""
     if status.phase in (Phase.PENDING,):
         return Outcome(None, None, "")
     if status.phase is Phase.RUNNING:
@@ -69,9 +70,13 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus) -> Outcome:
             return Outcome(JobEvent.SUCCEED, attempt_state, f"succeeded: {end}, before it could be {what}")
         return Outcome(JobEvent.ENDED, attempt_state, f"{what}; {end}")
     if status.phase is Phase.STOPPED and status.reason == "budget":
+        if limit_outdated and job.attempts < MAX_ATTEMPTS:
+            # the budget was raised after the launcher's limit was set (and it could not be moved): resume
+            return Outcome(JobEvent.RECOVER, attempt_state, "stopped by its launcher at the limit of the budget it "
+                           "had at launch; the budget was raised since: requeued to resume from its last checkpoint")
         # the launcher stopped it by itself at the budget (no broker asked): the budget stop, as if asked
-        return Outcome(JobEvent.STOP_BUDGET, attempt_state, "stopped at its budget by the launcher while no "
-                       "broker watched; raise the budget to resume")
+        return Outcome(JobEvent.STOP_BUDGET, attempt_state, "stopped at its budget by the launcher itself (its own "
+                       "limit, kept while no broker watches); raise the budget to resume")
     if status.phase is Phase.SUCCEEDED:
         return Outcome(JobEvent.SUCCEED, attempt_state, "succeeded: " + end)
     if status.phase is Phase.FAILED:

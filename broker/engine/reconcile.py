@@ -271,13 +271,16 @@ class Engine:
             if attempt.stop_requested_at is None:
                 attempt = self._keep_limit(job, attempts, attempt, now)
         stop_budget = fields.pop("_stop_budget", False)
+        limit_outdated = False
         if status.phase is Phase.STOPPED and status.reason == "budget" and not attempt.stop_reason:
-            # the launcher kept the budget by itself while no broker watched (its limit_at came)
+            # the launcher kept the budget by itself (its limit came; no broker had stopped it first)
             attempt = replace(attempt, stop_requested_at=attempt.limit_at or now, stop_reason="budget")
-            notes.append(self._note(job, "budget_stop_requested", "stopped at its budget by the launcher itself, "
-                                    "while no broker watched: the rest pays for checkpointing and stopping", now,
-                                    {"spent": job.spent, "budget": job.budget, "by": "launcher"}))
-        outcome = monitor.decide(job, attempt, status)
+            limit_outdated = self._limit_outdated(job, attempts, attempt)
+            if not limit_outdated:
+                notes.append(self._note(job, "budget_stop_requested", "stopped at its budget by the launcher "
+                                        "itself: the rest pays for checkpointing and stopping", now,
+                                        {"spent": job.spent, "budget": job.budget, "by": "launcher"}))
+        outcome = monitor.decide(job, attempt, status, limit_outdated=limit_outdated)
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
             fields["running_since"] = attempt.started_at
@@ -365,13 +368,22 @@ class Engine:
                                              grace_seconds=self.settings.stop_grace_seconds)
 
     def _keep_limit(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> Attempt:
-        """Move the launcher's own stop when the budget changed (raised, most often) since launch."""
+        """Move the launcher's own stop when the budget changed (raised, most often) since launch.
+        ``limit_at`` stays the limit the launcher holds: one it cannot move (a SkyPilot cluster's) is
+        left as given, so that the stop it brings is known for an outdated one (:meth:`_limit_outdated`)."""
         limit = self._limit_at(job, attempt, attempts)
         setter = getattr(self.launcher, "set_stop_in", None)
         if limit is None or setter is None or (attempt.limit_at is not None and abs(limit - attempt.limit_at) < 1):
             return attempt
-        setter(attempt.id, limit - now)
+        if setter(attempt.id, limit - now) is False:
+            return attempt
         return replace(attempt, limit_at=limit)
+
+    def _limit_outdated(self, job: Job, attempts: list[Attempt], attempt: Attempt) -> bool:
+        """Whether the launcher stopped ``attempt`` at a limit its budget has since outgrown (raised while
+        no broker could move the limit, or on a launcher that cannot): the job resumes, not stops."""
+        limit = self._limit_at(job, attempt, attempts)
+        return limit is not None and attempt.limit_at is not None and limit >= attempt.limit_at + 1
 
     def _silent(self, job: Job, now: float) -> bool:
         timeout = self.settings.heartbeat_timeout_seconds
@@ -406,6 +418,10 @@ class Engine:
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
                                                reason=status.reason, log_tail=tail,
                                                step=max(known) if known else None, command=status.step))
+        if outcome.event is JobEvent.RECOVER and attempt.stop_reason == "budget":  # an outdated limit
+            diagnosis = Diagnosis("budget_limit_outdated", "Stopped at the limit of the budget it had at launch.",
+                                  "The budget was raised since: the broker resumes it from its last checkpoint.",
+                                  infrastructure=True)
         fields["diagnosis"] = {**diagnosis.to_dict(), "attempt": attempt.n}
         info = {"attempt_id": attempt.id, "exit_code": status.exit_code, "diagnosis": diagnosis.text,
                 "diagnosis_class": diagnosis.cls, "zone": attempt.placement.get("zone"),
@@ -431,6 +447,11 @@ class Engine:
         if outcome.event is JobEvent.SUCCEED:
             return outcome.reason, info
         if outcome.event is JobEvent.RECOVER:
+            if attempt.stop_reason == "budget":  # an outdated limit (monitor.decide)
+                saved = job.last_checkpoint.get("step")
+                return (f"stopped by its launcher at the limit of the budget it had at launch; the budget was raised "
+                        f"since: " + (f"resumes from step {saved}" if saved is not None else
+                                      "restarts from the beginning")), info
             if attempt.stop_reason == "migrating":
                 return f"moved off spot to meet the deadline; resumes from step {job.last_checkpoint.get('step')}", info
             return f"{diagnosis.text} {outcome.reason.split(';', 1)[-1].strip()}".strip(), info

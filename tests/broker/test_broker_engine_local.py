@@ -487,3 +487,27 @@ def test_a_cancel_that_comes_after_the_run_finished_on_its_own_leaves_the_job_su
     assert final.state is JobState.SUCCEEDED, final.reason
     assert "before it could be cancelled" in store.events(job.id)[-1].reason
     assert [e.event for e in store.events(job.id)][-2:] == ["cancel", "succeed"]
+
+
+def test_a_budget_raised_while_no_engine_ran_resumes_the_job_its_runner_stopped_at_the_old_limit(make_settings,
+                                                                                                  tmp_path):
+    # the API took the raise but no engine ticked to move the runner's limit: the runner stops the job at the
+    # old one, and the engine, back, resumes it (the budget allows more) instead of leaving it stopped
+    settings, store, launcher, engine, service = _expensive_cpu_broker(make_settings, tmp_path, "stale.db")
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 60", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "0.10"}})[0]
+    try:
+        wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.RUNNING)
+        (first,) = store.attempts(job.id)
+        service.raise_budget(ADMIN, job.id, 10_000_000)
+        wait_for((settings.data_dir / "runs" / first.id / "exit.json").exists, timeout=20)
+        engine.tick()
+        events = store.events(job.id)
+        assert "stop_budget" not in [e.event for e in events]
+        [recover] = [e for e in events if e.event == "recover"]
+        assert "budget was raised since" in recover.reason
+        assert store.attempts(job.id)[0].state.value == "stopped"
+    finally:
+        service.cancel(ADMIN, job.id)
+        run_until(engine, store, job.id, {"cancelled"})
+        store.close()

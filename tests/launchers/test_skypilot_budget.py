@@ -1,0 +1,106 @@
+"""A job's budget on SkyPilot clusters, through the engine: the broker, SkyPilot's real task objects and
+catalog, and a scripted cloud (:class:`ScriptedSky`: what the clusters and their jobs do).
+
+Sequences, one poll per arrow:
+
+| | |
+|---|---|
+| launched with its limit → running → its guard stops the run (no broker asked) | stopped at its budget |
+| launched with its limit → budget raised (the cluster's limit stays) → the guard stops the run at the old limit | resumed from its checkpoint on a new cluster with the new limit |
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from skypilot_fakes import ScriptedSky
+
+from broker.auth import Principal
+from broker.config import load_settings
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
+from broker.service import BrokerService
+from broker.store import open_store
+from launchers.local import LocalLauncher
+from launchers.router import RoutingLauncher
+from launchers.skypilot import SkyPilotLauncher, cluster_name
+
+ADMIN = Principal("admin", None, admin=True)
+TASK = {"resources": {"accelerators": "A100:8", "use_spot": True}, "run": "python train.py"}
+
+
+@pytest.fixture
+def broker(sky, tmp_path):
+    settings = load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_LAUNCHER": "skypilot",
+                              "BROKER_ADMIN_TOKEN": "t"})
+    cloud = ScriptedSky(real_plan=False)
+    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs", zones=settings.zones),
+                               SkyPilotLauncher(settings.data_dir / "skypilot", client=cloud))
+    store = open_store(f"sqlite://{tmp_path / 'b.db'}")
+    yield BrokerService(settings, store, launcher), Engine(settings, store, launcher), cloud
+    store.close()
+
+
+def tick_until(engine, store, job_id, states, ticks=10):
+    for _ in range(ticks):
+        engine.tick()
+        job = store.get_job(job_id)
+        if job.state.value in states:
+            return job
+    raise AssertionError(f"{job_id} is {store.get_job(job_id).state.value}, not {states}")
+
+
+def cluster_stop_at(cloud, cluster) -> int:
+    [run] = [config["run"] for name, config in cloud.launched if name == cluster]
+    return int(re.match(r"broker_stop_at=(\d+)\n", run).group(1))
+
+
+def guard_stops(cloud, cluster, at: int) -> None:
+    """What the cluster's guard does at its limit: the run stopped, its job FAILED, the lines in the logs."""
+    cloud.jobs[cluster] = "FAILED"
+    cloud.output[cluster] = (b"step 300\n[spot-broker] run exited with status 143\n"
+                             b"[spot-broker] run stopped at its budget at %d\n" % at)
+
+
+def running_job(service, engine, cloud, budget_usd):
+    job, _ = service.submit(ADMIN, {**TASK, "broker": {"budget_usd": budget_usd}})
+    engine.tick()
+    (attempt,) = service.store.attempts(job.id)
+    cluster = cluster_name(attempt.id)
+    cloud.provisioned(cluster, spot=True, job="RUNNING")
+    assert tick_until(engine, service.store, job.id, {"running"}).state is JobState.RUNNING
+    return job, attempt, cluster
+
+
+def test_a_cluster_stops_its_run_at_the_budget_by_itself_and_the_broker_records_a_budget_stop(broker):
+    service, engine, cloud = broker
+    job, attempt, cluster = running_job(service, engine, cloud, 100)
+    after_run = engine.launcher.cloud.after_run_seconds()
+    # the whole cluster's cost fits: its run stops early enough for the idle minutes and the teardown
+    assert cluster_stop_at(cloud, cluster) == pytest.approx(attempt.limit_at - after_run, abs=2)
+    guard_stops(cloud, cluster, int(time.time()))
+    final = tick_until(engine, service.store, job.id, {"stopped_budget", "queued", "failed"})
+    assert final.state is JobState.STOPPED_BUDGET
+    (attempt,) = service.store.attempts(job.id)
+    assert attempt.stop_reason == "budget" and final.spent <= final.budget
+    assert cluster in cloud.downed
+    assert "budget_stop_requested" in [e.event for e in service.store.events(job.id)]
+
+
+def test_a_budget_raised_after_launch_resumes_the_job_its_cluster_stopped_at_the_old_limit(broker):
+    service, engine, cloud = broker
+    job, first, cluster = running_job(service, engine, cloud, 100)
+    old_stop = cluster_stop_at(cloud, cluster)
+    service.raise_budget(ADMIN, job.id, 200_000_000)
+    engine.tick()  # a cluster's limit cannot be moved: the attempt keeps the limit its cluster holds
+    (attempt,) = service.store.attempts(job.id)
+    assert attempt.limit_at == first.limit_at
+    guard_stops(cloud, cluster, int(time.time()))  # ... and it comes, old as it is
+    tick_until(engine, service.store, job.id, {"stopped_budget", "launching", "failed"})
+    [recover] = [e for e in service.store.events(job.id) if e.event == "recover"]
+    assert "budget was raised since" in recover.reason
+    second = service.store.attempts(job.id)[-1]
+    assert second.n == 2 and second.limit_at > first.limit_at + 3600
+    assert cluster_stop_at(cloud, cluster_name(second.id)) > old_stop + 3600  # the new cluster, the new limit
