@@ -430,16 +430,21 @@ def cmd_events(args) -> int:
     return 0
 
 
-def cmd_resume(args) -> int:
+def _forced(call, command: str, job_id: str, force: bool) -> dict:
+    """``call(job_id, force=force)``; a 409 that asks for force names the CLI's flag instead of the API's."""
     from broker.client import BrokerError
 
+    try:
+        return call(job_id, force=force)
+    except BrokerError as exc:
+        if exc.status == 409 and "with force" in exc.detail:  # the API's word for it; here it is a flag
+            exc.detail = exc.detail.replace("with force", f"with --force (broker {command} {job_id} --force)")
+        raise
+
+
+def cmd_resume(args) -> int:
     with _client(args) as client:
-        try:
-            job = client.resume(args.id, force=args.force)
-        except BrokerError as exc:
-            if exc.status == 409 and "with force" in exc.detail:  # the API's word for it; here it is a flag
-                exc.detail = exc.detail.replace("with force", f"with --force (broker resume {args.id} --force)")
-            raise
+        job = _forced(client.resume, "resume", args.id, args.force)
     _done(args, job, f"{job['id']}: {job['state']} — {job['reason']}")
     return 0
 
@@ -452,15 +457,8 @@ def cmd_budget(args) -> int:
 
 
 def cmd_ondemand(args) -> int:
-    from broker.client import BrokerError
-
     with _client(args) as client:
-        try:
-            job = client.switch_to_ondemand(args.id, force=args.force)
-        except BrokerError as exc:
-            if exc.status == 409 and "with force" in exc.detail:  # the API's word for it; here it is a flag
-                exc.detail = exc.detail.replace("with force", f"with --force (broker ondemand {args.id} --force)")
-            raise
+        job = _forced(client.switch_to_ondemand, "ondemand", args.id, args.force)
     _done(args, job, f"{job['id']}: pinned to on-demand; {job['state']}")
     return 0
 

@@ -135,6 +135,18 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli):
     assert r.returncode == 1 and "must start with http:// or https://" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_refused_resume_names_the_cli_flag_that_forces_it(cli):
+    run, tmp = cli
+    task = tmp / "fails.yaml"
+    task.write_text("name: f\nresources: {cpus: 1}\nrun: |\n  echo 'ValueError: bad label' >&2; exit 3\n")
+    out = run("submit", str(task), "--budget", "2", "--wait", check=False)
+    assert out.returncode != 0 and "failed" in out.stdout + out.stderr, out.stdout + out.stderr
+    job_id = json.loads(run("--json", "status").stdout)[0]["id"]
+    r = run("resume", job_id, check=False)
+    assert r.returncode == 1 and f"with --force (broker resume {job_id} --force)" in r.stderr, r.stderr
+    assert json.loads(run("--json", "resume", job_id, "--force").stdout)["state"] == "queued"
+
+
 def test_an_idempotency_key_says_what_it_did(cli):
     run, tmp = cli
     first, second = tmp / "first.yaml", tmp / "second.yaml"
