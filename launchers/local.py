@@ -260,9 +260,10 @@ class LocalLauncher:
 
     def set_stop_in(self, attempt_id: str, seconds: float) -> bool:
         """Move the attempt's own budget stop to ``seconds`` from now (its runner reads ``limit.json``);
-        False when the attempt has ended or is unknown."""
+        False when the attempt has ended or is unknown, or is being stopped already (its limit came, or a
+        stop was asked): that stop goes on, and the limit it came at is the one the attempt keeps."""
         run_dir = self._dir(attempt_id)
-        if run_dir.exists() and not (run_dir / "exit.json").exists():
+        if run_dir.exists() and not (run_dir / "exit.json").exists() and not (run_dir / "stop.json").exists():
             self._write_limit(run_dir, seconds)
             return True
         return False

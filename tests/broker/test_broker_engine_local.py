@@ -511,3 +511,36 @@ def test_a_budget_raised_while_no_engine_ran_resumes_the_job_its_runner_stopped_
         service.cancel(ADMIN, job.id)
         run_until(engine, store, job.id, {"cancelled"})
         store.close()
+
+
+def test_a_budget_raised_while_the_runner_is_already_stopping_at_the_old_limit_resumes_the_job(make_settings,
+                                                                                                tmp_path):
+    # the runner's limit came while no engine ticked, and the raise reaches the engine during the grace period:
+    # the stop under way cannot be called back, so the engine must not record the limit as moved (the stop that
+    # follows would read as one at the new budget's limit and leave the job stopped_budget with money left)
+    settings = make_settings(config=CONFIG.replace('"0.36"', '"36"').replace("stop_grace_seconds: 2",
+                                                                            "stop_grace_seconds: 3"))
+    store = open_store(f"sqlite://{tmp_path / 'grace.db'}")
+    launcher = open_launcher(settings)
+    launched_at = [time.time()]  # the engine's clock stays at the launch: its own budget stop never comes first
+    engine = Engine(settings, store, launcher, clock=lambda: launched_at[0])
+    service = BrokerService(settings, store, launcher, clock=lambda: launched_at[0])
+    job = service.submit(ADMIN, {"name": "t", "run": "trap '' TERM; sleep 60", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "0.08"}})[0]  # $36/h: 8 s, the runner's limit 2 s in
+    try:
+        wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.RUNNING)
+        (first,) = store.attempts(job.id)
+        run_dir = settings.data_dir / "runs" / first.id
+        wait_for((run_dir / "stop.json").exists, timeout=20)  # the runner stops it by itself: 3 s of grace
+        service.raise_budget(ADMIN, job.id, 10_000_000)
+        engine.tick()
+        assert not (run_dir / "exit.json").exists()  # still within the grace period
+        assert store.attempts(job.id)[0].limit_at == first.limit_at  # that stop cannot be moved
+        wait_for((run_dir / "exit.json").exists, timeout=20)
+        engine.tick()
+        events = [e.event for e in store.events(job.id)]
+        assert "stop_budget" not in events and "recover" in events
+    finally:
+        service.cancel(ADMIN, job.id)
+        run_until(engine, store, job.id, {"cancelled"})
+        store.close()
