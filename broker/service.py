@@ -180,7 +180,8 @@ class BrokerService:
         holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING)
         jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
         offers = all_offers(self.settings)
-        mk = market(self.settings, jobs)
+        # a spot zone down now (its trace, a fault) has no free nodes: counting them would say "now", tick after tick
+        mk = market(self.settings, jobs, getattr(self.launcher, "availability", dict)())
         free = {**mk.free_capacity, **{pool: len(slots) for pool, slots in mk.free_slots.items()}}
 
         def usable(job: Job) -> dict[str, int]:

@@ -177,3 +177,30 @@ def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_
     finally:
         store.close()
     assert positions_ == {"all": 1} and starts == {"all": pytest.approx(NOW + 7200)}
+
+
+def test_a_job_waiting_for_a_spot_zone_with_no_capacity_now_gets_no_estimate_not_now(make_settings, tmp_path):
+    """A simulated spot zone whose trace (or a fault) has its capacity gone: the job that waits for it is full
+    for as long as the zone stays down, which nobody can tell; its free nodes are not free now."""
+    from broker.auth import Principal
+    from broker.engine.reconcile import Engine
+    from broker.runtime import open_launcher
+    from broker.service import BrokerService
+    from broker.store import open_store
+
+    settings = make_settings(config="pools: []\nzones:\n  - {name: sim-a, tier: spot, instance_type: g5.xlarge}\n")
+    store = open_store(f"sqlite://{tmp_path / 'down.db'}")
+    launcher = open_launcher(settings)
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    try:
+        launcher.set_zone_available("sim-a", False)
+        job = service.submit(Principal("admin", None, admin=True),
+                             {"run": "true", "resources": {"accelerators": "A10G:1", "use_spot": True},
+                              "broker": {"budget_usd": 5}})[0]
+        engine.tick()
+        assert "full" in store.get_job(job.id).reason
+        assert service.queue() == ({job.id: 1}, {})
+        launcher.set_zone_available("sim-a", True)  # back: its nodes are free now
+        assert service.queue()[1] == {job.id: pytest.approx(service.clock(), abs=5)}
+    finally:
+        store.close()
