@@ -410,7 +410,9 @@ class Engine:
         """Diagnose how the attempt ended; on a preemption, block the zone and count the steps lost."""
         tail = _log_tail(self.launcher, attempt.id)
         phase = ENDED_PHASE_NAME.get(status.phase, status.phase.value)
-        if attempt.stop_reason in ("budget", "cancelled"):
+        if status.phase is Phase.SUCCEEDED:
+            pass  # it finished before the stop asked of it reached it: diagnosed as what it did, not the stop
+        elif attempt.stop_reason in ("budget", "cancelled"):
             phase = attempt.stop_reason
         elif attempt.stop_reason == "heartbeat":
             phase = "lost"

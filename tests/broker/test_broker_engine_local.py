@@ -12,6 +12,7 @@ from broker.lifecycle import JobState
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Invalid
 from broker.store import open_store
+from launchers.base import AttemptStatus, Capabilities, Phase
 from pricing.money import fmt
 
 from broker_testing import wait_for
@@ -543,4 +544,48 @@ def test_a_budget_raised_while_the_runner_is_already_stopping_at_the_old_limit_r
     finally:
         service.cancel(ADMIN, job.id)
         run_until(engine, store, job.id, {"cancelled"})
+        store.close()
+
+
+class _Scripted:
+    """A launcher whose attempts are in the phase the test sets: the run's own exit between the engine's look
+    and its stop request is a race no real process can be timed into."""
+
+    name = "scripted"
+    capabilities = Capabilities(simulated=True)
+
+    def __init__(self):
+        self.statuses: dict[str, AttemptStatus] = {}
+        self.stopped: list[tuple[str, str]] = []
+
+    def launch(self, request) -> None:
+        self.statuses.setdefault(request.attempt_id, AttemptStatus(Phase.RUNNING))
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        return self.statuses.get(attempt_id, AttemptStatus(Phase.GONE))
+
+    def stop(self, attempt_id: str, *, grace_seconds: float = 30.0, reason: str = "") -> None:
+        self.stopped.append((attempt_id, reason))
+
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        return b"", offset
+
+
+def test_a_run_that_exits_0_just_after_its_cancel_was_asked_is_diagnosed_succeeded_not_cancelled(make_settings,
+                                                                                                   tmp_path):
+    settings = make_settings(config=CONFIG)
+    store, launcher = open_store(f"sqlite://{tmp_path / 'late.db'}"), _Scripted()
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    try:
+        job = submit(service, "true")
+        run_until(engine, store, job.id, {"running"})
+        service.cancel(ADMIN, job.id)
+        engine.tick()  # the engine asks the attempt to stop
+        (attempt,) = store.attempts(job.id)
+        assert launcher.stopped == [(attempt.id, "cancelled")] and attempt.stop_reason == "cancelled"
+        launcher.statuses[attempt.id] = AttemptStatus(Phase.SUCCEEDED, exit_code=0, step="run")  # it had finished
+        final = run_until(engine, store, job.id, {"succeeded", "cancelled"})
+        assert final.state is JobState.SUCCEEDED, final.reason
+        assert final.diagnosis["class"] == "succeeded" and final.diagnosis["text"] == "The job succeeded."
+    finally:
         store.close()
