@@ -436,7 +436,8 @@ class Engine:
             text = f"lost: {status.reason}"
             text += f"; resumes from step {saved}" if saved is not None else "; restarts from the beginning"
             return text, info
-        if status.phase in (Phase.PREEMPTED, Phase.LOST, Phase.GONE) or attempt.stop_reason == "heartbeat":
+        if status.phase in (Phase.PREEMPTED, Phase.LOST, Phase.GONE) or \
+                (attempt.stop_reason == "heartbeat" and status.phase is not Phase.SUCCEEDED):
             if attempt.placement.get("tier") == Tier.SPOT.value:
                 fields["blocked_zones"] = block_zone(job, attempt.placement.get("zone"), now=now,
                                                      cooldown=self.settings.zone_cooldown_seconds)

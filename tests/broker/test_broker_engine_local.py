@@ -593,3 +593,30 @@ def test_a_run_that_exits_0_just_after_its_cancel_was_asked_is_diagnosed_succeed
         assert final.diagnosis["class"] == "succeeded" and final.diagnosis["text"] == "The job succeeded."
     finally:
         store.close()
+
+
+def test_a_run_that_exits_0_just_after_it_was_stopped_as_silent_is_a_success_not_a_lost_node(make_settings,
+                                                                                               tmp_path):
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    settings = make_settings(config=CONFIG + "heartbeat_timeout_seconds: 5\n")
+    store, launcher = open_store(f"sqlite://{tmp_path / 'quiet.db'}"), _Scripted()
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    try:
+        job = submit(service, "true")
+        run_until(engine, store, job.id, {"running"})
+        running = store.get_job(job.id)  # its last report is long past: the engine takes it for a lost node
+        store.commit(Change(job=replace(running, progress={"step": 7, "at": time.time() - 100}),
+                            expected_version=running.version))
+        engine.tick()
+        (attempt,) = store.attempts(job.id)
+        assert launcher.stopped == [(attempt.id, "heartbeat")]
+        launcher.statuses[attempt.id] = AttemptStatus(Phase.SUCCEEDED, exit_code=0, step="run")  # it had finished
+        final = run_until(engine, store, job.id, {"succeeded", "queued", "failed"})
+        assert final.state is JobState.SUCCEEDED, final.reason
+        assert final.reason.startswith("succeeded"), final.reason  # not "... in cpu; resumes from step 7"
+        assert final.diagnosis["class"] == "succeeded"
+    finally:
+        store.close()
