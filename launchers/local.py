@@ -280,12 +280,14 @@ class LocalLauncher:
         pid = self._runner_pid(run_dir)
         if pid is None:
             return
-        try:
-            for child_pgid in _child_pgids(pid):
-                os.killpg(child_pgid, signal.SIGKILL)
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        groups = _child_pgids(pid)  # looked up while the runner is their parent
+        # the runner first: killed after its job, a runner on a busy host could see the job die by SIGKILL and
+        # record an exit (a failure, "killed by the kernel") where a lost node records nothing
+        for target, kill in [(pid, os.kill)] + [(g, os.killpg) for g in groups]:
+            try:
+                kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self._reap(attempt_id)
 
     @staticmethod
