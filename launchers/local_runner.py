@@ -100,10 +100,8 @@ class Runner:
         limit = self._read_limit()
         if limit is None or time.time() < limit["stop_at"] or self._read_stop() is not None:
             return False
-        tmp = self.dir / "stop.json.tmp"
-        tmp.write_text(json.dumps({"reason": limit.get("reason") or "budget", "grace_seconds": self.grace,
-                                   "at": time.time(), "by": "runner"}))
-        os.replace(tmp, self.dir / "stop.json")
+        _write_atomic(self.dir / "stop.json", {"reason": limit.get("reason") or "budget", "grace_seconds": self.grace,
+                                               "at": time.time(), "by": "runner"})
         return True
 
     def watch_limit(self) -> None:
