@@ -177,7 +177,9 @@ class BrokerService:
 
     def queue(self) -> tuple[dict[str, int], dict[str, float]]:
         """Queue positions and rough start estimates (epoch seconds) of queued jobs."""
-        holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING)
+        # a job being cancelled or stopped holds its slots until its process is gone (the grace period)
+        holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING,
+                   JobState.STOPPING)
         jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
         offers = all_offers(self.settings)
         # a spot zone down now (its trace, a fault) has no free nodes: counting them would say "now", tick after tick
@@ -194,7 +196,7 @@ class BrokerService:
                     need[o.location] = min(need.get(o.location, units), units)
             return need
 
-        return positions(jobs), estimated_starts(jobs, self.clock(), usable, free)
+        return positions(jobs), estimated_starts(jobs, self.clock(), usable, free, self.settings.stop_grace_seconds)
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)

@@ -1,5 +1,7 @@
 """Queue order and start estimates (``broker/queue.py``), pure: jobs built by hand, times in seconds."""
 
+from dataclasses import replace
+
 import pytest
 
 from broker.lifecycle import JobState
@@ -95,6 +97,17 @@ def test_a_job_still_launching_holds_its_capacity_and_is_followed_from_its_expec
     assert estimated_starts(jobs, NOW) == {"a": pytest.approx(NOW + 900)}
 
 
+@pytest.mark.parametrize("state", [JobState.CANCELLING, JobState.STOPPING])
+def test_a_job_being_stopped_holds_its_slots_until_its_grace_period_ends(state):
+    """Asked to stop 10 s ago with a 30 s grace period: its process may run 20 s more, and its slot with it."""
+    stopping = replace(job("going", state, since=NOW - 600, slots=[0]), updated_at=NOW - 10)
+    assert estimated_starts([stopping, job("a", JobState.QUEUED, at=1)], NOW, grace_seconds=30) \
+        == {"a": pytest.approx(NOW + 20)}
+    # past its grace period and still not gone (a slow kill): any moment now
+    late = replace(stopping, updated_at=NOW - 60)
+    assert estimated_starts([late, job("a", JobState.QUEUED, at=1)], NOW, grace_seconds=30) == {"a": pytest.approx(NOW)}
+
+
 def test_a_resumed_job_is_priced_for_what_is_left_of_its_expected_length():
     """Admitted for 1 h at $1/h with $0.60 left after a preemption half-way: the half left fits."""
     from pricing.offers import Offer, Tier
@@ -177,6 +190,31 @@ def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_
     finally:
         store.close()
     assert positions_ == {"all": 1} and starts == {"all": pytest.approx(NOW + 7200)}
+
+
+def test_the_service_counts_the_slots_of_a_job_being_cancelled_as_held_until_its_grace_period_ends(tmp_path):
+    """A pool of 1 slot held by a job cancelled 5 s ago: the job behind it starts when the cancel's 30 s grace
+    period is over, not "now" while the cancelled job's process still runs."""
+    from broker.config import Pool, Settings
+    from broker.service import BrokerService
+    from broker.store import Change
+    from broker.store.sqlite import SqliteStore
+
+    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
+                        pools=(Pool("gpus", 1, "A100", 1_000_000),), teams={}, admin_token_hashes=frozenset(),
+                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
+                        public_url="http://127.0.0.1:8000", engine=False, stop_grace_seconds=30.0)
+    store = SqliteStore(tmp_path / "q.db")
+    onprem = {"tier": "onprem", "location": "gpus", "zone": "gpus", "instance_type": "gpus-1slot"}
+    going = replace(job("going", JobState.CANCELLING, hours="1", since=NOW - 600, slots=[0]), placement=onprem,
+                    updated_at=NOW - 5)
+    waiting = replace(job("next", JobState.QUEUED, at=1), spec={"run": "x", "resources": {"accelerators": "A100:1"}})
+    for j in (going, waiting):
+        store.commit(Change(job=j, expected_version=None))
+    try:
+        assert BrokerService(settings, store, clock=lambda: NOW).queue() == ({"next": 1}, {"next": pytest.approx(NOW + 25)})
+    finally:
+        store.close()
 
 
 def test_a_job_waiting_for_a_spot_zone_with_no_capacity_now_gets_no_estimate_not_now(make_settings, tmp_path):
