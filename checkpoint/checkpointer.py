@@ -12,7 +12,8 @@ Environment read (all optional):
 
 * ``BROKER_CHECKPOINT_URI`` — base URI when none is passed;
 * ``BROKER_RESUME_FROM`` — URI of one committed checkpoint the broker wants resumed;
-  ``restore`` starts there (falling back to older ones in the same place if it is corrupt);
+  ``restore`` starts there (falling back to older ones in the same place if it is corrupt), or at a
+  newer one this same job committed that the broker never heard of;
 * ``BROKER_JOB_ID``, ``BROKER_ATTEMPT`` — recorded in each manifest;
 * ``BROKER_PREEMPTION_GRACE_S`` — seconds from SIGTERM to a forced exit (default 30);
 * ``BROKER_PREEMPTION_METADATA`` (``aws`` / ``gcp``), ``BROKER_METADATA_URL``,
@@ -146,6 +147,7 @@ class Checkpointer:
             every_seconds = 300.0
         self._policy = SavePolicy(every_steps, every_seconds)
         self._retention = RetentionPolicy(keep_last, keep_every)
+        self._abandoned: frozenset[CheckpointId] = frozenset()  # set by restore: see _own_newer and retention
         self._clock = clock
         self._resume_from = env.get("BROKER_RESUME_FROM") or None
         self._job = {k: env[v] for k, v in (("id", "BROKER_JOB_ID"), ("attempt", "BROKER_ATTEMPT")) if env.get(v)}
@@ -280,7 +282,7 @@ class Checkpointer:
                  self.last_stats.throughput_mib_s)
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
         try:
-            commit.apply_retention(self._storage, self._retention)
+            commit.apply_retention(self._storage, self._retention, self._abandoned)
         except OSError as e:  # the new checkpoint is safe; old ones are cleaned next time
             log.warning("retention after %s failed: %s", uri, e)
 
@@ -333,7 +335,9 @@ class Checkpointer:
         """The newest committed checkpoint whose files verify, or ``default``.
 
         With ``$BROKER_RESUME_FROM`` set, that checkpoint is tried first and only older ones
-        beside it after. Corrupt or incomplete checkpoints are skipped with a
+        beside it after — unless this same job (``$BROKER_JOB_ID``) committed newer ones the broker
+        never heard of: those come first (:meth:`_own_newer`). Committed checkpoints newer than the
+        one restored are then left alone by retention (a rollback's abandoned steps). Corrupt or incomplete checkpoints are skipped with a
         :class:`CheckpointWarning` naming them. With ``into`` (same keys as saved, live
         objects as values), each object that has ``load_state_dict`` is loaded in place.
 
@@ -341,6 +345,7 @@ class Checkpointer:
             UnsafeCheckpointError: the chosen checkpoint contains pickled objects and
                 ``allow_pickle`` is False.
         """
+        own_newer: list[layout.Entry] = []
         if self._resume_from:
             parent, cid = layout.split_checkpoint_uri(self._resume_from)
             storage = (self._storage if parent.rstrip("/") == self._storage.base_uri
@@ -348,14 +353,22 @@ class Checkpointer:
             entries = layout.scan(storage.list())
             wanted = [e for e in entries if e.id == cid] or [layout.Entry(cid, True, frozenset())]
             older = layout.committed_newest_first(entries, cid)
-            candidates = wanted + [e for e in older if e.id != cid]
+            own_newer = self._own_newer(storage, entries, cid)
+            candidates = own_newer + wanted + [e for e in older if e.id != cid]
         else:
             storage = self._storage
-            candidates = restoring.candidates(storage)
+            entries = layout.scan(storage.list())
+            candidates = layout.committed_newest_first(entries)
         found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle))
         if found is None:
             return default
         loaded, state = found
+        if storage is self._storage:  # newer commits passed over (a rollback, or corrupt ones) are not retention's to count
+            self._abandoned = frozenset(e.id for e in entries if e.committed and e.id > loaded.id)
+        if any(e.id == loaded.id for e in own_newer):
+            log.warning("restoring %s: this job committed it after %s, the checkpoint the broker named "
+                        "(the broker had not heard of it)", loaded.uri, self._resume_from)
+            self._reporter.report_checkpoint(loaded.id.step, loaded.uri)
         if into:
             missing = [k for k in into if k not in state]
             if missing:
@@ -369,6 +382,25 @@ class Checkpointer:
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
 
+
+    def _own_newer(self, storage: Storage, entries: list[layout.Entry], named: CheckpointId) -> list[layout.Entry]:
+        """Committed checkpoints newer than the one the broker named that this same job wrote (its manifest
+        says so), newest first: a commit whose report never reached the broker (it was down or restarting
+        when the save committed, a preemption's last save above all). Resuming from the named one would
+        throw that work away. Without a job id (a run started by hand) the named checkpoint is taken as
+        asked: that is a deliberate rollback."""
+        job_id = self._job.get("id")
+        if not job_id:
+            return []
+        own = []
+        for entry in layout.committed_newest_first([e for e in entries if e.id > named]):
+            try:
+                manifest = Manifest.from_json(storage.read(layout.path(entry.id, layout.MANIFEST)))
+            except (OSError, ValueError):
+                continue  # unreadable: not this job's to prefer (restore would skip it anyway)
+            if manifest.job.get("id") == job_id:
+                own.append(entry)
+        return own
 
 def _decode(loaded: restoring.Loaded, allow_pickle: bool) -> dict[str, Any]:
     try:

@@ -56,8 +56,9 @@ def delete_entries(storage: Storage, entries: list[Entry]) -> None:
         storage.delete([layout.path(e.id, f) for f in sorted(e.files - {layout.COMMIT})])
 
 
-def apply_retention(storage: Storage, policy: retention.RetentionPolicy) -> list[Entry]:
+def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
+                    abandoned: frozenset[layout.CheckpointId] = frozenset()) -> list[Entry]:
     """List, decide (pure), delete. Returns what was deleted."""
-    doomed = retention.to_delete(layout.scan(storage.list()), policy)
+    doomed = retention.to_delete(layout.scan(storage.list()), policy, abandoned)
     delete_entries(storage, doomed)
     return doomed

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checkpoint.layout import Entry
+from checkpoint.layout import CheckpointId, Entry
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,15 @@ class RetentionPolicy:
             raise ValueError("keep_every must be >= 1 steps")
 
 
-def to_delete(entries: list[Entry], policy: RetentionPolicy) -> list[Entry]:
-    """Entries to delete, oldest first."""
-    committed = sorted((e for e in entries if e.committed), key=lambda e: e.id)
+def to_delete(entries: list[Entry], policy: RetentionPolicy,
+              abandoned: frozenset[CheckpointId] = frozenset()) -> list[Entry]:
+    """Entries to delete, oldest first.
+
+    ``abandoned``: committed checkpoints beyond the one a run was rolled back to (restored from an older
+    step on purpose). They are neither counted among the newest nor deleted: counted, ``keep_last`` of
+    them would make every checkpoint of the rolled-back run "old" and delete it right after its commit.
+    """
+    committed = sorted((e for e in entries if e.committed and e.id not in abandoned), key=lambda e: e.id)
     if not committed:
         return []
     keep = {e.id for e in committed[-policy.keep_last:]}
@@ -44,5 +50,5 @@ def to_delete(entries: list[Entry], policy: RetentionPolicy) -> list[Entry]:
     newest = committed[-1].id
     return [
         e for e in sorted(entries, key=lambda e: e.id)
-        if e.id not in keep and (e.committed or e.id < newest)
+        if e.id not in keep and e.id not in abandoned and (e.committed or e.id < newest)
     ]

@@ -86,6 +86,15 @@ def test_retention(existing, policy, deleted):
     assert steps(to_delete(entries(*existing), policy)) == deleted
 
 
+def test_a_run_rolled_back_keeps_its_own_checkpoints_and_leaves_the_abandoned_ones_alone():
+    """Rolled back to step 20 past three committed later steps: counted, they would be the "newest 3" and
+    each new checkpoint of the run (25, 26) would be deleted right after its commit."""
+    existing = entries((10, True), (20, True), (50, True), (60, True), (70, True), (25, True), (26, True))
+    abandoned = frozenset(e.id for e in existing if e.id.step >= 50)
+    assert steps(to_delete(existing, RetentionPolicy(2), abandoned)) == [(10, True), (20, True)]
+    assert steps(to_delete(existing, RetentionPolicy(2))) == [(10, True), (20, True), (25, True), (26, True), (50, True)]
+
+
 def test_retention_never_keeps_fewer_than_one():
     with pytest.raises(ValueError):
         RetentionPolicy(keep_last=0)

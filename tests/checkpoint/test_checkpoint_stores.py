@@ -142,6 +142,43 @@ def test_a_corrupt_resume_from_falls_back_to_an_older_one_not_a_newer_one(store_
         assert ckpt.restore().step == 10
 
 
+def test_a_commit_the_broker_never_heard_of_is_resumed_from_not_thrown_away(store_uri):
+    """Job j-1 committed step 30 while the broker was down, so the broker names step 20: the job's own newer
+    checkpoint wins (the work is not lost), and the broker is told of it."""
+    job = {"BROKER_JOB_ID": "j-1"}
+    uris = save_steps(store_uri, [10, 20, 30], env={**job, "BROKER_ATTEMPT": "1"})
+    with checkpointer(store_uri, env={**job, "BROKER_ATTEMPT": "2", "BROKER_RESUME_FROM": uris[1]}) as ckpt:
+        reported = []
+        ckpt._reporter.report_checkpoint = lambda step, uri, **kw: reported.append((step, uri))
+        restored = ckpt.restore()
+    assert (restored.step, restored.uri) == (30, uris[2]) and reported == [(30, uris[2])]
+
+
+@pytest.mark.parametrize("writer, reader", [
+    pytest.param({"BROKER_JOB_ID": "j-old"}, {"BROKER_JOB_ID": "j-new"}, id="the newer ones are another job's"),
+    pytest.param({"BROKER_JOB_ID": "j-1"}, {}, id="a run started by hand (no job id) rolls back on purpose"),
+])
+def test_a_named_checkpoint_is_taken_as_asked_when_the_newer_ones_are_not_this_jobs(store_uri, writer, reader):
+    uris = save_steps(store_uri, [10, 20, 30], env=writer)
+    with checkpointer(store_uri, env={**reader, "BROKER_RESUME_FROM": uris[1]}) as ckpt:
+        assert ckpt.restore().step == 20
+
+
+def test_a_run_rolled_back_to_an_older_step_keeps_its_new_checkpoints(store_uri):
+    """Three later steps (keep_last=3) are abandoned by a rollback to step 20: the run's new checkpoints are
+    kept, not deleted right after their commits as older than the abandoned ones."""
+    uris = save_steps(store_uri, [10, 20, 50, 60, 70], keep_last=5)
+    with checkpointer(store_uri, env={"BROKER_RESUME_FROM": uris[1]}, keep_last=3) as ckpt:
+        assert ckpt.restore().step == 20
+        for step in (21, 22):
+            ckpt.save(step, {"w": torch.full((64,), float(step)), "step": step}, wait=True)
+        newest = ckpt.last_committed
+    kept = sorted(e.id.step for e in layout.scan(open_storage(store_uri).list()) if e.committed)
+    assert kept == [20, 21, 22, 50, 60, 70]  # the run's own newest 3 (10 went); the abandoned untouched
+    with checkpointer(store_uri, env={"BROKER_RESUME_FROM": newest}) as ckpt:
+        assert ckpt.restore().step == 22
+
+
 def test_a_large_file_goes_up_in_parts_and_comes_back_intact(store_uri):
     # 11 MiB in 5 MiB parts (S3's minimum part size): a 3-part multipart upload on S3,
     # a 3-part composite upload on GCS.
