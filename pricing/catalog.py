@@ -10,7 +10,8 @@ Rules of the catalog format (SkyPilot's ``catalogs/v8/<cloud>/vms.csv``):
 | ``Price`` | an on-demand offer at that $/h |
 | ``SpotPrice`` (non-empty) | a spot offer at that $/h, same shape and zone |
 | ``AvailabilityZone`` = ``use1-az1`` (AWS zone id) | zone name via ``az_mappings`` (``us-east-1a``); the id itself when unmapped |
-| GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with the cheapest host VM in that zone that can carry it, as SkyPilot pairs them (A100, H100, L4, ... only on their own ``a2-``/``a3-``/``g2-`` types by count; other GPUs on ``n1-`` VMs with enough vCPUs and memory); a GPU with no such host is no offer; a TPU stands alone |
+| GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with the cheapest host VM in that zone that can carry it, as SkyPilot pairs them (A100, H100, L4, ... only on their own ``a2-``/``a3-``/``g2-`` types by count; other GPUs on ``n1-`` VMs with enough vCPUs and memory); a GPU with no such host is no offer; a TPU stands alone; the offer is named ``<host>+<GPU>:<count>`` (``n1-highmem-8+V100:1``) |
+| GCP VM row of a GPU's own type (``a2-``, ``a3-``, ``a4-``, ``g2-``) | no offer of its own: GCP never runs it without its GPUs, so it is offered only paired with them, at both prices |
 | row with no ``Price`` | skipped (not purchasable on-demand, no shape to price) |
 | a missing column, or a value that is not a number (``abc``, ``NaN``, a negative or absurd price) | :class:`CatalogError` naming the line and column |
 
@@ -28,6 +29,10 @@ from pricing.money import MoneyError, Micros, to_micros
 from pricing.offers import Offer, Tier
 
 ONPREM_CLOUD = "local"
+PRICED_CLOUDS = ("aws", "gcp")
+"""The clouds whose SkyPilot v8 ``vms.csv`` this module can read. Azure's has no ``AvailabilityZone``
+column (its VMs are priced per region) and the other clouds' catalogs are laid out their own ways, so a
+catalog of theirs would be refused, not priced."""
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice",
                     "Region", "AvailabilityZone")
 """The schema v8 ``vms.csv`` columns the price table reads (in any order; others are ignored)."""
@@ -122,6 +127,8 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
     count = int(_decimal(row.get("AcceleratorCount")) or 0)
     instance_type = (row.get("InstanceType") or "").strip()
     vcpus, memory = _decimal(row.get("vCPUs")), _decimal(row.get("MemoryGiB"))
+    if cloud == "gcp" and instance_type in _GCP_GPU_ONLY_VMS:
+        return []  # an a2/a3/g2 VM is never launched without its GPUs: offered only with them (below), at both prices
     if not instance_type:  # GCP accelerator row: priced separately from its host VM
         if accelerator is None:
             return []
@@ -163,6 +170,7 @@ GCP_GPU_VMS: dict[str, dict[int, tuple[str, ...]]] = {
     "B200": {8: ("a4-highgpu-8g",)},
 }
 """GPUs GCP attaches only to VM types of their own, by count (SkyPilot 0.14's ``gcp_catalog``)."""
+_GCP_GPU_ONLY_VMS = frozenset(vm for counts in GCP_GPU_VMS.values() for vms in counts.values() for vm in vms)
 
 GCP_N1_CPUS: dict[str, dict[int, int]] = {
     "K80": {1: 4, 2: 8, 4: 16, 8: 32, 16: 64},

@@ -54,9 +54,14 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
         return False
     if want.use_spot is False and offer.tier is Tier.SPOT:
         return False
-    for attr in ("cloud", "region", "zone", "instance_type"):
+    for attr in ("cloud", "region", "zone"):
         wanted = getattr(want, attr)
         if wanted is not None and str(getattr(offer, attr)).lower() != str(wanted).lower():
+            return False
+    if want.instance_type is not None:
+        # a GCP GPU offer is named <host VM>+<GPU>:<count>: a task names the VM, as SkyPilot takes it
+        names = {offer.instance_type.lower(), offer.instance_type.split("+", 1)[0].lower()}
+        if want.instance_type.lower() not in names:
             return False
     return True
 

@@ -125,3 +125,15 @@ SIZED = [Offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", "m6i.2xlarge", N
 def test_a_shape_nothing_offers_is_described_as_asked(want, expected):
     result = place(JobRequest(alternatives=(want,)), SIZED)
     assert isinstance(result, NoFit) and result.reason.startswith(expected), result
+
+
+@pytest.mark.parametrize("instance_type, matched", [
+    ("n1-highmem-8", True), ("N1-HIGHMEM-8", True), ("n1-highmem-8+V100:1", True), ("n1-highmem-", False),
+    ("V100:1", False),
+], ids=["a task names the GCP VM a GPU rides", "case aside", "or the broker's own name for the pair",
+        "a prefix is not the VM", "nor is the GPU part"])
+def test_a_gcp_gpu_offer_matches_the_vm_type_a_task_names(instance_type, matched):
+    from pricing.placement import matches
+
+    offer = Offer(Tier.SPOT, "gcp", "us-central1", "us-central1-a", "n1-highmem-8+V100:1", "V100", 1, 1_091_620)
+    assert matches(offer, ResourceRequest(instance_type=instance_type)) is matched
