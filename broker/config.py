@@ -24,6 +24,7 @@ import yaml
 
 from broker.spec import unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
+from pricing.catalog import PRICED_CLOUDS
 from pricing.money import Micros, MoneyError, typed_to_micros
 
 
@@ -79,6 +80,8 @@ class Settings:
     # an engine silent this long (several brokers, each seeing only its own launches) no longer owns its attempts
     owner_timeout_seconds: float = 300.0
     changeover_seconds: float = 120.0  # provisioning + restore, until the broker has measured it
+    # the clouds whose SkyPilot catalog the broker prices (with launcher skypilot): each found catalog's offers
+    clouds: tuple[str, ...] = PRICED_CLOUDS
     extra: dict[str, Any] = field(default_factory=dict)
 
     def team_for_token(self, token: str) -> str | None:
@@ -122,6 +125,7 @@ CONFIG_KEYS = frozenset({
     "data_dir", "store_url", "pools", "teams", "admin_token_sha256", "default_budget_usd", "checkpoint_root", "public_url",
     "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "zones", "heartbeat_timeout_seconds",
     "zone_cooldown_seconds", "owner_timeout_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
+    "clouds",
 })
 """The config file's top-level settings (docs/deploy.md); anything else is refused, naming the likely one."""
 
@@ -216,6 +220,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
         owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
         changeover_seconds=_number(raw, "changeover_seconds", 120.0),
+        clouds=_clouds(env, raw),
         extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
     )
 
@@ -233,6 +238,28 @@ def _number(raw: dict[str, Any], key: str, default: float, *, positive: bool = F
     if value < 0 or (positive and value == 0):
         raise ConfigError(f"{key}: must be {'more than 0' if positive else '0 or more'}, not {value!r}")
     return float(value)
+
+
+def _clouds(env: Any, raw: dict[str, Any]) -> tuple[str, ...]:
+    """The clouds to price, from ``BROKER_CLOUDS`` (``aws,gcp``) or ``clouds:`` (a list); each must be one
+    whose catalog the broker can read (:data:`pricing.catalog.PRICED_CLOUDS`). An empty list prices none:
+    the broker then places only on pools and simulated zones."""
+    if env.get("BROKER_CLOUDS") is not None:
+        where, value = "BROKER_CLOUDS", [c for c in env["BROKER_CLOUDS"].replace(" ", ",").split(",") if c]
+    elif raw.get("clouds") is not None:
+        where, value = "clouds", raw["clouds"]
+        if not isinstance(value, list) or not all(isinstance(c, str) and c.strip() for c in value):
+            raise ConfigError(f"clouds: must be a list of cloud names like [aws, gcp] ([] for none), not {value!r}")
+    else:
+        return PRICED_CLOUDS
+    clouds = tuple(dict.fromkeys(c.strip().lower() for c in value))
+    for cloud in clouds:
+        if cloud not in PRICED_CLOUDS:
+            why = (" (its catalog prices VMs per region, with no AvailabilityZone column the broker reads)"
+                   if cloud == "azure" else "")
+            raise ConfigError(f"{where}: the broker cannot price {cloud!r}{why}; "
+                              f"it prices {', '.join(PRICED_CLOUDS)}")
+    return clouds
 
 
 def _text(raw: dict[str, Any], key: str) -> str | None:

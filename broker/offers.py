@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.config import Pool, Settings
 from broker.models import Job
 from launchers.simzones import SimZone
+from pricing.catalog import PRICED_CLOUDS
 from pricing.money import to_micros
 from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import candidates
@@ -47,32 +48,43 @@ def pool_offers(pool: Pool) -> list[Offer]:
 
 PRICE_RECHECK_SECONDS = 60.0
 """How often the broker looks whether the catalog it priced from has changed on disk."""
-_table: tuple[tuple, tuple[Offer, ...]] | None = None
-_table_checked = float("-inf")
+_tables: dict[str, tuple[tuple, tuple[Offer, ...]]] = {}
+"""Per cloud: the catalog file it was read from (path, time, size) and its offers."""
+_checked: dict[str, float] = {}
+_joined: dict[tuple[str, ...], tuple[tuple, tuple[Offer, ...]]] = {}
 _table_lock = threading.Lock()
 
 
-def _price_table() -> tuple[Offer, ...]:
-    """The cloud price table, read again when SkyPilot refreshes its catalog (the files' times and
-    sizes are looked at once a minute), so a long-running broker quotes today's prices."""
-    global _table, _table_checked
+def _price_table(clouds: Sequence[str] = PRICED_CLOUDS) -> tuple[Offer, ...]:
+    """The price table of ``clouds`` (the ``clouds`` setting), each cloud's read again when SkyPilot
+    refreshes its catalog or downloads one for a cloud it had none of (the files' times and sizes are
+    looked at once a minute), so a long-running broker quotes today's prices and places on a cloud as
+    soon as SkyPilot has its catalog. Each cloud is kept apart, so that pricing a simulated zone in its
+    own cloud never throws away (and re-reads) the table the engine places from."""
     from pricing.loading import catalog_files, load_price_table
 
+    clouds = tuple(dict.fromkeys(clouds))
     with _table_lock:
         now = time.monotonic()
-        if _table is not None and now - _table_checked < PRICE_RECHECK_SECONDS:
-            return _table[1]
-        files = catalog_files()
-        _table_checked = now
-        if _table is None or _table[0] != files:
-            _table = (files, load_price_table())
-        return _table[1]
+        for cloud in clouds:
+            if cloud in _tables and now - _checked.get(cloud, float("-inf")) < PRICE_RECHECK_SECONDS:
+                continue
+            files = catalog_files(clouds=(cloud,))
+            _checked[cloud] = now
+            if cloud not in _tables or _tables[cloud][0] != files:
+                _tables[cloud] = (files, load_price_table(clouds=(cloud,)))
+        key = tuple(_tables[c][0] for c in clouds)
+        if clouds not in _joined or _joined[clouds][0] != key:
+            _joined[clouds] = (key, tuple(o for c in clouds for o in _tables[c][1]))
+        return _joined[clouds][1]
 
 
 def zone_offer(zone: SimZone, table: Iterable[Offer] | None = None) -> Offer:
-    """A simulated zone priced like the real instance it stands for."""
+    """A simulated zone priced like the real instance it stands for (in its own cloud's catalog, whatever
+    the ``clouds`` setting: a simulated zone is not a placement in that cloud)."""
     tier = Tier(zone.tier)
-    rows = [o for o in (table if table is not None else _price_table())
+    own = (zone.cloud,) if zone.cloud in PRICED_CLOUDS else ()
+    rows = [o for o in (table if table is not None else _price_table(own))
             if o.instance_type == zone.instance_type and o.region == zone.region and o.tier is tier
             and (zone.cloud_zone is None or o.zone == zone.cloud_zone)]
     if not rows and zone.price_per_hour is None:
@@ -134,7 +146,7 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
         offers.extend(fitting or shapes)
         capacity[pool.name] = 1 if fitting else 0
     if settings.launcher == "skypilot":
-        offers.extend(_price_table())  # clouds: capacity unknown until tried; preempted zones get blocked
+        offers.extend(_price_table(settings.clouds))  # clouds: capacity unknown until tried; preempted zones get blocked
     used = nodes_in_use(active_jobs)
     availability = availability or {}
     spot_up = set()
@@ -149,7 +161,7 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
 
 def all_offers(settings: Settings) -> list[Offer]:
     """Every offer with all capacity free: what the admission quote prices against."""
-    cloud = list(_price_table()) if settings.launcher == "skypilot" else []
+    cloud = list(_price_table(settings.clouds)) if settings.launcher == "skypilot" else []
     return [o for pool in settings.pools for o in pool_offers(pool)] + [zone_offer(z) for z in settings.zones] + cloud
 
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from pricing.catalog import CatalogError, parse_az_mappings, parse_vms_csv
+from pricing.catalog import PRICED_CLOUDS, CatalogError, parse_az_mappings, parse_vms_csv
 from pricing.offers import Offer
 
 SCHEMA = "v8"
@@ -22,28 +22,39 @@ def skypilot_catalog_dir(home: Path | None = None) -> Path:
     return (home or Path.home()) / ".sky" / "catalogs" / SCHEMA
 
 
-def catalog_files(catalog_dir: Path | None = None, *, clouds: Sequence[str] = ("aws",),
-                  home: Path | None = None) -> tuple[tuple[str, int, int], ...]:
-    """Which ``vms.csv`` files :func:`load_price_table` would read, with their modification time and
-    size: when this changes (SkyPilot refreshed its catalog), the price table is stale."""
+def _found(catalog_dir: Path | None, clouds: Sequence[str], home: Path | None) -> list[tuple[str, Path]]:
+    """Per cloud, the first ``<root>/<cloud>/vms.csv`` that is a file, in the search order: the one
+    list both :func:`catalog_files` and :func:`load_price_table` follow."""
     search = [d for d in (catalog_dir, skypilot_catalog_dir(home), SNAPSHOT_DIR) if d is not None]
     out = []
-    for cloud in clouds:
+    for cloud in dict.fromkeys(clouds):
         for root in search:
-            vms = root / cloud / "vms.csv"
-            try:
-                st = vms.stat()
-            except OSError:
-                continue
-            out.append((str(vms), st.st_mtime_ns, st.st_size))
-            break
+            if (root / cloud / "vms.csv").is_file():
+                out.append((cloud, root))
+                break
+    return out
+
+
+def catalog_files(catalog_dir: Path | None = None, *, clouds: Sequence[str] = PRICED_CLOUDS,
+                  home: Path | None = None) -> tuple[tuple[str, int, int], ...]:
+    """Which ``vms.csv`` files :func:`load_price_table` would read, with their modification time and
+    size: when this changes (SkyPilot refreshed its catalog, or downloaded one for a cloud it had
+    none of), the price table is stale."""
+    out = []
+    for cloud, root in _found(catalog_dir, clouds, home):
+        vms = root / cloud / "vms.csv"
+        try:
+            st = vms.stat()
+        except OSError:  # gone since: the next look sees it
+            continue
+        out.append((str(vms), st.st_mtime_ns, st.st_size))
     return tuple(out)
 
 
 def load_price_table(
     catalog_dir: Path | None = None,
     *,
-    clouds: Sequence[str] = ("aws",),
+    clouds: Sequence[str] = PRICED_CLOUDS,
     home: Path | None = None,
 ) -> tuple[Offer, ...]:
     """Every spot and on-demand offer of ``clouds``, from the freshest catalog at hand.
@@ -51,27 +62,23 @@ def load_price_table(
     Per cloud, the first directory holding ``<cloud>/vms.csv`` wins: ``catalog_dir``
     when given, then SkyPilot's own catalog (``~/.sky/catalogs/v8``, refreshed by
     SkyPilot), then the snapshot shipped in ``pricing/data/catalog/v8`` (see its
-    ``SOURCE.md``). A cloud found nowhere contributes no offers. A file that is not a
+    ``SOURCE.md``; AWS only: GCP's prices come from SkyPilot's catalog on this host, or
+    ``catalog_dir``). A cloud found nowhere contributes no offers. A file that is not a
     readable v8 ``vms.csv`` is a :class:`~pricing.catalog.CatalogError` naming it, the line
     and the column (never a silently empty or half-read price table).
     """
-    search = [d for d in (catalog_dir, skypilot_catalog_dir(home), SNAPSHOT_DIR) if d is not None]
     offers: list[Offer] = []
-    for cloud in clouds:
-        for root in search:
-            vms = root / cloud / "vms.csv"
-            if not vms.is_file():
-                continue
-            zone_names: dict[str, str] = {}
-            for mapping in (SNAPSHOT_DIR / cloud / "az_mappings-default.csv", *sorted((root / cloud).glob("az_mappings*.csv"),
-                                                                                 key=lambda p: (p.name != "az_mappings-default.csv", p.name))):
-                if mapping.is_file():
-                    zone_names.update(parse_az_mappings(mapping.read_text()))
-            try:
-                offers.extend(parse_vms_csv(vms.read_text(), cloud, zone_names))
-            except (CatalogError, UnicodeDecodeError) as exc:
-                raise CatalogError(f"price catalog {vms}: {exc}") from None
-            break
+    for cloud, root in _found(catalog_dir, clouds, home):
+        vms = root / cloud / "vms.csv"
+        zone_names: dict[str, str] = {}
+        for mapping in (SNAPSHOT_DIR / cloud / "az_mappings-default.csv", *sorted((root / cloud).glob("az_mappings*.csv"),
+                                                                             key=lambda p: (p.name != "az_mappings-default.csv", p.name))):
+            if mapping.is_file():
+                zone_names.update(parse_az_mappings(mapping.read_text()))
+        try:
+            offers.extend(parse_vms_csv(vms.read_text(), cloud, zone_names))
+        except (CatalogError, UnicodeDecodeError, OSError) as exc:
+            raise CatalogError(f"price catalog {vms}: {exc}") from None
     return tuple(offers)
 
 

@@ -22,13 +22,14 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
               "public_url": "http://127.0.0.1:9", "launcher": "local", "engine": "off", "tick_seconds": 0.5,
               "stop_grace_seconds": 3, "max_body_bytes": 10_000, "zones": [], "heartbeat_timeout_seconds": 0,
               "zone_cooldown_seconds": 60, "changeover_seconds": 30, "failure_rules": None, "slack": None,
-              "notifications": None, "owner_timeout_seconds": 90}
+              "notifications": None, "owner_timeout_seconds": 90, "clouds": ["gcp"]}
     assert set(values) == CONFIG_KEYS
     import yaml
 
     settings = make_settings(config=yaml.safe_dump(values))
     assert settings.stop_grace_seconds == 3 and settings.tick_seconds == 0.5 and settings.max_body_bytes == 10_000
     assert settings.owner_timeout_seconds == 90
+    assert settings.clouds == ("gcp",)
 
 
 POOL = "pools: [{name: p, slots: 1, price_per_slot_hour: '0.10'}]\n"
@@ -57,6 +58,10 @@ POOL = "pools: [{name: p, slots: 1, price_per_slot_hour: '0.10'}]\n"
     ("zones: [{name: z, nodes: many}]\n", r"^zones\[0\]\.nodes: must be a whole number"),
     ("zones: [{name: z, grace_seconds: soon}]\n", r"^zones\[0\]\.grace_seconds: must be a number"),
     ("zones: [{name: z, price_per_hour: cheap}]\n", r"^zones\[0\]\.price_per_hour: must be an amount of dollars"),
+    ("clouds: gcp\n", r"^clouds: must be a list of cloud names like \[aws, gcp\]"),
+    ("clouds: [aws, gpc]\n", r"^clouds: the broker cannot price 'gpc'; it prices aws, gcp$"),
+    ("clouds: [azure]\n", r"^clouds: the broker cannot price 'azure' \(its catalog prices VMs per region, with no "
+                           r"AvailabilityZone column"),
 ])
 def test_a_wrong_value_is_one_line_naming_the_setting(make_settings, config, message):
     """Not a bare 'could not convert string to float', a traceback, or a value silently dropped."""
@@ -82,3 +87,14 @@ def test_a_sha256_digest_is_accepted_as_written_by_sha256sum(make_settings):
     digest = hashlib.sha256(b"ops-token").hexdigest()
     settings = make_settings(config=POOL + f"admin_token_sha256: ['{digest.upper()}']\nteams: {{ml: {{token_sha256: {digest}}}}}\n")
     assert settings.is_admin_token("ops-token") and settings.team_for_token("ops-token") == "ml"
+
+
+def test_the_priced_clouds_are_aws_and_gcp_unless_set(make_settings):
+    """Every cloud whose SkyPilot catalog the broker reads, by default; a setting narrows it (env over file)."""
+    assert make_settings().clouds == ("aws", "gcp")
+    assert make_settings(config="clouds: [GCP]\n").clouds == ("gcp",)
+    assert make_settings(config="clouds: []\n").clouds == ()
+    assert make_settings(config="clouds: [gcp]\n", BROKER_CLOUDS="aws").clouds == ("aws",)
+    assert make_settings(BROKER_CLOUDS="gcp, aws").clouds == ("gcp", "aws")
+    with pytest.raises(ConfigError, match=r"^BROKER_CLOUDS: the broker cannot price 'oci'"):
+        make_settings(BROKER_CLOUDS="aws,oci")

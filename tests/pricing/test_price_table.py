@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pricing.catalog import CatalogError, onprem_offer, parse_az_mappings, parse_vms_csv
-from pricing.loading import SNAPSHOT_DIR, load_price_table
+from pricing.loading import SNAPSHOT_DIR, catalog_files, load_price_table
 from pricing.offers import Tier
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -181,20 +181,28 @@ def test_onprem_pool_is_priced_per_gpu_hour(gpus, price, hourly):
     assert offer.price_per_hour == hourly and offer.accelerator_count == gpus
 
 
-def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_path, monkeypatch):
+@pytest.fixture
+def broker_table(tmp_path, monkeypatch):
+    """The broker's cached price table, empty, over a HOME of its own and a clock the test moves."""
+    from broker import offers as broker_offers
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for cache in ("_tables", "_checked", "_joined"):
+        monkeypatch.setattr(broker_offers, cache, {})
+    clock = [1000.0]
+    monkeypatch.setattr(broker_offers.time, "monotonic", lambda: clock[0])
+    return broker_offers, clock
+
+
+def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_path, broker_table):
     """SkyPilot rewrites ~/.sky/catalogs/v8 every few hours; the broker notices within a minute."""
     import os
 
-    from broker import offers as broker_offers
-
+    broker_offers, clock = broker_table
     vms = tmp_path / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv"
     vms.parent.mkdir(parents=True)
     header = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone\n"
     vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.006,0.40,us-east-1,use1-az1\n")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr(broker_offers, "_table", None)
-    clock = [1000.0]
-    monkeypatch.setattr(broker_offers.time, "monotonic", lambda: clock[0])
 
     def spot_price():
         return next(o.price_per_hour for o in broker_offers._price_table() if o.tier.value == "spot")
@@ -206,3 +214,71 @@ def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_pa
     assert spot_price() == 400_000  # looked at once a minute
     clock[0] += 31
     assert spot_price() == 350_000
+
+
+GCP_V100 = ",,,V100,1,V100,us-central1,us-central1-a,{price},{spot}"
+
+
+def _gcp_catalog(home: Path, gpu_price: str = "2.48", gpu_spot: str = "0.992") -> Path:
+    """A SkyPilot v8 GCP ``vms.csv`` under ``home`` (host VM rows plus a separately priced GPU row)."""
+    vms = home / ".sky" / "catalogs" / "v8" / "gcp" / "vms.csv"
+    vms.parent.mkdir(parents=True, exist_ok=True)
+    vms.write_text(GCP_HEADER + "\n".join([*GCP_VMS, GCP_V100.format(price=gpu_price, spot=gpu_spot)]) + "\n")
+    return vms
+
+
+def test_gcp_is_priced_from_skypilots_catalog_beside_aws(tmp_path):
+    _gcp_catalog(tmp_path)
+    offers = load_price_table(home=tmp_path)
+    assert {o.cloud for o in offers} == {"aws", "gcp"}, "AWS from the shipped snapshot, GCP from ~/.sky"
+    v100 = {(o.tier, o.zone, o.instance_type): o.price_per_hour for o in offers if o.cloud == "gcp" and o.accelerator == "V100"}
+    assert v100 == {(Tier.ONDEMAND, "us-central1-a", "n1-highmem-8+V100:1"): 2_953_210,
+                    (Tier.SPOT, "us-central1-a", "n1-highmem-8+V100:1"): 1_091_620}
+    assert load_price_table(home=tmp_path, clouds=("aws",)) == tuple(o for o in offers if o.cloud == "aws")
+
+
+def test_gcp_has_no_shipped_snapshot_so_without_skypilots_catalog_it_has_no_offers(tmp_path):
+    assert not (SNAPSHOT_DIR / "gcp").exists()
+    assert {o.cloud for o in load_price_table(home=tmp_path)} == {"aws"}
+    assert catalog_files(home=tmp_path) == catalog_files(home=tmp_path, clouds=("aws",))
+
+
+def test_a_gpus_own_vm_is_never_offered_without_its_gpus(tmp_path):
+    """An a2-highgpu-1g alone at its VM price ($0.74/h) would be a quote $2.93/h short of what GCP bills
+    (and what SkyPilot launches: the A100 comes with it)."""
+    text = GCP_HEADER + "\n".join([*GCP_VMS, ",,,A100,1,A100,us-central1,us-central1-a,2.933908,1.173563"])
+    a2 = [o for o in parse_vms_csv(text, "gcp") if o.instance_type.startswith("a2-")]
+    assert {(o.instance_type, o.accelerator, o.tier, o.price_per_hour) for o in a2} == {
+        ("a2-highgpu-1g+A100:1", "A100", Tier.ONDEMAND, 3_673_388), ("a2-highgpu-1g+A100:1", "A100", Tier.SPOT, 1_543_313)}
+    assert any(o.instance_type == "n1-standard-1" for o in parse_vms_csv(text, "gcp")), "a plain VM is still offered"
+
+
+def test_a_malformed_gcp_catalog_in_home_is_an_error_naming_the_file(tmp_path):
+    vms = _gcp_catalog(tmp_path, gpu_price="NaN")
+    with pytest.raises(CatalogError, match=re.escape(f"price catalog {vms}: line {len(GCP_VMS) + 2}: Price 'NaN'")):
+        load_price_table(home=tmp_path)
+    load_price_table(home=tmp_path, clouds=("aws",))  # a cloud not priced is not read
+
+
+def test_the_broker_notices_a_gcp_catalog_appearing_and_refreshing(tmp_path, broker_table):
+    """SkyPilot downloads a cloud's catalog the first time it is used, then refreshes it every 7 hours."""
+    import os
+
+    broker_offers, clock = broker_table
+
+    def gcp_spot():
+        return sorted(o.price_per_hour for o in broker_offers._price_table(("aws", "gcp"))
+                      if o.cloud == "gcp" and o.tier is Tier.SPOT and o.accelerator == "V100")
+
+    assert gcp_spot() == []
+    vms = _gcp_catalog(tmp_path)
+    clock[0] += 61
+    assert gcp_spot() == [1_091_620]
+    assert [f[0] for f in catalog_files(home=tmp_path)] == [str(SNAPSHOT_DIR / "aws" / "vms.csv"), str(vms)]
+    _gcp_catalog(tmp_path, gpu_spot="0.80")
+    os.utime(vms, ns=(vms.stat().st_mtime_ns + 10**9,) * 2)
+    clock[0] += 61
+    assert gcp_spot() == [899_620]
+    assert {o.cloud for o in broker_offers._price_table(("aws",))} == {"aws"}, "each setting gets its own clouds"
+    assert gcp_spot() == [899_620]
+
