@@ -177,6 +177,17 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _where(p: dict) -> str:
+    """``spot n1-highmem-8+V100:1 in gcp/us-central1-a`` from a placement record: the cloud named, as in
+    Slack (zones of two clouds may look alike), not for a pool (``onprem local-1slot in local``)."""
+    where = " ".join(str(x) for x in (p.get("tier"), p.get("instance_type")) if x)
+    loc = p.get("zone") or p.get("region")
+    if loc:
+        cloud = p.get("cloud")
+        where += f" in {cloud}/{loc}" if cloud and p.get("tier") != "onprem" and cloud != loc else f" in {loc}"
+    return where + (" (simulated)" if p.get("simulated") else "")
+
+
 def _check_prices(settings) -> None:
     """Read the price table and price every pool and zone now, so that a malformed catalog or a zone
     with no price stops the broker at start with one line naming it (a ``ValueError``), rather than
@@ -357,10 +368,7 @@ def _show_job(con, job: dict) -> None:
     attempts = job.get("attempt_list") or []
     for a in attempts:  # lines, not a table: readable at 80 columns, copyable, greppable
         p = a["placement"]
-        where = " ".join(str(x) for x in (p.get("tier"), p.get("instance_type")) if x)
-        if p.get("zone") or p.get("region"):
-            where += f" in {p.get('zone') or p.get('region')}"
-        where += " (simulated)" if p.get("simulated") else ""
+        where = _where(p)
         style = STATE_STYLE.get(a["state"], "white")
         con.print(f"  attempt {a['n']}: [{style}]{a['state']}[/] on {where}, {a['price_per_hour']['usd']}/h, "
                   f"cost {a['cost']['usd']}", soft_wrap=True)

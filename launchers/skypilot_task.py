@@ -7,7 +7,7 @@ What the broker changes, and nothing else:
 
 | part | becomes |
 |---|---|
-| ``resources`` (``any_of`` / ``ordered`` resolved to the chosen shape) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type``, ``accelerators``, ``use_spot`` (tier ``spot``) |
+| ``resources`` (``any_of`` / ``ordered`` resolved to the chosen shape) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type`` (on GCP the host VM of ``n1-highmem-8+V100:1``, none for a TPU: :func:`host_instance_type`), ``accelerators``, ``use_spot`` (tier ``spot``) |
 | ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
@@ -79,12 +79,25 @@ def pinned_resources(resources: Mapping[str, Any] | None, placement: Mapping[str
     merged = {**base, **{k: v for k, v in chosen.items() if k not in PLACEMENT_KEYS}}
     merged["infra"] = infra(placement)
     kubernetes = str(placement.get("cloud") or "").lower() in KUBERNETES_CLOUDS
-    if placement.get("instance_type") and not kubernetes:  # a pool's shape names no Kubernetes instance type
-        merged["instance_type"] = str(placement["instance_type"])
+    instance_type = None if kubernetes else host_instance_type(placement)  # a pool's shape names no Kubernetes type
+    if instance_type:
+        merged["instance_type"] = instance_type
     if placement.get("accelerator"):
         merged["accelerators"] = {str(placement["accelerator"]): int(placement.get("accelerator_count") or 1)}
     merged["use_spot"] = placement.get("tier") == "spot"
     return merged
+
+
+def host_instance_type(placement: Mapping[str, Any]) -> str | None:
+    """The VM type SkyPilot is asked for. GCP prices a GPU apart from the VM it rides, so the broker's
+    GCP offers name both, ``n1-highmem-8+V100:1`` (the host, then the GPUs, which ``accelerators``
+    pins): SkyPilot takes the host's name. A GCP TPU's offer is named after the TPU alone
+    (``tpu-v6e-1``, the accelerator): SkyPilot picks its VM from ``accelerators``, so there is none."""
+    name = str(placement.get("instance_type") or "")
+    host = name.split("+", 1)[0]
+    if not host or host == str(placement.get("accelerator") or ""):
+        return None
+    return host
 
 
 def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[str, Any]:

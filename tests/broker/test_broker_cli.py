@@ -279,3 +279,19 @@ def test_redacted_url(url, shown):
     from broker.config import redacted_url
 
     assert redacted_url(url) == shown
+
+
+@pytest.mark.parametrize("placement, shown", [
+    ({"tier": "spot", "cloud": "gcp", "region": "us-central1", "zone": "us-central1-a",
+      "instance_type": "n1-highmem-8+V100:1"}, "spot n1-highmem-8+V100:1 in gcp/us-central1-a"),
+    ({"tier": "ondemand", "cloud": "aws", "region": "us-east-2", "zone": None, "instance_type": "m6i.2xlarge"},
+     "ondemand m6i.2xlarge in aws/us-east-2"),
+    ({"tier": "onprem", "cloud": "local", "region": "local", "zone": "local", "instance_type": "local-1slot"},
+     "onprem local-1slot in local"),
+    ({"tier": "spot", "cloud": "aws", "region": "us-east-1", "zone": "sim-a", "instance_type": "g5.xlarge",
+      "simulated": True}, "spot g5.xlarge in aws/sim-a (simulated)"),
+], ids=["a GCP attempt names its cloud", "an AWS one too", "a pool does not", "nor hides a simulated zone"])
+def test_status_names_the_cloud_an_attempt_ran_in(placement, shown):
+    from broker.cli import _where
+
+    assert _where(placement) == shown

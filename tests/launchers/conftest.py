@@ -1,4 +1,5 @@
-"""SkyPilot, in process and offline: a temporary HOME, the catalog subset, AWS served by moto.
+"""SkyPilot, in process and offline: a temporary HOME, the catalog subset (and a GCP catalog made for the
+test), AWS served by moto.
 
 Everything here is real SkyPilot 0.14.1 code running against a real catalog and a real (moto)
 AWS API on loopback. The one thing faked is the answer to "which clouds are enabled", the way
@@ -43,6 +44,10 @@ def _write_catalog(home: Path) -> Path:
     with open(catalog / "aws" / "images.csv", "a") as images:
         images.writelines((FIXTURES / "made_for_test_images_cuda13.csv").read_text().splitlines(True)[1:])
     shutil.copy(FIXTURES / "made_for_test_instance_quota_mapping.csv", catalog / "aws" / "instance_quota_mapping.csv")
+    # GCP: the shared data has only a schema sample (no GPU rows), so the whole GCP catalog is made for the test
+    (catalog / "gcp" / "vms.sample.csv").unlink()
+    for name in ("vms", "images", "accelerator_quota_mapping"):
+        shutil.copy(FIXTURES / f"made_for_test_gcp_{name}.csv", catalog / "gcp" / f"{name}.csv")
     return catalog
 
 
@@ -138,3 +143,18 @@ def bucket(sky_env):
 
     boto3.client("s3", endpoint_url=sky_env["endpoint"], region_name="us-east-1").create_bucket(Bucket=BUCKET)
     return BUCKET
+
+
+@pytest.fixture
+def gcp(sky):
+    """GCP enabled beside AWS, as ``sky check`` would find it with GCP credentials. Its catalog is on disk
+    (:func:`_write_catalog`) and the dry run stops before GCP's API; the one call to the cloud on the way,
+    the quota check (``gcloud compute regions describe``), answers "available", as SkyPilot itself
+    assumes when it cannot ask."""
+    from sky import clouds
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sky.check, "get_cached_enabled_clouds_or_refresh", lambda *_a, **_k: [clouds.AWS(), clouds.GCP()])
+    mp.setattr(clouds.GCP, "check_quota_available", classmethod(lambda cls, resources: True))
+    yield clouds.GCP()
+    mp.undo()

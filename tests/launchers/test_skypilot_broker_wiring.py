@@ -41,7 +41,7 @@ def test_a_valid_skypilot_task_is_priced_on_the_clouds_catalog(service):
     assert created and job.quote["tiers"][0]["tier"] == "spot"
     assert "p4d.24xlarge" in job.quote["tiers"][0]["offer"]
     clouds = {o.cloud for o in all_offers(service.settings) if o.tier is not Tier.ONPREM}
-    assert clouds == {"aws"}
+    assert clouds == {"aws", "gcp"}, "every cloud with a SkyPilot catalog on this host is priced"
 
 
 def test_local_pools_stay_on_this_host_and_clouds_go_to_skypilot(service, tmp_path):
