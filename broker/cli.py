@@ -160,6 +160,7 @@ def cmd_serve(args) -> int:
 
     settings = load_settings(config_path=args.config, create_admin_token=True)
     _check_prices(settings)
+    key_warning = _check_secrets_key(settings)
     if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
         # jobs on this host report progress to the port we actually listen on
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -173,6 +174,8 @@ def cmd_serve(args) -> int:
     print(f"spot-broker on http://{args.host}:{args.port}  store={redacted_url(settings.store_url)}  "
           f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}",
           file=sys.stderr)
+    if key_warning:
+        print(key_warning, file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -197,6 +200,21 @@ def _check_prices(settings) -> None:
     all_offers(settings)
 
 
+def _check_secrets_key(settings) -> str | None:
+    """Read (or make, once) the key that seals the tasks' secrets, so that a malformed key file stops the
+    broker at start with one line naming it. Brokers on several hosts share a Redis store but not a data
+    directory: without ``BROKER_SECRETS_KEY`` each would seal with a key of its own, and fail to launch
+    the others' jobs with secrets, so the warning returned is printed at start."""
+    from broker.sealing import KEY_FILE, sealer_for
+
+    sealer_for(settings, create=True)
+    if settings.secrets_key is None and not settings.store_url.startswith("sqlite://"):
+        return (f"warning: BROKER_SECRETS_KEY is not set: task secrets are sealed with this host's key file "
+                f"({settings.data_dir / KEY_FILE}); a broker on another host sharing this store cannot launch "
+                "jobs with secrets until every broker is given the one key (docs/deploy.md)")
+    return None
+
+
 def cmd_worker(args) -> int:
     import logging
     import signal
@@ -209,6 +227,9 @@ def cmd_worker(args) -> int:
     logging.basicConfig(level=logging.INFO)
     settings = load_settings(config_path=args.config)
     _check_prices(settings)
+    key_warning = _check_secrets_key(settings)
+    if key_warning:
+        print(key_warning, file=sys.stderr)
     engine, notifier = worker_engine(settings, open_store(settings.store_url), open_launcher(settings))
     try:
         if args.burst:

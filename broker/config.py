@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from broker.sealing import OLD_SETTING, SETTING, KeyInvalid, parse_key
 from broker.spec import unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.catalog import PRICED_CLOUDS
@@ -82,6 +83,9 @@ class Settings:
     changeover_seconds: float = 120.0  # provisioning + restore, until the broker has measured it
     # the clouds whose SkyPilot catalog the broker prices (with launcher skypilot): each found catalog's offers
     clouds: tuple[str, ...] = PRICED_CLOUDS
+    # seals the task's secrets at rest (broker/sealing.py); None: the data directory's key file
+    secrets_key: bytes | None = field(default=None, repr=False)
+    secrets_old_keys: tuple[bytes, ...] = field(default=(), repr=False)  # still open what they sealed
     extra: dict[str, Any] = field(default_factory=dict)
 
     def team_for_token(self, token: str) -> str | None:
@@ -126,6 +130,7 @@ CONFIG_KEYS = frozenset({
     "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "zones", "heartbeat_timeout_seconds",
     "zone_cooldown_seconds", "owner_timeout_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
     "clouds",
+    "secrets_key", "secrets_old_keys",
 })
 """The config file's top-level settings (docs/deploy.md); anything else is refused, naming the likely one."""
 
@@ -200,6 +205,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
     if default_budget <= 0:
         raise ConfigError("default_budget_usd: must be more than $0")
     port = env.get("BROKER_PORT") or "8000"
+    secrets_key, secrets_old_keys = _secrets_keys(env, raw)
     return Settings(
         data_dir=data_dir,
         store_url=store_url,
@@ -221,8 +227,27 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
         changeover_seconds=_number(raw, "changeover_seconds", 120.0),
         clouds=_clouds(env, raw),
+        secrets_key=secrets_key,
+        secrets_old_keys=secrets_old_keys,
         extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
     )
+
+
+def _secrets_keys(env: Any, raw: dict[str, Any]) -> tuple[bytes | None, tuple[bytes, ...]]:
+    """``BROKER_SECRETS_KEY`` (or ``secrets_key``) and ``BROKER_SECRETS_OLD_KEYS`` (comma-separated; or the
+    list ``secrets_old_keys``): the key that seals, and the keys of before that still open."""
+    try:
+        if env.get(SETTING):
+            key = parse_key(env[SETTING], SETTING)
+        else:
+            key = parse_key(raw["secrets_key"], "secrets_key") if _text(raw, "secrets_key") else None
+        if env.get(OLD_SETTING):
+            old = [parse_key(k, OLD_SETTING) for k in env[OLD_SETTING].split(",") if k.strip()]
+        else:
+            old = [parse_key(k, "secrets_old_keys") for k in _str_list(raw.get("secrets_old_keys"), "secrets_old_keys")]
+    except KeyInvalid as exc:
+        raise ConfigError(str(exc)) from None
+    return key, tuple(old)
 
 
 def _number(raw: dict[str, Any], key: str, default: float, *, positive: bool = False, whole: bool = False,

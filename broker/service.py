@@ -25,6 +25,7 @@ from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
+from broker.sealing import KeyInvalid, Unsealable, open_spec, redact, seal_spec, sealer_for, secret_values
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
 from launchers.base import Launcher, domains_of
@@ -57,13 +58,19 @@ class Conflict(Exception):
     """The request is not allowed in the job's current state."""
 
 
-def _same_submit(existing: Job, spec) -> Job:
+def _same_submit(existing: Job, spec, settings: Settings) -> Job:
     """The job an Idempotency-Key already made, if this submit asks for the same task (a retry); a
     different task under a used key is refused, never silently answered with the first job
     (as the IETF Idempotency-Key draft asks: 422 for a reused key with another payload). The task is
     compared as stored — everything but the budget, which may have been raised since, and a relative
-    deadline, which moves with the clock."""
-    stored = {k: v for k, v in existing.spec.items() if k != "broker"}
+    deadline, which moves with the clock — its secrets opened (a broker that cannot open them cannot
+    tell a retry from another task: 409, naming the key setting)."""
+    try:
+        opened = open_spec(existing.spec, sealer_for(settings), existing.id)
+    except Unsealable as exc:
+        raise Conflict(f"the Idempotency-Key was already used for job {existing.id}, whose task this broker cannot "
+                       f"compare with this one: {exc}") from None
+    stored = {k: v for k, v in opened.items() if k != "broker"}
     same_task = json.dumps(spec.task, sort_keys=True, default=str) == json.dumps(stored, sort_keys=True, default=str)
     if not same_task or broker_echo(spec) != (existing.spec.get("broker") or {}):
         raise Invalid("Idempotency-Key", f"was already used for job {existing.id} with a different task; "
@@ -106,8 +113,9 @@ class BrokerService:
             raise Invalid(exc.field, exc.reason) from None
         try:
             validate_task(self.settings, spec.task)
-        except ValueError as exc:  # SkyPilot's own message, naming the field
-            raise Invalid(getattr(exc, "field", "body"), getattr(exc, "reason", str(exc))) from None
+        except ValueError as exc:  # SkyPilot's own message, naming the field (never a secret's value)
+            reason = redact(getattr(exc, "reason", str(exc)), secret_values(spec.task))
+            raise Invalid(getattr(exc, "field", "body"), reason) from None
         team = spec.broker.team or principal.team or self.settings.default_team
         if not principal.admin and team != principal.team:
             raise Invalid("broker.team", f"you can submit only for your team ({principal.team})", status=403)
@@ -119,7 +127,7 @@ class BrokerService:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
-                return _same_submit(existing, spec), False
+                return _same_submit(existing, spec, self.settings), False
         job_id = new_job_id()
         offers = all_offers(self.settings)
         if spec.request.num_nodes > 1 and not matching_offers(spec.request, offers) \
@@ -137,13 +145,19 @@ class BrokerService:
             )
         except Refused as exc:
             raise Invalid(exc.field, str(exc)) from None
+        try:  # the secrets' values are stored sealed, opened only for a launch (broker/sealing.py)
+            sealed = seal_spec(admitted.job.spec, sealer_for(self.settings, create=True), job_id) \
+                if admitted.job.spec.get("secrets") else admitted.job.spec
+        except (KeyInvalid, OSError) as exc:
+            raise Conflict(f"the job was not stored: this broker cannot seal its secrets ({exc})") from None
         try:
-            job = self._commit(Change(job=admitted.job, expected_version=None, events=[admitted.event]))
+            job = self._commit(Change(job=replace(admitted.job, spec=sealed), expected_version=None,
+                                      events=[admitted.event]))
         except DuplicateJob as dup:
             existing = self.store.get_job(dup.existing_id)
             if existing is None:
                 raise
-            return _same_submit(existing, spec), False
+            return _same_submit(existing, spec, self.settings), False
         return job, True
 
     # -- read ------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ It is started by :class:`launchers.local.LocalLauncher` in a session of its own,
 so it outlives a broker that crashes or restarts; everything it knows and
 reports lives in ``RUN_DIR``:
 
-* ``request.json`` — the launch request (written before the runner starts).
+* ``request.json`` — the launch request (written before the runner starts). The runner keeps the
+  task's secret values in memory and rewrites the file without them once read: the run folder, kept
+  after the attempt, never holds them at rest.
 * ``runner.lock`` — held (``flock``) for the runner's whole life. A second runner
   for the same attempt cannot take it and exits at once: an attempt runs once.
 * ``runner.pid`` — whom to signal.
@@ -261,6 +263,22 @@ def host_notes(request: dict) -> list[str]:
     return notes
 
 
+def forget_secrets(run_dir: Path, request: dict) -> None:
+    """Rewrite ``request.json`` with the task's secrets' values left out (null; the names stay): the
+    runner has them in memory, and a launch asked again for this attempt writes a whole request anew."""
+    secrets = (request.get("task") or {}).get("secrets")
+    if not isinstance(secrets, dict) or all(v is None for v in secrets.values()):
+        return
+    kept = {**request, "task": {**request["task"], "secrets": {k: None for k in secrets}}}
+    tmp = run_dir / "request.json.forget"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the job's token is still in it
+    with os.fdopen(fd, "w") as fh:
+        json.dump(kept, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, run_dir / "request.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
@@ -272,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if (run_dir / "exit.json").exists():
         return 0  # it already ran
     runner = Runner(run_dir)
+    forget_secrets(run_dir, runner.request)
     signal.signal(signal.SIGTERM, runner.on_sigterm)
     (run_dir / "runner.pid").write_text(str(os.getpid()))
     threading.Thread(target=runner.watch_limit, name="budget-limit", daemon=True).start()

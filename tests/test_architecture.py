@@ -60,6 +60,7 @@ SDK_RULES = [
     ("gcsfs", lambda f: f == "checkpoint/storage.py", "object storage through one storage module"),
     ("boto3", lambda f: f == "checkpoint/storage.py", "cloud SDKs only in the checkpoint storage module"),
     ("slack_sdk", lambda f: f == "broker/slack/sdk.py", "Slack's SDK in one module"),
+    ("cryptography", lambda f: f == "broker/sealing.py", "the cipher that seals task secrets in one module"),
     ("torch", lambda f: f == "checkpoint/serialization.py" or f.startswith("checkpoint/rng"),
      "PyTorch only where state is (de)serialized"),
 ]

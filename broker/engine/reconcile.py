@@ -37,6 +37,7 @@ from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, matching_offers
+from broker.sealing import KeyInvalid, Unsealable, open_spec, redact, sealer_for, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, domain_for, domains_of
 from pricing.deadline import RELIABLE
@@ -230,12 +231,19 @@ class Engine:
         self._start(job, attempt, now)
 
     def _start(self, job: Job, attempt: Attempt, now: float) -> None:
-        request = launch_request(job, attempt, public_url=self.settings.public_url,
+        try:  # the secrets, sealed in the store, are opened for the launcher's request only: never stored so
+            task = open_spec(job.spec, sealer_for(self.settings), job.id)
+        except (Unsealable, KeyInvalid) as exc:
+            self._unsealable(job, attempt, now, str(exc))
+            return
+        request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
                                  stop_grace_seconds=self.settings.stop_grace_seconds,
                                  job_token=job_token(self.settings, job.id), now=now)
         try:
             self.launcher.launch(request)
         except LaunchError as exc:
+            # a launcher's (or SkyPilot's) message is kept and shown: never with a secret's value in it
+            exc = LaunchError(redact(str(exc), secret_values(task)), permanent=exc.permanent)
             failed = replace(attempt, state=AttemptState.FAILED, ended_at=now, reason=str(exc))
             if exc.permanent:  # the task itself cannot run: another placement would be refused the same way
                 refused = Diagnosis("launch_refused", f"The launcher cannot run this task: {str(exc).rstrip('.')}.",
@@ -245,6 +253,17 @@ class Engine:
                 return
             self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
                          placement={}, slots=[])
+
+    def _unsealable(self, job: Job, attempt: Attempt, now: float, why: str) -> None:
+        """A job whose secrets this broker cannot open is not launched without them: the attempt fails
+        before any launch, and the job with it, saying which setting to fix; it resumes (no force: not
+        the job's fault) once the key is right, its secrets still sealed in the store."""
+        diagnosis = Diagnosis("secrets_unsealable", f"Not launched: the broker cannot open the job's secrets: "
+                              f"{why.rstrip('.')}.", "Its secrets stay sealed in the store: nothing of the job is lost.", infrastructure=True)
+        failed = replace(attempt, state=AttemptState.FAILED, ended_at=now, reason=diagnosis.sentence)
+        log.warning("job %s not launched: %s", job.id, why)
+        self._commit(job, JobEvent.FAIL, diagnosis.text, now, records=(failed,), placement={}, slots=[],
+                     diagnosis={**diagnosis.to_dict(), "attempt": attempt.n})
 
     def _monitor(self, job: Job, now: float) -> None:
         attempts = self.store.attempts(job.id)

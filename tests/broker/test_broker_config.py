@@ -1,5 +1,7 @@
 """The config file: every setting a user may write is read; a misspelt one is refused, naming the likely one."""
 
+import base64
+
 import pytest
 
 from broker.config import CONFIG_KEYS, ConfigError
@@ -22,7 +24,9 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
               "public_url": "http://127.0.0.1:9", "launcher": "local", "engine": "off", "tick_seconds": 0.5,
               "stop_grace_seconds": 3, "max_body_bytes": 10_000, "zones": [], "heartbeat_timeout_seconds": 0,
               "zone_cooldown_seconds": 60, "changeover_seconds": 30, "failure_rules": None, "slack": None,
-              "notifications": None, "owner_timeout_seconds": 90, "clouds": ["gcp"]}
+              "notifications": None, "owner_timeout_seconds": 90, "clouds": ["gcp"],
+              "secrets_key": base64.b64encode(bytes(range(32))).decode(),
+              "secrets_old_keys": [base64.b64encode(b"o" * 32).decode()]}
     assert set(values) == CONFIG_KEYS
     import yaml
 
@@ -30,6 +34,7 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
     assert settings.stop_grace_seconds == 3 and settings.tick_seconds == 0.5 and settings.max_body_bytes == 10_000
     assert settings.owner_timeout_seconds == 90
     assert settings.clouds == ("gcp",)
+    assert settings.secrets_key == bytes(range(32)) and settings.secrets_old_keys == (b"o" * 32,)
 
 
 POOL = "pools: [{name: p, slots: 1, price_per_slot_hour: '0.10'}]\n"

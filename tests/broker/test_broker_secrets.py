@@ -1,0 +1,284 @@
+"""Task secrets sealed at rest: the store (SQLite file, Redis) never holds a secret's value, the job
+still gets it, and a broker without the right key refuses to launch rather than launch without it."""
+
+import base64
+import json
+import os
+import sqlite3
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.auth import Principal
+from broker.config import ConfigError
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
+from broker.runtime import open_launcher
+from broker.sealing import KEY_FILE, Sealer, Unsealable, open_spec, sealer_for
+from broker.service import BrokerService, Invalid
+from broker.store import Change, open_store
+from broker.store.redis import RedisStore
+from launchers.base import LaunchError
+from launchers.local import LocalLauncher
+
+from broker_testing import ADMIN as ADMIN_TOKEN
+from broker_testing import wait_for
+
+ADMIN = Principal("admin", None, admin=True)
+CONFIG = """
+pools:
+  - {name: cpu, slots: 2, price_per_slot_hour: "0.36"}
+stop_grace_seconds: 2
+tick_seconds: 0.05
+"""
+VALUE = "wandb-Zq8tXk2v9PLmR4sN7cJ1"  # found nowhere but in the job's own environment
+OTHER = "hf_Lp3QwErTy7UiOp0AsDfGhJk"
+
+
+def key_text() -> str:
+    return base64.b64encode(os.urandom(32)).decode()
+
+
+def task(out: Path, *, secrets=None) -> dict:
+    return {"name": "sealed", "run": f'printf "%s|%s" "$WANDB_API_KEY" "$HF_TOKEN" > {out}',
+            "resources": {"cpus": 1}, "envs": {"EPOCHS": "3"},
+            "secrets": secrets if secrets is not None else {"WANDB_API_KEY": VALUE, "HF_TOKEN": OTHER},
+            "broker": {"budget_usd": 5}}
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend(request, tmp_path, redis_server, make_settings):
+    """(settings maker, store, where its raw bytes are): a real SQLite file or the test's redis-server."""
+    if request.param == "sqlite":
+        url = f"sqlite://{tmp_path / 'secrets.db'}"
+        store = open_store(url)
+    else:
+        url = redis_server.url
+        store = RedisStore(url, prefix=f"sec{os.getpid()}-{time.monotonic_ns()}")
+
+    def settings(**env):
+        return make_settings(store_url=url, config=CONFIG, **env)
+
+    yield request.param, settings, store
+    store.close()
+
+
+def raw_bytes(kind: str, store, tmp_path: Path, redis_server) -> bytes:
+    """Everything the store keeps, as stored: the SQLite files (database and write-ahead log) and a dump
+    of every table; or every key under the store's prefix, and Redis's append-only file."""
+    if kind == "sqlite":
+        files = b"".join(p.read_bytes() for p in tmp_path.glob("secrets.db*"))
+        db = sqlite3.connect(tmp_path / "secrets.db")
+        dump = "\n".join(db.iterdump()).encode()
+        db.close()
+        return files + dump
+    r = redis.Redis.from_url(redis_server.url)
+    out = []
+    for key in r.scan_iter(match=f"{store.keys.prefix}*"):
+        kind_of = r.type(key)
+        if kind_of == b"string":
+            out.append(r.get(key))
+        elif kind_of == b"hash":
+            out += [k + b"=" + v for k, v in r.hgetall(key).items()]
+        elif kind_of == b"list":
+            out += r.lrange(key, 0, -1)
+        elif kind_of == b"zset":
+            out += r.zrange(key, 0, -1)
+        elif kind_of == b"set":
+            out += list(r.smembers(key))
+        elif kind_of == b"stream":
+            out += [json.dumps({k.decode(): v.decode() for k, v in fields.items()}).encode()
+                    for _, fields in r.xrange(key)]
+    aof = b"".join(p.read_bytes() for p in Path(redis_server.workdir).rglob("*") if p.is_file() and "aof" in p.name)
+    assert out and aof
+    return b"\n".join(out) + aof
+
+
+def run_until(engine, store, job_id, states, timeout=20):
+    def done():
+        engine.tick()
+        job = store.get_job(job_id)
+        return job if job.state.value in states else None
+
+    return wait_for(done, timeout=timeout)
+
+
+def test_the_store_holds_no_secret_value_and_the_job_gets_them_all(backend, tmp_path, redis_server):
+    kind, settings_of, store = backend
+    settings = settings_of()
+    launcher = open_launcher(settings)
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    out = tmp_path / "seen.txt"
+    job = service.submit(ADMIN, task(out))[0]
+    stored = store.get_job(job.id).spec["secrets"]
+    assert set(stored) == {"WANDB_API_KEY", "HF_TOKEN"} and all(v.startswith("sealed:v1:") for v in stored.values())
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED, final.reason
+    assert out.read_text() == f"{VALUE}|{OTHER}"  # the launcher got the real values
+    raw = raw_bytes(kind, store, tmp_path, redis_server)
+    assert job.id.encode() in raw and b"WANDB_API_KEY" in raw  # the dump is the job's, names and all
+    assert VALUE.encode() not in raw and OTHER.encode() not in raw
+    # the local runner's folder, kept after the attempt, forgot them once read
+    run_dir = settings.data_dir / "runs" / f"{job.id}-a1"
+    assert all(VALUE not in p.read_text(errors="replace") for p in run_dir.iterdir() if p.is_file())
+    assert json.loads((run_dir / "request.json").read_text())["task"]["secrets"] == {"WANDB_API_KEY": None,
+                                                                                    "HF_TOKEN": None}
+
+
+def test_views_events_and_the_api_show_no_secret_value(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'api.db'}")
+    launcher = open_launcher(settings)
+    engine = Engine(settings, store, launcher)
+    app = create_app(settings, store=store, engine=False)
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.post("/v1/jobs", json=task(tmp_path / "seen.txt"), headers=auth)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        run_until(engine, store, job_id, {"succeeded"})
+        answers = [client.get(path, headers=auth).text for path in
+                   (f"/v1/jobs/{job_id}", "/v1/jobs", f"/v1/jobs/{job_id}/events", f"/v1/costs?period=1d",
+                    f"/v1/jobs/{job_id}/metrics", "/metrics", "/dashboard")]
+    assert all(VALUE not in a and OTHER not in a for a in answers)
+    assert "submit" in answers[2] and job_id in answers[0]
+    events = json.dumps([e.to_dict() for e in store.events(job_id)])
+    assert VALUE not in events and OTHER not in events
+
+
+def test_a_broker_with_another_key_fails_the_job_naming_the_setting_and_it_resumes_once_fixed(backend, tmp_path):
+    _, settings_of, store = backend
+    first, second = key_text(), key_text()
+    accepting = settings_of(BROKER_SECRETS_KEY=first)
+    job = BrokerService(accepting, store, open_launcher(accepting)).submit(ADMIN, task(tmp_path / "seen.txt"))[0]
+    sealed = store.get_job(job.id).spec
+
+    wrong = settings_of(BROKER_SECRETS_KEY=second)
+    failed = run_until(Engine(wrong, store, open_launcher(wrong)), store, job.id, {"failed", "succeeded"})
+    assert failed.state is JobState.FAILED
+    assert "BROKER_SECRETS_KEY" in failed.reason and "key this broker does not have" in failed.reason
+    assert failed.diagnosis["class"] == "secrets_unsealable" and failed.diagnosis["infrastructure"]
+    (attempt,) = store.attempts(job.id)
+    assert attempt.state.value == "failed" and "cannot open the job's secrets" in attempt.reason
+    assert not (wrong.data_dir / "runs" / attempt.id).exists()  # nothing was launched without its secrets
+    assert failed.spec == sealed  # nothing lost
+
+    # the key rotated: the new one seals, the old one (listed) still opens; no force needed
+    rotated = settings_of(BROKER_SECRETS_KEY=second, BROKER_SECRETS_OLD_KEYS=f"{key_text()},{first}")
+    launcher = open_launcher(rotated)
+    BrokerService(rotated, store, launcher).resume(ADMIN, job.id)
+    final = run_until(Engine(rotated, store, launcher), store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED, final.reason
+    assert (tmp_path / "seen.txt").read_text() == f"{VALUE}|{OTHER}"
+
+
+def test_a_broker_with_no_key_at_all_says_which_setting_to_set(make_settings, tmp_path):
+    store = open_store(f"sqlite://{tmp_path / 'k.db'}")
+    settings = make_settings(config=CONFIG)
+    job = BrokerService(settings, store, open_launcher(settings)).submit(ADMIN, task(tmp_path / "seen.txt"))[0]
+    elsewhere = replace(settings, data_dir=tmp_path / "another-host")  # no key file there, none set
+    failed = run_until(Engine(elsewhere, store, open_launcher(elsewhere)), store, job.id, {"failed"})
+    assert "BROKER_SECRETS_KEY is not set" in failed.reason
+    assert not (elsewhere.data_dir / KEY_FILE).exists()  # an engine does not make a key that opens nothing
+
+
+def test_a_job_stored_before_sealing_still_launches_with_its_plain_secrets(backend, tmp_path):
+    _, settings_of, store = backend
+    settings = settings_of()
+    launcher = open_launcher(settings)
+    job = BrokerService(settings, store, launcher).submit(ADMIN, task(tmp_path / "seen.txt"))[0]
+    # as an earlier version stored it: the values in plain text
+    plain = {**job.spec, "secrets": {"WANDB_API_KEY": VALUE, "HF_TOKEN": 42}}
+    store.commit(Change(job=replace(job, spec=plain), expected_version=job.version))
+    final = run_until(Engine(settings, store, launcher), store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED, final.reason
+    assert (tmp_path / "seen.txt").read_text() == f"{VALUE}|42"
+
+
+def test_an_idempotent_retry_compares_the_secrets_as_given(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG)
+    service = BrokerService(settings, open_store(f"sqlite://{tmp_path / 'i.db'}"))
+    out = tmp_path / "seen.txt"
+    first, created = service.submit(ADMIN, task(out, secrets={"WANDB_API_KEY": VALUE, "N": 7}), idempotency_key="k1")
+    again, created_again = service.submit(ADMIN, task(out, secrets={"WANDB_API_KEY": VALUE, "N": 7}),
+                                          idempotency_key="k1")
+    assert created and not created_again and again.id == first.id
+    with pytest.raises(Invalid) as refused:
+        service.submit(ADMIN, task(out, secrets={"WANDB_API_KEY": OTHER, "N": 7}), idempotency_key="k1")
+    assert refused.value.field == "Idempotency-Key" and OTHER not in str(refused.value)
+
+
+def test_a_launchers_refusal_is_kept_without_the_secret_values(make_settings, tmp_path):
+    class Refusing(LocalLauncher):
+        def launch(self, request):
+            raise LaunchError(f"SkyPilot cannot satisfy the task: secrets {request.task['secrets']}", permanent=True)
+
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'r.db'}")
+    launcher = Refusing(settings.data_dir / "runs")
+    job = BrokerService(settings, store, launcher).submit(ADMIN, task(tmp_path / "seen.txt"))[0]
+    failed = run_until(Engine(settings, store, launcher), store, job.id, {"failed"})
+    kept = json.dumps([failed.to_dict(), [a.to_dict() for a in store.attempts(job.id)],
+                       [e.to_dict() for e in store.events(job.id)]])
+    assert "SkyPilot cannot satisfy the task" in failed.reason and "***" in failed.reason
+    assert VALUE not in kept and OTHER not in kept
+
+
+def test_a_sealed_value_opens_only_in_its_own_job_under_its_own_name():
+    sealer = Sealer(os.urandom(32))
+    text = sealer.seal("j-1", "A", "value")
+    assert sealer.open("j-1", "A", text) == "value"
+    for job_id, name in (("j-2", "A"), ("j-1", "B")):
+        with pytest.raises(Unsealable, match="altered or copied from another job"):
+            sealer.open(job_id, name, text)
+    assert open_spec({"secrets": {"A": text}}, sealer, "j-1") == {"secrets": {"A": "value"}}
+
+
+def test_the_key_file_is_made_once_readable_by_its_owner_only(make_settings):
+    settings = make_settings()
+    a = sealer_for(settings, create=True)
+    b = sealer_for(settings, create=True)
+    assert a.key == b.key and len(a.key) == 32
+    assert (settings.data_dir / KEY_FILE).stat().st_mode & 0o777 == 0o600
+    assert list(settings.data_dir.glob(f".{KEY_FILE}*")) == []
+
+
+def test_a_key_file_from_before_a_key_was_set_still_opens_its_jobs(make_settings):
+    settings = make_settings()
+    text = sealer_for(settings, create=True).seal("j-1", "A", "value")
+    later = make_settings(BROKER_SECRETS_KEY=key_text())
+    assert sealer_for(later).open("j-1", "A", text) == "value"
+
+
+@pytest.mark.parametrize("env, field", [({"BROKER_SECRETS_KEY": "not-a-key"}, "BROKER_SECRETS_KEY"),
+                                        ({"BROKER_SECRETS_KEY": base64.b64encode(b"short").decode()},
+                                         "BROKER_SECRETS_KEY"),
+                                        ({"BROKER_SECRETS_OLD_KEYS": "abc,def"}, "BROKER_SECRETS_OLD_KEYS")])
+def test_a_malformed_key_setting_is_refused_naming_it(make_settings, env, field):
+    with pytest.raises(ConfigError, match=f"^{field}: must be 32 random bytes in base64"):
+        make_settings(**env)
+
+
+def test_an_idempotent_retry_on_a_broker_without_the_key_is_a_conflict_naming_it(make_settings, tmp_path):
+    from broker.service import Conflict
+
+    store = open_store(f"sqlite://{tmp_path / 'c.db'}")
+    accepting = make_settings(config=CONFIG, BROKER_SECRETS_KEY=key_text())
+    first = BrokerService(accepting, store).submit(ADMIN, task(tmp_path / "o"), idempotency_key="k")[0]
+    other = make_settings(config=CONFIG, BROKER_SECRETS_KEY=key_text())
+    with pytest.raises(Conflict, match=f"already used for job {first.id}.*BROKER_SECRETS_OLD_KEYS"):
+        BrokerService(other, store).submit(ADMIN, task(tmp_path / "o"), idempotency_key="k")
+
+
+def test_a_broker_on_redis_without_a_key_says_so_at_start(make_settings, redis_server):
+    from broker.cli import _check_secrets_key
+
+    assert _check_secrets_key(make_settings()) is None  # SQLite: one host, its key file serves every broker
+    warning = _check_secrets_key(make_settings(store_url=redis_server.url))
+    assert warning.startswith("warning: BROKER_SECRETS_KEY is not set") and "docs/deploy.md" in warning
+    assert _check_secrets_key(make_settings(store_url=redis_server.url, BROKER_SECRETS_KEY=key_text())) is None
