@@ -10,6 +10,12 @@ resource "random_password" "team_token" {
   special  = false
 }
 
+# Seals the tasks' secrets in Redis (AES-GCM, 32 bytes): every broker task shares it. Replacing it
+# strands the jobs it sealed until the old key is given back (README: "The secrets key").
+resource "random_id" "secrets_key" {
+  byte_length = 32
+}
+
 resource "aws_secretsmanager_secret" "broker" {
   #checkov:skip=CKV2_AWS_57:Values are generated or pasted by Terraform; rotate by tainting the random_password (or updating the Slack variables) and applying, which also restarts the tasks.
   for_each                = toset(local.secret_names)

@@ -28,7 +28,7 @@ locals {
   # Secret settings: one Secret Manager secret each, read by Cloud Run.
   # Keys must not depend on secret values (they drive for_each).
   secret_names = concat(
-    ["BROKER_STORE_URL", "BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS"],
+    ["BROKER_STORE_URL", "BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS", "BROKER_SECRETS_KEY"],
     var.slack_enabled ? ["BROKER_SLACK_SIGNING_SECRET", "BROKER_SLACK_BOT_TOKEN"] : [],
   )
 
@@ -36,6 +36,7 @@ locals {
     BROKER_STORE_URL            = "rediss://:${google_redis_instance.store.auth_string}@${google_redis_instance.store.host}:${google_redis_instance.store.port}/0?ssl_ca_certs=${local.redis_ca_dir}/ca.pem"
     BROKER_ADMIN_TOKEN          = random_password.admin_token.result
     BROKER_TEAM_TOKENS          = jsonencode({ for team in var.teams : team => random_password.team_token[team].result })
+    BROKER_SECRETS_KEY          = random_id.secrets_key.b64_std
     BROKER_SLACK_SIGNING_SECRET = var.slack_signing_secret
     BROKER_SLACK_BOT_TOKEN      = var.slack_bot_token
   }

@@ -10,6 +10,12 @@ resource "random_password" "team_token" {
   special  = false
 }
 
+# Seals the tasks' secrets in Redis (AES-GCM, 32 bytes): every broker task shares it. Replacing it
+# strands the jobs it sealed until the old key is given back (README: "The secrets key").
+resource "random_id" "secrets_key" {
+  byte_length = 32
+}
+
 resource "google_secret_manager_secret" "broker" {
   for_each  = toset(local.secret_names)
   secret_id = "${var.name}-${lower(replace(trimprefix(each.key, "BROKER_"), "_", "-"))}"

@@ -35,6 +35,7 @@ KNOWN_ATTRIBUTES: dict[str, set[str]] = {
     "aws_ecs_service": {"arn", "cluster", "desired_count", "id", "name"},
     # hashicorp/random
     "random_password": {"bcrypt_hash", "id", "result"},
+    "random_id": {"b64_std", "b64_url", "byte_length", "dec", "hex", "id"},
     # hashicorp/google
     "google_project": {"id", "name", "number", "project_id"},
     "google_storage_bucket": {"id", "name", "self_link", "url", "location"},
