@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from broker.config import Pool, Settings
 from broker.models import Job
+from launchers.base import after_run_seconds
 from launchers.simzones import SimZone
 from pricing.catalog import PRICED_CLOUDS
 from pricing.money import to_micros
@@ -184,6 +185,18 @@ def placement_record(offer: Offer, num_nodes: int, offers: Iterable[Offer] = ())
         "accelerator_count": offer.accelerator_count, "num_nodes": num_nodes,
         "price_per_hour": offer.price_per_hour * num_nodes, "simulated": offer.simulated,
     }
+
+
+def after_run(launcher, offers: Iterable[Offer]) -> dict[Offer, int]:
+    """Seconds an attempt on each offer is billed after its run ends, as the launcher it would go to
+    says (a SkyPilot cluster's idle minutes before autodown and its teardown; nothing for a pool or
+    simulated zone on this host): what placement and the quote keep of the budget beyond the run
+    (``after_run_seconds`` of :func:`pricing.placement.place`). Only offers billed something; none
+    without a launcher."""
+    if launcher is None:
+        return {}
+    seconds = {o: after_run_seconds(launcher, placement_record(o, 1)) for o in offers}
+    return {o: s for o, s in seconds.items() if s > 0}
 
 
 def matching_offers(request: JobRequest, offers: Iterable[Offer]) -> list[Offer]:

@@ -19,6 +19,13 @@ Every launcher stops an attempt by itself at :attr:`LaunchRequest.stop_in_second
 can move that limit on a running attempt also has ``set_stop_in(attempt_id,
 seconds) -> bool`` (True: moved); the local launcher has it, SkyPilot's does not
 (a cluster's limit is fixed at launch), and the router answers for the attempt's own.
+
+An attempt may be billed after its run ends: a SkyPilot cluster idles ``autostop_minutes`` before
+autodown and takes minutes to terminate when no broker tears it down, and its launcher stops the run
+that much before the budget runs out (a budget that cannot pay for it launches no cluster). A
+launcher that bills anything after the run says how long with ``after_run_seconds(placement) -> int``
+(:func:`after_run_seconds` reads it, 0 for a launcher without it), so that placement and the
+admission quote keep it out of the budget too instead of placing a job that would end at once.
 """
 
 from __future__ import annotations
@@ -137,6 +144,14 @@ def domain_for(launcher: Any, placement: dict[str, Any]) -> str:
     """The view an attempt with ``placement`` is launched in (what ``Attempt.launched_in`` records)."""
     pick = getattr(launcher, "domain_for", None)
     return pick(placement) if pick is not None else (getattr(launcher, "domain", "") or "")
+
+
+def after_run_seconds(launcher: Any, placement: dict[str, Any]) -> int:
+    """Seconds an attempt with ``placement`` may be billed after its run ends, as ``launcher`` says (a
+    router: the launcher the placement goes to); 0 for one that says nothing (nothing is billed after
+    a process on this host ends)."""
+    ask = getattr(launcher, "after_run_seconds", None)
+    return int(ask(placement)) if ask is not None else 0
 
 
 def state_domain(kind: str, state_dir: Path) -> str:

@@ -18,7 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
 from launchers.simzones import SimZone
@@ -257,6 +259,10 @@ class LocalLauncher:
         tmp.write_text(json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
         os.replace(tmp, stop_file)
         self._signal_runner(run_dir, signal.SIGTERM)
+
+    def after_run_seconds(self, placement: Mapping[str, Any] | None = None) -> int:
+        """Nothing is billed after the run: a pool's or simulated zone's slots are free when the runner ends."""
+        return 0
 
     def set_stop_in(self, attempt_id: str, seconds: float) -> bool:
         """Move the attempt's own budget stop to ``seconds`` from now (its runner reads ``limit.json``);

@@ -4,7 +4,7 @@ host, everything else through SkyPilot. Itself a :class:`~launchers.base.Launche
 
 from __future__ import annotations
 
-from launchers.base import AttemptStatus, Capabilities, LaunchRequest
+from launchers.base import AttemptStatus, Capabilities, LaunchRequest, after_run_seconds
 from launchers.local import LocalLauncher
 
 
@@ -26,6 +26,11 @@ class RoutingLauncher:
 
     def _for_request(self, request: LaunchRequest):
         return self.local if self._is_local(request.placement) else self.cloud
+
+    def after_run_seconds(self, placement) -> int:
+        """What the launcher this placement goes to bills after the run: nothing on this host, a
+        SkyPilot cluster's idle minutes before autodown and its teardown in the cloud."""
+        return after_run_seconds(self.local if self._is_local(placement) else self.cloud, placement)
 
     def domain_for(self, placement) -> str:
         """The view an attempt with this placement is launched in: this host's, or the cloud's."""

@@ -356,9 +356,11 @@ class SkyPilotLauncher:
     def cluster(self, attempt_id: str) -> str:
         return cluster_name(attempt_id, self.prefix)
 
-    def after_run_seconds(self) -> int:
+    def after_run_seconds(self, placement: Mapping[str, Any] | None = None) -> int:
         """What a cluster may be billed after its run ends when no broker tears it down: the idle
-        minutes before autodown and :data:`AUTODOWN_MARGIN_SECONDS`."""
+        minutes before autodown and :data:`AUTODOWN_MARGIN_SECONDS` — the same for every placement
+        (a Kubernetes pool's pods autodown too). Placement keeps it of the budget
+        (:func:`launchers.base.after_run_seconds`)."""
         return self.autostop_minutes * 60 + AUTODOWN_MARGIN_SECONDS
 
     def cluster_stop_at(self, stop_in_seconds: float | None, now: float) -> int | None:
