@@ -100,8 +100,16 @@ def place(
     budget_left: Micros | None = None,
     blocked_zones: frozenset[str] = frozenset(),
     preemption_risk: Mapping[str, Decimal] | None = None,
+    min_run_seconds: int = 0,
+    after_run_seconds: Mapping[Offer, int] | None = None,
 ) -> Placement | NoFit:
     """Choose where the job runs now.
+
+    ``min_run_seconds``: what a start must be able to pay for (the broker's clean stop: the grace
+    period and the ticks to see the end). ``after_run_seconds[offer]``: what an attempt on that offer
+    is billed after its run ends — a cloud cluster's idle minutes before autodown and its teardown —
+    which its launcher keeps out of the budget before the run may start (an offer missing from it is
+    billed nothing after its run: a pool or simulated zone on this host).
 
     Steps, each of which may end in a :class:`NoFit` naming why:
 
@@ -112,8 +120,10 @@ def place(
     4. capacity the job can actually get now: ``free_capacity`` maps an offer's
        ``location`` to free nodes (a full on-prem pool is not a choice); a
        location missing from it is taken as unconstrained (a cloud region);
-    5. within ``budget_left``: spent means nothing fits; with
-       ``expected_hours`` the offer's estimate must fit the budget;
+    5. within ``budget_left``: spent means nothing fits; the budget must pay for ``min_run_seconds``
+       (with ``expected_hours``, the offer's estimate) *plus* the offer's ``after_run_seconds`` — else
+       a cloud offer whose after-run billing eats the budget would be chosen over a pool that can
+       run, and its launcher would stop it before it starts;
     6. with ``ordered`` alternatives (SkyPilot's ``resources.ordered``), the earliest alternative that
        still has an offer after steps 1–5; then the lowest :func:`effective_price`, then the more
        reliable tier, then name.
@@ -140,17 +150,10 @@ def place(
     if budget_left is not None:
         if budget_left <= 0:
             return NoFit(f"the budget left, {fmt(budget_left)}, is spent")
-        if request.expected_hours is not None:
-            seconds = request.expected_hours * 3600
-            costs = {o: cost_for_seconds(o.price_per_hour * n, seconds) for o in available}
-            affordable = [o for o in available if costs[o] <= budget_left]
-            if not affordable:
-                cheapest = min(available, key=lambda o: costs[o])
-                return NoFit(
-                    f"the budget left, {fmt(budget_left)}, does not cover {request.expected_hours} h "
-                    f"on the cheapest free match, {cheapest.describe()}, estimated at {fmt(costs[cheapest])}"
-                )
-            available = affordable
+        affordable = _affordable(request, available, budget_left, min_run_seconds, after_run_seconds or {})
+        if isinstance(affordable, NoFit):
+            return affordable
+        available = affordable
     def preference(o: Offer) -> int:
         return next(i for i, alt in enumerate(request.alternatives) if matches(o, alt)) if request.ordered else 0
 
@@ -160,6 +163,73 @@ def place(
                        o.location, o.instance_type),
     )
     return Placement(offer=best, num_nodes=n)
+
+
+def _run_seconds(request: JobRequest, min_run_seconds: int = 0) -> Decimal:
+    """The run a start must be able to pay for: the expected length, when given, and never less than
+    ``min_run_seconds`` (a start and a clean stop)."""
+    if request.expected_hours is None:
+        return Decimal(min_run_seconds)
+    return max(request.expected_hours * 3600, Decimal(min_run_seconds))
+
+
+def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros, *, min_run_seconds: int,
+                    after_run_seconds: Mapping[Offer, int] | None = None) -> str | None:
+    """Why ``budget`` can start the job on none of ``offers``, whatever their capacity — it would be
+    stopped at once (a cloud cluster's launcher would launch none) — or ``None`` when it can start on one.
+    A start pays for ``min_run_seconds`` (a start and a clean stop) and the offer's billing after its
+    run. The words follow "the budget of $X": ``cannot pay for a start and a clean stop (36 s) ...``."""
+    after = after_run_seconds or {}
+    n = request.num_nodes
+    run = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds) for o in offers}
+    total = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds + after.get(o, 0)) for o in offers}
+    if not offers or any(total[o] <= budget for o in offers):
+        return None
+    text = f"cannot pay for a start and a clean stop ({min_run_seconds} s)"
+    held_back = [o for o in offers if run[o] <= budget]  # ruled out by their billing after the run alone
+    if held_back:
+        o = min(held_back, key=lambda x: total[x])
+        return (f"{text} and a cloud cluster's {duration_text(after[o])} of billing after its run on any offer: "
+                f"on the cheapest, {o.describe()}, that is {fmt(run[o])} and {fmt(total[o] - run[o])}")
+    cheapest = min(offers, key=lambda o: o.price_per_hour)
+    return f"{text} at the cheapest offer's {fmt(cheapest.price_per_hour * n)}/h"
+
+
+def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micros, min_run_seconds: int,
+                after_run: Mapping[Offer, int]) -> list[Offer] | NoFit:
+    """The offers whose run (:func:`_run_seconds`) and billing after it the budget left pays for, or why none."""
+    n = request.num_nodes
+    seconds = _run_seconds(request, min_run_seconds)
+    run = {o: cost_for_seconds(o.price_per_hour * n, seconds) for o in offers}
+    total = {o: cost_for_seconds(o.price_per_hour * n, seconds + after_run.get(o, 0)) for o in offers}
+    affordable = [o for o in offers if total[o] <= budget_left]
+    if affordable or not offers:
+        return affordable
+    what = (f"{request.expected_hours} h" if request.expected_hours is not None
+            else f"a start and a clean stop ({min_run_seconds} s)")
+    # the billing after the run is what rules out an offer whose run alone the budget would pay for
+    held_back = [o for o in offers if after_run.get(o, 0) > 0 and run[o] <= budget_left]
+    if held_back:
+        o = min(held_back, key=lambda x: total[x])
+        return NoFit(
+            f"the budget left, {fmt(budget_left)}, cannot pay a cloud cluster's {duration_text(after_run[o])} of "
+            f"billing after its run on the cheapest free match, {o.describe()}: {fmt(total[o] - run[o])}"
+            + (f" on top of {fmt(run[o])} for {what}" if run[o] else "")
+        )
+    o = min(offers, key=lambda x: total[x])
+    after = f" and {fmt(total[o] - run[o])} for a cloud cluster's billing after its run" if after_run.get(o, 0) > 0 else ""
+    if request.expected_hours is not None:
+        return NoFit(f"the budget left, {fmt(budget_left)}, does not cover {what} on the cheapest free match, "
+                     f"{o.describe()}, estimated at {fmt(run[o])}{after}")
+    return NoFit(f"the budget left, {fmt(budget_left)}, cannot pay for {what} on the cheapest free match, "
+                 f"{o.describe()}, which costs {fmt(run[o])}{after}")
+
+
+def duration_text(seconds: int) -> str:
+    """``900`` → ``15 minutes`` (a length in a sentence); seconds when not whole minutes."""
+    if seconds % 60:
+        return f"{seconds} s"
+    return f"{seconds // 60} minute{'s' if seconds != 60 else ''}"
 
 
 def _describe_request(request: JobRequest) -> str:

@@ -20,7 +20,8 @@ class TierQuote:
     tier: Tier
     offer: Offer
     price_per_hour: Micros  # all nodes
-    estimate: Micros | None  # total for expected_hours, None when the length is unknown
+    estimate: Micros | None  # total for expected_hours (after_run included), None when the length is unknown
+    after_run: Micros = 0  # billed after the run ends (a cloud cluster's idle minutes and teardown), all nodes
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class Quote:
         if self.best is None:
             return self.no_fit or "no offer matches the job's resources"
         if self.per_hour:
-            return f"{fmt(self.best.price_per_hour)}/h on {_label(self.best)} (no expected_hours given, so this is per hour)"
-        return f"estimated {fmt(self.best.estimate or 0)} for {self.expected_hours} h on {_label(self.best)}"
+            return f"{money_text(self.best)} on {_label(self.best)} (no expected_hours given, so this is per hour)"
+        return f"estimated {money_text(self.best)} for {self.expected_hours} h on {_label(self.best)}"
 
     def fits(self, budget: Micros) -> bool:
         """Whether the budget covers the cheapest tier for the expected length."""
@@ -65,8 +66,8 @@ class Quote:
             return self.no_fit or "no offer matches the job's resources"
         order = sorted(self.tiers, key=lambda t: t.price_per_hour, reverse=True)
         head, *rest = order
-        text = f"estimated {_money(head)} on {_label(head)} exceeds the budget of {fmt(budget)}"
-        others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {_money(t)}" for t in rest)
+        text = f"estimated {money_text(head)} on {_label(head)} exceeds the budget of {fmt(budget)}"
+        others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
         return text + (f"; {others}" if others else "")
 
 
@@ -76,8 +77,12 @@ def _label(t: TierQuote) -> str:
     return f"{tier} {acc}"
 
 
-def _money(t: TierQuote) -> str:
-    return fmt(t.estimate) if t.estimate is not None else f"{fmt(t.price_per_hour)}/h"
+def money_text(t: TierQuote) -> str:
+    """The tier's figure for a person: ``$5.77 ($0.77 of it billed after the run)``, or per hour
+    ``$3.06/h + $0.77 billed after the run``; the after-run part only where there is one."""
+    if t.estimate is not None:
+        return fmt(t.estimate) + (f" ({fmt(t.after_run)} of it billed after the run)" if t.after_run else "")
+    return f"{fmt(t.price_per_hour)}/h" + (f" + {fmt(t.after_run)} billed after the run" if t.after_run else "")
 
 
 def quote(
@@ -87,37 +92,49 @@ def quote(
     free_capacity: Mapping[str, int] | None = None,
     blocked_zones: frozenset[str] = frozenset(),
     preemption_risk: Mapping[str, Decimal] | None = None,
+    after_run_seconds: Mapping[Offer, int] | None = None,
 ) -> Quote:
     """Price the job on every tier it may use; capacity only affects ``best``.
 
     An estimate is the job's total for ``expected_hours`` (all nodes); a spot
     estimate adds its zone's ``preemption_risk`` (the expected fraction of time
     lost to preemptions), so it is an honest total, not the list price times
-    the hours. Without ``expected_hours`` estimates are ``None`` and the quote
-    is per hour (:attr:`Quote.per_hour`).
+    the hours. It also adds what the offer is billed after the run ends
+    (``after_run_seconds``, as :func:`pricing.placement.place` takes it: a cloud
+    cluster's idle minutes before autodown and its teardown, which its launcher
+    keeps of the budget), so a tier is the cheapest by what the job will pay,
+    not by its hourly price alone. Without ``expected_hours`` estimates are
+    ``None`` and the quote is per hour (:attr:`Quote.per_hour`), the after-run
+    billing a figure of its own (:attr:`TierQuote.after_run`).
     """
     risk = preemption_risk or {}
+    after = after_run_seconds or {}
     matching = candidates(request, offers)
     if request.max_price_per_hour is not None:
         matching = [o for o in matching if o.price_per_hour * request.num_nodes <= request.max_price_per_hour]
-    per_tier: dict[Tier, Offer] = {}
-    for offer in sorted(matching, key=lambda o: (effective_price(o, request.num_nodes, risk), o.location)):
-        per_tier.setdefault(offer.tier, offer)
-    tiers = tuple(_tier_quote(o, request, risk) for o in per_tier.values())
-    chosen = place(request, offers, free_capacity=free_capacity, blocked_zones=blocked_zones, preemption_risk=risk)
+    quoted = [_tier_quote(o, request, risk, after) for o in matching]
+    per_tier: dict[Tier, TierQuote] = {}
+    for t in sorted(quoted, key=lambda t: (t.estimate if t.estimate is not None else 0,
+                                           effective_price(t.offer, request.num_nodes, risk), t.offer.location)):
+        per_tier.setdefault(t.tier, t)
+    tiers = tuple(per_tier.values())
+    chosen = place(request, offers, free_capacity=free_capacity, blocked_zones=blocked_zones, preemption_risk=risk,
+                   after_run_seconds=after)
     best = None
     no_fit = None
     if isinstance(chosen, NoFit):
         no_fit = chosen.reason
     else:
-        best = _tier_quote(chosen.offer, request, risk)
+        best = _tier_quote(chosen.offer, request, risk, after)
     return Quote(tiers=tiers, expected_hours=request.expected_hours, best=best, no_fit=no_fit)
 
 
-def _tier_quote(offer: Offer, request: JobRequest, risk: Mapping[str, Decimal]) -> TierQuote:
+def _tier_quote(offer: Offer, request: JobRequest, risk: Mapping[str, Decimal],
+                after_run_seconds: Mapping[Offer, int]) -> TierQuote:
     hourly = offer.price_per_hour * request.num_nodes
+    after = cost_for_seconds(hourly, after_run_seconds.get(offer, 0))
     estimate = None
     if request.expected_hours is not None:
         loaded = Decimal(1) + (max(risk.get(offer.location, Decimal(0)), Decimal(0)) if offer.tier is Tier.SPOT else 0)
-        estimate = cost_for_seconds(hourly, request.expected_hours * 3600 * loaded)
-    return TierQuote(tier=offer.tier, offer=offer, price_per_hour=hourly, estimate=estimate)
+        estimate = cost_for_seconds(hourly, request.expected_hours * 3600 * loaded) + after
+    return TierQuote(tier=offer.tier, offer=offer, price_per_hour=hourly, estimate=estimate, after_run=after)

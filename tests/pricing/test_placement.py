@@ -8,7 +8,7 @@ import pytest
 
 from pricing.catalog import onprem_offer
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
-from pricing.placement import NoFit, Placement, place
+from pricing.placement import NoFit, Placement, place, start_shortfall
 
 
 def cloud(tier, zone, price, acc="V100", count=1, region="us-east-1"):
@@ -137,3 +137,74 @@ def test_a_gcp_gpu_offer_matches_the_vm_type_a_task_names(instance_type, matched
 
     offer = Offer(Tier.SPOT, "gcp", "us-central1", "us-central1-a", "n1-highmem-8+V100:1", "V100", 1, 1_091_620)
     assert matches(offer, ResourceRequest(instance_type=instance_type)) is matched
+
+
+# --- what a cloud cluster is billed after its run ----------------------------------------------------
+# A SkyPilot cluster idles autostop_minutes before autodown and takes minutes to terminate; its launcher
+# stops the run that much (15 minutes by default) before the budget runs out. A pool or simulated zone on
+# this host bills nothing after its run. Offers here, per hour: a dear pool $2.00, a simulated on-demand
+# zone $1.00, cloud spot $0.90 (15 minutes after its run: $0.225), cloud on-demand $3.06.
+
+DEAR_POOL = onprem_offer("lab", 1, "V100", "2.00")
+SIM_ZONE = Offer(Tier.ONDEMAND, "aws", "us-east-1", "sim-od", "V100x1", "V100", 1, 1_000_000, simulated=True)
+CLOUD_SPOT = cloud(Tier.SPOT, "us-east-1b", 900_000)
+CLOUD_OD = cloud(Tier.ONDEMAND, "us-east-1a", 3_060_000)
+HERE_AND_CLOUD = [DEAR_POOL, SIM_ZONE, CLOUD_SPOT, CLOUD_OD]
+AFTER_RUN = {CLOUD_SPOT: 900, CLOUD_OD: 900}
+START = 64  # a start and a clean stop, as the broker counts it with its defaults
+
+AFTER_RUN_CASES = [
+    pytest.param(job(), dict(budget_left=200_000, free_capacity={"sim-od": 0}), "onprem lab",
+                 id="a budget left that cannot pay a cluster's 15 minutes after its run takes the dearer pool that can run"),
+    pytest.param(job(), dict(budget_left=300_000), "spot us-east-1b",
+                 id="a budget left that pays for them takes the cheaper cloud offer"),
+    pytest.param(job(), dict(budget_left=200_000, after_run_seconds={}), "spot us-east-1b",
+                 id="without after-run figures the cheapest offer is taken as before"),
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_000_000, free_capacity={"lab": 0}), "ondemand sim-od",
+                 id="an hour that the budget pays on spot but not with the billing after it takes the simulated zone"),
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_125_000), "spot us-east-1b",
+                 id="the estimate plus the billing after the run exactly at the budget left fits"),
+    pytest.param(job(), dict(budget_left=200_000, free_capacity={"lab": 0, "sim-od": 0}),
+                 "NoFit the budget left, $0.20, cannot pay a cloud cluster's 15 minutes of billing after its run on the "
+                 "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.0160 for a start and a "
+                 "clean stop (64 s)",
+                 id="only cloud offers free and a budget left short of their billing after the run says so"),
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_000_000, free_capacity={"lab": 0, "sim-od": 0}),
+                 "NoFit the budget left, $1.00, cannot pay a cloud cluster's 15 minutes of billing after its run on the "
+                 "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.90 for 1 h",
+                 id="an hour the budget left pays on spot but not the billing after it names that billing"),
+    pytest.param(job(expected_hours=Decimal(10)), dict(budget_left=5_000_000, free_capacity={"lab": 0, "sim-od": 0}),
+                 "NoFit the budget left, $5.00, does not cover 10 h on the cheapest free match, spot 1x V100 V100x1 in "
+                 "aws/us-east-1b, estimated at $9.00 and $0.2250 for a cloud cluster's billing after its run",
+                 id="a budget left short of the hours themselves says so and adds the billing after them"),
+    pytest.param(job(), dict(budget_left=30_000, free_capacity={"sim-od": 0, "us-east-1a": 0, "us-east-1b": 0}),
+                 "NoFit the budget left, $0.03, cannot pay for a start and a clean stop (64 s) on the cheapest free "
+                 "match, onprem 1x V100 lab-1gpu in local/lab, which costs $0.0356",
+                 id="a budget left short of a start on the only free offer on this host waits, saying so"),
+]
+
+
+@pytest.mark.parametrize("request_, kwargs, expected", AFTER_RUN_CASES)
+def test_place_counts_the_billing_after_a_clusters_run(request_, kwargs, expected):
+    kwargs = {"after_run_seconds": AFTER_RUN, "min_run_seconds": START, **kwargs}
+    result = place(request_, HERE_AND_CLOUD, **kwargs)
+    if expected.startswith("NoFit"):
+        assert isinstance(result, NoFit), result
+        assert result.reason == expected.removeprefix("NoFit ")
+    else:
+        assert isinstance(result, Placement), result
+        assert (result.tier.value, result.offer.location) == tuple(expected.split())
+
+
+@pytest.mark.parametrize("offers, budget, expected", [
+    pytest.param(HERE_AND_CLOUD, 50_000, None, id="a budget that can start on a pool or zone here can start"),
+    pytest.param([CLOUD_SPOT, CLOUD_OD], 250_000, None, id="a budget that pays a start and the billing after it can start"),
+    pytest.param([CLOUD_SPOT, CLOUD_OD], 200_000,
+                 "cannot pay for a start and a clean stop (64 s) and a cloud cluster's 15 minutes of billing after its "
+                 "run on any offer: on the cheapest, spot 1x V100 V100x1 in aws/us-east-1b, that is $0.0160 and $0.2250",
+                 id="a budget that pays only the start on the cloud names the billing after the run"),
+    pytest.param([DEAR_POOL, CLOUD_SPOT], 10_000, "cannot pay for a start and a clean stop (64 s) at the cheapest offer's $0.90/h",
+                 id="a budget short of any start names the cheapest price"),
+])
+def test_start_shortfall_counts_the_billing_after_the_run(offers, budget, expected):
+    assert start_shortfall(job(), offers, budget, min_run_seconds=START, after_run_seconds=AFTER_RUN) == expected

@@ -40,3 +40,38 @@ def test_budget_refusal_names_every_tier():
     assert q.fits(10_000_000) and not q.fits(9_999_999)
     text = q.refusal(5_000_000)
     assert "$30.60" in text and "on-prem is estimated at $20.00" in text and "spot is estimated at $10.00" in text
+
+
+# A cloud cluster is billed 15 minutes after its run (idle before autodown, then the teardown); a
+# simulated zone on this host, nothing. Spot $1/h in the cloud: $0.25 after the run.
+SIM_SPOT = Offer(Tier.SPOT, "aws", "us-east-1", "sim-spot", "p3.2xlarge", "V100", 1, 1_100_000, simulated=True)
+AFTER_RUN = {o: 900 for o in OFFERS if o.cloud == "aws"}
+
+
+@pytest.mark.parametrize("hours, offers, spot_offer, spot_estimate, spot_after", [
+    pytest.param(Decimal(10), OFFERS, "us-east-1a", 10_250_000, 250_000,
+                 id="ten hours on cloud spot at $1 cost $10 and $0.25 billed after the run"),
+    pytest.param(Decimal(1), [*OFFERS, SIM_SPOT], "sim-spot", 1_100_000, 0,
+                 id="for one hour a simulated zone at $1.10 is cheaper than cloud spot at $1 and its $0.25 after"),
+    pytest.param(Decimal(10), [*OFFERS, SIM_SPOT], "us-east-1a", 10_250_000, 250_000,
+                 id="for ten hours cloud spot and its $0.25 after are cheaper than the simulated zone"),
+    pytest.param(None, OFFERS, "us-east-1a", None, 250_000,
+                 id="without expected hours the billing after the run is a figure of its own"),
+])
+def test_the_quote_counts_the_billing_after_a_clusters_run(hours, offers, spot_offer, spot_estimate, spot_after):
+    q = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),), expected_hours=hours), offers,
+              after_run_seconds=AFTER_RUN)
+    spot = next(t for t in q.tiers if t.tier is Tier.SPOT)
+    assert (spot.offer.location, spot.estimate, spot.after_run) == (spot_offer, spot_estimate, spot_after)
+    onprem = next(t for t in q.tiers if t.tier is Tier.ONPREM)
+    assert onprem.after_run == 0
+
+
+def test_the_billing_after_the_run_is_named_in_the_quotes_words():
+    ten = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),), expected_hours=Decimal(10)), OFFERS,
+                after_run_seconds=AFTER_RUN)
+    assert ten.summary() == "estimated $10.25 ($0.25 of it billed after the run) for 10 h on spot V100"
+    assert ten.fits(10_250_000) and not ten.fits(10_249_999)
+    assert "spot is estimated at $10.25 ($0.25 of it billed after the run)" in ten.refusal(5_000_000)
+    per_hour = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),)), OFFERS, after_run_seconds=AFTER_RUN)
+    assert per_hour.summary().startswith("$1.00/h + $0.25 billed after the run on spot V100")
