@@ -3,20 +3,22 @@
 Every job gets a budget cap — its own ``broker.budget_usd`` or its team's
 default — and is priced before it is accepted: if the budget cannot cover the
 cheapest way to run it, the job is refused (422) with the estimate per tier.
+What a cloud cluster is billed after its run (its idle minutes before autodown
+and its teardown, which its launcher keeps of the budget) is part of the price.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.lifecycle import JobEvent, apply
 from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
-from pricing.money import Micros, cost_for_seconds, fmt
+from pricing.money import Micros, fmt
 from pricing.offers import Offer
-from pricing.placement import candidates
-from pricing.quote import Quote, quote
+from pricing.placement import candidates, start_shortfall
+from pricing.quote import Quote, money_text, quote
 
 
 class Refused(Exception):
@@ -41,7 +43,7 @@ def quote_record(q: Quote) -> dict:
         "tiers": [
             {
                 "tier": t.tier.value, "offer": t.offer.describe(), "price_per_hour": t.price_per_hour,
-                "estimate": t.estimate, "text": (fmt(t.estimate) if t.estimate is not None else f"{fmt(t.price_per_hour)}/h"),
+                "estimate": t.estimate, "after_run": t.after_run, "text": money_text(t),
             }
             for t in sorted(q.tiers, key=lambda t: t.price_per_hour)
         ],
@@ -60,20 +62,25 @@ def admit(
     checkpoint_uri: str,
     idempotency_key: str | None,
     min_run_seconds: int = 0,
+    after_run_seconds: Mapping[Offer, int] | None = None,
 ) -> Admitted:
     """Price the job and build its first record, or raise :class:`Refused`. ``min_run_seconds``: what a
-    start must be able to pay for (the engine stops a job whose budget cannot, so it is refused here)."""
-    q = quote(spec.request, offers)
+    start must be able to pay for (the engine stops a job whose budget cannot, so it is refused here);
+    ``after_run_seconds``: what each offer is billed after the run on top (:func:`broker.offers.after_run`),
+    in the estimates and in what a start must pay for, as the engine counts it."""
+    q = quote(spec.request, offers, after_run_seconds=after_run_seconds)
     if not q.tiers:
         # offers of its shape exist but all cost more than its cap: the cap is what to change
         field = "broker.max_price_per_hour" if candidates(spec.request, offers) else "resources"
         raise Refused(field, f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
     if not q.fits(budget):
         raise Refused("broker.budget_usd", q.refusal(budget))
-    cheapest_hour = min(t.price_per_hour for t in q.tiers)
-    if budget < cost_for_seconds(cheapest_hour, min_run_seconds):
-        raise Refused("broker.budget_usd", f"the budget of {fmt(budget)} cannot pay for a start and a clean stop "
-                                           f"({min_run_seconds} s) at the cheapest offer's {fmt(cheapest_hour)}/h")
+    priced = [o for o in candidates(spec.request, offers) if spec.request.max_price_per_hour is None
+              or o.price_per_hour * spec.request.num_nodes <= spec.request.max_price_per_hour]
+    short = start_shortfall(spec.request, priced, budget, min_run_seconds=min_run_seconds,
+                            after_run_seconds=after_run_seconds)
+    if short is not None:
+        raise Refused("broker.budget_usd", f"the budget of {fmt(budget)} {short}")
     transition = apply(None, JobEvent.SUBMIT)
     job = Job(
         id=job_id,

@@ -22,7 +22,7 @@ from broker.engine.budget import reserve_seconds
 from broker.engine.schedule import request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
-from broker.offers import all_offers, market, matching_offers, slots_of, usable_by
+from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_spec, redact, seal_spec, sealer_for, secret_values
@@ -142,6 +142,7 @@ class BrokerService:
                 spec, job_id=job_id, team=team, budget=budget, offers=usable_by(offers, spec.request), now=now,
                 actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
                 min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
+                after_run_seconds=after_run(self.launcher, offers),
             )
         except Refused as exc:
             raise Invalid(exc.field, str(exc)) from None

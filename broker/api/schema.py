@@ -69,7 +69,9 @@ class JobOut(BaseModel):
     deadline: str | None
     budget: Money | None
     spent: Money | None
-    quote: dict[str, Any] | None = Field(description="the admission quote: per tier, $/h and the estimate")
+    quote: dict[str, Any] | None = Field(description="the admission quote: per tier, $/h, the estimate and after_run "
+                                                     "(micro-dollars a cloud cluster is billed after its run, within "
+                                                     "the estimate)")
     placement: dict[str, Any] | None
     attempts: int
     checkpoint_uri: str | None

@@ -36,7 +36,7 @@ from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
-from broker.offers import market, matching_offers
+from broker.offers import after_run, market, matching_offers
 from broker.sealing import KeyInvalid, Unsealable, open_spec, redact, sealer_for, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, domain_for, domains_of
@@ -104,7 +104,8 @@ class Engine:
         decisions = schedule(queued, mk, now=now, policies=self.policies, attempts_of=self.store.attempts,
                              changeover=self.settings.changeover_seconds,
                              min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
-                                                                          self.settings.tick_seconds))
+                                                                          self.settings.tick_seconds),
+                             after_run_seconds=after_run(self.launcher, mk.offers) if queued else {})
         for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
         for job in self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000):  # 3. launch
@@ -201,8 +202,7 @@ class Engine:
         job = decision.job
         if isinstance(decision, Wait):
             if decision.budget_spent:
-                self._commit(job, JobEvent.STOP_BUDGET, f"stopped: the budget left, {fmt(job.budget - job.spent)}, "
-                             f"cannot pay for a start and a clean stop; raise the budget to resume", now,
+                self._commit(job, JobEvent.STOP_BUDGET, f"stopped: {decision.reason}; raise the budget to resume", now,
                              diagnosis=Diagnosis("budget_stop", "Stopped at its budget.",
                                                  "Raise the budget and resume to continue.", infrastructure=True).to_dict())
                 return

@@ -6,7 +6,9 @@ For each queued job, in queue order:
    on-demand", not a zone blocked after a recent preemption);
 2. with a deadline and an expected length, the job's spot policy picks the
    tier (or says wait) — the same policy the simulator replays;
-3. :func:`pricing.placement.place` picks the offer within that tier, budget and capacity.
+3. :func:`pricing.placement.place` picks the offer within that tier, budget and capacity — the budget
+   paying for a start and a clean stop plus what the offer is billed after its run (a cloud cluster's
+   idle minutes and teardown, as the launcher says: ``after_run_seconds``).
 
 Decides against a snapshot (the :class:`~broker.offers.Market`), reserving
 what it hands out so two jobs are never placed on the same capacity in one
@@ -26,9 +28,9 @@ from broker.models import Attempt, Job
 from broker.offers import Market, matching_offers, placement_record, slots_of
 from broker.queue import ordered
 from broker.spec import parse
-from pricing.money import cost_for_seconds
+from pricing.money import fmt
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, place
+from pricing.placement import NoFit, place, start_shortfall
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -93,9 +95,14 @@ def _offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[
 def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
              policies: Mapping[str, Policy] | None = None,
              attempts_of: Callable[[str], Sequence[Attempt]] = lambda _id: (),
-             changeover: float = 120.0, min_run_seconds: int = 60) -> list[Place | Wait]:
+             changeover: float = 120.0, min_run_seconds: int = 60,
+             after_run_seconds: Mapping[Offer, int] | None = None) -> list[Place | Wait]:
     """One decision per queued job, in queue order. A job whose budget left cannot buy
-    ``min_run_seconds`` on its cheapest offer (it would be stopped at once) is stopped, not queued."""
+    ``min_run_seconds`` on any of its offers (it would be stopped at once) is stopped, not queued;
+    ``after_run_seconds[offer]`` (:func:`broker.offers.after_run`) is what that offer is billed after
+    the run on top, which the budget left must pay for as well (a cloud cluster's idle minutes and
+    teardown: its launcher stops the run that much before the budget runs out)."""
+    after = after_run_seconds or {}
     free_slots = {k: list(v) for k, v in mk.free_slots.items()}
     capacity = dict(mk.free_capacity)
     offers = list(mk.offers)
@@ -121,14 +128,16 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 chosen_tier = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
                                                                       or o.zone == d.zone)]
                 if not isinstance(place(request, chosen_tier, free_capacity=capacity, blocked_zones=blocked,
-                                        budget_left=job.budget - job.spent), NoFit):
+                                        budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds,
+                                        after_run_seconds=after), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
-        cheapest = min((o.price_per_hour * request.num_nodes for o in mine), default=None)
-        if cheapest is not None and job.budget - job.spent < cost_for_seconds(cheapest, min_run_seconds):
-            decisions.append(Wait(job, "the budget left cannot pay for a start and a clean stop on any offer", budget_spent=True))
+        short = start_shortfall(request, mine, job.budget - job.spent, min_run_seconds=min_run_seconds,
+                                after_run_seconds=after)
+        if short is not None:
+            decisions.append(Wait(job, f"the budget left, {fmt(job.budget - job.spent)}, {short}", budget_spent=True))
             continue
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
-                       budget_left=job.budget - job.spent)
+                       budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
         if isinstance(chosen, NoFit):
             decisions.append(Wait(job, f"waiting: {chosen.reason}"))
             continue

@@ -163,6 +163,32 @@ def test_a_job_the_policy_holds_while_spot_is_up_only_in_zones_blocked_for_it_is
     assert "spot is up in us-east-1a, blocked for this job after its preemptions there until" in decision.reason
 
 
+@pytest.mark.parametrize("zone_nodes, with_zone, expected", [
+    pytest.param(1, True, "placed on ondemand 1x A10G g5.xlarge in aws/sim-od (simulated)",
+                 id="a budget left short of a cluster's billing after its run takes the simulated zone"),
+    pytest.param(0, True, "waiting: the budget left, $0.05, cannot pay a cloud cluster's 15 minutes of billing after its run",
+                 id="with the simulated zone full it waits for it, saying what rules the cloud out"),
+    pytest.param(0, False, "stop: the budget left, $0.05, cannot pay for a start and a clean stop (64 s) and a cloud "
+                           "cluster's 15 minutes of billing after its run on any offer",
+                 id="with no offer but the cloud it is stopped at its budget rather than launched to end at once"),
+])
+def test_schedule_counts_what_a_cloud_cluster_is_billed_after_its_run(zone_nodes, with_zone, expected):
+    from pricing.offers import Offer, Tier
+
+    from broker.engine.schedule import Place, schedule
+    from broker.offers import Market
+
+    spot = Offer(Tier.SPOT, "aws", "us-east-2", "us-east-2a", "g5.xlarge", "A10G", 1, 377_000)
+    zone = Offer(Tier.ONDEMAND, "aws", "us-east-1", "sim-od", "g5.xlarge", "A10G", 1, 1_006_000, simulated=True)
+    mk = Market(offers=(spot, zone) if with_zone else (spot,), free_capacity={"sim-od": zone_nodes}, free_slots={})
+    spec = {"run": "x", "resources": {"accelerators": "A10G:1"}, "broker": {"budget_usd": "1"}}
+    job = Job(id="j", name="j", team="t", spec=spec, budget=1_000_000, spent=950_000, priority=0,
+              state=JobState.QUEUED, submitted_at=NOW - 100, updated_at=NOW, reason="waiting")
+    (decision,) = schedule([job], mk, now=NOW, min_run_seconds=64, after_run_seconds={spot: 900})
+    said = decision.reason if isinstance(decision, Place) else ("stop: " if decision.budget_spent else "") + decision.reason
+    assert said.startswith(expected), said
+
+
 def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_needs(tmp_path):
     """A pool of 4 A100s: one free, one held by a job ending in 1 h, two by a job ending in 2 h. A job asking
     for all 4 starts when the 2-slot job ends (not at the first end, and not never for want of the free one)."""
