@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="set one of the task's envs, as `sky launch --env` (no value: this shell's)")
     s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's secrets, as `sky launch --secret` (no value: this shell's)")
+    s.add_argument("--upload-workdir", action=argparse.BooleanOptionalAction, default=None,
+                   help="pack the task's workdir (honouring .skyignore or .gitignore, as SkyPilot) and upload it "
+                        "to the broker, so every attempt runs that code (default: when the broker URL is not on "
+                        "this host; --no-upload-workdir: the broker reads the directory itself)")
     s.add_argument("--wait", action="store_true", help="follow the job until it ends")
 
     s = client("status", help="list jobs, or show one")
@@ -290,6 +294,7 @@ def cmd_submit(args) -> int:
             task[key] = {**(task.get(key) or {}), **_assignments(given, "--" + key.rstrip("s"))}
     _resolve_local_paths(task)
     with _client(args) as client:
+        _ship_workdir(task, client, args.upload_workdir, quiet=args.json)
         job = client.submit(task, budget=args.budget, team=args.team,
                             deadline=args.deadline, idempotency_key=args.idempotency_key)
         if args.json and not args.wait:
@@ -311,6 +316,60 @@ def cmd_submit(args) -> int:
             _show_job(con, final)
             return 0 if final["state"] == "succeeded" else 1
     return 0
+
+
+def _on_this_host(url: str) -> bool:
+    """Whether the broker URL names this machine (loopback), where the broker can read the workdir itself."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = False) -> None:
+    """A broker on another host cannot read the submitter's ``workdir``: pack it, upload it once (named by
+    its SHA-256) and name the pack in ``broker.workdir`` instead. ``upload`` None: only for a remote broker."""
+    from broker.client import BrokerError
+
+    workdir = task.get("workdir")
+    if upload is None:
+        upload = isinstance(workdir, str) and not _on_this_host(client.url)
+    if not upload:
+        return
+    if not isinstance(workdir, str) or not workdir:
+        raise BrokerError(0, "--upload-workdir: the task has no workdir to upload (workdir: . for this directory)")
+    if not Path(workdir).expanduser().is_dir():
+        raise BrokerError(0, f"workdir {workdir}: no such directory here, so it cannot be uploaded "
+                             "(--no-upload-workdir leaves it for the broker's host to read)")
+    from broker.workdir import PackError, human, pack
+
+    try:
+        limit = int(client.workdir_limits()["max_bytes"])
+    except BrokerError as exc:
+        if exc.status in (404, 405):
+            exc.detail = (f"the broker at {client.url} takes no workdir uploads (an older version): update it, or "
+                          "submit with --no-upload-workdir if it can read this directory itself")
+        raise
+    try:
+        packed = pack(workdir, limit=limit)
+    except PackError as exc:
+        raise BrokerError(0, str(exc)) from None
+    try:
+        sent = client.upload_workdir(packed.path, packed.digest)
+    finally:
+        packed.path.unlink(missing_ok=True)
+    if not quiet:
+        how = "uploaded" if sent["uploaded"] else "already on the broker"
+        print(f"workdir {workdir}: {packed.files} files, {human(packed.size)} packed, {how} "
+              f"({packed.digest[:19]}…)", file=sys.stderr)
+    task.pop("workdir")
+    task["broker"] = {**(task.get("broker") or {}), "workdir": packed.digest}
 
 
 def _resolve_local_paths(task: dict) -> None:

@@ -136,6 +136,31 @@ class BrokerClient:
         self.last_submit_created = True if r.status_code == 201 else None if retried else False
         return r.json()
 
+    # -- workdir packs ---------------------------------------------------------------------------
+
+    def workdir_limits(self) -> dict:
+        return self._call("GET", "/v1/workdirs")
+
+    def workdir(self, digest: str) -> dict | None:
+        """The stored pack, or ``None`` when the broker has none with this digest."""
+        try:
+            return self._call("GET", f"/v1/workdirs/{digest}")
+        except BrokerError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def upload_workdir(self, path: str | Path, digest: str) -> dict:
+        """Upload a pack (``broker.workdir.pack``) unless the broker has it already: the same code goes once."""
+        stored = self.workdir(digest)
+        if stored is not None:
+            return {**stored, "uploaded": False}
+        with open(path, "rb") as fh:
+            answer = self._call("PUT", f"/v1/workdirs/{digest}", content=fh,
+                                headers={"Content-Type": "application/octet-stream",
+                                         "Content-Length": str(os.fstat(fh.fileno()).st_size)})
+        return {**answer, "uploaded": True}
+
     def jobs(self, *, state: str | None = None, team: str | None = None) -> list[dict]:
         params = {k: v for k, v in {"state": state, "team": team}.items() if v}
         return self._call("GET", "/v1/jobs", params=params)["jobs"]

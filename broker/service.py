@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from broker.admission import Admitted, Refused, admit, broker_echo
@@ -28,6 +30,7 @@ from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_spec, redact, seal_spec, sealer_for, secret_values
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
+from broker.workdir import UNPACK_RATIO, PackError, parse_digest, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import cost_for_seconds, fmt
 from pricing.offers import Tier
@@ -90,6 +93,7 @@ class BrokerService:
         self.launcher = launcher
         self.clock = clock
         self.on_event = on_event  # as the engine's: the app's Slack notifier sees a cancel or resume too
+        self._workdirs = None
 
     def _commit(self, change: Change) -> Job:
         """Commit, then hand each of its events to ``on_event`` (which queues and returns)."""
@@ -128,6 +132,8 @@ class BrokerService:
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
                 return _same_submit(existing, spec, self.settings), False
+        if spec.broker.workdir is not None:
+            self._check_workdir(spec.broker.workdir)
         job_id = new_job_id()
         offers = all_offers(self.settings)
         if spec.request.num_nodes > 1 and not matching_offers(spec.request, offers) \
@@ -160,6 +166,66 @@ class BrokerService:
                 raise
             return _same_submit(existing, spec, self.settings), False
         return job, True
+
+    # -- workdir packs ---------------------------------------------------------------------------
+
+    @property
+    def workdirs(self):
+        if self._workdirs is None:
+            from broker.workdir_store import WorkdirStore
+
+            self._workdirs = WorkdirStore(self.settings)
+        return self._workdirs
+
+    def _stored_size(self, digest: str, field: str) -> int | None:
+        try:
+            return self.workdirs.size(parse_digest(digest))
+        except PackError as exc:
+            raise Invalid(field, str(exc)) from None
+        except OSError as exc:
+            raise Invalid(field, f"the store of workdir packs ({self.workdirs.root}) did not answer: {exc}; "
+                                 "nothing was changed: retry in a moment", status=503) from None
+
+    def _check_workdir(self, digest: str) -> None:
+        """A job may name only a pack that is there: one missing at launch would fail every attempt."""
+        if self._stored_size(digest, "broker.workdir") is None:
+            raise Invalid("broker.workdir", f"no uploaded workdir {digest} on this broker: upload it first "
+                                            f"(PUT /v1/workdirs/{digest}; `broker submit` does it for you)")
+
+    def workdir(self, principal: Principal, digest: str) -> dict[str, Any]:
+        """An uploaded pack's size; 404 when there is none. Packs are named by their content's SHA-256,
+        which only someone holding the content knows, so any caller may ask."""
+        size = self._stored_size(digest, "digest")
+        if size is None:
+            raise Invalid("digest", f"no uploaded workdir {digest}", status=404)
+        return {"digest": digest, "bytes": size, "max_bytes": self.settings.max_workdir_bytes}
+
+    def upload_workdir(self, principal: Principal, digest: str, body: Path, size: int, sha256: str) -> tuple[dict, bool]:
+        """Store a pack the API received at ``body`` (``size`` bytes, hashed to ``sha256`` on the way in)
+        after checking it is the pack it claims to be and unpacks safely; (answer, created)."""
+        try:
+            hex_digest = parse_digest(digest)
+        except PackError as exc:
+            raise Invalid("digest", str(exc)) from None
+        if sha256 != hex_digest:
+            raise Invalid("digest", f"the body's SHA-256 is sha256:{sha256}, not {digest}: the upload was changed "
+                                    "or cut short, or the digest is wrong")
+        answer = {"digest": digest, "bytes": size, "max_bytes": self.settings.max_workdir_bytes}
+        if self._stored_size(digest, "digest") is not None:
+            return answer, False
+        with tempfile.TemporaryDirectory(prefix="broker-workdir-check-") as scratch:
+            try:  # unpacked the way a launch will, then thrown away
+                files, unpacked = unpack(body, Path(scratch) / "w", max_bytes=self.settings.max_workdir_bytes * UNPACK_RATIO)
+            except PackError as exc:
+                raise Invalid("body", f"the pack {exc}") from None
+        try:
+            self.workdirs.put(hex_digest, body)
+        except OSError as exc:
+            raise Invalid("body", f"the store of workdir packs ({self.workdirs.root}) refused it: {exc}; retry "
+                                  "in a moment", status=503) from None
+        log.info("workdir pack %s stored by %s: %d bytes, %d files, %d bytes unpacked", digest, principal.name, size,
+                 files, unpacked)
+        return {**answer, "files": files}, True
 
     # -- read ------------------------------------------------------------------------------------
 

@@ -19,13 +19,14 @@ from typing import Any
 
 import yaml
 
+from broker.workdir import DIGEST_RE
 from pricing.money import AmountTooLarge, Micros, MoneyError, TooPrecise, typed_to_micros
 from pricing.offers import JobRequest, ResourceRequest
 
 MAX_NAME = 128
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BROKER_KEYS = {
-    "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours",
+    "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours", "workdir",
 }
 RETRY_KEYS = {"max_restarts_on_errors", "recover_on_exit_codes"}
 MAX_DEADLINE_DAYS = 366  # a deadline further away is a typo, not a training run's
@@ -73,6 +74,7 @@ class BrokerSection:
     checkpoint: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     expected_hours: Decimal | None = None
+    workdir: str | None = None  # "sha256:<hex>": an uploaded workdir pack (broker/workdir.py), the task's workdir
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,9 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     if "workdir" in task and task["workdir"] is not None and not isinstance(task["workdir"], (str, dict)):
         raise SpecError("workdir", "must be a path")
     broker = _parse_broker(raw.get("broker"), now=now, strict=strict)
+    if broker.workdir is not None and task.get("workdir") is not None:
+        raise SpecError("broker.workdir", "names an uploaded workdir, but the task has a workdir of its own too: "
+                                          "give one (`broker submit` uploads the task's workdir and sets this for you)")
     if strict and broker.deadline is not None and broker.expected_hours is not None \
             and now + float(broker.expected_hours) * 3600 > broker.deadline:
         raise SpecError("broker.deadline", f"is {(broker.deadline - now) / 3600:.1f} h away, but broker.expected_hours says "
@@ -356,13 +361,19 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
         if strict and expected_hours > MAX_EXPECTED_HOURS:
             raise SpecError("broker.expected_hours", f"is more than {MAX_EXPECTED_HOURS} hours ({MAX_DEADLINE_DAYS} days); "
                                                      "leave it out if the job's length is not known")
+    workdir = section.get("workdir")
+    if workdir is not None:
+        if not isinstance(workdir, str) or not DIGEST_RE.match(workdir):
+            raise SpecError("broker.workdir", "must be the digest of an uploaded workdir pack, sha256: and 64 "
+                                              "lowercase hex digits (PUT /v1/workdirs/sha256:...; `broker submit` "
+                                              "uploads the task's workdir and sets it)")
     deadline = None
     if section.get("deadline") is not None:
         deadline = parse_deadline(section["deadline"], now=now, where="broker.deadline", bounded=strict)
     return BrokerSection(
         team=team, budget=budget, deadline=deadline, priority=priority, max_price_per_hour=max_price,
         checkpoint=checkpoint.strip() if checkpoint else None, retry=_retry(section.get("retry")),
-        expected_hours=expected_hours,
+        expected_hours=expected_hours, workdir=workdir,
     )
 
 

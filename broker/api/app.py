@@ -9,9 +9,13 @@ launcher and (unless ``BROKER_ENGINE=off``) the engine thread.
 
 # no `from __future__ import annotations`: FastAPI must see the real types of local aliases
 
+import hashlib
 import json
 import logging
+import os
+import tempfile
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -21,8 +25,8 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, EventList, Health, JobList, JobOut, LogsOut,
-                               ProgressAck, answers, errors, ok)
+from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, WORKDIR_PACK, EventList, Health, JobList, JobOut,
+                               LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
@@ -31,6 +35,7 @@ from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import SpecError, load_text
 from broker.store import JobStore, StoreUnavailable, open_store
 from broker.views import event_view, job_view
+from broker.workdir import UNPACK_RATIO, PackError, human, parse_digest
 from pricing.money import AmountTooLarge, MoneyError, TooPrecise, to_micros
 
 MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek takes no more
@@ -136,12 +141,21 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         length = request.headers.get("content-length")
         if length is not None:
             try:
-                too_big = int(length) > settings.max_body_bytes
+                size = int(length)
             except ValueError:
                 return _error(400, "Content-Length: not a number")
-            if too_big:
+            if request.url.path.startswith("/v1/workdirs/"):  # a pack has a limit of its own
+                if size > settings.max_workdir_bytes:
+                    return _error(413, _pack_too_large(size), "body")
+            elif size > settings.max_body_bytes:
                 return _error(413, f"body: larger than {settings.max_body_bytes} bytes", "body")
         return await call_next(request)
+
+    def _pack_too_large(size: int | None) -> str:
+        what = f"is {human(size)} ({size} bytes)" if size is not None else "is larger than that"
+        return (f"body: the workdir pack {what}, over this broker's limit of {human(settings.max_workdir_bytes)} "
+                f"({settings.max_workdir_bytes} bytes, max_workdir_bytes); leave large files out with .skyignore "
+                f"or .gitignore and put data in a bucket")
 
     # -- auth ------------------------------------------------------------------------------------
 
@@ -306,6 +320,48 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             raise Invalid("available", "must be true, false or null")
         return service.inject_fault(caller, kind, job_id=body.get("job_id"), zone=body.get("zone"),
                                     available=available)
+
+    @app.get("/v1/workdirs", tags=["workdirs"], **answers(WorkdirLimits, 401, 422))
+    def workdir_limits(caller: Caller) -> dict:
+        """How large a workdir pack this broker accepts (``broker submit`` checks before it uploads)."""
+        return {"max_bytes": settings.max_workdir_bytes, "max_unpacked_bytes": settings.max_workdir_bytes * UNPACK_RATIO}
+
+    @app.get("/v1/workdirs/{digest}", tags=["workdirs"], **answers(WorkdirOut, 401, 404, 422))
+    def get_workdir(digest: str, caller: Caller) -> dict:
+        """Whether a workdir pack is stored (200) or not (404): ``broker submit`` uploads only what is missing."""
+        return service.workdir(caller, digest)
+
+    @app.put("/v1/workdirs/{digest}", status_code=201, tags=["workdirs"], openapi_extra=WORKDIR_PACK,
+             responses={**ok(WorkdirOut, "the pack, stored", status=201),
+                        **ok(WorkdirOut, "that pack was stored already"), **errors(401, 413, 422)})
+    async def put_workdir(digest: str, caller: Caller, request: Request) -> JSONResponse:
+        """Upload a task's workdir as a tar.gz named by its SHA-256 (``sha256:<hex>``); a task then names it in
+        ``broker.workdir`` and each attempt runs from a fresh copy of it. Refused (4xx, saying why): a body
+        whose SHA-256 is not the digest, a pack over ``max_bytes``, one that is not a tar.gz, or one holding
+        an absolute path, a ``..``, a link out of the tree or a device file. Stored in the object store
+        under ``checkpoint_root``, where every broker process reads it."""
+        try:
+            parse_digest(digest)
+        except PackError as exc:
+            raise Invalid("digest", str(exc)) from None
+        fd, name = tempfile.mkstemp(prefix="broker-upload-", suffix=".tar.gz")
+        try:
+            sha, size = hashlib.sha256(), 0
+            with os.fdopen(fd, "wb") as fh:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > settings.max_workdir_bytes:
+                        raise Invalid("body", _pack_too_large(None).removeprefix("body: "), status=413)
+                    sha.update(chunk)
+                    fh.write(chunk)
+            if size == 0:
+                raise Invalid("body", "is empty: send the workdir as a tar.gz")
+            answer, created = await run_in_threadpool(service.upload_workdir, caller, digest, Path(name), size,
+                                                      sha.hexdigest())
+        finally:
+            os.unlink(name)
+        return JSONResponse(status_code=201 if created else 200, content=answer,
+                            headers={"Location": f"/v1/workdirs/{digest}"})
 
     @app.get("/v1/zones", tags=["admin"], responses=errors(401, 422))
     def zones(caller: Caller) -> dict:

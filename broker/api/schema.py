@@ -123,6 +123,20 @@ class Health(BaseModel):
     store: str = Field(description="'ok', or why the store did not answer")
 
 
+class WorkdirOut(BaseModel):
+    """An uploaded workdir pack (a tar.gz of the task's directory), named by its content's SHA-256."""
+
+    digest: str = Field(examples=["sha256:" + "0" * 64], description="what `broker.workdir` names in a task")
+    bytes: int = Field(description="the pack's size (compressed)")
+    max_bytes: int = Field(description="the largest pack this broker accepts (max_workdir_bytes)")
+    files: int | None = Field(None, description="files and links in it (when it was just stored)")
+
+
+class WorkdirLimits(BaseModel):
+    max_bytes: int = Field(description="the largest pack this broker accepts (max_workdir_bytes)")
+    max_unpacked_bytes: int = Field(description="the most a pack may unpack to")
+
+
 class ByTier(BaseModel):
     onprem: Money
     ondemand: Money
@@ -357,6 +371,11 @@ PROGRESS = body({
         "checkpoint": {"type": "object", "properties": {"step": {"type": "integer"}, "uri": {"type": "string"}}},
     },
 }, example={"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}})
+
+WORKDIR_PACK = {"requestBody": {"required": True, "content": {"application/octet-stream": {
+    "schema": {"type": "string", "format": "binary"},
+    "description": "the workdir as a tar.gz whose SHA-256 is the digest in the path (`broker submit` makes it): "
+                   "regular files, directories and links within it only; at most max_bytes"}}}}
 
 FAULT = body({
     "type": "object",

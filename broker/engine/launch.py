@@ -26,8 +26,12 @@ def broker_envs(job: Job, attempt: Attempt, *, public_url: str, job_token: str |
 
 
 def launch_request(job: Job, attempt: Attempt, *, public_url: str, stop_grace_seconds: float,
-                   job_token: str | None = None, now: float | None = None) -> LaunchRequest:
+                   job_token: str | None = None, now: float | None = None, workdir: str | None = None) -> LaunchRequest:
+    """``workdir``: the attempt's local copy of the job's uploaded workdir pack (``broker.workdir``), given
+    to the launcher as the task's ``workdir`` — the local launcher runs the job there, SkyPilot syncs it."""
     task = {k: v for k, v in job.spec.items() if k != "broker"}
+    if workdir is not None:
+        task["workdir"] = workdir
     return LaunchRequest(
         attempt_id=attempt.id,
         job_id=job.id,

@@ -83,6 +83,7 @@ class Engine:
         #: since when this engine has read the beats without a gap (start, or back from a store outage):
         #: a beat older than that may be old only because nobody could write it
         self._watching_since = float("inf")
+        self._workdirs = None  # broker.workdir_store.WorkdirStore, opened for the first job with a workdir pack
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -236,10 +237,11 @@ class Engine:
         except (Unsealable, KeyInvalid) as exc:
             self._unsealable(job, attempt, now, str(exc))
             return
-        request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
-                                 stop_grace_seconds=self.settings.stop_grace_seconds,
-                                 job_token=job_token(self.settings, job.id), now=now)
         try:
+            request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
+                                     stop_grace_seconds=self.settings.stop_grace_seconds,
+                                     job_token=job_token(self.settings, job.id), now=now,
+                                     workdir=self._workdir(job, attempt))
             self.launcher.launch(request)
         except LaunchError as exc:
             # a launcher's (or SkyPilot's) message is kept and shown: never with a secret's value in it
@@ -264,6 +266,25 @@ class Engine:
         log.warning("job %s not launched: %s", job.id, why)
         self._commit(job, JobEvent.FAIL, diagnosis.text, now, records=(failed,), placement={}, slots=[],
                      diagnosis={**diagnosis.to_dict(), "attempt": attempt.n})
+
+    def _workdir(self, job: Job, attempt: Attempt) -> str | None:
+        """The attempt's own unpacked copy of the job's uploaded workdir (``broker.workdir``), if it has one:
+        every attempt, a resume too, starts from the same code. A pack gone from the store fails the job
+        (no placement can help); a store that does not answer sends it back to the queue."""
+        digest = (job.spec.get("broker") or {}).get("workdir")
+        if not digest:
+            return None
+        from broker.workdir import PackError, parse_digest
+        from broker.workdir_store import PackMissing, WorkdirStore
+
+        if self._workdirs is None:
+            self._workdirs = WorkdirStore(self.settings)
+        try:
+            return str(self._workdirs.attempt_dir(parse_digest(digest), attempt.id))
+        except (PackMissing, PackError) as exc:
+            raise LaunchError(f"its workdir {digest} cannot be unpacked: {exc}", permanent=True) from None
+        except OSError as exc:
+            raise LaunchError(f"its workdir {digest} could not be fetched from {self._workdirs.root}: {exc}") from None
 
     def _monitor(self, job: Job, now: float) -> None:
         attempts = self.store.attempts(job.id)

@@ -287,3 +287,14 @@ def test_with_a_limit_the_task_skypilot_runs_is_the_guarded_run(sky):
     assert "python train.py --epochs $EPOCHS" in dumped["run"]
     assert dumped["setup"] == "pip list"  # setup is not guarded
     assert "broker_stop_at" not in attempt_config(request(GPU_TASK, SPOT_A100))["run"]  # no limit, no guard
+
+
+def test_an_uploaded_workdir_unpacked_for_the_attempt_is_the_workdir_skypilot_syncs(sky, tmp_path):
+    """The engine gives each attempt its own unpacked copy of the job's workdir pack as the task's ``workdir``
+    (broker.engine.launch.launch_request); SkyPilot syncs that directory to the cluster's ~/sky_workdir."""
+    copy_dir = tmp_path / "workdirs" / "attempts" / "j-0123456789-a2"
+    copy_dir.mkdir(parents=True)
+    (copy_dir / "train.py").write_text("print(1)\n")
+    task = build_task(attempt_config(request({**GPU_TASK, "workdir": str(copy_dir)}, SPOT_A100)))
+    assert task.workdir == str(copy_dir)
+    assert task.to_yaml_config()["workdir"] == str(copy_dir)

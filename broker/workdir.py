@@ -1,0 +1,341 @@
+"""A task's ``workdir`` shipped to a broker on another host: packed by the CLI, unpacked at launch.
+
+``workdir: .`` means "my code here goes with the job", as with ``sky launch``. A broker on another
+machine cannot read the submitter's disk, so ``broker submit`` packs the directory into a tar.gz
+(:func:`pack`), uploads it once under its SHA-256 (``PUT /v1/workdirs/sha256:<hex>``: the same code
+is never uploaded twice), and submits the task with ``broker.workdir: sha256:<hex>`` in place of its
+``workdir``. Each attempt, a resume too, gets a fresh copy of that same pack (:func:`unpack`), so what
+one attempt wrote into its directory never reaches the next.
+
+What is packed follows SkyPilot's workdir sync (rsync with ``dir-merge`` filters): a ``.skyignore``
+at the top of the directory, if there is one, else the ``.gitignore`` files (and ``.git/info/exclude``);
+each ignore file applies to its own directory and below; ``!`` lines do not bring a file back (rsync's
+``-`` filters, as SkyPilot documents). The pack is deterministic — sorted, with fixed times and owners
+— so the same files give the same digest whenever they are packed.
+
+Unpacking uses :func:`tarfile.data_filter` (no absolute paths, no ``..``, no links out of the tree,
+no device files) and bounds the unpacked size, so a pack is checked by unpacking it the way a launch
+will. Standard library only: the CLI imports it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+DEFAULT_MAX_BYTES = 100 * 2**20
+"""A pack's largest size (compressed) by default: ``max_workdir_bytes`` in the broker's config."""
+UNPACK_RATIO = 20
+"""A pack may unpack to at most this many times its limit (code compresses 3-5x; a zip bomb far more)."""
+MAX_FILES = 100_000
+PACK_MTIME = 946_684_800  # 2000-01-01T00:00Z: every file's time in a pack, so its digest is the content's
+DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+
+class PackError(ValueError):
+    """A workdir that cannot be packed, or a pack that cannot be unpacked safely: a sentence saying why."""
+
+
+def parse_digest(text: object) -> str:
+    """``sha256:<64 hex digits>`` → the hex digits, or :class:`PackError` saying what it should look like."""
+    m = DIGEST_RE.match(text) if isinstance(text, str) else None
+    if not m:
+        raise PackError(f"must be sha256: and 64 lowercase hex digits (the pack's SHA-256), not {str(text)[:80]!r}")
+    return m.group(1)
+
+
+def human(n: int) -> str:
+    """A size for people: ``12.3 MiB``."""
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+# -- what is packed: SkyPilot's ignore files ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rule:
+    base: str  # the ignore file's directory, relative to the workdir ("" at its top)
+    pattern: re.Pattern[str]
+    anchored: bool  # a "/" in the pattern: matched against the path below ``base``, else against the name
+    dir_only: bool
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            end = pattern.find("]", i + 1)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1:end].replace("\\", "\\\\")
+                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+                i = end
+        elif c == "\\" and i + 1 < len(pattern):
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
+
+
+def _rules(text: str, base: str) -> list[_Rule]:
+    rules = []
+    for line in text.splitlines():
+        line = line.rstrip("\n\r")
+        if not line.strip() or line.startswith("#") or line.startswith("!"):
+            continue
+        line = line.rstrip() if not line.endswith("\\ ") else line
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        if not line:
+            continue
+        anchored = "/" in line
+        rules.append(_Rule(base, _glob(line.lstrip("/")), anchored, dir_only))
+    return rules
+
+
+def _ignored(rel: str, is_dir: bool, rules: list[_Rule]) -> bool:
+    for r in rules:
+        if r.base and not rel.startswith(r.base + "/"):
+            continue
+        below = rel[len(r.base) + 1:] if r.base else rel
+        if r.dir_only and not is_dir:
+            continue
+        if r.pattern.fullmatch(below if r.anchored else below.rsplit("/", 1)[-1]):
+            return True
+    return False
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    rel: str
+    path: Path
+    kind: str  # "dir", "file" or "link"
+    size: int
+
+
+def files_of(root: Path) -> list[Entry]:
+    """What a pack of ``root`` holds, in order: directories, files and links, the ignored ones left out.
+
+    A link is kept as a link when it points inside the directory; one that points out of it
+    (``data -> /mnt/datasets``) is refused, naming it: it could not be unpacked on another host.
+    Sockets and pipes are left out, as they cannot be copied."""
+    ignore_name = ".skyignore" if (root / ".skyignore").is_file() else ".gitignore"
+    top_rules = [] if ignore_name == ".skyignore" else _rules(_read(root / ".git" / "info" / "exclude"), "")
+    out: list[Entry] = []
+
+    def walk(directory: Path, rel_dir: str, rules: list[_Rule]) -> None:
+        here = directory / ignore_name
+        if here.is_file():
+            rules = rules + _rules(_read(here), rel_dir)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError as exc:
+            raise PackError(f"cannot read {directory}: {exc.strerror}") from None
+        for name in names:
+            path = directory / name
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            st = path.lstat()
+            if os.path.islink(path):
+                if _ignored(rel, False, rules):
+                    continue
+                target = os.readlink(path)
+                inside = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+                if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
+                    raise PackError(f"{rel} is a link to {target}, out of the workdir, which cannot be shipped to "
+                                    f"the broker: leave it out ({ignore_name}) or mount it with file_mounts")
+                out.append(Entry(rel, path, "link", 0))
+            elif path.is_dir():
+                if _ignored(rel, True, rules):
+                    continue
+                out.append(Entry(rel, path, "dir", 0))
+                walk(path, rel, rules)
+            elif path.is_file():
+                if not _ignored(rel, False, rules):
+                    out.append(Entry(rel, path, "file", st.st_size))
+
+    walk(root, "", top_rules)
+    return out
+
+
+# -- packing (the CLI) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A packed workdir: the tar.gz at ``path`` (a temporary file; the caller removes it)."""
+
+    path: Path
+    digest: str  # "sha256:<hex>"
+    size: int
+    files: int
+
+
+class _Capped(io.RawIOBase):
+    """A file that refuses to grow past ``limit`` bytes, hashing what it is given."""
+
+    def __init__(self, fh: BinaryIO, limit: int):
+        self.fh, self.limit, self.written = fh, limit, 0
+        self.sha = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.written += len(data)
+        if self.written > self.limit:
+            raise _TooLarge()
+        self.sha.update(data)
+        return self.fh.write(data)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def pack(directory: str | Path, *, limit: int = DEFAULT_MAX_BYTES) -> Pack:
+    """Pack ``directory`` into a deterministic tar.gz of at most ``limit`` bytes.
+
+    Raises :class:`PackError` for a directory that is not one, a link out of it, or a pack over the
+    limit — saying how large its files are, the limit, and the largest files, to leave out."""
+    root = Path(directory).expanduser()
+    if not root.is_dir():
+        raise PackError(f"workdir {directory}: not a directory")
+    entries = files_of(root.resolve())
+    fd, name = tempfile.mkstemp(prefix="broker-workdir-", suffix=".tar.gz")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            capped = _Capped(raw, limit)
+            # filename="" and mtime=0: the gzip header names no temporary file and no time
+            with gzip.GzipFile(filename="", fileobj=capped, mode="wb", mtime=0) as gz:  # type: ignore[arg-type]
+                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    for e in entries:
+                        _add(tar, e)
+    except _TooLarge:
+        path.unlink(missing_ok=True)
+        total = sum(e.size for e in entries)
+        largest = sorted((e for e in entries if e.kind == "file"), key=lambda e: -e.size)[:3]
+        names = ", ".join(f"{e.rel} ({human(e.size)})" for e in largest)
+        raise PackError(f"workdir {directory}: packs to more than the limit of {human(limit)} (its files come to "
+                        f"{human(total)}; the largest: {names}); leave large files out with .skyignore or "
+                        f".gitignore, and put data in a bucket (file_mounts)") from None
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return Pack(path=path, digest=f"sha256:{capped.sha.hexdigest()}", size=capped.written,
+                files=sum(1 for e in entries if e.kind != "dir"))
+
+
+def _add(tar: tarfile.TarFile, e: Entry) -> None:
+    info = tarfile.TarInfo(e.rel)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = PACK_MTIME, 0, 0, "", ""
+    if e.kind == "dir":
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    elif e.kind == "link":
+        info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, os.readlink(e.path)
+        tar.addfile(info)
+    else:
+        executable = os.stat(e.path).st_mode & 0o100
+        info.mode = 0o755 if executable else 0o644
+        with open(e.path, "rb") as fh:
+            info.size = os.fstat(fh.fileno()).st_size
+            tar.addfile(info, fh)
+
+
+# -- unpacking (the broker: to check an upload, and at each launch) -------------------------------
+
+
+def unpack(source: str | Path, destination: str | Path, *, max_bytes: int) -> tuple[int, int]:
+    """Unpack the tar.gz at ``source`` into the new directory ``destination``; returns (files, bytes).
+
+    Safe against a hostile pack: :func:`tarfile.data_filter` refuses absolute paths, ``..``, links
+    out of the tree and device files; the files' sizes are counted before each is written, so a pack
+    that unpacks to more than ``max_bytes`` (or more than ``MAX_FILES`` entries) stops there. ``files``
+    counts files and links, not directories, as :class:`Pack` does. Raises
+    :class:`PackError` naming the member; ``destination`` is then removed."""
+    dest = Path(destination)
+    dest.mkdir(parents=True)
+    counted = {"entries": 0, "files": 0, "bytes": 0}
+
+    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+        counted["entries"] += 1
+        counted["files"] += 0 if member.isdir() else 1
+        counted["bytes"] += member.size if member.isfile() else 0
+        if counted["entries"] > MAX_FILES:
+            raise PackError(f"holds more than {MAX_FILES} files")
+        if counted["bytes"] > max_bytes:
+            raise PackError(f"unpacks to more than {human(max_bytes)} (at {member.name!r})")
+        if member.name.startswith(("/", os.sep)):  # data_filter would strip the slash; a pack of ours has none
+            raise PackError(f"{member.name!r} is an absolute path")
+        if member.isdev():
+            raise PackError(f"{member.name!r} is a device file or a pipe")
+        try:
+            return tarfile.data_filter(member, path)
+        except tarfile.FilterError as exc:
+            raise PackError(_plain(member, exc)) from None
+
+    try:
+        with tarfile.open(source, mode="r:gz") as tar:
+            tar.extractall(dest, filter=check)
+    except PackError:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile, UnicodeError) as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno is not None:
+            raise  # the disk, not the pack
+        raise PackError(f"is not a whole tar.gz file ({type(exc).__name__}: {exc})") from None
+    return counted["files"], counted["bytes"]
+
+
+def _plain(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
+    name = member.name
+    if isinstance(exc, tarfile.AbsolutePathError):
+        return f"{name!r} is an absolute path"
+    if isinstance(exc, tarfile.OutsideDestinationError):
+        return f"{name!r} would be written outside the workdir ('..')"
+    if isinstance(exc, tarfile.SpecialFileError):
+        return f"{name!r} is a device file or a pipe"
+    if isinstance(exc, tarfile.AbsoluteLinkError):
+        return f"{name!r} is a link to the absolute path {member.linkname!r}"
+    if isinstance(exc, tarfile.LinkOutsideDestinationError):
+        return f"{name!r} is a link to {member.linkname!r}, out of the workdir"
+    return f"{name!r}: {exc}"
