@@ -168,12 +168,31 @@ def seal_spec(spec: dict[str, Any], sealer: Sealer, job_id: str) -> dict[str, An
     return {**spec, "secrets": {k: None if v is None else sealer.seal(job_id, k, v) for k, v in secrets.items()}}
 
 
+def has_sealed(spec: dict[str, Any]) -> bool:
+    """Whether ``spec`` holds a sealed secret: only then is a key needed to use it."""
+    secrets = spec.get("secrets")
+    return isinstance(secrets, dict) and any(is_sealed(v) for v in secrets.values())
+
+
+def open_task(spec: dict[str, Any], settings: Any, job_id: str) -> dict[str, Any]:
+    """``spec`` with its sealed secrets opened under the broker's key (``settings``, as
+    :func:`sealer_for` reads them). The key is looked at only when there is something to open, so a job
+    without secrets never depends on it; a key that cannot be read is :class:`Unsealable` too, naming it."""
+    if not has_sealed(spec):
+        return spec
+    try:
+        sealer = sealer_for(settings)
+    except KeyInvalid as exc:
+        raise Unsealable(str(exc)) from None
+    return open_spec(spec, sealer, job_id)
+
+
 def open_spec(spec: dict[str, Any], sealer: Sealer | None, job_id: str) -> dict[str, Any]:
     """``spec`` with its sealed secrets opened (a plain value, stored before sealing, as it is); raises
     :class:`Unsealable` naming the setting when this broker cannot open one."""
-    secrets = spec.get("secrets")
-    if not isinstance(secrets, dict) or not any(is_sealed(v) for v in secrets.values()):
+    if not has_sealed(spec):
         return spec
+    secrets = spec["secrets"]
     if sealer is None:
         raise Unsealable(f"this broker has no key to open the job's secrets ({SETTING} is not set and its data "
                          f"directory has no {KEY_FILE} file): set {SETTING} to the key of the broker that accepted "

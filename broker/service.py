@@ -27,7 +27,7 @@ from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
-from broker.sealing import KeyInvalid, Unsealable, open_spec, redact, seal_spec, sealer_for, secret_values
+from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, JobStore, VersionConflict
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, unpack
@@ -69,7 +69,7 @@ def _same_submit(existing: Job, spec, settings: Settings) -> Job:
     deadline, which moves with the clock — its secrets opened (a broker that cannot open them cannot
     tell a retry from another task: 409, naming the key setting)."""
     try:
-        opened = open_spec(existing.spec, sealer_for(settings), existing.id)
+        opened = open_task(existing.spec, settings, existing.id)
     except Unsealable as exc:
         raise Conflict(f"the Idempotency-Key was already used for job {existing.id}, whose task this broker cannot "
                        f"compare with this one: {exc}") from None

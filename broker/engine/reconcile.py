@@ -37,7 +37,7 @@ from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import after_run, market, matching_offers
-from broker.sealing import KeyInvalid, Unsealable, open_spec, redact, sealer_for, secret_values
+from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, domain_for, domains_of
 from pricing.deadline import RELIABLE
@@ -233,8 +233,8 @@ class Engine:
 
     def _start(self, job: Job, attempt: Attempt, now: float) -> None:
         try:  # the secrets, sealed in the store, are opened for the launcher's request only: never stored so
-            task = open_spec(job.spec, sealer_for(self.settings), job.id)
-        except (Unsealable, KeyInvalid) as exc:
+            task = open_task(job.spec, self.settings, job.id)
+        except Unsealable as exc:
             self._unsealable(job, attempt, now, str(exc))
             return
         try:

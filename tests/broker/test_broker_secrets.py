@@ -282,3 +282,27 @@ def test_a_broker_on_redis_without_a_key_says_so_at_start(make_settings, redis_s
     warning = _check_secrets_key(make_settings(store_url=redis_server.url))
     assert warning.startswith("warning: BROKER_SECRETS_KEY is not set") and "docs/deploy.md" in warning
     assert _check_secrets_key(make_settings(store_url=redis_server.url, BROKER_SECRETS_KEY=key_text())) is None
+
+
+def test_a_key_file_gone_bad_never_touches_a_job_without_secrets_and_a_retry_says_what_is_wrong(make_settings, tmp_path):
+    """The data dir's key file damaged after start (a bad restore, a truncated write): a job with no secrets
+    still launches — it needs no key — and an Idempotency-Key retry of a job with secrets is a 409 naming
+    the file, not a 500."""
+    from broker.service import Conflict
+
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'bad.db'}")
+    launcher = open_launcher(settings)
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    try:
+        sealed = service.submit(ADMIN, task(tmp_path / "o"), idempotency_key="k")[0]
+        service.cancel(ADMIN, sealed.id)
+        (settings.data_dir / KEY_FILE).write_text("truncated\n")
+        out = tmp_path / "plain.txt"
+        plain = service.submit(ADMIN, task(out, secrets={}))[0]
+        final = run_until(engine, store, plain.id, {"succeeded", "failed"})
+        assert final.state is JobState.SUCCEEDED, final.reason
+        with pytest.raises(Conflict, match=f"already used for job {sealed.id}.*{KEY_FILE}"):
+            service.submit(ADMIN, task(tmp_path / "o"), idempotency_key="k")
+    finally:
+        store.close()
