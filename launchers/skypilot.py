@@ -19,8 +19,8 @@ Choices, and why:
   knows. SkyPilot's autodown (``down=True`` with ``autostop_minutes``) is the
   safety net for a broker that is down.
 * **The budget holds without a broker.** An attempt with a budget limit
-  (:attr:`LaunchRequest.stop_in_seconds`) runs its ``run`` under a guard that
-  stops it on the cluster itself (:func:`~launchers.skypilot_task.guarded_run`)
+  (:attr:`LaunchRequest.stop_in_seconds`) runs its ``setup`` and ``run`` under a
+  guard that stops them on the cluster itself (:func:`~launchers.skypilot_task.guarded_run`)
   :meth:`after_run_seconds` before the limit: what a cluster is billed after its
   run ends — the idle minutes before autodown and the teardown — is paid for
   within the budget too. A limit cannot be moved on a running cluster (there is
@@ -52,7 +52,14 @@ from typing import Any, Protocol
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
 from launchers.skypilot_status import Launch, Observation, next_status
-from launchers.skypilot_task import TaskConfigError, budget_stop_in, exit_code_in, task_config, without_broker_mounts
+from launchers.skypilot_task import (
+    TaskConfigError,
+    budget_stop_in,
+    budget_stopped_step,
+    exit_code_in,
+    task_config,
+    without_broker_mounts,
+)
 
 CLUSTER_PREFIX = "broker"
 MAX_CLUSTER_NAME = 40
@@ -532,25 +539,28 @@ class SkyPilotLauncher:
             self._path(attempt_id, ".log").write_bytes(data)
 
     def _with_exit_code(self, attempt_id: str, result: AttemptStatus) -> AttemptStatus:
-        """``result`` with the exit status the wrapped run reported in its kept logs (bash's
-        128 + N is a kill by signal N, as the local launcher reports it)."""
+        """``result`` with the exit status the wrapped run (or guarded setup, for a ``FAILED_SETUP``) reported
+        in its kept logs (bash's 128 + N is a kill by signal N, as the local launcher reports it)."""
         kept = self._path(attempt_id, ".log")
-        code = exit_code_in(kept.read_bytes()) if kept.exists() else None
+        code = exit_code_in(kept.read_bytes(), result.step or "run") if kept.exists() else None
         if code is None:
             return result
         return replace(result, exit_code=code, signal=code - 128 if code > 128 else None)
 
     def _at_budget(self, attempt_id: str, state: Mapping[str, Any], result: AttemptStatus) -> AttemptStatus:
-        """``result`` as a budget stop when the cluster's guard stopped the run (its line in the kept logs),
-        ending when the cluster's billing did: at teardown — now, or autodown's at the latest."""
+        """``result`` as a budget stop when the cluster's guard stopped the setup or the run (its line in the
+        kept logs; SkyPilot says ``FAILED_SETUP`` or ``FAILED``), ending when the cluster's billing did: at
+        teardown — now, or autodown's at the latest."""
         kept = self._path(attempt_id, ".log")
-        stopped = budget_stop_in(kept.read_bytes()) if kept.exists() else None
+        logs = kept.read_bytes() if kept.exists() else b""
+        stopped = budget_stop_in(logs)
         if stopped is None and not (result.phase is Phase.STOPPED and result.reason == "budget"):
             return result
         if stopped is None:  # the cluster is gone past its limit (autodown, its logs with it)
             stopped = int(state["stop_at"]) + int(state.get("grace_seconds") or 0)
         ended = min(time.time(), stopped + self.after_run_seconds())
-        return replace(result, phase=Phase.STOPPED, reason="budget", step="run", ended_at=ended)
+        return replace(result, phase=Phase.STOPPED, reason="budget", step=budget_stopped_step(logs) or "run",
+                       ended_at=ended)
 
     def _down(self, attempt_id: str, state: dict[str, Any]) -> None:
         try:

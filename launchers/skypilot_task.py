@@ -13,6 +13,7 @@ What the broker changes, and nothing else:
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
 | ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
 | ``run`` | the same script in a subshell, then one line reporting its exit status (:func:`reporting_exit_code`): SkyPilot's job status says only ``FAILED``, so the launcher reads the code from the logs (:func:`exit_code_in`) for the failure diagnosis; with a budget limit (``stop_at``), the subshell runs in its own process group under a guard that stops it there — SIGTERM, SIGKILL after the grace period — and says so in the logs (:func:`budget_stop_in`) |
+| ``setup`` | unchanged without a budget limit; with one, guarded as ``run`` is, to the same limit (:func:`guarded_run` with ``step="setup"``): stopped there, it says so in the logs and ends the job ``FAILED_SETUP``, which the launcher reads as a budget stop, and the run is never started |
 """
 
 from __future__ import annotations
@@ -38,16 +39,30 @@ PLACEMENT_KEYS = ("infra", "cloud", "region", "zone", "instance_type", "accelera
 
 KUBERNETES_CLOUDS = {"kubernetes": "k8s", "k8s": "k8s"}
 
-EXIT_MARKER = "[spot-broker] run exited with status "
-"""The line the wrapped ``run`` prints last: the marker, then bash's exit status (128 + N: killed by signal N)."""
-_EXIT_LINE = re.compile(re.escape(EXIT_MARKER).encode() + rb"(\d+)\s*$", re.MULTILINE)
+GUARDED_STEPS = ("setup", "run")
+"""The task's commands a budget limit guards (:func:`guarded_run`), in the order SkyPilot runs them."""
 
-BUDGET_MARKER = "[spot-broker] run stopped at its budget at "
+
+def exit_marker(step: str = "run") -> str:
+    """The line a wrapped ``step`` prints last: the marker, then bash's exit status (128 + N: killed by signal N)."""
+    return f"[spot-broker] {step} exited with status "
+
+
+def budget_marker(step: str = "run") -> str:
+    """The line a guarded ``step`` prints when its limit stopped it: the marker, then the time (epoch seconds)."""
+    return f"[spot-broker] {step} stopped at its budget at "
+
+
+EXIT_MARKER = exit_marker("run")
+"""The line the wrapped ``run`` prints last: the marker, then bash's exit status (128 + N: killed by signal N)."""
+BUDGET_MARKER = budget_marker("run")
 """The line a guarded ``run`` prints when its limit stopped it: the marker, then the time (epoch seconds)."""
-_BUDGET_LINE = re.compile(re.escape(BUDGET_MARKER).encode() + rb"(\d+)\s*$", re.MULTILINE)
+_EXIT_LINE = re.compile(rb"\[spot-broker\] (setup|run) exited with status (\d+)\s*$", re.MULTILINE)
+_BUDGET_LINE = re.compile(rb"\[spot-broker\] (setup|run) stopped at its budget at (\d+)\s*$", re.MULTILINE)
 BUDGET_EXIT_CODE = 124
-"""What a guarded ``run`` stopped at its limit exits with (as ``timeout`` does), whatever the script's
-own status was: never 0, so SkyPilot never records the job as succeeded."""
+"""What a guarded ``setup`` or ``run`` stopped at its limit exits with (as ``timeout`` does), whatever the
+script's own status was: never 0, so SkyPilot never records the job as succeeded (nor a setup as done: its
+job ends ``FAILED_SETUP``, and the run is not started)."""
 
 
 class TaskConfigError(ValueError):
@@ -126,7 +141,7 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
                 job_id: str = "", attempt_id: str = "", stop_at: int | None = None,
                 grace_seconds: float = 30) -> dict[str, Any]:
     """The SkyPilot task config for one attempt (a new dict; ``task`` is not changed). ``stop_at``
-    (epoch seconds, the cluster's clock): when the guarded ``run`` is stopped (:func:`guarded_run`)."""
+    (epoch seconds, the cluster's clock): when the guarded ``setup`` and ``run`` are stopped (:func:`guarded_run`)."""
     config = copy.deepcopy(dict(task))
     config.pop("broker", None)
     resources = pinned_resources(config.get("resources"), placement)
@@ -158,6 +173,9 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
     if isinstance(config.get("run"), str) and config["run"].strip():
         config["run"] = reporting_exit_code(config["run"]) if stop_at is None else \
             guarded_run(config["run"], stop_at=stop_at, grace_seconds=grace_seconds)
+    if stop_at is not None and isinstance(config.get("setup"), str) and config["setup"].strip():
+        # a hanging pip install or download would keep a paid cluster up past the budget with no broker to stop it
+        config["setup"] = guarded_run(config["setup"], stop_at=stop_at, grace_seconds=grace_seconds, step="setup")
     return config
 
 
@@ -167,7 +185,7 @@ def reporting_exit_code(run: str) -> str:
     return f"(\n{run.rstrip()}\n)\nbroker_status=$?\necho \"{EXIT_MARKER}$broker_status\"\nexit $broker_status\n"
 
 
-def guarded_run(run: str, *, stop_at: int, grace_seconds: float) -> str:
+def guarded_run(run: str, *, stop_at: int, grace_seconds: float, step: str = "run") -> str:
     """:func:`reporting_exit_code`'s script, stopped at ``stop_at`` (epoch seconds) if still running.
 
     The script runs in a subshell of its own process group (``set -m``; SkyPilot runs ``run`` with
@@ -176,15 +194,24 @@ def guarded_run(run: str, *, stop_at: int, grace_seconds: float) -> str:
     group SIGTERM (the checkpoint library saves on it), and SIGKILL once ``grace_seconds`` have passed
     with any of it still alive. The script then reports the run's own status as usual, prints
     :data:`BUDGET_MARKER` with the time, and exits :data:`BUDGET_EXIT_CODE`. Past ``stop_at`` already
-    (a long provisioning or setup), the run is not started at all.
+    (a long provisioning, a setup that ended just then), the run is not started at all.
+
+    ``step="setup"`` guards the task's ``setup`` the same way, to the same limit: SkyPilot 0.14.1 runs it
+    as the first part of the cluster's job (``detach_setup``), on every node, as ``/bin/bash -i`` of a
+    script file with no terminal, as it runs ``run``; any exit status but 0 (and 137, which it takes for a
+    cancel) ends the job ``FAILED_SETUP`` and the run is never started. Its lines name the setup
+    (:func:`exit_marker`, :func:`budget_marker`), so that a setup stopped at the budget is read as a
+    budget stop of the setup, not as the setup failing (:func:`budget_stop_in`).
     """
+    if step not in GUARDED_STEPS:
+        raise ValueError(f"step must be one of {', '.join(GUARDED_STEPS)}, not {step!r}")
     grace = max(int(grace_seconds), 0)
     return (
         f"broker_stop_at={int(stop_at)}\n"
         f"broker_grace={grace}\n"
         'if [ "$(date +%s)" -ge "$broker_stop_at" ]; then\n'
-        '  echo "[spot-broker] the budget\'s limit came before the run started: not starting it"\n'
-        f'  echo "{BUDGET_MARKER}$(date +%s)"\n'
+        f'  echo "[spot-broker] the budget\'s limit came before the {step} started: not starting it"\n'
+        f'  echo "{budget_marker(step)}$(date +%s)"\n'
         f"  exit {BUDGET_EXIT_CODE}\n"
         "fi\n"
         'broker_fired="${TMPDIR:-/tmp}/spot-broker-budget.$$"\n'
@@ -196,7 +223,7 @@ def guarded_run(run: str, *, stop_at: int, grace_seconds: float) -> str:
         "(\n"
         '  while [ "$(date +%s)" -lt "$broker_stop_at" ]; do sleep 1; done\n'
         '  : > "$broker_fired"\n'
-        '  echo "[spot-broker] the budget\'s limit came: SIGTERM to the run, SIGKILL after $broker_grace s"\n'
+        f'  echo "[spot-broker] the budget\'s limit came: SIGTERM to the {step}, SIGKILL after $broker_grace s"\n'
         '  kill -TERM -- "-$broker_run" 2>/dev/null\n'
         "  broker_waited=0\n"
         '  while kill -0 -- "-$broker_run" 2>/dev/null && [ "$broker_waited" -lt "$broker_grace" ]; do\n'
@@ -214,27 +241,34 @@ def guarded_run(run: str, *, stop_at: int, grace_seconds: float) -> str:
         '  kill "$broker_guard" 2>/dev/null\n'
         '  wait "$broker_guard" 2>/dev/null\n'
         "fi\n"
-        f'echo "{EXIT_MARKER}$broker_status"\n'
+        f'echo "{exit_marker(step)}$broker_status"\n'
         'if [ -e "$broker_fired" ]; then\n'
         '  rm -f "$broker_fired"\n'
-        f'  echo "{BUDGET_MARKER}$(date +%s)"\n'
+        f'  echo "{budget_marker(step)}$(date +%s)"\n'
         f"  exit {BUDGET_EXIT_CODE}\n"
         "fi\n"
         "exit $broker_status\n"
     )
 
 
-def budget_stop_in(logs: bytes) -> int | None:
-    """When the guarded ``run`` was stopped at its budget, from its logs (epoch seconds; the first
-    node to report), or None: it was not (or the logs were cut)."""
-    times = [int(m.group(1)) for m in _BUDGET_LINE.finditer(logs)]
+def budget_stop_in(logs: bytes, step: str | None = None) -> int | None:
+    """When the guarded ``setup`` or ``run`` (``step``: that one only) was stopped at its budget, from its
+    logs (epoch seconds; the first node to report), or None: it was not (or the logs were cut)."""
+    times = [int(m.group(2)) for m in _BUDGET_LINE.finditer(logs) if step is None or m.group(1).decode() == step]
     return min(times) if times else None
 
 
-def exit_code_in(logs: bytes) -> int | None:
-    """The run's exit status from its logs (None: no report — it never ended on its own, or
-    the logs were cut). With several nodes each reports; the first failure's status wins."""
-    codes = [int(m.group(1)) for m in _EXIT_LINE.finditer(logs)]
+def budget_stopped_step(logs: bytes) -> str | None:
+    """Which command the budget's limit stopped, from the logs: ``"setup"`` (the run never started) or
+    ``"run"``; None when neither was stopped at the budget (or the logs were cut)."""
+    return next((s for s in GUARDED_STEPS if budget_stop_in(logs, s) is not None), None)
+
+
+def exit_code_in(logs: bytes, step: str = "run") -> int | None:
+    """The ``step``'s exit status from its logs (None: no report — it never ended on its own, or
+    the logs were cut; a setup reports one only when guarded). With several nodes each reports;
+    the first failure's status wins."""
+    codes = [int(m.group(2)) for m in _EXIT_LINE.finditer(logs) if m.group(1).decode() == step]
     return next((c for c in codes if c != 0), codes[0] if codes else None)
 
 

@@ -76,3 +76,30 @@ class ScriptedSky:
         if request_done:
             for rid in self.requests:
                 self.requests[rid] = (Launch.DONE, "")
+
+
+def run_as_skypilot_runs_setup(setup: str, home, *, timeout: float = 60):
+    """Run a task's ``setup`` on this host the way SkyPilot 0.14.1 runs it on each node of a cluster (detached
+    setup, the first part of the job): its own script builder (``log_lib.make_task_bash_script``) writes the setup
+    to a file run as ``/bin/bash -i <file> 2>&1``, itself inside the job's ``/bin/bash -i`` script, in a new
+    session with no terminal (``log_lib.run_with_log``). Returns the ``CompletedProcess``: what SkyPilot's job
+    reads as the setup's return code (any but 0 and 137, a cancel: ``FAILED_SETUP``) and the output it logs.
+    ``home``: the node's home (its ``~/.bashrc``, ``~/sky_workdir``)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from sky.backends import task_codegen
+    from sky.skylet import log_lib
+
+    home = Path(home)
+    (home / "sky_workdir").mkdir(parents=True, exist_ok=True)
+    setup_file = home / "sky_setup_test"
+    setup_file.write_text(log_lib.make_task_bash_script(setup, env_vars={"SKYPILOT_SETUP_NODE_RANK": "0"}))
+    unset = " && ".join(f"unset {var}" for var in task_codegen.UNSET_RAY_ENV_VARS)
+    job_file = home / "sky_app_test"
+    job_file.write_text(log_lib.make_task_bash_script(f"{unset}; /bin/bash -i {setup_file} 2>&1"))
+    env = {k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "ENV")}
+    env["HOME"] = str(home)
+    return subprocess.run(["/bin/bash", "-i", str(job_file)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, cwd=home, env=env, timeout=timeout, start_new_session=True)

@@ -6,6 +6,7 @@ Sequences, one poll per arrow:
 | | |
 |---|---|
 | launched with its limit → running → its guard stops the run (no broker asked) | stopped at its budget |
+| launched with its limit → setting up (a download that hangs) → its guard stops the setup (no broker asked) | stopped at its budget, not failed: the run never started |
 | launched with its limit → budget raised (the cluster's limit stays) → the guard stops the run at the old limit | resumed from its checkpoint on a new cluster with the new limit |
 """
 
@@ -15,7 +16,7 @@ import re
 import time
 
 import pytest
-from skypilot_fakes import ScriptedSky
+from skypilot_fakes import ScriptedSky, run_as_skypilot_runs_setup
 
 from broker.auth import Principal
 from broker.config import load_settings
@@ -104,3 +105,27 @@ def test_a_budget_raised_after_launch_resumes_the_job_its_cluster_stopped_at_the
     second = service.store.attempts(job.id)[-1]
     assert second.n == 2 and second.limit_at > first.limit_at + 3600
     assert cluster_stop_at(cloud, cluster_name(second.id)) > old_stop + 3600  # the new cluster, the new limit
+
+
+def test_a_setup_still_running_at_the_limit_is_stopped_by_its_cluster_and_the_job_stops_at_its_budget(broker, tmp_path):
+    service, engine, cloud = broker
+    job, _ = service.submit(ADMIN, {**TASK, "setup": "echo downloading the dataset\nsleep 120",
+                                    "broker": {"budget_usd": 100}})
+    engine.tick()
+    (attempt,) = service.store.attempts(job.id)
+    cluster = cluster_name(attempt.id)
+    cloud.provisioned(cluster, spot=True, job="SETTING_UP")
+    assert tick_until(engine, service.store, job.id, {"running"}).state is JobState.RUNNING
+    [setup] = [config["setup"] for name, config in cloud.launched if name == cluster]
+    assert setup.startswith(f"broker_stop_at={cluster_stop_at(cloud, cluster)}\n")  # the run's limit
+    # the launcher's own setup script, run as SkyPilot runs it, its limit brought 2 s near
+    near = re.sub(r"^broker_stop_at=\d+", f"broker_stop_at={int(time.time()) + 2}", setup)
+    done = run_as_skypilot_runs_setup(near, tmp_path / "node")
+    assert done.returncode == 124 and b"downloading the dataset" in done.stdout
+    cloud.jobs[cluster] = "FAILED_SETUP"
+    cloud.output[cluster] = done.stdout
+    final = tick_until(engine, service.store, job.id, {"stopped_budget", "queued", "failed"})
+    assert final.state is JobState.STOPPED_BUDGET, "a setup stopped at the budget is no failure of the setup"
+    (attempt,) = service.store.attempts(job.id)
+    assert attempt.stop_reason == "budget" and final.spent <= final.budget
+    assert cluster in cloud.downed

@@ -184,6 +184,31 @@ def test_a_run_its_guard_stopped_is_a_budget_stop_billed_until_its_teardown(laun
     assert launcher.status(AID) == status  # final, from the saved state
 
 
+def test_a_setup_its_guard_stopped_is_a_budget_stop_of_the_setup_not_a_failed_setup(launcher, sky_client):
+    launcher.launch(limited(3600))
+    sky_client.provisioned(CLUSTER, job="SETTING_UP")
+    assert (launcher.status(AID).phase, launcher.status(AID).step) == (Phase.RUNNING, "setup")
+    stopped = int(time.time()) - 30
+    sky_client.jobs[CLUSTER] = "FAILED_SETUP"  # what SkyPilot makes of the guard's exit 124
+    sky_client.output[CLUSTER] = (b"(setup pid=2101) Collecting torch\n"
+                                  b"(setup pid=2101) [spot-broker] the budget's limit came: SIGTERM to the setup\n"
+                                  b"(setup pid=2101) [spot-broker] setup exited with status 143\n"
+                                  b"(setup pid=2101) [spot-broker] setup stopped at its budget at %d\n" % stopped)
+    status = launcher.status(AID)
+    assert (status.phase, status.reason, status.step) == (Phase.STOPPED, "budget", "setup")
+    assert CLUSTER in sky_client.downed
+    assert stopped < status.ended_at <= time.time()
+
+
+def test_a_guarded_setup_that_fails_by_itself_is_a_failed_setup_with_its_exit_status(launcher, sky_client):
+    launcher.launch(limited(3600))
+    sky_client.provisioned(CLUSTER, job="FAILED_SETUP")
+    sky_client.output[CLUSTER] = (b"(setup pid=2101) ERROR: No matching distribution found for torch==9.9\n"
+                                  b"(setup pid=2101) [spot-broker] setup exited with status 1\n")
+    status = launcher.status(AID)
+    assert (status.phase, status.exit_code, status.signal, status.step) == (Phase.FAILED, 1, None, "setup")
+
+
 def test_a_cluster_autodowned_past_its_limit_while_no_broker_watched_is_a_budget_stop(sky, tmp_path, sky_client):
     launcher = SkyPilotLauncher(tmp_path / "state", client=sky_client, autostop_minutes=1)
     launcher.launch(limited(launcher.after_run_seconds() + 1, placement=SPOT_A100))  # its run stops in 1 s

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from skypilot_fakes import run_as_skypilot_runs_setup
+
 from launchers.base import LaunchError, LaunchRequest
 from launchers.skypilot import TaskError, attempt_config, build_task, cluster_name, validate_task
 from launchers.skypilot_task import (
@@ -19,6 +21,7 @@ from launchers.skypilot_task import (
     CHECKPOINT_MOUNT,
     TaskConfigError,
     budget_stop_in,
+    budget_stopped_step,
     exit_code_in,
     guarded_run,
     infra,
@@ -285,8 +288,64 @@ def test_with_a_limit_the_task_skypilot_runs_is_the_guarded_run(sky):
     dumped = build_task(config).to_yaml_config()
     assert dumped["run"].startswith("broker_stop_at=1900000000\nbroker_grace=45\n")
     assert "python train.py --epochs $EPOCHS" in dumped["run"]
-    assert dumped["setup"] == "pip list"  # setup is not guarded
-    assert "broker_stop_at" not in attempt_config(request(GPU_TASK, SPOT_A100))["run"]  # no limit, no guard
+    # setup too, to the same limit: a hanging pip install must not keep the cluster up past the budget
+    assert dumped["setup"] == guarded_run("pip list", stop_at=1_900_000_000, grace_seconds=45, step="setup")
+    unlimited = attempt_config(request(GPU_TASK, SPOT_A100))
+    assert "broker_stop_at" not in unlimited["run"] and unlimited["setup"] == "pip list"  # no limit, no guard
+
+
+# --- the guarded setup, run as SkyPilot 0.14.1 runs a task's ``setup`` (its own script builder, bash -i) --------
+
+
+def test_a_setup_still_running_at_its_limit_has_its_whole_tree_stopped_and_says_so_as_the_setups(sky, tmp_path):
+    import time
+
+    # a download that ignores SIGTERM in a child, and a grandchild in the background: SIGKILL after the grace
+    setup = ("echo installing\n"
+             "bash -c 'trap \"\" TERM; sleep 120 & echo $! > grandchild; sleep 120' &\n"
+             "echo $! > child\n"
+             "wait")
+    started = time.time()
+    done = run_as_skypilot_runs_setup(guarded_run(setup, stop_at=int(started) + 2, grace_seconds=2, step="setup"),
+                                      tmp_path)
+    took = time.time() - started
+    out = done.stdout
+    assert done.returncode == BUDGET_EXIT_CODE, "neither 0 nor 137: SkyPilot ends the job FAILED_SETUP, no run"
+    assert b"installing" in out and b"SIGTERM to the setup" in out
+    stopped = budget_stop_in(out, "setup")
+    assert stopped is not None and started + 1 <= stopped <= time.time() + 1
+    assert budget_stopped_step(out) == "setup" and budget_stop_in(out, "run") is None
+    assert exit_code_in(out, "setup") == 143 and exit_code_in(out) is None  # killed by SIGTERM; no run reported
+    assert 2 <= took < 9, "the limit, then at most the grace period before SIGKILL"
+    for name in ("child", "grandchild"):
+        assert not _alive(int((tmp_path / "sky_workdir" / name).read_text())), f"the setup's {name} was left running"
+
+
+@pytest.mark.parametrize("setup, status", [("echo ok", 0), ("echo broken; exit 3", 3)])
+def test_a_setup_that_ends_before_its_limit_ends_at_once_with_its_own_status(sky, tmp_path, setup, status):
+    import time
+
+    started = time.time()
+    done = run_as_skypilot_runs_setup(guarded_run(setup, stop_at=int(started) + 600, grace_seconds=30, step="setup"),
+                                      tmp_path)
+    assert time.time() - started < 5, "the guard does not wait for the limit"
+    assert done.returncode == status and exit_code_in(done.stdout, "setup") == status
+    assert budget_stop_in(done.stdout) is None and budget_stopped_step(done.stdout) is None
+
+
+def test_a_setup_whose_limit_came_during_provisioning_is_not_started(sky, tmp_path):
+    import time
+
+    done = run_as_skypilot_runs_setup(guarded_run("touch started", stop_at=int(time.time()) - 1, grace_seconds=30,
+                                                  step="setup"), tmp_path)
+    assert done.returncode == BUDGET_EXIT_CODE and budget_stopped_step(done.stdout) == "setup"
+    assert b"came before the setup started" in done.stdout
+    assert not (tmp_path / "sky_workdir" / "started").exists()
+
+
+def test_only_setup_and_run_are_guarded():
+    with pytest.raises(ValueError, match="step must be one of setup, run"):
+        guarded_run("true", stop_at=1, grace_seconds=1, step="teardown")
 
 
 def test_an_uploaded_workdir_unpacked_for_the_attempt_is_the_workdir_skypilot_syncs(sky, tmp_path):
