@@ -24,7 +24,8 @@ Choices, and why:
   :meth:`after_run_seconds` before the limit: what a cluster is billed after its
   run ends — the idle minutes before autodown and the teardown — is paid for
   within the budget too. A limit cannot be moved on a running cluster (there is
-  no ``set_stop_in``): a budget raised later takes effect on the next attempt.
+  no ``set_stop_in``; docs/deploy.md says why): a budget raised later takes effect
+  on the next attempt.
 * **Plan first.** :meth:`launch` asks SkyPilot for a dry run before the real
   launch and turns a refusal (unknown accelerator, no such zone, missing
   bucket) into :class:`~launchers.base.LaunchError` with a sentence.
