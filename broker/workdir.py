@@ -20,6 +20,7 @@ will. Standard library only: the CLI imports it.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -39,6 +40,9 @@ UNPACK_RATIO = 20
 MAX_FILES = 100_000
 PACK_MTIME = 946_684_800  # 2000-01-01T00:00Z: every file's time in a pack, so its digest is the content's
 DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
+NOT_A_TREE = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP})
+"""What unpacking a pack's own members raises when they make no tree (a file under a file, a name too
+long): the pack's fault, not the disk's."""
 
 
 class PackError(ValueError):
@@ -294,8 +298,10 @@ def unpack(source: str | Path, destination: str | Path, *, max_bytes: int) -> tu
     dest = Path(destination)
     dest.mkdir(parents=True)
     counted = {"entries": 0, "files": 0, "bytes": 0}
+    at = {"member": ""}  # the member being unpacked, for a message (its name cut short: it may be 4 KiB)
 
     def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+        at["member"] = member.name if len(member.name) <= 100 else member.name[:100] + "…"
         counted["entries"] += 1
         counted["files"] += 0 if member.isdir() else 1
         counted["bytes"] += member.size if member.isfile() else 0
@@ -318,8 +324,15 @@ def unpack(source: str | Path, destination: str | Path, *, max_bytes: int) -> tu
     except PackError:
         shutil.rmtree(dest, ignore_errors=True)
         raise
+    except (KeyError, RecursionError) as exc:  # a hard link to no member; a path nested deeper than Python recurses
+        shutil.rmtree(dest, ignore_errors=True)
+        why = "is a hard link to no earlier member" if isinstance(exc, KeyError) else "is nested too deep"
+        raise PackError(f"{at['member']!r} cannot be unpacked: it {why}") from None
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile, UnicodeError) as exc:
         shutil.rmtree(dest, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in NOT_A_TREE:
+            raise PackError(f"{at['member']!r} cannot be unpacked: {exc.strerror} (its members make no tree of "
+                            "files: a file under a file, a name used twice, a name too long)") from None
         if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.errno is not None:
             raise  # the disk, not the pack
         raise PackError(f"is not a whole tar.gz file ({type(exc).__name__}: {exc})") from None

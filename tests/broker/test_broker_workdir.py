@@ -227,6 +227,26 @@ def test_a_pack_that_would_unpack_out_of_its_directory_is_a_422_naming_the_membe
     assert not (tmp_path / "evil.sh").exists() and not (tmp_path.parent / "evil.sh").exists()
 
 
+NOT_A_TREE = [
+    pytest.param([(member("a"), b"x"), (member("a/b"), b"y")], "'a/b'", id="a file under a file"),
+    pytest.param([(member("a", tarfile.DIRTYPE), None), (member("a"), b"x")], "'a'", id="a file over a directory"),
+    pytest.param([(member("l", tarfile.SYMTYPE, "l"), None), (member("l/x"), b"x")], "'l/x'", id="a link to itself"),
+    pytest.param([(member("h", tarfile.LNKTYPE, "nothere"), None)], "'h'", id="a hard link to no member"),
+    pytest.param([(member("a" * 300), b"x")], "'aaaa", id="a name too long"),
+    pytest.param([(member("/".join(["d"] * 2000)), b"x")], "'d/d/d", id="a path too deep"),
+]
+
+
+@pytest.mark.parametrize("members, detail", NOT_A_TREE)
+def test_a_pack_whose_members_make_no_tree_is_a_422_naming_the_member_not_a_500(api, members, detail):
+    client, _ = api
+    data = tar_gz(*members)
+    r = client.put(f"/v1/workdirs/{digest_of(data)}", content=data, headers=H)
+    assert r.status_code == 422 and r.json()["field"] == "body", r.text
+    assert detail in r.json()["detail"] and "cannot be unpacked" in r.json()["detail"], r.text
+    assert client.get(f"/v1/workdirs/{digest_of(data)}", headers=H).status_code == 404  # nothing stored
+
+
 def test_a_pack_that_unpacks_to_far_more_than_its_size_is_refused(api):
     client, _ = api
     data = tar_gz((member("zeros"), bytes(30 * 2**20)))  # 30 MiB of zeros: a few KiB packed, > 20 x 64 KiB unpacked
