@@ -34,6 +34,7 @@ from broker.workdir import UNPACK_RATIO, PackError, parse_digest, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import cost_for_seconds, fmt
 from pricing.offers import Tier
+from pricing.placement import start_shortfall
 
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
@@ -353,6 +354,10 @@ class BrokerService:
                 if job.budget - job.spent < needed:
                     raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt(job.budget)} budget is "
                                    f"left, not enough to run a minute and stop cleanly: raise the budget first")
+                short = self._start_shortfall(job, tier or job.force_tier)
+                if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
+                    raise Conflict(f"not resumed: the budget left, {fmt(job.budget - job.spent)}, {short}: raise the "
+                                   "budget first")
             now = self.clock()
             step = job.last_checkpoint.get("step")
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
@@ -365,6 +370,15 @@ class BrokerService:
             return self._commit(Change(job=new, expected_version=job.version, events=[event]))
 
         return self._retrying(once)
+
+    def _start_shortfall(self, job: Job, tier: str | None) -> str | None:
+        """Why the job's budget left cannot start it on any offer it may take, as the engine weighs a start
+        (a start and a clean stop, plus a cloud cluster's billing after its run): ``None`` when it can."""
+        request = request_of(job)
+        mine = [o for o in matching_offers(request, all_offers(self.settings)) if tier is None or o.tier.value == tier]
+        return start_shortfall(request, mine, job.budget - job.spent,
+                               min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
+                               after_run_seconds=after_run(self.launcher, mine))
 
     def raise_budget(self, principal: Principal, job_id: str, new_budget: int, *, only_up: bool = False) -> Job:
         """Set a job's budget cap, up, or down to no less than it spent (raising it lets a budget-stopped

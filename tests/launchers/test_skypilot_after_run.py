@@ -124,3 +124,24 @@ def test_the_router_says_a_clusters_billing_after_its_run_for_cloud_offers_and_n
     assert {o.zone for o in here} == {"sim-od", "local"} and not set(here) & set(seconds)
     assert set(seconds) == set(offers) - set(here)
     assert set(seconds.values()) == {service.launcher.cloud.after_run_seconds()} == {15 * 60}
+
+
+def test_a_job_stopped_at_its_budget_before_any_attempt_resumes_only_once_the_budget_pays_for_a_start(broker):
+    from broker.service import Conflict
+
+    service, engine, cloud = broker
+    task = {**TASK, "resources": {"accelerators": "A10G:1", "use_spot": True}}  # cloud spot only: 15 min after its run
+    job, _ = service.submit(ADMIN, {**task, "broker": {"budget_usd": 1}})
+    service.raise_budget(ADMIN, job.id, 50_000)
+    engine.tick()
+    assert service.store.get_job(job.id).state is JobState.STOPPED_BUDGET
+    # no attempt, so no price of its own: the resume is weighed as the engine will weigh the start
+    with pytest.raises(Conflict) as info:
+        service.resume(ADMIN, job.id)
+    assert "cloud cluster's 15 minutes of billing after its run" in str(info.value), str(info.value)
+    assert "raise the budget" in str(info.value)
+    assert service.store.get_job(job.id).state is JobState.STOPPED_BUDGET  # not resumed only to stop again
+    service.raise_budget(ADMIN, job.id, 1_000_000)
+    assert service.resume(ADMIN, job.id).state is JobState.QUEUED
+    engine.tick()
+    assert service.store.get_job(job.id).placement["tier"] == "spot" and cloud.launched
