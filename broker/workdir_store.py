@@ -15,6 +15,7 @@ variables (``AWS_ENDPOINT_URL`` for an S3-compatible store).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import uuid
@@ -24,6 +25,8 @@ import fsspec
 
 from broker.config import Settings
 from broker.workdir import UNPACK_RATIO, PackError, unpack
+
+log = logging.getLogger(__name__)
 
 
 class PackMissing(FileNotFoundError):
@@ -83,6 +86,8 @@ class WorkdirStore:
                     while chunk := src.read(1 << 20):
                         sha.update(chunk)
                         dst.write(chunk)
+                    dst.flush()
+                    os.fsync(dst.fileno())  # whole on disk before it takes the name a launch trusts
             except FileNotFoundError:
                 raise PackMissing(f"no workdir pack sha256:{hex_digest} at {self.uri(hex_digest)}") from None
             if sha.hexdigest() != hex_digest:
@@ -102,11 +107,23 @@ class WorkdirStore:
         if target.is_dir():
             return target
         cached = base / "packs" / f"{hex_digest}.tar.gz"
-        if not cached.is_file():
+        fetched = not cached.is_file()
+        if fetched:
             self.fetch(hex_digest, cached)
         staging = base / "attempts" / f".{attempt_id}.tmp-{uuid.uuid4().hex}"
         staging.parent.mkdir(parents=True, exist_ok=True)
-        unpack(cached, staging, max_bytes=self.settings.max_workdir_bytes * UNPACK_RATIO)
+        limit = self.settings.max_workdir_bytes * UNPACK_RATIO
+        try:
+            unpack(cached, staging, max_bytes=limit)
+        except PackError:
+            if fetched:
+                raise  # the store's copy, checked against its digest just now: the pack itself is bad
+            # this host's copy went bad after it was checked (cut short by a crash or a full disk): the
+            # host's fault, not the job's — the store's copy is fetched again rather than failing the job
+            log.warning("workdir pack %s: this host's copy %s is damaged; fetching it again", hex_digest, cached)
+            cached.unlink(missing_ok=True)
+            self.fetch(hex_digest, cached)
+            unpack(cached, staging, max_bytes=limit)
         try:
             os.rename(staging, target)
         except OSError:

@@ -270,6 +270,26 @@ def test_a_pack_gone_from_the_store_before_launch_fails_the_job_saying_so(api, t
     assert f"its workdir {p.digest} cannot be unpacked: no workdir pack" in failed.reason, failed.reason
 
 
+def test_a_damaged_copy_of_a_pack_in_the_hosts_cache_is_fetched_again_not_the_jobs_end(api, tmp_path):
+    """The host keeps one copy of each pack it fetched (``<data dir>/workdirs/packs``); a copy cut short (the
+    host lost power before it reached the disk, the disk filled) is the host's fault, not the job's: it is
+    fetched again from the store, where the pack is whole, and the attempt runs."""
+    from broker.workdir_store import WorkdirStore
+
+    client, settings = api
+    p = pack(project(tmp_path / "p"))
+    assert client.put(f"/v1/workdirs/{p.digest}", content=p.path.read_bytes(), headers=H).status_code == 201
+    store = WorkdirStore(settings)
+    cached = settings.data_dir / "workdirs" / "packs" / f"{p.digest[7:]}.tar.gz"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(p.path.read_bytes()[:40])  # cut short
+    got = store.attempt_dir(p.digest[7:], "j-1-a1")
+    assert (got / "train.py").read_text() == "print('hi')\n"
+    assert cached.read_bytes() == p.path.read_bytes()
+    cached.write_bytes(b"")  # and empty
+    assert (store.attempt_dir(p.digest[7:], "j-1-a2") / "train.py").is_file()
+
+
 # -- S3, through moto's server over HTTP ------------------------------------------------------------
 
 
