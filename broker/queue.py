@@ -30,15 +30,15 @@ def positions(jobs: Iterable[Job]) -> dict[str, int]:
     return {job.id: i for i, job in enumerate(ordered(jobs), start=1)}
 
 
-def expected_end(job: Job, now: float, grace_seconds: float = 0.0) -> float | None:
+def expected_end(job: Job, now: float, grace_seconds: float = 0.0, stop_asked_at: float | None = None) -> float | None:
     """When a running job should finish: from its reported step rate, else from ``expected_hours``; a job
     placed or launching (it holds its capacity already) from ``expected_hours`` counted from now; a job
-    being cancelled or stopped when its stop's grace period ends (counted from its last change, when the
-    stop was asked; no earlier than now). ``None`` when it cannot be told: no rate and no length, or a job
-    running past its ``expected_hours`` (overdue: it may end any moment or in hours, and "now" would be a
-    guess that is wrong tick after tick)."""
+    being cancelled or stopped when its stop's grace period ends (counted from ``stop_asked_at``, when its
+    attempt was asked to stop, else from its last change, the cancel itself; no earlier than now). ``None``
+    when it cannot be told: no rate and no length, or a job running past its ``expected_hours`` (overdue: it
+    may end any moment or in hours, and "now" would be a guess that is wrong tick after tick)."""
     if job.state in (JobState.CANCELLING, JobState.STOPPING):
-        return max(job.updated_at + grace_seconds, now)
+        return max((stop_asked_at if stop_asked_at is not None else job.updated_at) + grace_seconds, now)
     if job.state in (JobState.PLACED, JobState.LAUNCHING):
         return now + float(Decimal(job.expected_hours) * 3600) if job.expected_hours else None
     if job.state is not JobState.RUNNING or job.running_since is None:
@@ -61,11 +61,13 @@ def held(job: Job) -> int:
 
 
 def estimated_starts(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, int]] | None = None,
-                     free: Mapping[str, int] | None = None, grace_seconds: float = 0.0) -> dict[str, float]:
+                     free: Mapping[str, int] | None = None, grace_seconds: float = 0.0,
+                     stops_asked: Mapping[str, float] | None = None) -> dict[str, float]:
     """Roughly when each queued job waiting for capacity starts. Capacity is counted in units, a pool's
     slots or a zone's nodes: ``free`` now per pool or zone, and those that running, launching and placed
     jobs hold, handed back at their expected ends (a job being cancelled or stopped at the end of its stop's
-    ``grace_seconds``: its slots are not free until its process is gone). In queue order, each job takes the units it needs
+    ``grace_seconds`` from ``stops_asked[job id]``, when its attempt was asked to stop: its slots are not free
+    until its process is gone). In queue order, each job takes the units it needs
     (``usable(job)``: per pool or zone it may run in, how many; absent: any, one) where they come free
     earliest, and starts when the last of them does; a job of 4 slots waits for as many slots as that to
     come free, not for one job to end. A queued job that says how long it runs (``expected_hours``) hands
@@ -76,7 +78,7 @@ def estimated_starts(jobs: Iterable[Job], now: float, usable: Callable[[Job], Ma
     jobs = list(jobs)
     ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
     ends += [(e, j.placement.get("location"), held(j)) for j in jobs
-             if (e := expected_end(j, now, grace_seconds)) is not None]
+             if (e := expected_end(j, now, grace_seconds, (stops_asked or {}).get(j.id))) is not None]
     ends.sort(key=lambda end: end[0])
     out: dict[str, float] = {}
     for job in ordered(jobs):

@@ -278,7 +278,16 @@ class BrokerService:
                     need[o.location] = min(need.get(o.location, units), units)
             return need
 
-        return positions(jobs), estimated_starts(jobs, self.clock(), usable, free, self.settings.stop_grace_seconds)
+        # a stop's grace period runs from when the attempt was asked to stop: the job's updated_at moves on with
+        # each write of the engine (every tick bills the attempt), so counted from it the end never came nearer
+        stops_asked = {}
+        for job in jobs:
+            if job.state in (JobState.CANCELLING, JobState.STOPPING):
+                attempts = self.store.attempts(job.id)
+                if attempts and attempts[-1].stop_requested_at is not None:
+                    stops_asked[job.id] = attempts[-1].stop_requested_at
+        return positions(jobs), estimated_starts(jobs, self.clock(), usable, free, self.settings.stop_grace_seconds,
+                                                 stops_asked)
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)

@@ -268,3 +268,34 @@ def test_a_job_waiting_for_a_spot_zone_with_no_capacity_now_gets_no_estimate_not
         assert service.queue()[1] == {job.id: pytest.approx(service.clock(), abs=5)}
     finally:
         store.close()
+
+
+def test_a_stops_grace_period_runs_from_when_the_stop_was_asked_not_from_the_jobs_last_billing_write(tmp_path):
+    """Cancelled, and its attempt asked to stop 25 s ago; the engine has written the job since (each tick bills
+    the attempt, and each write moves ``updated_at``): the job behind it starts when the 30 s grace period
+    that began 25 s ago ends, in 5 s — not 30 s after the last billing write, tick after tick."""
+    from broker.config import Pool, Settings
+    from broker.lifecycle import AttemptState
+    from broker.models import Attempt
+    from broker.service import BrokerService
+    from broker.store import Change
+    from broker.store.sqlite import SqliteStore
+
+    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
+                        pools=(Pool("gpus", 1, "A100", 1_000_000),), teams={}, admin_token_hashes=frozenset(),
+                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
+                        public_url="http://127.0.0.1:8000", engine=False, stop_grace_seconds=30.0)
+    store = SqliteStore(tmp_path / "q.db")
+    onprem = {"tier": "onprem", "location": "gpus", "zone": "gpus", "instance_type": "gpus-1slot"}
+    going = replace(job("going", JobState.CANCELLING, hours="1", since=NOW - 600, slots=[0]), placement=onprem,
+                    updated_at=NOW - 1, attempts=1)
+    attempt = Attempt(id="going-a1", job_id="going", n=1, state=AttemptState.RUNNING, launcher="local",
+                      placement=onprem, price_per_hour=1_000_000, created_at=NOW - 700, started_at=NOW - 600,
+                      slots=[0], stop_requested_at=NOW - 25, stop_reason="cancelled")
+    waiting = replace(job("next", JobState.QUEUED, at=1), spec={"run": "x", "resources": {"accelerators": "A100:1"}})
+    store.commit(Change(job=going, expected_version=None, attempts=(attempt,)))
+    store.commit(Change(job=waiting, expected_version=None))
+    try:
+        assert BrokerService(settings, store, clock=lambda: NOW).queue() == ({"next": 1}, {"next": pytest.approx(NOW + 5)})
+    finally:
+        store.close()
