@@ -15,6 +15,7 @@ Pure, given the price table.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,7 +25,7 @@ from broker.config import Pool, Settings
 from broker.models import Job
 from launchers.base import after_run_seconds
 from launchers.simzones import SimZone
-from pricing.catalog import PRICED_CLOUDS
+from pricing.catalog import PRICED_CLOUDS, CatalogError
 from pricing.money import to_micros
 from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import candidates
@@ -46,6 +47,8 @@ def pool_offers(pool: Pool) -> list[Offer]:
         for k in range(1, pool.slots + 1)
     ]
 
+
+log = logging.getLogger("broker.offers")
 
 PRICE_RECHECK_SECONDS = 60.0
 """How often the broker looks whether the catalog it priced from has changed on disk."""
@@ -73,7 +76,14 @@ def _price_table(clouds: Sequence[str] = PRICED_CLOUDS) -> tuple[Offer, ...]:
             files = catalog_files(clouds=(cloud,))
             _checked[cloud] = now
             if cloud not in _tables or _tables[cloud][0] != files:
-                _tables[cloud] = (files, load_price_table(clouds=(cloud,)))
+                try:
+                    _tables[cloud] = (files, load_price_table(clouds=(cloud,)))
+                except CatalogError as exc:
+                    if cloud not in _tables:
+                        raise  # the first read: the broker's start-up check says so in one line
+                    # caught mid-rewrite by SkyPilot's refresh, or broken: keep quoting the prices read last,
+                    # and read the file again at the next look
+                    log.warning("price catalog of %s not re-read, keeping the prices read before: %s", cloud, exc)
         key = tuple(_tables[c][0] for c in clouds)
         if clouds not in _joined or _joined[clouds][0] != key:
             _joined[clouds] = (key, tuple(o for c in clouds for o in _tables[c][1]))

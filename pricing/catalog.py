@@ -86,6 +86,10 @@ def parse_vms_csv(text: str, cloud: str, zone_names: Mapping[str, str] | None = 
         raise CatalogError(f"not a SkyPilot v8 vms.csv: no column {', '.join(missing)} in its header line")
     rows = []
     for row in reader:
+        if None in row or None in row.values():  # more cells than the header (kept under None), or fewer
+            cells = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or ())
+            raise CatalogError(f"line {reader.line_num}: {cells} cells where the header has "
+                               f"{len(reader.fieldnames or ())} (a line cut off or broken)")
         for column in ("AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice"):
             _checked(row.get(column), column, reader.line_num)
         rows.append(row)

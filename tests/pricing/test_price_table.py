@@ -147,6 +147,11 @@ G5 = "g5.xlarge,A10G,1.0,4.0,16.0,,{price},{spot},us-east-1,use1-az1,x86_64"
                      "line 2: AcceleratorCount 'one' is not a number", id="an accelerator count that is not a number"),
         pytest.param(AWS_HEADER + "g5.xlarge,A10G,1,NaN,16.0,,1.0,,us-east-1,use1-az1,x86_64",
                      "line 2: vCPUs 'NaN' is not a number", id="a NaN vCPU count, which placement could not compare"),
+        pytest.param(AWS_HEADER + "g5.xlarge,A10G,1,4.0,16.0,,1.0",
+                     "line 2: 7 cells where the header has 11 (a line cut off or broken)",
+                     id="a line cut off (a file caught while it is rewritten) is an error, not a crash"),
+        pytest.param(AWS_HEADER + "g5.xlarge,A10G,1,4.0,16.0,,1.0,,us-east-1,use1-az1,x86_64,extra",
+                     "line 2: 12 cells where the header has 11", id="a line with a cell too many is an error"),
     ],
 )
 def test_a_malformed_catalog_is_an_error_naming_the_line_and_column(text, message):
@@ -213,6 +218,33 @@ def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_pa
     clock[0] += 30
     assert spot_price() == 400_000  # looked at once a minute
     clock[0] += 31
+    assert spot_price() == 350_000
+
+
+def test_a_catalog_caught_half_written_keeps_the_prices_read_before_until_it_is_whole(tmp_path, broker_table, caplog):
+    """SkyPilot's refresh rewrites the file; a broker looking in the middle of it read a cut-off line and every
+    submit answered 500 until the file was whole. It keeps quoting the prices it read last, and reads the file
+    again at its next look."""
+    import os
+
+    broker_offers, clock = broker_table
+    vms = tmp_path / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv"
+    vms.parent.mkdir(parents=True)
+    header = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone\n"
+    vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.006,0.40,us-east-1,use1-az1\n")
+
+    def spot_price():
+        return next(o.price_per_hour for o in broker_offers._price_table() if o.tier.value == "spot")
+
+    assert spot_price() == 400_000
+    vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.0")  # cut off mid-line
+    os.utime(vms, ns=(vms.stat().st_mtime_ns + 10**9,) * 2)
+    clock[0] += 61
+    assert spot_price() == 400_000
+    assert "not re-read, keeping the prices read before" in caplog.text and str(vms) in caplog.text
+    vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.006,0.35,us-east-1,use1-az1\n")
+    os.utime(vms, ns=(vms.stat().st_mtime_ns + 2 * 10**9,) * 2)
+    clock[0] += 61
     assert spot_price() == 350_000
 
 
