@@ -219,6 +219,9 @@ class BrokerService:
                 files, unpacked = unpack(body, Path(scratch) / "w", max_bytes=self.settings.max_workdir_bytes * UNPACK_RATIO)
             except PackError as exc:
                 raise Invalid("body", f"the pack {exc}") from None
+            except OSError as exc:  # the broker's own disk (full, say), not the pack: try again later
+                raise Invalid("body", f"the broker could not unpack it to check it ({exc.strerror or exc}); retry in "
+                                      "a moment", status=503) from None
         try:
             self.workdirs.put(hex_digest, body)
         except OSError as exc:

@@ -187,6 +187,24 @@ def test_a_pack_over_the_limit_is_a_413_naming_its_size_and_the_limit(api):
     assert r.status_code == 413 and f"over this broker's limit of 64.0 KiB ({LIMIT} bytes" in r.json()["detail"]
 
 
+def test_a_broker_disk_too_full_to_check_a_pack_is_a_503_to_retry_not_a_500(api, monkeypatch):
+    """Not the pack's fault: the broker's own disk (its temporary folder full) is the failure to name."""
+    import errno
+
+    import broker.service
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(broker.service, "unpack", full)  # the disk, the one part that cannot fill up here
+    client, _ = api
+    good = tar_gz((member("train.py"), b"print(1)\n"))
+    r = client.put(f"/v1/workdirs/{digest_of(good)}", content=good, headers=H)
+    assert r.status_code == 503 and r.json()["field"] == "body", r.text
+    assert "could not unpack it to check it (No space left on device); retry in a moment" in r.json()["detail"]
+    assert client.get(f"/v1/workdirs/{digest_of(good)}", headers=H).status_code == 404  # nothing half-stored
+
+
 def test_a_body_that_is_not_the_digest_or_not_a_pack_is_a_422_saying_why(api):
     client, _ = api
     good = tar_gz((member("train.py"), b"print(1)\n"))
