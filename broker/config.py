@@ -75,6 +75,12 @@ class Settings:
     stop_grace_seconds: float = 30.0
     max_body_bytes: int = 1_000_000
     max_workdir_bytes: int = 100 * 2**20  # an uploaded workdir pack (tar.gz) at most; broker.workdir.DEFAULT_MAX_BYTES
+    # an uploaded pack is kept while a job not final refers to it, and this long after the last such job ended
+    # (a one-click resume of a failed job finds its code); broker/workdir_store.py
+    workdir_retention_seconds: float = 30 * 86400.0
+    # a pack no job refers to is set aside after this long (an upload whose submit has not come yet is kept),
+    # and removed this long after that
+    workdir_grace_seconds: float = 86400.0
     default_team: str = "default"
     zones: tuple[SimZone, ...] = ()
     heartbeat_timeout_seconds: float = 0.0  # 0: off; else a running job silent this long is treated as lost
@@ -128,7 +134,8 @@ def default_data_dir(env: dict[str, str] | os._Environ = os.environ) -> Path:
 
 CONFIG_KEYS = frozenset({
     "data_dir", "store_url", "pools", "teams", "admin_token_sha256", "default_budget_usd", "checkpoint_root", "public_url",
-    "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "max_workdir_bytes", "zones", "heartbeat_timeout_seconds",
+    "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "max_workdir_bytes",
+    "workdir_retention_seconds", "workdir_grace_seconds", "zones", "heartbeat_timeout_seconds",
     "zone_cooldown_seconds", "owner_timeout_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
     "clouds",
     "secrets_key", "secrets_old_keys",
@@ -223,6 +230,8 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         stop_grace_seconds=_number(raw, "stop_grace_seconds", 30.0),
         max_body_bytes=int(_number(raw, "max_body_bytes", 1_000_000, positive=True, whole=True)),
         max_workdir_bytes=int(_number(raw, "max_workdir_bytes", 100 * 2**20, positive=True, whole=True)),
+        workdir_retention_seconds=_number(raw, "workdir_retention_seconds", 30 * 86400.0),
+        workdir_grace_seconds=_number(raw, "workdir_grace_seconds", 86400.0, positive=True),
         zones=_zones(raw.get("zones"), path.parent),
         heartbeat_timeout_seconds=_number(raw, "heartbeat_timeout_seconds", 0.0),
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),

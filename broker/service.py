@@ -193,6 +193,16 @@ class BrokerService:
             raise Invalid("broker.workdir", f"no uploaded workdir {digest} on this broker: upload it first "
                                             f"(PUT /v1/workdirs/{digest}; `broker submit` does it for you)")
 
+    def _resumable_workdir(self, job: Job) -> None:
+        """A resumed job runs its uploaded workdir again: refused, saying so, when the pack was collected (its
+        job ended more than ``workdir_retention_seconds`` ago), rather than failing at launch."""
+        digest = (job.spec.get("broker") or {}).get("workdir")
+        if digest and self._stored_size(digest, "broker.workdir") is None:
+            days = self.settings.workdir_retention_seconds / 86400
+            raise Conflict(f"not resumed: its uploaded workdir {digest} is no longer stored (a pack is kept "
+                           f"{days:g} days after the last job naming it ended: workdir_retention_seconds); submit "
+                           f"the job again with its code")
+
     def workdir(self, principal: Principal, digest: str) -> dict[str, Any]:
         """An uploaded pack's size; 404 when there is none. Packs are named by their content's SHA-256,
         which only someone holding the content knows, so any caller may ask."""
@@ -370,6 +380,7 @@ class BrokerService:
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
                     raise Conflict(f"not resumed: the budget left, {fmt(job.budget - job.spent)}, {short}: raise the "
                                    "budget first")
+            self._resumable_workdir(job)
             now = self.clock()
             step = job.last_checkpoint.get("step")
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")

@@ -287,8 +287,8 @@ def _add(tar: tarfile.TarFile, e: Entry) -> None:
 # -- unpacking (the broker: to check an upload, and at each launch) -------------------------------
 
 
-def unpack(source: str | Path, destination: str | Path, *, max_bytes: int) -> tuple[int, int]:
-    """Unpack the tar.gz at ``source`` into the new directory ``destination``; returns (files, bytes).
+def unpack(source: str | Path | BinaryIO, destination: str | Path, *, max_bytes: int) -> tuple[int, int]:
+    """Unpack the tar.gz at ``source`` (a path, or a file open for reading) into the new directory ``destination``; returns (files, bytes).
 
     Safe against a hostile pack: :func:`tarfile.data_filter` refuses absolute paths, ``..``, links
     out of the tree and device files; the files' sizes are counted before each is written, so a pack
@@ -319,7 +319,9 @@ def unpack(source: str | Path, destination: str | Path, *, max_bytes: int) -> tu
             raise PackError(_plain(member, exc)) from None
 
     try:
-        with tarfile.open(source, mode="r:gz") as tar:
+        opened = tarfile.open(fileobj=source, mode="r:gz") if hasattr(source, "read") else \
+            tarfile.open(source, mode="r:gz")
+        with opened as tar:
             tar.extractall(dest, filter=check)
     except PackError:
         shutil.rmtree(dest, ignore_errors=True)

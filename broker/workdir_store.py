@@ -7,6 +7,25 @@ At launch the engine fetches the pack once per host into ``<data dir>/workdirs/p
 digest, and unpacks a fresh copy per attempt into ``<data dir>/workdirs/attempts/<attempt id>/``:
 the directory the launcher runs the job from (the local launcher) or syncs to the cluster (SkyPilot).
 
+Nothing here is kept for ever (docs/deploy.md, "Workdir packs: what is kept, and for how long"):
+
+* An attempt's directory is removed once the attempt is final (:meth:`WorkdirStore.remove_attempt_dir`),
+  and the engine's sweep (:meth:`WorkdirStore.sweep_local`) removes those of attempts that are final
+  or unknown to the store — a broker stopped before it could remove one leaves it for the next
+  sweep, not for ever. A directory some process of this host still has as its working directory
+  (a job's process that outlived its runner) is kept until that process is gone.
+* The host's copy of a pack is removed when no launch has used it for ``PACK_CACHE_SECONDS``.
+* A pack in the object store that no job refers to any more (the engine says which are referred
+  to: jobs not final, and final ones younger than ``workdir_retention_seconds``) is collected in
+  two steps, ``workdir_grace_seconds`` apart (:meth:`WorkdirStore.collect`): set aside under
+  ``<root>/workdirs/trash/``, then removed if still nobody refers to it. Any read of a pack set
+  aside (a submit or resume naming it, a launch, ``GET /v1/workdirs/...``) puts it back first. This
+  is what makes a collection safe with several brokers and against a submit racing it: a submit
+  that found the pack just before it was set aside still finds it at launch, and the second step
+  sees that submit's job; a submit that comes after the removal is refused (422: upload it again),
+  never accepted with its code gone. (That holds while a submit takes less than the grace period
+  between looking at the pack and storing its job: milliseconds against a day.)
+
 The only broker module that imports ``fsspec`` (``checkpoint/storage.py`` is the checkpoint
 library's, which the broker does not import); S3 goes through s3fs, which reads the usual AWS
 variables (``AWS_ENDPOINT_URL`` for an S3-compatible store).
@@ -17,8 +36,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
+import time
 import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import fsspec
@@ -26,24 +49,86 @@ import fsspec
 from broker.config import Settings
 from broker.workdir import UNPACK_RATIO, PackError, unpack
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("broker.workdirs")
+
+PACK_CACHE_SECONDS = 3600.0
+"""A host's copy of a pack (``<data dir>/workdirs/packs/``) unused by any launch this long is removed."""
+STALE_SECONDS = 3600.0
+"""A half-made file or directory (a fetch or unpack cut short by a crash) this old is removed."""
+_PACK_NAME = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
 
 
 class PackMissing(FileNotFoundError):
     """No pack with that digest in the store."""
 
 
+@dataclass
+class Collected:
+    """What one :meth:`WorkdirStore.collect` did, by digest (hex)."""
+
+    set_aside: list[str] = field(default_factory=list)  # no job refers to it: moved to the trash
+    removed: list[str] = field(default_factory=list)  # in the trash for the grace period, still unreferred: gone
+    put_back: list[str] = field(default_factory=list)  # in the trash, but a job refers to it again: restored
+
+
+def _mtime(info: dict) -> float | None:
+    """When an object was written, from an ``fs.ls`` entry: local disk (``mtime``), S3 (``LastModified``),
+    GCS (``updated``)."""
+    for key in ("mtime", "LastModified", "updated", "last_modified"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        try:
+            return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def in_use_dirs() -> set[Path]:
+    """The working directories of this host's processes (those this user may see; none where there is no
+    ``/proc``): a directory a process still runs in is not removed under it."""
+    out: set[Path] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            out.add(Path(os.readlink(f"/proc/{pid}/cwd")))
+        except OSError:
+            continue
+    return out
+
+
+def _busy(directory: Path, cwds: set[Path]) -> bool:
+    return any(c == directory or c.is_relative_to(directory) for c in cwds)
+
+
 class WorkdirStore:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.root = f"{settings.checkpoint_root.rstrip('/')}/workdirs/sha256"
+        self.trash = f"{settings.checkpoint_root.rstrip('/')}/workdirs/trash/sha256"
+        self.local = settings.data_dir / "workdirs"
         self._fs = None
 
     @property
     def fs(self):
         if self._fs is None:
             self._fs, self._root_path = fsspec.core.url_to_fs(self.root)
+            self._trash_path = fsspec.core.url_to_fs(self.trash)[1]
         return self._fs
+
+    def _on_disk(self) -> bool:
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
+        return "file" in protocols
 
     def uri(self, hex_digest: str) -> str:
         return f"{self.root}/{hex_digest}.tar.gz"
@@ -52,20 +137,112 @@ class WorkdirStore:
         self.fs  # noqa: B018 (opens it)
         return f"{self._root_path}/{hex_digest}.tar.gz"
 
-    def size(self, hex_digest: str) -> int | None:
-        """The stored pack's size in bytes, or ``None`` when there is none. ``OSError`` when the store fails."""
+    def _trashed(self, hex_digest: str) -> str:
+        self.fs  # noqa: B018 (opens it)
+        return f"{self._trash_path}/{hex_digest}.tar.gz"
+
+    def _info(self, path: str) -> dict | None:
         try:
             self.fs.invalidate_cache()
-            return int(self.fs.info(self._path(hex_digest))["size"])
+            return self.fs.info(path)
         except FileNotFoundError:
             return None
+
+    def size(self, hex_digest: str) -> int | None:
+        """The stored pack's size in bytes, or ``None`` when there is none; a pack the collector set aside
+        is put back first (someone wants it). ``OSError`` when the store fails."""
+        info = self._info(self._path(hex_digest))
+        if info is None and self._put_back(hex_digest):
+            info = self._info(self._path(hex_digest))
+        return int(info["size"]) if info is not None else None
+
+    def _copy(self, src: str, dst: str) -> None:
+        """Copy one stored object to another name, whole or not at all (a reader never sees half of it): on
+        a local disk through a temporary name and a rename, in an object store by its own copy. The
+        copy is new: its time is now (the collector's clock for the trash). ``FileNotFoundError``
+        when ``src`` is not there."""
+        if self._on_disk():
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            tmp = f"{dst}.tmp-{uuid.uuid4().hex}"
+            try:
+                shutil.copyfile(src, tmp)
+                with open(tmp, "rb") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(tmp, dst)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            return
+        self.fs.copy(src, dst)
+
+    def _remove(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass  # another broker's collector was first
+
+    def _put_back(self, hex_digest: str) -> bool:
+        """Restore a pack from the trash (copy back, then remove the trash's copy); whether it is there now."""
+        try:
+            self._copy(self._trashed(hex_digest), self._path(hex_digest))
+        except FileNotFoundError:
+            return self._info(self._path(hex_digest)) is not None  # put back by another, or gone
+        self._remove(self._trashed(hex_digest))
+        log.info("workdir pack sha256:%s put back from the trash: it is wanted again", hex_digest)
+        return True
+
+    def _listing(self, directory: str) -> dict[str, float]:
+        """Each stored pack in ``directory``: its digest (hex) and when it was written."""
+        try:
+            self.fs.invalidate_cache()
+            entries = self.fs.ls(directory, detail=True)
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for e in entries:
+            m = _PACK_NAME.match(os.path.basename(str(e.get("name", "")).rstrip("/")))
+            written = _mtime(e)
+            if m and e.get("type") != "directory" and written is not None:
+                out[m.group(1)] = written
+        return out
+
+    def collect(self, referenced: set[str], *, now: float, grace: float) -> Collected:
+        """One collection of the object store's packs (see the module's docstring): a pack in the trash
+        for ``grace`` seconds or more is removed if ``referenced`` (digests, hex) still lacks it, else put
+        back; then a stored pack older than ``grace`` that ``referenced`` lacks goes to the trash.
+        ``referenced`` must have been read from the job store just before. Several brokers may
+        collect at once: each step is a copy or a removal that a second one repeats harmlessly.
+        ``OSError`` when the store fails (what was done stays done; the next collection goes on)."""
+        self.fs  # noqa: B018 (opens it)
+        done = Collected()
+        for hex_digest, moved in sorted(self._listing(self._trash_path).items()):
+            if hex_digest in referenced:
+                if self._put_back(hex_digest):
+                    done.put_back.append(hex_digest)
+            elif now - moved >= grace:
+                info = self._info(self._trashed(hex_digest))  # looked at again: set aside anew since the listing?
+                if info is not None and now - (_mtime(info) or now) >= grace:
+                    self._remove(self._trashed(hex_digest))
+                    done.removed.append(hex_digest)
+        for hex_digest, written in sorted(self._listing(self._root_path).items()):
+            if hex_digest in referenced or now - written < grace:
+                continue
+            try:
+                self._copy(self._path(hex_digest), self._trashed(hex_digest))
+            except FileNotFoundError:
+                continue  # set aside by another broker's collector
+            self._remove(self._path(hex_digest))
+            done.set_aside.append(hex_digest)
+        if done.set_aside or done.removed or done.put_back:
+            log.info("workdir packs: %d set aside (no job refers to them), %d removed, %d put back",
+                     len(done.set_aside), len(done.removed), len(done.put_back))
+        return done
 
     def put(self, hex_digest: str, local: Path) -> None:
         """Store the (checked) pack at ``local``. On a local disk it is written to a temporary name and
         renamed, so another process never reads half a pack; an object store's PUT is whole already."""
         final = self._path(hex_digest)
-        protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
-        if "file" in protocols:
+        if self._on_disk():
             os.makedirs(os.path.dirname(final), exist_ok=True)
             tmp = f"{final}.tmp-{uuid.uuid4().hex}"
             shutil.copyfile(local, tmp)
@@ -81,15 +258,18 @@ class WorkdirStore:
         local.parent.mkdir(parents=True, exist_ok=True)
         try:
             sha = hashlib.sha256()
-            try:
-                with self.fs.open(self._path(hex_digest), "rb") as src, open(tmp, "wb") as dst:
-                    while chunk := src.read(1 << 20):
-                        sha.update(chunk)
-                        dst.write(chunk)
-                    dst.flush()
-                    os.fsync(dst.fileno())  # whole on disk before it takes the name a launch trusts
-            except FileNotFoundError:
-                raise PackMissing(f"no workdir pack sha256:{hex_digest} at {self.uri(hex_digest)}") from None
+            for last in (False, True):
+                try:
+                    with self.fs.open(self._path(hex_digest), "rb") as src, open(tmp, "wb") as dst:
+                        while chunk := src.read(1 << 20):
+                            sha.update(chunk)
+                            dst.write(chunk)
+                        dst.flush()
+                        os.fsync(dst.fileno())  # whole on disk before it takes the name a launch trusts
+                    break
+                except FileNotFoundError:
+                    if last or not self._put_back(hex_digest):  # set aside by the collector: wanted after all
+                        raise PackMissing(f"no workdir pack sha256:{hex_digest} at {self.uri(hex_digest)}") from None
             if sha.hexdigest() != hex_digest:
                 raise PackError(f"the stored pack {self.uri(hex_digest)} is damaged: its SHA-256 is {sha.hexdigest()}")
             os.replace(tmp, local)
@@ -98,32 +278,47 @@ class WorkdirStore:
 
     # -- at launch ------------------------------------------------------------------------------
 
+    def ready_dir(self, attempt_id: str) -> Path | None:
+        """The attempt's unpacked copy, if it has been made."""
+        target = self.local / "attempts" / attempt_id
+        return target if target.is_dir() else None
+
     def attempt_dir(self, hex_digest: str, attempt_id: str) -> Path:
         """The attempt's own unpacked copy of the pack (made once: a launch done again, after a broker
         restart, finds the directory the job already runs in). Raises :class:`PackMissing`,
         :class:`PackError` or ``OSError``."""
-        base = self.settings.data_dir / "workdirs"
+        base = self.local
         target = base / "attempts" / attempt_id
         if target.is_dir():
             return target
         cached = base / "packs" / f"{hex_digest}.tar.gz"
-        fetched = not cached.is_file()
-        if fetched:
-            self.fetch(hex_digest, cached)
         staging = base / "attempts" / f".{attempt_id}.tmp-{uuid.uuid4().hex}"
         staging.parent.mkdir(parents=True, exist_ok=True)
         limit = self.settings.max_workdir_bytes * UNPACK_RATIO
-        try:
-            unpack(cached, staging, max_bytes=limit)
-        except PackError:
+        for last in (False, True):
+            fetched = not cached.is_file()
             if fetched:
-                raise  # the store's copy, checked against its digest just now: the pack itself is bad
-            # this host's copy went bad after it was checked (cut short by a crash or a full disk): the
-            # host's fault, not the job's — the store's copy is fetched again rather than failing the job
-            log.warning("workdir pack %s: this host's copy %s is damaged; fetching it again", hex_digest, cached)
-            cached.unlink(missing_ok=True)
-            self.fetch(hex_digest, cached)
-            unpack(cached, staging, max_bytes=limit)
+                self.fetch(hex_digest, cached)
+            try:  # held open while unpacked: the sweep may remove the host's copy, never from under a reader
+                fh = open(cached, "rb")
+            except FileNotFoundError:
+                if last:
+                    raise
+                continue  # the sweep removed it between the two looks: fetched again
+            with fh:
+                os.utime(fh.fileno())  # used now: the sweep keeps it for PACK_CACHE_SECONDS more
+                try:
+                    unpack(fh, staging, max_bytes=limit)
+                except PackError:
+                    if fetched or last:
+                        raise  # the store's copy, checked against its digest just now: the pack itself is bad
+                    # this host's copy went bad after it was checked (cut short by a crash or a full disk): the
+                    # host's fault, not the job's — the store's copy is fetched again rather than failing the job
+                    log.warning("workdir pack %s: this host's copy %s is damaged; fetching it again", hex_digest, cached)
+                    cached.unlink(missing_ok=True)
+                    shutil.rmtree(staging, ignore_errors=True)
+                    continue
+            break
         try:
             os.rename(staging, target)
         except OSError:
@@ -131,3 +326,63 @@ class WorkdirStore:
             if not target.is_dir():
                 raise
         return target
+
+    # -- when attempts end, and the sweep -----------------------------------------------------------
+
+    def remove_attempt_dir(self, attempt_id: str, cwds: set[Path] | None = None) -> bool:
+        """Remove an ended attempt's directory (renamed first, so that no half-removed directory is ever
+        taken for a whole one); whether it is gone. Kept, and False, while a process of this host still
+        runs in it (``cwds``: :func:`in_use_dirs`, looked up when not given)."""
+        target = self.local / "attempts" / attempt_id
+        if not target.is_dir():
+            return True
+        if _busy(target, in_use_dirs() if cwds is None else cwds):
+            log.info("workdir of %s kept: a process of this host still runs in it", attempt_id)
+            return False
+        doomed = target.with_name(f".{attempt_id}.rm-{uuid.uuid4().hex}")
+        try:
+            os.rename(target, doomed)
+        except FileNotFoundError:
+            return True  # another broker on this data dir removed it
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def local_attempts(self) -> list[str]:
+        """The attempt ids that have an unpacked directory on this host."""
+        try:
+            return sorted(e.name for e in os.scandir(self.local / "attempts")
+                          if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+        except FileNotFoundError:
+            return []
+
+    def sweep_local(self, listed: list[str], keep: set[str], *, now: float | None = None) -> list[str]:
+        """Remove the directories of the attempts ``listed`` (by :meth:`local_attempts`) that are not in
+        ``keep`` (the attempts the store knows and that are not final, read *after* the listing: an
+        attempt launched meanwhile is not in the listing, whatever the store said), what a crash left
+        half made, and packs no launch used for ``PACK_CACHE_SECONDS``. Returns the attempt ids whose
+        directory it removed."""
+        now = time.time() if now is None else now
+        cwds = in_use_dirs()
+        removed = [a for a in listed if a not in keep and self.remove_attempt_dir(a, cwds)]
+        for folder, age in ((self.local / "attempts", STALE_SECONDS), (self.local / "packs", PACK_CACHE_SECONDS)):
+            try:
+                entries = list(os.scandir(folder))
+            except FileNotFoundError:
+                continue
+            for e in entries:
+                half_made = e.name.startswith(".") or ".tmp-" in e.name
+                if folder.name == "attempts" and not half_made:
+                    continue
+                try:
+                    old = now - e.stat(follow_symlinks=False).st_mtime >= (0 if ".rm-" in e.name else age)
+                except FileNotFoundError:
+                    continue
+                if not old or _busy(Path(e.path), cwds):
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    Path(e.path).unlink(missing_ok=True)
+        if removed:
+            log.info("removed the workdirs of %d ended attempts: %s", len(removed), ", ".join(removed))
+        return removed

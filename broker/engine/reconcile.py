@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 
 from broker.auth import job_token
@@ -51,6 +52,13 @@ ENGINE_STATES = [s.value for s in (JobState.QUEUED, JobState.PLACED, JobState.LA
                                    JobState.CANCELLING, JobState.STOPPING)]
 SWEEP_SECONDS = 60.0
 """How often the engine asks a cloud launcher to tear down clusters no active attempt owns."""
+WORKDIR_GC_SECONDS = 3600.0
+"""How often the engine collects the uploaded workdir packs no job refers to any more (``broker/workdir_store.py``);
+its own attempts' unpacked directories are swept every ``SWEEP_SECONDS``."""
+GC_JOB_LIMIT = 1_000_000
+"""The most jobs a collection reads for the packs they refer to; with more, it collects nothing rather than guess."""
+UNPACKS_AT_ONCE = 2
+"""Attempts' workdirs fetched and unpacked at once, each in a thread of its own beside the ticks."""
 BEAT_SECONDS = 5.0
 """How often an engine records that it is alive (at most a quarter of ``owner_timeout_seconds``)."""
 
@@ -84,6 +92,12 @@ class Engine:
         #: a beat older than that may be old only because nobody could write it
         self._watching_since = float("inf")
         self._workdirs = None  # broker.workdir_store.WorkdirStore, opened for the first job with a workdir pack
+        #: attempt id → its workdir being fetched and unpacked beside the ticks (only the engine's thread touches it)
+        self._preparing: dict[str, Future] = {}
+        self._unpacks = threading.BoundedSemaphore(UNPACKS_AT_ONCE)
+        self._housekeeping: Future | None = None  # the sweep of workdirs, or a collection of packs, under way
+        self._last_workdir_sweep = float("-inf")  # at start: what a broker stopped before left behind goes first
+        self._last_collect = float("-inf")
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -118,6 +132,7 @@ class Engine:
         if sweep is not None and now - self._last_sweep >= SWEEP_SECONDS:  # 4. no idle cloud GPU left behind
             self._last_sweep = now
             self._guard(sweep, {f"{j.id}-a{j.attempts}" for j in jobs if j.attempts})
+        self._workdir_housekeeping(jobs, now)  # 5. no workdir left behind, locally or in the object store
         self.last_tick_seconds = time.perf_counter() - started
 
     def run_until_idle(self, *, timeout: float = 60.0, interval: float = 0.1) -> None:
@@ -238,10 +253,12 @@ class Engine:
             self._unsealable(job, attempt, now, str(exc))
             return
         try:
+            workdir = self._workdir(job, attempt)
+            if workdir is _PREPARING:
+                return  # launched by a later tick, once unpacked (the launcher has no such attempt till then)
             request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
                                      stop_grace_seconds=self.settings.stop_grace_seconds,
-                                     job_token=job_token(self.settings, job.id), now=now,
-                                     workdir=self._workdir(job, attempt))
+                                     job_token=job_token(self.settings, job.id), now=now, workdir=workdir)
             self.launcher.launch(request)
         except LaunchError as exc:
             # a launcher's (or SkyPilot's) message is kept and shown: never with a secret's value in it
@@ -252,9 +269,10 @@ class Engine:
                                     "Fix the task and submit it again.", infrastructure=False)
                 self._commit(job, JobEvent.FAIL, refused.text, now, records=(failed,), placement={}, slots=[],
                              diagnosis={**refused.to_dict(), "attempt": attempt.n})
-                return
-            self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
-                         placement={}, slots=[])
+            else:
+                self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
+                             placement={}, slots=[])
+            self._attempt_ended(job, failed)
 
     def _unsealable(self, job: Job, attempt: Attempt, now: float, why: str) -> None:
         """A job whose secrets this broker cannot open is not launched without them: the attempt fails
@@ -267,24 +285,115 @@ class Engine:
         self._commit(job, JobEvent.FAIL, diagnosis.text, now, records=(failed,), placement={}, slots=[],
                      diagnosis={**diagnosis.to_dict(), "attempt": attempt.n})
 
-    def _workdir(self, job: Job, attempt: Attempt) -> str | None:
+    def _workdir_store(self):
+        if self._workdirs is None:
+            from broker.workdir_store import WorkdirStore
+
+            self._workdirs = WorkdirStore(self.settings)
+        return self._workdirs
+
+    def _workdir(self, job: Job, attempt: Attempt) -> str | None | object:
         """The attempt's own unpacked copy of the job's uploaded workdir (``broker.workdir``), if it has one:
-        every attempt, a resume too, starts from the same code. A pack gone from the store fails the job
-        (no placement can help); a store that does not answer sends it back to the queue."""
+        every attempt, a resume too, starts from the same code. Fetched and unpacked in a thread beside
+        the ticks — a 100 MiB pack takes seconds, which no other job's tick should wait for — so the
+        first calls answer ``_PREPARING``; the job stays ``launching`` meanwhile, and the tick that finds
+        it done launches (a broker that stops meanwhile leaves a half-made directory the sweep removes,
+        and the next one starts again). A pack gone from the store fails the job (no placement can help);
+        a store that does not answer sends it back to the queue."""
         digest = (job.spec.get("broker") or {}).get("workdir")
         if not digest:
             return None
         from broker.workdir import PackError, parse_digest
-        from broker.workdir_store import PackMissing, WorkdirStore
+        from broker.workdir_store import PackMissing
 
-        if self._workdirs is None:
-            self._workdirs = WorkdirStore(self.settings)
+        store = self._workdir_store()
+        ready = store.ready_dir(attempt.id)
+        if ready is not None and attempt.id not in self._preparing:
+            return str(ready)
+        future = self._preparing.get(attempt.id)
+        if future is None:
+            try:
+                hex_digest = parse_digest(digest)
+            except PackError as exc:
+                raise LaunchError(f"its workdir {digest} cannot be unpacked: {exc}", permanent=True) from None
+            self._preparing[attempt.id] = _background(self._unpack, store, hex_digest, attempt.id)
+            return _PREPARING
+        if not future.done():
+            return _PREPARING
+        del self._preparing[attempt.id]
         try:
-            return str(self._workdirs.attempt_dir(parse_digest(digest), attempt.id))
+            return str(future.result())
         except (PackMissing, PackError) as exc:
             raise LaunchError(f"its workdir {digest} cannot be unpacked: {exc}", permanent=True) from None
         except OSError as exc:
-            raise LaunchError(f"its workdir {digest} could not be fetched from {self._workdirs.root}: {exc}") from None
+            raise LaunchError(f"its workdir {digest} could not be fetched from {store.root}: {exc}") from None
+
+    def _unpack(self, store, hex_digest: str, attempt_id: str):
+        with self._unpacks:
+            started = time.perf_counter()
+            path = store.attempt_dir(hex_digest, attempt_id)
+            log.info("workdir of %s ready in %.1f s", attempt_id, time.perf_counter() - started)
+            return path
+
+    def _attempt_ended(self, job: Job, attempt: Attempt) -> None:
+        """An attempt just recorded final: its unpacked workdir goes (beside the ticks; kept while a process
+        still runs in it, and then left to the sweep)."""
+        if attempt.state.is_final and (job.spec.get("broker") or {}).get("workdir") \
+                and self._workdir_store().ready_dir(attempt.id) is not None:
+            _background(self._workdir_store().remove_attempt_dir, attempt.id)
+
+    def _workdir_housekeeping(self, jobs: list[Job], now: float) -> None:
+        """Every ``SWEEP_SECONDS``, beside the ticks, remove this host's unpacked workdirs of attempts that
+        are final or unknown (:meth:`sweep_workdirs`); every ``WORKDIR_GC_SECONDS``, collect the object
+        store's packs no job refers to (:meth:`collect_workdirs`). One at a time."""
+        launching = {f"{j.id}-a{j.attempts + (j.state is JobState.PLACED)}" for j in jobs
+                     if j.state in (JobState.PLACED, JobState.LAUNCHING)}  # read before this tick launched
+        for attempt_id in [a for a, f in self._preparing.items() if a not in launching and f.done()]:
+            del self._preparing[attempt_id]  # cancelled while it was unpacked: the sweep removes its directory
+        if self._housekeeping is not None and not self._housekeeping.done():
+            return
+        if now - self._last_collect >= WORKDIR_GC_SECONDS:
+            self._last_collect = self._last_workdir_sweep = now
+            self._housekeeping = _background(self._guard, self._housekeep, now)
+        elif now - self._last_workdir_sweep >= SWEEP_SECONDS:
+            self._last_workdir_sweep = now
+            self._housekeeping = _background(self._guard, self.sweep_workdirs)
+
+    def _housekeep(self, now: float) -> None:
+        self.sweep_workdirs()
+        self.collect_workdirs(now)
+
+    def sweep_workdirs(self) -> list[str]:
+        """Remove this host's unpacked workdirs whose attempt is final or unknown to the store (a broker
+        stopped before it removed one, an attempt recorded final by another broker); returns their ids.
+        The directories are listed before the store is read: an attempt created in between is kept."""
+        store = self._workdir_store()
+        present = store.local_attempts()
+        jobs = {a.rsplit("-a", 1)[0] for a in present}
+        keep = {a.id for atts in self.store.attempts_of(sorted(jobs)).values() for a in atts
+                if not a.state.is_final} if jobs else set()
+        return store.sweep_local(present, keep)
+
+    def collect_workdirs(self, now: float, *, wall: float | None = None):
+        """Collect the uploaded packs no job refers to (:meth:`WorkdirStore.collect`): a job not final, or
+        final and updated within ``workdir_retention_seconds`` of ``now`` (the engine's clock), refers to
+        its pack; the packs' ages are read against ``wall`` (the host's clock: the store's times)."""
+        from broker.workdir import DIGEST_RE
+
+        jobs = self.store.list_jobs(limit=GC_JOB_LIMIT, active_since=now - self.settings.workdir_retention_seconds)
+        if len(jobs) >= GC_JOB_LIMIT:
+            log.warning("workdir packs not collected: more than %d jobs are running or ended within "
+                        "workdir_retention_seconds, and a pack one of them names could be taken", GC_JOB_LIMIT)
+            return None
+        referenced = {m.group(1) for j in jobs
+                      if (m := DIGEST_RE.match(str((j.spec.get("broker") or {}).get("workdir") or "")))}
+        try:
+            return self._workdir_store().collect(referenced, now=time.time() if wall is None else wall,
+                                                 grace=self.settings.workdir_grace_seconds)
+        except OSError as exc:
+            log.warning("workdir packs not collected this time: the store (%s) did not answer: %s",
+                        self._workdir_store().root, exc)
+            return None
 
     def _monitor(self, job: Job, now: float) -> None:
         attempts = self.store.attempts(job.id)
@@ -348,6 +457,8 @@ class Engine:
                 and len(fields) == 1:
             return
         self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), **fields)
+        if attempt.state.is_final:
+            self._attempt_ended(job, attempt)
 
     def _maybe_stop(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float,
                     fields: dict) -> tuple[Attempt, list[Event]]:
@@ -526,6 +637,26 @@ class Engine:
         while not self._stop.is_set():
             self.tick_safely()
             self._stop.wait(self.settings.tick_seconds)
+
+
+_PREPARING = object()
+"""What :meth:`Engine._workdir` answers while the attempt's workdir is being unpacked."""
+
+
+def _background(fn: Callable, *args) -> Future:
+    """Run ``fn(*args)`` in a daemon thread of its own (one never holds up a broker's exit; what it left
+    half made is swept), its outcome in the returned future."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever reads the future
+            future.set_exception(exc)
+
+    future.set_running_or_notify_cancel()
+    threading.Thread(target=run, name=f"broker-{getattr(fn, '__name__', 'bg')}", daemon=True).start()
+    return future
 
 
 def _log_tail(launcher: Launcher, attempt_id: str, size: int = 16_384) -> str:

@@ -53,3 +53,20 @@ def store(request, tmp_path, redis_server):
         s = RedisStore(redis_server.url, prefix=f"t{os.getpid()}-{time.monotonic_ns()}")
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A moto S3 server over HTTP (the bucket ``runs``): what s3fs and boto3 talk to as they would to AWS."""
+    import boto3
+    from broker_testing import free_port
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
+                 aws_secret_access_key="test").create_bucket(Bucket="runs")
+    yield endpoint
+    server.stop()

@@ -22,7 +22,8 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
               "pools": [{"name": "p", "slots": 1, "price_per_slot_hour": "0.10"}], "teams": {},
               "admin_token_sha256": [], "default_budget_usd": "5", "checkpoint_root": str(tmp_path / "ck"),
               "public_url": "http://127.0.0.1:9", "launcher": "local", "engine": "off", "tick_seconds": 0.5,
-              "stop_grace_seconds": 3, "max_body_bytes": 10_000, "max_workdir_bytes": 20_000, "zones": [], "heartbeat_timeout_seconds": 0,
+              "stop_grace_seconds": 3, "max_body_bytes": 10_000, "max_workdir_bytes": 20_000,
+              "workdir_retention_seconds": 3600, "workdir_grace_seconds": 600, "zones": [], "heartbeat_timeout_seconds": 0,
               "zone_cooldown_seconds": 60, "changeover_seconds": 30, "failure_rules": None, "slack": None,
               "notifications": None, "owner_timeout_seconds": 90, "clouds": ["gcp"],
               "secrets_key": base64.b64encode(bytes(range(32))).decode(),
@@ -33,6 +34,7 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
     settings = make_settings(config=yaml.safe_dump(values))
     assert settings.stop_grace_seconds == 3 and settings.tick_seconds == 0.5 and settings.max_body_bytes == 10_000
     assert settings.owner_timeout_seconds == 90 and settings.max_workdir_bytes == 20_000
+    assert settings.workdir_retention_seconds == 3600 and settings.workdir_grace_seconds == 600
     assert settings.clouds == ("gcp",)
     assert settings.secrets_key == bytes(range(32)) and settings.secrets_old_keys == (b"o" * 32,)
 

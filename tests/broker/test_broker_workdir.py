@@ -311,22 +311,6 @@ def test_a_damaged_copy_of_a_pack_in_the_hosts_cache_is_fetched_again_not_the_jo
 # -- S3, through moto's server over HTTP ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    import boto3
-
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
-                 aws_secret_access_key="test").create_bucket(Bucket="runs")
-    yield endpoint
-    server.stop()
-
-
 def test_on_s3_a_pack_uploaded_to_one_broker_is_unpacked_for_an_attempt_by_another(s3_endpoint, make_settings,
                                                                                    tmp_path, monkeypatch):
     import boto3
@@ -371,9 +355,11 @@ max_workdir_bytes: {LIMIT}
 TRAIN = """\
 import os, time
 print(f"code v1, attempt {os.environ['BROKER_ATTEMPT']}, from {os.getcwd()}", flush=True)
+print(f"ignored ckpt/ unpacked: {os.path.exists('ckpt')}", flush=True)
 if os.environ["BROKER_ATTEMPT"] == "1":
     with open(__file__, "a") as fh:  # what an attempt writes into its directory stays its own
         fh.write("print('changed by attempt 1')\\n")
+    print(f"attempt 1 wrote into its copy: {'changed by attempt 1' in open(__file__).read()}", flush=True)
     time.sleep(120)
 """
 
@@ -415,9 +401,12 @@ def test_a_job_submitted_with_its_workdir_runs_from_the_pack_and_a_resume_runs_t
             log = cli("logs", job["id"], "--attempt", str(n), cwd=code).stdout
             assert "changed by attempt 1" not in log, log
             assert f"code v1, attempt {n}, from {runs / (job['id'] + f'-a{n}')}" in log, log
-        assert "changed by attempt 1" in (runs / f"{job['id']}-a1" / "train.py").read_text()
+            assert "ignored ckpt/ unpacked: False" in log, log
+        assert "attempt 1 wrote into its copy: True" in cli("logs", job["id"], "--attempt", "1", cwd=code).stdout
+        # each attempt's copy is removed once the attempt has ended: the broker's disk does not fill up
+        wait_for(lambda: not (runs / f"{job['id']}-a1").exists() and not (runs / f"{job['id']}-a2").exists())
+        assert not [p.name for p in runs.iterdir()], "nothing half-made is left either"
         assert (code / "train.py").read_text() == TRAIN  # the submitter's own copy untouched
-        assert not (runs / f"{job['id']}-a1" / "ckpt").exists()
         a2 = json.loads(cli("--json", "status", job["id"], cwd=code).stdout)["attempt_list"]
         assert [a["state"] for a in a2] == ["preempted", "succeeded"]
         # the same code again: not uploaded a second time
