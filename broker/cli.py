@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     # after it, they override: SUPPRESS keeps a subcommand from resetting what was given before.
     common = argparse.ArgumentParser(add_help=False)
     for parser, unset in ((p, None), (common, argparse.SUPPRESS)):
-        parser.add_argument("--url", default=unset, help="broker URL (default $BROKER_URL or http://127.0.0.1:8000)")
+        parser.add_argument("--url", default=unset, help="broker URL (default $BROKER_URL or http://127.0.0.1:${BROKER_PORT:-8000})")
         parser.add_argument("--token", default=unset, help="bearer token (default $BROKER_TOKEN or the local admin token)")
         parser.add_argument("--json", action="store_true", default=unset or False, help="machine-readable output")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

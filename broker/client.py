@@ -1,7 +1,7 @@
 """A small Python client for the broker's HTTP API (the CLI is built on it).
 
     from broker.client import BrokerClient
-    client = BrokerClient()                      # BROKER_URL / BROKER_TOKEN, or the local broker
+    client = BrokerClient()                      # BROKER_URL / BROKER_TOKEN, or the local broker (on BROKER_PORT)
     job = client.submit(open("task.yaml").read(), budget="20", deadline="6h")
     client.wait(job["id"])
 """
@@ -45,6 +45,12 @@ def default_token(env: dict[str, str] | os._Environ = os.environ) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
+def default_url(env: dict[str, str] | os._Environ = os.environ) -> str:
+    """``BROKER_URL``, else the local broker on ``BROKER_PORT`` (8000 unless set), the port ``broker serve``
+    listens on: a broker started on another port with ``BROKER_PORT`` is found by the CLI in the same shell."""
+    return env.get("BROKER_URL") or f"http://127.0.0.1:{env.get('BROKER_PORT') or 8000}"
+
+
 def load_task(text: str) -> dict:
     """A task file's text (YAML or JSON) as a mapping, or :class:`BrokerError` saying where it is broken."""
     try:
@@ -61,7 +67,7 @@ def load_task(text: str) -> dict:
 
 class BrokerClient:
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
-        self.url = (url or os.environ.get("BROKER_URL") or "http://127.0.0.1:8000").rstrip("/")
+        self.url = (url or default_url()).rstrip("/")
         if not self.url.lower().startswith(("http://", "https://")):
             raise BrokerError(0, f"the broker URL {self.url!r} must start with http:// or https://, "
                                  "like http://127.0.0.1:8000")

@@ -114,6 +114,16 @@ def test_required_envs_and_secrets_are_given_at_submit_as_with_sky_launch(cli):
     assert r.returncode == 1 and "--env BROKER_TEST_UNSET_VARIABLE: no value given and none in this shell" in r.stderr
 
 
+def test_the_cli_finds_a_broker_served_on_broker_port_without_broker_url(cli):
+    run, tmp = cli
+    port = run.url.rsplit(":", 1)[1]
+    env = {k: v for k, v in os.environ.items() if k != "BROKER_URL"}
+    env.update(BROKER_PORT=port, BROKER_TOKEN=ADMIN, COLUMNS="200")  # as `BROKER_PORT=... broker serve` was started
+    r = subprocess.run([sys.executable, "-m", "broker.cli", "--json", "status"], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and json.loads(r.stdout) == [], r.stderr
+
+
 def test_errors_are_one_line_with_a_non_zero_exit(cli):
     run, tmp = cli
     r = run("status", "j-nope", check=False)
