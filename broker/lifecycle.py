@@ -22,6 +22,9 @@ to store with it; an event the table does not allow raises
 Final states: succeeded, cancelled, failed, stopped_budget — the engine leaves
 them alone; a user may ``resume`` a failed or budget-stopped job.
 
+A state a newer broker wrote to a shared store (a rolling upgrade) reads as a
+:class:`ForeignState`: no event applies to it here, and the record is never written back.
+
 Attempts have their own, simpler life (see :class:`AttemptState`): one job runs
 through one or more attempts; only the newest may be active.
 """
@@ -109,13 +112,55 @@ TRANSITIONS: dict[tuple[JobState | None, JobEvent], JobState] = {
 """(from, event) → to. The only source of truth for what may happen to a job."""
 
 
+class ForeignState(str):
+    """A state this broker version does not know, read from a record a newer broker wrote to the shared store
+    (a rolling upgrade runs both at once); it stands in for a :class:`JobState` or an :class:`AttemptState`.
+
+    It is the stored text (``value``), equal to no state this version knows, in no transition (every event on
+    it is an :class:`IllegalTransition`), neither final nor active: what it means is the newer broker's to
+    say. A record holding one is shown as stored and never written back (the stores refuse it), and the
+    engine leaves its job alone.
+    """
+
+    foreign = True
+    is_final = False
+    is_active = False
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+def job_state(text: str) -> JobState | ForeignState:
+    """A stored job's state: this version's :class:`JobState`, else the text as a :class:`ForeignState`."""
+    try:
+        return JobState(text)
+    except ValueError:
+        return ForeignState(text)
+
+
+def attempt_state(text: str) -> AttemptState | ForeignState:
+    """A stored attempt's state: this version's :class:`AttemptState`, else the text as a :class:`ForeignState`."""
+    try:
+        return AttemptState(text)
+    except ValueError:
+        return ForeignState(text)
+
+
+def is_foreign(state) -> bool:
+    return isinstance(state, ForeignState)
+
+
 class IllegalTransition(Exception):
     """The event is not allowed from the job's current state."""
 
-    def __init__(self, state: JobState | None, event: JobEvent):
+    def __init__(self, state: JobState | ForeignState | None, event: JobEvent):
         self.state = state
         self.event = event
         where = state.value if state else "nothing"
+        if is_foreign(state):
+            where += (" (a state this broker's version does not know: a newer broker sharing its store set it; "
+                      "ask a broker of that version)")
         super().__init__(f"cannot {event.value} a job that is {where}")
 
 

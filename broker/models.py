@@ -3,6 +3,12 @@
 Plain dataclasses that round-trip through ``to_dict``/``from_dict`` (JSON-safe:
 money as integer micro-dollars, times as float epoch seconds). Stores keep
 these dicts; the API renders public views of them and never a raw row.
+
+Brokers of two versions may share one store (a rolling upgrade). A job or an
+attempt keeps the fields a newer version stored in ``extra`` and writes them
+back unchanged; a state it does not know reads as a
+:class:`~broker.lifecycle.ForeignState`, and such a record is not written back
+(docs/architecture.md, "Brokers of different versions").
 """
 
 from __future__ import annotations
@@ -10,17 +16,44 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field, fields
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
-from broker.lifecycle import AttemptState, JobEvent, JobState
+from broker.lifecycle import AttemptState, ForeignState, JobEvent, JobState, attempt_state, is_foreign, job_state
 
 
 def _known(cls, d: dict[str, Any]) -> dict[str, Any]:
     """The stored record's fields this version knows: a field added by a newer broker sharing the store
     (during a rolling upgrade) is left out rather than failing the read."""
-    names = {f.name for f in fields(cls)}
+    names = _stored_names(cls)
     return {k: v for k, v in d.items() if k in names}
+
+
+EXTRA = "extra"
+"""The field of a :class:`Job` and an :class:`Attempt` that holds what a newer broker stored and this version
+does not know. It is never stored under its own name: its entries are written back beside the known fields."""
+
+
+@cache
+def _stored_names(cls) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls)) - {EXTRA}
+
+
+def _split(cls, d: dict[str, Any]) -> dict[str, Any]:
+    """The stored record's fields this version knows, with the others under ``extra``, as they were read: a
+    field a newer broker added (a rolling upgrade runs both at once) survives this version's read-modify-write
+    instead of being dropped from the record it writes back."""
+    names = _stored_names(cls)
+    known = {k: v for k, v in d.items() if k in names}
+    known[EXTRA] = {k: v for k, v in d.items() if k not in names}
+    return known
+
+
+def _with_extra(d: dict[str, Any]) -> dict[str, Any]:
+    """``to_dict``'s output: the known fields, then the unknown ones kept from the read (never over a known one)."""
+    extra = d.pop(EXTRA)
+    d.update((k, v) for k, v in extra.items() if k not in d)
+    return d
 
 
 @dataclass
@@ -57,7 +90,7 @@ class Attempt:
     id: str
     job_id: str
     n: int
-    state: AttemptState
+    state: AttemptState | ForeignState  # ForeignState: set by a newer broker (lifecycle.ForeignState)
     launcher: str
     placement: dict[str, Any]
     price_per_hour: int  # micro-dollars per hour, all nodes
@@ -79,16 +112,22 @@ class Attempt:
     steps_lost: int | None = None
     launched_in: str = ""  # the launcher's view it was launched in (``Launcher.domain``); "" = any
     limit_at: float | None = None  # when the launcher stops it by itself to keep the budget (engine clock)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # fields a newer broker stored (EXTRA)
+
+    @property
+    def foreign(self) -> bool:
+        """Its state is one a newer broker set, unknown here: shown, never written back."""
+        return is_foreign(self.state)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["state"] = self.state.value
-        return d
+        return _with_extra(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Attempt:
-        d = _known(cls, d)
-        d["state"] = AttemptState(d["state"])
+        d = _split(cls, d)
+        d["state"] = attempt_state(d["state"])
         return cls(**d)
 
 
@@ -104,7 +143,7 @@ class Job:
     id: str
     name: str
     team: str
-    state: JobState
+    state: JobState | ForeignState  # ForeignState: set by a newer broker (lifecycle.ForeignState)
     spec: dict[str, Any]  # the SkyPilot task as submitted, with its broker: section
     budget: int  # micro-dollars, the cap
     priority: int
@@ -132,20 +171,26 @@ class Job:
     checkpoint_uri: str = ""
     idempotency_key: str | None = None
     submitted_by: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # fields a newer broker stored (EXTRA)
 
     @property
     def current_attempt_id(self) -> str | None:
         return attempt_id(self.id, self.attempts) if self.attempts else None
 
+    @property
+    def foreign(self) -> bool:
+        """Its state is one a newer broker set, unknown here: shown, never written back, left alone by the engine."""
+        return is_foreign(self.state)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["state"] = self.state.value
-        return d
+        return _with_extra(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Job:
-        d = _known(cls, d)
-        d["state"] = JobState(d["state"])
+        d = _split(cls, d)
+        d["state"] = job_state(d["state"])
         return cls(**d)
 
 
@@ -160,7 +205,7 @@ class CostAttempt:
     """
 
     n: int
-    state: AttemptState
+    state: AttemptState | ForeignState  # ForeignState: set by a newer broker (lifecycle.ForeignState)
     placement: dict[str, Any]
     price_per_hour: int
     created_at: float
@@ -181,7 +226,7 @@ class CostJob:
     id: str
     name: str
     team: str
-    state: JobState
+    state: JobState | ForeignState  # ForeignState: set by a newer broker (lifecycle.ForeignState)
     submitted_at: float
     priority: int
     reason: str

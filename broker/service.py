@@ -29,7 +29,7 @@ from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import SpecError, parse
-from broker.store import Change, DuplicateJob, JobStore, VersionConflict
+from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import cost_for_seconds, fmt
@@ -97,8 +97,12 @@ class BrokerService:
         self._workdirs = None
 
     def _commit(self, change: Change) -> Job:
-        """Commit, then hand each of its events to ``on_event`` (which queues and returns)."""
-        stored = self.store.commit(change)
+        """Commit, then hand each of its events to ``on_event`` (which queues and returns). A job or attempt in a
+        state a newer broker set is not written back (409 saying so): it is that broker's to change."""
+        try:
+            stored = self.store.commit(change)
+        except ForeignRecord as exc:
+            raise Conflict(str(exc)) from None
         if self.on_event:
             for e in change.events:
                 try:
@@ -106,6 +110,16 @@ class BrokerService:
                 except Exception:  # a notification never fails the request that changed the job
                     log.exception("event hook failed")
         return stored
+
+    @staticmethod
+    def _changeable(job: Job) -> Job:
+        """The job, if this version may change it: one in a state a newer broker set is refused (409) up front,
+        with the reason the store gives, rather than with a rule of this version about states it knows."""
+        try:
+            check_writable(Change(job=job, expected_version=job.version))
+        except ForeignRecord as exc:
+            raise Conflict(str(exc)) from None
+        return job
 
     # -- submit ----------------------------------------------------------------------------------
 
@@ -361,7 +375,7 @@ class BrokerService:
         tier of the attempts from now on, in the same write.
         """
         def once() -> Job:
-            job = self.get(principal, job_id)
+            job = self._changeable(self.get(principal, job_id))
             if job.state not in RESUMABLE:
                 raise Conflict(f"cannot resume a job that is {job.state.value}: only failed or stopped_budget jobs resume")
             diagnosis = job.diagnosis or {}
@@ -433,7 +447,7 @@ class BrokerService:
         on-demand capacity does not change a failure of the job's own.
         """
         def once() -> Job:
-            job = self.get(principal, job_id)
+            job = self._changeable(self.get(principal, job_id))
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
                 raise Conflict(f"the job is {job.state.value}")
             request = request_of(job)

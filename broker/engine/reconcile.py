@@ -98,6 +98,7 @@ class Engine:
         self._housekeeping: Future | None = None  # the sweep of workdirs, or a collection of packs, under way
         self._last_workdir_sweep = float("-inf")  # at start: what a broker stopped before left behind goes first
         self._last_collect = float("-inf")
+        self._left_alone: set[tuple[str, str]] = set()  # (job id, state) left to a newer broker, logged once
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -113,7 +114,7 @@ class Engine:
         active = [j for j in jobs if j.state.is_active]
         availability = getattr(self.launcher, "availability", dict)()
         mk = market(self.settings, active, availability)
-        queued = [j for j in jobs if j.state is JobState.QUEUED]
+        queued = self._drivable([j for j in jobs if j.state is JobState.QUEUED])
         for job in queued:
             self._policy(job.id)
         decisions = schedule(queued, mk, now=now, policies=self.policies, attempts_of=self.store.attempts,
@@ -123,7 +124,7 @@ class Engine:
                              after_run_seconds=after_run(self.launcher, mk.offers) if queued else {})
         for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
-        for job in self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000):  # 3. launch
+        for job in self._drivable(self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000)):  # 3. launch
             self._guard(self._launch, job, now)
         live = {j.id for j in jobs}
         for job_id in [k for k in self.policies if k not in live]:
@@ -174,6 +175,26 @@ class Engine:
             return None
         return (f"the broker that launched it ({owner}) and the job have been silent for {int(now - last)} s, and "
                 f"its attempts cannot be seen from here")
+
+    def _drivable(self, jobs: list[Job]) -> list[Job]:
+        """The queued or placed jobs this version may place and launch: not one with an attempt in a state a newer
+        broker sharing the store set (it may still be live: placing the job again here could run it twice)."""
+        ids = [j.id for j in jobs if j.attempts]
+        attempts = self.store.attempts_of(ids) if ids else {}
+        return [j for j in jobs if not self._foreign(j, attempts.get(j.id, ()))]
+
+    def _foreign(self, job: Job, attempts) -> bool:
+        """Whether the job or one of its attempts is in a state this version does not know (a newer broker's, in a
+        rolling upgrade): the engine leaves such a job alone — that broker drives it — and says so once."""
+        state = job.state if job.foreign else next((a.state for a in attempts if a.foreign), None)
+        if state is None:
+            return False
+        if (job.id, state.value) not in self._left_alone:
+            self._left_alone.add((job.id, state.value))
+            what = "it is" if job.foreign else "an attempt of it is"
+            log.warning("job %s left alone: %s %s, a state this broker's version does not know (a newer broker "
+                        "sharing the store set it, and drives it)", job.id, what, state.value)
+        return True
 
     def _policy(self, job_id: str):
         """The job's own spot policy object (it keeps what it has observed of spot availability)."""
@@ -397,7 +418,7 @@ class Engine:
 
     def _monitor(self, job: Job, now: float) -> None:
         attempts = self.store.attempts(job.id)
-        if not attempts:
+        if not attempts or self._foreign(job, attempts):
             return
         attempt = attempts[-1]
         if attempt.launched_in and attempt.launched_in not in self.domains:

@@ -72,6 +72,12 @@ class VersionConflict(StoreError):
     """Someone else changed the job first; re-read it and decide again."""
 
 
+class ForeignRecord(StoreError):
+    """The change would write back a job or an attempt whose state this broker's version does not know (a
+    newer broker sharing the store set it: :class:`~broker.lifecycle.ForeignState`). Nothing is written:
+    what the state means, and what may follow it, is the newer broker's to decide."""
+
+
 class DuplicateJob(StoreError):
     """A job with this id (or this team's idempotency key) exists; ``existing_id`` names it."""
 
@@ -95,6 +101,21 @@ class Change:
     events: Sequence[Event] = ()
     attempts: Sequence[Attempt] = ()
     metrics: Sequence[dict] = field(default_factory=tuple)
+
+
+def check_writable(change: Change) -> None:
+    """Refuse (:class:`ForeignRecord`) a change that would write back a record in a state unknown here: every
+    store calls it before writing, so no path of this version (engine, API, Slack) can."""
+    job = change.job
+    if job.foreign:
+        raise ForeignRecord(f"job {job.id} is {job.state.value}, a state this broker's version does not know (a "
+                            "newer broker sharing the store set it): it is left as stored; change it through a "
+                            "broker of that version")
+    for attempt in change.attempts:
+        if attempt.foreign:
+            raise ForeignRecord(f"attempt {attempt.id} is {attempt.state.value}, a state this broker's version does "
+                                "not know (a newer broker sharing the store set it): its job is left as stored; "
+                                "change it through a broker of that version")
 
 
 @runtime_checkable

@@ -22,9 +22,10 @@ from dataclasses import replace
 import redis
 from redis.exceptions import NoScriptError
 
-from broker.lifecycle import AttemptState, JobState
+from broker.lifecycle import JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import BATCH_IDS, Change, DuplicateJob, StoreError, StoreUnavailable, VersionConflict, unavailable_on
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, StoreError, StoreUnavailable, VersionConflict,
+                               check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys
 
@@ -83,7 +84,7 @@ class _Change:
 
 def _cost_attempt(d: dict) -> CostAttempt:
     place = d.get("placement") or {}
-    return CostAttempt(d["n"], AttemptState(d["state"]), {key: place.get(key) for key in COST_PLACEMENT_KEYS},
+    return CostAttempt(d["n"], attempt_state(d["state"]), {key: place.get(key) for key in COST_PLACEMENT_KEYS},
                        d["price_per_hour"], d["created_at"], d.get("started_at"), d.get("ended_at"),
                        d.get("billed_until"), d.get("cost", 0))
 
@@ -108,6 +109,7 @@ class RedisStore:
         return self._group.submit(self._prepare(change))
 
     def _prepare(self, change: Change) -> Slot:
+        check_writable(change)
         job, k = change.job, self.keys
         new_version = 1 if change.expected_version is None else change.expected_version + 1
         stored = replace(job, version=new_version)
@@ -269,7 +271,7 @@ class RedisStore:
             for raw in self._r.mget([k.job(i) for i in chunk]):
                 if raw:
                     d = json.loads(raw)
-                    state = JobState(d["state"])
+                    state = job_state(d["state"])
                     if not state.is_final or d["updated_at"] >= since:
                         jobs.append(CostJob(d["id"], d["name"], d["team"], state, d["submitted_at"], d["priority"],
                                             d.get("reason", ""), d["budget"], d.get("spent", 0),

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from broker.lifecycle import FINAL_STATES, AttemptState, JobState
+from broker.lifecycle import FINAL_STATES, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import BATCH_IDS, Change, DuplicateJob, VersionConflict, unavailable_on
+from broker.store.base import BATCH_IDS, Change, DuplicateJob, VersionConflict, check_writable, unavailable_on
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -140,6 +140,7 @@ class SqliteStore:
         """Group commit: writers that arrive while another is syncing are written together, each in
         its own savepoint (so one's conflict leaves the others alone), then made durable by one
         fsync. Every caller returns only after the transaction holding its change has committed."""
+        check_writable(change)
         return self._group.submit(Slot(change))
 
     def _write_batch(self, batch: Sequence[Slot]) -> None:
@@ -188,15 +189,20 @@ class SqliteStore:
                                       f"expected {change.expected_version}")
             new_version = change.expected_version + 1
         stored = replace(job, version=new_version)
+        # an upsert, not INSERT OR REPLACE: a replace deletes the row first, resetting any column a newer broker
+        # sharing the file added (and firing its delete triggers); an update changes only the columns named here
         db.execute(
-            "INSERT OR REPLACE INTO jobs (id, team, state, version, submitted_at, idempotency_key, body, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs (id, team, state, version, submitted_at, idempotency_key, body, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET team = excluded.team,"
+            " state = excluded.state, version = excluded.version, submitted_at = excluded.submitted_at,"
+            " idempotency_key = excluded.idempotency_key, body = excluded.body, updated_at = excluded.updated_at",
             (stored.id, stored.team, stored.state.value, new_version, stored.submitted_at,
              stored.idempotency_key, json.dumps(stored.to_dict()), stored.updated_at),
         )
         for attempt in change.attempts:
             db.execute(
-                "INSERT OR REPLACE INTO attempts (id, job_id, n, body) VALUES (?, ?, ?, ?)",
+                "INSERT INTO attempts (id, job_id, n, body) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+                " job_id = excluded.job_id, n = excluded.n, body = excluded.body",
                 (attempt.id, attempt.job_id, attempt.n, json.dumps(attempt.to_dict())),
             )
         SqliteStore._append(db, "events", job.id, [e.to_dict() for e in change.events])
@@ -281,12 +287,12 @@ class SqliteStore:
         jobs = []
         for values, tiers in job_rows:
             jid, name, team_, state, submitted, priority, reason, budget, spent, price = _DECODE(values)[0]
-            jobs.append(CostJob(jid, name, team_, JobState(state), submitted, priority, "" if reason is None else reason,
+            jobs.append(CostJob(jid, name, team_, job_state(state), submitted, priority, "" if reason is None else reason,
                                 budget, spent or 0, {"price_per_hour": price}, tiers))
         attempts: dict[str, list[CostAttempt]] = {j.id: [] for j in jobs}
         for job_id, values in attempt_rows:
             n, state, price, created, started, ended, billed, cost, *place = _DECODE(values)[0]
-            attempts[job_id].append(CostAttempt(n, AttemptState(state), dict(zip(COST_PLACEMENT_KEYS, place)), price,
+            attempts[job_id].append(CostAttempt(n, attempt_state(state), dict(zip(COST_PLACEMENT_KEYS, place)), price,
                                                 created, started, ended, billed, cost or 0))
         return jobs, attempts
 

@@ -284,17 +284,19 @@ def test_each_engine_domain_keeps_its_latest_beat(store):
     assert store.beats() == {"local@a:/runs": 160.25, "skypilot:http://api": 50.5}
 
 
-def test_a_record_with_a_field_from_a_newer_broker_still_reads():
-    """During a rolling upgrade an older broker reads what a newer one wrote: unknown fields are left out."""
-    from dataclasses import asdict
-
+def test_a_record_with_a_field_from_a_newer_broker_still_reads_and_keeps_it():
+    """During a rolling upgrade an older broker reads what a newer one wrote: unknown fields are kept aside
+    (``extra``) and written back as they were, beside the fields this version knows."""
     from broker.lifecycle import AttemptState
     from broker.models import Attempt
 
     attempt = Attempt(id="j-1-a1", job_id="j-1", n=1, state=AttemptState.RUNNING, launcher="local", placement={},
                       price_per_hour=1, created_at=0.0)
-    stored = {**asdict(attempt), "state": "running", "a_field_from_the_future": {"x": 1}}
-    assert Attempt.from_dict(stored) == attempt
+    stored = {**attempt.to_dict(), "a_field_from_the_future": {"x": 1}, "extra": "a newer field of that name"}
+    read = Attempt.from_dict(stored)
+    assert replace(read, extra={}) == attempt
+    assert read.extra == {"a_field_from_the_future": {"x": 1}, "extra": "a newer field of that name"}
+    assert replace(read, cost=5).to_dict() == {**stored, "cost": 5}
 
 
 def test_a_redis_server_that_would_lose_accepted_jobs_in_a_crash_is_named_at_open(tmp_path, caplog):

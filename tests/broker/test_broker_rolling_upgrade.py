@@ -1,0 +1,243 @@
+"""Brokers of two versions sharing one store (a rolling upgrade): what a newer broker stored survives this one.
+
+The "newer broker" here writes the store's JSON directly, as its own models would: a field this version does not
+know on a job and on an attempt, or a state it does not know. This broker's engine and API then read, change and
+write those records back (a tick billing the attempt, a progress report, a cancel) on the real SQLite file and
+the real redis-server, and the newer fields must still be there, byte for byte; a record in an unknown state is
+shown as stored and never written back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from dataclasses import replace
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.auth import job_token
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
+from broker.models import Job
+from broker.runtime import open_launcher
+from broker.store import Change
+from broker.store.sqlite import SqliteStore
+
+from broker_testing import ADMIN, wait_for
+
+CONFIG = """
+pools:
+  - {name: cpu, slots: 2, price_per_slot_hour: "36.00"}
+stop_grace_seconds: 1
+tick_seconds: 0.05
+"""
+TASK = {"name": "t", "run": "sleep 60", "resources": {"cpus": 1}, "broker": {"budget_usd": 20}}
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+# values whose JSON text is easy to disturb on the way through: nesting and key order, a float, a number
+# beyond 64 bits, non-ASCII text (escaped by json.dumps), null
+FUTURE_JOB = {"preemption_forecast": {"zone": "us-east-1a", "p": 0.1, "by": [3, 1, 2]},
+              "fair_share_debt": 2 ** 70, "note_v9": "réessayer", "paused_until": None}
+FUTURE_ATTEMPT = {"spot_interruption_notice_at": 1733011200.125, "host_fingerprint": {"z": 1, "a": "b"}}
+
+
+class NewerBroker:
+    """Reads and writes the stored records as raw JSON text, as a broker of a newer version would (its commit
+    moves the version on by one and keeps the state index true)."""
+
+    def __init__(self, store, redis_url: str):
+        self.store = store
+        if isinstance(store, SqliteStore):
+            self.db = sqlite3.connect(store.path, isolation_level=None)
+        else:
+            self.r = redis.Redis.from_url(redis_url, decode_responses=True)
+            self.keys = store.keys
+
+    def job(self, job_id: str) -> str:
+        if hasattr(self, "db"):
+            return self.db.execute("SELECT body FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+        return self.r.get(self.keys.job(job_id))
+
+    def attempt(self, job_id: str, n: int) -> str:
+        if hasattr(self, "db"):
+            return self.db.execute("SELECT body FROM attempts WHERE id = ?", (f"{job_id}-a{n}",)).fetchone()[0]
+        return self.r.hget(self.keys.attempts(job_id), str(n))
+
+    def put(self, job_id: str, job_fields: dict, attempt_fields: dict | None = None, n: int | None = None) -> None:
+        body = json.loads(self.job(job_id))
+        old_state = body["state"]
+        body.update(job_fields, version=body["version"] + 1)
+        attempt = None
+        if attempt_fields is not None:
+            n = n or body["attempts"]
+            raw = self.attempt(job_id, n) if self._has_attempt(job_id, n) else None
+            attempt = {**(json.loads(raw) if raw else {}), **attempt_fields}
+        if hasattr(self, "db"):
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute("UPDATE jobs SET body = ?, version = ?, state = ? WHERE id = ?",
+                            (json.dumps(body), body["version"], body["state"], job_id))
+            if attempt is not None:
+                self.db.execute("INSERT OR REPLACE INTO attempts (id, job_id, n, body) VALUES (?, ?, ?, ?)",
+                                (f"{job_id}-a{n}", job_id, n, json.dumps(attempt)))
+            self.db.execute("COMMIT")
+            return
+        with self.r.pipeline(transaction=True) as p:
+            p.set(self.keys.job(job_id), json.dumps(body))
+            p.srem(self.keys.by_state(old_state), job_id)
+            p.sadd(self.keys.by_state(body["state"]), job_id)
+            if attempt is not None:
+                p.hset(self.keys.attempts(job_id), str(n), json.dumps(attempt))
+            p.execute()
+
+    def _has_attempt(self, job_id: str, n: int) -> bool:
+        if hasattr(self, "db"):
+            return self.db.execute("SELECT 1 FROM attempts WHERE id = ?", (f"{job_id}-a{n}",)).fetchone() is not None
+        return self.r.hexists(self.keys.attempts(job_id), str(n))
+
+    def close(self) -> None:
+        if hasattr(self, "db"):
+            self.db.close()
+        else:
+            self.r.close()
+
+
+@pytest.fixture
+def broker(store, make_settings, redis_server):
+    """This version's API and engine on the store (SQLite file or redis-server), and a newer broker beside them."""
+    settings = make_settings(config=CONFIG)
+    launcher = open_launcher(settings)
+    app = create_app(settings, store=store, launcher=launcher, engine=False)
+    engine = Engine(settings, store, launcher)
+    newer = NewerBroker(store, redis_server.url)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client, engine, store, newer, settings
+    newer.close()
+    for job in store.list_jobs(states=["launching", "running", "cancelling", "stopping"]):
+        launcher.stop(f"{job.id}-a{job.attempts}", grace_seconds=0, reason="test over")
+
+
+def kept(raw: str, fields: dict) -> None:
+    """Each newer field is in the stored JSON text exactly as the newer broker wrote it."""
+    for name, value in fields.items():
+        assert f"{json.dumps(name)}: {json.dumps(value)}" in raw, (name, raw)
+
+
+def tick_until(engine, store, job_id, state: str, timeout: float = 20):
+    def done():
+        engine.tick()
+        job = store.get_job(job_id)
+        return job if job.state.value == state else None
+
+    return wait_for(done, timeout=timeout)
+
+
+def test_fields_a_newer_broker_added_survive_this_brokers_tick_progress_report_and_cancel(broker):
+    client, engine, store, newer, settings = broker
+    job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
+    tick_until(engine, store, job_id, "running")
+    newer.put(job_id, FUTURE_JOB, FUTURE_ATTEMPT)
+    version = store.get_job(job_id).version
+
+    engine.tick()  # bills the running attempt: job and attempt written back
+    assert store.get_job(job_id).version == version + 1
+    kept(newer.job(job_id), FUTURE_JOB)
+    kept(newer.attempt(job_id, 1), FUTURE_ATTEMPT)
+
+    r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 7, "checkpoint": {"step": 7, "uri": "file:///c/7"}},
+                    headers={"Authorization": f"Bearer {job_token(settings, job_id)}"})
+    assert r.status_code == 200, r.text
+    assert json.loads(newer.attempt(job_id, 1))["last_step"] == 7
+    kept(newer.job(job_id), FUTURE_JOB)
+    kept(newer.attempt(job_id, 1), FUTURE_ATTEMPT)
+
+    r = client.post(f"/v1/jobs/{job_id}/cancel", headers=AUTH)
+    assert r.status_code == 200 and r.json()["state"] == "cancelling", r.text
+    assert "preemption_forecast" not in r.json() and "extra" not in r.json()  # views show what they always showed
+    tick_until(engine, store, job_id, "cancelled")
+    body = json.loads(newer.job(job_id))
+    assert body["state"] == "cancelled" and "extra" not in body
+    kept(newer.job(job_id), FUTURE_JOB)
+    kept(newer.attempt(job_id, 1), FUTURE_ATTEMPT)
+    assert json.loads(newer.attempt(job_id, 1))["state"] == "stopped"
+
+
+def test_a_newer_brokers_sqlite_columns_are_not_reset_by_this_brokers_writes(tmp_path):
+    """A newer broker on the same SQLite file may add a column: a commit here updates its row in place (an
+    upsert) rather than deleting it and inserting it anew, which left an added column empty."""
+    store = SqliteStore(tmp_path / "s.db")
+    job = store.commit(Change(job=Job(id="j-1", name="t", team="vision", state=JobState.QUEUED, spec={"run": "echo"},
+                                      budget=5_000_000, priority=0, submitted_at=1.0, updated_at=1.0),
+                              expected_version=None))
+    db = sqlite3.connect(store.path, isolation_level=None)
+    db.execute("ALTER TABLE jobs ADD COLUMN lease_owner TEXT")
+    db.execute("ALTER TABLE jobs ADD COLUMN budget_col INTEGER GENERATED ALWAYS AS (json_extract(body, '$.budget'))")
+    db.execute("UPDATE jobs SET lease_owner = 'broker-v9'")
+    store.commit(Change(job=replace(job, budget=7_000_000), expected_version=job.version))
+    assert db.execute("SELECT lease_owner, budget_col FROM jobs").fetchone() == ("broker-v9", 7_000_000)
+    db.close()
+    store.close()
+
+
+def test_a_job_in_a_state_this_version_does_not_know_is_shown_as_stored_and_never_written(broker, caplog):
+    client, engine, store, newer, settings = broker
+    job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
+    newer.put(job_id, {"state": "paused", **FUTURE_JOB})
+    raw = newer.job(job_id)
+
+    with caplog.at_level(logging.ERROR, logger="broker.engine"):
+        for _ in range(3):
+            engine.tick()
+    assert not caplog.records  # no failing step, tick after tick
+    assert newer.job(job_id) == raw
+
+    listed = client.get("/v1/jobs", headers=AUTH)
+    assert listed.status_code == 200, listed.text
+    assert [(j["id"], j["state"]) for j in listed.json()["jobs"]] == [(job_id, "paused")]
+    one = client.get(f"/v1/jobs/{job_id}", headers=AUTH)
+    assert one.status_code == 200 and one.json()["state"] == "paused", one.text
+    assert client.get("/v1/costs", headers=AUTH).status_code == 200
+    assert client.get("/v1/costs/jobs/" + job_id, headers=AUTH).status_code == 200
+    assert client.get("/metrics").status_code == 200
+
+    for path, body in (("cancel", None), ("budget", {"budget_usd": "30"}), ("resume", None)):
+        r = client.post(f"/v1/jobs/{job_id}/{path}", json=body, headers=AUTH)
+        assert r.status_code == 409, (path, r.text)
+        assert "paused" in r.json()["detail"] and "does not know" in r.json()["detail"], (path, r.text)
+    r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 3},
+                    headers={"Authorization": f"Bearer {job_token(settings, job_id)}"})
+    assert r.status_code == 409 and "does not know" in r.json()["detail"], r.text
+    assert newer.job(job_id) == raw
+
+
+@pytest.mark.parametrize("job_state", ["queued", "running"])
+def test_a_job_whose_attempt_is_in_a_state_this_version_does_not_know_is_left_alone(broker, caplog, job_state):
+    """A queued job whose attempt a newer broker holds in a state of its own (still live, perhaps) is not placed
+    again here, nor is a running one monitored: the engine says so once and writes nothing."""
+    client, engine, store, newer, settings = broker
+    job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
+    attempt = {"id": f"{job_id}-a1", "job_id": job_id, "n": 1, "state": "migrating", "launcher": "local",
+               "placement": {"tier": "onprem", "pool": "cpu"}, "price_per_hour": 36_000_000, "created_at": 1.0,
+               "launched_in": engine.launcher.domain, **FUTURE_ATTEMPT}
+    newer.put(job_id, {"state": job_state, "attempts": 1}, attempt, n=1)
+    raw_job, raw_attempt = newer.job(job_id), newer.attempt(job_id, 1)
+
+    with caplog.at_level(logging.WARNING, logger="broker.engine"):
+        for _ in range(4):
+            engine.tick()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "migrating" in said[0] and job_id in said[0], said
+    assert (newer.job(job_id), newer.attempt(job_id, 1)) == (raw_job, raw_attempt)
+    assert store.get_job(job_id).state is JobState(job_state)
+
+    view = client.get(f"/v1/jobs/{job_id}", headers=AUTH)
+    assert view.status_code == 200, view.text
+    assert [a["state"] for a in view.json()["attempt_list"]] == ["migrating"]
+    assert client.get(f"/v1/costs/jobs/{job_id}", headers=AUTH).status_code == 200
+    r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 3},
+                    headers={"Authorization": f"Bearer {job_token(settings, job_id)}"})
+    assert r.status_code == 409 and "migrating" in r.json()["detail"], r.text
+    assert (newer.job(job_id), newer.attempt(job_id, 1)) == (raw_job, raw_attempt)
