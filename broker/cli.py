@@ -180,8 +180,24 @@ def cmd_serve(args) -> int:
           file=sys.stderr)
     if key_warning:
         print(key_warning, file=sys.stderr)
+    token_file = _admin_token_file(settings)
+    if token_file:
+        print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
+              "or send it as Authorization: Bearer)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def _admin_token_file(settings) -> Path | None:
+    """The data dir's generated admin token file when it is what admins sign in with (no BROKER_ADMIN_TOKEN
+    or admin_token_sha256 set): a first-day user needs it for the dashboard and curl, and is told where."""
+    from broker.config import hash_token
+
+    path = settings.data_dir / "admin-token"
+    try:
+        return path if hash_token(path.read_text().strip()) in settings.admin_token_hashes else None
+    except OSError:
+        return None
 
 
 def _where(p: dict) -> str:

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -277,6 +278,28 @@ def test_serve_start_line_does_not_print_the_stores_password(tmp_path):
         proc.wait(10)
     assert first.startswith("spot-broker on http://127.0.0.1:1  store=rediss://:***@127.0.0.1:1/0 "), first
     assert "s3cret" not in first
+
+
+def test_serve_says_where_the_admin_token_it_generated_is(tmp_path):
+    """The dashboard and curl need the token a first start writes; the start-up lines say where it is (the path,
+    never the token), and say nothing of it when admins sign in with BROKER_ADMIN_TOKEN."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()  # serve prints its start-up lines, then cannot bind this port and exits
+
+    def start_lines(extra):
+        env = {k: v for k, v in os.environ.items() if k != "BROKER_ADMIN_TOKEN"}
+        env.update(BROKER_DATA_DIR=str(tmp_path / "data"), **extra)
+        done = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "--port", str(taken.getsockname()[1])],
+                              env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        return done.stderr
+
+    lines = start_lines({})
+    token = (tmp_path / "data" / "admin-token").read_text().strip()
+    assert f"admin token in {tmp_path / 'data' / 'admin-token'}" in lines and token not in lines, lines
+    assert "admin token" not in start_lines({"BROKER_ADMIN_TOKEN": ADMIN})
+    taken.close()
 
 
 @pytest.mark.parametrize("url, shown", [
