@@ -26,6 +26,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,9 +210,18 @@ def secret_values(spec: dict[str, Any]) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+SHORT_SECRET = 4
+"""A secret value shorter than this is hidden only where it stands alone (not inside a longer word or number): a
+secret ``1`` or ``on`` hidden everywhere turned ``attempt 1 on spot`` into ``attempt *** *** spot``, and what
+so short a value gives away, standing in a word, is nothing."""
+
+
 def redact(text: str, values: list[str]) -> str:
     """``text`` (a message the broker keeps or shows: a launcher's or SkyPilot's refusal) with every
-    secret value in it replaced by ``***``."""
+    secret value in it replaced by ``***`` (one shorter than :data:`SHORT_SECRET` only as a whole word)."""
     for value in values:
-        text = text.replace(value, "***")
+        if len(value) >= SHORT_SECRET:
+            text = text.replace(value, "***")
+        else:
+            text = re.sub(rf"(?<![\w]){re.escape(value)}(?![\w])", "***", text)
     return text

@@ -306,3 +306,18 @@ def test_a_key_file_gone_bad_never_touches_a_job_without_secrets_and_a_retry_say
             service.submit(ADMIN, task(tmp_path / "o"), idempotency_key="k")
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("text, values, shown", [
+    ("attempt 1 on spot in zone 1a", ["1"], "attempt *** on spot in zone 1a"),
+    ("token=ab;x=abc", ["ab"], "token=***;x=abc"),
+    ("key hunter2 was refused; hunter2x too", ["hunter2"], "key *** was refused; ***x too"),
+    ("a longer secret-with-short inside", ["secret-with-short", "sec"], "a longer *** inside"),
+], ids=["a one-character secret is hidden where it stands alone, not inside 1a",
+        "a two-character secret is hidden as a word, not inside a longer one",
+        "a secret of four or more characters is hidden wherever it appears",
+        "the longest value goes first, so a short one inside it leaves no piece behind"])
+def test_redaction_hides_short_secrets_only_as_whole_words(text, values, shown):
+    from broker.sealing import redact
+
+    assert redact(text, values) == shown
