@@ -189,10 +189,30 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
     held_back = [o for o in offers if run[o] <= budget]  # ruled out by their billing after the run alone
     if held_back:
         o = min(held_back, key=lambda x: total[x])
-        return (f"{text} and a cloud cluster's {duration_text(after[o])} of billing after its run on any offer: "
-                f"on the cheapest, {o.describe()}, that is {fmt(run[o])} and {fmt(total[o] - run[o])}")
-    cheapest = min(offers, key=lambda o: o.price_per_hour)
-    return f"{text} at the cheapest offer's {fmt(cheapest.price_per_hour * n)}/h"
+        return (f"{text} and the billing after its run on any offer: on the cheapest, {o.describe()}, that is "
+                f"{fmt(run[o])} and {fmt(total[o] - run[o])} for {billed_after_run(o)} {duration_text(after[o])} "
+                f"of billing after its run")
+    cheapest = min(offers, key=lambda o: (o.price_per_hour, total[o]))
+    return f"{text} on any offer: the cheapest, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h"
+
+
+CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure", "oci": "OCI", "ibm": "IBM", "lambda": "Lambda",
+               "kubernetes": "Kubernetes", "k8s": "Kubernetes"}
+"""How a sentence names an offer's ``cloud``."""
+
+
+def billed_after_run(offer: Offer) -> str:
+    """What bills an attempt on ``offer`` after its run, for a sentence: ``an AWS cluster's``, ``a GCP
+    cluster's``, ``a Kubernetes pool's`` (a pool reached through SkyPilot: its pods autodown too)."""
+    name = CLOUD_NAMES.get(offer.cloud.lower(), offer.cloud)
+    if offer.simulated:
+        what = f"simulated {name} zone"
+    elif offer.tier is Tier.ONPREM:
+        what = f"{name} pool" if offer.cloud.lower() != "local" else "pool"
+    else:
+        what = f"{name} cluster"
+    spoken_vowel = what[0] in "AEIOUaeiou" or (what.split()[0].isupper() and what[0] in "FHLMNRSX")
+    return f"{'an' if spoken_vowel else 'a'} {what}'s"
 
 
 def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micros, min_run_seconds: int,
@@ -212,12 +232,13 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
     if held_back:
         o = min(held_back, key=lambda x: total[x])
         return NoFit(
-            f"the budget left, {fmt(budget_left)}, cannot pay a cloud cluster's {duration_text(after_run[o])} of "
+            f"the budget left, {fmt(budget_left)}, cannot pay {billed_after_run(o)} {duration_text(after_run[o])} of "
             f"billing after its run on the cheapest free match, {o.describe()}: {fmt(total[o] - run[o])}"
             + (f" on top of {fmt(run[o])} for {what}" if run[o] else "")
         )
     o = min(offers, key=lambda x: total[x])
-    after = f" and {fmt(total[o] - run[o])} for a cloud cluster's billing after its run" if after_run.get(o, 0) > 0 else ""
+    after = (f" and {fmt(total[o] - run[o])} for {billed_after_run(o)} billing after its run"
+             if after_run.get(o, 0) > 0 else "")
     if request.expected_hours is not None:
         return NoFit(f"the budget left, {fmt(budget_left)}, does not cover {what} on the cheapest free match, "
                      f"{o.describe()}, estimated at {fmt(run[o])}{after}")

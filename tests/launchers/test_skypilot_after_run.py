@@ -81,7 +81,7 @@ def test_with_no_offer_on_this_host_the_job_stops_at_its_budget_instead_of_launc
     stopped = service.store.get_job(job.id)
     assert stopped.state is JobState.STOPPED_BUDGET
     assert service.store.attempts(job.id) == [] and cloud.launched == []
-    assert "cloud cluster's 15 minutes of billing after its run" in stopped.reason, stopped.reason
+    assert "an AWS cluster's 15 minutes of billing after its run" in stopped.reason, stopped.reason
     assert stopped.reason.startswith("stopped: the budget left, $0.05, cannot pay for a start and a clean stop (36 s) and")
 
 
@@ -91,7 +91,7 @@ def test_a_budget_too_small_for_any_clusters_billing_after_its_run_is_refused_at
     with pytest.raises(Invalid) as info:
         service.submit(ADMIN, {**task, "broker": {"budget_usd": "0.05"}})
     assert info.value.field == "broker.budget_usd"
-    assert "cloud cluster's 15 minutes of billing after its run" in str(info.value), str(info.value)
+    assert "an AWS cluster's 15 minutes of billing after its run" in str(info.value), str(info.value)
     assert service.store.list_jobs() == []
 
 
@@ -138,10 +138,11 @@ def test_a_job_stopped_at_its_budget_before_any_attempt_resumes_only_once_the_bu
     # no attempt, so no price of its own: the resume is weighed as the engine will weigh the start
     with pytest.raises(Conflict) as info:
         service.resume(ADMIN, job.id)
-    assert "cloud cluster's 15 minutes of billing after its run" in str(info.value), str(info.value)
+    assert "an AWS cluster's 15 minutes of billing after its run" in str(info.value), str(info.value)
     assert "raise the budget" in str(info.value)
     assert service.store.get_job(job.id).state is JobState.STOPPED_BUDGET  # not resumed only to stop again
     service.raise_budget(ADMIN, job.id, 1_000_000)
     assert service.resume(ADMIN, job.id).state is JobState.QUEUED
     engine.tick()
     assert service.store.get_job(job.id).placement["tier"] == "spot" and cloud.launched
+

@@ -8,7 +8,7 @@ import pytest
 
 from pricing.catalog import onprem_offer
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
-from pricing.placement import NoFit, Placement, place, start_shortfall
+from pricing.placement import NoFit, Placement, billed_after_run, place, start_shortfall
 
 
 def cloud(tier, zone, price, acc="V100", count=1, region="us-east-1"):
@@ -165,17 +165,17 @@ AFTER_RUN_CASES = [
     pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_125_000), "spot us-east-1b",
                  id="the estimate plus the billing after the run exactly at the budget left fits"),
     pytest.param(job(), dict(budget_left=200_000, free_capacity={"lab": 0, "sim-od": 0}),
-                 "NoFit the budget left, $0.20, cannot pay a cloud cluster's 15 minutes of billing after its run on the "
+                 "NoFit the budget left, $0.20, cannot pay an AWS cluster's 15 minutes of billing after its run on the "
                  "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.0160 for a start and a "
                  "clean stop (64 s)",
                  id="only cloud offers free and a budget left short of their billing after the run says so"),
     pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_000_000, free_capacity={"lab": 0, "sim-od": 0}),
-                 "NoFit the budget left, $1.00, cannot pay a cloud cluster's 15 minutes of billing after its run on the "
+                 "NoFit the budget left, $1.00, cannot pay an AWS cluster's 15 minutes of billing after its run on the "
                  "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.90 for 1 h",
                  id="an hour the budget left pays on spot but not the billing after it names that billing"),
     pytest.param(job(expected_hours=Decimal(10)), dict(budget_left=5_000_000, free_capacity={"lab": 0, "sim-od": 0}),
                  "NoFit the budget left, $5.00, does not cover 10 h on the cheapest free match, spot 1x V100 V100x1 in "
-                 "aws/us-east-1b, estimated at $9.00 and $0.2250 for a cloud cluster's billing after its run",
+                 "aws/us-east-1b, estimated at $9.00 and $0.2250 for an AWS cluster's billing after its run",
                  id="a budget left short of the hours themselves says so and adds the billing after them"),
     pytest.param(job(), dict(budget_left=30_000, free_capacity={"sim-od": 0, "us-east-1a": 0, "us-east-1b": 0}),
                  "NoFit the budget left, $0.03, cannot pay for a start and a clean stop (64 s) on the cheapest free "
@@ -200,11 +200,42 @@ def test_place_counts_the_billing_after_a_clusters_run(request_, kwargs, expecte
     pytest.param(HERE_AND_CLOUD, 50_000, None, id="a budget that can start on a pool or zone here can start"),
     pytest.param([CLOUD_SPOT, CLOUD_OD], 250_000, None, id="a budget that pays a start and the billing after it can start"),
     pytest.param([CLOUD_SPOT, CLOUD_OD], 200_000,
-                 "cannot pay for a start and a clean stop (64 s) and a cloud cluster's 15 minutes of billing after its "
-                 "run on any offer: on the cheapest, spot 1x V100 V100x1 in aws/us-east-1b, that is $0.0160 and $0.2250",
+                 "cannot pay for a start and a clean stop (64 s) and the billing after its run on any offer: on the "
+                 "cheapest, spot 1x V100 V100x1 in aws/us-east-1b, that is $0.0160 and $0.2250 for an AWS cluster's "
+                 "15 minutes of billing after its run",
                  id="a budget that pays only the start on the cloud names the billing after the run"),
-    pytest.param([DEAR_POOL, CLOUD_SPOT], 10_000, "cannot pay for a start and a clean stop (64 s) at the cheapest offer's $0.90/h",
-                 id="a budget short of any start names the cheapest price"),
+    pytest.param([DEAR_POOL, CLOUD_SPOT], 10_000, "cannot pay for a start and a clean stop (64 s) on any offer: the cheapest, spot 1x V100 V100x1 in "
+                 "aws/us-east-1b, costs $0.90/h",
+                 id="a budget short of any start names the cheapest offer, its cloud and its price"),
 ])
 def test_start_shortfall_counts_the_billing_after_the_run(offers, budget, expected):
     assert start_shortfall(job(), offers, budget, min_run_seconds=START, after_run_seconds=AFTER_RUN) == expected
+
+
+GCP_SPOT = Offer(Tier.SPOT, "gcp", "us-east1", "us-east1-b", "n1-standard-8+V100:1", "V100", 1, 900_000)
+K8S_POOL = Offer(Tier.ONPREM, "kubernetes", "lab-ctx", "gpus", "gpus-1slot", "V100", 1, 900_000)
+
+
+@pytest.mark.parametrize("offer, expected", [
+    pytest.param(CLOUD_SPOT, "an AWS cluster's", id="an AWS offer is billed by an AWS cluster"),
+    pytest.param(GCP_SPOT, "a GCP cluster's", id="a GCP offer is billed by a GCP cluster"),
+    pytest.param(K8S_POOL, "a Kubernetes pool's", id="a Kubernetes pool is named as the pool it is, not a cloud cluster"),
+    pytest.param(DEAR_POOL, "a pool's", id="a pool on this host is a pool"),
+    pytest.param(SIM_ZONE, "a simulated AWS zone's", id="a simulated zone is named as simulated"),
+])
+def test_the_billing_after_a_run_is_named_by_what_bills_it(offer, expected):
+    assert billed_after_run(offer) == expected
+
+
+@pytest.mark.parametrize("offers, expected", [
+    pytest.param([K8S_POOL], "cannot pay a Kubernetes pool's 15 minutes of billing after its run on the cheapest free "
+                             "match, onprem 1x V100 gpus-1slot in kubernetes/lab-ctx, pool gpus",
+                 id="a Kubernetes pool short of its billing after the run names the pool, not a cloud cluster"),
+    pytest.param([GCP_SPOT], "cannot pay a GCP cluster's 15 minutes of billing after its run on the cheapest free "
+                             "match, spot 1x V100 n1-standard-8+V100:1 in gcp/us-east1-b",
+                 id="a GCP offer short of its billing after the run names GCP"),
+])
+def test_a_budget_short_of_the_billing_after_the_run_names_what_bills_it(offers, expected):
+    result = place(job(), offers, budget_left=200_000, min_run_seconds=START,
+                   after_run_seconds={o: 900 for o in offers})
+    assert isinstance(result, NoFit) and expected in result.reason, result
