@@ -75,9 +75,8 @@ def admit(
         raise Refused(field, f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
     if not q.fits(budget):
         raise Refused("broker.budget_usd", q.refusal(budget))
-    priced = [o for o in candidates(spec.request, offers) if spec.request.max_price_per_hour is None
-              or o.price_per_hour * spec.request.num_nodes <= spec.request.max_price_per_hour]
-    short = start_shortfall(spec.request, priced, budget, min_run_seconds=min_run_seconds,
+    # only offers at or under the job's max price count: start_shortfall weighs them, as the engine does
+    short = start_shortfall(spec.request, candidates(spec.request, offers), budget, min_run_seconds=min_run_seconds,
                             after_run_seconds=after_run_seconds)
     if short is not None:
         raise Refused("broker.budget_usd", f"the budget of {fmt(budget)} {short}")

@@ -178,22 +178,31 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
     """Why ``budget`` can start the job on none of ``offers``, whatever their capacity — it would be
     stopped at once (a cloud cluster's launcher would launch none) — or ``None`` when it can start on one.
     A start pays for ``min_run_seconds`` (a start and a clean stop) and the offer's billing after its
-    run. The words follow "the budget of $X": ``cannot pay for a start and a clean stop (36 s) ...``."""
+    run. Only offers at or under the job's ``max_price_per_hour`` count: one over it is never taken, so
+    a budget that pays only for such offers can start nothing. Capacity and blocked zones do not count:
+    they pass, a budget does not grow by itself. The words follow "the budget of $X": ``cannot pay
+    for a start and a clean stop (36 s) ...``."""
     after = after_run_seconds or {}
     n = request.num_nodes
+    cap = request.max_price_per_hour
+    priced = [o for o in offers if cap is None or o.price_per_hour * n <= cap]
     run = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds) for o in offers}
     total = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds + after.get(o, 0)) for o in offers}
-    if not offers or any(total[o] <= budget for o in offers):
-        return None
+    if not priced or any(total[o] <= budget for o in priced):
+        return None  # nothing under the cap at all is placement's to say (:func:`place`), not the budget's
+    over_cap = [o for o in offers if o not in priced and total[o] <= budget]
+    beyond = (f" (it could pay for {min(over_cap, key=lambda x: total[x]).describe()}, over the job's "
+              f"max_price_per_hour of {fmt(cap or 0)})") if over_cap else ""
     text = f"cannot pay for a start and a clean stop ({min_run_seconds} s)"
-    held_back = [o for o in offers if run[o] <= budget]  # ruled out by their billing after the run alone
+    held_back = [o for o in priced if run[o] <= budget]  # ruled out by their billing after the run alone
     if held_back:
         o = min(held_back, key=lambda x: total[x])
         return (f"{text} and the billing after its run on any offer: on the cheapest, {o.describe()}, that is "
                 f"{fmt(run[o])} and {fmt(total[o] - run[o])} for {billed_after_run(o)} {duration_text(after[o])} "
-                f"of billing after its run")
-    cheapest = min(offers, key=lambda o: (o.price_per_hour, total[o]))
-    return f"{text} on any offer: the cheapest, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h"
+                f"of billing after its run{beyond}")
+    cheapest = min(priced, key=lambda o: (o.price_per_hour, total[o]))
+    return (f"{text} on any offer: the cheapest, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h"
+            f"{beyond}")
 
 
 CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure", "oci": "OCI", "ibm": "IBM", "lambda": "Lambda",

@@ -98,7 +98,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
              changeover: float = 120.0, min_run_seconds: int = 60,
              after_run_seconds: Mapping[Offer, int] | None = None) -> list[Place | Wait]:
     """One decision per queued job, in queue order. A job whose budget left cannot buy
-    ``min_run_seconds`` on any of its offers (it would be stopped at once) is stopped, not queued;
+    ``min_run_seconds`` on any of its offers at or under its ``max_price_per_hour`` (it would be stopped at
+    once, or wait for ever for an offer it may not take) is stopped, not queued;
     ``after_run_seconds[offer]`` (:func:`broker.offers.after_run`) is what that offer is billed after
     the run on top, which the budget left must pay for as well (a cloud cluster's idle minutes and
     teardown: its launcher stops the run that much before the budget runs out)."""

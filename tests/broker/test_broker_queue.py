@@ -191,6 +191,37 @@ def test_schedule_counts_what_a_cloud_cluster_is_billed_after_its_run(zone_nodes
     assert said.startswith(expected), said
 
 
+@pytest.mark.parametrize("max_price, spent, expected", [
+    pytest.param(500_000, 950_000, "stop: the budget left, $0.05, cannot pay for a start and a clean stop (64 s) and "
+                                   "the billing after its run on any offer: on the cheapest, spot 1x A10G g5.xlarge in "
+                                   "aws/us-east-2a, that is $0.0068 and $0.0943 for an AWS cluster's 15 minutes of "
+                                   "billing after its run (it could pay for ondemand 1x A10G g5.xlarge in "
+                                   "aws/sim-od (simulated), over the job's max_price_per_hour of $0.50)",
+                 id="a job whose budget pays only for an offer over its max price is stopped saying so"),
+    pytest.param(2_000_000, 950_000, "placed on ondemand 1x A10G g5.xlarge in aws/sim-od (simulated)",
+                 id="a job whose max price allows that offer is placed on it"),
+    pytest.param(300_000, 0, "waiting: the cheapest match, spot 1x A10G g5.xlarge in aws/us-east-2a, costs $0.3770/h, "
+                             "over the job's max_price_per_hour of $0.30",
+                 id="a job whose max price is below every offer waits and is told why, not stopped at its budget"),
+])
+def test_the_budget_stop_before_a_start_weighs_only_offers_under_the_jobs_max_price(max_price, spent, expected):
+    from pricing.offers import Offer, Tier
+
+    from broker.engine.schedule import Place, schedule
+    from broker.offers import Market
+
+    spot = Offer(Tier.SPOT, "aws", "us-east-2", "us-east-2a", "g5.xlarge", "A10G", 1, 377_000)
+    zone = Offer(Tier.ONDEMAND, "aws", "us-east-1", "sim-od", "g5.xlarge", "A10G", 1, 1_006_000, simulated=True)
+    mk = Market(offers=(spot, zone), free_capacity={"sim-od": 1}, free_slots={})
+    spec = {"run": "x", "resources": {"accelerators": "A10G:1"}, "broker": {"budget_usd": "1"}}
+    job = Job(id="j", name="j", team="t", spec=spec, budget=1_000_000, spent=spent, priority=0,
+              max_price_per_hour=max_price, state=JobState.QUEUED, submitted_at=NOW - 100, updated_at=NOW,
+              reason="waiting")
+    (decision,) = schedule([job], mk, now=NOW, min_run_seconds=64, after_run_seconds={spot: 900})
+    said = decision.reason if isinstance(decision, Place) else ("stop: " if decision.budget_spent else "") + decision.reason
+    assert said == expected
+
+
 def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_needs(tmp_path):
     """A pool of 4 A100s: one free, one held by a job ending in 1 h, two by a job ending in 2 h. A job asking
     for all 4 starts when the 2-slot job ends (not at the first end, and not never for want of the free one)."""

@@ -146,3 +146,21 @@ def test_a_job_stopped_at_its_budget_before_any_attempt_resumes_only_once_the_bu
     engine.tick()
     assert service.store.get_job(job.id).placement["tier"] == "spot" and cloud.launched
 
+
+def test_a_job_whose_budget_pays_only_for_an_offer_over_its_max_price_is_stopped_and_resumes_once_it_pays(broker):
+    from broker.service import Conflict
+
+    service, engine, cloud = broker
+    # the zone ($1.006/h, nothing after its run) is over the cap; cloud spot ($0.377/h) is under it
+    job, _ = service.submit(ADMIN, {**TASK, "broker": {"budget_usd": 1, "max_price_per_hour": "0.50"}})
+    service.raise_budget(ADMIN, job.id, 50_000)  # $0.05: a start on the zone, not spot's 15 minutes after its run
+    engine.tick()
+    stopped = service.store.get_job(job.id)
+    assert stopped.state is JobState.STOPPED_BUDGET and cloud.launched == []
+    assert "over the job's max_price_per_hour of $0.50" in stopped.reason, stopped.reason
+    with pytest.raises(Conflict) as info:
+        service.resume(ADMIN, job.id)
+    assert "an AWS cluster's 15 minutes of billing after its run" in str(info.value), str(info.value)
+    assert "over the job's max_price_per_hour of $0.50" in str(info.value), str(info.value)
+    service.raise_budget(ADMIN, job.id, 1_000_000)
+    assert service.resume(ADMIN, job.id).state is JobState.QUEUED

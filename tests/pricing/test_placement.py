@@ -239,3 +239,27 @@ def test_a_budget_short_of_the_billing_after_the_run_names_what_bills_it(offers,
     result = place(job(), offers, budget_left=200_000, min_run_seconds=START,
                    after_run_seconds={o: 900 for o in offers})
     assert isinstance(result, NoFit) and expected in result.reason, result
+
+
+# --- a start the job may take: only offers at or under its max price count ----------------------------
+# CLOUD_SPOT $0.90/h (after its run: $0.225), CLOUD_OD $3.06/h, the dear pool $2.00/h with nothing after.
+
+@pytest.mark.parametrize("offers, max_price, budget, expected", [
+    pytest.param([DEAR_POOL, CLOUD_SPOT], 1_000_000, 50_000,
+                 "cannot pay for a start and a clean stop (64 s) and the billing after its run on any offer: on the "
+                 "cheapest, spot 1x V100 V100x1 in aws/us-east-1b, that is $0.0160 and $0.2250 for an AWS cluster's "
+                 "15 minutes of billing after its run (it could pay for onprem 1x V100 lab-1gpu in local/lab, over "
+                 "the job's max_price_per_hour of $1.00)",
+                 id="a budget that pays only for a pool over the job's max price cannot start and says both"),
+    pytest.param([CLOUD_OD, CLOUD_SPOT], 1_000_000, 10_000,
+                 "cannot pay for a start and a clean stop (64 s) on any offer: the cheapest, spot 1x V100 V100x1 in "
+                 "aws/us-east-1b, costs $0.90/h",
+                 id="a budget short of any start under the max price names the cheapest offer it may take"),
+    pytest.param([DEAR_POOL, CLOUD_SPOT], 2_000_000, 50_000, None,
+                 id="a budget that pays for a pool at the job's max price can start"),
+    pytest.param([DEAR_POOL, CLOUD_OD], 500_000, 10_000, None,
+                 id="a max price below every offer is not the budget's to say"),
+])
+def test_start_shortfall_counts_only_offers_at_or_under_the_jobs_max_price(offers, max_price, budget, expected):
+    request = job(max_price_per_hour=max_price)
+    assert start_shortfall(request, offers, budget, min_run_seconds=START, after_run_seconds=AFTER_RUN) == expected
