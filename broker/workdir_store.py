@@ -64,7 +64,8 @@ class PackMissing(FileNotFoundError):
 
 @dataclass
 class Collected:
-    """What one :meth:`WorkdirStore.collect` did, by digest (hex)."""
+    """What one :meth:`WorkdirStore.collect` did itself, by digest (hex): a step another broker's collection was
+    first to take is not counted here."""
 
     set_aside: list[str] = field(default_factory=list)  # no job refers to it: moved to the trash
     removed: list[str] = field(default_factory=list)  # in the trash for the grace period, still unreferred: gone
@@ -175,21 +176,33 @@ class WorkdirStore:
             return
         self.fs.copy(src, dst)
 
-    def _remove(self, path: str) -> None:
+    def _remove(self, path: str) -> bool:
+        """Remove a stored object; whether this call removed it (False: another broker's collector was first,
+        and counts it). Exact on a local disk; an object store's DELETE succeeds whether or not the object is
+        there, so it is looked at just before: two brokers removing it within the same moment may both count it."""
+        if not self._on_disk() and self._info(path) is None:
+            return False
         try:
             self.fs.rm_file(path)
         except FileNotFoundError:
-            pass  # another broker's collector was first
+            return False
+        return True
 
-    def _put_back(self, hex_digest: str) -> bool:
-        """Restore a pack from the trash (copy back, then remove the trash's copy); whether it is there now."""
+    def _restore(self, hex_digest: str) -> bool | None:
+        """Restore a pack from the trash (copy back, then remove the trash's copy): True when this call did,
+        False when it is back all the same (another broker was first), None when it is gone."""
         try:
             self._copy(self._trashed(hex_digest), self._path(hex_digest))
         except FileNotFoundError:
-            return self._info(self._path(hex_digest)) is not None  # put back by another, or gone
-        self._remove(self._trashed(hex_digest))
+            return False if self._info(self._path(hex_digest)) is not None else None
+        if not self._remove(self._trashed(hex_digest)):
+            return False
         log.info("workdir pack sha256:%s put back from the trash: it is wanted again", hex_digest)
         return True
+
+    def _put_back(self, hex_digest: str) -> bool:
+        """Restore a pack from the trash if it is there; whether the pack is in the store now."""
+        return self._restore(hex_digest) is not None
 
     def _listing(self, directory: str) -> dict[str, float]:
         """Each stored pack in ``directory``: its digest (hex) and when it was written."""
@@ -198,13 +211,15 @@ class WorkdirStore:
             entries = self.fs.ls(directory, detail=True)
         except FileNotFoundError:
             return {}
-        out = {}
+        packs = {}
         for e in entries:
-            m = _PACK_NAME.match(os.path.basename(str(e.get("name", "")).rstrip("/")))
+            name = str(e.get("name", "")).rstrip("/")
             written = _mtime(e)
-            if m and e.get("type") != "directory" and written is not None:
-                out[m.group(1)] = written
-        return out
+            if e.get("type") == "directory" or written is None:
+                continue
+            if m := _PACK_NAME.match(os.path.basename(name)):
+                packs[m.group(1)] = written
+        return packs
 
     def collect(self, referenced: set[str], *, now: float, grace: float) -> Collected:
         """One collection of the object store's packs (see the module's docstring): a pack in the trash
@@ -215,25 +230,28 @@ class WorkdirStore:
         ``OSError`` when the store fails (what was done stays done; the next collection goes on)."""
         self.fs  # noqa: B018 (opens it)
         done = Collected()
-        for hex_digest, moved in sorted(self._listing(self._trash_path).items()):
+        trashed = self._listing(self._trash_path)
+        for hex_digest, moved in sorted(trashed.items()):
             if hex_digest in referenced:
-                if self._put_back(hex_digest):
+                if self._restore(hex_digest):
                     done.put_back.append(hex_digest)
             elif now - moved >= grace:
                 info = self._info(self._trashed(hex_digest))  # looked at again: set aside anew since the listing?
-                if info is not None and now - (_mtime(info) or now) >= grace:
-                    self._remove(self._trashed(hex_digest))
+                if info is None or now - (_mtime(info) or now) < grace:
+                    continue
+                if self._remove(self._trashed(hex_digest)):  # else another broker's collector removed it, and counts it
                     done.removed.append(hex_digest)
-        for hex_digest, written in sorted(self._listing(self._root_path).items()):
+        stored = self._listing(self._root_path)
+        for hex_digest, written in sorted(stored.items()):
             if hex_digest in referenced or now - written < grace:
                 continue
             try:
                 self._copy(self._path(hex_digest), self._trashed(hex_digest))
             except FileNotFoundError:
                 continue  # set aside by another broker's collector
-            self._remove(self._path(hex_digest))
-            done.set_aside.append(hex_digest)
-        if done.set_aside or done.removed or done.put_back:
+            if self._remove(self._path(hex_digest)):  # else another broker's collector set it aside too, and counts it
+                done.set_aside.append(hex_digest)
+        if done.set_aside or done.removed or done.put_back:  # what this broker did: others log theirs
             log.info("workdir packs: %d set aside (no job refers to them), %d removed, %d put back",
                      len(done.set_aside), len(done.removed), len(done.put_back))
         return done

@@ -5,6 +5,7 @@ directories, packs on the local disk and on S3 through a moto server over HTTP. 
 clock cannot be moved, so a collection is run at a later ``wall`` time instead.
 """
 
+import logging
 import os
 import threading
 import time
@@ -305,3 +306,38 @@ def test_two_brokers_collecting_at_once_agree(broker, tmp_path):
     assert [stored(engine, d) for d in spare] == [(False, True)] * 4 and stored(engine, kept) == (True, False)
     both(time.time() + 4 * GRACE)
     assert [stored(engine, d) for d in spare] == [(False, False)] * 4 and stored(engine, kept) == (True, False)
+
+
+def test_only_the_broker_that_took_a_step_counts_it_and_says_so(broker, tmp_path, monkeypatch, caplog):
+    """Two brokers take the same step at once: the other copies the packs to the trash (later: finds them
+    there), then this one sets them aside (removes them) before the other removes what it copied (found).
+    The pack is counted, and logged, once: by the broker whose removal took it."""
+    client, service, engine = broker
+    other = Engine(service.settings, service.store, service.launcher)
+    spare = sorted(upload(client, code(tmp_path / f"s{i}", f"spare {i}"))[7:] for i in range(2))
+    theirs = other._workdir_store()
+
+    def race(step: str, wall: float):
+        real, first = getattr(theirs, step), []
+
+        def step_then_overtaken(*args):
+            out = real(*args)
+            if not first:
+                first.append(engine.collect_workdirs(time.time(), wall=wall))
+            return out
+
+        monkeypatch.setattr(theirs, step, step_then_overtaken)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="broker.workdirs"):
+            late = other.collect_workdirs(time.time(), wall=wall)
+        monkeypatch.setattr(theirs, step, real)
+        return first[0], late, [r.getMessage() for r in caplog.records if r.getMessage().startswith("workdir packs:")]
+
+    first, late, said = race("_copy", time.time() + 2 * GRACE)  # both copied the first pack to the trash
+    assert first.set_aside == spare and late.set_aside == []
+    # this broker's line alone (its wall, days ahead, also takes the other's fresh copy in the trash for an old one)
+    assert len(said) == 1 and said[0].startswith("workdir packs: 2 set aside (no job refers to them)")
+    first, late, said = race("_info", time.time() + 4 * GRACE)  # both found the first pack in the trash
+    assert first.removed == spare and late.removed == []
+    assert said == ["workdir packs: 0 set aside (no job refers to them), 2 removed, 0 put back"]
+    assert [stored(engine, f"sha256:{d}") for d in spare] == [(False, False)] * 2
