@@ -79,7 +79,7 @@ class Settings:
     # (a one-click resume of a failed job finds its code); broker/workdir_store.py
     workdir_retention_seconds: float = 30 * 86400.0
     # a pack no job refers to is set aside after this long (an upload whose submit has not come yet is kept),
-    # and removed this long after that
+    # and removed this long after that; what an upload cut short left is removed this old (and at least an hour)
     workdir_grace_seconds: float = 86400.0
     default_team: str = "default"
     zones: tuple[SimZone, ...] = ()

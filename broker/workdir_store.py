@@ -25,6 +25,12 @@ Nothing here is kept for ever (docs/deploy.md, "Workdir packs: what is kept, and
   sees that submit's job; a submit that comes after the removal is refused (422: upload it again),
   never accepted with its code gone. (That holds while a submit takes less than the grace period
   between looking at the pack and storing its job: milliseconds against a day.)
+* What an upload or a copy cut short leaves in the object store (a broker killed while it wrote
+  ``<hex>.tar.gz.tmp-<id>``, on a local disk: an object store's PUT or copy makes no object unless whole) is
+  removed by the collection once it is ``workdir_grace_seconds`` old, and at least ``STALE_SECONDS``: a
+  write still under way moves its file's time with each block, so none that old is being written. On
+  the host, a fetch cut short (``packs/<hex>.tar.gz.tmp-<id>``) goes with the sweep, as any copy unused
+  for ``PACK_CACHE_SECONDS``.
 
 The only broker module that imports ``fsspec`` (``checkpoint/storage.py`` is the checkpoint
 library's, which the broker does not import); S3 goes through s3fs, which reads the usual AWS
@@ -56,6 +62,7 @@ PACK_CACHE_SECONDS = 3600.0
 STALE_SECONDS = 3600.0
 """A half-made file or directory (a fetch or unpack cut short by a crash) this old is removed."""
 _PACK_NAME = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
+_LEFTOVER_NAME = re.compile(r"^[0-9a-f]{64}\.tar\.gz\.tmp-[0-9a-f]{32}$")  # what put or _copy wrote before its rename
 
 
 class PackMissing(FileNotFoundError):
@@ -70,6 +77,7 @@ class Collected:
     set_aside: list[str] = field(default_factory=list)  # no job refers to it: moved to the trash
     removed: list[str] = field(default_factory=list)  # in the trash for the grace period, still unreferred: gone
     put_back: list[str] = field(default_factory=list)  # in the trash, but a job refers to it again: restored
+    leftovers: list[str] = field(default_factory=list)  # temporary copies a write cut short left (names): removed
 
 
 def _mtime(info: dict) -> float | None:
@@ -204,14 +212,15 @@ class WorkdirStore:
         """Restore a pack from the trash if it is there; whether the pack is in the store now."""
         return self._restore(hex_digest) is not None
 
-    def _listing(self, directory: str) -> dict[str, float]:
-        """Each stored pack in ``directory``: its digest (hex) and when it was written."""
+    def _listing(self, directory: str) -> tuple[dict[str, float], dict[str, float]]:
+        """Each stored pack in ``directory`` (its digest, hex) and each leftover of a write cut short (its path),
+        with when it was written."""
         try:
             self.fs.invalidate_cache()
             entries = self.fs.ls(directory, detail=True)
         except FileNotFoundError:
-            return {}
-        packs = {}
+            return {}, {}
+        packs, leftovers = {}, {}
         for e in entries:
             name = str(e.get("name", "")).rstrip("/")
             written = _mtime(e)
@@ -219,7 +228,16 @@ class WorkdirStore:
                 continue
             if m := _PACK_NAME.match(os.path.basename(name)):
                 packs[m.group(1)] = written
-        return packs
+            elif _LEFTOVER_NAME.match(os.path.basename(name)):
+                leftovers[f"{directory}/{os.path.basename(name)}"] = written
+        return packs, leftovers
+
+    def _remove_leftovers(self, leftovers: dict[str, float], *, now: float, grace: float, done: Collected) -> None:
+        """Remove the temporary copies that writes cut short left, once nobody can be writing them: older than
+        ``grace`` and ``STALE_SECONDS`` (a write under way moves its file's time with each block)."""
+        for path, written in sorted(leftovers.items()):
+            if now - written >= max(grace, STALE_SECONDS) and self._remove(path):
+                done.leftovers.append(os.path.basename(path))
 
     def collect(self, referenced: set[str], *, now: float, grace: float) -> Collected:
         """One collection of the object store's packs (see the module's docstring): a pack in the trash
@@ -230,7 +248,7 @@ class WorkdirStore:
         ``OSError`` when the store fails (what was done stays done; the next collection goes on)."""
         self.fs  # noqa: B018 (opens it)
         done = Collected()
-        trashed = self._listing(self._trash_path)
+        trashed, leftovers = self._listing(self._trash_path)
         for hex_digest, moved in sorted(trashed.items()):
             if hex_digest in referenced:
                 if self._restore(hex_digest):
@@ -241,7 +259,8 @@ class WorkdirStore:
                     continue
                 if self._remove(self._trashed(hex_digest)):  # else another broker's collector removed it, and counts it
                     done.removed.append(hex_digest)
-        stored = self._listing(self._root_path)
+        self._remove_leftovers(leftovers, now=now, grace=grace, done=done)
+        stored, leftovers = self._listing(self._root_path)
         for hex_digest, written in sorted(stored.items()):
             if hex_digest in referenced or now - written < grace:
                 continue
@@ -251,9 +270,11 @@ class WorkdirStore:
                 continue  # set aside by another broker's collector
             if self._remove(self._path(hex_digest)):  # else another broker's collector set it aside too, and counts it
                 done.set_aside.append(hex_digest)
-        if done.set_aside or done.removed or done.put_back:  # what this broker did: others log theirs
-            log.info("workdir packs: %d set aside (no job refers to them), %d removed, %d put back",
-                     len(done.set_aside), len(done.removed), len(done.put_back))
+        self._remove_leftovers(leftovers, now=now, grace=grace, done=done)
+        if done.set_aside or done.removed or done.put_back or done.leftovers:  # what this broker did: others log theirs
+            log.info("workdir packs: %d set aside (no job refers to them), %d removed, %d put back; "
+                     "%d leftovers of writes cut short removed",
+                     len(done.set_aside), len(done.removed), len(done.put_back), len(done.leftovers))
         return done
 
     def put(self, hex_digest: str, local: Path) -> None:
@@ -263,10 +284,14 @@ class WorkdirStore:
         if self._on_disk():
             os.makedirs(os.path.dirname(final), exist_ok=True)
             tmp = f"{final}.tmp-{uuid.uuid4().hex}"
-            shutil.copyfile(local, tmp)
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
+            try:
+                shutil.copyfile(local, tmp)
+                with open(tmp, "rb") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(tmp, final)
+            finally:  # a full disk: nothing half written stays (a killed broker's is the collection's)
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
             return
         self.fs.put_file(str(local), final)
 

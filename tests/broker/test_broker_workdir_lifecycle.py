@@ -7,6 +7,9 @@ clock cannot be moved, so a collection is run at a later ``wall`` time instead.
 
 import logging
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -151,16 +154,21 @@ def test_a_restarted_broker_sweeps_what_the_one_before_left(broker, tmp_path, mo
     packs = service.settings.data_dir / "workdirs" / "packs"
     old_pack = packs / ("0" * 64 + ".tar.gz")
     old_pack.write_bytes(b"a pack no launch used for hours")
-    for p in (half, old_pack):
+    cut_fetch = packs / f"{'1' * 64}.tar.gz.tmp-{'2' * 32}"  # a fetch a crash cut short, hours ago
+    cut_fetch.write_bytes(b"half a pack")
+    for p in (half, old_pack, cut_fetch):
         os.utime(p, (time.time() - 7200, time.time() - 7200))
+    fetching = packs / f"{'3' * 64}.tar.gz.tmp-{'4' * 32}"  # a fetch under way: written to just now
+    fetching.write_bytes(b"the first blocks of a pack")
     used = packs / f"{digest[7:]}.tar.gz"
     assert used.exists()
 
     restarted = Engine(service.settings, service.store, service.launcher)
     restarted.tick()  # its first tick sweeps, beside the tick
     wait_for(lambda: not (base / f"{ended['id']}-a1").exists() and not (base / "j-0000000000-a1").exists()
-             and not half.exists() and not old_pack.exists())
+             and not half.exists() and not old_pack.exists() and not cut_fetch.exists())
     assert (base / f"{live['id']}-a1").is_dir() and used.exists()  # running; a pack used just now
+    assert fetching.exists()
     go.touch()
     until(restarted, service, live["id"], JobState.SUCCEEDED)
     wait_for(lambda: not (base / f"{live['id']}-a1").exists())
@@ -308,6 +316,54 @@ def test_two_brokers_collecting_at_once_agree(broker, tmp_path):
     assert [stored(engine, d) for d in spare] == [(False, False)] * 4 and stored(engine, kept) == (True, False)
 
 
+def leftovers(engine) -> list[str]:
+    """The names in the object store (its packs and its trash) that are not whole packs."""
+    s = engine._workdir_store()
+    s.fs.invalidate_cache()
+    names = []
+    for directory in (s._root_path, s._trash_path):
+        names += [os.path.basename(n) for n in (s.fs.ls(directory, detail=False) if s.fs.exists(directory) else [])]
+    return sorted(n for n in names if not n.endswith(".tar.gz"))
+
+
+def kill_during_put(engine, tmp_path, directory: Path) -> None:
+    """A broker process killed while it stored a pack on the local disk: written, not yet renamed."""
+    p = pack(directory)
+    script = (
+        "import os, signal, sys, types\n"
+        "from pathlib import Path\n"
+        "import broker.workdir_store as ws\n"
+        "ws.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "settings = types.SimpleNamespace(checkpoint_root=sys.argv[1], data_dir=Path(sys.argv[2]))\n"
+        "ws.WorkdirStore(settings).put(sys.argv[3], Path(sys.argv[4]))\n")
+    settings = engine.settings
+    done = subprocess.run([sys.executable, "-c", script, settings.checkpoint_root, str(settings.data_dir),
+                           p.digest[7:], str(p.path)], env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+
+
+def test_what_a_write_cut_short_left_in_the_store_is_removed_once_nobody_can_be_writing_it(broker, tmp_path, request):
+    client, service, engine = broker
+    kept = upload(client, code(tmp_path / "k"))
+    submit(client, kept)
+    s = engine._workdir_store()
+    if request.node.callspec.params["broker"] == "disk":
+        kill_during_put(engine, tmp_path, code(tmp_path / "c", "v2"))
+    else:  # an object store's PUT is whole or nothing; a name such as a local store's leftover is removed the same
+        s.fs.pipe_file(f"{s._root_path}/{'a' * 64}.tar.gz.tmp-{'b' * 32}", b"half a pack")
+    s.fs.makedirs(s._trash_path, exist_ok=True)
+    s.fs.pipe_file(f"{s._trash_path}/{'c' * 64}.tar.gz.tmp-{'d' * 32}", b"half a copy")  # a copy to the trash, cut
+    left = leftovers(engine)
+    assert len(left) == 2 and all(".tar.gz.tmp-" in n for n in left)
+    # within the grace period a write may still be under way: nothing is touched
+    assert engine.collect_workdirs(time.time(), wall=time.time() + GRACE / 2).leftovers == []
+    assert leftovers(engine) == left
+    done = engine.collect_workdirs(time.time(), wall=time.time() + 2 * GRACE)
+    assert sorted(done.leftovers) == left and leftovers(engine) == []
+    assert stored(engine, kept) == (True, False) and done.set_aside == []
+    assert client.get(f"/v1/workdirs/{kept}", headers=H).status_code == 200
+
+
 def test_only_the_broker_that_took_a_step_counts_it_and_says_so(broker, tmp_path, monkeypatch, caplog):
     """Two brokers take the same step at once: the other copies the packs to the trash (later: finds them
     there), then this one sets them aside (removes them) before the other removes what it copied (found).
@@ -339,5 +395,6 @@ def test_only_the_broker_that_took_a_step_counts_it_and_says_so(broker, tmp_path
     assert len(said) == 1 and said[0].startswith("workdir packs: 2 set aside (no job refers to them)")
     first, late, said = race("_info", time.time() + 4 * GRACE)  # both found the first pack in the trash
     assert first.removed == spare and late.removed == []
-    assert said == ["workdir packs: 0 set aside (no job refers to them), 2 removed, 0 put back"]
+    assert said == ["workdir packs: 0 set aside (no job refers to them), 2 removed, 0 put back; "
+                    "0 leftovers of writes cut short removed"]
     assert [stored(engine, f"sha256:{d}") for d in spare] == [(False, False)] * 2
