@@ -35,6 +35,7 @@ from broker.engine.recover import block_zone, steps_lost
 from broker.engine.schedule import Place, Wait, request_of, schedule
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
+from broker.engine.workdir_refs import PackReferences
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import after_run, market, matching_offers
@@ -98,6 +99,7 @@ class Engine:
         self._housekeeping: Future | None = None  # the sweep of workdirs, or a collection of packs, under way
         self._last_workdir_sweep = float("-inf")  # at start: what a broker stopped before left behind goes first
         self._last_collect = float("-inf")
+        self._pack_refs = PackReferences(store, retention=settings.workdir_retention_seconds, limit=GC_JOB_LIMIT)
         self._left_alone: set[tuple[str, str]] = set()  # (job id, state) left to a newer broker, logged once
 
     # -- the cycle -----------------------------------------------------------------------------
@@ -398,16 +400,13 @@ class Engine:
     def collect_workdirs(self, now: float, *, wall: float | None = None):
         """Collect the uploaded packs no job refers to (:meth:`WorkdirStore.collect`): a job not final, or
         final and updated within ``workdir_retention_seconds`` of ``now`` (the engine's clock), refers to
-        its pack; the packs' ages are read against ``wall`` (the host's clock: the store's times)."""
-        from broker.workdir import DIGEST_RE
-
-        jobs = self.store.list_jobs(limit=GC_JOB_LIMIT, active_since=now - self.settings.workdir_retention_seconds)
-        if len(jobs) >= GC_JOB_LIMIT:
+        its pack (:class:`PackReferences`: a collection reads what changed since the one before); the packs'
+        ages are read against ``wall`` (the host's clock: the store's times)."""
+        referenced = self._pack_refs.read(now)
+        if referenced is None:
             log.warning("workdir packs not collected: more than %d jobs are running or ended within "
                         "workdir_retention_seconds, and a pack one of them names could be taken", GC_JOB_LIMIT)
             return None
-        referenced = {m.group(1) for j in jobs
-                      if (m := DIGEST_RE.match(str((j.spec.get("broker") or {}).get("workdir") or "")))}
         try:
             return self._workdir_store().collect(referenced, now=time.time() if wall is None else wall,
                                                  grace=self.settings.workdir_grace_seconds)
