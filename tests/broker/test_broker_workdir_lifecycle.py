@@ -311,7 +311,10 @@ def test_two_brokers_collecting_at_once_agree(broker, tmp_path):
         return results
 
     both(time.time() + 2 * GRACE)
-    assert [stored(engine, d) for d in spare] == [(False, True)] * 4 and stored(engine, kept) == (True, False)
+    # whether a spare is still in the trash depends on whether the two overlapped (one collection's clock is two
+    # grace periods ahead, so a broker that starts after the other has set the spares aside removes them): the
+    # spares have left the store either way, and the kept pack stays
+    assert [stored(engine, d)[0] for d in spare] == [False] * 4 and stored(engine, kept) == (True, False)
     both(time.time() + 4 * GRACE)
     assert [stored(engine, d) for d in spare] == [(False, False)] * 4 and stored(engine, kept) == (True, False)
 
