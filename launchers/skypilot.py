@@ -227,6 +227,10 @@ class SkyClient(Protocol):
     def launch_in_flight(self, cluster: str) -> bool:
         """Whether a launch request for ``cluster`` is pending or running (found after a crash)."""
 
+    def cancel_launch(self, cluster: str, request_id: str | None) -> None:
+        """Abort the launch request ``request_id`` (None: any launch request for ``cluster`` still in
+        flight, found after a crash). Does not wait; a request already ended is no error."""
+
     def clusters(self, names: list[str] | None = None) -> list[Cluster]:
         """Clusters SkyPilot knows (refreshed from the cloud for spot and autostop ones)."""
 
@@ -294,6 +298,17 @@ class SdkClient:
             and getattr(p, "cluster_name", cluster) in (cluster, None)  # an older server ignores the filter
             for p in sky.api_status(cluster_name=cluster)
         )
+
+    def cancel_launch(self, cluster: str, request_id: str | None) -> None:
+        import sky
+
+        ids = [request_id] if request_id else [
+            p.request_id for p in sky.api_status(cluster_name=cluster)
+            if "launch" in (p.name or "") and p.status in ("PENDING", "WAITING", "RUNNING")
+            and getattr(p, "cluster_name", None) == cluster  # never another cluster's (an older server's list)
+        ]
+        if ids:
+            sky.api_cancel(ids, silent=True)
 
     def clusters(self, names: list[str] | None = None) -> list[Cluster]:
         import sky
@@ -468,16 +483,20 @@ class SkyPilotLauncher:
     # -- stop -----------------------------------------------------------------------------------
 
     def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
-        """Tear the attempt's cluster down. Does not wait; idempotent; an unknown attempt is ignored.
+        """Cancel the attempt's launch if it is still in flight, and tear its cluster down. Does not wait;
+        idempotent; an unknown attempt is ignored.
 
-        SkyPilot gives the job no notice before the VMs go, so ``grace_seconds`` is not used;
-        jobs rely on their periodic checkpoints.
+        The cancel comes first: SkyPilot's teardown cancels a launch only once the cluster has a record,
+        and a launch request still queued on the API server has none — it would make the cluster after
+        the teardown. SkyPilot gives the job no notice before the VMs go, so ``grace_seconds`` is not
+        used; jobs rely on their periodic checkpoints.
         """
         with self._locked(attempt_id) as state:
             if not state and not self.client.clusters([self.cluster(attempt_id)]):
                 return
             state.setdefault("stop_reason", reason)
             if not state.get("down"):
+                self._cancel_launch(attempt_id, state)
                 self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
 
@@ -562,6 +581,19 @@ class SkyPilotLauncher:
         ended = min(time.time(), stopped + self.after_run_seconds())
         return replace(result, phase=Phase.STOPPED, reason="budget", step=budget_stopped_step(logs) or "run",
                        ended_at=ended)
+
+    def _cancel_launch(self, attempt_id: str, state: Mapping[str, Any]) -> None:
+        """Abort the attempt's launch request while it is in flight (best effort: the teardown follows,
+        and the sweep takes a cluster a launch made after all)."""
+        name = self.cluster(attempt_id)
+        try:
+            if state.get("request_id"):
+                if self.client.launch_state(state["request_id"])[0] is Launch.IN_FLIGHT:
+                    self.client.cancel_launch(name, state["request_id"])
+            elif state.get("adopted") and self.client.launch_in_flight(name):
+                self.client.cancel_launch(name, None)
+        except Exception:  # API server unreachable: the teardown and the sweep still follow
+            return
 
     def _down(self, attempt_id: str, state: dict[str, Any]) -> None:
         try:

@@ -21,6 +21,7 @@ class ScriptedSky:
         self.planned: list[str] = []
         self.autostop: dict[str, int] = {}
         self.downed: list[str] = []
+        self.cancelled: list[str] = []  # launch requests aborted
         self.requests: dict[str, tuple[Launch, str]] = {}
         self.in_flight: set[str] = set()
         self.cluster_status: dict[str, Cluster] = {}
@@ -48,6 +49,14 @@ class ScriptedSky:
 
     def launch_in_flight(self, cluster: str) -> bool:
         return cluster in self.in_flight
+
+    def cancel_launch(self, cluster: str, request_id: str | None) -> None:
+        ids = [request_id] if request_id else [f"in-flight:{cluster}"] if cluster in self.in_flight else []
+        for rid in ids:
+            self.cancelled.append(rid)
+            if self.requests.get(rid, (None,))[0] is Launch.IN_FLIGHT:
+                self.requests[rid] = (Launch.FAILED, "the launch request was cancelled")
+        self.in_flight.discard(cluster)
 
     def clusters(self, names: list[str] | None = None) -> list[Cluster]:
         return [c for n, c in sorted(self.cluster_status.items()) if names is None or n in names]
