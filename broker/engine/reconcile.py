@@ -41,7 +41,7 @@ from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import after_run, market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
-from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, domain_for, domains_of
+from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of
 from pricing.deadline import RELIABLE
 from pricing.money import fmt
 from pricing.offers import Tier
@@ -62,6 +62,9 @@ UNPACKS_AT_ONCE = 2
 """Attempts' workdirs fetched and unpacked at once, each in a thread of its own beside the ticks."""
 BEAT_SECONDS = 5.0
 """How often an engine records that it is alive (at most a quarter of ``owner_timeout_seconds``)."""
+
+PROVISIONING_STOP = "stopped at its budget while"
+"""How the reason of a job stopped at its budget while its attempt was still being provisioned begins."""
 
 ENDED_PHASE_NAME = {Phase.LOST: "lost", Phase.GONE: "gone", Phase.PREEMPTED: "preempted", Phase.FAILED: "failed",
                     Phase.SUCCEEDED: "succeeded", Phase.STOPPED: "stopped"}
@@ -435,20 +438,29 @@ class Engine:
         fields: dict = {}
         live = not status.phase.is_final
         if live and attempt.stop_requested_at is None:
-            attempt, stop_notes = self._maybe_stop(job, attempts, attempt, now, fields)
+            attempt, stop_notes = self._maybe_stop(job, attempts, attempt, now, fields,
+                                                   provisioning=status.phase is Phase.PENDING)
             notes += stop_notes
             if attempt.stop_requested_at is None:
                 attempt = self._keep_limit(job, attempts, attempt, now)
         stop_budget = fields.pop("_stop_budget", False)
         limit_outdated = False
-        if status.phase is Phase.STOPPED and status.reason == "budget" and not attempt.stop_reason:
-            # the launcher kept the budget by itself (its limit came; no broker had stopped it first)
+        if status.phase is Phase.STOPPED and status.reason == "budget" and (
+                not attempt.stop_reason or (job.state is JobState.LAUNCHING and attempt.stop_reason == "budget")):
+            # the launcher kept the budget by itself (its limit came; no broker had stopped it first), or the
+            # engine stopped a launch at a limit the budget has outgrown since (it stays launching: resumed)
             attempt = replace(attempt, stop_requested_at=attempt.limit_at or now, stop_reason="budget")
             limit_outdated = self._limit_outdated(job, attempts, attempt)
             if not limit_outdated:
+                # past the budget when its cluster came up after its limit while no broker watched (the
+                # guard stopped it at once, and it idled until now or autodown): said, never silently capped
+                ended = replace(attempt, ended_at=status.ended_at or now)
+                over = max(sum(a.cost for a in attempts[:-1]) + accrue(ended, now).cost - job.budget, 0)
                 notes.append(self._note(job, "budget_stop_requested", "stopped at its budget by the launcher "
-                                        "itself: the rest pays for checkpointing and stopping", now,
-                                        {"spent": job.spent, "budget": job.budget, "by": "launcher"}))
+                                        "itself: " + (f"the budget is used up{_beyond(over, attempt)}" if over else
+                                                      "the rest pays for checkpointing and stopping"), now,
+                                        {"spent": job.spent, "budget": job.budget, "by": "launcher",
+                                         "beyond_budget": over}))
         outcome = monitor.decide(job, attempt, status, limit_outdated=limit_outdated)
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
@@ -473,6 +485,12 @@ class Engine:
         if stop_budget and event is None:
             event, reason = JobEvent.STOP_BUDGET, (f"budget nearly used: spent {fmt(fields['spent'])} of "
                                                    f"{fmt(job.budget)}, the rest pays for checkpointing and stopping")
+            if stop_budget == "provisioning":
+                rest = "the budget is used up" if fields["spent"] >= job.budget else \
+                    "the rest pays for tearing it down"
+                reason = (f"{PROVISIONING_STOP} {_provisioned(self.launcher, attempt)} was still being "
+                          f"provisioned: spent {fmt(fields['spent'])} of {fmt(job.budget)}, its run window ended "
+                          f"before it could start, and {rest}")
         if event is None and not notes and fields.get("spent") == job.spent and attempt == attempts[-1] \
                 and len(fields) == 1:
             return
@@ -481,41 +499,55 @@ class Engine:
             self._attempt_ended(job, attempt)
 
     def _maybe_stop(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float,
-                    fields: dict) -> tuple[Attempt, list[Event]]:
-        """Ask a live attempt to stop when cancelled, out of budget, silent, or leaving spot for the deadline."""
+                    fields: dict, *, provisioning: bool = False) -> tuple[Attempt, list[Event]]:
+        """Ask a live attempt to stop when cancelled, out of budget, silent, or leaving spot for the deadline.
+        ``provisioning``: the launcher still prepares the attempt (its phase is pending)."""
         grace = self.settings.stop_grace_seconds
         notes: list[Event] = []
         reason = None
+        outdated = False
         if job.state is JobState.CANCELLING:
             reason = "cancelled"
         elif job.state is JobState.STOPPING:
             reason = "budget"
-        elif job.state is JobState.RUNNING:
+        elif job.state in (JobState.RUNNING, JobState.LAUNCHING):
             spent = sum(a.cost for a in attempts[:-1]) + accrue(attempt, now).cost
             check = budget_rules.check(spent=spent, budget=job.budget, price_per_hour=attempt.price_per_hour,
                                        grace_seconds=grace, tick_seconds=self.settings.tick_seconds,
                                        warned=job.budget_warned)
+            # still being provisioned when its run window ended: a cluster that came up now would find its
+            # limit passed and stop its run at once, yet be billed its idle minutes after it on top
+            unstarted = (job.state is JobState.LAUNCHING and provisioning and
+                         self._run_window_ended(attempt, now))
             # past the budget only when nobody watched the attempt for a while (the broker was down, or the
             # clock jumped): the recorded spend stops at the budget, and the notes say what ran beyond it
             over = max(spent - job.budget, 0)
             spent -= over
-            beyond = (f"; it ran on while the broker was not watching (stopped, or its clock jumped): "
-                      f"{fmt(over)} more at {fmt(attempt.price_per_hour)}/h is beyond the budget and not recorded"
-                      if over else "")
-            if check.warn:
+            beyond = _beyond(over, attempt)
+            # ... at a limit the budget has outgrown since (raised; the cluster's limit could not follow): only
+            # stopped, to resume with the new limit, not a budget stop
+            outdated = unstarted and not check.stop and self._limit_outdated(job, attempts, attempt)
+            stop = (check.stop or unstarted) and not outdated
+            if outdated:
+                reason = "budget"
+            elif check.warn or (stop and not job.budget_warned):
                 fields["budget_warned"] = True
                 percent = spent * 100 // max(job.budget, 1)
-                why = beyond or (f"; the {fmt(job.budget - spent)} left only pays for a clean stop" if check.stop else "")
+                why = beyond or (f"; the {fmt(job.budget - spent)} left only pays for a clean stop" if stop else "")
                 notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt(job.budget)} "
                                         f"({percent}%){why}", now, {"spent": spent, "budget": job.budget,
                                                                     "percent": percent, "beyond_budget": over}))
-            if check.stop:
+            if stop:
+                rest = ("the rest pays for checkpointing and stopping within the budget" if not unstarted else
+                        f"{_provisioned(self.launcher, attempt)} was still being provisioned when its run window "
+                        f"ended; the rest pays for tearing it down within the budget")
                 notes.append(self._note(job, "budget_stop_requested",
                                         f"stopping at {fmt(spent)} of {fmt(job.budget)}: " +
-                                        (f"the budget is used up{beyond}" if over else
-                                         "the rest pays for checkpointing and stopping within the budget"), now,
+                                        (f"the budget is used up{beyond}" if over else rest), now,
                                         {"spent": spent, "budget": job.budget, "beyond_budget": over}))
                 reason = "budget"
+            elif job.state is JobState.LAUNCHING:
+                pass  # nothing runs yet to fall silent or to move off spot (or: an outdated limit, above)
             elif self._silent(job, now):
                 reason = "heartbeat"
             elif (migrate := self._leave_spot(job, attempts, attempt, now)) is not None:
@@ -528,7 +560,19 @@ class Engine:
         if reason == "budget" and job.state is JobState.RUNNING:
             # applied with this tick's commit: running → stopping
             fields["_stop_budget"] = True
+        elif reason == "budget" and job.state is JobState.LAUNCHING and not outdated:
+            # launching → stopping (an outdated limit's launch stays launching: resumed next tick)
+            fields["_stop_budget"] = "provisioning" if provisioning else True
         return replace(attempt, stop_requested_at=now, stop_reason=reason), notes
+
+    def _run_window_ended(self, attempt: Attempt, now: float) -> bool:
+        """Whether the attempt's run window has ended: its launcher's own limit, less what the launcher
+        bills after the run (a SkyPilot cluster's idle minutes before autodown and teardown: its guard stops
+        the run that much before the limit, :meth:`~launchers.skypilot.SkyPilotLauncher.cluster_stop_at`).
+        Torn down then, an attempt still being provisioned is billed no more than that reserve holds."""
+        if attempt.limit_at is None:
+            return False
+        return now >= attempt.limit_at - after_run_seconds(self.launcher, attempt.placement)
 
     def _limit_at(self, job: Job, attempt: Attempt, attempts: list[Attempt]) -> float | None:
         """When the launcher must stop ``attempt`` by itself to keep the job's budget (see
@@ -591,6 +635,11 @@ class Engine:
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
                                                reason=status.reason, log_tail=tail,
                                                step=max(known) if known else None, command=status.step))
+        if attempt.stop_reason == "budget" and job.state is JobState.STOPPING \
+                and job.reason.startswith(PROVISIONING_STOP) and status.phase is not Phase.SUCCEEDED:
+            diagnosis = Diagnosis("budget_stop", f"Stopped at its budget while {_provisioned(self.launcher, attempt)} "
+                                  f"was still being provisioned: its run window ended before it could start.",
+                                  "Raise the budget and resume to continue.", infrastructure=True)
         if outcome.event is JobEvent.RECOVER and attempt.stop_reason == "budget":  # an outdated limit
             diagnosis = Diagnosis("budget_limit_outdated", "Stopped at the limit of the budget it had at launch.",
                                   "The budget was raised since: the broker resumes it from its last checkpoint.",
@@ -677,6 +726,21 @@ def _background(fn: Callable, *args) -> Future:
     future.set_running_or_notify_cancel()
     threading.Thread(target=run, name=f"broker-{getattr(fn, '__name__', 'bg')}", daemon=True).start()
     return future
+
+
+def _beyond(over: int, attempt: Attempt) -> str:
+    """The words for what an attempt was billed beyond the budget while no broker watched (empty for none):
+    the recorded spend stops at the budget, so these words are where the rest is said."""
+    if not over:
+        return ""
+    return (f"; it ran on while the broker was not watching (stopped, or its clock jumped): {fmt(over)} more at "
+            f"{fmt(attempt.price_per_hour)}/h is beyond the budget and not recorded")
+
+
+def _provisioned(launcher: Launcher, attempt: Attempt) -> str:
+    """What is provisioned for ``attempt``, for a sentence: ``its cluster`` where the launcher bills the
+    minutes after a run (a cloud cluster), else ``it``."""
+    return "its cluster" if after_run_seconds(launcher, attempt.placement) else "it"
 
 
 def _log_tail(launcher: Launcher, attempt_id: str, size: int = 16_384) -> str:

@@ -8,12 +8,19 @@ Sequences, one poll per arrow:
 | launched with its limit → running → its guard stops the run (no broker asked) | stopped at its budget |
 | launched with its limit → setting up (a download that hangs) → its guard stops the setup (no broker asked) | stopped at its budget, not failed: the run never started |
 | launched with its limit → budget raised (the cluster's limit stays) → the guard stops the run at the old limit | resumed from its checkpoint on a new cluster with the new limit |
+| launched with its limit → still provisioning when its run window ends | its launch cancelled, its cluster torn down: stopped at its budget, within it |
+| launched → budget raised (the cluster's limit stays) → still provisioning at the old window's end | its launch cancelled, resumed on a new cluster with the new limit |
+| launched → the broker away past the budget while it provisions → back | stopped, and the notes say what ran beyond the budget |
+| launched → the broker away; the cluster comes up after its limit, its guard stops the setup at once, it idles → back | stopped at its budget by its cluster, and the notes say what ran beyond the budget |
+
+The last three run on one clock, the engine's and the launcher's (``clock``): provisioning takes minutes.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 from skypilot_fakes import ScriptedSky, run_as_skypilot_runs_setup
@@ -27,6 +34,8 @@ from broker.store import open_store
 from launchers.local import LocalLauncher
 from launchers.router import RoutingLauncher
 from launchers.skypilot import SkyPilotLauncher, cluster_name
+from launchers.skypilot_status import Launch
+from pricing.money import cost_for_seconds
 
 ADMIN = Principal("admin", None, admin=True)
 TASK = {"resources": {"accelerators": "A100:8", "use_spot": True}, "run": "python train.py"}
@@ -129,3 +138,113 @@ def test_a_setup_still_running_at_the_limit_is_stopped_by_its_cluster_and_the_jo
     (attempt,) = service.store.attempts(job.id)
     assert attempt.stop_reason == "budget" and final.spent <= final.budget
     assert cluster in cloud.downed
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """One clock for the engine and the SkyPilot launcher, moved by the test (``clock[0] += ...``)."""
+    now = [time.time()]
+    monkeypatch.setattr("launchers.skypilot.time", SimpleNamespace(time=lambda: now[0]))
+    return now
+
+
+@pytest.fixture
+def clocked(broker, clock):
+    service, engine, cloud = broker
+    engine = Engine(engine.settings, service.store, engine.launcher, clock=lambda: clock[0])
+    return BrokerService(service.settings, service.store, service.launcher, clock=lambda: clock[0]), engine, cloud
+
+
+def provisioning_job(service, engine, cloud, budget_usd):
+    job, _ = service.submit(ADMIN, {**TASK, "setup": "pip install -r requirements.txt",
+                                    "broker": {"budget_usd": budget_usd}})
+    engine.tick()
+    (attempt,) = service.store.attempts(job.id)
+    [(cluster, _)] = cloud.launched
+    assert service.store.get_job(job.id).state is JobState.LAUNCHING
+    assert cloud.requests == {"req-1": (Launch.IN_FLIGHT, "")}
+    return job, attempt, cluster
+
+
+def test_a_cluster_still_provisioned_when_its_run_window_ends_is_cancelled_and_the_job_stops_within_its_budget(
+        clocked, clock):
+    service, engine, cloud = clocked
+    job, attempt, cluster = provisioning_job(service, engine, cloud, 100)
+    window_end = cluster_stop_at(cloud, cluster)  # the cluster's guard would start no setup after it
+    clock[0] = window_end - 5
+    engine.tick()
+    assert service.store.get_job(job.id).state is JobState.LAUNCHING and cloud.cancelled == []
+    clock[0] = window_end + 1
+    engine.tick()
+    stopping = service.store.get_job(job.id)
+    assert stopping.state is JobState.STOPPING, stopping.reason
+    assert cloud.cancelled == ["req-1"] and cluster in cloud.downed  # the launch in flight too, not only the cluster
+    assert stopping.reason.startswith("stopped at its budget while its cluster was still being provisioned: spent $")
+    final = tick_until(engine, service.store, job.id, {"stopped_budget", "queued", "failed"})
+    assert final.state is JobState.STOPPED_BUDGET
+    assert final.reason.startswith("Stopped at its budget while its cluster was still being provisioned"), final.reason
+    (attempt,) = service.store.attempts(job.id)
+    assert attempt.stop_reason == "budget" and attempt.started_at is None
+    # what it was billed, and the teardown still to come, fit in the budget: the minutes after the run were kept
+    teardown = engine.launcher.cloud.after_run_seconds()
+    assert attempt.ended_at + teardown <= attempt.limit_at + engine.settings.stop_grace_seconds
+    assert final.spent <= final.budget
+    [stop] = [e for e in service.store.events(job.id) if e.event == "budget_stop_requested"]
+    assert "its cluster was still being provisioned when its run window ended" in stop.reason
+    assert stop.data["beyond_budget"] == 0
+
+
+def test_a_cluster_provisioned_past_its_budget_while_the_broker_was_away_is_stopped_and_the_overrun_said(
+        clocked, clock):
+    service, engine, cloud = clocked
+    job, attempt, cluster = provisioning_job(service, engine, cloud, 100)
+    clock[0] = attempt.limit_at + 3600  # an hour past the budget, the cluster still pending (a Kubernetes pod)
+    engine.tick()
+    assert service.store.get_job(job.id).state is JobState.STOPPING
+    assert cloud.cancelled == ["req-1"] and cluster in cloud.downed
+    [stop] = [e for e in service.store.events(job.id) if e.event == "budget_stop_requested"]
+    # the hour past its limit at its price, less the grace period and margin the budget still held
+    grace = engine.settings.stop_grace_seconds
+    beyond = stop.data["beyond_budget"]
+    assert cost_for_seconds(attempt.price_per_hour, 3600 - grace - 5) <= beyond <= cost_for_seconds(
+        attempt.price_per_hour, 3600), beyond
+    assert "is beyond the budget and not recorded" in stop.reason and stop.reason.startswith(
+        "stopping at $100.00 of $100.00: the budget is used up; it ran on while the broker was not watching")
+    final = tick_until(engine, service.store, job.id, {"stopped_budget", "queued", "failed"})
+    assert final.state is JobState.STOPPED_BUDGET and final.spent == final.budget
+
+
+def test_a_cluster_up_after_its_limit_while_the_broker_was_away_says_what_it_was_billed_beyond_the_budget(
+        clocked, clock):
+    service, engine, cloud = clocked
+    job, attempt, cluster = provisioning_job(service, engine, cloud, 100)
+    up = cluster_stop_at(cloud, cluster) + 180  # the cluster came up three minutes after its limit
+    cloud.provisioned(cluster, spot=True, job="FAILED_SETUP")  # its guard started no setup: exit 124 at once
+    cloud.output[cluster] = (b"[spot-broker] the budget's limit came before the setup started: not starting it\n"
+                             b"[spot-broker] setup stopped at its budget at %d\n" % up)
+    clock[0] = up + engine.launcher.cloud.after_run_seconds() - 60  # the broker is back while the cluster idles
+    engine.tick()
+    [stop] = [e for e in service.store.events(job.id) if e.event == "budget_stop_requested"]
+    assert stop.data["by"] == "launcher" and stop.data["beyond_budget"] > 0, stop.reason
+    assert stop.reason.startswith("stopped at its budget by the launcher itself: the budget is used up; it ran on")
+    assert cluster in cloud.downed
+    final = tick_until(engine, service.store, job.id, {"stopped_budget", "queued", "failed"})
+    assert final.state is JobState.STOPPED_BUDGET and final.spent == final.budget
+
+
+def test_a_launch_whose_budget_was_raised_meanwhile_is_cancelled_at_its_old_window_and_resumed_with_the_new(
+        clocked, clock):
+    service, engine, cloud = clocked
+    job, first, cluster = provisioning_job(service, engine, cloud, 100)
+    old_stop = cluster_stop_at(cloud, cluster)
+    service.raise_budget(ADMIN, job.id, 200_000_000)  # the cluster being made keeps its limit
+    clock[0] = old_stop + 1
+    engine.tick()
+    assert cloud.cancelled == ["req-1"] and cluster in cloud.downed
+    resumed = tick_until(engine, service.store, job.id, {"launching", "stopped_budget", "failed"})
+    assert resumed.state is JobState.LAUNCHING and resumed.attempts == 2, resumed.reason
+    second = service.store.attempts(job.id)[-1]
+    assert second.limit_at > first.limit_at + 3600
+    assert cluster_stop_at(cloud, cluster_name(second.id)) > old_stop + 3600
+    notes = {e.event for e in service.store.events(job.id)}
+    assert not notes & {"budget_warning", "budget_stop_requested"}, "a raised budget is no budget stop"
