@@ -104,17 +104,51 @@ def sky_env(tmp_path_factory, moto_endpoint):
         "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "https_proxy": dead,
         "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
     }
-    mp = pytest.MonkeyPatch()
-    for key, value in env.items():
-        mp.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "SKYPILOT_API_SERVER_ENDPOINT"):
-        mp.delenv(key, raising=False)
+    _SKY_ENV["env"] = env
+    _apply_sky_env()
     yield {"home": home, "catalog": catalog, "endpoint": moto_endpoint, "env": env}
     # ... and stop that server (it outlives the test run otherwise: its own session, six processes).
     sky_cli = Path(sys.executable).with_name("sky")
     subprocess.run([str(sky_cli), "api", "stop"], env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=120, check=False)
-    mp.undo()
+    _undo_sky_env()
+    _SKY_ENV["env"] = None
+
+
+# tests/launchers has no __init__.py (it would shadow the project's launchers package), so pytest holds a
+# package-scoped fixture to the end of the session: sky_env's HOME, proxies and AWS settings stayed set for
+# every test run after this folder's (a broker subprocess started by tests/broker then read this test catalog
+# from HOME and placed jobs on other zones). The environment is applied while this folder's tests run only.
+_SKY_ENV: dict = {"env": None, "patch": None}
+
+
+def _apply_sky_env() -> None:
+    if _SKY_ENV["env"] is None or _SKY_ENV["patch"] is not None:
+        return
+    mp = pytest.MonkeyPatch()
+    for key, value in _SKY_ENV["env"].items():
+        mp.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "SKYPILOT_API_SERVER_ENDPOINT"):
+        mp.delenv(key, raising=False)
+    _SKY_ENV["patch"] = mp
+
+
+def _undo_sky_env() -> None:
+    if _SKY_ENV["patch"] is not None:
+        _SKY_ENV["patch"].undo()
+        _SKY_ENV["patch"] = None
+
+
+@pytest.fixture(autouse=True)
+def _sky_env_for_this_folder():
+    """Set sky_env's environment again for a test of this folder run after tests elsewhere took it away."""
+    _apply_sky_env()
+    yield
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if nextitem is None or HERE not in Path(nextitem.path).resolve().parents:
+        _undo_sky_env()
 
 
 @pytest.fixture(scope="package")
