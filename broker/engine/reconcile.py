@@ -734,7 +734,7 @@ def _beyond(over: int, attempt: Attempt) -> str:
     if not over:
         return ""
     return (f"; it ran on while the broker was not watching (stopped, or its clock jumped): {fmt(over)} more at "
-            f"{fmt(attempt.price_per_hour)}/h is beyond the budget and not recorded")
+            f"{fmt(attempt.price_per_hour)}/h is beyond the budget, said here and not counted in its spend")
 
 
 def _provisioned(launcher: Launcher, attempt: Attempt) -> str:

@@ -407,7 +407,7 @@ def test_an_attempt_that_ran_past_its_budget_while_the_broker_was_away_is_record
         assert warning.reason.startswith("spent $1.00 of $1.00 (100%); it ran on while the broker was not watching")
         beyond = warning.data["beyond_budget"]
         assert 34_000_000 < beyond < 37_000_000 and stop.data["beyond_budget"] == beyond
-        assert f"{fmt(beyond)} more at $36.00/h is beyond the budget and not recorded" in stop.reason
+        assert f"{fmt(beyond)} more at $36.00/h is beyond the budget, said here and not counted in its spend" in stop.reason
         assert stop.reason.startswith("stopping at $1.00 of $1.00: the budget is used up")
         assert "-$" not in warning.reason + stop.reason
     finally:

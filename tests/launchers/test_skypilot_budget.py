@@ -208,7 +208,7 @@ def test_a_cluster_provisioned_past_its_budget_while_the_broker_was_away_is_stop
     beyond = stop.data["beyond_budget"]
     assert cost_for_seconds(attempt.price_per_hour, 3600 - grace - 5) <= beyond <= cost_for_seconds(
         attempt.price_per_hour, 3600), beyond
-    assert "is beyond the budget and not recorded" in stop.reason and stop.reason.startswith(
+    assert "is beyond the budget, said here and not counted in its spend" in stop.reason and stop.reason.startswith(
         "stopping at $100.00 of $100.00: the budget is used up; it ran on while the broker was not watching")
     final = tick_until(engine, service.store, job.id, {"stopped_budget", "queued", "failed"})
     assert final.state is JobState.STOPPED_BUDGET and final.spent == final.budget
