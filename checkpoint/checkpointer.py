@@ -20,7 +20,7 @@ Environment read (all optional):
   ``BROKER_METADATA_POLL_S`` — also watch the cloud's own spot interruption notice
   (:mod:`checkpoint.cloud_notice`; the SkyPilot launcher sets these on spot placements);
 * ``BROKER_NOTICE_FILE`` — also watch this file for the broker's own stop notice
-  (:mod:`checkpoint.notice_file`; the local launcher sets it for every attempt);
+  (:mod:`checkpoint.notice_file`; the local launcher sets it for every attempt, the SkyPilot launcher on Kubernetes);
 * ``BROKER_PROGRESS_URL`` + ``BROKER_JOB_TOKEN`` — each commit is reported there.
 """
 

@@ -9,7 +9,8 @@ before the OS shuts down, the broker's runner announces a stop in a file first:
 
 * ``BROKER_NOTICE_FILE`` (set by the local launcher for every attempt) names the file. The
   runner writes it (atomically, JSON ``{"reason", "grace_seconds", "at"}``) when it is told to
-  stop the attempt.
+  stop the attempt. On Kubernetes the SkyPilot launcher sets it too, and a SkyPilot preemption
+  hook run from the pod's ``preStop`` writes it the same way (``launchers.skypilot_task.notice_hook``).
 * A process whose :class:`~checkpoint.Checkpointer` watches that file registers itself as a
   *listener*: an empty file named after its pid in ``<BROKER_NOTICE_FILE>.listeners/``, removed
   on ``close()``. While a live listener is registered the runner holds the group's SIGTERM back

@@ -11,6 +11,7 @@ What the broker changes, and nothing else:
 | ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
+| ``config.hooks`` | on Kubernetes, the task's own lifecycle hooks after one of the broker's: on the ``preemption`` event (the pod deleted: a spot node drained, an eviction) it writes the notice file the job's ``BROKER_NOTICE_FILE`` names and waits, up to the grace, while a checkpointer listens (:func:`notice_hook`); SkyPilot makes the pod's ``preStop`` hook run it and sets ``terminationGracePeriodSeconds`` from the hooks' timeouts |
 | ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
 | ``run`` | the same script in a subshell, then one line reporting its exit status (:func:`reporting_exit_code`): SkyPilot's job status says only ``FAILED``, so the launcher reads the code from the logs (:func:`exit_code_in`) for the failure diagnosis; with a budget limit (``stop_at``), the subshell runs in its own process group under a guard that stops it there — SIGTERM, SIGKILL after the grace period — and says so in the logs (:func:`budget_stop_in`) |
 | ``setup`` | unchanged without a budget limit; with one, guarded as ``run`` is, to the same limit (:func:`guarded_run` with ``step="setup"``): stopped there, it says so in the logs and ends the job ``FAILED_SETUP``, which the launcher reads as a budget stop, and the run is never started |
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,6 +40,13 @@ PLACEMENT_KEYS = ("infra", "cloud", "region", "zone", "instance_type", "accelera
 """Resource keys the broker decides; the user's values for them are replaced, the rest kept."""
 
 KUBERNETES_CLOUDS = {"kubernetes": "k8s", "k8s": "k8s"}
+
+K8S_NOTICE_FILE = "/tmp/spot-broker-notice.json"
+"""Where the preemption hook writes the notice on a Kubernetes pod: the ``ray-node`` container's own
+``/tmp``, which the skylet (that runs the hook) and the job share."""
+K8S_NOTICE_MARGIN = 5
+"""Seconds of the hook's timeout the notice keeps back from the job: after the hook, the skylet exits, the
+``preStop`` hook ends and the kubelet still has to stop the container within the pod's grace period."""
 
 GUARDED_STEPS = ("setup", "run")
 """The task's commands a budget limit guards (:func:`guarded_run`), in the order SkyPilot runs them."""
@@ -162,6 +171,11 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
         # the checkpoint library watches the cloud's own interruption notice (checkpoint.cloud_notice)
         merged_envs.setdefault("BROKER_PREEMPTION_METADATA", cloud)
         merged_envs.setdefault("BROKER_PREEMPTION_GRACE_S", str(SPOT_NOTICE[cloud]))
+    if cloud in KUBERNETES_CLOUDS:
+        # nothing tells a pod's processes it is being deleted but the kubelet's SIGTERM to PID 1, which is
+        # not the job: SkyPilot's preStop hook runs the task's preemption hooks, and this one writes the notice
+        config["config"] = with_notice_hook(config.get("config"), K8S_NOTICE_FILE, grace_seconds)
+        merged_envs["BROKER_NOTICE_FILE"] = K8S_NOTICE_FILE
     mounts = dict(config.get("file_mounts") or {})
     for destination, source in list(mounts.items()):
         if source == CHECKPOINT_MOUNT:
@@ -177,6 +191,49 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
         # a hanging pip install or download would keep a paid cluster up past the budget with no broker to stop it
         config["setup"] = guarded_run(config["setup"], stop_at=stop_at, grace_seconds=grace_seconds, step="setup")
     return config
+
+
+def with_notice_hook(config: Any, notice_file: str, grace_seconds: float) -> dict[str, Any]:
+    """The task's ``config:`` with :func:`notice_hook` first among its lifecycle ``hooks``, the task's own
+    hooks (and every other setting) kept after it: SkyPilot runs an event's hooks one after the other, so
+    the notice goes out at once and the save has the whole grace period."""
+    merged = copy.deepcopy(dict(config)) if isinstance(config, Mapping) else {}
+    own = merged.get("hooks")
+    merged["hooks"] = [notice_hook(notice_file, grace_seconds)] + (list(own) if isinstance(own, list) else [])
+    return merged
+
+
+def notice_hook(notice_file: str, grace_seconds: float) -> dict[str, Any]:
+    """A SkyPilot lifecycle hook for the ``preemption`` event that announces the stop as the local runner does
+    (:mod:`checkpoint.notice_file`).
+
+    On Kubernetes, SkyPilot 0.14.1 gives the pod a ``preStop`` hook that sends the skylet SIGTERM when the
+    pod is deleted; the skylet runs the task's ``preemption`` hooks in order, each under its ``timeout``,
+    and the pod's ``terminationGracePeriodSeconds`` is the sum of those timeouts. This one writes
+    ``notice_file`` (atomically, JSON ``{"reason", "grace_seconds", "at"}``, the grace less
+    :data:`K8S_NOTICE_MARGIN`), then waits while a live process is registered in
+    ``<notice_file>.listeners/`` (a checkpointer saving at its next step, which then exits), up to the
+    notice's grace: ending sooner lets the pod go as soon as the save is done.
+    """
+    timeout = max(int(grace_seconds), K8S_NOTICE_MARGIN + 1)
+    grace = timeout - K8S_NOTICE_MARGIN
+    run = (
+        f"broker_notice={shlex.quote(notice_file)}\n"
+        f"broker_grace={grace}\n"
+        'broker_now=$(date +%s)\n'
+        'printf \'{"reason": "the pod is being deleted", "grace_seconds": %s, "at": %s}\\n\' '
+        '"$broker_grace" "$broker_now" > "$broker_notice.tmp.$$" && mv -f "$broker_notice.tmp.$$" "$broker_notice"\n'
+        'broker_end=$((broker_now + broker_grace))\n'
+        'while [ "$(date +%s)" -lt "$broker_end" ]; do\n'
+        "  broker_live=\n"
+        '  for broker_listener in "$broker_notice.listeners"/*; do\n'
+        '    if kill -0 "${broker_listener##*/}" 2>/dev/null; then broker_live=1; break; fi\n'
+        "  done\n"
+        '  [ -n "$broker_live" ] || break\n'
+        "  sleep 1\n"
+        "done\n"
+    )
+    return {"run": run, "events": ["preemption"], "timeout": timeout}
 
 
 def reporting_exit_code(run: str) -> str:
