@@ -7,7 +7,7 @@ way to run it, with a sentence that names the alternatives.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from pricing.money import Micros, cost_for_seconds, fmt
@@ -22,6 +22,7 @@ class TierQuote:
     price_per_hour: Micros  # all nodes
     estimate: Micros | None  # total for expected_hours (after_run included), None when the length is unknown
     after_run: Micros = 0  # billed after the run ends (a cloud cluster's idle minutes and teardown), all nodes
+    also: tuple[Offer, ...] = ()  # the tier's other offers at the same figure: a sentence names no one zone of them
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ class Quote:
         if self.best is None:
             return self.no_fit or "no offer matches the job's resources"
         if self.per_hour:
-            return f"{money_text(self.best)} on {_label(self.best)} (no expected_hours given, so this is per hour)"
-        return f"estimated {money_text(self.best)} for {self.expected_hours} h on {_label(self.best)}"
+            return f"{money_text(self.best)} on {offer_text(self.best)} (no expected_hours given, so this is per hour)"
+        return f"estimated {money_text(self.best)} for {self.expected_hours} h on {offer_text(self.best)}"
 
     def fits(self, budget: Micros) -> bool:
         """Whether the budget covers the cheapest tier for the expected length."""
@@ -66,15 +67,35 @@ class Quote:
             return self.no_fit or "no offer matches the job's resources"
         order = sorted(self.tiers, key=lambda t: t.price_per_hour, reverse=True)
         head, *rest = order
-        text = f"estimated {money_text(head)} on {_label(head)} exceeds the budget of {fmt(budget)}"
+        text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt(budget)}"
         others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
         return text + (f"; {others}" if others else "")
 
 
-def _label(t: TierQuote) -> str:
-    tier = {"ondemand": "on-demand", "onprem": "on-prem", "spot": "spot"}[t.tier.value]
-    acc = t.offer.accelerator or "CPU"
-    return f"{tier} {acc}"
+def offer_text(t: TierQuote) -> str:
+    """The tier's offer in a sentence, as placement's sentences name one (:meth:`Offer.describe`: its
+    cloud and zone, ``spot 1x V100 p3.2xlarge in aws/us-east-1a``); where the tier's figure is the same
+    in several places, the cloud and what they share, so that no one of them reads as the one
+    (``spot 1x V100 p3.2xlarge in aws/us-east-1 (2 zones)``, ``in aws (2 regions)``, ``in aws or gcp``)."""
+    offers = (t.offer, *t.also)
+    places = sorted({(o.cloud, o.region, o.location) for o in offers})
+    if len(places) == 1:
+        return t.offer.describe()
+    o = t.offer
+    acc = f"{o.accelerator_count}x {o.accelerator}" if o.accelerator else "CPU"
+    kind = f" {o.instance_type}" if len({x.instance_type for x in offers}) == 1 else ""
+    clouds = sorted({c for c, _, _ in places})
+    regions = {(c, r) for c, r, _ in places}
+    if len(clouds) > 1:
+        where = " or ".join(clouds)
+    elif o.tier is Tier.ONPREM:
+        where = f"{clouds[0]} ({len(places)} pools)"
+    elif len(regions) == 1:
+        where = f"{clouds[0]}/{o.region} ({len(places)} zones)"
+    else:
+        where = f"{clouds[0]} ({len(regions)} regions)"
+    sim = " (simulated)" if all(x.simulated for x in offers) else ""
+    return f"{o.tier.value} {acc}{kind} in {where}{sim}"
 
 
 def money_text(t: TierQuote) -> str:
@@ -113,11 +134,16 @@ def quote(
     if request.max_price_per_hour is not None:
         matching = [o for o in matching if o.price_per_hour * request.num_nodes <= request.max_price_per_hour]
     quoted = [_tier_quote(o, request, risk, after) for o in matching]
+
+    def figure(t: TierQuote) -> tuple:
+        return t.estimate if t.estimate is not None else 0, effective_price(t.offer, request.num_nodes, risk)
+
     per_tier: dict[Tier, TierQuote] = {}
-    for t in sorted(quoted, key=lambda t: (t.estimate if t.estimate is not None else 0,
-                                           effective_price(t.offer, request.num_nodes, risk), t.offer.location)):
+    for t in sorted(quoted, key=lambda t: (figure(t), t.offer.location)):
         per_tier.setdefault(t.tier, t)
-    tiers = tuple(per_tier.values())
+    tiers = tuple(replace(t, also=tuple(o.offer for o in quoted
+                                        if o.tier is t.tier and o is not t and figure(o) == figure(t)))
+                  for t in per_tier.values())
     chosen = place(request, offers, free_capacity=free_capacity, blocked_zones=blocked_zones, preemption_risk=risk,
                    after_run_seconds=after)
     best = None

@@ -67,7 +67,8 @@ def test_over_budget_is_refused_with_the_estimates(client):
     assert r.status_code == 422
     body = r.json()
     assert body["field"] == "broker.budget_usd"
-    assert "estimated $8.00 on on-prem A100 exceeds the budget of $5.00" in body["detail"]
+    assert ("estimated $8.00 on onprem 2x A100 gpu-box-2slot in local/gpu-box exceeds the budget of $5.00"
+            in body["detail"])
 
 
 def test_a_job_nothing_can_run_is_refused_naming_resources(client):

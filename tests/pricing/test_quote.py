@@ -42,6 +42,37 @@ def test_budget_refusal_names_every_tier():
     assert "$30.60" in text and "on-prem is estimated at $20.00" in text and "spot is estimated at $10.00" in text
 
 
+def _offer(tier: Tier, cloud: str, region: str, zone: str, price: int, kind: str = "p3.2xlarge") -> Offer:
+    return Offer(tier, cloud, region, zone, kind, "V100", 1, price)
+
+
+@pytest.mark.parametrize("ondemand, named", [
+    pytest.param([_offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", 3_060_000)],
+                 "ondemand 1x V100 p3.2xlarge in aws/us-east-1a", id="a single offer is named with its cloud and zone"),
+    pytest.param([_offer(Tier.ONDEMAND, "gcp", "us-central1", "us-central1-a", 3_060_000, "n1-standard-8+V100:1")],
+                 "ondemand 1x V100 n1-standard-8+V100:1 in gcp/us-central1-a", id="an offer on GCP is named as on GCP"),
+    pytest.param([_offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", 3_060_000),
+                  _offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1b", 3_060_000)],
+                 "ondemand 1x V100 p3.2xlarge in aws/us-east-1 (2 zones)",
+                 id="two zones of one region at the same price name the region, not one of the zones"),
+    pytest.param([_offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", 3_060_000),
+                  _offer(Tier.ONDEMAND, "aws", "us-west-2", "us-west-2a", 3_060_000)],
+                 "ondemand 1x V100 p3.2xlarge in aws (2 regions)",
+                 id="two regions of one cloud at the same price name the cloud"),
+    pytest.param([_offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", 3_060_000),
+                  _offer(Tier.ONDEMAND, "gcp", "us-central1", "us-central1-a", 3_060_000, "n1-standard-8+V100:1")],
+                 "ondemand 1x V100 in aws or gcp", id="two clouds at the same price name both"),
+    pytest.param([_offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", 3_060_000),
+                  _offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1b", 3_500_000)],
+                 "ondemand 1x V100 p3.2xlarge in aws/us-east-1a", id="a dearer zone of the same tier is not counted"),
+])
+def test_a_budget_refusal_names_the_offers_cloud_and_zone(ondemand, named):
+    offers = [*ondemand, _offer(Tier.SPOT, "aws", "us-east-1", "us-east-1a", 1_000_000)]
+    q = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),), expected_hours=Decimal(10)), offers)
+    assert q.refusal(5_000_000) == (f"estimated $30.60 on {named} exceeds the budget of $5.00; "
+                                    f"spot is estimated at $10.00")
+
+
 # A cloud cluster is billed 15 minutes after its run (idle before autodown, then the teardown); a
 # simulated zone on this host, nothing. Spot $1/h in the cloud: $0.25 after the run.
 SIM_SPOT = Offer(Tier.SPOT, "aws", "us-east-1", "sim-spot", "p3.2xlarge", "V100", 1, 1_100_000, simulated=True)
@@ -70,8 +101,10 @@ def test_the_quote_counts_the_billing_after_a_clusters_run(hours, offers, spot_o
 def test_the_billing_after_the_run_is_named_in_the_quotes_words():
     ten = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),), expected_hours=Decimal(10)), OFFERS,
                 after_run_seconds=AFTER_RUN)
-    assert ten.summary() == "estimated $10.25 ($0.25 of it billed after the run) for 10 h on spot V100"
+    assert ten.summary() == ("estimated $10.25 ($0.25 of it billed after the run) for 10 h on spot 1x V100 "
+                             "p3.2xlarge in aws/us-east-1a")
     assert ten.fits(10_250_000) and not ten.fits(10_249_999)
     assert "spot is estimated at $10.25 ($0.25 of it billed after the run)" in ten.refusal(5_000_000)
     per_hour = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),)), OFFERS, after_run_seconds=AFTER_RUN)
-    assert per_hour.summary().startswith("$1.00/h + $0.25 billed after the run on spot V100")
+    assert per_hour.summary().startswith("$1.00/h + $0.25 billed after the run on spot 1x V100 p3.2xlarge in "
+                                         "aws/us-east-1a")
