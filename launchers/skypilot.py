@@ -54,6 +54,7 @@ from typing import Any, Protocol
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
 from launchers.skypilot_status import Launch, Observation, next_status
 from launchers.skypilot_task import (
+    KUBERNETES_CLOUDS,
     TaskConfigError,
     budget_stop_in,
     budget_stopped_step,
@@ -61,6 +62,8 @@ from launchers.skypilot_task import (
     task_config,
     without_broker_mounts,
 )
+from pricing.offers import Tier
+from pricing.placement import what_runs
 
 CLUSTER_PREFIX = "broker"
 MAX_CLUSTER_NAME = 40
@@ -171,6 +174,16 @@ def build_task(config: Mapping[str, Any]) -> Any:
     except Exception as exc:  # SkyPilot rejects the task itself (no other placement would take it) — unless
         # it is about reaching the cloud, which an admin may fix: then the job waits in the queue
         raise LaunchError(refusal(exc, config), permanent=type(exc).__name__ not in TRANSIENT_REFUSALS) from None
+
+
+def placed_on(placement: Mapping[str, Any]) -> str:
+    """What the placement runs on, for a sentence, as placement's refusals name it: ``an AWS cluster``,
+    ``a GCP cluster``, ``a Kubernetes pool`` (a pool's pods, whatever tier the placement says)."""
+    cloud = str(placement.get("cloud") or "")
+    if not cloud:
+        return "a cluster"
+    pool = cloud.lower() in KUBERNETES_CLOUDS or placement.get("tier") == Tier.ONPREM.value
+    return what_runs(cloud, Tier.ONPREM if pool else Tier.ONDEMAND)
 
 
 TRANSIENT_REFUSALS = frozenset({"NoCloudAccessError", "CloudUserIdentityError", "ResourcesUnavailableError"})
@@ -416,8 +429,8 @@ class SkyPilotLauncher:
                 # the budget left cannot pay for the cluster's billing after its run: not launched
                 self._path(request.attempt_id, ".log").write_text(
                     f"[spot-broker] not launched: the budget left pays for {int(request.stop_in_seconds or 0)} s "
-                    f"on this placement, no more than a cluster may be billed after its run ends while no broker "
-                    f"tears it down ({self.after_run_seconds()} s: autostop_minutes {self.autostop_minutes} "
+                    f"on this placement, no more than {placed_on(request.placement)} may be billed after its run "
+                    f"ends while no broker tears it down ({self.after_run_seconds()} s: autostop_minutes {self.autostop_minutes} "
                     f"idle, then {AUTODOWN_MARGIN_SECONDS} s to notice and terminate); raise the budget\n")
                 state.update(cluster=name, phase=Phase.STOPPED.value, reason="budget", ended_at=now, down=True)
                 return

@@ -213,15 +213,21 @@ CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure", "oci": "OCI", "ibm"
 def billed_after_run(offer: Offer) -> str:
     """What bills an attempt on ``offer`` after its run, for a sentence: ``an AWS cluster's``, ``a GCP
     cluster's``, ``a Kubernetes pool's`` (a pool reached through SkyPilot: its pods autodown too)."""
-    name = CLOUD_NAMES.get(offer.cloud.lower(), offer.cloud)
-    if offer.simulated:
+    return f"{what_runs(offer.cloud, offer.tier, simulated=offer.simulated)}'s"
+
+
+def what_runs(cloud: str, tier: Tier, *, simulated: bool = False) -> str:
+    """What an attempt on ``cloud`` and ``tier`` runs on, for a sentence: ``an AWS cluster``, ``a GCP
+    cluster``, ``a Kubernetes pool``, ``a pool`` (one on this host), ``a simulated AWS zone``."""
+    name = CLOUD_NAMES.get(cloud.lower(), cloud)
+    if simulated:
         what = f"simulated {name} zone"
-    elif offer.tier is Tier.ONPREM:
-        what = f"{name} pool" if offer.cloud.lower() != "local" else "pool"
+    elif tier is Tier.ONPREM:
+        what = f"{name} pool" if cloud.lower() != "local" else "pool"
     else:
         what = f"{name} cluster"
     spoken_vowel = what[0] in "AEIOUaeiou" or (what.split()[0].isupper() and what[0] in "FHLMNRSX")
-    return f"{'an' if spoken_vowel else 'a'} {what}'s"
+    return f"{'an' if spoken_vowel else 'a'} {what}"
 
 
 def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micros, min_run_seconds: int,

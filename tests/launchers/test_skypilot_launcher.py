@@ -221,11 +221,25 @@ def test_a_cluster_autodowned_past_its_limit_while_no_broker_watched_is_a_budget
     assert status.ended_at <= time.time()
 
 
-def test_a_budget_that_cannot_pay_for_the_billing_after_a_run_launches_no_cluster(launcher, sky_client):
-    launcher.launch(limited(launcher.after_run_seconds()))
+ONDEMAND_GCP_T4 = {**ONDEMAND_T4, "cloud": "gcp", "region": "us-central1", "zone": "us-central1-a",
+                   "instance_type": "n1-standard-8+T4:1"}
+KUBERNETES_POOL = {"tier": "onprem", "cloud": "kubernetes", "region": "lab-gpus", "zone": "lab",
+                   "instance_type": "lab-1slot", "accelerator": "T4", "accelerator_count": 1, "num_nodes": 1,
+                   "price_per_hour": 1_100_000, "simulated": False}
+
+
+@pytest.mark.parametrize("placement, named", [
+    pytest.param(ONDEMAND_T4, "an AWS cluster", id="on AWS the log names an AWS cluster"),
+    pytest.param(ONDEMAND_GCP_T4, "a GCP cluster", id="on GCP the log names a GCP cluster"),
+    pytest.param(KUBERNETES_POOL, "a Kubernetes pool", id="on Kubernetes the log names a Kubernetes pool"),
+])
+def test_a_budget_that_cannot_pay_for_the_billing_after_a_run_launches_no_cluster(launcher, sky_client, placement,
+                                                                                  named):
+    launcher.launch(limited(launcher.after_run_seconds(), placement=placement))
     assert sky_client.launched == [] and sky_client.planned == []
     status = launcher.status(AID)
     assert (status.phase, status.reason) == (Phase.STOPPED, "budget")
-    assert b"not launched: the budget left pays for 900 s" in launcher.logs(AID)[0]
-    launcher.launch(limited(launcher.after_run_seconds()))  # launching again changes nothing
+    assert (f"not launched: the budget left pays for 900 s on this placement, no more than {named} may be billed "
+            f"after its run ends").encode() in launcher.logs(AID)[0]
+    launcher.launch(limited(launcher.after_run_seconds(), placement=placement))  # launching again changes nothing
     assert sky_client.launched == []
