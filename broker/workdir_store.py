@@ -374,11 +374,13 @@ class WorkdirStore:
 
     def remove_attempt_dir(self, attempt_id: str, cwds: set[Path] | None = None) -> bool:
         """Remove an ended attempt's directory (renamed first, so that no half-removed directory is ever
-        taken for a whole one); whether it is gone. Kept, and False, while a process of this host still
-        runs in it (``cwds``: :func:`in_use_dirs`, looked up when not given)."""
+        taken for a whole one); whether this call removed it, so that brokers sharing the data dir count
+        each removal once: False when it was gone already (another broker removed it, and counts it) or
+        is kept while a process of this host still runs in it (``cwds``: :func:`in_use_dirs`, looked up
+        when not given)."""
         target = self.local / "attempts" / attempt_id
         if not target.is_dir():
-            return True
+            return False
         if _busy(target, in_use_dirs() if cwds is None else cwds):
             log.info("workdir of %s kept: a process of this host still runs in it", attempt_id)
             return False
@@ -386,7 +388,7 @@ class WorkdirStore:
         try:
             os.rename(target, doomed)
         except FileNotFoundError:
-            return True  # another broker on this data dir removed it
+            return False  # another broker on this data dir removed it, and counts it
         shutil.rmtree(doomed, ignore_errors=True)
         return True
 
@@ -402,8 +404,9 @@ class WorkdirStore:
         """Remove the directories of the attempts ``listed`` (by :meth:`local_attempts`) that are not in
         ``keep`` (the attempts the store knows and that are not final, read *after* the listing: an
         attempt launched meanwhile is not in the listing, whatever the store said), what a crash left
-        half made, and packs no launch used for ``PACK_CACHE_SECONDS``. Returns the attempt ids whose
-        directory it removed."""
+        half made, and packs no launch used for ``PACK_CACHE_SECONDS``. Returns, and logs when there are
+        any, the attempt ids whose directory this sweep removed (not one another broker on the data dir
+        removed first: it counts it)."""
         now = time.time() if now is None else now
         cwds = in_use_dirs()
         removed = [a for a in listed if a not in keep and self.remove_attempt_dir(a, cwds)]

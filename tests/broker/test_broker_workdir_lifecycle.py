@@ -7,6 +7,7 @@ clock cannot be moved, so a collection is run at a later ``wall`` time instead.
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -173,6 +174,48 @@ def test_a_restarted_broker_sweeps_what_the_one_before_left(broker, tmp_path, mo
     until(restarted, service, live["id"], JobState.SUCCEEDED)
     wait_for(lambda: not (base / f"{live['id']}-a1").exists())
 
+
+@pytest.mark.parametrize("broker", ["disk"], indirect=True)
+@pytest.mark.parametrize("when", ["just after this sweep listed it", "just before this sweep renamed it"])
+def test_a_sweep_counts_and_logs_only_the_workdirs_it_removed_itself(broker, monkeypatch, caplog, when):
+    """Another broker on the same data dir removes one of the listed directories first: it counts that one."""
+    import broker.workdir_store as ws
+
+    client, service, engine = broker
+    base = attempts_dir(service)
+    for attempt_id in ("j-0000000001-a1", "j-0000000002-a1"):  # attempts the store does not know: both swept
+        (base / attempt_id).mkdir(parents=True)
+        (base / attempt_id / "x").write_text("x")
+    theirs = base / "j-0000000001-a1"
+    if when.startswith("just after"):
+        listing = ws.WorkdirStore.local_attempts
+
+        def listed_then_taken(self):
+            found = listing(self)
+            shutil.rmtree(theirs, ignore_errors=True)
+            return found
+
+        monkeypatch.setattr(ws.WorkdirStore, "local_attempts", listed_then_taken)
+    else:
+        rename = os.rename
+
+        def taken_first(src, dst):
+            if Path(src) == theirs:
+                shutil.rmtree(theirs)  # the other broker's rename and removal came first
+            return rename(src, dst)
+
+        monkeypatch.setattr(ws.os, "rename", taken_first)
+    with caplog.at_level(logging.INFO, logger="broker.workdirs"):
+        assert engine.sweep_workdirs() == ["j-0000000002-a1"]
+    assert [r.getMessage() for r in caplog.records if "removed the workdirs" in r.getMessage()] == [
+        "removed the workdirs of 1 ended attempts: j-0000000002-a1"]
+    assert os.listdir(base) == []
+    caplog.clear()
+    (base / "j-0000000001-a1").mkdir()  # listed again, and taken again by the other broker: nothing of this one's
+    with caplog.at_level(logging.INFO, logger="broker.workdirs"):
+        assert engine.sweep_workdirs() == []
+    assert not [r for r in caplog.records if "removed the workdirs" in r.getMessage()]
+    assert os.listdir(base) == []
 
 def test_a_large_pack_is_unpacked_beside_the_ticks_not_in_them(broker, tmp_path, monkeypatch):
     """A slow fetch and unpack holds up no tick: the job stays launching until it is ready."""
