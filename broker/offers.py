@@ -142,12 +142,17 @@ class Market:
     free_capacity: dict[str, int]
     free_slots: dict[str, list[int]]
     spot_available: frozenset[str] = frozenset()
+    #: every offer, a pool's shapes that do not fit its free slots now included (``offers`` leaves them out): what
+    #: the budget stop before a start weighs, since busy slots come free and a budget does not grow by itself;
+    #: empty: ``offers``
+    every_offer: tuple[Offer, ...] = ()
 
 
 def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping[str, bool] | None = None) -> Market:
     active_jobs = list(active_jobs)
     held = held_slots(active_jobs)
     offers: list[Offer] = []
+    every: list[Offer] = []  # the pools' shapes, whether or not they fit the free slots now
     capacity: dict[str, int] = {}
     free: dict[str, list[int]] = {}
     for pool in settings.pools:
@@ -155,7 +160,9 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
         shapes = pool_offers(pool)
         fitting = [o for o in shapes if slots_of(o) <= len(free[pool.name])]
         offers.extend(fitting or shapes)
+        every.extend(shapes)
         capacity[pool.name] = 1 if fitting else 0
+    pooled = len(offers)  # the offers after the pools' are the same in both lists
     if settings.launcher == "skypilot":
         offers.extend(_price_table(settings.clouds))  # clouds: capacity unknown until tried; preempted zones get blocked
     used = nodes_in_use(active_jobs)
@@ -167,7 +174,8 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
         capacity[zone.name] = max(zone.nodes - used.get(zone.name, 0), 0) if up else 0
         if zone.tier == "spot" and up:
             spot_up.add(zone.name)
-    return Market(offers=tuple(offers), free_capacity=capacity, free_slots=free, spot_available=frozenset(spot_up))
+    return Market(offers=tuple(offers), free_capacity=capacity, free_slots=free, spot_available=frozenset(spot_up),
+                  every_offer=(*every, *offers[pooled:]))
 
 
 def all_offers(settings: Settings) -> list[Offer]:

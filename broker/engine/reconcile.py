@@ -126,7 +126,7 @@ class Engine:
                              changeover=self.settings.changeover_seconds,
                              min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
                                                                           self.settings.tick_seconds),
-                             after_run_seconds=after_run(self.launcher, mk.offers) if queued else {})
+                             after_run_seconds=after_run(self.launcher, mk.every_offer) if queued else {})
         for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
         for job in self._drivable(self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000)):  # 3. launch

@@ -132,8 +132,9 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                                         budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds,
                                         after_run_seconds=after), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
-        short = start_shortfall(request, mine, job.budget - job.spent, min_run_seconds=min_run_seconds,
-                                after_run_seconds=after)
+        # weighed on every offer the job may take, a pool's busy shapes too: slots come free, a budget does not grow
+        short = start_shortfall(request, _offers_for(job, request, mk.every_offer or mk.offers),
+                                job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
         if short is not None:
             decisions.append(Wait(job, f"the budget left, {fmt(job.budget - job.spent)}, {short}", budget_spent=True))
             continue

@@ -222,6 +222,37 @@ def test_the_budget_stop_before_a_start_weighs_only_offers_under_the_jobs_max_pr
     assert said == expected
 
 
+@pytest.mark.parametrize("held", [
+    pytest.param([0, 1], id="a pool half held by another job"),
+    pytest.param([0, 1, 2], id="a pool with one slot free"),
+])
+def test_a_job_whose_budget_left_pays_for_a_start_on_a_pool_busy_now_waits_for_it_not_stopped(tmp_path, held):
+    """A pool of 4 A100s at $0.50 a slot-hour, some slots held; a simulated zone of 4 A100s at $40/h. A job asking
+    for all 4 with $0.05 left can pay for a start on the pool ($0.0356 for 64 s), not on the zone ($0.71): it waits
+    for the pool's slots, which a running job gives back, rather than being stopped at its budget for good."""
+    from pricing.offers import Offer, Tier
+
+    from broker.config import Pool, Settings
+    from broker.engine.schedule import Wait, schedule
+    from broker.offers import market
+
+    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
+                        pools=(Pool("gpus", 4, "A100", 500_000),), teams={}, admin_token_hashes=frozenset(),
+                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
+                        public_url="http://127.0.0.1:8000", engine=False)
+    running = replace(job("run", JobState.RUNNING, since=NOW - 600, slots=held),
+                      placement={"tier": "onprem", "location": "gpus", "zone": "gpus",
+                                 "instance_type": f"gpus-{len(held)}slot"})
+    mk = market(settings, [running])
+    zone = Offer(Tier.ONDEMAND, "aws", "us-east-1", "sim-od", "p4d.24xlarge", "A100", 4, 40_000_000, simulated=True)
+    mk = replace(mk, offers=(*mk.offers, zone), free_capacity={**mk.free_capacity, "sim-od": 1})
+    spec = {"run": "x", "resources": {"accelerators": "A100:4"}, "broker": {"budget_usd": "1"}}
+    queued = Job(id="j", name="j", team="t", spec=spec, budget=1_000_000, spent=950_000, priority=0,
+                 state=JobState.QUEUED, submitted_at=NOW - 100, updated_at=NOW, reason="waiting")
+    (decision,) = schedule([queued], mk, now=NOW, min_run_seconds=64)
+    assert isinstance(decision, Wait) and not decision.budget_spent, decision
+
+
 def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_needs(tmp_path):
     """A pool of 4 A100s: one free, one held by a job ending in 1 h, two by a job ending in 2 h. A job asking
     for all 4 starts when the 2-slot job ends (not at the first end, and not never for want of the free one)."""
