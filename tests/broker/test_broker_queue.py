@@ -253,6 +253,34 @@ def test_a_job_whose_budget_left_pays_for_a_start_on_a_pool_busy_now_waits_for_i
     assert isinstance(decision, Wait) and not decision.budget_spent, decision
 
 
+def test_a_job_whose_budget_left_pays_for_a_start_on_a_pool_a_job_ahead_took_this_tick_waits_for_it(tmp_path):
+    """The pool of 4 A100s is free, and the job ahead in the queue takes 2 of its slots in this tick: the job behind,
+    asking for all 4 with $0.05 left (a start on the pool, not on the $40/h zone), waits for them."""
+    from pricing.offers import Offer, Tier
+
+    from broker.config import Pool, Settings
+    from broker.engine.schedule import Place, Wait, schedule
+    from broker.offers import market
+
+    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
+                        pools=(Pool("gpus", 4, "A100", 500_000),), teams={}, admin_token_hashes=frozenset(),
+                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
+                        public_url="http://127.0.0.1:8000", engine=False)
+    mk = market(settings, [])
+    zone = Offer(Tier.ONDEMAND, "aws", "us-east-1", "sim-od", "p4d.24xlarge", "A100", 4, 40_000_000, simulated=True)
+    mk = replace(mk, offers=(*mk.offers, zone), free_capacity={**mk.free_capacity, "sim-od": 0})
+
+    def queued(job_id, gpus, spent, at):
+        spec = {"run": "x", "resources": {"accelerators": f"A100:{gpus}"}, "broker": {"budget_usd": "1"}}
+        return Job(id=job_id, name=job_id, team="t", spec=spec, budget=1_000_000, spent=spent, priority=0,
+                   state=JobState.QUEUED, submitted_at=NOW - 100 + at, updated_at=NOW, reason="waiting")
+
+    ahead, behind = schedule([queued("ahead", 2, 0, 0), queued("behind", 4, 950_000, 1)], mk, now=NOW,
+                             min_run_seconds=64)
+    assert isinstance(ahead, Place) and ahead.slots == (0, 1), ahead
+    assert isinstance(behind, Wait) and not behind.budget_spent, behind
+
+
 def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_needs(tmp_path):
     """A pool of 4 A100s: one free, one held by a job ending in 1 h, two by a job ending in 2 h. A job asking
     for all 4 starts when the 2-slot job ends (not at the first end, and not never for want of the free one)."""
