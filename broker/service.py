@@ -111,12 +111,14 @@ class BrokerService:
                     log.exception("event hook failed")
         return stored
 
-    @staticmethod
-    def _changeable(job: Job) -> Job:
-        """The job, if this version may change it: one in a state a newer broker set is refused (409) up front,
-        with the reason the store gives, rather than with a rule of this version about states it knows."""
+    def _changeable(self, job: Job) -> Job:
+        """The job, if this version may change it: one in a state a newer broker set, or whose latest attempt is
+        in one, is refused (409) up front, with the reason the store gives, rather than with a rule of this
+        version about states it knows. The attempt counts too: a queued job cancelled here would go straight
+        to ``cancelled`` (final), and the newer broker, which may hold that attempt live, would never stop it."""
+        attempts = self.store.attempts(job.id)[-1:] if job.attempts else []
         try:
-            check_writable(Change(job=job, expected_version=job.version))
+            check_writable(Change(job=job, expected_version=job.version, attempts=attempts))
         except ForeignRecord as exc:
             raise Conflict(str(exc)) from None
         return job
@@ -349,7 +351,7 @@ class BrokerService:
 
     def cancel(self, principal: Principal, job_id: str, *, reason: str = "cancelled by the user") -> Job:
         def once() -> Job:
-            job = self.get(principal, job_id)
+            job = self._changeable(self.get(principal, job_id))
             try:
                 t = apply(job.state, JobEvent.CANCEL)
             except IllegalTransition as exc:

@@ -240,4 +240,7 @@ def test_a_job_whose_attempt_is_in_a_state_this_version_does_not_know_is_left_al
     r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 3},
                     headers={"Authorization": f"Bearer {job_token(settings, job_id)}"})
     assert r.status_code == 409 and "migrating" in r.json()["detail"], r.text
+    # a cancel here would end a queued job at once (final), and the newer broker would never stop its attempt
+    r = client.post(f"/v1/jobs/{job_id}/cancel", headers=AUTH)
+    assert r.status_code == 409 and "migrating" in r.json()["detail"], r.text
     assert (newer.job(job_id), newer.attempt(job_id, 1)) == (raw_job, raw_attempt)
