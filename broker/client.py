@@ -73,6 +73,9 @@ class BrokerClient:
                                  "like http://127.0.0.1:8000")
         self.last_submit_created: bool | None = None  # whether the last submit made a job (False: its Idempotency-Key had; None: unknown)
         self.token = token or default_token()
+        # where the token came from when this host's admin-token file gave it, for a 401's hint
+        self._token_file = (default_data_dir() / "admin-token"
+                            if self.token and not token and not os.environ.get("BROKER_TOKEN") else None)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -109,6 +112,10 @@ class BrokerClient:
             if r.status_code == 401 and not self.token:
                 detail = (f"{detail} (no token was sent: set BROKER_TOKEN or --token, or run this where `broker serve` "
                           f"wrote {default_data_dir() / 'admin-token'})")
+            elif r.status_code == 401 and self._token_file is not None:
+                detail = (f"{detail} (the token sent is the admin token in {self._token_file}, which this broker "
+                          "does not take: set BROKER_DATA_DIR to the data dir of the broker you mean, whose admin "
+                          "token file `broker serve` printed, or set BROKER_TOKEN)")
             raise BrokerError(r.status_code, str(detail), field, unknown_outcome=r.status_code in (500, 503))
         return r
 

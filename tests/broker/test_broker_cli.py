@@ -146,6 +146,21 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli):
     assert r.returncode == 1 and "must start with http:// or https://" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_local_admin_token_another_broker_wrote_is_named_with_how_to_point_the_cli_at_the_right_one(cli):
+    """A first-day user who started `broker serve` with BROKER_DATA_DIR in one shell and ran the CLI in another
+    got only 'the token is not valid': the CLI had sent the admin token of the default data dir, and said not so."""
+    run, tmp = cli
+    other = tmp / "other-data"
+    other.mkdir()
+    (other / "admin-token").write_text("a-token-another-broker-wrote\n")
+    r = run("status", check=False, extra_env={"BROKER_TOKEN": "", "BROKER_DATA_DIR": str(other)})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"the token sent is the admin token in {other / 'admin-token'}" in r.stderr, r.stderr
+    assert "set BROKER_DATA_DIR" in r.stderr and "BROKER_TOKEN" in r.stderr, r.stderr
+    r = run("status", check=False, extra_env={"BROKER_TOKEN": "not-a-token", "BROKER_DATA_DIR": str(other)})
+    assert r.returncode == 1 and "admin-token" not in r.stderr, r.stderr  # a token given is not blamed on the file
+
+
 def test_a_refused_resume_names_the_cli_flag_that_forces_it(cli):
     run, tmp = cli
     task = tmp / "fails.yaml"
