@@ -461,10 +461,17 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
     else:
         raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)")
     if seconds <= now:
-        raise SpecError(where, "is in the past")
+        raise SpecError(where, f"is in the past: {_utc_minute(seconds)}, and it is {_utc_minute(now)} now; give a "
+                               "later time with its timezone, or a duration from now such as 6h")
     if bounded and seconds > now + MAX_DEADLINE_DAYS * 86400:
         raise SpecError(where, f"is more than {MAX_DEADLINE_DAYS} days away; leave it out for a job with no deadline")
     return seconds
+
+
+def _utc_minute(seconds: float) -> str:
+    """``2026-12-01T18:00Z``: a refused deadline and the time now side by side, so a slip of a timezone or a
+    year shows at a glance (a minute's precision: the seconds would only hide the difference)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
 
 def _with_zone(moment: datetime, where: str, strict: bool) -> datetime:
