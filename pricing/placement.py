@@ -293,7 +293,9 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
     if alt.accelerator:
         names = sorted({f"{o.accelerator}" for o in offers if o.accelerator})
         if not any(n.lower() == alt.accelerator.lower() for n in names):
-            return f" (accelerators offered: {', '.join(names[:12])})" if names else " (no offer has an accelerator)"
+            return (f" (accelerators offered: {', '.join(names[:12])})" if names else
+                    " (every offer here is CPU only: a GPU needs a pool with an accelerator or a GPU zone in the "
+                    "broker's config, or the clouds priced with BROKER_LAUNCHER=skypilot; see docs/deploy.md)")
         most = max(o.accelerator_count for o in offers if o.accelerator and o.accelerator.lower() == alt.accelerator.lower())
         if alt.accelerator_count > most:
             return f" (at most {most}x {alt.accelerator} in one offer)"

@@ -127,6 +127,16 @@ def test_a_shape_nothing_offers_is_described_as_asked(want, expected):
     assert isinstance(result, NoFit) and result.reason.startswith(expected), result
 
 
+def test_a_gpu_asked_of_a_broker_with_only_cpu_offers_says_how_it_gets_one():
+    """A first-day broker has only its CPU pool: a GPU job was refused '(no offer has an accelerator)', not
+    saying that nothing here has one, nor where GPUs come from."""
+    result = place(JobRequest(alternatives=(ResourceRequest("A100", 8),)), [onprem_offer("local", 1, None, "0.20")])
+    assert isinstance(result, NoFit), result
+    assert result.reason.startswith("no offer has 8x A100 (every offer here is CPU only: a GPU needs a pool with an "
+                                    "accelerator or a GPU zone in the broker's config"), result.reason
+    assert "BROKER_LAUNCHER=skypilot" in result.reason and not result.reason.endswith("."), result.reason
+
+
 @pytest.mark.parametrize("instance_type, matched", [
     ("n1-highmem-8", True), ("N1-HIGHMEM-8", True), ("n1-highmem-8+V100:1", True), ("n1-highmem-", False),
     ("V100:1", False),
