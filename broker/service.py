@@ -82,6 +82,16 @@ def _same_submit(existing: Job, spec, settings: Settings) -> Job:
     return existing
 
 
+def _why_not_cancelled(job: Job) -> str | None:
+    """A refused cancel in plain words ('cannot cancel a job that is succeeded' read as a slip of grammar, and
+    did not say that there is nothing left to stop); None for a state these do not cover."""
+    if job.state is JobState.CANCELLING:
+        return f"{job.id} is already being cancelled"
+    if isinstance(job.state, JobState) and job.state.is_final:
+        return f"{job.id} has already ended ({job.state.value}): there is nothing to cancel"
+    return None
+
+
 def new_job_id() -> str:
     return "j-" + secrets.token_hex(5)
 
@@ -355,7 +365,7 @@ class BrokerService:
             try:
                 t = apply(job.state, JobEvent.CANCEL)
             except IllegalTransition as exc:
-                raise Conflict(str(exc)) from None
+                raise Conflict(_why_not_cancelled(job) or str(exc)) from None
             now = self.clock()
             new = replace(job, state=t.to_state, reason=reason, updated_at=now)
             if t.to_state is JobState.CANCELLED:

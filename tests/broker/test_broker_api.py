@@ -1,11 +1,14 @@
 """The HTTP API: submit, read, cancel, auth, and bad input that never becomes a 500."""
 
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
+from broker.lifecycle import JobState
+from broker.service import _why_not_cancelled
 from broker.store import open_store
 
 from broker_testing import ADMIN
@@ -184,10 +187,21 @@ def test_cancel_then_cancel_again_is_a_409(client):
     r = client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth())
     assert r.status_code == 200 and r.json()["state"] == "cancelled"
     again = client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth())
-    assert again.status_code == 409 and "cancelled" in again.json()["detail"]
+    assert again.status_code == 409, again.text
+    assert again.json()["detail"] == f"{job['id']} has already ended (cancelled): there is nothing to cancel"
     events = client.get(f"/v1/jobs/{job['id']}/events", headers=auth()).json()["events"]
     assert [(e["event"], e["from"], e["to"], e["actor"]) for e in events] == [
         ("submit", None, "queued", "admin"), ("cancel", "queued", "cancelled", "admin")]
+
+
+@pytest.mark.parametrize("state, said", [
+    pytest.param(JobState.CANCELLING, "j-1 is already being cancelled", id="a cancel of a job being cancelled says so"),
+    pytest.param(JobState.SUCCEEDED, "j-1 has already ended (succeeded): there is nothing to cancel",
+                 id="a cancel of a job that succeeded says it has ended"),
+])
+def test_a_refused_cancel_says_why_in_plain_words(state, said):
+    """A second cancel said 'cannot cancel a job that is cancelling' (or 'that is succeeded')."""
+    assert _why_not_cancelled(SimpleNamespace(id="j-1", state=state)) == said
 
 
 def test_list_filters_and_bad_filter(client):
