@@ -48,6 +48,8 @@ def test_the_page_is_static_and_names_no_other_host(client):
         assert r.status_code == 200
         assert "http://" not in r.text.replace("http://www.w3.org/2000/svg", "") and "https://" not in r.text
     assert "https://" not in page.text and "http://" not in page.text
+    # a first-day user asked for a token is told where the generated admin token is
+    assert "~/.local/share/spot-broker/admin-token" in page.text
     assert client.get("/dashboard/static/..%2Fdashboard.py").status_code == 404
     assert client.get("/dashboard/static/nope.js").status_code == 404
 
