@@ -48,6 +48,11 @@ K8S_NOTICE_MARGIN = 5
 """Seconds of the hook's timeout the notice keeps back from the job: after the hook, the skylet exits, the
 ``preStop`` hook ends and the kubelet still has to stop the container within the pod's grace period."""
 
+K8S_HOOKS_MAX = 600
+"""SkyPilot 0.14.1 caps a pod's ``terminationGracePeriodSeconds`` (the preemption hooks' timeouts summed) at
+600 s, the cluster autoscaler's ``--max-graceful-termination-sec`` default: a longer stop grace would promise
+the job more time than the pod gets."""
+
 GUARDED_STEPS = ("setup", "run")
 """The task's commands a budget limit guards (:func:`guarded_run`), in the order SkyPilot runs them."""
 
@@ -215,7 +220,7 @@ def notice_hook(notice_file: str, grace_seconds: float) -> dict[str, Any]:
     ``<notice_file>.listeners/`` (a checkpointer saving at its next step, which then exits), up to the
     notice's grace: ending sooner lets the pod go as soon as the save is done.
     """
-    timeout = max(int(grace_seconds), K8S_NOTICE_MARGIN + 1)
+    timeout = min(max(int(grace_seconds), K8S_NOTICE_MARGIN + 1), K8S_HOOKS_MAX)
     grace = timeout - K8S_NOTICE_MARGIN
     run = (
         f"broker_notice={shlex.quote(notice_file)}\n"

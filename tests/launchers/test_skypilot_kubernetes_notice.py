@@ -73,6 +73,10 @@ def test_the_pods_grace_period_skypilot_sets_covers_the_notice_hook_and_the_task
     task = {**TASK, "config": {"hooks": [{"run": "echo bye", "events": ["preemption"], "timeout": 20}]}}
     (both,) = built(task, POOL, grace=45).resources
     assert _compute_preemption_hook_timeout(both.hooks) == 65
+    # a stop grace beyond the pod's cap: the notice promises no more than the pod gets
+    (long,) = built(TASK, POOL, grace=900).resources
+    assert _compute_preemption_hook_timeout(long.hooks) == 600
+    assert '"grace_seconds": %s' in long.hooks[0]["run"] and "broker_grace=595" in long.hooks[0]["run"]
 
 
 TRAIN = textwrap.dedent("""
