@@ -82,6 +82,18 @@ def _same_submit(existing: Job, spec, settings: Settings) -> Job:
     return existing
 
 
+def _checkpoint_step_ahead(job: Job, point: dict[str, Any]) -> int | None:
+    """The step a report of a committed checkpoint (and no step) shows the run has reached, when it is past the
+    last step reported (else ``None``): only within the attempt whose progress the job shows."""
+    step = (point.get("checkpoint") or {}).get("step")
+    current = job.progress.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(current, int):
+        return None
+    if job.progress.get("attempt") != job.attempts or step <= current:
+        return None
+    return step
+
+
 def _why_not_cancelled(job: Job) -> str | None:
     """A refused cancel in plain words ('cannot cancel a job that is succeeded' read as a slip of grammar, and
     did not say that there is nothing left to stop); None for a state these do not cover."""
@@ -501,6 +513,11 @@ class BrokerService:
                                        if same_attempt else point["step"]}
             if point.get("checkpoint"):
                 changes["last_checkpoint"] = {**point["checkpoint"], "at": point["time"], "attempt": job.attempts}
+            reached = _checkpoint_step_ahead(job, point) if point.get("step") is None else None
+            if reached is not None:
+                # step reports are rate-limited, commits are not: a commit at step 50 after a report of step 10
+                # means the run reached 50 (status said "step 10/300" beside "last checkpoint: step 50")
+                changes["progress"] = {**job.progress, "step": reached, "at": point["time"]}
             if attempts and point.get("step") is not None:
                 a = attempts[-1]
                 records.append(replace(a, last_step=point["step"],
@@ -508,7 +525,9 @@ class BrokerService:
                                        first_report_at=a.first_report_at or point["time"],
                                        checkpoint=changes.get("last_checkpoint", a.checkpoint)))
             elif attempts and point.get("checkpoint"):
-                records.append(replace(attempts[-1], checkpoint=changes["last_checkpoint"]))
+                a = attempts[-1]
+                ahead = reached is not None and a.last_step is not None and a.last_step < reached
+                records.append(replace(a, checkpoint=changes["last_checkpoint"], last_step=reached if ahead else a.last_step))
             return self._commit(Change(job=replace(job, **changes), expected_version=job.version,
                                             attempts=records, metrics=[point] if point.get("step") is not None else []))
 

@@ -296,3 +296,28 @@ def test_progress_with_a_users_token_says_to_use_the_jobs_own(client, token):
     job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
     r = client.post(f"/v1/jobs/{job['id']}/progress", json={"step": 1}, headers=auth(token))
     assert r.status_code == 403 and r.json()["field"] == "Authorization" and "BROKER_JOB_TOKEN" in r.json()["detail"]
+
+
+def test_a_checkpoint_committed_past_the_last_step_reported_moves_the_jobs_progress_to_it(make_settings, tmp_path):
+    """Step reports are rate-limited and commits are not: after a report of step 10, a commit at step 50 shows
+    the run reached 50; a commit behind the last step reported leaves the progress where it is."""
+    from broker.auth import job_token
+
+    settings = make_settings(config=CONFIG)
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'p.db'}"), engine=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job_id = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
+        as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}"}
+
+        def report(body):
+            r = client.post(f"/v1/jobs/{job_id}/progress", json=body, headers=as_job)
+            assert r.status_code == 200, r.text
+            view = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()
+            return view["progress"]["step"], view["last_checkpoint"]["step"] if view["last_checkpoint"] else None
+
+        assert report({"step": 10, "total_steps": 300, "metrics": {"loss": 2.5}}) == (10, None)
+        assert report({"checkpoint": {"step": 50, "uri": "file:///c/50"}}) == (50, 50)
+        assert report({"step": 60}) == (60, 50)
+        assert report({"checkpoint": {"step": 55, "uri": "file:///c/55"}}) == (60, 55)
+        progress = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()["progress"]
+        assert progress["total_steps"] == 300
