@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--state", help="only jobs in this state (queued, running, failed, stopped_budget, ...)")
     s.add_argument("--team", help="admins: only this team's jobs")
 
+    s = client("queue", help="the jobs waiting, in the order they start, with roughly when")
+    s.add_argument("--team", help="admins: only this team's jobs")
+
     s = client("logs", help="show a job's output")
     s.add_argument("id")
     s.add_argument("-f", "--follow", action="store_true", help="keep following the output until the job ends")
@@ -496,6 +499,25 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_queue(args) -> int:
+    """``/broker queue`` in Slack, here: the queued jobs by position, each with its rough start and why it waits."""
+    with _client(args) as client:
+        jobs = client.jobs(state="queued", team=args.team)
+    jobs.sort(key=lambda j: (j["queue_position"] is None, j["queue_position"] or 0))
+    if args.json:
+        _print_json(jobs)
+        return 0
+    if not jobs:
+        print("Nothing is waiting.")
+        return 0
+    t = _table("#", ("id", 12), "name", "team", ("starts ~", 12), "budget", "waiting because")
+    for j in jobs:
+        t.add_row(str(j["queue_position"] or ""), j["id"], j["name"], j["team"], _short_time(j.get("estimated_start")),
+                  j["budget"]["usd"], j["reason"])
+    _console().print(t)
+    return 0
+
+
 def cmd_logs(args) -> int:
     with _client(args) as client:
         if args.follow:
@@ -636,7 +658,7 @@ def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:
 
 
 COMMANDS = {
-    "serve": cmd_serve, "worker": cmd_worker, "submit": cmd_submit, "status": cmd_status, "logs": cmd_logs,
+    "serve": cmd_serve, "worker": cmd_worker, "submit": cmd_submit, "status": cmd_status, "queue": cmd_queue, "logs": cmd_logs,
     "cancel": cmd_cancel, "events": cmd_events, "resume": cmd_resume, "budget": cmd_budget,
     "ondemand": cmd_ondemand, "fault": cmd_fault, "costs": cmd_costs,
 }

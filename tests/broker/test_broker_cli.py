@@ -228,6 +228,23 @@ def test_the_status_table_says_roughly_when_a_waiting_job_starts(cli):
     run("cancel", first["id"])
 
 
+def test_the_queue_lists_the_waiting_jobs_in_the_order_they_start(cli):
+    run, tmp = cli
+    assert run("queue").stdout.strip() == "Nothing is waiting."
+    first, nxt = _queue_behind_a_blocker(
+        run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
+    ids = [json.loads(run("--json", "submit", str(nxt)).stdout)["id"] for _ in range(2)]
+    # the first follows the blocker's expected end; the second follows a job of unknown length: no estimate
+    queued = wait_for(lambda: len(q := json.loads(run("--json", "queue").stdout)) == 2 and q[0]["estimated_start"]
+                      and q, timeout=30)
+    assert [(j["id"], j["queue_position"]) for j in queued] == [(ids[0], 1), (ids[1], 2)]
+    table = run("queue", extra_env={"COLUMNS": "200"}).stdout
+    rows = [line for line in table.splitlines() if ids[0] in line or ids[1] in line]
+    assert [ids[0] in rows[0], ids[1] in rows[1]] == [True, True], table
+    assert first["id"] not in table and f"{queued[0]['estimated_start'][11:16]}Z" in rows[0], table
+    run("cancel", first["id"])
+
+
 def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     run, tmp = cli
     task = tmp / "spot.yaml"
