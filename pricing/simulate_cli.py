@@ -273,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         if not isinstance(exc.code, str):
             raise  # argparse's own exits (--help: 0, a bad option: 2) have printed already
-        print(exc.code, file=sys.stderr)
+        text = exc.code
+        print(text if text.startswith("error: ") else f"error: {text}", file=sys.stderr)  # as the other commands
         return 2
     return 0
 

@@ -324,7 +324,9 @@ def test_the_simulate_command_refuses_bad_input_with_one_line_and_exit_status_2(
     code = main(["simulate", *(a.format(**fill) for a in args), "--limit", "1", "--json"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
-    assert err.startswith(message.format(**fill)) and err.count("\n") == 1, err
+    expected = message.format(**fill)
+    expected = expected if expected.startswith("error: ") else f"error: {expected}"  # one prefix, as the other commands
+    assert err.startswith(expected) and err.count("\n") == 1, err
 
 
 def test_zone_traces_whose_files_share_a_name_stay_two_zones():
