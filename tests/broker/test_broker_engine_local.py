@@ -171,6 +171,33 @@ def test_the_engine_sweeps_cloud_clusters_no_active_attempt_owns(broker):
     assert {f"{job.id}-a1"} in wrapped.swept
 
 
+def test_the_sweep_keeps_a_cluster_launched_in_its_own_tick_and_not_a_requeued_jobs_ended_one(broker):
+    """The sweep reads the jobs after the tick's launches: a job placed and launched in the tick the sweep runs
+    keeps its new attempt's cluster. A job sent back to the queue has ended its latest attempt: that
+    attempt's cluster (one a cancelled launch made after all) is no longer kept."""
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    service, engine, store, launcher = broker
+    swept = []
+    launcher.sweep = lambda known: swept.append(set(known)) or []
+    engine.launcher = launcher
+    earlier = submit(service, "sleep 30")
+    running = run_until(engine, store, earlier.id, {"running"})
+    launcher.stop(f"{earlier.id}-a1", grace_seconds=0, reason="test")
+    # requeued once its attempt ended, as the engine does, and now asking for what no pool has: it stays queued
+    spec = {**running.spec, "resources": {"accelerators": "H100:1"}}
+    store.commit(Change(job=replace(running, state=JobState.QUEUED, placement={}, slots=[], spec=spec),
+                        expected_version=running.version))
+    fresh = submit(service, "sleep 30")
+    engine._last_sweep = float("-inf")
+    engine.tick()  # places and launches the new job, then sweeps
+    assert store.get_job(fresh.id).attempts == 1 and store.get_job(earlier.id).state is JobState.QUEUED
+    assert f"{fresh.id}-a1" in swept[-1] and f"{earlier.id}-a1" not in swept[-1], swept
+    launcher.stop(f"{fresh.id}-a1", grace_seconds=0, reason="test over")
+
+
 def test_a_job_waiting_for_a_full_pool_gets_a_rough_start_estimate(broker):
     service, engine, store, _ = broker
     task = {"run": "sleep 3", "resources": {"cpus": 1}, "broker": {"budget_usd": 5, "expected_hours": "0.001"}}
