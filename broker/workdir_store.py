@@ -120,6 +120,22 @@ def _busy(directory: Path, cwds: set[Path]) -> bool:
     return any(c == directory or c.is_relative_to(directory) for c in cwds)
 
 
+def _copy_whole(src, dst: str) -> None:
+    """Copy a file on the local disk to ``dst`` whole or not at all: written to a temporary name beside it,
+    synced, then renamed, so another process never reads half of it. On a failure (a full disk) nothing
+    half written stays; what a killed broker left (``<dst>.tmp-<hex>``) is the collection's to remove."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    tmp = f"{dst}.tmp-{uuid.uuid4().hex}"
+    try:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 class WorkdirStore:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -171,16 +187,7 @@ class WorkdirStore:
         copy is new: its time is now (the collector's clock for the trash). ``FileNotFoundError``
         when ``src`` is not there."""
         if self._on_disk():
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            tmp = f"{dst}.tmp-{uuid.uuid4().hex}"
-            try:
-                shutil.copyfile(src, tmp)
-                with open(tmp, "rb") as fh:
-                    os.fsync(fh.fileno())
-                os.replace(tmp, dst)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            _copy_whole(src, dst)
             return
         self.fs.copy(src, dst)
 
@@ -282,16 +289,7 @@ class WorkdirStore:
         renamed, so another process never reads half a pack; an object store's PUT is whole already."""
         final = self._path(hex_digest)
         if self._on_disk():
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            tmp = f"{final}.tmp-{uuid.uuid4().hex}"
-            try:
-                shutil.copyfile(local, tmp)
-                with open(tmp, "rb") as fh:
-                    os.fsync(fh.fileno())
-                os.replace(tmp, final)
-            finally:  # a full disk: nothing half written stays (a killed broker's is the collection's)
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            _copy_whole(local, final)
             return
         self.fs.put_file(str(local), final)
 
