@@ -119,10 +119,12 @@ class Engine:
         active = [j for j in jobs if j.state.is_active]
         availability = getattr(self.launcher, "availability", dict)()
         mk = market(self.settings, active, availability)
-        queued = self._drivable([j for j in jobs if j.state is JobState.QUEUED])
+        queued_attempts: dict[str, list[Attempt]] = {}
+        queued = self._drivable([j for j in jobs if j.state is JobState.QUEUED], read=queued_attempts)
         for job in queued:
             self._policy(job.id)
-        decisions = schedule(queued, mk, now=now, policies=self.policies, attempts_of=self.store.attempts,
+        decisions = schedule(queued, mk, now=now, policies=self.policies,
+                             attempts_of=lambda job_id: queued_attempts.get(job_id, ()),
                              changeover=self.settings.changeover_seconds,
                              min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
                                                                           self.settings.tick_seconds),
@@ -192,11 +194,15 @@ class Engine:
         return (f"the broker that launched it ({owner}) and the job have been silent for {int(now - last)} s, and "
                 f"its attempts cannot be seen from here")
 
-    def _drivable(self, jobs: list[Job]) -> list[Job]:
+    def _drivable(self, jobs: list[Job], read: dict[str, list[Attempt]] | None = None) -> list[Job]:
         """The queued or placed jobs this version may place and launch: not one with an attempt in a state a newer
-        broker sharing the store set (it may still be live: placing the job again here could run it twice)."""
+        broker sharing the store set (it may still be live: placing the job again here could run it twice).
+        ``read``, if given, receives the attempts read (by job id; a job with none is left out), so that the
+        spot policy's input is built from them rather than from a second read of each job's attempts."""
         ids = [j.id for j in jobs if j.attempts]
         attempts = self.store.attempts_of(ids) if ids else {}
+        if read is not None:
+            read.update(attempts)
         return [j for j in jobs if not self._foreign(j, attempts.get(j.id, ()))]
 
     def _foreign(self, job: Job, attempts) -> bool:
