@@ -222,6 +222,16 @@ def test_the_budget_stop_before_a_start_weighs_only_offers_under_the_jobs_max_pr
     assert said == expected
 
 
+def gpu_pool(tmp_path, slots: int, price_per_slot_hour: int, **settings):
+    """Settings whose one pool, ``gpus``, has ``slots`` A100s at ``price_per_slot_hour`` micro-dollars."""
+    from broker.config import Pool, Settings
+
+    return Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
+                    pools=(Pool("gpus", slots, "A100", price_per_slot_hour),), teams={}, admin_token_hashes=frozenset(),
+                    default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
+                    public_url="http://127.0.0.1:8000", engine=False, **settings)
+
+
 @pytest.mark.parametrize("held", [
     pytest.param([0, 1], id="a pool half held by another job"),
     pytest.param([0, 1, 2], id="a pool with one slot free"),
@@ -232,14 +242,10 @@ def test_a_job_whose_budget_left_pays_for_a_start_on_a_pool_busy_now_waits_for_i
     for the pool's slots, which a running job gives back, rather than being stopped at its budget for good."""
     from pricing.offers import Offer, Tier
 
-    from broker.config import Pool, Settings
     from broker.engine.schedule import Wait, schedule
     from broker.offers import market
 
-    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
-                        pools=(Pool("gpus", 4, "A100", 500_000),), teams={}, admin_token_hashes=frozenset(),
-                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
-                        public_url="http://127.0.0.1:8000", engine=False)
+    settings = gpu_pool(tmp_path, 4, 500_000)
     running = replace(job("run", JobState.RUNNING, since=NOW - 600, slots=held),
                       placement={"tier": "onprem", "location": "gpus", "zone": "gpus",
                                  "instance_type": f"gpus-{len(held)}slot"})
@@ -258,14 +264,10 @@ def test_a_job_whose_budget_left_pays_for_a_start_on_a_pool_a_job_ahead_took_thi
     asking for all 4 with $0.05 left (a start on the pool, not on the $40/h zone), waits for them."""
     from pricing.offers import Offer, Tier
 
-    from broker.config import Pool, Settings
     from broker.engine.schedule import Place, Wait, schedule
     from broker.offers import market
 
-    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
-                        pools=(Pool("gpus", 4, "A100", 500_000),), teams={}, admin_token_hashes=frozenset(),
-                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
-                        public_url="http://127.0.0.1:8000", engine=False)
+    settings = gpu_pool(tmp_path, 4, 500_000)
     mk = market(settings, [])
     zone = Offer(Tier.ONDEMAND, "aws", "us-east-1", "sim-od", "p4d.24xlarge", "A100", 4, 40_000_000, simulated=True)
     mk = replace(mk, offers=(*mk.offers, zone), free_capacity={**mk.free_capacity, "sim-od": 0})
@@ -286,15 +288,11 @@ def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_
     for all 4 starts when the 2-slot job ends (not at the first end, and not never for want of the free one)."""
     from dataclasses import replace
 
-    from broker.config import Pool, Settings
     from broker.service import BrokerService
     from broker.store import Change
     from broker.store.sqlite import SqliteStore
 
-    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
-                        pools=(Pool("gpus", 4, "A100", 1_000_000),), teams={}, admin_token_hashes=frozenset(),
-                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
-                        public_url="http://127.0.0.1:8000", engine=False)
+    settings = gpu_pool(tmp_path, 4, 1_000_000)
     store = SqliteStore(tmp_path / "q.db")
     onprem = {"tier": "onprem", "location": "gpus", "zone": "gpus", "instance_type": "gpus-1slot"}
     spec = {"run": "x", "resources": {"accelerators": "A100:4"}}
@@ -310,21 +308,25 @@ def test_the_service_counts_a_pools_free_slots_and_the_slots_each_job_holds_and_
     assert positions_ == {"all": 1} and starts == {"all": pytest.approx(NOW + 7200)}
 
 
+ONPREM = {"tier": "onprem", "location": "gpus", "zone": "gpus", "instance_type": "gpus-1slot"}
+"""A placement on one slot of :func:`gpu_pool`'s pool."""
+
+
+def one_gpu_pool(tmp_path):
+    """Settings with one pool of 1 A100 slot ($1/h) and a 30 s stop grace, and a SQLite store for them."""
+    from broker.store.sqlite import SqliteStore
+
+    return gpu_pool(tmp_path, 1, 1_000_000, stop_grace_seconds=30.0), SqliteStore(tmp_path / "q.db")
+
+
 def test_the_service_counts_the_slots_of_a_job_being_cancelled_as_held_until_its_grace_period_ends(tmp_path):
     """A pool of 1 slot held by a job cancelled 5 s ago: the job behind it starts when the cancel's 30 s grace
     period is over, not "now" while the cancelled job's process still runs."""
-    from broker.config import Pool, Settings
     from broker.service import BrokerService
     from broker.store import Change
-    from broker.store.sqlite import SqliteStore
 
-    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
-                        pools=(Pool("gpus", 1, "A100", 1_000_000),), teams={}, admin_token_hashes=frozenset(),
-                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
-                        public_url="http://127.0.0.1:8000", engine=False, stop_grace_seconds=30.0)
-    store = SqliteStore(tmp_path / "q.db")
-    onprem = {"tier": "onprem", "location": "gpus", "zone": "gpus", "instance_type": "gpus-1slot"}
-    going = replace(job("going", JobState.CANCELLING, hours="1", since=NOW - 600, slots=[0]), placement=onprem,
+    settings, store = one_gpu_pool(tmp_path)
+    going = replace(job("going", JobState.CANCELLING, hours="1", since=NOW - 600, slots=[0]), placement=ONPREM,
                     updated_at=NOW - 5)
     waiting = replace(job("next", JobState.QUEUED, at=1), spec={"run": "x", "resources": {"accelerators": "A100:1"}})
     for j in (going, waiting):
@@ -366,23 +368,16 @@ def test_a_stops_grace_period_runs_from_when_the_stop_was_asked_not_from_the_job
     """Cancelled, and its attempt asked to stop 25 s ago; the engine has written the job since (each tick bills
     the attempt, and each write moves ``updated_at``): the job behind it starts when the 30 s grace period
     that began 25 s ago ends, in 5 s — not 30 s after the last billing write, tick after tick."""
-    from broker.config import Pool, Settings
     from broker.lifecycle import AttemptState
     from broker.models import Attempt
     from broker.service import BrokerService
     from broker.store import Change
-    from broker.store.sqlite import SqliteStore
 
-    settings = Settings(data_dir=tmp_path, store_url=f"sqlite://{tmp_path / 'q.db'}",
-                        pools=(Pool("gpus", 1, "A100", 1_000_000),), teams={}, admin_token_hashes=frozenset(),
-                        default_budget=10_000_000, checkpoint_root=(tmp_path / "ckpt").as_uri(),
-                        public_url="http://127.0.0.1:8000", engine=False, stop_grace_seconds=30.0)
-    store = SqliteStore(tmp_path / "q.db")
-    onprem = {"tier": "onprem", "location": "gpus", "zone": "gpus", "instance_type": "gpus-1slot"}
-    going = replace(job("going", JobState.CANCELLING, hours="1", since=NOW - 600, slots=[0]), placement=onprem,
+    settings, store = one_gpu_pool(tmp_path)
+    going = replace(job("going", JobState.CANCELLING, hours="1", since=NOW - 600, slots=[0]), placement=ONPREM,
                     updated_at=NOW - 1, attempts=1)
     attempt = Attempt(id="going-a1", job_id="going", n=1, state=AttemptState.RUNNING, launcher="local",
-                      placement=onprem, price_per_hour=1_000_000, created_at=NOW - 700, started_at=NOW - 600,
+                      placement=ONPREM, price_per_hour=1_000_000, created_at=NOW - 700, started_at=NOW - 600,
                       slots=[0], stop_requested_at=NOW - 25, stop_reason="cancelled")
     waiting = replace(job("next", JobState.QUEUED, at=1), spec={"run": "x", "resources": {"accelerators": "A100:1"}})
     store.commit(Change(job=going, expected_version=None, attempts=(attempt,)))
