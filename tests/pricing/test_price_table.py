@@ -199,10 +199,9 @@ def broker_table(tmp_path, monkeypatch):
     return broker_offers, clock
 
 
-def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_path, broker_table):
-    """SkyPilot rewrites ~/.sky/catalogs/v8 every few hours; the broker notices within a minute."""
-    import os
-
+def home_catalog(tmp_path, broker_table):
+    """A SkyPilot catalog in the test's HOME with one g5.xlarge at $0.40/h spot: its file, the CSV header, the
+    spot price the broker quotes now, and the broker's clock."""
     broker_offers, clock = broker_table
     vms = tmp_path / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv"
     vms.parent.mkdir(parents=True)
@@ -211,6 +210,15 @@ def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_pa
 
     def spot_price():
         return next(o.price_per_hour for o in broker_offers._price_table() if o.tier.value == "spot")
+
+    return vms, header, spot_price, clock
+
+
+def test_a_long_running_broker_prices_from_the_catalog_skypilot_refreshed(tmp_path, broker_table):
+    """SkyPilot rewrites ~/.sky/catalogs/v8 every few hours; the broker notices within a minute."""
+    import os
+
+    vms, header, spot_price, clock = home_catalog(tmp_path, broker_table)
 
     assert spot_price() == 400_000
     vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.006,0.35,us-east-1,use1-az1\n")
@@ -227,14 +235,7 @@ def test_a_catalog_caught_half_written_keeps_the_prices_read_before_until_it_is_
     again at its next look."""
     import os
 
-    broker_offers, clock = broker_table
-    vms = tmp_path / ".sky" / "catalogs" / "v8" / "aws" / "vms.csv"
-    vms.parent.mkdir(parents=True)
-    header = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone\n"
-    vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.006,0.40,us-east-1,use1-az1\n")
-
-    def spot_price():
-        return next(o.price_per_hour for o in broker_offers._price_table() if o.tier.value == "spot")
+    vms, header, spot_price, clock = home_catalog(tmp_path, broker_table)
 
     assert spot_price() == 400_000
     vms.write_text(header + "g5.xlarge,A10G,1,4,16,1.0")  # cut off mid-line
