@@ -603,8 +603,8 @@ class SkyPilotLauncher:
             if state.get("request_id"):
                 if self.client.launch_state(state["request_id"])[0] is Launch.IN_FLIGHT:
                     self.client.cancel_launch(name, state["request_id"])
-            elif state.get("adopted") and self.client.launch_in_flight(name):
-                self.client.cancel_launch(name, None)
+            elif self.client.launch_in_flight(name):  # adopted, or the broker died inside ``client.launch``
+                self.client.cancel_launch(name, None)  # (its intent saved, no request id): found by the cluster
         except Exception:  # API server unreachable: the teardown and the sweep still follow
             return
 

@@ -58,6 +58,23 @@ def test_a_launch_request_still_in_flight_after_a_crash_is_not_sent_again(sky, t
     assert fresh.status(AID).phase is Phase.PENDING
 
 
+def test_a_stop_after_a_crash_inside_the_launch_call_cancels_the_request_it_had_sent(sky, tmp_path, sky_client):
+    # The broker saved its intent, sent the launch and died before it kept the request's id: the
+    # request is found by the attempt's cluster name and cancelled, so no cluster is made after the stop.
+    class DiesInLaunch(ScriptedSky):
+        def launch(self, task, cluster, *, autostop_minutes):
+            self.in_flight.add(cluster)  # the API server queued it
+            raise KeyboardInterrupt("the broker process died here")
+
+    dying = DiesInLaunch(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
+    restarted.stop(AID, grace_seconds=30, reason="cancelled")
+    assert dying.cancelled == [f"in-flight:{CLUSTER}"] and not dying.launch_in_flight(CLUSTER)
+    assert CLUSTER in dying.downed
+
+
 def test_the_launch_asks_for_autodown_as_the_safety_net(launcher, sky_client):
     launcher.launch(request(GPU_TASK, ONDEMAND_T4))
     [(cluster, dumped)] = sky_client.launched
