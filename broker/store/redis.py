@@ -32,7 +32,7 @@ from broker.store.redis_keys import Keys
 
 COMMIT_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
---       jobs by update time
+--       jobs by update time, state names
 -- ARGV: expected version ('' = create), job JSON, job id, submitted_at, new state, state-set prefix,
 --       has idempotency key ('1'/'0'), n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON...,
 --       updated_at
@@ -59,6 +59,7 @@ end
 if old_state ~= ARGV[5] then
   if old_state then redis.call('SREM', ARGV[6] .. old_state, ARGV[3]) end
   redis.call('SADD', ARGV[6] .. ARGV[5], ARGV[3])
+  redis.call('SADD', KEYS[9], ARGV[5])
 end
 local i = 9
 for _ = 1, tonumber(ARGV[8]) do redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]); i = i + 2 end
@@ -125,7 +126,7 @@ class RedisStore:
         args.append(repr(float(stored.updated_at)))
         keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
                 k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
-                k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated()]
+                k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated(), k.state_names()]
         return Slot(_Change(change, keys, args), result=stored)
 
     def _write_batch(self, batch: Sequence[Slot]) -> None:
@@ -214,7 +215,11 @@ class RedisStore:
             wanted = set(self._r.sunion([k.by_state(state) for state in states]))
         if active_since is not None:  # live jobs, and jobs updated since: finished history is not read
             self._backfill_updated()
-            live = self._r.sunion([k.by_state(st.value) for st in JobState if not st.is_final])
+            # live: every state but this version's final ones, a newer broker's own states too (which may be
+            # live; its jobs' workdir packs must not be collected), as the SQLite store's ``NOT IN`` reads them
+            final = {st.value for st in JobState if st.is_final}
+            names = {st.value for st in JobState} | set(self._r.smembers(k.state_names()))
+            live = self._r.sunion([k.by_state(name) for name in sorted(names - final)])
             recent = live | set(self._r.zrangebyscore(k.updated(), active_since, "+inf"))
             wanted = recent if wanted is None else wanted & recent
         candidates = sorted(wanted)

@@ -33,6 +33,11 @@ class Keys:
         """Set of job ids in a state."""
         return f"{self.prefix}:jobs:state:{state}"
 
+    def state_names(self) -> str:
+        """Set of every state name a job was ever stored in (so a state a newer broker added, whose set this
+        version cannot name, is still read as live by windowed reads)."""
+        return f"{self.prefix}:jobs:states"
+
     def by_team(self, team: str) -> str:
         """Sorted set: the team's job ids scored by submit time."""
         return f"{self.prefix}:jobs:team:{team}"
