@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from broker.lifecycle import JobEvent, apply
 from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
-from pricing.money import Micros, fmt
+from pricing.money import Micros, fmt, fmt_limit
 from pricing.offers import Offer
 from pricing.placement import candidates, start_shortfall
 from pricing.quote import Quote, money_text, quote
@@ -79,7 +79,7 @@ def admit(
     short = start_shortfall(spec.request, candidates(spec.request, offers), budget, min_run_seconds=min_run_seconds,
                             after_run_seconds=after_run_seconds)
     if short is not None:
-        raise Refused("broker.budget_usd", f"the budget of {fmt(budget)} {short}")
+        raise Refused("broker.budget_usd", f"the budget of {fmt_limit(budget)} {short}")
     transition = apply(None, JobEvent.SUBMIT)
     job = Job(
         id=job_id,
@@ -103,7 +103,7 @@ def admit(
         reason="waiting to be placed",
     )
     cheapest = q.cheapest()
-    note = f"budget {fmt(budget)}; cheapest {cheapest.tier.value} at {quote_record(q)['tiers'][0]['text']}" if cheapest else ""
+    note = f"budget {fmt_limit(budget)}; cheapest {cheapest.tier.value} at {quote_record(q)['tiers'][0]['text']}" if cheapest else ""
     event = event_for(job, JobEvent.SUBMIT, job.state, time=now, reason=f"submitted ({note})", actor=actor,
                       from_state=None)
     return Admitted(job=job, event=event)

@@ -33,7 +33,7 @@ from decimal import ROUND_FLOOR, Decimal
 
 from broker.lifecycle import JobState
 from broker.models import Attempt, CostAttempt, CostJob, Job
-from pricing.money import Micros, cost_for_seconds, fmt
+from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
 
 TIERS = ("onprem", "ondemand", "spot")
 PERIODS = {"24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}
@@ -272,7 +272,7 @@ def burn(job: Job, attempts: Sequence[Attempt], now: float) -> dict:
     if price > 0:
         hours_left = str((Decimal(left) / Decimal(price)).quantize(Decimal("0.1"), rounding=ROUND_FLOOR))
     return {"id": job.id, "name": job.name, "team": job.team, "state": job.state.value,
-            "spent": money(job.spent), "budget": money(job.budget), "percent": percent(job.spent, job.budget),
+            "spent": money(job.spent), "budget": {"micros": job.budget, "usd": fmt_limit(job.budget)}, "percent": percent(job.spent, job.budget),
             "price_per_hour": money(price), "hours_left": hours_left}
 
 

@@ -32,7 +32,7 @@ from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, unpack
 from launchers.base import Launcher, domains_of
-from pricing.money import cost_for_seconds, fmt
+from pricing.money import cost_for_seconds, fmt, fmt_limit
 from pricing.offers import Tier
 from pricing.placement import start_shortfall
 
@@ -412,7 +412,7 @@ class BrokerService:
                 price = attempts[-1].price_per_hour if attempts else 0
                 needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
                 if job.budget - job.spent < needed:
-                    raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt(job.budget)} budget is "
+                    raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt_limit(job.budget)} budget is "
                                    f"left, not enough to run a minute and stop cleanly: raise the budget first")
                 short = self._start_shortfall(job, tier or job.force_tier)
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
@@ -454,9 +454,9 @@ class BrokerService:
             if new_budget < job.spent:
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
             if only_up and new_budget <= job.budget:
-                raise Conflict(f"the budget is already {fmt(job.budget)}, not below {fmt(new_budget)}")
+                raise Conflict(f"the budget is already {fmt_limit(job.budget)}, not below {fmt_limit(new_budget)}")
             now = self.clock()
-            note = note_event(job, "budget_changed", f"budget {fmt(job.budget)} → {fmt(new_budget)} by {principal.name}",
+            note = note_event(job, "budget_changed", f"budget {fmt_limit(job.budget)} → {fmt_limit(new_budget)} by {principal.name}",
                               time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})
             return self._commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
                                             expected_version=job.version, events=[note]))

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from broker.models import Attempt, Event, Job
-from pricing.money import fmt
+from pricing.money import fmt, fmt_limit
 
 
 def iso(t: float | None) -> str | None:
@@ -25,6 +25,13 @@ def money(micros: int | None) -> dict[str, Any] | None:
     return {"micros": micros, "usd": fmt(micros)}
 
 
+def limit(micros: int | None) -> dict[str, Any] | None:
+    """A limit the user set (a budget) on the wire: shown exactly, never rounded up past what it allows."""
+    if micros is None:
+        return None
+    return {"micros": micros, "usd": fmt_limit(micros)}
+
+
 def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] | None = None,
              estimated_start: float | None = None) -> dict[str, Any]:
     view: dict[str, Any] = {
@@ -37,7 +44,7 @@ def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] |
         "submitted_at": iso(job.submitted_at),
         "updated_at": iso(job.updated_at),
         "deadline": iso(job.deadline),
-        "budget": money(job.budget),
+        "budget": limit(job.budget),
         "spent": money(job.spent),
         "quote": job.quote,
         "placement": job.placement or None,

@@ -94,6 +94,19 @@ def fmt(micros: Micros) -> str:
     return f"{sign}${cents // 100:,}.{cents % 100:02d}"
 
 
+def fmt_limit(micros: Micros) -> str:
+    """A limit a user set (a budget), shown exactly: ``$12.50``, or every decimal it has (``$12.345``).
+
+    :func:`fmt` rounds up, which is right for a cost (never understated) but would show a cap of
+    $12.345 as $12.35, more than the broker will spend.
+    """
+    if micros % 10_000 == 0:
+        return fmt(micros)
+    sign = "-" if micros < 0 else ""
+    dollars, rest = divmod(abs(micros), MICROS_PER_DOLLAR)
+    return f"{sign}${dollars:,}.{f'{rest:06d}'.rstrip('0')}"
+
+
 def cost_for_seconds(price_per_hour: Micros, seconds: int | Decimal) -> Micros:
     """Cost of ``seconds`` at ``price_per_hour``, rounded up to a whole micro-dollar."""
     total = Decimal(price_per_hour) * Decimal(seconds) / SECONDS_PER_HOUR

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from pricing.money import Micros, cost_for_seconds, fmt
+from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
 from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import NoFit, candidates, effective_price, place
 
@@ -67,7 +67,7 @@ class Quote:
             return self.no_fit or "no offer matches the job's resources"
         order = sorted(self.tiers, key=lambda t: t.price_per_hour, reverse=True)
         head, *rest = order
-        text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt(budget)}"
+        text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt_limit(budget)}"
         others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
         return text + (f"; {others}" if others else "")
 

@@ -43,7 +43,7 @@ from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of
 from pricing.deadline import RELIABLE
-from pricing.money import fmt
+from pricing.money import fmt, fmt_limit
 from pricing.offers import Tier
 from pricing.policy import Holding, make_policy
 
@@ -501,12 +501,12 @@ class Engine:
             fields["errors_retried"] = job.errors_retried + 1
         if stop_budget and event is None:
             event, reason = JobEvent.STOP_BUDGET, (f"budget nearly used: spent {fmt(fields['spent'])} of "
-                                                   f"{fmt(job.budget)}, the rest pays for checkpointing and stopping")
+                                                   f"{fmt_limit(job.budget)}, the rest pays for checkpointing and stopping")
             if stop_budget == "provisioning":
                 rest = "the budget is used up" if fields["spent"] >= job.budget else \
                     "the rest pays for tearing it down"
                 reason = (f"{PROVISIONING_STOP} {_provisioned(self.launcher, attempt)} was still being "
-                          f"provisioned: spent {fmt(fields['spent'])} of {fmt(job.budget)}, its run window ended "
+                          f"provisioned: spent {fmt(fields['spent'])} of {fmt_limit(job.budget)}, its run window ended "
                           f"before it could start, and {rest}")
         if event is None and not notes and fields.get("spent") == job.spent and attempt == attempts[-1] \
                 and len(fields) == 1:
@@ -551,7 +551,7 @@ class Engine:
                 fields["budget_warned"] = True
                 percent = spent * 100 // max(job.budget, 1)
                 why = beyond or (f"; the {fmt(job.budget - spent)} left only pays for a clean stop" if stop else "")
-                notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt(job.budget)} "
+                notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt_limit(job.budget)} "
                                         f"({percent}%){why}", now, {"spent": spent, "budget": job.budget,
                                                                     "percent": percent, "beyond_budget": over}))
             if stop:
@@ -559,7 +559,7 @@ class Engine:
                         f"{_provisioned(self.launcher, attempt)} was still being provisioned when its run window "
                         f"ended; the rest pays for tearing it down within the budget")
                 notes.append(self._note(job, "budget_stop_requested",
-                                        f"stopping at {fmt(spent)} of {fmt(job.budget)}: " +
+                                        f"stopping at {fmt(spent)} of {fmt_limit(job.budget)}: " +
                                         (f"the budget is used up{beyond}" if over else rest), now,
                                         {"spent": spent, "budget": job.budget, "beyond_budget": over}))
                 reason = "budget"

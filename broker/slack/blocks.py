@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
 from broker.views import iso
-from pricing.money import fmt
+from pricing.money import fmt, fmt_limit
 
 ACTIONS = {
     "resume": "broker_resume",
@@ -103,14 +103,14 @@ def job_line(job: Job, position: int | None = None, start: float | None = None) 
     if position and start is not None:
         pos += f", roughly starting at {iso(start)}"
     return (f"{emoji} *{job.name}* `{job.id}` — {job.state.value}{pos} · spent {fmt(job.spent)} of "
-            f"{fmt(job.budget)}\n      _{job.reason}_")
+            f"{fmt_limit(job.budget)}\n      _{job.reason}_")
 
 
 def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
               start: float | None = None) -> Reply:
     blocks = [section(job_line(job, position, start)),
               fields([("Team", job.team), ("Where", where(job.placement or (attempts[-1].placement if attempts else None))),
-                      ("Attempts", str(len(attempts))), ("Budget", f"{fmt(job.spent)} of {fmt(job.budget)}")])]
+                      ("Attempts", str(len(attempts))), ("Budget", f"{fmt(job.spent)} of {fmt_limit(job.budget)}")])]
     if attempts:
         rows = [f"{a.n}. {a.state.value} on {where(a.placement)} — {fmt(a.cost)}"
                 + (f" ({a.reason})" if a.reason else "") for a in attempts[-5:]]

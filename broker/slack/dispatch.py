@@ -23,7 +23,7 @@ from broker.slack.blocks import Reply
 from broker.slack.commands import Command
 from broker.slack.config import SlackConfig
 from broker.spec import SpecError, load_text
-from pricing.money import fmt
+from pricing.money import fmt, fmt_limit
 
 Fetch = Callable[[str], str]
 """Read a spec URL and return its text; raises ``ValueError`` with a sentence."""
@@ -137,7 +137,7 @@ class Dispatcher:
         verb = "Submitted" if created else "Already submitted"
         return Reply(f"{verb} {job.id}", [
             blocks.section(f":inbox_tray: {verb} *{job.name}* `{job.id}` for team {job.team} — budget "
-                           f"{fmt(job.budget)}{est}" + (f" · #{pos} in queue" if pos else "")),
+                           f"{fmt_limit(job.budget)}{est}" + (f" · #{pos} in queue" if pos else "")),
             blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
                            f"channel."),
         ])
@@ -199,11 +199,11 @@ class Dispatcher:
     def _raise(self, who: Principal, job_id: str, amount: int, *, button: bool = False) -> Reply:
         before = self.service.get(who, job_id).budget
         if button and amount <= before:  # pressed twice, or after the budget was set since: never lowers it
-            return blocks.error(f"Nothing changed: the budget of `{job_id}` is already {fmt(before)} (this button "
-                                f"sets {fmt(amount)}). To set another: `{self.cfg.command} budget {job_id} <$>`")
+            return blocks.error(f"Nothing changed: the budget of `{job_id}` is already {fmt_limit(before)} (this button "
+                                f"sets {fmt_limit(amount)}). To set another: `{self.cfg.command} budget {job_id} <$>`")
         job = self.service.raise_budget(who, job_id, amount, only_up=button)
         verb = "raised" if job.budget > before else "lowered" if job.budget < before else "kept"
-        return self._done(f"Budget {verb} from {fmt(before)} to {fmt(job.budget)} for", job)
+        return self._done(f"Budget {verb} from {fmt_limit(before)} to {fmt_limit(job.budget)} for", job)
 
     @staticmethod
     def _done(what: str, job) -> Reply:

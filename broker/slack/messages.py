@@ -31,7 +31,7 @@ from decimal import Decimal
 from broker import costs
 from broker.models import Attempt, Event, Job
 from broker.slack.blocks import Reply, actions, button, context, section, where
-from pricing.money import Micros, fmt
+from pricing.money import Micros, fmt, fmt_limit
 
 INTERRUPTIONS = {"preempted": "was preempted", "node_lost": "lost its node"}
 """``diagnosis_class`` values of a ``recover`` that was the infrastructure's doing."""
@@ -107,8 +107,8 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
     resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
     new_budget = raised_budget(job.budget, raise_percent)
-    raise_btn = button("raise_budget", f"Raise budget to {fmt(new_budget)}", job.id, budget=new_budget,
-                       confirm=f"Raise the budget of {job.name} from {fmt(job.budget)} to {fmt(new_budget)}?")
+    raise_btn = button("raise_budget", f"Raise budget to {fmt_limit(new_budget)}", job.id, budget=new_budget,
+                       confirm=f"Raise the budget of {job.name} from {fmt_limit(job.budget)} to {fmt_limit(new_budget)}?")
     name = event.event
 
     if name == "start":
@@ -141,17 +141,17 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         rate = burn["price_per_hour"]["usd"]
         left = "" if hours is None else (f" Under 6 minutes left at {rate}/h." if Decimal(hours) < Decimal("0.1")
                                          else f" About {hours} h left at {rate}/h.")
-        return _msg(f":warning: {head} has used {pct}% of its budget ({fmt(job.spent)} of {fmt(job.budget)}).{left}",
+        return _msg(f":warning: {head} has used {pct}% of its budget ({fmt(job.spent)} of {fmt_limit(job.budget)}).{left}",
                     actions([raise_btn, button("cancel", "Cancel", job.id, style="danger",
                                                confirm=f"Cancel {job.name}? Its last checkpoint is kept.")]), foot)
     if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
         return _msg(f":money_with_wings: {head} was stopped: it spent its budget ({fmt(job.spent)} of "
-                    f"{fmt(job.budget)}). Raise the budget to let it resume from {frm}.",
+                    f"{fmt_limit(job.budget)}). Raise the budget to let it resume from {frm}.",
                     actions([raise_btn, button("resume", resume_label, job.id, style="primary"),
                              ondemand_button(job.id, frm)]),
                     foot)
     if name == "stop_budget":
-        return _msg(f":money_with_wings: {head} reached its budget ({fmt(job.spent)} of {fmt(job.budget)}): "
+        return _msg(f":money_with_wings: {head} reached its budget ({fmt(job.spent)} of {fmt_limit(job.budget)}): "
                     f"it is checkpointing and stopping.", foot)
     if name == "fail":
         diagnosis = job.diagnosis or {}

@@ -51,6 +51,15 @@ def test_submit_json_returns_201_with_a_quote(client):
     assert r.headers["location"] == f"/v1/jobs/{job['id']}"
 
 
+def test_a_budget_with_more_than_cents_is_shown_as_set_and_its_raise_names_both_exactly(client):
+    job = client.post("/v1/jobs", json={**TASK, "broker": {"budget_usd": "12.345"}}, headers=auth()).json()
+    assert job["budget"] == {"micros": 12_345_000, "usd": "$12.345"}  # not "$12.35", more than the broker spends
+    r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "20.0001"}, headers=auth())
+    assert r.status_code == 200 and r.json()["budget"]["usd"] == "$20.0001", r.text
+    said = [e["reason"] for e in client.get(f"/v1/jobs/{job['id']}/events", headers=auth()).json()["events"]]
+    assert any("budget $12.345 → $20.0001" in m for m in said), said
+
+
 def test_submit_yaml_text_is_accepted(client):
     yaml_text = "name: y\nrun: echo hi\nresources: {cpus: 1}\n"
     r = client.post("/v1/jobs", content=yaml_text, headers={**auth(), "Content-Type": "application/yaml"})

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from pricing.money import MoneyError, TooPrecise, fmt, to_micros, typed_to_micros
+from pricing.money import MoneyError, TooPrecise, fmt, fmt_limit, to_micros, typed_to_micros
 
 
 @pytest.mark.parametrize("typed, micros", [
@@ -43,6 +43,18 @@ def test_shown_amounts_round_up_and_keep_small_costs_visible():
     assert fmt(12_341_000) == "$12.35"
     assert fmt(4_500) == "$0.0045"
     assert fmt(-1_000_000) == "-$1.00"
+
+
+@pytest.mark.parametrize("micros, shown", [
+    pytest.param(12_345_000, "$12.345", id="a budget of 12.345 shows as set, not rounded up to a cap it is not"),
+    pytest.param(1_000_001, "$1.000001", id="every decimal a budget has, down to the micro-dollar"),
+    pytest.param(5_000_000, "$5.00", id="whole cents as any amount"),
+    pytest.param(1_234_567_890_000, "$1,234,567.89", id="thousands separated"),
+    pytest.param(4_500, "$0.0045", id="under a cent"),
+])
+def test_a_limit_the_user_set_shows_exactly(micros, shown):
+    assert fmt_limit(micros) == shown
+    assert to_micros(shown, exact=True) == micros  # what is shown reads back as the same budget
 
 
 @pytest.mark.parametrize("amount", ["1e300", 10**12, "1000000000.000001", "-2000000000"])
