@@ -46,6 +46,8 @@ def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
         text = value.strip().replace(",", "")
         if text.startswith("$"):
             text = text[1:]
+        elif text.endswith("$"):  # "10$", as many write it
+            text = text[:-1]
         try:
             value = Decimal(text)
         except InvalidOperation as exc:

@@ -12,6 +12,7 @@ from pricing.money import MoneyError, TooPrecise, fmt, fmt_limit, to_micros, typ
     pytest.param(0.3, 300_000, id="0.3 is three tenths exactly"),
     pytest.param(7, 7_000_000, id="a whole number of dollars"),
     pytest.param("$1,250.50", 1_250_500_000, id="a string with a dollar sign and thousands separator"),
+    pytest.param("10$", 10_000_000, id="a dollar sign after the amount, as many write it"),
     pytest.param(Decimal("0.0000001"), 1, id="a fraction of a micro-dollar rounds up, never under-stating a price"),
 ])
 def test_typed_dollars_become_exact_micros(typed, micros):
