@@ -232,7 +232,9 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
     if not results:
         raise SystemExit(f"no windows in {args.windows}")
     if not args.json:
-        print(summary(results), file=out)
+        print(summary(results, dollars=args.spot_price is not None), file=out)
+        if not args.optimum:
+            print("vs optimum: add --optimum (the omniscient optimum of each window, a dynamic program)", file=out)
         if budget is not None:
             print(f"budget {args.budget}: the broker's cost cap keeps each of its runs within it when it covers "
                   f"on-demand only; the paper's baselines run without a cap and ignore it", file=out)
@@ -254,15 +256,18 @@ def _money(normalized: Decimal | float, scale: Decimal | None) -> float:
     return float((exact * scale).quantize(Decimal("0.000001")))
 
 
-def summary(rows: list[dict]) -> str:
-    lines = [f"{'policy':<18}{'windows':>8}{'mean cost':>11}{'misses':>8}{'> on-demand':>13}{'vs optimum':>12}"]
+def summary(rows: list[dict], *, dollars: bool = False) -> str:
+    """One line a policy. Costs are in spot-hours (spot 1/h, on-demand k/h), or dollars with ``dollars``;
+    "vs optimum" needs ``--optimum``."""
+    unit = "mean cost ($)" if dollars else "mean cost (spot-h)"
+    lines = [f"{'policy':<18}{'windows':>8}{unit:>20}{'misses':>8}{'> on-demand':>13}{'vs optimum':>12}"]
     for name in dict.fromkeys(r["policy"] for r in rows):
         mine = [r for r in rows if r["policy"] == name]
         cost = sum(r["cost"] for r in mine)
         opt = [r.get("optimum") for r in mine]
         ratio = f"{cost / sum(opt):.3f}x" if opt and None not in opt and sum(opt) > 0 else "-"
         above = sum(r["cost"] > r["ondemand_only_cost"] + 1e-9 for r in mine)
-        lines.append(f"{name:<18}{len(mine):>8}{cost / len(mine):>11.2f}{sum(not r['finished'] for r in mine):>8}{above:>13}{ratio:>12}")
+        lines.append(f"{name:<18}{len(mine):>8}{cost / len(mine):>20.2f}{sum(not r['finished'] for r in mine):>8}{above:>13}{ratio:>12}")
     return "\n".join(lines)
 
 

@@ -119,6 +119,16 @@ def test_cli_prints_one_json_object_per_window_whose_cost_recosts_exactly():
         assert row["optimum"] <= row["cost"] + 1e-9
 
 
+@pytest.mark.parametrize("extra, unit", [([], "mean cost (spot-h)"), (["--spot-price", "0.9"], "mean cost ($)")])
+def test_the_table_names_the_unit_of_its_costs_and_how_to_get_the_ratio_to_the_optimum(extra, unit):
+    buf = io.StringIO()
+    rows = cli_run(["--windows", str(WINDOWS_FILE), "--limit", "2", "--policy", "greedy", *extra], out=buf)
+    head, line, hint = buf.getvalue().splitlines()
+    assert unit in head and "vs optimum" in head and "--optimum" in hint
+    scale = 0.9 if extra else 1
+    assert line.split()[2] == f"{sum(r['cost'] for r in rows) / 2:.2f}" and rows[0]["cost"] > 40 * scale
+
+
 def test_cli_samples_multi_zone_windows_and_names_zones_by_index():
     trace_dir = SHARED / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"
     files = ",".join(str(trace_dir / f"{z}_v100_1.json") for z in ("us-east-1a", "us-east-1c", "us-east-1f"))
