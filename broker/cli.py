@@ -187,8 +187,32 @@ def cmd_serve(args) -> int:
     if token_file:
         print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
               "or send it as Authorization: Bearer)", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # Listen first: uvicorn starts the app (its engine, ticking on the store) before it binds, so a second
+    # `broker serve` on a taken port would run its engine — with its own config — until the bind failed.
+    listener = _listen(args.host, args.port)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     return 0
+
+
+def _listen(host: str, port: int):
+    """A socket listening on ``host:port``, or an ``OSError`` saying the port is taken and what to do."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait out TIME_WAIT
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise OSError(f"{host}:{port} is already in use (another `broker serve`?): stop it, or serve on "
+                          "another port with --port or BROKER_PORT") from None
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def _admin_token_file(settings) -> Path | None:

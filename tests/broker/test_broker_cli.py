@@ -334,6 +334,30 @@ def test_serve_says_where_the_admin_token_it_generated_is(tmp_path):
     taken.close()
 
 
+def test_serve_on_a_port_in_use_exits_before_its_engine_touches_the_store(tmp_path):
+    """A second `broker serve` on a taken port (another broker already serves it) used to start its engine on the
+    shared store and tick with its own config — budget-stopping a running job by its own stop grace — before the
+    bind failed. It now says the port is taken and exits, its engine never started."""
+    from broker.store import open_store
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    db = tmp_path / "b.db"
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
+           "BROKER_STORE_URL": f"sqlite://{db}"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "--port", str(port)], env=env, cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        taken.close()
+    assert done.returncode == 1
+    assert f"127.0.0.1:{port} is already in use" in done.stderr and "--port" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert open_store(f"sqlite://{db}").beats() == {}  # no engine ticked: it would have said it was alive
+
+
 @pytest.mark.parametrize("url, shown", [
     ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
     ("redis://user:pw@host:6379/0?ssl_ca_certs=/ca.pem", "redis://user:***@host:6379/0?ssl_ca_certs=/ca.pem"),
