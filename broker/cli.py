@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     s = client("logs", help="show a job's output")
     s.add_argument("id")
     s.add_argument("-f", "--follow", action="store_true", help="keep following the output until the job ends")
-    s.add_argument("--attempt", type=int, help="this attempt's output (default: the newest)")
+    s.add_argument("--attempt", type=_attempt_number,
+                   help="this attempt's output (default: the newest); with -f, from this attempt on")
 
     s = client("cancel", help="cancel a job")
     s.add_argument("id")
@@ -542,10 +543,22 @@ def cmd_queue(args) -> int:
     return 0
 
 
+def _attempt_number(text: str) -> int:
+    """``--attempt``: attempts count from 1 (as `broker status` lists them); a 0 was read as "none given"
+    and showed the newest attempt instead."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an attempt number (1, 2, ...)") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: attempts count from 1, as `broker status JOB` lists them")
+    return n
+
+
 def cmd_logs(args) -> int:
     with _client(args) as client:
         if args.follow:
-            for text in client.follow_logs(args.id, on_status=_say_status):
+            for text in client.follow_logs(args.id, attempt=args.attempt, on_status=_say_status):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             return 0

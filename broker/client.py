@@ -209,16 +209,16 @@ class BrokerClient:
 
     def logs(self, job_id: str, *, offset: int = 0, attempt: int | None = None) -> dict:
         params: dict[str, Any] = {"offset": offset}
-        if attempt:
+        if attempt is not None:  # 0 is not "the newest": the broker says attempts count from 1
             params["attempt"] = attempt
         return self._call("GET", f"/v1/jobs/{job_id}/logs", params=params)
 
-    def follow_logs(self, job_id: str, *, poll: float = 0.5,
+    def follow_logs(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
                     on_status: Callable[[dict], None] | None = None) -> Iterator[str]:
-        """Yield log text as it appears, across attempts, until the job ends. ``on_status`` is called with
-        the job whenever its state, queue position or reason changes while there is no output (so a
-        queued job says why it waits instead of looking hung)."""
-        attempt, offset, seen = None, 0, None
+        """Yield log text as it appears, across attempts (from ``attempt`` on, else from the newest), until the
+        job ends. ``on_status`` is called with the job whenever its state, queue position or reason changes
+        while there is no output (so a queued job says why it waits instead of looking hung)."""
+        offset, seen = 0, None
         while True:
             chunk = self.logs(job_id, offset=offset, attempt=attempt)
             if chunk["attempt"] is not None and attempt is None:

@@ -261,6 +261,22 @@ def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     assert run("cancel", job["id"]).returncode == 0
 
 
+def test_logs_attempt_counts_from_one_and_follow_starts_at_the_attempt_given(cli):
+    """`broker logs J --attempt 0` showed the newest attempt (0 read as "none given"), and `-f --attempt 1`
+    ignored the attempt and followed only the newest: a retried job's first, failed attempt could not be followed."""
+    run, tmp = cli
+    task = tmp / "retry.yaml"
+    task.write_text("name: r\nresources: {cpus: 1}\nrun: echo \"out of attempt $BROKER_ATTEMPT\"; "
+                    "test \"$BROKER_ATTEMPT\" -ge 2\nbroker: {retry: {max_restarts_on_errors: 1}}\n")
+    job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)
+    wait_for(lambda: json.loads(run("--json", "status", job["id"]).stdout)["state"] == "succeeded", timeout=60)
+    followed = run("logs", job["id"], "-f", "--attempt", "1").stdout
+    assert "out of attempt 1" in followed and "out of attempt 2" in followed, followed
+    assert followed.index("out of attempt 1") < followed.index("out of attempt 2")
+    r = run("logs", job["id"], "--attempt", "0", check=False)
+    assert r.returncode == 2 and "attempts count from 1" in r.stderr and not r.stdout, r.stderr
+
+
 @pytest.mark.parametrize(
     "launcher, catalog, zones, message",
     [
