@@ -115,6 +115,9 @@ def _window(line: str, where: str) -> dict:
         raise ValueError(f"{where}: not JSON ({exc})") from None
     if not isinstance(w, dict):
         raise ValueError(f"{where}: a window is a JSON object")
+    if "metadata" in w and "data" in w and "available" not in w:  # the natural mistake: a trace where windows go
+        raise ValueError(f"{where}: this is a spot-traces file, not a windows file: give it (one file per zone, "
+                         "comma-separated) to --zones, with --windows the number of windows to sample")
     gap, avail = w.get("gap_seconds"), w.get("available")
     if not isinstance(gap, int) or isinstance(gap, bool) or gap <= 0:
         raise ValueError(f"{where}: gap_seconds must be a whole number of seconds > 0, got {gap!r}")

@@ -279,6 +279,15 @@ def test_a_missing_or_malformed_trace_file_is_one_line_not_a_traceback(tmp_path)
         cli_run(["--zones", str(bad), "--windows", "many"], out=io.StringIO())
 
 
+def test_a_spot_traces_file_given_as_windows_says_to_give_it_to_zones():
+    """`--windows us-west-2a_k80_1.json` (a trace, as data/README.md lists them) said only "gap_seconds must be a
+    whole number of seconds > 0, got None": the trace's gap is under metadata. It now says where a trace goes."""
+    trace = SHARED / "spot-traces" / "availability" / "1-node" / "aws-10-26-2022" / "us-west-2a_k80_1.json"
+    with pytest.raises(SystemExit, match=f"error: {trace} line 1: this is a spot-traces file, not a windows file: "
+                                         "give it .* to --zones, with --windows the number of windows to sample"):
+        cli_run(["--windows", str(trace)], out=io.StringIO())
+
+
 def test_a_job_longer_than_it_was_told_may_still_be_replayed_past_its_deadline():
     # The robustness replay: the policy is told 48 h, the job really takes 57.6 h, the deadline is 52 h.
     rows = cli_run(["--windows", str(WINDOWS_FILE), "--limit", "1", "--job-hours", "57.6", "--told-job-hours", "48",
