@@ -154,8 +154,11 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
                                           "give one (`broker submit` uploads the task's workdir and sets this for you)")
     if strict and broker.deadline is not None and broker.expected_hours is not None \
             and now + float(broker.expected_hours) * 3600 > broker.deadline:
-        raise SpecError("broker.deadline", f"is {(broker.deadline - now) / 3600:.1f} h away, but broker.expected_hours says "
-                                           f"the job needs {broker.expected_hours} h: move the deadline or correct the estimate")
+        need = float(broker.expected_hours) * 3600
+        raise SpecError("broker.deadline", f"is {_span(broker.deadline - now)} away, but broker.expected_hours says "
+                                           f"the job needs {broker.expected_hours} h"
+                                           + (f" ({_span(need)})" if need < 3600 else "")
+                                           + ": move the deadline or correct the estimate")
     alternatives = _parse_resources(task.get("resources"), strict=strict)
     broker = _retry_from_job_recovery(task.get("resources"), raw.get("broker"), broker, strict=strict)
     if strict and not (task.get("run") or "").strip() and not (task.get("setup") or "").strip():
@@ -466,6 +469,16 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
     if bounded and seconds > now + MAX_DEADLINE_DAYS * 86400:
         raise SpecError(where, f"is more than {MAX_DEADLINE_DAYS} days away; leave it out for a job with no deadline")
     return seconds
+
+
+def _span(seconds: float) -> str:
+    """A length in a sentence, in the unit it reads best in: ``30 s``, ``25 min``, ``1.5 h`` (a deadline 30 s
+    away read "0.0 h away" when every length was in hours)."""
+    if seconds < 90:
+        return f"{round(seconds)} s"
+    if seconds < 3600:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _utc_minute(seconds: float) -> str:

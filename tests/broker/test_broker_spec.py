@@ -130,6 +130,18 @@ def test_bad_fields_are_named(raw, field):
     assert info.value.field == field
 
 
+@pytest.mark.parametrize("deadline, expected_hours, said", [
+    ("30s", "0.01", "is 30 s away, but broker.expected_hours says the job needs 0.01 h (36 s)"),
+    ("20m", "0.5", "is 20 min away, but broker.expected_hours says the job needs 0.5 h (30 min)"),
+    ("2h", "3", "is 2.0 h away, but broker.expected_hours says the job needs 3 h:"),
+], ids=["seconds", "minutes", "hours"])
+def test_a_deadline_sooner_than_the_job_says_both_lengths_in_a_unit_that_shows_them(deadline, expected_hours, said):
+    """A deadline of 30s with expected_hours 0.01 was refused as "0.0 h away": a newcomer could not see why."""
+    with pytest.raises(SpecError) as info:
+        parse({"run": "python train.py", "broker": {"deadline": deadline, "expected_hours": expected_hours}}, now=NOW)
+    assert said in str(info.value), str(info.value)
+
+
 def test_a_misspelt_key_gets_the_likely_one_suggested():
     with pytest.raises(SpecError) as info:
         parse({"run": "python train.py", "resources": {"acelerators": "A100:1"}}, now=NOW)
