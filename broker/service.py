@@ -412,8 +412,10 @@ class BrokerService:
                 price = attempts[-1].price_per_hour if attempts else 0
                 needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
                 if job.budget - job.spent < needed:
+                    # say the figure: "raise the budget" alone left a user guessing by how much
                     raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt_limit(job.budget)} budget is "
-                                   f"left, not enough to run a minute and stop cleanly: raise the budget first")
+                                   f"left, not enough to run a minute and stop cleanly ({fmt(needed)} at "
+                                   f"{fmt(price)}/h): raise the budget to at least {fmt(job.spent + needed)} first")
                 short = self._start_shortfall(job, tier or job.force_tier)
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
                     raise Conflict(f"not resumed: the budget left, {fmt(job.budget - job.spent)}, {short}: raise the "

@@ -6,6 +6,7 @@ on-demand zones, and a small training loop that checkpoints with the ``checkpoin
 
 import re
 import signal
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -156,7 +157,10 @@ def test_budget_reached_mid_run_checkpoints_stops_and_resumes_after_raising_it(s
     events = [e["event"] for e in client.get(f"/v1/jobs/{job['id']}/events").json()["events"]]
     assert "budget_warning" in events and "stop_budget" in events
     saved = start_step  # the notice made the trainer save where it stopped
-    assert client.post(f"/v1/jobs/{job['id']}/resume").status_code == 409  # the budget is spent
+    refused = client.post(f"/v1/jobs/{job['id']}/resume")
+    assert refused.status_code == 409  # the budget is spent; the refusal says what budget would do
+    at_least = re.search(r"raise the budget to at least \$([\d.,]+) first", refused.json()["detail"])
+    assert at_least and Decimal(at_least[1]) > Decimal("0.08"), refused.json()["detail"]
     r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "5"})
     assert r.status_code == 200 and r.json()["budget"]["usd"] == "$5.00"
     assert client.post(f"/v1/jobs/{job['id']}/resume").status_code == 200

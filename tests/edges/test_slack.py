@@ -511,7 +511,7 @@ def test_an_engine_budget_stop_posts_buttons_that_resume_only_once_the_budget_is
     assert set(buttons) == {"Raise budget to $6.00", "Resume from step 900", "Switch to on-demand"}
 
     slack = TestClient(engine_app)
-    assert "raise the budget first" in pressed(slack, stub, buttons["Resume from step 900"], "U_B", "early")
+    assert "raise the budget to at least $" in pressed(slack, stub, buttons["Resume from step 900"], "U_B", "early")
     assert store.get_job("j-cap").state is JobState.STOPPED_BUDGET
     pressed(slack, stub, buttons["Raise budget to $6.00"], "U_B", "raise")
     assert "Switched to on-demand `j-cap`" in pressed(slack, stub, buttons["Switch to on-demand"], "U_B", "od")
