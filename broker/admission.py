@@ -115,4 +115,5 @@ def broker_echo(spec: JobSpec) -> dict:
     return {k: v for k, v in {
         "team": b.team, "priority": b.priority, "checkpoint": b.checkpoint,
         "expected_hours": str(b.expected_hours) if b.expected_hours is not None else None, "workdir": b.workdir,
+        "file_mounts": b.file_mounts,
     }.items() if v is not None}

@@ -30,7 +30,7 @@ from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import SpecError, parse
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
-from broker.workdir import UNPACK_RATIO, PackError, parse_digest, unpack
+from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import cost_for_seconds, fmt, fmt_limit
 from pricing.offers import Tier
@@ -173,6 +173,8 @@ class BrokerService:
                 return _same_submit(existing, spec, self.settings), False
         if spec.broker.workdir is not None:
             self._check_workdir(spec.broker.workdir)
+        for destination, value in sorted((spec.broker.file_mounts or {}).items()):
+            self._check_mount(destination, value)
         job_id = new_job_id()
         offers = all_offers(self.settings)
         if spec.request.num_nodes > 1 and not matching_offers(spec.request, offers) \
@@ -231,15 +233,29 @@ class BrokerService:
             raise Invalid("broker.workdir", f"no uploaded workdir {digest} on this broker: upload it first "
                                             f"(PUT /v1/workdirs/{digest}; `broker submit` does it for you)")
 
+    def _check_mount(self, destination: str, value: str) -> None:
+        """The same for an uploaded ``file_mounts`` source (each pack within ``max_workdir_bytes`` on its own:
+        the upload checked it)."""
+        field = f"broker.file_mounts.{destination}"
+        digest = "sha256:" + parse_mount(value)[0]  # well formed: the spec was parsed
+        if self._stored_size(digest, field) is None:
+            raise Invalid(field, f"no uploaded pack {digest} on this broker: upload it first "
+                                 f"(PUT /v1/workdirs/{digest}; `broker submit` does it for you)")
+
     def _resumable_workdir(self, job: Job) -> None:
-        """A resumed job runs its uploaded workdir again: refused, saying so, when the pack was collected (its
-        job ended more than ``workdir_retention_seconds`` ago), rather than failing at launch."""
-        digest = (job.spec.get("broker") or {}).get("workdir")
-        if digest and self._stored_size(digest, "broker.workdir") is None:
-            days = self.settings.workdir_retention_seconds / 86400
-            raise Conflict(f"not resumed: its uploaded workdir {digest} is no longer stored (a pack is kept "
-                           f"{days:g} days after the last job naming it ended: workdir_retention_seconds); submit "
-                           f"the job again with its code")
+        """A resumed job runs its uploaded workdir (and file_mounts) again: refused, saying so, when a pack was
+        collected (its job ended more than ``workdir_retention_seconds`` ago), rather than failing at launch."""
+        section = job.spec.get("broker") or {}
+        named = [("workdir", section["workdir"])] if section.get("workdir") else []
+        mounts = section.get("file_mounts")
+        named += [(f"file_mounts {dest}", "sha256:" + parse_mount(value)[0])
+                  for dest, value in sorted(mounts.items() if isinstance(mounts, dict) else ())]
+        for what, digest in named:
+            if self._stored_size(digest, f"broker.{what.split()[0]}") is None:
+                days = self.settings.workdir_retention_seconds / 86400
+                raise Conflict(f"not resumed: its uploaded {what} {digest} is no longer stored (a pack is kept "
+                               f"{days:g} days after the last job naming it ended: workdir_retention_seconds); submit "
+                               f"the job again with its files")
 
     def workdir(self, principal: Principal, digest: str) -> dict[str, Any]:
         """An uploaded pack's size; 404 when there is none. Packs are named by their content's SHA-256,

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from broker.workdir import DIGEST_RE
+from broker.workdir import DIGEST_RE, PackError, parse_mount
 from pricing.money import AmountTooLarge, Micros, MoneyError, TooPrecise, typed_to_micros
 from pricing.offers import JobRequest, ResourceRequest
 
@@ -27,6 +27,7 @@ MAX_NAME = 128
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BROKER_KEYS = {
     "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours", "workdir",
+    "file_mounts",
 }
 RETRY_KEYS = {"max_restarts_on_errors", "recover_on_exit_codes"}
 MAX_DEADLINE_DAYS = 366  # a deadline further away is a typo, not a training run's
@@ -75,6 +76,8 @@ class BrokerSection:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     expected_hours: Decimal | None = None
     workdir: str | None = None  # "sha256:<hex>": an uploaded workdir pack (broker/workdir.py), the task's workdir
+    #: destination → "sha256:<hex>" (a directory) or "sha256:<hex>/<name>" (a file): uploaded file_mounts sources
+    file_mounts: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,10 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     if broker.workdir is not None and task.get("workdir") is not None:
         raise SpecError("broker.workdir", "names an uploaded workdir, but the task has a workdir of its own too: "
                                           "give one (`broker submit` uploads the task's workdir and sets this for you)")
+    both = sorted(set(broker.file_mounts or {}) & set(task.get("file_mounts") or {}))
+    if both:
+        raise SpecError(f"broker.file_mounts.{both[0]}", "names an uploaded pack, but the task's file_mounts mount "
+                                                         "something there too: give one")
     if strict and broker.deadline is not None and broker.expected_hours is not None \
             and now + float(broker.expected_hours) * 3600 > broker.deadline:
         need = float(broker.expected_hours) * 3600
@@ -376,8 +383,29 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     return BrokerSection(
         team=team, budget=budget, deadline=deadline, priority=priority, max_price_per_hour=max_price,
         checkpoint=checkpoint.strip() if checkpoint else None, retry=_retry(section.get("retry")),
-        expected_hours=expected_hours, workdir=workdir,
+        expected_hours=expected_hours, workdir=workdir, file_mounts=_uploaded_mounts(section.get("file_mounts")),
     )
+
+
+def _uploaded_mounts(mounts: Any) -> dict[str, str] | None:
+    """``broker.file_mounts``: where each uploaded pack is mounted (a path on the node, as SkyPilot's
+    destinations: absolute or under ``~``) → the pack (``broker/workdir.py``)."""
+    if mounts is None:
+        return None
+    if not isinstance(mounts, dict) or not mounts:
+        raise SpecError("broker.file_mounts", "must be a mapping of destinations to uploaded packs (`broker submit` "
+                                              "uploads the task's local file_mounts sources and sets it)")
+    for dest, value in mounts.items():
+        where = f"broker.file_mounts.{dest}"
+        if not isinstance(dest, str) or not dest.startswith(("/", "~")) or (dest.endswith("/") and dest != "/") \
+                or "\x00" in dest:
+            raise SpecError(where, "must be mounted at an absolute path or one under ~, with no trailing slash (as "
+                                   "SkyPilot's file_mounts)")
+        try:
+            parse_mount(value)
+        except PackError as exc:
+            raise SpecError(where, str(exc)) from None
+    return dict(mounts)
 
 
 def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection, *,

@@ -7,6 +7,12 @@ is never uploaded twice), and submits the task with ``broker.workdir: sha256:<he
 ``workdir``. Each attempt, a resume too, gets a fresh copy of that same pack (:func:`unpack`), so what
 one attempt wrote into its directory never reaches the next.
 
+A ``file_mounts`` entry whose source is a path on the submitter's machine (``/data/tokenizer: ./tokenizer``)
+goes the same way: a directory packed as the workdir is, a single file as itself (:func:`pack_file`), and
+the task names it in ``broker.file_mounts`` (``{"/data/tokenizer": "sha256:<hex>"}``; for a file, the name
+of the file in the pack follows: ``sha256:<hex>/vocab.json``) in place of the entry, so that no path of
+the submitter's machine is stored. Each attempt gets its own unpacked copy of it too.
+
 What is packed follows SkyPilot's workdir sync (rsync with ``dir-merge`` filters): a ``.skyignore``
 at the top of the directory, if there is one, else the ``.gitignore`` files (and ``.git/info/exclude``);
 each ignore file applies to its own directory and below; ``!`` lines do not bring a file back (rsync's
@@ -40,6 +46,8 @@ UNPACK_RATIO = 20
 MAX_FILES = 100_000
 PACK_MTIME = 946_684_800  # 2000-01-01T00:00Z: every file's time in a pack, so its digest is the content's
 DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
+MOUNT_RE = re.compile(r"^sha256:([0-9a-f]{64})(?:/([^/\x00]+))?$")
+"""A ``broker.file_mounts`` value: a pack, and for a single file the file's name in it."""
 NOT_A_TREE = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP})
 """What unpacking a pack's own members raises when they make no tree (a file under a file, a name too
 long): the pack's fault, not the disk's."""
@@ -55,6 +63,30 @@ def parse_digest(text: object) -> str:
     if not m:
         raise PackError(f"must be sha256: and 64 lowercase hex digits (the pack's SHA-256), not {str(text)[:80]!r}")
     return m.group(1)
+
+
+def parse_mount(text: object) -> tuple[str, str | None]:
+    """``sha256:<hex>`` (a directory) or ``sha256:<hex>/<name>`` (the file ``name`` in the pack) → (hex, name)."""
+    m = MOUNT_RE.match(text) if isinstance(text, str) else None
+    if not m or m.group(2) in (".", ".."):
+        raise PackError("must be an uploaded pack, sha256: and 64 lowercase hex digits, followed by /<name> for a "
+                        f"single file (PUT /v1/workdirs/sha256:...; `broker submit` sets it), not {str(text)[:80]!r}")
+    return m.group(1), m.group(2)
+
+
+def packs_of(section: object) -> set[str]:
+    """The packs (hex digests) a job's stored ``broker:`` section names: its workdir and its file_mounts'.
+    What is not well formed names none (submit refused it; nothing to keep for it)."""
+    if not isinstance(section, dict):
+        return set()
+    out = set()
+    if m := DIGEST_RE.match(str(section.get("workdir") or "")):
+        out.add(m.group(1))
+    mounts = section.get("file_mounts")
+    for value in (mounts.values() if isinstance(mounts, dict) else ()):
+        if isinstance(value, str) and (m := MOUNT_RE.match(value)):
+            out.add(m.group(1))
+    return out
 
 
 def human(n: int) -> str:
@@ -233,15 +265,30 @@ class _TooLarge(Exception):
     pass
 
 
-def pack(directory: str | Path, *, limit: int = DEFAULT_MAX_BYTES) -> Pack:
-    """Pack ``directory`` into a deterministic tar.gz of at most ``limit`` bytes.
+def pack(directory: str | Path, *, limit: int = DEFAULT_MAX_BYTES, what: str | None = None) -> Pack:
+    """Pack ``directory`` into a deterministic tar.gz of at most ``limit`` bytes. ``what`` names it in an
+    error (``workdir <directory>`` when not given).
 
     Raises :class:`PackError` for a directory that is not one, a link out of it, or a pack over the
     limit — saying how large its files are, the limit, and the largest files, to leave out."""
+    what = what or f"workdir {directory}"
     root = Path(directory).expanduser()
     if not root.is_dir():
-        raise PackError(f"workdir {directory}: not a directory")
-    entries = files_of(root.resolve())
+        raise PackError(f"{what}: not a directory")
+    return _write(files_of(root.resolve()), limit=limit, what=what)
+
+
+def pack_file(file: str | Path, *, limit: int = DEFAULT_MAX_BYTES, what: str | None = None) -> Pack:
+    """Pack the single file ``file`` as itself: one member, named as the file (``vocab.json``), in a
+    deterministic tar.gz of at most ``limit`` bytes. A mounted file is one file, not a directory holding it."""
+    what = what or f"file {file}"
+    path = Path(file).expanduser().resolve()
+    if not path.is_file():
+        raise PackError(f"{what}: not a file")
+    return _write([Entry(path.name, path, "file", path.stat().st_size)], limit=limit, what=what)
+
+
+def _write(entries: list[Entry], *, limit: int, what: str) -> Pack:
     fd, name = tempfile.mkstemp(prefix="broker-workdir-", suffix=".tar.gz")
     path = Path(name)
     try:
@@ -257,7 +304,7 @@ def pack(directory: str | Path, *, limit: int = DEFAULT_MAX_BYTES) -> Pack:
         total = sum(e.size for e in entries)
         largest = sorted((e for e in entries if e.kind == "file"), key=lambda e: -e.size)[:3]
         names = ", ".join(f"{e.rel} ({human(e.size)})" for e in largest)
-        raise PackError(f"workdir {directory}: packs to more than the limit of {human(limit)} (its files come to "
+        raise PackError(f"{what}: packs to more than the limit of {human(limit)} (its files come to "
                         f"{human(total)}; the largest: {names}); leave large files out with .skyignore or "
                         f".gitignore, and put data in a bucket (file_mounts)") from None
     except BaseException:

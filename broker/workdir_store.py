@@ -6,6 +6,8 @@ in the embedded default. (Job ids start with ``j-``, so no job's checkpoint fold
 At launch the engine fetches the pack once per host into ``<data dir>/workdirs/packs/``, checks its
 digest, and unpacks a fresh copy per attempt into ``<data dir>/workdirs/attempts/<attempt id>/``:
 the directory the launcher runs the job from (the local launcher) or syncs to the cluster (SkyPilot).
+A job's uploaded ``file_mounts`` sources (``broker.file_mounts``: packs in the same store) are unpacked
+likewise, each into ``<data dir>/workdirs/mounts/<attempt id>/<n>/``, and go with the attempt's workdir.
 
 Nothing here is kept for ever (docs/deploy.md, "Workdir packs: what is kept, and for how long"):
 
@@ -61,6 +63,9 @@ PACK_CACHE_SECONDS = 3600.0
 """A host's copy of a pack (``<data dir>/workdirs/packs/``) unused by any launch this long is removed."""
 STALE_SECONDS = 3600.0
 """A half-made file or directory (a fetch or unpack cut short by a crash) this old is removed."""
+FOLDERS = ("attempts", "mounts")
+"""Where an attempt's unpacked copies are, under ``<data dir>/workdirs``: ``attempts/<attempt>`` its workdir's,
+``mounts/<attempt>/<n>`` its file_mounts' (in the order of their destinations)."""
 _PACK_NAME = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
 _LEFTOVER_NAME = re.compile(r"^[0-9a-f]{64}\.tar\.gz\.tmp-[0-9a-f]{32}$")  # what put or _copy wrote before its rename
 
@@ -324,16 +329,33 @@ class WorkdirStore:
         target = self.local / "attempts" / attempt_id
         return target if target.is_dir() else None
 
+    def ready_mount(self, attempt_id: str, index: int) -> Path | None:
+        """The attempt's unpacked copy of its ``index``-th uploaded file_mounts source, if it has been made."""
+        target = self.local / "mounts" / attempt_id / str(index)
+        return target if target.is_dir() else None
+
+    def has_local(self, attempt_id: str) -> bool:
+        """Whether this host holds an unpacked copy for the attempt: its workdir, or its file_mounts."""
+        return any((self.local / folder / attempt_id).is_dir() for folder in FOLDERS)
+
     def attempt_dir(self, hex_digest: str, attempt_id: str) -> Path:
         """The attempt's own unpacked copy of the pack (made once: a launch done again, after a broker
         restart, finds the directory the job already runs in). Raises :class:`PackMissing`,
         :class:`PackError` or ``OSError``."""
+        return self._unpacked(hex_digest, self.local / "attempts" / attempt_id)
+
+    def mount_dir(self, hex_digest: str, attempt_id: str, index: int) -> Path:
+        """The attempt's own unpacked copy of its ``index``-th uploaded file_mounts source (in the order of their
+        destinations), beside its workdir's copy (``mounts/<attempt>``, not in it: SkyPilot would sync it
+        twice) and removed with it; made once, as :meth:`attempt_dir`."""
+        return self._unpacked(hex_digest, self.local / "mounts" / attempt_id / str(index))
+
+    def _unpacked(self, hex_digest: str, target: Path) -> Path:
         base = self.local
-        target = base / "attempts" / attempt_id
         if target.is_dir():
             return target
         cached = base / "packs" / f"{hex_digest}.tar.gz"
-        staging = base / "attempts" / f".{attempt_id}.tmp-{uuid.uuid4().hex}"
+        staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
         staging.parent.mkdir(parents=True, exist_ok=True)
         limit = self.settings.max_workdir_bytes * UNPACK_RATIO
         for last in (False, True):
@@ -371,32 +393,39 @@ class WorkdirStore:
     # -- when attempts end, and the sweep -----------------------------------------------------------
 
     def remove_attempt_dir(self, attempt_id: str, cwds: set[Path] | None = None) -> bool:
-        """Remove an ended attempt's directory (renamed first, so that no half-removed directory is ever
-        taken for a whole one); whether this call removed it, so that brokers sharing the data dir count
-        each removal once: False when it was gone already (another broker removed it, and counts it) or
-        is kept while a process of this host still runs in it (``cwds``: :func:`in_use_dirs`, looked up
-        when not given)."""
-        target = self.local / "attempts" / attempt_id
-        if not target.is_dir():
+        """Remove an ended attempt's directories — its workdir's copy and its file_mounts' — (each renamed
+        first, so that no half-removed directory is ever taken for a whole one); whether this call removed
+        them, so that brokers sharing the data dir count each removal once: False when they were gone already
+        (another broker removed them, and counts it) or are kept while a process of this host still runs in
+        one of them (``cwds``: :func:`in_use_dirs`, looked up when not given)."""
+        targets = [t for t in (self.local / folder / attempt_id for folder in FOLDERS) if t.is_dir()]
+        if not targets:
             return False
-        if _busy(target, in_use_dirs() if cwds is None else cwds):
+        cwds = in_use_dirs() if cwds is None else cwds
+        if any(_busy(t, cwds) for t in targets):  # its mounts too: what still runs may read them
             log.info("workdir of %s kept: a process of this host still runs in it", attempt_id)
             return False
-        doomed = target.with_name(f".{attempt_id}.rm-{uuid.uuid4().hex}")
-        try:
-            os.rename(target, doomed)
-        except FileNotFoundError:
-            return False  # another broker on this data dir removed it, and counts it
-        shutil.rmtree(doomed, ignore_errors=True)
-        return True
+        removed = False
+        for target in targets:
+            doomed = target.with_name(f".{attempt_id}.rm-{uuid.uuid4().hex}")
+            try:
+                os.rename(target, doomed)
+            except FileNotFoundError:
+                continue  # another broker on this data dir removed it, and counts it
+            shutil.rmtree(doomed, ignore_errors=True)
+            removed = True
+        return removed
 
     def local_attempts(self) -> list[str]:
-        """The attempt ids that have an unpacked directory on this host."""
-        try:
-            return sorted(e.name for e in os.scandir(self.local / "attempts")
-                          if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
-        except FileNotFoundError:
-            return []
+        """The attempt ids that have an unpacked directory (a workdir's or file_mounts') on this host."""
+        found: set[str] = set()
+        for folder in FOLDERS:
+            try:
+                found |= {e.name for e in os.scandir(self.local / folder)
+                          if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")}
+            except FileNotFoundError:
+                pass
+        return sorted(found)
 
     def sweep_local(self, listed: list[str], keep: set[str], *, now: float | None = None) -> list[str]:
         """Remove the directories of the attempts ``listed`` (by :meth:`local_attempts`) that are not in
@@ -408,14 +437,15 @@ class WorkdirStore:
         now = time.time() if now is None else now
         cwds = in_use_dirs()
         removed = [a for a in listed if a not in keep and self.remove_attempt_dir(a, cwds)]
-        for folder, age in ((self.local / "attempts", STALE_SECONDS), (self.local / "packs", PACK_CACHE_SECONDS)):
+        for folder, age in ((self.local / "attempts", STALE_SECONDS), (self.local / "mounts", STALE_SECONDS),
+                            (self.local / "packs", PACK_CACHE_SECONDS)):
             try:
                 entries = list(os.scandir(folder))
             except FileNotFoundError:
                 continue
             for e in entries:
                 half_made = e.name.startswith(".") or ".tmp-" in e.name
-                if folder.name == "attempts" and not half_made:
+                if folder.name in FOLDERS and not half_made:
                     continue
                 try:
                     old = now - e.stat(follow_symlinks=False).st_mtime >= (0 if ".rm-" in e.name else age)

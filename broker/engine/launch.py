@@ -26,12 +26,17 @@ def broker_envs(job: Job, attempt: Attempt, *, public_url: str, job_token: str |
 
 
 def launch_request(job: Job, attempt: Attempt, *, public_url: str, stop_grace_seconds: float,
-                   job_token: str | None = None, now: float | None = None, workdir: str | None = None) -> LaunchRequest:
+                   job_token: str | None = None, now: float | None = None, workdir: str | None = None,
+                   mounts: dict[str, str] | None = None) -> LaunchRequest:
     """``workdir``: the attempt's local copy of the job's uploaded workdir pack (``broker.workdir``), given
-    to the launcher as the task's ``workdir`` — the local launcher runs the job there, SkyPilot syncs it."""
+    to the launcher as the task's ``workdir`` — the local launcher runs the job there, SkyPilot syncs it.
+    ``mounts``: destination → the attempt's local copy of each uploaded file_mounts source
+    (``broker.file_mounts``), given to the launcher as the task's ``file_mounts`` entries."""
     task = {k: v for k, v in job.spec.items() if k != "broker"}
     if workdir is not None:
         task["workdir"] = workdir
+    if mounts:
+        task["file_mounts"] = {**(task.get("file_mounts") or {}), **mounts}
     return LaunchRequest(
         attempt_id=attempt.id,
         job_id=job.id,

@@ -296,12 +296,14 @@ class Engine:
             self._unsealable(job, attempt, now, str(exc))
             return
         try:
-            workdir = self._workdir(job, attempt)
-            if workdir is _PREPARING:
+            files = self._files(job, attempt)
+            if files is _PREPARING:
                 return  # launched by a later tick, once unpacked (the launcher has no such attempt till then)
+            workdir, mounts = files
             request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
                                      stop_grace_seconds=self.settings.stop_grace_seconds,
-                                     job_token=job_token(self.settings, job.id), now=now, workdir=workdir)
+                                     job_token=job_token(self.settings, job.id), now=now, workdir=workdir,
+                                     mounts=mounts)
             self.launcher.launch(request)
         except LaunchError as exc:
             # a launcher's (or SkyPilot's) message is kept and shown: never with a secret's value in it
@@ -335,54 +337,73 @@ class Engine:
             self._workdirs = WorkdirStore(self.settings)
         return self._workdirs
 
-    def _workdir(self, job: Job, attempt: Attempt) -> str | None | object:
-        """The attempt's own unpacked copy of the job's uploaded workdir (``broker.workdir``), if it has one:
-        every attempt, a resume too, starts from the same code. Fetched and unpacked in a thread beside
-        the ticks — a 100 MiB pack takes seconds, which no other job's tick should wait for — so the
-        first calls answer ``_PREPARING``; the job stays ``launching`` meanwhile, and the tick that finds
+    def _files(self, job: Job, attempt: Attempt) -> tuple[str | None, dict[str, str]] | object:
+        """The attempt's own unpacked copies of the job's uploaded workdir (``broker.workdir``) and file_mounts
+        sources (``broker.file_mounts``), if it has any: (the workdir, destination → its copy; a single file:
+        the file in it). Every attempt, a resume too, starts from the same files. Fetched and unpacked in a
+        thread beside the ticks — a 100 MiB pack takes seconds, which no other job's tick should wait for — so
+        the first calls answer ``_PREPARING``; the job stays ``launching`` meanwhile, and the tick that finds
         it done launches (a broker that stops meanwhile leaves a half-made directory the sweep removes,
         and the next one starts again). A pack gone from the store fails the job (no placement can help);
         a store that does not answer sends it back to the queue."""
-        digest = (job.spec.get("broker") or {}).get("workdir")
-        if not digest:
-            return None
-        from broker.workdir import PackError, parse_digest
-        from broker.workdir_store import PackMissing
+        section = job.spec.get("broker") or {}
+        digest = section.get("workdir")
+        mounts = sorted((section.get("file_mounts") or {}).items())  # by destination: the n of mounts/<attempt>/<n>
+        if not digest and not mounts:
+            return None, {}
+        from broker.workdir import PackError, parse_digest, parse_mount
 
         store = self._workdir_store()
-        ready = store.ready_dir(attempt.id)
-        if ready is not None and attempt.id not in self._preparing:
-            return str(ready)
+        if attempt.id not in self._preparing and (ready := _ready(store, attempt.id, digest, mounts)) is not None:
+            return ready
         future = self._preparing.get(attempt.id)
         if future is None:
             try:
-                hex_digest = parse_digest(digest)
+                hex_digest = parse_digest(digest) if digest else None
             except PackError as exc:
                 raise LaunchError(f"its workdir {digest} cannot be unpacked: {exc}", permanent=True) from None
-            self._preparing[attempt.id] = _background(self._unpack, store, hex_digest, attempt.id)
+            try:
+                wanted = [(dest, value, *parse_mount(value)) for dest, value in mounts]
+            except PackError as exc:
+                raise LaunchError(f"its file_mounts cannot be unpacked: {exc}", permanent=True) from None
+            self._preparing[attempt.id] = _background(self._unpack, store, hex_digest, digest, wanted, attempt.id)
             return _PREPARING
         if not future.done():
             return _PREPARING
         del self._preparing[attempt.id]
-        try:
-            return str(future.result())
-        except (PackMissing, PackError) as exc:
-            raise LaunchError(f"its workdir {digest} cannot be unpacked: {exc}", permanent=True) from None
-        except OSError as exc:
-            raise LaunchError(f"its workdir {digest} could not be fetched from {store.root}: {exc}") from None
+        return future.result()  # or the LaunchError saying which pack and why
 
-    def _unpack(self, store, hex_digest: str, attempt_id: str):
+    def _unpack(self, store, hex_digest: str | None, digest: str | None, mounts: list, attempt_id: str):
+        from broker.workdir import PackError
+        from broker.workdir_store import PackMissing
+
         with self._unpacks:
             started = time.perf_counter()
-            path = store.attempt_dir(hex_digest, attempt_id)
+            items = [("workdir", digest, hex_digest, None, None)] if hex_digest else []
+            items += [(f"file_mounts {dest}", value, h, name, n) for n, (dest, value, h, name) in enumerate(mounts)]
+            workdir, copies = None, {}
+            for what, value, h, name, n in items:
+                try:
+                    if n is None:
+                        workdir = str(store.attempt_dir(h, attempt_id))
+                        continue
+                    path = store.mount_dir(h, attempt_id, n)
+                    if name and not (path / name).is_file():
+                        raise PackError(f"holds no file {name!r} (the pack of a single file holds that file)")
+                    copies[mounts[n][0]] = str(path / name) if name else str(path)
+                except (PackMissing, PackError) as exc:
+                    raise LaunchError(f"its {what} {value} cannot be unpacked: {exc}", permanent=True) from None
+                except OSError as exc:
+                    raise LaunchError(f"its {what} {value} could not be fetched from {store.root}: {exc}") from None
             log.info("workdir of %s ready in %.1f s", attempt_id, time.perf_counter() - started)
-            return path
+            return workdir, copies
 
     def _attempt_ended(self, job: Job, attempt: Attempt) -> None:
-        """An attempt just recorded final: its unpacked workdir goes (beside the ticks; kept while a process
-        still runs in it, and then left to the sweep)."""
-        if attempt.state.is_final and (job.spec.get("broker") or {}).get("workdir") \
-                and self._workdir_store().ready_dir(attempt.id) is not None:
+        """An attempt just recorded final: its unpacked workdir and file_mounts go (beside the ticks; kept while a
+        process still runs in them, and then left to the sweep)."""
+        from broker.workdir import packs_of
+
+        if attempt.state.is_final and packs_of(job.spec.get("broker")) and self._workdir_store().has_local(attempt.id):
             _background(self._workdir_store().remove_attempt_dir, attempt.id)
 
     def _workdir_housekeeping(self, jobs: list[Job], now: float) -> None:
@@ -726,7 +747,25 @@ class Engine:
 
 
 _PREPARING = object()
-"""What :meth:`Engine._workdir` answers while the attempt's workdir is being unpacked."""
+"""What :meth:`Engine._files` answers while the attempt's workdir and file_mounts are being unpacked."""
+
+
+def _ready(store, attempt_id: str, digest: str | None, mounts: list[tuple[str, str]]):
+    """The attempt's copies when all of them were made (by this broker or one before it): as :meth:`Engine._files`
+    answers; else ``None``."""
+    from broker.workdir import parse_mount
+
+    workdir = store.ready_dir(attempt_id) if digest else None
+    if digest and workdir is None:
+        return None
+    copies = {}
+    for n, (dest, value) in enumerate(mounts):
+        made = store.ready_mount(attempt_id, n)
+        if made is None:
+            return None
+        name = parse_mount(value)[1]
+        copies[dest] = str(made / name) if name else str(made)
+    return (str(workdir) if workdir is not None else None), copies
 
 
 def _background(fn: Callable, *args) -> Future:

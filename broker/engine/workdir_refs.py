@@ -1,5 +1,5 @@
-"""Which uploaded workdir packs the jobs still refer to, read for the engine's hourly collection of the object
-store's packs (``broker/workdir_store.py``).
+"""Which uploaded packs (workdirs, and file_mounts sources) the jobs still refer to, read for the engine's hourly
+collection of the object store's packs (``broker/workdir_store.py``).
 
 A pack is referred to by each job that is not final, and by each final job for ``workdir_retention_seconds``
 after its last update. Reading every such job at each collection cost about a second per 20,000 jobs on
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 
 from broker.store import JobStore
-from broker.workdir import DIGEST_RE
+from broker.workdir import packs_of
 
 MARGIN_SECONDS = 3600.0
 """A collection reads the jobs updated since this long before the latest update time the one before read."""
@@ -36,8 +36,8 @@ class PackReferences:
         self.store = store
         self.retention = retention
         self.limit = limit
-        #: job id → (the pack's digest, hex; the job's update time; whether it was final): jobs with a pack only
-        self._refs: dict[str, tuple[str, float, bool]] = {}
+        #: job id → (the packs it names, hex digests; the job's update time; whether it was final): jobs with a pack only
+        self._refs: dict[str, tuple[frozenset[str], float, bool]] = {}
         self._latest: float | None = None  # the latest update time read; None: read the whole window next
         self._whole_at = float("-inf")  # when the whole window was last read
         self._last_now = float("-inf")
@@ -59,11 +59,11 @@ class PackReferences:
             if whole:
                 self._refs, self._whole_at, latest = {}, now, None
             for job in jobs:
-                if m := DIGEST_RE.match(str((job.spec.get("broker") or {}).get("workdir") or "")):
-                    self._refs[job.id] = (m.group(1), job.updated_at, job.state.is_final)
+                if packs := packs_of(job.spec.get("broker")):  # its workdir's and its file_mounts' alike
+                    self._refs[job.id] = (frozenset(packs), job.updated_at, job.state.is_final)
                 else:
                     self._refs.pop(job.id, None)
                 latest = job.updated_at if latest is None else max(latest, job.updated_at)
             self._refs = {k: r for k, r in self._refs.items() if not r[2] or r[1] >= window}  # the rest are past it
             self._latest, self._last_now = latest, now
-            return {digest for digest, _, _ in self._refs.values()}
+            return {digest for packs, _, _ in self._refs.values() for digest in packs}
