@@ -57,9 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's secrets, as `sky launch --secret` (no value: this shell's)")
     s.add_argument("--upload-workdir", action=argparse.BooleanOptionalAction, default=None,
-                   help="pack the task's workdir (honouring .skyignore or .gitignore, as SkyPilot) and upload it "
-                        "to the broker, so every attempt runs that code (default: when the broker URL is not on "
-                        "this host; --no-upload-workdir: the broker reads the directory itself)")
+                   help="pack the task's workdir (honouring .skyignore or .gitignore, as SkyPilot) and its "
+                        "file_mounts sources that are paths here, and upload them to the broker, so every attempt "
+                        "runs with those files (default: when the broker URL is not on this host; "
+                        "--no-upload-workdir: the broker reads the paths itself)")
     s.add_argument("--wait", action="store_true", help="follow the job until it ends")
 
     s = client("status", help="list jobs, or show one")
@@ -376,22 +377,43 @@ def _on_this_host(url: str) -> bool:
         return False
 
 
+def _local_source(source: Any) -> bool:
+    """Whether a ``file_mounts`` source is a path on this machine: not a bucket URL (``s3://...``), nor the
+    broker's ``broker:checkpoint``."""
+    return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
+
+
 def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = False) -> None:
-    """A broker on another host cannot read the submitter's ``workdir``: pack it, upload it once (named by
-    its SHA-256) and name the pack in ``broker.workdir`` instead. ``upload`` None: only for a remote broker."""
+    """A broker on another host cannot read the submitter's disk: the ``workdir``, and each ``file_mounts``
+    source that is a path here (a directory or a single file), is packed, uploaded once (named by its
+    SHA-256) and named instead in ``broker.workdir`` and ``broker.file_mounts`` — so the spec keeps no
+    path of this machine. ``upload`` None: only for a remote broker. Each pack is held to the broker's
+    ``max_workdir_bytes`` on its own."""
     from broker.client import BrokerError
 
     workdir = task.get("workdir")
+    mounts = task.get("file_mounts") if isinstance(task.get("file_mounts"), dict) else {}
+    local = {dest: source for dest, source in mounts.items() if _local_source(source)}
     if upload is None:
-        upload = isinstance(workdir, str) and not _on_this_host(client.url)
+        upload = (isinstance(workdir, str) or bool(local)) and not _on_this_host(client.url)
     if not upload:
         return
-    if not isinstance(workdir, str) or not workdir:
-        raise BrokerError(0, "--upload-workdir: the task has no workdir to upload (workdir: . for this directory)")
-    if not Path(workdir).expanduser().is_dir():
+    has_workdir = isinstance(workdir, str) and bool(workdir)
+    if not has_workdir and not local:
+        raise BrokerError(0, "--upload-workdir: the task has no workdir to upload (workdir: . for this directory), "
+                             "nor file_mounts from this machine")
+    if has_workdir and not Path(workdir).expanduser().is_dir():
         raise BrokerError(0, f"workdir {workdir}: no such directory here, so it cannot be uploaded "
                              "(--no-upload-workdir leaves it for the broker's host to read)")
-    from broker.workdir import PackError, human, pack
+    for dest, source in sorted(local.items()):
+        if not Path(source).expanduser().exists():
+            raise BrokerError(0, f"file_mounts {dest}: {source}: no such file or directory here, so it cannot be "
+                                 "uploaded (--no-upload-workdir leaves it for the broker's host to read)")
+    for dest, source in sorted(mounts.items()):
+        if not quiet and isinstance(source, dict) and _local_source(source.get("source")):
+            print(f"file_mounts {dest}: a bucket SkyPilot makes from local files ({source['source']}) is not "
+                  "uploaded: the broker's host must read them", file=sys.stderr)
+    from broker.workdir import PackError, human, pack, pack_file
 
     try:
         limit = int(client.workdir_limits()["max_bytes"])
@@ -400,27 +422,45 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
             exc.detail = (f"the broker at {client.url} takes no workdir uploads (an older version): update it, or "
                           "submit with --no-upload-workdir if it can read this directory itself")
         raise
-    try:
-        packed = pack(workdir, limit=limit)
-    except PackError as exc:
-        raise BrokerError(0, str(exc)) from None
-    try:
-        sent = client.upload_workdir(packed.path, packed.digest)
-    finally:
-        packed.path.unlink(missing_ok=True)
-    if not quiet:
-        how = "uploaded" if sent["uploaded"] else "already on the broker"
-        print(f"workdir {workdir}: {packed.files} files, {human(packed.size)} packed, {how} "
-              f"({packed.digest[:19]}…)", file=sys.stderr)
-    task.pop("workdir")
-    task["broker"] = {**(task.get("broker") or {}), "workdir": packed.digest}
+
+    def ship(path: Path, what: str) -> str:
+        try:
+            packed = pack(path, limit=limit, what=what) if path.is_dir() else pack_file(path, limit=limit, what=what)
+        except PackError as exc:
+            raise BrokerError(0, str(exc)) from None
+        try:
+            sent = client.upload_workdir(packed.path, packed.digest)
+        finally:
+            packed.path.unlink(missing_ok=True)
+        if not quiet:
+            how = "uploaded" if sent["uploaded"] else "already on the broker"
+            print(f"{what}: {packed.files} files, {human(packed.size)} packed, {how} "
+                  f"({packed.digest[:19]}…)", file=sys.stderr)
+        return packed.digest
+
+    section = dict(task.get("broker") or {})
+    if has_workdir:
+        section["workdir"] = ship(Path(workdir), f"workdir {workdir}")
+        task.pop("workdir")
+    shipped = {}
+    for dest, source in sorted(local.items()):
+        path = Path(source).expanduser()
+        digest = ship(path, f"file_mounts {dest} ({source})")
+        # a single file: its name in the pack follows the digest (the launcher mounts that file, not a directory)
+        shipped[dest] = digest if path.is_dir() else f"{digest}/{path.resolve().name}"
+        del mounts[dest]
+    if shipped:
+        section["file_mounts"] = {**(section.get("file_mounts") or {}), **shipped}
+        if not mounts:
+            task.pop("file_mounts")
+    task["broker"] = section
 
 
 def _resolve_local_paths(task: dict) -> None:
     """Relative local paths — ``workdir`` and ``file_mounts`` sources — made absolute from where the
     CLI runs, as ``sky launch`` reads them: the broker launches from its own directory."""
     def absolute(path: Any) -> Any:
-        if not isinstance(path, str) or "://" in path or ":" in path.split("/", 1)[0]:
+        if not _local_source(path):
             return path  # a bucket URL, or the broker:checkpoint mount
         p = Path(path)
         return str(p.resolve()) if not p.is_absolute() and not path.startswith("~") and p.exists() else path
