@@ -176,8 +176,23 @@ class Runner:
         cwd = workdir if isinstance(workdir, str) and os.path.isdir(workdir) else str(self.dir)
         started = time.time()
         result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
+        links, link_notes = link_mounts(task)
+        try:
+            self._steps(task, cwd, result, link_notes)
+        finally:
+            unlink_mounts(links)
+        self.finished = True
+        if self._killer:
+            self._killer.cancel()
+        stop = self._read_stop()
+        if self.stop_reason is None and stop and result["step"] is None:
+            self.stop_reason = stop.get("reason", "stopped")
+        result.update(stopped=self.stop_reason is not None, reason=self.stop_reason or "", ended_at=time.time())
+        return result
+
+    def _steps(self, task: dict, cwd: str, result: dict, link_notes: list[str]) -> None:
         with open(self.dir / "output.log", "ab", buffering=0) as log:
-            for note in host_notes(self.request):
+            for note in host_notes(self.request) + link_notes:
                 log.write(f"[spot-broker] {note}\n".encode())
             for step in ("setup", "run"):
                 script = task.get(step)
@@ -197,14 +212,6 @@ class Runner:
                     result.update(exit_code=code, signal=None)
                 if code != 0:
                     break
-        self.finished = True
-        if self._killer:
-            self._killer.cancel()
-        stop = self._read_stop()
-        if self.stop_reason is None and stop and result["step"] is None:
-            self.stop_reason = stop.get("reason", "stopped")
-        result.update(stopped=self.stop_reason is not None, reason=self.stop_reason or "", ended_at=time.time())
-        return result
 
 
 def gpus_of(request: dict) -> int:
@@ -242,8 +249,59 @@ def local_checkpoint_dir(request: dict) -> str | None:
     return parts.path
 
 
+def _local_source(source: object) -> str | None:
+    """A ``file_mounts`` source that is a path on this host (the broker's copy of an uploaded one, or a path
+    its host reads), expanded; else ``None`` (a bucket, ``broker:checkpoint``, a path not here)."""
+    if not isinstance(source, str) or "://" in source or ":" in source.split("/", 1)[0]:
+        return None
+    path = os.path.expanduser(source)
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """The task's ``file_mounts`` whose source is a path on this host, linked at their destination, where a
+    SkyPilot node has them: the links made, as (destination, link, source), and notes for the log. A
+    destination that exists on this host is left as it is — nothing of the host is overwritten — save a
+    link to that same source (an earlier runner's of this attempt); one that cannot be made is said."""
+    links, notes = [], []
+    for dest, source in sorted((task.get("file_mounts") or {}).items()):
+        path = _local_source(source)
+        if path is None or not isinstance(dest, str):
+            continue
+        link = os.path.expanduser(dest)
+        if not os.path.isabs(link):
+            notes.append(f"file_mounts {dest}: not mounted: a destination is an absolute path or one under ~")
+            continue
+        try:
+            if os.path.islink(link) and os.readlink(link) == path:
+                links.append((dest, link, path))
+                continue
+            if os.path.lexists(link):
+                notes.append(f"file_mounts {dest}: not mounted: it exists on this host, and is left as it is")
+                continue
+            os.makedirs(os.path.dirname(link) or ".", exist_ok=True)
+            os.symlink(path, link)
+        except OSError as exc:
+            notes.append(f"file_mounts {dest}: not mounted: it cannot be made on this host ({exc.strerror})")
+            continue
+        links.append((dest, link, path))
+        notes.append(f"file_mounts {dest}: a link to {path} on this host (removed when the attempt ends)")
+    return links, notes
+
+
+def unlink_mounts(links: list[tuple[str, str, str]]) -> None:
+    """Remove the links :func:`link_mounts` made, each only while it is still the link it made."""
+    for _, link, path in links:
+        try:
+            if os.path.islink(link) and os.readlink(link) == path:
+                os.unlink(link)
+        except OSError:
+            pass
+
+
 def host_notes(request: dict) -> list[str]:
-    """What of the task this host does not do as a SkyPilot cluster would: said at the top of the log."""
+    """What of the task this host does not do as a SkyPilot cluster would: said at the top of the log
+    (a mount of a path on this host is :func:`link_mounts`' to say)."""
     task = request.get("task") or {}
     notes = []
     nodes = int((request.get("placement") or {}).get("num_nodes") or task.get("num_nodes") or 1)
@@ -251,7 +309,8 @@ def host_notes(request: dict) -> list[str]:
         notes.append(f"num_nodes: {nodes} runs on this host as one node with the GPUs of all {nodes} "
                      f"(SKYPILOT_NUM_NODES=1, SKYPILOT_NUM_GPUS_PER_NODE={gpus_of(request)})")
     mounts = [str(k) for k, v in (task.get("file_mounts") or {}).items()
-              if not (v == CHECKPOINT_MOUNT and local_checkpoint_dir(request) is not None)]
+              if not (v == CHECKPOINT_MOUNT and local_checkpoint_dir(request) is not None)
+              and not (_local_source(v) is not None and isinstance(k, str))]
     if mounts:
         notes.append(f"file_mounts are not mounted on this host (only SkyPilot placements mount them): {', '.join(mounts)}")
     resources = task.get("resources") if isinstance(task.get("resources"), dict) else {}
