@@ -357,3 +357,20 @@ def test_an_uploaded_workdir_unpacked_for_the_attempt_is_the_workdir_skypilot_sy
     task = build_task(attempt_config(request({**GPU_TASK, "workdir": str(copy_dir)}, SPOT_A100)))
     assert task.workdir == str(copy_dir)
     assert task.to_yaml_config()["workdir"] == str(copy_dir)
+
+
+def test_uploaded_file_mounts_unpacked_for_the_attempt_are_local_sources_skypilot_syncs(sky, tmp_path):
+    """The engine gives each attempt its own unpacked copy of each uploaded file_mounts source as the task's
+    ``file_mounts[dest]`` (a directory, or the file in a single file's pack); SkyPilot takes them as the local
+    sources it uploads, beside a bucket's."""
+    copies = tmp_path / "workdirs" / "mounts" / "j-0123456789-a2"
+    (copies / "0").mkdir(parents=True)
+    (copies / "0" / "vocab.txt").write_text("v1\n")
+    (copies / "1").mkdir()
+    (copies / "1" / "x.yaml").write_text("lr: 3\n")
+    mounts = {"/data/tokenizer": str(copies / "0"), "~/cfg/x.yaml": str(copies / "1" / "x.yaml"),
+              "/data/bucket": "s3://some-bucket/data"}
+    task = build_task(attempt_config(request({**GPU_TASK, "file_mounts": mounts}, SPOT_A100)))
+    task.expand_and_validate_file_mounts()  # what SkyPilot checks before it syncs: each local source is here
+    assert task.file_mounts == {"/data/tokenizer": str(copies / "0"), "~/cfg/x.yaml": str(copies / "1" / "x.yaml"),
+                                "/data/bucket": "s3://some-bucket/data"}
