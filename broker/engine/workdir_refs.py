@@ -36,7 +36,7 @@ class PackReferences:
         self.store = store
         self.retention = retention
         self.limit = limit
-        #: job id → (the packs it names, hex digests; the job's update time; whether it was final): jobs with a pack only
+        #: job id → (the packs it names, hex; the job's update time; whether it was final): jobs with a pack only
         self._refs: dict[str, tuple[frozenset[str], float, bool]] = {}
         self._latest: float | None = None  # the latest update time read; None: read the whole window next
         self._whole_at = float("-inf")  # when the whole window was last read

@@ -197,7 +197,8 @@ def test_a_mounted_pack_is_kept_while_its_job_lives_and_collected_after(broker, 
     assert engine.collect_workdirs(ended.updated_at + RETENTION + 60, wall=later).set_aside == [mounted[7:]]
     assert engine.collect_workdirs(ended.updated_at + RETENTION + 60, wall=later + 2 * GRACE).removed == [mounted[7:]]
     r = client.post(f"/v1/jobs/{job['id']}/resume?force=true", headers=H)
-    assert r.status_code == 409 and f"its uploaded file_mounts {dest} {mounted} is no longer stored" in r.json()["detail"]
+    assert r.status_code == 409, r.text
+    assert f"its uploaded file_mounts {dest} {mounted} is no longer stored" in r.json()["detail"]
 
 
 def test_a_mounted_file_gone_from_its_pack_fails_the_job_naming_the_mount(broker, tmp_path):
