@@ -176,7 +176,12 @@ class Runner:
         cwd = workdir if isinstance(workdir, str) and os.path.isdir(workdir) else str(self.dir)
         started = time.time()
         result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
-        links, link_notes = link_mounts(task)
+        try:
+            links, link_notes = link_mounts(task)
+        except MountTaken as exc:
+            links, link_notes = [], [str(exc)]
+            result.update(exit_code=1, step="setup")
+            task = {k: v for k, v in task.items() if k not in ("setup", "run")}  # nothing runs
         try:
             self._steps(task, cwd, result, link_notes)
         finally:
@@ -258,6 +263,17 @@ def _local_source(source: object) -> str | None:
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
+class MountTaken(Exception):
+    """A mount's destination holds another attempt's mounted copy."""
+
+
+def _broker_copy(target: str) -> bool:
+    """Whether ``target`` is an attempt's unpacked copy of an uploaded file_mounts source
+    (``<data dir>/workdirs/mounts/<attempt>/<n>``, broker/workdir_store.py)."""
+    parts = os.path.normpath(target).split(os.sep)
+    return any(a == "workdirs" and b == "mounts" for a, b in zip(parts, parts[1:]))
+
+
 def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
     """The task's ``file_mounts`` whose source is a path on this host, linked at their destination, where a
     SkyPilot node has them: the links made, as (destination, link, source), and notes for the log. A
@@ -276,6 +292,14 @@ def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
             if os.path.islink(link) and os.readlink(link) == path:
                 links.append((dest, link, path))
                 continue
+            if os.path.islink(link) and _broker_copy(os.readlink(link)) and not os.path.exists(link):
+                os.unlink(link)  # an ended attempt's, whose copy is gone (its runner was killed before it unlinked)
+            if os.path.islink(link) and _broker_copy(os.readlink(link)):
+                # another attempt on this host has its own copy mounted there: running would read that job's files
+                unlink_mounts(links)
+                raise MountTaken(f"file_mounts {dest}: not run: another job on this host has its own copy mounted "
+                                 f"there now ({os.readlink(link)}); jobs on this host share its paths, so two of them "
+                                 f"cannot mount the same destination at once")
             if os.path.lexists(link):
                 notes.append(f"file_mounts {dest}: not mounted: it exists on this host, and is left as it is")
                 continue
