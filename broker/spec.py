@@ -342,7 +342,7 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     if not isinstance(section, dict):
         raise SpecError("broker", "must be a mapping")
     unknown = sorted(set(section) - BROKER_KEYS)
-    if unknown:
+    if unknown and strict:  # a stored spec may hold a newer broker's setting: read leniently, it is left as it is
         raise SpecError(f"broker.{unknown[0]}", f"is not a broker setting ({unknown_key_hint(unknown[0], BROKER_KEYS)})")
     team = section.get("team")
     if team is not None and (not isinstance(team, str) or not NAME_RE.match(team)):

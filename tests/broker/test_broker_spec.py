@@ -268,3 +268,12 @@ def test_a_stored_spec_is_reread_as_it_was_admitted():
 
 def test_a_budget_to_the_millionth_is_kept_exactly():
     assert parse({"run": "x", "broker": {"budget_usd": "1.000001"}}, now=NOW).broker.budget == 1_000_001
+
+
+def test_a_broker_setting_a_newer_version_added_is_refused_at_submit_but_a_stored_spec_holding_it_still_reads():
+    task = {"run": "x", "broker": {"budget_usd": 5, "preemption_budget": 3}}
+    with pytest.raises(SpecError) as refused:
+        parse(task, now=NOW)
+    assert refused.value.field == "broker.preemption_budget"
+    spec = parse(task, now=NOW, strict=False)  # the engine's re-read of a job a newer broker accepted
+    assert spec.broker.budget == to_micros(5)
