@@ -13,6 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token-for-tests"
 TEAM_TOKENS = {"vision": "vision-token", "nlp": "nlp-token"}
+DAY = 86400.0
+WORKDIR_GRACE = DAY  # workdir_grace_seconds' default
+WORKDIR_RETENTION = 30 * DAY  # workdir_retention_seconds' default
 
 
 def free_port() -> int:

@@ -70,3 +70,13 @@ def s3_endpoint():
                  aws_secret_access_key="test").create_bucket(Bucket="runs")
     yield endpoint
     server.stop()
+
+
+@pytest.fixture
+def packs_in_tmp_path(tmp_path, monkeypatch):
+    """``pack`` writes a temporary file its caller removes: here the test's own directory takes them (the
+    workdir and file_mounts tests use it for every test: ``pytestmark``)."""
+    import tempfile
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))

@@ -23,20 +23,10 @@ from broker.lifecycle import JobState
 from broker.store import open_store
 from broker.workdir import pack, pack_file
 
-from broker_testing import ADMIN, start_broker, wait_for
+from broker_testing import ADMIN, DAY, WORKDIR_GRACE as GRACE, WORKDIR_RETENTION as RETENTION, start_broker, wait_for
 
 H = {"Authorization": f"Bearer {ADMIN}"}
-DAY = 86400.0
-GRACE = DAY  # workdir_grace_seconds' default
-RETENTION = 30 * DAY  # workdir_retention_seconds' default
-
-
-@pytest.fixture(autouse=True)
-def packs_in_tmp_path(tmp_path, monkeypatch):
-    import tempfile
-
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+pytestmark = pytest.mark.usefixtures("packs_in_tmp_path")
 
 
 def tokenizer(root: Path, text: str = "vocab v1") -> Path:

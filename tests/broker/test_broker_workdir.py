@@ -29,13 +29,7 @@ H = {"Authorization": f"Bearer {ADMIN}"}
 LIMIT = 64 * 1024
 
 
-@pytest.fixture(autouse=True)
-def packs_in_tmp_path(tmp_path, monkeypatch):
-    """``pack`` writes a temporary file its caller removes: here the test's own directory takes them."""
-    import tempfile
-
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+pytestmark = pytest.mark.usefixtures("packs_in_tmp_path")
 
 
 def digest_of(data: bytes) -> str:

@@ -24,20 +24,10 @@ from broker.lifecycle import JobState
 from broker.store import open_store
 from broker.workdir import pack
 
-from broker_testing import ADMIN, wait_for
+from broker_testing import ADMIN, DAY, WORKDIR_GRACE as GRACE, WORKDIR_RETENTION as RETENTION, wait_for
 
 H = {"Authorization": f"Bearer {ADMIN}"}
-DAY = 86400.0
-GRACE = DAY  # workdir_grace_seconds' default
-RETENTION = 30 * DAY  # workdir_retention_seconds' default
-
-
-@pytest.fixture(autouse=True)
-def packs_in_tmp_path(tmp_path, monkeypatch):
-    import tempfile
-
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+pytestmark = pytest.mark.usefixtures("packs_in_tmp_path")
 
 
 def code(root: Path, text: str = "v1") -> Path:
