@@ -570,6 +570,7 @@ class BrokerService:
             raise Conflict(f"the job is {job.state.value}, not running")
         attempt_id = f"{job.id}-a{job.attempts}"
         if kind == "preempt":
+            _check_preemptible(next((a for a in self.store.attempts(job.id) if a.id == attempt_id), None))
             done = launcher.preempt(attempt_id)
         elif kind == "kill":
             launcher.kill(attempt_id)
@@ -577,6 +578,25 @@ class BrokerService:
         else:
             raise Invalid("kind", "must be preempt, kill or zone")
         return {"job": job.id, "attempt": attempt_id, "fault": kind, "applied": bool(done)}
+
+
+def _check_preemptible(attempt: Attempt | None) -> None:
+    """Only spot capacity is taken back: a preemption injected into an attempt on a pool or on on-demand was
+    carried out, then diagnosed as "Spot capacity was preempted ... in local", a fault no such placement has.
+    (A lost node, ``kill``, can befall any of them.) A real cloud's spot VM is preempted by its cloud alone."""
+    if attempt is None:
+        raise Conflict("the job has no attempt to preempt yet")
+    p = attempt.placement
+    if p.get("tier") == Tier.SPOT.value and p.get("simulated"):
+        return
+    if p.get("tier") == Tier.ONPREM.value:
+        where = f"the on-prem pool {p.get('zone')}"
+    elif p.get("simulated"):
+        where = f"the {p.get('tier')} zone {p.get('zone')}"
+    else:
+        where = f"{p.get('tier')} capacity in {p.get('cloud')}/{p.get('zone') or p.get('region')}, not a simulated zone"
+    raise Conflict(f"attempt {attempt.n} runs on {where}: only a simulated spot zone's capacity is preempted "
+                   "(the kill fault simulates a lost node)")
 
 
 def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:

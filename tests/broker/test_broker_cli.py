@@ -261,6 +261,25 @@ def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     assert run("cancel", job["id"]).returncode == 0
 
 
+def test_fault_preempt_is_refused_for_a_job_on_an_on_prem_pool(cli):
+    """`broker fault preempt` on a job on a pool was carried out, and the job's diagnosis then read "Spot capacity
+    was preempted at step 43 in local": a pool has no spot capacity to take back. It is refused, saying why."""
+    run, tmp = cli
+    task = tmp / "pool.yaml"
+    task.write_text("name: p\nresources: {cpus: 1}\nrun: for i in $(seq 100); do sleep 0.1; done\n")
+    job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)
+    running = wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == "running"
+                       and j, timeout=30)
+    assert running["attempt_list"][0]["placement"]["tier"] == "onprem"
+    r = run("fault", "preempt", job["id"], check=False)
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "error [409]: attempt 1 runs on the on-prem pool local: only a simulated spot zone's capacity is preempted "
+        "(the kill fault simulates a lost node)"), r.stderr
+    after = json.loads(run("--json", "status", job["id"]).stdout)
+    assert after["state"] == "running" and after["attempt_list"][0]["state"] == "running", after
+    assert run("cancel", job["id"]).returncode == 0
+
+
 def test_logs_attempt_counts_from_one_and_follow_starts_at_the_attempt_given(cli):
     """`broker logs J --attempt 0` showed the newest attempt (0 read as "none given"), and `-f --attempt 1`
     ignored the attempt and followed only the newest: a retried job's first, failed attempt could not be followed."""
