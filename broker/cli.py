@@ -1,8 +1,8 @@
 """``broker``: the command line. A thin layer over :class:`broker.client.BrokerClient`.
 
 Human output (rich tables) by default, ``--json`` for scripts; errors are one
-line on stderr and a non-zero exit code. Heavy imports happen inside commands,
-so ``broker --help`` is instant.
+line on stderr and a non-zero exit code (with ``--json``, also one object on stdout).
+Heavy imports happen inside commands, so ``broker --help`` is instant.
 """
 
 from __future__ import annotations
@@ -149,13 +149,28 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(exc, BrokerError):
             where = f" [{exc.status}]" if exc.status else ""
             print(f"error{where}: {exc.detail}", file=sys.stderr)
+            _json_error(args, exc.detail, exc.status, exc.field)
             return 1
         from broker.config import ConfigError
 
         if isinstance(exc, (ConfigError, ValueError, OSError)):
             print(f"error: {exc}", file=sys.stderr)
+            _json_error(args, str(exc))
             return 1
         raise
+
+
+def _json_error(args, sentence: str, status: int = 0, field: str | None = None) -> None:
+    """With ``--json``, an error is also one JSON object on stdout: a script piping the output into ``jq`` got
+    nothing to read when a refusal went to stderr alone. ``status`` and ``field`` when the broker gave them."""
+    if not getattr(args, "json", False):
+        return
+    body: dict[str, Any] = {"error": sentence}
+    if status:
+        body["status"] = status
+    if field:
+        body["field"] = field
+    _print_json(body)
 
 
 # -- commands -------------------------------------------------------------------------------------

@@ -146,6 +146,24 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli):
     assert r.returncode == 1 and "must start with http:// or https://" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_with_json_an_error_is_also_one_json_object_on_stdout(cli):
+    """`broker --json submit ... | jq` read nothing when the broker refused: the error went to stderr alone."""
+    run, tmp = cli
+    bad = tmp / "bad.yaml"
+    bad.write_text("run: x\nbroker: {budget_usd: nope}\n")
+    r = run("--json", "submit", str(bad), check=False)
+    assert r.returncode == 1 and json.loads(r.stdout) == {
+        "error": "broker.budget_usd: must be an amount of dollars such as 20 or \"12.50\"", "status": 422,
+        "field": "broker.budget_usd"}, r.stdout
+    assert r.stderr.startswith("error [422]: broker.budget_usd: must be"), r.stderr  # the human line stays
+    r = run("status", "j-nope", "--json", check=False)
+    assert r.returncode == 1 and json.loads(r.stdout) == {"error": "no job j-nope", "status": 404}, r.stdout
+    r = run("--json", "submit", str(tmp / "missing.yaml"), check=False)  # refused here, before any request
+    assert r.returncode == 1 and json.loads(r.stdout) == {"error": f"{tmp / 'missing.yaml'}: no such file"}, r.stdout
+    r = run("status", "j-nope", check=False)
+    assert r.returncode == 1 and r.stdout == "", r.stdout  # without --json, stdout stays empty
+
+
 def test_a_local_admin_token_another_broker_wrote_is_named_with_how_to_point_the_cli_at_the_right_one(cli):
     """A first-day user who started `broker serve` with BROKER_DATA_DIR in one shell and ran the CLI in another
     got only 'the token is not valid': the CLI had sent the admin token of the default data dir, and said not so."""
