@@ -32,7 +32,7 @@ from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Conflict, Invalid, NotFound
-from broker.spec import SpecError, load_text
+from broker.spec import SpecError, load_text, unknown_key_hint
 from broker.store import JobStore, StoreUnavailable, open_store
 from broker.views import event_view, job_view
 from broker.workdir import UNPACK_RATIO, PackError, human, parse_digest
@@ -268,8 +268,14 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     async def set_budget(job_id: str, caller: Caller, request: Request) -> dict:
         """Change the budget cap: ``{"budget_usd": "40"}``. Raising it lets a budget-stopped job resume."""
         body = await _json_object(request)
+        if body.get("budget_usd") is None:
+            # {"budget": 40} was told "must be an amount of dollars", as if 40 were wrong rather than the key
+            others = [k for k in body if k != "budget_usd"]
+            wrong = "".join(f"; '{k}' is not a field this takes ({unknown_key_hint(k, {'budget_usd'})})"
+                            for k in others)
+            raise Invalid("budget_usd", f"is required: send {{\"budget_usd\": \"40\"}}{wrong}")
         try:
-            micros = to_micros(str(body.get("budget_usd")) if body.get("budget_usd") is not None else "", exact=True)
+            micros = to_micros(str(body["budget_usd"]), exact=True)
         except (AmountTooLarge, TooPrecise) as exc:
             raise Invalid("budget_usd", str(exc)) from None
         except MoneyError:

@@ -167,6 +167,19 @@ def test_a_budget_change_finer_than_a_millionth_is_refused_and_changes_nothing(c
     assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
 
 
+@pytest.mark.parametrize("body, detail", [
+    pytest.param({"budget": 40}, "budget_usd: is required: send {\"budget_usd\": \"40\"}; 'budget' is not a field "
+                                 "this takes (did you mean 'budget_usd'?)", id="a wrong key is named, not its amount"),
+    pytest.param({}, "budget_usd: is required: send {\"budget_usd\": \"40\"}", id="an empty body"),
+])
+def test_a_budget_change_without_budget_usd_says_it_is_required(client, body, detail):
+    """{"budget": 40} was answered "budget_usd: must be an amount of dollars", as if 40 were the mistake."""
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.post(f"/v1/jobs/{job['id']}/budget", json=body, headers=auth())
+    assert r.status_code == 422 and r.json() == {"detail": detail, "field": "budget_usd"}, r.text
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
+
+
 def test_auth_is_required_and_checked(client):
     assert client.get("/v1/jobs").status_code == 401
     assert client.get("/v1/jobs", headers=auth("wrong")).status_code == 401
