@@ -188,14 +188,14 @@ def cmd_serve(args) -> int:
     if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
         # jobs on this host report progress to the port we actually listen on
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-        settings = dataclasses.replace(settings, public_url=f"http://{host}:{args.port}")
+        settings = dataclasses.replace(settings, public_url=f"http://{_host_port(host, args.port)}")
     app = create_app(settings, engine=False if args.no_engine else None)
     # What exists now (modules, the app, settings) lives as long as the process: freeze it so the
     # collector's full passes under load scan only what requests leave behind. Unfrozen, each full
     # pass walked ~80k startup objects and stalled every request for 30-70 ms on the shared VM.
     gc.collect()
     gc.freeze()
-    print(f"spot-broker on http://{args.host}:{args.port}  store={redacted_url(settings.store_url)}  "
+    print(f"spot-broker on http://{_host_port(args.host, args.port)}  store={redacted_url(settings.store_url)}  "
           f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}",
           file=sys.stderr)
     if key_warning:
@@ -211,6 +211,13 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _host_port(host: str, port: int) -> str:
+    """``host:port`` as a URL writes it: an IPv6 address in brackets (``[::1]:8000``). Without them the start
+    line showed ``http://::1:8000``, and jobs were told to report their progress to that URL, which no client
+    can parse."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _listen(host: str, port: int):
     """A socket listening on ``host:port``, or an ``OSError`` saying the port is taken and what to do."""
     import errno
@@ -224,9 +231,9 @@ def _listen(host: str, port: int):
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise OSError(f"{host}:{port} is already in use (another `broker serve`?): stop it, or serve on "
+            raise OSError(f"{_host_port(host, port)} is already in use (another `broker serve`?): stop it, or serve on "
                           "another port with --port or BROKER_PORT") from None
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise OSError(f"cannot listen on {_host_port(host, port)}: {exc.strerror or exc}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

@@ -411,6 +411,54 @@ def test_serve_on_a_port_in_use_exits_before_its_engine_touches_the_store(tmp_pa
     assert open_store(f"sqlite://{db}").beats() == {}  # no engine ticked: it would have said it was alive
 
 
+def _ipv6_loopback_port() -> int | None:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            return s.getsockname()[1]
+    except OSError:
+        return None
+
+
+def test_serve_on_an_ipv6_address_names_it_in_brackets_and_jobs_report_to_a_url_that_parses(tmp_path):
+    """`broker serve --host ::1` printed http://::1:PORT, and told its jobs to report progress to that URL, which
+    no HTTP client parses: an IPv6 address in a URL takes brackets."""
+    import httpx
+
+    port = _ipv6_loopback_port()
+    if port is None:
+        pytest.skip("no IPv6 loopback here")
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}
+    env.pop("BROKER_PUBLIC_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--host", "::1", "--port", str(port),
+                             "--config", str(config)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=open(log, "w"))
+    url = f"http://[::1]:{port}"
+    try:
+        client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+
+        def up():
+            try:
+                return client.get("/v1/healthz").status_code == 200
+            except httpx.HTTPError:
+                assert proc.poll() is None, log.read_text()
+                return False
+
+        wait_for(up, timeout=30)
+        assert log.read_text().startswith(f"spot-broker on {url}  store="), log.read_text()
+        job = client.post("/v1/jobs", json={"name": "u", "resources": {"cpus": 1}, "broker": {"budget_usd": 1},
+                                            "run": "echo \"$BROKER_PROGRESS_URL\""}).json()
+        wait_for(lambda: client.get(f"/v1/jobs/{job['id']}").json()["state"] == "succeeded", timeout=30)
+        said = client.get(f"/v1/jobs/{job['id']}/logs").json()["data"]
+        assert f"{url}/v1/jobs/{job['id']}/progress" in said, said
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
 @pytest.mark.parametrize("url, shown", [
     ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
     ("redis://user:pw@host:6379/0?ssl_ca_certs=/ca.pem", "redis://user:***@host:6379/0?ssl_ca_certs=/ca.pem"),
