@@ -482,6 +482,8 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
         m = _ISO_DURATION.match(text) if text.upper().startswith("P") else _DURATION.match(text)
         if m and any(m.groups()):
             d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+            if d * 86400 + h * 3600 + mi * 60 + s <= 0:  # not "in the past: 03:35Z, and it is 03:35Z now"
+                raise SpecError(where, f"{text} from now is now: give a deadline after now, such as 6h")
             seconds = now + d * 86400 + h * 3600 + mi * 60 + s
         else:
             try:

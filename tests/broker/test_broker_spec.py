@@ -234,7 +234,6 @@ def test_a_stored_job_whose_job_recovery_the_retry_check_refuses_is_still_read_b
 @pytest.mark.parametrize("deadline, said", [
     pytest.param("2025-09-21T10:00Z", "2025-09-21T10:00Z", id="a deadline a year back names itself"),
     pytest.param("2026-09-21T16:00+09:00", "2026-09-21T07:00Z", id="a deadline whose offset puts it back says it in UTC"),
-    pytest.param("0h", "2026-09-21T14:13Z", id="a duration of nothing is now, not after it"),
 ])
 def test_a_deadline_in_the_past_says_when_it_is_and_when_now_is(deadline, said):
     """A new user's past deadline (a slip of the year or the timezone) was refused only as 'is in the past'."""
@@ -242,6 +241,15 @@ def test_a_deadline_in_the_past_says_when_it_is_and_when_now_is(deadline, said):
         parse({"run": "x", "broker": {"deadline": deadline}}, now=NOW)
     assert info.value.reason == (f"is in the past: {said}, and it is 2026-09-21T14:13Z now; give a later time with "
                                  "its timezone, or a duration from now such as 6h")
+
+
+@pytest.mark.parametrize("deadline", ["0h", "0d0h0m", "PT0S"])
+def test_a_deadline_of_no_time_from_now_asks_for_one_after_now(deadline):
+    """`--deadline 0h` was refused as "in the past: 14:13Z, and it is 14:13Z now", a contradiction on its face."""
+    with pytest.raises(SpecError) as info:
+        parse({"run": "x", "broker": {"deadline": deadline}}, now=NOW)
+    assert (info.value.field, info.value.reason) == (
+        "broker.deadline", f"{deadline} from now is now: give a deadline after now, such as 6h")
 
 
 def test_a_timezone_less_deadline_says_how_to_write_it():
