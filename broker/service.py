@@ -308,10 +308,20 @@ class BrokerService:
         if state is not None and state not in {s.value for s in JobState}:
             raise Invalid("state", f"must be one of {', '.join(s.value for s in JobState)}")
         if not principal.admin:
-            if team is not None and team != principal.team:
-                return []
+            if team and team != principal.team:  # was an empty list, as if that team had no jobs
+                raise Invalid("team", f"you can see only your team's jobs ({principal.team})", status=403)
             team = principal.team
+        self.check_team(team)
         return self.store.list_jobs(states=[state] if state else None, team=team, limit=limit)
+
+    def check_team(self, team: str | None) -> None:
+        """A team filter naming no team the broker knows — not in its config, no job ever submitted for it (a
+        team taken out of the config, or any team where none are configured, still has its jobs) — is refused
+        with the teams there are: a typo read as a team with nothing to show."""
+        known = {*self.settings.teams, self.settings.default_team}
+        if not team or team in known or self.store.list_jobs(team=team, limit=1):
+            return
+        raise Invalid("team", f"there is no team {team!r} (teams: {', '.join(sorted(known))})")
 
     def events(self, principal: Principal, job_id: str) -> list[Event]:
         self.get(principal, job_id)

@@ -224,7 +224,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return JSONResponse(status_code=201 if created else 200, content=job_view(job),
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
-    @app.get("/v1/jobs", tags=["jobs"], **answers(JobList, 401, 422))
+    @app.get("/v1/jobs", tags=["jobs"], **answers(JobList, 401, 403, 422))
     def list_jobs(caller: Caller, state: str | None = None, team: str | None = None,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict:
         """Jobs you can see, newest first; filter by ``state`` and ``team``."""

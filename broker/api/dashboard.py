@@ -50,6 +50,7 @@ def router(service, settings: Settings) -> APIRouter:
 
     def team_for(caller: Principal, team: str | None) -> str | None:
         if caller.admin:
+            service.check_team(team)
             return team or None
         if team and team != caller.team:
             raise Invalid("team", f"you can see only your team's costs ({caller.team})", status=403)

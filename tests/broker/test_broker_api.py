@@ -292,6 +292,34 @@ def test_an_admin_submitting_for_a_team_that_does_not_exist_is_told_the_teams(cl
     assert "no team 'nosuch'" in r.json()["detail"] and "vision" in r.json()["detail"]
 
 
+def test_a_team_filter_naming_no_team_is_refused_with_the_teams_there_are(client):
+    """`broker status --team nope`, `broker costs --team nope` and GET /v1/jobs?team=nope answered an empty result,
+    as if the team had nothing yet: a typo for a team is now told so, with the teams the broker knows."""
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    said = "team: there is no team 'nope' (teams: default, nlp, vision)"
+    for path in ("/v1/jobs", "/v1/costs"):
+        r = client.get(path, params={"team": "nope"}, headers=auth())
+        assert r.status_code == 422 and r.json() == {"detail": said, "field": "team"}, (path, r.text)
+        assert client.get(path, params={"team": "vision"}, headers=auth()).status_code == 200  # known, nothing yet
+    # a team taken out of the config still has its jobs to list
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    store = client.app.state.service.store
+    stored = store.get_job(job["id"])
+    store.commit(Change(job=replace(stored, team="retired"), expected_version=stored.version))
+    listed = client.get("/v1/jobs", params={"team": "retired"}, headers=auth())
+    assert listed.status_code == 200 and [j["id"] for j in listed.json()["jobs"]] == [job["id"]], listed.text
+    assert client.get("/v1/costs", params={"team": "retired"}, headers=auth()).status_code == 200
+    # a team member asking for another team's jobs is refused, as for its costs (it was an empty list)
+    r = client.get("/v1/jobs", params={"team": "nlp"}, headers=auth("vision-token"))
+    assert r.status_code == 403 and r.json() == {"detail": "team: you can see only your team's jobs (vision)",
+                                                 "field": "team"}, r.text
+    assert client.get("/v1/costs", params={"team": "nlp"}, headers=auth("vision-token")).status_code == 403
+    assert client.get("/v1/jobs", params={"team": "vision"}, headers=auth("vision-token")).status_code == 200
+
+
 @pytest.fixture
 def zone_client(make_settings, tmp_path):
     """The API of a broker that also has a simulated on-demand zone (several nodes: not a pool's)."""
