@@ -583,11 +583,25 @@ class BrokerService:
             _check_preemptible(next((a for a in self.store.attempts(job.id) if a.id == attempt_id), None))
             done = launcher.preempt(attempt_id)
         elif kind == "kill":
+            _check_on_this_host(next((a for a in self.store.attempts(job.id) if a.id == attempt_id), None))
             launcher.kill(attempt_id)
             done = True
         else:
             raise Invalid("kind", "must be preempt, kill or zone")
         return {"job": job.id, "attempt": attempt_id, "fault": kind, "applied": bool(done)}
+
+
+def _check_on_this_host(attempt: Attempt | None) -> None:
+    """A lost node is simulated by killing the attempt's process here: a cloud attempt (the SkyPilot launcher beside
+    the local one) has none, and the kill was reported applied while nothing happened."""
+    if attempt is None:
+        raise Conflict("the job has no attempt to kill yet")
+    p = attempt.placement
+    if p.get("tier") == Tier.ONPREM.value or p.get("simulated"):
+        return
+    raise Conflict(f"attempt {attempt.n} runs on {p.get('tier')} capacity in {p.get('cloud')}/"
+                   f"{p.get('zone') or p.get('region')}, not on this host: only a pool's or a simulated zone's "
+                   "node can be killed from here")
 
 
 def _check_preemptible(attempt: Attempt | None) -> None:

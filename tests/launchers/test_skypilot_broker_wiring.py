@@ -101,3 +101,27 @@ def test_a_kubernetes_pool_needs_the_skypilot_launcher(tmp_path):
     cfg.write_text(K8S_POOL)
     with pytest.raises(ConfigError, match=r"^pools\[0\]\.kubernetes_context: a Kubernetes pool is reached through SkyPilot"):
         load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": "t"}, config_path=cfg)
+
+
+def test_a_kill_fault_for_an_attempt_on_a_cloud_is_refused_rather_than_reported_done(sky, tmp_path):
+    """Faults act on this host's processes: with simulated zones beside SkyPilot, a kill of a cloud attempt found no
+    process here and still answered applied: true."""
+    from broker.lifecycle import AttemptState, JobState
+    from broker.models import Attempt, Job
+    from broker.service import Conflict
+    from broker.store import Change
+
+    config = tmp_path / "config.yaml"
+    config.write_text("zones:\n  - {name: sim-a, tier: spot, instance_type: g5.xlarge}\n")
+    settings = load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_LAUNCHER": "skypilot",
+                              "BROKER_ADMIN_TOKEN": "t", "BROKER_CONFIG": str(config)})
+    svc = BrokerService(settings, open_store(f"sqlite://{tmp_path / 'f.db'}"), open_launcher(settings))
+    placement = {"tier": "spot", "cloud": "aws", "zone": "us-east-1a", "instance_type": "g5.xlarge"}
+    job = Job(id="j-cloud", name="t", team="default", state=JobState.RUNNING, spec={"run": "x"}, budget=5_000_000,
+              priority=0, submitted_at=1.0, updated_at=1.0, attempts=1, placement=placement)
+    attempt = Attempt(id="j-cloud-a1", job_id="j-cloud", n=1, state=AttemptState.RUNNING, launcher="skypilot",
+                      placement=placement, price_per_hour=1_000_000, created_at=1.0)
+    svc.store.commit(Change(job=job, expected_version=None, attempts=(attempt,)))
+    with pytest.raises(Conflict, match="not on this host"):
+        svc.inject_fault(ADMIN, "kill", job_id="j-cloud")
+    svc.store.close()
