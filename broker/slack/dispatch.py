@@ -105,6 +105,7 @@ class Dispatcher:
             if team and team != who.team:
                 return blocks.error(f"You can see only your team's costs ({who.team}).")
             team = who.team
+        self.service.check_team(team)  # a typo'd team was an empty report, as if it had spent nothing
         now = self.service.clock()
         win = costs.window(now=now, period=cmd.period)
         jobs, attempts = costs.gather(self.service.store, team=team, win=win)

@@ -209,6 +209,7 @@ def test_a_user_acts_only_on_their_teams_jobs(slack, store):
     assert "not mapped to a team" in text_of(command(slack, "status", user="U_NOBODY").json())
     admin = text_of(command(slack, "costs team-a", user="U_ADMIN").json())
     assert "$6.50" in admin
+    assert "there is no team 'team-z' (teams: " in text_of(command(slack, "costs team-z", user="U_ADMIN").json())
     assert "Cancelling" in text_of(command(slack, "cancel j-a2").json())
     assert store.get_job("j-a2").state is JobState.CANCELLING
 
