@@ -237,7 +237,9 @@ class Engine:
 
     def _commit(self, job: Job, event: JobEvent | None, reason: str, now: float, *,
                 records: tuple[Attempt, ...] = (), data: dict | None = None, notes: tuple[Event, ...] = (),
-                **fields) -> Job:
+                then: tuple[JobEvent, str] | None = None, **fields) -> Job:
+        """One change of the job, its attempts and events, committed together. ``then``: a second event (and its
+        reason) that follows ``event`` in the same change."""
         events = list(notes)
         new = replace(job, updated_at=now, **fields)
         if event is not None:
@@ -245,6 +247,12 @@ class Engine:
             new = replace(new, state=t.to_state, reason=reason)
             events.append(event_for(new, event, t.to_state, time=now, reason=reason, actor=self.actor,
                                     from_state=job.state, data=data))
+            if then is not None:
+                before = new.state
+                t = apply(before, then[0])
+                new = replace(new, state=t.to_state, reason=then[1])
+                events.append(event_for(new, then[0], t.to_state, time=now, reason=then[1], actor=self.actor,
+                                        from_state=before))
         stored = self.store.commit(Change(job=new, expected_version=job.version, events=events, attempts=records))
         if self.on_event:
             for e in events:
@@ -520,19 +528,25 @@ class Engine:
                 fields["placement"] = {}
         if outcome.retried_error:
             fields["errors_retried"] = job.errors_retried + 1
-        if stop_budget and event is None:
-            event, reason = JobEvent.STOP_BUDGET, (f"budget nearly used: spent {fmt(fields['spent'])} of "
-                                                   f"{fmt_limit(job.budget)}, the rest pays for checkpointing and stopping")
+        then = None  # a second event in the same commit
+        if stop_budget and event in (None, JobEvent.START):
+            stop = (JobEvent.STOP_BUDGET, f"budget nearly used: spent {fmt(fields['spent'])} of "
+                                          f"{fmt_limit(job.budget)}, the rest pays for checkpointing and stopping")
             if stop_budget == "provisioning":
                 rest = "the budget is used up" if fields["spent"] >= job.budget else \
                     "the rest pays for tearing it down"
-                reason = (f"{PROVISIONING_STOP} {_provisioned(self.launcher, attempt)} was still being "
-                          f"provisioned: spent {fmt(fields['spent'])} of {fmt_limit(job.budget)}, its run window ended "
-                          f"before it could start, and {rest}")
+                stop = (JobEvent.STOP_BUDGET, f"{PROVISIONING_STOP} {_provisioned(self.launcher, attempt)} was still "
+                                              f"being provisioned: spent {fmt(fields['spent'])} of "
+                                              f"{fmt_limit(job.budget)}, its run window ended before it could start, "
+                                              f"and {rest}")
+            if event is None:
+                event, reason = stop
+            else:  # started in the tick its budget stop was asked: both said, the job stopping (not "running")
+                then = stop
         if event is None and not notes and fields.get("spent") == job.spent and attempt == attempts[-1] \
                 and len(fields) == 1:
             return
-        self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), **fields)
+        self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), then=then, **fields)
         if attempt.state.is_final:
             self._attempt_ended(job, attempt)
 

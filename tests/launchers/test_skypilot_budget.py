@@ -8,6 +8,7 @@ Sequences, one poll per arrow:
 | launched with its limit → running → its guard stops the run (no broker asked) | stopped at its budget |
 | launched with its limit → setting up (a download that hangs) → its guard stops the setup (no broker asked) | stopped at its budget, not failed: the run never started |
 | launched with its limit → budget raised (the cluster's limit stays) → the guard stops the run at the old limit | resumed from its checkpoint on a new cluster with the new limit |
+| launched with its limit → comes up only when what is left pays for no more than a clean stop | started, then stopping at its budget, in one tick (it read "running" until it ended) |
 | launched with its limit → still provisioning when its run window ends | its launch cancelled, its cluster torn down: stopped at its budget, within it |
 | launched → budget raised (the cluster's limit stays) → still provisioning at the old window's end | its launch cancelled, resumed on a new cluster with the new limit |
 | launched → the broker away past the budget while it provisions → back | stopped, and the notes say what ran beyond the budget |
@@ -192,6 +193,25 @@ def test_a_cluster_still_provisioned_when_its_run_window_ends_is_cancelled_and_t
     [stop] = [e for e in service.store.events(job.id) if e.event == "budget_stop_requested"]
     assert "its cluster was still being provisioned when its run window ended" in stop.reason
     assert stop.data["beyond_budget"] == 0
+
+
+def test_a_cluster_that_comes_up_in_the_tick_its_run_window_ends_shows_started_then_stopping_at_its_budget(
+        clocked, clock):
+    """The start and the budget stop in one tick: the job read "running" (the start's event, with a stop already
+    asked for) until the attempt ended; both are now recorded, in order, and the job is stopping."""
+    service, engine, cloud = clocked
+    job, attempt, cluster = provisioning_job(service, engine, cloud, 100)
+    clock[0] = attempt.limit_at  # it came up late: what is left pays only for a clean stop
+    cloud.provisioned(cluster, spot=True, job="RUNNING")
+    engine.tick()
+    now = service.store.get_job(job.id)
+    assert now.state is JobState.STOPPING and now.reason.startswith("budget nearly used"), now.reason
+    said = [(e.event, e.to_state) for e in service.store.events(job.id)][-2:]
+    assert said == [("start", "running"), ("stop_budget", "stopping")], said
+    (attempt,) = service.store.attempts(job.id)
+    assert attempt.started_at is not None and attempt.stop_reason == "budget"
+    final = tick_until(engine, service.store, job.id, {"stopped_budget", "queued", "failed"})
+    assert final.state is JobState.STOPPED_BUDGET and final.spent <= final.budget
 
 
 def test_a_cluster_provisioned_past_its_budget_while_the_broker_was_away_is_stopped_and_the_overrun_said(
