@@ -7,7 +7,8 @@ At launch the engine fetches the pack once per host into ``<data dir>/workdirs/p
 digest, and unpacks a fresh copy per attempt into ``<data dir>/workdirs/attempts/<attempt id>/``:
 the directory the launcher runs the job from (the local launcher) or syncs to the cluster (SkyPilot).
 A job's uploaded ``file_mounts`` sources (``broker.file_mounts``: packs in the same store) are unpacked
-likewise, each into ``<data dir>/workdirs/mounts/<attempt id>/<n>/``, and go with the attempt's workdir.
+likewise, each into ``<data dir>/workdirs/mounts/<attempt id>/<n>/`` (a single file is given to the launcher
+as ``<n>.file`` beside it, never under the submitter's name), and go with the attempt's workdir.
 
 Nothing here is kept for ever (docs/deploy.md, "Workdir packs: what is kept, and for how long"):
 
@@ -334,6 +335,12 @@ class WorkdirStore:
         target = self.local / "mounts" / attempt_id / str(index)
         return target if target.is_dir() else None
 
+    def ready_mount_file(self, attempt_id: str, index: int) -> Path | None:
+        """The file of the attempt's ``index``-th uploaded file_mounts source that is a single file, under the
+        broker's own name (:meth:`mount_file`), if it has been made."""
+        target = self.local / "mounts" / attempt_id / f"{index}.file"
+        return target if target.is_file() else None
+
     def has_local(self, attempt_id: str) -> bool:
         """Whether this host holds an unpacked copy for the attempt: its workdir, or its file_mounts."""
         return any((self.local / folder / attempt_id).is_dir() for folder in FOLDERS)
@@ -349,6 +356,24 @@ class WorkdirStore:
         destinations), beside its workdir's copy (``mounts/<attempt>``, not in it: SkyPilot would sync it
         twice) and removed with it; made once, as :meth:`attempt_dir`."""
         return self._unpacked(hex_digest, self.local / "mounts" / attempt_id / str(index))
+
+    def mount_file(self, hex_digest: str, attempt_id: str, index: int, name: str) -> Path:
+        """The file ``name`` of the attempt's copy of its ``index``-th file_mounts pack (:meth:`mount_dir`), given to
+        the launcher as ``mounts/<attempt>/<n>.file``: a name of the broker's, never the submitter's. SkyPilot
+        rsyncs a local source through a shell, quoted with Python's ``repr`` — a name holding ``'`` goes in double
+        quotes, where ``$(...)`` runs on the broker's host. A hard link (a copy where the disk has none), made
+        once; raises :class:`PackError` when the pack holds no such file, else as :meth:`mount_dir`."""
+        source = self.mount_dir(hex_digest, attempt_id, index) / name
+        if not source.is_file():
+            raise PackError(f"holds no file {name!r} (the pack of a single file holds that file)")
+        target = self.local / "mounts" / attempt_id / f"{index}.file"
+        try:
+            os.link(source, target)
+        except FileExistsError:
+            pass  # made before (a launch done again) or by another broker on this data dir: the same file
+        except OSError:  # no hard links on this disk: a copy, whole or not at all
+            _copy_whole(source.resolve(), str(target))
+        return target
 
     def _unpacked(self, hex_digest: str, target: Path) -> Path:
         base = self.local

@@ -348,9 +348,10 @@ class Engine:
     def _files(self, job: Job, attempt: Attempt) -> tuple[str | None, dict[str, str]] | object:
         """The attempt's own unpacked copies of the job's uploaded workdir (``broker.workdir``) and file_mounts
         sources (``broker.file_mounts``), if it has any: (the workdir, destination → its copy; a single file:
-        the file in it). Every attempt, a resume too, starts from the same files. Fetched and unpacked in a
-        thread beside the ticks — a 100 MiB pack takes seconds, which no other job's tick should wait for — so
-        the first calls answer ``_PREPARING``; the job stays ``launching`` meanwhile, and the tick that finds
+        the file, under a name of the broker's, :meth:`WorkdirStore.mount_file`). Every attempt, a resume too,
+        starts from the same files. Fetched and unpacked in a thread beside the ticks — a 100 MiB pack takes
+        seconds, which no other job's tick should wait for — so the first calls answer ``_PREPARING``; the job
+        stays ``launching`` meanwhile, and the tick that finds
         it done launches (a broker that stops meanwhile leaves a half-made directory the sweep removes,
         and the next one starts again). A pack gone from the store fails the job (no placement can help);
         a store that does not answer sends it back to the queue."""
@@ -395,10 +396,8 @@ class Engine:
                     if n is None:
                         workdir = str(store.attempt_dir(h, attempt_id))
                         continue
-                    path = store.mount_dir(h, attempt_id, n)
-                    if name and not (path / name).is_file():
-                        raise PackError(f"holds no file {name!r} (the pack of a single file holds that file)")
-                    copies[mounts[n][0]] = str(path / name) if name else str(path)
+                    path = store.mount_file(h, attempt_id, n, name) if name else store.mount_dir(h, attempt_id, n)
+                    copies[mounts[n][0]] = str(path)
                 except (PackMissing, PackError) as exc:
                     raise LaunchError(f"its {what} {value} cannot be unpacked: {exc}", permanent=True) from None
                 except OSError as exc:
@@ -774,11 +773,10 @@ def _ready(store, attempt_id: str, digest: str | None, mounts: list[tuple[str, s
         return None
     copies = {}
     for n, (dest, value) in enumerate(mounts):
-        made = store.ready_mount(attempt_id, n)
+        made = store.ready_mount_file(attempt_id, n) if parse_mount(value)[1] else store.ready_mount(attempt_id, n)
         if made is None:
             return None
-        name = parse_mount(value)[1]
-        copies[dest] = str(made / name) if name else str(made)
+        copies[dest] = str(made)
     return (str(workdir) if workdir is not None else None), copies
 
 

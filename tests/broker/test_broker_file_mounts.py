@@ -200,3 +200,29 @@ def test_a_mounted_file_gone_from_its_pack_fails_the_job_naming_the_mount(broker
     assert r.status_code == 201, r.text
     failed = until(engine, service, r.json()["id"], JobState.FAILED)
     assert f"its file_mounts /cfg/y.yaml {digest}/y.yaml cannot be unpacked: holds no file 'y.yaml'" in failed.reason
+
+
+
+def test_a_mounted_file_whose_name_has_shell_characters_reaches_the_launcher_under_a_name_of_the_brokers(
+        broker, tmp_path):
+    """SkyPilot rsyncs a local source through a shell, quoting it with Python's repr (a name with a quote is put
+    in double quotes, where ``$(...)`` runs: tests/launchers/test_skypilot_task.py): the name of a submitter's
+    file is never what the launcher is handed."""
+    client, service, engine = broker
+    odd = tmp_path / "up" / "vocab'$(touch pwned).json"
+    odd.parent.mkdir()
+    odd.write_text("v1\n")
+    digest = upload(client, pack_file(odd))
+    dest, go = tmp_path / "node" / "vocab.json", tmp_path / "go"
+    r = client.post("/v1/jobs", headers=H, json={"run": f"cat {dest}; while [ ! -f {go} ]; do sleep 0.05; done",
+                                                "broker": {"file_mounts": {str(dest): f"{digest}/{odd.name}"}}})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    until(engine, service, job["id"], JobState.RUNNING)
+    wait_for(lambda: "v1" in client.get(f"/v1/jobs/{job['id']}/logs", headers=H).json()["data"])
+    request = json.loads((service.settings.data_dir / "runs" / f"{job['id']}-a1" / "request.json").read_text())
+    source = request["task"]["file_mounts"][str(dest)]
+    assert source == str(service.settings.data_dir / "workdirs" / "mounts" / f"{job['id']}-a1" / "0.file"), source
+    assert Path(source).read_text() == "v1\n"
+    go.touch()
+    until(engine, service, job["id"], JobState.SUCCEEDED)
