@@ -149,8 +149,13 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     for key in ("file_mounts",):
         if key in task and task[key] is not None and not isinstance(task[key], dict):
             raise SpecError(key, "must be a mapping")
+    for dest, source in (task.get("file_mounts") or {}).items() if strict else ():
+        _shell_quotable(dest, f"file_mounts.{dest}")
+        _shell_quotable(source, f"file_mounts.{dest}", "source")
     if "workdir" in task and task["workdir"] is not None and not isinstance(task["workdir"], (str, dict)):
         raise SpecError("workdir", "must be a path")
+    if strict:
+        _shell_quotable(task.get("workdir"), "workdir", "path")
     broker = _parse_broker(raw.get("broker"), now=now, strict=strict)
     if broker.workdir is not None and task.get("workdir") is not None:
         raise SpecError("broker.workdir", "names an uploaded workdir, but the task has a workdir of its own too: "
@@ -383,11 +388,12 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     return BrokerSection(
         team=team, budget=budget, deadline=deadline, priority=priority, max_price_per_hour=max_price,
         checkpoint=checkpoint.strip() if checkpoint else None, retry=_retry(section.get("retry")),
-        expected_hours=expected_hours, workdir=workdir, file_mounts=_uploaded_mounts(section.get("file_mounts")),
+        expected_hours=expected_hours, workdir=workdir,
+        file_mounts=_uploaded_mounts(section.get("file_mounts"), strict=strict),
     )
 
 
-def _uploaded_mounts(mounts: Any) -> dict[str, str] | None:
+def _uploaded_mounts(mounts: Any, *, strict: bool = True) -> dict[str, str] | None:
     """``broker.file_mounts``: where each uploaded pack is mounted (a path on the node, as SkyPilot's
     destinations: absolute or under ``~``) → the pack (``broker/workdir.py``)."""
     if mounts is None:
@@ -401,11 +407,28 @@ def _uploaded_mounts(mounts: Any) -> dict[str, str] | None:
                 or "\x00" in dest:
             raise SpecError(where, "must be mounted at an absolute path or one under ~, with no trailing slash (as "
                                    "SkyPilot's file_mounts)")
+        if strict:  # a check added after the field: a stored spec is read as it was admitted
+            _shell_quotable(dest, where)
         try:
             parse_mount(value)
         except PackError as exc:
             raise SpecError(where, str(exc)) from None
     return dict(mounts)
+
+
+def _shell_quotable(path: object, where: str, what: str = "destination") -> None:
+    """A path SkyPilot rsyncs (a mount's destination, a local source, a workdir) must reach a shell as written:
+    SkyPilot runs rsync through a shell, quoting each path with Python's ``repr``. A path holding ``'`` is put in
+    double quotes, where ``$(...)`` and backquotes run on the broker's host (and one holding ``"`` too breaks out of
+    its quotes); a backslash or a control character comes out as an escape the shell keeps literally. A quote
+    alone (``/home/o'brien``) reads as written."""
+    if not isinstance(path, str):
+        return
+    quoted = repr(path)
+    if quoted == f"'{path}'" or (quoted == f'"{path}"' and not any(c in path for c in "$`")):
+        return
+    raise SpecError(where, f"cannot be handed to a shell as written (SkyPilot runs rsync through one): its {what} "
+                           f"holds a quote with $ or `, or a backslash or a control character")
 
 
 def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection, *,

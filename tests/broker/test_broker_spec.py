@@ -285,3 +285,29 @@ def test_a_broker_setting_a_newer_version_added_is_refused_at_submit_but_a_store
     assert refused.value.field == "broker.preemption_budget"
     spec = parse(task, now=NOW, strict=False)  # the engine's re-read of a job a newer broker accepted
     assert spec.broker.budget == to_micros(5)
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"run": "x", "broker": {"file_mounts": {"/data/a'$(touch pwned)": "sha256:" + "ab" * 32}}},
+     "broker.file_mounts./data/a'$(touch pwned)"),
+    ({"run": "x", "file_mounts": {"/data/a'$(touch pwned)": "/etc/hostname"}}, "file_mounts./data/a'$(touch pwned)"),
+    ({"run": "x", "file_mounts": {"/data/a\\b": "s3://bucket/a"}}, "file_mounts./data/a\\b"),
+    ({"run": "x", "file_mounts": {"/data/a'\"$(touch pwned)\"": "/etc/hostname"}}, "file_mounts./data/a'\"$(touch pwned)\""),
+    ({"run": "x", "file_mounts": {"/data/a'`touch pwned`": "/etc/hostname"}}, "file_mounts./data/a'`touch pwned`"),
+    ({"run": "x", "file_mounts": {"/data/a\nb": "s3://bucket/a"}}, "file_mounts./data/a\nb"),
+    ({"run": "x", "file_mounts": {"/data/a": "/tmp/x'$(touch pwned)"}}, "file_mounts./data/a"),
+    ({"run": "x", "workdir": "/tmp/x'$(touch pwned)"}, "workdir"),
+], ids=["uploaded", "a path of the broker's host", "a backslash", "both quotes", "backquotes", "a newline", "a source", "a workdir"])
+def test_a_path_skypilot_rsyncs_that_a_shell_would_not_read_as_written_is_refused_at_submit(raw, field):
+    """SkyPilot rsyncs a local source (or a workdir) to its destination through a shell, quoting each path with
+    Python's repr: one holding a quote is put in double quotes, where ``$(...)`` runs on the broker's host."""
+    with pytest.raises(SpecError) as refused:
+        parse(raw, now=NOW)
+    assert refused.value.field == field and "cannot be handed to a shell" in refused.value.reason, refused.value
+    parse(raw, now=NOW, strict=False)  # a job stored before the check is still read by the engine
+
+
+def test_a_path_with_spaces_and_dollars_or_a_quote_alone_reads_as_written_and_is_accepted():
+    spec = parse({"run": "x", "workdir": "/home/o'brien/proj", "file_mounts": {"/data/my $HOME (1)": "s3://bucket/a"},
+                  "broker": {"file_mounts": {"~/o'brien's data": "sha256:" + "ab" * 32}}}, now=NOW)
+    assert spec.broker.file_mounts == {"~/o'brien's data": "sha256:" + "ab" * 32}

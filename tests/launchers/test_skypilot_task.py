@@ -374,3 +374,27 @@ def test_uploaded_file_mounts_unpacked_for_the_attempt_are_local_sources_skypilo
     task.expand_and_validate_file_mounts()  # what SkyPilot checks before it syncs: each local source is here
     assert task.file_mounts == {"/data/tokenizer": str(copies / "0"), "~/cfg/x.yaml": str(copies / "1" / "x.yaml"),
                                 "/data/bucket": "s3://some-bucket/data"}
+
+
+def test_skypilot_rsyncs_a_path_the_broker_accepts_as_written_and_runs_what_one_it_refuses_holds(sky, tmp_path,
+                                                                                                   monkeypatch):
+    """Why broker/spec.py refuses some paths and the engine names a mounted file itself: SkyPilot runs rsync through
+    a shell, each path quoted with Python's repr — a path holding a quote goes in double quotes, where ``$(...)``
+    runs on the host that syncs (the broker's)."""
+    from sky.utils.command_runner import LocalProcessCommandRunner
+
+    from broker.spec import SpecError, parse
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("o'brien's data", "my $HOME (1)", 'say "hi"'):
+        source = tmp_path / name
+        source.write_text(name)
+        parse({"run": "x", "file_mounts": {f"/data/{name}": str(source)}}, now=0)
+        LocalProcessCommandRunner().rsync(str(source), str(tmp_path / "out"), up=True, stream_logs=False)
+        assert (tmp_path / "out").read_text() == name
+    name = "a'$(touch pwned)"
+    with pytest.raises(SpecError, match="cannot be handed to a shell"):
+        parse({"run": "x", "file_mounts": {f"/data/{name}": str(tmp_path / name)}}, now=0)
+    (tmp_path / "a'").write_text("what the shell made of the name")
+    LocalProcessCommandRunner().rsync(str(tmp_path / name), str(tmp_path / "out"), up=True, stream_logs=False)
+    assert (tmp_path / "pwned").exists()  # what the refusal keeps from the broker's host
