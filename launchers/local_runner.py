@@ -280,7 +280,9 @@ def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
     destination that exists on this host is left as it is — nothing of the host is overwritten — save a
     link to that same source (an earlier runner's of this attempt); one that cannot be made is said."""
     links, notes = [], []
-    for dest, source in sorted((task.get("file_mounts") or {}).items()):
+    mounts = sorted((task.get("file_mounts") or {}).items())
+    own = [os.path.realpath(p) for p in (_local_source(s) for _, s in mounts) if p is not None]
+    for dest, source in mounts:
         path = _local_source(source)
         if path is None or not isinstance(dest, str):
             continue
@@ -300,6 +302,14 @@ def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
                 raise MountTaken(f"file_mounts {dest}: not run: another job on this host has its own copy mounted "
                                  f"there now ({os.readlink(link)}); jobs on this host share its paths, so two of them "
                                  f"cannot mount the same destination at once")
+            where = os.path.realpath(os.path.dirname(link))
+            if _broker_copy(where) and not any(where == o or where.startswith(o + os.sep) for o in own):
+                # under another attempt's mounted copy (it mounts /data, this one /data/tok): the link would be made
+                # in that job's files, or find one of them there, and go with them when that job ends
+                unlink_mounts(links)
+                raise MountTaken(f"file_mounts {dest}: not run: it is under another job's copy mounted on this host "
+                                 f"now ({where}); jobs on this host share its paths, so one cannot mount inside "
+                                 f"another's mount")
             if os.path.lexists(link):
                 notes.append(f"file_mounts {dest}: not mounted: it exists on this host, and is left as it is")
                 continue

@@ -12,9 +12,9 @@ from launchers.local_runner import MountTaken, Runner, link_mounts, unlink_mount
 import pytest
 
 
-def copy_of(root, attempt: str, text: str):
+def copy_of(root, attempt: str, text: str, n: int = 0):
     """An attempt's unpacked copy, laid out as broker/workdir_store.py lays it out."""
-    folder = root / "workdirs" / "mounts" / attempt / "0"
+    folder = root / "workdirs" / "mounts" / attempt / str(n)
     folder.mkdir(parents=True)
     (folder / "vocab.txt").write_text(text)
     return str(folder)
@@ -56,3 +56,25 @@ def test_a_run_whose_mount_is_taken_fails_before_its_setup_and_says_why(tmp_path
     assert (result["exit_code"], result["step"]) == (1, "setup") and not marker.exists()
     assert "another job on this host has its own copy mounted there" in (run_dir / "output.log").read_text()
     unlink_mounts(held)
+
+
+def test_a_destination_under_another_attempts_mounted_copy_is_refused_and_its_copy_left_untouched(tmp_path):
+    """Job 1 mounts /data, job 2 /data/tok: job 2's link would be made inside job 1's copy (and gone with it when
+    job 1 ends, under job 2's run)."""
+    data = tmp_path / "data"
+    held, _ = link_mounts({"file_mounts": {str(data): copy_of(tmp_path, "j-1-a1", "one")}})
+    tok = copy_of(tmp_path, "j-2-a1", "two")
+    with pytest.raises(MountTaken, match="under another job's copy mounted on this host"):
+        link_mounts({"file_mounts": {str(data / "tok"): tok}})
+    assert sorted(os.listdir(data)) == ["vocab.txt"]  # nothing of job 2 in job 1's copy
+    with pytest.raises(MountTaken, match="under another job's copy"):  # nor job 1's file read as job 2's mount
+        link_mounts({"file_mounts": {str(data / "vocab.txt"): tok}})
+    unlink_mounts(held)
+
+
+def test_a_job_may_mount_one_of_its_own_uploads_under_another(tmp_path):
+    data = tmp_path / "data"
+    made, _ = link_mounts({"file_mounts": {str(data): copy_of(tmp_path, "j-1-a1", "one"),
+                                           str(data / "tok"): copy_of(tmp_path, "j-1-a1", "two", 1)}})
+    assert (data / "tok" / "vocab.txt").read_text() == "two"
+    unlink_mounts(made)
