@@ -405,6 +405,19 @@ def _local_source(source: Any) -> bool:
     return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
 
 
+def _may_name_host_paths(client) -> bool:
+    """Whether the broker on this host reads this caller's paths itself: only an admin's (a team's token
+    uploads, as to a remote broker). A broker too old to say reads them."""
+    from broker.client import BrokerError
+
+    try:
+        return bool(client.workdir_limits().get("host_paths", True))
+    except BrokerError as exc:
+        if exc.status in (404, 405):
+            return True
+        raise
+
+
 def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = False) -> None:
     """A broker on another host cannot read the submitter's disk: the ``workdir``, and each ``file_mounts``
     source that is a path here (a directory or a single file), is packed, uploaded once (named by its
@@ -417,7 +430,8 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
     mounts = task.get("file_mounts") if isinstance(task.get("file_mounts"), dict) else {}
     local = {dest: source for dest, source in mounts.items() if _local_source(source)}
     if upload is None:
-        upload = (isinstance(workdir, str) or bool(local)) and not _on_this_host(client.url)
+        upload = (isinstance(workdir, str) or bool(local)) and (
+            not _on_this_host(client.url) or not _may_name_host_paths(client))
     if not upload:
         return
     has_workdir = isinstance(workdir, str) and bool(workdir)

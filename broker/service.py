@@ -28,7 +28,7 @@ from broker.offers import after_run, all_offers, market, matching_offers, slots_
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
-from broker.spec import SpecError, parse
+from broker.spec import SpecError, host_paths, parse
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
@@ -165,6 +165,12 @@ class BrokerService:
         if self.settings.teams and team not in self.settings.teams and team != self.settings.default_team:
             known = ", ".join(sorted({*self.settings.teams, self.settings.default_team}))
             raise Invalid("broker.team", f"there is no team {team!r} (teams: {known})")
+        if not self.may_name_host_paths(principal):
+            for field, path in host_paths(spec.task)[:1]:
+                raise Invalid(field, f"names {path!r}, a path on the broker's host, which only an admin's submit may "
+                                     "(the launcher would read it there, and SkyPilot upload it to the job's cluster): "
+                                     "`broker submit` uploads the workdir and local file_mounts sources instead "
+                                     "(--upload-workdir)", status=403)
         if idempotency_key is not None:
             if not 1 <= len(idempotency_key) <= 200:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
@@ -313,6 +319,13 @@ class BrokerService:
             team = principal.team
         self.check_team(team)
         return self.store.list_jobs(states=[state] if state else None, team=team, limit=limit)
+
+    @staticmethod
+    def may_name_host_paths(principal: Principal) -> bool:
+        """Whether a submit of ``principal``'s may name paths on the broker's host (a workdir, a file_mounts
+        source): an admin's only. A team's token reaches the broker from anywhere, and the broker's disk holds
+        what no team should read (its cloud credentials, the secrets key, other jobs' copies)."""
+        return principal.admin
 
     def check_team(self, team: str | None) -> None:
         """A team filter naming no team the broker knows — not in its config, no job ever submitted for it (a

@@ -416,6 +416,27 @@ def _uploaded_mounts(mounts: Any, *, strict: bool = True) -> dict[str, str] | No
     return dict(mounts)
 
 
+def host_paths(task: dict[str, Any]) -> list[tuple[str, str]]:
+    """The paths on the broker's own host a task names, as (field, path): a ``workdir`` given as a path (not
+    SkyPilot's ``{url, ref}`` git form), and each ``file_mounts`` source that is not a bucket URL, a
+    ``broker:`` value or an uploaded pack's copy. The broker's launcher reads them there (SkyPilot uploads them
+    to the job's cluster)."""
+    def local(source: Any) -> bool:
+        return isinstance(source, str) and bool(source) and "://" not in source \
+            and ":" not in source.split("/", 1)[0]
+
+    found = []
+    if isinstance(task.get("workdir"), str) and task["workdir"]:
+        found.append(("workdir", task["workdir"]))
+    mounts = task.get("file_mounts") if isinstance(task.get("file_mounts"), dict) else {}
+    for dest, source in sorted(mounts.items(), key=lambda kv: str(kv[0])):
+        inner = source.get("source") if isinstance(source, dict) else source
+        for path in inner if isinstance(inner, list) else [inner]:
+            if local(path):
+                found.append((f"file_mounts.{dest}", path))
+    return found
+
+
 def _shell_quotable(path: object, where: str, what: str = "destination") -> None:
     """A path SkyPilot rsyncs (a mount's destination, a local source, a workdir) must reach a shell as written:
     SkyPilot runs rsync through a shell, quoting each path with Python's ``repr``. A path holding ``'`` is put in

@@ -329,8 +329,10 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.get("/v1/workdirs", tags=["workdirs"], **answers(WorkdirLimits, 401, 422))
     def workdir_limits(caller: Caller) -> dict:
-        """How large a workdir pack this broker accepts (``broker submit`` checks before it uploads)."""
-        return {"max_bytes": settings.max_workdir_bytes, "max_unpacked_bytes": settings.max_workdir_bytes * UNPACK_RATIO}
+        """How large a workdir pack this broker accepts (``broker submit`` checks before it uploads), and whether
+        the caller may name paths on the broker's host instead (``host_paths``: an admin only)."""
+        return {"max_bytes": settings.max_workdir_bytes, "max_unpacked_bytes": settings.max_workdir_bytes * UNPACK_RATIO,
+                "host_paths": service.may_name_host_paths(caller)}
 
     @app.get("/v1/workdirs/{digest}", tags=["workdirs"], **answers(WorkdirOut, 401, 404, 422))
     def get_workdir(digest: str, caller: Caller) -> dict:

@@ -135,6 +135,8 @@ class WorkdirOut(BaseModel):
 class WorkdirLimits(BaseModel):
     max_bytes: int = Field(description="the largest pack this broker accepts (max_workdir_bytes)")
     max_unpacked_bytes: int = Field(description="the most a pack may unpack to")
+    host_paths: bool = Field(description="whether this caller's submits may name paths on the broker's host (a "
+                                         "workdir, file_mounts sources) instead of uploading them: an admin's only")
 
 
 class ByTier(BaseModel):

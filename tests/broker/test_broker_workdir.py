@@ -155,6 +155,28 @@ def test_a_pack_is_uploaded_once_then_named_at_submit(api, tmp_path):
     assert r.status_code == 201, r.text
 
 
+@pytest.mark.parametrize("task, field", [
+    pytest.param({"run": "x", "workdir": "/home/me/project"}, "workdir", id="a workdir on the broker's host"),
+    pytest.param({"run": "x", "file_mounts": {"/root/.aws": "~/.aws"}}, "file_mounts./root/.aws",
+                 id="a file_mounts source on the broker's host, such as its cloud credentials"),
+    pytest.param({"run": "x", "file_mounts": {"/d": {"source": ["s3://b/x", "/etc"], "mode": "COPY"}}}, "file_mounts./d",
+                 id="a local path among a bucket's sources"),
+])
+def test_a_team_may_not_name_a_path_on_the_brokers_host_but_an_admin_may(api, task, field):
+    """A team's token reaches the broker from anywhere, and the SkyPilot launcher would upload such a path from the
+    broker's disk (its credentials, the secrets key) to the team's cluster: a team uploads its files instead."""
+    client, _ = api
+    team = {"Authorization": "Bearer vision-token"}
+    r = client.post("/v1/jobs", json=task, headers=team)
+    assert r.status_code == 403 and r.json()["field"] == field, r.text
+    assert "a path on the broker's host" in r.json()["detail"] and "--upload-workdir" in r.json()["detail"]
+    assert client.get("/v1/workdirs", headers=team).json()["host_paths"] is False
+    assert client.get("/v1/workdirs", headers=H).json()["host_paths"] is True
+    assert client.post("/v1/jobs", json=task, headers=H).status_code == 201, "an admin's submit may"
+    bucket = {"run": "x", "file_mounts": {"/data": "s3://bucket/data", "/ckpt": "broker:checkpoint"}}
+    assert client.post("/v1/jobs", json=bucket, headers=team).status_code == 201, "buckets are no host path"
+
+
 @pytest.mark.parametrize("task, detail", [
     pytest.param({"run": "x", "broker": {"workdir": "sha256:" + "ab" * 32}}, "no uploaded workdir sha256:abab",
                  id="a pack that was never uploaded"),
@@ -411,6 +433,30 @@ def test_a_job_submitted_with_its_workdir_runs_from_the_pack_and_a_resume_runs_t
         assert "already on the broker" in r2.stderr, r2.stderr
         for j in (again["id"], r2.stdout.split()[1]):
             cli("cancel", j, cwd=code)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
+def test_a_team_submitting_on_the_brokers_own_host_uploads_its_workdir_by_itself(tmp_path):
+    """On this host the CLI used to send the workdir's path, which a team may not name: it now asks the broker, and
+    uploads for a team's token as for a remote broker."""
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'w.db'}", config=CONFIG,
+                             env_extra={"BROKER_TEAM_TOKENS": '{"vision": "vision-token"}'})
+    env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": "vision-token"}
+    try:
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "task.yaml").write_text("name: t\nworkdir: .\nresources: {cpus: 1}\nrun: cat hello.txt\n"
+                                        "broker: {budget_usd: 5}\n")
+        (code / "hello.txt").write_text("hello from the team's own files\n")
+        r = subprocess.run([sys.executable, "-m", "broker.cli", "submit", "task.yaml", "--wait"], env=env, cwd=code,
+                           capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "uploaded" in r.stderr and "hello from the team's own files" in r.stdout
+        r = subprocess.run([sys.executable, "-m", "broker.cli", "submit", "task.yaml", "--no-upload-workdir"],
+                           env=env, cwd=code, capture_output=True, text=True, timeout=90)
+        assert r.returncode == 1 and "a path on the broker's host" in r.stderr, r.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)
