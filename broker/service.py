@@ -254,8 +254,11 @@ class BrokerService:
         section = job.spec.get("broker") or {}
         named = [("workdir", section["workdir"])] if section.get("workdir") else []
         mounts = section.get("file_mounts")
-        named += [(f"file_mounts {dest}", "sha256:" + parse_mount(value)[0])
-                  for dest, value in sorted(mounts.items() if isinstance(mounts, dict) else ())]
+        for dest, value in sorted(mounts.items() if isinstance(mounts, dict) else ()):
+            try:
+                named.append((f"file_mounts {dest}", "sha256:" + parse_mount(value)[0]))
+            except PackError:  # a form this version cannot read (a newer broker's): the launch will say so
+                continue
         for what, digest in named:
             if self._stored_size(digest, f"broker.{what.split()[0]}") is None:
                 days = self.settings.workdir_retention_seconds / 86400

@@ -407,6 +407,8 @@ def _uploaded_mounts(mounts: Any, *, strict: bool = True) -> dict[str, str] | No
                 or "\x00" in dest:
             raise SpecError(where, "must be mounted at an absolute path or one under ~, with no trailing slash (as "
                                    "SkyPilot's file_mounts)")
+        if strict and dest == "/":  # SkyPilot refuses it at launch, after the job waited its turn
+            raise SpecError(where, "cannot be / itself: mount the files at a folder, such as /data")
         if strict:  # a check added after the field: a stored spec is read as it was admitted
             _shell_quotable(dest, where)
         try:

@@ -142,6 +142,7 @@ BAD = "sha256:" + "ab" * 32
     pytest.param({"/data/t": "./tokenizer"}, {}, "broker.file_mounts./data/t", "must be an uploaded pack",
                  id="a local path, not a pack"),
     pytest.param({"data": BAD}, {}, "broker.file_mounts.data", "absolute path", id="a relative destination"),
+    pytest.param({"/": BAD}, {}, "broker.file_mounts./", "cannot be / itself", id="the root, which SkyPilot refuses"),
     pytest.param({"/data/t": BAD}, {"/data/t": "s3://b/t"}, "broker.file_mounts./data/t", "give one",
                  id="mounted twice"),
 ])
@@ -226,3 +227,18 @@ def test_a_mounted_file_whose_name_has_shell_characters_reaches_the_launcher_und
     assert Path(source).read_text() == "v1\n"
     go.touch()
     until(engine, service, job["id"], JobState.SUCCEEDED)
+
+
+def test_a_resume_of_a_job_whose_mount_a_newer_broker_wrote_in_a_form_this_one_cannot_read_is_not_a_500(broker):
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    client, service, engine = broker
+    job = client.post("/v1/jobs", headers=H, json={"run": "exit 3"}).json()
+    ended = until(engine, service, job["id"], JobState.FAILED)
+    stored = service.store.get_job(job["id"])
+    spec = {**stored.spec, "broker": {**stored.spec.get("broker", {}), "file_mounts": {"/d": "pack-v2:abc"}}}
+    service.store.commit(Change(job=replace(stored, spec=spec), expected_version=stored.version))
+    r = client.post(f"/v1/jobs/{ended.id}/resume?force=true", headers=H)
+    assert r.status_code < 500, r.text
