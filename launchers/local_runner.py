@@ -274,9 +274,10 @@ def _broker_copy(target: str) -> bool:
     return any(a == "workdirs" and b == "mounts" for a, b in zip(parts, parts[1:]))
 
 
-def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
+def link_mounts(task: dict) -> tuple[list[tuple[str, str, str, tuple[str, ...]]], list[str]]:
     """The task's ``file_mounts`` whose source is a path on this host, linked at their destination, where a
-    SkyPilot node has them: the links made, as (destination, link, source), and notes for the log. A
+    SkyPilot node has them: the links made, as (destination, link, source, the folders made for it), and notes
+    for the log. A
     destination that exists on this host is left as it is — nothing of the host is overwritten — save a
     link to that same source (an earlier runner's of this attempt); one that cannot be made is said."""
     links, notes = [], []
@@ -292,7 +293,7 @@ def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
             continue
         try:
             if os.path.islink(link) and os.readlink(link) == path:
-                links.append((dest, link, path))
+                links.append((dest, link, path, ()))
                 continue
             if os.path.islink(link) and _broker_copy(os.readlink(link)) and not os.path.exists(link):
                 os.unlink(link)  # an ended attempt's, whose copy is gone (its runner was killed before it unlinked)
@@ -313,23 +314,41 @@ def link_mounts(task: dict) -> tuple[list[tuple[str, str, str]], list[str]]:
             if os.path.lexists(link):
                 notes.append(f"file_mounts {dest}: not mounted: it exists on this host, and is left as it is")
                 continue
+            made = _missing_folders(os.path.dirname(link))
             os.makedirs(os.path.dirname(link) or ".", exist_ok=True)
             os.symlink(path, link)
         except OSError as exc:
             notes.append(f"file_mounts {dest}: not mounted: it cannot be made on this host ({exc.strerror})")
             continue
-        links.append((dest, link, path))
+        links.append((dest, link, path, made))
         notes.append(f"file_mounts {dest}: a link to {path} on this host (removed when the attempt ends)")
     return links, notes
 
 
-def unlink_mounts(links: list[tuple[str, str, str]]) -> None:
-    """Remove the links :func:`link_mounts` made, each only while it is still the link it made."""
-    for _, link, path in links:
+def _missing_folders(folder: str) -> tuple[str, ...]:
+    """The folders ``os.makedirs(folder)`` would make, deepest first."""
+    missing = []
+    while folder and not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return tuple(missing)
+
+
+def unlink_mounts(links: list[tuple[str, str, str, tuple[str, ...]]]) -> None:
+    """Remove the links :func:`link_mounts` made, each only while it is still the link it made, and the folders
+    made for it while they are empty: a folder left behind would read to a later job mounting it as something
+    of the host's, "left as it is", and that job would run without its files."""
+    for _, link, path, _made in links:
         try:
             if os.path.islink(link) and os.readlink(link) == path:
                 os.unlink(link)
         except OSError:
+            pass
+    folders = {folder for *_, made in links for folder in made}  # one may hold another link's folders
+    for folder in sorted(folders, key=lambda f: f.count(os.sep), reverse=True):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (something else was put there meanwhile), or gone
             pass
 
 

@@ -78,3 +78,24 @@ def test_a_job_may_mount_one_of_its_own_uploads_under_another(tmp_path):
                                            str(data / "tok"): copy_of(tmp_path, "j-1-a1", "two", 1)}})
     assert (data / "tok" / "vocab.txt").read_text() == "two"
     unlink_mounts(made)
+
+
+def test_the_folders_made_for_a_link_go_with_it_so_a_later_job_can_mount_their_parent(tmp_path):
+    """/data/tok made /data; left behind, a later job mounting /data found it "exists, left as it is" and ran
+    without its files."""
+    made, _ = link_mounts({"file_mounts": {str(tmp_path / "data" / "deep" / "tok"): copy_of(tmp_path, "j-1-a1", "a"),
+                                           str(tmp_path / "data" / "cfg"): copy_of(tmp_path, "j-1-a1b", "c")}})
+    assert (tmp_path / "data" / "deep" / "tok" / "vocab.txt").read_text() == "a"
+    unlink_mounts(made)
+    assert not (tmp_path / "data").exists()
+    later, notes = link_mounts({"file_mounts": {str(tmp_path / "data"): copy_of(tmp_path, "j-2-a1", "b")}})
+    assert (tmp_path / "data" / "vocab.txt").read_text() == "b", notes
+    unlink_mounts(later)
+
+
+def test_a_folder_made_for_a_link_that_holds_something_else_by_then_is_kept(tmp_path):
+    made, _ = link_mounts({"file_mounts": {str(tmp_path / "data" / "tok"): copy_of(tmp_path, "j-1-a1", "a")}})
+    (tmp_path / "data" / "written-meanwhile.txt").write_text("keep me")
+    unlink_mounts(made)
+    assert (tmp_path / "data" / "written-meanwhile.txt").read_text() == "keep me"
+    assert not os.path.lexists(tmp_path / "data" / "tok")
