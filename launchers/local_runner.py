@@ -44,6 +44,13 @@ from launchers.skypilot_task import CHECKPOINT_MOUNT
 #: With a listener, the group's SIGTERM comes this long (at most a quarter of the grace) before the SIGKILL.
 LAST_WARNING_S = 5.0
 NOTICE = "notice.json"
+#: The broker's own secrets, left out of a job's environment: a job here runs in the broker's environment (its
+#: PATH, its cloud's variables), and any team's ``run: env`` printed these into logs the team reads — the admin
+#: token, every team's token, the store's password, the key that seals every job's secrets. (Running as the broker's
+#: user, a job can still read them in the broker's /proc/<pid>/environ: docs/deploy.md says what a local pool trusts.)
+BROKER_SECRETS = ("BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS", "BROKER_SECRETS_KEY", "BROKER_SECRETS_OLD_KEYS",
+                  "BROKER_STORE_URL", "BROKER_SLACK_SIGNING_SECRET", "BROKER_SLACK_BOT_TOKEN", "BROKER_METRICS_TOKEN",
+                  "BROKER_TOKEN")
 
 
 def _write_atomic(path: Path, data: dict) -> None:
@@ -153,7 +160,7 @@ class Runner:
                 pass
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in BROKER_SECRETS}
         task = self.request["task"]
         env.update({k: str(v) for k, v in (task.get("envs") or {}).items() if v is not None})
         env.update({k: str(v) for k, v in (task.get("secrets") or {}).items() if v is not None})  # as SkyPilot: over envs
