@@ -164,12 +164,18 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     Caller = Annotated[Principal, Depends(principal)]
 
-    async def read_spec(request: Request) -> dict:
+    async def read_body(request: Request) -> bytes:
+        """The body, refused (413) once past ``max_body_bytes``: a chunked request has no Content-Length for the
+        middleware to check, and reading it whole first held all a caller sent in memory, authenticated or not."""
         body = bytearray()
         async for chunk in request.stream():
             body.extend(chunk)
             if len(body) > settings.max_body_bytes:
                 raise Invalid("body", f"larger than {settings.max_body_bytes} bytes", status=413)
+        return bytes(body)
+
+    async def read_spec(request: Request) -> dict:
+        body = await read_body(request)
         if not body.strip():
             raise Invalid("body", "is empty: send the task as JSON or YAML")
         text = body.decode("utf-8", "replace")
@@ -380,9 +386,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                            "available": availability.get(z.name, True)} for z in settings.zones]}
 
     async def _json_object(request: Request) -> dict:
-        raw = await request.body()
-        if len(raw) > settings.max_body_bytes:
-            raise Invalid("body", f"larger than {settings.max_body_bytes} bytes", status=413)
+        raw = await read_body(request)
         try:
             body = json.loads(raw or b"{}")
         except ValueError:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not text

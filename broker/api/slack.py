@@ -74,7 +74,13 @@ def router(service, settings: Settings) -> APIRouter:
     async def verified(request: Request) -> bytes | Response:
         if not cfg.signing_secret:
             return JSONResponse(status_code=404, content={"detail": "Slack is not configured on this broker"})
-        body = await request.body()
+        body = bytearray()
+        async for chunk in request.stream():  # signed over the body, so read before it is checked: to a limit
+            body.extend(chunk)
+            if len(body) > settings.max_body_bytes:
+                return JSONResponse(status_code=413, content={"detail": f"body: larger than {settings.max_body_bytes} "
+                                                                        "bytes"})
+        body = bytes(body)
         try:
             ok = sdk.verify(cfg.signing_secret, body, request.headers)
         except sdk.SlackUnavailable as exc:
