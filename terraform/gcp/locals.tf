@@ -28,7 +28,7 @@ locals {
   # Secret settings: one Secret Manager secret each, read by Cloud Run.
   # Keys must not depend on secret values (they drive for_each).
   secret_names = concat(
-    ["BROKER_STORE_URL", "BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS", "BROKER_SECRETS_KEY"],
+    ["BROKER_STORE_URL", "BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS", "BROKER_SECRETS_KEY", "BROKER_METRICS_TOKEN"],
     var.slack_enabled ? ["BROKER_SLACK_SIGNING_SECRET", "BROKER_SLACK_BOT_TOKEN"] : [],
   )
 
@@ -37,6 +37,7 @@ locals {
     BROKER_ADMIN_TOKEN          = random_password.admin_token.result
     BROKER_TEAM_TOKENS          = jsonencode({ for team in var.teams : team => random_password.team_token[team].result })
     BROKER_SECRETS_KEY          = random_id.secrets_key.b64_std
+    BROKER_METRICS_TOKEN        = random_password.metrics_token.result
     BROKER_SLACK_SIGNING_SECRET = var.slack_signing_secret
     BROKER_SLACK_BOT_TOKEN      = var.slack_bot_token
   }

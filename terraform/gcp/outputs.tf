@@ -49,6 +49,12 @@ output "admin_token" {
   sensitive   = true
 }
 
+output "metrics_token" {
+  description = "BROKER_METRICS_TOKEN, Prometheus's bearer token for /metrics (terraform output -raw metrics_token)."
+  value       = random_password.metrics_token.result
+  sensitive   = true
+}
+
 output "team_tokens" {
   description = "Each team's bearer token (team => token), the contents of BROKER_TEAM_TOKENS."
   value       = { for team in var.teams : team => random_password.team_token[team].result }

@@ -4,6 +4,12 @@ resource "random_password" "admin_token" {
   special = false
 }
 
+# /metrics is served with every other path (to the internet): it names the teams and what each spent.
+resource "random_password" "metrics_token" {
+  length  = 48
+  special = false
+}
+
 resource "random_password" "team_token" {
   for_each = var.teams
   length   = 48

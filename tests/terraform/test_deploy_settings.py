@@ -19,6 +19,7 @@ SETTINGS = {
     "BROKER_SECRETS_KEY": True,
     "BROKER_SLACK_SIGNING_SECRET": True,
     "BROKER_SLACK_BOT_TOKEN": True,
+    "BROKER_METRICS_TOKEN": True,  # the modules serve every path to the internet: /metrics names teams and their spend
     "BROKER_LAUNCHER": False,
     "BROKER_ENGINE": False,
 }
@@ -65,3 +66,9 @@ def test_module_secret_settings(module_dir):
 @pytest.mark.parametrize("path", TF_FILES, ids=[f"every setting named in {rel(p)} is documented" for p in TF_FILES])
 def test_no_undocumented_setting_names(path):
     assert set(SETTING.findall(path.read_text())) - set(SETTINGS) == set()
+
+
+@pytest.mark.parametrize("module_dir", MODULES, ids=[f"{rel(p)} outputs the metrics token for Prometheus" for p in MODULES])
+def test_module_outputs_the_metrics_token(module_dir):
+    text = (module_dir / "outputs.tf").read_text()
+    assert re.search(r'output "metrics_token" \{[^}]*random_password\.metrics_token\.result[^}]*sensitive\s*=\s*true', text, re.S)
