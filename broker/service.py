@@ -535,7 +535,8 @@ class BrokerService:
 
     def report_progress(self, job_id: str, token: str, body: dict[str, Any]) -> Job:
         """A training script's report (step, total steps, metrics, committed checkpoint), with the job's own token."""
-        if not secrets.compare_digest(token, job_token(self.settings, job_id)):
+        # as bytes: a header is latin-1, and compare_digest refuses a str outside ASCII with a TypeError (a 500)
+        if not secrets.compare_digest(token.encode(), job_token(self.settings, job_id).encode()):
             raise NotFound(job_id)
         point = _progress_point(body, self.clock())
 

@@ -227,7 +227,7 @@ def router(service, settings: Settings, *, app=None) -> APIRouter:
     @r.get("/metrics", include_in_schema=False)
     def metrics(authorization: str | None = Header(default=None)) -> Response:
         if token and not (authorization and authorization.lower().startswith("bearer ")
-                          and secrets.compare_digest(authorization[7:].strip(), str(token))):
+                          and secrets.compare_digest(authorization[7:].strip().encode(), str(token).encode())):
             return Response(status_code=401, content=b"send Authorization: Bearer <BROKER_METRICS_TOKEN>\n",
                             headers={"WWW-Authenticate": "Bearer"})
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)

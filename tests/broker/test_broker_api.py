@@ -348,6 +348,14 @@ def test_progress_with_a_users_token_says_to_use_the_jobs_own(client, token):
     assert r.status_code == 403 and r.json()["field"] == "Authorization" and "BROKER_JOB_TOKEN" in r.json()["detail"]
 
 
+@pytest.mark.parametrize("token", ["not-this-jobs", "\u00e9t\u00e9"], ids=["another token", "one outside ASCII"])
+def test_progress_with_a_token_that_is_not_the_jobs_is_not_found(client, token):
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.post(f"/v1/jobs/{job['id']}/progress", json={"step": 1},
+                    headers={"Authorization": f"Bearer {token}".encode("latin-1")})
+    assert r.status_code == 404, r.text  # a token outside ASCII was a 500, and a traceback in the log per request
+
+
 def test_a_checkpoint_committed_past_the_last_step_reported_moves_the_jobs_progress_to_it(make_settings, tmp_path):
     """Step reports are rate-limited and commits are not: after a report of step 10, a commit at step 50 shows
     the run reached 50; a commit behind the last step reported leaves the progress where it is."""

@@ -67,6 +67,8 @@ def test_a_metrics_token_is_required_when_configured(tmp_path, store, seeded, mo
         assert c.get("/metrics").status_code == 401
         assert c.get("/metrics", headers=auth("wrong")).status_code == 401
         assert c.get("/metrics", headers=auth("scrape-me")).status_code == 200
+        # a header is latin-1: a token outside ASCII was a 500 and a traceback in the log per request, not a 401
+        assert c.get("/metrics", headers={"Authorization": "Bearer \u00e9t\u00e9".encode("latin-1")}).status_code == 401
 
 
 def test_installing_the_edges_twice_changes_nothing(app):
