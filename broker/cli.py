@@ -282,7 +282,8 @@ def _check_secrets_key(settings) -> str | None:
     if settings.secrets_key is None and not settings.store_url.startswith("sqlite://"):
         return (f"warning: BROKER_SECRETS_KEY is not set: task secrets are sealed with this host's key file "
                 f"({settings.data_dir / KEY_FILE}); a broker on another host sharing this store cannot launch "
-                "jobs with secrets until every broker is given the one key (docs/deploy.md)")
+                "jobs with secrets, nor take the progress reports of jobs this one launched, until every broker is "
+                "given the one key (docs/deploy.md)")
     return None
 
 

@@ -171,6 +171,7 @@ class Job:
     checkpoint_uri: str = ""
     idempotency_key: str | None = None
     submitted_by: str = ""
+    job_token_version: int = 1  # of the BROKER_JOB_TOKEN its current attempt was launched with (broker/auth.py)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # fields a newer broker stored (EXTRA)
 
     @property

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from broker.auth import job_token
+from broker.auth import job_token, job_token_version
 from broker.config import Settings
 from broker.diagnosis import Diagnosis, Ending, RuleBook
 from broker.engine import budget as budget_rules
@@ -294,7 +294,8 @@ class Engine:
         resume = f", resuming from step {job.last_checkpoint.get('step')}" if attempt.resume_from else ""
         reason = f"launching attempt {n} on {job.placement.get('tier')} {where}{resume}"
         job = self._commit(job, JobEvent.LAUNCH, reason, now, records=(attempt,),
-                           data={"attempt_id": attempt.id, "resume_from": attempt.resume_from}, **{"attempts": n})
+                           data={"attempt_id": attempt.id, "resume_from": attempt.resume_from}, attempts=n,
+                           job_token_version=job_token_version(self.settings))  # what a report's token must be
         self._start(job, attempt, now)
 
     def _start(self, job: Job, attempt: Attempt, now: float) -> None:

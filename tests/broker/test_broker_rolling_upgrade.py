@@ -256,3 +256,55 @@ def test_a_job_whose_attempt_is_in_a_state_this_version_does_not_know_is_left_al
     r = client.post(f"/v1/jobs/{job_id}/cancel", headers=AUTH)
     assert r.status_code == 409 and "migrating" in r.json()["detail"], r.text
     assert (newer.job(job_id), newer.attempt(job_id, 1)) == (raw_job, raw_attempt)
+
+
+def test_a_job_token_is_keyed_by_the_secrets_key_and_one_minted_from_the_admin_hashes_is_refused_once_launched(
+        broker):
+    """Job tokens were keyed by the admin tokens' SHA-256 hashes, which a config may hold in the open: anyone reading
+    them could report progress as any job (a checkpoint URI of theirs becoming its next BROKER_RESUME_FROM). A launch
+    now records that its attempt holds a token keyed by the secrets key; one minted the old way is refused for it,
+    and still taken for a job whose running attempt was launched before (version 1)."""
+    from broker.auth import _legacy_job_token
+    from broker.sealing import data_dir_key
+
+    client, engine, store, newer, settings = broker
+    data_dir_key(settings.data_dir, create=True)  # as broker serve makes it at start
+    job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
+    tick_until(engine, store, job_id, "running")
+    assert store.get_job(job_id).job_token_version == 2
+    token = job_token(settings, job_id)
+    assert token.startswith("v2.")
+    forged = _legacy_job_token(settings, job_id)  # all it takes: the admin token's hash
+    r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 3}, headers={"Authorization": f"Bearer {forged}"})
+    assert r.status_code == 404, r.text
+    r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 3}, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200, r.text
+
+    before = store.get_job(job_id)  # as a broker before version 2 launched it (the field absent: version 1)
+    store.commit(Change(job=replace(before, job_token_version=1), expected_version=before.version))
+    r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 4}, headers={"Authorization": f"Bearer {forged}"})
+    assert r.status_code == 200, r.text
+
+
+def test_a_job_token_minted_before_the_secrets_key_was_rotated_still_reports(make_settings, tmp_path):
+    from broker.auth import job_token_valid
+    from broker.sealing import new_key_text
+
+    old, new = new_key_text(), new_key_text()
+    before = make_settings(BROKER_SECRETS_KEY=old)
+    after = make_settings(BROKER_SECRETS_KEY=new, BROKER_SECRETS_OLD_KEYS=old)
+    token = job_token(before, "j-1")
+    assert job_token(after, "j-1") != token
+    assert job_token_valid(after, "j-1", token, legacy_allowed=False)
+    assert not job_token_valid(after, "j-2", token, legacy_allowed=False)
+    assert not job_token_valid(make_settings(BROKER_SECRETS_KEY=new), "j-1", token, legacy_allowed=False)
+
+
+def test_a_broker_with_no_secrets_key_yet_mints_version_1_tokens_and_takes_them(make_settings):
+    """An embedded engine never makes the key file (broker serve does, at start): its jobs keep version 1 tokens."""
+    from broker.auth import job_token_valid, job_token_version
+
+    settings = make_settings()
+    assert job_token_version(settings) == 1 and not job_token(settings, "j-1").startswith("v2.")
+    assert job_token_valid(settings, "j-1", job_token(settings, "j-1"), legacy_allowed=True)
+    assert not (settings.data_dir / "secrets-key").exists()
