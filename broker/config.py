@@ -173,7 +173,15 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
     raw_pools = raw.get("pools")
     if raw_pools is not None and not isinstance(raw_pools, list):
         raise ConfigError("pools: must be a list of pools ([] for none)")
-    pools = tuple(_pool(p, i) for i, p in enumerate(DEFAULT_POOLS if raw_pools is None else raw_pools))
+    launcher = env.get("BROKER_LAUNCHER") or _text(raw, "launcher") or "local"
+    if launcher not in ("local", "skypilot"):
+        where = "BROKER_LAUNCHER" if env.get("BROKER_LAUNCHER") else "launcher"
+        raise ConfigError(f"{where}: {launcher!r} is not a launcher: use 'local' or 'skypilot'")
+    if raw_pools is None:
+        # the CPU pool `local` runs jobs on this host as the broker's user, who can read its tokens and keys: a
+        # default for a broker on one's own machine, not for a deployment's cloud broker (configure pools there)
+        raw_pools = list(DEFAULT_POOLS) if launcher == "local" else []
+    pools = tuple(_pool(p, i) for i, p in enumerate(raw_pools))
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
         raise ConfigError("pools: pool names must be unique")
@@ -201,10 +209,6 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         where = "BROKER_STORE_URL" if env.get("BROKER_STORE_URL") else "store_url"
         raise ConfigError(f"{where}: {store_url!r} is not a store URL: use sqlite:///path/to/broker.db "
                           "or redis://host:6379/0 (rediss:// for TLS)")
-    launcher = env.get("BROKER_LAUNCHER") or _text(raw, "launcher") or "local"
-    if launcher not in ("local", "skypilot"):
-        where = "BROKER_LAUNCHER" if env.get("BROKER_LAUNCHER") else "launcher"
-        raise ConfigError(f"{where}: {launcher!r} is not a launcher: use 'local' or 'skypilot'")
     for i, pool in enumerate(pools):
         if pool.kubernetes_context and launcher != "skypilot":
             raise ConfigError(f"pools[{i}].kubernetes_context: a Kubernetes pool is reached through SkyPilot: "

@@ -105,3 +105,13 @@ def test_the_priced_clouds_are_aws_and_gcp_unless_set(make_settings):
     assert make_settings(BROKER_CLOUDS="gcp, aws").clouds == ("gcp", "aws")
     with pytest.raises(ConfigError, match=r"^BROKER_CLOUDS: the broker cannot price 'oci'"):
         make_settings(BROKER_CLOUDS="aws,oci")
+
+
+def test_the_cpu_pool_on_this_host_is_a_default_of_the_local_launcher_only(make_settings):
+    """A pool runs a team's job on the broker's host as the broker's user, who can read its tokens and keys: a
+    deployment's SkyPilot broker has none unless its config names them."""
+    assert [p.name for p in make_settings().pools] == ["local"]
+    assert make_settings(BROKER_LAUNCHER="skypilot").pools == ()
+    named = make_settings(BROKER_LAUNCHER="skypilot",
+                          config="pools:\n  - {name: gpu, slots: 1, accelerator: A100, price_per_slot_hour: '2.00'}\n")
+    assert [p.name for p in named.pools] == ["gpu"]

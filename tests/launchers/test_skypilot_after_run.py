@@ -32,7 +32,8 @@ from launchers.skypilot import SkyPilotLauncher, cluster_name
 from pricing.money import cost_for_seconds
 
 ADMIN = Principal("admin", None, admin=True)
-ZONE = "zones:\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge}\n"
+ZONE = ("zones:\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge}\n"
+        "pools:\n  - {name: local, slots: 2, price_per_slot_hour: '0.20'}\n")  # this host's CPU pool, asked for
 TASK = {"resources": {"accelerators": "A10G:1"}, "run": "true"}
 SPOT = 377_000  # g5.xlarge spot in us-east-2a, the catalog's cheapest A10G
 
