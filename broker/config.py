@@ -198,7 +198,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
     if not admin_hashes and token_file.exists():
         admin_hashes.add(hash_token(token_file.read_text().strip()))
     if not admin_hashes and create_admin_token:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the broker's user's alone: tokens, keys, store
         token = secrets.token_urlsafe(32)
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:

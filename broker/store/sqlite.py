@@ -11,6 +11,7 @@ per change so a conflict in one leaves the others alone.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import replace
@@ -106,7 +107,13 @@ class SqliteStore:
     def __init__(self, path: str | Path):
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # the store holds every team's jobs, logs' places and sealed secrets: readable by the broker's user
+            # alone (SQLite gives its -wal and -shm files the database file's mode)
+            Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass  # an existing store keeps the mode it has
         self._group = GroupCommit(self._write_batch)
         self._lock = self._group.lock  # one connection: reads wait for the batch being written
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)

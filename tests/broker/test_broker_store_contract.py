@@ -319,3 +319,23 @@ def test_a_redis_server_that_would_lose_accepted_jobs_in_a_crash_is_named_at_ope
         admin.close()
     finally:
         server.stop()
+
+
+def test_a_new_sqlite_store_and_its_folder_are_the_brokers_users_alone(tmp_path):
+    """Every team's jobs and the sealed secrets are in it: on a shared host, other users read nothing (it was
+    0644 in a 0755 folder)."""
+    import stat
+
+    from broker.lifecycle import JobState
+    from broker.models import Job
+    from broker.store import Change
+    from broker.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "new" / "broker.db")
+    store.commit(Change(job=Job(id="j-1", name="t", team="a", state=JobState.QUEUED, spec={"run": "x"}, budget=1,
+                                priority=0, submitted_at=1.0, updated_at=1.0), expected_version=None))
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert mode(tmp_path / "new") == 0o700
+    assert mode(tmp_path / "new" / "broker.db") == 0o600
+    assert mode(tmp_path / "new" / "broker.db-wal") == 0o600
+    store.close()
