@@ -263,13 +263,20 @@ def test_the_queue_lists_the_waiting_jobs_in_the_order_they_start(cli):
     run("cancel", first["id"])
 
 
+def submitted(cli, name: str, task: str, until: str, timeout: float = 30) -> dict:
+    """Submit ``task`` (YAML text) with a $1 budget through the CLI and wait until the job is ``until``: its view."""
+    run, tmp = cli
+    path = tmp / f"{name}.yaml"
+    path.write_text(task)
+    job = json.loads(run("--json", "submit", str(path), "--budget", "1").stdout)
+    return wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == until and j,
+                    timeout=timeout)
+
+
 def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     run, tmp = cli
-    task = tmp / "spot.yaml"
-    task.write_text("name: s\nresources: {accelerators: A10G:1}\n"
-                    "run: trap 'echo notice; exit 143' TERM; for i in $(seq 100); do sleep 0.1; done\n")
-    job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)
-    wait_for(lambda: json.loads(run("--json", "status", job["id"]).stdout)["state"] == "running", timeout=30)
+    job = submitted(cli, "spot", "name: s\nresources: {accelerators: A10G:1}\n"
+                    "run: trap 'echo notice; exit 143' TERM; for i in $(seq 100); do sleep 0.1; done\n", "running")
     out = run("fault", "preempt", job["id"])
     assert out.stdout.startswith(f"preempt {job['id']}-a1: done")
     after = wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == "queued"
@@ -283,11 +290,8 @@ def test_fault_preempt_is_refused_for_a_job_on_an_on_prem_pool(cli):
     """`broker fault preempt` on a job on a pool was carried out, and the job's diagnosis then read "Spot capacity
     was preempted at step 43 in local": a pool has no spot capacity to take back. It is refused, saying why."""
     run, tmp = cli
-    task = tmp / "pool.yaml"
-    task.write_text("name: p\nresources: {cpus: 1}\nrun: for i in $(seq 100); do sleep 0.1; done\n")
-    job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)
-    running = wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == "running"
-                       and j, timeout=30)
+    job = running = submitted(cli, "pool", "name: p\nresources: {cpus: 1}\n"
+                              "run: for i in $(seq 100); do sleep 0.1; done\n", "running")
     assert running["attempt_list"][0]["placement"]["tier"] == "onprem"
     r = run("fault", "preempt", job["id"], check=False)
     assert r.returncode == 1 and r.stderr.strip() == (
@@ -302,11 +306,9 @@ def test_logs_attempt_counts_from_one_and_follow_starts_at_the_attempt_given(cli
     """`broker logs J --attempt 0` showed the newest attempt (0 read as "none given"), and `-f --attempt 1`
     ignored the attempt and followed only the newest: a retried job's first, failed attempt could not be followed."""
     run, tmp = cli
-    task = tmp / "retry.yaml"
-    task.write_text("name: r\nresources: {cpus: 1}\nrun: echo \"out of attempt $BROKER_ATTEMPT\"; "
-                    "test \"$BROKER_ATTEMPT\" -ge 2\nbroker: {retry: {max_restarts_on_errors: 1}}\n")
-    job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)
-    wait_for(lambda: json.loads(run("--json", "status", job["id"]).stdout)["state"] == "succeeded", timeout=60)
+    job = submitted(cli, "retry", "name: r\nresources: {cpus: 1}\nrun: echo \"out of attempt $BROKER_ATTEMPT\"; "
+                    "test \"$BROKER_ATTEMPT\" -ge 2\nbroker: {retry: {max_restarts_on_errors: 1}}\n", "succeeded",
+                    timeout=60)
     followed = run("logs", job["id"], "-f", "--attempt", "1").stdout
     assert "out of attempt 1" in followed and "out of attempt 2" in followed, followed
     assert followed.index("out of attempt 1") < followed.index("out of attempt 2")
