@@ -37,6 +37,7 @@ def test_a_stopped_redis_is_a_503_naming_what_may_have_happened_and_the_store_re
             # liveness stays 200: replacing brokers (what a failing health check does) cannot bring Redis back
             health = client.get("/v1/healthz")
             assert health.status_code == 200 and health.json()["store"].startswith("unavailable: ")
+            assert str(server.port) not in health.text, "an unauthenticated caller learns nothing of the store's address"
             metrics = client.get("/metrics")  # what the process knows of itself still comes, and says why the rest does not
             assert metrics.status_code == 200 and "broker_store_up 0.0" in metrics.text
             assert "broker_http_request_duration_seconds_bucket" in metrics.text and "broker_jobs{" not in metrics.text
