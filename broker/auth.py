@@ -75,8 +75,7 @@ def job_token_valid(settings: Settings, job_id: str, token: str, *, legacy_allow
 
 
 def _legacy_job_token(settings: Settings, job_id: str) -> str:
-    key = "".join(sorted(settings.admin_token_hashes)).encode() or b"spot-broker"
-    return hmac.new(key, f"job:{job_id}".encode(), hashlib.sha256).hexdigest()
+    return _mac("".join(sorted(settings.admin_token_hashes)).encode() or b"spot-broker", job_id)
 
 
 def _mac(key: bytes, job_id: str) -> str:

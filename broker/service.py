@@ -535,11 +535,12 @@ class BrokerService:
 
     def report_progress(self, job_id: str, token: str, body: dict[str, Any]) -> Job:
         """A training script's report (step, total steps, metrics, committed checkpoint), with the job's own token."""
-        if not job_token_valid(self.settings, job_id, token, legacy_allowed=False):
-            # a version 1 token (minted from the admin tokens' hashes) only for a job whose current attempt holds one
-            job = self.store.get_job(job_id) if not token.startswith(JOB_TOKEN_V2) else None
-            if job is None or job.job_token_version >= 2 or not job_token_valid(
-                    self.settings, job_id, token, legacy_allowed=True):
+        legacy = not token.startswith(JOB_TOKEN_V2)
+        if not job_token_valid(self.settings, job_id, token, legacy_allowed=legacy):
+            raise NotFound(job_id)
+        if legacy:  # a version 1 token (minted from the admin tokens' hashes) only for a job whose attempt holds one
+            job = self.store.get_job(job_id)
+            if job is None or job.job_token_version >= 2:
                 raise NotFound(job_id)
         point = _progress_point(body, self.clock())
 
