@@ -401,9 +401,10 @@ def _on_this_host(url: str) -> bool:
 
 
 def _local_source(source: Any) -> bool:
-    """Whether a ``file_mounts`` source is a path on this machine: not a bucket URL (``s3://...``), nor the
-    broker's ``broker:checkpoint``."""
-    return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
+    """Whether a ``file_mounts`` source is a path on this machine (:func:`broker.spec.is_local_path`)."""
+    from broker.spec import is_local_path
+
+    return is_local_path(source)
 
 
 def _may_name_host_paths(client) -> bool:

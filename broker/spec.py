@@ -418,15 +418,17 @@ def _uploaded_mounts(mounts: Any, *, strict: bool = True) -> dict[str, str] | No
     return dict(mounts)
 
 
+def is_local_path(source: Any) -> bool:
+    """Whether a ``workdir`` or ``file_mounts`` source is a path on the machine that reads the task: not a bucket
+    URL (``s3://...``) nor a ``broker:`` value (``broker:checkpoint``)."""
+    return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
+
+
 def host_paths(task: dict[str, Any]) -> list[tuple[str, str]]:
     """The paths on the broker's own host a task names, as (field, path): a ``workdir`` given as a path (not
     SkyPilot's ``{url, ref}`` git form), and each ``file_mounts`` source that is not a bucket URL, a
     ``broker:`` value or an uploaded pack's copy. The broker's launcher reads them there (SkyPilot uploads them
     to the job's cluster)."""
-    def local(source: Any) -> bool:
-        return isinstance(source, str) and bool(source) and "://" not in source \
-            and ":" not in source.split("/", 1)[0]
-
     found = []
     if isinstance(task.get("workdir"), str) and task["workdir"]:
         found.append(("workdir", task["workdir"]))
@@ -434,7 +436,7 @@ def host_paths(task: dict[str, Any]) -> list[tuple[str, str]]:
     for dest, source in sorted(mounts.items(), key=lambda kv: str(kv[0])):
         inner = source.get("source") if isinstance(source, dict) else source
         for path in inner if isinstance(inner, list) else [inner]:
-            if local(path):
+            if is_local_path(path):
                 found.append((f"file_mounts.{dest}", path))
     return found
 
