@@ -14,13 +14,12 @@ import json
 import logging
 from urllib.parse import parse_qs
 
-import httpx
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from broker.config import Settings
-from broker.slack import sdk
+from broker.slack import sdk, spec_url
 from broker.slack.blocks import Reply, error
 from broker.slack.commands import CommandError, parse
 from broker.slack.config import SlackConfig, slack_config
@@ -44,23 +43,11 @@ def notifier_for(store, settings: Settings) -> Notifier | None:
 
 
 def spec_fetcher(cfg: SlackConfig, max_bytes: int):
-    """Read a task from a URL the config allows (``slack.spec_url_prefixes``), at most ``max_bytes``."""
+    """Read a task from a URL the config allows (``slack.spec_url_prefixes``), at most ``max_bytes``;
+    a bare-scheme prefix admits public hosts only (``broker.slack.spec_url``)."""
 
     def fetch(url: str) -> str:
-        if not any(url.startswith(p) for p in cfg.spec_url_prefixes):
-            raise ValueError(f"{url} is not allowed (allowed: {', '.join(cfg.spec_url_prefixes)})")
-        try:
-            with httpx.stream("GET", url, timeout=10, follow_redirects=False) as resp:
-                if resp.status_code != 200:
-                    raise ValueError(f"{url} answered HTTP {resp.status_code}")
-                body = bytearray()
-                for chunk in resp.iter_bytes():
-                    body.extend(chunk)
-                    if len(body) > max_bytes:
-                        raise ValueError(f"{url} is larger than {max_bytes} bytes")
-        except httpx.HTTPError as exc:
-            raise ValueError(f"could not fetch {url}: {exc}") from None
-        return body.decode("utf-8", "replace")
+        return spec_url.fetch(url, cfg.spec_url_prefixes, max_bytes=max_bytes)
 
     return fetch
 

@@ -43,7 +43,7 @@ class SlackStub:
 
     Records every request as ``(path, parsed body)``. ``fail_next[path] = n``
     answers the next ``n`` requests to ``path`` with HTTP 500; ``delay`` slows
-    every answer; ``files`` serves GET bodies (spec URLs).
+    every answer; ``files`` serves GET bodies (spec URLs), and ``gets`` records them.
     """
 
     def __init__(self):
@@ -51,6 +51,7 @@ class SlackStub:
         self.fail_next: dict[str, int] = {}
         self.delay = 0.0
         self.files: dict[str, str] = {}
+        self.gets: list[tuple[str, str | None]] = []  # (path, Host header) of every GET
         self.cond = threading.Condition()
         stub = self
 
@@ -59,6 +60,8 @@ class SlackStub:
                 pass
 
             def do_GET(self):
+                with stub.cond:
+                    stub.gets.append((self.path, self.headers.get("Host")))
                 body = stub.files.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 self.end_headers()
@@ -89,6 +92,7 @@ class SlackStub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
