@@ -17,8 +17,6 @@ from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-import yaml
-
 from broker.workdir import DIGEST_RE, PackError, parse_mount
 from pricing.money import AmountTooLarge, Micros, MoneyError, TooPrecise, typed_to_micros
 from pricing.offers import JobRequest, ResourceRequest
@@ -91,19 +89,6 @@ class JobSpec:
     @property
     def name(self) -> str:
         return self.task.get("name") or "job"
-
-
-def load_text(text: str) -> dict[str, Any]:
-    """YAML (or JSON, which is YAML) text to a mapping."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError("body", f"is not valid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise SpecError("body", "must be a mapping (a SkyPilot task), not " + type(data).__name__)
-    return data
 
 
 def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:

@@ -22,7 +22,8 @@ from broker.slack import blocks, messages
 from broker.slack.blocks import Reply
 from broker.slack.commands import Command
 from broker.slack.config import SlackConfig
-from broker.spec import SpecError, load_text
+from broker.spec import SpecError
+from broker.task_text import load_text
 from pricing.money import fmt, fmt_limit
 
 Fetch = Callable[[str], str]
@@ -116,7 +117,7 @@ class Dispatcher:
     def _cmd_submit(self, cmd: Command, who: Principal) -> Reply:
         try:
             text = self.fetch(cmd.url) if cmd.url else cmd.yaml
-            raw = load_text(text or "")
+            raw = load_text(text or "", max_bytes=self.service.settings.max_body_bytes)
         except ValueError as exc:  # SpecError is a ValueError too
             msg = f"{exc.field}: {exc.reason}" if isinstance(exc, SpecError) else str(exc)
             return blocks.error(f"Could not read the task: {msg}")

@@ -5,7 +5,8 @@ from decimal import Decimal
 
 import pytest
 
-from broker.spec import SpecError, load_text, parse, parse_deadline
+from broker.spec import SpecError, parse, parse_deadline
+from broker.task_text import load_text
 from pricing.money import to_micros
 
 NOW = 1_790_000_000.0  # 2026-09-21

@@ -1,0 +1,220 @@
+"""A task's text (YAML or JSON) read into plain data the broker can store as JSON, or refused naming where.
+
+A body within ``max_body_bytes`` could still take the broker down once read, so each is refused here with
+the field and the reason (:class:`broker.spec.SpecError`), before any of it is parsed as a task:
+
+- **aliases that multiply** (``&a [...]`` used nine times in each of ten levels: a "billion laughs" of a
+  few hundred bytes), which PyYAML shares but storing the job as JSON writes out in full — one submit held
+  the whole broker, its health check too, while its memory grew; and an alias inside itself (a loop);
+- **nesting deeper than** :data:`MAX_DEPTH` (the parsers recurse, as does the store's JSON);
+- **values JSON cannot hold**: YAML's ``!!binary``, ``!!set`` and unquoted dates and times (only
+  ``broker.deadline`` may be a time, :func:`broker.spec.parse_deadline` reads it), a number that is
+  not finite (``.nan``, ``.inf``, ``1e999``, JSON's ``NaN``: stored, it made SQLite's JSON unreadable
+  and the team's cost report failed), and a whole number longer than Python reads (4,300 digits);
+- **a lone surrogate** (``"\\ud800"`` in JSON) in any string or key: stored, every answer holding it (the
+  job list of its team, for one) failed to encode;
+- **a key given twice** in one mapping: YAML (1.2) forbids it and PyYAML kept the last, so
+  ``budget_usd: 1`` then ``budget_usd: 1000`` silently set the larger cap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date
+from typing import Any
+
+import yaml
+
+from broker.spec import SpecError
+
+MAX_DEPTH = 100
+"""Levels of mappings and lists a task may nest (SkyPilot's own tasks use a handful)."""
+MAX_INT_DIGITS = 4000
+"""Digits of a whole number (Python refuses to read one of more than 4,300 as text)."""
+DEFAULT_MAX_BYTES = 1_000_000  # the broker's max_body_bytes unless its config says otherwise
+DEADLINE = ("broker", "deadline")  # the one place a YAML time is a value the broker reads
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a megabyte in 0.2 s, not 1.6 s
+_INT = "tag:yaml.org,2002:int"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def load_text(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """A task's YAML (or JSON, which is YAML) to a mapping."""
+    try:
+        data = load_yaml(text, max_bytes=max_bytes)
+    except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own limit, 1000 levels
+            raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError("body", f"is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise SpecError("body", "must be a mapping (a SkyPilot task), not " + type(data).__name__)
+    return data
+
+
+def load_yaml(text: str, *, max_bytes: int) -> Any:
+    """YAML (or JSON, which is YAML) to plain data; what aliases expand to is held to ``max_bytes``."""
+    loader = _Loader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
+        if node is None:
+            return None
+        _Nodes(max_bytes).check(node)
+        try:
+            data = loader.construct_document(node)
+        except ValueError:  # a number Python will not read (the checks above leave none it knows of)
+            raise SpecError("body", "holds a value that cannot be read as a number") from None
+    finally:
+        loader.dispose()
+    check_plain(data)
+    return data
+
+
+def load_json(text: str | bytes) -> Any:
+    """JSON to plain data, refused as :func:`load_yaml` refuses (a ``json.JSONDecodeError`` passes through)."""
+    try:
+        data = json.loads(text, parse_int=_json_int, object_pairs_hook=_json_object)
+    except RecursionError:
+        raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
+    check_plain(data)
+    return data
+
+
+def check_plain(data: Any, path: tuple = ()) -> None:
+    """Refuse what JSON cannot store (or stores as something else), naming its field."""
+    stack = [(data, path)]
+    while stack:
+        value, where = stack.pop()
+        if len(where) > MAX_DEPTH:
+            raise SpecError(_field(where[:1]), f"nests more than {MAX_DEPTH} levels deep")
+        if isinstance(value, _Duplicated):
+            raise SpecError(_field((*where, value.key)), "is given twice in the same mapping: give it once")
+        if isinstance(value, _LongNumber):
+            raise SpecError(_field(where), f"is a number of {len(value.text.lstrip('-'))} digits, more than "
+                                           f"{MAX_INT_DIGITS}")
+        if isinstance(value, str) and not _utf8(value):
+            raise SpecError(_field(where), _SURROGATE)
+        if isinstance(value, dict):
+            for key in value:
+                if isinstance(key, str) and not _utf8(key):
+                    raise SpecError(_field((*where, key)), _SURROGATE)
+            stack.extend((v, (*where, k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, (*where, i)) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(_field(where), f"is {value}, not a finite number")
+        elif isinstance(value, date) and where != DEADLINE:  # datetime is a date too
+            raise SpecError(_field(where), f"is a date or time ({value.isoformat()}), which YAML reads from an "
+                                           f"unquoted one: quote it to give the text")
+        elif value is not None and not isinstance(value, (str, int, float, bool, date)):
+            kind = {bytes: "binary data (!!binary)", set: "a set (!!set)"}.get(type(value), f"a {type(value).__name__}")
+            raise SpecError(_field(where), f"is {kind}, which a task cannot hold: give a string, number, list or "
+                                           "mapping")
+
+
+def _field(path: tuple) -> str:
+    """``("resources", "any_of", 0, "cpus")`` → ``resources.any_of[0].cpus``, as :class:`SpecError` names fields (a
+    lone surrogate in a key written as ``\\ud800``: the answer naming it must itself be UTF-8)."""
+    out = ""
+    for part in path:
+        text = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
+        out += f"[{text}]" if isinstance(part, int) and not isinstance(part, bool) else f"{'.' if out else ''}{text}"
+    return out or "body"
+
+
+_SURROGATE = ("holds a lone surrogate (such as \\ud800 in JSON), which is not a Unicode character and cannot be "
+              "written as UTF-8")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _Nodes:
+    """One walk of the YAML node graph, before anything is built from it: each node is sized once (an alias
+    is the node it names, so its size is counted again where it is used, without being walked again)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.sizes: dict[int, int] = {}
+        self.aliased = False
+
+    def check(self, root: yaml.Node) -> None:
+        size = self._size(root, (), set())
+        if self.aliased and size > self.max_bytes:
+            raise SpecError("body", f"expands through its aliases (*name) to more than {self.max_bytes} bytes, this "
+                                    f"broker's max_body_bytes: write the repeated parts out, or repeat less")
+
+    def _size(self, node: yaml.Node, path: tuple, open_: set[int]) -> int:
+        if id(node) in self.sizes:
+            self.aliased = True
+            return self.sizes[id(node)]
+        if id(node) in open_:
+            raise SpecError(_field(path), "is an alias (*name) of a mapping or list it is inside of: a loop")
+        if len(path) > MAX_DEPTH:
+            raise SpecError(_field(path[:1]), f"nests more than {MAX_DEPTH} levels deep")
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == _INT and sum(c.isdigit() for c in node.value) > MAX_INT_DIGITS:
+                raise SpecError(_field(path), f"is a number of more than {MAX_INT_DIGITS} digits")
+            size = len(node.value) + 1
+        else:
+            open_.add(id(node))
+            size = 2
+            if isinstance(node, yaml.MappingNode):
+                seen: set[str] = set()
+                for key, value in node.value:
+                    name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                    if key.tag != _MERGE and isinstance(key, yaml.ScalarNode):
+                        if name in seen:
+                            raise SpecError(_field((*path, name)), f"is given twice in the same mapping (line "
+                                                                   f"{key.start_mark.line + 1}): give it once")
+                        seen.add(name)
+                    size += self._size(key, (*path, name), open_) + self._size(value, (*path, name), open_)
+                    if size > self.max_bytes * 4:  # far past any limit: stop before walking the rest
+                        break
+            else:
+                for i, item in enumerate(node.value):
+                    size += self._size(item, (*path, i), open_)
+                    if size > self.max_bytes * 4:
+                        break
+            open_.discard(id(node))
+        self.sizes[id(node)] = size
+        return size
+
+
+class _Duplicated(dict):
+    """A JSON object that gave ``key`` twice: :func:`check_plain` refuses it with its place."""
+
+    def __init__(self, key: str):
+        super().__init__()
+        self.key = key
+
+
+class _LongNumber:
+    """A JSON whole number too long to read: :func:`check_plain` refuses it with its place."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            return _Duplicated(key)
+        out[key] = value
+    return out
+
+
+def _json_int(text: str) -> int | _LongNumber:
+    return _LongNumber(text) if len(text.lstrip("-")) > MAX_INT_DIGITS else int(text)

@@ -1,0 +1,112 @@
+"""Bad input found by fuzzing the HTTP API (schemathesis, and bodies written by hand) against a real ``broker serve``:
+each was a 500, a hang or a job that could never run. Each is now a 4xx naming the field and the reason, and the
+broker goes on answering (its list and its cost report too) with nothing stored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.store import open_store
+
+from broker_testing import ADMIN
+
+CONFIG = """
+pools:
+  - {name: gpu-box, slots: 4, accelerator: A100, price_per_slot_hour: "2.00"}
+  - {name: cpu, slots: 2, price_per_slot_hour: "0.10"}
+"""
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+JSON = {**AUTH, "Content-Type": "application/json"}
+YAML = {**AUTH, "Content-Type": "application/yaml"}
+
+
+def _bomb(levels: int) -> str:
+    """A "billion laughs": each level an alias of the one before, nine times over (9**levels * 9 strings)."""
+    text = 'run: echo hi\nconfig:\n  l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for i in range(1, levels + 1):
+        text += f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n"
+    return text
+
+
+@pytest.fixture
+def client(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG)
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'api.db'}"), engine=False)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def _still_answers(client) -> None:
+    assert client.get("/v1/jobs", headers=AUTH).json()["jobs"] == []  # nothing half-created
+    assert client.get("/v1/costs", headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize("body, headers, field, says", [
+    pytest.param(_bomb(6), YAML, "body", "expands through its aliases",
+                 id="YAML aliases that expand to 40 MB are a 422, not a broker stuck writing them out"),
+    pytest.param("run: echo hi\nconfig: &a [1, *a]\n", YAML, "config[1]", "a loop",
+                 id="an alias inside itself is a 422 naming where"),
+    pytest.param("run: echo hi\nconfig: " + "[" * 50_000 + "]" * 50_000, YAML, "body", "levels deep",
+                 id="YAML nested 50,000 deep is a 422, not a RecursionError"),
+    pytest.param('{"run": "echo hi", "config": ' + "[" * 50_000 + "]" * 50_000 + "}", JSON, "body", "levels deep",
+                 id="JSON nested 50,000 deep is a 422, not a RecursionError"),
+    pytest.param('{"run": "echo hi", "config": ' + "[" * 150 + "]" * 150 + "}", JSON, "config", "levels deep",
+                 id="JSON nested 150 deep names its top-level field"),
+    pytest.param("run: echo hi\nnum_nodes: " + "9" * 5000 + "\n", YAML, "num_nodes", "digits",
+                 id="a YAML number of 5000 digits is a 422 naming it"),
+    pytest.param('{"run": "echo hi", "num_nodes": ' + "9" * 5000 + "}", JSON, "num_nodes", "digits",
+                 id="a JSON number of 5000 digits is a 422 naming it"),
+    pytest.param("run: echo hi\nbroker:\n  budget_usd: 1\n  budget_usd: 1000\n", YAML, "broker.budget_usd", "twice",
+                 id="a YAML key given twice is a 422, not the last one silently winning"),
+    pytest.param('{"run": "echo hi", "broker": {"budget_usd": 1, "budget_usd": 1000}}', JSON, "broker.budget_usd",
+                 "twice", id="a JSON key given twice is a 422 too"),
+    pytest.param("run: echo hi\nenvs: {A: !!binary aGVsbG8=}\n", YAML, "envs.A", "binary",
+                 id="YAML binary data is a 422, not a job that cannot be stored"),
+    pytest.param("run: echo hi\nconfig: !!set {a, b}\n", YAML, "config", "set", id="a YAML set is a 422"),
+    pytest.param("run: echo hi\nfile_mounts: {/d: 2026-01-01}\n", YAML, "file_mounts./d", "quote it",
+                 id="an unquoted YAML date outside broker.deadline is a 422 saying to quote it"),
+    pytest.param("run: echo hi\nresources: {disk_size: .nan}\n", YAML, "resources.disk_size", "finite",
+                 id="a YAML NaN is a 422, not a stored job the cost report cannot read"),
+    pytest.param('{"run": "echo hi", "resources": {"any_of": [{"disk_size": Infinity}]}}', JSON,
+                 "resources.any_of[0].disk_size", "finite", id="a JSON Infinity is a 422 naming where"),
+    pytest.param('{"run": "echo hi", "resources": {"labels": {"a": "\\ud800"}}}', JSON, "resources.labels.a",
+                 "surrogate", id="a lone surrogate in a label is a 422, not a job that breaks its team's list"),
+    pytest.param('{"run": "echo hi", "config": {"\\ud800": 1}}', JSON, "config.\\ud800", "surrogate",
+                 id="a lone surrogate in a key is a 422 whose answer is UTF-8"),
+    pytest.param('{"run": "echo hi", "broker": {"checkpoint": "s3://b/\\ud800"}}', JSON, "broker.checkpoint",
+                 "surrogate", id="a lone surrogate in broker.checkpoint is a 422, not a stored job and a 500"),
+])
+def test_a_task_that_cannot_be_stored_or_run_is_a_422_naming_where(client, body, headers, field, says):
+    r = client.post("/v1/jobs", content=body.encode("utf-8", "surrogatepass"), headers=headers)
+    assert r.status_code == 422, r.text[:500]
+    assert r.json()["field"] == field and says in r.json()["detail"], r.json()
+    _still_answers(client)
+
+
+@pytest.mark.parametrize("body", [
+    "run: echo hi\nresources: {any_of: [&r {cpus: 1}, *r]}\n",
+    "run: echo hi\nresources:\n  <<: &base {cpus: 1}\n  memory: 1\n",
+    "run: echo hi\nbroker: {deadline: 2099-01-01T00:00:00Z, budget_usd: 5}\n".replace("2099-01-01", "{soon}"),
+], ids=["an alias used twice", "a merge key", "an unquoted YAML time in broker.deadline"])
+def test_yaml_aliases_merge_keys_and_a_deadline_time_still_work(client, body):
+    from datetime import datetime, timedelta, timezone
+
+    soon = (datetime.now(timezone.utc) + timedelta(days=2)).strftime("%Y-%m-%d")
+    r = client.post("/v1/jobs", content=body.replace("{soon}", soon), headers=YAML)
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize("body, field", [
+    ('{"budget_usd": ' + "9" * 5000 + "}", "budget_usd"),
+    ('{"budget_usd": 5, "budget_usd": 500}', "budget_usd"),
+    ("[" * 50_000 + "]" * 50_000, "body"),
+], ids=["a budget of 5000 digits (was 'not valid JSON')", "budget_usd given twice", "a body nested 50,000 deep"])
+def test_a_budget_change_that_cannot_be_read_is_a_422_naming_why(client, body, field):
+    job = client.post("/v1/jobs", json={"run": "echo hi", "broker": {"budget_usd": 5}}, headers=AUTH).json()
+    r = client.post(f"/v1/jobs/{job['id']}/budget", content=body, headers=JSON)
+    assert r.status_code == 422 and r.json()["field"] == field, r.text[:300]
+    assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["budget"]["usd"] == "$5.00"
