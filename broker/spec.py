@@ -22,6 +22,7 @@ from pricing.money import AmountTooLarge, Micros, MoneyError, TooPrecise, typed_
 from pricing.offers import JobRequest, ResourceRequest
 
 MAX_NAME = 128
+MAX_CHECKPOINT_URI = 4096  # a checkpoint URL prefix; the job's environment carries it
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BROKER_KEYS = {
     "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours", "workdir",
@@ -29,6 +30,7 @@ BROKER_KEYS = {
 }
 RETRY_KEYS = {"max_restarts_on_errors", "recover_on_exit_codes"}
 MAX_DEADLINE_DAYS = 366  # a deadline further away is a typo, not a training run's
+ONE_SECOND_IN_HOURS = Decimal(1) / 3600  # a shorter expected length is no work at all to the spot policy
 MAX_EXPECTED_HOURS = MAX_DEADLINE_DAYS * 24  # a longer expected length is a typo too (and overflows the quote)
 # The keys SkyPilot 0.14.1's schema allows (sky.utils.schemas; a test compares them with the installed
 # SkyPilot): a key outside them is a typo SkyPilot would refuse at launch, so it is refused at submit.
@@ -302,7 +304,7 @@ def _one_accelerator(text: Any, where: str) -> tuple[str, int]:
         n = Decimal(count)
     except InvalidOperation:
         raise SpecError(where, f"count {count!r} is not a number") from None
-    if n <= 0 or n != n.to_integral_value():
+    if not n.is_finite() or n <= 0 or n != n.to_integral_value():  # 'A100:inf' and 'A100:nan' were 500s
         raise SpecError(where, "count must be a positive whole number")
     return name, int(n)
 
@@ -349,6 +351,12 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     checkpoint = section.get("checkpoint")
     if checkpoint is not None and (not isinstance(checkpoint, str) or not checkpoint.strip()):
         raise SpecError("broker.checkpoint", "must be a URL prefix such as s3://bucket/runs")
+    if strict and checkpoint is not None and (len(checkpoint) > MAX_CHECKPOINT_URI
+                                              or any(ord(c) < 32 or ord(c) == 127 for c in checkpoint)):
+        # each attempt is given it in BROKER_CHECKPOINT_*: a NUL, or more than the kernel takes in an environment
+        # string, failed every launch, each read as a lost node and retried (20 attempts, each billed)
+        raise SpecError("broker.checkpoint", f"must be at most {MAX_CHECKPOINT_URI} characters, with no control "
+                                             "characters: each attempt is given it in its environment")
     expected = section.get("expected_hours")
     expected_hours = None
     if expected is not None:
@@ -358,6 +366,9 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
             raise SpecError("broker.expected_hours", "must be a number of hours") from None
         if isinstance(expected, bool) or not expected_hours.is_finite() or expected_hours <= 0:
             raise SpecError("broker.expected_hours", "must be a positive number of hours")
+        if strict and expected_hours < ONE_SECOND_IN_HOURS:  # 1e-30 h planned as no work: the spot policy waited for ever
+            raise SpecError("broker.expected_hours", "is less than a second; leave it out if the job's length is "
+                                                     "not known")
         if strict and expected_hours > MAX_EXPECTED_HOURS:
             raise SpecError("broker.expected_hours", f"is more than {MAX_EXPECTED_HOURS} hours ({MAX_DEADLINE_DAYS} days); "
                                                      "leave it out if the job's length is not known")

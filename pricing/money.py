@@ -54,8 +54,12 @@ def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
             raise MoneyError(f"{value!r} is not an amount of dollars") from exc
     if not value.is_finite():
         raise MoneyError("amount must be finite")
-    if abs(value) > MAX_DOLLARS:
+    # copy_abs and adjusted use no decimal context: abs() of 1e999999999999 is past the context's exponent
+    # (InvalidOperation, a 500), and 1e-999999999999 a million times over underflows to 0, an amount "exactly" $0
+    if value.copy_abs() > MAX_DOLLARS:
         raise AmountTooLarge(f"must be at most ${MAX_DOLLARS:,}")
+    if exact and value and value.adjusted() < -6:
+        raise TooPrecise("has more than 6 decimal places (money is counted in millionths of a dollar)")
     micros = value * MICROS_PER_DOLLAR
     if exact and micros != micros.to_integral_value():
         raise TooPrecise("has more than 6 decimal places (money is counted in millionths of a dollar)")

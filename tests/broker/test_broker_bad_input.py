@@ -79,6 +79,21 @@ def _still_answers(client) -> None:
                  id="a lone surrogate in a key is a 422 whose answer is UTF-8"),
     pytest.param('{"run": "echo hi", "broker": {"checkpoint": "s3://b/\\ud800"}}', JSON, "broker.checkpoint",
                  "surrogate", id="a lone surrogate in broker.checkpoint is a 422, not a stored job and a 500"),
+    pytest.param('{"run": "echo hi", "broker": {"checkpoint": "s3://b/\\u0000"}}', JSON, "broker.checkpoint",
+                 "control", id="a NUL in broker.checkpoint is a 422, not every attempt lost at launch"),
+    pytest.param(json.dumps({"run": "echo hi", "broker": {"checkpoint": "s3://b/" + "a" * 200_000}}), JSON,
+                 "broker.checkpoint", "4096", id="a checkpoint longer than an environment holds is a 422"),
+    pytest.param('{"run": "echo hi", "resources": {"accelerators": "A100:inf"}}', JSON, "resources.accelerators",
+                 "positive whole", id="an accelerator count of inf is a 422, not an OverflowError"),
+    pytest.param('{"run": "echo hi", "resources": {"accelerators": "A100:nan"}}', JSON, "resources.accelerators",
+                 "positive whole", id="an accelerator count of nan is a 422, not an InvalidOperation"),
+    pytest.param('{"run": "echo hi", "broker": {"budget_usd": "1e999999999999"}}', JSON, "broker.budget_usd",
+                 "at most", id="a budget past Decimal's exponent is a 422 saying the largest"),
+    pytest.param('{"run": "echo hi", "broker": {"budget_usd": "1e-999999999999"}}', JSON, "broker.budget_usd",
+                 "6 decimal places", id="a budget of a vanishing fraction is refused as too precise, not as $0"),
+    pytest.param('{"run": "echo hi", "broker": {"expected_hours": "1e-30", "deadline": "6h"}}', JSON,
+                 "broker.expected_hours", "less than a second",
+                 id="an expected length under a second is a 422, not a job the spot policy waits on for ever"),
 ])
 def test_a_task_that_cannot_be_stored_or_run_is_a_422_naming_where(client, body, headers, field, says):
     r = client.post("/v1/jobs", content=body.encode("utf-8", "surrogatepass"), headers=headers)
