@@ -44,11 +44,23 @@ MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek 
 log = logging.getLogger("broker.api")
 
 
+class _JSON(JSONResponse):
+    """Every answer's JSON. A string that is not Unicode (a lone surrogate, ``"\\ud800"`` in JSON, in a record stored
+    before submits refused them, or echoed in an error) is written escaped, as ``\\ud800``, rather than failing the
+    whole answer: one job's label made its team's job list a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def _error(status: int, detail: str, field: str | None = None) -> JSONResponse:
     body: dict[str, Any] = {"detail": detail}
     if field:
         body["field"] = field
-    return JSONResponse(status_code=status, content=body)
+    return _JSON(status_code=status, content=body)
 
 
 def create_app(settings: Settings | None = None, *, store: JobStore | None = None, launcher=None,
@@ -80,6 +92,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                 notifier_box["notifier"].close()
 
     app = FastAPIOffline(title="spot-broker", version="0.1.0", lifespan=lifespan, responses=errors(*COMMON),
+                         default_response_class=_JSON,
                          static_url="/docs/static",
                          description="Submit ML training jobs with a budget cap and a deadline; the broker runs "
                                      "each where it is cheapest and resumes it after preemption.")
@@ -103,7 +116,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.exception_handler(Unauthorized)
     async def _unauthorized(request: Request, exc: Unauthorized):
-        return JSONResponse(status_code=401, content={"detail": str(exc)}, headers={"WWW-Authenticate": "Bearer"})
+        return _JSON(status_code=401, content={"detail": str(exc)}, headers={"WWW-Authenticate": "Bearer"})
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -233,7 +246,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         raw = await read_spec(request)
         # the store write blocks (fsync): run it off the event loop so other requests go on
         job, created = await run_in_threadpool(service.submit, caller, raw, idempotency_key=idempotency_key)
-        return JSONResponse(status_code=201 if created else 200, content=job_view(job),
+        return _JSON(status_code=201 if created else 200, content=job_view(job),
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
     @app.get("/v1/jobs", tags=["jobs"], **answers(JobList, 401, 403, 422))
@@ -380,7 +393,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                                                       sha.hexdigest())
         finally:
             os.unlink(name)
-        return JSONResponse(status_code=201 if created else 200, content=answer,
+        return _JSON(status_code=201 if created else 200, content=answer,
                             headers={"Location": f"/v1/workdirs/{digest}"})
 
     @app.get("/v1/zones", tags=["admin"], responses=errors(401, 422))

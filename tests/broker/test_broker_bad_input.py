@@ -115,6 +115,21 @@ def test_yaml_aliases_merge_keys_and_a_deadline_time_still_work(client, body):
     assert r.status_code == 201, r.text
 
 
+def test_a_job_stored_with_a_lone_surrogate_still_lists(client):
+    """A record stored before submits refused lone surrogates: the answers escape it (\\ud800) instead of failing."""
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    job = client.post("/v1/jobs", json={"run": "echo hi"}, headers=AUTH).json()
+    store = client.app.state.service.store
+    stored = store.get_job(job["id"])
+    store.commit(Change(job=replace(stored, checkpoint_uri="s3://b/\ud800"), expected_version=stored.version))
+    listed = client.get("/v1/jobs", headers=AUTH)
+    assert listed.status_code == 200 and listed.json()["jobs"][0]["checkpoint_uri"] == "s3://b/\ud800"
+    assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).status_code == 200
+
+
 @pytest.mark.parametrize("body, field", [
     ('{"budget_usd": ' + "9" * 5000 + "}", "budget_usd"),
     ('{"budget_usd": 5, "budget_usd": 500}', "budget_usd"),
