@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
 import tempfile
 import time
@@ -644,6 +645,14 @@ def _check_preemptible(attempt: Attempt | None) -> None:
                    "(the kill fault simulates a lost node)")
 
 
+MAX_STEP = 2**63 - 1
+"""The largest step or metric a report may give: what every store keeps as a whole number."""
+MAX_CHECKPOINT_URI = 4096
+"""The longest checkpoint URI a report may give. It is handed to the next attempt in ``BROKER_RESUME_FROM``, and
+the kernel refuses an environment string over 128 KiB (E2BIG): one report of a longer URI failed every attempt
+after it at launch, each read as a lost node and resumed again."""
+
+
 def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise Invalid("body", "must be a JSON object")
@@ -651,20 +660,54 @@ def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:
     for key in ("step", "total_steps"):
         if body.get(key) is not None:
             v = body[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise Invalid(key, "must be a whole number ≥ 0")
+            if not _whole(v):
+                raise Invalid(key, f"must be a whole number from 0 to {MAX_STEP}")
             point[key] = v
     metrics = body.get("metrics") or {}
     if not isinstance(metrics, dict) or len(metrics) > 50 or not all(
-            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in metrics.items()):
-        raise Invalid("metrics", "must be an object of up to 50 numbers")
-    point["metrics"] = metrics
+            isinstance(k, str) and 0 < len(k) <= 200 and _printable(k) and (v is None or _finite(v) or _nonfinite(v))
+            for k, v in metrics.items()):
+        raise Invalid("metrics", "must be an object of up to 50 numbers (or null), each named by 1 to 200 characters")
+    # a loss gone to NaN or Infinity is kept as null, with the rest of the report: stored as NaN, the job's metrics
+    # and cost report answered 500 ever after (JSON has no NaN), and refusing the report would lose its step too
+    point["metrics"] = {k: None if _nonfinite(v) else v for k, v in metrics.items()}
     ckpt = body.get("checkpoint")
     if ckpt is not None:
-        if not isinstance(ckpt, dict) or not isinstance(ckpt.get("uri"), str) or not isinstance(ckpt.get("step"), int):
-            raise Invalid("checkpoint", "must be {\"step\": N, \"uri\": \"...\"}")
-        point["checkpoint"] = {"step": ckpt["step"], "uri": ckpt["uri"]}
+        if not isinstance(ckpt, dict) or not isinstance(ckpt.get("uri"), str) or not _whole(ckpt.get("step")):
+            raise Invalid("checkpoint", "must be {\"step\": N, \"uri\": \"...\"}, N a whole number from 0 to "
+                                        f"{MAX_STEP}")
+        uri = ckpt["uri"]
+        if not uri.strip() or len(uri) > MAX_CHECKPOINT_URI or not _printable(uri):
+            raise Invalid("checkpoint.uri", f"must be 1 to {MAX_CHECKPOINT_URI} characters with no control "
+                                            "characters: the next attempt is given it in BROKER_RESUME_FROM")
+        point["checkpoint"] = {"step": ckpt["step"], "uri": uri}
         point.setdefault("step", None)
     if "step" not in point and "checkpoint" not in point:
         raise Invalid("step", "a report needs a step or a checkpoint")
     return point
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_STEP
+
+
+def _finite(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return -MAX_STEP <= v <= MAX_STEP if isinstance(v, int) else math.isfinite(v)
+
+
+def _nonfinite(v: Any) -> bool:
+    return isinstance(v, float) and not math.isfinite(v)
+
+
+def _printable(text: str) -> bool:
+    """No control character (NUL cannot be in an environment variable) and no lone surrogate (``"\\ud800"`` in
+    JSON), which cannot be written as UTF-8: a response holding it failed."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -76,17 +76,18 @@ def load_yaml(text: str, *, max_bytes: int) -> Any:
     return data
 
 
-def load_json(text: str | bytes) -> Any:
-    """JSON to plain data, refused as :func:`load_yaml` refuses (a ``json.JSONDecodeError`` passes through)."""
+def load_json(text: str | bytes, *, finite: bool = True) -> Any:
+    """JSON to plain data, refused as :func:`load_yaml` refuses (a ``json.JSONDecodeError`` passes through).
+    ``finite=False`` lets ``NaN`` and ``Infinity`` through, for a caller that decides what they mean."""
     try:
         data = json.loads(text, parse_int=_json_int, object_pairs_hook=_json_object)
     except RecursionError:
         raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
-    check_plain(data)
+    check_plain(data, finite=finite)
     return data
 
 
-def check_plain(data: Any, path: tuple = ()) -> None:
+def check_plain(data: Any, path: tuple = (), *, finite: bool = True) -> None:
     """Refuse what JSON cannot store (or stores as something else), naming its field."""
     stack = [(data, path)]
     while stack:
@@ -107,7 +108,7 @@ def check_plain(data: Any, path: tuple = ()) -> None:
             stack.extend((v, (*where, k)) for k, v in value.items())
         elif isinstance(value, list):
             stack.extend((v, (*where, i)) for i, v in enumerate(value))
-        elif isinstance(value, float) and not math.isfinite(value):
+        elif isinstance(value, float) and finite and not math.isfinite(value):
             raise SpecError(_field(where), f"is {value}, not a finite number")
         elif isinstance(value, date) and where != DEADLINE:  # datetime is a date too
             raise SpecError(_field(where), f"is a date or time ({value.isoformat()}), which YAML reads from an "

@@ -326,7 +326,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         if settings.is_admin_token(token) or settings.team_for_token(token) is not None:
             raise Invalid("Authorization", "progress is reported with the job's own token ($BROKER_JOB_TOKEN in "
                                            "its environment), not a user's", status=403)
-        job = service.report_progress(job_id, token, await _json_object(request))
+        # a diverged loss comes as NaN (checkpoint.progress sends what json.dumps writes): the service keeps the
+        # rest of the report
+        job = service.report_progress(job_id, token, await _json_object(request, finite=False))
         return {"ok": True, "state": job.state.value, "stop": job.state.value in ("cancelling", "stopping")}
 
     @app.get("/v1/jobs/{job_id}/metrics", tags=["progress"], responses=errors(401, 404, 422))
@@ -404,10 +406,10 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                            "instance_type": z.instance_type, "simulated": True,
                            "available": availability.get(z.name, True)} for z in settings.zones]}
 
-    async def _json_object(request: Request) -> dict:
+    async def _json_object(request: Request, *, finite: bool = True) -> dict:
         raw = await read_body(request)
         try:  # as a task's JSON: NaN, a key given twice, a number too long to read or [[[[...]]]] are named
-            body = load_json(raw or b"{}")
+            body = load_json(raw or b"{}", finite=finite)
         except SpecError as exc:
             raise Invalid(exc.field, exc.reason) from None
         except ValueError:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not text

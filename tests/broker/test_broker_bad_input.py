@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
+from broker.auth import job_token
 from broker.store import open_store
 
 from broker_testing import ADMIN
@@ -128,6 +129,52 @@ def test_a_job_stored_with_a_lone_surrogate_still_lists(client):
     listed = client.get("/v1/jobs", headers=AUTH)
     assert listed.status_code == 200 and listed.json()["jobs"][0]["checkpoint_uri"] == "s3://b/\ud800"
     assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize("body, field", [
+    ('{"step": 1, "metrics": {"loss": ' + "9" * 400 + "}}", "metrics"),
+    ('{"step": 1, "metrics": {"\\ud800": 1}}', "metrics.\\ud800"),
+    ('{"step": 99999999999999999999}', "step"),
+    ('{"checkpoint": {"step": true, "uri": "s3://b/c"}}', "checkpoint"),
+    ('{"checkpoint": {"step": -5, "uri": "s3://b/c"}}', "checkpoint"),
+    ('{"checkpoint": {"step": 5, "uri": "s3://b/\\u0000"}}', "checkpoint.uri"),
+    ('{"checkpoint": {"step": 5, "uri": "' + "a" * 200_000 + '"}}', "checkpoint.uri"),
+    ("[" * 50_000 + "]" * 50_000, "body"),
+], ids=["a metric past 64 bits", "a metric named by a lone surrogate", "a step past 64 bits",
+        "a checkpoint step that is a boolean", "a negative checkpoint step",
+        "a checkpoint URI with a NUL (the next attempt could not be given it)",
+        "a checkpoint URI of 200 kB (every later attempt failed at launch, E2BIG, and was retried 20 times)",
+        "a body nested 50,000 deep (a RecursionError)"])
+def test_a_progress_report_that_cannot_be_kept_is_a_422_and_changes_nothing(make_settings, tmp_path, body, field):
+    settings = make_settings(config=CONFIG)
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'p.db'}"), engine=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job_id = client.post("/v1/jobs", json={"run": "echo hi"}, headers=AUTH).json()["id"]
+        as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}", "Content-Type": "application/json"}
+        r = client.post(f"/v1/jobs/{job_id}/progress", content=body.encode("utf-8", "surrogatepass"), headers=as_job)
+        assert r.status_code == 422 and r.json()["field"] == field, r.text[:300]
+        view = client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
+        assert view["progress"] is None and view["last_checkpoint"] is None
+        assert client.get(f"/v1/jobs/{job_id}/metrics", headers=AUTH).json() == {"points": []}
+        assert client.get(f"/v1/costs/jobs/{job_id}", headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize("loss", ["NaN", "Infinity", "1e400"])
+def test_a_diverged_loss_is_kept_as_null_with_the_rest_of_the_report(make_settings, tmp_path, loss):
+    """checkpoint.progress sends a NaN loss as json.dumps writes it. Stored as NaN, the job's metrics and its cost
+    report were 500s ever after; refused, the report's step would be lost too."""
+    settings = make_settings(config=CONFIG)
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'p.db'}"), engine=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job_id = client.post("/v1/jobs", json={"run": "echo hi"}, headers=AUTH).json()["id"]
+        as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}", "Content-Type": "application/json"}
+        body = '{"step": 7, "metrics": {"loss": %s, "lr": 0.1}}' % loss
+        assert client.post(f"/v1/jobs/{job_id}/progress", content=body, headers=as_job).status_code == 200
+        assert client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["progress"]["step"] == 7
+        points = client.get(f"/v1/jobs/{job_id}/metrics", headers=AUTH)
+        assert points.status_code == 200 and points.json()["points"][0]["metrics"] == {"loss": None, "lr": 0.1}
+        assert client.get(f"/v1/costs/jobs/{job_id}", headers=AUTH).status_code == 200
+        assert client.get("/v1/costs", headers=AUTH).status_code == 200
 
 
 @pytest.mark.parametrize("body, field", [
