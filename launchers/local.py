@@ -318,6 +318,8 @@ class LocalLauncher:
         if not path.exists():
             return b"", offset
         with open(path, "rb") as fh:
+            if offset >= os.fstat(fh.fileno()).st_size:  # past the end: seeking there fails on most filesystems
+                return b"", offset                         # (ext4 takes no offset past 16 TiB: EINVAL, a 500)
             fh.seek(offset)
             data = fh.read(limit)
         return data, offset + len(data)

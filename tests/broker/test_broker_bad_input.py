@@ -13,7 +13,7 @@ from broker.api.app import create_app
 from broker.auth import job_token
 from broker.store import open_store
 
-from broker_testing import ADMIN
+from broker_testing import ADMIN, wait_for
 
 CONFIG = """
 pools:
@@ -187,3 +187,18 @@ def test_a_budget_change_that_cannot_be_read_is_a_422_naming_why(client, body, f
     r = client.post(f"/v1/jobs/{job['id']}/budget", content=body, headers=JSON)
     assert r.status_code == 422 and r.json()["field"] == field, r.text[:300]
     assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["budget"]["usd"] == "$5.00"
+
+
+def test_a_log_offset_the_filesystem_cannot_seek_to_reads_nothing_not_a_500(make_settings, tmp_path):
+    """The API takes offsets up to 2**62; ext4 refuses a seek past 16 TiB (EINVAL). The real engine runs the job
+    here, so its attempt has an output file to read."""
+    settings = make_settings(config=CONFIG + "tick_seconds: 0.2\n")
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'l.db'}"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job_id = client.post("/v1/jobs", json={"run": "echo hi"}, headers=AUTH).json()["id"]
+        wait_for(lambda: client.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["state"] == "succeeded", timeout=30)
+        whole = client.get(f"/v1/jobs/{job_id}/logs", headers=AUTH).json()
+        assert "hi" in whole["data"]
+        r = client.get(f"/v1/jobs/{job_id}/logs", params={"offset": 2**62 - 1, "attempt": 1}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        assert r.json()["data"] == "" and r.json()["offset"] == 2**62 - 1
