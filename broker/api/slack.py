@@ -124,7 +124,7 @@ def router(service, settings: Settings) -> APIRouter:
             action = payload["actions"][0]
             if not isinstance(action, dict):
                 raise TypeError("an action is an object")
-        except (KeyError, IndexError, ValueError, TypeError):
+        except (KeyError, IndexError, ValueError, TypeError, RecursionError):  # RecursionError: [[[[...]]]]
             return JSONResponse(status_code=400, content={"detail": "not a Slack block_actions payload"})
         url = payload.get("response_url")
         who = cfg.principal(user_id)

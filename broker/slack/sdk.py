@@ -46,7 +46,14 @@ def verify(signing_secret: str, body: bytes, headers: Mapping[str, str]) -> bool
     sdk = _sdk()
     timestamp = headers.get("x-slack-request-timestamp")
     signature = headers.get("x-slack-signature")
-    if not timestamp or not signature or not timestamp.isdigit():
+    # what the SDK would raise on (a 500 to anyone, signed or not): a timestamp of more digits than Python reads or
+    # of digits that are not 0-9 ('²'), a signature that is not ASCII, a body that is not UTF-8 (Slack's are)
+    if not timestamp or not signature or not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 20) \
+            or not signature.isascii():
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
         return False
     return sdk.signature.SignatureVerifier(signing_secret).is_valid(body, timestamp, signature)
 

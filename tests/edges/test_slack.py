@@ -121,13 +121,35 @@ def test_a_bad_signature_is_refused_and_does_nothing(slack, store, sign):
 @pytest.mark.parametrize("payload", [
     "not json", "[1, 2]", '{"user": {"id": "U_A"}}', '{"user": {"id": "U_A"}, "actions": []}',
     '{"user": {"id": "U_A"}, "actions": ["broker_cancel"]}', '{"user": "U_A", "actions": [{}]}',
+    "[" * 50_000 + "]" * 50_000,
 ], ids=["not JSON", "a list", "no actions", "an empty action list", "an action that is a string",
-        "a user that is a string"])
+        "a user that is a string", "nested 50,000 deep (a RecursionError, a 500)"])
 def test_a_signed_interaction_that_is_not_block_actions_is_a_400(slack, store, payload):
     body = urlencode({"payload": payload})
     r = slack.post("/slack/interactions", content=body, headers=signed(body))
     assert r.status_code == 400 and r.json() == {"detail": "not a Slack block_actions payload"}
     assert store.get_job("j-a2").state is JobState.RUNNING
+
+
+@pytest.mark.parametrize("headers", [
+    {"X-Slack-Request-Timestamp": "9" * 5000, "X-Slack-Signature": "v0=00"},
+    {"X-Slack-Request-Timestamp": "now", "X-Slack-Signature": "v0=\u00e9"},
+], ids=["a timestamp of 5000 digits", "a fresh timestamp and a signature outside ASCII"])
+def test_headers_slacks_sdk_raised_on_are_a_401_not_a_500(slack, store, headers):
+    headers = {k: str(int(time.time())) if v == "now" else v for k, v in headers.items()}
+    body = urlencode({"command": "/broker", "text": "cancel j-a2", "user_id": "U_A"})
+    headers = {k: v.encode("latin-1") for k, v in headers.items()}  # as a client sends them: bytes, not UTF-8
+    r = slack.post("/slack/commands", content=body, headers=headers)
+    assert r.status_code == 401 and "signature" in r.json()["detail"]
+    assert store.get_job("j-a2").state is JobState.RUNNING
+
+
+def test_a_signed_body_that_is_not_utf8_is_a_401_not_a_500(slack):
+    body = b"text=\xff\xfe&user_id=U_A"  # Slack's bodies are UTF-8: this one cannot be Slack's
+    stamp = str(int(time.time()))
+    sig = "v0=" + hmac.new(world.SIGNING_SECRET.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256).hexdigest()
+    r = slack.post("/slack/commands", content=body, headers={"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": sig})
+    assert r.status_code == 401
 
 
 def test_a_body_changed_after_signing_is_refused(slack):
