@@ -192,7 +192,11 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         body = await read_body(request)
         if not body.strip():
             raise Invalid("body", "is empty: send the task as JSON or YAML")
-        text = body.decode("utf-8", "replace")
+        try:  # a body in Latin-1 had each byte it could not read turned into U+FFFD, in its run command too
+            text = body.decode("utf-8-sig")  # and a byte-order mark (Windows editors write one) is not JSON
+        except UnicodeDecodeError as exc:
+            raise Invalid("body", f"is not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start}): send the task "
+                                  "as UTF-8 text") from None
         # parsed off the event loop: a megabyte of YAML takes PyYAML seconds, and every other request waited
         return await run_in_threadpool(_task_of, text, request.headers.get("content-type", ""))
 
@@ -351,6 +355,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         available = body.get("available")
         if kind == "zone" and available is not None and not isinstance(available, bool):
             raise Invalid("available", "must be true, false or null")
+        needed = "zone" if kind == "zone" else "job_id"  # was "no job " or "no simulated zone None", naming nothing
+        if not body.get(needed):
+            raise Invalid(needed, f"is required to {kind if kind != 'zone' else 'change a zone'}")
         return service.inject_fault(caller, kind, job_id=body.get("job_id"), zone=body.get("zone"),
                                     available=available)
 

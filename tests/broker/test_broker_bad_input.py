@@ -103,6 +103,27 @@ def test_a_task_that_cannot_be_stored_or_run_is_a_422_naming_where(client, body,
     _still_answers(client)
 
 
+def test_a_task_that_is_not_utf8_is_a_422_not_run_with_its_bytes_replaced(client):
+    r = client.post("/v1/jobs", content="run: echo caf\u00e9\n".encode("latin-1"), headers=YAML)
+    assert r.status_code == 422 and r.json()["field"] == "body", r.text
+    assert "not UTF-8 (byte 0xe9 at offset 13)" in r.json()["detail"]
+    _still_answers(client)
+
+
+def test_a_json_task_after_a_byte_order_mark_is_read(client):
+    r = client.post("/v1/jobs", content=b"\xef\xbb\xbf" + json.dumps({"run": "echo hi"}).encode(), headers=JSON)
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"kind": "preempt"}, "job_id"), ({"kind": "kill", "job_id": ""}, "job_id"), ({"kind": "zone"}, "zone"),
+], ids=["a preempt without job_id (was 'no job ')", "a kill of an empty job_id", "a zone change without zone (was "
+        "'no simulated zone None')"])
+def test_a_fault_without_what_it_hits_names_the_missing_field(client, body, field):
+    r = client.post("/v1/admin/faults", json=body, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == field and "is required" in r.json()["detail"], r.text
+
+
 @pytest.mark.parametrize("body", [
     "run: echo hi\nresources: {any_of: [&r {cpus: 1}, *r]}\n",
     "run: echo hi\nresources:\n  <<: &base {cpus: 1}\n  memory: 1\n",
