@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -18,6 +19,8 @@ import httpx
 import yaml
 
 from broker.config import default_data_dir
+from broker.spec import SpecError
+from broker.task_text import DEFAULT_MAX_BYTES, load_yaml
 
 FINAL = {"succeeded", "failed", "cancelled", "stopped_budget"}
 SUBMIT_RETRY_DELAYS = (0.5, 1.0, 2.0)  # seconds before each retry of a submit whose outcome is unknown
@@ -52,9 +55,15 @@ def default_url(env: dict[str, str] | os._Environ = os.environ) -> str:
 
 
 def load_task(text: str) -> dict:
-    """A task file's text (YAML or JSON) as a mapping, or :class:`BrokerError` saying where it is broken."""
+    """A task file's text (YAML or JSON) as a mapping, or :class:`BrokerError` saying where it is broken.
+
+    Read as the broker reads a YAML body (:mod:`broker.task_text`): a key given twice, an unquoted date outside
+    ``broker.deadline``, ``.nan`` and the like are refused here, naming the field, rather than sent as the last
+    key alone or failing to be written as JSON (a traceback); an unquoted deadline time is sent as its ISO text."""
     try:
-        task = yaml.safe_load(text)
+        task = load_yaml(text, max_bytes=DEFAULT_MAX_BYTES)
+    except SpecError as exc:
+        raise BrokerError(0, f"the task's {exc.field}: {exc.reason}", exc.field) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -62,6 +71,9 @@ def load_task(text: str) -> dict:
         raise BrokerError(0, f"the task is not valid YAML{where}" + (f": {problem}" if problem else "")) from None
     if not isinstance(task, dict):
         raise BrokerError(0, "the task file must hold a mapping (a SkyPilot task)")
+    section = task.get("broker")
+    if isinstance(section, dict) and isinstance(section.get("deadline"), date):
+        task["broker"] = {**section, "deadline": section["deadline"].isoformat()}  # a date or a datetime, as written
     return task
 
 

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -144,6 +145,25 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli):
     assert r.returncode == 1 and "is a directory" in r.stderr and "Traceback" not in r.stderr
     r = run("--url", run.url.removeprefix("http://"), "status", check=False)
     assert r.returncode == 1 and "must start with http:// or https://" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_task_file_is_read_as_the_broker_reads_one(cli):
+    """An unquoted YAML deadline time, or a date elsewhere, made `broker submit` a traceback (json could not write
+    it); a key given twice was sent as the last one alone."""
+    run, tmp = cli
+    soon = (datetime.now(timezone.utc) + timedelta(days=2)).strftime("%Y-%m-%dT18:00:00Z")
+    timed = tmp / "timed.yaml"
+    timed.write_text(f"run: echo hi\nbroker:\n  deadline: {soon}\n")
+    job = json.loads(run("--json", "submit", str(timed)).stdout)
+    assert job["deadline"] == soon
+    for text, field in [("run: echo hi\nenvs: {A: 2026-01-01}\n", "envs.A"),
+                        ("run: echo hi\nbroker: {budget_usd: 1, budget_usd: 30}\n", "broker.budget_usd")]:
+        bad = tmp / "bad.yaml"
+        bad.write_text(text)
+        r = run("--json", "submit", str(bad), check=False)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert json.loads(r.stdout)["field"] == field
+    assert [j["id"] for j in json.loads(run("--json", "status").stdout)] == [job["id"]]
 
 
 def test_with_json_an_error_is_also_one_json_object_on_stdout(cli):
