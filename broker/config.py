@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
 import secrets
+import stat
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -41,6 +43,9 @@ class Pool:
 
     ``price_per_slot_hour`` is what a slot costs the company per hour (power,
     amortized hardware): never $0, so on-prem is compared honestly with cloud.
+
+    ``run_as``: (team, user) pairs, ``"*"`` for every other team: the Unix user a team's jobs on this pool
+    run as (``launchers/run_as.py``); empty: the broker's own user, as without it.
     """
 
     name: str
@@ -50,6 +55,12 @@ class Pool:
     cpus_per_slot: Decimal = Decimal(2)
     memory_gib_per_slot: Decimal = Decimal(8)
     kubernetes_context: str | None = None
+    run_as: tuple[tuple[str, str], ...] = ()
+
+    def user_for(self, team: str) -> str | None:
+        """The user ``team``'s jobs run as on this pool; ``None``: the broker's own."""
+        users = dict(self.run_as)
+        return users.get(team, users.get("*"))
 
 
 @dataclass(frozen=True)
@@ -145,7 +156,7 @@ CONFIG_KEYS = frozenset({
 DEFAULT_POOLS = ({"name": "local", "slots": 2, "accelerator": None, "price_per_slot_hour": "0.20"},)
 
 POOL_KEYS = frozenset({"name", "slots", "gpus", "accelerator", "price_per_slot_hour", "price_per_gpu_hour",
-                       "cpus_per_slot", "memory_gib_per_slot", "kubernetes_context"})
+                       "cpus_per_slot", "memory_gib_per_slot", "kubernetes_context", "run_as"})
 TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd"})
 STORE_SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
 
@@ -213,6 +224,11 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         if pool.kubernetes_context and launcher != "skypilot":
             raise ConfigError(f"pools[{i}].kubernetes_context: a Kubernetes pool is reached through SkyPilot: "
                               "set launcher: skypilot (or BROKER_LAUNCHER=skypilot)")
+    checkpoint_root = (env.get("BROKER_CHECKPOINT_ROOT") or _text(raw, "checkpoint_root")
+                       or (data_dir / "checkpoints").as_uri())
+    for i, pool in enumerate(pools):
+        if pool.run_as:
+            _reachable_by_others(data_dir, checkpoint_root, f"pools[{i}].run_as")
     default_budget = _money(raw.get("default_budget_usd", "10"), "default_budget_usd")
     if default_budget <= 0:
         raise ConfigError("default_budget_usd: must be more than $0")
@@ -225,8 +241,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         teams=teams,
         admin_token_hashes=frozenset(admin_hashes),
         default_budget=default_budget,
-        checkpoint_root=(env.get("BROKER_CHECKPOINT_ROOT") or _text(raw, "checkpoint_root")
-                         or (data_dir / "checkpoints").as_uri()),
+        checkpoint_root=checkpoint_root,
         public_url=env.get("BROKER_PUBLIC_URL") or _text(raw, "public_url") or f"http://127.0.0.1:{port}",
         launcher=launcher,
         engine=(env.get("BROKER_ENGINE") or str(raw.get("engine", "on"))).lower() not in ("off", "false", "0"),
@@ -337,12 +352,68 @@ def _pool(p: Any, i: int) -> Pool:
     context = p.get("kubernetes_context")
     if context is not None and (not isinstance(context, str) or not context.strip() or "/" in context):
         raise ConfigError(f"{where}.kubernetes_context: must be the name of a kubeconfig context, not {context!r}")
+    if context is not None and p.get("run_as") is not None:
+        raise ConfigError(f"{where}.run_as: a Kubernetes pool's jobs run in pods, not on this host: run_as is for "
+                          "a pool on the broker's host (set the pod's user in the cluster instead)")
     return Pool(
         name=str(p["name"]), slots=slots, accelerator=p.get("accelerator"), price_per_slot_hour=micros,
         cpus_per_slot=Decimal(str(_number(p, "cpus_per_slot", 2, positive=True, where=where))),
         memory_gib_per_slot=Decimal(str(_number(p, "memory_gib_per_slot", 8, positive=True, where=where))),
         kubernetes_context=context.strip() if context else None,
+        run_as=_run_as(p.get("run_as"), f"{where}.run_as"),
     )
+
+
+def _run_as(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``run_as``: one user name, or a mapping of team to user name with ``"*"`` for every other team (so
+    no team's job falls back to the broker's own user unnoticed). Each user must exist on this host and be
+    neither root nor the broker's own user, and switching to it needs the broker to run as root."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        users, named = {"*": value}, lambda team: where
+    elif isinstance(value, dict) and value and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        users, named = dict(value), lambda team: f"{where}.{team}"
+        if "*" not in users:
+            raise ConfigError(f"{where}: name the user of every other team with '*' (a team not named would "
+                              "otherwise run as the broker's own user)")
+    else:
+        raise ConfigError(f"{where}: must be a user name, or a mapping of team to user name with '*' for the other "
+                          f"teams, not {value!r}")
+    for team, name in users.items():
+        try:
+            uid = pwd.getpwnam(name.strip()).pw_uid
+        except KeyError:
+            raise ConfigError(f"{named(team)}: there is no user {name!r} on this host") from None
+        if uid == 0:
+            raise ConfigError(f"{named(team)}: {name!r} is root (uid 0): a job run as root is not kept from the broker")
+        if uid == os.geteuid():
+            raise ConfigError(f"{named(team)}: {name!r} is the broker's own user: its jobs would read the broker's "
+                              "tokens and keys as before; name another user")
+    if os.geteuid() != 0:
+        raise ConfigError(f"{where}: switching a job to another user needs root: run the broker as root, or "
+                          "leave run_as out")
+    return tuple(sorted((team, name.strip()) for team, name in users.items()))
+
+
+def _reachable_by_others(data_dir: Path, checkpoint_root: str, where: str) -> None:
+    """A job run as another user is given folders under the data dir (and under a ``file://`` checkpoint
+    root): every folder above them must let others pass (``o+x``). The runner opens the data dir and the
+    root themselves (``launchers/run_as.py``); what is above them is the host's, and not changed by the broker."""
+    tops = [("data_dir", data_dir.expanduser().absolute())]
+    parts = urlsplit(checkpoint_root)
+    if parts.scheme == "file" and parts.path:
+        tops.append(("checkpoint_root", Path(parts.path)))
+    for name, top in tops:
+        for folder in top.parents:
+            try:
+                mode = folder.stat().st_mode
+            except FileNotFoundError:
+                continue  # made by the broker (root) with the default mode, which lets others pass
+            if not mode & stat.S_IXOTH:
+                raise ConfigError(f"{where}: a job run as another user cannot reach {name} {top}: {folder} does not "
+                                  f"let other users pass (mode {stat.S_IMODE(mode):04o}); put {name} where they may "
+                                  f"(e.g. /var/lib/spot-broker), or chmod o+x {folder}")
 
 
 def _teams(raw: Any) -> dict[str, Team]:

@@ -40,6 +40,16 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
+class RunAs:
+    """The Unix user an attempt on a pool of this host runs as (``pools[].run_as``), and the job's own
+    folders the launcher gives that user besides the attempt's copies (the job's checkpoint folder when the
+    broker keeps it on this host)."""
+
+    user: str
+    folders: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """Everything a launcher needs to run one attempt.
 
@@ -49,6 +59,7 @@ class LaunchRequest:
     broker's variables (``BROKER_JOB_ID``, ``BROKER_ATTEMPT``,
     ``BROKER_CHECKPOINT_URI``, ...), merged over the task's own ``envs``.
     ``slots`` are the GPU (or CPU-job) slots of an on-prem pool the attempt holds.
+    ``run_as``: the user an attempt on a pool of this host runs as; ``None``: the broker's own.
     """
 
     attempt_id: str
@@ -62,6 +73,7 @@ class LaunchRequest:
     #: seconds from now after which the launcher stops the attempt itself (reason ``budget``) if no
     #: broker has: the job's budget, kept while every broker is down. ``None``: no limit.
     stop_in_seconds: float | None = None
+    run_as: RunAs | None = None
 
 
 class Phase(str, Enum):

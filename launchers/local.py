@@ -146,6 +146,9 @@ class LocalLauncher:
                 "task": request.task, "placement": request.placement, "envs": request.envs,
                 "slots": list(request.slots), "stop_grace_seconds": request.stop_grace_seconds,
             }
+            if request.run_as is not None:  # launchers/run_as.py: what the runner gives the user, under this data dir
+                body["run_as"] = {"user": request.run_as.user, "folders": list(request.run_as.folders),
+                                  "data_dir": str(self.runs_dir.parent.resolve())}
             tmp = run_dir / "request.json.tmp"
             # the task's secrets and the job's token are in it: readable by this user only
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -16,7 +16,9 @@ reports lives in ``RUN_DIR``:
 * ``output.log`` — setup and run output.
 * ``notice.json`` — the stop notice, written when the runner is told to stop; its path is
   the job's ``BROKER_NOTICE_FILE``. ``notice.json.listeners/<pid>`` — processes whose
-  checkpoint library watches that file (:mod:`checkpoint.notice_file`).
+  checkpoint library watches that file (:mod:`checkpoint.notice_file`). A job run as another
+  user (``run_as`` in ``request.json``) has both in a folder of its own instead, and its own
+  working directory: :mod:`launchers.run_as`.
 * ``exit.json`` — written last, atomically: how the attempt ended.
 
 On SIGTERM (a stop: preemption, cancel, budget) the runner writes the notice file, then
@@ -39,6 +41,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from launchers.run_as import JobUser, prepare
 from launchers.skypilot_task import CHECKPOINT_MOUNT
 
 #: With a listener, the group's SIGTERM comes this long (at most a quarter of the grace) before the SIGKILL.
@@ -47,14 +50,14 @@ NOTICE = "notice.json"
 #: The broker's own secrets, left out of a job's environment: a job here runs in the broker's environment (its
 #: PATH, its cloud's variables), and any team's ``run: env`` printed these into logs the team reads — the admin
 #: token, every team's token, the store's password, the key that seals every job's secrets. (Running as the broker's
-#: user, a job can still read them in the broker's /proc/<pid>/environ: docs/deploy.md says what a local pool trusts.)
+#: user, a job can still read them in the broker's /proc/<pid>/environ, unless its pool sets run_as: docs/deploy.md.)
 BROKER_SECRETS = ("BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS", "BROKER_SECRETS_KEY", "BROKER_SECRETS_OLD_KEYS",
                   "BROKER_STORE_URL", "BROKER_SLACK_SIGNING_SECRET", "BROKER_SLACK_BOT_TOKEN", "BROKER_METRICS_TOKEN",
                   "BROKER_TOKEN")
 
 
-def _write_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
+def _write_atomic(path: Path, data: dict, tmp: Path | None = None) -> None:
+    tmp = tmp or path.with_suffix(".tmp")
     with open(tmp, "w") as fh:
         json.dump(data, fh)
         fh.flush()
@@ -71,6 +74,8 @@ class Runner:
         self.grace = float(self.request.get("stop_grace_seconds", 30))
         self._killer: threading.Timer | None = None
         self.finished = False  # the commands are done: a limit reached now stops nothing
+        self.notice = self.dir / NOTICE  # a job run as another user has it in its own folder (launchers/run_as.py)
+        self.user: JobUser | None = None  # a job run as another user: set by run()
 
     def _read_stop(self) -> dict | None:
         try:
@@ -85,7 +90,9 @@ class Runner:
             return
         self.stop_reason = stop.get("reason", "stopped")
         grace = float(stop.get("grace_seconds", self.grace))
-        _write_atomic(self.dir / NOTICE, {"reason": self.stop_reason, "grace_seconds": grace, "at": time.time()})
+        # written in the run folder and renamed into place: the job's user may own the notice's folder
+        _write_atomic(self.notice, {"reason": self.stop_reason, "grace_seconds": grace, "at": time.time()},
+                      tmp=self.dir / "notice.tmp")
         if self.child and self.child.poll() is None:
             if self._listening():
                 hold = max(0.0, grace - min(LAST_WARNING_S, grace / 4))
@@ -124,7 +131,7 @@ class Runner:
     def _listening(self) -> bool:
         """Whether a live process of this attempt watches the notice file."""
         try:
-            names = os.listdir(self.dir / (NOTICE + ".listeners"))
+            names = os.listdir(self.notice.with_name(NOTICE + ".listeners"))
         except OSError:
             return False
         for name in names:
@@ -172,10 +179,10 @@ class Runner:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in self.request.get("slots") or []) \
             if self.request.get("placement", {}).get("accelerator") else ""
         env["PYTHONUNBUFFERED"] = "1"
-        env["BROKER_NOTICE_FILE"] = str((self.dir / NOTICE).resolve())
+        env["BROKER_NOTICE_FILE"] = str(self.notice.resolve())
         # jobs on this host run with the broker's own Python environment first on PATH
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-        return env
+        return self.user.env(env) if self.user else env
 
     def run(self) -> dict:
         task = self.request["task"]
@@ -184,11 +191,21 @@ class Runner:
         started = time.time()
         result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
         try:
+            if self.request.get("run_as"):  # its own folders, never the run folder (request.json has its token)
+                user = JobUser.named(self.request["run_as"]["user"])
+                prepared = prepare(self.request, user, workdir if isinstance(workdir, str) else None)
+                cwd, self.notice, self.user = prepared.cwd, prepared.notice, user
             links, link_notes = link_mounts(task)
         except MountTaken as exc:
             links, link_notes = [], [str(exc)]
             result.update(exit_code=1, step="setup")
             task = {k: v for k, v in task.items() if k not in ("setup", "run")}  # nothing runs
+        except (KeyError, OSError) as exc:  # never as the broker's own user instead
+            why = ("there is no such user on this host" if isinstance(exc, KeyError)
+                   else f"its folders cannot be given to it ({exc})")
+            links, link_notes = [], [f"not run: its pool runs it as user {self.request['run_as']['user']!r}, and {why}"]
+            result.update(exit_code=1, step="setup")
+            task = {k: v for k, v in task.items() if k not in ("setup", "run")}
         try:
             self._steps(task, cwd, result, link_notes)
         finally:
@@ -215,7 +232,7 @@ class Runner:
                 result["step"] = step
                 self.child = subprocess.Popen(
                     ["bash", "-c", script], cwd=cwd, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    stdin=subprocess.DEVNULL, start_new_session=True, **(self.user.popen() if self.user else {}),
                 )
                 code = self.child.wait()
                 if code < 0:

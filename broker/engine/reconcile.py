@@ -30,7 +30,7 @@ from broker.diagnosis import Diagnosis, Ending, RuleBook
 from broker.engine import budget as budget_rules
 from broker.engine import monitor
 from broker.engine.billing import accrue
-from broker.engine.launch import launch_request
+from broker.engine.launch import launch_request, run_as_for
 from broker.engine.recover import block_zone, steps_lost
 from broker.engine.schedule import Place, Wait, request_of, schedule
 from broker.engine.spot import decide as policy_decide
@@ -312,7 +312,8 @@ class Engine:
             request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
                                      stop_grace_seconds=self.settings.stop_grace_seconds,
                                      job_token=job_token(self.settings, job.id), now=now, workdir=workdir,
-                                     mounts=mounts)
+                                     mounts=mounts,
+                                     run_as=run_as_for(job, self.settings.pools, self.settings.checkpoint_root))
             self.launcher.launch(request)
         except LaunchError as exc:
             # a launcher's (or SkyPilot's) message is kept and shown: never with a secret's value in it
