@@ -64,9 +64,10 @@ PACK_CACHE_SECONDS = 3600.0
 """A host's copy of a pack (``<data dir>/workdirs/packs/``) unused by any launch this long is removed."""
 STALE_SECONDS = 3600.0
 """A half-made file or directory (a fetch or unpack cut short by a crash) this old is removed."""
-FOLDERS = ("attempts", "mounts")
-"""Where an attempt's unpacked copies are, under ``<data dir>/workdirs``: ``attempts/<attempt>`` its workdir's,
-``mounts/<attempt>/<n>`` its file_mounts' (in the order of their destinations)."""
+FOLDERS = ("attempts", "mounts", "jobs")
+"""Where an attempt's own folders are, under ``<data dir>/workdirs``: ``attempts/<attempt>`` its workdir's copy,
+``mounts/<attempt>/<n>`` its file_mounts' (in the order of their destinations), ``jobs/<attempt>`` the folder a job
+run as another user is given (``launchers.run_as``: its notice file and, without a workdir, its working directory)."""
 _PACK_NAME = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
 _LEFTOVER_NAME = re.compile(r"^[0-9a-f]{64}\.tar\.gz\.tmp-[0-9a-f]{32}$")  # what put or _copy wrote before its rename
 
@@ -462,8 +463,8 @@ class WorkdirStore:
         now = time.time() if now is None else now
         cwds = in_use_dirs()
         removed = [a for a in listed if a not in keep and self.remove_attempt_dir(a, cwds)]
-        for folder, age in ((self.local / "attempts", STALE_SECONDS), (self.local / "mounts", STALE_SECONDS),
-                            (self.local / "packs", PACK_CACHE_SECONDS)):
+        for folder, age in [*((self.local / f, STALE_SECONDS) for f in FOLDERS),
+                            (self.local / "packs", PACK_CACHE_SECONDS)]:
             try:
                 entries = list(os.scandir(folder))
             except FileNotFoundError:

@@ -5,9 +5,9 @@ A job run as the broker's user reads all the broker reads: its ``/proc/<pid>/env
 a job reaches only what is given to it here, each folder owned by the user, mode 0700:
 
 * its working directory: the attempt's copy of the job's workdir (``<data>/workdirs/attempts/<attempt>``) or,
-  without one, a fresh ``<data>/job-dirs/<attempt>/work`` — never the run folder;
+  without one, a fresh ``<data>/workdirs/jobs/<attempt>/work`` — never the run folder;
 * the attempt's copies of its uploaded file_mounts (``<data>/workdirs/mounts/<attempt>``);
-* ``<data>/job-dirs/<attempt>/``, which holds the notice file (``BROKER_NOTICE_FILE``, written by the runner
+* ``<data>/workdirs/jobs/<attempt>/``, which holds the notice file (``BROKER_NOTICE_FILE``, written by the runner
   from the run folder with a rename, so a link the job puts there is replaced, not written through) and the
   ``notice.json.listeners/`` folder the checkpoint library registers in (:mod:`checkpoint.notice_file`);
 * the folders the engine names (:class:`launchers.base.RunAs`): the job's checkpoint folder on this host.
@@ -27,8 +27,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-JOB_DIRS = "job-dirs"
-"""``<data>/job-dirs/<attempt>``: the notice file and, without a workdir, the job's working directory."""
+JOB_DIRS = "workdirs/jobs"
+"""``<data>/workdirs/jobs/<attempt>``: the notice file and, without a workdir, the job's working directory. Removed
+with the attempt's workdir copies once the attempt is final (``broker.workdir_store.FOLDERS``)."""
 PASSAGE = 0o711
 
 

@@ -408,11 +408,14 @@ class Engine:
             return workdir, copies
 
     def _attempt_ended(self, job: Job, attempt: Attempt) -> None:
-        """An attempt just recorded final: its unpacked workdir and file_mounts go (beside the ticks; kept while a
-        process still runs in them, and then left to the sweep)."""
+        """An attempt just recorded final: its unpacked workdir and file_mounts go, and the folder a job run as
+        another user was given (beside the ticks; kept while a process still runs in them, and then left to the
+        sweep)."""
         from broker.workdir import packs_of
 
-        if attempt.state.is_final and packs_of(job.spec.get("broker")) and self._workdir_store().has_local(attempt.id):
+        given = run_as_for(replace(job, placement=attempt.placement), self.settings.pools, self.settings.checkpoint_root) is not None
+        if attempt.state.is_final and (given or packs_of(job.spec.get("broker"))) \
+                and self._workdir_store().has_local(attempt.id):
             _background(self._workdir_store().remove_attempt_dir, attempt.id)
 
     def _workdir_housekeeping(self, jobs: list[Job], now: float) -> None:

@@ -123,10 +123,12 @@ def test_a_pool_job_run_as_nobody_runs_as_that_user_and_reaches_none_of_the_brok
     assert log.count("denied ") == 7  # the six files and the data dir's listing
     assert "wrote its checkpoint folder" in log
     cwd = re.search(r"wrote its cwd (\S+)", log).group(1)
-    assert Path(cwd) == data / "job-dirs" / f"{job.id}-a1" / "work"  # a folder of its own, not the run folder
+    assert Path(cwd) == data / "workdirs" / "jobs" / f"{job.id}-a1" / "work"  # a folder of its own, not the run folder
     request = json.loads((data / "runs" / f"{job.id}-a1" / "request.json").read_text())
     assert request["run_as"]["user"] == "nobody"
     assert (data / "runs").stat().st_mode & 0o777 == 0o700
+    # what it was given, and what it wrote there, goes with the attempt, as its workdir copy would
+    assert wait_for(lambda: not Path(cwd).parent.exists(), timeout=10)
 
 
 def test_a_pool_job_run_as_nobody_saves_on_the_notice_when_preempted_and_resumes_there(broker):
@@ -140,7 +142,7 @@ def test_a_pool_job_run_as_nobody_saves_on_the_notice_when_preempted_and_resumes
             "run": f"{python} {TRAINER} 400 0.05 1000"}  # saves only on the notice (and at its end)
     job = service.submit(ADMIN_PRINCIPAL, task)[0]
     first = f"{job.id}-a1"
-    listeners = data / "job-dirs" / first / "notice.json.listeners"
+    listeners = data / "workdirs" / "jobs" / first / "notice.json.listeners"
 
     def registered():
         engine.tick()
@@ -250,7 +252,7 @@ def test_without_run_as_a_pool_job_runs_as_the_brokers_user_as_before(base, make
         run = base / "data" / "runs" / f"{job.id}-a1"
         assert service.logs(ADMIN_PRINCIPAL, job.id)["data"].splitlines()[:2] == [str(os.geteuid()), str(run)]
         assert "run_as" not in json.loads((run / "request.json").read_text())
-        assert not (base / "data" / "job-dirs").exists()
+        assert not (base / "data" / "workdirs" / "jobs").exists()
     finally:
         store.close()
 
