@@ -139,7 +139,7 @@ class LocalLauncher:
             fcntl.flock(guard, fcntl.LOCK_EX)  # one launch() at a time per attempt, across processes
             if (run_dir / "exit.json").exists() or self._runner_alive(run_dir):
                 return
-            if (run_dir / "spawned").exists() and time.time() - (run_dir / "spawned").stat().st_mtime < STARTUP_GRACE_SECONDS:
+            if self._starting(run_dir):
                 return  # a runner was just spawned and is taking its lock
             body = {
                 "attempt_id": request.attempt_id, "job_id": request.job_id, "attempt": request.attempt,
@@ -213,10 +213,28 @@ class LocalLauncher:
                 # nothing runs, so the engine launches it again (launch() is idempotent per attempt)
                 return AttemptStatus(Phase.GONE, reason="the launch was cut short before its process started")
             return AttemptStatus(Phase.PENDING)
-        if spawned.exists() and time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS:
-            if not (run_dir / "runner.pid").exists():
-                return AttemptStatus(Phase.PENDING)
+        if not (run_dir / "runner.pid").exists() and self._starting(run_dir):
+            return AttemptStatus(Phase.PENDING)
         return AttemptStatus(Phase.LOST, reason="the process running the attempt vanished without recording an exit")
+
+    @staticmethod
+    def _starting(run_dir: Path) -> bool:
+        """Whether the runner launch() spawned may still be starting (not yet holding its lock): its process
+        is alive, or it was spawned within the start-up grace (all a host without ``/proc`` can tell).
+        Asked of the process, not only of the clock: a runner still starting when the host's clock stepped
+        forward (or on a host too loaded to start it within the grace) would otherwise read as lost, and
+        its job be launched again beside it once it started."""
+        spawned = run_dir / "spawned"
+        try:
+            args = Path(f"/proc/{int(spawned.read_text())}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            args = []  # nothing spawned, that process gone, or no /proc on this host
+        if b"launchers.local_runner" in args and any(os.path.basename(os.fsdecode(a)) == run_dir.name for a in args):
+            return True  # its process is alive (a zombie's command line is empty, another's names no such folder)
+        try:
+            return time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS
+        except FileNotFoundError:
+            return False
 
     def _cut_short(self, run_dir: Path) -> bool:
         """Whether a launch of this attempt began and ended without spawning its process: no launch()

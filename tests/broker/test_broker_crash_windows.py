@@ -1,0 +1,58 @@
+"""Crash and clock windows the launch path must survive: an attempt runs once."""
+
+import os
+import stat
+import sys
+import time
+
+from broker.auth import Principal
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
+from broker.service import BrokerService
+from broker.store import open_store
+from launchers.base import Phase
+from launchers.local import LocalLauncher
+
+from broker_testing import wait_for
+
+ADMIN = Principal("admin", None, admin=True)
+CONFIG = """
+pools:
+  - {name: cpu, slots: 1, price_per_slot_hour: "0.36"}
+stop_grace_seconds: 1
+tick_seconds: 0.05
+"""
+
+
+def slow_python(tmp_path, seconds):
+    """A Python that takes ``seconds`` to start (a loaded host): the runner is spawned, not yet running."""
+    path = tmp_path / "slow-python"
+    path.write_text(f"#!/bin/sh\nsleep {seconds}\nexec {sys.executable} \"$@\"\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_a_runner_still_starting_when_the_clock_jumps_is_not_lost_and_runs_once(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'j.db'}")
+    launcher = LocalLauncher(settings.data_dir / "runs", python=slow_python(tmp_path, 1.5))
+    engine = Engine(settings, store, launcher)
+    service = BrokerService(settings, store, launcher)
+    marks = tmp_path / "marks"
+    job = service.submit(ADMIN, {"name": "t", "run": f"echo $BROKER_ATTEMPT >> {marks}; sleep 0.5",
+                                 "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
+    try:
+        wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.LAUNCHING)
+        spawned = launcher.runs_dir / f"{job.id}-a1" / "spawned"
+        past = time.time() - 60  # the host's clock stepped a minute forward (NTP) while the runner started
+        os.utime(spawned, (past, past))
+        assert launcher.status(f"{job.id}-a1").phase is Phase.PENDING
+        final = wait_for(lambda: engine.tick() or (j := store.get_job(job.id)).state.is_final and j, timeout=30)
+        time.sleep(2)  # any second run would have written by now
+        assert final.state is JobState.SUCCEEDED and final.attempts == 1
+        assert marks.read_text() == "1\n"
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+        store.close()
+
