@@ -8,7 +8,8 @@ reports lives in ``RUN_DIR``:
   task's secret values in memory and rewrites the file without them once read: the run folder, kept
   after the attempt, never holds them at rest.
 * ``runner.lock`` — held (``flock``) for the runner's whole life. A second runner
-  for the same attempt cannot take it and exits at once: an attempt runs once.
+  for the same attempt cannot take it and exits (after ``LOCK_WAIT_S``: a broker's
+  probe holds it for an instant too): an attempt runs once.
 * ``runner.pid`` — whom to signal.
 * ``stop.json`` — a stop request: ``{"reason": ..., "grace_seconds": ...}``.
 * ``limit.json`` — ``{"stop_at": <epoch seconds>, "reason": "budget"}``: when the runner stops the
@@ -44,6 +45,8 @@ from urllib.parse import urlsplit
 from launchers.run_as import JobUser, prepare
 from launchers.skypilot_task import CHECKPOINT_MOUNT
 
+#: How long a starting runner tries for the attempt's lock before it takes it for another runner's.
+LOCK_WAIT_S = 2.0
 #: With a listener, the group's SIGTERM comes this long (at most a quarter of the grace) before the SIGKILL.
 LAST_WARNING_S = 5.0
 NOTICE = "notice.json"
@@ -415,13 +418,26 @@ def forget_secrets(run_dir: Path, request: dict) -> None:
     os.replace(tmp, run_dir / "request.json")
 
 
+def _take(lock, wait: float = LOCK_WAIT_S) -> bool:
+    """Take the attempt's lock, trying for ``wait`` seconds: a broker's ``status()`` holds it for an instant
+    to see whether a runner does, and a runner starting in that instant must not take it for another runner's
+    and leave (nothing would run, and the attempt would read as lost). Another runner holds it for good."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
     lock = open(run_dir / "runner.lock", "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _take(lock):
         return 0  # another runner holds this attempt: it runs once
     if (run_dir / "exit.json").exists():
         return 0  # it already ran

@@ -56,3 +56,21 @@ def test_a_runner_still_starting_when_the_clock_jumps_is_not_lost_and_runs_once(
             launcher.kill(run.name)
         store.close()
 
+
+def test_a_runner_starting_while_a_broker_probes_its_lock_still_runs_the_attempt(tmp_path):
+    # every status() of a live attempt takes the runner's lock for an instant to see whether a runner holds it;
+    # a runner starting in that instant found the lock taken, said "another runner holds this attempt" and left:
+    # nothing ran, and the attempt was called lost — a spot zone blocked, the job resumed — for nothing
+    import fcntl
+
+    from launchers.base import LaunchRequest
+
+    launcher = LocalLauncher(tmp_path / "runs", python=slow_python(tmp_path, 0.5))
+    marker = tmp_path / "ran"
+    launcher.launch(LaunchRequest(attempt_id="j-p-a1", job_id="j-p", attempt=1, task={"run": f"touch {marker}"},
+                                  placement={}, envs={}, slots=(), stop_grace_seconds=1))
+    with open(launcher.runs_dir / "j-p-a1" / "runner.lock", "a+") as probe:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a broker's probe, as the runner starts
+        time.sleep(1)  # the runner is up and trying the lock (the instant of a probe, stretched)
+    status = wait_for(lambda: (s := launcher.status("j-p-a1")).phase.is_final and s, timeout=20)
+    assert status.phase is Phase.SUCCEEDED and marker.exists()
