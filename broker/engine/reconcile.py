@@ -91,7 +91,8 @@ class Engine:
         #: every view it has (a router: this host's and the cloud's); attempts launched in one are this engine's
         self.domains: frozenset[str] = domains_of(launcher)
         self._last_beat = float("-inf")
-        self._beats: dict[str, float] = {}
+        #: domain → (its beat's value, when this engine first read that value, on this engine's clock)
+        self._beat_seen: dict[str, tuple[float, float]] = {}
         #: since when this engine has read the beats without a gap (start, or back from a store outage):
         #: a beat older than that may be old only because nobody could write it
         self._watching_since = float("inf")
@@ -166,15 +167,24 @@ class Engine:
             time.sleep(interval)
 
     def _beat(self, now: float) -> None:
-        """Every few seconds: say this engine is alive, and read when the others last said so."""
-        if now - self._last_beat < min(BEAT_SECONDS, self.settings.owner_timeout_seconds / 4):
+        """Every few seconds: say this engine is alive, and read when the others last said so.
+
+        A beat's value is the time on its writer's clock, which may be behind or ahead of this one's (another
+        host's, or stepped since): so this engine counts an engine's silence from when *it* saw that engine's
+        beat last change, on its own clock (``_beat_seen``), never by comparing the value with its own time.
+        Its own clock stepping back does not stop its beats either."""
+        elapsed = now - self._last_beat
+        if 0 <= elapsed < min(BEAT_SECONDS, self.settings.owner_timeout_seconds / 4):
             return
         for domain in sorted(self.domains):
             self.store.beat(domain, now)
-        self._beats = self.store.beats()
-        if now - self._last_beat > self.settings.owner_timeout_seconds / 2:
+        for domain, value in self.store.beats().items():
+            if self._beat_seen.get(domain, (None,))[0] != value:
+                self._beat_seen[domain] = (value, now)
+        if not 0 <= elapsed <= self.settings.owner_timeout_seconds / 2:
             # the first beat, or the first after this engine lost the store for a while (an outage every
-            # engine shared, so the others could not beat either): their silence is counted from now
+            # engine shared, so the others could not beat either), or after its clock stepped: their silence
+            # is counted from now
             self._watching_since = now
         self._last_beat = now
 
@@ -187,7 +197,7 @@ class Engine:
         counts as lost."""
         timeout = self.settings.owner_timeout_seconds
         owner = attempt.launched_in
-        last = max(self._beats.get(owner, float("-inf")), attempt.created_at,
+        last = max(self._beat_seen.get(owner, (None, float("-inf")))[1], attempt.created_at,
                    float(job.progress.get("at") or float("-inf")), self._watching_since)
         if now - last < timeout:
             return None

@@ -164,7 +164,8 @@ class JobStore(Protocol):
 
     def beat(self, domain: str, now: float) -> None:
         """Record that an engine whose launcher has ``domain`` was alive at ``now`` (not a job write:
-        no version, no event; the last beat per domain is kept)."""
+        no version, no event; the last beat per domain is kept, even one earlier than the beat before it:
+        a beat that changes is what tells the other engines this one is alive, whatever its clock says)."""
 
     def beats(self) -> dict[str, float]:
         """Each engine domain's last beat."""

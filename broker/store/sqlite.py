@@ -313,7 +313,7 @@ class SqliteStore:
     def beat(self, domain: str, now: float) -> None:
         with self._lock:  # one statement in autocommit: its own small transaction
             self._db.execute("INSERT INTO engines (domain, seen) VALUES (?, ?) "
-                             "ON CONFLICT(domain) DO UPDATE SET seen = max(seen, excluded.seen)", (domain, now))
+                             "ON CONFLICT(domain) DO UPDATE SET seen = excluded.seen", (domain, now))
 
     def beats(self) -> dict[str, float]:
         return dict(self._query("SELECT domain, seen FROM engines"))

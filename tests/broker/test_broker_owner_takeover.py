@@ -103,3 +103,36 @@ def test_an_owner_that_stays_silent_is_still_taken_over(tmp_path, make_settings)
     job = store.get_job(job_id)
     assert job.attempts == 2 and store.attempts(job_id)[0].state.value == "lost"
     assert hosts["b"].launched == [f"{job_id}-a2"]
+
+
+def test_an_owner_whose_clock_steps_back_keeps_its_attempt(tmp_path, make_settings):
+    # Two hosts, each with its own clock. A's steps back ten minutes (NTP correcting it) while its attempt runs;
+    # A goes on ticking. Before, A stopped beating until its clock caught up with its last beat, and its beats
+    # read 600 s old to B anyway (B's clock against A's): B called the attempt lost and launched it again beside it.
+    settings = make_settings(f"sqlite://{tmp_path / 'broker.db'}", config=CONFIG)
+    store = open_store(settings.store_url)
+    clocks = {"a": [time.time()], "b": [time.time()]}
+    hosts = {name: ViewLauncher(f"view:{name}") for name in ("a", "b")}
+    engines = {name: Engine(settings, store, hosts[name], clock=lambda c=clocks[name]: c[0]) for name in hosts}
+    service = BrokerService(settings, store, hosts["a"], clock=lambda: clocks["a"][0])
+    job_id = service.submit(Principal("admin", None, admin=True),
+                            {"name": "j", "run": "sleep 1000", "broker": {"budget_usd": 50}})[0].id
+
+    def both_tick(rounds):
+        for _ in range(rounds):
+            for name in ("a", "b"):
+                clocks[name][0] += 5
+                engines[name].tick()
+
+    both_tick(3)
+    assert store.get_job(job_id).state.value == "running"
+    clocks["a"][0] -= 600
+    both_tick(150)  # 750 s, well past owner_timeout_seconds (300 s), A alive throughout
+    assert store.get_job(job_id).attempts == 1, "B took over the attempt of a live broker whose clock stepped back"
+    assert hosts["b"].launched == []
+    hosts["a"].launched.clear()  # A's host goes (its attempts with it); B still takes over, on its own clock
+    engines.pop("a")
+    for _ in range(70):
+        clocks["b"][0] += 5
+        engines["b"].tick()
+    assert store.get_job(job_id).attempts == 2 and hosts["b"].launched == [f"{job_id}-a2"]

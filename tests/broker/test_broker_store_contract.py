@@ -282,6 +282,8 @@ def test_each_engine_domain_keeps_its_latest_beat(store):
     store.beat("skypilot:http://api", 50.5)
     store.beat("local@a:/runs", 160.25)
     assert store.beats() == {"local@a:/runs": 160.25, "skypilot:http://api": 50.5}
+    store.beat("local@a:/runs", 130.0)  # its clock stepped back: still a beat, seen to change
+    assert store.beats()["local@a:/runs"] == 130.0
 
 
 def test_a_record_with_a_field_from_a_newer_broker_still_reads_and_keeps_it():
