@@ -236,12 +236,25 @@ class Engine:
         return policy
 
     def _guard(self, step: Callable, *args) -> None:
+        """Run one job's step: a conflict or a failure of that job's is logged and the tick goes on. A store
+        that stopped answering ends the tick (:meth:`tick_safely` says so in one line): it is gone for every
+        job, and each step after would fail the same way, with a traceback each."""
         try:
             step(*args)
         except VersionConflict:
             log.debug("another writer changed the job first; will look again next tick")
+        except StoreUnavailable:
+            raise
         except Exception:  # one bad job must not stop the loop for everyone
             log.exception("engine step %s failed", getattr(step, "__name__", step))
+
+    def _guard_apart(self, step: Callable, *args) -> None:
+        """:meth:`_guard` for work beside the ticks (in a thread of its own): a store that does not answer is
+        a line in the log, the next round tries again."""
+        try:
+            self._guard(step, *args)
+        except StoreUnavailable as exc:
+            log.warning("engine %s skipped: %s", getattr(step, "__name__", step), exc)
 
     # -- apply ---------------------------------------------------------------------------------
 
@@ -440,10 +453,10 @@ class Engine:
             return
         if now - self._last_collect >= WORKDIR_GC_SECONDS:
             self._last_collect = self._last_workdir_sweep = now
-            self._housekeeping = _background(self._guard, self._housekeep, now)
+            self._housekeeping = _background(self._guard_apart, self._housekeep, now)
         elif now - self._last_workdir_sweep >= SWEEP_SECONDS:
             self._last_workdir_sweep = now
-            self._housekeeping = _background(self._guard, self.sweep_workdirs)
+            self._housekeeping = _background(self._guard_apart, self.sweep_workdirs)
 
     def _housekeep(self, now: float) -> None:
         self.sweep_workdirs()

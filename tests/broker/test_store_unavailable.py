@@ -202,3 +202,53 @@ def test_a_worker_outlives_a_redis_outage_with_one_line_per_tick_and_runs_jobs_a
         worker.wait(15)
         server.stop()
     assert worker.returncode == 0
+
+
+def test_a_redis_lost_in_the_middle_of_a_tick_skips_the_tick_in_one_line_not_a_traceback_per_job(
+        tmp_path, make_settings, caplog):
+    """Redis stopped between one job's step and the next's: each later step raised StoreUnavailable inside the
+    engine's per-job guard, logged as 'engine step failed' with a traceback for every job, every tick of the
+    outage (and went on asking the store for each). The tick ends there, said in one line, and resumes after."""
+    import logging
+
+    from broker.auth import Principal
+    from broker.engine.reconcile import Engine
+    from broker.service import BrokerService
+    from launchers.local import LocalLauncher
+
+    from broker_testing import wait_for
+
+    server = RedisServer(tmp_path / "redis").start()
+    settings = make_settings(server.url, config=CONFIG + "tick_seconds: 0.05\nstop_grace_seconds: 1\n")
+    store = open_store(server.url)
+    cut = []
+
+    class RedisDiesMidTick(LocalLauncher):
+        def status(self, attempt_id):
+            if cut == [True]:
+                cut.append("done")
+                server.stop()  # the store goes away while this tick walks the running jobs
+            return super().status(attempt_id)
+
+    launcher = RedisDiesMidTick(settings.data_dir / "runs")
+    engine = Engine(settings, store, launcher)
+    service = BrokerService(settings, store, launcher)
+    admin = Principal("admin", None, admin=True)
+    ids = [service.submit(admin, {**TASK, "name": f"t{i}", "run": "sleep 2"})[0].id for i in range(2)]
+    try:
+        wait_for(lambda: engine.tick() or all(store.get_job(i).state.value == "running" for i in ids))
+        cut.append(True)
+        with caplog.at_level(logging.INFO, logger="broker.engine"):
+            engine.tick_safely()
+        assert cut[-1] == "done"
+        assert [r for r in caplog.records if r.exc_info] == []
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == \
+            [r.getMessage() for r in caplog.records if "engine tick skipped" in r.getMessage()] != []
+        server.start()
+        wait_for(lambda: engine.tick() or all(store.get_job(i).state.value == "succeeded" for i in ids), timeout=30)
+        assert [store.get_job(i).attempts for i in ids] == [1, 1]
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+        store.close()
+        server.stop()
