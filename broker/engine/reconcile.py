@@ -105,6 +105,7 @@ class Engine:
         self._last_collect = float("-inf")
         self._pack_refs = PackReferences(store, retention=settings.workdir_retention_seconds, limit=GC_JOB_LIMIT)
         self._left_alone: set[tuple[str, str]] = set()  # (job id, state) left to a newer broker, logged once
+        self._placements = 0  # the store's count of placements as of this tick's snapshot, and this tick's own
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -116,6 +117,7 @@ class Engine:
         for job in jobs:  # 1. monitor what runs
             if job.state in (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState.STOPPING):
                 self._guard(self._monitor, job, now)
+        self._placements = self.store.placements()  # read before the snapshot the placements are decided on
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
         active = [j for j in jobs if j.state.is_active]
         availability = getattr(self.launcher, "availability", dict)()
@@ -260,9 +262,10 @@ class Engine:
 
     def _commit(self, job: Job, event: JobEvent | None, reason: str, now: float, *,
                 records: tuple[Attempt, ...] = (), data: dict | None = None, notes: tuple[Event, ...] = (),
-                then: tuple[JobEvent, str] | None = None, **fields) -> Job:
+                then: tuple[JobEvent, str] | None = None, placements: int | None = None, **fields) -> Job:
         """One change of the job, its attempts and events, committed together. ``then``: a second event (and its
-        reason) that follows ``event`` in the same change."""
+        reason) that follows ``event`` in the same change. ``placements``: for a placement, the count of
+        placements read before the snapshot it was decided on (:attr:`Change.expected_placements`)."""
         events = list(notes)
         new = replace(job, updated_at=now, **fields)
         if event is not None:
@@ -276,7 +279,8 @@ class Engine:
                 new = replace(new, state=t.to_state, reason=then[1])
                 events.append(event_for(new, then[0], t.to_state, time=now, reason=then[1], actor=self.actor,
                                         from_state=before))
-        stored = self.store.commit(Change(job=new, expected_version=job.version, events=events, attempts=records))
+        stored = self.store.commit(Change(job=new, expected_version=job.version, events=events, attempts=records,
+                                          expected_placements=placements))
         if self.on_event:
             for e in events:
                 try:
@@ -300,8 +304,12 @@ class Engine:
                 self.store.commit(Change(job=replace(job, reason=decision.reason, updated_at=now),
                                          expected_version=job.version))
             return
+        # fenced: a placement another engine committed since this tick's snapshot (capacity this one counted
+        # free) makes this write conflict, and the job is placed again on the next tick's snapshot
         self._commit(job, JobEvent.PLACE, decision.reason, now, placement=decision.placement,
-                     slots=list(decision.slots), data={"placement": decision.placement})
+                     slots=list(decision.slots), data={"placement": decision.placement},
+                     placements=self._placements)
+        self._placements += 1
 
     def _launch(self, job: Job, now: float) -> None:
         n = job.attempts + 1

@@ -12,7 +12,9 @@ For each queued job, in queue order:
 
 Decides against a snapshot (the :class:`~broker.offers.Market`), reserving
 what it hands out so two jobs are never placed on the same capacity in one
-cycle; the reconcile loop then persists each decision with compare-and-set.
+cycle; the reconcile loop then persists each decision with compare-and-set, on
+the job's version and on the store's count of placements read before the
+snapshot (so no two engines place two jobs on one slot either).
 """
 
 from __future__ import annotations

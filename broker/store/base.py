@@ -94,6 +94,11 @@ class Change:
     if the stored job still has it, and stores ``job`` with version + 1.
     ``expected_version=None`` creates the job (fails with :class:`DuplicateJob`
     if the id or the team's idempotency key is taken).
+
+    ``expected_placements``, for a change that hands the job capacity (a placement): the count of
+    placements (:meth:`JobStore.placements`) the caller read before the snapshot it decided on; the store
+    writes only if no placement was committed since, and counts this one. Two engines deciding on
+    snapshots a moment apart so never hand one slot to two jobs: the later write conflicts.
     """
 
     job: Job
@@ -101,6 +106,7 @@ class Change:
     events: Sequence[Event] = ()
     attempts: Sequence[Attempt] = ()
     metrics: Sequence[dict] = field(default_factory=tuple)
+    expected_placements: int | None = None
 
 
 def check_writable(change: Change) -> None:
@@ -125,8 +131,8 @@ class JobStore(Protocol):
     def commit(self, change: Change) -> Job:
         """Apply ``change`` atomically and durably; return the stored job (new version).
 
-        Raises :class:`VersionConflict` if the job's version moved on (nothing
-        is written), :class:`DuplicateJob` on a create whose id or idempotency
+        Raises :class:`VersionConflict` if the job's version moved on, or a placement was
+        committed since ``expected_placements`` (nothing is written), :class:`DuplicateJob` on a create whose id or idempotency
         key exists. When it returns, the change survives a crash of the process.
         """
 
@@ -161,6 +167,10 @@ class JobStore(Protocol):
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         """Reported progress/metric points, oldest first."""
+
+    def placements(self) -> int:
+        """How many changes with ``expected_placements`` were committed: read before a snapshot that
+        placements are decided on (see :class:`Change`)."""
 
     def beat(self, domain: str, now: float) -> None:
         """Record that an engine whose launcher has ``domain`` was alive at ``now`` (not a job write:

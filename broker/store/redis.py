@@ -32,10 +32,10 @@ from broker.store.redis_keys import Keys
 
 COMMIT_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
---       jobs by update time, state names
+--       jobs by update time, state names, placements
 -- ARGV: expected version ('' = create), job JSON, job id, submitted_at, new state, state-set prefix,
 --       has idempotency key ('1'/'0'), n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON...,
---       updated_at
+--       updated_at, expected placements ('' = not a placement)
 local current = redis.call('GET', KEYS[1])
 local old_state = false
 if ARGV[1] == '' then
@@ -49,6 +49,12 @@ else
   local stored = cjson.decode(current)
   if tostring(stored['version']) ~= ARGV[1] then return {'CONFLICT', tostring(stored['version'])} end
   old_state = stored['state']
+end
+local placements = ARGV[#ARGV]
+if placements ~= '' then
+  local placed = redis.call('GET', KEYS[10]) or '0'
+  if placed ~= placements then return {'PLACED', placed} end
+  redis.call('INCR', KEYS[10])
 end
 redis.call('SET', KEYS[1], ARGV[2])
 if ARGV[1] == '' then
@@ -124,9 +130,11 @@ class RedisStore:
         args += [len(change.events), *(json.dumps(e.to_dict()) for e in change.events)]
         args += [len(change.metrics), *(json.dumps(m) for m in change.metrics)]
         args.append(repr(float(stored.updated_at)))
+        args.append("" if change.expected_placements is None else str(change.expected_placements))
         keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
                 k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
-                k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated(), k.state_names()]
+                k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated(), k.state_names(),
+                k.placements()]
         return Slot(_Change(change, keys, args), result=stored)
 
     def _write_batch(self, batch: Sequence[Slot]) -> None:
@@ -173,6 +181,11 @@ class RedisStore:
             change = slot.item.change
             slot.result, slot.error = None, VersionConflict(
                 f"job {change.job.id} is at version {detail or None}, expected {change.expected_version}")
+        elif outcome == "PLACED":
+            change = slot.item.change
+            slot.result, slot.error = None, VersionConflict(
+                f"{int(detail) - (change.expected_placements or 0)} placement(s) were committed since the snapshot "
+                f"job {change.job.id} was placed on")
 
     def get_job(self, job_id: str) -> Job | None:
         raw = self._r.get(self.keys.job(job_id))
@@ -299,6 +312,9 @@ class RedisStore:
             total, raws = p.llen(key).lrange(key, -limit, -1).execute()
         first = total - len(raws)
         return [{**json.loads(r), "seq": first + i} for i, r in enumerate(raws, 1)]
+
+    def placements(self) -> int:
+        return int(self._r.get(self.keys.placements()) or 0)
 
     def beat(self, domain: str, now: float) -> None:
         self._r.hset(self.keys.engines(), domain, repr(now))

@@ -54,6 +54,10 @@ class Keys:
         """List of event JSON, oldest first."""
         return f"{self.prefix}:events:{job_id}"
 
+    def placements(self) -> str:
+        """Integer: how many placements were committed (the fence of ``Change.expected_placements``)."""
+        return f"{self.prefix}:placements"
+
     def engines(self) -> str:
         """Hash: engine domain → its last beat (epoch seconds)."""
         return f"{self.prefix}:engines"

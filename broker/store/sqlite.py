@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS engines (
     domain TEXT PRIMARY KEY,
     seen REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 """
 # Indexes come after the migrations, which may add the columns they cover.
 INDEXES = """
@@ -195,6 +199,14 @@ class SqliteStore:
                 raise VersionConflict(f"job {job.id} is at version {row[0] if row else None}, "
                                       f"expected {change.expected_version}")
             new_version = change.expected_version + 1
+        if change.expected_placements is not None:
+            row = db.execute("SELECT value FROM counters WHERE name = 'placements'").fetchone()
+            placed = row[0] if row else 0
+            if placed != change.expected_placements:
+                raise VersionConflict(f"{placed - change.expected_placements} placement(s) were committed since the "
+                                      f"snapshot job {job.id} was placed on")
+            db.execute("INSERT INTO counters (name, value) VALUES ('placements', 1) "
+                       "ON CONFLICT(name) DO UPDATE SET value = value + 1")
         stored = replace(job, version=new_version)
         # an upsert, not INSERT OR REPLACE: a replace deletes the row first, resetting any column a newer broker
         # sharing the file added (and firing its delete triggers); an update changes only the columns named here
@@ -309,6 +321,10 @@ class SqliteStore:
             (job_id, limit),
         )
         return [json.loads(r[0]) for r in rows]
+
+    def placements(self) -> int:
+        rows = self._query("SELECT value FROM counters WHERE name = 'placements'")
+        return rows[0][0] if rows else 0
 
     def beat(self, domain: str, now: float) -> None:
         with self._lock:  # one statement in autocommit: its own small transaction

@@ -276,6 +276,24 @@ def test_a_redis_store_from_before_the_update_index_is_backfilled_on_first_windo
         store.close()
 
 
+def test_a_placement_decided_before_another_was_committed_conflicts_and_writes_nothing(store):
+    # two engines read the store a moment apart and each hands the one free GPU to a different job: the
+    # jobs' versions cannot tell (each job was written by one engine only), the count of placements can
+    first, second = create(store, make_job("j-1")), create(store, make_job("j-2"))
+    seen = store.placements()
+    store.commit(Change(job=replace(first, state=JobState.PLACED, slots=[0]), expected_version=first.version,
+                        expected_placements=seen))
+    assert store.placements() == seen + 1
+    with pytest.raises(VersionConflict):
+        store.commit(Change(job=replace(second, state=JobState.PLACED, slots=[0]), expected_version=second.version,
+                            events=[event(second, JobEvent.PLACE, JobState.QUEUED, JobState.PLACED)],
+                            expected_placements=seen))
+    assert store.get_job("j-2") == second and [e.event for e in store.events("j-2")] == ["submit"]
+    assert store.placements() == seen + 1
+    store.commit(Change(job=replace(second, reason="waiting"), expected_version=second.version))  # no placement
+    assert store.placements() == seen + 1
+
+
 def test_each_engine_domain_keeps_its_latest_beat(store):
     assert store.beats() == {}
     store.beat("local@a:/runs", 100.0)

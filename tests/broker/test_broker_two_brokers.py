@@ -127,3 +127,64 @@ def test_brokers_that_each_see_only_their_own_launches_never_run_an_attempt_twic
             for run in launcher.runs_dir.glob("j*"):
                 launcher.kill(run.name)
         store.close()
+
+
+def test_two_engines_deciding_a_moment_apart_never_hand_one_gpu_to_two_jobs(tmp_path, redis_server, make_settings):
+    """Engine B reads the store (the GPU just freed, "first" waiting) and decides to place "first" there; before
+    it writes, an urgent job is submitted and engine A places it on that GPU. "first" was not written by A (its
+    wait reason was unchanged), so its version let B's placement through: both jobs ran on GPU 0. B's placement
+    now conflicts (a placement was committed since its snapshot) and "first" waits for the GPU."""
+    from broker.auth import Principal
+    from broker.engine.reconcile import Engine
+    from broker.lifecycle import JobState
+    from broker.service import BrokerService
+    from broker.store.redis import RedisStore
+    from launchers.local import LocalLauncher
+
+    settings = make_settings(redis_server.url, config="pools:\n  - {name: gpus, slots: 1, accelerator: A100, "
+                                                      "price_per_slot_hour: \"1.00\"}\nstop_grace_seconds: 1\n")
+    store = RedisStore(redis_server.url, prefix=f"gpu-race-{time.monotonic_ns()}")
+    launcher = LocalLauncher(settings.data_dir / "runs")  # one host: both engines see its processes
+    service = BrokerService(settings, store, launcher)
+    admin = Principal("admin", None, admin=True)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def submit(name, run="sleep 3", priority=0):
+        return service.submit(admin, {"name": name, "run": f"echo $CUDA_VISIBLE_DEVICES >> {marks}/{name}; {run}",
+                                      "resources": {"accelerators": "A100:1"},
+                                      "broker": {"budget_usd": 1, "priority": priority}})[0].id
+
+    a = Engine(settings, store, launcher)
+    urgent = []
+
+    class DecidesThenWrites(Engine):
+        def _apply_schedule(self, decision, now):
+            if not urgent:  # between B's snapshot and B's write
+                urgent.append(submit("urgent", priority=10))
+                a.tick()
+            super()._apply_schedule(decision, now)
+
+    b = DecidesThenWrites(settings, store, launcher)
+    holder = submit("holder", run="sleep 0.5")
+    first = submit("first")
+    try:
+        urgent.append(None)  # B does not interfere yet
+        wait_for(lambda: a.tick() or store.get_job(holder).state is JobState.RUNNING)
+        a.tick()
+        assert store.get_job(first).state is JobState.QUEUED
+        wait_for((launcher.runs_dir / f"{holder}-a1" / "exit.json").exists)  # the GPU is free; nobody ticked
+        urgent.clear()
+        b.tick()  # B: the holder ended, GPU 0 is free, "first" goes there... after A put "urgent" there
+        for _ in range(10):
+            a.tick()
+            b.tick()
+            time.sleep(0.05)
+        on_gpu = [name for name, job_id in (("first", first), ("urgent", urgent[0]))
+                  if store.get_job(job_id).state in (JobState.LAUNCHING, JobState.RUNNING)]
+        assert on_gpu == ["urgent"]
+        assert store.get_job(first).state is JobState.QUEUED and not (marks / "first").exists()
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+        store.close()
