@@ -5,7 +5,9 @@ It serves the on-prem pools (GPU slots handed out through
 cloud zones. Each attempt runs under :mod:`launchers.local_runner` in its own
 session, with its state in ``<runs dir>/<attempt id>/`` — so a broker that
 restarts re-adopts running attempts by reading those folders, and launching is
-idempotent per attempt id.
+idempotent per attempt id. An attempt whose runner died without recording an exit
+is lost, and the processes of its job that outlived the runner are killed as it
+is found so (the job resumes as a new attempt: never beside the old one).
 """
 
 from __future__ import annotations
@@ -215,7 +217,9 @@ class LocalLauncher:
             return AttemptStatus(Phase.PENDING)
         if not (run_dir / "runner.pid").exists() and self._starting(run_dir):
             return AttemptStatus(Phase.PENDING)
-        return AttemptStatus(Phase.LOST, reason="the process running the attempt vanished without recording an exit")
+        left = _kill_left_behind(run_dir)
+        return AttemptStatus(Phase.LOST, reason="the process running the attempt vanished without recording an exit"
+                             + (f"; {left} process(es) of its job it left running were killed" if left else ""))
 
     @staticmethod
     def _starting(run_dir: Path) -> bool:
@@ -344,6 +348,28 @@ class LocalLauncher:
             fh.seek(offset)
             data = fh.read(limit)
         return data, offset + len(data)
+
+
+def _kill_left_behind(run_dir: Path) -> int:
+    """SIGKILL the processes of an attempt whose runner died without recording an exit (SIGKILLed alone, or
+    crashed): the job runs in a session of its own, so it outlived its runner, and the attempt that resumes the
+    job would run beside it. Found by the environment every process of the job inherits (its notice file's
+    path); best effort (a process that cleared its environment is not found). Returns how many were killed."""
+    marker = b"BROKER_NOTICE_FILE=" + os.fsencode(str((run_dir / "notice.json").resolve()))
+    killed = 0
+    try:
+        entries = [e for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) != os.getpid()]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed += 1
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return killed
 
 
 def _child_pgids(pid: int) -> list[int]:

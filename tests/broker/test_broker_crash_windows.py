@@ -1,6 +1,7 @@
 """Crash and clock windows the launch path must survive: an attempt runs once."""
 
 import os
+import signal
 import stat
 import sys
 import time
@@ -74,3 +75,29 @@ def test_a_runner_starting_while_a_broker_probes_its_lock_still_runs_the_attempt
         time.sleep(1)  # the runner is up and trying the lock (the instant of a probe, stretched)
     status = wait_for(lambda: (s := launcher.status("j-p-a1")).phase.is_final and s, timeout=20)
     assert status.phase is Phase.SUCCEEDED and marker.exists()
+
+
+def test_a_runner_killed_alone_takes_its_job_with_it_before_the_job_resumes(make_settings, tmp_path):
+    # the job runs in a session of its own, so a runner SIGKILLed by itself (the OOM killer, a stray kill)
+    # left it running: the attempt read as lost, and attempt 2 started beside attempt 1's still running job
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'j.db'}")
+    launcher = LocalLauncher(settings.data_dir / "runs")
+    engine = Engine(settings, store, launcher)
+    service = BrokerService(settings, store, launcher)
+    marks = tmp_path / "marks"
+    job = service.submit(ADMIN, {"name": "t", "run": f"echo start $BROKER_ATTEMPT >> {marks}; sleep 2; "
+                                                     f"echo end $BROKER_ATTEMPT >> {marks}",
+                                 "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
+    try:
+        wait_for(lambda: engine.tick() or (marks.exists() and store.get_job(job.id).state is JobState.RUNNING))
+        os.kill(int((launcher.runs_dir / f"{job.id}-a1" / "runner.pid").read_text()), signal.SIGKILL)
+        final = wait_for(lambda: engine.tick() or (j := store.get_job(job.id)).state.is_final and j, timeout=30)
+        time.sleep(2.5)  # attempt 1's job, had it lived, would have said its end by now
+        assert final.state is JobState.SUCCEEDED and final.attempts == 2
+        assert marks.read_text().splitlines() == ["start 1", "start 2", "end 2"]
+        assert store.attempts(job.id)[0].state.value == "lost"
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+        store.close()
