@@ -28,7 +28,11 @@ from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchReque
 from launchers.simzones import SimZone
 
 STARTUP_GRACE_SECONDS = 10.0
-"""How long a run folder without a live runner counts as starting rather than lost."""
+"""How long a run folder without a live runner counts as starting rather than lost (on a host without ``/proc``,
+also how long a spawned runner may take to start)."""
+STARTUP_LIMIT_SECONDS = 120.0
+"""How long a spawned runner whose process is alive may take to start (take its lock) before it counts as hung:
+it is killed, and its attempt lost."""
 
 
 class LocalLauncher:
@@ -215,30 +219,51 @@ class LocalLauncher:
                 # nothing runs, so the engine launches it again (launch() is idempotent per attempt)
                 return AttemptStatus(Phase.GONE, reason="the launch was cut short before its process started")
             return AttemptStatus(Phase.PENDING)
-        if not (run_dir / "runner.pid").exists() and self._starting(run_dir):
+        if self._starting(run_dir):
             return AttemptStatus(Phase.PENDING)
+        # the runner spawned is not starting: it holds its lock by now, or it is gone — looked at again in that
+        # order, so that a runner that took its lock since the first look is not called lost (and run again)
+        if self._runner_alive(run_dir):
+            return AttemptStatus(Phase.PENDING)  # running: the next look says so
+        if exit_file.exists():
+            return self._ended(json.loads(exit_file.read_text()))
         left = _kill_left_behind(run_dir)
         return AttemptStatus(Phase.LOST, reason="the process running the attempt vanished without recording an exit"
                              + (f"; {left} process(es) of its job it left running were killed" if left else ""))
 
     @staticmethod
     def _starting(run_dir: Path) -> bool:
-        """Whether the runner launch() spawned may still be starting (not yet holding its lock): its process
-        is alive, or it was spawned within the start-up grace (all a host without ``/proc`` can tell).
-        Asked of the process, not only of the clock: a runner still starting when the host's clock stepped
-        forward (or on a host too loaded to start it within the grace) would otherwise read as lost, and
-        its job be launched again beside it once it started."""
+        """Whether the runner launch() spawned may still be starting (not yet holding its lock): its process is
+        alive and younger than ``STARTUP_LIMIT_SECONDS`` (its age on the host's boot clock), or — where the host
+        has no ``/proc`` to say — no runner wrote its pid and it was spawned within the start-up grace. Asked of
+        the process, not of the wall clock: a runner still starting when the host's clock stepped forward (or on
+        a host too loaded to start it within the grace) read as lost, and its job was launched again beside it
+        once it started. One alive past the limit is hung: it is killed, so that it never starts the attempt
+        after the attempt is called lost."""
         spawned = run_dir / "spawned"
+        if not Path("/proc/self").exists():
+            try:
+                return not (run_dir / "runner.pid").exists() and \
+                    time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS
+            except FileNotFoundError:
+                return False
         try:
-            args = Path(f"/proc/{int(spawned.read_text())}/cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            args = []  # nothing spawned, that process gone, or no /proc on this host
-        if b"launchers.local_runner" in args and any(os.path.basename(os.fsdecode(a)) == run_dir.name for a in args):
-            return True  # its process is alive (a zombie's command line is empty, another's names no such folder)
+            pid = int(spawned.read_text())
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            started = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])  # in clock ticks
+            age = float(Path("/proc/uptime").read_text().split()[0]) - started / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return False  # nothing spawned, or that process is gone
+        if b"launchers.local_runner" not in args or not any(os.path.basename(os.fsdecode(a)) == run_dir.name
+                                                            for a in args):
+            return False  # a zombie (its command line is empty), or another process that has its pid now
+        if age < STARTUP_LIMIT_SECONDS:
+            return True
         try:
-            return time.time() - spawned.stat().st_mtime < STARTUP_GRACE_SECONDS
-        except FileNotFoundError:
-            return False
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        return False
 
     def _cut_short(self, run_dir: Path) -> bool:
         """Whether a launch of this attempt began and ended without spawning its process: no launch()

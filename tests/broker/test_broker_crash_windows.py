@@ -101,3 +101,45 @@ def test_a_runner_killed_alone_takes_its_job_with_it_before_the_job_resumes(make
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
         store.close()
+
+
+def test_a_runner_that_takes_its_lock_between_two_looks_of_status_is_not_called_lost(tmp_path):
+    # status() looked at the runner's lock (free: the runner was still starting), then found runner.pid, which the
+    # runner writes once it holds the lock, and took that for a runner that had started and died: lost, and the
+    # job launched again beside the attempt now running
+    from launchers.base import LaunchRequest
+
+    looks = ["launching"]
+
+    class Interleaved(LocalLauncher):
+        def _runner_alive(self, run_dir):
+            alive = super()._runner_alive(run_dir)
+            if not looks:  # status()'s first look; the runner takes its lock right after it
+                looks.append(alive)
+                wait_for((run_dir / "runner.pid").exists)
+            return alive
+
+    launcher = Interleaved(tmp_path / "runs", python=slow_python(tmp_path, 0.5))
+    launcher.launch(LaunchRequest(attempt_id="j-r-a1", job_id="j-r", attempt=1, task={"run": "sleep 1"},
+                                  placement={}, envs={}, slots=(), stop_grace_seconds=1))
+    looks.clear()
+    assert launcher.status("j-r-a1").phase is not Phase.LOST and looks == [False]
+    assert wait_for(lambda: (s := launcher.status("j-r-a1")).phase.is_final and s, timeout=20).phase is Phase.SUCCEEDED
+
+
+def test_a_runner_hung_before_it_took_its_lock_is_killed_when_its_attempt_is_called_lost(tmp_path, monkeypatch):
+    # a spawned runner alive but not started counts as starting only so long; one past that is killed as its
+    # attempt is called lost, so that it never starts the job after the job resumed elsewhere
+    import launchers.local as local
+    from launchers.base import LaunchRequest
+
+    monkeypatch.setattr(local, "STARTUP_LIMIT_SECONDS", 1.0)
+    marker = tmp_path / "ran"
+    launcher = LocalLauncher(tmp_path / "runs", python=slow_python(tmp_path, 3))
+    launcher.launch(LaunchRequest(attempt_id="j-h-a1", job_id="j-h", attempt=1, task={"run": f"touch {marker}"},
+                                  placement={}, envs={}, slots=(), stop_grace_seconds=1))
+    assert launcher.status("j-h-a1").phase is Phase.PENDING
+    time.sleep(1.2)
+    assert launcher.status("j-h-a1").phase is Phase.LOST
+    time.sleep(3)  # past when the hung runner would have started
+    assert not marker.exists() and not (launcher.runs_dir / "j-h-a1" / "runner.pid").exists()
