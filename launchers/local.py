@@ -249,14 +249,19 @@ class LocalLauncher:
                 return False
         try:
             pid = int(spawned.read_text())
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            started = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])  # in clock ticks
-            age = float(Path("/proc/uptime").read_text().split()[0]) - started / os.sysconf("SC_CLK_TCK")
+            args = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            age = float(Path("/proc/uptime").read_text().split()[0]) - int(stat[19]) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
             return False  # nothing spawned, or that process is gone
-        if b"launchers.local_runner" not in args or not any(os.path.basename(os.fsdecode(a)) == run_dir.name
-                                                            for a in args):
-            return False  # a zombie (its command line is empty), or another process that has its pid now
+        if stat[0] in ("Z", "X"):
+            return False  # it exited (not yet reaped)
+        if not args:  # in the middle of an exec (its new command line not yet set up): Popen returns then, too
+            return age < STARTUP_LIMIT_SECONDS
+        parts = args.split(b"\0")
+        if b"launchers.local_runner" not in parts or not any(os.path.basename(os.fsdecode(a)) == run_dir.name
+                                                             for a in parts):
+            return False  # another process has its pid now
         if age < STARTUP_LIMIT_SECONDS:
             return True
         try:
