@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
+from launchers.run_as import job_folder
 from launchers.simzones import SimZone
 
 STARTUP_GRACE_SECONDS = 10.0
@@ -384,8 +385,13 @@ def _kill_left_behind(run_dir: Path) -> int:
     """SIGKILL the processes of an attempt whose runner died without recording an exit (SIGKILLed alone, or
     crashed): the job runs in a session of its own, so it outlived its runner, and the attempt that resumes the
     job would run beside it. Found by the environment every process of the job inherits (its notice file's
-    path); best effort (a process that cleared its environment is not found). Returns how many were killed."""
-    marker = b"BROKER_NOTICE_FILE=" + os.fsencode(str((run_dir / "notice.json").resolve()))
+    path: in the run folder, or in the folder a job run as another user is given); best effort (a process that
+    cleared its environment is not found). Returns how many were killed."""
+    notices = [run_dir / "notice.json"]
+    run_as = LocalLauncher._request(run_dir).get("run_as")
+    if run_as:
+        notices.append(job_folder(run_as["data_dir"], run_dir.name) / "notice.json")
+    markers = {b"BROKER_NOTICE_FILE=" + os.fsencode(str(n.resolve())) for n in notices}
     killed = 0
     try:
         entries = [e for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) != os.getpid()]
@@ -393,7 +399,7 @@ def _kill_left_behind(run_dir: Path) -> int:
         return 0
     for entry in entries:
         try:
-            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+            if markers.isdisjoint((entry / "environ").read_bytes().split(b"\0")):
                 continue
             os.kill(int(entry.name), signal.SIGKILL)
             killed += 1

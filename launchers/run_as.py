@@ -33,6 +33,12 @@ with the attempt's workdir copies once the attempt is final (``broker.workdir_st
 PASSAGE = 0o711
 
 
+def job_folder(data_dir: str | Path, attempt_id: str) -> Path:
+    """The folder an attempt run as another user is given: its notice file, and its working directory without a
+    workdir."""
+    return Path(data_dir) / JOB_DIRS / attempt_id
+
+
 @dataclass(frozen=True)
 class JobUser:
     name: str
@@ -66,7 +72,7 @@ def prepare(request: dict, user: JobUser, task_workdir: str | None) -> Prepared:
     spec = request["run_as"]
     data = Path(spec["data_dir"])
     attempt = str(request["attempt_id"])
-    job_dir = data / JOB_DIRS / attempt
+    job_dir = job_folder(data, attempt)
     given = [job_dir]
     copies = [data / "workdirs" / folder / attempt for folder in ("attempts", "mounts")]
     given += [c for c in copies if c.is_dir() and not c.is_symlink()]

@@ -13,10 +13,12 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import site
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -304,3 +306,26 @@ def test_a_runner_whose_user_is_gone_runs_nothing_rather_than_run_as_the_broker(
     assert not (base / "ran").exists()
     assert "not run: its pool runs it as user 'no-such-user-here', and there is no such user on this host" in \
         (run_dir / "output.log").read_text()
+
+
+def test_a_job_run_as_nobody_whose_runner_is_killed_alone_goes_with_it_before_the_job_resumes(broker, base):
+    # the runner finds a job left behind by the notice file in its environment: for a job run as another user
+    # that file is in the folder the job was given, not the run folder, and the job ran on beside attempt 2
+    service, engine, store, launcher, data = broker
+    marks = base / "marks"
+    marks.touch()
+    os.chmod(marks, 0o666)
+    job = service.submit(ADMIN_PRINCIPAL, {"name": "t", "run": f"echo start $BROKER_ATTEMPT >> {marks}; sleep 2; "
+                                                              f"echo end $BROKER_ATTEMPT >> {marks}",
+                                           "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
+    try:
+        wait_for(lambda: engine.tick() or (marks.read_text() and store.get_job(job.id).state is JobState.RUNNING))
+        os.kill(int((launcher.runs_dir / f"{job.id}-a1" / "runner.pid").read_text()), signal.SIGKILL)
+        final = run_until(engine, store, job.id, {"succeeded", "failed"})
+        time.sleep(2.5)  # attempt 1's job, had it lived, would have said its end by now
+        assert final.state is JobState.SUCCEEDED and final.attempts == 2
+        assert marks.read_text().splitlines() == ["start 1", "start 2", "end 2"]
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+
