@@ -434,9 +434,11 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
     if upload is None:
         upload = (isinstance(workdir, str) or bool(local)) and (
             not _on_this_host(client.url) or not _may_name_host_paths(client))
-    if not upload:
-        return
     has_workdir = isinstance(workdir, str) and bool(workdir)
+    if not upload:
+        if has_workdir and _on_this_host(client.url) and not Path(workdir).expanduser().is_dir():
+            raise BrokerError(0, f"workdir {workdir}: no such directory")  # as `sky launch`; the job would fail
+        return
     if not has_workdir and not local:
         raise BrokerError(0, "--upload-workdir: the task has no workdir to upload (workdir: . for this directory), "
                              "nor file_mounts from this machine")
@@ -496,15 +498,17 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
 
 def _resolve_local_paths(task: dict) -> None:
     """Relative local paths — ``workdir`` and ``file_mounts`` sources — made absolute from where the
-    CLI runs, as ``sky launch`` reads them: the broker launches from its own directory."""
+    CLI runs, and a ``~/`` workdir from this user's home, as ``sky launch`` reads them: the broker launches
+    from its own directory, as its own user."""
     def absolute(path: Any) -> Any:
         if not _local_source(path):
             return path  # a bucket URL, or the broker:checkpoint mount
         p = Path(path)
         return str(p.resolve()) if not p.is_absolute() and not path.startswith("~") and p.exists() else path
 
-    if isinstance(task.get("workdir"), str) and Path(task["workdir"]).is_dir():
-        task["workdir"] = absolute(task["workdir"])  # the local launcher runs from here
+    workdir = Path(task["workdir"]).expanduser() if isinstance(task.get("workdir"), str) and task["workdir"] else None
+    if workdir is not None and workdir.is_dir():  # the local launcher runs from here; `~` is this user's home
+        task["workdir"] = str(workdir if workdir.is_absolute() else workdir.resolve())
     mounts = task.get("file_mounts")
     if isinstance(mounts, dict):
         for destination, source in mounts.items():

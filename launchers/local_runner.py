@@ -190,16 +190,18 @@ class Runner:
     def run(self) -> dict:
         task = self.request["task"]
         workdir = task.get("workdir")
-        cwd = workdir if isinstance(workdir, str) and os.path.isdir(workdir) else str(self.dir)
+        cwd = os.path.expanduser(workdir) if isinstance(workdir, str) and workdir else str(self.dir)
         started = time.time()
         result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
         try:
+            if not os.path.isdir(cwd):  # refused, as `sky launch` does: run from another folder, it failed further on
+                raise NotRun(f"workdir {workdir}: not run: there is no such directory on this host")
             if self.request.get("run_as"):  # its own folders, never the run folder (request.json has its token)
                 user = JobUser.named(self.request["run_as"]["user"])
-                prepared = prepare(self.request, user, workdir if isinstance(workdir, str) else None)
+                prepared = prepare(self.request, user, cwd if isinstance(workdir, str) and workdir else None)
                 cwd, self.notice, self.user = prepared.cwd, prepared.notice, user
             links, link_notes = link_mounts(task)
-        except MountTaken as exc:
+        except NotRun as exc:
             links, link_notes = [], [str(exc)]
             result.update(exit_code=1, step="setup")
             task = {k: v for k, v in task.items() if k not in ("setup", "run")}  # nothing runs
@@ -290,7 +292,11 @@ def _local_source(source: object) -> str | None:
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
-class MountTaken(Exception):
+class NotRun(Exception):
+    """The attempt cannot run on this host as its task asks: said in its log, and it fails before its setup."""
+
+
+class MountTaken(NotRun):
     """A mount's destination holds another attempt's mounted copy."""
 
 

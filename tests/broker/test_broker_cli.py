@@ -116,6 +116,23 @@ def test_required_envs_and_secrets_are_given_at_submit_as_with_sky_launch(cli):
     assert r.returncode == 1 and "--env BROKER_TEST_UNSET_VARIABLE: no value given and none in this shell" in r.stderr
 
 
+def test_a_workdir_under_home_runs_there_and_one_not_here_is_refused_before_the_submit(cli):
+    """`workdir: ~/my-project` ran in the attempt's own folder (train.py not found), and a workdir with a typo was
+    accepted and run from there too: `sky launch` expands the first and refuses the second."""
+    run, tmp = cli
+    home = tmp / "home"
+    (home / "my-project").mkdir(parents=True)
+    (home / "my-project" / "train.py").write_text("import os; print('trained in', os.getcwd())\n")
+    task = tmp / "t.yaml"
+    task.write_text("name: tilde\nworkdir: ~/my-project\nrun: python train.py\n")
+    out = run("submit", str(task), "--budget", "1", "--wait", extra_env={"HOME": str(home)}).stdout
+    assert f"trained in {home / 'my-project'}" in out, out
+    task.write_text("name: typo\nworkdir: ~/my-projetc\nrun: python train.py\n")
+    r = run("submit", str(task), "--budget", "1", check=False, extra_env={"HOME": str(home)})
+    assert r.returncode == 1 and r.stderr.strip() == "error: workdir ~/my-projetc: no such directory", r.stderr
+    assert [j["name"] for j in json.loads(run("--json", "status").stdout)] == ["tilde"]  # nothing submitted
+
+
 def test_the_cli_finds_a_broker_served_on_broker_port_without_broker_url(cli):
     run, tmp = cli
     port = run.url.rsplit(":", 1)[1]

@@ -5,6 +5,7 @@ environment (its PATH, its cloud variables), but the broker's own secrets are no
 from __future__ import annotations
 
 import json
+import sys
 
 from launchers.local_runner import Runner
 
@@ -47,3 +48,34 @@ def test_every_secret_setting_of_the_deploy_doc_is_kept_from_local_jobs():
     from launchers.local_runner import BROKER_SECRETS
 
     assert secret and secret <= set(BROKER_SECRETS)
+
+
+def _run(tmp_path, task, monkeypatch, home):
+    monkeypatch.setenv("HOME", str(home))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "request.json").write_text(json.dumps({"attempt_id": "j-1-a1", "task": task, "placement": {}}))
+    return run_dir, Runner(run_dir).run()
+
+
+def test_a_workdir_under_home_written_with_a_tilde_is_where_the_job_runs(tmp_path, monkeypatch):
+    """`workdir: ~/my-project`, as SkyPilot tasks write it, ran in the attempt's own folder: `python train.py` was
+    not found there, and the job failed as if its code were wrong."""
+    home = tmp_path / "home"
+    (home / "my-project").mkdir(parents=True)
+    (home / "my-project" / "train.py").write_text("print('trained')\n")
+    run_dir, result = _run(tmp_path, {"workdir": "~/my-project", "run": f"{sys.executable} train.py"},
+                           monkeypatch, home)
+    assert result["exit_code"] == 0, (run_dir / "output.log").read_text()
+    assert "trained" in (run_dir / "output.log").read_text()
+
+
+def test_a_workdir_that_is_not_on_this_host_fails_before_its_setup_and_says_so(tmp_path, monkeypatch):
+    """A workdir the host does not have (a typo, another machine's path) ran in the attempt's own folder, where the
+    run failed further on, or — a `run` that needs no file of it — succeeded having run none of the user's code."""
+    marker = tmp_path / "ran"
+    run_dir, result = _run(tmp_path, {"workdir": "~/no-such-project", "setup": f"touch {marker}",
+                                      "run": f"touch {marker}"}, monkeypatch, tmp_path / "home")
+    assert (result["exit_code"], result["step"]) == (1, "setup") and not marker.exists()
+    assert "workdir ~/no-such-project: not run: there is no such directory on this host" in \
+        (run_dir / "output.log").read_text()
