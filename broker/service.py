@@ -13,7 +13,7 @@ import math
 import secrets
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,29 @@ log = logging.getLogger("broker.service")
 
 
 class NotFound(Exception):
-    """No such job, or one the caller may not see (the same answer, so ids don't leak)."""
+    """No such job, or one the caller may not see (the same answer, so ids don't leak). ``like``: the ids of the
+    caller's own jobs it may have meant (a part of one copied, the ``j-`` left out)."""
+
+    def __init__(self, job_id: str, like: Sequence[str] = ()):
+        super().__init__(job_id)
+        self.like = list(like)
+
+    def __str__(self) -> str:
+        shown = " or ".join(self.like[:3]) + (" or another" if len(self.like) > 3 else "")
+        return f"no job {self.args[0]}" + (f" (did you mean {shown}?)" if self.like else "")
+
+
+LIKE_RECENT = 1000
+"""How many of the caller's latest jobs an unknown id is matched against, for a 404 that names the one meant."""
+
+
+def ids_like(given: str, ids: Sequence[str]) -> list[str]:
+    """The ``ids`` that ``given`` begins (a part of one, ``j-`` left out or not): a user copies a part of an id."""
+    given = given.strip().lower()
+    if not given.removeprefix("j-"):
+        return []  # `j-` begins every id
+    heads = {given, given if given.startswith("j-") else "j-" + given}
+    return [i for i in ids if i != given and any(i.startswith(h) for h in heads)]
 
 
 class Invalid(Exception):
@@ -310,7 +332,8 @@ class BrokerService:
     def get(self, principal: Principal, job_id: str) -> Job:
         job = self.store.get_job(job_id)
         if job is None or not principal.can_see(job.team):
-            raise NotFound(job_id)
+            recent = self.store.list_jobs(team=None if principal.admin else principal.team, limit=LIKE_RECENT)
+            raise NotFound(job_id, ids_like(job_id, [j.id for j in recent]))
         return job
 
     def list(self, principal: Principal, *, state: str | None = None, team: str | None = None,

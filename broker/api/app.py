@@ -108,7 +108,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.exception_handler(NotFound)
     async def _not_found(request: Request, exc: NotFound):
-        return _error(404, f"no job {exc.args[0]}")
+        return _error(404, str(exc))
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict):

@@ -59,7 +59,8 @@ class Dispatcher:
         try:
             return fn(*args, **kwargs)
         except NotFound as exc:
-            return blocks.error(f"No job `{exc.args[0]}` that you can see.")
+            like = f" Did you mean {' or '.join(f'`{i}`' for i in exc.like[:3])}?" if exc.like else ""
+            return blocks.error(f"No job `{exc.args[0]}` that you can see.{like}")
         except Conflict as exc:
             return blocks.error(f"Not now: {str(exc).rstrip('.')}.")
         except Invalid as exc:

@@ -204,6 +204,22 @@ def test_unknown_job_is_a_404(client):
     assert client.get("/v1/jobs/j-nope/events", headers=auth()).status_code == 404
 
 
+def test_a_part_of_an_id_is_a_404_that_names_the_callers_job_it_begins_never_another_teams(client):
+    """`broker status j-3fa9` (a part of the id copied) or `3fa9c1b2e0` (the j- left out) said only 'no job': the
+    user could not tell a typo from a job that is gone."""
+    mine = client.post("/v1/jobs", json={"run": "x"}, headers=auth("vision-token")).json()["id"]
+    theirs = client.post("/v1/jobs", json={"run": "x"}, headers=auth("nlp-token")).json()["id"]
+    for given in (mine[:6], mine[2:], mine[:-1].upper()):
+        r = client.get(f"/v1/jobs/{given}", headers=auth("vision-token"))
+        assert r.status_code == 404 and r.json()["detail"] == f"no job {given} (did you mean {mine}?)", r.text
+    r = client.post(f"/v1/jobs/{theirs[:6]}/cancel", headers=auth("vision-token"))
+    assert r.status_code == 404 and r.json()["detail"] == f"no job {theirs[:6]}", r.text  # ids don't leak
+    assert client.get(f"/v1/jobs/{theirs}", headers=auth("vision-token")).json()["detail"] == f"no job {theirs}"
+    r = client.get(f"/v1/jobs/{theirs[:6]}/logs", headers=auth())  # an admin sees every team's
+    assert r.status_code == 404 and f"(did you mean {theirs}?)" in r.json()["detail"], r.text
+    assert client.get("/v1/jobs/j-/events", headers=auth()).json()["detail"] == "no job j-"  # begins every id
+
+
 def test_cancel_then_cancel_again_is_a_409(client):
     job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
     r = client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth())

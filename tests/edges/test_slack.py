@@ -225,7 +225,8 @@ def test_logs_come_later_through_response_url(slack_app, slack, stub):
 
 def test_a_user_acts_only_on_their_teams_jobs(slack, store):
     reply = text_of(command(slack, "cancel j-a2", user="U_B").json())
-    assert "No job `j-a2`" in reply
+    assert "No job `j-a2`" in reply and "Did you mean" not in reply  # another team's id is not named
+    assert "Did you mean `j-a2`?" in text_of(command(slack, "status a2", user="U_A").json())  # the j- left out
     assert store.get_job("j-a2").state is JobState.RUNNING
     assert "only your team" in text_of(command(slack, "costs team-a", user="U_B").json())
     assert "not mapped to a team" in text_of(command(slack, "status", user="U_NOBODY").json())
