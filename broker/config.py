@@ -28,7 +28,7 @@ from broker.sealing import OLD_SETTING, SETTING, KeyInvalid, parse_key
 from broker.spec import unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.catalog import PRICED_CLOUDS
-from pricing.money import Micros, MoneyError, typed_to_micros
+from pricing.money import DecimalComma, Micros, MoneyError, typed_to_micros
 
 
 class ConfigError(ValueError):
@@ -476,5 +476,7 @@ def _json_env(env: Any, name: str) -> dict[str, Any]:
 def _money(value: Any, where: str) -> Micros:
     try:
         return typed_to_micros(value)
+    except DecimalComma as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except MoneyError:
         raise ConfigError(f"{where}: must be an amount of dollars") from None

@@ -9,6 +9,7 @@ and leave as ``Decimal`` or formatted strings.
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 
 MICROS_PER_DOLLAR = 1_000_000
@@ -30,6 +31,14 @@ class TooPrecise(MoneyError):
     """An amount with a fraction of a micro-dollar, read with ``exact=True``."""
 
 
+class DecimalComma(MoneyError):
+    """A comma that does not group thousands (``"0,50"``, a decimal comma): read as a separator it made the
+    amount 100 times what was meant."""
+
+
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?$")
+
+
 def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
     """Read dollars (``"12.5"``, ``"$12.50"``, ``Decimal``, ``int``) as micro-dollars.
 
@@ -43,11 +52,17 @@ def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
     if isinstance(value, int):
         value = Decimal(value)
     if isinstance(value, str):
-        text = value.strip().replace(",", "")
+        text = value.strip()
         if text.startswith("$"):
             text = text[1:]
         elif text.endswith("$"):  # "10$", as many write it
             text = text[:-1]
+        if "," in text:
+            if not _THOUSANDS.match(text.strip()):
+                fix = text.strip().replace(",", ".") if text.count(",") == 1 and "." not in text else None
+                raise DecimalComma("has a comma, which groups thousands only (1,000): " + (
+                    f"write {fix}, with a point before the cents" if fix else "write the cents after a point"))
+            text = text.replace(",", "")
         try:
             value = Decimal(text)
         except InvalidOperation as exc:

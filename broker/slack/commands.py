@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from pricing.money import AmountTooLarge, Micros, MoneyError, TooPrecise, to_decimal, to_micros
+from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, TooPrecise, to_decimal, to_micros
 
 USAGE = {
     "submit": "submit <url or YAML> budget=$50 [team=… priority=… deadline=… expected_hours=…]",
@@ -130,7 +130,7 @@ def _job_id(text: str, name: str) -> str:
 def _money(text: str, what: str) -> Micros:
     try:
         micros = to_micros(text, exact=True)  # a cap rounded up would let the broker spend more than it
-    except AmountTooLarge as exc:
+    except (AmountTooLarge, DecimalComma) as exc:
         raise CommandError(f"{what}: {exc}") from None
     except TooPrecise:
         raise CommandError(f"{what}: `{text}` has more than 6 decimal places (a millionth of a dollar)") from None

@@ -145,6 +145,8 @@ def test_an_idempotency_key_reused_for_another_task_is_refused_not_answered_with
                      id="a run with a lone surrogate is a 422"),
         pytest.param(b'{"run": "echo", "broker": {"budget_usd": "0.1000001"}}', {"Content-Type": "application/json"}, 422,
                      "broker.budget_usd", id="a budget finer than a millionth is a 422, not rounded up"),
+        pytest.param(b'{"run": "echo", "broker": {"budget_usd": "0,50"}}', {"Content-Type": "application/json"}, 422,
+                     "broker.budget_usd", id="a budget with a decimal comma is a 422, not read as 100 times it"),
         pytest.param(f"run: echo\nbroker: {{deadline: {SOON:%Y-%m-%d %H:%M:%S}}}\n".encode(), {"Content-Type": "application/yaml"},
                      422, "broker.deadline", id="a YAML deadline without a timezone is a 422, not read as UTC"),
         pytest.param(f'{{"run": "echo", "broker": {{"deadline": "{SOON:%Y-%m-%dT%H:%M}"}}}}'.encode(),
@@ -164,6 +166,8 @@ def test_a_budget_change_finer_than_a_millionth_is_refused_and_changes_nothing(c
     r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "60.0000001"}, headers=auth())
     assert r.status_code == 422 and r.json()["field"] == "budget_usd"
     assert "6 decimal places" in r.json()["detail"]
+    r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "60,5"}, headers=auth())  # not $605
+    assert r.status_code == 422 and r.json()["field"] == "budget_usd" and "write 60.5" in r.json()["detail"], r.text
     assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
 
 

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from pricing.money import MoneyError, TooPrecise, fmt, fmt_limit, to_micros, typed_to_micros
+from pricing.money import DecimalComma, MoneyError, TooPrecise, fmt, fmt_limit, to_micros, typed_to_micros
 
 
 @pytest.mark.parametrize("typed, micros", [
@@ -29,6 +29,27 @@ def test_what_is_not_an_amount_of_dollars_is_refused(typed):
 def test_a_cap_read_exactly_refuses_a_fraction_of_a_micro_dollar_instead_of_rounding_it_up(typed):
     with pytest.raises(TooPrecise):
         typed_to_micros(typed, exact=True)
+
+
+@pytest.mark.parametrize("typed, said", [
+    pytest.param("0,50", "write 0.50, with a point before the cents", id="fifty cents with a decimal comma (was $50)"),
+    pytest.param("1,5", "write 1.5, with a point before the cents", id="a dollar fifty with a decimal comma (was $15)"),
+    pytest.param("$12,75", "write 12.75,", id="with its dollar sign"),
+    pytest.param("1.000,50", "write the cents after a point", id="a point grouping thousands and a decimal comma"),
+    pytest.param("1,50,000", "write the cents after a point", id="commas not every three digits"),
+])
+def test_a_comma_that_does_not_group_thousands_is_refused_not_dropped(typed, said):
+    """A comma was dropped wherever it stood: `--budget 0,50` (fifty cents, as half of Europe writes it) set a cap of
+    $50, a hundred times the one meant."""
+    with pytest.raises(DecimalComma, match="has a comma, which groups thousands only") as caught:
+        to_micros(typed, exact=True)
+    assert said in str(caught.value)
+
+
+@pytest.mark.parametrize("typed, micros", [("1,000", 1_000_000_000), ("$1,234,567.89", 1_234_567_890_000),
+                                           ("+1,000.5", 1_000_500_000)], ids=repr)
+def test_commas_grouping_thousands_are_read_as_the_broker_shows_amounts(typed, micros):
+    assert to_micros(typed, exact=True) == micros
 
 
 def test_a_cap_read_exactly_keeps_six_decimals():
