@@ -647,6 +647,9 @@ def cmd_logs(args) -> int:
         chunk = client.logs(args.id, attempt=args.attempt)
         if args.json:
             _print_json(chunk)
+        elif chunk["attempt"] is None:  # nothing has run yet: say where it stands, not an empty answer
+            _say_status(client.job(args.id))
+            print("(no output yet: `broker logs -f` follows it from its start)", file=sys.stderr)
         else:
             sys.stdout.write(chunk["data"])
     return 0

@@ -289,6 +289,10 @@ def test_the_queue_lists_the_waiting_jobs_in_the_order_they_start(cli):
     first, nxt = _queue_behind_a_blocker(
         run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
     ids = [json.loads(run("--json", "submit", str(nxt)).stdout)["id"] for _ in range(2)]
+    # the logs of a job that has not started said nothing at all, and exited 0: it looked hung, or lost
+    r = run("logs", ids[1])
+    assert r.stdout == "" and f"[{ids[1]} queued, position 2 in the queue" in r.stderr, r.stderr
+    assert "no output yet" in r.stderr and "broker logs -f" in r.stderr, r.stderr
     # the first follows the blocker's expected end; the second follows a job of unknown length: no estimate
     queued = wait_for(lambda: len(q := json.loads(run("--json", "queue").stdout)) == 2 and q[0]["estimated_start"]
                       and q, timeout=30)
