@@ -386,10 +386,15 @@ class BrokerService:
         free = {**mk.free_capacity, **{pool: len(slots) for pool, slots in mk.free_slots.items()}}
 
         def usable(job: Job) -> dict[str, int]:
-            """The pools and zones the job may run in, and how many slots (pools) or nodes (zones) it takes there."""
+            """The pools and zones the job may run in, and how many slots (pools) or nodes (zones) it takes there:
+            not one over its ``max_price_per_hour``, which placement never takes (a free zone over the cap read
+            as "starts now", tick after tick, for a job waiting for a full pool under it)."""
             request = request_of(job)
+            cap = request.max_price_per_hour
             need: dict[str, int] = {}
             for o in matching_offers(request, offers):
+                if cap is not None and o.price_per_hour * request.num_nodes > cap:
+                    continue
                 if not job.force_tier or o.tier.value == job.force_tier:
                     units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes
                     need[o.location] = min(need.get(o.location, units), units)

@@ -386,3 +386,28 @@ def test_a_stops_grace_period_runs_from_when_the_stop_was_asked_not_from_the_job
         assert BrokerService(settings, store, clock=lambda: NOW).queue() == ({"next": 1}, {"next": pytest.approx(NOW + 5)})
     finally:
         store.close()
+
+
+def test_a_job_whose_price_cap_leaves_it_only_a_full_pool_follows_the_pool_not_a_free_zone_over_its_cap(make_settings,
+                                                                                                        tmp_path):
+    """A pool of 1 slot at $0.20/h held for 1 h, and a simulated zone at $0.42/h with nodes free: a job capped at
+    $0.30/h waits for the pool (placement never takes the zone), and was told it starts now, tick after tick."""
+    from broker.runtime import open_launcher
+    from broker.service import BrokerService
+    from broker.store import Change, open_store
+
+    settings = make_settings(config="pools: [{name: cpu, slots: 1, price_per_slot_hour: '0.20'}]\n"
+                                    "zones: [{name: sim-a, tier: spot, instance_type: g5.xlarge}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'cap.db'}")
+    pool = {"tier": "onprem", "location": "cpu", "zone": "cpu", "instance_type": "cpu-1slot"}
+    holder = replace(job("holder", JobState.RUNNING, hours="1", since=NOW, slots=[0]), placement=pool)
+    spec = {"run": "x", "resources": {"cpus": "1+"}}
+    capped = replace(job("capped", JobState.QUEUED, at=1), spec=spec, max_price_per_hour=300_000)
+    uncapped = replace(job("uncapped", JobState.QUEUED, at=2), spec=spec)
+    try:
+        for j in (holder, capped, uncapped):
+            store.commit(Change(job=j, expected_version=None))
+        _, starts = BrokerService(settings, store, open_launcher(settings), clock=lambda: NOW).queue()
+    finally:
+        store.close()
+    assert starts == {"capped": pytest.approx(NOW + 3600), "uncapped": pytest.approx(NOW)}
