@@ -20,7 +20,7 @@ import yaml
 
 from broker.config import default_data_dir
 from broker.spec import SpecError
-from broker.task_text import DEFAULT_MAX_BYTES, load_yaml
+from broker.task_text import DEFAULT_MAX_BYTES, load_yaml, yaml_error
 
 FINAL = {"succeeded", "failed", "cancelled", "stopped_budget"}
 SUBMIT_RETRY_DELAYS = (0.5, 1.0, 2.0)  # seconds before each retry of a submit whose outcome is unknown
@@ -65,10 +65,7 @@ def load_task(text: str) -> dict:
     except SpecError as exc:
         raise BrokerError(0, f"the task's {exc.field}: {exc.reason}", exc.field) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None)
-        raise BrokerError(0, f"the task is not valid YAML{where}" + (f": {problem}" if problem else "")) from None
+        raise BrokerError(0, f"the task {yaml_error(exc)}") from None
     if not isinstance(task, dict):
         raise BrokerError(0, "the task file must hold a mapping (a SkyPilot task)")
     section = task.get("broker")

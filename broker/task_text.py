@@ -47,12 +47,22 @@ def load_text(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any
     except yaml.YAMLError as exc:
         if "maximum nesting depth" in str(exc):  # libyaml's own limit, 1000 levels
             raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError("body", f"is not valid YAML{where}") from None
+        raise SpecError("body", yaml_error(exc)) from None
     if not isinstance(data, dict):
         raise SpecError("body", "must be a mapping (a SkyPilot task), not " + type(data).__name__)
     return data
+
+
+def yaml_error(exc: yaml.YAMLError) -> str:
+    """Where a task's YAML is broken and what broke it, for the CLI and the API alike; for the mistake of a
+    first task — a `run: echo "loss: 0.1"` whose ': ' YAML reads as a key — how to write it."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None)
+    said = f"is not valid YAML{where}" + (f": {problem}" if problem else "")
+    if (problem or "").startswith("mapping values are not allowed"):  # "here" (PyYAML), "in this context" (libyaml)
+        said += " (a value holding ': ' is quoted whole, or written as a block: `run: |` and the command below it)"
+    return said
 
 
 def load_yaml(text: str, *, max_bytes: int) -> Any:

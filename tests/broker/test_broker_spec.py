@@ -312,3 +312,16 @@ def test_a_path_with_spaces_and_dollars_or_a_quote_alone_reads_as_written_and_is
     spec = parse({"run": "x", "workdir": "/home/o'brien/proj", "file_mounts": {"/data/my $HOME (1)": "s3://bucket/a"},
                   "broker": {"file_mounts": {"~/o'brien's data": "sha256:" + "ab" * 32}}}, now=NOW)
     assert spec.broker.file_mounts == {"~/o'brien's data": "sha256:" + "ab" * 32}
+
+
+def test_a_run_line_holding_colon_space_is_refused_saying_where_what_and_how_to_write_it():
+    """`run: echo "NCCL error: x"; exit 1` — YAML reads the ': ' as a key. The API said only "is not valid YAML at
+    line 2, column 22", the CLI what broke but not how a first task is written instead."""
+    with pytest.raises(SpecError) as caught:
+        load_text('name: x\nrun: echo "NCCL error: x"; exit 1\n')
+    assert caught.value.field == "body"
+    assert caught.value.reason.startswith("is not valid YAML at line 2, column 22: mapping values are not allowed")
+    assert "`run: |`" in caught.value.reason
+    with pytest.raises(SpecError) as caught:  # another mistake says what broke, and no hint that is not its own
+        load_text("run: x\nresources: {cpus: 1+\n")
+    assert "line 3" in caught.value.reason and "run: |" not in caught.value.reason
