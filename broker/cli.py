@@ -21,12 +21,46 @@ STATE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "ru
                "queued": "white", "stopped_budget": "magenta", "cancelling": "yellow"}
 
 
+class _Usage(Exception):
+    """A usage error argparse found (an option it does not know, a missing argument), raised rather than exited
+    on, so that :func:`_main` says it as every other error is said."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _Usage(self, message)
+
+
+def _meant(message: str, argv: list[str], parser: argparse.ArgumentParser) -> tuple[str, argparse.ArgumentParser]:
+    """For options argparse did not recognize, the command's own option each was likely meant to be
+    (``--budegt`` → " (did you mean --budget?)", else ""), and the parser whose usage to show: the
+    command's, not the top level's, which is where argparse finds leftover options."""
+    import difflib
+
+    commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    command = next((commands[x] for x in argv if x in commands), None)
+    if not message.startswith("unrecognized arguments:") or command is None:
+        return "", parser
+    known = [o for q in (parser, command) for o in q._option_string_actions if o.startswith("--")]
+    meant = {given.split("=")[0]: close[0] for given in argv if given.startswith("--")
+             and given.split("=")[0] not in known
+             for close in [difflib.get_close_matches(given.split("=")[0], known, n=1, cutoff=0.6)] if close}
+    if len(meant) == 1:
+        return f" (did you mean {next(iter(meant.values()))}?)", command
+    said = ", ".join(f"{close} for {given}" for given, close in meant.items())
+    return (f" (did you mean {said}?)" if said else ""), command
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="broker", description="spot-broker: run ML training where it is cheapest, "
+    p = _Parser(prog="broker", description="spot-broker: run ML training where it is cheapest, "
                                 "within budget and deadline, and resume it after preemption.")
     # The client options are taken before the command or after it (`broker status --json`); given
     # after it, they override: SUPPRESS keeps a subcommand from resetting what was given before.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     for parser, unset in ((p, None), (common, argparse.SUPPRESS)):
         parser.add_argument("--url", default=unset, help="broker URL (default $BROKER_URL or http://127.0.0.1:${BROKER_PORT:-8000})")
         parser.add_argument("--token", default=unset, help="bearer token (default $BROKER_TOKEN or the local admin token)")
@@ -133,7 +167,17 @@ def _main(argv: list[str] | None) -> int:
         from pricing.simulate_cli import main as simulate
 
         return simulate(argv[1:])
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except _Usage as exc:  # argparse's own line, with the option a typo meant; with --json also one object
+        hint, shown = _meant(exc.message, argv, exc.parser)
+        message = exc.message + hint
+        shown.print_usage(sys.stderr)
+        print(f"{shown.prog}: error: {message}", file=sys.stderr)
+        if "--json" in argv:
+            _print_json({"error": message})
+        return 2
     if args.command is None:
         _parser().print_help()
         return 2

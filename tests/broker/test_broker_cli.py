@@ -201,6 +201,24 @@ def test_with_json_an_error_is_also_one_json_object_on_stdout(cli):
     assert r.returncode == 1 and r.stdout == "", r.stdout  # without --json, stdout stays empty
 
 
+def test_a_misspelt_option_is_named_with_the_one_meant_and_with_json_is_one_json_object_too(cli):
+    """`broker submit t.yaml --budegt 5` said "unrecognized arguments" under the top-level usage, and with --json
+    printed nothing on stdout: a script read an empty answer."""
+    run, tmp = cli
+    task = tmp / "t.yaml"
+    task.write_text("run: echo hi\n")
+    r = run("submit", str(task), "--budegt", "5", check=False)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("usage: broker submit"), r.stderr
+    assert r.stderr.splitlines()[-1] == "broker submit: error: unrecognized arguments: --budegt 5 (did you mean --budget?)"
+    r = run("--json", "submit", str(task), "--budegt=5", "--dedline", "2h", check=False)
+    assert r.returncode == 2 and json.loads(r.stdout) == {"error": "unrecognized arguments: --budegt=5 --dedline 2h "
+                                                          "(did you mean --budget for --budegt, --deadline for --dedline?)"}
+    r = run("logs", "--json", check=False)  # argparse's own errors too
+    assert r.returncode == 2 and json.loads(r.stdout) == {"error": "the following arguments are required: id"}
+    assert json.loads(run("--json", "status").stdout) == []  # nothing was submitted
+
+
 def test_a_local_admin_token_another_broker_wrote_is_named_with_how_to_point_the_cli_at_the_right_one(cli):
     """A first-day user who started `broker serve` with BROKER_DATA_DIR in one shell and ran the CLI in another
     got only 'the token is not valid': the CLI had sent the admin token of the default data dir, and said not so."""
