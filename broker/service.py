@@ -623,7 +623,8 @@ class BrokerService:
             try:
                 launcher.set_zone_available(zone or "", available)
             except KeyError:
-                raise Invalid("zone", f"no simulated zone {zone!r}", status=404) from None
+                names = ", ".join(z.name for z in self.settings.zones) or "none is configured"
+                raise Invalid("zone", f"no simulated zone {zone!r} (zones: {names})", status=404) from None
             return {"zone": zone, "available": available}
         job = self.get(principal, job_id or "")
         if job.state not in (JobState.RUNNING, JobState.LAUNCHING):

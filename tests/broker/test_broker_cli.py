@@ -343,6 +343,8 @@ def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     assert after["attempt_list"][0]["state"] == "preempted"  # and its only zone is now blocked for this job
     assert "notice" in run("logs", job["id"], "--attempt", "1").stdout
     assert run("cancel", job["id"]).returncode == 0
+    r = run("fault", "zone", "sim-b", "--down", check=False)  # a zone name mistyped: the zones there are
+    assert r.returncode == 1 and r.stderr.strip() == "error [404]: zone: no simulated zone 'sim-b' (zones: sim-a)"
 
 
 def test_fault_preempt_is_refused_for_a_job_on_an_on_prem_pool(cli):
