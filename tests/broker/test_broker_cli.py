@@ -133,6 +133,22 @@ def test_a_workdir_under_home_runs_there_and_one_not_here_is_refused_before_the_
     assert [j["name"] for j in json.loads(run("--json", "status").stdout)] == ["tilde"]  # nothing submitted
 
 
+def test_a_deadline_yaml_reads_as_a_time_is_sent_as_its_iso_text(cli):
+    """`deadline: 2026-12-01T18:00:00Z` unquoted is a YAML timestamp: the CLI died with a traceback ("datetime is not
+    JSON serializable"), where the same YAML posted to the API was read. A time without its timezone is still
+    refused, as the broker refuses it."""
+    from datetime import datetime, timedelta, timezone
+
+    run, tmp = cli
+    when = (datetime.now(timezone.utc) + timedelta(days=2)).replace(microsecond=0)
+    task = tmp / "t.yaml"
+    task.write_text(f"run: echo hi\nbroker: {{deadline: {when:%Y-%m-%dT%H:%M:%S}Z}}\n")
+    assert json.loads(run("--json", "submit", str(task)).stdout)["deadline"] == f"{when:%Y-%m-%dT%H:%M:%S}Z"
+    task.write_text(f"run: echo hi\nbroker: {{deadline: {when:%Y-%m-%d %H:%M:%S}}}\n")
+    r = run("submit", str(task), check=False)
+    assert r.returncode == 1 and "broker.deadline: has no timezone" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_the_cli_finds_a_broker_served_on_broker_port_without_broker_url(cli):
     run, tmp = cli
     port = run.url.rsplit(":", 1)[1]
