@@ -735,7 +735,7 @@ class Engine:
         info = {"attempt_id": attempt.id, "exit_code": status.exit_code, "diagnosis": diagnosis.text,
                 "diagnosis_class": diagnosis.cls, "zone": attempt.placement.get("zone"),
                 "tier": attempt.placement.get("tier"), "checkpoint_step": job.last_checkpoint.get("step")}
-        lost = steps_lost(job, attempt)
+        lost = steps_lost(job, attempt, diagnosis.step)
         if lost is not None:
             info["steps_lost"] = lost
         if attempt.stop_reason == "owner_silent":  # not the zone's doing: nothing to block

@@ -17,12 +17,15 @@ from __future__ import annotations
 from broker.models import Attempt, Job
 
 
-def steps_lost(job: Job, attempt: Attempt) -> int | None:
-    """Steps trained since the last committed checkpoint: the work the next attempt redoes."""
-    if attempt.last_step is None:
+def steps_lost(job: Job, attempt: Attempt, seen: int | None = None) -> int | None:
+    """Steps trained since the last committed checkpoint: the work the next attempt redoes. ``seen``: a later
+    step the attempt's log showed (progress reports are rate-limited), the step its diagnosis names — counted
+    from the last report alone, "lost at step 70; resumes from step 50 (10 steps lost)" did not add up."""
+    known = [s for s in (attempt.last_step, seen) if s is not None]
+    if not known:
         return None
     saved = job.last_checkpoint.get("step")
-    return max(attempt.last_step - int(saved), 0) if saved is not None else attempt.last_step
+    return max(max(known) - int(saved), 0) if saved is not None else max(known)
 
 
 def block_zone(job: Job, zone: str | None, *, now: float, cooldown: float) -> dict[str, float]:

@@ -248,3 +248,24 @@ def test_a_failure_of_the_node_not_the_code_resumes_with_one_click_from_its_chec
     assert final["state"] == "succeeded"
     assert start_step(log_of(client, job["id"], 2)) == 20
     assert final["attempt_list"][1]["resume_from"] == failed["last_checkpoint"]["uri"]
+
+
+@pytest.mark.parametrize("reported, seen, saved, lost", [
+    pytest.param(60, 70, 50, 20, id="the log showed step 70 after the last report at 60: 20 steps since the step-50 save"),
+    pytest.param(60, None, 50, 10, id="nothing later in the log: counted from the last report"),
+    pytest.param(None, 70, 50, 20, id="no report at all, the log's step: counted from it"),
+    pytest.param(None, None, 50, None, id="neither: not known"),
+    pytest.param(60, 40, None, 60, id="no checkpoint: every step reached is lost"),
+])
+def test_the_steps_lost_count_from_the_step_the_diagnosis_names(reported, seen, saved, lost):
+    """A node killed at step 70 (its log) whose last progress report said 60 read "lost at step 70 (no exit was
+    recorded); resumes from step 50 (10 steps lost)": the sentence named one step and counted from another."""
+    from broker.engine.recover import steps_lost
+    from broker.lifecycle import AttemptState, JobState
+    from broker.models import Attempt, Job
+
+    job = Job(id="j", name="j", team="t", spec={}, budget=1, priority=0, state=JobState.RUNNING, submitted_at=0.0,
+              updated_at=0.0, last_checkpoint={"step": saved} if saved is not None else {})
+    attempt = Attempt(id="j-a1", job_id="j", n=1, state=AttemptState.RUNNING, launcher="local", placement={},
+                      price_per_hour=1, created_at=0.0, last_step=reported)
+    assert steps_lost(job, attempt, seen) == lost
