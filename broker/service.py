@@ -383,17 +383,20 @@ class BrokerService:
         offers = all_offers(self.settings)
         # a spot zone down now (its trace, a fault) has no free nodes: counting them would say "now", tick after tick
         mk = market(self.settings, jobs, getattr(self.launcher, "availability", dict)())
+        now = self.clock()
         free = {**mk.free_capacity, **{pool: len(slots) for pool, slots in mk.free_slots.items()}}
 
         def usable(job: Job) -> dict[str, int]:
             """The pools and zones the job may run in, and how many slots (pools) or nodes (zones) it takes there:
-            not one over its ``max_price_per_hour``, which placement never takes (a free zone over the cap read
-            as "starts now", tick after tick, for a job waiting for a full pool under it)."""
+            not one over its ``max_price_per_hour``, nor a zone blocked for it after a preemption, which placement
+            does not take (a free zone it may not take read as "starts now", tick after tick, for a job waiting
+            for a full pool)."""
             request = request_of(job)
             cap = request.max_price_per_hour
+            blocked = {z for z, until in job.blocked_zones.items() if until > now}  # after a preemption there
             need: dict[str, int] = {}
             for o in matching_offers(request, offers):
-                if cap is not None and o.price_per_hour * request.num_nodes > cap:
+                if (cap is not None and o.price_per_hour * request.num_nodes > cap) or o.location in blocked:
                     continue
                 if not job.force_tier or o.tier.value == job.force_tier:
                     units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes

@@ -391,7 +391,8 @@ def test_a_stops_grace_period_runs_from_when_the_stop_was_asked_not_from_the_job
 def test_a_job_whose_price_cap_leaves_it_only_a_full_pool_follows_the_pool_not_a_free_zone_over_its_cap(make_settings,
                                                                                                         tmp_path):
     """A pool of 1 slot at $0.20/h held for 1 h, and a simulated zone at $0.42/h with nodes free: a job capped at
-    $0.30/h waits for the pool (placement never takes the zone), and was told it starts now, tick after tick."""
+    $0.30/h waits for the pool (placement never takes the zone), and was told it starts now, tick after tick; so
+    was a job for which the zone is blocked after a preemption there."""
     from broker.runtime import open_launcher
     from broker.service import BrokerService
     from broker.store import Change, open_store
@@ -404,10 +405,13 @@ def test_a_job_whose_price_cap_leaves_it_only_a_full_pool_follows_the_pool_not_a
     spec = {"run": "x", "resources": {"cpus": "1+"}}
     capped = replace(job("capped", JobState.QUEUED, at=1), spec=spec, max_price_per_hour=300_000)
     uncapped = replace(job("uncapped", JobState.QUEUED, at=2), spec=spec)
+    blocked = replace(job("blocked", JobState.QUEUED, at=3), spec=spec, blocked_zones={"sim-a": NOW + 600})
     try:
-        for j in (holder, capped, uncapped):
+        for j in (holder, capped, uncapped, blocked):
             store.commit(Change(job=j, expected_version=None))
         _, starts = BrokerService(settings, store, open_launcher(settings), clock=lambda: NOW).queue()
     finally:
         store.close()
+    # nor is a zone blocked for a job after its preemption there: it waits for the pool, behind `capped`, whose
+    # length nobody gave: no estimate, rather than "now"
     assert starts == {"capped": pytest.approx(NOW + 3600), "uncapped": pytest.approx(NOW)}
