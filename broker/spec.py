@@ -515,9 +515,18 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
     in the future, at most ``MAX_DEADLINE_DAYS`` away (``bounded``, at submit). A time without a timezone
     is refused at submit: the broker cannot know the submitter's clock, and reading it as UTC would
     move the deadline by hours for most people (a stored one is read as UTC, as it was admitted)."""
+    if bounded and isinstance(value, str) and re.fullmatch(r"\s*\d{4}-\d{2}-\d{2}\s*", value):  # the same, as JSON text
+        try:
+            value = date.fromisoformat(value.strip())
+        except ValueError:
+            pass
     if isinstance(value, date) and not isinstance(value, datetime):  # YAML reads `deadline: 2026-12-01` as a date
         raise SpecError(where, f"is a date ({value.isoformat()}); give the time and its timezone too, such as "
                                f"{value.isoformat()}T18:00:00Z")
+    if not isinstance(value, bool) and isinstance(value, (int, float, str)) and \
+            re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", str(value)):  # `--deadline 6`: hours? days?
+        raise SpecError(where, f"{str(value).strip()} has no unit: write {str(value).strip()}h for hours from now "
+                               "(or d, m, s), or an ISO time with its timezone")
     if isinstance(value, datetime):
         moment = _with_zone(value, where, bounded)
         seconds = moment.timestamp()

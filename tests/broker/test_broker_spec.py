@@ -253,6 +253,22 @@ def test_a_deadline_of_no_time_from_now_asks_for_one_after_now(deadline):
         "broker.deadline", f"{deadline} from now is now: give a deadline after now, such as 6h")
 
 
+@pytest.mark.parametrize("deadline, said", [
+    pytest.param("6", "6 has no unit: write 6h for hours from now (or d, m, s), or an ISO time with its timezone",
+                 id="--deadline 6 is asked for its unit"),
+    pytest.param(6, "6 has no unit: write 6h for hours from now (or d, m, s), or an ISO time with its timezone",
+                 id="a YAML deadline: 6 too"),
+    pytest.param("2026-09-28", "is a date (2026-09-28); give the time and its timezone too, such as 2026-09-28T18:00:00Z",
+                 id="a date sent as text is told as a YAML date is, not 'has no timezone' at midnight"),
+])
+def test_a_deadline_without_its_unit_or_its_time_says_what_to_add(deadline, said):
+    """`--deadline 6` was told "must be an ISO time (...) or a duration (6h, ...)", and a date the CLI sends as text
+    was read as midnight UTC without a timezone."""
+    with pytest.raises(SpecError) as info:
+        parse({"run": "x", "broker": {"deadline": deadline}}, now=NOW)
+    assert (info.value.field, info.value.reason) == ("broker.deadline", said)
+
+
 def test_a_timezone_less_deadline_says_how_to_write_it():
     with pytest.raises(SpecError) as info:
         parse({"run": "python train.py", "broker": {"deadline": "2026-09-28T18:00"}}, now=NOW)
