@@ -693,7 +693,8 @@ def cmd_logs(args) -> int:
             _print_json(chunk)
         elif chunk["attempt"] is None:  # nothing has run yet: say where it stands, not an empty answer
             _say_status(client.job(args.id))
-            print("(no output yet: `broker logs -f` follows it from its start)", file=sys.stderr)
+            print("(it ended before any attempt ran: there is no output)" if chunk.get("done") else
+                  "(no output yet: `broker logs -f` follows it from its start)", file=sys.stderr)
         else:
             sys.stdout.write(chunk["data"])
     return 0
@@ -791,6 +792,9 @@ def cmd_costs(args) -> int:
         job = data["job"]
         con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state={job['state']}")
         con.print(_saving_line(data["spent"], data["ondemand_equivalent"], data["saving"], data["saving_percent"]))
+        if not data["attempts"]:  # an empty table said nothing of why
+            con.print("  no attempt has run, so it has cost nothing")
+            return 0
         t = _table("#", "state", "tier", "zone", "instance", "$/h", "seconds", "cost", "on-demand would be")
         for a in data["attempts"]:
             t.add_row(str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",

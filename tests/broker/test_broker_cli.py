@@ -327,6 +327,11 @@ def test_the_queue_lists_the_waiting_jobs_in_the_order_they_start(cli):
     r = run("logs", ids[1])
     assert r.stdout == "" and f"[{ids[1]} queued, position 2 in the queue" in r.stderr, r.stderr
     assert "no output yet" in r.stderr and "broker logs -f" in r.stderr, r.stderr
+    doomed = json.loads(run("--json", "submit", str(nxt)).stdout)["id"]  # cancelled before it runs: never will
+    run("cancel", doomed)
+    r = run("logs", doomed)
+    assert "it ended before any attempt ran" in r.stderr and "broker logs -f" not in r.stderr, r.stderr
+    assert run("costs", doomed).stdout.rstrip().endswith("no attempt has run, so it has cost nothing")
     # the first follows the blocker's expected end; the second follows a job of unknown length: no estimate
     queued = wait_for(lambda: len(q := json.loads(run("--json", "queue").stdout)) == 2 and q[0]["estimated_start"]
                       and q, timeout=30)
