@@ -752,7 +752,10 @@ def cmd_budget(args) -> int:
 def cmd_ondemand(args) -> int:
     with _client(args) as client:
         job = _forced(client.switch_to_ondemand, "ondemand", args.id, args.force)
-    _done(args, job, f"{job['id']}: pinned to on-demand; {job['state']}")
+    tier = (job.get("placement") or {}).get("tier")
+    now = (f" (the attempt running now stays on {tier}; the next one runs on on-demand)"
+           if job["state"] in ("placed", "launching", "running") and tier and tier != "ondemand" else "")
+    _done(args, job, f"{job['id']}: pinned to on-demand; {job['state']}{now}")
     return 0
 
 

@@ -568,3 +568,29 @@ def test_status_names_the_cloud_an_attempt_ran_in(placement, shown):
     from broker.cli import _where
 
     assert _where(placement) == shown
+
+
+def test_ondemand_on_a_running_spot_job_says_the_running_attempt_stays_where_it_is(tmp_path):
+    """`broker ondemand JOB` on a job running on spot answered "pinned to on-demand; running": read as "it runs on
+    on-demand now", while the attempt on spot runs on and only the next one goes to on-demand."""
+    config = CONFIG.replace("zones:\n", "zones:\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge}\n")
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'od.db'}", config=config)
+    env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "broker.cli", *args], env=env, cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+
+    try:
+        task = tmp_path / "t.yaml"
+        task.write_text("name: s\nresources: {accelerators: A10G:1}\nrun: sleep 30\n")
+        job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)["id"]
+        wait_for(lambda: json.loads(run("--json", "status", job).stdout)["state"] == "running", timeout=30)
+        r = run("ondemand", job)
+        assert r.returncode == 0 and r.stdout.strip() == (
+            f"{job}: pinned to on-demand; running (the attempt running now stays on spot; the next one runs on "
+            "on-demand)"), r.stdout + r.stderr
+        run("cancel", job)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
