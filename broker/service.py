@@ -552,6 +552,9 @@ class BrokerService:
                 raise Conflict(f"the job is {job.state.value}")
             request = request_of(job)
             if not any(o.tier is Tier.ONDEMAND for o in matching_offers(request, all_offers(self.settings))):
+                if request.alternatives and all(alt.use_spot is True for alt in request.alternatives):
+                    raise Conflict("its task asks for spot only (resources.use_spot: true), so no on-demand offer "
+                                   "fits it: submit it again without use_spot to let it run on on-demand")
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
                                "it there would leave it queued forever")
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind

@@ -591,6 +591,11 @@ def test_ondemand_on_a_running_spot_job_says_the_running_attempt_stays_where_it_
             f"{job}: pinned to on-demand; running (the attempt running now stays on spot; the next one runs on "
             "on-demand)"), r.stdout + r.stderr
         run("cancel", job)
+        task.write_text("name: s\nresources: {accelerators: A10G:1, use_spot: true}\nrun: sleep 30\n")
+        job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)["id"]
+        r = run("ondemand", job)  # was told "none is configured for its resources", with sim-od right there
+        assert r.returncode == 1 and "its task asks for spot only (resources.use_spot: true)" in r.stderr, r.stderr
+        run("cancel", job)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)
