@@ -46,6 +46,11 @@ def expected_end(job: Job, now: float, grace_seconds: float = 0.0, stop_asked_at
     elapsed = max(now - job.running_since, 0.0)
     p = job.progress
     step, total, first = p.get("step"), p.get("total_steps"), p.get("first_step", 0)
+    first_at, at = p.get("first_at"), p.get("at")
+    if step and total and first_at is not None and at is not None and at > first_at and step > (first or 0):
+        # the steps since the first report over the time since it: counted from the start instead, a fresh run
+        # first reporting at step 50 showed half its rate, and ended twice as late as it would
+        return now + max(total - step, 0) / ((step - (first or 0)) / (at - first_at))
     if step and total and elapsed > 0 and step > (first or 0):
         rate = (step - (first or 0)) / elapsed
         return now + max(total - step, 0) / rate

@@ -594,7 +594,9 @@ class BrokerService:
                                        or job.progress.get("total_steps"), "at": point["time"],
                                        "metrics": point.get("metrics", {}), "attempt": job.attempts,
                                        "first_step": job.progress.get("first_step", point["step"])
-                                       if same_attempt else point["step"]}
+                                       if same_attempt else point["step"],
+                                       "first_at": job.progress.get("first_at", point["time"])
+                                       if same_attempt else point["time"]}
             if point.get("checkpoint"):
                 changes["last_checkpoint"] = {**point["checkpoint"], "at": point["time"], "attempt": job.attempts}
             reached = _checkpoint_step_ahead(job, point) if point.get("step") is None else None

@@ -394,8 +394,12 @@ def test_a_checkpoint_committed_past_the_last_step_reported_moves_the_jobs_progr
             return view["progress"]["step"], view["last_checkpoint"]["step"] if view["last_checkpoint"] else None
 
         assert report({"step": 10, "total_steps": 300, "metrics": {"loss": 2.5}}) == (10, None)
+        first = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()["progress"]
         assert report({"checkpoint": {"step": 50, "uri": "file:///c/50"}}) == (50, 50)
         assert report({"step": 60}) == (60, 50)
+        # the first report's step and time stay: the queue follows the job's rate from them
+        later = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()["progress"]
+        assert (later["first_step"], later["first_at"]) == (10, first["at"]) and later["at"] >= first["at"]
         assert report({"checkpoint": {"step": 55, "uri": "file:///c/55"}}) == (60, 55)
         progress = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()["progress"]
         assert progress["total_steps"] == 300

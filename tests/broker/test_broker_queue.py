@@ -67,6 +67,15 @@ def test_a_job_past_its_expected_length_that_reports_its_steps_is_followed_from_
     assert estimated_starts([late, job("a", JobState.QUEUED, at=1)], NOW) == {"a": pytest.approx(NOW + 1800)}
 
 
+def test_a_running_job_is_followed_from_its_rate_since_its_first_report_not_since_its_start():
+    """A fresh run at 10 steps/s whose first report came at step 50 (reports are rate-limited), reporting step 150
+    10 s later, 15 s after it started: 2,850 steps are left, 285 s. Counted from its start (100 steps in 15 s) it
+    ended 428 s from now, and the jobs behind it were told they start minutes late."""
+    running = job("run", JobState.RUNNING, since=NOW - 15, progress={
+        "step": 150, "total_steps": 3000, "first_step": 50, "first_at": NOW - 10, "at": NOW})
+    assert estimated_starts([running, job("a", JobState.QUEUED, at=1)], NOW) == {"a": pytest.approx(NOW + 285)}
+
+
 def four(*hours):
     """A pool of four slots, each held by a running job that ends in ``hours[i]`` hours."""
     return [job(f"run{i}", JobState.RUNNING, hours=h, since=NOW, slots=[i]) for i, h in enumerate(hours)]
