@@ -36,6 +36,10 @@ from pathlib import Path
 
 log = logging.getLogger("checkpoint")
 
+STOP_REASONS = {"budget": "the job is at its budget", "preempted": "its capacity is being taken back (preemption)",
+                "cancelled": "the job was cancelled", "migrating": "the job moves to meet its deadline"}
+"""The notice's ``reason``, as the job's log says it; another is said as it is."""
+
 ENV = "BROKER_NOTICE_FILE"
 DEFAULT_POLL_S = 0.1
 
@@ -95,10 +99,21 @@ class NoticeFileWatcher:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def reason(self) -> str | None:
+        """Why the broker stops the attempt, as the notice says (``budget``, ``preempted``, ``cancelled``...)."""
+        try:
+            said = json.loads(self.path.read_text()).get("reason")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return said if isinstance(said, str) and said else None
+
     def _run(self) -> None:
         while not self._stop.is_set():
             if self.path.exists():
-                log.warning("the broker announces a stop (%s)", self.path)
+                # the reason first: a stop at the budget, said only as a "preemption notice", read as a preemption
+                why = self.reason()
+                log.warning("the broker announces a stop%s (%s)", f": {STOP_REASONS.get(why, why)}" if why else "",
+                            self.path)
                 self._notify(self.seconds_left())
                 return
             self._stop.wait(self.poll_s)

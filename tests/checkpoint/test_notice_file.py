@@ -64,3 +64,22 @@ def test_the_runners_last_warning_after_the_notice_does_not_cut_the_save_short()
     notice.notify("signal")  # a second signal: now exit
     assert codes == [143]
     notice.uninstall()
+
+
+def test_the_log_says_why_the_broker_stops_the_job(tmp_path, caplog):
+    """A stop at the job's budget was logged as "the broker announces a stop" then "preemption notice: saving":
+    the user read their job as preempted. The notice's reason is said first."""
+    said = []
+    for reason, expected in (("budget", "the broker announces a stop: the job is at its budget"),
+                             ("something-new", "the broker announces a stop: something-new"),
+                             (None, "the broker announces a stop (")):
+        notice = tmp_path / f"{reason}.json"
+        notice.write_text(json.dumps({"reason": reason, "grace_seconds": 10, "at": time.time()}))
+        heard = []
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="checkpoint"):
+            watcher = NoticeFileWatcher(notice, heard.append, poll_s=0.01).start()
+            assert _until(lambda: heard)
+            watcher.stop()
+        said.append(any(r.getMessage().startswith(expected) for r in caplog.records))
+    assert said == [True, True, True]
