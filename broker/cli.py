@@ -641,6 +641,12 @@ def cmd_status(args) -> int:
     if args.json:
         _print_json(jobs)
         return 0
+    if not jobs:  # an empty table's borders said nothing (`broker queue` says "Nothing is waiting.")
+        if args.state or args.team:
+            print(" ".join(x for x in ("No", args.state, "jobs", f"of team {args.team}" if args.team else "") if x) + ".")
+        else:
+            print("No jobs yet: submit one with `broker submit task.yaml`.")
+        return 0
     t = _table(("id", 12), "name", "team", "state", "queue", ("starts ~", 12), "spent", "budget", "reason")
     for j in jobs:
         style = STATE_STYLE.get(j["state"], "white")

@@ -320,6 +320,9 @@ def test_the_status_table_says_roughly_when_a_waiting_job_starts(cli):
 def test_the_queue_lists_the_waiting_jobs_in_the_order_they_start(cli):
     run, tmp = cli
     assert run("queue").stdout.strip() == "Nothing is waiting."
+    # `broker status` with nothing to list printed an empty table's borders
+    assert run("status").stdout.strip() == "No jobs yet: submit one with `broker submit task.yaml`."
+    assert run("status", "--state", "failed").stdout.strip() == "No failed jobs."
     first, nxt = _queue_behind_a_blocker(
         run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
     ids = [json.loads(run("--json", "submit", str(nxt)).stdout)["id"] for _ in range(2)]
