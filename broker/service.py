@@ -68,7 +68,7 @@ def ids_like(given: str, ids: Sequence[str]) -> list[str]:
     if not given.removeprefix("j-"):
         return []  # `j-` begins every id
     heads = {given, given if given.startswith("j-") else "j-" + given}
-    return [i for i in ids if i != given and any(i.startswith(h) for h in heads)]
+    return [i for i in ids if any(i.startswith(h) for h in heads)]  # the whole id in capitals too
 
 
 class Invalid(Exception):

@@ -213,7 +213,7 @@ def test_a_part_of_an_id_is_a_404_that_names_the_callers_job_it_begins_never_ano
     user could not tell a typo from a job that is gone."""
     mine = client.post("/v1/jobs", json={"run": "x"}, headers=auth("vision-token")).json()["id"]
     theirs = client.post("/v1/jobs", json={"run": "x"}, headers=auth("nlp-token")).json()["id"]
-    for given in (mine[:6], mine[2:], mine[:-1].upper()):
+    for given in (mine[:6], mine[2:], mine[:-1].upper(), mine.upper()):
         r = client.get(f"/v1/jobs/{given}", headers=auth("vision-token"))
         assert r.status_code == 404 and r.json()["detail"] == f"no job {given} (did you mean {mine}?)", r.text
     r = client.post(f"/v1/jobs/{theirs[:6]}/cancel", headers=auth("vision-token"))
