@@ -412,6 +412,13 @@ def cmd_submit(args) -> int:
         if args.json and not args.wait:
             _print_json(job)
             return 0
+        if args.json:  # --wait --json: the output on stderr, and on stdout only the ended job's JSON, for a script
+            for text in client.follow_logs(job["id"], on_status=_say_status):
+                sys.stderr.write(text)
+                sys.stderr.flush()
+            final = client.job(job["id"])
+            _print_json(final)
+            return 0 if final["state"] == "succeeded" else 1
         con = _console()
         if client.last_submit_created is False and args.idempotency_key:
             con.print(f"already submitted with this idempotency key: [bold]{job['id']}[/] ({job['name']}), "

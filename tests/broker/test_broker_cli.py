@@ -91,6 +91,19 @@ run: echo "model=$MODEL token=$HF_TOKEN wandb=$WANDB_API_KEY cwd=$(pwd)"
 """
 
 
+def test_submit_wait_with_json_writes_the_ended_job_as_json_and_the_output_to_stderr(cli):
+    """`broker --json submit t.yaml --wait` wrote the job's output and the human summary on stdout: a script's
+    json.loads of it failed."""
+    run, tmp = cli
+    task = tmp / "t.yaml"
+    task.write_text("name: hi\nresources: {cpus: 1}\nrun: echo hello-from-cli\n")
+    out = run("--json", "submit", str(task), "--budget", "2", "--wait")
+    assert json.loads(out.stdout)["state"] == "succeeded" and "hello-from-cli" in out.stderr, out.stdout
+    task.write_text("name: hi\nresources: {cpus: 1}\nrun: exit 3\n")
+    out = run("--json", "submit", str(task), "--budget", "2", "--wait", check=False)
+    assert out.returncode == 1 and json.loads(out.stdout)["state"] == "failed", out.stdout
+
+
 def test_required_envs_and_secrets_are_given_at_submit_as_with_sky_launch(cli):
     run, tmp = cli
     project = tmp / "project"
