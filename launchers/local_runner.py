@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from launchers.run_as import JobUser, prepare
+from launchers.run_as import JobUser, acting_as, prepare
 from launchers.skypilot_task import CHECKPOINT_MOUNT
 
 #: How long a starting runner tries for the attempt's lock before it takes it for another runner's.
@@ -200,7 +200,8 @@ class Runner:
                 user = JobUser.named(self.request["run_as"]["user"])
                 prepared = prepare(self.request, user, cwd if isinstance(workdir, str) and workdir else None)
                 cwd, self.notice, self.user = prepared.cwd, prepared.notice, user
-            links, link_notes = link_mounts(task)
+            with acting_as(self.user):  # made as the job's user: only where it may write itself
+                links, link_notes = link_mounts(task, home=self.user.home if self.user else None)
         except NotRun as exc:
             links, link_notes = [], [str(exc)]
             result.update(exit_code=1, step="setup")
@@ -214,7 +215,8 @@ class Runner:
         try:
             self._steps(task, cwd, result, link_notes)
         finally:
-            unlink_mounts(links)
+            with acting_as(self.user):
+                unlink_mounts(links)
         self.finished = True
         if self._killer:
             self._killer.cancel()
@@ -307,12 +309,13 @@ def _broker_copy(target: str) -> bool:
     return any(a == "workdirs" and b == "mounts" for a, b in zip(parts, parts[1:]))
 
 
-def link_mounts(task: dict) -> tuple[list[tuple[str, str, str, tuple[str, ...]]], list[str]]:
+def link_mounts(task: dict, home: str | None = None) -> tuple[list[tuple[str, str, str, tuple[str, ...]]], list[str]]:
     """The task's ``file_mounts`` whose source is a path on this host, linked at their destination, where a
     SkyPilot node has them: the links made, as (destination, link, source, the folders made for it), and notes
     for the log. A
     destination that exists on this host is left as it is — nothing of the host is overwritten — save a
-    link to that same source (an earlier runner's of this attempt); one that cannot be made is said."""
+    link to that same source (an earlier runner's of this attempt); one that cannot be made is said. ``home``:
+    what ``~`` is (a job run as another user: that user's home, not the runner's)."""
     links, notes = [], []
     mounts = sorted((task.get("file_mounts") or {}).items())
     own = [os.path.realpath(p) for p in (_local_source(s) for _, s in mounts) if p is not None]
@@ -320,7 +323,7 @@ def link_mounts(task: dict) -> tuple[list[tuple[str, str, str, tuple[str, ...]]]
         path = _local_source(source)
         if path is None or not isinstance(dest, str):
             continue
-        link = os.path.expanduser(dest)
+        link = home + dest[1:] if home and (dest == "~" or dest.startswith("~/")) else os.path.expanduser(dest)
         if not os.path.isabs(link):
             notes.append(f"file_mounts {dest}: not mounted: a destination is an absolute path or one under ~")
             continue

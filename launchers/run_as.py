@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +61,30 @@ class JobUser:
     def popen(self) -> dict:
         """``subprocess.Popen`` arguments that start the process as this user: its primary group, no others."""
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+
+@contextmanager
+def acting_as(user: JobUser | None) -> Iterator[None]:
+    """File work done in ``user``'s name (its uid and primary group, no other groups) by the runner, which is
+    root: the links of the job's file_mounts, made and removed at destinations the job's team names. As root,
+    a link at ``/etc/ld.so.preload`` to the team's uploaded copy (which is the job user's) would hand the job
+    the host; as the user, a link goes only where the user itself may write. Signals wait until it is done (a
+    stop's handler writes the broker's files). ``None``: the runner's own user, nothing changes."""
+    if user is None:
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    euid, egid, groups = os.geteuid(), os.getegid(), os.getgroups()
+    try:
+        os.setgroups([])
+        os.setegid(user.gid)
+        os.seteuid(user.uid)
+        yield
+    finally:
+        os.seteuid(euid)
+        os.setegid(egid)
+        os.setgroups(groups)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @dataclass(frozen=True)

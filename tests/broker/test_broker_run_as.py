@@ -285,7 +285,9 @@ def test_the_attempts_workdir_and_mount_copies_are_given_to_the_user_and_its_cwd
     other.mkdir(parents=True)
     (other / "theirs.py").write_text("secret\n")
     os.chmod(other, 0o755)
-    dest = base / "mounted"
+    (base / "users").mkdir()  # the link is made as the job's user: where it may write
+    os.chown(base / "users", NOBODY.pw_uid, NOBODY.pw_gid)
+    dest = base / "users" / "mounted"
     run = (f"id -u; pwd; cat src/train.py; echo new > src/made; cat {dest}/data.csv; "
            f"cat {other}/theirs.py 2>/dev/null || echo denied the other copy")
     run_dir = _runner_request(data, run, "nobody", workdir=str(workdir), mounts={str(dest): str(mount)})
@@ -329,3 +331,38 @@ def test_a_job_run_as_nobody_whose_runner_is_killed_alone_goes_with_it_before_th
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
 
+
+
+def test_a_file_mount_of_a_job_run_as_another_user_is_linked_as_that_user_never_as_root(base):
+    # the runner is root: a link it made at any destination a team names (/etc/ld.so.preload, /etc/profile.d/x.sh)
+    # to the team's uploaded copy, which is the job user's, would hand that user the host; made as the job user,
+    # a link goes only where that user may write
+    from launchers.local_runner import Runner
+
+    data = base / "data"
+    mount = data / "workdirs" / "mounts" / "j-1-a1" / "0"
+    mount.mkdir(parents=True)
+    (mount / "data.csv").write_text("a,b\n")
+    roots = base / "roots-only"  # a folder of the host's that others may read but not write, as /etc
+    roots.mkdir(mode=0o755)
+    theirs = base / "the-users"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY.pw_uid, NOBODY.pw_gid)
+    run_dir = _runner_request(data, "true", "nobody",
+                              mounts={str(roots / "preload"): str(mount), str(theirs / "data"): str(mount)})
+    result = Runner(run_dir).run()
+    out = (run_dir / "output.log").read_text()
+    assert result["exit_code"] == 0, out
+    assert not os.path.lexists(roots / "preload"), "root made a link where the job's user may not"
+    assert f"file_mounts {roots / 'preload'}: not mounted: it cannot be made on this host (Permission denied)" in out
+    assert f"file_mounts {theirs / 'data'}: a link to {mount} on this host" in out
+    assert not os.path.lexists(theirs / "data")  # removed when the attempt ended
+
+
+def test_a_file_mount_under_home_of_a_job_run_as_another_user_is_in_that_users_home(base, monkeypatch):
+    from launchers.local_runner import link_mounts
+
+    home = base / "home-of-nobody"
+    monkeypatch.setenv("HOME", "/root")
+    links, _ = link_mounts({"file_mounts": {"~/data": str(base)}}, home=str(home))
+    assert [link for _, link, *_ in links] == [str(home / "data")]
