@@ -32,6 +32,7 @@ MAX_DEPTH = 100
 """Levels of mappings and lists a task may nest (SkyPilot's own tasks use a handful)."""
 MAX_INT_DIGITS = 4000
 """Digits of a whole number (Python refuses to read one of more than 4,300 as text)."""
+_INT_LIMIT = 10**MAX_INT_DIGITS
 DEFAULT_MAX_BYTES = 1_000_000  # the broker's max_body_bytes unless its config says otherwise
 DEADLINE = ("broker", "deadline")  # the one place a YAML time is a value the broker reads
 
@@ -118,6 +119,9 @@ def check_plain(data: Any, path: tuple = (), *, finite: bool = True) -> None:
             stack.extend((v, (*where, k)) for k, v in value.items())
         elif isinstance(value, list):
             stack.extend((v, (*where, i)) for i, v in enumerate(value))
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _INT_LIMIT:
+            # YAML's hex (0x...) and binary (0b...) are read whatever their length, and then cannot be written out
+            raise SpecError(_field(where), f"is a number of more than {MAX_INT_DIGITS} digits")
         elif isinstance(value, float) and finite and not math.isfinite(value):
             raise SpecError(_field(where), f"is {value}, not a finite number")
         elif isinstance(value, date) and where != DEADLINE:  # datetime is a date too

@@ -59,6 +59,8 @@ def _still_answers(client) -> None:
                  id="JSON nested 150 deep names its top-level field"),
     pytest.param("run: echo hi\nnum_nodes: " + "9" * 5000 + "\n", YAML, "num_nodes", "digits",
                  id="a YAML number of 5000 digits is a 422 naming it"),
+    pytest.param("run: echo hi\nenvs: {SEED: 0x" + "f" * 5000 + "}\n", YAML, "envs.SEED", "digits",
+                 id="a YAML hex number of 5000 digits (6000 in decimal) is a 422 naming it, not a 500 storing it"),
     pytest.param('{"run": "echo hi", "num_nodes": ' + "9" * 5000 + "}", JSON, "num_nodes", "digits",
                  id="a JSON number of 5000 digits is a 422 naming it"),
     pytest.param("run: echo hi\nbroker:\n  budget_usd: 1\n  budget_usd: 1000\n", YAML, "broker.budget_usd", "twice",
