@@ -176,7 +176,8 @@ class Runner:
         env.update({k: str(v) for k, v in (task.get("secrets") or {}).items() if v is not None})  # as SkyPilot: over envs
         env.update(skypilot_envs(self.request))
         env.update(self.request.get("envs") or {})
-        folder = local_checkpoint_dir(self.request)
+        with acting_as(self.user):  # a broker.checkpoint the team chose: made only where its user may make it
+            folder = local_checkpoint_dir(self.request)
         if folder is not None:
             env["BROKER_CHECKPOINT_DIR"] = folder
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in self.request.get("slots") or []) \
@@ -273,15 +274,20 @@ def skypilot_envs(request: dict) -> dict[str, str]:
     }
 
 
-def local_checkpoint_dir(request: dict) -> str | None:
+def local_checkpoint_dir(request: dict, *, make: bool = True) -> str | None:
     """For a task mounting ``broker:checkpoint``: the job's checkpoint folder when it is on this host
-    (a ``file://`` store), made if missing — what ``BROKER_CHECKPOINT_DIR`` names on a SkyPilot cluster."""
+    (a ``file://`` store), made if missing (``make``) — what ``BROKER_CHECKPOINT_DIR`` names on a SkyPilot
+    cluster."""
     if CHECKPOINT_MOUNT not in ((request.get("task") or {}).get("file_mounts") or {}).values():
         return None
     parts = urlsplit((request.get("envs") or {}).get("BROKER_CHECKPOINT_URI", ""))
     if parts.scheme != "file" or not parts.path:
         return None
-    os.makedirs(parts.path, exist_ok=True)
+    try:
+        if make:
+            os.makedirs(parts.path, exist_ok=True)
+    except OSError:
+        pass  # the job says so when it saves there
     return parts.path
 
 
@@ -398,7 +404,7 @@ def host_notes(request: dict) -> list[str]:
         notes.append(f"num_nodes: {nodes} runs on this host as one node with the GPUs of all {nodes} "
                      f"(SKYPILOT_NUM_NODES=1, SKYPILOT_NUM_GPUS_PER_NODE={gpus_of(request)})")
     mounts = [str(k) for k, v in (task.get("file_mounts") or {}).items()
-              if not (v == CHECKPOINT_MOUNT and local_checkpoint_dir(request) is not None)
+              if not (v == CHECKPOINT_MOUNT and local_checkpoint_dir(request, make=False) is not None)
               and not (_local_source(v) is not None and isinstance(k, str))]
     if mounts:
         notes.append(f"file_mounts are not mounted on this host (only SkyPilot placements mount them): {', '.join(mounts)}")

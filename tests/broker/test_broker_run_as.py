@@ -366,3 +366,23 @@ def test_a_file_mount_under_home_of_a_job_run_as_another_user_is_in_that_users_h
     monkeypatch.setenv("HOME", "/root")
     links, _ = link_mounts({"file_mounts": {"~/data": str(base)}}, home=str(home))
     assert [link for _, link, *_ in links] == [str(home / "data")]
+
+
+def test_a_checkpoint_folder_the_team_chose_is_made_as_the_jobs_user_never_as_root(base):
+    # a broker.checkpoint of the team's (file://...) is "reached as its user may": made by the root runner, any
+    # team could have folders made wherever it liked on the host
+    from launchers.local_runner import Runner
+
+    data = base / "data"
+    roots = base / "roots-only"
+    roots.mkdir(mode=0o755)
+    run_dir = _runner_request(data, 'echo "dir=$BROKER_CHECKPOINT_DIR"', "nobody",
+                              mounts={"/checkpoints": "broker:checkpoint"})
+    request = json.loads((run_dir / "request.json").read_text())
+    request["envs"] = {"BROKER_CHECKPOINT_URI": f"file://{roots}/theirs/j-1"}
+    (run_dir / "request.json").write_text(json.dumps(request))
+    result = Runner(run_dir).run()
+    out = (run_dir / "output.log").read_text()
+    assert result["exit_code"] == 0, out
+    assert not (roots / "theirs").exists(), "root made a folder where the job's user may not"
+    assert f"dir={roots}/theirs/j-1" in out
