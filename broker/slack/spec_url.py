@@ -5,9 +5,10 @@ company's network, so a URL naming an internal service (a metadata endpoint, an 
 ``https://10.0.0.5``) would make it a proxy into that network. Two rules close that:
 
 * A prefix in ``slack.spec_url_prefixes`` is matched by URL part, not by text: scheme, host and
-  port must be equal and the path must start with the prefix's path. (By text, the prefix
+  port must be equal and the path must be in the prefix's path, folder by folder. (By text, the prefix
   ``https://git.example.com`` also admitted ``https://git.example.com.evil.net/`` and
-  ``https://git.example.com@10.0.0.5/``.) A URL with a user name or password is refused.
+  ``https://git.example.com@10.0.0.5/``.) A URL with a user name or password is refused, and one whose
+  path has a ``.`` or ``..`` segment (``%2E`` too) or an escaped slash: fetched, ``/org/../admin`` is ``/admin``.
 * A prefix that names a host is the admin's choice and is trusted, wherever that host is. A
   prefix that is only a scheme (the default, ``https://``) admits public hosts only: every address
   the name resolves to must be global, and the request goes to the address that was checked (the
@@ -20,7 +21,7 @@ import ipaddress
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import httpx
 
@@ -62,6 +63,10 @@ def permit(url: str, prefixes: Iterable[str]) -> Permit:
         raise SpecURLRefused(f"{url} is not an http(s) URL (allowed: {allowed})")
     if parts.username is not None or parts.password is not None:
         raise SpecURLRefused(f"{url} carries a user name or password, which the broker does not send")
+    if any(s in (".", "..") or "/" in s or "\\" in s for s in map(unquote, parts.path.split("/"))):
+        # httpx, and servers decoding %2E and %2F, take /org/../admin for /admin: outside a prefix /org/
+        raise SpecURLRefused(f"{url} has a dot segment (. or ..) or an escaped slash in its path, which the broker "
+                             "does not fetch: give the path as it is")
     bare_scheme = False
     for prefix in prefixes:
         p = _parts(prefix)
@@ -71,11 +76,20 @@ def permit(url: str, prefixes: Iterable[str]) -> Permit:
             bare_scheme = True
             continue
         if (p.hostname or "").lower() == parts.hostname.lower() and _port(p) == _port(parts) \
-                and parts.path.startswith(p.path):
+                and _under(parts.path, p.path):
             return Permit(parts, host_named=True)
     if bare_scheme:
         return Permit(parts, host_named=False)
     raise SpecURLRefused(f"{url} is not allowed (allowed: {allowed})")
+
+
+def _under(path: str, prefix: str) -> bool:
+    """Whether ``path`` is ``prefix``'s or in it, folder by folder (``/org`` holds ``/org/t.yaml``, not
+    ``/org-evil/t.yaml``); a prefix ending in ``/`` or not says the same folder."""
+    want = prefix.split("/")
+    if want[-1] == "":
+        want.pop()
+    return path.split("/")[:len(want)] == want
 
 
 def _public(address: str) -> bool:

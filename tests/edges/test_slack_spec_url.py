@@ -26,6 +26,10 @@ def stub():
     ("https://git.example.com@10.0.0.5/t.yaml", ["https://git.example.com"], "user name or password"),
     ("https://git.example.com:8443/org/t.yaml", ["https://git.example.com/org/"], "not allowed"),
     ("https://git.example.com/other/t.yaml", ["https://git.example.com/org/"], "not allowed"),
+    ("https://git.example.com/org/../admin/t.yaml", ["https://git.example.com/org/"], "dot segment"),
+    ("https://git.example.com/org/%2E%2e/admin/t.yaml", ["https://git.example.com/org/"], "dot segment"),
+    ("https://git.example.com/org/..%2Fadmin/t.yaml", ["https://git.example.com/org/"], "dot segment"),
+    ("https://git.example.com/org-evil/t.yaml", ["https://git.example.com/org"], "not allowed"),
     ("http://git.example.com/org/t.yaml", ["https://git.example.com/org/"], "not allowed"),
     ("file:///etc/passwd", ["https://"], "not an http(s) URL"),
     ("https://", ["https://"], "not an http(s) URL"),
@@ -35,6 +39,10 @@ def stub():
     "a user name before @ cannot smuggle another host past a prefix",
     "another port on the prefix's host is refused",
     "a path outside the prefix's path is refused",
+    "a .. segment cannot climb out of the prefix's path (httpx fetches /admin/t.yaml)",
+    "nor a .. written %2E%2e, which servers decode",
+    "nor a ../ with its slash written %2F",
+    "a folder that only begins with the prefix's last folder is refused",
     "http is refused where only https is allowed",
     "a file URL is refused",
     "a URL without a host is refused",
@@ -49,10 +57,12 @@ def test_a_url_outside_the_prefixes_is_refused_naming_why(url, prefixes, reason)
     ("https://git.example.com/org/t.yaml", ["https://git.example.com/org/"], True),
     ("https://GIT.example.com:443/org/t.yaml", ["https://git.example.com/org/"], True),
     ("https://anything.example.org/t.yaml", ["https://"], False),
+    ("https://git.example.com/org/sub/t.yaml", ["https://git.example.com/org"], True),
 ], ids=[
     "a URL under a prefix that names its host is trusted",
     "host case and the default port do not matter",
     "a bare scheme admits any host, to be checked as public before the fetch",
+    "a prefix without its last slash admits what is in that folder",
 ])
 def test_a_url_under_a_prefix_is_admitted(url, prefixes, named):
     assert permit(url, prefixes).host_named is named
