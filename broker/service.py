@@ -29,7 +29,7 @@ from broker.offers import after_run, all_offers, market, matching_offers, slots_
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
-from broker.spec import SpecError, host_paths, parse
+from broker.spec import MAX_CHECKPOINT_URI, SpecError, host_paths, parse
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
@@ -684,10 +684,9 @@ def _check_preemptible(attempt: Attempt | None) -> None:
 
 MAX_STEP = 2**63 - 1
 """The largest step or metric a report may give: what every store keeps as a whole number."""
-MAX_CHECKPOINT_URI = 4096
-"""The longest checkpoint URI a report may give. It is handed to the next attempt in ``BROKER_RESUME_FROM``, and
-the kernel refuses an environment string over 128 KiB (E2BIG): one report of a longer URI failed every attempt
-after it at launch, each read as a lost node and resumed again."""
+# MAX_CHECKPOINT_URI (broker.spec's, as for broker.checkpoint) is also the longest checkpoint URI a report may give:
+# it is handed to the next attempt in BROKER_RESUME_FROM, and the kernel refuses an environment string over 128 KiB
+# (E2BIG): one report of a longer URI failed every attempt after it at launch, each read as a lost node.
 
 
 def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:
