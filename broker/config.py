@@ -398,13 +398,25 @@ def _run_as(value: Any, where: str) -> tuple[tuple[str, str], ...]:
 
 def _reachable_by_others(data_dir: Path, checkpoint_root: str, where: str) -> None:
     """A job run as another user is given folders under the data dir (and under a ``file://`` checkpoint
-    root): every folder above them must let others pass (``o+x``). The runner opens the data dir and the
+    root): every folder above them must let others pass (``o+x``), and they must be the broker's own (not
+    written in by others, not ``/``), since the runner closes to others what else is in them. The runner opens the data dir and the
     root themselves (``launchers/run_as.py``); what is above them is the host's, and not changed by the broker."""
     tops = [("data_dir", data_dir.expanduser().absolute())]
     parts = urlsplit(checkpoint_root)
     if parts.scheme == "file" and parts.path:
         tops.append(("checkpoint_root", Path(parts.path)))
     for name, top in tops:
+        try:
+            own_mode = top.stat().st_mode
+        except FileNotFoundError:
+            own_mode = 0  # made by the broker
+        if top == Path(top.anchor) or own_mode & (stat.S_IWOTH | stat.S_IWGRP):
+            # the runner makes it 0711 and closes to others all else in it (launchers/run_as.py): /tmp would lose
+            # its sticky bit and world-write, a shared /data everyone's access to what is in it
+            raise ConfigError(f"{where}: {name} {top} is a folder other users write in (mode "
+                              f"{stat.S_IMODE(own_mode):04o}), or the root: a job run as another user is given a "
+                              f"folder in it, and the rest of it is then closed to others; give the broker a "
+                              f"folder of its own (e.g. /var/lib/spot-broker)")
         for folder in top.parents:
             try:
                 mode = folder.stat().st_mode

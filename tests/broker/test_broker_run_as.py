@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import site
+import stat
 import subprocess
 import sys
 import tempfile
@@ -386,3 +387,17 @@ def test_a_checkpoint_folder_the_team_chose_is_made_as_the_jobs_user_never_as_ro
     assert result["exit_code"] == 0, out
     assert not (roots / "theirs").exists(), "root made a folder where the job's user may not"
     assert f"dir={roots}/theirs/j-1" in out
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o777], ids=["sticky and world-writable, as /tmp", "world-writable"])
+def test_a_checkpoint_root_others_write_in_is_refused_with_run_as(base, make_settings, mode):
+    # a job run as another user is given <root>/<job id>: the runner makes the root 0711 and closes to others all
+    # else in it; a shared folder such as /tmp would lose its sticky bit and world-write, and everyone's files in it
+    shared = base / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    with pytest.raises(ConfigError, match=rf"pools\[0\]\.run_as: checkpoint_root {shared} is a folder other users "
+                                          r"write in"):
+        make_settings(config=pool_config("nobody"), BROKER_DATA_DIR=str(base / "data"),
+                      BROKER_CHECKPOINT_ROOT=shared.as_uri())
+    assert stat.S_IMODE(shared.stat().st_mode) == mode
