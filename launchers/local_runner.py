@@ -59,6 +59,12 @@ BROKER_SECRETS = ("BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS", "BROKER_SECRETS_KE
                   "BROKER_TOKEN")
 
 
+#: What of the broker's environment a job run as another user (``run_as``) gets: how the host runs programs (its
+#: Python, libraries, GPUs, locale), none of what the broker holds. The rest it has from its task and the broker.
+HOST_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "TERM")
+HOST_ENV_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_")
+
+
 def _write_atomic(path: Path, data: dict, tmp: Path | None = None) -> None:
     tmp = tmp or path.with_suffix(".tmp")
     with open(tmp, "w") as fh:
@@ -170,7 +176,10 @@ class Runner:
                 pass
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in BROKER_SECRETS}
+        if self.user:  # kept from the broker: what it holds (a cloud key, a kubeconfig, an agent socket) too
+            env = {k: v for k, v in os.environ.items() if k in HOST_ENV or k.startswith(HOST_ENV_PREFIXES)}
+        else:
+            env = {k: v for k, v in os.environ.items() if k not in BROKER_SECRETS}
         task = self.request["task"]
         env.update({k: str(v) for k, v in (task.get("envs") or {}).items() if v is not None})
         env.update({k: str(v) for k, v in (task.get("secrets") or {}).items() if v is not None})  # as SkyPilot: over envs

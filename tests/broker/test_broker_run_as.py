@@ -401,3 +401,24 @@ def test_a_checkpoint_root_others_write_in_is_refused_with_run_as(base, make_set
         make_settings(config=pool_config("nobody"), BROKER_DATA_DIR=str(base / "data"),
                       BROKER_CHECKPOINT_ROOT=shared.as_uri())
     assert stat.S_IMODE(shared.stat().st_mode) == mode
+
+
+def test_a_job_run_as_another_user_is_not_handed_the_brokers_environment(base, monkeypatch):
+    # the broker's own secrets were left out, but the rest of its environment was the job's: a cloud key, a
+    # kubeconfig or an agent socket of the broker's, read by a job its pool runs as another user to keep it out
+    from launchers.local_runner import Runner
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "the-brokers-cloud-key")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/root/.ssh/agent.sock")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    data = base / "data"
+    run_dir = _runner_request(data, "env", "nobody")
+    request = json.loads((run_dir / "request.json").read_text())
+    request["task"]["envs"] = {"MINE": "kept"}
+    (run_dir / "request.json").write_text(json.dumps(request))
+    result = Runner(run_dir).run()
+    out = (run_dir / "output.log").read_text()
+    assert result["exit_code"] == 0, out
+    assert "the-brokers-cloud-key" not in out and "agent.sock" not in out, out
+    for kept in ("MINE=kept", "LC_ALL=C.UTF-8", f"HOME={NOBODY.pw_dir}", "PATH=", "BROKER_NOTICE_FILE="):
+        assert kept in out, out
