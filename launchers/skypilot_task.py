@@ -10,7 +10,8 @@ What the broker changes, and nothing else:
 | ``resources`` (``any_of`` / ``ordered`` resolved to the chosen shape) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type`` (on GCP the host VM of ``n1-highmem-8+V100:1``, none for a TPU: :func:`host_instance_type`), ``accelerators``, ``use_spot`` (tier ``spot``) |
 | ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
-| ``envs`` | the task's own, with the broker's (``BROKER_*``) over them; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
+| ``envs`` | the task's own, with the broker's (``BROKER_*``) over them — but for :data:`SECRET_ENVS`; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
+| ``secrets`` | the task's own, with the broker's credentials (:data:`SECRET_ENVS`: the job token) over them: SkyPilot sets them in the job's environment as it does ``envs``, but keeps ``envs`` in plain text wherever it shows or stores the task (the API server's requests, ``sky status``'s cluster record, the dashboard) and redacts ``secrets`` |
 | ``config.hooks`` | on Kubernetes, the task's own lifecycle hooks after one of the broker's: on the ``preemption`` event (the pod deleted: a spot node drained, an eviction) it writes the notice file the job's ``BROKER_NOTICE_FILE`` names and waits, up to the grace, while a checkpointer listens (:func:`notice_hook`); SkyPilot makes the pod's ``preStop`` hook run it and sets ``terminationGracePeriodSeconds`` from the hooks' timeouts |
 | ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
 | ``run`` | the same script in a subshell, then one line reporting its exit status (:func:`reporting_exit_code`): SkyPilot's job status says only ``FAILED``, so the launcher reads the code from the logs (:func:`exit_code_in`) for the failure diagnosis; with a budget limit (``stop_at``), the subshell runs in its own process group under a guard that stops it there — SIGTERM, SIGKILL after the grace period — and says so in the logs (:func:`budget_stop_in`) |
@@ -52,6 +53,11 @@ K8S_HOOKS_MAX = 600
 """SkyPilot 0.14.1 caps a pod's ``terminationGracePeriodSeconds`` (the preemption hooks' timeouts summed) at
 600 s, the cluster autoscaler's ``--max-graceful-termination-sec`` default: a longer stop grace would promise
 the job more time than the pod gets."""
+
+SECRET_ENVS = ("BROKER_JOB_TOKEN",)
+"""The broker's variables that are credentials (the job token lets whoever holds it report the job's progress and
+the checkpoint it resumes from): handed to SkyPilot as ``secrets``, which it redacts, never as ``envs``, which it
+shows and stores as they are."""
 
 GUARDED_STEPS = ("setup", "run")
 """The task's commands a budget limit guards (:func:`guarded_run`), in the order SkyPilot runs them."""
@@ -188,6 +194,14 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
             mounts[destination], merged_envs["BROKER_CHECKPOINT_DIR"] = checkpoint_mount(uri, str(destination))
     if mounts:
         config["file_mounts"] = mounts
+    own = config.get("secrets") or {}
+    # a list holds managed-secret references, which SkyPilot itself reads as the dict form's null values
+    secrets = {str(k): None for k in own} if isinstance(own, list) else {str(k): v for k, v in own.items()}
+    for name in SECRET_ENVS:
+        if name in merged_envs:
+            secrets[name] = merged_envs.pop(name)
+    if secrets:
+        config["secrets"] = secrets
     config["envs"] = merged_envs
     if isinstance(config.get("run"), str) and config["run"].strip():
         config["run"] = reporting_exit_code(config["run"]) if stop_at is None else \

@@ -69,7 +69,8 @@ def test_a_gcp_placement_passes_skypilots_dry_run_pinned_to_its_vm_gpus_zone_and
     assert resources["disk_size"] == 100
     assert dumped.get("num_nodes", 1) == placement["num_nodes"]
     envs = dumped["envs"]
-    assert {k: envs[k] for k in ENVS} == ENVS
+    given_to_job = {**envs, **dumped.get("secrets", {})}  # SkyPilot sets both in the job's environment
+    assert {k: given_to_job[k] for k in ENVS} == ENVS
     if notice:  # the checkpoint library reads GCP's preemption notice from the metadata server, 30 s ahead
         assert (envs["BROKER_PREEMPTION_METADATA"], envs["BROKER_PREEMPTION_GRACE_S"]) == ("gcp", "25")
     else:

@@ -86,7 +86,8 @@ def test_generated_task_round_trips_through_skypilot_with_the_placement_pinned(s
     if placement["accelerator"]:
         assert resources["accelerators"] == {placement["accelerator"]: placement["accelerator_count"]}
     assert dumped.get("num_nodes", 1) == placement["num_nodes"]
-    assert {k: dumped["envs"][k] for k in ENVS} == ENVS, "the broker's variables win over the task's"
+    given_to_job = {**dumped["envs"], **dumped.get("secrets", {})}  # SkyPilot sets both in the job's environment
+    assert {k: given_to_job[k] for k in ENVS} == ENVS, "the broker's variables win over the task's"
     for key in ("setup", "name"):
         assert dumped.get(key) == task.get(key)
     assert dumped["run"] == reporting_exit_code(task["run"])  # the user's script, reporting its exit status
@@ -100,6 +101,23 @@ def test_spot_on_aws_or_gcp_tells_the_checkpoint_library_to_watch_the_clouds_not
     assert "BROKER_PREEMPTION_METADATA" not in on_demand and "BROKER_PREEMPTION_GRACE_S" not in on_demand
     own = {**GPU_TASK, "envs": {"BROKER_PREEMPTION_GRACE_S": "60"}}  # a task's own grace is kept
     assert build_task(attempt_config(request(own, SPOT_A100))).to_yaml_config()["envs"]["BROKER_PREEMPTION_GRACE_S"] == "60"
+
+
+@pytest.mark.parametrize("own", [None, {"WANDB_API_KEY": "w-key"}, ["secrets:HF_TOKEN"]],
+                         ids=["a task without secrets", "a task with inline secrets", "a task with managed secret refs"])
+def test_the_job_token_is_a_secret_skypilot_redacts_never_an_env_it_shows(sky, own):
+    task = {**GPU_TASK, "envs": {**GPU_TASK["envs"], "BROKER_JOB_TOKEN": "a user's, overridden"}}
+    if own is not None:
+        task["secrets"] = own
+    built = build_task(attempt_config(request(task, SPOT_A100)))
+    assert built.envs_and_secrets["BROKER_JOB_TOKEN"].get_secret_value() == ENVS["BROKER_JOB_TOKEN"]
+    assert "BROKER_JOB_TOKEN" not in built.envs
+    shown = built.to_yaml_config(use_user_specified_yaml=True)  # what the API server and dashboard keep
+    assert ENVS["BROKER_JOB_TOKEN"] not in yaml.safe_dump(shown)
+    if isinstance(own, dict):
+        assert built.secrets["WANDB_API_KEY"].get_secret_value() == "w-key", "the task's own secrets are kept"
+    if isinstance(own, list):
+        assert "secrets:HF_TOKEN" in yaml.safe_dump(built.to_yaml_config()), "a managed secret ref is kept"
 
 
 def test_the_chosen_any_of_alternative_keeps_its_own_settings(sky):
