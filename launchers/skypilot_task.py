@@ -136,12 +136,38 @@ def host_instance_type(placement: Mapping[str, Any]) -> str | None:
 
 
 def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``any_of`` alternative the placement satisfies: same accelerator, else the first."""
+    """The ``any_of`` alternative the placement satisfies: the one naming its accelerator and count, else its
+    accelerator, else the first. Names are compared whole (``A100`` is not ``A100-80GB``, ``L4`` not ``L40S``):
+    the alternative's other settings (``memory``, ``disk_size``, ``image_id``) go with the shape chosen."""
+    mappings = [v for v in variants if isinstance(v, Mapping)]
     wanted = str(placement.get("accelerator") or "").lower()
-    for variant in variants:
-        if isinstance(variant, Mapping) and wanted and wanted in str(variant.get("accelerators") or "").lower():
-            return variant
+    if wanted:
+        count = int(placement.get("accelerator_count") or 1)
+        named = [v for v in mappings if wanted in {n for n, _ in _accelerators_of(v.get("accelerators"))}]
+        exact = [v for v in named if (wanted, count) in _accelerators_of(v.get("accelerators"))]
+        if exact or named:
+            return (exact or named)[0]
     return variants[0] if variants and isinstance(variants[0], Mapping) else {}
+
+
+def _accelerators_of(value: Any) -> set[tuple[str, int]]:
+    """``(name, count)`` pairs, names lowercased, of a ``resources.accelerators`` value in any of SkyPilot's
+    forms: ``"A100:8"``, ``{"A100": 8}``, a list of those (a count left out is 1)."""
+    if isinstance(value, Mapping):
+        return {(str(k).strip().lower(), _count(c)) for k, c in value.items()}
+    if isinstance(value, str):
+        name, _, count = value.partition(":")
+        return {(name.strip().lower(), _count(count or 1))}
+    if isinstance(value, (list, tuple, set)):
+        return set().union(*(_accelerators_of(v) for v in value)) if value else set()
+    return set()
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(float(value)) if value is not None else 1
+    except (TypeError, ValueError):
+        return 0  # matches no placement's count: the name alone decides
 
 
 def checkpoint_mount(uri: str, destination: str) -> tuple[dict[str, str], str]:

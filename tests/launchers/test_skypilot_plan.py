@@ -91,3 +91,25 @@ def test_the_dry_run_alone_accepts_the_built_task(sky, bucket):
     job_id, handle = execution.launch(task, cluster_name="broker-dry", dryrun=True, stream_logs=False,
                                       _quiet_optimizer=True)
     assert (job_id, handle) == (None, None)
+
+
+ON_DEMAND_T4 = {"tier": "ondemand", "cloud": "aws", "region": "us-east-1", "zone": None,
+                "instance_type": "g4dn.xlarge", "accelerator": "T4", "accelerator_count": 1, "num_nodes": 1}
+ON_DEMAND_A100 = {**SPOT_A100, "tier": "ondemand"}
+
+
+@pytest.mark.parametrize("any_of, placement, own", [
+    ([{"accelerators": "T4:4", "memory": "64+"}, {"accelerators": "T4:1", "memory": "8+"}], ON_DEMAND_T4,
+     {"memory": "8+"}),
+    ([{"accelerators": {"A100-80GB": 8}, "disk_size": 2000}, {"accelerators": ["A100:8"], "disk_size": 500}],
+     ON_DEMAND_A100, {"disk_size": 500}),
+], ids=["T4:1 placed takes the T4:1 alternative's memory, not the T4:4 one's listed first",
+        "A100 placed takes the A100 alternative's disk, not A100-80GB's whose name contains it"])
+def test_the_alternative_the_placement_chose_is_the_one_whose_settings_are_pinned(sky, any_of, placement, own):
+    from launchers.skypilot import attempt_config
+
+    task = {"resources": {"any_of": any_of}, "run": "python train.py"}
+    config = attempt_config(request(task, placement))
+    assert {k: config["resources"].get(k) for k in own} == own
+    best = optimize(sky, config)  # SkyPilot's own optimizer takes the pinned shape with those settings
+    assert best.instance_type == placement["instance_type"]
