@@ -137,7 +137,7 @@ def host_instance_type(placement: Mapping[str, Any]) -> str | None:
 
 def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[str, Any]:
     """The ``any_of`` alternative the placement satisfies: the one naming its accelerator and count, else its
-    accelerator, else the first. Names are compared whole (``A100`` is not ``A100-80GB``, ``L4`` not ``L40S``):
+    accelerator (with none: one asking for none), else the first. Names are compared whole (``A100`` is not ``A100-80GB``, ``L4`` not ``L40S``):
     the alternative's other settings (``memory``, ``disk_size``, ``image_id``) go with the shape chosen."""
     mappings = [v for v in variants if isinstance(v, Mapping)]
     wanted = str(placement.get("accelerator") or "").lower()
@@ -147,6 +147,10 @@ def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[s
         exact = [v for v in named if (wanted, count) in _accelerators_of(v.get("accelerators"))]
         if exact or named:
             return (exact or named)[0]
+    else:  # a CPU-only placement: an alternative asking for no accelerator
+        cpu_only = [v for v in mappings if not v.get("accelerators")]
+        if cpu_only:
+            return cpu_only[0]
     return variants[0] if variants and isinstance(variants[0], Mapping) else {}
 
 

@@ -96,6 +96,8 @@ def test_the_dry_run_alone_accepts_the_built_task(sky, bucket):
 ON_DEMAND_T4 = {"tier": "ondemand", "cloud": "aws", "region": "us-east-1", "zone": None,
                 "instance_type": "g4dn.xlarge", "accelerator": "T4", "accelerator_count": 1, "num_nodes": 1}
 ON_DEMAND_A100 = {**SPOT_A100, "tier": "ondemand"}
+ON_DEMAND_CPU = {"tier": "ondemand", "cloud": "aws", "region": "us-east-2", "zone": None,
+                 "instance_type": "m6i.2xlarge", "accelerator": None, "accelerator_count": 0, "num_nodes": 1}
 
 
 @pytest.mark.parametrize("any_of, placement, own", [
@@ -103,8 +105,10 @@ ON_DEMAND_A100 = {**SPOT_A100, "tier": "ondemand"}
      {"memory": "8+"}),
     ([{"accelerators": {"A100-80GB": 8}, "disk_size": 2000}, {"accelerators": ["A100:8"], "disk_size": 500}],
      ON_DEMAND_A100, {"disk_size": 500}),
+    ([{"accelerators": "T4:1", "memory": "64+"}, {"cpus": "4+", "memory": "16+"}], ON_DEMAND_CPU, {"memory": "16+"}),
 ], ids=["T4:1 placed takes the T4:1 alternative's memory, not the T4:4 one's listed first",
-        "A100 placed takes the A100 alternative's disk, not A100-80GB's whose name contains it"])
+        "A100 placed takes the A100 alternative's disk, not A100-80GB's whose name contains it",
+        "a CPU VM placed takes the CPU alternative's memory, not the GPU one's listed first"])
 def test_the_alternative_the_placement_chose_is_the_one_whose_settings_are_pinned(sky, any_of, placement, own):
     from launchers.skypilot import attempt_config
 
