@@ -16,7 +16,8 @@ Choices, and why:
 * **Serverless.** The cluster lives only while its attempt runs: the launcher
   tears it down as soon as it sees the attempt end (:meth:`status`), on
   :meth:`stop`, and :meth:`sweep` tears down clusters the broker no longer
-  knows. SkyPilot's autodown (``down=True`` with ``autostop_minutes``) is the
+  knows. A teardown is a request the API server runs later: a stopped
+  attempt's cluster still there :data:`DOWN_RETRY_SECONDS` after it is asked again. SkyPilot's autodown (``down=True`` with ``autostop_minutes``) is the
   safety net for a broker that is down.
 * **The budget holds without a broker.** An attempt with a budget limit
   (:attr:`LaunchRequest.stop_in_seconds`) runs its ``setup`` and ``run`` under a
@@ -71,6 +72,11 @@ MAX_CLUSTER_NAME = 40
 
 DEFAULT_AUTOSTOP_MINUTES = 10
 """Autodown after this many idle minutes: the safety net when the broker cannot tear a cluster down."""
+
+DOWN_RETRY_SECONDS = 300
+"""A teardown is a request the API server runs later (``sky.down`` does not wait) and may fail there (a cloud
+API error, expired credentials): a stopped attempt's cluster still listed this long after its teardown was
+asked for is asked again. Longer than a teardown takes, so a slow one is not asked twice."""
 
 AUTODOWN_MARGIN_SECONDS = 300
 """Billed after the idle minutes, at most: SkyPilot's skylet looks at idleness once a minute and counts
@@ -387,6 +393,7 @@ class SkyPilotLauncher:
         self.client = client if client is not None else SdkClient()
         self.autostop_minutes = autostop_minutes
         self.prefix = prefix
+        self.down_retry_seconds = DOWN_RETRY_SECONDS
         self.domain = sky_domain(os.environ, self.state_dir)
 
     def cluster(self, attempt_id: str) -> str:
@@ -482,6 +489,11 @@ class SkyPilotLauncher:
             result = next_status(previous, obs)
             if result.phase is Phase.GONE:
                 return result
+            if state.get("stop_reason") and state.get("down") and obs.cluster is not None \
+                    and time.time() - float(state.get("down_at") or 0) >= self.down_retry_seconds:
+                # stopped, yet its cluster outlived the teardown asked for: that request failed on the server.
+                # Nothing else would ask again (the sweep keeps the cluster of an attempt still being stopped)
+                self._down(attempt_id, state)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
@@ -614,3 +626,4 @@ class SkyPilotLauncher:
         except Exception:  # the sweep retries
             return
         state["down"] = True
+        state["down_at"] = time.time()

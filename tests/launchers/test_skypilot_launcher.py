@@ -260,3 +260,34 @@ def test_a_budget_that_cannot_pay_for_the_billing_after_a_run_launches_no_cluste
             f"after its run ends").encode() in launcher.logs(AID)[0]
     launcher.launch(limited(launcher.after_run_seconds(), placement=placement))  # launching again changes nothing
     assert sky_client.launched == []
+
+
+class FailingTeardowns(ScriptedSky):
+    """``sky.down`` answers with a request id at once; the request itself fails later on the API server
+    (a cloud API error, expired credentials): the cluster stays, its job running."""
+
+    def __init__(self, failures: int):
+        super().__init__(real_plan=False)
+        self.failures = failures
+
+    def down(self, cluster):
+        if self.failures:
+            self.failures -= 1
+            self.downed.append(cluster)
+            return
+        super().down(cluster)
+
+
+def test_a_stopped_attempts_cluster_that_outlives_its_failed_teardown_is_torn_down_again(sky, tmp_path):
+    client = FailingTeardowns(failures=1)
+    launcher = SkyPilotLauncher(tmp_path / "state", client=client)
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    client.provisioned(CLUSTER, job="RUNNING")
+    launcher.stop(AID, grace_seconds=30, reason="cancelled")
+    assert launcher.status(AID).phase is Phase.RUNNING, "the teardown asked for has not happened"
+    assert client.downed == [CLUSTER], "not asked again at once: a teardown takes minutes"
+    launcher.down_retry_seconds = 0  # ... as if that long had passed
+    launcher.status(AID)
+    assert client.downed == [CLUSTER, CLUSTER] and CLUSTER not in client.cluster_status
+    status = launcher.status(AID)
+    assert (status.phase, status.reason) == (Phase.STOPPED, "cancelled")
