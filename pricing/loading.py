@@ -37,18 +37,33 @@ def _found(catalog_dir: Path | None, clouds: Sequence[str], home: Path | None) -
 
 def catalog_files(catalog_dir: Path | None = None, *, clouds: Sequence[str] = PRICED_CLOUDS,
                   home: Path | None = None) -> tuple[tuple[str, int, int], ...]:
-    """Which ``vms.csv`` files :func:`load_price_table` would read, with their modification time and
-    size: when this changes (SkyPilot refreshed its catalog, or downloaded one for a cloud it had
-    none of), the price table is stale."""
+    """Which ``vms.csv`` files :func:`load_price_table` would read, and the zone mappings SkyPilot fetched
+    for the cloud account beside them, with their modification time and size: when this changes
+    (SkyPilot refreshed its catalog, downloaded one for a cloud it had none of, or fetched the account's
+    zone names at its first launch), the price table is stale."""
     out = []
     for cloud, root in _found(catalog_dir, clouds, home):
-        vms = root / cloud / "vms.csv"
-        try:
-            st = vms.stat()
-        except OSError:  # gone since: the next look sees it
-            continue
-        out.append((str(vms), st.st_mtime_ns, st.st_size))
+        for path in (root / cloud / "vms.csv", *_account_mappings(root / cloud)):
+            try:
+                st = path.stat()
+            except OSError:  # gone since: the next look sees it
+                continue
+            out.append((str(path), st.st_mtime_ns, st.st_size))
     return tuple(out)
+
+
+def _account_mappings(folder: Path) -> list[Path]:
+    """The zone-name mappings SkyPilot fetched per cloud account (``az_mappings-<account hash>.csv``), the
+    newest last. AWS names zones per account (one account's ``us-east-1d`` is another's ``us-east-1b``);
+    SkyPilot pins a launch by the name in the active account's mapping, and with no way to ask which
+    account is active it takes the newest file, as this does."""
+    def mtime(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:
+            return 0
+    found = [p for p in folder.glob("az_mappings-*.csv") if p.name != "az_mappings-default.csv"]
+    return sorted(found, key=lambda p: (mtime(p), p.name))
 
 
 def load_price_table(
@@ -71,8 +86,8 @@ def load_price_table(
     for cloud, root in _found(catalog_dir, clouds, home):
         vms = root / cloud / "vms.csv"
         zone_names: dict[str, str] = {}
-        for mapping in (SNAPSHOT_DIR / cloud / "az_mappings-default.csv", *sorted((root / cloud).glob("az_mappings*.csv"),
-                                                                             key=lambda p: (p.name != "az_mappings-default.csv", p.name))):
+        for mapping in (SNAPSHOT_DIR / cloud / "az_mappings-default.csv", root / cloud / "az_mappings-default.csv",
+                        *_account_mappings(root / cloud)):
             if mapping.is_file():
                 zone_names.update(parse_az_mappings(mapping.read_text()))
         try:

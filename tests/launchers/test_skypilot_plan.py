@@ -117,3 +117,27 @@ def test_the_alternative_the_placement_chose_is_the_one_whose_settings_are_pinne
     assert {k: config["resources"].get(k) for k in own} == own
     best = optimize(sky, config)  # SkyPilot's own optimizer takes the pinned shape with those settings
     assert best.instance_type == placement["instance_type"]
+
+
+def test_every_aws_placement_the_price_table_holds_is_one_skypilots_optimizer_takes_as_pinned(sky, sky_env):
+    """Zones by the names SkyPilot launches by: the account's (moto's here, fetched by SkyPilot's first look at
+    the catalog), not the default mapping's, under which some zones hold no such instance for this account."""
+    from broker.offers import placement_record
+    from launchers.skypilot import attempt_config
+    from pricing.loading import load_price_table
+
+    optimize(sky, {"resources": {"accelerators": "T4:1"}, "run": "x"})  # SkyPilot fetches the account's zone names
+    offers = {(o.tier, o.zone, o.instance_type): o for o in load_price_table(home=sky_env["home"], clouds=("aws",))
+              if o.region == "us-east-1" and o.zone}
+    assert len(offers) > 20
+    refused = []
+    for offer in offers.values():
+        placement = placement_record(offer, 1)
+        want = {"accelerators": f"{offer.accelerator}:{offer.accelerator_count}"} if offer.accelerator else {}
+        try:
+            best = optimize(sky, attempt_config(request({"resources": want, "run": "x"}, placement)))
+            assert (best.instance_type, best.zone, best.use_spot) == (offer.instance_type, offer.zone,
+                                                                      offer.tier.value == "spot")
+        except Exception as exc:  # noqa: BLE001 — every refusal is listed
+            refused.append(f"{offer.describe()}: {type(exc).__name__}: {str(exc)[:100]}")
+    assert refused == []

@@ -315,3 +315,24 @@ def test_the_broker_notices_a_gcp_catalog_appearing_and_refreshing(tmp_path, bro
     assert {o.cloud for o in broker_offers._price_table(("aws",))} == {"aws"}, "each setting gets its own clouds"
     assert gcp_spot() == [899_620]
 
+
+
+def test_zones_are_named_as_the_cloud_account_skypilot_fetched_names_them_the_newest_account_last(tmp_path):
+    """AWS names zones per account: SkyPilot fetches the account's names at its first launch into
+    ``az_mappings-<account hash>.csv`` and pins launches by them. The broker must quote and place by the same
+    names, and notice the file appearing (a zone named by the default mapping is another zone for SkyPilot)."""
+    import os
+
+    aws = tmp_path / ".sky" / "catalogs" / "v8" / "aws"
+    aws.mkdir(parents=True)
+    (aws / "vms.csv").write_text(AWS_HEADER + "p3dn.24xlarge,V100-32GB,8.0,96.0,768.0,,31.212,8.2921,us-east-1,use1-az1,x86_64\n")
+    before = catalog_files(home=tmp_path)
+    assert {o.zone for o in load_price_table(home=tmp_path)} == {"us-east-1d"}  # the default mapping's name
+
+    header = "AvailabilityZoneName,AvailabilityZone\n"
+    older, newer = aws / "az_mappings-zzzzzzz0.csv", aws / "az_mappings-aaaaaaaa.csv"  # not by name
+    newer.write_text(header + "us-east-1b,use1-az1\n")
+    older.write_text(header + "us-east-1f,use1-az1\n")
+    os.utime(older, ns=(newer.stat().st_mtime_ns - 10**9,) * 2)
+    assert catalog_files(home=tmp_path) != before, "the account's zone names appearing makes the price table stale"
+    assert {o.zone for o in load_price_table(home=tmp_path)} == {"us-east-1b"}, "the newest account's names win"
