@@ -489,10 +489,11 @@ class SkyPilotLauncher:
             result = next_status(previous, obs)
             if result.phase is Phase.GONE:
                 return result
-            if state.get("stop_reason") and state.get("down") and obs.cluster is not None \
-                    and time.time() - float(state.get("down_at") or 0) >= self.down_retry_seconds:
-                # stopped, yet its cluster outlived the teardown asked for: that request failed on the server.
-                # Nothing else would ask again (the sweep keeps the cluster of an attempt still being stopped)
+            if state.get("stop_reason") and obs.cluster is not None and (
+                    not state.get("down") or time.time() - float(state.get("down_at") or 0) >= self.down_retry_seconds):
+                # stopped, yet its cluster outlived the teardown: the API server could not be reached to ask for
+                # it, or the request failed there. Nothing else would ask again (stop() is called once, and the
+                # sweep keeps the cluster of an attempt still being stopped)
                 self._down(attempt_id, state)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)

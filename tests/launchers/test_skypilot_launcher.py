@@ -291,3 +291,19 @@ def test_a_stopped_attempts_cluster_that_outlives_its_failed_teardown_is_torn_do
     assert client.downed == [CLUSTER, CLUSTER] and CLUSTER not in client.cluster_status
     status = launcher.status(AID)
     assert (status.phase, status.reason) == (Phase.STOPPED, "cancelled")
+
+
+def test_a_stop_sent_while_the_api_server_was_unreachable_tears_the_cluster_down_once_it_answers(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    reachable_down = sky_client.down
+
+    def unreachable(*_a, **_k):
+        raise ConnectionError("API server at http://127.0.0.1:46580 is not reachable")
+
+    sky_client.down = unreachable
+    launcher.stop(AID, grace_seconds=30, reason="cancelled")
+    sky_client.down = reachable_down  # back
+    launcher.status(AID)
+    assert sky_client.downed == [CLUSTER] and CLUSTER not in sky_client.cluster_status
+    assert launcher.status(AID).phase is Phase.STOPPED
