@@ -78,6 +78,12 @@ DOWN_RETRY_SECONDS = 300
 API error, expired credentials): a stopped attempt's cluster still listed this long after its teardown was
 asked for is asked again. Longer than a teardown takes, so a slow one is not asked twice."""
 
+JOB_READABLE = ("UP", "AUTOSTOPPING")
+"""Cluster statuses in which SkyPilot 0.14.1 reads a cluster's jobs (``check_cluster_available``). A cluster is
+``AUTOSTOPPING`` once it has idled ``autostop_minutes`` after its job ended, on its way down: a broker that was
+away meanwhile still reads how the job ended, instead of taking the cluster for preempted and resuming a job
+that had succeeded."""
+
 AUTODOWN_MARGIN_SECONDS = 300
 """Billed after the idle minutes, at most: SkyPilot's skylet looks at idleness once a minute and counts
 whole minutes, then terminating the VMs takes a minute or two."""
@@ -464,7 +470,7 @@ class SkyPilotLauncher:
             launch, error = self.client.launch_state(state["request_id"])
         elif state.get("adopted"):
             launch = Launch.IN_FLIGHT if self.client.launch_in_flight(name) else Launch.DONE
-        job = self.client.job_status(name) if cluster is not None and cluster.status == "UP" else None
+        job = self.client.job_status(name) if cluster is not None and cluster.status in JOB_READABLE else None
         stop_at = state.get("stop_at")
         return Observation(launch=launch, cluster=cluster.status if cluster else None, job=job,
                            spot=cluster.spot if cluster else bool(state.get("spot")),

@@ -2,8 +2,8 @@
 
 The SkyPilot launcher runs each attempt on its own cluster and observes three
 things: its launch request (in flight, failed, done), the cluster's status
-(``INIT``, ``UP``, ``STOPPED``, or no record at all) and the status of the
-cluster's job. :func:`next_status` folds one :class:`Observation` into the
+(``INIT``, ``UP``, ``AUTOSTOPPING``, ``STOPPED``, or no record at all) and the status of the
+cluster's job (read while the cluster is ``UP`` or ``AUTOSTOPPING``). :func:`next_status` folds one :class:`Observation` into the
 attempt's phase, given the phase reported before — the one piece of memory the
 mapping needs, because a spot cluster that disappears is a preemption only if
 the job was running on it.
@@ -13,6 +13,7 @@ Sequences, read left to right (each arrow is one poll):
 | observed | phases |
 |---|---|
 | launch in flight → cluster INIT → UP, job RUNNING → job SUCCEEDED | pending → pending → running → succeeded |
+| UP, job RUNNING → (no broker for the idle minutes) AUTOSTOPPING, job SUCCEEDED | running → succeeded |
 | spot: UP, job RUNNING → cluster gone (or INIT, STOPPED) | running → preempted |
 | on-demand: UP, job RUNNING → cluster gone | running → lost |
 | launch in flight → launch failed (no capacity) | pending → lost (the engine requeues) |

@@ -307,3 +307,15 @@ def test_a_stop_sent_while_the_api_server_was_unreachable_tears_the_cluster_down
     launcher.status(AID)
     assert sky_client.downed == [CLUSTER] and CLUSTER not in sky_client.cluster_status
     assert launcher.status(AID).phase is Phase.STOPPED
+
+
+def test_a_job_that_ended_while_no_broker_watched_is_read_from_its_cluster_on_its_way_down(launcher, sky_client):
+    """Back after the idle minutes, the broker finds the cluster AUTOSTOPPING (SkyPilot 0.14.1 still answers for
+    its jobs then): the job succeeded, it was not preempted, and is not resumed."""
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, job="RUNNING", spot=True)
+    assert launcher.status(AID).phase is Phase.RUNNING
+    sky_client.provisioned(CLUSTER, status="AUTOSTOPPING", job="SUCCEEDED", spot=True)
+    status = launcher.status(AID)
+    assert (status.phase, status.exit_code) == (Phase.SUCCEEDED, 0)
+    assert sky_client.downed == [CLUSTER]
