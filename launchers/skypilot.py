@@ -233,7 +233,7 @@ class Cluster:
     """What SkyPilot says of one cluster."""
 
     name: str
-    status: str  # ClusterStatus value: INIT, UP, STOPPED
+    status: str  # ClusterStatus value: INIT, UP, AUTOSTOPPING, STOPPED
     spot: bool = False
 
 

@@ -45,7 +45,7 @@ class Launch(str, Enum):
 class Observation:
     """One poll of SkyPilot for one attempt.
 
-    ``cluster`` is SkyPilot's ``ClusterStatus`` value (``"INIT"``, ``"UP"``,
+    ``cluster`` is SkyPilot's ``ClusterStatus`` value (``"INIT"``, ``"UP"``, ``"AUTOSTOPPING"``,
     ``"STOPPED"``) or None when SkyPilot has no record of the cluster (never
     made, terminated, preempted and cleaned up). ``job`` is the ``JobStatus``
     value of the cluster's job, or None when it could not be read.
