@@ -84,6 +84,10 @@ JOB_READABLE = ("UP", "AUTOSTOPPING")
 away meanwhile still reads how the job ended, instead of taking the cluster for preempted and resuming a job
 that had succeeded."""
 
+RECLAIM_WAIT_SECONDS = 150
+"""How long a spot job that failed on a cluster still up waits to be read as failed: the longest warning a cloud
+gives of a spot reclaim (AWS, two minutes) and a refresh of the cluster's status after it."""
+
 AUTODOWN_MARGIN_SECONDS = 300
 """Billed after the idle minutes, at most: SkyPilot's skylet looks at idleness once a minute and counts
 whole minutes, then terminating the VMs takes a minute or two."""
@@ -400,6 +404,7 @@ class SkyPilotLauncher:
         self.autostop_minutes = autostop_minutes
         self.prefix = prefix
         self.down_retry_seconds = DOWN_RETRY_SECONDS
+        self.reclaim_wait_seconds = RECLAIM_WAIT_SECONDS
         self.domain = sky_domain(os.environ, self.state_dir)
 
     def cluster(self, attempt_id: str) -> str:
@@ -501,6 +506,8 @@ class SkyPilotLauncher:
                 # it, or the request failed there. Nothing else would ask again (stop() is called once, and the
                 # sweep keeps the cluster of an attempt still being stopped)
                 self._down(attempt_id, state)
+            if result.phase is Phase.FAILED and obs.spot and obs.cluster in JOB_READABLE and not obs.stop_reason:
+                result = self._unless_reclaimed(attempt_id, state, result)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
@@ -598,6 +605,24 @@ class SkyPilotLauncher:
         if code is None:
             return result
         return replace(result, exit_code=code, signal=code - 128 if code > 128 else None)
+
+    def _unless_reclaimed(self, attempt_id: str, state: dict[str, Any], result: AttemptStatus) -> AttemptStatus:
+        """A spot job that failed on a cluster still up is a failure only once the cluster has stayed up for
+        :attr:`reclaim_wait_seconds`; until then it reads as still running. The cloud warns of a spot reclaim
+        ahead (AWS two minutes, GCP 30 s) while the VMs still run, and a job that heeds the warning — the
+        checkpoint library saves and exits 143 — ends ``FAILED`` before its cluster goes: taken for a
+        failure, it would end the job instead of resuming it. A cluster gone (or no longer up) within the wait
+        is a preemption (:func:`~launchers.skypilot_status.next_status`). A stop at the budget is not waited for."""
+        self._keep_logs(attempt_id, state)
+        kept = self._path(attempt_id, ".log")
+        if kept.exists() and budget_stop_in(kept.read_bytes()) is not None:
+            return result
+        seen = float(state.setdefault("failed_seen_at", time.time()))
+        if time.time() - seen >= self.reclaim_wait_seconds:
+            return result
+        return AttemptStatus(Phase.RUNNING, step=result.step,
+                             reason="its job ended failed on a spot cluster still up: waiting to see whether the "
+                                    "cloud reclaims it (a job that saves on the cloud's notice ends before its VMs)")
 
     def _at_budget(self, attempt_id: str, state: Mapping[str, Any], result: AttemptStatus) -> AttemptStatus:
         """``result`` as a budget stop when the cluster's guard stopped the setup or the run (its line in the

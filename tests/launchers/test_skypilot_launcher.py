@@ -319,3 +319,34 @@ def test_a_job_that_ended_while_no_broker_watched_is_read_from_its_cluster_on_it
     status = launcher.status(AID)
     assert (status.phase, status.exit_code) == (Phase.SUCCEEDED, 0)
     assert sky_client.downed == [CLUSTER]
+
+
+RECLAIM_NOTICE_LOG = (b"step 412\nWARNING:checkpoint.cloud_notice:aws metadata announces a spot reclaim\n"
+                      b"[spot-broker] run exited with status 143\n")
+
+
+def test_a_spot_job_that_saved_on_the_clouds_notice_and_exited_is_preempted_when_its_vms_go(launcher, sky_client):
+    """AWS warns two minutes ahead: the checkpoint library saves and exits 143, SkyPilot says FAILED while the
+    VMs still run; then the cloud takes them. A preemption to resume, not a failure that ends the job."""
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, job="RUNNING", spot=True)
+    assert launcher.status(AID).phase is Phase.RUNNING
+    sky_client.provisioned(CLUSTER, job="FAILED", spot=True)
+    sky_client.output[CLUSTER] = RECLAIM_NOTICE_LOG
+    assert launcher.status(AID).phase is Phase.RUNNING, "not failed while the cluster may still be reclaimed"
+    assert sky_client.downed == []
+    del sky_client.cluster_status[CLUSTER]  # reclaimed
+    assert launcher.status(AID).phase is Phase.PREEMPTED
+
+
+def test_a_spot_job_that_failed_on_a_cluster_that_stays_up_is_failed_after_the_wait(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, job="RUNNING", spot=True)
+    launcher.status(AID)
+    sky_client.provisioned(CLUSTER, job="FAILED", spot=True)
+    sky_client.output[CLUSTER] = b"Traceback ...\nValueError: bad batch\n[spot-broker] run exited with status 1\n"
+    assert launcher.status(AID).phase is Phase.RUNNING
+    launcher.reclaim_wait_seconds = 0  # ... as if the wait had passed with the cluster up
+    status = launcher.status(AID)
+    assert (status.phase, status.exit_code) == (Phase.FAILED, 1)
+    assert sky_client.downed == [CLUSTER]
