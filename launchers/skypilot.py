@@ -436,11 +436,12 @@ class SkyPilotLauncher:
         stop_at = self.cluster_stop_at(request.stop_in_seconds, now)
         config = attempt_config(request, stop_at=stop_at)
         name = self.cluster(request.attempt_id)
+        pod = str(request.placement.get("cloud") or "").lower() in KUBERNETES_CLOUDS  # deleted with a notice too
         with self._locked(request.attempt_id) as state:
             if state.get("request_id") or state.get("adopted") or state.get("phase"):
                 return
             if self.client.launch_in_flight(name) or self.client.clusters([name]):
-                state.update(cluster=name, adopted=True, spot=bool(config["resources"].get("use_spot")),
+                state.update(cluster=name, adopted=True, spot=bool(config["resources"].get("use_spot")), pod=pod,
                              stop_at=stop_at, grace_seconds=request.stop_grace_seconds)
                 return
             if stop_at is not None and stop_at <= now:
@@ -458,7 +459,7 @@ class SkyPilotLauncher:
                 raise
             except Exception as exc:
                 raise LaunchError(refusal(exc, config)) from None
-            state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), phase=None, stop_at=stop_at,
+            state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod, phase=None, stop_at=stop_at,
                          grace_seconds=request.stop_grace_seconds)
             self._save(request.attempt_id, state)  # the intent, before the request exists
             state["request_id"] = self.client.launch(build_task(config), name, autostop_minutes=self.autostop_minutes)
@@ -506,7 +507,8 @@ class SkyPilotLauncher:
                 # it, or the request failed there. Nothing else would ask again (stop() is called once, and the
                 # sweep keeps the cluster of an attempt still being stopped)
                 self._down(attempt_id, state)
-            if result.phase is Phase.FAILED and obs.spot and obs.cluster in JOB_READABLE and not obs.stop_reason:
+            if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster in JOB_READABLE \
+                    and not obs.stop_reason:
                 result = self._unless_reclaimed(attempt_id, state, result)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)
@@ -609,9 +611,10 @@ class SkyPilotLauncher:
     def _unless_reclaimed(self, attempt_id: str, state: dict[str, Any], result: AttemptStatus) -> AttemptStatus:
         """A spot job that failed on a cluster still up is a failure only once the cluster has stayed up for
         :attr:`reclaim_wait_seconds`; until then it reads as still running. The cloud warns of a spot reclaim
-        ahead (AWS two minutes, GCP 30 s) while the VMs still run, and a job that heeds the warning — the
-        checkpoint library saves and exits 143 — ends ``FAILED`` before its cluster goes: taken for a
-        failure, it would end the job instead of resuming it. A cluster gone (or no longer up) within the wait
+        ahead (AWS two minutes, GCP 30 s) while the VMs still run, as the broker's hook on a Kubernetes pod
+        being deleted does (a node drained, an eviction), and a job that heeds the warning — the checkpoint
+        library saves and exits 143 — ends ``FAILED`` before its cluster goes: taken for a failure, it would
+        end the job instead of resuming it. So a Kubernetes attempt's failure waits the same. A cluster gone (or no longer up) within the wait
         is a preemption (:func:`~launchers.skypilot_status.next_status`). A stop at the budget is not waited for."""
         self._keep_logs(attempt_id, state)
         kept = self._path(attempt_id, ".log")

@@ -350,3 +350,17 @@ def test_a_spot_job_that_failed_on_a_cluster_that_stays_up_is_failed_after_the_w
     status = launcher.status(AID)
     assert (status.phase, status.exit_code) == (Phase.FAILED, 1)
     assert sky_client.downed == [CLUSTER]
+
+
+def test_a_kubernetes_job_that_saved_on_its_pods_deletion_notice_is_preempted_when_the_pod_goes(launcher, sky_client):
+    pool = {"tier": "onprem", "cloud": "kubernetes", "region": "lab-gpus", "zone": "lab", "instance_type": "lab-1slot",
+            "accelerator": "T4", "accelerator_count": 1, "num_nodes": 1}
+    launcher.launch(request(GPU_TASK, pool))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    sky_client.provisioned(CLUSTER, job="FAILED")  # the hook's notice: saved, exited 143; the pod still terminating
+    sky_client.output[CLUSTER] = b"step 80\n[spot-broker] run exited with status 143\n"
+    assert launcher.status(AID).phase is Phase.RUNNING
+    del sky_client.cluster_status[CLUSTER]  # the pod is gone
+    status = launcher.status(AID)
+    assert status.phase is Phase.LOST, "recovered as a lost node, not failed"
