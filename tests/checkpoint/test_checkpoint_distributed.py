@@ -59,10 +59,15 @@ def test_when_every_rank_calls_save_only_rank_0_writes_and_every_checkpoint_veri
     base = tmp_path / "ckpt"
     torchrun(script, base, 20)
     entries = layout.scan(open_storage(str(base)).list())
-    assert [e.id.step for e in entries] == [5, 10, 15, 20], [e.name for e in entries]
+    # one checkpoint per step that was saved: a save still waiting while the one before uploads is replaced by the
+    # next (checkpoint/background.py), so on a loaded host 15 may give way to 20; the last one is always written
+    steps = [e.id.step for e in entries]
+    assert steps[-1] == 20 and set(steps) <= {5, 10, 15, 20} and len(set(steps)) == len(steps), \
+        [e.name for e in entries]
     verify = subprocess.run([sys.executable, "-m", "checkpoint.cli", "verify", str(base)], capture_output=True,
                             text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     out = torchrun(script, base, 25)  # and every rank resumes from rank 0's checkpoint
     assert "rank 0 start 20" in out and "rank 1 start 20" in out, out[-2000:]
-    assert [e.id.step for e in layout.scan(open_storage(str(base)).list())] == [5, 10, 15, 20, 25]
+    after = [e.id.step for e in layout.scan(open_storage(str(base)).list())]
+    assert after[:len(steps)] == steps and after[-1] == 25 and set(after) <= {*steps, 25}, after
