@@ -5,7 +5,7 @@ Import-light: torch, numpy and cloud SDKs load only when used. Never imports ``b
 """
 
 from checkpoint.checkpointer import Checkpointer, Restored, SaveStats
-from checkpoint.errors import CheckpointError, CheckpointWarning, UnsafeCheckpointError
+from checkpoint.errors import CheckpointError, CheckpointWarning, SupersededError, UnsafeCheckpointError
 from checkpoint.rng import GlobalRNG
 from checkpoint.storage import TransferOptions
 
@@ -16,6 +16,7 @@ __all__ = [
     "GlobalRNG",
     "Restored",
     "SaveStats",
+    "SupersededError",
     "TransferOptions",
     "UnsafeCheckpointError",
 ]

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from checkpoint import commit, layout, restore as restoring, serialization, snapshot
-from checkpoint.errors import CheckpointError, CheckpointWarning, UnsafeCheckpointError
+from checkpoint.errors import CheckpointError, CheckpointWarning, SupersededError, UnsafeCheckpointError
 from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
@@ -151,6 +151,8 @@ class Checkpointer:
         self._clock = clock
         self._resume_from = env.get("BROKER_RESUME_FROM") or None
         self._job = {k: env[v] for k, v in (("id", "BROKER_JOB_ID"), ("attempt", "BROKER_ATTEMPT")) if env.get(v)}
+        self._fence = _fence(self._job)  # (job id, attempt) when the broker runs us: see commit.check_fence
+        self._claimed = False
         self._reporter = Reporter.from_env(env)
         if grace_s is None:
             grace_s = float(env.get("BROKER_PREEMPTION_GRACE_S") or DEFAULT_GRACE_S)
@@ -268,10 +270,15 @@ class Checkpointer:
             f"there, or an object with state_dict()/load_state_dict()"), stacklevel=3)
 
     def _write(self, cid: CheckpointId, captured: snapshot.Captured, started: float, blocked: float) -> None:
+        fence = self._fence
         try:
+            if fence is not None and not self._claimed:
+                commit.claim(self._storage, fence)  # before the upload: a zombie's retention must not eat it
+                self._claimed = True
             files = captured.files()
-            manifest = commit.write_checkpoint(self._storage, cid, files, serialization.framework_versions(),
-                                               self._job)
+            manifest = commit.write_checkpoint(
+                self._storage, cid, files, serialization.framework_versions(), self._job,
+                before_commit=None if fence is None else lambda: commit.check_fence(self._storage, fence))
         except BaseException:
             self._failed_id = cid  # read by _raise_pending once the runner hands the error over
             raise
@@ -282,7 +289,9 @@ class Checkpointer:
                  self.last_stats.throughput_mib_s)
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
         try:
-            commit.apply_retention(self._storage, self._retention, self._abandoned)
+            commit.apply_retention(self._storage, self._retention, self._abandoned, fence)
+        except SupersededError as e:  # committed just before the newer attempt claimed the base
+            log.error("retention after %s skipped: %s", uri, e)
         except OSError as e:  # the new checkpoint is safe; old ones are cleaned next time
             log.warning("retention after %s failed: %s", uri, e)
 
@@ -407,6 +416,14 @@ def _decode(loaded: restoring.Loaded, allow_pickle: bool) -> dict[str, Any]:
         return snapshot.decode(loaded.files, allow_pickle)
     except UnsafeCheckpointError as e:
         raise UnsafeCheckpointError(f"{loaded.uri}: {e}") from None
+
+
+def _fence(job: Mapping[str, str]) -> tuple[str, int] | None:
+    """(job id, attempt) from the manifest's job fields, or None: no fencing without both (a run by hand)."""
+    try:
+        return (job["id"], int(job["attempt"]))
+    except (KeyError, ValueError):
+        return None
 
 
 def _step(step: Any) -> int:

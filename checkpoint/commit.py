@@ -8,10 +8,11 @@ first, so a half-deleted checkpoint is merely uncommitted, never committed-but-p
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from checkpoint import layout, retention
+from checkpoint.errors import SupersededError
 from checkpoint.layout import CheckpointId, Entry
 from checkpoint.manifest import Manifest, commit_marker, describe
 from checkpoint.storage import Storage
@@ -27,8 +28,13 @@ def write_checkpoint(
     versions: Mapping[str, str],
     job: Mapping[str, str],
     created_at: float | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> Manifest:
-    """Upload ``files`` into the directory for ``cid`` and commit it. Blocks; raises OSError."""
+    """Upload ``files`` into the directory for ``cid`` and commit it. Blocks; raises OSError.
+
+    ``before_commit`` runs after the data and the manifest are written, right before the commit
+    marker; if it raises, the directory stays uncommitted (a zombie's fence check, :func:`check_fence`).
+    """
     # Hash on one pool while uploading on another: hashlib and the network both release the GIL.
     with ThreadPoolExecutor(FILE_CONCURRENCY) as uploads, ThreadPoolExecutor(2) as hashing:
         hashes = {name: hashing.submit(describe, data) for name, data in files.items()}
@@ -44,6 +50,8 @@ def write_checkpoint(
     )
     manifest_bytes = manifest.to_json()
     storage.write(layout.path(cid, layout.MANIFEST), manifest_bytes)
+    if before_commit is not None:
+        before_commit()
     storage.write(layout.path(cid, layout.COMMIT), commit_marker(manifest_bytes))
     return manifest
 
@@ -56,9 +64,35 @@ def delete_entries(storage: Storage, entries: list[Entry]) -> None:
         storage.delete([layout.path(e.id, f) for f in sorted(e.files - {layout.COMMIT})])
 
 
+Fence = tuple[str, int]  # (job id, attempt): who this writer is, for check_fence
+
+
+def check_fence(storage: Storage, fence: Fence, paths: list[str] | None = None) -> None:
+    """Raise SupersededError if a newer attempt of the same job has claimed the base (``paths``: a
+    listing just taken, else one is taken). The broker starts attempt N+1 when it gives up on attempt N,
+    whose VM may still run (a network partition, a slow teardown): left alone, that zombie would commit
+    beside the new attempt and its retention would delete the new attempt's checkpoints."""
+    job_id, attempt = fence
+    newer = layout.superseded_by(storage.list() if paths is None else paths, job_id, attempt)
+    if newer is not None:
+        raise SupersededError(
+            f"{storage.uri()}: attempt {newer} of job {job_id} writes checkpoints here now; this process is "
+            f"attempt {attempt}, superseded, so it commits and deletes nothing there (stop it)")
+
+
+def claim(storage: Storage, fence: Fence) -> None:
+    """Mark the base as written by this attempt (after checking no newer one has claimed it)."""
+    check_fence(storage, fence)
+    storage.write(layout.fence_name(*fence), b"")
+
+
 def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
-                    abandoned: frozenset[layout.CheckpointId] = frozenset()) -> list[Entry]:
-    """List, decide (pure), delete. Returns what was deleted."""
-    doomed = retention.to_delete(layout.scan(storage.list()), policy, abandoned)
+                    abandoned: frozenset[layout.CheckpointId] = frozenset(), fence: Fence | None = None) -> list[Entry]:
+    """List, decide (pure), delete. Returns what was deleted. A writer superseded by a newer attempt
+    (``fence``) deletes nothing: SupersededError."""
+    paths = storage.list()
+    if fence is not None:
+        check_fence(storage, fence, paths)
+    doomed = retention.to_delete(layout.scan(paths), policy, abandoned)
     delete_entries(storage, doomed)
     return doomed

@@ -7,6 +7,11 @@ class CheckpointError(RuntimeError):
     """A save failed (raised on the call after the failure, or in ``close``)."""
 
 
+class SupersededError(CheckpointError):
+    """A newer attempt of the same job writes under this base: this process is a zombie and keeps
+    its hands off (it commits and deletes nothing there)."""
+
+
 class UnsafeCheckpointError(CheckpointError):
     """Restoring would unpickle arbitrary objects and ``allow_pickle`` was not given."""
 

@@ -10,6 +10,7 @@
         objects.pkl                        only if something could not be saved without pickle
         manifest.json                      sizes + sha256 of every file above, step, versions
         COMMITTED                          written last; holds the manifest's sha256
+      ATTEMPT-<job>-000000002              attempt 2 of that job writes here now (see ``superseded_by``)
 
 A directory without ``COMMITTED`` does not exist as far as restore is concerned: it is a
 save in progress or one that died. Each save gets a fresh directory (the creation time is
@@ -29,6 +30,7 @@ COMMIT = "COMMITTED"
 
 _DIR = re.compile(r"^step-(\d{12,})-(\d{13,})$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_FENCE = re.compile(r"^ATTEMPT-(.+)-(\d{9,})$")
 
 
 @dataclass(frozen=True, order=True)
@@ -75,6 +77,26 @@ def tensor_file(index: int, key: str) -> str:
     """File for the tensors under top-level key ``key`` (sanitised; the index keeps it unique)."""
     safe = _UNSAFE.sub("_", str(key))[:48].strip("._") or "state"
     return f"{index:02d}-{safe}.safetensors"
+
+
+def fence_name(job_id: str, attempt: int) -> str:
+    """The object by which attempt ``attempt`` of job ``job_id`` claims a base: ``ATTEMPT-job-7-000000002``.
+
+    It lies beside the checkpoint directories (``scan`` ignores it, retention never deletes it).
+    """
+    return f"ATTEMPT-{_UNSAFE.sub('_', job_id)[:64]}-{attempt:09d}"
+
+
+def superseded_by(paths: list[str], job_id: str, attempt: int) -> int | None:
+    """The newest attempt of the same job that has claimed the base, if newer than ``attempt``.
+
+    An attempt the broker started after this one owns the base: this one is a zombie (a VM the
+    broker gave up on that still runs) and must neither commit nor delete anything there.
+    """
+    safe = _UNSAFE.sub("_", job_id)[:64]
+    newer = [int(m.group(2)) for p in paths if (m := _FENCE.match(p)) and m.group(1) == safe]
+    newest = max(newer, default=attempt)
+    return newest if newest > attempt else None
 
 
 def path(checkpoint: CheckpointId, filename: str) -> str:
