@@ -29,7 +29,7 @@ import os
 import re
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any, Protocol, Union
@@ -326,9 +326,18 @@ class FsspecStorage:
         token = uuid.uuid4().hex[:8]
         names = [f"{full}.part-{token}-{i:03d}" for i in range(-(-size // part))]
         with ThreadPoolExecutor(self._transfer.concurrency) as pool:
-            # Parts are cut in order on this thread and uploaded concurrently.
-            list(pool.map(lambda name: self._fs.pipe_file(name[0], name[1]),
-                          ((name, reader.read(part)) for name in names)))
+            # Parts are cut in order on this thread and uploaded concurrently, at most `concurrency`
+            # of them cut at a time: Executor.map takes its whole iterable at once, and cut every part
+            # up front, a second copy of the file (and gcsfs's own buffers) held until the last part went up.
+            in_flight: set[Future] = set()
+            for name in names:
+                if len(in_flight) >= self._transfer.concurrency:
+                    done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        f.result()
+                in_flight.add(pool.submit(self._fs.pipe_file, name, reader.read(part)))
+            for f in in_flight:
+                f.result()
         try:
             self._fs.merge(full, names)
         finally:
