@@ -50,8 +50,12 @@ class Manifest:
         """Parse a manifest. Raises ``ValueError`` on anything malformed."""
         try:
             doc = json.loads(data)
-            if doc.get("format") != FORMAT:
-                raise ValueError(f"unknown manifest format {doc.get('format')!r}")
+            fmt = doc.get("format")
+            if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT:
+                raise ValueError(f"written by a newer version of the checkpoint library (format {fmt}; this "
+                                 f"version reads format {FORMAT}): upgrade spot-broker to restore it")
+            if fmt != FORMAT:
+                raise ValueError(f"unknown manifest format {fmt!r}")
             files = {
                 str(n): FileEntry(int(f["size"]), str(f["sha256"])) for n, f in doc["files"].items()
             }

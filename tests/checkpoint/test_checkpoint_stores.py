@@ -249,3 +249,19 @@ def test_global_rng_round_trip(store_uri):
         random.random(), np.random.rand(), torch.rand(3)  # move on
         ckpt.restore(into={"rng": GlobalRNG()})
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_a_checkpoint_from_a_newer_format_is_skipped_saying_to_upgrade(store_uri):
+    from checkpoint.manifest import commit_marker
+
+    uris = save_steps(store_uri, [10, 20])
+    storage = open_storage(store_uri)
+    newest = uris[-1].rsplit("/", 1)[1]
+    manifest = storage.read(f"{newest}/manifest.json").replace(b'"format": 1', b'"format": 2')
+    storage.write(f"{newest}/manifest.json", manifest)
+    storage.write(f"{newest}/COMMITTED", commit_marker(manifest))  # committed whole by that newer version
+
+    with checkpointer(store_uri) as ckpt, pytest.warns(CheckpointWarning) as caught:
+        assert ckpt.restore().step == 10
+    (message,) = [str(w.message) for w in caught]
+    assert uris[-1] in message and "newer version" in message and "format 2" in message and "upgrade" in message
