@@ -386,7 +386,7 @@ class Checkpointer:
                     f"those objects were not loaded"), stacklevel=2)
             for key, target in into.items():  # plain values (an epoch count) are read from the result
                 if key in state and snapshot.is_stateful(target):
-                    target.load_state_dict(state[key])
+                    serialization.load_state(target, state[key])
         self._last_step, self._last_time = loaded.id.step, self._clock()
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)

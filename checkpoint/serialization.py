@@ -35,6 +35,31 @@ def numpy_scalar_value(x: Any) -> Any:
     return x.item()
 
 
+def unwrap_parallel(x: Any) -> Any:
+    """The model inside a ``DistributedDataParallel`` / ``DataParallel`` wrapper, else ``x`` itself.
+
+    Saved through the wrapper, every key gains a ``module.`` prefix, and a resume with another world
+    size — one GPU, where a script skips the wrapper — fails to load it (``Unexpected key(s)
+    "module.0.weight"``). The model inside is what a checkpoint holds, whatever ran it.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        return x.module
+    return x
+
+
+def load_state(target: Any, saved: Any) -> None:
+    """``target.load_state_dict(saved)``, through a parallel wrapper. A model's state saved through one by an
+    earlier version (every key ``module.…``) loads too, into a wrapped model or a bare one."""
+    target = unwrap_parallel(target)
+    torch = sys.modules.get("torch")
+    if (torch is not None and isinstance(target, torch.nn.Module) and isinstance(saved, dict) and saved
+            and all(isinstance(k, str) and k.startswith("module.") for k in saved)
+            and not all(k.startswith("module.") for k in target.state_dict())):
+        saved = {k[len("module."):]: v for k, v in saved.items()}
+    target.load_state_dict(saved)
+
+
 def host_copy(x: Any) -> Any:
     """A private CPU copy of a tensor or array: later training steps cannot change it."""
     if is_tensor(x):

@@ -110,8 +110,8 @@ class _Encoder:
             return [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
         if isinstance(obj, (bytes, bytearray)):
             return {"__bytes__": base64.b64encode(obj).decode()}
-        if is_stateful(obj):
-            return self.encode(obj.state_dict(), where)
+        if is_stateful(obj):  # a DDP-wrapped model is saved as the model inside: see unwrap_parallel
+            return self.encode(serialization.unwrap_parallel(obj).state_dict(), where)
         return self._pickle(obj, where)
 
     def _put(self, obj: Any, where: str) -> str:
