@@ -63,10 +63,13 @@ def load_state(target: Any, saved: Any) -> None:
 def host_copy(x: Any) -> Any:
     """A private CPU copy of a tensor or array: later training steps cannot change it."""
     if is_tensor(x):
+        # Contiguous, so encoding reads this copy as it is: a transposed or sliced tensor cloned with its
+        # strides was copied a second time by the encoder, and both copies were held until the upload ended.
+        torch = sys.modules["torch"]
         x = x.detach()
         if x.device.type == "cpu":
-            return x.clone()
-        return x.to("cpu")
+            return x.clone(memory_format=torch.contiguous_format)
+        return x.to("cpu", memory_format=torch.contiguous_format)
     return x.copy()
 
 

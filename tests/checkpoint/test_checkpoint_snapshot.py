@@ -88,3 +88,14 @@ def test_objects_are_frozen_at_save_time_not_at_upload_time():
     captured = capture({"odd": obj, "plain": {"lr": 0.1}})
     obj.n = 2
     assert decode(captured.files(), allow_pickle=True)["odd"] == Opaque(1)
+
+
+def test_a_strided_tensor_is_copied_once_and_uploaded_from_that_copy():
+    w = torch.randn(64, 32).t()  # a transposed view: not contiguous
+    captured = capture({"m": {"w": w, "half": torch.randn(8, 8)[:, ::2]}})
+    buffers = captured.files()["00-m.safetensors"]
+    uploaded = {np.frombuffer(b, dtype=np.uint8).ctypes.data for b in buffers[1:]}
+    copies = captured.tensors["00-m.safetensors"]
+    assert uploaded == {copies["m.w"].data_ptr(), copies["m.half"].data_ptr()}
+    restored = decode({k: b"".join(bytes(x) for x in v) for k, v in captured.files().items()})
+    torch.testing.assert_close(restored["m"]["w"], w, rtol=0, atol=0)
