@@ -153,6 +153,8 @@ class Checkpointer:
         self._job = {k: env[v] for k, v in (("id", "BROKER_JOB_ID"), ("attempt", "BROKER_ATTEMPT")) if env.get(v)}
         self._fence = _fence(self._job)  # (job id, attempt) when the broker runs us: see commit.check_fence
         self._claimed = False
+        # restore() claims the base at once only if it is the job's own (not one opened to read weights)
+        self._job_base = (env.get("BROKER_CHECKPOINT_URI") or "").rstrip("/")
         self._reporter = Reporter.from_env(env)
         if grace_s is None:
             grace_s = float(env.get("BROKER_PREEMPTION_GRACE_S") or DEFAULT_GRACE_S)
@@ -368,6 +370,7 @@ class Checkpointer:
             storage = self._storage
             entries = layout.scan(storage.list())
             candidates = layout.committed_newest_first(entries)
+        self._claim_at_restore()
         found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle))
         if found is None:
             return default
@@ -391,6 +394,18 @@ class Checkpointer:
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
 
+
+    def _claim_at_restore(self) -> None:
+        """Claim the job's base as the resume starts: waiting for the first save (minutes away) let a zombie
+        attempt go on committing newer steps, which this attempt's retention then counted as newest and
+        deleted its own new checkpoints for. Not fatal here: the first save claims again, and raises."""
+        if self._fence is None or self._claimed or self.uri != self._job_base:
+            return
+        try:
+            commit.claim(self._storage, self._fence)
+            self._claimed = True
+        except OSError as e:
+            log.warning("could not claim %s for attempt %d yet: %s", self.uri, self._fence[1], e)
 
     def _own_newer(self, storage: Storage, entries: list[layout.Entry], named: CheckpointId) -> list[layout.Entry]:
         """Committed checkpoints newer than the one the broker named that this same job wrote (its manifest

@@ -11,7 +11,7 @@ from checkpoint.storage import open_storage
 
 
 def attempt(uri: str, n: int, **kw) -> Checkpointer:
-    env = {"BROKER_JOB_ID": "job-7", "BROKER_ATTEMPT": str(n)}
+    env = {"BROKER_JOB_ID": "job-7", "BROKER_ATTEMPT": str(n), "BROKER_CHECKPOINT_URI": uri}
     return Checkpointer(uri, env=env, handle_sigterm=False, every_steps=1, keep_last=2, **kw)
 
 
@@ -44,6 +44,32 @@ def test_a_zombie_attempt_ahead_in_steps_neither_commits_nor_deletes_the_new_att
     with attempt(uri, 3) as reader:
         assert reader.restore().uri == new.last_committed != ours
     new.close()
+
+
+def test_the_new_attempt_claims_the_base_as_it_restores_not_at_its_first_save(tmp_path):
+    uri = str(tmp_path / "run")
+    old = attempt(uri, 1)
+    old.save(100, state(100), wait=True)
+    new = attempt(uri, 2)
+    assert new.restore().step == 100
+    old.save(110, state(110))  # before the new attempt's first save (minutes away at every_seconds=300)
+    with pytest.raises(CheckpointError, match="superseded"):
+        old.wait()
+    old.close()
+    new.save(101, state(101), wait=True)
+    new.save(102, state(102), wait=True)  # keep_last=2: 110 counted as newest would delete 101 now
+    assert [e.id.step for e in layout.scan(open_storage(uri).list()) if e.committed] == [101, 102]
+    new.close()
+
+
+def test_a_checkpointer_opened_on_another_base_to_read_weights_claims_nothing_there(tmp_path):
+    weights, run = str(tmp_path / "weights"), str(tmp_path / "run")
+    with Checkpointer(weights, env={}, handle_sigterm=False) as c:
+        c.save(1, state(1), wait=True)
+    env = {"BROKER_JOB_ID": "job-7", "BROKER_ATTEMPT": "2", "BROKER_CHECKPOINT_URI": run}
+    with Checkpointer(weights, env=env, handle_sigterm=False) as reader:
+        assert reader.restore().step == 1
+    assert not [p for p in open_storage(weights).list() if p.startswith("ATTEMPT-")]
 
 
 def test_without_an_attempt_number_nothing_is_fenced(tmp_path):
