@@ -19,7 +19,7 @@ def state(step: int) -> dict:
     return {"w": torch.full((16,), float(step)), "step": step}
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize("kind", ["file", "s3", "gcs"])
 def test_a_zombie_attempt_ahead_in_steps_neither_commits_nor_deletes_the_new_attempts_checkpoints(kind, make_uri):
     uri = make_uri(kind)
     old = attempt(uri, 1)
