@@ -14,7 +14,8 @@ Environment read (all optional):
 * ``BROKER_RESUME_FROM`` — URI of one committed checkpoint the broker wants resumed;
   ``restore`` starts there (falling back to older ones in the same place if it is corrupt), or at a
   newer one this same job committed that the broker never heard of;
-* ``BROKER_JOB_ID``, ``BROKER_ATTEMPT`` — recorded in each manifest;
+* ``BROKER_JOB_ID``, ``BROKER_ATTEMPT`` — recorded in each manifest; together they fence a superseded
+  attempt (a zombie) off the base: :func:`checkpoint.commit.check_fence`;
 * ``BROKER_PREEMPTION_GRACE_S`` — seconds from SIGTERM to a forced exit (default 30);
 * ``BROKER_PREEMPTION_METADATA`` (``aws`` / ``gcp``), ``BROKER_METADATA_URL``,
   ``BROKER_METADATA_POLL_S`` — also watch the cloud's own spot interruption notice
