@@ -585,6 +585,11 @@ class BrokerService:
                 raise NotFound(job_id)
             if job.state.is_final:
                 raise Conflict(f"the job is {job.state.value}")
+            if point.get("attempt") is not None and point["attempt"] != job.attempts:
+                # a process of an attempt the job moved past (preempted or lost, still running beside the next):
+                # its steps and checkpoint would be taken for the new attempt's, and resumed from
+                raise Conflict(f"the report is from attempt {point['attempt']}, and the job is at attempt "
+                               f"{job.attempts}: a report of an attempt that is not the job's latest is not kept")
             attempts = self.store.attempts(job_id)
             changes: dict[str, Any] = {"updated_at": point["time"]}
             records = []
@@ -718,6 +723,10 @@ def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:
                                             "characters: the next attempt is given it in BROKER_RESUME_FROM")
         point["checkpoint"] = {"step": ckpt["step"], "uri": uri}
         point.setdefault("step", None)
+    if body.get("attempt") is not None:  # sent by the checkpoint library from BROKER_ATTEMPT; older ones send none
+        if not _whole(body["attempt"]) or body["attempt"] < 1:
+            raise Invalid("attempt", "must be the attempt's number ($BROKER_ATTEMPT), a whole number from 1")
+        point["attempt"] = body["attempt"]
     if "step" not in point and "checkpoint" not in point:
         raise Invalid("step", "a report needs a step or a checkpoint")
     return point

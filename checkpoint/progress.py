@@ -12,6 +12,10 @@ a broker that is down or slow must never stop or slow a training run.
 
 The checkpointer also reports each commit — ``{"checkpoint": {"step": s, "uri": ...}}`` —
 through :func:`report_checkpoint`, which is never rate-limited.
+
+Every report names the attempt that sends it (``"attempt"``: ``BROKER_ATTEMPT``), so the broker can refuse one from
+an attempt it has moved past — a process of a preempted attempt still running beside the next one, whose steps
+and checkpoint would otherwise be taken for the new attempt's (and its checkpoint resumed from).
 """
 
 from __future__ import annotations
@@ -41,9 +45,11 @@ class Reporter:
         token: str | None,
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        attempt: int | None = None,
     ):
         self.url = url
         self.token = token
+        self.attempt = attempt
         self.interval_s = interval_s
         self._clock = clock
         self._last: float | None = None
@@ -57,7 +63,9 @@ class Reporter:
             interval = float(env.get("BROKER_PROGRESS_INTERVAL_S", DEFAULT_INTERVAL_S))
         except ValueError:
             interval = DEFAULT_INTERVAL_S
-        return cls(env.get("BROKER_PROGRESS_URL") or None, env.get("BROKER_JOB_TOKEN") or None, interval)
+        attempt = env.get("BROKER_ATTEMPT", "")
+        return cls(env.get("BROKER_PROGRESS_URL") or None, env.get("BROKER_JOB_TOKEN") or None, interval,
+                   attempt=int(attempt) if attempt.isdigit() and int(attempt) > 0 else None)
 
     @property
     def enabled(self) -> bool:
@@ -96,6 +104,8 @@ class Reporter:
 
     def post(self, payload: Mapping[str, Any], timeout: float = TIMEOUT_S) -> bool:
         """POST now, on this thread. True on a 2xx answer; never raises."""
+        if self.attempt is not None:
+            payload = {**payload, "attempt": self.attempt}
         try:
             request = urllib.request.Request(
                 self.url, data=json.dumps(payload).encode(), method="POST",

@@ -371,8 +371,11 @@ PROGRESS = body({
         "total_steps": {"type": "integer", "minimum": 0},
         "metrics": {"type": "object", "additionalProperties": {"type": "number"}, "description": "up to 50 numbers"},
         "checkpoint": {"type": "object", "properties": {"step": {"type": "integer"}, "uri": {"type": "string"}}},
+        "attempt": {"type": "integer", "minimum": 1,
+                    "description": "the sending attempt ($BROKER_ATTEMPT): a report of one the job has moved past "
+                                   "is refused (409) and changes nothing"},
     },
-}, example={"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}})
+}, example={"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}, "attempt": 1})
 
 WORKDIR_PACK = {"requestBody": {"required": True, "content": {"application/octet-stream": {
     "schema": {"type": "string", "format": "binary"},

@@ -403,3 +403,35 @@ def test_a_checkpoint_committed_past_the_last_step_reported_moves_the_jobs_progr
         assert report({"checkpoint": {"step": 55, "uri": "file:///c/55"}}) == (60, 55)
         progress = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()["progress"]
         assert progress["total_steps"] == 300
+
+
+def test_a_report_from_an_attempt_the_job_has_moved_past_is_refused_and_changes_nothing(make_settings, tmp_path):
+    """A preempted attempt's process still running beside the next one reported as if it were the new attempt: its
+    steps and its checkpoint were taken for the job's, and the next resume started from its checkpoint."""
+    from dataclasses import replace
+
+    from broker.auth import job_token
+    from broker.store import Change
+
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'p.db'}")
+    app = create_app(settings, store=store, engine=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job_id = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
+        job = store.get_job(job_id)
+        store.commit(Change(job=replace(job, attempts=2), expected_version=job.version))  # attempt 2 was launched
+        as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}"}
+
+        def post(body):
+            return client.post(f"/v1/jobs/{job_id}/progress", json=body, headers=as_job)
+
+        assert post({"step": 10, "attempt": 2}).status_code == 200
+        stale = post({"checkpoint": {"step": 90, "uri": "file:///c/90"}, "attempt": 1})
+        assert stale.status_code == 409 and "attempt 1" in stale.json()["detail"] and "attempt 2" in stale.json()["detail"]
+        assert post({"step": 95, "attempt": 1}).status_code == 409
+        view = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()
+        assert view["progress"]["step"] == 10 and view["last_checkpoint"] is None
+        assert post({"step": 11}).status_code == 200  # a library that names no attempt (an older one) is heard
+        bad = post({"step": 12, "attempt": 0})
+        assert bad.status_code == 422 and bad.json()["field"] == "attempt"
+

@@ -120,3 +120,15 @@ def test_each_commit_is_reported_with_its_uri(broker):
         ckpt.save(5, {"x": torch.ones(2)})
         uri = ckpt.wait()
     assert received.get(timeout=5) == ("Bearer tok", {"checkpoint": {"step": 5, "uri": uri}})
+
+
+def test_each_report_names_the_attempt_that_sends_it(broker):
+    # the broker refuses a report of an attempt it has moved past (a preempted attempt's process still running)
+    url, received = broker
+    reporter = Reporter.from_env({"BROKER_PROGRESS_URL": url, "BROKER_JOB_TOKEN": "tok", "BROKER_ATTEMPT": "3"})
+    assert reporter.report(7, 10) and reporter.report_checkpoint(7, "file:///c/7", wait=True)
+    bodies = sorted((received.get(timeout=5)[1] for _ in range(2)), key=lambda b: "checkpoint" in b)
+    assert bodies == [{"step": 7, "total_steps": 10, "metrics": {}, "attempt": 3},
+                      {"checkpoint": {"step": 7, "uri": "file:///c/7"}, "attempt": 3}]
+    assert Reporter.from_env({"BROKER_PROGRESS_URL": url, "BROKER_JOB_TOKEN": "t", "BROKER_ATTEMPT": "x"}).attempt is None
+
