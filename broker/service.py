@@ -594,14 +594,14 @@ class BrokerService:
             changes: dict[str, Any] = {"updated_at": point["time"]}
             records = []
             if point.get("step") is not None:
-                same_attempt = job.progress.get("attempt") == job.attempts
+                # the first report's step and time, kept as a pair: progress stored before first_at was (an
+                # upgrade) starts both afresh, or the queue took its old first step over seconds for its rate
+                keep = job.progress.get("attempt") == job.attempts and "first_at" in job.progress
                 changes["progress"] = {"step": point["step"], "total_steps": point.get("total_steps")
                                        or job.progress.get("total_steps"), "at": point["time"],
                                        "metrics": point.get("metrics", {}), "attempt": job.attempts,
-                                       "first_step": job.progress.get("first_step", point["step"])
-                                       if same_attempt else point["step"],
-                                       "first_at": job.progress.get("first_at", point["time"])
-                                       if same_attempt else point["time"]}
+                                       "first_step": job.progress.get("first_step") if keep else point["step"],
+                                       "first_at": job.progress["first_at"] if keep else point["time"]}
             if point.get("checkpoint"):
                 changes["last_checkpoint"] = {**point["checkpoint"], "at": point["time"], "attempt": job.attempts}
             reached = _checkpoint_step_ahead(job, point) if point.get("step") is None else None

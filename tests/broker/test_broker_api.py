@@ -435,3 +435,29 @@ def test_a_report_from_an_attempt_the_job_has_moved_past_is_refused_and_changes_
         bad = post({"step": 12, "attempt": 0})
         assert bad.status_code == 422 and bad.json()["field"] == "attempt"
 
+
+
+def test_progress_stored_before_first_at_was_kept_starts_its_rate_afresh_not_from_its_old_first_step(
+        make_settings, tmp_path):
+    """After an upgrade, a running job's stored progress had a first_step (step 50, an hour ago) and no first_at:
+    the next report stamped first_at now and kept step 50, so the queue took 460 steps in a few seconds for the
+    job's rate and told the jobs behind it that it ends at once. The first step and its time are kept as a pair."""
+    from dataclasses import replace
+
+    from broker.auth import job_token
+    from broker.store import Change
+
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'p.db'}")
+    app = create_app(settings, store=store, engine=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job_id = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
+        job = store.get_job(job_id)
+        old = {"step": 500, "total_steps": 1000, "at": job.submitted_at, "metrics": {}, "attempt": job.attempts,
+               "first_step": 50}  # as the broker before first_at stored it
+        store.commit(Change(job=replace(job, progress=old), expected_version=job.version))
+        as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}"}
+        for step in (510, 520):
+            assert client.post(f"/v1/jobs/{job_id}/progress", json={"step": step}, headers=as_job).status_code == 200
+        progress = store.get_job(job_id).progress
+        assert progress["first_step"] == 510 and progress["first_at"] < progress["at"]
