@@ -507,8 +507,8 @@ class SkyPilotLauncher:
                 # it, or the request failed there. Nothing else would ask again (stop() is called once, and the
                 # sweep keeps the cluster of an attempt still being stopped)
                 self._down(attempt_id, state)
-            if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster in JOB_READABLE \
-                    and not obs.stop_reason:
+            if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster == "UP" \
+                    and not obs.stop_reason:  # AUTOSTOPPING: up idle autostop_minutes since, so not reclaimed
                 result = self._unless_reclaimed(attempt_id, state, result)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)
@@ -615,7 +615,9 @@ class SkyPilotLauncher:
         being deleted does (a node drained, an eviction), and a job that heeds the warning — the checkpoint
         library saves and exits 143 — ends ``FAILED`` before its cluster goes: taken for a failure, it would
         end the job instead of resuming it. So a Kubernetes attempt's failure waits the same. A cluster gone (or no longer up) within the wait
-        is a preemption (:func:`~launchers.skypilot_status.next_status`). A stop at the budget is not waited for."""
+        is a preemption (:func:`~launchers.skypilot_status.next_status`). A stop at the budget is not waited for,
+        nor a failure found on a cluster already ``AUTOSTOPPING``: it stayed up idle since the job ended, so it was
+        not reclaimed, and autodown taking it within the wait would read as a preemption."""
         self._keep_logs(attempt_id, state)
         kept = self._path(attempt_id, ".log")
         if kept.exists() and budget_stop_in(kept.read_bytes()) is not None:

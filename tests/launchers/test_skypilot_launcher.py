@@ -352,6 +352,19 @@ def test_a_spot_job_that_failed_on_a_cluster_that_stays_up_is_failed_after_the_w
     assert sky_client.downed == [CLUSTER]
 
 
+def test_a_spot_job_found_failed_on_a_cluster_already_autostopping_is_failed_at_once(launcher, sky_client):
+    """Back after the idle minutes, the broker finds a spot job FAILED on a cluster AUTOSTOPPING: it has stayed up
+    idle for autostop_minutes since the job ended, so the cloud did not reclaim it. Waiting RECLAIM_WAIT_SECONDS
+    there, autodown took the cluster meanwhile and the failure read as a preemption: the job was resumed."""
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, job="RUNNING", spot=True)
+    assert launcher.status(AID).phase is Phase.RUNNING
+    sky_client.provisioned(CLUSTER, status="AUTOSTOPPING", job="FAILED", spot=True)
+    sky_client.output[CLUSTER] = b"Traceback ...\nValueError: bad batch\n[spot-broker] run exited with status 1\n"
+    status = launcher.status(AID)
+    assert (status.phase, status.exit_code) == (Phase.FAILED, 1)
+
+
 def test_a_kubernetes_job_that_saved_on_its_pods_deletion_notice_is_preempted_when_the_pod_goes(launcher, sky_client):
     pool = {"tier": "onprem", "cloud": "kubernetes", "region": "lab-gpus", "zone": "lab", "instance_type": "lab-1slot",
             "accelerator": "T4", "accelerator_count": 1, "num_nodes": 1}
