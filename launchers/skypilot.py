@@ -506,6 +506,8 @@ class SkyPilotLauncher:
                 # stopped, yet its cluster outlived the teardown: the API server could not be reached to ask for
                 # it, or the request failed there. Nothing else would ask again (stop() is called once, and the
                 # sweep keeps the cluster of an attempt still being stopped)
+                if not state.get("down"):  # stop() could not fetch them either: the teardown takes them
+                    self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
             if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster == "UP" \
                     and not obs.stop_reason:  # AUTOSTOPPING: up idle autostop_minutes since, so not reclaimed

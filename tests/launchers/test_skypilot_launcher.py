@@ -309,6 +309,26 @@ def test_a_stop_sent_while_the_api_server_was_unreachable_tears_the_cluster_down
     assert launcher.status(AID).phase is Phase.STOPPED
 
 
+def test_a_stop_sent_while_the_api_server_was_unreachable_keeps_the_jobs_logs_when_it_tears_the_cluster_down(
+        launcher, sky_client):
+    """The stop could fetch neither the logs nor the teardown; the retry tore the cluster down without keeping its
+    logs (and took them with it): `broker logs` of the cancelled job showed nothing of its run."""
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    sky_client.output[CLUSTER] = b"step 1\nstep 2\n"
+    reachable = sky_client.down, sky_client.logs
+
+    def unreachable(*_a, **_k):
+        raise ConnectionError("API server at http://127.0.0.1:46580 is not reachable")
+
+    sky_client.down = sky_client.logs = unreachable
+    launcher.stop(AID, grace_seconds=30, reason="cancelled")
+    sky_client.down, sky_client.logs = reachable  # back
+    launcher.status(AID)
+    assert launcher.status(AID).phase is Phase.STOPPED
+    assert launcher.logs(AID)[0] == b"step 1\nstep 2\n"
+
+
 def test_a_job_that_ended_while_no_broker_watched_is_read_from_its_cluster_on_its_way_down(launcher, sky_client):
     """Back after the idle minutes, the broker finds the cluster AUTOSTOPPING (SkyPilot 0.14.1 still answers for
     its jobs then): the job succeeded, it was not preempted, and is not resumed."""
