@@ -358,6 +358,9 @@ class Checkpointer:
                 ``allow_pickle`` is False.
         """
         own_newer: list[layout.Entry] = []
+        # claimed before the listing: a zombie's commit landing between the two was neither seen (restored, or set
+        # aside as abandoned) nor fenced, and retention counted it as newest, deleting this attempt's own
+        self._claim_at_restore()
         if self._resume_from:
             parent, cid = layout.split_checkpoint_uri(self._resume_from)
             storage = (self._storage if parent.rstrip("/") == self._storage.base_uri
@@ -371,7 +374,6 @@ class Checkpointer:
             storage = self._storage
             entries = layout.scan(storage.list())
             candidates = layout.committed_newest_first(entries)
-        self._claim_at_restore()
         found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle))
         if found is None:
             return default

@@ -95,3 +95,42 @@ def test_without_an_attempt_number_nothing_is_fenced(tmp_path):
 def test_superseded_by(paths, attempt, newer):
     assert layout.superseded_by(paths, "job-7", attempt) == newer
     assert layout.scan(paths + [layout.fence_name("job-7", 5)]) == layout.scan(paths)
+
+
+@pytest.mark.parametrize("at_listing", [1, 2], ids=["zombie commits after the first listing of the restore",
+                                                   "zombie commits after the second"])
+def test_a_zombie_commit_landing_while_the_new_attempt_restores_never_costs_it_its_own_checkpoints(
+        tmp_path, at_listing):
+    """The restore listed the base, then claimed it: a zombie's commit landing in between was neither seen (not
+    restored, not set aside as abandoned) nor fenced, and the new attempt's retention counted it as newest and
+    deleted the new attempt's own checkpoints. Claimed first, a commit either lands before the claim (and is seen)
+    or is fenced."""
+    uri = str(tmp_path / "run")
+    old = attempt(uri, 1)
+    old.save(100, state(100), wait=True)
+    new = attempt(uri, 2)
+    real, calls = new._storage.list, []
+
+    def listing_then_the_zombie_commits():
+        paths = real()
+        calls.append(1)
+        if len(calls) == at_listing:
+            try:
+                old.save(110, state(110), wait=True)
+            except CheckpointError:
+                pass  # fenced
+        return paths
+
+    new._storage.list = listing_then_the_zombie_commits
+    restored = new.restore().step
+    new._storage.list = real
+    mine = [restored + 1, restored + 2]
+    for step in mine:
+        new.save(step, state(step), wait=True)
+    committed = [e.id.step for e in layout.scan(open_storage(uri).list()) if e.committed]
+    assert set(mine) <= set(committed), committed  # keep_last=2: both of the new attempt's saves stay
+    new.close()
+    try:
+        old.close()
+    except CheckpointError:
+        pass
