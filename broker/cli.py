@@ -379,17 +379,46 @@ def _client(args):
 
 
 def _console():
+    """A console for human output. Piped or redirected (``broker status | grep running``), it is as wide as
+    the output needs, as ``kubectl get`` is: a table is never cut to fit 80 columns nobody will see, and each
+    row stays on one line for ``grep``. On a terminal, its width."""
     from rich.console import Console
 
-    return Console()
+    return Console() if sys.stdout.isatty() else Console(width=100_000)
 
 
-def _table(*columns):
-    """A rich table whose ``(name, width)`` columns never wrap or shrink below ``width`` (ids and times
-    must stay whole to be copied); the other columns take what is left."""
+def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, ...] = ()) -> None:
+    """Print a table whose ``(name, "whole")`` columns (ids, states, times, amounts) are never cut or wrapped:
+    ``broker status`` at 80 columns showed a state as "que…", a budget of $100.00 as "$10…". When they do not
+    fit the console, the columns named in ``drop`` are left out, in that order (and a line says which); the
+    other columns wrap. Still too narrow, the table is printed wider than the terminal rather than cut."""
     from rich.table import Column, Table
 
-    return Table(*(Column(c[0], no_wrap=True, min_width=c[1]) if isinstance(c, tuple) else c for c in columns))
+    names = [c if isinstance(c, str) else c[0] for c in columns]
+    whole = {c[0] for c in columns if not isinstance(c, str)}
+
+    def width(i: int, least: bool) -> int:
+        texts = [names[i], *(con.render_str(row[i]).plain for row in rows)]
+        longest = max(len(t) for t in texts)
+        return longest if names[i] in whole or not least else min(longest, 10)
+
+    def needed(keep: list[int]) -> int:  # each column: its text, a space each side, one rule; and the last edge
+        return sum(width(i, least=True) + 3 for i in keep) + 1
+
+    keep, left_out = list(range(len(names))), []
+    for name in drop:
+        if needed(keep) <= con.width:
+            break
+        if name in names:
+            keep.remove(names.index(name))
+            left_out.append(name)
+    table = Table(*(Column(names[i], no_wrap=True, min_width=width(i, least=True)) if names[i] in whole
+                    else Column(names[i], overflow="fold", min_width=width(i, least=True)) for i in keep))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    con.print(table, width=max(con.width, needed(keep)), crop=False)
+    if left_out:
+        con.print(f"[dim](to fit {con.width} columns, without: {', '.join(left_out)}; piped or --json: all)[/]")
 
 
 def _print_json(data: Any) -> None:
@@ -654,12 +683,12 @@ def cmd_status(args) -> int:
         else:
             print("No jobs yet: submit one with `broker submit task.yaml`.")
         return 0
-    t = _table(("id", 12), "name", "team", "state", "queue", ("starts ~", 12), "spent", "budget", "reason")
-    for j in jobs:
-        style = STATE_STYLE.get(j["state"], "white")
-        t.add_row(j["id"], j["name"], j["team"], f"[{style}]{j['state']}[/]", str(j["queue_position"] or ""),
-                  _short_time(j.get("estimated_start")), j["spent"]["usd"], j["budget"]["usd"], j["reason"])
-    _console().print(t)
+    rows = [[j["id"], j["name"], j["team"], f"[{STATE_STYLE.get(j['state'], 'white')}]{j['state']}[/]",
+             str(j["queue_position"] or ""), _short_time(j.get("estimated_start")), j["spent"]["usd"], j["budget"]["usd"],
+             j["reason"]] for j in jobs]
+    _print_table(_console(), [("id", "whole"), "name", "team", ("state", "whole"), ("queue", "whole"),
+                              ("starts ~", "whole"), ("spent", "whole"), ("budget", "whole"), "reason"], rows,
+                 drop=("starts ~", "queue", "team", "budget"))
     return 0
 
 
@@ -674,11 +703,10 @@ def cmd_queue(args) -> int:
     if not jobs:
         print("Nothing is waiting.")
         return 0
-    t = _table("#", ("id", 12), "name", "team", ("starts ~", 12), "budget", "waiting because")
-    for j in jobs:
-        t.add_row(str(j["queue_position"] or ""), j["id"], j["name"], j["team"], _short_time(j.get("estimated_start")),
-                  j["budget"]["usd"], j["reason"])
-    _console().print(t)
+    rows = [[str(j["queue_position"] or ""), j["id"], j["name"], j["team"], _short_time(j.get("estimated_start")),
+             j["budget"]["usd"], j["reason"]] for j in jobs]
+    _print_table(_console(), [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
+                              ("budget", "whole"), "waiting because"], rows, drop=("team", "budget"))
     return 0
 
 
@@ -729,10 +757,10 @@ def cmd_events(args) -> int:
     if args.json:
         _print_json(events)
         return 0
-    t = _table("#", ("time", 20), "event", "from", "to", "by", "reason")
-    for e in events:
-        t.add_row(str(e["seq"]), e["time"], e["event"], e["from"] or "", e["to"] or "", e["actor"], e["reason"])
-    _console().print(t)
+    rows = [[str(e["seq"]), e["time"], e["event"], e["from"] or "", e["to"] or "", e["actor"], e["reason"]]
+            for e in events]
+    _print_table(_console(), [("#", "whole"), ("time", "whole"), ("event", "whole"), ("from", "whole"),
+                              ("to", "whole"), "by", "reason"], rows, drop=("by", "from", "#"))
     return 0
 
 
@@ -811,27 +839,26 @@ def cmd_costs(args) -> int:
         if not data["attempts"]:  # an empty table said nothing of why
             con.print("  no attempt has run, so it has cost nothing")
             return 0
-        t = _table("#", "state", "tier", "zone", "instance", "$/h", "seconds", "cost", "on-demand would be")
-        for a in data["attempts"]:
-            t.add_row(str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",
-                      a["price_per_hour"]["usd"] if a["price_per_hour"] else "", str(a["seconds"]), a["cost"]["usd"],
-                      a["ondemand_equivalent"]["usd"])
-        con.print(t)
+        rows = [[str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",
+                 a["price_per_hour"]["usd"] if a["price_per_hour"] else "", str(a["seconds"]), a["cost"]["usd"],
+                 a["ondemand_equivalent"]["usd"]] for a in data["attempts"]]
+        _print_table(con, [("#", "whole"), ("state", "whole"), ("tier", "whole"), "zone", "instance", ("$/h", "whole"),
+                           ("seconds", "whole"), ("cost", "whole"), ("on-demand would be", "whole")], rows,
+                     drop=("instance", "zone", "seconds"))
         return 0
     tot, win = data["totals"], data["window"]
     con.print(f"[bold]{data['team'] or 'all teams'}[/], {win['since']} → {win['until']} ({win['period']})")
     con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], tot["saving"], tot["saving_percent"]))
     con.print("  by tier: " + " · ".join(f"{k} {v['usd']}" for k, v in tot["by_tier"].items()))
     if len(data["by_team"]) > 1:
-        t = _table("team", "spent", "on-demand would be", "saved")
-        for row in data["by_team"]:
-            t.add_row(row["team"], row["spent"]["usd"], row["ondemand_equivalent"]["usd"], row["saving"]["usd"])
-        con.print(t)
+        _print_table(con, [("team", "whole"), ("spent", "whole"), ("on-demand would be", "whole"), ("saved", "whole")],
+                     [[r["team"], r["spent"]["usd"], r["ondemand_equivalent"]["usd"], r["saving"]["usd"]]
+                      for r in data["by_team"]])
     if data["top_jobs"]:
-        t = _table(("most expensive", 12), "name", "team", "state", "attempts", "spent", "saved")
-        for j in data["top_jobs"]:
-            t.add_row(j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"], j["saving"]["usd"])
-        con.print(t)
+        _print_table(con, [("most expensive", "whole"), "name", "team", ("state", "whole"), ("attempts", "whole"),
+                           ("spent", "whole"), ("saved", "whole")],
+                     [[j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"], j["saving"]["usd"]]
+                      for j in data["top_jobs"]], drop=("attempts", "team", "saved"))
     pre = data["preemptions"]
     zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
     con.print(f"  {pre['count']} preemption(s), {pre['recovery_seconds'] // 60} min to recover" + (f" ({zones})" if zones else ""))

@@ -316,6 +316,61 @@ def test_waiting_for_a_queued_job_says_why_it_waits_and_ids_stay_whole_at_80_col
     assert first["id"] in table, table
 
 
+def _on_a_terminal(run, columns: int, *args: str) -> str:
+    """What ``broker ARGS`` shows on a terminal ``columns`` wide (a real pty; no COLUMNS in its environment)."""
+    import fcntl
+    import pty
+    import re
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    env.update(BROKER_URL=run.url, BROKER_TOKEN=ADMIN, TERM="xterm-256color")
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", *args], stdout=slave, stderr=subprocess.DEVNULL,
+                            env=env, cwd=REPO)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the command ended and closed its side
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(60)
+    os.close(master)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
+def test_the_state_and_the_id_stay_whole_on_an_80_column_terminal_and_every_column_when_piped(cli):
+    run, tmp = cli
+    first, nxt = _queue_behind_a_blocker(
+        run, tmp, "name: a-rather-long-job-name\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
+    second = json.loads(run("--json", "submit", str(nxt), "--budget", "100").stdout)
+    wait_for(lambda: json.loads(run("--json", "status", second["id"]).stdout).get("estimated_start"), timeout=30)
+    # a terminal 80 wide: no line past it, the id and the state whole on the job's first line, as are the amounts;
+    # the columns left out are named
+    shown = _on_a_terminal(run, 80, "status")
+    assert all(len(line) <= 80 for line in shown.splitlines()), shown
+    rows = {j: next(line for line in shown.splitlines() if j in line) for j in (first["id"], second["id"])}
+    assert " running " in rows[first["id"]] and " queued " in rows[second["id"]] and "$100.00" in rows[second["id"]], shown
+    assert "without: starts ~" in shown, shown
+    events = _on_a_terminal(run, 80, "events", first["id"])
+    assert all(len(line) <= 80 for line in events.splitlines()), events
+    assert any(" running " in line for line in events.splitlines()), events
+    # piped (COLUMNS=80 or not): every column, each job on one line, so `broker status | grep running` finds it
+    piped = _status_table(run, 80)
+    line = next(x for x in piped.splitlines() if first["id"] in x)
+    assert " running " in line and "a-rather-long-job-name" in line, piped
+    line = next(x for x in piped.splitlines() if second["id"] in x)
+    assert " queued " in line and "$100.00" in line and f"{json.loads(run('--json', 'status', second['id']).stdout)['estimated_start'][11:16]}Z" in line, piped
+    assert "without:" not in piped
+    run("cancel", first["id"])
+
+
 def test_the_status_table_says_roughly_when_a_waiting_job_starts(cli):
     run, tmp = cli
     first, nxt = _queue_behind_a_blocker(
