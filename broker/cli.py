@@ -140,8 +140,9 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("costs", help="spend, saving against on-demand and preemptions, for a team and a window, or one job")
     s.add_argument("id", nargs="?", help="a job: its attempts and what each cost")
-    s.add_argument("--team", help="admins: one team (default: all); others see their own team")
-    s.add_argument("--period", help="24h, 7d (default), 30d or 90d, ending now")
+    s.add_argument("--team", help="admins: one team (default: all); others see their own team (not with a job id)")
+    s.add_argument("--period", help="24h, 7d (default), 30d or 90d, ending now (a team's window: not with a job id, "
+                                    "whose costs are its whole life)")
     s.add_argument("--since", help="ISO date or time (instead of --period)")
     s.add_argument("--until", help="ISO date or time (default now)")
 
@@ -170,6 +171,7 @@ def _main(argv: list[str] | None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
+        _check_combinations(parser, args)
     except _Usage as exc:  # argparse's own line, with the option a typo meant; with --json also one object
         hint, shown = _meant(exc.message, argv, exc.parser)
         message = exc.message + hint
@@ -202,6 +204,17 @@ def _main(argv: list[str] | None) -> int:
             _json_error(args, str(exc))
             return 1
         raise
+
+
+def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
+    """Options that each parse but do not go together, refused as a usage error rather than silently ignored."""
+    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if args.command == "costs" and args.id:
+        given = [f"--{k}" for k in ("period", "since", "until", "team") if getattr(args, k)]
+        if given:  # `broker costs JOB --period 7d` showed the job's whole life as if it were the last 7 days
+            raise _Usage(commands["costs"], f"{', '.join(given)}: a job's costs are its whole life, attempt by attempt; "
+                                            f"leave {'them' if len(given) > 1 else 'it'} out with a job id (a window "
+                                            "is for a team's costs: `broker costs --period 7d`)")
 
 
 def _json_error(args, sentence: str, status: int = 0, field: str | None = None) -> None:

@@ -670,3 +670,20 @@ def test_ondemand_on_a_running_spot_job_says_the_running_attempt_stays_where_it_
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)
+
+
+def _offline(*args: str) -> subprocess.CompletedProcess:
+    """``broker ARGS`` pointed at a port nothing listens on: for what the CLI must refuse before it calls the broker."""
+    env = {**os.environ, "BROKER_URL": "http://127.0.0.1:9", "BROKER_TOKEN": ADMIN}
+    return subprocess.run([sys.executable, "-m", "broker.cli", *args], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("window", [["--period", "7d"], ["--since", "2026-11-01T00:00Z"], ["--until", "2026-11-02"],
+                                    ["--team", "vision"]], ids=lambda w: w[0])
+def test_costs_of_one_job_refuses_a_window_rather_than_ignore_it(window):
+    r = _offline("costs", "j-3fa9c1b2e0", *window, "--json")
+    assert r.returncode == 2 and "cannot reach" not in r.stderr, r.stderr
+    error = json.loads(r.stdout)["error"]
+    assert error.startswith(f"{window[0]}: a job's costs are its whole life") and "broker costs --period" in error
+    assert f"broker costs: error: {error}" in r.stderr
