@@ -107,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("logs", help="show a job's output")
     s.add_argument("id")
-    s.add_argument("-f", "--follow", action="store_true", help="keep following the output until the job ends")
+    s.add_argument("-f", "--follow", action="store_true", help="keep following the output until the job ends (with "
+                   "--json: JSON Lines, one {\"attempt\", \"data\", \"offset\"} object per piece of output)")
     s.add_argument("--attempt", type=_attempt_number,
                    help="this attempt's output (default: the newest); with -f, from this attempt on")
 
@@ -737,6 +738,10 @@ def _attempt_number(text: str) -> int:
 
 def cmd_logs(args) -> int:
     with _client(args) as client:
+        if args.follow and args.json:  # JSON Lines: one object per piece of output, as it comes, for a script to read
+            for chunk in client.follow_log_chunks(args.id, attempt=args.attempt, on_status=_say_status):
+                print(json.dumps(chunk), flush=True)
+            return 0
         if args.follow:
             for text in client.follow_logs(args.id, attempt=args.attempt, on_status=_say_status):
                 sys.stdout.write(text)

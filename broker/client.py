@@ -227,13 +227,20 @@ class BrokerClient:
         """Yield log text as it appears, across attempts (from ``attempt`` on, else from the newest), until the
         job ends. ``on_status`` is called with the job whenever its state, queue position or reason changes
         while there is no output (so a queued job says why it waits instead of looking hung)."""
+        for chunk in self.follow_log_chunks(job_id, attempt=attempt, poll=poll, on_status=on_status):
+            yield chunk["data"]
+
+    def follow_log_chunks(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
+                          on_status: Callable[[dict], None] | None = None) -> Iterator[dict]:
+        """:meth:`follow_logs`, each piece of text as ``{"attempt": n, "data": text, "offset": end}``: the attempt
+        that wrote it, and where it ends in that attempt's log (as ``GET /v1/jobs/{id}/logs`` answers)."""
         offset, seen = 0, None
         while True:
             chunk = self.logs(job_id, offset=offset, attempt=attempt)
             if chunk["attempt"] is not None and attempt is None:
                 attempt = chunk["attempt"]
             if chunk["data"]:
-                yield chunk["data"]
+                yield {"attempt": chunk["attempt"], "data": chunk["data"], "offset": chunk["offset"]}
                 offset = chunk["offset"]
                 continue
             job = self.job(job_id)

@@ -687,3 +687,18 @@ def test_costs_of_one_job_refuses_a_window_rather_than_ignore_it(window):
     error = json.loads(r.stdout)["error"]
     assert error.startswith(f"{window[0]}: a job's costs are its whole life") and "broker costs --period" in error
     assert f"broker costs: error: {error}" in r.stderr
+
+
+def test_logs_follow_with_json_writes_json_lines_each_naming_its_attempt(cli):
+    """`broker logs -f --json` wrote the plain text, which a script reading JSON could not parse."""
+    run, tmp = cli
+    job = submitted(cli, "retry", "name: r\nresources: {cpus: 1}\nrun: echo \"out of attempt $BROKER_ATTEMPT\"; "
+                    "test \"$BROKER_ATTEMPT\" -ge 2\nbroker: {retry: {max_restarts_on_errors: 1}}\n", "succeeded",
+                    timeout=60)
+    out = run("logs", job["id"], "-f", "--attempt", "1", "--json").stdout
+    chunks = [json.loads(line) for line in out.splitlines()]  # every line one JSON object
+    assert {c["attempt"] for c in chunks} == {1, 2}, chunks
+    for n in (1, 2):
+        text = "".join(c["data"] for c in chunks if c["attempt"] == n)
+        assert text == run("logs", job["id"], "--attempt", str(n)).stdout and f"out of attempt {n}" in text
+        assert max(c["offset"] for c in chunks if c["attempt"] == n) == len(text.encode())
