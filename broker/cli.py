@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--budget", help="budget cap in dollars (overrides broker.budget_usd)")
     s.add_argument("--team", help="submit for this team (admins; default: your token's team)")
-    s.add_argument("--deadline", help="duration from now (6h, 1d12h) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00)")
+    s.add_argument("--deadline", help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00)")
     s.add_argument("--idempotency-key", help="a retry with the same key returns the first job instead of a second one")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's envs, as `sky launch --env` (no value: this shell's)")

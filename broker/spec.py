@@ -505,7 +505,13 @@ def _money(value: Any, where: str, *, strict: bool = True) -> Micros | None:
         raise SpecError(where, "must be an amount of dollars such as 20 or \"12.50\"") from None
 
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.I)
+# Each unit as people write it (``45min``, ``2 hours``, ``90sec``): `--deadline 45min` was refused while ``90m`` was
+# accepted. The longer spellings come first, so ``min`` is not read as ``m`` followed by something else.
+DURATION_UNITS = {"d": ("days", "day", "d"), "h": ("hours", "hour", "hrs", "hr", "h"),
+                  "m": ("minutes", "minute", "mins", "min", "m"), "s": ("seconds", "second", "secs", "sec", "s")}
+_DURATION = re.compile(r"^\s*" + r"\s*".join(rf"(?:(\d+(?:\.\d+)?)\s*(?:{'|'.join(spellings)})(?![a-z]))?"
+                                              for spellings in DURATION_UNITS.values()) + r"\s*$", re.I)
+_DURATION_EXAMPLES = "6h, 1d12h, 90m, 45min, 2 days"
 _ISO_DURATION = re.compile(r"^P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.I)
 
 
@@ -542,10 +548,10 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
             try:
                 moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError:
-                raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)") from None
+                raise SpecError(where, f"must be an ISO time (2026-12-01T18:00:00Z) or a duration ({_DURATION_EXAMPLES})") from None
             seconds = _with_zone(moment, where, bounded).timestamp()
     else:
-        raise SpecError(where, "must be an ISO time (2026-12-01T18:00:00Z) or a duration (6h, 1d12h, 90m)")
+        raise SpecError(where, f"must be an ISO time (2026-12-01T18:00:00Z) or a duration ({_DURATION_EXAMPLES})")
     if seconds <= now:
         raise SpecError(where, f"is in the past: {_utc_minute(seconds)}, and it is {_utc_minute(now)} now; give a "
                                "later time with its timezone, or a duration from now such as 6h")

@@ -180,6 +180,30 @@ def test_a_deadline_just_inside_the_limit_is_accepted():
     assert parse_deadline(f"{MAX_DEADLINE_DAYS}d", now=NOW) == NOW + MAX_DEADLINE_DAYS * 86400
 
 
+@pytest.mark.parametrize("text, seconds", [
+    pytest.param("45min", 45 * 60, id="45min is 45 minutes (refused once, though 90m was accepted)"),
+    pytest.param("90m", 90 * 60, id="90m is 90 minutes"),
+    pytest.param("30 sec", 30, id="30 sec is half a minute"),
+    pytest.param("10s", 10, id="10s is ten seconds"),
+    pytest.param("2hr", 2 * 3600, id="2hr is two hours"),
+    pytest.param("3 hours", 3 * 3600, id="3 hours, with a space, is three hours"),
+    pytest.param("1 hour 30 mins", 5400, id="1 hour 30 mins is an hour and a half"),
+    pytest.param("2 days", 2 * 86400, id="2 days is two days"),
+    pytest.param("1d12h", 36 * 3600, id="1d12h is a day and a half"),
+    pytest.param("1.5H", 5400, id="units are read in any case"),
+    pytest.param("PT6H", 6 * 3600, id="an ISO 8601 duration still reads"),
+])
+def test_a_deadline_reads_each_common_spelling_of_a_unit(text, seconds):
+    assert parse_deadline(text, now=NOW) == NOW + seconds
+
+
+@pytest.mark.parametrize("text", ["45 minz", "1ms", "5 mn", "1dh", "min"])
+def test_a_unit_it_does_not_know_is_refused_naming_the_spellings_it_does(text):
+    with pytest.raises(SpecError) as info:
+        parse_deadline(text, now=NOW, where="broker.deadline")
+    assert info.value.field == "broker.deadline" and "45min" in info.value.reason
+
+
 def test_the_known_keys_are_installed_skypilots(tmp_path):
     """The spec refuses keys outside SkyPilot's schema; the lists must be SkyPilot's own. Read in a
     child process: ``sky`` fixes its paths from ``HOME`` at import, which must not leak into this one."""

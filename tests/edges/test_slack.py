@@ -206,6 +206,15 @@ def test_submit_inline_yaml_then_follow_it(slack, store):
     assert "j-a2" in mine and "j-b1" not in mine
 
 
+def test_submit_reads_a_deadline_as_the_cli_and_the_api_do(slack, store):
+    """One parser for every edge: `deadline=45min` from Slack is 45 minutes, as `--deadline 45min` is."""
+    before = time.time()
+    r = command(slack, "submit budget=$4 deadline=45min\nname: soon\nrun: echo hi")
+    assert r.status_code == 200 and "Submitted" in text_of(r.json()), text_of(r.json())
+    job = next(j for j in store.list_jobs() if j.name == "soon")
+    assert before + 45 * 60 <= job.deadline <= time.time() + 45 * 60
+
+
 def test_submit_from_a_url_replies_later_through_response_url(slack, store, stub):
     stub.files["/specs/t.yaml"] = "name: from-url\nrun: echo hi\n"
     r = command(slack, f"submit <{stub.url}/specs/t.yaml> budget=$3", response_url=stub.url + "/respond/1")
