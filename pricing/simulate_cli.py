@@ -32,13 +32,28 @@ from pathlib import Path
 import numpy as np
 
 from pricing.loading import read_trace, read_windows
+from pricing.money import MICROS_PER_DOLLAR, AmountTooLarge, DecimalComma, MoneyError, TooPrecise, to_micros
 from pricing.optimum import min_cost_by_tick
 from pricing.policy import DEFAULT_POLICY, POLICIES, make_policy
 from pricing.simulate import simulate
 
 
+class _Usage(Exception):
+    """An option argparse refused (unknown, missing, of the wrong type): raised rather than exited on, so that
+    :func:`main` says it as every other refusal is said (one JSON object too, under ``--json``)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _Usage(self, message)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="broker simulate", description="Replay spot availability traces through a spot/on-demand policy.")
+    p = _Parser(prog="broker simulate", description="Replay spot availability traces through a spot/on-demand policy.")
     p.add_argument("--windows", required=True, help="a windows .jsonl file, or with --zones the number of windows to sample")
     p.add_argument("--zones", help="comma-separated spot-traces .json files aligned in time, one per zone")
     p.add_argument("--seed", type=int, help="seed for sampling windows from --zones (default 0)")
@@ -47,8 +62,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline-hours", type=float, default=60.0, help="the deadline R from the window's start (default 60)")
     p.add_argument("--changeover-hours", type=float, default=0.2, help="the changeover delay d of every move (default 0.2)")
     p.add_argument("--price-ratio", type=float, default=3.145, help="on-demand price ÷ spot price (k; default 3.145)")
-    p.add_argument("--spot-price", help="spot $/h; costs are then reported in dollars")
-    p.add_argument("--budget", help="the user's budget, in the units of cost (dollars with --spot-price); one that covers "
+    p.add_argument("--spot-price", help="spot $/h (2.50 or $2.50); costs are then reported in dollars")
+    p.add_argument("--budget", help="the user's budget, in the units of cost: dollars with --spot-price, read as "
+                   "`broker submit --budget` reads them ($100, 1,000.50), else spot-hours; one that covers "
                    "on-demand only is never exceeded")
     p.add_argument("--gap-seconds", type=int, help="the job's tick with --zones (default: the traces' finest tick)")
     p.add_argument("--told-job-hours", type=float, help="job length the policy is told (default: the real one)")
@@ -151,6 +167,23 @@ def _decimal(flag: str, text: str | None, *, positive: bool = False) -> Decimal 
     return value
 
 
+def _dollars(flag: str, text: str | None, *, positive: bool = False, exact: bool = False) -> Decimal | None:
+    """An amount of dollars read as ``broker submit --budget`` reads one (:func:`pricing.money.to_micros`: ``$100``,
+    ``100$``, ``1,000.50``; a decimal comma refused): `--budget '$100'` was "not a number" here. ``exact``, for a
+    cap: a fraction of a micro-dollar is refused rather than rounded up past what was written."""
+    if text is None:
+        return None
+    try:
+        value = Decimal(to_micros(text, exact=exact)) / MICROS_PER_DOLLAR
+    except (AmountTooLarge, TooPrecise, DecimalComma) as exc:
+        raise SystemExit(f"{flag}: {text!r} {exc}") from None
+    except MoneyError:
+        raise SystemExit(f"{flag}: {text!r} is not a number") from None
+    if not (value > 0 if positive else value >= 0):
+        raise SystemExit(f"{flag}: {text!r} must be a number {'> 0' if positive else '≥ 0'}")
+    return value
+
+
 def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
     args = parser().parse_args(argv)
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
@@ -160,8 +193,11 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
         if name not in POLICIES:
             raise SystemExit(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     _check(args)
-    scale = _decimal("--spot-price", args.spot_price, positive=True)
-    budget = _decimal("--budget", args.budget)
+    scale = _dollars("--spot-price", args.spot_price, positive=True)
+    if args.spot_price is None and args.budget is not None and "$" in args.budget:
+        raise SystemExit(f"--budget: {args.budget!r} is in dollars, but without --spot-price costs are in spot-hours: "
+                         "give --spot-price (spot's $/h) too, or the budget in spot-hours")
+    budget = _dollars("--budget", args.budget, exact=True) if scale is not None else _decimal("--budget", args.budget)
     if budget is not None:
         budget = float(budget / scale if scale else budget)
     try:
@@ -272,16 +308,32 @@ def summary(rows: list[dict], *, dollars: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit 0, or 2 with one line on stderr for input it refuses (as argparse does for a bad option)."""
+    """Exit 0, or 2 with one line on stderr for input it refuses (as argparse does for a bad option) and, with
+    ``--json``, one ``{"error": ..., "field": "--option"}`` object on stdout, as the other commands write one: a
+    script reading the output got nothing to parse."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
         run(argv)
+    except _Usage as exc:
+        exc.parser.print_usage(sys.stderr)
+        print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+        _json_error(argv, exc.message)
+        return 2
     except SystemExit as exc:
         if not isinstance(exc.code, str):
-            raise  # argparse's own exits (--help: 0, a bad option: 2) have printed already
-        text = exc.code
-        print(text if text.startswith("error: ") else f"error: {text}", file=sys.stderr)  # as the other commands
+            raise  # --help: 0, printed already
+        text = exc.code.removeprefix("error: ")
+        print(f"error: {text}", file=sys.stderr)  # as the other commands
+        _json_error(argv, text)
         return 2
     return 0
+
+
+def _json_error(argv: list[str], sentence: str) -> None:
+    if "--json" in argv:
+        option = sentence.split(":", 1)[0]
+        field = {"field": option} if option.startswith("--") and " " not in option else {}
+        print(json.dumps({"error": sentence, **field}), flush=True)
 
 
 if __name__ == "__main__":

@@ -192,6 +192,36 @@ def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(
             cli_run(args + ["--budget", bad], out=io.StringIO())
 
 
+@pytest.mark.parametrize("written, plain", [("$140", "140"), ("140$", "140"), ("$1,000.50", "1000.50")],
+                         ids=["a dollar sign before", "a dollar sign after", "a comma grouping thousands"])
+def test_simulate_reads_a_budget_in_dollars_as_submit_does(written, plain):
+    """`broker simulate --budget '$100'` was "not a number", though `broker submit --budget '$100'` is a budget."""
+    from broker.spec import _money
+
+    args = ["--windows", str(WINDOWS_FILE), "--limit", "3", "--deadline-hours", "52", "--spot-price", "$0.9731", "--json"]
+    assert _money(written, "budget") == _money(plain, "budget")  # what submit makes of each
+    assert cli_run(args + ["--budget", written], out=io.StringIO()) == cli_run(
+        args[:-2] + ["0.9731", "--json", "--budget", plain], out=io.StringIO())
+
+
+@pytest.mark.parametrize("args, field, message", [
+    (["--budget", "$100"], "--budget", "is in dollars, but without --spot-price costs are in spot-hours"),
+    (["--spot-price", "1", "--budget", "0,50"], "--budget", "write 0.50, with a point before the cents"),
+    (["--job-hours", "-1"], "--job-hours", "must be a number > 0"),
+    (["--budegt", "5"], None, "unrecognized arguments: --budegt 5"),
+    (["--job-hours", "many"], None, "invalid float value: 'many'"),
+], ids=["dollars with no spot price to count them in", "a decimal comma", "a negative job", "an unknown option",
+        "a number in words"])
+def test_simulate_with_json_says_a_refusal_as_one_json_object_too(capsys, args, field, message):
+    """`broker simulate --json` refused with exit 2 and a line on stderr alone: a script had nothing to parse."""
+    from broker.cli import main
+
+    assert main(["simulate", "--windows", str(WINDOWS_FILE), "--limit", "1", "--json", *args]) == 2
+    out, err = capsys.readouterr()
+    error = json.loads(out)
+    assert message in error["error"] and error.get("field") == field and error["error"] in err
+
+
 def test_multi_zone_runs_repeat_exactly_whatever_the_processs_string_hashing():
     # Zone names live in sets; Python salts str hashes per process, so set order differs between
     # processes. Decisions must not: the same windows give the same actions in every process.
@@ -342,10 +372,10 @@ def test_the_simulate_command_refuses_bad_input_with_one_line_and_exit_status_2(
     fill = {"tmp": str(tmp_path), "windows": str(WINDOWS_FILE)}
     code = main(["simulate", *(a.format(**fill) for a in args), "--limit", "1", "--json"])
     out, err = capsys.readouterr()
-    assert code == 2 and out == ""
     expected = message.format(**fill)
     expected = expected if expected.startswith("error: ") else f"error: {expected}"  # one prefix, as the other commands
-    assert err.startswith(expected) and err.count("\n") == 1, err
+    assert code == 2 and err.startswith(expected) and err.count("\n") == 1, err
+    assert json.loads(out)["error"] == err.removeprefix("error: ").rstrip("\n")  # --json: one object on stdout too
 
 
 def test_zone_traces_whose_files_share_a_name_stay_two_zones():
