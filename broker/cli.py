@@ -144,8 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--team", help="admins: one team (default: all); others see their own team (not with a job id)")
     s.add_argument("--period", help="24h, 7d (default), 30d or 90d, ending now (a team's window: not with a job id, "
                                     "whose costs are its whole life)")
-    s.add_argument("--since", help="ISO date or time (instead of --period)")
-    s.add_argument("--until", help="ISO date or time (default now)")
+    s.add_argument("--since", help="ISO date (that day in UTC) or time with its timezone, as a deadline "
+                                   "(2026-11-30T10:00Z, ...+01:00), instead of --period")
+    s.add_argument("--until", help="ISO date or time with its timezone, as --since (default now)")
 
     sub.add_parser("simulate", help="replay spot traces with a policy (see `broker simulate --help`)",
                    add_help=False)

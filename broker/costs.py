@@ -28,7 +28,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from datetime import time as clock_time
 from decimal import ROUND_FLOOR, Decimal
 
 from broker.lifecycle import JobState
@@ -82,12 +83,21 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
 
 
 def _iso(text: str, field: str) -> float:
+    """A bound of the window: a date is that day from its start in UTC (as ``by_day`` counts days); a time must
+    say its timezone, as a deadline must. ``2026-11-30T10:00`` was read as UTC, hours off for most people,
+    while the same text as a deadline was refused."""
+    text = text.strip()
+    try:
+        return datetime.combine(date.fromisoformat(text), clock_time(0), timezone.utc).timestamp()
+    except ValueError:
+        pass
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise CostQueryError(field, "must be an ISO date or time, like 2025-01-31 or 2025-01-31T12:00:00Z") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        shown = dt.isoformat(timespec="minutes")
+        raise CostQueryError(field, f"has no timezone: write {shown}Z for UTC, or its offset such as {shown}+01:00")
     return dt.timestamp()
 
 

@@ -120,6 +120,22 @@ def test_a_window_before_the_work_shows_nothing(client, seeded):
     assert bad.status_code == 422 and bad.json()["field"] == "period"
 
 
+@pytest.mark.parametrize("field", ["since", "until"])
+def test_a_window_bound_at_a_time_without_its_timezone_is_refused_as_a_deadline_is(client, field):
+    """`since=2026-11-30T10:00` was read as UTC (hours off for most people) while a deadline so written is refused:
+    both refuse it now, saying to add Z or an offset. A date alone is still that day in UTC (the report's days)."""
+    params = {"since": "2026-11-29T00:00Z", "until": "2026-11-30T10:00Z", field: "2026-11-30T10:00"}
+    if field == "since":
+        params["since"], params["until"] = "2026-11-30T10:00", "2026-12-01T00:00Z"
+    r = client.get("/v1/costs", params=params, headers=auth(world.ADMIN))
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+    assert "has no timezone: write 2026-11-30T10:00Z for UTC, or its offset such as 2026-11-30T10:00+01:00" in r.json()["detail"]
+    ok = client.get("/v1/costs", params={**params, field: "2026-11-30T10:00+01:00"}, headers=auth(world.ADMIN))
+    assert ok.status_code == 200, ok.text
+    day = costs.window(now=2e9, since="2026-11-30", until="2026-12-01")
+    assert day == costs.window(now=2e9, since="2026-11-30T00:00Z", until="2026-12-01T00:00+00:00")
+
+
 def test_job_detail_has_attempts_cost_and_the_loss_curve(client):
     r = client.get("/v1/costs/jobs/j-a1", headers=auth(world.TOKENS["team-a"]))
     assert r.status_code == 200
