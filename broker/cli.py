@@ -408,12 +408,16 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
     fit the console, the columns named in ``drop`` are left out, in that order (and a line says which); the
     other columns wrap. Still too narrow, the table is printed wider than the terminal rather than cut."""
     from rich.table import Column, Table
+    from rich.text import Text
 
+    # a cell is its text, never markup: a reason quoting a log's "[rank1]: ValueError" lost its "[rank1]", and one
+    # holding "[/x]" stopped the CLI with a MarkupError; a cell styled on purpose comes as a rich Text
+    rows = [[c if isinstance(c, Text) else Text(str(c)) for c in row] for row in rows]
     names = [c if isinstance(c, str) else c[0] for c in columns]
     whole = {c[0] for c in columns if not isinstance(c, str)}
 
     def width(i: int, least: bool) -> int:
-        texts = [names[i], *(con.render_str(row[i]).plain for row in rows)]
+        texts = [names[i], *(row[i].plain for row in rows)]
         longest = max(len(t) for t in texts)
         return longest if names[i] in whole or not least else min(longest, 10)
 
@@ -650,10 +654,14 @@ def _short_time(iso: str | None, today: str | None = None) -> str:
 
 
 def _show_job(con, job: dict) -> None:
+    """A job in lines. What the job or its logs wrote (a reason quoting ``[rank1]: ValueError``, a URI) is printed
+    as text: read as markup, ``[rank1]`` vanished from the diagnosis and a ``[/x]`` stopped the CLI."""
+    from rich.markup import escape
+
     style = STATE_STYLE.get(job["state"], "white")
     con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state=[{style}]{job['state']}[/]")
     if job.get("reason"):
-        con.print(f"  {job['reason']}")
+        con.print(f"  {escape(job['reason'])}")
     if job.get("queue_position"):
         eta = f", roughly starting at {job['estimated_start']}" if job.get("estimated_start") else ""
         con.print(f"  queue position: {job['queue_position']}{eta}")
@@ -663,7 +671,7 @@ def _show_job(con, job: dict) -> None:
         loss = f", loss {p['metrics']['loss']:.4g}" if "loss" in (p.get("metrics") or {}) else ""
         con.print(f"  progress: step {p['step']}{total}{loss}")
     if job.get("last_checkpoint"):
-        con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({job['last_checkpoint']['uri']})")
+        con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({escape(job['last_checkpoint']['uri'])})")
     con.print(f"  spent {job['spent']['usd']} of {job['budget']['usd']}"
               + (f"  deadline {job['deadline']}" if job.get("deadline") else ""))
     attempts = job.get("attempt_list") or []
@@ -671,12 +679,12 @@ def _show_job(con, job: dict) -> None:
         p = a["placement"]
         where = _where(p)
         style = STATE_STYLE.get(a["state"], "white")
-        con.print(f"  attempt {a['n']}: [{style}]{a['state']}[/] on {where}, {a['price_per_hour']['usd']}/h, "
+        con.print(f"  attempt {a['n']}: [{style}]{a['state']}[/] on {escape(where)}, {a['price_per_hour']['usd']}/h, "
                   f"cost {a['cost']['usd']}", soft_wrap=True)
         if a.get("started_at"):
             con.print(f"    {a['started_at']} → {a.get('ended_at') or 'now'}", soft_wrap=True)
         if a.get("reason"):
-            con.print(f"    {a['reason']}", soft_wrap=True)
+            con.print(f"    {escape(a['reason'])}", soft_wrap=True)
 
 
 def cmd_status(args) -> int:
@@ -698,7 +706,9 @@ def cmd_status(args) -> int:
         else:
             print("No jobs yet: submit one with `broker submit task.yaml`.")
         return 0
-    rows = [[j["id"], j["name"], j["team"], f"[{STATE_STYLE.get(j['state'], 'white')}]{j['state']}[/]",
+    from rich.text import Text
+
+    rows = [[j["id"], j["name"], j["team"], Text(j["state"], style=STATE_STYLE.get(j["state"], "white")),
              str(j["queue_position"] or ""), _short_time(j.get("estimated_start")), j["spent"]["usd"], j["budget"]["usd"],
              j["reason"]] for j in jobs]
     _print_table(_console(), [("id", "whole"), "name", "team", ("state", "whole"), ("queue", "whole"),

@@ -702,3 +702,26 @@ def test_logs_follow_with_json_writes_json_lines_each_naming_its_attempt(cli):
         text = "".join(c["data"] for c in chunks if c["attempt"] == n)
         assert text == run("logs", job["id"], "--attempt", str(n)).stdout and f"out of attempt {n}" in text
         assert max(c["offset"] for c in chunks if c["attempt"] == n) == len(text.encode())
+
+
+def test_what_a_job_or_its_log_wrote_is_printed_as_text_not_read_as_markup():
+    # a diagnosis quoting torchrun's "[rank1]: ValueError" lost its "[rank1]" (read as a style), and a reason or
+    # URI holding "[/x]" stopped the CLI with a MarkupError
+    import io
+
+    from rich.console import Console
+
+    from broker import cli as broker_cli
+
+    reason = "failed: [rank1]: ValueError: bad shape [/x] at step 3"
+    con = Console(file=io.StringIO(), width=200)
+    broker_cli._print_table(con, [("id", "whole"), "reason"], [["j-1", reason]])
+    job = {"id": "j-1", "name": "n", "team": "t", "state": "failed", "reason": reason,
+           "last_checkpoint": {"step": 3, "uri": "file:///c/[run]/3"}, "spent": {"usd": "$0.01"},
+           "budget": {"usd": "$1"}, "attempt_list": [
+               {"n": 1, "state": "failed", "placement": {"tier": "onprem", "zone": "local"},
+                "price_per_hour": {"usd": "$0.20"}, "cost": {"usd": "$0.01"}, "reason": reason}]}
+    broker_cli._show_job(con, job)
+    out = con.file.getvalue()
+    assert out.count("[rank1]: ValueError: bad shape [/x] at step 3") == 3, out
+    assert "file:///c/[run]/3" in out
