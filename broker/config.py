@@ -101,6 +101,8 @@ class Settings:
     changeover_seconds: float = 120.0  # provisioning + restore, until the broker has measured it
     # the clouds whose SkyPilot catalog the broker prices (with launcher skypilot): each found catalog's offers
     clouds: tuple[str, ...] = PRICED_CLOUDS
+    # names this deployment's SkyPilot clusters (``<prefix>-<attempt id>``); the sweep tears down only its own
+    cluster_prefix: str = "broker"
     # seals the task's secrets at rest (broker/sealing.py); None: the data directory's key file
     secrets_key: bytes | None = field(default=None, repr=False)
     secrets_old_keys: tuple[bytes, ...] = field(default=(), repr=False)  # still open what they sealed
@@ -148,7 +150,7 @@ CONFIG_KEYS = frozenset({
     "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "max_workdir_bytes",
     "workdir_retention_seconds", "workdir_grace_seconds", "zones", "heartbeat_timeout_seconds",
     "zone_cooldown_seconds", "owner_timeout_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
-    "clouds",
+    "clouds", "cluster_prefix",
     "secrets_key", "secrets_old_keys",
 })
 """The config file's top-level settings (docs/deploy.md); anything else is refused, naming the likely one."""
@@ -257,6 +259,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
         changeover_seconds=_number(raw, "changeover_seconds", 120.0),
         clouds=_clouds(env, raw),
+        cluster_prefix=_cluster_prefix(env, raw),
         secrets_key=secrets_key,
         secrets_old_keys=secrets_old_keys,
         extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
@@ -315,6 +318,21 @@ def _clouds(env: Any, raw: dict[str, Any]) -> tuple[str, ...]:
             raise ConfigError(f"{where}: the broker cannot price {cloud!r}{why}; "
                               f"it prices {', '.join(PRICED_CLOUDS)}")
     return clouds
+
+
+CLUSTER_PREFIX = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+
+
+def _cluster_prefix(env: Any, raw: dict[str, Any]) -> str:
+    """The first part of this deployment's SkyPilot cluster names, from ``BROKER_CLUSTER_PREFIX`` or
+    ``cluster_prefix:`` (default ``broker``). Deployments that share one SkyPilot API server or identity
+    need different ones: each sweep tears down the clusters of its own prefix that its store does not know."""
+    where = "BROKER_CLUSTER_PREFIX" if env.get("BROKER_CLUSTER_PREFIX") else "cluster_prefix"
+    value = env.get("BROKER_CLUSTER_PREFIX") or _text(raw, "cluster_prefix") or "broker"
+    if len(value) > 20 or not CLUSTER_PREFIX.fullmatch(value):
+        raise ConfigError(f"{where}: {value!r} is not a cluster name prefix: up to 20 lowercase letters, digits and "
+                          "single hyphens, starting with a letter (broker-staging)")
+    return value
 
 
 def _text(raw: dict[str, Any], key: str) -> str | None:

@@ -18,7 +18,7 @@ def open_launcher(settings: Settings) -> Launcher:
         from launchers.router import RoutingLauncher
         from launchers.skypilot import SkyPilotLauncher
 
-        return RoutingLauncher(local, SkyPilotLauncher(settings.data_dir / "skypilot"))
+        return RoutingLauncher(local, SkyPilotLauncher(settings.data_dir / "skypilot", prefix=settings.cluster_prefix))
     raise ValueError(f"unknown launcher {settings.launcher!r} (BROKER_LAUNCHER): use 'local' or 'skypilot'")
 
 

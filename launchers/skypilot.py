@@ -67,6 +67,8 @@ from pricing.offers import Tier
 from pricing.placement import what_runs
 
 CLUSTER_PREFIX = "broker"
+"""The default first part of a cluster's name (``broker-<attempt id>``); a deployment sets its own
+(``BROKER_CLUSTER_PREFIX``) when it shares a SkyPilot API server or identity with another."""
 MAX_CLUSTER_NAME = 40
 """SkyPilot shortens long names on the cloud anyway; short ones stay readable in ``sky status``."""
 
@@ -168,6 +170,13 @@ def cluster_name(attempt_id: str, prefix: str = CLUSTER_PREFIX) -> str:
         digest = hashlib.sha256(attempt_id.encode()).hexdigest()[:6]
         name = f"{name[: MAX_CLUSTER_NAME - 7].rstrip('-')}-{digest}"
     return name
+
+
+def is_own_cluster(name: str, prefix: str = CLUSTER_PREFIX) -> bool:
+    """Whether :func:`cluster_name` with ``prefix`` could have made ``name`` from a broker attempt id
+    (``j-<hex>-a<n>``, the short hash ending a long one): ``broker-dev``, or another deployment's
+    ``broker-staging-j-…``, is not ``broker``'s."""
+    return re.fullmatch(rf"{re.escape(prefix)}-j-[0-9a-z]+-a[0-9]+(?:-[0-9a-f]{{6}})?", name) is not None
 
 
 def attempt_config(request: LaunchRequest, *, stop_at: int | None = None) -> dict[str, Any]:
@@ -380,13 +389,14 @@ class SdkClient:
 # --- the launcher ----------------------------------------------------------------------------------
 
 
-def sky_domain(env: Mapping[str, str], state_dir: Path) -> str:
+def sky_domain(env: Mapping[str, str], state_dir: Path, prefix: str = CLUSTER_PREFIX) -> str:
     """Whose clusters this launcher sees: one shared API server (``SKYPILOT_API_SERVER_ENDPOINT``) is
-    one view for every broker pointed at it; otherwise this broker's own SkyPilot state, named after
-    its state directory (:func:`launchers.base.state_domain`)."""
+    one view for every broker pointed at it with the same cluster prefix; otherwise this broker's own
+    SkyPilot state, named after its state directory (:func:`launchers.base.state_domain`). The default
+    prefix keeps the domain it always had, so an existing deployment's attempts stay in view."""
     endpoint = (env.get("SKYPILOT_API_SERVER_ENDPOINT") or "").strip().rstrip("/")
     if endpoint:
-        return f"skypilot:{endpoint}"
+        return f"skypilot:{endpoint}" + ("" if prefix == CLUSTER_PREFIX else f"#{prefix}")
     return state_domain("skypilot", state_dir)
 
 
@@ -405,7 +415,7 @@ class SkyPilotLauncher:
         self.prefix = prefix
         self.down_retry_seconds = DOWN_RETRY_SECONDS
         self.reclaim_wait_seconds = RECLAIM_WAIT_SECONDS
-        self.domain = sky_domain(os.environ, self.state_dir)
+        self.domain = sky_domain(os.environ, self.state_dir, prefix)
 
     def cluster(self, attempt_id: str) -> str:
         return cluster_name(attempt_id, self.prefix)
@@ -558,10 +568,13 @@ class SkyPilotLauncher:
     # -- sweep ----------------------------------------------------------------------------------
 
     def sweep(self, known_attempt_ids: list[str] | set[str] | tuple[str, ...]) -> list[str]:
-        """Tear down this broker's clusters whose attempt the broker no longer runs; return their names."""
+        """Tear down this deployment's clusters whose attempt the broker no longer runs; return their names.
+
+        Only names this launcher's prefix makes from an attempt id (:func:`is_own_cluster`) are touched: the
+        same SkyPilot user sees every cluster of another deployment (another prefix) and a person's own."""
         keep = {self.cluster(a) for a in known_attempt_ids}
         stale = sorted(c.name for c in self.client.clusters()
-                       if c.name.startswith(self.prefix + "-") and c.name not in keep)
+                       if is_own_cluster(c.name, self.prefix) and c.name not in keep)
         for name in stale:
             self.client.down(name)
         return stale

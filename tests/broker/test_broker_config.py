@@ -26,7 +26,7 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
               "workdir_retention_seconds": 3600, "workdir_grace_seconds": 600, "zones": [], "heartbeat_timeout_seconds": 0,
               "zone_cooldown_seconds": 60, "changeover_seconds": 30, "failure_rules": None, "slack": None,
               "notifications": None, "owner_timeout_seconds": 90, "clouds": ["gcp"],
-              "secrets_key": base64.b64encode(bytes(range(32))).decode(),
+              "cluster_prefix": "broker-staging", "secrets_key": base64.b64encode(bytes(range(32))).decode(),
               "secrets_old_keys": [base64.b64encode(b"o" * 32).decode()]}
     assert set(values) == CONFIG_KEYS
     import yaml
@@ -35,7 +35,7 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
     assert settings.stop_grace_seconds == 3 and settings.tick_seconds == 0.5 and settings.max_body_bytes == 10_000
     assert settings.owner_timeout_seconds == 90 and settings.max_workdir_bytes == 20_000
     assert settings.workdir_retention_seconds == 3600 and settings.workdir_grace_seconds == 600
-    assert settings.clouds == ("gcp",)
+    assert settings.clouds == ("gcp",) and settings.cluster_prefix == "broker-staging"
     assert settings.secrets_key == bytes(range(32)) and settings.secrets_old_keys == (b"o" * 32,)
 
 
@@ -105,6 +105,16 @@ def test_the_priced_clouds_are_aws_and_gcp_unless_set(make_settings):
     assert make_settings(BROKER_CLOUDS="gcp, aws").clouds == ("gcp", "aws")
     with pytest.raises(ConfigError, match=r"^BROKER_CLOUDS: the broker cannot price 'oci'"):
         make_settings(BROKER_CLOUDS="aws,oci")
+
+
+def test_the_cluster_prefix_keeps_todays_names_unless_a_deployment_sets_its_own(make_settings):
+    assert make_settings().cluster_prefix == "broker"
+    assert make_settings(config="cluster_prefix: prod\n").cluster_prefix == "prod"
+    assert make_settings(config="cluster_prefix: prod\n", BROKER_CLUSTER_PREFIX="broker-staging").cluster_prefix \
+        == "broker-staging"
+    for bad in ("Broker", "broker-", "-b", "b_1", "x" * 21):
+        with pytest.raises(ConfigError, match=r"^BROKER_CLUSTER_PREFIX: .* is not a cluster name prefix"):
+            make_settings(BROKER_CLUSTER_PREFIX=bad)
 
 
 def test_the_cpu_pool_on_this_host_is_a_default_of_the_local_launcher_only(make_settings):

@@ -168,6 +168,35 @@ def test_the_sweep_tears_down_only_this_brokers_clusters_it_no_longer_knows(laun
     assert sorted(sky_client.cluster_status) == ["broker-j-aaaaaaaaaa-a1", "teammate-notebook"]
 
 
+def test_two_deployments_and_a_persons_own_clusters_on_one_skypilot_user_sweep_only_their_own(sky, tmp_path,
+                                                                                                 sky_client):
+    prod = SkyPilotLauncher(tmp_path / "prod", client=sky_client)  # the default prefix: today's names
+    staging = SkyPilotLauncher(tmp_path / "staging", client=sky_client, prefix="broker-staging")
+    prod.launch(request(GPU_TASK, ONDEMAND_T4, attempt_id="j-aaaaaaaaaa-a1"))
+    staging.launch(request(GPU_TASK, ONDEMAND_T4, attempt_id="j-bbbbbbbbbb-a1"))
+    launched = [c for c, _ in sky_client.launched]
+    assert launched == ["broker-j-aaaaaaaaaa-a1", "broker-staging-j-bbbbbbbbbb-a1"]
+    for name in (*launched, "broker-dev", "broker-j-cccccccccc-a2", "broker-staging-j-dddddddddd-a1"):
+        sky_client.provisioned(name)
+    assert prod.sweep(["j-aaaaaaaaaa-a1"]) == ["broker-j-cccccccccc-a2"]
+    assert staging.sweep(["j-bbbbbbbbbb-a1"]) == ["broker-staging-j-dddddddddd-a1"]
+    assert sorted(sky_client.cluster_status) == ["broker-dev", *launched]
+
+
+def test_the_broker_names_its_clusters_with_the_deployments_prefix(sky, tmp_path, monkeypatch):
+    from broker.config import load_settings
+    from broker.runtime import open_launcher
+
+    monkeypatch.setenv("SKYPILOT_API_SERVER_ENDPOINT", "http://127.0.0.1:1")
+    settings = load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_LAUNCHER": "skypilot",
+                              "BROKER_ADMIN_TOKEN": "t", "BROKER_CLUSTER_PREFIX": "prod"})
+    cloud = open_launcher(settings).cloud
+    assert cloud.cluster(AID) == "prod-j-0123456789-a2"
+    # one API server, two prefixes: two views of attempts; the default keeps the view it always had
+    assert cloud.domain == "skypilot:http://127.0.0.1:1#prod"
+    assert SkyPilotLauncher(tmp_path / "s", client=ScriptedSky()).domain == "skypilot:http://127.0.0.1:1"
+
+
 # --- the budget's limit on the cluster itself ----------------------------------------------------------
 
 
