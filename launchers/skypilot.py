@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
-from launchers.skypilot_status import Launch, Observation, next_status
+from launchers.skypilot_status import INIT_WAIT_SECONDS, Launch, Observation, next_status
 from launchers.skypilot_task import (
     KUBERNETES_CLOUDS,
     TaskConfigError,
@@ -415,6 +415,7 @@ class SkyPilotLauncher:
         self.prefix = prefix
         self.down_retry_seconds = DOWN_RETRY_SECONDS
         self.reclaim_wait_seconds = RECLAIM_WAIT_SECONDS
+        self.init_wait_seconds = INIT_WAIT_SECONDS
         self.domain = sky_domain(os.environ, self.state_dir, prefix)
 
     def cluster(self, attempt_id: str) -> str:
@@ -486,12 +487,28 @@ class SkyPilotLauncher:
             launch, error = self.client.launch_state(state["request_id"])
         elif state.get("adopted"):
             launch = Launch.IN_FLIGHT if self.client.launch_in_flight(name) else Launch.DONE
-        job = self.client.job_status(name) if cluster is not None and cluster.status in JOB_READABLE else None
+        job = None
+        if cluster is not None and cluster.status in JOB_READABLE:
+            job = self.client.job_status(name)
+        elif cluster is not None and cluster.status == "INIT" and state.get("phase") == Phase.RUNNING.value:
+            job = self._job_on_init(name)
         stop_at = state.get("stop_at")
         return Observation(launch=launch, cluster=cluster.status if cluster else None, job=job,
                            spot=cluster.spot if cluster else bool(state.get("spot")),
                            stop_reason=state.get("stop_reason"), launch_error=error,
-                           limit_passed=stop_at is not None and time.time() >= stop_at)
+                           limit_passed=stop_at is not None and time.time() >= stop_at,
+                           init_seconds=time.time() - float(state.get("init_seen_at") or time.time()),
+                           init_wait_seconds=self.init_wait_seconds)
+
+    def _job_on_init(self, name: str) -> str | None:
+        """The job of a cluster ``INIT`` while its job ran: SkyPilot re-runs its health check first (the cluster
+        may be UP again), else refuses (``ClusterNotUpError``: unreadable, None). Other errors propagate."""
+        try:
+            return self.client.job_status(name)
+        except Exception as exc:
+            if type(exc).__name__ == "ClusterNotUpError":
+                return None
+            raise
 
     def status(self, attempt_id: str) -> AttemptStatus:
         """The attempt's phase. Never raises: unknown → ``GONE``; SkyPilot unreachable → the last phase.
@@ -511,6 +528,10 @@ class SkyPilotLauncher:
             result = next_status(previous, obs)
             if result.phase is Phase.GONE:
                 return result
+            if obs.cluster == "INIT" and result.phase is Phase.RUNNING:
+                state.setdefault("init_seen_at", time.time())  # the wait for a failed health check starts
+            else:
+                state.pop("init_seen_at", None)
             if state.get("stop_reason") and obs.cluster is not None and (
                     not state.get("down") or time.time() - float(state.get("down_at") or 0) >= self.down_retry_seconds):
                 # stopped, yet its cluster outlived the teardown: the API server could not be reached to ask for
@@ -519,7 +540,7 @@ class SkyPilotLauncher:
                 if not state.get("down"):  # stop() could not fetch them either: the teardown takes them
                     self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
-            if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster == "UP" \
+            if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster in ("UP", "INIT") \
                     and not obs.stop_reason:  # AUTOSTOPPING: up idle autostop_minutes since, so not reclaimed
                 result = self._unless_reclaimed(attempt_id, state, result)
             if result.phase.is_final and not state.get("down"):

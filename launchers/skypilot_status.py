@@ -14,7 +14,9 @@ Sequences, read left to right (each arrow is one poll):
 |---|---|
 | launch in flight → cluster INIT → UP, job RUNNING → job SUCCEEDED | pending → pending → running → succeeded |
 | UP, job RUNNING → (no broker for the idle minutes) AUTOSTOPPING, job SUCCEEDED | running → succeeded |
-| spot: UP, job RUNNING → cluster gone (or INIT, STOPPED) | running → preempted |
+| spot: UP, job RUNNING → cluster gone (or STOPPED) | running → preempted |
+| UP, job RUNNING → INIT, job RUNNING or unreadable (a failed health check) → UP, job RUNNING | running → running → running |
+| UP, job RUNNING → INIT for :data:`INIT_WAIT_SECONDS`, its job not seen to end | running → running → preempted (spot) or lost |
 | on-demand: UP, job RUNNING → cluster gone | running → lost |
 | launch in flight → launch failed (no capacity) | pending → lost (the engine requeues) |
 | stop requested → cluster gone | stopped |
@@ -58,6 +60,8 @@ class Observation:
     stop_reason: str | None = None  # set once the broker asked for the attempt to stop
     launch_error: str = ""
     limit_passed: bool = False  # the time the cluster stops its run by itself (the budget) has come
+    init_seconds: float = 0.0  # how long the cluster has been seen INIT since its job was seen running
+    init_wait_seconds: float = 180.0  # how long that may last before it is a loss (INIT_WAIT_SECONDS)
 
 
 JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
@@ -73,6 +77,13 @@ JOB_RUNNING = {"SETTING_UP": "setup", "RUNNING": "run"}
 """Job states in which the user's code runs (setup counts, as it does for the local launcher)."""
 
 JOB_WAITING = {"INIT", "PENDING"}
+
+INIT_WAIT_SECONDS = 180
+"""How long a cluster may stay ``INIT`` while its job runs before the attempt counts as preempted or lost.
+SkyPilot sets ``INIT`` on a failed health check too (its Ray cluster or skylet not answering for a moment), and
+its managed jobs take a job still running for a live cluster; through the API server a job cannot be read while
+its cluster is ``INIT`` (``ClusterNotUpError``, after SkyPilot re-ran its health check), so the job is given this
+long to be seen again. A cluster gone or ``STOPPED`` is a loss at once."""
 
 
 def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
@@ -92,6 +103,14 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
             return AttemptStatus(Phase.RUNNING, step=JOB_RUNNING[obs.job])
         return AttemptStatus(Phase.PENDING)
     # The cluster is not UP: provisioning, or the capacity went away.
+    if (previous is Phase.RUNNING and obs.cluster == "INIT" and obs.job not in JOB_WAITING
+            and obs.init_seconds < obs.init_wait_seconds):
+        # a failed health check, perhaps: not a loss while the job may still run (bounded)
+        step = JOB_RUNNING.get(obs.job or "", "run")
+        seen = f"its job still {obs.job}" if obs.job in JOB_RUNNING else "its job unreadable"
+        return AttemptStatus(Phase.RUNNING, step=step,
+                             reason=f"the cluster is INIT ({seen}) after {int(obs.init_seconds)} s: waiting up to "
+                                    f"{int(obs.init_wait_seconds)} s for it to be UP again before taking it as lost")
     if obs.limit_passed and obs.launch not in (Launch.IN_FLIGHT, Launch.FAILED):
         # its guard stopped the run at the budget and autodown took the cluster (or the capacity went
         # first: either way the budget's limit came, and the job must not be resumed beyond it)

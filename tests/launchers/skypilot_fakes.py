@@ -27,6 +27,7 @@ class ScriptedSky:
         self.cluster_status: dict[str, Cluster] = {}
         self.jobs: dict[str, str] = {}
         self.output: dict[str, bytes] = {}
+        self.health_recovers: set[str] = set()  # INIT clusters SkyPilot's re-run health check finds UP again
         self._ids = itertools.count(1)
 
     # SkyClient
@@ -62,6 +63,17 @@ class ScriptedSky:
         return [c for n, c in sorted(self.cluster_status.items()) if names is None or n in names]
 
     def job_status(self, cluster: str) -> str | None:
+        """As SkyPilot's API server: a cluster INIT has its health check re-run first (UP again, if scripted so);
+        a job on a cluster not UP (or AUTOSTOPPING) is not read: ``ClusterNotUpError``."""
+        from sky import exceptions
+
+        found = self.cluster_status.get(cluster)
+        if found is not None and found.status == "INIT" and cluster in self.health_recovers:
+            self.cluster_status[cluster] = Cluster(cluster, "UP", found.spot)
+            found = self.cluster_status[cluster]
+        if found is not None and found.status not in ("UP", "AUTOSTOPPING"):
+            raise exceptions.ClusterNotUpError(f"Getting job status: skipped for cluster {cluster!r} "
+                                               f"(status: {found.status}).")
         return self.jobs.get(cluster)
 
     def down(self, cluster: str) -> None:

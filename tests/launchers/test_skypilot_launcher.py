@@ -93,11 +93,57 @@ def test_a_spot_attempt_runs_then_is_preempted_and_its_cluster_is_torn_down(laun
     assert launcher.status(AID).phase is Phase.PENDING
     sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
     assert launcher.status(AID).phase is Phase.RUNNING
-    sky_client.cluster_status[CLUSTER] = sky_client.cluster_status[CLUSTER].__class__(CLUSTER, "INIT", True)
+    sky_client.cluster_status[CLUSTER] = sky_client.cluster_status[CLUSTER].__class__(CLUSTER, "STOPPED", True)
     assert launcher.status(AID).phase is Phase.PREEMPTED
     assert sky_client.downed == [CLUSTER], "no idle GPU is billed after the attempt ends"
     assert launcher.status(AID).phase is Phase.PREEMPTED
     assert sky_client.downed == [CLUSTER], "torn down once"
+
+
+def init(sky_client, spot=False):
+    sky_client.cluster_status[CLUSTER] = sky_client.cluster_status[CLUSTER].__class__(CLUSTER, "INIT", spot)
+
+
+@pytest.mark.parametrize("placement, spot", [(ONDEMAND_T4, False), (SPOT_A100, True)], ids=["on demand", "spot"])
+def test_a_cluster_init_while_its_job_runs_is_not_lost_while_skypilots_health_check_may_recover(
+        launcher, sky_client, placement, spot):
+    launcher.launch(request(GPU_TASK, placement))
+    sky_client.provisioned(CLUSTER, spot=spot, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    init(sky_client, spot)  # a failed health check: SkyPilot's API server will not read the job meanwhile
+    for _ in range(2):
+        status = launcher.status(AID)
+        assert status.phase is Phase.RUNNING and "INIT" in status.reason
+    sky_client.health_recovers.add(CLUSTER)  # the next check finds it healthy: its job is read as still running
+    assert launcher.status(AID).phase is Phase.RUNNING
+    assert sky_client.downed == [] and sky_client.cluster_status[CLUSTER].status == "UP"
+
+
+def test_a_cluster_left_init_past_the_wait_is_lost_and_torn_down(launcher, sky_client):
+    launcher.init_wait_seconds = 0.3
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    init(sky_client)
+    assert launcher.status(AID).phase is Phase.RUNNING
+    time.sleep(0.35)
+    status = launcher.status(AID)
+    assert status.phase is Phase.LOST and "INIT" in status.reason
+    assert sky_client.downed == [CLUSTER]
+
+
+def test_the_wait_for_a_cluster_init_starts_again_after_it_was_up(launcher, sky_client):
+    launcher.init_wait_seconds = 0.3
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    launcher.status(AID)
+    init(sky_client)
+    assert launcher.status(AID).phase is Phase.RUNNING
+    time.sleep(0.35)
+    sky_client.provisioned(CLUSTER, job="RUNNING")  # healthy again before the next poll
+    assert launcher.status(AID).phase is Phase.RUNNING
+    init(sky_client)
+    assert launcher.status(AID).phase is Phase.RUNNING, "a new INIT gets the whole wait"
 
 
 def test_a_finished_attempt_keeps_its_logs_after_its_cluster_is_torn_down(launcher, sky_client):

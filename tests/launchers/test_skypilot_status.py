@@ -10,9 +10,10 @@ from launchers.skypilot_status import Launch, Observation, next_status
 IN_FLIGHT = Observation(launch=Launch.IN_FLIGHT)
 
 
-def obs(cluster=None, job=None, *, spot=False, launch=Launch.DONE, stop=None, error="", past_limit=False):
+def obs(cluster=None, job=None, *, spot=False, launch=Launch.DONE, stop=None, error="", past_limit=False,
+        init_for=0.0):
     return Observation(launch=launch, cluster=cluster, job=job, spot=spot, stop_reason=stop, launch_error=error,
-                       limit_passed=past_limit)
+                       limit_passed=past_limit, init_seconds=init_for, init_wait_seconds=180)
 
 
 SEQUENCES = [
@@ -25,8 +26,20 @@ SEQUENCES = [
      [obs("UP", "PENDING"), obs("UP", "INIT")], [Phase.PENDING, Phase.PENDING]),
     ("spot: up and running → cluster gone is a preemption",
      [obs("UP", "RUNNING", spot=True), obs(None, spot=True)], [Phase.RUNNING, Phase.PREEMPTED]),
-    ("spot: up and running → cluster INIT (a node was reclaimed) is a preemption",
-     [obs("UP", "RUNNING", spot=True), obs("INIT", spot=True)], [Phase.RUNNING, Phase.PREEMPTED]),
+    ("spot: up and running → cluster INIT past the wait (a node was reclaimed) is a preemption",
+     [obs("UP", "RUNNING", spot=True), obs("INIT", spot=True, init_for=180)], [Phase.RUNNING, Phase.PREEMPTED]),
+    ("on-demand: up and running → cluster INIT past the wait, its job unreadable, is lost",
+     [obs("UP", "RUNNING"), obs("INIT", init_for=60), obs("INIT", init_for=181)],
+     [Phase.RUNNING, Phase.RUNNING, Phase.LOST]),
+    ("up and running → INIT with its job still RUNNING (a failed health check) → UP: running throughout",
+     [obs("UP", "RUNNING"), obs("INIT", "RUNNING"), obs("INIT", "RUNNING", init_for=170), obs("UP", "RUNNING")],
+     [Phase.RUNNING, Phase.RUNNING, Phase.RUNNING, Phase.RUNNING]),
+    ("spot: up and running → INIT, its job unreadable, within the wait: still running",
+     [obs("UP", "RUNNING", spot=True), obs("INIT", spot=True, init_for=30)], [Phase.RUNNING, Phase.RUNNING]),
+    ("up and running → INIT with its job read as ended: the job's end, not a wait",
+     [obs("UP", "RUNNING"), obs("INIT", "SUCCEEDED")], [Phase.RUNNING, Phase.SUCCEEDED]),
+    ("still provisioning (INIT, never ran) is pending, not running",
+     [obs("INIT", init_for=0)], [Phase.PENDING]),
     ("spot: up and running → cluster STOPPED is a preemption",
      [obs("UP", "RUNNING", spot=True), obs("STOPPED", spot=True)], [Phase.RUNNING, Phase.PREEMPTED]),
     ("on-demand: up and running → cluster gone is a lost node, not a preemption",
