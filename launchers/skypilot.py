@@ -43,6 +43,7 @@ import copy
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -53,7 +54,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
-from launchers.skypilot_status import INIT_WAIT_SECONDS, Launch, Observation, next_status
+from launchers.skypilot_status import INIT_WAIT_SECONDS, KNOWN_JOBS, Launch, Observation, next_status
 from launchers.skypilot_task import (
     KUBERNETES_CLOUDS,
     TaskConfigError,
@@ -65,6 +66,8 @@ from launchers.skypilot_task import (
 )
 from pricing.offers import Tier
 from pricing.placement import what_runs
+
+log = logging.getLogger(__name__)
 
 CLUSTER_PREFIX = "broker"
 """The default first part of a cluster's name (``broker-<attempt id>``); a deployment sets its own
@@ -416,6 +419,7 @@ class SkyPilotLauncher:
         self.down_retry_seconds = DOWN_RETRY_SECONDS
         self.reclaim_wait_seconds = RECLAIM_WAIT_SECONDS
         self.init_wait_seconds = INIT_WAIT_SECONDS
+        self._unknown_jobs: set[str] = set()  # job states logged as unknown (once each)
         self.domain = sky_domain(os.environ, self.state_dir, prefix)
 
     def cluster(self, attempt_id: str) -> str:
@@ -525,9 +529,15 @@ class SkyPilotLauncher:
                 obs = self.observe(attempt_id, state)
             except Exception as exc:  # API server down, network: report what was known
                 return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_one_line(exc)}")
+            if obs.job is not None and obs.job not in KNOWN_JOBS and obs.job not in self._unknown_jobs:
+                self._unknown_jobs.add(obs.job)
+                log.warning("SkyPilot gave a job status the launcher does not know, %r (cluster %s): the attempt "
+                            "keeps its last phase while it lasts", obs.job, self.cluster(attempt_id))
             result = next_status(previous, obs)
             if result.phase is Phase.GONE:
                 return result
+            if result.phase is previous and result.step is None:
+                result = replace(result, step=state.get("step"))  # kept, as it was (the step is the launcher's memory)
             if obs.cluster == "INIT" and result.phase is Phase.RUNNING:
                 state.setdefault("init_seen_at", time.time())  # the wait for a failed health check starts
             else:

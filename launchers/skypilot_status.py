@@ -13,6 +13,7 @@ Sequences, read left to right (each arrow is one poll):
 | observed | phases |
 |---|---|
 | launch in flight → cluster INIT → UP, job RUNNING → job SUCCEEDED | pending → pending → running → succeeded |
+| UP, job RUNNING → UP, job status unknown or unread → UP, job RUNNING | running → running → running |
 | UP, job RUNNING → (no broker for the idle minutes) AUTOSTOPPING, job SUCCEEDED | running → succeeded |
 | spot: UP, job RUNNING → cluster gone (or STOPPED) | running → preempted |
 | UP, job RUNNING → INIT, job RUNNING or unreadable (a failed health check) → UP, job RUNNING | running → running → running |
@@ -78,6 +79,9 @@ JOB_RUNNING = {"SETTING_UP": "setup", "RUNNING": "run"}
 
 JOB_WAITING = {"INIT", "PENDING"}
 
+KNOWN_JOBS = frozenset({*JOB_ENDS, *JOB_RUNNING, *JOB_WAITING, "CANCELLED"})
+"""Every job state the mapping reads; another (a newer SkyPilot's) tells nothing about the job."""
+
 INIT_WAIT_SECONDS = 180
 """How long a cluster may stay ``INIT`` while its job runs before the attempt counts as preempted or lost.
 SkyPilot sets ``INIT`` on a failed health check too (its Ray cluster or skylet not answering for a moment), and
@@ -101,7 +105,12 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
     if obs.cluster == "UP":
         if obs.job in JOB_RUNNING:
             return AttemptStatus(Phase.RUNNING, step=JOB_RUNNING[obs.job])
-        return AttemptStatus(Phase.PENDING)
+        if obs.job in JOB_WAITING or previous in (None, Phase.PENDING, Phase.GONE):
+            return AttemptStatus(Phase.PENDING)
+        # a job state this mapping does not know, or none read (an API error): it says nothing new, so the
+        # attempt keeps the phase it had — a running attempt does not step back to pending
+        what = f"an unknown status {obs.job!r}" if obs.job else "no status"
+        return AttemptStatus(previous, reason=f"SkyPilot gave {what} for the job on its cluster (UP)")
     # The cluster is not UP: provisioning, or the capacity went away.
     if (previous is Phase.RUNNING and obs.cluster == "INIT" and obs.job not in JOB_WAITING
             and obs.init_seconds < obs.init_wait_seconds):

@@ -146,6 +146,21 @@ def test_the_wait_for_a_cluster_init_starts_again_after_it_was_up(launcher, sky_
     assert launcher.status(AID).phase is Phase.RUNNING, "a new INIT gets the whole wait"
 
 
+def test_an_unknown_job_status_keeps_the_running_attempt_running_and_is_logged_once(launcher, sky_client, caplog):
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="SETTING_UP")
+    assert launcher.status(AID).step == "setup"
+    sky_client.jobs[CLUSTER] = "SOME_NEW_STATE"  # a newer SkyPilot's state
+    with caplog.at_level("WARNING", logger="launchers.skypilot"):
+        for _ in range(3):
+            status = launcher.status(AID)
+            assert (status.phase, status.step) == (Phase.RUNNING, "setup")
+            assert "SOME_NEW_STATE" in status.reason
+    logged = [r for r in caplog.records if "SOME_NEW_STATE" in r.getMessage()]
+    assert len(logged) == 1 and CLUSTER in logged[0].getMessage()
+    assert sky_client.downed == []
+
+
 def test_a_finished_attempt_keeps_its_logs_after_its_cluster_is_torn_down(launcher, sky_client):
     launcher.launch(request(GPU_TASK, SPOT_A100))
     sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
