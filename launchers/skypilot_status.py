@@ -74,6 +74,12 @@ JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
 }
 """Terminal job states of SkyPilot's job queue: phase and which command ended it."""
 
+JOB_END_REASONS = {
+    "FAILED_DRIVER": "SkyPilot's job driver on the cluster ended before it recorded how the run command ended "
+                     "(the driver was killed, or the head node ran out of memory), so no exit code is known",
+}
+"""What a terminal job state says happened, where its exit code cannot (the logs may still hold one)."""
+
 JOB_RUNNING = {"SETTING_UP": "setup", "RUNNING": "run"}
 """Job states in which the user's code runs (setup counts, as it does for the local launcher)."""
 
@@ -98,7 +104,8 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
         phase, step = JOB_ENDS[obs.job]
         if phase is Phase.FAILED and obs.stop_reason:
             return AttemptStatus(_stopped(obs.stop_reason), reason=obs.stop_reason, step=step)
-        return AttemptStatus(phase, exit_code=0 if phase is Phase.SUCCEEDED else None, step=step)
+        return AttemptStatus(phase, exit_code=0 if phase is Phase.SUCCEEDED else None, step=step,
+                             reason=JOB_END_REASONS.get(obs.job, ""))
     if obs.job == "CANCELLED" or (obs.stop_reason and obs.cluster != "UP"):
         reason = obs.stop_reason or "the job was cancelled outside the broker"
         return AttemptStatus(_stopped(reason), reason=reason)

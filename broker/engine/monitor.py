@@ -43,7 +43,9 @@ def describe_end(status: AttemptStatus) -> str:
         where = f"the {status.step} command" if status.step else "the job"
         if status.signal:
             return f"{where} was killed by signal {status.signal}"
-        return f"{where} exited with code {status.exit_code}"
+        if status.exit_code is not None:
+            return f"{where} exited with code {status.exit_code}"
+        return status.reason or f"{where} failed without an exit code"  # the launcher's words for what happened
     if status.phase is Phase.PREEMPTED:
         return "the spot capacity was preempted"
     if status.phase in (Phase.LOST, Phase.GONE):

@@ -161,6 +161,21 @@ def test_an_unknown_job_status_keeps_the_running_attempt_running_and_is_logged_o
     assert sky_client.downed == []
 
 
+def test_a_job_whose_driver_failed_says_what_happened_instead_of_an_exit_code_of_none(launcher, sky_client):
+    from broker.engine.monitor import describe_end
+
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="RUNNING")
+    launcher.status(AID)
+    sky_client.output[CLUSTER] = b"step 10\n"  # the driver died: no exit status line in the logs
+    sky_client.jobs[CLUSTER] = "FAILED_DRIVER"
+    status = launcher.status(AID)
+    assert status.phase is Phase.FAILED and status.exit_code is None
+    end = describe_end(status)
+    assert "None" not in end and "driver" in end and "no exit code" in end
+    assert describe_end(launcher.status(AID)) == end, "kept once the cluster is torn down"
+
+
 def test_a_finished_attempt_keeps_its_logs_after_its_cluster_is_torn_down(launcher, sky_client):
     launcher.launch(request(GPU_TASK, SPOT_A100))
     sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
