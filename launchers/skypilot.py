@@ -29,7 +29,8 @@ Choices, and why:
   on the next attempt.
 * **Plan first.** :meth:`launch` asks SkyPilot for a dry run before the real
   launch and turns a refusal (unknown accelerator, no such zone, missing
-  bucket) into :class:`~launchers.base.LaunchError` with a sentence.
+  bucket) into :class:`~launchers.base.LaunchError` with a sentence — permanent when it is about the
+  task itself (:data:`TASK_REFUSALS`), so a job no retry can run fails instead of being requeued for ever.
 
 The launcher keeps one small JSON file per attempt in ``state_dir`` (launch
 request id, spot or not, the last phase, a stop request, the logs fetched) so a
@@ -216,6 +217,26 @@ def placed_on(placement: Mapping[str, Any]) -> str:
 
 TRANSIENT_REFUSALS = frozenset({"NoCloudAccessError", "CloudUserIdentityError", "ResourcesUnavailableError"})
 """SkyPilot errors that say nothing against the task itself (credentials, capacity): the job is requeued."""
+
+
+TASK_REFUSALS = (
+    re.compile(r"does not have enough (?:memory|vCPUs)\b"),
+    re.compile(r"does not have the requested (?:memory|number of vCPUs)\b"),
+)
+"""SkyPilot's dry-run refusals of what the task itself asks, against the instance type it was placed on
+(``sky.Resources``: ``p4d.24xlarge does not have enough memory … 4096+ is requested``; an exact ``memory: 15``
+on a 16 GB type). Placement already took the offers that meet the task's size, so the job would be placed
+the same way and refused again: the job fails, with SkyPilot's reason. Every other refusal — no capacity or
+quota, no cloud access, a missing bucket, a zone, region or instance type SkyPilot's catalog does not know
+(the broker's price table is older) — sends the job back to the queue."""
+
+
+def never_satisfiable(exc: BaseException) -> bool:
+    """Whether SkyPilot's plan refusal ``exc`` is about the task itself, so no retry can succeed."""
+    if type(exc).__name__ in TRANSIENT_REFUSALS:
+        return False
+    message = _one_line(exc, limit=2000)
+    return any(rule.search(message) for rule in TASK_REFUSALS)
 
 
 def refusal(exc: BaseException, config: Mapping[str, Any] | None = None) -> str:
@@ -473,7 +494,7 @@ class SkyPilotLauncher:
             except LaunchError:
                 raise
             except Exception as exc:
-                raise LaunchError(refusal(exc, config)) from None
+                raise LaunchError(refusal(exc, config), permanent=never_satisfiable(exc)) from None
             state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod, phase=None, stop_at=stop_at,
                          grace_seconds=request.stop_grace_seconds)
             self._save(request.attempt_id, state)  # the intent, before the request exists
