@@ -3,7 +3,7 @@
 The SkyPilot launcher runs each attempt on its own cluster and observes three
 things: its launch request (in flight, failed, done), the cluster's status
 (``INIT``, ``UP``, ``AUTOSTOPPING``, ``STOPPED``, or no record at all) and the status of the
-cluster's job (read while the cluster is ``UP`` or ``AUTOSTOPPING``). :func:`next_status` folds one :class:`Observation` into the
+cluster's job (read while the cluster is ``UP`` or ``AUTOSTOPPING``, and asked for while it is ``INIT``). :func:`next_status` folds one :class:`Observation` into the
 attempt's phase, given the phase reported before — the one piece of memory the
 mapping needs, because a spot cluster that disappears is a preemption only if
 the job was running on it.
@@ -44,6 +44,14 @@ class Launch(str, Enum):
     DONE = "done"  # the cluster was provisioned and the job submitted
 
 
+INIT_WAIT_SECONDS = 180
+"""How long a cluster may stay ``INIT`` while its job runs before the attempt counts as preempted or lost.
+SkyPilot sets ``INIT`` on a failed health check too (its Ray cluster or skylet not answering for a moment), and
+its managed jobs take a job still running for a live cluster; through the API server a job cannot be read while
+its cluster is ``INIT`` (``ClusterNotUpError``, after SkyPilot re-ran its health check), so the job is given this
+long to be seen again. A cluster gone or ``STOPPED`` is a loss at once."""
+
+
 @dataclass(frozen=True)
 class Observation:
     """One poll of SkyPilot for one attempt.
@@ -62,7 +70,7 @@ class Observation:
     launch_error: str = ""
     limit_passed: bool = False  # the time the cluster stops its run by itself (the budget) has come
     init_seconds: float = 0.0  # how long the cluster has been seen INIT since its job was seen running
-    init_wait_seconds: float = 180.0  # how long that may last before it is a loss (INIT_WAIT_SECONDS)
+    init_wait_seconds: float = INIT_WAIT_SECONDS  # how long that may last before it is a loss
 
 
 JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
@@ -88,12 +96,6 @@ JOB_WAITING = {"INIT", "PENDING"}
 KNOWN_JOBS = frozenset({*JOB_ENDS, *JOB_RUNNING, *JOB_WAITING, "CANCELLED"})
 """Every job state the mapping reads; another (a newer SkyPilot's) tells nothing about the job."""
 
-INIT_WAIT_SECONDS = 180
-"""How long a cluster may stay ``INIT`` while its job runs before the attempt counts as preempted or lost.
-SkyPilot sets ``INIT`` on a failed health check too (its Ray cluster or skylet not answering for a moment), and
-its managed jobs take a job still running for a live cluster; through the API server a job cannot be read while
-its cluster is ``INIT`` (``ClusterNotUpError``, after SkyPilot re-ran its health check), so the job is given this
-long to be seen again. A cluster gone or ``STOPPED`` is a loss at once."""
 
 
 def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
@@ -122,7 +124,7 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
     if (previous is Phase.RUNNING and obs.cluster == "INIT" and obs.job not in JOB_WAITING
             and obs.init_seconds < obs.init_wait_seconds):
         # a failed health check, perhaps: not a loss while the job may still run (bounded)
-        step = JOB_RUNNING.get(obs.job or "", "run")
+        step = JOB_RUNNING.get(obs.job or "")  # unreadable: the launcher keeps the step it knew
         seen = f"its job still {obs.job}" if obs.job in JOB_RUNNING else "its job unreadable"
         return AttemptStatus(Phase.RUNNING, step=step,
                              reason=f"the cluster is INIT ({seen}) after {int(obs.init_seconds)} s: waiting up to "

@@ -119,6 +119,16 @@ def test_a_cluster_init_while_its_job_runs_is_not_lost_while_skypilots_health_ch
     assert sky_client.downed == [] and sky_client.cluster_status[CLUSTER].status == "UP"
 
 
+def test_a_cluster_init_during_the_setup_keeps_the_setup_as_the_step_while_its_job_is_unreadable(launcher,
+                                                                                                   sky_client):
+    launcher.launch(request(GPU_TASK, ONDEMAND_T4))
+    sky_client.provisioned(CLUSTER, job="SETTING_UP")
+    assert launcher.status(AID).step == "setup"
+    init(sky_client)
+    status = launcher.status(AID)
+    assert (status.phase, status.step) == (Phase.RUNNING, "setup")
+
+
 def test_a_cluster_left_init_past_the_wait_is_lost_and_torn_down(launcher, sky_client):
     launcher.init_wait_seconds = 0.3
     launcher.launch(request(GPU_TASK, ONDEMAND_T4))
