@@ -80,6 +80,16 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
     raise AssertionError("condition not met in time")
 
 
+def run_until(engine, store, job_id, states, timeout: float = 20.0):
+    """Tick ``engine`` until the job is in one of ``states`` (their values); the job then."""
+    def done():
+        engine.tick()
+        job = store.get_job(job_id)
+        return job if job.state.value in states else None
+
+    return wait_for(done, timeout=timeout)
+
+
 def start_broker(tmp_path, store_url=None, port=None, *, engine="on", config: str | None = None, env_extra=None):
     """A real ``broker serve`` subprocess; returns (process, base URL)."""
     import os

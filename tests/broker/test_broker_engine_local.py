@@ -15,7 +15,7 @@ from broker.store import open_store
 from launchers.base import AttemptStatus, Capabilities, Phase
 from pricing.money import fmt
 
-from broker_testing import wait_for
+from broker_testing import run_until, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 CONFIG = """
@@ -36,15 +36,6 @@ def broker(make_settings, tmp_path):
     engine = Engine(settings, store, launcher)
     yield service, engine, store, launcher
     store.close()
-
-
-def run_until(engine, store, job_id, states, timeout=20):
-    def done():
-        engine.tick()
-        job = store.get_job(job_id)
-        return job if job.state.value in states else None
-
-    return wait_for(done, timeout=timeout)
 
 
 def submit(service, run, **resources):

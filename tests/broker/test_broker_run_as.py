@@ -35,6 +35,7 @@ from broker.service import BrokerService
 from broker.store import open_store
 from launchers.base import RunAs
 
+import broker_testing
 from broker_testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,13 +90,8 @@ def broker(base, make_settings):
     store.close()
 
 
-def run_until(engine, store, job_id, states, timeout=30):
-    def done():
-        engine.tick()
-        job = store.get_job(job_id)
-        return job if job.state.value in states else None
-
-    return wait_for(done, timeout=timeout)
+def run_until(engine, store, job_id, states, timeout=30):  # a job switching users takes longer to start
+    return broker_testing.run_until(engine, store, job_id, states, timeout)
 
 
 PROBE = """

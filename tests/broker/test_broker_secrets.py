@@ -26,7 +26,7 @@ from broker.store.redis import RedisStore
 from launchers.base import LaunchError
 from launchers.local import LocalLauncher
 
-from broker_testing import ADMIN as ADMIN_TOKEN
+from broker_testing import ADMIN as ADMIN_TOKEN, run_until
 from broker_testing import wait_for
 
 ADMIN = Principal("admin", None, admin=True)
@@ -97,15 +97,6 @@ def raw_bytes(kind: str, store, tmp_path: Path, redis_server) -> bytes:
     aof = b"".join(p.read_bytes() for p in Path(redis_server.workdir).rglob("*") if p.is_file() and "aof" in p.name)
     assert out and aof
     return b"\n".join(out) + aof
-
-
-def run_until(engine, store, job_id, states, timeout=20):
-    def done():
-        engine.tick()
-        job = store.get_job(job_id)
-        return job if job.state.value in states else None
-
-    return wait_for(done, timeout=timeout)
 
 
 def test_the_store_holds_no_secret_value_and_the_job_gets_them_all(backend, tmp_path, redis_server):
