@@ -35,6 +35,16 @@ def client(make_settings, tmp_path):
         yield c
 
 
+@pytest.fixture
+def served(make_settings, tmp_path):
+    """A client with its store and settings, for a test that writes the store as an engine would (attempts
+    launched, progress stored by an older broker)."""
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'p.db'}")
+    with TestClient(create_app(settings, store=store, engine=False), raise_server_exceptions=False) as c:
+        yield c, store, settings
+
+
 def auth(token=ADMIN):
     return {"Authorization": f"Bearer {token}"}
 
@@ -405,7 +415,7 @@ def test_a_checkpoint_committed_past_the_last_step_reported_moves_the_jobs_progr
         assert progress["total_steps"] == 300
 
 
-def test_a_report_from_an_attempt_the_job_has_moved_past_is_refused_and_changes_nothing(make_settings, tmp_path):
+def test_a_report_from_an_attempt_the_job_has_moved_past_is_refused_and_changes_nothing(served):
     """A preempted attempt's process still running beside the next one reported as if it were the new attempt: its
     steps and its checkpoint were taken for the job's, and the next resume started from its checkpoint."""
     from dataclasses import replace
@@ -413,32 +423,28 @@ def test_a_report_from_an_attempt_the_job_has_moved_past_is_refused_and_changes_
     from broker.auth import job_token
     from broker.store import Change
 
-    settings = make_settings(config=CONFIG)
-    store = open_store(f"sqlite://{tmp_path / 'p.db'}")
-    app = create_app(settings, store=store, engine=False)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        job_id = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
-        job = store.get_job(job_id)
-        store.commit(Change(job=replace(job, attempts=2), expected_version=job.version))  # attempt 2 was launched
-        as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}"}
+    client, store, settings = served
+    job_id = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
+    job = store.get_job(job_id)
+    store.commit(Change(job=replace(job, attempts=2), expected_version=job.version))  # attempt 2 was launched
+    as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}"}
 
-        def post(body):
-            return client.post(f"/v1/jobs/{job_id}/progress", json=body, headers=as_job)
+    def post(body):
+        return client.post(f"/v1/jobs/{job_id}/progress", json=body, headers=as_job)
 
-        assert post({"step": 10, "attempt": 2}).status_code == 200
-        stale = post({"checkpoint": {"step": 90, "uri": "file:///c/90"}, "attempt": 1})
-        assert stale.status_code == 409 and "attempt 1" in stale.json()["detail"] and "attempt 2" in stale.json()["detail"]
-        assert post({"step": 95, "attempt": 1}).status_code == 409
-        view = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()
-        assert view["progress"]["step"] == 10 and view["last_checkpoint"] is None
-        assert post({"step": 11}).status_code == 200  # a library that names no attempt (an older one) is heard
-        bad = post({"step": 12, "attempt": 0})
-        assert bad.status_code == 422 and bad.json()["field"] == "attempt"
+    assert post({"step": 10, "attempt": 2}).status_code == 200
+    stale = post({"checkpoint": {"step": 90, "uri": "file:///c/90"}, "attempt": 1})
+    assert stale.status_code == 409 and "attempt 1" in stale.json()["detail"] and "attempt 2" in stale.json()["detail"]
+    assert post({"step": 95, "attempt": 1}).status_code == 409
+    view = client.get(f"/v1/jobs/{job_id}", headers=auth()).json()
+    assert view["progress"]["step"] == 10 and view["last_checkpoint"] is None
+    assert post({"step": 11}).status_code == 200  # a library that names no attempt (an older one) is heard
+    bad = post({"step": 12, "attempt": 0})
+    assert bad.status_code == 422 and bad.json()["field"] == "attempt"
 
 
 
-def test_progress_stored_before_first_at_was_kept_starts_its_rate_afresh_not_from_its_old_first_step(
-        make_settings, tmp_path):
+def test_progress_stored_before_first_at_was_kept_starts_its_rate_afresh_not_from_its_old_first_step(served):
     """After an upgrade, a running job's stored progress had a first_step (step 50, an hour ago) and no first_at:
     the next report stamped first_at now and kept step 50, so the queue took 460 steps in a few seconds for the
     job's rate and told the jobs behind it that it ends at once. The first step and its time are kept as a pair."""
@@ -447,17 +453,14 @@ def test_progress_stored_before_first_at_was_kept_starts_its_rate_afresh_not_fro
     from broker.auth import job_token
     from broker.store import Change
 
-    settings = make_settings(config=CONFIG)
-    store = open_store(f"sqlite://{tmp_path / 'p.db'}")
-    app = create_app(settings, store=store, engine=False)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        job_id = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
-        job = store.get_job(job_id)
-        old = {"step": 500, "total_steps": 1000, "at": job.submitted_at, "metrics": {}, "attempt": job.attempts,
-               "first_step": 50}  # as the broker before first_at stored it
-        store.commit(Change(job=replace(job, progress=old), expected_version=job.version))
-        as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}"}
-        for step in (510, 520):
-            assert client.post(f"/v1/jobs/{job_id}/progress", json={"step": step}, headers=as_job).status_code == 200
-        progress = store.get_job(job_id).progress
-        assert progress["first_step"] == 510 and progress["first_at"] < progress["at"]
+    client, store, settings = served
+    job_id = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
+    job = store.get_job(job_id)
+    old = {"step": 500, "total_steps": 1000, "at": job.submitted_at, "metrics": {}, "attempt": job.attempts,
+           "first_step": 50}  # as the broker before first_at stored it
+    store.commit(Change(job=replace(job, progress=old), expected_version=job.version))
+    as_job = {"Authorization": f"Bearer {job_token(settings, job_id)}"}
+    for step in (510, 520):
+        assert client.post(f"/v1/jobs/{job_id}/progress", json={"step": step}, headers=as_job).status_code == 200
+    progress = store.get_job(job_id).progress
+    assert progress["first_step"] == 510 and progress["first_at"] < progress["at"]
