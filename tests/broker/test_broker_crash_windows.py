@@ -1,7 +1,6 @@
 """Crash and clock windows the launch path must survive: an attempt runs once."""
 
 import os
-import signal
 import stat
 import sys
 import time
@@ -14,7 +13,7 @@ from broker.store import open_store
 from launchers.base import Phase
 from launchers.local import LocalLauncher
 
-from broker_testing import wait_for
+from broker_testing import kill_runner_alone, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 CONFIG = """
@@ -85,21 +84,12 @@ def test_a_runner_killed_alone_takes_its_job_with_it_before_the_job_resumes(make
     launcher = LocalLauncher(settings.data_dir / "runs")
     engine = Engine(settings, store, launcher)
     service = BrokerService(settings, store, launcher)
-    marks = tmp_path / "marks"
-    job = service.submit(ADMIN, {"name": "t", "run": f"echo start $BROKER_ATTEMPT >> {marks}; sleep 2; "
-                                                     f"echo end $BROKER_ATTEMPT >> {marks}",
-                                 "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
     try:
-        wait_for(lambda: engine.tick() or (marks.exists() and store.get_job(job.id).state is JobState.RUNNING))
-        os.kill(int((launcher.runs_dir / f"{job.id}-a1" / "runner.pid").read_text()), signal.SIGKILL)
-        final = wait_for(lambda: engine.tick() or (j := store.get_job(job.id)).state.is_final and j, timeout=30)
-        time.sleep(2.5)  # attempt 1's job, had it lived, would have said its end by now
+        final, marks = kill_runner_alone(service, engine, store, launcher, ADMIN, tmp_path / "marks")
         assert final.state is JobState.SUCCEEDED and final.attempts == 2
-        assert marks.read_text().splitlines() == ["start 1", "start 2", "end 2"]
-        assert store.attempts(job.id)[0].state.value == "lost"
+        assert marks == ["start 1", "start 2", "end 2"]
+        assert store.attempts(final.id)[0].state.value == "lost"
     finally:
-        for run in launcher.runs_dir.glob("j*"):
-            launcher.kill(run.name)
         store.close()
 
 

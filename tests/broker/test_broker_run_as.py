@@ -13,13 +13,11 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import site
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -36,7 +34,7 @@ from broker.store import open_store
 from launchers.base import RunAs
 
 import broker_testing
-from broker_testing import wait_for
+from broker_testing import kill_runner_alone, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINER = Path(__file__).with_name("trainer.py")
@@ -314,19 +312,9 @@ def test_a_job_run_as_nobody_whose_runner_is_killed_alone_goes_with_it_before_th
     marks = base / "marks"
     marks.touch()
     os.chmod(marks, 0o666)
-    job = service.submit(ADMIN_PRINCIPAL, {"name": "t", "run": f"echo start $BROKER_ATTEMPT >> {marks}; sleep 2; "
-                                                              f"echo end $BROKER_ATTEMPT >> {marks}",
-                                           "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
-    try:
-        wait_for(lambda: engine.tick() or (marks.read_text() and store.get_job(job.id).state is JobState.RUNNING))
-        os.kill(int((launcher.runs_dir / f"{job.id}-a1" / "runner.pid").read_text()), signal.SIGKILL)
-        final = run_until(engine, store, job.id, {"succeeded", "failed"})
-        time.sleep(2.5)  # attempt 1's job, had it lived, would have said its end by now
-        assert final.state is JobState.SUCCEEDED and final.attempts == 2
-        assert marks.read_text().splitlines() == ["start 1", "start 2", "end 2"]
-    finally:
-        for run in launcher.runs_dir.glob("j*"):
-            launcher.kill(run.name)
+    final, lines = kill_runner_alone(service, engine, store, launcher, ADMIN_PRINCIPAL, marks)
+    assert final.state is JobState.SUCCEEDED and final.attempts == 2
+    assert lines == ["start 1", "start 2", "end 2"]
 
 
 
