@@ -166,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "simulate":
+    simulate_argv = _simulate_argv(argv)
+    if simulate_argv is not None:
         from pricing.simulate_cli import main as simulate
 
-        return simulate(argv[1:])
+        return simulate(simulate_argv)
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -206,6 +207,28 @@ def _main(argv: list[str] | None) -> int:
             _json_error(args, str(exc))
             return 1
         raise
+
+
+def _simulate_argv(argv: list[str]) -> list[str] | None:
+    """``broker [--json] [--url U] [--token T] simulate ARGS``: the arguments ``broker simulate`` takes, or ``None``
+    for another command. The top-level options may come before the command as before any other: ``--json`` is
+    passed on (``broker --json simulate ...`` was refused with "unrecognized arguments", every simulate option
+    named), and ``--url`` and ``--token`` are dropped, as ``broker serve`` ignores them: simulate replays traces
+    here and asks no broker."""
+    json_given, i = False, 0
+    while i < len(argv) and argv[i] != "simulate":
+        option = argv[i]
+        if option == "--json":
+            json_given = True
+        elif option in ("--url", "--token"):
+            i += 1  # its value
+        elif not option.startswith(("--url=", "--token=")):
+            return None  # another command, or an option of none
+        i += 1
+    if i >= len(argv):
+        return None
+    rest = argv[i + 1:]
+    return [*rest, "--json"] if json_given and "--json" not in rest else rest
 
 
 def _check_combinations(parser: argparse.ArgumentParser, args) -> None:

@@ -222,6 +222,38 @@ def test_simulate_with_json_says_a_refusal_as_one_json_object_too(capsys, args, 
     assert message in error["error"] and error.get("field") == field and error["error"] in err
 
 
+@pytest.mark.parametrize("extra", [
+    pytest.param([], id="a replay"),
+    pytest.param(["--budget", "$100"], id="a refusal"),
+])
+def test_the_json_flag_before_simulate_writes_what_it_writes_after_it(extra):
+    """`broker --json simulate ...` was refused ("unrecognized arguments", every simulate option named) where
+    `broker simulate ... --json` replayed: the top-level flags may come before any command, simulate's too. The real
+    CLI, as a process: the same JSON lines and the same exit status in both orders (the connection options, which
+    simulate has no use for, are taken before it as before `broker serve`)."""
+    import subprocess
+    import sys
+
+    args = ["--windows", str(WINDOWS_FILE), "--limit", "3", "--policy", "greedy,broker", *extra]
+
+    def cli(*argv):
+        done = subprocess.run([sys.executable, "-m", "broker.cli", *argv], capture_output=True, text=True, timeout=300,
+                              cwd=Path(__file__).resolve().parents[2])
+        return done.returncode, done.stdout.splitlines()
+
+    after = cli("simulate", *args, "--json")
+    before = cli("--json", "simulate", *args)
+    with_connection = cli("--url", "http://127.0.0.1:9", "--json", "--token", "t", "simulate", *args)
+    assert before == after == with_connection
+    code, lines = after
+    rows = [json.loads(x) for x in lines]
+    if extra:
+        assert code == 2 and rows == [{"error": rows[0]["error"], "field": "--budget"}]
+    else:
+        assert code == 0 and [(r["window"], r["policy"]) for r in rows] == [
+            (w, p) for w in (0, 1, 2) for p in ("greedy", "broker")]
+
+
 def test_multi_zone_runs_repeat_exactly_whatever_the_processs_string_hashing():
     # Zone names live in sets; Python salts str hashes per process, so set order differs between
     # processes. Decisions must not: the same windows give the same actions in every process.
