@@ -25,6 +25,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from broker.api.query import refuse_unknown_query
 from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, WORKDIR_PACK, EventList, Health, JobList, JobOut,
                                LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
@@ -91,8 +92,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             if notifier_box.get("notifier") is not None:
                 notifier_box["notifier"].close()
 
+    # every route, the edges' too: a query parameter a /v1 route does not take is a 422 (broker/api/query.py)
     app = FastAPIOffline(title="spot-broker", version="0.1.0", lifespan=lifespan, responses=errors(*COMMON),
-                         default_response_class=_JSON,
+                         default_response_class=_JSON, dependencies=[Depends(refuse_unknown_query)],
                          static_url="/docs/static",
                          description="Submit ML training jobs with a budget cap and a deadline; the broker runs "
                                      "each where it is cheapest and resumes it after preemption.")

@@ -225,3 +225,42 @@ def test_a_log_offset_the_filesystem_cannot_seek_to_reads_nothing_not_a_500(make
         r = client.get(f"/v1/jobs/{job_id}/logs", params={"offset": 2**62 - 1, "attempt": 1}, headers=AUTH)
         assert r.status_code == 200, r.text
         assert r.json()["data"] == "" and r.json()["offset"] == 2**62 - 1
+
+
+def test_every_api_route_refuses_a_query_parameter_it_does_not_take_and_lists_those_it_does(client):
+    """`GET /v1/costs?perod=30d` answered the default week, and `GET /v1/jobs?stat=queued` every job, as if nothing
+    were wrong: a query parameter a route does not take is now a 422 naming it and listing those the route takes
+    (as its OpenAPI document declares them), on every route of the JSON API, before anything is done."""
+    spec = client.get("/openapi.json").json()  # every route of the API, those added later too
+    routes = [(method.upper(), path, op) for path, ops in spec["paths"].items() for method, op in ops.items()
+              if path.startswith("/v1/") and path not in ("/v1/healthz", "/v1/readyz")]
+    assert {("GET", "/v1/costs"), ("GET", "/v1/costs/jobs/{job_id}"), ("POST", "/v1/jobs")} <= {r[:2] for r in routes}
+    for method, path, op in routes:
+        taken = [p["name"] for p in op.get("parameters", []) if p["in"] == "query"]
+        url = path.replace("{job_id}", "j-nope").replace("{digest}", "sha256:" + "0" * 64)
+        r = client.request(method, url, params={"bogus": "1"}, headers=JSON, content=b"{}")
+        assert r.status_code == 422, (method, path, r.text)
+        assert r.json() == {"field": "bogus", "detail": f"bogus: is not a query parameter of {method} {path}; it takes "
+                                                        f"{', '.join(taken) if taken else 'none'}"}, (method, path)
+    assert client.post("/v1/jobs?budget=1", headers=YAML, content="run: echo hi\n").status_code == 422
+    _still_answers(client)  # nothing was submitted
+
+
+@pytest.mark.parametrize("url, field, says", [
+    pytest.param("/v1/costs?perod=30d", "perod", "(did you mean 'period'?); it takes team, period, since, until",
+                 id="a typo in the cost report's window is a 422 saying the one meant, not the default week"),
+    pytest.param("/v1/jobs?stat=queued&tem=a", "stat", "(did you mean 'state'?); nor is tem; it takes state, team, limit",
+                 id="a job list's typos are named, the first as the field"),
+    pytest.param("/v1/jobs/j-nope/logs?ofset=10", "ofset", "(did you mean 'offset'?); it takes offset, attempt",
+                 id="a log offset misspelt is not read from 0"),
+])
+def test_a_misspelt_query_parameter_is_a_422_saying_the_one_meant(client, url, field, says):
+    r = client.get(url, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == field and r.json()["detail"].endswith(says), r.text
+
+
+def test_the_parameters_a_route_takes_and_the_probes_query_strings_are_still_answered(client):
+    assert client.get("/v1/costs?period=30d&team=default", headers=AUTH).status_code == 200
+    assert client.get("/v1/jobs?state=queued&limit=5", headers=AUTH).status_code == 200
+    # a load balancer's check is set up outside the broker: a query string there is not refused
+    assert client.get("/v1/healthz?from=lb").status_code == 200 and client.get("/v1/readyz?x=1").status_code == 200

@@ -172,6 +172,20 @@ def test_the_cli_finds_a_broker_served_on_broker_port_without_broker_url(cli):
     assert r.returncode == 0 and json.loads(r.stdout) == [], r.stderr
 
 
+def test_every_option_the_cli_sends_as_a_query_parameter_is_one_the_broker_takes(cli):
+    """The broker refuses a query parameter a route does not take (a 422 naming it): each CLI option that becomes
+    one, against the real broker, is answered by its route (a job it does not hold is that route's 404)."""
+    run, _ = cli
+    for args in (["status", "--state", "queued", "--team", "default"], ["queue", "--team", "default"],
+                 ["costs", "--period", "24h", "--team", "default"],
+                 ["costs", "--since", "2026-11-01", "--until", "2026-11-02T00:00Z"]):
+        r = run("--json", *args, check=False)
+        assert r.returncode == 0 and "error" not in json.loads(r.stdout), (args, r.stderr)
+    for args in (["logs", "j-nope", "--attempt", "2"], ["resume", "j-nope", "--force"], ["ondemand", "j-nope", "--force"]):
+        r = run(*args, check=False)
+        assert r.returncode == 1 and r.stderr.strip() == "error [404]: no job j-nope", (args, r.stderr)
+
+
 def test_errors_are_one_line_with_a_non_zero_exit(cli):
     run, tmp = cli
     r = run("status", "j-nope", check=False)

@@ -1,0 +1,60 @@
+"""One rule for query strings: a ``/v1`` route refuses a query parameter it does not take.
+
+FastAPI reads the parameters a route declares and ignores the rest, so ``GET /v1/costs?perod=30d`` answered the
+default week as if nothing were wrong, and ``GET /v1/jobs?stat=queued`` every job. Each route's own parameters
+are what FastAPI collected from its signature and dependencies (so the rule can never fall out of step with a
+route), and a request naming any other is a 422 that names it, says the one likely meant, and lists those the
+route takes — as bad input is answered everywhere else. The probes (``/v1/healthz``, ``/v1/readyz``) take any
+query string: a load balancer's check is set up once, outside the broker, and a refusal there would restart
+brokers rather than tell anyone. Routes outside ``/v1`` (the dashboard page, ``/metrics``, Slack, the docs) are
+not the JSON API and keep what their callers send them.
+"""
+
+# no `from __future__ import annotations`: FastAPI must see the real type of the dependency's parameter
+
+import difflib
+
+from fastapi import Request
+from fastapi.routing import APIRoute
+
+from broker.service import Invalid
+
+API_PREFIX = "/v1/"
+PROBES = frozenset({"/v1/healthz", "/v1/readyz"})
+
+
+def taken_by(route: APIRoute) -> tuple[str, ...]:
+    """The query parameters ``route`` reads, in the order it declares them: its own and its dependencies'. Walked
+    for each request that has a query string (a few objects; routes are not hashable, so nothing is kept)."""
+    found: list[str] = []
+    todo = [route.dependant]
+    while todo:
+        dependant = todo.pop(0)
+        found.extend(f.alias for f in dependant.query_params)
+        todo.extend(dependant.dependencies)
+    return tuple(dict.fromkeys(found))
+
+
+def unknown_query_refusal(method: str, path: str, given: list[str], taken: tuple[str, ...]) -> Invalid | None:
+    """The 422 for the parameters of ``given`` that are not in ``taken``, or ``None`` when there are none."""
+    unknown = [name for name in dict.fromkeys(given) if name not in taken]
+    if not unknown:
+        return None
+    first, others = unknown[0], unknown[1:]
+    close = difflib.get_close_matches(first, taken, n=1)
+    meant = f" (did you mean '{close[0]}'?)" if close else ""
+    nor = f"; nor {'are' if len(others) > 1 else 'is'} {', '.join(others)}" if others else ""
+    takes = f"it takes {', '.join(taken)}" if taken else "it takes none"
+    return Invalid(first, f"is not a query parameter of {method} {path}{meant}{nor}; {takes}")
+
+
+async def refuse_unknown_query(request: Request) -> None:
+    """The app's dependency, run before each route's own: a 422 for a query parameter the route does not take."""
+    route = request.scope.get("route")
+    if not request.query_params or not isinstance(route, APIRoute):
+        return
+    if not route.path.startswith(API_PREFIX) or route.path in PROBES:
+        return
+    refusal = unknown_query_refusal(request.method, route.path, list(request.query_params.keys()), taken_by(route))
+    if refusal is not None:
+        raise refusal
