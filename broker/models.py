@@ -183,6 +183,11 @@ class Job:
         """Its state is one a newer broker set, unknown here: shown, never written back, left alone by the engine."""
         return is_foreign(self.state)
 
+    def blocked_at(self, now: float) -> frozenset[str]:
+        """The zones (or pools) this job may not be placed in at ``now``: each blocked for it after a preemption
+        there until its cool-down ends (``blocked_zones`` maps each to that end; one ending at ``now`` is free)."""
+        return frozenset(z for z, until in self.blocked_zones.items() if until > now)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["state"] = self.state.value

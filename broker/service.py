@@ -22,7 +22,7 @@ from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
 from broker.engine.budget import reserve_seconds
-from broker.engine.schedule import request_of
+from broker.engine.schedule import placeable, request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
@@ -392,15 +392,10 @@ class BrokerService:
             does not take (a free zone it may not take read as "starts now", tick after tick, for a job waiting
             for a full pool)."""
             request = request_of(job)
-            cap = request.max_price_per_hour
-            blocked = {z for z, until in job.blocked_zones.items() if until > now}  # after a preemption there
             need: dict[str, int] = {}
-            for o in matching_offers(request, offers):
-                if (cap is not None and o.price_per_hour * request.num_nodes > cap) or o.location in blocked:
-                    continue
-                if not job.force_tier or o.tier.value == job.force_tier:
-                    units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes
-                    need[o.location] = min(need.get(o.location, units), units)
+            for o in placeable(job, request, offers, now=now):  # the scheduler's own rules: never drift apart
+                units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes
+                need[o.location] = min(need.get(o.location, units), units)
             return need
 
         # a stop's grace period runs from when the attempt was asked to stop: the job's updated_at moves on with

@@ -75,6 +75,17 @@ def candidates(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     ]
 
 
+def under_cap(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
+    """The offers at or under the job's ``max_price_per_hour``, for all its nodes (every one without a cap)."""
+    cap, n = request.max_price_per_hour, request.num_nodes
+    return [o for o in offers if cap is None or o.price_per_hour * n <= cap]
+
+
+def unblocked(offers: Sequence[Offer], blocked_zones: frozenset[str]) -> list[Offer]:
+    """The offers not in a zone (or pool: an offer's ``location``) blocked for the job after a preemption there."""
+    return [o for o in offers if o.location not in blocked_zones]
+
+
 TIER_ORDER = {Tier.ONPREM: 0, Tier.ONDEMAND: 1, Tier.SPOT: 2}
 """Tie-break among equal effective prices: the more reliable tier first."""
 
@@ -134,17 +145,17 @@ def place(
     matching = candidates(request, offers)
     if not matching:
         return NoFit(f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}")
-    under_cap = [o for o in matching if request.max_price_per_hour is None or o.price_per_hour * n <= request.max_price_per_hour]
-    if not under_cap:
+    priced = under_cap(request, matching)
+    if not priced:
         cheapest = min(matching, key=lambda o: o.price_per_hour)
         return NoFit(
             f"the cheapest match, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h, "
             f"over the job's max_price_per_hour of {fmt(request.max_price_per_hour or 0)}"
         )
-    unblocked = [o for o in under_cap if o.location not in blocked_zones]
-    if not unblocked:
+    allowed = unblocked(priced, blocked_zones)
+    if not allowed:
         return NoFit("every matching zone is blocked for this job after recent preemptions")
-    available = [o for o in unblocked if free_capacity.get(o.location, n) >= n]
+    available = [o for o in allowed if free_capacity.get(o.location, n) >= n]
     if not available:
         return NoFit("every matching pool or zone is full right now")
     if budget_left is not None:
@@ -185,7 +196,7 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
     after = after_run_seconds or {}
     n = request.num_nodes
     cap = request.max_price_per_hour
-    priced = [o for o in offers if cap is None or o.price_per_hour * n <= cap]
+    priced = under_cap(request, offers)
     run = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds) for o in offers}
     total = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds + after.get(o, 0)) for o in offers}
     if not priced or any(total[o] <= budget for o in priced):

@@ -32,7 +32,7 @@ from broker.queue import ordered
 from broker.spec import parse
 from pricing.money import fmt
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, place, start_shortfall
+from pricing.placement import NoFit, place, start_shortfall, unblocked, under_cap
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -87,11 +87,23 @@ def _blocked_note(offers: Sequence[Offer], blocked: frozenset[str], job: Job, sp
             f"{time.strftime('%H:%M:%SZ', time.gmtime(until))}")
 
 
-def _offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
+def offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
+    """The offers the job may take and that match its request (:func:`broker.offers.matching_offers`), on its
+    forced tier after a "switch to on-demand"."""
     mine = matching_offers(request, offers)
     if job.force_tier:
         mine = [o for o in mine if o.tier.value == job.force_tier]
     return mine
+
+
+def placeable(job: Job, request: JobRequest, offers: Sequence[Offer], *, now: float) -> list[Offer]:
+    """The offers :func:`schedule` may place the job on at ``now`` when capacity and budget allow:
+    :func:`offers_for`, then the price cap and the zones blocked for it, with the very functions
+    :func:`pricing.placement.place` rules offers out by (:func:`~pricing.placement.under_cap`,
+    :func:`~pricing.placement.unblocked`, :meth:`Job.blocked_at`). The queue's start estimates
+    (:meth:`broker.service.BrokerService.queue`) follow the capacity of these, so an estimate never counts on an
+    offer the scheduler would not take: a free zone over the job's cap read as "starts now", tick after tick."""
+    return unblocked(under_cap(request, offers_for(job, request, offers)), job.blocked_at(now))
 
 
 def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
@@ -113,8 +125,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     decisions: list[Place | Wait] = []
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
         request = left_to_run(job, request_of(job))
-        mine = _offers_for(job, request, offers)
-        blocked = frozenset(z for z, until in job.blocked_zones.items() if until > now)
+        mine = offers_for(job, request, offers)
+        blocked = job.blocked_at(now)
         policy = policies.get(job.id)
         note = ""
         if policy is not None and not job.force_tier:
@@ -135,7 +147,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                                         after_run_seconds=after), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
         # weighed on every offer the job may take, a pool's busy shapes too: slots come free, a budget does not grow
-        short = start_shortfall(request, _offers_for(job, request, mk.every_offer or mk.offers),
+        short = start_shortfall(request, offers_for(job, request, mk.every_offer or mk.offers),
                                 job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
         if short is not None:
             decisions.append(Wait(job, f"the budget left, {fmt(job.budget - job.spent)}, {short}", budget_spent=True))

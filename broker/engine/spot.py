@@ -58,7 +58,7 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
     total = work_seconds(job)
     if job.deadline is None or total is None:
         return None
-    blocked = {z for z, until in job.blocked_zones.items() if until > now}
+    blocked = job.blocked_at(now)
     by_tier: dict[Tier, list[Offer]] = {}
     for o in offers:
         by_tier.setdefault(o.tier, []).append(o)

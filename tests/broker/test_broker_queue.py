@@ -424,3 +424,47 @@ def test_a_job_whose_price_cap_leaves_it_only_a_full_pool_follows_the_pool_not_a
     # nor is a zone blocked for a job after its preemption there: it waits for the pool, behind `capped`, whose
     # length nobody gave: no estimate, rather than "now"
     assert starts == {"capped": pytest.approx(NOW + 3600), "uncapped": pytest.approx(NOW)}
+
+
+@pytest.mark.parametrize("change, places", [
+    pytest.param({}, True, id="a job the free zone suits is placed on it and told it starts now"),
+    pytest.param({"max_price_per_hour": 300_000}, False, id="a job capped under the zone's price waits for the pool"),
+    pytest.param({"max_price_per_hour": 420_000}, True, id="a job capped at the zone's very price is placed on it"),
+    pytest.param({"max_price_per_hour": 800_000, "nodes": 2}, False,
+                 id="a job of 2 nodes capped under twice the zone's price waits (the cap is for all its nodes)"),
+    pytest.param({"max_price_per_hour": 840_000, "nodes": 2}, True, id="one capped at twice its price is placed"),
+    pytest.param({"blocked_zones": {"sim-a": NOW + 600}}, False,
+                 id="a job the zone is blocked for after a preemption there waits for the pool"),
+    pytest.param({"blocked_zones": {"sim-a": NOW}}, True, id="a job whose zone's cool-down ends now is placed on it"),
+    pytest.param({"force_tier": "ondemand"}, False, id="a job pinned to on-demand takes neither the spot zone nor the pool"),
+])
+def test_the_queue_says_a_job_starts_now_exactly_when_the_scheduler_would_place_it_now(make_settings, tmp_path,
+                                                                                          change, places):
+    """The start estimates (``BrokerService.queue``) and the scheduler (``schedule``) weigh the same offers, price cap
+    and blocked zones (``broker.engine.schedule.placeable``): the queue said "starts now" for a job the scheduler would
+    never place on the free zone, tick after tick, when its own copy of the filter differed from placement's. A pool
+    of 1 slot held for an hour and a spot zone of 4 free nodes at $0.42/h; one queued job, both asked of it."""
+    from broker.engine.schedule import Place, schedule
+    from broker.offers import market
+    from broker.runtime import open_launcher
+    from broker.service import BrokerService
+    from broker.store import Change, open_store
+
+    settings = make_settings(config="pools: [{name: cpu, slots: 1, price_per_slot_hour: '0.20'}]\n"
+                                    "zones: [{name: sim-a, tier: spot, instance_type: g5.xlarge, price_per_hour: '0.42'}]\n")
+    launcher = open_launcher(settings)
+    pool = {"tier": "onprem", "location": "cpu", "zone": "cpu", "instance_type": "cpu-1slot"}
+    holder = replace(job("holder", JobState.RUNNING, hours="1", since=NOW, slots=[0]), placement=pool)
+    nodes = change.pop("nodes", 1)
+    queued = replace(job("queued", JobState.QUEUED, at=1), budget=10_000_000,
+                     spec={"run": "x", "resources": {"cpus": "1+"}, "num_nodes": nodes}, **change)
+    store = open_store(f"sqlite://{tmp_path / 'agree.db'}")
+    try:
+        for j in (holder, queued):
+            store.commit(Change(job=j, expected_version=None))
+        _, starts = BrokerService(settings, store, launcher, clock=lambda: NOW).queue()
+    finally:
+        store.close()
+    (decision,) = schedule([queued], market(settings, [holder, queued], launcher.availability()), now=NOW)
+    assert isinstance(decision, Place) is places, decision
+    assert (starts.get("queued") == pytest.approx(NOW)) is places, (starts, decision)
