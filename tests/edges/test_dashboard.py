@@ -13,6 +13,8 @@ import httpx
 import pytest
 import uvicorn
 
+from broker.lifecycle import AttemptState, JobState
+
 from . import world
 from .conftest import auth, build_app
 
@@ -159,3 +161,36 @@ def test_the_api_docs_render_their_operations_with_no_network(server):
     assert docs == []  # nothing from a CDN or a font host
     # ReDoc's own "API docs by Redocly" footer logo is the one thing it asks elsewhere: an image, left out
     assert [kind for kind, _ in redoc] in ([], ["image"])
+
+
+def test_a_long_queue_and_many_running_jobs_leave_the_rest_of_the_page_in_view(server, store, seeded):
+    """500 queued jobs drew 500 rows, and the most expensive jobs and the preemptions were 25,000 px down the page:
+    the queue shows its first rows and how many more wait, the budget burn its hottest jobs first."""
+    from playwright.sync_api import sync_playwright
+
+    now = seeded.now
+    for i in range(45):
+        world._commit(store, world.job(f"j-q{i:02d}", "team-a", JobState.QUEUED, submitted=now - 200 + i,
+                                       budget=1_000_000, spent=0, attempts=0, reason="waiting: every pool is full"), [])
+    for i in range(30):  # j-r29 has used 87% of its budget, j-r00 none of it
+        job = world.job(f"j-r{i:02d}", "team-b", JobState.RUNNING, submitted=now - 900, budget=1_000_000,
+                        spent=i * 30_000, attempts=1, placement=world.onprem(200_000), updated=now - 60)
+        world._commit(store, job, [world.attempt(job.id, 1, AttemptState.RUNNING, world.onprem(200_000),
+                                                 start=now - 600, seconds=540, cost=i * 30_000, running=True)])
+    body = httpx.get(f"{server}/v1/costs?period=7d", headers=auth(world.ADMIN)).json()
+    assert len(body["queue"]) == 46 and len(body["budget_burn"]) == 31  # the API still gives them all
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.goto(f"{server}/dashboard?token={world.ADMIN}")
+            page.wait_for_selector("#total-spent[data-micros]")
+            queue = page.locator("#queue tbody tr").all_text_contents()
+            burn = page.locator("#burn tbody tr").all_text_contents()
+            top_y = page.locator("#top").bounding_box()["y"]
+        finally:
+            browser.close()
+    assert len(queue) == 21 and "j-a3" in queue[0] and "26 more waiting" in queue[-1]
+    assert len(burn) == 21 and "j-r29" in burn[0] and "87%" in burn[0] and "11 more running" in burn[-1]
+    assert top_y < 2500
+

@@ -5,6 +5,7 @@
 
 const TOKEN_KEY = "spot-broker-token";
 const TIERS = ["onprem", "ondemand", "spot"];
+const ROWS = 20;  // the most rows the budget burn and the queue show
 const SVG = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 
@@ -69,14 +70,18 @@ function row(cells, onClick) {
   return tr;
 }
 
-function fill(tableId, rows, empty) {
+// The first `limit` rows, then one line saying how many more there are (`more(n)`): a queue of 500 jobs drew 500
+// rows and pushed the rest of the page 25,000 px down
+function fill(tableId, rows, empty, limit, more) {
   const tbody = $(tableId).querySelector("tbody");
-  tbody.replaceChildren(...rows);
-  if (!rows.length) {
-    const cols = $(tableId).querySelectorAll("th").length;
-    const tr = el("tr"); tr.appendChild(el("td", empty, { colspan: cols, class: "empty" }));
-    tbody.appendChild(tr);
+  const cols = $(tableId).querySelectorAll("th").length;
+  const note = (text) => { const tr = el("tr"); tr.appendChild(el("td", text, { colspan: cols, class: "empty" })); return tr; };
+  if (limit !== undefined && rows.length > limit) {
+    tbody.replaceChildren(...rows.slice(0, limit), note(more(rows.length - limit)));
+  } else {
+    tbody.replaceChildren(...rows);
   }
+  if (!rows.length) tbody.appendChild(note(empty));
 }
 
 function money(id, m) {
@@ -135,17 +140,18 @@ function render(r) {
   $("teams-section").hidden = r.by_team.length < 2 && r.team !== null;
   fill("teams", r.by_team.map((x) => row([x.team, { text: x.spent.usd, num: 1 }, { text: x.ondemand_equivalent.usd, num: 1 },
     { text: x.saving.usd, num: 1 }])), "No spend in this period.");
-  fill("burn", r.budget_burn.map((b) => {
+  const hottest = [...r.budget_burn].sort((a, b) => (b.percent ?? -1) - (a.percent ?? -1) || (a.id < b.id ? -1 : 1));
+  fill("burn", hottest.map((b) => {
     const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });
     const inner = el("div"); inner.style.width = Math.min(100, b.percent || 0) + "%"; bar.appendChild(inner);
     const td = el("td"); td.appendChild(bar); td.appendChild(el("span", (b.percent ?? 0) + "%"));
     return row([b.name + " (" + b.id + ")", { node: td }, { text: b.spent.usd + " / " + b.budget.usd, num: 1 },
       { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1 }],
       () => showJob(b.id));
-  }), "Nothing running.");
+  }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
   fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, q.name + " (" + q.id + ")",
     q.estimated_start ? utc(q.estimated_start) : "–", q.reason],
-    () => showJob(q.id))), "Nothing waiting.");
+    () => showJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
   fill("top", r.top_jobs.map((j) => row([j.name + " (" + j.id + ")", j.team, j.state, { text: j.spent.usd, num: 1 },
     { text: j.saving.usd, num: 1 }], () => showJob(j.id))), "No spend in this period.");
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
