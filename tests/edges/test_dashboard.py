@@ -194,3 +194,61 @@ def test_a_long_queue_and_many_running_jobs_leave_the_rest_of_the_page_in_view(s
     assert len(burn) == 21 and "j-r29" in burn[0] and "87%" in burn[0] and "11 more running" in burn[-1]
     assert top_y < 2500
 
+
+def test_the_chart_dates_every_period_and_writes_money_as_the_broker_does(server, store, seeded):
+    """At 90 days the chart had no date under any bar; its scale rounded $0.0046 up to "$0.01" (the broker writes
+    hundredths of a cent under a dollar) and an empty chart read "$0.01"; a team that paid more than on-demand
+    was told it spent "-11% less", on a green card."""
+    from playwright.sync_api import sync_playwright
+
+    from pricing.money import fmt
+
+    now = seeded.now
+    # team B: an on-prem job at $0.20/h whose on-demand quote is $0.10/h (20 h, ten days ago), and a short one today
+    dear = world.job("j-b3", "team-b", JobState.SUCCEEDED, submitted=now - 10 * 86_400, budget=9_000_000,
+                     spent=4_000_000, attempts=1, quote_od=100_000, updated=now - 9 * 86_400)
+    world._commit(store, dear, [world.attempt("j-b3", 1, AttemptState.SUCCEEDED, world.onprem(200_000),
+                                              start=now - 10 * 86_400, seconds=20 * 3600, cost=4_000_000)])
+    short = world.job("j-b4", "team-b", JobState.SUCCEEDED, submitted=now - 7200, budget=1_000_000,
+                      spent=4_567, attempts=1, updated=now - 3600)
+    world._commit(store, short, [world.attempt("j-b4", 1, AttemptState.SUCCEEDED, world.onprem(200_000),
+                                               start=now - 7200, seconds=82, cost=4_567)])
+    seen = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{server}/dashboard?token={world.ADMIN}")
+            page.wait_for_selector("#total-spent[data-micros]")
+            for team, period in (("", "30d"), ("", "90d"), ("team-b", "24h"), ("team-b", "90d"), ("default", "7d")):
+                body = _choose(page, team, period)
+                seen[(team, period)] = (body, page.locator("#chart text").all_text_contents(),
+                                        page.text_content("#total-saving-pct"),
+                                        page.eval_on_selector("#total-saving", "e => e.parentElement.className"))
+        finally:
+            browser.close()
+    for (team, period), (body, labels, saving_text, saving_class) in seen.items():
+        dates = [t for t in labels if not t.startswith("$")]
+        assert len(dates) >= 2, (team, period, labels)
+        assert labels[-1] == fmt(max(d["total"]["micros"] for d in body["by_day"])), (team, period, labels)
+    assert seen[("default", "7d")][1][-1] == "$0.00"
+    assert seen[("team-b", "24h")][1][-1].startswith("$0.00")  # $0.0046, or its part of one day
+    body, _, saving_text, saving_class = seen[("team-b", "90d")]
+    assert body["totals"]["saving_percent"] < 0
+    assert saving_text == f"{-body['totals']['saving_percent']}% more than all on-demand"
+    assert "good" not in saving_class
+
+
+def _choose(page, team: str, period: str) -> dict:
+    """Pick a team and a period on the page, one after the other, and return the report it then shows."""
+    from playwright.sync_api import expect
+
+    body = None
+    for select, value in (("#team", team), ("#period", period)):
+        if page.input_value(select) != value:
+            with page.expect_response(lambda r: "/v1/costs?" in r.url) as answer:
+                page.select_option(select, value)
+            body = answer.value.json()
+            expect(page.locator("#window")).to_contain_text(body["window"]["since"])
+    assert body is not None and (body["team"] or "", body["window"]["period"]) == (team, period)
+    return body

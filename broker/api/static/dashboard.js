@@ -29,12 +29,17 @@ async function api(path) {
   return body;
 }
 
-// micro-dollars → "$1,234.57" (rounded up to the cent, as the broker does)
+// micro-dollars → "$1,234.57", as the broker writes money (pricing/money.py fmt): rounded up (away from zero) to
+// the cent, and under a dollar to a hundredth of a cent when that is not a whole cent ("$0.0046", not "$0.01")
 function usd(micros) {
-  const cents = -Math.floor(-micros / 10000);
-  const sign = cents < 0 ? "-" : "";
-  const abs = Math.abs(cents);
-  return sign + "$" + Math.floor(abs / 100).toLocaleString("en-US") + "." + String(abs % 100).padStart(2, "0");
+  const sign = micros < 0 ? "-" : "";
+  const abs = Math.abs(micros);
+  if (abs < 1000000 && abs % 10000) {
+    const tenThousandths = Math.ceil(abs / 100);
+    if (tenThousandths % 100) return sign + "$0." + String(tenThousandths).padStart(4, "0");
+  }
+  const cents = Math.ceil(abs / 10000);
+  return sign + "$" + Math.floor(cents / 100).toLocaleString("en-US") + "." + String(cents % 100).padStart(2, "0");
 }
 
 function duration(seconds) {
@@ -128,7 +133,10 @@ function render(r) {
   money("total-spent", t.spent);
   money("total-ondemand", t.ondemand_equivalent);
   money("total-saving", t.saving);
-  $("total-saving-pct").textContent = t.saving_percent === null ? "" : t.saving_percent + "% less than all on-demand";
+  const pct = t.saving_percent;
+  $("total-saving-pct").textContent = pct === null ? "" : pct < 0 ? -pct + "% more than all on-demand"
+    : pct + "% less than all on-demand";
+  $("total-saving").parentElement.classList.toggle("good", t.saving.micros >= 0);
   $("preempt-count").textContent = r.preemptions.count;
   $("preempt-lost").textContent = duration(r.preemptions.recovery_seconds) + " lost waiting to resume";
   $("tiers").replaceChildren(...TIERS.map((k) => {
@@ -163,7 +171,9 @@ function render(r) {
 function drawDays(days) {
   const W = 800, H = 200, pad = 30;
   const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "spend by day and tier" });
-  const max = Math.max(1, ...days.map((d) => d.total.micros));
+  const highest = Math.max(0, ...days.map((d) => d.total.micros));
+  const max = Math.max(1, highest);
+  const every = Math.ceil(days.length / 10);  // about ten dates, whatever the period
   const bw = (W - pad) / Math.max(1, days.length);
   days.forEach((d, i) => {
     let y = H - 20;
@@ -176,13 +186,13 @@ function drawDays(days) {
         y -= h;
       }
     }
-    if (days.length <= 31 && (days.length <= 10 || i % 5 === 0)) {
+    if (i % every === 0) {
       const label = svg("text", { x: pad + i * bw + bw / 2, y: H - 5, "text-anchor": "middle" });
       label.textContent = d.date.slice(5);
       box.appendChild(label);
     }
   });
-  const top = svg("text", { x: 0, y: 15 }); top.textContent = usd(max); box.appendChild(top);
+  const top = svg("text", { x: 0, y: 15 }); top.textContent = usd(highest); box.appendChild(top);
   $("chart").replaceChildren(box);
 }
 
