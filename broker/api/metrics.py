@@ -5,8 +5,8 @@ recovery and queue-wait distributions) are read from the store at scrape
 time by :class:`StoreCollector`, so several broker processes sharing a store
 all report the same totals and nothing is lost on restart. API latency is a
 live histogram fed by :func:`install_latency_middleware`. Labels stay
-low-cardinality: team, state, tier, zone, method, route template, status
-class — never a job id.
+low-cardinality: team, state, tier, zone, method (or ``other``), route template,
+status class — never a job id.
 
 Money is exact in ``/v1/costs`` (micro-dollars); here it is dollars as
 Prometheus floats, which is what dashboards add and rate over.
@@ -35,6 +35,8 @@ from broker.store import StoreUnavailable
 RECOVERY_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
 WAIT_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# uvicorn's h11 parser takes any token as a method: each made-up one would be a label value kept for good
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def registry_of(app) -> CollectorRegistry:
@@ -189,7 +191,8 @@ def install_latency_middleware(app) -> None:
     """Time every request into ``broker_http_request_duration_seconds{method,route,status}``.
 
     ``route`` is the route template (``/v1/jobs/{job_id}``), or ``other`` for
-    paths no route matched, so a scan of random URLs cannot grow the label set.
+    paths no route matched, and ``method`` one of :data:`METHODS` or ``other``,
+    so a scan of random URLs or methods cannot grow the label set.
     Idempotent per app.
     """
     if getattr(app.state, "latency_middleware", False):
@@ -209,7 +212,8 @@ def install_latency_middleware(app) -> None:
         finally:
             route = request.scope.get("route")
             template = getattr(route, "path", None) or "other"
-            hist.labels(request.method, template, status).observe(time.perf_counter() - started)
+            method = request.method if request.method in METHODS else "other"
+            hist.labels(method, template, status).observe(time.perf_counter() - started)
 
 
 def router(service, settings: Settings, *, app=None) -> APIRouter:
