@@ -39,6 +39,10 @@ from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
 TIERS = ("onprem", "ondemand", "spot")
 PERIODS = {"24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}
 DAY = 86_400
+# the report counts whole UTC days: a window starts no earlier than the first date there is, and ends a day before
+# the last (past either, a day is out of datetime's range: a 500)
+FIRST = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()
+LAST = datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp()
 PREEMPTED_STATES = ("preempted", "lost")
 RUNNING_STATES = (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING)
 TOP_JOBS = 10
@@ -75,6 +79,11 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
         if period not in PERIODS:
             raise CostQueryError("period", f"must be one of {', '.join(PERIODS)}")
         start, label = end - PERIODS[period], period
+    if start < FIRST:
+        raise CostQueryError("since" if since else "until",
+                             "is out of range: the window must start on 0001-01-01 in UTC or later")
+    if end > LAST:
+        raise CostQueryError("until" if until else "since", "is out of range: the window must end by 9999-12-31 in UTC")
     if start >= end:
         raise CostQueryError("since", "must be before until")
     if end - start > 400 * DAY:

@@ -120,6 +120,20 @@ def test_a_window_before_the_work_shows_nothing(client, seeded):
     assert bad.status_code == 422 and bad.json()["field"] == "period"
 
 
+@pytest.mark.parametrize("params, field", [
+    ({"since": "9999-12-31", "until": "9999-12-31T12:00Z"}, "until"),
+    ({"since": "9999-12-31T00:00Z", "until": "9999-12-31T23:00-14:00"}, "until"),
+    ({"since": "0001-01-01T00:00+14:00", "until": "0001-01-02"}, "since"),
+], ids=["a window on the last day a date can have", "an until past the last date there is",
+        "a since before the first date there is"])
+def test_a_window_at_the_ends_of_the_calendar_is_a_422_naming_its_bound(client, params, field):
+    """Such a window was a 500 (OverflowError: the report's days ran past year 9999, or a time with its offset
+    fell before year 1) with a traceback in the log."""
+    r = client.get("/v1/costs", params=params, headers=auth(world.ADMIN))
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+    assert "out of range" in r.json()["detail"]
+
+
 @pytest.mark.parametrize("field", ["since", "until"])
 def test_a_window_bound_at_a_time_without_its_timezone_is_refused_as_a_deadline_is(client, field):
     """`since=2026-11-30T10:00` was read as UTC (hours off for most people) while a deadline so written is refused:
