@@ -252,3 +252,73 @@ def _choose(page, team: str, period: str) -> dict:
             expect(page.locator("#window")).to_contain_text(body["window"]["since"])
     assert body is not None and (body["team"] or "", body["window"]["period"]) == (team, period)
     return body
+
+
+def test_a_broker_that_cannot_answer_the_costs_says_so_on_the_page(tmp_path):
+    """With its Redis down the broker answers /v1/costs with a 503 saying why; the page opened on it drew nothing at
+    all (the message went into the hidden main section), not even the header's reason. It says why now, and the
+    costs once the store is back."""
+    import shutil
+    import subprocess
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from broker.store.redis import RedisStore
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    rport, port = free_port(), free_port()
+    redis_cmd = [shutil.which("redis-server"), "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", str(tmp_path)]
+
+    def start_redis() -> subprocess.Popen:
+        proc = subprocess.Popen(redis_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", rport), timeout=0.2).close()
+                return proc
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+
+    redis = start_redis()
+    store = RedisStore(f"redis://127.0.0.1:{rport}/0", prefix="dash")
+    world.seed(store)
+    app = build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="on"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not srv.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        server = f"http://127.0.0.1:{port}"
+        redis.terminate()
+        redis.wait(10)
+        down = httpx.get(f"{server}/v1/costs", headers=auth(world.ADMIN))
+        assert down.status_code == 503
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(f"{server}/dashboard?token={world.ADMIN}")
+                expect(page.locator("#error")).to_be_visible()
+                expect(page.locator("#error")).to_have_text(down.json()["detail"])
+                redis = start_redis()
+                world.seed(store)
+                page.select_option("#period", "30d")
+                expect(page.locator("#error")).to_be_hidden()
+                page.wait_for_selector("#total-spent[data-micros]")
+            finally:
+                browser.close()
+    finally:
+        srv.should_exit = True
+        thread.join(5)
+        store.close()
+        redis.terminate()
+        redis.wait(10)

@@ -22,10 +22,16 @@ function takeTokenFromUrl() {
 }
 
 async function api(path) {
-  const resp = await fetch(path, { headers: { Authorization: "Bearer " + token() } });
+  let resp;
+  try {
+    resp = await fetch(path, { headers: { Authorization: "Bearer " + token() } });
+  } catch (err) {
+    throw new Error("The broker did not answer (" + err.message + ").");
+  }
   if (resp.status === 401) { showLogin("That token was not accepted."); throw new Error("unauthorized"); }
-  const body = await resp.json();
-  if (!resp.ok) throw new Error(body.detail || ("HTTP " + resp.status));
+  // a proxy in front of the broker may answer an error with an HTML page
+  const body = await resp.json().catch(() => null);
+  if (!resp.ok || body === null) throw new Error((body && body.detail) || ("The broker answered HTTP " + resp.status + "."));
   return body;
 }
 
