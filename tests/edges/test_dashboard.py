@@ -322,3 +322,33 @@ def test_a_broker_that_cannot_answer_the_costs_says_so_on_the_page(tmp_path):
         store.close()
         redis.terminate()
         redis.wait(10)
+
+
+def test_an_answer_that_comes_late_does_not_replace_the_one_for_the_latest_choice(server):
+    """Team B, then 30 days, picked quickly: the answer for team B over 7 days came after the one for 30 days and
+    was drawn over it, so the page showed 7 days' spend under "30 days"."""
+    from playwright.sync_api import expect, sync_playwright
+
+    held = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{server}/dashboard?token={world.ADMIN}")
+            page.wait_for_selector("#total-spent[data-micros]")
+            # the network holds the first answer back, as a slow one is; the broker answers every request itself
+            page.route("**/v1/costs?**", lambda route: held.append(route) if not held else route.continue_())
+            page.select_option("#team", "team-b")
+            with page.expect_response(lambda r: "period=30d" in r.url) as latest:
+                page.select_option("#period", "30d")
+            since = latest.value.json()["window"]["since"]
+            expect(page.locator("#window")).to_contain_text(since)
+            assert held and "period=7d" in held[0].request.url
+            with page.expect_response(lambda r: "period=7d" in r.url):
+                held[0].continue_()
+            page.wait_for_load_state("networkidle")
+            page.wait_for_timeout(300)
+            window = page.text_content("#window")
+        finally:
+            browser.close()
+    assert since in window and "team-b" in window

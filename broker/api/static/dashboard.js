@@ -117,16 +117,22 @@ function setTeams(body) {
   sel.disabled = !admin;
 }
 
+// Each load and each job shown counts its request: an answer that comes after a later request's is dropped, or it
+// would draw the team or period picked before over the one picked last
+let loads = 0, jobs = 0;
+
 async function load() {
+  const mine = ++loads;
   const params = new URLSearchParams({ period: $("period").value });
   if ($("team").value) params.set("team", $("team").value);
   let body;
   try {
     body = await api("/v1/costs?" + params);
   } catch (err) {
-    if (err.message !== "unauthorized") { $("error").hidden = false; $("error").textContent = err.message; }
+    if (mine === loads && err.message !== "unauthorized") { $("error").hidden = false; $("error").textContent = err.message; }
     return;
   }
+  if (mine !== loads) return;
   $("error").hidden = true;
   $("login").hidden = true;
   $("main").hidden = false;
@@ -203,8 +209,10 @@ function drawDays(days) {
 }
 
 async function showJob(id) {
+  const mine = ++jobs;
   let j;
   try { j = await api("/v1/costs/jobs/" + encodeURIComponent(id)); } catch (err) { return; }
+  if (mine !== jobs) return;
   $("job").hidden = false;
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
   $("job-summary").textContent = `${j.job.state} · spent ${j.spent.usd} of ${j.job.budget.usd} · ` +
@@ -241,7 +249,7 @@ document.addEventListener("DOMContentLoaded", () => {
     load();
   });
   $("logout").addEventListener("click", () => { localStorage.removeItem(TOKEN_KEY); showLogin(""); });
-  $("team").addEventListener("change", () => { $("job").hidden = true; load(); });
+  $("team").addEventListener("change", () => { jobs++; $("job").hidden = true; load(); });
   $("period").addEventListener("change", load);
   if (token()) load(); else showLogin("");
 });
