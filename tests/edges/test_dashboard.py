@@ -352,3 +352,39 @@ def test_an_answer_that_comes_late_does_not_replace_the_one_for_the_latest_choic
         finally:
             browser.close()
     assert since in window and "team-b" in window
+
+
+def test_the_page_follows_new_spend_without_a_reload_while_it_is_in_view(server, store, seeded):
+    """A running job's cost grows and new jobs spend: the page asked once, at load, and showed that moment's
+    figures until someone reloaded it. It asks again every 30 s (the open job too, without scrolling to it)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from . import world as w
+
+    before = httpx.get(f"{server}/v1/costs?period=7d", headers=auth(world.ADMIN)).json()["totals"]["spent"]["micros"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.clock.install()
+            page.goto(f"{server}/dashboard?token={world.ADMIN}")
+            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before))
+            expect(page.locator("#updated")).to_contain_text("refreshes every 30 s")
+            page.click("#top tbody tr:first-child")
+            page.wait_for_selector("#attempts tbody tr")
+            shown = page.text_content("#job-title")
+            page.evaluate("window.scrollTo(0, 0)")
+
+            now = time.time()
+            late = w.job("j-b9", "team-b", JobState.SUCCEEDED, submitted=now - 7200, budget=9_000_000,
+                         spent=1_234_567, attempts=1, reason="succeeded", updated=now - 60)
+            w._commit(store, late, [w.attempt("j-b9", 1, AttemptState.SUCCEEDED, w.onprem(200_000), start=now - 7200,
+                                              seconds=3600, cost=1_234_567)])
+            page.clock.run_for(25_000)  # not yet
+            page.wait_for_timeout(300)
+            assert page.get_attribute("#total-spent", "data-micros") == str(before)
+            page.clock.run_for(6_000)
+            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before + 1_234_567))
+            assert page.text_content("#job-title") == shown and page.evaluate("window.scrollY") == 0
+        finally:
+            browser.close()

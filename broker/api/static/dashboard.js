@@ -6,6 +6,7 @@
 const TOKEN_KEY = "spot-broker-token";
 const TIERS = ["onprem", "ondemand", "spot"];
 const ROWS = 20;  // the most rows the budget burn and the queue show
+const REFRESH_MS = 30000;  // a running job's cost grows: the page asks again this often while it is in view
 const SVG = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 
@@ -120,6 +121,7 @@ function setTeams(body) {
 // Each load and each job shown counts its request: an answer that comes after a later request's is dropped, or it
 // would draw the team or period picked before over the one picked last
 let loads = 0, jobs = 0;
+let shown = null;  // the job whose attempts are open, refreshed with the page
 
 async function load() {
   const mine = ++loads;
@@ -138,6 +140,16 @@ async function load() {
   $("main").hidden = false;
   setTeams(body);
   render(body);
+  $("updated").textContent = "Updated " + new Date().toTimeString().slice(0, 8) + " · refreshes every " +
+    REFRESH_MS / 1000 + " s";
+}
+
+// Ask again while the page is in view (a hidden tab asks nothing, and asks at once when it is shown again): the
+// figures of running jobs, the queue and the open job follow without a reload. Never over a login prompt.
+function refresh() {
+  if (document.visibilityState !== "visible" || !token() || $("main").hidden) return;
+  load();
+  if (shown !== null && !$("job").hidden) showJob(shown, false);
 }
 
 function render(r) {
@@ -208,8 +220,9 @@ function drawDays(days) {
   $("chart").replaceChildren(box);
 }
 
-async function showJob(id) {
+async function showJob(id, scroll = true) {
   const mine = ++jobs;
+  shown = id;
   let j;
   try { j = await api("/v1/costs/jobs/" + encodeURIComponent(id)); } catch (err) { return; }
   if (mine !== jobs) return;
@@ -222,7 +235,7 @@ async function showJob(id) {
     a.state + (a.reason ? " — " + a.reason : ""), { text: (a.seconds / 3600).toFixed(2), num: 1 },
     { text: a.cost.usd, num: 1 }, { text: a.ondemand_equivalent.usd, num: 1 }])), "No attempts yet.");
   drawLoss(j.metrics);
-  $("job").scrollIntoView({ behavior: "instant", block: "start" });
+  if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
 }
 
 function drawLoss(points) {
@@ -252,4 +265,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("team").addEventListener("change", () => { jobs++; $("job").hidden = true; load(); });
   $("period").addEventListener("change", load);
   if (token()) load(); else showLogin("");
+  setInterval(refresh, REFRESH_MS);
+  document.addEventListener("visibilitychange", refresh);
 });
