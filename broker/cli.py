@@ -918,8 +918,9 @@ def cmd_costs(args) -> int:
 
 
 def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:
-    pct = f" ({percent}%)" if percent is not None else ""
-    return f"  spent {spent['usd']}; the same work on on-demand: {equivalent['usd']}; saved {saving['usd']}{pct}"
+    from broker.views import saving_words
+
+    return f"  spent {spent['usd']}; the same work on on-demand: {equivalent['usd']}; {saving_words(saving, percent)}"
 
 
 COMMANDS = {

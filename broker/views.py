@@ -25,6 +25,16 @@ def money(micros: int | None) -> dict[str, Any] | None:
     return {"micros": micros, "usd": fmt(micros)}
 
 
+def saving_words(saving: dict[str, Any], percent: int | None, versus: str = "") -> str:
+    """A saving against on-demand (a :func:`money` dict) in words: ``saved $15.00 (75%) against <versus>``, or, when
+    the work cost more than on-demand would have, ``paid $0.10 (10%) more than <versus>`` — never "saved -$0.10"."""
+    if saving["micros"] < 0:
+        pct = f" ({-percent}%)" if percent is not None else ""
+        return f"paid {fmt(-saving['micros'])}{pct} more" + (f" than {versus}" if versus else "")
+    pct = f" ({percent}%)" if percent is not None else ""
+    return f"saved {saving['usd']}{pct}" + (f" against {versus}" if versus else "")
+
+
 def limit(micros: int | None) -> dict[str, Any] | None:
     """A limit the user set (a budget) on the wire: shown exactly, never rounded up past what it allows."""
     if micros is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import iso
+from broker.views import iso, saving_words
 from pricing.money import fmt, fmt_limit
 
 ACTIONS = {
@@ -131,13 +131,12 @@ def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty
 def costs_reply(report: dict, dashboard_url: str) -> Reply:
     t = report["totals"]
     who = report["team"] or "all teams"
-    pct = f" ({t['saving_percent']}%)" if t["saving_percent"] is not None else ""
+    saved = saving_words(t["saving"], t["saving_percent"], f"running the same work on on-demand ({t['ondemand_equivalent']['usd']})")
     tiers = " · ".join(f"{k} {v['usd']}" for k, v in t["by_tier"].items())
     pre = report["preemptions"]
     blocks = [
         section(f"*Spend for {who}, last {report['window']['period']}*: {t['spent']['usd']}\n"
-                f"Saved {t['saving']['usd']}{pct} against running the same work on on-demand "
-                f"({t['ondemand_equivalent']['usd']})."),
+                f"{saved[0].upper()}{saved[1:]}."),
         context(tiers),
     ]
     if report["top_jobs"]:
@@ -145,7 +144,7 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
             f"`{j['id']}` {j['name']} — {j['spent']['usd']}" for j in report["top_jobs"][:5])))
     blocks.append(context(f"{pre['count']} preemption(s), {pre['recovery_seconds'] // 60} min to recover · "
                           f"<{dashboard_url}|Open the dashboard>"))
-    return Reply(f"Spend for {who}: {t['spent']['usd']}, saved {t['saving']['usd']}", blocks)
+    return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], None)}", blocks)
 
 
 def logs_reply(job_id: str, data: dict, limit: int = 2800) -> Reply:

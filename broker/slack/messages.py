@@ -31,6 +31,7 @@ from decimal import Decimal
 from broker import costs
 from broker.models import Attempt, Event, Job
 from broker.slack.blocks import Reply, actions, button, context, section, where
+from broker.views import saving_words
 from pricing.money import Micros, fmt, fmt_limit
 
 INTERRUPTIONS = {"preempted": "was preempted", "node_lost": "lost its node"}
@@ -166,9 +167,9 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         return _msg(f":x: {head} failed: {text}", actions([resume, ondemand, raise_btn]), foot)
     if name == "succeed":
         c = costs.job_costs(job, attempts)
-        pct = f" ({c['saving_percent']}%)" if c["saving_percent"] is not None else ""
-        return _msg(f":white_check_mark: {head} finished. Cost {c['spent']['usd']}; saved {c['saving']['usd']}{pct} "
-                    f"against on-demand ({c['ondemand_equivalent']['usd']}) over {len(attempts)} attempt(s).", foot)
+        saved = saving_words(c["saving"], c["saving_percent"], f"on-demand ({c['ondemand_equivalent']['usd']})")
+        return _msg(f":white_check_mark: {head} finished. Cost {c['spent']['usd']}; {saved} over {len(attempts)} attempt(s).",
+                    foot)
     if name in ("cancel", "ended") and event.to_state == "cancelled":
         by = f" by {event.actor}" if event.event == "cancel" else ""
         return _msg(f":no_entry_sign: {head} was cancelled{by}.", foot)

@@ -217,3 +217,20 @@ def test_the_admin_can_filter_on_the_default_team_its_own_jobs_go_to(client):
     assert everyone["teams"] == ["default", "team-a", "team-b"]  # what the dashboard's team filter offers
     mine = client.get("/v1/costs?team=default", headers=auth(world.ADMIN)).json()
     assert [q["id"] for q in mine["queue"]] == [job["id"]]
+
+
+@pytest.mark.parametrize("micros, percent, versus, words", [
+    (15_000_000, 75, "on-demand ($20.00)", "saved $15.00 (75%) against on-demand ($20.00)"),
+    (0, 0, "", "saved $0.00 (0%)"),
+    (-100_000, -10, "on-demand ($1.00)", "paid $0.10 (10%) more than on-demand ($1.00)"),
+    (-4_600, None, "", "paid $0.0046 more"),
+], ids=["a saving reads as saved, with its share", "nothing saved still reads as saved",
+        "work that cost more than on-demand reads as paid more, not 'saved -$0.10 (-10%)'",
+        "no share when there is no on-demand figure"])
+def test_a_saving_is_said_in_words_the_cli_and_slack_share(micros, percent, versus, words):
+    from broker.cli import _saving_line
+    from broker.views import money, saving_words
+
+    assert saving_words(money(micros), percent, versus) == words
+    line = _saving_line(money(1_100_000), money(1_000_000), money(micros), percent)
+    assert line.endswith(saving_words(money(micros), percent)) and "-$" not in line and "(-" not in line
