@@ -149,6 +149,7 @@ class Checkpointer:
         self._policy = SavePolicy(every_steps, every_seconds)
         self._retention = RetentionPolicy(keep_last, keep_every)
         self._abandoned: frozenset[CheckpointId] = frozenset()  # set by restore: see _own_newer and retention
+        self._damaged: frozenset[CheckpointId] = frozenset()  # set by restore: committed, then lost or changed
         self._clock = clock
         self._resume_from = env.get("BROKER_RESUME_FROM") or None
         self._job = {k: env[v] for k, v in (("id", "BROKER_JOB_ID"), ("attempt", "BROKER_ATTEMPT")) if env.get(v)}
@@ -292,7 +293,10 @@ class Checkpointer:
                  self.last_stats.throughput_mib_s)
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
         try:
-            commit.apply_retention(self._storage, self._retention, self._abandoned, fence)
+            deleted = commit.apply_retention(self._storage, self._retention, self._abandoned, fence, self._damaged)
+            for e in deleted:
+                if e.id in self._damaged:
+                    log.warning("deleted damaged checkpoint %s (restore skipped it)", self._storage.uri(e.name))
         except SupersededError as e:  # committed just before the newer attempt claimed the base
             log.error("retention after %s skipped: %s", uri, e)
         except OSError as e:  # the new checkpoint is safe; old ones are cleaned next time
@@ -374,12 +378,18 @@ class Checkpointer:
             storage = self._storage
             entries = layout.scan(storage.list())
             candidates = layout.committed_newest_first(entries)
-        found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle))
+        damaged: set[CheckpointId] = set()
+        found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle), damaged)
+        if storage is self._storage:
+            # Commits newer than the one restored (all of them if none was) are not retention's to count: a rollback's,
+            # or ones this version cannot read — left alone — or damaged ones, which retention deletes. Counted, they
+            # were the "newest" and each new checkpoint of this run was deleted right after its commit.
+            passed = {e.id for e in entries if e.committed and (found is None or e.id > found[0].id)}
+            self._damaged = frozenset(damaged)
+            self._abandoned = frozenset(passed - damaged)
         if found is None:
             return default
         loaded, state = found
-        if storage is self._storage:  # newer commits passed over (a rollback, or corrupt ones) are not retention's to count
-            self._abandoned = frozenset(e.id for e in entries if e.committed and e.id > loaded.id)
         if any(e.id == loaded.id for e in own_newer):
             log.warning("restoring %s: this job committed it after %s, the checkpoint the broker named "
                         "(the broker had not heard of it)", loaded.uri, self._resume_from)

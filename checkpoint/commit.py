@@ -87,12 +87,13 @@ def claim(storage: Storage, fence: Fence) -> None:
 
 
 def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
-                    abandoned: frozenset[layout.CheckpointId] = frozenset(), fence: Fence | None = None) -> list[Entry]:
+                    abandoned: frozenset[layout.CheckpointId] = frozenset(), fence: Fence | None = None,
+                    damaged: frozenset[layout.CheckpointId] = frozenset()) -> list[Entry]:
     """List, decide (pure), delete. Returns what was deleted. A writer superseded by a newer attempt
-    (``fence``) deletes nothing: SupersededError."""
+    (``fence``) deletes nothing, damaged checkpoints included: SupersededError."""
     paths = storage.list()
     if fence is not None:
         check_fence(storage, fence, paths)
-    doomed = retention.to_delete(layout.scan(paths), policy, abandoned)
+    doomed = retention.to_delete(layout.scan(paths), policy, abandoned, damaged)
     delete_entries(storage, doomed)
     return doomed

@@ -17,7 +17,16 @@ class UnsafeCheckpointError(CheckpointError):
 
 
 class CorruptCheckpoint(Exception):
-    """One checkpoint failed verification; restore skips it and tries the previous one."""
+    """One checkpoint failed verification; restore skips it and tries the previous one.
+
+    ``damaged``: its bytes are not what was committed (a file missing, cut short or changed, a manifest
+    that no longer matches its commit marker), so retention may delete it. Not damaged: not committed (a
+    save that may still be in flight), or committed whole but not readable here (a newer format): left alone.
+    """
+
+    def __init__(self, reason: str, *, damaged: bool = False):
+        super().__init__(reason)
+        self.damaged = damaged
 
 
 class CheckpointWarning(UserWarning):

@@ -46,12 +46,14 @@ def load_verified(storage: Storage, cid: CheckpointId, concurrency: int = 4) -> 
     marker = _read_or_none(storage, layout.path(cid, layout.COMMIT))
     if marker is None:
         raise CorruptCheckpoint("not committed (no commit marker)")
+    # from here on it was committed, and the commit marker is written after everything else: what is missing
+    # or differs was lost or changed afterwards (damaged), never a save still in flight
     manifest_bytes = _read_or_none(storage, layout.path(cid, layout.MANIFEST))
     if manifest_bytes is None:
-        raise CorruptCheckpoint("manifest.json is missing")
+        raise CorruptCheckpoint("manifest.json is missing", damaged=True)
     problem = check_marker(marker, manifest_bytes)
     if problem:
-        raise CorruptCheckpoint(problem)
+        raise CorruptCheckpoint(problem, damaged=True)
     try:
         manifest = Manifest.from_json(manifest_bytes)
     except ValueError as e:
@@ -64,7 +66,7 @@ def load_verified(storage: Storage, cid: CheckpointId, concurrency: int = 4) -> 
     observed = {n: (describe(d) if d is not None else None) for n, d in contents.items()}
     problems = check_files(manifest, observed)
     if problems:
-        raise CorruptCheckpoint("; ".join(problems))
+        raise CorruptCheckpoint("; ".join(problems), damaged=True)
     return Loaded(cid, storage.uri(cid.name), manifest, {n: d for n, d in contents.items() if d is not None})
 
 
@@ -72,8 +74,10 @@ def first_verified(
     storage: Storage,
     candidates: Iterable[Entry],
     decode: Callable[[Loaded], T],
+    damaged: set[CheckpointId] | None = None,
 ) -> tuple[Loaded, T] | None:
-    """The newest candidate that verifies and decodes; skipped ones are warned about."""
+    """The newest candidate that verifies and decodes; skipped ones are warned about, and those whose
+    bytes are damaged (:class:`CorruptCheckpoint`'s ``damaged``) are added to ``damaged``."""
     for entry in candidates:
         uri = storage.uri(entry.name)
         try:
@@ -81,6 +85,8 @@ def first_verified(
             return loaded, decode(loaded)
         except CorruptCheckpoint as e:
             reason = str(e)
+            if e.damaged and damaged is not None:
+                damaged.add(entry.id)
         except (ValueError, KeyError) as e:  # verified bytes that still do not decode
             reason = f"does not decode: {e}"
         message = f"skipping checkpoint {uri}: {reason}"

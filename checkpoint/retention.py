@@ -8,7 +8,13 @@ before anything older goes):
   ``keep_every`` steps (``[0, K)``, ``[K, 2K)``, …) — works for irregular, time-based saves;
 * an uncommitted directory older than the newest commit is debris of a save that died:
   delete it. Newer uncommitted ones are left alone (nothing is writing them but a
-  concurrent writer we would not want to race).
+  concurrent writer we would not want to race);
+* a committed checkpoint that restore found damaged (a file missing, cut short or changed
+  after its commit) is deleted too, and never counted among the kept: counted, it took the
+  place of a good one, and when restore found nothing else the fresh run's own new
+  checkpoints were "older" and deleted right after their commits. Only restore's verdict
+  makes one damaged — a listing cannot tell — so a damaged one restore never read (older
+  than the checkpoint it restored) is still counted.
 """
 
 from __future__ import annotations
@@ -31,14 +37,20 @@ class RetentionPolicy:
 
 
 def to_delete(entries: list[Entry], policy: RetentionPolicy,
-              abandoned: frozenset[CheckpointId] = frozenset()) -> list[Entry]:
+              abandoned: frozenset[CheckpointId] = frozenset(),
+              damaged: frozenset[CheckpointId] = frozenset()) -> list[Entry]:
     """Entries to delete, oldest first.
 
     ``abandoned``: committed checkpoints beyond the one a run was rolled back to (restored from an older
-    step on purpose). They are neither counted among the newest nor deleted: counted, ``keep_last`` of
-    them would make every checkpoint of the rolled-back run "old" and delete it right after its commit.
+    step on purpose), or that this version cannot read (a newer format). They are neither counted among the
+    newest nor deleted: counted, ``keep_last`` of them would make every checkpoint of the rolled-back run "old"
+    and delete it right after its commit.
+
+    ``damaged``: committed checkpoints whose files restore found lost or changed. Not counted, and deleted
+    (once a good one is committed: nothing is deleted before that).
     """
-    committed = sorted((e for e in entries if e.committed and e.id not in abandoned), key=lambda e: e.id)
+    committed = sorted((e for e in entries if e.committed and e.id not in abandoned and e.id not in damaged),
+                       key=lambda e: e.id)
     if not committed:
         return []
     keep = {e.id for e in committed[-policy.keep_last:]}

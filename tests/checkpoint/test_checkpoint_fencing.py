@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from checkpoint import Checkpointer, CheckpointError, layout
+from checkpoint import Checkpointer, CheckpointError, commit, layout
+from checkpoint.errors import SupersededError
+from checkpoint.retention import RetentionPolicy
 from checkpoint.storage import open_storage
 
 
@@ -44,6 +46,24 @@ def test_a_zombie_attempt_ahead_in_steps_neither_commits_nor_deletes_the_new_att
     with attempt(uri, 3) as reader:
         assert reader.restore().uri == new.last_committed != ours
     new.close()
+
+
+def test_a_zombie_deletes_no_damaged_checkpoint_either(tmp_path):
+    """Retention deletes the checkpoints restore found damaged, but not from a superseded attempt."""
+    uri = str(tmp_path / "run")
+    with attempt(uri, 1) as old:
+        for step in (100, 110):
+            old.save(step, state(step), wait=True)
+    storage = open_storage(uri)
+    damaged = layout.scan(storage.list())[-1]
+    storage.delete([layout.path(damaged.id, "00-w.safetensors")])
+    attempt(uri, 2).restore()  # claims the base
+    before = storage.list()
+    with pytest.raises(SupersededError):
+        commit.apply_retention(storage, RetentionPolicy(1), fence=("job-7", 1), damaged=frozenset({damaged.id}))
+    assert storage.list() == before
+    deleted = commit.apply_retention(storage, RetentionPolicy(1), fence=("job-7", 2), damaged=frozenset({damaged.id}))
+    assert [e.id for e in deleted] == [damaged.id]  # the attempt that owns the base does delete it
 
 
 def test_the_new_attempt_claims_the_base_as_it_restores_not_at_its_first_save(tmp_path):

@@ -95,6 +95,18 @@ def test_a_run_rolled_back_keeps_its_own_checkpoints_and_leaves_the_abandoned_on
     assert steps(to_delete(existing, RetentionPolicy(2))) == [(10, True), (20, True), (25, True), (26, True), (50, True)]
 
 
+def test_a_damaged_checkpoint_is_deleted_and_never_takes_a_good_ones_place_among_the_kept():
+    existing = entries((10, True), (20, True), (30, True), (31, True))  # 30 restore found damaged; 31 committed since
+    damaged = frozenset(e.id for e in existing if e.id.step == 30)
+    assert steps(to_delete(existing, RetentionPolicy(2), damaged=damaged)) == [(10, True), (30, True)]
+    assert steps(to_delete(existing, RetentionPolicy(2))) == [(10, True), (20, True)]  # counted: 20 went for it
+
+
+def test_a_damaged_checkpoint_is_not_deleted_before_a_good_one_is_committed():
+    existing = entries((10, True), (11, False))
+    assert to_delete(existing, RetentionPolicy(1), damaged=frozenset(e.id for e in existing)) == []
+
+
 def test_retention_never_keeps_fewer_than_one():
     with pytest.raises(ValueError):
         RetentionPolicy(keep_last=0)

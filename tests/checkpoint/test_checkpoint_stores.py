@@ -118,13 +118,25 @@ def test_damaged_newest_checkpoint_is_skipped_for_the_previous_one(store_uri, ta
     else:
         assert len(skipped) == 1 and uris[-1] in skipped[0] and reason in skipped[0], skipped
 
+    with checkpointer(store_uri) as ckpt:  # the resumed run commits: a damaged checkpoint goes, debris of a
+        assert ckpt.restore().step == 10  # newer save stays (a writer may still be committing it)
+        ckpt.save(11, {"w": torch.full((64,), 11.0), "step": 11}, wait=True)
+    left = {e.id.step for e in layout.scan(storage.list())}
+    assert left == ({10, 11} if reason else {10, 11, 20}), left
+
 
 def test_when_every_checkpoint_is_corrupt_restore_returns_the_default(store_uri):
     uris = save_steps(store_uri, [10])
     storage = open_storage(store_uri)
     storage.delete([f"{uris[0].rsplit('/', 1)[1]}/state.json"])
-    with checkpointer(store_uri) as ckpt, pytest.warns(CheckpointWarning, match="state.json is missing"):
+    with checkpointer(store_uri, keep_last=1) as ckpt, pytest.warns(CheckpointWarning, match="state.json is missing"):
         assert ckpt.restore(default=FRESH) is FRESH
+        ckpt.save(1, {"w": torch.full((64,), 1.0), "step": 1}, wait=True)  # training starts afresh
+    # counted as the newest (keep_last=1), the corrupt step 10 had the fresh run's checkpoints deleted as each
+    # committed, until the run passed step 10: a preemption before then lost everything
+    assert [(e.id.step, e.committed) for e in layout.scan(storage.list())] == [(1, True)]
+    with checkpointer(store_uri) as ckpt:
+        assert ckpt.restore().step == 1
 
 
 def test_broker_resume_from_picks_that_checkpoint_over_the_newest(store_uri):
@@ -265,3 +277,11 @@ def test_a_checkpoint_from_a_newer_format_is_skipped_saying_to_upgrade(store_uri
         assert ckpt.restore().step == 10
     (message,) = [str(w.message) for w in caught]
     assert uris[-1] in message and "newer version" in message and "format 2" in message and "upgrade" in message
+
+    storage.delete([f"{uris[0].rsplit('/', 1)[1]}/state.json"])  # now nothing this version can read is left
+    with checkpointer(store_uri, keep_last=1) as ckpt, pytest.warns(CheckpointWarning):
+        assert ckpt.restore(default=FRESH) is FRESH
+        ckpt.save(1, {"w": torch.full((64,), 1.0), "step": 1}, wait=True)
+    # the newer version's checkpoint is neither deleted (it is not damaged) nor counted: counted (keep_last=1),
+    # it had the fresh run's own checkpoint deleted right after its commit
+    assert [e.id.step for e in layout.scan(storage.list())] == [1, 20]
