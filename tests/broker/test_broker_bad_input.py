@@ -200,6 +200,70 @@ def test_a_diverged_loss_is_kept_as_null_with_the_rest_of_the_report(make_settin
         assert client.get("/v1/costs", headers=AUTH).status_code == 200
 
 
+@pytest.fixture
+def served_over_http(make_settings, tmp_path):
+    """The broker on a loopback port (uvicorn in a thread), and the settings that mint its job tokens."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    settings = make_settings(config=CONFIG)
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'http.db'}"), engine=False)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", settings
+    server.should_exit = True
+    thread.join(5)
+
+
+def test_the_checkpoint_librarys_report_with_metrics_beyond_the_brokers_limits_keeps_its_step(served_over_http):
+    """A metric named by 201 characters, a 51st metric, a bool or a 20-digit int: the broker refused the whole report
+    (its step too), and checkpoint.progress swallowed the 422, so the script never knew. Such a metric is now left out,
+    with a warning naming it and the limit, once."""
+    import httpx
+
+    from checkpoint.errors import CheckpointWarning
+    from checkpoint.progress import MAX_METRIC_NAME, MAX_METRICS, Reporter
+
+    url, settings = served_over_http
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+        job_id = http.post("/v1/jobs", json={"run": "echo hi"}).json()["id"]
+        reporter = Reporter(f"{url}/v1/jobs/{job_id}/progress", job_token(settings, job_id), interval_s=3600,
+                            clock=lambda: 0.0)
+        assert reporter.report(1, 10)  # sent; the next ones are held by the rate limit and sent by flush(), here
+        wait_for(lambda: (http.get(f"/v1/jobs/{job_id}").json().get("progress") or {}).get("step") == 1, timeout=10)
+
+        long_name, longest = "x" * (MAX_METRIC_NAME + 1), "y" * MAX_METRIC_NAME
+        with pytest.warns(CheckpointWarning, match=f"at most {MAX_METRIC_NAME} characters, this one has 201"):
+            reporter.report(7, 10, {"loss": 0.5, long_name: 1.0, longest: 2.0, "converged": True, "seen": 10**20})
+        assert reporter.flush(timeout=10), "the broker refused the report"
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        assert job["progress"]["step"] == 7
+        assert job["progress"]["metrics"] == {"loss": 0.5, longest: 2.0, "converged": 1.0, "seen": 1e20}
+
+        many = {f"m{i:02d}": float(i) for i in range(MAX_METRICS + 1)}
+        with pytest.warns(CheckpointWarning, match=f"m{MAX_METRICS}' is not reported: a report holds at most {MAX_METRICS}"):
+            reporter.report(8, 10, many)
+        assert reporter.flush(timeout=10)
+        assert http.get(f"/v1/jobs/{job_id}").json()["progress"]["metrics"] == {k: many[k] for k in list(many)[:MAX_METRICS]}
+
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # said once: the same names again warn no more
+            reporter.report(9, 10, {long_name: 1.0, **many})
+        assert reporter.flush(timeout=10) and http.get(f"/v1/jobs/{job_id}").json()["progress"]["step"] == 9
+
+
 @pytest.mark.parametrize("body, field", [
     ('{"budget_usd": ' + "9" * 5000 + "}", "budget_usd"),
     ('{"budget_usd": 5, "budget_usd": 500}', "budget_usd"),
