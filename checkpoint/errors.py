@@ -31,4 +31,5 @@ class CorruptCheckpoint(Exception):
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped on restore (it names the checkpoint and says why), or a save holds
-    values only pickle can save, which restore refuses by default (it names them)."""
+    values only pickle can save, which restore refuses by default (it names them), or a progress metric is left
+    out of the report as the broker would refuse it (:mod:`checkpoint.progress`)."""
