@@ -12,7 +12,9 @@ Backends are chosen by URL:
 * ``s3://`` — boto3, the SDK the ``s3`` extra installs with s3fs; the endpoint comes from
   the usual AWS variables (``AWS_ENDPOINT_URL``, ``AWS_ENDPOINT_URL_S3``), so any
   S3-compatible store works. Large objects go up as a multipart upload with several parts
-  in flight (boto3's transfer manager); an object appears only when the upload completes.
+  in flight, each request body reading the caller's buffers in place (boto3's transfer manager
+  copied every part into memory first); an object appears only when the upload completes.
+  Downloads use boto3's transfer manager.
   boto3 rather than s3fs because s3fs's single aiohttp event loop moved checkpoint-sized
   objects at about 0.7× boto3's speed in ``benchmarks/checkpoint.py``. ``storage_options``
   take s3fs's names (``endpoint_url``, ``key``, ``secret``, ``token``, ``client_kwargs``);
@@ -24,6 +26,7 @@ Backends are chosen by URL:
 
 from __future__ import annotations
 
+import bisect
 import io
 import os
 import re
@@ -123,6 +126,79 @@ class _ChunkReader(io.RawIOBase):
         data = self.read(len(b))
         b[:len(data)] = data
         return len(data)
+
+
+class _ViewReader(io.RawIOBase):
+    """A seekable, read-only file over buffers that never copies them whole: the body of one S3 request.
+
+    botocore reads it in small blocks (to hash it, then to send it) and seeks back to retry, so a part in flight
+    costs a few blocks, not a copy of the part (boto3's transfer manager read each part into memory first).
+    """
+
+    def __init__(self, chunks: list[memoryview]):
+        self._chunks = chunks
+        self._starts = []
+        offset = 0
+        for c in chunks:
+            self._starts.append(offset)
+            offset += c.nbytes
+        self._size = offset
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def _views(self, n: int) -> list[memoryview]:
+        """The next ``n`` bytes (fewer at the end) as views of the buffers; moves the position past them."""
+        views = []
+        i = bisect.bisect_right(self._starts, self._pos) - 1
+        while n > 0 and 0 <= i < len(self._chunks) and self._pos < self._size:
+            chunk, at = self._chunks[i], self._pos - self._starts[i]
+            take = min(n, chunk.nbytes - at)
+            views.append(chunk[at:at + take])
+            n -= take
+            self._pos += take
+            i += 1
+        return views
+
+    def readinto(self, b) -> int:
+        out = memoryview(b).cast("B")
+        done = 0
+        for view in self._views(out.nbytes):
+            out[done:done + view.nbytes] = view
+            done += view.nbytes
+        return done
+
+    def read(self, n: int | None = -1) -> bytes:
+        return b"".join(self._views(self._size - self._pos if n is None or n < 0 else n))
+
+
+def _parts(chunks: list[memoryview], part_size: int) -> list[list[memoryview]]:
+    """``chunks`` cut into consecutive parts of ``part_size`` bytes (the last one shorter): views, no copies."""
+    parts: list[list[memoryview]] = [[]]
+    room = part_size
+    for chunk in chunks:
+        while chunk.nbytes:
+            if room == 0:
+                parts.append([])
+                room = part_size
+            take = min(room, chunk.nbytes)
+            parts[-1].append(chunk[:take])
+            chunk, room = chunk[take:], room - take
+    return parts
 
 
 @dataclass(frozen=True)
@@ -383,10 +459,14 @@ class S3Storage:
         self._client = boto3.session.Session().client(
             "s3", config=Config(max_pool_connections=pool, retries={"mode": "standard"}), **client_kwargs
         )
-        self._config = TransferConfig(
+        self._config = TransferConfig(  # downloads (boto3's transfer manager); uploads are our own, see write
             multipart_threshold=2 * transfer.part_size, multipart_chunksize=transfer.part_size,
             max_concurrency=transfer.concurrency, use_threads=True,
         )
+        # as boto3's transfer manager does: a CRC32 of each request, unless the client is told to send checksums
+        # only where required (some S3-compatible stores refuse them: AWS_REQUEST_CHECKSUM_CALCULATION)
+        when = getattr(self._client.meta.config, "request_checksum_calculation", None)
+        self._checksum = {"ChecksumAlgorithm": "CRC32"} if when == "when_supported" else {}
         from botocore.exceptions import BotoCoreError, ClientError
 
         self._errors = (BotoCoreError, ClientError)
@@ -398,9 +478,41 @@ class S3Storage:
         return f"{self._prefix}/{path}" if self._prefix else path
 
     def write(self, path: str, data: Data) -> None:
-        # A fresh reader per attempt: a retry starts from the first byte.
-        self._call(lambda: self._client.upload_fileobj(_ChunkReader(data), self._bucket, self._key(path),
-                                                       Config=self._config), path)
+        """One PUT, or a multipart upload of ``part_size`` parts, ``concurrency`` in flight, whose request bodies
+        read the caller's buffers in place. boto3's ``upload_fileobj`` copied each part into memory first, up to
+        10 of them — a 192 MiB file was held twice. A failed upload is aborted and tried again from the start."""
+        chunks = _chunks(data)
+        size = sum(c.nbytes for c in chunks)
+        key = self._key(path)
+        if size < 2 * self._transfer.part_size:
+            self._call(lambda: self._client.put_object(Bucket=self._bucket, Key=key, Body=_ViewReader(chunks),
+                                                       **self._checksum), path)
+        else:
+            self._call(lambda: self._multipart(key, _parts(chunks, self._transfer.part_size)), path)
+
+    def _multipart(self, key: str, parts: list[list[memoryview]]) -> None:
+        upload_id = self._client.create_multipart_upload(Bucket=self._bucket, Key=key, **self._checksum)["UploadId"]
+        algorithm = self._checksum.get("ChecksumAlgorithm")
+
+        def put(number: int, part: list[memoryview]) -> dict[str, Any]:
+            answer = self._client.upload_part(Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                              Body=_ViewReader(part), **self._checksum)
+            done = {"ETag": answer["ETag"], "PartNumber": number}
+            if algorithm and f"Checksum{algorithm}" in answer:
+                done[f"Checksum{algorithm}"] = answer[f"Checksum{algorithm}"]
+            return done
+
+        try:
+            with ThreadPoolExecutor(self._transfer.concurrency) as pool:
+                done = list(pool.map(put, range(1, len(parts) + 1), parts))
+            self._client.complete_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id,
+                                                   MultipartUpload={"Parts": done})
+        except BaseException:
+            try:  # the parts uploaded would otherwise be stored (and billed) until a lifecycle rule ends them
+                self._client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
+            except Exception:  # noqa: BLE001 - the upload's own error is the one to raise
+                pass
+            raise
 
     def read(self, path: str) -> bytes:
         def get() -> bytes:
