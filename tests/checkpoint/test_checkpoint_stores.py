@@ -285,3 +285,18 @@ def test_a_checkpoint_from_a_newer_format_is_skipped_saying_to_upgrade(store_uri
     # the newer version's checkpoint is neither deleted (it is not damaged) nor counted: counted (keep_last=1),
     # it had the fresh run's own checkpoint deleted right after its commit
     assert [e.id.step for e in layout.scan(storage.list())] == [1, 20]
+
+
+def test_a_failed_s3_multipart_upload_is_aborted_not_left_stored(make_uri):
+    """Parts under S3's 5 MiB minimum: the completion is refused (EntityTooSmall). The parts already uploaded must
+    not stay behind as an incomplete upload, stored (and billed) until a lifecycle rule ends it."""
+    import boto3
+
+    uri = make_uri("s3")
+    storage = open_storage(uri, transfer=TransferOptions(part_size=2**20, concurrency=2, retries=2, retry_backoff_s=0))
+    with pytest.raises(OSError, match="EntityTooSmall"):
+        storage.write("step-000000000001-1733011200123/00-w.safetensors", [memoryview(bytearray(3 * 2**20))])
+    bucket, prefix = uri.split("://", 1)[1].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []
+    assert storage.list() == []
