@@ -13,7 +13,9 @@ reports lives in ``RUN_DIR``:
 * ``runner.pid`` — whom to signal.
 * ``stop.json`` — a stop request: ``{"reason": ..., "grace_seconds": ...}``.
 * ``limit.json`` — ``{"stop_at": <epoch seconds>, "reason": "budget"}``: when the runner stops the
-  attempt by itself, as if asked, if nobody has (the job's budget, kept while no broker runs).
+  attempt by itself, as if asked, if nobody has (the job's budget, kept while no broker runs). The runner
+  reads each new ``stop_at`` as seconds from then and counts them on its monotonic clock, so that the host's
+  wall clock stepping back does not put the stop off (nor a step forward bring it early).
 * ``output.log`` — setup and run output.
 * ``notice.json`` — the stop notice, written when the runner is told to stop; its path is
   the job's ``BROKER_NOTICE_FILE``. ``notice.json.listeners/<pid>`` — processes whose
@@ -75,8 +77,12 @@ def _write_atomic(path: Path, data: dict, tmp: Path | None = None) -> None:
 
 
 class Runner:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, *, wall=time.time, monotonic=time.monotonic):
+        """``wall``, ``monotonic``: the clocks (``limit.json`` is on the first; the wait for it on the second)."""
         self.dir = run_dir
+        self.wall = wall
+        self.monotonic = monotonic
+        self._limit: tuple[float, float] | None = None  # (the stop_at read last, when it comes on ``monotonic``)
         self.request = json.loads((run_dir / "request.json").read_text())
         self.child: subprocess.Popen | None = None
         self.stop_reason: str | None = None
@@ -121,9 +127,15 @@ class Runner:
             return None
 
     def limit_reached(self) -> bool:
-        """Whether the attempt's limit has come; if so, ask for the stop as a broker would have."""
+        """Whether the attempt's limit has come; if so, ask for the stop as a broker would have. A new
+        ``stop_at`` is turned into a moment of the monotonic clock when first read: the wait follows the
+        seconds that pass, whatever the wall clock does meanwhile."""
         limit = self._read_limit()
-        if limit is None or time.time() < limit["stop_at"] or self._read_stop() is not None:
+        if limit is None:
+            return False
+        if self._limit is None or self._limit[0] != limit["stop_at"]:
+            self._limit = (limit["stop_at"], self.monotonic() + limit["stop_at"] - self.wall())
+        if self.monotonic() < self._limit[1] or self._read_stop() is not None:
             return False
         _write_atomic(self.dir / "stop.json", {"reason": limit.get("reason") or "budget", "grace_seconds": self.grace,
                                                "at": time.time(), "by": "runner"})

@@ -74,12 +74,19 @@ class Engine:
     """Drives jobs through their states. ``tick`` is one cycle; ``start`` runs it in a thread."""
 
     def __init__(self, settings: Settings, store: JobStore, launcher: Launcher, *,
-                 clock: Callable[[], float] = time.time, actor: str = "engine",
-                 on_event: Callable[[Event, Job], None] | None = None):
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 actor: str = "engine", on_event: Callable[[Event, Job], None] | None = None):
+        """``clock``: the wall clock (times stored, compared across processes); ``monotonic``: the time an
+        attempt is billed for between two of this engine's accruals (:meth:`_billed_until`), which a step
+        of the wall clock does not move."""
         self.settings = settings
         self.store = store
         self.launcher = launcher
         self.clock = clock
+        self.monotonic = monotonic
+        #: attempt id → (its ``billed_until`` as this engine last wrote it, or None as it launched it; the
+        #: monotonic time then): what :meth:`_billed_until` counts on from
+        self._accrued: dict[str, tuple[float | None, float]] = {}
         self.actor = actor
         self.on_event = on_event
         self.rules = RuleBook(settings.extra.get("failure_rules"))
@@ -139,6 +146,9 @@ class Engine:
         live = {j.id for j in jobs}
         for job_id in [k for k in self.policies if k not in live]:
             del self.policies[job_id]
+        latest = {f"{j.id}-a{j.attempts + (j.state is JobState.PLACED)}" for j in jobs}  # read before the launches
+        for attempt_id in [a for a in self._accrued if a not in latest]:
+            del self._accrued[attempt_id]
         sweep = getattr(self.launcher, "sweep", None)
         if sweep is not None and now - self._last_sweep >= SWEEP_SECONDS:  # 4. no idle cloud GPU left behind
             self._last_sweep = now
@@ -327,6 +337,7 @@ class Engine:
         job = self._commit(job, JobEvent.LAUNCH, reason, now, records=(attempt,),
                            data={"attempt_id": attempt.id, "resume_from": attempt.resume_from}, attempts=n,
                            job_token_version=job_token_version(self.settings))  # what a report's token must be
+        self._accrued[attempt.id] = (None, self.monotonic())
         self._start(job, attempt, now)
 
     def _start(self, job: Job, attempt: Attempt, now: float) -> None:
@@ -518,12 +529,14 @@ class Engine:
         notes: list[Event] = []
         fields: dict = {}
         live = not status.phase.is_final
+        ticked = self.monotonic()
+        until = self._billed_until(attempt, now, ticked)
         if live and attempt.stop_requested_at is None:
-            attempt, stop_notes = self._maybe_stop(job, attempts, attempt, now, fields,
+            attempt, stop_notes = self._maybe_stop(job, attempts, attempt, now, fields, until=until,
                                                    provisioning=status.phase is Phase.PENDING)
             notes += stop_notes
             if attempt.stop_requested_at is None:
-                attempt = self._keep_limit(job, attempts, attempt, now)
+                attempt = self._keep_limit(job, attempts, attempt, until)
         stop_budget = fields.pop("_stop_budget", False)
         limit_outdated = False
         if status.phase is Phase.STOPPED and status.reason == "budget" and (
@@ -536,7 +549,7 @@ class Engine:
                 # past the budget when its cluster came up after its limit while no broker watched (the
                 # guard stopped it at once, and it idled until now or autodown): said, never silently capped
                 ended = replace(attempt, ended_at=status.ended_at or now)
-                over = max(sum(a.cost for a in attempts[:-1]) + accrue(ended, now).cost - job.budget, 0)
+                over = max(sum(a.cost for a in attempts[:-1]) + accrue(ended, until).cost - job.budget, 0)
                 notes.append(self._note(job, "budget_stop_requested", "stopped at its budget by the launcher "
                                         "itself: " + (f"the budget is used up{_beyond(over, attempt)}" if over else
                                                       "the rest pays for checkpointing and stopping"), now,
@@ -551,7 +564,7 @@ class Engine:
                               exit_code=status.exit_code, reason=outcome.reason,
                               started_at=attempt.started_at or status.started_at)
         others = sum(a.cost for a in attempts[:-1])
-        attempt = accrue(attempt, now)
+        attempt = accrue(attempt, until)
         attempt = replace(attempt, cost=budget_rules.capped(attempt.cost, others=others, budget=job.budget))
         fields["spent"] = others + attempt.cost
         event, reason, data = outcome.event, outcome.reason or job.reason, None
@@ -583,12 +596,29 @@ class Engine:
             return
         self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), then=then, **fields)
         if attempt.state.is_final:
+            self._accrued.pop(attempt.id, None)
             self._attempt_ended(job, attempt)
+        else:
+            self._accrued[attempt.id] = (attempt.billed_until, ticked)
+
+    def _billed_until(self, attempt: Attempt, now: float, ticked: float) -> float:
+        """Up to when ``attempt`` is billed now: on from its last accrual by the time this engine's monotonic
+        clock has counted since, when that accrual (or the launch) was this engine's own, so that the wall
+        clock stepping back (or forward) neither stalls the spend and the budget stop nor bills a jump;
+        else (another broker accrued it since, or this one just started) ``now``, the wall clock, the only
+        one processes share. The moment is on the attempt's own timeline (from ``created_at``), which a step
+        of the wall clock leaves apart from the clock by the step: its limit (``limit_at``) is on it too."""
+        seen = self._accrued.get(attempt.id)
+        if seen is None or seen[0] != attempt.billed_until:
+            return now
+        since = attempt.created_at if seen[0] is None else seen[0]
+        return since + max(ticked - seen[1], 0.0)
 
     def _maybe_stop(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float,
-                    fields: dict, *, provisioning: bool = False) -> tuple[Attempt, list[Event]]:
+                    fields: dict, *, until: float, provisioning: bool = False) -> tuple[Attempt, list[Event]]:
         """Ask a live attempt to stop when cancelled, out of budget, silent, or leaving spot for the deadline.
-        ``provisioning``: the launcher still prepares the attempt (its phase is pending)."""
+        ``until``: up to when it is billed now (:meth:`_billed_until`). ``provisioning``: the launcher still
+        prepares the attempt (its phase is pending)."""
         grace = self.settings.stop_grace_seconds
         notes: list[Event] = []
         reason = None
@@ -598,14 +628,14 @@ class Engine:
         elif job.state is JobState.STOPPING:
             reason = "budget"
         elif job.state in (JobState.RUNNING, JobState.LAUNCHING):
-            spent = sum(a.cost for a in attempts[:-1]) + accrue(attempt, now).cost
+            spent = sum(a.cost for a in attempts[:-1]) + accrue(attempt, until).cost
             check = budget_rules.check(spent=spent, budget=job.budget, price_per_hour=attempt.price_per_hour,
                                        grace_seconds=grace, tick_seconds=self.settings.tick_seconds,
                                        warned=job.budget_warned)
             # still being provisioned when its run window ended: a cluster that came up now would find its
             # limit passed and stop its run at once, yet be billed its idle minutes after it on top
             unstarted = (job.state is JobState.LAUNCHING and provisioning and
-                         self._run_window_ended(attempt, now))
+                         self._run_window_ended(attempt, until))
             # past the budget only when nobody watched the attempt for a while (the broker was down, or the
             # clock jumped): the recorded spend stops at the budget, and the notes say what ran beyond it
             over = max(spent - job.budget, 0)
@@ -652,14 +682,14 @@ class Engine:
             fields["_stop_budget"] = "provisioning" if provisioning else True
         return replace(attempt, stop_requested_at=now, stop_reason=reason), notes
 
-    def _run_window_ended(self, attempt: Attempt, now: float) -> bool:
+    def _run_window_ended(self, attempt: Attempt, until: float) -> bool:
         """Whether the attempt's run window has ended: its launcher's own limit, less what the launcher
         bills after the run (a SkyPilot cluster's idle minutes before autodown and teardown: its guard stops
         the run that much before the limit, :meth:`~launchers.skypilot.SkyPilotLauncher.cluster_stop_at`).
         Torn down then, an attempt still being provisioned is billed no more than that reserve holds."""
         if attempt.limit_at is None:
             return False
-        return now >= attempt.limit_at - after_run_seconds(self.launcher, attempt.placement)
+        return until >= attempt.limit_at - after_run_seconds(self.launcher, attempt.placement)
 
     def _limit_at(self, job: Job, attempt: Attempt, attempts: list[Attempt]) -> float | None:
         """When the launcher must stop ``attempt`` by itself to keep the job's budget (see
@@ -669,15 +699,16 @@ class Engine:
                                              price_per_hour=attempt.price_per_hour,
                                              grace_seconds=self.settings.stop_grace_seconds)
 
-    def _keep_limit(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> Attempt:
-        """Move the launcher's own stop when the budget changed (raised, most often) since launch.
+    def _keep_limit(self, job: Job, attempts: list[Attempt], attempt: Attempt, until: float) -> Attempt:
+        """Move the launcher's own stop when the budget changed (raised, most often) since launch: to
+        ``limit_at - until`` from now (``until``: :meth:`_billed_until`, on the timeline of ``limit_at``).
         ``limit_at`` stays the limit the launcher holds: one it cannot move (a SkyPilot cluster's) is
         left as given, so that the stop it brings is known for an outdated one (:meth:`_limit_outdated`)."""
         limit = self._limit_at(job, attempt, attempts)
         setter = getattr(self.launcher, "set_stop_in", None)
         if limit is None or setter is None or (attempt.limit_at is not None and abs(limit - attempt.limit_at) < 1):
             return attempt
-        if setter(attempt.id, limit - now) is False:
+        if setter(attempt.id, limit - until) is False:
             return attempt
         return replace(attempt, limit_at=limit)
 

@@ -408,8 +408,8 @@ def test_an_attempt_that_ran_past_its_budget_while_the_broker_was_away_is_record
     settings = make_settings(config=CONFIG.replace('"0.36"', '"36"'))
     store = open_store(f"sqlite://{tmp_path / 'away.db'}")
     launcher = open_launcher(settings)
-    now = [time.time()]
-    engine = Engine(settings, store, launcher, clock=lambda: now[0])
+    now = [time.time()]  # the hour away passes on both its clocks: the wall clock and the one it bills by
+    engine = Engine(settings, store, launcher, clock=lambda: now[0], monotonic=lambda: now[0])
     service = BrokerService(settings, store, launcher, clock=lambda: now[0])
     job = service.submit(ADMIN, {"name": "t", "run": "sleep 30", "resources": {"cpus": 1},
                                  "broker": {"budget_usd": "1"}})[0]
@@ -435,9 +435,10 @@ def test_an_attempt_that_ran_past_its_budget_while_the_broker_was_away_is_record
 
 
 def _expensive_cpu_broker(make_settings, tmp_path, name):
-    # $36/h is one cent a second: a $0.10 budget holds 10 seconds. The broker's clock stays where it was when the
-    # job was launched, so its own budget stop (4 s in) never comes first however slowly a loaded machine runs
-    # the test: what stops the job is the launcher's limit, counted on the runner's real clock
+    # $36/h is one cent a second: a $0.10 budget holds 10 seconds. The broker's wall clock stays where it was when
+    # the job was launched (it bills by its monotonic clock, the real seconds), and the tests do not tick it while
+    # the launcher's limit comes, so its own budget stop (4 s in) never comes first however slowly a loaded machine
+    # runs the test: what stops the job is the launcher's limit, counted on the runner's real clock
     settings = make_settings(config=CONFIG.replace('"0.36"', '"36"'))
     store = open_store(f"sqlite://{tmp_path / name}")
     launcher = open_launcher(settings)

@@ -152,7 +152,9 @@ def clock(monkeypatch):
 @pytest.fixture
 def clocked(broker, clock):
     service, engine, cloud = broker
-    engine = Engine(engine.settings, service.store, engine.launcher, clock=lambda: clock[0])
+    # the clock moved is the time that passes: the engine's wall clock and the one it bills by
+    engine = Engine(engine.settings, service.store, engine.launcher, clock=lambda: clock[0],
+                    monotonic=lambda: clock[0])
     return BrokerService(service.settings, service.store, service.launcher, clock=lambda: clock[0]), engine, cloud
 
 

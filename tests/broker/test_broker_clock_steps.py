@@ -1,0 +1,100 @@
+"""The host's wall clock stepped while an attempt runs (NTP correcting a drift, a VM resumed, an admin's `date -s`):
+the spend, the budget stop and the launcher's own limit follow the seconds that pass, not the clock's step."""
+
+import json
+import time
+
+import pytest
+
+from broker.auth import Principal
+from broker.engine.reconcile import Engine
+from broker.lifecycle import JobState
+from broker.runtime import open_launcher
+from broker.service import BrokerService
+from broker.store import open_store
+from launchers.local_runner import Runner
+
+from broker_testing import run_until
+
+ADMIN = Principal("admin", None, admin=True)
+CONFIG = """
+pools:
+  - {name: cpu, slots: 1, price_per_slot_hour: "36"}
+stop_grace_seconds: 2
+tick_seconds: 0.05
+"""
+HOUR = 3600.0
+
+
+@pytest.fixture
+def stepped(make_settings, tmp_path):
+    """A broker whose clocks the test moves: ``wall`` (the host's clock, which steps) and ``mono`` (the seconds
+    that pass); $36/h is one cent a second, so a $1 budget holds 100 s — the runner's own limit, counted on its
+    real clock, lies 95 s away, after the test."""
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'clock.db'}")
+    launcher = open_launcher(settings)
+    wall, mono = [time.time()], [1000.0]
+    engine = Engine(settings, store, launcher, clock=lambda: wall[0], monotonic=lambda: mono[0])
+    service = BrokerService(settings, store, launcher, clock=lambda: wall[0])
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 120", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "1"}})[0]
+    run_until(engine, store, job.id, {"running"})
+
+    def passes(seconds: float, step: float = 0.0):
+        """``seconds`` pass, the wall clock stepping by ``step`` on the way; then a tick."""
+        wall[0] += seconds + step
+        mono[0] += seconds
+        engine.tick()
+        return store.get_job(job.id)
+
+    yield passes, job, store, service, engine
+    service.cancel(ADMIN, job.id)
+    run_until(engine, store, job.id, {"cancelled", "stopped_budget"})
+    store.close()
+
+
+def test_a_clock_stepped_back_an_hour_neither_stalls_the_spend_nor_puts_the_budget_stop_off(stepped):
+    passes, job, store, _, _ = stepped
+    assert passes(40).spent == 400_000
+    assert passes(0, step=-HOUR).spent == 400_000  # the step itself is no time spent
+    running = passes(50)
+    assert running.state is JobState.RUNNING and running.spent == 900_000  # 90 s ran: not stuck at 40 s for an hour
+    stopping = passes(5)  # 95 s: what is left pays only for the stop (grace, two ticks, the launcher's margin)
+    assert stopping.state is JobState.STOPPING and stopping.spent == 950_000
+    [stop] = [e for e in store.events(job.id) if e.event == "budget_stop_requested"]
+    assert "by" not in stop.data and stop.data["beyond_budget"] == 0  # the broker's own stop, within the budget
+
+
+def test_a_clock_stepped_forward_an_hour_bills_the_seconds_that_ran_not_the_hour(stepped):
+    passes, job, store, _, _ = stepped
+    running = passes(10, step=HOUR)
+    assert running.state is JobState.RUNNING and running.spent == 100_000
+    assert [e.event for e in store.events(job.id)].count("budget_warning") == 0
+
+
+def test_a_budget_lowered_after_the_clock_stepped_back_moves_the_runners_limit_by_the_seconds_left(stepped):
+    passes, job, store, service, engine = stepped
+    passes(40, step=-HOUR)
+    service.raise_budget(ADMIN, job.id, 600_000)  # $0.60: 60 s in all, 20 s left, less the grace and the margin
+    engine.tick()
+    (attempt,) = store.attempts(job.id)
+    limit = json.loads((engine.launcher.runs_dir / attempt.id / "limit.json").read_text())
+    assert limit["stop_at"] - time.time() == pytest.approx(60 - 40 - 2 - 3, abs=2)  # not an hour more
+
+
+def test_the_runner_stops_at_its_limit_when_the_wall_clock_steps_back(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "request.json").write_text(json.dumps({"attempt_id": "j-1-a1", "task": {"run": "true"},
+                                                      "placement": {}, "stop_grace_seconds": 2}))
+    wall, mono = [1_700_000_000.0], [50.0]
+    (run_dir / "limit.json").write_text(json.dumps({"stop_at": wall[0] + 10, "reason": "budget"}))
+    runner = Runner(run_dir, wall=lambda: wall[0], monotonic=lambda: mono[0])
+    assert not runner.limit_reached()  # read: 10 s from now
+    wall[0] -= HOUR
+    mono[0] += 9
+    assert not runner.limit_reached() and not (run_dir / "stop.json").exists()
+    mono[0] += 1  # its 10 s have passed, though the wall clock reads an hour before its stop_at
+    assert runner.limit_reached()
+    assert json.loads((run_dir / "stop.json").read_text())["reason"] == "budget"
