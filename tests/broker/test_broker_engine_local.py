@@ -537,6 +537,37 @@ def test_a_budget_raised_while_no_engine_ran_resumes_the_job_its_runner_stopped_
         store.close()
 
 
+def test_a_budget_lowered_while_no_engine_ran_reaches_the_runner_at_the_next_engines_first_tick(make_settings,
+                                                                                              tmp_path):
+    # the API alone (no engine) takes the lower budget: the runner still holds the old limit until an engine runs;
+    # a broker started later pushes the new one on its first tick, and the runner keeps it by itself from then
+    settings = make_settings(config=CONFIG.replace('"0.36"', '"36"'))  # one cent a second
+    store = open_store(f"sqlite://{tmp_path / 'lowered.db'}")
+    launcher = open_launcher(settings)
+    service = BrokerService(settings, store, launcher)
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 60", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "0.60"}})[0]  # 60 s: the runner's limit 55 s in
+    try:
+        run_until(Engine(settings, store, launcher), store, job.id, {"running"})  # that broker then goes away
+        (attempt,) = store.attempts(job.id)
+        limit = settings.data_dir / "runs" / attempt.id / "limit.json"
+        service.raise_budget(ADMIN, job.id, 150_000)  # $0.15: 15 s, the limit 10 s in
+        assert json.loads(limit.read_text())["stop_at"] == pytest.approx(attempt.created_at + 55, abs=1)  # not yet
+        later = Engine(settings, store, launcher)
+        later.tick()
+        assert json.loads(limit.read_text())["stop_at"] == pytest.approx(attempt.created_at + 10, abs=1)
+        assert store.attempts(job.id)[0].limit_at == attempt.created_at + 10
+        wait_for((limit.parent / "exit.json").exists, timeout=20)  # nobody ticks meanwhile: the runner stops it
+        assert json.loads((limit.parent / "stop.json").read_text())["by"] == "runner"
+        final = run_until(later, store, job.id, {"stopped_budget", "failed", "succeeded", "queued"})
+        assert final.state is JobState.STOPPED_BUDGET and final.spent <= 150_000
+    finally:
+        if not store.get_job(job.id).state.is_final:
+            service.cancel(ADMIN, job.id)
+            run_until(Engine(settings, store, launcher), store, job.id, {"cancelled"})
+        store.close()
+
+
 def test_a_budget_raised_while_the_runner_is_already_stopping_at_the_old_limit_resumes_the_job(make_settings,
                                                                                                 tmp_path):
     # the runner's limit came while no engine ticked, and the raise reaches the engine during the grace period:
