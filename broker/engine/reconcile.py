@@ -357,6 +357,7 @@ class Engine:
                                      mounts=mounts,
                                      run_as=run_as_for(job, self.settings.pools, self.settings.checkpoint_root))
             self.launcher.launch(request)
+            self._stop_if_moved_on(attempt)
         except LaunchError as exc:
             # a launcher's (or SkyPilot's) message is kept and shown: never with a secret's value in it
             exc = LaunchError(redact(str(exc), secret_values(task)), permanent=exc.permanent)
@@ -370,6 +371,21 @@ class Engine:
                 self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
                              placement={}, slots=[])
             self._attempt_ended(job, failed)
+
+    def _stop_if_moved_on(self, attempt: Attempt) -> None:
+        """Just after the launch call: stop ``attempt`` if its job no longer waits for it to run — cancelled (or
+        stopped at its budget) since this engine read it ``launching``, and maybe already recorded ended by
+        another broker that looked for the attempt before this call started it. Nobody monitors a final job:
+        the run would go on until its budget's limit. Read after the call, so a cancel this read misses is
+        committed after the run began, and whoever monitors the job next finds it running and stops it."""
+        job = self.store.get_job(attempt.job_id)
+        if job is not None and job.attempts == attempt.n and job.state in (JobState.LAUNCHING, JobState.RUNNING):
+            return
+        state = job.state if job is not None else JobState.CANCELLED
+        reason = "budget" if state in (JobState.STOPPING, JobState.STOPPED_BUDGET) else \
+            "cancelled" if state in (JobState.CANCELLING, JobState.CANCELLED) else "stopped"
+        log.info("attempt %s stopped as soon as launched: its job is %s", attempt.id, state.value)
+        self.launcher.stop(attempt.id, grace_seconds=self.settings.stop_grace_seconds, reason=reason)
 
     def _unsealable(self, job: Job, attempt: Attempt, now: float, why: str) -> None:
         """A job whose secrets this broker cannot open is not launched without them: the attempt fails

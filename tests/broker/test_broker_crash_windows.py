@@ -133,3 +133,52 @@ def test_a_runner_hung_before_it_took_its_lock_is_killed_when_its_attempt_is_cal
     assert launcher.status("j-h-a1").phase is Phase.LOST
     time.sleep(3)  # past when the hung runner would have started
     assert not marker.exists() and not (launcher.runs_dir / "j-h-a1" / "runner.pid").exists()
+
+
+class _LaunchesAfter:
+    """This host's launcher, but ``launch`` first runs ``before`` (once): what happens between an engine's
+    ``placed → launching`` commit and its launch call, a window no real process can be timed into."""
+
+    def __init__(self, launcher, before):
+        self._launcher, self._before = launcher, before
+
+    def __getattr__(self, name):
+        return getattr(self._launcher, name)
+
+    def launch(self, request):
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        self._launcher.launch(request)
+
+
+def test_a_cancel_between_one_engines_launch_record_and_its_launch_call_leaves_no_run_behind(make_settings,
+                                                                                            tmp_path):
+    # engine a records attempt 1 as launching; the user cancels, and engine b, sharing the store and this host,
+    # finds no such attempt here and records the job cancelled; only then does a's launch call start the run.
+    # Nobody monitors a cancelled job: the run must still be stopped, now, not when its budget's limit comes
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'two.db'}")
+    service = BrokerService(settings, store, LocalLauncher(settings.data_dir / "runs"))
+    b = Engine(settings, store, LocalLauncher(settings.data_dir / "runs"), actor="b")
+    job = service.submit(ADMIN, {"name": "t", "run": f"echo ran >> {tmp_path / 'marks'}; sleep 60",
+                                 "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
+
+    def cancel_and_let_b_end_it():
+        service.cancel(ADMIN, job.id)
+        b.tick()
+        assert store.get_job(job.id).state is JobState.CANCELLED
+
+    local = LocalLauncher(settings.data_dir / "runs")
+    a = Engine(settings, store, _LaunchesAfter(local, cancel_and_let_b_end_it), actor="a")
+    try:
+        a.tick()  # places and launches: the cancel and b's tick come between the record and the call
+        (attempt,) = store.attempts(job.id)
+        exit_file = settings.data_dir / "runs" / attempt.id / "exit.json"
+        wait_for(lambda: a.tick() or b.tick() or exit_file.exists(), timeout=15)  # the grace is 1 s
+        assert local.status(attempt.id).phase is Phase.STOPPED
+        assert store.get_job(job.id).state is JobState.CANCELLED
+    finally:
+        local.kill(attempt.id)
+        store.close()
+
