@@ -11,8 +11,9 @@ calls the launcher, and launching is idempotent per attempt id, so an attempt
 never runs twice.
 
 On start, nothing special is needed to re-adopt work: attempts that were
-``launching`` are launched again (a no-op if they had started) and attempts
-that were ``running`` are monitored as usual.
+``launching`` are launched again (a no-op if they had started; one never
+launched is billed from this launch) and attempts that were ``running`` are
+monitored as usual.
 """
 
 from __future__ import annotations
@@ -351,6 +352,8 @@ class Engine:
             if files is _PREPARING:
                 return  # launched by a later tick, once unpacked (the launcher has no such attempt till then)
             workdir, mounts = files
+            if now > attempt.created_at and attempt.billed_until is None:
+                job, attempt = self._billed_from_launch(job, attempt, now)
             request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
                                      stop_grace_seconds=self.settings.stop_grace_seconds,
                                      job_token=job_token(self.settings, job.id), now=now, workdir=workdir,
@@ -371,6 +374,19 @@ class Engine:
                 self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
                              placement={}, slots=[])
             self._attempt_ended(job, failed)
+
+    def _billed_from_launch(self, job: Job, attempt: Attempt, now: float) -> tuple[Job, Attempt]:
+        """An attempt launched later than it was recorded — by a broker started again after it stopped between
+        the record and the launch call, or once its files were unpacked — and never billed: nothing ran, nor
+        was anything provisioned, since the record (the launcher has nothing of it: it reads gone), and
+        clouds bill from the launch. So its billing, and its budget's limit with it, start now; committed
+        (compare-and-set on the job's version) before the launch call, so that of two brokers launching it
+        again one launches — either way, launching is idempotent per attempt id."""
+        moved = replace(attempt, created_at=now)
+        moved = replace(moved, limit_at=self._limit_at(job, moved, self.store.attempts(job.id)))
+        job = self._commit(job, None, job.reason, now, records=(moved,))
+        self._accrued[moved.id] = (None, self.monotonic())
+        return job, moved
 
     def _stop_if_moved_on(self, attempt: Attempt) -> None:
         """Just after the launch call: stop ``attempt`` if its job no longer waits for it to run — cancelled (or

@@ -1,9 +1,12 @@
 """Crash and clock windows the launch path must survive: an attempt runs once."""
 
+import json
 import os
 import stat
 import sys
 import time
+
+import pytest
 
 from broker.auth import Principal
 from broker.engine.reconcile import Engine
@@ -182,3 +185,45 @@ def test_a_cancel_between_one_engines_launch_record_and_its_launch_call_leaves_n
         local.kill(attempt.id)
         store.close()
 
+
+def test_a_broker_that_died_between_recording_a_launch_and_launching_bills_from_the_launch_made_on_restart(
+        make_settings, tmp_path):
+    # $36/h is one cent a second. The broker records attempt 1 and dies before its launch call; back an hour
+    # later, it launches the attempt (once): nothing ran, nor was anything provisioned, in that hour, so the
+    # attempt is billed from that launch, its budget's limit counted from it too — not stopped at a budget the
+    # hour used up
+    settings = make_settings(config=CONFIG.replace('"0.36"', '"36"'))
+    store = open_store(f"sqlite://{tmp_path / 'gap.db'}")
+    local = LocalLauncher(settings.data_dir / "runs")
+    now = [time.time()]
+    service = BrokerService(settings, store, local, clock=lambda: now[0])
+    job = service.submit(ADMIN, {"name": "t", "run": f"echo ran >> {tmp_path / 'marks'}; sleep 60",
+                                 "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
+
+    def dies():
+        raise KeyboardInterrupt  # the process ends here: nothing after the record runs
+
+    first = Engine(settings, store, _LaunchesAfter(local, dies), clock=lambda: now[0], monotonic=lambda: now[0])
+    try:
+        try:
+            first.tick()
+        except KeyboardInterrupt:
+            pass
+        (recorded,) = store.attempts(job.id)
+        assert store.get_job(job.id).state is JobState.LAUNCHING and local.status(recorded.id).phase is Phase.GONE
+        now[0] += 3600
+        restarted = Engine(settings, store, local, clock=lambda: now[0], monotonic=lambda: now[0])
+        wait_for(lambda: restarted.tick() or store.get_job(job.id).state is JobState.RUNNING)
+        (attempt,) = store.attempts(job.id)
+        assert attempt.created_at == recorded.created_at + 3600  # billed from the launch made on restart
+        assert attempt.limit_at == recorded.limit_at + 3600
+        now[0] += 10
+        restarted.tick()
+        running = store.get_job(job.id)
+        assert running.state is JobState.RUNNING and running.spent == 100_000  # 10 s, not the hour
+        assert (tmp_path / "marks").read_text() == "ran\n"  # launched once
+        stop_at = json.loads((settings.data_dir / "runs" / attempt.id / "limit.json").read_text())["stop_at"]
+        assert stop_at - time.time() == pytest.approx(100 - 1 - 3, abs=3)  # the runner's limit: 96 s from the launch
+    finally:
+        local.kill(f"{job.id}-a1")
+        store.close()
