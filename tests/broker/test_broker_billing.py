@@ -37,6 +37,12 @@ def test_accrual_never_moves_the_cost_or_the_span_it_covers_backwards(ticks, cos
     assert costs.job_costs(JOB, [a])["attempts"][0]["seconds"] == billed_seconds
 
 
+def test_an_end_read_on_a_wall_clock_stepped_forward_is_billed_only_as_far_as_the_billing_clock_came():
+    # the launcher read the end on the host's clock an hour ahead; the engine's billing clock counted 100 s
+    a = accrue(attempt(ended_at=T0 + 3700), T0 + 100)
+    assert a.cost == 1_000_000 and costs.billed_span(a) == (int(T0), 100)
+
+
 def test_an_end_seen_after_a_later_accrual_keeps_the_span_the_cost_paid_for():
     a = accrue(attempt(), T0 + 11)  # the tick saw it running at 11 s
     ended = accrue(attempt(cost=a.cost, billed_until=a.billed_until, ended_at=T0 + 10), T0 + 12)

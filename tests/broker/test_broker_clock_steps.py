@@ -98,3 +98,32 @@ def test_the_runner_stops_at_its_limit_when_the_wall_clock_steps_back(tmp_path):
     mono[0] += 1  # its 10 s have passed, though the wall clock reads an hour before its stop_at
     assert runner.limit_reached()
     assert json.loads((run_dir / "stop.json").read_text())["reason"] == "budget"
+
+
+def test_two_engines_watching_one_host_both_bill_the_seconds_that_pass_when_its_clock_steps_back(make_settings,
+                                                                                                tmp_path):
+    # two brokers on one host and data directory watch each other's attempts and, ticking at moments of their own,
+    # bill them in turn; after the step, the one that billed last counts on by its monotonic clock, and the other,
+    # its stepped wall clock reading before that, takes nothing back: the spend is the seconds that ran
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'two.db'}")
+    wall, mono = [time.time()], [1000.0]
+    a, b = (Engine(settings, store, open_launcher(settings), clock=lambda: wall[0], monotonic=lambda: mono[0],
+                   actor=name) for name in "ab")
+    service = BrokerService(settings, store, a.launcher, clock=lambda: wall[0])
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 120", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "1"}})[0]
+    try:
+        run_until(a, store, job.id, {"running"})
+        for seconds, step in ((5, 0.0), (5, 0.0), (0, -HOUR), (10, 0.0), (10, 0.0), (10, 0.0), (10, 0.0)):
+            wall[0] += seconds + step
+            mono[0] += seconds
+            a.tick()
+            wall[0] += 1
+            mono[0] += 1
+            b.tick()  # a second after a: it bills the attempt on from where a did
+        assert store.get_job(job.id).spent == 570_000  # 57 s ran
+    finally:
+        service.cancel(ADMIN, job.id)
+        run_until(a, store, job.id, {"cancelled"})
+        store.close()
