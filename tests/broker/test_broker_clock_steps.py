@@ -48,10 +48,14 @@ def stepped(make_settings, tmp_path):
         engine.tick()
         return store.get_job(job.id)
 
-    yield passes, job, store, service, engine
-    service.cancel(ADMIN, job.id)
-    run_until(engine, store, job.id, {"cancelled", "stopped_budget"})
-    store.close()
+    try:
+        yield passes, job, store, service, engine
+        service.cancel(ADMIN, job.id)
+        run_until(engine, store, job.id, {"cancelled", "stopped_budget"})
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+        store.close()
 
 
 def test_a_clock_stepped_back_an_hour_neither_stalls_the_spend_nor_puts_the_budget_stop_off(stepped):
@@ -123,7 +127,9 @@ def test_two_engines_watching_one_host_both_bill_the_seconds_that_pass_when_its_
             mono[0] += 1
             b.tick()  # a second after a: it bills the attempt on from where a did
         assert store.get_job(job.id).spent == 570_000  # 57 s ran
-    finally:
         service.cancel(ADMIN, job.id)
         run_until(a, store, job.id, {"cancelled"})
+    finally:
+        for run in a.launcher.runs_dir.glob("j*"):
+            a.launcher.kill(run.name)
         store.close()
