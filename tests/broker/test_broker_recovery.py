@@ -110,9 +110,13 @@ def test_a_script_whose_dataloader_has_worker_processes_saves_on_the_notice_and_
     # A SIGTERM to the whole process group kills DataLoader workers at once, and the next batch
     # then raises in the training loop before it can save: the runner announces the stop in the
     # notice file first and holds the group's SIGTERM back while the checkpoint library listens.
-    client = serve(config(a_schedule='["preempt attempt 1 at +6s"]', grace=6))
+    client = serve(config(grace=6))
     job = client.post("/v1/jobs", json={**task(),
                                         "run": f"python {LOADER_TRAINER} 400 0.05 1000"}).json()
+    # preempted once it trains (not at a fixed time: on a loaded host torch and the workers take a while to start)
+    wait_for(lambda: len(steps(log_of(client, job["id"], 1))) >= 5, timeout=60)
+    r = client.post("/v1/admin/faults", json={"kind": "preempt", "job_id": job["id"]})
+    assert r.status_code == 200 and r.json()["applied"], r.text
     final = until_state(client, job["id"], {"succeeded", "failed"}, timeout=120)
     first = log_of(client, job["id"], 1)
     assert "killed by signal" not in first and "Traceback" not in first, first[-2000:]
