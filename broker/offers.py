@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from broker.config import Pool, Settings
 from broker.models import Job
@@ -202,7 +203,14 @@ def placement_record(offer: Offer, num_nodes: int, offers: Iterable[Offer] = ())
         "location": offer.location, "instance_type": offer.instance_type, "accelerator": offer.accelerator,
         "accelerator_count": offer.accelerator_count, "num_nodes": num_nodes,
         "price_per_hour": offer.price_per_hour * num_nodes, "simulated": offer.simulated,
+        # the shape of one node, as text ("2", "7.5"): a Kubernetes pool's pod is sized from it (its offers name no
+        # instance type SkyPilot could size one from)
+        "vcpus": _shape(offer.vcpus), "memory_gib": _shape(offer.memory_gib),
     }
+
+
+def _shape(value) -> str | None:
+    return None if value is None else format(Decimal(str(value)).normalize(), "f")
 
 
 def after_run(launcher, offers: Iterable[Offer]) -> dict[Offer, int]:

@@ -117,6 +117,10 @@ def pinned_resources(resources: Mapping[str, Any] | None, placement: Mapping[str
     instance_type = None if kubernetes else host_instance_type(placement)  # a pool's shape names no Kubernetes type
     if instance_type:
         merged["instance_type"] = instance_type
+    if kubernetes:  # the pod gets the slots' share of the pool's CPUs and memory, not SkyPilot's small default
+        for key, shape in (("cpus", "vcpus"), ("memory", "memory_gib")):
+            if merged.get(key) is None and placement.get(shape) is not None:
+                merged[key] = str(placement[shape])
     if placement.get("accelerator"):
         merged["accelerators"] = {str(placement["accelerator"]): int(placement.get("accelerator_count") or 1)}
     merged["use_spot"] = placement.get("tier") == "spot"

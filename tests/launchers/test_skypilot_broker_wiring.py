@@ -90,6 +90,13 @@ def test_a_kubernetes_pool_is_on_prem_capacity_launched_through_skypilot_in_its_
         assert resources["infra"] in ("k8s/lab-gpus", "kubernetes/lab-gpus")
         assert resources["accelerators"] == {"A100": 2} and "instance_type" not in resources
         assert str(resources["cpus"]) == "8" and not resources.get("use_spot")
+        # a task that names no size gets its slots' share of the pool (2 vCPUs, 8 GiB a slot by default), not
+        # SkyPilot's small default pod next to two A100s
+        bare = LaunchRequest(attempt_id="j-k-a2", job_id="j-k", attempt=2,
+                             task={"run": "python train.py", "resources": {"accelerators": "A100:2"}},
+                             placement=placement, envs={})
+        sized = build_task(attempt_config(bare)).to_yaml_config()["resources"]
+        assert (str(sized["cpus"]), str(sized["memory"])) == ("4", "16"), sized
     finally:
         svc.store.close()
 
