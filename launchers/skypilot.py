@@ -45,6 +45,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -93,6 +94,11 @@ that had succeeded."""
 RECLAIM_WAIT_SECONDS = 150
 """How long a spot job that failed on a cluster still up waits to be read as failed: the longest warning a cloud
 gives of a spot reclaim (AWS, two minutes) and a refresh of the cluster's status after it."""
+
+LOG_REFRESH_SECONDS = 5.0
+"""How stale a live cluster's kept log may be when a reader asks for output past its end: SkyPilot sends the whole
+log on each fetch, so readers following a job (``broker logs -f``, several at once, each polling) fetch it at most
+this often, and a reader still behind the kept copy (paging through a long log) fetches nothing."""
 
 AUTODOWN_MARGIN_SECONDS = 300
 """Billed after the idle minutes, at most: SkyPilot's skylet looks at idleness once a minute and counts
@@ -440,7 +446,9 @@ class SkyPilotLauncher:
         self.down_retry_seconds = DOWN_RETRY_SECONDS
         self.reclaim_wait_seconds = RECLAIM_WAIT_SECONDS
         self.init_wait_seconds = INIT_WAIT_SECONDS
+        self.log_refresh_seconds = LOG_REFRESH_SECONDS
         self._unknown_jobs: set[str] = set()  # job states logged as unknown (once each)
+        self._logs_fetched: dict[str, float] = {}  # attempt → when logs() last fetched its output (monotonic)
         self.domain = sky_domain(os.environ, self.state_dir, prefix)
 
     def cluster(self, attempt_id: str) -> str:
@@ -608,11 +616,15 @@ class SkyPilotLauncher:
     # -- logs -----------------------------------------------------------------------------------
 
     def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
-        """The job's output from ``offset``: from SkyPilot while the cluster lives, then the kept copy."""
+        """The job's output from ``offset``: from the kept copy, fetched again from SkyPilot while the cluster lives
+        when the reader asks past its end and the copy is older than :attr:`log_refresh_seconds`."""
         kept = self._path(attempt_id, ".log")
-        with self._locked(attempt_id) as state:
-            if state and not state.get("down"):
-                self._keep_logs(attempt_id, state)
+        if offset + limit > (kept.stat().st_size if kept.exists() else 0):
+            with self._locked(attempt_id) as state:
+                fetched = time.monotonic() - self._logs_fetched.get(attempt_id, -math.inf)
+                if state and not state.get("down") and not 0 <= fetched < self.log_refresh_seconds:
+                    self._keep_logs(attempt_id, state)
+                    self._logs_fetched[attempt_id] = time.monotonic()
         data = kept.read_bytes() if kept.exists() else b""
         chunk = data[offset: offset + limit]
         return chunk, offset + len(chunk)

@@ -512,3 +512,27 @@ def test_a_kubernetes_job_that_saved_on_its_pods_deletion_notice_is_preempted_wh
     del sky_client.cluster_status[CLUSTER]  # the pod is gone
     status = launcher.status(AID)
     assert status.phase is Phase.LOST, "recovered as a lost node, not failed"
+
+
+def test_readers_of_a_live_clusters_log_fetch_it_from_skypilot_at_most_every_few_seconds(launcher, sky_client):
+    """SkyPilot sends the whole log on each fetch, and every logs() call fetched it: `broker logs -f` on a long run
+    (a poll a second, per reader) and paging through a 50 MiB log 1 MiB at a time each moved the whole log each call."""
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
+    sky_client.output[CLUSTER] = b"".join(b"step %d\n" % i for i in range(1000))
+    fetches = []
+    fetch = sky_client.logs
+    sky_client.logs = lambda cluster: fetches.append(cluster) or fetch(cluster)
+    page, offset = [], 0
+    while True:  # paging from the start: one fetch, then the kept copy
+        chunk, offset = launcher.logs(AID, offset=offset, limit=1000)
+        page.append(chunk)
+        if len(chunk) < 1000:
+            break
+    assert b"".join(page) == sky_client.output[CLUSTER] and len(fetches) == 1
+    sky_client.output[CLUSTER] += b"step 1000\n"
+    for _ in range(20):  # a reader following the end: no new fetch within the refresh interval
+        assert launcher.logs(AID, offset=offset)[0] == b""
+    assert len(fetches) == 1
+    launcher.log_refresh_seconds = 0.0  # the interval passed
+    assert launcher.logs(AID, offset=offset)[0] == b"step 1000\n" and len(fetches) == 2
