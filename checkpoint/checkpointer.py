@@ -150,6 +150,7 @@ class Checkpointer:
         self._retention = RetentionPolicy(keep_last, keep_every)
         self._abandoned: frozenset[CheckpointId] = frozenset()  # set by restore: see _own_newer and retention
         self._damaged: frozenset[CheckpointId] = frozenset()  # set by restore: committed, then lost or changed
+        self._owners: dict[CheckpointId, str | None] = {}  # the job each manifest names: see commit.apply_retention
         self._clock = clock
         self._resume_from = env.get("BROKER_RESUME_FROM") or None
         self._job = {k: env[v] for k, v in (("id", "BROKER_JOB_ID"), ("attempt", "BROKER_ATTEMPT")) if env.get(v)}
@@ -293,7 +294,8 @@ class Checkpointer:
                  self.last_stats.throughput_mib_s)
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
         try:
-            deleted = commit.apply_retention(self._storage, self._retention, self._abandoned, fence, self._damaged)
+            deleted = commit.apply_retention(self._storage, self._retention, self._abandoned, fence, self._damaged,
+                                             self._owners)
             for e in deleted:
                 if e.id in self._damaged:
                     log.warning("deleted damaged checkpoint %s (restore skipped it)", self._storage.uri(e.name))
@@ -390,6 +392,10 @@ class Checkpointer:
         if found is None:
             return default
         loaded, state = found
+        author = loaded.manifest.job.get("id")
+        if self._fence is not None and author and author != self._fence[0]:
+            log.warning("restoring %s, which job %s committed, not this job (%s): the two share a checkpoint base",
+                        loaded.uri, author, self._fence[0])
         if any(e.id == loaded.id for e in own_newer):
             log.warning("restoring %s: this job committed it after %s, the checkpoint the broker named "
                         "(the broker had not heard of it)", loaded.uri, self._resume_from)

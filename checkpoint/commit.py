@@ -7,6 +7,7 @@ first, so a half-deleted checkpoint is merely uncommitted, never committed-but-p
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,8 @@ from checkpoint.errors import SupersededError
 from checkpoint.layout import CheckpointId, Entry
 from checkpoint.manifest import Manifest, commit_marker, describe
 from checkpoint.storage import Storage
+
+log = logging.getLogger("checkpoint")
 
 #: Files uploaded at once (each large file is itself uploaded in parallel parts).
 FILE_CONCURRENCY = 4
@@ -88,12 +91,45 @@ def claim(storage: Storage, fence: Fence) -> None:
 
 def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
                     abandoned: frozenset[layout.CheckpointId] = frozenset(), fence: Fence | None = None,
-                    damaged: frozenset[layout.CheckpointId] = frozenset()) -> list[Entry]:
+                    damaged: frozenset[layout.CheckpointId] = frozenset(),
+                    owners: dict[layout.CheckpointId, str | None] | None = None) -> list[Entry]:
     """List, decide (pure), delete. Returns what was deleted. A writer superseded by a newer attempt
-    (``fence``) deletes nothing, damaged checkpoints included: SupersededError."""
+    (``fence``) deletes nothing, damaged checkpoints included: SupersededError.
+
+    A base another job has claimed too (two jobs given one base) is shared: only this job's checkpoints — those
+    whose manifest names its id — are counted and deleted; the other job's, and what cannot be told apart (an
+    uncommitted directory without a manifest: the other job's save in flight, perhaps), are left alone.
+    Without that, each job's retention counted the other's checkpoints among the newest and deleted its own,
+    or deleted the other's as old. ``owners`` caches the job id each manifest names (they never change)."""
     paths = storage.list()
+    entries = layout.scan(paths)
     if fence is not None:
         check_fence(storage, fence, paths)
-    doomed = retention.to_delete(layout.scan(paths), policy, abandoned, damaged)
+        others = layout.other_jobs(paths, fence[0])
+        if others:
+            if (storage.uri(), fence[0]) not in _said_shared:
+                _said_shared.add((storage.uri(), fence[0]))
+                log.warning("%s is also claimed by job %s: retention keeps to job %s's own checkpoints (give each "
+                            "job a base of its own)", storage.uri(), ", ".join(others), fence[0])
+            cache = {} if owners is None else owners
+            abandoned = abandoned | {e.id for e in entries if _owner(storage, e, cache) != fence[0]}
+    doomed = retention.to_delete(entries, policy, abandoned, damaged)
     delete_entries(storage, doomed)
     return doomed
+
+
+_said_shared: set[tuple[str, str]] = set()  # (base, job): the shared-base warning is logged once
+
+
+def _owner(storage: Storage, entry: Entry, cache: dict[layout.CheckpointId, str | None]) -> str | None:
+    """The job id the entry's manifest names; None without a readable manifest (not cached: it may come)."""
+    if entry.id in cache:
+        return cache[entry.id]
+    if layout.MANIFEST not in entry.files:
+        return None
+    try:
+        manifest = Manifest.from_json(storage.read(layout.path(entry.id, layout.MANIFEST)))
+    except (OSError, ValueError):
+        return None
+    cache[entry.id] = manifest.job.get("id")
+    return cache[entry.id]

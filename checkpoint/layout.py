@@ -99,6 +99,17 @@ def superseded_by(paths: list[str], job_id: str, attempt: int) -> int | None:
     return newest if newest > attempt else None
 
 
+def other_jobs(paths: list[str], job_id: str) -> list[str]:
+    """The jobs other than ``job_id`` that have claimed the base (as their claims name them), sorted.
+
+    Attempt fencing is per job: two jobs given one base (a task naming its checkpoint base, submitted twice)
+    do not fence each other. A writer that finds another job's claim keeps to its own job's checkpoints
+    (:func:`checkpoint.commit.apply_retention`).
+    """
+    safe = _UNSAFE.sub("_", job_id)[:64]
+    return sorted({m.group(1) for p in paths if (m := _FENCE.match(p)) and m.group(1) != safe})
+
+
 def path(checkpoint: CheckpointId, filename: str) -> str:
     return f"{checkpoint.name}/{filename}"
 

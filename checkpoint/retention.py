@@ -42,8 +42,8 @@ def to_delete(entries: list[Entry], policy: RetentionPolicy,
     """Entries to delete, oldest first.
 
     ``abandoned``: committed checkpoints beyond the one a run was rolled back to (restored from an older
-    step on purpose), or that this version cannot read (a newer format). They are neither counted among the
-    newest nor deleted: counted, ``keep_last`` of them would make every checkpoint of the rolled-back run "old"
+    step on purpose), or that this version cannot read (a newer format), or another job's on a base two jobs share
+    (:func:`checkpoint.commit.apply_retention`). They are neither counted among the newest nor deleted: counted, ``keep_last`` of them would make every checkpoint of the rolled-back run "old"
     and delete it right after its commit.
 
     ``damaged``: committed checkpoints whose files restore found lost or changed. Not counted, and deleted
