@@ -29,7 +29,7 @@ from broker.offers import after_run, all_offers, market, matching_offers, slots_
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
-from broker.spec import MAX_CHECKPOINT_URI, SpecError, host_paths, parse
+from broker.spec import MAX_CHECKPOINT_URI, SpecError, checkpoint_base, host_paths, parse
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
@@ -200,6 +200,8 @@ class BrokerService:
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
                 return _same_submit(existing, spec, self.settings), False
+        if spec.broker.checkpoint is not None:
+            self._check_base_free(principal, spec.broker.checkpoint, team, now)
         if spec.broker.workdir is not None:
             self._check_workdir(spec.broker.workdir)
         for destination, value in sorted((spec.broker.file_mounts or {}).items()):
@@ -236,6 +238,30 @@ class BrokerService:
                 raise
             return _same_submit(existing, spec, self.settings), False
         return job, True
+
+    def _sharing(self, base: str, now: float, but: str | None = None) -> Job | None:
+        """A job not final (other than ``but``) whose checkpoint base is ``base``, as the library reads bases."""
+        wanted = checkpoint_base(base)
+        for other in self.store.list_jobs(active_since=now, limit=100_000):
+            if other.id != but and not other.state.is_final and other.checkpoint_uri \
+                    and checkpoint_base(other.checkpoint_uri) == wanted:
+                return other
+        return None
+
+    def _check_base_free(self, principal: Principal, base: str, team: str, now: float) -> None:
+        """Two live jobs on one checkpoint base lose each other's checkpoints (each one's retention takes the
+        other's for its own) and a restore may take the other's. The check is a read before the submit's write,
+        not part of it: two submits racing on two brokers may both pass; the checkpoint library then keeps each
+        job's retention to its own checkpoints (docs/checkpoint.md)."""
+        other = self._sharing(base, now)
+        if other is None:
+            return
+        who = f"job {other.id}" if principal.admin or other.team == team else "a job of another team"
+        raise Invalid("broker.checkpoint", f"{base!r} is the checkpoint base of {who}, which is {other.state.value}: two "
+                                           "jobs writing one base delete each other's checkpoints, and a restore may "
+                                           "take the other's. Leave broker.checkpoint out (each job gets a base of its "
+                                           "own), name another base, or wait until that job ends (cancel it) and "
+                                           "submit again to continue from its checkpoints", status=409)
 
     # -- workdir packs ---------------------------------------------------------------------------
 
@@ -491,6 +517,12 @@ class BrokerService:
                                    "budget first")
             self._resumable_workdir(job)
             now = self.clock()
+            sharing = self._sharing(job.checkpoint_uri, now, but=job.id) if job.checkpoint_uri else None
+            if sharing is not None:
+                who = f"job {sharing.id}" if principal.admin or sharing.team == job.team else "a job of another team"
+                raise Conflict(f"not resumed: its checkpoint base {job.checkpoint_uri!r} is also that of {who}, which "
+                               f"is {sharing.state.value}: two jobs writing one base delete each other's checkpoints. "
+                               "Resume it once that job has ended (or cancel that job)")
             step = job.last_checkpoint.get("step")
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
                              + (" (forced)" if force else ""))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import posixpath
 import re
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
@@ -509,6 +510,23 @@ def _money(value: Any, where: str, *, strict: bool = True) -> Micros | None:
 # accepted. The longer spellings come first, so ``min`` is not read as ``m`` followed by something else.
 DURATION_UNITS = {"d": ("days", "day", "d"), "h": ("hours", "hour", "hrs", "hr", "h"),
                   "m": ("minutes", "minute", "mins", "min", "m"), "s": ("seconds", "second", "secs", "sec", "s")}
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://(.*)$", re.S)
+_SAME_STORE = {"gcs": "gs", "s3a": "s3"}  # two spellings the checkpoint library opens as one store
+
+
+def checkpoint_base(uri: str) -> str:
+    """A checkpoint base as the checkpoint library reads it, so that two spellings of one base compare equal:
+    the scheme's case and its aliases (``GS://``, ``gcs://``, ``s3a://``), a trailing slash, and for a path
+    (``file://`` or none) ``.``, ``..`` and doubled slashes. A base *inside* another is a different base: the
+    library reads only the checkpoint directories right under its own."""
+    text = uri.strip()
+    m = _URL.match(text)
+    if m and m.group(1).lower() != "file":
+        scheme = m.group(1).lower()
+        return f"{_SAME_STORE.get(scheme, scheme)}://{m.group(2).rstrip('/')}"
+    return "file://" + posixpath.normpath(re.sub(r"/{2,}", "/", m.group(2) if m else text))
+
+
 _DURATION = re.compile(r"^\s*" + r"\s*".join(rf"(?:(\d+(?:\.\d+)?)\s*(?:{'|'.join(spellings)})(?![a-z]))?"
                                               for spellings in DURATION_UNITS.values()) + r"\s*$", re.I)
 _DURATION_EXAMPLES = "6h, 1d12h, 90m, 45min, 2 days"

@@ -246,7 +246,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                      idempotency_key: Annotated[str | None, Header()] = None) -> JSONResponse:
         """Submit a SkyPilot task (JSON or YAML) with an optional ``broker:`` section.
 
-        Refused with 422 and a sentence when the budget cannot cover the cheapest placement.
+        Refused with 422 and a sentence when the budget cannot cover the cheapest placement, and with 409 when
+        its ``broker.checkpoint`` is the checkpoint base of a job that has not ended.
         A retried request with the same ``Idempotency-Key`` returns the first job (200).
         """
         raw = await read_spec(request)
