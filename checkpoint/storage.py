@@ -186,6 +186,17 @@ class _ViewReader(io.RawIOBase):
         return b"".join(self._views(self._size - self._pos if n is None or n < 0 else n))
 
 
+S3_MIN_PART = 5 * 2**20  # every part but the last (EntityTooSmall at completion otherwise)
+S3_MAX_PART = 5 * 2**30  # a part, and a single PUT
+S3_MAX_PARTS = 10_000
+
+
+def s3_part_size(size: int, wanted: int) -> int:
+    """The part size for an S3 object of ``size`` bytes: ``wanted`` brought within S3's limits, as boto3's transfer
+    manager did (s3transfer's ChunksizeAdjuster): at least 5 MiB, at most 5 GiB, and large enough for 10,000 parts."""
+    return min(max(wanted, S3_MIN_PART, -(-size // S3_MAX_PARTS)), S3_MAX_PART)
+
+
 def _parts(chunks: list[memoryview], part_size: int) -> list[list[memoryview]]:
     """``chunks`` cut into consecutive parts of ``part_size`` bytes (the last one shorter): views, no copies."""
     parts: list[list[memoryview]] = [[]]
@@ -478,17 +489,19 @@ class S3Storage:
         return f"{self._prefix}/{path}" if self._prefix else path
 
     def write(self, path: str, data: Data) -> None:
-        """One PUT, or a multipart upload of ``part_size`` parts, ``concurrency`` in flight, whose request bodies
-        read the caller's buffers in place. boto3's ``upload_fileobj`` copied each part into memory first, up to
-        10 of them — a 192 MiB file was held twice. A failed upload is aborted and tried again from the start."""
+        """One PUT, or a multipart upload of ``part_size`` parts (kept within S3's limits: ``s3_part_size``),
+        ``concurrency`` in flight, whose request bodies read the caller's buffers in place. boto3's ``upload_fileobj``
+        copied each part into memory first, up to 10 of them — a 192 MiB file was held twice. A failed upload is
+        aborted and tried again from the start."""
         chunks = _chunks(data)
         size = sum(c.nbytes for c in chunks)
         key = self._key(path)
-        if size < 2 * self._transfer.part_size:
+        part = s3_part_size(size, self._transfer.part_size)
+        if size < 2 * part and size <= S3_MAX_PART:
             self._call(lambda: self._client.put_object(Bucket=self._bucket, Key=key, Body=_ViewReader(chunks),
                                                        **self._checksum), path)
         else:
-            self._call(lambda: self._multipart(key, _parts(chunks, self._transfer.part_size)), path)
+            self._call(lambda: self._multipart(key, _parts(chunks, part)), path)
 
     def _multipart(self, key: str, parts: list[list[memoryview]]) -> None:
         upload_id = self._client.create_multipart_upload(Bucket=self._bucket, Key=key, **self._checksum)["UploadId"]

@@ -287,15 +287,53 @@ def test_a_checkpoint_from_a_newer_format_is_skipped_saying_to_upgrade(store_uri
     assert [e.id.step for e in layout.scan(storage.list())] == [1, 20]
 
 
-def test_a_failed_s3_multipart_upload_is_aborted_not_left_stored(make_uri):
-    """Parts under S3's 5 MiB minimum: the completion is refused (EntityTooSmall). The parts already uploaded must
-    not stay behind as an incomplete upload, stored (and billed) until a lifecycle rule ends it."""
+def test_an_s3_part_size_under_5_mib_goes_up_in_5_mib_parts_as_boto3_sent_it(make_uri):
+    """S3 refuses a part under 5 MiB but the last (EntityTooSmall): boto3's transfer manager raised a smaller
+    part_size to 5 MiB, and the library's own multipart upload must too, or every large save fails."""
     import boto3
 
     uri = make_uri("s3")
-    storage = open_storage(uri, transfer=TransferOptions(part_size=2**20, concurrency=2, retries=2, retry_backoff_s=0))
-    with pytest.raises(OSError, match="EntityTooSmall"):
-        storage.write("step-000000000001-1733011200123/00-w.safetensors", [memoryview(bytearray(3 * 2**20))])
+    storage = open_storage(uri, transfer=TransferOptions(part_size=2**20, concurrency=2, retries=1))
+    data = bytes(range(256)) * (11 * 2**12)  # 11 MiB
+    storage.write("step-000000000001-1733011200123/00-w.safetensors", [memoryview(data)])
+    assert storage.read("step-000000000001-1733011200123/00-w.safetensors") == data
+    bucket, prefix = uri.split("://", 1)[1].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    etag = s3.head_object(Bucket=bucket, Key=f"{prefix}/step-000000000001-1733011200123/00-w.safetensors")["ETag"]
+    assert etag.strip('"').endswith("-3"), etag  # 5 + 5 + 1 MiB
+
+
+@pytest.mark.parametrize("size, wanted, parts", [
+    pytest.param(400 * 2**30, 32 * 2**20, 10_000, id="400 GiB in 32 MiB parts → larger parts, at most 10,000"),
+    pytest.param(5 * 2**40, 32 * 2**20, 10_000, id="5 TiB, S3's largest object → 10,000 parts of at most 5 GiB"),
+    pytest.param(11 * 2**30, 8 * 2**30, 3, id="8 GiB parts → 5 GiB, S3's largest part"),
+    pytest.param(3 * 2**20, 2**20, 1, id="1 MiB parts → 5 MiB, S3's smallest but the last"),
+])
+def test_s3_parts_keep_to_s3s_limits(size, wanted, parts):
+    from checkpoint.storage import S3_MAX_PART, S3_MIN_PART, s3_part_size
+
+    part = s3_part_size(size, wanted)
+    assert S3_MIN_PART <= part <= S3_MAX_PART
+    assert -(-size // part) <= parts
+
+
+def test_a_failed_s3_multipart_upload_is_aborted_not_left_stored(make_uri):
+    """A part that fails (here: the connection refused for the second part, every try): the parts already uploaded
+    must not stay behind as an incomplete upload, stored (and billed) until a lifecycle rule ends it."""
+    import boto3
+    from botocore.exceptions import EndpointConnectionError
+
+    uri = make_uri("s3")
+    storage = open_storage(uri, transfer=TransferOptions(part_size=5 * 2**20, concurrency=2, retries=2,
+                                                         retry_backoff_s=0))
+
+    def refuse_part_2(params, **_):  # botocore's own hook, run before each UploadPart request is built
+        if params.get("PartNumber") == 2:
+            raise EndpointConnectionError(endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+
+    storage._client.meta.events.register("provide-client-params.s3.UploadPart", refuse_part_2)
+    with pytest.raises(OSError, match="Could not connect"):
+        storage.write("step-000000000001-1733011200123/00-w.safetensors", [memoryview(bytearray(11 * 2**20))])
     bucket, prefix = uri.split("://", 1)[1].split("/", 1)
     s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
     assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []
