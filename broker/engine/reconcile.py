@@ -127,6 +127,11 @@ class Engine:
                 self._guard(self._monitor, job, now)
         self._placements = self.store.placements()  # read before the snapshot the placements are decided on
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
+        # forget the attempts no longer latest, before this tick's launches: one placed and launched below (its
+        # job read queued here) is counted from its launch on, not by the wall clock at its first accrual
+        latest = {attempt_id(j.id, j.attempts) for j in jobs}
+        for stale in [a for a in self._accrued if a not in latest]:
+            del self._accrued[stale]
         active = [j for j in jobs if j.state.is_active]
         availability = getattr(self.launcher, "availability", dict)()
         mk = market(self.settings, active, availability)
@@ -147,9 +152,6 @@ class Engine:
         live = {j.id for j in jobs}
         for job_id in [k for k in self.policies if k not in live]:
             del self.policies[job_id]
-        latest = {f"{j.id}-a{j.attempts + (j.state is JobState.PLACED)}" for j in jobs}  # read before the launches
-        for attempt_id in [a for a in self._accrued if a not in latest]:
-            del self._accrued[attempt_id]
         sweep = getattr(self.launcher, "sweep", None)
         if sweep is not None and now - self._last_sweep >= SWEEP_SECONDS:  # 4. no idle cloud GPU left behind
             self._last_sweep = now

@@ -133,3 +133,28 @@ def test_two_engines_watching_one_host_both_bill_the_seconds_that_pass_when_its_
         for run in a.launcher.runs_dir.glob("j*"):
             a.launcher.kill(run.name)
         store.close()
+
+
+def test_a_clock_stepped_back_before_the_first_accrual_of_an_attempt_placed_and_launched_in_one_tick(make_settings,
+                                                                                                    tmp_path):
+    # the tick that places a queued job launches it too: the engine's monotonic count for the attempt starts at that
+    # launch, so a step back before its first accrual neither stalls its spend nor puts its budget stop off
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'first.db'}")
+    launcher = open_launcher(settings)
+    wall, mono = [time.time()], [1000.0]
+    engine = Engine(settings, store, launcher, clock=lambda: wall[0], monotonic=lambda: mono[0])
+    service = BrokerService(settings, store, launcher, clock=lambda: wall[0])
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 120", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "1"}})[0]
+    try:
+        engine.tick()
+        assert store.get_job(job.id).state is JobState.LAUNCHING and store.get_job(job.id).attempts == 1
+        wall[0] += 40 - HOUR
+        mono[0] += 40
+        engine.tick()
+        assert store.get_job(job.id).spent == 400_000  # 40 s ran: not nothing for an hour
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+        store.close()
