@@ -239,6 +239,36 @@ def test_the_chart_dates_every_period_and_writes_money_as_the_broker_does(server
     assert "good" not in saving_class
 
 
+def test_a_job_that_cost_more_than_on_demand_reads_as_paid_more_when_opened(server, store, seeded):
+    """The open job's line said "saved -$2.00 (-100%)" for work that cost more than on-demand, as the CLI and Slack
+    did before they said it as ``broker.views.saving_words`` does."""
+    from playwright.sync_api import sync_playwright
+
+    from broker.views import saving_words
+
+    now = seeded.now
+    dear = world.job("j-b3", "team-b", JobState.SUCCEEDED, submitted=now - 10 * 86_400, budget=9_000_000,
+                     spent=4_000_000, attempts=1, quote_od=100_000, updated=now - 9 * 86_400)
+    world._commit(store, dear, [world.attempt("j-b3", 1, AttemptState.SUCCEEDED, world.onprem(200_000),
+                                              start=now - 10 * 86_400, seconds=20 * 3600, cost=4_000_000)])
+    j = httpx.get(f"{server}/v1/costs/jobs/j-b3", headers=auth(world.ADMIN)).json()
+    assert j["saving"]["micros"] < 0
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{server}/dashboard?token={world.ADMIN}")
+            page.wait_for_selector("#total-spent[data-micros]")
+            _choose(page, "team-b", "30d")
+            page.click("#top tbody tr:has-text('j-b3')")
+            page.wait_for_selector("#job:not([hidden])")
+            summary = page.text_content("#job-summary")
+        finally:
+            browser.close()
+    said = saving_words(j["saving"], j["saving_percent"], "on-demand")
+    assert said.startswith("paid ") and said in summary and "saved -" not in summary, summary
+
+
 def _choose(page, team: str, period: str) -> dict:
     """Pick a team and a period on the page, one after the other, and return the report it then shows."""
     from playwright.sync_api import expect

@@ -49,6 +49,13 @@ function usd(micros) {
   return sign + "$" + Math.floor(cents / 100).toLocaleString("en-US") + "." + String(cents % 100).padStart(2, "0");
 }
 
+// a saving in words, as the broker says it (broker/views.py saving_words): work that cost more than on-demand
+// "paid $0.10 (10%) more than on-demand", never "saved -$0.10 (-10%)"
+function savingWords(saving, pct) {
+  if (saving.micros < 0) return "paid " + usd(-saving.micros) + (pct === null ? "" : ` (${-pct}%)`) + " more than on-demand";
+  return "saved " + saving.usd + (pct === null ? "" : ` (${pct}%)`);
+}
+
 function duration(seconds) {
   if (seconds < 60) return seconds + " s";
   if (seconds < 3600) return Math.round(seconds / 60) + " min";
@@ -229,8 +236,8 @@ async function showJob(id, scroll = true) {
   $("job").hidden = false;
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
   $("job-summary").textContent = `${j.job.state} · spent ${j.spent.usd} of ${j.job.budget.usd} · ` +
-    `on-demand would have cost ${j.ondemand_equivalent.usd}, saved ${j.saving.usd}` +
-    (j.saving_percent === null ? "" : ` (${j.saving_percent}%)`) + (j.job.reason ? " · " + j.job.reason : "");
+    `on-demand would have cost ${j.ondemand_equivalent.usd}, ${savingWords(j.saving, j.saving_percent)}` +
+    (j.job.reason ? " · " + j.job.reason : "");
   fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
     a.state + (a.reason ? " — " + a.reason : ""), { text: (a.seconds / 3600).toFixed(2), num: 1 },
     { text: a.cost.usd, num: 1 }, { text: a.ondemand_equivalent.usd, num: 1 }])), "No attempts yet.");
