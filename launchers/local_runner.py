@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from launchers.base import elapsed
 from launchers.run_as import JobUser, acting_as, prepare
 from launchers.skypilot_task import CHECKPOINT_MOUNT
 
@@ -77,7 +78,7 @@ def _write_atomic(path: Path, data: dict, tmp: Path | None = None) -> None:
 
 
 class Runner:
-    def __init__(self, run_dir: Path, *, wall=time.time, monotonic=time.monotonic):
+    def __init__(self, run_dir: Path, *, wall=time.time, monotonic=elapsed):
         """``wall``, ``monotonic``: the clocks (``limit.json`` is on the first; the wait for it on the second)."""
         self.dir = run_dir
         self.wall = wall

@@ -42,7 +42,7 @@ from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import after_run, market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
-from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of
+from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of, elapsed
 from pricing.deadline import RELIABLE
 from pricing.money import fmt, fmt_limit
 from pricing.offers import Tier
@@ -75,11 +75,11 @@ class Engine:
     """Drives jobs through their states. ``tick`` is one cycle; ``start`` runs it in a thread."""
 
     def __init__(self, settings: Settings, store: JobStore, launcher: Launcher, *,
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = elapsed,
                  actor: str = "engine", on_event: Callable[[Event, Job], None] | None = None):
         """``clock``: the wall clock (times stored, compared across processes); ``monotonic``: the time an
         attempt is billed for between two of this engine's accruals (:meth:`_billed_until`), which a step
-        of the wall clock does not move."""
+        of the wall clock does not move and a suspended host's sleep does (:func:`launchers.base.elapsed`)."""
         self.settings = settings
         self.store = store
         self.launcher = launcher

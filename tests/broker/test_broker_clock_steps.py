@@ -158,3 +158,23 @@ def test_a_clock_stepped_back_before_the_first_accrual_of_an_attempt_placed_and_
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
         store.close()
+
+
+def test_the_clocks_billing_is_timed_on_count_a_suspended_hosts_sleep(make_settings, tmp_path):
+    """A cloud bills a cluster while the broker's host sleeps (a laptop, a paused VM). Timed on CLOCK_MONOTONIC,
+    which Linux stops during a suspend, the engine would record none of that time: later attempts were then given
+    budget already spent. The engine and the local runner time it on CLOCK_BOOTTIME, which counts the sleep."""
+    import inspect
+
+    from launchers.base import BOOT_CLOCK, elapsed
+
+    assert BOOT_CLOCK == time.CLOCK_BOOTTIME  # Linux: the clock that goes on through a suspend
+    before, ours, after = time.clock_gettime(time.CLOCK_BOOTTIME), elapsed(), time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert before <= ours <= after
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'boot.db'}")
+    try:
+        assert Engine(settings, store, open_launcher(settings)).monotonic is elapsed
+    finally:
+        store.close()
+    assert inspect.signature(Runner.__init__).parameters["monotonic"].default is elapsed
