@@ -49,7 +49,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -631,14 +631,18 @@ class SkyPilotLauncher:
 
     # -- sweep ----------------------------------------------------------------------------------
 
-    def sweep(self, known_attempt_ids: list[str] | set[str] | tuple[str, ...]) -> list[str]:
+    def sweep(self, known_attempt_ids: Iterable[str] | Callable[[], Iterable[str]]) -> list[str]:
         """Tear down this deployment's clusters whose attempt the broker no longer runs; return their names.
 
         Only names this launcher's prefix makes from an attempt id (:func:`is_own_cluster`) are touched: the
-        same SkyPilot user sees every cluster of another deployment (another prefix) and a person's own."""
-        keep = {self.cluster(a) for a in known_attempt_ids}
-        stale = sorted(c.name for c in self.client.clusters()
-                       if is_own_cluster(c.name, self.prefix) and c.name not in keep)
+        same SkyPilot user sees every cluster of another deployment (another prefix) and a person's own.
+        ``known_attempt_ids`` may be a function reading them: it is called after the clusters are listed, so a
+        cluster another broker launched while the sweep ran is kept (its attempt is recorded before its launch,
+        so a read after the listing sees it; a read before it did not, and the sweep tore the new cluster down)."""
+        listed = [c.name for c in self.client.clusters() if is_own_cluster(c.name, self.prefix)]
+        known = known_attempt_ids() if callable(known_attempt_ids) else known_attempt_ids
+        keep = {self.cluster(a) for a in known}
+        stale = sorted(name for name in listed if name not in keep)
         for name in stale:
             self.client.down(name)
         return stale

@@ -161,14 +161,14 @@ class Engine:
 
     def _sweep(self, sweep) -> None:
         """Hand the launcher's sweep the attempts whose clusters must stay: the latest of each job that may hold
-        one. Read now, after this tick's launches, so that a cluster launched since the tick began, here or by
-        another broker, is kept. A queued or placed job's latest attempt has ended (its job was sent back to
+        one. Read after this tick's launches and after the launcher has listed its clusters (it calls the read),
+        so that a cluster launched since the tick began, here or by another broker, is kept. A queued or placed job's latest attempt has ended (its job was sent back to
         the queue once it had), so its cluster goes — one a cancelled launch made after all, say — unless a
         newer broker holds that attempt in a state of its own (``_left_alone``)."""
         foreign = {job_id for job_id, _ in self._left_alone}
         waiting = (JobState.QUEUED, JobState.PLACED)
-        sweep({f"{j.id}-a{j.attempts}" for j in self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
-               if j.attempts and (j.state not in waiting or j.id in foreign)})
+        sweep(lambda: {f"{j.id}-a{j.attempts}" for j in self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
+                       if j.attempts and (j.state not in waiting or j.id in foreign)})
 
     def run_until_idle(self, *, timeout: float = 60.0, interval: float = 0.1) -> None:
         """Tick until no job is in an engine state (tests, ``broker worker --burst``)."""

@@ -150,7 +150,7 @@ def test_the_engine_sweeps_cloud_clusters_no_active_attempt_owns(broker):
             return getattr(self.inner, name)
 
         def sweep(self, known):
-            self.swept.append(set(known))
+            self.swept.append(set(known()))
             return []
 
     wrapped = Sweeping(launcher)
@@ -172,7 +172,7 @@ def test_the_sweep_keeps_a_cluster_launched_in_its_own_tick_and_not_a_requeued_j
 
     service, engine, store, launcher = broker
     swept = []
-    launcher.sweep = lambda known: swept.append(set(known)) or []
+    launcher.sweep = lambda known: swept.append(set(known())) or []
     engine.launcher = launcher
     earlier = submit(service, "sleep 30")
     running = run_until(engine, store, earlier.id, {"running"})
@@ -187,6 +187,27 @@ def test_the_sweep_keeps_a_cluster_launched_in_its_own_tick_and_not_a_requeued_j
     assert store.get_job(fresh.id).attempts == 1 and store.get_job(earlier.id).state is JobState.QUEUED
     assert f"{fresh.id}-a1" in swept[-1] and f"{earlier.id}-a1" not in swept[-1], swept
     launcher.stop(f"{fresh.id}-a1", grace_seconds=0, reason="test over")
+
+
+def test_the_sweep_reads_the_jobs_once_the_launcher_has_listed_its_clusters(broker):
+    """The engine read the jobs, then the launcher listed its clusters: a job another broker placed and launched
+    in between had its new cluster swept as unknown. The engine hands the sweep the read, which runs after the
+    listing."""
+    service, engine, store, launcher = broker
+    seen, others = [], []
+
+    def sweep(known):  # while it lists, another broker takes a job submitted just now and launches it
+        others.append(submit(service, "sleep 30"))
+        run_until(Engine(engine.settings, store, launcher, actor="other-broker"), store, others[0].id, {"running"})
+        seen.append(set(known()))
+        return []
+
+    launcher.sweep = sweep
+    engine.launcher = launcher
+    engine._last_sweep = float("-inf")
+    engine.tick()
+    assert seen and f"{others[0].id}-a1" in seen[-1], seen
+    launcher.stop(f"{others[0].id}-a1", grace_seconds=0, reason="test over")
 
 
 def test_a_job_waiting_for_a_full_pool_gets_a_rough_start_estimate(broker):

@@ -536,3 +536,22 @@ def test_readers_of_a_live_clusters_log_fetch_it_from_skypilot_at_most_every_few
     assert len(fetches) == 1
     launcher.log_refresh_seconds = 0.0  # the interval passed
     assert launcher.logs(AID, offset=offset)[0] == b"step 1000\n" and len(fetches) == 2
+
+
+def test_the_sweep_reads_what_the_broker_knows_after_listing_so_a_cluster_launched_meanwhile_stays(launcher,
+                                                                                                   sky_client):
+    """The broker's attempts were read before SkyPilot's clusters were listed: another broker recording an
+    attempt and launching its cluster in between had the new cluster torn down as unknown."""
+    recorded = ["j-aaaaaaaaaa-a1"]
+    sky_client.provisioned("broker-j-aaaaaaaaaa-a1")
+    sky_client.provisioned("broker-j-cccccccccc-a1")  # nobody's: goes
+    listing = sky_client.clusters
+
+    def clusters(names=None):  # while the list is taken, another broker records j-bbbbbbbbbb-a1 and launches it
+        recorded.append("j-bbbbbbbbbb-a1")
+        sky_client.provisioned("broker-j-bbbbbbbbbb-a1", status="INIT")
+        return listing(names)
+
+    sky_client.clusters = clusters
+    assert launcher.sweep(lambda: list(recorded)) == ["broker-j-cccccccccc-a1"]
+    assert sorted(sky_client.cluster_status) == ["broker-j-aaaaaaaaaa-a1", "broker-j-bbbbbbbbbb-a1"]
