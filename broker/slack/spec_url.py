@@ -92,10 +92,25 @@ def _under(path: str, prefix: str) -> bool:
     return path.split("/")[:len(want)] == want
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052's well-known prefix: the IPv4 address is the last 32 bits
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: a network's own translators, never public
+_EMBEDDING = (ipaddress.ip_network("::/96"), ipaddress.ip_network("::ffff:0:0:0/96"))  # IPv4-compatible; SIIT
+
+
 def _public(address: str) -> bool:
+    """Whether ``address`` is a public one. An IPv6 address that carries an IPv4 one (mapped, NAT64, 6to4,
+    IPv4-compatible, SIIT) is judged by that IPv4 address: ``64:ff9b::a00:5`` reaches 10.0.0.5 through the
+    network's NAT64 gateway, and Python calls it global."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL or ip.teredo is not None:
+            return False
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip.sixtofour is not None:
+            ip = ip.sixtofour
+        elif ip in _NAT64 or any(ip in net for net in _EMBEDDING):
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip.is_global and not ip.is_multicast
 
 

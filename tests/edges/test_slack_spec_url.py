@@ -74,9 +74,13 @@ def test_a_prefix_naming_a_loopback_host_is_the_admins_choice_and_is_fetched(stu
 
 @pytest.mark.parametrize("addresses", [
     ["127.0.0.1"], ["10.0.0.5"], ["169.254.169.254"], ["::1"], ["fd00::1"], ["::ffff:127.0.0.1"],
-    ["93.184.216.34", "192.168.1.10"],
+    ["93.184.216.34", "192.168.1.10"], ["64:ff9b::a00:5"], ["64:ff9b::a9fe:a9fe"], ["64:ff9b:1::808:808"],
+    ["2002:a00:5::1"], ["::a00:5"], ["::ffff:0:a00:5"], ["2001:0:4136:e378:8000:63bf:f5ff:fffa"],
 ], ids=["loopback", "a private network", "the cloud metadata address", "IPv6 loopback", "IPv6 unique local",
-        "loopback written as IPv4-mapped IPv6", "a name with one public and one private address"])
+        "loopback written as IPv4-mapped IPv6", "a name with one public and one private address",
+        "a private network through NAT64", "the metadata address through NAT64", "a local-use NAT64 prefix",
+        "a private network in a 6to4 address", "a private network as IPv4-compatible IPv6",
+        "a private network as SIIT IPv4-translated IPv6", "a Teredo tunnel"])
 def test_a_bare_scheme_prefix_refuses_a_host_that_resolves_inward_and_sends_nothing(stub, addresses):
     host, port = "specs.test", stub.port
     with pytest.raises(SpecURLRefused, match="only hosts named in slack.spec_url_prefixes"):
@@ -107,3 +111,11 @@ def test_a_body_over_the_limit_is_refused(stub):
     stub.files["/specs/big.yaml"] = "x" * 5000
     with pytest.raises(SpecURLRefused, match="larger than 1000 bytes"):
         fetch(stub.url + "/specs/big.yaml", [stub.url + "/specs/"], max_bytes=1000)
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1", "2606:4700::1111"],
+                         ids=["public IPv4", "public IPv4 through NAT64", "public IPv4 in 6to4", "public IPv6"])
+def test_a_public_address_however_written_is_public(address):
+    from broker.slack.spec_url import _public
+
+    assert _public(address)
