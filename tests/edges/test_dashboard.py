@@ -4,19 +4,18 @@ filters, screenshots) and the API docs at /docs and /redoc, with no network but 
 from __future__ import annotations
 
 import socket
-import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from broker.lifecycle import AttemptState, JobState
 
 from . import world
-from .conftest import auth, build_app
+from .conftest import auth, build_app, free_port, serving
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -24,22 +23,25 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
+@contextmanager
+def chromium():
+    """Debian's headless Chromium under Playwright (no ``playwright install``), closed on the way out."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 @pytest.fixture
 def server(tmp_path, store, seeded):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(5)
+    port = free_port()
+    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port,
+                 lifespan="on") as url:
+        yield url
 
 
 def test_the_page_is_static_and_names_no_other_host(client):
@@ -57,67 +59,57 @@ def test_the_page_is_static_and_names_no_other_host(client):
 
 
 def test_dashboard_in_chromium(server):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     admin = httpx.get(f"{server}/v1/costs?period=7d", headers=auth(world.ADMIN)).json()
     team_b = httpx.get(f"{server}/v1/costs?period=7d&team=team-b", headers=auth(world.ADMIN)).json()
     errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1400})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{server}/dashboard?token={world.ADMIN}")
-            page.wait_for_selector("#total-spent[data-micros]")
-            assert "token=" not in page.url  # taken out of the address bar, kept in localStorage
-            t = admin["totals"]
-            assert page.text_content("#total-spent") == t["spent"]["usd"]
-            assert page.get_attribute("#total-spent", "data-micros") == str(t["spent"]["micros"])
-            assert page.get_attribute("#total-saving", "data-micros") == str(t["saving"]["micros"])
-            assert page.text_content("#total-ondemand") == t["ondemand_equivalent"]["usd"]
-            for tier, m in t["by_tier"].items():
-                assert page.get_attribute(f'#tiers [data-tier="{tier}"]', "data-micros") == str(m["micros"])
-            assert page.locator("#chart rect").count() > 0
-            assert page.locator("#queue tbody tr").count() == 1 and "8x H100" in page.text_content("#queue")
-            assert "75%" in page.text_content("#burn")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 1400})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        assert "token=" not in page.url  # taken out of the address bar, kept in localStorage
+        t = admin["totals"]
+        assert page.text_content("#total-spent") == t["spent"]["usd"]
+        assert page.get_attribute("#total-spent", "data-micros") == str(t["spent"]["micros"])
+        assert page.get_attribute("#total-saving", "data-micros") == str(t["saving"]["micros"])
+        assert page.text_content("#total-ondemand") == t["ondemand_equivalent"]["usd"]
+        for tier, m in t["by_tier"].items():
+            assert page.get_attribute(f'#tiers [data-tier="{tier}"]', "data-micros") == str(m["micros"])
+        assert page.locator("#chart rect").count() > 0
+        assert page.locator("#queue tbody tr").count() == 1 and "8x H100" in page.text_content("#queue")
+        assert "75%" in page.text_content("#burn")
 
-            page.select_option("#team", "team-b")  # the filter
-            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(team_b["totals"]["spent"]["micros"]))
-            assert page.text_content("#total-saving") == team_b["totals"]["saving"]["usd"]
-            assert page.locator("#top tbody tr").count() == 1
+        page.select_option("#team", "team-b")  # the filter
+        expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(team_b["totals"]["spent"]["micros"]))
+        assert page.text_content("#total-saving") == team_b["totals"]["saving"]["usd"]
+        assert page.locator("#top tbody tr").count() == 1
 
-            page.select_option("#team", "")
-            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(t["spent"]["micros"]))
-            page.click("#top tbody tr:first-child")  # the most expensive job: attempts and loss curve
-            page.wait_for_selector("#loss polyline")
-            assert page.locator("#attempts tbody tr").count() == 2
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+        page.select_option("#team", "")
+        expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(t["spent"]["micros"]))
+        page.click("#top tbody tr:first-child")  # the most expensive job: attempts and loss curve
+        page.wait_for_selector("#loss polyline")
+        assert page.locator("#attempts tbody tr").count() == 2
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
-            page.evaluate("localStorage.setItem('spot-broker-token', 'wrong')")
-            page.goto(f"{server}/dashboard")
-            page.wait_for_selector("#login:not([hidden])")
-        finally:
-            browser.close()
+        page.evaluate("localStorage.setItem('spot-broker-token', 'wrong')")
+        page.goto(f"{server}/dashboard")
+        page.wait_for_selector("#login:not([hidden])")
     assert [e for e in errors if "401" not in e] == []  # the wrong-token 401 at the end is expected
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
 
 
 def test_the_queue_says_roughly_when_a_waiting_job_starts(server, store, seeded):
-    from playwright.sync_api import sync_playwright
-
     start = world.wait_behind_a_running_job(store, seeded)
     expected = datetime.fromtimestamp(start, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(f"{server}/dashboard?token={world.TOKENS['team-a']}")
-            page.wait_for_selector("#queue tbody tr td:nth-child(3)")
-            cells = page.locator("#queue tbody tr").first.locator("td").all_text_contents()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.TOKENS['team-a']}")
+        page.wait_for_selector("#queue tbody tr td:nth-child(3)")
+        cells = page.locator("#queue tbody tr").first.locator("td").all_text_contents()
     assert cells[0] == "1" and "j-a3" in cells[1] and cells[2] == expected and "full" in cells[3]
 
 
@@ -133,31 +125,25 @@ def _offline(page, server: str, outside: list[tuple[str, str]]) -> None:
 
 
 def test_the_api_docs_render_their_operations_with_no_network(server):
-    from playwright.sync_api import sync_playwright
-
     spec = httpx.get(f"{server}/openapi.json").json()
     operations = {(m.upper(), path) for path, ops in spec["paths"].items() for m in ops}
     docs: list[tuple[str, str]] = []
     redoc: list[tuple[str, str]] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            _offline(page, server, docs)
-            page.goto(f"{server}/docs")
-            page.wait_for_selector(".opblock", timeout=15_000)  # Swagger UI drew the operations
-            shown = {(block.locator(".opblock-summary-method").text_content(),
-                      block.locator(".opblock-summary-path").get_attribute("data-path"))
-                     for block in page.locator(".opblock").all()}
-            assert shown == operations
+    with chromium() as browser:
+        page = browser.new_page()
+        _offline(page, server, docs)
+        page.goto(f"{server}/docs")
+        page.wait_for_selector(".opblock", timeout=15_000)  # Swagger UI drew the operations
+        shown = {(block.locator(".opblock-summary-method").text_content(),
+                  block.locator(".opblock-summary-path").get_attribute("data-path"))
+                 for block in page.locator(".opblock").all()}
+        assert shown == operations
 
-            page = browser.new_page()
-            _offline(page, server, redoc)
-            page.goto(f"{server}/redoc")
-            page.wait_for_selector("[data-section-id^='operation/']", timeout=15_000)  # ReDoc drew them too
-            assert page.locator("[data-section-id^='operation/']").count() == len(operations)
-        finally:
-            browser.close()
+        page = browser.new_page()
+        _offline(page, server, redoc)
+        page.goto(f"{server}/redoc")
+        page.wait_for_selector("[data-section-id^='operation/']", timeout=15_000)  # ReDoc drew them too
+        assert page.locator("[data-section-id^='operation/']").count() == len(operations)
     assert docs == []  # nothing from a CDN or a font host
     # ReDoc's own "API docs by Redocly" footer logo is the one thing it asks elsewhere: an image, left out
     assert [kind for kind, _ in redoc] in ([], ["image"])
@@ -166,8 +152,6 @@ def test_the_api_docs_render_their_operations_with_no_network(server):
 def test_a_long_queue_and_many_running_jobs_leave_the_rest_of_the_page_in_view(server, store, seeded):
     """500 queued jobs drew 500 rows, and the most expensive jobs and the preemptions were 25,000 px down the page:
     the queue shows its first rows and how many more wait, the budget burn its hottest jobs first."""
-    from playwright.sync_api import sync_playwright
-
     now = seeded.now
     for i in range(45):
         world._commit(store, world.job(f"j-q{i:02d}", "team-a", JobState.QUEUED, submitted=now - 200 + i,
@@ -179,17 +163,13 @@ def test_a_long_queue_and_many_running_jobs_leave_the_rest_of_the_page_in_view(s
                                                  start=now - 600, seconds=540, cost=i * 30_000, running=True)])
     body = httpx.get(f"{server}/v1/costs?period=7d", headers=auth(world.ADMIN)).json()
     assert len(body["queue"]) == 46 and len(body["budget_burn"]) == 31  # the API still gives them all
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.goto(f"{server}/dashboard?token={world.ADMIN}")
-            page.wait_for_selector("#total-spent[data-micros]")
-            queue = page.locator("#queue tbody tr").all_text_contents()
-            burn = page.locator("#burn tbody tr").all_text_contents()
-            top_y = page.locator("#top").bounding_box()["y"]
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        queue = page.locator("#queue tbody tr").all_text_contents()
+        burn = page.locator("#burn tbody tr").all_text_contents()
+        top_y = page.locator("#top").bounding_box()["y"]
     assert len(queue) == 21 and "j-a3" in queue[0] and "26 more waiting" in queue[-1]
     assert len(burn) == 21 and "j-r29" in burn[0] and "87%" in burn[0] and "11 more running" in burn[-1]
     assert top_y < 2500
@@ -199,8 +179,6 @@ def test_the_chart_dates_every_period_and_writes_money_as_the_broker_does(server
     """At 90 days the chart had no date under any bar; its scale rounded $0.0046 up to "$0.01" (the broker writes
     hundredths of a cent under a dollar) and an empty chart read "$0.01"; a team that paid more than on-demand
     was told it spent "-11% less", on a green card."""
-    from playwright.sync_api import sync_playwright
-
     from pricing.money import fmt
 
     now = seeded.now
@@ -214,19 +192,15 @@ def test_the_chart_dates_every_period_and_writes_money_as_the_broker_does(server
     world._commit(store, short, [world.attempt("j-b4", 1, AttemptState.SUCCEEDED, world.onprem(200_000),
                                                start=now - 7200, seconds=82, cost=4_567)])
     seen = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(f"{server}/dashboard?token={world.ADMIN}")
-            page.wait_for_selector("#total-spent[data-micros]")
-            for team, period in (("", "30d"), ("", "90d"), ("team-b", "24h"), ("team-b", "90d"), ("default", "7d")):
-                body = _choose(page, team, period)
-                seen[(team, period)] = (body, page.locator("#chart text").all_text_contents(),
-                                        page.text_content("#total-saving-pct"),
-                                        page.eval_on_selector("#total-saving", "e => e.parentElement.className"))
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        for team, period in (("", "30d"), ("", "90d"), ("team-b", "24h"), ("team-b", "90d"), ("default", "7d")):
+            body = _choose(page, team, period)
+            seen[(team, period)] = (body, page.locator("#chart text").all_text_contents(),
+                                    page.text_content("#total-saving-pct"),
+                                    page.eval_on_selector("#total-saving", "e => e.parentElement.className"))
     for (team, period), (body, labels, saving_text, saving_class) in seen.items():
         dates = [t for t in labels if not t.startswith("$")]
         assert len(dates) >= 2, (team, period, labels)
@@ -242,8 +216,6 @@ def test_the_chart_dates_every_period_and_writes_money_as_the_broker_does(server
 def test_a_job_that_cost_more_than_on_demand_reads_as_paid_more_when_opened(server, store, seeded):
     """The open job's line said "saved -$2.00 (-100%)" for work that cost more than on-demand, as the CLI and Slack
     did before they said it as ``broker.views.saving_words`` does."""
-    from playwright.sync_api import sync_playwright
-
     from broker.views import saving_words
 
     now = seeded.now
@@ -253,18 +225,14 @@ def test_a_job_that_cost_more_than_on_demand_reads_as_paid_more_when_opened(serv
                                               start=now - 10 * 86_400, seconds=20 * 3600, cost=4_000_000)])
     j = httpx.get(f"{server}/v1/costs/jobs/j-b3", headers=auth(world.ADMIN)).json()
     assert j["saving"]["micros"] < 0
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(f"{server}/dashboard?token={world.ADMIN}")
-            page.wait_for_selector("#total-spent[data-micros]")
-            _choose(page, "team-b", "30d")
-            page.click("#top tbody tr:has-text('j-b3')")
-            page.wait_for_selector("#job:not([hidden])")
-            summary = page.text_content("#job-summary")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        _choose(page, "team-b", "30d")
+        page.click("#top tbody tr:has-text('j-b3')")
+        page.wait_for_selector("#job:not([hidden])")
+        summary = page.text_content("#job-summary")
     said = saving_words(j["saving"], j["saving_percent"], "on-demand")
     assert said.startswith("paid ") and said in summary and "saved -" not in summary, summary
 
@@ -291,14 +259,9 @@ def test_a_broker_that_cannot_answer_the_costs_says_so_on_the_page(tmp_path):
     import shutil
     import subprocess
 
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from broker.store.redis import RedisStore
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
 
     rport, port = free_port(), free_port()
     redis_cmd = [shutil.which("redis-server"), "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
@@ -319,22 +282,13 @@ def test_a_broker_that_cannot_answer_the_costs_says_so_on_the_page(tmp_path):
     store = RedisStore(f"redis://127.0.0.1:{rport}/0", prefix="dash")
     world.seed(store)
     app = build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="on"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not srv.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        server = f"http://127.0.0.1:{port}"
-        redis.terminate()
-        redis.wait(10)
-        down = httpx.get(f"{server}/v1/costs", headers=auth(world.ADMIN))
-        assert down.status_code == 503
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            try:
+        with serving(app, port, log_level="critical", lifespan="on") as server:
+            redis.terminate()
+            redis.wait(10)
+            down = httpx.get(f"{server}/v1/costs", headers=auth(world.ADMIN))
+            assert down.status_code == 503
+            with chromium() as browser:
                 page = browser.new_page()
                 page.goto(f"{server}/dashboard?token={world.ADMIN}")
                 expect(page.locator("#error")).to_be_visible()
@@ -344,11 +298,7 @@ def test_a_broker_that_cannot_answer_the_costs_says_so_on_the_page(tmp_path):
                 page.select_option("#period", "30d")
                 expect(page.locator("#error")).to_be_hidden()
                 page.wait_for_selector("#total-spent[data-micros]")
-            finally:
-                browser.close()
     finally:
-        srv.should_exit = True
-        thread.join(5)
         store.close()
         redis.terminate()
         redis.wait(10)
@@ -357,64 +307,56 @@ def test_a_broker_that_cannot_answer_the_costs_says_so_on_the_page(tmp_path):
 def test_an_answer_that_comes_late_does_not_replace_the_one_for_the_latest_choice(server):
     """Team B, then 30 days, picked quickly: the answer for team B over 7 days came after the one for 30 days and
     was drawn over it, so the page showed 7 days' spend under "30 days"."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     held = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(f"{server}/dashboard?token={world.ADMIN}")
-            page.wait_for_selector("#total-spent[data-micros]")
-            # the network holds the first answer back, as a slow one is; the broker answers every request itself
-            page.route("**/v1/costs?**", lambda route: held.append(route) if not held else route.continue_())
-            page.select_option("#team", "team-b")
-            with page.expect_response(lambda r: "period=30d" in r.url) as latest:
-                page.select_option("#period", "30d")
-            since = latest.value.json()["window"]["since"]
-            expect(page.locator("#window")).to_contain_text(since)
-            assert held and "period=7d" in held[0].request.url
-            with page.expect_response(lambda r: "period=7d" in r.url):
-                held[0].continue_()
-            page.wait_for_load_state("networkidle")
-            page.wait_for_timeout(300)
-            window = page.text_content("#window")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        # the network holds the first answer back, as a slow one is; the broker answers every request itself
+        page.route("**/v1/costs?**", lambda route: held.append(route) if not held else route.continue_())
+        page.select_option("#team", "team-b")
+        with page.expect_response(lambda r: "period=30d" in r.url) as latest:
+            page.select_option("#period", "30d")
+        since = latest.value.json()["window"]["since"]
+        expect(page.locator("#window")).to_contain_text(since)
+        assert held and "period=7d" in held[0].request.url
+        with page.expect_response(lambda r: "period=7d" in r.url):
+            held[0].continue_()
+        page.wait_for_load_state("networkidle")
+        page.wait_for_timeout(300)
+        window = page.text_content("#window")
     assert since in window and "team-b" in window
 
 
 def test_the_page_follows_new_spend_without_a_reload_while_it_is_in_view(server, store, seeded):
     """A running job's cost grows and new jobs spend: the page asked once, at load, and showed that moment's
     figures until someone reloaded it. It asks again every 30 s (the open job too, without scrolling to it)."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from . import world as w
 
     before = httpx.get(f"{server}/v1/costs?period=7d", headers=auth(world.ADMIN)).json()["totals"]["spent"]["micros"]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.clock.install()
-            page.goto(f"{server}/dashboard?token={world.ADMIN}")
-            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before))
-            expect(page.locator("#updated")).to_contain_text("refreshes every 30 s")
-            page.click("#top tbody tr:first-child")
-            page.wait_for_selector("#attempts tbody tr")
-            shown = page.text_content("#job-title")
-            page.evaluate("window.scrollTo(0, 0)")
+    with chromium() as browser:
+        page = browser.new_page()
+        page.clock.install()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before))
+        expect(page.locator("#updated")).to_contain_text("refreshes every 30 s")
+        page.click("#top tbody tr:first-child")
+        page.wait_for_selector("#attempts tbody tr")
+        shown = page.text_content("#job-title")
+        page.evaluate("window.scrollTo(0, 0)")
 
-            now = time.time()
-            late = w.job("j-b9", "team-b", JobState.SUCCEEDED, submitted=now - 7200, budget=9_000_000,
-                         spent=1_234_567, attempts=1, reason="succeeded", updated=now - 60)
-            w._commit(store, late, [w.attempt("j-b9", 1, AttemptState.SUCCEEDED, w.onprem(200_000), start=now - 7200,
-                                              seconds=3600, cost=1_234_567)])
-            page.clock.run_for(25_000)  # not yet
-            page.wait_for_timeout(300)
-            assert page.get_attribute("#total-spent", "data-micros") == str(before)
-            page.clock.run_for(6_000)
-            expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before + 1_234_567))
-            assert page.text_content("#job-title") == shown and page.evaluate("window.scrollY") == 0
-        finally:
-            browser.close()
+        now = time.time()
+        late = w.job("j-b9", "team-b", JobState.SUCCEEDED, submitted=now - 7200, budget=9_000_000,
+                     spent=1_234_567, attempts=1, reason="succeeded", updated=now - 60)
+        w._commit(store, late, [w.attempt("j-b9", 1, AttemptState.SUCCEEDED, w.onprem(200_000), start=now - 7200,
+                                          seconds=3600, cost=1_234_567)])
+        page.clock.run_for(25_000)  # not yet
+        page.wait_for_timeout(300)
+        assert page.get_attribute("#total-spent", "data-micros") == str(before)
+        page.clock.run_for(6_000)
+        expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before + 1_234_567))
+        assert page.text_content("#job-title") == shown and page.evaluate("window.scrollY") == 0

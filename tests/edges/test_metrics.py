@@ -122,37 +122,17 @@ def test_a_later_scrape_reads_only_live_and_recent_jobs_and_still_sees_every_cha
 def test_a_method_no_route_knows_is_one_label_value(tmp_path, store, seeded):
     """Served by uvicorn's h11 parser (uvicorn's own, when httptools is not installed), any token is an HTTP method:
     each made-up one was a new ``method`` label value, kept for good, so a scan grew every scrape without bound."""
-    import socket
-    import threading
-    import time
-
     import httpx
-    import uvicorn
 
-    from .conftest import build_app
+    from .conftest import build_app, free_port, serving
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = build_app(world.settings(tmp_path), store)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http="h11", log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not srv.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=url) as c:
-            for i in range(5):
-                assert c.request(f"SCAN{i}", "/v1/jobs", headers=auth(world.ADMIN)).status_code == 405
-            assert c.request("PATCH", "/v1/jobs", headers=auth(world.ADMIN)).status_code == 405
-            assert c.get("/v1/jobs", headers=auth(world.ADMIN)).status_code == 200
-            text = c.get("/metrics").text
-    finally:
-        srv.should_exit = True
-        thread.join(5)
+    port = free_port()
+    with serving(build_app(world.settings(tmp_path), store), port, http="h11") as url, httpx.Client(base_url=url) as c:
+        for i in range(5):
+            assert c.request(f"SCAN{i}", "/v1/jobs", headers=auth(world.ADMIN)).status_code == 405
+        assert c.request("PATCH", "/v1/jobs", headers=auth(world.ADMIN)).status_code == 405
+        assert c.get("/v1/jobs", headers=auth(world.ADMIN)).status_code == 200
+        text = c.get("/metrics").text
     methods = {s.labels["method"] for fam in text_string_to_metric_families(text)
                if fam.name == "broker_http_request_duration_seconds" for s in fam.samples}
     assert methods == {"GET", "PATCH", "other"}
