@@ -89,3 +89,45 @@ def test_a_job_restoring_another_jobs_checkpoint_says_so(tmp_path, caplog):
     with run(uri, "job-b") as second, caplog.at_level("WARNING", logger="checkpoint"):
         assert second.restore().step == 100  # a re-submit continuing a finished job's run is not refused
     assert "which job job-a committed, not this job (job-b)" in caplog.text
+
+
+def test_a_job_continuing_an_ended_jobs_run_keeps_its_retention(tmp_path):
+    """A job submitted on purpose onto the base of a job that ended (the broker allows it) continues that run:
+    the ended job's checkpoints are the run's history, and retention thins them as a single job's. Before, the
+    new job took them for another job's and kept every one of them for ever (a chain of such jobs kept
+    ``keep_last`` of each)."""
+    uri = str(tmp_path / "run")
+    with run(uri, "job-a") as first:
+        first.restore()
+        for step in (100, 110, 120):
+            first.save(step, state(step), wait=True)
+    assert committed(uri) == [110, 120]
+    with run(uri, "job-b") as second:
+        assert second.restore().step == 120
+        second.save(130, state(130), wait=True)
+        assert committed(uri) == [120, 130]
+        second.save(140, state(140), wait=True)
+        assert committed(uri) == [130, 140]
+    with run(uri, "job-b", attempt=2) as again:  # job-b resumed: its own checkpoint, and still alone in the run
+        assert again.restore().step == 140
+        again.save(150, state(150), wait=True)
+        assert committed(uri) == [140, 150]
+
+
+def test_a_job_that_commits_after_the_continuing_job_began_is_not_taken_for_ended(tmp_path):
+    """Two jobs live on one base (two submits racing on two brokers): job-b restored job-a's newest and runs
+    ahead of it, yet job-a commits on after job-b's first commit, so its checkpoints stay its own."""
+    uri = str(tmp_path / "run")
+    first = run(uri, "job-a")
+    first.restore()
+    for step in (100, 110):
+        first.save(step, state(step), wait=True)
+    second = run(uri, "job-b")
+    assert second.restore().step == 110
+    second.save(500, state(500), wait=True)
+    first.save(120, state(120), wait=True)
+    for step in (510, 520):
+        second.save(step, state(step), wait=True)
+    assert committed(uri) == [110, 120, 510, 520]
+    first.close()
+    second.close()
