@@ -118,8 +118,12 @@ def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
                             "job a base of its own)", storage.uri(), ", ".join(others), fence[0])
             cache = {} if owners is None else owners
             owner = {e.id: _owner(storage, e, cache) for e in entries}
-            inherited = _inherited(entries, owner, fence[0], restored)
+            inherited, ended = _inherited(entries, owner, fence[0], restored)
             foreign = abandoned | {e.id for e in entries if owner[e.id] != fence[0] and e.id not in inherited}
+            if restored is not None and set(others) <= {layout.claim_id(j) for j in ended}:
+                # every other job on the base has ended: debris at or below the checkpoint restored is no one's
+                # save in flight (a job still saving commits above it), so it goes as a single job's would
+                foreign -= {e.id for e in entries if not e.committed and owner[e.id] is None and e.id <= restored}
             # the run this job continues is counted with its own checkpoints, yet deletes none of them that
             # its own would not: an ended job's steps above this job's (job-b restored and saves lower) stay
             own_doomed = {e.id for e in retention.to_delete(entries, policy, foreign | inherited, damaged)}
@@ -136,22 +140,23 @@ _said_shared: set[tuple[str, str]] = set()  # (base, job): the shared-base warni
 
 
 def _inherited(entries: list[Entry], owner: Mapping[layout.CheckpointId, str | None], job_id: str,
-               restored: layout.CheckpointId | None) -> set[layout.CheckpointId]:
+               restored: layout.CheckpointId | None) -> tuple[set[layout.CheckpointId], set[str]]:
     """The committed checkpoints of the jobs whose run this one continues: a job submitted on purpose onto the
     base of one that ended (the broker allows it once that job is final). Another job is taken for ended when
     every checkpoint it committed is at or below the one this attempt restored and was created before this
-    job's first commit: a job still running commits on after that, and its checkpoints are its own again."""
+    job's first commit: a job still running commits on after that, and its checkpoints are its own again.
+    Returns those checkpoints and the jobs taken for ended."""
     if restored is None:
-        return set()
+        return set(), set()
     first_own = min((e.id.created_ms for e in entries if e.committed and owner.get(e.id) == job_id), default=None)
     jobs: dict[str, list[layout.CheckpointId]] = {}
     for e in entries:
         who = owner.get(e.id)
         if e.committed and who is not None and who != job_id:
             jobs.setdefault(who, []).append(e.id)
-    return {cid for ids in jobs.values()
-            if all(cid <= restored and (first_own is None or cid.created_ms < first_own) for cid in ids)
-            for cid in ids}
+    ended = {who for who, ids in jobs.items()
+             if all(cid <= restored and (first_own is None or cid.created_ms < first_own) for cid in ids)}
+    return {cid for who in ended for cid in jobs[who]}, ended
 
 
 def _owner(storage: Storage, entry: Entry, cache: dict[layout.CheckpointId, str | None]) -> str | None:

@@ -131,3 +131,25 @@ def test_a_job_that_commits_after_the_continuing_job_began_is_not_taken_for_ende
     assert committed(uri) == [110, 120, 510, 520]
     first.close()
     second.close()
+
+
+def test_debris_of_a_continued_run_goes_once_the_run_has_restored_past_it(tmp_path):
+    """On a base an ended job left, a save cut short (data written, no manifest) is debris as on a base of one
+    job: the run deletes it once it has restored a checkpoint above it. Before, a claim of the ended job kept
+    every such directory for ever."""
+    uri = str(tmp_path / "run")
+    with run(uri, "job-a") as first:
+        first.restore()
+        first.save(100, state(100), wait=True)
+    storage = open_storage(uri)
+    cut = layout.CheckpointId(105, 1)  # job-a's last save, cut short by a preemption
+    storage.write(layout.path(cut, "00-w.safetensors"), b"x" * 8)
+    with run(uri, "job-b") as second:
+        assert second.restore().step == 100
+        second.save(110, state(110), wait=True)
+    assert layout.path(cut, "00-w.safetensors") in storage.list()  # above what job-b restored: maybe in flight
+    with run(uri, "job-b", attempt=2) as again:
+        assert again.restore().step == 110
+        again.save(120, state(120), wait=True)
+    assert not any(p.startswith(cut.name) for p in storage.list())
+    assert committed(uri) == [110, 120]
