@@ -26,19 +26,26 @@ tick_seconds: 0.05
 HOUR = 3600.0
 
 
-@pytest.fixture
-def stepped(make_settings, tmp_path):
-    """A broker whose clocks the test moves: ``wall`` (the host's clock, which steps) and ``mono`` (the seconds
-    that pass); $36/h is one cent a second, so a $1 budget holds 100 s — the runner's own limit, counted on its
-    real clock, lies 95 s away, after the test."""
+def _clocked_broker(make_settings, db):
+    """A broker on the store ``db`` whose clocks the test moves, and a $1 job submitted (not yet placed): ``wall``
+    (the host's clock, which steps) and ``mono`` (the seconds that pass), each a one-item list."""
     settings = make_settings(config=CONFIG)
-    store = open_store(f"sqlite://{tmp_path / 'clock.db'}")
+    store = open_store(f"sqlite://{db}")
     launcher = open_launcher(settings)
     wall, mono = [time.time()], [1000.0]
     engine = Engine(settings, store, launcher, clock=lambda: wall[0], monotonic=lambda: mono[0])
     service = BrokerService(settings, store, launcher, clock=lambda: wall[0])
     job = service.submit(ADMIN, {"name": "t", "run": "sleep 120", "resources": {"cpus": 1},
                                  "broker": {"budget_usd": "1"}})[0]
+    return store, launcher, wall, mono, engine, service, job
+
+
+@pytest.fixture
+def stepped(make_settings, tmp_path):
+    """A broker whose clocks the test moves: ``wall`` (the host's clock, which steps) and ``mono`` (the seconds
+    that pass); $36/h is one cent a second, so a $1 budget holds 100 s — the runner's own limit, counted on its
+    real clock, lies 95 s away, after the test."""
+    store, launcher, wall, mono, engine, service, job = _clocked_broker(make_settings, tmp_path / "clock.db")
     run_until(engine, store, job.id, {"running"})
 
     def passes(seconds: float, step: float = 0.0):
@@ -139,14 +146,7 @@ def test_a_clock_stepped_back_before_the_first_accrual_of_an_attempt_placed_and_
                                                                                                     tmp_path):
     # the tick that places a queued job launches it too: the engine's monotonic count for the attempt starts at that
     # launch, so a step back before its first accrual neither stalls its spend nor puts its budget stop off
-    settings = make_settings(config=CONFIG)
-    store = open_store(f"sqlite://{tmp_path / 'first.db'}")
-    launcher = open_launcher(settings)
-    wall, mono = [time.time()], [1000.0]
-    engine = Engine(settings, store, launcher, clock=lambda: wall[0], monotonic=lambda: mono[0])
-    service = BrokerService(settings, store, launcher, clock=lambda: wall[0])
-    job = service.submit(ADMIN, {"name": "t", "run": "sleep 120", "resources": {"cpus": 1},
-                                 "broker": {"budget_usd": "1"}})[0]
+    store, launcher, wall, mono, engine, _, job = _clocked_broker(make_settings, tmp_path / "first.db")
     try:
         engine.tick()
         assert store.get_job(job.id).state is JobState.LAUNCHING and store.get_job(job.id).attempts == 1
