@@ -1,10 +1,14 @@
 """Where one submit's time goes, in process: ``POST /v1/jobs`` through Starlette's TestClient under cProfile.
 
 No server, no load generator, no network: the figure to compare two versions by when the HTTP benchmark
-(``benchmarks/api.py``) moves within its noise. Run it once per version, the other checked out beside:
+(``benchmarks/api.py``) moves within its noise. Run it once per version, alternately, each from its own clone
+with its own venv (``make install-test`` there; copy this file into the older one):
 
     .venv/bin/python benchmarks/submit_profile.py                           # this checkout
-    PYTHONPATH=/path/to/old .venv/bin/python /path/to/old/benchmarks/submit_profile.py   # (copy it there)
+    (cd /path/to/old && .venv/bin/python benchmarks/submit_profile.py)     # the other version
+
+Not ``PYTHONPATH=/path/to/old`` with this venv: its editable install maps ``broker`` and ``pricing`` to this
+checkout ahead of ``sys.path``, so that run imports this checkout's code too. The script prints which tree it ran.
 
 It prints the time per submit, the function calls per submit, and the broker's and pricing's functions
 by cumulative time.
@@ -19,6 +23,7 @@ import os
 import pstats
 import tempfile
 import time
+from pathlib import Path
 
 BODY = {"name": "bench", "resources": {"cpus": 1}, "run": "echo hi",
         "broker": {"budget_usd": "5", "expected_hours": "0.1"}}
@@ -34,6 +39,7 @@ def main() -> None:
     os.environ.pop("BROKER_CONFIG", None)
     from fastapi.testclient import TestClient
 
+    import broker
     from broker.api.app import create_app
     from broker.config import load_settings
 
@@ -50,6 +56,7 @@ def main() -> None:
         profile.disable()
         elapsed = time.perf_counter() - start
     stats = pstats.Stats(profile)
+    print(f"broker imported from {Path(broker.__file__).parent.parent}")
     print(f"{elapsed / args.submits * 1e3:.2f} ms per submit (profiled), "
           f"{stats.total_calls / args.submits:.0f} function calls per submit, {args.submits} submits")
     out = io.StringIO()
