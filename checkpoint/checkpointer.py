@@ -151,7 +151,6 @@ class Checkpointer:
         self._abandoned: frozenset[CheckpointId] = frozenset()  # set by restore: see _own_newer and retention
         self._damaged: frozenset[CheckpointId] = frozenset()  # set by restore: committed, then lost or changed
         self._owners: dict[CheckpointId, str | None] = {}  # the job each manifest names: see commit.apply_retention
-        self._restored: CheckpointId | None = None  # set by restore: the run this job continues (apply_retention)
         self._clock = clock
         self._resume_from = env.get("BROKER_RESUME_FROM") or None
         self._job = {k: env[v] for k, v in (("id", "BROKER_JOB_ID"), ("attempt", "BROKER_ATTEMPT")) if env.get(v)}
@@ -296,7 +295,7 @@ class Checkpointer:
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
         try:
             deleted = commit.apply_retention(self._storage, self._retention, self._abandoned, fence, self._damaged,
-                                             self._owners, self._restored)
+                                             self._owners)
             for e in deleted:
                 if e.id in self._damaged:
                     log.warning("deleted damaged checkpoint %s (restore skipped it)", self._storage.uri(e.name))
@@ -390,7 +389,6 @@ class Checkpointer:
             passed = {e.id for e in entries if e.committed and (found is None or e.id > found[0].id)}
             self._damaged = frozenset(damaged)
             self._abandoned = frozenset(passed - damaged)
-            self._restored = None if found is None else found[0].id
         if found is None:
             return default
         loaded, state = found

@@ -92,8 +92,7 @@ def claim(storage: Storage, fence: Fence) -> None:
 def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
                     abandoned: frozenset[layout.CheckpointId] = frozenset(), fence: Fence | None = None,
                     damaged: frozenset[layout.CheckpointId] = frozenset(),
-                    owners: dict[layout.CheckpointId, str | None] | None = None,
-                    restored: layout.CheckpointId | None = None) -> list[Entry]:
+                    owners: dict[layout.CheckpointId, str | None] | None = None) -> list[Entry]:
     """List, decide (pure), delete. Returns what was deleted. A writer superseded by a newer attempt
     (``fence``) deletes nothing, damaged checkpoints included: SupersededError.
 
@@ -101,11 +100,7 @@ def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
     whose manifest names its id — are counted and deleted; the other job's, and what cannot be told apart (an
     uncommitted directory without a manifest: the other job's save in flight, perhaps), are left alone.
     Without that, each job's retention counted the other's checkpoints among the newest and deleted its own,
-    or deleted the other's as old. ``owners`` caches the job id each manifest names (they never change).
-    ``restored``: the checkpoint this attempt restored from the base; another job's checkpoints at or below it,
-    from a job that has committed nothing since this job's first commit, are the run this job continues
-    (:func:`_inherited`): counted and deleted as its own would be — left alone, each job continuing an ended
-    one kept the ended one's checkpoints for ever."""
+    or deleted the other's as old. ``owners`` caches the job id each manifest names (they never change)."""
     paths = storage.list()
     entries = layout.scan(paths)
     if fence is not None:
@@ -117,46 +112,13 @@ def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
                 log.warning("%s is also claimed by job %s: retention keeps to job %s's own checkpoints (give each "
                             "job a base of its own)", storage.uri(), ", ".join(others), fence[0])
             cache = {} if owners is None else owners
-            owner = {e.id: _owner(storage, e, cache) for e in entries}
-            inherited, ended = _inherited(entries, owner, fence[0], restored)
-            foreign = abandoned | {e.id for e in entries if owner[e.id] != fence[0] and e.id not in inherited}
-            if restored is not None and set(others) <= {layout.claim_id(j) for j in ended}:
-                # every other job on the base has ended: debris at or below the checkpoint restored is no one's
-                # save in flight (a job still saving commits above it), so it goes as a single job's would
-                foreign -= {e.id for e in entries if not e.committed and owner[e.id] is None and e.id <= restored}
-            # the run this job continues is counted with its own checkpoints, yet deletes none of them that
-            # its own would not: an ended job's steps above this job's (job-b restored and saves lower) stay
-            own_doomed = {e.id for e in retention.to_delete(entries, policy, foreign | inherited, damaged)}
-            doomed = [e for e in retention.to_delete(entries, policy, foreign, damaged)
-                      if e.id in inherited or e.id in own_doomed]
-            delete_entries(storage, doomed)
-            return doomed
+            abandoned = abandoned | {e.id for e in entries if _owner(storage, e, cache) != fence[0]}
     doomed = retention.to_delete(entries, policy, abandoned, damaged)
     delete_entries(storage, doomed)
     return doomed
 
 
 _said_shared: set[tuple[str, str]] = set()  # (base, job): the shared-base warning is logged once
-
-
-def _inherited(entries: list[Entry], owner: Mapping[layout.CheckpointId, str | None], job_id: str,
-               restored: layout.CheckpointId | None) -> tuple[set[layout.CheckpointId], set[str]]:
-    """The committed checkpoints of the jobs whose run this one continues: a job submitted on purpose onto the
-    base of one that ended (the broker allows it once that job is final). Another job is taken for ended when
-    every checkpoint it committed is at or below the one this attempt restored and was created before this
-    job's first commit: a job still running commits on after that, and its checkpoints are its own again.
-    Returns those checkpoints and the jobs taken for ended."""
-    if restored is None:
-        return set(), set()
-    first_own = min((e.id.created_ms for e in entries if e.committed and owner.get(e.id) == job_id), default=None)
-    jobs: dict[str, list[layout.CheckpointId]] = {}
-    for e in entries:
-        who = owner.get(e.id)
-        if e.committed and who is not None and who != job_id:
-            jobs.setdefault(who, []).append(e.id)
-    ended = {who for who, ids in jobs.items()
-             if all(cid <= restored and (first_own is None or cid.created_ms < first_own) for cid in ids)}
-    return {cid for who in ended for cid in jobs[who]}, ended
 
 
 def _owner(storage: Storage, entry: Entry, cache: dict[layout.CheckpointId, str | None]) -> str | None:

@@ -87,11 +87,6 @@ def fence_name(job_id: str, attempt: int) -> str:
     return f"ATTEMPT-{_UNSAFE.sub('_', job_id)[:64]}-{attempt:09d}"
 
 
-def claim_id(job_id: str) -> str:
-    """The job id as the job's claims name it (``fence_name``)."""
-    return _UNSAFE.sub("_", job_id)[:64]
-
-
 def superseded_by(paths: list[str], job_id: str, attempt: int) -> int | None:
     """The newest attempt of the same job that has claimed the base, if newer than ``attempt``.
 

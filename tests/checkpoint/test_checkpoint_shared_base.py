@@ -91,65 +91,32 @@ def test_a_job_restoring_another_jobs_checkpoint_says_so(tmp_path, caplog):
     assert "which job job-a committed, not this job (job-b)" in caplog.text
 
 
-def test_a_job_continuing_an_ended_jobs_run_keeps_its_retention(tmp_path):
-    """A job submitted on purpose onto the base of a job that ended (the broker allows it) continues that run:
-    the ended job's checkpoints are the run's history, and retention thins them as a single job's. Before, the
-    new job took them for another job's and kept every one of them for ever (a chain of such jobs kept
-    ``keep_last`` of each)."""
+def test_a_job_that_restored_another_jobs_checkpoint_deletes_none_of_that_jobs(tmp_path):
+    """A listing cannot tell an ended job from one between attempts: job-a, preempted, waits for capacity and
+    commits nothing while job-b (two submits raced on two brokers) restores job-a's newest and commits on. When
+    job-b's retention took job-a for ended and thinned its checkpoints with its own, job-a's attempt 2 found the
+    checkpoint the broker named for it gone and restored nothing; its save in flight went as debris. Another
+    job's checkpoints, and what cannot be attributed, are left alone."""
     uri = str(tmp_path / "run")
     with run(uri, "job-a") as first:
         first.restore()
-        for step in (100, 110, 120):
+        for step in (100, 110):
             first.save(step, state(step), wait=True)
-    assert committed(uri) == [110, 120]
-    with run(uri, "job-b") as second:
-        assert second.restore().step == 120
-        second.save(130, state(130), wait=True)
-        assert committed(uri) == [120, 130]
-        second.save(140, state(140), wait=True)
-        assert committed(uri) == [130, 140]
-    with run(uri, "job-b", attempt=2) as again:  # job-b resumed: its own checkpoint, and still alone in the run
-        assert again.restore().step == 140
-        again.save(150, state(150), wait=True)
-        assert committed(uri) == [140, 150]
-
-
-def test_a_job_that_commits_after_the_continuing_job_began_is_not_taken_for_ended(tmp_path):
-    """Two jobs live on one base (two submits racing on two brokers): job-b restored job-a's newest and runs
-    ahead of it, yet job-a commits on after job-b's first commit, so its checkpoints stay its own."""
-    uri = str(tmp_path / "run")
-    first = run(uri, "job-a")
-    first.restore()
-    for step in (100, 110):
-        first.save(step, state(step), wait=True)
+        newest = first.last_committed
+    storage = open_storage(uri)
+    in_flight = layout.CheckpointId(115, 1)  # job-a's next save: data written, no manifest yet
+    storage.write(layout.path(in_flight, "00-w.safetensors"), b"x" * 8)
     second = run(uri, "job-b")
     assert second.restore().step == 110
-    second.save(500, state(500), wait=True)
-    first.save(120, state(120), wait=True)
-    for step in (510, 520):
+    for step in (200, 210, 220):
         second.save(step, state(step), wait=True)
-    assert committed(uri) == [110, 120, 510, 520]
-    first.close()
     second.close()
-
-
-def test_debris_of_a_continued_run_goes_once_the_run_has_restored_past_it(tmp_path):
-    """On a base an ended job left, a save cut short (data written, no manifest) is debris as on a base of one
-    job: the run deletes it once it has restored a checkpoint above it. Before, a claim of the ended job kept
-    every such directory for ever."""
-    uri = str(tmp_path / "run")
-    with run(uri, "job-a") as first:
-        first.restore()
-        first.save(100, state(100), wait=True)
-    storage = open_storage(uri)
-    cut = layout.CheckpointId(105, 1)  # job-a's last save, cut short by a preemption
-    storage.write(layout.path(cut, "00-w.safetensors"), b"x" * 8)
-    with run(uri, "job-b") as second:
-        assert second.restore().step == 100
-        second.save(110, state(110), wait=True)
-    assert layout.path(cut, "00-w.safetensors") in storage.list()  # above what job-b restored: maybe in flight
-    with run(uri, "job-b", attempt=2) as again:
-        assert again.restore().step == 110
-        again.save(120, state(120), wait=True)
-    assert not any(p.startswith(cut.name) for p in storage.list())
-    assert committed(uri) == [110, 120]
+    again = run(uri, "job-b", attempt=2)  # job-b's next attempt restores its own newest and thins on
+    assert again.restore().step == 220
+    again.save(230, state(230), wait=True)
+    again.close()
+    assert committed(uri) == [100, 110, 220, 230]
+    assert layout.path(in_flight, "00-w.safetensors") in storage.list()
+    with Checkpointer(uri, env={"BROKER_JOB_ID": "job-a", "BROKER_ATTEMPT": "2", "BROKER_CHECKPOINT_URI": uri,
+                                "BROKER_RESUME_FROM": newest}, handle_sigterm=False, keep_last=2) as resumed:
+        assert resumed.restore().step == 110
