@@ -559,7 +559,8 @@ class S3Storage:
             try:
                 return call()
             except self._errors as e:
-                code = getattr(e, "response", {}).get("Error", {}).get("Code", "")
+                # a timeout or a dropped connection has ``response = None`` (a ClientError has the answer)
+                code = (getattr(e, "response", None) or {}).get("Error", {}).get("Code", "")
                 if code in ("NoSuchKey", "404", "NotFound"):
                     raise FileNotFoundError(self.uri(path)) from e
                 if code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId") or attempt == attempts - 1:

@@ -338,3 +338,34 @@ def test_a_failed_s3_multipart_upload_is_aborted_not_left_stored(make_uri):
     s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
     assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []
     assert storage.list() == []
+
+
+def test_an_s3_read_timeout_is_retried_then_raised_as_oserror(make_uri):
+    """botocore's timeouts and dropped connections carry ``response = None``, not a dict: the error's code was read
+    off that None, so a timeout outlasting botocore's own retries escaped as AttributeError, skipping the library's
+    retries and the OSError its callers catch."""
+    from botocore.exceptions import ReadTimeoutError
+
+    uri = make_uri("s3")
+    storage = open_storage(uri, transfer=TransferOptions(retries=3, retry_backoff_s=0))
+    calls = []
+
+    def time_out(**_):  # botocore's own hook, before each PutObject request is built
+        calls.append(1)
+        if len(calls) < 3:
+            raise ReadTimeoutError(endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+
+    storage._client.meta.events.register("provide-client-params.s3.PutObject", time_out)
+    storage.write("step-000000000001-1733011200123/00-w.safetensors", [memoryview(b"weights")])
+    assert len(calls) == 3 and storage.read("step-000000000001-1733011200123/00-w.safetensors") == b"weights"
+    calls.clear()
+    storage._client.meta.events.unregister("provide-client-params.s3.PutObject", time_out)
+
+    def always_time_out(**_):
+        calls.append(1)
+        raise ReadTimeoutError(endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+
+    storage._client.meta.events.register("provide-client-params.s3.PutObject", always_time_out)
+    with pytest.raises(OSError, match="Read timeout"):
+        storage.write("step-000000000002-1733011200124/00-w.safetensors", [memoryview(b"weights")])
+    assert len(calls) == 3  # every one of the library's tries
