@@ -85,9 +85,9 @@ class Engine:
         self.launcher = launcher
         self.clock = clock
         self.monotonic = monotonic
-        #: attempt id → (its ``billed_until`` as this engine last wrote it, or None as it launched it; the
-        #: monotonic time then): what :meth:`_billed_until` counts on from
-        self._accrued: dict[str, tuple[float | None, float]] = {}
+        #: attempt id → (its ``billed_until`` as this engine last wrote it, or None as it launched it; its
+        #: ``created_at`` then; the monotonic time then): what :meth:`_billed_until` counts on from
+        self._accrued: dict[str, tuple[float | None, float, float]] = {}
         self.actor = actor
         self.on_event = on_event
         self.rules = RuleBook(settings.extra.get("failure_rules"))
@@ -340,7 +340,7 @@ class Engine:
         job = self._commit(job, JobEvent.LAUNCH, reason, now, records=(attempt,),
                            data={"attempt_id": attempt.id, "resume_from": attempt.resume_from}, attempts=n,
                            job_token_version=job_token_version(self.settings))  # what a report's token must be
-        self._accrued[attempt.id] = (None, self.monotonic())
+        self._accrued[attempt.id] = (None, attempt.created_at, self.monotonic())
         self._start(job, attempt, now)
 
     def _start(self, job: Job, attempt: Attempt, now: float) -> None:
@@ -387,7 +387,7 @@ class Engine:
         moved = replace(attempt, created_at=now)
         moved = replace(moved, limit_at=self._limit_at(job, moved, self.store.attempts(job.id)))
         job = self._commit(job, None, job.reason, now, records=(moved,))
-        self._accrued[moved.id] = (None, self.monotonic())
+        self._accrued[moved.id] = (None, moved.created_at, self.monotonic())
         return job, moved
 
     def _stop_if_moved_on(self, attempt: Attempt) -> None:
@@ -633,20 +633,21 @@ class Engine:
             self._accrued.pop(attempt.id, None)
             self._attempt_ended(job, attempt)
         else:
-            self._accrued[attempt.id] = (attempt.billed_until, ticked)
+            self._accrued[attempt.id] = (attempt.billed_until, attempt.created_at, ticked)
 
     def _billed_until(self, attempt: Attempt, now: float, ticked: float) -> float:
         """Up to when ``attempt`` is billed now: on from its last accrual by the time this engine's monotonic
         clock has counted since, when that accrual (or the launch) was this engine's own, so that the wall
         clock stepping back (or forward) neither stalls the spend and the budget stop nor bills a jump;
-        else (another broker accrued it since, or this one just started) ``now``, the wall clock, the only
-        one processes share. The moment is on the attempt's own timeline (from ``created_at``), which a step
-        of the wall clock leaves apart from the clock by the step: its limit (``limit_at``) is on it too."""
+        else (another broker accrued it since, or moved its launch — :meth:`_billed_from_launch` — or this one
+        just started) ``now``, the wall clock, the only one processes share. The moment is on the attempt's own
+        timeline (from ``created_at``), which a step of the wall clock leaves apart from the clock by the step:
+        its limit (``limit_at``) is on it too."""
         seen = self._accrued.get(attempt.id)
-        if seen is None or seen[0] != attempt.billed_until:
+        if seen is None or seen[0] != attempt.billed_until or seen[1] != attempt.created_at:
             return now
         since = attempt.created_at if seen[0] is None else seen[0]
-        return since + max(ticked - seen[1], 0.0)
+        return since + max(ticked - seen[2], 0.0)
 
     def _maybe_stop(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float,
                     fields: dict, *, until: float, provisioning: bool = False) -> tuple[Attempt, list[Event]]:

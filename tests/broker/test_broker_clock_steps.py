@@ -178,3 +178,40 @@ def test_the_clocks_billing_is_timed_on_count_a_suspended_hosts_sleep(make_setti
     finally:
         store.close()
     assert inspect.signature(Runner.__init__).parameters["monotonic"].default is elapsed
+
+
+def test_an_attempt_another_engine_launched_later_is_billed_from_that_launch_by_the_engine_that_recorded_it(
+        make_settings, tmp_path):
+    # engine a records attempt 1 and is still unpacking its files; engine b, on the same host and store, finds it
+    # gone, its files ready, and launches it 60 s later, billing from its launch. a then accrues first: it counted
+    # from the record, so it billed the 60 s nothing ran (from b's launch by the seconds since a's own record)
+    from broker.engine import reconcile
+
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'moved.db'}")
+    wall, mono = [time.time()], [1000.0]
+    a, b = (Engine(settings, store, open_launcher(settings), clock=lambda: wall[0], monotonic=lambda: mono[0],
+                   actor=name) for name in "ab")
+    unpacking = [True]
+    files = a._files
+    a._files = lambda job, attempt: reconcile._PREPARING if unpacking[0] else files(job, attempt)
+    service = BrokerService(settings, store, a.launcher, clock=lambda: wall[0])
+    job = service.submit(ADMIN, {"name": "t", "run": "sleep 120", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "1"}})[0]
+    try:
+        a.tick()  # places and records attempt 1; its files are still being unpacked
+        (recorded,) = store.attempts(job.id)
+        wall[0] += 60
+        mono[0] += 60
+        b.tick()  # b launches it, billed from now
+        (moved,) = store.attempts(job.id)
+        assert moved.created_at == recorded.created_at + 60
+        unpacking[0] = False
+        wall[0] += 10
+        mono[0] += 10
+        a.tick()
+        assert store.get_job(job.id).spent == 100_000  # the 10 s it ran, not 70
+    finally:
+        for run in a.launcher.runs_dir.glob("j*"):
+            a.launcher.kill(run.name)
+        store.close()
