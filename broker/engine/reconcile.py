@@ -627,6 +627,8 @@ class Engine:
                 then = stop
         if event is None and not notes and fields.get("spent") == job.spent and attempt == attempts[-1] \
                 and len(fields) == 1:
+            if not attempt.state.is_final:  # nothing to bill yet: this engine counts on from what is billed
+                self._accrued[attempt.id] = (attempt.billed_until, attempt.created_at, ticked)
             return
         self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), then=then, **fields)
         if attempt.state.is_final:
@@ -640,12 +642,15 @@ class Engine:
         clock has counted since, when that accrual (or the launch) was this engine's own, so that the wall
         clock stepping back (or forward) neither stalls the spend and the budget stop nor bills a jump;
         else (another broker accrued it since, or moved its launch — :meth:`_billed_from_launch` — or this one
-        just started) ``now``, the wall clock, the only one processes share. The moment is on the attempt's own
-        timeline (from ``created_at``), which a step of the wall clock leaves apart from the clock by the step:
-        its limit (``limit_at``) is on it too."""
+        just started) ``now``, the wall clock, the only one processes share, but never before ``billed_until``
+        (from which the monotonic count then starts). The moment is on the attempt's own timeline (from
+        ``created_at``), which a step of the wall clock leaves apart from the clock by the step: its limit
+        (``limit_at``) is on it too."""
         seen = self._accrued.get(attempt.id)
         if seen is None or seen[0] != attempt.billed_until or seen[1] != attempt.created_at:
-            return now
+            # never before what is billed already: a wall clock stepped back while no count of this engine's
+            # held the attempt (it started since) would stall the spend, the budget stop and the limit by the step
+            return now if attempt.billed_until is None else max(now, attempt.billed_until)
         since = attempt.created_at if seen[0] is None else seen[0]
         return since + max(ticked - seen[2], 0.0)
 

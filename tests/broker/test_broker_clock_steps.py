@@ -215,3 +215,41 @@ def test_an_attempt_another_engine_launched_later_is_billed_from_that_launch_by_
         for run in a.launcher.runs_dir.glob("j*"):
             a.launcher.kill(run.name)
         store.close()
+
+
+def test_a_broker_restarted_after_its_clock_stepped_back_bills_on_and_keeps_the_limit_from_what_is_billed(
+        make_settings, tmp_path):
+    # the new process has no count of its own, and the wall clock reads an hour before what is billed already:
+    # read on it, the spend and the budget stop stood still for the hour, and a budget raised meanwhile put the
+    # runner's own limit an hour late. It now counts on from what is billed; the seconds between the old
+    # process's last accrual and the new one's first look are the only ones it cannot know (here 5 s)
+    store, launcher, wall, mono, engine, service, job = _clocked_broker(make_settings, tmp_path / "restart.db")
+
+    def restarted():
+        return Engine(engine.settings, store, launcher, clock=lambda: wall[0], monotonic=lambda: mono[0])
+
+    try:
+        run_until(engine, store, job.id, {"running"})
+        wall[0] += 40
+        mono[0] += 40
+        engine.tick()
+        assert store.get_job(job.id).spent == 400_000
+        wall[0] -= HOUR
+        engine = restarted()
+        wall[0] += 5
+        mono[0] += 5
+        engine.tick()
+        assert store.get_job(job.id).spent == 400_000
+        wall[0] += 30
+        mono[0] += 30
+        engine.tick()
+        assert store.get_job(job.id).spent == 700_000  # 30 s more: not stuck for the hour
+        service.raise_budget(ADMIN, job.id, 2_000_000)  # $2: 200 s in all
+        engine.tick()
+        (attempt,) = store.attempts(job.id)
+        limit = json.loads((launcher.runs_dir / attempt.id / "limit.json").read_text())
+        assert limit["stop_at"] - time.time() == pytest.approx(200 - 70 - 2 - 3, abs=3)  # not an hour more
+    finally:
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
+        store.close()
