@@ -248,10 +248,18 @@ class BrokerClient:
             if on_status is not None and status != seen:
                 seen = status
                 on_status(job)
-            if attempt is not None and job["attempts"] > attempt:
-                attempt, offset = attempt + 1, 0
-                continue
-            if job["state"] in FINAL and (attempt is None or attempt >= job["attempts"]):
+            moved_on = attempt is not None and job["attempts"] > attempt
+            if moved_on or job["state"] in FINAL and (attempt is None or attempt >= job["attempts"]):
+                # what the attempt wrote between the read above and the job's answer (its last lines, as it
+                # ended) is read before the follower moves on or returns
+                rest = self.logs(job_id, offset=offset, attempt=attempt)
+                if rest["data"]:
+                    yield {"attempt": rest["attempt"], "data": rest["data"], "offset": rest["offset"]}
+                    offset = rest["offset"]
+                    continue
+                if moved_on:
+                    attempt, offset = attempt + 1, 0
+                    continue
                 return
             time.sleep(poll)
 

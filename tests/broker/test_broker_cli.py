@@ -739,3 +739,42 @@ def test_what_a_job_or_its_log_wrote_is_printed_as_text_not_read_as_markup():
     out = con.file.getvalue()
     assert out.count("[rank1]: ValueError: bad shape [/x] at step 3") == 3, out
     assert "file:///c/[run]/3" in out
+
+
+class _ScriptedBroker:
+    """A fake of the broker's answers to a follower (the HTTP client's logs() and job()), in the order the race
+    gives them: the attempt's last lines land after the follower's empty read and before the job reads ended."""
+
+    def __init__(self, logs: list[tuple[int, str]], jobs: list[dict]):
+        self.log_text = {}  # attempt → its whole log, as it grows
+        self.script, self.jobs = list(logs), list(jobs)
+
+    def logs(self, job_id, *, offset=0, attempt=None):
+        if self.script:  # this read comes after the next write
+            n, text = self.script.pop(0)
+            self.log_text[n] = self.log_text.get(n, "") + text
+        attempt = attempt or max(self.log_text)
+        data = self.log_text.get(attempt, "")[offset:]
+        return {"attempt": attempt, "data": data, "offset": offset + len(data)}
+
+    def job(self, job_id):
+        return self.jobs.pop(0) if len(self.jobs) > 1 else self.jobs[0]
+
+
+@pytest.mark.parametrize("then", ["ended", "next attempt"])
+def test_following_a_job_reads_the_lines_an_attempt_wrote_as_it_ended(then):
+    """`broker logs -f` returned (or went to the next attempt) as soon as a read was empty and the job then read
+    ended: lines written between the two calls — a run's last lines, a preempted attempt's 'saved checkpoint' —
+    were never shown. The follower now reads the attempt once more before it moves on."""
+    from broker.client import BrokerClient
+
+    second = then == "next attempt"
+    broker = _ScriptedBroker(
+        logs=[(1, "step 1\n"), (1, ""), (1, "saved checkpoint at step 2\n")] + ([(2, "resumed at step 2\n")] * second),
+        jobs=[{"state": "running", "attempts": 2} if second else {"state": "succeeded", "attempts": 1}] +
+             [{"state": "succeeded", "attempts": 2}] * second)
+    client = BrokerClient("http://127.0.0.1:9")
+    client.logs, client.job = broker.logs, broker.job
+    seen = [(c["attempt"], c["data"]) for c in client.follow_log_chunks("j-1", poll=0)]
+    expected = [(1, "step 1\n"), (1, "saved checkpoint at step 2\n")] + [(2, "resumed at step 2\n")] * second
+    assert seen == expected
