@@ -95,10 +95,12 @@ RECLAIM_WAIT_SECONDS = 150
 """How long a spot job that failed on a cluster still up waits to be read as failed: the longest warning a cloud
 gives of a spot reclaim (AWS, two minutes) and a refresh of the cluster's status after it."""
 
-LOG_REFRESH_SECONDS = 5.0
+LOG_REFRESH_SECONDS = 1.0
 """How stale a live cluster's kept log may be when a reader asks for output past its end: SkyPilot sends the whole
-log on each fetch, so readers following a job (``broker logs -f``, several at once, each polling) fetch it at most
-this often, and a reader still behind the kept copy (paging through a long log) fetches nothing."""
+log on each fetch, so readers following a job (``broker logs -f``, several at once, each polling every 0.5 s) fetch
+it at most this often, and a reader still behind the kept copy (paging through a long log) fetches nothing. Short:
+a cluster that vanishes (a spot reclaim) takes with it what it wrote since the last fetch, and at 5 s a follower
+missed a preempted run's last lines ("saved checkpoint") that a poll of its own would have fetched."""
 
 AUTODOWN_MARGIN_SECONDS = 300
 """Billed after the idle minutes, at most: SkyPilot's skylet looks at idleness once a minute and counts
