@@ -12,8 +12,10 @@ from checkpoint import Checkpointer, layout
 from checkpoint.storage import open_storage
 
 
-def run(uri: str, job: str, attempt: int = 1, **kw) -> Checkpointer:
+def run(uri: str, job: str, attempt: int = 1, resume_from: str | None = None, **kw) -> Checkpointer:
     env = {"BROKER_JOB_ID": job, "BROKER_ATTEMPT": str(attempt), "BROKER_CHECKPOINT_URI": uri}
+    if resume_from is not None:  # the checkpoint the broker names for the attempt
+        env["BROKER_RESUME_FROM"] = resume_from
     return Checkpointer(uri, env=env, handle_sigterm=False, every_steps=1, keep_last=2, **kw)
 
 
@@ -117,6 +119,5 @@ def test_a_job_that_restored_another_jobs_checkpoint_deletes_none_of_that_jobs(t
     again.close()
     assert committed(uri) == [100, 110, 220, 230]
     assert layout.path(in_flight, "00-w.safetensors") in storage.list()
-    with Checkpointer(uri, env={"BROKER_JOB_ID": "job-a", "BROKER_ATTEMPT": "2", "BROKER_CHECKPOINT_URI": uri,
-                                "BROKER_RESUME_FROM": newest}, handle_sigterm=False, keep_last=2) as resumed:
+    with run(uri, "job-a", attempt=2, resume_from=newest) as resumed:
         assert resumed.restore().step == 110
