@@ -108,6 +108,10 @@ def test_brokers_that_each_see_only_their_own_launches_never_run_an_attempt_twic
         with pytest.raises(Invalid) as refused:  # B cannot read what A's launcher keeps
             services["b"].logs(admin, second)
         assert refused.value.status == 409 and "another broker process" in refused.value.reason
+        # "running" is the runner's word that it started the command, which may not have reached its echo yet on a
+        # loaded host: kill attempt 1 only once it has written its mark, so the file's lines count the runs
+        mark = marks / "second"
+        wait_for(lambda: mark.exists() and mark.read_text() == "1\n", timeout=20)
         hosts["a"].kill(f"{second}-a1")  # host A goes down with its broker: A ticks no more
         for _ in range(10):  # still within the timeout: B waits for A
             tick("b")
@@ -119,13 +123,12 @@ def test_brokers_that_each_see_only_their_own_launches_never_run_an_attempt_twic
         assert not job.blocked_zones  # a silent broker is not the zone's doing
         wait_for(lambda: tick("b") and store.get_job(second).state.value == "running", timeout=20)
         assert store.attempts(second)[1].launched_in == hosts["b"].domain
-        # "running" is the runner's word that it started the command, which may not have reached its echo yet
-        # on a loaded host: wait for attempt 2's mark, then keep ticking a moment to see no third run join it
-        wait_for(lambda: tick("b") and (marks / "second").read_text().count("\n") >= 2, timeout=20)
+        # wait for attempt 2's mark (the same race), then keep ticking a moment to see no third run join it
+        wait_for(lambda: tick("b") and mark.read_text().count("\n") >= 2, timeout=20)
         for _ in range(10):
             tick("b")
             time.sleep(0.05)
-        assert (marks / "second").read_text() == "1\n2\n"
+        assert mark.read_text() == "1\n2\n"
         services["b"].cancel(admin, second)
         wait_for(lambda: tick("b") and store.get_job(second).state.value == "cancelled", timeout=20)
     finally:
