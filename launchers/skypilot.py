@@ -297,6 +297,11 @@ class SkyClient(Protocol):
     def launch_in_flight(self, cluster: str) -> bool:
         """Whether a launch request for ``cluster`` is pending or running (found after a crash)."""
 
+    def earlier_launch(self, cluster: str) -> str | None:
+        """The id of the newest launch request sent for ``cluster`` that is in flight or has succeeded, found
+        after a crash inside :meth:`launch` or a lost state file; None when there is none. A dry run
+        (:meth:`plan`) is not one, nor a failed or cancelled launch: nothing ran."""
+
     def cancel_launch(self, cluster: str, request_id: str | None) -> None:
         """Abort the launch request ``request_id`` (None: any launch request for ``cluster`` still in
         flight, found after a crash). Does not wait; a request already ended is no error."""
@@ -369,6 +374,18 @@ class SdkClient:
             for p in sky.api_status(cluster_name=cluster)
         )
 
+    def earlier_launch(self, cluster: str) -> str | None:
+        import sky
+
+        found = [p for p in sky.api_status(cluster_name=cluster, all_status=True)
+                 if "launch" in (p.name or "") and not _dry_run(p)
+                 and (getattr(p, "cluster_name", None) == cluster
+                      # an older server ignores the filter: a request with no cluster may be this one while in
+                      # flight (as launch_in_flight takes it), never once it has ended
+                      or (getattr(p, "cluster_name", cluster) is None and p.status in ("PENDING", "WAITING", "RUNNING")))
+                 and p.status in ("PENDING", "WAITING", "RUNNING", "SUCCEEDED")]
+        return max(found, key=lambda p: p.created_at or 0).request_id if found else None
+
     def cancel_launch(self, cluster: str, request_id: str | None) -> None:
         import sky
 
@@ -416,6 +433,17 @@ class SdkClient:
         buffer = io.StringIO()
         sky.tail_logs(cluster, None, follow=False, output_stream=buffer)
         return buffer.getvalue().encode()
+
+
+def _dry_run(payload: Any) -> bool:
+    """Whether a listed launch request is a dry run (:meth:`SdkClient.plan`). The server shows a request's body
+    to the user who sent it only; one it hides counts as a real launch (adopting it costs an attempt taken as
+    lost; launching beside it could run the attempt twice)."""
+    try:
+        body = json.loads(getattr(payload, "request_body", None) or "null")
+    except (TypeError, ValueError):
+        return False
+    return isinstance(body, dict) and bool(body.get("dryrun"))
 
 
 # --- the launcher ----------------------------------------------------------------------------------
@@ -486,9 +514,15 @@ class SkyPilotLauncher:
         with self._locked(request.attempt_id) as state:
             if state.get("request_id") or state.get("adopted") or state.get("phase"):
                 return
-            if self.client.launch_in_flight(name) or self.client.clusters([name]):
+            # a launch sent before (the broker died inside client.launch, or lost this file) is adopted, never
+            # sent again: the request may be in flight, or may have made a cluster that ran the attempt and is
+            # gone by now (autodown), which a second launch would run again
+            earlier = self.client.earlier_launch(name)
+            if earlier is not None or self.client.clusters([name]):
                 state.update(cluster=name, adopted=True, spot=bool(config["resources"].get("use_spot")), pod=pod,
                              stop_at=stop_at, grace_seconds=request.stop_grace_seconds)
+                if earlier is not None:
+                    state["request_id"] = earlier
                 return
             if stop_at is not None and stop_at <= now:
                 # the budget left cannot pay for the cluster's billing after its run: not launched
@@ -530,7 +564,7 @@ class SkyPilotLauncher:
         stop_at = state.get("stop_at")
         return Observation(launch=launch, cluster=cluster.status if cluster else None, job=job,
                            spot=cluster.spot if cluster else bool(state.get("spot")),
-                           stop_reason=state.get("stop_reason"), launch_error=error,
+                           stop_reason=state.get("stop_reason"), launch_error=error, adopted=bool(state.get("adopted")),
                            limit_passed=stop_at is not None and time.time() >= stop_at,
                            init_seconds=time.time() - float(state.get("init_seen_at") or time.time()),
                            init_wait_seconds=self.init_wait_seconds)

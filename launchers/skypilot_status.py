@@ -71,6 +71,7 @@ class Observation:
     limit_passed: bool = False  # the time the cluster stops its run by itself (the budget) has come
     init_seconds: float = 0.0  # how long the cluster has been seen INIT since its job was seen running
     init_wait_seconds: float = INIT_WAIT_SECONDS  # how long that may last before it is a loss
+    adopted: bool = False  # the launch was found (sent before a crash, or before the launcher's state was lost)
 
 
 JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
@@ -139,6 +140,9 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
         return AttemptStatus(Phase.LOST, reason=f"the cluster is {_describe(obs.cluster)} while its job was running")
     if obs.launch is Launch.IN_FLIGHT or (obs.launch is Launch.DONE and obs.cluster == "INIT"):
         return AttemptStatus(Phase.PENDING)
+    if obs.adopted and obs.launch is Launch.DONE and obs.cluster is None and previous in (None, Phase.GONE):
+        return AttemptStatus(Phase.LOST, reason="SkyPilot launched its cluster while no broker watched it, and the "
+                                                "cluster is gone: how its run ended is not known")
     if obs.launch is Launch.FAILED:
         why = obs.launch_error or "no reason given"
         return AttemptStatus(Phase.LOST, reason=f"SkyPilot could not provision the cluster: {why}")

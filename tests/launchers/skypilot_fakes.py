@@ -23,6 +23,7 @@ class ScriptedSky:
         self.downed: list[str] = []
         self.cancelled: list[str] = []  # launch requests aborted
         self.requests: dict[str, tuple[Launch, str]] = {}
+        self.request_cluster: dict[str, str] = {}  # a launch request's cluster (dry runs are not requests here)
         self.in_flight: set[str] = set()
         self.cluster_status: dict[str, Cluster] = {}
         self.jobs: dict[str, str] = {}
@@ -43,13 +44,27 @@ class ScriptedSky:
         self.autostop[cluster] = autostop_minutes
         request_id = f"req-{next(self._ids)}"
         self.requests[request_id] = (Launch.IN_FLIGHT, "")
+        self.request_cluster[request_id] = cluster
         return request_id
 
     def launch_state(self, request_id: str) -> tuple[Launch, str]:
+        if request_id.startswith("in-flight:") and request_id not in self.requests:
+            # a request a test put in flight by its cluster (sent by a broker that died): it stays in flight
+            # while the test keeps it there; it has then succeeded, unless cancelled (cancel_launch records it)
+            cluster = request_id.removeprefix("in-flight:")
+            return (Launch.IN_FLIGHT if cluster in self.in_flight else Launch.DONE), ""
         return self.requests.get(request_id, (Launch.NONE, ""))
 
     def launch_in_flight(self, cluster: str) -> bool:
-        return cluster in self.in_flight
+        return cluster in self.in_flight or any(
+            c == cluster and self.requests[rid][0] is Launch.IN_FLIGHT for rid, c in self.request_cluster.items())
+
+    def earlier_launch(self, cluster: str) -> str | None:
+        if cluster in self.in_flight:
+            return f"in-flight:{cluster}"
+        sent = [rid for rid, c in self.request_cluster.items()
+                if c == cluster and self.requests[rid][0] in (Launch.IN_FLIGHT, Launch.DONE)]
+        return sent[-1] if sent else None
 
     def cancel_launch(self, cluster: str, request_id: str | None) -> None:
         ids = [request_id] if request_id else [f"in-flight:{cluster}"] if cluster in self.in_flight else []

@@ -75,6 +75,63 @@ def test_a_stop_after_a_crash_inside_the_launch_call_cancels_the_request_it_had_
     assert CLUSTER in dying.downed
 
 
+class DiesAfterSending(ScriptedSky):
+    """The API server takes the launch request; the broker dies before the request's id comes back."""
+
+    died = False
+
+    def launch(self, task, cluster, *, autostop_minutes):
+        request_id = super().launch(task, cluster, autostop_minutes=autostop_minutes)
+        if not self.died:
+            self.died = True
+            raise KeyboardInterrupt("the broker process died here")
+        return request_id
+
+
+@pytest.mark.parametrize("state_kept", [True, False], ids=["its state file kept", "its state file lost"])
+def test_a_launch_sent_before_a_crash_that_ran_and_is_gone_is_not_sent_again(sky, tmp_path, state_kept):
+    # While no broker watched, the request made the cluster, the attempt ran on it, and autodown took the
+    # cluster: nothing in SkyPilot's cluster list says it ever ran. A second launch would run it again.
+    dying = DiesAfterSending(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    [(sent, _)] = dying.requests.items()
+    dying.requests[sent] = (Launch.DONE, "")
+    restarted = SkyPilotLauncher(tmp_path / ("state" if state_kept else "fresh-state"), client=dying)
+    restarted.launch(request(GPU_TASK, SPOT_A100))
+    restarted.launch(request(GPU_TASK, SPOT_A100))
+    assert [c for c, _ in dying.launched] == [CLUSTER], "launched once"
+    status = restarted.status(AID)
+    assert status.phase is Phase.LOST and "while no broker watched it" in status.reason
+
+
+def test_a_launch_sent_before_a_crash_and_still_in_flight_is_followed_to_its_cluster(sky, tmp_path):
+    dying = DiesAfterSending(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
+    restarted.launch(request(GPU_TASK, SPOT_A100))
+    assert restarted.status(AID).phase is Phase.PENDING
+    [(sent, _)] = dying.requests.items()
+    dying.requests[sent] = (Launch.DONE, "")
+    dying.provisioned(CLUSTER, spot=True, job="RUNNING")
+    assert restarted.status(AID).phase is Phase.RUNNING
+    assert [c for c, _ in dying.launched] == [CLUSTER]
+
+
+def test_a_launch_that_failed_before_a_crash_is_sent_again(sky, tmp_path):
+    # nothing ran: the attempt is launched, not left lost
+    dying = DiesAfterSending(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    [(sent, _)] = dying.requests.items()
+    dying.requests[sent] = (Launch.FAILED, "ResourcesUnavailableError: no capacity")
+    restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
+    restarted.launch(request(GPU_TASK, SPOT_A100))
+    assert [c for c, _ in dying.launched] == [CLUSTER, CLUSTER]
+    assert restarted.status(AID).phase is Phase.PENDING
+
+
 def test_the_launch_asks_for_autodown_as_the_safety_net(launcher, sky_client):
     launcher.launch(request(GPU_TASK, ONDEMAND_T4))
     [(cluster, dumped)] = sky_client.launched

@@ -250,6 +250,8 @@ def test_a_launch_the_cloud_cannot_provision_is_lost_with_skypilots_reason(launc
     assert status.reason.startswith("SkyPilot could not provision the cluster: ResourcesUnavailableError: ")
     assert "us-west-2" in status.reason and "m6i.2xlarge" in status.reason
     assert ("sky.launch", "FAILED") in _requests(cluster)
+    # a broker that lost its state would send it again: the dry run (succeeded) and the failed launch ran nothing
+    assert launcher.client.earlier_launch(cluster) is None
 
     launcher.stop(aid, grace_seconds=5)
     launcher.stop(aid, grace_seconds=5)
@@ -268,6 +270,9 @@ def test_stop_during_provisioning_cancels_the_launch_and_terminates_the_instance
     assert status.phase is Phase.PENDING, status
     assert [(c.name, c.status) for c in launcher.client.clusters([cluster])] == [(cluster, "INIT")]
     assert launcher.client.launch_in_flight(cluster)
+    # what a broker that died inside the launch call finds by the cluster's name: this request, not the dry run
+    sent = json.loads(launcher._path(aid, ".json").read_text())["request_id"]
+    assert launcher.client.earlier_launch(cluster) == sent
 
     launcher.stop(aid, grace_seconds=30, reason="cancelled")
     launcher.stop(aid, grace_seconds=30, reason="cancelled")
