@@ -322,10 +322,24 @@ def _status_table(run, columns):
 
 def test_waiting_for_a_queued_job_says_why_it_waits_and_ids_stay_whole_at_80_columns(cli):
     run, tmp = cli
-    first, nxt = _queue_behind_a_blocker(run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 4\n")
-    out = run("submit", str(nxt), "--wait")
-    assert "ran-after" in out.stdout
-    assert "queued, position 1 in the queue" in out.stderr and "full right now" in out.stderr, out.stderr
+    go = tmp / "go"  # the blocker holds the pool until the waiting submit has said why it waits (not a guess in s)
+    first, nxt = _queue_behind_a_blocker(
+        run, tmp, f"name: blocker\nresources: {{cpus: 1}}\nrun: while [ ! -e {go} ]; do sleep 0.1; done\n")
+    out, err = tmp / "wait.out", tmp / "wait.err"
+    env = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        waiting = subprocess.Popen([sys.executable, "-m", "broker.cli", "submit", str(nxt), "--wait"], env=env,
+                                   cwd=REPO, stdout=stdout, stderr=stderr, text=True)
+    try:
+        wait_for(lambda: "full right now" in err.read_text(), timeout=60)
+        go.touch()
+        assert waiting.wait(60) == 0, err.read_text()
+    finally:
+        go.touch()
+        if waiting.poll() is None:
+            waiting.kill()
+    assert "ran-after" in out.read_text()
+    assert "queued, position 1 in the queue" in err.read_text(), err.read_text()
     table = _status_table(run, 80)
     assert first["id"] in table, table
 
@@ -441,7 +455,9 @@ def submitted(cli, name: str, task: str, until: str, timeout: float = 30) -> dic
 def test_fault_injection_preempts_a_job_on_a_simulated_zone(cli):
     run, tmp = cli
     job = submitted(cli, "spot", "name: s\nresources: {accelerators: A10G:1}\n"
-                    "run: trap 'echo notice; exit 143' TERM; for i in $(seq 100); do sleep 0.1; done\n", "running")
+                    "run: trap 'echo notice; exit 143' TERM; echo armed; for i in $(seq 300); do sleep 0.1; done\n",
+                    "running")
+    wait_for(lambda: "armed" in run("logs", job["id"]).stdout, timeout=30)  # bash has set its trap
     out = run("fault", "preempt", job["id"])
     assert out.stdout.startswith(f"preempt {job['id']}-a1: done")
     after = wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == "queued"

@@ -85,25 +85,29 @@ def test_gpu_slots_are_handed_out_through_cuda_visible_devices(broker):
     assert seen == {"gpus=[0]", "gpus=[1]"}  # both ran at once, on different GPUs
 
 
-def test_a_full_pool_makes_the_next_job_wait_with_its_reason_and_position(broker):
+def test_a_full_pool_makes_the_next_job_wait_with_its_reason_and_position(broker, tmp_path):
     service, engine, store, _ = broker
-    first = submit(service, "sleep 2")
+    go = tmp_path / "go"  # the first job holds the pool until the test has looked (a fixed sleep may end first)
+    first = submit(service, f"while [ ! -e {go} ]; do sleep 0.05; done")
     second = submit(service, "echo second")
-    run_until(engine, store, first.id, {"running"})
-    engine.tick()
-    waiting = store.get_job(second.id)
-    assert waiting.state is JobState.QUEUED
-    assert "full" in waiting.reason and "position" not in waiting.reason  # the position is a field, never stale text
-    assert service.queue_positions() == {second.id: 1}
+    try:
+        run_until(engine, store, first.id, {"running"})
+        engine.tick()
+        waiting = store.get_job(second.id)
+        assert waiting.state is JobState.QUEUED
+        assert "full" in waiting.reason and "position" not in waiting.reason  # a field, never stale text
+        assert service.queue_positions() == {second.id: 1}
+    finally:
+        go.touch()
     final = run_until(engine, store, second.id, {"succeeded"})
     assert final.state is JobState.SUCCEEDED
 
 
 def test_cancelling_a_running_job_stops_its_process(broker):
     service, engine, store, _ = broker
-    job = submit(service, "trap 'echo got-sigterm; exit 143' TERM; while true; do sleep 0.1; done")
+    job = submit(service, "trap 'echo got-sigterm; exit 143' TERM; echo armed; while true; do sleep 0.1; done")
     run_until(engine, store, job.id, {"running"})
-    time.sleep(0.3)  # let bash install its trap
+    wait_for(lambda: "armed" in service.logs(ADMIN, job.id)["data"])  # bash has installed its trap
     assert service.cancel(ADMIN, job.id).state is JobState.CANCELLING
     final = run_until(engine, store, job.id, {"cancelled"})
     assert final.state is JobState.CANCELLED
@@ -155,11 +159,14 @@ def test_the_engine_sweeps_cloud_clusters_no_active_attempt_owns(broker):
 
     wrapped = Sweeping(launcher)
     engine.launcher = wrapped
-    job = submit(service, "sleep 1")
-    run_until(engine, store, job.id, {"running"})
-    engine._last_sweep = 0.0
-    engine.tick()
-    assert {f"{job.id}-a1"} in wrapped.swept
+    job = submit(service, "sleep 30")  # still running at the sweep, however slow the host
+    try:
+        run_until(engine, store, job.id, {"running"})
+        engine._last_sweep = 0.0
+        engine.tick()
+        assert {f"{job.id}-a1"} in wrapped.swept
+    finally:
+        launcher.kill(f"{job.id}-a1")
 
 
 def test_the_sweep_keeps_a_cluster_launched_in_its_own_tick_and_not_a_requeued_jobs_ended_one(broker):
@@ -211,16 +218,20 @@ def test_the_sweep_reads_the_jobs_once_the_launcher_has_listed_its_clusters(brok
 
 
 def test_a_job_waiting_for_a_full_pool_gets_a_rough_start_estimate(broker):
-    service, engine, store, _ = broker
-    task = {"run": "sleep 3", "resources": {"cpus": 1}, "broker": {"budget_usd": 5, "expected_hours": "0.001"}}
+    service, engine, store, launcher = broker
+    # runs past its expected 36 s (an overdue job's estimate is another matter), however slow the host
+    task = {"run": "sleep 60", "resources": {"cpus": 1}, "broker": {"budget_usd": 5, "expected_hours": "0.01"}}
     first = service.submit(ADMIN, task)[0]
     second = submit(service, "echo next")
-    running = run_until(engine, store, first.id, {"running"})
-    engine.tick()
-    positions, starts = service.queue()
-    assert positions == {second.id: 1}
-    # the running job expects 3.6 s: the next one starts when it ends
-    assert starts[second.id] == pytest.approx(running.running_since + 3.6, abs=0.01)
+    try:
+        running = run_until(engine, store, first.id, {"running"})
+        engine.tick()
+        positions, starts = service.queue()
+        assert positions == {second.id: 1}
+        # the running job expects 36 s: the next one starts when it ends
+        assert starts[second.id] == pytest.approx(running.running_since + 36, abs=0.01)
+    finally:
+        launcher.kill(f"{first.id}-a1")
 
 
 def test_a_start_estimate_follows_only_running_jobs_on_capacity_the_waiting_job_can_use(broker):
@@ -290,18 +301,21 @@ def test_a_task_the_launcher_can_never_run_fails_once_instead_of_requeuing_forev
 def test_a_deadline_job_with_no_spot_offer_waits_for_the_full_pool_not_for_spot(broker):
     """With no spot zone for it, the spot policy has nothing to decide: the job says the pool is full and
     gets a start estimate, instead of 'the spot policy waits for spot capacity'."""
-    service, engine, store, _ = broker
-    task = {"run": "sleep 3", "resources": {"cpus": 1}, "broker": {"budget_usd": 5, "expected_hours": "0.001"}}
+    service, engine, store, launcher = broker
+    task = {"run": "sleep 60", "resources": {"cpus": 1}, "broker": {"budget_usd": 5, "expected_hours": "0.01"}}
     first = service.submit(ADMIN, task)[0]
     late = {"run": "echo late", "resources": {"cpus": 1},
             "broker": {"budget_usd": 5, "deadline": "2h", "expected_hours": "0.5"}}
     second = service.submit(ADMIN, late)[0]
-    run_until(engine, store, first.id, {"running"})
-    engine.tick()
-    waiting = store.get_job(second.id)
-    assert waiting.state is JobState.QUEUED
-    assert "full" in waiting.reason and "spot" not in waiting.reason, waiting.reason
-    assert second.id in service.queue()[1]
+    try:
+        run_until(engine, store, first.id, {"running"})
+        engine.tick()
+        waiting = store.get_job(second.id)
+        assert waiting.state is JobState.QUEUED
+        assert "full" in waiting.reason and "spot" not in waiting.reason, waiting.reason
+        assert second.id in service.queue()[1]
+    finally:
+        launcher.kill(f"{first.id}-a1")
 
 
 def test_pinning_a_job_to_on_demand_where_there_is_none_is_refused(broker):
@@ -595,19 +609,21 @@ def test_a_budget_raised_while_the_runner_is_already_stopping_at_the_old_limit_r
     # the stop under way cannot be called back, so the engine must not record the limit as moved (the stop that
     # follows would read as one at the new budget's limit and leave the job stopped_budget with money left)
     settings = make_settings(config=CONFIG.replace('"0.36"', '"36"').replace("stop_grace_seconds: 2",
-                                                                            "stop_grace_seconds: 3"))
+                                                                            "stop_grace_seconds: 5"))
     store = open_store(f"sqlite://{tmp_path / 'grace.db'}")
     launcher = open_launcher(settings)
     launched_at = [time.time()]  # the engine's clock stays at the launch: its own budget stop never comes first
     engine = Engine(settings, store, launcher, clock=lambda: launched_at[0])
     service = BrokerService(settings, store, launcher, clock=lambda: launched_at[0])
-    job = service.submit(ADMIN, {"name": "t", "run": "trap '' TERM; sleep 60", "resources": {"cpus": 1},
-                                 "broker": {"budget_usd": "0.08"}})[0]  # $36/h: 8 s, the runner's limit 2 s in
+    # $36/h: 20 s, the runner's limit some 12 s in (the grace and a margin before): bash has set its trap by then
+    job = service.submit(ADMIN, {"name": "t", "run": "trap '' TERM; echo armed; sleep 60", "resources": {"cpus": 1},
+                                 "broker": {"budget_usd": "0.20"}})[0]
     try:
         wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.RUNNING)
         (first,) = store.attempts(job.id)
         run_dir = settings.data_dir / "runs" / first.id
-        wait_for((run_dir / "stop.json").exists, timeout=20)  # the runner stops it by itself: 3 s of grace
+        wait_for((run_dir / "stop.json").exists, timeout=40)  # the runner stops it by itself: 5 s of grace
+        assert "armed" in service.logs(ADMIN, job.id)["data"]
         service.raise_budget(ADMIN, job.id, 10_000_000)
         engine.tick()
         assert not (run_dir / "exit.json").exists()  # still within the grace period

@@ -159,7 +159,7 @@ def test_two_engines_deciding_a_moment_apart_never_hand_one_gpu_to_two_jobs(tmp_
     marks = tmp_path / "marks"
     marks.mkdir()
 
-    def submit(name, run="sleep 3", priority=0):
+    def submit(name, run="sleep 30", priority=0):  # killed on the way out
         return service.submit(admin, {"name": name, "run": f"echo $CUDA_VISIBLE_DEVICES >> {marks}/{name}; {run}",
                                       "resources": {"accelerators": "A100:1"},
                                       "broker": {"budget_usd": 1, "priority": priority}})[0].id
@@ -175,13 +175,15 @@ def test_two_engines_deciding_a_moment_apart_never_hand_one_gpu_to_two_jobs(tmp_
             super()._apply_schedule(decision, now)
 
     b = DecidesThenWrites(settings, store, launcher)
-    holder = submit("holder", run="sleep 0.5")
+    go = marks / "go"  # the holder keeps the GPU until the test lets it go (a short sleep may end unseen)
+    holder = submit("holder", run=f"while [ ! -e {go} ]; do sleep 0.05; done")
     first = submit("first")
     try:
         urgent.append(None)  # B does not interfere yet
         wait_for(lambda: a.tick() or store.get_job(holder).state is JobState.RUNNING)
         a.tick()
         assert store.get_job(first).state is JobState.QUEUED
+        go.touch()
         wait_for((launcher.runs_dir / f"{holder}-a1" / "exit.json").exists)  # the GPU is free; nobody ticked
         urgent.clear()
         b.tick()  # B: the holder ended, GPU 0 is free, "first" goes there... after A put "urgent" there

@@ -359,7 +359,7 @@ CONFIG = f"""
 pools: []
 zones:
   - {{name: sim-a, tier: spot, instance_type: g5.xlarge, cloud_zone: us-east-1a, grace_seconds: 2,
-     schedule: ["preempt attempt 1 at +4s"]}}
+     schedule: ["preempt attempt 1 at +6s"]}}
   - {{name: sim-b, tier: spot, instance_type: g5.xlarge, cloud_zone: us-east-1f, grace_seconds: 2}}
 tick_seconds: 0.2
 stop_grace_seconds: 2

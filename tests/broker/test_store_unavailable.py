@@ -167,7 +167,6 @@ def test_a_worker_outlives_a_redis_outage_with_one_line_per_tick_and_runs_jobs_a
     import signal
     import subprocess
     import sys
-    import time
 
     from broker_testing import REPO, wait_for
 
@@ -180,9 +179,14 @@ def test_a_worker_outlives_a_redis_outage_with_one_line_per_tick_and_runs_jobs_a
     worker = subprocess.Popen([sys.executable, "-m", "broker.cli", "worker", "--config", str(cfg)], env=env, cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     try:
-        time.sleep(1.0)
+        # the outage starts once the worker ticks (its start-up, imports and all, may take seconds on a loaded
+        # host) and lasts until it has skipped ticks: the worker must live through them
+        probe = open_store(server.url)
+        wait_for(lambda: probe.beats(), timeout=60, interval=0.1)
+        probe.close()
         server.stop()
-        time.sleep(1.5)
+        wait_for(lambda: log.read_text().count("engine tick skipped: the job store did not answer") >= 2,
+                 timeout=30, interval=0.1)
         assert worker.poll() is None, log.read_text()[-2000:]
         server.start()
         store = open_store(server.url)
@@ -234,7 +238,8 @@ def test_a_redis_lost_in_the_middle_of_a_tick_skips_the_tick_in_one_line_not_a_t
     engine = Engine(settings, store, launcher)
     service = BrokerService(settings, store, launcher)
     admin = Principal("admin", None, admin=True)
-    ids = [service.submit(admin, {**TASK, "name": f"t{i}", "run": "sleep 2"})[0].id for i in range(2)]
+    # both must read running at once: long enough that the first has not ended while the second's runner starts
+    ids = [service.submit(admin, {**TASK, "name": f"t{i}", "run": "sleep 6"})[0].id for i in range(2)]
     try:
         wait_for(lambda: engine.tick() or all(store.get_job(i).state.value == "running" for i in ids))
         cut.append(True)

@@ -122,6 +122,9 @@ def test_the_watcher_notifies_once_and_stops(metadata):
 
 def test_an_unreachable_endpoint_is_retried_quietly(caplog):
     watcher = MetadataWatcher("aws", lambda: None, base_url="http://127.0.0.1:9", poll_s=0.05).start()
+    deadline = time.monotonic() + 10  # a few polls, however late the watcher's thread first runs
+    while not any("cannot read" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+        time.sleep(0.02)
     time.sleep(0.3)
     watcher.stop()
     assert watcher.noticed is None
