@@ -8,8 +8,9 @@ Choices, and why:
 
 * **One cluster per attempt**, named from the attempt id
   (:func:`cluster_name`). A launch repeated after a broker crash finds the
-  cluster (or the launch request still in flight) and does nothing, so an
-  attempt never runs twice. The broker, not SkyPilot's managed-jobs
+  cluster, or the launch request (in flight, or succeeded and its cluster
+  since gone), and does nothing, so an attempt never runs twice; what
+  SkyPilot's request history no longer holds is in docs/deploy.md. The broker, not SkyPilot's managed-jobs
   controller (``sky jobs launch``), decides recovery: it alone knows the
   budget, the deadline and which zones it has blocked, and resumes the next
   attempt wherever is cheapest then — possibly on-prem.
@@ -378,12 +379,10 @@ class SdkClient:
         import sky
 
         found = [p for p in sky.api_status(cluster_name=cluster, all_status=True)
-                 if "launch" in (p.name or "") and not _dry_run(p)
-                 and (getattr(p, "cluster_name", None) == cluster
-                      # an older server ignores the filter: a request with no cluster may be this one while in
-                      # flight (as launch_in_flight takes it), never once it has ended
-                      or (getattr(p, "cluster_name", cluster) is None and p.status in ("PENDING", "WAITING", "RUNNING")))
-                 and p.status in ("PENDING", "WAITING", "RUNNING", "SUCCEEDED")]
+                 if p.name == "sky.launch" and p.status in ("PENDING", "WAITING", "RUNNING", "SUCCEEDED")
+                 and _launch_body(p).get("dryrun") is not True
+                 # by the request's own cluster: an older server ignores the filter and lists every request
+                 and cluster in (getattr(p, "cluster_name", None), _launch_body(p).get("cluster_name"))]
         return max(found, key=lambda p: p.created_at or 0).request_id if found else None
 
     def cancel_launch(self, cluster: str, request_id: str | None) -> None:
@@ -435,15 +434,15 @@ class SdkClient:
         return buffer.getvalue().encode()
 
 
-def _dry_run(payload: Any) -> bool:
-    """Whether a listed launch request is a dry run (:meth:`SdkClient.plan`). The server shows a request's body
-    to the user who sent it only; one it hides counts as a real launch (adopting it costs an attempt taken as
-    lost; launching beside it could run the attempt twice)."""
+def _launch_body(payload: Any) -> dict[str, Any]:
+    """A listed request's body (a launch's ``dryrun`` and ``cluster_name``); ``{}`` where the server hides it: it
+    shows a body to the user who sent it only. A hidden one counts as a real launch (adopting it costs an attempt
+    taken as lost; launching beside it could run the attempt twice)."""
     try:
         body = json.loads(getattr(payload, "request_body", None) or "null")
     except (TypeError, ValueError):
-        return False
-    return isinstance(body, dict) and bool(body.get("dryrun"))
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 # --- the launcher ----------------------------------------------------------------------------------
@@ -517,12 +516,11 @@ class SkyPilotLauncher:
             # a launch sent before (the broker died inside client.launch, or lost this file) is adopted, never
             # sent again: the request may be in flight, or may have made a cluster that ran the attempt and is
             # gone by now (autodown), which a second launch would run again
-            earlier = self.client.earlier_launch(name)
-            if earlier is not None or self.client.clusters([name]):
-                state.update(cluster=name, adopted=True, spot=bool(config["resources"].get("use_spot")), pod=pod,
-                             stop_at=stop_at, grace_seconds=request.stop_grace_seconds)
-                if earlier is not None:
-                    state["request_id"] = earlier
+            if self._adopt_sent(name, state) or state.get("adopted"):
+                # the limit the cluster was launched with, when it is known, is the one its guard keeps
+                state.setdefault("stop_at", stop_at)
+                state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod,
+                             grace_seconds=request.stop_grace_seconds)
                 return
             if stop_at is not None and stop_at <= now:
                 # the budget left cannot pay for the cluster's billing after its run: not launched
@@ -544,6 +542,22 @@ class SkyPilotLauncher:
             self._save(request.attempt_id, state)  # the intent, before the request exists
             state["request_id"] = self.client.launch(build_task(config), name, autostop_minutes=self.autostop_minutes)
 
+    def _adopt_sent(self, name: str, state: dict[str, Any]) -> bool:
+        """Whether SkyPilot has a launch of cluster ``name`` this state has no id of (sent before a crash inside
+        ``client.launch``, or before this state file was lost): its cluster, or a launch request in flight or
+        succeeded. Found, it is adopted into ``state`` (with the request's id when known). SkyPilot keeps
+        finished requests for a day, and an API server that restarts forgets them: a launch found by neither
+        then is taken as never sent (docs/deploy.md)."""
+        found = bool(self.client.clusters([name]))  # first: it starts a local API server that is not running
+        earlier = self.client.earlier_launch(name)
+        if earlier is not None:
+            state.update(request_id=earlier, adopted=True)
+            return True
+        if found or self.client.launch_in_flight(name):
+            state["adopted"] = True
+            return True
+        return False
+
     # -- status ---------------------------------------------------------------------------------
 
     def observe(self, attempt_id: str, state: Mapping[str, Any]) -> Observation:
@@ -554,6 +568,8 @@ class SkyPilotLauncher:
         launch, error = Launch.NONE, ""
         if state.get("request_id"):
             launch, error = self.client.launch_state(state["request_id"])
+            if launch is Launch.NONE:
+                launch = Launch.FORGOTTEN
         elif state.get("adopted"):
             launch = Launch.IN_FLIGHT if self.client.launch_in_flight(name) else Launch.DONE
         job = None
@@ -591,6 +607,11 @@ class SkyPilotLauncher:
                                      reason=state.get("reason", ""), step=state.get("step"),
                                      ended_at=state.get("ended_at"))
             try:
+                if state.get("cluster") and not (state.get("request_id") or state.get("adopted")):
+                    # its intent saved, its request's id never kept: the broker died inside client.launch.
+                    # What that request did is followed from here; an attempt that read gone would be
+                    # launched again, and billed from then
+                    self._adopt_sent(self.cluster(attempt_id), state)
                 obs = self.observe(attempt_id, state)
             except Exception as exc:  # API server down, network: report what was known
                 return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_one_line(exc)}")

@@ -42,6 +42,7 @@ class Launch(str, Enum):
     IN_FLIGHT = "in_flight"  # pending or running on the API server
     FAILED = "failed"  # SkyPilot gave up: no capacity, quota, bad credentials
     DONE = "done"  # the cluster was provisioned and the job submitted
+    FORGOTTEN = "forgotten"  # sent, but the API server no longer knows it (it restarted, or collected the request)
 
 
 INIT_WAIT_SECONDS = 180
@@ -138,9 +139,16 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
         if obs.spot:
             return AttemptStatus(Phase.PREEMPTED, reason="the spot cluster is no longer up", step="run")
         return AttemptStatus(Phase.LOST, reason=f"the cluster is {_describe(obs.cluster)} while its job was running")
+    if obs.launch is Launch.FORGOTTEN:
+        # never launched again (it may have run): a cluster left INIT by a request that died with its server
+        # stays INIT, and is torn down as the attempt ends
+        where = "has no cluster for it" if obs.cluster is None else f"its cluster is {_describe(obs.cluster)}"
+        return AttemptStatus(Phase.LOST, reason="SkyPilot's API server no longer knows this attempt's launch request "
+                                                f"(it restarted, or collected the request) and {where}: how its run "
+                                                "went is not known")
     if obs.launch is Launch.IN_FLIGHT or (obs.launch is Launch.DONE and obs.cluster == "INIT"):
         return AttemptStatus(Phase.PENDING)
-    if obs.adopted and obs.launch is Launch.DONE and obs.cluster is None and previous in (None, Phase.GONE):
+    if obs.adopted and obs.launch is Launch.DONE and obs.cluster is None and previous is None:
         return AttemptStatus(Phase.LOST, reason="SkyPilot launched its cluster while no broker watched it, and the "
                                                 "cluster is gone: how its run ended is not known")
     if obs.launch is Launch.FAILED:

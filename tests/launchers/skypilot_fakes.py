@@ -67,12 +67,19 @@ class ScriptedSky:
         return sent[-1] if sent else None
 
     def cancel_launch(self, cluster: str, request_id: str | None) -> None:
-        ids = [request_id] if request_id else [f"in-flight:{cluster}"] if cluster in self.in_flight else []
+        ids = [request_id] if request_id else [f"in-flight:{cluster}"] if cluster in self.in_flight else [
+            rid for rid, c in self.request_cluster.items() if c == cluster and self.requests[rid][0] is Launch.IN_FLIGHT]
         for rid in ids:
             self.cancelled.append(rid)
-            if self.requests.get(rid, (None,))[0] is Launch.IN_FLIGHT:
+            if rid.startswith("in-flight:") or self.requests.get(rid, (None,))[0] is Launch.IN_FLIGHT:
                 self.requests[rid] = (Launch.FAILED, "the launch request was cancelled")
         self.in_flight.discard(cluster)
+
+    def forget_requests(self) -> None:
+        """What an API server that restarts does: its requests, finished or not, are gone."""
+        self.requests.clear()
+        self.request_cluster.clear()
+        self.in_flight.clear()
 
     def clusters(self, names: list[str] | None = None) -> list[Cluster]:
         return [c for n, c in sorted(self.cluster_status.items()) if names is None or n in names]
@@ -109,9 +116,13 @@ class ScriptedSky:
             self.jobs.pop(cluster, None)
         else:
             self.jobs[cluster] = job
-        if request_done:
-            for rid in self.requests:
-                self.requests[rid] = (Launch.DONE, "")
+        if request_done:  # the launch requests that made it
+            for rid, c in self.request_cluster.items():
+                if c == cluster and self.requests[rid][0] is Launch.IN_FLIGHT:
+                    self.requests[rid] = (Launch.DONE, "")
+            if cluster in self.in_flight:
+                self.in_flight.discard(cluster)
+                self.requests[f"in-flight:{cluster}"] = (Launch.DONE, "")
 
 
 def run_as_skypilot_runs_setup(setup: str, home, *, timeout: float = 60):

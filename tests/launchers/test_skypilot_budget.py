@@ -270,3 +270,39 @@ def test_a_launch_whose_budget_was_raised_meanwhile_is_cancelled_at_its_old_wind
     assert cluster_stop_at(cloud, cluster_name(second.id)) > old_stop + 3600
     notes = {e.event for e in service.store.events(job.id)}
     assert not notes & {"budget_warning", "budget_stop_requested"}, "a raised budget is no budget stop"
+
+
+def test_a_broker_that_died_inside_the_launch_call_bills_the_cluster_from_that_launch_and_sends_it_once(
+        clocked, clock):
+    """The engine recorded the attempt and called the launcher, which saved its intent and sent the request; the
+    process died before the request's id came back. Ten minutes later the broker is back and the request has made
+    the cluster. Before, the attempt read gone: the engine billed it from its return (ten minutes of a running
+    cluster never counted against the budget) and launched it again, which found the cluster by chance only."""
+    service, engine, cloud = clocked
+    sent = cloud.launch
+
+    def dies(task, cluster, *, autostop_minutes):
+        request_id = sent(task, cluster, autostop_minutes=autostop_minutes)  # the API server has it
+        cloud.launch = sent
+        raise KeyboardInterrupt("the broker process died here")
+
+    cloud.launch = dies
+    job, _ = service.submit(ADMIN, {**TASK, "broker": {"budget_usd": 100}})
+    with pytest.raises(KeyboardInterrupt):
+        engine.tick()
+    (recorded,) = service.store.attempts(job.id)
+    cluster = cluster_name(recorded.id)
+    clock[0] += 600  # the request still provisions (the cloud bills from it): no cluster listed yet
+    settings = engine.settings
+    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs", zones=settings.zones),
+                               SkyPilotLauncher(settings.data_dir / "skypilot", client=cloud))
+    restarted = Engine(settings, service.store, launcher, clock=lambda: clock[0], monotonic=lambda: clock[0])
+    restarted.tick()
+    assert service.store.get_job(job.id).state is JobState.LAUNCHING
+    clock[0] += 60
+    cloud.provisioned(cluster, spot=True, job="RUNNING")
+    running = tick_until(restarted, service.store, job.id, {"running"})
+    (attempt,) = service.store.attempts(job.id)
+    assert attempt.created_at == recorded.created_at and attempt.limit_at == recorded.limit_at
+    assert running.spent >= cost_for_seconds(attempt.price_per_hour, 660)
+    assert [c for c, _ in cloud.launched] == [cluster]

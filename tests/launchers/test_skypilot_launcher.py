@@ -132,6 +132,45 @@ def test_a_launch_that_failed_before_a_crash_is_sent_again(sky, tmp_path):
     assert restarted.status(AID).phase is Phase.PENDING
 
 
+def test_after_a_crash_inside_the_launch_call_the_first_look_follows_the_request_it_had_sent(sky, tmp_path):
+    # the restarted engine asks for the attempt's status before it launches anything: a request in flight, its
+    # cluster INIT, is provisioning (it read gone, so the engine launched it again and billed it from then, or
+    # read lost and its cluster was torn down)
+    dying = DiesAfterSending(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
+    assert restarted.status(AID).phase is Phase.PENDING
+    dying.provisioned(CLUSTER, status="INIT", job=None, spot=True, request_done=False)
+    assert restarted.status(AID).phase is Phase.PENDING and dying.downed == []
+    dying.provisioned(CLUSTER, spot=True, job="RUNNING")
+    assert restarted.status(AID).phase is Phase.RUNNING
+    restarted.launch(request(GPU_TASK, SPOT_A100))
+    assert [c for c, _ in dying.launched] == [CLUSTER]
+
+
+def test_a_launch_request_its_api_server_forgot_with_no_cluster_left_is_lost_not_pending_for_ever(launcher, sky_client):
+    # the API server restarted (it clears its requests) after the cluster ran and was autodowned: the request's
+    # id reads unknown; before, the attempt read gone, the engine launched it again, and the launcher, holding
+    # the id, did nothing: launching for ever
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.forget_requests()
+    status = launcher.status(AID)
+    assert status.phase is Phase.LOST and "no longer knows this attempt's launch request" in status.reason
+    assert "has no cluster for it" in status.reason
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    assert len(sky_client.launched) == 1
+
+
+def test_a_cluster_left_init_by_a_forgotten_request_is_lost_and_torn_down(launcher, sky_client):
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    sky_client.provisioned(CLUSTER, status="INIT", job=None, spot=True, request_done=False)
+    sky_client.forget_requests()  # the request died with its server: SkyPilot leaves the cluster INIT
+    status = launcher.status(AID)
+    assert status.phase is Phase.LOST and "its cluster is INIT" in status.reason
+    assert sky_client.downed == [CLUSTER]
+
+
 def test_the_launch_asks_for_autodown_as_the_safety_net(launcher, sky_client):
     launcher.launch(request(GPU_TASK, ONDEMAND_T4))
     [(cluster, dumped)] = sky_client.launched
