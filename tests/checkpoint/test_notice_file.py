@@ -28,11 +28,13 @@ def test_a_checkpointer_listens_while_open_and_the_file_is_its_preemption_notice
     with Checkpointer(str(tmp_path / "run"), every_steps=1000, env={"BROKER_NOTICE_FILE": str(notice)}) as ckpt:
         assert (listeners_dir(notice) / str(os.getpid())).exists()  # what the runner looks for
         assert not ckpt.due(1)
+        written = time.monotonic()
         notice.write_text(json.dumps({"reason": "preempted", "grace_seconds": 10, "at": time.time() - 2}))
         assert _until(lambda: ckpt.preemption.requested)
+        read_within = time.monotonic() - written  # the watcher's poll, and a loaded host's delays
         assert ckpt.due(1)
         # the runner kills at the end of its 10 s, 2 s of which have passed: exit a second before that
-        assert 6.5 < ckpt.preemption.grace_s <= 7.0
+        assert 7.0 - read_within - 0.1 <= ckpt.preemption.grace_s <= 7.0
     assert os.listdir(listeners_dir(notice)) == []  # closed: the runner signals at once again
 
 

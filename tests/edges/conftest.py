@@ -68,7 +68,7 @@ def serving(app, port: int, **config) -> Iterator[str]:
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # a loaded host's thread start and app start-up
         while not srv.started:
             assert time.monotonic() < deadline, "uvicorn did not start"
             time.sleep(0.05)

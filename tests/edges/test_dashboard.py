@@ -26,8 +26,9 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 @contextmanager
 def chromium():
     """Debian's headless Chromium under Playwright (no ``playwright install``), closed on the way out."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=15_000)  # Playwright's 5 s is short for a page on a loaded 2-core host
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
@@ -341,6 +342,9 @@ def test_the_page_follows_new_spend_without_a_reload_while_it_is_in_view(server,
     with chromium() as browser:
         page = browser.new_page()
         page.clock.install()
+        # paused: an installed clock runs on with real time, so a slow host's seconds between the load and
+        # run_for below would count towards the 30 s
+        page.clock.pause_at(time.time() + 1)
         page.goto(f"{server}/dashboard?token={world.ADMIN}")
         expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before))
         expect(page.locator("#updated")).to_contain_text("refreshes every 30 s")
