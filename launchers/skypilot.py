@@ -516,7 +516,7 @@ class SkyPilotLauncher:
             # a launch sent before (the broker died inside client.launch, or lost this file) is adopted, never
             # sent again: the request may be in flight, or may have made a cluster that ran the attempt and is
             # gone by now (autodown), which a second launch would run again
-            if self._adopt_sent(name, state) or state.get("adopted"):
+            if self._adopt_sent(name, state):
                 # the limit the cluster was launched with, when it is known, is the one its guard keeps
                 state.setdefault("stop_at", stop_at)
                 state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod,
@@ -544,17 +544,21 @@ class SkyPilotLauncher:
 
     def _adopt_sent(self, name: str, state: dict[str, Any]) -> bool:
         """Whether SkyPilot has a launch of cluster ``name`` this state has no id of (sent before a crash inside
-        ``client.launch``, or before this state file was lost): its cluster, or a launch request in flight or
-        succeeded. Found, it is adopted into ``state`` (with the request's id when known). SkyPilot keeps
-        finished requests for a day, and an API server that restarts forgets them: a launch found by neither
-        then is taken as never sent (docs/deploy.md)."""
+        ``client.launch``, or before this state file was lost): a launch request in flight or succeeded, or the
+        cluster. Found, it is adopted into ``state``, with the request's id when known; a cluster with no such
+        request is one whose request died (its API server restarted) or was collected: followed while it is up,
+        lost while it is left ``INIT``. SkyPilot keeps finished requests for a day, and an API server that
+        restarts forgets them: a launch found by neither then is taken as never sent (docs/deploy.md)."""
         found = bool(self.client.clusters([name]))  # first: it starts a local API server that is not running
         earlier = self.client.earlier_launch(name)
         if earlier is not None:
             state.update(request_id=earlier, adopted=True)
             return True
-        if found or self.client.launch_in_flight(name):
+        if self.client.launch_in_flight(name):  # an older server's request, by its name only
             state["adopted"] = True
+            return True
+        if found:
+            state.update(adopted=True, request_gone=True)
             return True
         return False
 
@@ -568,10 +572,18 @@ class SkyPilotLauncher:
         launch, error = Launch.NONE, ""
         if state.get("request_id"):
             launch, error = self.client.launch_state(state["request_id"])
-            if launch is Launch.NONE:
-                launch = Launch.FORGOTTEN
+            if launch is Launch.NONE:  # the server does not know it: the cluster's own requests say more, if any
+                again = self.client.earlier_launch(name)
+                if again is not None and again != state["request_id"] and isinstance(state, dict):
+                    state["request_id"] = again
+                    launch, error = self.client.launch_state(again)
+                elif self.client.launch_in_flight(name):
+                    launch = Launch.IN_FLIGHT
+                if launch is Launch.NONE:
+                    launch = Launch.FORGOTTEN
         elif state.get("adopted"):
-            launch = Launch.IN_FLIGHT if self.client.launch_in_flight(name) else Launch.DONE
+            launch = Launch.IN_FLIGHT if self.client.launch_in_flight(name) else \
+                Launch.FORGOTTEN if state.get("request_gone") else Launch.DONE
         job = None
         if cluster is not None and cluster.status in JOB_READABLE:
             job = self.client.job_status(name)
@@ -607,10 +619,10 @@ class SkyPilotLauncher:
                                      reason=state.get("reason", ""), step=state.get("step"),
                                      ended_at=state.get("ended_at"))
             try:
-                if state.get("cluster") and not (state.get("request_id") or state.get("adopted")):
-                    # its intent saved, its request's id never kept: the broker died inside client.launch.
-                    # What that request did is followed from here; an attempt that read gone would be
-                    # launched again, and billed from then
+                if not (state.get("request_id") or state.get("adopted") or state.get("phase")):
+                    # no request id kept: the broker died inside client.launch (its intent saved), or this state
+                    # file was lost, or it never launched. A launch SkyPilot has is followed from here; an
+                    # attempt that read gone would be launched again, and billed from then
                     self._adopt_sent(self.cluster(attempt_id), state)
                 obs = self.observe(attempt_id, state)
             except Exception as exc:  # API server down, network: report what was known

@@ -171,6 +171,46 @@ def test_a_cluster_left_init_by_a_forgotten_request_is_lost_and_torn_down(launch
     assert sky_client.downed == [CLUSTER]
 
 
+def test_a_cluster_its_dead_request_left_init_after_a_crash_is_lost_and_torn_down(sky, tmp_path):
+    # the broker died inside the launch call, then the API server restarted: the request died with it, leaving
+    # the cluster INIT (no skylet, so no autodown either). Adopted as a launch, it read pending for ever
+    dying = DiesAfterSending(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    dying.provisioned(CLUSTER, status="INIT", job=None, spot=True, request_done=False)
+    dying.forget_requests()
+    restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
+    status = restarted.status(AID)
+    assert status.phase is Phase.LOST and "its cluster is INIT" in status.reason
+    assert dying.downed == [CLUSTER]
+    restarted.launch(request(GPU_TASK, SPOT_A100))
+    assert len(dying.launched) == 1
+
+
+def test_a_request_id_the_server_does_not_answer_for_is_lost_only_when_nothing_of_the_launch_is_left(
+        launcher, sky_client):
+    # the id it kept reads unknown, yet a launch of its cluster is in flight (found by its name): not a loss
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    [(sent, _)] = sky_client.requests.items()
+    del sky_client.requests[sent], sky_client.request_cluster[sent]
+    sky_client.in_flight.add(CLUSTER)
+    assert launcher.status(AID).phase is Phase.PENDING and sky_client.downed == []
+    sky_client.provisioned(CLUSTER, spot=True, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+
+
+def test_a_broker_that_lost_its_state_file_follows_the_launch_it_had_sent_from_its_first_look(sky, tmp_path):
+    dying = DiesAfterSending(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    fresh = SkyPilotLauncher(tmp_path / "fresh-state", client=dying)
+    assert fresh.status(AID).phase is Phase.PENDING  # was gone: launched again, and billed from then
+    dying.provisioned(CLUSTER, spot=True, job="RUNNING")
+    assert fresh.status(AID).phase is Phase.RUNNING
+    fresh.launch(request(GPU_TASK, SPOT_A100))
+    assert len(dying.launched) == 1
+
+
 def test_the_launch_asks_for_autodown_as_the_safety_net(launcher, sky_client):
     launcher.launch(request(GPU_TASK, ONDEMAND_T4))
     [(cluster, dumped)] = sky_client.launched
