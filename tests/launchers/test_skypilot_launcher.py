@@ -88,13 +88,19 @@ class DiesAfterSending(ScriptedSky):
         return request_id
 
 
+def died_inside_the_launch_call(state_dir) -> DiesAfterSending:
+    """The SkyPilot a broker with ``state_dir`` sent a launch of :data:`AID` to, dying before its id came back."""
+    dying = DiesAfterSending(real_plan=False)
+    with pytest.raises(KeyboardInterrupt):
+        SkyPilotLauncher(state_dir, client=dying).launch(request(GPU_TASK, SPOT_A100))
+    return dying
+
+
 @pytest.mark.parametrize("state_kept", [True, False], ids=["its state file kept", "its state file lost"])
 def test_a_launch_sent_before_a_crash_that_ran_and_is_gone_is_not_sent_again(sky, tmp_path, state_kept):
     # While no broker watched, the request made the cluster, the attempt ran on it, and autodown took the
     # cluster: nothing in SkyPilot's cluster list says it ever ran. A second launch would run it again.
-    dying = DiesAfterSending(real_plan=False)
-    with pytest.raises(KeyboardInterrupt):
-        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    dying = died_inside_the_launch_call(tmp_path / "state")
     [(sent, _)] = dying.requests.items()
     dying.requests[sent] = (Launch.DONE, "")
     restarted = SkyPilotLauncher(tmp_path / ("state" if state_kept else "fresh-state"), client=dying)
@@ -106,9 +112,7 @@ def test_a_launch_sent_before_a_crash_that_ran_and_is_gone_is_not_sent_again(sky
 
 
 def test_a_launch_sent_before_a_crash_and_still_in_flight_is_followed_to_its_cluster(sky, tmp_path):
-    dying = DiesAfterSending(real_plan=False)
-    with pytest.raises(KeyboardInterrupt):
-        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    dying = died_inside_the_launch_call(tmp_path / "state")
     restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
     restarted.launch(request(GPU_TASK, SPOT_A100))
     assert restarted.status(AID).phase is Phase.PENDING
@@ -121,9 +125,7 @@ def test_a_launch_sent_before_a_crash_and_still_in_flight_is_followed_to_its_clu
 
 def test_a_launch_that_failed_before_a_crash_is_sent_again(sky, tmp_path):
     # nothing ran: the attempt is launched, not left lost
-    dying = DiesAfterSending(real_plan=False)
-    with pytest.raises(KeyboardInterrupt):
-        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    dying = died_inside_the_launch_call(tmp_path / "state")
     [(sent, _)] = dying.requests.items()
     dying.requests[sent] = (Launch.FAILED, "ResourcesUnavailableError: no capacity")
     restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
@@ -136,9 +138,7 @@ def test_after_a_crash_inside_the_launch_call_the_first_look_follows_the_request
     # the restarted engine asks for the attempt's status before it launches anything: a request in flight, its
     # cluster INIT, is provisioning (it read gone, so the engine launched it again and billed it from then, or
     # read lost and its cluster was torn down)
-    dying = DiesAfterSending(real_plan=False)
-    with pytest.raises(KeyboardInterrupt):
-        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    dying = died_inside_the_launch_call(tmp_path / "state")
     restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
     assert restarted.status(AID).phase is Phase.PENDING
     dying.provisioned(CLUSTER, status="INIT", job=None, spot=True, request_done=False)
@@ -174,9 +174,7 @@ def test_a_cluster_left_init_by_a_forgotten_request_is_lost_and_torn_down(launch
 def test_a_cluster_its_dead_request_left_init_after_a_crash_is_lost_and_torn_down(sky, tmp_path):
     # the broker died inside the launch call, then the API server restarted: the request died with it, leaving
     # the cluster INIT (no skylet, so no autodown either). Adopted as a launch, it read pending for ever
-    dying = DiesAfterSending(real_plan=False)
-    with pytest.raises(KeyboardInterrupt):
-        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    dying = died_inside_the_launch_call(tmp_path / "state")
     dying.provisioned(CLUSTER, status="INIT", job=None, spot=True, request_done=False)
     dying.forget_requests()
     restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
@@ -200,9 +198,7 @@ def test_a_request_id_the_server_does_not_answer_for_is_lost_only_when_nothing_o
 
 
 def test_a_broker_that_lost_its_state_file_follows_the_launch_it_had_sent_from_its_first_look(sky, tmp_path):
-    dying = DiesAfterSending(real_plan=False)
-    with pytest.raises(KeyboardInterrupt):
-        SkyPilotLauncher(tmp_path / "state", client=dying).launch(request(GPU_TASK, SPOT_A100))
+    dying = died_inside_the_launch_call(tmp_path / "state")
     fresh = SkyPilotLauncher(tmp_path / "fresh-state", client=dying)
     assert fresh.status(AID).phase is Phase.PENDING  # was gone: launched again, and billed from then
     dying.provisioned(CLUSTER, spot=True, job="RUNNING")
