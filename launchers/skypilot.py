@@ -10,10 +10,11 @@ Choices, and why:
   (:func:`cluster_name`). A launch repeated after a broker crash finds the
   cluster, or the launch request (in flight, or succeeded and its cluster
   since gone), and does nothing, so an attempt never runs twice; what
-  SkyPilot's request history no longer holds is in docs/deploy.md. The broker, not SkyPilot's managed-jobs
-  controller (``sky jobs launch``), decides recovery: it alone knows the
-  budget, the deadline and which zones it has blocked, and resumes the next
-  attempt wherever is cheapest then — possibly on-prem.
+  SkyPilot's request history no longer holds is in docs/deploy.md. The
+  broker, not SkyPilot's managed-jobs controller (``sky jobs launch``),
+  decides recovery: it alone knows the budget, the deadline and which zones
+  it has blocked, and resumes the next attempt wherever is cheapest then —
+  possibly on-prem.
 * **Serverless.** The cluster lives only while its attempt runs: the launcher
   tears it down as soon as it sees the attempt end (:meth:`status`), on
   :meth:`stop`, and :meth:`sweep` tears down clusters the broker no longer
@@ -378,11 +379,14 @@ class SdkClient:
     def earlier_launch(self, cluster: str) -> str | None:
         import sky
 
-        found = [p for p in sky.api_status(cluster_name=cluster, all_status=True)
-                 if p.name == "sky.launch" and p.status in ("PENDING", "WAITING", "RUNNING", "SUCCEEDED")
-                 and _launch_body(p).get("dryrun") is not True
-                 # by the request's own cluster: an older server ignores the filter and lists every request
-                 and cluster in (getattr(p, "cluster_name", None), _launch_body(p).get("cluster_name"))]
+        found = []
+        for p in sky.api_status(cluster_name=cluster, all_status=True):
+            if p.name != "sky.launch" or p.status not in ("PENDING", "WAITING", "RUNNING", "SUCCEEDED"):
+                continue
+            body = _launch_body(p)
+            # by the request's own cluster: an older server ignores the filter and lists every request
+            if body.get("dryrun") is not True and cluster in (getattr(p, "cluster_name", None), body.get("cluster_name")):
+                found.append(p)
         return max(found, key=lambda p: p.created_at or 0).request_id if found else None
 
     def cancel_launch(self, cluster: str, request_id: str | None) -> None:
