@@ -139,11 +139,13 @@ def _undo_sky_env() -> None:
         _SKY_ENV["patch"] = None
 
 
-@pytest.fixture(autouse=True)
-def _sky_env_for_this_folder():
-    """Set sky_env's environment again for a test of this folder run after tests elsewhere took it away."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Set sky_env's environment again for a test of this folder run after tests elsewhere took it away:
+    before any fixture of the test is set up, since a module-scoped one (the API server of
+    test_skypilot_server.py) copies the environment into a process of its own. Under pytest-xdist a
+    worker runs this folder's files between other folders' files, so this happens mid-session."""
     _apply_sky_env()
-    yield
 
 
 def pytest_runtest_teardown(item, nextitem):
