@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token-for-tests"
@@ -16,12 +17,6 @@ TEAM_TOKENS = {"vision": "vision-token", "nlp": "nlp-token"}
 DAY = 86400.0
 WORKDIR_GRACE = DAY  # workdir_grace_seconds' default
 WORKDIR_RETENTION = 30 * DAY  # workdir_retention_seconds' default
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RedisServer:

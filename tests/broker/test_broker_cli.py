@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from broker_testing import ADMIN, REPO, start_broker, wait_for
+from testports import free_port
 
 CONFIG = """
 pools:
@@ -598,9 +599,7 @@ def test_serve_on_a_port_in_use_exits_before_its_engine_touches_the_store(tmp_pa
 
 def _ipv6_loopback_port() -> int | None:
     try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-            return s.getsockname()[1]
+        return free_port("::1")
     except OSError:
         return None
 

@@ -23,7 +23,7 @@ from broker.cli import _on_this_host
 from broker.store import open_store
 from broker.workdir import PackError, pack
 
-from broker_testing import ADMIN, REPO, free_port, start_broker, wait_for
+from broker_testing import ADMIN, start_broker, wait_for
 
 H = {"Authorization": f"Bearer {ADMIN}"}
 LIMIT = 64 * 1024

@@ -9,12 +9,12 @@ other test packages never see them.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from testports import free_port
 
 # gcsfs picks its experimental filesystem class at import time; the emulator needs the plain one.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -25,17 +25,11 @@ BUCKET = "ckpt-tests"
 STORES = ["file", "memory", "s3", "gcs"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_endpoint():
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
@@ -51,7 +45,7 @@ def s3_endpoint():
 def gcs_endpoint():
     from gcp_storage_emulator.server import create_server
 
-    port = _free_port()
+    port = free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
     server.start()
     yield f"http://127.0.0.1:{port}"

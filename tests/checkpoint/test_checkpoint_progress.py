@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
+from testports import free_port
 
 from checkpoint import Checkpointer
 from checkpoint.progress import Reporter
@@ -106,9 +106,7 @@ def test_reporting_is_off_unless_url_and_token_are_set(env):
 
 
 def test_a_broker_that_is_down_never_raises():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: connection refused
+    port = free_port()  # nothing listens there: connection refused
     assert Reporter(f"http://127.0.0.1:{port}/p", "tok").post({"step": 1}) is False
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from testports import free_port
 
 from broker.lifecycle import AttemptState, JobState
 
 from . import world
-from .conftest import auth, build_app, free_port, serving
+from .conftest import auth, build_app, serving
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

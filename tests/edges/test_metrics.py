@@ -124,7 +124,9 @@ def test_a_method_no_route_knows_is_one_label_value(tmp_path, store, seeded):
     each made-up one was a new ``method`` label value, kept for good, so a scan grew every scrape without bound."""
     import httpx
 
-    from .conftest import build_app, free_port, serving
+    from testports import free_port
+
+    from .conftest import build_app, serving
 
     port = free_port()
     with serving(build_app(world.settings(tmp_path), store), port, http="h11") as url, httpx.Client(base_url=url) as c:

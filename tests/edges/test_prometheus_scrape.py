@@ -8,22 +8,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+from testports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "prom-admin"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(predicate, timeout=40.0):
@@ -42,7 +36,7 @@ def _wait(predicate, timeout=40.0):
 def test_a_real_prometheus_scrapes_what_the_api_says(tmp_path):
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus is not installed (make test installs it)"
-    bport, pport = _port(), _port()
+    bport, pport = free_port(), free_port()
     cfg = tmp_path / "broker.yaml"
     cfg.write_text("pools:\n  - {name: local, slots: 2, price_per_slot_hour: '0.36'}\ntick_seconds: 0.1\n")
     env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}
@@ -98,7 +92,7 @@ def test_the_grafana_dashboard_counts_each_job_once_when_prometheus_scrapes_seve
 
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus is not installed (make test installs it)"
-    ports, pport = [_port(), _port()], _port()
+    ports, pport = [free_port(), free_port()], free_port()
     cfg = tmp_path / "broker.yaml"
     cfg.write_text("pools:\n  - {name: local, slots: 2, price_per_slot_hour: '0.36'}\ntick_seconds: 0.1\n")
     env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}

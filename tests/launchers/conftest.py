@@ -24,18 +24,13 @@ from pathlib import Path
 
 import pytest
 from skyports import sky_api_port, sky_queue_port
+from testports import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CATALOG = REPO.parent / "shared" / "data" / "skypilot-catalog" / "v8"
 FIXTURES = HERE / "fixtures"
 BUCKET = "broker-ckpt"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _write_catalog(home: Path) -> Path:
@@ -69,7 +64,7 @@ def moto_endpoint(tmp_path_factory):
     home = tmp_path_factory.mktemp("moto")
     catalog = _write_catalog(home)
     _amis(catalog, home / "amis.json")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MOTO_AMIS_PATH": str(home / "amis.json")}
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -93,7 +88,7 @@ def sky_env(tmp_path_factory, moto_endpoint):
     """Environment for ``sky``: a temporary HOME with the catalog, AWS pointed at moto, no usage reports."""
     home = tmp_path_factory.mktemp("skyhome")
     catalog = _write_catalog(home)
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     env = {
         "HOME": str(home), "SKY_RUNTIME_DIR": str(home), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1",
         # An SDK call with no endpoint set starts a local API server: on a port of its own, never

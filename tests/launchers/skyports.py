@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import socket
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from testports import free_port
 
 
 def sky_queue_port(api_port: int) -> int:
@@ -32,7 +28,7 @@ def sky_api_port() -> int:
     """A free port for a SkyPilot API server whose queue-manager port is free too (a server whose
     queue port is taken exits at start: "port … is already in use by another process")."""
     for _ in range(100):
-        port = _free_port()
+        port = free_port()
         queue = sky_queue_port(port)
         if queue != port and _bindable(queue):
             return port

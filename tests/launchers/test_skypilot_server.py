@@ -50,12 +50,6 @@ SERVER_START_SECONDS = 90
 PROVISION_SECONDS = 45
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Trap:
     """A loopback listener standing in for the server's HTTP(S) proxy: records each caller's first line."""
 
