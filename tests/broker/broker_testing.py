@@ -88,12 +88,12 @@ def run_until(engine, store, job_id, states, timeout: float = 20.0):
 def kill_runner_alone(service, engine, store, launcher, principal, marks: Path):
     """Submit a job that writes its start and end into ``marks`` (each line with its attempt), SIGKILL attempt 1's
     runner alone once the job runs (the job runs in a session of its own, so it is not killed with it), and tick
-    until the job ends: (the final job, the lines of ``marks`` 4.5 s later, when attempt 1's job, had it lived,
+    until the job ends: (the final job, the lines of ``marks`` 8.5 s later, when attempt 1's job, had it lived,
     would have written its end). The attempts' processes are killed on the way out."""
     import os
     import signal
 
-    job = service.submit(principal, {"name": "t", "run": f"echo start $BROKER_ATTEMPT >> {marks}; sleep 4; "
+    job = service.submit(principal, {"name": "t", "run": f"echo start $BROKER_ATTEMPT >> {marks}; sleep 8; "
                                                          f"echo end $BROKER_ATTEMPT >> {marks}",
                                      "resources": {"cpus": 1}, "broker": {"budget_usd": 1}})[0]
     try:
@@ -101,7 +101,7 @@ def kill_runner_alone(service, engine, store, launcher, principal, marks: Path):
                                            and store.get_job(job.id).state.value == "running"))
         os.kill(int((launcher.runs_dir / f"{job.id}-a1" / "runner.pid").read_text()), signal.SIGKILL)
         final = wait_for(lambda: engine.tick() or (j := store.get_job(job.id)).state.is_final and j, timeout=30)
-        time.sleep(4.5)  # the 4 s give the engine time to call attempt 1 lost and kill its job on a loaded host
+        time.sleep(8.5)  # the 8 s give the engine time to call attempt 1 lost and kill its job on a loaded host
         return final, marks.read_text().splitlines()
     finally:
         for run in launcher.runs_dir.glob("j*"):

@@ -510,8 +510,9 @@ def test_the_launcher_keeps_the_budget_by_itself_while_no_broker_watches(make_se
 
 def test_raising_the_budget_of_a_running_job_moves_the_launchers_own_stop(make_settings, tmp_path):
     settings, store, launcher, engine, service = _expensive_cpu_broker(make_settings, tmp_path, "raise.db")
+    # $0.20: 20 s, a first limit 15 s after the launch, which a loaded host's start and raise come well before
     job = service.submit(ADMIN, {"name": "t", "run": "sleep 60", "resources": {"cpus": 1},
-                                 "broker": {"budget_usd": "0.10"}})[0]
+                                 "broker": {"budget_usd": "0.20"}})[0]
     try:
         wait_for(lambda: engine.tick() or store.get_job(job.id).state is JobState.RUNNING)
         (attempt,) = store.attempts(job.id)

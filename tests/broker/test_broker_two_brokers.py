@@ -72,7 +72,7 @@ def test_brokers_that_each_see_only_their_own_launches_never_run_an_attempt_twic
     url = redis_server.url.rsplit("/", 1)[0] + "/13"
     redis.Redis.from_url(url).flushdb()
     settings = make_settings(url, config="pools:\n  - {name: local, slots: 2, price_per_slot_hour: \"0.10\"}\n"
-                                         "tick_seconds: 0.05\nowner_timeout_seconds: 2\n")
+                                         "tick_seconds: 0.05\nowner_timeout_seconds: 5\n")
     store = open_store(url)
     hosts = {name: LocalLauncher(tmp_path / name / "runs") for name in ("a", "b")}
     assert hosts["a"].domain != hosts["b"].domain

@@ -90,7 +90,7 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(how, uninterru
     # however far behind its output the test reads on a loaded host
     kill_at = random.choice([s for s in range(10, TOTAL - 30) if s % 7])
 
-    first = train(env, "--step-sleep", "0.02")
+    first = train(env, "--step-sleep", "0.04")
     wait_for_step(first, kill_at)
     first.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGTERM)
     out, err = first.communicate(timeout=60)

@@ -117,9 +117,22 @@ def sky_env(tmp_path_factory, moto_endpoint):
 _SKY_ENV: dict = {"env": None, "patch": None}
 
 
+def _forget_price_tables() -> None:
+    """The broker keeps the price tables it read in the process (and looks at the catalog files again only once a
+    minute): read under the real HOME by another folder's test, they would stand for this folder's catalog, whose
+    AWS zone names are the moto account's, for a minute (or the other way round)."""
+    from broker import offers
+
+    with offers._table_lock:
+        offers._tables.clear()
+        offers._checked.clear()
+        offers._joined.clear()
+
+
 def _apply_sky_env() -> None:
     if _SKY_ENV["env"] is None or _SKY_ENV["patch"] is not None:
         return
+    _forget_price_tables()
     mp = pytest.MonkeyPatch()
     for key, value in _SKY_ENV["env"].items():
         mp.setenv(key, value)
@@ -132,6 +145,7 @@ def _undo_sky_env() -> None:
     if _SKY_ENV["patch"] is not None:
         _SKY_ENV["patch"].undo()
         _SKY_ENV["patch"] = None
+        _forget_price_tables()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -46,8 +46,10 @@ UP_ZONE = {"tier": "ondemand", "cloud": "aws", "region": "us-east-2", "zone": "u
 NO_ROUTE_ZONE = {**UP_ZONE, "region": "us-west-2", "zone": "us-west-2a"}
 TASK = {"name": "hello", "run": "echo hello"}
 ENVS = {"BROKER_JOB_ID": "j-5e7e000001", "BROKER_ATTEMPT": "1"}
-SERVER_START_SECONDS = 90
-PROVISION_SECONDS = 45
+# Limits, not waits (each poll returns as soon as its condition holds): a real API server and moto are CPU-heavy
+# Python, slow to start and to provision beside the other test worker on a loaded 2-core host.
+SERVER_START_SECONDS = 240
+PROVISION_SECONDS = 150
 
 
 class Trap:

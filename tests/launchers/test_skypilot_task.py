@@ -276,7 +276,7 @@ def test_the_guard_stops_the_runs_whole_process_tree_at_its_limit_with_notice_th
     assert exit_code_in(done.stdout) == 0  # the script's own status, still reported
     stopped = budget_stop_in(done.stdout)
     assert stopped is not None and started + 1 <= stopped <= time.time() + 1
-    assert 2 <= took < 11, "the limit, then at most the grace period before SIGKILL"
+    assert 2 <= took < 20, "the limit, then at most the grace period before SIGKILL (and a loaded host's forks)"
     for name in ("child", "grandchild"):
         assert not _alive(int((tmp_path / name).read_text())), f"the {name} was left running"
 
@@ -334,7 +334,7 @@ def test_a_setup_still_running_at_its_limit_has_its_whole_tree_stopped_and_says_
     assert stopped is not None and started + 1 <= stopped <= time.time() + 1
     assert budget_stopped_step(out) == "setup" and budget_stop_in(out, "run") is None
     assert exit_code_in(out, "setup") == 143 and exit_code_in(out) is None  # killed by SIGTERM; no run reported
-    assert 2 <= took < 11, "the limit, then at most the grace period before SIGKILL"
+    assert 2 <= took < 20, "the limit, then at most the grace period before SIGKILL (and a loaded host's forks)"
     for name in ("child", "grandchild"):
         assert not _alive(int((tmp_path / "sky_workdir" / name).read_text())), f"the setup's {name} was left running"
 

@@ -43,7 +43,7 @@ def report():
         checkov_path(), "-d", str(TERRAFORM), "--framework", "terraform",
         "--skip-download", "--compact", "--output", "json",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=280, cwd=ROOT)
     assert result.stdout.strip(), f"checkov printed nothing (exit {result.returncode}): {result.stderr[-2000:]}"
     data = json.loads(result.stdout)
     reports = data if isinstance(data, list) else [data]
