@@ -546,14 +546,16 @@ class SkyPilotLauncher:
             self._save(request.attempt_id, state)  # the intent, before the request exists
             state["request_id"] = self.client.launch(build_task(config), name, autostop_minutes=self.autostop_minutes)
 
-    def _adopt_sent(self, name: str, state: dict[str, Any]) -> bool:
+    def _adopt_sent(self, name: str, state: dict[str, Any], found: list | None = None) -> bool:
         """Whether SkyPilot has a launch of cluster ``name`` this state has no id of (sent before a crash inside
         ``client.launch``, or before this state file was lost): a launch request in flight or succeeded, or the
         cluster. Found, it is adopted into ``state``, with the request's id when known; a cluster with no such
         request is one whose request died (its API server restarted) or was collected: followed while it is up,
         lost while it is left ``INIT``. SkyPilot keeps finished requests for a day, and an API server that
-        restarts forgets them: a launch found by neither then is taken as never sent (docs/deploy.md)."""
-        found = bool(self.client.clusters([name]))  # first: it starts a local API server that is not running
+        restarts forgets them: a launch found by neither then is taken as never sent (docs/deploy.md). ``found``: the
+        cluster's listing, when the caller has it."""
+        if found is None:
+            found = self.client.clusters([name])  # first: it starts a local API server that is not running
         earlier = self.client.earlier_launch(name)
         if earlier is not None:
             state.update(request_id=earlier, adopted=True)
@@ -568,17 +570,20 @@ class SkyPilotLauncher:
 
     # -- status ---------------------------------------------------------------------------------
 
-    def observe(self, attempt_id: str, state: Mapping[str, Any]) -> Observation:
-        """Poll SkyPilot for the attempt (the launch request, the cluster, its job)."""
+    def observe(self, attempt_id: str, state: dict[str, Any], found: list | None = None) -> Observation:
+        """Poll SkyPilot for the attempt (the launch request, the cluster, its job); ``found``: the cluster's
+        listing, when the caller has just taken it. A request id the server answered for in the cluster's place
+        is kept in ``state``."""
         name = self.cluster(attempt_id)
-        found = self.client.clusters([name])
+        if found is None:
+            found = self.client.clusters([name])
         cluster = found[0] if found else None
         launch, error = Launch.NONE, ""
         if state.get("request_id"):
             launch, error = self.client.launch_state(state["request_id"])
             if launch is Launch.NONE:  # the server does not know it: the cluster's own requests say more, if any
                 again = self.client.earlier_launch(name)
-                if again is not None and again != state["request_id"] and isinstance(state, dict):
+                if again is not None and again != state["request_id"]:
                     state["request_id"] = again
                     launch, error = self.client.launch_state(again)
                 elif self.client.launch_in_flight(name):
@@ -623,12 +628,14 @@ class SkyPilotLauncher:
                                      reason=state.get("reason", ""), step=state.get("step"),
                                      ended_at=state.get("ended_at"))
             try:
+                found = None
                 if not (state.get("request_id") or state.get("adopted") or state.get("phase")):
                     # no request id kept: the broker died inside client.launch (its intent saved), or this state
                     # file was lost, or it never launched. A launch SkyPilot has is followed from here; an
                     # attempt that read gone would be launched again, and billed from then
-                    self._adopt_sent(self.cluster(attempt_id), state)
-                obs = self.observe(attempt_id, state)
+                    found = self.client.clusters([self.cluster(attempt_id)])
+                    self._adopt_sent(self.cluster(attempt_id), state, found)
+                obs = self.observe(attempt_id, state, found)  # one listing of the cluster for both
             except Exception as exc:  # API server down, network: report what was known
                 return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_one_line(exc)}")
             if obs.job is not None and obs.job not in KNOWN_JOBS and obs.job not in self._unknown_jobs:

@@ -111,6 +111,26 @@ def test_a_launch_sent_before_a_crash_that_ran_and_is_gone_is_not_sent_again(sky
     assert status.phase is Phase.LOST and "while no broker watched it" in status.reason
 
 
+def _count_listings(client) -> list:
+    """The cluster listings ``client`` is asked for from now on (each call's names)."""
+    calls, listed = [], client.clusters
+    client.clusters = lambda names=None: calls.append(names) or listed(names)
+    return calls
+
+
+@pytest.mark.parametrize("sent", [False, True], ids=["never launched", "sent before a crash inside the launch call"])
+def test_the_status_of_an_attempt_with_no_request_id_lists_its_cluster_once(sky, tmp_path, sent):
+    # With no request id kept, status() looked for a launch SkyPilot had (one listing of the cluster), then
+    # observed the attempt (a second listing of the same cluster, a moment later): one listing serves both
+    client = died_inside_the_launch_call(tmp_path / "state") if sent else ScriptedSky(real_plan=False)
+    if sent:
+        client.provisioned(CLUSTER, spot=True, job="RUNNING")
+    listings = _count_listings(client)
+    status = SkyPilotLauncher(tmp_path / "state", client=client).status(AID)
+    assert status.phase is (Phase.RUNNING if sent else Phase.GONE)
+    assert listings == [[CLUSTER]]
+
+
 def test_a_launch_sent_before_a_crash_and_still_in_flight_is_followed_to_its_cluster(sky, tmp_path):
     dying = died_inside_the_launch_call(tmp_path / "state")
     restarted = SkyPilotLauncher(tmp_path / "state", client=dying)
