@@ -626,7 +626,7 @@ class SkyPilotLauncher:
             if previous is not None and previous.is_final:
                 return AttemptStatus(previous, exit_code=state.get("exit_code"), signal=state.get("signal"),
                                      reason=state.get("reason", ""), step=state.get("step"),
-                                     ended_at=state.get("ended_at"))
+                                     ended_at=state.get("ended_at"), zone_to_blame=state.get("zone_to_blame", True))
             try:
                 found = None
                 if not (state.get("request_id") or state.get("adopted") or state.get("phase")):
@@ -671,6 +671,8 @@ class SkyPilotLauncher:
                 result = self._at_budget(attempt_id, state, result)
             state.update(phase=result.phase.value, exit_code=result.exit_code, signal=result.signal,
                          reason=result.reason, step=result.step, ended_at=result.ended_at)
+            if not result.zone_to_blame:
+                state["zone_to_blame"] = False
             return result
 
     # -- stop -----------------------------------------------------------------------------------

@@ -145,12 +145,12 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
         where = "has no cluster for it" if obs.cluster is None else f"its cluster is {_describe(obs.cluster)}"
         return AttemptStatus(Phase.LOST, reason="SkyPilot's API server no longer knows this attempt's launch request "
                                                 f"(it restarted, or collected the request) and {where}: how its run "
-                                                "went is not known")
+                                                "went is not known", zone_to_blame=False)
     if obs.launch is Launch.IN_FLIGHT or (obs.launch is Launch.DONE and obs.cluster == "INIT"):
         return AttemptStatus(Phase.PENDING)
     if obs.adopted and obs.launch is Launch.DONE and obs.cluster is None and previous is None:
         return AttemptStatus(Phase.LOST, reason="SkyPilot launched its cluster while no broker watched it, and the "
-                                                "cluster is gone: how its run ended is not known")
+                                                "cluster is gone: how its run ended is not known", zone_to_blame=False)
     if obs.launch is Launch.FAILED:
         why = obs.launch_error or "no reason given"
         return AttemptStatus(Phase.LOST, reason=f"SkyPilot could not provision the cluster: {why}")

@@ -816,7 +816,7 @@ class Engine:
             return text, info
         if status.phase in (Phase.PREEMPTED, Phase.LOST, Phase.GONE) or \
                 (attempt.stop_reason == "heartbeat" and status.phase is not Phase.SUCCEEDED):
-            if attempt.placement.get("tier") == Tier.SPOT.value:
+            if attempt.placement.get("tier") == Tier.SPOT.value and status.zone_to_blame:
                 fields["blocked_zones"] = block_zone(job, attempt.placement.get("zone"), now=now,
                                                      cooldown=self.settings.zone_cooldown_seconds)
             saved = job.last_checkpoint.get("step")

@@ -306,3 +306,39 @@ def test_a_broker_that_died_inside_the_launch_call_bills_the_cluster_from_that_l
     assert attempt.created_at == recorded.created_at and attempt.limit_at == recorded.limit_at
     assert running.spent >= cost_for_seconds(attempt.price_per_hour, 660)
     assert [c for c, _ in cloud.launched] == [cluster]
+
+
+def test_an_attempt_that_ran_unwatched_and_is_gone_is_resumed_without_closing_its_spot_zone(clocked, clock):
+    """The broker died inside the launch call; while it was away the request made the cluster, the attempt ran and
+    autodown took the cluster. The attempt is lost (how it ended is not known) and the job resumes — but its zone
+    did nothing wrong: a preempted spot attempt closes its zone to the job for a cooldown, this one did, and the
+    resumed job could not go back to its cheapest zone for an hour."""
+    service, engine, cloud = clocked
+    sent = cloud.launch
+
+    def dies(task, cluster, *, autostop_minutes):
+        sent(task, cluster, autostop_minutes=autostop_minutes)
+        cloud.launch = sent
+        raise KeyboardInterrupt("the broker process died here")
+
+    cloud.launch = dies
+    job, _ = service.submit(ADMIN, {**TASK, "broker": {"budget_usd": 100}})
+    with pytest.raises(KeyboardInterrupt):
+        engine.tick()
+    (first,) = service.store.attempts(job.id)
+    [(request_id, _)] = cloud.requests.items()
+    cloud.requests[request_id] = (Launch.DONE, "")  # it ran, and its cluster is gone
+    clock[0] += 3600
+    settings = engine.settings
+    sky_launcher = SkyPilotLauncher(settings.data_dir / "skypilot", client=cloud)
+    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs", zones=settings.zones), sky_launcher)
+    restarted = Engine(settings, service.store, launcher, clock=lambda: clock[0], monotonic=lambda: clock[0])
+    resumed = tick_until(restarted, service.store, job.id, {"launching", "failed", "stopped_budget"})
+    assert resumed.attempts == 2, resumed.reason
+    lost, second = service.store.attempts(job.id)
+    assert lost.state.value == "lost"
+    again = sky_launcher.status(first.id)  # read back from the launcher's state, as on every later look
+    assert "while no broker watched it" in again.reason and not again.zone_to_blame
+    assert not resumed.blocked_zones, "how the attempt ended is not known: its zone is not to blame"
+    assert second.placement["zone"] == first.placement["zone"]  # still the cheapest
+    assert [c for c, _ in cloud.launched] == [cluster_name(first.id), cluster_name(second.id)]
