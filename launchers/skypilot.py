@@ -93,6 +93,11 @@ JOB_READABLE = ("UP", "AUTOSTOPPING")
 away meanwhile still reads how the job ended, instead of taking the cluster for preempted and resuming a job
 that had succeeded."""
 
+LAUNCH_SETTLE_SECONDS = 120
+"""How long a launch whose id did not come back (the SDK gives up on its POST after 5 s; a connection cut mid-way)
+may take to show on the API server: it is not sent again meanwhile, since the server may have it, or be about to
+record it, and two launches of one cluster name run the attempt twice."""
+
 RECLAIM_WAIT_SECONDS = 150
 """How long a spot job that failed on a cluster still up waits to be read as failed: the longest warning a cloud
 gives of a spot reclaim (AWS, two minutes) and a refresh of the cluster's status after it."""
@@ -479,6 +484,7 @@ class SkyPilotLauncher:
         self.down_retry_seconds = DOWN_RETRY_SECONDS
         self.reclaim_wait_seconds = RECLAIM_WAIT_SECONDS
         self.init_wait_seconds = INIT_WAIT_SECONDS
+        self.launch_settle_seconds = LAUNCH_SETTLE_SECONDS
         self.log_refresh_seconds = LOG_REFRESH_SECONDS
         self._unknown_jobs: set[str] = set()  # job states logged as unknown (once each)
         self._logs_fetched: dict[str, float] = {}  # attempt → when logs() last fetched its output (monotonic)
@@ -526,6 +532,8 @@ class SkyPilotLauncher:
                 state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod,
                              grace_seconds=request.stop_grace_seconds)
                 return
+            if self._sent_lately(state):
+                return  # sent a moment ago, its id lost on the way back: it may still show up, and is not sent twice
             if stop_at is not None and stop_at <= now:
                 # the budget left cannot pay for the cluster's billing after its run: not launched
                 self._path(request.attempt_id, ".log").write_text(
@@ -544,7 +552,23 @@ class SkyPilotLauncher:
             state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod, phase=None, stop_at=stop_at,
                          grace_seconds=request.stop_grace_seconds)
             self._save(request.attempt_id, state)  # the intent, before the request exists
-            state["request_id"] = self.client.launch(build_task(config), name, autostop_minutes=self.autostop_minutes)
+            try:
+                state["request_id"] = self.client.launch(build_task(config), name,
+                                                         autostop_minutes=self.autostop_minutes)
+            except Exception as exc:
+                # no id came back: the API server may have the request, or record it in a moment. Followed as a
+                # launch sent (status: pending) until it shows up, or for launch_settle_seconds, when it was not
+                # sent after all and the next launch sends it
+                state["sent_at"] = time.time()
+                log.warning("launch of %s sent, no request id came back (%s): not sent again for %d s while it may "
+                            "still show up on the API server", name, _one_line(exc), self.launch_settle_seconds)
+                return
+            state.pop("sent_at", None)
+
+    def _sent_lately(self, state: Mapping[str, Any]) -> bool:
+        """Whether a launch whose id did not come back was sent less than :attr:`launch_settle_seconds` ago."""
+        sent = state.get("sent_at")
+        return sent is not None and time.time() - float(sent) < self.launch_settle_seconds
 
     def _adopt_sent(self, name: str, state: dict[str, Any], found: list | None = None) -> bool:
         """Whether SkyPilot has a launch of cluster ``name`` this state has no id of (sent before a crash inside
@@ -634,7 +658,10 @@ class SkyPilotLauncher:
                     # file was lost, or it never launched. A launch SkyPilot has is followed from here; an
                     # attempt that read gone would be launched again, and billed from then
                     found = self.client.clusters([self.cluster(attempt_id)])
-                    self._adopt_sent(self.cluster(attempt_id), state, found)
+                    if not self._adopt_sent(self.cluster(attempt_id), state, found) and self._sent_lately(state) \
+                            and not state.get("stop_reason"):  # a stopped one's late request is cancelled or swept
+                        return AttemptStatus(Phase.PENDING, reason="its launch was sent and no request id came back: "
+                                                                   "waiting for the request to show on SkyPilot's API server")
                 obs = self.observe(attempt_id, state, found)  # one listing of the cluster for both
             except Exception as exc:  # API server down, network: report what was known
                 return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_one_line(exc)}")

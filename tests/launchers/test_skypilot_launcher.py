@@ -111,6 +111,58 @@ def test_a_launch_sent_before_a_crash_that_ran_and_is_gone_is_not_sent_again(sky
     assert status.phase is Phase.LOST and "while no broker watched it" in status.reason
 
 
+class SlowToRecord(ScriptedSky):
+    """An API server slow to answer: the SDK's POST of the first launch gives up (5 s) before the server records
+    the request, which it does later (:meth:`record`)."""
+
+    late: str | None = None
+
+    def launch(self, task, cluster, *, autostop_minutes):
+        import requests
+
+        if self.late is None and not self.launched:
+            self.launched.append((cluster, task.to_yaml_config()))
+            self.late = cluster
+            raise requests.exceptions.ReadTimeout("HTTPConnectionPool(host='127.0.0.1', port=46580): Read timed out. "
+                                                  "(read timeout=5)")
+        return super().launch(task, cluster, autostop_minutes=autostop_minutes)
+
+    def record(self) -> str:
+        request_id = f"req-late-{self.late}"
+        self.requests[request_id] = (Launch.IN_FLIGHT, "")
+        self.request_cluster[request_id] = self.late
+        return request_id
+
+
+def test_a_launch_whose_id_never_came_back_is_not_sent_again_while_the_server_may_still_record_it(sky, tmp_path):
+    # The POST timed out and the API server recorded the request only later. Before, the engine's next look read
+    # the attempt gone and launched it again: two launches of one cluster name run the attempt twice
+    slow = SlowToRecord(real_plan=False)
+    launcher = SkyPilotLauncher(tmp_path / "state", client=slow)
+    launcher.launch(request(GPU_TASK, SPOT_A100))  # no id came back: not an error for the engine to retry
+    status = launcher.status(AID)
+    assert status.phase is Phase.PENDING and "no request id came back" in status.reason
+    launcher.launch(request(GPU_TASK, SPOT_A100))  # the engine's launch of an attempt it reads pending: a no-op
+    late = slow.record()
+    assert launcher.status(AID).phase is Phase.PENDING
+    slow.requests[late] = (Launch.DONE, "")
+    slow.provisioned(CLUSTER, spot=True, job="RUNNING")
+    assert launcher.status(AID).phase is Phase.RUNNING
+    assert [c for c, _ in slow.launched] == [CLUSTER], "sent once"
+
+
+def test_a_launch_whose_id_never_came_back_and_that_never_showed_up_is_sent_again_after_the_settle_time(sky, tmp_path):
+    slow = SlowToRecord(real_plan=False)
+    launcher = SkyPilotLauncher(tmp_path / "state", client=slow)
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    assert launcher.status(AID).phase is Phase.PENDING
+    launcher.launch_settle_seconds = 0  # the settle time passed, and the server has no such request
+    assert launcher.status(AID).phase is Phase.GONE
+    launcher.launch(request(GPU_TASK, SPOT_A100))  # what the engine does with a launching attempt read gone
+    assert [c for c, _ in slow.launched] == [CLUSTER, CLUSTER]
+    assert launcher.status(AID).phase is Phase.PENDING  # followed by its request id now
+
+
 def _count_listings(client) -> list:
     """The cluster listings ``client`` is asked for from now on (each call's names)."""
     calls, listed = [], client.clusters
