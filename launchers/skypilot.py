@@ -657,8 +657,9 @@ class SkyPilotLauncher:
                     # no request id kept: the broker died inside client.launch (its intent saved), or this state
                     # file was lost, or it never launched. A launch SkyPilot has is followed from here; an
                     # attempt that read gone would be launched again, and billed from then
-                    found = self.client.clusters([self.cluster(attempt_id)])
-                    if not self._adopt_sent(self.cluster(attempt_id), state, found) and self._sent_lately(state) \
+                    name = self.cluster(attempt_id)
+                    found = self.client.clusters([name])
+                    if not self._adopt_sent(name, state, found) and self._sent_lately(state) \
                             and not state.get("stop_reason"):  # a stopped one's late request is cancelled or swept
                         return AttemptStatus(Phase.PENDING, reason="its launch was sent and no request id came back: "
                                                                    "waiting for the request to show on SkyPilot's API server")
