@@ -272,17 +272,13 @@ def test_a_launch_whose_budget_was_raised_meanwhile_is_cancelled_at_its_old_wind
     assert not notes & {"budget_warning", "budget_stop_requested"}, "a raised budget is no budget stop"
 
 
-def test_a_broker_that_died_inside_the_launch_call_bills_the_cluster_from_that_launch_and_sends_it_once(
-        clocked, clock):
-    """The engine recorded the attempt and called the launcher, which saved its intent and sent the request; the
-    process died before the request's id came back. Ten minutes later the broker is back and the request has made
-    the cluster. Before, the attempt read gone: the engine billed it from its return (ten minutes of a running
-    cluster never counted against the budget) and launched it again, which found the cluster by chance only."""
-    service, engine, cloud = clocked
+def died_inside_the_launch_call(service, engine, cloud):
+    """A job submitted and launched by ``engine``, whose process died inside the launch call, after the API server
+    took the request and before its id came back: the job, and the attempt the engine had recorded."""
     sent = cloud.launch
 
     def dies(task, cluster, *, autostop_minutes):
-        request_id = sent(task, cluster, autostop_minutes=autostop_minutes)  # the API server has it
+        sent(task, cluster, autostop_minutes=autostop_minutes)  # the API server has it
         cloud.launch = sent
         raise KeyboardInterrupt("the broker process died here")
 
@@ -291,17 +287,34 @@ def test_a_broker_that_died_inside_the_launch_call_bills_the_cluster_from_that_l
     with pytest.raises(KeyboardInterrupt):
         engine.tick()
     (recorded,) = service.store.attempts(job.id)
+    return job, recorded
+
+
+def restarted(engine, service, cloud, clock):
+    """The broker started again on the same store and data directory: a new engine, a new SkyPilot launcher (and
+    that launcher, for a look of the test's own)."""
+    settings = engine.settings
+    sky_launcher = SkyPilotLauncher(settings.data_dir / "skypilot", client=cloud)
+    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs", zones=settings.zones), sky_launcher)
+    return Engine(settings, service.store, launcher, clock=lambda: clock[0], monotonic=lambda: clock[0]), sky_launcher
+
+
+def test_a_broker_that_died_inside_the_launch_call_bills_the_cluster_from_that_launch_and_sends_it_once(
+        clocked, clock):
+    """The engine recorded the attempt and called the launcher, which saved its intent and sent the request; the
+    process died before the request's id came back. Ten minutes later the broker is back and the request has made
+    the cluster. Before, the attempt read gone: the engine billed it from its return (ten minutes of a running
+    cluster never counted against the budget) and launched it again, which found the cluster by chance only."""
+    service, engine, cloud = clocked
+    job, recorded = died_inside_the_launch_call(service, engine, cloud)
     cluster = cluster_name(recorded.id)
     clock[0] += 600  # the request still provisions (the cloud bills from it): no cluster listed yet
-    settings = engine.settings
-    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs", zones=settings.zones),
-                               SkyPilotLauncher(settings.data_dir / "skypilot", client=cloud))
-    restarted = Engine(settings, service.store, launcher, clock=lambda: clock[0], monotonic=lambda: clock[0])
-    restarted.tick()
+    again, _ = restarted(engine, service, cloud, clock)
+    again.tick()
     assert service.store.get_job(job.id).state is JobState.LAUNCHING
     clock[0] += 60
     cloud.provisioned(cluster, spot=True, job="RUNNING")
-    running = tick_until(restarted, service.store, job.id, {"running"})
+    running = tick_until(again, service.store, job.id, {"running"})
     (attempt,) = service.store.attempts(job.id)
     assert attempt.created_at == recorded.created_at and attempt.limit_at == recorded.limit_at
     assert running.spent >= cost_for_seconds(attempt.price_per_hour, 660)
@@ -314,26 +327,12 @@ def test_an_attempt_that_ran_unwatched_and_is_gone_is_resumed_without_closing_it
     did nothing wrong: a preempted spot attempt closes its zone to the job for a cooldown, this one did, and the
     resumed job could not go back to its cheapest zone for an hour."""
     service, engine, cloud = clocked
-    sent = cloud.launch
-
-    def dies(task, cluster, *, autostop_minutes):
-        sent(task, cluster, autostop_minutes=autostop_minutes)
-        cloud.launch = sent
-        raise KeyboardInterrupt("the broker process died here")
-
-    cloud.launch = dies
-    job, _ = service.submit(ADMIN, {**TASK, "broker": {"budget_usd": 100}})
-    with pytest.raises(KeyboardInterrupt):
-        engine.tick()
-    (first,) = service.store.attempts(job.id)
+    job, first = died_inside_the_launch_call(service, engine, cloud)
     [(request_id, _)] = cloud.requests.items()
     cloud.requests[request_id] = (Launch.DONE, "")  # it ran, and its cluster is gone
     clock[0] += 3600
-    settings = engine.settings
-    sky_launcher = SkyPilotLauncher(settings.data_dir / "skypilot", client=cloud)
-    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs", zones=settings.zones), sky_launcher)
-    restarted = Engine(settings, service.store, launcher, clock=lambda: clock[0], monotonic=lambda: clock[0])
-    resumed = tick_until(restarted, service.store, job.id, {"launching", "failed", "stopped_budget"})
+    again, sky_launcher = restarted(engine, service, cloud, clock)
+    resumed = tick_until(again, service.store, job.id, {"launching", "failed", "stopped_budget"})
     assert resumed.attempts == 2, resumed.reason
     lost, second = service.store.attempts(job.id)
     assert lost.state.value == "lost"
