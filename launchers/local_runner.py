@@ -88,6 +88,7 @@ class Runner:
         self.child: subprocess.Popen | None = None
         self.stop_reason: str | None = None
         self.grace = float(self.request.get("stop_grace_seconds", 30))
+        self.stop_grace = self.grace  # the grace period of the stop asked for (its stop.json's)
         self._killer: threading.Timer | None = None
         self.finished = False  # the commands are done: a limit reached now stops nothing
         self.notice = self.dir / NOTICE  # a job run as another user has it in its own folder (launchers/run_as.py)
@@ -105,20 +106,29 @@ class Runner:
             self._kill_now()  # a second SIGTERM: no more waiting
             return
         self.stop_reason = stop.get("reason", "stopped")
-        grace = float(stop.get("grace_seconds", self.grace))
+        self.stop_grace = float(stop.get("grace_seconds", self.grace))
         # written in the run folder and renamed into place: the job's user may own the notice's folder
-        _write_atomic(self.notice, {"reason": self.stop_reason, "grace_seconds": grace, "at": time.time()},
+        _write_atomic(self.notice, {"reason": self.stop_reason, "grace_seconds": self.stop_grace, "at": time.time()},
                       tmp=self.dir / "notice.tmp")
-        if self.child and self.child.poll() is None:
-            if self._listening():
-                hold = max(0.0, grace - min(LAST_WARNING_S, grace / 4))
-                threading.Thread(target=self._term_when_unheard, args=(self.child, time.monotonic() + hold),
-                                 name="last-warning", daemon=True).start()
-            else:
-                self._term(self.child)
-            self._killer = threading.Timer(grace, self._kill_now)
-            self._killer.daemon = True
-            self._killer.start()
+        self._stop_child()
+
+    def _stop_child(self) -> None:
+        """The stop asked for, delivered to the command running now: SIGTERM to its group (at once, or once no
+        listener of the notice is left), SIGKILL at the end of the grace period. Once per stop. Called by the
+        SIGTERM handler, and after each command is started: a stop that came while it was being started (the
+        handler then found no live child) reaches it then, or the command would run to its end."""
+        if self._killer is not None or not (self.child and self.child.poll() is None):
+            return
+        grace = self.stop_grace
+        if self._listening():
+            hold = max(0.0, grace - min(LAST_WARNING_S, grace / 4))
+            threading.Thread(target=self._term_when_unheard, args=(self.child, time.monotonic() + hold),
+                             name="last-warning", daemon=True).start()
+        else:
+            self._term(self.child)
+        self._killer = threading.Timer(grace, self._kill_now)
+        self._killer.daemon = True
+        self._killer.start()
 
     def _read_limit(self) -> dict | None:
         try:
@@ -264,6 +274,8 @@ class Runner:
                     ["bash", "-c", script], cwd=cwd, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True, **(self.user.popen() if self.user else {}),
                 )
+                if self.stop_reason is not None:
+                    self._stop_child()  # the stop came while the command was being started
                 code = self.child.wait()
                 if code < 0:
                     result.update(exit_code=128 - code, signal=-code)

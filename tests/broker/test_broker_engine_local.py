@@ -125,6 +125,36 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(broker):
     assert time.monotonic() - started < 10  # grace is 2 s in this config
 
 
+def test_a_stop_that_comes_while_the_runner_starts_the_command_still_reaches_it(tmp_path, monkeypatch):
+    """The runner reads "running" before its command is started: a cancel then may SIGTERM it while the command is
+    being started, when its handler finds no live child to signal. Before, the stop was lost there and the command
+    ran to its end (here 30 s, in CI a cancel that never ended); it is delivered once the command has started."""
+    import signal
+    import subprocess
+
+    from launchers import local_runner
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "request.json").write_text(json.dumps({"attempt_id": "j-1-a1", "placement": {}, "stop_grace_seconds": 1,
+                                                      "task": {"run": "trap '' TERM; sleep 30"}}))
+    runner = local_runner.Runner(run_dir)
+    started = subprocess.Popen
+
+    def stop_arrives_meanwhile(*args, **kwargs):
+        (run_dir / "stop.json").write_text(json.dumps({"reason": "cancelled", "grace_seconds": 1}))
+        runner.on_sigterm(signal.SIGTERM, None)  # the handler, run before the new child is the runner's
+        return started(*args, **kwargs)
+
+    monkeypatch.setattr(local_runner.subprocess, "Popen", stop_arrives_meanwhile)
+    began = time.monotonic()
+    result = runner.run()
+    assert time.monotonic() - began < 15, "the command ran on after its stop"
+    assert result["stopped"] and result["reason"] == "cancelled"
+    # SIGTERM, when it reached bash before its trap; SIGKILL at the end of the grace period, after
+    assert result["signal"] in (signal.SIGTERM, signal.SIGKILL)
+
+
 def test_launching_twice_runs_the_attempt_once(broker, tmp_path):
     from launchers.base import LaunchRequest, Phase
 
