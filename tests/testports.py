@@ -42,11 +42,15 @@ _PORTS = _slice()
 _next = random.randrange(len(_PORTS)) if _PORTS else 0
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(host: str, port: int, *, reuse_address: bool = False) -> bool:
+    """Whether a server could bind ``port`` on ``host`` now. Without ``reuse_address`` a port a closed connection
+    still holds (TIME_WAIT) is not free either; with it, as for a server that sets ``SO_REUSEADDR`` itself."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as s:
+        if reuse_address:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host, port))  # no SO_REUSEADDR: a port a closed connection still holds is not free either
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -59,7 +63,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     for _ in range(len(_PORTS)):
         port = _PORTS[_next % len(_PORTS)]
         _next += 1
-        if _bindable(host, port):
+        if bindable(host, port):
             return port
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as s:  # no room below the ephemeral range: the kernel's choice, as before

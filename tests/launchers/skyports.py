@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-
-from testports import free_port
+from testports import bindable, free_port
 
 
 def sky_queue_port(api_port: int) -> int:
@@ -14,22 +12,13 @@ def sky_queue_port(api_port: int) -> int:
     return 50000 + (50011 - 50000 + api_port - 46580) % 10000
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def sky_api_port() -> int:
     """A free port for a SkyPilot API server whose queue-manager port is free too (a server whose
     queue port is taken exits at start: "port … is already in use by another process")."""
     for _ in range(100):
         port = free_port()
         queue = sky_queue_port(port)
-        if queue != port and _bindable(queue):
+        # the queue manager (a multiprocessing Listener) binds with SO_REUSEADDR
+        if queue != port and bindable("127.0.0.1", queue, reuse_address=True):
             return port
     raise RuntimeError("no port pair free for a SkyPilot API server")
