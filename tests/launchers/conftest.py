@@ -103,11 +103,15 @@ def sky_env(tmp_path_factory, moto_endpoint):
     _apply_sky_env()
     yield {"home": home, "catalog": catalog, "endpoint": moto_endpoint, "env": env}
     # ... and stop that server (it outlives the test run otherwise: its own session, six processes).
+    _stop_local_server(env)
+    _undo_sky_env()
+    _SKY_ENV["env"] = None
+
+
+def _stop_local_server(env: dict) -> None:
     sky_cli = Path(sys.executable).with_name("sky")
     subprocess.run([str(sky_cli), "api", "stop"], env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=120, check=False)
-    _undo_sky_env()
-    _SKY_ENV["env"] = None
 
 
 # tests/launchers has no __init__.py (it would shadow the project's launchers package), so pytest holds a
@@ -179,6 +183,42 @@ def sky(sky_env):
     mp.setattr(sky.check, "get_cached_enabled_clouds_or_refresh", lambda *_a, **_k: [clouds.AWS()])
     yield sky
     mp.undo()
+
+
+LOCAL_SERVER_TRIES = 3
+
+
+@pytest.fixture(scope="package")
+def local_sky_server(sky, sky_env):
+    """The API server the SDK starts on this host by itself when no endpoint is set (a broker run with no
+    ``SKYPILOT_API_SERVER_ENDPOINT`` has one), started before the test's first SDK call. A start can fail
+    for a reason of this shared host rather than SkyPilot's (its queue-manager port lies in the ephemeral
+    range, where a client connection of a neighbour may hold it; a start under load): it is tried again on a
+    fresh port pair, and a start that fails for good shows the server's log."""
+    from sky.server import common
+
+    log = Path(sky_env["home"]) / ".sky" / "api_server" / "server.log"
+    failures = []
+    for _ in range(LOCAL_SERVER_TRIES):
+        _clear_server_caches(common)
+        try:
+            common.check_server_healthy_or_start_fn()
+            return common.get_server_url()
+        except RuntimeError as exc:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            failures.append(f"port {sky_env['env']['SKYPILOT_API_SERVER_LOCAL_PORT']}: {exc}\n{tail}")
+            _stop_local_server(sky_env["env"])
+            port = str(sky_api_port())
+            sky_env["env"]["SKYPILOT_API_SERVER_LOCAL_PORT"] = port  # the same dict _apply_sky_env sets
+            _SKY_ENV["patch"].setenv("SKYPILOT_API_SERVER_LOCAL_PORT", port)
+    _clear_server_caches(common)
+    pytest.fail("SkyPilot's local API server did not start:\n" + "\n---\n".join(failures))
+
+
+def _clear_server_caches(common) -> None:
+    common.get_server_url.cache_clear()
+    common.is_api_server_local.cache_clear()
+    common.get_api_server_status_response.cache_clear()
 
 
 @pytest.fixture(scope="package")

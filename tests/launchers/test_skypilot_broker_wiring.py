@@ -44,7 +44,7 @@ def test_a_valid_skypilot_task_is_priced_on_the_clouds_catalog(service):
     assert clouds == {"aws", "gcp"}, "every cloud with a SkyPilot catalog on this host is priced"
 
 
-def test_local_pools_stay_on_this_host_and_clouds_go_to_skypilot(service, tmp_path):
+def test_local_pools_stay_on_this_host_and_clouds_go_to_skypilot(local_sky_server, service, tmp_path):
     launcher = service.launcher
     assert isinstance(launcher, RoutingLauncher)
     marker = tmp_path / "ran"
