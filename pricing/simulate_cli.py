@@ -122,7 +122,19 @@ def _told(args) -> tuple[float, float]:
 
 
 def _zone_files(args) -> list[str]:
-    return [f.strip() for f in (args.zones or "").split(",") if f.strip()]
+    return [f.strip() for f in (args.zones or "").split(",")]
+
+
+HOURS_OPTIONS = ("job_hours", "deadline_hours", "changeover_hours", "told_job_hours", "told_changeover_hours")
+"""The options given in hours, which the replay counts in whole seconds (:func:`seconds`)."""
+
+
+def seconds(hours: float) -> int:
+    """``hours`` in seconds, exactly as typed (``0.2`` is 720 s, not 720.0000000000001 rounded). :func:`_check` has
+    refused a length that is not a whole number of seconds: rounding one (``--deadline-hours 48.3333`` to the tick
+    that ends 0.12 s after it, ``--job-hours 0.0001`` to no work at all) replayed another job than the one asked
+    for, and its costs disagreed with the model's."""
+    return int(Decimal(repr(hours)) * 3600)
 
 
 def _check(args) -> None:
@@ -135,16 +147,23 @@ def _check(args) -> None:
     for flag, value in {"--changeover-hours": args.changeover_hours, "--told-changeover-hours": args.told_changeover_hours}.items():
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise SystemExit(f"{flag}: must be a number ≥ 0, got {value!r}")
-    if args.limit is not None and args.limit < 0:
-        raise SystemExit(f"--limit: must be ≥ 0, got {args.limit}")
+    for name in HOURS_OPTIONS:
+        value = getattr(args, name)
+        if value is not None and (Decimal(repr(value)) * 3600) % 1:
+            raise SystemExit(f"--{name.replace('_', '-')}: {value!r} h is {(Decimal(repr(value)) * 3600).normalize():f} s; the replay "
+                             "counts time in whole seconds (ticks, changeovers and progress): give a whole number of seconds")
+    if args.limit is not None and args.limit < 1:
+        raise SystemExit(f"--limit: the number of windows to replay, ≥ 1 (leave it out for all), got {args.limit}")
     # What the policy is told must fit (a real job longer than it was told may run past the deadline:
     # that is the robustness replay); a job that cannot fit even as told is a mistake in the options.
     told_job, told_changeover = _told(args)
     if args.deadline_hours < told_job + told_changeover:
         raise SystemExit(f"--deadline-hours: {args.deadline_hours:g} h is shorter than the job ({told_job:g} h) plus one "
                          f"changeover ({told_changeover:g} h): no policy can finish in time")
-    if args.zones is not None and not _zone_files(args):
+    if args.zones is not None and not any(_zone_files(args)):
         raise SystemExit("--zones: name at least one spot-traces .json file (comma-separated)")
+    if args.zones is not None and not all(_zone_files(args)):
+        raise SystemExit(f"--zones: an empty file name in {args.zones!r} (a comma too many?)")
     if args.zones and not (args.windows.isdigit() and int(args.windows) > 0):
         raise SystemExit(f"--windows: with --zones, the number of windows to sample (a whole number > 0), got {args.windows!r}")
     if args.zones and len(_zone_files(args)) > MAX_ZONES:
@@ -209,9 +228,8 @@ def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
 
 
 def _replay(args, names: list[str], scale: Decimal | None, budget: float | None, out) -> list[dict]:
-    work, deadline = round(args.job_hours * 3600), round(args.deadline_hours * 3600)
-    changeover = round(args.changeover_hours * 3600)
-    told = sum(round(hours * 3600) for hours in _told(args))  # job + changeover, seconds, as the policy is told
+    work, deadline, changeover = seconds(args.job_hours), seconds(args.deadline_hours), seconds(args.changeover_hours)
+    told = sum(seconds(hours) for hours in _told(args))  # job + changeover, seconds, as the policy is told
     if args.zones is not None:
         files = _zone_files(args)
         probe_gap = args.gap_seconds or min(read_trace(Path(f))[0] for f in files)
@@ -245,8 +263,8 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
             r = simulate(
                 make_policy(name, cost_cap=name == DEFAULT_POLICY), avail, gap=gap, work=work, deadline=deadline, changeover=changeover,
                 price_ratio=args.price_ratio, zones=zones,
-                work_told=round(args.told_job_hours * 3600) if args.told_job_hours else None,
-                changeover_told=None if args.told_changeover_hours is None else round(args.told_changeover_hours * 3600),
+                work_told=seconds(args.told_job_hours) if args.told_job_hours else None,
+                changeover_told=None if args.told_changeover_hours is None else seconds(args.told_changeover_hours),
                 horizon=min(avail.shape[1] * gap, 2 * deadline),
                 budget=budget,
             )

@@ -300,13 +300,23 @@ def test_piped_into_a_reader_that_stops_early_the_cli_exits_quietly():
     (["--deadline-hours", "10"], "--deadline-hours: 10 h is shorter than the job \\(48 h\\) plus one changeover"),
     (["--spot-price", "0"], "--spot-price: '0' must be a number > 0"),
     (["--spot-price", "cheap"], "--spot-price: 'cheap' is not a number"),
-    (["--limit", "-1"], "--limit: must be ≥ 0"),
+    (["--limit", "0"], "--limit: the number of windows to replay, ≥ 1"),
+    (["--job-hours", "47.80001", "--deadline-hours", "52"], "--job-hours: 47.80001 h is 172080.036 s; the replay counts "
+                                                             "time in whole seconds"),
+    (["--deadline-hours", "48.3333"], "--deadline-hours: 48.3333 h is 173999.88 s"),
+    (["--job-hours", "0.0001", "--deadline-hours", "1"], "--job-hours: 0.0001 h is 0.36 s"),
+    (["--told-changeover-hours", "0.20001"], "--told-changeover-hours: 0.20001 h is 720.036 s"),
+    (["--zones", "a.json,"], "--zones: an empty file name in 'a.json,'"),
     (["--deadline-hours", "100"], "window 0: 554 ticks of 600 s \\(92.3333 h\\) end before the deadline \\(100 h\\)"),
     (["--deadline-hours", "48.25"], "--deadline-hours: with 600 s ticks the job needs 290 whole ticks \\(48.3333 h"),
     (["--seed", "3"], "--seed: only with --zones"),
     (["--gap-seconds", "600"], "--gap-seconds: only with --zones"),
 ], ids=["a negative job", "a ratio that is not a number", "a negative changeover", "a deadline no policy can meet",
-        "a free spot price", "a spot price in words", "a negative limit", "a deadline past the window's end",
+        "a free spot price", "a spot price in words", "a limit of no window",
+        "a job that is not a whole number of seconds (rounding it replayed another job)",
+        "a deadline that is not a whole number of seconds (rounded, its last tick was taken as inside it)",
+        "a job shorter than a second (rounded, it was no work at all)", "a changeover the policy is told in part seconds",
+        "an empty zone file name", "a deadline past the window's end",
         "a deadline between the job and its last whole tick", "a seed without zones", "a tick without zones"])
 def test_simulate_refuses_bad_options_naming_the_option_and_the_reason(args, message):
     with pytest.raises(SystemExit, match=message):
