@@ -358,6 +358,9 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
         # string, failed every launch, each read as a lost node and retried (20 attempts, each billed)
         raise SpecError("broker.checkpoint", f"must be at most {MAX_CHECKPOINT_URI} characters, with no control "
                                              "characters: each attempt is given it in its environment")
+    problem = checkpoint_uri_problem(checkpoint.strip()) if strict and checkpoint is not None else None
+    if problem:
+        raise SpecError("broker.checkpoint", problem)
     expected = section.get("expected_hours")
     expected_hours = None
     if expected is not None:
@@ -512,6 +515,48 @@ DURATION_UNITS = {"d": ("days", "day", "d"), "h": ("hours", "hour", "hrs", "hr",
                   "m": ("minutes", "minute", "mins", "min", "m"), "s": ("seconds", "second", "secs", "sec", "s")}
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://(.*)$", re.S)
 _SAME_STORE = {"gcs": "gs", "s3a": "s3"}  # two spellings the checkpoint library opens as one store
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.S)
+_BUCKET_STORES = ("s3", "s3a", "gs", "gcs")
+
+
+def checkpoint_uri_problem(uri: str) -> str | None:
+    """Why a job's checkpoints could not be kept at ``uri``, or None. The checkpoint library refuses a URI with a
+    typo (``checkpoint/storage.py``, ``check_uri``), but inside the job: placed and paid for, it failed there with
+    a ``ValueError`` read as the training script's error (a resume then needed ``--force``). The broker never
+    imports the library (docs/architecture.md), so its rules are written again here, and
+    ``tests/broker/test_broker_checkpoint_uri.py`` holds the two to one table. One more rule is the broker's:
+    a relative path, which the library takes, is read in each attempt's own run folder, where a resume never
+    finds the checkpoints of the attempt before."""
+    m = _SCHEME.match(uri)
+    if m and len(m.group(1)) > 1:  # one letter is a Windows drive, not a scheme
+        scheme, rest = m.group(1).lower(), m.group(2)
+        if not rest.startswith("//"):
+            return f"{uri!r}: a URL needs '//' after '{m.group(1)}:' (like {m.group(1)}://bucket/run)"
+        if scheme in _BUCKET_STORES and not rest[2:].split("/", 1)[0]:
+            return f"{uri!r}: no bucket (like {m.group(1)}://bucket/run)"
+        if scheme in ("http", "https"):
+            return (f"{uri!r}: checkpoints cannot be written over plain HTTP; for an S3-compatible endpoint use "
+                    f"s3://bucket/run with AWS_ENDPOINT_URL={scheme}://host:port")
+        from broker.workdir_store import storage_schemes  # the broker's one fsspec module
+
+        if scheme not in storage_schemes():
+            return (f"{uri!r}: unknown storage scheme '{m.group(1)}://' (use s3://bucket/run, gs://bucket/run, "
+                    "file:// or a local path)")
+        if scheme != "file" or rest[2:].startswith("/"):
+            return None
+        path = rest[2:]
+    else:
+        first = uri.split("/", 1)[0].lower()
+        if first in _BUCKET_STORES and uri[len(first):].startswith("//"):
+            return f"{uri!r}: looks like a URL missing ':' (like {first}://bucket/run)"
+        path = uri
+    if path.startswith(("/", "~")):
+        return None
+    return (f"{uri!r} is a relative path: each attempt runs in a folder of its own, so a resume would not find the "
+            "checkpoints of the attempt before; give a bucket (s3://bucket/run, gs://bucket/run) or an absolute path "
+            "every attempt can reach")
 
 
 def checkpoint_base(uri: str) -> str:

@@ -76,6 +76,12 @@ class PackMissing(FileNotFoundError):
     """No pack with that digest in the store."""
 
 
+def storage_schemes() -> frozenset[str]:
+    """Every storage scheme fsspec knows (``s3``, ``gs``, ``file``, ...), whether or not its package is installed
+    here: a job's own environment may have it (:func:`broker.spec.checkpoint_uri_problem` refuses the others)."""
+    return frozenset(fsspec.available_protocols())
+
+
 @dataclass
 class Collected:
     """What one :meth:`WorkdirStore.collect` did itself, by digest (hex): a step another broker's collection was
