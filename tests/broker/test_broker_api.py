@@ -194,6 +194,17 @@ def test_a_budget_change_without_budget_usd_says_it_is_required(client, body, de
     assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
 
 
+def test_a_budget_change_with_a_field_it_does_not_take_is_refused_naming_it_and_changes_nothing(client):
+    """{"budget_usd": "40", "deadline": "6h"} answered 200, the deadline dropped without a word."""
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "60", "budget_usd_": 1}, headers=auth())
+    assert r.status_code == 422 and r.json() == {
+        "detail": "budget_usd_: is not a field this takes (did you mean 'budget_usd'?)", "field": "budget_usd_"}, r.text
+    r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "60", "deadline": "6h"}, headers=auth())
+    assert r.status_code == 422 and r.json()["field"] == "deadline" and "known: budget_usd" in r.json()["detail"], r.text
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
+
+
 def test_auth_is_required_and_checked(client):
     assert client.get("/v1/jobs").status_code == 401
     assert client.get("/v1/jobs", headers=auth("wrong")).status_code == 401

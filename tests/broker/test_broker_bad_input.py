@@ -126,6 +126,17 @@ def test_a_fault_without_what_it_hits_names_the_missing_field(client, body, fiel
     assert r.status_code == 422 and r.json()["field"] == field and "is required" in r.json()["detail"], r.text
 
 
+@pytest.mark.parametrize("body, field, says", [
+    ({"kind": "zone", "zone": "sim-a", "availble": False}, "availble", "did you mean 'available'?"),
+    ({"kind": "preempt", "job_id": "j-x", "grace": 5}, "grace", "known: available, job_id, kind, zone"),
+], ids=["a misspelt field", "a field no fault takes"])
+def test_a_fault_names_a_field_it_does_not_take(client, body, field, says):
+    """A misspelt "available": false set the zone back to its trace (null) without a word, instead of taking its
+    capacity away; a field no fault takes was dropped."""
+    r = client.post("/v1/admin/faults", json=body, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == field and says in r.json()["detail"], r.text
+
+
 @pytest.mark.parametrize("body", [
     "run: echo hi\nresources: {any_of: [&r {cpus: 1}, *r]}\n",
     "run: echo hi\nresources:\n  <<: &base {cpus: 1}\n  memory: 1\n",
