@@ -370,6 +370,18 @@ def zone_client(make_settings, tmp_path):
         yield c
 
 
+def test_any_token_sees_the_simulated_zones_and_only_an_admin_injects_faults(zone_client):
+    """What README's route table says: where a job may be placed is not an admin's secret; a fault is an admin's."""
+    for token in (ADMIN, "vision-token"):
+        r = zone_client.get("/v1/zones", headers=auth(token))
+        assert r.status_code == 200 and [z["name"] for z in r.json()["zones"]] == ["sim-od"], r.text
+        assert r.json()["zones"][0]["simulated"] is True
+    assert zone_client.get("/v1/zones").status_code == 401
+    r = zone_client.post("/v1/admin/faults", json={"kind": "zone", "zone": "sim-od", "available": False},
+                         headers=auth("vision-token"))
+    assert r.status_code == 403, r.text
+
+
 @pytest.mark.parametrize("body", [
     pytest.param({"run": "echo", "broker": {"budget_usd": "0.000001"}}, id="a budget of one micro-dollar"),
     pytest.param({"run": "echo", "num_nodes": 10**23, "broker": {"budget_usd": 50}}, id="more nodes than any budget can start"),
