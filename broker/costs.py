@@ -85,7 +85,9 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
     if end > LAST:
         raise CostQueryError("until" if until else "since", "is out of range: the window must end by 9999-12-31 in UTC")
     if start >= end:
-        raise CostQueryError("since", "must be before until")
+        # with no until the window ends now: "must be before until" named a bound the caller never gave
+        raise CostQueryError("since", "must be before until" if until else "is not in the past: with no until, the "
+                                      "window ends now")
     if end - start > 400 * DAY:
         raise CostQueryError("since", "the window can be at most 400 days")
     return Window(start, end, label)

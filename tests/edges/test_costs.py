@@ -72,6 +72,15 @@ def test_bad_windows_name_the_field(kwargs, field):
     assert exc.value.field == field
 
 
+@pytest.mark.parametrize("kwargs, says", [
+    ({"since": "2030-01-01"}, "since: is not in the past: with no until, the window ends now"),
+    ({"since": "2025-02-01", "until": "2025-01-01"}, "since: must be before until"),
+], ids=["a since in the future, no until (was told 'must be before until', a bound never given)", "since after until"])
+def test_an_empty_window_is_explained_in_the_terms_the_caller_used(kwargs, says):
+    with pytest.raises(costs.CostQueryError, match=f"^{says}$"):
+        costs.window(now=1_800_000_000, **kwargs)  # 2027-01-15
+
+
 def test_admin_sees_every_team_and_the_hand_worked_totals(client):
     r = client.get("/v1/costs?period=7d", headers=auth(world.ADMIN))
     assert r.status_code == 200, r.text
