@@ -123,8 +123,14 @@ def _why_not_cancelled(job: Job) -> str | None:
     if job.state is JobState.CANCELLING:
         return f"{job.id} is already being cancelled"
     if isinstance(job.state, JobState) and job.state.is_final:
-        return f"{job.id} has already ended ({job.state.value}): there is nothing to cancel"
+        return _ended(job, "there is nothing to cancel")
     return None
+
+
+def _ended(job: Job, so: str) -> str:
+    """A refusal for a job that has ended, in the words a cancel's has: "the job is succeeded" (a switch to
+    on-demand) and "cannot change the budget of a job that is succeeded" read as slips of grammar."""
+    return f"{job.id} has already ended ({job.state.value}): {so}"
 
 
 def new_job_id() -> str:
@@ -496,7 +502,8 @@ class BrokerService:
         def once() -> Job:
             job = self._changeable(self.get(principal, job_id))
             if job.state not in RESUMABLE:
-                raise Conflict(f"cannot resume a job that is {job.state.value}: only failed or stopped_budget jobs resume")
+                raise Conflict(_ended(job, "only a failed or budget-stopped job resumes") if job.state.is_final else
+                               f"{job.id} is {job.state.value}, not ended: only a failed or budget-stopped job resumes")
             diagnosis = job.diagnosis or {}
             if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force:
                 text = diagnosis.get("text") or job.reason
@@ -553,7 +560,8 @@ class BrokerService:
         def once() -> Job:
             job = self.get(principal, job_id)
             if job.state.is_final and job.state not in RESUMABLE:
-                raise Conflict(f"cannot change the budget of a job that is {job.state.value}")
+                raise Conflict(_ended(job, "its budget no longer changes (only a failed or budget-stopped job's does, "
+                                           "as it may resume)"))
             if new_budget < job.spent:
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
             if only_up and new_budget <= job.budget:
@@ -575,8 +583,10 @@ class BrokerService:
         """
         def once() -> Job:
             job = self._changeable(self.get(principal, job_id))
-            if job.state in (JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLING):
-                raise Conflict(f"the job is {job.state.value}")
+            if job.state is JobState.CANCELLING:
+                raise Conflict(f"{job.id} is being cancelled: there is nothing to move to on-demand")
+            if job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
+                raise Conflict(_ended(job, "there is nothing to move to on-demand"))
             request = request_of(job)
             if not any(o.tier is Tier.ONDEMAND for o in matching_offers(request, all_offers(self.settings))):
                 if request.alternatives and all(alt.use_spot is True for alt in request.alternatives):

@@ -1,5 +1,6 @@
 """The HTTP API: submit, read, cancel, auth, and bad input that never becomes a 500."""
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -9,7 +10,7 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.lifecycle import JobState
 from broker.service import _why_not_cancelled
-from broker.store import open_store
+from broker.store import Change, open_store
 
 from broker_testing import ADMIN
 
@@ -265,6 +266,26 @@ def test_cancel_then_cancel_again_is_a_409(client):
 def test_a_refused_cancel_says_why_in_plain_words(state, said):
     """A second cancel said 'cannot cancel a job that is cancelling' (or 'that is succeeded')."""
     assert _why_not_cancelled(SimpleNamespace(id="j-1", state=state)) == said
+
+
+def test_a_job_that_ended_or_has_not_is_refused_a_budget_an_on_demand_switch_or_a_resume_in_plain_words(served):
+    """'the job is succeeded' (on-demand) and 'cannot change the budget of a job that is succeeded' read as slips of
+    grammar and did not say why; each 409 now says the job ended, as a refused cancel does."""
+    client, store, _ = served
+    queued = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
+    done = client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"]
+    job = store.get_job(done)
+    store.commit(Change(job=replace(job, state=JobState.SUCCEEDED), expected_version=job.version))
+    for path, body, said in [
+        (f"/v1/jobs/{done}/budget", {"budget_usd": "60"}, f"{done} has already ended (succeeded): its budget no longer "
+                                                           "changes (only a failed or budget-stopped job's does, as it may resume)"),
+        (f"/v1/jobs/{done}/ondemand", None, f"{done} has already ended (succeeded): there is nothing to move to on-demand"),
+        (f"/v1/jobs/{done}/resume", None, f"{done} has already ended (succeeded): only a failed or budget-stopped job resumes"),
+        (f"/v1/jobs/{queued}/resume", None, f"{queued} is queued, not ended: only a failed or budget-stopped job resumes"),
+    ]:
+        r = client.post(path, json=body, headers=auth())
+        assert r.status_code == 409 and r.json()["detail"] == said, r.text
+    assert store.get_job(done).budget == job.budget and store.get_job(done).force_tier is None
 
 
 def test_list_filters_and_bad_filter(client):

@@ -299,9 +299,9 @@ def test_resume_of_an_infrastructure_failure_needs_no_force(slack, store):
 
 
 @pytest.mark.parametrize("job_id, says", [
-    ("j-a2", "Not now: cannot resume a job that is running"),
-    ("j-a3", "Not now: cannot resume a job that is queued"),
-    ("j-a1", "Not now: cannot resume a job that is succeeded"),
+    ("j-a2", "Not now: j-a2 is running, not ended: only a failed or budget-stopped job resumes"),
+    ("j-a3", "Not now: j-a3 is queued, not ended: only a failed or budget-stopped job resumes"),
+    ("j-a1", "Not now: j-a1 has already ended (succeeded): only a failed or budget-stopped job resumes"),
 ], ids=["running", "queued", "succeeded"])
 def test_only_failed_or_budget_stopped_jobs_resume(slack, store, job_id, says):
     before = store.get_job(job_id)
@@ -437,7 +437,7 @@ def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presse
     assert store.get_job("j-oom").state is JobState.QUEUED
     assert (ev.event, ev.actor, ev.data) == ("resume", "slack:U_B", {"checkpoint_step": 400, "force": True})
     # queued now: resuming again is refused; switching to on-demand pins the tier of its next attempt
-    assert "Not now: cannot resume a job that is queued" in pressed(slack, stub, resume, "U_B", "again")
+    assert "Not now: j-oom is queued, not ended" in pressed(slack, stub, resume, "U_B", "again")
     assert "Switched to on-demand `j-oom`" in pressed(slack, stub, buttons["Switch to on-demand"], "U_B", "od")
     job, ev = store.get_job("j-oom"), last_event(store, "j-oom")
     assert (job.state, job.force_tier, ev.event, ev.actor) == (JobState.QUEUED, "ondemand", "switch_tier",
