@@ -460,7 +460,10 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
         table.add_row(*(row[i] for i in keep))
     con.print(table, width=max(con.width, needed(keep)), crop=False)
     if left_out:
-        con.print(f"[dim](to fit {con.width} columns, without: {', '.join(left_out)}; piped or --json: all)[/]")
+        # "to fit 50 columns" under a table 61 wide said what had not happened
+        fit = f"to fit {con.width} columns" if needed(keep) <= con.width else \
+            f"{needed(keep)} columns wide, its ids, states, times and amounts whole, on {con.width}"
+        con.print(f"[dim]({fit}, without: {', '.join(left_out)}; piped or --json: all)[/]")
 
 
 def _print_json(data: Any) -> None:

@@ -793,3 +793,23 @@ def test_following_a_job_reads_the_lines_an_attempt_wrote_as_it_ended(then):
     seen = [(c["attempt"], c["data"]) for c in client.follow_log_chunks("j-1", poll=0)]
     expected = [(1, "step 1\n"), (1, "saved checkpoint at step 2\n")] + [(2, "resumed at step 2\n")] * second
     assert seen == expected
+
+
+@pytest.mark.parametrize("width, says", [
+    (40, "(to fit 40 columns, without: reason; piped or --json: all)"),
+    (20, "(33 columns wide, its ids, states, times and amounts whole, on 20, without: reason; piped or --json: all)"),
+], ids=["dropping a column fits", "too narrow even then: the line says the table is wider, not that it fits"])
+def test_the_line_under_a_narrowed_table_says_whether_it_fits(width, says):
+    """At 50 columns `broker status` drew 61 and said "(to fit 50 columns, ...)"."""
+    import io
+
+    from rich.console import Console
+
+    from broker import cli as broker_cli
+
+    con = Console(file=io.StringIO(), width=width)
+    broker_cli._print_table(con, [("id", "whole"), ("state", "whole"), "reason"],
+                            [["j-0123456789", "stopped_budget", "the budget's limit came"]], drop=("reason",))
+    out = con.file.getvalue()
+    assert " ".join(out.split()).endswith(" " + says), out  # the console wraps that line at its width
+    assert "j-0123456789" in out and "stopped_budget" in out
