@@ -149,9 +149,10 @@ def _check(args) -> None:
             raise SystemExit(f"{flag}: must be a number ≥ 0, got {value!r}")
     for name in HOURS_OPTIONS:
         value = getattr(args, name)
-        if value is not None and (Decimal(repr(value)) * 3600) % 1:
-            raise SystemExit(f"--{name.replace('_', '-')}: {value!r} h is {(Decimal(repr(value)) * 3600).normalize():f} s; the replay "
-                             "counts time in whole seconds (ticks, changeovers and progress): give a whole number of seconds")
+        exact = None if value is None else Decimal(repr(value)) * 3600
+        if exact is not None and exact % 1:
+            raise SystemExit(f"--{name.replace('_', '-')}: {value!r} h is {exact.normalize():f} s; the replay counts time "
+                             "in whole seconds (ticks, changeovers and progress): give a whole number of seconds")
     if args.limit is not None and args.limit < 1:
         raise SystemExit(f"--limit: the number of windows to replay, ≥ 1 (leave it out for all), got {args.limit}")
     # What the policy is told must fit (a real job longer than it was told may run past the deadline:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from skyports import sky_api_port, sky_queue_port
+from skyports import clear_server_caches, sky_api_port, sky_queue_port
 from testports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -200,7 +200,7 @@ def local_sky_server(sky, sky_env):
     log = Path(sky_env["home"]) / ".sky" / "api_server" / "server.log"
     failures = []
     for _ in range(LOCAL_SERVER_TRIES):
-        _clear_server_caches(common)
+        clear_server_caches()
         try:
             common.check_server_healthy_or_start_fn()
             return common.get_server_url()
@@ -211,14 +211,8 @@ def local_sky_server(sky, sky_env):
             port = str(sky_api_port())
             sky_env["env"]["SKYPILOT_API_SERVER_LOCAL_PORT"] = port  # the same dict _apply_sky_env sets
             _SKY_ENV["patch"].setenv("SKYPILOT_API_SERVER_LOCAL_PORT", port)
-    _clear_server_caches(common)
+    clear_server_caches()
     pytest.fail("SkyPilot's local API server did not start:\n" + "\n---\n".join(failures))
-
-
-def _clear_server_caches(common) -> None:
-    common.get_server_url.cache_clear()
-    common.is_api_server_local.cache_clear()
-    common.get_api_server_status_response.cache_clear()
 
 
 @pytest.fixture(scope="package")

@@ -22,3 +22,13 @@ def sky_api_port() -> int:
         if queue != port and bindable("127.0.0.1", queue, reuse_address=True):
             return port
     raise RuntimeError("no port pair free for a SkyPilot API server")
+
+
+def clear_server_caches() -> None:
+    """Forget the API server the SDK found (its URL, whether it is local, its last health answer): cached for the
+    process, they would keep pointing at the server of the environment before."""
+    from sky.server import common
+
+    common.get_server_url.cache_clear()
+    common.is_api_server_local.cache_clear()
+    common.get_api_server_status_response.cache_clear()

@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from skyports import sky_api_port
+from skyports import clear_server_caches, sky_api_port
 from test_skypilot_task import request
 
 from launchers.base import Phase
@@ -149,20 +149,13 @@ def server(sky_env, sky, tmp_path_factory):
             time.sleep(0.3)
         mp.setenv("SKYPILOT_API_SERVER_ENDPOINT", url)
         mp.setenv("SKYPILOT_API_SERVER_LOCAL_PORT", str(port))
-        _clear_endpoint_caches()
+        clear_server_caches()
         yield {"url": url, "proc": proc, "trap": trap, "home": home, "endpoint": sky_env["endpoint"]}
     finally:
         mp.undo()
-        _clear_endpoint_caches()
+        clear_server_caches()
         _stop_group(proc)
         trap.close()
-
-
-def _clear_endpoint_caches() -> None:
-    from sky.server import common
-
-    common.get_server_url.cache_clear()
-    common.is_api_server_local.cache_clear()
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
