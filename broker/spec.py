@@ -259,14 +259,22 @@ def _location(r: dict[str, Any], where: str) -> tuple[str | None, str | None, st
         if len(parts) > 3 or parts[0] is None:
             raise SpecError(f"{where}.infra", "must look like 'aws', 'aws/us-east-1' or 'aws/us-east-1/us-east-1a'")
         parts += [None] * (3 - len(parts))
-        return parts[0].lower() if parts[0] != "*" else None, parts[1], parts[2]
+        return _cloud(parts[0]) if parts[0] != "*" else None, parts[1], parts[2]
     out = []
     for key in ("cloud", "region", "zone"):
         value = r.get(key)
         if value is not None and not isinstance(value, str):
             raise SpecError(f"{where}.{key}", "must be a string")
-        out.append(value.lower() if key == "cloud" and value else value)
+        out.append(_cloud(value) if key == "cloud" and value else value)
     return out[0], out[1], out[2]
+
+
+CLOUD_ALIASES = {"k8s": "kubernetes"}
+"""Other names SkyPilot takes for a cloud (``infra: k8s/<context>``), to the name offers carry."""
+
+
+def _cloud(name: str) -> str:
+    return CLOUD_ALIASES.get(name.lower(), name.lower())
 
 
 def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:

@@ -66,6 +66,25 @@ def test_any_of_expands_to_alternatives():
         ("A100", 8, True, None), ("H100", 8, True, "aws")]
 
 
+@pytest.mark.parametrize("resources", [
+    pytest.param({"infra": "k8s/lab-ctx"}, id="infra k8s/<context>, as SkyPilot writes it"),
+    pytest.param({"infra": "K8S/lab-ctx"}, id="infra's cloud in any case"),
+    pytest.param({"cloud": "k8s", "region": "lab-ctx"}, id="cloud k8s"),
+    pytest.param({"infra": "kubernetes/lab-ctx"}, id="infra kubernetes/<context>"),
+])
+def test_kubernetes_by_either_of_skypilots_names_places_on_the_kubernetes_pool(resources):
+    """A Kubernetes pool's offers are in cloud "kubernetes"; ``infra: k8s/<context>`` (SkyPilot's own
+    spelling, and the one docs/deploy.md shows) was kept as cloud "k8s" and matched no offer."""
+    from broker.config import Pool
+    from broker.offers import pool_offers
+    from pricing.placement import Placement, place
+    pool = Pool(name="lab", slots=2, accelerator="H100", price_per_slot_hour=2_000_000, kubernetes_context="lab-ctx")
+    spec = parse({"run": "x", "resources": {"accelerators": "H100:1", **resources}}, now=NOW)
+    assert spec.request.alternatives[0].cloud == "kubernetes"
+    placed = place(spec.request, pool_offers(pool))
+    assert isinstance(placed, Placement) and placed.offer.zone == "lab", placed
+
+
 @pytest.mark.parametrize(
     "raw, field",
     [
