@@ -44,8 +44,8 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
     if want.accelerator is not None:
         if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
             return False
-        if offer.accelerator_count < max(want.accelerator_count, 1):
-            return False
+        if offer.accelerator_count != max(want.accelerator_count, 1):
+            return False  # exactly the count asked, as SkyPilot's catalog lookup matches it: A100:1 is not 8 A100s
     if want.cpus is not None and offer.vcpus is not None and offer.vcpus < want.cpus:
         return False
     if want.memory_gib is not None and offer.memory_gib is not None and offer.memory_gib < want.memory_gib:
@@ -136,8 +136,9 @@ def place(
        a cloud offer whose after-run billing eats the budget would be chosen over a pool that can
        run, and its launcher would stop it before it starts;
     6. with ``ordered`` alternatives (SkyPilot's ``resources.ordered``), the earliest alternative that
-       still has an offer after steps 1–5; then the lowest :func:`effective_price`, then the more
-       reliable tier, then name.
+       still has an offer after steps 1–5; then the lowest :func:`effective_price` — with
+       ``expected_hours``, the lowest estimate for the whole run: that price for the hours plus the
+       offer's billing after its run —, then the more reliable tier, then name.
     """
     free_capacity = free_capacity or {}
     preemption_risk = preemption_risk or {}
@@ -153,11 +154,21 @@ def place(
             f"over the job's max_price_per_hour of {fmt(request.max_price_per_hour or 0)}"
         )
     allowed = unblocked(priced, blocked_zones)
+    over = (f"the rest are over the job's max_price_per_hour of {fmt(request.max_price_per_hour or 0)}"
+            if len(priced) < len(matching) else "")
     if not allowed:
-        return NoFit("every matching zone is blocked for this job after recent preemptions")
+        if not over:
+            return NoFit("every matching zone is blocked for this job after recent preemptions")
+        return NoFit(f"{_places(priced)} blocked for this job after recent preemptions and {over}")
     available = [o for o in allowed if free_capacity.get(o.location, n) >= n]
     if not available:
-        return NoFit("every matching pool or zone is full right now")
+        blocked = [o for o in priced if o not in allowed]
+        if not blocked and not over:
+            return NoFit("every matching pool or zone is full right now")
+        clauses = [f"{_places(allowed)} full right now",
+                   f"{_places(blocked)} blocked for this job after recent preemptions" if blocked else "", over]
+        clauses = [c for c in clauses if c]
+        return NoFit(", ".join(clauses[:-1]) + " and " + clauses[-1])
     if budget_left is not None:
         if budget_left <= 0:
             return NoFit(f"the budget left, {fmt(budget_left)}, is spent")
@@ -168,10 +179,19 @@ def place(
     def preference(o: Offer) -> int:
         return next(i for i, alt in enumerate(request.alternatives) if matches(o, alt)) if request.ordered else 0
 
+    after = after_run_seconds or {}
+
+    def cost(o: Offer) -> Decimal:
+        # with the job's length known, what the whole run costs: a cloud cluster's billing after its
+        # run can make a cheaper $/h the dearer choice (a 1 h job: $1.00/h + 15 min idle > a $1.20/h pool)
+        hourly = effective_price(o, n, preemption_risk)
+        if request.expected_hours is None:
+            return hourly
+        return hourly * request.expected_hours + Decimal(o.price_per_hour * n * after.get(o, 0)) / 3600
+
     best = min(
         available,
-        key=lambda o: (preference(o), effective_price(o, n, preemption_risk), TIER_ORDER[o.tier], o.cloud,
-                       o.location, o.instance_type),
+        key=lambda o: (preference(o), cost(o), TIER_ORDER[o.tier], o.cloud, o.location, o.instance_type),
     )
     return Placement(offer=best, num_nodes=n)
 
@@ -272,6 +292,21 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
                  f"{o.describe()}, which costs {fmt(run[o])}{after}")
 
 
+def _places(offers: Sequence[Offer]) -> str:
+    """The pools and zones of ``offers`` for a sentence, with its verb: ``the pool lab is``, ``zones
+    us-east-1a and us-east-1b are``; past four, ``and N more``."""
+    pools = sorted({o.location for o in offers if o.tier is Tier.ONPREM})
+    zones = sorted({o.location for o in offers if o.tier is not Tier.ONPREM})
+
+    def listed(names: list[str]) -> str:
+        shown = names[:4] + ([f"{len(names) - 4} more"] if len(names) > 4 else [])
+        return ", ".join(shown[:-1]) + (" and " if len(shown) > 1 else "") + shown[-1]
+
+    words = [f"{'the pool' if len(pools) == 1 else 'pools'} {listed(pools)}" if pools else "",
+             f"{'zone' if len(zones) == 1 else 'zones'} {listed(zones)}" if zones else ""]
+    return f"{' and '.join(w for w in words if w)} {'is' if len(pools) + len(zones) == 1 else 'are'}"
+
+
 def duration_text(seconds: int) -> str:
     """``900`` → ``15 minutes`` (a length in a sentence); seconds when not whole minutes."""
     if seconds % 60:
@@ -307,9 +342,11 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
             return (f" (accelerators offered: {', '.join(names[:12])})" if names else
                     " (every offer here is CPU only: a GPU needs a pool with an accelerator or a GPU zone in the "
                     "broker's config, or the clouds priced with BROKER_LAUNCHER=skypilot; see docs/deploy.md)")
-        most = max(o.accelerator_count for o in offers if o.accelerator and o.accelerator.lower() == alt.accelerator.lower())
-        if alt.accelerator_count > most:
-            return f" (at most {most}x {alt.accelerator} in one offer)"
+        counts = sorted({o.accelerator_count for o in offers
+                         if o.accelerator and o.accelerator.lower() == alt.accelerator.lower()})
+        if max(alt.accelerator_count, 1) not in counts:
+            listed = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
+            return f" (an offer here has {listed} {alt.accelerator})"
     for want, attr, unit in ((alt.cpus, "vcpus", "vCPUs"), (alt.memory_gib, "memory_gib", "GiB of memory")):
         known = [getattr(o, attr) for o in offers if getattr(o, attr) is not None]
         if want is not None and known and max(known) < want:

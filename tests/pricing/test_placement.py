@@ -23,6 +23,7 @@ OFFERS = [
     cloud(Tier.SPOT, "us-east-1b", 900_000),
     cloud(Tier.SPOT, "us-west-2a", 950_000, region="us-west-2"),
     cloud(Tier.ONDEMAND, "us-west-2a", 24_000_000, acc="A100", count=8, region="us-west-2"),
+    cloud(Tier.ONDEMAND, "us-west-2b", 12_240_000, count=4, region="us-west-2"),
 ]
 V100 = (ResourceRequest(accelerator="V100", accelerator_count=1),)
 
@@ -75,9 +76,28 @@ CASES = [
     ("max_price_per_hour allows only spot when the pool is full", job(max_price_per_hour=1_000_000), dict(free_capacity={"lab": 0}), "spot us-east-1b"),
     ("an accelerator nobody sells, naming those sold", job(alternatives=(ResourceRequest("TPU", 1),)), {},
      "NoFit no offer has 1x TPU (accelerators offered: A100, V100)"),
-    ("too many GPUs for any offer, naming the most one has", job(alternatives=(ResourceRequest("V100", 8),)), {},
-     "NoFit no offer has 8x V100 (at most 1x V100 in one offer)"),
+    ("too many GPUs for any offer, naming the counts offers have", job(alternatives=(ResourceRequest("V100", 8),)), {},
+     "NoFit no offer has 8x V100 (an offer here has 1 or 4 V100)"),
+    ("a GPU count is matched exactly: one A100 is not an offer of eight, which would bill all eight",
+     job(alternatives=(ResourceRequest("A100", 1),)), {}, "NoFit no offer has 1x A100 (an offer here has 8 A100)"),
+    ("a GPU count between those offered names them all",
+     job(alternatives=(ResourceRequest("V100", 2),)), {}, "NoFit no offer has 2x V100 (an offer here has 1 or 4 V100)"),
+    ("an offer with more GPUs than asked is not taken when one with the count asked exists",
+     job(alternatives=(ResourceRequest("V100", 4),)), {}, "ondemand us-west-2b"),
     ("every zone blocked", job(alternatives=(ResourceRequest("V100", 1, use_spot=True),)), dict(blocked_zones=frozenset({"us-east-1a", "us-east-1b", "us-west-2a"})), "NoFit blocked"),
+    ("the one zone under the price cap blocked says the rest are over the cap, not that every zone is blocked",
+     job(alternatives=(ResourceRequest("V100", 1, use_spot=True),), max_price_per_hour=920_000),
+     dict(blocked_zones=frozenset({"us-east-1b"})),
+     "NoFit zone us-east-1b is blocked for this job after recent preemptions and the rest are over the job's "
+     "max_price_per_hour of $0.92"),
+    ("a full pool beside blocked zones says which is full and which blocked, not that all are full",
+     job(max_price_per_hour=1_000_000),
+     dict(free_capacity={"lab": 0}, blocked_zones=frozenset({"us-east-1a", "us-east-1b", "us-west-2a"})),
+     "NoFit the pool lab is full right now, zones us-east-1a, us-east-1b and us-west-2a are blocked for this job "
+     "after recent preemptions and the rest are over the job's max_price_per_hour of $1.00"),
+    ("every match full is said as such", job(), dict(free_capacity={"lab": 0, "us-east-1a": 0, "us-east-1b": 0,
+                                                                      "us-west-2a": 0, "us-west-2b": 0}),
+     "NoFit every matching pool or zone is full right now"),
     ("a spent budget places nothing", job(), dict(budget_left=0), "NoFit is spent"),
     (
         "a budget too small for the expected hours on any free offer",
@@ -172,8 +192,14 @@ AFTER_RUN_CASES = [
                  id="without after-run figures the cheapest offer is taken as before"),
     pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_000_000, free_capacity={"lab": 0}), "ondemand sim-od",
                  id="an hour that the budget pays on spot but not with the billing after it takes the simulated zone"),
-    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_125_000), "spot us-east-1b",
-                 id="the estimate plus the billing after the run exactly at the budget left fits"),
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_125_000, free_capacity={"lab": 0, "sim-od": 0}),
+                 "spot us-east-1b", id="the estimate plus the billing after the run exactly at the budget left fits"),
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=50_000_000), "ondemand sim-od",
+                 id="with the hours known, a cheaper rate whose billing after the run makes the job dearer loses"),
+    pytest.param(job(expected_hours=Decimal(10)), dict(budget_left=50_000_000), "spot us-east-1b",
+                 id="over enough hours the cheaper rate wins despite the billing after its run"),
+    pytest.param(job(), dict(budget_left=50_000_000), "spot us-east-1b",
+                 id="without the hours the lowest rate is taken, the billing after the run aside"),
     pytest.param(job(), dict(budget_left=200_000, free_capacity={"lab": 0, "sim-od": 0}),
                  "NoFit the budget left, $0.20, cannot pay an AWS cluster's 15 minutes of billing after its run on the "
                  "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.0160 for a start and a "
