@@ -136,30 +136,31 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
     if not instance_type:  # GCP accelerator row: priced separately from its host VM
         if accelerator is None:
             return []
-        tpu = accelerator.lower().startswith("tpu")
-        host = None if tpu else _gcp_gpu_host(hosts.get(zone or "", []), accelerator, count)
-        if host is None and not tpu:
-            return []  # no VM in this zone can carry it: SkyPilot could not launch it
-        if host is not None:
-            price += _dollars(host["Price"]) or 0
-            spot = None if spot is None or _dollars(host.get("SpotPrice")) is None else spot + _dollars(host["SpotPrice"])
-            instance_type = f"{host['InstanceType']}+{accelerator}:{count}"
-            vcpus, memory = _decimal(host.get("vCPUs")), _decimal(host.get("MemoryGiB"))
-        else:
-            instance_type = accelerator
-    base = dict(
-        cloud=cloud,
-        region=row.get("Region", "").strip(),
-        zone=zone,
-        instance_type=instance_type,
-        accelerator=accelerator,
-        accelerator_count=count if accelerator else 0,
-        vcpus=vcpus,
-        memory_gib=memory,
-    )
-    out = [Offer(tier=Tier.ONDEMAND, price_per_hour=_micros(price), **base)]
-    if spot is not None:
-        out.append(Offer(tier=Tier.SPOT, price_per_hour=_micros(spot), **base))
+        if accelerator.lower().startswith("tpu"):
+            rows = [(accelerator, price, spot, vcpus, memory)]
+        else:  # one offer per VM of the zone that can carry it (none: SkyPilot could not launch it)
+            rows = [(f"{host['InstanceType'].strip()}+{accelerator}:{count}", price + (_dollars(host["Price"]) or 0),
+                     None if spot is None or _dollars(host.get("SpotPrice")) is None
+                     else spot + _dollars(host["SpotPrice"]),
+                     _decimal(host.get("vCPUs")), _decimal(host.get("MemoryGiB")))
+                    for host in _gcp_gpu_hosts(hosts.get(zone or "", []), accelerator, count)]
+    else:
+        rows = [(instance_type, price, spot, vcpus, memory)]
+    out = []
+    for name, on_demand, spot_price, cpus, mem in rows:
+        base = dict(
+            cloud=cloud,
+            region=row.get("Region", "").strip(),
+            zone=zone,
+            instance_type=name,
+            accelerator=accelerator,
+            accelerator_count=count if accelerator else 0,
+            vcpus=cpus,
+            memory_gib=mem,
+        )
+        out.append(Offer(tier=Tier.ONDEMAND, price_per_hour=_micros(on_demand), **base))
+        if spot_price is not None:
+            out.append(Offer(tier=Tier.SPOT, price_per_hour=_micros(spot_price), **base))
     return out
 
 
@@ -195,18 +196,35 @@ def _gcp_host_vms(rows: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]
     return vms
 
 
-def _gcp_gpu_host(vms: list[dict[str, str]], accelerator: str, count: int) -> dict[str, str] | None:
-    """The cheapest VM of a zone that can carry ``count`` x ``accelerator``, or ``None``."""
+GCP_N1_MAX: dict[str, dict[int, tuple[int, int]]] = {
+    "K80": {1: (8, 52), 2: (16, 104), 4: (32, 208), 8: (64, 208)},
+    "V100": {1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)},
+    "T4": {1: (48, 312), 2: (48, 312), 4: (96, 624)},
+    "P4": {1: (24, 156), 2: (48, 312), 4: (96, 624)},
+    "P100": {1: (16, 104), 2: (32, 208), 4: (96, 624)},
+}
+"""The most vCPUs and GiB of memory an ``n1-`` VM carrying that many of these GPUs may have (GCP's GPU
+documentation, as SkyPilot 0.14's ``gcp_catalog`` checks it before a launch)."""
+
+
+def _gcp_gpu_hosts(vms: list[dict[str, str]], accelerator: str, count: int) -> list[dict[str, str]]:
+    """The VMs of a zone that can carry ``count`` x ``accelerator``, cheapest first: its own VM types for a
+    GPU that has them; else ``n1-`` VMs from SkyPilot's default size for the count (the cheapest of them,
+    what a task asking nothing more gets) up to GCP's limit for it (a task's ``cpus`` or ``instance_type``
+    may ask for a larger one)."""
     own = {k.lower(): v for k, v in GCP_GPU_VMS.items()}.get(accelerator.lower())
     if own is not None:
         fits = [r for r in vms if r["InstanceType"].strip() in own.get(count, ())]
     else:
         cpus = GCP_N1_CPUS.get(accelerator.upper(), GCP_N1_CPUS["DEFAULT"]).get(count)
         if cpus is None:
-            return None
+            return []
+        most = GCP_N1_MAX.get(accelerator.upper(), {}).get(count)
         fits = [r for r in vms if r["InstanceType"].strip().startswith(("n1-standard", "n1-highmem", "n1-highcpu"))
-                and (_decimal(r.get("vCPUs")) or 0) >= cpus and (_decimal(r.get("MemoryGiB")) or 0) >= 4 * cpus]
-    return min(fits, key=lambda r: (_dollars(r["Price"]), r["InstanceType"].strip()), default=None)
+                and (_decimal(r.get("vCPUs")) or 0) >= cpus and (_decimal(r.get("MemoryGiB")) or 0) >= 4 * cpus
+                and (most is None or ((_decimal(r.get("vCPUs")) or 0) <= most[0]
+                                      and (_decimal(r.get("MemoryGiB")) or 0) <= most[1]))]
+    return sorted(fits, key=lambda r: (_dollars(r["Price"]), r["InstanceType"].strip()))
 
 
 def _decimal(text: str | None) -> Decimal | None:

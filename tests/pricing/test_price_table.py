@@ -10,7 +10,8 @@ import pytest
 
 from pricing.catalog import CatalogError, onprem_offer, parse_az_mappings, parse_vms_csv
 from pricing.loading import SNAPSHOT_DIR, catalog_files, load_price_table
-from pricing.offers import Tier
+from pricing.offers import JobRequest, ResourceRequest, Tier
+from pricing.placement import NoFit, Placement, place
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -99,6 +100,32 @@ def test_gcp_gpu_rows_ride_the_host_vm_skypilot_would_launch(gpu_row, expected):
     instance_type, ondemand, spot = expected
     assert {(o.instance_type, o.tier, o.price_per_hour) for o in offers} == {
         (instance_type, Tier.ONDEMAND, ondemand), (instance_type, Tier.SPOT, spot)}
+
+
+@pytest.mark.parametrize("want, expected", [
+    pytest.param(ResourceRequest("L4", 1), "g2-standard-4+L4:1", id="1x L4 asking nothing more takes the cheapest g2"),
+    pytest.param(ResourceRequest("L4", 1, cpus=Decimal(16)), "g2-standard-16+L4:1",
+                 id="1x L4 with 16 vCPUs takes the larger g2 SkyPilot would launch, not a no fit"),
+    pytest.param(ResourceRequest("L4", 1, instance_type="g2-standard-16"), "g2-standard-16+L4:1",
+                 id="1x L4 naming its g2 VM takes it"),
+    pytest.param(ResourceRequest("V100", 2, cpus=Decimal(16)), "n1-highmem-16+V100:2",
+                 id="2x V100 with 16 vCPUs takes the larger n1 VM within GCP's limit for two"),
+    pytest.param(ResourceRequest("V100", 1, instance_type="n1-highmem-16"), None,
+                 id="1x V100 on an n1 VM past GCP's 12 vCPUs for one is no offer, as SkyPilot refuses it"),
+])
+def test_a_gcp_gpu_rides_any_vm_that_can_carry_it_the_cheapest_unless_asked(want, expected):
+    rows = ["g2-standard-4,4.0,16.0,,,,us-central1,us-central1-a,0.70683,0.2827",
+            "g2-standard-16,16.0,64.0,,,,us-central1,us-central1-a,1.0,0.4",
+            "n1-highmem-8,8.0,52.0,,,,us-central1,us-central1-a,0.47321,0.09962",
+            "n1-highmem-16,16.0,104.0,,,,us-central1,us-central1-a,0.94642,0.19924",
+            ",,,L4,1,,us-central1,us-central1-a,0.56,0.22", ",,,V100,1,,us-central1,us-central1-a,2.48,0.99",
+            ",,,V100,2,,us-central1,us-central1-a,4.96,1.98"]
+    offers = parse_vms_csv(GCP_HEADER + "\n".join(rows), "gcp")
+    placed = place(JobRequest(alternatives=(want,), allowed_tiers=frozenset({Tier.ONDEMAND})), offers)
+    if expected is None:
+        assert isinstance(placed, NoFit), placed
+    else:
+        assert isinstance(placed, Placement) and placed.offer.instance_type == expected, placed
 
 
 def test_snapshot_ships_with_a_source_note_and_loads_offline(tmp_path):
