@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkpoint import arguments
 from checkpoint.layout import CheckpointId, Entry
 
 
@@ -30,10 +31,9 @@ class RetentionPolicy:
     keep_every: int | None = None
 
     def __post_init__(self) -> None:
-        if self.keep_last < 1:
-            raise ValueError("keep_last must be >= 1: the newest checkpoint is always kept")
-        if self.keep_every is not None and self.keep_every < 1:
-            raise ValueError("keep_every must be >= 1 steps")
+        arguments.count("keep_last", self.keep_last, why=" (the newest checkpoint is always kept)")
+        if self.keep_every is not None:
+            arguments.count("keep_every", self.keep_every)
 
 
 def to_delete(entries: list[Entry], policy: RetentionPolicy,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkpoint import arguments
+
 
 @dataclass(frozen=True)
 class SavePolicy:
@@ -13,10 +15,10 @@ class SavePolicy:
     every_seconds: float | None = 300.0
 
     def __post_init__(self) -> None:
-        if self.every_steps is not None and self.every_steps < 1:
-            raise ValueError("every_steps must be >= 1")
-        if self.every_seconds is not None and self.every_seconds <= 0:
-            raise ValueError("every_seconds must be > 0")
+        if self.every_steps is not None:
+            arguments.count("every_steps", self.every_steps)
+        if self.every_seconds is not None:
+            arguments.seconds("every_seconds", self.every_seconds)
 
 
 def is_due(

@@ -118,7 +118,9 @@ class _Encoder:
         seen = self._seen.get(id(obj))
         if seen is not None:
             return seen[0]
-        name = where if where not in self._group else f"{where}#{len(self._group)}"
+        name, n = where, len(self._group)
+        while name in self._group:  # dotted keys can meet ("a.b" and "a": {"b"}); a key may itself read "a.b#2"
+            name, n = f"{where}#{n}", n + 1
         self._group[name] = serialization.host_copy(obj)
         self._seen[id(obj)] = (name, obj)
         return name

@@ -39,6 +39,8 @@ from typing import Any, Protocol, Union
 
 import fsspec
 
+from checkpoint import arguments
+
 #: Objects at least twice this size are uploaded in parts of this size.
 DEFAULT_PART_SIZE = 32 * 2**20
 #: Parts (or files) in flight at once.
@@ -221,9 +223,15 @@ class TransferOptions:
     retries: int = 3
     retry_backoff_s: float = 0.2
 
+    def __post_init__(self) -> None:  # refused here, not as a TypeError mid-upload on the upload thread
+        arguments.count("part_size", self.part_size)
+        arguments.count("concurrency", self.concurrency)
+        arguments.count("retries", self.retries, minimum=0)
+        arguments.seconds("retry_backoff_s", self.retry_backoff_s, zero=True)
+
 
 def open_storage(
-    uri: str,
+    uri: str | os.PathLike[str],
     storage_options: dict[str, Any] | None = None,
     transfer: TransferOptions | None = None,
 ) -> Storage:
@@ -232,7 +240,9 @@ def open_storage(
     Raises ValueError for a URI that only looks like one: fsspec reads ``s3:/b/run``, ``s3//b/run`` or
     ``s3://`` as local paths, and a spot VM's local disk goes with the VM. Also for a scheme no store
     answers to (``s4://``, or ``https://``, which cannot be written), before fsspec is asked.
-    The scheme is case-insensitive (``S3://`` is ``s3://``)."""
+    The scheme is case-insensitive (``S3://`` is ``s3://``). ``uri`` may be an ``os.PathLike`` (a
+    ``pathlib.Path``); anything else that is not a str is a TypeError (:func:`as_uri`)."""
+    uri = as_uri(uri)
     check_uri(uri)
     m = _SCHEME.match(uri)
     if m and len(m.group(1)) > 1:
@@ -255,9 +265,26 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.S)
 _BUCKET_STORES = ("s3", "s3a", "gs", "gcs")
 
 
+def as_uri(uri: Any) -> str:
+    """A base URI as a str: a str as it is, an ``os.PathLike`` (``pathlib.Path``) through ``os.fspath``.
+
+    Raises:
+        TypeError: anything else (a bytes path too: URIs are text), saying what is needed.
+    """
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
+    if not isinstance(uri, str):
+        shown = repr(uri) if len(repr(uri)) <= 80 else repr(uri)[:77] + "..."
+        raise TypeError(f"a checkpoint URI must be a str (s3://bucket/run, gs://bucket/run or a path) or an "
+                        f"os.PathLike such as pathlib.Path, got {type(uri).__name__} {shown}")
+    return uri
+
+
 def check_uri(uri: str) -> None:
-    """Refuse a checkpoint URI with a typo that would send checkpoints to the local disk."""
-    if not isinstance(uri, str) or not uri.strip():
+    """Refuse a checkpoint URI with a typo that would send checkpoints to the local disk (a TypeError for one
+    that is not a str or an ``os.PathLike``: :func:`as_uri`)."""
+    uri = as_uri(uri)
+    if not uri.strip():
         raise ValueError("a checkpoint URI is needed (s3://bucket/run, gs://bucket/run or a path)")
     m = _SCHEME.match(uri)
     if m and len(m.group(1)) > 1:  # one letter is a Windows drive, not a scheme

@@ -99,3 +99,12 @@ def test_a_strided_tensor_is_copied_once_and_uploaded_from_that_copy():
     assert uploaded == {copies["m.w"].data_ptr(), copies["m.half"].data_ptr()}
     restored = decode({k: b"".join(bytes(x) for x in v) for k, v in captured.files().items()})
     torch.testing.assert_close(restored["m"]["w"], w, rtol=0, atol=0)
+
+
+
+def test_tensor_names_that_meet_never_replace_one_another():
+    """Two keys that meet as 'a.b' ("a.b" and "a": {"b"}): the second was named 'a.b#<count>' without looking
+    whether that name was taken, and a key of that very name was silently overwritten (saved [1.], restored [3.])."""
+    model = {"a.b#2": np.array([1.0]), "a.b": np.array([2.0]), "a": {"b": np.array([3.0])}}
+    back = roundtrip({"m": model})["m"]
+    assert back["a.b#2"].tolist() == [1.0] and back["a.b"].tolist() == [2.0] and back["a"]["b"].tolist() == [3.0]
