@@ -47,12 +47,12 @@ from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
 from checkpoint.notice_file import NoticeFileWatcher
-from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice
+from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, finish_detached
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
 from checkpoint.schedule import SavePolicy, is_due
 from checkpoint.background import BackgroundRunner
-from checkpoint.storage import Storage, TransferOptions, open_storage
+from checkpoint.storage import Storage, TransferOptions, as_uri, open_storage
 
 log = logging.getLogger("checkpoint")
 
@@ -99,8 +99,8 @@ class Checkpointer:
     """Asynchronous, atomically committed, verified checkpoints for one training run.
 
     Args:
-        uri: base URI (``s3://bucket/run-7``, ``gs://…``, ``/path``, ``memory://…``);
-            defaults to ``$BROKER_CHECKPOINT_URI``.
+        uri: base URI (``s3://bucket/run-7``, ``gs://…``, ``/path``, ``memory://…``) or an
+            ``os.PathLike`` (``pathlib.Path``); defaults to ``$BROKER_CHECKPOINT_URI``.
         every_steps: ``due`` is true on multiples of this step count.
         every_seconds: ``due`` is true once this long has passed since the last save
             (default 300 s when neither interval is given).
@@ -112,15 +112,20 @@ class Checkpointer:
             names a notice file (``$BROKER_NOTICE_FILE``), watch that.
         storage_options: passed to fsspec (e.g. ``{"token": …}`` for gcsfs).
         transfer: part size and concurrency for large uploads and downloads.
-        exit_code: status the process exits with after a preemption save.
+        exit_code: status the process exits with after a preemption save (0 to 255).
         storage: an already open :class:`~checkpoint.storage.Storage` to use instead of
             ``uri`` (tests pass fakes here).
         env: environment to read (default ``os.environ``).
+
+    The counts (``every_steps``, ``keep_last``, ``keep_every``: integers ``>= 1``) and durations
+    (``every_seconds > 0``, ``grace_s >= 0``: numbers) are checked here, before anything is opened:
+    a ``TypeError`` (a float count, a bool, a numeric string, ``None``) or ``ValueError`` (out of
+    range) naming the argument (:mod:`checkpoint.arguments`).
     """
 
     def __init__(
         self,
-        uri: str | None = None,
+        uri: str | os.PathLike[str] | None = None,
         *,
         every_steps: int | None = None,
         every_seconds: float | None = None,
@@ -136,18 +141,22 @@ class Checkpointer:
         storage: Storage | None = None,
     ):
         env = os.environ if env is None else env
-        self._storage_options = storage_options
-        self._transfer = transfer or TransferOptions()
-        if storage is None:
-            uri = uri or env.get("BROKER_CHECKPOINT_URI")
-            if not uri:
-                raise ValueError("no checkpoint URI: pass one or set BROKER_CHECKPOINT_URI")
-            storage = open_storage(uri, storage_options, self._transfer)
-        self._storage: Storage = storage
+        # the counts and durations first (checkpoint.arguments), before any store is opened or thread started
         if every_steps is None and every_seconds is None:
             every_seconds = 300.0
         self._policy = SavePolicy(every_steps, every_seconds)
         self._retention = RetentionPolicy(keep_last, keep_every)
+        if grace_s is None:
+            grace_s = _grace_from_env(env)
+        self.preemption = PreemptionNotice(grace_s, exit_code, clock=clock)
+        self._storage_options = storage_options
+        self._transfer = transfer or TransferOptions()
+        if storage is None:
+            uri = (None if uri is None else as_uri(uri)) or env.get("BROKER_CHECKPOINT_URI")
+            if not uri:
+                raise ValueError("no checkpoint URI: pass one or set BROKER_CHECKPOINT_URI")
+            storage = open_storage(uri, storage_options, self._transfer)
+        self._storage: Storage = storage
         self._abandoned: frozenset[CheckpointId] = frozenset()  # set by restore: see _own_newer and retention
         self._damaged: frozenset[CheckpointId] = frozenset()  # set by restore: committed, then lost or changed
         self._owners: dict[CheckpointId, str | None] = {}  # the job each manifest names: see commit.apply_retention
@@ -159,9 +168,6 @@ class Checkpointer:
         # restore() claims the base at once only if it is the job's own (not one opened to read weights)
         self._job_base = (env.get("BROKER_CHECKPOINT_URI") or "").rstrip("/")
         self._reporter = Reporter.from_env(env)
-        if grace_s is None:
-            grace_s = float(env.get("BROKER_PREEMPTION_GRACE_S") or DEFAULT_GRACE_S)
-        self.preemption = PreemptionNotice(grace_s, exit_code, clock=clock)
         self._cloud_notice: MetadataWatcher | None = None
         self._notice_file: NoticeFileWatcher | None = None
         if handle_sigterm:
@@ -214,8 +220,9 @@ class Checkpointer:
         nothing (several writers under one base URI would write the same directories and corrupt them).
 
         Raises CheckpointError if a previous background save failed — except after a
-        preemption notice, when this save is tried anyway (the earlier failure is logged): the
-        last chance to keep the work must not be lost to an earlier, perhaps passing, error.
+        preemption notice, when this save is tried anyway (the earlier failure is logged, also one
+        that lands while this save waits for its commit): the last chance to keep the work must not
+        be lost to an earlier, perhaps passing, error. The notice's own save failing is raised.
         """
         step = _step(step)
         self._raise_pending(unless_preempted=True)
@@ -236,10 +243,14 @@ class Checkpointer:
             self._last_id, self._last_step, self._last_time = cid, step, self._clock()
             blocked = time.perf_counter() - started
             self._runner.submit(lambda: self._write(cid, captured, started, blocked))
-        if wait or self.preemption.requested:
-            self.wait()
         if self.preemption.requested:
+            # An earlier save may fail only now, while this one waits (it was still uploading at the notice): that
+            # failure is logged, as at the top; only the notice's own save failing is raised.
+            self._runner.wait()
+            self._raise_pending(unless_preempted=self._failed_id != self._last_id)
             self._exit_after_preemption()
+        elif wait:
+            self.wait()
 
     def wait(self) -> str | None:
         """Block until queued saves are committed; return the newest committed URI.
@@ -313,7 +324,7 @@ class Checkpointer:
         if self._failed_id is not None and self._failed_id == self._last_id:
             self._last_step = None  # that step was not saved: saving it again must write it, not skip it
         if unless_preempted and self.preemption.requested:
-            log.error("an earlier background save failed (%s); saving again for the preemption notice",
+            log.error("an earlier background save failed (%s); not raised: the preemption notice's save comes first",
                       _describe(error))
             return
         raise CheckpointError(f"background checkpoint save failed: {_describe(error)}") from error
@@ -327,6 +338,10 @@ class Checkpointer:
         # is committed, so each stop is short; the SIGTERM handler goes back to what it was.
         self._shut_down(upload_timeout=1.0)
         sys.stdout.flush()
+        # On a training thread of its own, SystemExit ends only that thread, and the process then exited 0 — a
+        # preempted run taken for a finished one. The main thread raises it too, from the SIGTERM handler.
+        if threading.current_thread() is not threading.main_thread():
+            self.preemption.exit_on_main_thread(self.preemption.exit_code)
         raise SystemExit(self.preemption.exit_code)
 
     def _shut_down(self, upload_timeout: float | None = None) -> None:
@@ -360,9 +375,13 @@ class Checkpointer:
         objects as values), each object that has ``load_state_dict`` is loaded in place.
 
         Raises:
+            TypeError: ``into`` is not a mapping (a bare model: ``into={"model": model}`` is meant),
+                before anything is read.
             UnsafeCheckpointError: the chosen checkpoint contains pickled objects and
                 ``allow_pickle`` is False.
         """
+        if into is not None and not isinstance(into, Mapping):  # iterated, a module gave a baffling traceback
+            raise TypeError(f"restore(into=...) takes a dict of name → object, like save(), got {type(into).__name__}")
         own_newer: list[layout.Entry] = []
         # claimed before the listing: a zombie's commit landing between the two was neither seen (restored, or set
         # aside as abandoned) nor fenced, and retention counted it as newest, deleting this attempt's own
@@ -460,6 +479,16 @@ def _fence(job: Mapping[str, str]) -> tuple[str, int] | None:
         return None
 
 
+def _grace_from_env(env: Mapping[str, str]) -> float:
+    text = env.get("BROKER_PREEMPTION_GRACE_S") or ""
+    if not text.strip():
+        return DEFAULT_GRACE_S
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"BROKER_PREEMPTION_GRACE_S must be a number of seconds, got {text!r}") from None
+
+
 def _step(step: Any) -> int:
     try:
         return operator.index(step)
@@ -495,6 +524,7 @@ def _flush_at_exit() -> None:
             ckpt.close()
         except Exception as e:  # noqa: BLE001 - nothing left to raise to
             log.error("checkpoint upload failed at exit: %s", e)
+    finish_detached()  # a checkpointer closed on a training thread could not put the SIGTERM handler back
 
 
 def _register_exit_flush() -> None:

@@ -11,6 +11,18 @@ Event sequence on a spot VM (grace 120 s on AWS, 30 s on GCP)::
 
 Nothing here saves anything: the notice only flips a flag that ``Checkpointer.due`` reads,
 so a loop that calls just ``due()`` and ``save()`` gets the whole behaviour.
+
+Closed from another thread (training in a thread of its own), a notice cannot put the old handler back:
+``signal.signal`` and ``signal.set_wakeup_fd`` are the main thread's. It is *detached* instead — the
+handler and the wakeup descriptor stay ours, and act as what was there before::
+
+    close() on a training thread → detached (handler, wakeup socket, watchdog left in place)
+    SIGTERM, old handler SIG_DFL   → the watchdog exits at once (143), as SIGTERM would without us
+    SIGTERM, old handler a function → the main thread puts it back and calls it
+    the main thread ends, or installs a newer notice → put back for good
+
+and a preemption save on such a thread, whose ``SystemExit`` would end only that thread (status 0: a
+preempted run taken for a finished one), hands the exit to the main thread (:meth:`exit_on_main_thread`).
 """
 
 from __future__ import annotations
@@ -24,6 +36,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+
+from checkpoint import arguments
 
 log = logging.getLogger("checkpoint")
 
@@ -53,8 +67,9 @@ class PreemptionNotice:
     a long step is not woken when the signal lands on another thread (an upload thread, say).
 
     Args:
-        grace_s: seconds from the notice to a forced exit.
-        exit_code: status for both the clean and the forced exit.
+        grace_s: seconds from the notice to a forced exit (a number ``>= 0``: ``TypeError`` or
+            ``ValueError`` otherwise, naming it).
+        exit_code: status for both the clean and the forced exit (an integer, 0 to 255).
         force_exit: how to leave when the deadline passes or a second signal comes
             (``os._exit``; tests pass a recorder).
     """
@@ -66,8 +81,10 @@ class PreemptionNotice:
         force_exit: Callable[[int], None] = _hard_exit,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.grace_s = grace_s
-        self.exit_code = exit_code
+        self.grace_s = arguments.seconds("grace_s", grace_s, zero=True)  # a str here killed the watchdog at SIGTERM
+        self.exit_code = arguments.count("exit_code", exit_code, minimum=0)
+        if self.exit_code > 255:
+            raise ValueError(f"exit_code must be <= 255 (a process's exit status), got {exit_code}")
         self._force_exit = force_exit
         self._clock = clock
         self.noticed_at: float | None = None
@@ -81,6 +98,8 @@ class PreemptionNotice:
         self._previous = None
         self._previous_wakeup = -1
         self._installed = False
+        self._detached = False  # uninstalled off the main thread (its handler live until the main thread runs)
+        self._exit_main: int | None = None  # SystemExit the main thread raises in our handler (exit_on_main_thread)
 
     @property
     def requested(self) -> bool:
@@ -95,6 +114,7 @@ class PreemptionNotice:
         """Handle SIGTERM from now on. Only possible on the main thread; False elsewhere."""
         if self._installed or threading.current_thread() is not threading.main_thread():
             return self._installed
+        finish_detached()  # a detached notice's handler is the live one: put back what it stands for first
         reader, writer = socket.socketpair()
         reader.setblocking(False)
         writer.setblocking(False)
@@ -102,6 +122,7 @@ class PreemptionNotice:
         self._previous_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         self._previous = signal.signal(signal.SIGTERM, self._on_signal)
         self._stop_watchdog = False
+        self._detached, self._exit_main = False, None
         self._watchdog = threading.Thread(target=self._watch, args=(reader,), name="checkpoint-preemption",
                                           daemon=True)
         self._watchdog.start()
@@ -110,10 +131,16 @@ class PreemptionNotice:
         return True
 
     def uninstall(self) -> None:
-        if self._installed and threading.current_thread() is threading.main_thread():
+        """Stop handling SIGTERM and put the previous handler back. Off the main thread, where that cannot be
+        done, a notice whose handler is the live one is detached instead (module docstring): closing the
+        wakeup socket under the handler left SIGTERM ignored for the rest of the process."""
+        if self._installed:
             above = _chain[_chain.index(self) + 1:]
             if above:  # a newer notice handles SIGTERM now: it inherits what we would have put back
                 above[0]._previous, above[0]._previous_wakeup = self._previous, self._previous_wakeup
+            elif threading.current_thread() is not threading.main_thread():
+                self._detached = True
+                return
             else:
                 signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
                 signal.set_wakeup_fd(self._previous_wakeup)
@@ -164,8 +191,32 @@ class PreemptionNotice:
                 self._timer.daemon = True
                 self._timer.start()
 
-    def _on_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
-        """Nothing to do here: the watchdog saw the signal on the wakeup descriptor already."""
+    def exit_on_main_thread(self, code: int) -> bool:
+        """Have the main thread raise ``SystemExit(code)``, from a detached notice's handler; False if this notice
+        is not detached (on the main thread, or never installed: the caller's own ``SystemExit`` is the exit).
+
+        A SIGTERM to the main thread runs the handler promptly (it interrupts a ``join()`` or a sleep); the
+        watchdog ignores that SIGTERM, and still forces the exit at the grace deadline if the main thread
+        never runs Python again."""
+        if not (self._detached and self._installed):
+            return False
+        self._exit_main = code
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        return True
+
+    def _on_signal(self, signum, frame) -> None:
+        """Nothing to do here while installed: the watchdog saw the signal on the wakeup descriptor already.
+        Detached (closed off the main thread), this is the main thread's chance to put the old handler back."""
+        if not self._detached:
+            return
+        code, previous = self._exit_main, self._previous
+        self.uninstall()  # on the main thread now: the old handler and wakeup descriptor go back
+        if code is not None:
+            raise SystemExit(code)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous in (None, signal.SIG_DFL):
+            signal.raise_signal(signum)  # the default now: the process ends of it (unless the watchdog was first)
 
     def _watch(self, reader: socket.socket, poll_s: float = 0.05) -> None:
         while not self._stop_watchdog:
@@ -176,17 +227,38 @@ class PreemptionNotice:
                 except (BlockingIOError, OSError):
                     data = b""
                 for signum in data:
-                    if signum == signal.SIGTERM:
+                    if signum == signal.SIGTERM and self._detached:
+                        self._after_close()
+                    elif signum == signal.SIGTERM:
                         self.notify()
                     elif self._previous_wakeup >= 0:  # someone else's signal: pass it on
                         try:
                             os.write(self._previous_wakeup, bytes([signum]))
                         except OSError:
                             pass
-            if self.noticed_at is not None and self._clock() - self.noticed_at >= self.grace_s:
+            if (self.noticed_at is not None and (not self._detached or self._exit_main is not None)
+                    and self._clock() - self.noticed_at >= self.grace_s):
                 self._deadline()
                 return
+
+    def _after_close(self) -> None:
+        """A SIGTERM after a close() off the main thread: what the old handler would do. A default one
+        exits at once, from here (the main thread may be deep in a step); a function of the script's is
+        called by the main thread (:meth:`_on_signal`); SIG_IGN, or the exit handed to the main thread, does nothing."""
+        if self._exit_main is None and self._previous in (None, signal.SIG_DFL):
+            log.warning("SIGTERM after the checkpointer was closed: exiting")
+            self._force_exit(128 + signal.SIGTERM)
 
     def _deadline(self) -> None:
         log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)
         self._force_exit(self.exit_code)
+
+
+def finish_detached() -> None:
+    """On the main thread: put back the handler a notice closed off the main thread stands for (its
+    ``uninstall`` could not). Called as the main thread ends (the checkpointer's exit flush) and before a
+    newer notice installs."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for notice in [n for n in _chain if n._detached]:
+        notice.uninstall()

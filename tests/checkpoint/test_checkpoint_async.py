@@ -6,7 +6,7 @@ import pytest
 import torch
 from fakes import FailingStorage, GatedStorage, checkpointer, committed_steps, memory_store
 
-from checkpoint import CheckpointError
+from checkpoint import Checkpointer, CheckpointError
 from checkpoint.preemption import PreemptionNotice
 
 
@@ -126,3 +126,32 @@ def test_a_step_whose_upload_failed_is_written_when_saved_again():
     ckpt.save(5, {"x": torch.ones(3)}, wait=True)
     ckpt.close()
     assert committed_steps(storage) == [5]
+
+
+def test_closing_on_a_training_thread_puts_the_scripts_sigterm_handler_back_at_the_next_sigterm():
+    """close() on a thread cannot call signal.signal (the main thread's): it left a no-op handler behind and closed
+    the wakeup socket under it, so SIGTERM was ignored for the rest of the process. Now the next SIGTERM reaches
+    the handler that was there before, and the main thread puts it back; it is no preemption notice."""
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("must run on the main thread to install the SIGTERM handler")
+    heard = threading.Event()
+    scripts_own = lambda signum, frame: heard.set()  # noqa: E731
+    original = signal.signal(signal.SIGTERM, scripts_own)
+    try:
+        storage = memory_store()
+        ckpt = Checkpointer(storage=storage, env={}, every_steps=1)  # installs its handler over the script's
+        training = threading.Thread(target=lambda: (ckpt.save(1, {"x": torch.ones(3)}), ckpt.close()))
+        training.start()
+        training.join(10)
+        assert committed_steps(storage) == [1]
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert heard.wait(5), "the script's SIGTERM handler never ran"
+        assert signal.getsignal(signal.SIGTERM) is scripts_own
+        assert not ckpt.preemption.requested
+        assert "checkpoint-preemption" not in {t.name for t in threading.enumerate() if t.is_alive()}
+    finally:
+        signal.signal(signal.SIGTERM, original)

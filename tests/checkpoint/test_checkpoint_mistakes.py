@@ -15,7 +15,7 @@ import pytest
 import torch
 from fakes import FailingStorage, checkpointer, committed_steps, memory_store
 
-from checkpoint import Checkpointer, CheckpointError, CheckpointWarning, UnsafeCheckpointError, snapshot
+from checkpoint import Checkpointer, CheckpointError, CheckpointWarning, TransferOptions, UnsafeCheckpointError, snapshot
 from checkpoint.cli import main as checkpoint_cli
 from checkpoint.storage import open_storage
 
@@ -193,3 +193,130 @@ def test_state_that_needs_pickle_is_named_at_the_first_save_not_first_at_the_res
         ckpt.restore()
     assert str(refused.value).startswith(f"{storage.uri()}/step-000000000002-"), refused.value
     assert "pickled Python objects (at args, data.seen)" in str(refused.value)
+
+
+def test_a_save_that_fails_while_the_notices_save_waits_is_logged_and_the_run_still_exits_143(caplog):
+    """The periodic save is still uploading when the notice comes, and fails only while save() waits for the
+    notice's own commit: that failure must not stand in for the preemption (a traceback and status 1, threads
+    left running, the SIGTERM handler not put back) once the notice's checkpoint has committed."""
+    import signal
+    import threading
+
+    class FailsStepOneLate(FailingStorage):
+        """Step 1's first write waits for ``gate``, then raises; every other write goes through."""
+
+        def write(self, path, data):
+            if path.startswith("step-000000000001-"):
+                self.writes_started.release()
+                assert self.gate.wait(10), "test never opened the gate"
+                raise OSError(503, "store unavailable")
+            self._inner.write(path, data)
+
+    class OpensTheGate:
+        """Captured by save(2) after its own check for earlier failures: step 1 fails only after that."""
+
+        def __init__(self, gate):
+            self.gate = gate
+
+        def state_dict(self):
+            self.gate.set()
+            return {"w": torch.ones(3)}
+
+        def load_state_dict(self, state):
+            pass
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("must run on the main thread to install the SIGTERM handler")
+    before = signal.getsignal(signal.SIGTERM)
+    storage = FailsStepOneLate(memory_store())
+    storage.gate.clear()
+    ckpt = checkpointer(storage, every_steps=1000, every_seconds=3600)
+    assert ckpt.preemption.install()
+    ckpt.save(1, {"x": torch.ones(3)})
+    assert storage.writes_started.acquire(timeout=5)  # step 1 is uploading, held at the gate
+    ckpt.preemption.notify()
+    assert ckpt.due(2)
+    with pytest.raises(SystemExit) as exited, caplog.at_level("ERROR", logger="checkpoint"):
+        ckpt.save(2, {"model": OpensTheGate(storage.gate)})
+    assert exited.value.code == 143
+    assert committed_steps(storage) == [2]
+    assert any("store unavailable" in r.getMessage() for r in caplog.records), caplog.records
+    assert not ckpt._runner._thread.is_alive()
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+
+REFUSED_ARGUMENTS = [
+    ("keep_last=2.5 (each save committed, then failed its retention)", {"keep_last": 2.5}, {},
+     TypeError, r"^keep_last must be an integer, got float 2\.5$"),
+    ("keep_last=None", {"keep_last": None}, {}, TypeError, r"^keep_last must be an integer, got NoneType None$"),
+    ("keep_last=True (a bool is not a count)", {"keep_last": True}, {}, TypeError,
+     r"^keep_last must be an integer, got bool True$"),
+    ("keep_every='100' (a numeric string is not a number)", {"keep_every": "100"}, {}, TypeError,
+     r"^keep_every must be an integer, got str '100'$"),
+    ("every_steps='50'", {"every_steps": "50"}, {}, TypeError, r"^every_steps must be an integer, got str '50'$"),
+    ("every_steps=True", {"every_steps": True}, {}, TypeError, r"^every_steps must be an integer, got bool True$"),
+    ("every_seconds='60'", {"every_seconds": "60"}, {}, TypeError,
+     r"^every_seconds must be a number of seconds, got str '60'$"),
+    ("every_seconds=nan", {"every_seconds": float("nan")}, {}, ValueError, r"^every_seconds must be > 0 seconds"),
+    ("grace_s='2' (at SIGTERM it killed the watchdog, and the forced exit with it)", {"grace_s": "2"}, {}, TypeError,
+     r"^grace_s must be a number of seconds, got str '2'$"),
+    ("grace_s=-1", {"grace_s": -1}, {}, ValueError, r"^grace_s must be >= 0 seconds, got -1$"),
+    ("exit_code='143'", {"exit_code": "143"}, {}, TypeError, r"^exit_code must be an integer, got str '143'$"),
+    ("exit_code=400", {"exit_code": 400}, {}, ValueError, r"^exit_code must be <= 255"),
+    ("BROKER_PREEMPTION_GRACE_S=soon", {}, {"BROKER_PREEMPTION_GRACE_S": "soon"}, ValueError,
+     r"^BROKER_PREEMPTION_GRACE_S must be a number of seconds, got 'soon'$"),
+]
+
+
+@pytest.mark.parametrize("kw, env, error, says", [r[1:] for r in REFUSED_ARGUMENTS],
+                         ids=[f"{r[0]} is refused at construction" for r in REFUSED_ARGUMENTS])
+def test_a_wrong_count_or_duration_is_refused_when_the_checkpointer_is_built_naming_it(kw, env, error, says):
+    import signal
+    import threading
+
+    before, threads = signal.getsignal(signal.SIGTERM), set(threading.enumerate())
+    storage = memory_store()
+    with pytest.raises(error, match=says):
+        Checkpointer(storage=storage, env=env, **kw)
+    assert signal.getsignal(signal.SIGTERM) == before and set(threading.enumerate()) <= threads
+    assert storage.list() == []
+
+
+@pytest.mark.parametrize("field, value, error, says", [
+    ("part_size", "32MiB", TypeError, r"^part_size must be an integer, got str '32MiB'$"),
+    ("concurrency", 0, ValueError, r"^concurrency must be >= 1, got 0$"),
+    ("retries", 1.5, TypeError, r"^retries must be an integer, got float 1\.5$"),
+    ("retry_backoff_s", None, TypeError, r"^retry_backoff_s must be a number of seconds, got NoneType None$"),
+], ids=["a part size as text", "no parts in flight", "a fraction of a retry", "no backoff"])
+def test_wrong_transfer_options_are_refused_when_made_not_mid_upload(field, value, error, says):
+    with pytest.raises(error, match=says):
+        TransferOptions(**{field: value})
+
+
+def test_a_pathlib_path_is_a_checkpoint_location(tmp_path):
+    base = tmp_path / "run"
+    with Checkpointer(base, env={}, handle_sigterm=False) as ckpt:
+        ckpt.save(1, {"x": 1}, wait=True)
+        assert ckpt.uri == str(base)
+    assert committed_steps(open_storage(base)) == [1]
+
+
+@pytest.mark.parametrize("uri", [123, b"/tmp/run"], ids=["an int", "a bytes path"])
+def test_a_location_that_is_neither_a_str_nor_a_path_says_what_is_needed(uri):
+    with pytest.raises(TypeError, match=r"^a checkpoint URI must be a str \(s3://bucket/run, gs://bucket/run or a "
+                                        r"path\) or an os\.PathLike such as pathlib\.Path, got (int|bytes) "):
+        Checkpointer(uri, env={}, handle_sigterm=False)
+
+
+@pytest.mark.parametrize("into", [torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 2))],
+                         ids=["a bare Linear", "a bare Sequential"])
+def test_restoring_into_a_bare_model_says_a_dict_is_needed_like_save(into):
+    storage = memory_store()
+    with checkpointer(storage) as ckpt:
+        ckpt.save(1, {"model": torch.nn.Linear(2, 2)}, wait=True)
+    with checkpointer(storage) as ckpt, warnings.catch_warnings():
+        warnings.simplefilter("error", CheckpointWarning)  # no bogus "has no Linear(...)" warning first
+        with pytest.raises(TypeError, match=rf"^restore\(into=\.\.\.\) takes a dict of name → object, like save\(\), "
+                                            rf"got {type(into).__name__}$"):
+            ckpt.restore(into=into)

@@ -157,3 +157,37 @@ def test_closing_an_older_checkpointer_leaves_the_newest_hearing_sigterm(tmp_pat
     assert done.returncode == 143, done.stderr[-2000:]
     with Checkpointer(uri, env={}, handle_sigterm=False) as ckpt:
         assert ckpt.restore() is not None
+
+
+def test_a_preemption_of_a_loop_on_a_thread_of_its_own_exits_143_through_the_main_thread(tmp_path, subprocess_env):
+    """SystemExit(143) on a training thread ended only that thread: the main thread's join() returned and the
+    process exited 0, a preempted run taken for a finished one. The main thread now exits 143, running its finally."""
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        from checkpoint import Checkpointer
+        ckpt = Checkpointer(every_steps=1000)            # made on the main thread: it hears SIGTERM
+        started = threading.Event()
+        def train():
+            for step in range(1, 10**6):
+                started.set()
+                time.sleep(0.01)
+                if ckpt.due(step):
+                    ckpt.save(step, {"step": step})
+            ckpt.close()
+        training = threading.Thread(target=train)
+        training.start()
+        started.wait()
+        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            training.join()
+            print("join returned: the process would exit 0")
+        finally:
+            print("main finally ran", flush=True)
+    """)
+    uri = str(tmp_path / "run")
+    done = subprocess.run([PYTHON, "-c", script], env=subprocess_env(uri), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["main finally ran"], done.stdout
+    with Checkpointer(uri, env={}, handle_sigterm=False) as ckpt:
+        assert ckpt.restore() is not None
