@@ -97,9 +97,9 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "Usually a flaky node or network: resume it; if it repeats, check NCCL_* settings.",
        r"NCCL (error|WARN.*(timeout|Connection))|ncclSystemError|ncclRemoteError|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"),
     _r("data_not_found", "Could not read {path}{at_step}.", "Check the path and the job's credentials.",
-       r"(?:FileNotFoundError|NoSuchKey|NoSuchBucket|No such file or directory|404 Not Found|does not exist)[^\n]*?(?P<path>(?:s3|gs|gcs|az|hdfs|file)://[^\s'\"]+|/[^\s'\":]+)"),
+       r"(?:FileNotFoundError|NoSuchKey|NoSuchBucket|No such file or directory|404 Not Found|does not exist)[^\n]{0,300}?(?P<path>(?:s3|gs|gcs|az|hdfs|file)://[^\s'\"]+|/[^\s'\":]+)"),
     _r("storage_access", "Access to {path} was denied{at_step}.", "Check the job's credentials and bucket policy.",
-       r"(?:AccessDenied|403 Forbidden|PermissionError)[^\n]*?(?P<path>(?:s3|gs)://[^\s'\"]+|/[^\s'\":]+)"),
+       r"(?:AccessDenied|403 Forbidden|PermissionError)[^\n]{0,300}?(?P<path>(?:s3|gs)://[^\s'\"]+|/[^\s'\":]+)"),
     _r("dependency_missing", "A Python dependency is missing: {module}.",
        "Add it to the task's setup (pip install ...).", r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
     _r("host_oom", "Out of host memory{at_step}: the kernel killed the process.",
@@ -109,12 +109,28 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("host_oom", "The process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host memory.",
        "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size.",
        codes=[137], signals=[9]),
+    # torchrun exits 1 and names a worker's signal only in its summary ("exitcode : -9", "Signal 9 (SIGKILL)")
+    _r("host_oom", "A training process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host "
+       "memory.", "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       r"Signal 9 \(SIGKILL\) received by PID|^\s*exitcode\s*:\s*-9\b", phases=["failed"]),
+    _r("crash", "A training process crashed with a segmentation fault{at_step}.",
+       "Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
+       "the log's last lines show what it was doing.",
+       r"Signal 11 \(SIGSEGV\) received by PID|^\s*exitcode\s*:\s*-11\b", phases=["failed"]),
+    # a data-loader worker's death is re-raised in the main process as a RuntimeError: not the code's error
+    _r("host_oom", "A data-loader worker ran out of shared memory{at_step} (/dev/shm).",
+       "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers.",
+       r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|insufficient shared memory \(shm\)",
+       phases=["failed"]),
+    _r("host_oom", "A data-loader worker was killed{at_step}, most likely by the kernel for lack of host memory.",
+       HOST_OOM_HINT, r"DataLoader worker \(pid[^)]*\) (?:is killed by signal: Killed|exited unexpectedly)",
+       phases=["failed"]),
     _r("host_oom", "Out of host memory{at_step}{batch}: an allocation failed.",
        HOST_OOM_HINT,
        r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory", phases=["failed"]),
     _r("disk_full", "The disk is full{at_step}: could not write {path}.",
        DISK_FULL_HINT,
-       r"(?:No space left on device|Disk quota exceeded)(?:[^\n]*?(?P<path>(?:s3|gs|gcs|file)://[^\s'\"]+|/[^\s'\":]+))?"),
+       r"(?:No space left on device|Disk quota exceeded)(?:[^\n]{0,300}?(?P<path>(?:s3|gs|gcs|file)://[^\s'\"]+|/[^\s'\":]+))?"),
     _r("disk_full", "torch.save could not finish writing a checkpoint{at_step}; most often the disk is full.",
        DISK_FULL_HINT,
        r"inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing file"),
@@ -150,7 +166,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
     step = max(known) if known else None
     batch = _BATCH.findall(ending.log_tail)
-    log_tail = _root_cause(ending.log_tail)
+    log_tail = _after_shutdown_noise(_root_cause(_readable(ending.log_tail)))
     if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
         return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
                          False, step)
@@ -174,6 +190,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
         if facts.get("message"):
             facts["message"] = ": " + _clip(facts["message"]).rstrip(".")
+        if match is not None and match.groupdict().get("path"):
+            facts["path"] = _whole_path(match)
         facts.setdefault("path", "a file")
         facts.setdefault("module", "a module")
         facts.setdefault("exception", "an exception")
@@ -216,6 +234,48 @@ def _root_cause(log_tail: str) -> str:
             line = m.group(2)
         lines.append(line)
     return _LAUNCHER_ERROR.sub("", "\n".join(lines))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_SKYPILOT_PREFIX = re.compile(r"^\((?:task|head|worker\d*)(?:, [a-z_]+=[^,)\s]+)*\) ?", re.M)
+_BROKER_LINE = re.compile(r"^\[spot-broker\] [^\n]*\n?", re.M)
+
+
+def _readable(log_tail: str) -> str:
+    """The log as the job wrote it: colour codes stripped (``\\x1b[1;91mValueError:``), SkyPilot's line prefix
+    (``(task, pid=2101) ``, ``(worker1, rank=1, pid=…, ip=…) ``) dropped, and the broker's own lines
+    (``[spot-broker] run exited with status 3``, the wrapper's last word on SkyPilot) left out, so that
+    neither hides the job's exception nor is quoted as the job's last line."""
+    return _BROKER_LINE.sub("", _SKYPILOT_PREFIX.sub("", _ANSI.sub("", log_tail)))
+
+
+def _after_shutdown_noise(log_tail: str) -> str:
+    """The log without the tracebacks Python prints while shutting down after the real one ("Exception ignored
+    in: <function _MultiProcessingDataLoaderIter.__del__ …>" … ``AssertionError: can only test a child
+    process``): the error that ended the job is the one before them."""
+    if "Exception ignored in" not in log_tail:
+        return log_tail
+    kept, skipping = [], False
+    for line in log_tail.splitlines():
+        if line.startswith("Exception ignored in"):
+            skipping = True
+            continue
+        if skipping:
+            if line[:1].isspace() or line.startswith("Traceback (most recent call last)") or not line.strip():
+                continue
+            skipping = False  # the ignored exception's own line ends its block
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _whole_path(match: re.Match) -> str:
+    """The path a rule matched, with what the pattern's leading ``/`` cut off a relative one put back
+    (``'data/openwebtext/train.bin'`` was read as ``/openwebtext/train.bin``)."""
+    text, start = match.string, match.start("path")
+    while start > 0 and text[start - 1] not in " \t\n'\"`=(:[":
+        start -= 1
+    return text[start:match.end("path")].rstrip(".,;")
 
 
 def _ended(ending: Ending) -> str:

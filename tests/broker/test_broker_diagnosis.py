@@ -35,6 +35,74 @@ CASES = [
 ]
 
 
+TORCHRUN_SUMMARY = """[2026-12-03 10:00:00,000] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: {code}) local_rank: 0 (pid: 1234) of binary: /usr/bin/python
+Traceback (most recent call last):
+  File "/usr/local/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-03_10:00:00
+  host      : node-1
+  rank      : 0 (local_rank: 0)
+  exitcode  : {code} (pid: 1234)
+  error_file: <N/A>
+  traceback : Signal {signal} ({name}) received by PID 1234
+============================================================
+"""
+SHUTDOWN_NOISE = """Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f2b1c2d3e20>
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__
+    self._shutdown_workers()
+AssertionError: can only test a child process
+"""
+
+# Logs as real jobs print them: torchrun's summary, a data-loader worker's death, SkyPilot's line prefix and the
+# wrapper's own last line, colour codes, a relative path, Python's shutdown noise after the real traceback
+REAL_LOGS = [
+    ("a worker SIGKILLed under torchrun is host memory, not the code",
+     Ending("failed", 1, log_tail="step 880\n" + TORCHRUN_SUMMARY.format(code=-9, signal=9, name="SIGKILL")),
+     "host_oom", "A training process was killed (SIGKILL) at step 880, most likely by the kernel for lack of host memory."),
+    ("a worker segfault under torchrun is a crash",
+     Ending("failed", 1, log_tail=TORCHRUN_SUMMARY.format(code=-11, signal=11, name="SIGSEGV")),
+     "crash", "A training process crashed with a segmentation fault."),
+    ("a data-loader worker killed is host memory",
+     Ending("failed", 1, log_tail="RuntimeError: DataLoader worker (pid 4567) is killed by signal: Killed. "),
+     "host_oom", "A data-loader worker was killed, most likely by the kernel for lack of host memory."),
+    ("a data-loader worker's bus error is shared memory",
+     Ending("failed", 1, log_tail="ERROR: Unexpected bus error encountered in worker. This might be caused by "
+            "insufficient shared memory (shm).\nRuntimeError: DataLoader worker (pid 2345) is killed by signal: Bus "
+            "error. It is possible that dataloader's workers are out of shared memory."),
+     "host_oom", "A data-loader worker ran out of shared memory (/dev/shm)."),
+    ("SkyPilot's line prefix does not hide the exception",
+     Ending("failed", 1, log_tail="(task, pid=2101) step 300\n(task, pid=2101) Traceback (most recent call last):\n"
+            "(task, pid=2101) ValueError: labels must be in [0, 10), got 12\n"
+            "(task, pid=2101) [spot-broker] run exited with status 1\n"),
+     "user_code_error", "The training script raised ValueError at step 300: labels must be in [0, 10), got 12."),
+    ("the job's own last line is quoted, not the wrapper's exit line",
+     Ending("failed", 3, log_tail="step 300\nloss is NaN, stopping\n[spot-broker] run exited with status 3\n"),
+     "user_code_error", 'The job exited with code 3 at step 300: "loss is NaN, stopping".'),
+    ("colour codes neither hide the exception nor reach the sentence",
+     Ending("failed", 1, log_tail="\x1b[1;91mValueError: \x1b[0mExpected input batch_size (32) to match target (16)"),
+     "user_code_error", "The training script raised ValueError: Expected input batch_size (32) to match target (16)."),
+    ("a relative path is named as written",
+     Ending("failed", 1, log_tail="FileNotFoundError: [Errno 2] No such file or directory: 'data/openwebtext/train.bin'"),
+     "data_not_found", "Could not read data/openwebtext/train.bin."),
+    ("Python's shutdown noise after the traceback does not replace its exception",
+     Ending("failed", 1, log_tail="Traceback (most recent call last):\nKeyError: 'pixel_values'\n" + SHUTDOWN_NOISE),
+     "user_code_error", "The training script raised KeyError: 'pixel_values'."),
+]
+
+
+@pytest.mark.parametrize("ending, cls, sentence", [c[1:] for c in REAL_LOGS], ids=[c[0] for c in REAL_LOGS])
+def test_real_logs_are_read_for_the_failure_that_ended_the_job(ending, cls, sentence):
+    d = diagnose(ending)
+    assert (d.cls, d.sentence) == (cls, sentence), d
+
+
 @pytest.mark.parametrize("ending, cls, sentence", [c[1:] for c in CASES],
                          ids=[f"{c[0]} → {c[2]}" for c in CASES])
 def test_shipped_rules(ending, cls, sentence):
