@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -181,7 +182,7 @@ def _main(argv: list[str] | None) -> int:
         shown.print_usage(sys.stderr)
         print(f"{shown.prog}: error: {message}", file=sys.stderr)
         if "--json" in argv:
-            _print_json({"error": message})
+            _print_json({"error": message, **({"field": f} if (f := _option_blamed(message)) else {})})
         return 2
     if args.command is None:
         _parser().print_help()
@@ -198,13 +199,13 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(exc, BrokerError):
             where = f" [{exc.status}]" if exc.status else ""
             print(f"error{where}: {exc.detail}", file=sys.stderr)
-            _json_error(args, exc.detail, exc.status, exc.field)
+            _json_error(args, exc.detail, exc.status, exc.field or (None if exc.status else _option_blamed(exc.detail)))
             return 1
         from broker.config import ConfigError
 
         if isinstance(exc, (ConfigError, ValueError, OSError)):
             print(f"error: {exc}", file=sys.stderr)
-            _json_error(args, str(exc))
+            _json_error(args, str(exc), field=_option_blamed(str(exc)))
             return 1
         raise
 
@@ -240,6 +241,16 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
             raise _Usage(commands["costs"], f"{', '.join(given)}: a job's costs are its whole life, attempt by attempt; "
                                             f"leave {'them' if len(given) > 1 else 'it'} out with a job id (a window "
                                             "is for a team's costs: `broker costs --period 7d`)")
+
+
+_ONE_OPTION = re.compile(r"^(?:argument )?(--[a-z][\w-]*)(?:/-\w)?(?: [^\s:,]+)?: ")
+
+
+def _option_blamed(message: str) -> str | None:
+    """The one option a refusal of the CLI's own begins by naming (``--period: ...``, ``argument --attempt:
+    ...``, ``--env FOO: ...``), for a ``--json`` error's ``field``; ``None`` for several or none."""
+    m = _ONE_OPTION.match(message)
+    return m.group(1) if m else None
 
 
 def _json_error(args, sentence: str, status: int = 0, field: str | None = None) -> None:

@@ -245,6 +245,22 @@ def test_with_json_an_error_is_also_one_json_object_on_stdout(cli):
     assert r.returncode == 1 and r.stdout == "", r.stdout  # without --json, stdout stays empty
 
 
+def test_with_json_a_refusal_of_one_option_names_it_as_the_field(cli):
+    """The README promises `field` "when one option or field is to blame": refusals of the CLI's own options
+    came without one (`--period` beside a job id, `--env NAME` unset here, `--attempt zero`)."""
+    run, tmp = cli
+    task = tmp / "t.yaml"
+    task.write_text("run: echo hi\n")
+    for argv, code, field in [(["costs", "j-nope", "--period", "7d"], 2, "--period"),
+                              (["submit", str(task), "--env", "SPOT_BROKER_TEST_UNSET_VAR"], 1, "--env"),
+                              (["logs", "j-nope", "--attempt", "zero"], 2, "--attempt"),
+                              (["submit", str(task), "--budegt", "5", "--dedline", "2h"], 2, None)]:
+        r = run("--json", *argv, check=False)
+        assert r.returncode == code and "Traceback" not in r.stderr, r.stderr
+        assert json.loads(r.stdout).get("field") == field, (argv, r.stdout)
+    assert json.loads(run("--json", "status").stdout) == []  # nothing was submitted
+
+
 def test_a_misspelt_option_is_named_with_the_one_meant_and_with_json_is_one_json_object_too(cli):
     """`broker submit t.yaml --budegt 5` said "unrecognized arguments" under the top-level usage, and with --json
     printed nothing on stdout: a script read an empty answer."""
