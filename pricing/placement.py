@@ -164,7 +164,7 @@ def place(
     if not available:
         blocked = [o for o in priced if o not in allowed]
         if not blocked and not over:
-            return NoFit("every matching pool or zone is full right now")
+            return NoFit(f"{_places(allowed)} full right now")
         clauses = [f"{_places(allowed)} full right now",
                    f"{_places(blocked)} blocked for this job after recent preemptions" if blocked else "", over]
         clauses = [c for c in clauses if c]

@@ -97,7 +97,9 @@ CASES = [
      "after recent preemptions and the rest are over the job's max_price_per_hour of $1.00"),
     ("every match full is said as such", job(), dict(free_capacity={"lab": 0, "us-east-1a": 0, "us-east-1b": 0,
                                                                       "us-west-2a": 0, "us-west-2b": 0}),
-     "NoFit every matching pool or zone is full right now"),
+     "NoFit the pool lab and zones us-east-1a, us-east-1b and us-west-2a are full right now"),
+    ("a full pool alone is named", job(alternatives=(ResourceRequest("V100", 1, use_spot=False, cloud="local"),)),
+     dict(free_capacity={"lab": 0}), "NoFit the pool lab is full right now"),
     ("a spent budget places nothing", job(), dict(budget_left=0), "NoFit is spent"),
     (
         "a budget too small for the expected hours on any free offer",
