@@ -158,9 +158,14 @@ def quote(
 def _tier_quote(offer: Offer, request: JobRequest, risk: Mapping[str, Decimal],
                 after_run_seconds: Mapping[Offer, int]) -> TierQuote:
     hourly = offer.price_per_hour * request.num_nodes
-    after = cost_for_seconds(hourly, after_run_seconds.get(offer, 0))
+    after_seconds = after_run_seconds.get(offer, 0)
+    after = cost_for_seconds(hourly, after_seconds)
     estimate = None
     if request.expected_hours is not None:
         loaded = Decimal(1) + (max(risk.get(offer.location, Decimal(0)), Decimal(0)) if offer.tier is Tier.SPOT else 0)
-        estimate = cost_for_seconds(hourly, request.expected_hours * 3600 * loaded) + after
+        run = request.expected_hours * 3600 * loaded
+        # rounded up once, over the run and the billing after it, as placement weighs the budget: the two
+        # rounded apart made the quote up to $0.000001 dearer, refusing a budget placement would fit
+        estimate = cost_for_seconds(hourly, run + after_seconds)
+        after = estimate - cost_for_seconds(hourly, run)
     return TierQuote(tier=offer.tier, offer=offer, price_per_hour=hourly, estimate=estimate, after_run=after)

@@ -108,3 +108,17 @@ def test_the_billing_after_the_run_is_named_in_the_quotes_words():
     per_hour = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),)), OFFERS, after_run_seconds=AFTER_RUN)
     assert per_hour.summary().startswith("$1.00/h + $0.25 billed after the run on spot 1x V100 p3.2xlarge in "
                                          "aws/us-east-1a")
+
+
+def test_a_budget_placement_fits_is_one_the_quote_admits_to_the_micro_dollar():
+    """The quote rounded the run and the billing after it up apart ($0.500001 + $0.250001), placement their sum
+    once ($0.750001): a budget of exactly what placement would spend was refused at submit."""
+    from pricing.placement import Placement, place
+    spot = Offer(Tier.SPOT, "aws", "us-east-1", "us-east-1a", "p3.2xlarge", "V100", 1, 1_000_001)  # odd µ$/h
+    request = JobRequest(alternatives=(ResourceRequest("V100", 1),), expected_hours=Decimal("0.5"))
+    after = {spot: 900}
+    q = quote(request, [spot], after_run_seconds=after)
+    assert (q.cheapest().estimate, q.cheapest().after_run) == (750_001, 250_000)
+    assert q.fits(750_001) and not q.fits(750_000)
+    assert isinstance(place(request, [spot], budget_left=750_001, after_run_seconds=after), Placement)
+    assert not isinstance(place(request, [spot], budget_left=750_000, after_run_seconds=after), Placement)
