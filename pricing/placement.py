@@ -163,12 +163,9 @@ def place(
     available = [o for o in allowed if free_capacity.get(o.location, n) >= n]
     if not available:
         blocked = [o for o in priced if o not in allowed]
-        if not blocked and not over:
-            return NoFit(f"{_places(allowed)} full right now")
-        clauses = [f"{_places(allowed)} full right now",
-                   f"{_places(blocked)} blocked for this job after recent preemptions" if blocked else "", over]
-        clauses = [c for c in clauses if c]
-        return NoFit(", ".join(clauses[:-1]) + " and " + clauses[-1])
+        return NoFit(_series([f"{_places(allowed)} full right now",
+                              f"{_places(blocked)} blocked for this job after recent preemptions" if blocked else "",
+                              over]))
     if budget_left is not None:
         if budget_left <= 0:
             return NoFit(f"the budget left, {fmt(budget_left)}, is spent")
@@ -299,12 +296,17 @@ def _places(offers: Sequence[Offer]) -> str:
     zones = sorted({o.location for o in offers if o.tier is not Tier.ONPREM})
 
     def listed(names: list[str]) -> str:
-        shown = names[:4] + ([f"{len(names) - 4} more"] if len(names) > 4 else [])
-        return ", ".join(shown[:-1]) + (" and " if len(shown) > 1 else "") + shown[-1]
+        return _series(names[:4] + ([f"{len(names) - 4} more"] if len(names) > 4 else []))
 
     words = [f"{'the pool' if len(pools) == 1 else 'pools'} {listed(pools)}" if pools else "",
              f"{'zone' if len(zones) == 1 else 'zones'} {listed(zones)}" if zones else ""]
     return f"{' and '.join(w for w in words if w)} {'is' if len(pools) + len(zones) == 1 else 'are'}"
+
+
+def _series(items: Sequence[str], last: str = "and") -> str:
+    """``a, b and c`` of the non-empty ``items`` (``a or b`` with ``last="or"``)."""
+    items = [i for i in items if i]
+    return ", ".join(items[:-1]) + f" {last} " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def duration_text(seconds: int) -> str:
@@ -345,8 +347,7 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
         counts = sorted({o.accelerator_count for o in offers
                          if o.accelerator and o.accelerator.lower() == alt.accelerator.lower()})
         if max(alt.accelerator_count, 1) not in counts:
-            listed = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
-            return f" (an offer here has {listed} {alt.accelerator})"
+            return f" (an offer here has {_series([str(c) for c in counts], 'or')} {alt.accelerator})"
     for want, attr, unit in ((alt.cpus, "vcpus", "vCPUs"), (alt.memory_gib, "memory_gib", "GiB of memory")):
         known = [getattr(o, attr) for o in offers if getattr(o, attr) is not None]
         if want is not None and known and max(known) < want:
