@@ -79,6 +79,9 @@ def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=()) ->
 
 
 HOST_OOM_HINT = "Use a larger instance, fewer data-loader workers, or a smaller batch size."
+MAYBE_HOST_OOM_HINT = "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size."
+CRASH_HINT = ("Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
+              "the log's last lines show what it was doing.")
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -107,15 +110,14 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
     # SIGKILL with nothing in the log to say why: memory is the likeliest cause, not a certain one
     _r("host_oom", "The process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host memory.",
-       "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       MAYBE_HOST_OOM_HINT,
        codes=[137], signals=[9]),
     # torchrun exits 1 and names a worker's signal only in its summary ("exitcode : -9", "Signal 9 (SIGKILL)")
     _r("host_oom", "A training process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host "
-       "memory.", "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size.",
+       "memory.", MAYBE_HOST_OOM_HINT,
        r"Signal 9 \(SIGKILL\) received by PID|^\s*exitcode\s*:\s*-9\b", phases=["failed"]),
     _r("crash", "A training process crashed with a segmentation fault{at_step}.",
-       "Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
-       "the log's last lines show what it was doing.",
+       CRASH_HINT,
        r"Signal 11 \(SIGSEGV\) received by PID|^\s*exitcode\s*:\s*-11\b", phases=["failed"]),
     # a data-loader worker's death is re-raised in the main process as a RuntimeError: not the code's error
     _r("host_oom", "A data-loader worker ran out of shared memory{at_step} (/dev/shm).",
@@ -145,8 +147,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "Fix the error in the code; the log shows the traceback.",
        r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", phases=["failed"]),
     _r("crash", "{what} crashed with a segmentation fault{at_step}.",
-       "Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
-       "the log's last lines show what it was doing.", phases=["failed"], codes=[139], signals=[11]),
+       CRASH_HINT, phases=["failed"], codes=[139], signals=[11]),
     _r("user_code_error", "{what} {ended}{at_step}{said}.", "Read the end of its log for the cause.",
        phases=["failed"]),
 )

@@ -40,7 +40,9 @@ PLACEMENT_KEYS = ("infra", "cloud", "region", "zone", "instance_type", "accelera
                   "any_of", "ordered")
 """Resource keys the broker decides; the user's values for them are replaced, the rest kept."""
 
-KUBERNETES_CLOUDS = {"kubernetes": "k8s", "k8s": "k8s"}
+KUBERNETES_CLOUDS = {"kubernetes": "k8s"}
+"""An offer's cloud for a Kubernetes pool, to SkyPilot's ``infra`` prefix (``broker.spec`` reads a task's ``k8s`` as
+``kubernetes``, so no offer carries ``k8s``)."""
 
 K8S_NOTICE_FILE = "/tmp/spot-broker-notice.json"
 """Where the preemption hook writes the notice on a Kubernetes pod: the ``ray-node`` container's own

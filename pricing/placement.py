@@ -234,7 +234,7 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
 
 
 CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure", "oci": "OCI", "ibm": "IBM", "lambda": "Lambda",
-               "kubernetes": "Kubernetes", "k8s": "Kubernetes"}
+               "kubernetes": "Kubernetes"}
 """How a sentence names an offer's ``cloud``."""
 
 
