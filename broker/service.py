@@ -369,7 +369,9 @@ class BrokerService:
         return job
 
     def list(self, principal: Principal, *, state: str | None = None, team: str | None = None,
-             limit: int = 200) -> list[Job]:
+             limit: int = 200, states: Sequence[JobState] | None = None) -> list[Job]:
+        """``principal``'s jobs (an admin's: any team's, or ``team``'s), newest first; ``state`` is a job state's
+        name as a user typed it (checked), ``states`` a set of them from code."""
         if state is not None and state not in {s.value for s in JobState}:
             raise Invalid("state", f"must be one of {', '.join(s.value for s in JobState)}")
         if not principal.admin:
@@ -377,7 +379,8 @@ class BrokerService:
                 raise Invalid("team", f"you can see only your team's jobs ({principal.team})", status=403)
             team = principal.team
         self.check_team(team)
-        return self.store.list_jobs(states=[state] if state else None, team=team, limit=limit)
+        wanted = [state] if state else [s.value for s in states] if states is not None else None
+        return self.store.list_jobs(states=wanted, team=team, limit=limit)
 
     @staticmethod
     def may_name_host_paths(principal: Principal) -> bool:

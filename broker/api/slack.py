@@ -5,13 +5,17 @@ that fails it gets 401 and changes nothing. Replies are Block Kit, sent
 within Slack's 3-second window: quick commands answer in the HTTP response,
 slower ones (fetching a spec URL, logs) acknowledge and post the result to
 ``response_url`` after the response is sent. Button results also go to
-``response_url``. Setup: ``docs/slack.md``.
+``response_url``. A request Slack sends again (a retry: the same ``trigger_id``,
+with ``X-Slack-Retry-Num``) does not act twice: see :class:`Replays`. Setup: ``docs/slack.md``.
 """
 
 # no `from __future__ import annotations`: FastAPI must see the real types of local aliases
 
 import json
 import logging
+import threading
+import time
+from collections.abc import Callable
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, BackgroundTasks, Request
@@ -27,6 +31,36 @@ from broker.slack.dispatch import Deferred, Dispatcher
 from broker.slack.notify import Notifier
 
 log = logging.getLogger("broker.slack")
+
+
+class Replays:
+    """The ``trigger_id`` of each command and button press taken in the last ``keep`` seconds, so that Slack's
+    retry of one (or any replay of its signed body, which the signature check admits for 5 minutes) is not
+    acted on again. In memory, per process: a submit is also keyed by its ``trigger_id`` in the store (the
+    service's idempotency key), so it is made once whichever broker process a retry reaches."""
+
+    def __init__(self, keep: float = 600.0, clock: Callable[[], float] = time.monotonic):
+        self.keep, self.clock = keep, clock
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def first(self, trigger_id: str) -> bool:
+        """Whether this is the first time ``trigger_id`` is seen (it is recorded either way)."""
+        now = self.clock()
+        with self._lock:
+            while self._seen:
+                oldest = next(iter(self._seen))
+                if self._seen[oldest] > now - self.keep:
+                    break
+                del self._seen[oldest]
+            if trigger_id in self._seen:
+                return False
+            self._seen[trigger_id] = now
+            return True
+
+
+RETRIED = ":repeat: Slack sent this command again (it retries when an answer is slow): it was already taken, so " \
+          "it is not run twice. See where things stand with `{command} status`."
 
 
 def dashboard_url(settings: Settings) -> str:
@@ -57,6 +91,7 @@ def router(service, settings: Settings) -> APIRouter:
     cfg = slack_config(settings.extra)
     dispatcher = Dispatcher(service, cfg, dashboard_url=dashboard_url(settings),
                             fetch=spec_fetcher(cfg, settings.max_body_bytes))
+    replays = Replays()
 
     async def verified(request: Request) -> bytes | Response:
         if not cfg.signing_secret:
@@ -104,7 +139,11 @@ def router(service, settings: Settings) -> APIRouter:
             cmd = parse(form.get("text", ""))
         except CommandError as exc:
             return JSONResponse(error(str(exc)).payload())
-        outcome = await run_in_threadpool(dispatcher.command, cmd, who)
+        trigger = form.get("trigger_id") or None
+        # a submit taken again answers "Already submitted" (the store keeps its trigger_id as the idempotency key)
+        if trigger and not replays.first(trigger) and cmd.name != "submit":
+            return JSONResponse(Reply(RETRIED.format(command=cfg.command)).payload())
+        outcome = await run_in_threadpool(dispatcher.command, cmd, who, trigger_id=trigger)
         if isinstance(outcome, Deferred):
             url = form.get("response_url")
             if url:
@@ -127,6 +166,9 @@ def router(service, settings: Settings) -> APIRouter:
         except (KeyError, IndexError, ValueError, TypeError, RecursionError):  # RecursionError: [[[[...]]]]
             return JSONResponse(status_code=400, content={"detail": "not a Slack block_actions payload"})
         url = payload.get("response_url")
+        trigger = payload.get("trigger_id")
+        if isinstance(trigger, str) and trigger and not replays.first(trigger):
+            return Response(status_code=200)  # a retry of a press already acted on: its answer went to response_url
         who = cfg.principal(user_id)
         if who is None:
             reply = error(f"Your Slack user `{user_id}` is not mapped to a team; nothing was changed.")

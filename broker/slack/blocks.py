@@ -7,6 +7,7 @@ clients that cannot draw blocks.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,16 +46,38 @@ class Reply:
         return body
 
 
+TEXT_CHARS = 3000
+"""The most text Slack takes in a section or context element."""
+
+
+def esc(text: object) -> str:
+    """Text from a job, a user or a log, made literal in mrkdwn: Slack's three escapes (``&``, ``<``, ``>``), so
+    ``<!channel>`` or ``<https://evil|click>`` in a job's output reads as written and neither pings nor links."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: whole lines where it can, then ``…``; never half an ``&amp;``.
+    A safety net: what may be long (a list, a log) is sized by its caller to fit."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    if "\n" in cut[limit // 2:]:
+        cut = cut[:cut.rindex("\n") + 1]
+    return re.sub(r"&[a-z]{0,3}$", "", cut) + "…"
+
+
 def section(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": shorten(text, TEXT_CHARS)}}
 
 
 def context(text: str) -> dict:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:3000]}]}
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": shorten(text, TEXT_CHARS)}]}
 
 
 def fields(pairs: Sequence[tuple[str, str]]) -> dict:
-    return {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"[:2000]} for k, v in pairs[:10]]}
+    return {"type": "section", "fields": [{"type": "mrkdwn", "text": shorten(f"*{k}*\n{v}", 2000)}
+                                          for k, v in pairs[:10]]}
 
 
 def button(kind: str, label: str, job_id: str, *, style: str | None = None, confirm: str | None = None,
@@ -76,14 +99,17 @@ def actions(buttons: Sequence[dict]) -> dict:
 
 
 def error(text: str) -> Reply:
-    return Reply(f":warning: {text}", [section(f":warning: {text}")])
+    """A refusal. ``text`` is plain (it may quote what the user typed or a job's reason): escaped here."""
+    return Reply(f":warning: {esc(text)}", [section(f":warning: {esc(text)}")])
 
 
 def help_reply(command: str) -> Reply:
-    lines = "\n".join(f"`{command} {u}`" for u in USAGE.values())
+    lines = "\n".join(f"`{esc(command)} {esc(u)}`" for u in USAGE.values())  # `<job id>` is text, not a link
     return Reply(f"{command} commands", [
         section(f"*spot-broker* runs your training job where it is cheapest and resumes it after preemption.\n{lines}"),
-        context("Submit takes a URL to a SkyPilot YAML or the YAML itself on the lines after the command."),
+        context("Submit takes a URL to a SkyPilot YAML or the YAML itself on the lines after the command. Without "
+                "budget=, your team's default budget applies. A value with spaces goes in quotes: "
+                "deadline=\"1 hour 30 mins\"."),
     ])
 
 
@@ -97,40 +123,68 @@ def where(placement: dict | None) -> str:
     return f"{p.get('tier', '?')} {p.get('instance_type', '?')} in {cloud}{loc}"
 
 
+REASON_CHARS = 300
+"""The most of a job's reason one line of a list shows."""
+
+
+def clip(text: str, limit: int) -> str:
+    """Plain ``text`` (before :func:`esc`) within ``limit`` characters, ending ``…`` when cut."""
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
 def job_line(job: Job, position: int | None = None, start: float | None = None) -> str:
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:
         pos += f", roughly starting at {iso(start)}"
-    return (f"{emoji} *{job.name}* `{job.id}` — {job.state.value}{pos} · spent {fmt(job.spent)} of "
-            f"{fmt_limit(job.budget)}\n      _{job.reason}_")
+    reason = f"\n      _{esc(clip(job.reason, REASON_CHARS))}_" if job.reason else ""
+    return (f"{emoji} *{esc(job.name)}* `{esc(job.id)}` — {job.state.value}{pos} · spent {fmt(job.spent)} of "
+            f"{fmt_limit(job.budget)}{reason}")
 
 
 def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
               start: float | None = None) -> Reply:
+    placement = job.placement or (attempts[-1].placement if attempts else None)
     blocks = [section(job_line(job, position, start)),
-              fields([("Team", job.team), ("Where", where(job.placement or (attempts[-1].placement if attempts else None))),
+              fields([("Team", esc(job.team)), ("Where", esc(where(placement))),
                       ("Attempts", str(len(attempts))), ("Budget", f"{fmt(job.spent)} of {fmt_limit(job.budget)}")])]
     if attempts:
-        rows = [f"{a.n}. {a.state.value} on {where(a.placement)} — {fmt(a.cost)}"
-                + (f" ({a.reason})" if a.reason else "") for a in attempts[-5:]]
+        rows = [f"{a.n}. {a.state.value} on {esc(where(a.placement))} — {fmt(a.cost)}"
+                + (f" ({esc(clip(a.reason, REASON_CHARS))})" if a.reason else "") for a in attempts[-5:]]
         blocks.append(section("*Attempts*\n" + "\n".join(rows)))
     blocks.append(context(f"<{dashboard_url}|Open the cost dashboard>"))
-    return Reply(f"{job.name} ({job.id}): {job.state.value}", blocks)
+    return Reply(f"{esc(job.name)} ({esc(job.id)}): {job.state.value}", blocks)
 
 
 def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty: str,
                starts: dict[str, float] | None = None) -> Reply:
+    """A titled list of jobs: as many lines as fit in one section (at most ``LIST_LINES``), then how many more."""
     if not jobs:
         return Reply(empty, [section(empty)])
-    lines = [job_line(j, positions.get(j.id), (starts or {}).get(j.id)) for j in jobs[:15]]
-    more = f"\n…and {len(jobs) - 15} more" if len(jobs) > 15 else ""
-    return Reply(title, [section(f"*{title}*"), section("\n".join(lines) + more)])
+    lines: list[str] = []
+    size = -1  # the joining newlines: one fewer than the lines
+    for j in jobs[:LIST_LINES]:
+        line = job_line(j, positions.get(j.id), (starts or {}).get(j.id))
+        more = len(jobs) - len(lines) - 1
+        room = TEXT_CHARS - (len(_more(more)) if more else 0)
+        if size + 1 + len(line) > room:
+            break
+        lines.append(line)
+        size += 1 + len(line)
+    return Reply(title, [section(f"*{title}*"), section("\n".join(lines) + _more(len(jobs) - len(lines)))])
+
+
+LIST_LINES = 15
+"""The most jobs a list shows; ``status <id>`` shows one, ``/v1/jobs`` and ``broker status`` all."""
+
+
+def _more(n: int) -> str:
+    return f"\n…and {n} more" if n > 0 else ""
 
 
 def costs_reply(report: dict, dashboard_url: str) -> Reply:
     t = report["totals"]
-    who = report["team"] or "all teams"
+    who = esc(report["team"] or "all teams")
     saved = saving_words(t["saving"], t["saving_percent"], f"running the same work on on-demand ({t['ondemand_equivalent']['usd']})")
     tiers = " · ".join(f"{k} {v['usd']}" for k, v in t["by_tier"].items())
     pre = report["preemptions"]
@@ -141,17 +195,30 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     ]
     if report["top_jobs"]:
         blocks.append(section("*Most expensive*\n" + "\n".join(
-            f"`{j['id']}` {j['name']} — {j['spent']['usd']}" for j in report["top_jobs"][:5])))
+            f"`{esc(j['id'])}` {esc(j['name'])} — {j['spent']['usd']}" for j in report["top_jobs"][:5])))
     blocks.append(context(f"{pre['count']} preemption(s), {pre['recovery_seconds'] // 60} min to recover · "
                           f"<{dashboard_url}|Open the dashboard>"))
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], None)}", blocks)
 
 
+def log_text(text: str) -> str:
+    """Output as the inside of a ``` block: escaped (Slack still reads ``<!channel>`` there), and no ``` of its own
+    to close the block early."""
+    return esc(text).replace("```", "` ` `")
+
+
 def logs_reply(job_id: str, data: dict, limit: int = 2800) -> Reply:
+    """The newest output that fits in ``limit`` characters once escaped, inside one closed ``` block."""
     text = data.get("data") or ""
+    jid = esc(job_id)
     if not text:
-        return Reply(f"No output yet for {job_id}", [section(f"No output yet for `{job_id}`.")])
-    tail = text[-limit:]
-    cut = "…\n" if len(text) > limit else ""
-    return Reply(f"Logs of {job_id}", [section(f"*Logs of `{job_id}` (attempt {data.get('attempt')})*"),
-                                       section(f"```{cut}{tail.replace('```', '` ` `')}```")])
+        return Reply(f"No output yet for {jid}", [section(f"No output yet for `{jid}`.")])
+    cut = "…\n"
+    body = log_text(text)
+    if len(body) > limit:  # sized after escaping: a log of backticks or <, cut first, overflowed the section
+        tail = text[-(limit - len(cut)):]
+        while len(body := log_text(tail)) > limit - len(cut):
+            tail = tail[max(1, (len(body) - limit + len(cut)) // 5):]  # an escape is at most 5 characters
+        body = cut + body
+    return Reply(f"Logs of {jid}", [section(f"*Logs of `{jid}` (attempt {data.get('attempt')})*"),
+                                    section(f"```{body}```")])

@@ -1,10 +1,15 @@
 """Slash-command text → a :class:`Command`, or a :class:`CommandError` that says how to write it. Pure.
 
 Slack sends the text after ``/broker`` with ``&``, ``<`` and ``>`` escaped and
-links wrapped as ``<https://…>`` or ``<https://…|label>``; both are undone here.
+links wrapped as ``<https://…>`` or ``<https://…|label>``; both are undone here:
+a link becomes what the user typed (its label: Slack links ``train.py`` as
+``<http://train.py|train.py>``), a bare one its URL, a mention ``@name``/``#channel``.
 ``submit`` takes a URL or inline YAML (optionally in a ``` fence) plus
 ``key=value`` options on its first line: ``budget=$50``, ``team=``,
-``priority=``, ``deadline=``, ``expected_hours=``, ``max_price=``, ``name=``.
+``priority=``, ``deadline=``, ``expected_hours=``, ``max_price=``, ``name=``;
+a value with spaces in quotes (``deadline="1 hour 30 mins"``). Anything else on
+the first line but a URL or a ``` fence is refused, naming the word: the YAML
+goes on the lines after it.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass, field
 from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, TooPrecise, to_decimal, to_micros
 
 USAGE = {
-    "submit": "submit <url or YAML> budget=$50 [team=… priority=… deadline=… expected_hours=…]",
+    "submit": "submit <url or YAML> [budget=$50 team=… priority=… deadline=… expected_hours=… max_price=… name=…]",
     "status": "status [job id]",
     "queue": "queue",
     "logs": "logs <job id>",
@@ -28,8 +33,14 @@ USAGE = {
 SUBMIT_OPTIONS = {"budget": "budget_usd", "team": "team", "priority": "priority", "deadline": "deadline",
                   "expected_hours": "expected_hours", "max_price": "max_price_per_hour", "name": None}
 PERIODS = ("24h", "7d", "30d", "90d")
-_LINK = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|[^>]*)?>")
-_OPTION = re.compile(r"^([a-z_]+)=(\S+)$")
+_SLACK_MARKUP = re.compile(r"<([@#!]?)([^|>]*)(?:\|([^>]*))?>")
+"""Slack's markup in the text it sends (a ``<`` typed by the user comes as ``&lt;``): links, mentions."""
+_WORD = re.compile(r"""[a-z_]+=(?:"[^"]*"|'[^']*'|“[^”]*”|‘[^’]*’)|\S+""")
+"""A word of the first line: an option with a quoted value (spaces and all), or a run of non-spaces."""
+_QUOTES = {'"': '"', "'": "'", "“": "”", "‘": "’"}
+_OPTION = re.compile(r"^([a-z_]+)=(.+)$", re.S)
+_PERIODISH = re.compile(r"^\d+(?:\.\d+)?[a-z]*$", re.I)
+"""A word that means a length of time (``1y``, ``12h``, ``30``), not a team."""
 _JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -51,7 +62,19 @@ class Command:
 
 
 def unescape(text: str) -> str:
-    text = _LINK.sub(lambda m: m.group(1), text)
+    """What the user typed, from Slack's escaped text: a link is its label (Slack turns ``train.py`` into
+    ``<http://train.py|train.py>``, ``a@b.io`` into ``<mailto:a@b.io|a@b.io>``), or its URL when bare
+    (``<https://…>``); a mention reads ``@name`` (``<@U1|name>``, ``<!here>``), a channel ``#name``."""
+    def plain(m: re.Match) -> str:
+        sigil, target, label = m.group(1), m.group(2), m.group(3)
+        if sigil == "":  # a link
+            return target if label is None else label
+        if sigil == "!":  # <!here>, <!subteam^S1|@team>, <!date^…|Feb 18>: the label is the text
+            return "@" + target.split("^")[0] if label is None else label
+        name = target if label is None else label  # <@U1|alice>, <#C1|general>
+        return name if name.startswith(sigil) else sigil + name
+
+    text = _SLACK_MARKUP.sub(plain, text)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
@@ -65,7 +88,7 @@ def parse(text: str) -> Command:
     if name not in USAGE:
         raise CommandError(f"I don't know `{words[0]}`. Try `help`.")
     if name == "submit":
-        return _submit(args, rest)
+        return _submit(first.strip()[len(words[0]):], rest)
     if rest.strip():
         raise CommandError(f"`{name}` takes one line: `{USAGE[name]}`")
     if name in ("help", "queue"):
@@ -91,6 +114,9 @@ def parse(text: str) -> Command:
     for a in args:
         if a.lower() in PERIODS and period is None:
             period = a.lower()
+        elif _PERIODISH.match(a) and a.lower() not in PERIODS:  # `costs 1y` was read as a team named "1y"
+            raise CommandError(f"`{a}` is not a period I know: costs takes {', '.join(PERIODS)}. "
+                               f"Usage: `{USAGE[name]}`")
         elif team is None and a.lower() not in PERIODS:
             team = a
         else:
@@ -98,19 +124,30 @@ def parse(text: str) -> Command:
     return Command(name, team=team, period=period or "7d")
 
 
-def _submit(args: list[str], rest: str) -> Command:
+def _submit(line: str, rest: str) -> Command:
+    """``line``: the first line after ``submit``; ``rest``: the lines after it."""
     options: dict[str, str] = {}
-    body_words = []
-    for a in args:
+    url = fence = None
+    after = None  # the option the word before was: a stray word after one is most likely its value's
+    for w in _WORD.finditer(line):
+        a = w.group(0)
+        if a.startswith("```"):  # a fence opened on the first line: it and all after it are the task
+            fence = line[w.start():]
+            break
         m = _OPTION.match(a)
         if m and m.group(1) in SUBMIT_OPTIONS:
-            options[m.group(1)] = m.group(2)
+            options[m.group(1)] = _unquote(m.group(1), m.group(2))
+            after = a
         elif m:
             raise CommandError(f"`{m.group(1)}` is not a submit option (known: {', '.join(SUBMIT_OPTIONS)})")
+        elif url is None and re.fullmatch(r"https?://\S+", a):
+            url, after = a, None
         else:
-            body_words.append(a)
-    body = (" ".join(body_words) + "\n" + rest).strip()
-    body = re.sub(r"^```[a-zA-Z]*\n?|\n?```$", "", body).strip()
+            raise CommandError(_stray(a, after))
+    if url is not None and (fence or rest.strip()):
+        raise CommandError(f"Give the task as a URL or as YAML, not both: `{USAGE['submit']}`")
+    body = url or ((fence or "") + "\n" + rest).strip()
+    body = re.sub(r"^```(?:[a-zA-Z]*\n)?|\n?```$", "", body).strip()  # ```yaml⏎ is a language, ```name: not
     if "budget" in options:
         options["budget"] = str(to_decimal(_money(options["budget"], "budget")))
     broker = {SUBMIT_OPTIONS[k] or k: v for k, v in options.items()}
@@ -119,6 +156,26 @@ def _submit(args: list[str], rest: str) -> Command:
     if re.fullmatch(r"https?://\S+", body):
         return Command("submit", url=body, options=broker)
     return Command("submit", yaml=body, options=broker)
+
+
+def _unquote(key: str, value: str) -> str:
+    if value[0] in _QUOTES:
+        if len(value) < 2 or value[-1] != _QUOTES[value[0]]:
+            raise CommandError(f"{key}: the quote after `{key}=` is not closed (like {key}=\"1 hour 30 mins\")")
+        value = value[1:-1].strip()
+        if not value:
+            raise CommandError(f"{key}: the quotes are empty; leave `{key}=` out for the default")
+    return value
+
+
+def _stray(word: str, after: str | None) -> str:
+    """A sentence for a word on submit's first line that is no option, URL or fence."""
+    if after is not None and not word.endswith(":"):  # `name:` begins YAML, not a value's second word
+        key = after.partition("=")[0]
+        return (f"`{word}` after `{after}` is not an option: a value with spaces goes in quotes "
+                f"({key}=\"{after.partition('=')[2]} {word}\"), and the YAML on the lines after the first")
+    return (f"`{word}` is not an option (key=value) or a URL: put the YAML on the lines after "
+            f"`submit` and its options, or give one URL. Usage: `{USAGE['submit']}`")
 
 
 def _job_id(text: str, name: str) -> str:

@@ -10,16 +10,17 @@ acknowledges at once and posts the result to the ``response_url``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from broker import costs
 from broker.auth import Principal
-from broker.lifecycle import JobState
+from broker.lifecycle import FINAL_STATES, JobState
 from broker.service import Conflict, Invalid, NotFound
 from broker.slack import blocks, messages
-from broker.slack.blocks import Reply
+from broker.slack.blocks import Reply, esc
 from broker.slack.commands import Command
 from broker.slack.config import SlackConfig
 from broker.spec import SpecError
@@ -30,6 +31,31 @@ Fetch = Callable[[str], str]
 """Read a spec URL and return its text; raises ``ValueError`` with a sentence."""
 
 ACTION_KINDS = {v: k for k, v in blocks.ACTIONS.items()}
+
+ACTIVE = [s for s in JobState if s not in FINAL_STATES]
+ENDED = list(FINAL_STATES)
+ALL_JOBS = 100_000
+"""Read them all (as the service's queue does): a count of what a capped list returned was the cap."""
+
+NOT_RESUMED = re.compile(r"^not resumed:\s*", re.I)
+"""How the service begins some refusals of a resume; the Slack reply says "Not resumed:" once."""
+
+CLI_ADVICE = [
+    # spec.py: an env or secret with no value ("required" in SkyPilot)
+    (re.compile(r"`broker submit --(?:env|secret) ([A-Za-z_][A-Za-z0-9_]*)=\.\.\.` \(or \1: \"\" for an empty one\)"),
+     r'a value in the YAML (\1: …, or \1: "" for an empty one)'),
+    # service.py: a workdir or file_mounts source on the broker's host, which a team's submit may not name
+    (re.compile(r"`broker submit` uploads the workdir and local file_mounts sources instead \(--upload-workdir\)"),
+     "from Slack, give the workdir as a git repository (workdir: {url: …, ref: …}) and sources as bucket URLs, "
+     "or submit from a terminal with `broker submit`, which uploads local files"),
+]
+"""The service's refusals that advise a CLI flag, and what a Slack user can do instead (the API keeps its words)."""
+
+
+def for_slack(reason: str) -> str:
+    for pattern, instead in CLI_ADVICE:
+        reason = pattern.sub(instead, reason)
+    return reason
 
 
 @dataclass(frozen=True)
@@ -49,11 +75,15 @@ class Dispatcher:
 
     # -- slash commands -------------------------------------------------------------------------
 
-    def command(self, cmd: Command, who: Principal) -> Reply | Deferred:
+    def command(self, cmd: Command, who: Principal, *, trigger_id: str | None = None) -> Reply | Deferred:
+        """``trigger_id``: Slack's id of this invocation of the command, the same in a retry of it. A submit
+        passes it to the service as its idempotency key, so a replayed request does not submit twice."""
         handler = getattr(self, f"_cmd_{cmd.name}")
+        kwargs = {"idempotency_key": f"slack:{trigger_id}"} if cmd.name == "submit" and trigger_id else {}
         if cmd.name in ("logs",) or (cmd.name == "submit" and cmd.url):
-            return Deferred(Reply(f":hourglass: Working on `{cmd.name}`…"), lambda: self._guard(handler, cmd, who))
-        return self._guard(handler, cmd, who)
+            return Deferred(Reply(f":hourglass: Working on `{cmd.name}`…"),
+                            lambda: self._guard(handler, cmd, who, **kwargs))
+        return self._guard(handler, cmd, who, **kwargs)
 
     def _guard(self, fn: Callable[..., Reply], *args, **kwargs) -> Reply:
         try:
@@ -62,9 +92,12 @@ class Dispatcher:
             like = f" Did you mean {' or '.join(f'`{i}`' for i in exc.like[:3])}?" if exc.like else ""
             return blocks.error(f"No job `{exc.args[0]}` that you can see.{like}")
         except Conflict as exc:
-            return blocks.error(f"Not now: {str(exc).rstrip('.')}.")
+            text = str(exc).rstrip(".")
+            if NOT_RESUMED.match(text):
+                return blocks.error(f"Not resumed: {NOT_RESUMED.sub('', text)}.")
+            return blocks.error(f"Not now: {text}.")
         except Invalid as exc:
-            return blocks.error(f"{exc.field}: {exc.reason}")
+            return blocks.error(f"{exc.field}: {for_slack(exc.reason)}")
         except costs.CostQueryError as exc:
             return blocks.error(str(exc))
 
@@ -77,15 +110,14 @@ class Dispatcher:
             job = self.service.get(who, cmd.job_id)
             return blocks.job_reply(job, self.service.attempts(who, job.id), positions.get(job.id), self.dashboard_url,
                                     starts.get(job.id))
-        jobs = self.service.list(who, limit=200)
-        active = [j for j in jobs if not j.state.is_final]
-        recent = [j for j in jobs if j.state.is_final][:5]
+        active = self.service.list(who, states=ACTIVE, limit=ALL_JOBS)
+        recent = self.service.list(who, states=ENDED, limit=5)
         return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended", active + recent,
                                  positions, "No jobs yet. Submit one with `submit`.", starts)
 
     def _cmd_queue(self, cmd: Command, who: Principal) -> Reply:
         positions, starts = self.service.queue()
-        queued = sorted(self.service.list(who, state="queued", limit=1000), key=lambda j: positions.get(j.id, 0))
+        queued = sorted(self.service.list(who, state="queued", limit=ALL_JOBS), key=lambda j: positions.get(j.id, 0))
         return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, positions, "Nothing is waiting.", starts)
 
     def _cmd_logs(self, cmd: Command, who: Principal) -> Reply:
@@ -93,7 +125,7 @@ class Dispatcher:
 
     def _cmd_cancel(self, cmd: Command, who: Principal) -> Reply:
         job = self.service.cancel(who, cmd.job_id, reason=f"cancelled from Slack by {who.name}")
-        return Reply(f"Cancelling {job.id}", [blocks.section(blocks.job_line(job))])
+        return Reply(f"Cancelling {esc(job.id)}", [blocks.section(blocks.job_line(job))])
 
     def _cmd_resume(self, cmd: Command, who: Principal) -> Reply:
         return self._resume(who, cmd.job_id, force=cmd.force)
@@ -115,7 +147,7 @@ class Dispatcher:
         report = costs.report(jobs, attempts, win=win, now=now, positions=positions, starts=starts, team=team)
         return blocks.costs_reply(report, self.dashboard_url)
 
-    def _cmd_submit(self, cmd: Command, who: Principal) -> Reply:
+    def _cmd_submit(self, cmd: Command, who: Principal, idempotency_key: str | None = None) -> Reply:
         try:
             text = self.fetch(cmd.url) if cmd.url else cmd.yaml
             raw = load_text(text or "", max_bytes=self.service.settings.max_body_bytes)
@@ -133,14 +165,14 @@ class Dispatcher:
         if opts:
             section = raw.get("broker") if isinstance(raw.get("broker"), dict) else {}
             raw["broker"] = {**section, **opts}
-        job, created = self.service.submit(who, raw)
+        job, created = self.service.submit(who, raw, idempotency_key=idempotency_key)
         pos = self.service.queue_positions().get(job.id)
         tiers = (job.quote or {}).get("tiers") or []
         est = f" · cheapest: {tiers[0]['tier']} {tiers[0]['text']}" if tiers else ""
         verb = "Submitted" if created else "Already submitted"
         return Reply(f"{verb} {job.id}", [
-            blocks.section(f":inbox_tray: {verb} *{job.name}* `{job.id}` for team {job.team} — budget "
-                           f"{fmt_limit(job.budget)}{est}" + (f" · #{pos} in queue" if pos else "")),
+            blocks.section(f":inbox_tray: {verb} *{esc(job.name)}* `{job.id}` for team {esc(job.team)} — budget "
+                           f"{fmt_limit(job.budget)}{esc(est)}" + (f" · #{pos} in queue" if pos else "")),
             blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
                            f"channel."),
         ])
@@ -174,8 +206,9 @@ class Dispatcher:
             job = self.service.get(who, job_id)
             if force or job.state is not JobState.FAILED:
                 raise
-            return Reply(f":warning: Not resumed: {exc}", [
-                blocks.section(f":warning: Not resumed: {exc}"),
+            text = esc(NOT_RESUMED.sub("", str(exc)))  # the service's words begin "not resumed:" (the API's too)
+            return Reply(f":warning: Not resumed: {text}", [
+                blocks.section(f":warning: Not resumed: {text}"),
                 blocks.context(f"To run it again anyway: `{self.cfg.command} resume {job.id} force`"),
             ])
         return self._done("Resumed", job)
@@ -192,9 +225,9 @@ class Dispatcher:
             text = (job.diagnosis or {}).get("text") or job.reason
             step = job.last_checkpoint.get("step")
             frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
-            return Reply(f":warning: Not switched: {text}", [
-                blocks.section(f":warning: Not switched to on-demand: `{job.id}` failed for a reason of its own, "
-                               f"likely to recur: {text}"),
+            return Reply(f":warning: Not switched: {esc(text)}", [
+                blocks.section(f":warning: Not switched to on-demand: `{esc(job.id)}` failed for a reason of its own, "
+                               f"likely to recur: {esc(text)}"),
                 blocks.actions([messages.ondemand_button(job.id, frm, own_failure=text)]),
             ])
         return self._done("Switched to on-demand", job)
@@ -210,4 +243,4 @@ class Dispatcher:
 
     @staticmethod
     def _done(what: str, job) -> Reply:
-        return Reply(f"{what} {job.id}", [blocks.section(f"{what} `{job.id}`.\n" + blocks.job_line(job))])
+        return Reply(f"{what} {esc(job.id)}", [blocks.section(f"{what} `{esc(job.id)}`.\n" + blocks.job_line(job))])

@@ -30,7 +30,7 @@ from decimal import Decimal
 
 from broker import costs
 from broker.models import Attempt, Event, Job
-from broker.slack.blocks import Reply, actions, button, context, section, where
+from broker.slack.blocks import Reply, actions, button, context, esc, section, where
 from broker.views import saving_words
 from pricing.money import Micros, fmt, fmt_limit
 
@@ -45,11 +45,14 @@ OWN_FAILURE = "It failed for a reason of its own, likely to recur: "
 
 def recur_warning(diagnosis: str, ask: str) -> str:
     """A confirm dialog's text for running again a job that failed for a reason of its own: the warning,
-    the diagnosis and the question, within Slack's limit; a long diagnosis is shortened, never the question."""
+    the diagnosis and the question, within Slack's limit; a long diagnosis is shortened, never the question.
+    The diagnosis (plain text, from the job's output) is escaped, and measured so."""
     room = CONFIRM_CHARS - len(OWN_FAILURE) - len(ask) - 1
-    if len(diagnosis) > room:
-        diagnosis = diagnosis[:room - 1].rstrip() + "…"
-    return f"{OWN_FAILURE}{diagnosis} {ask}"
+    text, n = esc(diagnosis), room - 1
+    while len(text) > room:
+        text = esc(diagnosis[:n].rstrip()) + "…"
+        n -= max(1, (len(text) - room) // 5)  # an escape is at most 5 characters: never more cut than needed
+    return f"{OWN_FAILURE}{text} {ask}"
 
 
 def ondemand_button(job_id: str, frm: str, own_failure: str | None = None) -> dict:
@@ -93,23 +96,25 @@ def _attempt(event: Event, attempts: Sequence[Attempt]) -> Attempt | None:
 def _zone(event: Event, att: Attempt | None) -> str:
     """``spot g5.xlarge in aws/us-east-1a`` from the attempt, or the event's ``tier``/``zone``."""
     if att is not None and att.placement:
-        return where(att.placement)
+        return esc(where(att.placement))
     tier, zone = event.data.get("tier"), event.data.get("zone")
-    return " in ".join(x for x in (tier, zone) if x) or "its placement"
+    return esc(" in ".join(str(x) for x in (tier, zone) if x) or "its placement")
 
 
 def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Sequence[dict], *,
                  dashboard_url: str, raise_percent: int = 50, command: str = "/broker") -> Reply | None:
-    """The message for ``event``, or ``None`` when the event is not worth a message."""
+    """The message for ``event``, or ``None`` when the event is not worth a message. Whatever comes from the job,
+    its output or a person (names, reasons, diagnoses, who acted) is escaped: only the bot's own markup is mrkdwn."""
     att = _attempt(event, attempts)
-    head = f"*{job.name}* `{job.id}` ({job.team})"
+    head = f"*{esc(job.name)}* `{esc(job.id)}` ({esc(job.team)})"
     foot = context(f"<{dashboard_url}|Dashboard> · `{command} status {job.id}`")
     step = resume_step(event, job)
     frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
     resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
     new_budget = raised_budget(job.budget, raise_percent)
     raise_btn = button("raise_budget", f"Raise budget to {fmt_limit(new_budget)}", job.id, budget=new_budget,
-                       confirm=f"Raise the budget of {job.name} from {fmt_limit(job.budget)} to {fmt_limit(new_budget)}?")
+                       confirm=f"Raise the budget of {esc(job.name)} from {fmt_limit(job.budget)} to "
+                               f"{fmt_limit(new_budget)}?")
     name = event.event
 
     if name == "start":
@@ -126,15 +131,15 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         what = INTERRUPTIONS.get(event.data.get("diagnosis_class"))
         if what is not None:
             zone, tier = event.data.get("zone"), event.data.get("tier")
-            place = (f"{zone} ({tier})" if tier else zone) if zone else _zone(event, att)
+            place = esc(f"{zone} ({tier})" if tier else zone) if zone else _zone(event, att)
             return _msg(f":zap: {head} {what} in {place} (attempt {event.attempt or '?'}).\n"
                         f"{lost_text}; it is queued to resume from {frm}.", foot)
-        why = event.data.get("diagnosis") or event.reason
+        why = esc(event.data.get("diagnosis") or event.reason)
         return _msg(f":repeat: {head} attempt {event.attempt or '?'} on {_zone(event, att)} ended: {why}\n"
                     f"It is queued again and resumes from {frm} ({lost_text}).", foot)
     if name == "resume":  # the service's reason already names who: "resumed by slack:U1 from step 400"
         why = event.reason if event.actor in (event.reason or "") else f"was resumed by {event.actor}: {event.reason}"
-        return _msg(f":repeat: {head} {why}.", foot)
+        return _msg(f":repeat: {head} {esc(why)}.", foot)
     if name == "budget_warning":
         pct = event.data.get("percent") or costs.percent(job.spent, job.budget)
         burn = costs.burn(job, attempts, event.time)
@@ -144,7 +149,8 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
                                          else f" About {hours} h left at {rate}/h.")
         return _msg(f":warning: {head} has used {pct}% of its budget ({fmt(job.spent)} of {fmt_limit(job.budget)}).{left}",
                     actions([raise_btn, button("cancel", "Cancel", job.id, style="danger",
-                                               confirm=f"Cancel {job.name}? Its last checkpoint is kept.")]), foot)
+                                               confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]),
+                    foot)
     if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
         return _msg(f":money_with_wings: {head} was stopped: it spent its budget ({fmt(job.spent)} of "
                     f"{fmt_limit(job.budget)}). Raise the budget to let it resume from {frm}.",
@@ -164,14 +170,14 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
             resume = button("resume", resume_label, job.id, style="primary", force=True,
                             confirm=recur_warning(text, f"Run it again anyway from {frm}?"))
             ondemand = ondemand_button(job.id, frm, own_failure=text)
-        return _msg(f":x: {head} failed: {text}", actions([resume, ondemand, raise_btn]), foot)
+        return _msg(f":x: {head} failed: {esc(text)}", actions([resume, ondemand, raise_btn]), foot)
     if name == "succeed":
         c = costs.job_costs(job, attempts)
         saved = saving_words(c["saving"], c["saving_percent"], f"on-demand ({c['ondemand_equivalent']['usd']})")
         return _msg(f":white_check_mark: {head} finished. Cost {c['spent']['usd']}; {saved} over {len(attempts)} attempt(s).",
                     foot)
     if name in ("cancel", "ended") and event.to_state == "cancelled":
-        by = f" by {event.actor}" if event.event == "cancel" else ""
+        by = f" by {esc(event.actor)}" if event.event == "cancel" else ""
         return _msg(f":no_entry_sign: {head} was cancelled{by}.", foot)
     return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -425,7 +426,8 @@ def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presse
     assert "No job `j-oom`" in pressed(slack, stub, resume, "U_A", "other-team")
     # a button from before force was asked for (no "force" in its value): the diagnosis, nothing changes
     old = pressed(slack, stub, resume, "U_B", "old", value='{"job":"j-oom"}')
-    assert "not resumed: the job failed for a reason of its own that a resume would likely meet again: Out of GPU memory" in old and "resume j-oom force" in old
+    assert "Not resumed: the job failed for a reason of its own that a resume would likely meet again: Out of GPU memory" in old and "resume j-oom force" in old
+    assert "not resumed: not resumed" not in old.lower()  # the service's words begin so: said once
     assert store.get_job("j-oom").state is JobState.FAILED
     # raise the budget: the service records who did it
     assert "Budget raised from $4.00 to $6.00" in pressed(slack, stub, buttons["Raise budget to $6.00"], "U_B", "r")
@@ -642,7 +644,7 @@ def test_a_raise_budget_button_raises_once_and_never_lowers(slack_app, slack, st
     # pressed again: nothing changes, nothing is recorded
     again = pressed(slack, stub, btn, "U_A", "r2")
     assert "Nothing changed: the budget of `j-a2` is already $3.00 (this button sets $3.00)" in again
-    assert "/broker budget j-a2 <$>" in again and len(store.events("j-a2")) == events
+    assert "/broker budget j-a2 &lt;$&gt;" in again and len(store.events("j-a2")) == events  # Slack shows <$>
     # the budget was set higher since: the old button does not lower it
     assert "Budget raised from $3.00 to $30.00" in text_of(command(slack, "budget j-a2 $30").json())
     assert "already $30.00 (this button sets $3.00)" in pressed(slack, stub, btn, "U_A", "stale")
@@ -687,3 +689,230 @@ def test_queue_and_status_say_roughly_when_a_waiting_job_starts(slack, store, se
     assert expected in text_of(command(slack, "queue").json())
     assert expected in text_of(command(slack, "status j-a3").json())
     assert expected in text_of(command(slack, "status").json())
+
+
+# -- text from jobs, users and logs; long lists; replays --------------------------------------------
+
+PING = "<!channel> see <https://evil.example|click here> & more"
+PING_ESCAPED = "&lt;!channel&gt; see &lt;https://evil.example|click here&gt; &amp; more"
+
+
+def markup_of(msg: dict) -> str:
+    """Everything of a message Slack reads as mrkdwn: its text, its blocks and its buttons' confirmations."""
+    confirms = [e["confirm"]["text"]["text"] for e in buttons_of(msg).values() if "confirm" in e]
+    return "\n".join([text_of(msg), *confirms])
+
+
+def test_a_failure_whose_diagnosis_quotes_slack_markup_neither_pings_the_channel_nor_hides_a_link(
+        slack_app, store, stub):
+    job = replace(store.get_job("j-b1"), diagnosis={**world.B1_DIAGNOSIS, "text": f"Traceback: {PING}"})
+    slack_app.state.notifier.handle(engine_event(job, "fail", diagnosis=PING), job)
+    (msg,) = stub.wait_for("/webhook/b")
+    said = markup_of(msg)
+    assert f"failed: Traceback: {PING_ESCAPED}" in said
+    assert f"likely to recur: Traceback: {PING_ESCAPED}" in said  # the Resume button's confirmation too
+    assert "<!channel>" not in said and "<https://evil" not in said
+    assert "<http://127.0.0.1:8000/dashboard|Dashboard>" in said  # the bot's own link stays a link
+
+
+def test_a_retried_errors_reason_is_said_as_text(slack_app, store, stub):
+    job = store.get_job("j-a1")
+    ev = engine_event(job, "recover", attempt=1, **{**PREEMPTED, "diagnosis_class": "cuda_error", "diagnosis": None})
+    slack_app.state.notifier.handle(replace(ev, reason=PING), job)
+    (msg,) = stub.wait_for("/api/chat.postMessage")
+    assert f"ended: {PING_ESCAPED}" in text_of(msg) and "<!channel>" not in text_of(msg)
+
+
+def test_a_jobs_name_reason_and_attempts_in_status_and_queue_are_text_not_markup(slack, store):
+    set_job(store, "j-a3", reason=f"waiting: {PING}")
+    for text in ("status j-a3", "status", "queue"):
+        said = text_of(command(slack, text).json())
+        assert f"_waiting: {PING_ESCAPED}_" in said and "<!channel>" not in said, text
+    assert "<http://127.0.0.1:8000/dashboard|Open the cost dashboard>" in text_of(command(slack, "status j-a3").json())
+
+
+def test_logs_that_print_slack_markup_show_it_as_written(slack_app, slack, stub):
+    slack_app.state.service.launcher.output["j-a2-a1"] = f"step 1\n{PING}\n".encode()
+    command(slack, "logs j-a2", response_url=stub.url + "/respond/ping")
+    said = text_of(stub.wait_for("/respond/ping")[0])
+    assert PING_ESCAPED in said and "<!channel>" not in said
+
+
+@pytest.mark.parametrize("output", [b"```\n" * 2000 + b"newest line\n", b"<&>" * 3000 + b"\nnewest line\n"],
+                         ids=["a log of fences", "a log of characters Slack escapes"])
+def test_logs_show_the_newest_lines_in_one_closed_block_whatever_they_hold(slack_app, slack, stub, output):
+    slack_app.state.service.launcher.output["j-a2-a1"] = output
+    command(slack, "logs j-a2", response_url=stub.url + "/respond/tail")
+    (reply,) = stub.wait_for("/respond/tail")
+    block = reply["blocks"][1]["text"]["text"]
+    assert len(block) <= 3000
+    assert block.startswith("```…\n") and block.endswith("newest line\n```") and block.count("```") == 2
+
+
+def queued_jobs(store, n: int, *, team: str = "team-a", name: str = "q", reason: str = "waiting: no capacity"):
+    now = time.time()
+    for i in range(n):
+        j = replace(world.job(f"j-q{i:03d}", team, JobState.QUEUED, submitted=now - 100 + i / 1000, budget=1_000_000,
+                              spent=0, attempts=0, reason=reason), name=f"{name}{i:03d}"[-128:])
+        store.commit(Change(job=j, expected_version=None))
+
+
+def test_a_long_queue_shows_what_fits_and_says_how_many_more_with_no_line_cut(slack, store):
+    queued_jobs(store, 40, name="n" * 125, reason="waiting: " + "every matching pool is full " * 20)
+    reply = command(slack, "queue").json()
+    listing = reply["blocks"][1]["text"]["text"]
+    lines = listing.split("\n")
+    shown = sum(1 for line in lines if " — queued" in line)
+    assert len(listing) <= 3000 and 1 < shown < 15
+    assert lines[-1] == f"…and {41 - shown} more"  # the 40, and the world's j-a3
+    assert all(line.count("*") == 2 for line in lines if " — queued" in line)  # every name in bold, closed
+
+
+def test_a_queue_of_sixteen_short_lines_shows_fifteen_and_one_more(slack, store):
+    queued_jobs(store, 15)
+    listing = command(slack, "queue").json()["blocks"][1]["text"]["text"]
+    assert listing.count(" — queued") == 15 and listing.endswith("\n…and 1 more")
+
+
+def test_status_counts_every_active_job_not_the_first_two_hundred(slack, store):
+    queued_jobs(store, 300)
+    said = text_of(command(slack, "status").json())
+    assert "302 active job(s), 1 recently ended" in said  # the 300, j-a2 running and j-a3 queued; j-a1 ended
+
+
+def retried(client, text: str, trigger: str, *, user: str = "U_A", response_url: str = "") -> list[dict]:
+    """The same signed body sent twice, the second time as Slack retries it; both replies."""
+    body = urlencode({"command": "/broker", "text": text, "user_id": user, "response_url": response_url,
+                      "trigger_id": trigger, "team_id": "T1", "channel_id": "C_A"})
+    headers = signed(body)
+    first = client.post("/slack/commands", content=body, headers=headers)
+    again = client.post("/slack/commands", content=body, headers={**headers, "X-Slack-Retry-Num": "1",
+                                                                  "X-Slack-Retry-Reason": "http_timeout"})
+    return [first.json(), again.json()]
+
+
+def test_a_retried_submit_submits_once_and_answers_with_the_same_job(slack, store):
+    first, again = retried(slack, "submit budget=$4\nname: once\nrun: echo hi", "13345224609.738474920.8088")
+    (job,) = [j for j in store.list_jobs() if j.name == "once"]
+    assert f"Submitted {job.id}" in text_of(first) and f"Already submitted {job.id}" in text_of(again)
+    assert job.idempotency_key == "slack:13345224609.738474920.8088"
+
+
+def test_a_submit_replayed_to_another_broker_process_is_made_once_by_the_stores_key(tmp_path, slack, store, stub):
+    text = "submit budget=$4\nname: twice\nrun: echo hi"
+    body = urlencode({"command": "/broker", "text": text, "user_id": "U_A", "trigger_id": "T.1"})
+    slack.post("/slack/commands", content=body, headers=signed(body))
+    other = build_app(slack_settings(tmp_path, stub), store)  # a second process: its own memory of triggers
+    with TestClient(other) as c:
+        again = c.post("/slack/commands", content=body, headers={**signed(body), "X-Slack-Retry-Num": "1"})
+    other.state.notifier.close()
+    assert len([j for j in store.list_jobs() if j.name == "twice"]) == 1
+    assert "Already submitted" in text_of(again.json())
+
+
+def test_a_retried_budget_command_acts_once_and_says_so(slack, store):
+    before = len(store.events("j-a2"))
+    first, again = retried(slack, "budget j-a2 $30", "T.budget")
+    assert "Budget raised from $2.00 to $30.00" in text_of(first)
+    assert "it is not run twice" in text_of(again) and len(store.events("j-a2")) == before + 1
+
+
+def test_a_retried_button_press_acts_once(slack, store, stub):
+    payload = {"type": "block_actions", "user": {"id": "U_A"}, "trigger_id": "T.press",
+               "response_url": stub.url + "/respond/press",
+               "actions": [{"action_id": "broker_raise_budget", "value": '{"job":"j-a2","budget":3000000}'}]}
+    body = urlencode({"payload": json.dumps(payload)})
+    headers = signed(body)
+    assert slack.post("/slack/interactions", content=body, headers=headers).status_code == 200
+    assert slack.post("/slack/interactions", content=body, headers={**headers, "X-Slack-Retry-Num": "1"}
+                      ).status_code == 200
+    stub.wait_for("/respond/press")
+    assert slack.app.state.notifier.flush(5)
+    assert len(stub.posts("/respond/press")) == 1
+    assert [e.event for e in store.events("j-a2")].count("budget_changed") == 1
+
+
+def test_submit_takes_a_quoted_deadline_with_spaces(slack, store):
+    before = time.time()
+    r = command(slack, 'submit budget=$1 deadline="1 hour 30 mins"\nname: quoted\nrun: echo hi')
+    assert "Submitted" in text_of(r.json()), text_of(r.json())
+    job = next(j for j in store.list_jobs() if j.name == "quoted")
+    assert before + 5400 <= job.deadline <= time.time() + 5400
+
+
+def test_a_deadline_with_a_space_and_no_quotes_is_refused_naming_the_word_and_how_to_write_it(slack, store):
+    before = len(store.list_jobs())
+    said = text_of(command(slack, "submit budget=$1 deadline=1 hour\nrun: python train.py").json())
+    assert '`hour` after `deadline=1` is not an option: a value with spaces goes in quotes (deadline="1 hour")' in said
+    assert "YAML" in said and "yaml" not in said.replace("YAML", "")  # not the YAML parser's error
+    assert len(store.list_jobs()) == before
+
+
+def test_slacks_auto_links_in_inline_yaml_run_as_typed(slack, store):
+    r = command(slack, "submit budget=$1\nname: linked\nrun: python <http://train.py|train.py> "
+                       "--mail <mailto:a@b.io|a@b.io> --from <https://example.com/data>")
+    assert "Submitted" in text_of(r.json()), text_of(r.json())
+    job = next(j for j in store.list_jobs() if j.name == "linked")
+    assert job.spec["run"] == "python train.py --mail a@b.io --from https://example.com/data"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("submit budget=$5\nrun: python <http://train.py|train.py>",
+     commands.Command("submit", yaml="run: python train.py", options={"budget_usd": "5"})),
+    ("submit budget=$5\nrun: mail <mailto:a@b.io|a@b.io>",
+     commands.Command("submit", yaml="run: mail a@b.io", options={"budget_usd": "5"})),
+    ("submit budget=$5\nrun: echo <@U123|alice> <#C9|general> <!here>",
+     commands.Command("submit", yaml="run: echo @alice #general @here", options={"budget_usd": "5"})),
+    ("submit budget=$5 max_price=$2 name=fast ```\nrun: x\n```",
+     commands.Command("submit", yaml="run: x",
+                      options={"budget_usd": "5", "max_price_per_hour": "$2", "name": "fast"})),
+    ("submit budget=$5 ```yaml\nrun: x\n```", commands.Command("submit", yaml="run: x", options={"budget_usd": "5"})),
+    ("submit budget=$5 deadline=“2 days”\nrun: x",
+     commands.Command("submit", yaml="run: x", options={"budget_usd": "5", "deadline": "2 days"})),
+], ids=["an auto-linked file name is the name typed", "an auto-linked address is the address typed",
+        "mentions read as @name and #channel", "a fence opened on the first line, after max_price and name",
+        "a fence with a language on the first line", "a value in typographic quotes"])
+def test_slack_markup_and_quoted_options_parse_as_typed(text, expected):
+    assert commands.parse(text) == expected
+
+
+@pytest.mark.parametrize("text, says", [
+    ("submit budget=$1 deadline=1 hour\nrun: x", '`hour` after `deadline=1` is not an option'),
+    ('submit deadline="1 hour\nrun: x', "the quote after `deadline=` is not closed"),
+    ("submit budget=$1 name: x\nrun: y", "`name:` is not an option (key=value) or a URL: put the YAML on the lines"),
+    ("submit https://a.example/t.yaml\nrun: x", "as a URL or as YAML, not both"),
+    ("costs 1y", "`1y` is not a period I know: costs takes 24h, 7d, 30d, 90d"),
+    ("costs team-b 12h", "`12h` is not a period I know"),
+], ids=["an unquoted value with a space", "an unclosed quote", "YAML on the first line",
+        "a URL and YAML", "a period costs does not take is not read as a team", "nor after a team"])
+def test_words_that_do_not_fit_are_refused_with_a_sentence_naming_them(text, says):
+    with pytest.raises(CommandError, match=re.escape(says)):
+        commands.parse(text)
+
+
+def test_costs_of_an_unknown_period_names_the_periods_not_another_team(slack):
+    said = text_of(command(slack, "costs 1y", user="U_B").json())
+    assert "`1y` is not a period I know: costs takes 24h, 7d, 30d, 90d" in said and "only your team" not in said
+
+
+def test_a_refused_resume_says_not_resumed_once(slack):
+    said = text_of(command(slack, "resume j-b1", user="U_B").json())
+    assert "Not resumed: the job failed for a reason of its own" in said
+    assert "not resumed: not resumed" not in said.lower()
+
+
+def test_help_lists_every_submit_option_and_budget_as_optional(slack):
+    said = text_of(command(slack, "help").json())
+    assert "max_price=" in said and "name=" in said and "[budget=$50" in said
+    assert "`/broker logs &lt;job id&gt;`" in said  # Slack would read a bare <job id> as its own markup
+    assert "team's default budget" in said and 'deadline="1 hour 30 mins"' in said
+
+
+@pytest.mark.parametrize("yaml, says, cli", [
+    ("name: needs\nrun: echo $TOKEN\nenvs:\n  TOKEN:", 'a value in the YAML (TOKEN: …, or TOKEN: "" for an empty one)',
+     "--env"),
+    ("name: local\nrun: ls\nworkdir: /srv/code", "give the workdir as a git repository", "--upload-workdir"),
+], ids=["an env without a value", "a workdir on the broker's host"])
+def test_a_refused_submit_says_what_to_do_in_slack_not_a_cli_flag(slack, store, yaml, says, cli):
+    said = text_of(command(slack, f"submit budget=$1\n{yaml}").json())
+    assert says in said and cli not in said
