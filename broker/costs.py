@@ -20,7 +20,8 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   when the cheaper-looking choice cost more).
 * **Preemption**: an attempt that ended ``preempted`` or ``lost``. Its
   recovery time runs from its end to the start of the next attempt (still
-  counting while the job waits); that is the time lost to it.
+  counting while the job waits, and stopping when the job ended if it never
+  resumed); that is the time lost to it.
 """
 
 from __future__ import annotations
@@ -302,13 +303,19 @@ def location(att: Attempt) -> str:
     return str(p.get("zone") or p.get("location") or p.get("region") or "unknown")
 
 
-def _preemption(job: Job, att: Attempt, nxt: Attempt | None, now: float) -> dict:
+def _preemption(job: Job | CostJob, att: Attempt | CostAttempt, nxt: Attempt | CostAttempt | None,
+                now: float) -> dict:
+    """A preemption and the time lost to it: until the next attempt ran, else until now while the job waits, else
+    (the job ended without resuming: cancelled, stopped at its budget) until the job ended. It ran on to now for
+    good, "72 h lost waiting to resume" for a job cancelled days before."""
     assert att.ended_at is not None
     back = (nxt.started_at or None) if nxt else None
-    recovery = max(0, int((back if back is not None else now) - att.ended_at))
+    waiting = back is None and not job.state.is_final
+    until = back if back is not None else now if waiting or job.updated_at is None else job.updated_at
+    recovery = max(0, int(until - att.ended_at))
     return {"job_id": job.id, "team": job.team, "attempt": att.n, "zone": location(att), "tier": tier_of(att),
             "state": att.state.value, "time": _iso_out(att.ended_at), "recovery_seconds": recovery,
-            "recovered": back is not None}
+            "recovered": back is not None, "waiting": waiting}
 
 
 def recoveries(attempts: Sequence[Attempt]) -> list[float]:

@@ -240,6 +240,7 @@ class CostJob:
     spent: int
     placement: dict[str, Any]
     quote_tiers: str | list | None
+    updated_at: float | None = None  # a final job's end: a preemption it never resumed from stops counting there
 
     @cached_property
     def quote(self) -> dict[str, Any]:

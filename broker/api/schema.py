@@ -193,8 +193,10 @@ class Preemption(BaseModel):
     tier: str
     state: AttemptState
     time: str | None
-    recovery_seconds: int = Field(description="until the next attempt ran (or until now)")
+    recovery_seconds: int = Field(description="until the next attempt ran (or until now while the job waits, or "
+                                              "until the job ended if it ended without resuming)")
     recovered: bool
+    waiting: bool = Field(description="the job still waits to resume from it (not recovered, and not ended)")
 
 
 class ZoneCount(BaseModel):

@@ -73,7 +73,7 @@ FINAL = tuple(sorted(s.value for s in FINAL_STATES))
 # into one small JSON array per row, copying each value's text as stored, so decoding the array gives exactly
 # the values decoding the whole body would (numbers are not re-parsed in SQL).
 _JOB_COST = ("id", "name", "team", "state", "submitted_at", "priority", "reason", "budget", "spent",
-             "placement.price_per_hour")
+             "placement.price_per_hour", "updated_at")
 _ATTEMPT_COST = ("n", "state", "price_per_hour", "created_at", "started_at", "ended_at", "billed_until", "cost",
                  *(f"placement.{k}" for k in COST_PLACEMENT_KEYS))
 
@@ -305,9 +305,9 @@ class SqliteStore:
                 self._db.execute("COMMIT")
         jobs = []
         for values, tiers in job_rows:
-            jid, name, team_, state, submitted, priority, reason, budget, spent, price = _DECODE(values)[0]
+            jid, name, team_, state, submitted, priority, reason, budget, spent, price, updated = _DECODE(values)[0]
             jobs.append(CostJob(jid, name, team_, job_state(state), submitted, priority, "" if reason is None else reason,
-                                budget, spent or 0, {"price_per_hour": price}, tiers))
+                                budget, spent or 0, {"price_per_hour": price}, tiers, updated))
         attempts: dict[str, list[CostAttempt]] = {j.id: [] for j in jobs}
         for job_id, values in attempt_rows:
             n, state, price, created, started, ended, billed, cost, *place = _DECODE(values)[0]

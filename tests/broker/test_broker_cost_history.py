@@ -46,8 +46,9 @@ def test_cost_records_carry_the_stored_values(store):
     for job in jobs:
         full = whole[job.id]
         assert (job.name, job.team, job.state, job.submitted_at, job.priority, job.reason, job.budget, job.spent,
-                job.quote["tiers"]) == (full.name, full.team, full.state, full.submitted_at, full.priority,
-                                        full.reason, full.budget, full.spent, full.quote["tiers"])
+                job.quote["tiers"], job.updated_at) == (full.name, full.team, full.state, full.submitted_at,
+                                                        full.priority, full.reason, full.budget, full.spent,
+                                                        full.quote["tiers"], full.updated_at)
         assert job.placement.get("price_per_hour") == full.placement.get("price_per_hour")
         tries = store.attempts(job.id)
         assert [a.n for a in attempts[job.id]] == [a.n for a in tries]

@@ -243,3 +243,23 @@ def test_a_saving_is_said_in_words_the_cli_and_slack_share(micros, percent, vers
     assert saving_words(money(micros), percent, versus) == words
     line = _saving_line(money(1_100_000), money(1_000_000), money(micros), percent)
     assert line.endswith(saving_words(money(micros), percent)) and "-$" not in line and "(-" not in line
+
+
+def test_a_preempted_job_that_ended_without_resuming_stops_counting_time_lost_when_it_ended(client, store, seeded):
+    """A spot job preempted, then cancelled while it waited (or stopped at its budget): its preemption read
+    "(waiting)" and its time lost ran on to now, growing with every report days after the job had ended ("72 h lost
+    waiting to resume" for a job nobody waited on). The wait ends with the job."""
+    now = seeded.now
+    job = world.job("j-c1", "team-b", JobState.CANCELLED, submitted=now - 6 * 3600, budget=5_000_000, spent=500_000,
+                    attempts=1, reason="cancelled", updated=now - 2 * 3600)  # cancelled three hours after
+    world._commit(store, job, [world.attempt("j-c1", 1, AttemptState.PREEMPTED, world.spot("us-east-1c", 500_000),
+                                             start=now - 6 * 3600, seconds=3600, cost=500_000)])  # preempted at -5 h
+    r = client.get("/v1/costs?period=7d&team=team-b", headers=auth(world.ADMIN))
+    assert r.status_code == 200, r.text
+    CostReport.model_validate_json(r.text, strict=True)
+    (event,) = r.json()["preemptions"]["events"]
+    assert (event["recovery_seconds"], event["recovered"], event["waiting"]) == (3 * 3600, False, False)
+    assert r.json()["preemptions"]["recovery_seconds"] == 3 * 3600
+    # team A's preemption was resumed an hour and a minute later: neither waiting nor cut short
+    a = client.get("/v1/costs?period=7d&team=team-a", headers=auth(world.ADMIN)).json()["preemptions"]["events"]
+    assert [(e["recovery_seconds"], e["recovered"], e["waiting"]) for e in a] == [(3660, True, False)]

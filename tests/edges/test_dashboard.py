@@ -60,6 +60,18 @@ def test_the_page_is_static_and_names_no_other_host(client):
     assert client.get("/dashboard/static/nope.js").status_code == 404
 
 
+def test_a_static_name_too_long_for_a_file_is_a_404_not_a_500(tmp_path, store, seeded):
+    """`/dashboard/static/<300 letters>.js` asked the filesystem, which refused the name (ENAMETOOLONG): a 500, and a
+    traceback in the log for each such request, from anyone (the page's files ask no token)."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(build_app(world.settings(tmp_path), store), raise_server_exceptions=False) as client:
+        for name in ("a" * 300 + ".js", "b" * 5000 + ".css"):
+            r = client.get(f"/dashboard/static/{name}")
+            assert (r.status_code, r.content) == (404, b"not found")
+        assert client.get("/dashboard/static/dashboard.js").status_code == 200
+
+
 def test_dashboard_in_chromium(server):
     from playwright.sync_api import expect
 
@@ -365,3 +377,30 @@ def test_the_page_follows_new_spend_without_a_reload_while_it_is_in_view(server,
         page.clock.run_for(6_000)
         expect(page.locator("#total-spent")).to_have_attribute("data-micros", str(before + 1_234_567))
         assert page.text_content("#job-title") == shown and page.evaluate("window.scrollY") == 0
+
+
+def test_the_curve_of_a_job_that_reports_no_loss_is_drawn_whatever_its_first_report_holds(server, store, seeded):
+    """A script that reports `val_loss` (not `loss`) and whose first report held no number — its step and total steps
+    only, or a value gone to NaN, kept as null — got "No metrics reported yet." under hundreds of reported points: the
+    page took the metric to draw from the first point alone. A preemption of a job that ended without resuming read
+    "(waiting)" for good."""
+    now = seeded.now
+    job = world.job("j-v1", "team-b", JobState.CANCELLED, submitted=now - 7200, budget=5_000_000, spent=250_000,
+                    attempts=1, reason="cancelled", updated=now - 1800)
+    points = [{"time": now - 7000, "step": 0, "total_steps": 500, "metrics": {}},
+              {"time": now - 6990, "step": 10, "total_steps": 500, "metrics": {"val_loss": None}},
+              *({"time": now - 6900 + i, "step": 10 * i, "total_steps": 500, "metrics": {"val_loss": 3 / i}}
+                for i in range(2, 40))]
+    world._commit(store, job, [world.attempt("j-v1", 1, AttemptState.PREEMPTED, world.spot("us-east-1c", 500_000),
+                                             start=now - 7100, seconds=1800, cost=250_000)], metrics=points)
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.TOKENS['team-b']}")
+        page.wait_for_selector("#preemptions tbody tr")
+        preemption = page.text_content("#preemptions tbody tr:has-text('j-v1')")
+        page.click("#top tbody tr:has-text('j-v1')")
+        page.wait_for_selector("#job:not([hidden]) #loss > *")
+        loss = page.locator("#loss")
+        drawn = loss.locator("polyline").count(), loss.text_content()
+    assert "(job ended)" in preemption and "waiting" not in preemption, preemption
+    assert drawn[0] == 1 and "No metrics" not in drawn[1], drawn

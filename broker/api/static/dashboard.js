@@ -193,8 +193,9 @@ function render(r) {
     () => showJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
   fill("top", r.top_jobs.map((j) => row([j.name + " (" + j.id + ")", j.team, j.state, { text: j.spent.usd, num: 1 },
     { text: j.saving.usd, num: 1 }], () => showJob(j.id))), "No spend in this period.");
+  const after = (p) => p.waiting ? " (waiting)" : p.recovered ? "" : " (job ended)";  // ended: it never resumed
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
-    p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + (p.recovered ? "" : " (waiting)"), num: 1 }],
+    p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + after(p), num: 1 }],
     () => showJob(p.job_id))), "No preemptions in this period.");
   $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
 }
@@ -245,8 +246,11 @@ async function showJob(id, scroll = true) {
   if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
 }
 
+// "loss" if the job reports one, else the first metric any point holds a number for: a first report with none (its
+// step alone, or a value gone to NaN, kept as null and left out) drew "No metrics reported yet." under all the rest
 function drawLoss(points) {
-  const key = points.some((p) => "loss" in p.metrics) ? "loss" : Object.keys((points[0] || { metrics: {} }).metrics)[0];
+  const named = (p) => Object.keys(p.metrics).find((k) => typeof p.metrics[k] === "number");
+  const key = points.some((p) => typeof p.metrics.loss === "number") ? "loss" : points.map(named).find((k) => k);
   const pts = points.filter((p) => key && typeof p.metrics[key] === "number" && typeof p.step === "number");
   if (!pts.length) { $("loss").replaceChildren(el("p", "No metrics reported yet.", { class: "empty" })); return; }
   const W = 800, H = 200, pad = 40;
