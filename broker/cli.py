@@ -756,8 +756,12 @@ def cmd_status(args) -> int:
 
 def cmd_queue(args) -> int:
     """``/broker queue`` in Slack, here: the queued jobs by position, each with its rough start and why it waits."""
+    from broker.client import MAX_JOBS_LISTED
+
+    # as many as the broker lists at once: it lists the newest first, and its default 200 left out the jobs
+    # submitted first, the next to start, from a queue of more
     with _client(args) as client:
-        jobs = client.jobs(state="queued", team=args.team)
+        jobs = client.jobs(state="queued", team=args.team, limit=MAX_JOBS_LISTED)
     jobs.sort(key=lambda j: (j["queue_position"] is None, j["queue_position"] or 0))
     if args.json:
         _print_json(jobs)
@@ -769,6 +773,8 @@ def cmd_queue(args) -> int:
              j["budget"]["usd"], j["reason"]] for j in jobs]
     _print_table(_console(), [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
                               ("budget", "whole"), "waiting because"], rows, drop=("team", "budget"))
+    if len(jobs) >= MAX_JOBS_LISTED:
+        print(f"More jobs wait than the broker lists at once ({MAX_JOBS_LISTED}): those submitted first are not shown.")
     return 0
 
 

@@ -24,6 +24,8 @@ from broker.task_text import DEFAULT_MAX_BYTES, load_yaml, yaml_error
 
 FINAL = {"succeeded", "failed", "cancelled", "stopped_budget"}
 SUBMIT_RETRY_DELAYS = (0.5, 1.0, 2.0)  # seconds before each retry of a submit whose outcome is unknown
+MAX_JOBS_LISTED = 1000
+"""The most jobs `GET /v1/jobs` lists at once (the largest `limit` it takes)."""
 
 
 class BrokerError(Exception):
@@ -183,8 +185,9 @@ class BrokerClient:
                                          "Content-Length": str(os.fstat(fh.fileno()).st_size)})
         return {**answer, "uploaded": True}
 
-    def jobs(self, *, state: str | None = None, team: str | None = None) -> list[dict]:
-        params = {k: v for k, v in {"state": state, "team": team}.items() if v}
+    def jobs(self, *, state: str | None = None, team: str | None = None, limit: int | None = None) -> list[dict]:
+        """Jobs newest first: the broker's 200 newest unless ``limit`` (at most :data:`MAX_JOBS_LISTED`)."""
+        params = {k: v for k, v in {"state": state, "team": team, "limit": limit}.items() if v}
         return self._call("GET", "/v1/jobs", params=params)["jobs"]
 
     def job(self, job_id: str) -> dict:

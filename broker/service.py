@@ -34,8 +34,8 @@ from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionC
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import cost_for_seconds, fmt, fmt_limit
-from pricing.offers import Tier
-from pricing.placement import start_shortfall
+from pricing.offers import Offer, Tier
+from pricing.placement import start_shortfall, under_cap
 
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
@@ -513,8 +513,9 @@ class BrokerService:
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
                                f"again: {text} Change the job and resubmit, or resume with force to run it again anyway")
             if job.state is JobState.STOPPED_BUDGET:
-                attempts = self.store.attempts(job.id)
-                price = attempts[-1].price_per_hour if attempts else 0
+                # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a
+                # $36/h zone while the $0.20/h pool was full was refused a resume the pool would run for hours
+                price = self._cheapest_price(job, tier or job.force_tier)
                 needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
                 if job.budget - job.spent < needed:
                     # say the figure: "raise the budget" alone left a user guessing by how much
@@ -545,11 +546,23 @@ class BrokerService:
 
         return self._retrying(once)
 
+    def _offers_for(self, job: Job, tier: str | None) -> list[Offer]:
+        """The offers the job's resources match, on ``tier`` when it is pinned to one."""
+        offers = matching_offers(request_of(job), all_offers(self.settings))
+        return [o for o in offers if tier is None or o.tier.value == tier]
+
+    def _cheapest_price(self, job: Job, tier: str | None) -> int:
+        """The price per hour, all its nodes, of the cheapest offer the job may take (at or under its
+        ``max_price_per_hour``): what a resume's first minute costs at the least; 0 when none is."""
+        request = request_of(job)
+        return min((o.price_per_hour * request.num_nodes for o in under_cap(request, self._offers_for(job, tier))),
+                   default=0)
+
     def _start_shortfall(self, job: Job, tier: str | None) -> str | None:
         """Why the job's budget left cannot start it on any offer it may take, as the engine weighs a start
         (a start and a clean stop, plus a cloud cluster's billing after its run): ``None`` when it can."""
         request = request_of(job)
-        mine = [o for o in matching_offers(request, all_offers(self.settings)) if tier is None or o.tier.value == tier]
+        mine = self._offers_for(job, tier)
         return start_shortfall(request, mine, job.budget - job.spent,
                                min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
                                after_run_seconds=after_run(self.launcher, mine))

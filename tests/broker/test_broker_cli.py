@@ -829,3 +829,26 @@ def test_the_line_under_a_narrowed_table_says_whether_it_fits(width, says):
     out = con.file.getvalue()
     assert " ".join(out.split()).endswith(" " + says), out  # the console wraps that line at its width
     assert "j-0123456789" in out and "stopped_budget" in out
+
+
+def test_the_queue_of_more_jobs_than_a_listing_holds_by_default_shows_those_that_start_first(tmp_path):
+    """201 jobs waiting (no engine places them): `broker queue` showed the 200 newest, from position 2 on, and
+    left out position 1, the job that starts next."""
+    import httpx
+
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'q.db'}", engine="off", config=CONFIG)
+    try:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30) as client:
+            for i in range(201):
+                r = client.post("/v1/jobs", json={"name": f"q{i}", "resources": {"cpus": 1}, "run": "true",
+                                                  "broker": {"budget_usd": "1"}})
+                assert r.status_code == 201, r.text
+        env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
+        r = subprocess.run([sys.executable, "-m", "broker.cli", "--json", "queue"], env=env, cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+        queued = json.loads(r.stdout)
+        assert [j["queue_position"] for j in queued] == list(range(1, 202)), r.stderr
+        assert [j["name"] for j in queued[:2]] == ["q0", "q1"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)

@@ -468,3 +468,44 @@ def test_the_queue_says_a_job_starts_now_exactly_when_the_scheduler_would_place_
     (decision,) = schedule([queued], market(settings, [holder, queued], launcher.availability()), now=NOW)
     assert isinstance(decision, Place) is places, decision
     assert (starts.get("queued") == pytest.approx(NOW)) is places, (starts, decision)
+
+
+@pytest.mark.parametrize("spent, says", [
+    pytest.param(700_000, None, id="$0.30 left, its last attempt on a $36/h zone: resumed, the $0.20/h pool runs it for hours"),
+    pytest.param(996_000, "only $0.0040 of the $1.00 budget is left, not enough to run a minute and stop cleanly "
+                          "($0.0050 at $0.20/h): raise the budget to at least $1.01 first",
+                 id="$0.004 left: refused, the figure at the cheapest price it may run at, the pool's"),
+])
+def test_a_budget_stopped_job_resumes_when_the_budget_left_pays_a_minute_on_the_cheapest_offer_it_may_take(
+        make_settings, tmp_path, spent, says):
+    """A pool of 1 slot at $0.20/h and a simulated on-demand zone at $36/h; a job that ran on the zone (the pool was
+    full then) and was stopped at its $1 budget. A resume was priced at its last attempt's $36/h: with $0.30 left it
+    was refused ("raise the budget to at least $1.60"), though the pool, which placement would take, runs it 90 min."""
+    from broker.auth import Principal
+    from broker.lifecycle import AttemptState
+    from broker.models import Attempt
+    from broker.service import BrokerService, Conflict
+    from broker.store import Change, open_store
+
+    settings = make_settings(config="pools: [{name: cpu, slots: 1, price_per_slot_hour: '0.20'}]\n"
+                                    "zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
+                                    "price_per_hour: '36'}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'resume.db'}")
+    service = BrokerService(settings, store, clock=lambda: NOW)
+    admin = Principal("admin", None, admin=True)
+    try:
+        job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1"}})[0]
+        zone = {"tier": "ondemand", "location": "sim-od", "zone": "sim-od", "instance_type": "g5.xlarge"}
+        attempt = Attempt(id=f"{job.id}-a1", job_id=job.id, n=1, state=AttemptState.STOPPED, launcher="local",
+                          placement=zone, price_per_hour=36_000_000, created_at=NOW - 100, started_at=NOW - 100,
+                          ended_at=NOW - 1, cost=spent, stop_reason="budget")
+        store.commit(Change(job=replace(job, state=JobState.STOPPED_BUDGET, spent=spent, attempts=1, updated_at=NOW - 1),
+                            expected_version=job.version, attempts=(attempt,)))
+        if says is None:
+            assert service.resume(admin, job.id).state is JobState.QUEUED
+        else:
+            with pytest.raises(Conflict) as refused:
+                service.resume(admin, job.id)
+            assert str(refused.value) == says
+    finally:
+        store.close()

@@ -529,8 +529,9 @@ def test_an_engine_preemption_posts_zone_and_steps_lost_then_the_resumed_start(e
 def test_an_engine_budget_stop_posts_buttons_that_resume_only_once_the_budget_is_raised(engine_app, stub):
     store, launcher, engine = (engine_app.state.service.store, engine_app.state.service.launcher,
                                engine_app.state.engine)
-    # $3.60/h for an hour: $3.60 of $3.62, less than the stop's reserve (33 s) left
-    running(engine_app, "j-cap", "team-b", world.onprem(3_600_000), budget=3_620_000, checkpoint_step=900,
+    # $3.60/h for an hour: $3.60 of $3.604, less than the stop's reserve (33 s) left, and less than a resume's
+    # minute and clean stop on the cheapest offer it may take (the $0.20/h pool: $0.005)
+    running(engine_app, "j-cap", "team-b", world.onprem(3_600_000), budget=3_604_000, checkpoint_step=900,
             last_step=950)
     engine.tick()
     assert launcher.stopped == [("j-cap-a1", "budget")] and store.get_job("j-cap").state is JobState.STOPPING
