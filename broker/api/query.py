@@ -4,7 +4,9 @@ FastAPI reads the parameters a route declares and ignores the rest, so ``GET /v1
 default week as if nothing were wrong, and ``GET /v1/jobs?stat=queued`` every job. Each route's own parameters
 are what FastAPI collected from its signature and dependencies (so the rule can never fall out of step with a
 route), and a request naming any other is a 422 that names it, says the one likely meant, and lists those the
-route takes — as bad input is answered everywhere else. The probes (``/v1/healthz``, ``/v1/readyz``) take any
+route takes — as bad input is answered everywhere else. A parameter given twice (``?state=queued&state=running``)
+is a 422 too: every parameter the API takes holds one value, and FastAPI kept the last one given without a word,
+so such a list showed the running jobs alone as if they were all. The probes (``/v1/healthz``, ``/v1/readyz``) take any
 query string: a load balancer's check is set up once, outside the broker, and a refusal there would restart
 brokers rather than tell anyone. Routes outside ``/v1`` (the dashboard page, ``/metrics``, Slack, the docs) are
 not the JSON API and keep what their callers send them.
@@ -48,13 +50,27 @@ def unknown_query_refusal(method: str, path: str, given: list[str], taken: tuple
     return Invalid(first, f"is not a query parameter of {method} {path}{meant}{nor}; {takes}")
 
 
+def repeated_query_refusal(given: list[str]) -> Invalid | None:
+    """The 422 for the first parameter ``given`` more than once, or ``None`` when each is given once."""
+    seen: set[str] = set()
+    for name in given:
+        if name in seen:
+            times = given.count(name)
+            return Invalid(name, f"is given {times} times; it takes one value (ask once for each)")
+        seen.add(name)
+    return None
+
+
 async def refuse_unknown_query(request: Request) -> None:
-    """The app's dependency, run before each route's own: a 422 for a query parameter the route does not take."""
+    """The app's dependency, run before each route's own: a 422 for a query parameter the route does not take,
+    or one given more than once."""
     route = request.scope.get("route")
     if not request.query_params or not isinstance(route, APIRoute):
         return
     if not route.path.startswith(API_PREFIX) or route.path in PROBES:
         return
-    refusal = unknown_query_refusal(request.method, route.path, list(request.query_params.keys()), taken_by(route))
+    given = [name for name, _ in request.query_params.multi_items()]
+    refusal = (unknown_query_refusal(request.method, route.path, given, taken_by(route))
+               or repeated_query_refusal(given))
     if refusal is not None:
         raise refusal

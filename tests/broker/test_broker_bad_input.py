@@ -334,6 +334,23 @@ def test_a_misspelt_query_parameter_is_a_422_saying_the_one_meant(client, url, f
     assert r.status_code == 422 and r.json()["field"] == field and r.json()["detail"].endswith(says), r.text
 
 
+@pytest.mark.parametrize("url, field, times", [
+    pytest.param("/v1/jobs?state=queued&state=running", "state", 2,
+                 id="a job list asked for two states is a 422, not the last state's jobs read as all"),
+    pytest.param("/v1/costs?period=7d&team=default&period=30d&period=24h", "period", 3,
+                 id="a cost window given three times is a 422 naming it"),
+    pytest.param("/v1/jobs/j-nope/logs?offset=0&offset=10", "offset", 2,
+                 id="a log offset given twice is refused before the job is looked up"),
+])
+def test_a_query_parameter_given_more_than_once_is_a_422_naming_it(client, url, field, times):
+    """FastAPI keeps the last of a repeated parameter without a word: `?state=queued&state=running` listed the
+    running jobs alone, as if they were every job asked for."""
+    r = client.get(url, headers=AUTH)
+    assert r.status_code == 422, r.text
+    assert r.json() == {"field": field, "detail": f"{field}: is given {times} times; it takes one value (ask once for "
+                                                  f"each)"}
+
+
 def test_the_parameters_a_route_takes_and_the_probes_query_strings_are_still_answered(client):
     assert client.get("/v1/costs?period=30d&team=default", headers=AUTH).status_code == 200
     assert client.get("/v1/jobs?state=queued&limit=5", headers=AUTH).status_code == 200
