@@ -465,8 +465,11 @@ class ModelPredictive:
             return reliable(inp, f"spot in {zone} has lasted {span(self.zones.zones[zone].up_for)} and nothing saved "
                                  f"would pay for losing it: wait for it to last {self.tuning.proof_minutes:.0f} min")
         if a == 1 and zone is not None:
-            au, ad = self.alphas()
-            return Decision(Action.SPOT, zone, f"plan: spot in {zone} (up-run hazard scale {au:.2f}, down {ad:.2f})")
+            up = self.zones.zones[zone].up_for
+            seen = f"up for {span(up)}" if up > 0 else "just up"
+            return Decision(Action.SPOT, zone, f"plan: spot in {zone} ({seen}) is cheapest in expectation, with "
+                                               f"{span(max(slack(inp), 0.0))} to spare before on-demand would have to "
+                                               f"finish the job")
         if a == 0:
             return Decision(Action.WAIT, None, f"plan: wait for spot ({span(inp.remaining)} of work, {span(inp.deadline - inp.now)} left)")
         return reliable(inp, "plan: the reliable tier is cheaper in expectation than waiting for spot")
