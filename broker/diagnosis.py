@@ -26,7 +26,7 @@ import yaml
 from broker.spec import unknown_key_hint
 
 INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline",
-                            "cuda_error"})
+                            "cuda_error", "terminated", "interrupted"})
 """Classes that are not the user's code: a resume needs no confirmation."""
 
 
@@ -82,6 +82,9 @@ HOST_OOM_HINT = "Use a larger instance, fewer data-loader workers, or a smaller 
 MAYBE_HOST_OOM_HINT = "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size."
 CRASH_HINT = ("Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
               "the log's last lines show what it was doing.")
+TERMINATED_HINT = "Not the job's own error: resume it to continue from its last checkpoint."
+INTERRUPTED_HINT = ("Something on the node interrupted it (a person at a terminal, or a tool that stops processes): "
+                    "resume it to continue from its last checkpoint.")
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -143,6 +146,18 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("cuda_error", "A CUDA error stopped the job{at_step}.",
        "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
        r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress"),
+    # a stop the broker sends (cancel, preemption, budget) ends in its own phase: in "failed", SIGTERM or SIGINT came
+    # from elsewhere. torchrun turns either into a SignalException and exits 1, which read as the script's own error
+    _r("terminated", "{what} was stopped by SIGTERM{at_step}, which the broker did not send: most likely the node was "
+       "shutting down, or a person or process on it stopped the job.", TERMINATED_HINT, phases=["failed"],
+       codes=[143], signals=[15]),
+    _r("terminated", "{what} was stopped by SIGTERM{at_step}, which the broker did not send: most likely the node was "
+       "shutting down, or a person or process on it stopped the job.", TERMINATED_HINT,
+       r"SignalException: Process \d+ got signal: 15\b", phases=["failed"]),
+    _r("interrupted", "{what} was interrupted by SIGINT{at_step} (what Ctrl-C sends), which the broker did not send.",
+       INTERRUPTED_HINT, phases=["failed"], codes=[130], signals=[2]),
+    _r("interrupted", "{what} was interrupted by SIGINT{at_step} (what Ctrl-C sends), which the broker did not send.",
+       INTERRUPTED_HINT, r"SignalException: Process \d+ got signal: 2\b", phases=["failed"]),
     _r("user_code_error", "The training script raised {exception}{at_step}{message}.",
        "Fix the error in the code; the log shows the traceback.",
        r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", phases=["failed"]),

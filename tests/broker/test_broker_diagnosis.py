@@ -32,6 +32,21 @@ CASES = [
     ("python error", Ending("failed", 1, log_tail="Traceback (most recent call last):\nZeroDivisionError: division by zero"),
      "user_code_error", "The training script raised ZeroDivisionError: division by zero."),
     ("plain exit code", Ending("failed", 3, log_tail="bye"), "user_code_error", 'The job exited with code 3: "bye".'),
+    ("a SIGTERM the broker did not send (was 'killed by signal 15 … read the end of its log')",
+     Ending("failed", 143, 15, log_tail="step 300\n"), "terminated",
+     "The job was stopped by SIGTERM at step 300, which the broker did not send: most likely the node was shutting "
+     "down, or a person or process on it stopped the job."),
+    ("a SIGINT (Ctrl-C) from someone on the node",
+     Ending("failed", 130, log_tail="step 12\nTraceback (most recent call last):\nKeyboardInterrupt\n"), "interrupted",
+     "The job was interrupted by SIGINT at step 12 (what Ctrl-C sends), which the broker did not send."),
+    ("torchrun told SIGTERM exits 1 with a SignalException, not the script's own error",
+     Ending("failed", 1, log_tail="step 40\ntorch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 "
+                                  "got signal: 15\n"), "terminated",
+     "The job was stopped by SIGTERM at step 40, which the broker did not send: most likely the node was shutting "
+     "down, or a person or process on it stopped the job."),
+    ("torchrun told SIGINT exits 1 with a SignalException",
+     Ending("failed", 1, log_tail="torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 2"),
+     "interrupted", "The job was interrupted by SIGINT (what Ctrl-C sends), which the broker did not send."),
 ]
 
 
