@@ -166,12 +166,20 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     resources = task.get("resources")
     request = JobRequest(
         alternatives=alternatives,
-        ordered=isinstance(resources, dict) and "ordered" in resources and "any_of" not in resources,
+        ordered=_ordered(resources),
         num_nodes=num_nodes,
         max_price_per_hour=broker.max_price_per_hour,
         expected_hours=broker.expected_hours,
     )
     return JobSpec(task=task, broker=broker, request=request)
+
+
+def _ordered(resources: Any) -> bool:
+    """Whether the alternatives are in the user's order of preference, as SkyPilot reads them: ``ordered``, or
+    ``accelerators`` given as a list (``[A10G:1, T4:1]``: "tried in the listed order"; a mapping is a set)."""
+    if not isinstance(resources, dict) or "any_of" in resources:
+        return False
+    return "ordered" in resources or isinstance(resources.get("accelerators"), list)
 
 
 def _runnable_text(text: str, where: str) -> None:
@@ -200,7 +208,7 @@ def _parse_resources(resources: Any, *, strict: bool = True) -> tuple[ResourceRe
     base = {k: v for k, v in resources.items() if k not in ("any_of", "ordered")}
     key = "any_of" if "any_of" in resources else "ordered"
     if key not in resources:
-        return tuple(_one_resource(base, "resources"))
+        return tuple(_one_resource(base, "resources", strict=strict))
     variants = resources[key]
     if not isinstance(variants, list) or not variants:
         raise SpecError(f"resources.{key}", "must be a non-empty list of resource mappings")
@@ -210,7 +218,7 @@ def _parse_resources(resources: Any, *, strict: bool = True) -> tuple[ResourceRe
             raise SpecError(f"resources.{key}[{i}]", "must be a mapping")
         if strict:
             _known_keys(variant, RESOURCE_KEYS - {"any_of", "ordered"}, f"resources.{key}[{i}].")
-        out.extend(_one_resource({**base, **variant}, f"resources.{key}[{i}]"))
+        out.extend(_one_resource({**base, **variant}, f"resources.{key}[{i}]", strict=strict))
     return tuple(out)
 
 
@@ -230,24 +238,52 @@ def _known_keys(mapping: dict[str, Any], known: frozenset[str] | set[str], prefi
                                               f"({unknown_key_hint(key, known)})")
 
 
-def _one_resource(r: dict[str, Any], where: str) -> list[ResourceRequest]:
+def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list[ResourceRequest]:
     cloud, region, zone = _location(r, where)
     use_spot = r.get("use_spot")
     if use_spot is not None and not isinstance(use_spot, bool):
         raise SpecError(f"{where}.use_spot", "must be true or false")
     cpus = _amount(r.get("cpus"), f"{where}.cpus")
-    memory = _amount(r.get("memory"), f"{where}.memory")
+    memory = _memory(r.get("memory"), f"{where}.memory")
     instance_type = r.get("instance_type")
     if instance_type is not None and not isinstance(instance_type, str):
         raise SpecError(f"{where}.instance_type", "must be a string")
     accs = _accelerators(r.get("accelerators"), f"{where}.accelerators")
+    regions = _image_regions(r.get("image_id"), cloud, region, f"{where}.image_id", strict=strict)
     return [
         ResourceRequest(
             accelerator=name, accelerator_count=count, cpus=cpus, memory_gib=memory, use_spot=use_spot,
-            cloud=cloud, region=region, zone=zone, instance_type=instance_type,
+            cloud=cloud, region=in_region, zone=zone, instance_type=instance_type,
         )
-        for name, count in accs
+        for name, count in accs for in_region in regions
     ]
+
+
+def _image_regions(image: Any, cloud: str | None, region: str | None, where: str, *,
+                   strict: bool = True) -> list[str | None]:
+    """The regions a resource may be placed in, given its ``image_id``: a mapping of region to image limits it to
+    those regions, as SkyPilot's failover goes only through them (placed elsewhere, the launch failed). At submit
+    (``strict``), what SkyPilot refuses is refused here: a cloud's own image (an AMI, a GCP image: not ``docker:``)
+    with no cloud, or an AMI with no region (a ``skypilot:`` tag excepted), and a region the mapping has no
+    image for."""
+    regional = isinstance(image, dict) and bool(image) and None not in image
+    values = list(image.values()) if isinstance(image, dict) else [image] if isinstance(image, str) else []
+    if strict and cloud is None and any(not str(v).startswith("docker:") for v in values):
+        raise SpecError(where, "names a cloud's own image, which SkyPilot runs only on that cloud: give its cloud in "
+                               "resources.infra (aws/us-east-1 for an AMI), or a docker: image, which runs anywhere")
+    if strict and cloud == "aws" and region is None and isinstance(image, str) \
+            and not image.startswith(("docker:", "skypilot:")):
+        raise SpecError(where, f"is an AMI, which lives in one AWS region: give it in resources.infra "
+                               f"(aws/us-east-1), or a mapping of regions to images ({{us-east-1: {image}}})")
+    if not regional:
+        return [region]
+    named = [str(k) for k in image]
+    if region is None:
+        return named
+    if strict and region not in named:
+        raise SpecError(where, f"has an image for {', '.join(named)} but none for {region}, the region the resources "
+                               "ask for: add one, or ask for one of those regions")
+    return [region]
 
 
 def _location(r: dict[str, Any], where: str) -> tuple[str | None, str | None, str | None]:
@@ -255,11 +291,14 @@ def _location(r: dict[str, Any], where: str) -> tuple[str | None, str | None, st
     if infra is not None:
         if not isinstance(infra, str) or not infra.strip():
             raise SpecError(f"{where}.infra", "must look like 'aws', 'aws/us-east-1' or 'aws/us-east-1/us-east-1a'")
-        parts = [p or None for p in infra.strip().split("/")]
-        if len(parts) > 3 or parts[0] is None:
+        first, _, context = infra.strip().partition("/")
+        # a Kubernetes context may hold slashes itself (EKS: arn:aws:eks:...:cluster/name), as SkyPilot reads it
+        text = [first, context] if _cloud(first) == "kubernetes" else infra.strip().split("/")
+        parts = [None if p in ("", "*") else p for p in text]  # '*': any, as SkyPilot's wildcard
+        if len(parts) > 3 or text[0] == "":
             raise SpecError(f"{where}.infra", "must look like 'aws', 'aws/us-east-1' or 'aws/us-east-1/us-east-1a'")
         parts += [None] * (3 - len(parts))
-        return _cloud(parts[0]) if parts[0] != "*" else None, parts[1], parts[2]
+        return _cloud(parts[0]) if parts[0] else None, parts[1], parts[2]
     out = []
     for key in ("cloud", "region", "zone"):
         value = r.get(key)
@@ -287,8 +326,9 @@ def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:
             raise SpecError(where, "must name at least one accelerator")
         out = []
         for name, count in value.items():
-            if count is None:
-                count = 1
+            if count is None:  # `{A100:1, V100:1}`, SkyPilot's set: YAML reads each "A100:1" as a key with no value
+                out.append(_one_accelerator(str(name), where))
+                continue
             if isinstance(count, bool) or not isinstance(count, (int, float)) or not math.isfinite(count) \
                     or count <= 0 or int(count) != count:
                 raise SpecError(f"{where}.{name}", "count must be a positive whole number")
@@ -330,6 +370,28 @@ def _amount(value: Any, where: str) -> Decimal | None:
     except InvalidOperation:
         raise SpecError(where, "must be a number, optionally followed by '+'") from None
     if not amount.is_finite() or amount <= 0:
+        raise SpecError(where, "must be positive")
+    return amount
+
+
+MEMORY_UNITS = {"k": 2**-20, "m": 2**-10, "g": 1, "t": 2**10, "p": 2**20}
+"""SkyPilot's memory units (``KB``/``Ki`` ... ``PB``/``Pi``, in any case, all powers of 2), in GB."""
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp])[bi]\s*\+?\s*$", re.I)
+
+
+def _memory(value: Any, where: str) -> Decimal | None:
+    """memory: as :func:`_amount` (GB), or with one of SkyPilot's units (``64GB``, ``1024MB``, ``32GB+``)."""
+    m = _MEMORY.match(value) if isinstance(value, str) else None
+    if m is None:
+        try:
+            return _amount(value, where)
+        except SpecError as exc:
+            if exc.reason == "must be positive":
+                raise
+            raise SpecError(where, "must be a number of GB (64), or a size with its unit (64GB, 1024MB), "
+                                   "optionally followed by '+'") from None
+    amount = Decimal(m.group(1)) * Decimal(MEMORY_UNITS[m.group(2).lower()])
+    if amount <= 0:
         raise SpecError(where, "must be positive")
     return amount
 

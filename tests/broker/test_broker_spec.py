@@ -85,6 +85,21 @@ def test_kubernetes_by_either_of_skypilots_names_places_on_the_kubernetes_pool(r
     assert isinstance(placed, Placement) and placed.offer.zone == "lab", placed
 
 
+def test_a_kubernetes_pool_whose_context_holds_a_slash_is_placed_on_and_launched_there():
+    """An EKS context (``arn:aws:eks:...:cluster/name``) was cut at its slash into a region and a zone, and a task
+    naming the pool's own context matched no offer."""
+    from broker.config import Pool
+    from broker.offers import placement_record, pool_offers
+    from launchers.skypilot_task import infra
+    from pricing.placement import Placement, place
+    context = "arn:aws:eks:us-east-1:123456789012:cluster/lab"
+    pool = Pool(name="lab", slots=2, accelerator="H100", price_per_slot_hour=2_000_000, kubernetes_context=context)
+    spec = parse({"run": "x", "resources": {"accelerators": "H100:1", "infra": f"k8s/{context}"}}, now=NOW)
+    placed = place(spec.request, pool_offers(pool))
+    assert isinstance(placed, Placement), placed
+    assert infra(placement_record(placed.offer, 1)) == f"k8s/{context}"
+
+
 @pytest.mark.parametrize(
     "raw, field",
     [
@@ -384,3 +399,88 @@ def test_a_run_line_holding_colon_space_is_refused_saying_where_what_and_how_to_
     with pytest.raises(SpecError) as caught:  # another mistake says what broke, and no hint that is not its own
         load_text("run: x\nresources: {cpus: 1+\n")
     assert "line 3" in caught.value.reason and "run: |" not in caught.value.reason
+
+
+def _alternatives(spec):
+    return [(a.cloud, a.region, a.zone, a.accelerator, a.accelerator_count, a.memory_gib)
+            for a in spec.request.alternatives]
+
+
+@pytest.mark.parametrize("resources, alternatives", [
+    pytest.param("{memory: 64GB}", [(None, None, None, None, 0, Decimal(64))],
+                 id="memory: 64GB, with its unit as SkyPilot's docs write it, is 64 GB"),
+    pytest.param("{memory: 1024MB}", [(None, None, None, None, 0, Decimal(1))], id="memory: 1024MB is 1 GB"),
+    pytest.param("{memory: 32GB+}", [(None, None, None, None, 0, Decimal(32))], id="memory: 32GB+ is at least 32 GB"),
+    pytest.param("{memory: 2Ti}", [(None, None, None, None, 0, Decimal(2048))], id="memory: 2Ti is 2048 GB"),
+    pytest.param("{accelerators: {A10G:1, T4:1}}",
+                 [(None, None, None, "A10G", 1, None), (None, None, None, "T4", 1, None)],
+                 id="accelerators: {A10G:1, T4:1}, SkyPilot's set of alternatives, is one A10G or one T4"),
+    pytest.param("{accelerators: {'A100:8': null}}", [(None, None, None, "A100", 8, None)],
+                 id="an accelerator named with its count and no value is that many"),
+    pytest.param("{accelerators: {A100: null}}", [(None, None, None, "A100", 1, None)],
+                 id="an accelerator with no count is one"),
+    pytest.param("{infra: 'aws/*/us-east-1a'}", [("aws", None, "us-east-1a", None, 0, None)],
+                 id="infra's * in the region is any region"),
+    pytest.param("{infra: '*/us-east-1'}", [(None, "us-east-1", None, None, 0, None)],
+                 id="infra's * as the cloud is any cloud"),
+    pytest.param("{infra: 'k8s/arn:aws:eks:us-east-1:123456789012:cluster/my-cluster'}",
+                 [("kubernetes", "arn:aws:eks:us-east-1:123456789012:cluster/my-cluster", None, None, 0, None)],
+                 id="a Kubernetes context holding a slash, as an EKS one does, is the context whole"),
+    pytest.param("{infra: aws, image_id: {us-east-1: ami-0729d913a335efca7, us-west-2: ami-050814f384259894c}}",
+                 [("aws", "us-east-1", None, None, 0, None), ("aws", "us-west-2", None, None, 0, None)],
+                 id="an image per region limits the job to those regions, as SkyPilot's failover"),
+])
+def test_skypilots_resource_forms_are_read_as_skypilot_reads_them(resources, alternatives):
+    """Each of these was refused (a memory unit), placed on nothing or on the wrong thing (an accelerator named
+    ``A10G:1``, a region ``*``, a context cut at its slash), or placed where the launch then failed (a region
+    with no image), though SkyPilot takes each as it is."""
+    spec = parse(load_text(f"run: x\nresources: {resources}\n"), now=NOW)
+    assert _alternatives(spec) == alternatives
+
+
+@pytest.mark.parametrize("resources, ordered", [
+    pytest.param({"accelerators": ["A10G:1", "T4:1"]}, True,
+                 id="a list of accelerators is SkyPilot's order of preference"),
+    pytest.param({"accelerators": {"A10G": 1, "T4": 1}}, False, id="a mapping of them is not"),
+    pytest.param({"any_of": [{"accelerators": "A10G:1"}, {"accelerators": "T4:1"}]}, False, id="nor is any_of"),
+])
+def test_a_list_of_accelerators_is_tried_in_its_order(resources, ordered):
+    """SkyPilot tries ``accelerators: [A10G:1, T4:1]`` in the listed order; the broker took the cheapest (T4)."""
+    spec = parse({"run": "x", "resources": resources}, now=NOW)
+    assert spec.request.ordered is ordered
+    assert [a.accelerator for a in spec.request.alternatives] == ["A10G", "T4"]
+
+
+@pytest.mark.parametrize("resources, field, says", [
+    pytest.param({"memory": "lots"}, "resources.memory", "64GB", id="memory that is no size says how to write one"),
+    pytest.param({"memory": "64XB"}, "resources.memory", "64GB", id="so does memory in a unit SkyPilot does not know"),
+    pytest.param({"infra": "aws/us-east-2", "image_id": {"us-west-2": "ami-050814f384259894c"}}, "resources.image_id",
+                 "us-east-2", id="an image per region with none for the region asked is refused, naming it"),
+    pytest.param({"image_id": "ami-0729d913a335efca7"}, "resources.image_id", "infra",
+                 id="a cloud's image with no cloud is refused, as SkyPilot refuses it"),
+    pytest.param({"image_id": {"us-east-1": "ami-0729d913a335efca7"}}, "resources.image_id", "infra",
+                 id="so is an image per region with no cloud"),
+    pytest.param({"infra": "aws", "image_id": "ami-0729d913a335efca7"}, "resources.image_id", "region",
+                 id="an AWS image with no region is refused, as SkyPilot refuses it"),
+])
+def test_resources_skypilot_refuses_or_cannot_read_are_refused_naming_the_field(resources, field, says):
+    with pytest.raises(SpecError) as info:
+        parse({"run": "x", "resources": resources}, now=NOW)
+    assert info.value.field == field and says in info.value.reason, info.value
+
+
+@pytest.mark.parametrize("resources", [
+    pytest.param({"image_id": "docker:nvcr.io/nvidia/pytorch:24.01-py3"}, id="a docker image runs anywhere"),
+    pytest.param({"infra": "aws/us-east-1", "image_id": "ami-0729d913a335efca7"}, id="an AWS image in its region"),
+    pytest.param({"infra": "aws", "image_id": "skypilot:gpu-ubuntu-2204"}, id="a SkyPilot image tag in any region"),
+    pytest.param({"infra": "gcp", "image_id": "projects/deeplearning-platform-release/global/images/x"},
+                 id="a GCP image, which is global"),
+])
+def test_images_skypilot_takes_are_accepted(resources):
+    assert parse({"run": "x", "resources": resources}, now=NOW).request.alternatives
+
+
+def test_a_stored_job_whose_image_the_submit_check_refuses_is_still_read_by_the_engine():
+    for resources in ({"image_id": "ami-0729d913a335efca7"},
+                      {"infra": "aws/us-east-2", "image_id": {"us-west-2": "x"}}):
+        assert parse({"run": "x", "resources": resources}, now=NOW, strict=False).request.alternatives
