@@ -332,6 +332,8 @@ def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:
             if isinstance(count, bool) or not isinstance(count, (int, float)) or not math.isfinite(count) \
                     or count <= 0 or int(count) != count:
                 raise SpecError(f"{where}.{name}", "count must be a positive whole number")
+            if count > MAX_ACCELERATORS:
+                raise SpecError(f"{where}.{name}", TOO_MANY_ACCELERATORS)
             out.append((str(name), int(count)))
         return out
     if isinstance(value, (list, set, tuple)):
@@ -339,6 +341,10 @@ def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:
             raise SpecError(where, "must name at least one accelerator")
         return [_one_accelerator(v, where) for v in value]
     raise SpecError(where, "must be like 'A100:8', a mapping {A100: 8}, or a list of those")
+
+
+MAX_ACCELERATORS = 1024
+TOO_MANY_ACCELERATORS = f"count must be at most {MAX_ACCELERATORS}: it is per node, and no node has more"
 
 
 def _one_accelerator(text: Any, where: str) -> tuple[str, int]:
@@ -355,6 +361,8 @@ def _one_accelerator(text: Any, where: str) -> tuple[str, int]:
         raise SpecError(where, f"count {count!r} is not a number") from None
     if not n.is_finite() or n <= 0 or n != n.to_integral_value():  # 'A100:inf' and 'A100:nan' were 500s
         raise SpecError(where, "count must be a positive whole number")
+    if n > MAX_ACCELERATORS:  # 'A100:1e400' was refused later, its 401 digits written out in the sentence
+        raise SpecError(where, TOO_MANY_ACCELERATORS)
     return name, int(n)
 
 

@@ -462,6 +462,10 @@ def test_a_list_of_accelerators_is_tried_in_its_order(resources, ordered):
                  id="so is an image per region with no cloud"),
     pytest.param({"infra": "aws", "image_id": "ami-0729d913a335efca7"}, "resources.image_id", "region",
                  id="an AWS image with no region is refused, as SkyPilot refuses it"),
+    pytest.param({"accelerators": "A100:1e400"}, "resources.accelerators", "at most 1024",
+                 id="a count of 401 digits is refused in a short sentence, not written out in a later one"),
+    pytest.param({"accelerators": {"A100": 4096}}, "resources.accelerators.A100", "at most 1024",
+                 id="a mapping's count beyond any node is refused naming its accelerator"),
 ])
 def test_resources_skypilot_refuses_or_cannot_read_are_refused_naming_the_field(resources, field, says):
     with pytest.raises(SpecError) as info:
