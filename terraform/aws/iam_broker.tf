@@ -1,8 +1,8 @@
 # Two roles for the broker tasks: ECS's execution role (pull the image, write
 # logs, read the secrets it injects) and the task role the broker itself runs
-# as (its bucket, its secrets, and what SkyPilot needs to launch GPU
-# instances). SkyPilot picks the task role up through the container
-# credentials endpoint, like any boto3 client.
+# as (its bucket, and what SkyPilot needs to launch GPU instances). SkyPilot
+# picks the task role up through the container credentials endpoint, like any
+# boto3 client.
 
 data "aws_iam_policy_document" "ecs_tasks_assume" {
   statement {
@@ -53,8 +53,10 @@ resource "aws_iam_role" "task" {
   assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
 }
 
+# No Secrets Manager here: ECS injects the secrets with the execution role, and the broker never
+# reads them itself; every process in the container (SkyPilot too) runs as this role.
 resource "aws_iam_role_policy" "task_storage" {
-  name   = "checkpoints-and-secrets"
+  name   = "checkpoints"
   role   = aws_iam_role.task.id
   policy = data.aws_iam_policy_document.task_storage.json
 }
@@ -71,14 +73,14 @@ data "aws_iam_policy_document" "task_storage" {
     resources = ["${aws_s3_bucket.checkpoints.arn}/*"]
   }
   statement {
-    sid       = "ReadOwnSecrets"
-    actions   = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
-    resources = [for name in local.secret_names : aws_secretsmanager_secret.broker[name].arn]
-  }
-  statement {
-    sid       = "UseTheKey"
+    sid       = "UseTheBucketKey"
     actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
     resources = [aws_kms_key.broker.arn]
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["s3.${var.region}.amazonaws.com"]
+    }
   }
 }
 
@@ -89,8 +91,8 @@ resource "aws_iam_role_policy" "task_skypilot" {
 }
 
 # SkyPilot's documented minimal AWS policy, narrowed: GPU instance types only,
-# launch regions only, and the spot-broker-training profile instead of
-# skypilot-v1 (set aws.remote_identity: spot-broker-training in SkyPilot's config).
+# launch regions only, and the <name>-training profile instead of skypilot-v1
+# (set aws.remote_identity to the training_instance_profile output in SkyPilot's config).
 data "aws_iam_policy_document" "task_skypilot" {
   statement {
     sid       = "LaunchGpuInstancesOnly"

@@ -1,8 +1,10 @@
 # The broker's settings, named exactly as in docs/deploy.md (## Settings).
 locals {
   # SkyPilot launches training instances with this instance profile
-  # (aws.remote_identity in the SkyPilot config); the name is fixed.
-  training_role_name = "spot-broker-training"
+  # (aws.remote_identity in the SkyPilot config): spot-broker-training with
+  # the default name. Named after var.name, as the other roles, so a second
+  # deployment in the account (staging, another region) gets its own.
+  training_role_name = "${var.name}-training"
 
   checkpoint_prefix = "checkpoints"
   checkpoint_root   = "s3://${aws_s3_bucket.checkpoints.bucket}/${local.checkpoint_prefix}"

@@ -30,15 +30,20 @@ resource "aws_ecs_task_definition" "broker" {
   }
 
   container_definitions = jsonencode([{
-    name         = "broker"
-    image        = var.broker_image
-    essential    = true
+    name      = "broker"
+    image     = var.broker_image
+    essential = true
     # SkyPilot writes its state, keys and logs under ~/.sky and ~/.ssh.
     readonlyRootFilesystem = false
-    command      = ["broker", "serve", "--host", "0.0.0.0", "--port", tostring(local.broker_port)]
-    portMappings = [{ containerPort = local.broker_port, protocol = "tcp" }]
-    environment  = [for key, value in local.environment : { name = key, value = value }]
-    secrets      = [for key in local.secret_names : { name = key, valueFrom = aws_secretsmanager_secret.broker[key].arn }]
+    command                = ["broker", "serve", "--host", "0.0.0.0", "--port", tostring(local.broker_port)]
+    portMappings           = [{ containerPort = local.broker_port, protocol = "tcp" }]
+    environment            = [for key, value in local.environment : { name = key, value = value }]
+    # ECS reads a secret when a task starts: naming its version (<arn>:<json key>:<stage>:<version id>)
+    # makes a new value a new task definition, so a rotated token rolls the tasks instead of staying valid.
+    secrets = [for key in local.secret_names : {
+      name      = key
+      valueFrom = "${aws_secretsmanager_secret.broker[key].arn}:::${aws_secretsmanager_secret_version.broker[key].version_id}"
+    }]
     logConfiguration = {
       logDriver = "awslogs"
       options = {
@@ -48,6 +53,15 @@ resource "aws_ecs_task_definition" "broker" {
       }
     }
   }])
+
+  lifecycle {
+    # Fargate runs only these sizes (ECS developer guide, "Task CPU and memory"); the two variables
+    # are validated apart, so 512 CPU with 8 GiB would pass both and fail at RegisterTaskDefinition.
+    precondition {
+      condition     = var.task_memory >= 2 * var.task_cpu && var.task_memory <= min(8 * var.task_cpu, 30720)
+      error_message = "task_memory does not fit task_cpu on Fargate: 512 takes 1024-4096, 1024 takes 2048-8192, 2048 takes 4096-16384, 4096 takes 8192-30720."
+    }
+  }
 
   # Secrets must hold a value before a task can start.
   depends_on = [aws_secretsmanager_secret_version.broker]

@@ -35,6 +35,9 @@ resource "google_storage_bucket_iam_member" "training_checkpoints" {
 
 # SkyPilot's documented minimal GCP permissions, less iam.serviceAccounts.actAs
 # on the whole project: the broker may only hand out the training account.
+# `sky check gcp` (SkyPilot 0.14.1) asks testIamPermissions for every one of
+# them but actAs, serviceusage.services.enable included
+# (sky/provision/gcp/constants.py), and leaves GCP disabled if one is missing.
 resource "google_project_iam_custom_role" "skypilot" {
   role_id     = "${replace(var.name, "-", "_")}_skypilot"
   title       = "${var.name} SkyPilot launcher"
@@ -67,6 +70,7 @@ resource "google_project_iam_custom_role" "skypilot" {
     "iam.serviceAccounts.get",
     "resourcemanager.projects.get",
     "resourcemanager.projects.getIamPolicy",
+    "serviceusage.services.enable",
     "serviceusage.services.list",
     "serviceusage.services.use",
   ]

@@ -1,8 +1,10 @@
 # The broker's settings, named exactly as in docs/deploy.md (## Settings).
 locals {
   # SkyPilot launches training instances as this service account
-  # (gcp.remote_identity in the SkyPilot config); the name is fixed.
-  training_account_id = "spot-broker-training"
+  # (gcp.remote_identity in the SkyPilot config): spot-broker-training with
+  # the default name (at most 30 characters: name is at most 21). Named after
+  # var.name, as the broker's, so a second deployment in the project gets its own.
+  training_account_id = "${var.name}-training"
 
   checkpoint_prefix = "checkpoints"
   checkpoint_root   = "gs://${google_storage_bucket.checkpoints.name}/${local.checkpoint_prefix}"
@@ -47,8 +49,10 @@ data "google_project" "this" {
   project_id = var.project_id
 }
 
+# `sky check gcp` also needs Cloud Resource Manager, off in new projects.
 resource "google_project_service" "needed" {
   for_each = toset([
+    "cloudresourcemanager.googleapis.com",
     "compute.googleapis.com",
     "iam.googleapis.com",
     "redis.googleapis.com",

@@ -39,6 +39,10 @@ resource "google_secret_manager_secret_version" "broker" {
   secret_data = local.secret_values[each.key]
 
   lifecycle {
+    # A new value replaces the version, which the service names: the new one exists before the
+    # service moves to it and the old one is destroyed after.
+    create_before_destroy = true
+
     precondition {
       condition     = !var.slack_enabled || (var.slack_signing_secret != "" && var.slack_bot_token != "")
       error_message = "slack_enabled is true: set slack_signing_secret and slack_bot_token."
@@ -66,6 +70,10 @@ resource "google_secret_manager_secret" "redis_ca" {
 resource "google_secret_manager_secret_version" "redis_ca" {
   secret      = google_secret_manager_secret.redis_ca.id
   secret_data = google_redis_instance.store.server_ca_certs[0].cert
+
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
 resource "google_secret_manager_secret_iam_member" "redis_ca" {

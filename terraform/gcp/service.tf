@@ -53,9 +53,11 @@ resource "google_cloud_run_v2_service" "broker" {
         content {
           name = env.value
           value_source {
+            # Cloud Run reads a secret when an instance starts: naming its version (not "latest")
+            # makes a new value a new revision, so a rotated token rolls the instances.
             secret_key_ref {
               secret  = google_secret_manager_secret.broker[env.value].secret_id
-              version = "latest"
+              version = google_secret_manager_secret_version.broker[env.value].version
             }
           }
         }
@@ -89,7 +91,7 @@ resource "google_cloud_run_v2_service" "broker" {
       secret {
         secret = google_secret_manager_secret.redis_ca.secret_id
         items {
-          version = "latest"
+          version = google_secret_manager_secret_version.redis_ca.version
           path    = "ca.pem"
         }
       }

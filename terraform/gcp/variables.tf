@@ -24,8 +24,10 @@ variable "name" {
   default     = "spot-broker"
 
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{2,20}$", var.name))
-    error_message = "name must be 3-21 characters: lowercase letters, digits and dashes, starting with a letter."
+    # Resources it prefixes refuse a trailing dash (load balancer, target group, Cloud Run service) and
+    # two dashes in a row (ElastiCache's replication group id).
+    condition     = length(var.name) >= 3 && length(var.name) <= 21 && can(regex("^[a-z][a-z0-9]*(-[a-z0-9]+)*$", var.name))
+    error_message = "name must be 3-21 characters: lowercase letters, digits and single dashes, starting with a letter and not ending with a dash."
   }
 }
 
