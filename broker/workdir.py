@@ -20,8 +20,11 @@ each ignore file applies to its own directory and below; ``!`` lines do not brin
 — so the same files give the same digest whenever they are packed.
 
 Unpacking uses :func:`tarfile.data_filter` (no absolute paths, no ``..``, no links out of the tree,
-no device files) and bounds the unpacked size, so a pack is checked by unpacking it the way a launch
-will. Standard library only: the CLI imports it.
+no device files) and follows each member's path through the pack's own links in memory as well (:func:`_follow`):
+the filter reads them with ``os.path.realpath``, which on Pythons before 3.11.13 / 3.12.11 / 3.13.4 stops
+following links once a path is longer than ``PATH_MAX`` (CVE-2025-4517), and a pack of deepening links then
+wrote a file anywhere the broker's user may. It bounds the unpacked size and what one read takes, so a pack is
+checked by unpacking it the way a launch will. Standard library only: the CLI imports it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ PACK_MTIME = 946_684_800  # 2000-01-01T00:00Z: every file's time in a pack, so i
 DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
 MOUNT_RE = re.compile(r"^sha256:([0-9a-f]{64})(?:/([^/\x00]+))?$")
 """A ``broker.file_mounts`` value: a pack, and for a single file the file's name in it."""
+MAX_LINK_HOPS = 40
+"""The most links one path may go through, as Linux counts them (``MAXSYMLINKS``): past it the kernel gives up too."""
+MAX_READ = 2**20
+"""The most one read of a pack takes: a member's data is read in 16 KiB pieces, a header (a long name, PAX
+attributes) whole. A header of a gigabyte of one letter is 1 MiB packed, and unpacking it held 8 GiB."""
 NOT_A_TREE = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP})
 """What unpacking a pack's own members raises when they make no tree (a file under a file, a name too
 long): the pack's fault, not the disk's."""
@@ -338,7 +346,9 @@ def unpack(source: str | Path | BinaryIO, destination: str | Path, *, max_bytes:
     """Unpack the tar.gz at ``source`` (a path, or a file open for reading) into the new directory ``destination``; returns (files, bytes).
 
     Safe against a hostile pack: :func:`tarfile.data_filter` refuses absolute paths, ``..``, links
-    out of the tree and device files; the files' sizes are counted before each is written, so a pack
+    out of the tree and device files, and :func:`_check_in_tree` the same paths again through the pack's own
+    links, as the kernel follows them, where ``realpath`` may stop (CVE-2025-4517); no read takes more than
+    ``MAX_READ`` (a header of a gigabyte); the files' sizes are counted before each is written, so a pack
     that unpacks to more than ``max_bytes`` (or more than ``MAX_FILES`` entries) stops there. ``files``
     counts files and links, not directories, as :class:`Pack` does. Raises
     :class:`PackError` naming the member; ``destination`` is then removed."""
@@ -346,6 +356,7 @@ def unpack(source: str | Path | BinaryIO, destination: str | Path, *, max_bytes:
     dest.mkdir(parents=True)
     counted = {"entries": 0, "files": 0, "bytes": 0}
     at = {"member": ""}  # the member being unpacked, for a message (its name cut short: it may be 4 KiB)
+    links: dict[str, str] = {}  # the symbolic links made so far: where each is in the tree → its target
 
     def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
         at["member"] = member.name if len(member.name) <= 100 else member.name[:100] + "…"
@@ -361,15 +372,19 @@ def unpack(source: str | Path | BinaryIO, destination: str | Path, *, max_bytes:
         if member.isdev():
             raise PackError(f"{member.name!r} is a device file or a pipe")
         try:
-            return tarfile.data_filter(member, path)
+            checked = tarfile.data_filter(member, path)
         except tarfile.FilterError as exc:
             raise PackError(_plain(member, exc)) from None
+        _check_in_tree(member, links)
+        return checked
 
     try:
-        opened = tarfile.open(fileobj=source, mode="r:gz") if hasattr(source, "read") else \
-            tarfile.open(source, mode="r:gz")
-        with opened as tar:
+        with _BoundedGzip(source) as gz, tarfile.open(fileobj=gz, mode="r:") as tar:
             tar.extractall(dest, filter=check)
+        for where, target in links.items():  # a link made later may have turned an earlier one out of the tree
+            if not _leads_in(where, target, links):
+                raise PackError(f"{where!r} is a link to {target!r}, out of the workdir (through the pack's other "
+                                "links)")
     except PackError:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -386,6 +401,102 @@ def unpack(source: str | Path | BinaryIO, destination: str | Path, *, max_bytes:
             raise  # the disk, not the pack
         raise PackError(f"is not a whole tar.gz file ({type(exc).__name__}: {exc})") from None
     return counted["files"], counted["bytes"]
+
+
+class _TooDeep(Exception):
+    """A path goes through more than ``MAX_LINK_HOPS`` links (a loop, or a chain the kernel would not follow)."""
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+def _follow(path: str, links: dict[str, str], *, last: bool = True) -> str | None:
+    """Where ``path`` (relative to the top of the tree) leads once the tree's ``links`` are followed, as the kernel
+    follows them, in memory: its place in the tree, or None when it leads out of it. ``last``: follow a link at the
+    path itself too (a file written there is written through it; a link made there replaces it). Raises
+    :class:`_TooDeep` past ``MAX_LINK_HOPS`` links."""
+    todo, at, hops = _parts(path)[::-1], [], 0
+    while todo:
+        part = todo.pop()
+        if part == "..":
+            if not at:
+                return None
+            at.pop()
+            continue
+        at.append(part)
+        target = links.get("/".join(at))
+        if target is None or (not todo and not last):
+            continue
+        hops += 1
+        if hops > MAX_LINK_HOPS:
+            raise _TooDeep()
+        if target.startswith("/"):
+            return None
+        at.pop()
+        todo.extend(_parts(target)[::-1])
+    return "/".join(at)
+
+
+def _leads_in(place: str, target: str, links: dict[str, str]) -> bool:
+    """Whether the link at ``place`` to ``target`` leads into the tree (read from the link's own directory). A
+    loop leads nowhere: the kernel refuses any path through it, as :func:`_follow` refuses a member's."""
+    if target.startswith("/"):
+        return False
+    try:
+        return _follow(f"{place.rpartition('/')[0]}/{target}", links) is not None
+    except _TooDeep:
+        return True
+
+
+def _check_in_tree(member: tarfile.TarInfo, links: dict[str, str]) -> None:
+    """Refuse a member that the links made so far would take out of the tree, then record it if it is a link.
+
+    A symbolic link replaces what is at its place (tarfile unlinks it first), so its own place is not followed,
+    and its target must lead into the tree from its directory (:func:`_leads_in`). A file, a directory and a hard
+    link are made through a link at their place (which stays), and a hard link's target is read from the top of
+    the tree, its links followed."""
+    name = member.name
+    try:
+        if member.issym():
+            place = _follow(name, links, last=False)
+            if place is None:
+                raise PackError(f"{name!r} would be written outside the workdir (through the pack's links)")
+            if not _leads_in(place, member.linkname, links):
+                raise PackError(f"{name!r} is a link to {member.linkname!r}, out of the workdir (through the pack's "
+                                "other links)")
+            links[place] = member.linkname
+            return
+        place = _follow(name, links)
+        if place is None:
+            raise PackError(f"{name!r} would be written outside the workdir (through the pack's links)")
+        if member.islnk() and _follow(member.linkname, links) is None:
+            raise PackError(f"{name!r} is a link to {member.linkname!r}, out of the workdir (through the pack's links)")
+    except _TooDeep:
+        raise PackError(f"{name[:100]!r} cannot be unpacked: its path goes through more than {MAX_LINK_HOPS} links "
+                        "(links in a loop)") from None
+
+
+class _BoundedGzip(gzip.GzipFile):
+    """A tar.gz read as :func:`unpack` reads it: from a path or an open file (left open), ``MAX_READ`` at most a
+    read, so that no header, however long, is held in memory whole."""
+
+    def __init__(self, source: str | Path | BinaryIO):
+        self._own = None if hasattr(source, "read") else open(source, "rb")
+        super().__init__(fileobj=self._own or source, mode="rb")
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0 or size > MAX_READ:
+            raise PackError(f"holds a header (a member's name or attributes) of more than {human(MAX_READ)}, at byte "
+                            f"{self.tell()} unpacked: no workdir has one")
+        return super().read(size)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._own is not None:
+                self._own.close()
 
 
 def _plain(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:

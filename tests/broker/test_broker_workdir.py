@@ -5,6 +5,7 @@ in process (``TestClient``) and as a ``broker serve`` subprocess driven by the C
 server over HTTP, hostile tar files built with ``tarfile`` itself.
 """
 
+import gzip
 import hashlib
 import io
 import json
@@ -279,6 +280,72 @@ def test_a_pack_whose_members_make_no_tree_is_a_422_naming_the_member_not_a_500(
     assert r.status_code == 422 and r.json()["field"] == "body", r.text
     assert detail in r.json()["detail"] and "cannot be unpacked" in r.json()["detail"], r.text
     assert client.get(f"/v1/workdirs/{digest_of(data)}", headers=H).status_code == 404  # nothing stored
+
+
+TEAM = {"Authorization": "Bearer vision-token"}
+
+
+def deepening_links(outside: Path) -> list[tuple[tarfile.TarInfo, bytes | None]]:
+    """CVE-2025-4517's pack: sixteen links ``a``..``p``, each to a directory of a 247-letter name inside the one
+    before, make ``a/b/.../p/lll...`` a path longer than PATH_MAX, past which ``os.path.realpath`` (and so
+    ``tarfile.data_filter``, before Python 3.11.13) stops following links and reads the rest as plain names:
+    ``lll... -> ../../..`` is the top of the tree to the kernel, and ``escape`` a link up and out of it."""
+    deep, steps, path, members = "d" * 247, "abcdefghijklmnop", "", []
+    for step in steps:
+        members += [(member(f"{path}{deep}", tarfile.DIRTYPE), None),
+                    (member(f"{path}{step}", tarfile.SYMTYPE, deep), None)]
+        path += deep + "/"
+    top = "/".join(steps) + "/" + "l" * 254
+    members.append((member(top, tarfile.SYMTYPE, "../" * len(steps)), None))
+    members.append((member("escape", tarfile.SYMTYPE, top + "/" + "../" * len(steps) + str(outside).lstrip("/")), None))
+    members.append((member("escape/pwned.sh"), b"echo pwned\n"))
+    return members
+
+
+def test_a_teams_pack_whose_links_run_past_path_max_writes_nothing_outside_its_directory(api, tmp_path):
+    client, _ = api
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    data = tar_gz(*deepening_links(outside))
+    r = client.put(f"/v1/workdirs/{digest_of(data)}", content=data, headers=TEAM)
+    assert r.status_code == 422 and r.json()["field"] == "body", r.text
+    assert "'escape' is a link to" in r.json()["detail"] and "out of the workdir" in r.json()["detail"]
+    assert list(outside.iterdir()) == []  # was outside/pwned.sh, written by the broker's user, then a 201
+    assert client.get(f"/v1/workdirs/{digest_of(data)}", headers=TEAM).status_code == 404
+
+
+def test_a_link_that_a_later_link_turns_out_of_the_tree_is_refused(api):
+    client, _ = api
+    # `up` leads to the top while `w` is a plain name; once `w` is a link to `.`, `up` is `./x/../..`: the top's parent
+    data = tar_gz((member("up", tarfile.SYMTYPE, "w/x/../.."), None), (member("w", tarfile.SYMTYPE, "."), None))
+    r = client.put(f"/v1/workdirs/{digest_of(data)}", content=data, headers=TEAM)
+    assert r.status_code == 422 and "'up' is a link to 'w/x/../..', out of the workdir" in r.json()["detail"], r.text
+
+
+def test_links_to_links_inside_the_tree_unpack_as_before(api, tmp_path):
+    client, _ = api
+    data = tar_gz((member("lib/real.so"), b"elf"), (member("lib/v1.so", tarfile.SYMTYPE, "real.so"), None),
+                  (member("lib/cur.so", tarfile.SYMTYPE, "v1.so"), None), (member("libs", tarfile.SYMTYPE, "lib"), None),
+                  (member("docs/so", tarfile.SYMTYPE, "../libs/cur.so"), None),
+                  (member("docs/self", tarfile.SYMTYPE, "self"), None))
+    r = client.put(f"/v1/workdirs/{digest_of(data)}", content=data, headers=TEAM)
+    assert r.status_code == 201, r.text
+
+
+def test_a_pack_with_a_header_of_a_gigabyte_is_refused_before_it_is_read(api):
+    client, _ = api
+    longname = tarfile.TarInfo("././@LongLink")
+    longname.type, longname.size = tarfile.GNUTYPE_LONGNAME, 2**30
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9) as gz:
+        gz.write(longname.tobuf(format=tarfile.GNU_FORMAT))
+        for _ in range(16):  # 16 MiB of the name is enough to show it: the reader refuses it at its header
+            gz.write(b"a" * 2**20)
+    data = buf.getvalue()
+    assert len(data) < LIMIT
+    r = client.put(f"/v1/workdirs/{digest_of(data)}", content=data, headers=TEAM)
+    assert r.status_code == 422 and "holds a header (a member's name or attributes) of more than 1.0 MiB" \
+        in r.json()["detail"], r.text  # was read whole into memory: 1 MiB packed held 8 GiB
 
 
 def test_a_pack_that_unpacks_to_far_more_than_its_size_is_refused(api):
