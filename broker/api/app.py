@@ -25,6 +25,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from broker.api.probe import StoreProbe
 from broker.api.query import refuse_unknown_query
 from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, WORKDIR_PACK, EventList, Health, JobList, JobOut,
                                LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
@@ -218,13 +219,15 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     # -- routes ----------------------------------------------------------------------------------
 
+    probe = StoreProbe(lambda: store.get_job("healthz-probe"))
+
     @app.get("/v1/healthz", tags=["ops"], **answers(Health))
     def healthz() -> dict:
         """Liveness: 200 while the process answers, with the store's state in the body. A store outage is
         not the process's fault and restarting it does not help (every broker shares the store), so
         load-balancer checks and liveness probes use this; ``/v1/readyz`` says whether the store answers."""
         try:
-            store.get_job("healthz-probe")
+            probe.look()  # at most PROBE_SECONDS: a stalled store held this past a balancer's check timeout
             state = "ok"
         except StoreUnavailable as exc:
             # no token is asked here: the store's address and its error go to the log, not to whoever asks
@@ -235,7 +238,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     @app.get("/v1/readyz", tags=["ops"], **answers(Health, 503))
     def readyz() -> dict:
         """Readiness: 200 when the store answers, else 503 (a start-up probe waits for it)."""
-        store.get_job("healthz-probe")
+        probe.look()
         return {"ok": True, "engine": eng is not None, "store": "ok"}
 
     @app.post("/v1/jobs", status_code=201, tags=["jobs"], openapi_extra=TASK,

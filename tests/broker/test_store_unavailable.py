@@ -257,3 +257,47 @@ def test_a_redis_lost_in_the_middle_of_a_tick_skips_the_tick_in_one_line_not_a_t
             launcher.kill(run.name)
         store.close()
         server.stop()
+
+
+def test_a_redis_that_stops_answering_is_told_apart_within_the_probes_limit_and_liveness_stays_200(make_settings,
+                                                                                                    tmp_path):
+    """A paused redis-server (SIGSTOP: it takes connections and answers nothing, like a store behind a network that
+    drops packets) held each health probe for the client's socket timeout, retried: half a minute, past any load
+    balancer's check timeout, which then replaces every broker. The probes answer within their limit, liveness 200
+    and readiness 503, and a look still in flight is shared rather than one thread held per probe."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from broker.api.probe import PROBE_SECONDS
+
+    server = RedisServer(tmp_path / "redis").start()
+    store = open_store(server.url)
+    app = create_app(make_settings(config=CONFIG), store=store, engine=False)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            assert client.get("/v1/readyz").status_code == 200
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                before = threading.active_count()
+                for _ in range(3):
+                    t0 = time.monotonic()
+                    health = client.get("/v1/healthz")
+                    took = time.monotonic() - t0
+                    assert health.status_code == 200 and health.json()["store"].startswith("unavailable: "), health.text
+                    assert took < PROBE_SECONDS + 3, f"the liveness probe took {took:.1f} s"
+                t0 = time.monotonic()
+                ready = client.get("/v1/readyz")
+                assert ready.status_code == 503 and time.monotonic() - t0 < PROBE_SECONDS + 3, ready.text
+                assert threading.active_count() <= before + 1, "one stuck look at most, shared by the probes"
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 60
+            while client.get("/v1/readyz").status_code != 200:  # the stuck read ends; the next look is fresh
+                assert time.monotonic() < deadline, "readiness never came back after the store did"
+                time.sleep(0.2)
+            assert client.get("/v1/healthz").json()["store"] == "ok"
+    finally:
+        store.close()
+        server.stop()
