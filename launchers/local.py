@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
+from launchers.local_runner import kill_processes_of
 from launchers.run_as import job_folder
 from launchers.simzones import SimZone
 
@@ -152,6 +153,7 @@ class LocalLauncher:
                 "attempt_id": request.attempt_id, "job_id": request.job_id, "attempt": request.attempt,
                 "task": request.task, "placement": request.placement, "envs": request.envs,
                 "slots": list(request.slots), "stop_grace_seconds": request.stop_grace_seconds,
+                "data_dir": str(self.runs_dir.parent.resolve()),  # a job without a workdir runs in a folder under it
             }
             if request.run_as is not None:  # launchers/run_as.py: what the runner gives the user, under this data dir
                 body["run_as"] = {"user": request.run_as.user, "folders": list(request.run_as.folders),
@@ -385,27 +387,12 @@ def _kill_left_behind(run_dir: Path) -> int:
     """SIGKILL the processes of an attempt whose runner died without recording an exit (SIGKILLed alone, or
     crashed): the job runs in a session of its own, so it outlived its runner, and the attempt that resumes the
     job would run beside it. Found by the environment every process of the job inherits (its notice file's
-    path: in the run folder, or in the folder a job run as another user is given); best effort (a process that
-    cleared its environment is not found). Returns how many were killed."""
+    path: in the run folder, or in the folder a job run as another user is given). Returns how many were killed."""
     notices = [run_dir / "notice.json"]
     run_as = LocalLauncher._request(run_dir).get("run_as")
     if run_as:
         notices.append(job_folder(run_as["data_dir"], run_dir.name) / "notice.json")
-    markers = {b"BROKER_NOTICE_FILE=" + os.fsencode(str(n.resolve())) for n in notices}
-    killed = 0
-    try:
-        entries = [e for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) != os.getpid()]
-    except OSError:
-        return 0
-    for entry in entries:
-        try:
-            if markers.isdisjoint((entry / "environ").read_bytes().split(b"\0")):
-                continue
-            os.kill(int(entry.name), signal.SIGKILL)
-            killed += 1
-        except OSError:  # gone meanwhile, or another user's
-            continue
-    return killed
+    return kill_processes_of(notices)
 
 
 def _child_pgids(pid: int) -> list[int]:

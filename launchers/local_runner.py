@@ -28,7 +28,8 @@ On SIGTERM (a stop: preemption, cancel, budget) the runner writes the notice fil
 SIGTERMs the job's process group — at once when no live process listens for the file;
 otherwise only ``LAST_WARNING_S`` before the grace period ends, as a VM's shutdown follows
 the cloud's notice, so that helper processes (``DataLoader`` workers, which die of SIGTERM)
-live until the training loop has saved. At the end of the grace period it SIGKILLs the group.
+live until the training loop has saved. At the end of the grace period it SIGKILLs the group, and every
+other process of the job (found by its ``BROKER_NOTICE_FILE``: torchrun's workers run in sessions of their own).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from launchers.base import elapsed
-from launchers.run_as import JobUser, acting_as, prepare
+from launchers.run_as import JobUser, acting_as, job_folder, prepare
 from launchers.skypilot_task import CHECKPOINT_MOUNT
 
 #: How long a starting runner tries for the attempt's lock before it takes it for another runner's.
@@ -197,8 +198,12 @@ class Runner:
                 os.killpg(self.child.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # and what of the job left that group: torchrun starts each worker in a session of its own, so a rank
+        # that did not die of the notice (blocked in a collective) outlived torchrun's SIGKILL, holding its GPU
+        # after the job was recorded stopped and its slots handed to the next job
+        kill_processes_of([self.notice])
 
-    def env(self) -> dict[str, str]:
+    def env(self, step: str = "run") -> dict[str, str]:
         if self.user:  # kept from the broker: what it holds (a cloud key, a kubeconfig, an agent socket) too
             env = {k: v for k, v in os.environ.items() if k in HOST_ENV or k.startswith(HOST_ENV_PREFIXES)}
         else:
@@ -206,7 +211,7 @@ class Runner:
         task = self.request["task"]
         env.update({k: str(v) for k, v in (task.get("envs") or {}).items() if v is not None})
         env.update({k: str(v) for k, v in (task.get("secrets") or {}).items() if v is not None})  # as SkyPilot: over envs
-        env.update(skypilot_envs(self.request))
+        env.update(skypilot_envs(self.request, step))
         env.update(self.request.get("envs") or {})
         with acting_as(self.user):  # a broker.checkpoint the team chose: made only where its user may make it
             folder = local_checkpoint_dir(self.request)
@@ -223,7 +228,7 @@ class Runner:
     def run(self) -> dict:
         task = self.request["task"]
         workdir = task.get("workdir")
-        cwd = os.path.expanduser(workdir) if isinstance(workdir, str) and workdir else str(self.dir)
+        cwd = os.path.expanduser(workdir) if isinstance(workdir, str) and workdir else self._own_folder()
         started = time.time()
         result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
         try:
@@ -252,12 +257,29 @@ class Runner:
                 unlink_mounts(links)
         self.finished = True
         if self._killer:
+            if self.stop_reason is not None and processes_of([self.notice]):
+                self._killer.join()  # a stop: what of the job outlived its command goes at the end of the grace
             self._killer.cancel()
         stop = self._read_stop()
         if self.stop_reason is None and stop and result["step"] is None:
             self.stop_reason = stop.get("reason", "stopped")
         result.update(stopped=self.stop_reason is not None, reason=self.stop_reason or "", ended_at=time.time())
         return result
+
+    def _own_folder(self) -> str:
+        """Where a job without a workdir runs: a fresh folder of its own, ``<data dir>/workdirs/jobs/<attempt>/work``
+        (as a job run as another user: :mod:`launchers.run_as`), removed with the attempt's copies once it has
+        ended — not the run folder, where a job writing ``output.log`` (``| tee output.log``) wrote over its log
+        and one cleaning its folder took the runner's. The run folder for a request of an older launcher."""
+        data_dir = self.request.get("data_dir")
+        if not data_dir or self.request.get("run_as"):  # run_as: prepare() gives it its folder
+            return str(self.dir)
+        folder = job_folder(data_dir, str(self.request["attempt_id"])) / "work"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return str(self.dir)
+        return str(folder)
 
     def _steps(self, task: dict, cwd: str, result: dict, link_notes: list[str]) -> None:
         with open(self.dir / "output.log", "ab", buffering=0) as log:
@@ -271,7 +293,7 @@ class Runner:
                     break
                 result["step"] = step
                 self.child = subprocess.Popen(
-                    ["bash", "-c", script], cwd=cwd, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+                    ["bash", "-c", script], cwd=cwd, env=self.env(step), stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True, **(self.user.popen() if self.user else {}),
                 )
                 if self.stop_reason is not None:
@@ -285,6 +307,38 @@ class Runner:
                     break
 
 
+def processes_of(notices: list[Path]) -> list[int]:
+    """The processes of this host (but this one) whose environment names one of ``notices`` as its
+    ``BROKER_NOTICE_FILE``: every process of an attempt inherits it, also those that left its process group
+    (torchrun's workers, each in a session of its own; a ``setsid`` daemon). Best effort: a process that cleared
+    its environment, or another user's (unless this one is root), is not found."""
+    markers = {b"BROKER_NOTICE_FILE=" + os.fsencode(str(n.resolve())) for n in notices}
+    try:
+        entries = [e for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) != os.getpid()]
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        try:
+            if not markers.isdisjoint((entry / "environ").read_bytes().split(b"\0")):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def kill_processes_of(notices: list[Path]) -> int:
+    """SIGKILL :func:`processes_of` ``notices``; how many were killed."""
+    killed = 0
+    for pid in processes_of(notices):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            continue
+    return killed
+
+
 def gpus_of(request: dict) -> int:
     """The GPUs the attempt holds: its pool slots on-prem; on a simulated zone, the shape it simulates."""
     placement = request.get("placement") or {}
@@ -294,18 +348,34 @@ def gpus_of(request: dict) -> int:
     return len(slots) or int(placement.get("accelerator_count") or 1) * int(placement.get("num_nodes") or 1)
 
 
-def skypilot_envs(request: dict) -> dict[str, str]:
+#: What SkyPilot calls the clouds in ``SKYPILOT_CLUSTER_INFO`` (``str()`` of its cloud); others as the placement does.
+CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure"}
+
+
+def skypilot_envs(request: dict, step: str = "run") -> dict[str, str]:
     """The variables SkyPilot gives every node's ``setup`` and ``run``, for the one node this host is:
     a task written for SkyPilot (``torchrun --nnodes=$SKYPILOT_NUM_NODES --node_rank=$SKYPILOT_NODE_RANK
     --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE ...``) runs here unchanged. A ``num_nodes: N`` job runs
-    as one node holding the GPUs of all N (the same world size)."""
-    return {
+    as one node holding the GPUs of all N (the same world size). ``setup`` gets SkyPilot's own names for it
+    too (``SKYPILOT_SETUP_NODE_RANK``, ...: a setup that downloads on node 0 only reads those), and both get
+    ``SKYPILOT_CLUSTER_INFO`` as SkyPilot writes it, naming the attempt and where it was placed."""
+    placement = request.get("placement") or {}
+    attempt = str(request.get("attempt_id") or "")
+    gpus = str(gpus_of(request))
+    cloud = str(placement.get("cloud") or "")
+    env = {
         "SKYPILOT_NODE_RANK": "0",
         "SKYPILOT_NODE_IPS": "127.0.0.1",
         "SKYPILOT_NUM_NODES": "1",
-        "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus_of(request)),
-        "SKYPILOT_TASK_ID": str(request.get("attempt_id") or ""),
+        "SKYPILOT_NUM_GPUS_PER_NODE": gpus,
+        "SKYPILOT_TASK_ID": attempt,
+        "SKYPILOT_CLUSTER_INFO": json.dumps({"cluster_name": attempt, "cloud": CLOUD_NAMES.get(cloud, cloud),
+                                             "region": placement.get("region"), "zone": placement.get("zone")}),
     }
+    if step == "setup":
+        env.update(SKYPILOT_SETUP_NODE_RANK="0", SKYPILOT_SETUP_NODE_IPS="127.0.0.1",
+                   SKYPILOT_SETUP_NUM_GPUS_PER_NODE=gpus)
+    return env
 
 
 def local_checkpoint_dir(request: dict, *, make: bool = True) -> str | None:

@@ -247,9 +247,10 @@ def test_without_run_as_a_pool_job_runs_as_the_brokers_user_as_before(base, make
         final = run_until(engine, store, job.id, {"succeeded", "failed"})
         assert final.state is JobState.SUCCEEDED
         run = base / "data" / "runs" / f"{job.id}-a1"
-        assert service.logs(ADMIN_PRINCIPAL, job.id)["data"].splitlines()[:2] == [str(os.geteuid()), str(run)]
+        work = base / "data" / "workdirs" / "jobs" / f"{job.id}-a1" / "work"  # a folder of its own, not the run folder
+        assert service.logs(ADMIN_PRINCIPAL, job.id)["data"].splitlines()[:2] == [str(os.geteuid()), str(work)]
         assert "run_as" not in json.loads((run / "request.json").read_text())
-        assert not (base / "data" / "workdirs" / "jobs").exists()
+        assert work.stat().st_uid == os.geteuid()  # nothing given to another user
     finally:
         store.close()
 
