@@ -26,7 +26,7 @@ import yaml
 from broker.spec import unknown_key_hint
 
 INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline",
-                            "cuda_error", "terminated", "interrupted"})
+                            "cuda_error", "terminated", "interrupted", "port_in_use"})
 """Classes that are not the user's code: a resume needs no confirmation."""
 
 
@@ -82,6 +82,8 @@ HOST_OOM_HINT = "Use a larger instance, fewer data-loader workers, or a smaller 
 MAYBE_HOST_OOM_HINT = "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size."
 CRASH_HINT = ("Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
               "the log's last lines show what it was doing.")
+PORT_HINT = ("On a shared host another job may hold it: give each job its own port (torchrun --master_port), or "
+             "--standalone for one node, and resume.")
 TERMINATED_HINT = "Not the job's own error: resume it to continue from its last checkpoint."
 INTERRUPTED_HINT = ("Something on the node interrupted it (a person at a terminal, or a tool that stops processes): "
                     "resume it to continue from its last checkpoint.")
@@ -146,6 +148,12 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("cuda_error", "A CUDA error stopped the job{at_step}.",
        "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
        r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress"),
+    # jobs on one host share its network: two torchruns with one --master_port (SkyPilot's examples use 8008)
+    _r("port_in_use", "{what} could not listen on port {port}{at_step}: another process on its host holds it.",
+       PORT_HINT, r"port: (?P<port>\d+)[^\n]*EADDRINUSE", phases=["failed"]),
+    _r("port_in_use", "{what} could not listen on a port{at_step}: another process on its host holds it.",
+       PORT_HINT, r"EADDRINUSE|\[Errno 98\] Address already in use|RuntimeError: Address already in use",
+       phases=["failed"]),
     # a stop the broker sends (cancel, preemption, budget) ends in its own phase: in "failed", SIGTERM or SIGINT came
     # from elsewhere. torchrun turns either into a SignalException and exits 1, which read as the script's own error
     _r("terminated", "{what} was stopped by SIGTERM{at_step}, which the broker did not send: most likely the node was "

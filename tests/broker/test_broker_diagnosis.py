@@ -44,6 +44,14 @@ CASES = [
                                   "got signal: 15\n"), "terminated",
      "The job was stopped by SIGTERM at step 40, which the broker did not send: most likely the node was shutting "
      "down, or a person or process on it stopped the job."),
+    ("two torchruns on one host with one --master_port: the port, not the code",
+     Ending("failed", 1, log_tail="torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+                                  "local network address. port: 8008, useIpv6: false, code: -98, name: EADDRINUSE, "
+                                  "message: address already in use\n"), "port_in_use",
+     "The job could not listen on port 8008: another process on its host holds it."),
+    ("a Python server's [Errno 98] names no port",
+     Ending("failed", 1, log_tail="step 3\nOSError: [Errno 98] Address already in use\n"), "port_in_use",
+     "The job could not listen on a port at step 3: another process on its host holds it."),
     ("torchrun told SIGINT exits 1 with a SignalException",
      Ending("failed", 1, log_tail="torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 2"),
      "interrupted", "The job was interrupted by SIGINT (what Ctrl-C sends), which the broker did not send."),
