@@ -29,7 +29,8 @@ from broker.offers import after_run, all_offers, market, matching_offers, slots_
 from broker.queue import estimated_starts, positions
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
-from broker.spec import MAX_CHECKPOINT_URI, SpecError, checkpoint_base, host_paths, parse
+from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, SpecError, admin_only_settings, checkpoint_base,
+                         host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
@@ -200,6 +201,11 @@ class BrokerService:
                                      "(the launcher would read it there, and SkyPilot upload it to the job's cluster): "
                                      "`broker submit` uploads the workdir and local file_mounts sources instead "
                                      "(--upload-workdir)", status=403)
+            for field, what in admin_only_settings(spec.task)[:1]:
+                raise Invalid(field, f"is {what}, which only an admin's submit may set: the cluster runs on the "
+                                     "broker's cloud and cluster credentials, shared by every team (a team may set "
+                                     f"config: {', '.join(sorted('.'.join(k) for k in TEAM_CONFIG_KEYS))})",
+                              status=403)
         if idempotency_key is not None:
             if not 1 <= len(idempotency_key) <= 200:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")

@@ -502,6 +502,56 @@ def is_local_path(source: Any) -> bool:
     return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
 
 
+TEAM_CONFIG_KEYS = frozenset({
+    ("docker", "run_options"), ("nvidia_gpus", "disable_ecc"), ("kubernetes", "provision_timeout"),
+    ("kubernetes", "dws"), ("kubernetes", "kueue"), ("kubernetes", "set_pod_resource_limits"),
+    ("ssh", "provision_timeout"), ("gcp", "managed_instance_group"), ("gcp", "enable_gvnic"),
+    ("gcp", "enable_gpu_direct"), ("gcp", "placement_policy"), ("vast", "datacenter_only"),
+    ("slurm", "cpu_partition"),
+})
+"""The task-level ``config:`` overrides SkyPilot takes (``OVERRIDEABLE_CONFIG_KEYS_IN_TASK``) that a team's submit may
+set: how its own cluster is provisioned. The rest change whose identity, network, quota or host the cluster gets —
+``kubernetes.remote_identity: LOCAL_CREDENTIALS`` puts the broker's kubeconfig in the pod, ``kubernetes.pod_config``
+can make it privileged with the node's disk mounted (other teams' pods run there), ``active_workspace`` switches to
+another workspace's credentials, a VPC or an ``sbatch`` account is someone else's — and only an admin's submit may."""
+TEAM_CONFIG_WHOLE = frozenset({"hooks"})
+"""``config:`` entries a team's submit may give whole: ``hooks`` run on the job's own cluster (the broker's notice
+hook goes first, :mod:`launchers.skypilot_task`)."""
+ADMIN_TASK_KEYS = {"event_callback": "a command SkyPilot runs when the task changes state",
+                   "file_mounts_mapping": "SkyPilot's internal map of uploaded file mounts"}
+ADMIN_RESOURCE_KEYS = {"_cluster_config_overrides": "SkyPilot's internal overrides of the cluster's provisioning "
+                                                    "config"}
+
+
+def admin_only_settings(task: dict[str, Any]) -> list[tuple[str, str]]:
+    """The settings of ``task`` only an admin's submit may give, as (field, what it is): ``config:`` overrides
+    outside :data:`TEAM_CONFIG_KEYS`, and SkyPilot's internal keys a task could use to the same end."""
+    found = [(key, what) for key, what in ADMIN_TASK_KEYS.items() if key in task]
+    config = task.get("config")
+    if isinstance(config, dict):
+        for section, inner in config.items():
+            if section in TEAM_CONFIG_WHOLE:
+                continue
+            if not isinstance(inner, dict):  # active_workspace: a value, not a section
+                found.append((f"config.{section}", "a SkyPilot setting that changes whose credentials, network or "
+                                                   "host the job's cluster gets"))
+                continue
+            for key in inner:
+                if (section, key) not in TEAM_CONFIG_KEYS:
+                    found.append((f"config.{section}.{key}", "a SkyPilot setting that changes whose credentials, "
+                                                             "network or host the job's cluster gets"))
+    resources = task.get("resources")
+    variants = [resources] if isinstance(resources, dict) else []
+    for key in ("any_of", "ordered"):
+        if isinstance(resources, dict) and isinstance(resources.get(key), list):
+            variants += [v for v in resources[key] if isinstance(v, dict)]
+    for variant in variants:
+        for key, what in ADMIN_RESOURCE_KEYS.items():
+            if key in variant:
+                found.append((f"resources.{key}", what))
+    return found
+
+
 def host_paths(task: dict[str, Any]) -> list[tuple[str, str]]:
     """The paths on the broker's own host a task names, as (field, path): a ``workdir`` given as a path (not
     SkyPilot's ``{url, ref}`` git form), and each ``file_mounts`` source that is not a bucket URL, a
