@@ -36,6 +36,12 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(self, message)
 
 
+KEEP_ALIVE_SECONDS = 75
+"""How long ``broker serve`` keeps an idle HTTP connection open: longer than the load balancer in front of it keeps
+its own (AWS's ALB 60 s by default; ``terraform/``), or the broker closes a connection the balancer is about to reuse
+and that request gets a 502. uvicorn's default is 5 s."""
+
+
 def _meant(message: str, argv: list[str], parser: argparse.ArgumentParser) -> tuple[str, argparse.ArgumentParser]:
     """For options argparse did not recognize, the command's own option each was likely meant to be
     (``--budegt`` → " (did you mean --budget?)", else ""), and the parser whose usage to show: the
@@ -300,7 +306,8 @@ def cmd_serve(args) -> int:
     # Listen first: uvicorn starts the app (its engine, ticking on the store) before it binds, so a second
     # `broker serve` on a taken port would run its engine — with its own config — until the bind failed.
     listener = _listen(args.host, args.port)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+    config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    uvicorn.Server(config).run(sockets=[listener])
     return 0
 
 

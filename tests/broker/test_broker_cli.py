@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -852,3 +853,33 @@ def test_the_queue_of_more_jobs_than_a_listing_holds_by_default_shows_those_that
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)
+
+
+def test_broker_serve_keeps_an_idle_connection_open_longer_than_a_load_balancer_keeps_its_own(tmp_path):
+    """uvicorn's default closed an idle connection after 5 s, while an AWS load balancer keeps its connections to the
+    broker 60 s and reuses them: a request sent on one the broker had just closed got a 502. The connection is still
+    open after uvicorn's 5 s (checked by peeking at the socket: the server's close would read as b"")."""
+    proc, url = start_broker(tmp_path, engine="off")
+    try:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /v1/healthz HTTP/1.1\r\nHost: broker\r\n\r\n")
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(4096)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            while len(body) < length:  # the whole answer read: what is left to peek at is the server's close, or nothing
+                body += sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+            time.sleep(7)  # past uvicorn's default 5 s
+            sock.setblocking(False)
+            try:
+                closed = sock.recv(1, socket.MSG_PEEK) == b""
+            except BlockingIOError:  # nothing to read, and not closed
+                closed = False
+            assert not closed, "broker serve closed an idle connection a load balancer would reuse"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
