@@ -49,9 +49,9 @@ from pricing.deadline import Action, Decision, PolicyInput, cap_margin, changeov
 
 def span(seconds: float) -> str:
     """A duration for a decision's reason: ``45 s``, ``12 min``, ``3.5 h`` (never ``0.0 h``)."""
-    if seconds < 60:
+    if round(seconds) < 60:
         return f"{max(seconds, 0):.0f} s"
-    if seconds < 3600:
+    if round(seconds / 60) < 60:  # 3570 s read "60 min", and 59.6 s "60 s"
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
 

@@ -341,3 +341,13 @@ def test_a_spot_decision_says_in_plain_words_how_long_the_zone_has_been_up_and_t
     assert "hazard" not in d.reason and d.reason.endswith("to spare before on-demand would have to finish the job")
     # 80 h to the deadline from 1 h 50 min in, 48 h of work and one 0.2 h changeover: 30.0 h to spare
     assert "with 30.0 h to spare" in d.reason, d.reason
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (45, "45 s"), (59.6, "1 min"), (600, "10 min"), (3570, "1.0 h"), (3600, "1.0 h"), (5400, "1.5 h"), (-3, "0 s"),
+], ids=["under a minute in seconds", "59.6 s rounds to a minute, not '60 s'", "minutes",
+        "3570 s is an hour, not '60 min'", "an hour", "hours with a tenth", "never negative"])
+def test_a_reasons_durations_read_as_a_person_would_write_them(seconds, text):
+    from pricing.spot_policy import span
+
+    assert span(seconds) == text

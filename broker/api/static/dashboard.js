@@ -58,7 +58,8 @@ function savingWords(saving, pct) {
 
 function duration(seconds) {
   if (seconds < 60) return seconds + " s";
-  if (seconds < 3600) return Math.round(seconds / 60) + " min";
+  const minutes = Math.round(seconds / 60);  // 3570 s read "60 min"
+  if (minutes < 60) return minutes + " min";
   return (seconds / 3600).toFixed(1) + " h";
 }
 
