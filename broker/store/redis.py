@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import MasterDownError, NoScriptError, OutOfMemoryError, ReadOnlyError
 
 from broker.lifecycle import JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
@@ -96,7 +96,18 @@ def _cost_attempt(d: dict) -> CostAttempt:
                        d.get("billed_until"), d.get("cost", 0))
 
 
-@unavailable_on((redis.ConnectionError, redis.TimeoutError), written=None)  # a lost reply: the script may have run
+REFUSED = (OutOfMemoryError, ReadOnlyError, MasterDownError)
+"""What a server that takes no writes for now answers (at its ``maxmemory``, a replica since a failover, cut off from
+its master): a store that is unavailable, as a full disk is to SQLite. The commit script is refused at its first
+write, so nothing of the change was stored."""
+
+
+def _written(exc: BaseException) -> bool | None:
+    """Refused: nothing stored; a lost reply: the script may have run (unknown)."""
+    return False if isinstance(exc, REFUSED) else None
+
+
+@unavailable_on((redis.ConnectionError, redis.TimeoutError, *REFUSED), written=_written)
 class RedisStore:
     """:class:`~broker.store.base.JobStore` on a Redis server."""
 
@@ -150,6 +161,10 @@ class RedisStore:
                 for slot, reply in zip(todo, replies):
                     if isinstance(reply, NoScriptError):
                         unknown.append(slot)
+                    elif isinstance(reply, REFUSED):
+                        slot.result, slot.error = None, StoreUnavailable(f"the job store refused the write: {reply}",
+                                                                         written=False)
+                        slot.error.__cause__ = reply
                     elif isinstance(reply, Exception):
                         slot.result, slot.error = None, StoreError(f"redis: {reply}")
                     else:
@@ -159,8 +174,9 @@ class RedisStore:
                     self._r.script_load(script.script)
         except BaseException as exc:
             error = exc
-            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):  # sent, perhaps run, answer lost
-                error = StoreUnavailable(f"the job store did not answer: {exc}", written=None)
+            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, *REFUSED)):  # sent, perhaps run, answer lost
+                said = "refused the write" if isinstance(exc, REFUSED) else "did not answer"
+                error = StoreUnavailable(f"the job store {said}: {exc}", written=_written(exc))
                 error.__cause__ = exc
             elif isinstance(exc, redis.RedisError):
                 error = StoreError(f"redis: {exc}")

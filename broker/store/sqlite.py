@@ -164,12 +164,17 @@ class SqliteStore:
                     try:
                         slot.result = self._apply(db, slot.item)
                     except BaseException as exc:  # this change only: the batch goes on
+                        if not db.in_transaction:  # a full disk or an I/O error rolled the whole batch back
+                            raise
                         db.execute("ROLLBACK TO change")
                         slot.error = exc
                     db.execute("RELEASE change")
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # SQLite itself rolls back a transaction a full disk or an I/O error struck (at COMMIT too): a second
+                # ROLLBACK would fail ('no transaction is active') and hide that error behind one of its own
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
         except BaseException as exc:  # rolled back: each change's own outcome (a conflict, a duplicate) is void too
             for slot in batch:

@@ -301,3 +301,88 @@ def test_a_redis_that_stops_answering_is_told_apart_within_the_probes_limit_and_
     finally:
         store.close()
         server.stop()
+
+
+def test_a_redis_full_to_its_maxmemory_is_a_503_saying_nothing_was_stored_not_a_500(make_settings, tmp_path):
+    """A Redis at its ``maxmemory`` (``noeviction``: it refuses every write, which is what a store of jobs must
+    do) or a replica after a failover (``READONLY``) refuses the commit script's first write: nothing is stored.
+    That came back as a bare ``StoreError``, a 500 and a traceback per job per tick, where a full SQLite disk
+    is a 503; it is a 503 saying nothing was changed, and the store goes on once it has room."""
+    import redis
+
+    from broker.lifecycle import JobState
+    from broker.models import Job
+    from broker.store import Change
+
+    server = RedisServer(tmp_path / "redis").start()
+    store = open_store(server.url)
+    admin = redis.Redis.from_url(server.url)
+    app = create_app(make_settings(config=CONFIG), store=store, engine=False)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            first = client.post("/v1/jobs", json=TASK, headers=AUTH)
+            assert first.status_code == 201
+            admin.config_set("maxmemory", admin.info("memory")["used_memory"])  # full
+            r = client.post("/v1/jobs", json=TASK, headers={**AUTH, "Idempotency-Key": "k-full"})
+            assert r.status_code == 503, r.text
+            assert "nothing was changed" in r.json()["detail"]
+            cancel = client.post(f"/v1/jobs/{first.json()['id']}/cancel", headers=AUTH)
+            assert cancel.status_code == 503 and "nothing was changed" in cancel.json()["detail"], cancel.text
+            with pytest.raises(StoreUnavailable) as beat:  # the engine's first write each tick: one line, not a crash
+                store.beat("local:test", 1.0)
+            assert beat.value.written is None
+            job = Job(id="j-full", name="t", team="vision", state=JobState.QUEUED, spec={}, budget=1, priority=0,
+                      submitted_at=1.0, updated_at=1.0)
+            with pytest.raises(StoreUnavailable) as commit:
+                store.commit(Change(job=job, expected_version=None))
+            assert commit.value.written is False and store.get_job("j-full") is None
+            admin.config_set("maxmemory", 0)
+            again = client.post("/v1/jobs", json=TASK, headers={**AUTH, "Idempotency-Key": "k-full"})
+            assert again.status_code == 201, again.text
+            assert client.post(f"/v1/jobs/{first.json()['id']}/cancel", headers=AUTH).status_code == 200
+    finally:
+        admin.close()
+        store.close()
+        server.stop()
+
+
+FILL_THE_DISK = r'''
+import json, resource, signal, sys
+from dataclasses import replace
+from broker.lifecycle import JobState
+from broker.models import Job
+from broker.store import Change, StoreUnavailable, open_store
+
+store = open_store(sys.argv[1])
+job = store.commit(Change(job=Job(id="j-1", name="t", team="vision", state=JobState.QUEUED, spec={}, budget=1,
+                                  priority=0, submitted_at=1.0, updated_at=1.0), expected_version=None))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails (EFBIG), as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+out = {"outcome": "never full"}
+try:
+    for i in range(50):
+        job = store.commit(Change(job=replace(job, spec={"run": "x" * 20_000, "i": i}), expected_version=job.version))
+except StoreUnavailable as exc:
+    out = {"outcome": "unavailable", "written": exc.written}
+except Exception as exc:
+    out = {"outcome": f"{type(exc).__name__}: {exc}"}
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+after = store.commit(Change(job=replace(job, budget=7), expected_version=job.version))
+print(json.dumps({**out, "stored_after": after.version == job.version + 1}))
+'''
+
+
+def test_a_sqlite_disk_that_fills_as_a_batch_commits_is_store_unavailable_not_the_drivers_error(tmp_path):
+    """A full disk (or an I/O error) as the transaction commits makes SQLite roll it back by itself; the store's
+    own ROLLBACK then failed ('no transaction is active') and that error, a plain ``OperationalError``, hid the
+    disk's: a 500 and a traceback per job per tick. It is ``StoreUnavailable`` (a 503), and the store goes on."""
+    import json
+    import subprocess
+    import sys
+
+    from broker_testing import REPO
+
+    done = subprocess.run([sys.executable, "-c", FILL_THE_DISK, f"sqlite://{tmp_path / 'full.db'}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"outcome": "unavailable", "written": None, "stored_after": True}
