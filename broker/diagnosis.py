@@ -1,7 +1,8 @@
 """Failure diagnosis in plain words: a rules table from how an attempt ended to a class, a sentence and a hint.
 
 Rules match on the launcher's phase and termination reason, the exit code or
-signal, and patterns in the tail of the log; the first rule that matches wins.
+signal, what ended it (a command of the task, or the clone of its git workdir),
+and patterns in the tail of the log; the first rule that matches wins.
 Teams add their own rules in a YAML file (``failure_rules:`` in the config),
 read again whenever it changes, and checked before the shipped ones. Pure,
 except :class:`RuleBook`, which reads that file.
@@ -10,7 +11,8 @@ A rule's sentence may use ``{step}`` (the last training step the log or the
 progress reports show, whichever is later), ``{batch_size}``, ``{path}`` (a path or URL in the
 matched line), ``{code}``, ``{signal}``, ``{ended}`` ("exited with code 3", "was killed by
 signal 6 (SIGABRT)"), ``{what}`` ("The job", or "The setup command" when the task's setup
-failed) and ``{said}`` (the log's last line, quoted after a colon).
+failed), ``{said}`` (the log's last line, quoted after a colon) and ``{reason}`` (the launcher's
+reason for the end).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Rule:
     exit_codes: frozenset[int] = frozenset()
     signals: frozenset[int] = frozenset()
     infrastructure: bool | None = None  # a team rule's say; None: the class decides (INFRASTRUCTURE)
+    commands: frozenset[str] = frozenset()  # what ended it, as the launcher says (Ending.command; empty: any)
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class Ending:
     reason: str = ""
     log_tail: str = ""
     step: int | None = None  # the last step the progress reports or checkpoints gave
-    command: str | None = None  # which of the task's commands ended it: "setup" or "run"
+    command: str | None = None  # which of the task's commands ended it: "setup" or "run" (or "workdir": its clone)
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,9 @@ class Diagnosis:
                 "step": self.step, "text": self.text}
 
 
-def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=()) -> Rule:
+def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=(), commands=()) -> Rule:
     return Rule(cls, sentence, hint, re.compile(pattern, re.I | re.M) if pattern else None,
-                frozenset(phases), frozenset(codes), frozenset(signals))
+                frozenset(phases), frozenset(codes), frozenset(signals), commands=frozenset(commands))
 
 
 HOST_OOM_HINT = "Use a larger instance, fewer data-loader workers, or a smaller batch size."
@@ -87,6 +90,9 @@ PORT_HINT = ("On a shared host another job may hold it: give each job its own po
 TERMINATED_HINT = "Not the job's own error: resume it to continue from its last checkpoint."
 INTERRUPTED_HINT = ("Something on the node interrupted it (a person at a terminal, or a tool that stops processes): "
                     "resume it to continue from its last checkpoint.")
+WORKDIR_CLONE_HINT = ("Not the job's code, but a resume clones the same repository at the same ref, and fails the same "
+                      "way: fix the workdir's url or ref (or its credentials: GIT_TOKEN, GIT_SSH_KEY_PATH in the task's "
+                      "secrets) and submit again; if the host had no network for a while, resume with --force.")
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -98,6 +104,9 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("budget_stop", "Stopped at its budget{at_step}.", "Raise the budget and resume to continue.",
        phases=["budget"]),
     _r("cancelled", "Cancelled{at_step}.", "", phases=["cancelled"]),
+    # a git workdir the local launcher could not clone (launchers/local_runner.py): its reason says why in plain words
+    _r("workdir_clone", "Its workdir was not cloned, so nothing of the job ran: {reason}.", WORKDIR_CLONE_HINT,
+       phases=["failed"], commands=["workdir"]),
     _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing.",
        r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"),
@@ -200,6 +209,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
         if (rule.exit_codes or rule.signals) and ending.exit_code not in rule.exit_codes \
                 and ending.signal not in rule.signals:
             continue
+        if rule.commands and ending.command not in rule.commands:
+            continue
         match = None
         if rule.pattern is not None:
             match = _last_match(rule.pattern, log_tail)
@@ -211,6 +222,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  "batch": f" (batch size {batch[-1]})" if batch else "",
                  "ended": _ended(ending), "what": "The setup command" if ending.command == "setup" else "The job",
                  "said": f': "{line}"' if (line := _last_line(log_tail)) else "",
+                 "reason": ending.reason.rstrip(".") or "?",
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
         if facts.get("message"):
             facts["message"] = ": " + _clip(facts["message"]).rstrip(".")

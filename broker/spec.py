@@ -141,9 +141,11 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         _shell_quotable(dest, f"file_mounts.{dest}")
         _shell_quotable(source, f"file_mounts.{dest}", "source")
     if "workdir" in task and task["workdir"] is not None and not isinstance(task["workdir"], (str, dict)):
-        raise SpecError("workdir", "must be a path")
+        raise SpecError("workdir", "must be a path, or a git repository as {url: ..., ref: ...}")
     if strict:
         _shell_quotable(task.get("workdir"), "workdir", "path")
+        if isinstance(task.get("workdir"), dict):
+            _git_workdir(task["workdir"])
     broker = _parse_broker(raw.get("broker"), now=now, strict=strict)
     if broker.workdir is not None and task.get("workdir") is not None:
         raise SpecError("broker.workdir", "names an uploaded workdir, but the task has a workdir of its own too: "
@@ -552,14 +554,36 @@ def admin_only_settings(task: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def _git_workdir(workdir: dict[str, Any]) -> None:
+    """SkyPilot's git form of a workdir, ``{url, ref}`` (its schema: ``url`` required, both strings, nothing
+    else), and each a single argument to git: a value starting with ``-`` would be read as an option."""
+    for key in sorted(workdir, key=str):
+        if key not in ("url", "ref"):
+            raise SpecError(f"workdir.{key}", "is not a key of a git workdir (url, and ref: a branch, a tag or a "
+                                              "commit hash)")
+    for key in ("url", "ref"):
+        value = workdir.get(key)
+        if value is None and key == "ref":
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise SpecError(f"workdir.{key}", "must be a git repository's URL" if key == "url" else
+                                              "must be a branch, a tag or a commit hash")
+        if value.startswith("-") or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+            raise SpecError(f"workdir.{key}", "cannot start with '-' nor hold spaces or control characters")
+
+
 def host_paths(task: dict[str, Any]) -> list[tuple[str, str]]:
-    """The paths on the broker's own host a task names, as (field, path): a ``workdir`` given as a path (not
-    SkyPilot's ``{url, ref}`` git form), and each ``file_mounts`` source that is not a bucket URL, a
-    ``broker:`` value or an uploaded pack's copy. The broker's launcher reads them there (SkyPilot uploads them
-    to the job's cluster)."""
+    """The paths on the broker's own host a task names, as (field, path): a ``workdir`` given as a path, or as a
+    git repository on this host (SkyPilot's ``{url, ref}`` form with a ``file://`` URL or a path: the local
+    launcher clones it from there), and each ``file_mounts`` source that is not a bucket URL, a ``broker:`` value
+    or an uploaded pack's copy. The broker's launcher reads them there (SkyPilot uploads them to the job's
+    cluster)."""
     found = []
     if isinstance(task.get("workdir"), str) and task["workdir"]:
         found.append(("workdir", task["workdir"]))
+    url = task["workdir"].get("url") if isinstance(task.get("workdir"), dict) else None
+    if isinstance(url, str) and (url.lower().startswith("file:") or is_local_path(url)):
+        found.append(("workdir.url", url))
     mounts = task.get("file_mounts") if isinstance(task.get("file_mounts"), dict) else {}
     for dest, source in sorted(mounts.items(), key=lambda kv: str(kv[0])):
         inner = source.get("source") if isinstance(source, dict) else source

@@ -68,7 +68,8 @@ FOLDERS = ("attempts", "mounts", "jobs")
 """Where an attempt's own folders are, under ``<data dir>/workdirs``: ``attempts/<attempt>`` its workdir's copy,
 ``mounts/<attempt>/<n>`` its file_mounts' (in the order of their destinations), ``jobs/<attempt>`` the folder a job
 run as another user is given (``launchers.run_as``: its notice file and, without a workdir, its working directory)
-and, for any job on this host without a workdir, its working directory (``jobs/<attempt>/work``)."""
+and, for any job on this host without a workdir, its working directory (``jobs/<attempt>/work``) — for a job whose
+workdir is a git repository, its clone there (``launchers.local_runner``)."""
 _PACK_NAME = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
 _LEFTOVER_NAME = re.compile(r"^[0-9a-f]{64}\.tar\.gz\.tmp-[0-9a-f]{32}$")  # what put or _copy wrote before its rename
 

@@ -110,7 +110,7 @@ class AttemptStatus:
     reason: str = ""
     started_at: float | None = None
     ended_at: float | None = None
-    step: str | None = None  # "setup" or "run": which command was running at the end
+    step: str | None = None  # "setup" or "run": which command was running at the end ("workdir": its git clone)
     # False for an end its zone did not cause, or not known to: the engine then keeps the zone open to the job
     # (a preempted or lost spot attempt otherwise closes its zone to the job for a cooldown)
     zone_to_blame: bool = True

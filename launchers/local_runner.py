@@ -16,7 +16,8 @@ reports lives in ``RUN_DIR``:
   attempt by itself, as if asked, if nobody has (the job's budget, kept while no broker runs). The runner
   reads each new ``stop_at`` as seconds from then and counts them on its monotonic clock, so that the host's
   wall clock stepping back does not put the stop off (nor a step forward bring it early).
-* ``output.log`` — setup and run output.
+* ``output.log`` — setup and run output (and, first, the clone of a workdir given as a git repository:
+  :mod:`launchers.git_workdir`, credentials hidden).
 * ``notice.json`` — the stop notice, written when the runner is told to stop; its path is
   the job's ``BROKER_NOTICE_FILE``. ``notice.json.listeners/<pid>`` — processes whose
   checkpoint library watches that file (:mod:`checkpoint.notice_file`). A job run as another
@@ -46,6 +47,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from launchers.base import elapsed
+from launchers.git_workdir import (CLONE_TIMEOUT_S, TOKEN_ENV, GitWorkdir, clone_commands, git, git_env, last_words,
+                                   listing_command, redact, ref_kind)
 from launchers.run_as import JobUser, acting_as, job_folder, prepare
 from launchers.skypilot_task import CHECKPOINT_MOUNT
 
@@ -228,6 +231,7 @@ class Runner:
     def run(self) -> dict:
         task = self.request["task"]
         workdir = task.get("workdir")
+        repo = GitWorkdir.of(workdir)  # cloned into the folder of its own, before the setup (_clone)
         cwd = os.path.expanduser(workdir) if isinstance(workdir, str) and workdir else self._own_folder()
         started = time.time()
         result = {"exit_code": 0, "signal": None, "step": None, "started_at": started}
@@ -241,17 +245,18 @@ class Runner:
             with acting_as(self.user):  # made as the job's user: only where it may write itself
                 links, link_notes = link_mounts(task, home=self.user.home if self.user else None)
         except NotRun as exc:
-            links, link_notes = [], [str(exc)]
+            links, link_notes, repo = [], [str(exc)], None
             result.update(exit_code=1, step="setup")
             task = {k: v for k, v in task.items() if k not in ("setup", "run")}  # nothing runs
         except (KeyError, OSError) as exc:  # never as the broker's own user instead
             why = ("there is no such user on this host" if isinstance(exc, KeyError)
                    else f"its folders cannot be given to it ({exc})")
-            links, link_notes = [], [f"not run: its pool runs it as user {self.request['run_as']['user']!r}, and {why}"]
+            links, link_notes, repo = [], [f"not run: its pool runs it as user {self.request['run_as']['user']!r}, "
+                                           f"and {why}"], None
             result.update(exit_code=1, step="setup")
             task = {k: v for k, v in task.items() if k not in ("setup", "run")}
         try:
-            self._steps(task, cwd, result, link_notes)
+            self._steps(task, cwd, result, link_notes, repo)
         finally:
             with acting_as(self.user):
                 unlink_mounts(links)
@@ -263,11 +268,13 @@ class Runner:
         stop = self._read_stop()
         if self.stop_reason is None and stop and result["step"] is None:
             self.stop_reason = stop.get("reason", "stopped")
-        result.update(stopped=self.stop_reason is not None, reason=self.stop_reason or "", ended_at=time.time())
+        result.update(stopped=self.stop_reason is not None, reason=self.stop_reason or result.get("reason", ""),
+                      ended_at=time.time())
         return result
 
     def _own_folder(self) -> str:
-        """Where a job without a workdir runs: a fresh folder of its own, ``<data dir>/workdirs/jobs/<attempt>/work``
+        """Where a job without a workdir runs (or whose workdir is a git repository: cloned there, :meth:`_clone`): a
+        fresh folder of its own, ``<data dir>/workdirs/jobs/<attempt>/work``
         (as a job run as another user: :mod:`launchers.run_as`), removed with the attempt's copies once it has
         ended — not the run folder, where a job writing ``output.log`` (``| tee output.log``) wrote over its log
         and one cleaning its folder took the runner's. The run folder for a request of an older launcher."""
@@ -281,10 +288,19 @@ class Runner:
             return str(self.dir)
         return str(folder)
 
-    def _steps(self, task: dict, cwd: str, result: dict, link_notes: list[str]) -> None:
+    def _steps(self, task: dict, cwd: str, result: dict, link_notes: list[str], repo: GitWorkdir | None) -> None:
         with open(self.dir / "output.log", "ab", buffering=0) as log:
             for note in host_notes(self.request) + link_notes:
                 log.write(f"[spot-broker] {note}\n".encode())
+            if repo is not None and (task.get("setup") or task.get("run")) \
+                    and not (self.stop_reason or self._read_stop()):
+                result["step"] = "workdir"
+                cloned = self._clone(repo, cwd, log, result)
+                if cloned is None:
+                    if "reason" not in result:  # a stop came: read as one that came before the first command
+                        result["step"] = None
+                    return
+                cwd = cloned
             for step in ("setup", "run"):
                 script = task.get(step)
                 if not script:
@@ -305,6 +321,83 @@ class Runner:
                     result.update(exit_code=code, signal=None)
                 if code != 0:
                     break
+
+    def _clone(self, repo: GitWorkdir, cwd: str, log, result: dict) -> str | None:
+        """Make ``cwd``, the attempt's fresh folder, a clone of the task's git workdir at its ref, as the job's user
+        and in its environment, in at most ``CLONE_TIMEOUT_S``: where setup and run then go, as on a SkyPilot node.
+        None when it cannot be cloned — the attempt fails before its setup, saying why in its log and its reason
+        (no exit code: no command of the job ran) — or when a stop came meanwhile (git is stopped as a setup is)."""
+        if os.path.realpath(cwd) == os.path.realpath(self.dir):  # a request of an older launcher: no folder of its own
+            cwd = str(self.dir / "workdir")
+            os.makedirs(cwd, exist_ok=True)
+        env = git_env(self.env("setup"))
+        secrets = [env.get(TOKEN_ENV, ""), *repo.secrets]
+        deadline = time.monotonic() + CLONE_TIMEOUT_S
+        log.write(f"[spot-broker] workdir: cloning {repo.at} into {cwd}\n".encode())
+
+        def failed(what: str) -> None:
+            reason = f"the git repository {what}"
+            log.write(f"[spot-broker] workdir not cloned, so nothing of the job runs: {reason}\n".encode())
+            result.update(exit_code=None, signal=None, reason=reason)
+
+        code, said = self._git(listing_command(repo), cwd, env, deadline, log, secrets, quiet=True)
+        if code != 0:
+            if not self.stop_reason:
+                failed(f"{repo.shown} could not be cloned: {said}" if code is None else
+                       f"{repo.shown} cannot be read (no such repository, no access to it, or no network): "
+                       f"{last_words(said) or f'git exited with code {code}'}")
+            return None
+        kind = ref_kind(said, repo.ref) if repo.ref else None
+        if repo.ref and kind is None:
+            failed(f"{repo.shown} has no branch, tag or commit named {repo.ref!r}")
+            return None
+        for command in clone_commands(repo, kind):
+            if self.stop_reason or self._read_stop():
+                return None
+            code, said = self._git(command, cwd, env, deadline, log, secrets)
+            if code == 0:
+                continue
+            if not self.stop_reason:
+                failed(f"{repo.at} could not be cloned: {said}" if code is None else
+                       f"{repo.shown} has no commit {repo.ref}" if command[-1].endswith("^{commit}") else
+                       f"{repo.at} could not be cloned: {last_words(said) or f'git exited with code {code}'}")
+            return None
+        code, head = self._git(git("rev-parse", "HEAD"), cwd, env, deadline, log, secrets, quiet=True)
+        log.write((f"[spot-broker] workdir: {repo.at} cloned"
+                   + (f", commit {head.strip()}" if code == 0 else "") + "\n").encode())
+        return cwd
+
+    def _git(self, command: list[str], cwd: str, env: dict[str, str], deadline: float, log, secrets: list[str],
+             quiet: bool = False) -> tuple[int | None, str]:
+        """Run one git command of a clone as the job's commands are run (its own session, the job's user, stopped
+        by a stop), its output kept and written to the log with credentials hidden (``quiet``: only if it failed):
+        (its exit code, the output), or (None, why) when it could not run or ran past ``deadline``."""
+        try:
+            self.child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          **(self.user.popen() if self.user else {}))
+        except OSError as exc:
+            return None, ("git is not installed on this host" if isinstance(exc, FileNotFoundError)
+                          else f"git could not be started ({exc.strerror})")
+        if self.stop_reason is not None:
+            self._stop_child()  # the stop came while it was being started
+        try:
+            out, _ = self.child.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            code = self.child.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, _ = self.child.communicate()
+            code = None
+        said = redact(out.decode("utf-8", "replace"), secrets)
+        if said and (code != 0 or not quiet):
+            log.write(said.encode() if said.endswith("\n") else (said + "\n").encode())
+        if code is None:
+            return None, (f"it took longer than {CLONE_TIMEOUT_S:.0f} s and was stopped (a host without network, or "
+                          "a server that does not answer)")
+        return code, said
 
 
 def processes_of(notices: list[Path]) -> list[int]:

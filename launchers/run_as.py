@@ -5,7 +5,8 @@ A job run as the broker's user reads all the broker reads: its ``/proc/<pid>/env
 a job reaches only what is given to it here, each folder owned by the user, mode 0700:
 
 * its working directory: the attempt's copy of the job's workdir (``<data>/workdirs/attempts/<attempt>``) or,
-  without one, a fresh ``<data>/workdirs/jobs/<attempt>/work`` — never the run folder;
+  without one, a fresh ``<data>/workdirs/jobs/<attempt>/work`` — never the run folder; a workdir given as a git
+  repository is cloned there by the runner as the user, so the clone is the user's;
 * the attempt's copies of its uploaded file_mounts (``<data>/workdirs/mounts/<attempt>``);
 * ``<data>/workdirs/jobs/<attempt>/``, which holds the notice file (``BROKER_NOTICE_FILE``, written by the runner
   from the run folder with a rename, so a link the job puts there is replaced, not written through) and the

@@ -484,13 +484,14 @@ class Engine:
             return workdir, copies
 
     def _attempt_ended(self, job: Job, attempt: Attempt) -> None:
-        """An attempt just recorded final: its unpacked workdir and file_mounts go, and the folder a job run as
-        another user was given (beside the ticks; kept while a process still runs in them, and then left to the
-        sweep)."""
+        """An attempt just recorded final: its unpacked workdir and file_mounts go, its clone of a git workdir, and
+        the folder a job run as another user was given (beside the ticks; kept while a process still runs in them,
+        and then left to the sweep)."""
         from broker.workdir import packs_of
 
         given = run_as_for(replace(job, placement=attempt.placement), self.settings.pools, self.settings.checkpoint_root) is not None
-        if attempt.state.is_final and (given or packs_of(job.spec.get("broker"))) \
+        cloned = isinstance(job.spec.get("workdir"), dict)  # a local launcher's clone, in its jobs/<attempt>/work
+        if attempt.state.is_final and (given or cloned or packs_of(job.spec.get("broker"))) \
                 and self._workdir_store().has_local(attempt.id):
             _background(self._workdir_store().remove_attempt_dir, attempt.id)
 

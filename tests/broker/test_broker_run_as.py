@@ -407,3 +407,28 @@ def test_a_job_run_as_another_user_is_not_handed_the_brokers_environment(base, m
     assert "the-brokers-cloud-key" not in out and "agent.sock" not in out, out
     for kept in ("MINE=kept", "LC_ALL=C.UTF-8", f"HOME={NOBODY.pw_dir}", "PATH=", "BROKER_NOTICE_FILE="):
         assert kept in out, out
+
+
+def test_a_git_workdir_of_a_job_run_as_another_user_is_cloned_as_that_user_in_its_own_folder(base):
+    # the clone is the job's working directory: made by root, the job could not write in it (nor remove what it
+    # made there), and git run as root would read what the job's user may not
+    from gitrepos import make_repo
+
+    from launchers.local_runner import Runner
+
+    repo = make_repo(base / "repo")  # under a folder others may pass
+    # the user's own: git run as one user reads a repository on this host owned by another only where the host's
+    # git config says it is safe (safe.directory), and the runner does not say so in the host's stead
+    subprocess.run(["chown", "-R", f"{NOBODY.pw_uid}:{NOBODY.pw_gid}", str(repo.path)], check=True)
+    data = base / "data"
+    run_dir = _runner_request(data, "id -u; pwd; cat version.txt; echo mine > made-here", "nobody")
+    request = json.loads((run_dir / "request.json").read_text())
+    request["task"]["workdir"] = {"url": repo.url, "ref": "feature"}
+    (run_dir / "request.json").write_text(json.dumps(request))
+    result = Runner(run_dir).run()
+    out = (run_dir / "output.log").read_text()
+    work = data / "workdirs" / "jobs" / "j-1-a1" / "work"
+    assert result["exit_code"] == 0, out
+    assert f"{NOBODY.pw_uid}\n{work}\nfeature\n" in out
+    owners = {p.stat().st_uid for p in [work, *work.rglob("*")]}
+    assert owners == {NOBODY.pw_uid}  # .git and every file of the clone too
