@@ -77,12 +77,15 @@ resource "google_cloud_run_v2_service" "broker" {
         failure_threshold = 12
       }
 
+      # the broker waits up to 2 s for a stalled store before answering 200 (broker/api/probe.py): Cloud Run's
+      # default 1 s timeout would read that as a dead instance and restart every one
       liveness_probe {
         http_get {
           path = "/v1/healthz"
           port = local.broker_port
         }
-        period_seconds = 15
+        period_seconds  = 15
+        timeout_seconds = 5
       }
     }
 

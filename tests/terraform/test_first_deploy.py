@@ -156,3 +156,16 @@ def test_training_identity_follows_the_name(module_dir):
     and could not have been given only its own bucket. The default name keeps spot-broker-training."""
     local = "training_role_name" if module_dir == AWS else "training_account_id"
     assert cached_module(module_dir).locals[local] == '"${var.name}-training"'
+
+
+def test_gcp_liveness_probe_waits_longer_than_the_broker_waits_for_a_stalled_store():
+    """/v1/healthz answers 200 within PROBE_SECONDS even while the store stalls; Cloud Run's liveness probe
+    times out after 1 s unless told otherwise, and would restart every instance for a store outage."""
+    from broker.api.probe import PROBE_SECONDS
+
+    text = str(cached_module(GCP).resources[("google_cloud_run_v2_service", "broker")])
+    at = text.find("'liveness_probe'")
+    assert at >= 0, "no liveness probe"
+    block = text[at:text.find("'__is_block__': True}]", text.find("'period_seconds'", at))]  # the probe's own keys
+    timeout = re.search(r"'timeout_seconds': '?(\d+)", block)
+    assert timeout and int(timeout.group(1)) > PROBE_SECONDS, block[:300]
