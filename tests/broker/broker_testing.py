@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,24 @@ def kill_runner_alone(service, engine, store, launcher, principal, marks: Path):
     finally:
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
+
+
+@contextmanager
+def local_broker(make_settings, tmp_path, config: str):
+    """The service and engine of a broker in this process, on SQLite under ``tmp_path`` and the launcher its
+    ``config`` opens (the local one: real runner processes): yields (service, engine, store, launcher)."""
+    from broker.engine.reconcile import Engine
+    from broker.runtime import open_launcher
+    from broker.service import BrokerService
+    from broker.store import open_store
+
+    settings = make_settings(config=config)
+    store = open_store(f"sqlite://{tmp_path / 'e.db'}")
+    launcher = open_launcher(settings)
+    try:
+        yield BrokerService(settings, store, launcher), Engine(settings, store, launcher), store, launcher
+    finally:
+        store.close()
 
 
 def start_broker(tmp_path, store_url=None, port=None, *, engine="on", config: str | None = None, env_extra=None):

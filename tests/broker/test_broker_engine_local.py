@@ -15,7 +15,7 @@ from broker.store import open_store
 from launchers.base import AttemptStatus, Capabilities, Phase
 from pricing.money import fmt
 
-from broker_testing import run_until, wait_for
+from broker_testing import local_broker, run_until, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 CONFIG = """
@@ -29,13 +29,8 @@ tick_seconds: 0.05
 
 @pytest.fixture
 def broker(make_settings, tmp_path):
-    settings = make_settings(config=CONFIG)
-    store = open_store(f"sqlite://{tmp_path / 'e.db'}")
-    launcher = open_launcher(settings)
-    service = BrokerService(settings, store, launcher)
-    engine = Engine(settings, store, launcher)
-    yield service, engine, store, launcher
-    store.close()
+    with local_broker(make_settings, tmp_path, CONFIG) as parts:
+        yield parts
 
 
 def submit(service, run, **resources):

@@ -13,13 +13,10 @@ import pytest
 from gitrepos import make_repo
 
 from broker.auth import Principal
-from broker.engine.reconcile import Engine
 from broker.lifecycle import JobState
-from broker.runtime import open_launcher
-from broker.service import BrokerService, Conflict, Invalid
-from broker.store import open_store
+from broker.service import Conflict, Invalid
 
-from broker_testing import run_until, wait_for
+from broker_testing import local_broker, run_until, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 VISION = Principal("vision", "vision")
@@ -33,11 +30,8 @@ tick_seconds: 0.05
 
 @pytest.fixture
 def broker(make_settings, tmp_path):
-    settings = make_settings(config=CONFIG)
-    store = open_store(f"sqlite://{tmp_path / 'e.db'}")
-    launcher = open_launcher(settings)
-    yield BrokerService(settings, store, launcher), Engine(settings, store, launcher), store, tmp_path / "data"
-    store.close()
+    with local_broker(make_settings, tmp_path, CONFIG) as (service, engine, store, _):
+        yield service, engine, store, tmp_path / "data"
 
 
 @pytest.fixture
