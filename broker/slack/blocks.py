@@ -201,6 +201,20 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], None)}", blocks)
 
 
+def fit_escaped(text: str, room: int, render=None, *, mark: str = "…", keep_end: bool = False) -> str:
+    """``render(text)`` (:func:`esc` by default) within ``room`` characters: when it does not fit, the plain text is
+    cut — its end, or its start with ``keep_end`` — and ``mark`` put where it was cut. Measured after escaping (a
+    text of ``<`` or backticks grows up to 5 times), and cut before it, so no escape is ever split."""
+    render = render or esc
+    out = render(text)
+    n = room - len(mark)
+    while len(out) > room:
+        n = max(n, 0)
+        out = mark + render(text[max(len(text) - n, 0):]) if keep_end else render(text[:n].rstrip()) + mark
+        n -= max(1, (len(out) - room) // 5)  # an escape is at most 5 characters: never more cut than needed
+    return out
+
+
 def log_text(text: str) -> str:
     """Output as the inside of a ``` block: escaped (Slack still reads ``<!channel>`` there), and no ``` of its own
     to close the block early."""
@@ -213,12 +227,7 @@ def logs_reply(job_id: str, data: dict, limit: int = 2800) -> Reply:
     jid = esc(job_id)
     if not text:
         return Reply(f"No output yet for {jid}", [section(f"No output yet for `{jid}`.")])
-    cut = "…\n"
-    body = log_text(text)
-    if len(body) > limit:  # sized after escaping: a log of backticks or <, cut first, overflowed the section
-        tail = text[-(limit - len(cut)):]
-        while len(body := log_text(tail)) > limit - len(cut):
-            tail = tail[max(1, (len(body) - limit + len(cut)) // 5):]  # an escape is at most 5 characters
-        body = cut + body
+    # sized after escaping: a log of backticks or <, cut first, overflowed the section
+    body = fit_escaped(text, limit, log_text, mark="…\n", keep_end=True)
     return Reply(f"Logs of {jid}", [section(f"*Logs of `{jid}` (attempt {data.get('attempt')})*"),
                                     section(f"```{body}```")])

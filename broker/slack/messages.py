@@ -30,7 +30,7 @@ from decimal import Decimal
 
 from broker import costs
 from broker.models import Attempt, Event, Job
-from broker.slack.blocks import Reply, actions, button, context, esc, section, where
+from broker.slack.blocks import Reply, actions, button, context, esc, fit_escaped, section, where
 from broker.views import saving_words
 from pricing.money import Micros, fmt, fmt_limit
 
@@ -47,12 +47,7 @@ def recur_warning(diagnosis: str, ask: str) -> str:
     """A confirm dialog's text for running again a job that failed for a reason of its own: the warning,
     the diagnosis and the question, within Slack's limit; a long diagnosis is shortened, never the question.
     The diagnosis (plain text, from the job's output) is escaped, and measured so."""
-    room = CONFIRM_CHARS - len(OWN_FAILURE) - len(ask) - 1
-    text, n = esc(diagnosis), room - 1
-    while len(text) > room:
-        text = esc(diagnosis[:n].rstrip()) + "…"
-        n -= max(1, (len(text) - room) // 5)  # an escape is at most 5 characters: never more cut than needed
-    return f"{OWN_FAILURE}{text} {ask}"
+    return f"{OWN_FAILURE}{fit_escaped(diagnosis, CONFIRM_CHARS - len(OWN_FAILURE) - len(ask) - 1)} {ask}"
 
 
 def ondemand_button(job_id: str, frm: str, own_failure: str | None = None) -> dict:
