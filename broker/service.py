@@ -521,14 +521,15 @@ class BrokerService:
             if job.state is JobState.STOPPED_BUDGET:
                 # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a
                 # $36/h zone while the $0.20/h pool was full was refused a resume the pool would run for hours
-                price = self._cheapest_price(job, tier or job.force_tier)
+                mine = self._offers_for(job, tier or job.force_tier)
+                price = self._cheapest_price(job, mine)
                 needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
                 if job.budget - job.spent < needed:
                     # say the figure: "raise the budget" alone left a user guessing by how much
                     raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt_limit(job.budget)} budget is "
                                    f"left, not enough to run a minute and stop cleanly ({fmt(needed)} at "
                                    f"{fmt(price)}/h): raise the budget to at least {fmt(job.spent + needed)} first")
-                short = self._start_shortfall(job, tier or job.force_tier)
+                short = self._start_shortfall(job, mine)
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
                     raise Conflict(f"not resumed: the budget left, {fmt(job.budget - job.spent)}, {short}: raise the "
                                    "budget first")
@@ -557,18 +558,17 @@ class BrokerService:
         offers = matching_offers(request_of(job), all_offers(self.settings))
         return [o for o in offers if tier is None or o.tier.value == tier]
 
-    def _cheapest_price(self, job: Job, tier: str | None) -> int:
-        """The price per hour, all its nodes, of the cheapest offer the job may take (at or under its
-        ``max_price_per_hour``): what a resume's first minute costs at the least; 0 when none is."""
+    @staticmethod
+    def _cheapest_price(job: Job, mine: list[Offer]) -> int:
+        """The price per hour, all its nodes, of the cheapest of ``mine`` (:meth:`_offers_for`) the job may take (at
+        or under its ``max_price_per_hour``): what a resume's first minute costs at the least; 0 when none is."""
         request = request_of(job)
-        return min((o.price_per_hour * request.num_nodes for o in under_cap(request, self._offers_for(job, tier))),
-                   default=0)
+        return min((o.price_per_hour * request.num_nodes for o in under_cap(request, mine)), default=0)
 
-    def _start_shortfall(self, job: Job, tier: str | None) -> str | None:
-        """Why the job's budget left cannot start it on any offer it may take, as the engine weighs a start
-        (a start and a clean stop, plus a cloud cluster's billing after its run): ``None`` when it can."""
+    def _start_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
+        """Why the job's budget left cannot start it on any of ``mine`` (:meth:`_offers_for`), as the engine weighs
+        a start (a start and a clean stop, plus a cloud cluster's billing after its run): ``None`` when it can."""
         request = request_of(job)
-        mine = self._offers_for(job, tier)
         return start_shortfall(request, mine, job.budget - job.spent,
                                min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
                                after_run_seconds=after_run(self.launcher, mine))
