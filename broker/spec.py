@@ -368,17 +368,18 @@ def _one_accelerator(text: Any, where: str) -> tuple[str, int]:
     return name, int(n)
 
 
-def _amount(value: Any, where: str) -> Decimal | None:
-    """cpus / memory: ``4``, ``"4"`` or ``"4+"`` (at least). Either way a minimum here."""
+def _amount(value: Any, where: str, unreadable: str = "must be a number, optionally followed by '+'") -> Decimal | None:
+    """cpus / memory: ``4``, ``"4"`` or ``"4+"`` (at least). Either way a minimum here. ``unreadable``: what a value
+    that is no number is told."""
     if value is None:
         return None
     text = str(value).strip().rstrip("+")
     if isinstance(value, bool):
-        raise SpecError(where, "must be a number, optionally followed by '+'")
+        raise SpecError(where, unreadable)
     try:
         amount = Decimal(text)
     except InvalidOperation:
-        raise SpecError(where, "must be a number, optionally followed by '+'") from None
+        raise SpecError(where, unreadable) from None
     if not amount.is_finite() or amount <= 0:
         raise SpecError(where, "must be positive")
     return amount
@@ -393,13 +394,8 @@ def _memory(value: Any, where: str) -> Decimal | None:
     """memory: as :func:`_amount` (GB), or with one of SkyPilot's units (``64GB``, ``1024MB``, ``32GB+``)."""
     m = _MEMORY.match(value) if isinstance(value, str) else None
     if m is None:
-        try:
-            return _amount(value, where)
-        except SpecError as exc:
-            if exc.reason == "must be positive":
-                raise
-            raise SpecError(where, "must be a number of GB (64), or a size with its unit (64GB, 1024MB), "
-                                   "optionally followed by '+'") from None
+        return _amount(value, where, "must be a number of GB (64), or a size with its unit (64GB, 1024MB), "
+                                     "optionally followed by '+'")
     amount = Decimal(m.group(1)) * Decimal(MEMORY_UNITS[m.group(2).lower()])
     if amount <= 0:
         raise SpecError(where, "must be positive")
