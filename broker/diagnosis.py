@@ -87,6 +87,9 @@ CRASH_HINT = ("Usually native code: a torch/CUDA build that does not match the n
               "the log's last lines show what it was doing.")
 PORT_HINT = ("On a shared host another job may hold it: give each job its own port (torchrun --master_port), or "
              "--standalone for one node, and resume.")
+TERMINATED = ("{what} was stopped by SIGTERM{at_step}, which the broker did not send: most likely the node was "
+              "shutting down, or a person or process on it stopped the job.")
+INTERRUPTED = "{what} was interrupted by SIGINT{at_step} (what Ctrl-C sends), which the broker did not send."
 TERMINATED_HINT = "Not the job's own error: resume it to continue from its last checkpoint."
 INTERRUPTED_HINT = ("Something on the node interrupted it (a person at a terminal, or a tool that stops processes): "
                     "resume it to continue from its last checkpoint.")
@@ -165,15 +168,13 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        phases=["failed"]),
     # a stop the broker sends (cancel, preemption, budget) ends in its own phase: in "failed", SIGTERM or SIGINT came
     # from elsewhere. torchrun turns either into a SignalException and exits 1, which read as the script's own error
-    _r("terminated", "{what} was stopped by SIGTERM{at_step}, which the broker did not send: most likely the node was "
-       "shutting down, or a person or process on it stopped the job.", TERMINATED_HINT, phases=["failed"],
+    _r("terminated", TERMINATED, TERMINATED_HINT, phases=["failed"],
        codes=[143], signals=[15]),
-    _r("terminated", "{what} was stopped by SIGTERM{at_step}, which the broker did not send: most likely the node was "
-       "shutting down, or a person or process on it stopped the job.", TERMINATED_HINT,
+    _r("terminated", TERMINATED, TERMINATED_HINT,
        r"SignalException: Process \d+ got signal: 15\b", phases=["failed"]),
-    _r("interrupted", "{what} was interrupted by SIGINT{at_step} (what Ctrl-C sends), which the broker did not send.",
+    _r("interrupted", INTERRUPTED,
        INTERRUPTED_HINT, phases=["failed"], codes=[130], signals=[2]),
-    _r("interrupted", "{what} was interrupted by SIGINT{at_step} (what Ctrl-C sends), which the broker did not send.",
+    _r("interrupted", INTERRUPTED,
        INTERRUPTED_HINT, r"SignalException: Process \d+ got signal: 2\b", phases=["failed"]),
     _r("user_code_error", "The training script raised {exception}{at_step}{message}.",
        "Fix the error in the code; the log shows the traceback.",
