@@ -43,8 +43,9 @@ class Keys:
         return f"{self.prefix}:jobs:team:{team}"
 
     def idempotency(self, team: str, key: str) -> str:
-        """String: the job id a team's Idempotency-Key created."""
-        return f"{self.prefix}:idem:{team}:{key}"
+        """String: the job id a team's Idempotency-Key created. The team's ``%`` and ``:`` are escaped, so team
+        ``a:b``'s key ``c`` and team ``a``'s key ``b:c`` are two keys (a team name without them reads as before)."""
+        return f"{self.prefix}:idem:{_escaped(team)}:{key}"
 
     def attempts(self, job_id: str) -> str:
         """Hash: attempt number → attempt JSON."""
@@ -65,3 +66,8 @@ class Keys:
     def metrics(self, job_id: str) -> str:
         """List of metric point JSON, oldest first."""
         return f"{self.prefix}:metrics:{job_id}"
+
+
+def _escaped(part: str) -> str:
+    """``part`` with ``%`` and ``:`` percent-encoded: no longer able to end early in a key that goes on after it."""
+    return part.replace("%", "%25").replace(":", "%3A")

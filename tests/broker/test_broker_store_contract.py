@@ -55,6 +55,14 @@ def test_an_idempotency_key_maps_to_one_job_per_team(store):
     assert store.get_job("j-2") is None
 
 
+def test_a_team_name_with_a_colon_does_not_share_another_teams_keys(store):
+    create(store, make_job("j-1", team="a:b", key="c"))
+    create(store, make_job("j-2", team="a", key="b:c"))  # the same "a:b:c" once written out
+    assert store.find_idempotent("a:b", "c").id == "j-1"
+    assert store.find_idempotent("a", "b:c").id == "j-2"
+    assert store.find_idempotent("a", "b") is None and store.find_idempotent("a%3Ab", "c") is None
+
+
 def test_compare_and_set_refuses_a_stale_version(store):
     job = create(store, make_job())
     placed = store.commit(Change(job=replace(job, state=JobState.PLACED), expected_version=1,
