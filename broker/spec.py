@@ -247,6 +247,10 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
         raise SpecError(f"{where}.use_spot", "must be true or false")
     cpus = _amount(r.get("cpus"), f"{where}.cpus")
     memory = _memory(r.get("memory"), f"{where}.memory")
+    # SkyPilot reads a size without '+' as exact (`cpus: 16`: a 16-vCPU type, never 32): placement holds an
+    # instance type to it, as SkyPilot refuses one of another size
+    cpus_exact, memory_exact = cpus is not None and not _at_least(r["cpus"]), \
+        memory is not None and not _at_least(r["memory"])
     instance_type = r.get("instance_type")
     if instance_type is not None and not isinstance(instance_type, str):
         raise SpecError(f"{where}.instance_type", "must be a string")
@@ -255,7 +259,8 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
     return [
         ResourceRequest(
             accelerator=name, accelerator_count=count, cpus=cpus, memory_gib=memory, use_spot=use_spot,
-            cloud=cloud, region=in_region, zone=zone, instance_type=instance_type,
+            cloud=cloud, region=in_region, zone=zone, instance_type=instance_type, cpus_exact=cpus_exact,
+            memory_exact=memory_exact,
         )
         for name, count in accs for in_region in regions
     ]
@@ -368,9 +373,16 @@ def _one_accelerator(text: Any, where: str) -> tuple[str, int]:
     return name, int(n)
 
 
+def _at_least(value: Any) -> bool:
+    """Whether a ``cpus`` / ``memory`` value says "at least" (``4+``, ``"32GB+"``); without the '+' SkyPilot takes
+    the size as exact (``sky/catalog/common.py``, ``_filter_with_cpus`` / ``_filter_with_mem``; ``sky.Resources``
+    refuses an instance type of another size)."""
+    return isinstance(value, str) and value.strip().endswith("+")
+
+
 def _amount(value: Any, where: str, unreadable: str = "must be a number, optionally followed by '+'") -> Decimal | None:
-    """cpus / memory: ``4``, ``"4"`` or ``"4+"`` (at least). Either way a minimum here. ``unreadable``: what a value
-    that is no number is told."""
+    """cpus / memory: ``4``, ``"4"`` (exactly) or ``"4+"`` (at least: :func:`_at_least`). ``unreadable``: what a
+    value that is no number is told."""
     if value is None:
         return None
     text = str(value).strip().rstrip("+")

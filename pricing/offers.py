@@ -65,12 +65,19 @@ class ResourceRequest:
     """One acceptable resource shape (a ``resources`` block or one ``any_of`` entry).
 
     ``None`` means "any". ``use_spot=None`` lets the broker choose the tier.
+
+    ``cpus_exact`` / ``memory_exact``: the size was written without ``+`` (``cpus: 16``, ``memory: 64GB``),
+    which SkyPilot reads as exactly that many vCPUs / GiB: it launches only an instance type of that size
+    (:func:`pricing.placement.matches` holds a cloud offer to it; a pool takes it as at least). Off (the
+    default, and ``cpus: 16+``): at least.
     """
 
     accelerator: str | None = None
     accelerator_count: int = 0
     cpus: Decimal | None = None
     memory_gib: Decimal | None = None
+    cpus_exact: bool = False
+    memory_exact: bool = False
     use_spot: bool | None = None
     cloud: str | None = None
     region: str | None = None

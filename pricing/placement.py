@@ -9,7 +9,7 @@ and so does the simulator.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from pricing.money import Micros, cost_for_seconds, fmt
@@ -39,16 +39,35 @@ class NoFit:
     reason: str
 
 
+def sized_exactly(offer: Offer) -> bool:
+    """Whether an exact size (``cpus: 16``, ``memory: 64``: no '+') holds ``offer`` to exactly that size: a cloud
+    instance type, which the SkyPilot launcher pins and SkyPilot refuses when its vCPUs or memory differ from an
+    exact size (``sky.Resources._try_validate_cpus_mem``). A pool (on this host or a Kubernetes one) is a share of
+    a host, and a simulated zone a process on this host: neither is an instance type SkyPilot sizes, so a size
+    is at least there, as it always was."""
+    return offer.tier is not Tier.ONPREM and not offer.simulated
+
+
+def _size_fits(have: Decimal | None, want: Decimal | None, exact: bool) -> bool:
+    """An offer's vCPUs or memory against the size asked: unknown or not asked fits; else at least, or exactly."""
+    if want is None or have is None:
+        return True
+    return have == want if exact else have >= want
+
+
 def matches(offer: Offer, want: ResourceRequest) -> bool:
-    """Whether ``offer`` satisfies one resource shape."""
+    """Whether ``offer`` satisfies one resource shape. ``cpus`` and ``memory`` are at least, or exactly that size
+    when the task wrote them without '+' and the offer is an instance type (:func:`sized_exactly`), as SkyPilot's
+    catalog filters them: ``vCPUs == 16`` for ``cpus: 16``, ``>= 16`` for ``cpus: 16+``."""
     if want.accelerator is not None:
         if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
             return False
         if offer.accelerator_count != max(want.accelerator_count, 1):
             return False  # exactly the count asked, as SkyPilot's catalog lookup matches it: A100:1 is not 8 A100s
-    if want.cpus is not None and offer.vcpus is not None and offer.vcpus < want.cpus:
+    exact = sized_exactly(offer)
+    if not _size_fits(offer.vcpus, want.cpus, exact and want.cpus_exact):
         return False
-    if want.memory_gib is not None and offer.memory_gib is not None and offer.memory_gib < want.memory_gib:
+    if not _size_fits(offer.memory_gib, want.memory_gib, exact and want.memory_exact):
         return False
     if want.use_spot is True and offer.tier is not Tier.SPOT:
         return False
@@ -145,7 +164,7 @@ def place(
     n = request.num_nodes
     matching = candidates(request, offers)
     if not matching:
-        return NoFit(f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}")
+        return NoFit(_no_match(request, offers))
     priced = under_cap(request, matching)
     if not priced:
         cheapest = min(matching, key=lambda o: o.price_per_hour)
@@ -316,14 +335,63 @@ def duration_text(seconds: int) -> str:
     return f"{seconds // 60} minute{'s' if seconds != 60 else ''}"
 
 
+def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:
+    """Why no offer has the shape asked. When the shape is there but not of the exact size asked (``cpus: 16``:
+    every type with the GPUs asked has 8 or 32 vCPUs), it says so and how to ask for at least that size."""
+    if any(alt.cpus_exact or alt.memory_exact for alt in request.alternatives) \
+            and candidates(_loosened(request, ("cpus", "memory")), offers):
+        return _exact_size_text(request, offers)
+    return f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}"
+
+
+def _loosened(request: JobRequest, sizes: Sequence[str]) -> JobRequest:
+    """``request`` with its exact ``sizes`` (``cpus``, ``memory``) taken as at least."""
+    flags = {f"{size}_exact": False for size in sizes}
+    return replace(request, alternatives=tuple(replace(alt, **flags) for alt in request.alternatives))
+
+
+def _exact_size_text(request: JobRequest, offers: Sequence[Offer]) -> str:
+    """``no instance type has 1x A100 with exactly 16 vCPUs (the ones that fit otherwise have 12 or 24 vCPUs);
+    write cpus: 16+ for at least 16 vCPUs``: the fewest sizes to write with '+' for an offer to match, and the
+    sizes the types that would then match have."""
+    for sizes in (("cpus",), ("memory",), ("cpus", "memory")):
+        loose = _loosened(request, sizes)
+        fits = candidates(loose, offers) if loose != request else []
+        if fits:
+            break
+    units = {"cpus": ("vcpus", "vCPUs"), "memory": ("memory_gib", "GiB")}
+    relaxed = [s for s in sizes if any(getattr(alt, f"{s}_exact") for alt in request.alternatives)]
+    if len(relaxed) == 1:
+        attr, unit = units[relaxed[0]]
+        have = sorted({getattr(o, attr) for o in fits if getattr(o, attr) is not None})
+        listed = [_num(v) for v in have[:4]] + (["more"] if len(have) > 4 else [])
+        there = f" (the ones that fit otherwise have {_series(listed, 'or')} {unit})" if have else ""
+    else:
+        shapes = sorted({(o.vcpus, o.memory_gib) for o in fits if o.vcpus is not None and o.memory_gib is not None})
+        listed = [f"{_num(c)} vCPUs with {_num(m)} GiB" for c, m in shapes[:4]] + (["more"] if len(shapes) > 4 else [])
+        there = f" (the ones that fit otherwise have {_series(listed, 'or')})" if shapes else ""
+    wanted = [(s, value) for s in relaxed for value in dict.fromkeys(
+        getattr(alt, "cpus" if s == "cpus" else "memory_gib") for alt in request.alternatives
+        if getattr(alt, f"{s}_exact"))]
+    write = _series([f"{s}: {_num(v)}+" for s, v in wanted])
+    least = f"{_num(wanted[0][1])} {units[wanted[0][0]][1]}" if len(wanted) == 1 else "those sizes"
+    return f"no instance type has {_describe_request(request)}{there}; write {write} for at least {least}"
+
+
+def _num(value: Decimal) -> str:
+    """A size for a sentence: ``16``, ``7.5`` (not ``16.0`` nor ``1E+1``)."""
+    return format(value.normalize(), "f")
+
+
 def _describe_request(request: JobRequest) -> str:
-    """What the job asks for, alternative by alternative: ``8x H100 with 64+ vCPUs in aws/us-east-1 on spot``."""
+    """What the job asks for, alternative by alternative: ``8x H100 with 64+ vCPUs in aws/us-east-1 on spot``
+    (``with exactly 64 vCPUs`` for ``cpus: 64``, which SkyPilot takes as exact)."""
     parts = []
     for alt in request.alternatives:
         shape = [f"{max(alt.accelerator_count, 1)}x {alt.accelerator}"] if alt.accelerator else []
         if alt.instance_type:
             shape.append(f"instance type {alt.instance_type}")
-        size = [f"{alt.cpus}+ vCPUs" if alt.cpus is not None else "", f"{alt.memory_gib}+ GiB of memory" if alt.memory_gib is not None else ""]
+        size = [_size_text(alt.cpus, alt.cpus_exact, "vCPUs"), _size_text(alt.memory_gib, alt.memory_exact, "GiB of memory")]
         size = [x for x in size if x]
         text = " ".join(shape) + (" with " if shape and size else "") + " and ".join(size)
         where = "/".join(x for x in (alt.cloud, alt.region, alt.zone) if x)
@@ -331,6 +399,13 @@ def _describe_request(request: JobRequest) -> str:
         text += " on spot" if alt.use_spot else " off spot" if alt.use_spot is False else ""
         parts.append(text)
     return " or ".join(parts) + (f" for {request.num_nodes} nodes" if request.num_nodes > 1 else "")
+
+
+def _size_text(value: Decimal | None, exact: bool, unit: str) -> str:
+    """``16+ vCPUs``, ``exactly 16 vCPUs``, or nothing when not asked."""
+    if value is None:
+        return ""
+    return f"exactly {_num(value)} {unit}" if exact else f"{_num(value)}+ {unit}"
 
 
 def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:

@@ -438,6 +438,30 @@ def test_skypilots_resource_forms_are_read_as_skypilot_reads_them(resources, alt
     assert _alternatives(spec) == alternatives
 
 
+@pytest.mark.parametrize("resources, sizes", [
+    pytest.param("{cpus: 16}", [(Decimal(16), True, None, False)], id="cpus: 16 is exactly 16 vCPUs, as SkyPilot reads it"),
+    pytest.param("{cpus: 16+}", [(Decimal(16), False, None, False)], id="cpus: 16+ is at least 16"),
+    pytest.param("{cpus: '16'}", [(Decimal(16), True, None, False)], id="cpus written as the text 16 is exact too"),
+    pytest.param("{cpus: 0.5}", [(Decimal("0.5"), True, None, False)], id="a fractional cpus is exact"),
+    pytest.param("{memory: 64}", [(None, False, Decimal(64), True)], id="memory: 64 is exactly 64 GB"),
+    pytest.param("{memory: 64GB}", [(None, False, Decimal(64), True)], id="memory: 64GB with its unit is exact"),
+    pytest.param("{memory: 65536MB}", [(None, False, Decimal(64), True)], id="memory: 65536MB is exactly 64 GB"),
+    pytest.param("{memory: 32GB+}", [(None, False, Decimal(32), False)], id="memory: 32GB+ is at least 32 GB"),
+    pytest.param("{memory: 7.5}", [(None, False, Decimal("7.5"), True)], id="a fractional memory is exact"),
+    pytest.param("{cpus: 8+, memory: 64}", [(Decimal(8), False, Decimal(64), True)],
+                 id="each size is exact or at least on its own"),
+    pytest.param("{cpus: 8, any_of: [{memory: 32}, {cpus: 16+}]}",
+                 [(Decimal(8), True, Decimal(32), True), (Decimal(16), False, None, False)],
+                 id="an any_of entry takes the base size, or its own with its own '+'"),
+    pytest.param("{accelerators: A100:1}", [(None, False, None, False)], id="no size asked is neither"),
+])
+def test_a_size_without_plus_is_exact_as_skypilot_reads_it(resources, sizes):
+    """SkyPilot filters its catalog with ``vCPUs == 16`` for ``cpus: 16`` and ``>= 16`` for ``cpus: 16+`` (and
+    ``memory`` alike, after its unit: ``sky/catalog/common.py``); placement needs to know which was written."""
+    spec = parse(load_text(f"run: x\nresources: {resources}\n"), now=NOW)
+    assert [(a.cpus, a.cpus_exact, a.memory_gib, a.memory_exact) for a in spec.request.alternatives] == sizes
+
+
 @pytest.mark.parametrize("resources, ordered", [
     pytest.param({"accelerators": ["A10G:1", "T4:1"]}, True,
                  id="a list of accelerators is SkyPilot's order of preference"),
