@@ -8,7 +8,11 @@ broker process changed the job first the write fails with
 :class:`~broker.store.VersionConflict` and this process moves on: the job is
 re-read next tick. Only the process whose ``placed → launching`` write won
 calls the launcher, and launching is idempotent per attempt id, so an attempt
-never runs twice.
+never runs twice. Stopping goes the same way: a stop is sent to the launcher
+only once the write that records it (``stop_requested_at``, ``stop_reason``)
+has committed over the version it was decided on, so a budget raised, or a
+progress report, committed in between is decided on first; and an engine that
+finds a stop recorded and not sent by itself sends it (stopping is idempotent).
 
 On start, nothing special is needed to re-adopt work: attempts that were
 ``launching`` are launched again (a no-op if they had started; one never
@@ -52,6 +56,8 @@ log = logging.getLogger("broker.engine")
 
 ENGINE_STATES = [s.value for s in (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING,
                                    JobState.CANCELLING, JobState.STOPPING)]
+MONITORED = (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState.STOPPING)
+"""The states of a job whose latest attempt the engine watches (status, billing, stops)."""
 SWEEP_SECONDS = 60.0
 """How often the engine asks a cloud launcher to tear down clusters no active attempt owns."""
 WORKDIR_GC_SECONDS = 3600.0
@@ -114,6 +120,8 @@ class Engine:
         self._pack_refs = PackReferences(store, retention=settings.workdir_retention_seconds, limit=GC_JOB_LIMIT)
         self._left_alone: set[tuple[str, str]] = set()  # (job id, state) left to a newer broker, logged once
         self._placements = 0  # the store's count of placements as of this tick's snapshot, and this tick's own
+        #: the attempts whose recorded stop this engine has sent to the launcher (:meth:`_send_stop`)
+        self._stops_sent: set[str] = set()
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -123,7 +131,7 @@ class Engine:
         self._beat(now)
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
         for job in jobs:  # 1. monitor what runs
-            if job.state in (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState.STOPPING):
+            if job.state in MONITORED:
                 self._guard(self._monitor, job, now)
         self._placements = self.store.placements()  # read before the snapshot the placements are decided on
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
@@ -132,6 +140,7 @@ class Engine:
         latest = {attempt_id(j.id, j.attempts) for j in jobs}
         for stale in [a for a in self._accrued if a not in latest]:
             del self._accrued[stale]
+        self._stops_sent &= latest
         active = [j for j in jobs if j.state.is_active]
         availability = getattr(self.launcher, "availability", dict)()
         mk = market(self.settings, active, availability)
@@ -545,7 +554,10 @@ class Engine:
                         self._workdir_store().root, exc)
             return None
 
-    def _monitor(self, job: Job, now: float) -> None:
+    def _monitor(self, job: Job, now: float, *, again: bool = False) -> None:
+        """Look at the job's latest attempt, bill it, decide what its status calls for, commit that, and then
+        send the stop it decided, if any. ``again``: the job was read again after a stop decided on it could
+        not be committed (:class:`VersionConflict`: someone changed it since this tick read it)."""
         attempts = self.store.attempts(job.id)
         if not attempts or self._foreign(job, attempts):
             return
@@ -566,12 +578,18 @@ class Engine:
         live = not status.phase.is_final
         ticked = self.monotonic()
         until = self._billed_until(attempt, now, ticked)
+        decided = resend = False  # a stop decided now, or one recorded before that this engine never sent
         if live and attempt.stop_requested_at is None:
             attempt, stop_notes = self._maybe_stop(job, attempts, attempt, now, fields, until=until,
                                                    provisioning=status.phase is Phase.PENDING)
             notes += stop_notes
-            if attempt.stop_requested_at is None:
+            decided = attempt.stop_requested_at is not None
+            if not decided:
                 attempt = self._keep_limit(job, attempts, attempt, until)
+        elif live and attempt.id not in self._stops_sent:
+            # recorded, maybe never sent: by this engine's process before it died between the commit and the
+            # launcher call, or by another broker that did — sent once more (stopping is idempotent)
+            resend = True
         stop_budget = fields.pop("_stop_budget", False)
         limit_outdated = False
         if status.phase is Phase.STOPPED and status.reason == "budget" and (
@@ -630,13 +648,39 @@ class Engine:
                 and len(fields) == 1:
             if not attempt.state.is_final:  # nothing to bill yet: this engine counts on from what is billed
                 self._accrued[attempt.id] = (attempt.billed_until, attempt.created_at, ticked)
+            if resend:
+                self._send_stop(attempt)
             return
-        self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), then=then, **fields)
+        try:
+            self._commit(job, event, reason, now, records=(attempt,), data=data, notes=tuple(notes), then=then,
+                         **fields)
+        except VersionConflict:
+            if not decided or again:
+                raise
+            # the stop was decided on the job as this tick read it, and it changed since — its budget raised, a
+            # cancel, a progress report: nothing was sent, and the stop is decided again on the job as stored
+            fresh = self.store.get_job(job.id)
+            if fresh is not None and fresh.state in MONITORED:
+                self._monitor(fresh, now, again=True)
+            return
         if attempt.state.is_final:
             self._accrued.pop(attempt.id, None)
+            self._stops_sent.discard(attempt.id)
             self._attempt_ended(job, attempt)
         else:
             self._accrued[attempt.id] = (attempt.billed_until, attempt.created_at, ticked)
+        if decided or resend:
+            self._send_stop(attempt)
+
+    def _send_stop(self, attempt: Attempt) -> None:
+        """Send the launcher the stop recorded on ``attempt`` (``stop_reason``; a silent one without a grace period:
+        its node is taken for lost). Only ever after that record is committed over the job's version the stop was
+        decided on: a budget raised after the tick read the job makes that commit conflict, and the stop is
+        decided again rather than sent at the old limit, which would lose the work since the last checkpoint. Sent
+        once per engine (the launcher's stop is idempotent); a send that raises is tried again next tick."""
+        grace = 0 if attempt.stop_reason == "heartbeat" else self.settings.stop_grace_seconds
+        self.launcher.stop(attempt.id, grace_seconds=grace, reason=attempt.stop_reason)
+        self._stops_sent.add(attempt.id)
 
     def _billed_until(self, attempt: Attempt, now: float, ticked: float) -> float:
         """Up to when ``attempt`` is billed now: on from its last accrual by the time this engine's monotonic
@@ -657,9 +701,11 @@ class Engine:
 
     def _maybe_stop(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float,
                     fields: dict, *, until: float, provisioning: bool = False) -> tuple[Attempt, list[Event]]:
-        """Ask a live attempt to stop when cancelled, out of budget, silent, or leaving spot for the deadline.
-        ``until``: up to when it is billed now (:meth:`_billed_until`). ``provisioning``: the launcher still
-        prepares the attempt (its phase is pending)."""
+        """Decide whether a live attempt must stop: cancelled, out of budget, silent, or leaving spot for the
+        deadline. Returns the attempt with its stop recorded (``stop_requested_at``, ``stop_reason``) and the
+        notes; nothing is sent to the launcher here (see :meth:`_monitor`). ``until``: up to when it is billed
+        now (:meth:`_billed_until`). ``provisioning``: the launcher still prepares the attempt (its phase is
+        pending)."""
         grace = self.settings.stop_grace_seconds
         notes: list[Event] = []
         reason = None
@@ -714,7 +760,7 @@ class Engine:
                 reason = "migrating"
         if reason is None:
             return attempt, notes
-        self.launcher.stop(attempt.id, grace_seconds=0 if reason == "heartbeat" else grace, reason=reason)
+        # not sent here: :meth:`_monitor` sends it once this decision is committed (:meth:`_send_stop`)
         if reason == "budget" and job.state is JobState.RUNNING:
             # applied with this tick's commit: running → stopping
             fields["_stop_budget"] = True
