@@ -865,7 +865,11 @@ def cmd_resume(args) -> int:
 def cmd_budget(args) -> int:
     with _client(args) as client:
         job = client.set_budget(args.id, args.amount)
-    _done(args, job, f"{job['id']}: budget {job['budget']['usd']} (spent {job['spent']['usd']})")
+    # a raise does not restart a job its budget stopped (or is stopping: the stop was under way before the raise)
+    then = {"stopped_budget": f"; stopped at its budget: `broker resume {job['id']}` continues it from its last checkpoint",
+            "stopping": f"; its stop at the old budget was under way: once it is stopped_budget, `broker resume "
+                        f"{job['id']}` continues it from its last checkpoint"}.get(job["state"], "")
+    _done(args, job, f"{job['id']}: budget {job['budget']['usd']} (spent {job['spent']['usd']}){then}")
     return 0
 
 

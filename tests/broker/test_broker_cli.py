@@ -76,6 +76,22 @@ def test_submit_status_logs_events_through_the_cli(cli):
     assert r.returncode == 1 and r.stderr.strip() == "error [422]: period: must be one of 24h, 7d, 30d, 90d"
 
 
+def test_raising_the_budget_of_a_budget_stopped_job_says_how_to_resume_it(cli):
+    run, tmp = cli
+    task = tmp / "t.yaml"
+    task.write_text("name: spender\nresources: {cpus: 1}\nrun: sleep 600\n")
+    job_id = json.loads(run("--json", "submit", str(task), "--budget", "0.001").stdout)["id"]  # 10 s on the pool
+    wait_for(lambda: json.loads(run("--json", "status", job_id).stdout)["state"] == "stopped_budget", timeout=60)
+    spent = json.loads(run("--json", "status", job_id).stdout)["spent"]["usd"]
+    out = run("budget", job_id, "1").stdout
+    assert out.strip() == f"{job_id}: budget $1.00 (spent {spent}); stopped at its budget: `broker resume {job_id}` " \
+                          "continues it from its last checkpoint", out
+    out = run("resume", job_id).stdout
+    assert job_id in out
+    out = run("budget", job_id, "2").stdout  # queued or running again: nothing to add
+    assert out.strip().endswith(")") and "resume" not in out, out
+
+
 REQUIRED_ENVS = """
 name: needs-token
 envs:
