@@ -393,6 +393,7 @@ def cmd_worker(args) -> int:
     import threading
 
     from broker.config import load_settings
+    from broker.retention import Retention
     from broker.runtime import open_launcher
     from broker.store import open_store
 
@@ -403,17 +404,20 @@ def cmd_worker(args) -> int:
     if key_warning:
         print(key_warning, file=sys.stderr)
     engine, notifier = worker_engine(settings, open_store(settings.store_url), open_launcher(settings))
+    retention = Retention.of(settings, engine.store)  # prunes finished jobs beside the ticks (job_retention_days)
     try:
         if args.burst:
             engine.run_until_idle(timeout=24 * 3600)
             return 0
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        retention.start()
         while not stop.is_set():
             engine.tick_safely()  # a store that stops answering for a while must not end the worker
             stop.wait(settings.tick_seconds)
         return 0
     finally:
+        retention.stop()
         if notifier is not None:
             notifier.close()
 

@@ -92,6 +92,9 @@ class Settings:
     # a pack no job refers to is set aside after this long (an upload whose submit has not come yet is kept),
     # and removed this long after that; what an upload cut short left is removed this old (and at least an hour)
     workdir_grace_seconds: float = 86400.0
+    # a job in a final state last updated more than this many days ago is deleted with everything of it
+    # (broker/retention.py); None: every job is kept for ever
+    job_retention_days: float | None = None
     default_team: str = "default"
     zones: tuple[SimZone, ...] = ()
     heartbeat_timeout_seconds: float = 0.0  # 0: off; else a running job silent this long is treated as lost
@@ -148,7 +151,7 @@ def default_data_dir(env: dict[str, str] | os._Environ = os.environ) -> Path:
 CONFIG_KEYS = frozenset({
     "data_dir", "store_url", "pools", "teams", "admin_token_sha256", "default_budget_usd", "checkpoint_root", "public_url",
     "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "max_workdir_bytes",
-    "workdir_retention_seconds", "workdir_grace_seconds", "zones", "heartbeat_timeout_seconds",
+    "workdir_retention_seconds", "workdir_grace_seconds", "job_retention_days", "zones", "heartbeat_timeout_seconds",
     "zone_cooldown_seconds", "owner_timeout_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
     "clouds", "cluster_prefix",
     "secrets_key", "secrets_old_keys",
@@ -253,6 +256,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         max_workdir_bytes=int(_number(raw, "max_workdir_bytes", 100 * 2**20, positive=True, whole=True)),
         workdir_retention_seconds=_number(raw, "workdir_retention_seconds", 30 * 86400.0),
         workdir_grace_seconds=_number(raw, "workdir_grace_seconds", 86400.0, positive=True),
+        job_retention_days=_retention_days(raw),
         zones=_zones(raw.get("zones"), path.parent),
         heartbeat_timeout_seconds=_number(raw, "heartbeat_timeout_seconds", 0.0),
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
@@ -296,6 +300,22 @@ def _number(raw: dict[str, Any], key: str, default: float, *, positive: bool = F
     if value < 0 or (positive and value == 0):
         raise ConfigError(f"{key}: must be {'more than 0' if positive else '0 or more'}, not {value!r}")
     return float(value)
+
+
+MIN_RETENTION_DAYS = 1.0
+"""The shortest ``job_retention_days``: a job that failed last night can still be resumed this morning."""
+
+
+def _retention_days(raw: dict[str, Any]) -> float | None:
+    """``job_retention_days``: left out (or ``null``), every job is kept for ever, as before the setting existed
+    (an upgrade deletes nothing unasked); else at least :data:`MIN_RETENTION_DAYS`."""
+    if raw.get("job_retention_days") is None:
+        return None
+    days = _number(raw, "job_retention_days", 0.0)
+    if days < MIN_RETENTION_DAYS:
+        raise ConfigError(f"job_retention_days: must be at least {MIN_RETENTION_DAYS:g} (days), not "
+                          f"{raw['job_retention_days']!r}; leave it out to keep every job")
+    return days
 
 
 def _clouds(env: Any, raw: dict[str, Any]) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, WORKDIR_PA
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
+from broker.retention import Retention
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import SpecError, unknown_key_hint
@@ -80,16 +81,19 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     service = BrokerService(settings, store, launcher, on_event=on_event)  # a cancel or resume notifies too
     eng = Engine(settings, store, launcher, on_event=on_event) if run_engine else None
+    retention = Retention.of(settings, store)  # prunes finished jobs beside the engine's ticks (job_retention_days)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if eng:
             eng.start()
+            retention.start()
         try:
             yield
         finally:
             if eng:
                 eng.stop()
+                retention.stop()
             if notifier_box.get("notifier") is not None:
                 notifier_box["notifier"].close()
 

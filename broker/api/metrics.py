@@ -113,6 +113,7 @@ class StoreCollector:
                                "read from it are then left out, the process's own ones are not).")
         try:
             figures = self._refresh()
+            pruned = self.service.store.pruned()
         except StoreUnavailable:
             up.add_metric([], 0)
             yield up
@@ -168,6 +169,10 @@ class StoreCollector:
                          recoveries, RECOVERY_BUCKETS)
         yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
                          waits, WAIT_BUCKETS)
+        gone = CounterMetricFamily("broker_jobs_pruned", "Finished jobs deleted by the retention policy "
+                                   "(job_retention_days), by every broker sharing the store.")
+        gone.add_metric([], pruned)
+        yield gone
         yield from self._engine()
 
     def _engine(self):

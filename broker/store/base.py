@@ -1,11 +1,12 @@
 """The ``JobStore`` port: where jobs, attempts and events live.
 
-Two implementations pass one contract suite (``tests/broker/test_store_contract.py``):
+Two implementations pass one contract suite (``tests/broker/test_broker_store_contract.py``):
 :mod:`broker.store.sqlite` (embedded default) and :mod:`broker.store.redis`
 (several broker processes). Every write goes through :meth:`JobStore.commit`,
 which applies one :class:`Change` atomically with compare-and-set on the job's
 version — the mechanism that lets several brokers share a store without ever
-launching the same attempt twice.
+launching the same attempt twice. The one deletion, :meth:`JobStore.prune` (the
+retention policy's), is compare-and-set on that same version.
 """
 
 from __future__ import annotations
@@ -171,6 +172,21 @@ class JobStore(Protocol):
     def placements(self) -> int:
         """How many changes with ``expected_placements`` were committed: read before a snapshot that
         placements are decided on (see :class:`Change`)."""
+
+    def expired(self, *, before: float, limit: int) -> list[Job]:
+        """Up to ``limit`` jobs in a final state of this version last updated before ``before``, the least recently
+        updated first: what the retention policy deletes (:meth:`prune`, ``broker/retention.py``). Read from the
+        update-time index; a job not final, in a state a newer broker set among them, is never one of them."""
+
+    def prune(self, jobs: Sequence[Job]) -> list[str]:
+        """Delete each of ``jobs`` with everything of it — its attempts, events, metric points, its idempotency key
+        (a new job may take it) and its entries in every index — if it is still stored at the version it was read
+        at, in a final state; return the ids deleted. Compare-and-set, as :meth:`commit`: a job changed since it was
+        read (a resume, a budget raised) stays whole, and one already gone (another broker pruned it) is not
+        counted again, neither being an error. A job goes wholly or not at all; so does the batch in SQLite."""
+
+    def pruned(self) -> int:
+        """How many jobs :meth:`prune` deleted, by every broker sharing the store (``/metrics``)."""
 
     def beat(self, domain: str, now: float) -> None:
         """Record that an engine whose launcher has ``domain`` was alive at ``now`` (not a job write:

@@ -11,6 +11,10 @@ Commits are grouped, as in the SQLite store: changes that arrive while another
 commit is in flight are sent together, one script run each, in one pipelined
 round trip on one connection; each caller returns only when the server has
 answered its own script.
+
+The retention policy's deletion (``prune``) is a script of its own, one run per
+job: the version check and every key of the job (its body, attempts, events,
+metrics, idempotency key, and its place in each index) go together or not at all.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import replace
 import redis
 from redis.exceptions import MasterDownError, NoScriptError, OutOfMemoryError, ReadOnlyError
 
-from broker.lifecycle import JobState, attempt_state, job_state
+from broker.lifecycle import FINAL_STATES, JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
 from broker.store.base import (BATCH_IDS, Change, DuplicateJob, StoreError, StoreUnavailable, VersionConflict,
                                check_writable, unavailable_on)
@@ -77,6 +81,32 @@ redis.call('ZADD', KEYS[8], ARGV[i], ARGV[3])
 return {'OK', ''}
 """
 
+PRUNE_SCRIPT = """
+-- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
+--       jobs by update time
+-- ARGV: expected version, job id, state-set prefix, the final states...
+-- Only commands a server at its maxmemory still runs (no SET, INCR, ...): pruning is how a store that filled up
+-- gets back under it.
+local current = redis.call('GET', KEYS[1])
+if not current then return 'GONE' end
+local stored = cjson.decode(current)
+if tostring(stored['version']) ~= ARGV[1] then return 'CONFLICT' end
+local state = stored['state']
+local final = false
+for i = 4, #ARGV do
+  if ARGV[i] == state then final = true end
+end
+if not final then return 'LIVE' end
+if KEYS[4] ~= KEYS[1] and redis.call('GET', KEYS[4]) == ARGV[2] then redis.call('UNLINK', KEYS[4]) end
+redis.call('UNLINK', KEYS[1], KEYS[5], KEYS[6], KEYS[7])
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('ZREM', KEYS[8], ARGV[2])
+redis.call('SREM', ARGV[3] .. state, ARGV[2])
+return 'OK'
+"""
+_FINAL = tuple(sorted(s.value for s in FINAL_STATES))
+
 
 class _Change:
     """A change ready to send: its script keys and arguments."""
@@ -116,6 +146,7 @@ class RedisStore:
         self._r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10,
                                        health_check_interval=30)
         self._commit_script = self._r.register_script(COMMIT_SCRIPT)
+        self._prune_script = self._r.register_script(PRUNE_SCRIPT)
         self._updated_complete = False
         self._group = GroupCommit(self._write_batch)  # one group commit in flight at a time
 
@@ -331,6 +362,55 @@ class RedisStore:
 
     def placements(self) -> int:
         return int(self._r.get(self.keys.placements()) or 0)
+
+    def expired(self, *, before: float, limit: int) -> list[Job]:
+        """Ids from the update-time index, scored before ``before``, a page at a time; each job is checked as
+        stored, so one whose score lags its body (an older broker's commit does not move it) is not taken."""
+        try:
+            self._backfill_updated()
+        except OutOfMemoryError:
+            pass  # a server at its maxmemory: prune what the index holds, which frees room; the rest next time
+        k = self.keys
+        jobs: list[Job] = []
+        offset = 0
+        while len(jobs) < limit:
+            ids = self._r.zrangebyscore(k.updated(), "-inf", f"({before!r}", start=offset, num=BATCH_IDS)
+            if not ids:
+                break
+            offset += len(ids)  # live jobs this old (few: a job left queued for months) are paged past
+            for raw in self._r.mget([k.job(i) for i in ids]):
+                if raw:
+                    job = Job.from_dict(json.loads(raw))
+                    if job.state.is_final and job.updated_at < before:
+                        jobs.append(job)
+        jobs.sort(key=lambda j: (j.updated_at, j.id))
+        return jobs[:limit]
+
+    def prune(self, jobs: Sequence[Job]) -> list[str]:
+        """One script run per job (atomic: the version check and every key of the job), sent in pipelined round
+        trips. Two brokers pruning the same job: one script deletes it, the other finds it gone."""
+        k = self.keys
+        deleted: list[str] = []
+        for start in range(0, len(jobs), BATCH_IDS):
+            chunk = jobs[start:start + BATCH_IDS]
+            with self._r.pipeline(transaction=False) as pipe:
+                for job in chunk:
+                    keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
+                            k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
+                            k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated()]
+                    self._prune_script(keys=keys, args=[str(job.version), job.id, k.by_state(""), *_FINAL],
+                                       client=pipe)
+                replies = pipe.execute()
+            deleted += [job.id for job, reply in zip(chunk, replies) if reply == "OK"]
+        if deleted:
+            try:  # a count for /metrics, apart: the script runs at maxmemory, an INCR would not
+                self._r.incrby(k.pruned(), len(deleted))
+            except OutOfMemoryError:
+                pass
+        return deleted
+
+    def pruned(self) -> int:
+        return int(self._r.get(self.keys.pruned()) or 0)
 
     def beat(self, domain: str, now: float) -> None:
         self._r.hset(self.keys.engines(), domain, repr(now))

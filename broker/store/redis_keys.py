@@ -59,6 +59,10 @@ class Keys:
         """Integer: how many placements were committed (the fence of ``Change.expected_placements``)."""
         return f"{self.prefix}:placements"
 
+    def pruned(self) -> str:
+        """Integer: how many jobs the retention policy deleted (``JobStore.pruned``)."""
+        return f"{self.prefix}:pruned"
+
     def engines(self) -> str:
         """Hash: engine domain → its last beat (epoch seconds)."""
         return f"{self.prefix}:engines"

@@ -69,6 +69,7 @@ CREATE INDEX IF NOT EXISTS jobs_updated ON jobs(updated_at);
 CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 """
 FINAL = tuple(sorted(s.value for s in FINAL_STATES))
+_FINAL_ARGS = ",".join("?" * len(FINAL))
 # What the cost report reads of a stored body (models.CostJob, CostAttempt), in that order. SQLite extracts them
 # into one small JSON array per row, copying each value's text as stored, so decoding the array gives exactly
 # the values decoding the whole body would (numbers are not re-parsed in SQL).
@@ -242,6 +243,34 @@ class SqliteStore:
             body = {**body, "seq": i}
             db.execute(f"INSERT INTO {table} (job_id, seq, body) VALUES (?, ?, ?)", (job_id, i, json.dumps(body)))
 
+    def prune(self, jobs: Sequence[Job]) -> list[str]:
+        """One ``BEGIN IMMEDIATE`` transaction for the batch: each job's row goes only while its version and a final
+        state are still the ones read (its idempotency key is a column of that row), then its attempts, events
+        and metric points. Commits wait meanwhile (the batch holds the connection), so the caller keeps it small."""
+        deleted: list[str] = []
+        if not jobs:
+            return deleted
+        db = self._db
+        with self._lock:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for job in jobs:
+                    gone = db.execute(f"DELETE FROM jobs WHERE id = ? AND version = ? AND state IN ({_FINAL_ARGS})",
+                                      (job.id, job.version, *FINAL)).rowcount
+                    if gone:
+                        for table in ("attempts", "events", "metrics"):
+                            db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job.id,))
+                        deleted.append(job.id)
+                if deleted:
+                    db.execute("INSERT INTO counters (name, value) VALUES ('pruned', ?) "
+                               "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (len(deleted),))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:  # a full disk or an I/O error rolled it back already
+                    db.execute("ROLLBACK")
+                raise
+        return deleted
+
     # -- reads ----------------------------------------------------------------------------------
 
     def _query(self, sql: str, args: Sequence = ()) -> list[tuple]:
@@ -329,6 +358,17 @@ class SqliteStore:
 
     def placements(self) -> int:
         rows = self._query("SELECT value FROM counters WHERE name = 'placements'")
+        return rows[0][0] if rows else 0
+
+    def expired(self, *, before: float, limit: int) -> list[Job]:
+        # by the update-time index, whatever the planner would guess: nothing due is one seek, and a backlog is read
+        # oldest first up to the limit (by jobs_state it would read and sort every final job, most of the table)
+        rows = self._query(f"SELECT body FROM jobs INDEXED BY jobs_updated WHERE updated_at < ? AND state IN "
+                           f"({_FINAL_ARGS}) ORDER BY updated_at LIMIT ?", (before, *FINAL, limit))
+        return [Job.from_dict(json.loads(r[0])) for r in rows]
+
+    def pruned(self) -> int:
+        rows = self._query("SELECT value FROM counters WHERE name = 'pruned'")
         return rows[0][0] if rows else 0
 
     def beat(self, domain: str, now: float) -> None:

@@ -27,7 +27,7 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
               "zone_cooldown_seconds": 60, "changeover_seconds": 30, "failure_rules": None, "slack": None,
               "notifications": None, "owner_timeout_seconds": 90, "clouds": ["gcp"],
               "cluster_prefix": "broker-staging", "secrets_key": base64.b64encode(bytes(range(32))).decode(),
-              "secrets_old_keys": [base64.b64encode(b"o" * 32).decode()]}
+              "secrets_old_keys": [base64.b64encode(b"o" * 32).decode()], "job_retention_days": 90}
     assert set(values) == CONFIG_KEYS
     import yaml
 
@@ -35,6 +35,7 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
     assert settings.stop_grace_seconds == 3 and settings.tick_seconds == 0.5 and settings.max_body_bytes == 10_000
     assert settings.owner_timeout_seconds == 90 and settings.max_workdir_bytes == 20_000
     assert settings.workdir_retention_seconds == 3600 and settings.workdir_grace_seconds == 600
+    assert settings.job_retention_days == 90
     assert settings.clouds == ("gcp",) and settings.cluster_prefix == "broker-staging"
     assert settings.secrets_key == bytes(range(32)) and settings.secrets_old_keys == (b"o" * 32,)
 

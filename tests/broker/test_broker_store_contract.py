@@ -367,3 +367,218 @@ def test_a_new_sqlite_store_and_its_folder_are_the_brokers_users_alone(tmp_path)
     assert mode(tmp_path / "new" / "broker.db") == 0o600
     assert mode(tmp_path / "new" / "broker.db-wal") == 0o600
     store.close()
+
+
+# -- retention: JobStore.expired and JobStore.prune -------------------------------------------------------------
+
+
+def ended(store, job_id: str, state: JobState, updated: float, *, team="vision", key=None) -> Job:
+    """A job with an attempt, two events and two metric points, last written at ``updated`` in ``state``."""
+    job = create(store, make_job(job_id, team=team, key=key, t=1.0))
+    attempt = Attempt(id=f"{job_id}-a1", job_id=job_id, n=1, state=AttemptState.FAILED, launcher="local",
+                      placement={"tier": "spot"}, price_per_hour=1_000_000, created_at=2.0, cost=7)
+    return store.commit(Change(job=replace(job, state=state, updated_at=updated, attempts=1), expected_version=1,
+                               attempts=[attempt], events=[event(job, JobEvent.PLACE, JobState.QUEUED, state)],
+                               metrics=[{"step": 1}, {"step": 2}]))
+
+
+def twin(store):
+    """A second handle on the same store, as another broker process holds."""
+    from broker.store.redis import RedisStore
+    from broker.store.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return SqliteStore(store.path)
+    return RedisStore(_redis_url(store), prefix=store.keys.prefix)
+
+
+def _redis_url(store) -> str:
+    kw = store._r.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+def traces(store, job_id: str) -> list[str]:
+    """Everything of the store that still names ``job_id``: rows (SQLite); keys, index members, values (Redis)."""
+    from broker.store.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        import sqlite3
+
+        db = sqlite3.connect(store.path)
+        try:
+            found = [f"jobs: {r}" for r in db.execute("SELECT id FROM jobs WHERE id = ?", (job_id,))]
+            for table in ("attempts", "events", "metrics"):
+                found += [f"{table}: {r}" for r in db.execute(f"SELECT * FROM {table} WHERE job_id = ?", (job_id,))]
+            return found
+        finally:
+            db.close()
+    r = redis.Redis.from_url(_redis_url(store), decode_responses=True)
+    found = []
+    for key in r.scan_iter(f"{store.keys.prefix}:*"):
+        kind = r.type(key)
+        if job_id in key:
+            found.append(key)
+        elif kind == "zset" and r.zscore(key, job_id) is not None:
+            found.append(f"{key} (member)")
+        elif kind == "set" and r.sismember(key, job_id):
+            found.append(f"{key} (member)")
+        elif kind == "string" and r.get(key) == job_id:
+            found.append(f"{key} (value)")
+        elif kind == "hash" and job_id in r.hkeys(key):
+            found.append(f"{key} (field)")
+    r.close()
+    return found
+
+
+def test_prune_deletes_the_final_jobs_updated_before_the_cutoff_with_everything_of_theirs(store):
+    done = [ended(store, "j-ok", JobState.SUCCEEDED, 10.0, key="k1"),
+            ended(store, "j-failed", JobState.FAILED, 20.0),
+            ended(store, "j-cancelled", JobState.CANCELLED, 30.0, team="nlp"),
+            ended(store, "j-stopped", JobState.STOPPED_BUDGET, 40.0)]
+    ended(store, "j-recent", JobState.SUCCEEDED, 500.0)
+    for job_id, state in [("j-queued", JobState.QUEUED), ("j-running", JobState.RUNNING),
+                          ("j-stopping", JobState.STOPPING), ("j-cancelling", JobState.CANCELLING)]:
+        ended(store, job_id, state, 5.0)  # older than any, and not final: never pruned, whatever their age
+    kept = {j.id: (j, store.events(j.id), store.attempts(j.id), store.metrics(j.id))
+            for j in store.list_jobs() if j.id not in {d.id for d in done}}
+
+    assert [j.id for j in store.expired(before=100.0, limit=10)] == ["j-ok", "j-failed", "j-cancelled", "j-stopped"]
+    assert [j.id for j in store.expired(before=100.0, limit=2)] == ["j-ok", "j-failed"]  # least recently updated
+    assert store.expired(before=10.0, limit=10) == []  # before: strictly
+    assert store.pruned() == 0
+
+    assert sorted(store.prune(store.expired(before=100.0, limit=10))) == sorted(j.id for j in done)
+    for job in done:
+        assert store.get_job(job.id) is None
+        assert store.events(job.id) == [] and store.attempts(job.id) == [] and store.metrics(job.id) == []
+        assert store.attempts_of([job.id]) == {job.id: []}
+        assert traces(store, job.id) == []
+    assert store.find_idempotent("vision", "k1") is None
+    assert {j.id for j in store.list_jobs()} == set(kept)
+    assert store.list_jobs(team="nlp") == []
+    assert store.list_jobs(states=["failed", "cancelled", "stopped_budget"]) == []
+    assert [j.id for j in store.list_jobs(states=["succeeded"], team="vision")] == ["j-recent"]
+    assert {j.id for j in store.list_jobs(active_since=0.0)} == set(kept)
+    jobs, _ = store.cost_history(team=None, since=0.0, until=1e12)
+    assert {j.id for j in jobs} == set(kept)
+    assert store.expired(before=100.0, limit=10) == []
+    assert [j.id for j in store.expired(before=1e12, limit=10)] == ["j-recent"]
+    assert store.pruned() == 4
+    for job_id, (job, events, attempts, metrics) in kept.items():  # the rest untouched
+        assert (store.get_job(job_id), store.events(job_id), store.attempts(job_id), store.metrics(job_id)) == (
+            job, events, attempts, metrics)
+
+    again = create(store, make_job("j-again", key="k1"))  # the idempotency key is free again
+    assert store.find_idempotent("vision", "k1") == again
+
+
+def test_a_job_changed_after_it_was_read_for_pruning_stays_whole(store):
+    for job_id in ("j-resumed", "j-raised", "j-untouched"):
+        ended(store, job_id, JobState.FAILED, 10.0, key=job_id)
+    read = store.expired(before=100.0, limit=10)
+    assert sorted(j.id for j in read) == ["j-raised", "j-resumed", "j-untouched"]
+    resumed, raised = store.get_job("j-resumed"), store.get_job("j-raised")
+    store.commit(Change(job=replace(resumed, state=JobState.QUEUED), expected_version=resumed.version,
+                        events=[event(resumed, JobEvent.RESUME, JobState.FAILED, JobState.QUEUED)]))
+    # still failed, still as old: only its version says it changed
+    store.commit(Change(job=replace(raised, budget=raised.budget * 2), expected_version=raised.version))
+
+    assert store.prune(read) == ["j-untouched"]
+    assert store.get_job("j-resumed").state is JobState.QUEUED
+    assert store.get_job("j-raised").budget == raised.budget * 2
+    for job_id in ("j-resumed", "j-raised"):
+        assert len(store.events(job_id)) >= 2 and len(store.attempts(job_id)) == 1
+        assert len(store.metrics(job_id)) == 2 and store.find_idempotent("vision", job_id).id == job_id
+    assert store.pruned() == 1
+    # read again, the budget-raised job is due (final, old) at its new version; the resumed one is not final
+    assert store.prune(store.expired(before=100.0, limit=10)) == ["j-raised"]
+    assert store.get_job("j-resumed") is not None
+
+
+def test_a_job_not_final_is_not_pruned_even_when_handed_to_prune(store):
+    live = ended(store, "j-live", JobState.RUNNING, 1.0)
+    assert store.prune([live]) == []
+    assert store.get_job("j-live") == live and len(store.attempts("j-live")) == 1
+    assert store.prune([]) == [] and store.pruned() == 0
+
+
+def test_two_brokers_pruning_the_same_jobs_at_once_delete_each_one_once(store):
+    jobs = [ended(store, f"j-{i:02d}", JobState.SUCCEEDED, float(i), key=f"k{i}") for i in range(40)]
+    other = twin(store)
+    try:
+        reads = [store.expired(before=100.0, limit=100), other.expired(before=100.0, limit=100)]
+        assert [j.id for j in reads[0]] == [j.id for j in reads[1]] == [j.id for j in jobs]
+        results, errors, barrier = {}, [], threading.Barrier(2)
+
+        def prune(i, handle):
+            barrier.wait()
+            try:
+                results[i] = handle.prune(reads[i])
+            except Exception as exc:  # noqa: BLE001 - the test asserts there is none
+                errors.append(exc)
+
+        threads = [threading.Thread(target=prune, args=(i, h)) for i, h in enumerate((store, other))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert set(results[0]).isdisjoint(results[1])
+        assert sorted(results[0] + results[1]) == [j.id for j in jobs]
+        assert store.pruned() == other.pruned() == 40
+        assert store.list_jobs() == [] and all(traces(store, j.id) == [] for j in jobs)
+    finally:
+        other.close()
+
+
+def test_expired_skips_old_jobs_that_are_not_final_without_counting_them_against_the_limit(store):
+    for i in range(3):
+        ended(store, f"j-live{i}", JobState.QUEUED, float(i))  # the oldest in the update-time index
+    for i in range(5):
+        ended(store, f"j-done{i}", JobState.CANCELLED, 10.0 + i)
+    assert [j.id for j in store.expired(before=100.0, limit=2)] == ["j-done0", "j-done1"]
+
+
+def test_sqlite_reads_what_is_due_by_the_update_time_index(tmp_path):
+    """Nothing due is one seek; read by the state index instead, it would sort every final job (most of the table)."""
+    import sqlite3
+
+    from broker.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.db")
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    store.expired(before=100.0, limit=10)
+    store.close()
+    (query,) = [s for s in statements if s.startswith("SELECT")]
+    db = sqlite3.connect(tmp_path / "s.db")
+    plan = " ".join(str(row[-1]) for row in db.execute(f"EXPLAIN QUERY PLAN {query}"))
+    db.close()
+    assert "USING INDEX jobs_updated (updated_at<?)" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_a_redis_server_at_its_maxmemory_can_still_be_pruned_back_under_it(tmp_path):
+    """A store that filled up answers every write with OOM (the API's 503): pruning, which only deletes, still runs,
+    and frees what the next writes need."""
+    from broker.store import StoreUnavailable
+    from broker.store.redis import RedisStore
+
+    server = RedisServer(tmp_path / "redis").start()
+    store = RedisStore(server.url)
+    admin = redis.Redis(port=server.port)
+    try:
+        for i in range(300):
+            job = ended(store, f"j-{i:03d}", JobState.SUCCEEDED, float(i))
+            store.commit(Change(job=job, expected_version=job.version, metrics=[{"step": n, "pad": "x" * 200}
+                                                                                 for n in range(20)]))
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", admin.info("memory")["used_memory"])
+        with pytest.raises(StoreUnavailable):
+            create(store, make_job("j-new"))
+        assert len(store.prune(store.expired(before=1e9, limit=500))) == 300
+        assert create(store, make_job("j-new")).version == 1
+        assert traces(store, "j-000") == []
+    finally:
+        admin.close()
+        store.close()
+        server.stop()

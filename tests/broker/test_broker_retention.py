@@ -1,0 +1,154 @@
+"""Retention (``job_retention_days``, ``broker/retention.py``): finished jobs past it are deleted, hourly, by each
+broker that runs an engine; live jobs and recent ones stay. On real stores, and real ``broker serve`` / ``broker
+worker`` processes."""
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import httpx
+import pytest
+
+from broker.config import ConfigError
+from broker.lifecycle import JobState
+from broker.models import Job
+from broker.retention import DAY, PRUNE_SECONDS, Retention
+from broker.store import Change, open_store
+
+from broker_testing import ADMIN, REPO, RedisServer, start_broker, wait_for
+
+HOUR = 3600.0
+NOW = 1_800_000_000.0
+
+
+def job_at(store, job_id: str, state: JobState, updated: float) -> Job:
+    """A job submitted a week before ``updated`` and last written then, in ``state``."""
+    job = Job(id=job_id, name="train", team="vision", state=JobState.QUEUED, spec={"run": "echo"}, budget=5_000_000,
+              priority=0, submitted_at=updated - 7 * DAY, updated_at=updated - 7 * DAY, idempotency_key=job_id)
+    job = store.commit(Change(job=job, expected_version=None))
+    return store.commit(Change(job=replace(job, state=state, updated_at=updated), expected_version=1,
+                               metrics=[{"step": 1}]))
+
+
+@pytest.mark.parametrize("config, days", [
+    ("", None),
+    ("job_retention_days: null\n", None),
+    ("job_retention_days: 180\n", 180.0),
+    ("job_retention_days: 1\n", 1.0),
+    ("job_retention_days: 7.5\n", 7.5),
+], ids=["left out: every job is kept", "null: every job is kept", "180 days", "the floor, one day", "a fraction"])
+def test_job_retention_days_is_read_from_the_config_file(make_settings, config, days):
+    assert make_settings(config=config).job_retention_days == days
+
+
+@pytest.mark.parametrize("config, message", [
+    ("job_retention_days: 0\n", r"^job_retention_days: must be at least 1 \(days\), not 0; leave it out to keep"),
+    ("job_retention_days: 0.5\n", r"^job_retention_days: must be at least 1 \(days\), not 0.5;"),
+    ("job_retention_days: -3\n", r"^job_retention_days: must be 0 or more, not -3$"),
+    ("job_retention_days: 180d\n", r"^job_retention_days: must be a number, not '180d'$"),
+    ("job_retention_days: true\n", r"^job_retention_days: must be a number, not True$"),
+], ids=["0 is refused, not read as off", "under a day", "negative", "a duration text", "a boolean"])
+def test_a_job_retention_days_below_a_day_or_not_a_number_is_refused(make_settings, config, message):
+    with pytest.raises(ConfigError, match=message):
+        make_settings(config=config)
+
+
+def test_a_prune_runs_at_start_then_once_an_hour_and_takes_only_finished_jobs_past_retention(store):
+    job_at(store, "j-old", JobState.SUCCEEDED, NOW - 2 * DAY)
+    job_at(store, "j-soon", JobState.FAILED, NOW - DAY + 10 * 60)  # due ten minutes from now
+    job_at(store, "j-recent", JobState.STOPPED_BUDGET, NOW - HOUR)
+    job_at(store, "j-live", JobState.QUEUED, NOW - 30 * DAY)  # waiting for a month: not final, never pruned
+    retention = Retention(store, days=1, pause=0)
+
+    assert retention.tick(NOW) == 1
+    assert store.get_job("j-old") is None and store.events("j-old") == [] and store.metrics("j-old") == []
+    assert {j.id for j in store.list_jobs()} == {"j-soon", "j-recent", "j-live"}
+    assert retention.tick(NOW + 30 * 60) is None  # due since 20 minutes, but the hour has not passed
+    assert store.get_job("j-soon") is not None
+    assert retention.tick(NOW + PRUNE_SECONDS) == 1
+    assert {j.id for j in store.list_jobs()} == {"j-recent", "j-live"}
+    assert retention.tick(NOW + 2 * PRUNE_SECONDS) == 0  # nothing due: nothing deleted
+    assert retention.tick(NOW + 100 * DAY) == 1
+    assert [j.id for j in store.list_jobs()] == ["j-live"]
+    assert store.pruned() == 3
+
+
+def test_a_backlog_is_pruned_batch_after_batch_in_one_prune(store):
+    for i in range(7):
+        job_at(store, f"j-{i}", JobState.CANCELLED, NOW - 10 * DAY + i)
+    job_at(store, "j-recent", JobState.SUCCEEDED, NOW - HOUR)
+    assert Retention(store, days=1, batch=3, pause=0).tick(NOW) == 7
+    assert [j.id for j in store.list_jobs()] == ["j-recent"]
+
+
+def test_batches_that_take_too_long_shrink_and_the_backlog_still_goes(store):
+    for i in range(7):
+        job_at(store, f"j-{i}", JobState.SUCCEEDED, NOW - 10 * DAY + i)
+    assert Retention(store, days=1, batch=4, batch_seconds=0.0, pause=0).tick(NOW) == 7  # every batch "too long"
+    assert store.list_jobs() == []
+
+
+def test_without_job_retention_days_nothing_is_ever_pruned(store):
+    job_at(store, "j-ancient", JobState.SUCCEEDED, 1.0)
+    retention = Retention(store, days=None)
+    assert retention.tick(NOW) is None and retention.prune(NOW) == 0
+    retention.start()  # no thread: nothing to do
+    retention.stop()
+    assert store.get_job("j-ancient") is not None and store.pruned() == 0
+
+
+def test_broker_serve_prunes_an_old_finished_job_and_keeps_a_recent_one(tmp_path):
+    """A real ``broker serve`` (engine on, SQLite): its first prune comes as it starts, beside the ticks."""
+    now = time.time()
+    store = open_store(f"sqlite://{tmp_path / 'data' / 'broker.db'}")
+    job_at(store, "j-old", JobState.SUCCEEDED, now - 3 * DAY)
+    job_at(store, "j-recent", JobState.FAILED, now - 2 * HOUR)
+    job_at(store, "j-waiting", JobState.QUEUED, now - 3 * DAY)  # no pool fits it: it waits, and is kept
+    store.close()
+    config = "pools: []\njob_retention_days: 1\n"
+    proc, url = start_broker(tmp_path, config=config)
+    try:
+        client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"})
+        wait_for(lambda: client.get("/v1/jobs/j-old").status_code == 404)
+        assert client.get("/v1/jobs/j-old/events").status_code == 404
+        assert client.get("/v1/jobs/j-recent").json()["state"] == "failed"
+        assert client.get("/v1/jobs/j-waiting").status_code == 200
+        assert "broker_jobs_pruned_total 1.0" in client.get("/metrics").text.splitlines()
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_broker_worker_prunes_a_shared_redis_and_logs_how_many(tmp_path):
+    """``broker worker`` (the engine apart from the API) on Redis prunes too, and says so in its log."""
+    from broker.store.redis import RedisStore
+
+    server = RedisServer(tmp_path / "redis").start()
+    now = time.time()
+    store = RedisStore(server.url)
+    try:
+        job_at(store, "j-old", JobState.CANCELLED, now - 40 * DAY)
+        job_at(store, "j-old2", JobState.STOPPED_BUDGET, now - 31 * DAY)
+        job_at(store, "j-recent", JobState.SUCCEEDED, now - 29 * DAY)
+        cfg = tmp_path / "worker.yaml"
+        cfg.write_text("pools: []\njob_retention_days: 30\n")
+        log = tmp_path / "worker.log"
+        env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
+               "BROKER_STORE_URL": server.url}
+        with open(log, "w") as err:
+            worker = subprocess.Popen([sys.executable, "-m", "broker.cli", "worker", "--config", str(cfg)], env=env,
+                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_for(lambda: "retention: deleted 2 finished job(s)" in log.read_text(), timeout=30)
+            assert store.get_job("j-old") is None and store.get_job("j-old2") is None
+            assert store.get_job("j-recent") is not None and store.pruned() == 2
+            assert "job_retention_days: 30" in log.read_text()
+        finally:
+            worker.terminate()
+            worker.wait(10)
+    finally:
+        store.close()
+        server.stop()
