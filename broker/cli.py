@@ -306,9 +306,23 @@ def cmd_serve(args) -> int:
     # Listen first: uvicorn starts the app (its engine, ticking on the store) before it binds, so a second
     # `broker serve` on a taken port would run its engine — with its own config — until the bind failed.
     listener = _listen(args.host, args.port)
+    _broker_logs()
     config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
     uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+def _broker_logs() -> None:
+    """The broker's own INFO lines on stderr (what a prune or a workdir collection deleted, an attempt stopped as
+    soon as launched): as ``broker worker`` shows them. Only the ``broker`` loggers: other libraries' INFO (an HTTP
+    client's line per request) stays out, and uvicorn keeps its own warning level."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    logger = logging.getLogger("broker")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def _host_port(host: str, port: int) -> str:

@@ -120,6 +120,8 @@ def test_broker_serve_prunes_an_old_finished_job_and_keeps_a_recent_one(tmp_path
     finally:
         proc.terminate()
         proc.wait(10)
+    said = (tmp_path / f"broker-{url.rsplit(':', 1)[1]}.log").read_text()  # its stderr: the count, as worker says it
+    assert "INFO:broker.retention:retention: deleted 1 finished job(s) last updated before" in said, said
 
 
 def test_broker_worker_prunes_a_shared_redis_and_logs_how_many(tmp_path):
