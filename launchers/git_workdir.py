@@ -73,6 +73,12 @@ def redact(text: str, secrets: list[str]) -> str:
     return _USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", text)
 
 
+def commit_like(ref: str) -> bool:
+    """Whether ``ref`` may be a commit hash, full or short: 4 to 40 hex digits (SkyPilot's rule). A branch or a tag
+    may be named so too: only the repository's listing tells (:func:`ref_kind`)."""
+    return _COMMIT.match(ref) is not None
+
+
 def ref_kind(listing: str, ref: str) -> str | None:
     """What ``ref`` is in the repository ``git ls-remote`` listed: ``"branch"``, ``"tag"``, ``"commit"`` (hex that
     names neither: only the clone can tell whether the commit is there), or None (no such ref), as SkyPilot reads it."""
@@ -81,7 +87,7 @@ def ref_kind(listing: str, ref: str) -> str | None:
         return "branch"
     if f"refs/tags/{ref}" in names:
         return "tag"
-    return "commit" if _COMMIT.match(ref) else None
+    return "commit" if commit_like(ref) else None
 
 
 def git(*args: str) -> list[str]:

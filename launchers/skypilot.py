@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
+from launchers.git_workdir import GitWorkdir
 from launchers.skypilot_status import INIT_WAIT_SECONDS, KNOWN_JOBS, Launch, Observation, next_status
 from launchers.skypilot_task import (
     KUBERNETES_CLOUDS,
@@ -520,6 +521,8 @@ class SkyPilotLauncher:
         config = attempt_config(request, stop_at=stop_at)
         name = self.cluster(request.attempt_id)
         pod = str(request.placement.get("cloud") or "").lower() in KUBERNETES_CLOUDS  # deleted with a notice too
+        repo = GitWorkdir.of(config.get("workdir"))
+        kept = {"git_workdir": repo.at} if repo else {}  # named, its credentials hidden, if its clone fails
         with self._locked(request.attempt_id) as state:
             if state.get("request_id") or state.get("adopted") or state.get("phase"):
                 return
@@ -530,7 +533,7 @@ class SkyPilotLauncher:
                 # the limit the cluster was launched with, when it is known, is the one its guard keeps
                 state.setdefault("stop_at", stop_at)
                 state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod,
-                             grace_seconds=request.stop_grace_seconds)
+                             grace_seconds=request.stop_grace_seconds, **kept)
                 return
             if self._sent_lately(state):
                 return  # sent a moment ago, its id lost on the way back: it may still show up, and is not sent twice
@@ -550,7 +553,7 @@ class SkyPilotLauncher:
             except Exception as exc:
                 raise LaunchError(refusal(exc, config), permanent=never_satisfiable(exc)) from None
             state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod, phase=None, stop_at=stop_at,
-                         grace_seconds=request.stop_grace_seconds)
+                         grace_seconds=request.stop_grace_seconds, **kept)
             self._save(request.attempt_id, state)  # the intent, before the request exists
             try:
                 state["request_id"] = self.client.launch(build_task(config), name,
@@ -628,7 +631,7 @@ class SkyPilotLauncher:
                            stop_reason=state.get("stop_reason"), launch_error=error, adopted=bool(state.get("adopted")),
                            limit_passed=stop_at is not None and time.time() >= stop_at,
                            init_seconds=time.time() - float(state.get("init_seen_at") or time.time()),
-                           init_wait_seconds=self.init_wait_seconds)
+                           init_wait_seconds=self.init_wait_seconds, git_workdir=state.get("git_workdir", ""))
 
     def _job_on_init(self, name: str) -> str | None:
         """The job of a cluster ``INIT`` while its job ran: SkyPilot re-runs its health check first (the cluster
@@ -688,7 +691,9 @@ class SkyPilotLauncher:
                     self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
             if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster in ("UP", "INIT") \
-                    and not obs.stop_reason:  # AUTOSTOPPING: up idle autostop_minutes since, so not reclaimed
+                    and not obs.stop_reason and result.step != "workdir":
+                # AUTOSTOPPING: up idle autostop_minutes since, so not reclaimed; a clone of the workdir that failed
+                # is SkyPilot's launch failing before any job, not a job that may have heeded a reclaim's notice
                 result = self._unless_reclaimed(attempt_id, state, result)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)

@@ -20,6 +20,8 @@ Sequences, read left to right (each arrow is one poll):
 | UP, job RUNNING → INIT for :data:`INIT_WAIT_SECONDS`, its job not seen to end | running → running → preempted (spot) or lost |
 | on-demand: UP, job RUNNING → cluster gone | running → lost |
 | launch in flight → launch failed (no capacity) | pending → lost (the engine requeues) |
+| launch in flight → launch failed with the cluster UP and no job (a workdir or file_mounts sync failed) | pending → lost, its cluster torn down |
+| launch in flight → launch failed with the cluster UP: SkyPilot's clone of the git workdir failed | pending → failed (step ``workdir``) |
 | stop requested → cluster gone | stopped |
 | past the cluster's own budget limit: cluster gone (autodown after the guard stopped the run) | stopped (budget) |
 
@@ -29,6 +31,7 @@ cluster being torn down) do not change what it ended as.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -73,6 +76,7 @@ class Observation:
     init_seconds: float = 0.0  # how long the cluster has been seen INIT since its job was seen running
     init_wait_seconds: float = INIT_WAIT_SECONDS  # how long that may last before it is a loss
     adopted: bool = False  # the launch was found (sent before a crash, or before the launcher's state was lost)
+    git_workdir: str = ""  # the task's git workdir as a sentence shows it ("<url> at <ref>"), if it has one
 
 
 JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
@@ -98,6 +102,10 @@ JOB_WAITING = {"INIT", "PENDING"}
 KNOWN_JOBS = frozenset({*JOB_ENDS, *JOB_RUNNING, *JOB_WAITING, "CANCELLED"})
 """Every job state the mapping reads; another (a newer SkyPilot's) tells nothing about the job."""
 
+CLONE_FAILED = re.compile(r"Git clone failed on .*?: \S+")
+"""SkyPilot 0.14.1's words (``CommandRunner.git_clone``) when its clone of a git workdir failed on a node, after
+three tries: the launch request fails once the cluster is up, before its job exists."""
+
 
 
 def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
@@ -113,6 +121,13 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
     if obs.job == "CANCELLED" or (obs.stop_reason and obs.cluster != "UP"):
         reason = obs.stop_reason or "the job was cancelled outside the broker"
         return AttemptStatus(_stopped(reason), reason=reason)
+    if obs.launch is Launch.FAILED and obs.job is None and previous is not Phase.RUNNING:
+        # the launch ended before it submitted the job: nothing runs, and nothing will. A cluster it leaves UP (its
+        # workdir or file_mounts could not be synced) has no autostop either — SkyPilot sets it just before the job —
+        # so the attempt ends here, and its cluster is torn down
+        if obs.stop_reason:
+            return AttemptStatus(_stopped(obs.stop_reason), reason=obs.stop_reason)
+        return _launch_failed(obs)
     if obs.cluster == "UP":
         if obs.job in JOB_RUNNING:
             return AttemptStatus(Phase.RUNNING, step=JOB_RUNNING[obs.job])
@@ -152,13 +167,25 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
         return AttemptStatus(Phase.LOST, reason="SkyPilot launched its cluster while no broker watched it, and the "
                                                 "cluster is gone: how its run ended is not known", zone_to_blame=False)
     if obs.launch is Launch.FAILED:
-        why = obs.launch_error or "no reason given"
-        return AttemptStatus(Phase.LOST, reason=f"SkyPilot could not provision the cluster: {why}")
+        return _launch_failed(obs)
     if obs.launch is Launch.NONE and obs.cluster is None:
         return AttemptStatus(Phase.GONE, reason="SkyPilot has no cluster for this attempt")
     if obs.spot and obs.launch is Launch.DONE:
         return AttemptStatus(Phase.PREEMPTED, reason=f"the spot cluster is {_describe(obs.cluster)} before its job ran")
     return AttemptStatus(Phase.LOST, reason=f"the cluster is {_describe(obs.cluster)} and no job ended on it")
+
+
+def _launch_failed(obs: Observation) -> AttemptStatus:
+    """A launch request that failed: lost (the engine places the job again: no capacity, a quota, credentials), but
+    for a git workdir SkyPilot could not clone, which fails the attempt as the local launcher's clone does (step
+    ``workdir``): a resume would clone the same ref, and fail the same way, on a cluster paid for each time."""
+    clone = CLONE_FAILED.search(obs.launch_error)
+    if clone:
+        return AttemptStatus(Phase.FAILED, step="workdir", reason=(
+            f"the git repository {obs.git_workdir or 'of the task'} could not be cloned on the cluster (no such "
+            f"repository, branch, tag or commit, no access to it, or no network there; SkyPilot: {clone.group(0)})"))
+    why = obs.launch_error or "no reason given"
+    return AttemptStatus(Phase.LOST, reason=f"SkyPilot could not provision the cluster: {why}")
 
 
 def _stopped(reason: str) -> Phase:

@@ -13,6 +13,7 @@ What the broker changes, and nothing else:
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them — but for :data:`SECRET_ENVS`; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
 | ``secrets`` | the task's own, with the broker's credentials (:data:`SECRET_ENVS`: the job token) over them: SkyPilot sets them in the job's environment as it does ``envs``, but keeps ``envs`` in plain text wherever it shows or stores the task (the API server's requests, ``sky status``'s cluster record, the dashboard) and redacts ``secrets`` |
 | ``config.hooks`` | on Kubernetes, the task's own lifecycle hooks after one of the broker's: on the ``preemption`` event (the pod deleted: a spot node drained, an eviction) it writes the notice file the job's ``BROKER_NOTICE_FILE`` names and waits, up to the grace, while a checkpointer listens (:func:`notice_hook`); SkyPilot makes the pod's ``preStop`` hook run it and sets ``terminationGracePeriodSeconds`` from the hooks' timeouts |
+| ``envs`` of a git ``workdir`` (``{url, ref}``) | ``GIT_URL``, and the ref as ``GIT_BRANCH`` or ``GIT_COMMIT_HASH`` (:func:`git_clone_envs`): SkyPilot's clone of the repository on each node reads them alone, and clones nothing without them — its CLI sets them, its SDK and API server do not; the task's own ``GIT_URL``/``GIT_BRANCH``/``GIT_TAG``/``GIT_COMMIT_HASH`` give way (``GIT_TOKEN`` and ``GIT_SSH_KEY`` in its ``secrets`` reach the clone as they are); a URL holding a credential goes as a secret |
 | ``file_mounts`` entry whose value is ``broker:checkpoint`` | the checkpoint bucket mounted there (``MOUNT`` mode, persistent), and ``BROKER_CHECKPOINT_DIR`` = the job's folder under it |
 | ``run`` | the same script in a subshell, then one line reporting its exit status (:func:`reporting_exit_code`): SkyPilot's job status says only ``FAILED``, so the launcher reads the code from the logs (:func:`exit_code_in`) for the failure diagnosis; with a budget limit (``stop_at``), the subshell runs in its own process group under a guard that stops it there — SIGTERM, SIGKILL after the grace period — and says so in the logs (:func:`budget_stop_in`) |
 | ``setup`` | unchanged without a budget limit; with one, guarded as ``run`` is, to the same limit (:func:`guarded_run` with ``step="setup"``): stopped there, it says so in the logs and ends the job ``FAILED_SETUP``, which the launcher reads as a budget stop, and the run is never started |
@@ -26,6 +27,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
+
+from launchers.git_workdir import GitWorkdir, commit_like
 
 CHECKPOINT_MOUNT = "broker:checkpoint"
 #: Spot notice lead time by cloud, seconds, less a margin: AWS gives two minutes' warning in
@@ -60,6 +63,11 @@ SECRET_ENVS = ("BROKER_JOB_TOKEN",)
 """The broker's variables that are credentials (the job token lets whoever holds it report the job's progress and
 the checkpoint it resumes from): handed to SkyPilot as ``secrets``, which it redacts, never as ``envs``, which it
 shows and stores as they are."""
+
+GIT_URL_ENV = "GIT_URL"
+GIT_REF_ENVS = ("GIT_BRANCH", "GIT_TAG", "GIT_COMMIT_HASH")
+"""The variables SkyPilot 0.14.1's ``sky/utils/git_clone.sh`` reads the ref of a git workdir from, in this order: the
+first one set wins."""
 
 GUARDED_STEPS = ("setup", "run")
 """The task's commands a budget limit guards (:func:`guarded_run`), in the order SkyPilot runs them."""
@@ -233,6 +241,14 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
     own = config.get("secrets") or {}
     # a list holds managed-secret references, which SkyPilot itself reads as the dict form's null values
     secrets = {str(k): None for k in own} if isinstance(own, list) else {str(k): v for k, v in own.items()}
+    clone = git_clone_envs(config.get("workdir"))
+    if clone:  # the workdir's repository and ref, never the task's own variables of those names
+        for name in (GIT_URL_ENV, *GIT_REF_ENVS):
+            merged_envs.pop(name, None)
+            secrets.pop(name, None)
+        merged_envs.update(clone)
+        if GitWorkdir.of(config["workdir"]).secrets:  # a token in the URL: not shown where SkyPilot shows envs
+            secrets[GIT_URL_ENV] = merged_envs.pop(GIT_URL_ENV)
     for name in SECRET_ENVS:
         if name in merged_envs:
             secrets[name] = merged_envs.pop(name)
@@ -246,6 +262,29 @@ def task_config(task: Mapping[str, Any], placement: Mapping[str, Any], envs: Map
         # a hanging pip install or download would keep a paid cluster up past the budget with no broker to stop it
         config["setup"] = guarded_run(config["setup"], stop_at=stop_at, grace_seconds=grace_seconds, step="setup")
     return config
+
+
+def git_clone_envs(workdir: Any) -> dict[str, str]:
+    """The variables SkyPilot needs to clone a git ``workdir`` (``{url, ref}``) into each node's ``~/sky_workdir``;
+    ``{}`` for any other workdir.
+
+    SkyPilot 0.14.1 clones it with ``sky/utils/git_clone.sh``, which reads only its environment: ``GIT_URL`` (none:
+    it clones nothing, and the sync succeeds), then the ref — ``GIT_BRANCH`` (or ``GIT_TAG``): a shallow clone of
+    it; ``GIT_COMMIT_HASH``: a full clone, then ``git checkout`` of it. Its CLI sets them from the workdir
+    (``Task.update_envs_and_secrets_from_workdir``, after asking the repository with ``git ls-remote`` what the ref
+    is); the SDK and the API server never do. The launcher tells the ref's kind from its form alone, so that the
+    broker's host never reaches the repository (nor lends it its own credentials): a branch or a tag goes as
+    ``GIT_BRANCH`` (``git clone --branch`` takes either, and the checkout that follows finds a tag's commit); 4 to 40
+    hex digits as ``GIT_COMMIT_HASH``, whose full clone and checkout also find a branch or tag named so (a short
+    hex name that is also the prefix of a commit's hash checks out that commit: git's own rule). No ref: the
+    repository's default branch."""
+    repo = GitWorkdir.of(workdir)
+    if repo is None:
+        return {}
+    envs = {GIT_URL_ENV: repo.url}
+    if repo.ref:
+        envs["GIT_COMMIT_HASH" if commit_like(repo.ref) else "GIT_BRANCH"] = repo.ref
+    return envs
 
 
 def with_notice_hook(config: Any, notice_file: str, grace_seconds: float) -> dict[str, Any]:

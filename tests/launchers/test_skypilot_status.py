@@ -8,6 +8,10 @@ from launchers.base import Phase
 from launchers.skypilot_status import Launch, Observation, next_status
 
 IN_FLIGHT = Observation(launch=Launch.IN_FLIGHT)
+CLONE_ERROR = ("Command export EPOCHS=3 && export BROKER_JOB_ID=j-0123456789 && export BROKER_ATTEMPT=2 && export "
+               "BROKER_CHECKPOINT_URI=s3://b... failed with return code 128. Git clone failed on 10.0.0.7:22: "
+               "/home/ubuntu/sky_workdir None")
+"""SkyPilot 0.14.1's message for a launch whose clone of the git workdir failed (``CommandRunner.git_clone``)."""
 
 
 def obs(cluster=None, job=None, *, spot=False, launch=Launch.DONE, stop=None, error="", past_limit=False,
@@ -81,6 +85,15 @@ SEQUENCES = [
      [obs("UP", "RUNNING"), obs(None, stop="cancelled", past_limit=True)], [Phase.RUNNING, Phase.STOPPED]),
     ("a cluster left INIT after the launch request finished (provisioning broke) is pending until it resolves",
      [obs("INIT"), obs("UP", "RUNNING")], [Phase.PENDING, Phase.RUNNING]),
+    ("launch in flight → launch failed leaving its cluster UP with no job (a sync failed, no autostop set): lost",
+     [IN_FLIGHT, obs("UP", launch=Launch.FAILED, error="CommandError: rsync failed")], [Phase.PENDING, Phase.LOST]),
+    ("launch in flight → SkyPilot's clone of the git workdir failed, its cluster UP with no job: failed",
+     [IN_FLIGHT, obs("UP", launch=Launch.FAILED, error=CLONE_ERROR)], [Phase.PENDING, Phase.FAILED]),
+    ("a stop while the launch failed leaving its cluster UP: stopped for the stop's reason",
+     [IN_FLIGHT, obs("UP", launch=Launch.FAILED, error=CLONE_ERROR, stop="cancelled")], [Phase.PENDING, Phase.STOPPED]),
+    ("up and running, then its launch request reads failed with no job read: still running, not ended",
+     [obs("UP", "RUNNING"), obs("UP", None, launch=Launch.FAILED, error="lost the log stream")],
+     [Phase.RUNNING, Phase.RUNNING]),
 ]
 
 
@@ -101,6 +114,16 @@ def test_failed_setup_names_the_setup_step():
 def test_a_failed_launch_carries_skypilots_reason():
     status = next_status(Phase.PENDING, obs(launch=Launch.FAILED, error="InsufficientInstanceCapacity in us-east-1b"))
     assert "InsufficientInstanceCapacity in us-east-1b" in status.reason
+
+
+def test_a_failed_clone_of_the_git_workdir_fails_the_attempt_at_its_workdir_step_naming_the_repository():
+    status = next_status(Phase.PENDING, Observation(launch=Launch.FAILED, cluster="UP", launch_error=CLONE_ERROR,
+                                                    git_workdir="https://github.com/org/train.git at v3"))
+    assert (status.phase, status.step, status.exit_code) == (Phase.FAILED, "workdir", None)
+    assert status.reason == ("the git repository https://github.com/org/train.git at v3 could not be cloned on the "
+                             "cluster (no such repository, branch, tag or commit, no access to it, or no network "
+                             "there; SkyPilot: Git clone failed on 10.0.0.7:22: /home/ubuntu/sky_workdir)")
+    assert "BROKER_" not in status.reason, "the command SkyPilot ran, with the job's variables, is left out"
 
 
 def test_a_cluster_gone_past_its_limit_is_a_budget_stop():
