@@ -2,9 +2,12 @@
 
 Rules match on the launcher's phase and termination reason, the exit code or
 signal, what ended it (a command of the task, or the clone of its git workdir),
-and patterns in the tail of the log; the first rule that matches wins.
+and patterns in the tail of the log. Of the rules that match, the one that reads
+the end of the log wins: a log often shows a problem the job got past (an OOM it
+caught and retried smaller, a NCCL connect retried) before the one that ended it.
+See :func:`diagnose` for the ranking: the latest match, then table order.
 Teams add their own rules in a YAML file (``failure_rules:`` in the config),
-read again whenever it changes, and checked before the shipped ones. Pure,
+read again whenever it changes, and placed before the shipped ones. Pure,
 except :class:`RuleBook`, which reads that file.
 
 A rule's sentence may use ``{step}`` (the last training step the log or the
@@ -17,6 +20,7 @@ reason for the end).
 
 from __future__ import annotations
 
+import bisect
 import re
 import signal as signals
 from dataclasses import dataclass, field, replace
@@ -115,7 +119,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"),
     _r("nccl_network", "A NCCL/network error stopped the job{at_step}.",
        "Usually a flaky node or network: resume it; if it repeats, check NCCL_* settings.",
-       r"NCCL (error|WARN.*(timeout|Connection))|ncclSystemError|ncclRemoteError|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"),
+       r"NCCL (error|WARN.*(timeout|Connection))|nccl(?:System|Remote|Internal|UnhandledCuda)Error|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"),
     _r("data_not_found", "Could not read {path}{at_step}.", "Check the path and the job's credentials.",
        r"(?:FileNotFoundError|NoSuchKey|NoSuchBucket|No such file or directory|404 Not Found|does not exist)[^\n]{0,300}?(?P<path>(?:s3|gs|gcs|az|hdfs|file)://[^\s'\"]+|/[^\s'\":]+)"),
     _r("storage_access", "Access to {path} was denied{at_step}.", "Check the job's credentials and bucket policy.",
@@ -156,7 +160,9 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # a device-side assert is the job's own indexing (a label >= the number of classes), not the node
     _r("user_code_error", "A CUDA kernel's assertion failed{at_step} (device-side assert).",
        "Usually an index out of range, such as a label >= the number of classes; run a step on CPU, or with "
-       "CUDA_LAUNCH_BLOCKING=1, to see which op.", r"device-side assert"),
+       "CUDA_LAUNCH_BLOCKING=1, to see which op.",
+       # not "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", which ends every CUDA error
+       r"device-side assert(?!ions)"),
     _r("cuda_error", "A CUDA error stopped the job{at_step}.",
        "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
        r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress"),
@@ -195,7 +201,24 @@ def last_step(log_tail: str) -> int | None:
 
 
 def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
-    """The first rule that matches the ending, rendered as a sentence and a hint."""
+    """The rule that explains how the ending's log ends, rendered as a sentence and a hint.
+
+    Of the rules whose conditions hold, the one whose last match is latest in the log wins: what ended the job is
+    printed last, and a problem the job got past (a CUDA OOM caught and retried with a smaller batch, a NCCL connect
+    retried, a sample skipped for a missing file) before it. Latest is by line, and one Python traceback (with the
+    exceptions chained to it, "During handling of the above exception" / "The above exception was the direct cause",
+    and a data-loader worker's "Original Traceback") counts as one line, and a ``CalledProcessError``'s (a launcher
+    reporting its child, as ``accelerate launch`` does) as the line before it; at the same line table order decides,
+    so a specific rule beats the generic "raised an exception" one and a team's rule (placed first) beats a shipped
+    one. Python's shutdown noise after the traceback, and under torchrun the ranks it stopped after the one that
+    failed first, are not read at all (:func:`_after_shutdown_noise`, :func:`_root_cause`).
+
+    A rule without a pattern reads the ending, not the log. One that names an exit code, a signal or a command ranks
+    as if it matched the log's last line (the exit is the last thing that happened: a SIGKILL outranks an OOM the job
+    caught long before it, but a last line "Killed" has its own rule first). One that names only phases keeps its
+    place in the table against the winner: placed first (preempted, lost, budget, cancelled, a team's), it wins
+    whatever the log says; placed last (the shipped catch-all), only when nothing else matched.
+    """
     # progress reports are rate-limited and checkpoints periodic: the log often shows a later step
     known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
     step = max(known) if known else None
@@ -204,19 +227,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
         return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
                          False, step)
-    for rule in rules:
-        if rule.phases and ending.phase not in rule.phases:
-            continue
-        if (rule.exit_codes or rule.signals) and ending.exit_code not in rule.exit_codes \
-                and ending.signal not in rule.signals:
-            continue
-        if rule.commands and ending.command not in rule.commands:
-            continue
-        match = None
-        if rule.pattern is not None:
-            match = _last_match(rule.pattern, log_tail)
-            if match is None:
-                continue
+    rule, match = _choose(ending, rules, log_tail)
+    if rule is not None:
         facts = {"step": step, "code": ending.exit_code, "signal": ending.signal,
                  "batch_size": batch[-1] if batch else None,
                  "at_step": f" at step {step}" if step is not None else "",
@@ -239,6 +251,108 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
 
 
+def _applies(rule: Rule, ending: Ending) -> bool:
+    if rule.phases and ending.phase not in rule.phases:
+        return False
+    if (rule.exit_codes or rule.signals) and ending.exit_code not in rule.exit_codes \
+            and ending.signal not in rule.signals:
+        return False
+    return not rule.commands or ending.command in rule.commands
+
+
+def _choose(ending: Ending, rules: tuple[Rule, ...], log_tail: str) -> tuple[Rule | None, re.Match | None]:
+    """The rule that wins (see :func:`diagnose`) and its last match in the log (None for a rule without a pattern)."""
+    places = _Places(log_tail)
+    best: tuple[int, int, Rule, re.Match | None] | None = None  # (place in the log, place in the table, rule, match)
+    by_phase: tuple[int, Rule] | None = None  # the first rule without a pattern that names only phases
+    since = 0  # a rule further down the table wins only with a match after the best's place: read from there
+    for i, rule in enumerate(rules):
+        if not _applies(rule, ending):
+            continue
+        match = None
+        if rule.pattern is not None:
+            match = _last_match(rule.pattern, log_tail, since)
+            if match is None:
+                continue
+            place = places.of(match)
+        elif rule.exit_codes or rule.signals or rule.commands:
+            place = places.end
+        else:
+            by_phase = by_phase or (i, rule)
+            continue
+        if best is None or place > best[0]:
+            best = (place, i, rule, match)
+            if place >= places.end:
+                break  # a rule further down the table can at most tie, and a tie goes to the first
+            since = places.after(place)
+    if by_phase is not None and (best is None or by_phase[0] < best[1]):
+        return by_phase[1], None
+    return (best[2], best[3]) if best is not None else (None, None)
+
+
+_TRACEBACK = "Traceback (most recent call last):"  # also ends a data-loader worker's "Original Traceback (…):"
+_CHAINED = ("During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
+# a child process failed, and printed why before this: `accelerate launch` (one process) raises it for its script
+_CHILD_FAILED = ("subprocess.CalledProcessError: ", "CalledProcessError: ")
+
+
+class _Places:
+    """Where a match is in the log, as a number that grows down it: the number of its line, except that the lines of
+    one Python traceback (its frames and exception line, and what is chained to it: the tracebacks after "During
+    handling of the above exception" or "The above exception was the direct cause", a data-loader worker's "Original
+    Traceback" printed in its wrapper's message) share the number of its first line, as one failure; and a traceback
+    that ends in a ``CalledProcessError`` (a launcher's, or the script's own ``check=True``) takes the number of the
+    line before it: it reports the failure its child printed there."""
+
+    def __init__(self, text: str):
+        self.starts: list[int] = []  # where each line begins
+        self.places: list[int] = []
+        self.end = 0  # the place of the last line that is not blank
+        first, block = -1, 0  # the first line of the last traceback (or chain of them), and its place
+        seen = -1  # the last line that is not blank
+        before = -1  # the last line that is not blank before that traceback
+        state = ""  # "frames": a traceback's, before its exception line; "chained": after "During handling …"
+        offset = 0
+        for n, line in enumerate(text.split("\n")):
+            self.starts.append(offset)
+            offset += len(line) + 1
+            bare = line.strip()
+            inside = True
+            if bare.endswith(_TRACEBACK):
+                if first >= 0 and (state == "chained" or (bare.startswith("Original") and self.places[n - 1] == block)):
+                    self.places[first:] = [block] * (n - first)  # what its message printed before is the same failure
+                else:
+                    first, block, before = n, n, seen
+                state = "frames"
+            elif bare in _CHAINED and first >= 0:
+                self.places[first:] = [block] * (n - first)
+                state = "chained"
+            elif state == "frames":
+                if bare and not line[:1].isspace():  # frames are indented, the exception line is not
+                    state = ""
+                    if bare.startswith(_CHILD_FAILED) and before >= 0:
+                        first, block = before + 1, self.places[before]
+                        self.places[first:] = [block] * (n - first)
+            elif not (state == "chained" and not bare):
+                state, inside = "", False
+            self.places.append(block if inside and first >= 0 else n)
+            if bare:
+                self.end, seen = self.places[-1], n
+
+    def after(self, place: int) -> int:
+        """Where the first line placed after ``place`` begins."""
+        n = bisect.bisect_right(self.places, place)
+        return self.starts[n] if n < len(self.starts) else self.starts[-1] + 1
+
+    def of(self, match: re.Match) -> int:
+        """The place of a match's last character that is not blank (``Killed\\s*$`` takes the newline after it)."""
+        at = match.end() - 1
+        while at > match.start() and match.string[at].isspace():
+            at -= 1
+        return self.places[bisect.bisect_right(self.starts, max(at, match.start())) - 1]
+
+
 # A process in a torch.distributed group prints its uncaught traceback with each line prefixed
 # "[rankN]:"; torchrun then raises a ChildFailedError of its own, whose summary names the first rank
 # that failed ("Root Cause (first observed failure)"), and the other ranks die of the lost peer
@@ -247,12 +361,18 @@ _RANK_LINE = re.compile(r"^\[(?:default)?rank(\d+)\]: ?(.*)$")
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?^\s*rank\s*:\s*(\d+)", re.S | re.M)
 _LAUNCHER_ERROR = re.compile(r"^torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:.*$", re.M)
 _LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer|remote worker crashing")
+# torchrun's summary lists the other ranks it saw fail ("Failures:") before the root cause: those it stopped itself
+# once the root cause had failed, a SIGKILL among them ("Unable to shutdown process … forcefully exiting via
+# Signals.SIGKILL") when one did not stop on its SIGTERM
+_OTHER_FAILURES = re.compile(r"^Failures:\n.*?^(?=-+\nRoot Cause \(first observed failure\):)", re.S | re.M)
 
 
 def _root_cause(log_tail: str) -> str:
     """The log as the rules read it: torchrun's own ChildFailedError dropped, and of the workers' lines
     (unprefixed) only those of the rank that failed first — the one torchrun names, unless its lines
-    say only that it lost a peer — so a peer that died of it does not hide the cause."""
+    say only that it lost a peer — so a peer that died of it does not hide the cause. When that rank
+    printed a failure of its own, the other ranks' entries in torchrun's summary are dropped too (they
+    were stopped after it); when it only lost a peer, they stay: a peer SIGKILLed is the cause."""
     if "rank" not in log_tail and "ChildFailedError" not in log_tail:
         return log_tail
     by_rank: dict[str, list[str]] = {}
@@ -270,7 +390,8 @@ def _root_cause(log_tail: str) -> str:
                 continue
             line = m.group(2)
         lines.append(line)
-    return _LAUNCHER_ERROR.sub("", "\n".join(lines))
+    text = _LAUNCHER_ERROR.sub("", "\n".join(lines))
+    return _OTHER_FAILURES.sub("", text) if own else text
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -286,15 +407,19 @@ def _readable(log_tail: str) -> str:
     return _BROKER_LINE.sub("", _SKYPILOT_PREFIX.sub("", _ANSI.sub("", log_tail)))
 
 
+_SHUTDOWN_NOISE = ("Exception ignored in", "Error in atexit._run_exitfuncs:")
+
+
 def _after_shutdown_noise(log_tail: str) -> str:
     """The log without the tracebacks Python prints while shutting down after the real one ("Exception ignored
     in: <function _MultiProcessingDataLoaderIter.__del__ …>" … ``AssertionError: can only test a child
-    process``): the error that ended the job is the one before them."""
-    if "Exception ignored in" not in log_tail:
+    process``; an atexit callback's, "Exception ignored in atexit callback" or before Python 3.11 "Error in
+    atexit._run_exitfuncs:"): the error that ended the job is the one before them."""
+    if "Exception ignored in" not in log_tail and "Error in atexit." not in log_tail:
         return log_tail
     kept, skipping = [], False
     for line in log_tail.splitlines():
-        if line.startswith("Exception ignored in"):
+        if line.startswith(_SHUTDOWN_NOISE):
             skipping = True
             continue
         if skipping:
@@ -336,9 +461,9 @@ def _clip(text: str, size: int = 200) -> str:
     return text if len(text) <= size else text[:size - 1] + "…"
 
 
-def _last_match(pattern: re.Pattern, text: str) -> re.Match | None:
+def _last_match(pattern: re.Pattern, text: str, since: int = 0) -> re.Match | None:
     last = None
-    for last in pattern.finditer(text):
+    for last in pattern.finditer(text, since):
         pass
     return last
 
