@@ -98,8 +98,9 @@ TERMINATED_HINT = "Not the job's own error: resume it to continue from its last 
 INTERRUPTED_HINT = ("Something on the node interrupted it (a person at a terminal, or a tool that stops processes): "
                     "resume it to continue from its last checkpoint.")
 WORKDIR_CLONE_HINT = ("Not the job's code, but a resume clones the same repository at the same ref, and fails the same "
-                      "way: fix the workdir's url or ref (or its credentials: GIT_TOKEN, GIT_SSH_KEY_PATH in the task's "
-                      "secrets) and submit again; if the host had no network for a while, resume with --force.")
+                      "way: fix the workdir's url or ref (or its credentials in the task's secrets: GIT_TOKEN for an https "
+                      "url; for an ssh one GIT_SSH_KEY_PATH on a pool, the key itself as GIT_SSH_KEY on a SkyPilot "
+                      "cluster) and submit again; if there was no network for a while, resume with --force.")
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -116,7 +117,9 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        phases=["failed"], commands=["workdir"]),
     _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing.",
-       r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"),
+       # an allocation outside PyTorch's caching allocator (a CUDA context, a library's workspace) fails as
+       # "CUDA error: out of memory"
+       r"CUDA (?:error: )?out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"),
     _r("nccl_network", "A NCCL/network error stopped the job{at_step}.",
        "Usually a flaky node or network: resume it; if it repeats, check NCCL_* settings.",
        r"NCCL (error|WARN.*(timeout|Connection))|nccl(?:System|Remote|Internal|UnhandledCuda)Error|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"),
@@ -410,11 +413,19 @@ def _readable(log_tail: str) -> str:
 _SHUTDOWN_NOISE = ("Exception ignored in", "Error in atexit._run_exitfuncs:")
 
 
+_AT_EXIT_SAVE = re.compile(r"^.*checkpoint upload failed at exit: .*\n?", re.M)
+"""The checkpoint library's line when its last save, as the process exits, could not be uploaded
+(``checkpoint/checkpointer.py``): it comes after whatever ended the job, and never changes how it ended."""
+
+
 def _after_shutdown_noise(log_tail: str) -> str:
     """The log without the tracebacks Python prints while shutting down after the real one ("Exception ignored
     in: <function _MultiProcessingDataLoaderIter.__del__ …>" … ``AssertionError: can only test a child
     process``; an atexit callback's, "Exception ignored in atexit callback" or before Python 3.11 "Error in
-    atexit._run_exitfuncs:"): the error that ended the job is the one before them."""
+    atexit._run_exitfuncs:"), nor the checkpoint library's at-exit save that failed (:data:`_AT_EXIT_SAVE`): the
+    error that ended the job is the one before them."""
+    if "failed at exit: " in log_tail:
+        log_tail = _AT_EXIT_SAVE.sub("", log_tail)
     if "Exception ignored in" not in log_tail and "Error in atexit." not in log_tail:
         return log_tail
     kept, skipping = [], False

@@ -23,6 +23,16 @@ CASES = [
      "The process was killed (SIGKILL) at step 5, most likely by the kernel for lack of host memory."),
     ("succeeded after a caught OOM", Ending("succeeded", 0, log_tail="CUDA out of memory: retrying with batch 32\nstep 900\n"),
      "succeeded", "The job succeeded at step 900."),
+    ("an allocation outside PyTorch's caching allocator: 'CUDA error: out of memory'",
+     Ending("failed", 1, log_tail='step 40\nTraceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+                                  'RuntimeError: CUDA error: out of memory\n'),
+     "gpu_oom", "Out of GPU memory at step 40."),
+    ("the checkpoint library's at-exit save failing after the job's own error is not the cause",
+     Ending("failed", 1, log_tail='step 12\nTraceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+                                  "KeyError: 'label'\nERROR:checkpoint.checkpointer:checkpoint upload failed at exit: "
+                                  "An error occurred (AccessDenied) when calling the PutObject operation: Access Denied "
+                                  "for s3://bucket/ck/step-12\n"),
+     "user_code_error", "The training script raised KeyError at step 12: 'label'."),
     ("missing data", Ending("failed", 1, log_tail="FileNotFoundError: [Errno 2] No such file or directory: 's3://bucket/train/part-3.parquet'"),
      "data_not_found", "Could not read s3://bucket/train/part-3.parquet."),
     ("missing module", Ending("failed", 1, log_tail="ModuleNotFoundError: No module named 'transformers'"),
