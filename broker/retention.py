@@ -5,6 +5,9 @@ than ``job_retention_days`` old is deleted with everything of it: its attempts, 
 idempotency key, and its entries in the store's indexes (:meth:`JobStore.expired` reads them, :meth:`JobStore.prune`
 deletes them). A failed or budget-stopped job could still be resumed until then; once pruned, it is gone (a resume
 is a 404: submit again). A job that is not final, or in a state a newer broker set, is never pruned, however old.
+What it counted for in the counters of ``/metrics`` (spend, on-demand equivalent, preemptions: ``broker/totals.py``)
+goes, in the same write as the deletion, to totals the store keeps (:meth:`JobStore.pruned_totals`), so that those
+counters do not fall.
 
 Off unless set: a broker upgraded to this version deletes nothing it kept before. Cost reports (``/v1/costs``, the
 dashboard, ``broker costs``) over a window that begins more than ``job_retention_days`` ago leave out the jobs

@@ -26,13 +26,25 @@ that much before the budget runs out (a budget that cannot pay for it launches n
 launcher that bills anything after the run says how long with ``after_run_seconds(placement) -> int``
 (:func:`after_run_seconds` reads it, 0 for a launcher without it), so that placement and the
 admission quote keep it out of the budget too instead of placing a job that would end at once.
+
+A launcher keeps files of its own on this host for each attempt (the local launcher's run folder, with the
+attempt's log; SkyPilot's state and fetched log), needed as long as the broker holds the job: ``broker logs`` reads
+an old attempt's log, a failed job may be resumed. One that keeps such files has
+``sweep_attempt_files(keep, *, limit) -> list[str]`` (:func:`sweep_attempt_files` calls it; nothing for one
+without): it lists up to ``limit`` attempts it holds files of, asks ``keep(ids)`` — the caller's answer, from
+the store, of which must stay — after the listing, and removes the others' files, never those a process of this
+host still holds; it returns the ids whose files this call removed. Bounded and idempotent: the next call goes on
+from where one stopped (:func:`next_round`); files another process on the same data dir removed first are not
+counted again.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -176,6 +188,35 @@ def after_run_seconds(launcher: Any, placement: dict[str, Any]) -> int:
     a process on this host ends)."""
     ask = getattr(launcher, "after_run_seconds", None)
     return int(ask(placement)) if ask is not None else 0
+
+
+Keep = Callable[[list[str]], set[str]]
+"""What :func:`sweep_attempt_files` asks: of the attempt ids given, those whose files must stay."""
+
+
+def sweep_attempt_files(launcher: Any, keep: Keep, *, limit: int) -> list[str]:
+    """Remove the files ``launcher`` keeps on this host for attempts ``keep`` does not keep (its
+    ``sweep_attempt_files``, see the module's docstring); the ids removed, none for a launcher that keeps none."""
+    sweep = getattr(launcher, "sweep_attempt_files", None)
+    return list(sweep(keep, limit=limit)) if sweep is not None else []
+
+
+def next_round(names: Sequence[str], after: str, limit: int) -> tuple[list[str], str]:
+    """Up to ``limit`` of ``names``, taken in order from just after ``after`` and round to the start: what one
+    bounded sweep looks at; and the ``after`` for the next one (``""`` when this one took them all), so that
+    successive sweeps go through every name, however many there are.
+
+    >>> next_round(["a", "b", "c", "d"], "", 3)
+    (['a', 'b', 'c'], 'c')
+    >>> next_round(["a", "b", "c", "d"], "c", 3)
+    (['d', 'a', 'b'], 'b')
+    """
+    ordered = sorted(names)
+    if len(ordered) <= limit:
+        return ordered, ""
+    start = bisect.bisect_right(ordered, after)
+    taken = (ordered[start:] + ordered[:start])[:limit]
+    return taken, taken[-1]
 
 
 def state_domain(kind: str, state_dir: Path) -> str:

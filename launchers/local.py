@@ -8,24 +8,32 @@ restarts re-adopts running attempts by reading those folders, and launching is
 idempotent per attempt id. An attempt whose runner died without recording an exit
 is lost, and the processes of its job that outlived the runner are killed as it
 is found so (the job resumes as a new attempt: never beside the old one).
+
+A run folder stays after its attempt has ended (its log is what ``broker logs`` shows) until the broker no longer
+holds the attempt's job: :meth:`LocalLauncher.sweep_attempt_files` removes it then, unless a process of this host
+still holds it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
-from launchers.local_runner import kill_processes_of
+from launchers.base import (AttemptStatus, Capabilities, Keep, LaunchError, LaunchRequest, Phase, next_round,
+                            state_domain)
+from launchers.local_runner import NOTICE, kill_processes_of
 from launchers.run_as import job_folder
 from launchers.simzones import SimZone
 
@@ -35,6 +43,11 @@ also how long a spawned runner may take to start)."""
 STARTUP_LIMIT_SECONDS = 120.0
 """How long a spawned runner whose process is alive may take to start (take its lock) before it counts as hung:
 it is killed, and its attempt lost."""
+REMOVING = ".rm-"
+"""In the name of a run folder being removed (``.<attempt id>.rm-<random>``): renamed first, so that no half-removed
+folder is ever read as an attempt's; one a removal cut short left is removed by the next sweep."""
+
+log = logging.getLogger(__name__)
 
 
 class LocalLauncher:
@@ -59,6 +72,7 @@ class LocalLauncher:
         self._epoch = self._replay_epoch()
         self._children: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
+        self._swept_after = ""  # where the last sweep of run folders stopped (next_round)
 
     # -- simulated zones ------------------------------------------------------------------------
 
@@ -369,6 +383,72 @@ class LocalLauncher:
             except ProcessLookupError:
                 pass
 
+    # -- run folders nothing needs any more -----------------------------------------------------
+
+    def attempt_files(self) -> list[str]:
+        """The attempts that have a run folder here (hidden names are the launcher's own: ``.domain``, a removal)."""
+        try:
+            return sorted(e.name for e in os.scandir(self.runs_dir)
+                          if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def sweep_attempt_files(self, keep: Keep, *, limit: int) -> list[str]:
+        """Remove the run folders of up to ``limit`` attempts (the next ones after the last sweep's) that ``keep``
+        does not keep — asked after the listing, so an attempt launched meanwhile is not in it — and that no
+        process of this host holds (:func:`_held_run_dirs`: the runner, a process of the job it left behind, one
+        with a file of it open or working in it), nor a ``launch()`` of it under way; and what a removal cut short
+        left. Returns the attempts whose folder this call removed (not one another broker on this data dir
+        removed first), logged when there are any."""
+        self._remove_leftovers()
+        listed, self._swept_after = next_round(self.attempt_files(), self._swept_after, limit)
+        if not listed:
+            return []
+        kept = keep(listed)
+        due = [a for a in listed if a not in kept]
+        if not due:
+            return []
+        held = _held_run_dirs(self.runs_dir, due)
+        removed = [a for a in due if a not in held and self._remove_run_dir(a)]
+        if removed:
+            log.info("removed the run folders of %d attempt(s) whose job the broker no longer holds: %s",
+                     len(removed), ", ".join(removed))
+        return removed
+
+    def _remove_run_dir(self, attempt_id: str) -> bool:
+        """Rename the attempt's run folder out of the way, then remove it, unless its runner lives (or is starting)
+        or a ``launch()`` of it holds its lock; whether this call removed it."""
+        run_dir = self._dir(attempt_id)
+        try:
+            guard = open(run_dir / "launch.lock", "a+")
+        except OSError:  # removed meanwhile, by another broker on this data dir (or not the broker's to open)
+            return False
+        with guard:
+            try:
+                fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a launch() under way
+            if self._runner_alive(run_dir) or self._starting(run_dir):
+                return False
+            doomed = self.runs_dir / f".{attempt_id}{REMOVING}{uuid.uuid4().hex}"
+            try:
+                os.rename(run_dir, doomed)
+            except OSError:
+                return False
+        shutil.rmtree(doomed, ignore_errors=True)
+        with self._lock:
+            self._children.pop(attempt_id, None)
+        return True
+
+    def _remove_leftovers(self) -> None:
+        """Remove what a removal cut short (its broker stopped mid-way) left: folders renamed to be removed."""
+        try:
+            doomed = [e.path for e in os.scandir(self.runs_dir) if e.name.startswith(".") and REMOVING in e.name]
+        except FileNotFoundError:
+            return
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
+
     # -- logs -----------------------------------------------------------------------------------
 
     def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
@@ -393,6 +473,56 @@ def _kill_left_behind(run_dir: Path) -> int:
     if run_as:
         notices.append(job_folder(run_as["data_dir"], run_dir.name) / "notice.json")
     return kill_processes_of(notices)
+
+
+def _held_run_dirs(runs_dir: Path, names: Iterable[str]) -> set[str]:
+    """Which of the run folders ``names`` (under ``runs_dir``) a process of this host still holds, in one look at
+    ``/proc``: its working directory is in the folder, or it has a file in it open (a runner, with its lock and
+    log; a process the job left behind, writing to the log it inherited), or its environment names the attempt's
+    notice file (``BROKER_NOTICE_FILE``: every process of the attempt's job has it, also one that outlived its
+    runner, and one run as another user, whose notice file is in a folder of its own). Best effort, as
+    :func:`~launchers.local_runner.processes_of`: another user's processes are seen by root only (a pool's
+    ``run_as`` runs the broker as root); a host without ``/proc`` shows none (the runner's lock is looked at by
+    itself)."""
+    root = Path(runs_dir).resolve()
+    data_dir = Path(runs_dir).parent.resolve()  # as the launcher gives it to the runner
+    wanted = set(names)
+    markers = {}
+    for name in wanted:
+        for notice in (root / name / NOTICE, job_folder(data_dir, name) / NOTICE):
+            markers[b"BROKER_NOTICE_FILE=" + os.fsencode(str(notice.resolve()))] = name
+    prefix = str(root) + os.sep
+    held: set[str] = set()
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return held
+    for pid in pids:
+        base = f"/proc/{pid}"
+        paths = []
+        try:
+            paths.append(os.readlink(f"{base}/cwd"))
+        except OSError:
+            pass
+        try:
+            fds = os.listdir(f"{base}/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                paths.append(os.readlink(f"{base}/fd/{fd}"))
+            except OSError:
+                continue
+        for path in paths:
+            if path.startswith(prefix) and (name := path[len(prefix):].split(os.sep, 1)[0]) in wanted:
+                held.add(name)
+        try:
+            with open(f"{base}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        held.update(markers[entry] for entry in env if entry in markers)
+    return held
 
 
 def _child_pgids(pid: int) -> list[int]:

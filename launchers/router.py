@@ -4,7 +4,7 @@ host, everything else through SkyPilot. Itself a :class:`~launchers.base.Launche
 
 from __future__ import annotations
 
-from launchers.base import AttemptStatus, Capabilities, LaunchRequest, after_run_seconds
+from launchers.base import AttemptStatus, Capabilities, Keep, LaunchRequest, after_run_seconds, sweep_attempt_files
 from launchers.local import LocalLauncher
 
 
@@ -62,6 +62,10 @@ class RoutingLauncher:
 
     def sweep(self, known_attempt_ids) -> list[str]:
         return self.cloud.sweep(known_attempt_ids)
+
+    def sweep_attempt_files(self, keep: Keep, *, limit: int) -> list[str]:
+        """This host's run folders, then the cloud launcher's state files, each of up to ``limit`` attempts."""
+        return sweep_attempt_files(self.local, keep, limit=limit) + sweep_attempt_files(self.cloud, keep, limit=limit)
 
     # fault injection reaches the simulated zones only
     def preempt(self, attempt_id: str, **kw) -> bool:

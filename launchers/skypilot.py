@@ -37,7 +37,9 @@ Choices, and why:
 The launcher keeps one small JSON file per attempt in ``state_dir`` (launch
 request id, spot or not, the last phase, a stop request, the logs fetched) so a
 restarted broker reads status correctly; SkyPilot itself is reached through a
-:class:`SkyClient` (:class:`SdkClient`: the SkyPilot SDK and its API server).
+:class:`SkyClient` (:class:`SdkClient`: the SkyPilot SDK and its API server). They stay after the attempt has
+ended (the fetched log is what ``broker logs`` shows) until the broker no longer holds its job:
+:meth:`SkyPilotLauncher.sweep_attempt_files` removes them then.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from launchers.base import AttemptStatus, Capabilities, LaunchError, LaunchRequest, Phase, state_domain
+from launchers.base import (AttemptStatus, Capabilities, Keep, LaunchError, LaunchRequest, Phase, next_round,
+                           state_domain)
 from launchers.git_workdir import GitWorkdir
 from launchers.skypilot_status import INIT_WAIT_SECONDS, KNOWN_JOBS, Launch, Observation, next_status
 from launchers.skypilot_task import (
@@ -109,6 +112,9 @@ log on each fetch, so readers following a job (``broker logs -f``, several at on
 it at most this often, and a reader still behind the kept copy (paging through a long log) fetches nothing. Short:
 a cluster that vanishes (a spot reclaim) takes with it what it wrote since the last fetch, and at 5 s a follower
 missed a preempted run's last lines ("saved checkpoint") that a poll of its own would have fetched."""
+
+STATE_SUFFIXES = (".json.tmp", ".json", ".lock", ".log")
+"""The files the launcher keeps per attempt in its state directory: ``<attempt id><suffix>``."""
 
 AUTODOWN_MARGIN_SECONDS = 300
 """Billed after the idle minutes, at most: SkyPilot's skylet looks at idleness once a minute and counts
@@ -489,6 +495,7 @@ class SkyPilotLauncher:
         self.log_refresh_seconds = LOG_REFRESH_SECONDS
         self._unknown_jobs: set[str] = set()  # job states logged as unknown (once each)
         self._logs_fetched: dict[str, float] = {}  # attempt → when logs() last fetched its output (monotonic)
+        self._swept_after = ""  # where the last sweep of state files stopped (next_round)
         self.domain = sky_domain(os.environ, self.state_dir, prefix)
 
     def cluster(self, attempt_id: str) -> str:
@@ -761,6 +768,77 @@ class SkyPilotLauncher:
         for name in stale:
             self.client.down(name)
         return stale
+
+    # -- state files nothing needs any more ---------------------------------------------------------
+
+    def attempt_files(self) -> list[str]:
+        """The attempts that have files in the state directory (hidden names are the launcher's own: ``.domain``)."""
+        found = set()
+        try:
+            names = [e.name for e in os.scandir(self.state_dir) if not e.name.startswith(".")]
+        except FileNotFoundError:
+            return []
+        for name in names:
+            suffix = next((x for x in STATE_SUFFIXES if name.endswith(x)), None)
+            if suffix is not None and len(name) > len(suffix):
+                found.add(name[: -len(suffix)])
+        return sorted(found)
+
+    def sweep_attempt_files(self, keep: Keep, *, limit: int) -> list[str]:
+        """Remove the state files (``.json``, ``.lock``, the fetched ``.log``) of up to ``limit`` attempts (the next
+        ones after the last sweep's) that ``keep`` does not keep — asked after the listing — each under the
+        attempt's lock: an attempt a call of this launcher in any process is working on (its lock held) is left to
+        the next sweep. Its cluster needs none of them: :meth:`sweep` tears a cluster down by its name. Returns the
+        attempts whose files this call removed (not one another broker on this state directory removed first),
+        logged when there are any."""
+        listed, self._swept_after = next_round(self.attempt_files(), self._swept_after, limit)
+        if not listed:
+            return []
+        kept = keep(listed)
+        removed = [a for a in listed if a not in kept and self._remove_state(a)]
+        if removed:
+            log.info("removed the SkyPilot state files of %d attempt(s) whose job the broker no longer holds: %s",
+                     len(removed), ", ".join(removed))
+        return removed
+
+    def _remove_state(self, attempt_id: str) -> bool:
+        """Remove the attempt's files, its lock last, while holding that lock; whether this call removed any."""
+        lock = self._path(attempt_id, ".lock")
+        others = [self._path(attempt_id, x) for x in STATE_SUFFIXES if x != ".lock"]
+        found = True
+        try:
+            fd = os.open(lock, os.O_RDWR)  # not made again when another broker on this state directory removed it
+        except FileNotFoundError:
+            found = False
+        except OSError:  # not the broker's to open: left as it is
+            return False
+        if not found:
+            if not any(p.exists() for p in others):
+                return False  # removed meanwhile, by another broker on this state directory
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return False
+        with os.fdopen(fd, "r+") as guard:
+            try:
+                fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a call of the launcher is working on it: left to the next sweep
+            try:
+                if os.fstat(fd).st_ino != os.stat(lock).st_ino:
+                    return False  # removed, and made again by a call since it was opened: left to the next sweep
+            except FileNotFoundError:
+                return False  # removed meanwhile, by another broker on this state directory
+            removed = found
+            for path in others:
+                try:
+                    path.unlink()
+                    removed = True
+                except FileNotFoundError:
+                    pass
+            lock.unlink(missing_ok=True)
+        self._logs_fetched.pop(attempt_id, None)
+        return removed
 
     # -- state ----------------------------------------------------------------------------------
 

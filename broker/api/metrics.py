@@ -27,10 +27,10 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from broker import costs
+from broker import costs, totals
 from broker.config import Settings
 from broker.lifecycle import JobState
-from broker.store import StoreUnavailable
+from broker.store import Pruned, StoreUnavailable
 
 RECOVERY_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
 WAIT_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
@@ -54,22 +54,14 @@ class _JobFigures:
 
     state: str
     team: str
-    spent: tuple  # ((tier, micros), ...)
-    equivalent: int
-    preempted: tuple  # ((zone, tier), ...) one per preempted or lost attempt
+    totals: tuple  # ((key, value), ...): what it adds to the counters, broker.totals.of_job
     recoveries: tuple
     wait: float | None
 
 
 def _figures(job, tries) -> _JobFigures:
-    spent: dict[str, int] = {}
-    for a in tries:
-        tier = costs.tier_of(a)
-        spent[tier] = spent.get(tier, 0) + a.cost
     return _JobFigures(
-        state=job.state.value, team=job.team, spent=tuple(sorted(spent.items())),
-        equivalent=sum(costs.ondemand_equivalent(a, job) for a in tries),
-        preempted=tuple((costs.location(a), costs.tier_of(a)) for a in tries if a.state.value in costs.PREEMPTED_STATES),
+        state=job.state.value, team=job.team, totals=tuple(sorted(totals.of_job(job, tries).items())),
         recoveries=tuple(costs.recoveries(tries)),
         wait=max(0.0, tries[0].created_at - job.submitted_at) if tries else None)
 
@@ -81,22 +73,38 @@ class StoreCollector:
     final or were updated since the previous scrape (less ``SKEW_S``, for other broker
     processes' clocks) — a finished job cannot change without its ``updated_at`` moving —
     and keep each job's figures in memory, so a scrape does not decode the whole history.
+
+    The counters (spend, on-demand equivalent, preemptions) are these figures plus the store's totals of the jobs
+    the retention policy deleted (:meth:`JobStore.pruned_totals`), so that they do not fall when a job is pruned,
+    here or in a broker started after. A job is in one or the other, never both and never neither: when the store's
+    count of pruned jobs has moved since the last scrape, the figures of the jobs no longer stored are dropped
+    (:meth:`JobStore.existing`), between two reads of that count that agree — with no prune in between, the jobs
+    kept and the totals read add up to every job once. The histograms of a job pruned stay, from memory, until the
+    process ends.
     """
 
     SKEW_S = 300.0
+    SETTLE_TRIES = 5
+    """Reads of the pruned totals a scrape makes at most, each time a prune lands in between; after that it leaves
+    the counters out (a gap in the series) rather than report a sum that could fall at the next."""
 
     def __init__(self, service, engine_of=lambda: None):
         self.service = service
         self.engine_of = engine_of
         self.clock = getattr(service, "clock", time.time)  # the clock that stamps updated_at
         self._figures: dict[str, _JobFigures] = {}
+        self._pruned_jobs: int | None = None  # the store's count of pruned jobs as of the figures
+        self._gone_recoveries: list[float] = []  # histograms of jobs pruned while this process ran
+        self._gone_waits: list[float] = []
         self._read_at: float | None = None
         self._lock = threading.Lock()
 
     def describe(self):
         return []  # read the store only on scrape, not at registration
 
-    def _refresh(self) -> list[_JobFigures]:
+    def _refresh(self) -> tuple[list[_JobFigures], Pruned | None, list[float], list[float]]:
+        """The figures of the jobs in the store, the store's totals of those pruned (``None``: prunes kept landing
+        while they were read), and the recoveries and waits of the jobs pruned while this process ran."""
         store = self.service.store
         with self._lock:  # one refresh at a time; scrapes are rare
             now = self.clock()
@@ -106,14 +114,33 @@ class StoreCollector:
             for j in jobs:
                 self._figures[j.id] = _figures(j, attempts[j.id])
             self._read_at = now
-            return list(self._figures.values())
+            pruned = self._settle(store)
+            return list(self._figures.values()), pruned, list(self._gone_recoveries), list(self._gone_waits)
+
+    def _settle(self, store) -> Pruned | None:
+        """The pruned totals, with the figures of every job pruned until they were read dropped."""
+        for _ in range(self.SETTLE_TRIES):
+            pruned = store.pruned_totals()
+            if pruned.jobs == self._pruned_jobs:
+                return pruned  # nothing pruned since the figures were settled, nor since they were read
+            kept = store.existing(list(self._figures))
+            if store.pruned() != pruned.jobs:
+                continue  # a prune landed between: what was kept may already be in the totals
+            for job_id in [i for i in self._figures if i not in kept]:
+                gone = self._figures.pop(job_id)
+                self._gone_recoveries.extend(gone.recoveries)
+                if gone.wait is not None:
+                    self._gone_waits.append(gone.wait)
+            self._pruned_jobs = pruned.jobs
+            return pruned
+        return None
 
     def collect(self):
         up = GaugeMetricFamily("broker_store_up", "1 when this scrape could read the store, else 0 (the figures "
                                "read from it are then left out, the process's own ones are not).")
         try:
-            figures = self._refresh()
-            pruned = self.service.store.pruned()
+            figures, pruned, gone_recoveries, gone_waits = self._refresh()
+            pruned_jobs = self.service.store.pruned() if pruned is None else pruned.jobs
         except StoreUnavailable:
             up.add_metric([], 0)
             yield up
@@ -121,7 +148,11 @@ class StoreCollector:
             return
         up.add_metric([], 1)
         yield up
-        teams = sorted({f.team for f in figures})
+        sums: dict[totals.Key, int] = dict(pruned.totals) if pruned is not None else {}
+        for f in figures:
+            totals.add(sums, dict(f.totals))
+        teams = sorted({f.team for f in figures} | {k[1] for k in sums if k[0] in (totals.SPEND,
+                                                                                   totals.ONDEMAND_EQUIVALENT)})
         by_state = GaugeMetricFamily("broker_jobs", "Jobs by state and team.", labels=["state", "team"])
         counts: dict[tuple[str, str], int] = {}
         for f in figures:
@@ -131,47 +162,38 @@ class StoreCollector:
                 by_state.add_metric([st.value, team], counts.get((st.value, team), 0))
         yield by_state
 
-        spend = CounterMetricFamily("broker_spend_dollars", "Cost accrued by all attempts, by team and tier.",
-                                    labels=["team", "tier"])
-        equiv = CounterMetricFamily("broker_ondemand_equivalent_dollars",
-                                    "What the same work would have cost all on-demand, by team.", labels=["team"])
-        saved = GaugeMetricFamily("broker_saved_vs_ondemand_dollars",
-                                  "On-demand equivalent minus actual spend, by team.", labels=["team"])
-        preempt = CounterMetricFamily("broker_preemptions", "Attempts preempted or lost, by zone and tier.",
-                                      labels=["zone", "tier"])
-        spent: dict[tuple[str, str], int] = {}
-        equivs: dict[str, int] = {}
-        zones: dict[tuple[str, str], int] = {}
-        recoveries: list[float] = []
-        waits: list[float] = []
-        for f in figures:
-            for tier, micros in f.spent:
-                spent[(f.team, tier)] = spent.get((f.team, tier), 0) + micros
-            equivs[f.team] = equivs.get(f.team, 0) + f.equivalent
-            for z in f.preempted:
-                zones[z] = zones.get(z, 0) + 1
-            recoveries.extend(f.recoveries)
-            if f.wait is not None:
-                waits.append(f.wait)
-        for team in teams:
-            for tier in costs.TIERS:
-                spend.add_metric([team, tier], spent.get((team, tier), 0) / 1_000_000)
-            total = sum(spent.get((team, t), 0) for t in costs.TIERS)
-            equiv.add_metric([team], equivs.get(team, 0) / 1_000_000)
-            saved.add_metric([team], (equivs.get(team, 0) - total) / 1_000_000)
-        for (zone, tier), n in sorted(zones.items()):
-            preempt.add_metric([zone, tier], n)
-        yield spend
-        yield equiv
-        yield saved
-        yield preempt
+        if pruned is not None:  # else left out this once: a sum without the jobs pruned meanwhile would fall
+            spend = CounterMetricFamily("broker_spend_dollars", "Cost accrued by all attempts, by team and tier.",
+                                        labels=["team", "tier"])
+            equiv = CounterMetricFamily("broker_ondemand_equivalent_dollars",
+                                        "What the same work would have cost all on-demand, by team.", labels=["team"])
+            saved = GaugeMetricFamily("broker_saved_vs_ondemand_dollars",
+                                      "On-demand equivalent minus actual spend, by team.", labels=["team"])
+            preempt = CounterMetricFamily("broker_preemptions", "Attempts preempted or lost, by zone and tier.",
+                                          labels=["zone", "tier"])
+            for team in teams:
+                for tier in costs.TIERS:
+                    spend.add_metric([team, tier], sums.get((totals.SPEND, team, tier), 0) / 1_000_000)
+                total = sum(sums.get((totals.SPEND, team, t), 0) for t in costs.TIERS)
+                equivalent = sums.get((totals.ONDEMAND_EQUIVALENT, team), 0)
+                equiv.add_metric([team], equivalent / 1_000_000)
+                saved.add_metric([team], (equivalent - total) / 1_000_000)
+            for key, n in sorted(sums.items()):
+                if key[0] == totals.PREEMPTIONS:
+                    preempt.add_metric(list(key[1:]), n)
+            yield spend
+            yield equiv
+            yield saved
+            yield preempt
+        recoveries = [r for f in figures for r in f.recoveries] + gone_recoveries
+        waits = [f.wait for f in figures if f.wait is not None] + gone_waits
         yield _histogram("broker_recovery_seconds", "Time from a preemption to the next attempt running.",
                          recoveries, RECOVERY_BUCKETS)
         yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
                          waits, WAIT_BUCKETS)
         gone = CounterMetricFamily("broker_jobs_pruned", "Finished jobs deleted by the retention policy "
                                    "(job_retention_days), by every broker sharing the store.")
-        gone.add_metric([], pruned)
+        gone.add_metric([], pruned_jobs)
         yield gone
         yield from self._engine()
 

@@ -23,6 +23,7 @@ monitored as usual.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +47,8 @@ from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import after_run, market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
-from launchers.base import AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of, elapsed
+from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
+                            elapsed, sweep_attempt_files)
 from pricing.deadline import RELIABLE
 from pricing.money import fmt, fmt_limit
 from pricing.offers import Tier
@@ -61,8 +63,14 @@ MONITORED = (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState
 SWEEP_SECONDS = 60.0
 """How often the engine asks a cloud launcher to tear down clusters no active attempt owns."""
 WORKDIR_GC_SECONDS = 3600.0
-"""How often the engine collects the uploaded workdir packs no job refers to any more (``broker/workdir_store.py``);
+"""How often the engine collects the uploaded workdir packs no job refers to any more (``broker/workdir_store.py``),
+and sweeps the launcher's files of attempts whose job the store no longer holds (:meth:`Engine.sweep_attempt_files`);
 its own attempts' unpacked directories are swept every ``SWEEP_SECONDS``."""
+ATTEMPT_FILES_LIMIT = 2000
+"""The most attempts a sweep of the launcher's per-attempt files looks at (for each of the router's launchers): at
+most this many jobs read from the store, in batched reads; the next sweep goes on from where it stopped."""
+ATTEMPT_ID = re.compile(r"(?P<job>.+)-a[0-9]+")
+"""What :func:`broker.models.attempt_id` makes: the job's id, ``-a``, the attempt's number."""
 GC_JOB_LIMIT = 1_000_000
 """The most jobs a collection reads for the packs they refer to; with more, it collects nothing rather than guess."""
 UNPACKS_AT_ONCE = 2
@@ -114,7 +122,7 @@ class Engine:
         #: attempt id → its workdir being fetched and unpacked beside the ticks (only the engine's thread touches it)
         self._preparing: dict[str, Future] = {}
         self._unpacks = threading.BoundedSemaphore(UNPACKS_AT_ONCE)
-        self._housekeeping: Future | None = None  # the sweep of workdirs, or a collection of packs, under way
+        self._housekeeping: Future | None = None  # the sweep of workdirs, or the hourly round, under way
         self._last_workdir_sweep = float("-inf")  # at start: what a broker stopped before left behind goes first
         self._last_collect = float("-inf")
         self._pack_refs = PackReferences(store, retention=settings.workdir_retention_seconds, limit=GC_JOB_LIMIT)
@@ -165,7 +173,7 @@ class Engine:
         if sweep is not None and now - self._last_sweep >= SWEEP_SECONDS:  # 4. no idle cloud GPU left behind
             self._last_sweep = now
             self._guard(self._sweep, sweep)
-        self._workdir_housekeeping(jobs, now)  # 5. no workdir left behind, locally or in the object store
+        self._workdir_housekeeping(jobs, now)  # 5. no workdir, nor a gone job's files, left behind
         self.last_tick_seconds = time.perf_counter() - started
 
     def _sweep(self, sweep) -> None:
@@ -506,8 +514,9 @@ class Engine:
 
     def _workdir_housekeeping(self, jobs: list[Job], now: float) -> None:
         """Every ``SWEEP_SECONDS``, beside the ticks, remove this host's unpacked workdirs of attempts that
-        are final or unknown (:meth:`sweep_workdirs`); every ``WORKDIR_GC_SECONDS``, collect the object
-        store's packs no job refers to (:meth:`collect_workdirs`). One at a time."""
+        are final or unknown (:meth:`sweep_workdirs`); every ``WORKDIR_GC_SECONDS`` (and at start), collect the
+        object store's packs no job refers to (:meth:`collect_workdirs`) and the launcher's files of attempts
+        whose job is gone (:meth:`sweep_attempt_files`). One at a time."""
         launching = {f"{j.id}-a{j.attempts + (j.state is JobState.PLACED)}" for j in jobs
                      if j.state in (JobState.PLACED, JobState.LAUNCHING)}  # read before this tick launched
         for attempt_id in [a for a, f in self._preparing.items() if a not in launching and f.done()]:
@@ -522,8 +531,34 @@ class Engine:
             self._housekeeping = _background(self._guard_apart, self.sweep_workdirs)
 
     def _housekeep(self, now: float) -> None:
-        self.sweep_workdirs()
-        self.collect_workdirs(now)
+        """The hourly round, each step on its own: one that fails (its store or object store not answering) does
+        not hold up the others."""
+        self._guard_apart(self.sweep_workdirs)
+        self._guard_apart(self.collect_workdirs, now)
+        if self.settings.job_retention_days is not None:
+            # only where jobs are pruned: without it a job gone from the store was never deleted, but the store
+            # emptied or replaced (a Redis that lost its data, another store_url), and its logs are kept
+            self._guard_apart(self.sweep_attempt_files)
+
+    def sweep_attempt_files(self) -> list[str]:
+        """Remove the files the launcher keeps on this host for attempts whose job the store no longer holds —
+        pruned by the retention policy (``broker/retention.py``), or otherwise gone: the local launcher's run
+        folders, SkyPilot's state files (``launchers.base.sweep_attempt_files``; a launcher keeping none is
+        skipped). A job in the store keeps them, whatever its state (``broker logs`` reads an old attempt's log; a
+        failed job may be resumed), and so does a process of this host still holding them; a broker removes
+        files in its own data dir only. Returns the ids whose files were removed."""
+        return sweep_attempt_files(self.launcher, self._attempts_held, limit=ATTEMPT_FILES_LIMIT)
+
+    def _attempts_held(self, attempt_ids: list[str]) -> set[str]:
+        """Of ``attempt_ids``, those whose job the store holds, in batched reads: a job's attempts are recorded
+        with it before any launcher makes files for them, and deleted with it. A job with none recorded is looked
+        up by itself before its files are given up (what goes cannot come back); a name that is not an attempt
+        id of this broker's is kept (it cannot say whose it is)."""
+        jobs = {a: m.group("job") for a in attempt_ids if (m := ATTEMPT_ID.fullmatch(a))}
+        ids = sorted(set(jobs.values()))
+        recorded = self.store.attempts_of(ids) if ids else {}
+        gone = {j for j in ids if not recorded.get(j) and self.store.get_job(j) is None}
+        return {a for a in attempt_ids if a not in jobs or jobs[a] not in gone}
 
     def sweep_workdirs(self) -> list[str]:
         """Remove this host's unpacked workdirs whose attempt is final or unknown to the store (a broker

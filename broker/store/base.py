@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -125,6 +125,16 @@ def check_writable(change: Change) -> None:
                                 "change it through a broker of that version")
 
 
+@dataclass(frozen=True)
+class Pruned:
+    """What the retention policy has deleted, read at one moment: how many jobs (:meth:`JobStore.pruned`), and what
+    they had added to the counters of ``/metrics`` (``totals``: a counter and its label values → an exact integer,
+    as :func:`broker.totals.of_job` computes them), so that the counters do not fall when a job is pruned."""
+
+    jobs: int = 0
+    totals: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+
+
 @runtime_checkable
 class JobStore(Protocol):
     """Durable record of jobs. Every method may be called from any thread."""
@@ -183,10 +193,19 @@ class JobStore(Protocol):
         (a new job may take it) and its entries in every index — if it is still stored at the version it was read
         at, in a final state; return the ids deleted. Compare-and-set, as :meth:`commit`: a job changed since it was
         read (a resume, a budget raised) stays whole, and one already gone (another broker pruned it) is not
-        counted again, neither being an error. A job goes wholly or not at all; so does the batch in SQLite."""
+        counted again, neither being an error. A job goes wholly or not at all; so does the batch in SQLite. In the
+        same atomic write, each job deleted adds one to :meth:`pruned` and what it added to the counters of
+        ``/metrics`` (:func:`broker.totals.of_job` of it and its attempts as stored) to :meth:`pruned_totals`."""
 
     def pruned(self) -> int:
         """How many jobs :meth:`prune` deleted, by every broker sharing the store (``/metrics``)."""
+
+    def pruned_totals(self) -> Pruned:
+        """:meth:`pruned` and the totals of what the jobs deleted had added to the counters, read at one moment."""
+
+    def existing(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of ``job_ids`` are stored, from an index, in a few round trips (nothing decoded): how ``/metrics``
+        finds the jobs it has read that were pruned since."""
 
     def beat(self, domain: str, now: float) -> None:
         """Record that an engine whose launcher has ``domain`` was alive at ``now`` (not a job write:

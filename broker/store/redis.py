@@ -14,7 +14,8 @@ answered its own script.
 
 The retention policy's deletion (``prune``) is a script of its own, one run per
 job: the version check and every key of the job (its body, attempts, events,
-metrics, idempotency key, and its place in each index) go together or not at all.
+metrics, idempotency key, and its place in each index), with what the job adds to
+the pruned count and totals, go together or not at all.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from dataclasses import replace
 import redis
 from redis.exceptions import MasterDownError, NoScriptError, OutOfMemoryError, ReadOnlyError
 
+from broker import totals
 from broker.lifecycle import FINAL_STATES, JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import (BATCH_IDS, Change, DuplicateJob, StoreError, StoreUnavailable, VersionConflict,
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Pruned, StoreError, StoreUnavailable, VersionConflict,
                                check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys
@@ -83,17 +85,20 @@ return {'OK', ''}
 
 PRUNE_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
---       jobs by update time
--- ARGV: expected version, job id, state-set prefix, the final states...
--- Only commands a server at its maxmemory still runs (no SET, INCR, ...): pruning is how a store that filled up
--- gets back under it.
+--       jobs by update time, pruned count, pruned totals
+-- ARGV: expected version, job id, state-set prefix, n final states, the final states...,
+--       then (totals field, integer increment) pairs: what the job adds to the counters of /metrics
+-- At a server's maxmemory a script is refused a command that may add data only while it has written nothing:
+-- here every deletion comes first, so the counts after them run too, and pruning is how a store that filled up
+-- gets back under it (they add a few bytes, or none, for the job just freed).
 local current = redis.call('GET', KEYS[1])
 if not current then return 'GONE' end
 local stored = cjson.decode(current)
 if tostring(stored['version']) ~= ARGV[1] then return 'CONFLICT' end
 local state = stored['state']
 local final = false
-for i = 4, #ARGV do
+local n = tonumber(ARGV[4])
+for i = 5, 4 + n do
   if ARGV[i] == state then final = true end
 end
 if not final then return 'LIVE' end
@@ -103,6 +108,8 @@ redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[8], ARGV[2])
 redis.call('SREM', ARGV[3] .. state, ARGV[2])
+redis.call('INCR', KEYS[9])
+for i = 5 + n, #ARGV, 2 do redis.call('HINCRBY', KEYS[10], ARGV[i], ARGV[i + 1]) end
 return 'OK'
 """
 _FINAL = tuple(sorted(s.value for s in FINAL_STATES))
@@ -387,30 +394,49 @@ class RedisStore:
         return jobs[:limit]
 
     def prune(self, jobs: Sequence[Job]) -> list[str]:
-        """One script run per job (atomic: the version check and every key of the job), sent in pipelined round
-        trips. Two brokers pruning the same job: one script deletes it, the other finds it gone."""
+        """One script run per job (atomic: the version check, every key of the job, and what it adds to the pruned
+        count and totals), sent in pipelined round trips. What a job adds is computed here from its attempts, read
+        just before: a commit that changed them since also moved the job's version, and the script then deletes
+        nothing and adds nothing. Two brokers pruning the same job: one script deletes it, the other finds it gone."""
         k = self.keys
         deleted: list[str] = []
         for start in range(0, len(jobs), BATCH_IDS):
             chunk = jobs[start:start + BATCH_IDS]
+            tries = self.attempts_of([job.id for job in chunk])
             with self._r.pipeline(transaction=False) as pipe:
                 for job in chunk:
                     keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
                             k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
-                            k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated()]
-                    self._prune_script(keys=keys, args=[str(job.version), job.id, k.by_state(""), *_FINAL],
-                                       client=pipe)
+                            k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated(), k.pruned(),
+                            k.pruned_totals()]
+                    adds = [x for key, value in sorted(totals.of_job(job, tries[job.id]).items())
+                            for x in (totals.encode(key), str(value))]
+                    self._prune_script(keys=keys, args=[str(job.version), job.id, k.by_state(""), len(_FINAL),
+                                                        *_FINAL, *adds], client=pipe)
                 replies = pipe.execute()
             deleted += [job.id for job, reply in zip(chunk, replies) if reply == "OK"]
-        if deleted:
-            try:  # a count for /metrics, apart: the script runs at maxmemory, an INCR would not
-                self._r.incrby(k.pruned(), len(deleted))
-            except OutOfMemoryError:
-                pass
         return deleted
 
     def pruned(self) -> int:
         return int(self._r.get(self.keys.pruned()) or 0)
+
+    def pruned_totals(self) -> Pruned:
+        with self._r.pipeline(transaction=True) as p:  # MULTI: no prune script runs between the two reads
+            count, fields = p.get(self.keys.pruned()).hgetall(self.keys.pruned_totals()).execute()
+        return Pruned(int(count or 0), {totals.decode(field): int(value) for field, value in fields.items()})
+
+    def existing(self, job_ids: Sequence[str]) -> set[str]:
+        """From the index of all jobs, which the commit script adds a job to as it creates it and the prune script
+        removes it from as it deletes it."""
+        ids = list(dict.fromkeys(job_ids))
+        found: set[str] = set()
+        with self._r.pipeline(transaction=False) as p:
+            chunks = [ids[i : i + BATCH_IDS] for i in range(0, len(ids), BATCH_IDS)]
+            for chunk in chunks:
+                p.zmscore(self.keys.all_jobs(), chunk)
+            for chunk, scores in zip(chunks, p.execute()):
+                found.update(i for i, score in zip(chunk, scores) if score is not None)
+        return found
 
     def beat(self, domain: str, now: float) -> None:
         self._r.hset(self.keys.engines(), domain, repr(now))

@@ -63,6 +63,11 @@ class Keys:
         """Integer: how many jobs the retention policy deleted (``JobStore.pruned``)."""
         return f"{self.prefix}:pruned"
 
+    def pruned_totals(self) -> str:
+        """Hash: what the jobs the retention policy deleted had added to each counter of ``/metrics`` — field: the
+        counter and its labels (``broker.totals.encode``), value: an integer (micro-dollars, or a count)."""
+        return f"{self.prefix}:pruned:totals"
+
     def engines(self) -> str:
         """Hash: engine domain → its last beat (epoch seconds)."""
         return f"{self.prefix}:engines"

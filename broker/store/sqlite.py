@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from broker import totals
 from broker.lifecycle import FINAL_STATES, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import BATCH_IDS, Change, DuplicateJob, VersionConflict, check_writable, unavailable_on
+from broker.store.base import BATCH_IDS, Change, DuplicateJob, Pruned, VersionConflict, check_writable, unavailable_on
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -57,6 +58,10 @@ CREATE TABLE IF NOT EXISTS engines (
 );
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pruned_totals (
+    key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
 """
@@ -245,25 +250,33 @@ class SqliteStore:
 
     def prune(self, jobs: Sequence[Job]) -> list[str]:
         """One ``BEGIN IMMEDIATE`` transaction for the batch: each job's row goes only while its version and a final
-        state are still the ones read (its idempotency key is a column of that row), then its attempts, events
-        and metric points. Commits wait meanwhile (the batch holds the connection), so the caller keeps it small."""
+        state are still the ones read (its idempotency key is a column of that row), then its attempts — read first,
+        for what the job adds to the running totals (``pruned_totals``, in the same transaction) — events and metric
+        points. Commits wait meanwhile (the batch holds the connection), so the caller keeps it small."""
         deleted: list[str] = []
         if not jobs:
             return deleted
         db = self._db
+        added: dict[totals.Key, int] = {}
         with self._lock:
             db.execute("BEGIN IMMEDIATE")
             try:
                 for job in jobs:
                     gone = db.execute(f"DELETE FROM jobs WHERE id = ? AND version = ? AND state IN ({_FINAL_ARGS})",
                                       (job.id, job.version, *FINAL)).rowcount
-                    if gone:
+                    if gone:  # the job as read is the job as stored (same version): its attempts are those of it
+                        tries = [Attempt.from_dict(json.loads(body)) for (body,) in db.execute(
+                            "SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job.id,))]
+                        totals.add(added, totals.of_job(job, tries))
                         for table in ("attempts", "events", "metrics"):
                             db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job.id,))
                         deleted.append(job.id)
                 if deleted:
                     db.execute("INSERT INTO counters (name, value) VALUES ('pruned', ?) "
                                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (len(deleted),))
+                    db.executemany("INSERT INTO pruned_totals (key, value) VALUES (?, ?) "
+                                   "ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
+                                   [(totals.encode(key), value) for key, value in sorted(added.items())])
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:  # a full disk or an I/O error rolled it back already
@@ -370,6 +383,24 @@ class SqliteStore:
     def pruned(self) -> int:
         rows = self._query("SELECT value FROM counters WHERE name = 'pruned'")
         return rows[0][0] if rows else 0
+
+    def pruned_totals(self) -> Pruned:
+        with self._lock:
+            self._db.execute("BEGIN")  # one snapshot for both, even with another process pruning the file
+            try:
+                count = self._db.execute("SELECT value FROM counters WHERE name = 'pruned'").fetchone()
+                rows = self._db.execute("SELECT key, value FROM pruned_totals").fetchall()
+            finally:
+                self._db.execute("COMMIT")
+        return Pruned(count[0] if count else 0, {totals.decode(key): value for key, value in rows})
+
+    def existing(self, job_ids: Sequence[str]) -> set[str]:
+        ids, found = list(dict.fromkeys(job_ids)), set()
+        for i in range(0, len(ids), BATCH_IDS):
+            chunk = ids[i : i + BATCH_IDS]
+            found.update(r[0] for r in self._query(f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
+                                                   chunk))
+        return found
 
     def beat(self, domain: str, now: float) -> None:
         with self._lock:  # one statement in autocommit: its own small transaction

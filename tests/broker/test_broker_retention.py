@@ -23,9 +23,9 @@ HOUR = 3600.0
 NOW = 1_800_000_000.0
 
 
-def job_at(store, job_id: str, state: JobState, updated: float) -> Job:
+def job_at(store, job_id: str, state: JobState, updated: float, team: str = "vision") -> Job:
     """A job submitted a week before ``updated`` and last written then, in ``state``."""
-    job = Job(id=job_id, name="train", team="vision", state=JobState.QUEUED, spec={"run": "echo"}, budget=5_000_000,
+    job = Job(id=job_id, name="train", team=team, state=JobState.QUEUED, spec={"run": "echo"}, budget=5_000_000,
               priority=0, submitted_at=updated - 7 * DAY, updated_at=updated - 7 * DAY, idempotency_key=job_id)
     job = store.commit(Change(job=job, expected_version=None))
     return store.commit(Change(job=replace(job, state=state, updated_at=updated), expected_version=1,
@@ -154,3 +154,78 @@ def test_broker_worker_prunes_a_shared_redis_and_logs_how_many(tmp_path):
     finally:
         store.close()
         server.stop()
+
+
+COUNTERS = ("broker_spend_dollars_total", "broker_ondemand_equivalent_dollars_total", "broker_preemptions_total",
+            "broker_saved_vs_ondemand_dollars")
+
+
+def scraped(url: str) -> dict[tuple, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name in COUNTERS or s.name in ("broker_jobs", "broker_jobs_pruned_total")}
+
+
+def spent(store, job: Job, attempts: list[tuple]) -> None:
+    """``attempts``: (state, placement, price per hour, cost) each, an hour billed each."""
+    from broker.lifecycle import AttemptState
+    from broker.models import Attempt
+
+    tries = [Attempt(id=f"{job.id}-a{n}", job_id=job.id, n=n, state=AttemptState(state), launcher="local",
+                     placement=placement, price_per_hour=price, created_at=job.submitted_at + 60,
+                     billed_until=job.submitted_at + 60 + HOUR, cost=cost)
+             for n, (state, placement, price, cost) in enumerate(attempts, 1)]
+    store.commit(Change(job=replace(job, attempts=len(tries), spent=sum(a.cost for a in tries)),
+                        expected_version=job.version, attempts=tries))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_the_counters_do_not_fall_when_jobs_are_pruned_in_a_broker_that_had_read_them_nor_in_one_started_after(
+        tmp_path, backend):
+    """``broker_spend_dollars_total`` and the rest are sums over the jobs in the store plus the store's totals of the
+    jobs pruned: the same before and after a prune, label for label, for a broker that had counted the jobs (it does
+    not count them twice) and for one that never saw them — a team whose every job was pruned included."""
+    server = RedisServer(tmp_path / "redis").start() if backend == "redis" else None
+    url = server.url if server else f"sqlite://{tmp_path / 'data' / 'broker.db'}"
+    now = time.time()
+    store = open_store(url)
+    spot = {"tier": "spot", "zone": "us-east-1a", "ondemand_price_per_hour": 2_000_000}
+    spent(store, job_at(store, "j-spot", JobState.SUCCEEDED, now - 3 * DAY),
+          [("preempted", spot, 500_000, 500_000), ("succeeded", {**spot, "zone": "us-east-1b"}, 500_000, 333_333)])
+    spent(store, job_at(store, "j-onprem", JobState.FAILED, now - 3 * DAY, team="nlp"),  # nlp: only this job
+          [("lost", {"tier": "onprem", "location": "rack-1"}, 200_000, 200_001)])
+    spent(store, job_at(store, "j-recent", JobState.SUCCEEDED, now - 2 * HOUR),
+          [("succeeded", {"tier": "ondemand", "region": "us-east-1"}, 3_000_000, 3_000_000)])
+    job_at(store, "j-waiting", JobState.QUEUED, now - 3 * DAY)  # no pool fits it: kept, waiting
+    procs = []
+    try:
+        reader, reader_url = start_broker(tmp_path, url, engine="off")  # no engine: never prunes
+        procs.append(reader)
+        before = scraped(reader_url)
+        assert before[("broker_spend_dollars_total", (("team", "nlp"), ("tier", "onprem")))] == 0.200001
+        assert before[("broker_preemptions_total", (("tier", "spot"), ("zone", "us-east-1a")))] == 1
+        assert before[("broker_jobs_pruned_total", ())] == 0
+
+        pruner, pruner_url = start_broker(tmp_path, url, config="pools: []\njob_retention_days: 1\n")
+        procs.append(pruner)
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        wait_for(lambda: all(httpx.get(f"{pruner_url}/v1/jobs/{j}", headers=admin).status_code == 404
+                             for j in ("j-spot", "j-onprem")), timeout=30)
+        assert store.pruned() == 2 and {j.id for j in store.list_jobs()} == {"j-recent", "j-waiting"}
+
+        for after in (scraped(pruner_url), scraped(reader_url)):  # first scrape after the prune; one that read before
+            assert {k: v for k, v in after.items() if k[0] in COUNTERS} == {
+                k: v for k, v in before.items() if k[0] in COUNTERS}
+            assert after[("broker_jobs_pruned_total", ())] == 2
+            assert after[("broker_jobs", (("state", "failed"), ("team", "nlp")))] == 0  # the jobs gone, not counted
+            assert after[("broker_jobs", (("state", "succeeded"), ("team", "vision")))] == 1
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+        store.close()
+        if server:
+            server.stop()

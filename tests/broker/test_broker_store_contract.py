@@ -9,7 +9,7 @@ import redis
 
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job
-from broker.store import Change, DuplicateJob, VersionConflict, open_store
+from broker.store import Change, DuplicateJob, Pruned, VersionConflict, open_store
 
 from broker_testing import RedisServer
 
@@ -490,9 +490,12 @@ def test_a_job_changed_after_it_was_read_for_pruning_stays_whole(store):
         assert len(store.events(job_id)) >= 2 and len(store.attempts(job_id)) == 1
         assert len(store.metrics(job_id)) == 2 and store.find_idempotent("vision", job_id).id == job_id
     assert store.pruned() == 1
+    # what the jobs that stayed spent is not in the totals: only the one deleted's 7 micro-dollars of spot
+    assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7})
     # read again, the budget-raised job is due (final, old) at its new version; the resumed one is not final
     assert store.prune(store.expired(before=100.0, limit=10)) == ["j-raised"]
     assert store.get_job("j-resumed") is not None
+    assert store.pruned_totals() == Pruned(2, {("spend", "vision", "spot"): 14, ("ondemand_equivalent", "vision"): 14})
 
 
 def test_a_job_not_final_is_not_pruned_even_when_handed_to_prune(store):
@@ -500,6 +503,7 @@ def test_a_job_not_final_is_not_pruned_even_when_handed_to_prune(store):
     assert store.prune([live]) == []
     assert store.get_job("j-live") == live and len(store.attempts("j-live")) == 1
     assert store.prune([]) == [] and store.pruned() == 0
+    assert store.pruned_totals() == Pruned(0, {})
 
 
 def test_two_brokers_pruning_the_same_jobs_at_once_delete_each_one_once(store):
@@ -526,6 +530,9 @@ def test_two_brokers_pruning_the_same_jobs_at_once_delete_each_one_once(store):
         assert set(results[0]).isdisjoint(results[1])
         assert sorted(results[0] + results[1]) == [j.id for j in jobs]
         assert store.pruned() == other.pruned() == 40
+        # each job's 7 micro-dollars added once, by whichever broker deleted it
+        assert store.pruned_totals() == other.pruned_totals() == Pruned(40, {("spend", "vision", "spot"): 280,
+                                                                            ("ondemand_equivalent", "vision"): 280})
         assert store.list_jobs() == [] and all(traces(store, j.id) == [] for j in jobs)
     finally:
         other.close()
@@ -575,10 +582,77 @@ def test_a_redis_server_at_its_maxmemory_can_still_be_pruned_back_under_it(tmp_p
         admin.config_set("maxmemory", admin.info("memory")["used_memory"])
         with pytest.raises(StoreUnavailable):
             create(store, make_job("j-new"))
+        assert admin.exists(store.keys.pruned_totals()) == 0  # the totals are a key the full server must add
         assert len(store.prune(store.expired(before=1e9, limit=500))) == 300
+        # every deletion's count and totals were written, in the script that deleted it
+        assert store.pruned_totals() == Pruned(300, {("spend", "vision", "spot"): 2100,
+                                                     ("ondemand_equivalent", "vision"): 2100})
         assert create(store, make_job("j-new")).version == 1
         assert traces(store, "j-000") == []
     finally:
         admin.close()
         store.close()
         server.stop()
+
+
+# -- the totals of pruned jobs, which keep the counters of /metrics from falling -----------------------------------
+
+
+def tried(job_id: str, n: int, state: AttemptState, placement: dict, *, price: int, cost: int, hours: int) -> Attempt:
+    return Attempt(id=f"{job_id}-a{n}", job_id=job_id, n=n, state=state, launcher="local", placement=placement,
+                   price_per_hour=price, created_at=1000.0, billed_until=1000.0 + hours * 3600, cost=cost)
+
+
+def finished(store, job: Job, attempts: list[Attempt], updated: float) -> Job:
+    job = create(store, replace(job, submitted_at=1.0, updated_at=1.0))
+    return store.commit(Change(job=replace(job, state=JobState.SUCCEEDED, updated_at=updated, attempts=len(attempts)),
+                               expected_version=1, attempts=attempts))
+
+
+BIG = 2**53 + 1  # micro-dollars no float holds: a total that passed through one would be off by one
+
+
+def test_a_pruned_job_adds_exactly_what_it_counted_for_to_the_totals_by_counter_and_labels(store):
+    """Spend by (team, tier), the on-demand equivalent by team and preemptions by (zone, tier), as /metrics counts a
+    job: so a sum over the jobs left plus the totals stays what it was."""
+    spot = {"tier": "spot", "zone": "us-east-1a"}
+    vision = finished(store, make_job("j-vision", team="vision"), [
+        # preempted spot: its equivalent at the placement's on-demand price, 2.00/h for an hour
+        tried("j-vision", 1, AttemptState.PREEMPTED, {**spot, "ondemand_price_per_hour": 2_000_000}, price=500_000,
+              cost=500_000, hours=1),
+        tried("j-vision", 2, AttemptState.SUCCEEDED, {"tier": "ondemand", "region": "us-east-1"}, price=3_000_000,
+              cost=BIG, hours=1),  # on-demand: its equivalent is its cost
+        tried("j-vision", 3, AttemptState.LOST, spot, price=250_000, cost=250_000, hours=1),
+    ], updated=10.0)
+    pool = 'pool "gpu", rack 1'  # a label a naive key (joined with a separator) would split
+    onprem = finished(store, replace(make_job("j-onprem", team="a:b"),
+                                     quote={"tiers": [{"tier": "ondemand", "price_per_hour": 1_000_000}]}), [
+        tried("j-onprem", 1, AttemptState.PREEMPTED, {"tier": "onprem", "location": pool}, price=200_000,
+              cost=400_000, hours=2),  # its equivalent at the quote's on-demand price: 1.00/h for two hours
+    ], updated=20.0)
+    finished(store, make_job("j-recent"), [tried("j-recent", 1, AttemptState.SUCCEEDED, spot, price=1, cost=99,
+                                                 hours=1)], updated=500.0)
+
+    assert store.prune([vision]) == ["j-vision"]
+    first = {("spend", "vision", "spot"): 750_000, ("spend", "vision", "ondemand"): BIG,
+             ("ondemand_equivalent", "vision"): 2_000_000 + BIG + 250_000, ("preemptions", "us-east-1a", "spot"): 2}
+    assert store.pruned_totals() == Pruned(1, first)
+    assert store.prune([vision]) == []  # gone already: nothing added twice
+    assert store.prune(store.expired(before=100.0, limit=10)) == ["j-onprem"]
+    assert store.pruned_totals() == Pruned(2, {**first, ("spend", "a:b", "onprem"): 400_000,
+                                                ("ondemand_equivalent", "a:b"): 2_000_000,
+                                                ("preemptions", pool, "onprem"): 1})
+    other = twin(store)  # another broker (or one started later) reads the same totals
+    try:
+        assert other.pruned_totals() == store.pruned_totals()
+    finally:
+        other.close()
+    assert onprem.id not in store.existing(["j-onprem", "j-vision", "j-recent", "j-never"])
+
+
+def test_existing_names_the_stored_jobs_among_those_asked_in_batches(store):
+    for i in range(0, 1200, 2):
+        create(store, make_job(f"j-{i:04d}"))
+    asked = [f"j-{i:04d}" for i in range(1200)] + ["j-0000", "j-nope"]
+    assert store.existing(asked) == {f"j-{i:04d}" for i in range(0, 1200, 2)}
+    assert store.existing([]) == set()
