@@ -7,8 +7,9 @@ the end of the log wins: a log often shows a problem the job got past (an OOM it
 caught and retried smaller, a NCCL connect retried) before the one that ended it.
 See :func:`diagnose` for the ranking: the latest match, then table order.
 Teams add their own rules in a YAML file (``failure_rules:`` in the config),
-read again whenever it changes, and placed before the shipped ones. Pure,
-except :class:`RuleBook`, which reads that file.
+read again whenever it changes, and placed before the shipped ones: a team's rule
+that matches wins over every shipped one. Pure, except :class:`RuleBook`, which
+reads that file.
 
 A rule's sentence may use ``{step}`` (the last training step the log or the
 progress reports show, whichever is later), ``{batch_size}``, ``{path}`` (a path or URL in the
@@ -136,13 +137,16 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("host_oom", "The process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host memory.",
        MAYBE_HOST_OOM_HINT,
        codes=[137], signals=[9]),
-    # torchrun exits 1 and names a worker's signal only in its summary ("exitcode : -9", "Signal 9 (SIGKILL)")
+    # torchrun exits 1 and names a worker's signal only in its summary ("exitcode : -9", "Signal 9 (SIGKILL)");
+    # `accelerate launch` (one process) in its CalledProcessError ("Command '[…]' died with <Signals.SIGKILL: 9>.")
     _r("host_oom", "A training process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host "
        "memory.", MAYBE_HOST_OOM_HINT,
-       r"Signal 9 \(SIGKILL\) received by PID|^\s*exitcode\s*:\s*-9\b", phases=["failed"]),
+       r"Signal 9 \(SIGKILL\) received by PID|^\s*exitcode\s*:\s*-9\b|CalledProcessError: .* died with "
+       r"<Signals\.SIGKILL: 9>", phases=["failed"]),
     _r("crash", "A training process crashed with a segmentation fault{at_step}.",
        CRASH_HINT,
-       r"Signal 11 \(SIGSEGV\) received by PID|^\s*exitcode\s*:\s*-11\b", phases=["failed"]),
+       r"Signal 11 \(SIGSEGV\) received by PID|^\s*exitcode\s*:\s*-11\b|CalledProcessError: .* died with "
+       r"<Signals\.SIGSEGV: 11>", phases=["failed"]),
     # a data-loader worker's death is re-raised in the main process as a RuntimeError: not the code's error
     _r("host_oom", "A data-loader worker ran out of shared memory{at_step} (/dev/shm).",
        "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers.",
@@ -206,27 +210,35 @@ def last_step(log_tail: str) -> int | None:
 def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
     """The rule that explains how the ending's log ends, rendered as a sentence and a hint.
 
-    Of the rules whose conditions hold, the one whose last match is latest in the log wins: what ended the job is
-    printed last, and a problem the job got past (a CUDA OOM caught and retried with a smaller batch, a NCCL connect
-    retried, a sample skipped for a missing file) before it. Latest is by line, and one Python traceback (with the
-    exceptions chained to it, "During handling of the above exception" / "The above exception was the direct cause",
-    and a data-loader worker's "Original Traceback") counts as one line, and a ``CalledProcessError``'s (a launcher
-    reporting its child, as ``accelerate launch`` does) as the line before it; at the same line table order decides,
-    so a specific rule beats the generic "raised an exception" one and a team's rule (placed first) beats a shipped
-    one. Python's shutdown noise after the traceback, and under torchrun the ranks it stopped after the one that
-    failed first, are not read at all (:func:`_after_shutdown_noise`, :func:`_root_cause`).
+    A team's rule (one placed before the shipped table) that holds wins over every shipped rule, wherever in the log
+    it matched: teams know their logs. Among the team's rules, and among the shipped ones, the one whose last match
+    is latest in the log wins: what ended the job is printed last, and a problem the job got past (a CUDA OOM caught
+    and retried with a smaller batch, a NCCL connect retried, a sample skipped for a missing file) before it. Latest
+    is by line, and one Python traceback (with the exceptions chained to it, "During handling of the above
+    exception" / "The above exception was the direct cause", and a data-loader worker's "Original Traceback") counts
+    as one line, and a ``CalledProcessError``'s with no traceback before it (the script's own ``check=True``) as the
+    line before it, whose failure it reports; at the same line table order decides, so a specific rule beats the
+    generic "raised an exception" one. Python's shutdown noise after the traceback, a launcher's own traceback after
+    its child's (the ``CalledProcessError`` of ``accelerate launch``), and under torchrun its ChildFailedError and
+    the ranks it stopped after the one that failed first, are not read at all (:func:`_after_shutdown_noise`,
+    :func:`_without_launcher_traceback`, :func:`_root_cause`).
 
     A rule without a pattern reads the ending, not the log. One that names an exit code, a signal or a command ranks
     as if it matched the log's last line (the exit is the last thing that happened: a SIGKILL outranks an OOM the job
-    caught long before it, but a last line "Killed" has its own rule first). One that names only phases keeps its
-    place in the table against the winner: placed first (preempted, lost, budget, cancelled, a team's), it wins
-    whatever the log says; placed last (the shipped catch-all), only when nothing else matched.
+    caught long before it, but a last line "Killed" has its own rule first). A SIGSEGV or SIGABRT after a traceback
+    with no progress after it (no step, no progress bar) is the process crashing as it tears down (a NCCL
+    communicator's or a CUDA context's destructor): an exit-code rule then ranks as that traceback, and table order
+    decides, where the shipped segfault rule comes after the rules a traceback matches (a NCCL error, then the
+    shell's "Segmentation fault (core dumped)", is the NCCL error; a segfault with no traceback, or after one the job
+    went on from, is a crash). One that names only phases keeps its place in the table against the winner: placed
+    first (preempted, lost, budget, cancelled, a team's), it wins whatever the log says; placed last (the shipped
+    catch-all), only when nothing else matched.
     """
     # progress reports are rate-limited and checkpoints periodic: the log often shows a later step
     known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
     step = max(known) if known else None
     batch = _BATCH.findall(ending.log_tail)
-    log_tail = _after_shutdown_noise(_root_cause(_readable(ending.log_tail)))
+    log_tail = _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail))))
     if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
         return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
                          False, step)
@@ -264,8 +276,24 @@ def _applies(rule: Rule, ending: Ending) -> bool:
 
 
 def _choose(ending: Ending, rules: tuple[Rule, ...], log_tail: str) -> tuple[Rule | None, re.Match | None]:
-    """The rule that wins (see :func:`diagnose`) and its last match in the log (None for a rule without a pattern)."""
+    """The rule that wins (see :func:`diagnose`) and its last match in the log (None for a rule without a pattern):
+    a team's rule that holds, else a shipped one; within each, the latest match, then table order."""
     places = _Places(log_tail)
+    # an exit after the job's Python error, with no progress after it, is the process crashing as it tears down
+    teardown = ending.signal in _TEARDOWN_SIGNALS or ending.exit_code in _TEARDOWN_EXIT_CODES
+    shipped = {id(rule) for rule in SHIPPED_RULES}
+    team = tuple(rule for rule in rules if id(rule) not in shipped)
+    if team and len(team) < len(rules):  # teams know their logs: a rule of theirs that holds beats every shipped one
+        rule, match = _rank(ending, team, log_tail, places, teardown)
+        if rule is not None:
+            return rule, match
+        rules = tuple(rule for rule in rules if id(rule) in shipped)
+    return _rank(ending, rules, log_tail, places, teardown)
+
+
+def _rank(ending: Ending, rules: tuple[Rule, ...], log_tail: str, places: "_Places",
+          teardown: bool) -> tuple[Rule | None, re.Match | None]:
+    """Of ``rules``, the one whose last match is latest in the log (see :func:`diagnose`), and that match."""
     best: tuple[int, int, Rule, re.Match | None] | None = None  # (place in the log, place in the table, rule, match)
     by_phase: tuple[int, Rule] | None = None  # the first rule without a pattern that names only phases
     since = 0  # a rule further down the table wins only with a match after the best's place: read from there
@@ -278,7 +306,9 @@ def _choose(ending: Ending, rules: tuple[Rule, ...], log_tail: str) -> tuple[Rul
             if match is None:
                 continue
             place = places.of(match)
-        elif rule.exit_codes or rule.signals or rule.commands:
+        elif rule.exit_codes or rule.signals:
+            place = places.exit(teardown)
+        elif rule.commands:
             place = places.end
         else:
             by_phase = by_phase or (i, rule)
@@ -298,6 +328,12 @@ _CHAINED = ("During handling of the above exception, another exception occurred:
             "The above exception was the direct cause of the following exception:")
 # a child process failed, and printed why before this: `accelerate launch` (one process) raises it for its script
 _CHILD_FAILED = ("subprocess.CalledProcessError: ", "CalledProcessError: ")
+# a line that shows the job went on training: a step, or a progress bar's "120/1000 [01:02<07:35"
+_PROGRESS = re.compile(r"\bstep[ =:]+\d+|\d+/\d+ \[\d", re.I)
+# a process that raised an uncaught exception and then crashed in its own native teardown (a NCCL communicator's or a
+# CUDA context's destructor; the shell prints "Segmentation fault (core dumped)" or "Aborted"): SIGSEGV, SIGABRT
+_TEARDOWN_SIGNALS = frozenset({signals.SIGSEGV.value, signals.SIGABRT.value})
+_TEARDOWN_EXIT_CODES = frozenset(128 + s for s in _TEARDOWN_SIGNALS)
 
 
 class _Places:
@@ -305,13 +341,16 @@ class _Places:
     one Python traceback (its frames and exception line, and what is chained to it: the tracebacks after "During
     handling of the above exception" or "The above exception was the direct cause", a data-loader worker's "Original
     Traceback" printed in its wrapper's message) share the number of its first line, as one failure; and a traceback
-    that ends in a ``CalledProcessError`` (a launcher's, or the script's own ``check=True``) takes the number of the
-    line before it: it reports the failure its child printed there."""
+    that ends in a ``CalledProcessError`` (the script's own ``check=True``; a launcher's that follows its child's
+    traceback is not read at all, see :func:`_without_launcher_traceback`) takes the number of the line before it:
+    it reports the failure its child printed there."""
 
     def __init__(self, text: str):
         self.starts: list[int] = []  # where each line begins
         self.places: list[int] = []
         self.end = 0  # the place of the last line that is not blank
+        self.failure: int | None = None  # the place of the last traceback that reached its exception line
+        self.went_on = False  # whether a line after that exception line shows progress (the job caught it)
         first, block = -1, 0  # the first line of the last traceback (or chain of them), and its place
         seen = -1  # the last line that is not blank
         before = -1  # the last line that is not blank before that traceback
@@ -337,11 +376,19 @@ class _Places:
                     if bare.startswith(_CHILD_FAILED) and before >= 0:
                         first, block = before + 1, self.places[before]
                         self.places[first:] = [block] * (n - first)
+                    self.failure, self.went_on = block, False
             elif not (state == "chained" and not bare):
                 state, inside = "", False
+                if self.failure is not None and not self.went_on and _PROGRESS.search(line):
+                    self.went_on = True
             self.places.append(block if inside and first >= 0 else n)
             if bare:
                 self.end, seen = self.places[-1], n
+
+    def exit(self, teardown: bool) -> int:
+        """The place of how the process ended (a rule on its exit code or signal): the log's last line; but with
+        ``teardown`` (it crashed, SIGSEGV or SIGABRT) after a traceback it did not get past, that traceback's."""
+        return self.failure if teardown and self.failure is not None and not self.went_on else self.end
 
     def after(self, place: int) -> int:
         """Where the first line placed after ``place`` begins."""
@@ -367,15 +414,22 @@ _LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer|remote worker cras
 # torchrun's summary lists the other ranks it saw fail ("Failures:") before the root cause: those it stopped itself
 # once the root cause had failed, a SIGKILL among them ("Unable to shutdown process … forcefully exiting via
 # Signals.SIGKILL") when one did not stop on its SIGTERM
+# a failure of a rank's own: a traceback, an exception (Python's line, C++'s "terminate called after throwing"), an
+# error of torch's C++ log ("[E ProcessGroupNCCL.cpp:616] … Watchdog caught collective operation timeout"); not a
+# warning ("[rank2]:[W socket.cpp:697] … errno: 99", which torch prints at start-up)
+_OWN_FAILURE = re.compile(r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception)(?::|$)"
+                          r"|terminate called after throwing|\[E[\d ])", re.M)
 _OTHER_FAILURES = re.compile(r"^Failures:\n.*?^(?=-+\nRoot Cause \(first observed failure\):)", re.S | re.M)
 
 
 def _root_cause(log_tail: str) -> str:
     """The log as the rules read it: torchrun's own ChildFailedError dropped, and of the workers' lines
-    (unprefixed) only those of the rank that failed first — the one torchrun names, unless its lines
-    say only that it lost a peer — so a peer that died of it does not hide the cause. When that rank
-    printed a failure of its own, the other ranks' entries in torchrun's summary are dropped too (they
-    were stopped after it); when it only lost a peer, they stay: a peer SIGKILLed is the cause."""
+    (unprefixed) only those of one rank, so a peer that died of it does not hide the cause: the first
+    that printed a failure of its own (:data:`_OWN_FAILURE`, not a lost peer; the one torchrun names
+    first of all), else the one torchrun names. When that rank printed a failure of its
+    own, the other ranks' entries in torchrun's summary are dropped too (they were stopped after it);
+    when it did not (it lost a peer, or printed only warnings such as the start-up "[W socket.cpp:697]
+    … errno: 99"), they stay: a peer SIGKILLed is the cause."""
     if "rank" not in log_tail and "ChildFailedError" not in log_tail:
         return log_tail
     by_rank: dict[str, list[str]] = {}
@@ -384,8 +438,8 @@ def _root_cause(log_tail: str) -> str:
             by_rank.setdefault(m.group(1), []).append(m.group(2))
     root = _last_match(_ROOT_CAUSE, log_tail)
     order = sorted(by_rank, key=lambda r: (root is None or r != root.group(1), int(r)))
-    own = [r for r in order if not _LOST_PEER.search("\n".join(by_rank[r]))]
-    wanted = (own or order or [None])[0]
+    failed = [r for r in order if _OWN_FAILURE.search(said := "\n".join(by_rank[r])) and not _LOST_PEER.search(said)]
+    wanted = (failed or order or [None])[0]
     lines = []
     for line in log_tail.splitlines():
         if (m := _RANK_LINE.match(line)) is not None:
@@ -394,7 +448,31 @@ def _root_cause(log_tail: str) -> str:
             line = m.group(2)
         lines.append(line)
     text = _LAUNCHER_ERROR.sub("", "\n".join(lines))
-    return _OTHER_FAILURES.sub("", text) if own else text
+    return _OTHER_FAILURES.sub("", text) if failed else text
+
+
+# `accelerate launch` (one process) runs the script as its child and, when it exits non-zero, raises this of its own
+_LAUNCHER_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):\n(?:[ \t][^\n]*\n)*(?:subprocess\.)?"
+                                 r"CalledProcessError: [^\n]* returned non-zero exit status [^\n]*(?:\n|\Z)", re.M)
+
+
+def _without_launcher_traceback(log_tail: str) -> str:
+    """The log without a launcher's own traceback that ends in a ``CalledProcessError`` ("Command '[…, 'train.py']'
+    returned non-zero exit status 1") when a traceback comes before it: the one its child printed, the cause it
+    reports, however much was printed between them (wandb's exit summary, the resource tracker's "leaked semaphore"
+    warning), as torchrun's ChildFailedError is not read either. Without a traceback before it (the script's own
+    ``check=True``), and when it says its child "died with <Signals.SIGKILL: 9>" (which the child could not print),
+    it stays, read as the line before it (:class:`_Places`)."""
+    if "CalledProcessError: " not in log_tail:
+        return log_tail
+    kept, at = [], 0
+    for match in _LAUNCHER_TRACEBACK.finditer(log_tail):
+        earlier = log_tail[:match.start()]
+        if _TRACEBACK not in earlier or earlier.rstrip().endswith(_CHAINED):
+            continue  # nothing printed a traceback before it; or it is chained to one: part of that failure
+        kept.append(log_tail[at:match.start()])
+        at = match.end()
+    return "".join(kept) + log_tail[at:] if kept else log_tail
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")

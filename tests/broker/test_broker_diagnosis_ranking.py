@@ -431,14 +431,14 @@ def test_a_phase_the_broker_knows_is_named_whatever_the_log_ends_with():
         assert diagnose(Ending(phase, 1, log_tail=CAUGHT_OOM + KEY_ERROR)).cls == cls
 
 
-def test_a_team_rule_wins_on_the_final_cause_and_not_on_a_line_the_job_got_past(tmp_path):
+def test_a_team_rule_that_matches_beats_every_shipped_one_wherever_it_matched(tmp_path):
     path = tmp_path / "rules.yaml"
     path.write_text("- class: nfs_gone\n  pattern: \"No such file or directory: '/mnt/nfs/\"\n"
                     "  sentence: The shared disk was not mounted.\n  hint: Resume it.\n  infrastructure: true\n")
     book = RuleBook(path)
     missing = ("Traceback (most recent call last):\n  File \"/workspace/train.py\", line 9, in <module>\n"
                "    open(path)\nFileNotFoundError: [Errno 2] No such file or directory: '/mnt/nfs/data/train-3.bin'\n")
-    # the same line the shipped data_not_found rule and the generic one match: the team's rule is first
+    # the same line the shipped data_not_found rule and the generic one match
     final = book.diagnose(Ending("failed", 1, log_tail=CAUGHT_OOM + missing))
     assert (final.cls, final.infrastructure) == ("nfs_gone", True), final
     # first in a chain that the script's own error ends
@@ -446,10 +446,14 @@ def test_a_team_rule_wins_on_the_final_cause_and_not_on_a_line_the_job_got_past(
                          "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 12, in <module>\n"
                          "    load()\nRuntimeError: could not load the training set\n")
     assert book.diagnose(Ending("failed", 1, log_tail=chained)).cls == "nfs_gone"
-    # got past (a fallback to a local copy), then the job's own KeyError ended it
+    # a line before the job's own error: teams know their logs, their rule says what it means wherever it is (as
+    # before the latest cause was ranked); a team that means only a final failure writes a pattern for that
     retried = "WARNING: No such file or directory: '/mnt/nfs/cache/index.json': using the local copy\nstep 5\n"
     later = book.diagnose(Ending("failed", 1, log_tail=retried + KEY_ERROR))
-    assert (later.cls, later.infrastructure) == ("user_code_error", False), later
+    assert (later.cls, later.infrastructure) == ("nfs_gone", True), later
+    # the shipped rules rank as ever when no rule of the team's matches
+    assert book.diagnose(Ending("failed", 1, log_tail=CAUGHT_OOM + KEY_ERROR)).sentence == \
+        "The training script raised KeyError at step 1203: 'labels'."
 
 
 def test_a_16_kib_tail_of_a_real_failure_is_read_for_its_last_cause(tmp_path):
@@ -488,3 +492,238 @@ def test_a_16_kib_tail_of_a_real_failure_is_read_for_its_last_cause(tmp_path):
     d = diagnose(Ending("failed", done.returncode, log_tail=log[-16_384:]))
     assert (d.cls, d.sentence) == ("data_not_found", "Could not read data/shards/train-02000.bin at step 1450."), \
         log[-3000:]
+
+
+# What a job prints between its own traceback and `accelerate launch`'s CalledProcessError: wandb's summary as the
+# process exits, the resource tracker's warning about semaphores a data loader left
+WANDB_SUMMARY = """\
+wandb: 🚀 View run glorious-sun-12 at: https://wandb.ai/team/proj/runs/abc123
+wandb: ⭐️ View project at: https://wandb.ai/team/proj
+wandb: Synced 5 W&B file(s), 0 media file(s), 0 artifact file(s) and 0 other file(s)
+wandb: Find logs at: ./wandb/run-20240101_000000-abc123/logs
+"""
+LEAKED_SEMAPHORE = """\
+/usr/lib/python3.10/multiprocessing/resource_tracker.py:224: UserWarning: resource_tracker: There appear to be 1 \
+leaked semaphore objects to clean up at shutdown
+  warnings.warn('resource_tracker: There appear to be %d '
+"""
+OOM_40 = "step 40 batch_size 64\n" + CAUGHT_OOM.split("\n", 1)[1].split("OOM at")[0]
+
+
+def accelerate_child_died(name: str, number: int) -> str:
+    return ACCELERATE_CHILD_FAILED.replace("returned non-zero exit status 1", f"died with <Signals.{name}: {number}>")
+
+
+# the launcher's CalledProcessError reports the failure its child printed: whatever is printed between the two, the
+# child's traceback is the cause (it was the generic "raised CalledProcessError", needing --force)
+UNDER_ACCELERATE = [
+    ("a CUDA OOM, wandb's exit summary, then accelerate's CalledProcessError",
+     Ending("failed", 1, log_tail=OOM_40 + WANDB_SUMMARY + ACCELERATE_CHILD_FAILED),
+     "gpu_oom", False, "Out of GPU memory at step 40 (batch size 64)."),
+    ("a CUDA OOM, the resource tracker's leaked-semaphore warning, then accelerate's CalledProcessError",
+     Ending("failed", 1, log_tail=OOM_40 + LEAKED_SEMAPHORE + ACCELERATE_CHILD_FAILED),
+     "gpu_oom", False, "Out of GPU memory at step 40 (batch size 64)."),
+    ("an illegal memory access, wandb's summary, then accelerate's error: the node's, resumed with one click",
+     Ending("failed", 1, log_tail="step 7\n" + ILLEGAL_ADDRESS + WANDB_SUMMARY + ACCELERATE_CHILD_FAILED),
+     "cuda_error", True, "A CUDA error stopped the job at step 7."),
+    # the generic rule quotes the child's exception, not the launcher's
+    ("the child's KeyError right before accelerate's CalledProcessError",
+     Ending("failed", 1, log_tail="step 12\n" + KEY_ERROR + ACCELERATE_CHILD_FAILED),
+     "user_code_error", False, "The training script raised KeyError at step 12: 'labels'."),
+    ("the child's KeyError, wandb's summary, then accelerate's CalledProcessError",
+     Ending("failed", 1, log_tail="step 12\n" + KEY_ERROR + WANDB_SUMMARY + ACCELERATE_CHILD_FAILED),
+     "user_code_error", False, "The training script raised KeyError at step 12: 'labels'."),
+    # a child killed prints nothing of it: the launcher's "died with <Signals.SIGKILL: 9>" says it, as torchrun's
+    # summary does, after a traceback the child got past
+    ("the child SIGKILLed after a caught CUDA OOM",
+     Ending("failed", 1, log_tail=CAUGHT_OOM + accelerate_child_died("SIGKILL", 9)),
+     "host_oom", False, "A training process was killed (SIGKILL) at step 1203, most likely by the kernel for lack of "
+                        "host memory."),
+    ("the child segfaulted",
+     Ending("failed", 1, log_tail="step 3\n" + accelerate_child_died("SIGSEGV", 11)),
+     "crash", False, "A training process crashed with a segmentation fault at step 3."),
+    # with no traceback before it, a CalledProcessError (the script's own check=True) reads the line before it
+    ("the script's own check=True after tar found the disk full",
+     Ending("failed", 1, log_tail="step 42\ntar: /ckpt/step-42.tar: Cannot write: No space left on device\n"
+                                  "Traceback (most recent call last):\n"
+                                  "  File \"/workspace/train.py\", line 30, in save\n"
+                                  "    subprocess.run(['tar', 'cf', '/ckpt/step-42.tar', 'out'], check=True)\n"
+                                  "subprocess.CalledProcessError: Command '['tar', 'cf', '/ckpt/step-42.tar', 'out']' "
+                                  "returned non-zero exit status 2.\n"),
+     "disk_full", False, "The disk is full at step 42: could not write a file."),
+]
+
+
+@pytest.mark.parametrize("ending, cls, infrastructure, sentence", [c[1:] for c in UNDER_ACCELERATE],
+                         ids=[c[0] for c in UNDER_ACCELERATE])
+def test_under_accelerate_launch_the_childs_failure_is_named_not_the_launchers(ending, cls, infrastructure, sentence):
+    d = diagnose(ending)
+    assert (d.cls, d.infrastructure, d.sentence) == (cls, infrastructure, sentence), d
+
+
+STARTUP_WARNINGS = """\
+[rank2]:[W socket.cpp:697] [c10d] The client socket has failed to connect to [localhost]:29500 (errno: 99 - Cannot \
+assign requested address).
+[rank3]:[W socket.cpp:697] [c10d] The client socket has failed to connect to [localhost]:29500 (errno: 99 - Cannot \
+assign requested address).
+"""
+RANK0_LOST_PEER = """\
+[rank0]:Traceback (most recent call last):
+[rank0]:  File "/workspace/train.py", line 91, in <module>
+[rank0]:    dist.all_reduce(grad)
+[rank0]:torch.distributed.DistBackendError: [0] is setting up NCCL communicator and retrieving ncclUniqueId from [0] \
+via c10d key-value store by key '1', but store->get('1') got error: Connection reset by peer
+"""
+
+
+def killed_and_stopped(killed: int, stopped: int) -> str:
+    return killed_rank(killed) + killed_rank(stopped).replace("[1]:", "[2]:").replace("-9 (", "-15 (").replace(
+        "(SIGKILL)", "(SIGTERM)").replace("Signal 9", "Signal 15")
+
+
+# a rank that printed only a warning (torch's usual start-up "[W socket.cpp:697] … errno: 99") has no failure of its
+# own: it is not read as the cause, and does not take torchrun's "Failures:" list with it
+UNDER_TORCHRUN = [
+    ("rank 0 lost its peer, rank 1 was SIGKILLed (by the kernel), ranks 2 and 3 printed the start-up warning",
+     Ending("failed", 1, log_tail=STARTUP_WARNINGS + "step 1200 loss 2.01\n" + RANK0_LOST_PEER
+            + torchrun_summary(killed_and_stopped(1, 2), root_rank=0)),
+     "host_oom", "A training process was killed (SIGKILL) at step 1200, most likely by the kernel for lack of host "
+                 "memory."),
+    ("rank 0 lost its peer, rank 2 printed the start-up warning, rank 3 raised a KeyError",
+     Ending("failed", 1, log_tail=STARTUP_WARNINGS.split("\n", 1)[0] + "\nstep 1200 loss 2.01\n" + RANK0_LOST_PEER
+            + "[rank3]:Traceback (most recent call last):\n"
+              "[rank3]:  File \"/workspace/train.py\", line 14, in <module>\n"
+              "[rank3]:KeyError: 'labels'\n" + torchrun_summary(killed_and_stopped(1, 2), root_rank=0)),
+     "user_code_error", "The training script raised KeyError at step 1200: 'labels'."),
+    # the root rank's own failure, and a rank torchrun SIGKILLed once it had failed: the list is dropped as before
+    ("rank 1's CUDA OOM, ranks 2 and 3's start-up warning, rank 0 SIGKILLed by torchrun afterwards",
+     Ending("failed", 1, log_tail=STARTUP_WARNINGS + "step 450 batch_size 64\n"
+            + "".join(f"[rank1]:{line}\n" for line in OOM_40.splitlines()[1:]) + torchrun_summary(killed_rank(0), 1)),
+     "gpu_oom", "Out of GPU memory at step 450 (batch size 64)."),
+]
+
+
+@pytest.mark.parametrize("ending, cls, sentence", [c[1:] for c in UNDER_TORCHRUN], ids=[c[0] for c in UNDER_TORCHRUN])
+def test_under_torchrun_a_rank_with_only_warnings_does_not_hide_a_peer_killed(ending, cls, sentence):
+    d = diagnose(ending)
+    assert (d.cls, d.sentence) == (cls, sentence), d
+
+
+NCCL_ERROR = """\
+step 3400 loss 1.87
+Traceback (most recent call last):
+  File "/workspace/train.py", line 120, in <module>
+    dist.all_reduce(loss)
+  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/c10d_logger.py", line 79, in wrapper
+    return func(*args, **kwargs)
+torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled \
+system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5
+ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.
+Last error:
+socketStartConnect: Connect to 10.0.3.7<41235> failed : Software caused connection abort
+"""
+SEGFAULT = "Segmentation fault (core dumped)\n"
+BASH_SEGFAULT = "bash: line 1:  4963 Segmentation fault      (core dumped) python train.py\n"
+
+# a process that raised and then crashed tearing down (a NCCL communicator's or a CUDA context's destructor) ends by
+# SIGSEGV or SIGABRT after its traceback: the traceback's cause, not "crashed with a segmentation fault" (which needs
+# --force where a NCCL error resumes with one click)
+TEARDOWN = [
+    ("a NCCL error, then the shell's 'Segmentation fault (core dumped)', exit 139",
+     Ending("failed", 139, log_tail=NCCL_ERROR + SEGFAULT),
+     "nccl_network", True, "A NCCL/network error stopped the job at step 3400."),
+    ("a NCCL error, then SIGSEGV with no line of its own",
+     Ending("failed", 139, 11, log_tail=NCCL_ERROR),
+     "nccl_network", True, "A NCCL/network error stopped the job at step 3400."),
+    ("the script's KeyError, then bash's segfault line",
+     Ending("failed", 139, 11, log_tail="step 12\n" + KEY_ERROR + BASH_SEGFAULT),
+     "user_code_error", False, "The training script raised KeyError at step 12: 'labels'."),
+    ("a CUDA OOM, wandb's summary, then a segfault",
+     Ending("failed", 139, 11, log_tail=OOM_40 + WANDB_SUMMARY + SEGFAULT),
+     "gpu_oom", False, "Out of GPU memory at step 40 (batch size 64)."),
+    # …but a native crash with no Python error is a crash, and so is one after a traceback the job got past
+    ("a segfault and no traceback",
+     Ending("failed", 139, 11, log_tail="step 42\n" + SEGFAULT),
+     "crash", False, "The job crashed with a segmentation fault at step 42."),
+    ("faulthandler's dump of a segfault, no traceback",
+     Ending("failed", 139, 11, log_tail="step 42\nFatal Python error: Segmentation fault\n\nCurrent thread "
+                                        "0x00007f3b2a1ff740 (most recent call first):\n  File \"/workspace/ext.py\", "
+                                        "line 8 in forward\n" + SEGFAULT),
+     "crash", False, "The job crashed with a segmentation fault at step 42."),
+    ("a caught CUDA OOM, training went on, then a segfault",
+     Ending("failed", 139, 11, log_tail=CAUGHT_OOM + SEGFAULT),
+     "crash", False, "The job crashed with a segmentation fault at step 1203."),
+    ("a caught CUDA OOM, a progress bar went on, then a segfault",
+     Ending("failed", 139, 11, log_tail=OOM_40 + "Epoch 0:  12%|#2        | 120/1000 [01:02<07:35,  1.93it/s]\n"
+            + SEGFAULT),
+     "crash", False, "The job crashed with a segmentation fault at step 40."),
+    # a signal from outside (SIGTERM, SIGKILL) is not the process's own teardown: it often causes the traceback
+    ("a caught CUDA OOM, a line of the job's, then a SIGTERM from the node",
+     Ending("failed", 143, 15, log_tail=OOM_40 + "retrying with a smaller batch\n"),
+     "terminated", True, "The job was stopped by SIGTERM at step 40, which the broker did not send: most likely the "
+                         "node was shutting down, or a person or process on it stopped the job."),
+]
+
+
+@pytest.mark.parametrize("ending, cls, infrastructure, sentence", [c[1:] for c in TEARDOWN],
+                         ids=[c[0] for c in TEARDOWN])
+def test_a_crash_while_tearing_down_after_the_jobs_error_does_not_replace_it(ending, cls, infrastructure, sentence):
+    d = diagnose(ending)
+    assert (d.cls, d.infrastructure, d.sentence) == (cls, infrastructure, sentence), d
+
+
+def test_an_abort_after_the_jobs_error_ranks_as_that_error_among_a_teams_rules(tmp_path):
+    # within one table (here the team's) the SIGABRT of the teardown ranks as the traceback; table order decides
+    path = tmp_path / "rules.yaml"
+    path.write_text("- {class: lease_lost, sentence: The data lease expired., pattern: 'LeaseExpired: '}\n"
+                    "- {class: aborted, sentence: The job aborted., exit_codes: [134]}\n")
+    book = RuleBook(path)
+    log = ("Traceback (most recent call last):\n  File \"/workspace/train.py\", line 3, in <module>\n"
+           "LeaseExpired: lease 42 on /data/shards expired\nwandb: Synced 5 W&B file(s)\nAborted (core dumped)\n")
+    assert book.diagnose(Ending("failed", 134, 6, log_tail=log)).cls == "lease_lost"
+    assert book.diagnose(Ending("failed", 134, 6, log_tail="step 3\nAborted (core dumped)\n")).cls == "aborted"
+
+
+FEATURE_STORE = """\
+2024-05-01 10:00:00 WARNING feature-store: connection refused (attempt 3/3), giving up
+Traceback (most recent call last):
+  File "/workspace/train.py", line 40, in <module>
+    batch = next(loader)
+  File "/workspace/data.py", line 88, in __next__
+    raise RuntimeError("no features for batch")
+RuntimeError: no features for batch
+"""
+
+
+def test_a_team_rule_on_the_line_before_the_traceback_beats_the_shipped_generic_one(tmp_path):
+    # a rule file written before the latest cause was ranked keeps its meaning: the team's rule is checked first
+    path = tmp_path / "rules.yaml"
+    path.write_text("- class: feature_store_down\n  sentence: The feature store was unreachable.\n"
+                    "  pattern: 'feature-store: connection refused'\n  infrastructure: true\n")
+    d = RuleBook(path).diagnose(Ending("failed", 1, log_tail=FEATURE_STORE))
+    assert (d.cls, d.infrastructure, d.sentence) == ("feature_store_down", True, "The feature store was unreachable.")
+
+
+def test_among_a_teams_rules_the_latest_cause_wins(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text("- {class: feature_store_down, sentence: x, pattern: 'feature-store: connection refused'}\n"
+                    "- {class: bad_features, sentence: y, pattern: 'no features for batch'}\n"
+                    "- {class: team_catch_all, sentence: z, phases: [failed]}\n")
+    book = RuleBook(path)
+    assert book.diagnose(Ending("failed", 1, log_tail=FEATURE_STORE)).cls == "bad_features"
+    # a rule of the team's that names only phases wins over the team's rules below it, and every shipped one
+    assert book.diagnose(Ending("failed", 1, log_tail=CAUGHT_OOM + KEY_ERROR)).cls == "team_catch_all"
+    assert book.diagnose(Ending("preempted", log_tail=CAUGHT_OOM)).cls == "preempted"
+
+
+def test_under_torchrun_a_ranks_own_failure_may_be_a_logged_error_not_a_traceback():
+    # the NCCL watchdog logs its timeout as an error of torch's C++ log and aborts the rank (a C++ exception): that
+    # is the rank's own failure, and the rank torchrun SIGKILLed after it is not the cause
+    log = (STARTUP_WARNINGS + "step 300 loss 2.2\n"
+           "[rank0]:[E1204 07:46:10.000000 140 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600035 "
+           "milliseconds before timing out.\n"
+           "[rank0]:terminate called after throwing an instance of 'c10::DistBackendError'\n"
+           + torchrun_summary(killed_rank(1), root_rank=0))
+    d = diagnose(Ending("failed", 1, log_tail=log))
+    assert (d.cls, d.infrastructure) == ("nccl_network", True), d
