@@ -10,8 +10,8 @@ Rules of the catalog format (SkyPilot's ``catalogs/v8/<cloud>/vms.csv``):
 | ``Price`` | an on-demand offer at that $/h |
 | ``SpotPrice`` (non-empty) | a spot offer at that $/h, same shape and zone |
 | ``AvailabilityZone`` = ``use1-az1`` (AWS zone id) | zone name via ``az_mappings`` (``us-east-1a``); the id itself when unmapped |
-| GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with the cheapest host VM in that zone that can carry it, as SkyPilot pairs them (A100, H100, L4, ... only on their own ``a2-``/``a3-``/``g2-`` types by count; other GPUs on ``n1-`` VMs with enough vCPUs and memory); a GPU with no such host is no offer; a TPU stands alone; the offer is named ``<host>+<GPU>:<count>`` (``n1-highmem-8+V100:1``) |
-| GCP VM row of a GPU's own type (``a2-``, ``a3-``, ``a4-``, ``g2-``) | no offer of its own: GCP never runs it without its GPUs, so it is offered only paired with them, at both prices |
+| GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with each host VM in that zone that can carry it, as SkyPilot pairs them (A100, H100, L4, ... only on their own ``a2-``/``a3-``/``g2-`` types by count; other GPUs on every ``n1-`` VM within GCP's limit for the count, each offer marked with SkyPilot's default host size, which placement applies to a task asking no size); a GPU with no such host is no offer; a TPU stands alone; the offer is named ``<host>+<GPU>:<count>`` (``n1-highmem-8+V100:1``) |
+| GCP VM row of a GPU's own type (``a2-``, ``a3-``, ``a4-``, ``g2-``, ``g4-``) | no offer of its own: GCP never runs it without its GPUs, so it is offered only paired with them, at both prices |
 | row with no ``Price`` | skipped (not purchasable on-demand, no shape to price) |
 | a missing column, or a value that is not a number (``abc``, ``NaN``, a negative or absurd price) | :class:`CatalogError` naming the line and column |
 
@@ -131,6 +131,7 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
     count = int(_decimal(row.get("AcceleratorCount")) or 0)
     instance_type = (row.get("InstanceType") or "").strip()
     vcpus, memory = _decimal(row.get("vCPUs")), _decimal(row.get("MemoryGiB"))
+    default_cpus: int | None = None  # set for a GPU on an n1 host: SkyPilot's host size when a task asks none
     if cloud == "gcp" and instance_type in _GCP_GPU_ONLY_VMS:
         return []  # an a2/a3/g2 VM is never launched without its GPUs: offered only with them (below), at both prices
     if not instance_type:  # GCP accelerator row: priced separately from its host VM
@@ -139,11 +140,12 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
         if accelerator.lower().startswith("tpu"):
             rows = [(accelerator, price, spot, vcpus, memory)]
         else:  # one offer per VM of the zone that can carry it (none: SkyPilot could not launch it)
+            carriers, default_cpus = _gcp_gpu_hosts(hosts.get(zone or "", []), accelerator, count, zone or "")
             rows = [(f"{host['InstanceType'].strip()}+{accelerator}:{count}", price + (_dollars(host["Price"]) or 0),
                      None if spot is None or _dollars(host.get("SpotPrice")) is None
                      else spot + _dollars(host["SpotPrice"]),
                      _decimal(host.get("vCPUs")), _decimal(host.get("MemoryGiB")))
-                    for host in _gcp_gpu_hosts(hosts.get(zone or "", []), accelerator, count)]
+                    for host in carriers]
     else:
         rows = [(instance_type, price, spot, vcpus, memory)]
     out = []
@@ -157,6 +159,7 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
             accelerator_count=count if accelerator else 0,
             vcpus=cpus,
             memory_gib=mem,
+            default_host_cpus=default_cpus,
         )
         out.append(Offer(tier=Tier.ONDEMAND, price_per_hour=_micros(on_demand), **base))
         if spot_price is not None:
@@ -173,9 +176,15 @@ GCP_GPU_VMS: dict[str, dict[int, tuple[str, ...]]] = {
     "H100-MEGA": {8: ("a3-megagpu-8g",)},
     "H200": {8: ("a3-ultragpu-8g",)},
     "B200": {8: ("a4-highgpu-8g",)},
+    "RTXPRO6000": {1: ("g4-standard-48",), 2: ("g4-standard-96",), 4: ("g4-standard-192",), 8: ("g4-standard-384",)},
 }
-"""GPUs GCP attaches only to VM types of their own, by count (SkyPilot 0.14's ``gcp_catalog``)."""
+"""GPUs GCP attaches only to VM types of their own, by count (SkyPilot 0.14's
+``gcp_catalog._ACC_INSTANCE_TYPE_DICTS``)."""
 _GCP_GPU_ONLY_VMS = frozenset(vm for counts in GCP_GPU_VMS.values() for vms in counts.values() for vm in vms)
+_GCP_GPU_VMS_BY_NAME = {k.lower(): v for k, v in GCP_GPU_VMS.items()}
+
+GCP_N1_FAMILIES = ("n1-standard", "n1-highmem", "n1-highcpu")
+"""The VM families SkyPilot picks a host from for the other GPUs (``gcp_catalog._DEFAULT_HOST_VM_FAMILY``)."""
 
 GCP_N1_CPUS: dict[str, dict[int, int]] = {
     "K80": {1: 4, 2: 8, 4: 16, 8: 32, 16: 64},
@@ -184,7 +193,13 @@ GCP_N1_CPUS: dict[str, dict[int, int]] = {
     "P100": {1: 8, 2: 16, 4: 32, 8: 64},
     "DEFAULT": {1: 8, 2: 16, 4: 32, 8: 64, 16: 128},
 }
-"""Other GPUs ride an ``n1-`` VM with at least this many vCPUs for their count and 4 GiB of memory per vCPU (SkyPilot's rule)."""
+"""The host size SkyPilot gives a GPU on an ``n1-`` VM when the task asks neither ``cpus`` nor ``memory``: at least
+this many vCPUs for the count, and 4 GiB of memory per vCPU (``gcp_catalog._NUM_ACC_TO_NUM_CPU``). Each such offer
+carries it (:attr:`pricing.offers.Offer.default_host_cpus`) for :func:`pricing.placement.matches` to apply."""
+
+GCP_N1_MEMORY_PER_CPU = 4
+"""GiB of memory per vCPU asked that SkyPilot gives an ``n1-`` host when the task asks ``cpus`` and no ``memory``
+(``gcp_catalog._DEFAULT_GPU_MEMORY_CPU_RATIO``), as for the default size."""
 
 
 def _gcp_host_vms(rows: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
@@ -204,27 +219,40 @@ GCP_N1_MAX: dict[str, dict[int, tuple[int, int]]] = {
     "P100": {1: (16, 104), 2: (32, 208), 4: (96, 624)},
 }
 """The most vCPUs and GiB of memory an ``n1-`` VM carrying that many of these GPUs may have (GCP's GPU
-documentation, as SkyPilot 0.14's ``gcp_catalog`` checks it before a launch)."""
+documentation, as SkyPilot 0.14's ``gcp_catalog.check_accelerator_attachable_to_host`` checks it before every
+launch of a pinned instance type). A GPU or a count not here SkyPilot refuses to attach to an ``n1-`` VM at all
+(K80:16, P100:8; a GPU it does not know: an assertion), so it is no offer."""
+GCP_N1_MAX_IN_ZONE: dict[tuple[str, int], dict[str, tuple[int, int]]] = {
+    ("K80", 8): {"asia-east1-a": (64, 416), "us-east1-d": (64, 416)},
+    ("P100", 4): {"us-east1-c": (64, 208), "europe-west1-d": (64, 208), "europe-west1-b": (64, 208)},
+}
+"""The zones where :data:`GCP_N1_MAX` differs, as SkyPilot checks them (the launcher pins the zone)."""
 
 
-def _gcp_gpu_hosts(vms: list[dict[str, str]], accelerator: str, count: int) -> list[dict[str, str]]:
-    """The VMs of a zone that can carry ``count`` x ``accelerator``, cheapest first: its own VM types for a
-    GPU that has them; else ``n1-`` VMs from SkyPilot's default size for the count (the cheapest of them,
-    what a task asking nothing more gets) up to GCP's limit for it (a task's ``cpus`` or ``instance_type``
-    may ask for a larger one)."""
-    own = {k.lower(): v for k, v in GCP_GPU_VMS.items()}.get(accelerator.lower())
+def _gcp_gpu_hosts(vms: list[dict[str, str]], accelerator: str, count: int,
+                   zone: str) -> tuple[list[dict[str, str]], int | None]:
+    """The VMs of ``zone`` that can carry ``count`` x ``accelerator``, cheapest first, and for a GPU on an ``n1-``
+    host the size SkyPilot gives that host when a task asks none (else ``None``).
+
+    A GPU with VM types of its own rides those. Another rides every ``n1-standard``/``-highmem``/``-highcpu`` VM
+    up to GCP's limit for the count, not only those of SkyPilot's default size or larger: SkyPilot picks the
+    host by the task's ``cpus`` and ``memory`` (``cpus: 2`` with T4:1 is ``n1-highmem-2``), and placement applies
+    its rule to these offers (:func:`pricing.placement.matches`), so a task asking nothing more still gets the
+    cheapest host of the default size, as SkyPilot launches it."""
+    own = _GCP_GPU_VMS_BY_NAME.get(accelerator.lower())
     if own is not None:
         fits = [r for r in vms if r["InstanceType"].strip() in own.get(count, ())]
+        default = None
     else:
-        cpus = GCP_N1_CPUS.get(accelerator.upper(), GCP_N1_CPUS["DEFAULT"]).get(count)
-        if cpus is None:
-            return []
-        most = GCP_N1_MAX.get(accelerator.upper(), {}).get(count)
-        fits = [r for r in vms if r["InstanceType"].strip().startswith(("n1-standard", "n1-highmem", "n1-highcpu"))
-                and (_decimal(r.get("vCPUs")) or 0) >= cpus and (_decimal(r.get("MemoryGiB")) or 0) >= 4 * cpus
-                and (most is None or ((_decimal(r.get("vCPUs")) or 0) <= most[0]
-                                      and (_decimal(r.get("MemoryGiB")) or 0) <= most[1]))]
-    return sorted(fits, key=lambda r: (_dollars(r["Price"]), r["InstanceType"].strip()))
+        name = accelerator.upper()
+        most = GCP_N1_MAX.get(name, {}).get(count)
+        default = GCP_N1_CPUS.get(name, GCP_N1_CPUS["DEFAULT"]).get(count)
+        if most is None or default is None:
+            return [], None
+        most = GCP_N1_MAX_IN_ZONE.get((name, count), {}).get(zone, most)
+        fits = [r for r in vms if r["InstanceType"].strip().startswith(GCP_N1_FAMILIES)
+                and (_decimal(r.get("vCPUs")) or 0) <= most[0] and (_decimal(r.get("MemoryGiB")) or 0) <= most[1]]
+    return sorted(fits, key=lambda r: (_dollars(r["Price"]), r["InstanceType"].strip())), default
 
 
 def _decimal(text: str | None) -> Decimal | None:

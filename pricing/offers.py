@@ -33,6 +33,12 @@ class Offer:
     ``location`` names the capacity it draws from (an on-prem pool, a zone):
     the key of ``free_capacity`` in :func:`pricing.placement.place`.
     ``simulated`` marks local stand-ins for cloud zones (demo and tests).
+
+    ``default_host_cpus`` is set on a GCP GPU riding an ``n1-`` VM (``n1-highmem-2+T4:1``): SkyPilot picks such a
+    host by its own rule (``sky/catalog/gcp_catalog.py``, ``get_instance_type_for_accelerator``), which
+    :func:`pricing.placement.matches` applies to these offers: a task asking neither ``cpus`` nor ``memory`` gets
+    a host of at least this many vCPUs and 4 GiB per vCPU (``_NUM_ACC_TO_NUM_CPU``: 4 for T4:1), one asking only
+    ``cpus`` at least 4 GiB per vCPU asked, one asking ``memory`` any vCPUs.
     """
 
     tier: Tier
@@ -46,6 +52,7 @@ class Offer:
     vcpus: Decimal | None = None
     memory_gib: Decimal | None = None
     simulated: bool = False
+    default_host_cpus: int | None = None
 
     @property
     def location(self) -> str:

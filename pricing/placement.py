@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
+from pricing.catalog import GCP_N1_MEMORY_PER_CPU
 from pricing.money import Micros, cost_for_seconds, fmt
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 
@@ -55,28 +56,58 @@ def _size_fits(have: Decimal | None, want: Decimal | None, exact: bool) -> bool:
     return have == want if exact else have >= want
 
 
+def _gcp_host_fits(offer: Offer, want: ResourceRequest) -> bool:
+    """A GCP GPU's ``n1-`` host (an offer with ``default_host_cpus``) against the task's sizes, as SkyPilot picks
+    that host (``sky/catalog/gcp_catalog.py``, ``get_instance_type_for_accelerator``): neither ``cpus`` nor
+    ``memory`` asked is at least the default vCPUs with 4 GiB each; ``cpus`` alone adds at least 4 GiB per vCPU
+    asked; ``memory`` alone leaves the vCPUs free; both are taken as written."""
+    cpus, memory = want.cpus, want.memory_gib
+    if cpus is None and memory is None:
+        least = Decimal(offer.default_host_cpus or 0)
+        return (_size_fits(offer.vcpus, least, False)
+                and _size_fits(offer.memory_gib, least * GCP_N1_MEMORY_PER_CPU, False))
+    exact = sized_exactly(offer)
+    if not _size_fits(offer.vcpus, cpus, exact and want.cpus_exact):
+        return False
+    if memory is None and cpus is not None:
+        return _size_fits(offer.memory_gib, cpus * GCP_N1_MEMORY_PER_CPU, False)
+    return _size_fits(offer.memory_gib, memory, exact and want.memory_exact)
+
+
 def matches(offer: Offer, want: ResourceRequest) -> bool:
     """Whether ``offer`` satisfies one resource shape. ``cpus`` and ``memory`` are at least, or exactly that size
     when the task wrote them without '+' and the offer is an instance type (:func:`sized_exactly`), as SkyPilot's
-    catalog filters them: ``vCPUs == 16`` for ``cpus: 16``, ``>= 16`` for ``cpus: 16+``."""
+    catalog filters them: ``vCPUs == 16`` for ``cpus: 16``, ``>= 16`` for ``cpus: 16+``. A GCP GPU on an ``n1-``
+    host is held to SkyPilot's rule for that host (:func:`_gcp_host_fits`) unless the task names the VM, which
+    SkyPilot then takes as named (``sky.Resources._try_validate_cpus_mem``)."""
     if want.accelerator is not None:
         if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
             return False
         if offer.accelerator_count != max(want.accelerator_count, 1):
             return False  # exactly the count asked, as SkyPilot's catalog lookup matches it: A100:1 is not 8 A100s
-    exact = sized_exactly(offer)
-    if not _size_fits(offer.vcpus, want.cpus, exact and want.cpus_exact):
-        return False
-    if not _size_fits(offer.memory_gib, want.memory_gib, exact and want.memory_exact):
-        return False
+    if offer.default_host_cpus is not None and want.instance_type is None:
+        if not _gcp_host_fits(offer, want):
+            return False
+    elif want.cpus_exact or want.memory_exact:
+        exact = sized_exactly(offer)
+        if not _size_fits(offer.vcpus, want.cpus, exact and want.cpus_exact):
+            return False
+        if not _size_fits(offer.memory_gib, want.memory_gib, exact and want.memory_exact):
+            return False
+    else:  # at least, or no size: two comparisons, as every offer of the table goes through here
+        if want.cpus is not None and offer.vcpus is not None and offer.vcpus < want.cpus:
+            return False
+        if want.memory_gib is not None and offer.memory_gib is not None and offer.memory_gib < want.memory_gib:
+            return False
     if want.use_spot is True and offer.tier is not Tier.SPOT:
         return False
     if want.use_spot is False and offer.tier is Tier.SPOT:
         return False
-    for attr in ("cloud", "region", "zone"):
-        wanted = getattr(want, attr)
-        if wanted is not None and str(getattr(offer, attr)).lower() != str(wanted).lower():
-            return False
+    if want.cloud is not None or want.region is not None or want.zone is not None:
+        for attr in ("cloud", "region", "zone"):
+            wanted = getattr(want, attr)
+            if wanted is not None and str(getattr(offer, attr)).lower() != str(wanted).lower():
+                return False
     if want.instance_type is not None:
         # a GCP GPU offer is named <host VM>+<GPU>:<count>: a task names the VM, as SkyPilot takes it
         names = {offer.instance_type.lower(), offer.instance_type.split("+", 1)[0].lower()}
@@ -87,11 +118,11 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
 
 def candidates(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     """Offers matching any alternative of the request and its allowed tiers."""
-    return [
-        o
-        for o in offers
-        if o.tier in request.allowed_tiers and any(matches(o, alt) for alt in request.alternatives)
-    ]
+    tiers, alternatives = request.allowed_tiers, request.alternatives
+    if len(alternatives) == 1:  # the common case, without a generator per offer
+        alt, = alternatives
+        return [o for o in offers if o.tier in tiers and matches(o, alt)]
+    return [o for o in offers if o.tier in tiers and any(matches(o, alt) for alt in alternatives)]
 
 
 def under_cap(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:

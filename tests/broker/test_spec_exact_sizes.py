@@ -15,6 +15,7 @@ import pytest
 
 from broker.admission import Refused, admit
 from broker.spec import parse
+from pricing.catalog import parse_vms_csv
 from pricing.money import to_micros
 from pricing.offers import Offer, Tier
 from pricing.placement import matches
@@ -108,3 +109,102 @@ def test_a_submit_whose_exact_size_no_instance_type_has_is_refused_saying_to_wri
     assert str(refused.value) == ("cannot place this job: no instance type has exactly 12 vCPUs (the ones that fit "
                                   "otherwise have 16 or 32 vCPUs); write cpus: 12+ for at least 12 vCPUs")
     assert submitted({"cpus": "12+"}).quote["tiers"][0]["tier"] == "spot"  # as the sentence says
+
+
+def _n1_catalog() -> str:
+    """A GCP ``vms.csv``: every n1 VM GCP lists (us-central1 prices: $/vCPU-hour by family), a cheaper n2 VM and an
+    n1-megamem that carry no such GPU, and GPU rows priced apart, in us-central1-a and (4x P100 only) us-east1-c."""
+    families = {"n1-standard": (3.75, 0.0475, (1, 2, 4, 8, 16, 32, 64, 96)),
+                "n1-highmem": (6.5, 0.0592, (2, 4, 8, 16, 32, 64, 96)),
+                "n1-highcpu": (0.9, 0.03545, (2, 4, 8, 16, 32, 64, 96))}
+    vms = [(f"{family}-{n}", n, memory * n, price * n) for family, (memory, price, sizes) in families.items()
+           for n in sizes] + [("n2-standard-2", 2, 8, 0.01), ("n1-megamem-96", 96, 1433.6, 10.67)]
+    lines = ["InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,"
+             "SpotPrice"]
+    for region, zone, gpus in GCP_ZONES:
+        lines += [f"{name},{cpus},{memory:g},,,,{region},{zone},{price:.6f},{price / 5:.6f}"
+                  for name, cpus, memory, price in vms]
+        lines += [f",,,{acc},{count},{acc},{region},{zone},{0.5 * count},{0.2 * count}" for acc, count in gpus]
+    return "\n".join(lines) + "\n"
+
+
+GCP_ZONES = [("us-central1", "us-central1-a", [("T4", 1), ("T4", 4), ("V100", 1), ("V100", 8), ("P4", 1), ("K80", 8)]),
+             ("us-east1", "us-east1-c", [("P100", 4)])]
+GCP_CPUS = [None, 1, 2, "2+", 8, "8+", 16, 32, "48+", 64]
+GCP_MEMORY = [None, 3.75, 7.5, "8+", 15, 52, "60+", 104, 208, "300+"]
+"""Sizes as a task's YAML holds them, every pair of which is asked with each GPU of :data:`GCP_ZONES`."""
+
+SKYPILOT_GCP_HOSTS = """
+import functools, io, json, sys
+import pandas as pd
+from sky import exceptions
+from sky.catalog import common, gcp_catalog
+from sky.utils import resources_utils
+text, requests = json.load(sys.stdin)
+gcp_catalog._df = pd.read_csv(io.StringIO(text))
+gcp_catalog.list_accelerators = functools.cache(gcp_catalog.list_accelerators)  # the same answer per GPU, once
+real = common.get_instance_type_for_cpus_mem_impl
+kept = []
+def spy(df, cpus, memory, *args, **kwargs):
+    # the n1 hosts and the sizes gcp_catalog.get_instance_type_for_accelerator derived, through its own filters
+    kept.extend(common._filter_with_mem(common._filter_with_cpus(df, cpus), memory)["InstanceType"])
+    return real(df, cpus, memory, *args, **kwargs)
+common.get_instance_type_for_cpus_mem_impl = spy
+attachable = {}
+def attaches(vm, acc, count, zone):
+    # what SkyPilot checks of every pinned instance type before a launch (GCP's limit per GPU count, by zone)
+    if (vm, acc, count, zone) not in attachable:
+        try:
+            gcp_catalog.check_accelerator_attachable_to_host(vm, {acc: count}, zone)
+            attachable[vm, acc, count, zone] = True
+        except exceptions.ResourcesMismatchError:
+            attachable[vm, acc, count, zone] = False
+    return attachable[vm, acc, count, zone]
+out = []
+for acc, count, zone, cpus, memory in requests:
+    # as sky.Resources keeps them (_set_cpus: str(cpus); _set_memory: parse_memory_resource)
+    cpus = None if cpus is None else str(cpus)
+    if memory is not None:
+        memory = resources_utils.parse_memory_resource(str(memory), "memory", ret_type=float, allow_plus=True,
+                                                       allow_x=True)
+    kept.clear()
+    picked, _ = gcp_catalog.get_instance_type_for_accelerator(acc, count, cpus=cpus, memory=memory, zone=zone)
+    out.append({"accepted": sorted(vm for vm in set(kept) if attaches(vm, acc, count, zone)),
+                "picked": picked[0] if picked else None,
+                "picked_attaches": bool(picked) and attaches(picked[0], acc, count, zone)})
+print(json.dumps(out))
+"""
+
+
+def test_the_n1_hosts_a_gcp_gpu_task_matches_are_those_skypilot_picks_from_and_can_attach(tmp_path):
+    """For each GPU that rides an n1 VM and every pair of sizes, the hosts placement matches are the ones SkyPilot's
+    own rule keeps (``gcp_catalog.get_instance_type_for_accelerator``: its default host size when no size is asked,
+    4 GiB per vCPU with ``cpus`` alone, the n1 families; its filters run, in a process of their own, on a catalog
+    of every n1 shape) and can attach the GPUs to (``check_accelerator_attachable_to_host``, which SkyPilot runs on
+    the instance type the launcher pins); and the cheapest of them is the host SkyPilot itself picks."""
+    text = _n1_catalog()
+    requests = [(acc, count, zone, cpus, memory) for _, zone, gpus in GCP_ZONES for acc, count in gpus
+                for cpus in GCP_CPUS for memory in GCP_MEMORY]
+    env = {**os.environ, "HOME": str(tmp_path), "SKY_RUNTIME_DIR": str(tmp_path),
+           "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    done = subprocess.run([sys.executable, "-c", SKYPILOT_GCP_HOSTS], input=json.dumps([text, requests]), env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    skypilots = json.loads(done.stdout)
+    offers = [o for o in parse_vms_csv(text, "gcp") if o.accelerator and o.tier is Tier.ONDEMAND]
+    differ, cheapest = [], []
+    for (acc, count, zone, cpus, memory), skypilot in zip(requests, skypilots):
+        resources = {"infra": f"gcp/{zone.rsplit('-', 1)[0]}/{zone}", "accelerators": f"{acc}:{count}",
+                     **{k: v for k, v in (("cpus", cpus), ("memory", memory)) if v is not None}}
+        alt, = parse({"run": "x", "resources": resources}, now=NOW).request.alternatives
+        ours = sorted((o for o in offers if matches(o, alt)), key=lambda o: o.price_per_hour)
+        hosts = sorted(o.instance_type.split("+")[0] for o in ours)
+        if hosts != skypilot["accepted"]:
+            differ.append((acc, count, cpus, memory, skypilot["accepted"], hosts))
+        if skypilot["picked_attaches"]:
+            cheapest.append((skypilot["picked"], ours[0].instance_type.split("+")[0] if ours else None))
+    assert not differ, f"(GPU, count, cpus, memory, SkyPilot's hosts, ours): {differ}"
+    assert all(skypilot == ours for skypilot, ours in cheapest), [c for c in cheapest if c[0] != c[1]]
+    accepted = [len(s["accepted"]) for s in skypilots]
+    assert min(accepted) == 0 and max(accepted) > 10 and accepted.count(1) > 20  # the check is of something
+    assert len(cheapest) > len(requests) / 3

@@ -5,6 +5,11 @@ SkyPilot takes ``cpus: 16`` as exactly 16 vCPUs and ``cpus: 16+`` as at least 16
 refuses a pinned instance type of another size). The SkyPilot launcher pins the placement's instance type, so a
 cloud offer of another size than an exact one asked is a launch SkyPilot refuses: placement never takes one. A
 pool is a share of a host and a simulated zone a process on this host: there a size is at least.
+
+A GCP GPU that rides an ``n1-`` VM is offered on every such VM GCP attaches it to, and placement picks the host as
+SkyPilot does (``sky/catalog/gcp_catalog.py``, ``get_instance_type_for_accelerator``): with no size asked, at least
+SkyPilot's default vCPUs for the GPUs and 4 GiB each; with ``cpus`` alone, at least 4 GiB per vCPU asked; with
+``memory`` alone, any vCPUs; with both, as written; a VM the task names, as named.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from decimal import Decimal
 
 import pytest
 
+from pricing.catalog import parse_vms_csv
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 from pricing.placement import NoFit, Placement, place
 
@@ -97,6 +103,44 @@ PLACED = [
 ]
 
 
+GCP_ROWS = [  # GCP's n1 shapes at their us-central1 prices (vCPUs, GiB, $/h, spot $/h)
+    "n1-standard-1,1.0,3.75,0.0475,0.01", "n1-highcpu-2,2.0,1.8,0.0709,0.015", "n1-standard-2,2.0,7.5,0.095,0.02",
+    "n1-highmem-2,2.0,13.0,0.1184,0.025", "n1-standard-4,4.0,15.0,0.19,0.04", "n1-highmem-4,4.0,26.0,0.2368,0.05",
+    "n1-standard-8,8.0,30.0,0.38,0.08", "n1-highmem-8,8.0,52.0,0.47321,0.09962", "n1-standard-16,16.0,60.0,0.76,0.16",
+    "n1-highmem-16,16.0,104.0,0.94642,0.19924", "n1-highcpu-16,16.0,14.4,0.5672,0.12",
+    "n2-standard-2,2.0,8.0,0.01,0.001",  # cheaper than any n1, but GCP attaches no T4 to it
+]
+GCP_GPUS = [",,,0.35,0.14,T4,1", ",,,2.48,0.992,V100,1"]  # priced apart from the VM they ride
+GCP = parse_vms_csv("InstanceType,vCPUs,MemoryGiB,Price,SpotPrice,AcceleratorName,AcceleratorCount,Region,AvailabilityZone\n"
+                    + "\n".join(f"{r},us-central1,us-central1-a" for r in [f"{vm},," for vm in GCP_ROWS] + GCP_GPUS),
+                    "gcp")
+
+PLACED += [
+    pytest.param(job(want("T4", 1)), GCP, "spot n1-highmem-4+T4:1",
+                 id="T4:1 asking nothing more takes the cheapest n1 VM of SkyPilot's default 4+ vCPUs and 16+ GiB"),
+    pytest.param(job(want("V100", 1)), GCP, "spot n1-highmem-8+V100:1",
+                 id="V100:1 asking nothing more takes the cheapest n1 VM of SkyPilot's default 8+ vCPUs and 32+ GiB"),
+    pytest.param(job(want("T4", 1, cpus="2")), GCP, "spot n1-highmem-2+T4:1",
+                 id="T4:1 with cpus: 2 takes n1-highmem-2, not n1-standard-2 under the 8 GiB SkyPilot gives 2 vCPUs"),
+    pytest.param(job(want("T4", 1, cpus="2+")), GCP, "spot n1-highmem-2+T4:1",
+                 id="T4:1 with cpus: 2+ takes the cheapest n1 VM with 2+ vCPUs and 4 GiB each"),
+    pytest.param(job(want("T4", 1, cpus="16")), GCP, "spot n1-highmem-16+T4:1",
+                 id="T4:1 with cpus: 16 takes the 16-vCPU n1 VM with 64+ GiB, not n1-standard-16 of 60 GiB"),
+    pytest.param(job(want("T4", 1, memory="15")), GCP, "spot n1-standard-4+T4:1",
+                 id="T4:1 with memory: 15 takes n1-standard-4, SkyPilot leaving its vCPUs free"),
+    pytest.param(job(want("T4", 1, memory="1.8")), GCP, "spot n1-highcpu-2+T4:1",
+                 id="T4:1 with memory: 1.8 takes n1-highcpu-2, under the 4 GiB a vCPU SkyPilot asks only with cpus"),
+    pytest.param(job(want("T4", 1, memory="3+")), GCP, "spot n1-standard-1+T4:1",
+                 id="T4:1 with memory: 3+ takes the cheapest n1 VM with that much, of 1 vCPU"),
+    pytest.param(job(want("T4", 1, cpus="2", memory="7.5")), GCP, "spot n1-standard-2+T4:1",
+                 id="T4:1 with cpus: 2 and memory: 7.5 takes n1-standard-2: sizes asked both are taken as written"),
+    pytest.param(job(want("T4", 1, instance_type="n1-standard-1")), GCP, "spot n1-standard-1+T4:1",
+                 id="T4:1 naming n1-standard-1 takes it, as SkyPilot takes a VM named"),
+    pytest.param(job(want("T4", 1, cpus="1", instance_type="n1-standard-1")), GCP, "spot n1-standard-1+T4:1",
+                 id="T4:1 naming n1-standard-1 with cpus: 1 takes it, SkyPilot checking only the size asked"),
+]
+
+
 @pytest.mark.parametrize("request_, offers, expected", PLACED)
 def test_sizes_are_placed_as_skypilot_reads_them(request_, offers, expected):
     result = place(request_, offers)
@@ -136,6 +180,12 @@ NO_FIT = [
     pytest.param(job(want("A10G", 1, cpus="12")), [SIM_ZONE],
                  "no offer has 1x A10G with exactly 12 vCPUs (the largest offer has 4 vCPUs)",
                  id="a simulated zone smaller than the size asked is no fit, and '+' would not help there"),
+    pytest.param(job(want("T4", 1, cpus="1")), GCP,
+                 "no instance type has 1x T4 with exactly 1 vCPUs (the ones that fit otherwise have 2, 4, 8 or 16 "
+                 "vCPUs); write cpus: 1+ for at least 1 vCPUs",
+                 id="T4:1 with cpus: 1 is no fit: n1-standard-1 has 3.75 GiB, under the 4 GiB SkyPilot asks with it"),
+    pytest.param(job(want("V100", 1, cpus="16")), GCP, "no offer has 1x V100 with exactly 16 vCPUs",
+                 id="V100:1 with cpus: 16 is no fit, past GCP's 12 vCPUs for one V100"),
 ]
 
 

@@ -11,7 +11,7 @@ import pytest
 from pricing.catalog import CatalogError, onprem_offer, parse_az_mappings, parse_vms_csv
 from pricing.loading import SNAPSHOT_DIR, catalog_files, load_price_table
 from pricing.offers import JobRequest, ResourceRequest, Tier
-from pricing.placement import NoFit, Placement, place
+from pricing.placement import NoFit, Placement, matches, place
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -83,9 +83,10 @@ GCP_VMS = [  # VM rows as in skypilot-catalog v8 gcp/vms.csv (../shared/data/sky
         pytest.param(",,,H100,1,,us-central1,us-central1-a,11.06,3.5", ("a3-highgpu-1g+H100:1", 12_242_510, 3_861_170),
                      id="1x H100 rides a3-highgpu-1g"),
         pytest.param(",,,V100,8,,us-central1,us-central1-a,19.84,7.94", ("n1-highmem-64+V100:8", 23_620_000, 8_740_000),
-                     id="8x V100 rides an n1 VM with the 64 vCPUs and 256 GiB SkyPilot gives it, not n1-standard-1"),
+                     id="8x V100 asking nothing more rides an n1 VM with the 64 vCPUs and 256 GiB SkyPilot gives it, "
+                        "not n1-standard-1"),
         pytest.param(",,,T4,1,,us-central1,us-central1-a,0.35,0.14", ("n1-highmem-8+T4:1", 823_210, 239_620),
-                     id="1x T4 rides the cheapest n1 VM with 4+ vCPUs and 16+ GiB"),
+                     id="1x T4 asking nothing more rides the cheapest n1 VM with 4+ vCPUs and 16+ GiB"),
         pytest.param(",,,A100,8,,us-central1,us-central1-b,23.47,9.38", None,
                      id="a GPU in a zone with no VM to carry it is no offer, not the GPU's price alone"),
         pytest.param(",,,A100,2,,us-central1,us-central1-a,5.87,2.35", None,
@@ -97,8 +98,11 @@ def test_gcp_gpu_rows_ride_the_host_vm_skypilot_would_launch(gpu_row, expected):
     if expected is None:
         assert offers == []
         return
+    plain = ResourceRequest(offers[0].accelerator, offers[0].accelerator_count)  # the GPUs and nothing more
+    cheapest = [min((o for o in offers if o.tier is tier and matches(o, plain)), key=lambda o: o.price_per_hour)
+                for tier in (Tier.ONDEMAND, Tier.SPOT)]
     instance_type, ondemand, spot = expected
-    assert {(o.instance_type, o.tier, o.price_per_hour) for o in offers} == {
+    assert {(o.instance_type, o.tier, o.price_per_hour) for o in cheapest} == {
         (instance_type, Tier.ONDEMAND, ondemand), (instance_type, Tier.SPOT, spot)}
 
 
@@ -126,6 +130,62 @@ def test_a_gcp_gpu_rides_any_vm_that_can_carry_it_the_cheapest_unless_asked(want
         assert isinstance(placed, NoFit), placed
     else:
         assert isinstance(placed, Placement) and placed.offer.instance_type == expected, placed
+
+
+N1_VMS = [  # GCP's n1 shapes at their us-central1 prices, and VMs of other families that carry no such GPU
+    "n1-standard-1,1.0,3.75,,,,{region},{zone},0.0475,0.01",
+    "n1-highcpu-2,2.0,1.8,,,,{region},{zone},0.0709,0.015",
+    "n1-standard-2,2.0,7.5,,,,{region},{zone},0.095,0.02",
+    "n1-highmem-2,2.0,13.0,,,,{region},{zone},0.1184,0.025",
+    "n1-standard-4,4.0,15.0,,,,{region},{zone},0.19,0.04",
+    "n1-highmem-4,4.0,26.0,,,,{region},{zone},0.2368,0.05",
+    "n1-standard-16,16.0,60.0,,,,{region},{zone},0.76,0.16",
+    "n1-highmem-32,32.0,208.0,,,,{region},{zone},1.8928,0.4",
+    "n1-standard-64,64.0,240.0,,,,{region},{zone},3.04,0.64",
+    "n1-highmem-64,64.0,416.0,,,,{region},{zone},3.78,0.80",
+    "n1-megamem-96,96.0,1433.6,,,,{region},{zone},10.67,2.2",
+    "n2-standard-2,2.0,8.0,,,,{region},{zone},0.0971,0.02",
+    "g2-standard-4,4.0,16.0,,,,{region},{zone},0.70683,0.2827",
+    "g4-standard-48,48.0,180.0,,,,{region},{zone},4.5,1.8",
+]
+N1_SMALL = {"n1-standard-1", "n1-highcpu-2", "n1-standard-2", "n1-highmem-2", "n1-standard-4", "n1-highmem-4"}
+
+
+@pytest.mark.parametrize("gpu, zone, hosts, default_cpus", [
+    pytest.param("T4,1", "us-central1-a", N1_SMALL | {"n1-standard-16", "n1-highmem-32"}, 4,
+                 id="1x T4 rides every n1 VM within GCP's 48 vCPUs and 312 GiB for one, from n1-standard-1 up, "
+                    "marked with the 4 vCPUs SkyPilot gives its host when a task asks no size"),
+    pytest.param("V100,1", "us-central1-a", N1_SMALL, 8,
+                 id="1x V100 rides every n1 VM within GCP's 12 vCPUs and 78 GiB for one, marked with 8 vCPUs"),
+    pytest.param("P4,1", "us-central1-a", N1_SMALL | {"n1-standard-16"}, 8,
+                 id="1x P4 takes SkyPilot's default of 8 vCPUs and GCP's 24 vCPUs and 156 GiB for one"),
+    pytest.param("P100,4", "us-east1-b", N1_SMALL | {"n1-standard-16", "n1-highmem-32", "n1-standard-64",
+                                                      "n1-highmem-64"}, 32,
+                 id="4x P100 rides an n1 VM of up to 96 vCPUs and 624 GiB in most zones"),
+    pytest.param("P100,4", "us-east1-c", N1_SMALL | {"n1-standard-16", "n1-highmem-32"}, 32,
+                 id="4x P100 rides an n1 VM of up to 64 vCPUs and 208 GiB in us-east1-c, as SkyPilot checks there"),
+    pytest.param("P100,8", "us-central1-a", set(), None,
+                 id="8x P100, a count GCP does not attach to an n1 VM, is no offer"),
+    pytest.param("K80,16", "us-central1-a", set(), None,
+                 id="16x K80, a count SkyPilot gives a host size but GCP does not attach, is no offer"),
+    pytest.param("X9,1", "us-central1-a", set(), None,
+                 id="a GPU SkyPilot knows no n1 limit for is no offer, as SkyPilot refuses to attach it"),
+    pytest.param("RTXPRO6000,1", "us-central1-a", {"g4-standard-48"}, None,
+                 id="1x RTX PRO 6000 rides its own g4-standard-48, never an n1 VM"),
+])
+def test_a_gcp_gpu_is_offered_on_every_host_skypilot_can_attach_it_to(gpu, zone, hosts, default_cpus):
+    region = zone.rsplit("-", 1)[0]
+    rows = [r.format(region=region, zone=zone) for r in N1_VMS] + [f",,,{gpu},,{region},{zone},1.0,0.5"]
+    offers = parse_vms_csv(GCP_HEADER + "\n".join(rows), "gcp")
+    paired = [o for o in offers if o.accelerator]
+    assert {o.instance_type.split("+")[0] for o in paired} == hosts
+    assert {o.default_host_cpus for o in paired} <= {default_cpus}
+
+
+def test_an_rtx_pro_6000s_own_vm_is_never_offered_without_its_gpus():
+    rows = [r.format(region="us-central1", zone="us-central1-a") for r in N1_VMS]
+    assert [o.instance_type for o in parse_vms_csv(GCP_HEADER + "\n".join(rows), "gcp")
+            if o.instance_type.startswith(("g2-", "g4-"))] == []
 
 
 def test_snapshot_ships_with_a_source_note_and_loads_offline(tmp_path):
@@ -291,7 +351,8 @@ def test_gcp_is_priced_from_skypilots_catalog_beside_aws(tmp_path):
     _gcp_catalog(tmp_path)
     offers = load_price_table(home=tmp_path)
     assert {o.cloud for o in offers} == {"aws", "gcp"}, "AWS from the shipped snapshot, GCP from ~/.sky"
-    v100 = {(o.tier, o.zone, o.instance_type): o.price_per_hour for o in offers if o.cloud == "gcp" and o.accelerator == "V100"}
+    v100 = {(o.tier, o.zone, o.instance_type): o.price_per_hour for o in offers
+            if o.cloud == "gcp" and matches(o, ResourceRequest("V100", 1))}  # the host a task asking V100:1 gets
     assert v100 == {(Tier.ONDEMAND, "us-central1-a", "n1-highmem-8+V100:1"): 2_953_210,
                     (Tier.SPOT, "us-central1-a", "n1-highmem-8+V100:1"): 1_091_620}
     assert load_price_table(home=tmp_path, clouds=("aws",)) == tuple(o for o in offers if o.cloud == "aws")
@@ -328,7 +389,7 @@ def test_the_broker_notices_a_gcp_catalog_appearing_and_refreshing(tmp_path, bro
 
     def gcp_spot():
         return sorted(o.price_per_hour for o in broker_offers._price_table(("aws", "gcp"))
-                      if o.cloud == "gcp" and o.tier is Tier.SPOT and o.accelerator == "V100")
+                      if o.cloud == "gcp" and o.tier is Tier.SPOT and matches(o, ResourceRequest("V100", 1)))
 
     assert gcp_spot() == []
     vms = _gcp_catalog(tmp_path)
