@@ -188,14 +188,33 @@ class JobStore(Protocol):
         updated first: what the retention policy deletes (:meth:`prune`, ``broker/retention.py``). Read from the
         update-time index; a job not final, in a state a newer broker set among them, is never one of them."""
 
-    def prune(self, jobs: Sequence[Job]) -> list[str]:
+    def prune_sizes(self, jobs: Sequence[Job]) -> list[int]:
+        """What deleting each of ``jobs`` weighs in one write of :meth:`prune`, in records, from counts the store
+        keeps (nothing decoded): what the retention policy sizes its writes by, so that each holds the store about
+        as long. SQLite: the job's row, its attempts, events and metric points (each counted by a seek or two in its
+        index); Redis: 1 (a job is one script whose ``UNLINK`` leaves freeing its lists to the server's background)."""
+
+    def prune(self, jobs: Sequence[Job], *, rows: int | None = None) -> list[str]:
         """Delete each of ``jobs`` with everything of it — its attempts, events, metric points, its idempotency key
         (a new job may take it) and its entries in every index — if it is still stored at the version it was read
         at, in a final state; return the ids deleted. Compare-and-set, as :meth:`commit`: a job changed since it was
         read (a resume, a budget raised) stays whole, and one already gone (another broker pruned it) is not
-        counted again, neither being an error. A job goes wholly or not at all; so does the batch in SQLite. In the
-        same atomic write, each job deleted adds one to :meth:`pruned` and what it added to the counters of
-        ``/metrics`` (:func:`broker.totals.of_job` of it and its attempts as stored) to :meth:`pruned_totals`."""
+        counted again, neither being an error. A job goes wholly or not at all; so does the batch in SQLite (one
+        transaction). In the same atomic write, each job deleted adds one to :meth:`pruned` and what it added to the
+        counters of ``/metrics`` (:func:`broker.totals.of_job` of it and its attempts as stored) to
+        :meth:`pruned_totals`.
+
+        ``rows`` bounds the write, in the records :meth:`prune_sizes` counts: the metric points that would take it
+        past ``rows`` (a job that reported for weeks) are left, recorded, for :meth:`prune_leftovers` to delete in
+        writes of their own. They go after their job, never before it: the job's row is the compare-and-set, so a
+        job changed since it was read keeps every point, and once it is gone no write can bring it back (a commit
+        on it conflicts). Nothing reads them meanwhile (every read of points is of a job that exists). A store that
+        deletes a job's points whole at no cost to others (Redis) leaves none."""
+
+    def prune_leftovers(self, *, limit: int) -> int:
+        """Delete up to ``limit`` of the metric points :meth:`prune` left of the jobs it deleted (``rows``), in one
+        write; how many it deleted: 0 when none are left. Brokers may call it at once (each point goes once), and a
+        broker stopped halfway leaves them to the next call, its own or another's."""
 
     def pruned(self) -> int:
         """How many jobs :meth:`prune` deleted, by every broker sharing the store (``/metrics``)."""

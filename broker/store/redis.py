@@ -38,17 +38,42 @@ from broker.store.redis_keys import Keys
 
 COMMIT_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
---       jobs by update time, state names, placements
+--       jobs by update time, state names, placements, the idempotency key as written before team names were
+--       escaped (or the job key again: none, or the same key)
 -- ARGV: expected version ('' = create), job JSON, job id, submitted_at, new state, state-set prefix,
---       has idempotency key ('1'/'0'), n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON...,
---       updated_at, expected placements ('' = not a placement)
+--       has idempotency key ('1'/'0'), team, idempotency key, job-key prefix, idempotency-key prefix,
+--       n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON..., updated_at,
+--       expected placements ('' = not a placement)
+local function stored(id)
+  local body = redis.call('GET', ARGV[10] .. id)
+  return body and cjson.decode(body)
+end
+local function ours(job)  -- this team's job with this idempotency key
+  return job and job['team'] == ARGV[8] and job['idempotency_key'] == ARGV[9]
+end
+local function escaped(team)  -- as Keys.idempotency escapes a team's name
+  local s = string.gsub(team, '%%', '%%25')
+  s = string.gsub(s, ':', '%%3A')
+  return s
+end
 local current = redis.call('GET', KEYS[1])
 local old_state = false
+-- a key written before team names were escaped may name another team's job ('a:b' + 'c' was 'a' + 'b:c'): only a
+-- job of this team with this key is a duplicate; another team's job moves to its own key as this job takes the key
+local foreign, foreign_id = false, false
 if ARGV[1] == '' then
   if current then return {'DUP', ARGV[3]} end
   if ARGV[7] == '1' then
     local existing = redis.call('GET', KEYS[4])
-    if existing then return {'DUP', existing} end
+    local job = existing and stored(existing)
+    if ours(job) then return {'DUP', existing} end
+    if job and type(job['team']) == 'string' and type(job['idempotency_key']) == 'string' then
+      foreign, foreign_id = job, existing
+    end
+    if KEYS[11] ~= KEYS[4] then
+      local legacy = redis.call('GET', KEYS[11])
+      if legacy and ours(stored(legacy)) then return {'DUP', legacy} end
+    end
   end
 else
   if not current then return {'CONFLICT', ''} end
@@ -66,15 +91,20 @@ redis.call('SET', KEYS[1], ARGV[2])
 if ARGV[1] == '' then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[3])
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
-  if ARGV[7] == '1' then redis.call('SET', KEYS[4], ARGV[3]) end
+  if ARGV[7] == '1' then
+    if foreign then
+      redis.call('SET', ARGV[11] .. escaped(foreign['team']) .. ':' .. foreign['idempotency_key'], foreign_id, 'NX')
+    end
+    redis.call('SET', KEYS[4], ARGV[3])
+  end
 end
 if old_state ~= ARGV[5] then
   if old_state then redis.call('SREM', ARGV[6] .. old_state, ARGV[3]) end
   redis.call('SADD', ARGV[6] .. ARGV[5], ARGV[3])
   redis.call('SADD', KEYS[9], ARGV[5])
 end
-local i = 9
-for _ = 1, tonumber(ARGV[8]) do redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]); i = i + 2 end
+local i = 13
+for _ = 1, tonumber(ARGV[12]) do redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]); i = i + 2 end
 local n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do redis.call('RPUSH', KEYS[6], ARGV[i]); i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
@@ -85,7 +115,8 @@ return {'OK', ''}
 
 PRUNE_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
---       jobs by update time, pruned count, pruned totals
+--       jobs by update time, pruned count, pruned totals, the idempotency key as written before team names were
+--       escaped (or the job key again)
 -- ARGV: expected version, job id, state-set prefix, n final states, the final states...,
 --       then (totals field, integer increment) pairs: what the job adds to the counters of /metrics
 -- At a server's maxmemory a script is refused a command that may add data only while it has written nothing:
@@ -102,7 +133,9 @@ for i = 5, 4 + n do
   if ARGV[i] == state then final = true end
 end
 if not final then return 'LIVE' end
-if KEYS[4] ~= KEYS[1] and redis.call('GET', KEYS[4]) == ARGV[2] then redis.call('UNLINK', KEYS[4]) end
+for _, idem in ipairs({KEYS[4], KEYS[11]}) do  -- each only while it names this job
+  if idem ~= KEYS[1] and redis.call('GET', idem) == ARGV[2] then redis.call('UNLINK', idem) end
+end
 redis.call('UNLINK', KEYS[1], KEYS[5], KEYS[6], KEYS[7])
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
@@ -172,7 +205,8 @@ class RedisStore:
         args: list = [
             "" if change.expected_version is None else str(change.expected_version),
             json.dumps(stored.to_dict()), job.id, repr(job.submitted_at), stored.state.value, k.by_state(""),
-            "1" if job.idempotency_key else "0", len(change.attempts),
+            "1" if job.idempotency_key else "0", job.team, job.idempotency_key or "", k.job(""),
+            k.idempotency_prefix(), len(change.attempts),
         ]
         for attempt in change.attempts:
             args += [str(attempt.n), json.dumps(attempt.to_dict())]
@@ -180,11 +214,20 @@ class RedisStore:
         args += [len(change.metrics), *(json.dumps(m) for m in change.metrics)]
         args.append(repr(float(stored.updated_at)))
         args.append("" if change.expected_placements is None else str(change.expected_placements))
-        keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
-                k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
-                k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated(), k.state_names(),
-                k.placements()]
+        idem, legacy = self._idempotency_keys(job)
+        keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team), idem, k.attempts(job.id), k.events(job.id),
+                k.metrics(job.id), k.updated(), k.state_names(), k.placements(), legacy]
         return Slot(_Change(change, keys, args), result=stored)
+
+    def _idempotency_keys(self, job: Job) -> tuple[str, str]:
+        """The job's idempotency key and where a broker from before team names were escaped stored it (each the
+        job's own key when it has none, or the two are one: the scripts' way of saying none)."""
+        k = self.keys
+        if not job.idempotency_key:
+            return k.job(job.id), k.job(job.id)
+        idem, legacy = k.idempotency(job.team, job.idempotency_key), k.idempotency_unescaped(job.team,
+                                                                                             job.idempotency_key)
+        return idem, legacy if legacy != idem else k.job(job.id)
 
     def _write_batch(self, batch: Sequence[Slot]) -> None:
         script = self._commit_script
@@ -264,8 +307,16 @@ class RedisStore:
         self._updated_complete = True
 
     def find_idempotent(self, team: str, key: str) -> Job | None:
-        job_id = self._r.get(self.keys.idempotency(team, key))
-        return self.get_job(job_id) if job_id else None
+        """By the team's key; for a team whose name holds ``%`` or ``:``, then by where a broker from before the
+        escaping stored it. Either names a job only of this team with this key: a key written before the escaping
+        may name another team's (``a:b`` + ``c`` was ``a`` + ``b:c``)."""
+        k = self.keys
+        for name in dict.fromkeys((k.idempotency(team, key), k.idempotency_unescaped(team, key))):
+            job_id = self._r.get(name)
+            job = self.get_job(job_id) if job_id else None
+            if job is not None and job.team == team and job.idempotency_key == key:
+                return job
+        return None
 
     def _ids(self, *, team: str | None, states: Sequence[str] | None, active_since: float | None,
              until: float | None = None) -> list[str]:
@@ -393,11 +444,19 @@ class RedisStore:
         jobs.sort(key=lambda j: (j.updated_at, j.id))
         return jobs[:limit]
 
-    def prune(self, jobs: Sequence[Job]) -> list[str]:
+    def prune_sizes(self, jobs: Sequence[Job]) -> list[int]:
+        """1 each: a job's script ``UNLINK``s its lists, which the server frees in the background, so what it holds
+        does not make the script longer."""
+        return [1] * len(jobs)
+
+    def prune(self, jobs: Sequence[Job], *, rows: int | None = None) -> list[str]:
         """One script run per job (atomic: the version check, every key of the job, and what it adds to the pruned
         count and totals), sent in pipelined round trips. What a job adds is computed here from its attempts, read
         just before: a commit that changed them since also moved the job's version, and the script then deletes
-        nothing and adds nothing. Two brokers pruning the same job: one script deletes it, the other finds it gone."""
+        nothing and adds nothing. Two brokers pruning the same job: one script deletes it, the other finds it gone.
+        Every point goes with its job, whatever ``rows`` says: nothing is left for :meth:`prune_leftovers`.
+        The idempotency key goes in both forms (escaped, and as a broker before the escaping wrote it), each only
+        while it names this job."""
         k = self.keys
         deleted: list[str] = []
         for start in range(0, len(jobs), BATCH_IDS):
@@ -405,10 +464,9 @@ class RedisStore:
             tries = self.attempts_of([job.id for job in chunk])
             with self._r.pipeline(transaction=False) as pipe:
                 for job in chunk:
-                    keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team),
-                            k.idempotency(job.team, job.idempotency_key) if job.idempotency_key else k.job(job.id),
-                            k.attempts(job.id), k.events(job.id), k.metrics(job.id), k.updated(), k.pruned(),
-                            k.pruned_totals()]
+                    idem, legacy = self._idempotency_keys(job)
+                    keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team), idem, k.attempts(job.id),
+                            k.events(job.id), k.metrics(job.id), k.updated(), k.pruned(), k.pruned_totals(), legacy]
                     adds = [x for key, value in sorted(totals.of_job(job, tries[job.id]).items())
                             for x in (totals.encode(key), str(value))]
                     self._prune_script(keys=keys, args=[str(job.version), job.id, k.by_state(""), len(_FINAL),
@@ -416,6 +474,9 @@ class RedisStore:
                 replies = pipe.execute()
             deleted += [job.id for job, reply in zip(chunk, replies) if reply == "OK"]
         return deleted
+
+    def prune_leftovers(self, *, limit: int) -> int:
+        return 0  # prune leaves none
 
     def pruned(self) -> int:
         return int(self._r.get(self.keys.pruned()) or 0)

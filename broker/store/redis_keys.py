@@ -44,8 +44,20 @@ class Keys:
 
     def idempotency(self, team: str, key: str) -> str:
         """String: the job id a team's Idempotency-Key created. The team's ``%`` and ``:`` are escaped, so team
-        ``a:b``'s key ``c`` and team ``a``'s key ``b:c`` are two keys (a team name without them reads as before)."""
-        return f"{self.prefix}:idem:{_escaped(team)}:{key}"
+        ``a:b``'s key ``c`` and team ``a``'s key ``b:c`` are two keys (a team name without them reads as before).
+        The commit script escapes a team's name the same way (``escaped`` in ``COMMIT_SCRIPT``)."""
+        return f"{self.idempotency_prefix()}{_escaped(team)}:{key}"
+
+    def idempotency_prefix(self) -> str:
+        """What every idempotency key begins with."""
+        return f"{self.prefix}:idem:"
+
+    def idempotency_unescaped(self, team: str, key: str) -> str:
+        """Where a broker from before the escaping stored a team's Idempotency-Key (``idem:{team}:{key}``, the team
+        as it is): the same key as :meth:`idempotency` for a team name without ``%`` and ``:``. Read (and deleted
+        with its job) only when it names a job of that team with that key: it may be another team's (``a:b`` + ``c``
+        and ``a`` + ``b:c``)."""
+        return f"{self.idempotency_prefix()}{team}:{key}"
 
     def attempts(self, job_id: str) -> str:
         """Hash: attempt number → attempt JSON."""

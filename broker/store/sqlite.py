@@ -64,7 +64,14 @@ CREATE TABLE IF NOT EXISTS pruned_totals (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS pruned_metrics (
+    job_id TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL
+);
 """
+# pruned_metrics: the jobs deleted whose metric points are still being deleted, in writes of their own after the job
+# (SqliteStore.prune with ``rows``, then prune_leftovers), each with the highest seq of those points: a point after it
+# would be a new job's of the same id. A broker of an earlier version sharing the file ignores the table.
 # Indexes come after the migrations, which may add the columns they cover.
 INDEXES = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs(team, idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -248,29 +255,36 @@ class SqliteStore:
             body = {**body, "seq": i}
             db.execute(f"INSERT INTO {table} (job_id, seq, body) VALUES (?, ?, ?)", (job_id, i, json.dumps(body)))
 
-    def prune(self, jobs: Sequence[Job]) -> list[str]:
+    def prune(self, jobs: Sequence[Job], *, rows: int | None = None) -> list[str]:
         """One ``BEGIN IMMEDIATE`` transaction for the batch: each job's row goes only while its version and a final
         state are still the ones read (its idempotency key is a column of that row), then its attempts — read first,
         for what the job adds to the running totals (``pruned_totals``, in the same transaction) — events and metric
-        points. Commits wait meanwhile (the batch holds the connection), so the caller keeps it small."""
+        points. Commits wait meanwhile (the batch holds the connection): with ``rows``, the points that would take
+        the transaction past that many records are left to :meth:`prune_leftovers` (``pruned_metrics``), the oldest
+        deleted first."""
         deleted: list[str] = []
         if not jobs:
             return deleted
         db = self._db
         added: dict[totals.Key, int] = {}
+        left = float("inf") if rows is None else rows  # records this transaction may still delete
         with self._lock:
             db.execute("BEGIN IMMEDIATE")
             try:
                 for job in jobs:
                     gone = db.execute(f"DELETE FROM jobs WHERE id = ? AND version = ? AND state IN ({_FINAL_ARGS})",
                                       (job.id, job.version, *FINAL)).rowcount
-                    if gone:  # the job as read is the job as stored (same version): its attempts are those of it
-                        tries = [Attempt.from_dict(json.loads(body)) for (body,) in db.execute(
-                            "SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job.id,))]
-                        totals.add(added, totals.of_job(job, tries))
-                        for table in ("attempts", "events", "metrics"):
-                            db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job.id,))
-                        deleted.append(job.id)
+                    if not gone:
+                        continue
+                    # the job as read is the job as stored (same version): its attempts are those of it
+                    tries = [Attempt.from_dict(json.loads(body)) for (body,) in db.execute(
+                        "SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job.id,))]
+                    totals.add(added, totals.of_job(job, tries))
+                    left -= 1
+                    for table in ("attempts", "events"):
+                        left -= db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job.id,)).rowcount
+                    left -= self._delete_points(db, job.id, left)
+                    deleted.append(job.id)
                 if deleted:
                     db.execute("INSERT INTO counters (name, value) VALUES ('pruned', ?) "
                                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (len(deleted),))
@@ -283,6 +297,77 @@ class SqliteStore:
                     db.execute("ROLLBACK")
                 raise
         return deleted
+
+    @staticmethod
+    def _span(db: sqlite3.Connection, job_id: str, last: float = float("inf")) -> tuple[int, int] | None:
+        """The lowest and highest seq of the job's metric points up to ``last`` (two seeks in the primary key)."""
+        (low,) = db.execute("SELECT MIN(seq) FROM metrics WHERE job_id = ? AND seq <= ?", (job_id, last)).fetchone()
+        if low is None:
+            return None
+        (high,) = db.execute("SELECT MAX(seq) FROM metrics WHERE job_id = ? AND seq <= ?", (job_id, last)).fetchone()
+        return low, high
+
+    @classmethod
+    def _delete_points(cls, db: sqlite3.Connection, job_id: str, left: float) -> int:
+        """In a prune's transaction, the metric points of a job just deleted: all of them if ``left`` allows, else
+        the oldest ``left`` and a record of the rest for :meth:`prune_leftovers`. How many it deleted."""
+        if left == float("inf"):
+            return db.execute("DELETE FROM metrics WHERE job_id = ?", (job_id,)).rowcount
+        span = cls._span(db, job_id)
+        if span is None:
+            return 0
+        low, high = span
+        if high - low < left:  # every point fits (seqs are consecutive: appended one by one, deleted oldest first)
+            return db.execute("DELETE FROM metrics WHERE job_id = ?", (job_id,)).rowcount
+        db.execute("INSERT INTO pruned_metrics (job_id, last_seq) VALUES (?, ?) "
+                   "ON CONFLICT(job_id) DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)", (job_id, high))
+        if left < 1:
+            return 0
+        return db.execute("DELETE FROM metrics WHERE job_id = ? AND seq < ?", (job_id, low + int(left))).rowcount
+
+    def prune_sizes(self, jobs: Sequence[Job]) -> list[int]:
+        """The job's row, its attempts (a count in their index), events and metric points (the span of their seqs,
+        which are consecutive: a seek at each end of it)."""
+        sizes = []
+        with self._lock:
+            for job in jobs:
+                (size,) = self._db.execute(
+                    "SELECT 1 + (SELECT COUNT(*) FROM attempts WHERE job_id = ?1)"
+                    " + COALESCE((SELECT MAX(seq) FROM events WHERE job_id = ?1)"
+                    " - (SELECT MIN(seq) FROM events WHERE job_id = ?1) + 1, 0)"
+                    " + COALESCE((SELECT MAX(seq) FROM metrics WHERE job_id = ?1)"
+                    " - (SELECT MIN(seq) FROM metrics WHERE job_id = ?1) + 1, 0)", (job.id,)).fetchone()
+                sizes.append(size)
+        return sizes
+
+    def prune_leftovers(self, *, limit: int) -> int:
+        """One transaction: the oldest points of the jobs in ``pruned_metrics``, up to ``limit``; a job's record goes
+        with its last point. When there are none it is one read of an empty table, and no transaction."""
+        if limit < 1 or not self._query("SELECT 1 FROM pruned_metrics LIMIT 1"):
+            return 0
+        db = self._db
+        done = 0
+        with self._lock:
+            db.execute("BEGIN IMMEDIATE")  # read again inside: another process may have deleted them meanwhile
+            try:
+                pending = db.execute("SELECT job_id, last_seq FROM pruned_metrics ORDER BY job_id").fetchall()
+                for job_id, last in pending:
+                    while done < limit:
+                        span = self._span(db, job_id, last)
+                        if span is None:
+                            db.execute("DELETE FROM pruned_metrics WHERE job_id = ?", (job_id,))
+                            break
+                        low, high = span
+                        done += db.execute("DELETE FROM metrics WHERE job_id = ? AND seq BETWEEN ? AND ?",
+                                           (job_id, low, min(high, low + limit - done - 1))).rowcount
+                    if done >= limit:
+                        break
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return done
 
     # -- reads ----------------------------------------------------------------------------------
 

@@ -90,6 +90,142 @@ def test_batches_that_take_too_long_shrink_and_the_backlog_still_goes(store):
     assert store.list_jobs() == []
 
 
+class Writes:
+    """A SQLite store that records each write of a prune: (method, the size it was given, records it deleted)."""
+
+    def __init__(self, store):
+        import sqlite3
+
+        self._store = store
+        self._db = sqlite3.connect(store.path)
+        self.log: list[tuple[str, int, int]] = []
+        self.after_first: list = []  # what a callback saw after the first write
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def records(self) -> int:
+        return sum(self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                   for t in ("jobs", "attempts", "events", "metrics"))
+
+    def prune(self, jobs, *, rows=None):
+        before = self.records()
+        deleted = self._store.prune(jobs, rows=rows)
+        self.log.append(("prune", rows, before - self.records()))
+        return deleted
+
+    def prune_leftovers(self, *, limit):
+        before = self.records()
+        done = self._store.prune_leftovers(limit=limit)
+        if done:
+            self.log.append(("leftovers", limit, before - self.records()))
+        return done
+
+
+def sqlite_store(tmp_path):
+    from broker.store.sqlite import SqliteStore
+
+    return SqliteStore(tmp_path / "broker.db")
+
+
+def add_points(store, job_id: str, n: int) -> None:
+    """``n`` more metric points of the job, written straight into the file (as a few weeks of progress reports)."""
+    import sqlite3
+
+    db = sqlite3.connect(store.path)
+    with db:
+        (last,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM metrics WHERE job_id = ?", (job_id,)).fetchone()
+        db.executemany("INSERT INTO metrics (job_id, seq, body) VALUES (?, ?, ?)",
+                       ((job_id, s, '{"step": 1000, "metrics": {"loss": 2.3}}') for s in range(last + 1, last + n + 1)))
+    db.close()
+
+
+def test_a_prunes_first_write_deletes_at_most_rows_records_however_many_points_the_jobs_hold(tmp_path):
+    """Whole jobs, 500 a transaction, was seconds of a SQLite file held (the API and the ticks waiting) when each job
+    had hours of progress reports: a write is sized in records now, from a small first one, and each stays within
+    the size it was given."""
+    from broker import retention
+
+    store = sqlite_store(tmp_path)
+    for i in range(50):
+        job_at(store, f"j-{i:02d}", JobState.SUCCEEDED, NOW - 10 * DAY + i)
+        add_points(store, f"j-{i:02d}", 400)  # 50 jobs of 402 records (its row, 401 points): 20,100
+    spy = Writes(store)
+    assert Retention(spy, days=1, pause=0).prune(NOW) == 50
+    assert spy.log[0][1] == retention.ROWS == 5_000
+    assert all(deleted <= size for _, size, deleted in spy.log), spy.log
+    assert sum(deleted for *_, deleted in spy.log) == 50 * 402 and spy.records() == 0
+    store.close()
+
+
+def test_a_job_with_more_points_than_a_write_goes_first_then_its_points_in_writes_of_their_own(tmp_path):
+    store = sqlite_store(tmp_path)
+    job_at(store, "j-long", JobState.SUCCEEDED, NOW - 10 * DAY)
+    add_points(store, "j-long", 12_000)
+    job_at(store, "j-short", JobState.FAILED, NOW - 9 * DAY)
+    spy = Writes(store)
+    retention = Retention(spy, days=1, pause=0, rows=1_000, batch_seconds=float("inf"))  # never "slow": it doubles
+    assert retention.prune(NOW) == 2
+    assert [(kind, size) for kind, size, _ in spy.log] == [
+        ("prune", 1_000), ("leftovers", 2_000), ("leftovers", 4_000), ("leftovers", 8_000), ("prune", 16_000)]
+    assert [deleted for *_, deleted in spy.log] == [1_000, 2_000, 4_000, 5_002, 2]  # the job's row went first
+    assert store.get_job("j-long") is None and spy.records() == 0
+    assert retention.rows == 16_000  # the last write used too little of its size to say more would be quick
+    store.close()
+
+
+def test_the_size_a_prune_reached_is_where_the_next_prune_starts(tmp_path):
+    store = sqlite_store(tmp_path)
+    for i in range(20):
+        job_at(store, f"j-{i:02d}", JobState.CANCELLED, NOW - 10 * DAY + i)
+        add_points(store, f"j-{i:02d}", 198)  # 200 records a job
+    spy = Writes(store)
+    retention = Retention(spy, days=1, pause=0, rows=400, batch_seconds=float("inf"))
+    assert retention.prune(NOW) == 20
+    assert [size for _, size, _ in spy.log] == [400, 800, 1_600, 3_200] and retention.rows == 3_200
+    for i in range(20, 40):
+        job_at(store, f"j-{i:02d}", JobState.CANCELLED, NOW + i)
+        add_points(store, f"j-{i:02d}", 198)
+    spy.log.clear()
+    assert retention.prune(NOW + 2 * DAY) == 20
+    assert [size for _, size, _ in spy.log] == [3_200, 6_400]
+    store.close()
+
+
+def test_a_prune_deletes_what_a_broker_stopped_halfway_left_even_with_no_job_due(tmp_path):
+    store = sqlite_store(tmp_path)
+    job = job_at(store, "j-long", JobState.SUCCEEDED, NOW - 10 * DAY)
+    add_points(store, "j-long", 3_000)
+    assert store.prune([store.get_job(job.id)], rows=10) == ["j-long"]  # then the broker stopped
+    store.close()
+    store = sqlite_store(tmp_path)  # the next broker
+    spy = Writes(store)
+    assert Retention(spy, days=1, pause=0).prune(NOW) == 0
+    assert spy.records() == 0 and [kind for kind, *_ in spy.log] == ["leftovers"]
+    store.close()
+
+
+def test_a_prune_that_is_told_to_stop_stops_between_two_writes(tmp_path):
+    """``Retention.stop`` (the broker shutting down) is heard in the pause after a write: a prune of a long backlog
+    never keeps a broker's shutdown waiting longer than one bounded write."""
+    store = sqlite_store(tmp_path)
+    for i in range(6):
+        job_at(store, f"j-{i}", JobState.SUCCEEDED, NOW - 10 * DAY + i)
+        add_points(store, f"j-{i}", 96)
+    spy = Writes(store)
+    retention = Retention(spy, days=1, pause=0, rows=200, batch_seconds=float("inf"))
+    real = spy.prune
+
+    def prune_then_stop(jobs, *, rows=None):
+        deleted = real(jobs, rows=rows)
+        retention._stop.set()
+        return deleted
+
+    spy.prune = prune_then_stop
+    assert retention.prune(NOW) == 2 and len(spy.log) == 1
+    store.close()
+
+
 def test_without_job_retention_days_nothing_is_ever_pruned(store):
     job_at(store, "j-ancient", JobState.SUCCEEDED, 1.0)
     retention = Retention(store, days=None)

@@ -63,6 +63,93 @@ def test_a_team_name_with_a_colon_does_not_share_another_teams_keys(store):
     assert store.find_idempotent("a", "b") is None and store.find_idempotent("a%3Ab", "c") is None
 
 
+@pytest.fixture
+def redis_store(redis_server):
+    import os
+    import time
+
+    from broker.store.redis import RedisStore
+
+    s = RedisStore(redis_server.url, prefix=f"t{os.getpid()}-{time.monotonic_ns()}")
+    yield s
+    s.close()
+
+
+def stored_before_escaping(store, job: Job) -> Job:
+    """``job`` as a broker from before team names were escaped stored it: its key at ``idem:{team}:{key}``."""
+    job = create(store, job)
+    r = redis.Redis.from_url(_redis_url(store), decode_responses=True)
+    r.rename(store.keys.idempotency(job.team, job.idempotency_key),
+             f"{store.keys.prefix}:idem:{job.team}:{job.idempotency_key}")
+    r.close()
+    return job
+
+
+@pytest.mark.parametrize("team", ["ml:vision", "ml%vision", "a%3Ab:c"])
+def test_a_redis_idempotency_key_stored_before_team_names_were_escaped_is_still_the_jobs(redis_store, team):
+    """After the upgrade a retried submit finds the job (it does not make a second), and pruning takes the old key."""
+    store = redis_store
+    first = stored_before_escaping(store, make_job("j-first", team=team, key="retry-1"))
+    assert store.find_idempotent(team, "retry-1") == first
+    with pytest.raises(DuplicateJob) as info:
+        create(store, make_job("j-second", team=team, key="retry-1"))
+    assert info.value.existing_id == "j-first" and store.get_job("j-second") is None
+    done = store.commit(Change(job=replace(first, state=JobState.SUCCEEDED, updated_at=10.0), expected_version=1))
+    assert store.prune([done]) == ["j-first"]
+    assert traces(store, "j-first") == []  # the old key too
+    assert store.find_idempotent(team, "retry-1") is None
+    assert create(store, make_job("j-third", team=team, key="retry-1")) == store.find_idempotent(team, "retry-1")
+
+
+def test_a_redis_key_from_before_the_escaping_never_answers_for_another_team(redis_store):
+    """Team 'ml:vision' key 'retry-1' was stored where team 'ml' keeps key 'vision:retry-1': that key is 'ml's now,
+    and the other team's job moves to its own (escaped) key, where it is still found."""
+    store = redis_store
+    first = stored_before_escaping(store, make_job("j-first", team="ml:vision", key="retry-1"))
+    assert store.find_idempotent("ml", "vision:retry-1") is None
+    mine = create(store, make_job("j-ml", team="ml", key="vision:retry-1"))  # not a duplicate of another team's job
+    assert store.find_idempotent("ml", "vision:retry-1") == mine
+    assert store.find_idempotent("ml:vision", "retry-1") == first
+    r = redis.Redis.from_url(_redis_url(store), decode_responses=True)
+    assert r.get(store.keys.idempotency("ml:vision", "retry-1")) == "j-first"
+    with pytest.raises(DuplicateJob) as info:
+        create(store, make_job("j-again", team="ml:vision", key="retry-1"))
+    assert info.value.existing_id == "j-first"
+
+    # the commit script escapes a team's name as Keys does ('%' too): team 'a%3Ab''s old key is team 'a:b''s new one
+    odd = stored_before_escaping(store, make_job("j-odd", team="a%3Ab", key="c"))
+    assert r.get(store.keys.idempotency("a:b", "c")) == "j-odd"
+    create(store, make_job("j-ab", team="a:b", key="c"))
+    assert r.get(store.keys.idempotency("a%3Ab", "c")) == "j-odd" and store.find_idempotent("a%3Ab", "c") == odd
+    assert store.find_idempotent("a:b", "c").id == "j-ab"
+
+    # pruning one deletes only the keys that name it
+    for job_id in ("j-ml", "j-first"):
+        job = store.get_job(job_id)
+        done = store.commit(Change(job=replace(job, state=JobState.CANCELLED, updated_at=10.0),
+                                   expected_version=job.version))
+        assert store.prune([done]) == [job_id]
+        assert traces(store, job_id) == []
+        if job_id == "j-ml":
+            assert store.find_idempotent("ml:vision", "retry-1") == first
+    r.close()
+
+
+def test_a_redis_key_left_naming_a_job_no_longer_stored_does_not_refuse_a_submit(redis_store):
+    """A job pruned by a broker that deleted only the escaped key left its old one behind, naming nothing."""
+    store = redis_store
+    job = stored_before_escaping(store, make_job("j-gone", team="ml:vision", key="retry-1"))
+    r = redis.Redis.from_url(_redis_url(store), decode_responses=True)
+    r.delete(store.keys.job(job.id))
+    r.close()
+    assert store.find_idempotent("ml:vision", "retry-1") is None
+    assert store.find_idempotent("ml", "vision:retry-1") is None
+    assert create(store, make_job("j-ml", team="ml", key="vision:retry-1")).version == 1
+    assert create(store, make_job("j-new", team="ml:vision", key="retry-1")).version == 1
+    assert store.find_idempotent("ml:vision", "retry-1").id == "j-new"
+    assert store.find_idempotent("ml", "vision:retry-1").id == "j-ml"
+
+
 def test_compare_and_set_refuses_a_stale_version(store):
     job = create(store, make_job())
     placed = store.commit(Change(job=replace(job, state=JobState.PLACED), expected_version=1,
@@ -407,7 +494,7 @@ def traces(store, job_id: str) -> list[str]:
         db = sqlite3.connect(store.path)
         try:
             found = [f"jobs: {r}" for r in db.execute("SELECT id FROM jobs WHERE id = ?", (job_id,))]
-            for table in ("attempts", "events", "metrics"):
+            for table in ("attempts", "events", "metrics", "pruned_metrics"):
                 found += [f"{table}: {r}" for r in db.execute(f"SELECT * FROM {table} WHERE job_id = ?", (job_id,))]
             return found
         finally:
@@ -496,6 +583,81 @@ def test_a_job_changed_after_it_was_read_for_pruning_stays_whole(store):
     assert store.prune(store.expired(before=100.0, limit=10)) == ["j-raised"]
     assert store.get_job("j-resumed") is not None
     assert store.pruned_totals() == Pruned(2, {("spend", "vision", "spot"): 14, ("ondemand_equivalent", "vision"): 14})
+
+
+def with_points(store, job: Job, n: int) -> Job:
+    """``job`` with ``n`` more metric points, committed as one progress report would be."""
+    return store.commit(Change(job=job, expected_version=job.version, metrics=[{"step": 10 + i} for i in range(n)]))
+
+
+def drained(store, limit: int) -> list[int]:
+    """What each ``prune_leftovers(limit=limit)`` deleted, until one deleted nothing."""
+    counts = []
+    while not counts or counts[-1]:
+        counts.append(store.prune_leftovers(limit=limit))
+        assert counts[-1] <= limit and len(counts) < 100
+    return counts
+
+
+def test_a_write_bounded_by_rows_deletes_the_job_first_and_its_other_points_after_it(store):
+    """The job's row, attempt and events go in the compare-and-set write with the oldest points that fit; the rest of
+    its points follow in writes of at most ``limit`` (SQLite; Redis unlinks them whole with the job)."""
+    from broker.store.sqlite import SqliteStore
+
+    job = with_points(store, ended(store, "j-long", JobState.SUCCEEDED, 10.0, key="k-long"), 100)  # 102 points
+    assert store.prune_sizes([job]) == ([1 + 1 + 2 + 102] if isinstance(store, SqliteStore) else [1])
+    (read,) = store.expired(before=100.0, limit=10)
+    assert store.prune([read], rows=30) == ["j-long"]
+    assert store.get_job("j-long") is None and store.find_idempotent("vision", "k-long") is None
+    assert store.existing(["j-long"]) == set() and store.list_jobs() == []
+    assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7})
+    if isinstance(store, SqliteStore):  # 30 records: its row, its attempt, 2 events and 26 points
+        assert len([t for t in traces(store, "j-long") if t.startswith("metrics:")]) == 102 - 26
+        assert drained(store, 30) == [30, 30, 16, 0]
+    else:
+        assert drained(store, 30) == [0]
+    assert traces(store, "j-long") == [] and store.metrics("j-long") == []
+    assert store.pruned() == 1
+    again = create(store, make_job("j-again", key="k-long"))
+    assert store.find_idempotent("vision", "k-long") == again
+
+
+def test_a_job_changed_after_it_was_read_keeps_every_point_however_small_the_write(store):
+    job = with_points(store, ended(store, "j-resumed", JobState.FAILED, 10.0), 100)
+    (read,) = store.expired(before=100.0, limit=10)
+    store.commit(Change(job=replace(job, state=JobState.QUEUED), expected_version=job.version,
+                        events=[event(job, JobEvent.RESUME, JobState.FAILED, JobState.QUEUED)]))
+    assert store.prune([read], rows=5) == []
+    assert store.prune_leftovers(limit=1000) == 0
+    assert len(store.metrics("j-resumed")) == 102 and store.get_job("j-resumed").state is JobState.QUEUED
+    assert store.pruned() == 0
+
+
+def test_a_new_job_under_the_id_of_a_job_whose_points_are_still_going_keeps_its_own(store):
+    with_points(store, ended(store, "j-1", JobState.SUCCEEDED, 10.0), 50)
+    assert store.prune(store.expired(before=100.0, limit=10), rows=5) == ["j-1"]
+    job = create(store, make_job("j-1"))
+    store.commit(Change(job=job, expected_version=1, metrics=[{"step": "mine"}]))
+    assert sum(drained(store, 7)) <= 52
+    assert [p["step"] for p in store.metrics("j-1")] == ["mine"]
+    assert store.prune_leftovers(limit=1000) == 0
+
+
+def test_what_a_write_left_is_deleted_by_any_handle_on_the_store(store):
+    """A broker stopped after the jobs' write leaves their points to the next prune, its own or another broker's."""
+    from broker.store.sqlite import SqliteStore
+
+    for i in range(3):
+        with_points(store, ended(store, f"j-{i}", JobState.CANCELLED, float(i)), 20)  # 22 points each
+    # SQLite: the first job's row, attempt, 2 events and 6 points fill the 10; the others' rows go, and every point
+    assert store.prune(store.expired(before=100.0, limit=10), rows=10) == ["j-0", "j-1", "j-2"]
+    other = twin(store)
+    try:
+        assert drained(other, 25) == ([25, 25, 10, 0] if isinstance(store, SqliteStore) else [0])
+        assert store.prune_leftovers(limit=25) == 0
+        assert all(traces(store, f"j-{i}") == [] for i in range(3)) and store.pruned() == 3
+    finally:
+        other.close()
 
 
 def test_a_job_not_final_is_not_pruned_even_when_handed_to_prune(store):
