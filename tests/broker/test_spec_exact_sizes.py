@@ -50,17 +50,23 @@ print(json.dumps(out))
 """
 
 
+
+def in_skypilot(script: str, payload, tmp_path, *, timeout: float = 120):
+    """``script`` run by a Python of its own with ``payload`` as JSON on its stdin, and what it printed as JSON:
+    ``sky`` imported under a HOME of the test's (in this process only the launchers' tests' HOME may import it)."""
+    env = {**os.environ, "HOME": str(tmp_path), "SKY_RUNTIME_DIR": str(tmp_path),
+           "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(payload), env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
 def test_the_instance_types_a_size_matches_are_those_skypilots_catalog_filters_keep(tmp_path):
     """SkyPilot's own filters (``sky/catalog/common.py``: ``_filter_with_cpus``, ``_filter_with_mem``), run in a
     process of their own (``sky`` is imported in this one only under the launchers' tests' HOME), against what
     placement matches, for every pair of sizes: exact, at least, with units, fractional."""
     requests = [(c, m) for c in CPUS for m in MEMORY if (c, m) != (None, None)]
-    env = {**os.environ, "HOME": str(tmp_path), "SKY_RUNTIME_DIR": str(tmp_path),
-           "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
-    done = subprocess.run([sys.executable, "-c", SKYPILOT_FILTER], input=json.dumps([SHAPES, requests]), env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    skypilots = json.loads(done.stdout)
+    skypilots = in_skypilot(SKYPILOT_FILTER, [SHAPES, requests], tmp_path)
     offers = [Offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", name, None, 0, 1_000_000,
                     vcpus=Decimal(str(cpus)), memory_gib=Decimal(str(memory))) for name, cpus, memory in SHAPES]
     ours = []
@@ -185,12 +191,7 @@ def test_the_n1_hosts_a_gcp_gpu_task_matches_are_those_skypilot_picks_from_and_c
     text = _n1_catalog()
     requests = [(acc, count, zone, cpus, memory) for _, zone, gpus in GCP_ZONES for acc, count in gpus
                 for cpus in GCP_CPUS for memory in GCP_MEMORY]
-    env = {**os.environ, "HOME": str(tmp_path), "SKY_RUNTIME_DIR": str(tmp_path),
-           "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
-    done = subprocess.run([sys.executable, "-c", SKYPILOT_GCP_HOSTS], input=json.dumps([text, requests]), env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    skypilots = json.loads(done.stdout)
+    skypilots = in_skypilot(SKYPILOT_GCP_HOSTS, [text, requests], tmp_path, timeout=300)
     offers = [o for o in parse_vms_csv(text, "gcp") if o.accelerator and o.tier is Tier.ONDEMAND]
     differ, cheapest = [], []
     for (acc, count, zone, cpus, memory), skypilot in zip(requests, skypilots):
