@@ -246,9 +246,12 @@ class BrokerService:
                                       events=[admitted.event]))
         except DuplicateJob as dup:
             existing = self.store.get_job(dup.existing_id)
-            if existing is None:
-                raise
-            return _same_submit(existing, spec, self.settings), False
+            if existing is not None and idempotency_key is not None and existing.team == team \
+                    and existing.idempotency_key == idempotency_key:  # the same key's submit, committed first
+                return _same_submit(existing, spec, self.settings), False
+            # the random id drawn is taken (another job's, or a pruned job's still being deleted): never answer
+            # with that job; submit again under a new id
+            return self.submit(principal, raw, idempotency_key=idempotency_key)
         return job, True
 
     def _sharing(self, base: str, now: float, but: str | None = None) -> Job | None:

@@ -202,7 +202,8 @@ class SqliteStore:
         job = change.job
         row = db.execute("SELECT version FROM jobs WHERE id = ?", (job.id,)).fetchone()
         if change.expected_version is None:
-            if row is not None:
+            # an id whose pruned job's points are still being deleted is taken too: the new job would read them
+            if row is not None or db.execute("SELECT 1 FROM pruned_metrics WHERE job_id = ?", (job.id,)).fetchone():
                 raise DuplicateJob(job.id)
             if job.idempotency_key:
                 dup = db.execute(

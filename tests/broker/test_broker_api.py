@@ -116,6 +116,19 @@ def test_idempotency_key_returns_the_first_job(client):
     assert len(client.get("/v1/jobs", headers=auth()).json()["jobs"]) == 1
 
 
+def test_a_job_id_drawn_twice_is_drawn_again_never_answered_with_the_other_teams_job(client, monkeypatch):
+    import broker.service
+
+    ids = iter(["j-00000000aa", "j-00000000aa", "j-00000000bb"])  # the second submit draws the first's id first
+    monkeypatch.setattr(broker.service, "new_job_id", lambda: next(ids))
+    theirs = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "team": "vision"}}, headers=auth())
+    mine = client.post("/v1/jobs", json=TASK, headers=auth())
+    assert theirs.status_code == 201 and theirs.json()["id"] == "j-00000000aa"
+    assert mine.status_code == 201, mine.text
+    assert mine.json()["id"] == "j-00000000bb" and mine.json()["team"] == "default"
+    assert client.get("/v1/jobs/j-00000000aa", headers=auth()).json()["team"] == "vision"
+
+
 def test_an_idempotency_key_reused_for_another_task_is_refused_not_answered_with_the_first_job(client):
     h = {**auth(), "Idempotency-Key": "abc"}
     first = client.post("/v1/jobs", json=TASK, headers=h).json()

@@ -633,12 +633,20 @@ def test_a_job_changed_after_it_was_read_keeps_every_point_however_small_the_wri
     assert store.pruned() == 0
 
 
-def test_a_new_job_under_the_id_of_a_job_whose_points_are_still_going_keeps_its_own(store):
+def test_the_id_of_a_job_whose_points_are_still_going_is_taken_until_they_are_gone(store):
+    """A new job under that id would read the pruned job's points (another team's, maybe) as its own: SQLite refuses
+    it as a duplicate until they are deleted (the service then draws another id); Redis deletes them with the job."""
+    from broker.store.sqlite import SqliteStore
+
     with_points(store, ended(store, "j-1", JobState.SUCCEEDED, 10.0), 50)
     assert store.prune(store.expired(before=100.0, limit=10), rows=5) == ["j-1"]
+    if isinstance(store, SqliteStore):
+        with pytest.raises(DuplicateJob) as taken:
+            create(store, make_job("j-1"))
+        assert taken.value.existing_id == "j-1" and store.get_job("j-1") is None
+        assert sum(drained(store, 7)) <= 52
     job = create(store, make_job("j-1"))
     store.commit(Change(job=job, expected_version=1, metrics=[{"step": "mine"}]))
-    assert sum(drained(store, 7)) <= 52
     assert [p["step"] for p in store.metrics("j-1")] == ["mine"]
     assert store.prune_leftovers(limit=1000) == 0
 
