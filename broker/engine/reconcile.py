@@ -550,15 +550,12 @@ class Engine:
         return sweep_attempt_files(self.launcher, self._attempts_held, limit=ATTEMPT_FILES_LIMIT)
 
     def _attempts_held(self, attempt_ids: list[str]) -> set[str]:
-        """Of ``attempt_ids``, those whose job the store holds, in batched reads: a job's attempts are recorded
-        with it before any launcher makes files for them, and deleted with it. A job with none recorded is looked
-        up by itself before its files are given up (what goes cannot come back); a name that is not an attempt
-        id of this broker's is kept (it cannot say whose it is)."""
+        """Of ``attempt_ids``, those whose job the store holds, read from its index in batches (``existing``):
+        a job's attempts are recorded with it before any launcher makes files for them, and deleted with it. A
+        name that is not an attempt id of this broker's is kept (it cannot say whose it is)."""
         jobs = {a: m.group("job") for a in attempt_ids if (m := ATTEMPT_ID.fullmatch(a))}
-        ids = sorted(set(jobs.values()))
-        recorded = self.store.attempts_of(ids) if ids else {}
-        gone = {j for j in ids if not recorded.get(j) and self.store.get_job(j) is None}
-        return {a for a in attempt_ids if a not in jobs or jobs[a] not in gone}
+        held = self.store.existing(sorted(set(jobs.values()))) if jobs else set()
+        return {a for a in attempt_ids if a not in jobs or jobs[a] in held}
 
     def sweep_workdirs(self) -> list[str]:
         """Remove this host's unpacked workdirs whose attempt is final or unknown to the store (a broker
