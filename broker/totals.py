@@ -1,7 +1,8 @@
 """What one job adds to the broker's counters on ``/metrics``. Pure.
 
-``broker_spend_dollars_total{team, tier}``, ``broker_ondemand_equivalent_dollars_total{team}`` and
-``broker_preemptions_total{zone, tier}`` are sums over jobs. Two places add a job in: ``/metrics``
+``broker_spend_dollars_total{team, tier}``, ``broker_ondemand_equivalent_dollars_total{team}``,
+``broker_preemptions_total{zone, tier}`` and the histograms ``broker_recovery_seconds`` and
+``broker_queue_wait_seconds`` are sums over jobs. Two places add a job in: ``/metrics``
 (``broker/api/metrics.py``), for each job in the store, and the retention policy's deletion
 (``JobStore.prune``), which adds a deleted job's part to running totals kept in the store, in the same atomic
 write as the deletion — so the sums do not fall when a job is pruned. Both call :func:`of_job`, so the two can
@@ -9,13 +10,18 @@ never count a job differently.
 
 A total is keyed by the counter and its label values, in the metric's label order (:data:`SPEND`: team, tier;
 :data:`ONDEMAND_EQUIVALENT`: team; :data:`PREEMPTIONS`: zone, tier), and valued as an exact integer: micro-dollars
-for money (``pricing/money.py``), a count of attempts for preemptions. The stores keep a key as :func:`encode`
-writes it.
+for money (``pricing/money.py``), a count of attempts for preemptions. A histogram is kept as one count per bucket
+(:data:`RECOVERY`, :data:`QUEUE_WAIT`: the bucket's upper bound as written by :func:`bound`, or ``"+Inf"``; each
+observation counted once, in the first bucket that holds it, not cumulated) and its sum in microseconds (key
+``(name, "sum")``). A count keyed by its bound, not by its place in :data:`BUCKETS`, still reads right if the bounds
+change: :func:`histogram` adds it to every bound at or above its own. The stores keep a key as :func:`encode` writes
+it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 
 from broker import costs
@@ -27,20 +33,61 @@ ONDEMAND_EQUIVALENT = "ondemand_equivalent"
 """Micro-dollars the same attempts would have cost on-demand, by (team,)."""
 PREEMPTIONS = "preemptions"
 """Attempts preempted or lost, by (zone, tier)."""
+RECOVERY = "recovery_seconds"
+"""Seconds from each preemption (or lost node) to the next attempt running, by (bucket,); and ``(RECOVERY, "sum")``."""
+QUEUE_WAIT = "queue_wait_seconds"
+"""Seconds from submit to a job's first launch, by (bucket,); and ``(QUEUE_WAIT, "sum")``."""
+
+BUCKETS: dict[str, tuple[float, ...]] = {
+    RECOVERY: (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600),
+    QUEUE_WAIT: (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+}
+"""The upper bounds of each histogram's buckets, in seconds (``+Inf`` follows the last)."""
+SUM = "sum"
+INF = "+Inf"
 
 Key = tuple[str, ...]
 """(counter, *label values)."""
 
 
 def of_job(job: Job, attempts: Iterable[Attempt]) -> dict[Key, int]:
-    """What ``job`` and its ``attempts`` add to each counter (the rules of ``broker/costs.py``); no zero entries."""
+    """What ``job`` and its ``attempts`` (in order) add to each counter and histogram (the rules of
+    ``broker/costs.py``); no zero entries."""
+    tries = list(attempts)
     out: dict[Key, int] = {}
-    for a in attempts:
+    for a in tries:
         tier = costs.tier_of(a)
         add(out, {(SPEND, job.team, tier): a.cost, (ONDEMAND_EQUIVALENT, job.team): costs.ondemand_equivalent(a, job)})
         if a.state.value in costs.PREEMPTED_STATES:
             add(out, {(PREEMPTIONS, costs.location(a), tier): 1})
+    for seconds in costs.recoveries(tries):
+        observe(out, RECOVERY, seconds)
+    if tries:
+        observe(out, QUEUE_WAIT, max(0.0, min(a.created_at for a in tries) - job.submitted_at))
     return out
+
+
+def bound(b: float) -> str:
+    """A bucket's upper bound as a key and a Prometheus ``le`` label write it (``"60.0"``)."""
+    return str(float(b))
+
+
+def observe(into: dict[Key, int], name: str, seconds: float) -> None:
+    """Count ``seconds`` in histogram ``name``: one in the first bucket that holds it, and its microseconds in the
+    sum (a count is kept even when the sum adds nothing: zero seconds is an observation)."""
+    where = next((bound(b) for b in BUCKETS[name] if seconds <= b), INF)
+    into[(name, where)] = into.get((name, where), 0) + 1
+    add(into, {(name, SUM): round(seconds * 1_000_000)})
+
+
+def histogram(sums: Mapping[Key, int], name: str) -> tuple[list[tuple[str, int]], float]:
+    """Histogram ``name`` of ``sums`` as Prometheus reads one: the cumulative count at each bound of
+    :data:`BUCKETS` and at ``+Inf``, and the sum in seconds. A count kept under a bound that is no longer one of
+    :data:`BUCKETS` (the bounds changed after it was stored) counts at every bound at or above its own."""
+    counts = [(math.inf if key[1] == INF else float(key[1]), n) for key, n in sums.items()
+              if len(key) == 2 and key[0] == name and key[1] != SUM]
+    cumulative = [(bound(b), sum(n for at, n in counts if at <= b)) for b in BUCKETS[name]]
+    return cumulative + [(INF, sum(n for _, n in counts))], sums.get((name, SUM), 0) / 1_000_000
 
 
 def add(into: dict[Key, int], part: Mapping[Key, int]) -> dict[Key, int]:

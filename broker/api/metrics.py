@@ -32,8 +32,6 @@ from broker.config import Settings
 from broker.lifecycle import JobState
 from broker.store import Pruned, StoreUnavailable
 
-RECOVERY_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
-WAIT_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 # uvicorn's h11 parser takes any token as a method: each made-up one would be a label value kept for good
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -54,16 +52,12 @@ class _JobFigures:
 
     state: str
     team: str
-    totals: tuple  # ((key, value), ...): what it adds to the counters, broker.totals.of_job
-    recoveries: tuple
-    wait: float | None
+    totals: tuple  # ((key, value), ...): what it adds to the counters and histograms, broker.totals.of_job
 
 
 def _figures(job, tries) -> _JobFigures:
     return _JobFigures(
-        state=job.state.value, team=job.team, totals=tuple(sorted(totals.of_job(job, tries).items())),
-        recoveries=tuple(costs.recoveries(tries)),
-        wait=max(0.0, tries[0].created_at - job.submitted_at) if tries else None)
+        state=job.state.value, team=job.team, totals=tuple(sorted(totals.of_job(job, tries).items())))
 
 
 class StoreCollector:
@@ -74,13 +68,13 @@ class StoreCollector:
     processes' clocks) — a finished job cannot change without its ``updated_at`` moving —
     and keep each job's figures in memory, so a scrape does not decode the whole history.
 
-    The counters (spend, on-demand equivalent, preemptions) are these figures plus the store's totals of the jobs
-    the retention policy deleted (:meth:`JobStore.pruned_totals`), so that they do not fall when a job is pruned,
-    here or in a broker started after. A job is in one or the other, never both and never neither: when the store's
+    The counters (spend, on-demand equivalent, preemptions) and the histograms (recovery, queue wait) are these
+    figures plus the store's totals of the jobs the retention policy deleted (:meth:`JobStore.pruned_totals`), so
+    that they do not fall when a job is pruned, here or in a broker started after. A job is in one or the other, never both and never neither: when the store's
     count of pruned jobs has moved since the last scrape, the figures of the jobs no longer stored are dropped
     (:meth:`JobStore.existing`), between two reads of that count that agree — with no prune in between, the jobs
-    kept and the totals read add up to every job once. The histograms of a job pruned stay, from memory, until the
-    process ends.
+    kept and the totals read add up to every job once. (A job pruned by a broker older than the histograms' totals
+    left no part of them in the store: its observations are gone from the histograms.)
     """
 
     SKEW_S = 300.0
@@ -94,17 +88,15 @@ class StoreCollector:
         self.clock = getattr(service, "clock", time.time)  # the clock that stamps updated_at
         self._figures: dict[str, _JobFigures] = {}
         self._pruned_jobs: int | None = None  # the store's count of pruned jobs as of the figures
-        self._gone_recoveries: list[float] = []  # histograms of jobs pruned while this process ran
-        self._gone_waits: list[float] = []
         self._read_at: float | None = None
         self._lock = threading.Lock()
 
     def describe(self):
         return []  # read the store only on scrape, not at registration
 
-    def _refresh(self) -> tuple[list[_JobFigures], Pruned | None, list[float], list[float]]:
-        """The figures of the jobs in the store, the store's totals of those pruned (``None``: prunes kept landing
-        while they were read), and the recoveries and waits of the jobs pruned while this process ran."""
+    def _refresh(self) -> tuple[list[_JobFigures], Pruned | None]:
+        """The figures of the jobs in the store, and the store's totals of those pruned (``None``: prunes kept
+        landing while they were read)."""
         store = self.service.store
         with self._lock:  # one refresh at a time; scrapes are rare
             now = self.clock()
@@ -115,7 +107,7 @@ class StoreCollector:
                 self._figures[j.id] = _figures(j, attempts[j.id])
             self._read_at = now
             pruned = self._settle(store)
-            return list(self._figures.values()), pruned, list(self._gone_recoveries), list(self._gone_waits)
+            return list(self._figures.values()), pruned
 
     def _settle(self, store) -> Pruned | None:
         """The pruned totals, with the figures of every job pruned until they were read dropped."""
@@ -127,10 +119,7 @@ class StoreCollector:
             if store.pruned() != pruned.jobs:
                 continue  # a prune landed between: what was kept may already be in the totals
             for job_id in [i for i in self._figures if i not in kept]:
-                gone = self._figures.pop(job_id)
-                self._gone_recoveries.extend(gone.recoveries)
-                if gone.wait is not None:
-                    self._gone_waits.append(gone.wait)
+                del self._figures[job_id]
             self._pruned_jobs = pruned.jobs
             return pruned
         return None
@@ -139,7 +128,7 @@ class StoreCollector:
         up = GaugeMetricFamily("broker_store_up", "1 when this scrape could read the store, else 0 (the figures "
                                "read from it are then left out, the process's own ones are not).")
         try:
-            figures, pruned, gone_recoveries, gone_waits = self._refresh()
+            figures, pruned = self._refresh()
             pruned_jobs = self.service.store.pruned() if pruned is None else pruned.jobs
         except StoreUnavailable:
             up.add_metric([], 0)
@@ -185,12 +174,11 @@ class StoreCollector:
             yield equiv
             yield saved
             yield preempt
-        recoveries = [r for f in figures for r in f.recoveries] + gone_recoveries
-        waits = [f.wait for f in figures if f.wait is not None] + gone_waits
-        yield _histogram("broker_recovery_seconds", "Time from a preemption to the next attempt running.",
-                         recoveries, RECOVERY_BUCKETS)
-        yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
-                         waits, WAIT_BUCKETS)
+            # the histograms too: without the jobs pruned meanwhile their counts would fall
+            yield _histogram("broker_recovery_seconds", "Time from a preemption to the next attempt running.",
+                             sums, totals.RECOVERY)
+            yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
+                             sums, totals.QUEUE_WAIT)
         gone = CounterMetricFamily("broker_jobs_pruned", "Finished jobs deleted by the retention policy "
                                    "(job_retention_days), by every broker sharing the store.")
         gone.add_metric([], pruned_jobs)
@@ -205,13 +193,9 @@ class StoreCollector:
             yield g
 
 
-def _histogram(name: str, doc: str, values: list[float], bounds: tuple[float, ...]) -> HistogramMetricFamily:
-    buckets = [(_le(b), sum(1 for v in values if v <= b)) for b in bounds] + [("+Inf", len(values))]
-    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=float(sum(values)))
-
-
-def _le(b: float) -> str:
-    return str(float(b))
+def _histogram(name: str, doc: str, sums: dict, key: str) -> HistogramMetricFamily:
+    buckets, total = totals.histogram(sums, key)
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
 
 
 def install_latency_middleware(app) -> None:

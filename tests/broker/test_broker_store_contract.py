@@ -469,6 +469,16 @@ def ended(store, job_id: str, state: JobState, updated: float, *, team="vision",
                                metrics=[{"step": 1}, {"step": 2}]))
 
 
+def waited(jobs: int, seconds: float = 1.0) -> dict:
+    """What ``jobs`` jobs whose first attempt came ``seconds`` after their submit (as :func:`ended` makes them) add
+    to the queue-wait histogram of the pruned totals: a count in the bucket that holds them, and the sum."""
+    from broker import totals
+
+    part: dict = {}
+    totals.observe(part, totals.QUEUE_WAIT, seconds)
+    return {key: n * jobs for key, n in part.items()}
+
+
 def twin(store):
     """A second handle on the same store, as another broker process holds."""
     from broker.store.redis import RedisStore
@@ -578,11 +588,13 @@ def test_a_job_changed_after_it_was_read_for_pruning_stays_whole(store):
         assert len(store.metrics(job_id)) == 2 and store.find_idempotent("vision", job_id).id == job_id
     assert store.pruned() == 1
     # what the jobs that stayed spent is not in the totals: only the one deleted's 7 micro-dollars of spot
-    assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7})
+    assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7,
+                                               **waited(1)})
     # read again, the budget-raised job is due (final, old) at its new version; the resumed one is not final
     assert store.prune(store.expired(before=100.0, limit=10)) == ["j-raised"]
     assert store.get_job("j-resumed") is not None
-    assert store.pruned_totals() == Pruned(2, {("spend", "vision", "spot"): 14, ("ondemand_equivalent", "vision"): 14})
+    assert store.pruned_totals() == Pruned(2, {("spend", "vision", "spot"): 14, ("ondemand_equivalent", "vision"): 14,
+                                               **waited(2)})
 
 
 def with_points(store, job: Job, n: int) -> Job:
@@ -610,7 +622,8 @@ def test_a_write_bounded_by_rows_deletes_the_job_first_and_its_other_points_afte
     assert store.prune([read], rows=30) == ["j-long"]
     assert store.get_job("j-long") is None and store.find_idempotent("vision", "k-long") is None
     assert store.existing(["j-long"]) == set() and store.list_jobs() == []
-    assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7})
+    assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7,
+                                               **waited(1)})
     if isinstance(store, SqliteStore):  # 30 records: its row, its attempt, 2 events and 26 points
         assert len([t for t in traces(store, "j-long") if t.startswith("metrics:")]) == 102 - 26
         assert drained(store, 30) == [30, 30, 16, 0]
@@ -702,7 +715,8 @@ def test_two_brokers_pruning_the_same_jobs_at_once_delete_each_one_once(store):
         assert store.pruned() == other.pruned() == 40
         # each job's 7 micro-dollars added once, by whichever broker deleted it
         assert store.pruned_totals() == other.pruned_totals() == Pruned(40, {("spend", "vision", "spot"): 280,
-                                                                            ("ondemand_equivalent", "vision"): 280})
+                                                                            ("ondemand_equivalent", "vision"): 280,
+                                                                            **waited(40)})
         assert store.list_jobs() == [] and all(traces(store, j.id) == [] for j in jobs)
     finally:
         other.close()
@@ -756,7 +770,7 @@ def test_a_redis_server_at_its_maxmemory_can_still_be_pruned_back_under_it(tmp_p
         assert len(store.prune(store.expired(before=1e9, limit=500))) == 300
         # every deletion's count and totals were written, in the script that deleted it
         assert store.pruned_totals() == Pruned(300, {("spend", "vision", "spot"): 2100,
-                                                     ("ondemand_equivalent", "vision"): 2100})
+                                                     ("ondemand_equivalent", "vision"): 2100, **waited(300)})
         assert create(store, make_job("j-new")).version == 1
         assert traces(store, "j-000") == []
     finally:
@@ -768,9 +782,10 @@ def test_a_redis_server_at_its_maxmemory_can_still_be_pruned_back_under_it(tmp_p
 # -- the totals of pruned jobs, which keep the counters of /metrics from falling -----------------------------------
 
 
-def tried(job_id: str, n: int, state: AttemptState, placement: dict, *, price: int, cost: int, hours: int) -> Attempt:
+def tried(job_id: str, n: int, state: AttemptState, placement: dict, *, price: int, cost: int, hours: int,
+          **more) -> Attempt:
     return Attempt(id=f"{job_id}-a{n}", job_id=job_id, n=n, state=state, launcher="local", placement=placement,
-                   price_per_hour=price, created_at=1000.0, billed_until=1000.0 + hours * 3600, cost=cost)
+                   price_per_hour=price, created_at=1000.0, billed_until=1000.0 + hours * 3600, cost=cost, **more)
 
 
 def finished(store, job: Job, attempts: list[Attempt], updated: float) -> Job:
@@ -783,15 +798,15 @@ BIG = 2**53 + 1  # micro-dollars no float holds: a total that passed through one
 
 
 def test_a_pruned_job_adds_exactly_what_it_counted_for_to_the_totals_by_counter_and_labels(store):
-    """Spend by (team, tier), the on-demand equivalent by team and preemptions by (zone, tier), as /metrics counts a
-    job: so a sum over the jobs left plus the totals stays what it was."""
+    """Spend by (team, tier), the on-demand equivalent by team, preemptions by (zone, tier) and the recovery and
+    queue-wait histograms, as /metrics counts a job: so a sum over the jobs left plus the totals stays what it was."""
     spot = {"tier": "spot", "zone": "us-east-1a"}
     vision = finished(store, make_job("j-vision", team="vision"), [
         # preempted spot: its equivalent at the placement's on-demand price, 2.00/h for an hour
         tried("j-vision", 1, AttemptState.PREEMPTED, {**spot, "ondemand_price_per_hour": 2_000_000}, price=500_000,
-              cost=500_000, hours=1),
+              cost=500_000, hours=1, ended_at=4600.0),
         tried("j-vision", 2, AttemptState.SUCCEEDED, {"tier": "ondemand", "region": "us-east-1"}, price=3_000_000,
-              cost=BIG, hours=1),  # on-demand: its equivalent is its cost
+              cost=BIG, hours=1, started_at=4690.0),  # on-demand: its equivalent is its cost; 90 s to recover
         tried("j-vision", 3, AttemptState.LOST, spot, price=250_000, cost=250_000, hours=1),
     ], updated=10.0)
     pool = 'pool "gpu", rack 1'  # a label a naive key (joined with a separator) would split
@@ -805,13 +820,14 @@ def test_a_pruned_job_adds_exactly_what_it_counted_for_to_the_totals_by_counter_
 
     assert store.prune([vision]) == ["j-vision"]
     first = {("spend", "vision", "spot"): 750_000, ("spend", "vision", "ondemand"): BIG,
-             ("ondemand_equivalent", "vision"): 2_000_000 + BIG + 250_000, ("preemptions", "us-east-1a", "spot"): 2}
+             ("ondemand_equivalent", "vision"): 2_000_000 + BIG + 250_000, ("preemptions", "us-east-1a", "spot"): 2,
+             ("recovery_seconds", "120.0"): 1, ("recovery_seconds", "sum"): 90_000_000, **waited(1, 999.0)}
     assert store.pruned_totals() == Pruned(1, first)
     assert store.prune([vision]) == []  # gone already: nothing added twice
     assert store.prune(store.expired(before=100.0, limit=10)) == ["j-onprem"]
     assert store.pruned_totals() == Pruned(2, {**first, ("spend", "a:b", "onprem"): 400_000,
                                                 ("ondemand_equivalent", "a:b"): 2_000_000,
-                                                ("preemptions", pool, "onprem"): 1})
+                                                ("preemptions", pool, "onprem"): 1, **waited(2, 999.0)})
     other = twin(store)  # another broker (or one started later) reads the same totals
     try:
         assert other.pruned_totals() == store.pruned_totals()

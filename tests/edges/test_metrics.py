@@ -204,3 +204,48 @@ def test_a_scrape_that_keeps_meeting_prunes_leaves_the_counters_out_then_the_nex
         assert round(equiv * 1_000_000) == want["ondemand_equivalent"]
     assert second[("broker_preemptions_total", (("tier", "spot"), ("zone", "us-east-1a")))] == 1
     assert second[("broker_jobs", (("state", "failed"), ("team", "team-b")))] == 0
+
+
+HISTOGRAMS = ("broker_recovery_seconds_bucket", "broker_recovery_seconds_count", "broker_recovery_seconds_sum",
+              "broker_queue_wait_seconds_bucket", "broker_queue_wait_seconds_count", "broker_queue_wait_seconds_sum")
+
+
+def histograms(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k[0] in HISTOGRAMS}
+
+
+def test_the_histograms_keep_a_pruned_jobs_observations_in_a_broker_started_after_the_prune(tmp_path, store, seeded):
+    """A pruned job's recovery and queue wait stay in the histograms for good, as the counters do: kept with the
+    store's totals, not only in the memory of the process that had read the job (a restart made the histograms'
+    counts fall: a reset to Prometheus, and the job's observations gone)."""
+    from fastapi.testclient import TestClient
+
+    from .conftest import build_app
+
+    with TestClient(build_app(world.settings(tmp_path), store)) as client:
+        before = histograms(scrape(client))
+    assert before[("broker_recovery_seconds_count", ())] == 1 and before[("broker_queue_wait_seconds_count", ())] == 3
+    done = [j for j in store.list_jobs(limit=100) if j.state.is_final]
+    assert "j-a1" in {j.id for j in done}  # the job with the recovery goes
+    assert sorted(store.prune(done)) == sorted(j.id for j in done)
+    with TestClient(build_app(world.settings(tmp_path), store)) as client:  # a broker started after the prune
+        after = histograms(scrape(client))
+    assert after == before
+
+
+def test_a_histogram_count_kept_under_a_bound_no_longer_used_counts_at_every_bound_above_it():
+    """Counts are kept by bound, so a change of the bounds after a prune misplaces no observation: one kept under
+    45 s (not a bound now) counts at 60 s and above, never below; one under +Inf only in the total."""
+    from broker import totals
+
+    sums: dict = {}
+    for seconds in (0.0, 25.0, 31.0, 10**6):
+        totals.observe(sums, totals.RECOVERY, seconds)
+    assert sums[(totals.RECOVERY, "10.0")] == 1 and sums[(totals.RECOVERY, "30.0")] == 1
+    assert sums[(totals.RECOVERY, "60.0")] == 1 and sums[(totals.RECOVERY, "+Inf")] == 1
+    assert sums[(totals.RECOVERY, "sum")] == (25 + 31 + 10**6) * 1_000_000
+    sums[(totals.RECOVERY, "45.0")] = 2  # stored when 45 s was a bound
+    buckets, total = totals.histogram(sums, totals.RECOVERY)
+    got = dict(buckets)
+    assert (got["10.0"], got["30.0"], got["60.0"], got["14400.0"], got["+Inf"]) == (1, 2, 5, 5, 6)
+    assert total == 25 + 31 + 10**6
