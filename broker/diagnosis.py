@@ -102,6 +102,7 @@ WORKDIR_CLONE_HINT = ("Not the job's code, but a resume clones the same reposito
                       "way: fix the workdir's url or ref (or its credentials in the task's secrets: GIT_TOKEN for an https "
                       "url; for an ssh one GIT_SSH_KEY_PATH on a pool, the key itself as GIT_SSH_KEY on a SkyPilot "
                       "cluster) and submit again; if there was no network for a while, resume with --force.")
+FILES_NOT_SYNCED_HINT = "Not the job's code, but a resume syncs the same files and fails the same way until that is fixed."
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -116,6 +117,10 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # a git workdir the local launcher could not clone (launchers/local_runner.py): its reason says why in plain words
     _r("workdir_clone", "Its workdir was not cloned, so nothing of the job ran: {reason}.", WORKDIR_CLONE_HINT,
        phases=["failed"], commands=["workdir"]),
+    # the workdir (a path) or a file_mounts entry SkyPilot could not copy or mount onto the cluster
+    # (launchers/skypilot_status.py): its reason names the entry, what failed and what to fix
+    _r("files_not_synced", "Its files did not reach the cluster, so nothing of the job ran: {reason}.",
+       FILES_NOT_SYNCED_HINT, phases=["failed"], commands=["file_mounts", "workdir_sync"]),
     _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing.",
        # an allocation outside PyTorch's caching allocator (a CUDA context, a library's workspace) fails as

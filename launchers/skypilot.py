@@ -62,7 +62,7 @@ from typing import Any, Protocol
 from launchers.base import (AttemptStatus, Capabilities, Keep, LaunchError, LaunchRequest, Phase, next_round,
                            state_domain)
 from launchers.git_workdir import GitWorkdir
-from launchers.skypilot_status import INIT_WAIT_SECONDS, KNOWN_JOBS, Launch, Observation, next_status
+from launchers.skypilot_status import INIT_WAIT_SECONDS, KNOWN_JOBS, LAUNCH_STEPS, Launch, Observation, next_status
 from launchers.skypilot_task import (
     KUBERNETES_CLOUDS,
     TaskConfigError,
@@ -175,6 +175,22 @@ def _field_of(message: str) -> str:
     return "task"
 
 
+LAUNCH_ERROR_LIMIT = 4000
+"""How much of a failed launch's message the launcher reads: what failed (an rsync's own complaint, a bucket's
+refusal) comes after SkyPilot's command and its output, past the 500 characters a reason shows."""
+
+_COMMAND_BLOCK = re.compile(r"-{5} CMD -{5}.*?-{5} CMD END -{5}", re.S)
+
+
+def launch_error_text(exc: BaseException) -> str:
+    """A failed launch request's error as the launcher reads it: SkyPilot's exception type and message, on one line,
+    without the commands it quotes whole (a storage mount's is a script of kilobytes, before the error it explains)."""
+    text = " ".join(_COMMAND_BLOCK.sub(" ", re.sub(r"\x1b\[[0-9;]*m", "", str(exc))).split())
+    if len(text) > LAUNCH_ERROR_LIMIT:
+        text = text[: LAUNCH_ERROR_LIMIT - 1] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _one_line(exc: BaseException, limit: int = 500) -> str:
     """SkyPilot's message on one line (colour codes dropped), shortened to ``limit`` characters."""
     text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split())
@@ -214,6 +230,15 @@ def attempt_config(request: LaunchRequest, *, stop_at: int | None = None) -> dic
                            grace_seconds=request.stop_grace_seconds)
     except TaskConfigError as exc:
         raise LaunchError(str(exc), permanent=True) from None
+
+
+def file_mounts_of(config: Mapping[str, Any]) -> list[list[str]]:
+    """The task's ``file_mounts`` copied from a path or a bucket URL, as ``[destination, source]`` pairs, for a
+    sentence naming the one SkyPilot could not sync (SkyPilot names a path by the broker's copy of it, and a
+    destination outside ``~`` and ``/tmp`` by where it copies it first). A storage (``source:``/``mode:``, the
+    broker's checkpoint bucket) is left out: SkyPilot names its mount by the task's own destination."""
+    return [[str(destination), source] for destination, source in (config.get("file_mounts") or {}).items()
+            if isinstance(source, str)]
 
 
 def build_task(config: Mapping[str, Any]) -> Any:
@@ -374,10 +399,10 @@ class SdkClient:
             try:
                 sky.get(request_id)
             except Exception as exc:
-                message = f"{type(exc).__name__}: {_one_line(exc)}"
+                return Launch.FAILED, launch_error_text(exc)
             else:
                 message = status.lower()
-        return Launch.FAILED, _one_line(Exception(message))
+        return Launch.FAILED, _one_line(Exception(_COMMAND_BLOCK.sub(" ", message)), LAUNCH_ERROR_LIMIT)
 
     def launch_in_flight(self, cluster: str) -> bool:
         import sky
@@ -529,7 +554,10 @@ class SkyPilotLauncher:
         name = self.cluster(request.attempt_id)
         pod = str(request.placement.get("cloud") or "").lower() in KUBERNETES_CLOUDS  # deleted with a notice too
         repo = GitWorkdir.of(config.get("workdir"))
-        kept = {"git_workdir": repo.at} if repo else {}  # named, its credentials hidden, if its clone fails
+        kept: dict[str, Any] = {"git_workdir": repo.at} if repo else {}  # named, credentials hidden, if its clone fails
+        mounts = file_mounts_of(config)
+        if mounts:  # named by the task's own destinations, if one cannot be synced
+            kept["mounts"] = mounts
         with self._locked(request.attempt_id) as state:
             if state.get("request_id") or state.get("adopted") or state.get("phase"):
                 return
@@ -638,7 +666,8 @@ class SkyPilotLauncher:
                            stop_reason=state.get("stop_reason"), launch_error=error, adopted=bool(state.get("adopted")),
                            limit_passed=stop_at is not None and time.time() >= stop_at,
                            init_seconds=time.time() - float(state.get("init_seen_at") or time.time()),
-                           init_wait_seconds=self.init_wait_seconds, git_workdir=state.get("git_workdir", ""))
+                           init_wait_seconds=self.init_wait_seconds, git_workdir=state.get("git_workdir", ""),
+                           mounts=tuple((str(d), str(s)) for d, s in state.get("mounts") or ()))
 
     def _job_on_init(self, name: str) -> str | None:
         """The job of a cluster ``INIT`` while its job ran: SkyPilot re-runs its health check first (the cluster
@@ -698,13 +727,18 @@ class SkyPilotLauncher:
                     self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
             if result.phase is Phase.FAILED and (obs.spot or state.get("pod")) and obs.cluster in ("UP", "INIT") \
-                    and not obs.stop_reason and result.step != "workdir":
-                # AUTOSTOPPING: up idle autostop_minutes since, so not reclaimed; a clone of the workdir that failed
-                # is SkyPilot's launch failing before any job, not a job that may have heeded a reclaim's notice
+                    and not obs.stop_reason and result.step not in LAUNCH_STEPS:
+                # AUTOSTOPPING: up idle autostop_minutes since, so not reclaimed; a workdir or file_mounts that could
+                # not be synced is SkyPilot's launch failing before any job, not a job that may have heeded a
+                # reclaim's notice
                 result = self._unless_reclaimed(attempt_id, state, result)
             if result.phase.is_final and not state.get("down"):
                 self._keep_logs(attempt_id, state)
                 self._down(attempt_id, state)
+                if result.phase is Phase.FAILED and result.step in LAUNCH_STEPS:
+                    # no job, so no log of its own: what `broker logs` shows, and what the diagnosis reads
+                    with open(self._path(attempt_id, ".log"), "a") as kept:
+                        kept.write(f"[spot-broker] the job was not started: {result.reason}\n")
             if result.phase is Phase.FAILED and result.exit_code is None:
                 result = self._with_exit_code(attempt_id, result)
             if result.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED) and state.get("stop_at") is not None:

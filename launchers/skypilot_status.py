@@ -20,8 +20,10 @@ Sequences, read left to right (each arrow is one poll):
 | UP, job RUNNING → INIT for :data:`INIT_WAIT_SECONDS`, its job not seen to end | running → running → preempted (spot) or lost |
 | on-demand: UP, job RUNNING → cluster gone | running → lost |
 | launch in flight → launch failed (no capacity) | pending → lost (the engine requeues) |
-| launch in flight → launch failed with the cluster UP and no job (a workdir or file_mounts sync failed) | pending → lost, its cluster torn down |
+| launch in flight → launch failed with the cluster UP and no job, for a reason another try may not meet (an ssh or network error while syncing, words not known) | pending → lost, its cluster torn down |
 | launch in flight → launch failed with the cluster UP: SkyPilot's clone of the git workdir failed | pending → failed (step ``workdir``) |
+| launch in flight → launch failed with the cluster UP: a ``file_mounts`` source could not be copied or mounted (unreadable on the broker's host, no such bucket, access denied, the node's disk full) | pending → failed (step ``file_mounts``), its cluster torn down |
+| launch in flight → launch failed with the cluster UP: the workdir (a path) could not be copied (unreadable, not writable on the node, its disk full) | pending → failed (step ``workdir_sync``), its cluster torn down |
 | stop requested → cluster gone | stopped |
 | past the cluster's own budget limit: cluster gone (autodown after the guard stopped the run) | stopped (budget) |
 
@@ -77,6 +79,7 @@ class Observation:
     init_wait_seconds: float = INIT_WAIT_SECONDS  # how long that may last before it is a loss
     adopted: bool = False  # the launch was found (sent before a crash, or before the launcher's state was lost)
     git_workdir: str = ""  # the task's git workdir as a sentence shows it ("<url> at <ref>"), if it has one
+    mounts: tuple[tuple[str, str], ...] = ()  # the task's file_mounts copied: (destination, source: path or bucket URL)
 
 
 JOB_ENDS: dict[str, tuple[Phase, str | None]] = {
@@ -106,6 +109,54 @@ CLONE_FAILED = re.compile(r"Git clone failed on .*?: \S+")
 """SkyPilot 0.14.1's words (``CommandRunner.git_clone``) when its clone of a git workdir failed on a node, after
 three tries: the launch request fails once the cluster is up, before its job exists."""
 
+LAUNCH_STEPS = frozenset({"workdir", "workdir_sync", "file_mounts"})
+"""The steps of a launch that end an attempt before its job exists: SkyPilot cloning the git workdir (``workdir``, as
+the local launcher names its clone), copying a workdir that is a path (``workdir_sync``: not a clone, which the
+diagnosis's hint for ``workdir`` is about) and the ``file_mounts`` onto the cluster. Nothing of the job ran, so there is
+no exit code and no reclaim to wait for."""
+
+LAUNCH_ERROR_SHOWN = 500
+"""How much of SkyPilot's message a lost attempt's reason quotes (the launcher reads more, to tell what failed)."""
+
+RSYNC_FAILED = re.compile(r"Failed to rsync up: (?P<src>.+?) -> (?P<dst>\S+?)\.(?=\s|$)")
+"""SkyPilot 0.14.1's words (``CommandRunner._rsync``) when its rsync of the workdir or of a local ``file_mounts``
+source to a node failed, after its one retry: ``Command rsync … failed with return code N. Failed to rsync up:
+<source> -> <destination>. Ensure that the network is stable, then retry.`` and rsync's own output."""
+
+BEFORE_SYNC_FAILED = re.compile(r"Failed to run command before rsync (?P<src>.+?) -> (?P<dst>\S+?)\.(?=\s|$)")
+"""SkyPilot 0.14.1's words (``backend_utils.parallel_data_transfer_to_nodes``) when the command it runs on a node for
+a ``file_mounts`` entry failed: the ``mkdir`` before an rsync, the copy of a bucket URL (``aws s3 sync``, ``gsutil``),
+or — as ``Command to mount failed`` — the mount of a storage (``mode: MOUNT``, the broker's checkpoint bucket)."""
+
+RETURN_CODE = re.compile(r"\bfailed with return code (-?\d+)\.")
+
+RSYNC_TASK_CODES = {3: "a destination could not be made", 11: "a file could not be written",
+                    23: "some files could not be copied"}
+"""rsync's exit codes that say the files themselves could not be copied (unreadable, the node's disk full, a
+destination that cannot be made): another cluster copies the same files, and fails the same way. Its others
+(12: the connection closed, 255: ssh failed, 30: a timeout, 24: files vanished while copied) may not repeat."""
+
+SSH_FAILED = 255
+"""The exit code of ssh itself failing (a command that may never have run on the node): not the task's doing."""
+
+NETWORK_ERROR = re.compile(
+    r"Connection (?:refused|timed out|reset|closed)|connection unexpectedly closed|Could not resolve|"
+    r"Name or service not known|Temporary failure in name resolution|No route to host|Network is unreachable|"
+    r"(?:kex|ssh)_exchange_identification|Could not connect to the endpoint URL|Failed to establish a new connection|"
+    r"timed out|Broken pipe|EndpointConnectionError|SlowDown|ServiceUnavailable|RequestTimeout", re.I)
+"""Words of a failure of the network, or of a cloud's service for a moment, in a sync's output: another try may not
+meet it, so the attempt is lost (the engine requeues the job), not failed."""
+
+BUCKET_REFUSED = re.compile(
+    r"\((?P<code>NoSuchBucket|NoSuchKey|AccessDenied|AllAccessDisabled|InvalidBucketName|403|404)\) when calling the "
+    r"(?:ListObjects(?:V2)?|HeadObject|GetObject|HeadBucket) operation(?:: (?P<said>[^.]*))?")
+"""S3's refusal of a bucket URL ``file_mounts`` source, which SkyPilot 0.14.1 reads on its API server before it copies
+it (``S3CloudStorage.is_directory``: ``CloudError: botocore error (NoSuchBucket): …``). Neither a submit nor the dry
+run looks at such a source: the cluster is up by then."""
+
+AFTER_FIX = "then submit the job again, or resume it with --force"
+"""The end of each such sentence: the failure is the task's, so a resume (which the diagnosis does not take for the
+infrastructure's) needs ``--force`` once what was wrong outside the task (a bucket's policy, a file's mode) is fixed."""
 
 
 def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
@@ -184,8 +235,120 @@ def _launch_failed(obs: Observation) -> AttemptStatus:
         return AttemptStatus(Phase.FAILED, step="workdir", reason=(
             f"the git repository {obs.git_workdir or 'of the task'} could not be cloned on the cluster (no such "
             f"repository, branch, tag or commit, no access to it, or no network there; SkyPilot: {clone.group(0)})"))
-    why = obs.launch_error or "no reason given"
+    unsynced = _sync_failed(obs)
+    if unsynced is not None:
+        return unsynced
+    why = _clip(obs.launch_error, LAUNCH_ERROR_SHOWN) or "no reason given"
     return AttemptStatus(Phase.LOST, reason=f"SkyPilot could not provision the cluster: {why}")
+
+
+def _sync_failed(obs: Observation) -> AttemptStatus | None:
+    """The attempt failed, when SkyPilot's launch failed copying or mounting the task's own files onto the cluster in
+    a way that another cluster would meet again (step ``workdir_sync`` or ``file_mounts``, a sentence naming what
+    could not be synced and what to do); None when it may not: a network or ssh failure, or words this does not know.
+    Lost, the job was placed again, on a new cluster paid for each time up to the engine's attempts, for a path the
+    broker's host cannot read, or a bucket that does not exist or that the cluster may not read."""
+    text = obs.launch_error
+    if not text or NETWORK_ERROR.search(text):
+        return None
+    code = RETURN_CODE.search(text)
+    rc = int(code.group(1)) if code else None
+    copied = RSYNC_FAILED.search(text)
+    if copied:
+        if rc not in RSYNC_TASK_CODES:
+            return None
+        said, receiving = _rsync_said(text)
+        return _unsynced(obs, copied.group("src"), copied.group("dst"), "copied",
+                         said or f"rsync exit code {rc}: {RSYNC_TASK_CODES[rc]}", receiving=receiving)
+    ran = BEFORE_SYNC_FAILED.search(text)
+    if ran:
+        if rc is None or rc == SSH_FAILED:
+            return None
+        said = re.sub(r"^View logs: sky api logs -l \S+\s*", "", text[ran.end():].strip())
+        said = _clip(said, 300, tail=True) or f"exit code {rc}"
+        how = "mounted" if "Command to mount failed" in text else "copied"
+        return _unsynced(obs, ran.group("src"), ran.group("dst"), how, said)
+    refused = BUCKET_REFUSED.search(text)
+    if refused:
+        buckets = [f"{d} ({s})" for d, s in obs.mounts if "://" in s]
+        which = buckets[0] if len(buckets) == 1 else \
+            f"one of {', '.join(buckets)}" if buckets else "a bucket URL source"
+        said = f"{refused.group('code')}" + (f": {refused.group('said').strip()}" if refused.group("said") else "")
+        return AttemptStatus(Phase.FAILED, step="file_mounts", reason=(
+            f"file_mounts {which} could not be read from its bucket ({said}): check that the bucket and path exist "
+            f"and that SkyPilot's cloud credentials may read them, {AFTER_FIX}"))
+    return None
+
+
+def _unsynced(obs: Observation, source: str, destination: str, how: str, said: str, *,
+              receiving: bool = False) -> AttemptStatus:
+    """The attempt failed at copying (or mounting) ``source`` to ``destination``, as SkyPilot names them."""
+    if destination == WORKDIR and not any(s == source for _, s in obs.mounts):
+        fix = _fix(said, source, workdir=True, receiving=receiving)
+        return AttemptStatus(Phase.FAILED, step="workdir_sync", reason=(
+            f"the workdir could not be copied onto the cluster from {source} ({said}): {fix}, {AFTER_FIX}"))
+    dest = _destination(obs, source, destination)
+    if how == "mounted":
+        what = f"the bucket {source} could not be mounted on the cluster"
+        fix = "check that the bucket exists and that the cluster's cloud credentials may read it"
+    else:
+        what = f"{source} could not be copied onto the cluster"
+        fix = _fix(said, source, workdir=False, receiving=receiving)
+    return AttemptStatus(Phase.FAILED, step="file_mounts", reason=f"file_mounts {dest}: {what} ({said}): {fix}, "
+                                                                    f"{AFTER_FIX}")
+
+
+WORKDIR = "~/sky_workdir"
+"""Where SkyPilot 0.14.1 puts the workdir on each node (``SKY_REMOTE_WORKDIR``): a sync there is the workdir's."""
+
+
+def _destination(obs: Observation, source: str, destination: str) -> str:
+    """The task's own ``file_mounts`` destination for a sync SkyPilot names by ``source`` and its (perhaps rewritten:
+    a path outside ``~`` and ``/tmp`` is copied under ``~`` and linked) ``destination``."""
+    for dest, src in obs.mounts:
+        if src.rstrip("/") == source.rstrip("/") and source:
+            return dest
+    for dest, _ in obs.mounts:
+        if dest in (destination, f"{WORKDIR}/{destination}") or destination == f"{WORKDIR}/{dest}":
+            return dest
+    return destination
+
+
+def _fix(said: str, source: str, *, workdir: bool, receiving: bool = False) -> str:
+    """What to do about a copy that failed, from what rsync (or the command) said; ``receiving``: rsync on the node
+    complained (it could not write), not rsync reading the source."""
+    if "No space left" in said or "Disk quota" in said or "could not be written" in said:
+        return ("the node's disk is full: give the task a larger disk (resources.disk_size), or "
+                + ("keep large files out of the workdir" if workdir else "mount large data from a bucket instead"))
+    if "://" in source:
+        return "check that the bucket and path exist and that the cluster's cloud credentials may read them"
+    if receiving:
+        return ("the cluster's node could not write it there: "
+                + ("its image's home folder must be writable, and its disk hold the workdir" if workdir else
+                   "use a destination under ~ or /tmp, or a larger disk (resources.disk_size)"))
+    if "Permission denied" in said:
+        return "make it readable by the user the broker runs as"
+    return "check that it exists and that the user the broker runs as may read it"
+
+
+_RSYNC_SAID = re.compile(r"rsync: (?:\[(?P<side>\w+)\] )?(?P<said>.+?)(?= rsync(?: error)?: |$)")
+
+
+def _rsync_said(text: str) -> tuple[str, bool]:
+    """rsync's own first complaint in SkyPilot's message (``send_files failed to open "…": Permission denied``), and
+    whether the receiving rsync (on the node) made it."""
+    found = _RSYNC_SAID.search(text)
+    if not found:
+        return "", False
+    return _clip(found.group("said"), 300), (found.group("side") or "").lower() in ("receiver", "generator")
+
+
+def _clip(text: str, limit: int, *, tail: bool = False) -> str:
+    """``text`` shortened to ``limit`` characters (its end, with ``tail``: where a command's error is)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return "…" + text[-(limit - 1):] if tail else text[: limit - 1] + "…"
 
 
 def _stopped(reason: str) -> Phase:
