@@ -86,13 +86,13 @@ class Conflict(Exception):
     """The request is not allowed in the job's current state."""
 
 
-def _same_submit(existing: Job, spec, settings: Settings) -> Job:
+def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
     """The job an Idempotency-Key already made, if this submit asks for the same task (a retry); a
     different task under a used key is refused, never silently answered with the first job
     (as the IETF Idempotency-Key draft asks: 422 for a reused key with another payload). The task is
-    compared as stored — everything but the budget, which may have been raised since, and a relative
-    deadline, which moves with the clock — its secrets opened (a broker that cannot open them cannot
-    tell a retry from another task: 409, naming the key setting)."""
+    compared as stored — everything but the budget, which may have been raised since — its secrets opened
+    (a broker that cannot open them cannot tell a retry from another task: 409, naming the key setting),
+    and the deadline as :func:`_same_deadline` reads it."""
     try:
         opened = open_task(existing.spec, settings, existing.id)
     except Unsealable as exc:
@@ -100,10 +100,21 @@ def _same_submit(existing: Job, spec, settings: Settings) -> Job:
                        f"compare with this one: {exc}") from None
     stored = {k: v for k, v in opened.items() if k != "broker"}
     same_task = json.dumps(spec.task, sort_keys=True, default=str) == json.dumps(stored, sort_keys=True, default=str)
-    if not same_task or broker_echo(spec) != (existing.spec.get("broker") or {}):
+    if not same_task or broker_echo(spec) != (existing.spec.get("broker") or {}) \
+            or not _same_deadline(existing, spec.broker.deadline, now):
         raise Invalid("Idempotency-Key", f"was already used for job {existing.id} with a different task; "
                                          "use a new key to submit this one")
     return existing
+
+
+def _same_deadline(existing: Job, given: float | None, now: float) -> bool:
+    """Whether a retry's deadline is the one the job was admitted with: the same time, or the same length from
+    each submit (``6h`` retried a minute later is the same submit). The deadline is kept beside the task, not in
+    it, so it went uncompared: a retry adding one, dropping it or moving it was answered with the first job, as
+    if its deadline were the one asked."""
+    if given is None or existing.deadline is None:
+        return given is None and existing.deadline is None
+    return given == existing.deadline or abs((given - now) - (existing.deadline - existing.submitted_at)) < 1
 
 
 def _checkpoint_step_ahead(job: Job, point: dict[str, Any]) -> int | None:
@@ -211,7 +222,7 @@ class BrokerService:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
-                return _same_submit(existing, spec, self.settings), False
+                return _same_submit(existing, spec, self.settings, now), False
         if spec.broker.checkpoint is not None:
             self._check_base_free(principal, spec.broker.checkpoint, team, now)
         if spec.broker.workdir is not None:
@@ -248,7 +259,7 @@ class BrokerService:
             existing = self.store.get_job(dup.existing_id)
             if existing is not None and idempotency_key is not None and existing.team == team \
                     and existing.idempotency_key == idempotency_key:  # the same key's submit, committed first
-                return _same_submit(existing, spec, self.settings), False
+                return _same_submit(existing, spec, self.settings, now), False
             # the random id drawn is taken (another job's, or a pruned job's still being deleted): never answer
             # with that job; submit again under a new id
             return self.submit(principal, raw, idempotency_key=idempotency_key)
@@ -459,7 +470,12 @@ class BrokerService:
         if n < 1 or n > job.attempts:
             if attempt is None:
                 return {"attempt": None, "data": "", "offset": 0, "done": job.state.is_final}
-            raise Invalid("attempt", f"must be between 1 and {job.attempts}", status=404)
+            if not job.attempts:  # was "must be between 1 and 0"
+                raise Invalid("attempt", f"is {attempt}, but {job.id} has had no attempt (it is {job.state.value}): "
+                                         "leave attempt out to read the newest once it runs", status=404)
+            which = "1" if job.attempts == 1 else f"1 to {job.attempts}"
+            raise Invalid("attempt", f"is {attempt}, but {job.id} has had {job.attempts} attempt"
+                                     f"{'s' if job.attempts > 1 else ''}: give {which}", status=404)
         if self.launcher is None:
             raise Invalid("logs", "this broker process has no launcher to read logs from", status=503)
         mine = domains_of(self.launcher)

@@ -207,6 +207,10 @@ def _parse_resources(resources: Any, *, strict: bool = True) -> tuple[ResourceRe
         raise SpecError("resources", "must be a mapping")
     if strict:
         _known_keys(resources, RESOURCE_KEYS, "resources.")
+    if strict and "any_of" in resources and "ordered" in resources:
+        # any_of was read and ordered dropped without a word (SkyPilot refuses the two together, at launch)
+        raise SpecError("resources.ordered", "cannot be given with resources.any_of: give any_of for the cheapest of "
+                                             "the alternatives, or ordered for them tried in the order listed")
     base = {k: v for k, v in resources.items() if k not in ("any_of", "ordered")}
     key = "any_of" if "any_of" in resources else "ordered"
     if key not in resources:
@@ -245,8 +249,8 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
     use_spot = r.get("use_spot")
     if use_spot is not None and not isinstance(use_spot, bool):
         raise SpecError(f"{where}.use_spot", "must be true or false")
-    cpus = _amount(r.get("cpus"), f"{where}.cpus")
-    memory = _memory(r.get("memory"), f"{where}.memory")
+    cpus = _amount(r.get("cpus"), f"{where}.cpus", strict=strict)
+    memory = _memory(r.get("memory"), f"{where}.memory", strict=strict)
     # SkyPilot reads a size without '+' as exact (`cpus: 16`: a 16-vCPU type, never 32): placement holds an
     # instance type to it, as SkyPilot refuses one of another size
     cpus_exact, memory_exact = cpus is not None and not _at_least(r["cpus"]), \
@@ -254,7 +258,7 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
     instance_type = r.get("instance_type")
     if instance_type is not None and not isinstance(instance_type, str):
         raise SpecError(f"{where}.instance_type", "must be a string")
-    accs = _accelerators(r.get("accelerators"), f"{where}.accelerators")
+    accs = _accelerators(r.get("accelerators"), f"{where}.accelerators", strict=strict)
     regions = _image_regions(r.get("image_id"), cloud, region, f"{where}.image_id", strict=strict)
     return [
         ResourceRequest(
@@ -323,7 +327,7 @@ def _cloud(name: str) -> str:
     return CLOUD_ALIASES.get(name.lower(), name.lower())
 
 
-def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:
+def _accelerators(value: Any, where: str, *, strict: bool = True) -> list[tuple[str | None, int]]:
     if value is None:
         return [(None, 0)]
     if isinstance(value, str):
@@ -333,6 +337,10 @@ def _accelerators(value: Any, where: str) -> list[tuple[str | None, int]]:
             raise SpecError(where, "must name at least one accelerator")
         out = []
         for name, count in value.items():
+            if strict and (not isinstance(name, str) or not name.strip()):
+                # `{"": 1}` was "no offer has the resources asked", naming resources; YAML's `{~: 1}` asked for "None"
+                raise SpecError(where, f"must map each accelerator's name to its count, like {{A100: 8}}; {name!r} is "
+                                       "not a name")
             if count is None:  # `{A100:1, V100:1}`, SkyPilot's set: YAML reads each "A100:1" as a key with no value
                 out.append(_one_accelerator(str(name), where))
                 continue
@@ -380,9 +388,14 @@ def _at_least(value: Any) -> bool:
     return isinstance(value, str) and value.strip().endswith("+")
 
 
-def _amount(value: Any, where: str, unreadable: str = "must be a number, optionally followed by '+'") -> Decimal | None:
+MAX_CPUS = 10_000
+MAX_MEMORY_GB = 2**20  # 1 PB; the largest instance types have 2,000 vCPUs and 32 TB
+
+
+def _amount(value: Any, where: str, unreadable: str = "must be a number, optionally followed by '+'", *,
+            most: int = MAX_CPUS, unit: str = "vCPUs", strict: bool = True) -> Decimal | None:
     """cpus / memory: ``4``, ``"4"`` (exactly) or ``"4+"`` (at least: :func:`_at_least`). ``unreadable``: what a
-    value that is no number is told."""
+    value that is no number is told; ``most``: the largest taken at submit (``strict``), in ``unit``."""
     if value is None:
         return None
     text = str(value).strip().rstrip("+")
@@ -394,6 +407,15 @@ def _amount(value: Any, where: str, unreadable: str = "must be a number, optiona
         raise SpecError(where, unreadable) from None
     if not amount.is_finite() or amount <= 0:
         raise SpecError(where, "must be positive")
+    return _at_most(amount, most, where, unit, strict)
+
+
+def _at_most(amount: Decimal, most: int, where: str, unit: str, strict: bool) -> Decimal:
+    """A size no node has is refused at submit, as an accelerator count is: ``cpus: "1e999999999"`` was a 500 (the
+    refusal wrote the number out, past what Decimal holds), and ``cpus: 1e300`` a refusal 300 digits long. (An offer
+    of unknown size takes any, so a stored job may ask for more: it is read as it was admitted.)"""
+    if strict and amount > most:
+        raise SpecError(where, f"must be at most {most} {unit}: it is per node, and no node has more")
     return amount
 
 
@@ -402,16 +424,16 @@ MEMORY_UNITS = {"k": 2**-20, "m": 2**-10, "g": 1, "t": 2**10, "p": 2**20}
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp])[bi]\s*\+?\s*$", re.I)
 
 
-def _memory(value: Any, where: str) -> Decimal | None:
+def _memory(value: Any, where: str, *, strict: bool = True) -> Decimal | None:
     """memory: as :func:`_amount` (GB), or with one of SkyPilot's units (``64GB``, ``1024MB``, ``32GB+``)."""
     m = _MEMORY.match(value) if isinstance(value, str) else None
     if m is None:
         return _amount(value, where, "must be a number of GB (64), or a size with its unit (64GB, 1024MB), "
-                                     "optionally followed by '+'")
+                                     "optionally followed by '+'", most=MAX_MEMORY_GB, unit="GB (1 PB)", strict=strict)
     amount = Decimal(m.group(1)) * Decimal(MEMORY_UNITS[m.group(2).lower()])
     if amount <= 0:
         raise SpecError(where, "must be positive")
-    return amount
+    return _at_most(amount, MAX_MEMORY_GB, where, "GB (1 PB)", strict)
 
 
 # --- broker section ----------------------------------------------------------------------------
@@ -422,7 +444,7 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
         return BrokerSection()
     if not isinstance(section, dict):
         raise SpecError("broker", "must be a mapping")
-    unknown = sorted(set(section) - BROKER_KEYS)
+    unknown = sorted(set(section) - BROKER_KEYS, key=str)  # YAML keys may be numbers too: `{1: a, x: b}` was a 500
     if unknown and strict:  # a stored spec may hold a newer broker's setting: read leniently, it is left as it is
         raise SpecError(f"broker.{unknown[0]}", f"is not a broker setting ({unknown_key_hint(unknown[0], BROKER_KEYS)})")
     team = section.get("team")
@@ -642,7 +664,7 @@ def _retry(value: Any, where: str = "broker.retry") -> RetryPolicy:
         return RetryPolicy()
     if not isinstance(value, dict):
         raise SpecError(where, "must be a mapping")
-    unknown = sorted(set(value) - RETRY_KEYS)
+    unknown = sorted(set(value) - RETRY_KEYS, key=str)
     if unknown:
         raise SpecError(f"{where}.{unknown[0]}", f"is not a retry setting ({unknown_key_hint(unknown[0], RETRY_KEYS)})")
     restarts = value.get("max_restarts_on_errors", 0)

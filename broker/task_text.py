@@ -14,13 +14,16 @@ the field and the reason (:class:`broker.spec.SpecError`), before any of it is p
 - **a lone surrogate** (``"\\ud800"`` in JSON) in any string or key: stored, every answer holding it (the
   job list of its team, for one) failed to encode;
 - **a key given twice** in one mapping: YAML (1.2) forbids it and PyYAML kept the last, so
-  ``budget_usd: 1`` then ``budget_usd: 1000`` silently set the larger cap.
+  ``budget_usd: 1`` then ``budget_usd: 1000`` silently set the larger cap;
+- **a number YAML 1.1 reads as another**: ``1:30`` is base 60 (90: ``expected_hours: 1:30`` planned 90 hours)
+  and ``010`` octal (8); quoted, each is the text as written.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import date
 from typing import Any
 
@@ -38,6 +41,9 @@ DEADLINE = ("broker", "deadline")  # the one place a YAML time is a value the br
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a megabyte in 0.2 s, not 1.6 s
 _INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BASE_60 = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")  # PyYAML's (YAML 1.1) int and float
+_OCTAL = re.compile(r"^[-+]?0[0-7_]+$")
 _MERGE = "tag:yaml.org,2002:merge"
 
 
@@ -181,6 +187,8 @@ class _Nodes:
         if isinstance(node, yaml.ScalarNode):
             if node.tag == _INT and sum(c.isdigit() for c in node.value) > MAX_INT_DIGITS:
                 raise SpecError(_field(path), f"is a number of more than {MAX_INT_DIGITS} digits")
+            if node.tag in (_INT, _FLOAT):
+                _not_misread(node.value, path)
             size = len(node.value) + 1
         else:
             open_.add(id(node))
@@ -205,6 +213,24 @@ class _Nodes:
             open_.discard(id(node))
         self.sizes[id(node)] = size
         return size
+
+
+def _not_misread(text: str, path: tuple) -> None:
+    """Refuse an unquoted number that YAML 1.1 (PyYAML's, and SkyPilot's) reads as another one: ``1:30`` is the
+    base-60 number 90 (``expected_hours: 1:30`` planned 90 hours, ``budget_usd: 1:30`` capped at $90, an
+    environment value ``1:30`` came out as "90"), and ``010`` is octal 8. Said with what was read, and how to
+    write what was meant."""
+    if _BASE_60.match(text):
+        read = yaml.load(text, Loader=_Loader)
+        raise SpecError(_field(path), f"is {text}, which YAML reads as the base-60 number {read!r}: quote it "
+                                      f"('{text}') to give the text, or write the number meant (1.5 for one and a "
+                                      "half)")
+    if _OCTAL.match(text):
+        sign, digits = ("-" if text.startswith("-") else ""), text.replace("_", "").lstrip("+-")
+        if int(digits, 8) != int(digits, 10):
+            raise SpecError(_field(path), f"is {text}, which YAML reads as the octal number {sign}{int(digits, 8)}: "
+                                          f"write {sign}{int(digits)} without the leading zero, or quote it ('{text}') "
+                                          "to give the text")
 
 
 class _Duplicated(dict):

@@ -356,3 +356,128 @@ def test_the_parameters_a_route_takes_and_the_probes_query_strings_are_still_ans
     assert client.get("/v1/jobs?state=queued&limit=5", headers=AUTH).status_code == 200
     # a load balancer's check is set up outside the broker: a query string there is not refused
     assert client.get("/v1/healthz?from=lb").status_code == 200 and client.get("/v1/readyz?x=1").status_code == 200
+
+
+@pytest.mark.parametrize("body, headers, field, says", [
+    pytest.param('{"run": "echo hi", "resources": {"cpus": "1e999999999"}}', JSON, "resources.cpus",
+                 "at most 10000 vCPUs", id="a vCPU count past what Decimal writes out is a 422, not a 500"),
+    pytest.param('{"run": "echo hi", "resources": {"memory": "1e999999999"}}', JSON, "resources.memory",
+                 "at most 1048576 GB", id="a memory size past what Decimal writes out is a 422, not a 500"),
+    pytest.param('{"run": "echo hi", "resources": {"any_of": [{"cpus": 1e300}]}}', JSON, "resources.any_of[0].cpus",
+                 "no node has more", id="1e300 vCPUs is a 422 naming the field, not a refusal 300 digits long"),
+    pytest.param("run: echo hi\nresources: {memory: 99999999999999PB}\n", YAML, "resources.memory", "at most",
+                 id="a memory size with a unit past any node is a 422 naming it"),
+    pytest.param("run: echo hi\nbroker: {1: a, x: b, budget_usd: 5}\n", YAML, "broker.1", "is not a broker setting",
+                 id="a YAML number and a name as unknown keys of broker: are a 422, not a 500 sorting them"),
+    pytest.param("run: echo hi\nbroker: {retry: {~: 1, 2: 3}}\n", YAML, "broker.retry.2", "is not a retry setting",
+                 id="keys of mixed YAML types in broker.retry are a 422, not a 500"),
+    pytest.param("run: echo hi\nbroker: {expected_hours: 1:30}\n", YAML, "broker.expected_hours",
+                 "YAML reads as the base-60 number 90", id="expected_hours 1:30 is a 422, not planned as 90 hours"),
+    pytest.param("run: echo hi\nbroker: {budget_usd: 1:30}\n", YAML, "broker.budget_usd", "base-60 number 90",
+                 id="a budget of 1:30 is a 422, not a cap of $90"),
+    pytest.param("run: echo hi\nenvs: {ZIP: 010}\n", YAML, "envs.ZIP", "reads as the octal number 8: write 10",
+                 id="an environment value 010 is a 422, not run as 8"),
+    pytest.param('{"run": "echo hi", "resources": {"accelerators": {"": 1}}}', JSON, "resources.accelerators",
+                 "'' is not a name", id="an accelerator with no name is a 422 naming it, not 'no offer has it'"),
+    pytest.param("run: echo hi\nresources: {accelerators: {~: 1}}\n", YAML, "resources.accelerators",
+                 "None is not a name", id="a YAML null accelerator name is a 422, not a search for a GPU called None"),
+    pytest.param('{"run": "echo hi", "resources": {"any_of": [{"cpus": 1}], "ordered": [{"cpus": 2}]}}', JSON,
+                 "resources.ordered", "cannot be given with resources.any_of",
+                 id="any_of and ordered together are a 422, not ordered dropped without a word"),
+])
+def test_a_task_misread_or_a_500_before_is_a_422_naming_where_and_leaves_its_key_free(client, body, headers, field,
+                                                                                       says):
+    """Found fuzzing every field of a task: each was a 500, a refusal hundreds of digits long, or a job run with
+    another value than the one written. Refused, nothing is stored and the submit's Idempotency-Key is still free
+    for the corrected task."""
+    key = {"Idempotency-Key": "fix-and-retry"}
+    r = client.post("/v1/jobs", content=body, headers={**headers, **key})
+    assert r.status_code == 422, r.text[:500]
+    assert r.json()["field"] == field and says in r.json()["detail"], r.json()
+    assert len(r.json()["detail"]) < 300, r.json()
+    _still_answers(client)
+    fixed = client.post("/v1/jobs", json={"run": "echo hi"}, headers={**AUTH, **key})
+    assert fixed.status_code == 201, fixed.text
+
+
+def test_numbers_yaml_would_misread_are_kept_as_written_when_quoted_and_others_as_they_were(client):
+    """Refusing what YAML 1.1 misreads takes nothing else: quoted, 1:30 and 010 are the text; 07 (the same number in
+    octal), 09 (not octal: text) and 0x10 read as before, as does ordered without any_of."""
+    body = ("run: echo hi\nenvs: {T: '1:30', Z: '010', SEVEN: 07, NINE: 09, HEX: 0x10, HOURS: 1.5}\n"
+            "resources: {ordered: [{cpus: 1}, {cpus: 2}]}\nbroker: {expected_hours: 1.5, deadline: 6h}\n")
+    r = client.post("/v1/jobs", content=body, headers=YAML)
+    assert r.status_code == 201, r.text
+    job = client.app.state.service.store.get_job(r.json()["id"])
+    assert job.spec["envs"] == {"T": "1:30", "Z": "010", "SEVEN": 7, "NINE": "09", "HEX": 16, "HOURS": 1.5}
+    assert job.expected_hours == "1.5"
+
+
+@pytest.mark.parametrize("first, retry", [
+    pytest.param({}, {"deadline": "6h"}, id="a retry adding a deadline"),
+    pytest.param({"deadline": "6h"}, {}, id="a retry dropping the deadline"),
+    pytest.param({"deadline": "6h"}, {"deadline": "7h"}, id="a retry with a longer deadline"),
+    pytest.param({"deadline": "{day}T18:00Z"}, {"deadline": "{day}T19:00Z"}, id="a retry moving an ISO deadline"),
+])
+def test_an_idempotency_key_reused_with_another_deadline_is_refused_not_answered_with_the_first_job(client, first,
+                                                                                                     retry):
+    """The deadline is kept beside the task, not in it, and was never compared: the retry was answered 200 with the
+    first job, whose deadline was not the one the retry asked for."""
+    from datetime import datetime, timedelta, timezone
+
+    day = (datetime.now(timezone.utc) + timedelta(days=2)).strftime("%Y-%m-%d")
+    h = {**AUTH, "Idempotency-Key": "one-submit"}
+    first, retry = ({k: v.replace("{day}", day) for k, v in section.items()} for section in (first, retry))
+    made = client.post("/v1/jobs", json={"run": "echo hi", "broker": first}, headers=h)
+    assert made.status_code == 201, made.text
+    r = client.post("/v1/jobs", json={"run": "echo hi", "broker": retry}, headers=h)
+    assert r.status_code == 422 and r.json()["field"] == "Idempotency-Key", r.text
+    assert made.json()["id"] in r.json()["detail"] and "different task" in r.json()["detail"]
+    assert len(client.get("/v1/jobs", headers=AUTH).json()["jobs"]) == 1
+
+
+@pytest.mark.parametrize("deadline", ["6h", "{day}T18:00Z"])
+def test_a_retry_with_the_same_deadline_later_is_still_the_same_submit(client, deadline):
+    """A duration is the same length from each submit (the retry's deadline lies later); an ISO time the same time
+    (written with another offset too)."""
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    day = (datetime.now(timezone.utc) + timedelta(days=2)).strftime("%Y-%m-%d")
+    h = {**AUTH, "Idempotency-Key": "one-submit"}
+    task = {"run": "echo hi", "broker": {"deadline": deadline.replace("{day}", day)}}
+    made = client.post("/v1/jobs", json=task, headers=h)
+    assert made.status_code == 201, made.text
+    time.sleep(1.1)  # the clock moves on between a submit and its retry
+    again = client.post("/v1/jobs", json=task, headers=h)
+    assert again.status_code == 200 and again.json()["id"] == made.json()["id"], again.text
+    if "T" in deadline:
+        same = {"run": "echo hi", "broker": {"deadline": f"{day}T19:00+01:00"}}
+        assert client.post("/v1/jobs", json=same, headers=h).json()["id"] == made.json()["id"]
+
+
+def test_a_log_attempt_past_the_jobs_attempts_says_how_many_there_are(client, make_settings, tmp_path):
+    """A queued job's `?attempt=2` was told "must be between 1 and 0"."""
+    job_id = client.post("/v1/jobs", json={"run": "echo hi"}, headers=AUTH).json()["id"]
+    r = client.get(f"/v1/jobs/{job_id}/logs", params={"attempt": 2}, headers=AUTH)
+    assert r.status_code == 404 and r.json()["field"] == "attempt", r.text
+    assert r.json()["detail"] == (f"attempt: is 2, but {job_id} has had no attempt (it is queued): leave attempt out "
+                                  "to read the newest once it runs")
+    settings = make_settings(config=CONFIG + "tick_seconds: 0.2\n")
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'ran.db'}"))
+    with TestClient(app, raise_server_exceptions=False) as ran:
+        job_id = ran.post("/v1/jobs", json={"run": "echo hi"}, headers=AUTH).json()["id"]
+        wait_for(lambda: ran.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["state"] == "succeeded", timeout=30)
+        r = ran.get(f"/v1/jobs/{job_id}/logs", params={"attempt": 3}, headers=AUTH)
+        assert r.status_code == 404 and r.json()["detail"] == f"attempt: is 3, but {job_id} has had 1 attempt: give 1"
+
+
+def test_a_stored_task_is_read_as_it_was_admitted_past_the_submit_checks_added_later():
+    """The engine re-reads stored tasks leniently: a job admitted before the size and accelerator-name checks (an
+    offer of unknown size takes any size) still runs, while a submit of the same task is refused."""
+    from broker.spec import SpecError, parse
+
+    raw = {"run": "echo hi", "resources": {"cpus": 20000, "memory": "2PB", "accelerators": {"": 1, "A100": 1}}}
+    alternatives = parse(raw, now=0, strict=False).request.alternatives
+    assert [(a.accelerator, a.cpus) for a in alternatives] == [("", 20000), ("A100", 20000)]
+    with pytest.raises(SpecError):
+        parse(raw, now=0)
