@@ -134,6 +134,8 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     num_nodes = task.get("num_nodes", 1)
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise SpecError("num_nodes", "must be a whole number of at least 1")
+    if strict and num_nodes > MAX_NODES:  # 10**3000 was refused on the budget, with a price thousands of digits long
+        raise SpecError("num_nodes", f"must be at most {MAX_NODES}: a cluster larger than any a cloud or a pool gives")
     for key in ("file_mounts",):
         if key in task and task[key] is not None and not isinstance(task[key], dict):
             raise SpecError(key, "must be a mapping")
@@ -359,6 +361,7 @@ def _accelerators(value: Any, where: str, *, strict: bool = True) -> list[tuple[
 
 
 MAX_ACCELERATORS = 1024
+MAX_NODES = 10_000
 TOO_MANY_ACCELERATORS = f"count must be at most {MAX_ACCELERATORS}: it is per node, and no node has more"
 
 

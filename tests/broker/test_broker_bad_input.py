@@ -384,6 +384,9 @@ def test_the_parameters_a_route_takes_and_the_probes_query_strings_are_still_ans
     pytest.param('{"run": "echo hi", "resources": {"any_of": [{"cpus": 1}], "ordered": [{"cpus": 2}]}}', JSON,
                  "resources.ordered", "cannot be given with resources.any_of",
                  id="any_of and ordered together are a 422, not ordered dropped without a word"),
+    pytest.param('{"run": "echo hi", "num_nodes": %d}' % 10**3000, JSON, "num_nodes", "at most 10000",
+                 id="a node count past any cluster is a 422 naming it, not a refusal of the budget with a price "
+                    "thousands of digits long"),
 ])
 def test_a_task_misread_or_a_500_before_is_a_422_naming_where_and_leaves_its_key_free(client, body, headers, field,
                                                                                        says):
