@@ -79,6 +79,9 @@ class BackgroundRunner:
                     if self._error is None:
                         self._error = e
             finally:
+                # Let go of the task before saying it is done: kept until the next one replaced it, the snapshot it
+                # holds (a host copy of every tensor) stayed in memory between saves, and beside the next snapshot.
+                task = None
                 with self._cond:
                     self._running = False
                     self._cond.notify_all()

@@ -306,7 +306,7 @@ class Checkpointer:
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
         try:
             deleted = commit.apply_retention(self._storage, self._retention, self._abandoned, fence, self._damaged,
-                                             self._owners)
+                                             self._owners, just_committed=cid)
             for e in deleted:
                 if e.id in self._damaged:
                     log.warning("deleted damaged checkpoint %s (restore skipped it)", self._storage.uri(e.name))
@@ -541,3 +541,14 @@ def _register_exit_flush() -> None:
 
 
 _register_exit_flush()
+
+
+def _forget_after_fork() -> None:
+    """A forked child (a multiprocessing worker, a helper process) is not the writer of its parent's checkpoints:
+    ending as scripts end, it ran the exit flush of the parent's checkpointers, and waited for good for an upload
+    the parent's upload thread — not running in the child — was doing."""
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

@@ -92,9 +92,15 @@ def claim(storage: Storage, fence: Fence) -> None:
 def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
                     abandoned: frozenset[layout.CheckpointId] = frozenset(), fence: Fence | None = None,
                     damaged: frozenset[layout.CheckpointId] = frozenset(),
-                    owners: dict[layout.CheckpointId, str | None] | None = None) -> list[Entry]:
+                    owners: dict[layout.CheckpointId, str | None] | None = None,
+                    just_committed: layout.CheckpointId | None = None) -> list[Entry]:
     """List, decide (pure), delete. Returns what was deleted. A writer superseded by a newer attempt
     (``fence``) deletes nothing, damaged checkpoints included: SupersededError.
+
+    ``just_committed``: the checkpoint whose commit this retention follows. Committed checkpoints sorting after it
+    (higher steps) are neither counted nor deleted (unless restore found them damaged), as for a rollback: they are
+    an earlier run's on a base this run started on afresh, or this run counted its steps from 0 again after restoring
+    (fine-tuning). Counted, they were the newest and the checkpoint just committed was deleted in its own retention.
 
     A base another job has claimed too (two jobs given one base) is shared: only this job's checkpoints — those
     whose manifest names its id — are counted and deleted; the other job's, and what cannot be told apart (an
@@ -113,6 +119,8 @@ def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
                             "job a base of its own)", storage.uri(), ", ".join(others), fence[0])
             cache = {} if owners is None else owners
             abandoned = abandoned | {e.id for e in entries if _owner(storage, e, cache) != fence[0]}
+    if just_committed is not None:
+        abandoned = abandoned | {e.id for e in entries if e.committed and e.id > just_committed and e.id not in damaged}
     doomed = retention.to_delete(entries, policy, abandoned, damaged)
     delete_entries(storage, doomed)
     return doomed

@@ -249,6 +249,17 @@ class PreemptionNotice:
             log.warning("SIGTERM after the checkpointer was closed: exiting")
             self._force_exit(128 + signal.SIGTERM)
 
+    def _forget_after_fork(self) -> None:
+        """In a forked child (:func:`_after_fork_in_child`): the watchdog thread is the parent's, not running here,
+        and the sockets are the parent's watchdog's; this process is no preemption's to handle."""
+        self._installed = self._detached = False
+        self._stop_watchdog = True
+        self._watchdog = self._timer = None
+        if self._sockets is not None:
+            for sock in self._sockets:
+                sock.close()  # this process's copies: the parent's stay open
+            self._sockets = None
+
     def _deadline(self) -> None:
         log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)
         self._force_exit(self.exit_code)
@@ -262,3 +273,54 @@ def finish_detached() -> None:
         return
     for notice in [n for n in _chain if n._detached]:
         notice.uninstall()
+
+
+# -- fork -----------------------------------------------------------------------------
+#
+# A process forked from the training script (multiprocessing's "fork" start method: a Pool, a Process for data
+# preparation or evaluation) inherits our SIGTERM handler and the wakeup socket, whose other end the parent's
+# watchdog reads. A SIGTERM to that helper was written into the parent's socket and taken there for the parent's
+# own notice, while the helper ignored it: Process.terminate() made the run save and exit 143 as if preempted, and a
+# VM's shutdown, which signals the whole process group, was heard twice, and the second "notice" forced the exit at
+# once, without the preemption's checkpoint. The child is given back what SIGTERM did before any notice was
+# installed. SIGTERM is blocked in the forking thread across the fork, so one landing in the child before that is
+# done is delivered to it afterwards, not written into the parent's socket (the parent's stays pending until the
+# block ends, or another of its threads takes it).
+
+_fork_state = threading.local()
+
+
+def _before_fork() -> None:
+    _fork_state.blocked = False
+    if _chain and hasattr(signal, "pthread_sigmask"):
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _fork_state.blocked = signal.SIGTERM not in before
+
+
+def _unblock_after_fork() -> None:
+    if getattr(_fork_state, "blocked", False):
+        _fork_state.blocked = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _after_fork_in_child() -> None:
+    try:
+        if _chain:
+            first = _chain[0]  # its previous handler is what SIGTERM did before any notice (see uninstall)
+            try:  # the forking thread is the child's main thread: signal.signal works there
+                signal.signal(signal.SIGTERM, first._previous or signal.SIG_DFL)
+                try:
+                    signal.set_wakeup_fd(first._previous_wakeup)
+                except ValueError:  # that descriptor is unusable here: none, rather than the parent's watchdog's
+                    signal.set_wakeup_fd(-1)
+            except (ValueError, OSError) as e:
+                log.warning("cannot give a forked process back its SIGTERM handling: %s", e)
+            for notice in _chain:
+                notice._forget_after_fork()
+            _chain.clear()
+    finally:
+        _unblock_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_unblock_after_fork, after_in_child=_after_fork_in_child)

@@ -14,7 +14,10 @@ before anything older goes):
   place of a good one, and when restore found nothing else the fresh run's own new
   checkpoints were "older" and deleted right after their commits. Only restore's verdict
   makes one damaged — a listing cannot tell — so a damaged one restore never read (older
-  than the checkpoint it restored) is still counted.
+  than the checkpoint it restored) is still counted;
+* a committed checkpoint with a higher step than the one just committed is neither counted
+  nor deleted (an earlier run's, on a base this run started on afresh or counts from 0 again:
+  :func:`checkpoint.commit.apply_retention`), so the checkpoint just committed is always kept.
 """
 
 from __future__ import annotations

@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     start = restored.step if restored else 0
     print(f"{'resumed from ' + restored.uri if restored else 'fresh start'} at step {start}/{args.total_steps}",
           flush=True)
+    del restored  # loaded into state already; kept, it would hold a second copy of the state for the whole run
 
     loss_fn = nn.CrossEntropyLoss()
     for step in range(start, args.total_steps):

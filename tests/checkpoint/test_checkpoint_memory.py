@@ -77,3 +77,26 @@ def test_an_s3_multipart_upload_holds_only_small_blocks_of_its_parts_not_copies_
     assert out.returncode == 0, out.stderr[-2000:]
     peak = int(out.stdout.split()[-1])
     assert peak < 5 * MiB, f"the upload held {peak / MiB:.1f} MiB (less than one 5 MiB part expected) for a 32 MiB file"
+
+
+def test_a_committed_save_leaves_no_copy_of_the_state_held_until_the_next_save(tmp_path):
+    """The upload thread kept its last task — and with it the snapshot, a host copy of every tensor and array — until
+    the next save replaced it: a run held a whole extra copy of its state between saves, and two at the next save's
+    snapshot (a state whose one copy fits in memory failed at the second save, not the first)."""
+    import numpy as np
+
+    from fakes import checkpointer
+
+    from checkpoint.storage import open_storage
+
+    state = {"a": np.ones(32 * MiB // 8)}  # numpy data is traced by tracemalloc (torch's is not)
+    tracemalloc.start()
+    try:
+        with checkpointer(open_storage(str(tmp_path / "run"))) as ckpt:
+            before = tracemalloc.get_traced_memory()[0]
+            for step in (1, 2):
+                ckpt.save(step, state, wait=True)
+                held = tracemalloc.get_traced_memory()[0] - before
+                assert held < 4 * MiB, f"after save {step} committed, {held / MiB:.0f} MiB are still held"
+    finally:
+        tracemalloc.stop()
