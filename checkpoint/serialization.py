@@ -13,7 +13,10 @@ import importlib.metadata
 import json
 import platform
 import sys
+import warnings
 from typing import Any
+
+from checkpoint.errors import CheckpointWarning
 
 
 def is_tensor(x: Any) -> bool:
@@ -205,7 +208,23 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
         torch.set_rng_state(state["torch"])
         if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+            _set_cuda_rng_states(torch, state["cuda"])
+
+
+def _set_cuda_rng_states(torch, saved: list) -> None:
+    """Each visible GPU's generator from the one saved for the GPU of its index. A run resumed where fewer GPUs are
+    visible (another instance type, a smaller ``CUDA_VISIBLE_DEVICES``) restores the first ones and warns:
+    ``set_rng_state_all`` took every saved state, and one past the last device failed with an IndexError from
+    inside CUDA's lazy initialization, at the first CUDA call after the restore. GPUs beyond those saved keep
+    their seeds, with the same warning."""
+    visible = torch.cuda.device_count()
+    for index, generator_state in enumerate(saved[:visible]):
+        torch.cuda.set_rng_state(generator_state, index)
+    if len(saved) != visible:
+        warnings.warn(CheckpointWarning(
+            f"the checkpoint holds the random state of {len(saved)} GPU(s) and {visible} are visible here: "
+            f"restored {min(len(saved), visible)}" + (", the others keep their seeds" if visible > len(saved) else "")
+            + "; a run that needs each GPU's random stream as saved should resume on as many GPUs"), stacklevel=3)
 
 
 def framework_versions() -> dict[str, str]:
