@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("id")
     s.add_argument("--force", action="store_true", help="resume even after a failure of the job's own (a bug, out of memory), not the infrastructure's")
 
-    s = client("budget", help="set a job's budget cap (raise it to resume a budget-stopped job)")
+    s = client("budget", help="set a job's budget cap (a budget-stopped job: raise it, then `broker resume`)")
     s.add_argument("id")
     s.add_argument("amount", help="dollars, e.g. 40 or 12.50")
 
@@ -747,6 +747,25 @@ def _show_job(con, job: dict) -> None:
             con.print(f"    {a['started_at']} → {a.get('ended_at') or 'now'}", soft_wrap=True)
         if a.get("reason"):
             con.print(f"    {escape(a['reason'])}", soft_wrap=True)
+    step = _next_step(job)
+    if step:
+        con.print(f"  [bold]next:[/] {escape(step)}", soft_wrap=True)
+
+
+def _next_step(job: dict) -> str | None:
+    """For a job that ended but may go on (failed, or stopped at its budget), the one command that continues it.
+    The reason said "resume it to continue" or "raise the budget and resume" and left the user to find which
+    command, and that a failure of the job's own needs ``--force``; Slack shows buttons for the same step."""
+    jid = job["id"]
+    if job["state"] == "stopped_budget":
+        return (f"`broker resume {jid}` continues it from its last checkpoint once its budget has room: "
+                f"`broker budget {jid} <dollars>` raises it")
+    if job["state"] != "failed":
+        return None
+    if (job.get("diagnosis") or {}).get("infrastructure"):
+        return f"`broker resume {jid}` continues it from its last checkpoint (not the job's own error)"
+    return ("a failure of the job's own: fix it and submit again, or run it again as it is with "
+            f"`broker resume {jid} --force`")
 
 
 def cmd_status(args) -> int:

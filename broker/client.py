@@ -14,6 +14,7 @@ import uuid
 from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.parse import quote
 
 import httpx
 import yaml
@@ -83,12 +84,16 @@ class BrokerClient:
             raise BrokerError(0, f"the broker URL {self.url!r} must start with http:// or https://, "
                                  "like http://127.0.0.1:8000")
         self.last_submit_created: bool | None = None  # whether the last submit made a job (False: its Idempotency-Key had; None: unknown)
-        self.token = token or default_token()
+        self.token = _header_token(token or default_token())
         # where the token came from when this host's admin-token file gave it, for a 401's hint
         self._token_file = (default_data_dir() / "admin-token"
                             if self.token and not token and not os.environ.get("BROKER_TOKEN") else None)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        try:
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        except httpx.InvalidURL as exc:  # `--url http://[::1` was a traceback
+            raise BrokerError(0, f"the broker URL {self.url!r} is not a URL: {exc}; give it as "
+                                 "http://127.0.0.1:8000") from None
 
     def close(self) -> None:
         self._http.close()
@@ -100,7 +105,13 @@ class BrokerClient:
         self.close()
 
     def _call(self, method: str, path: str, **kw) -> Any:
-        return self._request(method, path, **kw).json()
+        return self._json(self._request(method, path, **kw))
+
+    def _json(self, r: httpx.Response) -> Any:
+        try:
+            return r.json()
+        except ValueError:  # "Expecting value: line 1 column 1 (char 0)" said nothing of what answered
+            raise BrokerError(0, _not_the_broker(self.url, r)) from None
 
     def _request(self, method: str, path: str, **kw) -> httpx.Response:
         try:
@@ -118,8 +129,8 @@ class BrokerClient:
             try:
                 body = r.json()
                 detail, field = body.get("detail", r.text), body.get("field")
-            except ValueError:
-                detail, field = r.text or r.reason_phrase, None
+            except (ValueError, AttributeError):  # a page from something else (a proxy's HTML), not one line
+                detail, field = _not_the_broker(self.url, r), None
             if r.status_code == 401 and not self.token:
                 detail = (f"{detail} (no token was sent: set BROKER_TOKEN or --token, or run this where `broker serve` "
                           f"wrote {default_data_dir() / 'admin-token'})")
@@ -158,7 +169,7 @@ class BrokerClient:
                 retried = True
         # after a retry, a 200 may be this very call's job (its first answer lost): unknown then
         self.last_submit_created = True if r.status_code == 201 else None if retried else False
-        return r.json()
+        return self._json(r)
 
     # -- workdir packs ---------------------------------------------------------------------------
 
@@ -191,22 +202,22 @@ class BrokerClient:
         return self._call("GET", "/v1/jobs", params=params)["jobs"]
 
     def job(self, job_id: str) -> dict:
-        return self._call("GET", f"/v1/jobs/{job_id}")
+        return self._call("GET", _job_path(job_id))
 
     def events(self, job_id: str) -> list[dict]:
-        return self._call("GET", f"/v1/jobs/{job_id}/events")["events"]
+        return self._call("GET", f"{_job_path(job_id)}/events")["events"]
 
     def cancel(self, job_id: str) -> dict:
-        return self._call("POST", f"/v1/jobs/{job_id}/cancel")
+        return self._call("POST", f"{_job_path(job_id)}/cancel")
 
     def resume(self, job_id: str, *, force: bool = False) -> dict:
-        return self._call("POST", f"/v1/jobs/{job_id}/resume", params={"force": "true"} if force else None)
+        return self._call("POST", f"{_job_path(job_id)}/resume", params={"force": "true"} if force else None)
 
     def set_budget(self, job_id: str, budget_usd: str) -> dict:
-        return self._call("POST", f"/v1/jobs/{job_id}/budget", json={"budget_usd": str(budget_usd)})
+        return self._call("POST", f"{_job_path(job_id)}/budget", json={"budget_usd": str(budget_usd)})
 
     def switch_to_ondemand(self, job_id: str, *, force: bool = False) -> dict:
-        return self._call("POST", f"/v1/jobs/{job_id}/ondemand", params={"force": "true"} if force else None)
+        return self._call("POST", f"{_job_path(job_id)}/ondemand", params={"force": "true"} if force else None)
 
     def fault(self, kind: str, *, job_id: str | None = None, zone: str | None = None,
               available: bool | None = None) -> dict:
@@ -217,13 +228,13 @@ class BrokerClient:
         return self._call("GET", "/v1/costs", params=params)
 
     def job_costs(self, job_id: str) -> dict:
-        return self._call("GET", f"/v1/costs/jobs/{job_id}")
+        return self._call("GET", _job_path(job_id, "/v1/costs/jobs/"))
 
     def logs(self, job_id: str, *, offset: int = 0, attempt: int | None = None) -> dict:
         params: dict[str, Any] = {"offset": offset}
         if attempt is not None:  # 0 is not "the newest": the broker says attempts count from 1
             params["attempt"] = attempt
-        return self._call("GET", f"/v1/jobs/{job_id}/logs", params=params)
+        return self._call("GET", f"{_job_path(job_id)}/logs", params=params)
 
     def follow_logs(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
                     on_status: Callable[[dict], None] | None = None) -> Iterator[str]:
@@ -278,6 +289,40 @@ class BrokerClient:
 
     def health(self) -> dict:
         return self._call("GET", "/v1/healthz")
+
+
+def _job_path(job_id: str, base: str = "/v1/jobs/") -> str:
+    """``/v1/jobs/<id>``, the id one path segment whatever it holds: put in as it was, ``j-typo/../j-other`` named
+    another job's route (``broker cancel`` cancelled that job) and ``?state=failed`` the list's."""
+    if "/" in job_id or job_id in ("", ".", ".."):
+        raise BrokerError(0, f"no job {job_id!r}: a job id is one word with no '/', like j-3fa9c1b2e0")
+    return base + quote(job_id, safe="")
+
+
+def _header_token(token: str | None) -> str | None:
+    """The token as an ``Authorization`` header carries it. The line break or spaces of a copied token file are
+    left out; any other character a header cannot carry is refused in a sentence, never echoed (it is a secret).
+    Sent as it was, a line break was "the connection to the broker dropped" (and a submit retried as if its
+    answer were lost), a non-ASCII letter "'ascii' codec can't encode character"."""
+    if token is None:
+        return None
+    token = token.strip()
+    bad = next((i for i, c in enumerate(token) if not 33 <= ord(c) <= 126), None)
+    if bad is not None:
+        what = "a space or control character" if ord(token[bad]) < 128 else "a character that is not ASCII"
+        raise BrokerError(0, f"the token (--token or BROKER_TOKEN) holds {what} at position {bad + 1}, which a "
+                             "token cannot hold: copy it again")
+    return token or None
+
+
+def _not_the_broker(url: str, r: httpx.Response) -> str:
+    """A sentence for an answer that is not the broker's JSON: the URL points at something else, or a proxy in
+    front of the broker answered for it."""
+    kind = r.headers.get("content-type", "no content type").split(";")[0]
+    text = r.text.strip() if kind == "text/plain" else ""
+    said = f" ({text!r})" if text and len(text) <= 200 and "\n" not in text else ""  # a line, not a page
+    return (f"{url} answered {r.status_code} {r.reason_phrase} with {kind}{said}, not the broker's JSON: is {url} "
+            "the broker's address (BROKER_URL, --url), or is a proxy in front of it failing?")
 
 
 def read_task_file(path: str | Path) -> str:

@@ -201,6 +201,35 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], None)}", blocks)
 
 
+def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
+    """One job's cost over its whole life (:func:`broker.costs.job_costs`), attempt by attempt, as
+    ``broker costs <job id>`` shows it."""
+    saved = saving_words(c["saving"], c["saving_percent"],
+                         f"running it on on-demand ({c['ondemand_equivalent']['usd']})")
+    head = (f"*Cost of {esc(job.name)}* `{esc(job.id)}` ({esc(job.team)}, {job.state.value}), over its whole life: "
+            f"{c['spent']['usd']} of its {fmt_limit(job.budget)} budget")
+    if not c["attempts"]:
+        out = [section(head), context("No attempt has run, so it has cost nothing.")]
+    else:
+        rows = [f"{a['n']}. {a['state']} on {esc(a['tier'])} in {esc(a['zone'])}"
+                + (f" at {a['price_per_hour']['usd']}/h" if a["price_per_hour"] else "")
+                + f", {_duration(a['seconds'])} — {a['cost']['usd']}" for a in c["attempts"][-10:]]
+        more = len(c["attempts"]) - len(rows)
+        out = [section(f"{head}\n{saved[0].upper()}{saved[1:]}."),
+               section("*Attempts*\n" + "\n".join(rows) + (f"\n…and {more} earlier" if more else ""))]
+    out.append(context(f"<{dashboard_url}|Open the cost dashboard>"))
+    return Reply(f"Cost of {esc(job.id)}: {c['spent']['usd']}, {saving_words(c['saving'], None)}", out)
+
+
+def _duration(seconds: int) -> str:
+    """``45 s``, ``12 min``, ``6.0 h``: how long an attempt was billed, at a glance."""
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def fit_escaped(text: str, room: int, render=None, *, mark: str = "…", keep_end: bool = False) -> str:
     """``render(text)`` (:func:`esc` by default) within ``room`` characters: when it does not fit, the plain text is
     cut — its end, or its start with ``keep_end`` — and ``mark`` put where it was cut. Measured after escaping (a

@@ -26,7 +26,7 @@ USAGE = {
     "logs": "logs <job id>",
     "cancel": "cancel <job id>",
     "resume": "resume <job id> [force]",
-    "costs": "costs [team] [24h|7d|30d|90d]",
+    "costs": "costs [team] [24h|7d|30d|90d], or costs <job id>",
     "budget": "budget <job id> <$ new budget>",
     "help": "help",
 }
@@ -109,7 +109,7 @@ def parse(text: str) -> Command:
         if len(args) != 2:
             raise _usage(name)
         return Command(name, job_id=_job_id(args[0], name), amount=_money(args[1], "the new budget"))
-    # costs [team] [period], in either order
+    # costs [team] [period], in either order; the dispatcher reads a "team" that is a job of the user's as that job
     team = period = None
     for a in args:
         if a.lower() in PERIODS and period is None:

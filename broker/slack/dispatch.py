@@ -108,8 +108,13 @@ class Dispatcher:
         positions, starts = self.service.queue()
         if cmd.job_id:
             job = self.service.get(who, cmd.job_id)
-            return blocks.job_reply(job, self.service.attempts(who, job.id), positions.get(job.id), self.dashboard_url,
-                                    starts.get(job.id))
+            reply = blocks.job_reply(job, self.service.attempts(who, job.id), positions.get(job.id), self.dashboard_url,
+                                     starts.get(job.id))
+            # a failed or budget-stopped job goes on in one click from here too, not only from its notification
+            buttons = messages.continue_buttons(job, messages.resume_step(None, job), self.cfg.raise_budget_percent)
+            if buttons is None:
+                return reply
+            return Reply(reply.text, [*reply.blocks[:-1], buttons, reply.blocks[-1]])
         active = self.service.list(who, states=ACTIVE, limit=ALL_JOBS)
         recent = self.service.list(who, states=ENDED, limit=5)
         return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended", active + recent,
@@ -134,6 +139,10 @@ class Dispatcher:
         return self._raise(who, cmd.job_id, cmd.amount)
 
     def _cmd_costs(self, cmd: Command, who: Principal) -> Reply:
+        job = self._job_named(cmd.team, who)
+        if job is not None:  # `costs j-a1` was read as a team: "You can see only your team's costs"
+            return blocks.job_costs_reply(job, costs.job_costs(job, self.service.attempts(who, job.id)),
+                                          self.dashboard_url)
         team = cmd.team
         if not who.admin:
             if team and team != who.team:
@@ -146,6 +155,21 @@ class Dispatcher:
         positions, starts = self.service.queue()
         report = costs.report(jobs, attempts, win=win, now=now, positions=positions, starts=starts, team=team)
         return blocks.costs_reply(report, self.dashboard_url)
+
+    def _job_named(self, word: str | None, who: Principal):
+        """The job ``word`` names, when it is no team the broker knows (nor the user's own) and the user can see a
+        job of that id; else ``None``, and the word is read as a team."""
+        if not word or word == who.team:
+            return None
+        try:
+            self.service.check_team(word)
+            return None  # a team: another team's costs are for admins, and the team report says so
+        except Invalid:
+            pass
+        try:
+            return self.service.get(who, word)
+        except NotFound:
+            return None
 
     def _cmd_submit(self, cmd: Command, who: Principal, idempotency_key: str | None = None) -> Reply:
         try:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from broker import costs
+from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.slack.blocks import Reply, actions, button, context, esc, fit_escaped, section, where
 from broker.views import saving_words
@@ -66,12 +67,46 @@ def raised_budget(budget: Micros, percent: int) -> Micros:
     return -(-new // 1_000_000) * 1_000_000
 
 
-def resume_step(event: Event, job: Job) -> int | None:
+def resume_step(event: Event | None, job: Job) -> int | None:
     """The step a resume would start from: the event's ``checkpoint_step``, else the job's last checkpoint."""
-    for step in (event.data.get("checkpoint_step"), (job.last_checkpoint or {}).get("step")):
+    for step in ((event.data if event else {}).get("checkpoint_step"), (job.last_checkpoint or {}).get("step")):
         if isinstance(step, int) and not isinstance(step, bool):
             return step
     return None
+
+
+def raise_button(job: Job, raise_percent: int) -> dict:
+    """*Raise budget* by ``raise_percent`` (rounded up to whole dollars), confirmed first."""
+    new_budget = raised_budget(job.budget, raise_percent)
+    return button("raise_budget", f"Raise budget to {fmt_limit(new_budget)}", job.id, budget=new_budget,
+                  confirm=f"Raise the budget of {esc(job.name)} from {fmt_limit(job.budget)} to "
+                          f"{fmt_limit(new_budget)}?")
+
+
+def continue_buttons(job: Job, step: int | None, raise_percent: int, failure: str | None = None, *,
+                     state: JobState | None = None) -> dict | None:
+    """The buttons that continue a job that ended but may go on — resume, on-demand, raise budget — or ``None`` for
+    a job in another state. The same in the notification of its end and in ``status <id>``, where a user who comes
+    back later looks (it had no button: the one click was only in a message that may have scrolled away).
+    ``failure``: a failed job's diagnosis, shown before a button runs again a job that failed for a reason of its own.
+    ``state``: how the job ended, for a notification (the job may have been resumed since); else its state now."""
+    state = state or job.state
+    frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
+    resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
+    if state is JobState.STOPPED_BUDGET:
+        return actions([raise_button(job, raise_percent), button("resume", resume_label, job.id, style="primary"),
+                        ondemand_button(job.id, frm)])
+    if state is not JobState.FAILED:
+        return None
+    text = failure or (job.diagnosis or {}).get("text") or job.reason
+    if (job.diagnosis or {}).get("infrastructure"):
+        resume = button("resume", resume_label, job.id, style="primary")
+        ondemand = ondemand_button(job.id, frm)
+    else:  # the job's own code: the service resumes it only when forced, so the button asks first
+        resume = button("resume", resume_label, job.id, style="primary", force=True,
+                        confirm=recur_warning(text, f"Run it again anyway from {frm}?"))
+        ondemand = ondemand_button(job.id, frm, own_failure=text)
+    return actions([resume, ondemand, raise_button(job, raise_percent)])
 
 
 def last_step(points: Sequence[dict], until: float | None = None) -> int | None:
@@ -105,11 +140,7 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     foot = context(f"<{dashboard_url}|Dashboard> · `{command} status {job.id}`")
     step = resume_step(event, job)
     frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
-    resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
-    new_budget = raised_budget(job.budget, raise_percent)
-    raise_btn = button("raise_budget", f"Raise budget to {fmt_limit(new_budget)}", job.id, budget=new_budget,
-                       confirm=f"Raise the budget of {esc(job.name)} from {fmt_limit(job.budget)} to "
-                               f"{fmt_limit(new_budget)}?")
+    raise_btn = raise_button(job, raise_percent)
     name = event.event
 
     if name == "start":
@@ -149,23 +180,15 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
         return _msg(f":money_with_wings: {head} was stopped: it spent its budget ({fmt(job.spent)} of "
                     f"{fmt_limit(job.budget)}). Raise the budget to let it resume from {frm}.",
-                    actions([raise_btn, button("resume", resume_label, job.id, style="primary"),
-                             ondemand_button(job.id, frm)]),
-                    foot)
+                    *_present(continue_buttons(job, step, raise_percent, state=JobState.STOPPED_BUDGET)), foot)
     if name == "stop_budget":
         return _msg(f":money_with_wings: {head} reached its budget ({fmt(job.spent)} of {fmt_limit(job.budget)}): "
                     f"it is checkpointing and stopping.", foot)
     if name == "fail":
         diagnosis = job.diagnosis or {}
         text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason
-        if diagnosis.get("infrastructure"):
-            resume = button("resume", resume_label, job.id, style="primary")
-            ondemand = ondemand_button(job.id, frm)
-        else:  # the job's own code: the service resumes it only when forced, so the button asks first
-            resume = button("resume", resume_label, job.id, style="primary", force=True,
-                            confirm=recur_warning(text, f"Run it again anyway from {frm}?"))
-            ondemand = ondemand_button(job.id, frm, own_failure=text)
-        return _msg(f":x: {head} failed: {esc(text)}", actions([resume, ondemand, raise_btn]), foot)
+        buttons = continue_buttons(job, step, raise_percent, text, state=JobState.FAILED)
+        return _msg(f":x: {head} failed: {esc(text)}", *_present(buttons), foot)
     if name == "succeed":
         c = costs.job_costs(job, attempts)
         saved = saving_words(c["saving"], c["saving_percent"], f"on-demand ({c['ondemand_equivalent']['usd']})")
@@ -175,6 +198,10 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         by = f" by {esc(event.actor)}" if event.event == "cancel" else ""
         return _msg(f":no_entry_sign: {head} was cancelled{by}.", foot)
     return None
+
+
+def _present(block: dict | None) -> list[dict]:
+    return [block] if block is not None else []
 
 
 def _msg(text: str, *extra: dict) -> Reply:

@@ -252,6 +252,25 @@ def test_costs_command_matches_the_report(slack):
     assert "$0.40" in reply and "Saved $1.60 (80%)" in reply
 
 
+def test_costs_of_a_job_id_is_that_jobs_cost_not_a_team(slack):
+    # `costs j-a1` was read as a team named "j-a1": "You can see only your team's costs (team-a)", for the user's
+    # own job; the cost of one job is what `broker costs <job id>` and /v1/costs/jobs/{id} show
+    reply = text_of(command(slack, "costs j-a1").json())
+    assert "only your team" not in reply
+    assert "`j-a1` (team-a, succeeded), over its whole life: $5.00 of its $20.00 budget" in reply, reply
+    assert "Saved $15.00 (75%) against running it on on-demand ($20.00)." in reply
+    assert "1. preempted on spot in us-east-1a at $0.50/h, 4.0 h — $2.00" in reply
+    assert "2. succeeded on spot in us-east-1b at $0.50/h, 6.0 h — $3.00" in reply
+    assert "no attempt has run, so it has cost nothing" in text_of(command(slack, "costs j-a3").json()).lower()
+    # admins see any team's job; another team's job is not found for a team member, and not named
+    assert "`j-b1` (team-b, failed), over its whole life: $0.40" in text_of(command(slack, "costs j-b1",
+                                                                                    user="U_ADMIN").json())
+    other = text_of(command(slack, "costs j-b1", user="U_A").json())
+    assert "only your team's costs" in other and "$0.40" not in other
+    # a team is still a team
+    assert "Spend for team-a, last 30d" in text_of(command(slack, "costs team-a 30d", user="U_ADMIN").json())
+
+
 def last_event(store, job_id: str) -> Event:
     return store.events(job_id)[-1]
 
@@ -322,6 +341,51 @@ def test_a_budget_stopped_job_resumes_once_its_budget_is_raised(slack, store):
     assert store.get_job("j-b1").state is JobState.QUEUED
     assert [(e.event, e.actor) for e in store.events("j-b1")[-2:]] == [("budget_changed", "slack:U_B"),
                                                                       ("resume", "slack:U_B")]
+
+
+def test_status_of_a_failed_job_has_the_buttons_that_continue_it_in_one_click(slack, store, stub):
+    # the buttons were only in the failure's notification: a user who came back later and asked `status` had to
+    # find and type the command; a failure of the job's own asks before it runs again, with the diagnosis
+    reply = command(slack, "status j-b1", user="U_B").json()
+    buttons = {e["text"]["text"]: e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]}
+    assert set(buttons) == {"Resume from step 400", "Switch to on-demand", "Raise budget to $5.00"}
+    resume = buttons["Resume from step 400"]
+    assert json.loads(resume["value"]) == {"job": "j-b1", "force": True}
+    assert "Out of GPU memory at step 450" in resume["confirm"]["text"]["text"]
+    assert reply["blocks"][-1]["type"] == "context"  # the dashboard link stays last
+    r = press(slack, resume["action_id"], resume["value"], user="U_B", response_url=f"{stub.url}/respond/status-b1")
+    assert r.status_code == 200
+    assert "Resumed `j-b1`" in text_of(stub.wait_for("/respond/status-b1")[0])
+    assert store.get_job("j-b1").state is JobState.QUEUED
+    assert (last_event(store, "j-b1").event, last_event(store, "j-b1").actor) == ("resume", "slack:U_B")
+
+
+def test_status_of_an_infrastructure_failure_resumes_without_asking(slack, store, stub):
+    set_job(store, "j-b1", diagnosis={"class": "node_lost", "infrastructure": True, "text": "The node was lost."})
+    reply = command(slack, "status j-b1", user="U_B").json()
+    resume = next(e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]
+                  if e["text"]["text"] == "Resume from step 400")
+    assert json.loads(resume["value"]) == {"job": "j-b1"} and "confirm" not in resume
+    assert "Resumed `j-b1`" in pressed(slack, stub, resume, "U_B", "infra")
+    assert last_event(store, "j-b1").data == {"checkpoint_step": 400, "force": False}
+
+
+def test_status_of_a_budget_stopped_job_offers_a_raise_then_a_resume(slack, store):
+    set_job(store, "j-b1", state=JobState.STOPPED_BUDGET, spent=3_000_000,
+            diagnosis={"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."})
+    reply = command(slack, "status j-b1", user="U_B").json()
+    buttons = {e["text"]["text"]: e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]}
+    assert set(buttons) == {"Raise budget to $5.00", "Resume from step 400", "Switch to on-demand"}
+    for label in ("Raise budget to $5.00", "Resume from step 400"):
+        assert press(slack, buttons[label]["action_id"], buttons[label]["value"], user="U_B").status_code == 200
+    job = store.get_job("j-b1")
+    assert (job.state, job.budget) == (JobState.QUEUED, 5_000_000)
+
+
+@pytest.mark.parametrize("job_id", ["j-a1", "j-a2", "j-a3"], ids=["succeeded", "running", "queued"])
+def test_status_of_a_job_with_nothing_to_continue_has_no_buttons(slack, job_id):
+    reply = command(slack, f"status {job_id}").json()
+    assert [b for b in reply["blocks"] if b["type"] == "actions"] == []
 
 
 def test_the_edges_use_the_apps_own_service_and_install_once(tmp_path, store, seeded, stub):

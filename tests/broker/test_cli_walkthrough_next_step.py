@@ -1,0 +1,95 @@
+"""A new user's walk through the README with the CLI: a job that ended but may go on says the one command that
+continues it, and ``--help`` says what a command does, not more."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from broker import cli as broker_cli
+from broker_testing import ADMIN, REPO, start_broker, wait_for
+
+CONFIG = """
+pools:
+  - {name: local, slots: 1, price_per_slot_hour: "0.36"}
+tick_seconds: 0.2
+stop_grace_seconds: 2
+"""
+
+
+@pytest.fixture
+def cli(tmp_path):
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'c.db'}", config=CONFIG)
+    env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
+
+    def run(*args, check=True):
+        r = subprocess.run([sys.executable, "-m", "broker.cli", *args], env=env, cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+        if check and r.returncode != 0:
+            raise AssertionError(r.stderr)
+        return r
+
+    yield run, tmp_path
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(15)
+
+
+def test_status_of_a_job_stopped_by_a_signal_it_did_not_send_names_the_command_that_resumes_it(cli):
+    # "resume it to continue from its last checkpoint", and no word of which command: the one click of the
+    # product, on a terminal, is the command status names
+    run, tmp = cli
+    task = tmp / "sigterm.yaml"
+    task.write_text("name: node-went-away\nresources: {cpus: 1}\nrun: |\n  echo working; kill -TERM $$; sleep 5\n")
+    job_id = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)["id"]
+    wait_for(lambda: json.loads(run("--json", "status", job_id).stdout)["state"] == "failed", timeout=60)
+    out = run("status", job_id).stdout
+    next_line = [line for line in out.splitlines() if line.strip().startswith("next:")]
+    assert next_line == [f"  next: `broker resume {job_id}` continues it from its last checkpoint (not the job's own "
+                         "error)"], out
+    # the command said is the one that does it, with no --force
+    r = run("resume", job_id)
+    assert f"{job_id}: queued" in r.stdout, r.stdout
+
+
+def _shown(job: dict) -> str:
+    con = Console(file=io.StringIO(), width=200)
+    broker_cli._show_job(con, job)
+    return con.file.getvalue()
+
+
+def _job(state: str, diagnosis: dict | None = None) -> dict:
+    return {"id": "j-0123456789", "name": "n", "team": "t", "state": state, "reason": "r", "spent": {"usd": "$1.00"},
+            "budget": {"usd": "$1.00"}, "diagnosis": diagnosis, "attempt_list": []}
+
+
+@pytest.mark.parametrize("job, says", [
+    (_job("failed", {"class": "gpu_oom", "infrastructure": False, "text": "Out of GPU memory."}),
+     "next: a failure of the job's own: fix it and submit again, or run it again as it is with "
+     "`broker resume j-0123456789 --force`"),
+    (_job("failed", None),  # failed before anything diagnosed it: the broker asks for --force too
+     "`broker resume j-0123456789 --force`"),
+    (_job("stopped_budget", {"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."}),
+     "next: `broker resume j-0123456789` continues it from its last checkpoint once its budget has room: "
+     "`broker budget j-0123456789 <dollars>` raises it"),
+], ids=["own failure", "undiagnosed failure", "budget stop"])
+def test_status_of_an_ended_job_that_may_go_on_says_how(job, says):
+    assert says in _shown(job)
+
+
+@pytest.mark.parametrize("state", ["queued", "running", "succeeded", "cancelled"])
+def test_status_of_a_job_with_nothing_to_continue_names_no_next_step(state):
+    assert "next:" not in _shown(_job(state))
+
+
+def test_budget_help_does_not_say_a_raise_resumes_a_budget_stopped_job():
+    # a raise leaves a budget-stopped job stopped (`broker budget` itself says so): the help said it resumed it
+    r = subprocess.run([sys.executable, "-m", "broker.cli", "--help"], capture_output=True, text=True, timeout=60,
+                       cwd=REPO, env={**os.environ, "COLUMNS": "200"})
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("budget "))
+    assert "raise it to resume" not in line
+    assert "raise it, then `broker resume`" in line, line
