@@ -545,12 +545,13 @@ class BrokerService:
                 needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
                 if job.budget - job.spent < needed:
                     # say the figure: "raise the budget" alone left a user guessing by how much
-                    raise Conflict(f"only {fmt(max(job.budget - job.spent, 0))} of the {fmt_limit(job.budget)} budget is "
+                    # what is left exactly (fmt_limit), never rounded up: "$0.0020 of the $0.002 budget" after a spend
+                    raise Conflict(f"only {fmt_limit(max(job.budget - job.spent, 0))} of the {fmt_limit(job.budget)} budget is "
                                    f"left, not enough to run a minute and stop cleanly ({fmt(needed)} at "
                                    f"{fmt(price)}/h): raise the budget to at least {fmt(job.spent + needed)} first")
                 short = self._start_shortfall(job, mine)
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
-                    raise Conflict(f"not resumed: the budget left, {fmt(job.budget - job.spent)}, {short}: raise the "
+                    raise Conflict(f"not resumed: the budget left, {fmt_limit(job.budget - job.spent)}, {short}: raise the "
                                    "budget first")
             self._resumable_workdir(job)
             now = self.clock()
