@@ -941,6 +941,8 @@ def _done(args, data, text: str) -> None:
 
 
 def cmd_costs(args) -> int:
+    from broker.views import duration
+
     with _client(args) as client:
         if args.id:
             data = client.job_costs(args.id)
@@ -981,7 +983,7 @@ def cmd_costs(args) -> int:
                       for j in data["top_jobs"]], drop=("attempts", "team", "saved"))
     pre = data["preemptions"]
     zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
-    con.print(f"  {pre['count']} preemption(s), {pre['recovery_seconds'] // 60} min to recover" + (f" ({zones})" if zones else ""))
+    con.print(f"  {pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover" + (f" ({zones})" if zones else ""))
     return 0
 
 

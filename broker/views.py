@@ -25,6 +25,16 @@ def money(micros: int | None) -> dict[str, Any] | None:
     return {"micros": micros, "usd": fmt(micros)}
 
 
+def duration(seconds: int | float) -> str:
+    """``45 s``, ``12 min``, ``6.0 h``: a span at a glance (a recovery of 40 s read "0 min")."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def saving_words(saving: dict[str, Any], percent: int | None, versus: str = "") -> str:
     """A saving against on-demand (a :func:`money` dict) in words: ``saved $15.00 (75%) against <versus>``, or, when
     the work cost more than on-demand would have, ``paid $0.10 (10%) more than <versus>`` — never "saved -$0.10"."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import iso, saving_words
+from broker.views import duration, iso, saving_words
 from pricing.money import fmt, fmt_limit
 
 ACTIONS = {
@@ -196,7 +196,7 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     if report["top_jobs"]:
         blocks.append(section("*Most expensive*\n" + "\n".join(
             f"`{esc(j['id'])}` {esc(j['name'])} — {j['spent']['usd']}" for j in report["top_jobs"][:5])))
-    blocks.append(context(f"{pre['count']} preemption(s), {pre['recovery_seconds'] // 60} min to recover · "
+    blocks.append(context(f"{pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover · "
                           f"<{dashboard_url}|Open the dashboard>"))
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], None)}", blocks)
 
@@ -213,21 +213,12 @@ def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
     else:
         rows = [f"{a['n']}. {a['state']} on {esc(a['tier'])} in {esc(a['zone'])}"
                 + (f" at {a['price_per_hour']['usd']}/h" if a["price_per_hour"] else "")
-                + f", {_duration(a['seconds'])} — {a['cost']['usd']}" for a in c["attempts"][-10:]]
+                + f", {duration(a['seconds'])} — {a['cost']['usd']}" for a in c["attempts"][-10:]]
         more = len(c["attempts"]) - len(rows)
         out = [section(f"{head}\n{saved[0].upper()}{saved[1:]}."),
                section("*Attempts*\n" + "\n".join(rows) + (f"\n…and {more} earlier" if more else ""))]
     out.append(context(f"<{dashboard_url}|Open the cost dashboard>"))
     return Reply(f"Cost of {esc(job.id)}: {c['spent']['usd']}, {saving_words(c['saving'], None)}", out)
-
-
-def _duration(seconds: int) -> str:
-    """``45 s``, ``12 min``, ``6.0 h``: how long an attempt was billed, at a glance."""
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def fit_escaped(text: str, room: int, render=None, *, mark: str = "…", keep_end: bool = False) -> str:

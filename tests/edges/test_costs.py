@@ -263,3 +263,13 @@ def test_a_preempted_job_that_ended_without_resuming_stops_counting_time_lost_wh
     # team A's preemption was resumed an hour and a minute later: neither waiting nor cut short
     a = client.get("/v1/costs?period=7d&team=team-a", headers=auth(world.ADMIN)).json()["preemptions"]["events"]
     assert [(e["recovery_seconds"], e["recovered"], e["waiting"]) for e in a] == [(3660, True, False)]
+
+
+@pytest.mark.parametrize("seconds, words", [(0, "0 s"), (40, "40 s"), (59.9, "59 s"), (60, "1 min"), (3599, "59 min"),
+                                            (3660, "1.0 h"), (6 * 3600, "6.0 h")])
+def test_a_time_to_recover_under_a_minute_reads_in_seconds_not_0_min(seconds, words):
+    """`broker costs` and Slack's `costs` said "1 preemption(s), 0 min to recover" for every recovery under a minute
+    (each of the demo's): the same words as an attempt's billed time now."""
+    from broker.views import duration
+
+    assert duration(seconds) == words
