@@ -33,6 +33,9 @@ Choices, and why:
   launch and turns a refusal (unknown accelerator, no such zone, missing
   bucket) into :class:`~launchers.base.LaunchError` with a sentence — permanent when it is about the
   task itself (:data:`TASK_REFUSALS`), so a job no retry can run fails instead of being requeued for ever.
+  SkyPilot's SDK checks, packs and uploads the task's local files on the broker's host before it sends a
+  launch: what fails there (:class:`NotSent`: a path this host lacks or cannot read fails the job, naming it)
+  is refused at once, never awaited as a request that may show up on the API server.
 
 The launcher keeps one small JSON file per attempt in ``state_dir`` (launch
 request id, spot or not, the last phase, a stop request, the logs fetched) so a
@@ -325,10 +328,12 @@ class SkyClient(Protocol):
     """The few SkyPilot calls the launcher makes. :class:`SdkClient` is the real one."""
 
     def plan(self, task: Any, cluster: str) -> None:
-        """Dry-run the launch; raise SkyPilot's error if it cannot be satisfied. Blocks (seconds)."""
+        """Dry-run the launch; raise SkyPilot's error if it cannot be satisfied (:class:`NotSent` from it when it
+        failed before the dry run was sent). Blocks (seconds)."""
 
     def launch(self, task: Any, cluster: str, *, autostop_minutes: int) -> str:
-        """Start provisioning and the job, autodown as the safety net; return the request id. Does not wait."""
+        """Start provisioning and the job, autodown as the safety net; return the request id. Does not wait.
+        :class:`NotSent` when it failed before the request was sent; any other error: it may have been."""
 
     def launch_state(self, request_id: str) -> tuple[Launch, str]:
         """The launch request's state and, if it failed, SkyPilot's message."""
@@ -358,6 +363,106 @@ class SkyClient(Protocol):
         """The latest job's output so far."""
 
 
+class NotSent(Exception):
+    """SkyPilot failed on the broker's host before the launch request (or the dry run) left for its API server, raised
+    from SkyPilot's own error: checking the task's paths, packing its workdir and ``file_mounts`` sources for a remote
+    API server, uploading them, the server's health check or its ``/validate``. Nothing was sent, so the launch is
+    refused or tried again (:class:`~launchers.base.LaunchError`), never waited for as a request that may show up."""
+
+
+def _raised_before_sending(exc: BaseException) -> bool:
+    """Whether ``sky.launch`` raised ``exc`` before its ``POST /launch`` could reach the API server, read from where
+    it was raised (SkyPilot 0.14.1's ``sky/client/sdk.py``): in ``_launch`` before the POST (``validate``, the packing
+    and upload of the task's files, the request's body), or in the health check ``sky.launch`` makes first. Anything
+    else — the POST itself (a connection cut, its 5 s timeout while the server may have taken it), the reading of its
+    answer, a frame this does not know — is taken as maybe sent: a launch sent twice would run the attempt twice."""
+    from sky.client import sdk
+    from sky.server import common as server_common
+
+    launching = getattr(getattr(sdk, "_launch", None), "__code__", None)
+    if launching is None:  # another SkyPilot than this reads: every failure may have been sent
+        return False
+    sending = {server_common.make_authenticated_request.__code__, server_common.get_request_id.__code__}
+    health_check = server_common.check_server_healthy_or_start(_raised_before_sending).__code__  # its wrapper's code
+    frame = exc.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        callee = frame.tb_next.tb_frame.f_code if frame.tb_next is not None else None
+        if code is launching:
+            return callee not in sending
+        if code is health_check and callee is server_common.check_server_healthy_or_start_fn.__code__:
+            return True
+        frame = frame.tb_next
+    return False
+
+
+@contextmanager
+def _unless_unsent(cluster: str) -> Iterator[None]:
+    """SkyPilot's error, as it is, unless nothing was sent (:class:`NotSent`, from it)."""
+    try:
+        yield
+    except Exception as exc:
+        if _raised_before_sending(exc):
+            raise NotSent(f"SkyPilot sent nothing for {cluster}: {_one_line(exc)}") from exc
+        raise
+
+
+_MISSING_SOURCE = re.compile(r"File mount source '(?P<path>.+?)' does not exist locally|"
+                             r"Workdir must be a valid directory \(or a symlink to a directory\)\. "
+                             r"(?P<workdir>.+?) not found\.|^(?P<zipped>/.+?) does not exist\.$")
+"""SkyPilot 0.14.1's words for a task's local path the broker's host lacks: its client's check of a ``file_mounts``
+source and of the workdir (``Task.expand_and_validate_*``), and its packing of them for a remote API server
+(``storage_utils.zip_files_and_folders``)."""
+
+
+def local_sources(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The task's paths on the broker's host that SkyPilot reads: ``(what a sentence calls it, path)`` for a workdir
+    that is a path and each ``file_mounts`` source that is not a bucket URL (a storage's local ``source`` too)."""
+    found = []
+    workdir = config.get("workdir")
+    if isinstance(workdir, str) and workdir:
+        found.append(("the workdir", workdir))
+    for destination, source in (config.get("file_mounts") or {}).items():
+        if isinstance(source, dict):
+            source = source.get("source")
+        for path in source if isinstance(source, list) else [source]:
+            if isinstance(path, str) and path and "://" not in path:
+                found.append((f"file_mounts {destination}", path))
+    return found
+
+
+def unsent_refusal(exc: NotSent, config: Mapping[str, Any]) -> LaunchError:
+    """What the launcher says of a launch (or dry run) SkyPilot failed before sending it. The task's own files at
+    fault — a path the broker's host lacks or cannot read — fail the job, with a sentence naming the entry and the fix:
+    every placement reads the same files on the same host, and a job requeued for it was placed and refused for ever.
+    Anything else is SkyPilot refusing the placement, as a dry run's refusal is."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    sources = [(what, path, os.path.abspath(os.path.expanduser(path))) for what, path in local_sources(config)]
+    missing = _MISSING_SOURCE.search(_one_line(cause, limit=2000)) if isinstance(cause, ValueError) else None
+    if missing:
+        named = next(value for value in missing.groups() if value)
+        for what, path, full in sources:
+            if named in (path, full):
+                return LaunchError(f"{what}: {path} does not exist on the broker's host, where SkyPilot reads the "
+                                   f"task's files: correct the path, or put the files there",
+                                   permanent=True)
+    read = getattr(cause, "filename", None) if isinstance(cause, OSError) else None
+    if isinstance(read, str):
+        for what, path, full in sources:
+            if read == full or read.startswith(full.rstrip("/") + "/"):
+                said = cause.strerror or type(cause).__name__
+                inside = "" if read == full else f", at {read}"
+                if isinstance(cause, PermissionError):
+                    return LaunchError(f"{what}: {path} cannot be read on the broker's host, where SkyPilot reads the "
+                                       f"task's files ({said}{inside}): make it readable by the user the broker runs "
+                                       f"as", permanent=True)
+                # a file that vanished while it was packed (the task's files changing meanwhile), an I/O error: the
+                # next placement reads them again
+                return LaunchError(f"{what}: {path} could not be read on the broker's host, where SkyPilot reads the "
+                                   f"task's files ({said}{inside})")
+    return LaunchError(refusal(cause, config), permanent=never_satisfiable(cause))
+
+
 class SdkClient:
     """:class:`SkyClient` through the SkyPilot SDK: each call is a request to the API server.
 
@@ -368,12 +473,15 @@ class SdkClient:
     def plan(self, task: Any, cluster: str) -> None:
         import sky
 
-        sky.get(sky.launch(task, cluster_name=cluster, dryrun=True))
+        with _unless_unsent(cluster):
+            request_id = sky.launch(task, cluster_name=cluster, dryrun=True)
+        sky.get(request_id)
 
     def launch(self, task: Any, cluster: str, *, autostop_minutes: int) -> str:
         import sky
 
-        return str(sky.launch(task, cluster_name=cluster, idle_minutes_to_autostop=autostop_minutes, down=True))
+        with _unless_unsent(cluster):  # checked, and the task's files packed and uploaded, on this host before sending
+            return str(sky.launch(task, cluster_name=cluster, idle_minutes_to_autostop=autostop_minutes, down=True))
 
     def launch_state(self, request_id: str) -> tuple[Launch, str]:
         import sky
@@ -585,6 +693,8 @@ class SkyPilotLauncher:
                 self.client.plan(build_task(config), name)
             except LaunchError:
                 raise
+            except NotSent as exc:
+                raise unsent_refusal(exc, config) from None
             except Exception as exc:
                 raise LaunchError(refusal(exc, config), permanent=never_satisfiable(exc)) from None
             state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod, phase=None, stop_at=stop_at,
@@ -593,6 +703,12 @@ class SkyPilotLauncher:
             try:
                 state["request_id"] = self.client.launch(build_task(config), name,
                                                          autostop_minutes=self.autostop_minutes)
+            except NotSent as exc:
+                # failed on this host before sending (a file changed since the dry run read it, the upload refused):
+                # refused or tried again now, never taken for a request that may show up — it never would, and the
+                # attempt, read gone then, was launched again and again
+                state.pop("sent_at", None)
+                raise unsent_refusal(exc, config) from None
             except Exception as exc:
                 # no id came back: the API server may have the request, or record it in a moment. Followed as a
                 # launch sent (status: pending) until it shows up, or for launch_settle_seconds, when it was not

@@ -163,6 +163,40 @@ def test_a_launch_whose_id_never_came_back_and_that_never_showed_up_is_sent_agai
     assert launcher.status(AID).phase is Phase.PENDING  # followed by its request id now
 
 
+class FailsBeforeSending(ScriptedSky):
+    """SkyPilot's SDK failing on the broker's host before its launch left (:class:`NotSent`), once."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(real_plan=False)
+        self.cause = cause
+
+    def launch(self, task, cluster, *, autostop_minutes):
+        from launchers.skypilot import NotSent
+
+        if self.cause is not None:
+            cause, self.cause = self.cause, None
+            raise NotSent(f"SkyPilot sent nothing for {cluster}") from cause
+        return super().launch(task, cluster, autostop_minutes=autostop_minutes)
+
+
+def test_a_launch_that_failed_before_it_was_sent_is_refused_not_awaited_and_sent_when_tried_again(sky, tmp_path):
+    # Taken for a launch sent whose id was lost, the attempt read pending, then gone after the settle time, and
+    # the engine launched it again: for ever, when the failure was the same each time
+    from sky import exceptions
+
+    from launchers.base import LaunchError
+
+    client = FailsBeforeSending(exceptions.ApiServerConnectionError("http://127.0.0.1:1"))
+    launcher = SkyPilotLauncher(tmp_path / "state", client=client)
+    with pytest.raises(LaunchError) as caught:
+        launcher.launch(request(GPU_TASK, SPOT_A100))
+    assert not caught.value.permanent, "the API server may answer again: the job goes back to the queue"
+    assert "Could not connect to SkyPilot API server" in str(caught.value)
+    assert launcher.status(AID).phase is Phase.GONE, "nothing was sent, so there is nothing to wait for"
+    launcher.launch(request(GPU_TASK, SPOT_A100))
+    assert [c for c, _ in client.launched] == [CLUSTER]
+
+
 def _count_listings(client) -> list:
     """The cluster listings ``client`` is asked for from now on (each call's names)."""
     calls, listed = [], client.clusters
