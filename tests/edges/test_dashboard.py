@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -243,12 +244,16 @@ def test_a_job_that_cost_more_than_on_demand_reads_as_paid_more_when_opened(serv
         page = browser.new_page()
         page.goto(f"{server}/dashboard?token={world.ADMIN}")
         page.wait_for_selector("#total-spent[data-micros]")
-        _choose(page, "team-b", "30d")
+        totals = _choose(page, "team-b", "30d")["totals"]
+        card = page.text_content("#total-saving-label"), page.text_content("#total-saving")
         page.click("#top tbody tr:has-text('j-b3')")
         page.wait_for_selector("#job:not([hidden])")
         summary = page.text_content("#job-summary")
     said = saving_words(j["saving"], j["saving_percent"], "on-demand")
     assert said.startswith("paid ") and said in summary and "saved -" not in summary, summary
+    # the team's card too: it read "Saved -$0.40"
+    assert totals["saving"]["micros"] < 0
+    assert card == ("Paid more than on-demand", totals["saving"]["usd"].lstrip("-")), card
 
 
 def _choose(page, team: str, period: str) -> dict:
@@ -404,3 +409,105 @@ def test_the_curve_of_a_job_that_reports_no_loss_is_drawn_whatever_its_first_rep
         drawn = loss.locator("polyline").count(), loss.text_content()
     assert "(job ended)" in preemption and "waiting" not in preemption, preemption
     assert drawn[0] == 1 and "No metrics" not in drawn[1], drawn
+
+
+def test_changing_token_closes_the_job_the_last_token_opened(server, store, seeded):
+    """The admin opened team B's job, then "Change token" to team A's: team A's page still showed team B's job, its
+    attempts and spend, and kept it (the refresh of it was refused, silently). A job the broker refuses to show says
+    why where the job would be; the click did nothing at all."""
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        page.click("#top tbody tr:has-text('j-b1')")
+        expect(page.locator("#job-title")).to_contain_text("j-b1")
+        page.click("#logout")
+        page.fill("#token-input", world.TOKENS["team-a"])
+        page.click("#login-form button")
+        expect(page.locator("#window")).to_contain_text("team-a")
+        page.wait_for_timeout(300)
+        assert page.is_hidden("#job") and "j-b1" not in page.inner_text("#main")
+
+        page.route("**/v1/costs/jobs/**", lambda r: r.fulfill(status=404, content_type="application/json",
+                                                             body='{"detail": "No job j-a1."}'))
+        page.click("#top tbody tr:has-text('j-a1')")
+        expect(page.locator("#job")).to_be_visible()
+        expect(page.locator("#job-summary")).to_have_text("No job j-a1.")
+        assert page.locator("#attempts tbody tr").count() == 0  # not the attempts of the job shown before
+
+
+def test_a_page_opened_while_the_broker_restarts_shows_the_costs_once_it_answers(server):
+    """Opened while the broker was down (restarting), the page said "The broker did not answer" and never asked again:
+    the refresh ran only over a page that had loaded once. It asks again on its 30 s beat, as a loaded page does."""
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.clock.install()
+        page.clock.pause_at(time.time() + 1)
+        page.route("**/v1/costs?**", lambda r: r.abort("connectionrefused"))
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        expect(page.locator("#error")).to_contain_text("did not answer")
+        page.unroute("**/v1/costs?**")
+        page.clock.run_for(31_000)
+        expect(page.locator("#main")).to_be_visible()
+        expect(page.locator("#error")).to_be_hidden()
+        assert page.get_attribute("#total-spent", "data-micros")
+
+        # down again, then the token is refused: the sign-in prompt is not headed "did not answer" any more
+        page.route("**/v1/costs?**", lambda r: r.abort("connectionrefused"))
+        page.select_option("#period", "30d")
+        expect(page.locator("#error")).to_contain_text("did not answer")
+        page.unroute("**/v1/costs?**")
+        page.evaluate("localStorage.setItem('spot-broker-token', 'revoked')")
+        page.select_option("#period", "90d")
+        expect(page.locator("#login")).to_be_visible()
+        expect(page.locator("#error")).to_be_hidden()
+
+
+def test_a_name_with_no_spaces_and_many_preemptions_keep_the_page_on_a_phone_screen(server, store, seeded):
+    """A job named with no space (a run id, a path) widened its table and the whole page past the screen: 2,000 px
+    wide at 1280, 1,700 px on a 375 px phone; and 50 preemptions of one job drew 50 rows, as the queue once did."""
+    now = seeded.now
+    long_name = "run-" + "0123456789abcdef" * 12
+    job = world.job("j-long", "team-a", JobState.SUCCEEDED, submitted=now - 2 * 86_400, budget=90_000_000,
+                    spent=30 * 100_000, attempts=30, updated=now - 86_400)
+    job = replace(job, name=long_name)
+    tries = [world.attempt("j-long", n, AttemptState.PREEMPTED if n < 30 else AttemptState.SUCCEEDED,
+                           world.spot("us-east-1a", 500_000), start=now - 2 * 86_400 + n * 1200, seconds=720,
+                           cost=100_000) for n in range(1, 31)]
+    world._commit(store, job, tries)
+    with chromium() as browser:
+        for width in (1280, 375):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(f"{server}/dashboard?token={world.TOKENS['team-a']}")
+            page.wait_for_selector("#total-spent[data-micros]")
+            page.click(f"#top tbody tr:has-text('{long_name}')")
+            page.wait_for_selector("#attempts tbody tr")
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, width
+            rows = page.locator("#preemptions tbody tr").all_text_contents()
+            assert len(rows) == 21 and "and 10 more in this period" in rows[-1], rows[-1]
+
+
+def test_an_open_job_has_a_link_that_opens_it_again(server):
+    """A team lead who found the job eating the budget could not send it to its owner, nor keep it over a reload: the
+    open job was nowhere in the address. It is (#job=ID), and the page opened from that address opens the job."""
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        page.click("#top tbody tr:has-text('j-b1')")
+        expect(page.locator("#job-title")).to_contain_text("j-b1")
+        assert page.url.endswith("/dashboard#job=j-b1"), page.url
+
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.TOKENS['team-a']}#job=j-a1")
+        expect(page.locator("#job-title")).to_have_text("train-j-a1 (j-a1)")
+        assert page.locator("#attempts tbody tr").count() == 2 and "token=" not in page.url
+        page.select_option("#period", "30d")  # the job stays open, and in the address
+        page.click("#logout")  # another token: the job it opened is no more in the address
+        assert "#job=" not in page.url

@@ -84,6 +84,7 @@ function row(cells, onClick) {
   for (const c of cells) {
     const td = typeof c === "object" && c !== null && c.node ? c.node : el("td", c && c.text !== undefined ? c.text : c);
     if (c && c.num) td.className = "num";
+    if (c && c.name) td.className = "name";  // a job's name, which may hold no space to wrap at
     tr.appendChild(td);
   }
   if (onClick) { tr.className = "clickable"; tr.addEventListener("click", onClick); }
@@ -110,7 +111,14 @@ function money(id, m) {
   node.dataset.micros = String(m.micros);
 }
 
+// Also closes the open job: after "Change token" (or a token refused mid-session) the next token's page kept the
+// job the last one opened, another team's attempts and spend, refreshed never (its request was refused)
 function showLogin(message) {
+  $("error").hidden = true;  // "did not answer" of before, over the prompt, read as the reason for it
+  jobs++;
+  shown = null;
+  $("job").hidden = true;
+  if (jobInUrl() !== null) setJobInUrl(null);
   $("main").hidden = true;
   $("login").hidden = false;
   $("login-error").textContent = message || "";
@@ -148,14 +156,16 @@ async function load() {
   $("main").hidden = false;
   setTeams(body);
   render(body);
+  if (shown === null && jobInUrl() !== null) showJob(jobInUrl());  // opened from a link to a job
   $("updated").textContent = "Updated " + new Date().toTimeString().slice(0, 8) + " · refreshes every " +
     REFRESH_MS / 1000 + " s";
 }
 
 // Ask again while the page is in view (a hidden tab asks nothing, and asks at once when it is shown again): the
-// figures of running jobs, the queue and the open job follow without a reload. Never over a login prompt.
+// figures of running jobs, the queue and the open job follow without a reload. Never over a login prompt (no 401
+// loop), but a page whose first load failed (the broker restarting) asks again: it said "did not answer" for good.
 function refresh() {
-  if (document.visibilityState !== "visible" || !token() || $("main").hidden) return;
+  if (document.visibilityState !== "visible" || !token() || !$("login").hidden) return;
   load();
   if (shown !== null && !$("job").hidden) showJob(shown, false);
 }
@@ -165,6 +175,10 @@ function render(r) {
   money("total-spent", t.spent);
   money("total-ondemand", t.ondemand_equivalent);
   money("total-saving", t.saving);
+  // spend dearer than on-demand (on-prem against a cheap quote) read "Saved -$12.00": it says what it is
+  const dearer = t.saving.micros < 0;
+  $("total-saving-label").textContent = dearer ? "Paid more than on-demand" : "Saved";
+  if (dearer) $("total-saving").textContent = t.saving.usd.replace(/^-/, "");
   const pct = t.saving_percent;
   $("total-saving-pct").textContent = pct === null ? "" : pct < 0 ? -pct + "% more than all on-demand"
     : pct + "% less than all on-demand";
@@ -185,19 +199,20 @@ function render(r) {
     const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });
     const inner = el("div"); inner.style.width = Math.min(100, b.percent || 0) + "%"; bar.appendChild(inner);
     const td = el("td"); td.appendChild(bar); td.appendChild(el("span", (b.percent ?? 0) + "%"));
-    return row([b.name + " (" + b.id + ")", { node: td }, { text: b.spent.usd + " / " + b.budget.usd, num: 1 },
+    return row([{ text: b.name + " (" + b.id + ")", name: 1 }, { node: td }, { text: b.spent.usd + " / " + b.budget.usd, num: 1 },
       { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1 }],
-      () => showJob(b.id));
+      () => openJob(b.id));
   }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
-  fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, q.name + " (" + q.id + ")",
+  fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, { text: q.name + " (" + q.id + ")", name: 1 },
     q.estimated_start ? utc(q.estimated_start) : "–", q.reason],
-    () => showJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
-  fill("top", r.top_jobs.map((j) => row([j.name + " (" + j.id + ")", j.team, j.state, { text: j.spent.usd, num: 1 },
-    { text: j.saving.usd, num: 1 }], () => showJob(j.id))), "No spend in this period.");
+    () => openJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
+  fill("top", r.top_jobs.map((j) => row([{ text: j.name + " (" + j.id + ")", name: 1 }, j.team, j.state, { text: j.spent.usd, num: 1 },
+    { text: j.saving.usd, num: 1 }], () => openJob(j.id))), "No spend in this period.");
   const after = (p) => p.waiting ? " (waiting)" : p.recovered ? "" : " (job ended)";  // ended: it never resumed
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
     p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + after(p), num: 1 }],
-    () => showJob(p.job_id))), "No preemptions in this period.");
+    () => openJob(p.job_id))), "No preemptions in this period.", ROWS,
+    (n) => `and ${r.preemptions.count - ROWS} more in this period`);
   $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
 }
 
@@ -229,11 +244,41 @@ function drawDays(days) {
   $("chart").replaceChildren(box);
 }
 
+// The open job is in the address (#job=ID): a link to it can be sent, bookmarked or reloaded, and opens it again
+function jobInUrl() {
+  const m = /^#job=(.+)$/.exec(window.location.hash);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+function setJobInUrl(id) {
+  const url = new URL(window.location.href);
+  url.hash = id === null ? "" : "job=" + encodeURIComponent(id);
+  history.replaceState(null, "", url.pathname + url.search + url.hash);
+}
+
+function openJob(id) {
+  setJobInUrl(id);
+  showJob(id);
+}
+
 async function showJob(id, scroll = true) {
   const mine = ++jobs;
   shown = id;
   let j;
-  try { j = await api("/v1/costs/jobs/" + encodeURIComponent(id)); } catch (err) { return; }
+  try {
+    j = await api("/v1/costs/jobs/" + encodeURIComponent(id));
+  } catch (err) {
+    // say why where the job would be: a click on a row whose job the broker refused did nothing at all
+    if (mine === jobs && err.message !== "unauthorized") {
+      $("job").hidden = false;
+      $("job-title").textContent = id;
+      $("job-summary").textContent = err.message;
+      $("attempts").querySelector("tbody").replaceChildren();
+      $("loss").replaceChildren();
+      if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
+    }
+    return;
+  }
   if (mine !== jobs) return;
   $("job").hidden = false;
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
@@ -274,7 +319,8 @@ document.addEventListener("DOMContentLoaded", () => {
     load();
   });
   $("logout").addEventListener("click", () => { localStorage.removeItem(TOKEN_KEY); showLogin(""); });
-  $("team").addEventListener("change", () => { jobs++; $("job").hidden = true; load(); });
+  $("team").addEventListener("change", () => { jobs++; $("job").hidden = true; setJobInUrl(null); load(); });
+  window.addEventListener("hashchange", () => { const id = jobInUrl(); if (id !== null && !$("main").hidden) showJob(id); });
   $("period").addEventListener("change", load);
   if (token()) load(); else showLogin("");
   setInterval(refresh, REFRESH_MS);
