@@ -769,7 +769,7 @@ class Engine:
             elif check.warn or (stop and not job.budget_warned):
                 fields["budget_warned"] = True
                 percent = spent * 100 // max(job.budget, 1)
-                why = beyond or (f"; the {fmt(job.budget - spent)} left only pays for a clean stop" if stop else "")
+                why = beyond or (f"; the {fmt_limit(job.budget - spent)} left only pays for a clean stop" if stop else "")
                 notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt_limit(job.budget)} "
                                         f"({percent}%){why}", now, {"spent": spent, "budget": job.budget,
                                                                     "percent": percent, "beyond_budget": over}))
