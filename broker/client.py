@@ -300,16 +300,18 @@ def _job_path(job_id: str, base: str = "/v1/jobs/") -> str:
 
 
 def _header_token(token: str | None) -> str | None:
-    """The token as an ``Authorization`` header carries it. The line break or spaces of a copied token file are
-    left out; any other character a header cannot carry is refused in a sentence, never echoed (it is a secret).
+    """The token as an ``Authorization`` header carries it. The line break or spaces around a copied token are left
+    out (spaces inside are kept: the broker takes a passphrase); any other character a header cannot carry is
+    refused in a sentence, never echoed (it is a secret).
     Sent as it was, a line break was "the connection to the broker dropped" (and a submit retried as if its
     answer were lost), a non-ASCII letter "'ascii' codec can't encode character"."""
     if token is None:
         return None
     token = token.strip()
-    bad = next((i for i, c in enumerate(token) if not 33 <= ord(c) <= 126), None)
+    # a space inside is a header's character, and a token the broker takes ("correct horse battery staple")
+    bad = next((i for i, c in enumerate(token) if not 32 <= ord(c) <= 126), None)
     if bad is not None:
-        what = "a space or control character" if ord(token[bad]) < 128 else "a character that is not ASCII"
+        what = "a control character" if ord(token[bad]) < 128 else "a character that is not ASCII"
         raise BrokerError(0, f"the token (--token or BROKER_TOKEN) holds {what} at position {bad + 1}, which a "
                              "token cannot hold: copy it again")
     return token or None

@@ -75,11 +75,25 @@ def test_a_token_copied_with_its_line_break_is_sent_without_it(broker):
     assert r.returncode == 0 and isinstance(json.loads(r.stdout), list), r.stderr
 
 
+def test_a_passphrase_token_with_spaces_inside_is_sent_as_it_is(tmp_path):
+    """The broker takes any token a team is given, a passphrase too: the CLI refused one with a space inside."""
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'p.db'}", config=CONFIG, engine="off",
+                             env_extra={"BROKER_TEAM_TOKENS": json.dumps({"ml": "correct horse battery staple"})})
+    try:
+        r = broker_cli("--json", "status", url=url, token=" correct horse battery staple\n")
+        assert r.returncode == 0 and json.loads(r.stdout) == [], r.stderr
+        r = broker_cli("--json", "status", url=url, token="correct horse battery")  # another token: refused there
+        assert r.returncode == 1 and "401" in r.stderr, r.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
 @pytest.mark.parametrize("token, says", [
-    ("abc\ndef", "holds a space or control character at position 4"),
-    ("abc déf", "holds a space or control character at position 4"),
+    ("abc\ndef", "holds a control character at position 4"),
+    ("abc\tdef", "holds a control character at position 4"),
     ("abcdéf", "holds a character that is not ASCII at position 5"),
-], ids=["a line break inside", "a space", "a letter a header cannot carry"])
+], ids=["a line break inside", "a tab", "a letter a header cannot carry"])
 def test_a_token_a_header_cannot_carry_is_refused_in_a_sentence_that_does_not_show_it(broker, token, says):
     # a line break was "the connection to the broker dropped before it answered" (and a submit was retried for
     # 3.5 s, then said it "may have been stored"); a non-ASCII letter "'ascii' codec can't encode character"
