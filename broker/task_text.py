@@ -188,7 +188,7 @@ class _Nodes:
             if node.tag == _INT and sum(c.isdigit() for c in node.value) > MAX_INT_DIGITS:
                 raise SpecError(_field(path), f"is a number of more than {MAX_INT_DIGITS} digits")
             if node.tag in (_INT, _FLOAT):
-                _not_misread(node.value, path)
+                _not_misread(node.value, path, octal=path[:1] != ("config",))
             size = len(node.value) + 1
         else:
             open_.add(id(node))
@@ -215,22 +215,24 @@ class _Nodes:
         return size
 
 
-def _not_misread(text: str, path: tuple) -> None:
+def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
     """Refuse an unquoted number that YAML 1.1 (PyYAML's, and SkyPilot's) reads as another one: ``1:30`` is the
     base-60 number 90 (``expected_hours: 1:30`` planned 90 hours, ``budget_usd: 1:30`` capped at $90, an
     environment value ``1:30`` came out as "90"), and ``010`` is octal 8. Said with what was read, and how to
-    write what was meant."""
+    write what was meant. ``octal=False``: the task's ``config`` (SkyPilot's settings, a Kubernetes ``pod_config``),
+    where a leading zero is a file mode written as Kubernetes reads it (``defaultMode: 0755``), octal as meant."""
     if _BASE_60.match(text):
         read = yaml.load(text, Loader=_Loader)
         raise SpecError(_field(path), f"is {text}, which YAML reads as the base-60 number {read!r}: quote it "
                                       f"('{text}') to give the text, or write the number meant (1.5 for one and a "
                                       "half)")
-    if _OCTAL.match(text):
+    if octal and _OCTAL.match(text):
         sign, digits = ("-" if text.startswith("-") else ""), text.replace("_", "").lstrip("+-")
         if int(digits, 8) != int(digits, 10):
             raise SpecError(_field(path), f"is {text}, which YAML reads as the octal number {sign}{int(digits, 8)}: "
-                                          f"write {sign}{int(digits)} without the leading zero, or quote it ('{text}') "
-                                          "to give the text")
+                                          f"quote it ('{text}') to give the text as written, or write the number "
+                                          f"meant without a leading zero ({sign}{int(digits)} for ten-based, "
+                                          f"{sign}{int(digits, 8)} for the octal reading)")
 
 
 class _Duplicated(dict):

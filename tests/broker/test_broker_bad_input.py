@@ -375,7 +375,8 @@ def test_the_parameters_a_route_takes_and_the_probes_query_strings_are_still_ans
                  "YAML reads as the base-60 number 90", id="expected_hours 1:30 is a 422, not planned as 90 hours"),
     pytest.param("run: echo hi\nbroker: {budget_usd: 1:30}\n", YAML, "broker.budget_usd", "base-60 number 90",
                  id="a budget of 1:30 is a 422, not a cap of $90"),
-    pytest.param("run: echo hi\nenvs: {ZIP: 010}\n", YAML, "envs.ZIP", "reads as the octal number 8: write 10",
+    pytest.param("run: echo hi\nenvs: {ZIP: 010}\n", YAML, "envs.ZIP", "reads as the octal number 8: quote it ('010') to give the text as written, or write the number meant "
+                 "without a leading zero (10 for ten-based, 8 for the octal reading)",
                  id="an environment value 010 is a 422, not run as 8"),
     pytest.param('{"run": "echo hi", "resources": {"accelerators": {"": 1}}}', JSON, "resources.accelerators",
                  "'' is not a name", id="an accelerator with no name is a 422 naming it, not 'no offer has it'"),
@@ -413,6 +414,17 @@ def test_numbers_yaml_would_misread_are_kept_as_written_when_quoted_and_others_a
     job = client.app.state.service.store.get_job(r.json()["id"])
     assert job.spec["envs"] == {"T": "1:30", "Z": "010", "SEVEN": 7, "NINE": "09", "HEX": 16, "HOURS": 1.5}
     assert job.expected_hours == "1.5"
+
+
+def test_a_file_mode_with_a_leading_zero_in_the_tasks_kubernetes_config_is_the_octal_mode_it_means(client):
+    """SkyPilot's config is Kubernetes' YAML, where `defaultMode: 0755` is the mode 0o755 (493) as meant: refused as
+    a misread octal, every pod_config with a file mode was, and the advice (drop the zero) set another mode."""
+    body = ("run: echo hi\nconfig: {kubernetes: {pod_config: {spec: {volumes: [{name: keys, secret: {secretName: "
+            "keys, defaultMode: 0755}}]}}}}\n")
+    r = client.post("/v1/jobs", content=body, headers=YAML)
+    assert r.status_code == 201, r.text
+    job = client.app.state.service.store.get_job(r.json()["id"])
+    assert job.spec["config"]["kubernetes"]["pod_config"]["spec"]["volumes"][0]["secret"]["defaultMode"] == 0o755
 
 
 @pytest.mark.parametrize("first, retry", [
