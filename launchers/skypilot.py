@@ -189,8 +189,10 @@ def launch_error_text(exc: BaseException) -> str:
     """A failed launch request's error as the launcher reads it: SkyPilot's exception type and message, on one line,
     without the commands it quotes whole (a storage mount's is a script of kilobytes, before the error it explains)."""
     text = " ".join(_COMMAND_BLOCK.sub(" ", re.sub(r"\x1b\[[0-9;]*m", "", str(exc))).split())
-    if len(text) > LAUNCH_ERROR_LIMIT:
-        text = text[: LAUNCH_ERROR_LIMIT - 1] + "…"
+    if len(text) > LAUNCH_ERROR_LIMIT:  # its start (what failed) and its end (a command's last words: why), not
+        # the start alone — a bucket copy prints a line per file, and the network error that ended it came last
+        head = LAUNCH_ERROR_LIMIT // 4
+        text = text[:head] + " … " + text[-(LAUNCH_ERROR_LIMIT - head - 3):]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -143,9 +143,23 @@ NETWORK_ERROR = re.compile(
     r"Connection (?:refused|timed out|reset|closed)|connection unexpectedly closed|Could not resolve|"
     r"Name or service not known|Temporary failure in name resolution|No route to host|Network is unreachable|"
     r"(?:kex|ssh)_exchange_identification|Could not connect to the endpoint URL|Failed to establish a new connection|"
-    r"timed out|Broken pipe|EndpointConnectionError|SlowDown|ServiceUnavailable|RequestTimeout", re.I)
+    r"timed out|Broken pipe|EndpointConnectionError|SlowDown|ServiceUnavailable|RequestTimeout|i/o timeout|"
+    r"deadline exceeded|TLS handshake timeout|InternalError|Internal Server Error|Service Unavailable|Bad Gateway|"
+    r"Gateway Time-?out|(?:status code|error|HTTP)\W{0,3}(?:50[0-4]|429)\b|\((?:50[0-4]|429)\)|Throttl|TooManyRequests|"
+    r"Too Many Requests|temporarily unavailable|"
+    r"Could not get lock", re.I)
 """Words of a failure of the network, or of a cloud's service for a moment, in a sync's output: another try may not
 meet it, so the attempt is lost (the engine requeues the job), not failed."""
+
+TASK_FAULT = re.compile(
+    r"NoSuchBucket|NoSuchKey|AccessDenied|Access Denied|AllAccessDisabled|InvalidBucketName|"
+    r"(?:status code|error|HTTP)\W{0,3}40[134]\b|\(40[134]\)|Forbidden|"
+    r"Unauthorized|Permission denied|No such file or directory|does not exist|not found|No space left|Disk quota|"
+    r"not authorized|does not have [^.]{0,80}permission|matched no objects|BucketNotFound", re.I)
+"""Words of the task's own fault in the output of a command SkyPilot ran on a node for a ``file_mounts`` entry (a
+bucket's copy, a storage's mount): no such bucket or path, access refused, the node's disk full. Only with one of
+them is such a failure the task's; any other (a cloud's 500, a mount's ``i/o timeout``, words not known) may pass,
+and is lost."""
 
 BUCKET_REFUSED = re.compile(
     r"\((?P<code>NoSuchBucket|NoSuchKey|AccessDenied|AllAccessDisabled|InvalidBucketName|403|404)\) when calling the "
@@ -262,7 +276,7 @@ def _sync_failed(obs: Observation) -> AttemptStatus | None:
                          said or f"rsync exit code {rc}: {RSYNC_TASK_CODES[rc]}", receiving=receiving)
     ran = BEFORE_SYNC_FAILED.search(text)
     if ran:
-        if rc is None or rc == SSH_FAILED:
+        if rc is None or rc == SSH_FAILED or not TASK_FAULT.search(text[ran.end():]):
             return None
         said = re.sub(r"^View logs: sky api logs -l \S+\s*", "", text[ran.end():].strip())
         said = _clip(said, 300, tail=True) or f"exit code {rc}"

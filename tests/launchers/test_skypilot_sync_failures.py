@@ -251,6 +251,44 @@ def test_capacity_and_passing_failures_stay_lost(error):
     assert status.phase is Phase.LOST, status.reason
 
 
+def before_sync(output: str, rc: int = 1) -> str:
+    """SkyPilot's error for a command it ran on a node before a ``file_mounts`` copy (``aws s3 sync``) that printed
+    ``output`` and ended with ``rc``, as the launcher reads it."""
+    from sky import exceptions
+
+    return as_the_sdk_reads(exceptions.CommandError(
+        rc, "aws s3 sync s3://b/data ~/data", "----- CMD -----\naws s3 sync s3://b/data ~/data\n----- CMD END -----\n"
+        "Failed to run command before rsync s3://b/data -> ~/data. View logs: sky api logs -l sky-x", output))
+
+
+@pytest.mark.parametrize("output", [
+    "fatal error: An error occurred (InternalError) when calling the ListObjectsV2 operation: We encountered an "
+    "internal error. Please try again.",
+    "main ERRO Unable to mount file system: dial tcp 52.216.0.1:443: i/o timeout",
+    "curl: (22) The requested URL returned error: 503",
+    "Error: context deadline exceeded",
+    "something this launcher has never seen",
+], ids=["S3 InternalError", "a mount's i/o timeout", "a 503", "a deadline exceeded", "words not known"])
+def test_a_command_before_a_copy_that_failed_for_a_reason_that_may_pass_stays_lost(output):
+    """Only words of the task's own fault (no such bucket, access refused, the disk full) fail the attempt; any other
+    failure of a bucket's copy or a storage's mount may pass, and the job is placed again."""
+    status = next_status(Phase.PENDING, failed_launch(before_sync(output), [("/data", "s3://b/data")]))
+    assert status.phase is Phase.LOST, status.reason
+
+
+def test_a_network_error_after_a_long_copy_is_still_read_so_the_attempt_stays_lost():
+    """A bucket copy prints a line per file: the network error that ended it comes after thousands of characters,
+    which the launcher cut off, then read the copy's failure as the task's and failed the job for good."""
+    listing = "".join(f"download: s3://b/data/part-{i:05d}.json to data/part-{i:05d}.json\n" for i in range(200))
+    error = before_sync(listing + "download failed: s3://b/data/part-00200.json Connection reset by peer")
+    assert len(error) < 4100 and error.rstrip().endswith("Connection reset by peer"), error[-200:]
+    status = next_status(Phase.PENDING, failed_launch(error, [("/data", "s3://b/data")]))
+    assert status.phase is Phase.LOST, status.reason
+    denied = before_sync(listing + "fatal error: An error occurred (AccessDenied) when calling the GetObject "
+                                   "operation: Access Denied")
+    assert next_status(Phase.PENDING, failed_launch(denied, [("/data", "s3://b/data")])).phase is Phase.FAILED
+
+
 # --- through the launcher ---------------------------------------------------------------------------------------
 
 
