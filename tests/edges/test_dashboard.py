@@ -511,3 +511,21 @@ def test_an_open_job_has_a_link_that_opens_it_again(server):
         page.select_option("#period", "30d")  # the job stays open, and in the address
         page.click("#logout")  # another token: the job it opened is no more in the address
         assert "#job=" not in page.url
+
+
+def test_a_job_row_opens_from_the_keyboard(server):
+    """Rows opened a job on a mouse click only: one could not reach them with Tab, nor open one with Enter."""
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        row = page.locator("#top tbody tr:has-text('j-b1')")
+        row.focus()
+        assert page.evaluate("document.activeElement.textContent").startswith("train-j-b1")
+        page.keyboard.press("Enter")
+        expect(page.locator("#job-title")).to_contain_text("j-b1")
+        page.locator("#top tbody tr:has-text('j-a1')").focus()
+        page.keyboard.press(" ")
+        expect(page.locator("#job-title")).to_contain_text("j-a1")

@@ -87,7 +87,16 @@ function row(cells, onClick) {
     if (c && c.name) td.className = "name";  // a job's name, which may hold no space to wrap at
     tr.appendChild(td);
   }
-  if (onClick) { tr.className = "clickable"; tr.addEventListener("click", onClick); }
+  if (onClick) {
+    // reachable from the keyboard too (Tab, then Enter or Space), not by the mouse alone
+    tr.className = "clickable";
+    tr.tabIndex = 0;
+    tr.setAttribute("role", "link");
+    tr.addEventListener("click", onClick);
+    tr.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onClick(); }
+    });
+  }
   return tr;
 }
 
