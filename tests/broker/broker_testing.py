@@ -127,6 +127,29 @@ def local_broker(make_settings, tmp_path, config: str):
         store.close()
 
 
+def cli_runner(url: str, *, token: str | None = ADMIN):
+    """``broker ...`` as a user types it, against the broker at ``url`` with ``token`` (None: no token at all):
+    ``run(*args, check=True, cwd=REPO, extra_env=None)`` gives the finished process, and with ``check`` raises its
+    stderr when it exited non-zero. ``run.url`` is ``url``."""
+    import os
+    import sys
+
+    env = {**os.environ, "BROKER_URL": url, "COLUMNS": "200"}
+    env.pop("BROKER_TOKEN", None)
+    if token is not None:
+        env["BROKER_TOKEN"] = token
+
+    def run(*args, check=True, cwd=REPO, extra_env=None):
+        r = subprocess.run([sys.executable, "-m", "broker.cli", *args], env={**env, **(extra_env or {})}, cwd=cwd,
+                           capture_output=True, text=True, timeout=60)
+        if check and r.returncode != 0:
+            raise AssertionError(r.stderr)
+        return r
+
+    run.url = url
+    return run
+
+
 def start_broker(tmp_path, store_url=None, port=None, *, engine="on", config: str | None = None, env_extra=None):
     """A real ``broker serve`` subprocess; returns (process, base URL)."""
     import os

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from broker_testing import ADMIN, REPO, start_broker, wait_for
+from broker_testing import ADMIN, REPO, cli_runner, start_broker, wait_for
 from testports import free_port
 
 CONFIG = """
@@ -27,17 +27,7 @@ stop_grace_seconds: 2
 @pytest.fixture
 def cli(tmp_path):
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'c.db'}", config=CONFIG)
-    env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
-
-    def run(*args, check=True, cwd=REPO, extra_env=None):
-        r = subprocess.run([sys.executable, "-m", "broker.cli", *args], env={**env, **(extra_env or {})}, cwd=cwd,
-                           capture_output=True, text=True, timeout=60)
-        if check and r.returncode != 0:
-            raise AssertionError(r.stderr)
-        return r
-
-    run.url = url
-    yield run, tmp_path
+    yield cli_runner(url), tmp_path
     proc.send_signal(signal.SIGTERM)
     proc.wait(15)
 

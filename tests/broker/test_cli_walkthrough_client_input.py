@@ -3,16 +3,13 @@ line break of the file it was copied from, the URL of something that is not the 
 and never reaches another job or route."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from broker_testing import ADMIN, REPO, start_broker, wait_for
+from broker_testing import ADMIN, cli_runner, start_broker, wait_for
 
 CONFIG = """
 pools:
@@ -23,12 +20,7 @@ stop_grace_seconds: 2
 
 
 def broker_cli(*args, url: str, token: str | None = ADMIN):
-    env = {**os.environ, "BROKER_URL": url, "COLUMNS": "200"}
-    env.pop("BROKER_TOKEN", None)
-    if token is not None:
-        env["BROKER_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    return cli_runner(url, token=token)(*args, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from broker import cli as broker_cli
-from broker_testing import ADMIN, REPO, start_broker, wait_for
+from broker_testing import REPO, cli_runner, start_broker, wait_for
 
 CONFIG = """
 pools:
@@ -25,16 +25,7 @@ stop_grace_seconds: 2
 @pytest.fixture
 def cli(tmp_path):
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'c.db'}", config=CONFIG)
-    env = {**os.environ, "BROKER_URL": url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
-
-    def run(*args, check=True):
-        r = subprocess.run([sys.executable, "-m", "broker.cli", *args], env=env, cwd=REPO, capture_output=True,
-                           text=True, timeout=60)
-        if check and r.returncode != 0:
-            raise AssertionError(r.stderr)
-        return r
-
-    yield run, tmp_path
+    yield cli_runner(url), tmp_path
     proc.send_signal(signal.SIGTERM)
     proc.wait(15)
 
