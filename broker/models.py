@@ -161,6 +161,9 @@ class Job:
     slots: list[int] = field(default_factory=list)  # on-prem slots reserved for it
     retry: dict[str, Any] = field(default_factory=dict)
     errors_retried: int = 0
+    launch_failures: int = 0  # launches refused in a row for a reason that may pass (none since an attempt ran)
+    launches_failed: int = 0  # attempts whose launch was refused so: they ran nothing, and MAX_ATTEMPTS leaves them out
+    launch_retry_at: float | None = None  # after a refused launch, not placed again before this (a backoff)
     progress: dict[str, Any] = field(default_factory=dict)  # last report: step, total_steps, at, metrics
     last_checkpoint: dict[str, Any] = field(default_factory=dict)  # {"step", "uri", "at"}: latest committed
     blocked_zones: dict[str, float] = field(default_factory=dict)  # zone → blocked until (after preemptions)
@@ -173,6 +176,12 @@ class Job:
     submitted_by: str = ""
     job_token_version: int = 1  # of the BROKER_JOB_TOKEN its current attempt was launched with (broker/auth.py)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # fields a newer broker stored (EXTRA)
+
+    @property
+    def attempts_run(self) -> int:
+        """Attempts that got past their launch: those whose launch was refused for a reason that may pass (SkyPilot's
+        API server down, say) ran nothing, and do not use up the job's :data:`~broker.engine.monitor.MAX_ATTEMPTS`."""
+        return self.attempts - self.launches_failed
 
     @property
     def current_attempt_id(self) -> str | None:

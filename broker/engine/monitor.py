@@ -72,7 +72,7 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated:
             return Outcome(JobEvent.SUCCEED, attempt_state, f"succeeded: {end}, before it could be {what}")
         return Outcome(JobEvent.ENDED, attempt_state, f"{what}; {end}")
     if status.phase is Phase.STOPPED and status.reason == "budget":
-        if limit_outdated and job.attempts < MAX_ATTEMPTS:
+        if limit_outdated and job.attempts_run < MAX_ATTEMPTS:
             # the budget was raised after the launcher's limit was set (and it could not be moved): resume
             return Outcome(JobEvent.RECOVER, attempt_state, "stopped by its launcher at the limit of the budget it "
                            "had at launch; the budget was raised since: requeued to resume from its last checkpoint")
@@ -85,13 +85,13 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated:
         retry = job.retry or {}
         code_listed = status.exit_code in (retry.get("recover_on_exit_codes") or [])
         under_limit = job.errors_retried < int(retry.get("max_restarts_on_errors") or 0)
-        if (code_listed or under_limit) and job.attempts < MAX_ATTEMPTS:
+        if (code_listed or under_limit) and job.attempts_run < MAX_ATTEMPTS:
             why = "its exit code is in recover_on_exit_codes" if code_listed else \
                 f"retry {job.errors_retried + 1} of {retry.get('max_restarts_on_errors')}"
             return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; retrying ({why})", retried_error=True)
         return Outcome(JobEvent.FAIL, attempt_state, "failed: " + end)
     # preempted, lost, gone, or stopped by something other than a cancel: infrastructure, recover
-    if job.attempts >= MAX_ATTEMPTS:
+    if job.attempts_run >= MAX_ATTEMPTS:
         return Outcome(JobEvent.FAIL, attempt_state,
                        f"failed: {end}, and the job already used {MAX_ATTEMPTS} attempts")
     return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; requeued to resume from its last checkpoint")

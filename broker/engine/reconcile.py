@@ -37,7 +37,7 @@ from broker.engine import budget as budget_rules
 from broker.engine import monitor
 from broker.engine.billing import accrue
 from broker.engine.launch import launch_request, run_as_for
-from broker.engine.recover import block_zone, steps_lost
+from broker.engine.recover import block_zone, launch_backoff, steps_lost
 from broker.engine.schedule import Place, Wait, request_of, schedule
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
@@ -47,6 +47,7 @@ from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import after_run, market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
+from broker.views import iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
                             elapsed, sweep_attempt_files)
 from pricing.deadline import RELIABLE
@@ -389,9 +390,13 @@ class Engine:
                                     "Fix the task and submit it again.", infrastructure=False)
                 self._commit(job, JobEvent.FAIL, refused.text, now, records=(failed,), placement={}, slots=[],
                              diagnosis={**refused.to_dict(), "attempt": attempt.n})
-            else:
-                self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {exc}", now, records=(failed,),
-                             placement={}, slots=[])
+            else:  # placed again after a backoff, not at the next tick (a new attempt each time)
+                n = job.launch_failures + 1
+                retry_at = now + launch_backoff(n)
+                again = f"; tries again at {iso(retry_at)}" + (f" ({n} refused in a row)" if n > 1 else "")
+                self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {str(exc).rstrip('.')}{again}", now,
+                             records=(failed,), placement={}, slots=[], launch_failures=n,
+                             launches_failed=job.launches_failed + 1, launch_retry_at=retry_at)
             self._attempt_ended(job, failed)
 
     def _billed_from_launch(self, job: Job, attempt: Attempt, now: float) -> tuple[Job, Attempt]:
@@ -644,6 +649,8 @@ class Engine:
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
             fields["running_since"] = attempt.started_at
+            if job.launch_failures or job.launch_retry_at is not None:  # a launch went through: no more backoff
+                fields.update(launch_failures=0, launch_retry_at=None)
         elif outcome.attempt_state is not None:
             attempt = replace(attempt, state=outcome.attempt_state, ended_at=status.ended_at or now,
                               exit_code=status.exit_code, reason=outcome.reason,

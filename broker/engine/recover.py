@@ -28,6 +28,17 @@ def steps_lost(job: Job, attempt: Attempt, seen: int | None = None) -> int | Non
     return max(max(known) - int(saved), 0) if saved is not None else max(known)
 
 
+LAUNCH_BACKOFF_FIRST = 5.0
+LAUNCH_BACKOFF_MAX = 300.0
+
+
+def launch_backoff(failures: int) -> float:
+    """Seconds before a job whose launch was refused ``failures`` times in a row (for a reason that may pass) is
+    placed again: 5 s, doubling, at most 5 min. Placed again at the next tick, a job met a SkyPilot API server that was
+    down once a second, and each time stored a new attempt and three events (an hour: 3,600 attempts)."""
+    return min(LAUNCH_BACKOFF_MAX, LAUNCH_BACKOFF_FIRST * 2 ** max(failures - 1, 0))
+
+
 def block_zone(job: Job, zone: str | None, *, now: float, cooldown: float) -> dict[str, float]:
     """The job's blocked zones with ``zone`` added for ``cooldown`` seconds; expired blocks dropped."""
     blocked = {z: until for z, until in job.blocked_zones.items() if until > now}

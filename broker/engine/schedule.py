@@ -124,6 +124,11 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     policies = policies or {}
     decisions: list[Place | Wait] = []
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
+        if job.launch_retry_at is not None and now < job.launch_retry_at:
+            # its last launch was refused for a reason that may pass: not placed again before its backoff ends (its
+            # reason says why, and when), and what it would have taken is left to the jobs behind it
+            decisions.append(Wait(job, job.reason))
+            continue
         request = left_to_run(job, request_of(job))
         mine = offers_for(job, request, offers)
         blocked = job.blocked_at(now)
