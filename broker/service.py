@@ -566,7 +566,7 @@ class BrokerService:
                              + (" (forced)" if force else ""))
             t = apply(job.state, JobEvent.RESUME)
             new = replace(job, state=t.to_state, reason=why, updated_at=now, errors_retried=0, placement={}, slots=[],
-                          force_tier=tier or job.force_tier)
+                          force_tier=tier or job.force_tier, launch_failures=0, launch_retry_at=None)
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
                               from_state=job.state, data={"checkpoint_step": step, "force": force})
             return self._commit(Change(job=new, expected_version=job.version, events=[event]))
