@@ -154,12 +154,19 @@ meet it, so the attempt is lost (the engine requeues the job), not failed."""
 TASK_FAULT = re.compile(
     r"NoSuchBucket|NoSuchKey|AccessDenied|Access Denied|AllAccessDisabled|InvalidBucketName|"
     r"(?:status code|error|HTTP)\W{0,3}40[134]\b|\(40[134]\)|Forbidden|"
-    r"Unauthorized|Permission denied|No such file or directory|does not exist|not found|No space left|Disk quota|"
+    r"Unauthorized|Permission denied|No such file or directory|does not exist|"
+    r"(?:bucket|object|key|file|path|directory)\b[^.\n]{0,80}\bnot found|No URLs matched|No space left|Disk quota|"
     r"not authorized|does not have [^.]{0,80}permission|matched no objects|BucketNotFound", re.I)
 """Words of the task's own fault in the output of a command SkyPilot ran on a node for a ``file_mounts`` entry (a
 bucket's copy, a storage's mount): no such bucket or path, access refused, the node's disk full. Only with one of
 them is such a failure the task's; any other (a cloud's 500, a mount's ``i/o timeout``, words not known) may pass,
 and is lost."""
+
+SKY_SCRIPT_WORDS = re.compile(r"Mount path \S+ does not exist\. Creating\.\.\.|"
+                              r"(?:Rclone|hf-mount) log directory \S+ not found|No \S+ log file found in \S+")
+"""SkyPilot's own mounting script's progress lines (``mounting_utils.get_mounting_script``), printed on a fresh mount
+path or by a mount that left no log: not the task's fault, whatever words they hold (a mount that failed for a
+passing reason on a new path read "does not exist", and failed the job for good)."""
 
 BUCKET_REFUSED = re.compile(
     r"\((?P<code>NoSuchBucket|NoSuchKey|AccessDenied|AllAccessDisabled|InvalidBucketName|403|404)\) when calling the "
@@ -276,7 +283,7 @@ def _sync_failed(obs: Observation) -> AttemptStatus | None:
                          said or f"rsync exit code {rc}: {RSYNC_TASK_CODES[rc]}", receiving=receiving)
     ran = BEFORE_SYNC_FAILED.search(text)
     if ran:
-        if rc is None or rc == SSH_FAILED or not TASK_FAULT.search(text[ran.end():]):
+        if rc is None or rc == SSH_FAILED or not TASK_FAULT.search(SKY_SCRIPT_WORDS.sub(" ", text[ran.end():])):
             return None
         said = re.sub(r"^View logs: sky api logs -l \S+\s*", "", text[ran.end():].strip())
         said = _clip(said, 300, tail=True) or f"exit code {rc}"

@@ -268,11 +268,46 @@ def before_sync(output: str, rc: int = 1) -> str:
     "curl: (22) The requested URL returned error: 503",
     "Error: context deadline exceeded",
     "something this launcher has never seen",
-], ids=["S3 InternalError", "a mount's i/o timeout", "a 503", "a deadline exceeded", "words not known"])
+    "Installing rclone...\nMount failed with exit code 1.\nLooking for rclone log files...\n"
+    "Rclone log directory /root/.sky/rclone_log not found",
+    "gsutil: command not found",
+], ids=["S3 InternalError", "a mount's i/o timeout", "a 503", "a deadline exceeded", "words not known",
+        "rclone with no log", "a tool not installed yet"])
 def test_a_command_before_a_copy_that_failed_for_a_reason_that_may_pass_stays_lost(output):
     """Only words of the task's own fault (no such bucket, access refused, the disk full) fail the attempt; any other
     failure of a bucket's copy or a storage's mount may pass, and the job is placed again."""
     status = next_status(Phase.PENDING, failed_launch(before_sync(output), [("/data", "s3://b/data")]))
+    assert status.phase is Phase.LOST, status.reason
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["on a new mount path", "on a path the node has"])
+def test_a_mount_that_failed_for_a_reason_not_known_stays_lost_whatever_skypilots_script_printed(
+        sky, bucket, no_backoff, tmp_path, monkeypatch, fresh):
+    """SkyPilot's own mounting script, with only the mount binary failing with words not known (goofys logging to
+    syslog). On a new path the script prints "Mount path … does not exist. Creating...", which read as the task's
+    fault: the attempt failed for good, the broker's own checkpoint-bucket mount included."""
+    from sky.backends.cloud_vm_ray_backend import CloudVmRayBackend
+    from sky.data import mounting_utils
+    from sky.data import storage as storage_lib
+
+    destination = tmp_path / "checkpoints"
+    if not fresh:
+        destination.mkdir()
+    monkeypatch.setattr(storage_lib.S3Store, "mount_command", lambda self, mount_path, read_only=False:
+                        mounting_utils.get_mounting_command(str(destination), "true", (
+                            # named goofys, so SkyPilot's script knows which binary's log it is
+                            "echo 'main.FATAL Unable to mount file system, see syslog for details' >&2; false  # goofys"
+                        )))
+    store = storage_lib.Storage.from_yaml_config({"source": f"s3://{bucket}", "mode": "MOUNT", "persistent": True})
+    cluster = Cluster([tmp_path])
+    cluster.get_command_runners = lambda: [node(tmp_path)]
+    with pytest.raises(Exception) as failed:
+        CloudVmRayBackend()._execute_storage_mounts(cluster, {"/checkpoints": store})
+    error = as_the_sdk_reads(failed.value)
+    assert ("does not exist. Creating" in error) is fresh, error
+
+    status = next_status(Phase.PENDING, failed_launch(error))
+
     assert status.phase is Phase.LOST, status.reason
 
 
