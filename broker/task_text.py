@@ -177,9 +177,10 @@ class _Nodes:
                                     f"broker's max_body_bytes: write the repeated parts out, or repeat less")
 
     def _size(self, node: yaml.Node, path: tuple, open_: set[int]) -> int:
-        if id(node) in self.sizes:
+        key = (id(node), path[:1] == ("config",))  # an anchor under config, used outside it, is checked there too
+        if key in self.sizes:
             self.aliased = True
-            return self.sizes[id(node)]
+            return self.sizes[key]
         if id(node) in open_:
             raise SpecError(_field(path), "is an alias (*name) of a mapping or list it is inside of: a loop")
         if len(path) > MAX_DEPTH:
@@ -211,7 +212,7 @@ class _Nodes:
                     if size > self.max_bytes * 4:
                         break
             open_.discard(id(node))
-        self.sizes[id(node)] = size
+        self.sizes[key] = size
         return size
 
 

@@ -427,6 +427,18 @@ def test_a_file_mode_with_a_leading_zero_in_the_tasks_kubernetes_config_is_the_o
     assert job.spec["config"]["kubernetes"]["pod_config"]["spec"]["volumes"][0]["secret"]["defaultMode"] == 0o755
 
 
+@pytest.mark.parametrize("body, field", [
+    ("run: echo hi\nconfig: {x: &m 010}\nenvs: {RANK: *m}\n", "envs.RANK"),
+    ("run: echo hi\nconfig: {x: &m 010}\nresources: {cpus: *m}\n", "resources.cpus"),
+    ("run: echo hi\nconfig: {x: &k {RANK: 010}}\nenvs: {<<: *k}\n", "envs.<<.RANK"),
+], ids=["an alias in envs", "an alias in resources", "a merge key"])
+def test_a_leading_zero_anchored_under_config_is_still_refused_where_an_alias_uses_it_outside(client, body, field):
+    """An anchor is checked once: set under config (where octal is meant) and used elsewhere, it slipped through, and
+    RANK ran as 8."""
+    r = client.post("/v1/jobs", content=body, headers=YAML)
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+
+
 @pytest.mark.parametrize("first, retry", [
     pytest.param({}, {"deadline": "6h"}, id="a retry adding a deadline"),
     pytest.param({"deadline": "6h"}, {}, id="a retry dropping the deadline"),
