@@ -529,3 +529,54 @@ def test_a_job_row_opens_from_the_keyboard(server):
         page.locator("#top tbody tr:has-text('j-a1')").focus()
         page.keyboard.press(" ")
         expect(page.locator("#job-title")).to_contain_text("j-a1")
+
+
+def test_a_link_to_a_job_opens_it_after_signing_in(server):
+    """A colleague's link (#job=ID) opened with no token: the sign-in prompt dropped the job from the address, and
+    after signing in the job did not open."""
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard#job=j-a1")
+        expect(page.locator("#login")).to_be_visible()
+        assert page.url.endswith("#job=j-a1"), page.url
+        page.fill("#token-input", world.TOKENS["team-a"])
+        page.click("#login-form button")
+        expect(page.locator("#job-title")).to_have_text("train-j-a1 (j-a1)")
+
+
+@pytest.mark.parametrize("link, token", [("#job=%E0%A4", False), ("#job=%", True), ("#job=..", True)],
+                         ids=["a broken escape, no token", "a broken escape, signed in", "a path step"])
+def test_a_malformed_job_link_is_no_job_not_a_broken_page(server, link, token):
+    """A bad %-escape threw in the page: with no token the sign-in prompt never showed, signed in the page stopped
+    updating; #job=.. fetched the costs summary as a job, and threw on it."""
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server}/dashboard" + (f"?token={world.ADMIN}" if token else "") + link)
+        expect(page.locator("#main" if token else "#login")).to_be_visible()
+        if token:
+            expect(page.locator("#updated")).to_contain_text("Updated")
+        page.wait_for_timeout(300)
+        assert errors == [] and page.is_hidden("#job")
+
+
+def test_a_new_token_does_not_ask_for_the_team_the_last_token_chose(server):
+    """The admin chose team-b, then "Change token" to team-a's: its first load asked for team-b's costs, was refused
+    ("you can see only your team's costs"), and the prompt stayed until a reload."""
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#total-spent[data-micros]")
+        page.select_option("#team", "team-b")
+        expect(page.locator("#window")).to_contain_text("team-b")
+        page.click("#logout")
+        page.fill("#token-input", world.TOKENS["team-a"])
+        page.click("#login-form button")
+        expect(page.locator("#window")).to_contain_text("team-a")

@@ -125,9 +125,10 @@ function money(id, m) {
 function showLogin(message) {
   $("error").hidden = true;  // "did not answer" of before, over the prompt, read as the reason for it
   jobs++;
+  if (shown !== null && jobInUrl() !== null) setJobInUrl(null);  // the job the last token opened; a link kept
   shown = null;
   $("job").hidden = true;
-  if (jobInUrl() !== null) setJobInUrl(null);
+  $("team").replaceChildren();  // the team the last token picked: another token's first load asked for it (403)
   $("main").hidden = true;
   $("login").hidden = false;
   $("login-error").textContent = message || "";
@@ -256,7 +257,13 @@ function drawDays(days) {
 // The open job is in the address (#job=ID): a link to it can be sent, bookmarked or reloaded, and opens it again
 function jobInUrl() {
   const m = /^#job=(.+)$/.exec(window.location.hash);
-  return m ? decodeURIComponent(m[1]) : null;
+  if (!m) return null;
+  try {
+    const id = decodeURIComponent(m[1]);
+    return id === "." || id === ".." ? null : id;  // a path step, not a job: fetch would ask another route
+  } catch (err) {
+    return null;  // a malformed %-escape: no job, rather than a page that never shows its sign-in
+  }
 }
 
 function setJobInUrl(id) {
