@@ -36,7 +36,7 @@ def launch_backoff(failures: int) -> float:
     """Seconds before a job whose launch was refused ``failures`` times in a row (for a reason that may pass) is
     placed again: 5 s, doubling, at most 5 min. Placed again at the next tick, a job met a SkyPilot API server that was
     down once a second, and each time stored a new attempt and three events (an hour: 3,600 attempts)."""
-    return min(LAUNCH_BACKOFF_MAX, LAUNCH_BACKOFF_FIRST * 2 ** max(failures - 1, 0))
+    return min(LAUNCH_BACKOFF_MAX, LAUNCH_BACKOFF_FIRST * 2 ** min(max(failures - 1, 0), 16))  # no float overflow
 
 
 def block_zone(job: Job, zone: str | None, *, now: float, cooldown: float) -> dict[str, float]:

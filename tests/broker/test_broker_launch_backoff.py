@@ -110,3 +110,9 @@ def test_refused_launches_do_not_use_up_the_attempts_a_preemption_resumes_with(m
             if launcher.status(a.id).phase is Phase.RUNNING:
                 launcher.stop(a.id, grace_seconds=0)
         store.close()
+
+
+def test_the_backoff_doubles_from_5_s_to_at_most_5_min_however_long_the_outage():
+    """Days of refusals (thousands in a row) still give 5 min: 5.0 * 2 ** 1100 was an OverflowError in the engine."""
+    assert [launch_backoff(n) for n in (1, 2, 3, 6, 7, 8)] == [5.0, 10.0, 20.0, 160.0, 300.0, 300.0]
+    assert launch_backoff(10_000) == 300.0
