@@ -186,19 +186,32 @@ _COMMAND_BLOCK = re.compile(r"-{5} CMD -{5}.*?-{5} CMD END -{5}", re.S)
 
 
 def launch_error_text(exc: BaseException) -> str:
-    """A failed launch request's error as the launcher reads it: SkyPilot's exception type and message, on one line,
-    without the commands it quotes whole (a storage mount's is a script of kilobytes, before the error it explains)."""
-    text = " ".join(_COMMAND_BLOCK.sub(" ", re.sub(r"\x1b\[[0-9;]*m", "", str(exc))).split())
-    if len(text) > LAUNCH_ERROR_LIMIT:  # its start (what failed) and its end (a command's last words: why), not
-        # the start alone — a bucket copy prints a line per file, and the network error that ended it came last
+    """A failed launch request's error as the launcher reads it: SkyPilot's exception type and message
+    (:func:`_launch_message`)."""
+    text = _launch_message(str(exc))
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _launch_message(message: str) -> str:
+    """A failed launch's message on one line, without the commands SkyPilot quotes whole (a storage mount's is a
+    script of kilobytes, before the error it explains), and at most :data:`LAUNCH_ERROR_LIMIT` characters: its start
+    (what failed) and its end (a command's last words: why) — a bucket copy prints a line per file, and the network
+    error that ended it comes last."""
+    text = _plain(_COMMAND_BLOCK.sub(" ", message))
+    if len(text) > LAUNCH_ERROR_LIMIT:
         head = LAUNCH_ERROR_LIMIT // 4
         text = text[:head] + " … " + text[-(LAUNCH_ERROR_LIMIT - head - 3):]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text
+
+
+def _plain(text: str) -> str:
+    """``text`` on one line, SkyPilot's colour codes dropped."""
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", text).split())
 
 
 def _one_line(exc: BaseException, limit: int = 500) -> str:
     """SkyPilot's message on one line (colour codes dropped), shortened to ``limit`` characters."""
-    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split())
+    text = _plain(str(exc))
     if not text:
         return type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -512,7 +525,7 @@ class SdkClient:
                 return Launch.FAILED, launch_error_text(exc)
             else:
                 message = status.lower()
-        return Launch.FAILED, _one_line(Exception(_COMMAND_BLOCK.sub(" ", message)), LAUNCH_ERROR_LIMIT)
+        return Launch.FAILED, _launch_message(message)
 
     def launch_in_flight(self, cluster: str) -> bool:
         import sky
