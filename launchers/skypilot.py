@@ -35,7 +35,10 @@ Choices, and why:
   task itself (:data:`TASK_REFUSALS`), so a job no retry can run fails instead of being requeued for ever.
   SkyPilot's SDK checks, packs and uploads the task's local files on the broker's host before it sends a
   launch: what fails there (:class:`NotSent`: a path this host lacks or cannot read fails the job, naming it)
-  is refused at once, never awaited as a request that may show up on the API server.
+  is refused at once, never awaited as a request that may show up on the API server; so is a launch the API
+  server, or a proxy in front of it, answers with a 4xx (:class:`Refused`, :func:`http_refusal`: too large fails
+  the job, credentials, versions or a rate limit make it wait). A 5xx, a 408 or a cut connection may have been
+  taken: that launch is awaited, never sent twice.
 
 The launcher keeps one small JSON file per attempt in ``state_dir`` (launch
 request id, spot or not, the last phase, a stop request, the logs fetched) so a
@@ -50,6 +53,7 @@ from __future__ import annotations
 import copy
 import fcntl
 import hashlib
+import html
 import json
 import logging
 import math
@@ -348,7 +352,8 @@ class SkyClient(Protocol):
 
     def launch(self, task: Any, cluster: str, *, autostop_minutes: int) -> str:
         """Start provisioning and the job, autodown as the safety net; return the request id. Does not wait.
-        :class:`NotSent` when it failed before the request was sent; any other error: it may have been."""
+        :class:`NotSent` when it failed before the request was sent, or the API server refused it (:class:`Refused`);
+        any other error: it may have been."""
 
     def launch_state(self, request_id: str) -> tuple[Launch, str]:
         """The launch request's state and, if it failed, SkyPilot's message."""
@@ -390,7 +395,8 @@ def _raised_before_sending(exc: BaseException) -> bool:
     it was raised (SkyPilot 0.14.1's ``sky/client/sdk.py``): in ``_launch`` before the POST (``validate``, the packing
     and upload of the task's files, the request's body), or in the health check ``sky.launch`` makes first. Anything
     else — the POST itself (a connection cut, its 5 s timeout while the server may have taken it), the reading of its
-    answer, a frame this does not know — is taken as maybe sent: a launch sent twice would run the attempt twice."""
+    answer, a frame this does not know — is taken as maybe sent: a launch sent twice would run the attempt twice. (A 4xx
+    answer that refuses it is told apart before this, by :func:`_refusing_answer`.)"""
     from sky.client import sdk
     from sky.server import common as server_common
 
@@ -411,12 +417,95 @@ def _raised_before_sending(exc: BaseException) -> bool:
     return False
 
 
+class Refused(NotSent):
+    """SkyPilot's API server, or a proxy in front of it, answered a launch's (or a dry run's) ``POST /launch`` with a
+    4xx that refuses the request (:func:`_refusing_answer`): it was not taken, so it is not awaited as a request that
+    may show up — taken for one, the attempt read gone 120 s later and the job was launched again every two minutes,
+    for ever, no one told why. ``status``: the HTTP status; ``heard``: the status and what the answer said, one line;
+    ``mismatch``: the answer is SkyPilot's own "client and server versions do not match"."""
+
+    def __init__(self, status: int, heard: str, *, mismatch: bool = False):
+        super().__init__(heard)
+        self.status = status
+        self.heard = heard
+        self.mismatch = mismatch
+
+
+ANSWERED_MAYBE_TAKEN = frozenset({408})
+"""4xx answers to the ``POST /launch`` that do not say the request was refused. A 408 Request Timeout is what Envoy
+(Istio, many Kubernetes gateways) answers when its stream idle timeout fires before the upstream answered — after it
+forwarded the request, which SkyPilot's API server may have taken: it stays a launch that may have been sent. Every
+other 4xx is said before a request reaches the API server's queue (a proxy's body limit, 413, or rate limit, 429;
+SkyPilot's own middleware: a bad or missing token, 401, a role without the right, 403, a client of another version,
+400; FastAPI's check of the body, 422): SkyPilot's ``/launch`` queues the request only once all of them passed, and
+answers 200 then."""
+
+
+def _refusing_answer(exc: BaseException) -> Any | None:
+    """The 4xx answer to ``sky.launch``'s ``POST /launch`` that ``exc`` was raised over, when it refuses the request
+    (not :data:`ANSWERED_MAYBE_TAKEN`); None for anything else. Read from where ``exc`` was raised (SkyPilot 0.14.1):
+    in ``_launch``'s ``get_request_id``, which raises on a status ≥ 400 (``requests``' ``HTTPError``, or SkyPilot's
+    ``PermissionDeniedError`` for a 403 that gives a reason), the answer in hand."""
+    from sky.client import sdk
+    from sky.server import common as server_common
+
+    launching = getattr(getattr(sdk, "_launch", None), "__code__", None)
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        if frame.tb_frame.f_code is launching:
+            callee = frame.tb_next.tb_frame
+            if callee.f_code is not server_common.get_request_id.__code__:
+                return None
+            answer = callee.f_locals.get("response")
+            status = getattr(answer, "status_code", None)
+            refused = isinstance(status, int) and 400 <= status < 500 and status not in ANSWERED_MAYBE_TAKEN
+            return answer if refused else None
+        frame = frame.tb_next
+    return None
+
+
+def _heard(status: int, reason: str, text: str) -> str:
+    """An HTTP answer on one line for a sentence: ``HTTP 413 Request Entity Too Large``, then what its body says when
+    that adds something (SkyPilot's ``detail`` or ``message``, a proxy's page title, else the text, shortened)."""
+    said = ""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        said = body.get("message") or body.get("detail") or ""
+        if isinstance(said, list):  # FastAPI's 422: what is wrong where, without the values (the task, its envs)
+            said = "; ".join(f"{'.'.join(map(str, d.get('loc') or ()))}: {d.get('msg')}" for d in said
+                             if isinstance(d, dict))
+        said = said if isinstance(said, str) else ""
+    elif text:
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        said = html.unescape(title.group(1)) if title else text
+    said = _plain(said)
+    said = said if len(said) <= 300 else said[:299] + "…"
+    line = f"{status} {reason}" if reason else str(status)
+    if said.startswith(f"{status} ") and (not reason or said.lower() == line.lower()):
+        line, said = said, ""  # a proxy's page that says its status line, no more
+    elif said.lower() == (reason or "").lower():
+        said = ""
+    return f"HTTP {line}: {said}" if said else f"HTTP {line}"
+
+
 @contextmanager
 def _unless_unsent(cluster: str) -> Iterator[None]:
-    """SkyPilot's error, as it is, unless nothing was sent (:class:`NotSent`, from it)."""
+    """SkyPilot's error, as it is, unless nothing was sent (:class:`NotSent`, from it) or the request was refused
+    (:class:`Refused`)."""
     try:
         yield
     except Exception as exc:
+        answer = _refusing_answer(exc)
+        if answer is not None:
+            try:
+                mismatch = answer.status_code == 400 and answer.json().get("error") == "version_mismatch"
+            except (ValueError, AttributeError):
+                mismatch = False
+            raise Refused(answer.status_code, _heard(answer.status_code, answer.reason, answer.text),
+                          mismatch=mismatch) from exc
         if _raised_before_sending(exc):
             raise NotSent(f"SkyPilot sent nothing for {cluster}: {_one_line(exc)}") from exc
         raise
@@ -446,12 +535,63 @@ def local_sources(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+_UPLOAD_REFUSED = re.compile(r"Failed to upload chunk: \d+ / \d+: (?P<said>.*) \(Status code: (?P<status>4\d\d)\)")
+"""SkyPilot 0.14.1's words when its API server, or a proxy in front of it, refused an upload of the task's files
+(``sky/client/common.py``, ``_upload_chunk_with_retry``, after its three tries): made before the launch is sent."""
+
+
+def http_refusal(status: int, heard: str, *, mismatch: bool = False, upload: bool = False) -> LaunchError:
+    """What the launcher says of a request SkyPilot's API server, or a proxy in front of it, refused with a 4xx
+    (``heard``: the answer, one line; ``upload``: the upload of the task's files, not the launch request itself), and
+    whether the job fails for it.
+
+    Only the task's own size fails the job (413): the same task makes the same request at every placement, so it would
+    be refused for ever; once the proxy's limit is raised, ``broker resume --force`` runs it. Everything else is the
+    deployment's — the broker's SkyPilot credentials (401) or rights (403), a client and server of other versions, a
+    rate limit (429), a proxy's rule — and passes once an operator fixes it: the job waits, placed again after the
+    launch backoff (5 s doubling to 5 min), and its reason says why each time."""
+    what = "the upload of the task's files" if upload else "the launch request"
+    if status == 413:
+        fix = ("raise the proxy's body limit (nginx: client_max_body_size; SkyPilot uploads in parts of up to 95 MB) or "
+               "make the workdir and file_mounts smaller: keep data and checkpoints in a bucket") if upload else \
+              ("raise the proxy's body limit (nginx: client_max_body_size) or make the task smaller: its run and setup "
+               "scripts, envs and file_mounts entries go in that request")
+        return LaunchError(f"SkyPilot's API server, or the proxy in front of it, refused {what} as too large "
+                           f"({heard}): {fix}", permanent=True)
+    if mismatch:
+        import sky
+
+        return LaunchError(f"SkyPilot's API server refused {what}: its SkyPilot version and the broker's "
+                           f"({sky.__version__}) do not match ({heard}): upgrade the broker's SkyPilot or the API "
+                           f"server so that they match")
+    if status == 401:
+        return LaunchError(f"SkyPilot's API server refused the broker's credentials ({heard}): give the broker a valid "
+                           f"SkyPilot API token (SKYPILOT_SERVICE_ACCOUNT_TOKEN, or `sky api login` as the broker's "
+                           f"user)")
+    if status == 403:
+        return LaunchError(f"SkyPilot's API server refused the broker's SkyPilot user {what} ({heard}): give that user "
+                           f"the right to launch clusters (its role, its workspace)")
+    if status == 429:
+        return LaunchError(f"SkyPilot's API server, or the proxy in front of it, is limiting the broker's requests "
+                           f"({heard}): {what} is tried again later")
+    return LaunchError(f"SkyPilot's API server, or a proxy in front of it, refused {what} ({heard}): check "
+                       f"SKYPILOT_API_SERVER_ENDPOINT and that proxy")
+
+
 def unsent_refusal(exc: NotSent, config: Mapping[str, Any]) -> LaunchError:
-    """What the launcher says of a launch (or dry run) SkyPilot failed before sending it. The task's own files at
-    fault — a path the broker's host lacks or cannot read — fail the job, with a sentence naming the entry and the fix:
-    every placement reads the same files on the same host, and a job requeued for it was placed and refused for ever.
-    Anything else is SkyPilot refusing the placement, as a dry run's refusal is."""
+    """What the launcher says of a launch (or dry run) SkyPilot failed before sending it, or that its API server
+    refused (:class:`Refused`, :func:`http_refusal`; and as such a 4xx to the upload of the task's files, made before
+    the launch is sent). The task's own files at fault — a path the broker's host lacks or cannot read — fail the job,
+    with a sentence naming the entry and the fix: every placement reads the same files on the same host, and a job
+    requeued for it was placed and refused for ever. Anything else is SkyPilot refusing the placement, as a dry run's
+    refusal is."""
+    if isinstance(exc, Refused):
+        return http_refusal(exc.status, exc.heard, mismatch=exc.mismatch)
     cause = exc.__cause__ if exc.__cause__ is not None else exc
+    upload = _UPLOAD_REFUSED.search(_one_line(cause, limit=2000)) if isinstance(cause, RuntimeError) else None
+    if upload and int(upload["status"]) not in ANSWERED_MAYBE_TAKEN:
+        status = int(upload["status"])
+        return http_refusal(status, _heard(status, "", upload["said"]), upload=True)
     sources = [(what, path, os.path.abspath(os.path.expanduser(path))) for what, path in local_sources(config)]
     missing = _MISSING_SOURCE.search(_one_line(cause, limit=2000)) if isinstance(cause, ValueError) else None
     if missing:
@@ -719,9 +859,10 @@ class SkyPilotLauncher:
                 state["request_id"] = self.client.launch(build_task(config), name,
                                                          autostop_minutes=self.autostop_minutes)
             except NotSent as exc:
-                # failed on this host before sending (a file changed since the dry run read it, the upload refused):
-                # refused or tried again now, never taken for a request that may show up — it never would, and the
-                # attempt, read gone then, was launched again and again
+                # failed on this host before sending (a file changed since the dry run read it, the upload refused), or
+                # the API server refused it (a 4xx: too large, a token or version refused): refused or tried again now,
+                # never taken for a request that may show up — it never would, and the attempt, read gone then, was
+                # launched again and again
                 state.pop("sent_at", None)
                 raise unsent_refusal(exc, config) from None
             except Exception as exc:
