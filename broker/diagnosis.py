@@ -121,6 +121,15 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # (launchers/skypilot_status.py): its reason names the entry, what failed and what to fix
     _r("files_not_synced", "Its files did not reach the cluster, so nothing of the job ran: {reason}.",
        FILES_NOT_SYNCED_HINT, phases=["failed"], commands=["file_mounts", "workdir_sync"]),
+    # the checkpoint library's sentence when a script that never called close() ends and its last save was not kept
+    # (checkpoint/checkpointer.py, _close_at_exit): it exits 1 and says so as its last line
+    _r("checkpoint_not_saved", "The training ended, but its last checkpoint (step {ckpt_step}) was not saved to "
+       "{store}: {why}.",
+       "The steps after the checkpoint before it are not kept. Check the checkpoint store (the bucket, the job's "
+       "credentials, free space), and call close() at the end of the script to see such an error where it happens; "
+       "a resume continues from the last checkpoint that was saved.",
+       r"^The last checkpoint \(step (?P<ckpt_step>\d+)\) was not saved to (?P<store>\S+?): (?P<why>.+?); the "
+       r"script ended without calling close\(\)", phases=["failed"]),
     _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing.",
        # an allocation outside PyTorch's caching allocator (a CUDA context, a library's workspace) fails as

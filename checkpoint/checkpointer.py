@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from checkpoint import commit, layout, restore as restoring, serialization, snapshot
+from checkpoint import arguments, commit, layout, ranks, restore as restoring, rng, serialization, snapshot
 from checkpoint.errors import CheckpointError, CheckpointWarning, SupersededError, UnsafeCheckpointError
 from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
@@ -55,6 +55,15 @@ from checkpoint.background import BackgroundRunner
 from checkpoint.storage import Storage, TransferOptions, as_uri, open_storage
 
 log = logging.getLogger("checkpoint")
+
+#: How long the exit flush waits for saves still uploading when a script ends without ``close()``. A final save
+#: that is merely large takes well under this: 10 GiB at the ~100 MiB/s our stores sustain is under 2 minutes, so
+#: 10 minutes is ample (a script with a slower store passes its own ``exit_timeout_s``). Unbounded, a store that
+#: hangs (an endpoint that accepts and never answers: botocore waits 60 s a try, and retries) kept the finished run
+#: alive, and its VM billed, for as long as it hung, and the broker showed it running.
+EXIT_TIMEOUT_S = 600.0
+#: The status of a script that ended without ``close()`` and otherwise cleanly, whose last save was not kept.
+EXIT_SAVE_LOST = 1
 
 
 class Restored(Mapping[str, Any]):
@@ -113,6 +122,9 @@ class Checkpointer:
         storage_options: passed to fsspec (e.g. ``{"token": …}`` for gcsfs).
         transfer: part size and concurrency for large uploads and downloads.
         exit_code: status the process exits with after a preemption save (0 to 255).
+        exit_timeout_s: how long a script that ends without ``close()`` waits at exit for its saves still
+            uploading (default :data:`EXIT_TIMEOUT_S`, 600 s); a last save not committed by then, or failed, makes
+            the process exit with status 1 (:func:`_flush_at_exit`).
         storage: an already open :class:`~checkpoint.storage.Storage` to use instead of
             ``uri`` (tests pass fakes here).
         env: environment to read (default ``os.environ``).
@@ -136,6 +148,7 @@ class Checkpointer:
         storage_options: dict[str, Any] | None = None,
         transfer: TransferOptions | None = None,
         exit_code: int = EXIT_CODE,
+        exit_timeout_s: float = EXIT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         env: Mapping[str, str] | None = None,
         storage: Storage | None = None,
@@ -149,6 +162,7 @@ class Checkpointer:
         if grace_s is None:
             grace_s = _grace_from_env(env)
         self.preemption = PreemptionNotice(grace_s, exit_code, clock=clock)
+        self._exit_timeout_s = arguments.seconds("exit_timeout_s", exit_timeout_s, zero=True)
         self._storage_options = storage_options
         self._transfer = transfer or TransferOptions()
         if storage is None:
@@ -184,10 +198,12 @@ class Checkpointer:
         self._last_time = clock()
         self._last_id: CheckpointId | None = None
         self._failed_id: CheckpointId | None = None  # the last save whose upload failed (upload thread)
+        self._failed_why: BaseException | None = None  # and why
         self.last_committed: str | None = None  # URI of the newest checkpoint this process committed
         self.last_stats: SaveStats | None = None
         self._closed = False
         self._said_rank = False
+        self._silent_ranks: set[int] = set()  # ranks that did not hand their random state over in time (ranks.py)
         self._warned_pickled: set[str] = set()
         _live.add(self)
 
@@ -204,6 +220,7 @@ class Checkpointer:
         notice: then the save it asks for is tried first).
         """
         step = _step(step)
+        self._publish_rng(step)
         self._raise_pending(unless_preempted=True)
         return is_due(step, self._clock(), self._policy, self._last_step, self._last_time,
                       self.preemption.requested)
@@ -230,6 +247,7 @@ class Checkpointer:
             raise CheckpointError("save() after close()")
         rank = _distributed_rank()
         if rank:  # another rank of a torch.distributed group: rank 0 writes (see docs/checkpoint.md)
+            self._publish_rng(step)  # a loop that calls save() without due()
             if not self._said_rank:
                 self._said_rank = True
                 log.info("rank %d: checkpoints are written by rank 0 only; save() here writes nothing", rank)
@@ -237,7 +255,8 @@ class Checkpointer:
             return
         if step != self._last_step:
             started = time.perf_counter()
-            captured = snapshot.capture(state)
+            with rng.with_peers(self._peer_rngs(step, state)):
+                captured = snapshot.capture(state)
             self._warn_pickled(step, captured.pickled)
             cid = layout.new_id(step, int(time.time() * 1000), self._last_id)
             self._last_id, self._last_step, self._last_time = cid, step, self._clock()
@@ -251,6 +270,33 @@ class Checkpointer:
             self._exit_after_preemption()
         elif wait:
             self.wait()
+
+    def _publish_rng(self, step: int) -> None:
+        """On a rank other than 0 of a script that saves a GlobalRNG: hand this rank's random state after ``step``
+        to rank 0, which may save this step (:mod:`checkpoint.ranks`)."""
+        if rng.made():
+            group = ranks.group()
+            if group is not None and group[0] > 0:
+                ranks.publish(group[0], step)
+
+    def _peer_rngs(self, step: int, state: Mapping[str, Any]) -> tuple[int, dict[int, dict]] | None:
+        """On rank 0 of several, saving a GlobalRNG: the world size and the other ranks' random states of ``step``
+        (for :func:`checkpoint.rng.with_peers`); None elsewhere. A rank missing once is not waited for again."""
+        group = ranks.group()
+        if group is None or group[1] < 2 or not (isinstance(state, Mapping) and rng.holds(state)):
+            return None
+        others = set(range(1, group[1]))
+        wait_s = ranks.WAIT_S
+        if self.preemption.requested:  # the grace period is for the save itself
+            wait_s = min(wait_s, (self.preemption.seconds_left() or 0.0) / 4)
+        states = ranks.collect(step, others - self._silent_ranks, others & self._silent_ranks, wait_s)
+        missing = others - states.keys()
+        if missing - self._silent_ranks:
+            log.warning("step %d: rank(s) %s did not hand their random state to rank 0 within %.0f s: the checkpoint "
+                        "lacks it, and at a resume they keep their seeds (they call neither due() nor save()?)",
+                        step, ", ".join(map(str, sorted(missing - self._silent_ranks))), wait_s)
+        self._silent_ranks = missing
+        return group[1], states
 
     def wait(self) -> str | None:
         """Block until queued saves are committed; return the newest committed URI.
@@ -295,8 +341,8 @@ class Checkpointer:
             manifest = commit.write_checkpoint(
                 self._storage, cid, files, serialization.framework_versions(), self._job,
                 before_commit=None if fence is None else lambda: commit.check_fence(self._storage, fence))
-        except BaseException:
-            self._failed_id = cid  # read by _raise_pending once the runner hands the error over
+        except BaseException as e:
+            self._failed_id, self._failed_why = cid, e  # read by _raise_pending once the runner hands the error over
             raise
         uri = self._storage.uri(cid.name)
         self.last_stats = SaveStats(cid.step, uri, manifest.total_bytes, blocked, time.perf_counter() - started)
@@ -344,17 +390,42 @@ class Checkpointer:
             self.preemption.exit_on_main_thread(self.preemption.exit_code)
         raise SystemExit(self.preemption.exit_code)
 
-    def _shut_down(self, upload_timeout: float | None = None) -> None:
+    def _shut_down(self, upload_timeout: float | None = None) -> bool:
         """Stop the upload worker (after what is queued), the notice pollers and the SIGTERM
-        watchdog, and put the previous SIGTERM handler back."""
+        watchdog, and put the previous SIGTERM handler back. False if an upload was still running at
+        ``upload_timeout`` (it is left to its daemon thread)."""
         self._closed = True
         _live.discard(self)
-        self._runner.close(timeout=upload_timeout)
+        finished = self._runner.close(timeout=upload_timeout)
         if self._cloud_notice is not None:
             self._cloud_notice.stop()
         if self._notice_file is not None:
             self._notice_file.stop()
         self.preemption.uninstall()
+        return finished
+
+    def _close_at_exit(self) -> str | None:
+        """``close()`` for a script that ended without it: waits at most ``exit_timeout_s``, and instead of raising
+        says in a sentence why the newest save was not kept (None when it was, or when nothing was saved).
+
+        Only the newest save counts: an earlier one that failed is logged, as the checkpoint a resume reads exists."""
+        finished = self._shut_down(upload_timeout=self._exit_timeout_s)
+        error = self._runner.take_error()
+        newest = self._last_id
+        if newest is None:
+            return None
+        where = f"The last checkpoint (step {newest.step}) was not saved to {self.uri}: "
+        said = (f"the script ended without calling close() (which raises this), so the process exits with status "
+                f"{EXIT_SAVE_LOST}, not 0.")
+        if not finished:
+            return (where + f"still uploading {self._exit_timeout_s:g} s after the script ended "
+                    f"(exit_timeout_s), given up; " + said)
+        if self._failed_id == newest:
+            return where + f"{_describe(self._failed_why or error)}; " + said
+        if error is not None:
+            log.warning("an earlier checkpoint upload failed (%s); the last one, %s, committed", _describe(error),
+                        self.last_committed)
+        return None
 
     # -- restoring ------------------------------------------------------------------
 
@@ -497,15 +568,9 @@ def _step(step: Any) -> int:
 
 
 def _distributed_rank() -> int | None:
-    """This process's rank in an initialized torch.distributed default group, else None (torch is
-    not imported for this: a script that never imported torch.distributed has no group)."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-    except (AttributeError, RuntimeError, ValueError):
-        pass
-    return None
+    """This process's rank in an initialized torch.distributed default group, else None (:func:`ranks.group`)."""
+    group = ranks.group()
+    return None if group is None else group[0]
 
 
 def _describe(error: BaseException) -> str:
@@ -518,13 +583,54 @@ _live: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
 
 
 def _flush_at_exit() -> None:
-    """A script that forgets ``close()`` still gets its queued saves committed."""
+    """A script that forgets ``close()`` still gets its queued saves committed, waiting at most each checkpointer's
+    ``exit_timeout_s``. If its last save was not kept (the store refused it, or it was still uploading then), the
+    process says so in one sentence on stderr and exits with status 1: before, the failure was at most a log line
+    and a run whose final checkpoint did not exist exited 0, a success to the broker and to its user.
+
+    A script that ended with an uncaught exception has status 1 already, and its traceback is the reason: the
+    sentence then follows it as ``checkpoint upload failed at exit: …``, the line the broker's diagnosis reads as
+    shutdown noise after the real error. The status of ``sys.exit(n)`` cannot be read here: ``n`` becomes 1."""
+    lost, hung = [], False
     for ckpt in list(_live):
         try:
-            ckpt.close()
-        except Exception as e:  # noqa: BLE001 - nothing left to raise to
-            log.error("checkpoint upload failed at exit: %s", e)
+            sentence = ckpt._close_at_exit()
+        except Exception as e:  # noqa: BLE001 - nothing left to raise to; whether the save was kept is not known
+            log.error("the checkpointer of %s could not be closed at exit: %s", ckpt.uri, _describe(e))
+            continue
+        if sentence:
+            lost.append(sentence)
+            hung = hung or ckpt._runner.busy()
     finish_detached()  # a checkpointer closed on a training thread could not put the SIGTERM handler back
+    if not lost:
+        return
+    ended_by_exception = getattr(sys, "last_value", None) is not None  # set as the uncaught traceback was printed
+    for sentence in lost:
+        print(f"checkpoint upload failed at exit: {sentence}" if ended_by_exception else sentence,
+              file=sys.stderr, flush=True)
+    if hung:  # the rest of shutdown joins the thread pools the hung upload holds, and would hang with it
+        _exit_with(1 if ended_by_exception else EXIT_SAVE_LOST)
+    elif not ended_by_exception:
+        atexit.register(_exit_with, EXIT_SAVE_LOST)
+
+
+def _exit_with(status: int) -> None:
+    """End the process with ``status``, once the rest of shutdown has run.
+
+    The status of a script is fixed when its main thread ends, before the exit flush runs (CPython's ``Py_RunMain``
+    computes it, then finalizes): ``sys.exit`` here would be ignored, and only ``os._exit`` changes it. Called from
+    :func:`_flush_at_exit`, it would also skip what comes after: joining the script's non-daemon threads, and every
+    ``atexit`` hook (a tracker's ``finish()``, logging's flush). So it is registered as an ``atexit`` hook *at exit*:
+    the newest, it runs first, after those threads are joined; it runs the other hooks itself, in their order,
+    then flushes the standard streams and leaves. After an upload given up on, the exit flush calls it at once."""
+    atexit.unregister(_exit_with)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 def _register_exit_flush() -> None:
