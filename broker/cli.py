@@ -89,10 +89,10 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("submit", help="submit a SkyPilot task YAML")
     s.add_argument("file")
-    s.add_argument("--budget", help="budget cap in dollars (overrides broker.budget_usd)")
-    s.add_argument("--team", help="submit for this team (admins; default: your token's team)")
-    s.add_argument("--deadline", help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00)")
-    s.add_argument("--idempotency-key", help="a retry with the same key returns the first job instead of a second one")
+    s.add_argument("--budget", type=_given, help="budget cap in dollars (overrides broker.budget_usd)")
+    s.add_argument("--team", type=_given, help="submit for this team (admins; default: your token's team)")
+    s.add_argument("--deadline", type=_given, help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00)")
+    s.add_argument("--idempotency-key", type=_given, help="a retry with the same key returns the first job instead of a second one")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's envs, as `sky launch --env` (no value: this shell's)")
     s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
@@ -105,12 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", action="store_true", help="follow the job until it ends")
 
     s = client("status", help="list jobs, or show one")
-    s.add_argument("id", nargs="?", help="one job: its attempts, where they ran, cost")
-    s.add_argument("--state", help="only jobs in this state (queued, running, failed, stopped_budget, ...)")
-    s.add_argument("--team", help="admins: only this team's jobs")
+    s.add_argument("id", nargs="?", type=_given, help="one job: its attempts, where they ran, cost")
+    s.add_argument("--state", type=_given, help="only jobs in this state (queued, running, failed, stopped_budget, ...)")
+    s.add_argument("--team", type=_given, help="admins: only this team's jobs")
 
     s = client("queue", help="the jobs waiting, in the order they start, with roughly when")
-    s.add_argument("--team", help="admins: only this team's jobs")
+    s.add_argument("--team", type=_given, help="admins: only this team's jobs")
 
     s = client("logs", help="show a job's output")
     s.add_argument("id")
@@ -147,13 +147,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--up", dest="available", action="store_true", help="zone: capacity held up whatever its trace says (neither flag: back to its trace)")
 
     s = client("costs", help="spend, saving against on-demand and preemptions, for a team and a window, or one job")
-    s.add_argument("id", nargs="?", help="a job: its attempts and what each cost")
-    s.add_argument("--team", help="admins: one team (default: all); others see their own team (not with a job id)")
-    s.add_argument("--period", help="24h, 7d (default), 30d or 90d, ending now (a team's window: not with a job id, "
+    s.add_argument("id", nargs="?", type=_given, help="a job: its attempts and what each cost")
+    s.add_argument("--team", type=_given, help="admins: one team (default: all); others see their own team (not with a job id)")
+    s.add_argument("--period", type=_given, help="24h, 7d (default), 30d or 90d, ending now (a team's window: not with a job id, "
                                     "whose costs are its whole life)")
-    s.add_argument("--since", help="ISO date (that day in UTC) or time with its timezone, as a deadline "
+    s.add_argument("--since", type=_given, help="ISO date (that day in UTC) or time with its timezone, as a deadline "
                                    "(2026-11-30T10:00Z, ...+01:00), instead of --period")
-    s.add_argument("--until", help="ISO date or time with its timezone, as --since (default now)")
+    s.add_argument("--until", type=_given, help="ISO date or time with its timezone, as --since (default now)")
 
     sub.add_parser("simulate", help="replay spot traces with a policy (see `broker simulate --help`)",
                    add_help=False)
@@ -822,6 +822,15 @@ def cmd_queue(args) -> int:
     return 0
 
 
+def _given(text: str) -> str:
+    """An option's value, refused when empty: the commands drop an option with no value, so `--team "$TEAM"` with
+    TEAM unset listed every team's jobs, `broker status ""` every job and `--idempotency-key ""` submitted under a
+    fresh key, each as if nothing had been typed. A usage error instead, as the API refuses `?team=`."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give it a value, or leave it out for the default")
+    return text
+
+
 def _attempt_number(text: str) -> int:
     """``--attempt``: attempts count from 1 (as `broker status` lists them); a 0 was read as "none given"
     and showed the newest attempt instead."""
@@ -941,7 +950,7 @@ def _done(args, data, text: str) -> None:
 
 
 def cmd_costs(args) -> int:
-    from broker.views import duration
+    from broker.views import duration, saving_cell
 
     with _client(args) as client:
         if args.id:
@@ -973,17 +982,21 @@ def cmd_costs(args) -> int:
     con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], tot["saving"], tot["saving_percent"]))
     con.print("  by tier: " + " · ".join(f"{k} {v['usd']}" for k, v in tot["by_tier"].items()))
     if len(data["by_team"]) > 1:
-        _print_table(con, [("team", "whole"), ("spent", "whole"), ("on-demand would be", "whole"), ("saved", "whole")],
-                     [[r["team"], r["spent"]["usd"], r["ondemand_equivalent"]["usd"], r["saving"]["usd"]]
-                      for r in data["by_team"]])
+        _print_table(con, [("team", "whole"), ("spent", "whole"), ("on-demand would be", "whole"),
+                           ("against on-demand", "whole")],
+                     [[r["team"], r["spent"]["usd"], r["ondemand_equivalent"]["usd"],
+                       saving_cell(r["saving"], r["saving_percent"])] for r in data["by_team"]])
     if data["top_jobs"]:
         _print_table(con, [("most expensive", "whole"), "name", "team", ("state", "whole"), ("attempts", "whole"),
-                           ("spent", "whole"), ("saved", "whole")],
-                     [[j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"], j["saving"]["usd"]]
-                      for j in data["top_jobs"]], drop=("attempts", "team", "saved"))
+                           ("spent", "whole"), ("against on-demand", "whole")],
+                     [[j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"],
+                       saving_cell(j["saving"], j["saving_percent"])]
+                      for j in data["top_jobs"]], drop=("attempts", "team", "against on-demand"))
     pre = data["preemptions"]
     zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
     con.print(f"  {pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover" + (f" ({zones})" if zones else ""))
+    if data.get("rounding_note"):
+        con.print(f"  {data['rounding_note']}", soft_wrap=True)
     return 0
 
 

@@ -18,6 +18,12 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   price *is* the attempt's own price the equivalent is the attempt's cost, so
   on-demand work saves exactly $0. ``saving = equivalent - spend`` (negative
   when the cheaper-looking choice cost more).
+* **Rounding.** Every amount is shown rounded up on its own (``fmt``: to the
+  cent, under $1 to a hundredth of a cent), and a total is the exact sum of
+  its rows rounded once, never the sum of the rounded rows: the total is as
+  exact as the rows are, and no cost is understated. So shown rows can add up
+  to a cent or so more (or less) than their shown total; when they do, the
+  report says so in ``rounding_note``, and every edge shows that line.
 * **Preemption**: an attempt that ended ``preempted`` or ``lost``. Its
   recovery time runs from its end to the start of the next attempt (still
   counting while the job waits, and stopping when the job ended if it never
@@ -35,7 +41,7 @@ from decimal import ROUND_FLOOR, Decimal
 
 from broker.lifecycle import JobState
 from broker.models import Attempt, CostAttempt, CostJob, Job
-from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
+from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit, fmt_spent_of, shown
 
 TIERS = ("onprem", "ondemand", "spot")
 PERIODS = {"24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}
@@ -237,17 +243,21 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             {"date": key, **{t: money(v[t]) for t in TIERS},
              "total": money(sum(v[t] for t in TIERS)),
              "ondemand_equivalent": money(v["ondemand_equivalent"]),
-             "saving": money(v["ondemand_equivalent"] - sum(v[t] for t in TIERS))}
+             "saving": money(v["ondemand_equivalent"] - sum(v[t] for t in TIERS)),
+             "saving_percent": percent(v["ondemand_equivalent"] - sum(v[t] for t in TIERS), v["ondemand_equivalent"])}
             for key, v in by_day.items()
         ],
         "by_team": [
             {"team": name, "spent": money(v["spent"]), "ondemand_equivalent": money(v["ondemand_equivalent"]),
-             "saving": money(v["ondemand_equivalent"] - v["spent"]), "by_tier": {t: money(v[t]) for t in TIERS}}
+             "saving": money(v["ondemand_equivalent"] - v["spent"]),
+             "saving_percent": percent(v["ondemand_equivalent"] - v["spent"], v["ondemand_equivalent"]),
+             "by_tier": {t: money(v[t]) for t in TIERS}}
             for name, v in sorted(teams.items())
         ],
         "top_jobs": [
             {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money(c),
-             "ondemand_equivalent": money(e), "saving": money(e - c), "attempts": n}
+             "ondemand_equivalent": money(e), "saving": money(e - c), "saving_percent": percent(e - c, e),
+             "attempts": n}
             for j, c, e, n in top
         ],
         "preemptions": {
@@ -256,6 +266,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             "by_zone": [{"zone": z, "count": n} for z, n in sorted(zones.items(), key=lambda x: (-x[1], x[0]))],
             "events": sorted(preemptions, key=lambda p: p["time"], reverse=True)[:50],
         },
+        "rounding_note": rounding_note(spent, equiv_total, tier_total.values(),
+                                       [(v["spent"], v["ondemand_equivalent"]) for v in teams.values()]),
         "budget_burn": [burn(j, attempts.get(j.id, ()), now) for j in jobs if j.state in RUNNING_STATES],
         "queue": sorted(
             ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
@@ -283,7 +295,8 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
                      "started_at": _iso_out(att.started_at), "ended_at": _iso_out(att.ended_at),
                      "reason": att.reason})
     return {"spent": money(spent), "ondemand_equivalent": money(equiv), "saving": money(equiv - spent),
-            "saving_percent": percent(equiv - spent, equiv), "attempts": rows}
+            "saving_percent": percent(equiv - spent, equiv), "spent_of_budget": spent_of_budget(spent, job.budget),
+            "attempts": rows}
 
 
 def burn(job: Job, attempts: Sequence[Attempt], now: float) -> dict:
@@ -294,7 +307,8 @@ def burn(job: Job, attempts: Sequence[Attempt], now: float) -> dict:
     if price > 0:
         hours_left = str((Decimal(left) / Decimal(price)).quantize(Decimal("0.1"), rounding=ROUND_FLOOR))
     return {"id": job.id, "name": job.name, "team": job.team, "state": job.state.value,
-            "spent": money(job.spent), "budget": {"micros": job.budget, "usd": fmt_limit(job.budget)}, "percent": percent(job.spent, job.budget),
+            "spent": money(job.spent), "budget": {"micros": job.budget, "usd": fmt_limit(job.budget)},
+            "spent_of_budget": spent_of_budget(job.spent, job.budget), "percent": percent(job.spent, job.budget),
             "price_per_hour": money(price), "hours_left": hours_left}
 
 
@@ -329,6 +343,30 @@ def recoveries(attempts: Sequence[Attempt]) -> list[float]:
 
 def money(micros: int) -> dict:
     return {"micros": micros, "usd": fmt(micros)}
+
+
+def spent_of_budget(spent: Micros, budget: Micros) -> dict:
+    """A spend and its budget as two strings to read side by side (``pricing.money.fmt_spent_of``): "$0.002 of
+    $0.002", where ``spent.usd`` and ``budget.usd`` apart read "$0.0020" and "$0.002"."""
+    spent_text, budget_text = fmt_spent_of(spent, budget)
+    return {"spent": spent_text, "budget": budget_text}
+
+
+ROUNDING_NOTE = ("Each amount is rounded up on its own (to the cent; under $1, to a hundredth of a cent) and each "
+                 "total is the exact sum rounded once, so the rows may not add up to the total exactly.")
+
+
+def rounding_note(spent: Micros, equivalent: Micros, tiers: Iterable[Micros],
+                  teams: Sequence[tuple[Micros, Micros]]) -> str | None:
+    """:data:`ROUNDING_NOTE` when the amounts a report shows do not add up, as shown, to the totals it shows (the
+    spend by tier to the spend; with more than one team, the teams' spend and on-demand equivalents to theirs),
+    else ``None``. Rows rounded to make them add up would understate some cost, so the rows stay as they are and
+    the report says why."""
+    off = sum(map(shown, tiers)) != shown(spent)
+    if len(teams) > 1:
+        off = off or sum(shown(s) for s, _ in teams) != shown(spent) or \
+            sum(shown(e) for _, e in teams) != shown(equivalent)
+    return ROUNDING_NOTE if off else None
 
 
 def percent(part: int, whole: int) -> int | None:

@@ -34,7 +34,7 @@ from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, SpecError, admin_
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
-from pricing.money import cost_for_seconds, fmt, fmt_limit
+from pricing.money import cost_for_seconds, fmt, fmt_left, fmt_limit
 from pricing.offers import Offer, Tier
 from pricing.placement import start_shortfall, under_cap
 
@@ -545,14 +545,16 @@ class BrokerService:
                 needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
                 if job.budget - job.spent < needed:
                     # say the figure: "raise the budget" alone left a user guessing by how much
-                    # what is left exactly (fmt_limit), never rounded up: "$0.0020 of the $0.002 budget" after a spend
-                    raise Conflict(f"only {fmt_limit(max(job.budget - job.spent, 0))} of the {fmt_limit(job.budget)} budget is "
-                                   f"left, not enough to run a minute and stop cleanly ({fmt(needed)} at "
-                                   f"{fmt(price)}/h): raise the budget to at least {fmt(job.spent + needed)} first")
+                    # what is left rounded down (fmt_left), never up to more than is left, nor read as more than the cap
+                    left = fmt_left(job.budget - job.spent, budget=job.budget)
+                    raise Conflict(f"{left if left.startswith('under ') else 'only ' + left} of the "
+                                   f"{fmt_limit(job.budget)} budget is left, not enough to run a minute and stop "
+                                   f"cleanly ({fmt(needed)} at {fmt(price)}/h): raise the budget to at least "
+                                   f"{fmt(job.spent + needed)} first")
                 short = self._start_shortfall(job, mine)
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
-                    raise Conflict(f"not resumed: the budget left, {fmt_limit(job.budget - job.spent)}, {short}: raise the "
-                                   "budget first")
+                    left = fmt_left(job.budget - job.spent, budget=job.budget)
+                    raise Conflict(f"not resumed: the budget left, {left}, {short}: raise the budget first")
             self._resumable_workdir(job)
             now = self.clock()
             sharing = self._sharing(job.checkpoint_uri, now, but=job.id) if job.checkpoint_uri else None

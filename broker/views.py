@@ -35,14 +35,35 @@ def duration(seconds: int | float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+MANY_TIMES = 10
+"""Past this many times the on-demand cost, a share of it is said as "over 10 times": a job whose on-demand
+equivalent is a few micro-dollars read "paid $0.0045 (449900%) more"."""
+
+
 def saving_words(saving: dict[str, Any], percent: int | None, versus: str = "") -> str:
     """A saving against on-demand (a :func:`money` dict) in words: ``saved $15.00 (75%) against <versus>``, or, when
-    the work cost more than on-demand would have, ``paid $0.10 (10%) more than <versus>`` — never "saved -$0.10"."""
+    the work cost more than on-demand would have, ``paid $0.10 (10%) more than <versus>`` — never "saved -$0.10".
+
+    ``percent`` is the report's ``saving_percent`` (rounded down, ``None`` with no on-demand figure). Work that cost
+    more than :data:`MANY_TIMES` its on-demand equivalent says so (``paid $0.0045 more, over 10 times the
+    on-demand cost``) rather than a share in the thousands of percent.
+    """
     if saving["micros"] < 0:
+        than = f" than {versus}" if versus else ""
+        # percent = 100 - ceil(100 × spent / equivalent): below this, spent > MANY_TIMES × equivalent, exactly
+        if percent is not None and percent < 100 - 100 * MANY_TIMES:
+            return f"paid {fmt(-saving['micros'])} more{than}, over {MANY_TIMES} times the on-demand cost"
         pct = f" ({-percent}%)" if percent is not None else ""
-        return f"paid {fmt(-saving['micros'])}{pct} more" + (f" than {versus}" if versus else "")
+        return f"paid {fmt(-saving['micros'])}{pct} more{than}"
     pct = f" ({percent}%)" if percent is not None else ""
     return f"saved {saving['usd']}{pct}" + (f" against {versus}" if versus else "")
+
+
+def saving_cell(saving: dict[str, Any], percent: int | None) -> str:
+    """A saving in a table's cell (a team, a job): :func:`saving_words` without what it is against, which the column
+    says; ``—`` with no on-demand figure to weigh it against (``percent`` is ``None``: nothing ran, or at no
+    price), where a signed "-$0.40" or a "saved $0.00" said nothing true."""
+    return "—" if percent is None else saving_words(saving, percent)
 
 
 def limit(micros: int | None) -> dict[str, Any] | None:

@@ -128,6 +128,74 @@ def fmt_limit(micros: Micros) -> str:
     return f"{sign}${dollars:,}.{f'{rest:06d}'.rstrip('0')}"
 
 
+def shown(micros: Micros) -> Micros:
+    """The amount :func:`fmt` shows for ``micros``, in micro-dollars (rounded up as it rounds): what a reader adds
+    up when a table's rows are summed by eye."""
+    sign = -1 if micros < 0 else 1
+    amount = abs(micros)
+    if amount < MICROS_PER_DOLLAR and amount % 10_000 and -((-amount) // 100) % 100:
+        return sign * -((-amount) // 100) * 100
+    return sign * -((-amount) // 10_000) * 10_000
+
+
+def fmt_left(micros: Micros, *, budget: Micros | None = None) -> str:
+    """An amount *left* of a limit (what a budget has not spent), for people: rounded **down**.
+
+    The opposite of a cost: :func:`fmt` rounds a cost up so it is never understated, and an amount left rounded up
+    would overstate what the broker will still spend. :func:`fmt_limit` is exact, right for a cap a user typed
+    (``$12.345``) but unreadable for what a spend leaves of it (``$49.987654``). So: cents rounded down
+    (``$49.98``); under a dollar, a hundredth of a cent when that is not a whole cent (``$0.0019``), as :func:`fmt`
+    shows a short job's cost; a rest above zero too small for that reads ``under $0.0001``, not ``$0.00``, which
+    says it is all spent; nothing (or less) left is ``$0.00``.
+
+    Given ``budget`` (the cap it is left of), a rest that is the whole budget reads exactly as the cap does
+    (:func:`fmt_limit`): "$0.002 of the $0.002 budget", never "$0.0020 of the $0.002 budget"; it never reads as
+    more than the cap.
+    """
+    if budget is not None and micros >= budget:
+        return fmt_limit(max(budget, 0))
+    if micros <= 0:
+        return "$0.00"
+    if micros < 100:
+        return "under $0.0001"
+    if micros < MICROS_PER_DOLLAR and (micros // 100) % 100:
+        return f"$0.{micros // 100:04d}"
+    cents = micros // 10_000
+    return f"${cents // 100:,}.{cents % 100:02d}"
+
+
+def fmt_spent_of(spent: Micros, budget: Micros) -> tuple[str, str]:
+    """A spend and the budget it is part of, to read side by side ("spent X of Y", a dashboard's "X / Y"): the
+    spend as :func:`fmt` (rounded up), the budget as :func:`fmt_limit` (exact).
+
+    A budget with more decimals than cents has both shown to the same decimals (the more either needs, trailing
+    zeros both have dropped): :func:`fmt` and :func:`fmt_limit` apart read "$0.0020 / $0.002" for a budget all
+    spent, and "$0.0013 / $0.00125" for one under it, a spend above its cap. At the same decimals the spend, rounded
+    up, can reach the budget but not pass it ("$0.00125 / $0.00125", "$0.0013 / $0.0020"), and both stay what
+    they were: the spend never understated, the budget exact. A budget in whole cents leaves both as they are
+    ("$0.0045 / $5.00").
+    """
+    cap = fmt_limit(budget)
+    places = len(cap) - cap.index(".") - 1
+    if places <= 2:
+        return fmt(spent), cap
+    shown = fmt(spent)
+    places = max(places, len(shown.rstrip("0")) - shown.index(".") - 1)
+    step = 10 ** (6 - places)
+    spent_units = -((-abs(spent)) // step)  # rounded up, as fmt does
+    texts = [_fixed(-spent_units if spent < 0 else spent_units, places), _fixed(budget // step, places)]
+    while places > 2 and all(t.endswith("0") for t in texts):
+        texts, places = [t[:-1] for t in texts], places - 1
+    return texts[0], texts[1]
+
+
+def _fixed(units: int, places: int) -> str:
+    """``units`` of ``10**-places`` dollars as ``$1,234.5670``."""
+    sign = "-" if units < 0 else ""
+    whole, rest = divmod(abs(units), 10 ** places)
+    return f"{sign}${whole:,}.{rest:0{places}d}"
+
+
 def cost_for_seconds(price_per_hour: Micros, seconds: int | Decimal) -> Micros:
     """Cost of ``seconds`` at ``price_per_hour``, rounded up to a whole micro-dollar."""
     total = Decimal(price_per_hour) * Decimal(seconds) / SECONDS_PER_HOUR

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from pricing.catalog import GCP_N1_MEMORY_PER_CPU
-from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
+from pricing.money import Micros, cost_for_seconds, fmt, fmt_left
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 
 
@@ -218,7 +218,7 @@ def place(
                               over]))
     if budget_left is not None:
         if budget_left <= 0:
-            return NoFit(f"the budget left, {fmt_limit(budget_left)}, is spent")
+            return NoFit(f"the budget left, {fmt_left(budget_left)}, is spent")
         affordable = _affordable(request, available, budget_left, min_run_seconds, after_run_seconds or {})
         if isinstance(affordable, NoFit):
             return affordable
@@ -325,7 +325,7 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
     if held_back:
         o = min(held_back, key=lambda x: total[x])
         return NoFit(
-            f"the budget left, {fmt_limit(budget_left)}, cannot pay {billed_after_run(o)} {duration_text(after_run[o])} of "
+            f"the budget left, {fmt_left(budget_left)}, cannot pay {billed_after_run(o)} {duration_text(after_run[o])} of "
             f"billing after its run on the cheapest free match, {o.describe()}: {fmt(total[o] - run[o])}"
             + (f" on top of {fmt(run[o])} for {what}" if run[o] else "")
         )
@@ -333,9 +333,9 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
     after = (f" and {fmt(total[o] - run[o])} for {billed_after_run(o)} billing after its run"
              if after_run.get(o, 0) > 0 else "")
     if request.expected_hours is not None:
-        return NoFit(f"the budget left, {fmt_limit(budget_left)}, does not cover {what} on the cheapest free match, "
+        return NoFit(f"the budget left, {fmt_left(budget_left)}, does not cover {what} on the cheapest free match, "
                      f"{o.describe()}, estimated at {fmt(run[o])}{after}")
-    return NoFit(f"the budget left, {fmt_limit(budget_left)}, cannot pay for {what} on the cheapest free match, "
+    return NoFit(f"the budget left, {fmt_left(budget_left)}, cannot pay for {what} on the cheapest free match, "
                  f"{o.describe()}, which costs {fmt(run[o])}{after}")
 
 

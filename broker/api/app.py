@@ -43,6 +43,12 @@ from broker.workdir import UNPACK_RATIO, PackError, human, parse_digest
 from pricing.money import AmountTooLarge, DecimalComma, MoneyError, TooPrecise, to_micros
 
 MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek takes no more
+ONE_VALUE_HEADERS = {name.lower(): name for name in (
+    "Authorization", "Idempotency-Key", "Content-Type", "Content-Length", "X-Slack-Signature",
+    "X-Slack-Request-Timestamp")}
+"""Headers whose value decides what a request does. Starlette's ``headers.get`` reads the first of a header sent
+twice, so a second ``Idempotency-Key`` (a proxy's or a client's own) was dropped without a word, and a retry could
+make a second job; sent twice with different values, one of these is refused (:func:`repeated_header`)."""
 
 log = logging.getLogger("broker.api")
 
@@ -170,6 +176,16 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                     return _error(413, _pack_too_large(size), "body")
             elif size > settings.max_body_bytes:
                 return _error(413, f"body: larger than {settings.max_body_bytes} bytes", "body")
+        return await call_next(request)
+
+    @app.middleware("http")
+    async def _one_value_each(request: Request, call_next):
+        """Before anything reads a header (the body limit its Content-Length, a route its token or key): one sent
+        twice with different values is a 400 naming it, on every route, and nothing is done."""
+        repeated = repeated_header(request.scope["headers"])
+        if repeated is not None:
+            name, reason = repeated
+            return _error(400, f"{name}: {reason}", name)
         return await call_next(request)
 
     def _pack_too_large(size: int | None) -> str:
@@ -442,6 +458,22 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     install_edges(app, service, settings)
     notifier_box["notifier"] = getattr(app.state, "notifier", None)
     return app
+
+
+def repeated_header(raw: list[tuple[bytes, bytes]]) -> tuple[str, str] | None:
+    """The first of :data:`ONE_VALUE_HEADERS` that ``raw`` (an ASGI scope's headers) holds with different values, and
+    the reason to give; ``None`` when each is sent once, or again with the same value (read as once)."""
+    values: dict[str, list[bytes]] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        if key in ONE_VALUE_HEADERS:
+            values.setdefault(key, []).append(value)
+    for key, sent in values.items():
+        if len(set(sent)) > 1:
+            times = "twice" if len(sent) == 2 else f"{len(sent)} times"
+            return ONE_VALUE_HEADERS[key], (f"was sent {times} with different values; send one (a proxy on the way "
+                                            "may be adding its own)")
+    return None
 
 
 def _only(body: dict, takes: set[str]) -> None:

@@ -1,4 +1,4 @@
-"""One rule for query strings: a ``/v1`` route refuses a query parameter it does not take.
+"""One rule for query strings: a ``/v1`` route refuses a query parameter it does not take, given twice or empty.
 
 FastAPI reads the parameters a route declares and ignores the rest, so ``GET /v1/costs?perod=30d`` answered the
 default week as if nothing were wrong, and ``GET /v1/jobs?stat=queued`` every job. Each route's own parameters
@@ -6,9 +6,14 @@ are what FastAPI collected from its signature and dependencies (so the rule can 
 route), and a request naming any other is a 422 that names it, says the one likely meant, and lists those the
 route takes — as bad input is answered everywhere else. A parameter given twice (``?state=queued&state=running``)
 is a 422 too: every parameter the API takes holds one value, and FastAPI kept the last one given without a word,
-so such a list showed the running jobs alone as if they were all. The probes (``/v1/healthz``, ``/v1/readyz``) take any
-query string: a load balancer's check is set up once, outside the broker, and a refusal there would restart
-brokers rather than tell anyone. Routes outside ``/v1`` (the dashboard page, ``/metrics``, Slack, the docs) are
+so such a list showed the running jobs alone as if they were all. A parameter with no value (``?team=``,
+``?state=``, ``?limit=``, or a bare ``?team``) is a 422 too, naming it. The routes read one each way: an empty
+``team`` as no filter, ``state`` as a state they do not know, ``limit`` as a number they could not read, and the
+cost report an empty ``period`` as not given, but beside ``since`` as a second window. An empty value is most
+often a script's unset variable (``?team=$TEAM``), and read as absent it widened what was shown (an admin's every
+team) without a word; refused, nothing is lost, and leaving the parameter out asks for the default. The
+probes (``/v1/healthz``, ``/v1/readyz``) take any query string: a load balancer's check is set up once, outside
+the broker, and a refusal there would restart brokers rather than tell anyone. Routes outside ``/v1`` (the dashboard page, ``/metrics``, Slack, the docs) are
 not the JSON API and keep what their callers send them.
 """
 
@@ -61,16 +66,25 @@ def repeated_query_refusal(given: list[str]) -> Invalid | None:
     return None
 
 
+def empty_query_refusal(items: list[tuple[str, str]]) -> Invalid | None:
+    """The 422 for the first parameter of ``items`` (name, value) given with no value, or ``None``."""
+    for name, value in items:
+        if value == "":
+            return Invalid(name, "is empty: give it a value, or leave it out for the default")
+    return None
+
+
 async def refuse_unknown_query(request: Request) -> None:
     """The app's dependency, run before each route's own: a 422 for a query parameter the route does not take,
-    or one given more than once."""
+    one given more than once, or one given with no value."""
     route = request.scope.get("route")
     if not request.query_params or not isinstance(route, APIRoute):
         return
     if not route.path.startswith(API_PREFIX) or route.path in PROBES:
         return
-    given = [name for name, _ in request.query_params.multi_items()]
+    items = request.query_params.multi_items()
+    given = [name for name, _ in items]
     refusal = (unknown_query_refusal(request.method, route.path, given, taken_by(route))
-               or repeated_query_refusal(given))
+               or repeated_query_refusal(given) or empty_query_refusal(items))
     if refusal is not None:
         raise refusal

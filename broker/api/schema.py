@@ -164,6 +164,7 @@ class CostDay(ByTier):
     total: Money
     ondemand_equivalent: Money
     saving: Money
+    saving_percent: int | None = Field(description="the share of the on-demand equivalent saved, rounded down (negative: paid more); null with no on-demand figure")
 
 
 class CostTeam(BaseModel):
@@ -171,6 +172,7 @@ class CostTeam(BaseModel):
     spent: Money
     ondemand_equivalent: Money
     saving: Money
+    saving_percent: int | None = Field(description="the share of the on-demand equivalent saved, rounded down (negative: paid more); null with no on-demand figure")
     by_tier: ByTier
 
 
@@ -182,6 +184,7 @@ class CostJob(BaseModel):
     spent: Money
     ondemand_equivalent: Money
     saving: Money
+    saving_percent: int | None = Field(description="the share of the on-demand equivalent saved, rounded down (negative: paid more); null with no on-demand figure")
     attempts: int
 
 
@@ -211,6 +214,14 @@ class Preemptions(BaseModel):
     events: list[Preemption] = Field(description="the newest 50")
 
 
+class SpentOfBudget(BaseModel):
+    """A spend and its budget as two strings to read side by side: to the same decimals when the budget has more
+    than cents ("$0.002" of "$0.002", where ``spent.usd`` alone reads "$0.0020")."""
+
+    spent: str
+    budget: str
+
+
 class BudgetBurn(BaseModel):
     id: str
     name: str
@@ -218,6 +229,7 @@ class BudgetBurn(BaseModel):
     state: JobState
     spent: Money
     budget: Money
+    spent_of_budget: SpentOfBudget
     percent: int | None
     price_per_hour: Money
     hours_left: str | None = Field(description="at the current price, rounded down to a tenth")
@@ -250,6 +262,8 @@ class CostReport(BaseModel):
     by_team: list[CostTeam]
     top_jobs: list[CostJob]
     preemptions: Preemptions
+    rounding_note: str | None = Field(description="a sentence when the rows shown, each rounded up on its own, do "
+                                                  "not add up to the totals shown (rounded once from exact sums)")
     budget_burn: list[BudgetBurn] = Field(description="running jobs: how fast they eat their budgets")
     queue: list[QueuedJob]
     teams: list[str]
@@ -286,6 +300,7 @@ class JobCosts(BaseModel):
     ondemand_equivalent: Money
     saving: Money
     saving_percent: int | None
+    spent_of_budget: SpentOfBudget
     attempts: list[AttemptCost]
     metrics: list[MetricPoint]
 
@@ -302,7 +317,8 @@ def answers(model: type[BaseModel], *codes: int) -> dict[str, Any]:
 
 
 WHY = {
-    400: "a malformed request (a Content-Length that is not a number)",
+    400: "a malformed request (a Content-Length that is not a number; a header such as Idempotency-Key or "
+         "Authorization sent twice with different values: `field` names it)",
     401: "no bearer token, or one the broker does not know",
     403: "the token may not do this (another team's jobs or costs; admins only)",
     404: "no such job (or attempt, or zone) that this token can see",

@@ -51,7 +51,7 @@ from broker.views import iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
                             elapsed, sweep_attempt_files)
 from pricing.deadline import RELIABLE
-from pricing.money import fmt, fmt_limit
+from pricing.money import fmt, fmt_left, fmt_spent_of
 from pricing.offers import Tier
 from pricing.policy import Holding, make_policy
 
@@ -387,7 +387,8 @@ class Engine:
             failed = replace(attempt, state=AttemptState.FAILED, ended_at=now, reason=str(exc))
             if exc.permanent:  # the task itself cannot run: another placement would be refused the same way
                 refused = Diagnosis("launch_refused", f"The launcher cannot run this task: {str(exc).rstrip('.')}.",
-                                    "Fix the task and submit it again.", infrastructure=False)
+                                    "Fix what it names (the task, or the deployment in front of the launcher), "
+                                    "then resume it with --force, or submit it again.", infrastructure=False)
                 self._commit(job, JobEvent.FAIL, refused.text, now, records=(failed,), placement={}, slots=[],
                              diagnosis={**refused.to_dict(), "attempt": attempt.n})
             else:  # placed again after a backoff, not at the next tick (a new attempt each time)
@@ -670,14 +671,15 @@ class Engine:
             fields["errors_retried"] = job.errors_retried + 1
         then = None  # a second event in the same commit
         if stop_budget and event in (None, JobEvent.START):
-            stop = (JobEvent.STOP_BUDGET, f"budget nearly used: spent {fmt(fields['spent'])} of "
-                                          f"{fmt_limit(job.budget)}, the rest pays for checkpointing and stopping")
+            spent_of = fmt_spent_of(fields["spent"], job.budget)
+            stop = (JobEvent.STOP_BUDGET, f"budget nearly used: spent {spent_of[0]} of "
+                                          f"{spent_of[1]}, the rest pays for checkpointing and stopping")
             if stop_budget == "provisioning":
                 rest = "the budget is used up" if fields["spent"] >= job.budget else \
                     "the rest pays for tearing it down"
                 stop = (JobEvent.STOP_BUDGET, f"{PROVISIONING_STOP} {_provisioned(self.launcher, attempt)} was still "
-                                              f"being provisioned: spent {fmt(fields['spent'])} of "
-                                              f"{fmt_limit(job.budget)}, its run window ended before it could start, "
+                                              f"being provisioned: spent {spent_of[0]} of "
+                                              f"{spent_of[1]}, its run window ended before it could start, "
                                               f"and {rest}")
             if event is None:
                 event, reason = stop
@@ -776,16 +778,17 @@ class Engine:
             elif check.warn or (stop and not job.budget_warned):
                 fields["budget_warned"] = True
                 percent = spent * 100 // max(job.budget, 1)
-                why = beyond or (f"; the {fmt_limit(job.budget - spent)} left only pays for a clean stop" if stop else "")
-                notes.append(self._note(job, "budget_warning", f"spent {fmt(spent)} of {fmt_limit(job.budget)} "
-                                        f"({percent}%){why}", now, {"spent": spent, "budget": job.budget,
+                left = fmt_left(job.budget - spent, budget=job.budget)
+                why = beyond or (f"; the budget left, {left}, only pays for a clean stop" if stop else "")
+                notes.append(self._note(job, "budget_warning", "spent {} of {}".format(*fmt_spent_of(spent, job.budget))
+                                        + f" ({percent}%){why}", now, {"spent": spent, "budget": job.budget,
                                                                     "percent": percent, "beyond_budget": over}))
             if stop:
                 rest = ("the rest pays for checkpointing and stopping within the budget" if not unstarted else
                         f"{_provisioned(self.launcher, attempt)} was still being provisioned when its run window "
                         f"ended; the rest pays for tearing it down within the budget")
                 notes.append(self._note(job, "budget_stop_requested",
-                                        f"stopping at {fmt(spent)} of {fmt_limit(job.budget)}: " +
+                                        "stopping at {} of {}: ".format(*fmt_spent_of(spent, job.budget)) +
                                         (f"the budget is used up{beyond}" if over else rest), now,
                                         {"spent": spent, "budget": job.budget, "beyond_budget": over}))
                 reason = "budget"

@@ -30,7 +30,7 @@ from broker.models import Attempt, Job
 from broker.offers import Market, matching_offers, placement_record, slots_of
 from broker.queue import ordered
 from broker.spec import parse
-from pricing.money import fmt, fmt_limit
+from pricing.money import fmt, fmt_left
 from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import NoFit, place, start_shortfall, unblocked, under_cap
 from pricing.deadline import ACTION_TIER
@@ -155,7 +155,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         short = start_shortfall(request, offers_for(job, request, mk.every_offer or mk.offers),
                                 job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
         if short is not None:
-            decisions.append(Wait(job, f"the budget left, {fmt_limit(job.budget - job.spent)}, {short}", budget_spent=True))
+            decisions.append(Wait(job, f"the budget left, {fmt_left(job.budget - job.spent, budget=job.budget)}, {short}", budget_spent=True))
             continue
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
                        budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
 from broker.views import duration, iso, saving_words
-from pricing.money import fmt, fmt_limit
+from pricing.money import fmt, fmt_spent_of
 
 ACTIONS = {
     "resume": "broker_resume",
@@ -138,8 +138,8 @@ def job_line(job: Job, position: int | None = None, start: float | None = None) 
     if position and start is not None:
         pos += f", roughly starting at {iso(start)}"
     reason = f"\n      _{esc(clip(job.reason, REASON_CHARS))}_" if job.reason else ""
-    return (f"{emoji} *{esc(job.name)}* `{esc(job.id)}` — {job.state.value}{pos} · spent {fmt(job.spent)} of "
-            f"{fmt_limit(job.budget)}{reason}")
+    spent, budget = fmt_spent_of(job.spent, job.budget)
+    return f"{emoji} *{esc(job.name)}* `{esc(job.id)}` — {job.state.value}{pos} · spent {spent} of {budget}{reason}"
 
 
 def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
@@ -147,7 +147,7 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
     placement = job.placement or (attempts[-1].placement if attempts else None)
     blocks = [section(job_line(job, position, start)),
               fields([("Team", esc(job.team)), ("Where", esc(where(placement))),
-                      ("Attempts", str(len(attempts))), ("Budget", f"{fmt(job.spent)} of {fmt_limit(job.budget)}")])]
+                      ("Attempts", str(len(attempts))), ("Budget", "{} of {}".format(*fmt_spent_of(job.spent, job.budget)))])]
     if attempts:
         rows = [f"{a.n}. {a.state.value} on {esc(where(a.placement))} — {fmt(a.cost)}"
                 + (f" ({esc(clip(a.reason, REASON_CHARS))})" if a.reason else "") for a in attempts[-5:]]
@@ -196,6 +196,8 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     if report["top_jobs"]:
         blocks.append(section("*Most expensive*\n" + "\n".join(
             f"`{esc(j['id'])}` {esc(j['name'])} — {j['spent']['usd']}" for j in report["top_jobs"][:5])))
+    if report.get("rounding_note"):
+        blocks.append(context(report["rounding_note"]))
     blocks.append(context(f"{pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover · "
                           f"<{dashboard_url}|Open the dashboard>"))
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], None)}", blocks)
@@ -207,7 +209,7 @@ def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
     saved = saving_words(c["saving"], c["saving_percent"],
                          f"running it on on-demand ({c['ondemand_equivalent']['usd']})")
     head = (f"*Cost of {esc(job.name)}* `{esc(job.id)}` ({esc(job.team)}, {job.state.value}), over its whole life: "
-            f"{c['spent']['usd']} of its {fmt_limit(job.budget)} budget")
+            f"{c['spent_of_budget']['spent']} of its {c['spent_of_budget']['budget']} budget")
     if not c["attempts"]:
         out = [section(head), context("No attempt has run, so it has cost nothing.")]
     else:

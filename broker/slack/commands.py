@@ -10,6 +10,10 @@ a link becomes what the user typed (its label: Slack links ``train.py`` as
 a value with spaces in quotes (``deadline="1 hour 30 mins"``). Anything else on
 the first line but a URL or a ``` fence is refused, naming the word: the YAML
 goes on the lines after it.
+
+Every other command is refused whole, with its usage, when given a word it does not use (``cancel j-1 j-2``,
+``queue team-a``): acting on part of what was typed (cancelling the first job of two) surprises, and some of
+these cannot be undone. ``help`` alone answers whatever follows it: its answer is every usage line.
 """
 
 from __future__ import annotations
@@ -91,23 +95,33 @@ def parse(text: str) -> Command:
         return _submit(first.strip()[len(words[0]):], rest)
     if rest.strip():
         raise CommandError(f"`{name}` takes one line: `{USAGE[name]}`")
-    if name in ("help", "queue"):
+    if name == "help":
+        return Command(name)
+    if name == "queue":
+        if args:  # `queue team-a` listed the user's own team's queue as if it were team-a's
+            raise _unused(name, args)
         return Command(name)
     if name == "status":
         if len(args) > 1:
-            raise _usage(name)
+            raise _unused(name, args[1:])
         return Command(name, job_id=_job_id(args[0], name) if args else None)
     if name in ("logs", "cancel"):
-        if len(args) != 1:
+        if not args:
             raise _usage(name)
+        if len(args) > 1:
+            raise _unused(name, args[1:])
         return Command(name, job_id=_job_id(args[0], name))
     if name == "resume":
-        if len(args) not in (1, 2) or (len(args) == 2 and args[1].lower() != "force"):
+        if not args:
             raise _usage(name)
+        if len(args) > 2 or (len(args) == 2 and args[1].lower() != "force"):
+            raise _unused(name, args[1:] if len(args) == 2 else args[2:])
         return Command(name, job_id=_job_id(args[0], name), force=len(args) == 2)
     if name == "budget":
-        if len(args) != 2:
+        if len(args) < 2:
             raise _usage(name)
+        if len(args) > 2:
+            raise _unused(name, args[2:])
         return Command(name, job_id=_job_id(args[0], name), amount=_money(args[1], "the new budget"))
     # costs [team] [period], in either order; the dispatcher reads a "team" that is a job of the user's as that job
     team = period = None
@@ -120,7 +134,7 @@ def parse(text: str) -> Command:
         elif team is None and a.lower() not in PERIODS:
             team = a
         else:
-            raise _usage(name)
+            raise _unused(name, [a])
     return Command(name, team=team, period=period or "7d")
 
 
@@ -200,3 +214,10 @@ def _money(text: str, what: str) -> Micros:
 
 def _usage(name: str) -> CommandError:
     return CommandError(f"Usage: `{USAGE[name]}`")
+
+
+def _unused(name: str, words: list[str]) -> CommandError:
+    """A command given ``words`` it does not use: refused whole, naming them, rather than run on the rest."""
+    said = " ".join(f"`{w}`" for w in words)
+    return CommandError(f"{said} {'is' if len(words) == 1 else 'are'} more than `{name}` takes, so nothing was done. "
+                        f"Usage: `{USAGE[name]}`")

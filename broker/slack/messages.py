@@ -33,7 +33,7 @@ from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.slack.blocks import Reply, actions, button, context, esc, fit_escaped, section, where
 from broker.views import saving_words
-from pricing.money import Micros, fmt, fmt_limit
+from pricing.money import Micros, fmt_limit, fmt_spent_of
 
 INTERRUPTIONS = {"preempted": "was preempted", "node_lost": "lost its node"}
 """``diagnosis_class`` values of a ``recover`` that was the infrastructure's doing."""
@@ -173,17 +173,19 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         rate = burn["price_per_hour"]["usd"]
         left = "" if hours is None else (f" Under 6 minutes left at {rate}/h." if Decimal(hours) < Decimal("0.1")
                                          else f" About {hours} h left at {rate}/h.")
-        return _msg(f":warning: {head} has used {pct}% of its budget ({fmt(job.spent)} of {fmt_limit(job.budget)}).{left}",
+        spent, budget = fmt_spent_of(job.spent, job.budget)
+        return _msg(f":warning: {head} has used {pct}% of its budget ({spent} of {budget}).{left}",
                     actions([raise_btn, button("cancel", "Cancel", job.id, style="danger",
                                                confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]),
                     foot)
     if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
-        return _msg(f":money_with_wings: {head} was stopped: it spent its budget ({fmt(job.spent)} of "
-                    f"{fmt_limit(job.budget)}). Raise the budget to let it resume from {frm}.",
+        return _msg(f":money_with_wings: {head} was stopped: it spent its budget "
+                    "({} of {}). ".format(*fmt_spent_of(job.spent, job.budget)) +
+                    f"Raise the budget to let it resume from {frm}.",
                     *_present(continue_buttons(job, step, raise_percent, state=JobState.STOPPED_BUDGET)), foot)
     if name == "stop_budget":
-        return _msg(f":money_with_wings: {head} reached its budget ({fmt(job.spent)} of {fmt_limit(job.budget)}): "
-                    f"it is checkpointing and stopping.", foot)
+        return _msg(f":money_with_wings: {head} reached its budget "
+                    "({} of {}): it is checkpointing and stopping.".format(*fmt_spent_of(job.spent, job.budget)), foot)
     if name == "fail":
         diagnosis = job.diagnosis or {}
         text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason

@@ -472,11 +472,11 @@ def test_the_queue_says_a_job_starts_now_exactly_when_the_scheduler_would_place_
 
 @pytest.mark.parametrize("spent, says", [
     pytest.param(700_000, None, id="$0.30 left, its last attempt on a $36/h zone: resumed, the $0.20/h pool runs it for hours"),
-    pytest.param(996_000, "only $0.004 of the $1.00 budget is left, not enough to run a minute and stop cleanly "
+    pytest.param(996_000, "only $0.0040 of the $1.00 budget is left, not enough to run a minute and stop cleanly "
                           "($0.0050 at $0.20/h): raise the budget to at least $1.01 first",
                  id="$0.004 left: refused, the figure at the cheapest price it may run at, the pool's"),
-    pytest.param(999_950, "only $0.00005 of the $1.00 budget is left",
-                 id="what is left is said exactly, never rounded up to more than is left ($0.0001)"),
+    pytest.param(999_950, "under $0.0001 of the $1.00 budget is left",
+                 id="what is left is rounded down, never up to more than is left ($0.0001), nor down to $0.00"),
 ])
 def test_a_budget_stopped_job_resumes_when_the_budget_left_pays_a_minute_on_the_cheapest_offer_it_may_take(
         make_settings, tmp_path, spent, says):

@@ -220,9 +220,9 @@ AFTER_RUN_CASES = [
                  "match, onprem 1x V100 lab-1gpu in local/lab, which costs $0.0356",
                  id="a budget left short of a start on the only free offer on this host waits, saying so"),
     pytest.param(job(), dict(budget_left=29_995, free_capacity={"sim-od": 0, "us-east-1a": 0, "us-east-1b": 0}),
-                 "NoFit the budget left, $0.029995, cannot pay for a start and a clean stop (64 s) on the cheapest free "
+                 "NoFit the budget left, $0.0299, cannot pay for a start and a clean stop (64 s) on the cheapest free "
                  "match, onprem 1x V100 lab-1gpu in local/lab, which costs $0.0356",
-                 id="the budget left is said exactly, never rounded up to more than is left ($0.03)"),
+                 id="the budget left is rounded down, never up to more than is left ($0.03), nor said to the micro"),
 ]
 
 

@@ -50,11 +50,22 @@ function usd(micros) {
 }
 
 // a saving in words, as the broker says it (broker/views.py saving_words): work that cost more than on-demand
-// "paid $0.10 (10%) more than on-demand", never "saved -$0.10 (-10%)"
-function savingWords(saving, pct) {
-  if (saving.micros < 0) return "paid " + usd(-saving.micros) + (pct === null ? "" : ` (${-pct}%)`) + " more than on-demand";
+// "paid $0.10 (10%) more than on-demand", never "saved -$0.10 (-10%)"; more than MANY_TIMES the on-demand cost
+// "over 10 times the on-demand cost", not "(449900%)" for a job whose on-demand equivalent is a few micro-dollars
+const MANY_TIMES = 10;
+function manyTimes(pct) { return pct !== null && pct < 100 - 100 * MANY_TIMES; }  // spent > 10 × on-demand, exactly
+
+function savingWords(saving, pct, versus) {
+  const than = versus ? " than " + versus : "";
+  if (saving.micros < 0) {
+    if (manyTimes(pct)) return "paid " + usd(-saving.micros) + " more" + than + `, over ${MANY_TIMES} times the on-demand cost`;
+    return "paid " + usd(-saving.micros) + (pct === null ? "" : ` (${-pct}%)`) + " more" + than;
+  }
   return "saved " + saving.usd + (pct === null ? "" : ` (${pct}%)`);
 }
+
+// a saving in a table's cell (broker/views.py saving_cell): "—" with no on-demand figure to weigh it against
+function savingCell(saving, pct) { return pct === null ? "—" : savingWords(saving, pct); }
 
 function duration(seconds) {
   if (seconds < 60) return seconds + " s";
@@ -187,12 +198,14 @@ function render(r) {
   money("total-saving", t.saving);
   // spend dearer than on-demand (on-prem against a cheap quote) read "Saved -$12.00": it says what it is
   const dearer = t.saving.micros < 0;
+  const pct = t.saving_percent;
   $("total-saving-label").textContent = dearer ? "Paid more than on-demand" : "Saved";
   if (dearer) $("total-saving").textContent = t.saving.usd.replace(/^-/, "");
-  const pct = t.saving_percent;
-  $("total-saving-pct").textContent = pct === null ? "" : pct < 0 ? -pct + "% more than all on-demand"
-    : pct + "% less than all on-demand";
-  $("total-saving").parentElement.classList.toggle("good", t.saving.micros >= 0);
+  if (pct === null) $("total-saving").textContent = "—";  // nothing ran at a price: no on-demand figure to weigh
+  $("total-saving-pct").textContent = pct === null ? "nothing to compare with on-demand"
+    : manyTimes(pct) ? `over ${MANY_TIMES} times the cost of all on-demand`
+    : pct < 0 ? -pct + "% more than all on-demand" : pct + "% less than all on-demand";
+  $("total-saving").parentElement.classList.toggle("good", t.saving.micros >= 0 && pct !== null);
   $("preempt-count").textContent = r.preemptions.count;
   $("preempt-lost").textContent = duration(r.preemptions.recovery_seconds) + " lost waiting to resume";
   $("tiers").replaceChildren(...TIERS.map((k) => {
@@ -203,13 +216,16 @@ function render(r) {
   drawDays(r.by_day);
   $("teams-section").hidden = r.by_team.length < 2 && r.team !== null;
   fill("teams", r.by_team.map((x) => row([x.team, { text: x.spent.usd, num: 1 }, { text: x.ondemand_equivalent.usd, num: 1 },
-    { text: x.saving.usd, num: 1 }])), "No spend in this period.");
+    { text: savingCell(x.saving, x.saving_percent), num: 1 }])), "No spend in this period.");
+  // rows are rounded one by one, totals once from the exact sums: said when the shown rows do not add up
+  $("rounding-note").textContent = r.rounding_note || "";
+  $("rounding-note").hidden = !r.rounding_note;
   const hottest = [...r.budget_burn].sort((a, b) => (b.percent ?? -1) - (a.percent ?? -1) || (a.id < b.id ? -1 : 1));
   fill("burn", hottest.map((b) => {
     const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });
     const inner = el("div"); inner.style.width = Math.min(100, b.percent || 0) + "%"; bar.appendChild(inner);
     const td = el("td"); td.appendChild(bar); td.appendChild(el("span", (b.percent ?? 0) + "%"));
-    return row([{ text: b.name + " (" + b.id + ")", name: 1 }, { node: td }, { text: b.spent.usd + " / " + b.budget.usd, num: 1 },
+    return row([{ text: b.name + " (" + b.id + ")", name: 1 }, { node: td }, { text: b.spent_of_budget.spent + " / " + b.spent_of_budget.budget, num: 1 },
       { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1 }],
       () => openJob(b.id));
   }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
@@ -217,7 +233,7 @@ function render(r) {
     q.estimated_start ? utc(q.estimated_start) : "–", q.reason],
     () => openJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
   fill("top", r.top_jobs.map((j) => row([{ text: j.name + " (" + j.id + ")", name: 1 }, j.team, j.state, { text: j.spent.usd, num: 1 },
-    { text: j.saving.usd, num: 1 }], () => openJob(j.id))), "No spend in this period.");
+    { text: savingCell(j.saving, j.saving_percent), num: 1 }], () => openJob(j.id))), "No spend in this period.");
   const after = (p) => p.waiting ? " (waiting)" : p.recovered ? "" : " (job ended)";  // ended: it never resumed
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
     p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + after(p), num: 1 }],
@@ -298,8 +314,8 @@ async function showJob(id, scroll = true) {
   if (mine !== jobs) return;
   $("job").hidden = false;
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
-  $("job-summary").textContent = `${j.job.state} · spent ${j.spent.usd} of ${j.job.budget.usd} · ` +
-    `on-demand would have cost ${j.ondemand_equivalent.usd}, ${savingWords(j.saving, j.saving_percent)}` +
+  $("job-summary").textContent = `${j.job.state} · spent ${j.spent_of_budget.spent} of ${j.spent_of_budget.budget} · ` +
+    `on-demand would have cost ${j.ondemand_equivalent.usd}, ${savingWords(j.saving, j.saving_percent, "on-demand")}` +
     (j.job.reason ? " · " + j.job.reason : "");
   fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
     a.state + (a.reason ? " — " + a.reason : ""), { text: (a.seconds / 3600).toFixed(2), num: 1 },
