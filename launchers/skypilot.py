@@ -50,6 +50,7 @@ ended (the fetched log is what ``broker logs`` shows) until the broker no longer
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import fcntl
 import hashlib
@@ -65,6 +66,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from launchers.base import (AttemptStatus, Capabilities, Keep, LaunchError, LaunchRequest, Phase, next_round,
                            state_domain)
@@ -491,14 +493,50 @@ def _heard(status: int, reason: str, text: str) -> str:
     return f"HTTP {line}: {said}" if said else f"HTTP {line}"
 
 
+_LAUNCH_POSTS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("skypilot_launch_posts", default=None)
+"""While :func:`_unless_unsent` watches a call into SkyPilot: each ``POST /launch`` SkyPilot's session sent."""
+
+
+def _count_launch_posts() -> bool:
+    """Make SkyPilot's HTTP session note, once, each ``POST /launch`` it sends (:data:`_LAUNCH_POSTS`); False when this
+    SkyPilot has no such session (another version than this reads), and nothing is counted.
+
+    A 4xx proves only that the request it answers was refused. SkyPilot's SDK sends a launch again by itself: a 503
+    for up to 600 s (``rest.request``), and a connection its server interrupted (a rolling update). Envoy answers 503
+    when the API server reset after it got the request, so an earlier send may have been taken, and a 4xx to a later
+    one (the new replica's version check, a rate limit) says nothing of it. So only a launch sent once is read as
+    refused; the counting is at the session's ``send``, so a send that got no answer counts too."""
+    from sky.server import rest
+
+    session = getattr(rest, "_session", None)
+    if session is None:
+        return False
+    if getattr(session, "_spot_broker_counts_launches", False):
+        return True
+    send = session.send
+
+    def counted(prepared, **kwargs):
+        seen = _LAUNCH_POSTS.get()
+        if seen is not None and prepared.method == "POST" and \
+                urlsplit(prepared.url).path.rstrip("/").endswith("/launch"):
+            seen.append(prepared.url)
+        return send(prepared, **kwargs)
+
+    session.send = counted
+    session._spot_broker_counts_launches = True
+    return True
+
+
 @contextmanager
 def _unless_unsent(cluster: str) -> Iterator[None]:
-    """SkyPilot's error, as it is, unless nothing was sent (:class:`NotSent`, from it) or the request was refused
-    (:class:`Refused`)."""
+    """SkyPilot's error, as it is, unless nothing was sent (:class:`NotSent`, from it) or the request, sent once, was
+    refused (:class:`Refused`; sent more than once, an earlier send may have been taken: :func:`_count_launch_posts`)."""
+    seen: list[str] | None = [] if _count_launch_posts() else None
+    token = _LAUNCH_POSTS.set(seen)
     try:
         yield
     except Exception as exc:
-        answer = _refusing_answer(exc)
+        answer = _refusing_answer(exc) if seen is not None and len(seen) == 1 else None
         if answer is not None:
             try:
                 mismatch = answer.status_code == 400 and answer.json().get("error") == "version_mismatch"
@@ -509,6 +547,8 @@ def _unless_unsent(cluster: str) -> Iterator[None]:
         if _raised_before_sending(exc):
             raise NotSent(f"SkyPilot sent nothing for {cluster}: {_one_line(exc)}") from exc
         raise
+    finally:
+        _LAUNCH_POSTS.reset(token)
 
 
 _MISSING_SOURCE = re.compile(r"File mount source '(?P<path>.+?)' does not exist locally|"

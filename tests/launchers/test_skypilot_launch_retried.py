@@ -1,7 +1,7 @@
-"""Review (35347ea): SkyPilot's SDK retries a POST /launch answered 503 (rest.request, _retry_on_server_unavailable,
-up to 600 s). Envoy answers 503 when the upstream reset after it got the request (a rolling update): the first launch
-may have been taken. If the retry is then answered with a 4xx (the new replica's version check, a rate limit), the
-launcher calls the launch refused and, not awaiting it, sends the attempt again: launched twice."""
+"""SkyPilot's SDK sends a POST /launch answered 503 again by itself (``rest.request``, up to 600 s). Envoy answers 503
+when the upstream reset after it got the request (a rolling update): the first send may have been taken. A 4xx to the
+retry (the new replica's version check, a rate limit) then says nothing of it, and the launch stays awaited: taken for
+refused, the attempt was launched again after the backoff, twice."""
 
 from __future__ import annotations
 
