@@ -56,12 +56,12 @@ from checkpoint.storage import Storage, TransferOptions, as_uri, open_storage
 
 log = logging.getLogger("checkpoint")
 
-#: How long the exit flush waits for saves still uploading when a script ends without ``close()``. A final save
-#: that is merely large takes well under this: 10 GiB at the ~100 MiB/s our stores sustain is under 2 minutes, so
-#: 10 minutes is ample (a script with a slower store passes its own ``exit_timeout_s``). Unbounded, a store that
-#: hangs (an endpoint that accepts and never answers: botocore waits 60 s a try, and retries) kept the finished run
-#: alive, and its VM billed, for as long as it hung, and the broker showed it running.
-EXIT_TIMEOUT_S = 600.0
+#: How long the exit flush waits for saves still uploading when a script ends without ``close()``, by default: no
+#: limit, as long as the upload goes on (as before the limit existed). A cap on the whole upload gave up a healthy
+#: final save of a large model (600 s is about 60 GB at ~100 MiB/s: a model with its optimizer state), which then
+#: was not committed. A script whose store may hang (an endpoint that accepts and never answers, which botocore
+#: waits on 60 s a try, and retries), keeping the finished run and its VM alive, passes its own ``exit_timeout_s``.
+EXIT_TIMEOUT_S: float | None = None
 #: The status of a script that ended without ``close()`` and otherwise cleanly, whose last save was not kept.
 EXIT_SAVE_LOST = 1
 
@@ -123,7 +123,8 @@ class Checkpointer:
         transfer: part size and concurrency for large uploads and downloads.
         exit_code: status the process exits with after a preemption save (0 to 255).
         exit_timeout_s: how long a script that ends without ``close()`` waits at exit for its saves still
-            uploading (default :data:`EXIT_TIMEOUT_S`, 600 s); a last save not committed by then, or failed, makes
+            uploading (default :data:`EXIT_TIMEOUT_S`, None: as long as they take); a last save not committed by
+            then, or failed, makes
             the process exit with status 1 (:func:`_flush_at_exit`).
         storage: an already open :class:`~checkpoint.storage.Storage` to use instead of
             ``uri`` (tests pass fakes here).
@@ -148,7 +149,7 @@ class Checkpointer:
         storage_options: dict[str, Any] | None = None,
         transfer: TransferOptions | None = None,
         exit_code: int = EXIT_CODE,
-        exit_timeout_s: float = EXIT_TIMEOUT_S,
+        exit_timeout_s: float | None = EXIT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         env: Mapping[str, str] | None = None,
         storage: Storage | None = None,
@@ -162,7 +163,8 @@ class Checkpointer:
         if grace_s is None:
             grace_s = _grace_from_env(env)
         self.preemption = PreemptionNotice(grace_s, exit_code, clock=clock)
-        self._exit_timeout_s = arguments.seconds("exit_timeout_s", exit_timeout_s, zero=True)
+        self._exit_timeout_s = None if exit_timeout_s is None else \
+            arguments.seconds("exit_timeout_s", exit_timeout_s, zero=True)
         self._storage_options = storage_options
         self._transfer = transfer or TransferOptions()
         if storage is None:
