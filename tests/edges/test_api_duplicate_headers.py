@@ -13,15 +13,13 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from fastapi.testclient import TestClient
 from testports import free_port
 
 from broker.lifecycle import JobState
 
 from . import world
 from .conftest import build_app, serving
-from .fakes import SlackStub
-from .test_slack import signed, slack_settings
+from .test_slack import signed, slack, slack_app, stub  # noqa: F401 - the Slack app fixtures, shared
 
 ADMIN = f"Bearer {world.ADMIN}"
 TEAM_A = f"Bearer {world.TOKENS['team-a']}"
@@ -121,18 +119,6 @@ def test_a_real_server_hands_both_headers_to_the_broker_which_refuses_them(tmp_p
 
 
 # -- Slack's signature headers ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def slack(tmp_path, store, seeded):
-    stub = SlackStub()
-    app = build_app(slack_settings(tmp_path, stub), store)
-    try:
-        with TestClient(app) as c:
-            yield c
-    finally:
-        app.state.notifier.close()
-        stub.close()
 
 
 @pytest.mark.parametrize("order", ["valid first", "valid second"])

@@ -9,7 +9,6 @@ part of what was typed surprises, and a cancel cannot be undone; only ``submit``
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 from testports import free_port
 
 from broker import cli
@@ -17,9 +16,7 @@ from broker.lifecycle import JobState
 from broker.slack import commands
 from broker.slack.commands import CommandError
 
-from .conftest import build_app
-from .fakes import SlackStub
-from .test_slack import command, slack_settings, text_of
+from .test_slack import command, slack, slack_app, stub, text_of  # noqa: F401 - the Slack app fixtures, shared
 
 
 @pytest.mark.parametrize("text, unused, usage", [
@@ -59,18 +56,6 @@ def test_a_word_a_command_does_not_use_is_refused_naming_it_with_the_usage(text,
         "submit keeps its free text"])
 def test_a_command_with_the_words_it_takes_still_parses(text, expected):
     assert commands.parse(text) == expected
-
-
-@pytest.fixture
-def slack(tmp_path, store, seeded):
-    stub = SlackStub()
-    app = build_app(slack_settings(tmp_path, stub), store)
-    try:
-        with TestClient(app) as c:
-            yield c
-    finally:
-        app.state.notifier.close()
-        stub.close()
 
 
 def test_cancel_of_two_jobs_from_slack_cancels_neither_and_says_which_word_was_too_many(slack, store):
