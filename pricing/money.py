@@ -179,8 +179,8 @@ def fmt_spent_of(spent: Micros, budget: Micros) -> tuple[str, str]:
     places = len(cap) - cap.index(".") - 1
     if places <= 2:
         return fmt(spent), cap
-    shown = fmt(spent)
-    places = max(places, len(shown.rstrip("0")) - shown.index(".") - 1)
+    rounded = fmt(spent)  # (not :func:`shown`'s name)
+    places = max(places, len(rounded.rstrip("0")) - rounded.index(".") - 1)
     step = 10 ** (6 - places)
     spent_units = -((-abs(spent)) // step)  # rounded up, as fmt does
     texts = [_fixed(-spent_units if spent < 0 else spent_units, places), _fixed(budget // step, places)]

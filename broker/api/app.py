@@ -165,6 +165,13 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.middleware("http")
     async def _body_limit(request: Request, call_next):
+        """Before anything reads a header (this its Content-Length, a route its token or key): one that decides what
+        the request does, sent twice with different values, is a 400 naming it, on every route, and nothing is done;
+        then a body over its limit is a 413. (One middleware for both: each is a layer every request goes through.)"""
+        repeated = repeated_header(request.scope["headers"])
+        if repeated is not None:
+            name, reason = repeated
+            return _error(400, f"{name}: {reason}", name)
         length = request.headers.get("content-length")
         if length is not None:
             try:
@@ -176,16 +183,6 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                     return _error(413, _pack_too_large(size), "body")
             elif size > settings.max_body_bytes:
                 return _error(413, f"body: larger than {settings.max_body_bytes} bytes", "body")
-        return await call_next(request)
-
-    @app.middleware("http")
-    async def _one_value_each(request: Request, call_next):
-        """Before anything reads a header (the body limit its Content-Length, a route its token or key): one sent
-        twice with different values is a 400 naming it, on every route, and nothing is done."""
-        repeated = repeated_header(request.scope["headers"])
-        if repeated is not None:
-            name, reason = repeated
-            return _error(400, f"{name}: {reason}", name)
         return await call_next(request)
 
     def _pack_too_large(size: int | None) -> str:
