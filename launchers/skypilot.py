@@ -407,16 +407,23 @@ def _raised_before_sending(exc: BaseException) -> bool:
         return False
     sending = {server_common.make_authenticated_request.__code__, server_common.get_request_id.__code__}
     health_check = server_common.check_server_healthy_or_start(_raised_before_sending).__code__  # its wrapper's code
-    frame = exc.__traceback__
-    while frame is not None:
-        code = frame.tb_frame.f_code
-        callee = frame.tb_next.tb_frame.f_code if frame.tb_next is not None else None
-        if code is launching:
+    for frame, inner in _calls(exc):
+        callee = inner.f_code if inner is not None else None
+        if frame.f_code is launching:
             return callee not in sending
-        if code is health_check and callee is server_common.check_server_healthy_or_start_fn.__code__:
+        if frame.f_code is health_check and callee is server_common.check_server_healthy_or_start_fn.__code__:
             return True
-        frame = frame.tb_next
     return False
+
+
+def _calls(exc: BaseException) -> Iterator[tuple[Any, Any]]:
+    """Each frame of ``exc``'s traceback, outermost first, with the frame it called (None for the one that raised):
+    where SkyPilot raised an error is what says whether its launch was sent (:func:`_raised_before_sending`,
+    :func:`_refusing_answer`)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        yield tb.tb_frame, tb.tb_next.tb_frame if tb.tb_next is not None else None
+        tb = tb.tb_next
 
 
 class Refused(NotSent):
@@ -452,17 +459,14 @@ def _refusing_answer(exc: BaseException) -> Any | None:
     from sky.server import common as server_common
 
     launching = getattr(getattr(sdk, "_launch", None), "__code__", None)
-    frame = exc.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        if frame.tb_frame.f_code is launching:
-            callee = frame.tb_next.tb_frame
-            if callee.f_code is not server_common.get_request_id.__code__:
+    for frame, callee in _calls(exc):
+        if frame.f_code is launching:
+            if callee is None or callee.f_code is not server_common.get_request_id.__code__:
                 return None
             answer = callee.f_locals.get("response")
             status = getattr(answer, "status_code", None)
             refused = isinstance(status, int) and 400 <= status < 500 and status not in ANSWERED_MAYBE_TAKEN
             return answer if refused else None
-        frame = frame.tb_next
     return None
 
 
