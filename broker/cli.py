@@ -338,7 +338,11 @@ def _listen(host: str, port: int):
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio's loop turns Nagle off (TCP_NODELAY) only on sockets whose proto reads
+    # IPPROTO_TCP, and accepted connections inherit the listener's. Left 0, a broker without uvloop (a plain
+    # `pip install spot-broker`) answered every request ~40 ms late: a response's last small write waited for the
+    # client's delayed ACK. uvloop sets TCP_NODELAY whatever the proto says, which is why installs with it were fast.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait out TIME_WAIT
     try:
         sock.bind((host, port))
