@@ -738,7 +738,8 @@ def _show_job(con, job: dict) -> None:
         con.print(f"  progress: step {p['step']}{total}{loss}")
     if job.get("last_checkpoint"):
         con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({escape(job['last_checkpoint']['uri'])})")
-    con.print(f"  spent {job['spent']['usd']} of {job['budget']['usd']}"
+    spent, budget = _spent_of(job)
+    con.print(f"  spent {spent} of {budget}"
               + (f"  deadline {job['deadline']}" if job.get("deadline") else ""))
     attempts = job.get("attempt_list") or []
     for a in attempts:  # lines, not a table: readable at 80 columns, copyable, greppable
@@ -772,6 +773,18 @@ def _next_step(job: dict) -> str | None:
             f"`broker resume {jid} --force`")
 
 
+def _spent_of(job: dict) -> tuple[str, str]:
+    """A job's spend and budget to read side by side, at the same decimals (:func:`pricing.money.fmt_spent_of`):
+    the view's own strings, each right alone, read "$0.0020 of $0.002" for a budget all spent. From the exact
+    micro-dollars; the view's strings as they are from a broker whose view lacks them."""
+    from pricing.money import fmt_spent_of
+
+    spent, budget = job["spent"], job["budget"]
+    if isinstance(spent.get("micros"), int) and isinstance(budget.get("micros"), int):
+        return fmt_spent_of(spent["micros"], budget["micros"])
+    return spent["usd"], budget["usd"]
+
+
 def cmd_status(args) -> int:
     with _client(args) as client:
         if args.id:
@@ -794,8 +807,8 @@ def cmd_status(args) -> int:
     from rich.text import Text
 
     rows = [[j["id"], j["name"], j["team"], Text(j["state"], style=STATE_STYLE.get(j["state"], "white")),
-             str(j["queue_position"] or ""), _short_time(j.get("estimated_start")), j["spent"]["usd"], j["budget"]["usd"],
-             j["reason"]] for j in jobs]
+             str(j["queue_position"] or ""), _short_time(j.get("estimated_start")), *_spent_of(j), j["reason"]]
+            for j in jobs]
     _print_table(_console(), [("id", "whole"), "name", "team", ("state", "whole"), ("queue", "whole"),
                               ("starts ~", "whole"), ("spent", "whole"), ("budget", "whole"), "reason"], rows,
                  drop=("starts ~", "queue", "team", "budget"))

@@ -889,3 +889,28 @@ def test_broker_serve_keeps_an_idle_connection_open_longer_than_a_load_balancer_
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("spent", "budget", "line"), [
+    ({"micros": 2000, "usd": "$0.0020"}, {"micros": 2000, "usd": "$0.002"}, "spent $0.002 of $0.002"),
+    ({"micros": 1250, "usd": "$0.0013"}, {"micros": 1250, "usd": "$0.00125"}, "spent $0.00125 of $0.00125"),
+    ({"micros": 4500, "usd": "$0.0045"}, {"micros": 5_000_000, "usd": "$5.00"}, "spent $0.0045 of $5.00"),
+    ({"usd": "$0.01"}, {"usd": "$1"}, "spent $0.01 of $1"),
+], ids=["a budget of $0.002 all spent reads $0.002 of $0.002, not $0.0020 of $0.002",
+        "a budget with five decimals all spent reads at five decimals on both sides",
+        "a budget in whole cents leaves the spend as it reads alone",
+        "a view without micro-dollars (an older broker) is shown as it reads"])
+def test_status_shows_a_spend_beside_its_budget_at_the_budgets_decimals(spent, budget, line):
+    import io
+
+    from rich.console import Console
+
+    from broker import cli as broker_cli
+
+    job = {"id": "j-1", "name": "n", "team": "t", "state": "stopped_budget", "reason": "stopped at its budget",
+           "spent": spent, "budget": budget, "attempt_list": []}
+    con = Console(file=io.StringIO(), width=200)
+    broker_cli._show_job(con, job)
+    assert f"  {line}\n" in con.file.getvalue(), con.file.getvalue()
+    # `broker status`'s table takes its spent and budget cells from the same pair
+    assert broker_cli._spent_of(job) == tuple(line.removeprefix("spent ").split(" of "))
