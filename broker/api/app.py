@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker.api.probe import StoreProbe
-from broker.api.query import refuse_unknown_query
+from broker.api.query import Text, refuse_unknown_query
 from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, WORKDIR_PACK, EventList, Health, JobList, JobOut,
                                LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
@@ -277,7 +277,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
     @app.get("/v1/jobs", tags=["jobs"], **answers(JobList, 401, 403, 422))
-    def list_jobs(caller: Caller, state: str | None = None, team: str | None = None,
+    def list_jobs(caller: Caller, state: Text = None, team: Text = None,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict:
         """Jobs you can see, newest first; filter by ``state`` and ``team``."""
         jobs = service.list(caller, state=state, team=team, limit=limit)

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Header
 from fastapi.responses import HTMLResponse, Response
 
 from broker import costs
+from broker.api.query import Text
 from broker.api.schema import CostReport, JobCosts, answers
 from broker.auth import Principal, authenticate
 from broker.config import Settings
@@ -58,8 +59,8 @@ def router(service, settings: Settings) -> APIRouter:
         return caller.team
 
     @r.get("/v1/costs", tags=["costs"], **answers(CostReport, 401, 403, 422))
-    def get_costs(caller: Caller, team: str | None = None, period: str | None = None,
-                  since: str | None = None, until: str | None = None) -> dict:
+    def get_costs(caller: Caller, team: Text = None, period: Text = None, since: Text = None,
+                  until: Text = None) -> dict:
         """Spend, saving against on-demand, preemptions, budget burn and the queue, for a team and a window.
 
         ``period`` is ``24h``, ``7d`` (default), ``30d`` or ``90d`` ending now; or give ISO ``since``

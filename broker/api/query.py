@@ -20,11 +20,17 @@ not the JSON API and keep what their callers send them.
 # no `from __future__ import annotations`: FastAPI must see the real type of the dependency's parameter
 
 import difflib
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Query, Request
 from fastapi.routing import APIRoute
 
 from broker.service import Invalid
+
+# A text query parameter, as the routes declare it: ``minLength: 1`` puts the rule above in the OpenAPI document (a
+# generated client, or a reader, learns that ``?team=`` is refused). The refusal itself stays this module's:
+# :func:`refuse_unknown_query` runs first, so FastAPI's own length check never answers.
+Text = Annotated[str | None, Query(min_length=1)]
 
 API_PREFIX = "/v1/"
 PROBES = frozenset({"/v1/healthz", "/v1/readyz"})

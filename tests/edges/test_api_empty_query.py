@@ -67,6 +67,23 @@ def test_every_parameter_of_every_api_route_refuses_an_empty_value(client):
     assert checked >= 10, checked
 
 
+def test_the_openapi_document_says_a_text_parameter_takes_no_empty_value(client):
+    """A generated client, or a reader of /docs, learns the rule from the document: every text query parameter of a
+    ``/v1`` route has ``minLength: 1`` (numbers and booleans already exclude an empty value by their type)."""
+    spec = client.get("/openapi.json").json()
+    text = {}
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            for p in op.get("parameters", []):
+                schemas = p["schema"].get("anyOf", [p["schema"]])
+                for schema in schemas:
+                    if p["in"] == "query" and schema.get("type") == "string":
+                        text[f"{method.upper()} {path}?{p['name']}"] = schema.get("minLength")
+    assert set(text) >= {"GET /v1/jobs?state", "GET /v1/jobs?team", "GET /v1/costs?team", "GET /v1/costs?period",
+                         "GET /v1/costs?since", "GET /v1/costs?until"}, text
+    assert {k: v for k, v in text.items() if v != 1} == {}
+
+
 def test_leaving_the_parameter_out_still_asks_for_the_default(client):
     jobs = client.get("/v1/jobs", headers=auth(world.ADMIN))
     assert jobs.status_code == 200 and len(jobs.json()["jobs"]) > 1
