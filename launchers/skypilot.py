@@ -38,7 +38,11 @@ Choices, and why:
   is refused at once, never awaited as a request that may show up on the API server; so is a launch the API
   server, or a proxy in front of it, answers with a 4xx (:class:`Refused`, :func:`http_refusal`: too large fails
   the job, credentials, versions or a rate limit make it wait). A 5xx, a 408 or a cut connection may have been
-  taken: that launch is awaited, never sent twice.
+  taken: that launch is awaited, never sent twice. The API server refusing the broker before a launch is sent —
+  SkyPilot's health check, or the listing of the attempt's cluster, answered with a token revoked, versions that do
+  not match, a 503 — is refused the same way (:func:`api_refusal`); an attempt already launched keeps its last phase
+  meanwhile, never read gone. Each request is sent once (:func:`_send_once_on_503`): SkyPilot's own retry of a 503,
+  for up to 600 s, held the engine's tick.
 
 The launcher keeps one small JSON file per attempt in ``state_dir`` (launch
 request id, spot or not, the last phase, a stop request, the logs fetched) so a
@@ -53,6 +57,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import fcntl
+import functools
 import hashlib
 import html
 import json
@@ -505,11 +510,12 @@ def _count_launch_posts() -> bool:
     """Make SkyPilot's HTTP session note, once, each ``POST /launch`` it sends (:data:`_LAUNCH_POSTS`); False when this
     SkyPilot has no such session (another version than this reads), and nothing is counted.
 
-    A 4xx proves only that the request it answers was refused. SkyPilot's SDK sends a launch again by itself: a 503
-    for up to 600 s (``rest.request``), and a connection its server interrupted (a rolling update). Envoy answers 503
-    when the API server reset after it got the request, so an earlier send may have been taken, and a 4xx to a later
-    one (the new replica's version check, a rate limit) says nothing of it. So only a launch sent once is read as
-    refused; the counting is at the session's ``send``, so a send that got no answer counts too."""
+    A 4xx proves only that the request it answers was refused. SkyPilot's SDK sends a request again by itself after a
+    503, for up to 600 s (``rest.request``); the launcher's calls turn that off (:func:`_send_once_on_503`), and this
+    count stays for a SkyPilot where that cannot be done. Envoy answers 503 when the API server reset after it got the
+    request, so an earlier send may have been taken, and a 4xx to a later one (the new replica's version check, a rate
+    limit) says nothing of it. So only a launch sent once is read as refused; the counting is at the session's
+    ``send``, so a send that got no answer counts too."""
     from sky.server import rest
 
     session = getattr(rest, "_session", None)
@@ -584,17 +590,19 @@ _UPLOAD_REFUSED = re.compile(r"Failed to upload chunk: \d+ / \d+: (?P<said>.*) \
 (``sky/client/common.py``, ``_upload_chunk_with_retry``, after its three tries): made before the launch is sent."""
 
 
-def http_refusal(status: int, heard: str, *, mismatch: bool = False, upload: bool = False) -> LaunchError:
+def http_refusal(status: int, heard: str, *, mismatch: bool = False, upload: bool = False,
+                 what: str | None = None) -> LaunchError:
     """What the launcher says of a request SkyPilot's API server, or a proxy in front of it, refused with a 4xx
-    (``heard``: the answer, one line; ``upload``: the upload of the task's files, not the launch request itself), and
-    whether the job fails for it.
+    (``heard``: the answer, one line; ``upload``: the upload of the task's files, not the launch request itself;
+    ``what``: another request, named so, that the launch waited on — :func:`api_refusal`), and whether the job fails
+    for it.
 
     Only the task's own size fails the job (413): the same task makes the same request at every placement, so it would
     be refused for ever; once the proxy's limit is raised, ``broker resume --force`` runs it. Everything else is the
     deployment's — the broker's SkyPilot credentials (401) or rights (403), a client and server of other versions, a
     rate limit (429), a proxy's rule — and passes once an operator fixes it: the job waits, placed again after the
     launch backoff (5 s doubling to 5 min), and its reason says why each time."""
-    what = "the upload of the task's files" if upload else "the launch request"
+    what = what or ("the upload of the task's files" if upload else "the launch request")
     if status == 413:
         fix = ("raise the proxy's body limit (nginx: client_max_body_size; SkyPilot uploads in parts of up to 95 MB) or "
                "make the workdir and file_mounts smaller: keep data and checkpoints in a bucket") if upload else \
@@ -632,6 +640,9 @@ def unsent_refusal(exc: NotSent, config: Mapping[str, Any]) -> LaunchError:
     if isinstance(exc, Refused):
         return http_refusal(exc.status, exc.heard, mismatch=exc.mismatch)
     cause = exc.__cause__ if exc.__cause__ is not None else exc
+    refused = api_refusal(cause, "its health check")  # the check SkyPilot's SDK makes before it sends anything
+    if refused is not None:
+        return refused
     upload = _UPLOAD_REFUSED.search(_one_line(cause, limit=2000)) if isinstance(cause, RuntimeError) else None
     if upload and int(upload["status"]) not in ANSWERED_MAYBE_TAKEN:
         status = int(upload["status"])
@@ -662,13 +673,131 @@ def unsent_refusal(exc: NotSent, config: Mapping[str, Any]) -> LaunchError:
     return LaunchError(refusal(cause, config), permanent=never_satisfiable(cause))
 
 
+def api_refusal(exc: BaseException, what: str) -> LaunchError | None:
+    """What the launcher says when SkyPilot's API server, or a proxy in front of it, refused or could not answer a
+    request a launch waits on (``what`` names it: the SDK's health check, the listing of the attempt's cluster), read
+    from SkyPilot 0.14.1's error ``exc``; None for an error that is not about reaching the API server. Never permanent:
+    a token revoked (401), a user's rights (403), SkyPilot versions that do not match, a server down or restarting
+    (503) pass once an operator fixes them, so the job waits with the launch backoff, its reason saying why.
+
+    SkyPilot's health check, which each SDK call makes first, raises its own errors without the answer
+    (``ApiServerAuthenticationError`` for a 401, ``APIVersionMismatchError``, ``ApiServerConnectionError`` for any
+    other status or none): the answer is read again from SkyPilot's cache of it (:func:`_health_answer`)."""
+    import requests
+    from sky import exceptions as sky_errors
+
+    said = _one_line(exc, limit=300)
+    if isinstance(exc, sky_errors.ServerTemporarilyUnavailableError):
+        return LaunchError(f"SkyPilot's API server, or the proxy in front of it, is temporarily unavailable (HTTP 503: "
+                           f"{_one_line(exc.message, limit=300) if exc.message else 'Service Unavailable'}): "
+                           f"{what} is tried again later")
+    if isinstance(exc, sky_errors.PermissionDeniedError):
+        return http_refusal(403, f"HTTP 403 Forbidden: {said}", what=what)
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        answer = exc.response
+    elif isinstance(exc, (sky_errors.ApiServerAuthenticationError, sky_errors.APIVersionMismatchError,
+                          sky_errors.ApiServerConnectionError)):
+        answer = _health_answer()
+    elif isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+        answer = None
+    else:
+        return None
+    status = getattr(answer, "status_code", None)
+    heard = _heard(status, answer.reason, answer.text) if isinstance(status, int) and status >= 400 else said
+    mismatch = isinstance(exc, sky_errors.APIVersionMismatchError)
+    if isinstance(status, int) and status == 400 and not mismatch:
+        try:
+            mismatch = answer.json().get("error") == "version_mismatch"
+        except (ValueError, AttributeError):
+            pass
+    if mismatch:
+        return http_refusal(400, heard, mismatch=True, what=what)
+    if isinstance(exc, sky_errors.ApiServerAuthenticationError) or status == 401:
+        return http_refusal(401, heard, what=what)
+    if status == 429 or (status == 403 and not isinstance(exc, sky_errors.ApiServerConnectionError)):
+        return http_refusal(status, heard, what=what)  # (a 403 to the health check is a proxy's: SkyPilot's is open)
+    if isinstance(status, int) and 400 <= status < 500:
+        return LaunchError(f"SkyPilot's API server, or a proxy in front of it, refused {what} ({heard}): check "
+                           f"SKYPILOT_API_SERVER_ENDPOINT and that proxy")
+    return LaunchError(f"SkyPilot's API server cannot be reached or failed {what} ({heard}): check that it runs and "
+                       f"SKYPILOT_API_SERVER_ENDPOINT; tried again later")
+
+
+def _health_answer() -> Any | None:
+    """SkyPilot's answer to its last health check of the API server (``GET /api/health``): SkyPilot keeps it 5 s, so
+    this is the answer its error was raised over, read again without asking (a new check once it has expired); None
+    when there was none (no connection) or it cannot be read."""
+    from sky.server import common as server_common
+
+    try:
+        with _unretried():
+            return server_common.get_api_server_status_response(server_common.get_local_server_dial_url("127.0.0.1"))
+    except Exception:  # another SkyPilot than this reads, or the check failed again: the error's own words are used
+        return None
+
+
+_ONE_SEND: contextvars.ContextVar[bool] = contextvars.ContextVar("skypilot_one_send", default=False)
+"""While the launcher's call into SkyPilot runs (:func:`_unretried`): SkyPilot sends each request once."""
+
+
+def _send_once_on_503() -> bool:
+    """Make SkyPilot's requests (``rest.request``, through which every SDK call goes) sent once while
+    :data:`_ONE_SEND` is set: a 503 raises SkyPilot's ``ServerTemporarilyUnavailableError`` at once. Elsewhere, and
+    unset, SkyPilot retries a 503 for up to 600 s itself (``_retry_on_server_unavailable``), and the launcher's calls
+    are made inside an engine tick: a server restarting, or a proxy with no upstream ready, held the tick — every
+    job's monitoring, preemption and budget stops — 10 minutes per call. The engine's next tick (monitoring), the
+    launch backoff and the wait for a launch that may have been sent (:data:`LAUNCH_SETTLE_SECONDS`) try again
+    instead; and a launch answered 503 is no longer sent again by SkyPilot while the first send may have been taken.
+    False when this SkyPilot has no such function (another version than this reads): nothing is changed."""
+    from sky.server import rest
+
+    if getattr(rest.request, "_spot_broker_once", False):
+        return True
+    retried = rest.request
+    if not callable(getattr(rest, "request_without_retry", None)):
+        return False
+
+    def request(method, url, **kwargs):
+        if _ONE_SEND.get():
+            return rest.request_without_retry(method, url, **kwargs)
+        return retried(method, url, **kwargs)
+
+    request._spot_broker_once = True
+    rest.request = request
+    return True
+
+
+@contextmanager
+def _unretried() -> Iterator[None]:
+    """SkyPilot's requests within, each sent once (:func:`_send_once_on_503`)."""
+    _send_once_on_503()
+    token = _ONE_SEND.set(True)
+    try:
+        yield
+    finally:
+        _ONE_SEND.reset(token)
+
+
+def _sent_once(method: Callable) -> Callable:
+    """A :class:`SdkClient` call whose requests SkyPilot sends once (:func:`_unretried`)."""
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        with _unretried():
+            return method(*args, **kwargs)
+
+    return call
+
+
 class SdkClient:
-    """:class:`SkyClient` through the SkyPilot SDK: each call is a request to the API server.
+    """:class:`SkyClient` through the SkyPilot SDK: each call is a request to the API server, sent once: a 503 is an
+    error at once, not SkyPilot's own retry for up to 600 s inside an engine tick (:func:`_send_once_on_503`).
 
     The SDK starts a local API server on first use unless ``SKYPILOT_API_SERVER_ENDPOINT``
     (or ``sky api login``) points at a shared one.
     """
 
+    @_sent_once
     def plan(self, task: Any, cluster: str) -> None:
         import sky
 
@@ -676,12 +805,14 @@ class SdkClient:
             request_id = sky.launch(task, cluster_name=cluster, dryrun=True)
         sky.get(request_id)
 
+    @_sent_once
     def launch(self, task: Any, cluster: str, *, autostop_minutes: int) -> str:
         import sky
 
         with _unless_unsent(cluster):  # checked, and the task's files packed and uploaded, on this host before sending
             return str(sky.launch(task, cluster_name=cluster, idle_minutes_to_autostop=autostop_minutes, down=True))
 
+    @_sent_once
     def launch_state(self, request_id: str) -> tuple[Launch, str]:
         import sky
 
@@ -711,6 +842,7 @@ class SdkClient:
                 message = status.lower()
         return Launch.FAILED, _launch_message(message)
 
+    @_sent_once
     def launch_in_flight(self, cluster: str) -> bool:
         import sky
 
@@ -720,6 +852,7 @@ class SdkClient:
             for p in sky.api_status(cluster_name=cluster)
         )
 
+    @_sent_once
     def earlier_launch(self, cluster: str) -> str | None:
         import sky
 
@@ -733,6 +866,7 @@ class SdkClient:
                 found.append(p)
         return max(found, key=lambda p: p.created_at or 0).request_id if found else None
 
+    @_sent_once
     def cancel_launch(self, cluster: str, request_id: str | None) -> None:
         import sky
 
@@ -744,6 +878,7 @@ class SdkClient:
         if ids:
             sky.api_cancel(ids, silent=True)
 
+    @_sent_once
     def clusters(self, names: list[str] | None = None) -> list[Cluster]:
         import sky
         from sky.utils import common
@@ -758,6 +893,7 @@ class SdkClient:
             out.append(Cluster(name, getattr(status, "value", str(status)), bool(getattr(resources, "use_spot", False))))
         return out
 
+    @_sent_once
     def job_status(self, cluster: str) -> str | None:
         import sky
 
@@ -767,11 +903,13 @@ class SdkClient:
         latest = statuses[max(statuses, key=lambda k: -1 if k is None else k)]
         return getattr(latest, "value", None if latest is None else str(latest))
 
+    @_sent_once
     def down(self, cluster: str) -> None:
         import sky
 
         sky.down(cluster)
 
+    @_sent_once
     def logs(self, cluster: str) -> bytes:
         import io
 
@@ -828,6 +966,7 @@ class SkyPilotLauncher:
         self._unknown_jobs: set[str] = set()  # job states logged as unknown (once each)
         self._logs_fetched: dict[str, float] = {}  # attempt → when logs() last fetched its output (monotonic)
         self._swept_after = ""  # where the last sweep of state files stopped (next_round)
+        self._unanswered: str | None = None  # why SkyPilot last failed to answer status (logged once a cause)
         self.domain = sky_domain(os.environ, self.state_dir, prefix)
 
     def cluster(self, attempt_id: str) -> str:
@@ -871,7 +1010,18 @@ class SkyPilotLauncher:
             # a launch sent before (the broker died inside client.launch, or lost this file) is adopted, never
             # sent again: the request may be in flight, or may have made a cluster that ran the attempt and is
             # gone by now (autodown), which a second launch would run again
-            if self._adopt_sent(name, state):
+            try:
+                adopted = self._adopt_sent(name, state)
+            except Exception as exc:
+                if state.get("sent_at") is not None:
+                    raise  # a launch of it may be in flight: followed (status), never ended from here to be sent anew
+                # nothing of this attempt was sent: refused with why, the job waits with the launch backoff. Raised
+                # as SkyPilot's own error, the attempt stayed launching, billed, with no reason, while nothing ran
+                raise api_refusal(exc, "the listing of the attempt's cluster") or LaunchError(
+                    f"SkyPilot could not tell whether this attempt was launched before ({type(exc).__name__}: "
+                    f"{_one_line(exc)}): "
+                    f"tried again later") from None
+            if adopted:
                 # the limit the cluster was launched with, when it is known, is the one its guard keeps
                 state.setdefault("stop_at", stop_at)
                 state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod,
@@ -895,7 +1045,8 @@ class SkyPilotLauncher:
             except NotSent as exc:
                 raise unsent_refusal(exc, config) from None
             except Exception as exc:
-                raise LaunchError(refusal(exc, config), permanent=never_satisfiable(exc)) from None
+                raise api_refusal(exc, "the dry run of the launch") or \
+                    LaunchError(refusal(exc, config), permanent=never_satisfiable(exc)) from None
             state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod, phase=None, stop_at=stop_at,
                          grace_seconds=request.stop_grace_seconds, **kept)
             self._save(request.attempt_id, state)  # the intent, before the request exists
@@ -1019,8 +1170,16 @@ class SkyPilotLauncher:
                         return AttemptStatus(Phase.PENDING, reason="its launch was sent and no request id came back: "
                                                                    "waiting for the request to show on SkyPilot's API server")
                 obs = self.observe(attempt_id, state, found)  # one listing of the cluster for both
-            except Exception as exc:  # API server down, network: report what was known
-                return AttemptStatus(previous or Phase.PENDING, reason=f"SkyPilot unreachable: {_one_line(exc)}")
+            except Exception as exc:  # API server down or refusing, network: report what was known, never gone
+                refused = api_refusal(exc, "the listing of the attempt's cluster")
+                said = str(refused) if refused is not None else f"SkyPilot unreachable: {_one_line(exc)}"
+                if said != self._unanswered:
+                    log.warning("%s (attempts keep their last phase until it answers)", said)
+                    self._unanswered = said
+                return AttemptStatus(previous or Phase.PENDING, reason=said)
+            if self._unanswered is not None:
+                log.info("SkyPilot's API server answers the launcher again")
+                self._unanswered = None
             if obs.job is not None and obs.job not in KNOWN_JOBS and obs.job not in self._unknown_jobs:
                 self._unknown_jobs.add(obs.job)
                 log.warning("SkyPilot gave a job status the launcher does not know, %r (cluster %s): the attempt "

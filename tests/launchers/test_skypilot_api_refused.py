@@ -1,0 +1,225 @@
+"""SkyPilot's API server refusing the broker before any launch is sent: a token revoked (401), SkyPilot versions that
+do not match (400), a server restarting (503). SkyPilot's SDK checks the server's health before each call and raises
+its own errors there (``ApiServerAuthenticationError``, ``APIVersionMismatchError``), before the launch's
+``POST /launch`` — and the launcher lists the attempt's cluster before it launches.
+
+Raised as they were, out of the launcher's launch, the engine logged a traceback and left the job ``launching``, its
+reason "launching attempt 1 on …", its attempt billed while nothing ran, until the server accepted again. Now the job
+waits in the queue with the launch backoff and a reason naming the cause and the fix, and is launched once the server
+accepts. An attempt already launched keeps its phase while the server refuses: never read gone, never launched twice.
+
+SkyPilot's SDK is its own, unpatched, against the loopback fake API server of test_skypilot_local_failures.py; the
+fake here (:class:`RefusingRoutes`) answers every request, its health check included, as a test scripts, as SkyPilot's
+own middleware does (its bearer-token check, its version check) ahead of every route.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from skyports import clear_server_caches
+from test_skypilot_launch_refused import TOO_OLD, ScriptedRoutes, as_json, scripted, state_of  # noqa: F401
+from test_skypilot_local_failures import TASK, launcher, remote  # noqa: F401 (fixtures)
+from test_skypilot_task import ONDEMAND_CPU, request
+
+from launchers.base import LaunchError, Phase
+
+AID = "j-0123456789-a2"
+REVOKED = (401, as_json({"detail": "Service account token revoked or rotated"}))  # SkyPilot's BearerTokenMiddleware
+MISMATCH = (400, as_json({"error": "version_mismatch", "message": TOO_OLD}))  # SkyPilot's version check
+UNAVAILABLE = (503, ("text/plain", "no healthy upstream"))  # Envoy with no API server replica ready
+
+TOKEN_SENTENCE = ("SkyPilot's API server refused the broker's credentials (HTTP 401 Unauthorized: Service account "
+                  "token revoked or rotated): give the broker a valid SkyPilot API token "
+                  "(SKYPILOT_SERVICE_ACCOUNT_TOKEN, or `sky api login` as the broker's user)")
+MISMATCH_SENTENCE = ("SkyPilot's API server refused the listing of the attempt's cluster: its SkyPilot version and the "
+                     "broker's (0.14.1) do not match (HTTP 400 Bad Request: Your SkyPilot client version is too "
+                     "old:0.9.3 The server is running on 0.14.1 and the minimum compatible version is 0.10.0. Upgrade "
+                     "your client with: pip install -U \"skypilot==0.14.1\"): upgrade the broker's SkyPilot or the API "
+                     "server so that they match")
+
+
+class RefusingRoutes(ScriptedRoutes):
+    """The fake API server's routes, with ``refusing`` (``(status, (content type, body))`` or None) answered to every
+    request while it is set, and ``health`` (a list of such answers) answered to the next health checks, one each."""
+
+    def _refused(self) -> bool:
+        path = self.path.split("?")[0]
+        answer = self.server.refusing
+        if path == "/api/health" and self.server.health:
+            answer = self.server.health.pop(0)
+        if answer is None:
+            return False
+        self.server.calls.append(f"{self.command} {path} refused")
+        if self.command == "POST":
+            self._body()
+        self._raw(*answer)
+        return True
+
+    def do_GET(self):
+        if not self._refused():
+            super().do_GET()
+
+    def do_POST(self):
+        if not self._refused():
+            super().do_POST()
+
+
+@pytest.fixture
+def refusing(scripted):  # noqa: F811 (the fixture imported above)
+    scripted.RequestHandlerClass = RefusingRoutes
+    scripted.refusing = None
+    scripted.health = []
+    return scripted
+
+
+def accepts(server) -> None:
+    """The server accepts again; SkyPilot's 5 s cache of its last health answer is taken as expired."""
+    server.refusing = None
+    clear_server_caches()
+
+
+def _engine(tmp_path, clock):
+    """A broker (SQLite store, the SkyPilot launcher on the SDK) on ``clock``: ``(service, engine, store)``."""
+    from broker.config import load_settings
+    from broker.engine.reconcile import Engine
+    from broker.service import BrokerService
+    from broker.store import open_store
+    from launchers.local import LocalLauncher
+    from launchers.router import RoutingLauncher
+    from launchers.skypilot import SdkClient, SkyPilotLauncher
+
+    settings = load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_LAUNCHER": "skypilot",
+                              "BROKER_ADMIN_TOKEN": "t"})
+    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs"),
+                               SkyPilotLauncher(settings.data_dir / "skypilot", client=SdkClient()))
+    store = open_store(f"sqlite://{tmp_path / 'r.db'}")
+    return BrokerService(settings, store, launcher), Engine(settings, store, launcher, clock=clock), store
+
+
+def _closed(engine, store) -> None:
+    if engine._housekeeping is not None:  # the tick's workdir sweep, beside it: done before the store closes
+        engine._housekeeping.result(timeout=30)
+    store.close()
+
+
+def _posts(server, path: str) -> int:
+    return sum(1 for call in server.calls if call == f"POST {path}")
+
+
+@pytest.mark.parametrize("answer, sentence", [
+    pytest.param(REVOKED, TOKEN_SENTENCE, id="a token revoked: 401 at the health check"),
+    pytest.param(MISMATCH, MISMATCH_SENTENCE, id="SkyPilot versions that do not match: 400 at the health check"),
+])
+def test_the_engine_backs_off_a_job_the_api_server_refuses_before_its_launch_and_launches_it_once_it_accepts(
+        refusing, tmp_path, answer, sentence):
+    from broker.auth import Principal
+    from broker.lifecycle import AttemptState, JobState
+
+    now = [time.time()]
+    refusing.refusing = answer
+    service, engine, store = _engine(tmp_path, lambda: now[0])
+    try:
+        job, _ = service.submit(Principal("admin", None, admin=True), {"run": "true", "broker": {"budget_usd": 5}})
+        for _ in range(3):
+            engine.tick()
+        waiting = store.get_job(job.id)
+        assert waiting.state is JobState.QUEUED, (waiting.state, waiting.reason)
+        assert waiting.reason.startswith(f"launch failed: {sentence}; tries again at "), waiting.reason
+        assert waiting.launch_failures == 1 and waiting.launch_retry_at is not None
+        refused = store.attempts(job.id)
+        assert [a.state for a in refused] == [AttemptState.FAILED], "left launching (and billed) while nothing ran"
+        assert _posts(refusing, "/launch") == 0 and refusing.launches == []
+
+        accepts(refusing)
+        now[0] = waiting.launch_retry_at + 1
+        engine.tick()
+        launched = store.get_job(job.id)
+        assert launched.state is JobState.LAUNCHING, (launched.state, launched.reason)
+        assert launched.attempts == 2 and len(refusing.launches) == 1
+        assert refusing.launches[0]["cluster_name"] == "broker-" + f"{job.id}-a2"
+    finally:
+        _closed(engine, store)
+
+
+def test_a_launched_attempt_keeps_its_phase_while_the_api_server_refuses_the_token_and_is_never_launched_again(
+        refusing, launcher):  # noqa: F811
+    launcher.launch(request(TASK, ONDEMAND_CPU, attempt_id=AID))
+    assert launcher.status(AID).phase is Phase.PENDING and len(refusing.launches) == 1
+
+    refusing.refusing = REVOKED
+    clear_server_caches()
+    during = launcher.status(AID)
+    assert during.phase is Phase.PENDING, "read gone (and launched again) because the listing was refused"
+    assert during.reason == TOKEN_SENTENCE
+    launcher.launch(request(TASK, ONDEMAND_CPU, attempt_id=AID))  # the engine's re-launch of an attempt: a no-op
+
+    accepts(refusing)
+    assert launcher.status(AID).phase is Phase.PENDING
+    assert len(refusing.launches) == 1 and _posts(refusing, "/launch") == 2  # its dry run and its launch, once each
+
+
+def test_the_engine_keeps_a_launch_in_flight_while_the_api_server_refuses_and_never_launches_it_twice(
+        refusing, tmp_path):
+    from broker.auth import Principal
+    from broker.lifecycle import AttemptState, JobState
+
+    now = [time.time()]
+    service, engine, store = _engine(tmp_path, lambda: now[0])
+    try:
+        job, _ = service.submit(Principal("admin", None, admin=True), {"run": "true", "broker": {"budget_usd": 5}})
+        engine.tick()
+        assert store.get_job(job.id).state is JobState.LAUNCHING and len(refusing.launches) == 1
+        for answer in (REVOKED, MISMATCH):
+            refusing.refusing = answer
+            clear_server_caches()
+            for _ in range(3):
+                now[0] += 200  # past the wait for a launch that may show up: a gone attempt would be launched again
+                engine.tick()
+        accepts(refusing)
+        for _ in range(2):
+            now[0] += 200
+            engine.tick()
+        held = store.get_job(job.id)
+        assert held.state is JobState.LAUNCHING and held.attempts == 1, (held.state, held.reason)
+        assert [a.state for a in store.attempts(job.id)] == [AttemptState.LAUNCHING]
+        assert len(refusing.launches) == 1
+    finally:
+        _closed(engine, store)
+
+
+def test_a_health_check_answered_503_is_not_retried_inside_the_call(refusing, launcher):  # noqa: F811
+    """SkyPilot retries a 503 by itself for up to 600 s (``rest.request``), inside the engine's tick: every job's
+    monitoring waited. The call now answers at once with why; the next poll asks again."""
+    launcher.launch(request(TASK, ONDEMAND_CPU, attempt_id=AID))
+    refusing.health = [UNAVAILABLE, UNAVAILABLE]
+    clear_server_caches()
+    during = launcher.status(AID)
+    assert during.phase is Phase.PENDING
+    assert during.reason == ("SkyPilot's API server, or the proxy in front of it, is temporarily unavailable (HTTP "
+                             "503: no healthy upstream): the listing of the attempt's cluster is tried again later")
+    assert refusing.health == [UNAVAILABLE], "SkyPilot asked again within the call"
+    refusing.health = []
+    clear_server_caches()
+    assert launcher.status(AID).phase is Phase.PENDING
+    assert len(refusing.launches) == 1
+
+
+def test_a_launch_that_may_have_been_sent_is_not_refused_when_the_api_server_then_refuses(
+        refusing, launcher):  # noqa: F811
+    """Its POST got no answer (it may have been taken): refused, its job would be placed again, a new attempt beside
+    the one that may show up. It stays awaited."""
+    refusing.launch = "cut"
+    launcher.launch(request(TASK, ONDEMAND_CPU, attempt_id=AID))
+    assert len(refusing.answered) == 1
+    refusing.refusing = REVOKED
+    clear_server_caches()
+    launcher.launch_settle_seconds = 0  # as when the engine finds it gone once the wait is over
+    try:
+        launcher.launch(request(TASK, ONDEMAND_CPU, attempt_id=AID))
+    except LaunchError:
+        pytest.fail("a launch that may have been taken was refused, to be placed again as a new attempt")
+    except Exception:  # SkyPilot's own error, as before: the engine logs it and follows the attempt
+        pass
+    assert len(refusing.answered) == 1 and "sent_at" in state_of(launcher), "no longer awaited"
