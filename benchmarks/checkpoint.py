@@ -13,6 +13,12 @@ Measured side by side in one run (medians of ``--repeats``), against the same en
   download of the same bytes with ``download_fileobj`` (target ≤ 1.2×); a bare single-stream
   ``get_object().read()`` is shown too, for reference.
 
+* memory (``--memory-mb``, default 256 and 1024) — peak RSS a restore adds above the process before it (the
+  kernel's high-water mark, reset just before), each in a fresh child process holding a model of that size: a
+  ``restore(into=...)`` into the model and a plain ``restore()``, from local files and from the moto server, vs
+  ``torch.load`` of the same state dict from a local file into the model (``load_state_dict``), and the
+  checkpoint's size.
+
 The moto server runs as its own process on 127.0.0.1; nothing leaves the machine.
 """
 
@@ -67,13 +73,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--mb", type=int, default=250, help="approximate state dict size")
+    p.add_argument("--memory-mb", type=int, nargs="*", default=[256, 1024],
+                   help="state dict sizes (MiB) whose restore memory is measured (none: skip)")
     args = p.parse_args()
 
     moto, endpoint = start_moto()
     os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
     try:
-        return run(args, endpoint)
+        run(args, endpoint)
+        return memory(args)
     finally:
         moto.kill()
         moto.wait()
@@ -161,6 +170,81 @@ def run(args, endpoint: str) -> int:
         unit = "" if "MiB/s" in name else " s"
         print(f"| {name} | {ours:.3f}{unit} | {base_name} | {theirs:.3f}{unit} | {ratio:.2f}× | {target} |")
     return 0
+
+
+MEMORY_CHILD = """
+import sys, torch
+from checkpoint import Checkpointer
+
+def rss(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+mode, uri, mib = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048, bias=False) for _ in range(mib // 16)])
+if mode == "save":
+    if not uri.startswith("s3://"):
+        torch.save(model.state_dict(), uri + ".pt")
+    ckpt = Checkpointer(uri, every_steps=1, handle_sigterm=False, env={})
+    ckpt.save(1, {"model": model}, wait=True)
+    ckpt.close()
+    raise SystemExit
+ckpt = Checkpointer(uri, handle_sigterm=False, env={})
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+before = rss("VmRSS")
+if mode == "into":
+    restored = ckpt.restore(into={"model": model})
+elif mode == "plain":
+    restored = ckpt.restore()
+else:
+    model.load_state_dict(torch.load(uri + ".pt", weights_only=True))
+print(rss("VmHWM") - before)
+ckpt.close()
+"""
+
+
+def memory(args) -> int:
+    """Peak RSS a restore adds, each in a fresh child process (see the module's docstring)."""
+    import tempfile
+
+    if not args.memory_mb:
+        return 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mib in args.memory_mb:
+            where = {"local files": f"{tmp}/run-{mib}", "moto S3": f"s3://{BUCKET}/mem-{uuid.uuid4().hex[:6]}"}
+            peaks: dict[tuple[str, str], list[int]] = {}
+            for store, uri in where.items():
+                child(["save", uri, str(mib)], tmp)
+                for _ in range(args.repeats):
+                    for mode in ("into", "plain") + (("torch.load",) if store == "local files" else ()):
+                        peak = int(child([mode, uri, str(mib)], tmp).split()[-1])
+                        peaks.setdefault((store, mode), []).append(peak)
+            for (store, mode), values in peaks.items():
+                peak = statistics.median(values)
+                rows.append((mib, store, mode, peak / 2**20, peak / (mib * 2**20)))
+                print(f"  {mib} MiB, {store}, {mode}: +{peak / 2**20:.0f} MiB "
+                      f"({', '.join(f'{v / 2**20:.0f}' for v in values)})", flush=True)
+    names = {"into": "`restore(into=...)`", "plain": "`restore()`",
+             "torch.load": "`torch.load` of a `.pt` + `load_state_dict`"}
+    print()
+    print(f"| state dict | store | load | peak RSS above the process before it ({args.repeats} runs, median) "
+          f"| × the state dict |")
+    print("|---|---|---|---|---|")
+    for mib, store, mode, peak, ratio in rows:
+        print(f"| {mib} MiB | {store} | {names[mode]} | +{peak:.0f} MiB | {ratio:.2f}× |")
+    return 0
+
+
+def child(argv: list[str], tmp: str) -> str:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, *argv], env=env, capture_output=True, text=True,
+                         timeout=900)
+    if out.returncode:
+        raise RuntimeError(f"{argv}: {out.stderr[-2000:]}")
+    return out.stdout
 
 
 if __name__ == "__main__":

@@ -128,6 +128,9 @@ class Checkpointer:
             the process exit with status 1 (:func:`_flush_at_exit`).
         storage: an already open :class:`~checkpoint.storage.Storage` to use instead of
             ``uri`` (tests pass fakes here).
+        spool_dir: where ``restore`` downloads a remote checkpoint (S3, GCS) to verify it and read it a tensor at a
+            time: it needs the checkpoint's size free there. Default ``$TMPDIR`` (else ``/tmp``); with less room
+            there, restore reads the checkpoint into memory instead and warns (:mod:`checkpoint.restore`).
         env: environment to read (default ``os.environ``).
 
     The counts (``every_steps``, ``keep_last``, ``keep_every``: integers ``>= 1``) and durations
@@ -153,6 +156,7 @@ class Checkpointer:
         clock: Callable[[], float] = time.monotonic,
         env: Mapping[str, str] | None = None,
         storage: Storage | None = None,
+        spool_dir: str | os.PathLike[str] | None = None,
     ):
         env = os.environ if env is None else env
         # the counts and durations first (checkpoint.arguments), before any store is opened or thread started
@@ -167,6 +171,7 @@ class Checkpointer:
             arguments.seconds("exit_timeout_s", exit_timeout_s, zero=True)
         self._storage_options = storage_options
         self._transfer = transfer or TransferOptions()
+        self._spool_dir = None if spool_dir is None else os.fspath(spool_dir)
         if storage is None:
             uri = (None if uri is None else as_uri(uri)) or env.get("BROKER_CHECKPOINT_URI")
             if not uri:
@@ -473,7 +478,8 @@ class Checkpointer:
             entries = layout.scan(storage.list())
             candidates = layout.committed_newest_first(entries)
         damaged: set[CheckpointId] = set()
-        found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle), damaged)
+        found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle), damaged,
+                                         spool_dir=self._spool_dir)
         if storage is self._storage:
             # Commits newer than the one restored (all of them if none was) are not retention's to count: a rollback's,
             # or ones this version cannot read — left alone — or damaged ones, which retention deletes. Counted, they
@@ -484,6 +490,15 @@ class Checkpointer:
         if found is None:
             return default
         loaded, state = found
+        try:
+            return self._restored(loaded, state, into, own_newer)
+        finally:
+            loaded.close()
+
+    def _restored(self, loaded: restoring.Loaded, state: dict[str, Any], into: Mapping[str, Any] | None,
+                  own_newer: list[layout.Entry]) -> Restored:
+        """Load the verified checkpoint ``loaded`` (its tensors not read yet, in ``state``) into ``into``'s objects,
+        read the rest, and say where it came from."""
         author = loaded.manifest.job.get("id")
         if self._fence is not None and author and author != self._fence[0]:
             log.warning("restoring %s, which job %s committed, not this job (%s): the two share a checkpoint base",
@@ -497,10 +512,11 @@ class Checkpointer:
             if missing:
                 warnings.warn(CheckpointWarning(
                     f"{loaded.uri} has no {', '.join(map(repr, missing))} (it holds {', '.join(map(repr, state))}): "
-                    f"those objects were not loaded"), stacklevel=2)
+                    f"those objects were not loaded"), stacklevel=3)
             for key, target in into.items():  # plain values (an epoch count) are read from the result
                 if key in state and snapshot.is_stateful(target):
-                    serialization.load_state(target, state[key])
+                    state[key] = _load_into(target, state[key])
+        state = snapshot.materialize(state)
         self._last_step, self._last_time = loaded.id.step, self._clock()
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
@@ -537,9 +553,33 @@ class Checkpointer:
                 own.append(entry)
         return own
 
+def _load_into(target: Any, saved: Any) -> Any:
+    """Load ``saved`` (tensors pending, :func:`snapshot.decode_pending`) into ``target``; what ``Restored`` holds for it.
+
+    A module's parameters and buffers are read one at a time as ``load_state_dict`` copies each into place
+    (:class:`serialization.LazyTensor`), so the load holds one tensor of the checkpoint at a time; the result is then
+    the module's own ``state_dict()`` (its live tensors, no copy). Other objects (an optimizer, which keeps the
+    tensors it is given) get every tensor read first, and the result is what they were given."""
+    module = serialization.unwrap_parallel(target)
+    if serialization.is_module(module) and isinstance(saved, dict):
+        live = module.state_dict(keep_vars=True)
+
+        def lazy(key: str, value: Any) -> bool:  # a parameter or buffer copied into place, nothing kept
+            name = key.removeprefix("module.") if key not in live else key
+            return (isinstance(value, serialization.Pending) and serialization.is_tensor(live.get(name))
+                    and not name.rpartition(".")[2] == "_extra_state")
+
+        serialization.load_state(target, {k: v.lazy() if lazy(k, v) else snapshot.materialize(v)
+                                          for k, v in saved.items()})
+        return module.state_dict()
+    saved = snapshot.materialize(saved)
+    serialization.load_state(target, saved)
+    return saved
+
+
 def _decode(loaded: restoring.Loaded, allow_pickle: bool) -> dict[str, Any]:
     try:
-        return snapshot.decode(loaded.files, allow_pickle)
+        return snapshot.decode_pending(loaded.files, allow_pickle)
     except UnsafeCheckpointError as e:
         raise UnsafeCheckpointError(f"{loaded.uri}: {e}") from None
 

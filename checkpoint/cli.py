@@ -77,6 +77,7 @@ def _verify(uri: str, out: TextIO) -> int:
             failed += 1
             print(f"CORRUPT  {storage.uri(cid.name)}: {e}", file=out)
         else:
+            loaded.close()  # its files (a remote checkpoint's downloaded copies) are not needed past the check
             n = len(loaded.manifest.files)
             print(f"OK       {loaded.uri} (step {cid.step}, {n} files, "
                   f"{_human(loaded.manifest.total_bytes)})", file=out)

@@ -39,6 +39,11 @@ def numpy_scalar_value(x: Any) -> Any:
     return x.item()
 
 
+def is_module(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.nn.Module)
+
+
 def unwrap_parallel(x: Any) -> Any:
     """The model inside a ``DistributedDataParallel`` / ``DataParallel`` wrapper, else ``x`` itself.
 
@@ -140,30 +145,160 @@ def _raw(x: Any) -> tuple[str, list[int], memoryview]:
     return dtype, list(np.shape(x)), memoryview(a.reshape(-1).view(np.uint8)).cast("B") if a.size else memoryview(b"")
 
 
-def decode_tensors(data: bytes, as_arrays: set[str]) -> dict[str, Any]:
-    """safetensors bytes → {name: tensor}; names in ``as_arrays`` come back as numpy arrays.
+_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "U32": 4, "I32": 4, "U64": 8, "I64": 8,
+             "F16": 2, "BF16": 2, "F32": 4, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+_TORCH_BY_NAME = {v: k for k, v in _TORCH_DTYPES.items()}
+_NUMPY_BY_NAME = {v: k for k, v in _NUMPY_DTYPES.items()}
 
-    A file holding only arrays is read with numpy alone, so numpy-only scripts never import torch.
+
+class TensorFile:
+    """One verified safetensors file, read a tensor at a time from its blob (:mod:`checkpoint.blobs`).
+
+    Only the header is read here, and checked: every tensor's dtype, shape and byte range must fit the file
+    (a ``ValueError`` otherwise: verified bytes that do not decode). Names in ``as_arrays`` come back as numpy
+    arrays; a file of arrays only is read with numpy alone, so numpy-only scripts never import torch.
     """
-    if not data:
-        return {}
-    if set(_header_names(data)) <= as_arrays:
-        from safetensors.numpy import load as load_arrays
 
-        return load_arrays(data)
-    from safetensors.torch import load
+    def __init__(self, blob: Any, as_arrays: set[str]):
+        self._blob = blob
+        self._arrays = as_arrays
+        if blob.size < 8:
+            raise ValueError(f"a safetensors file of {blob.size} bytes has no header")
+        n = int.from_bytes(blob.read(0, 8), "little")
+        if n > blob.size - 8:
+            raise ValueError(f"safetensors header of {n} bytes in a file of {blob.size}")
+        try:
+            header = json.loads(blob.read(8, n))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"safetensors header unreadable: {e}") from e
+        self._base = 8 + n
+        self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                dtype, shape, (start, end) = e["dtype"], tuple(int(d) for d in e["shape"]), e["data_offsets"]
+                count = 1
+                for d in shape:
+                    count *= d
+                if (dtype not in _ITEMSIZE or min(shape, default=0) < 0 or not 0 <= start <= end
+                        or end - start != count * _ITEMSIZE[dtype] or self._base + end > blob.size):
+                    raise ValueError
+                if name in as_arrays and dtype not in _NUMPY_BY_NAME:
+                    raise ValueError
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"safetensors header entry {name!r} is not a tensor this file can hold: {e!r}") \
+                    from None
+            self.entries[name] = (dtype, shape, start, end)
 
-    out = load(data)
-    for name in as_arrays & out.keys():
-        out[name] = out[name].numpy()
-    return out
+    def pending(self, name: str) -> Pending:
+        if name not in self.entries:
+            raise KeyError(f"tensor {name!r} is not in the file")
+        return Pending(self, name)
+
+    def read(self, name: str) -> Any:
+        """The tensor (or array) ``name``, in memory of its own, read straight into it from the blob."""
+        dtype, shape, start, end = self.entries[name]
+        if name in self._arrays:
+            import numpy as np
+
+            kind, size = _NUMPY_BY_NAME[dtype]
+            out = np.empty(shape, dtype=np.dtype(f"<{kind}{size}") if kind != "b" else np.bool_)
+            flat = out.reshape(-1).view(np.uint8)
+        else:
+            import torch
+
+            out = torch.empty(shape, dtype=getattr(torch, _TORCH_BY_NAME[dtype]))
+            flat = out.reshape(-1).view(torch.uint8).numpy()
+        if end > start:
+            self._blob.readinto(self._base + start, memoryview(flat))
+        return out
 
 
-def _header_names(data: bytes) -> list[str]:
-    """Tensor names from a safetensors header (8-byte little-endian length, then JSON)."""
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    return [k for k in header if k != "__metadata__"]
+class Pending:
+    """A saved tensor or array not read yet: ``read()`` reads it, each time into new memory."""
+
+    __slots__ = ("file", "name")
+
+    def __init__(self, file: TensorFile, name: str):
+        self.file = file
+        self.name = name
+
+    def read(self) -> Any:
+        return self.file.read(self.name)
+
+    def lazy(self) -> Any:
+        """A stand-in for the tensor, for ``load_state_dict`` (:class:`LazyTensor`); an array is read now."""
+        return self.read() if self.name in self.file._arrays else LazyTensor(self)
+
+
+class LazyTensor:
+    """Stands for one saved tensor in a state dict handed to a module's ``load_state_dict``: shape and dtype are
+    known from the header, and the data is read from the verified file only when torch uses it (``param.copy_``),
+    into memory that is let go once that call returns. A module's load then holds one tensor of the checkpoint at
+    a time, not a second copy of the whole model."""
+
+    __slots__ = ("_pending", "shape", "dtype")
+
+    def __init__(self, pending: Pending):
+        import torch
+
+        dtype, shape, _, _ = pending.file.entries[pending.name]
+        self._pending = pending
+        self.shape = torch.Size(shape)
+        self.dtype = getattr(torch, _TORCH_BY_NAME[dtype])
+
+    device = property(lambda self: sys.modules["torch"].device("cpu"))
+    is_meta = False
+
+    def read(self) -> Any:
+        return self._pending.read()
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.read()[index]
+
+    def __getattr__(self, name: str) -> Any:  # anything else a load does with it: the real tensor's
+        return getattr(self.read(), name)
+
+    def __repr__(self) -> str:
+        return f"LazyTensor({self._pending.name!r}, shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    def read_into(self, out: Any) -> bool:
+        """Read the data straight into ``out`` (``param.copy_(self)`` without reading it into memory of its own
+        first) when ``out`` is a contiguous CPU tensor of this dtype and shape; False otherwise."""
+        if not (out.device.type == "cpu" and out.dtype == self.dtype and out.shape == self.shape
+                and out.is_contiguous() and out.layout is sys.modules["torch"].strided):
+            return False
+        dtype, shape, start, end = self._pending.file.entries[self._pending.name]
+        if end > start:
+            flat = out.detach().reshape(-1).view(sys.modules["torch"].uint8).numpy()
+            self._pending.file._blob.readinto(self._pending.file._base + start, memoryview(flat))
+        return True
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        torch = sys.modules["torch"]
+        if (func is torch.Tensor.copy_ and len(args) == 2 and not kwargs and isinstance(args[1], LazyTensor)
+                and not isinstance(args[0], LazyTensor) and args[1].read_into(args[0])):
+            return args[0]
+
+        def real(x: Any) -> Any:
+            if isinstance(x, LazyTensor):
+                return x.read()
+            if isinstance(x, (list, tuple)):
+                return type(x)(real(v) for v in x)
+            return x
+
+        return func(*real(args), **{k: real(v) for k, v in (kwargs or {}).items()})
 
 
 def rng_state() -> dict[str, Any]:

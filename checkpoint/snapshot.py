@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint import layout, serialization
+from checkpoint.blobs import MemoryBlob
 from checkpoint.errors import UnsafeCheckpointError
 
 def is_stateful(x: Any) -> bool:
@@ -138,55 +139,81 @@ class _Encoder:
 
 
 def decode(files: Mapping[str, Any], allow_pickle: bool = False) -> dict[str, Any]:
-    """Files of one checkpoint → the saved dict (stateful objects come back as state dicts).
+    """Files of one checkpoint (bytes, or lists of buffers) → the saved dict (stateful objects come back as state
+    dicts), every tensor read. See :func:`decode_pending`."""
+    return materialize(decode_pending({n: MemoryBlob(_joined(d)) for n, d in files.items()}, allow_pickle))
+
+
+def decode_pending(blobs: Mapping[str, Any], allow_pickle: bool = False) -> dict[str, Any]:
+    """Verified files of one checkpoint (:mod:`checkpoint.blobs`) → the saved dict, each tensor and array a
+    :class:`~checkpoint.serialization.Pending` not read yet (:func:`materialize` reads them). Everything but the
+    tensor data is read and checked here, so a checkpoint that does not decode is known before any is loaded.
 
     Raises:
         UnsafeCheckpointError: the checkpoint holds pickled objects and ``allow_pickle`` is False.
         ValueError: the files do not decode (should not happen once verified).
     """
-    files = {name: _joined(data) for name, data in files.items()}
     try:
-        doc = json.loads(files[layout.STATE])
+        doc = json.loads(_whole(blobs[layout.STATE]))
     except (KeyError, ValueError) as e:
         raise ValueError(f"{layout.STATE} unreadable: {e}") from e
     objects: list[Any] | None = None
-    if layout.OBJECTS in files:
+    if layout.OBJECTS in blobs:
         if not allow_pickle:
             where = ", ".join(_pickled_paths(doc.get("tree", {})))
             raise UnsafeCheckpointError(
                 f"checkpoint holds pickled Python objects (at {where or 'unknown places'}); pass "
                 "allow_pickle=True only if you trust whoever wrote it"
             )
-        objects = [pickle.loads(b) for b in pickle.loads(files[layout.OBJECTS])]
+        objects = [pickle.loads(b) for b in pickle.loads(_whole(blobs[layout.OBJECTS]))]
     arrays = {k: set(v) for k, v in doc.get("arrays", {}).items()}
     out = {}
     for index, (key, value) in enumerate(doc["tree"].items()):
         filename = layout.tensor_file(index, key)
-        data = files.get(filename, b"")
-        tensors = serialization.decode_tensors(data, arrays.get(filename, set())) if data else {}
-        out[key] = _decode(value, tensors, objects)
+        blob = blobs.get(filename)
+        file = serialization.TensorFile(blob, arrays.get(filename, set())) if blob is not None and blob.size else None
+        out[key] = _decode(value, file, objects)
     return out
 
 
-def _decode(obj: Any, tensors: dict[str, Any], objects: list[Any] | None) -> Any:
+def materialize(tree: Any) -> Any:
+    """``tree`` with every :class:`~checkpoint.serialization.Pending` read (a tensor or array in memory of its own)."""
+    if isinstance(tree, serialization.Pending):
+        return tree.read()
+    if isinstance(tree, dict):
+        return {k: materialize(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [materialize(v) for v in tree]
+    if isinstance(tree, tuple):
+        return tuple(materialize(v) for v in tree)
+    return tree
+
+
+def _decode(obj: Any, file: Any, objects: list[Any] | None) -> Any:
     if isinstance(obj, list):
-        return [_decode(v, tensors, objects) for v in obj]
+        return [_decode(v, file, objects) for v in obj]
     if not isinstance(obj, dict):
         return obj
     if len(obj) == 1:
         (tag, value), = obj.items()
         if tag in ("__tensor__", "__ndarray__"):
-            return tensors[value]
+            if file is None:
+                raise KeyError(f"tensor {value!r} is not in the file")
+            return file.pending(value)
         if tag == "__tuple__":
-            return tuple(_decode(v, tensors, objects) for v in value)
+            return tuple(_decode(v, file, objects) for v in value)
         if tag == "__dict__":
-            return {_decode(k, tensors, objects): _decode(v, tensors, objects) for k, v in value}
+            return {_decode(k, file, objects): _decode(v, file, objects) for k, v in value}
         if tag == "__bytes__":
             return base64.b64decode(value)
         if tag == "__pickle__":
             assert objects is not None
             return objects[value]
-    return {k: _decode(v, tensors, objects) for k, v in obj.items()}
+    return {k: _decode(v, file, objects) for k, v in obj.items()}
+
+
+def _whole(blob: Any) -> bytes:
+    return blob.read(0, blob.size)
 
 
 def _pickled_paths(tree: Any, where: str = "") -> list[str]:

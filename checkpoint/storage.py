@@ -14,7 +14,7 @@ Backends are chosen by URL:
   S3-compatible store works. Large objects go up as a multipart upload with several parts
   in flight, each request body reading the caller's buffers in place (boto3's transfer manager
   copied every part into memory first); an object appears only when the upload completes.
-  Downloads use boto3's transfer manager.
+  A restore streams each object with one GET into a local file as it arrives (``download``).
   boto3 rather than s3fs because s3fs's single aiohttp event loop moved checkpoint-sized
   objects at about 0.7× boto3's speed in ``benchmarks/checkpoint.py``. ``storage_options``
   take s3fs's names (``endpoint_url``, ``key``, ``secret``, ``token``, ``client_kwargs``);
@@ -45,6 +45,8 @@ from checkpoint import arguments
 DEFAULT_PART_SIZE = 32 * 2**20
 #: Parts (or files) in flight at once.
 DEFAULT_CONCURRENCY = 8
+#: Block size of a streamed download (restore writes it to a local file as it comes).
+_DOWNLOAD_BLOCK = 2**20
 #: GCS compose accepts at most 32 source objects per call.
 _GCS_MAX_COMPOSE = 32
 
@@ -324,6 +326,7 @@ class FsspecStorage:
             "local": "local",
             "gs": "gcs",
             "gcs": "gcs",
+            "memory": "memory",
         }.get(protocol, "generic")
 
     # -- the port -------------------------------------------------------------------
@@ -353,6 +356,32 @@ class FsspecStorage:
         else:
             call = lambda: self._fs.cat_file(full)  # noqa: E731
         return self._retrying(call)
+
+    def local_path(self, path: str) -> str | None:
+        """The file's own path on this machine (a local store), read in place by restore; else None."""
+        return self._full(path) if self._kind == "local" else None
+
+    @property
+    def streams(self) -> bool:
+        """Whether restore should :meth:`download` files to local disk: not for a local store (read in place,
+        :meth:`local_path`) nor for ``memory://`` (its objects are in this process already)."""
+        return self._kind not in ("local", "memory")
+
+    def download(self, path: str, sink: Any) -> None:
+        """Stream the object into ``sink`` (``write(bytes)``, and ``restart()`` before a retry) in blocks, without
+        holding it whole."""
+        full = self._full(path)
+
+        def fetch() -> None:
+            sink.restart()
+            with self._fs.open(full, "rb", block_size=self._transfer.part_size) as f:
+                while True:
+                    chunk = f.read(_DOWNLOAD_BLOCK)
+                    if not chunk:
+                        return
+                    sink.write(chunk)
+
+        self._retrying(fetch)
 
     def list(self) -> list[str]:
         self._fs.invalidate_cache()
@@ -563,6 +592,25 @@ class S3Storage:
                 body.close()
 
         return self._call(get, path)
+
+    streams = True
+
+    def local_path(self, path: str) -> str | None:
+        return None
+
+    def download(self, path: str, sink: Any) -> None:
+        """Stream the object into ``sink`` (``write(bytes)``, ``restart()`` before each try) in blocks: one GET,
+        read as it arrives, so the object is never held whole (``read`` holds it, and its parts, at once)."""
+        def fetch() -> None:
+            sink.restart()
+            body = self._client.get_object(Bucket=self._bucket, Key=self._key(path))["Body"]
+            try:
+                for chunk in body.iter_chunks(_DOWNLOAD_BLOCK):
+                    sink.write(chunk)
+            finally:
+                body.close()
+
+        self._call(fetch, path)
 
     def list(self) -> list[str]:
         prefix = f"{self._prefix}/" if self._prefix else ""
