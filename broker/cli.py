@@ -932,7 +932,8 @@ def cmd_budget(args) -> int:
     then = {"stopped_budget": f"; stopped at its budget: `broker resume {job['id']}` continues it from its last checkpoint",
             "stopping": f"; its stop at the old budget was under way: once it is stopped_budget, `broker resume "
                         f"{job['id']}` continues it from its last checkpoint"}.get(job["state"], "")
-    _done(args, job, f"{job['id']}: budget {job['budget']['usd']} (spent {job['spent']['usd']}){then}")
+    spent, budget = _spent_of(job)
+    _done(args, job, f"{job['id']}: budget {budget} (spent {spent}){then}")
     return 0
 
 

@@ -640,7 +640,7 @@ def unsent_refusal(exc: NotSent, config: Mapping[str, Any]) -> LaunchError:
     if isinstance(exc, Refused):
         return http_refusal(exc.status, exc.heard, mismatch=exc.mismatch)
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    refused = api_refusal(cause, "its health check")  # the check SkyPilot's SDK makes before it sends anything
+    refused = api_refusal(cause, "a request made before the launch was sent")  # health check, /validate, upload check
     if refused is not None:
         return refused
     upload = _UPLOAD_REFUSED.search(_one_line(cause, limit=2000)) if isinstance(cause, RuntimeError) else None
@@ -1013,8 +1013,11 @@ class SkyPilotLauncher:
             try:
                 adopted = self._adopt_sent(name, state)
             except Exception as exc:
-                if state.get("sent_at") is not None:
-                    raise  # a launch of it may be in flight: followed (status), never ended from here to be sent anew
+                if state.get("sent_at") is not None or state.get("cluster") is not None:
+                    # a launch of it may be in flight (no id came back, or the broker died inside the launch call after
+                    # saving its intent): followed, tried again on this attempt's cluster name, never ended from here
+                    # to be placed anew under another name beside a request that may still run
+                    raise
                 # nothing of this attempt was sent: refused with why, the job waits with the launch backoff. Raised
                 # as SkyPilot's own error, the attempt stayed launching, billed, with no reason, while nothing ran
                 raise api_refusal(exc, "the listing of the attempt's cluster") or LaunchError(

@@ -27,6 +27,15 @@ async def _app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+@pytest.fixture(autouse=True)
+def _asyncio_policy():
+    """asyncio's default loop policy for the test: another test in this process may have installed uvloop's."""
+    policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(None)
+    yield
+    asyncio.set_event_loop_policy(policy)
+
+
 def _nodelay_of_served_connection(host: str, http: str) -> int:
     listener = _listen(host, 0)
     port = listener.getsockname()[1]
@@ -42,6 +51,8 @@ def _nodelay_of_served_connection(host: str, http: str) -> int:
         with httpx.Client(base_url=f"http://{url_host}:{port}", timeout=10) as client:
             assert client.get("/").text == "ok"
             (connection,) = server.server_state.connections  # the client keeps its connection alive
+            # asyncio's own transport, not uvloop's (which sets TCP_NODELAY whatever the proto says)
+            assert type(connection.transport).__module__.startswith("asyncio."), type(connection.transport)
             sock = connection.transport.get_extra_info("socket")
             return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
@@ -51,7 +62,6 @@ def _nodelay_of_served_connection(host: str, http: str) -> int:
 
 @pytest.mark.parametrize("http", ["h11", "httptools"], ids=["uvicorn's h11 parser", "uvicorn's httptools parser"])
 def test_a_connection_to_broker_serve_on_the_plain_asyncio_loop_has_nagle_off(http):
-    assert asyncio.get_event_loop_policy().__class__.__module__.startswith("asyncio")
     assert _nodelay_of_served_connection("127.0.0.1", http) != 0
 
 

@@ -223,3 +223,22 @@ def test_a_launch_that_may_have_been_sent_is_not_refused_when_the_api_server_the
     except Exception:  # SkyPilot's own error, as before: the engine logs it and follows the attempt
         pass
     assert len(refusing.answered) == 1 and "sent_at" in state_of(launcher), "no longer awaited"
+
+
+def test_a_launch_whose_intent_was_saved_is_not_refused_when_the_api_server_then_refuses(
+        refusing, launcher):  # noqa: F811
+    """The broker died inside SkyPilot's launch call, after saving its intent and before any answer: the launch may
+    be on the API server, unseen until the listing works. Refused, its job would be placed again under a new
+    cluster name beside a request that may still run; it stays this attempt's, tried again on the same name."""
+    name = launcher.cluster(AID)
+    launcher._save(AID, {"cluster": name, "spot": False, "pod": False, "phase": None, "stop_at": None,
+                         "grace_seconds": 30})
+    refusing.refusing = REVOKED
+    clear_server_caches()
+    try:
+        launcher.launch(request(TASK, ONDEMAND_CPU, attempt_id=AID))
+    except LaunchError:
+        pytest.fail("a launch that may have been sent before the broker died was refused, to be placed anew")
+    except Exception:  # SkyPilot's own error, as before: the engine logs it and tries this attempt again
+        pass
+    assert state_of(launcher).get("cluster") == name and not refusing.launches
