@@ -19,7 +19,8 @@ import time
 
 import pytest
 from skyports import clear_server_caches
-from test_skypilot_launch_refused import TOO_OLD, ScriptedRoutes, as_json, scripted, state_of  # noqa: F401
+from test_skypilot_launch_refused import (TOO_OLD, ScriptedRoutes, _closed, _engine, as_json, scripted,  # noqa: F401
+                                       state_of)
 from test_skypilot_local_failures import TASK, launcher, remote  # noqa: F401 (fixtures)
 from test_skypilot_task import ONDEMAND_CPU, request
 
@@ -78,30 +79,6 @@ def accepts(server) -> None:
     """The server accepts again; SkyPilot's 5 s cache of its last health answer is taken as expired."""
     server.refusing = None
     clear_server_caches()
-
-
-def _engine(tmp_path, clock):
-    """A broker (SQLite store, the SkyPilot launcher on the SDK) on ``clock``: ``(service, engine, store)``."""
-    from broker.config import load_settings
-    from broker.engine.reconcile import Engine
-    from broker.service import BrokerService
-    from broker.store import open_store
-    from launchers.local import LocalLauncher
-    from launchers.router import RoutingLauncher
-    from launchers.skypilot import SdkClient, SkyPilotLauncher
-
-    settings = load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_LAUNCHER": "skypilot",
-                              "BROKER_ADMIN_TOKEN": "t"})
-    launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs"),
-                               SkyPilotLauncher(settings.data_dir / "skypilot", client=SdkClient()))
-    store = open_store(f"sqlite://{tmp_path / 'r.db'}")
-    return BrokerService(settings, store, launcher), Engine(settings, store, launcher, clock=clock), store
-
-
-def _closed(engine, store) -> None:
-    if engine._housekeeping is not None:  # the tick's workdir sweep, beside it: done before the store closes
-        engine._housekeeping.result(timeout=30)
-    store.close()
 
 
 def _posts(server, path: str) -> int:

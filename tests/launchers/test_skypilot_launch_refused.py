@@ -201,9 +201,9 @@ def test_an_upload_of_the_tasks_files_answered_413_fails_the_job_naming_the_work
     assert "POST /launch" not in scripted.calls[scripted.calls.index("POST /upload_v2"):]
 
 
-def _engine(tmp_path):
+def _engine(tmp_path, clock=time.time):
     """A broker (SQLite store, the SkyPilot launcher on the SDK) as test_skypilot_local_failures' engine test makes
-    it: ``(service, engine, store)``."""
+    it, on ``clock``: ``(service, engine, store)``."""
     from broker.config import load_settings
     from broker.engine.reconcile import Engine
     from broker.service import BrokerService
@@ -217,7 +217,7 @@ def _engine(tmp_path):
     launcher = RoutingLauncher(LocalLauncher(settings.data_dir / "runs"),
                                SkyPilotLauncher(settings.data_dir / "skypilot", client=SdkClient()))
     store = open_store(f"sqlite://{tmp_path / 'r.db'}")
-    return BrokerService(settings, store, launcher), Engine(settings, store, launcher), store
+    return BrokerService(settings, store, launcher), Engine(settings, store, launcher, clock=clock), store
 
 
 def _closed(engine, store) -> None:
