@@ -19,8 +19,8 @@ import time
 
 import pytest
 from skyports import clear_server_caches
-from test_skypilot_launch_refused import (TOO_OLD, ScriptedRoutes, _closed, _engine, as_json, scripted,  # noqa: F401
-                                       state_of)
+from test_skypilot_launch_refused import (TOO_OLD, ScriptedRoutes, _closed, _engine, _submitted_and_ticked,  # noqa: F401
+                                       as_json, scripted, state_of)
 from test_skypilot_local_failures import TASK, launcher, remote  # noqa: F401 (fixtures)
 from test_skypilot_task import ONDEMAND_CPU, request
 
@@ -91,31 +91,27 @@ def _posts(server, path: str) -> int:
 ])
 def test_the_engine_backs_off_a_job_the_api_server_refuses_before_its_launch_and_launches_it_once_it_accepts(
         refusing, tmp_path, answer, sentence):
-    from broker.auth import Principal
     from broker.lifecycle import AttemptState, JobState
 
     now = [time.time()]
     refusing.refusing = answer
     service, engine, store = _engine(tmp_path, lambda: now[0])
     try:
-        job, _ = service.submit(Principal("admin", None, admin=True), {"run": "true", "broker": {"budget_usd": 5}})
-        for _ in range(3):
-            engine.tick()
-        waiting = store.get_job(job.id)
+        waiting = _submitted_and_ticked(service, engine, store)
         assert waiting.state is JobState.QUEUED, (waiting.state, waiting.reason)
         assert waiting.reason.startswith(f"launch failed: {sentence}; tries again at "), waiting.reason
         assert waiting.launch_failures == 1 and waiting.launch_retry_at is not None
-        refused = store.attempts(job.id)
+        refused = store.attempts(waiting.id)
         assert [a.state for a in refused] == [AttemptState.FAILED], "left launching (and billed) while nothing ran"
         assert _posts(refusing, "/launch") == 0 and refusing.launches == []
 
         accepts(refusing)
         now[0] = waiting.launch_retry_at + 1
         engine.tick()
-        launched = store.get_job(job.id)
+        launched = store.get_job(waiting.id)
         assert launched.state is JobState.LAUNCHING, (launched.state, launched.reason)
         assert launched.attempts == 2 and len(refusing.launches) == 1
-        assert refusing.launches[0]["cluster_name"] == "broker-" + f"{job.id}-a2"
+        assert refusing.launches[0]["cluster_name"] == "broker-" + f"{waiting.id}-a2"
     finally:
         _closed(engine, store)
 

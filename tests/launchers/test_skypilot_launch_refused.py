@@ -220,6 +220,16 @@ def _engine(tmp_path, clock=time.time):
     return BrokerService(settings, store, launcher), Engine(settings, store, launcher, clock=clock), store
 
 
+def _submitted_and_ticked(service, engine, store):
+    """A job the admin submits (``run: true``, $5), read back after three engine ticks."""
+    from broker.auth import Principal
+
+    job, _ = service.submit(Principal("admin", None, admin=True), {"run": "true", "broker": {"budget_usd": 5}})
+    for _ in range(3):
+        engine.tick()
+    return store.get_job(job.id)
+
+
 def _closed(engine, store) -> None:
     if engine._housekeeping is not None:  # the tick's workdir sweep, beside it: done before the store closes
         engine._housekeeping.result(timeout=30)
@@ -228,16 +238,12 @@ def _closed(engine, store) -> None:
 
 def test_the_engine_fails_a_job_whose_launch_is_answered_413_instead_of_launching_it_every_two_minutes(
         scripted, tmp_path):
-    from broker.auth import Principal
     from broker.lifecycle import JobState
 
     scripted.launch = (413, html(NGINX_413))
     service, engine, store = _engine(tmp_path)
     try:
-        job, _ = service.submit(Principal("admin", None, admin=True), {"run": "true", "broker": {"budget_usd": 5}})
-        for _ in range(3):
-            engine.tick()
-        ended = store.get_job(job.id)
+        ended = _submitted_and_ticked(service, engine, store)
         assert ended.state is JobState.FAILED, (ended.state, ended.reason)
         assert "refused the launch request as too large (HTTP 413 Request Entity Too Large): raise the proxy's body " \
                "limit (nginx: client_max_body_size)" in ended.reason
@@ -247,16 +253,12 @@ def test_the_engine_fails_a_job_whose_launch_is_answered_413_instead_of_launchin
 
 
 def test_the_engine_backs_off_a_job_whose_launch_is_answered_401_saying_why(scripted, tmp_path):
-    from broker.auth import Principal
     from broker.lifecycle import JobState
 
     scripted.launch = (401, as_json({"detail": "Invalid or expired service account token"}))
     service, engine, store = _engine(tmp_path)
     try:
-        job, _ = service.submit(Principal("admin", None, admin=True), {"run": "true", "broker": {"budget_usd": 5}})
-        for _ in range(3):
-            engine.tick()
-        waiting = store.get_job(job.id)
+        waiting = _submitted_and_ticked(service, engine, store)
         assert waiting.state is JobState.QUEUED, (waiting.state, waiting.reason)
         assert waiting.reason.startswith("launch failed: SkyPilot's API server refused the broker's credentials (HTTP "
                                          "401 Unauthorized: Invalid or expired service account token)")
