@@ -126,6 +126,10 @@ class AttemptStatus:
     # False for an end its zone did not cause, or not known to: the engine then keeps the zone open to the job
     # (a preempted or lost spot attempt otherwise closes its zone to the job for a cooldown)
     zone_to_blame: bool = True
+    # True when the launcher could not look at the attempt this time (its API server refused or did not answer):
+    # ``phase`` is then the last one seen, and ``reason`` says why it could not look. The engine shows that on the
+    # job's reason while it lasts, so a running job whose launcher cannot see it does not read as fine
+    unseen: bool = False
 
 
 @dataclass(frozen=True)

@@ -673,6 +673,11 @@ def unsent_refusal(exc: NotSent, config: Mapping[str, Any]) -> LaunchError:
     return LaunchError(refusal(cause, config), permanent=never_satisfiable(cause))
 
 
+LISTING = "the listing of the attempt's cluster"
+SWEEP_LISTING = "the listing of the broker's clusters"
+"""The requests :meth:`SkyPilotLauncher._unreachable` names when the API server does not answer them."""
+
+
 def api_refusal(exc: BaseException, what: str) -> LaunchError | None:
     """What the launcher says when SkyPilot's API server, or a proxy in front of it, refused or could not answer a
     request a launch waits on (``what`` names it: the SDK's health check, the listing of the attempt's cluster), read
@@ -966,7 +971,7 @@ class SkyPilotLauncher:
         self._unknown_jobs: set[str] = set()  # job states logged as unknown (once each)
         self._logs_fetched: dict[str, float] = {}  # attempt → when logs() last fetched its output (monotonic)
         self._swept_after = ""  # where the last sweep of state files stopped (next_round)
-        self._unanswered: str | None = None  # why SkyPilot last failed to answer status (logged once a cause)
+        self._unanswered: dict[str, str] = {}  # why SkyPilot last failed to answer each kind of call (logged once a cause)
         self.domain = sky_domain(os.environ, self.state_dir, prefix)
 
     def cluster(self, attempt_id: str) -> str:
@@ -1020,7 +1025,7 @@ class SkyPilotLauncher:
                     raise
                 # nothing of this attempt was sent: refused with why, the job waits with the launch backoff. Raised
                 # as SkyPilot's own error, the attempt stayed launching, billed, with no reason, while nothing ran
-                raise api_refusal(exc, "the listing of the attempt's cluster") or LaunchError(
+                raise api_refusal(exc, LISTING) or LaunchError(
                     f"SkyPilot could not tell whether this attempt was launched before ({type(exc).__name__}: "
                     f"{_one_line(exc)}): "
                     f"tried again later") from None
@@ -1174,15 +1179,10 @@ class SkyPilotLauncher:
                                                                    "waiting for the request to show on SkyPilot's API server")
                 obs = self.observe(attempt_id, state, found)  # one listing of the cluster for both
             except Exception as exc:  # API server down or refusing, network: report what was known, never gone
-                refused = api_refusal(exc, "the listing of the attempt's cluster")
-                said = str(refused) if refused is not None else f"SkyPilot unreachable: {_one_line(exc)}"
-                if said != self._unanswered:
-                    log.warning("%s (attempts keep their last phase until it answers)", said)
-                    self._unanswered = said
-                return AttemptStatus(previous or Phase.PENDING, reason=said)
-            if self._unanswered is not None:
+                said = self._unreachable(exc, LISTING)
+                return AttemptStatus(previous or Phase.PENDING, reason=said, unseen=True)
+            if self._unanswered.pop(LISTING, None) is not None:
                 log.info("SkyPilot's API server answers the launcher again")
-                self._unanswered = None
             if obs.job is not None and obs.job not in KNOWN_JOBS and obs.job not in self._unknown_jobs:
                 self._unknown_jobs.add(obs.job)
                 log.warning("SkyPilot gave a job status the launcher does not know, %r (cluster %s): the attempt "
@@ -1227,6 +1227,16 @@ class SkyPilotLauncher:
                 state["zone_to_blame"] = False
             return result
 
+    def _unreachable(self, exc: BaseException, what: str) -> str:
+        """Why SkyPilot's API server did not answer ``what`` (refused it, or could not be reached), as a sentence;
+        logged once per new cause, not at every tick while it lasts."""
+        refused = api_refusal(exc, what)
+        said = str(refused) if refused is not None else f"SkyPilot unreachable: {_one_line(exc)}"
+        if said != self._unanswered.get(what):
+            log.warning("%s (attempts keep their last phase, and clusters are torn down, once it answers)", said)
+            self._unanswered[what] = said
+        return said
+
     # -- stop -----------------------------------------------------------------------------------
 
     def stop(self, attempt_id: str, *, grace_seconds: float, reason: str = "stopped") -> None:
@@ -1239,8 +1249,15 @@ class SkyPilotLauncher:
         used; jobs rely on their periodic checkpoints.
         """
         with self._locked(attempt_id) as state:
-            if not state and not self.client.clusters([self.cluster(attempt_id)]):
-                return
+            if not state:  # no file of this attempt: a cluster SkyPilot has under its name is still torn down
+                try:
+                    if not self.client.clusters([self.cluster(attempt_id)]):
+                        return
+                except Exception as exc:  # API server down or refusing: the stop is kept, and status() or the
+                    # sweep tears the cluster down once it answers (a stopped attempt's cluster that outlived it)
+                    self._unreachable(exc, LISTING)
+                    state["stop_reason"] = reason
+                    return
             state.setdefault("stop_reason", reason)
             if not state.get("down"):
                 self._cancel_launch(attempt_id, state)
@@ -1273,7 +1290,12 @@ class SkyPilotLauncher:
         ``known_attempt_ids`` may be a function reading them: it is called after the clusters are listed, so a
         cluster another broker launched while the sweep ran is kept (its attempt is recorded before its launch,
         so a read after the listing sees it; a read before it did not, and the sweep tore the new cluster down)."""
-        listed = [c.name for c in self.client.clusters() if is_own_cluster(c.name, self.prefix)]
+        try:
+            listed = [c.name for c in self.client.clusters() if is_own_cluster(c.name, self.prefix)]
+        except Exception as exc:  # API server down or refusing: swept on a later round, once it answers
+            self._unreachable(exc, SWEEP_LISTING)
+            return []
+        self._unanswered.pop(SWEEP_LISTING, None)
         known = known_attempt_ids() if callable(known_attempt_ids) else known_attempt_ids
         keep = {self.cluster(a) for a in known}
         stale = sorted(name for name in listed if name not in keep)

@@ -55,6 +55,18 @@ def describe_end(status: AttemptStatus) -> str:
     return status.phase.value
 
 
+UNSEEN = " — the broker cannot see it now: "
+"""Joins a live job's reason and why its launcher could not look at its attempt (:attr:`AttemptStatus.unseen`)."""
+
+
+def unseen_reason(reason: str, status: AttemptStatus) -> str | None:
+    """A live job's reason for ``status``, when it changes: while its launcher cannot look at the attempt, the reason
+    it had, then why (the phase shown is the last one seen); once it can again, the reason it had. None: unchanged."""
+    had = reason.split(UNSEEN, 1)[0]
+    want = had + UNSEEN + status.reason if status.unseen else had
+    return want if want != reason else None
+
+
 def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated: bool = False) -> Outcome:
     """The job event an attempt status calls for, given the job's state and retry settings.
     ``limit_outdated``: a launcher's own budget stop came at a limit the budget has outgrown since."""

@@ -293,12 +293,16 @@ class Engine:
 
     def _commit(self, job: Job, event: JobEvent | None, reason: str, now: float, *,
                 records: tuple[Attempt, ...] = (), data: dict | None = None, notes: tuple[Event, ...] = (),
-                then: tuple[JobEvent, str] | None = None, placements: int | None = None, **fields) -> Job:
+                then: tuple[JobEvent, str] | None = None, placements: int | None = None,
+                reason_shown: str | None = None, **fields) -> Job:
         """One change of the job, its attempts and events, committed together. ``then``: a second event (and its
         reason) that follows ``event`` in the same change. ``placements``: for a placement, the count of
-        placements read before the snapshot it was decided on (:attr:`Change.expected_placements`)."""
+        placements read before the snapshot it was decided on (:attr:`Change.expected_placements`).
+        ``reason_shown``: the job's reason, changed without an event of its own (an event's reason wins)."""
         events = list(notes)
         new = replace(job, updated_at=now, **fields)
+        if reason_shown is not None:
+            new = replace(new, reason=reason_shown)
         if event is not None:
             t = apply(job.state, event)
             new = replace(new, state=t.to_state, reason=reason)
@@ -647,6 +651,12 @@ class Engine:
                                         {"spent": job.spent, "budget": job.budget, "by": "launcher",
                                          "beyond_budget": over}))
         outcome = monitor.decide(job, attempt, status, limit_outdated=limit_outdated)
+        unseen = monitor.unseen_reason(job.reason, status) if outcome.event is None and job.state in (
+            JobState.RUNNING, JobState.LAUNCHING) else None
+        if unseen is not None:  # its launcher cannot look at it (or can again): the job's reason says so while it lasts
+            fields["reason_shown"] = unseen
+            notes.append(self._note(job, "attempt_unseen", status.reason, now) if status.unseen else
+                         self._note(job, "attempt_seen", "its launcher can look at the attempt again", now))
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
             fields["running_since"] = attempt.started_at

@@ -24,6 +24,7 @@ from test_skypilot_launch_refused import (TOO_OLD, ScriptedRoutes, _closed, _eng
 from test_skypilot_local_failures import TASK, launcher, remote  # noqa: F401 (fixtures)
 from test_skypilot_task import ONDEMAND_CPU, request
 
+from broker.engine.monitor import UNSEEN
 from launchers.base import LaunchError, Phase
 
 AID = "j-0123456789-a2"
@@ -144,18 +145,25 @@ def test_the_engine_keeps_a_launch_in_flight_while_the_api_server_refuses_and_ne
         job, _ = service.submit(Principal("admin", None, admin=True), {"run": "true", "broker": {"budget_usd": 5}})
         engine.tick()
         assert store.get_job(job.id).state is JobState.LAUNCHING and len(refusing.launches) == 1
+        before = store.get_job(job.id).reason
         for answer in (REVOKED, MISMATCH):
             refusing.refusing = answer
             clear_server_caches()
             for _ in range(3):
                 now[0] += 200  # past the wait for a launch that may show up: a gone attempt would be launched again
                 engine.tick()
+            refused = store.get_job(job.id)
+            assert refused.reason.endswith(UNSEEN + (TOKEN_SENTENCE if answer is REVOKED else MISMATCH_SENTENCE)), \
+                "the job read as launching fine while the broker could not see its attempt"
         accepts(refusing)
         for _ in range(2):
             now[0] += 200
             engine.tick()
         held = store.get_job(job.id)
         assert held.state is JobState.LAUNCHING and held.attempts == 1, (held.state, held.reason)
+        assert UNSEEN not in held.reason and held.reason == before
+        assert [e.event for e in store.events(job.id) if e.event in ("attempt_unseen", "attempt_seen")] == \
+            ["attempt_unseen", "attempt_unseen", "attempt_seen"]
         assert [a.state for a in store.attempts(job.id)] == [AttemptState.LAUNCHING]
         assert len(refusing.launches) == 1
     finally:
@@ -215,3 +223,27 @@ def test_a_launch_whose_intent_was_saved_is_not_refused_when_the_api_server_then
     except Exception:  # SkyPilot's own error, as before: the engine logs it and tries this attempt again
         pass
     assert state_of(launcher).get("cluster") == name and not refusing.launches
+
+
+def test_a_stop_and_a_sweep_while_the_api_server_refuses_say_why_in_one_line_and_the_stop_is_kept(
+        refusing, launcher, caplog):  # noqa: F811
+    """An attempt with no file of the launcher's (the broker died before it saved one, or the state directory was
+    lost) is stopped by the name of its cluster, which needs a listing; so does the sweep. With the API server
+    refusing, SkyPilot's own error escaped both, and the engine logged a traceback at every tick and sweep. Now
+    each says why once, the stop is kept for when the server answers, and nothing is launched."""
+    import logging
+
+    refusing.refusing = REVOKED
+    clear_server_caches()
+    with caplog.at_level(logging.WARNING, logger="launchers.skypilot"):
+        for _ in range(2):
+            launcher.stop(AID, grace_seconds=0, reason="cancelled")
+            assert launcher.sweep(lambda: []) == []
+    assert state_of(launcher).get("stop_reason") == "cancelled", "the stop was forgotten"
+    said = [r.getMessage() for r in caplog.records if r.name == "launchers.skypilot"]
+    assert len(said) == 2, said  # one line for the attempt's listing, one for the sweep's: not one per call
+    assert said[0].startswith(TOKEN_SENTENCE) and said[1].startswith(TOKEN_SENTENCE)
+
+    accepts(refusing)
+    assert launcher.sweep(lambda: []) == [] and launcher.status(AID).phase is Phase.STOPPED  # no cluster was left
+    assert refusing.launches == []
