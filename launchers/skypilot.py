@@ -1233,7 +1233,7 @@ class SkyPilotLauncher:
         refused = api_refusal(exc, what)
         said = str(refused) if refused is not None else f"SkyPilot unreachable: {_one_line(exc)}"
         if said != self._unanswered.get(what):
-            log.warning("%s (attempts keep their last phase, and clusters are torn down, once it answers)", said)
+            log.warning("%s (attempts keep their last phase until it answers; stopped ones' clusters are torn down then)", said)
             self._unanswered[what] = said
         return said
 
