@@ -821,7 +821,10 @@ def _span(seconds: float) -> str:
 def _utc_minute(seconds: float) -> str:
     """``2026-12-01T18:00Z``: a refused deadline and the time now side by side, so a slip of a timezone or a
     year shows at a glance (a minute's precision: the seconds would only hide the difference)."""
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    except (ValueError, OverflowError, OSError):  # 0001-01-01T00:00+01:00 is in year 0, which datetime does not have
+        return "before 0001-01-01T00:00Z" if seconds < 0 else "after 9999-12-31T23:59Z"
 
 
 def _with_zone(moment: datetime, where: str, strict: bool) -> datetime:

@@ -159,9 +159,15 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     async def _unexpected(request: Request, exc: Exception):
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         if request.method in ("GET", "HEAD"):
-            return _error(500, "the broker hit an unexpected error; it is logged. Nothing was changed: retry the request.")
-        return _error(500, "the broker hit an unexpected error; it is logged. The change may or may not have been made: "
-                           "check before retrying (a submit retried with the same Idempotency-Key is safe).")
+            answer = _error(500, "the broker hit an unexpected error; it is logged. Nothing was changed: retry the "
+                                 "request.")
+        else:
+            answer = _error(500, "the broker hit an unexpected error; it is logged. The change may or may not have been "
+                                 "made: check before retrying (a submit retried with the same Idempotency-Key is safe).")
+        # Starlette raises the error again once this answer is sent, and the server then drops the connection: a
+        # client that kept it alive met "connection reset" on its next request. Said here, it opens a new one
+        answer.headers["Connection"] = "close"
+        return answer
 
     @app.middleware("http")
     async def _body_limit(request: Request, call_next):

@@ -293,6 +293,8 @@ def test_a_stored_job_whose_job_recovery_the_retry_check_refuses_is_still_read_b
 @pytest.mark.parametrize("deadline, said", [
     pytest.param("2025-09-21T10:00Z", "2025-09-21T10:00Z", id="a deadline a year back names itself"),
     pytest.param("2026-09-21T16:00+09:00", "2026-09-21T07:00Z", id="a deadline whose offset puts it back says it in UTC"),
+    # year 0 in UTC, which Python's datetime has not: saying when it was raised, and the submit was a 500
+    pytest.param("0001-01-01T00:00+01:00", "before 0001-01-01T00:00Z", id="a deadline before year 1 in UTC says so"),
 ])
 def test_a_deadline_in_the_past_says_when_it_is_and_when_now_is(deadline, said):
     """A new user's past deadline (a slip of the year or the timezone) was refused only as 'is in the past'."""
