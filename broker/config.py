@@ -25,10 +25,14 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from broker.sealing import OLD_SETTING, SETTING, KeyInvalid, parse_key
-from broker.spec import unknown_key_hint
+from broker.spec import SpecError, unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.catalog import PRICED_CLOUDS
 from pricing.money import DecimalComma, Micros, MoneyError, typed_to_micros
+
+
+MAX_CONFIG_BYTES = 10_000_000
+"""What a config file's aliases may expand to."""
 
 
 class ConfigError(ValueError):
@@ -174,10 +178,16 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
     path = Path(config_path or env.get("BROKER_CONFIG") or data_dir / "config.yaml").expanduser()
     raw: dict[str, Any] = {}
     if path.exists():
+        from broker.task_text import load_yaml, yaml_error  # (task_text imports spec, as this module does)
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
+            # the tasks' own reader: a key given twice (two `teams:` blocks, the second silently replacing the
+            # first), `1:30` read as base 60 and the like are refused naming the line, not read as something else
+            raw = load_yaml(path.read_text(), max_bytes=MAX_CONFIG_BYTES) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+            raise ConfigError(f"{path}: {yaml_error(exc)}") from None
+        except SpecError as exc:
+            raise ConfigError(f"{path}: {exc.field.removeprefix('body').lstrip('.') or 'the file'}: {exc.reason}") \
+                from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: must be a mapping")
         for key in sorted(map(str, raw)):

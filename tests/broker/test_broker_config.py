@@ -17,6 +17,23 @@ def test_a_setting_unlike_any_lists_them_all(make_settings):
         make_settings(config="bogus_key: 1\n")
 
 
+@pytest.mark.parametrize("config, said", [
+    pytest.param("teams: {a: {tokens: [x]}}\ntick_seconds: 1\nteams: {b: {tokens: [y]}}\n",
+                 r"config.yaml: teams: is given twice in the same mapping \(line 3\): give it once$",
+                 id="a setting given twice is refused naming its line, not the last one kept"),
+    pytest.param("pools: [{name: p, slots: 1, price_per_slot_hour: '0.1', price_per_slot_hour: '0'}]\n",
+                 r"config.yaml: pools\[0\].price_per_slot_hour: is given twice in the same mapping \(line 1\)",
+                 id="a key given twice inside a pool names the pool"),
+    pytest.param("pools: [\n  - x\n", r"config.yaml: is not valid YAML at line 2, column 3: ",
+                 id="broken YAML names the line in the file, not <unicode string>"),
+])
+def test_a_config_file_is_read_as_strictly_as_a_task(make_settings, config, said):
+    """The config was read with yaml.safe_load: a second `teams:` block replaced the first without a word (its
+    teams' tokens stopped working), and a YAML error pointed at "<unicode string>"."""
+    with pytest.raises(ConfigError, match=said):
+        make_settings(config=config)
+
+
 def test_every_known_setting_is_accepted(make_settings, tmp_path):
     values = {"data_dir": str(tmp_path / "d"), "store_url": f"sqlite://{tmp_path / 'x.db'}",
               "pools": [{"name": "p", "slots": 1, "price_per_slot_hour": "0.10"}], "teams": {},
