@@ -37,7 +37,9 @@ class Replays:
     """The ``trigger_id`` of each command and button press taken in the last ``keep`` seconds, so that Slack's
     retry of one (or any replay of its signed body, which the signature check admits for 5 minutes) is not
     acted on again. In memory, per process: a submit is also keyed by its ``trigger_id`` in the store (the
-    service's idempotency key), so it is made once whichever broker process a retry reaches."""
+    service's idempotency key), so it is made once whichever broker process a retry reaches. Only what changes
+    things is kept (:data:`READ_ONLY` commands answer every time), and one that was refused or failed (an error,
+    the store down) is taken back (:meth:`forget`): its retry runs, where it was answered "already taken"."""
 
     def __init__(self, keep: float = 600.0, clock: Callable[[], float] = time.monotonic):
         self.keep, self.clock = keep, clock
@@ -58,6 +60,14 @@ class Replays:
             self._seen[trigger_id] = now
             return True
 
+    def forget(self, trigger_id: str) -> None:
+        """Take ``trigger_id`` back: what it asked was refused or failed with nothing done, so a retry runs."""
+        with self._lock:
+            self._seen.pop(trigger_id, None)
+
+
+READ_ONLY = frozenset({"help", "status", "queue", "costs", "logs"})
+"""Commands that change nothing: Slack's retry of one is answered again, as the first was (or would have been)."""
 
 RETRIED = ":repeat: Slack sent this command again (it retries when an answer is slow): it was already taken, so " \
           "it is not run twice. See where things stand with `{command} status`."
@@ -140,15 +150,24 @@ def router(service, settings: Settings) -> APIRouter:
         except CommandError as exc:
             return JSONResponse(error(str(exc)).payload())
         trigger = form.get("trigger_id") or None
-        # a submit taken again answers "Already submitted" (the store keeps its trigger_id as the idempotency key)
-        if trigger and not replays.first(trigger) and cmd.name != "submit":
+        # a submit taken again answers "Already submitted" (the store keeps its trigger_id as the idempotency key);
+        # a command that changes nothing answers again
+        kept = trigger if trigger and cmd.name != "submit" and cmd.name not in READ_ONLY else None
+        if kept and not replays.first(kept):
             return JSONResponse(Reply(RETRIED.format(command=cfg.command)).payload())
-        outcome = await run_in_threadpool(dispatcher.command, cmd, who, trigger_id=trigger)
+        try:
+            outcome = await run_in_threadpool(dispatcher.command, cmd, who, trigger_id=trigger)
+        except BaseException:  # the store down (a 503), a bug (a 500): Slack's retry of it runs
+            if kept:
+                replays.forget(kept)
+            raise
         if isinstance(outcome, Deferred):
             url = form.get("response_url")
             if url:
                 background.add_task(lambda: respond_later(url, outcome.work()))
             return JSONResponse(outcome.ack.payload())
+        if kept and outcome.refused:
+            replays.forget(kept)
         return JSONResponse(outcome.payload())
 
     @r.post("/slack/interactions", include_in_schema=False)
@@ -173,8 +192,13 @@ def router(service, settings: Settings) -> APIRouter:
         if who is None:
             reply = error(f"Your Slack user `{user_id}` is not mapped to a team; nothing was changed.")
         else:
-            reply = await run_in_threadpool(dispatcher.action, str(action.get("action_id")),
-                                            str(action.get("value", "")), who)
+            try:
+                reply = await run_in_threadpool(dispatcher.action, str(action.get("action_id")),
+                                                str(action.get("value", "")), who)
+            except BaseException:  # nothing answered: Slack's retry of the press runs
+                if isinstance(trigger, str) and trigger:
+                    replays.forget(trigger)
+                raise
         if url:
             background.add_task(respond_later, url, reply)
         return Response(status_code=200)

@@ -33,11 +33,13 @@ STATE_EMOJI = {
 
 @dataclass(frozen=True)
 class Reply:
-    """A Slack message: fallback text, blocks, and whether the whole channel sees it."""
+    """A Slack message: fallback text, blocks, and whether the whole channel sees it. ``refused``: the answer to a
+    request that was refused and changed nothing (not sent to Slack), so a retry of it may run again."""
 
     text: str
     blocks: list[dict] = field(default_factory=list)
     in_channel: bool = False
+    refused: bool = False
 
     def payload(self) -> dict:
         body: dict = {"response_type": "in_channel" if self.in_channel else "ephemeral", "text": self.text}
@@ -100,7 +102,7 @@ def actions(buttons: Sequence[dict]) -> dict:
 
 def error(text: str) -> Reply:
     """A refusal. ``text`` is plain (it may quote what the user typed or a job's reason): escaped here."""
-    return Reply(f":warning: {esc(text)}", [section(f":warning: {esc(text)}")])
+    return Reply(f":warning: {esc(text)}", [section(f":warning: {esc(text)}")], refused=True)
 
 
 def help_reply(command: str) -> Reply:

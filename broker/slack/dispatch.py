@@ -36,9 +36,18 @@ ACTIVE = [s for s in JobState if s not in FINAL_STATES]
 ENDED = list(FINAL_STATES)
 ALL_JOBS = 100_000
 """Read them all (as the service's queue does): a count of what a capped list returned was the cap."""
+RECENT = 5
+"""How many ended jobs ``status`` lists: those that ended last."""
+RECENT_DAYS = (1, 7, 30)
+"""How far back ``status`` reads jobs by their end, widening until :data:`RECENT` are found."""
+RECENT_OLDER = 200
+"""Where fewer ended in the last month: how many of the ended jobs submitted last are read besides."""
 
 NOT_RESUMED = re.compile(r"^not resumed:\s*", re.I)
 """How the service begins some refusals of a resume; the Slack reply says "Not resumed:" once."""
+
+JOB_ID_FIRST = re.compile(r"^j-")
+"""A refusal that begins with a job's id, which keeps its case."""
 
 CLI_ADVICE = [
     # spec.py: an env or secret with no value ("required" in SkyPilot)
@@ -92,10 +101,12 @@ class Dispatcher:
             like = f" Did you mean {' or '.join(f'`{i}`' for i in exc.like[:3])}?" if exc.like else ""
             return blocks.error(f"No job `{exc.args[0]}` that you can see.{like}")
         except Conflict as exc:
+            # the service's sentence says why, and whether it passes ("… is running, not ended", "try again"):
+            # "Not now:" led every one, also those that never pass ("has already ended (succeeded)")
             text = str(exc).rstrip(".")
             if NOT_RESUMED.match(text):
                 return blocks.error(f"Not resumed: {NOT_RESUMED.sub('', text)}.")
-            return blocks.error(f"Not now: {text}.")
+            return blocks.error(f"{text if JOB_ID_FIRST.match(text) else text[:1].upper() + text[1:]}.")
         except Invalid as exc:
             return blocks.error(f"{exc.field}: {for_slack(exc.reason)}")
         except costs.CostQueryError as exc:
@@ -116,9 +127,26 @@ class Dispatcher:
                 return reply
             return Reply(reply.text, [*reply.blocks[:-1], buttons, reply.blocks[-1]])
         active = self.service.list(who, states=ACTIVE, limit=ALL_JOBS)
-        recent = self.service.list(who, states=ENDED, limit=5)
+        recent = self._recently_ended(who)
         return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended", active + recent,
                                  positions, "No jobs yet. Submit one with `submit`.", starts)
+
+    def _recently_ended(self, who: Principal) -> list:
+        """The :data:`RECENT` jobs ``who`` can see that ended last, latest first. A final job is last written when it
+        ends, so its ``updated_at`` is its end: the store's listing is newest-submitted first, and its first few
+        ended jobs left out a long job that had just failed. Read from the store's update-time index, over a day,
+        a week, then a month back, until that many are found; beyond a month, the ended jobs submitted last
+        (what a month holds no more of) are added to those, and all sorted by their end."""
+        now = self.service.clock()
+        found: list = []
+        for days in RECENT_DAYS:
+            found = self.service.list(who, states=ENDED, limit=ALL_JOBS, active_since=now - days * 86_400)
+            if len(found) >= RECENT:
+                break
+        else:
+            seen = {j.id for j in found}
+            found += [j for j in self.service.list(who, states=ENDED, limit=RECENT_OLDER) if j.id not in seen]
+        return sorted(found, key=lambda j: (j.updated_at, j.id), reverse=True)[:RECENT]
 
     def _cmd_queue(self, cmd: Command, who: Principal) -> Reply:
         positions, starts = self.service.queue()
@@ -158,7 +186,10 @@ class Dispatcher:
 
     def _job_named(self, word: str | None, who: Principal):
         """The job ``word`` names, when it is no team the broker knows (nor the user's own) and the user can see a
-        job of that id; else ``None``, and the word is read as a team."""
+        job of that id; else ``None``, and the word is read as a team. A word that is no team and looks like a job
+        id (``j-…``), or begins one of the user's jobs' ids, is a job id: one the user cannot see raises
+        :class:`NotFound`, answered as ``status <id>`` answers it ("No job … Did you mean …?"), where
+        ``costs j-f46ca`` (a part of an id) answered "You can see only your team's costs"."""
         if not word or word == who.team:
             return None
         try:
@@ -168,7 +199,9 @@ class Dispatcher:
             pass
         try:
             return self.service.get(who, word)
-        except NotFound:
+        except NotFound as exc:
+            if word.lower().startswith("j-") or exc.like:
+                raise
             return None
 
     def _cmd_submit(self, cmd: Command, who: Principal, idempotency_key: str | None = None) -> Reply:
@@ -186,9 +219,11 @@ class Dispatcher:
                 opts["priority"] = int(opts["priority"])
             except ValueError:
                 return blocks.error("priority: must be a whole number")
+        if opts and not isinstance(raw.get("broker"), (dict, type(None))):
+            # the options were merged into an empty section in its place: `broker: 5` was dropped unsaid
+            return blocks.error("broker: must be a mapping")
         if opts:
-            section = raw.get("broker") if isinstance(raw.get("broker"), dict) else {}
-            raw["broker"] = {**section, **opts}
+            raw["broker"] = {**(raw.get("broker") or {}), **opts}
         job, created = self.service.submit(who, raw, idempotency_key=idempotency_key)
         pos = self.service.queue_positions().get(job.id)
         tiers = (job.quote or {}).get("tiers") or []

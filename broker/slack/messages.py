@@ -7,7 +7,7 @@ start          started on <where> (attempt 1) / resumed from step N on <where>  
 recover        preempted (or node lost) in <zone>; N steps lost; resumes from   —
                step N — or, for a retried error or a move off spot, why
 resume         resumed by <who>                                                 —
-budget_warning at N% of its budget, hours left at this price                    raise budget, cancel
+budget_warning at N% of its budget, time left at this price (stopping, if so)   raise budget, cancel
 stop_budget    reached its budget: checkpointing and stopping (not by default)  —
 ended          stopped at its budget                                            raise budget, resume, on-demand
 cancel/ended   cancelled (by <who>)                                             —
@@ -26,7 +26,6 @@ and ``last_checkpoint`` (``step``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal
 
 from broker import costs
 from broker.lifecycle import JobState
@@ -169,10 +168,7 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     if name == "budget_warning":
         pct = event.data.get("percent") or costs.percent(job.spent, job.budget)
         burn = costs.burn(job, attempts, event.time)
-        hours = burn["hours_left"]
-        rate = burn["price_per_hour"]["usd"]
-        left = "" if hours is None else (f" Under 6 minutes left at {rate}/h." if Decimal(hours) < Decimal("0.1")
-                                         else f" About {hours} h left at {rate}/h.")
+        left = time_left(job, burn)
         spent, budget = fmt_spent_of(job.spent, job.budget)
         return _msg(f":warning: {head} has used {pct}% of its budget ({spent} of {budget}).{left}",
                     actions([raise_btn, button("cancel", "Cancel", job.id, style="danger",
@@ -200,6 +196,27 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         by = f" by {esc(event.actor)}" if event.event == "cancel" else ""
         return _msg(f":no_entry_sign: {head} was cancelled{by}.", foot)
     return None
+
+
+def time_left(job: Job, burn: dict) -> str:
+    """How long the budget left lasts at the price it runs at (``costs.burn``), never more than it does: hours to a
+    tenth down to six minutes, then "under N minutes", then seconds ("Under 6 minutes" was said 16 s from the end).
+    A job the engine is stopping at its budget (it warns in the same tick when what is left only pays for a clean
+    stop) says so. Empty when it runs for free."""
+    if burn["hours_left"] is None:
+        return ""
+    rate = burn["price_per_hour"]["usd"]
+    price = burn["price_per_hour"]["micros"]
+    seconds = max(0, job.budget - job.spent) * 3600 // price  # rounded down: what is left lasts at least this
+    if seconds >= 360:
+        said = f" About {burn['hours_left']} h left at {rate}/h."
+    elif seconds >= 60:
+        said = f" Under {seconds // 60 + 1} minutes left at {rate}/h."
+    else:
+        said = f" Under {seconds + 1} s left at {rate}/h."
+    if job.state is JobState.STOPPING:
+        said = said[:-1] + ": only enough for a clean stop, so it is checkpointing and stopping now."
+    return said
 
 
 def _present(block: dict | None) -> list[dict]:

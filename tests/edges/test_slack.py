@@ -266,7 +266,7 @@ def test_costs_of_a_job_id_is_that_jobs_cost_not_a_team(slack):
     assert "`j-b1` (team-b, failed), over its whole life: $0.40" in text_of(command(slack, "costs j-b1",
                                                                                     user="U_ADMIN").json())
     other = text_of(command(slack, "costs j-b1", user="U_A").json())
-    assert "only your team's costs" in other and "$0.40" not in other
+    assert "No job `j-b1` that you can see." in other and "$0.40" not in other  # as `status j-b1` answers
     # a team is still a team
     assert "Spend for team-a, last 30d" in text_of(command(slack, "costs team-a 30d", user="U_ADMIN").json())
 
@@ -319,9 +319,9 @@ def test_resume_of_an_infrastructure_failure_needs_no_force(slack, store):
 
 
 @pytest.mark.parametrize("job_id, says", [
-    ("j-a2", "Not now: j-a2 is running, not ended: only a failed or budget-stopped job resumes"),
-    ("j-a3", "Not now: j-a3 is queued, not ended: only a failed or budget-stopped job resumes"),
-    ("j-a1", "Not now: j-a1 has already ended (succeeded): only a failed or budget-stopped job resumes"),
+    ("j-a2", ":warning: j-a2 is running, not ended: only a failed or budget-stopped job resumes"),
+    ("j-a3", ":warning: j-a3 is queued, not ended: only a failed or budget-stopped job resumes"),
+    ("j-a1", ":warning: j-a1 has already ended (succeeded): only a failed or budget-stopped job resumes"),
 ], ids=["running", "queued", "succeeded"])
 def test_only_failed_or_budget_stopped_jobs_resume(slack, store, job_id, says):
     before = store.get_job(job_id)
@@ -334,7 +334,7 @@ def test_a_budget_stopped_job_resumes_once_its_budget_is_raised(slack, store):
     set_job(store, "j-b1", state=JobState.STOPPED_BUDGET, spent=3_000_000,
             diagnosis={"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."})
     reply = text_of(command(slack, "resume j-b1", user="U_B").json())
-    assert "only $0.00 of the $3.00 budget is left" in reply
+    assert "Only $0.00 of the $3.00 budget is left" in reply
     assert store.get_job("j-b1").state is JobState.STOPPED_BUDGET
     assert "Budget raised from $3.00 to $4.00" in text_of(command(slack, "budget j-b1 $4", user="U_B").json())
     assert "Resumed `j-b1`" in text_of(command(slack, "resume j-b1", user="U_B").json())
@@ -503,7 +503,7 @@ def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presse
     assert store.get_job("j-oom").state is JobState.QUEUED
     assert (ev.event, ev.actor, ev.data) == ("resume", "slack:U_B", {"checkpoint_step": 400, "force": True})
     # queued now: resuming again is refused; switching to on-demand pins the tier of its next attempt
-    assert "Not now: j-oom is queued, not ended" in pressed(slack, stub, resume, "U_B", "again")
+    assert ":warning: j-oom is queued, not ended" in pressed(slack, stub, resume, "U_B", "again")
     assert "Switched to on-demand `j-oom`" in pressed(slack, stub, buttons["Switch to on-demand"], "U_B", "od")
     job, ev = store.get_job("j-oom"), last_event(store, "j-oom")
     assert (job.state, job.force_tier, ev.event, ev.actor) == (JobState.QUEUED, "ondemand", "switch_tier",
@@ -681,7 +681,7 @@ def test_a_budget_warning_with_minutes_left_says_so_not_0_0_hours(slack_app, sto
     job = replace(job, budget=job.spent + 1_000)  # a tenth of a cent left
     slack_app.state.notifier.handle(engine_event(job, "budget_warning", percent=99), job)
     (msg,) = stub.wait_for("/api/chat.postMessage")
-    assert "Under 6 minutes left at" in text_of(msg) and "0.0 h" not in text_of(msg)
+    assert "Under 2 s left at $3.00/h." in text_of(msg) and "0.0 h" not in text_of(msg)  # 1.2 s
 
 
 def test_budget_warning_posts_to_the_team_channel_with_cancel(slack_app, slack, store, stub):
