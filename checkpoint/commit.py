@@ -60,7 +60,9 @@ def write_checkpoint(
 
 
 def delete_entries(storage: Storage, entries: list[Entry]) -> None:
-    """Delete checkpoint directories, each commit marker first."""
+    """Delete checkpoint directories, each commit marker first, in a request of its own: a marker the store
+    refuses to delete raises (``OSError``) before any of its data goes, so a checkpoint is never left committed
+    but partial, on any store; data that stays after its marker went is uncommitted debris, deleted later."""
     for e in entries:
         if e.committed:
             storage.delete([layout.path(e.id, layout.COMMIT)])

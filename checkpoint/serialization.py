@@ -85,11 +85,14 @@ def host_copy(x: Any) -> Any:
 #: safetensors dtype names, by (numpy kind, itemsize) and by torch dtype name.
 _NUMPY_DTYPES = {("b", 1): "BOOL", ("u", 1): "U8", ("i", 1): "I8", ("u", 2): "U16", ("i", 2): "I16",
                  ("u", 4): "U32", ("i", 4): "I32", ("u", 8): "U64", ("i", 8): "I64",
-                 ("f", 2): "F16", ("f", 4): "F32", ("f", 8): "F64"}
+                 ("f", 2): "F16", ("f", 4): "F32", ("f", 8): "F64", ("c", 8): "C64"}
 _TORCH_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16",
                  "uint32": "U32", "int32": "I32", "uint64": "U64", "int64": "I64", "float16": "F16",
                  "bfloat16": "BF16", "float32": "F32", "float64": "F64", "float8_e4m3fn": "F8_E4M3",
-                 "float8_e5m2": "F8_E5M2"}
+                 "float8_e5m2": "F8_E5M2", "complex64": "C64"}
+#: safetensors has C64 (complex64) but no complex128 nor complex32: those are saved as their real view.
+_COMPLEX_WORKAROUND = ("safetensors has no such type: save torch.view_as_real(t), a float tensor one dimension "
+                       "longer, and restore it with torch.view_as_complex")
 
 
 def unsupported(x: Any) -> str | None:
@@ -97,7 +100,9 @@ def unsupported(x: Any) -> str | None:
     if is_tensor(x):
         if x.layout is not sys.modules["torch"].strided:
             return f"layout {x.layout} (save obj.to_dense(), or its indices and values)"
-        return None if str(x.dtype).removeprefix("torch.") in _TORCH_DTYPES else f"dtype {x.dtype}"
+        if str(x.dtype).removeprefix("torch.") in _TORCH_DTYPES:
+            return None
+        return f"dtype {x.dtype} ({_COMPLEX_WORKAROUND})" if x.is_complex() else f"dtype {x.dtype}"
     return None if (x.dtype.kind, x.dtype.itemsize) in _NUMPY_DTYPES else f"dtype {x.dtype}"
 
 
@@ -146,7 +151,7 @@ def _raw(x: Any) -> tuple[str, list[int], memoryview]:
 
 
 _ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "U32": 4, "I32": 4, "U64": 8, "I64": 8,
-             "F16": 2, "BF16": 2, "F32": 4, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+             "F16": 2, "BF16": 2, "F32": 4, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8}
 _TORCH_BY_NAME = {v: k for k, v in _TORCH_DTYPES.items()}
 _NUMPY_BY_NAME = {v: k for k, v in _NUMPY_DTYPES.items()}
 
@@ -302,25 +307,21 @@ class LazyTensor:
 
 
 def rng_state() -> dict[str, Any]:
-    """The process-global generators: python ``random``, numpy legacy, torch CPU (+ CUDA)."""
+    """The process-global generators: python ``random``, and numpy's legacy one and torch's CPU (+ CUDA) ones when
+    the script has imported numpy / torch (``sys.modules``). Importing them here loaded torch, seconds and hundreds
+    of MiB, into a script that never uses it, at each save."""
     import random
 
     state: dict[str, Any] = {"python": random.getstate()}
-    try:
-        import numpy as np
-    except ImportError:
-        pass
-    else:
+    np = sys.modules.get("numpy")  # a generator the script never imported has nothing to save (nor is imported)
+    if np is not None:
         kind, keys, pos, has_gauss, cached = np.random.get_state()
         state["numpy"] = {
             "kind": str(kind), "keys": keys.tolist(), "pos": int(pos),
             "has_gauss": int(has_gauss), "cached_gaussian": float(cached),
         }
-    try:
-        import torch
-    except ImportError:
-        pass
-    else:
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_rng_state"):  # (not a torch whose import is under way)
         state["torch"] = torch.get_rng_state()
         if torch.cuda.is_available():
             state["cuda"] = list(torch.cuda.get_rng_state_all())
@@ -371,12 +372,15 @@ def _b64_tensor(text: str) -> Any:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Set the generators ``state`` holds (:func:`rng_state`). numpy's is set even when the script has not imported
+    numpy yet (it is imported here: the run that saved it used numpy, and a script that imports it after the restore
+    must draw what it would have drawn); without numpy installed it is skipped, as nothing can draw from it. torch's
+    state is a tensor, so torch is loaded already (decoding the checkpoint read it)."""
     import random
 
     random.setstate(state["python"])
-    if "numpy" in state:
-        import numpy as np
-
+    np = _numpy() if "numpy" in state else None
+    if np is not None:
         n = state["numpy"]
         np.random.set_state(
             (n["kind"], np.asarray(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
@@ -388,6 +392,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
         if "cuda" in state and torch.cuda.is_available():
             _set_cuda_rng_states(torch, state["cuda"])
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 def _set_cuda_rng_states(torch, saved: list) -> None:

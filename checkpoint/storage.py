@@ -27,9 +27,12 @@ Backends are chosen by URL:
 from __future__ import annotations
 
 import bisect
+import errno
 import io
+import logging
 import os
 import re
+import threading
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -41,6 +44,8 @@ import fsspec
 
 from checkpoint import arguments
 
+log = logging.getLogger("checkpoint")
+
 #: Objects at least twice this size are uploaded in parts of this size.
 DEFAULT_PART_SIZE = 32 * 2**20
 #: Parts (or files) in flight at once.
@@ -49,6 +54,17 @@ DEFAULT_CONCURRENCY = 8
 _DOWNLOAD_BLOCK = 2**20
 #: GCS compose accepts at most 32 source objects per call.
 _GCS_MAX_COMPOSE = 32
+#: S3 and GCS: seconds to wait for a connection, and for each read from one (a reply's first byte, or the next block
+#: of a download), not for a whole object: a multi-GB upload or download is never cut short by them, a store that
+#: takes the connection and never answers is given up on (botocore's own default waits 60 s a try, gcsfs's 300 s
+#: a request, each retried). urllib3 sends a request body under the connect timeout too: it is also the longest a
+#: send may make no progress at all. A user's botocore ``Config`` (``client_kwargs={"config": ...}``) or gcsfs
+#: ``requests_timeout`` overrides them.
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 20
+#: Disk errors a retry cannot get past: a full disk or quota, a file over the size limit, a read-only file system.
+_PERMANENT_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "ENAMETOOLONG")
+                              if hasattr(errno, name))
 
 
 class Storage(Protocol):
@@ -254,8 +270,20 @@ def open_storage(
     protocol = fsspec.core.split_protocol(uri)[0] or "file"
     if protocol in ("s3", "s3a"):
         return S3Storage(uri, options, transfer or TransferOptions())
-    if protocol in ("gs", "gcs") and os.environ.get("STORAGE_EMULATOR_HOST"):
-        options.setdefault("token", "anon")
+    if protocol in ("gs", "gcs"):
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            options.setdefault("token", "anon")
+        try:
+            import aiohttp  # gcsfs's HTTP client
+        except ImportError:  # nor gcsfs, then: url_to_fs below says what to install
+            aiohttp = None
+        if aiohttp is not None and "requests_timeout" not in options:  # aiohttp's: 300 s a request, however large
+            options["requests_timeout"] = aiohttp.ClientTimeout(
+                total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
+        if aiohttp is not None:  # gcsfs retries a request 6 times, saying nothing
+            session = dict(options.get("session_kwargs") or {})
+            session["trace_configs"] = [*session.get("trace_configs", []), _said_unanswered_gcs(uri)]
+            options["session_kwargs"] = session
     try:
         fs, root = fsspec.core.url_to_fs(uri, **options)
     except ImportError as e:  # fsspec knows the scheme, but its package is not installed
@@ -307,6 +335,25 @@ def check_uri(uri: str) -> None:
         raise ValueError(f"{uri!r}: looks like a URL missing ':' (like {first}://bucket/run)")
 
 
+def _said_unanswered_gcs(uri: str) -> Any:
+    """An aiohttp trace that logs a GCS request that got no answer (a timeout, a connection refused or dropped), at
+    most once every 10 s: gcsfs retries each request 6 times, logging only at DEBUG, so a store that hangs was
+    silent for minutes."""
+    import aiohttp
+
+    throttle = _Throttled(10.0)
+
+    async def failed(session: Any, context: Any, params: Any) -> None:
+        if throttle.due():
+            log.warning("%s: GCS %s %s got no answer: %s: %s; gcsfs tries again%s", uri, params.method,
+                        params.url.path, type(params.exception).__name__, params.exception or "(no message)",
+                        throttle.suppressed())
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_exception.append(failed)
+    return trace
+
+
 def _protocol(fs: Any) -> str:
     proto = fs.protocol
     return proto[0] if isinstance(proto, (tuple, list)) else proto
@@ -341,11 +388,13 @@ class FsspecStorage:
             "gcs": self._write_gcs,
         }.get(self._kind, self._write_generic)
         try:
-            self._retrying(lambda: writer(full, data))
+            self._retrying(lambda: writer(full, data), path)
         except FileNotFoundError as e:
             if self._kind == "gcs":  # nothing to find on a write: the bucket is not there
                 raise self._no_bucket(e) from e
-            raise
+            raise _naming(e, full if self._kind == "local" else self.uri(path)) from e
+        except OSError as e:
+            raise _naming(e, full if self._kind == "local" else self.uri(path)) from e
 
     def read(self, path: str) -> bytes:
         full = self._full(path)
@@ -355,7 +404,10 @@ class FsspecStorage:
             )
         else:
             call = lambda: self._fs.cat_file(full)  # noqa: E731
-        return self._retrying(call)
+        try:
+            return self._retrying(call, path)
+        except OSError as e:
+            raise _naming(e, full if self._kind == "local" else self.uri(path)) from e
 
     def local_path(self, path: str) -> str | None:
         """The file's own path on this machine (a local store), read in place by restore; else None."""
@@ -381,7 +433,10 @@ class FsspecStorage:
                         return
                     sink.write(chunk)
 
-        self._retrying(fetch)
+        try:
+            self._retrying(fetch, path)
+        except OSError as e:
+            raise _naming(e, self.uri(path)) from e
 
     def list(self) -> list[str]:
         self._fs.invalidate_cache()
@@ -391,6 +446,8 @@ class FsspecStorage:
             if self._kind == "gcs":  # gcsfs lists a missing prefix as empty, a missing bucket as not found
                 raise self._no_bucket(e) from e
             return []
+        except OSError as e:  # gcsfs's timeout, after its own retries, says nothing at all
+            raise _naming(e, self.base_uri) from e
         prefix = self._root + "/"
         return sorted(p[len(prefix):] for p in found if p.startswith(prefix))
 
@@ -422,18 +479,25 @@ class FsspecStorage:
     def _full(self, path: str) -> str:
         return f"{self._root}/{path}"
 
-    def _retrying(self, call):
-        """Run ``call``, retrying transient ``OSError`` s; a missing object is not transient."""
+    def _retrying(self, call, path: str = ""):
+        """Run ``call``, retrying transient ``OSError`` s, each retry logged (a store that keeps failing is seen
+        while it does). Not retried: a missing object, a permission, and a disk that is full, over a quota or a
+        size limit, or read-only (``ENOSPC``, ``EDQUOT``, ``EFBIG``, ``EROFS``): a retry cannot pass, and backing
+        off only delayed the error (and a preemption's last save)."""
         attempts = max(1, self._transfer.retries)
         for attempt in range(attempts):
             try:
                 return call()
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
                 raise
-            except OSError:
-                if attempt == attempts - 1:
+            except OSError as e:
+                if attempt == attempts - 1 or e.errno in _PERMANENT_ERRNOS:
                     raise
-                time.sleep(self._transfer.retry_backoff_s * (4**attempt))
+                if self._kind == "gcs" and isinstance(e, TimeoutError):  # gcsfs has tried it 6 times already
+                    raise
+                delay = self._transfer.retry_backoff_s * (4**attempt)
+                _log_retry(self.uri(path), e, delay, attempt + 2, attempts)
+                time.sleep(delay)
         raise AssertionError("unreachable")
 
     def _write_local(self, full: str, data: Data) -> None:
@@ -447,11 +511,13 @@ class FsspecStorage:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, full)
-        except BaseException:
+        except BaseException as e:
             try:
                 os.remove(tmp)
             except FileNotFoundError:
                 pass
+            if isinstance(e, OSError):  # f.write's "[Errno 27] File too large" named no file
+                raise _naming(e, full) from e
             raise
         _fsync_dir(directory)
 
@@ -523,9 +589,17 @@ class S3Storage:
         if options:
             raise ValueError(f"unsupported s3 storage options: {sorted(options)}")
         pool = max(10, transfer.concurrency * 4 + 4)
-        self._client = boto3.session.Session().client(
-            "s3", config=Config(max_pool_connections=pool, retries={"mode": "standard"}), **client_kwargs
-        )
+        config = Config(max_pool_connections=pool, retries={"mode": "standard"},
+                        connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S)
+        theirs = client_kwargs.pop("config", None)
+        if theirs is not None:  # the user's settings win; ours fill in the rest (a second config= was a TypeError)
+            if not isinstance(theirs, Config):
+                raise TypeError(f"storage_options['client_kwargs']['config'] must be a botocore.config.Config, "
+                                f"got {type(theirs).__name__}")
+            config = config.merge(theirs)
+        self._client = boto3.session.Session().client("s3", config=config, **client_kwargs)
+        self._unanswered = _Throttled(10.0)
+        self._client.meta.events.register("needs-retry.s3", self._said_retry)
         self._config = TransferConfig(  # downloads (boto3's transfer manager); uploads are our own, see write
             multipart_threshold=2 * transfer.part_size, multipart_chunksize=transfer.part_size,
             max_concurrency=transfer.concurrency, use_threads=True,
@@ -540,6 +614,16 @@ class S3Storage:
 
     def uri(self, path: str = "") -> str:
         return f"{self.base_uri}/{path}" if path else self.base_uri
+
+    def _said_retry(self, caught_exception: BaseException | None = None, attempts: int = 0,
+                    operation: Any = None, **_: Any) -> None:
+        """botocore's hook after each try of a request: a try that got no answer (a timeout, a connection refused
+        or dropped) is logged, at most once every 10 s, so a store that hangs is seen while botocore retries it.
+        Returns None: botocore's own retry handler decides."""
+        if caught_exception is not None and self._unanswered.due():
+            name = getattr(operation, "name", "request")
+            log.warning("%s: S3 %s got no answer on try %d: %s: %s%s", self.base_uri, name,
+                        attempts, type(caught_exception).__name__, caught_exception, self._unanswered.suppressed())
 
     def _key(self, path: str) -> str:
         return f"{self._prefix}/{path}" if self._prefix else path
@@ -622,10 +706,23 @@ class S3Storage:
         return sorted(self._call(keys, ""))
 
     def delete(self, paths: list[str]) -> None:
+        """Delete in requests of at most 1,000 keys. S3 answers a DeleteObjects request 200 even when it deleted
+        none of them, listing each key it could not delete (``Errors``): those are an ``OSError`` naming them, and
+        no later batch is sent. They were ignored: a ``COMMITTED`` marker S3 kept while the data beside it went
+        left a committed but partial checkpoint (:func:`checkpoint.commit.delete_entries` deletes each marker
+        first, in a request of its own, and stops at its error). A key already gone is not an error."""
         for i in range(0, len(paths), 1000):
             batch = [{"Key": self._key(p)} for p in paths[i:i + 1000]]
-            self._call(lambda: self._client.delete_objects(
+            answer = self._call(lambda: self._client.delete_objects(
                 Bucket=self._bucket, Delete={"Objects": batch, "Quiet": True}), "")
+            failed = [e for e in (answer or {}).get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if failed:
+                prefix = f"{self._prefix}/" if self._prefix else ""
+                shown = "; ".join(f"{self.uri(e.get('Key', '')[len(prefix):])}: {e.get('Code')} {e.get('Message', '')}"
+                                  .rstrip() for e in failed[:5])
+                more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+                raise OSError(f"{self.base_uri}: S3 did not delete {len(failed)} of {len(batch)} object(s): "
+                              f"{shown}{more}")
 
     def _call(self, call, path: str):
         """Run a boto3 call; missing objects become FileNotFoundError, the rest OSError after retries."""
@@ -640,8 +737,58 @@ class S3Storage:
                     raise FileNotFoundError(self.uri(path)) from e
                 if code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId") or attempt == attempts - 1:
                     raise OSError(f"{self.uri(path)}: {e}") from e
-                time.sleep(self._transfer.retry_backoff_s * (4**attempt))
+                delay = self._transfer.retry_backoff_s * (4**attempt)
+                _log_retry(self.uri(path), e, delay, attempt + 2, attempts)
+                time.sleep(delay)
         raise AssertionError("unreachable")
+
+
+def _naming(error: OSError, where: str) -> OSError:
+    """``error`` if it names a file already (but a temporary one), else the same kind of error naming ``where``:
+    a write's ``OSError`` keeps the path it was for (``f.write`` raises ``[Errno 28] No space left on device``
+    with no file at all)."""
+    named = error.filename
+    if named is not None and not os.path.basename(str(named)).startswith(".tmp-"):
+        return error
+    if error.errno is not None:  # OSError(errno, ...) is that errno's own subclass (ENOENT: FileNotFoundError)
+        return OSError(error.errno, error.strerror or os.strerror(error.errno), where)
+    if where in str(error):
+        return error
+    said = f"{where}: {type(error).__name__}" + (f": {error}" if str(error) else "")
+    try:  # the same class (a FileNotFoundError stays one), with the path in its message
+        return type(error)(said)
+    except Exception:  # noqa: BLE001 - a class that wants other arguments
+        return OSError(said)
+
+
+class _Throttled:
+    """``due()`` at most once every ``every_s`` seconds (thread-safe); ``suppressed()`` says how many it refused."""
+
+    def __init__(self, every_s: float):
+        self._every = every_s
+        self._lock = threading.Lock()
+        self._last = float("-inf")
+        self._skipped = 0
+        self._said_skipped = 0
+
+    def due(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < self._every:
+                self._skipped += 1
+                return False
+            self._last, self._said_skipped, self._skipped = now, self._skipped, 0
+            return True
+
+    def suppressed(self) -> str:
+        return f" ({self._said_skipped} more like it not logged)" if self._said_skipped else ""
+
+
+def _log_retry(where: str, error: BaseException, delay: float, next_try: int, tries: int) -> None:
+    """A warning that a request failed and is tried again: a store that fails or hangs shows in the log while it
+    does, not only when the last try gives up minutes later."""
+    log.warning("%s: %s: %s; trying again in %.1f s (try %d of %d)", where, type(error).__name__, error, delay,
+                next_try, tries)
 
 
 def _fsync_dir(directory: str) -> None:
