@@ -13,7 +13,8 @@ Environment read (all optional):
 * ``BROKER_CHECKPOINT_URI`` — base URI when none is passed;
 * ``BROKER_RESUME_FROM`` — URI of one committed checkpoint the broker wants resumed;
   ``restore`` starts there (falling back to older ones in the same place if it is corrupt), or at a
-  newer one this same job committed that the broker never heard of;
+  newer one this same job committed that the broker never heard of; one that is not there is said in a
+  warning, and the newest committed one of that base is restored instead;
 * ``BROKER_JOB_ID``, ``BROKER_ATTEMPT`` — recorded in each manifest; together they fence a superseded
   attempt (a zombie) off the base: :func:`checkpoint.commit.check_fence`;
 * ``BROKER_PREEMPTION_GRACE_S`` — seconds from SIGTERM to a forced exit (default 30);
@@ -28,6 +29,7 @@ Environment read (all optional):
 from __future__ import annotations
 
 import atexit
+import errno
 import concurrent.futures.thread  # noqa: F401 - imported before _register_exit_flush (see there)
 import logging
 import operator
@@ -47,7 +49,7 @@ from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
 from checkpoint.notice_file import NoticeFileWatcher
-from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, finish_detached
+from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, exiting, finish_detached, others_saving
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
 from checkpoint.schedule import SavePolicy, is_due
@@ -178,6 +180,9 @@ class Checkpointer:
                 raise ValueError("no checkpoint URI: pass one or set BROKER_CHECKPOINT_URI")
             storage = open_storage(uri, storage_options, self._transfer)
         self._storage: Storage = storage
+        problem = _uncreatable(_local_base(storage), files_only=True)
+        if problem:  # found now, not at the first save, after the steps before it were trained
+            raise CheckpointError(problem)
         self._abandoned: frozenset[CheckpointId] = frozenset()  # set by restore: see _own_newer and retention
         self._damaged: frozenset[CheckpointId] = frozenset()  # set by restore: committed, then lost or changed
         self._owners: dict[CheckpointId, str | None] = {}  # the job each manifest names: see commit.apply_retention
@@ -201,11 +206,17 @@ class Checkpointer:
             if self._notice_file is not None:
                 self._notice_file.start()
         self._runner = BackgroundRunner()
-        self._last_step: int | None = None
+        self._last_step: int | None = None  # due() is not true at it: the step saved (or restored) last
+        self._saved_step: int | None = None  # the step this process saved last (save() of it again does nothing)
+        self._restored_step: int | None = None  # the step restored, until due()/save() of another step
+        self._restored_uri: str | None = None
+        self._base_checked = False  # the local base was found writable (at the first due() or save())
         self._last_time = clock()
         self._last_id: CheckpointId | None = None
         self._failed_id: CheckpointId | None = None  # the last save whose upload failed (upload thread)
         self._failed_why: BaseException | None = None  # and why
+        self._failed_steps: list[tuple[BaseException, CheckpointId]] = []  # each failure and its save, until raised
+        self._raised: CheckpointError | None = None  # the error raised to the script for the save _failed_id
         self.last_committed: str | None = None  # URI of the newest checkpoint this process committed
         self.last_stats: SaveStats | None = None
         self._closed = False
@@ -224,13 +235,36 @@ class Checkpointer:
         """Whether ``save(step, …)`` should be called now (interval reached or preemption).
 
         Raises CheckpointError if a previous background save failed (not after a preemption
-        notice: then the save it asks for is tried first).
+        notice: then the save it asks for is tried first), or if the base is a local directory this
+        process cannot write (or create), naming it.
         """
         step = _step(step)
+        self._writes()
         self._publish_rng(step)
         self._raise_pending(unless_preempted=True)
+        if self._restored_step is not None and step != self._restored_step:
+            # another step since the restore: the restored one no longer stands for what the objects hold (a
+            # fine-tune counting from 0 again reaches it with other weights), so due() may come true at it
+            self._restored_step = self._last_step = None
         return is_due(step, self._clock(), self._policy, self._last_step, self._last_time,
-                      self.preemption.requested)
+                      self.preemption.requested and not self.preemption.done)
+
+    def _check_writable(self) -> None:
+        if _distributed_rank():  # rank 0 writes; the others' machines may not even have the path
+            return
+        base = _local_base(self._storage)
+        problem = _uncreatable(base) or _unwritable(base)
+        if problem:
+            raise CheckpointError(problem)
+
+    def _writes(self) -> None:
+        """This checkpointer writes checkpoints (``due``/``save`` was called): the exit after a preemption
+        notice waits for its save (:mod:`checkpoint.preemption`). And a local base that cannot be written is
+        said now (a CheckpointError naming it), not at the first save, after the steps before it were trained."""
+        self.preemption.writing = True
+        if not self._base_checked and not self._closed:
+            self._check_writable()  # raised again at each call until it passes: caught, the saves would all fail
+            self._base_checked = True
 
     def save(self, step: int, state: Mapping[str, Any], *, wait: bool = False) -> None:
         """Snapshot ``state`` now and upload it in the background.
@@ -238,8 +272,12 @@ class Checkpointer:
         Blocks only while tensors are copied to host memory and the structure is frozen.
         After a preemption notice it also waits for the commit and exits the process.
         ``step`` must be an integer (``int``, or anything with ``__index__``); saving the step
-        saved last (or just restored) again does nothing — the first save of a step stands, unless
-        its upload failed: then saving the step again writes it.
+        saved last again does nothing — the first save of a step stands, unless its upload failed: then
+        saving the step again writes it. Saving the step that was restored writes a second checkpoint of
+        it, which restore takes (the newer): whether the objects changed since cannot be told, and a
+        fine-tune that counts from 0 again and saves at that step lost its work when it was skipped.
+        After a preemption notice, with another checkpointer of the process that writes still to save
+        (:func:`checkpoint.preemption.others_saving`), it returns after the commit; the last one exits.
         In an initialized ``torch.distributed`` group only rank 0 writes: on the other ranks it does
         nothing (several writers under one base URI would write the same directories and corrupt them).
 
@@ -249,6 +287,7 @@ class Checkpointer:
         be lost to an earlier, perhaps passing, error. The notice's own save failing is raised.
         """
         step = _step(step)
+        self._writes()
         self._raise_pending(unless_preempted=True)
         if self._closed:
             raise CheckpointError("save() after close()")
@@ -258,15 +297,19 @@ class Checkpointer:
             if not self._said_rank:
                 self._said_rank = True
                 log.info("rank %d: checkpoints are written by rank 0 only; save() here writes nothing", rank)
-            self._last_step, self._last_time = step, self._clock()
+            self._last_step, self._last_time, self._restored_step = step, self._clock(), None
             return
-        if step != self._last_step:
+        if step != self._saved_step:
+            if step == self._restored_step:
+                log.info("step %d is the step restored from %s: saving it writes a second checkpoint of that step "
+                         "(restore takes the newer of the two)", step, self._restored_uri)
             started = time.perf_counter()
             with rng.with_peers(self._peer_rngs(step, state)):
                 captured = snapshot.capture(state)
             self._warn_pickled(step, captured.pickled)
             cid = layout.new_id(step, int(time.time() * 1000), self._last_id)
-            self._last_id, self._last_step, self._last_time = cid, step, self._clock()
+            self._last_id, self._last_step, self._saved_step, self._last_time = cid, step, step, self._clock()
+            self._restored_step = None
             blocked = time.perf_counter() - started
             self._runner.submit(lambda: self._write(cid, captured, started, blocked))
         if self.preemption.requested:
@@ -274,6 +317,14 @@ class Checkpointer:
             # failure is logged, as at the top; only the notice's own save failing is raised.
             self._runner.wait()
             self._raise_pending(unless_preempted=self._failed_id != self._last_id)
+            self.preemption.done = True
+            waiting = others_saving(self.preemption)
+            if waiting:
+                # another checkpointer of this process writes too (a second model's): its save after the notice is
+                # still to come, and exiting now would lose it; its own save exits, or the grace deadline does
+                log.warning("preempted: checkpoint %s committed; exiting once the %d other checkpointer(s) of this "
+                            "process that write checkpoints have saved too", self.last_committed, len(waiting))
+                return
             self._exit_after_preemption()
         elif wait:
             self.wait()
@@ -350,6 +401,8 @@ class Checkpointer:
                 before_commit=None if fence is None else lambda: commit.check_fence(self._storage, fence))
         except BaseException as e:
             self._failed_id, self._failed_why = cid, e  # read by _raise_pending once the runner hands the error over
+            if not self._failed_steps:  # the runner hands over the first failure (its step is looked up by it)
+                self._failed_steps.append((e, cid))
             raise
         uri = self._storage.uri(cid.name)
         self.last_stats = SaveStats(cid.step, uri, manifest.total_bytes, blocked, time.perf_counter() - started)
@@ -375,15 +428,31 @@ class Checkpointer:
         if error is None:
             return
         if self._failed_id is not None and self._failed_id == self._last_id:
-            self._last_step = None  # that step was not saved: saving it again must write it, not skip it
+            self._last_step = self._saved_step = None  # that step was not saved: saving it again must write it
+        cid = next((c for e, c in self._failed_steps if e is error), None)
+        self._failed_steps.clear()
+        what = self._failure(error, cid)
         if unless_preempted and self.preemption.requested:
-            log.error("an earlier background save failed (%s); not raised: the preemption notice's save comes first",
-                      _describe(error))
+            log.error("%s; not raised: the preemption notice's save comes first", what)
             return
-        raise CheckpointError(f"background checkpoint save failed: {_describe(error)}") from error
+        raised = CheckpointError(what)
+        if cid is not None and cid == self._failed_id:
+            self._raised = raised  # the exit flush does not say it again after the script's traceback
+        raise raised from error
+
+    def _failure(self, error: BaseException, cid: CheckpointId | None) -> str:
+        """A failed background save in one sentence: its step and where it went, the error (which names the file
+        where the store's error does), and what to check for a full disk, a size limit or a read-only store."""
+        where = self.uri if cid is None else self._storage.uri(cid.name)
+        step = "a checkpoint" if cid is None else f"the checkpoint of step {cid.step}"
+        hint = _HINTS.get(getattr(error, "errno", None), "")
+        said = _describe(error)
+        to = "" if where in said else f" to {where}"  # the store's error names the file already
+        return f"background checkpoint save failed: {step} could not be written{to}: {said}{hint}"
 
     def _exit_after_preemption(self) -> None:
         log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)
+        exiting()
         # Stop this library's threads before the interpreter finalizes: a daemon thread still
         # alive then is ended by pthread_exit mid-call, and native code on its stack can turn
         # that into std::terminate — the process then dies of SIGABRT instead of exiting 143
@@ -428,6 +497,8 @@ class Checkpointer:
             return (where + f"still uploading {self._exit_timeout_s:g} s after the script ended "
                     f"(exit_timeout_s), given up; " + said)
         if self._failed_id == newest:
+            if self._raised is not None and _ended_by(self._raised):
+                return None  # raised to the script (by due(), save(), wait()), whose traceback ends with it already
             return where + f"{_describe(self._failed_why or error)}; " + said
         if error is not None:
             log.warning("an earlier checkpoint upload failed (%s); the last one, %s, committed", _describe(error),
@@ -442,6 +513,7 @@ class Checkpointer:
         *,
         into: Mapping[str, Any] | None = None,
         allow_pickle: bool = False,
+        strict: bool = True,
     ) -> Restored | Any:
         """The newest committed checkpoint whose files verify, or ``default``.
 
@@ -452,9 +524,15 @@ class Checkpointer:
         :class:`CheckpointWarning` naming them. With ``into`` (same keys as saved, live
         objects as values), each object that has ``load_state_dict`` is loaded in place.
 
+        A ``$BROKER_RESUME_FROM`` naming a checkpoint that is not there (deleted, or a typo) is said in a
+        warning, and the newest committed checkpoint of that base is restored instead (this job's first).
+
         Raises:
             TypeError: ``into`` is not a mapping (a bare model: ``into={"model": model}`` is meant),
                 before anything is read.
+            CheckpointError: a key of ``into`` is not in the checkpoint chosen (a key renamed since it was
+                saved), before anything is loaded; with ``strict=False`` the others are loaded and a
+                :class:`CheckpointWarning` names it.
             UnsafeCheckpointError: the chosen checkpoint contains pickled objects and
                 ``allow_pickle`` is False.
         """
@@ -469,10 +547,13 @@ class Checkpointer:
             storage = (self._storage if parent.rstrip("/") == self._storage.base_uri
                        else open_storage(parent, self._storage_options, self._transfer))
             entries = layout.scan(storage.list())
-            wanted = [e for e in entries if e.id == cid] or [layout.Entry(cid, True, frozenset())]
-            older = layout.committed_newest_first(entries, cid)
+            wanted = [e for e in entries if e.id == cid and e.committed]
             own_newer = self._own_newer(storage, entries, cid)
-            candidates = own_newer + wanted + [e for e in older if e.id != cid]
+            if wanted:
+                older = layout.committed_newest_first(entries, cid)
+                candidates = own_newer + wanted + [e for e in older if e.id != cid]
+            else:
+                candidates = self._gone(storage, entries, cid, own_newer)
         else:
             storage = self._storage
             entries = layout.scan(storage.list())
@@ -491,12 +572,12 @@ class Checkpointer:
             return default
         loaded, state = found
         try:
-            return self._restored(loaded, state, into, own_newer)
+            return self._restored(loaded, state, into, own_newer, strict)
         finally:
             loaded.close()
 
     def _restored(self, loaded: restoring.Loaded, state: dict[str, Any], into: Mapping[str, Any] | None,
-                  own_newer: list[layout.Entry]) -> Restored:
+                  own_newer: list[layout.Entry], strict: bool = True) -> Restored:
         """Load the verified checkpoint ``loaded`` (its tensors not read yet, in ``state``) into ``into``'s objects,
         read the rest, and say where it came from."""
         author = loaded.manifest.job.get("id")
@@ -510,17 +591,37 @@ class Checkpointer:
         if into:
             missing = [k for k in into if k not in state]
             if missing:
-                warnings.warn(CheckpointWarning(
-                    f"{loaded.uri} has no {', '.join(map(repr, missing))} (it holds {', '.join(map(repr, state))}): "
-                    f"those objects were not loaded"), stacklevel=3)
+                has = f"{loaded.uri} has no {', '.join(map(repr, missing))} (it holds {', '.join(map(repr, state))})"
+                if strict:  # before anything is loaded: a key renamed since the save resumed with untrained weights
+                    raise CheckpointError(f"{has}: nothing was loaded; give restore(into=...) the names it was saved "
+                                          f"with, or pass strict=False to load the others and leave those as they are")
+                warnings.warn(CheckpointWarning(f"{has}: those objects were not loaded (strict=False)"), stacklevel=3)
             for key, target in into.items():  # plain values (an epoch count) are read from the result
                 if key in state and snapshot.is_stateful(target):
                     state[key] = _load_into(target, state[key])
         state = snapshot.materialize(state)
         self._last_step, self._last_time = loaded.id.step, self._clock()
+        self._restored_step, self._restored_uri = loaded.id.step, loaded.uri
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
 
+    def _gone(self, storage: Storage, entries: list[layout.Entry], named: CheckpointId,
+              own_newer: list[layout.Entry]) -> list[layout.Entry]:
+        """What to restore when the checkpoint ``$BROKER_RESUME_FROM`` names is not there (or no longer
+        committed: retention deletes the commit marker first): said plainly, then the newest committed ones of
+        that base, this job's newer ones first. Trying the name anyway said "not committed (no commit marker)",
+        and when nothing older lay beside it the run started from scratch on a base holding its trained steps."""
+        present = [e for e in entries if e.id == named]
+        committed = layout.committed_newest_first(entries)
+        steps = sorted({e.id.step for e in committed})
+        holds = (f"it holds step(s) {', '.join(map(str, steps[-5:]))}" + (" and older" if len(steps) > 5 else "")
+                 if steps else "it holds no committed checkpoint")
+        message = (f"BROKER_RESUME_FROM names {self._resume_from}, which "
+                   f"{'is not committed (no commit marker)' if present else 'does not exist'} in {storage.base_uri} "
+                   f"({holds}): restoring the newest committed checkpoint there instead")
+        log.warning(message)
+        warnings.warn(CheckpointWarning(message), stacklevel=3)
+        return own_newer + [e for e in committed if e not in own_newer]
 
     def _claim_at_restore(self) -> None:
         """Claim the job's base as the resume starts: waiting for the first save (minutes away) let a zombie
@@ -552,6 +653,42 @@ class Checkpointer:
             if manifest.job.get("id") == job_id:
                 own.append(entry)
         return own
+
+def _local_base(storage: Storage) -> str | None:
+    """The directory of a store on this machine's file system, or None (an object store, ``memory://``)."""
+    local = getattr(storage, "local_path", None)
+    where = local("x") if callable(local) else None
+    return None if where is None else os.path.dirname(os.path.abspath(where))
+
+
+def _uncreatable(base: str | None, *, files_only: bool = False) -> str | None:
+    """Why the local base ``base`` cannot be made into a directory (a file on its path, a parent this process
+    cannot write), in a sentence naming the path; None when it can or is one. Nothing is created: a checkpointer
+    opened only to read leaves no trace, and the first save makes the directories. ``files_only`` (when the
+    checkpointer is made, before anyone knows it writes): only a file on the path, which no checkpoint can be
+    read from either; a parent that cannot be written is said at the first ``due()``/``save()``."""
+    if base is None:
+        return None
+    if os.path.exists(base):
+        return None if os.path.isdir(base) else f"checkpoint base {base} is a file, not a directory"
+    parent = base
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"checkpoint base {base} cannot be created: {parent} is a file, not a directory"
+    if not files_only and not os.access(parent, os.W_OK | os.X_OK):
+        return f"checkpoint base {base} cannot be created: this process cannot write in {parent}"
+    return None
+
+
+def _unwritable(base: str | None) -> str | None:
+    """Why checkpoints cannot be written in the existing local directory ``base`` (read-only), or None. Asked at
+    the first ``due()``/``save()``, not before: a read-only directory is a fine place to restore weights from."""
+    if base is None or not os.path.isdir(base) or os.access(base, os.W_OK | os.X_OK):
+        return None
+    return (f"checkpoint base {base} is not writable by this process (its permissions, or a read-only file "
+            f"system): no checkpoint could be saved there")
+
 
 def _load_into(target: Any, saved: Any) -> Any:
     """Load ``saved`` (tensors pending, :func:`snapshot.decode_pending`) into ``target``; what ``Restored`` holds for it.
@@ -615,10 +752,32 @@ def _distributed_rank() -> int | None:
     return None if group is None else group[0]
 
 
+_HINTS = {
+    errno.ENOSPC: " (the disk is full: free space there, or checkpoint to another disk or a bucket)",
+    errno.EDQUOT: " (over the disk quota there)",
+    errno.EFBIG: " (a file is over the size limit: the process's `ulimit -f`, or the file system's largest file)",
+    errno.EROFS: " (a read-only file system)",
+    errno.EACCES: " (no permission to write there)",
+}
+
+
 def _describe(error: BaseException) -> str:
     """An error in one line: its type and message (an OSError keeps its path), at most 500 characters."""
     text = f"{type(error).__name__}: {error}"
     return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _ended_by(error: BaseException) -> bool:
+    """Whether the uncaught exception that ended the script (``sys.last_value``, set as its traceback was printed)
+    is ``error``, or was raised while handling it or from it."""
+    seen: set[int] = set()
+    ending = getattr(sys, "last_value", None)
+    while ending is not None and id(ending) not in seen:
+        if ending is error:
+            return True
+        seen.add(id(ending))
+        ending = ending.__cause__ or ending.__context__
+    return False
 
 
 _live: weakref.WeakSet[Checkpointer] = weakref.WeakSet()

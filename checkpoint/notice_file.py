@@ -43,6 +43,12 @@ STOP_REASONS = {"budget": "the job is at its budget", "preempted": "its capacity
 ENV = "BROKER_NOTICE_FILE"
 DEFAULT_POLL_S = 0.1
 
+#: Watchers of this process registered under each listener file (the file is named after the pid, so several
+#: checkpointers of one process share it): the last one to stop removes it. Before, the first to stop did, and
+#: the runner, finding no listener, sent the group's SIGTERM at once while another checkpointer still saved.
+_registrations: dict[Path, int] = {}
+_registrations_lock = threading.Lock()
+
 
 def listeners_dir(notice_file: str | os.PathLike) -> Path:
     """Where the processes watching ``notice_file`` register (one empty file per pid)."""
@@ -70,7 +76,9 @@ class NoticeFileWatcher:
             directory = listeners_dir(self.path)
             directory.mkdir(exist_ok=True)
             mine = directory / str(os.getpid())
-            mine.touch()
+            with _registrations_lock:
+                mine.touch()
+                _registrations[mine] = _registrations.get(mine, 0) + 1
             self._registered = mine
         except OSError as exc:  # the runner then signals at once, as it does for any script
             log.warning("cannot register for the broker's notice in %s (%s): SIGTERM will be the notice",
@@ -82,10 +90,16 @@ class NoticeFileWatcher:
     def stop(self) -> None:
         self._stop.set()
         if self._registered is not None and self._registered.name == str(os.getpid()):
-            try:
-                self._registered.unlink()
-            except OSError:
-                pass
+            with _registrations_lock:
+                left = _registrations.get(self._registered, 1) - 1
+                if left > 0:
+                    _registrations[self._registered] = left
+                else:
+                    _registrations.pop(self._registered, None)
+                    try:
+                        self._registered.unlink()
+                    except OSError:
+                        pass
             self._registered = None
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(1.0)

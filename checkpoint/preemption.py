@@ -12,6 +12,16 @@ Event sequence on a spot VM (grace 120 s on AWS, 30 s on GCP)::
 Nothing here saves anything: the notice only flips a flag that ``Checkpointer.due`` reads,
 so a loop that calls just ``due()`` and ``save()`` gets the whole behaviour.
 
+Several checkpointers in one process (the run's own, and one opened to read pretrained weights and
+never closed) each install a notice; only the newest one's handler is live, and it passes a SIGTERM on to
+every installed notice: each checkpointer hears it. The *writers* among them (a checkpointer whose
+``due()`` or ``save()`` was called: :attr:`PreemptionNotice.writing`) are the ones the exit waits for: the
+grace deadline is the earliest of theirs, and a writer's notice save exits the process only once every
+other writer has saved too (:func:`others_saving`). One used only to restore neither sets the deadline nor
+holds the exit back; only while no checkpointer has been written with yet is the earliest deadline of all
+the one that counts. Before, only the newest heard SIGTERM: a reader opened after the run's checkpointer
+took the notice, and the training loop's ``due()`` never saw it.
+
 Closed from another thread (training in a thread of its own), a notice cannot put the old handler back:
 ``signal.signal`` and ``signal.set_wakeup_fd`` are the main thread's. It is *detached* instead — the
 handler and the wakeup descriptor stay ours, and act as what was there before::
@@ -48,8 +58,10 @@ DEFAULT_GRACE_S = 30.0
 
 
 #: Installed notices, oldest first: each one's previous handler is the one before it. Closing one that is
-#: not the newest hands its previous handler to the next, so the newest keeps hearing SIGTERM.
+#: not the newest hands its previous handler to the next, so the newest keeps hearing SIGTERM, and passes
+#: it on to all of them (:func:`_signal_all`).
 _chain: list[PreemptionNotice] = []
+_chain_lock = threading.RLock()  # a SIGTERM passed on to every notice, and the decisions made across them
 
 
 def _hard_exit(code: int) -> None:
@@ -100,6 +112,12 @@ class PreemptionNotice:
         self._installed = False
         self._detached = False  # uninstalled off the main thread (its handler live until the main thread runs)
         self._exit_main: int | None = None  # SystemExit the main thread raises in our handler (exit_on_main_thread)
+        #: Set by the checkpointer at its first ``due()`` or ``save()``: it writes checkpoints, and the exit after
+        #: a notice waits for it (module docstring); one used only to restore never sets it.
+        self.writing = False
+        #: Set once its save after the notice committed (the process exits when no other writer still saves).
+        self.done = False
+        self._stood_down = False  # exiting(): its deadline no longer ends the process
 
     @property
     def requested(self) -> bool:
@@ -169,27 +187,30 @@ class PreemptionNotice:
         lengthens, this process's grace period.
         """
         with self._lock:  # the signal watchdog and the notice pollers may call at once
+            heard = self._hear(source, grace_s)
+        _act([(self, heard)])
+
+    def _hear(self, source: str, grace_s: float | None) -> str:
+        """Record a notice; what it was: ``"new"``, ``"after"`` (the SIGTERM after a cloud's or the broker's
+        notice), ``"again"`` (a second signal: exit now) or ``"ignored"`` (another notice after the first)."""
+        with self._lock:
             if self.noticed_at is not None:
                 if source != "signal":
-                    return
+                    return "ignored"
                 if not self._signalled:
                     self._signalled = True
-                    log.warning("SIGTERM after the %s's notice: still saving, exit within %.0f s", self._source,
-                                self.seconds_left() or 0.0)
-                    return
-                log.warning("second preemption notice: exiting now")
-                self._force_exit(self.exit_code)
-                return
+                    return "after"
+                return "again"
             self._signalled = source == "signal"
             self._source = source
             if grace_s is not None:
                 self.grace_s = min(self.grace_s, grace_s)
             self.noticed_at = self._clock()
-            log.warning("preemption notice: saving at the next step, exiting within %.0f s", self.grace_s)
             if self._watchdog is None:  # no watchdog thread (never installed): a timer enforces the deadline
                 self._timer = threading.Timer(self.grace_s, self._deadline)
                 self._timer.daemon = True
                 self._timer.start()
+            return "new"
 
     def exit_on_main_thread(self, code: int) -> bool:
         """Have the main thread raise ``SystemExit(code)``, from a detached notice's handler; False if this notice
@@ -227,19 +248,30 @@ class PreemptionNotice:
                 except (BlockingIOError, OSError):
                     data = b""
                 for signum in data:
-                    if signum == signal.SIGTERM and self._detached:
+                    if signum == signal.SIGTERM and self._detached and not _listening():
                         self._after_close()
                     elif signum == signal.SIGTERM:
-                        self.notify()
+                        _signal_all(self)
                     elif self._previous_wakeup >= 0:  # someone else's signal: pass it on
                         try:
                             os.write(self._previous_wakeup, bytes([signum]))
                         except OSError:
                             pass
-            if (self.noticed_at is not None and (not self._detached or self._exit_main is not None)
-                    and self._clock() - self.noticed_at >= self.grace_s):
+            if self._deadline_passed():
                 self._deadline()
                 return
+
+    def _deadline_passed(self) -> bool:
+        """Whether this watchdog ends the process now: its own deadline passed, and it is the deadline that
+        counts (:func:`_governing`: a reader's never does while a writer saves). A detached notice keeps its own."""
+        if self.noticed_at is None or (self._detached and self._exit_main is None):
+            return False
+        if self._clock() - self.noticed_at < self.grace_s:
+            return False
+        if self._detached or not self._installed:
+            return True
+        with _chain_lock:
+            return _governing(_listening()) is self
 
     def _after_close(self) -> None:
         """A SIGTERM after a close() off the main thread: what the old handler would do. A default one
@@ -261,8 +293,64 @@ class PreemptionNotice:
             self._sockets = None
 
     def _deadline(self) -> None:
+        if self._stood_down:  # a writer's notice save committed and the process is on its way out (exiting())
+            return
         log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)
         self._force_exit(self.exit_code)
+
+
+def _listening() -> list[PreemptionNotice]:
+    """The installed notices that hear SIGTERM as a notice (not the detached ones), oldest first."""
+    return [n for n in _chain if n._installed and not n._detached]
+
+
+def _governing(notices: list[PreemptionNotice]) -> PreemptionNotice | None:
+    """Of ``notices``, the noticed one whose deadline comes first among the writers still saving, or among
+    all of them while none is one (a SIGTERM before the training loop's first ``due()``)."""
+    noticed = [n for n in notices if n.noticed_at is not None]
+    pool = [n for n in noticed if n.writing and not n.done] or noticed
+    return min(pool, key=lambda n: n.noticed_at + n.grace_s - n._clock(), default=None)
+
+
+def others_saving(notice: PreemptionNotice) -> list[PreemptionNotice]:
+    """The other installed notices whose checkpointer writes and has not saved since its notice: the process
+    exits after ``notice``'s save only once they have (each one's own save exits when it is the last)."""
+    with _chain_lock:
+        return [n for n in _listening() if n is not notice and n.writing and not n.done and n.requested]
+
+
+def exiting() -> None:
+    """The notice's saves are committed and the process exits (``SystemExit``): the deadlines of the notices
+    still installed (a reader's, never closed) no longer end it early, cutting its shutdown (the ``atexit``
+    hooks, the exit flush) short with "exiting without a final checkpoint"."""
+    with _chain_lock:
+        for notice in _chain:
+            notice._stood_down = True
+
+
+def _signal_all(receiver: PreemptionNotice) -> None:
+    """A SIGTERM, seen by the live handler's watchdog (``receiver``'s): every installed notice hears it, so
+    each checkpointer of the process saves at its next step; said once, with the deadline that counts."""
+    with _chain_lock:
+        members = _listening() or [receiver]
+        heard = [(n, n._hear("signal", None)) for n in members]
+    _act(heard)
+
+
+def _act(heard: list[tuple[PreemptionNotice, str]]) -> None:
+    """Say what the notices just heard meant, once, and force the exit on a second signal."""
+    outcomes = {h for _, h in heard}
+    with _chain_lock:
+        notices = [n for n, _ in heard]
+        leader = _governing(notices) or notices[0]
+    if "again" in outcomes:
+        log.warning("second preemption notice: exiting now")
+        leader._force_exit(leader.exit_code)
+    elif "new" in outcomes:
+        log.warning("preemption notice: saving at the next step, exiting within %.0f s", leader.seconds_left() or 0.0)
+    elif "after" in outcomes:
+        log.warning("SIGTERM after the %s's notice: still saving, exit within %.0f s", leader._source,
+                    leader.seconds_left() or 0.0)
 
 
 def finish_detached() -> None:

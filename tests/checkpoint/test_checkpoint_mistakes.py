@@ -129,7 +129,28 @@ def test_what_cannot_be_saved_is_refused_at_save_naming_where_it_is(value, says)
     assert storage.list() == []
 
 
-def test_restoring_into_names_the_checkpoint_lacks_warns_instead_of_loading_nothing_quietly():
+def test_restoring_into_a_name_the_checkpoint_lacks_raises_before_loading_anything():
+    """A top-level key renamed between runs ("model" saved, "net" restored into) resumed at the saved step with
+    untrained weights and only a warning, and retention then deleted the trained checkpoint. Now a one-line
+    CheckpointError names the missing key and what the checkpoint holds, and nothing is loaded (as torch's
+    load_state_dict(strict=True))."""
+    storage = memory_store()
+    saved, saved_head = torch.nn.Linear(3, 3), torch.nn.Linear(2, 2)
+    with checkpointer(storage) as ckpt:
+        ckpt.save(1, {"model": saved, "head": saved_head, "epoch": 4}, wait=True)
+    fresh, fresh_head = torch.nn.Linear(3, 3), torch.nn.Linear(2, 2)
+    before = fresh_head.weight.detach().clone()
+    with checkpointer(storage) as ckpt:
+        with pytest.raises(CheckpointError) as refused:
+            ckpt.restore(into={"net": fresh, "head": fresh_head, "epoch": 0})
+        assert ckpt.due(1)  # nothing restored: step 1 is not taken as saved
+    said = str(refused.value)
+    assert "\n" not in said and "has no 'net'" in said and "'model'" in said and "strict=False" in said, said
+    assert torch.equal(fresh_head.weight, before)  # the key that was there is not loaded either
+    assert not torch.equal(fresh.weight, saved.weight)
+
+
+def test_restoring_into_a_name_the_checkpoint_lacks_with_strict_false_warns_and_loads_the_rest():
     storage = memory_store()
     saved = torch.nn.Linear(3, 3)
     with checkpointer(storage) as ckpt:
@@ -137,7 +158,7 @@ def test_restoring_into_names_the_checkpoint_lacks_warns_instead_of_loading_noth
     fresh = torch.nn.Linear(3, 3)
     with checkpointer(storage) as ckpt, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        restored = ckpt.restore(into={"net": fresh, "epoch": 0})
+        restored = ckpt.restore(into={"net": fresh, "epoch": 0}, strict=False)
     texts = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
     assert len(texts) == 1 and "has no 'net'" in texts[0] and "'model'" in texts[0], texts  # a plain value is no news
     assert restored.step == 1 and restored["epoch"] == 4

@@ -85,3 +85,18 @@ def test_the_log_says_why_the_broker_stops_the_job(tmp_path, caplog):
             watcher.stop()
         said.append(any(r.getMessage().startswith(expected) for r in caplog.records))
     assert said == [True, True, True]
+
+
+def test_two_checkpointers_of_one_process_stay_registered_until_the_last_one_closes(tmp_path):
+    """The listener file is named after the pid, so two checkpointers share it (the run's, and one opened to
+    read pretrained weights): closing the reader removed it, and the runner, finding no listener, sent the
+    group's SIGTERM at once (killing DataLoader workers) while the run's checkpointer still listened."""
+    notice = tmp_path / "notice.json"
+    registered = listeners_dir(notice) / str(os.getpid())
+    env = {"BROKER_NOTICE_FILE": str(notice)}
+    run = Checkpointer(str(tmp_path / "run"), every_steps=1000, env=env)
+    reader = Checkpointer(str(tmp_path / "pretrained"), env=env)
+    reader.close()
+    assert registered.exists()
+    run.close()
+    assert not registered.exists()
