@@ -28,7 +28,7 @@ from broker.sealing import OLD_SETTING, SETTING, KeyInvalid, parse_key
 from broker.spec import SpecError, unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.catalog import PRICED_CLOUDS
-from pricing.money import DecimalComma, Micros, MoneyError, typed_to_micros
+from pricing.money import DecimalComma, Micros, MoneyError, NotPlain, typed_to_micros
 
 
 MAX_CONFIG_BYTES = 10_000_000
@@ -536,7 +536,7 @@ def _json_env(env: Any, name: str) -> dict[str, Any]:
 def _money(value: Any, where: str) -> Micros:
     try:
         return typed_to_micros(value)
-    except DecimalComma as exc:
+    except (DecimalComma, NotPlain) as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except MoneyError:
         raise ConfigError(f"{where}: must be an amount of dollars") from None

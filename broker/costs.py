@@ -18,8 +18,10 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   price *is* the attempt's own price the equivalent is the attempt's cost, so
   on-demand work saves exactly $0. ``saving = equivalent - spend`` (negative
   when the cheaper-looking choice cost more).
-* **Rounding.** Every amount is shown rounded up on its own (``fmt``: to the
-  cent, under $1 to a hundredth of a cent), and a total is the exact sum of
+* **Rounding.** Every cost is shown rounded up on its own (``fmt``: to the
+  cent, under $1 to a hundredth of a cent) and every saving rounded down
+  (``fmt_saving``: a claim, never overstated, and never more than the
+  on-demand figure shown less the spend shown), and a total is the exact sum of
   its rows rounded once, never the sum of the rounded rows: the total is as
   exact as the rows are, and no cost is understated. So shown rows can add up
   to a cent or so more (or less) than their shown total; when they do, the
@@ -41,7 +43,7 @@ from decimal import ROUND_FLOOR, Decimal
 
 from broker.lifecycle import JobState
 from broker.models import Attempt, CostAttempt, CostJob, Job
-from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit, fmt_spent_of, shown
+from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit, fmt_saving, fmt_spent_of, shown
 
 TIERS = ("onprem", "ondemand", "spot")
 PERIODS = {"24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}
@@ -235,7 +237,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "totals": {
             "spent": money(spent),
             "ondemand_equivalent": money(equiv_total),
-            "saving": money(equiv_total - spent),
+            "saving": saving(spent, equiv_total),
             "saving_percent": percent(equiv_total - spent, equiv_total),
             "by_tier": {t: money(tier_total[t]) for t in TIERS},
         },
@@ -243,20 +245,20 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             {"date": key, **{t: money(v[t]) for t in TIERS},
              "total": money(sum(v[t] for t in TIERS)),
              "ondemand_equivalent": money(v["ondemand_equivalent"]),
-             "saving": money(v["ondemand_equivalent"] - sum(v[t] for t in TIERS)),
+             "saving": saving(sum(v[t] for t in TIERS), v["ondemand_equivalent"]),
              "saving_percent": percent(v["ondemand_equivalent"] - sum(v[t] for t in TIERS), v["ondemand_equivalent"])}
             for key, v in by_day.items()
         ],
         "by_team": [
             {"team": name, "spent": money(v["spent"]), "ondemand_equivalent": money(v["ondemand_equivalent"]),
-             "saving": money(v["ondemand_equivalent"] - v["spent"]),
+             "saving": saving(v["spent"], v["ondemand_equivalent"]),
              "saving_percent": percent(v["ondemand_equivalent"] - v["spent"], v["ondemand_equivalent"]),
              "by_tier": {t: money(v[t]) for t in TIERS}}
             for name, v in sorted(teams.items())
         ],
         "top_jobs": [
             {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money(c),
-             "ondemand_equivalent": money(e), "saving": money(e - c), "saving_percent": percent(e - c, e),
+             "ondemand_equivalent": money(e), "saving": saving(c, e), "saving_percent": percent(e - c, e),
              "attempts": n}
             for j, c, e, n in top
         ],
@@ -294,7 +296,7 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
                      "ondemand_equivalent": money(e), "seconds": seconds,
                      "started_at": _iso_out(att.started_at), "ended_at": _iso_out(att.ended_at),
                      "reason": att.reason})
-    return {"spent": money(spent), "ondemand_equivalent": money(equiv), "saving": money(equiv - spent),
+    return {"spent": money(spent), "ondemand_equivalent": money(equiv), "saving": saving(spent, equiv),
             "saving_percent": percent(equiv - spent, equiv), "spent_of_budget": spent_of_budget(spent, job.budget),
             "attempts": rows}
 
@@ -345,6 +347,13 @@ def money(micros: int) -> dict:
     return {"micros": micros, "usd": fmt(micros)}
 
 
+def saving(spent: Micros, equivalent: Micros) -> dict:
+    """A saving against on-demand on the wire: the exact ``equivalent - spent`` in micro-dollars, and a display
+    string rounded *down* (``pricing.money.fmt_saving``: a saving is a claim, never overstated), no more than the
+    on-demand figure shown less the spend shown."""
+    return {"micros": equivalent - spent, "usd": fmt_saving(spent, equivalent)}
+
+
 def spent_of_budget(spent: Micros, budget: Micros) -> dict:
     """A spend and its budget as two strings to read side by side (``pricing.money.fmt_spent_of``): "$0.002 of
     $0.002", where ``spent.usd`` and ``budget.usd`` apart read "$0.0020" and "$0.002"."""
@@ -352,7 +361,7 @@ def spent_of_budget(spent: Micros, budget: Micros) -> dict:
     return {"spent": spent_text, "budget": budget_text}
 
 
-ROUNDING_NOTE = ("Each amount is rounded up on its own (to the cent; under $1, to a hundredth of a cent) and each "
+ROUNDING_NOTE = ("Each cost is rounded up on its own (to the cent; under $1, to a hundredth of a cent) and each "
                  "total is the exact sum rounded once, so the rows may not add up to the total exactly.")
 
 

@@ -19,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from broker.workdir import DIGEST_RE, PackError, parse_mount
-from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, TooPrecise, typed_to_micros
+from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, NotPlain, TooPrecise, typed_to_micros
 from pricing.offers import JobRequest, ResourceRequest
 
 MAX_NAME = 128
@@ -688,7 +688,7 @@ def _money(value: Any, where: str, *, strict: bool = True) -> Micros | None:
         return None
     try:
         return typed_to_micros(value, exact=strict)
-    except (AmountTooLarge, TooPrecise, DecimalComma) as exc:
+    except (AmountTooLarge, TooPrecise, DecimalComma, NotPlain) as exc:
         raise SpecError(where, str(exc)) from None
     except MoneyError:
         raise SpecError(where, "must be an amount of dollars such as 20 or \"12.50\"") from None

@@ -40,14 +40,23 @@ MANY_TIMES = 10
 equivalent is a few micro-dollars read "paid $0.0045 (449900%) more"."""
 
 
+NOTHING_TO_COMPARE = "nothing to compare with on-demand"
+
+
 def saving_words(saving: dict[str, Any], percent: int | None, versus: str = "") -> str:
     """A saving against on-demand (a :func:`money` dict) in words: ``saved $15.00 (75%) against <versus>``, or, when
     the work cost more than on-demand would have, ``paid $0.10 (10%) more than <versus>`` — never "saved -$0.10".
 
     ``percent`` is the report's ``saving_percent`` (rounded down, ``None`` with no on-demand figure). Work that cost
     more than :data:`MANY_TIMES` its on-demand equivalent says so (``paid $0.0045 more, over 10 times the
-    on-demand cost``) rather than a share in the thousands of percent.
+    on-demand cost``) rather than a share in the thousands of percent. With nothing to compare (``percent`` is
+    ``None`` and nothing saved: nothing ran, or ran for no time or at no price) it says
+    :data:`NOTHING_TO_COMPARE`, as the dashboard's card does, never "saved $0.00 against on-demand ($0.00)". The
+    amount saved is the view's ``usd``, rounded down (``broker.costs.saving``); an amount paid more is a cost, rounded
+    up.
     """
+    if percent is None and saving["micros"] == 0:
+        return NOTHING_TO_COMPARE
     if saving["micros"] < 0:
         than = f" than {versus}" if versus else ""
         # percent = 100 - ceil(100 × spent / equivalent): below this, spent > MANY_TIMES × equivalent, exactly

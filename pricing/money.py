@@ -9,6 +9,7 @@ and leave as ``Decimal`` or formatted strings.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 
@@ -36,7 +37,13 @@ class DecimalComma(MoneyError):
     amount 100 times what was meant."""
 
 
+class NotPlain(MoneyError):
+    """An amount not written as dollars with a point before the cents: an exponent (``"1e3"``, which ``Decimal``
+    reads as $1,000), ``"nan"`` or ``"inf"``."""
+
+
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?$")
+_PLAIN = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)$")  # digits, and a point before the cents
 
 
 def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
@@ -46,7 +53,12 @@ def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
     Sub-micro fractions round up (a price is never under-stated), or with ``exact`` are refused
     (:class:`TooPrecise`): a cap a user gives, such as a budget, rounded up would let the broker spend
     more than it.
+
+    Text is dollars with a point before the cents: an exponent (``"1e3"``, which ``Decimal`` read as $1,000),
+    ``"nan"`` or ``"inf"`` is refused (:class:`NotPlain`, naming the value), after the range checks so an amount
+    past them still says the largest or the finest there is. A ``Decimal`` or ``int`` is a number already.
     """
+    plain = True
     if isinstance(value, bool) or isinstance(value, float):
         raise MoneyError(f"money must be given as a string or Decimal, not {type(value).__name__}")
     if isinstance(value, int):
@@ -63,12 +75,15 @@ def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
                 raise DecimalComma("has a comma, which groups thousands only (1,000): " + (
                     f"write {fix}, with a point before the cents" if fix else "write the cents after a point"))
             text = text.replace(",", "")
+        typed, plain = value, bool(_PLAIN.match(text.strip()))
         try:
             value = Decimal(text)
         except InvalidOperation as exc:
             raise MoneyError(f"{value!r} is not an amount of dollars") from exc
+        if not value.is_finite():
+            raise NotPlain(f"{typed!r} is not an amount of dollars: write digits, with a point before the cents")
     if not value.is_finite():
-        raise MoneyError("amount must be finite")
+        raise MoneyError(f"{value} is not an amount of dollars")
     # copy_abs and adjusted use no decimal context: abs() of 1e999999999999 is past the context's exponent
     # (InvalidOperation, a 500), and 1e-999999999999 a million times over underflows to 0, an amount "exactly" $0
     if value.copy_abs() > MAX_DOLLARS:
@@ -78,6 +93,9 @@ def to_micros(value: str | int | Decimal, *, exact: bool = False) -> Micros:
     micros = value * MICROS_PER_DOLLAR
     if exact and micros != micros.to_integral_value():
         raise TooPrecise("has more than 6 decimal places (money is counted in millionths of a dollar)")
+    if not plain:
+        how = "not with an exponent" if "e" in str(typed).lower() else "digits with a point before the cents"
+        raise NotPlain(f"{typed!r} is not an amount of dollars: write it as {_positional(value)}, {how}")
     return int(micros.to_integral_value(rounding=ROUND_CEILING))
 
 
@@ -89,10 +107,16 @@ def typed_to_micros(value: object, *, exact: bool = False) -> Micros:
     ``Decimal`` go to :func:`to_micros`; anything else (a bool, a list) is a :class:`MoneyError`.
     """
     if isinstance(value, float):
-        value = repr(value)
+        # (positional: ``repr`` writes 0.00001 as "1e-05", which :func:`to_micros` refuses as typed text)
+        value = _positional(Decimal(repr(value))) if math.isfinite(value) else repr(value)
     if isinstance(value, bool) or not isinstance(value, (str, int, Decimal)):
         raise MoneyError(f"{value!r} is not an amount of dollars")
     return to_micros(value, exact=exact)
+
+
+def _positional(value: Decimal) -> str:
+    """``value`` with no exponent: ``Decimal("1E+3")`` → ``"1000"``, ``Decimal("1e-05")`` → ``"0.00001"``."""
+    return format(value, "f")
 
 
 def to_decimal(micros: Micros) -> Decimal:
@@ -162,6 +186,23 @@ def fmt_left(micros: Micros, *, budget: Micros | None = None) -> str:
         return f"$0.{micros // 100:04d}"
     cents = micros // 10_000
     return f"${cents // 100:,}.{cents % 100:02d}"
+
+
+def fmt_saving(spent: Micros, equivalent: Micros) -> str:
+    """What ``spent`` saved against ``equivalent`` (its on-demand equivalent), for people: rounded **down**.
+
+    A saving is a claim in the user's favour, like an amount left (:func:`fmt_left`): rounded up, as :func:`fmt`
+    rounds a cost, it overstated what the broker saved ("saved $0.0003" of an exact $0.000224; now "$0.0002").
+    It is also never more than the on-demand figure shown less the spend shown (:func:`shown`, both rounded up), so
+    the three read side by side add up: "spent $0.0047; on-demand $0.0109; saved $0.0062" for an exact $0.006289;
+    a spend of $1.0001 shown as $1.01 beside an on-demand $1.0099 shown as $1.01 saved "$0.00", not "$0.0098". A
+    saving too small to show is ``under $0.0001``; nothing saved reads ``$0.00``; below zero (the work cost more)
+    it is a cost, and reads as :func:`fmt` writes it, rounded up.
+    """
+    saving = equivalent - spent
+    if saving <= 0:
+        return fmt(saving)
+    return fmt_left(min(saving, shown(equivalent) - shown(spent)))
 
 
 def fmt_spent_of(spent: Micros, budget: Micros) -> tuple[str, str]:

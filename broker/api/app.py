@@ -40,7 +40,7 @@ from broker.store import JobStore, StoreUnavailable, open_store
 from broker.task_text import load_json, load_text
 from broker.views import event_view, job_view
 from broker.workdir import UNPACK_RATIO, PackError, human, parse_digest
-from pricing.money import AmountTooLarge, DecimalComma, MoneyError, TooPrecise, to_micros
+from pricing.money import AmountTooLarge, DecimalComma, MoneyError, NotPlain, TooPrecise, typed_to_micros
 
 MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek takes no more
 ONE_VALUE_HEADERS = {name.lower(): name for name in (
@@ -334,8 +334,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             raise Invalid("budget_usd", f"is required: send {{\"budget_usd\": \"40\"}}{wrong}")
         _only(body, {"budget_usd"})
         try:
-            micros = to_micros(str(body["budget_usd"]), exact=True)
-        except (AmountTooLarge, TooPrecise, DecimalComma) as exc:
+            micros = typed_to_micros(body["budget_usd"], exact=True)  # a JSON 0.00001 is 10 micros, not "1e-05"
+        except (AmountTooLarge, TooPrecise, DecimalComma, NotPlain) as exc:
             raise Invalid("budget_usd", str(exc)) from None
         except MoneyError:
             raise Invalid("budget_usd", "must be an amount of dollars such as \"40\"") from None

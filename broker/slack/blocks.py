@@ -202,7 +202,7 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
         blocks.append(context(report["rounding_note"]))
     blocks.append(context(f"{pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover · "
                           f"<{dashboard_url}|Open the dashboard>"))
-    return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], None)}", blocks)
+    return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], t['saving_percent'])}", blocks)
 
 
 def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
@@ -222,7 +222,7 @@ def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
         out = [section(f"{head}\n{saved[0].upper()}{saved[1:]}."),
                section("*Attempts*\n" + "\n".join(rows) + (f"\n…and {more} earlier" if more else ""))]
     out.append(context(f"<{dashboard_url}|Open the cost dashboard>"))
-    return Reply(f"Cost of {esc(job.id)}: {c['spent']['usd']}, {saving_words(c['saving'], None)}", out)
+    return Reply(f"Cost of {esc(job.id)}: {c['spent']['usd']}, {saving_words(c['saving'], c['saving_percent'])}", out)
 
 
 def fit_escaped(text: str, room: int, render=None, *, mark: str = "…", keep_end: bool = False) -> str:

@@ -63,15 +63,23 @@ def _without_display_fields(report: dict) -> dict:
     """``report`` less the fields added after the narrow read for people to read (``saving_percent`` on rows,
     ``rounding_note``), which the report from before lacks (its budget burn is the shared ``costs.burn``); each
     percentage is first checked against the amounts beside it, so what is compared with the report from before is
-    every amount it had."""
-    out = {**report}
+    every amount it had. A saving's display string, rounded down since (``costs.saving``), is checked the same way
+    and compared as the report from before wrote it."""
+    out = {**report, "totals": _saving_as_before({**report["totals"]})}
     out.pop("rounding_note")
     for table in ("by_day", "by_team", "top_jobs"):
         rows = []
         for row in out[table]:
-            row = {**row}
+            row = _saving_as_before({**row})
             equivalent = row["ondemand_equivalent"]["micros"]
             assert row.pop("saving_percent") == costs.percent(row["saving"]["micros"], equivalent), row
             rows.append(row)
         out[table] = rows
     return out
+
+
+def _saving_as_before(row: dict) -> dict:
+    spent = row["total"] if "total" in row else row["spent"]
+    assert row["saving"] == costs.saving(spent["micros"], row["ondemand_equivalent"]["micros"]), row
+    row["saving"] = costs.money(row["saving"]["micros"])
+    return row

@@ -249,3 +249,41 @@ def test_a_histogram_count_kept_under_a_bound_no_longer_used_counts_at_every_bou
     got = dict(buckets)
     assert (got["10.0"], got["30.0"], got["60.0"], got["14400.0"], got["+Inf"]) == (1, 2, 5, 5, 6)
     assert total == 25 + 31 + 10**6
+
+
+def test_a_configured_team_with_no_job_yet_has_its_series_at_zero(tmp_path, store, seeded):
+    """The series were built from the stored jobs only: a team configured but with no job had none, so
+    ``increase(broker_spend_dollars_total[1h])`` missed its first spend (a series appearing is no increase) and its
+    Grafana panels read "no data" rather than 0."""
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+
+    from broker.config import Team
+
+    from .conftest import build_app
+
+    base = world.settings(tmp_path)
+    settings = replace(base, teams={**base.teams, "team-new": Team("team-new", frozenset())})
+    with TestClient(build_app(settings, store)) as c:
+        m = scrape(c)
+    for tier in ("onprem", "ondemand", "spot"):
+        assert m[("broker_spend_dollars_total", (("team", "team-new"), ("tier", tier)))] == 0
+    assert m[("broker_ondemand_equivalent_dollars_total", (("team", "team-new"),))] == 0
+    assert m[("broker_saved_vs_ondemand_dollars", (("team", "team-new"),))] == 0
+    assert m[("broker_jobs", (("state", "queued"), ("team", "team-new")))] == 0
+    assert m[("broker_jobs", (("state", "running"), ("team", "team-new")))] == 0
+    # the teams with jobs keep theirs
+    assert m[("broker_spend_dollars_total", (("team", "team-a"), ("tier", "spot")))] == 5.0
+
+
+def test_no_created_series_reads_as_a_family_of_its_own(client):
+    """prometheus_client wrote the latency histogram's creation time as
+    ``broker_http_request_duration_seconds_created``, which the text format declares as one more gauge family, in no
+    table of the docs and on no panel."""
+    client.get("/v1/jobs", headers=auth(world.ADMIN))
+    text = client.get("/metrics").text
+    names = {fam.name for fam in text_string_to_metric_families(text)}
+    samples = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert "broker_http_request_duration_seconds" in names
+    assert not [n for n in names | samples if n.endswith("_created")], sorted(names | samples)

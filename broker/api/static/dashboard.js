@@ -55,7 +55,13 @@ function usd(micros) {
 const MANY_TIMES = 10;
 function manyTimes(pct) { return pct !== null && pct < 100 - 100 * MANY_TIMES; }  // spent > 10 × on-demand, exactly
 
+const NOTHING_TO_COMPARE = "nothing to compare with on-demand";
+
+// saving.usd is rounded down by the broker (a saving is a claim, never overstated); an amount paid more is a cost,
+// rounded up (usd). Nothing to compare (no on-demand figure, nothing saved: a job billed 0 s, a broker with no spend)
+// reads as the Saved card says it, never "saved $0.00"
 function savingWords(saving, pct, versus) {
+  if (pct === null && saving.micros === 0) return NOTHING_TO_COMPARE;
   const than = versus ? " than " + versus : "";
   if (saving.micros < 0) {
     if (manyTimes(pct)) return "paid " + usd(-saving.micros) + " more" + than + `, over ${MANY_TIMES} times the on-demand cost`;
@@ -67,10 +73,11 @@ function savingWords(saving, pct, versus) {
 // a saving in a table's cell (broker/views.py saving_cell): "—" with no on-demand figure to weigh it against
 function savingCell(saving, pct) { return pct === null ? "—" : savingWords(saving, pct); }
 
+// "45 s", "12 min", "6.0 h", as the CLI and Slack write a span (broker/views.py duration)
 function duration(seconds) {
+  seconds = Math.floor(seconds);
   if (seconds < 60) return seconds + " s";
-  const minutes = Math.round(seconds / 60);  // 3570 s read "60 min"
-  if (minutes < 60) return minutes + " min";
+  if (seconds < 3600) return Math.floor(seconds / 60) + " min";
   return (seconds / 3600).toFixed(1) + " h";
 }
 
@@ -96,6 +103,7 @@ function row(cells, onClick) {
     const td = typeof c === "object" && c !== null && c.node ? c.node : el("td", c && c.text !== undefined ? c.text : c);
     if (c && c.num) td.className = "num";
     if (c && c.name) td.className = "name";  // a job's name, which may hold no space to wrap at
+    if (c && c.wrap) td.classList.add("wrap");  // words and amounts ("saved $15.00 (75%)"): wraps on a phone
     tr.appendChild(td);
   }
   if (onClick) {
@@ -216,7 +224,7 @@ function render(r) {
   drawDays(r.by_day);
   $("teams-section").hidden = r.by_team.length < 2 && r.team !== null;
   fill("teams", r.by_team.map((x) => row([x.team, { text: x.spent.usd, num: 1 }, { text: x.ondemand_equivalent.usd, num: 1 },
-    { text: savingCell(x.saving, x.saving_percent), num: 1 }])), "No spend in this period.");
+    { text: savingCell(x.saving, x.saving_percent), num: 1, wrap: 1 }])), "No spend in this period.");
   // rows are rounded one by one, totals once from the exact sums: said when the shown rows do not add up
   $("rounding-note").textContent = r.rounding_note || "";
   $("rounding-note").hidden = !r.rounding_note;
@@ -225,29 +233,38 @@ function render(r) {
     const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });
     const inner = el("div"); inner.style.width = Math.min(100, b.percent || 0) + "%"; bar.appendChild(inner);
     const td = el("td"); td.appendChild(bar); td.appendChild(el("span", (b.percent ?? 0) + "%"));
-    return row([{ text: b.name + " (" + b.id + ")", name: 1 }, { node: td }, { text: b.spent_of_budget.spent + " / " + b.spent_of_budget.budget, num: 1 },
-      { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1 }],
+    return row([{ text: b.name + " (" + b.id + ")", name: 1 }, { node: td }, { text: b.spent_of_budget.spent + " / " + b.spent_of_budget.budget, num: 1, wrap: 1 },
+      { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1, wrap: 1 }],
       () => openJob(b.id));
   }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
   fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, { text: q.name + " (" + q.id + ")", name: 1 },
     q.estimated_start ? utc(q.estimated_start) : "–", q.reason],
     () => openJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
   fill("top", r.top_jobs.map((j) => row([{ text: j.name + " (" + j.id + ")", name: 1 }, j.team, j.state, { text: j.spent.usd, num: 1 },
-    { text: savingCell(j.saving, j.saving_percent), num: 1 }], () => openJob(j.id))), "No spend in this period.");
+    { text: savingCell(j.saving, j.saving_percent), num: 1, wrap: 1 }], () => openJob(j.id))), "No spend in this period.");
   const after = (p) => p.waiting ? " (waiting)" : p.recovered ? "" : " (job ended)";  // ended: it never resumed
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
-    p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + after(p), num: 1 }],
+    p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + after(p), num: 1, wrap: 1 }],
     () => openJob(p.job_id))), "No preemptions in this period.", ROWS,
     (n) => `and ${r.preemptions.count - ROWS} more in this period`);
   $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
 }
 
+// The width a chart is drawn at: its box's own, so a unit of the drawing is a pixel and its 10 px labels stay 10 px.
+// A fixed 800-unit drawing squeezed into a phone's 300 px box drew them under 4 px tall.
+function chartWidth(id) { return Math.max(200, Math.floor($(id).clientWidth) || 800); }
+const LABEL_PX = 60;  // room for one date ("12-31") and the space around it
+
+let lastDays = null;  // the days drawn, drawn again at the new width when the window is resized
+
 function drawDays(days) {
-  const W = 800, H = 200, pad = 30;
+  lastDays = days;
+  const W = chartWidth("chart"), H = 200, pad = 30;
   const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "spend by day and tier" });
   const highest = Math.max(0, ...days.map((d) => d.total.micros));
   const max = Math.max(1, highest);
-  const every = Math.ceil(days.length / 10);  // about ten dates, whatever the period
+  // about ten dates, whatever the period, fewer where they would not fit side by side (at least two)
+  const every = Math.ceil(days.length / Math.max(2, Math.min(10, Math.floor((W - pad) / LABEL_PX))));
   const bw = (W - pad) / Math.max(1, days.length);
   days.forEach((d, i) => {
     let y = H - 20;
@@ -318,20 +335,23 @@ async function showJob(id, scroll = true) {
     `on-demand would have cost ${j.ondemand_equivalent.usd}, ${savingWords(j.saving, j.saving_percent, "on-demand")}` +
     (j.job.reason ? " · " + j.job.reason : "");
   fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
-    a.state + (a.reason ? " — " + a.reason : ""), { text: (a.seconds / 3600).toFixed(2), num: 1 },
+    a.state + (a.reason ? " — " + a.reason : ""), { text: duration(a.seconds), num: 1 },  // 15 s read "0.00" hours
     { text: a.cost.usd, num: 1 }, { text: a.ondemand_equivalent.usd, num: 1 }])), "No attempts yet.");
   drawLoss(j.metrics);
   if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
 }
 
+let lastLoss = null;  // the points drawn, as lastDays
+
 // "loss" if the job reports one, else the first metric any point holds a number for: a first report with none (its
 // step alone, or a value gone to NaN, kept as null and left out) drew "No metrics reported yet." under all the rest
 function drawLoss(points) {
+  lastLoss = points;
   const named = (p) => Object.keys(p.metrics).find((k) => typeof p.metrics[k] === "number");
   const key = points.some((p) => typeof p.metrics.loss === "number") ? "loss" : points.map(named).find((k) => k);
   const pts = points.filter((p) => key && typeof p.metrics[key] === "number" && typeof p.step === "number");
   if (!pts.length) { $("loss").replaceChildren(el("p", "No metrics reported yet.", { class: "empty" })); return; }
-  const W = 800, H = 200, pad = 40;
+  const W = chartWidth("loss"), H = 200, pad = 40;
   const xs = pts.map((p) => p.step), ys = pts.map((p) => p.metrics[key]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1), y0 = Math.min(...ys), y1 = Math.max(...ys, y0 + 1e-9);
   const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": key + " by step" });
@@ -356,5 +376,13 @@ document.addEventListener("DOMContentLoaded", () => {
   $("period").addEventListener("change", load);
   if (token()) load(); else showLogin("");
   setInterval(refresh, REFRESH_MS);
+  let resized = null;  // a phone turned on its side: the charts drawn again at their boxes' new width
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => {
+      if (lastDays && !$("main").hidden) drawDays(lastDays);
+      if (lastLoss && !$("job").hidden) drawLoss(lastLoss);
+    }, 150);
+  });
   document.addEventListener("visibilitychange", refresh);
 });
