@@ -36,6 +36,22 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(self, message)
 
 
+class _Once(argparse.Action):
+    """An option that takes one value, refused when given twice on one side of the command: argparse kept the last
+    (`--team a --team b` submitted for b, `--budget 1 --budget 2` with $2), where the API and a task's YAML refuse a
+    repeat. The client options given before the command and again after it still override (documented): each side
+    is parsed into a namespace of its own."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("_given_once", set())  # this side's: a subcommand parses into a new one
+        if self.dest in given:
+            before = getattr(namespace, self.dest)
+            said = "" if self.dest == "token" else f" ({before}, then {values})"  # a token is a secret: not echoed
+            raise argparse.ArgumentError(self, f"given twice{said}: give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 KEEP_ALIVE_SECONDS = 75
 """How long ``broker serve`` keeps an idle HTTP connection open: longer than the load balancer in front of it keeps
 its own (AWS's ALB 60 s by default; ``terraform/``), or the broker closes a connection the balancer is about to reuse
@@ -69,8 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     # after it, they override: SUPPRESS keeps a subcommand from resetting what was given before.
     common = _Parser(add_help=False)
     for parser, unset in ((p, None), (common, argparse.SUPPRESS)):
-        parser.add_argument("--url", default=unset, help="broker URL (default $BROKER_URL or http://127.0.0.1:${BROKER_PORT:-8000})")
-        parser.add_argument("--token", default=unset, help="bearer token (default $BROKER_TOKEN or the local admin token)")
+        parser.add_argument("--url", default=unset, type=_given, action=_Once,
+                            help="broker URL (default $BROKER_URL or http://127.0.0.1:${BROKER_PORT:-8000})")
+        parser.add_argument("--token", default=unset, type=_given, action=_Once,
+                            help="bearer token (default $BROKER_TOKEN or the local admin token)")
         parser.add_argument("--json", action="store_true", default=unset or False, help="machine-readable output")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -78,21 +96,27 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kw)
 
     s = sub.add_parser("serve", help="run the broker (API + engine)")
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=int(os.environ.get("BROKER_PORT", 8000)), help="port (default $BROKER_PORT or 8000)")
-    s.add_argument("--config", default=None, help="config YAML (default $BROKER_CONFIG, else <data dir>/config.yaml)")
+    s.add_argument("--host", default="127.0.0.1", type=_given, action=_Once, help="address to listen on (default 127.0.0.1)")
+    # BROKER_PORT is read by `broker serve` itself, not here: read here, a BROKER_PORT of "abc" was a traceback from
+    # every command, `broker --help` too
+    s.add_argument("--port", type=_port, default=None, action=_Once,
+                   help="port (default $BROKER_PORT or 8000; 0: any free port, the one taken is printed)")
+    s.add_argument("--config", default=None, type=_given, action=_Once,
+                   help="config YAML (default $BROKER_CONFIG, else <data dir>/config.yaml)")
     s.add_argument("--no-engine", action="store_true", help="serve the API only; run `broker worker` apart")
 
     w = sub.add_parser("worker", help="run the engine without the API")
-    w.add_argument("--config", default=None, help="config YAML (default $BROKER_CONFIG, else <data dir>/config.yaml)")
+    w.add_argument("--config", default=None, type=_given, action=_Once,
+                   help="config YAML (default $BROKER_CONFIG, else <data dir>/config.yaml)")
     w.add_argument("--burst", action="store_true", help="run until no job is active, then exit")
 
     s = client("submit", help="submit a SkyPilot task YAML")
     s.add_argument("file")
-    s.add_argument("--budget", type=_given, help="budget cap in dollars (overrides broker.budget_usd)")
-    s.add_argument("--team", type=_given, help="submit for this team (admins; default: your token's team)")
-    s.add_argument("--deadline", type=_given, help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00)")
-    s.add_argument("--idempotency-key", type=_given, help="a retry with the same key returns the first job instead of a second one")
+    s.add_argument("--budget", type=_given, action=_Once, help="budget cap in dollars (overrides broker.budget_usd)")
+    s.add_argument("--team", type=_given, action=_Once, help="submit for this team (admins; default: your token's team)")
+    s.add_argument("--deadline", type=_deadline, action=_Once, help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00)")
+    s.add_argument("--idempotency-key", type=_idempotency_key, action=_Once,
+                   help="a retry with the same key returns the first job instead of a second one")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's envs, as `sky launch --env` (no value: this shell's)")
     s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
@@ -106,17 +130,17 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("status", help="list jobs, or show one")
     s.add_argument("id", nargs="?", type=_given, help="one job: its attempts, where they ran, cost")
-    s.add_argument("--state", type=_given, help="only jobs in this state (queued, running, failed, stopped_budget, ...)")
-    s.add_argument("--team", type=_given, help="admins: only this team's jobs")
+    s.add_argument("--state", type=_given, action=_Once, help="only jobs in this state (queued, running, failed, stopped_budget, ...)")
+    s.add_argument("--team", type=_given, action=_Once, help="admins: only this team's jobs")
 
     s = client("queue", help="the jobs waiting, in the order they start, with roughly when")
-    s.add_argument("--team", type=_given, help="admins: only this team's jobs")
+    s.add_argument("--team", type=_given, action=_Once, help="admins: only this team's jobs")
 
     s = client("logs", help="show a job's output")
     s.add_argument("id")
     s.add_argument("-f", "--follow", action="store_true", help="keep following the output until the job ends (with "
                    "--json: JSON Lines, one {\"attempt\", \"data\", \"offset\"} object per piece of output)")
-    s.add_argument("--attempt", type=_attempt_number,
+    s.add_argument("--attempt", type=_attempt_number, action=_Once,
                    help="this attempt's output (default: the newest); with -f, from this attempt on")
 
     s = client("cancel", help="cancel a job")
@@ -148,12 +172,12 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("costs", help="spend, saving against on-demand and preemptions, for a team and a window, or one job")
     s.add_argument("id", nargs="?", type=_given, help="a job: its attempts and what each cost")
-    s.add_argument("--team", type=_given, help="admins: one team (default: all); others see their own team (not with a job id)")
-    s.add_argument("--period", type=_given, help="24h, 7d (default), 30d or 90d, ending now (a team's window: not with a job id, "
+    s.add_argument("--team", type=_given, action=_Once, help="admins: one team (default: all); others see their own team (not with a job id)")
+    s.add_argument("--period", type=_given, action=_Once, help="24h, 7d (default), 30d or 90d, ending now (a team's window: not with a job id, "
                                     "whose costs are its whole life)")
-    s.add_argument("--since", type=_given, help="ISO date (that day in UTC) or time with its timezone, as a deadline "
+    s.add_argument("--since", type=_given, action=_Once, help="ISO date (that day in UTC) or time with its timezone, as a deadline "
                                    "(2026-11-30T10:00Z, ...+01:00), instead of --period")
-    s.add_argument("--until", type=_given, help="ISO date or time with its timezone, as --since (default now)")
+    s.add_argument("--until", type=_given, action=_Once, help="ISO date or time with its timezone, as --since (default now)")
 
     sub.add_parser("simulate", help="replay spot traces with a policy (see `broker simulate --help`)",
                    add_help=False)
@@ -179,6 +203,7 @@ def _main(argv: list[str] | None) -> int:
 
         return simulate(simulate_argv)
     parser = _parser()
+    argv = _dash_values(argv, parser)
     try:
         args = parser.parse_args(argv)
         _check_combinations(parser, args)
@@ -238,6 +263,30 @@ def _simulate_argv(argv: list[str]) -> list[str] | None:
     return [*rest, "--json"] if json_given and "--json" not in rest else rest
 
 
+def _dash_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``argv`` with a value that begins with '-' joined to its option (``--deadline -1h`` → ``--deadline=-1h``),
+    so that its type says what is wrong with it, or takes it (a token may begin with '-'): argparse read it as an
+    option and said only "expected one argument". Only after an option that takes one value (:class:`_Once`), and
+    only a value that is no option of the CLI's and does not begin with '--' (``--team --budget 5``: the value was
+    left out, as argparse says)."""
+    parsers = [parser, *next(a.choices for a in parser._actions
+                             if isinstance(a, argparse._SubParsersAction)).values()]
+    options = {o for q in parsers for o in q._option_string_actions}
+    valued = {o for q in parsers for a in q._actions if isinstance(a, _Once) for o in a.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--":
+            return out + argv[i:]
+        if argv[i] in valued and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and not argv[i + 1].startswith("--") and argv[i + 1] not in options:
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     """Options that each parse but do not go together, refused as a usage error rather than silently ignored."""
     commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -281,20 +330,27 @@ def cmd_serve(args) -> int:
     from broker.api.app import create_app
     from broker.config import load_settings, redacted_url
 
+    from broker.client import env_port
+
+    port = args.port if args.port is not None else env_port()  # a BROKER_PORT that is no port: one line, naming it
     settings = load_settings(config_path=args.config, create_admin_token=True)
     _check_prices(settings)
     key_warning = _check_secrets_key(settings)
+    # Listen first: uvicorn starts the app (its engine, ticking on the store) before it binds, so a second
+    # `broker serve` on a taken port would run its engine — with its own config — until the bind failed.
+    listener = _listen(args.host, port)
+    port = listener.getsockname()[1]  # the port taken: with --port 0 the system's choice, not 0
     if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
         # jobs on this host report progress to the port we actually listen on
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-        settings = dataclasses.replace(settings, public_url=f"http://{_host_port(host, args.port)}")
+        settings = dataclasses.replace(settings, public_url=f"http://{_host_port(host, port)}")
     app = create_app(settings, engine=False if args.no_engine else None)
     # What exists now (modules, the app, settings) lives as long as the process: freeze it so the
     # collector's full passes under load scan only what requests leave behind. Unfrozen, each full
     # pass walked ~80k startup objects and stalled every request for 30-70 ms on the shared VM.
     gc.collect()
     gc.freeze()
-    print(f"spot-broker on http://{_host_port(args.host, args.port)}  store={redacted_url(settings.store_url)}  "
+    print(f"spot-broker on http://{_host_port(args.host, port)}  store={redacted_url(settings.store_url)}  "
           f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}",
           file=sys.stderr)
     if key_warning:
@@ -303,9 +359,6 @@ def cmd_serve(args) -> int:
     if token_file:
         print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
               "or send it as Authorization: Bearer)", file=sys.stderr)
-    # Listen first: uvicorn starts the app (its engine, ticking on the store) before it binds, so a second
-    # `broker serve` on a taken port would run its engine — with its own config — until the bind failed.
-    listener = _listen(args.host, args.port)
     _broker_logs()
     config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
     uvicorn.Server(config).run(sockets=[listener])
@@ -794,7 +847,9 @@ def cmd_status(args) -> int:
             else:
                 _show_job(_console(), job)
             return 0
-        jobs = client.jobs(state=args.state, team=args.team)
+        jobs, cut = _listed_jobs(client, state=args.state, team=args.team)
+    if cut:  # on stderr: `broker status | grep running` and `--json | jq` read on, and the note is still seen
+        print(cut, file=sys.stderr)
     if args.json:
         _print_json(jobs)
         return 0
@@ -813,6 +868,40 @@ def cmd_status(args) -> int:
                               ("starts ~", "whole"), ("spent", "whole"), ("budget", "whole"), "reason"], rows,
                  drop=("starts ~", "queue", "team", "budget"))
     return 0
+
+
+LIVE_STATES = ("queued", "placed", "launching", "running", "stopping", "cancelling")
+"""The states of a job that has not ended, each asked for on its own when the listing of every job is full."""
+
+
+def _listed_jobs(client, *, state: str | None, team: str | None) -> tuple[list[dict], str | None]:
+    """The jobs ``broker status`` lists, newest first, and a note when some are left out (``None`` when none are).
+
+    The broker lists at most ``MAX_JOBS_LISTED`` jobs at once, newest first, with no cursor to read on; its default,
+    200, was all `broker status` showed, so `broker status | grep running` missed a job running since before the 200
+    newest. Asked for as many as it lists, and when that is full, for each state of a job that has not ended too: so
+    every job that has not ended is listed (up to as many in each state), and only ended jobs older than the newest
+    are left out — which the note says."""
+    from broker.client import MAX_JOBS_LISTED as most
+
+    jobs = client.jobs(state=state, team=team, limit=most)
+    if len(jobs) < most:
+        return jobs, None
+    if state:
+        return jobs, (f"(the broker lists at most {most} jobs at once: these are the {most} newest {state} jobs; "
+                      "older ones are left out — narrow it with --team)")
+    seen, full = {j["id"] for j in jobs}, []
+    for live in LIVE_STATES:
+        more = client.jobs(state=live, team=team, limit=most)
+        if len(more) >= most:
+            full.append(live)
+        jobs += [j for j in more if j["id"] not in seen]
+        seen.update(j["id"] for j in more)
+    jobs.sort(key=lambda j: j.get("submitted_at") or "", reverse=True)  # stable: the broker's order within a second
+    also = (f"; of {' and '.join(full)} jobs, more than {most}: only the {most} newest in each state are shown"
+            if full else "")
+    return jobs, (f"(the broker lists at most {most} jobs at once: shown are the {most} newest and every job that has "
+                  f"not ended; older jobs that ended are left out — narrow it with --state or --team{also})")
 
 
 def cmd_queue(args) -> int:
@@ -846,6 +935,37 @@ def _given(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty: give it a value, or leave it out for the default")
     return text
+
+
+def _deadline(text: str) -> str:
+    """``--deadline``: a duration or a time, checked by the broker; one that begins with '-' is refused here, saying
+    why (``--deadline -1h`` was argparse's "expected one argument": it read the value as an option)."""
+    text = _given(text)
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text!r} is negative: a deadline is a duration from now (6h, 1d12h) or a "
+                                         "time to come with its timezone (2026-12-01T18:00Z)")
+    return text
+
+
+def _idempotency_key(text: str) -> str:
+    """``--idempotency-key``, refused here when a header cannot carry it (:func:`broker.client.idempotency_key_problem`):
+    sent, 'ключ' was "'ascii' codec can't encode", and ' k2 ' a dropped connection retried three times."""
+    from broker.client import idempotency_key_problem
+
+    problem = idempotency_key_problem(_given(text))
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _port(text: str) -> int:
+    """``--port``: 0 to 65535 (0: any free port). 99999 was an OverflowError's traceback from the bind."""
+    from broker.client import port_number
+
+    try:
+        return port_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _attempt_number(text: str) -> int:

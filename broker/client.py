@@ -44,8 +44,14 @@ class BrokerError(Exception):
 
 
 def default_token(env: dict[str, str] | os._Environ = os.environ) -> str | None:
-    """``BROKER_TOKEN``, else the admin token a local ``broker serve`` wrote to its data dir."""
-    if env.get("BROKER_TOKEN"):
+    """``BROKER_TOKEN``, else the admin token a local ``broker serve`` wrote to its data dir.
+
+    ``BROKER_TOKEN`` set but empty is refused (:class:`BrokerError`), not read as unset: ``BROKER_TOKEN=$TEAM_TOKEN``
+    with the variable unset went as this host's admin, listing every team's jobs and submitting as admin."""
+    if "BROKER_TOKEN" in env:
+        if not env["BROKER_TOKEN"].strip():
+            raise BrokerError(0, "BROKER_TOKEN is set but empty: give it your token, or unset it (unset BROKER_TOKEN) "
+                                 "for the admin token of a broker on this host")
         return env["BROKER_TOKEN"]
     path = default_data_dir(env) / "admin-token"
     return path.read_text().strip() if path.exists() else None
@@ -53,8 +59,46 @@ def default_token(env: dict[str, str] | os._Environ = os.environ) -> str | None:
 
 def default_url(env: dict[str, str] | os._Environ = os.environ) -> str:
     """``BROKER_URL``, else the local broker on ``BROKER_PORT`` (8000 unless set), the port ``broker serve``
-    listens on: a broker started on another port with ``BROKER_PORT`` is found by the CLI in the same shell."""
-    return env.get("BROKER_URL") or f"http://127.0.0.1:{env.get('BROKER_PORT') or 8000}"
+    listens on: a broker started on another port with ``BROKER_PORT`` is found by the CLI in the same shell.
+
+    ``BROKER_URL`` set but empty is refused (:class:`BrokerError`), as ``--url ""`` and the API's ``?team=`` are:
+    most often a variable a script left unset (``BROKER_URL=$PROD_URL``), and read as unset it sent the command —
+    a submit, a cancel — to the broker on this host instead. An empty ``BROKER_PORT`` is read as unset (8000), as
+    ``broker serve`` reads it; one that is not a port is refused, naming it."""
+    if "BROKER_URL" in env:
+        if not env["BROKER_URL"].strip():
+            raise BrokerError(0, "BROKER_URL is set but empty: give it the broker's URL, or unset it (unset "
+                                 "BROKER_URL) for the broker on this host")
+        return env["BROKER_URL"].strip()
+    try:
+        port = env_port(env)
+    except ValueError as exc:
+        raise BrokerError(0, f"{exc} (BROKER_URL is not set, so the CLI looks for the broker on this host at that "
+                             "port)") from None
+    return f"http://127.0.0.1:{port}"
+
+
+def port_number(text: str) -> int:
+    """A TCP port as typed (``--port``, ``BROKER_PORT``): 0 to 65535 (0: any free port), or ``ValueError`` saying so."""
+    try:
+        port = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a port number (0 to 65535)") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{port} is not a port number (0 to 65535)")
+    return port
+
+
+def env_port(env: dict[str, str] | os._Environ = os.environ) -> int:
+    """``BROKER_PORT``: 8000 when unset or empty, else a port number, or ``ValueError`` naming it."""
+    text = env.get("BROKER_PORT") or ""
+    if not text.strip():
+        return 8000
+    try:
+        return port_number(text)
+    except ValueError:
+        raise ValueError(f"BROKER_PORT={text!r} is not a port number (0 to 65535): give one, or unset it for "
+                         "8000") from None
 
 
 def load_task(text: str) -> dict:
@@ -79,15 +123,22 @@ def load_task(text: str) -> dict:
 
 class BrokerClient:
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
-        self.url = (url or default_url()).rstrip("/")
+        # an empty url or token is refused, not read as "not given": `--token "$UNSET"` went as this host's admin
+        if url is not None and not url.strip():
+            raise BrokerError(0, "the broker URL (--url) is empty: give it, or leave it out for BROKER_URL or the "
+                                 "broker on this host")
+        if token is not None and not token.strip():
+            raise BrokerError(0, "the token (--token) is empty: give it, or leave it out for BROKER_TOKEN or the "
+                                 "admin token of a broker on this host")
+        self.url = (url.strip() if url is not None else default_url()).rstrip("/")
         if not self.url.lower().startswith(("http://", "https://")):
             raise BrokerError(0, f"the broker URL {self.url!r} must start with http:// or https://, "
                                  "like http://127.0.0.1:8000")
         self.last_submit_created: bool | None = None  # whether the last submit made a job (False: its Idempotency-Key had; None: unknown)
-        self.token = _header_token(token or default_token())
+        self.token = _header_token(token if token is not None else default_token())
         # where the token came from when this host's admin-token file gave it, for a 401's hint
         self._token_file = (default_data_dir() / "admin-token"
-                            if self.token and not token and not os.environ.get("BROKER_TOKEN") else None)
+                            if self.token and token is None and "BROKER_TOKEN" not in os.environ else None)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -120,6 +171,11 @@ class BrokerClient:
             raise BrokerError(0, f"cannot reach the broker at {self.url} (is `broker serve` running?)") from None
         except httpx.TimeoutException:
             raise BrokerError(0, f"the broker at {self.url} did not answer in time", unknown_outcome=True) from None
+        except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:
+            # the request could not be written (a header HTTP cannot carry): nothing was sent, so nothing was done;
+            # read as a dropped connection below, a submit was retried three times and said it "may have been stored"
+            raise BrokerError(0, f"cannot send the request to the broker at {self.url}: {exc} (nothing was sent)") \
+                from None
         except httpx.TransportError as exc:  # sent, then the connection dropped: it may have been carried out
             raise BrokerError(0, f"the connection to the broker at {self.url} dropped before it answered: {exc}",
                               unknown_outcome=True) from None
@@ -152,6 +208,10 @@ class BrokerClient:
             task["broker"] = {**(task.get("broker") or {}), **overrides}
         # Every submit carries a key (a fresh one unless given), so a submit whose answer was lost — a
         # timeout, the store briefly down — is retried here without making a second job.
+        if idempotency_key is not None:
+            problem = idempotency_key_problem(idempotency_key)
+            if problem:  # said before anything is sent: sent, it failed as a dropped connection, retried
+                raise BrokerError(0, f"the idempotency key {problem}", "Idempotency-Key")
         key = idempotency_key or uuid.uuid4().hex
         retried = False
         for delay in (*SUBMIT_RETRY_DELAYS, None):
@@ -197,7 +257,8 @@ class BrokerClient:
         return {**answer, "uploaded": True}
 
     def jobs(self, *, state: str | None = None, team: str | None = None, limit: int | None = None) -> list[dict]:
-        """Jobs newest first: the broker's 200 newest unless ``limit`` (at most :data:`MAX_JOBS_LISTED`)."""
+        """Jobs newest first: the broker's 200 newest unless ``limit`` (at most :data:`MAX_JOBS_LISTED`; the API has
+        no cursor to read on from there)."""
         params = {k: v for k, v in {"state": state, "team": team, "limit": limit}.items() if v}
         return self._call("GET", "/v1/jobs", params=params)["jobs"]
 
@@ -299,6 +360,31 @@ def _job_path(job_id: str, base: str = "/v1/jobs/") -> str:
     return base + quote(job_id, safe="")
 
 
+MAX_IDEMPOTENCY_KEY = 200
+"""The longest ``Idempotency-Key`` the broker takes (it refuses a longer one with a 422)."""
+
+
+def idempotency_key_problem(key: str) -> str | None:
+    """What keeps ``key`` from being sent as an ``Idempotency-Key`` header and taken by the broker, as words that
+    follow "the idempotency key" (naming the character and where it is), or ``None`` for a key that goes.
+
+    A header carries printable ASCII, spaces inside but not at either end: 'ключ' failed as "'ascii' codec can't
+    encode", ' k2 ' as a dropped connection, retried three times as if the submit might have been stored."""
+    if not key:
+        return "is empty"
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        return f"is {len(key)} characters long: the broker takes at most {MAX_IDEMPOTENCY_KEY}"
+    for i, c in enumerate(key):
+        if c == " " and (i == 0 or i == len(key) - 1):
+            return ("begins with a space" if i == 0 else "ends with a space") + \
+                ", which a header cannot carry there: leave it out"
+        if not 32 <= ord(c) <= 126:
+            what = "a control character" if ord(c) < 32 or ord(c) == 127 else "a character that is not ASCII"
+            return (f"holds {what}, {c!r}, at position {i + 1}, which a header cannot carry: use letters, digits "
+                    "and - _ . : (printable ASCII)")
+    return None
+
+
 def _header_token(token: str | None) -> str | None:
     """The token as an ``Authorization`` header carries it. The line break or spaces around a copied token are left
     out (spaces inside are kept: the broker takes a passphrase); any other character a header cannot carry is
@@ -333,7 +419,10 @@ def read_task_file(path: str | Path) -> str:
         raise BrokerError(0, f"{path}: no such file")
     if p.is_dir():
         raise BrokerError(0, f"{path} is a directory; give the task's YAML file")
-    try:
-        return p.read_text()
-    except UnicodeDecodeError:
-        raise BrokerError(0, f"{path} is not a text file; give the task's YAML file") from None
+    data = p.read_bytes()
+    try:  # UTF-8 whatever this shell's locale, a byte-order mark allowed: as the broker reads a task's body
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        at = exc.start + len(data) - len(exc.object)  # in the file: the decoder counts from after a byte-order mark
+        raise BrokerError(0, f"{path} is not UTF-8 (byte 0x{data[at]:02x} at offset {at}): save the task's YAML as "
+                             "UTF-8") from None

@@ -36,6 +36,7 @@ import io
 import os
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -192,6 +193,7 @@ class Entry:
     path: Path
     kind: str  # "dir", "file" or "link"
     size: int
+    target: str = ""  # a link's, as listed (checked to lead inside the workdir)
 
 
 def files_of(root: Path) -> list[Entry]:
@@ -199,7 +201,9 @@ def files_of(root: Path) -> list[Entry]:
 
     A link is kept as a link when it points inside the directory; one that points out of it
     (``data -> /mnt/datasets``) is refused, naming it: it could not be unpacked on another host.
-    Sockets and pipes are left out, as they cannot be copied."""
+    Sockets and pipes are left out, as they cannot be copied. A file or directory that vanishes while the directory is
+    read (a build writing and deleting files as it runs) is left out, as rsync says of a file that vanished: it is
+    not there to pack."""
     ignore_name = ".skyignore" if (root / ".skyignore").is_file() else ".gitignore"
     top_rules = [] if ignore_name == ".skyignore" else _rules(_read(root / ".git" / "info" / "exclude"), "")
     out: list[Entry] = []
@@ -210,27 +214,36 @@ def files_of(root: Path) -> list[Entry]:
             rules = rules + _rules(_read(here), rel_dir)
         try:
             names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            if rel_dir:  # the directory vanished since its parent was listed: it is not packed
+                out.pop()  # its own entry, the last one added (see below)
+                return
+            raise PackError(f"cannot read {directory}: it is not there") from None
         except OSError as exc:
             raise PackError(f"cannot read {directory}: {exc.strerror}") from None
         for name in names:
             path = directory / name
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            st = path.lstat()
-            if os.path.islink(path):
-                if _ignored(rel, False, rules):
-                    continue
-                target = os.readlink(path)
+            try:  # what it is, once: each of is_dir, is_file looked again, and a file gone since was a traceback
+                st = path.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    if _ignored(rel, False, rules):
+                        continue
+                    target = os.readlink(path)
+            except FileNotFoundError:
+                continue  # vanished since the directory was listed
+            if stat.S_ISLNK(st.st_mode):
                 inside = os.path.normpath(os.path.join(os.path.dirname(rel), target))
                 if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
                     raise PackError(f"{rel} is a link to {target}, out of the workdir, which cannot be shipped to "
                                     f"the broker: leave it out ({ignore_name}) or mount it with file_mounts")
-                out.append(Entry(rel, path, "link", 0))
-            elif path.is_dir():
+                out.append(Entry(rel, path, "link", 0, target))
+            elif stat.S_ISDIR(st.st_mode):
                 if _ignored(rel, True, rules):
                     continue
                 out.append(Entry(rel, path, "dir", 0))
                 walk(path, rel, rules)
-            elif path.is_file():
+            elif stat.S_ISREG(st.st_mode):
                 if not _ignored(rel, False, rules):
                     out.append(Entry(rel, path, "file", st.st_size))
 
@@ -291,9 +304,17 @@ def pack_file(file: str | Path, *, limit: int = DEFAULT_MAX_BYTES, what: str | N
     deterministic tar.gz of at most ``limit`` bytes. A mounted file is one file, not a directory holding it."""
     what = what or f"file {file}"
     path = Path(file).expanduser().resolve()
-    if not path.is_file():
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
         raise PackError(f"{what}: not a file")
-    return _write([Entry(path.name, path, "file", path.stat().st_size)], limit=limit, what=what)
+    packed = _write([Entry(path.name, path, "file", st.st_size)], limit=limit, what=what)
+    if not packed.files:  # it vanished before it was read: a pack of nothing is no mount of it
+        packed.path.unlink(missing_ok=True)
+        raise PackError(f"{what}: not a file (it was removed while it was packed)")
+    return packed
 
 
 def _write(entries: list[Entry], *, limit: int, what: str) -> Pack:
@@ -305,8 +326,11 @@ def _write(entries: list[Entry], *, limit: int, what: str) -> Pack:
             # filename="" and mtime=0: the gzip header names no temporary file and no time
             with gzip.GzipFile(filename="", fileobj=capped, mode="wb", mtime=0) as gz:  # type: ignore[arg-type]
                 with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    for e in entries:
-                        _add(tar, e)
+                    added = [e for e in entries if _add(tar, e)]
+    except _Changed as exc:
+        path.unlink(missing_ok=True)
+        raise PackError(f"{what}: file {exc.rel} changed while it was packed; try again, or leave it out "
+                        "(.skyignore) if it keeps changing") from None
     except _TooLarge:
         path.unlink(missing_ok=True)
         total = sum(e.size for e in entries)
@@ -319,24 +343,81 @@ def _write(entries: list[Entry], *, limit: int, what: str) -> Pack:
         path.unlink(missing_ok=True)
         raise
     return Pack(path=path, digest=f"sha256:{capped.sha.hexdigest()}", size=capped.written,
-                files=sum(1 for e in entries if e.kind != "dir"))
+                files=sum(1 for e in added if e.kind != "dir"))
 
 
-def _add(tar: tarfile.TarFile, e: Entry) -> None:
+class _Changed(Exception):
+    """A file changed (its size, its time, what it is) while it was read into the pack."""
+
+    def __init__(self, rel: str):
+        super().__init__(rel)
+        self.rel = rel
+
+
+class _Exactly(io.RawIOBase):
+    """``fh`` read as tarfile reads a member's data, for ``size`` bytes: :class:`_Changed` if it ends sooner (the file
+    shrank as it was read; tarfile said "unexpected end of data")."""
+
+    def __init__(self, fh: BinaryIO, size: int, rel: str):
+        self.fh, self.left, self.rel = fh, size, rel
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        want = self.left if n is None or n < 0 else min(n, self.left)
+        data = self.fh.read(want)
+        if len(data) < want:
+            raise _Changed(self.rel)
+        self.left -= len(data)
+        return data
+
+
+def _add(tar: tarfile.TarFile, e: Entry) -> bool:
+    """Add ``e`` to the pack; ``False`` when it vanished since it was listed (left out, as by rsync). A file that
+    changes while it is read raises :class:`_Changed`: what was packed would be neither its old content nor its
+    new (a checkpoint being written, a log growing), and the digest would name content that never was."""
     info = tarfile.TarInfo(e.rel)
     info.mtime, info.uid, info.gid, info.uname, info.gname = PACK_MTIME, 0, 0, "", ""
     if e.kind == "dir":
+        try:
+            if not stat.S_ISDIR(os.lstat(e.path).st_mode):
+                raise _Changed(e.rel)
+        except FileNotFoundError:
+            return False
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         tar.addfile(info)
     elif e.kind == "link":
-        info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, os.readlink(e.path)
+        try:
+            target = os.readlink(e.path)
+        except FileNotFoundError:
+            return False
+        except OSError:  # no longer a link (EINVAL): something else is there now
+            raise _Changed(e.rel) from None
+        if target != e.target:  # pointed elsewhere since it was checked to lead inside the workdir
+            raise _Changed(e.rel)
+        info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, target
         tar.addfile(info)
     else:
-        executable = os.stat(e.path).st_mode & 0o100
-        info.mode = 0o755 if executable else 0o644
-        with open(e.path, "rb") as fh:
-            info.size = os.fstat(fh.fileno()).st_size
-            tar.addfile(info, fh)
+        try:
+            fh = open(e.path, "rb")
+        except FileNotFoundError:
+            return False
+        except OSError as exc:  # a directory now (EISDIR), or no longer readable: not the file listed
+            if exc.errno == errno.EISDIR:
+                raise _Changed(e.rel) from None
+            raise
+        with fh:
+            before = os.fstat(fh.fileno())
+            if not stat.S_ISREG(before.st_mode):
+                raise _Changed(e.rel)
+            info.mode = 0o755 if before.st_mode & 0o100 else 0o644
+            info.size = before.st_size
+            tar.addfile(info, _Exactly(fh, info.size, e.rel))
+            after = os.fstat(fh.fileno())
+            if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or fh.read(1):
+                raise _Changed(e.rel)
+    return True
 
 
 # -- unpacking (the broker: to check an upload, and at each launch) -------------------------------

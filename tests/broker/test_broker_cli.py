@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -293,7 +294,7 @@ def test_a_local_admin_token_another_broker_wrote_is_named_with_how_to_point_the
     other = tmp / "other-data"
     other.mkdir()
     (other / "admin-token").write_text("a-token-another-broker-wrote\n")
-    r = run("status", check=False, extra_env={"BROKER_TOKEN": "", "BROKER_DATA_DIR": str(other)})
+    r = cli_runner(run.url, token=None)("status", check=False, extra_env={"BROKER_DATA_DIR": str(other)})
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"the token sent is the admin token in {other / 'admin-token'}" in r.stderr, r.stderr
     assert "set BROKER_DATA_DIR" in r.stderr and "BROKER_TOKEN" in r.stderr, r.stderr
@@ -563,37 +564,54 @@ def test_serve_start_line_does_not_print_the_stores_password(tmp_path):
     line goes to the service's logs."""
     env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN,
            "BROKER_STORE_URL": "rediss://:s3cret-auth-token@127.0.0.1:1/0"}
-    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--port", "1"], env=env, cwd=REPO,
+    # on a port of the system's choice: serve listens before it says where (a port it cannot take is its one line)
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--port", "0"], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stderr.readline()
     finally:
         proc.kill()
         proc.wait(10)
-    assert first.startswith("spot-broker on http://127.0.0.1:1  store=rediss://:***@127.0.0.1:1/0 "), first
+    assert re.match(r"spot-broker on http://127\.0\.0\.1:[1-9]\d*  store=rediss://:\*\*\*@127\.0\.0\.1:1/0 ", first), first
     assert "s3cret" not in first
+
+
+def serve_start_lines(tmp_path, env: dict, *args: str) -> str:
+    """The lines `broker serve --port 0 ARGS` writes before it answers (it listens on a port of the system's
+    choice and says which), once it answers; the broker is stopped then."""
+    import httpx
+
+    log = tmp_path / f"serve-{time.monotonic_ns()}.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--port", "0", "--no-engine", *args],
+                                env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        def up():
+            assert proc.poll() is None, log.read_text()
+            m = re.search(r"spot-broker on (http://127\.0\.0\.1:(\d+)) ", log.read_text())
+            if not m or m.group(2) == "0":
+                return None
+            try:
+                return httpx.get(f"{m.group(1)}/v1/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return None
+
+        wait_for(up, timeout=60)
+        return log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
 
 
 def test_serve_says_where_the_admin_token_it_generated_is(tmp_path):
     """The dashboard and curl need the token a first start writes; the start-up lines say where it is (the path,
     never the token), and say nothing of it when admins sign in with BROKER_ADMIN_TOKEN."""
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()  # serve prints its start-up lines, then cannot bind this port and exits
-
-    def start_lines(extra):
-        env = {k: v for k, v in os.environ.items() if k != "BROKER_ADMIN_TOKEN"}
-        env.update(BROKER_DATA_DIR=str(tmp_path / "data"), **extra)
-        done = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "--port", str(taken.getsockname()[1])],
-                              env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              timeout=120)
-        return done.stderr
-
-    lines = start_lines({})
+    env = {k: v for k, v in os.environ.items() if k != "BROKER_ADMIN_TOKEN"}
+    env.update(BROKER_DATA_DIR=str(tmp_path / "data"))
+    lines = serve_start_lines(tmp_path, env)
     token = (tmp_path / "data" / "admin-token").read_text().strip()
     assert f"admin token in {tmp_path / 'data' / 'admin-token'}" in lines and token not in lines, lines
-    assert "admin token" not in start_lines({"BROKER_ADMIN_TOKEN": ADMIN})
-    taken.close()
+    assert "admin token" not in serve_start_lines(tmp_path, {**env, "BROKER_ADMIN_TOKEN": ADMIN})
 
 
 def test_serve_on_a_port_in_use_exits_before_its_engine_touches_the_store(tmp_path):

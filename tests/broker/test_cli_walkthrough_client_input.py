@@ -103,7 +103,7 @@ class _NotTheBroker(BaseHTTPRequestHandler):
     """Another web server on the port the user gave: HTML for everything."""
 
     def do_GET(self):
-        status = 200 if self.path == "/v1/jobs" else 404
+        status = 200 if self.path.split("?")[0] == "/v1/jobs" else 404  # `broker status` asks ?limit=
         body = b"<!DOCTYPE html><html><body><h1>Welcome to the team wiki</h1>" + b"<p>...</p>" * 50 + b"</body></html>"
         self.send_response(status)
         self.send_header("Content-Type", "text/html; charset=utf-8")
