@@ -21,7 +21,7 @@ from typing import Any
 from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
-from broker.engine.budget import reserve_seconds
+from broker.engine.budget import attempt_limit, reserve_seconds
 from broker.engine.schedule import placeable, request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
@@ -599,9 +599,11 @@ class BrokerService:
 
     def raise_budget(self, principal: Principal, job_id: str, new_budget: int, *, only_up: bool = False) -> Job:
         """Set a job's budget cap, up, or down to no less than it spent (raising it lets a budget-stopped
-        job resume). With ``only_up`` (a "Raise budget to $X" button), a budget already at X or above stays."""
+        job resume). With ``only_up`` (a "Raise budget to $X" button), a budget already at X or above stays.
+        A budget lowered under a running attempt moves the attempt's own limit down at once (:meth:`_lower_limit`)."""
         if new_budget <= 0:
             raise Invalid("budget_usd", "must be more than $0")
+        had: list[int] = []  # the budget the committed change replaced
 
         def once() -> Job:
             job = self.get(principal, job_id)
@@ -615,10 +617,83 @@ class BrokerService:
             now = self.clock()
             note = note_event(job, "budget_changed", f"budget {fmt_limit(job.budget)} → {fmt_limit(new_budget)} by {principal.name}",
                               time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})
+            had[:] = [job.budget]
             return self._commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
                                             expected_version=job.version, events=[note]))
 
-        return self._retrying(once)
+        job = self._retrying(once)
+        if had and new_budget < had[0]:
+            job = self._lower_limit(job, principal)
+        return job
+
+    def _lower_limit(self, job: Job, principal: Principal) -> Job:
+        """After a budget lowered (committed): move the job's live attempt's own limit — the stop its launcher makes
+        by itself while no broker watches (``Attempt.limit_at``) — down to the new budget now, where this broker's
+        launcher holds the attempt (a run on this host, of this data dir), then record it (compare-and-set; an
+        engine's next look records it otherwise). Not left to an engine's next tick: with no engine watching (the
+        API with its engine off and the worker down) none comes, and the run went on to the old budget's limit. The
+        run stops at its limit as at any budget stop — its notice, then the grace period to checkpoint — so no work
+        since its last checkpoint is lost. Moved after the budget is committed, never before: a limit lowered for
+        a change that did not land would stop the job under a budget it still has. An engine moving it meanwhile
+        computes the same limit from the same stored budget (one that read the budget before it was lowered fails
+        its commit, and gives the launcher the lowered limit again at its next look: ``Engine._keep_limit``). Only down: a budget raised while no engine watches takes effect when the old limit comes
+        (the job is resumed from its checkpoint with the new one). Where the limit cannot be moved from here (the
+        attempt runs on another host, or on a cloud cluster, whose limit is fixed at launch), a
+        ``budget_limit_not_moved`` event says so. Returns the job as stored after."""
+        if job.state not in (JobState.LAUNCHING, JobState.RUNNING):
+            return job
+        attempts = self.store.attempts(job.id)
+        attempt = attempts[-1] if attempts else None
+        if attempt is None or attempt.n != job.attempts or attempt.state.is_final or attempt.foreign \
+                or attempt.stop_requested_at is not None or attempt.limit_at is None:
+            return job
+        limit = attempt_limit(attempt=attempt, attempts=attempts, budget=job.budget,
+                              grace_seconds=self.settings.stop_grace_seconds)
+        if limit is None or limit > attempt.limit_at - 1:
+            return job
+        now = self.clock()
+        until = now if attempt.billed_until is None else max(now, attempt.billed_until)  # the attempt's timeline
+        mine = self.launcher is not None and (not attempt.launched_in
+                                              or attempt.launched_in in domains_of(self.launcher))
+        setter = getattr(self.launcher, "set_stop_in", None) if mine else None
+        if setter is not None and setter(attempt.id, limit - until) is not False:
+            return self._record_limit(job, attempt.id, limit)
+        why = ("this broker process has no launcher" if self.launcher is None else
+               f"it runs where this broker's launcher cannot reach ({attempt.launched_in})" if not mine else
+               "its launcher cannot move it (a cloud cluster's is set at launch), or its run has not started yet")
+        text = (f"the run's own limit (its stop while no broker watches it) still holds the old budget: {why}; the "
+                f"broker watching the attempt stops it at the new budget, and with none watching it stops at the old "
+                f"limit, what it ran beyond the new budget then said by the broker that reads its end")
+        note = note_event(job, "budget_limit_not_moved", text, time=now, actor=principal.name,
+                          data={"attempt_id": attempt.id, "launched_in": attempt.launched_in,
+                                "limit_at": attempt.limit_at, "wanted": limit})
+        try:
+            return self._commit(Change(job=replace(job, updated_at=now), expected_version=job.version, events=[note]))
+        except (VersionConflict, Conflict):
+            log.warning("job %s: %s", job.id, text)
+            return self.store.get_job(job.id) or job
+
+    def _record_limit(self, job: Job, attempt_id: str, limit: float) -> Job:
+        """Record the limit :meth:`_lower_limit` gave the launcher as the attempt's ``limit_at`` (the limit its launcher
+        holds), compare-and-set, while the job's budget is the one it was computed for; given up after a few
+        conflicts (the next engine to look at the attempt records it)."""
+        budget = job.budget
+        for _ in range(3):
+            if job.budget != budget or job.state not in (JobState.LAUNCHING, JobState.RUNNING):
+                return job
+            attempts = self.store.attempts(job.id)
+            attempt = attempts[-1] if attempts else None
+            if attempt is None or attempt.id != attempt_id or attempt.state.is_final or attempt.foreign \
+                    or attempt.limit_at is None or abs(attempt.limit_at - limit) < 1:
+                return job
+            try:
+                return self._commit(Change(job=replace(job, updated_at=self.clock()), expected_version=job.version,
+                                           attempts=[replace(attempt, limit_at=limit)]))
+            except VersionConflict:
+                job = self.store.get_job(job.id) or job
+            except Conflict:
+                return job
+        return job
 
     def switch_to_ondemand(self, principal: Principal, job_id: str, *, force: bool = False) -> Job:
         """Pin the job to on-demand from its next attempt on (resumes it if it had stopped).

@@ -194,6 +194,17 @@ def after_run_seconds(launcher: Any, placement: dict[str, Any]) -> int:
     return int(ask(placement)) if ask is not None else 0
 
 
+def live_attempts(launcher: Any) -> list[str]:
+    """The attempts ``launcher`` runs on this host that may still be running (its ``live_attempts``; a router: its
+    ``local`` launcher's); none for a launcher that cannot say. A cloud launcher's clusters of attempts the broker
+    no longer runs go by its ``sweep`` instead."""
+    ask = getattr(launcher, "live_attempts", None)
+    if ask is not None:
+        return list(ask())
+    local = getattr(launcher, "local", None)
+    return live_attempts(local) if local is not None and local is not launcher else []
+
+
 Keep = Callable[[list[str]], set[str]]
 """What :func:`sweep_attempt_files` asks: of the attempt ids given, those whose files must stay."""
 

@@ -73,6 +73,7 @@ class LocalLauncher:
         self._children: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._swept_after = ""  # where the last sweep of run folders stopped (next_round)
+        self._ended_seen: set[str] = set()  # run folders seen with their exit.json: never live again
 
     # -- simulated zones ------------------------------------------------------------------------
 
@@ -382,6 +383,25 @@ class LocalLauncher:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+
+    def live_attempts(self) -> list[str]:
+        """The attempts of this runs directory that may still run and spend: no exit recorded, and their runner
+        alive (or starting). Cheap to ask often: a folder once seen with its ``exit.json`` is not looked at again
+        (an attempt ends once), so a call lists the directory and looks only at the attempts not ended. What the
+        engine asks to find the runs of attempts the store has ended or moved past (``Engine._stop_superseded``)."""
+        names = self.attempt_files()
+        self._ended_seen &= set(names)
+        live = []
+        for name in names:
+            if name in self._ended_seen:
+                continue
+            run_dir = self.runs_dir / name
+            if (run_dir / "exit.json").exists():
+                self._ended_seen.add(name)
+                continue
+            if self._runner_alive(run_dir) or self._starting(run_dir):
+                live.append(name)
+        return live
 
     # -- run folders nothing needs any more -----------------------------------------------------
 

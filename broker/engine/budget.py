@@ -63,3 +63,12 @@ def launcher_stop_at(*, created_at: float, others: Micros, budget: Micros, price
         return None
     seconds = affordable_seconds(price_per_hour, max(budget - others, 0))
     return created_at + seconds - grace_seconds - LAUNCHER_STOP_MARGIN_SECONDS
+
+
+def attempt_limit(*, attempt, attempts, budget: Micros, grace_seconds: float) -> float | None:
+    """:func:`launcher_stop_at` for ``attempt`` of a job with ``budget`` whose attempts are ``attempts`` (the
+    others' costs are spent already): the limit its launcher must hold. The engine (``Engine._limit_at``) and the
+    service, when it lowers a budget (``BrokerService.raise_budget``), compute it the same way."""
+    others = sum(a.cost for a in attempts if a.id != attempt.id)
+    return launcher_stop_at(created_at=attempt.created_at, others=others, budget=budget,
+                            price_per_hour=attempt.price_per_hour, grace_seconds=grace_seconds)

@@ -49,7 +49,7 @@ from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from broker.views import iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
-                            elapsed, sweep_attempt_files)
+                            elapsed, live_attempts, sweep_attempt_files)
 from pricing.deadline import RELIABLE
 from pricing.money import fmt, fmt_left, fmt_spent_of
 from pricing.offers import Tier
@@ -78,6 +78,11 @@ UNPACKS_AT_ONCE = 2
 """Attempts' workdirs fetched and unpacked at once, each in a thread of its own beside the ticks."""
 BEAT_SECONDS = 5.0
 """How often an engine records that it is alive (at most a quarter of ``owner_timeout_seconds``)."""
+SUPERSEDED_SECONDS = 10.0
+"""How often (and at its first tick) an engine looks for runs on this host of attempts the store has ended or moved
+past (:meth:`Engine._stop_superseded`): a directory listing and a look at the attempts not ended."""
+SUPERSEDED_STOP = "superseded"
+"""The stop reason such a run is stopped with (no grace period: its work is not kept, its job resumed elsewhere)."""
 
 PROVISIONING_STOP = "stopped at its budget while"
 """How the reason of a job stopped at its budget while its attempt was still being provisioned begins."""
@@ -131,6 +136,11 @@ class Engine:
         self._placements = 0  # the store's count of placements as of this tick's snapshot, and this tick's own
         #: the attempts whose recorded stop this engine has sent to the launcher (:meth:`_send_stop`)
         self._stops_sent: set[str] = set()
+        self._last_superseded = float("-inf")  # when :meth:`_stop_superseded` last looked
+        #: the attempts whose run on this host was live at that look, and not yet ended in the store then
+        self._live_seen: set[str] = set()
+        #: attempt id → the limit this engine last gave its launcher (:meth:`_keep_limit`)
+        self._limits_written: dict[str, float] = {}
 
     # -- the cycle -----------------------------------------------------------------------------
 
@@ -138,6 +148,9 @@ class Engine:
         started = time.perf_counter()
         now = self.clock()
         self._beat(now)
+        if not 0 <= now - self._last_superseded < SUPERSEDED_SECONDS:  # 0. no run beside its job's next attempt
+            self._last_superseded = now
+            self._guard(self._stop_superseded, now)
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
         for job in jobs:  # 1. monitor what runs
             if job.state in MONITORED:
@@ -150,6 +163,8 @@ class Engine:
         for stale in [a for a in self._accrued if a not in latest]:
             del self._accrued[stale]
         self._stops_sent &= latest
+        for stale in [a for a in self._limits_written if a not in latest]:
+            del self._limits_written[stale]
         active = [j for j in jobs if j.state.is_active]
         availability = getattr(self.launcher, "availability", dict)()
         mk = market(self.settings, active, availability)
@@ -187,6 +202,99 @@ class Engine:
         waiting = (JobState.QUEUED, JobState.PLACED)
         sweep(lambda: {f"{j.id}-a{j.attempts}" for j in self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
                        if j.attempts and (j.state not in waiting or j.id in foreign)})
+
+    def _stop_superseded(self, now: float) -> None:
+        """Stop every run on this host (the launcher's ``live_attempts``) whose attempt the store has ended or moved
+        past, and say what it ran since. Such a run is one another broker recorded lost while the broker that
+        launched it was silent (``owner_silent``: its host taken for gone, its job resumed as a next attempt
+        elsewhere), found alive when that broker comes back (or its store does): an engine monitors only a job's
+        latest attempt, so nothing else stops it — it ran to its own limit, set for the whole budget, beside its
+        job's next attempt (on a pool, on slots handed to another job). Stopped with no grace period: its work is
+        not kept (the job resumed from its checkpoint; a report of a superseded attempt is refused). What it ran
+        after it was recorded is billed to it within the budget and said in a ``superseded_run`` event, with what
+        is beyond the budget (:meth:`_bill_superseded`). A run seen live at the last look and recorded lost that
+        has since ended by itself is billed up to its end the same way. The store is read after the listing, so
+        an attempt launched meanwhile is seen recorded; a job the store does not hold, or in a state a newer broker
+        set, is left alone. A cloud attempt's cluster goes by the sweep (:meth:`_sweep`), which keeps only latest
+        attempts."""
+        live = live_attempts(self.launcher)
+        ended = self._live_seen.difference(live)
+        ids = {a: m.group("job") for a in [*live, *sorted(ended)] if (m := ATTEMPT_ID.fullmatch(a))}
+        stored = self.store.attempts_of(sorted(set(ids.values()))) if ids else {}
+        seen = set()
+        for attempt_id, job_id in ids.items():
+            attempts = stored.get(job_id) or []
+            attempt = next((a for a in attempts if a.id == attempt_id), None)
+            if attempt is None or any(a.foreign for a in attempts) or (
+                    attempt.launched_in and attempt.launched_in not in self.domains):
+                continue  # not this broker's to judge: a job the store does not hold, a newer broker's state
+            over = attempt.state.is_final or attempt.n < max(a.n for a in attempts)
+            if attempt_id in ended:
+                if over and attempt.stop_reason == "owner_silent":  # ended by itself since it was recorded lost
+                    end = self.launcher.status(attempt_id).ended_at  # None: its end unknown (no exit recorded)
+                    if end is not None:
+                        self._guard(self._bill_superseded, job_id, attempt_id, now, end, False)
+            elif over:
+                self._guard(self._end_superseded, job_id, attempt_id, now)
+            else:
+                seen.add(attempt_id)
+        self._live_seen = seen
+
+    def _end_superseded(self, job_id: str, attempt_id: str, now: float) -> None:
+        """Bill a live run of an attempt the store has ended or moved past (:meth:`_stop_superseded`) up to now,
+        then stop it at once. Billed first, so that an engine stopped in between finds it running again and bills
+        it then; a bill that cannot be committed (the job changing too fast) does not hold the stop up."""
+        try:
+            self._bill_superseded(job_id, attempt_id, now, now, True)
+        except VersionConflict:
+            log.warning("attempt %s: what it ran after its job moved on was not billed (the job kept changing)",
+                        attempt_id)
+        log.warning("attempt %s is still running on this host, but its job has ended it or moved on: stopped",
+                    attempt_id)
+        self.launcher.stop(attempt_id, grace_seconds=0, reason=SUPERSEDED_STOP)
+
+    def _bill_superseded(self, job_id: str, attempt_id: str, now: float, until: float, stopping: bool) -> None:
+        """Bill the run of ``attempt_id`` up to ``until`` (its end, or now for one being stopped; on the attempt's
+        timeline: the clock of this host, which launched it) where its record stops short of that: the more it
+        ran goes into its cost as far as the budget holds beside the job's other attempts (the recorded spend
+        never exceeds the budget), and a ``superseded_run`` event says how much it ran on and what of that is
+        beyond the budget (``beyond_budget``), as the engine says a run past its budget elsewhere. Nothing is
+        written when its record already covers it. Compare-and-set: read again after a conflict (a few times)."""
+        for tries in range(3):
+            job = self.store.get_job(job_id)
+            attempts = self.store.attempts(job_id)
+            attempt = next((a for a in attempts if a.id == attempt_id), None)
+            if job is None or attempt is None or job.foreign or any(a.foreign for a in attempts):
+                return
+            full = accrue(replace(attempt, ended_at=None), until)
+            others = sum(a.cost for a in attempts if a.id != attempt_id)
+            counted = max(attempt.cost, budget_rules.capped(full.cost, others=others, budget=job.budget))
+            ran, beyond = full.cost - attempt.cost, full.cost - counted
+            if ran <= 0:
+                return
+            latest = max(a.n for a in attempts)
+            after = f" and its job moved on to attempt {latest}" if latest > attempt.n else ""
+            said = (f"attempt {attempt.n} was still running on this host after it was recorded "
+                    f"{attempt.state.value}{after} (the broker that launched it had been away): "
+                    + ("stopped now, with no grace period (what it did since is not kept); it ran " if stopping else
+                       "it ran until it ended by itself, ")
+                    + f"{fmt(ran)} more at {fmt(attempt.price_per_hour)}/h")
+            if beyond:
+                said += (f"; {fmt(beyond)} of that is beyond the budget, said here and not counted in its spend"
+                         + (f" ({fmt(counted - attempt.cost)} counted)" if counted > attempt.cost else ""))
+            else:
+                said += ", counted in its spend"
+            note = self._note(job, "superseded_run", said, now, {
+                "attempt_id": attempt_id, "attempt": attempt.n, "state": attempt.state.value, "stopped": stopping,
+                "cost": ran, "counted": counted - attempt.cost, "beyond_budget": beyond, "budget": job.budget,
+                "spent": others + counted})
+            billed = replace(attempt, cost=counted, billed_until=full.billed_until)
+            try:
+                self._commit(job, None, job.reason, now, records=(billed,), notes=(note,), spent=others + counted)
+                return
+            except VersionConflict:
+                if tries == 2:
+                    raise
 
     def run_until_idle(self, *, timeout: float = 60.0, interval: float = 0.1) -> None:
         """Tick until no job is in an engine state (tests, ``broker worker --burst``)."""
@@ -833,10 +941,8 @@ class Engine:
     def _limit_at(self, job: Job, attempt: Attempt, attempts: list[Attempt]) -> float | None:
         """When the launcher must stop ``attempt`` by itself to keep the job's budget (see
         :func:`broker.engine.budget.launcher_stop_at`)."""
-        others = sum(a.cost for a in attempts if a.id != attempt.id)
-        return budget_rules.launcher_stop_at(created_at=attempt.created_at, others=others, budget=job.budget,
-                                             price_per_hour=attempt.price_per_hour,
-                                             grace_seconds=self.settings.stop_grace_seconds)
+        return budget_rules.attempt_limit(attempt=attempt, attempts=attempts, budget=job.budget,
+                                          grace_seconds=self.settings.stop_grace_seconds)
 
     def _keep_limit(self, job: Job, attempts: list[Attempt], attempt: Attempt, until: float) -> Attempt:
         """Move the launcher's own stop when the budget changed (raised, most often) since launch: to
@@ -845,10 +951,16 @@ class Engine:
         left as given, so that the stop it brings is known for an outdated one (:meth:`_limit_outdated`)."""
         limit = self._limit_at(job, attempt, attempts)
         setter = getattr(self.launcher, "set_stop_in", None)
-        if limit is None or setter is None or (attempt.limit_at is not None and abs(limit - attempt.limit_at) < 1):
+        # this engine gave the launcher another limit last, on a budget read before a change it then failed to commit
+        # over (a budget lowered meanwhile, whose service recorded the limit it moved to: BrokerService._lower_limit)
+        written = self._limits_written.get(attempt.id)
+        stale = written is not None and abs(written - limit) >= 1 if limit is not None else False
+        if limit is None or setter is None or (
+                attempt.limit_at is not None and abs(limit - attempt.limit_at) < 1 and not stale):
             return attempt
         if setter(attempt.id, limit - until) is False:
             return attempt
+        self._limits_written[attempt.id] = limit
         return replace(attempt, limit_at=limit)
 
     def _limit_outdated(self, job: Job, attempts: list[Attempt], attempt: Attempt) -> bool:
