@@ -247,7 +247,12 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
     default_budget = _money(raw.get("default_budget_usd", "10"), "default_budget_usd")
     if default_budget <= 0:
         raise ConfigError("default_budget_usd: must be more than $0")
-    port = env.get("BROKER_PORT") or "8000"
+    public_url = env.get("BROKER_PUBLIC_URL") or _text(raw, "public_url")
+    if not public_url:  # this host's, on BROKER_PORT: the URL jobs report their progress to (`broker worker`'s too)
+        port = env.get("BROKER_PORT") or "8000"
+        if not (port.isascii() and port.isdigit() and 0 <= int(port) < 65536):
+            raise ConfigError(f"BROKER_PORT: {port!r} is not a port: give a number from 0 to 65535")
+        public_url = f"http://127.0.0.1:{port}"
     secrets_key, secrets_old_keys = _secrets_keys(env, raw)
     return Settings(
         data_dir=data_dir,
@@ -257,7 +262,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         admin_token_hashes=frozenset(admin_hashes),
         default_budget=default_budget,
         checkpoint_root=checkpoint_root,
-        public_url=env.get("BROKER_PUBLIC_URL") or _text(raw, "public_url") or f"http://127.0.0.1:{port}",
+        public_url=public_url,
         launcher=launcher,
         engine=(env.get("BROKER_ENGINE") or str(raw.get("engine", "on"))).lower() not in ("off", "false", "0"),
         tick_seconds=_number(raw, "tick_seconds", 1.0, positive=True),

@@ -60,6 +60,10 @@ class RoutingLauncher:
     def availability(self) -> dict[str, bool]:
         return self.local.availability()
 
+    def live_attempts(self) -> list[str]:
+        """The attempts that may still run on this host: the local launcher's (a cloud's clusters go by the sweep)."""
+        return self.local.live_attempts()
+
     def sweep(self, known_attempt_ids) -> list[str]:
         return self.cloud.sweep(known_attempt_ids)
 

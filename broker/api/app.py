@@ -220,9 +220,10 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             raise Invalid("body", "is empty: send the task as JSON or YAML")
         try:  # a body in Latin-1 had each byte it could not read turned into U+FFFD, in its run command too
             text = body.decode("utf-8-sig")  # and a byte-order mark (Windows editors write one) is not JSON
-        except UnicodeDecodeError as exc:
-            raise Invalid("body", f"is not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start}): send the task "
-                                  "as UTF-8 text") from None
+        except UnicodeDecodeError as exc:  # counted after a byte-order mark: the offset in the body is past it
+            at = exc.start + len(body) - len(exc.object)
+            raise Invalid("body", f"is not UTF-8 (byte 0x{body[at]:02x} at offset {at}): send the task as UTF-8 "
+                                  "text") from None
         # parsed off the event loop: a megabyte of YAML takes PyYAML seconds, and every other request waited
         return await run_in_threadpool(_task_of, text, request.headers.get("content-type", ""))
 

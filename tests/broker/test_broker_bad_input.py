@@ -112,6 +112,13 @@ def test_a_task_that_is_not_utf8_is_a_422_not_run_with_its_bytes_replaced(client
     _still_answers(client)
 
 
+def test_a_task_not_utf8_after_a_byte_order_mark_names_the_byte_and_its_offset_in_the_body(client):
+    """The decoder counts from after the mark: the answer named the byte after the one at fault, three bytes early."""
+    r = client.post("/v1/jobs", content=b"\xef\xbb\xbf" + "run: echo caf\u00e9\n".encode("latin-1"), headers=YAML)
+    assert r.status_code == 422 and r.json()["field"] == "body", r.text
+    assert "not UTF-8 (byte 0xe9 at offset 16)" in r.json()["detail"], r.json()["detail"]
+
+
 def test_a_json_task_after_a_byte_order_mark_is_read(client):
     r = client.post("/v1/jobs", content=b"\xef\xbb\xbf" + json.dumps({"run": "echo hi"}).encode(), headers=JSON)
     assert r.status_code == 201, r.text

@@ -34,6 +34,16 @@ def test_a_config_file_is_read_as_strictly_as_a_task(make_settings, config, said
         make_settings(config=config)
 
 
+@pytest.mark.parametrize("port", ["abc", "-1", "70000", "８０"])
+def test_a_broker_port_that_is_no_port_is_refused_where_it_makes_the_url_jobs_report_to(make_settings, port):
+    """`broker worker` pasted it in unchecked: jobs were handed http://127.0.0.1:abc to report their progress to."""
+    with pytest.raises(ConfigError, match=f"BROKER_PORT: '{port}' is not a port: give a number from 0 to 65535"):
+        make_settings(BROKER_PORT=port)
+    assert make_settings(BROKER_PORT=port, BROKER_PUBLIC_URL="http://10.0.0.5:8000").public_url == \
+        "http://10.0.0.5:8000", "not used, so not refused"
+    assert make_settings(BROKER_PORT="8123").public_url == "http://127.0.0.1:8123"
+
+
 def test_every_known_setting_is_accepted(make_settings, tmp_path):
     values = {"data_dir": str(tmp_path / "d"), "store_url": f"sqlite://{tmp_path / 'x.db'}",
               "pools": [{"name": "p", "slots": 1, "price_per_slot_hour": "0.10"}], "teams": {},

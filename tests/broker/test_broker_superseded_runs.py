@@ -185,6 +185,10 @@ def test_live_attempts_lists_only_runs_not_ended(tmp_path, make_settings):
         wait_for(lambda: engine.tick() or store_state(store, slow) == "running", timeout=20)
         assert launcher.live_attempts() == [f"{slow}-a1"]
         assert os.path.exists(launcher.runs_dir / f"{quick}-a1" / "exit.json")
+        # a broker with a cloud launcher beside the local one (the router) finds its host's runs the same way
+        from launchers.base import live_attempts
+        from launchers.router import RoutingLauncher
+        assert RoutingLauncher(launcher, object()).live_attempts() == live_attempts(launcher) == [f"{slow}-a1"]
     finally:
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
