@@ -333,7 +333,9 @@ def cmd_serve(args) -> int:
     from broker.client import env_port
 
     port = args.port if args.port is not None else env_port()  # a BROKER_PORT that is no port: one line, naming it
-    settings = load_settings(config_path=args.config, create_admin_token=True)
+    # the port it serves on, whatever BROKER_PORT holds: it is pasted into the URL jobs report to
+    settings = load_settings({**os.environ, "BROKER_PORT": str(port)}, config_path=args.config,
+                             create_admin_token=True)
     _check_prices(settings)
     key_warning = _check_secrets_key(settings)
     # Listen first: uvicorn starts the app (its engine, ticking on the store) before it binds, so a second

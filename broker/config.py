@@ -249,7 +249,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         raise ConfigError("default_budget_usd: must be more than $0")
     public_url = env.get("BROKER_PUBLIC_URL") or _text(raw, "public_url")
     if not public_url:  # this host's, on BROKER_PORT: the URL jobs report their progress to (`broker worker`'s too)
-        port = env.get("BROKER_PORT") or "8000"
+        port = (env.get("BROKER_PORT") or "").strip() or "8000"  # as the CLI reads it (broker.client.env_port)
         if not (port.isascii() and port.isdigit() and 0 <= int(port) < 65536):
             raise ConfigError(f"BROKER_PORT: {port!r} is not a port: give a number from 0 to 65535")
         public_url = f"http://127.0.0.1:{port}"

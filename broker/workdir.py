@@ -296,7 +296,8 @@ def pack(directory: str | Path, *, limit: int = DEFAULT_MAX_BYTES, what: str | N
     root = Path(directory).expanduser()
     if not root.is_dir():
         raise PackError(f"{what}: not a directory")
-    return _write(files_of(root.resolve()), limit=limit, what=what)
+    ignore = ".skyignore" if (root / ".skyignore").is_file() else ".gitignore"  # the file whose rules it follows
+    return _write(files_of(root.resolve()), limit=limit, what=what, ignore=ignore)
 
 
 def pack_file(file: str | Path, *, limit: int = DEFAULT_MAX_BYTES, what: str | None = None) -> Pack:
@@ -317,7 +318,7 @@ def pack_file(file: str | Path, *, limit: int = DEFAULT_MAX_BYTES, what: str | N
     return packed
 
 
-def _write(entries: list[Entry], *, limit: int, what: str) -> Pack:
+def _write(entries: list[Entry], *, limit: int, what: str, ignore: str | None = None) -> Pack:
     fd, name = tempfile.mkstemp(prefix="broker-workdir-", suffix=".tar.gz")
     path = Path(name)
     try:
@@ -329,8 +330,9 @@ def _write(entries: list[Entry], *, limit: int, what: str) -> Pack:
                     added = [e for e in entries if _add(tar, e)]
     except _Changed as exc:
         path.unlink(missing_ok=True)
-        raise PackError(f"{what}: file {exc.rel} changed while it was packed; try again, or leave it out "
-                        "(.skyignore) if it keeps changing") from None
+        # (the ignore file its rules come from: a .skyignore made beside .gitignore files replaces them all)
+        leave = f", or leave it out ({ignore}) if it keeps changing" if ignore else ""
+        raise PackError(f"{what}: file {exc.rel} changed while it was packed; try again{leave}") from None
     except _TooLarge:
         path.unlink(missing_ok=True)
         total = sum(e.size for e in entries)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pricing.money import MoneyError, typed_to_micros
+from pricing.money import MoneyError, to_decimal, typed_to_micros
 
 NOTICE_SECONDS = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
 """How long each cloud's spot preemption notice lasts."""
@@ -141,17 +141,21 @@ def zones_from_config(raw: Any, *, base_dir: Path | None = None) -> tuple[SimZon
         price = z.get("price_per_hour")
         if price is not None:
             try:
-                if typed_to_micros(price) <= 0:
+                micros = typed_to_micros(price)
+                if micros <= 0:
                     raise MoneyError("not more than $0")
             except MoneyError:
                 raise ValueError(f"{where}.price_per_hour: must be an amount of dollars, more than $0") from None
+            # dollars as text with no exponent: YAML's 0.00005 is a float whose str() is "5e-05", which the price
+            # table refuses as text (an amount with an exponent), and every offer failed
+            price = str(to_decimal(micros))
         zones.append(SimZone(
             name=str(z["name"]), tier=tier, cloud=str(z.get("cloud", "aws")), region=str(z.get("region", "us-east-1")),
             instance_type=str(z.get("instance_type", "g5.xlarge")), nodes=nodes,
             grace_seconds=_number(z, "grace_seconds", None, where),
             trace=trace, gap_seconds=gap, speed=_number(z, "speed", 1.0, where, positive=True),
             schedule=parse_schedule(z.get("schedule"), f"{where}.schedule"),
-            price_per_hour=str(price) if price is not None else None,
+            price_per_hour=price,
             cloud_zone=str(z["cloud_zone"]) if z.get("cloud_zone") else None,
         ))
     names = [z.name for z in zones]

@@ -139,6 +139,9 @@ class Engine:
         self._last_superseded = float("-inf")  # when :meth:`_stop_superseded` last looked
         #: the attempts whose run on this host was live at that look, and not yet ended in the store then
         self._live_seen: set[str] = set()
+        #: the superseded runs this engine has billed and asked to stop (:meth:`_end_superseded`), not yet ended:
+        #: asked once (a run already stopping keeps its grace), billed to their end once they end
+        self._superseded_sent: set[str] = set()
         #: attempt id → the limit this engine last gave its launcher (:meth:`_keep_limit`)
         self._limits_written: dict[str, float] = {}
 
@@ -230,15 +233,20 @@ class Engine:
                 continue  # not this broker's to judge: a job the store does not hold, a newer broker's state
             over = attempt.state.is_final or attempt.n < max(a.n for a in attempts)
             if attempt_id in ended:
-                if over and attempt.stop_reason == "owner_silent":  # ended by itself since it was recorded lost
+                stopped = attempt_id in self._superseded_sent  # its tail since this engine billed it: the grace
+                if over and (attempt.stop_reason == "owner_silent" or stopped):  # ended since it was recorded lost
                     end = self.launcher.status(attempt_id).ended_at  # None: its end unknown (no exit recorded)
                     if end is not None:
                         self._guard(self._bill_superseded, job_id, attempt_id, now, end, False)
             elif over:
-                self._guard(self._end_superseded, job_id, attempt_id, now)
+                if attempt_id not in self._superseded_sent:  # asked once: a stop already under way keeps its grace
+                    self._guard(self._end_superseded, job_id, attempt_id, now)
+                    self._superseded_sent.add(attempt_id)
+                seen.add(attempt_id)
             else:
                 seen.add(attempt_id)
         self._live_seen = seen
+        self._superseded_sent &= seen
 
     def _end_superseded(self, job_id: str, attempt_id: str, now: float) -> None:
         """Bill a live run of an attempt the store has ended or moved past (:meth:`_stop_superseded`) up to now,
@@ -276,8 +284,8 @@ class Engine:
             after = f" and its job moved on to attempt {latest}" if latest > attempt.n else ""
             said = (f"attempt {attempt.n} was still running on this host after it was recorded "
                     f"{attempt.state.value}{after} (the broker that launched it had been away): "
-                    + ("stopped now, with no grace period (what it did since is not kept); it ran " if stopping else
-                       "it ran until it ended by itself, ")
+                    + ("stopped now, with no grace period unless a stop was already under way (what it did since is "
+                       "not kept); it ran " if stopping else "it ran until it ended, ")
                     + f"{fmt(ran)} more at {fmt(attempt.price_per_hour)}/h")
             if beyond:
                 said += (f"; {fmt(beyond)} of that is beyond the budget, said here and not counted in its spend"
@@ -290,7 +298,10 @@ class Engine:
                 "spent": others + counted})
             billed = replace(attempt, cost=counted, billed_until=full.billed_until)
             try:
-                self._commit(job, None, job.reason, now, records=(billed,), notes=(note,), spent=others + counted)
+                # an ended job's last change stays its end (what "ended last" and the cost report read)
+                keep = {"updated_at": job.updated_at} if job.state.is_final else {}
+                self._commit(job, None, job.reason, now, records=(billed,), notes=(note,), spent=others + counted,
+                             **keep)
                 return
             except VersionConflict:
                 if tries == 2:
@@ -408,7 +419,7 @@ class Engine:
         placements read before the snapshot it was decided on (:attr:`Change.expected_placements`).
         ``reason_shown``: the job's reason, changed without an event of its own (an event's reason wins)."""
         events = list(notes)
-        new = replace(job, updated_at=now, **fields)
+        new = replace(job, **{"updated_at": now, **fields})
         if reason_shown is not None:
             new = replace(new, reason=reason_shown)
         if event is not None:

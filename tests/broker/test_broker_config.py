@@ -153,3 +153,14 @@ def test_the_cpu_pool_on_this_host_is_a_default_of_the_local_launcher_only(make_
     named = make_settings(BROKER_LAUNCHER="skypilot",
                           config="pools:\n  - {name: gpu, slots: 1, accelerator: A100, price_per_slot_hour: '2.00'}\n")
     assert [p.name for p in named.pools] == ["gpu"]
+
+
+@pytest.mark.parametrize("price, micros", [("0.00005", 50), ("'0.00005'", 50), ("2", 2_000_000), ("0.4259", 425_900)])
+def test_a_simulated_zones_price_is_priced_exactly_however_yaml_writes_it(make_settings, price, micros):
+    """YAML reads 0.00005 as a float whose text is "5e-05": kept as that text, the price table refused it as an
+    amount written with an exponent, and every offer (the quote, the placement) failed."""
+    from broker.offers import all_offers
+
+    settings = make_settings(config=f"pools: []\nzones: [{{name: z, tier: spot, price_per_hour: {price}}}]\n")
+    (offer,) = [o for o in all_offers(settings) if o.simulated]
+    assert offer.price_per_hour == micros

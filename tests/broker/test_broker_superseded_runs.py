@@ -116,6 +116,56 @@ def test_a_run_recorded_lost_is_stopped_when_its_broker_comes_back_and_its_overr
     assert store.attempts(job_id)[0].cost == one.cost
 
 
+def test_a_superseded_run_already_stopping_keeps_its_grace_and_is_said_once(two_hosts, tmp_path):
+    """A run whose stop (a cancel, a budget stop, a preemption's notice) was under way when its broker went away: the
+    launcher's stop is then a no-op, the run keeps its grace period. Each look every 10 s billed it again and wrote
+    another "stopped now, with no grace period" event. Said once, and not as a stop without grace."""
+    clock = [time.time()]
+    store, hosts, engine, service = two_hosts(13, 300, clock)
+    marks = tmp_path / "marks"
+    task = {"name": "t", "broker": {"budget_usd": 10},
+            "run": f"trap 'echo term >> {marks}' TERM; echo start >> {marks}; while true; do sleep 1; done"}
+    job_id = service.submit(ADMIN, task)[0].id
+    a, b = engine("a"), engine("b")
+    wait_for(lambda: a.tick() or (store.get_job(job_id).state.value == "running" and marks.exists()), timeout=20)
+    first = f"{job_id}-a1"
+    hosts["a"].stop(first, grace_seconds=600, reason="cancelled")  # sent just before host A's broker was killed
+    wait_for(lambda: "term" in marks.read_text(), timeout=10)
+    for _ in range(62):
+        clock[0] += 5
+        b.tick()
+    wait_for(lambda: b.tick() or store.get_job(job_id).attempts == 2, timeout=20)
+    again = engine("a")
+    for _ in range(4):  # four looks, 12 s apart
+        again.tick()
+        clock[0] += 12
+    assert hosts["a"].status(first).phase is Phase.RUNNING, "its grace period was cut short"
+    said = [e for e in store.events(job_id) if e.event == "superseded_run"]
+    assert len(said) == 1, [e.reason for e in said]
+    assert "unless a stop was already under way" in said[0].reason
+
+
+def test_billing_a_superseded_run_of_an_ended_job_keeps_the_job_s_end(two_hosts, tmp_path):
+    """An ended job's last change is its end: Slack's "recently ended" and the cost report read it. Billing a run of
+    it found later moved it to that moment."""
+    clock = [time.time()]
+    store, hosts, engine, service = two_hosts(14, 300, clock)
+    job_id = _submit(service, tmp_path / "marks", 600, 10)
+    a, b = engine("a"), engine("b")
+    wait_for(lambda: a.tick() or store.get_job(job_id).state.value == "running", timeout=20)
+    for _ in range(62):
+        clock[0] += 5
+        b.tick()
+    wait_for(lambda: b.tick() or store.get_job(job_id).attempts == 2, timeout=20)
+    service.cancel(ADMIN, job_id)
+    wait_for(lambda: b.tick() or store.get_job(job_id).state.value == "cancelled", timeout=20)
+    ended_at = store.get_job(job_id).updated_at
+    clock[0] += 60
+    engine("a").tick()  # host A's broker back: attempt 1's run is billed and stopped
+    assert [e.event for e in store.events(job_id)].count("superseded_run") == 1
+    assert store.get_job(job_id).updated_at == ended_at
+
+
 def test_a_run_recorded_lost_that_ends_by_itself_is_billed_to_its_end(two_hosts, tmp_path, monkeypatch):
     """A's engine watched attempt 1 run, then could not reach the store (it beat no more) while B took the attempt
     for lost; attempt 1 ended by itself meanwhile. What it ran after it was recorded lost is billed and said."""
@@ -139,7 +189,7 @@ def test_a_run_recorded_lost_that_ends_by_itself_is_billed_to_its_end(two_hosts,
     assert one.cost == cost_for_seconds(one.price_per_hour, int(ended["ended_at"] - one.created_at)) > recorded.cost
     note = [e for e in store.events(job_id) if e.event == "superseded_run"]
     assert len(note) == 1 and note[0].data["stopped"] is False and note[0].data["beyond_budget"] == 0
-    assert note[0].data["cost"] == one.cost - recorded.cost and "ended by itself" in note[0].reason
+    assert note[0].data["cost"] == one.cost - recorded.cost and "it ran until it ended" in note[0].reason
     assert store.get_job(job_id).spent == sum(x.cost for x in store.attempts(job_id))
     services_b = BrokerService(service.settings, store, hosts["b"])
     services_b.cancel(ADMIN, job_id)

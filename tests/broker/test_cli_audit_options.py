@@ -282,7 +282,8 @@ def test_serve_on_port_0_says_the_port_it_took_and_its_jobs_report_progress_ther
     config.write_text(CONFIG)
     log = tmp_path / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
-    env.update(BROKER_DATA_DIR=str(tmp_path / "data"), BROKER_ADMIN_TOKEN=ADMIN)
+    # a BROKER_PORT that --port overrides is not read (it refused the serve: the config pasted it into the URL)
+    env.update(BROKER_DATA_DIR=str(tmp_path / "data"), BROKER_ADMIN_TOKEN=ADMIN, BROKER_PORT="abc")
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--port", "0", "--config", str(config)],
                                 env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)

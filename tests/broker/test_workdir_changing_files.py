@@ -94,9 +94,13 @@ class _ChangesWhenRead(io.FileIO):
         return super().read(n)
 
 
-@pytest.mark.parametrize("how", ["shrinks", "grows"])
-def test_a_file_whose_size_changes_while_it_is_read_is_refused_naming_it(tmp_path, monkeypatch, how):
+@pytest.mark.parametrize("how, ignore", [("shrinks", ".gitignore"), ("grows", ".skyignore")])
+def test_a_file_whose_size_changes_while_it_is_read_is_refused_naming_it(tmp_path, monkeypatch, how, ignore):
+    """It names the ignore file the workdir's rules come from: told ".skyignore" in a workdir ruled by .gitignore
+    files, a user who made one lost every .gitignore rule (a .skyignore replaces them)."""
     root = tree(tmp_path / "w")
+    if ignore == ".skyignore":
+        (root / ".skyignore").write_text("nothing-here\n")
     big = root / "big.bin"
 
     def change():
@@ -113,10 +117,10 @@ def test_a_file_whose_size_changes_while_it_is_read_is_refused_naming_it(tmp_pat
     with pytest.raises(PackError) as refused:
         pack(root)
     assert str(refused.value) == f"workdir {root}: file big.bin changed while it was packed; try again, or leave it " \
-                                 "out (.skyignore) if it keeps changing"
+                                 f"out ({ignore}) if it keeps changing"
     assert os.listdir(tmp_path / "tmp") == []  # the half-written pack is removed
     monkeypatch.delattr(workdir, "open")
-    assert pack(root).files == 9  # packed again once it is still: what it is now
+    assert pack(root).files == 9 + (ignore == ".skyignore")  # packed again once it is still (its .skyignore too)
 
 
 def test_a_single_mounted_file_removed_before_it_is_read_is_refused_not_packed_empty(tmp_path, monkeypatch):

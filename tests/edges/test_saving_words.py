@@ -11,6 +11,8 @@ $1,000.00.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -150,6 +152,22 @@ def test_the_dashboard_s_saving_words_agree_with_the_cli_s(server):
                              [[m, money(m)["usd"], p] for m, p in cases])
     assert said == [saving_words(money(m), p) for m, p in cases]
     assert said[1] == NOTHING and said[2] == "saved $0.00 (0%)"
+
+
+def test_the_dashboard_s_durations_read_as_the_cli_s():
+    """dashboard.js duration against broker.views.duration: 4,500 s read 1.3 h there (toFixed rounds half up) and
+    1.2 h in the CLI (Python's format rounds half to even); both now read whole tenths, rounded down."""
+    from broker.views import duration
+
+    seconds = [0, 59, 60, 3599, 3600, 4500, 4499, 8100, 5400, 35999, 36000, 360000 - 1]
+    with chromium() as browser:
+        page = browser.new_page()
+        source = (Path(__file__).resolve().parents[2] / "broker/api/static/dashboard.js").read_text()
+        body = source[source.index("function duration(seconds)"):]
+        body = body[:body.index("\n}\n") + 3]
+        said = page.evaluate(f"(xs) => {{ {body}; return xs.map(duration); }}", seconds)
+    assert said == [duration(s) for s in seconds]
+    assert said[5] == "1.2 h" and said[7] == "2.2 h" and said[-1] == "99.9 h"
 
 
 # -- a budget with an exponent ------------------------------------------------------------------------

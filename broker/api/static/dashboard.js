@@ -78,7 +78,8 @@ function duration(seconds) {
   seconds = Math.floor(seconds);
   if (seconds < 60) return seconds + " s";
   if (seconds < 3600) return Math.floor(seconds / 60) + " min";
-  return (seconds / 3600).toFixed(1) + " h";
+  const tenths = Math.floor(seconds / 360);  // whole tenths of an hour, rounded down, as broker/views.py's duration
+  return Math.floor(tenths / 10) + "." + (tenths % 10) + " h";
 }
 
 // "2025-01-30T12:00:00Z" → "2025-01-30 12:00:00 UTC"
