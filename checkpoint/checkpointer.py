@@ -49,7 +49,8 @@ from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
 from checkpoint.notice_file import NoticeFileWatcher
-from checkpoint.preemption import DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, exiting, finish_detached, others_saving
+from checkpoint.preemption import (DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, exiting, finish_detached,
+                                  others_saving, writers_not_saved)
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
 from checkpoint.schedule import SavePolicy, is_due
@@ -234,12 +235,18 @@ class Checkpointer:
     def due(self, step: int) -> bool:
         """Whether ``save(step, …)`` should be called now (interval reached or preemption).
 
+        After this checkpointer's notice save, which returned because another that writes was still to save, it
+        exits the process (``SystemExit``, as that save would have) once none is still to be waited for
+        (:meth:`_exit_once_others_saved`).
+
         Raises CheckpointError if a previous background save failed (not after a preemption
         notice: then the save it asks for is tried first), or if the base is a local directory this
         process cannot write (or create), naming it.
         """
         step = _step(step)
-        self._writes()
+        self._writes("due")
+        if self.preemption.done and not self._closed:
+            self._exit_once_others_saved()
         self._publish_rng(step)
         self._raise_pending(unless_preempted=True)
         if self._restored_step is not None and step != self._restored_step:
@@ -257,11 +264,13 @@ class Checkpointer:
         if problem:
             raise CheckpointError(problem)
 
-    def _writes(self) -> None:
-        """This checkpointer writes checkpoints (``due``/``save`` was called): the exit after a preemption
-        notice waits for its save (:mod:`checkpoint.preemption`). And a local base that cannot be written is
-        said now (a CheckpointError naming it), not at the first save, after the steps before it were trained."""
-        self.preemption.writing = True
+    def _writes(self, kind: str) -> None:
+        """This checkpointer writes checkpoints (``due``/``save`` was called, ``kind``): the exit after a preemption
+        notice waits for its save while it is active (:func:`checkpoint.preemption.others_saving`). And a local base
+        that cannot be written is said now (a CheckpointError naming it), not at the first save, after the steps
+        before it were trained."""
+        self.preemption.label = self.uri
+        self.preemption.touch(kind)
         if not self._base_checked and not self._closed:
             self._check_writable()  # raised again at each call until it passes: caught, the saves would all fail
             self._base_checked = True
@@ -277,7 +286,9 @@ class Checkpointer:
         it, which restore takes (the newer): whether the objects changed since cannot be told, and a
         fine-tune that counts from 0 again and saves at that step lost its work when it was skipped.
         After a preemption notice, with another checkpointer of the process that writes still to save
-        (:func:`checkpoint.preemption.others_saving`), it returns after the commit; the last one exits.
+        (:func:`checkpoint.preemption.others_saving`), it returns after the commit; the last one exits, or this
+        one's next ``due()`` once the others still to save have not been called since the notice for a few of its
+        steps (:meth:`~checkpoint.preemption.PreemptionNotice.idle_wait_s`).
         In an initialized ``torch.distributed`` group only rank 0 writes: on the other ranks it does
         nothing (several writers under one base URI would write the same directories and corrupt them).
 
@@ -287,7 +298,7 @@ class Checkpointer:
         be lost to an earlier, perhaps passing, error. The notice's own save failing is raised.
         """
         step = _step(step)
-        self._writes()
+        self._writes("save")
         self._raise_pending(unless_preempted=True)
         if self._closed:
             raise CheckpointError("save() after close()")
@@ -317,13 +328,17 @@ class Checkpointer:
             # failure is logged, as at the top; only the notice's own save failing is raised.
             self._runner.wait()
             self._raise_pending(unless_preempted=self._failed_id != self._last_id)
-            self.preemption.done = True
+            saved = self._last_id.step if self._last_id is not None else step
+            self.preemption.saved_after_notice(f"the checkpoint of step {saved} ({self.last_committed})")
             waiting = others_saving(self.preemption)
             if waiting:
-                # another checkpointer of this process writes too (a second model's): its save after the notice is
-                # still to come, and exiting now would lose it; its own save exits, or the grace deadline does
-                log.warning("preempted: checkpoint %s committed; exiting once the %d other checkpointer(s) of this "
-                            "process that write checkpoints have saved too", self.last_committed, len(waiting))
+                # another checkpointer of this process writes too (a second model's, an EMA's): its save after the
+                # notice is still to come, and exiting now would lose it; its own save exits, or this one's next
+                # due()/save() once it is not coming (others_saving), or the grace deadline
+                log.warning("preempted: checkpoint %s committed; exiting once the other checkpointer(s) of this "
+                            "process that write checkpoints (%s) have saved too, or at this one's next due() or "
+                            "save() %.1f s from now if they have not been called since the notice",
+                            self.last_committed, ", ".join(n.label for n in waiting), self.preemption.idle_wait_s())
                 return
             self._exit_after_preemption()
         elif wait:
@@ -449,6 +464,21 @@ class Checkpointer:
         said = _describe(error)
         to = "" if where in said else f" to {where}"  # the store's error names the file already
         return f"background checkpoint save failed: {step} could not be written{to}: {said}{hint}"
+
+    def _exit_once_others_saved(self) -> None:
+        """``due()`` after this checkpointer's notice save committed (it returned: other writers were to save too):
+        exit now if none is still to be waited for — they saved, or have not called ``due()``/``save()`` since the
+        notice and :meth:`~checkpoint.preemption.PreemptionNotice.idle_wait_s` has passed (a writer that saves
+        rarely: the best model's). Before, such a writer held the exit until the grace deadline, which then said
+        "exiting without a final checkpoint" although this one's had committed."""
+        if others_saving(self.preemption):
+            return
+        idle = [n.label for n in writers_not_saved(self.preemption)]
+        if idle:
+            log.warning("preempted: not waiting for the checkpointer(s) of %s: neither due() nor save() was called "
+                        "there since the notice, %.1f s after this one's save committed", ", ".join(idle),
+                        self.preemption.idle_wait_s())
+        self._exit_after_preemption()
 
     def _exit_after_preemption(self) -> None:
         log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)

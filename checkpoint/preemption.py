@@ -17,7 +17,9 @@ never closed) each install a notice; only the newest one's handler is live, and 
 every installed notice: each checkpointer hears it. The *writers* among them (a checkpointer whose
 ``due()`` or ``save()`` was called: :attr:`PreemptionNotice.writing`) are the ones the exit waits for: the
 grace deadline is the earliest of theirs, and a writer's notice save exits the process only once every
-other writer has saved too (:func:`others_saving`). One used only to restore neither sets the deadline nor
+other writer has saved too (:func:`others_saving`) — or, for a writer not called since the notice (one that
+saves rarely: the best model's), once :meth:`PreemptionNotice.idle_wait_s` has passed: the saved one's next
+``due()`` then exits. One used only to restore neither sets the deadline nor
 holds the exit back; only while no checkpointer has been written with yet is the earliest deadline of all
 the one that counts. Before, only the newest heard SIGTERM: a reader opened after the run's checkpointer
 took the notice, and the training loop's ``due()`` never saw it.
@@ -55,6 +57,14 @@ log = logging.getLogger("checkpoint")
 #: for a finished one.
 EXIT_CODE = 143
 DEFAULT_GRACE_S = 30.0
+#: After a writer's notice save committed, how long the exit waits for another writer that has not called
+#: ``due()`` or ``save()`` since the notice (one that has is waited for: it is saving): ``IDLE_STEPS`` of the
+#: committing writer's steps (the time between its last two ``due()`` calls before its notice save), at least
+#: ``IDLE_FLOOR_S``, at most ``IDLE_CAP_S`` (:func:`others_saving`). A writer that saves rarely (a "best model"
+#: checkpointer) held the exit for the whole grace period.
+IDLE_FLOOR_S = 2.0
+IDLE_STEPS = 3
+IDLE_CAP_S = 20.0
 
 
 #: Installed notices, oldest first: each one's previous handler is the one before it. Closing one that is
@@ -117,6 +127,15 @@ class PreemptionNotice:
         self.writing = False
         #: Set once its save after the notice committed (the process exits when no other writer still saves).
         self.done = False
+        #: What ``done`` committed ("the checkpoint of step 5 (uri)"), and when: said at the deadline, and the start of
+        #: the wait for the other writers (:meth:`idle_wait_s`).
+        self.committed: str | None = None
+        self.committed_at: float | None = None
+        #: Who this notice is for (the checkpointer's base), in messages.
+        self.label = "a checkpointer"
+        self.touched_at: float | None = None  # its checkpointer's last due() or save()
+        self._last_call: dict[str, float] = {}  # "due"/"save" -> the time of the last call of that kind
+        self._step_s: dict[str, float] = {}  # "due"/"save" -> the time between the last two calls of that kind
         self._stood_down = False  # exiting(): its deadline no longer ends the process
 
     @property
@@ -127,6 +146,39 @@ class PreemptionNotice:
         if self.noticed_at is None:
             return None
         return max(0.0, self.noticed_at + self.grace_s - self._clock())
+
+    def touch(self, kind: str) -> None:
+        """Its checkpointer's ``due()`` (``kind`` ``"due"``) or ``save()`` (``"save"``) was called: it writes, and
+        is active (:func:`others_saving`). The time between calls is kept until its notice save commits: the step
+        of the loop, for :meth:`idle_wait_s` (the notice save's own commit is no step)."""
+        now = self._clock()
+        self.writing = True
+        self.touched_at = now
+        if not self.done:
+            last = self._last_call.get(kind)
+            if last is not None:
+                self._step_s[kind] = now - last
+            self._last_call[kind] = now
+
+    def saved_after_notice(self, what: str) -> None:
+        """Its save after the notice committed (``what``: "the checkpoint of step N (uri)"). The wait for the other
+        writers starts at the first one: saves again after it do not put the exit off."""
+        with _chain_lock:
+            if not self.done:
+                self.committed_at = self._clock()
+            self.done = True
+            self.committed = what
+
+    def active_since_notice(self) -> bool:
+        """Whether its checkpointer's ``due()`` or ``save()`` was called after the notice (it comes to save)."""
+        return self.noticed_at is not None and self.touched_at is not None and self.touched_at >= self.noticed_at
+
+    def idle_wait_s(self) -> float:
+        """How long after this notice's save committed the exit waits for a writer not active since the notice:
+        ``IDLE_STEPS`` of this checkpointer's steps (between its ``due()`` calls; else its ``save()`` calls), within
+        [``IDLE_FLOOR_S``, ``IDLE_CAP_S``]."""
+        step = self._step_s.get("due", self._step_s.get("save"))
+        return IDLE_FLOOR_S if step is None else min(IDLE_CAP_S, max(IDLE_FLOOR_S, IDLE_STEPS * step))
 
     def install(self) -> bool:
         """Handle SIGTERM from now on. Only possible on the main thread; False elsewhere."""
@@ -295,7 +347,16 @@ class PreemptionNotice:
     def _deadline(self) -> None:
         if self._stood_down:  # a writer's notice save committed and the process is on its way out (exiting())
             return
-        log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)
+        with _chain_lock:
+            notices = list(dict.fromkeys([*_chain, self]))
+            saved = [n.committed for n in notices if n.done and n.committed]
+            unsaved = [n.label for n in notices if n.writing and not n.done and n.requested and n in _listening()]
+        if saved:  # a writer's notice save committed; another writer's (or a later one) did not come in time
+            log.warning("preemption grace period (%.0f s) is over: exiting; %s committed after the notice%s",
+                        self.grace_s, " and ".join(saved),
+                        f", none of {', '.join(unsaved)}" if unsaved else "")
+        else:
+            log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)
         self._force_exit(self.exit_code)
 
 
@@ -313,8 +374,20 @@ def _governing(notices: list[PreemptionNotice]) -> PreemptionNotice | None:
 
 
 def others_saving(notice: PreemptionNotice) -> list[PreemptionNotice]:
-    """The other installed notices whose checkpointer writes and has not saved since its notice: the process
-    exits after ``notice``'s save only once they have (each one's own save exits when it is the last)."""
+    """The other installed notices whose checkpointer writes, has not saved since its notice, and is still to be
+    waited for: the process exits after ``notice``'s save only once they have (each one's own save exits when it is
+    the last). One whose ``due()`` or ``save()`` was called since the notice is waited for (it saves at that step);
+    one that was not, only until :meth:`PreemptionNotice.idle_wait_s` after ``notice``'s save committed — a writer
+    that saves rarely (the best model's, at an eval) is not coming, and held the exit for the whole grace period."""
+    with _chain_lock:
+        pending = writers_not_saved(notice)
+        if notice.committed_at is None or notice._clock() - notice.committed_at < notice.idle_wait_s():
+            return pending
+        return [n for n in pending if n.active_since_notice()]
+
+
+def writers_not_saved(notice: PreemptionNotice) -> list[PreemptionNotice]:
+    """The other installed notices whose checkpointer writes and has not saved since its notice (active or not)."""
     with _chain_lock:
         return [n for n in _listening() if n is not notice and n.writing and not n.done and n.requested]
 

@@ -104,3 +104,94 @@ def test_two_checkpointers_that_both_write_both_save_before_the_process_exits(tm
     assert done.stdout.count("first saved") == 1, done.stdout  # saved once for the notice, then waited
     assert _restored_step(one) is not None, done.stderr[-2000:]
     assert _restored_step(two) is not None, done.stderr[-2000:]
+
+
+BEST_THEN_MAIN = """
+    best = Checkpointer(sys.argv[2], every_steps=10**6, grace_s=GRACE)   # the best model's: saved at an eval
+    best.save(1, {"best": np.ones(4)}, wait=True)                        # improvement, then never again
+    main = Checkpointer(sys.argv[3], every_steps=10**6, grace_s=GRACE)   # the run's own, opened after
+"""
+
+
+def _best_then_main(grace_s: int, loop: str) -> str:
+    return textwrap.dedent(BEST_THEN_MAIN.replace("GRACE", str(grace_s))) + textwrap.dedent(loop)
+
+
+def test_a_writer_that_saved_once_and_is_not_called_again_does_not_hold_the_exit(tmp_path, subprocess_env):
+    """The reviewer's case: a "best model" checkpointer saved once (an eval improvement) and the run's own checkpointer
+    saves at the notice. The best one's ``due()``/``save()`` is not called after the notice: the exit must not wait
+    for it. Before, the run's save returned, training went on through the whole grace period (120 s on AWS), and
+    the deadline then said "exiting without a final checkpoint" although the notice's checkpoint had committed."""
+    script = _best_then_main(30, """
+        for step in range(2, 10**6):
+            time.sleep(0.01)
+            if step == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if main.due(step):
+                main.save(step, {"w": np.full(4, step)})
+                print("main saved", step, flush=True)
+    """)
+    best, main = str(tmp_path / "best"), str(tmp_path / "main")
+    started = time.monotonic()
+    done = _run(script, str(tmp_path / "pretrained"), best, main, env=subprocess_env(main), timeout=90)
+    took = time.monotonic() - started
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert took < 15, (took, done.stderr[-2000:])  # the grace period is 30 s; the wait for the idle writer ~2 s
+    assert done.stdout.count("main saved") == 1, done.stdout
+    assert "exiting without a final checkpoint" not in done.stderr, done.stderr[-2000:]
+    assert "not waiting for the checkpointer(s) of " + best in done.stderr, done.stderr[-2000:]
+    assert _restored_step(main) == int(done.stdout.split()[-1]), done.stderr[-2000:]
+    assert _restored_step(best) == 1
+
+
+def test_the_grace_deadline_after_a_committed_notice_save_says_that_checkpoint_committed(tmp_path, subprocess_env):
+    """The run's notice save committed, and the process is then ended by the grace deadline (the loop, in a long
+    step, never calls ``due()`` again while the best model's checkpointer is still waited for): the log names the
+    checkpoint that committed, not "exiting without a final checkpoint"."""
+    script = _best_then_main(3, """
+        for step in range(2, 10**6):
+            time.sleep(0.01)
+            if step == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if main.due(step):
+                main.save(step, {"w": np.full(4, step)})
+                print("main saved", step, flush=True)
+                time.sleep(40)                           # a long step: the deadline comes first
+    """)
+    best, main = str(tmp_path / "best"), str(tmp_path / "main")
+    started = time.monotonic()
+    done = _run(script, str(tmp_path / "pretrained"), best, main, env=subprocess_env(main), timeout=90)
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert time.monotonic() - started < 30, done.stderr[-2000:]
+    saved = int(done.stdout.split()[-1])
+    assert "exiting without a final checkpoint" not in done.stderr, done.stderr[-2000:]
+    line = next((x for x in done.stderr.splitlines() if "grace period (3 s) is over" in x), "")
+    assert f"the checkpoint of step {saved} ({main}/step-" in line and "committed after the notice" in line, \
+        done.stderr[-2000:]
+    assert line.endswith(f"none of {best}"), line
+    assert _restored_step(main) == saved
+
+
+def test_a_second_writer_called_every_other_slow_step_is_still_waited_for(tmp_path, subprocess_env):
+    """An EMA's checkpointer whose ``due()`` comes every other step, steps 2.5 s long: after the model's notice save
+    the exit waits three of the model's steps (the time between its ``due()`` calls), not a fixed 2 s, so the EMA's
+    save after the notice is made before the process exits 143."""
+    script = """
+        model = Checkpointer(sys.argv[2], every_steps=10**6, grace_s=60)
+        ema = Checkpointer(sys.argv[3], every_steps=10**6, grace_s=60)
+        for step in range(1, 10**6):
+            if step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(2.5)
+            if model.due(step):
+                model.save(step, {"a": np.full(4, step)})
+                print("model saved", step, flush=True)
+            if step % 2 == 0 and ema.due(step):
+                ema.save(step, {"b": np.full(4, step)})
+    """
+    one, two = str(tmp_path / "model"), str(tmp_path / "ema")
+    done = _run(script, str(tmp_path / "pretrained"), one, two, env=subprocess_env(one), timeout=90)
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert done.stdout.count("model saved") == 1, done.stdout
+    assert _restored_step(one) == 3, done.stderr[-2000:]
+    assert _restored_step(two) == 4, done.stderr[-2000:]
