@@ -272,7 +272,7 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         workdir_retention_seconds=_number(raw, "workdir_retention_seconds", 30 * 86400.0),
         workdir_grace_seconds=_number(raw, "workdir_grace_seconds", 86400.0, positive=True),
         job_retention_days=_retention_days(raw),
-        zones=_zones(raw.get("zones"), path.parent),
+        zones=_zones(raw.get("zones"), path.parent, names),
         heartbeat_timeout_seconds=_number(raw, "heartbeat_timeout_seconds", 0.0),
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
         owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
@@ -377,11 +377,17 @@ def _text(raw: dict[str, Any], key: str) -> str | None:
     return value or None
 
 
-def _zones(raw: Any, base: Path) -> tuple[SimZone, ...]:
+def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
     try:
-        return zones_from_config(raw, base_dir=base)
+        zones = zones_from_config(raw, base_dir=base)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    for i, zone in enumerate(zones):
+        # a pool's capacity and a zone's are kept by name: one name for both, and the zone's free nodes stood for the
+        # pool's slots (a 1-slot pool ran three jobs at once)
+        if zone.name in pools:
+            raise ConfigError(f"zones[{i}].name: {zone.name!r} is also a pool's name: give the zone another name")
+    return zones
 
 
 def _pool(p: Any, i: int) -> Pool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from pricing.catalog import GCP_N1_MEMORY_PER_CPU
-from pricing.money import Micros, cost_for_seconds, fmt, fmt_left
+from pricing.money import Micros, cost_for_seconds, fmt, fmt_left, fmt_limit
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 
 
@@ -200,11 +200,12 @@ def place(
     if not priced:
         cheapest = min(matching, key=lambda o: o.price_per_hour)
         return NoFit(
-            f"the cheapest match, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h, "
-            f"over the job's max_price_per_hour of {fmt(request.max_price_per_hour or 0)}"
+            f"the cheapest match, {cheapest.describe()}, costs "
+            f"{_price_over(cheapest.price_per_hour * n, request.max_price_per_hour or 0)}/h, "
+            f"over the job's max_price_per_hour of {fmt_limit(request.max_price_per_hour or 0)}"
         )
     allowed = unblocked(priced, blocked_zones)
-    over = (f"the rest are over the job's max_price_per_hour of {fmt(request.max_price_per_hour or 0)}"
+    over = (f"the rest are over the job's max_price_per_hour of {fmt_limit(request.max_price_per_hour or 0)}"
             if len(priced) < len(matching) else "")
     if not allowed:
         if not over:
@@ -364,6 +365,12 @@ def duration_text(seconds: int) -> str:
     if seconds % 60:
         return f"{seconds} s"
     return f"{seconds // 60} minute{'s' if seconds != 60 else ''}"
+
+
+def _price_over(price: Micros, cap: Micros) -> str:
+    """A price over a cap the user set (shown exactly, :func:`fmt_limit`), as a cost is shown (:func:`fmt`), or
+    exactly where that would read as the cap: a $1.006 price over a $1.005 cap read "$1.01 over $1.01"."""
+    return fmt_limit(price) if fmt(price) == fmt(cap) else fmt(price)
 
 
 def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:

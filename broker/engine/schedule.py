@@ -160,7 +160,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
                        budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
         if isinstance(chosen, NoFit):
-            decisions.append(Wait(job, f"waiting: {chosen.reason}"))
+            decisions.append(Wait(job, f"waiting: {_pools_busy(job, request, mk, free_slots, mine) or chosen.reason}"))
             continue
         offer = chosen.offer
         slots: tuple[int, ...] = ()
@@ -180,3 +180,22 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         decisions.append(Place(job, placement_record(offer, chosen.num_nodes, mk.offers), slots,
                                f"placed on {offer.describe()}{note}"))
     return decisions
+
+
+def _pools_busy(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[str, list[int]],
+                mine: Sequence[Offer]) -> str | None:
+    """Why a job whose shape a pool has waits when no offer now open to it has that shape: the pool's shapes too
+    large for its free slots are out of the market until they free up, and the placement, finding no offer of that
+    shape, said "no offer has 4x A100 (no offers are configured)" of a pool with 3 of its 4 slots free."""
+    if mine:
+        return None
+    busy = [o for o in offers_for(job, request, mk.every_offer or ()) if o.tier is Tier.ONPREM]
+    if not busy:
+        return None
+    said = []
+    for pool in sorted({o.location for o in busy}):
+        need = min(slots_of(o) for o in busy if o.location == pool) * request.num_nodes
+        free = len(free_slots.get(pool, ()))
+        said.append(f"pool {pool} is full for it right now ({free} slot{'s' if free != 1 else ''} free, the job "
+                    f"needs {need})")  # "full": what the queue's start estimate follows (broker.queue)
+    return "; ".join(said)

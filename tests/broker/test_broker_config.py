@@ -164,3 +164,11 @@ def test_a_simulated_zones_price_is_priced_exactly_however_yaml_writes_it(make_s
     settings = make_settings(config=f"pools: []\nzones: [{{name: z, tier: spot, price_per_hour: {price}}}]\n")
     (offer,) = [o for o in all_offers(settings) if o.simulated]
     assert offer.price_per_hour == micros
+
+
+def test_a_zone_named_as_a_pool_is_refused(make_settings):
+    """Capacity is kept by name: a pool and a simulated zone of one name shared it, and a 1-slot pool ran three jobs."""
+    with pytest.raises(ConfigError, match=r"^zones\[0\]\.name: 'sim-1a' is also a pool's name: give the zone another "
+                                          r"name$"):
+        make_settings(config="pools: [{name: sim-1a, slots: 1, price_per_slot_hour: '0.05'}]\n"
+                             "zones: [{name: sim-1a, tier: spot, instance_type: g5.xlarge, region: us-east-1}]\n")

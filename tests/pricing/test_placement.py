@@ -305,3 +305,15 @@ def test_a_budget_short_of_the_billing_after_the_run_names_what_bills_it(offers,
 def test_start_shortfall_counts_only_offers_at_or_under_the_jobs_max_price(offers, max_price, budget, expected):
     request = job(max_price_per_hour=max_price)
     assert start_shortfall(request, offers, budget, min_run_seconds=START, after_run_seconds=AFTER_RUN) == expected
+
+
+def test_a_price_cap_a_tenth_of_a_cent_under_the_price_says_both_exactly():
+    """Rounded up to the cent, a $1.006 on-demand price over a $1.005 cap read "costs $1.01/h, over the job's
+    max_price_per_hour of $1.01": a refusal that contradicted itself."""
+    offers = [cloud(Tier.ONDEMAND, "us-east-1a", 1_006_000), cloud(Tier.ONDEMAND, "us-east-1b", 1_004_000)]
+    alone = place(job(max_price_per_hour=1_005_000), offers[:1])
+    assert isinstance(alone, NoFit)
+    assert alone.reason.endswith("costs $1.006/h, over the job's max_price_per_hour of $1.005"), alone.reason
+    rest = place(job(max_price_per_hour=1_005_000), offers, free_capacity={"us-east-1b": 0})
+    assert isinstance(rest, NoFit) and "the rest are over the job's max_price_per_hour of $1.005" in rest.reason, \
+        rest.reason
