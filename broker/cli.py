@@ -817,13 +817,17 @@ def _next_step(job: dict) -> str | None:
     The reason said "resume it to continue" or "raise the budget and resume" and left the user to find which
     command, and that a failure of the job's own needs ``--force``; Slack shows buttons for the same step."""
     jid = job["id"]
+    # from where: a job that saved no checkpoint starts over (it said "from its last checkpoint" of none)
+    point = (job.get("last_checkpoint") or {}).get("step")
+    where = f"from its last checkpoint (step {point})" if point is not None else \
+        "from the start (it saved no checkpoint)"
     if job["state"] == "stopped_budget":
-        return (f"`broker resume {jid}` continues it from its last checkpoint once its budget has room: "
+        return (f"`broker resume {jid}` continues it {where} once its budget has room: "
                 f"`broker budget {jid} <dollars>` raises it")
     if job["state"] != "failed":
         return None
     if (job.get("diagnosis") or {}).get("infrastructure"):
-        return f"`broker resume {jid}` continues it from its last checkpoint (not the job's own error)"
+        return f"`broker resume {jid}` continues it {where} (not the job's own error)"
     return ("a failure of the job's own: fix it and submit again, or run it again as it is with "
             f"`broker resume {jid} --force`")
 

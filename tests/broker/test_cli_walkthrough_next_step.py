@@ -40,8 +40,9 @@ def test_status_of_a_job_stopped_by_a_signal_it_did_not_send_names_the_command_t
     wait_for(lambda: json.loads(run("--json", "status", job_id).stdout)["state"] == "failed", timeout=60)
     out = run("status", job_id).stdout
     next_line = [line for line in out.splitlines() if line.strip().startswith("next:")]
-    assert next_line == [f"  next: `broker resume {job_id}` continues it from its last checkpoint (not the job's own "
-                         "error)"], out
+    # it saved no checkpoint: the resume starts it over, and says so (it said "from its last checkpoint")
+    assert next_line == [f"  next: `broker resume {job_id}` continues it from the start (it saved no checkpoint) (not "
+                         "the job's own error)"], out
     # the command said is the one that does it, with no --force
     r = run("resume", job_id)
     assert f"{job_id}: queued" in r.stdout, r.stdout
@@ -53,9 +54,10 @@ def _shown(job: dict) -> str:
     return con.file.getvalue()
 
 
-def _job(state: str, diagnosis: dict | None = None) -> dict:
+def _job(state: str, diagnosis: dict | None = None, checkpoint: int | None = 1200) -> dict:
     return {"id": "j-0123456789", "name": "n", "team": "t", "state": state, "reason": "r", "spent": {"usd": "$1.00"},
-            "budget": {"usd": "$1.00"}, "diagnosis": diagnosis, "attempt_list": []}
+            "budget": {"usd": "$1.00"}, "diagnosis": diagnosis, "attempt_list": [],
+            "last_checkpoint": {"step": checkpoint, "uri": "s3://b/run/step-1200"} if checkpoint is not None else None}
 
 
 @pytest.mark.parametrize("job, says", [
@@ -65,9 +67,12 @@ def _job(state: str, diagnosis: dict | None = None) -> dict:
     (_job("failed", None),  # failed before anything diagnosed it: the broker asks for --force too
      "`broker resume j-0123456789 --force`"),
     (_job("stopped_budget", {"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."}),
-     "next: `broker resume j-0123456789` continues it from its last checkpoint once its budget has room: "
+     "next: `broker resume j-0123456789` continues it from its last checkpoint (step 1200) once its budget has room: "
      "`broker budget j-0123456789 <dollars>` raises it"),
-], ids=["own failure", "undiagnosed failure", "budget stop"])
+    (_job("failed", {"class": "spot_preempted", "infrastructure": True, "text": "Lost."}, checkpoint=None),
+     "next: `broker resume j-0123456789` continues it from the start (it saved no checkpoint) (not the job's own "
+     "error)"),
+], ids=["own failure", "undiagnosed failure", "budget stop", "no checkpoint saved"])
 def test_status_of_an_ended_job_that_may_go_on_says_how(job, says):
     assert says in _shown(job)
 
