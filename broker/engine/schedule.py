@@ -87,6 +87,17 @@ def _blocked_note(offers: Sequence[Offer], blocked: frozenset[str], job: Job, sp
             f"{time.strftime('%H:%M:%SZ', time.gmtime(until))}")
 
 
+def _blocked_until(offers: Sequence[Offer], blocked: frozenset[str], job: Job) -> str:
+    """Until when each zone the job may not use for now is blocked for it, for a reason that says zones are
+    blocked: "every matching zone is blocked for this job after recent preemptions" named neither the zones nor
+    when the job may go back."""
+    zones = sorted({o.zone for o in offers if o.zone in blocked and o.zone in job.blocked_zones})
+    if not zones:
+        return ""
+    return "; " + ", ".join(f"{z} until {time.strftime('%H:%M:%SZ', time.gmtime(job.blocked_zones[z]))}"
+                            for z in zones)
+
+
 def offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     """The offers the job may take and that match its request (:func:`broker.offers.matching_offers`), on its
     forced tier after a "switch to on-demand"."""
@@ -160,7 +171,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
                        budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
         if isinstance(chosen, NoFit):
-            decisions.append(Wait(job, f"waiting: {_pools_busy(job, request, mk, free_slots, mine) or chosen.reason}"))
+            said = _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
+            decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             continue
         offer = chosen.offer
         slots: tuple[int, ...] = ()

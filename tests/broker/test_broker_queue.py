@@ -511,3 +511,27 @@ def test_a_budget_stopped_job_resumes_when_the_budget_left_pays_a_minute_on_the_
             assert str(refused.value).startswith(says), refused.value
     finally:
         store.close()
+
+
+def test_a_job_whose_every_zone_is_blocked_says_until_when_each_is():
+    """"every matching zone is blocked for this job after recent preemptions" named neither the zones nor when the
+    job may go back, while `broker queue` showed it first and it started last."""
+    import time
+
+    from pricing.offers import Offer, Tier
+
+    from broker.engine.schedule import Wait, schedule
+    from broker.offers import Market
+
+    z1 = Offer(Tier.SPOT, "aws", "us-east-1", "sim-1a", "g5.xlarge", "A10G", 1, 425_000, simulated=True)
+    z2 = Offer(Tier.SPOT, "aws", "us-east-1", "sim-1f", "g5.xlarge", "A10G", 1, 426_000, simulated=True)
+    mk = Market(offers=(z1, z2), free_capacity={"sim-1a": 1, "sim-1f": 1}, free_slots={})
+    spec = {"run": "x", "resources": {"accelerators": "A10G:1", "use_spot": True}, "broker": {"budget_usd": "1"}}
+    job = Job(id="j", name="j", team="t", spec=spec, budget=1_000_000, priority=0, state=JobState.QUEUED,
+              submitted_at=NOW - 100, updated_at=NOW, reason="waiting",
+              blocked_zones={"sim-1a": NOW + 600, "sim-1f": NOW + 608})
+    (decision,) = schedule([job], mk, now=NOW)
+    at = [time.strftime('%H:%M:%SZ', time.gmtime(NOW + s)) for s in (600, 608)]
+    assert isinstance(decision, Wait)
+    assert decision.reason == ("waiting: every matching zone is blocked for this job after recent preemptions; "
+                               f"sim-1a until {at[0]}, sim-1f until {at[1]}"), decision.reason
