@@ -33,7 +33,7 @@ import yaml
 from broker.spec import unknown_key_hint
 
 INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline",
-                            "cuda_error", "terminated", "interrupted", "port_in_use"})
+                            "cuda_error", "terminated", "interrupted", "port_in_use", "network_error", "gpu_unavailable"})
 """Classes that are not the user's code: a resume needs no confirmation."""
 
 
@@ -103,6 +103,13 @@ WORKDIR_CLONE_HINT = ("Not the job's code, but a resume clones the same reposito
                       "url; for an ssh one GIT_SSH_KEY_PATH on a pool, the key itself as GIT_SSH_KEY on a SkyPilot "
                       "cluster) and submit again; if there was no network for a while, resume with --force.")
 FILES_NOT_SYNCED_HINT = "Not the job's code, but a resume syncs the same files and fails the same way until that is fixed."
+RENDEZVOUS_HINT = ("Not the job's code: usually a node that did not start or join in time, or a flaky network between "
+                   "the nodes: resume it; if it repeats, check that every node reaches the master address and port.")
+GPU_UNAVAILABLE_HINT = ("Not the job's code: the node's GPUs or driver were not ready (or the task asked for no "
+                        "GPUs: resources.accelerators); resume it to run on another node.")
+NETWORK_HINT = ("Not the job's code: a server or the network failed for a while (a 5xx, a refused or reset "
+                "connection, a DNS failure, throttling); resume it to try again.")
+PREEMPTION_HANDLED_HINT = "Not the job's own error: resume it to continue from that checkpoint."
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -137,7 +144,22 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"CUDA (?:error: )?out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"),
     _r("nccl_network", "A NCCL/network error stopped the job{at_step}.",
        "Usually a flaky node or network: resume it; if it repeats, check NCCL_* settings.",
-       r"NCCL (error|WARN.*(timeout|Connection))|nccl(?:System|Remote|Internal|UnhandledCuda)Error|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"),
+       r"NCCL (error|WARN.*(timeout|Connection))|nccl(?:System|Remote|Internal|UnhandledCuda)Error|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"
+       r"|NCCL communicator was aborted|setting up NCCL communicator[^\n]*got error"),
+    # torch.distributed's store and rendezvous: the ranks could not reach each other (a DistNetworkError's "client
+    # socket has timed out", a DistStoreError's "waiting for clients. 1/2 clients joined"); not a port another process
+    # holds (port_in_use)
+    _r("nccl_network", "The job's processes could not connect to each other{at_step} (torch.distributed "
+       "rendezvous).", RENDEZVOUS_HINT,
+       r"\b(?:Dist(?:Network|Store)Error|Rendezvous(?:Timeout|Connection|Closed)Error)\b"
+       r"(?![^\n]*(?:EADDRINUSE|Address already in use))"),
+    # transient failures of a server or the network while fetching data, weights or packages; a 404 or a package
+    # that does not exist is the job's (data_not_found, or the code's error)
+    _r("network_error", "A server or the network failed{at_step}: {said_net}.", NETWORK_HINT,
+       r"^(?P<said_net>[^\n]*(?:\b5\d\d (?:Server Error|Service Unavailable|Bad Gateway|Gateway Time-?out)"
+       r"|\b429 (?:Client Error: )?Too Many Requests|Connection refused|Connection reset by peer"
+       r"|Temporary failure in name resolution|\((?:SlowDown|Throttling|ThrottlingException|RequestLimitExceeded"
+       r"|ServiceUnavailable|InternalError)\)|Read timed out)[^\n]*)$"),
     _r("data_not_found", "Could not read {path}{at_step}.", "Check the path and the job's credentials.",
        r"(?:FileNotFoundError|NoSuchKey|NoSuchBucket|No such file or directory|404 Not Found|does not exist)[^\n]{0,300}?(?P<path>(?:s3|gs|gcs|az|hdfs|file)://[^\s'\"]+|/[^\s'\":]+)"),
     _r("storage_access", "Access to {path} was denied{at_step}.", "Check the job's credentials and bucket policy.",
@@ -184,6 +206,9 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "CUDA_LAUNCH_BLOCKING=1, to see which op.",
        # not "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", which ends every CUDA error
        r"device-side assert(?!ions)"),
+    # a node whose GPUs are not ready (the driver still initializing, a GPU fallen off the bus)
+    _r("gpu_unavailable", "The node's GPUs were not available to the job{at_step}.", GPU_UNAVAILABLE_HINT,
+       r"No CUDA GPUs are available|cudaGetDeviceCount\(\)[^\n]*Error 802|Error 802: system not yet initialized"),
     _r("cuda_error", "A CUDA error stopped the job{at_step}.",
        "Often a bad node or driver: resume it; if it repeats, run with CUDA_LAUNCH_BLOCKING=1 to find the op.",
        r"CUDA error: (?!out of memory)|cudaErrorIllegalAddress"),
@@ -201,6 +226,11 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"SignalException: Process \d+ got signal: 15\b", phases=["failed"]),
     _r("interrupted", INTERRUPTED,
        INTERRUPTED_HINT, phases=["failed"], codes=[130], signals=[2]),
+    # the checkpoint library's last word when a stop notice came (checkpoint/checkpointer.py): the job handled a
+    # preemption or termination; a wrapper (`timeout -s TERM` exits 124) may have changed its exit code
+    _r("terminated", "{what} was stopped by a notice (a preemption or SIGTERM){at_step} and exited after committing "
+       "its checkpoint {ckpt}; it {ended}.", PREEMPTION_HANDLED_HINT,
+       r"preempted: checkpoint (?P<ckpt>\S+) committed, exiting", phases=["failed"]),
     _r("interrupted", INTERRUPTED,
        INTERRUPTED_HINT, r"SignalException: Process \d+ got signal: 2\b", phases=["failed"]),
     _r("user_code_error", "The training script raised {exception}{at_step}{message}.",
@@ -212,13 +242,26 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        phases=["failed"]),
 )
 
-_STEP = re.compile(r"\bstep[ =:]+(\d+)", re.I)
+# "step 1200", "Step: 1200", "global_step=1200", "'step': 1200", "iteration 1200", "iter 1200:"; not Docker's build
+# steps ("Step 2/7 : RUN pip install ...")
+_STEP = re.compile(r"(?:\b(?:global_)?step|\biter(?:ation)?)['\"]?[ =:]+(\d+)(?!\d)(?!\s*/\s*\d+\s+:)", re.I)
+# a progress bar (tqdm: HF Trainer, Lightning): " 40%|████      | 1200/3000 [10:00<15:00"; not one that loads or
+# fetches (files, checkpoint shards, a dataset's map) or evaluates
+_BAR = re.compile(r"^(?P<what>[^\n|]*)\|[^\n|]*\| *(\d+)/\d+ \[\d", re.M)
+_NOT_TRAINING_BAR = re.compile(r"fetch|load|download|upload|file|shard|\bmap\b|filter|token|eval|valid|predict|test",
+                               re.I)
+# Lightning's bar counts the batches of its epoch: only the first epoch's count is the step
+_LATER_EPOCH = re.compile(r"\bEpoch\s+0*[1-9]", re.I)
 _BATCH = re.compile(r"\bbatch[_ ]size[ =:]+(\d+)", re.I)
 
 
 def last_step(log_tail: str) -> int | None:
-    found = _STEP.findall(log_tail)
-    return int(found[-1]) if found else None
+    """The last training step the log shows: a step or iteration it names, or a training progress bar's count."""
+    text = log_tail.replace("\r", "\n")  # a progress bar redraws itself after a carriage return
+    found = [(m.start(), m.group(1)) for m in _STEP.finditer(text)]
+    found += [(m.start(), m.group(2)) for m in _BAR.finditer(text) if not _NOT_TRAINING_BAR.search(m.group("what"))
+              and not _LATER_EPOCH.search(m.group("what"))]
+    return int(max(found)[1]) if found else None
 
 
 def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
@@ -268,6 +311,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
         if facts.get("message"):
             facts["message"] = ": " + _clip(facts["message"]).rstrip(".")
+        if facts.get("said_net"):
+            facts["said_net"] = '"' + _clip(facts["said_net"]) + '"'
         if match is not None and match.groupdict().get("path"):
             facts["path"] = _whole_path(match)
         facts.setdefault("path", "a file")

@@ -656,7 +656,7 @@ TEARDOWN = [
     ("a caught CUDA OOM, a progress bar went on, then a segfault",
      Ending("failed", 139, 11, log_tail=OOM_40 + "Epoch 0:  12%|#2        | 120/1000 [01:02<07:35,  1.93it/s]\n"
             + SEGFAULT),
-     "crash", False, "The job crashed with a segmentation fault at step 40."),
+     "crash", False, "The job crashed with a segmentation fault at step 120."),
     # a signal from outside (SIGTERM, SIGKILL) is not the process's own teardown: it often causes the traceback
     ("a caught CUDA OOM, a line of the job's, then a SIGTERM from the node",
      Ending("failed", 143, 15, log_tail=OOM_40 + "retrying with a smaller batch\n"),
