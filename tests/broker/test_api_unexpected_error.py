@@ -7,13 +7,10 @@ reset by peer" on its next request, and read a broker that works as one that wen
 
 from __future__ import annotations
 
-import threading
-import time
-
 import httpx
+from test_serve_socket import served
 
 from broker.api.app import create_app
-from broker.cli import _listen
 from broker.config import load_settings
 
 
@@ -24,24 +21,10 @@ def test_a_500_closes_its_connection_and_the_next_request_on_the_client_is_answe
     def bug():  # a bug in a route, as the year-0 deadline of test_broker_spec was
         raise RuntimeError("a bug")
 
-    import uvicorn
-
-    listener = _listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        with httpx.Client(base_url=f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=10,
-                          headers={"Authorization": "Bearer adm"}) as client:
+    with served(app, log_level="critical") as (_, url):
+        with httpx.Client(base_url=url, timeout=10, headers={"Authorization": "Bearer adm"}) as client:
             for _ in range(3):
                 failed = client.post("/v1/test-bug", json={})
                 assert failed.status_code == 500 and "unexpected error" in failed.json()["detail"]
                 assert failed.headers["connection"] == "close"
                 assert client.get("/v1/healthz").status_code == 200, "the next request on the client failed"
-    finally:
-        server.should_exit = True
-        thread.join(10)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 
 from broker_testing import wait_for
 
@@ -98,9 +99,10 @@ def test_a_limit_this_broker_cannot_reach_is_said_and_left_to_the_broker_watchin
         store.close()
 
 
-def test_a_budget_raised_leaves_the_limit_to_the_engine(tmp_path, make_settings):
-    """Raising moves nothing from the service (an engine moves it; with none, the run stops at the old limit and is
-    resumed with the new budget): no event about the limit, the run's limit as it was until an engine looks."""
+@contextmanager
+def _running(tmp_path, make_settings):
+    """A $10 job running on this host's pool under an engine, its service beside it: (store, launcher, service,
+    engine, job id, its attempt); its runs killed and the store closed after."""
     settings = make_settings(f"sqlite://{tmp_path / 'e.db'}", config=CONFIG)
     store = open_store(f"sqlite://{tmp_path / 'e.db'}")
     launcher = LocalLauncher(tmp_path / "data" / "runs")
@@ -109,32 +111,30 @@ def test_a_budget_raised_leaves_the_limit_to_the_engine(tmp_path, make_settings)
         job_id = api.submit(ADMIN, {"name": "t", "run": "sleep 120", "broker": {"budget_usd": 10}})[0].id
         engine = Engine(settings, store, launcher)
         wait_for(lambda: engine.tick() or store.get_job(job_id).state.value == "running", timeout=20)
-        attempt = store.attempts(job_id)[-1]
-        old = _limit(launcher, attempt.id)
-        api.raise_budget(ADMIN, job_id, to_micros("20"))
-        assert _limit(launcher, attempt.id) == old
-        assert not [e for e in store.events(job_id) if e.event == "budget_limit_not_moved"]
-        engine.tick()
-        assert _limit(launcher, attempt.id) > old + 900
+        yield store, launcher, api, engine, job_id, store.attempts(job_id)[-1]
     finally:
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
         store.close()
 
 
+def test_a_budget_raised_leaves_the_limit_to_the_engine(tmp_path, make_settings):
+    """Raising moves nothing from the service (an engine moves it; with none, the run stops at the old limit and is
+    resumed with the new budget): no event about the limit, the run's limit as it was until an engine looks."""
+    with _running(tmp_path, make_settings) as (store, launcher, api, engine, job_id, attempt):
+        old = _limit(launcher, attempt.id)
+        api.raise_budget(ADMIN, job_id, to_micros("20"))
+        assert _limit(launcher, attempt.id) == old
+        assert not [e for e in store.events(job_id) if e.event == "budget_limit_not_moved"]
+        engine.tick()
+        assert _limit(launcher, attempt.id) > old + 900
+
+
 def test_an_engine_that_moved_the_limit_on_a_budget_read_before_it_was_lowered_moves_it_again(tmp_path, make_settings):
     """The engine read the job raised to $20 and moves the run's limit up; meanwhile the API lowers the budget to $5
     (moving the limit down and recording it). The engine's limit came after, and its commit failed: its next look
     gives the run the limit of $5 again, though the recorded limit already says so."""
-    settings = make_settings(f"sqlite://{tmp_path / 'e.db'}", config=CONFIG)
-    store = open_store(f"sqlite://{tmp_path / 'e.db'}")
-    launcher = LocalLauncher(tmp_path / "data" / "runs")
-    try:
-        api = BrokerService(settings, store, launcher)
-        job_id = api.submit(ADMIN, {"name": "t", "run": "sleep 120", "broker": {"budget_usd": 10}})[0].id
-        engine = Engine(settings, store, launcher)
-        wait_for(lambda: engine.tick() or store.get_job(job_id).state.value == "running", timeout=20)
-        attempt = store.attempts(job_id)[-1]
+    with _running(tmp_path, make_settings) as (store, launcher, api, engine, job_id, attempt):
         api.raise_budget(ADMIN, job_id, to_micros("20"))
         read = store.get_job(job_id)  # what the engine's tick read
         api.raise_budget(ADMIN, job_id, to_micros("5"))
@@ -144,7 +144,3 @@ def test_an_engine_that_moved_the_limit_on_a_budget_read_before_it_was_lowered_m
         assert _limit(launcher, attempt.id) > five + 1000
         engine.tick()
         assert abs(_limit(launcher, attempt.id) - five) < 1.5
-    finally:
-        for run in launcher.runs_dir.glob("j*"):
-            launcher.kill(run.name)
-        store.close()

@@ -12,6 +12,7 @@ import asyncio
 import socket
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -36,10 +37,12 @@ def _asyncio_policy():
     asyncio.set_event_loop_policy(policy)
 
 
-def _nodelay_of_served_connection(host: str, http: str) -> int:
+@contextmanager
+def served(app, host: str = "127.0.0.1", **config):
+    """Real uvicorn serving ``app`` over `broker serve`'s own listener (``_listen``) in a thread: (the server, its
+    base URL), stopped after."""
     listener = _listen(host, 0)
-    port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_app, loop="asyncio", http=http, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", **config}))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
@@ -48,16 +51,21 @@ def _nodelay_of_served_connection(host: str, http: str) -> int:
             assert time.monotonic() < deadline, "uvicorn did not start"
             time.sleep(0.02)
         url_host = f"[{host}]" if ":" in host else host
-        with httpx.Client(base_url=f"http://{url_host}:{port}", timeout=10) as client:
+        yield server, f"http://{url_host}:{listener.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _nodelay_of_served_connection(host: str, http: str) -> int:
+    with served(_app, host, loop="asyncio", http=http) as (server, url):
+        with httpx.Client(base_url=url, timeout=10) as client:
             assert client.get("/").text == "ok"
             (connection,) = server.server_state.connections  # the client keeps its connection alive
             # asyncio's own transport, not uvloop's (which sets TCP_NODELAY whatever the proto says)
             assert type(connection.transport).__module__.startswith("asyncio."), type(connection.transport)
             sock = connection.transport.get_extra_info("socket")
             return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.mark.parametrize("http", ["h11", "httptools"], ids=["uvicorn's h11 parser", "uvicorn's httptools parser"])

@@ -132,9 +132,9 @@ def test_a_retried_read_only_command_answers_again(slack, store):
         assert text_of(again) == text_of(first), text
 
 
-def test_a_command_whose_first_try_failed_runs_when_slack_retries_it(slack_app, slack, store, monkeypatch):
-    real = store.get_job
-    calls = []
+def _store_down_once(store, monkeypatch) -> None:
+    """The store's first read of a job fails as a store that did not answer (a 503), the next ones work."""
+    real, calls = store.get_job, []
 
     def down_once(job_id):
         calls.append(job_id)
@@ -143,6 +143,10 @@ def test_a_command_whose_first_try_failed_runs_when_slack_retries_it(slack_app, 
         return real(job_id)
 
     monkeypatch.setattr(store, "get_job", down_once)
+
+
+def test_a_command_whose_first_try_failed_runs_when_slack_retries_it(slack_app, slack, store, monkeypatch):
+    _store_down_once(store, monkeypatch)
     from urllib.parse import urlencode
 
     from .test_slack import signed
@@ -164,15 +168,7 @@ def test_a_button_press_whose_first_try_failed_acts_when_slack_retries_it(slack,
     from urllib.parse import urlencode
 
     from .test_slack import signed
-    real, calls = store.get_job, []
-
-    def down_once(job_id):
-        calls.append(job_id)
-        if len(calls) == 1:
-            raise StoreUnavailable("the job store did not answer: timed out")
-        return real(job_id)
-
-    monkeypatch.setattr(store, "get_job", down_once)
+    _store_down_once(store, monkeypatch)
     payload = {"type": "block_actions", "user": {"id": "U_A"}, "trigger_id": "T.press.down",
                "response_url": stub.url + "/respond/down",
                "actions": [{"action_id": "broker_raise_budget", "value": '{"job":"j-a2","budget":3000000}'}]}
