@@ -124,7 +124,8 @@ def test_a_superseded_run_already_stopping_keeps_its_grace_and_is_said_once(two_
     store, hosts, engine, service = two_hosts(13, 300, clock)
     marks = tmp_path / "marks"
     task = {"name": "t", "broker": {"budget_usd": 10},
-            "run": f"trap 'echo term >> {marks}' TERM; echo start >> {marks}; while true; do sleep 1; done"}
+            # (ends by itself within 5 minutes: a run left behind by a failed test does not run for ever)
+            "run": f"trap 'echo term >> {marks}' TERM; echo start >> {marks}; for i in $(seq 300); do sleep 1; done"}
     job_id = service.submit(ADMIN, task)[0].id
     a, b = engine("a"), engine("b")
     wait_for(lambda: a.tick() or (store.get_job(job_id).state.value == "running" and marks.exists()), timeout=20)
@@ -140,6 +141,8 @@ def test_a_superseded_run_already_stopping_keeps_its_grace_and_is_said_once(two_
         again.tick()
         clock[0] += 12
     assert hosts["a"].status(first).phase is Phase.RUNNING, "its grace period was cut short"
+    # attempt 2's runner has written its pid, so the fixture's teardown finds it and kills it
+    wait_for(lambda: hosts["b"].status(f"{job_id}-a2").phase is Phase.RUNNING, timeout=20)
     said = [e for e in store.events(job_id) if e.event == "superseded_run"]
     assert len(said) == 1, [e.reason for e in said]
     assert "unless a stop was already under way" in said[0].reason
