@@ -117,24 +117,35 @@ def _best_then_main(grace_s: int, loop: str) -> str:
     return textwrap.dedent(BEST_THEN_MAIN.replace("GRACE", str(grace_s))) + textwrap.dedent(loop)
 
 
+MAIN_LOOP = """
+    for step in range(2, 10**6):
+        time.sleep(0.01)
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+        if main.due(step):
+            main.save(step, {"w": np.full(4, step)})
+            print("main saved", step, flush=True)
+"""
+"""The run's own loop: the notice at step 5, saved at the next due step (``AFTER_SAVE``: more of that step)."""
+
+
+def _run_best_then_main(tmp_path, subprocess_env, grace_s: int, after_save: str = ""):
+    """:data:`MAIN_LOOP` after the best model's checkpointer saved once: (what the run did, its seconds, the two
+    bases)."""
+    loop = MAIN_LOOP + (f"            {after_save}\n" if after_save else "")
+    best, main = str(tmp_path / "best"), str(tmp_path / "main")
+    started = time.monotonic()
+    done = _run(_best_then_main(grace_s, loop), str(tmp_path / "pretrained"), best, main, env=subprocess_env(main),
+                timeout=90)
+    return done, time.monotonic() - started, best, main
+
+
 def test_a_writer_that_saved_once_and_is_not_called_again_does_not_hold_the_exit(tmp_path, subprocess_env):
     """The reviewer's case: a "best model" checkpointer saved once (an eval improvement) and the run's own checkpointer
     saves at the notice. The best one's ``due()``/``save()`` is not called after the notice: the exit must not wait
     for it. Before, the run's save returned, training went on through the whole grace period (120 s on AWS), and
     the deadline then said "exiting without a final checkpoint" although the notice's checkpoint had committed."""
-    script = _best_then_main(30, """
-        for step in range(2, 10**6):
-            time.sleep(0.01)
-            if step == 5:
-                os.kill(os.getpid(), signal.SIGTERM)
-            if main.due(step):
-                main.save(step, {"w": np.full(4, step)})
-                print("main saved", step, flush=True)
-    """)
-    best, main = str(tmp_path / "best"), str(tmp_path / "main")
-    started = time.monotonic()
-    done = _run(script, str(tmp_path / "pretrained"), best, main, env=subprocess_env(main), timeout=90)
-    took = time.monotonic() - started
+    done, took, best, main = _run_best_then_main(tmp_path, subprocess_env, 30)
     assert done.returncode == 143, done.stderr[-2000:]
     assert took < 15, (took, done.stderr[-2000:])  # the grace period is 30 s; the wait for the idle writer ~2 s
     assert done.stdout.count("main saved") == 1, done.stdout
@@ -148,21 +159,10 @@ def test_the_grace_deadline_after_a_committed_notice_save_says_that_checkpoint_c
     """The run's notice save committed, and the process is then ended by the grace deadline (the loop, in a long
     step, never calls ``due()`` again while the best model's checkpointer is still waited for): the log names the
     checkpoint that committed, not "exiting without a final checkpoint"."""
-    script = _best_then_main(3, """
-        for step in range(2, 10**6):
-            time.sleep(0.01)
-            if step == 5:
-                os.kill(os.getpid(), signal.SIGTERM)
-            if main.due(step):
-                main.save(step, {"w": np.full(4, step)})
-                print("main saved", step, flush=True)
-                time.sleep(40)                           # a long step: the deadline comes first
-    """)
-    best, main = str(tmp_path / "best"), str(tmp_path / "main")
-    started = time.monotonic()
-    done = _run(script, str(tmp_path / "pretrained"), best, main, env=subprocess_env(main), timeout=90)
+    done, took, best, main = _run_best_then_main(tmp_path, subprocess_env, 3,
+                                                 "time.sleep(40)  # a long step: the deadline comes first")
     assert done.returncode == 143, done.stderr[-2000:]
-    assert time.monotonic() - started < 30, done.stderr[-2000:]
+    assert took < 30, done.stderr[-2000:]
     saved = int(done.stdout.split()[-1])
     assert "exiting without a final checkpoint" not in done.stderr, done.stderr[-2000:]
     line = next((x for x in done.stderr.splitlines() if "grace period (3 s) is over" in x), "")
