@@ -2,7 +2,8 @@
 
 Every job gets a budget cap — its own ``broker.budget_usd`` or its team's
 default — and is priced before it is accepted: if the budget cannot cover the
-cheapest way to run it, the job is refused (422) with the estimate per tier.
+cheapest way to run it, the job is refused (422) with the estimate per tier. A job
+of more nodes than any zone of its shape ever has is refused naming ``num_nodes``.
 What a cloud cluster is billed after its run (its idle minutes before autodown
 and its teardown, which its launcher keeps of the budget) is part of the price.
 """
@@ -17,7 +18,7 @@ from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
 from pricing.money import Micros, fmt, fmt_limit
 from pricing.offers import Offer
-from pricing.placement import candidates, start_shortfall
+from pricing.placement import candidates, nodes_shortfall, start_shortfall
 from pricing.quote import Quote, money_text, quote
 
 
@@ -68,6 +69,10 @@ def admit(
     start must be able to pay for (the engine stops a job whose budget cannot, so it is refused here);
     ``after_run_seconds``: what each offer is billed after the run on top (:func:`broker.offers.after_run`),
     in the estimates and in what a start must pay for, as the engine counts it."""
+    n = spec.request.num_nodes
+    too_few = nodes_shortfall(spec.request, offers)
+    if too_few is not None:  # else it waited for ever, "full right now"
+        raise Refused("num_nodes", f"is {n}, but {too_few}: ask for at most that many nodes")
     q = quote(spec.request, offers, after_run_seconds=after_run_seconds)
     if not q.tiers:
         # offers of its shape exist but all cost more than its cap: the cap is what to change

@@ -397,17 +397,19 @@ def _pool(p: Any, i: int) -> Pool:
     for key in sorted(map(str, p)):
         if key not in POOL_KEYS:
             raise ConfigError(f"{where}.{key}: is not a pool setting ({unknown_key_hint(key, POOL_KEYS)})")
-    slots = p.get("slots", p.get("gpus", 1))
+    slots_key = _one_of(p, ("slots", "gpus"), where)
+    slots = p.get(slots_key, 1)
     if isinstance(slots, bool) or not isinstance(slots, int):
-        raise ConfigError(f"{where}.slots: must be a whole number, not {slots!r}")
+        raise ConfigError(f"{where}.{slots_key}: must be a whole number, not {slots!r}")
     if slots < 1:
-        raise ConfigError(f"{where}.slots: must be at least 1")
-    price = p.get("price_per_slot_hour", p.get("price_per_gpu_hour"))
+        raise ConfigError(f"{where}.{slots_key}: must be at least 1")
+    price_key = _one_of(p, ("price_per_slot_hour", "price_per_gpu_hour"), where)
+    price = p.get(price_key)
     if price is None:
         raise ConfigError(f"{where}.price_per_slot_hour: required (what one slot costs the company per hour)")
-    micros = _money(price, f"{where}.price_per_slot_hour")
+    micros = _money(price, f"{where}.{price_key}")
     if micros <= 0:
-        raise ConfigError(f"{where}.price_per_slot_hour: must be more than $0 (on-prem GPUs are not free)")
+        raise ConfigError(f"{where}.{price_key}: must be more than $0 (on-prem GPUs are not free)")
     context = p.get("kubernetes_context")
     if context is not None and (not isinstance(context, str) or not context.strip() or "/" in context):
         raise ConfigError(f"{where}.kubernetes_context: must be the name of a kubeconfig context, not {context!r}")
@@ -421,6 +423,18 @@ def _pool(p: Any, i: int) -> Pool:
         kubernetes_context=context.strip() if context else None,
         run_as=_run_as(p.get("run_as"), f"{where}.run_as"),
     )
+
+
+def _one_of(p: dict[str, Any], keys: tuple[str, str], where: str) -> str:
+    """Which of a pool's two names for one setting it gives (``slots`` or ``gpus``; ``price_per_slot_hour`` or
+    ``price_per_gpu_hour``): the first when it gives neither. Both is refused naming both: the first was used and
+    the other dropped without a word (``price_per_slot_hour: "0.50"`` with ``price_per_gpu_hour: "2.00"`` priced
+    the pool at $0.50)."""
+    given = [k for k in keys if p.get(k) is not None]
+    if len(given) > 1:
+        raise ConfigError(f"{where}: {given[0]} and {given[1]} are two names for one setting, and both are given "
+                          f"({p[given[0]]!r} and {p[given[1]]!r}): keep one")
+    return given[0] if given else keys[0]
 
 
 def _run_as(value: Any, where: str) -> tuple[tuple[str, str], ...]:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 from broker.config import Pool, Settings
 from broker.models import Job
@@ -66,7 +67,7 @@ def _price_table(clouds: Sequence[str] = PRICED_CLOUDS) -> tuple[Offer, ...]:
     looked at once a minute), so a long-running broker quotes today's prices and places on a cloud as
     soon as SkyPilot has its catalog. Each cloud is kept apart, so that pricing a simulated zone in its
     own cloud never throws away (and re-reads) the table the engine places from."""
-    from pricing.loading import catalog_files, load_price_table
+    from pricing.loading import catalog_files, has_no_rows, load_price_table
 
     clouds = tuple(dict.fromkeys(clouds))
     with _table_lock:
@@ -77,6 +78,13 @@ def _price_table(clouds: Sequence[str] = PRICED_CLOUDS) -> tuple[Offer, ...]:
             files = catalog_files(clouds=(cloud,))
             _checked[cloud] = now
             if cloud not in _tables or _tables[cloud][0] != files:
+                before = _tables[cloud][0][0][0] if cloud in _tables and _tables[cloud][0] else None
+                if before is not None and before != (files[0][0] if files else None) and has_no_rows(Path(before)):
+                    # emptied as SkyPilot rewrites it (opened for writing, not yet written): keep quoting the prices
+                    # read last, not the snapshot's or none, and look again at the next look
+                    log.warning("price catalog of %s not re-read, keeping the prices read before: %s has no rows "
+                                "after its header", cloud, before)
+                    continue
                 try:
                     _tables[cloud] = (files, load_price_table(clouds=(cloud,)))
                 except CatalogError as exc:
@@ -108,6 +116,7 @@ def zone_offer(zone: SimZone, table: Iterable[Offer] | None = None) -> Offer:
         accelerator=row.accelerator if row else None, accelerator_count=row.accelerator_count if row else 0,
         price_per_hour=to_micros(zone.price_per_hour) if zone.price_per_hour is not None else row.price_per_hour,
         vcpus=row.vcpus if row else None, memory_gib=row.memory_gib if row else None, simulated=True,
+        max_nodes=zone.nodes,
     )
 
 

@@ -6,15 +6,18 @@ takes what these functions return and never touches files itself.
 
 from __future__ import annotations
 
+import csv
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from pricing.catalog import PRICED_CLOUDS, CatalogError, parse_az_mappings, parse_vms_csv
+from pricing.catalog import PRICED_CLOUDS, REQUIRED_COLUMNS, CatalogError, parse_az_mappings, parse_vms_csv
 from pricing.offers import Offer
 
 SCHEMA = "v8"
 SNAPSHOT_DIR = Path(__file__).resolve().parent / "data" / "catalog" / SCHEMA
+log = logging.getLogger("pricing.loading")
 
 
 def skypilot_catalog_dir(home: Path | None = None) -> Path:
@@ -22,14 +25,55 @@ def skypilot_catalog_dir(home: Path | None = None) -> Path:
     return (home or Path.home()) / ".sky" / "catalogs" / SCHEMA
 
 
+def has_no_rows(path: Path) -> bool:
+    """Whether the catalog file ``path`` holds no row: empty, or a v8 header line alone — what a SkyPilot download
+    cut short or refused leaves. Only its first lines are read. A file whose first line is not a v8 header is
+    not empty but no catalog, which reading it says (a :class:`CatalogError` naming it), as is one not readable."""
+    try:
+        with path.open("rb") as fh:
+            lines = (line for line in fh if line.strip())
+            header = next(lines, None)
+            if header is None:
+                return True
+            columns = next(csv.reader([header.decode()]), [])
+            if not set(REQUIRED_COLUMNS) <= set(columns):  # as parse_vms_csv reads the header
+                return False
+            return next(lines, None) is None  # stops at the first row
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+
+
+_warned: set[tuple[str, int, int]] = set()
+"""The empty catalog files already warned of (path, time, size): said once, not at every look."""
+
+
+def _passed_over(path: Path, cloud: str) -> None:
+    """Warn, once per version of the file, that ``path`` is passed over."""
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("price catalog %s has no rows after its header: passed over as if absent (%s is priced from "
+                    "the next catalog found, if any)", path, cloud)
+
+
 def _found(catalog_dir: Path | None, clouds: Sequence[str], home: Path | None) -> list[tuple[str, Path]]:
-    """Per cloud, the first ``<root>/<cloud>/vms.csv`` that is a file, in the search order: the one
-    list both :func:`catalog_files` and :func:`load_price_table` follow."""
+    """Per cloud, the first ``<root>/<cloud>/vms.csv`` that is a file with rows, in the search order: the one
+    list both :func:`catalog_files` and :func:`load_price_table` follow. A file with no rows (:func:`has_no_rows`)
+    is passed over as if absent, with a warning naming it: a header-only ``~/.sky/catalogs/v8/aws/vms.csv`` hid the
+    shipped snapshot, and the broker had no AWS offer at all."""
     search = [d for d in (catalog_dir, skypilot_catalog_dir(home), SNAPSHOT_DIR) if d is not None]
     out = []
     for cloud in dict.fromkeys(clouds):
         for root in search:
-            if (root / cloud / "vms.csv").is_file():
+            vms = root / cloud / "vms.csv"
+            if vms.is_file():
+                if has_no_rows(vms):
+                    _passed_over(vms, cloud)
+                    continue
                 out.append((cloud, root))
                 break
     return out
@@ -78,7 +122,8 @@ def load_price_table(
     when given, then SkyPilot's own catalog (``~/.sky/catalogs/v8``, refreshed by
     SkyPilot), then the snapshot shipped in ``pricing/data/catalog/v8`` (see its
     ``SOURCE.md``; AWS only: GCP's prices come from SkyPilot's catalog on this host, or
-    ``catalog_dir``). A cloud found nowhere contributes no offers. A file that is not a
+    ``catalog_dir``). A file with no rows after its header is passed over as if absent, with a
+    warning naming it. A cloud found nowhere contributes no offers. A file that is not a
     readable v8 ``vms.csv`` is a :class:`~pricing.catalog.CatalogError` naming it, the line
     and the column (never a silently empty or half-read price table).
     """

@@ -39,6 +39,10 @@ class Offer:
     :func:`pricing.placement.matches` applies to these offers: a task asking neither ``cpus`` nor ``memory`` gets
     a host of at least this many vCPUs and 4 GiB per vCPU (``_NUM_ACC_TO_NUM_CPU``: 4 for T4:1), one asking only
     ``cpus`` at least 4 GiB per vCPU asked, one asking ``memory`` any vCPUs.
+
+    ``max_nodes``: the most nodes its location ever has (a simulated zone's ``nodes``); ``None``: no known limit
+    (a cloud region: capacity unknown until tried). A job of more nodes can never run there
+    (:func:`pricing.placement.holds`).
     """
 
     tier: Tier
@@ -53,6 +57,7 @@ class Offer:
     memory_gib: Decimal | None = None
     simulated: bool = False
     default_host_cpus: int | None = None
+    max_nodes: int | None = None
 
     @property
     def location(self) -> str:

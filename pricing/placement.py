@@ -79,12 +79,22 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
     when the task wrote them without '+' and the offer is an instance type (:func:`sized_exactly`), as SkyPilot's
     catalog filters them: ``vCPUs == 16`` for ``cpus: 16``, ``>= 16`` for ``cpus: 16+``. A GCP GPU on an ``n1-``
     host is held to SkyPilot's rule for that host (:func:`_gcp_host_fits`) unless the task names the VM, which
-    SkyPilot then takes as named (``sky.Resources._try_validate_cpus_mem``)."""
+    SkyPilot then takes as named (``sky.Resources._try_validate_cpus_mem``).
+
+    A shape with no accelerator takes only cloud instance types that carry none: SkyPilot
+    launches such a task on a CPU type of its default families, never on a GPU type that happens to have the size
+    (``sky/clouds/aws.py``, ``_get_feasible_launchable_resources``: ``get_default_instance_type``), so a GPU type
+    was a placement that paid for a GPU the job never asked for (``cpus: 4, memory: 16`` on the shipped AWS
+    price table: a spot ``g4dn.xlarge`` and its T4). An instance type the task names is taken as named; a pool's
+    CPU job never takes a GPU slot (:func:`broker.offers.usable_by`); a simulated zone (a process on this host)
+    takes any job."""
     if want.accelerator is not None:
         if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
             return False
         if offer.accelerator_count != max(want.accelerator_count, 1):
             return False  # exactly the count asked, as SkyPilot's catalog lookup matches it: A100:1 is not 8 A100s
+    elif offer.accelerator is not None and want.instance_type is None and sized_exactly(offer):
+        return False  # no GPU asked: never an instance type that carries one
     if offer.default_host_cpus is not None and want.instance_type is None:
         if not _gcp_host_fits(offer, want):
             return False
@@ -131,6 +141,25 @@ def under_cap(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     return [o for o in offers if cap is None or o.price_per_hour * n <= cap]
 
 
+def holds(offer: Offer, num_nodes: int) -> bool:
+    """Whether ``offer``'s location ever has ``num_nodes`` nodes: a simulated zone has its ``nodes`` and no more
+    (:attr:`Offer.max_nodes`); a cloud region has no known limit. A job of more nodes than a zone has waited there
+    for ever, "full right now"."""
+    return offer.max_nodes is None or offer.max_nodes >= num_nodes
+
+
+def nodes_shortfall(request: JobRequest, offers: Sequence[Offer]) -> str | None:
+    """Why no offer of the job's shape can ever hold its ``num_nodes``: ``the largest zone it may use, sim-a, has
+    4 nodes``; ``None`` when one can, or when none has its shape (that is :func:`place`'s to say)."""
+    matching = candidates(request, offers)
+    if not matching or any(holds(o, request.num_nodes) for o in matching):
+        return None
+    largest = min(matching, key=lambda o: (-(o.max_nodes or 0), o.location))  # only zones have a limit
+    which = "the only zone it may use" if len({o.location for o in matching}) == 1 else "the largest zone it may use"
+    most = largest.max_nodes or 0
+    return f"{which}, {largest.location}, has {most} node{'s' if most != 1 else ''}"
+
+
 def unblocked(offers: Sequence[Offer], blocked_zones: frozenset[str]) -> list[Offer]:
     """The offers not in a zone (or pool: an offer's ``location``) blocked for the job after a preemption there."""
     return [o for o in offers if o.location not in blocked_zones]
@@ -175,7 +204,8 @@ def place(
     Steps, each of which may end in a :class:`NoFit` naming why:
 
     1. offers of the requested shape (any ``any_of`` alternative, explicit
-       cloud/region/zone/instance type) on an allowed tier;
+       cloud/region/zone/instance type) on an allowed tier, in a location that ever has
+       ``num_nodes`` nodes (:func:`holds`);
     2. at or under ``max_price_per_hour`` (all nodes);
     3. not in a zone (or pool) blocked for this job after a preemption;
     4. capacity the job can actually get now: ``free_capacity`` maps an offer's
@@ -196,6 +226,10 @@ def place(
     matching = candidates(request, offers)
     if not matching:
         return NoFit(_no_match(request, offers))
+    too_few = nodes_shortfall(request, matching)
+    if too_few is not None:
+        return NoFit(f"it asks for {n} nodes, but {too_few}")
+    matching = [o for o in matching if holds(o, n)]
     priced = under_cap(request, matching)
     if not priced:
         cheapest = min(matching, key=lambda o: o.price_per_hour)
@@ -264,6 +298,7 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
     after = after_run_seconds or {}
     n = request.num_nodes
     cap = request.max_price_per_hour
+    offers = [o for o in offers if holds(o, n)]  # a zone too small for the job is never a start it could pay for
     priced = under_cap(request, offers)
     run = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds) for o in offers}
     total = {o: cost_for_seconds(o.price_per_hour * n, min_run_seconds + after.get(o, 0)) for o in offers}
@@ -461,6 +496,8 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
                          if o.accelerator and o.accelerator.lower() == alt.accelerator.lower()})
         if max(alt.accelerator_count, 1) not in counts:
             return f" (an offer here has {_series([str(c) for c in counts], 'or')} {alt.accelerator})"
+    if not alt.accelerator and alt.instance_type is None:  # a GPU type is none of its sizes (:func:`matches`)
+        offers = [o for o in offers if not (o.accelerator and sized_exactly(o))]
     for want, attr, unit in ((alt.cpus, "vcpus", "vCPUs"), (alt.memory_gib, "memory_gib", "GiB of memory")):
         known = [getattr(o, attr) for o in offers if getattr(o, attr) is not None]
         if want is not None and known and max(known) < want:

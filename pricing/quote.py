@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, candidates, effective_price, place
+from pricing.placement import NoFit, candidates, effective_price, holds, place
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Quote:
     def cheapest(self) -> TierQuote | None:
         if not self.tiers:
             return None
-        return min(self.tiers, key=lambda t: (t.estimate if t.estimate is not None else t.price_per_hour, t.price_per_hour))
+        return min(self.tiers, key=_figure)
 
     def summary(self) -> str:
         """One sentence: the estimate of the offer placement would choose now."""
@@ -62,14 +62,21 @@ class Quote:
         return cheapest.estimate <= budget
 
     def refusal(self, budget: Micros) -> str:
-        """The sentence a user reads when the budget does not cover the job."""
+        """The sentence a user reads when the budget does not cover the job: the cheapest way first — the one
+        :meth:`fits` weighs, so its figure is the least budget that would do — then the other tiers, cheapest
+        first. It led with the dearest tier ("estimated $30.60 on ondemand ... exceeds the budget of $5.00; ...;
+        spot is estimated at $10.00"), which read as though $30.60 were needed."""
         if not self.tiers:
             return self.no_fit or "no offer matches the job's resources"
-        order = sorted(self.tiers, key=lambda t: t.price_per_hour, reverse=True)
-        head, *rest = order
+        head, *rest = sorted(self.tiers, key=_figure)
         text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt_limit(budget)}"
         others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
         return text + (f"; {others}" if others else "")
+
+
+def _figure(t: TierQuote) -> tuple[Micros, Micros]:
+    """What a tier is ranked by for the budget: its estimate (its price per hour without one), then that price."""
+    return (t.estimate if t.estimate is not None else t.price_per_hour, t.price_per_hour)
 
 
 def offer_text(t: TierQuote) -> str:
@@ -130,7 +137,7 @@ def quote(
     """
     risk = preemption_risk or {}
     after = after_run_seconds or {}
-    matching = candidates(request, offers)
+    matching = [o for o in candidates(request, offers) if holds(o, request.num_nodes)]
     if request.max_price_per_hour is not None:
         matching = [o for o in matching if o.price_per_hour * request.num_nodes <= request.max_price_per_hour]
     quoted = [_tier_quote(o, request, risk, after) for o in matching]
