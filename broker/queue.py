@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from broker.lifecycle import JobState
@@ -65,33 +66,82 @@ def held(job: Job) -> int:
     return len(job.slots) or int(job.placement.get("num_nodes") or 1)
 
 
+WAITS_FOR_CAPACITY = ("full", "blocked for this job after recent preemptions")
+"""Words of a queued job's reason that say it waits for capacity (the scheduler's and placement's): a pool or zone
+full for it, or every zone it may use blocked for it after its preemptions there, until a time its reason names.
+Such a job gets a start estimate; one waiting for anything else (the spot policy, its budget) does not."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A job holding capacity a queued job needs, whose end cannot be told: ``overdue``, seconds it has run past
+    its ``expected_hours`` (given as ``expected_hours``); else it gave no length (nor a step total) to follow —
+    ``ahead`` when it is itself queued ahead of the waiting job, taking what comes free first."""
+    job_id: str
+    location: str | None
+    overdue: float | None = None
+    expected_hours: str | None = None
+    ahead: bool = False
+
+
+@dataclass(frozen=True)
+class Waits:
+    """:func:`waits`' answer: ``starts``, each queued job's rough start (epoch seconds), and for a job waiting for
+    capacity that gets none, ``holders``: the jobs holding what it needs whose ends cannot be told."""
+    starts: dict[str, float] = field(default_factory=dict)
+    holders: dict[str, list[Holder]] = field(default_factory=dict)
+
+
+def waits_for_capacity(job: Job) -> bool:
+    """Whether a queued job's reason says it waits for capacity (:data:`WAITS_FOR_CAPACITY`)."""
+    return any(words in job.reason for words in WAITS_FOR_CAPACITY)
+
+
 def estimated_starts(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, int]] | None = None,
                      free: Mapping[str, int] | None = None, grace_seconds: float = 0.0,
-                     stops_asked: Mapping[str, float] | None = None) -> dict[str, float]:
+                     stops_asked: Mapping[str, float] | None = None,
+                     not_before: Callable[[Job], Mapping[str, float]] | None = None) -> dict[str, float]:
+    """Roughly when each queued job waiting for capacity starts: :func:`waits`' ``starts``."""
+    return waits(jobs, now, usable, free, grace_seconds, stops_asked, not_before).starts
+
+
+def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, int]] | None = None,
+          free: Mapping[str, int] | None = None, grace_seconds: float = 0.0,
+          stops_asked: Mapping[str, float] | None = None,
+          not_before: Callable[[Job], Mapping[str, float]] | None = None) -> Waits:
     """Roughly when each queued job waiting for capacity starts. Capacity is counted in units, a pool's
     slots or a zone's nodes: ``free`` now per pool or zone, and those that running, launching and placed
     jobs hold, handed back at their expected ends (a job being cancelled or stopped at the end of its stop's
     ``grace_seconds`` from ``stops_asked[job id]``, when its attempt was asked to stop: its slots are not free
     until its process is gone). In queue order, each job takes the units it needs
     (``usable(job)``: per pool or zone it may run in, how many; absent: any, one) where they come free
-    earliest, and starts when the last of them does; a job of 4 slots waits for as many slots as that to
+    earliest, and starts when the last of them does — in a zone blocked for it after its preemptions there
+    no earlier than the block ends (``not_before(job)``: per pool or zone, from when it may take it), when the
+    scheduler may place it there again; a job of 4 slots waits for as many slots as that to
     come free, not for one job to end. A queued job that says how long it runs (``expected_hours``) hands
     its units back at its own expected end, so jobs further back get an estimate too. A job gets no
-    estimate when it waits for another reason (the spot policy, a blocked zone), or when the units it needs
-    come free only at ends nobody can tell: a job running past its ``expected_hours`` has no end to
-    follow, and neither has one that gives neither a length nor a step total."""
+    estimate when it waits for another reason (the spot policy, its budget: :func:`waits_for_capacity`), or when
+    the units it needs come free only at ends nobody can tell: a job running past its ``expected_hours`` has no
+    end to follow, and neither has one that gives neither a length nor a step total; those are its
+    ``holders``, so that it can be told what it waits for rather than losing its estimate unsaid."""
     jobs = list(jobs)
     ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
-    ends += [(e, j.placement.get("location"), held(j)) for j in jobs
-             if (e := expected_end(j, now, grace_seconds, (stops_asked or {}).get(j.id))) is not None]
+    unknown: list[Holder] = []  # capacity held until ends nobody can tell
+    for j in jobs:
+        if j.state is JobState.QUEUED:
+            continue
+        e = expected_end(j, now, grace_seconds, (stops_asked or {}).get(j.id))
+        if e is not None:
+            ends.append((e, j.placement.get("location"), held(j)))
+        elif j.state in (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING):
+            unknown.append(_holder(j, now))
     ends.sort(key=lambda end: end[0])
-    out: dict[str, float] = {}
+    out = Waits()
     for job in ordered(jobs):
-        if not ends:
-            break
-        if "full" not in job.reason:
+        if not waits_for_capacity(job):
             continue
         need = usable(job) if usable is not None else None
+        after = not_before(job) if not_before is not None else {}
         best: tuple[float, str | None, int] | None = None  # (start, where, units needed)
         for where in ({loc for _, loc, _ in ends} if need is None else need):
             want, got = (1 if need is None else need[where]), 0
@@ -99,17 +149,50 @@ def estimated_starts(jobs: Iterable[Job], now: float, usable: Callable[[Job], Ma
                 if loc == where:
                     got += n
                     if got >= want:
-                        if best is None or end < best[0]:
-                            best = (end, where, want)
+                        start = max(end, after.get(where, now))
+                        if best is None or start < best[0]:
+                            best = (start, where, want)
                         break
         if best is None:
+            mine = [h for h in unknown if need is None or h.location in need]
+            if mine:
+                out.holders[job.id] = mine
             continue
         start, where, want = best
-        out[job.id] = max(start, now)
+        out.starts[job.id] = max(start, now)
         ends = _take(ends, where, want, start)
         if job.expected_hours:
             bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), where, want), key=lambda e: e[0])
+        else:
+            unknown.append(Holder(job.id, where, ahead=True))
     return out
+
+
+def _holder(job: Job, now: float) -> Holder:
+    """A job holding capacity with no end to follow (:func:`expected_end` gives none): how far past its expected
+    length it runs, when it runs past one."""
+    where = job.placement.get("location")
+    if job.state is JobState.RUNNING and job.running_since is not None and job.expected_hours:
+        past = now - (job.running_since + float(Decimal(job.expected_hours) * 3600))
+        if past >= 0:
+            return Holder(job.id, where, overdue=past, expected_hours=job.expected_hours)
+    return Holder(job.id, where)
+
+
+def work_left_seconds(job: Job) -> float | None:
+    """How long a queued job is expected to run once it starts: its ``expected_hours``, or for a job that has run
+    before and reported a step total, the share of them after its last checkpoint (as the scheduler prices its
+    next attempt, :func:`broker.engine.schedule.left_to_run`); ``None`` when that cannot be told."""
+    if not job.expected_hours:
+        return None
+    hours = Decimal(job.expected_hours)
+    if not job.attempts:
+        return float(hours * 3600)
+    total = job.progress.get("total_steps")
+    done = (job.last_checkpoint or {}).get("step") or 0
+    if isinstance(total, int) and not isinstance(total, bool) and total > 0 and isinstance(done, int):
+        return float(hours * 3600 * Decimal(max(total - done, 0)) / Decimal(total))
+    return None
 
 
 def _take(ends: list[tuple[float, str | None, int]], where: str | None, want: int,

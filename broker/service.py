@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
@@ -26,12 +26,13 @@ from broker.engine.schedule import placeable, request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
-from broker.queue import estimated_starts, positions
+from broker.queue import Waits, positions, waits
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, SpecError, admin_only_settings, checkpoint_base,
                          host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
+from broker.views import holders_words
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import cost_for_seconds, fmt, fmt_left, fmt_limit
@@ -84,6 +85,14 @@ class Invalid(Exception):
 
 class Conflict(Exception):
     """The request is not allowed in the job's current state."""
+
+
+class QueueWaits(NamedTuple):
+    """:meth:`BrokerService.queue_waits`: each queued job's position (``positions``), rough start (``starts``, epoch
+    seconds), and for one that gets no start estimate though it waits for capacity, why in words (``waiting``)."""
+    positions: dict[str, int]
+    starts: dict[str, float]
+    waiting: dict[str, str]
 
 
 def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
@@ -433,6 +442,19 @@ class BrokerService:
 
     def queue(self) -> tuple[dict[str, int], dict[str, float]]:
         """Queue positions and rough start estimates (epoch seconds) of queued jobs."""
+        positions_, found = self._waits()
+        return positions_, found.starts
+
+    def queue_waits(self) -> QueueWaits:
+        """:meth:`queue`, and for each queued job waiting for capacity that gets no estimate because what it needs
+        is held until ends nobody can tell, what it waits for in words (``waiting``, for
+        :func:`broker.views.job_view`): its estimate vanished unsaid while a job ran past its expected length."""
+        positions_, found = self._waits()
+        waiting = {job_id: words for job_id, holders in found.holders.items()
+                   if (words := holders_words(holders)) is not None}
+        return QueueWaits(positions_, found.starts, waiting)
+
+    def _waits(self) -> tuple[dict[str, int], Waits]:
         # a job being cancelled or stopped holds its slots until its process is gone (the grace period)
         holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING,
                    JobState.STOPPING)
@@ -443,14 +465,19 @@ class BrokerService:
         now = self.clock()
         free = {**mk.free_capacity, **{pool: len(slots) for pool, slots in mk.free_slots.items()}}
 
+        def blocked(job: Job) -> dict[str, float]:
+            """The zones (or pools) blocked for the job after its preemptions there, each until when."""
+            return {z: until for z, until in job.blocked_zones.items() if until > now}
+
         def usable(job: Job) -> dict[str, int]:
             """The pools and zones the job may run in, and how many slots (pools) or nodes (zones) it takes there:
-            not one over its ``max_price_per_hour``, nor a zone blocked for it after a preemption, which placement
-            does not take (a free zone it may not take read as "starts now", tick after tick, for a job waiting
-            for a full pool)."""
+            not one over its ``max_price_per_hour``, and a zone blocked for it after a preemption only from when
+            the block ends (``blocked``), as placement takes it (a free zone it may not take yet read as "starts
+            now", tick after tick, for a job waiting for a full pool)."""
             request = request_of(job)
             need: dict[str, int] = {}
-            for o in placeable(job, request, offers, now=now):  # the scheduler's own rules: never drift apart
+            # the scheduler's own rules, at the time the last block ends: never drift apart
+            for o in placeable(job, request, offers, now=max(blocked(job).values(), default=now)):
                 units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes
                 need[o.location] = min(need.get(o.location, units), units)
             return need
@@ -463,8 +490,8 @@ class BrokerService:
                 attempts = self.store.attempts(job.id)
                 if attempts and attempts[-1].stop_requested_at is not None:
                     stops_asked[job.id] = attempts[-1].stop_requested_at
-        return positions(jobs), estimated_starts(jobs, self.clock(), usable, free, self.settings.stop_grace_seconds,
-                                                 stops_asked)
+        return positions(jobs), waits(jobs, now, usable, free, self.settings.stop_grace_seconds, stops_asked,
+                                      blocked)
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)

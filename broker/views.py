@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
+from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
+from broker.queue import Holder, work_left_seconds
 from pricing.money import fmt, fmt_limit
 
 
@@ -85,14 +91,79 @@ def limit(micros: int | None) -> dict[str, Any] | None:
     return {"micros": micros, "usd": fmt_limit(micros)}
 
 
+NAMED_HOLDERS = 3
+"""How many jobs holding what a queued job waits for its reason names (then "and N more")."""
+
+
+def _minute(t: float, up: bool) -> str:
+    """A time to the minute, UTC: a start rounded up and a deadline down, so a start seconds after a deadline never
+    reads as the same minute."""
+    t = math.ceil(t / 60) * 60 if up else math.floor(t / 60) * 60
+    return time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(t))
+
+
+def deadline_words(job: Job, estimated_start: float | None) -> str | None:
+    """For a queued job with a deadline, when its estimated start is too late to meet it: after the deadline, or
+    with its expected length (for a job that ran before, what is left of it after its last checkpoint:
+    :func:`broker.queue.work_left_seconds`) ending past it. ``None`` when it is not, or cannot be told. Words only:
+    the scheduler goes on as before (its spot policy already weighs the deadline for a job it may place on spot)."""
+    if job.state is not JobState.QUEUED or not estimated_start or job.deadline is None:
+        return None
+    start, deadline = _minute(estimated_start, up=True), _minute(job.deadline, up=False)
+    if estimated_start > job.deadline:
+        return f"estimated to start at {start}, after its deadline at {deadline}"
+    work = work_left_seconds(job)
+    if work is None or estimated_start + work <= job.deadline:
+        return None
+    whole = float(Decimal(job.expected_hours or 0) * 3600)
+    length = f"its expected {duration(work)}" if work >= whole else \
+        f"the {duration(work)} left of its expected {duration(whole)}"
+    return f"estimated to start at {start}, too late for its deadline at {deadline} with {length}"
+
+
+def holders_words(holders: Sequence[Holder]) -> str | None:
+    """Why a queued job waiting for capacity has no start estimate, when the jobs holding what it needs (or queued
+    ahead of it to take it) have ends nobody can tell (:func:`broker.queue.waits`): named, with how far past its
+    expected length each one that runs past it is. Its estimate vanished unsaid while a job ran over its length."""
+    if not holders:
+        return None
+    held = [f"{h.job_id} (running {duration(h.overdue)} past its expected "
+            f"{duration(float(Decimal(h.expected_hours or 0) * 3600))})" if h.overdue is not None
+            else f"{h.job_id} (with no expected length)" for h in holders if not h.ahead]
+    ahead = [h.job_id for h in holders if h.ahead]
+    parts = []
+    if held:
+        parts.append(f"what it needs is held by {_series(held)}")
+    if ahead:
+        parts.append(f"it waits behind {_series(ahead)}, ahead of it in the queue with no expected length")
+    one = len(holders) == 1
+    return f"no start estimate: {', and '.join(parts)}; when {'that ends' if one else 'those end'} cannot be told"
+
+
+def _series(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``; past :data:`NAMED_HOLDERS`, ``a, b, c and 2 more``."""
+    names = list(names)
+    if len(names) > NAMED_HOLDERS:
+        names = [*names[:NAMED_HOLDERS], f"{len(names) - NAMED_HOLDERS} more"]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def shown_reason(job: Job, estimated_start: float | None = None, waiting: str | None = None) -> str:
+    """A job's reason as it is shown: its stored reason, and for a queued job, what its estimate leaves unsaid —
+    that it starts too late for its deadline (:func:`deadline_words`), or why it has no estimate (``waiting``:
+    :func:`holders_words`, from :meth:`broker.service.BrokerService.queue_waits`). Not stored: it is as of now."""
+    notes = [n for n in (deadline_words(job, estimated_start), waiting if job.state is JobState.QUEUED else None) if n]
+    return "; ".join([job.reason, *notes]) if job.reason and notes else "; ".join(notes) or job.reason
+
+
 def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] | None = None,
-             estimated_start: float | None = None) -> dict[str, Any]:
+             estimated_start: float | None = None, waiting: str | None = None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "id": job.id,
         "name": job.name,
         "team": job.team,
         "state": job.state.value,
-        "reason": job.reason,
+        "reason": shown_reason(job, estimated_start, waiting),
         "priority": job.priority,
         "submitted_at": iso(job.submitted_at),
         "updated_at": iso(job.updated_at),

@@ -421,9 +421,10 @@ def test_a_job_whose_price_cap_leaves_it_only_a_full_pool_follows_the_pool_not_a
         _, starts = BrokerService(settings, store, open_launcher(settings), clock=lambda: NOW).queue()
     finally:
         store.close()
-    # nor is a zone blocked for a job after its preemption there: it waits for the pool, behind `capped`, whose
-    # length nobody gave: no estimate, rather than "now"
-    assert starts == {"capped": pytest.approx(NOW + 3600), "uncapped": pytest.approx(NOW)}
+    # nor is a zone blocked for a job after its preemption there, before the block ends: behind `capped` (whose
+    # length nobody gave) on the pool, it starts on the zone when its block ends in 10 min, rather than "now"
+    assert starts == {"capped": pytest.approx(NOW + 3600), "uncapped": pytest.approx(NOW),
+                      "blocked": pytest.approx(NOW + 600)}
 
 
 @pytest.mark.parametrize("change, places", [
