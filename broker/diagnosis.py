@@ -110,6 +110,11 @@ GPU_UNAVAILABLE_HINT = ("Not the job's code: the node's GPUs or driver were not 
 NETWORK_HINT = ("Not the job's code: a server or the network failed for a while (a 5xx, a refused or reset "
                 "connection, a DNS failure, throttling); resume it to try again.")
 PREEMPTION_HANDLED_HINT = "Not the job's own error: resume it to continue from that checkpoint."
+HANG_HINT = ("Usually a node, a GPU or the network between them that hung, so that one process never joined: "
+             "resume it. If it stops at the same step again, the code is the likelier cause: one process working "
+             "alone for longer than the timeout (evaluation or saving on rank 0 only), or processes that call "
+             "different collectives; give init_process_group a longer timeout, or let every process take part.")
+SHM_HINT = "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers."
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -137,14 +142,42 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "a resume continues from the last checkpoint that was saved.",
        r"^The last checkpoint \(step (?P<ckpt_step>\d+)\) was not saved to (?P<store>\S+?): (?P<why>.+?); the "
        r"script ended without calling close\(\)", phases=["failed"]),
+    # a resume runs the task as it was submitted: the batch size is changed where the run reads it, not by resuming
     _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
-       "Try a smaller batch size, gradient accumulation or activation checkpointing.",
+       "Try a smaller batch size, gradient accumulation or activation checkpointing. A resume continues from the last "
+       "checkpoint (if one was saved) with the task as it was submitted: change the batch size where the run reads it "
+       "(its workdir, a config file) first.",
        # an allocation outside PyTorch's caching allocator (a CUDA context, a library's workspace) fails as
        # "CUDA error: out of memory"
-       r"CUDA (?:error: )?out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"),
+       # NCCL's own buffers: torch's "NCCL error … unhandled cuda error", "Last error:", "Cuda failure 'out of memory'"
+       r"CUDA (?:error: )?out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"
+       r"|Cuda failure (?:\d+ )?'out of memory'"),
+    # NCCL refusing how it was called is the job's set-up, not the network: most often two processes on one GPU (no
+    # torch.cuda.set_device(LOCAL_RANK), or more processes than GPUs); a resume fails the same way
+    _r("user_code_error", "Two of the job's processes used the same GPU{at_step} (NCCL: Duplicate GPU detected).",
+       "Give each process its own GPU: torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"])) before "
+       "init_process_group, and no more processes on a node than it has GPUs (torchrun --nproc_per_node).",
+       r"Duplicate GPU detected"),
+    _r("user_code_error", "NCCL refused how the job called it{at_step} (invalid usage or argument).",
+       "Not the network: the code's calls or its devices are wrong for NCCL; run with NCCL_DEBUG=WARN to see why.",
+       r"NCCL error[^\n]*\binvalid (?:usage|argument)|\bnccl(?:InvalidUsage|InvalidArgument)\b"),
+    # NCCL's buffers between the GPUs of one node live in /dev/shm: a container's 64 MB one is too small (torch prints
+    # "unhandled system error", then NCCL's "Last error:"), which a resume on the same kind of node meets again
+    _r("host_oom", "NCCL could not create its shared memory segment{at_step} in /dev/shm (too small, or not "
+       "writable).", "Give the node more shared memory (a container's --shm-size, or --ipc=host), or set "
+       "NCCL_SHM_DISABLE=1 so that NCCL does without it.",
+       r"Error while creating shared memory segment|failed to extend /dev/shm/"),
+    # a collective that a process never joined in time (NCCL's watchdog; NCCL_BLOCKING_WAIT; gloo): a symptom. When
+    # the job's own failure shows too, that is the cause (_without_hang_fallout, _root_cause); alone, most often a
+    # node, GPU or link that hung
+    _r("nccl_network", "The job's processes stopped waiting for each other{at_step}: a collective operation{op} did "
+       "not finish within {timeout}.", HANG_HINT,
+       r"(?:collective operation timeout(?::? )?|\bWork (?=WorkNCCL\([^\n]*timed out in blocking wait))"
+       r"(?:WorkNCCL\((?:[^)\n]*?OpType=(?P<op>\w+))?(?:[^)\n]*?Timeout\(ms\)=(?P<timeout_ms>\d+))?)?"
+       r"|Timed out waiting (?P<gloo_ms>\d+)ms for (?:recv|send) operation to complete"),
     _r("nccl_network", "A NCCL/network error stopped the job{at_step}.",
        "Usually a flaky node or network: resume it; if it repeats, check NCCL_* settings.",
-       r"NCCL (error|WARN.*(timeout|Connection))|nccl(?:System|Remote|Internal|UnhandledCuda)Error|Connection reset by peer.*(gloo|nccl)|Watchdog caught collective operation timeout"
+       r"NCCL (error|WARN.*(timeout|Connection))|nccl(?:System|Remote|Internal|UnhandledCuda)Error|Connection reset by peer.*(gloo|nccl)"
        r"|NCCL communicator was aborted|setting up NCCL communicator[^\n]*got error"),
     # torch.distributed's store and rendezvous: the ranks could not reach each other (a DistNetworkError's "client
     # socket has timed out", a DistStoreError's "waiting for clients. 1/2 clients joined"); not a port another process
@@ -158,12 +191,20 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("network_error", "A server or the network failed{at_step}: {said_net}.", NETWORK_HINT,
        r"^(?P<said_net>[^\n]*(?:\b5\d\d (?:Server Error|Service Unavailable|Bad Gateway|Gateway Time-?out)"
        r"|\b429 (?:Client Error: )?Too Many Requests|Connection refused|Connection reset by peer"
-       r"|Temporary failure in name resolution|\((?:SlowDown|Throttling|ThrottlingException|RequestLimitExceeded"
+       r"|Temporary failure in name resolution|We couldn't connect to '[^'\n]*' to load"
+       r"|\((?:SlowDown|Throttling|ThrottlingException|RequestLimitExceeded"
        r"|ServiceUnavailable|InternalError)\)|Read timed out)[^\n]*)$"),
     _r("data_not_found", "Could not read {path}{at_step}.", "Check the path and the job's credentials.",
        r"(?:FileNotFoundError|NoSuchKey|NoSuchBucket|No such file or directory|404 Not Found|does not exist)[^\n]{0,300}?(?P<path>(?:s3|gs|gcs|az|hdfs|file)://[^\s'\"]+|/[^\s'\":]+)"),
     _r("storage_access", "Access to {path} was denied{at_step}.", "Check the job's credentials and bucket policy.",
        r"(?:AccessDenied|403 Forbidden|PermissionError)[^\n]{0,300}?(?P<path>(?:s3|gs)://[^\s'\"]+|/[^\s'\":]+)"),
+    # pip building a package from source runs its setup.py in an isolated environment that has only its declared
+    # build requirements: flash-attn's imports torch, which the task's environment may well have
+    _r("dependency_missing", "{what} could not build a Python package from source: its build needs {module}, "
+       "which pip's isolated build environment does not have.",
+       "Install {module} earlier in the setup, then build the package with pip install --no-build-isolation (as "
+       "flash-attn's instructions say), or pin a version that has a prebuilt wheel for this Python.",
+       r"^[ \t]+ModuleNotFoundError: No module named '(?P<module>[^']+)'\n[ \t]+\[end of output\]"),
     _r("dependency_missing", "A Python dependency is missing: {module}.",
        "Add it to the task's setup (pip install ...).", r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
     _r("host_oom", "Out of host memory{at_step}: the kernel killed the process.",
@@ -184,16 +225,20 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"Signal 11 \(SIGSEGV\) received by PID|^\s*exitcode\s*:\s*-11\b|CalledProcessError: .* died with "
        r"<Signals\.SIGSEGV: 11>", phases=["failed"]),
     # a data-loader worker's death is re-raised in the main process as a RuntimeError: not the code's error
+    # torch passes a tensor between processes (a data-loader worker's batch) through a file in /dev/shm: a container's
+    # 64 MB one fills, and the write fails with ENOSPC, which is not the disk
+    _r("host_oom", "The job ran out of shared memory{at_step} (/dev/shm): torch could not pass a tensor between its "
+       "processes.", SHM_HINT, r"unable to write to file </torch_[^>\n]*>", phases=["failed"]),
     _r("host_oom", "A data-loader worker ran out of shared memory{at_step} (/dev/shm).",
-       "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers.",
-       r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|insufficient shared memory \(shm\)",
+       SHM_HINT, r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|insufficient shared memory \(shm\)",
        phases=["failed"]),
     _r("host_oom", "A data-loader worker was killed{at_step}, most likely by the kernel for lack of host memory.",
        HOST_OOM_HINT, r"DataLoader worker \(pid[^)]*\) (?:is killed by signal: Killed|exited unexpectedly)",
        phases=["failed"]),
     _r("host_oom", "Out of host memory{at_step}{batch}: an allocation failed.",
        HOST_OOM_HINT,
-       r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory", phases=["failed"]),
+       r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory"
+       r"|_ArrayMemoryError\b|Unable to allocate [\d.]+ [KMGTPE]?i?B for an array", phases=["failed"]),
     _r("disk_full", "The disk is full{at_step}: could not write {path}.",
        DISK_FULL_HINT,
        r"(?:No space left on device|Disk quota exceeded)(?:[^\n]{0,300}?(?P<path>(?:s3|gs|gcs|file)://[^\s'\"]+|/[^\s'\":]+))?"),
@@ -242,25 +287,37 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        phases=["failed"]),
 )
 
-# "step 1200", "Step: 1200", "global_step=1200", "'step': 1200", "iteration 1200", "iter 1200:"; not Docker's build
-# steps ("Step 2/7 : RUN pip install ...")
-_STEP = re.compile(r"(?:\b(?:global_)?step|\biter(?:ation)?)['\"]?[ =:]+(\d+)(?!\d)(?!\s*/\s*\d+\s+:)", re.I)
+# "step 1200", "Step: 1200", "global_step=1200", "'step': 1200", "iteration 1200", "iter 1200:", fairseq's
+# "num_updates=1200", a whole float ("global_step=1200.0"); not Docker's build steps ("Step 2/7 : RUN pip install
+# ..."), nor a float rounded (NeMo's bar shows "global_step=3.2e+4" for step 32040: the bar's own count says it)
+_STEP = re.compile(r"(?:\b(?:global_)?step|\biter(?:ation)?|\bnum_updates)['\"]?[ =:]+(\d+)(?:\.0+)?"
+                   r"(?!\d|\.\d|e[+-]?\d)(?!\s*/\s*\d+\s+:)", re.I)
 # a progress bar (tqdm: HF Trainer, Lightning): " 40%|████      | 1200/3000 [10:00<15:00"; not one that loads or
-# fetches (files, checkpoint shards, a dataset's map) or evaluates
-_BAR = re.compile(r"^(?P<what>[^\n|]*)\|[^\n|]*\| *(\d+)/\d+ \[\d", re.M)
-_NOT_TRAINING_BAR = re.compile(r"fetch|load|download|upload|file|shard|\bmap\b|filter|token|eval|valid|predict|test",
-                               re.I)
+# fetches (files, checkpoint shards, a dataset's map) or prepares a dataset (HF datasets' "Generating train split",
+# run_clm.py's "Grouping texts in chunks of 1024", TRL's "Packing train dataset"), or evaluates, nor a script's bar
+# over its epochs ("Epoch:  30%|███       | 3/10", where Lightning's "Epoch 0:" names the epoch its batches are of)
+_BAR = re.compile(r"^(?P<what>[^\n|]*)\|[^\n|]*\| *(\d+)/\d+ \[\d(?P<rest>[^\n]*)", re.M)
+_NOT_TRAINING_BAR = re.compile(r"fetch|load|download|upload|file|shard|\bmap\b|filter|token|eval|valid|predict|test"
+                               r"|dataset|generat|extract|resolv|checksum|saving|group|chunk|pack|convert|\bsplit"
+                               r"|\bepochs?\b(?!\s*\d)", re.I)
+# tqdm draws a bar below another (its position 1, as HF Trainer's evaluation bar under its training bar, or
+# Lightning's validation bar) and moves the cursor back up after it: "\n\r 45%|████▌     | 45/100 [00:05<00:06]\x1b[A"
+_CURSOR_UP = "\x1b[A"
 # Lightning's bar counts the batches of its epoch: only the first epoch's count is the step
 _LATER_EPOCH = re.compile(r"\bEpoch\s+0*[1-9]", re.I)
 _BATCH = re.compile(r"\bbatch[_ ]size[ =:]+(\d+)", re.I)
 
 
 def last_step(log_tail: str) -> int | None:
-    """The last training step the log shows: a step or iteration it names, or a training progress bar's count."""
+    """The last training step the log shows: a step or iteration it names, or a training progress bar's count.
+    A bar drawn below another (tqdm's cursor-up after it) is not read while the log shows a training bar above it:
+    HF Trainer draws its evaluation bar, which has no description, there, and its count is not the step."""
     text = log_tail.replace("\r", "\n")  # a progress bar redraws itself after a carriage return
     found = [(m.start(), m.group(1)) for m in _STEP.finditer(text)]
-    found += [(m.start(), m.group(2)) for m in _BAR.finditer(text) if not _NOT_TRAINING_BAR.search(m.group("what"))
-              and not _LATER_EPOCH.search(m.group("what"))]
+    bars = [(m.start(), m.group(2), _CURSOR_UP in m.group("rest")) for m in _BAR.finditer(text)
+            if not _NOT_TRAINING_BAR.search(m.group("what")) and not _LATER_EPOCH.search(m.group("what"))]
+    outer = any(not below for _, _, below in bars)
+    found += [(at, count) for at, count, below in bars if not (below and outer)]
     return int(max(found)[1]) if found else None
 
 
@@ -278,7 +335,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     generic "raised an exception" one. Python's shutdown noise after the traceback, a launcher's own traceback after
     its child's (the ``CalledProcessError`` of ``accelerate launch``), and under torchrun its ChildFailedError and
     the ranks it stopped after the one that failed first, are not read at all (:func:`_after_shutdown_noise`,
-    :func:`_without_launcher_traceback`, :func:`_root_cause`).
+    :func:`_without_launcher_traceback`, :func:`_root_cause`); nor is a collective's timeout (NCCL's watchdog) after
+    the job's own failure, a peer that waited on the process that failed (:func:`_without_hang_fallout`).
 
     A rule without a pattern reads the ending, not the log. One that names an exit code, a signal or a command ranks
     as if it matched the log's last line (the exit is the last thing that happened: a SIGKILL outranks an OOM the job
@@ -295,7 +353,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
     step = max(known) if known else None
     batch = _BATCH.findall(ending.log_tail)
-    log_tail = _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail))))
+    log_tail = _without_hang_fallout(
+        _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail)))))
     if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
         return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
                          False, step)
@@ -313,12 +372,23 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
             facts["message"] = ": " + _clip(facts["message"]).rstrip(".")
         if facts.get("said_net"):
             facts["said_net"] = '"' + _clip(facts["said_net"]) + '"'
+        if match is not None and "timeout_ms" in match.re.groupindex:  # the abort's line repeats the timeout's, or not
+            for each in match.re.finditer(log_tail):
+                for key, value in each.groupdict().items():
+                    if value:
+                        facts.setdefault(key, value)
+        if facts.get("op"):
+            facts["op"] = f" ({facts['op']})"
+        if (ms := facts.get("timeout_ms") or facts.get("gloo_ms")) is not None:
+            facts["timeout"] = f"its timeout of {_duration(int(ms))}"
         if match is not None and match.groupdict().get("path"):
             facts["path"] = _whole_path(match)
         facts.setdefault("path", "a file")
         facts.setdefault("module", "a module")
         facts.setdefault("exception", "an exception")
         facts.setdefault("message", "")
+        facts.setdefault("op", "")
+        facts.setdefault("timeout", "its timeout")
         return Diagnosis(rule.cls, _fill(rule.sentence, facts), _fill(rule.hint, facts),
                          rule.cls in INFRASTRUCTURE if rule.infrastructure is None else rule.infrastructure, step,
                          {k: v for k, v in facts.items() if v is not None})
@@ -387,8 +457,9 @@ _CHAINED = ("During handling of the above exception, another exception occurred:
             "The above exception was the direct cause of the following exception:")
 # a child process failed, and printed why before this: `accelerate launch` (one process) raises it for its script
 _CHILD_FAILED = ("subprocess.CalledProcessError: ", "CalledProcessError: ")
-# a line that shows the job went on training: a step, or a progress bar's "120/1000 [01:02<07:35"
-_PROGRESS = re.compile(r"\bstep[ =:]+\d+|\d+/\d+ \[\d", re.I)
+# a line that shows the job went on training: a step or iteration it names (:data:`_STEP`), or a progress bar's
+# "120/1000 [01:02<07:35"
+_PROGRESS = re.compile(_STEP.pattern + r"|\d+/\d+ \[\d", re.I)
 # a process that raised an uncaught exception and then crashed in its own native teardown (a NCCL communicator's or a
 # CUDA context's destructor; the shell prints "Segmentation fault (core dumped)" or "Aborted"): SIGSEGV, SIGABRT
 _TEARDOWN_SIGNALS = frozenset({signals.SIGSEGV.value, signals.SIGABRT.value})
@@ -498,7 +569,10 @@ def _root_cause(log_tail: str) -> str:
     root = _last_match(_ROOT_CAUSE, log_tail)
     order = sorted(by_rank, key=lambda r: (root is None or r != root.group(1), int(r)))
     failed = [r for r in order if _OWN_FAILURE.search(said := "\n".join(by_rank[r])) and not _LOST_PEER.search(said)]
-    wanted = (failed or order or [None])[0]
+    # a rank whose collective timed out waited on another: a rank that failed of its own otherwise is the cause
+    # (torchrun names the rank it saw fail first on its node: on a node of its own, the one that waited)
+    waited = {r for r in failed if _HANG.search("\n".join(by_rank[r]))}
+    wanted = ([r for r in failed if r not in waited] or failed or order or [None])[0]
     lines = []
     for line in log_tail.splitlines():
         if (m := _RANK_LINE.match(line)) is not None:
@@ -586,6 +660,37 @@ def _whole_path(match: re.Match) -> str:
     while start > 0 and text[start - 1] not in " \t\n'\"`=(:[":
         start -= 1
     return text[start:match.end("path")].rstrip(".,;")
+
+
+def _duration(ms: int) -> str:
+    """600000 → "10 minutes", 90000 → "90 seconds", 1 → "1 ms"."""
+    if ms < 1000:
+        return f"{ms} ms"
+    seconds = ms // 1000
+    if seconds % 60 or seconds < 120:
+        return f"{seconds} second{'s' if seconds > 1 else ''}"
+    return f"{seconds // 60} minutes"
+
+
+# a collective that timed out: NCCL's watchdog, NCCL_BLOCKING_WAIT's (torch 1.x "Caught collective operation
+# timeout", 2.x "… timed out in blocking wait"), gloo's
+_HANG = re.compile(r"collective operation timeout|timed out in blocking wait"
+                   r"|Timed out waiting \d+ms for (?:recv|send) operation", re.I)
+
+
+def _without_hang_fallout(log_tail: str) -> str:
+    """The log up to its first collective timeout when the job's own failure comes before it (a traceback the job did
+    not get past): the process that failed never joined the next collective, and the others waited on it until their
+    timeout, which is that failure's consequence (in one log from several nodes, or from ranks without torchrun's
+    "[rankN]:" prefix). A timeout with no such failure before it stays, and is read as what ended the job: a process
+    that hung (its node, GPU or link) or fell behind; a failure printed after it is then the latest, as ever: a
+    process that was still running, not one that hung."""
+    first = _HANG.search(log_tail)
+    if first is None:
+        return log_tail
+    before = log_tail[:log_tail.rfind("\n", 0, first.start()) + 1]
+    places = _Places(before)
+    return before if places.failure is not None and not places.went_on else log_tail
 
 
 def _ended(ending: Ending) -> str:
