@@ -21,9 +21,11 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
+import re
 import sys
 from collections.abc import Iterator
 from decimal import Decimal
@@ -31,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pricing.loading import read_trace, read_windows
-from pricing.money import MICROS_PER_DOLLAR, AmountTooLarge, DecimalComma, MoneyError, TooPrecise, to_micros
+from pricing.loading import _window, read_trace
+from pricing.money import (MAX_DOLLARS, MICROS_PER_DOLLAR, AmountTooLarge, DecimalComma, MoneyError, NotPlain, TooPrecise,
+                           to_micros)
 from pricing.optimum import min_cost_by_tick
 from pricing.policy import DEFAULT_POLICY, POLICIES, make_policy
 from pricing.simulate import simulate
@@ -45,6 +48,16 @@ class _Usage(Exception):
     def __init__(self, parser: argparse.ArgumentParser, message: str):
         super().__init__(message)
         self.parser, self.message = parser, message
+
+
+class _Refused(SystemExit):
+    """A refusal whose sentence names a file (its line, and what is wrong there) rather than beginning with the option
+    to blame: ``field`` is the option that gave the file, for ``--json``'s ``field``. A ``SystemExit`` like every
+    other refusal here, its code the sentence."""
+
+    def __init__(self, sentence: str, field: str | None = None):
+        super().__init__(sentence)
+        self.field = field
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,8 +77,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--price-ratio", type=float, default=3.145, help="on-demand price ÷ spot price (k; default 3.145)")
     p.add_argument("--spot-price", help="spot $/h (2.50 or $2.50); costs are then reported in dollars")
     p.add_argument("--budget", help="the user's budget, in the units of cost: dollars with --spot-price, read as "
-                   "`broker submit --budget` reads them ($100, 1,000.50), else spot-hours; one that covers "
-                   "on-demand only is never exceeded")
+                   "`broker submit --budget` reads them ($100, 1,000.50), else spot-hours, written the same way "
+                   "without the $ (no exponent); one that covers on-demand only is never exceeded")
     p.add_argument("--gap-seconds", type=int, help="the job's tick with --zones (default: the traces' finest tick)")
     p.add_argument("--told-job-hours", type=float, help="job length the policy is told (default: the real one)")
     p.add_argument("--told-changeover-hours", type=float, help="changeover the policy is told (default: the real one)")
@@ -92,9 +105,39 @@ def zone_names(files: list[str]) -> list[str]:
     return [s if stems.count(s) == 1 else f"{s}#{i}" for i, s in enumerate(stems)]
 
 
-def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int | None) -> tuple[int, Iterator[dict]]:
-    traces = [read_trace(Path(f)) for f in files]
+def _read_trace(file: str) -> tuple[int, list[int]]:
+    """A ``--zones`` file, as :func:`pricing.loading.read_trace` reads it; whatever is wrong with it is one refusal
+    naming the file. A file that is not UTF-8 text, or JSON nested past what the parser follows, was a traceback;
+    so was ``Infinity`` among the data. A negative count of instances was read as "no spot"."""
+    def refuse(why: str) -> _Refused:
+        return _Refused(f"error: {file}: {why}", "--zones")
+
+    try:
+        gap, data = read_trace(Path(file))
+    except UnicodeDecodeError as exc:
+        raise refuse(f"not a spot-traces JSON file (not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset "
+                     f"{exc.start})") from None
+    except RecursionError:
+        raise refuse("not a spot-traces JSON file (lists nested too deeply to read)") from None
+    except OverflowError:  # int(float('inf'))
+        raise refuse("a spot-traces file needs metadata.gap_seconds and a data list of integers") from None
+    except OSError as exc:
+        raise _Refused(f"error: {exc.strerror}: {exc.filename or file}", "--zones") from None
+    except ValueError as exc:  # what read_trace says is wrong: it names the file
+        raise _Refused(f"error: {exc}", "--zones") from None
+    tick = next((t for t, x in enumerate(data) if x < 0), None)
+    if tick is not None:
+        raise refuse(f"data holds {data[tick]} at tick {tick}: each tick is the number of spot instances available "
+                     "then (1 = spot available, 0 = not), never below 0")
+    return gap, data
+
+
+def zone_windows(files: list[str], count: int, seed: int, deadline: int, gap: int | None) -> tuple[int, Iterator[dict]]:
+    """``count`` windows sampled from the traces ``files`` (aligned at their first tick, resampled to ``gap``, by
+    default the finest of theirs), each of the whole ticks that reach ``deadline`` (seconds)."""
+    traces = [_read_trace(f) for f in files]
     job_gap = gap or min(g for g, _ in traces)
+    ticks = -(-deadline // job_gap)  # whole ticks that reach the deadline
     series = [resample(d, g, job_gap) for g, d in traces]
     length = min(len(s) for s in series)
     if any(len(s) != length for s in series):
@@ -103,7 +146,9 @@ def zone_windows(files: list[str], count: int, seed: int, ticks: int, gap: int |
               f"{length}, which all of them cover", file=sys.stderr)
     matrix = np.stack([s[:length] for s in series])
     if length < ticks:
-        raise SystemExit(f"the traces hold {length} ticks, fewer than the {ticks} a window needs")
+        raise SystemExit(f"--zones: the traces hold {length} ticks of {job_gap} s ({length * job_gap / 3600:g} h), fewer "
+                         f"than the {ticks} a window needs to reach the deadline ({deadline / 3600:g} h): use a "
+                         "shorter --deadline-hours")
     rng = random.Random(seed)
     names = zone_names(files)
 
@@ -150,7 +195,8 @@ def _check(args) -> None:
     for name in HOURS_OPTIONS:
         value = getattr(args, name)
         exact = None if value is None else Decimal(repr(value)) * 3600
-        if exact is not None and exact % 1:
+        # (not ``exact % 1``: past 28 digits, ``--job-hours 1e300``, that is DivisionImpossible, a traceback)
+        if exact is not None and exact != exact.to_integral_value():
             raise SystemExit(f"--{name.replace('_', '-')}: {value!r} h is {exact.normalize():f} s; the replay counts time "
                              "in whole seconds (ticks, changeovers and progress): give a whole number of seconds")
     if args.limit is not None and args.limit < 1:
@@ -165,7 +211,9 @@ def _check(args) -> None:
         raise SystemExit("--zones: name at least one spot-traces .json file (comma-separated)")
     if args.zones is not None and not all(_zone_files(args)):
         raise SystemExit(f"--zones: an empty file name in {args.zones!r} (a comma too many?)")
-    if args.zones and not (args.windows.isdigit() and int(args.windows) > 0):
+    if not args.windows.strip():
+        raise SystemExit("--windows: give a windows .jsonl file, or with --zones the number of windows to sample")
+    if args.zones and not (_whole(args.windows) and int(args.windows) > 0):
         raise SystemExit(f"--windows: with --zones, the number of windows to sample (a whole number > 0), got {args.windows!r}")
     if args.zones and len(_zone_files(args)) > MAX_ZONES:
         raise SystemExit(f"--zones: at most {MAX_ZONES} zones (actions name each zone by one digit, 0-9)")
@@ -175,26 +223,23 @@ def _check(args) -> None:
                 raise SystemExit(f"{flag}: only with --zones (a windows file carries its own ticks and windows)")
 
 
-def _decimal(flag: str, text: str | None, *, positive: bool = False) -> Decimal | None:
+def _whole(text: str) -> bool:
+    """Digits 0-9 only: ``str.isdigit`` also takes ``²``, which ``int`` cannot read (a traceback)."""
+    return text.isascii() and text.isdigit()
+
+
+def _dollars(flag: str, text: str | None, *, positive: bool = False) -> Decimal | None:
+    """An amount of dollars read as ``broker submit --budget`` reads one (:func:`pricing.money.to_micros`, exact:
+    ``$100``, ``100$``, ``1,000.50``; a decimal comma, an exponent (``1e3``), ``nan``, ``inf`` or a fraction of a
+    micro-dollar refused, each saying why): `--budget '$100'` was "not a number" here, and `--spot-price 1e3` was
+    "not a number" too. Exact, as the costs are summed with the spot price as typed: a spot price of $0.0000001 was
+    rounded up to $0.000001, ten times what was written."""
     if text is None:
         return None
     try:
-        value = Decimal(text)
-    except ArithmeticError:
-        raise SystemExit(f"{flag}: {text!r} is not a number") from None
-    if not (value.is_finite() and (value > 0 if positive else value >= 0)):
-        raise SystemExit(f"{flag}: {text!r} must be a number {'> 0' if positive else '≥ 0'}")
-    return value
-
-
-def _dollars(flag: str, text: str | None, *, positive: bool = False, exact: bool = False) -> Decimal | None:
-    """An amount of dollars read as ``broker submit --budget`` reads one (:func:`pricing.money.to_micros`: ``$100``,
-    ``100$``, ``1,000.50``; a decimal comma refused): `--budget '$100'` was "not a number" here. ``exact``, for a
-    cap: a fraction of a micro-dollar is refused rather than rounded up past what was written."""
-    if text is None:
-        return None
-    try:
-        value = Decimal(to_micros(text, exact=exact)) / MICROS_PER_DOLLAR
+        value = Decimal(to_micros(text, exact=True)) / MICROS_PER_DOLLAR
+    except NotPlain as exc:  # it names the value
+        raise SystemExit(f"{flag}: {exc}") from None
     except (AmountTooLarge, TooPrecise, DecimalComma) as exc:
         raise SystemExit(f"{flag}: {text!r} {exc}") from None
     except MoneyError:
@@ -204,58 +249,154 @@ def _dollars(flag: str, text: str | None, *, positive: bool = False, exact: bool
     return value
 
 
-def run(argv: list[str] | None = None, out=sys.stdout) -> list[dict]:
+_EXPONENT = re.compile(r"^\s*[+-]?(?:\d[\d,]*\.?\d*|\.\d+)[eE][+-]?\d+\s*$")
+
+
+def _spot_hours(flag: str, text: str | None) -> Decimal | None:
+    """A budget in spot-hours, written as ``broker submit --budget`` takes one (the same reader,
+    :func:`pricing.money.to_micros`), less the dollar sign: digits with a point before any fraction, commas grouping
+    thousands, at most 6 decimals, at most 1,000,000,000; an exponent (``1e2``), ``nan`` and ``inf`` are refused,
+    as submit refuses them (they were read here as 100, and as "must be a number ≥ 0")."""
+    if text is None:
+        return None
+    try:
+        value = Decimal(to_micros(text, exact=True)) / MICROS_PER_DOLLAR
+    except NotPlain:
+        if _EXPONENT.match(text):
+            plain = format(Decimal(text.strip().replace(",", "")), "f")
+            raise SystemExit(f"{flag}: {text!r} is not a number of spot-hours: write it as {plain}, not with an "
+                             "exponent") from None
+        raise SystemExit(f"{flag}: {text!r} is not a number of spot-hours: write digits, with a point before any "
+                         "fraction") from None
+    except AmountTooLarge:
+        raise SystemExit(f"{flag}: {text!r} must be at most {MAX_DOLLARS:,} spot-hours") from None
+    except TooPrecise:
+        raise SystemExit(f"{flag}: {text!r} has more than 6 decimal places (a budget is read to the millionth, as "
+                         "`broker submit --budget` reads one)") from None
+    except DecimalComma:
+        fix = text.strip().replace(",", ".") if text.count(",") == 1 and "." not in text else None
+        raise SystemExit(f"{flag}: {text!r} has a comma, which groups thousands only (1,000): " + (
+            f"write {fix}, with a point before the fraction" if fix else "write the fraction after a point")) from None
+    except MoneyError:
+        raise SystemExit(f"{flag}: {text!r} is not a number") from None
+    if value < 0:
+        raise SystemExit(f"{flag}: {text!r} must be a number ≥ 0")
+    return value
+
+
+def run(argv: list[str] | None = None, out=None) -> list[dict]:
+    """Replay as ``argv`` asks, writing to ``out`` (default: ``sys.stdout`` as it is at the call, not as it was at
+    import: the rows of a second ``main`` in one process went to the first one's, maybe closed, stream)."""
+    out = sys.stdout if out is None else out
     args = parser().parse_args(argv)
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
     if not names:
         raise SystemExit(f"--policy: name at least one of {', '.join(POLICIES)}")
     for name in names:
         if name not in POLICIES:
-            raise SystemExit(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+            raise SystemExit(f"--policy: unknown policy {name!r}; known: {', '.join(POLICIES)}")
     _check(args)
     scale = _dollars("--spot-price", args.spot_price, positive=True)
     if args.spot_price is None and args.budget is not None and "$" in args.budget:
         raise SystemExit(f"--budget: {args.budget!r} is in dollars, but without --spot-price costs are in spot-hours: "
                          "give --spot-price (spot's $/h) too, or the budget in spot-hours")
-    budget = _dollars("--budget", args.budget, exact=True) if scale is not None else _decimal("--budget", args.budget)
+    budget = _dollars("--budget", args.budget) if scale is not None else _spot_hours("--budget", args.budget)
     if budget is not None:
         budget = float(budget / scale if scale else budget)
     try:
         return _replay(args, names, scale, budget, out)
     except BrokenPipeError:  # the reader went away: broker.cli exits quietly
         raise
-    except (OSError, ValueError) as exc:  # a missing or malformed trace or windows file: one line, no traceback
-        raise SystemExit(f"error: {exc.strerror + ': ' + str(exc.filename) if isinstance(exc, OSError) and exc.filename else exc}") from None
+    except (OSError, ValueError) as exc:  # a last resort (each file is read, and each window checked, before this)
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _read_windows(args) -> list[tuple[str, dict]]:
+    """The windows of the ``--windows`` file to replay (the first ``--limit``), each with where it is (the file and
+    its line), every one read and checked by :func:`pricing.loading._window` as ``read_windows`` reads it. Lines are
+    decoded one by one, so that a byte that is not UTF-8 is named by its line (it was a traceback-free but nameless
+    "'utf-8' codec can't decode byte 0xff")."""
+    path = args.windows
+    found = []
+    try:
+        with Path(path).open("rb") as fh:
+            for n, raw in enumerate(fh, 1):
+                if args.limit is not None and len(found) >= args.limit:
+                    break
+                where = f"{path} line {n}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise _Refused(f"error: {where}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                                   f"{exc.start + 1})", "--windows") from None
+                if not line.strip():
+                    continue
+                try:
+                    found.append((where, _window(line, where)))
+                except RecursionError:
+                    raise _Refused(f"error: {where}: not JSON (lists nested too deeply to read)", "--windows") from None
+                except ValueError as exc:  # it names the file and the line
+                    raise _Refused(f"error: {exc}", "--windows") from None
+    except OSError as exc:
+        hint = " (a number of windows to sample needs --zones)" if _whole(path) and isinstance(exc, FileNotFoundError) else ""
+        raise _Refused(f"error: {exc.strerror}: {exc.filename or path}{hint}", "--windows") from None
+    if not found:
+        raise _Refused(f"no windows in {path}", "--windows")
+    return found
+
+
+def _checked(args, w: dict, where: str, deadline: int, told: int) -> tuple[int, np.ndarray]:
+    """A window's tick and availability (zones × ticks), once it is known to be one that can be replayed as asked;
+    :class:`SystemExit` naming where it is and why otherwise."""
+    gap = int(w["gap_seconds"])
+    counts = np.atleast_2d(np.asarray(w["available"]))
+    if (counts < 0).any():
+        zone, tick = (int(i[0]) for i in np.nonzero(counts < 0))
+        raise _Refused(f"{where}: available holds {counts[zone, tick]} at tick {tick}"
+                       f"{f' of zone {zone}' if counts.shape[0] > 1 else ''}: 1 = spot available, 0 = not "
+                       "(a number of instances available, never below 0)", "--windows")
+    avail = (counts > 0).astype(bool)  # (a count past 64 bits makes an array of objects)
+    if avail.shape[0] > MAX_ZONES:
+        raise _Refused(f"{where}: {avail.shape[0]} zones; at most {MAX_ZONES} (actions name each zone by one digit)",
+                       "--windows")
+    if avail.shape[1] * gap < deadline:
+        raise _Refused(f"{where}: {avail.shape[1]} ticks of {gap} s ({avail.shape[1] * gap / 3600:g} h) end before the "
+                       f"deadline ({args.deadline_hours:g} h), so runs would be cut off there: use a shorter "
+                       "--deadline-hours", "--windows")
+    needed = -(-told // gap)  # as the policy is told (a longer real job is the robustness replay)
+    if needed > deadline // gap:
+        raise SystemExit(f"--deadline-hours: with {gap} s ticks the job needs {needed} whole ticks "
+                         f"({needed * gap / 3600:g} h, ticks are billed and progress whole) but the deadline "
+                         f"holds {deadline // gap}: no policy can finish in time")
+    return gap, avail
 
 
 def _replay(args, names: list[str], scale: Decimal | None, budget: float | None, out) -> list[dict]:
+    """Replay every window and policy. Every refusal comes before the first row is written: a windows file is read
+    and each of its windows checked first, and windows sampled from ``--zones`` all share one tick and one shape,
+    so the first one checked stands for all. A script reading ``--json`` gets either rows or one error, never
+    four rows and then an error (a windows file whose fifth line was malformed)."""
     work, deadline, changeover = seconds(args.job_hours), seconds(args.deadline_hours), seconds(args.changeover_hours)
     told = sum(seconds(hours) for hours in _told(args))  # job + changeover, seconds, as the policy is told
     if args.zones is not None:
-        files = _zone_files(args)
-        probe_gap = args.gap_seconds or min(read_trace(Path(f))[0] for f in files)
-        _, windows = zone_windows(files, int(args.windows), args.seed or 0, -(-deadline // probe_gap), args.gap_seconds)  # whole ticks that reach the deadline
+        _, sampled = zone_windows(_zone_files(args), int(args.windows), args.seed or 0, deadline, args.gap_seconds)
+        if args.limit is not None:
+            sampled = itertools.islice(sampled, args.limit)
+        first = next(sampled)
+        checked = _checked(args, first, f"{first['trace']} window 0", deadline, told)
+        windows: Iterator[tuple[dict, int, np.ndarray]] = itertools.chain(
+            [(first, *checked)], ((w, *_checked(args, w, f"{w['trace']} window {w['window']}", deadline, told))
+                                  for w in sampled))
     else:
-        windows = read_windows(Path(args.windows))
+        windows = iter([(w, *_checked(args, w, f"{where}, {w['trace']} window {w.get('window', '?')}" if "trace" in w else where,
+                                      deadline, told)) for where, w in _read_windows(args)])
     ratio = Decimal(repr(args.price_ratio))  # as typed: costs are summed exactly, never in binary fractions
     results = []
-    for n, w in enumerate(windows):
-        if args.limit is not None and n >= args.limit:
-            break
-        gap = int(w["gap_seconds"])
-        avail = np.atleast_2d(np.asarray(w["available"]) > 0)
-        where = f"{w.get('trace')} window {w.get('window', n)}"
-        if avail.shape[0] > MAX_ZONES:
-            raise SystemExit(f"{where}: {avail.shape[0]} zones; at most {MAX_ZONES} (actions name each zone by one digit)")
-        if avail.shape[1] * gap < deadline:
-            raise SystemExit(f"{where}: {avail.shape[1]} ticks of {gap} s ({avail.shape[1] * gap / 3600:g} h) end before the "
-                             f"deadline ({args.deadline_hours:g} h), so runs would be cut off there: use a shorter --deadline-hours")
-        needed = -(-told // gap)  # as the policy is told (a longer real job is the robustness replay)
-        if needed > deadline // gap:
-            raise SystemExit(f"--deadline-hours: with {gap} s ticks the job needs {needed} whole ticks "
-                             f"({needed * gap / 3600:g} h, ticks are billed and progress whole) but the deadline "
-                             f"holds {deadline // gap}: no policy can finish in time")
-        zones = w.get("zones") or ([w["trace"]] if avail.shape[0] == 1 else [f"zone{i}" for i in range(avail.shape[0])])
+    for n, (w, gap, avail) in enumerate(windows):
+        # (a window of one zone is named by its trace: a windows line with none, or one that is not a name, was a
+        # KeyError or a TypeError, tracebacks)
+        trace = w.get("trace") if isinstance(w.get("trace"), str) and w.get("trace") else "zone0"
+        zones = w.get("zones") or ([trace] if avail.shape[0] == 1 else [f"zone{i}" for i in range(avail.shape[0])])
         optimum = None
         if args.optimum:
             best = min_cost_by_tick(avail, gap=gap, work=work, changeover=changeover, price_ratio=args.price_ratio, ticks=deadline // gap)
@@ -284,8 +425,6 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
             results.append(row)
             if args.json:
                 print(json.dumps(row), file=out)
-    if not results:
-        raise SystemExit(f"no windows in {args.windows}")
     if not args.json:
         print(summary(results, dollars=args.spot_price is not None), file=out)
         if not args.optimum:
@@ -336,23 +475,32 @@ def main(argv: list[str] | None = None) -> int:
     except _Usage as exc:
         exc.parser.print_usage(sys.stderr)
         print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
-        _json_error(argv, exc.message)
+        _json_error(argv, exc.message, _option_blamed(exc.message))
         return 2
     except SystemExit as exc:
         if not isinstance(exc.code, str):
             raise  # --help: 0, printed already
         text = exc.code.removeprefix("error: ")
         print(f"error: {text}", file=sys.stderr)  # as the other commands
-        _json_error(argv, text)
+        _json_error(argv, text, getattr(exc, "field", None) or _option_blamed(text))
         return 2
     return 0
 
 
-def _json_error(argv: list[str], sentence: str) -> None:
+_ONE_OPTION = re.compile(r"^(?:argument )?(--[a-z][\w-]*): |^the following arguments are required: (--[a-z][\w-]*)$")
+
+
+def _option_blamed(sentence: str) -> str | None:
+    """The one option a refusal begins by naming (``--budget: ...``, argparse's ``argument --job-hours: ...``, or
+    the one required option left out), as ``broker``'s other commands find it; ``None`` for several or none (an
+    option argparse does not know is named in the sentence, as theirs are)."""
+    m = _ONE_OPTION.match(sentence)
+    return m and (m.group(1) or m.group(2))
+
+
+def _json_error(argv: list[str], sentence: str, field: str | None) -> None:
     if "--json" in argv:
-        option = sentence.split(":", 1)[0]
-        field = {"field": option} if option.startswith("--") and " " not in option else {}
-        print(json.dumps({"error": sentence, **field}), flush=True)
+        print(json.dumps({"error": sentence, **({"field": field} if field else {})}), flush=True)
 
 
 if __name__ == "__main__":

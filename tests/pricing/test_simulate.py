@@ -209,7 +209,7 @@ def test_simulate_reads_a_budget_in_dollars_as_submit_does(written, plain):
     (["--spot-price", "1", "--budget", "0,50"], "--budget", "write 0.50, with a point before the cents"),
     (["--job-hours", "-1"], "--job-hours", "must be a number > 0"),
     (["--budegt", "5"], None, "unrecognized arguments: --budegt 5"),
-    (["--job-hours", "many"], None, "invalid float value: 'many'"),
+    (["--job-hours", "many"], "--job-hours", "invalid float value: 'many'"),
 ], ids=["dollars with no spot price to count them in", "a decimal comma", "a negative job", "an unknown option",
         "a number in words"])
 def test_simulate_with_json_says_a_refusal_as_one_json_object_too(capsys, args, field, message):
@@ -396,7 +396,7 @@ def test_zone_traces_of_different_lengths_are_sampled_where_all_cover_and_say_so
     (["--windows", "{tmp}/empty.jsonl"], "no windows in {tmp}/empty.jsonl"),
     (["--windows", "{tmp}/bad.jsonl"], "error: {tmp}/bad.jsonl line 1: not JSON"),
     (["--windows", "{tmp}/uneven.jsonl"], "error: {tmp}/uneven.jsonl line 1: the zones' available lists differ in length"),
-    (["--windows", "{windows}", "--policy", "cheapest"], "unknown policy 'cheapest'; known: broker"),
+    (["--windows", "{windows}", "--policy", "cheapest"], "--policy: unknown policy 'cheapest'; known: broker"),
     (["--windows", "{windows}", "--deadline-hours", "40"], "--deadline-hours: 40 h is shorter than the job (48 h)"),
     (["--windows", "{windows}", "--deadline-hours", "48.25"], "--deadline-hours: with 600 s ticks the job needs 290 whole ticks"),
     (["--windows", "{windows}", "--policy", ","], "--policy: name at least one of broker, "),
