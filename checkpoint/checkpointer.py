@@ -197,11 +197,15 @@ class Checkpointer:
         self._reporter = Reporter.from_env(env)
         self._cloud_notice: MetadataWatcher | None = None
         self._notice_file: NoticeFileWatcher | None = None
+        #: Made on a thread other than the main one, SIGTERM unheard (only the main thread can set its handler): said
+        #: at the first due()/save() (:meth:`_writes`), once
+        self._deaf_on: str | None = None
         if handle_sigterm:
             self._cloud_notice = MetadataWatcher.from_env(env, lambda: self.preemption.notify("cloud"))  # may refuse the settings
             self._notice_file = NoticeFileWatcher.from_env(
                 env, lambda left: self.preemption.notify("broker", grace_s=None if left is None else max(left - 1.0, 0.0)))
-            self.preemption.install()
+            if not self.preemption.install():
+                self._deaf_on = threading.current_thread().name
             if self._cloud_notice is not None:
                 self._cloud_notice.start()
             if self._notice_file is not None:
@@ -224,6 +228,7 @@ class Checkpointer:
         self._said_rank = False
         self._silent_ranks: set[int] = set()  # ranks that did not hand their random state over in time (ranks.py)
         self._warned_pickled: set[str] = set()
+        _watch_sys_exit()  # main thread or not: the status of a script whose last save is lost (_lost_save_status)
         _live.add(self)
 
     @property
@@ -271,9 +276,27 @@ class Checkpointer:
         before it were trained."""
         self.preemption.label = self.uri
         self.preemption.touch(kind)
+        if self._deaf_on is not None:
+            self._say_deaf()
         if not self._base_checked and not self._closed:
             self._check_writable()  # raised again at each call until it passes: caught, the saves would all fail
             self._base_checked = True
+
+    def _say_deaf(self) -> None:
+        """Say, at the first ``due()``/``save()`` — not after a preemption, when the save is lost — that this
+        checkpointer hears no SIGTERM: Python lets only the main thread set a signal handler, and it was made on
+        another (training on a thread of its own). A SIGTERM (Slurm, ``kill``, a VM's shutdown) ends the process at
+        once, as without the library. Made on the main thread and handed to the training thread, it hears it."""
+        thread, self._deaf_on = self._deaf_on, None
+        also = [what for what, on in (("the cloud's spot notice", self._cloud_notice),
+                                      ("the broker's notice file", self._notice_file)) if on is not None]
+        message = (f"the checkpointer of {self.uri} was made on thread {thread!r}, not the main thread, so it cannot "
+                   f"handle SIGTERM (only the main thread can set a signal handler): a SIGTERM — a preemption notice "
+                   f"from Slurm, kill or a VM's shutdown — ends the process at once, without a checkpoint"
+                   + (f" (it still watches {' and '.join(also)})" if also else "")
+                   + ". Make the Checkpointer on the main thread and hand it to the training thread")
+        log.warning(message)
+        warnings.warn(CheckpointWarning(message), stacklevel=4)
 
     def save(self, step: int, state: Mapping[str, Any], *, wait: bool = False) -> None:
         """Snapshot ``state`` now and upload it in the background.
@@ -521,8 +544,10 @@ class Checkpointer:
         if newest is None:
             return None
         where = f"The last checkpoint (step {newest.step}) was not saved to {self.uri}: "
+        status = _lost_save_status()
+        own = "not 0" if status == EXIT_SAVE_LOST else f"the script's own sys.exit({status})"
         said = (f"the script ended without calling close() (which raises this), so the process exits with status "
-                f"{EXIT_SAVE_LOST}, not 0.")
+                f"{status}, {own}.")
         if not finished:
             return (where + f"still uploading {self._exit_timeout_s:g} s after the script ended "
                     f"(exit_timeout_s), given up; " + said)
@@ -628,6 +653,9 @@ class Checkpointer:
                 warnings.warn(CheckpointWarning(f"{has}: those objects were not loaded (strict=False)"), stacklevel=3)
             for key, target in into.items():  # plain values (an epoch count) are read from the result
                 if key in state and snapshot.is_stateful(target):
+                    cast = _cast_on_load(target, state[key])
+                    if cast:  # torch's load_state_dict casts without a word, strict or not
+                        warnings.warn(CheckpointWarning(_cast_message(key, loaded.uri, cast)), stacklevel=3)
                     state[key] = _load_into(target, state[key])
         state = snapshot.materialize(state)
         self._last_step, self._last_time = loaded.id.step, self._clock()
@@ -718,6 +746,31 @@ def _unwritable(base: str | None) -> str | None:
         return None
     return (f"checkpoint base {base} is not writable by this process (its permissions, or a read-only file "
             f"system): no checkpoint could be saved there")
+
+
+def _cast_on_load(target: Any, saved: Any) -> list[tuple[str, str, str]]:
+    """The tensors of ``saved`` that a module's ``load_state_dict`` casts to another dtype as it copies them into
+    ``target`` (a model saved in float32, now bfloat16): (key, saved dtype, live dtype) each; [] for anything else."""
+    module = serialization.unwrap_parallel(target)
+    if not (serialization.is_module(module) and isinstance(saved, dict)):
+        return []
+    live = module.state_dict(keep_vars=True)
+    cast = []
+    for key, value in saved.items():
+        name = key.removeprefix("module.") if key not in live else key
+        tensor = live.get(name)
+        if isinstance(value, serialization.Pending) and serialization.is_tensor(tensor):
+            was, now = value.dtype_name(), str(tensor.dtype).removeprefix("torch.")
+            if was is not None and was != now:
+                cast.append((name, was, now))
+    return cast
+
+
+def _cast_message(key: str, uri: str, cast: list[tuple[str, str, str]]) -> str:
+    shown = ", ".join(f"{name!r} {was} → {now}" for name, was, now in cast[:5])
+    more = f" and {len(cast) - 5} more" if len(cast) > 5 else ""
+    return (f"{uri}: {len(cast)} tensor(s) of {key!r} were saved with another dtype and are cast as they load: "
+            f"{shown}{more} (restored all the same; save and restore with one dtype to keep the values as saved)")
 
 
 def _load_into(target: Any, saved: Any) -> Any:
@@ -821,7 +874,8 @@ def _flush_at_exit() -> None:
 
     A script that ended with an uncaught exception has status 1 already, and its traceback is the reason: the
     sentence then follows it as ``checkpoint upload failed at exit: …``, the line the broker's diagnosis reads as
-    shutdown noise after the real error. The status of ``sys.exit(n)`` cannot be read here: ``n`` becomes 1."""
+    shutdown noise after the real error. A script ended by ``sys.exit(n)`` (``n`` 1 to 255) keeps ``n``
+    (:func:`_watch_sys_exit`); ``sys.exit(0)`` becomes 1, as a normal end does."""
     lost, hung = [], False
     for ckpt in list(_live):
         try:
@@ -840,9 +894,72 @@ def _flush_at_exit() -> None:
         print(f"checkpoint upload failed at exit: {sentence}" if ended_by_exception else sentence,
               file=sys.stderr, flush=True)
     if hung:  # the rest of shutdown joins the thread pools the hung upload holds, and would hang with it
-        _exit_with(1 if ended_by_exception else EXIT_SAVE_LOST)
+        _exit_with(1 if ended_by_exception else _lost_save_status())
     elif not ended_by_exception:
-        atexit.register(_exit_with, EXIT_SAVE_LOST)
+        atexit.register(_exit_with, _lost_save_status())
+
+
+#: The status ``sys.exit(n)`` ended the script with, on the main thread (:class:`_ExitStatus`); None before.
+_script_status: Any = None
+
+
+class _ExitStatus:
+    """Rides on the ``SystemExit`` that ``sys.exit`` raises on the main thread (:func:`_watch_sys_exit`), and learns
+    as that exception is let go whether it ended the script: the interpreter lets go of it as it reads the script's
+    status, with no Python frame left on the main thread; one the script caught is let go inside the code that
+    caught it. The status itself is fixed before the exit flush runs, and nothing else tells it to Python: without
+    this, ``sys.exit(3)`` with the last save lost exited 1, not 3."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: Any):
+        self.code = code
+
+    def __del__(self) -> None:
+        global _script_status
+        try:
+            if threading.current_thread() is not threading.main_thread():
+                return
+            try:
+                sys._getframe(1)  # a caller: let go by Python code, which caught it (or kept it and dropped it)
+            except ValueError:
+                _script_status = self.code
+        except Exception:  # noqa: BLE001 - a finalizer must not raise (nor print), whatever state the interpreter is in
+            pass
+
+
+def _watch_sys_exit() -> None:
+    """Wrap ``sys.exit`` (once; the one found is still what exits) so that the status a script ends with through it
+    on the main thread is known to the exit flush (:class:`_ExitStatus`). ``raise SystemExit(n)`` is not seen: it
+    exits 1 when the last save is lost, as before."""
+    original = sys.exit
+    if getattr(original, "_checkpoint_watch", False):
+        return
+
+    def exit(status: Any = None, /) -> None:  # noqa: A001 - sys.exit's own name, for tracebacks and help()
+        try:
+            original(status)
+        except SystemExit as e:
+            if threading.current_thread() is threading.main_thread():
+                try:
+                    e._checkpoint_status = _ExitStatus(e.code)
+                except Exception:  # noqa: BLE001 - whatever the exception, it exits as it would have
+                    pass
+            raise
+
+    exit.__doc__ = original.__doc__
+    exit._checkpoint_watch = True  # type: ignore[attr-defined]
+    sys.exit = exit
+
+
+def _lost_save_status() -> int:
+    """The status of a script whose last save was lost: its own ``sys.exit(n)`` if it ended by one with ``n`` from
+    1 to 255 (a status that already says it failed, perhaps how: a scheduler's "requeue me"), else
+    :data:`EXIT_SAVE_LOST`."""
+    code = _script_status
+    if isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 255:
+        return code
+    return EXIT_SAVE_LOST
 
 
 def _exit_with(status: int) -> None:

@@ -22,7 +22,9 @@ saves rarely: the best model's), once :meth:`PreemptionNotice.idle_wait_s` has p
 ``due()`` then exits. One used only to restore neither sets the deadline nor
 holds the exit back; only while no checkpointer has been written with yet is the earliest deadline of all
 the one that counts. Before, only the newest heard SIGTERM: a reader opened after the run's checkpointer
-took the notice, and the training loop's ``due()`` never saw it.
+took the notice, and the training loop's ``due()`` never saw it. A notice installed after another one heard a
+notice (the run's checkpointer made after a reader took the SIGTERM, the script still loading its data) has that
+notice too, from the time it came (:meth:`PreemptionNotice._inherit`).
 
 Closed from another thread (training in a thread of its own), a notice cannot put the old handler back:
 ``signal.signal`` and ``signal.set_wakeup_fd`` are the main thread's. It is *detached* instead — the
@@ -137,6 +139,7 @@ class PreemptionNotice:
         self._last_call: dict[str, float] = {}  # "due"/"save" -> the time of the last call of that kind
         self._step_s: dict[str, float] = {}  # "due"/"save" -> the time between the last two calls of that kind
         self._stood_down = False  # exiting(): its deadline no longer ends the process
+        self._notice_grace: float | None = None  # what the notice itself left (the broker's runner says), if it said
 
     @property
     def requested(self) -> bool:
@@ -195,10 +198,31 @@ class PreemptionNotice:
         self._detached, self._exit_main = False, None
         self._watchdog = threading.Thread(target=self._watch, args=(reader,), name="checkpoint-preemption",
                                           daemon=True)
-        self._watchdog.start()
-        self._installed = True
-        _chain.append(self)
+        with _chain_lock:
+            self._inherit([n for n in _listening() if n.noticed_at is not None])
+            self._watchdog.start()
+            self._installed = True
+            _chain.append(self)
         return True
+
+    def _inherit(self, heard: list[PreemptionNotice]) -> None:
+        """A notice that came before this one was installed (``heard``: the installed notices that have one) is this
+        one's too: a checkpointer made after a SIGTERM that a reader opened earlier took (its pretrained weights
+        loading when the notice came) saves at its first ``due()``, and its exit waits for it. Before, it knew
+        nothing of the notice: the loop trained on and the reader's deadline killed the process without the
+        notice's checkpoint. The deadline still counts from when the notice came."""
+        if not heard or self.noticed_at is not None:
+            return
+        first = min(heard, key=lambda n: n.noticed_at)
+        with self._lock:
+            self.noticed_at, self._source = first.noticed_at, first._source
+            self._signalled = any(n._signalled for n in heard)
+            grace = [n._notice_grace for n in heard if n._notice_grace is not None]
+            if grace:
+                self._notice_grace = min(grace)
+                self.grace_s = min(self.grace_s, self._notice_grace)
+        log.warning("a preemption notice came before this checkpointer was made (%.1f s ago): saving at the next "
+                    "step, exiting within %.0f s", self._clock() - first.noticed_at, self.seconds_left() or 0.0)
 
     def uninstall(self) -> None:
         """Stop handling SIGTERM and put the previous handler back. Off the main thread, where that cannot be
@@ -256,6 +280,7 @@ class PreemptionNotice:
             self._signalled = source == "signal"
             self._source = source
             if grace_s is not None:
+                self._notice_grace = grace_s
                 self.grace_s = min(self.grace_s, grace_s)
             self.noticed_at = self._clock()
             if self._watchdog is None:  # no watchdog thread (never installed): a timer enforces the deadline

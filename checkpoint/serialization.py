@@ -39,6 +39,13 @@ def numpy_scalar_value(x: Any) -> Any:
     return x.item()
 
 
+def scalar_array(x: Any) -> Any:
+    """A numpy scalar as a 0-d array of its dtype, to be saved as one (and read back as the scalar); None for a
+    dtype safetensors cannot hold (a string, a date, complex128)."""
+    array = sys.modules["numpy"].asarray(x)
+    return array if array.shape == () and supported(array) else None
+
+
 def is_module(x: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.nn.Module)
@@ -161,12 +168,14 @@ class TensorFile:
 
     Only the header is read here, and checked: every tensor's dtype, shape and byte range must fit the file
     (a ``ValueError`` otherwise: verified bytes that do not decode). Names in ``as_arrays`` come back as numpy
-    arrays; a file of arrays only is read with numpy alone, so numpy-only scripts never import torch.
+    arrays; a file of arrays only is read with numpy alone, so numpy-only scripts never import torch. Names in
+    ``as_scalars`` (0-d arrays among them) come back as numpy scalars (``np.float32(1.5)``), as they were saved.
     """
 
-    def __init__(self, blob: Any, as_arrays: set[str]):
+    def __init__(self, blob: Any, as_arrays: set[str], as_scalars: set[str] = frozenset()):
         self._blob = blob
         self._arrays = as_arrays
+        self._scalars = as_scalars
         if blob.size < 8:
             raise ValueError(f"a safetensors file of {blob.size} bytes has no header")
         n = int.from_bytes(blob.read(0, 8), "little")
@@ -189,7 +198,7 @@ class TensorFile:
                 if (dtype not in _ITEMSIZE or min(shape, default=0) < 0 or not 0 <= start <= end
                         or end - start != count * _ITEMSIZE[dtype] or self._base + end > blob.size):
                     raise ValueError
-                if name in as_arrays and dtype not in _NUMPY_BY_NAME:
+                if (name in as_arrays and dtype not in _NUMPY_BY_NAME) or (name in as_scalars and shape):
                     raise ValueError
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"safetensors header entry {name!r} is not a tensor this file can hold: {e!r}") \
@@ -217,7 +226,7 @@ class TensorFile:
             flat = out.reshape(-1).view(torch.uint8).numpy()
         if end > start:
             self._blob.readinto(self._base + start, memoryview(flat))
-        return out
+        return out[()] if name in self._scalars and name in self._arrays else out
 
 
 class Pending:
@@ -231,6 +240,10 @@ class Pending:
 
     def read(self) -> Any:
         return self.file.read(self.name)
+
+    def dtype_name(self) -> str | None:
+        """The saved dtype as torch names it (``float32``, ``bfloat16``), or None for a type torch lacks."""
+        return _TORCH_BY_NAME.get(self.file.entries[self.name][0])
 
     def lazy(self) -> Any:
         """A stand-in for the tensor, for ``load_state_dict`` (:class:`LazyTensor`); an array is read now."""

@@ -13,6 +13,14 @@ Files produced (see :mod:`checkpoint.layout`):
 * one safetensors file per top-level key holding its tensors and numpy arrays.
 * ``objects.pkl`` — only for leaves nothing else can represent. Restore refuses to unpickle
   it unless ``allow_pickle=True``.
+
+numpy scalars (``np.float32(1.5)``, ``np.int64(7)``) and ``OrderedDict`` come back as what was saved, as
+``torch.save`` gives them back: a scalar is stored as a 0-d array, its name listed under ``scalars`` in
+``state.json``, and each ``OrderedDict``'s place in the tree (a path of keys and list indices) under ``ordered``.
+An earlier version of this library ignores both lists, and reads a 0-d array of the same dtype and value, and a
+``dict`` in the same order — never something else (a tag inside the tree would have come back to it as a dict).
+Before, a scalar came back as a Python number (``np.float32(0.1)`` as the float64 ``0.10000000149011612``, and
+arithmetic on it in float64 from then on) and an ``OrderedDict`` as a ``dict``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +36,9 @@ from typing import Any
 from checkpoint import layout, serialization
 from checkpoint.blobs import MemoryBlob
 from checkpoint.errors import UnsafeCheckpointError
+
+_PLAIN = (bool, int, float, str)
+
 
 def is_stateful(x: Any) -> bool:
     """Has ``state_dict()`` and ``load_state_dict()`` (torch modules, optimizers, …)."""
@@ -42,6 +54,8 @@ class Captured:
     arrays: dict[str, set[str]]  # file name → names that are numpy arrays
     objects: list[bytes] = field(default_factory=list)
     pickled: list[str] = field(default_factory=list)  # where each object is, and its type, for messages
+    scalars: dict[str, set[str]] = field(default_factory=dict)  # file name → names that are numpy scalars
+    ordered: list[dict[str, Any]] = field(default_factory=list)  # the nodes of ``tree`` that were OrderedDicts
 
     @property
     def nbytes(self) -> int:
@@ -49,7 +63,12 @@ class Captured:
 
     def files(self) -> dict[str, list[Any]]:
         """Encode to file contents, each a list of buffers (runs on the background thread)."""
-        doc = {"format": 1, "tree": self.tree, "arrays": {k: sorted(v) for k, v in self.arrays.items()}}
+        doc: dict[str, Any] = {"format": 1, "tree": self.tree,
+                               "arrays": {k: sorted(v) for k, v in self.arrays.items()}}
+        if self.scalars:
+            doc["scalars"] = {k: sorted(v) for k, v in self.scalars.items()}
+        if self.ordered:
+            doc["ordered"] = _paths(self.tree, {id(node) for node in self.ordered})
         out: dict[str, list[Any]] = {layout.STATE: [json.dumps(doc, allow_nan=True).encode()]}
         for filename, group in self.tensors.items():
             out[filename] = serialization.encode_tensors(group)
@@ -84,7 +103,17 @@ class _Encoder:
         self._group = captured.tensors.setdefault(filename, {})
 
     def encode(self, obj: Any, where: str) -> Any:
-        if obj is None or isinstance(obj, (bool, int, float, str)):
+        if obj is None or type(obj) in _PLAIN:
+            return obj
+        if serialization.is_numpy_scalar(obj):  # before the check below: np.float64 is a float
+            array = serialization.scalar_array(obj)
+            if array is None:  # a type safetensors cannot hold (a string, a date): its Python value, as before
+                return self.encode(serialization.numpy_scalar_value(obj), where)
+            name = self._put(array, where)
+            self._captured.arrays.setdefault(self._filename, set()).add(name)
+            self._captured.scalars.setdefault(self._filename, set()).add(name)
+            return {"__ndarray__": name}
+        if isinstance(obj, (bool, int, float, str)):
             return obj
         if serialization.is_tensor(obj):
             why = serialization.unsupported(obj)
@@ -99,12 +128,15 @@ class _Encoder:
                 self._captured.arrays.setdefault(self._filename, set()).add(name)
                 return {"__ndarray__": name}
             return self._pickle(obj, where)
-        if serialization.is_numpy_scalar(obj):
-            return self.encode(serialization.numpy_scalar_value(obj), where)
         if isinstance(obj, Mapping):
             if all(isinstance(k, str) and not k.startswith("__") for k in obj):
-                return {k: self.encode(v, f"{where}.{k}") for k, v in obj.items()}
-            return {"__dict__": [[self.encode(k, where), self.encode(v, f"{where}.{k}")] for k, v in obj.items()]}
+                node = {k: self.encode(v, f"{where}.{k}") for k, v in obj.items()}
+            else:
+                node = {"__dict__": [[self.encode(_plain_key(k), where), self.encode(v, f"{where}.{k}")]
+                                     for k, v in obj.items()]}
+            if isinstance(obj, OrderedDict):
+                self._captured.ordered.append(node)
+            return node
         if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
             return {"__tuple__": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
         if isinstance(obj, list):
@@ -138,6 +170,16 @@ class _Encoder:
         return {"__pickle__": len(self._captured.objects) - 1}
 
 
+def _plain_key(key: Any) -> Any:
+    """A dict key with its numpy scalars as Python values, as before they were kept (a key is looked up by value:
+    ``np.int64(3)`` and ``3`` find the same entry), and stored in ``state.json`` rather than as an array."""
+    if serialization.is_numpy_scalar(key):
+        return serialization.numpy_scalar_value(key)
+    if isinstance(key, tuple) and not hasattr(key, "_fields"):
+        return tuple(_plain_key(k) for k in key)
+    return key
+
+
 def decode(files: Mapping[str, Any], allow_pickle: bool = False) -> dict[str, Any]:
     """Files of one checkpoint (bytes, or lists of buffers) → the saved dict (stateful objects come back as state
     dicts), every tensor read. See :func:`decode_pending`."""
@@ -167,19 +209,59 @@ def decode_pending(blobs: Mapping[str, Any], allow_pickle: bool = False) -> dict
             )
         objects = [pickle.loads(b) for b in pickle.loads(_whole(blobs[layout.OBJECTS]))]
     arrays = {k: set(v) for k, v in doc.get("arrays", {}).items()}
+    scalars = {k: set(v) for k, v in doc.get("scalars", {}).items()}
+    ordered = _nodes(doc["tree"], doc.get("ordered", []))
     out = {}
     for index, (key, value) in enumerate(doc["tree"].items()):
         filename = layout.tensor_file(index, key)
         blob = blobs.get(filename)
-        file = serialization.TensorFile(blob, arrays.get(filename, set())) if blob is not None and blob.size else None
-        out[key] = _decode(value, file, objects)
+        file = (serialization.TensorFile(blob, arrays.get(filename, set()), scalars.get(filename, set()))
+                if blob is not None and blob.size else None)
+        out[key] = _decode(value, file, objects, ordered)
     return out
+
+
+def _paths(tree: Any, wanted: set[int]) -> list[list[Any]]:
+    """Where in ``tree`` (the encoded structure) the nodes whose ids are ``wanted`` are: each a list of dict keys
+    and list indices from the top."""
+    found: list[list[Any]] = []
+
+    def walk(node: Any, path: list[Any]) -> None:
+        if id(node) in wanted:
+            found.append(path)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, [*path, k])
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, [*path, i])
+
+    walk(tree, [])
+    return found
+
+
+def _nodes(tree: Any, paths: Any) -> set[int]:
+    """The ids of the nodes of ``tree`` (as read from ``state.json``) that ``paths`` (:func:`_paths`) lead to. A
+    path that leads nowhere is passed over: the worst it costs is a ``dict`` where an ``OrderedDict`` was saved."""
+    ids = set()
+    for path in paths if isinstance(paths, list) else []:
+        node = tree
+        try:
+            for step in path:
+                node = node[step]
+        except (KeyError, IndexError, TypeError):
+            continue
+        if isinstance(node, dict):
+            ids.add(id(node))
+    return ids
 
 
 def materialize(tree: Any) -> Any:
     """``tree`` with every :class:`~checkpoint.serialization.Pending` read (a tensor or array in memory of its own)."""
     if isinstance(tree, serialization.Pending):
         return tree.read()
+    if isinstance(tree, OrderedDict):
+        return OrderedDict((k, materialize(v)) for k, v in tree.items())
     if isinstance(tree, dict):
         return {k: materialize(v) for k, v in tree.items()}
     if isinstance(tree, list):
@@ -189,11 +271,12 @@ def materialize(tree: Any) -> Any:
     return tree
 
 
-def _decode(obj: Any, file: Any, objects: list[Any] | None) -> Any:
+def _decode(obj: Any, file: Any, objects: list[Any] | None, ordered: set[int] = frozenset()) -> Any:
     if isinstance(obj, list):
-        return [_decode(v, file, objects) for v in obj]
+        return [_decode(v, file, objects, ordered) for v in obj]
     if not isinstance(obj, dict):
         return obj
+    kind = OrderedDict if id(obj) in ordered else dict
     if len(obj) == 1:
         (tag, value), = obj.items()
         if tag in ("__tensor__", "__ndarray__"):
@@ -201,15 +284,15 @@ def _decode(obj: Any, file: Any, objects: list[Any] | None) -> Any:
                 raise KeyError(f"tensor {value!r} is not in the file")
             return file.pending(value)
         if tag == "__tuple__":
-            return tuple(_decode(v, file, objects) for v in value)
+            return tuple(_decode(v, file, objects, ordered) for v in value)
         if tag == "__dict__":
-            return {_decode(k, file, objects): _decode(v, file, objects) for k, v in value}
+            return kind((_decode(k, file, objects, ordered), _decode(v, file, objects, ordered)) for k, v in value)
         if tag == "__bytes__":
             return base64.b64decode(value)
         if tag == "__pickle__":
             assert objects is not None
             return objects[value]
-    return {k: _decode(v, file, objects) for k, v in obj.items()}
+    return kind((k, _decode(v, file, objects, ordered)) for k, v in obj.items())
 
 
 def _whole(blob: Any) -> bytes:
