@@ -52,6 +52,21 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _OneWay(argparse.BooleanOptionalAction):
+    """A flag and its negation (``--upload-workdir``, ``--no-upload-workdir``), refused when both are given: argparse
+    kept the last, so a command line with both (one in an alias or a script, the other typed) did as the last said
+    without a word, where an option given twice is refused (:class:`_Once`). The same one again means what once
+    does."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("_given_way", {})  # this side's: a subcommand parses into a new one
+        before = given.setdefault(self.dest, option_string)
+        if before != option_string:
+            raise argparse.ArgumentError(None, f"{before} and {option_string} are both given, and they say the "
+                                               "opposite: give one")
+        super().__call__(parser, namespace, values, option_string)
+
+
 KEEP_ALIVE_SECONDS = 75
 """How long ``broker serve`` keeps an idle HTTP connection open: longer than the load balancer in front of it keeps
 its own (AWS's ALB 60 s by default; ``terraform/``), or the broker closes a connection the balancer is about to reuse
@@ -121,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="set one of the task's envs, as `sky launch --env` (no value: this shell's)")
     s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's secrets, as `sky launch --secret` (no value: this shell's)")
-    s.add_argument("--upload-workdir", action=argparse.BooleanOptionalAction, default=None,
+    s.add_argument("--upload-workdir", action=_OneWay, default=None,
                    help="pack the task's workdir (honouring .skyignore or .gitignore, as SkyPilot) and its "
                         "file_mounts sources that are paths here, and upload them to the broker, so every attempt "
                         "runs with those files (default: when the broker URL is not on this host; "

@@ -16,7 +16,10 @@ the field and the reason (:class:`broker.spec.SpecError`), before any of it is p
 - **a key given twice** in one mapping: YAML (1.2) forbids it and PyYAML kept the last, so
   ``budget_usd: 1`` then ``budget_usd: 1000`` silently set the larger cap;
 - **a number YAML 1.1 reads as another**: ``1:30`` is base 60 (90: ``expected_hours: 1:30`` planned 90 hours)
-  and ``010`` octal (8); quoted, each is the text as written.
+  and ``010`` octal (8); quoted, each is the text as written;
+- **an amount of money with an exponent** (``budget_usd: 1.0e+3``): YAML reads it as the float 1000.0, so it was
+  a $1,000 budget, where ``budget_usd: 1e3`` (text to YAML 1.1) and ``--budget 1e3`` are refused as amounts written
+  with an exponent (:mod:`pricing.money`); refused the same way, with its line.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ _FLOAT = "tag:yaml.org,2002:float"
 _BASE_60 = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")  # PyYAML's (YAML 1.1) int and float
 _OCTAL = re.compile(r"^[-+]?0[0-7_]+$")
 _MERGE = "tag:yaml.org,2002:merge"
+MONEY = frozenset({("broker", "budget_usd"), ("broker", "max_price_per_hour")})
+"""Where a task gives an amount of dollars (:func:`broker.spec.parse`)."""
 
 
 def load_text(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
@@ -177,6 +182,8 @@ class _Nodes:
                                     f"broker's max_body_bytes: write the repeated parts out, or repeat less")
 
     def _size(self, node: yaml.Node, path: tuple, open_: set[int]) -> int:
+        if path in MONEY and isinstance(node, yaml.ScalarNode) and node.tag == _FLOAT:  # an alias too: before the cache
+            _plain_amount(node, path)
         key = (id(node), path[:1] == ("config",))  # an anchor under config, used outside it, is checked there too
         if key in self.sizes:
             self.aliased = True
@@ -234,6 +241,24 @@ def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
                                           f"quote it ('{text}') to give the text as written, or write the number "
                                           f"meant without a leading zero ({sign}{int(digits)} for ten-based, "
                                           f"{sign}{int(digits, 8)} for the octal reading)")
+
+
+def _plain_amount(node: yaml.ScalarNode, path: tuple) -> None:
+    """Refuse an amount of dollars YAML reads as a float from an exponent (``1.0e+3``, ``2.5E-1``): as text it is
+    refused (:func:`pricing.money.to_micros`), and so it is here, in the same words, with its line."""
+    if "e" not in node.value.lower():  # .nan and .inf: not finite, refused by check_plain
+        return
+    from pricing.money import MoneyError, to_micros
+
+    try:
+        to_micros(node.value)
+    except MoneyError as exc:
+        said = str(exc)
+        if said.startswith(repr(node.value)):  # "'1.0e+3' is not ...": the line after the value
+            said = said[len(repr(node.value)):]
+        else:  # "must be at most ...": the value first
+            said = f" {said}"
+        raise SpecError(_field(path), f"{node.value!r} (line {node.start_mark.line + 1}){said}") from None
 
 
 class _Duplicated(dict):

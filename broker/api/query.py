@@ -7,9 +7,10 @@ route), and a request naming any other is a 422 that names it, says the one like
 route takes — as bad input is answered everywhere else. A parameter given twice (``?state=queued&state=running``)
 is a 422 too: every parameter the API takes holds one value, and FastAPI kept the last one given without a word,
 so such a list showed the running jobs alone as if they were all. A parameter with no value (``?team=``,
-``?state=``, ``?limit=``, or a bare ``?team``) is a 422 too, naming it. The routes read one each way: an empty
-``team`` as no filter, ``state`` as a state they do not know, ``limit`` as a number they could not read, and the
-cost report an empty ``period`` as not given, but beside ``since`` as a second window. An empty value is most
+``?state=``, ``?limit=``, or a bare ``?team``) is a 422 too, naming it, and so is a parameter with no name
+(``?=``), as ``query``. The routes read one each way: an empty ``team`` as no filter, ``state`` as a state they do
+not know, ``limit`` as a number they could not read, and the cost report an empty ``period`` as not given, but
+beside ``since`` as a second window. An empty value is most
 often a script's unset variable (``?team=$TEAM``), and read as absent it widened what was shown (an admin's every
 team) without a word; refused, nothing is lost, and leaving the parameter out asks for the default. The
 probes (``/v1/healthz``, ``/v1/readyz``) take any query string: a load balancer's check is set up once, outside
@@ -72,6 +73,17 @@ def repeated_query_refusal(given: list[str]) -> Invalid | None:
     return None
 
 
+def nameless_query_refusal(method: str, path: str, given: list[str], taken: tuple[str, ...]) -> Invalid | None:
+    """The 422 for a parameter with no name (``?=``, ``?=queued``, ``?state=queued&=``), or ``None``: it was refused
+    as an unknown parameter named by nothing (": is not a query parameter of ..."), which read as a broken answer.
+    Most often a script's ``?$NAME=$VALUE`` with both unset."""
+    if "" not in given:
+        return None
+    takes = f"takes {', '.join(taken)}" if taken else "takes none"
+    return Invalid("query", f"holds a parameter with no name (an '=' with nothing before it): name it, or leave it "
+                            f"out; {method} {path} {takes}")
+
+
 def empty_query_refusal(items: list[tuple[str, str]]) -> Invalid | None:
     """The 422 for the first parameter of ``items`` (name, value) given with no value, or ``None``."""
     for name, value in items:
@@ -90,7 +102,9 @@ async def refuse_unknown_query(request: Request) -> None:
         return
     items = request.query_params.multi_items()
     given = [name for name, _ in items]
-    refusal = (unknown_query_refusal(request.method, route.path, given, taken_by(route))
+    taken = taken_by(route)
+    refusal = (nameless_query_refusal(request.method, route.path, given, taken)
+               or unknown_query_refusal(request.method, route.path, given, taken)
                or repeated_query_refusal(given) or empty_query_refusal(items))
     if refusal is not None:
         raise refusal

@@ -6,7 +6,8 @@ within Slack's 3-second window: quick commands answer in the HTTP response,
 slower ones (fetching a spec URL, logs) acknowledge and post the result to
 ``response_url`` after the response is sent. Button results also go to
 ``response_url``. A request Slack sends again (a retry: the same ``trigger_id``,
-with ``X-Slack-Retry-Num``) does not act twice: see :class:`Replays`. Setup: ``docs/slack.md``.
+with ``X-Slack-Retry-Num``) does not act twice: see :class:`Replays`. A signed body with a field given twice,
+which Slack never sends, is a 400 and nothing is done (:func:`slack_form`). Setup: ``docs/slack.md``.
 """
 
 # no `from __future__ import annotations`: FastAPI must see the real types of local aliases
@@ -96,6 +97,18 @@ def spec_fetcher(cfg: SlackConfig, max_bytes: int):
     return fetch
 
 
+def slack_form(body: bytes) -> dict[str, str] | str:
+    """A signed form body from Slack as one value per field, or why it is refused: a field given more than once.
+    Slack sends each field once; ``text=status&text=cancel j-1`` was read as its first ``text`` without a word, and
+    which of two a sender meant cannot be known, so neither is acted on (a 400: only a sender holding the signing
+    secret gets this far)."""
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    for name, values in fields.items():
+        if len(values) > 1:
+            return f"field '{name}' is given {len(values)} times; Slack sends each field once, so nothing was done"
+    return {name: values[0] for name, values in fields.items()}
+
+
 def router(service, settings: Settings) -> APIRouter:
     r = APIRouter(tags=["slack"])
     cfg = slack_config(settings.extra)
@@ -137,7 +150,9 @@ def router(service, settings: Settings) -> APIRouter:
         body = await verified(request)
         if isinstance(body, Response):
             return body
-        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+        form = slack_form(body)
+        if isinstance(form, str):
+            return JSONResponse(status_code=400, content={"detail": form})
         if form.get("command") and form["command"] != cfg.command:
             return JSONResponse(error(f"This broker answers `{cfg.command}`, not `{form['command']}`.").payload())
         who = cfg.principal(form.get("user_id", ""))
@@ -175,9 +190,11 @@ def router(service, settings: Settings) -> APIRouter:
         body = await verified(request)
         if isinstance(body, Response):
             return body
+        form = slack_form(body)
+        if isinstance(form, str):
+            return JSONResponse(status_code=400, content={"detail": form})
         try:
-            form = parse_qs(body.decode("utf-8", "replace"))
-            payload = json.loads(form["payload"][0])
+            payload = json.loads(form["payload"])
             user_id = str(payload["user"]["id"])
             action = payload["actions"][0]
             if not isinstance(action, dict):

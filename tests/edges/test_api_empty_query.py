@@ -126,3 +126,22 @@ def test_the_cli_refuses_an_empty_option_before_asking_the_broker(capsys, argv, 
     url = f"http://127.0.0.1:{free_port()}"
     assert cli.main(["--url", url, "--token", "t", *argv]) == 2
     assert f"argument {option}: {SAYS}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method, url, takes", [
+    pytest.param("GET", "/v1/jobs?=", "GET /v1/jobs takes state, team, limit", id="?= names the problem, not ''"),
+    pytest.param("GET", "/v1/jobs?=queued", "GET /v1/jobs takes state, team, limit", id="a value with no name"),
+    pytest.param("GET", "/v1/jobs?state=queued&=", "GET /v1/jobs takes state, team, limit",
+                 id="a nameless one beside a good one"),
+    pytest.param("GET", "/v1/costs?=", "GET /v1/costs takes team, period, since, until", id="on the cost report"),
+    pytest.param("POST", "/v1/jobs/j-b1/resume?=", "POST /v1/jobs/{job_id}/resume takes force",
+                 id="on a resume, which is not done"),
+])
+def test_a_query_parameter_with_no_name_is_a_422_that_says_so(client, store, method, url, takes):
+    """``?=`` (a script's ``?$NAME=$VALUE`` with both unset) was refused as ": is not a query parameter of ...", an
+    empty name before the colon and no field: now ``query``, saying what is wrong."""
+    r = client.request(method, url, headers=auth(world.ADMIN))
+    assert r.status_code == 422, r.text
+    assert r.json() == {"field": "query", "detail": "query: holds a parameter with no name (an '=' with nothing "
+                                                    f"before it): name it, or leave it out; {takes}"}
+    assert store.get_job("j-b1").state is JobState.FAILED  # nothing was done
