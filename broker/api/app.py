@@ -288,16 +288,17 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                   limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict:
         """Jobs you can see, newest first; filter by ``state`` and ``team``."""
         jobs = service.list(caller, state=state, team=team, limit=limit)
-        pos, eta = service.queue()
-        return {"jobs": [job_view(j, position=pos.get(j.id), estimated_start=eta.get(j.id)) for j in jobs]}
+        q = service.queue_waits()
+        return {"jobs": [job_view(j, position=q.positions.get(j.id), estimated_start=q.starts.get(j.id),
+                                  waiting=q.waiting.get(j.id)) for j in jobs]}
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], **answers(JobOut, 401, 404, 422))
     def get_job(job_id: str, caller: Caller) -> dict:
         """One job with its attempts, queue position and reason."""
         job = service.get(caller, job_id)
-        pos, eta = service.queue()
-        return job_view(job, position=pos.get(job.id), estimated_start=eta.get(job.id),
-                        attempts=service.attempts(caller, job_id))
+        q = service.queue_waits()
+        return job_view(job, position=q.positions.get(job.id), estimated_start=q.starts.get(job.id),
+                        waiting=q.waiting.get(job.id), attempts=service.attempts(caller, job_id))
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], **answers(EventList, 401, 404, 422))
     def get_events(job_id: str, caller: Caller) -> dict:

@@ -88,8 +88,9 @@ def router(service, settings: Settings) -> APIRouter:
         job = service.get(caller, job_id)
         attempts = service.attempts(caller, job_id)
         points = service.store.metrics(job_id, limit=2000)
-        positions, starts = service.queue()
-        return {"job": job_view(job, position=positions.get(job.id), estimated_start=starts.get(job.id)),
+        q = service.queue_waits()
+        return {"job": job_view(job, position=q.positions.get(job.id), estimated_start=q.starts.get(job.id),
+                                waiting=q.waiting.get(job.id)),
                 **costs.job_costs(job, attempts),
                 "metrics": [_point(p) for p in points]}
 
