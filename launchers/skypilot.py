@@ -80,6 +80,7 @@ from launchers.skypilot_status import INIT_WAIT_SECONDS, KNOWN_JOBS, LAUNCH_STEP
 from launchers.skypilot_task import (
     KUBERNETES_CLOUDS,
     TaskConfigError,
+    broker_owned_fields,
     budget_stop_in,
     budget_stopped_step,
     exit_code_in,
@@ -154,19 +155,36 @@ _UNKNOWN_FIELD = re.compile(r"(?:Instead of|unsupported field) '([^']+)'")
 def validate_task(task: Mapping[str, Any]) -> None:
     """Refuse a task SkyPilot would refuse, with SkyPilot's message and the field it names.
 
-    Runs the real ``sky.Task.from_yaml_config`` on a deep copy (it empties the
+    Settings the broker decides itself are refused first (:data:`BROKER_OWNED_REASONS`: ``resources.autostop``,
+    ``resources.max_hourly_cost``, in an ``any_of`` / ``ordered`` alternative too, and ``service``). Then runs
+    the real ``sky.Task.from_yaml_config`` on a deep copy (it empties the
     dict it is given). A ``broker:`` section and ``broker:checkpoint`` mounts
     are the broker's and are left out. SkyPilot checks that a cloud bucket used
     as a ``file_mounts`` source exists, so that case reaches the storage.
     """
     import sky
 
+    for field, key in broker_owned_fields(task)[:1]:
+        raise TaskError(field, BROKER_OWNED_REASONS[key])
     config = without_broker_mounts({k: v for k, v in task.items() if k != "broker"})
     try:
         sky.Task.from_yaml_config(config)
     except Exception as exc:  # SkyPilot raises ValueError subclasses and its own exceptions
         message = _one_line(exc)
         raise TaskError(_field_of(message), message) from None
+
+
+BROKER_OWNED_REASONS = {
+    "autostop": "cannot be set: the broker tears each cluster down itself, and asks SkyPilot to tear it down "
+                f"{DEFAULT_AUTOSTOP_MINUTES} idle minutes after its job ends should no broker be there to; a task's own "
+                "autostop would change that (false: a cluster left up, billed without limit; wait_for: none: the "
+                "cluster torn down while the job runs). Leave it out",
+    "max_hourly_cost": "is not read by the broker, which picks the instance itself: give broker.max_price_per_hour "
+                       "instead (US dollars an hour, for all the job's nodes together)",
+    "service": "cannot be run by the broker, which runs a task on a cluster of its own (sky launch), not as a "
+               "SkyServe service (sky serve up): leave it out",
+}
+"""Why :func:`validate_task` refuses each setting of :func:`launchers.skypilot_task.broker_owned_fields`."""
 
 
 def _field_of(message: str) -> str:
@@ -1192,7 +1210,8 @@ class SkyPilotLauncher:
                 return result
             if result.phase is previous and result.step is None:
                 result = replace(result, step=state.get("step"))  # kept, as it was (the step is the launcher's memory)
-            if obs.cluster == "INIT" and result.phase is Phase.RUNNING:
+            if obs.cluster == "INIT" and (result.phase is Phase.RUNNING or (
+                    result.phase is Phase.PENDING and obs.launch is Launch.DONE)):
                 state.setdefault("init_seen_at", time.time())  # the wait for a failed health check starts
             else:
                 state.pop("init_seen_at", None)

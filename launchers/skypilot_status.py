@@ -18,6 +18,7 @@ Sequences, read left to right (each arrow is one poll):
 | spot: UP, job RUNNING → cluster gone (or STOPPED) | running → preempted |
 | UP, job RUNNING → INIT, job RUNNING or unreadable (a failed health check) → UP, job RUNNING | running → running → running |
 | UP, job RUNNING → INIT for :data:`INIT_WAIT_SECONDS`, its job not seen to end | running → running → preempted (spot) or lost |
+| launch done → cluster INIT for :data:`INIT_WAIT_SECONDS` | pending → pending → preempted (spot) or lost |
 | on-demand: UP, job RUNNING → cluster gone | running → lost |
 | launch in flight → launch failed (no capacity) | pending → lost (the engine requeues) |
 | launch in flight → launch failed with the cluster UP and no job, for a reason another try may not meet (an ssh or network error while syncing, words not known) | pending → lost, its cluster torn down |
@@ -51,7 +52,8 @@ class Launch(str, Enum):
 
 
 INIT_WAIT_SECONDS = 180
-"""How long a cluster may stay ``INIT`` while its job runs before the attempt counts as preempted or lost.
+"""How long a cluster may stay ``INIT`` while its job runs, or once its launch has ended, before the attempt counts
+as preempted or lost.
 SkyPilot sets ``INIT`` on a failed health check too (its Ray cluster or skylet not answering for a moment), and
 its managed jobs take a job still running for a live cluster; through the API server a job cannot be read while
 its cluster is ``INIT`` (``ClusterNotUpError``, after SkyPilot re-ran its health check), so the job is given this
@@ -75,7 +77,7 @@ class Observation:
     stop_reason: str | None = None  # set once the broker asked for the attempt to stop
     launch_error: str = ""
     limit_passed: bool = False  # the time the cluster stops its run by itself (the budget) has come
-    init_seconds: float = 0.0  # how long the cluster has been seen INIT since its job was seen running
+    init_seconds: float = 0.0  # how long the cluster has been seen INIT since its job was seen running, or its launch done
     init_wait_seconds: float = INIT_WAIT_SECONDS  # how long that may last before it is a loss
     adopted: bool = False  # the launch was found (sent before a crash, or before the launcher's state was lost)
     git_workdir: str = ""  # the task's git workdir as a sentence shows it ("<url> at <ref>"), if it has one
@@ -233,8 +235,13 @@ def next_status(previous: Phase | None, obs: Observation) -> AttemptStatus:
         return AttemptStatus(Phase.LOST, reason="SkyPilot's API server no longer knows this attempt's launch request "
                                                 f"(it restarted, or collected the request) and {where}: how its run "
                                                 "went is not known", zone_to_blame=False)
-    if obs.launch is Launch.IN_FLIGHT or (obs.launch is Launch.DONE and obs.cluster == "INIT"):
+    if obs.launch is Launch.IN_FLIGHT:
         return AttemptStatus(Phase.PENDING)
+    if obs.launch is Launch.DONE and obs.cluster == "INIT" and obs.init_seconds < obs.init_wait_seconds:
+        # launched, yet not UP (a failed health check, perhaps): waited for as a running job's cluster is (bounded)
+        return AttemptStatus(Phase.PENDING, reason=f"the cluster is INIT after its launch ended, for "
+                                                   f"{int(obs.init_seconds)} s: waiting up to {int(obs.init_wait_seconds)} "
+                                                   "s for it to be UP before taking it as lost")
     if obs.adopted and obs.launch is Launch.DONE and obs.cluster is None and previous is None:
         return AttemptStatus(Phase.LOST, reason="SkyPilot launched its cluster while no broker watched it, and the "
                                                 "cluster is gone: how its run ended is not known", zone_to_blame=False)

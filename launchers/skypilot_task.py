@@ -7,7 +7,7 @@ What the broker changes, and nothing else:
 
 | part | becomes |
 |---|---|
-| ``resources`` (``any_of`` / ``ordered`` resolved to the chosen shape) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type`` (on GCP the host VM of ``n1-highmem-8+V100:1``, none for a TPU: :func:`host_instance_type`), ``accelerators``, ``use_spot`` (tier ``spot``) |
+| ``resources`` (``any_of`` / ``ordered`` resolved to the alternative placed: its location, ``use_spot`` and accelerator; ``autostop`` left out, the broker's autodown being the cluster's only one) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type`` (on GCP the host VM of ``n1-highmem-8+V100:1``, none for a TPU: :func:`host_instance_type`), ``accelerators``, ``use_spot`` (tier ``spot``) |
 | ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them — but for :data:`SECRET_ENVS`; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
@@ -42,6 +42,17 @@ MOUNTABLE_SCHEMES = ("s3", "gs", "r2")
 PLACEMENT_KEYS = ("infra", "cloud", "region", "zone", "instance_type", "accelerators", "use_spot",
                   "any_of", "ordered")
 """Resource keys the broker decides; the user's values for them are replaced, the rest kept."""
+
+BROKER_OWNED_RESOURCES = ("autostop", "max_hourly_cost")
+"""Resource keys of SkyPilot's that the broker decides itself and a task may not set (:func:`broker_owned_fields`):
+``autostop`` (the launcher sets autodown on every cluster, and SkyPilot's SDK merges a task's own into it, so
+``autostop: false`` turned it off and ``wait_for: none`` tore a running job's cluster down) and ``max_hourly_cost``
+(the broker pins the instance type it placed, at whatever price: its cap is ``broker.max_price_per_hour``). A task
+queued before they were refused loses its ``autostop`` at launch (:func:`pinned_resources`)."""
+
+BROKER_OWNED_TASK = ("service",)
+"""Task keys the broker does not run: ``service`` (SkyServe) is read by ``sky serve up`` alone, and the launcher runs
+a cluster (``sky launch``), which ignores it."""
 
 KUBERNETES_CLOUDS = {"kubernetes": "k8s"}
 """An offer's cloud for a Kubernetes pool, to SkyPilot's ``infra`` prefix (``broker.spec`` reads a task's ``k8s`` as
@@ -122,6 +133,7 @@ def pinned_resources(resources: Mapping[str, Any] | None, placement: Mapping[str
     base = {k: v for k, v in resources.items() if k not in PLACEMENT_KEYS}
     chosen = _variant_for(variants, placement)
     merged = {**base, **{k: v for k, v in chosen.items() if k not in PLACEMENT_KEYS}}
+    merged.pop("autostop", None)  # the broker's autodown, never the task's (refused at submit since)
     merged["infra"] = infra(placement)
     kubernetes = str(placement.get("cloud") or "").lower() in KUBERNETES_CLOUDS
     instance_type = None if kubernetes else host_instance_type(placement)  # a pool's shape names no Kubernetes type
@@ -149,10 +161,32 @@ def host_instance_type(placement: Mapping[str, Any]) -> str | None:
     return host
 
 
+def broker_owned_fields(task: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field, key)`` for each setting of the task the broker decides itself (:data:`BROKER_OWNED_TASK`, and
+    :data:`BROKER_OWNED_RESOURCES` in ``resources`` and in each of its ``any_of`` / ``ordered`` alternatives),
+    in the task's order; ``field`` is the dotted path (``resources.any_of[1].autostop``)."""
+    found = [(key, key) for key in BROKER_OWNED_TASK if key in task]
+    resources = task.get("resources")
+    if not isinstance(resources, Mapping):
+        return found
+    found += [(f"resources.{key}", key) for key in BROKER_OWNED_RESOURCES if key in resources]
+    for list_key in ("any_of", "ordered"):
+        variants = resources.get(list_key)
+        for i, variant in enumerate(variants if isinstance(variants, list) else []):
+            if isinstance(variant, Mapping):
+                found += [(f"resources.{list_key}[{i}].{key}", key) for key in BROKER_OWNED_RESOURCES if key in variant]
+    return found
+
+
 def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``any_of`` alternative the placement satisfies: the one naming its accelerator and count, else its
-    accelerator (with none: one asking for none), else the first. Names are compared whole (``A100`` is not ``A100-80GB``, ``L4`` not ``L40S``):
-    the alternative's other settings (``memory``, ``disk_size``, ``image_id``) go with the shape chosen."""
+    """The ``any_of`` alternative the placement satisfies: among those whose cloud, region, zone (``infra`` or
+    ``cloud``/``region``/``zone``) and ``use_spot`` allow it (none: all of them), the one naming its accelerator
+    and count, else its accelerator (with none: one asking for none), else the first. Names are compared whole
+    (``A100`` is not ``A100-80GB``, ``L4`` not ``L40S``): the alternative's other settings (``memory``,
+    ``disk_size``, ``image_id``) go with the shape chosen, so two alternatives of one accelerator in two regions
+    each keep their own image and disk."""
+    mappings = [v for v in variants if isinstance(v, Mapping)]
+    variants = [v for v in mappings if _allows(v, placement)] or variants
     mappings = [v for v in variants if isinstance(v, Mapping)]
     wanted = str(placement.get("accelerator") or "").lower()
     if wanted:
@@ -166,6 +200,39 @@ def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[s
         if cpu_only:
             return cpu_only[0]
     return variants[0] if variants and isinstance(variants[0], Mapping) else {}
+
+
+def _allows(variant: Mapping[str, Any], placement: Mapping[str, Any]) -> bool:
+    """Whether an alternative's location and ``use_spot`` allow the placement (what it leaves out allows any)."""
+    cloud, region, zone = _location_of(variant)
+    placed = (_cloud_name(placement.get("cloud")), str(placement.get("region") or "").lower(),
+              str(placement.get("zone") or "").lower())
+    for asked, at in zip((cloud, region, zone), placed):
+        if asked and asked != at:
+            return False
+    use_spot = variant.get("use_spot")
+    if isinstance(use_spot, bool) and use_spot != (placement.get("tier") == "spot"):
+        return False
+    return True
+
+
+def _location_of(variant: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(cloud, region, zone)`` an alternative asks for, lowercased, ``""`` for any: from ``infra``
+    (``aws/us-east-1/us-east-1a``, ``*`` for any, a Kubernetes context whole) or ``cloud``/``region``/``zone``."""
+    text = variant.get("infra")
+    if isinstance(text, str) and text.strip():
+        first, _, rest = text.strip().partition("/")
+        parts = [first, rest] if _cloud_name(first) == "kubernetes" else text.strip().split("/")
+        parts = ["" if p == "*" else p for p in parts] + ["", "", ""]
+        return _cloud_name(parts[0]), parts[1].lower(), parts[2].lower()
+    return (_cloud_name(variant.get("cloud")), str(variant.get("region") or "").lower(),
+            str(variant.get("zone") or "").lower())
+
+
+def _cloud_name(value: Any) -> str:
+    """A cloud's name as offers carry it (``k8s`` is ``kubernetes``), lowercased; ``""`` for none."""
+    name = str(value or "").strip().lower()
+    return {short: cloud for cloud, short in KUBERNETES_CLOUDS.items()}.get(name, name)
 
 
 def _accelerators_of(value: Any) -> set[tuple[str, int]]:
