@@ -7,13 +7,11 @@ import time
 
 import pytest
 from skypilot_fakes import ScriptedSky
+from test_skypilot_broker_wiring import service  # noqa: F401  (the fixture: a broker on the SkyPilot launcher)
 from test_skypilot_task import SPOT_A100, request
 
 from broker.auth import Principal
-from broker.config import load_settings
-from broker.runtime import open_launcher
-from broker.service import BrokerService, Invalid
-from broker.store import open_store
+from broker.service import Invalid
 from launchers.base import Phase
 from launchers.skypilot import DEFAULT_AUTOSTOP_MINUTES, SkyPilotLauncher, TaskError, attempt_config, build_task, \
     validate_task
@@ -24,15 +22,6 @@ AID = "j-0123456789-a2"
 CLUSTER = "broker-j-0123456789-a2"
 
 ONDEMAND_A100_WEST = {**SPOT_A100, "tier": "ondemand", "region": "us-west-2", "zone": "us-west-2a"}
-
-
-@pytest.fixture
-def service(sky, tmp_path):
-    settings = load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_LAUNCHER": "skypilot",
-                              "BROKER_ADMIN_TOKEN": "t"})
-    svc = BrokerService(settings, open_store(f"sqlite://{tmp_path / 'w.db'}"), open_launcher(settings))
-    yield svc
-    svc.store.close()
 
 
 # --- refused at submit -------------------------------------------------------------------------------------
