@@ -89,10 +89,13 @@ class Conflict(Exception):
 
 class QueueWaits(NamedTuple):
     """:meth:`BrokerService.queue_waits`: each queued job's position (``positions``), rough start (``starts``, epoch
-    seconds), and for one that gets no start estimate though it waits for capacity, why in words (``waiting``)."""
+    seconds), and for one that gets no start estimate though it waits for capacity, why in words (``waiting``); and
+    the queued jobs these were worked out from (``queued``, by id), for a view that read only some of a job's
+    fields (the cost report's queue) to say its reason as :func:`broker.views.shown_reason` does."""
     positions: dict[str, int]
     starts: dict[str, float]
     waiting: dict[str, str]
+    queued: dict[str, Job]
 
 
 def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
@@ -442,19 +445,20 @@ class BrokerService:
 
     def queue(self) -> tuple[dict[str, int], dict[str, float]]:
         """Queue positions and rough start estimates (epoch seconds) of queued jobs."""
-        positions_, found = self._waits()
+        _, positions_, found = self._waits()
         return positions_, found.starts
 
     def queue_waits(self) -> QueueWaits:
         """:meth:`queue`, and for each queued job waiting for capacity that gets no estimate because what it needs
         is held until ends nobody can tell, what it waits for in words (``waiting``, for
         :func:`broker.views.job_view`): its estimate vanished unsaid while a job ran past its expected length."""
-        positions_, found = self._waits()
+        jobs, positions_, found = self._waits()
         waiting = {job_id: words for job_id, holders in found.holders.items()
                    if (words := holders_words(holders)) is not None}
-        return QueueWaits(positions_, found.starts, waiting)
+        return QueueWaits(positions_, found.starts, waiting,
+                          {j.id: j for j in jobs if j.state is JobState.QUEUED})
 
-    def _waits(self) -> tuple[dict[str, int], Waits]:
+    def _waits(self) -> tuple[list[Job], dict[str, int], Waits]:
         # a job being cancelled or stopped holds its slots until its process is gone (the grace period)
         holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING,
                    JobState.STOPPING)
@@ -490,8 +494,8 @@ class BrokerService:
                 attempts = self.store.attempts(job.id)
                 if attempts and attempts[-1].stop_requested_at is not None:
                     stops_asked[job.id] = attempts[-1].stop_requested_at
-        return positions(jobs), waits(jobs, now, usable, free, self.settings.stop_grace_seconds, stops_asked,
-                                      blocked)
+        return jobs, positions(jobs), waits(jobs, now, usable, free, self.settings.stop_grace_seconds, stops_asked,
+                                            blocked)
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)

@@ -20,7 +20,7 @@ from broker.api.schema import CostReport, JobCosts, answers
 from broker.auth import Principal, authenticate
 from broker.config import Settings
 from broker.service import Invalid
-from broker.views import job_view
+from broker.views import job_view, shown_reason
 
 STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
                 ".svg": "image/svg+xml"}
@@ -75,8 +75,13 @@ def router(service, settings: Settings) -> APIRouter:
             raise Invalid(exc.field, exc.reason) from None
         scope = team_for(caller, team)
         jobs, attempts = costs.gather(service.store, team=scope, win=win)
-        positions, starts = service.queue()
-        body = costs.report(jobs, attempts, win=win, now=now, positions=positions, starts=starts, team=scope)
+        q = service.queue_waits()
+        body = costs.report(jobs, attempts, win=win, now=now, positions=q.positions, starts=q.starts, team=scope)
+        # each queued job's reason as its own view says it (a start too late for its deadline, why no estimate), from
+        # the whole job the queue read: the report's rows hold only the fields the costs need
+        for row in body["queue"]:
+            if (job := q.queued.get(row["id"])) is not None:
+                row["reason"] = shown_reason(job, q.starts.get(job.id), q.waiting.get(job.id))
         # the admin's own jobs go to the default team: it is one to filter on too
         body["teams"] = sorted({*settings.teams, settings.default_team}) if caller.admin else [caller.team]
         body["viewer"] = {"admin": caller.admin, "team": caller.team}

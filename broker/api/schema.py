@@ -50,9 +50,19 @@ class AttemptOut(BaseModel):
     steps_lost: int | None
 
 
-ESTIMATED_START = ("roughly when a queued job waiting for capacity will start, counting the slots it needs and "
-                   "those the jobs ahead hold until their expected ends; null when that cannot be told: it waits "
-                   "for another reason, or for slots held by a job running past its expected_hours")
+ESTIMATED_START = ("roughly when a queued job waiting for capacity will start, as of this read: counting the slots "
+                   "or nodes it needs where the scheduler may place it (its offers, a location that ever holds its "
+                   "num_nodes, its price cap, a zone blocked for it from when the block ends) and those the jobs "
+                   "ahead hold until their expected ends; null when that cannot be told: it waits for another "
+                   "reason (the spot policy, its budget), or for capacity held by a job running past its "
+                   "expected_hours or giving no length, or taken first by one queued ahead that gives no length "
+                   "(its reason then names those jobs)")
+
+REASON = ("why it is in this state, in a sentence; for a queued job, as of this read, followed by what its "
+          "estimated_start leaves unsaid: 'estimated to start at …, after its deadline at …' (or 'too late for its "
+          "deadline at … with its expected …'), or, waiting for capacity with no estimate, 'no start estimate: what it "
+          "needs is held by <job> (running 1.5 h past its expected 30 min); when that ends cannot be told'. The same "
+          "words in /v1/jobs, /v1/costs' queue, the dashboard, the CLI and Slack")
 
 
 class JobOut(BaseModel):
@@ -62,7 +72,7 @@ class JobOut(BaseModel):
     name: str
     team: str
     state: JobState
-    reason: str | None = Field(description="why it is in this state, in a sentence")
+    reason: str | None = Field(description=REASON)
     priority: int
     submitted_at: str | None
     updated_at: str | None
@@ -242,7 +252,7 @@ class QueuedJob(BaseModel):
     position: int | None
     estimated_start: str | None = Field(description=ESTIMATED_START)
     priority: int
-    reason: str | None
+    reason: str | None = Field(description=REASON)
     waiting_seconds: int
 
 

@@ -32,7 +32,7 @@ from broker.queue import ordered
 from broker.spec import parse
 from pricing.money import fmt, fmt_left
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, place, start_shortfall, unblocked, under_cap
+from pricing.placement import NoFit, holds, place, start_shortfall, unblocked, under_cap
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -109,12 +109,15 @@ def offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[O
 
 def placeable(job: Job, request: JobRequest, offers: Sequence[Offer], *, now: float) -> list[Offer]:
     """The offers :func:`schedule` may place the job on at ``now`` when capacity and budget allow:
-    :func:`offers_for`, then the price cap and the zones blocked for it, with the very functions
-    :func:`pricing.placement.place` rules offers out by (:func:`~pricing.placement.under_cap`,
-    :func:`~pricing.placement.unblocked`, :meth:`Job.blocked_at`). The queue's start estimates
-    (:meth:`broker.service.BrokerService.queue`) follow the capacity of these, so an estimate never counts on an
-    offer the scheduler would not take: a free zone over the job's cap read as "starts now", tick after tick."""
-    return unblocked(under_cap(request, offers_for(job, request, offers)), job.blocked_at(now))
+    :func:`offers_for`, then a location that ever has the job's ``num_nodes``, the price cap and the zones blocked
+    for it, with the very functions :func:`pricing.placement.place` rules offers out by
+    (:func:`~pricing.placement.holds`, :func:`~pricing.placement.under_cap`, :func:`~pricing.placement.unblocked`,
+    :meth:`Job.blocked_at`). The queue's start estimates (:meth:`broker.service.BrokerService.queue_waits`) follow
+    the capacity of these, so an estimate never counts on an offer the scheduler would not take: a free zone over
+    the job's cap read as "starts now", tick after tick; and a job of 8 nodes waiting for a zone of 8 was told it
+    waited for the jobs on a zone of 4, which can never hold it."""
+    mine = [o for o in offers_for(job, request, offers) if holds(o, request.num_nodes)]
+    return unblocked(under_cap(request, mine), job.blocked_at(now))
 
 
 def schedule(jobs: Iterable[Job], mk: Market, *, now: float,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import duration, iso, saving_words
+from broker.views import duration, iso, saving_words, shown_reason
 from pricing.money import fmt, fmt_spent_of
 
 ACTIONS = {
@@ -134,20 +134,24 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
-def job_line(job: Job, position: int | None = None, start: float | None = None) -> str:
+def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None) -> str:
+    """One job in a line, and its reason on the next as the API shows it (:func:`broker.views.shown_reason`): for a
+    queued job, with a start too late for its deadline or why it has no estimate (``waiting``, from
+    :meth:`broker.service.BrokerService.queue_waits`)."""
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:
         pos += f", roughly starting at {iso(start)}"
-    reason = f"\n      _{esc(clip(job.reason, REASON_CHARS))}_" if job.reason else ""
+    said = shown_reason(job, start, waiting)
+    reason = f"\n      _{esc(clip(said, REASON_CHARS))}_" if said else ""
     spent, budget = fmt_spent_of(job.spent, job.budget)
     return f"{emoji} *{esc(job.name)}* `{esc(job.id)}` — {job.state.value}{pos} · spent {spent} of {budget}{reason}"
 
 
 def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
-              start: float | None = None) -> Reply:
+              start: float | None = None, waiting: str | None = None) -> Reply:
     placement = job.placement or (attempts[-1].placement if attempts else None)
-    blocks = [section(job_line(job, position, start)),
+    blocks = [section(job_line(job, position, start, waiting)),
               fields([("Team", esc(job.team)), ("Where", esc(where(placement))),
                       ("Attempts", str(len(attempts))), ("Budget", "{} of {}".format(*fmt_spent_of(job.spent, job.budget)))])]
     if attempts:
@@ -159,14 +163,15 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
 
 
 def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty: str,
-               starts: dict[str, float] | None = None) -> Reply:
-    """A titled list of jobs: as many lines as fit in one section (at most ``LIST_LINES``), then how many more."""
+               starts: dict[str, float] | None = None, waiting: dict[str, str] | None = None) -> Reply:
+    """A titled list of jobs: as many lines as fit in one section (at most ``LIST_LINES``), then how many more;
+    ``starts`` and ``waiting`` as :meth:`broker.service.BrokerService.queue_waits` gives them (:func:`job_line`)."""
     if not jobs:
         return Reply(empty, [section(empty)])
     lines: list[str] = []
     size = -1  # the joining newlines: one fewer than the lines
     for j in jobs[:LIST_LINES]:
-        line = job_line(j, positions.get(j.id), (starts or {}).get(j.id))
+        line = job_line(j, positions.get(j.id), (starts or {}).get(j.id), (waiting or {}).get(j.id))
         more = len(jobs) - len(lines) - 1
         room = TEXT_CHARS - (len(_more(more)) if more else 0)
         if size + 1 + len(line) > room:

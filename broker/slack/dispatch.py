@@ -118,11 +118,12 @@ class Dispatcher:
         return blocks.help_reply(self.cfg.command)
 
     def _cmd_status(self, cmd: Command, who: Principal) -> Reply:
-        positions, starts = self.service.queue()
+        # the queue's words as the API's job view has them: a start too late for a deadline, why there is no estimate
+        q = self.service.queue_waits()
         if cmd.job_id:
             job = self.service.get(who, cmd.job_id)
-            reply = blocks.job_reply(job, self.service.attempts(who, job.id), positions.get(job.id), self.dashboard_url,
-                                     starts.get(job.id))
+            reply = blocks.job_reply(job, self.service.attempts(who, job.id), q.positions.get(job.id),
+                                     self.dashboard_url, q.starts.get(job.id), q.waiting.get(job.id))
             # a failed or budget-stopped job goes on in one click from here too, not only from its notification
             buttons = messages.continue_buttons(job, messages.resume_step(None, job), self.cfg.raise_budget_percent)
             if buttons is None:
@@ -131,7 +132,7 @@ class Dispatcher:
         active = self.service.list(who, states=ACTIVE, limit=ALL_JOBS)
         recent = self._recently_ended(who)
         return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended", active + recent,
-                                 positions, "No jobs yet. Submit one with `submit`.", starts)
+                                 q.positions, "No jobs yet. Submit one with `submit`.", q.starts, q.waiting)
 
     def _recently_ended(self, who: Principal) -> list:
         """The :data:`RECENT` jobs ``who`` can see that ended last, latest first. A final job is last written when it
@@ -152,9 +153,10 @@ class Dispatcher:
         return sorted(found, key=lambda j: (j.updated_at, j.id), reverse=True)[:RECENT]
 
     def _cmd_queue(self, cmd: Command, who: Principal) -> Reply:
-        positions, starts = self.service.queue()
-        queued = sorted(self.service.list(who, state="queued", limit=ALL_JOBS), key=lambda j: positions.get(j.id, 0))
-        return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, positions, "Nothing is waiting.", starts)
+        q = self.service.queue_waits()
+        queued = sorted(self.service.list(who, state="queued", limit=ALL_JOBS), key=lambda j: q.positions.get(j.id, 0))
+        return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, q.positions, "Nothing is waiting.", q.starts,
+                                 q.waiting)
 
     def _cmd_logs(self, cmd: Command, who: Principal) -> Reply:
         return blocks.logs_reply(cmd.job_id, self.service.logs(who, cmd.job_id))
@@ -183,8 +185,8 @@ class Dispatcher:
         now = self.service.clock()
         win = costs.window(now=now, period=cmd.period)
         jobs, attempts = costs.gather(self.service.store, team=team, win=win)
-        positions, starts = self.service.queue()
-        report = costs.report(jobs, attempts, win=win, now=now, positions=positions, starts=starts, team=team)
+        q = self.service.queue_waits()  # the reply shows no queue: its positions and starts, as the dashboard's
+        report = costs.report(jobs, attempts, win=win, now=now, positions=q.positions, starts=q.starts, team=team)
         return blocks.costs_reply(report, self.dashboard_url)
 
     def _job_named(self, word: str | None, who: Principal):

@@ -105,6 +105,11 @@ function row(cells, onClick) {
     if (c && c.num) td.className = "num";
     if (c && c.name) td.className = "name";  // a job's name, which may hold no space to wrap at
     if (c && c.wrap) td.classList.add("wrap");  // words and amounts ("saved $15.00 (75%)"): wraps on a phone
+    if (c && c.clip) {  // long words (a queued job's reason naming what holds it): two lines, the whole on hover
+      td.textContent = "";
+      td.appendChild(el("div", c.text, { class: "clip" }));
+      td.title = c.text;
+    }
     tr.appendChild(td);
   }
   if (onClick) {
@@ -239,7 +244,7 @@ function render(r) {
       () => openJob(b.id));
   }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
   fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, { text: q.name + " (" + q.id + ")", name: 1 },
-    q.estimated_start ? utc(q.estimated_start) : "–", q.reason],
+    q.estimated_start ? utc(q.estimated_start) : "–", { text: q.reason || "", clip: 1 }],
     () => openJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
   fill("top", r.top_jobs.map((j) => row([{ text: j.name + " (" + j.id + ")", name: 1 }, j.team, j.state, { text: j.spent.usd, num: 1 },
     { text: savingCell(j.saving, j.saving_percent), num: 1, wrap: 1 }], () => openJob(j.id))), "No spend in this period.");
