@@ -25,12 +25,13 @@ from pathlib import Path
 
 from broker.config import Pool, Settings
 from broker.models import Job
+from broker.spec import SpecError, alternative_sources
 from launchers.base import after_run_seconds
 from launchers.simzones import SimZone
 from pricing.catalog import PRICED_CLOUDS, CatalogError
 from pricing.money import to_micros
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import candidates
+from pricing.placement import candidates, matches
 
 
 def pool_offers(pool: Pool) -> list[Offer]:
@@ -203,10 +204,14 @@ def ondemand_price(offer: Offer, offers: Iterable[Offer]) -> int | None:
     return min(same) if same else None
 
 
-def placement_record(offer: Offer, num_nodes: int, offers: Iterable[Offer] = ()) -> dict:
-    """The placement as stored on the job and handed to the launcher."""
+def placement_record(offer: Offer, num_nodes: int, offers: Iterable[Offer] = (), *,
+                     alternative: int | None = None) -> dict:
+    """The placement as stored on the job and handed to the launcher. ``alternative``: the index of the task's
+    ``resources.any_of`` / ``ordered`` entry the offer was placed for (:func:`placed_alternative`), stored as
+    ``alternative`` so that the launcher launches that entry's own settings (``disk_size``, ``image_id``, ...);
+    left out when the task has no such list."""
     od = ondemand_price(offer, offers)
-    return {
+    record = {
         "ondemand_price_per_hour": od * num_nodes if od is not None else None,
         "tier": offer.tier.value, "cloud": offer.cloud, "region": offer.region, "zone": offer.zone,
         "location": offer.location, "instance_type": offer.instance_type, "accelerator": offer.accelerator,
@@ -216,6 +221,24 @@ def placement_record(offer: Offer, num_nodes: int, offers: Iterable[Offer] = ())
         # instance type SkyPilot could size one from)
         "vcpus": _shape(offer.vcpus), "memory_gib": _shape(offer.memory_gib),
     }
+    if alternative is not None:
+        record["alternative"] = alternative
+    return record
+
+
+def placed_alternative(task: Mapping, request: JobRequest, offer: Offer) -> int | None:
+    """The index of the ``resources.any_of`` / ``ordered`` entry of ``task`` (a stored spec, its ``broker:`` section
+    and all) that ``offer`` was placed for: the first whose shape ``offer`` matches (:func:`pricing.placement.matches`,
+    as placement matched it; with ``ordered``, the entry placement preferred). ``request`` is the one placed (its
+    alternatives as :func:`broker.spec.parse` read them from ``task``). ``None`` when the task has no such list, or
+    none matches (the launcher then picks the entry by the placement's location and accelerator)."""
+    try:
+        sources = alternative_sources(task.get("resources") if isinstance(task, Mapping) else None)
+    except SpecError:  # a stored task placement read otherwise: nothing to tell
+        return None
+    if len(sources) != len(request.alternatives):  # not read from this task: nothing to tell
+        return None
+    return next((i for alt, i in zip(request.alternatives, sources) if matches(offer, alt)), None)
 
 
 def _shape(value) -> str | None:

@@ -2,7 +2,10 @@
 
 Any valid SkyPilot task is accepted as it is; the broker reads only what it
 needs to price and place the job (``resources``, ``num_nodes``) and keeps the
-rest untouched for the launcher. Problems raise :class:`SpecError` naming the
+rest untouched for the launcher — but for the settings SkyPilot would read and
+the broker decides itself or never runs (:data:`BROKER_DECIDED_RESOURCES`,
+:data:`BROKER_DECIDED_TASK`), refused at submit under every launcher rather
+than dropped without a word. Problems raise :class:`SpecError` naming the
 field (``resources.accelerators``, ``broker.budget_usd``) and the reason,
 which the API turns into a 422.
 """
@@ -49,6 +52,30 @@ RESOURCE_KEYS = frozenset({
 })
 
 
+BROKER_DECIDED_TASK = {
+    "service": "cannot be run by the broker, which runs a task on a cluster of its own (as sky launch does), not as "
+               "a SkyServe service (sky serve up): leave it out",
+    "event_callback": "is run only by SkyPilot's managed-jobs controller (sky jobs launch), never on a cluster "
+                      "launch (sky launch), which is how the broker runs each attempt: it would never run. Leave it "
+                      "out; the job's events are at GET /v1/jobs/{id}/events (and in Slack where it is set up)",
+}
+"""SkyPilot task keys the broker does not honour on either launcher, refused at submit (``strict``) naming the key and
+why, rather than accepted and silently dropped. (A stored job, admitted before, is read as it was.)"""
+BROKER_DECIDED_RESOURCES = {
+    "autostop": "cannot be set: the broker tears each cluster down itself when its job ends (on a SkyPilot cluster it "
+                "also asks SkyPilot to tear it down after a few idle minutes should no broker be there to); a task's "
+                "own autostop would change that (false: a cluster left up, billed without limit; wait_for: none: the "
+                "cluster torn down while the job runs). Leave it out",
+    "max_hourly_cost": "is not read by the broker, which picks the instance itself: give broker.max_price_per_hour "
+                       "instead (US dollars an hour, for all the job's nodes together)",
+    "priority": "is the priority of a SkyPilot managed job, which the broker does not read (it orders its own queue): "
+                "give broker.priority instead (a whole number from -1000 to 1000, higher first)",
+}
+"""SkyPilot ``resources`` keys (in ``resources`` and in each ``any_of`` / ``ordered`` alternative) whose decision is
+the broker's own, refused at submit under every launcher, naming the field and where the broker takes the setting:
+``max_hourly_cost`` was refused only under the SkyPilot launcher and silently dropped under the local one."""
+
+
 class SpecError(ValueError):
     """The spec is invalid: ``field`` is a dotted path, ``reason`` a sentence fragment."""
 
@@ -88,6 +115,9 @@ class JobSpec:
     task: dict[str, Any]
     broker: BrokerSection
     request: JobRequest
+    #: for each of ``request.alternatives``, the index of the ``resources.any_of`` / ``ordered`` alternative it was
+    #: read from (one alternative may give several: an accelerator set, an image per region); ``None`` without a list
+    sources: tuple[int | None, ...] = ()
 
     @property
     def name(self) -> str:
@@ -106,6 +136,8 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     task = {k: v for k, v in raw.items() if k != "broker"}
     if strict:
         _known_keys(task, TASK_KEYS | {"broker"}, "")
+        for key in (k for k in task if k in BROKER_DECIDED_TASK):
+            raise SpecError(key, BROKER_DECIDED_TASK[key])
     name = task.get("name")
     if name is not None:
         if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name):
@@ -163,7 +195,8 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
                                            f"the job needs {broker.expected_hours} h"
                                            + (f" ({_span(need)})" if need < 3600 else "")
                                            + ": move the deadline or correct the estimate")
-    alternatives = _parse_resources(task.get("resources"), strict=strict)
+    sourced = _sourced_resources(task.get("resources"), strict=strict)
+    alternatives = tuple(r for r, _ in sourced)
     broker = _retry_from_job_recovery(task.get("resources"), raw.get("broker"), broker, strict=strict)
     if strict and not (task.get("run") or "").strip() and not (task.get("setup") or "").strip():
         raise SpecError("run", "is required: the shell command that trains, such as 'python train.py'")
@@ -175,7 +208,7 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         max_price_per_hour=broker.max_price_per_hour,
         expected_hours=broker.expected_hours,
     )
-    return JobSpec(task=task, broker=broker, request=request)
+    return JobSpec(task=task, broker=broker, request=request, sources=tuple(i for _, i in sourced))
 
 
 def _ordered(resources: Any) -> bool:
@@ -202,13 +235,29 @@ def _runnable_text(text: str, where: str) -> None:
 # --- resources ---------------------------------------------------------------------------------
 
 
-def _parse_resources(resources: Any, *, strict: bool = True) -> tuple[ResourceRequest, ...]:
+def alternative_sources(resources: Any) -> tuple[int | None, ...]:
+    """For each alternative placement reads from ``resources`` (a stored task's, read as the engine reads it), the
+    index of the ``any_of`` / ``ordered`` entry it comes from, ``None`` without a list: see :attr:`JobSpec.sources`
+    and :func:`broker.offers.placed_alternative`."""
+    return tuple(i for _, i in _sourced_resources(resources, strict=False))
+
+
+def _broker_decided(mapping: dict[str, Any], prefix: str) -> None:
+    """Refuse a SkyPilot resources key whose decision is the broker's (:data:`BROKER_DECIDED_RESOURCES`)."""
+    for key in (k for k in mapping if k in BROKER_DECIDED_RESOURCES):
+        raise SpecError(f"{prefix}{key}", BROKER_DECIDED_RESOURCES[key])
+
+
+def _sourced_resources(resources: Any, *, strict: bool = True) -> list[tuple[ResourceRequest, int | None]]:
+    """The resource shapes placement chooses among, each with the index of the ``any_of`` / ``ordered`` alternative
+    it was read from (``None``: there is no list)."""
     if resources is None:
-        return (ResourceRequest(),)
+        return [(ResourceRequest(), None)]
     if not isinstance(resources, dict):
         raise SpecError("resources", "must be a mapping")
     if strict:
         _known_keys(resources, RESOURCE_KEYS, "resources.")
+        _broker_decided(resources, "resources.")
     if strict and "any_of" in resources and "ordered" in resources:
         # any_of was read and ordered dropped without a word (SkyPilot refuses the two together, at launch)
         raise SpecError("resources.ordered", "cannot be given with resources.any_of: give any_of for the cheapest of "
@@ -216,18 +265,19 @@ def _parse_resources(resources: Any, *, strict: bool = True) -> tuple[ResourceRe
     base = {k: v for k, v in resources.items() if k not in ("any_of", "ordered")}
     key = "any_of" if "any_of" in resources else "ordered"
     if key not in resources:
-        return tuple(_one_resource(base, "resources", strict=strict))
+        return [(r, None) for r in _one_resource(base, "resources", strict=strict)]
     variants = resources[key]
     if not isinstance(variants, list) or not variants:
         raise SpecError(f"resources.{key}", "must be a non-empty list of resource mappings")
-    out: list[ResourceRequest] = []
+    out: list[tuple[ResourceRequest, int | None]] = []
     for i, variant in enumerate(variants):
         if not isinstance(variant, dict):
             raise SpecError(f"resources.{key}[{i}]", "must be a mapping")
         if strict:
             _known_keys(variant, RESOURCE_KEYS - {"any_of", "ordered"}, f"resources.{key}[{i}].")
-        out.extend(_one_resource({**base, **variant}, f"resources.{key}[{i}]", strict=strict))
-    return tuple(out)
+            _broker_decided(variant, f"resources.{key}[{i}].")
+        out.extend((r, i) for r in _one_resource({**base, **variant}, f"resources.{key}[{i}]", strict=strict))
+    return out
 
 
 def unknown_key_hint(key: object, known: frozenset[str] | set[str]) -> str:
@@ -552,8 +602,7 @@ another workspace's credentials, a VPC or an ``sbatch`` account is someone else'
 TEAM_CONFIG_WHOLE = frozenset({"hooks"})
 """``config:`` entries a team's submit may give whole: ``hooks`` run on the job's own cluster (the broker's notice
 hook goes first, :mod:`launchers.skypilot_task`)."""
-ADMIN_TASK_KEYS = {"event_callback": "a command SkyPilot runs when the task changes state",
-                   "file_mounts_mapping": "SkyPilot's internal map of uploaded file mounts"}
+ADMIN_TASK_KEYS = {"file_mounts_mapping": "SkyPilot's internal map of uploaded file mounts"}
 ADMIN_RESOURCE_KEYS = {"_cluster_config_overrides": "SkyPilot's internal overrides of the cluster's provisioning "
                                                     "config"}
 

@@ -7,7 +7,7 @@ What the broker changes, and nothing else:
 
 | part | becomes |
 |---|---|
-| ``resources`` (``any_of`` / ``ordered`` resolved to the alternative placed: its location, ``use_spot`` and accelerator; ``autostop`` left out, the broker's autodown being the cluster's only one) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type`` (on GCP the host VM of ``n1-highmem-8+V100:1``, none for a TPU: :func:`host_instance_type`), ``accelerators``, ``use_spot`` (tier ``spot``) |
+| ``resources`` (``any_of`` / ``ordered`` resolved to the alternative the placement was made from: its index, the placement's ``alternative``; for a placement stored without one, the alternative its location, ``use_spot`` and accelerator fit; ``autostop`` left out, the broker's autodown being the cluster's only one) | pinned to the placement: ``infra: cloud/region/zone``, ``instance_type`` (on GCP the host VM of ``n1-highmem-8+V100:1``, none for a TPU: :func:`host_instance_type`), ``accelerators``, ``use_spot`` (tier ``spot``) |
 | ``resources.labels`` | plus ``broker-job`` / ``broker-attempt``, so a console shows who launched what |
 | ``num_nodes`` | the placement's ``num_nodes`` when given |
 | ``envs`` | the task's own, with the broker's (``BROKER_*``) over them — but for :data:`SECRET_ENVS`; on spot in AWS or GCP also ``BROKER_PREEMPTION_METADATA`` (the cloud) and ``BROKER_PREEMPTION_GRACE_S`` (110 / 25 s) unless the task sets them: the checkpoint library then saves on the cloud's own interruption notice |
@@ -131,7 +131,7 @@ def pinned_resources(resources: Mapping[str, Any] | None, placement: Mapping[str
     resources = dict(resources or {})
     variants = resources.get("any_of") or resources.get("ordered") or []
     base = {k: v for k, v in resources.items() if k not in PLACEMENT_KEYS}
-    chosen = _variant_for(variants, placement)
+    chosen = _placed_variant(variants, placement)
     merged = {**base, **{k: v for k, v in chosen.items() if k not in PLACEMENT_KEYS}}
     merged.pop("autostop", None)  # the broker's autodown, never the task's (refused at submit since)
     merged["infra"] = infra(placement)
@@ -176,6 +176,21 @@ def broker_owned_fields(task: Mapping[str, Any]) -> list[tuple[str, str]]:
             if isinstance(variant, Mapping):
                 found += [(f"resources.{list_key}[{i}].{key}", key) for key in BROKER_OWNED_RESOURCES if key in variant]
     return found
+
+
+def _placed_variant(variants: Any, placement: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``any_of`` / ``ordered`` alternative to launch: the one the placement was made from, by the index it
+    carries (``alternative``: :func:`broker.offers.placed_alternative`), so that two alternatives placement told
+    apart by what :func:`_variant_for` does not look at (``cpus``, ``memory``, ``instance_type``, the regions of an
+    ``image_id`` mapping) each launch with their own settings (``disk_size``, ``image_id``, ...). A placement stored
+    before it carried one, or whose index the task has no alternative at, falls back to :func:`_variant_for`."""
+    if not isinstance(variants, list):
+        return {}
+    index = placement.get("alternative")
+    if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(variants) \
+            and isinstance(variants[index], Mapping):
+        return variants[index]
+    return _variant_for(variants, placement)
 
 
 def _variant_for(variants: list[Any], placement: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -27,7 +27,7 @@ from decimal import ROUND_CEILING, Decimal
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.models import Attempt, Job
-from broker.offers import Market, matching_offers, placement_record, slots_of
+from broker.offers import Market, matching_offers, placed_alternative, placement_record, slots_of
 from broker.queue import ordered
 from broker.spec import parse
 from pricing.money import fmt, fmt_left
@@ -192,7 +192,9 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 capacity[pool] = 0
         else:
             capacity[offer.location] = capacity.get(offer.location, chosen.num_nodes) - chosen.num_nodes
-        decisions.append(Place(job, placement_record(offer, chosen.num_nodes, mk.offers), slots,
+        record = placement_record(offer, chosen.num_nodes, mk.offers,
+                                  alternative=placed_alternative(job.spec, request, offer))
+        decisions.append(Place(job, record, slots,
                                f"placed on {offer.describe()}{note}"))
     return decisions
 

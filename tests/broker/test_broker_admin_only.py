@@ -41,8 +41,6 @@ def client(make_settings, tmp_path):
     pytest.param({"config": {"gcp": {"vpc_name": "internal"}}}, "config.gcp.vpc_name", id="another network"),
     pytest.param({"config": {"slurm": {"sbatch_options": {"account": "other-team"}}}}, "config.slurm.sbatch_options",
                  id="another team's Slurm account"),
-    pytest.param({"event_callback": "curl http://169.254.169.254/"}, "event_callback",
-                 id="a command SkyPilot runs on state changes"),
     pytest.param({"resources": {"any_of": [{"cpus": 2}, {"_cluster_config_overrides": {"kubernetes": {
         "remote_identity": "LOCAL_CREDENTIALS"}}}]}}, "resources._cluster_config_overrides",
                  id="SkyPilot's internal overrides, in an any_of alternative too"),

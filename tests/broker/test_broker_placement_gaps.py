@@ -159,3 +159,26 @@ def test_a_broker_whose_skypilot_catalog_has_no_rows_prices_from_the_snapshot(tm
     vms.write_text(HEADER)
     assert len(broker_offers._price_table(("aws",))) > 200
     assert f"price catalog {vms} has no rows after its header" in caplog.text
+
+
+def test_the_placement_names_the_any_of_alternative_it_was_made_from(broker):
+    """The engine's placement carries the index of the ``any_of`` entry placed (``alternative``), which the SkyPilot
+    launcher launches with that entry's own settings: here the second, the only one whose zone is open."""
+    from broker.engine.schedule import Place, schedule
+    from broker.offers import market
+
+    client, settings, store = broker(2, 2)
+    task = {"run": "echo hi", "broker": {"budget_usd": 50},
+            "resources": {"any_of": [{"infra": "aws/us-east-1/sim-0", "disk_size": 50},
+                                     {"infra": "aws/us-east-1/sim-1", "disk_size": 600}]}}
+    r = client.post("/v1/jobs", json=task, headers=AUTH)
+    assert r.status_code == 201, r.text
+    job = store.get_job(r.json()["id"])
+    full = market(settings, [])
+    (first,) = schedule([job], full, now=job.submitted_at + 1)
+    assert isinstance(first, Place) and (first.placement["location"], first.placement["alternative"]) == ("sim-0", 0)
+    only_one = type(full)(offers=tuple(o for o in full.offers if o.location == "sim-1"),
+                          free_capacity=full.free_capacity, free_slots=full.free_slots)
+    (second,) = schedule([job], only_one, now=job.submitted_at + 1)
+    assert isinstance(second, Place), second
+    assert (second.placement["location"], second.placement["alternative"]) == ("sim-1", 1), second.placement
