@@ -114,6 +114,11 @@ HANG_HINT = ("Usually a node, a GPU or the network between them that hung, so th
              "resume it. If it stops at the same step again, the code is the likelier cause: one process working "
              "alone for longer than the timeout (evaluation or saving on rank 0 only), or processes that call "
              "different collectives; give init_process_group a longer timeout, or let every process take part.")
+HF_OFFLINE_HINT = ("Not the network: the job runs with Hugging Face's offline mode on (HF_HUB_OFFLINE=1 or "
+                   "TRANSFORMERS_OFFLINE=1 in its environment, or local_files_only=True in the code), so it reads only "
+                   "the cache, and a resume fails the same way. Download the model into the cache the job reads "
+                   "(HF_HOME) before it runs, point it at a local copy, or unset HF_HUB_OFFLINE; then resume with "
+                   "--force.")
 SHM_HINT = "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers."
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
@@ -186,6 +191,16 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "rendezvous).", RENDEZVOUS_HINT,
        r"\b(?:Dist(?:Network|Store)Error|Rendezvous(?:Timeout|Connection|Closed)Error)\b"
        r"(?![^\n]*(?:EADDRINUSE|Address already in use))"),
+    # Hugging Face's offline mode (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1, or local_files_only=True) and a model or
+    # file not in the node's cache: the job's own setting, which a resume meets again. transformers then says "We
+    # couldn't connect to 'https://huggingface.co' to load the files" (below: a network failure), chained to
+    # huggingface_hub's "…outgoing traffic has been disabled…" or "…: offline mode is enabled. To disable it, please
+    # unset the `HF_HUB_OFFLINE` environment variable." (OfflineModeIsEnabled; older versions say "Offline mode is
+    # enabled. Tried to reach …"): one traceback, read as one line, where this rule comes first
+    _r("hf_offline", "A Hugging Face model or file was not in the node's cache, and offline mode "
+       "(HF_HUB_OFFLINE, or local_files_only) kept it from being downloaded{at_step}.", HF_OFFLINE_HINT,
+       r"outgoing traffic has been disabled|\boffline mode is enabled\b|\bOfflineModeIsEnabled\b"
+       r"|unset the `?HF_HUB_OFFLINE`?"),
     # transient failures of a server or the network while fetching data, weights or packages; a 404 or a package
     # that does not exist is the job's (data_not_found, or the code's error)
     _r("network_error", "A server or the network failed{at_step}: {said_net}.", NETWORK_HINT,
@@ -296,13 +311,19 @@ _STEP = re.compile(r"(?:\b(?:global_)?step|\biter(?:ation)?|\bnum_updates)['\"]?
 # fetches (files, checkpoint shards, a dataset's map) or prepares a dataset (HF datasets' "Generating train split",
 # run_clm.py's "Grouping texts in chunks of 1024", TRL's "Packing train dataset"), or evaluates, nor a script's bar
 # over its epochs ("Epoch:  30%|███       | 3/10", where Lightning's "Epoch 0:" names the epoch its batches are of)
-_BAR = re.compile(r"^(?P<what>[^\n|]*)\|[^\n|]*\| *(\d+)/\d+ \[\d(?P<rest>[^\n]*)", re.M)
+_BAR = re.compile(r"^(?P<what>[^\n|]*)\|[^\n|]*\| *(\d+)/(?P<total>\d+) \[\d(?P<rest>[^\n]*)", re.M)
 _NOT_TRAINING_BAR = re.compile(r"fetch|load|download|upload|file|shard|\bmap\b|filter|token|eval|valid|predict|test"
                                r"|dataset|generat|extract|resolv|checksum|saving|group|chunk|pack|convert|\bsplit"
                                r"|\bepochs?\b(?!\s*\d)", re.I)
 # tqdm draws a bar below another (its position 1, as HF Trainer's evaluation bar under its training bar, or
 # Lightning's validation bar) and moves the cursor back up after it: "\n\r 45%|████▌     | 45/100 [00:05<00:06]\x1b[A"
 _CURSOR_UP = "\x1b[A"
+# HF Trainer's evaluation, where its logging is at INFO (the example scripts, log_level="info"): "***** Running
+# Evaluation *****" before its bar, and its metrics after it ("{'eval_loss': 1.91, …}", or trainer.log_metrics's
+# "***** eval metrics *****" then "  eval_loss = 1.91"); a log collector that strips escape codes leaves only these
+_EVAL_START = re.compile(r"\*{3,} *Running (?:Evaluation|Prediction|eval\w*|predict\w*|test\w*|validation)\b[^\n]*", re.I)
+_EVAL_END = re.compile(r"['\"](?:eval|test|predict)_\w+['\"] *:|^ *(?:eval|test|predict)_\w+ *=|\*{3,} *Running training\b",
+                       re.I | re.M)
 # Lightning's bar counts the batches of its epoch: only the first epoch's count is the step
 _LATER_EPOCH = re.compile(r"\bEpoch\s+0*[1-9]", re.I)
 _BATCH = re.compile(r"\bbatch[_ ]size[ =:]+(\d+)", re.I)
@@ -311,13 +332,30 @@ _BATCH = re.compile(r"\bbatch[_ ]size[ =:]+(\d+)", re.I)
 def last_step(log_tail: str) -> int | None:
     """The last training step the log shows: a step or iteration it names, or a training progress bar's count.
     A bar drawn below another (tqdm's cursor-up after it) is not read while the log shows a training bar above it:
-    HF Trainer draws its evaluation bar, which has no description, there, and its count is not the step."""
+    HF Trainer draws its evaluation bar, which has no description, there, and its count is not the step. Where a
+    log collector stripped the escape codes, the evaluation bar is known otherwise: drawn between "***** Running
+    Evaluation *****" and its metrics (``'eval_loss':``), or, without those, a bar of another total drawn while the
+    training bar was unfinished (HF's at 1200/3000, then 45/100: the evaluation's batches), until the training bar
+    is drawn again. A bar that starts after the one before it finished (an epoch's bar, then the next's) is read."""
     text = log_tail.replace("\r", "\n")  # a progress bar redraws itself after a carriage return
     found = [(m.start(), m.group(1)) for m in _STEP.finditer(text)]
-    bars = [(m.start(), m.group(2), _CURSOR_UP in m.group("rest")) for m in _BAR.finditer(text)
-            if not _NOT_TRAINING_BAR.search(m.group("what")) and not _LATER_EPOCH.search(m.group("what"))]
-    outer = any(not below for _, _, below in bars)
-    found += [(at, count) for at, count, below in bars if not (below and outer)]
+    evaluating = []  # (start, end) of each evaluation the log announced
+    for start in _EVAL_START.finditer(text):
+        end = _EVAL_END.search(text, start.end())
+        evaluating.append((start.start(), end.start() if end else len(text)))
+    bars = [(m.start(), m.group(2), int(m.group("total")), _CURSOR_UP in m.group("rest"))
+            for m in _BAR.finditer(text)
+            if not _NOT_TRAINING_BAR.search(m.group("what")) and not _LATER_EPOCH.search(m.group("what"))
+            and not any(start <= m.start() < end for start, end in evaluating)]
+    outer = any(not below for _, _, _, below in bars)
+    training: tuple[int, bool] | None = None  # the training bar's total, and whether it was unfinished
+    for at, count, total, below in bars:
+        if below and outer:
+            continue
+        if training is not None and total != training[0] and training[1]:
+            continue  # drawn below the unfinished training bar, its escape codes stripped
+        training = (total, int(count) < total)
+        found.append((at, count))
     return int(max(found)[1]) if found else None
 
 
@@ -389,10 +427,50 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
         facts.setdefault("message", "")
         facts.setdefault("op", "")
         facts.setdefault("timeout", "its timeout")
-        return Diagnosis(rule.cls, _fill(rule.sentence, facts), _fill(rule.hint, facts),
+        sentence, hint = _fill(rule.sentence, facts), _fill(rule.hint, facts)
+        sentence, hint = _background_said(rule, match, log_tail, ending, sentence, hint)
+        return Diagnosis(rule.cls, sentence, hint,
                          rule.cls in INFRASTRUCTURE if rule.infrastructure is None else rule.infrastructure, step,
                          {k: v for k, v in facts.items() if v is not None})
     return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
+
+
+BACKGROUND_HANG_HINT = ("If the job waited on that {kind} (it fed the data, or filled a queue the training loop "
+                        "reads), that is the cause, and a resume stops the same way: fix it first. ")
+
+
+def _background_said(rule: Rule, match: re.Match | None, log_tail: str, ending: Ending, sentence: str,
+                     hint: str) -> tuple[str, str]:
+    """The sentence and hint, with what a thread of the job that died of an exception (:data:`_BACKGROUND`) says.
+
+    A thread's traceback is not how a process ended: its main thread goes on, or waits on it forever. So before a
+    hang (a collective's timeout; the node lost, as a job silent past its heartbeat is) the hang stays the
+    diagnosis, resumed as one, and the thread's death is told as what to look at first: a thread that fed the
+    training loop stalls it again after a resume. Before, its exception was named as the cause of the failure, and
+    a hang on a node (a logging thread that died long before, say) needed --force to resume. Only when nothing else
+    explains the end (the job's own exception rule matched the thread's line, and nothing after it) is the thread's
+    exception the diagnosis: then it is named as the thread's, not the script's."""
+    if rule.hint == HANG_HINT or rule.cls == "node_lost":
+        deaths = _background_deaths(_readable(ending.log_tail))
+        if deaths:
+            died = deaths[-1]
+            on = f" on rank {died.rank}" if died.rank is not None else ""
+            kind = died.who.split(" ", 1)[0]
+            return (f"{sentence.rstrip('.')}. Before that, the job's {died.who} died{on}: {died.said}.",
+                    BACKGROUND_HANG_HINT.format(kind=kind) + hint)
+        return sentence, hint
+    if match is not None and rule.sentence.startswith("The training script raised"):
+        places = _Places(log_tail)
+        if places.of(match) in places.background:
+            header = _last_match(_BACKGROUND_LINES, log_tail[:match.start()])
+            if header is not None:
+                who = header.group("thread") or header.group("started") or header.group("process")
+                kind = "process" if header.group("process") else "thread"
+                sentence = sentence.replace("The training script raised",
+                                            f"The training script's {kind} {who!r} raised", 1)
+                hint = (f"{hint} Only its {kind} died of it, and the script went on without it: what ended the "
+                        f"job after that is not in the log.")
+    return sentence, hint
 
 
 def _applies(rule: Rule, ending: Ending) -> bool:
@@ -466,6 +544,52 @@ _TEARDOWN_SIGNALS = frozenset({signals.SIGSEGV.value, signals.SIGABRT.value})
 _TEARDOWN_EXIT_CODES = frozenset(128 + s for s in _TEARDOWN_SIGNALS)
 
 
+# What Python prints before the traceback of a thread other than the main one (threading.excepthook; _thread's
+# "Unhandled exception in thread started by …") or of a multiprocessing.Process of the job's own, as it dies: the
+# main thread goes on (or waits on it), and the process does not end of it
+_BACKGROUND = re.compile(r"^(?:\[(?:default)?rank(?P<rank>\d+)\]: ?)?(?:Exception in thread (?P<thread>.+?)"
+                         r"|Unhandled exception in thread started by (?P<started>.+?)|Process (?P<process>[\w.-]+)):?\s*$")
+_BACKGROUND_LINES = re.compile(_BACKGROUND.pattern, re.M)
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::\s|:?$)")  # "ValueError: bad record 5", "StopIteration"
+
+
+@dataclass(frozen=True)
+class _Died:
+    """A thread (or process) of the job's own that died of an exception: its name, rank, and exception line."""
+
+    who: str
+    rank: str | None
+    said: str
+
+
+def _background_deaths(log_tail: str) -> list[_Died]:
+    """The threads (and processes of the job's own) that died of an exception in the log, in order (every rank's:
+    a peer's thread, dead, may be what the others waited on)."""
+    lines = log_tail.split("\n")
+    deaths = []
+    for n, line in enumerate(lines):
+        header = _BACKGROUND.match(line.strip("\r"))
+        if header is None or n + 1 >= len(lines):
+            continue
+        rank = header.group("rank")
+        prefix = re.compile(rf"^\[(?:default)?rank{rank}\]: ?" if rank else r"^")
+        body = [prefix.sub("", each) for each in lines[n + 1:n + 400]
+                if not rank or prefix.match(each)]
+        if not body or not body[0].strip().endswith(_TRACEBACK):
+            continue
+        said = ""
+        for each in body[1:]:  # its exception line; another process's lines may come between (one pipe, no prefix)
+            if _EXCEPTION_LINE.match(each) and each.strip() not in _CHAINED:
+                said = each.strip()
+                break
+        if said:
+            who = header.group("thread") or header.group("started") or header.group("process")
+            kind = "process" if header.group("process") else "thread"
+            deaths.append(_Died(f"{kind} {who!r}" if kind == "process" or header.group("thread")
+                                else f"thread started by {who}", rank, _clip(said, 160)))
+    return deaths
+
+
 class _Places:
     """Where a match is in the log, as a number that grows down it: the number of its line, except that the lines of
     one Python traceback (its frames and exception line, and what is chained to it: the tracebacks after "During
@@ -480,13 +604,17 @@ class _Places:
         self.places: list[int] = []
         self.end = 0  # the place of the last line that is not blank
         self.failure: int | None = None  # the place of the last traceback that reached its exception line
+        # the places of tracebacks a thread other than the main one printed (:data:`_BACKGROUND`), as it died: not
+        # how the process ended (``failure`` is never one), the main thread went on without it
+        self.background: set[int] = set()
         self.went_on = False  # whether a line after that exception line shows progress (the job caught it)
         first, block = -1, 0  # the first line of the last traceback (or chain of them), and its place
         seen = -1  # the last line that is not blank
         before = -1  # the last line that is not blank before that traceback
         state = ""  # "frames": a traceback's, before its exception line; "chained": after "During handling …"
         offset = 0
-        for n, line in enumerate(text.split("\n")):
+        text_lines = text.split("\n")
+        for n, line in enumerate(text_lines):
             self.starts.append(offset)
             offset += len(line) + 1
             bare = line.strip()
@@ -496,6 +624,8 @@ class _Places:
                     self.places[first:] = [block] * (n - first)  # what its message printed before is the same failure
                 else:
                     first, block, before = n, n, seen
+                    if seen >= 0 and _BACKGROUND.match(text_lines[seen]):
+                        self.background.add(block)
                 state = "frames"
             elif bare in _CHAINED and first >= 0:
                 self.places[first:] = [block] * (n - first)
@@ -506,7 +636,8 @@ class _Places:
                     if bare.startswith(_CHILD_FAILED) and before >= 0:
                         first, block = before + 1, self.places[before]
                         self.places[first:] = [block] * (n - first)
-                    self.failure, self.went_on = block, False
+                    if block not in self.background:
+                        self.failure, self.went_on = block, False
             elif not (state == "chained" and not bare):
                 state, inside = "", False
                 if self.failure is not None and not self.went_on and _PROGRESS.search(line):
@@ -568,7 +699,8 @@ def _root_cause(log_tail: str) -> str:
             by_rank.setdefault(m.group(1), []).append(m.group(2))
     root = _last_match(_ROOT_CAUSE, log_tail)
     order = sorted(by_rank, key=lambda r: (root is None or r != root.group(1), int(r)))
-    failed = [r for r in order if _OWN_FAILURE.search(said := "\n".join(by_rank[r])) and not _LOST_PEER.search(said)]
+    failed = [r for r in order if _OWN_FAILURE.search(said := _without_background("\n".join(by_rank[r])))
+              and not _LOST_PEER.search(said)]
     # a rank whose collective timed out waited on another: a rank that failed of its own otherwise is the cause
     # (torchrun names the rank it saw fail first on its node: on a node of its own, the one that waited)
     waited = {r for r in failed if _HANG.search("\n".join(by_rank[r]))}
@@ -582,6 +714,17 @@ def _root_cause(log_tail: str) -> str:
         lines.append(line)
     text = _LAUNCHER_ERROR.sub("", "\n".join(lines))
     return _OTHER_FAILURES.sub("", text) if failed else text
+
+
+def _without_background(text: str) -> str:
+    """``text`` without the tracebacks of threads that died (:data:`_BACKGROUND`): a thread's death is not how its
+    process failed."""
+    places = _Places(text)
+    if not places.background:
+        return text
+    lines = text.split("\n")
+    return "\n".join(line for line, place in zip(lines, places.places)
+                     if place not in places.background and not _BACKGROUND.match(line))
 
 
 # `accelerate launch` (one process) runs the script as its child and, when it exits non-zero, raises this of its own
