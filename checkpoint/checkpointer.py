@@ -39,6 +39,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -789,8 +790,10 @@ def _load_into(target: Any, saved: Any) -> Any:
             return (isinstance(value, serialization.Pending) and serialization.is_tensor(live.get(name))
                     and not name.rpartition(".")[2] == "_extra_state")
 
-        serialization.load_state(target, {k: v.lazy() if lazy(k, v) else snapshot.materialize(v)
-                                          for k, v in saved.items()})
+        given = OrderedDict((k, v.lazy() if lazy(k, v) else snapshot.materialize(v)) for k, v in saved.items())
+        if getattr(saved, "_metadata", None) is not None:  # torch's module versions: load_state_dict reads them
+            given._metadata = saved._metadata
+        serialization.load_state(target, given)
         return module.state_dict()
     saved = snapshot.materialize(saved)
     serialization.load_state(target, saved)

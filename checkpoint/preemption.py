@@ -24,7 +24,10 @@ holds the exit back; only while no checkpointer has been written with yet is the
 the one that counts. Before, only the newest heard SIGTERM: a reader opened after the run's checkpointer
 took the notice, and the training loop's ``due()`` never saw it. A notice installed after another one heard a
 notice (the run's checkpointer made after a reader took the SIGTERM, the script still loading its data) has that
-notice too, from the time it came (:meth:`PreemptionNotice._inherit`).
+notice too, from the time it came (:meth:`PreemptionNotice._inherit`) — whether the one that heard it is still open
+or was closed since (a reader of pretrained weights closed once they loaded): the first notice an installed one
+heard is the process's (:data:`_process_notice`), kept until the process exits. Before, a notice heard by a
+checkpointer closed before the run's was made was lost with it: the run trained on until the VM went away.
 
 Closed from another thread (training in a thread of its own), a notice cannot put the old handler back:
 ``signal.signal`` and ``signal.set_wakeup_fd`` are the main thread's. It is *detached* instead — the
@@ -74,6 +77,27 @@ IDLE_CAP_S = 20.0
 #: it on to all of them (:func:`_signal_all`).
 _chain: list[PreemptionNotice] = []
 _chain_lock = threading.RLock()  # a SIGTERM passed on to every notice, and the decisions made across them
+#: The first notice an installed notice heard in this process (the notice itself, as it was when heard: its time,
+#: source, grace), whatever became of that notice since (closed): a notice installed later has it too
+#: (:meth:`PreemptionNotice._inherit`). It ends with the process: the exit after the notice's save
+#: (:func:`exiting`), or a forced one; a forked child starts without it.
+_process_notice: dict | None = None
+
+
+def _remember(notice: PreemptionNotice) -> None:
+    """``notice``, installed, just heard its first notice: the process's, if it is the first."""
+    global _process_notice
+    with _chain_lock:
+        if _process_notice is None and notice.noticed_at is not None:
+            _process_notice = {"noticed_at": notice.noticed_at, "source": notice._source,
+                               "signalled": notice._signalled, "notice_grace": notice._notice_grace}
+
+
+def _forget() -> None:
+    """The process exits (or, in a test, stands for one that did): its notice is spent."""
+    global _process_notice
+    with _chain_lock:
+        _process_notice = None
 
 
 def _hard_exit(code: int) -> None:
@@ -199,30 +223,36 @@ class PreemptionNotice:
         self._watchdog = threading.Thread(target=self._watch, args=(reader,), name="checkpoint-preemption",
                                           daemon=True)
         with _chain_lock:
-            self._inherit([n for n in _listening() if n.noticed_at is not None])
+            self._inherit([n for n in _listening() if n.noticed_at is not None], _process_notice)
             self._watchdog.start()
             self._installed = True
             _chain.append(self)
         return True
 
-    def _inherit(self, heard: list[PreemptionNotice]) -> None:
-        """A notice that came before this one was installed (``heard``: the installed notices that have one) is this
+    def _inherit(self, heard: list[PreemptionNotice], process: dict | None = None) -> None:
+        """A notice that came before this one was installed (``heard``: the installed notices that have one;
+        ``process``: :data:`_process_notice`, the first an installed one heard, open or closed since) is this
         one's too: a checkpointer made after a SIGTERM that a reader opened earlier took (its pretrained weights
-        loading when the notice came) saves at its first ``due()``, and its exit waits for it. Before, it knew
-        nothing of the notice: the loop trained on and the reader's deadline killed the process without the
-        notice's checkpoint. The deadline still counts from when the notice came."""
-        if not heard or self.noticed_at is not None:
+        loading when the notice came, and the reader perhaps closed since) saves at its first ``due()``, and its
+        exit waits for it. Before, it knew nothing of the notice: the loop trained on and the reader's deadline
+        killed the process without the notice's checkpoint (or, the reader closed, the VM went away with the run
+        still training). The deadline still counts from when the notice came."""
+        notices = [{"noticed_at": n.noticed_at, "source": n._source, "signalled": n._signalled,
+                    "notice_grace": n._notice_grace} for n in heard]
+        if process is not None:
+            notices.append(process)
+        if not notices or self.noticed_at is not None:
             return
-        first = min(heard, key=lambda n: n.noticed_at)
+        first = min(notices, key=lambda n: n["noticed_at"])
         with self._lock:
-            self.noticed_at, self._source = first.noticed_at, first._source
-            self._signalled = any(n._signalled for n in heard)
-            grace = [n._notice_grace for n in heard if n._notice_grace is not None]
+            self.noticed_at, self._source = first["noticed_at"], first["source"]
+            self._signalled = any(n["signalled"] for n in notices)
+            grace = [n["notice_grace"] for n in notices if n["notice_grace"] is not None]
             if grace:
                 self._notice_grace = min(grace)
                 self.grace_s = min(self.grace_s, self._notice_grace)
         log.warning("a preemption notice came before this checkpointer was made (%.1f s ago): saving at the next "
-                    "step, exiting within %.0f s", self._clock() - first.noticed_at, self.seconds_left() or 0.0)
+                    "step, exiting within %.0f s", self._clock() - first["noticed_at"], self.seconds_left() or 0.0)
 
     def uninstall(self) -> None:
         """Stop handling SIGTERM and put the previous handler back. Off the main thread, where that cannot be
@@ -264,6 +294,8 @@ class PreemptionNotice:
         """
         with self._lock:  # the signal watchdog and the notice pollers may call at once
             heard = self._hear(source, grace_s)
+        if heard == "new" and self._installed:
+            _remember(self)
         _act([(self, heard)])
 
     def _hear(self, source: str, grace_s: float | None) -> str:
@@ -382,6 +414,7 @@ class PreemptionNotice:
                         f", none of {', '.join(unsaved)}" if unsaved else "")
         else:
             log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)
+        _forget()
         self._force_exit(self.exit_code)
 
 
@@ -424,6 +457,7 @@ def exiting() -> None:
     with _chain_lock:
         for notice in _chain:
             notice._stood_down = True
+        _forget()
 
 
 def _signal_all(receiver: PreemptionNotice) -> None:
@@ -432,6 +466,9 @@ def _signal_all(receiver: PreemptionNotice) -> None:
     with _chain_lock:
         members = _listening() or [receiver]
         heard = [(n, n._hear("signal", None)) for n in members]
+        for notice, what in heard:
+            if what == "new":
+                _remember(notice)
     _act(heard)
 
 
@@ -443,6 +480,7 @@ def _act(heard: list[tuple[PreemptionNotice, str]]) -> None:
         leader = _governing(notices) or notices[0]
     if "again" in outcomes:
         log.warning("second preemption notice: exiting now")
+        _forget()
         leader._force_exit(leader.exit_code)
     elif "new" in outcomes:
         log.warning("preemption notice: saving at the next step, exiting within %.0f s", leader.seconds_left() or 0.0)
@@ -504,6 +542,7 @@ def _after_fork_in_child() -> None:
             for notice in _chain:
                 notice._forget_after_fork()
             _chain.clear()
+        _forget()  # the parent's notice: this process is no preemption's to handle
     finally:
         _unblock_after_fork()
 

@@ -15,6 +15,7 @@ import json
 import platform
 import sys
 import warnings
+from collections import OrderedDict as _OrderedDict
 from typing import Any
 
 from checkpoint.errors import CheckpointWarning
@@ -72,7 +73,11 @@ def load_state(target: Any, saved: Any) -> None:
     if (torch is not None and isinstance(target, torch.nn.Module) and isinstance(saved, dict) and saved
             and all(isinstance(k, str) and k.startswith("module.") for k in saved)
             and not all(k.startswith("module.") for k in target.state_dict())):
-        saved = {k[len("module."):]: v for k, v in saved.items()}
+        metadata = getattr(saved, "_metadata", None)
+        saved = _OrderedDict((k[len("module."):], v) for k, v in saved.items())
+        if metadata is not None:  # torch's module versions, by prefix: "module.0" is "0" now, "module" the root
+            saved._metadata = _OrderedDict(("" if k == "module" else k.removeprefix("module."), v)
+                                           for k, v in metadata.items() if k == "module" or k.startswith("module."))
     target.load_state_dict(saved)
 
 

@@ -21,6 +21,15 @@ An earlier version of this library ignores both lists, and reads a 0-d array of 
 ``dict`` in the same order — never something else (a tag inside the tree would have come back to it as a dict).
 Before, a scalar came back as a Python number (``np.float32(0.1)`` as the float64 ``0.10000000149011612``, and
 arithmetic on it in float64 from then on) and an ``OrderedDict`` as a ``dict``.
+
+A module's ``state_dict()`` carries torch's ``_metadata`` (each submodule's ``_version``, by its prefix), which
+``load_state_dict`` hands to each module's ``_load_from_state_dict``: a module that changed how it stores its state
+(BatchNorm's version 2 added ``num_batches_tracked``; a model of the script's own that migrates older layouts)
+converts a checkpoint of an older version by it. It is kept under ``metadata`` in ``state.json`` (the
+``OrderedDict``'s place in the tree, and the metadata), and comes back as the restored ``OrderedDict``'s
+``_metadata``, so ``load_state_dict`` sees the versions that were saved. Before, it was lost: every module took the
+checkpoint for one of no version, and one that migrates by it converted the state it had just saved. An earlier
+version of this library ignores the list.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ class Captured:
     pickled: list[str] = field(default_factory=list)  # where each object is, and its type, for messages
     scalars: dict[str, set[str]] = field(default_factory=dict)  # file name → names that are numpy scalars
     ordered: list[dict[str, Any]] = field(default_factory=list)  # the nodes of ``tree`` that were OrderedDicts
+    # the nodes of ``tree`` whose OrderedDict had torch's ``_metadata`` (a module's state_dict), and it, encoded
+    metadata: list[tuple[dict[str, Any], Any]] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
@@ -69,6 +80,9 @@ class Captured:
             doc["scalars"] = {k: sorted(v) for k, v in self.scalars.items()}
         if self.ordered:
             doc["ordered"] = _paths(self.tree, {id(node) for node in self.ordered})
+        if self.metadata:
+            where = _where(self.tree, {id(node) for node, _ in self.metadata})
+            doc["metadata"] = [[where[id(node)], meta] for node, meta in self.metadata if id(node) in where]
         out: dict[str, list[Any]] = {layout.STATE: [json.dumps(doc, allow_nan=True).encode()]}
         for filename, group in self.tensors.items():
             out[filename] = serialization.encode_tensors(group)
@@ -136,6 +150,9 @@ class _Encoder:
                                      for k, v in obj.items()]}
             if isinstance(obj, OrderedDict):
                 self._captured.ordered.append(node)
+                meta = getattr(obj, "_metadata", None)  # torch's, on a module's state_dict (load_state_dict reads it)
+                if isinstance(meta, Mapping):
+                    self._captured.metadata.append((node, self._plain(meta, f"{where}._metadata")))
             return node
         if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
             return {"__tuple__": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
@@ -146,6 +163,22 @@ class _Encoder:
         if is_stateful(obj):  # a DDP-wrapped model is saved as the model inside: see unwrap_parallel
             return self.encode(serialization.unwrap_parallel(obj).state_dict(), where)
         return self._pickle(obj, where)
+
+    def _plain(self, obj: Any, where: str) -> Any:
+        """``obj`` (a state dict's ``_metadata``: prefixes → ``{"version": 2}``) as JSON, copied now; a value JSON
+        cannot hold (torch puts none there) is refused as :meth:`encode` refuses what it cannot save."""
+        if obj is None or type(obj) in _PLAIN:
+            return obj
+        if isinstance(obj, Mapping) and all(isinstance(k, str) for k in obj):
+            return {k: self._plain(v, f"{where}[{k!r}]") for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self._plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        if serialization.is_numpy_scalar(obj):
+            return serialization.numpy_scalar_value(obj)
+        if isinstance(obj, (bool, int, float, str)):
+            return obj
+        raise TypeError(f"{where}: a {type(obj).__name__} in a state dict's _metadata cannot be checkpointed "
+                        f"(numbers, strings, lists and dicts of them can)")
 
     def _put(self, obj: Any, where: str) -> str:
         seen = self._seen.get(id(obj))
@@ -211,24 +244,30 @@ def decode_pending(blobs: Mapping[str, Any], allow_pickle: bool = False) -> dict
     arrays = {k: set(v) for k, v in doc.get("arrays", {}).items()}
     scalars = {k: set(v) for k, v in doc.get("scalars", {}).items()}
     ordered = _nodes(doc["tree"], doc.get("ordered", []))
+    metadata = _metadata(doc["tree"], doc.get("metadata", []))
     out = {}
     for index, (key, value) in enumerate(doc["tree"].items()):
         filename = layout.tensor_file(index, key)
         blob = blobs.get(filename)
         file = (serialization.TensorFile(blob, arrays.get(filename, set()), scalars.get(filename, set()))
                 if blob is not None and blob.size else None)
-        out[key] = _decode(value, file, objects, ordered)
+        out[key] = _decode(value, file, objects, ordered, metadata)
     return out
 
 
 def _paths(tree: Any, wanted: set[int]) -> list[list[Any]]:
     """Where in ``tree`` (the encoded structure) the nodes whose ids are ``wanted`` are: each a list of dict keys
     and list indices from the top."""
-    found: list[list[Any]] = []
+    return list(_where(tree, wanted).values())
+
+
+def _where(tree: Any, wanted: set[int]) -> dict[int, list[Any]]:
+    """:func:`_paths`, by the id of the node each leads to."""
+    found: dict[int, list[Any]] = {}
 
     def walk(node: Any, path: list[Any]) -> None:
         if id(node) in wanted:
-            found.append(path)
+            found[id(node)] = path
         if isinstance(node, dict):
             for k, v in node.items():
                 walk(v, [*path, k])
@@ -243,17 +282,40 @@ def _paths(tree: Any, wanted: set[int]) -> list[list[Any]]:
 def _nodes(tree: Any, paths: Any) -> set[int]:
     """The ids of the nodes of ``tree`` (as read from ``state.json``) that ``paths`` (:func:`_paths`) lead to. A
     path that leads nowhere is passed over: the worst it costs is a ``dict`` where an ``OrderedDict`` was saved."""
-    ids = set()
-    for path in paths if isinstance(paths, list) else []:
-        node = tree
-        try:
-            for step in path:
-                node = node[step]
-        except (KeyError, IndexError, TypeError):
-            continue
-        if isinstance(node, dict):
-            ids.add(id(node))
-    return ids
+    return {id(node) for node in (_node(tree, path) for path in (paths if isinstance(paths, list) else []))
+            if node is not None}
+
+
+def _node(tree: Any, path: Any) -> dict[str, Any] | None:
+    """The dict node of ``tree`` that ``path`` leads to, or None."""
+    node = tree
+    try:
+        for step in path:
+            node = node[step]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return node if isinstance(node, dict) else None
+
+
+def _metadata(tree: Any, entries: Any) -> dict[int, Any]:
+    """The ``_metadata`` saved for nodes of ``tree`` (``state.json``'s ``metadata``: [path, metadata] pairs), by the
+    id of the node. An entry that leads nowhere, or is not a dict, is passed over: the module then loads as one of
+    no version, as before it was kept."""
+    found = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict):
+            node = _node(tree, entry[0])
+            if node is not None:
+                found[id(node)] = entry[1]
+    return found
+
+
+def _with_metadata(node: Any, meta: Any) -> Any:
+    """``node`` (an ``OrderedDict``) with ``_metadata`` as torch sets it on a state dict (an ``OrderedDict`` of
+    prefix → dict), a copy of ``meta``; other nodes as they are."""
+    if meta is not None and isinstance(node, OrderedDict):
+        node._metadata = OrderedDict((k, dict(v) if isinstance(v, dict) else v) for k, v in meta.items())
+    return node
 
 
 def materialize(tree: Any) -> Any:
@@ -261,7 +323,8 @@ def materialize(tree: Any) -> Any:
     if isinstance(tree, serialization.Pending):
         return tree.read()
     if isinstance(tree, OrderedDict):
-        return OrderedDict((k, materialize(v)) for k, v in tree.items())
+        return _with_metadata(OrderedDict((k, materialize(v)) for k, v in tree.items()),
+                              getattr(tree, "_metadata", None))
     if isinstance(tree, dict):
         return {k: materialize(v) for k, v in tree.items()}
     if isinstance(tree, list):
@@ -271,9 +334,11 @@ def materialize(tree: Any) -> Any:
     return tree
 
 
-def _decode(obj: Any, file: Any, objects: list[Any] | None, ordered: set[int] = frozenset()) -> Any:
+def _decode(obj: Any, file: Any, objects: list[Any] | None, ordered: set[int] = frozenset(),
+            metadata: dict[int, Any] | None = None) -> Any:
+    metadata = metadata or {}
     if isinstance(obj, list):
-        return [_decode(v, file, objects, ordered) for v in obj]
+        return [_decode(v, file, objects, ordered, metadata) for v in obj]
     if not isinstance(obj, dict):
         return obj
     kind = OrderedDict if id(obj) in ordered else dict
@@ -284,15 +349,18 @@ def _decode(obj: Any, file: Any, objects: list[Any] | None, ordered: set[int] = 
                 raise KeyError(f"tensor {value!r} is not in the file")
             return file.pending(value)
         if tag == "__tuple__":
-            return tuple(_decode(v, file, objects, ordered) for v in value)
+            return tuple(_decode(v, file, objects, ordered, metadata) for v in value)
         if tag == "__dict__":
-            return kind((_decode(k, file, objects, ordered), _decode(v, file, objects, ordered)) for k, v in value)
+            return _with_metadata(kind((_decode(k, file, objects, ordered, metadata),
+                                        _decode(v, file, objects, ordered, metadata)) for k, v in value),
+                                  metadata.get(id(obj)))
         if tag == "__bytes__":
             return base64.b64decode(value)
         if tag == "__pickle__":
             assert objects is not None
             return objects[value]
-    return kind((k, _decode(v, file, objects, ordered)) for k, v in obj.items())
+    return _with_metadata(kind((k, _decode(v, file, objects, ordered, metadata)) for k, v in obj.items()),
+                          metadata.get(id(obj)))
 
 
 def _whole(blob: Any) -> bytes:
