@@ -150,9 +150,18 @@ def read_trace(path: Path) -> tuple[int, list[int]]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not a spot-traces JSON file ({exc})") from None
     try:
-        gap, data = int(doc["metadata"]["gap_seconds"]), [int(x) for x in doc["data"]]
-    except (KeyError, TypeError, ValueError):
+        gap, data = doc["metadata"]["gap_seconds"], doc["data"]
+    except (KeyError, TypeError):
         raise ValueError(f"{path}: a spot-traces file needs metadata.gap_seconds and a data list of integers") from None
+    # whole JSON numbers only, as a windows file's are (:func:`window`): ``int()`` read 1.5 as 1, true as 1 and "3"
+    # as 3, so a trace written wrong was simulated as some other trace without a word
+    if not _whole(gap):
+        raise ValueError(f"{path}: metadata.gap_seconds must be a whole number of seconds > 0, got {gap!r}")
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: a spot-traces file needs metadata.gap_seconds and a data list of integers")
+    for i, x in enumerate(data):
+        if not _whole(x):
+            raise ValueError(f"{path}: data[{i}] must be a whole number (>0: spot is up), got {x!r}")
     if gap <= 0 or not data:
         raise ValueError(f"{path}: gap_seconds must be > 0 and data must not be empty")
     return gap, data
@@ -165,10 +174,16 @@ def read_windows(path: Path) -> Iterator[dict]:
     with Path(path).open() as fh:
         for n, line in enumerate(fh, 1):
             if line.strip():
-                yield _window(line, f"{path} line {n}")
+                yield window(line, f"{path} line {n}")
 
 
-def _window(line: str, where: str) -> dict:
+def _whole(x: object) -> bool:
+    """Whether ``x`` as JSON read it is a whole number: an ``int``, not a ``bool`` (``true`` is an ``int`` to Python)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def window(line: str, where: str) -> dict:
+    """One line of a windows JSONL, read and checked; ``where`` (file and line) begins each ``ValueError``."""
     try:
         w = json.loads(line)
     except json.JSONDecodeError as exc:

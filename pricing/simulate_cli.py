@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pricing.loading import _window, read_trace
+from pricing.loading import read_trace, window
 from pricing.money import (MAX_DOLLARS, MICROS_PER_DOLLAR, AmountTooLarge, DecimalComma, MoneyError, NotPlain, TooPrecise,
                            to_micros)
 from pricing.optimum import min_cost_by_tick
@@ -313,7 +313,7 @@ def run(argv: list[str] | None = None, out=None) -> list[dict]:
 
 def _read_windows(args) -> list[tuple[str, dict]]:
     """The windows of the ``--windows`` file to replay (the first ``--limit``), each with where it is (the file and
-    its line), every one read and checked by :func:`pricing.loading._window` as ``read_windows`` reads it. Lines are
+    its line), every one read and checked by :func:`pricing.loading.window` as ``read_windows`` reads it. Lines are
     decoded one by one, so that a byte that is not UTF-8 is named by its line (it was a traceback-free but nameless
     "'utf-8' codec can't decode byte 0xff")."""
     path = args.windows
@@ -332,7 +332,7 @@ def _read_windows(args) -> list[tuple[str, dict]]:
                 if not line.strip():
                     continue
                 try:
-                    found.append((where, _window(line, where)))
+                    found.append((where, window(line, where)))
                 except RecursionError:
                     raise _Refused(f"error: {where}: not JSON (lists nested too deeply to read)", "--windows") from None
                 except ValueError as exc:  # it names the file and the line

@@ -179,8 +179,8 @@ def _nested(depth: int) -> str:
     (["--windows", "{tmp}/deep.jsonl"], "{tmp}/deep.jsonl line 1: not JSON (lists nested too deeply to read)", "--windows"),
     (["--zones", "{tmp}/deep.jsonl", "--windows", "2"], "{tmp}/deep.jsonl: not a spot-traces JSON file (lists nested",
      "--zones"),
-    (["--zones", "{tmp}/infinite.json", "--windows", "2"], "{tmp}/infinite.json: a spot-traces file needs "
-     "metadata.gap_seconds and a data list of integers", "--zones"),
+    (["--zones", "{tmp}/infinite.json", "--windows", "2"], "{tmp}/infinite.json: data[1] must be a whole number "
+     "(>0: spot is up), got inf", "--zones"),
 ], ids=["a digit int() cannot read", "hours past 28 digits", "a windows file that is not UTF-8",
         "a trace file that is not UTF-8", "a windows line nested too deeply", "a trace nested too deeply",
         "Infinity among a trace's data"])
