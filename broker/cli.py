@@ -898,41 +898,45 @@ LIVE_STATES = ("queued", "placed", "launching", "running", "stopping", "cancelli
 def _listed_jobs(client, *, state: str | None, team: str | None) -> tuple[list[dict], str | None]:
     """The jobs ``broker status`` lists, newest first, and a note when some are left out (``None`` when none are).
 
-    The broker lists at most ``MAX_JOBS_LISTED`` jobs at once, newest first, with no cursor to read on; its default,
-    200, was all `broker status` showed, so `broker status | grep running` missed a job running since before the 200
-    newest. Asked for as many as it lists, and when that is full, for each state of a job that has not ended too: so
-    every job that has not ended is listed (up to as many in each state), and only ended jobs older than the newest
-    are left out — which the note says."""
+    The broker answers a page of at most ``MAX_JOBS_LISTED`` jobs at a time, newest first, with a cursor to the next.
+    With ``--state``, every job in that state is listed, page after page. Without it, the newest ``MAX_JOBS_LISTED``
+    of all jobs and every job that has not ended (each live state read to its end: a queue of 5,000 is listed whole,
+    where it was cut at the 1,000 newest); left out are only ended jobs older than those newest, a history that
+    grows without end (100,000 jobs is minutes of paging) — the note says so, and `--state succeeded` (or failed,
+    cancelled) lists them all."""
     from broker.client import MAX_JOBS_LISTED as most
 
-    jobs = client.jobs(state=state, team=team, limit=most)
-    if len(jobs) < most:
-        return jobs, None
     if state:
-        return jobs, (f"(the broker lists at most {most} jobs at once: these are the {most} newest {state} jobs; "
-                      "older ones are left out — narrow it with --team)")
-    seen, full = {j["id"] for j in jobs}, []
+        jobs, complete = client.all_jobs(state=state, team=team)
+        return jobs, None if complete else (
+            f"(this broker lists at most {most} jobs and has no cursor to read on: these are the {most} newest "
+            f"{state} jobs; older ones are left out — narrow it with --team, or upgrade the broker)")
+    first = client.jobs_page(team=team, limit=most)
+    jobs = first["jobs"]
+    if len(jobs) < most or (first.get("next_cursor", "") is None):
+        return jobs, None
+    seen, cut = {j["id"] for j in jobs}, []
     for live in LIVE_STATES:
-        more = client.jobs(state=live, team=team, limit=most)
-        if len(more) >= most:
-            full.append(live)
+        more, complete = client.all_jobs(state=live, team=team)
+        if not complete:
+            cut.append(live)
         jobs += [j for j in more if j["id"] not in seen]
         seen.update(j["id"] for j in more)
     jobs.sort(key=lambda j: j.get("submitted_at") or "", reverse=True)  # stable: the broker's order within a second
-    also = (f"; of {' and '.join(full)} jobs, more than {most}: only the {most} newest in each state are shown"
-            if full else "")
-    return jobs, (f"(the broker lists at most {most} jobs at once: shown are the {most} newest and every job that has "
-                  f"not ended; older jobs that ended are left out — narrow it with --state or --team{also})")
+    also = (f"; this broker has no cursor, so of {' and '.join(cut)} jobs only the {most} newest are shown" if cut
+            else "")
+    return jobs, (f"(shown are the {most} newest jobs and every job that has not ended; older jobs that ended are "
+                  f"left out — list them with --state (succeeded, failed, cancelled or stopped_budget){also})")
 
 
 def cmd_queue(args) -> int:
     """``/broker queue`` in Slack, here: the queued jobs by position, each with its rough start and why it waits."""
     from broker.client import MAX_JOBS_LISTED
 
-    # as many as the broker lists at once: it lists the newest first, and its default 200 left out the jobs
-    # submitted first, the next to start, from a queue of more
+    # every queued job, page by page: the broker lists the newest first, and one page left out the jobs submitted
+    # first, the next to start, from a queue of more
     with _client(args) as client:
-        jobs = client.jobs(state="queued", team=args.team, limit=MAX_JOBS_LISTED)
+        jobs, whole = client.all_jobs(state="queued", team=args.team)
     jobs.sort(key=lambda j: (j["queue_position"] is None, j["queue_position"] or 0))
     if args.json:
         _print_json(jobs)
@@ -944,7 +948,7 @@ def cmd_queue(args) -> int:
              j["budget"]["usd"], j["reason"]] for j in jobs]
     _print_table(_console(), [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
                               ("budget", "whole"), "waiting because"], rows, drop=("team", "budget"))
-    if len(jobs) >= MAX_JOBS_LISTED:
+    if not whole:
         print(f"More jobs wait than the broker lists at once ({MAX_JOBS_LISTED}): those submitted first are not shown.")
     return 0
 

@@ -257,10 +257,30 @@ class BrokerClient:
         return {**answer, "uploaded": True}
 
     def jobs(self, *, state: str | None = None, team: str | None = None, limit: int | None = None) -> list[dict]:
-        """Jobs newest first: the broker's 200 newest unless ``limit`` (at most :data:`MAX_JOBS_LISTED`; the API has
-        no cursor to read on from there)."""
-        params = {k: v for k, v in {"state": state, "team": team, "limit": limit}.items() if v}
-        return self._call("GET", "/v1/jobs", params=params)["jobs"]
+        """Jobs newest first: the broker's 200 newest unless ``limit`` (at most :data:`MAX_JOBS_LISTED` at once;
+        :meth:`jobs_page` reads on from there)."""
+        return self.jobs_page(state=state, team=team, limit=limit)["jobs"]
+
+    def jobs_page(self, *, state: str | None = None, team: str | None = None, limit: int | None = None,
+                  cursor: str | None = None) -> dict:
+        """One page of the listing: ``{"jobs": [...], "next_cursor": ...}``; pass ``next_cursor`` back as ``cursor``
+        for the next page (``None``: the last page). A broker from before cursors answers no ``next_cursor``."""
+        params = {k: v for k, v in {"state": state, "team": team, "limit": limit, "cursor": cursor}.items() if v}
+        return self._call("GET", "/v1/jobs", params=params)
+
+    def all_jobs(self, *, state: str | None = None, team: str | None = None) -> tuple[list[dict], bool]:
+        """Every job matching, newest first, read page by page along the cursor; and whether that is all of them
+        (``False`` only from a broker from before cursors, whose one page of :data:`MAX_JOBS_LISTED` was full)."""
+        jobs: list[dict] = []
+        cursor = None
+        while True:
+            page = self.jobs_page(state=state, team=team, limit=MAX_JOBS_LISTED, cursor=cursor)
+            jobs += page["jobs"]
+            if "next_cursor" not in page:
+                return jobs, len(page["jobs"]) < MAX_JOBS_LISTED
+            cursor = page["next_cursor"]
+            if not cursor:
+                return jobs, True
 
     def job(self, job_id: str) -> dict:
         return self._call("GET", _job_path(job_id))

@@ -402,10 +402,11 @@ class BrokerService:
 
     def list(self, principal: Principal, *, state: str | None = None, team: str | None = None,
              limit: int = 200, states: Sequence[JobState] | None = None,
-             active_since: float | None = None) -> list[Job]:
+             active_since: float | None = None, before: tuple[float, str] | None = None) -> list[Job]:
         """``principal``'s jobs (an admin's: any team's, or ``team``'s), newest first; ``state`` is a job state's
         name as a user typed it (checked), ``states`` a set of them from code. ``active_since``: only jobs still
-        live or last changed since then (:meth:`JobStore.list_jobs`: an ended job's last change is its end)."""
+        live or last changed since then (:meth:`JobStore.list_jobs`: an ended job's last change is its end).
+        ``before``: only jobs after this place in the order, ``(submitted_at, id)`` (a page's cursor)."""
         if state is not None and state not in {s.value for s in JobState}:
             raise Invalid("state", f"must be one of {', '.join(s.value for s in JobState)}")
         if not principal.admin:
@@ -414,7 +415,7 @@ class BrokerService:
             team = principal.team
         self.check_team(team)
         wanted = [state] if state else [s.value for s in states] if states is not None else None
-        return self.store.list_jobs(states=wanted, team=team, limit=limit, active_since=active_since)
+        return self.store.list_jobs(states=wanted, team=team, limit=limit, active_since=active_since, before=before)
 
     @staticmethod
     def may_name_host_paths(principal: Principal) -> bool:

@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker.api.probe import StoreProbe
-from broker.api.query import Text, refuse_unknown_query
+from broker.api.query import JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
 from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, WORKDIR_PACK, EventList, Health, JobList, JobOut,
                                LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
@@ -283,14 +283,21 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return _JSON(status_code=201 if created else 200, content=job_view(job),
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
-    @app.get("/v1/jobs", tags=["jobs"], **answers(JobList, 401, 403, 422))
+    @app.get("/v1/jobs", tags=["jobs"], **answers(JobPage, 401, 403, 422))
     def list_jobs(caller: Caller, state: Text = None, team: Text = None,
-                  limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict:
-        """Jobs you can see, newest first; filter by ``state`` and ``team``."""
-        jobs = service.list(caller, state=state, team=team, limit=limit)
+                  limit: Annotated[int, Query(ge=1, le=1000)] = 200, cursor: Text = None) -> dict:
+        """Jobs you can see, newest first (by submit time, then id); filter by ``state`` and ``team``.
+        ``next_cursor`` is set when more jobs follow: pass it as ``cursor`` (with the same filters) for the next
+        page, until it is ``null``. A cursor holds a place in the order, so jobs submitted meanwhile are not
+        repeated and none is skipped."""
+        before = read_cursor(cursor) if cursor is not None else None
+        jobs = service.list(caller, state=state, team=team, limit=limit + 1, before=before)
+        more = len(jobs) > limit
+        jobs = jobs[:limit]
         q = service.queue_waits()
         return {"jobs": [job_view(j, position=q.positions.get(j.id), estimated_start=q.starts.get(j.id),
-                                  waiting=q.waiting.get(j.id)) for j in jobs]}
+                                  waiting=q.waiting.get(j.id)) for j in jobs],
+                "next_cursor": job_cursor(jobs[-1].submitted_at, jobs[-1].id) if more else None}
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], **answers(JobOut, 401, 404, 422))
     def get_job(job_id: str, caller: Caller) -> dict:

@@ -20,12 +20,17 @@ not the JSON API and keep what their callers send them.
 
 # no `from __future__ import annotations`: FastAPI must see the real type of the dependency's parameter
 
+import base64
+import binascii
 import difflib
+import json
+import math
 from typing import Annotated
 
 from fastapi import Query, Request
 from fastapi.routing import APIRoute
 
+from broker.api.schema import JobList
 from broker.service import Invalid
 
 # A text query parameter, as the routes declare it: ``minLength: 1`` puts the rule above in the OpenAPI document (a
@@ -108,3 +113,44 @@ async def refuse_unknown_query(request: Request) -> None:
                or repeated_query_refusal(given) or empty_query_refusal(items))
     if refusal is not None:
         raise refusal
+
+
+# -- the job listing's cursor ------------------------------------------------------------------------------------
+
+CURSOR_MAX = 512  # characters: a cursor the broker made is well under 100
+_CURSOR_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"  # base64url, unpadded
+
+
+class JobPage(JobList):
+    """``GET /v1/jobs``: a page of jobs, and the cursor that reads the next (``null`` on the last page)."""
+    next_cursor: str | None = None
+
+
+def job_cursor(submitted_at: float, job_id: str) -> str:
+    """The cursor of the page after the job ``(submitted_at, job_id)``: opaque to a client (base64url of the
+    listing's sort key), so that what it holds can change without a client having read it."""
+    raw = json.dumps([submitted_at, job_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def read_cursor(cursor: str) -> tuple[float, str]:
+    """The ``(submitted_at, id)`` key that ``cursor`` holds, or a 422 naming ``cursor``: a cursor is only ever one
+    the broker gave as ``next_cursor``, so anything else (cut short, edited, from another API) is refused rather
+    than read as the first page again, which would list the same jobs over and over."""
+    bad = Invalid("cursor", "is not a cursor this broker gave: pass the `next_cursor` of the previous page as it "
+                            "is, or leave it out for the first page")
+    if len(cursor) > CURSOR_MAX or cursor.strip(_CURSOR_CHARS):
+        raise bad
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        key = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise bad from None
+    if not (isinstance(key, list) and len(key) == 2):
+        raise bad
+    when, job_id = key
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+        raise bad
+    if not isinstance(job_id, str) or not job_id:
+        raise bad
+    return float(when), job_id

@@ -319,12 +319,17 @@ class RedisStore:
         return None
 
     def _ids(self, *, team: str | None, states: Sequence[str] | None, active_since: float | None,
-             until: float | None = None) -> list[str]:
+             until: float | None = None, before: tuple[float, str] | None = None) -> list[str]:
         """The ids ``list_jobs`` (and ``cost_history``) may return, newest submitted first, from the indexes
-        only: in the state sets, live or updated since ``active_since``, and submitted before ``until``."""
+        only: in the state sets, live or updated since ``active_since``, submitted before ``until``, and after
+        the ``(submitted_at, id)`` key ``before`` in that order (a listing's next page)."""
         k = self.keys
         index = k.by_team(team) if team else k.all_jobs()
         if not (states or active_since is not None):
+            if before is not None:  # from the key's score down; of the jobs at that very score, the lower ids
+                top = before[0] if until is None else min(before[0], until)
+                pairs = self._r.zrevrangebyscore(index, repr(float(top)), "-inf", withscores=True)
+                return [i for i, sc in pairs if (until is None or sc < until) and (sc, i) < before]
             if until is None:
                 return self._r.zrevrange(index, 0, -1)
             return self._r.zrevrangebyscore(index, f"({until!r}", "-inf")
@@ -343,14 +348,19 @@ class RedisStore:
         candidates = sorted(wanted)
         scores = self._r.zmscore(index, candidates) if candidates else []  # None: not the team's
         return [i for sc, i in sorted(((sc, i) for i, sc in zip(candidates, scores)
-                                       if sc is not None and (until is None or sc < until)), reverse=True)]
+                                       if sc is not None and (until is None or sc < until)
+                                       and (before is None or (sc, i) < before)), reverse=True)]
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
-                  limit: int = 1000, active_since: float | None = None) -> list[Job]:
+                  limit: int = 1000, active_since: float | None = None,
+                  before: tuple[float, str] | None = None) -> list[Job]:
         """Filters are answered from the indexes (state sets, the update-time index), so only the
-        jobs that match are fetched and decoded; the team's (or all jobs') sorted set orders them."""
+        jobs that match are fetched and decoded; the team's (or all jobs') sorted set orders them, and
+        a page's key (``before``) is a range of it."""
         k = self.keys
-        ids = self._ids(team=team, states=states, active_since=active_since)
+        if before is not None:
+            before = (float(before[0]), str(before[1]))
+        ids = self._ids(team=team, states=states, active_since=active_since, before=before)
         jobs: list[Job] = []
         for start in range(0, len(ids), BATCH_IDS):  # ids are newest first: stop once ``limit`` matched
             if len(jobs) >= limit:
@@ -360,7 +370,8 @@ class RedisStore:
                 if raw:
                     job = Job.from_dict(json.loads(raw))
                     if (not states or job.state.value in states) and (
-                            active_since is None or not job.state.is_final or job.updated_at >= active_since):
+                            active_since is None or not job.state.is_final or job.updated_at >= active_since) and (
+                            before is None or (job.submitted_at, job.id) < before):
                         jobs.append(job)
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
         return jobs[:limit]

@@ -402,8 +402,14 @@ class SqliteStore:
         return Job.from_dict(json.loads(rows[0][0])) if rows else None
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
-                  limit: int = 1000, active_since: float | None = None) -> list[Job]:
+                  limit: int = 1000, active_since: float | None = None,
+                  before: tuple[float, str] | None = None) -> list[Job]:
         sql, args = "SELECT body FROM jobs WHERE 1=1", []
+        if before is not None:
+            # the next page: a row-value comparison in the listing's own order, so the index that orders it seeks
+            # straight to the key (no OFFSET re-reading the pages before)
+            sql += " AND (submitted_at, id) < (?, ?)"
+            args += [float(before[0]), str(before[1])]
         if states:
             sql += f" AND state IN ({','.join('?' * len(states))})"
             args += list(states)
