@@ -1160,6 +1160,8 @@ def cmd_costs(args) -> int:
     con.print(f"  {pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover" + (f" ({zones})" if zones else ""))
     if data.get("rounding_note"):
         con.print(f"  {data['rounding_note']}", soft_wrap=True)
+    if data.get("retention_note"):
+        con.print(f"  {data['retention_note']}", soft_wrap=True)
     return 0
 
 

@@ -326,11 +326,14 @@ def _retention_days(raw: dict[str, Any]) -> float | None:
     (an upgrade deletes nothing unasked); else at least :data:`MIN_RETENTION_DAYS`."""
     if raw.get("job_retention_days") is None:
         return None
-    days = _number(raw, "job_retention_days", 0.0)
-    if days < MIN_RETENTION_DAYS:
-        raise ConfigError(f"job_retention_days: must be at least {MIN_RETENTION_DAYS:g} (days), not "
-                          f"{raw['job_retention_days']!r}; leave it out to keep every job")
-    return days
+    value = raw["job_retention_days"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN is no number of days
+        raise ConfigError(f"job_retention_days: must be a number, not {value!r}")
+    # one message below the floor, a negative number included (-3 said "must be 0 or more", as if 0 were allowed)
+    if value < MIN_RETENTION_DAYS:
+        raise ConfigError(f"job_retention_days: must be at least {MIN_RETENTION_DAYS:g} (days), not {value!r}; "
+                          "leave it out to keep every job")
+    return float(value)
 
 
 def _clouds(env: Any, raw: dict[str, Any]) -> tuple[str, ...]:

@@ -30,6 +30,11 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   recovery time runs from its end to the start of the next attempt (still
   counting while the job waits, and stopping when the job ended if it never
   resumed); that is the time lost to it.
+* **Pruned jobs.** A job the retention policy deleted (``job_retention_days``,
+  ``broker/retention.py``) is in no report: a window that begins before the
+  retention horizon, once jobs have been pruned, has its totals short of what
+  they spent in it, and the report says so in ``retention_note``, which every
+  edge shows (:func:`retention_note`).
 """
 
 from __future__ import annotations
@@ -178,14 +183,22 @@ def _part(total: Micros, start: int, seconds: int, t: float) -> Micros:
 
 
 def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attempt | CostAttempt]], *, win: Window,
-           now: float, positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None) -> dict:
+           now: float, positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None,
+           pruned: int | None = None, retention_days: float | None = None) -> dict:
     """Everything the dashboard shows for ``team`` (``None``: all teams) in ``win``.
 
     ``jobs`` must already be limited to what the caller may see; ``attempts``
     maps job id to its attempts, oldest first; ``positions`` is the global
     queue position of each queued job, ``starts`` the rough start estimate
-    (epoch seconds) of those that have one.
+    (epoch seconds) of those that have one. ``pruned`` (how many jobs the
+    retention policy has deleted from the store) and ``retention_days``
+    (``job_retention_days``) make :func:`retention_note`; left out, they are
+    taken from ``jobs`` as :func:`gather` returns it.
     """
+    if pruned is None:
+        pruned = getattr(jobs, "pruned", None)
+    if retention_days is None:
+        retention_days = getattr(jobs, "retention_days", None)
     days = _days(win)
     day_starts, day_ends = [a for _, a, _ in days], [b for _, _, b in days]
     by_day = {d[0]: {t: 0 for t in (*TIERS, "ondemand_equivalent")} for d in days}
@@ -270,6 +283,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         },
         "rounding_note": rounding_note(spent, equiv_total, tier_total.values(),
                                        [(v["spent"], v["ondemand_equivalent"]) for v in teams.values()]),
+        "retention_note": retention_note(win, now, pruned or 0, retention_days),
         "budget_burn": [burn(j, attempts.get(j.id, ()), now) for j in jobs if j.state in RUNNING_STATES],
         "queue": sorted(
             ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
@@ -378,6 +392,27 @@ def rounding_note(spent: Micros, equivalent: Micros, tiers: Iterable[Micros],
     return ROUNDING_NOTE if off else None
 
 
+def retention_note(win: Window, now: float, pruned: int, retention_days: float | None) -> str | None:
+    """A sentence when the report's totals may leave out jobs the retention policy deleted (``job_retention_days``,
+    ``broker/retention.py``): some were (``pruned``, the store's count) and the window begins before the retention
+    horizon (``retention_days`` before ``now``), so what they spent in it is in no total; else ``None``. A window
+    within the horizon loses nothing (a pruned job ended before it began). With ``retention_days`` not known (a
+    broker without it set, sharing a store another one prunes), any prune is said, since the horizon is not known."""
+    if pruned <= 0:
+        return None
+    jobs = f"{pruned} finished job{'' if pruned == 1 else 's'}"
+    if retention_days is None:
+        return (f"{jobs} {'was' if pruned == 1 else 'were'} pruned from the store (job_retention_days): what they "
+                "spent in this window, if anything, is left out of its totals.")
+    horizon = now - retention_days * DAY
+    if win.since >= horizon:
+        return None
+    when = datetime.fromtimestamp(horizon, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"Totals leave out pruned jobs: finished jobs are deleted {retention_days:g} "
+            f"day{'' if retention_days == 1 else 's'} after they end (job_retention_days), {jobs} so far, and this "
+            f"window begins before {when}, so what they spent in it is not counted.")
+
+
 def percent(part: int, whole: int) -> int | None:
     """Whole percent, rounded down (so 79.9% of a budget never shows as 80%)."""
     return part * 100 // whole if whole > 0 else None
@@ -412,13 +447,29 @@ def _iso_out(t: float | None) -> str | None:
 # -- reading (the only impure part, kept here so every edge gathers the same way) ------------------
 
 
-def gather(store, *, team: str | None, win: Window) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+class CostJobs(list):
+    """The jobs :func:`gather` read, with what :func:`report` says of the jobs pruned (:func:`retention_note`):
+    ``pruned``, the store's count of them, and ``retention_days``. A list, so every caller that passes it on to
+    :func:`report` gets the note without passing either."""
+
+    pruned: int = 0
+    retention_days: float | None = None
+
+
+def gather(store, *, team: str | None, win: Window,
+           retention_days: float | None = None) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
     """Jobs of ``team`` (all when ``None``) that may hold cost in ``win``, and their attempts.
 
     A job that ended before the window cannot: its attempts were billed no
     later than its last update — the store leaves those out, and those
     submitted after it. Only the fields the report shows are read
     (``JobStore.cost_history``): decoding whole jobs and attempts was most of
-    a long window's time.
+    a long window's time. The jobs come as :class:`CostJobs`, with the
+    store's count of pruned jobs and ``retention_days`` (the broker's
+    ``job_retention_days``), for :func:`retention_note`.
     """
-    return store.cost_history(team=team, since=win.since, until=win.until)
+    jobs, attempts = store.cost_history(team=team, since=win.since, until=win.until)
+    out = CostJobs(jobs)
+    out.pruned = store.pruned()
+    out.retention_days = retention_days
+    return out, attempts

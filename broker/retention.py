@@ -11,7 +11,8 @@ counters do not fall.
 
 Off unless set: a broker upgraded to this version deletes nothing it kept before. Cost reports (``/v1/costs``, the
 dashboard, ``broker costs``) over a window that begins more than ``job_retention_days`` ago leave out the jobs
-pruned since; a window within it loses nothing, since a pruned job ended before it began.
+pruned since, and say so (``retention_note``, ``broker/costs.py``); a window within it loses nothing, since a pruned
+job ended before it began.
 
 Each broker that runs an engine (``broker serve`` with its engine, ``broker worker``) prunes in a thread of its own
 beside the ticks: at its start and then every :data:`PRUNE_SECONDS`, in store writes with a pause between two, so

@@ -121,7 +121,13 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.exception_handler(NotFound)
     async def _not_found(request: Request, exc: NotFound):
-        return _error(404, str(exc))
+        detail = str(exc)
+        days = settings.job_retention_days
+        if days is not None and request.url.path.startswith(("/v1/jobs/", "/v1/costs/jobs/")):
+            # a pruned job is a 404 like a mistyped id: say that it may have been deleted, and when that happens
+            detail += (f"; finished jobs are deleted {days:g} day{'' if days == 1 else 's'} after they end "
+                       "(job_retention_days), so this one may have been pruned")
+        return _error(404, detail)
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict):

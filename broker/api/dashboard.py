@@ -74,7 +74,7 @@ def router(service, settings: Settings) -> APIRouter:
         except costs.CostQueryError as exc:
             raise Invalid(exc.field, exc.reason) from None
         scope = team_for(caller, team)
-        jobs, attempts = costs.gather(service.store, team=scope, win=win)
+        jobs, attempts = costs.gather(service.store, team=scope, win=win, retention_days=settings.job_retention_days)
         q = service.queue_waits()
         body = costs.report(jobs, attempts, win=win, now=now, positions=q.positions, starts=q.starts, team=scope)
         # each queued job's reason as its own view says it (a start too late for its deadline, why no estimate), from

@@ -274,6 +274,9 @@ class CostReport(BaseModel):
     preemptions: Preemptions
     rounding_note: str | None = Field(description="a sentence when the rows shown, each rounded up on its own, do "
                                                   "not add up to the totals shown (rounded once from exact sums)")
+    retention_note: str | None = Field(
+        default=None, description="a sentence when the totals leave out jobs the retention policy deleted "
+                                  "(job_retention_days): some were, and the window begins before the retention horizon")
     budget_burn: list[BudgetBurn] = Field(description="running jobs: how fast they eat their budgets")
     queue: list[QueuedJob]
     teams: list[str]

@@ -203,8 +203,9 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     if report["top_jobs"]:
         blocks.append(section("*Most expensive*\n" + "\n".join(
             f"`{esc(j['id'])}` {esc(j['name'])} — {j['spent']['usd']}" for j in report["top_jobs"][:5])))
-    if report.get("rounding_note"):
-        blocks.append(context(report["rounding_note"]))
+    for note in ("rounding_note", "retention_note"):
+        if report.get(note):
+            blocks.append(context(report[note]))
     blocks.append(context(f"{pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover · "
                           f"<{dashboard_url}|Open the dashboard>"))
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], t['saving_percent'])}", blocks)

@@ -184,7 +184,8 @@ class Dispatcher:
         self.service.check_team(team)  # a typo'd team was an empty report, as if it had spent nothing
         now = self.service.clock()
         win = costs.window(now=now, period=cmd.period)
-        jobs, attempts = costs.gather(self.service.store, team=team, win=win)
+        jobs, attempts = costs.gather(self.service.store, team=team, win=win,
+                                      retention_days=self.service.settings.job_retention_days)
         q = self.service.queue_waits()  # the reply shows no queue: its positions and starts, as the dashboard's
         report = costs.report(jobs, attempts, win=win, now=now, positions=q.positions, starts=q.starts, team=team)
         return blocks.costs_reply(report, self.dashboard_url)

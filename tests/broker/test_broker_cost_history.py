@@ -61,12 +61,13 @@ def test_cost_records_carry_the_stored_values(store):
 
 def _without_display_fields(report: dict) -> dict:
     """``report`` less the fields added after the narrow read for people to read (``saving_percent`` on rows,
-    ``rounding_note``), which the report from before lacks (its budget burn is the shared ``costs.burn``); each
+    ``rounding_note``, ``retention_note``), which the report from before lacks (its budget burn is the shared ``costs.burn``); each
     percentage is first checked against the amounts beside it, so what is compared with the report from before is
     every amount it had. A saving's display string, rounded down since (``costs.saving``), is checked the same way
     and compared as the report from before wrote it."""
     out = {**report, "totals": _saving_as_before({**report["totals"]})}
     out.pop("rounding_note")
+    assert out.pop("retention_note") is None  # nothing pruned here
     for table in ("by_day", "by_team", "top_jobs"):
         rows = []
         for row in out[table]:

@@ -46,7 +46,7 @@ def test_job_retention_days_is_read_from_the_config_file(make_settings, config, 
 @pytest.mark.parametrize("config, message", [
     ("job_retention_days: 0\n", r"^job_retention_days: must be at least 1 \(days\), not 0; leave it out to keep"),
     ("job_retention_days: 0.5\n", r"^job_retention_days: must be at least 1 \(days\), not 0.5;"),
-    ("job_retention_days: -3\n", r"^job_retention_days: must be 0 or more, not -3$"),
+    ("job_retention_days: -3\n", r"^job_retention_days: must be at least 1 \(days\), not -3; leave it out to keep"),
     ("job_retention_days: 180d\n", r"^job_retention_days: must be a number, not '180d'$"),
     ("job_retention_days: true\n", r"^job_retention_days: must be a number, not True$"),
 ], ids=["0 is refused, not read as off", "under a day", "negative", "a duration text", "a boolean"])

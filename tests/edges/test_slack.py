@@ -252,6 +252,36 @@ def test_costs_command_matches_the_report(slack):
     assert "$0.40" in reply and "Saved $1.60 (80%)" in reply
 
 
+def test_costs_says_its_totals_leave_out_jobs_the_retention_policy_pruned(tmp_path, store, seeded, stub):
+    from dataclasses import replace
+
+    from broker.lifecycle import AttemptState, JobState
+    from broker.models import Attempt, Job
+    from broker.retention import DAY, Retention
+    from broker.store import Change
+
+    now = time.time()
+    ended = now - 60 * DAY  # a job that ran for an hour two months ago, pruned at 30 days
+    job = store.commit(Change(job=Job(id="j-pruned", name="old", team="team-a", state=JobState.QUEUED,
+                                      spec={"run": "echo"}, budget=50_000_000, priority=0,
+                                      submitted_at=ended - 7200, updated_at=ended - 7200), expected_version=None))
+    ran = Attempt(id="j-pruned-a1", job_id=job.id, n=1, state=AttemptState.SUCCEEDED, launcher="local",
+                  placement={"tier": "spot", "zone": "sim-a"}, price_per_hour=7_000_000, created_at=ended - 3600,
+                  started_at=ended - 3600, ended_at=ended, billed_until=ended, cost=7_000_000)
+    store.commit(Change(job=replace(job, state=JobState.SUCCEEDED, updated_at=ended, attempts=1, spent=7_000_000),
+                        expected_version=job.version, attempts=[ran]))
+    assert Retention(store, days=30, pause=0).prune(now) == 1
+    app = build_app(replace(slack_settings(tmp_path, stub), job_retention_days=30), store)
+    try:
+        with TestClient(app) as client:
+            quarter = text_of(command(client, "costs 90d", user="U_ADMIN").json())
+            week = text_of(command(client, "costs 7d", user="U_ADMIN").json())
+    finally:
+        app.state.notifier.close()
+    assert "Totals leave out pruned jobs" in quarter and "1 finished job so far" in quarter, quarter
+    assert "pruned" not in week, week  # a week is within the horizon: nothing pruned was in it
+
+
 def test_costs_of_a_job_id_is_that_jobs_cost_not_a_team(slack):
     # `costs j-a1` was read as a team named "j-a1": "You can see only your team's costs (team-a)", for the user's
     # own job; the cost of one job is what `broker costs <job id>` and /v1/costs/jobs/{id} show

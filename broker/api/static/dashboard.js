@@ -234,6 +234,9 @@ function render(r) {
   // rows are rounded one by one, totals once from the exact sums: said when the shown rows do not add up
   $("rounding-note").textContent = r.rounding_note || "";
   $("rounding-note").hidden = !r.rounding_note;
+  // jobs the retention policy deleted are in no total: said when the window reaches back past its horizon
+  $("retention-note").textContent = r.retention_note || "";
+  $("retention-note").hidden = !r.retention_note;
   const hottest = [...r.budget_burn].sort((a, b) => (b.percent ?? -1) - (a.percent ?? -1) || (a.id < b.id ? -1 : 1));
   fill("burn", hottest.map((b) => {
     const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });
