@@ -31,10 +31,17 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   counting while the job waits, and stopping when the job ended if it never
   resumed); that is the time lost to it.
 * **Pruned jobs.** A job the retention policy deleted (``job_retention_days``,
-  ``broker/retention.py``) is in no report: a window that begins before the
-  retention horizon, once jobs have been pruned, has its totals short of what
-  they spent in it, and the report says so in ``retention_note``, which every
-  edge shows (:func:`retention_note`).
+  ``broker/retention.py``) is listed nowhere (not in ``top_jobs``, nor its
+  preemptions), but its cost is not lost: the deletion adds each attempt's
+  cost and on-demand equivalent, split by UTC hour as above (:func:`ledger_of`:
+  ``F`` at each hour's bounds, so the hours add up exactly to a day's share),
+  to a ledger by team, tier and hour (``JobStore.pruned_costs``), and a report
+  counts the hours that begin in its window in its totals, by day, by team and
+  by tier — to the hour, where a job's own attempts count to the second. The
+  report says how much of it is there in ``retention_note``, which every edge
+  shows (:func:`retention_note`); and, for jobs pruned before the ledger was
+  kept (the store's pruned count beyond the jobs the ledger holds), that a
+  window beginning before the retention horizon has its totals short of them.
 """
 
 from __future__ import annotations
@@ -179,12 +186,48 @@ def _part(total: Micros, start: int, seconds: int, t: float) -> Micros:
     return total * elapsed // seconds
 
 
+HOUR = 3_600
+COST, ODEQ = "cost", "odeq"
+"""The two kinds of a pruned-cost ledger entry (:func:`ledger_of`): spend, and its on-demand equivalent."""
+
+
+def hour_parts(total: Micros, start: int, seconds: int) -> dict[int, Micros]:
+    """``total``, accrued evenly over ``seconds`` from ``start``, by UTC hour (its start, epoch seconds): each hour's
+    part is ``F(its end) - F(its start)`` (:func:`_part`, as the days of a report are), so the hours of a day add up
+    exactly to that day's share, and all of them to ``total``. No zero parts."""
+    first = start - start % HOUR
+    last = max(start + seconds, start + 1)  # a span of no seconds falls in the hour it starts in, as F says
+    out: dict[int, Micros] = {}
+    below = _part(total, start, seconds, first)
+    for h in range(first, last, HOUR):
+        above = _part(total, start, seconds, h + HOUR)
+        if above != below:
+            out[h] = above - below
+        below = above
+    return out
+
+
+def ledger_of(job: Job, attempts: Iterable[Attempt]) -> dict[tuple[str, str, str, int], Micros]:
+    """What a pruned job leaves in the pruned-cost ledger (``JobStore.prune``, :func:`report`): each attempt's cost
+    (``COST``) and on-demand equivalent (``ODEQ``), by (kind, team, tier, UTC hour), split over hours as a report
+    splits them over days. Exact: the hours of one attempt add up to its cost, and to its equivalent. No zeros."""
+    out: dict[tuple[str, str, str, int], Micros] = {}
+    for att in attempts:
+        tier = tier_of(att)
+        start, seconds = billed_span(att)
+        for kind, total in ((COST, att.cost), (ODEQ, ondemand_equivalent(att, job))):
+            for h, part in hour_parts(total, start, seconds).items():
+                key = (kind, job.team, tier, h)
+                out[key] = out.get(key, 0) + part
+    return {k: v for k, v in out.items() if v}
+
+
 # -- the report ------------------------------------------------------------------------------------
 
 
 def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attempt | CostAttempt]], *, win: Window,
            now: float, positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None,
-           pruned: int | None = None, retention_days: float | None = None) -> dict:
+           pruned: int | None = None, retention_days: float | None = None, ledger=None) -> dict:
     """Everything the dashboard shows for ``team`` (``None``: all teams) in ``win``.
 
     ``jobs`` must already be limited to what the caller may see; ``attempts``
@@ -193,10 +236,18 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     (epoch seconds) of those that have one. ``pruned`` (how many jobs the
     retention policy has deleted from the store) and ``retention_days``
     (``job_retention_days``) make :func:`retention_note`; left out, they are
-    taken from ``jobs`` as :func:`gather` returns it.
+    taken from ``jobs`` as :func:`gather` returns it. So is ``ledger``
+    (:class:`~broker.store.base.PrunedCosts`): what the jobs pruned cost, by
+    team, tier and UTC hour; its buckets whose hour begins in the window count
+    in the totals, by day, by team and by tier (its ``pruned`` stands for
+    ``pruned`` when that is not given).
     """
+    if ledger is None:
+        ledger = getattr(jobs, "ledger", None)
     if pruned is None:
         pruned = getattr(jobs, "pruned", None)
+    if pruned is None and ledger is not None:
+        pruned = ledger.pruned
     if retention_days is None:
         retention_days = getattr(jobs, "retention_days", None)
     days = _days(win)
@@ -238,6 +289,22 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
                 preemptions.append(_preemption(job, att, tries[i + 1] if i + 1 < len(tries) else None, now))
         if tries:
             per_job.append((job, job_cost, job_equiv, len(tries)))
+    pruned_spent = 0
+    for who, tier, hour, cost, equiv in (ledger.buckets if ledger is not None else ()):
+        # the hour's start is in the window, and so in one of its UTC days (hours align with days)
+        if not (win.since <= hour < win.until) or (team is not None and who != team):
+            continue
+        tier = tier if tier in TIERS else "onprem"
+        key = datetime.fromtimestamp(hour, tz=timezone.utc).date().isoformat()
+        by_day[key][tier] += cost
+        by_day[key]["ondemand_equivalent"] += equiv
+        tier_total[tier] += cost
+        equiv_total += equiv
+        pruned_spent += cost
+        t = teams.setdefault(who, {"spent": 0, "ondemand_equivalent": 0, **dict.fromkeys(TIERS, 0)})
+        t["spent"] += cost
+        t[tier] += cost
+        t["ondemand_equivalent"] += equiv
     spent = sum(tier_total.values())
     top = sorted((p for p in per_job if p[1] > 0), key=lambda p: (-p[1], p[0].id))[:TOP_JOBS]
     zones: dict[str, int] = {}
@@ -283,7 +350,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         },
         "rounding_note": rounding_note(spent, equiv_total, tier_total.values(),
                                        [(v["spent"], v["ondemand_equivalent"]) for v in teams.values()]),
-        "retention_note": retention_note(win, now, pruned or 0, retention_days),
+        "retention_note": retention_note(win, now, pruned or 0, retention_days,
+                                         counted=ledger.ledger_jobs if ledger is not None else 0, spent=pruned_spent),
         "budget_burn": [burn(j, attempts.get(j.id, ()), now) for j in jobs if j.state in RUNNING_STATES],
         "queue": sorted(
             ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
@@ -392,25 +460,40 @@ def rounding_note(spent: Micros, equivalent: Micros, tiers: Iterable[Micros],
     return ROUNDING_NOTE if off else None
 
 
-def retention_note(win: Window, now: float, pruned: int, retention_days: float | None) -> str | None:
-    """A sentence when the report's totals may leave out jobs the retention policy deleted (``job_retention_days``,
-    ``broker/retention.py``): some were (``pruned``, the store's count) and the window begins before the retention
-    horizon (``retention_days`` before ``now``), so what they spent in it is in no total; else ``None``. A window
-    within the horizon loses nothing (a pruned job ended before it began). With ``retention_days`` not known (a
-    broker without it set, sharing a store another one prunes), any prune is said, since the horizon is not known."""
-    if pruned <= 0:
-        return None
-    jobs = f"{pruned} finished job{'' if pruned == 1 else 's'}"
-    if retention_days is None:
-        return (f"{jobs} {'was' if pruned == 1 else 'were'} pruned from the store (job_retention_days): what they "
-                "spent in this window, if anything, is left out of its totals.")
-    horizon = now - retention_days * DAY
-    if win.since >= horizon:
-        return None
-    when = datetime.fromtimestamp(horizon, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"Totals leave out pruned jobs: finished jobs are deleted {retention_days:g} "
-            f"day{'' if retention_days == 1 else 's'} after they end (job_retention_days), {jobs} so far, and this "
-            f"window begins before {when}, so what they spent in it is not counted.")
+def retention_note(win: Window, now: float, pruned: int, retention_days: float | None, *, counted: int = 0,
+                   spent: Micros = 0) -> str | None:
+    """What a report says of the jobs the retention policy deleted (``job_retention_days``, ``broker/retention.py``),
+    or ``None`` when there is nothing to say.
+
+    ``spent``: what the pruned-cost ledger added to this report's totals (jobs pruned, then counted to the hour they
+    were billed in): said, since those totals then hold more than the jobs listed. ``pruned`` - ``counted``: the jobs
+    pruned that the ledger does not hold (deleted by a broker before it kept one): what they spent is in no total,
+    said when the window begins before the retention horizon (``retention_days`` before ``now``) — a window within it
+    loses nothing, a pruned job having ended before it began — or, with ``retention_days`` not known (a broker without
+    it set, sharing a store another one prunes), whatever the window."""
+    notes = []
+    days = "" if retention_days is None else \
+        f": finished jobs are deleted {retention_days:g} day{'' if retention_days == 1 else 's'} after they end"
+    if spent > 0:
+        notes.append(f"Includes {fmt(spent)} spent in this window by jobs since pruned (job_retention_days{days}), "
+                     "counted to the hour they were billed in: in the totals, by day, team and tier, but not among the "
+                     "jobs listed.")
+    missing = pruned - counted
+    if missing > 0:
+        jobs = f"{missing} finished job{'' if missing == 1 else 's'}"
+        if retention_days is None:
+            notes.append(f"{jobs} {'was' if missing == 1 else 'were'} pruned from the store (job_retention_days) "
+                         "before their costs were kept: what they spent in this window, if anything, is left out of "
+                         "its totals.")
+        else:
+            horizon = now - retention_days * DAY
+            if win.since < horizon:
+                when = datetime.fromtimestamp(horizon, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                notes.append(f"Totals leave out {jobs} pruned before their costs were kept: finished jobs are deleted "
+                             f"{retention_days:g} day{'' if retention_days == 1 else 's'} after they end "
+                             f"(job_retention_days), and this window begins before {when}, so what they spent in it is "
+                             "not counted.")
+    return " ".join(notes) or None
 
 
 def percent(part: int, whole: int) -> int | None:
@@ -448,11 +531,13 @@ def _iso_out(t: float | None) -> str | None:
 
 
 class CostJobs(list):
-    """The jobs :func:`gather` read, with what :func:`report` says of the jobs pruned (:func:`retention_note`):
-    ``pruned``, the store's count of them, and ``retention_days``. A list, so every caller that passes it on to
-    :func:`report` gets the note without passing either."""
+    """The jobs :func:`gather` read, with what :func:`report` counts and says of the jobs pruned
+    (:func:`retention_note`): ``pruned``, the store's count of them, ``ledger``, the pruned-cost ledger's buckets of
+    the window (``JobStore.pruned_costs``), and ``retention_days``. A list, so every caller that passes it on to
+    :func:`report` gets them without passing any."""
 
     pruned: int = 0
+    ledger = None
     retention_days: float | None = None
 
 
@@ -465,11 +550,14 @@ def gather(store, *, team: str | None, win: Window,
     submitted after it. Only the fields the report shows are read
     (``JobStore.cost_history``): decoding whole jobs and attempts was most of
     a long window's time. The jobs come as :class:`CostJobs`, with the
-    store's count of pruned jobs and ``retention_days`` (the broker's
-    ``job_retention_days``), for :func:`retention_note`.
+    pruned-cost ledger of the window (what the jobs pruned cost in it, by
+    hour: ``JobStore.pruned_costs``), the store's count of pruned jobs and
+    ``retention_days`` (the broker's ``job_retention_days``), for
+    :func:`report` and :func:`retention_note`.
     """
     jobs, attempts = store.cost_history(team=team, since=win.since, until=win.until)
     out = CostJobs(jobs)
-    out.pruned = store.pruned()
+    out.ledger = store.pruned_costs(team=team, since=win.since, until=win.until)
+    out.pruned = out.ledger.pruned
     out.retention_days = retention_days
     return out, attempts

@@ -7,12 +7,14 @@ deletes them). A failed or budget-stopped job could still be resumed until then;
 is a 404: submit again). A job that is not final, or in a state a newer broker set, is never pruned, however old.
 What it counted for in the counters of ``/metrics`` (spend, on-demand equivalent, preemptions: ``broker/totals.py``)
 goes, in the same write as the deletion, to totals the store keeps (:meth:`JobStore.pruned_totals`), so that those
-counters do not fall.
+counters do not fall; and what its attempts cost, by team, tier and UTC hour, to the pruned-cost ledger
+(:meth:`JobStore.pruned_costs`, ``broker.costs.ledger_of``), so that cost reports keep it in their totals.
 
 Off unless set: a broker upgraded to this version deletes nothing it kept before. Cost reports (``/v1/costs``, the
-dashboard, ``broker costs``) over a window that begins more than ``job_retention_days`` ago leave out the jobs
-pruned since, and say so (``retention_note``, ``broker/costs.py``); a window within it loses nothing, since a pruned
-job ended before it began.
+dashboard, ``broker costs``) count a pruned job's spend by the hour from the ledger, list it nowhere, and say how
+much of their totals it is (``retention_note``, ``broker/costs.py``); jobs pruned before the ledger was kept are left
+out of a window that begins more than ``job_retention_days`` ago, and that is said too (a window within it loses
+nothing, since a pruned job ended before it began).
 
 Each broker that runs an engine (``broker serve`` with its engine, ``broker worker``) prunes in a thread of its own
 beside the ticks: at its start and then every :data:`PRUNE_SECONDS`, in store writes with a pause between two, so

@@ -275,8 +275,10 @@ class CostReport(BaseModel):
     rounding_note: str | None = Field(description="a sentence when the rows shown, each rounded up on its own, do "
                                                   "not add up to the totals shown (rounded once from exact sums)")
     retention_note: str | None = Field(
-        default=None, description="a sentence when the totals leave out jobs the retention policy deleted "
-                                  "(job_retention_days): some were, and the window begins before the retention horizon")
+        default=None, description="a sentence on the jobs the retention policy deleted (job_retention_days): how "
+                                  "much of the totals is their spend, counted to the hour (they are listed nowhere); "
+                                  "and, when the window begins before the retention horizon, that the totals leave "
+                                  "out jobs pruned before their costs were kept")
     budget_burn: list[BudgetBurn] = Field(description="running jobs: how fast they eat their budgets")
     queue: list[QueuedJob]
     teams: list[str]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from broker.store.base import (Change, DuplicateJob, ForeignRecord, JobStore, Pruned, StoreError, StoreUnavailable,
-                               VersionConflict, check_writable)
+from broker.store.base import (Change, DuplicateJob, ForeignRecord, JobStore, Pruned, PrunedCosts, StoreError,
+                               StoreUnavailable, VersionConflict, check_writable)
 
 log = logging.getLogger("broker.store")
 
-__all__ = ["Change", "DuplicateJob", "ForeignRecord", "JobStore", "Pruned", "StoreError", "StoreUnavailable",
-           "VersionConflict", "check_writable", "open_store"]
+__all__ = ["Change", "DuplicateJob", "ForeignRecord", "JobStore", "Pruned", "PrunedCosts", "StoreError",
+           "StoreUnavailable", "VersionConflict", "check_writable", "open_store"]
 
 
 def open_store(url: str) -> JobStore:

@@ -135,6 +135,19 @@ class Pruned:
     totals: Mapping[tuple[str, ...], int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PrunedCosts:
+    """The pruned-cost ledger over a window, read at one moment (:meth:`JobStore.pruned_costs`): ``pruned``, how many
+    jobs :meth:`JobStore.prune` deleted (:meth:`JobStore.pruned`); ``ledger_jobs``, how many of them left their costs
+    in the ledger (those pruned by a broker before it kept one did not); ``buckets``, the ledger's entries in the
+    window: ``(team, tier, hour, cost, ondemand_equivalent)``, ``hour`` the UTC hour's start in epoch seconds, the
+    money exact integer micro-dollars (:func:`broker.costs.ledger_of`)."""
+
+    pruned: int = 0
+    ledger_jobs: int = 0
+    buckets: Sequence[tuple[str, str, int, int, int]] = ()
+
+
 @runtime_checkable
 class JobStore(Protocol):
     """Durable record of jobs. Every method may be called from any thread."""
@@ -205,7 +218,8 @@ class JobStore(Protocol):
         counted again, neither being an error. A job goes wholly or not at all; so does the batch in SQLite (one
         transaction). In the same atomic write, each job deleted adds one to :meth:`pruned` and what it added to the
         counters of ``/metrics`` (:func:`broker.totals.of_job` of it and its attempts as stored) to
-        :meth:`pruned_totals`.
+        :meth:`pruned_totals`, and its attempts' costs, by team, tier and UTC hour (:func:`broker.costs.ledger_of`),
+        to the pruned-cost ledger that cost reports read (:meth:`pruned_costs`), counting it in that ledger's jobs.
 
         ``rows`` bounds the write, in the records :meth:`prune_sizes` counts: the metric points that would take it
         past ``rows`` (a job that reported for weeks) are left, recorded, for :meth:`prune_leftovers` to delete in
@@ -224,6 +238,11 @@ class JobStore(Protocol):
 
     def pruned_totals(self) -> Pruned:
         """:meth:`pruned` and the totals of what the jobs deleted had added to the counters, read at one moment."""
+
+    def pruned_costs(self, *, team: str | None, since: float, until: float) -> PrunedCosts:
+        """The pruned-cost ledger's entries of ``team`` (all when ``None``) whose hour begins in ``[since, until)``,
+        with :meth:`pruned` and the count of jobs the ledger holds the costs of, read at one moment: what a cost
+        report adds for the jobs pruned (``broker/costs.py``)."""
 
     def existing(self, job_ids: Sequence[str]) -> set[str]:
         """Which of ``job_ids`` are stored, from an index, in a few round trips (nothing decoded): how ``/metrics``

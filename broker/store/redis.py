@@ -15,7 +15,7 @@ answered its own script.
 The retention policy's deletion (``prune``) is a script of its own, one run per
 job: the version check and every key of the job (its body, attempts, events,
 metrics, idempotency key, and its place in each index), with what the job adds to
-the pruned count and totals, go together or not at all.
+the pruned count and totals and to the pruned-cost ledger, go together or not at all.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from dataclasses import replace
 import redis
 from redis.exceptions import MasterDownError, NoScriptError, OutOfMemoryError, ReadOnlyError
 
-from broker import totals
+from broker import costs, totals
 from broker.lifecycle import FINAL_STATES, JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Pruned, StoreError, StoreUnavailable, VersionConflict,
-                               check_writable, unavailable_on)
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Pruned, PrunedCosts, StoreError, StoreUnavailable,
+                               VersionConflict, check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys
 
@@ -116,9 +116,10 @@ return {'OK', ''}
 PRUNE_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
 --       jobs by update time, pruned count, pruned totals, the idempotency key as written before team names were
---       escaped (or the job key again)
+--       escaped (or the job key again), pruned-cost ledger
 -- ARGV: expected version, job id, state-set prefix, n final states, the final states...,
---       then (totals field, integer increment) pairs: what the job adds to the counters of /metrics
+--       m, then m (totals field, integer increment) pairs: what the job adds to the counters of /metrics,
+--       then (ledger field, integer increment) pairs: its costs by kind, team, tier and hour
 -- At a server's maxmemory a script is refused a command that may add data only while it has written nothing:
 -- here every deletion comes first, so the counts after them run too, and pruning is how a store that filled up
 -- gets back under it (they add a few bytes, or none, for the job just freed).
@@ -142,7 +143,11 @@ redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[8], ARGV[2])
 redis.call('SREM', ARGV[3] .. state, ARGV[2])
 redis.call('INCR', KEYS[9])
-for i = 5 + n, #ARGV, 2 do redis.call('HINCRBY', KEYS[10], ARGV[i], ARGV[i + 1]) end
+local m = tonumber(ARGV[5 + n])
+local j = 6 + n
+for _ = 1, m do redis.call('HINCRBY', KEYS[10], ARGV[j], ARGV[j + 1]); j = j + 2 end
+for i = j, #ARGV, 2 do redis.call('HINCRBY', KEYS[12], ARGV[i], ARGV[i + 1]) end
+redis.call('HINCRBY', KEYS[12], 'jobs', 1)
 return 'OK'
 """
 _FINAL = tuple(sorted(s.value for s in FINAL_STATES))
@@ -477,11 +482,14 @@ class RedisStore:
                 for job in chunk:
                     idem, legacy = self._idempotency_keys(job)
                     keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team), idem, k.attempts(job.id),
-                            k.events(job.id), k.metrics(job.id), k.updated(), k.pruned(), k.pruned_totals(), legacy]
+                            k.events(job.id), k.metrics(job.id), k.updated(), k.pruned(), k.pruned_totals(), legacy,
+                            k.pruned_costs()]
                     adds = [x for key, value in sorted(totals.of_job(job, tries[job.id]).items())
                             for x in (totals.encode(key), str(value))]
+                    ledger = [x for key, value in sorted(costs.ledger_of(job, tries[job.id]).items())
+                              for x in (totals.encode(key), str(value))]
                     self._prune_script(keys=keys, args=[str(job.version), job.id, k.by_state(""), len(_FINAL),
-                                                        *_FINAL, *adds], client=pipe)
+                                                        *_FINAL, len(adds) // 2, *adds, *ledger], client=pipe)
                 replies = pipe.execute()
             deleted += [job.id for job, reply in zip(chunk, replies) if reply == "OK"]
         return deleted
@@ -496,6 +504,21 @@ class RedisStore:
         with self._r.pipeline(transaction=True) as p:  # MULTI: no prune script runs between the two reads
             count, fields = p.get(self.keys.pruned()).hgetall(self.keys.pruned_totals()).execute()
         return Pruned(int(count or 0), {totals.decode(field): int(value) for field, value in fields.items()})
+
+    def pruned_costs(self, *, team: str | None, since: float, until: float) -> PrunedCosts:
+        """The ledger is one hash, read whole (a field per kind, team, tier and hour that a pruned job was billed
+        in) and filtered here."""
+        with self._r.pipeline(transaction=True) as p:  # MULTI: no prune script runs between the two reads
+            count, fields = p.get(self.keys.pruned()).hgetall(self.keys.pruned_costs()).execute()
+        buckets: dict[tuple[int, str, str], list[int]] = {}
+        for field, value in fields.items():
+            if field == "jobs":
+                continue
+            kind, who, tier, hour = totals.decode(field)
+            if (team is None or who == team) and since <= hour < until:
+                buckets.setdefault((hour, who, tier), [0, 0])[kind == costs.ODEQ] += int(value)
+        return PrunedCosts(int(count or 0), int(fields.get("jobs", 0)),
+                           [(who, tier, hour, c, e) for (hour, who, tier), (c, e) in sorted(buckets.items())])
 
     def existing(self, job_ids: Sequence[str]) -> set[str]:
         """From the index of all jobs, which the commit script adds a job to as it creates it and the prune script

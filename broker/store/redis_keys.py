@@ -80,6 +80,12 @@ class Keys:
         counter and its labels (``broker.totals.encode``), value: an integer (micro-dollars, or a count)."""
         return f"{self.prefix}:pruned:totals"
 
+    def pruned_costs(self) -> str:
+        """Hash: the pruned-cost ledger (``JobStore.pruned_costs``) — field: ``["cost" or "odeq", team, tier, hour]``
+        (``broker.totals.encode``; ``hour`` the UTC hour's start, epoch seconds), value: micro-dollars
+        (``broker.costs.ledger_of``); and field ``jobs``: how many pruned jobs the ledger holds the costs of."""
+        return f"{self.prefix}:pruned:costs"
+
     def engines(self) -> str:
         """Hash: engine domain → its last beat (epoch seconds)."""
         return f"{self.prefix}:engines"

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from broker import totals
+from broker import costs, totals
 from broker.lifecycle import FINAL_STATES, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import BATCH_IDS, Change, DuplicateJob, Pruned, VersionConflict, check_writable, unavailable_on
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Pruned, PrunedCosts, VersionConflict, check_writable,
+                               unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -64,11 +65,21 @@ CREATE TABLE IF NOT EXISTS pruned_totals (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS pruned_costs (
+    hour INTEGER NOT NULL,
+    team TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    cost INTEGER NOT NULL,
+    ondemand_equivalent INTEGER NOT NULL,
+    PRIMARY KEY (hour, team, tier)
+);
 CREATE TABLE IF NOT EXISTS pruned_metrics (
     job_id TEXT PRIMARY KEY,
     last_seq INTEGER NOT NULL
 );
 """
+# pruned_costs: the pruned-cost ledger (JobStore.pruned_costs): what the jobs deleted cost, by UTC hour (its start,
+# epoch seconds), team and tier, in micro-dollars (costs.ledger_of); counters 'ledger_jobs' counts the jobs in it.
 # pruned_metrics: the jobs deleted whose metric points are still being deleted, in writes of their own after the job
 # (SqliteStore.prune with ``rows``, then prune_leftovers), each with the highest seq of those points: a point after it
 # would be a new job's of the same id. A broker of an earlier version sharing the file ignores the table.
@@ -285,6 +296,7 @@ class SqliteStore:
             return deleted
         db = self._db
         added: dict[totals.Key, int] = {}
+        ledger: dict[tuple[str, str, str, int], int] = {}
         left = float("inf") if rows is None else rows  # records this transaction may still delete
         with self._lock:
             db.execute("BEGIN IMMEDIATE")
@@ -298,6 +310,8 @@ class SqliteStore:
                     tries = [Attempt.from_dict(json.loads(body)) for (body,) in db.execute(
                         "SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job.id,))]
                     totals.add(added, totals.of_job(job, tries))
+                    for key, value in costs.ledger_of(job, tries).items():
+                        ledger[key] = ledger.get(key, 0) + value
                     left -= 1
                     for table in ("attempts", "events"):
                         left -= db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job.id,)).rowcount
@@ -309,6 +323,16 @@ class SqliteStore:
                     db.executemany("INSERT INTO pruned_totals (key, value) VALUES (?, ?) "
                                    "ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
                                    [(totals.encode(key), value) for key, value in sorted(added.items())])
+                    db.execute("INSERT INTO counters (name, value) VALUES ('ledger_jobs', ?) "
+                               "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (len(deleted),))
+                    buckets: dict[tuple[int, str, str], list[int]] = {}
+                    for (kind, team, tier, hour), value in ledger.items():
+                        buckets.setdefault((hour, team, tier), [0, 0])[kind == costs.ODEQ] += value
+                    db.executemany("INSERT INTO pruned_costs (hour, team, tier, cost, ondemand_equivalent) "
+                                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT(hour, team, tier) DO UPDATE SET "
+                                   "cost = cost + excluded.cost, "
+                                   "ondemand_equivalent = ondemand_equivalent + excluded.ondemand_equivalent",
+                                   [(*key, *value) for key, value in sorted(buckets.items())])
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:  # a full disk or an I/O error rolled it back already
@@ -512,6 +536,19 @@ class SqliteStore:
             finally:
                 self._db.execute("COMMIT")
         return Pruned(count[0] if count else 0, {totals.decode(key): value for key, value in rows})
+
+    def pruned_costs(self, *, team: str | None, since: float, until: float) -> PrunedCosts:
+        sql = ("SELECT team, tier, hour, cost, ondemand_equivalent FROM pruned_costs WHERE hour >= ? AND hour < ?"
+               + (" AND team = ?" if team is not None else "") + " ORDER BY hour, team, tier")
+        with self._lock:
+            self._db.execute("BEGIN")  # one snapshot for the counts and the buckets
+            try:
+                counts = dict(self._db.execute(
+                    "SELECT name, value FROM counters WHERE name IN ('pruned', 'ledger_jobs')").fetchall())
+                rows = self._db.execute(sql, (since, until, *([team] if team is not None else []))).fetchall()
+            finally:
+                self._db.execute("COMMIT")
+        return PrunedCosts(counts.get("pruned", 0), counts.get("ledger_jobs", 0), [tuple(r) for r in rows])
 
     def existing(self, job_ids: Sequence[str]) -> set[str]:
         ids, found = list(dict.fromkeys(job_ids)), set()

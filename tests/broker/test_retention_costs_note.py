@@ -1,6 +1,7 @@
 """What the retention policy (``job_retention_days``) does to what users read: a cost report over a window that begins
-before the retention horizon, once jobs were pruned, says its totals leave them out (``retention_note``: the API, the
-dashboard's page, ``broker costs``); a job's 404 says that finished jobs are deleted that many days after they end;
+that holds the cost of jobs since pruned (the pruned-cost ledger) says how much of its totals that is, and one that
+begins before the retention horizon, once jobs were pruned before the ledger was kept, says its totals leave them out
+(``retention_note``: the API, the dashboard's page, ``broker costs``); a job's 404 says that finished jobs are deleted that many days after they end;
 a retention below the floor gets one message, 0 or negative. On both stores."""
 
 from __future__ import annotations
@@ -52,28 +53,35 @@ def api(make_settings, store, config: str = ""):
 NOW = 1_800_000_000.0
 
 
-@pytest.mark.parametrize("since_days, pruned, days, says", [
-    (90, 3, 30, "3 finished jobs"),
-    (90, 1, 30, "1 finished job so far"),
-    (31, 2, 30, "begins before"),
-    (29, 2, 30, None),  # within the horizon: a pruned job ended before the window began
-    (90, 0, 30, None),  # nothing pruned: nothing left out
-    (7, 2, None, "were pruned"),  # the horizon not known here (a broker without it, sharing a pruned store)
-], ids=["before the horizon", "one job", "a day before it", "within it", "nothing pruned", "retention unknown"])
-def test_the_retention_note_is_there_exactly_when_pruned_jobs_may_be_missing_from_the_window(since_days, pruned, days,
-                                                                                          says):
+@pytest.mark.parametrize("since_days, pruned, counted, spent, days, says", [
+    (90, 3, 0, 0, 30, "Totals leave out 3 finished jobs pruned before their costs were kept"),
+    (90, 1, 0, 0, 30, "1 finished job pruned before"),
+    (31, 2, 0, 0, 30, "begins before"),
+    (29, 2, 0, 0, 30, None),  # within the horizon: a pruned job ended before the window began
+    (90, 0, 0, 0, 30, None),  # nothing pruned: nothing left out
+    (7, 2, 0, 0, None, "were pruned"),  # the horizon not known here (a broker without it, sharing a pruned store)
+    (90, 3, 3, 0, 30, None),  # every pruned job is in the ledger, and none spent in this window
+    (90, 3, 3, 7_000_000, 30, "Includes $7.00 spent in this window by jobs since pruned"),
+    (90, 3, 2, 7_000_000, 30, "1 finished job pruned before"),  # one of them pruned before the ledger was kept
+    (7, 3, 3, 7_000_000, None, "Includes $7.00"),
+], ids=["before the horizon", "one job", "a day before it", "within it", "nothing pruned", "retention unknown",
+        "all in the ledger", "ledger spend", "ledger and one before it", "ledger, retention unknown"])
+def test_the_retention_note_is_there_exactly_when_pruned_jobs_may_be_missing_from_the_window(
+        since_days, pruned, counted, spent, days, says):
     win = costs.Window(NOW - since_days * DAY, NOW, "custom")
-    note = costs.retention_note(win, NOW, pruned, days)
+    note = costs.retention_note(win, NOW, pruned, days, counted=counted, spent=spent)
     if says is None:
         assert note is None
     else:
         assert says in note and "job_retention_days" in note, note
+    if spent and counted < pruned:  # both said
+        assert note.startswith("Includes $7.00") and "Totals leave out" in note, note
 
 
 # -- the report on real stores ------------------------------------------------------------------------------------------
 
 
-def test_a_90_day_report_after_a_30_day_prune_says_its_totals_leave_the_pruned_jobs_out(make_settings, store):
+def test_a_90_day_report_after_a_30_day_prune_keeps_the_pruned_spend_and_says_so(make_settings, store):
     now = time.time()
     finished(store, "j-old", ended=now - 60 * DAY, cost=7_000_000)
     finished(store, "j-new", ended=now - 2 * DAY, cost=1_000_000)
@@ -83,8 +91,10 @@ def test_a_90_day_report_after_a_30_day_prune_says_its_totals_leave_the_pruned_j
         assert Retention(store, days=30, pause=0).prune(now) == 1
         after = client.get("/v1/costs?period=90d", headers=ADMIN_AUTH).json()
         note = after["retention_note"]
-        assert after["totals"]["spent"]["micros"] == 1_000_000  # what is left: and the report says so
-        assert note and "1 finished job" in note and "30 days after they end (job_retention_days)" in note, note
+        assert after["totals"] == before["totals"]  # the pruned job's spend is in the ledger: and the report says so
+        assert [j["id"] for j in after["top_jobs"]] == ["j-new"]  # but it is listed no more
+        assert note and note.startswith("Includes $7.00 spent in this window by jobs since pruned") and \
+            "30 days after they end" in note and "job_retention_days" in note, note
         # a week is within the horizon: nothing pruned was in it, and nothing is said
         assert client.get("/v1/costs?period=7d", headers=ADMIN_AUTH).json()["retention_note"] is None
         # a team's own token sees it too (the count is the store's, no job named)

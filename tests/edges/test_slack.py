@@ -252,7 +252,7 @@ def test_costs_command_matches_the_report(slack):
     assert "$0.40" in reply and "Saved $1.60 (80%)" in reply
 
 
-def test_costs_says_its_totals_leave_out_jobs_the_retention_policy_pruned(tmp_path, store, seeded, stub):
+def test_costs_keeps_and_says_the_spend_of_jobs_the_retention_policy_pruned(tmp_path, store, seeded, stub):
     from dataclasses import replace
 
     from broker.lifecycle import AttemptState, JobState
@@ -278,7 +278,9 @@ def test_costs_says_its_totals_leave_out_jobs_the_retention_policy_pruned(tmp_pa
             week = text_of(command(client, "costs 7d", user="U_ADMIN").json())
     finally:
         app.state.notifier.close()
-    assert "Totals leave out pruned jobs" in quarter and "1 finished job so far" in quarter, quarter
+    # the pruned job's $7.00 is still in the quarter's total (from the pruned-cost ledger), and the reply says so
+    assert "Includes $7.00 spent in this window by jobs since pruned" in quarter and "`j-pruned`" not in quarter, \
+        quarter
     assert "pruned" not in week, week  # a week is within the horizon: nothing pruned was in it
 
 
