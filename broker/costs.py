@@ -236,7 +236,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     (epoch seconds) of those that have one. ``pruned`` (how many jobs the
     retention policy has deleted from the store) and ``retention_days``
     (``job_retention_days``) make :func:`retention_note`; left out, they are
-    taken from ``jobs`` as :func:`gather` returns it. So is ``ledger``
+    taken from ``jobs`` as :func:`gather` returns it (``pruned`` from its
+    ledger). So is ``ledger``
     (:class:`~broker.store.base.PrunedCosts`): what the jobs pruned cost, by
     team, tier and UTC hour; its buckets whose hour begins in the window count
     in the totals, by day, by team and by tier (its ``pruned`` stands for
@@ -244,8 +245,6 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     """
     if ledger is None:
         ledger = getattr(jobs, "ledger", None)
-    if pruned is None:
-        pruned = getattr(jobs, "pruned", None)
     if pruned is None and ledger is not None:
         pruned = ledger.pruned
     if retention_days is None:
@@ -532,11 +531,10 @@ def _iso_out(t: float | None) -> str | None:
 
 class CostJobs(list):
     """The jobs :func:`gather` read, with what :func:`report` counts and says of the jobs pruned
-    (:func:`retention_note`): ``pruned``, the store's count of them, ``ledger``, the pruned-cost ledger's buckets of
-    the window (``JobStore.pruned_costs``), and ``retention_days``. A list, so every caller that passes it on to
+    (:func:`retention_note`): ``ledger``, the pruned-cost ledger's buckets of the window with the store's count of
+    pruned jobs (``JobStore.pruned_costs``), and ``retention_days``. A list, so every caller that passes it on to
     :func:`report` gets them without passing any."""
 
-    pruned: int = 0
     ledger = None
     retention_days: float | None = None
 
@@ -558,6 +556,5 @@ def gather(store, *, team: str | None, win: Window,
     jobs, attempts = store.cost_history(team=team, since=win.since, until=win.until)
     out = CostJobs(jobs)
     out.ledger = store.pruned_costs(team=team, since=win.since, until=win.until)
-    out.pruned = out.ledger.pruned
     out.retention_days = retention_days
     return out, attempts
