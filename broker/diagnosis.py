@@ -32,7 +32,7 @@ import yaml
 
 from broker.spec import unknown_key_hint
 
-INFRASTRUCTURE = frozenset({"preempted", "node_lost", "budget_stop", "cancelled", "nccl_network", "deadline",
+INFRASTRUCTURE = frozenset({"preempted", "node_lost", "stalled", "budget_stop", "cancelled", "nccl_network", "deadline",
                             "cuda_error", "terminated", "interrupted", "port_in_use", "network_error", "gpu_unavailable"})
 """Classes that are not the user's code: a resume needs no confirmation."""
 
@@ -114,6 +114,14 @@ HANG_HINT = ("Usually a node, a GPU or the network between them that hung, so th
              "resume it. If it stops at the same step again, the code is the likelier cause: one process working "
              "alone for longer than the timeout (evaluation or saving on rank 0 only), or processes that call "
              "different collectives; give init_process_group a longer timeout, or let every process take part.")
+STALL_HINT = ("The broker resumes it from its last checkpoint. A job that stops reporting while it runs is waiting on "
+              "something that never comes: a data-loader worker, a collective one process never joined, a lock, or "
+              "a call to a server with no timeout. If it stalls again before it gets past this step, it is not "
+              "resumed a second time.")
+STALLED_AGAIN_HINT = ("Likely the code, since it stops at the same place each time: find where it waits (py-spy dump "
+                      "--pid on the node, or faulthandler.dump_traceback_later in the script prints every thread's "
+                      "stack), fix it, and resume with --force; raise heartbeat_timeout_seconds if a step can "
+                      "rightly take that long.")
 HF_OFFLINE_HINT = ("Not the network: the job runs with Hugging Face's offline mode on (HF_HUB_OFFLINE=1 or "
                    "TRANSFORMERS_OFFLINE=1 in its environment, or local_files_only=True in the code), so it reads only "
                    "the cache, and a resume fails the same way. Download the model into the cache the job reads "
@@ -128,6 +136,13 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "The broker resumes it from its last checkpoint elsewhere.", phases=["preempted"]),
     _r("node_lost", "The node running the job was lost{at_step} (no exit was recorded).",
        "The broker resumes it from its last checkpoint.", phases=["lost", "gone"]),
+    # the broker stopped a job that fell silent past heartbeat_timeout_seconds (broker/engine/reconcile.py): its
+    # reason is how long it had been silent; a second time with no step gained between, it is not resumed
+    _r("stalled", "The job stalled{at_step}: it reported no progress for {reason}, so the broker stopped it.",
+       STALL_HINT, phases=["silent"]),
+    _r("stalled_again", "The job stalled again{at_step}, with no progress since it last stalled: it reported "
+       "nothing for {reason}, so the broker stopped it and did not resume it.", STALLED_AGAIN_HINT,
+       phases=["silent_again"]),
     _r("budget_stop", "Stopped at its budget{at_step}.", "Raise the budget and resume to continue.",
        phases=["budget"]),
     _r("cancelled", "Cancelled{at_step}.", "", phases=["cancelled"]),
@@ -444,13 +459,13 @@ def _background_said(rule: Rule, match: re.Match | None, log_tail: str, ending: 
     """The sentence and hint, with what a thread of the job that died of an exception (:data:`_BACKGROUND`) says.
 
     A thread's traceback is not how a process ended: its main thread goes on, or waits on it forever. So before a
-    hang (a collective's timeout; the node lost, as a job silent past its heartbeat is) the hang stays the
+    hang (a collective's timeout; a job the broker stopped as silent past its heartbeat; a node lost) the hang stays the
     diagnosis, resumed as one, and the thread's death is told as what to look at first: a thread that fed the
     training loop stalls it again after a resume. Before, its exception was named as the cause of the failure, and
     a hang on a node (a logging thread that died long before, say) needed --force to resume. Only when nothing else
     explains the end (the job's own exception rule matched the thread's line, and nothing after it) is the thread's
     exception the diagnosis: then it is named as the thread's, not the script's."""
-    if rule.hint == HANG_HINT or rule.cls == "node_lost":
+    if rule.hint == HANG_HINT or rule.cls in ("node_lost", "stalled", "stalled_again"):
         deaths = _background_deaths(_readable(ending.log_tail))
         if deaths:
             died = deaths[-1]

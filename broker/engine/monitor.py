@@ -107,3 +107,35 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated:
         return Outcome(JobEvent.FAIL, attempt_state,
                        f"failed: {end}, and the job already used {MAX_ATTEMPTS} attempts")
     return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; requeued to resume from its last checkpoint")
+
+
+def silence(job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> float | None:
+    """How long the running ``attempt`` has been silent at ``now``, in seconds; None for a job that never reported
+    progress (nothing says how often it would, so it is not watched).
+
+    Its last report, when it made one. Before its first, the silence counts from its start, less the longest any
+    earlier attempt of the job took from its start to its first report (setup, the restore): before, the report of
+    the attempt a resume replaced was read as this one's, and a job resumed after a wait longer than the timeout
+    was stopped as silent in its first tick."""
+    last = job.progress.get("at")
+    if not last:
+        return None
+    since = float(last)
+    if since < attempt.created_at:  # a report of an earlier attempt: this one has not reported yet
+        startup = max((a.first_report_at - a.started_at for a in attempts
+                       if a.id != attempt.id and a.first_report_at and a.started_at), default=0.0)
+        since = (attempt.started_at or attempt.created_at) + max(startup, 0.0)
+    return max(now - since, 0.0)
+
+
+def stalled_again(attempts: list[Attempt]) -> bool:
+    """Whether the last of ``attempts``, stopped as silent, follows one stopped as silent too, with no step gained
+    between: its last step (None: it reported none) is not past the step the one before stalled at. A hang that
+    comes back at the same place is the job's own (a data loader, a collective, a lock), and resuming it again
+    would only burn its budget a heartbeat timeout at a time (up to :data:`MAX_ATTEMPTS` times)."""
+    if len(attempts) < 2:
+        return False
+    before, last = attempts[-2], attempts[-1]
+    if before.stop_reason != "heartbeat" or before.state is AttemptState.SUCCEEDED:
+        return False
+    return last.last_step is None or (before.last_step is not None and last.last_step <= before.last_step)

@@ -37,6 +37,7 @@ from broker.engine import budget as budget_rules
 from broker.engine import monitor
 from broker.engine.billing import accrue
 from broker.engine.launch import launch_request, run_as_for
+from broker.engine.monitor import silence, stalled_again
 from broker.engine.recover import block_zone, launch_backoff, steps_lost
 from broker.engine.schedule import Place, Wait, request_of, schedule
 from broker.engine.spot import decide as policy_decide
@@ -47,6 +48,7 @@ from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import after_run, market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
+from broker.views import duration as fmt_duration
 from broker.views import iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
                             elapsed, live_attempts, sweep_attempt_files)
@@ -770,6 +772,11 @@ class Engine:
                                         {"spent": job.spent, "budget": job.budget, "by": "launcher",
                                          "beyond_budget": over}))
         outcome = monitor.decide(job, attempt, status, limit_outdated=limit_outdated)
+        if outcome.event is JobEvent.RECOVER and attempt.stop_reason == "heartbeat" and stalled_again(attempts):
+            # stopped as silent twice with no step gained between: a hang of its own, not resumed without end
+            outcome = monitor.Outcome(JobEvent.FAIL, outcome.attempt_state,
+                                      f"failed: {monitor.describe_end(status)}, stalled again with no progress since "
+                                      f"it last stalled")
         unseen = monitor.unseen_reason(job.reason, status) if outcome.event is None and job.state in (
             JobState.RUNNING, JobState.LAUNCHING) else None
         if unseen is not None:  # its launcher cannot look at it (or can again): the job's reason says so while it lasts
@@ -791,7 +798,7 @@ class Engine:
         fields["spent"] = others + attempt.cost
         event, reason, data = outcome.event, outcome.reason or job.reason, None
         if event in (JobEvent.SUCCEED, JobEvent.FAIL, JobEvent.RECOVER, JobEvent.ENDED):
-            reason, data = self._ended(job, attempt, status, outcome, now, fields)
+            reason, data = self._ended(job, attempts, attempt, status, outcome, now, fields)
             attempt = replace(attempt, reason=reason, steps_lost=data.get("steps_lost"))
             fields.setdefault("slots", [])
             if event is JobEvent.RECOVER:
@@ -923,7 +930,7 @@ class Engine:
                 reason = "budget"
             elif job.state is JobState.LAUNCHING:
                 pass  # nothing runs yet to fall silent or to move off spot (or: an outdated limit, above)
-            elif self._silent(job, now):
+            elif self._silent(job, attempts, attempt, now):
                 reason = "heartbeat"
             elif (migrate := self._leave_spot(job, attempts, attempt, now)) is not None:
                 fields["force_tier"] = migrate
@@ -980,10 +987,11 @@ class Engine:
         limit = self._limit_at(job, attempt, attempts)
         return limit is not None and attempt.limit_at is not None and limit >= attempt.limit_at + 1
 
-    def _silent(self, job: Job, now: float) -> bool:
+    def _silent(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> bool:
+        """Whether a running job has been silent past ``heartbeat_timeout_seconds`` (:func:`silence`)."""
         timeout = self.settings.heartbeat_timeout_seconds
-        last = job.progress.get("at")
-        return bool(timeout and last and now - float(last) > timeout)
+        quiet = silence(job, attempts, attempt, now) if timeout else None
+        return quiet is not None and quiet > timeout
 
     def _leave_spot(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> str | None:
         """The policy's safety net, tick by tick, for a job running on spot with a deadline."""
@@ -1001,7 +1009,8 @@ class Engine:
         decision = policy_decide(policy, inp)
         return RELIABLE[decision.action].value if decision.action in RELIABLE else None
 
-    def _ended(self, job: Job, attempt: Attempt, status, outcome, now: float, fields: dict) -> tuple[str, dict]:
+    def _ended(self, job: Job, attempts: list[Attempt], attempt: Attempt, status, outcome, now: float,
+               fields: dict) -> tuple[str, dict]:
         """Diagnose how the attempt ended; on a preemption, block the zone and count the steps lost."""
         tail = _log_tail(self.launcher, attempt.id)
         phase = ENDED_PHASE_NAME.get(status.phase, status.phase.value)
@@ -1010,10 +1019,14 @@ class Engine:
         elif attempt.stop_reason in ("budget", "cancelled"):
             phase = attempt.stop_reason
         elif attempt.stop_reason == "heartbeat":
-            phase = "lost"
+            phase = "silent_again" if outcome.event is JobEvent.FAIL and stalled_again(attempts) else "silent"
         known = [s for s in (attempt.last_step, (attempt.checkpoint or {}).get("step")) if s is not None]
+        said = status.reason
+        if phase.startswith("silent"):  # how long it had been silent when the broker stopped it
+            quiet = silence(job, attempts, attempt, attempt.stop_requested_at or now)
+            said = fmt_duration(quiet) if quiet is not None else "longer than heartbeat_timeout_seconds"
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
-                                               reason=status.reason, log_tail=tail,
+                                               reason=said, log_tail=tail,
                                                step=max(known) if known else None, command=status.step))
         if attempt.stop_reason == "budget" and job.state is JobState.STOPPING \
                 and job.reason.startswith(PROVISIONING_STOP) and status.phase is not Phase.SUCCEEDED:
@@ -1036,14 +1049,14 @@ class Engine:
             text = f"lost: {status.reason}"
             text += f"; resumes from step {saved}" if saved is not None else "; restarts from the beginning"
             return text, info
-        if status.phase in (Phase.PREEMPTED, Phase.LOST, Phase.GONE) or \
-                (attempt.stop_reason == "heartbeat" and status.phase is not Phase.SUCCEEDED):
+        if phase != "silent_again" and (status.phase in (Phase.PREEMPTED, Phase.LOST, Phase.GONE) or
+                                        (attempt.stop_reason == "heartbeat" and status.phase is not Phase.SUCCEEDED)):
             if attempt.placement.get("tier") == Tier.SPOT.value and status.zone_to_blame:
                 fields["blocked_zones"] = block_zone(job, attempt.placement.get("zone"), now=now,
                                                      cooldown=self.settings.zone_cooldown_seconds)
             saved = job.last_checkpoint.get("step")
             where = attempt.placement.get("zone") or attempt.placement.get("instance_type")
-            text = f"{diagnosis.sentence.rstrip('.')} in {where}"
+            text = f"{diagnosis.sentence.rstrip('.')} {'on' if phase == 'silent' else 'in'} {where}"
             text += f"; resumes from step {saved}" if saved is not None else "; restarts from the beginning"
             text += f" ({lost} steps lost)" if lost is not None else ""
             return text, info

@@ -725,9 +725,11 @@ def test_a_run_that_exits_0_just_after_it_was_stopped_as_silent_is_a_success_not
     try:
         job = submit(service, "true")
         run_until(engine, store, job.id, {"running"})
-        running = store.get_job(job.id)  # its last report is long past: the engine takes it for a lost node
+        running, (started,) = store.get_job(job.id), store.attempts(job.id)
+        # it started long ago, and its last report is long past: the engine takes it for stalled
         store.commit(Change(job=replace(running, progress={"step": 7, "at": time.time() - 100}),
-                            expected_version=running.version))
+                            expected_version=running.version,
+                            attempts=[replace(started, created_at=time.time() - 200, started_at=time.time() - 200)]))
         engine.tick()
         (attempt,) = store.attempts(job.id)
         assert launcher.stopped == [(attempt.id, "heartbeat")]
