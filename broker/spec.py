@@ -55,6 +55,10 @@ RESOURCE_KEYS = frozenset({
 BROKER_DECIDED_TASK = {
     "service": "cannot be run by the broker, which runs a task on a cluster of its own (as sky launch does), not as "
                "a SkyServe service (sky serve up): leave it out",
+    "pool": "defines a SkyPilot pool of workers (sky jobs pool apply) that managed jobs share, which the broker "
+            "neither makes nor runs on: it launches each attempt on a cluster of its own (as sky launch does) and "
+            "tears it down after. Leave it out; an on-prem pool of the broker's is chosen by placement (pools: in "
+            "its config)",
     "event_callback": "is run only by SkyPilot's managed-jobs controller (sky jobs launch), never on a cluster "
                       "launch (sky launch), which is how the broker runs each attempt: it would never run. Leave it "
                       "out; the job's events are at GET /v1/jobs/{id}/events (and in Slack where it is set up)",

@@ -611,6 +611,12 @@ def host_notes(request: dict) -> list[str]:
                      "Python environment")
     if resources.get("ports"):
         notes.append(f"ports {resources['ports']} are not exposed on this host (only SkyPilot placements open them)")
+    volumes = [str(k) for k in task.get("volumes") or {}] if isinstance(task.get("volumes"), dict) else []
+    if volumes or resources.get("volumes"):
+        # SkyPilot's named volumes (task-level, by mount path) and a resource's ephemeral ones: a path the job
+        # reads from there is missing here, and said so before it fails on it
+        notes.append("volumes are not attached on this host (only SkyPilot placements attach them)"
+                     + (f": {', '.join(volumes)}" if volumes else ""))
     return notes
 
 

@@ -448,7 +448,7 @@ def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so
     store = open_store(f"sqlite://{tmp_path / 'z.db'}")
     launcher = open_launcher(settings)
     service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
-    task = {"num_nodes": 2, "run": SKYPILOT_STYLE_RUN, "broker": {"budget_usd": 5},
+    task = {"num_nodes": 2, "run": SKYPILOT_STYLE_RUN, "broker": {"budget_usd": 5}, "volumes": {"/mnt/data": "ds"},
             "resources": {"accelerators": "A10G:1", "image_id": "docker:pytorch/pytorch:latest", "ports": 8888}}
     job = service.submit(ADMIN, task)[0]
     final = run_until(engine, store, job.id, {"succeeded", "failed"})
@@ -458,6 +458,7 @@ def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so
     assert "num_nodes: 2 runs on this host as one node with the GPUs of all 2" in log
     assert "image_id docker:pytorch/pytorch:latest is not used on this host" in log
     assert "ports 8888 are not exposed on this host" in log
+    assert "volumes are not attached on this host (only SkyPilot placements attach them): /mnt/data" in log
     request = settings.data_dir / "runs" / f"{job.id}-a1" / "request.json"
     assert request.stat().st_mode & 0o077 == 0  # the task's secrets and the job's token: this user only
     store.close()

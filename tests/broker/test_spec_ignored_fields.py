@@ -2,8 +2,8 @@
 
 ``resources.max_hourly_cost`` was refused only under the SkyPilot launcher: under the local one (the default) a
 task capped at $1/h was accepted and placed on whatever the broker chose. The same for ``resources.autostop``,
-``resources.priority``, ``service`` and ``event_callback`` (which SkyPilot runs only for a managed job, never for
-the cluster launch the broker makes)."""
+``resources.priority``, ``service``, ``event_callback`` (which SkyPilot runs only for a managed job, never for
+the cluster launch the broker makes) and ``pool`` (a managed-jobs worker pool's definition)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ REFUSED = [
     pytest.param({"service": {"readiness_probe": "/", "replicas": 1}}, "service", "sky serve", id="service"),
     pytest.param({"event_callback": "echo $JOB_STATUS >> /tmp/status"}, "event_callback", "never run",
                  id="event_callback"),
+    pytest.param({"pool": {"workers": 2}}, "pool", "sky jobs pool apply", id="pool"),
 ]
 
 
