@@ -54,6 +54,18 @@ def _stalled(engine, store, job_id, attempt_n):
     return wait_for(ended, timeout=30)
 
 
+def _stalled_at_7_then_reporting(service, engine, store, step):
+    """A job that reported step 7 and stalled, resumed, whose second attempt reports ``step``: its id."""
+    job = _submit(service)
+    token = job_token(service.settings, job.id)
+    _running(engine, store, job.id, 1)
+    service.report_progress(job.id, token, {"step": 7})
+    _stalled(engine, store, job.id, 1)
+    _running(engine, store, job.id, 2)
+    service.report_progress(job.id, token, {"step": step})
+    return job.id
+
+
 def test_a_silent_job_is_said_to_have_stalled_and_is_resumed_once(broker):
     service, engine, store, launcher = broker
     job = _submit(service)
@@ -75,35 +87,23 @@ def test_a_silent_job_is_said_to_have_stalled_and_is_resumed_once(broker):
 
 def test_stalled_again_with_no_step_gained_is_failed_and_needs_force_to_resume(broker):
     service, engine, store, launcher = broker
-    job = _submit(service)
-    token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
-    service.report_progress(job.id, token, {"step": 7})
-    _stalled(engine, store, job.id, 1)
-    _running(engine, store, job.id, 2)
-    service.report_progress(job.id, token, {"step": 7})  # restored, and stuck at the same place
-    final = wait_for(lambda: engine.tick() or (j := store.get_job(job.id)).state.is_final and j, timeout=30)
+    job_id = _stalled_at_7_then_reporting(service, engine, store, 7)  # restored, and stuck at the same place
+    final = wait_for(lambda: engine.tick() or (j := store.get_job(job_id)).state.is_final and j, timeout=30)
     assert final.state is JobState.FAILED, final.reason
     assert final.attempts == 2
     assert final.diagnosis["class"] == "stalled_again" and final.diagnosis["infrastructure"] is False
     assert final.reason.startswith("The job stalled again at step 7, with no progress since it last stalled")
     assert "resume with --force" in final.reason
     with pytest.raises(Conflict):
-        service.resume(ADMIN, job.id)  # its own hang: not resumed with one click
-    resumed = service.resume(ADMIN, job.id, force=True)
+        service.resume(ADMIN, job_id)  # its own hang: not resumed with one click
+    resumed = service.resume(ADMIN, job_id, force=True)
     assert resumed.state is JobState.QUEUED
 
 
 def test_a_job_that_got_past_the_step_it_stalled_at_is_resumed_again(broker):
     service, engine, store, launcher = broker
-    job = _submit(service)
-    token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
-    service.report_progress(job.id, token, {"step": 7})
-    _stalled(engine, store, job.id, 1)
-    _running(engine, store, job.id, 2)
-    service.report_progress(job.id, token, {"step": 9})  # it got further this time (a node that hung, not the code)
-    after = _stalled(engine, store, job.id, 2)
+    job_id = _stalled_at_7_then_reporting(service, engine, store, 9)  # further this time: a node that hung
+    after = _stalled(engine, store, job_id, 2)
     assert after.state is not JobState.FAILED, after.reason
     assert after.diagnosis["class"] == "stalled" and after.diagnosis["text"].startswith("The job stalled at step 9")
 
