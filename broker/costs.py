@@ -52,10 +52,14 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from datetime import time as clock_time
 from decimal import ROUND_FLOOR, Decimal
+from typing import TYPE_CHECKING
 
 from broker.lifecycle import JobState
 from broker.models import Attempt, CostAttempt, CostJob, Job
 from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit, fmt_saving, fmt_spent_of, shown
+
+if TYPE_CHECKING:  # the stores import this module (JobStore.prune: ledger_of)
+    from broker.store.base import PrunedCosts
 
 TIERS = ("onprem", "ondemand", "spot")
 PERIODS = {"24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}
@@ -227,7 +231,8 @@ def ledger_of(job: Job, attempts: Iterable[Attempt]) -> dict[tuple[str, str, str
 
 def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attempt | CostAttempt]], *, win: Window,
            now: float, positions: Mapping[str, int], team: str | None, starts: Mapping[str, float] | None = None,
-           pruned: int | None = None, retention_days: float | None = None, ledger=None) -> dict:
+           pruned: int | None = None, retention_days: float | None = None,
+           ledger: PrunedCosts | None = None) -> dict:
     """Everything the dashboard shows for ``team`` (``None``: all teams) in ``win``.
 
     ``jobs`` must already be limited to what the caller may see; ``attempts``
@@ -235,20 +240,16 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     queue position of each queued job, ``starts`` the rough start estimate
     (epoch seconds) of those that have one. ``pruned`` (how many jobs the
     retention policy has deleted from the store) and ``retention_days``
-    (``job_retention_days``) make :func:`retention_note`; left out, they are
-    taken from ``jobs`` as :func:`gather` returns it (``pruned`` from its
-    ledger). So is ``ledger``
-    (:class:`~broker.store.base.PrunedCosts`): what the jobs pruned cost, by
-    team, tier and UTC hour; its buckets whose hour begins in the window count
-    in the totals, by day, by team and by tier (its ``pruned`` stands for
-    ``pruned`` when that is not given).
+    (``job_retention_days``) make :func:`retention_note`. ``ledger``
+    (:class:`~broker.store.base.PrunedCosts`, as :func:`gather` reads it) is
+    what the jobs pruned cost, by team, tier and UTC hour; its buckets whose
+    hour begins in the window count in the totals, by day, by team and by
+    tier, and its ``pruned`` stands for ``pruned`` when that is not given.
+    A caller passes ``ledger`` and ``retention_days`` as :func:`gather`
+    returns them: the report reads nothing but its arguments.
     """
-    if ledger is None:
-        ledger = getattr(jobs, "ledger", None)
     if pruned is None and ledger is not None:
         pruned = ledger.pruned
-    if retention_days is None:
-        retention_days = getattr(jobs, "retention_days", None)
     days = _days(win)
     day_starts, day_ends = [a for _, a, _ in days], [b for _, _, b in days]
     by_day = {d[0]: {t: 0 for t in (*TIERS, "ondemand_equivalent")} for d in days}
@@ -529,32 +530,32 @@ def _iso_out(t: float | None) -> str | None:
 # -- reading (the only impure part, kept here so every edge gathers the same way) ------------------
 
 
-class CostJobs(list):
-    """The jobs :func:`gather` read, with what :func:`report` counts and says of the jobs pruned
-    (:func:`retention_note`): ``ledger``, the pruned-cost ledger's buckets of the window with the store's count of
-    pruned jobs (``JobStore.pruned_costs``), and ``retention_days``. A list, so every caller that passes it on to
-    :func:`report` gets them without passing any."""
+@dataclass(frozen=True)
+class CostHistory:
+    """What :func:`gather` read for a report: ``jobs`` and their ``attempts`` (job id to its attempts, oldest first),
+    the pruned-cost ledger of the window (``ledger``: what the jobs pruned cost in it, by hour, with the store's count
+    of pruned jobs: ``JobStore.pruned_costs``) and the broker's ``retention_days``. Plain fields, passed on to
+    :func:`report` by name, so a reader sees where each comes from."""
 
-    ledger = None
-    retention_days: float | None = None
+    jobs: list[CostJob]
+    attempts: dict[str, list[CostAttempt]]
+    ledger: PrunedCosts | None
+    retention_days: float | None
 
 
-def gather(store, *, team: str | None, win: Window,
-           retention_days: float | None = None) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+def gather(store, *, team: str | None, win: Window, retention_days: float | None = None) -> CostHistory:
     """Jobs of ``team`` (all when ``None``) that may hold cost in ``win``, and their attempts.
 
     A job that ended before the window cannot: its attempts were billed no
     later than its last update — the store leaves those out, and those
     submitted after it. Only the fields the report shows are read
     (``JobStore.cost_history``): decoding whole jobs and attempts was most of
-    a long window's time. The jobs come as :class:`CostJobs`, with the
-    pruned-cost ledger of the window (what the jobs pruned cost in it, by
-    hour: ``JobStore.pruned_costs``), the store's count of pruned jobs and
-    ``retention_days`` (the broker's ``job_retention_days``), for
-    :func:`report` and :func:`retention_note`.
+    a long window's time. With them come the pruned-cost ledger of the window
+    (what the jobs pruned cost in it, by hour: ``JobStore.pruned_costs``),
+    which holds the store's count of pruned jobs, and ``retention_days`` (the
+    broker's ``job_retention_days``): the rest of what :func:`report` needs,
+    for its totals and :func:`retention_note`.
     """
     jobs, attempts = store.cost_history(team=team, since=win.since, until=win.until)
-    out = CostJobs(jobs)
-    out.ledger = store.pruned_costs(team=team, since=win.since, until=win.until)
-    out.retention_days = retention_days
-    return out, attempts
+    ledger = store.pruned_costs(team=team, since=win.since, until=win.until)
+    return CostHistory(jobs=jobs, attempts=attempts, ledger=ledger, retention_days=retention_days)

@@ -74,9 +74,10 @@ def router(service, settings: Settings) -> APIRouter:
         except costs.CostQueryError as exc:
             raise Invalid(exc.field, exc.reason) from None
         scope = team_for(caller, team)
-        jobs, attempts = costs.gather(service.store, team=scope, win=win, retention_days=settings.job_retention_days)
+        history = costs.gather(service.store, team=scope, win=win, retention_days=settings.job_retention_days)
         q = service.queue_waits()
-        body = costs.report(jobs, attempts, win=win, now=now, positions=q.positions, starts=q.starts, team=scope)
+        body = costs.report(history.jobs, history.attempts, win=win, now=now, positions=q.positions, starts=q.starts,
+                            team=scope, ledger=history.ledger, retention_days=history.retention_days)
         # each queued job's reason as its own view says it (a start too late for its deadline, why no estimate), from
         # the whole job the queue read: the report's rows hold only the fields the costs need
         for row in body["queue"]:

@@ -184,10 +184,12 @@ class Dispatcher:
         self.service.check_team(team)  # a typo'd team was an empty report, as if it had spent nothing
         now = self.service.clock()
         win = costs.window(now=now, period=cmd.period)
-        jobs, attempts = costs.gather(self.service.store, team=team, win=win,
-                                      retention_days=self.service.settings.job_retention_days)
+        history = costs.gather(self.service.store, team=team, win=win,
+                               retention_days=self.service.settings.job_retention_days)
         q = self.service.queue_waits()  # the reply shows no queue: its positions and starts, as the dashboard's
-        report = costs.report(jobs, attempts, win=win, now=now, positions=q.positions, starts=q.starts, team=team)
+        report = costs.report(history.jobs, history.attempts, win=win, now=now, positions=q.positions,
+                              starts=q.starts, team=team, ledger=history.ledger,
+                              retention_days=history.retention_days)
         return blocks.costs_reply(report, self.dashboard_url)
 
     def _job_named(self, word: str | None, who: Principal):

@@ -1,7 +1,8 @@
 """The cost report as it was computed before ``JobStore.cost_history`` (commit a90e08d), kept verbatim to
 compare against: whole jobs and attempts read with ``list_jobs`` and ``attempts_of``, and each day's share
 apportioned with two ``share`` calls. ``test_broker_cost_history.py`` checks the report is identical on a
-generated store; ``benchmarks/costs.py`` times the two side by side.
+generated store (the report now read by :func:`as_before`, without the fields for people added since);
+``benchmarks/costs.py`` times the two side by side.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 
+from broker import costs
 from broker.costs import (PREEMPTED_STATES, RUNNING_STATES, TIERS, TOP_JOBS, Window, _days, _iso_out, _preemption,
                           billed_span, burn, money, ondemand_equivalent, percent, tier_of)
 from broker.lifecycle import JobState
@@ -141,3 +143,30 @@ def gather(store, *, team: str | None, win: Window | None) -> tuple[list[Job], d
     listed = store.list_jobs(team=team, limit=100_000, active_since=None if win is None else win.since)
     jobs = [j for j in listed if win is None or j.submitted_at < win.until]
     return jobs, store.attempts_of([j.id for j in jobs])
+
+
+def as_before(report: dict) -> dict:
+    """``report`` (the report now) less the fields added after the narrow read for people to read
+    (``saving_percent`` on rows, ``rounding_note``, ``retention_note``), which the report from before lacks (its
+    budget burn is the shared ``costs.burn``); each percentage is first checked against the amounts beside it, so
+    what is compared with the report from before is every amount it had. A saving's display string, rounded down
+    since (``costs.saving``), is checked the same way and compared as the report from before wrote it."""
+    out = {**report, "totals": _saving_as_before({**report["totals"]})}
+    out.pop("rounding_note")
+    assert out.pop("retention_note") is None  # nothing pruned here
+    for table in ("by_day", "by_team", "top_jobs"):
+        rows = []
+        for row in out[table]:
+            row = _saving_as_before({**row})
+            equivalent = row["ondemand_equivalent"]["micros"]
+            assert row.pop("saving_percent") == costs.percent(row["saving"]["micros"], equivalent), row
+            rows.append(row)
+        out[table] = rows
+    return out
+
+
+def _saving_as_before(row: dict) -> dict:
+    spent = row["total"] if "total" in row else row["spent"]
+    assert row["saving"] == costs.saving(spent["micros"], row["ondemand_equivalent"]["micros"]), row
+    row["saving"] = costs.money(row["saving"]["micros"])
+    return row

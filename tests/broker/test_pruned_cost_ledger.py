@@ -53,8 +53,9 @@ def history(store):
 
 def report(store, *, period: str = "90d", team: str | None = None, days: float | None = 30) -> dict:
     win = costs.window(now=NOW, period=period)
-    jobs, attempts = costs.gather(store, team=team, win=win, retention_days=days)
-    return costs.report(jobs, attempts, win=win, now=NOW, positions={}, team=team)
+    read = costs.gather(store, team=team, win=win, retention_days=days)
+    return costs.report(read.jobs, read.attempts, win=win, now=NOW, positions={}, team=team, ledger=read.ledger,
+                        retention_days=read.retention_days)
 
 
 WHOLE = ("totals", "by_day", "by_team")
@@ -137,8 +138,9 @@ def test_a_window_counts_the_hours_that_begin_in_it(store):
     Retention(store, days=30, pause=0).prune(NOW)
     # from the midnight the spot attempt crossed: its hours after it, and the on-demand attempt
     win = costs.Window(MIDNIGHT, MIDNIGHT + DAY, "custom")
-    jobs, attempts = costs.gather(store, team="vision", win=win, retention_days=30)
-    got = costs.report(jobs, attempts, win=win, now=NOW, positions={}, team="vision")
+    read = costs.gather(store, team="vision", win=win, retention_days=30)
+    got = costs.report(read.jobs, read.attempts, win=win, now=NOW, positions={}, team="vision", ledger=read.ledger,
+                       retention_days=read.retention_days)
     start, seconds = int(MIDNIGHT - 1.5 * HOUR + 17), int(3.8 * HOUR) - 17
     spot = costs._part(7_777_777, start, seconds, MIDNIGHT + DAY) - costs._part(7_777_777, start, seconds, MIDNIGHT)
     assert got["totals"]["by_tier"]["spot"]["micros"] == spot
