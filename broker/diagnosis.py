@@ -592,17 +592,33 @@ def _background_deaths(log_tail: str) -> list[_Died]:
                 if not rank or prefix.match(each)]
         if not body or not body[0].strip().endswith(_TRACEBACK):
             continue
-        said = ""
-        for each in body[1:]:  # its exception line; another process's lines may come between (one pipe, no prefix)
-            if _EXCEPTION_LINE.match(each) and each.strip() not in _CHAINED:
-                said = each.strip()
-                break
+        said = _chain_end(body[1:])
         if said:
             who = header.group("thread") or header.group("started") or header.group("process")
             kind = "process" if header.group("process") else "thread"
             deaths.append(_Died(f"{kind} {who!r}" if kind == "process" or header.group("thread")
                                 else f"thread started by {who}", rank, _clip(said, 160)))
     return deaths
+
+
+def _chain_end(body: list[str]) -> str:
+    """The exception a traceback's ``body`` (the lines after its first "Traceback" line) ends in: its first exception
+    line, or where Python printed a chain (oldest first, each exception line followed by "During handling of the above
+    exception" or "The above exception was the direct cause"), the last one's, naming the first as what it happened
+    while handling or was caused by. Another process's lines may come between (one pipe, no prefix)."""
+    first = last = link = ""
+    chained = False  # the line before (blank lines aside) was an exception line: a chain's marker may follow
+    for each in body:
+        line = each.strip()
+        if not line:
+            continue
+        if chained:
+            if line not in _CHAINED:
+                break
+            link, chained = ("caused by" if line.startswith("The above") else "while handling"), False
+        elif _EXCEPTION_LINE.match(each) and line not in _CHAINED:
+            first, last, chained = first or line, line, True
+    return first if last == first else f"{last} ({link} {first})"
 
 
 class _Places:

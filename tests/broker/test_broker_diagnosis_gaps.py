@@ -12,6 +12,8 @@ OSError); neither library is installed here.
 import io
 import re
 import subprocess
+
+import pytest
 import sys
 import textwrap
 
@@ -157,10 +159,49 @@ def test_a_collective_timeout_after_a_threads_death_in_one_process_is_the_hang()
 
 
 def test_a_job_silent_past_its_heartbeat_after_a_threads_death_says_so():
+    d = diagnose(Ending("silent", reason="12 min", log_tail=THREAD_DIED))
+    assert (d.cls, d.infrastructure) == ("stalled", True), d
+    assert d.sentence == ("The job stalled at step 9: it reported no progress for 12 min, so the broker stopped it. "
+                          "Before that, the job's thread 'Thread-2 (log_metrics)' died: KeyError: 'loss'.")
+    assert d.hint.startswith("If the job waited on that thread")
+
+
+def test_a_node_lost_after_a_threads_death_says_so():
     d = diagnose(Ending("lost", log_tail=THREAD_DIED))
     assert (d.cls, d.infrastructure) == ("node_lost", True), d
     assert d.sentence.endswith("Before that, the job's thread 'Thread-2 (log_metrics)' died: KeyError: 'loss'.")
-    assert d.hint.startswith("If the job waited on that thread")
+
+
+CHAINED_THREAD = """\
+step 7
+Exception in thread uploader:
+Traceback (most recent call last):
+  File "/workspace/train.py", line 40, in upload
+    payload = metrics["loss"]
+KeyError: 'loss'
+
+{marker}
+
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner
+    self.run()
+  File "/workspace/train.py", line 44, in upload
+    raise RuntimeError("upload failed") from exc
+RuntimeError: upload failed
+step 8
+"""
+
+
+@pytest.mark.parametrize("marker, link", [
+    ("The above exception was the direct cause of the following exception:", "caused by"),
+    ("During handling of the above exception, another exception occurred:", "while handling"),
+], ids=["raise from: the last exception, caused by the first",
+        "raised while handling another: the last exception, while handling the first"])
+def test_a_thread_that_died_of_a_chained_exception_is_said_to_die_of_the_last_one(marker, link):
+    """Python prints a chain oldest first; the thread died of the last one. Before, the first was named alone."""
+    d = diagnose(Ending("silent", reason="12 min", log_tail=CHAINED_THREAD.format(marker=marker)))
+    assert d.sentence.endswith(f"Before that, the job's thread 'uploader' died: RuntimeError: upload failed ({link} "
+                               f"KeyError: 'loss').")
 
 
 def test_a_segfault_after_a_threads_death_is_a_crash_not_the_threads_error():
