@@ -35,7 +35,7 @@ from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionC
 from broker.views import holders_words
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
-from pricing.money import cost_for_seconds, fmt, fmt_left, fmt_limit
+from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit
 from pricing.offers import Offer, Tier
 from pricing.placement import start_shortfall, under_cap
 
@@ -635,6 +635,8 @@ class BrokerService:
         A budget lowered under a running attempt moves the attempt's own limit down at once (:meth:`_lower_limit`)."""
         if new_budget <= 0:
             raise Invalid("budget_usd", "must be more than $0")
+        if new_budget > MAX_DOLLARS * MICROS_PER_DOLLAR:  # every edge reads it so; a Slack button's value is a number
+            raise Invalid("budget_usd", f"must be at most ${MAX_DOLLARS:,}")
         had: list[int] = []  # the budget the committed change replaced
 
         def once() -> Job:

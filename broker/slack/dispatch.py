@@ -27,6 +27,9 @@ from broker.spec import SpecError
 from broker.task_text import load_text
 from pricing.money import fmt, fmt_limit
 
+JOB_ID_TEXT = re.compile(r"[\x21-\x7e]{1,200}")
+"""A job id as a button carries it: printable ASCII, no space (the broker's ids are ``j-`` and hex)."""
+
 Fetch = Callable[[str], str]
 """Read a spec URL and return its text; raises ``ValueError`` with a sentence."""
 
@@ -250,8 +253,10 @@ class Dispatcher:
         kind = ACTION_KINDS.get(action_id)
         try:
             data: dict[str, Any] = json.loads(value)
-            job_id = str(data["job"])
-        except (ValueError, KeyError, TypeError):
+            job_id = data["job"]
+        except (ValueError, KeyError, TypeError, RecursionError):  # a value nested past the parser's depth too
+            return blocks.error("That button is out of date.")
+        if not isinstance(job_id, str) or not JOB_ID_TEXT.fullmatch(job_id):  # the broker's ids: ASCII, no surrogates
             return blocks.error("That button is out of date.")
         if kind == "resume":
             return self._guard(self._resume, who, job_id, force=data.get("force") is True)

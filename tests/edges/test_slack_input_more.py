@@ -13,7 +13,7 @@ from broker.lifecycle import JobState
 from broker.slack.dispatch import ENDED
 
 from .test_slack import (  # noqa: F401  (fixtures: pytest finds them by name in this module)
-    command, signed, slack, slack_app, stub, text_of,
+    command, pressed, signed, slack, slack_app, stub, text_of,
 )
 from .test_slack_audit import ended
 
@@ -101,3 +101,32 @@ def test_status_still_finds_the_five_latest_when_they_ended_hours_apart(slack, s
                                                                                     "j-h4"], said
     assert said.index("j-h0") < said.index("j-h1") < said.index("j-h4")
     assert "j-h5" not in said, said
+
+
+# -- a button whose value is not one the broker wrote ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action_id", ["broker_resume", "broker_switch_ondemand", "broker_raise_budget",
+                                       "broker_cancel"])
+@pytest.mark.parametrize("value", [
+    pytest.param("[" * 100_000, id="nested past the JSON parser's depth"),
+    pytest.param('{"job":"\\ud800"}', id="a job id with a lone surrogate"),
+    pytest.param('{"job":["j-a2"]}', id="a job id that is a list"),
+    pytest.param('{"job":"j-a2 j-a1"}', id="a job id with a space"),
+])
+def test_a_button_whose_value_the_broker_did_not_write_is_out_of_date_not_a_500(slack, store, stub, action_id,
+                                                                                value):
+    """Before, a value nested past the parser's depth (RecursionError) and a job id with a lone surrogate (encoding
+    it for the store) answered 500."""
+    reply = pressed(slack, stub, {"action_id": action_id, "value": value}, "U_A", "odd")
+    assert "That button is out of date." in reply
+    assert store.get_job("j-a2").state is JobState.RUNNING
+
+
+def test_a_raise_budget_button_past_the_largest_budget_is_refused_as_every_edge_refuses_it(slack, store, stub):
+    """A button's budget is a number of micro-dollars, not read as typed money: 10**30 was stored as the budget (past a
+    64-bit integer), where the API and Slack's `budget` command refuse anything above $1,000,000,000."""
+    before = store.get_job("j-a2").budget
+    btn = {"action_id": "broker_raise_budget", "value": json.dumps({"job": "j-a2", "budget": 10**30})}
+    assert "must be at most $1,000,000,000" in pressed(slack, stub, btn, "U_A", "huge")
+    assert store.get_job("j-a2").budget == before
