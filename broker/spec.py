@@ -315,6 +315,8 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
     if instance_type is not None and not isinstance(instance_type, str):
         raise SpecError(f"{where}.instance_type", "must be a string")
     accs = _accelerators(r.get("accelerators"), f"{where}.accelerators", strict=strict)
+    if strict:
+        _launch_settings(r, where)
     regions = _image_regions(r.get("image_id"), cloud, region, f"{where}.image_id", strict=strict)
     return [
         ResourceRequest(
@@ -324,6 +326,45 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
         )
         for name, count in accs for in_region in regions
     ]
+
+
+_DISK_SIZE = re.compile(r"^[0-9]+(?:[kmgtp][bi])?$", re.I)  # SkyPilot's schema: 100, "100", "100GB", "1Ti"
+_PORT_RANGE = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?$")
+MAX_DISK_GB = 65_536  # no cloud's boot disk is larger (AWS gp3 and GCP pd: 64 TiB)
+
+
+def _launch_settings(r: dict[str, Any], where: str) -> None:
+    """The ``resources`` settings placement does not read but a launch hands to SkyPilot (``disk_size``,
+    ``disk_tier``, ``network_tier``, ``ports``, ``labels``, ``image_id``), held to the types SkyPilot's schema takes:
+    a value it refuses was accepted and stored, and failed only at launch, after the job was queued and placed."""
+    size = r.get("disk_size")
+    if size is not None:
+        if isinstance(size, bool) or not isinstance(size, (int, str)) or \
+                (isinstance(size, str) and not _DISK_SIZE.match(size)):
+            raise SpecError(f"{where}.disk_size", "must be a size in GB (256), or with its unit (\"256GB\", \"1TB\")")
+        if isinstance(size, int) and not 1 <= size <= MAX_DISK_GB:
+            raise SpecError(f"{where}.disk_size", f"must be from 1 to {MAX_DISK_GB:,} (GB)")
+    for key in ("disk_tier", "network_tier"):
+        value = r.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
+            raise SpecError(f"{where}.{key}", "must be a name (disk_tier: low, medium, high, ultra or best; "
+                                              "network_tier: standard or best)")
+    ports = r.get("ports")
+    if ports is not None:
+        for port in ports if isinstance(ports, list) else [ports]:
+            text = str(port) if isinstance(port, int) and not isinstance(port, bool) else port
+            match = _PORT_RANGE.match(text) if isinstance(text, str) else None
+            if match is None or not all(1 <= int(p) <= 65_535 for p in match.groups() if p is not None) or \
+                    (match.group(2) is not None and int(match.group(2)) < int(match.group(1))):
+                raise SpecError(f"{where}.ports", "must be a port (8888), a range (\"10000-10010\") or a list of "
+                                                  "them, each from 1 to 65535")
+    labels = r.get("labels")
+    if labels is not None and (not isinstance(labels, dict) or
+                               not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
+        raise SpecError(f"{where}.labels", "must be a mapping of names to strings")
+    image = r.get("image_id")
+    if image is not None and not isinstance(image, (str, dict)):
+        raise SpecError(f"{where}.image_id", "must be an image name, or a mapping of region to image name")
 
 
 def _image_regions(image: Any, cloud: str | None, region: str | None, where: str, *,
