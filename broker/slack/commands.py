@@ -150,6 +150,8 @@ def _submit(line: str, rest: str) -> Command:
             break
         m = _OPTION.match(a)
         if m and m.group(1) in SUBMIT_OPTIONS:
+            if m.group(1) in options:  # the last one won without a word (budget=$5 budget=$6 submitted at $6)
+                raise CommandError(f"`{m.group(1)}` is given twice: give it once; nothing was submitted")
             options[m.group(1)] = _unquote(m.group(1), m.group(2))
             after = a
         elif m:

@@ -226,10 +226,10 @@ class Dispatcher:
         if "name" in opts:
             raw["name"] = opts.pop("name")
         if "priority" in opts:
-            try:
-                opts["priority"] = int(opts["priority"])
-            except ValueError:
+            # ASCII digits only, as the API reads it (int() also reads "١٢" as 12)
+            if not re.fullmatch(r"[+-]?[0-9]+", opts["priority"]):
                 return blocks.error("priority: must be a whole number")
+            opts["priority"] = int(opts["priority"])
         if opts and not isinstance(raw.get("broker"), (dict, type(None))):
             # the options were merged into an empty section in its place: `broker: 5` was dropped unsaid
             return blocks.error("broker: must be a mapping")

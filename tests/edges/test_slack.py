@@ -207,6 +207,14 @@ def test_submit_inline_yaml_then_follow_it(slack, store):
     assert "j-a2" in mine and "j-b1" not in mine
 
 
+@pytest.mark.parametrize("priority", ["\u0661\u0662", "1.5", "high"], ids=["Arabic-Indic digits", "a fraction", "a word"])
+def test_submit_reads_a_priority_as_the_api_does(slack, store, priority):
+    """ASCII digits only: int() read "١٢" as 12, which the API refuses as broker.priority."""
+    before = len(store.list_jobs())
+    said = text_of(command(slack, f"submit budget=$4 priority={priority}\nname: p\nrun: echo hi").json())
+    assert "priority: must be a whole number" in said and len(store.list_jobs()) == before
+
+
 def test_submit_reads_a_deadline_as_the_cli_and_the_api_do(slack, store):
     """One parser for every edge: `deadline=45min` from Slack is 45 minutes, as `--deadline 45min` is."""
     before = time.time()
@@ -980,8 +988,11 @@ def test_slack_markup_and_quoted_options_parse_as_typed(text, expected):
     ("submit https://a.example/t.yaml\nrun: x", "as a URL or as YAML, not both"),
     ("costs 1y", "`1y` is not a period I know: costs takes 24h, 7d, 30d, 90d"),
     ("costs team-b 12h", "`12h` is not a period I know"),
+    ("submit budget=$5 budget=$6\nrun: x", "`budget` is given twice: give it once; nothing was submitted"),
+    ("submit name=a priority=1 name=b\nrun: x", "`name` is given twice"),
 ], ids=["an unquoted value with a space", "an unclosed quote", "YAML on the first line",
-        "a URL and YAML", "a period costs does not take is not read as a team", "nor after a team"])
+        "a URL and YAML", "a period costs does not take is not read as a team", "nor after a team",
+        "an option given twice (the last one won)", "an option given twice with another between"])
 def test_words_that_do_not_fit_are_refused_with_a_sentence_naming_them(text, says):
     with pytest.raises(CommandError, match=re.escape(says)):
         commands.parse(text)
