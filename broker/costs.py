@@ -111,11 +111,22 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
         raise CostQueryError("until" if until else "since", "is out of range: the window must end by 9999-12-31 in UTC")
     if start >= end:
         # with no until the window ends now: "must be before until" named a bound the caller never gave
-        raise CostQueryError("since", "must be before until" if until else "is not in the past: with no until, the "
-                                      "window ends now")
+        same_day = bool(since and until) and _is_date(since) and _is_date(until) and start == end
+        raise CostQueryError("since", ("must be before until: the window ends before until, and a date is the "
+                                       "start of its day, so one day is since=D until=the day after" if same_day else
+                                       "must be before until") if until else
+                             "is not in the past: with no until, the window ends now")
     if end - start > 400 * DAY:
         raise CostQueryError("since", "the window can be at most 400 days")
     return Window(start, end, label)
+
+
+def _is_date(text: str) -> bool:
+    try:
+        date.fromisoformat(text.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _iso(text: str, field: str) -> float:

@@ -121,6 +121,15 @@ def test_a_team_sees_only_its_own_spend(client):
     assert client.get("/v1/costs").status_code == 401
 
 
+def test_one_day_given_as_since_and_until_says_until_is_the_start_of_its_day(client):
+    """`broker costs --since 2026-12-05 --until 2026-12-05` answered only "since: must be before until"."""
+    r = client.get("/v1/costs", params={"since": "2026-12-05", "until": "2026-12-05"}, headers=auth(world.ADMIN))
+    assert r.status_code == 422 and r.json()["field"] == "since", r.text
+    assert "a date is the start of its day, so one day is since=D until=the day after" in r.json()["detail"]
+    day = client.get("/v1/costs", params={"since": "2026-12-05", "until": "2026-12-06"}, headers=auth(world.ADMIN))
+    assert day.status_code == 200 and len(day.json()["by_day"]) == 1, day.text
+
+
 def test_a_window_before_the_work_shows_nothing(client, seeded):
     r = client.get("/v1/costs", params={"since": "2001-01-01", "until": "2001-01-08"},
                    headers=auth(world.ADMIN)).json()
