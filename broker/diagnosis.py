@@ -616,7 +616,7 @@ def _chain_end(body: list[str]) -> str:
             if line not in _CHAINED:
                 break
             link, chained = ("caused by" if line.startswith("The above") else "while handling"), False
-        elif _EXCEPTION_LINE.match(each) and line not in _CHAINED:
+        elif _EXCEPTION_LINE.match(each):  # never a chain's marker, which has no colon after its first word
             first, last, chained = first or line, line, True
     return first if last == first else f"{last} ({link} {first})"
 

@@ -113,8 +113,8 @@ def silence(job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> 
     """How long the running ``attempt`` has been silent at ``now``, in seconds; None for a job that never reported
     progress (nothing says how often it would, so it is not watched).
 
-    Its last report, when it made one. Before its first, the silence counts from its start, less the longest any
-    earlier attempt of the job took from its start to its first report (setup, the restore): before, the report of
+    From its last report, when it made one. Before its first, from its start plus the longest time any earlier
+    attempt of the job took from its start to its first report (setup, the restore): before, the report of
     the attempt a resume replaced was read as this one's, and a job resumed after a wait longer than the timeout
     was stopped as silent in its first tick."""
     last = job.progress.get("at")
