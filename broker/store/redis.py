@@ -20,8 +20,9 @@ the pruned count and totals and to the pruned-cost ledger, go together or not at
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import redis
@@ -33,7 +34,7 @@ from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Ev
 from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Pruned, PrunedCosts, StoreError, StoreUnavailable,
                                VersionConflict, check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
-from broker.store.redis_keys import Keys
+from broker.store.redis_keys import Keys, escaped, ledger_part, month_start
 
 
 COMMIT_SCRIPT = """
@@ -116,10 +117,11 @@ return {'OK', ''}
 PRUNE_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
 --       jobs by update time, pruned count, pruned totals, the idempotency key as written before team names were
---       escaped (or the job key again), pruned-cost ledger
+--       escaped (or the job key again), pruned-cost ledger (its job count), the ledger's parts
 -- ARGV: expected version, job id, state-set prefix, n final states, the final states...,
 --       m, then m (totals field, integer increment) pairs: what the job adds to the counters of /metrics,
---       then (ledger field, integer increment) pairs: its costs by kind, team, tier and hour
+--       then the parts' key prefix, then (part, its score, field, integer increment) quadruples: the job's
+--       costs by kind, team, tier and hour, each in the part of its team and the hour's month
 -- At a server's maxmemory a script is refused a command that may add data only while it has written nothing:
 -- here every deletion comes first, so the counts after them run too, and pruning is how a store that filled up
 -- gets back under it (they add a few bytes, or none, for the job just freed).
@@ -146,11 +148,53 @@ redis.call('INCR', KEYS[9])
 local m = tonumber(ARGV[5 + n])
 local j = 6 + n
 for _ = 1, m do redis.call('HINCRBY', KEYS[10], ARGV[j], ARGV[j + 1]); j = j + 2 end
-for i = j, #ARGV, 2 do redis.call('HINCRBY', KEYS[12], ARGV[i], ARGV[i + 1]) end
+for i = j + 1, #ARGV, 4 do
+  redis.call('HINCRBY', ARGV[j] .. ARGV[i], ARGV[i + 2], ARGV[i + 3])
+  redis.call('ZADD', KEYS[13], ARGV[i + 1], ARGV[i])
+end
 redis.call('HINCRBY', KEYS[12], 'jobs', 1)
 return 'OK'
 """
 _FINAL = tuple(sorted(s.value for s in FINAL_STATES))
+
+LEDGER_SCRIPT = """
+-- The pruned-cost ledger's parts a report's window reads, at one moment (no prune script runs between the reads).
+-- KEYS: pruned count, pruned-cost ledger (its job count, and the entries of a broker from before the parts),
+--       the ledger's parts
+-- ARGV: the parts' key prefix, the first and last month start to read, the team escaped ('' for every team)
+local parts = {}
+for _, part in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[2], ARGV[3])) do
+  if ARGV[4] == '' or string.sub(part, 9) == ARGV[4] then  -- after 'YYYY-MM:'
+    parts[#parts + 1] = redis.call('HGETALL', ARGV[1] .. part)
+  end
+end
+return {redis.call('GET', KEYS[1]) or '0', redis.call('HGETALL', KEYS[2]), parts}
+"""
+
+MOVE_LEDGER_SCRIPT = """
+-- Entries of the pruned-cost ledger as a broker from before its parts wrote them, moved to their parts: each one
+-- still there is added to its part and deleted, in one step (a report reads it in one place or the other).
+-- KEYS: pruned-cost ledger, the ledger's parts
+-- ARGV: the parts' key prefix, then (field, part, its score) triples
+local moved = 0
+for i = 2, #ARGV, 3 do
+  local value = redis.call('HGET', KEYS[1], ARGV[i])
+  if value then
+    redis.call('HINCRBY', ARGV[1] .. ARGV[i + 1], ARGV[i], value)
+    redis.call('ZADD', KEYS[2], ARGV[i + 2], ARGV[i + 1])
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    moved = moved + 1
+  end
+end
+return moved
+"""
+
+
+def _pages(fields: Iterable[tuple[str, str]], size: int) -> Iterator[list[str]]:
+    """The names of ``fields`` (an ``HSCAN``), ``size`` at a time."""
+    it = iter(fields)
+    while page := [field for field, _ in itertools.islice(it, size)]:
+        yield page
 
 
 class _Change:
@@ -192,6 +236,8 @@ class RedisStore:
                                        health_check_interval=30)
         self._commit_script = self._r.register_script(COMMIT_SCRIPT)
         self._prune_script = self._r.register_script(PRUNE_SCRIPT)
+        self._ledger_script = self._r.register_script(LEDGER_SCRIPT)
+        self._move_ledger_script = self._r.register_script(MOVE_LEDGER_SCRIPT)
         self._updated_complete = False
         self._group = GroupCommit(self._write_batch)  # one group commit in flight at a time
 
@@ -474,6 +520,7 @@ class RedisStore:
         The idempotency key goes in both forms (escaped, and as a broker before the escaping wrote it), each only
         while it names this job."""
         k = self.keys
+        self._move_old_ledger()
         deleted: list[str] = []
         for start in range(0, len(jobs), BATCH_IDS):
             chunk = jobs[start:start + BATCH_IDS]
@@ -483,13 +530,14 @@ class RedisStore:
                     idem, legacy = self._idempotency_keys(job)
                     keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team), idem, k.attempts(job.id),
                             k.events(job.id), k.metrics(job.id), k.updated(), k.pruned(), k.pruned_totals(), legacy,
-                            k.pruned_costs()]
+                            k.pruned_costs(), k.pruned_costs_parts()]
                     adds = [x for key, value in sorted(totals.of_job(job, tries[job.id]).items())
                             for x in (totals.encode(key), str(value))]
                     ledger = [x for key, value in sorted(costs.ledger_of(job, tries[job.id]).items())
-                              for x in (totals.encode(key), str(value))]
+                              for x in (*ledger_part(key[1], key[3]), totals.encode(key), str(value))]
                     self._prune_script(keys=keys, args=[str(job.version), job.id, k.by_state(""), len(_FINAL),
-                                                        *_FINAL, len(adds) // 2, *adds, *ledger], client=pipe)
+                                                        *_FINAL, len(adds) // 2, *adds, k.pruned_costs_part(""),
+                                                        *ledger], client=pipe)
                 replies = pipe.execute()
             deleted += [job.id for job, reply in zip(chunk, replies) if reply == "OK"]
         return deleted
@@ -506,19 +554,45 @@ class RedisStore:
         return Pruned(int(count or 0), {totals.decode(field): int(value) for field, value in fields.items()})
 
     def pruned_costs(self, *, team: str | None, since: float, until: float) -> PrunedCosts:
-        """The ledger is one hash, read whole (a field per kind, team, tier and hour that a pruned job was billed
-        in) and filtered here."""
-        with self._r.pipeline(transaction=True) as p:  # MULTI: no prune script runs between the two reads
-            count, fields = p.get(self.keys.pruned()).hgetall(self.keys.pruned_costs()).execute()
+        """The parts of the window's months (the team's, or every team's), and whatever a broker from before the
+        parts left in the ledger's own hash, in one script (one moment), filtered here to the window's hours."""
+        k = self.keys
+        count, legacy, parts = self._ledger_script(
+            keys=[k.pruned(), k.pruned_costs(), k.pruned_costs_parts()],
+            args=[k.pruned_costs_part(""), month_start(since), f"({until!r}",
+                  "" if team is None else escaped(team)])
+        jobs = 0
         buckets: dict[tuple[int, str, str], list[int]] = {}
-        for field, value in fields.items():
-            if field == "jobs":
-                continue
-            kind, who, tier, hour = totals.decode(field)
-            if (team is None or who == team) and since <= hour < until:
-                buckets.setdefault((hour, who, tier), [0, 0])[kind == costs.ODEQ] += int(value)
-        return PrunedCosts(int(count or 0), int(fields.get("jobs", 0)),
+        for flat in (legacy, *parts):
+            for field, value in zip(flat[::2], flat[1::2]):
+                if field == "jobs":
+                    jobs = int(value)
+                    continue
+                kind, who, tier, hour = totals.decode(field)
+                if (team is None or who == team) and since <= hour < until:
+                    buckets.setdefault((hour, who, tier), [0, 0])[kind == costs.ODEQ] += int(value)
+        return PrunedCosts(int(count or 0), jobs,
                            [(who, tier, hour, c, e) for (hour, who, tier), (c, e) in sorted(buckets.items())])
+
+    def _move_old_ledger(self) -> None:
+        """Entries a broker from before the ledger's parts wrote to its one hash (all but ``jobs``) go to their
+        parts, a page at a time; a broker of that version still running may write more, which the next prune
+        moves (until then reports read them where they are)."""
+        k = self.keys
+        if self._r.hlen(k.pruned_costs()) <= 1:  # ``jobs`` alone, or nothing
+            return
+        for page in _pages(self._r.hscan_iter(k.pruned_costs(), count=BATCH_IDS), BATCH_IDS):
+            args = []
+            for field in page:
+                if field != "jobs":
+                    _, team, _, hour = totals.decode(field)
+                    args += [field, *ledger_part(team, hour)]
+            if args:
+                try:
+                    self._move_ledger_script(keys=[k.pruned_costs(), k.pruned_costs_parts()],
+                                             args=[k.pruned_costs_part(""), *args])
+                except OutOfMemoryError:
+                    return  # a server at its maxmemory: the prune frees room first, the move waits for a later one
 
     def existing(self, job_ids: Sequence[str]) -> set[str]:
         """From the index of all jobs, which the commit script adds a job to as it creates it and the prune script

@@ -6,6 +6,8 @@ with different prefixes.
 
 from __future__ import annotations
 
+import calendar
+import time
 from dataclasses import dataclass
 
 
@@ -46,7 +48,7 @@ class Keys:
         """String: the job id a team's Idempotency-Key created. The team's ``%`` and ``:`` are escaped, so team
         ``a:b``'s key ``c`` and team ``a``'s key ``b:c`` are two keys (a team name without them reads as before).
         The commit script escapes a team's name the same way (``escaped`` in ``COMMIT_SCRIPT``)."""
-        return f"{self.idempotency_prefix()}{_escaped(team)}:{key}"
+        return f"{self.idempotency_prefix()}{escaped(team)}:{key}"
 
     def idempotency_prefix(self) -> str:
         """What every idempotency key begins with."""
@@ -83,8 +85,23 @@ class Keys:
     def pruned_costs(self) -> str:
         """Hash: the pruned-cost ledger (``JobStore.pruned_costs``) — field: ``["cost" or "odeq", team, tier, hour]``
         (``broker.totals.encode``; ``hour`` the UTC hour's start, epoch seconds), value: micro-dollars
-        (``broker.costs.ledger_of``); and field ``jobs``: how many pruned jobs the ledger holds the costs of."""
+        (``broker.costs.ledger_of``); and field ``jobs``: how many pruned jobs the ledger holds the costs of.
+
+        Since the ledger is kept by team and month (:meth:`pruned_costs_part`) this hash holds only ``jobs``, and
+        entries written by a broker from before that, until :meth:`RedisStore.prune` moves them to their parts."""
         return f"{self.prefix}:pruned:costs"
+
+    def pruned_costs_part(self, part: str) -> str:
+        """Hash: the pruned-cost ledger's entries of one team whose hour is in one UTC month, fields and values as in
+        :meth:`pruned_costs`; ``part`` is ``YYYY-MM:`` then the team escaped (:func:`ledger_part`). A cost report
+        reads the parts of its window's months (:meth:`pruned_costs_parts`), never the whole ledger, so what it
+        reads does not grow with the months the store has kept."""
+        return f"{self.prefix}:pruned:costs:{part}"
+
+    def pruned_costs_parts(self) -> str:
+        """Sorted set: every part of the pruned-cost ledger (:meth:`pruned_costs_part`), scored by its month's start
+        (epoch seconds)."""
+        return f"{self.prefix}:pruned:costs-parts"
 
     def engines(self) -> str:
         """Hash: engine domain → its last beat (epoch seconds)."""
@@ -95,6 +112,19 @@ class Keys:
         return f"{self.prefix}:metrics:{job_id}"
 
 
-def _escaped(part: str) -> str:
+def ledger_part(team: str, hour: float) -> tuple[str, int]:
+    """The part of the pruned-cost ledger an entry of ``team`` at ``hour`` (epoch seconds) goes in, and the part's
+    score: its UTC month's start."""
+    t = time.gmtime(hour)
+    return f"{t.tm_year:04d}-{t.tm_mon:02d}:{escaped(team)}", calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
+
+
+def month_start(when: float) -> int:
+    """The start of the UTC month of ``when`` (epoch seconds)."""
+    t = time.gmtime(when)
+    return calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
+
+
+def escaped(part: str) -> str:
     """``part`` with ``%`` and ``:`` percent-encoded: no longer able to end early in a key that goes on after it."""
     return part.replace("%", "%25").replace(":", "%3A")

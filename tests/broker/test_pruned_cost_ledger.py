@@ -5,6 +5,8 @@ dollar, before and after the prune. On both stores, and the two agree."""
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -218,3 +220,130 @@ def test_jobs_pruned_before_the_ledger_are_still_said_to_be_missing(store):
     assert note.startswith("Includes ") and "Totals leave out 1 finished job pruned before their costs were kept" in \
         note, note
     assert report(store, period="7d")["retention_note"] is None  # within the horizon: nothing missing, nothing there
+
+
+# -- Redis: the ledger by team and month ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("team, when, part, start", [
+    ("vision", 1_800_000_000, "2027-01:vision", 1_798_761_600),
+    ("a:b%c", 1_798_761_599, "2026-12:a%3Ab%25c", 1_796_083_200),  # the last second of a year, a team escaped
+    ("nlp", 0, "1970-01:nlp", 0),
+    ("x", costs.FIRST, "0001-01:x", int(costs.FIRST)),  # a report's earliest start sorts before every part
+], ids=["an hour in January", "the last second of December, a team with a colon and a percent sign",
+        "the epoch", "the first day of year 1"])
+def test_an_entry_goes_in_the_part_of_its_team_and_utc_month(team, when, part, start):
+    from broker.store.redis_keys import ledger_part, month_start
+
+    assert ledger_part(team, when) == (part, start) and month_start(when) == start
+
+
+def _parts(store) -> dict[str, dict[str, str]]:
+    return {part: store._r.hgetall(store.keys.pruned_costs_part(part))
+            for part in store._r.zrange(store.keys.pruned_costs_parts(), 0, -1)}
+
+
+def test_redis_keeps_the_ledger_by_team_and_month_and_a_report_reads_only_its_months_and_team(redis_server):
+    """The ledger was one hash that every cost report read whole: a store kept for years made a week's report read
+    every hour of every team. Each team's month is a part now, and a report reads the parts of its window only."""
+    from broker.store.redis import RedisStore
+
+    store = RedisStore(redis_server.url, prefix=f"parts-{time.monotonic_ns()}")
+    try:
+        history(store)
+        before = {team: report(store, team=team) for team in (None, "vision", "nlp")}
+        Retention(store, days=30, pause=0).prune(NOW)
+        month = time.strftime("%Y-%m", time.gmtime(MIDNIGHT))
+        parts = _parts(store)
+        assert sorted(parts) == [f"{month}:nlp", f"{month}:vision"]
+        assert store._r.hgetall(store.keys.pruned_costs()) == {"jobs": "2"}  # the count only
+        assert sum(int(v) for f, v in parts[f"{month}:vision"].items() if f.startswith('["cost"')) == \
+            7_777_777 + 1_000_003
+        for team, was in before.items():
+            assert WHOLE_OF(report(store, team=team)) == WHOLE_OF(was)
+        # a part the window does not reach, and another team's, are not read: made unreadable, nothing notices
+        for unread in ("2020-01:vision", f"{month}:other"):
+            store._r.hset(store.keys.pruned_costs_part(unread), "not a ledger field", "x")
+            store._r.zadd(store.keys.pruned_costs_parts(), {unread: 1_577_836_800 if unread[:4] == "2020" else
+                                                            store._r.zscore(store.keys.pruned_costs_parts(),
+                                                                            f"{month}:nlp")})
+        for team in ("vision", "nlp"):
+            assert WHOLE_OF(report(store, team=team)) == WHOLE_OF(before[team])
+        with pytest.raises(ValueError):  # read when the window reaches it: the corrupt field is decoded
+            report(store, team=None)
+    finally:
+        store.close()
+
+
+def test_a_ledger_a_broker_before_the_parts_wrote_is_counted_and_then_moved_to_them(redis_server):
+    """A store upgraded in place: the ledger's entries are in its one hash as an earlier broker wrote them. Reports
+    count them where they are; the next prune moves them to their parts, and the reports are the same."""
+    from broker.store.redis import RedisStore
+
+    store = RedisStore(redis_server.url, prefix=f"moved-{time.monotonic_ns()}")
+    try:
+        history(store)
+        Retention(store, days=30, pause=0).prune(NOW)
+        after = {team: report(store, team=team) for team in (None, "vision", "nlp", "nobody")}
+        parts = _parts(store)
+        for part, fields in parts.items():  # written back as the earlier broker kept them
+            store._r.hset(store.keys.pruned_costs(), mapping=fields)
+            store._r.delete(store.keys.pruned_costs_part(part))
+        store._r.delete(store.keys.pruned_costs_parts())
+        assert store._r.hlen(store.keys.pruned_costs()) > 10
+        for team, was in after.items():
+            assert report(store, team=team) == was, team
+        assert store.prune([]) == []
+        assert _parts(store) == parts and store._r.hgetall(store.keys.pruned_costs()) == {"jobs": "2"}
+        for team, was in after.items():
+            assert report(store, team=team) == was, team
+    finally:
+        store.close()
+
+
+def test_an_attempt_across_a_month_boundary_is_in_both_months_parts_and_reports(store):
+    """On both stores: the hours before a UTC month's first midnight in the one month, those after in the next."""
+    first = MIDNIGHT + 15 * DAY  # 2026-12-01, the month after MIDNIGHT's
+    assert time.gmtime(first).tm_mday == 1 and time.gmtime(first - 1).tm_mday != 1
+    finished(store, "j-cross", "vision", [("spot", first - 1.5 * HOUR, first + 2.5 * HOUR, 4_000_000, None)])
+    whole = report(store, period="90d", team="vision")
+    Retention(store, days=30, pause=0).prune(NOW)
+    assert WHOLE_OF(report(store, period="90d", team="vision")) == WHOLE_OF(whole)
+    december = costs.Window(first, NOW, "custom")
+    read = costs.gather(store, team="vision", win=december, retention_days=30)
+    assert sum(c for _, _, _, c, _ in read.ledger.buckets) == 2_500_000  # 2.5 of its 4 hours
+    november = costs.Window(first - 30 * DAY, first, "custom")
+    read = costs.gather(store, team="vision", win=november, retention_days=30)
+    assert sum(c for _, _, _, c, _ in read.ledger.buckets) == 1_500_000
+
+
+def test_a_server_at_its_maxmemory_still_prunes_with_an_earlier_brokers_ledger_left_to_move(tmp_path):
+    """Moving the earlier broker's entries adds data, which a full server refuses: the prune goes on without it (it
+    is how a full store gets back under its limit), and a later one moves them."""
+    import redis
+
+    from broker.store.redis import RedisStore
+    from broker_testing import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    store = RedisStore(server.url)
+    admin = redis.Redis(port=server.port)
+    try:
+        history(store)
+        store._r.hset(store.keys.pruned_costs(), mapping={
+            json.dumps(["cost", f"t{i}", "spot", MIDNIGHT - (i + 1) * DAY]): "1" for i in range(200)})
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", admin.info("memory")["used_memory"])
+        assert Retention(store, days=30, pause=0).prune(NOW) == 2
+        assert store.get_job("j-old") is None
+        admin.config_set("maxmemory", 0)
+        assert store._r.hlen(store.keys.pruned_costs()) > 200  # not moved yet
+        assert store.prune([]) == []
+        assert store._r.hgetall(store.keys.pruned_costs()) == {"jobs": "2"}
+        assert len(_parts(store)) == 200 + 2
+        assert store.pruned_costs(team="t7", since=costs.FIRST, until=costs.LAST).buckets == [
+            ("t7", "spot", MIDNIGHT - 8 * DAY, 1, 0)]
+    finally:
+        admin.close()
+        store.close()
+        server.stop()
