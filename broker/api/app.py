@@ -186,10 +186,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             return _error(400, f"{name}: {reason}", name)
         length = request.headers.get("content-length")
         if length is not None:
-            try:
-                size = int(length)
-            except ValueError:
-                return _error(400, "Content-Length: not a number")
+            if not (length.isascii() and length.isdigit()):  # HTTP's 1*DIGIT: int() also takes "-1", "1_000", " 9"
+                return _error(400, "Content-Length: not a number of bytes", "Content-Length")
+            size = int(length)
             if request.url.path.startswith("/v1/workdirs/"):  # a pack has a limit of its own
                 if size > settings.max_workdir_bytes:
                     return _error(413, _pack_too_large(size), "body")

@@ -153,3 +153,15 @@ def test_a_signed_command_with_each_header_once_still_runs(slack, store):
     r = slack.post("/slack/commands", content=body, headers=signed(body))
     assert r.status_code == 200, r.text
     assert store.get_job("j-a2").state is not JobState.RUNNING
+
+
+@pytest.mark.parametrize("length", ["ten", "-1", "1_0", "+9"],
+                         ids=["a word", "a negative number", "digits with an underscore", "a plus sign"])
+def test_a_content_length_that_is_not_a_number_of_bytes_is_a_400_naming_it_and_stores_nothing(client, store, length):
+    before = jobs_in(store)
+    body = json.dumps(TASK).encode()
+    r = client.post("/v1/jobs", content=body, headers={"Authorization": ADMIN, "Content-Type": "application/json",
+                                                       "Content-Length": length})
+    assert r.status_code == 400, r.text
+    assert r.json() == {"field": "Content-Length", "detail": "Content-Length: not a number of bytes"}
+    assert jobs_in(store) == before
