@@ -97,15 +97,16 @@ def spec_fetcher(cfg: SlackConfig, max_bytes: int):
     return fetch
 
 
-def slack_form(body: bytes) -> dict[str, str] | str:
-    """A signed form body from Slack as one value per field, or why it is refused: a field given more than once.
+def slack_form(body: bytes) -> dict[str, str] | tuple[str, str]:
+    """A signed form body from Slack as one value per field, or the field it is refused for and why: a field given
+    more than once.
     Slack sends each field once; ``text=status&text=cancel j-1`` was read as its first ``text`` without a word, and
     which of two a sender meant cannot be known, so neither is acted on (a 400: only a sender holding the signing
     secret gets this far)."""
     fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     for name, values in fields.items():
         if len(values) > 1:
-            return f"field '{name}' is given {len(values)} times; Slack sends each field once, so nothing was done"
+            return name, f"field '{name}' is given {len(values)} times; Slack sends each field once, so nothing was done"
     return {name: values[0] for name, values in fields.items()}
 
 
@@ -124,7 +125,7 @@ def router(service, settings: Settings) -> APIRouter:
             body.extend(chunk)
             if len(body) > settings.max_body_bytes:
                 return JSONResponse(status_code=413, content={"detail": f"body: larger than {settings.max_body_bytes} "
-                                                                        "bytes"})
+                                                                        "bytes", "field": "body"})
         body = bytes(body)
         try:
             ok = sdk.verify(cfg.signing_secret, body, request.headers)
@@ -151,8 +152,8 @@ def router(service, settings: Settings) -> APIRouter:
         if isinstance(body, Response):
             return body
         form = slack_form(body)
-        if isinstance(form, str):
-            return JSONResponse(status_code=400, content={"detail": form})
+        if isinstance(form, tuple):
+            return JSONResponse(status_code=400, content={"detail": form[1], "field": form[0]})
         if form.get("command") and form["command"] != cfg.command:
             return JSONResponse(error(f"This broker answers `{cfg.command}`, not `{form['command']}`.").payload())
         who = cfg.principal(form.get("user_id", ""))
@@ -191,8 +192,8 @@ def router(service, settings: Settings) -> APIRouter:
         if isinstance(body, Response):
             return body
         form = slack_form(body)
-        if isinstance(form, str):
-            return JSONResponse(status_code=400, content={"detail": form})
+        if isinstance(form, tuple):
+            return JSONResponse(status_code=400, content={"detail": form[1], "field": form[0]})
         try:
             payload = json.loads(form["payload"])
             user_id = str(payload["user"]["id"])
@@ -200,7 +201,8 @@ def router(service, settings: Settings) -> APIRouter:
             if not isinstance(action, dict):
                 raise TypeError("an action is an object")
         except (KeyError, IndexError, ValueError, TypeError, RecursionError):  # RecursionError: [[[[...]]]]
-            return JSONResponse(status_code=400, content={"detail": "not a Slack block_actions payload"})
+            return JSONResponse(status_code=400, content={"detail": "payload: not a Slack block_actions payload",
+                                                          "field": "payload"})
         url = payload.get("response_url")
         trigger = payload.get("trigger_id")
         if isinstance(trigger, str) and trigger and not replays.first(trigger):

@@ -128,7 +128,8 @@ def test_a_bad_signature_is_refused_and_does_nothing(slack, store, sign):
 def test_a_signed_interaction_that_is_not_block_actions_is_a_400(slack, store, payload):
     body = urlencode({"payload": payload})
     r = slack.post("/slack/interactions", content=body, headers=signed(body))
-    assert r.status_code == 400 and r.json() == {"detail": "not a Slack block_actions payload"}
+    assert r.status_code == 400 and r.json() == {"detail": "payload: not a Slack block_actions payload",
+                                                 "field": "payload"}
     assert store.get_job("j-a2").state is JobState.RUNNING
 
 

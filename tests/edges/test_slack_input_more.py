@@ -38,7 +38,20 @@ def test_a_command_with_a_field_given_twice_is_a_400_naming_it_and_does_nothing(
     r = slack.post("/slack/commands", content=body, headers=signed(body))
     assert r.status_code == 400, r.text
     assert r.json() == {"detail": f"field '{name}' is given 2 times; Slack sends each field once, so nothing was "
-                                  "done"}
+                                  "done", "field": name}
+    assert store.get_job("j-a2").state is JobState.RUNNING
+
+
+@pytest.mark.parametrize("route", ["/slack/commands", "/slack/interactions"])
+def test_a_body_over_the_limit_sent_in_chunks_is_a_413_naming_the_body(slack, store, route):
+    """With no Content-Length for the middleware to check, the route reads the body to the limit and stops."""
+    def chunks():
+        for _ in range(20):
+            yield b"text=" + b"x" * 100_000
+
+    r = slack.post(route, content=chunks(), headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 413, r.text
+    assert r.json() == {"detail": "body: larger than 1000000 bytes", "field": "body"}
     assert store.get_job("j-a2").state is JobState.RUNNING
 
 
@@ -59,7 +72,7 @@ def test_a_button_press_with_its_payload_given_twice_is_a_400_and_does_nothing(s
     r = slack.post("/slack/interactions", content=body, headers=signed(body))
     assert r.status_code == 400, r.text
     assert r.json() == {"detail": "field 'payload' is given 2 times; Slack sends each field once, so nothing was "
-                                  "done"}
+                                  "done", "field": "payload"}
     assert store.get_job("j-a2").state is JobState.RUNNING
 
 
