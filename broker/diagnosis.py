@@ -305,7 +305,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # preemption or termination; a wrapper (`timeout -s TERM` exits 124) may have changed its exit code
     _r("terminated", "{what} was stopped by a notice (a preemption or SIGTERM){at_step} and exited after committing "
        "its checkpoint {ckpt}; it {ended}.", PREEMPTION_HANDLED_HINT,
-       r"preempted: checkpoint (?P<ckpt>\S+) committed, exiting", phases=["failed"]),
+       r"(?:preempted|stopped \([^)]*\)): checkpoint (?P<ckpt>\S+) committed, exiting", phases=["failed"]),
     _r("interrupted", INTERRUPTED,
        INTERRUPTED_HINT, r"SignalException: Process \d+ got signal: 2\b", phases=["failed"]),
     _r("user_code_error", "The training script raised {exception}{at_step}{message}.",

@@ -49,7 +49,7 @@ from checkpoint.errors import CheckpointError, CheckpointWarning, SupersededErro
 from checkpoint.layout import CheckpointId
 from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
-from checkpoint.notice_file import NoticeFileWatcher
+from checkpoint.notice_file import NoticeFileWatcher, stop_words
 from checkpoint.preemption import (DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, exiting, finish_detached,
                                   others_saving, writers_not_saved)
 from checkpoint.progress import Reporter
@@ -204,7 +204,8 @@ class Checkpointer:
         if handle_sigterm:
             self._cloud_notice = MetadataWatcher.from_env(env, lambda: self.preemption.notify("cloud"))  # may refuse the settings
             self._notice_file = NoticeFileWatcher.from_env(
-                env, lambda left: self.preemption.notify("broker", grace_s=None if left is None else max(left - 1.0, 0.0)))
+                env, lambda left: self.preemption.notify("broker", grace_s=None if left is None else max(left - 1.0, 0.0),
+                                                         why=self._notice_file and stop_words(self._notice_file.reason())))
             if not self.preemption.install():
                 self._deaf_on = threading.current_thread().name
             if self._cloud_notice is not None:
@@ -359,10 +360,11 @@ class Checkpointer:
                 # another checkpointer of this process writes too (a second model's, an EMA's): its save after the
                 # notice is still to come, and exiting now would lose it; its own save exits, or this one's next
                 # due()/save() once it is not coming (others_saving), or the grace deadline
-                log.warning("preempted: checkpoint %s committed; exiting once the other checkpointer(s) of this "
+                log.warning("%s: checkpoint %s committed; exiting once the other checkpointer(s) of this "
                             "process that write checkpoints (%s) have saved too, or at this one's next due() or "
                             "save() %.1f s from now if they have not been called since the notice",
-                            self.last_committed, ", ".join(n.label for n in waiting), self.preemption.idle_wait_s())
+                            self.preemption.ended(), self.last_committed, ", ".join(n.label for n in waiting),
+                            self.preemption.idle_wait_s())
                 return
             self._exit_after_preemption()
         elif wait:
@@ -499,13 +501,13 @@ class Checkpointer:
             return
         idle = [n.label for n in writers_not_saved(self.preemption)]
         if idle:
-            log.warning("preempted: not waiting for the checkpointer(s) of %s: neither due() nor save() was called "
-                        "there since the notice, %.1f s after this one's save committed", ", ".join(idle),
-                        self.preemption.idle_wait_s())
+            log.warning("%s: not waiting for the checkpointer(s) of %s: neither due() nor save() was called "
+                        "there since the notice, %.1f s after this one's save committed", self.preemption.ended(),
+                        ", ".join(idle), self.preemption.idle_wait_s())
         self._exit_after_preemption()
 
     def _exit_after_preemption(self) -> None:
-        log.warning("preempted: checkpoint %s committed, exiting", self.last_committed)
+        log.warning("%s: checkpoint %s committed, exiting", self.preemption.ended(), self.last_committed)
         exiting()
         # Stop this library's threads before the interpreter finalizes: a daemon thread still
         # alive then is ended by pthread_exit mid-call, and native code on its stack can turn

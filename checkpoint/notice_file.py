@@ -40,6 +40,15 @@ STOP_REASONS = {"budget": "the job is at its budget", "preempted": "its capacity
                 "cancelled": "the job was cancelled", "migrating": "the job moves to meet its deadline"}
 """The notice's ``reason``, as the job's log says it; another is said as it is."""
 
+NOT_PREEMPTIONS = frozenset({"budget", "cancelled", "migrating"})
+"""The broker's reasons that are its own decision, not capacity taken back: the log says the job stopped, not that
+it was preempted (:func:`stop_words`). Another reason (``preempted``, a pod being deleted) is a preemption."""
+
+
+def stop_words(reason: str | None) -> str | None:
+    """``reason`` in words when it is one of :data:`NOT_PREEMPTIONS`, else None (a preemption, or no reason)."""
+    return STOP_REASONS[reason] if reason in NOT_PREEMPTIONS else None
+
 ENV = "BROKER_NOTICE_FILE"
 DEFAULT_POLL_S = 0.1
 

@@ -90,7 +90,8 @@ def _remember(notice: PreemptionNotice) -> None:
     with _chain_lock:
         if _process_notice is None and notice.noticed_at is not None:
             _process_notice = {"noticed_at": notice.noticed_at, "source": notice._source,
-                               "signalled": notice._signalled, "notice_grace": notice._notice_grace}
+                               "signalled": notice._signalled, "notice_grace": notice._notice_grace,
+                               "why": notice.why}
 
 
 def _forget() -> None:
@@ -138,6 +139,9 @@ class PreemptionNotice:
         self.noticed_at: float | None = None
         self._signalled = False
         self._source = "signal"
+        #: Why the broker stops the job when it is not a preemption ("the job is at its budget"), as its notice said:
+        #: the log then says a stop, not a preemption (a user read a budget stop as their job preempted)
+        self.why: str | None = None
         self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
         self._watchdog: threading.Thread | None = None
@@ -238,21 +242,21 @@ class PreemptionNotice:
         killed the process without the notice's checkpoint (or, the reader closed, the VM went away with the run
         still training). The deadline still counts from when the notice came."""
         notices = [{"noticed_at": n.noticed_at, "source": n._source, "signalled": n._signalled,
-                    "notice_grace": n._notice_grace} for n in heard]
+                    "notice_grace": n._notice_grace, "why": n.why} for n in heard]
         if process is not None:
             notices.append(process)
         if not notices or self.noticed_at is not None:
             return
         first = min(notices, key=lambda n: n["noticed_at"])
         with self._lock:
-            self.noticed_at, self._source = first["noticed_at"], first["source"]
+            self.noticed_at, self._source, self.why = first["noticed_at"], first["source"], first.get("why")
             self._signalled = any(n["signalled"] for n in notices)
             grace = [n["notice_grace"] for n in notices if n["notice_grace"] is not None]
             if grace:
                 self._notice_grace = min(grace)
                 self.grace_s = min(self.grace_s, self._notice_grace)
-        log.warning("a preemption notice came before this checkpointer was made (%.1f s ago): saving at the next "
-                    "step, exiting within %.0f s", self._clock() - first["noticed_at"], self.seconds_left() or 0.0)
+        log.warning("a %s came before this checkpointer was made (%.1f s ago): saving at the next step, exiting "
+                    "within %.0f s", self.name(), self._clock() - first["noticed_at"], self.seconds_left() or 0.0)
 
     def uninstall(self) -> None:
         """Stop handling SIGTERM and put the previous handler back. Off the main thread, where that cannot be
@@ -281,7 +285,15 @@ class PreemptionNotice:
         if self._timer is not None:
             self._timer.cancel()
 
-    def notify(self, source: str = "signal", *, grace_s: float | None = None) -> None:
+    def name(self) -> str:
+        """What the log calls this notice: a preemption notice, or the broker's stop notice and why."""
+        return f"stop notice ({self.why})" if self.why else "preemption notice"
+
+    def ended(self) -> str:
+        """What the log says of the job once the notice's checkpoint committed: preempted, or stopped and why."""
+        return f"stopped ({self.why})" if self.why else "preempted"
+
+    def notify(self, source: str = "signal", *, grace_s: float | None = None, why: str | None = None) -> None:
         """A preemption notice arrived: ``source`` is ``"signal"`` (SIGTERM), ``"cloud"`` (the
         metadata endpoint, :mod:`checkpoint.cloud_notice`) or ``"broker"`` (the runner's notice
         file, :mod:`checkpoint.notice_file`).
@@ -290,15 +302,16 @@ class PreemptionNotice:
         cloud or the broker (the OS shutting the VM down, the runner's last warning) is the first
         signal: the save under way goes on until the grace deadline set by the first notice.
         ``grace_s``: what the notice itself leaves (the broker's runner says); it shortens, never
-        lengthens, this process's grace period.
+        lengthens, this process's grace period. ``why``: the broker's reason, in words, when it stops the job
+        for something other than a preemption (its budget, a cancel): the log says so (:meth:`name`).
         """
         with self._lock:  # the signal watchdog and the notice pollers may call at once
-            heard = self._hear(source, grace_s)
+            heard = self._hear(source, grace_s, why)
         if heard == "new" and self._installed:
             _remember(self)
         _act([(self, heard)])
 
-    def _hear(self, source: str, grace_s: float | None) -> str:
+    def _hear(self, source: str, grace_s: float | None, why: str | None = None) -> str:
         """Record a notice; what it was: ``"new"``, ``"after"`` (the SIGTERM after a cloud's or the broker's
         notice), ``"again"`` (a second signal: exit now) or ``"ignored"`` (another notice after the first)."""
         with self._lock:
@@ -311,6 +324,7 @@ class PreemptionNotice:
                 return "again"
             self._signalled = source == "signal"
             self._source = source
+            self.why = why
             if grace_s is not None:
                 self._notice_grace = grace_s
                 self.grace_s = min(self.grace_s, grace_s)
@@ -483,7 +497,7 @@ def _act(heard: list[tuple[PreemptionNotice, str]]) -> None:
         _forget()
         leader._force_exit(leader.exit_code)
     elif "new" in outcomes:
-        log.warning("preemption notice: saving at the next step, exiting within %.0f s", leader.seconds_left() or 0.0)
+        log.warning("%s: saving at the next step, exiting within %.0f s", leader.name(), leader.seconds_left() or 0.0)
     elif "after" in outcomes:
         log.warning("SIGTERM after the %s's notice: still saving, exit within %.0f s", leader._source,
                     leader.seconds_left() or 0.0)

@@ -82,9 +82,11 @@ def test_a_missing_file_or_package_or_refused_credentials_stay_the_jobs(log_tail
     assert not d.infrastructure and d.cls not in INFRASTRUCTURE, d
 
 
-def test_a_preemption_the_checkpoint_library_handled_is_not_a_code_error_whatever_the_wrapper_exits():
+@pytest.mark.parametrize("ended", ["preempted", "stopped (the job is at its budget)"],
+                         ids=["after a preemption notice", "after the broker's stop notice (a budget stop)"])
+def test_a_preemption_the_checkpoint_library_handled_is_not_a_code_error_whatever_the_wrapper_exits(ended):
     log = ("step 800 loss 1.1\n"
-           "WARNING:checkpoint.checkpointer:preempted: checkpoint step-800 committed, exiting\n")
+           f"WARNING:checkpoint.checkpointer:{ended}: checkpoint step-800 committed, exiting\n")
     d = diagnose(Ending(phase="failed", exit_code=124, command="run", log_tail=log))  # `timeout -s TERM` exits 124
     assert (d.cls, d.infrastructure) == ("terminated", True), d
     assert d.sentence == ("The job was stopped by a notice (a preemption or SIGTERM) at step 800 and exited after "

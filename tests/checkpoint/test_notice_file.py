@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import textwrap
 import time
+
+import pytest
+from conftest import PYTHON
 
 from checkpoint import Checkpointer
 from checkpoint.notice_file import NoticeFileWatcher, listeners_dir
@@ -100,3 +105,39 @@ def test_two_checkpointers_of_one_process_stay_registered_until_the_last_one_clo
     assert registered.exists()
     run.close()
     assert not registered.exists()
+
+
+@pytest.mark.parametrize("reason, notice, ended", [
+    ("budget", "stop notice (the job is at its budget): saving at the next step",
+     "stopped (the job is at its budget): checkpoint"),
+    ("cancelled", "stop notice (the job was cancelled): saving at the next step",
+     "stopped (the job was cancelled): checkpoint"),
+    ("preempted", "preemption notice: saving at the next step", "preempted: checkpoint"),
+    ("the pod is being deleted", "preemption notice: saving at the next step", "preempted: checkpoint"),
+], ids=["a stop at the budget is said as a stop", "so is a cancel", "a preemption is said as one",
+        "a reason the library does not know is taken for a preemption"])
+def test_the_job_log_says_a_stop_is_a_stop_from_the_notice_to_the_exit(tmp_path, subprocess_env, reason, notice,
+                                                                         ended):
+    """A stop at the budget was logged as "the broker announces a stop: the job is at its budget", then "preemption
+    notice: saving" and "preempted: checkpoint … committed, exiting": the user read their job as preempted."""
+    script = textwrap.dedent("""
+        import json, sys, time
+        import numpy as np
+        from checkpoint import Checkpointer
+        with Checkpointer(every_steps=10**6, grace_s=30) as ckpt:
+            for step in range(1, 10**6):
+                time.sleep(0.01)
+                if step == 20:
+                    with open(sys.argv[1], "w") as f:
+                        json.dump({"reason": sys.argv[2], "grace_seconds": 30, "at": time.time()}, f)
+                if ckpt.due(step):
+                    ckpt.save(step, {"w": np.full(4, step)})
+        print("the loop ended without the notice's save", flush=True)
+    """)
+    path = tmp_path / "notice.json"
+    done = subprocess.run([PYTHON, "-c", script, str(path), reason], capture_output=True, text=True, timeout=60,
+                          env=subprocess_env(str(tmp_path / "run"), BROKER_NOTICE_FILE=str(path)))
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert notice in done.stderr and ended in done.stderr, done.stderr[-2000:]
+    if reason in ("budget", "cancelled"):
+        assert "preempt" not in done.stderr, done.stderr[-2000:]
