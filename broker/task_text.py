@@ -102,7 +102,7 @@ def load_json(text: str | bytes, *, finite: bool = True) -> Any:
     """JSON to plain data, refused as :func:`load_yaml` refuses (a ``json.JSONDecodeError`` passes through).
     ``finite=False`` lets ``NaN`` and ``Infinity`` through, for a caller that decides what they mean."""
     try:
-        data = json.loads(text, parse_int=_json_int, object_pairs_hook=_json_object)
+        data = json.loads(text, parse_int=_json_int, parse_float=_json_float, object_pairs_hook=_json_object)
     except RecursionError:
         raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
     check_plain(data, finite=finite)
@@ -283,6 +283,24 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict:
             return _Duplicated(key)
         out[key] = value
     return out
+
+
+class TypedFloat(float):
+    """A JSON number written with an exponent (``1e3``): a float that remembers how it was typed, so that an amount
+    of dollars refuses it as it refuses the text ``"1e3"`` (:func:`pricing.money.typed_to_micros` reads ``typed``).
+    Before, ``{"budget_usd": 1e3}`` was a $1,000 budget, where the same task read from a file by ``broker submit``,
+    or as YAML, was refused."""
+
+    typed: str
+
+    def __new__(cls, text: str) -> TypedFloat:
+        number = super().__new__(cls, text)
+        number.typed = text
+        return number
+
+
+def _json_float(text: str) -> float:
+    return TypedFloat(text) if "e" in text.lower() else float(text)
 
 
 def _json_int(text: str) -> int | _LongNumber:

@@ -106,7 +106,10 @@ def typed_to_micros(value: object, *, exact: bool = False) -> Micros:
     read through that string (exact), never as a binary fraction. Strings, ints and
     ``Decimal`` go to :func:`to_micros`; anything else (a bool, a list) is a :class:`MoneyError`.
     """
-    if isinstance(value, float):
+    typed = getattr(value, "typed", None)  # a JSON number that says how it was typed (broker.task_text.TypedFloat)
+    if isinstance(value, float) and isinstance(typed, str):
+        value = typed  # "1e3": refused as that text is, not read as 1000.0
+    elif isinstance(value, float):
         # (positional: ``repr`` writes 0.00001 as "1e-05", which :func:`to_micros` refuses as typed text)
         value = _positional(Decimal(repr(value))) if math.isfinite(value) else repr(value)
     if isinstance(value, bool) or not isinstance(value, (str, int, Decimal)):

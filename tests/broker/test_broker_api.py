@@ -171,6 +171,11 @@ def test_an_idempotency_key_reused_for_another_task_is_refused_not_answered_with
                      "broker.budget_usd", id="a budget finer than a millionth is a 422, not rounded up"),
         pytest.param(b'{"run": "echo", "broker": {"budget_usd": "0,50"}}', {"Content-Type": "application/json"}, 422,
                      "broker.budget_usd", id="a budget with a decimal comma is a 422, not read as 100 times it"),
+        pytest.param(b'{"run": "echo", "broker": {"budget_usd": 1e3}}', {"Content-Type": "application/json"}, 422,
+                     "broker.budget_usd", id="a JSON budget with an exponent is a 422, as in a file or as text"),
+        pytest.param(b'{"run": "echo", "broker": {"budget_usd": "5", "max_price_per_hour": 2.5E0}}',
+                     {"Content-Type": "application/json"}, 422, "broker.max_price_per_hour",
+                     id="so is a JSON price cap with an exponent"),
         pytest.param(f"run: echo\nbroker: {{deadline: {SOON:%Y-%m-%d %H:%M:%S}}}\n".encode(), {"Content-Type": "application/yaml"},
                      422, "broker.deadline", id="a YAML deadline without a timezone is a 422, not read as UTC"),
         pytest.param(f'{{"run": "echo", "broker": {{"deadline": "{SOON:%Y-%m-%dT%H:%M}"}}}}'.encode(),
@@ -193,6 +198,21 @@ def test_a_budget_change_finer_than_a_millionth_is_refused_and_changes_nothing(c
     r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "60,5"}, headers=auth())  # not $605
     assert r.status_code == 422 and r.json()["field"] == "budget_usd" and "write 60.5" in r.json()["detail"], r.text
     assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
+
+
+def test_a_budget_change_written_with_an_exponent_is_refused_and_one_written_out_is_exact(client):
+    """``{"budget_usd": 1e3}`` was read as $1,000 where the README says an exponent is refused; a JSON number written
+    out (0.00001, 60.5) is still read exactly as typed."""
+    job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
+    for text in ("1e3", "1E+3", "6.05e1"):
+        r = client.post(f"/v1/jobs/{job['id']}/budget", content=f'{{"budget_usd": {text}}}'.encode(),
+                        headers={**auth(), "Content-Type": "application/json"})
+        assert r.status_code == 422 and r.json()["field"] == "budget_usd", r.text
+        assert "not with an exponent" in r.json()["detail"], r.text
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["budget"]["micros"] == 50_000_000
+    r = client.post(f"/v1/jobs/{job['id']}/budget", content=b'{"budget_usd": 60.00001}',
+                    headers={**auth(), "Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["budget"]["micros"] == 60_000_010, r.text
 
 
 @pytest.mark.parametrize("body, detail", [
