@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from broker.lifecycle import JobEvent, apply
 from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
-from pricing.money import Micros, fmt, fmt_limit
+from pricing.money import Micros, fmt, fmt_limit, to_decimal
 from pricing.offers import Offer
 from pricing.placement import candidates, nodes_shortfall, start_shortfall
 from pricing.quote import Quote, money_text, quote
@@ -115,10 +115,12 @@ def admit(
 
 
 def broker_echo(spec: JobSpec) -> dict:
-    """The broker: section as the job keeps it (the budget and deadline are kept as fields of their own)."""
+    """The broker: section as the job keeps it (the budget and deadline are kept as fields of their own, which a
+    budget change moves; ``budget_usd`` here is the budget the submit gave, in dollars, so that a retry under its
+    Idempotency-Key is compared with it: :func:`broker.service._same_submit`)."""
     b = spec.broker
     return {k: v for k, v in {
         "team": b.team, "priority": b.priority, "checkpoint": b.checkpoint,
         "expected_hours": str(b.expected_hours) if b.expected_hours is not None else None, "workdir": b.workdir,
-        "file_mounts": b.file_mounts,
+        "file_mounts": b.file_mounts, "budget_usd": str(to_decimal(b.budget)) if b.budget is not None else None,
     }.items() if v is not None}

@@ -112,11 +112,27 @@ def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
                        f"compare with this one: {exc}") from None
     stored = {k: v for k, v in opened.items() if k != "broker"}
     same_task = json.dumps(spec.task, sort_keys=True, default=str) == json.dumps(stored, sort_keys=True, default=str)
-    if not same_task or broker_echo(spec) != (existing.spec.get("broker") or {}) \
-            or not _same_deadline(existing, spec.broker.deadline, now):
-        raise Invalid("Idempotency-Key", f"was already used for job {existing.id} with a different task; "
-                                         "use a new key to submit this one")
+    section, echo = existing.spec.get("broker") or {}, broker_echo(spec)
+    if "budget_usd" not in section:  # stored by a broker that kept no budget here: compared without it, as then
+        echo.pop("budget_usd", None)
+    differs = _submit_differs(existing, spec, echo, section)
+    if not same_task or echo != section or differs or not _same_deadline(existing, spec.broker.deadline, now):
+        raise Invalid("Idempotency-Key", f"was already used for job {existing.id} with a different "
+                                         f"{differs or 'task'}; use a new key to submit this one")
     return existing
+
+
+def _submit_differs(existing: Job, spec, echo: dict, section: dict) -> str | None:
+    """What of the broker: section a retry changes that a person would want named: the budget (a retry asking $3
+    was answered with the $2 job, without a word) or the price cap (kept as a field of the job, so not compared
+    before either)."""
+    if echo.get("budget_usd") != section.get("budget_usd"):
+        said = lambda v: f"${v}" if v is not None else "the team's default"  # noqa: E731
+        return (f"budget ({said(section.get('budget_usd'))} at submit; this one asks "
+                f"{said(echo.get('budget_usd'))})")
+    if spec.broker.max_price_per_hour != existing.max_price_per_hour:
+        return "max_price_per_hour"
+    return None
 
 
 def _same_deadline(existing: Job, given: float | None, now: float) -> bool:

@@ -135,9 +135,31 @@ def test_an_idempotency_key_reused_for_another_task_is_refused_not_answered_with
     other = client.post("/v1/jobs", json={**TASK, "run": "python other.py"}, headers=h)
     assert other.status_code == 422 and other.json()["field"] == "Idempotency-Key"
     assert first["id"] in other.json()["detail"] and "different task" in other.json()["detail"]
-    # a retry with only a relative deadline or the budget changed is still the same submit
-    retry = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "budget_usd": 60}}, headers=h)
+    # a retry is the same submit, the budget written another way too (50 and "50.00" are one amount)
+    retry = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "budget_usd": "50.00"}}, headers=h)
     assert retry.status_code == 200 and retry.json()["id"] == first["id"]
+    assert len(client.get("/v1/jobs", headers=auth()).json()["jobs"]) == 1
+
+
+def test_an_idempotency_key_reused_with_another_budget_or_price_cap_is_refused_naming_it(client):
+    """A retry asking $60 under the key of a $50 submit was answered 200 with the $50 job, without a word: the budget
+    was left out of the comparison (it may be raised after the submit, so the job's own can differ from a retry's).
+    The budget the submit gave is compared now, which a raise since does not move."""
+    h = {**auth(), "Idempotency-Key": "budget-key"}
+    first = client.post("/v1/jobs", json=TASK, headers=h).json()
+    other = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "budget_usd": 60}}, headers=h)
+    assert other.status_code == 422 and other.json()["field"] == "Idempotency-Key", other.text
+    assert other.json()["detail"] == (f"Idempotency-Key: was already used for job {first['id']} with a different "
+                                      "budget ($50 at submit; this one asks $60); use a new key to submit this one")
+    none = client.post("/v1/jobs", json={**TASK, "broker": {k: v for k, v in TASK["broker"].items()
+                                                             if k != "budget_usd"}}, headers=h)
+    assert none.status_code == 422 and "this one asks the team's default" in none.json()["detail"], none.text
+    capped = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "max_price_per_hour": "9"}}, headers=h)
+    assert capped.status_code == 422 and "different max_price_per_hour" in capped.json()["detail"], capped.text
+    # raised since: a retry of the submit as it was is still the same submit
+    assert client.post(f"/v1/jobs/{first['id']}/budget", json={"budget_usd": "80"}, headers=auth()).status_code == 200
+    retry = client.post("/v1/jobs", json=TASK, headers=h)
+    assert retry.status_code == 200 and retry.json()["id"] == first["id"] and retry.json()["budget"]["usd"] == "$80.00"
     assert len(client.get("/v1/jobs", headers=auth()).json()["jobs"]) == 1
 
 
