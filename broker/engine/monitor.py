@@ -101,6 +101,9 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated:
             why = "its exit code is in recover_on_exit_codes" if code_listed else \
                 f"retry {job.errors_retried + 1} of {retry.get('max_restarts_on_errors')}"
             return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; retrying ({why})", retried_error=True)
+        if code_listed or under_limit:  # the retry settings would retry it: say why they did not (was "failed: ...")
+            return Outcome(JobEvent.FAIL, attempt_state, f"failed: {end}; not retried: the job already used its "
+                                                         f"{MAX_ATTEMPTS} attempts, the most a job gets")
         return Outcome(JobEvent.FAIL, attempt_state, "failed: " + end)
     # preempted, lost, gone, or stopped by something other than a cancel: infrastructure, recover
     if job.attempts_run >= MAX_ATTEMPTS:

@@ -804,7 +804,11 @@ class Engine:
             if event is JobEvent.RECOVER:
                 fields["placement"] = {}
         if outcome.retried_error:
+            # placed again after a backoff (5 s, doubling, at most 5 min), not at the next tick: a script failing at
+            # once under recover_on_exit_codes ran its 20 attempts back to back in 20 s
             fields["errors_retried"] = job.errors_retried + 1
+            fields["launch_retry_at"] = now + launch_backoff(fields["errors_retried"])
+            reason = f"{reason}; tries again at {iso(fields['launch_retry_at'])}"
         then = None  # a second event in the same commit
         if stop_budget and event in (None, JobEvent.START):
             spent_of = fmt_spent_of(fields["spent"], job.budget)

@@ -3,6 +3,7 @@
 import json
 import os
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -68,6 +69,35 @@ def test_an_error_exit_listed_in_retry_settings_is_retried(broker):
     job = service.submit(ADMIN, task)[0]
     final = run_until(engine, store, job.id, {"succeeded", "failed"})
     assert final.state is JobState.SUCCEEDED and final.attempts == 2
+    # placed again after a backoff, not at the next tick (20 attempts of a script failing at once took 20 s), and
+    # the job said when while it waited
+    first, second = store.attempts(job.id)
+    assert second.created_at - first.ended_at >= 5.0, (first.ended_at, second.created_at)
+    recovered = [e for e in store.events(job.id) if e.event == "recover"]
+    assert len(recovered) == 1 and "retrying (its exit code is in recover_on_exit_codes); tries again at " in \
+        recovered[0].reason, recovered[0].reason
+
+
+def test_an_error_retry_the_attempt_limit_stops_says_so():
+    """A job the retry settings would retry, at its last attempt: "failed: the job exited with code 75" did not say
+    why the retries stopped."""
+    from broker.engine.monitor import MAX_ATTEMPTS, decide
+    from broker.lifecycle import AttemptState
+    from broker.models import Attempt, Job
+
+    job = Job(id="j-1", name="t", team="default", state=JobState.RUNNING, spec={"run": "exit 75"}, budget=5_000_000,
+              priority=0, submitted_at=0.0, updated_at=0.0, attempts=MAX_ATTEMPTS,
+              retry={"max_restarts_on_errors": 0, "recover_on_exit_codes": [75]})
+    attempt = Attempt(id="a", job_id="j-1", n=MAX_ATTEMPTS, state=AttemptState.RUNNING, launcher="local",
+                      placement={}, price_per_hour=0, created_at=0.0)
+    failed = AttemptStatus(phase=Phase.FAILED, exit_code=75)
+    out = decide(job, attempt, failed)
+    assert out.event.value == "fail" and out.reason == (f"failed: the job exited with code 75; not retried: the job "
+                                                        f"already used its {MAX_ATTEMPTS} attempts, the most a job gets")
+    one_short = decide(replace(job, attempts=MAX_ATTEMPTS - 1), attempt, failed)
+    assert one_short.event.value == "recover" and one_short.retried_error
+    not_listed = decide(job, attempt, replace(failed, exit_code=3))
+    assert not_listed.reason == "failed: the job exited with code 3"  # no retry was due: nothing to explain
 
 
 def test_gpu_slots_are_handed_out_through_cuda_visible_devices(broker):
