@@ -22,7 +22,7 @@ from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
 from broker.engine.budget import attempt_limit, reserve_seconds
-from broker.engine.schedule import placeable, request_of
+from broker.engine.schedule import left_to_run, placeable, request_of
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
@@ -37,7 +37,7 @@ from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, u
 from launchers.base import Launcher, domains_of
 from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit
 from pricing.offers import Offer, Tier
-from pricing.placement import start_shortfall, under_cap
+from pricing.placement import budget_shortfall, start_shortfall, under_cap
 
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
@@ -645,6 +645,14 @@ class BrokerService:
                                min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
                                after_run_seconds=after_run(self.launcher, mine))
 
+    def _budget_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
+        """Why the job's budget left pays for its next attempt on none of ``mine``, as placement weighs it (what is
+        left of its ``expected_hours``, else a start and a clean stop, plus a cluster's billing after its run)."""
+        return budget_shortfall(left_to_run(job, request_of(job)), mine, job.budget - job.spent,
+                                min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds,
+                                                                self.settings.tick_seconds),
+                                after_run_seconds=after_run(self.launcher, mine))
+
     def raise_budget(self, principal: Principal, job_id: str, new_budget: int, *, only_up: bool = False) -> Job:
         """Set a job's budget cap, up, or down to no less than it spent (raising it lets a budget-stopped
         job resume). With ``only_up`` (a "Raise budget to $X" button), a budget already at X or above stays.
@@ -765,6 +773,10 @@ class BrokerService:
                                    "fits it: submit it again without use_spot to let it run on on-demand")
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
                                "it there would leave it queued forever")
+            short = self._budget_shortfall(job, self._offers_for(job, "ondemand"))
+            if short is not None:  # pinned, it waited for ever: "the budget left ... does not cover ..."
+                raise Conflict(f"not moved to on-demand: {short}. Raise the budget first (broker budget {job.id} "
+                               "<dollars>), then move it")
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind
                 return self.resume(principal, job_id, force=force, tier="ondemand",
                                    reason=f"resumed on on-demand by {principal.name}")

@@ -344,6 +344,15 @@ def what_runs(cloud: str, tier: Tier, *, simulated: bool = False) -> str:
     return f"{'an' if spoken_vowel else 'a'} {what}"
 
 
+def budget_shortfall(request: JobRequest, offers: Sequence[Offer], budget_left: Micros, *, min_run_seconds: int,
+                     after_run_seconds: Mapping[Offer, int] | None = None) -> str | None:
+    """Why ``budget_left`` pays for the job on none of ``offers`` (under its price cap), as :func:`place` weighs it
+    whatever their capacity, or ``None`` when it pays for one: what a pin to a tier checks before the job is held
+    to offers it could then never take."""
+    got = _affordable(request, under_cap(request, offers), budget_left, min_run_seconds, after_run_seconds or {})
+    return got.reason if isinstance(got, NoFit) else None
+
+
 def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micros, min_run_seconds: int,
                 after_run: Mapping[Offer, int]) -> list[Offer] | NoFit:
     """The offers whose run (:func:`_run_seconds`) and billing after it the budget left pays for, or why none."""

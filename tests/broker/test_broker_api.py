@@ -564,3 +564,27 @@ def test_progress_stored_before_first_at_was_kept_starts_its_rate_afresh_not_fro
         assert client.post(f"/v1/jobs/{job_id}/progress", json={"step": step}, headers=as_job).status_code == 200
     progress = store.get_job(job_id).progress
     assert progress["first_step"] == 510 and progress["first_at"] < progress["at"]
+
+
+def test_a_move_to_on_demand_the_budget_left_cannot_pay_for_is_refused_not_left_waiting_for_ever(zone_client):
+    """Pinned to on-demand with too little budget left for it, a job waited for ever ("the budget left ... does not
+    cover ..."), with no way back. The move is refused now, saying what the budget must cover; raised, it moves."""
+    client = zone_client
+    job = client.post("/v1/jobs", json={"run": "echo", "resources": {"cpus": 1},
+                                        "broker": {"budget_usd": "0.02", "expected_hours": "0.1"}}, headers=auth())
+    assert job.status_code == 201, job.text  # the cpu pool: $0.01 for the tenth of an hour
+    job = job.json()
+    r = client.post(f"/v1/jobs/{job['id']}/ondemand", headers=auth())
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"].startswith("not moved to on-demand: the budget left, $0.02, does not cover 0.1 h on "
+                                         "the cheapest free match, "), r.text
+    assert r.json()["detail"].endswith(f"Raise the budget first (broker budget {job['id']} <dollars>), then move it")
+    def moves() -> list:
+        events = client.get(f"/v1/jobs/{job['id']}/events", headers=auth()).json()["events"]
+        return [e for e in events if e["event"] == "switch_tier"]
+
+    assert moves() == []
+    assert client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "5"}, headers=auth()).status_code == 200
+    moved = client.post(f"/v1/jobs/{job['id']}/ondemand", headers=auth())
+    assert moved.status_code == 200, moved.text
+    assert len(moves()) == 1
