@@ -858,6 +858,8 @@ class BrokerService:
             except KeyError:
                 names = ", ".join(z.name for z in self.settings.zones) or "none is configured"
                 raise Invalid("zone", f"no simulated zone {zone!r} (zones: {names})", status=404) from None
+            except ValueError as exc:
+                raise Invalid("zone", str(exc)) from None
             return {"zone": zone, "available": available}
         job = self.get(principal, job_id or "")
         if job.state not in (JobState.RUNNING, JobState.LAUNCHING):

@@ -95,6 +95,11 @@ class LocalLauncher:
         """Fault injection: take a zone's capacity away (False), give it back (True), or follow its trace (None)."""
         if zone not in self.zones:
             raise KeyError(zone)
+        if self.zones[zone].tier != "spot" and available is not None:
+            # placement reads only spot zones' capacity (availability()): "no capacity" was answered and nothing changed
+            raise ValueError(f"{zone} is an on-demand zone, whose capacity the simulation always has: only a spot "
+                             f"zone's can be taken away or given back (spot zones: "
+                             f"{', '.join(n for n, z in self.zones.items() if z.tier == 'spot') or 'none'})")
         path = self._zone_dir / f"{zone}.json"
         if available is None:
             path.unlink(missing_ok=True)

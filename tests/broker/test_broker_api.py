@@ -588,3 +588,24 @@ def test_a_move_to_on_demand_the_budget_left_cannot_pay_for_is_refused_not_left_
     moved = client.post(f"/v1/jobs/{job['id']}/ondemand", headers=auth())
     assert moved.status_code == 200, moved.text
     assert len(moves()) == 1
+
+
+def test_taking_an_on_demand_zone_down_is_refused_naming_the_spot_zones_not_answered_as_done(make_settings, tmp_path):
+    """`broker fault zone <an on-demand zone> --down` answered "no capacity" and changed nothing: placement reads
+    only spot zones' capacity, so jobs went on being placed there."""
+    settings = make_settings(config=CONFIG + "zones:\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge}\n"
+                                             "  - {name: sim-spot, tier: spot, instance_type: g5.xlarge}\n")
+    app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'api.db'}"), engine=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.post("/v1/admin/faults", json={"kind": "zone", "zone": "sim-od", "available": False},
+                        headers=auth())
+        assert r.status_code == 422 and r.json()["field"] == "zone", r.text
+        assert r.json()["detail"] == ("zone: sim-od is an on-demand zone, whose capacity the simulation always has: "
+                                      "only a spot zone's can be taken away or given back (spot zones: sim-spot)")
+        zones = {z["name"]: z for z in client.get("/v1/zones", headers=auth()).json()["zones"]}
+        assert zones["sim-od"]["available"] is True
+        r = client.post("/v1/admin/faults", json={"kind": "zone", "zone": "sim-spot", "available": False},
+                        headers=auth())
+        assert r.status_code == 200, r.text
+        zones = {z["name"]: z for z in client.get("/v1/zones", headers=auth()).json()["zones"]}
+        assert zones["sim-spot"]["available"] is False
