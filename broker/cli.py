@@ -246,8 +246,9 @@ def _main(argv: list[str] | None) -> int:
 
         if isinstance(exc, BrokerError):
             where = f" [{exc.status}]" if exc.status else ""
-            print(f"error{where}: {exc.detail}", file=sys.stderr)
-            _json_error(args, exc.detail, exc.status, exc.field or (None if exc.status else _option_blamed(exc.detail)))
+            detail = exc.detail + _base_url_hint(args, exc)
+            print(f"error{where}: {detail}", file=sys.stderr)
+            _json_error(args, detail, exc.status, exc.field or (None if exc.status else _option_blamed(exc.detail)))
             return 1
         from broker.config import ConfigError
 
@@ -323,6 +324,28 @@ def _option_blamed(message: str) -> str | None:
     ...``, ``--env FOO: ...``), for a ``--json`` error's ``field``; ``None`` for several or none."""
     m = _ONE_OPTION.match(message)
     return m.group(1) if m else None
+
+
+def _base_url_hint(args, exc) -> str:
+    """What to add to a broker's 404 for a route it does not have when the URL given has a path: ``--url
+    http://127.0.0.1:8000/v1`` asked for ``/v1/v1/jobs`` and said only "error [404]: Not Found", as if the broker
+    were broken. A 404 naming a job (its detail is not Starlette's bare "Not Found") gets nothing added."""
+    from urllib.parse import urlsplit
+
+    from broker.client import BrokerError, default_url
+
+    if exc.status != 404 or exc.detail != "Not Found":
+        return ""
+    try:
+        url = (args.url if getattr(args, "url", None) is not None else default_url()).strip().rstrip("/")
+        parts = urlsplit(url)
+    except (BrokerError, ValueError):
+        return ""
+    if not parts.path:
+        return ""
+    source = "--url" if getattr(args, "url", None) is not None else "BROKER_URL"
+    return (f" (the broker has no such route under {url}: {source} is the broker's base URL, without a path, "
+            f"like {parts.scheme}://{parts.netloc})")
 
 
 def _json_error(args, sentence: str, status: int = 0, field: str | None = None) -> None:
@@ -1076,9 +1099,11 @@ def cmd_budget(args) -> int:
     with _client(args) as client:
         job = client.set_budget(args.id, args.amount)
     # a raise does not restart a job its budget stopped (or is stopping: the stop was under way before the raise)
-    then = {"stopped_budget": f"; stopped at its budget: `broker resume {job['id']}` continues it from its last checkpoint",
+    # from its checkpoint only when it has one ("from its last checkpoint" was said of a job that saved none)
+    where = "from its last checkpoint" if job.get("last_checkpoint") else "from the start (it saved no checkpoint)"
+    then = {"stopped_budget": f"; stopped at its budget: `broker resume {job['id']}` continues it {where}",
             "stopping": f"; its stop at the old budget was under way: once it is stopped_budget, `broker resume "
-                        f"{job['id']}` continues it from its last checkpoint"}.get(job["state"], "")
+                        f"{job['id']}` continues it {where}"}.get(job["state"], "")
     spent, budget = _spent_of(job)
     _done(args, job, f"{job['id']}: budget {budget} (spent {spent}){then}")
     return 0

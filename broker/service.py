@@ -580,7 +580,13 @@ class BrokerService:
         def once() -> Job:
             job = self._changeable(self.get(principal, job_id))
             if job.state not in RESUMABLE:
-                raise Conflict(_ended(job, "only a failed or budget-stopped job resumes") if job.state.is_final else
+                again = ""
+                if job.state is JobState.CANCELLED and job.last_checkpoint and job.checkpoint_uri:
+                    # the way forward, which a user found only by reading the docs
+                    again = (f"; to continue it from its checkpoint (step {job.last_checkpoint.get('step', '?')}), "
+                             f"submit its task again with broker.checkpoint: {job.checkpoint_uri}")
+                raise Conflict(_ended(job, "only a failed or budget-stopped job resumes" + again)
+                               if job.state.is_final else
                                f"{job.id} is {job.state.value}, not ended: only a failed or budget-stopped job resumes")
             diagnosis = job.diagnosis or {}
             if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force:

@@ -343,6 +343,26 @@ def test_a_job_that_ended_or_has_not_is_refused_a_budget_an_on_demand_switch_or_
     assert store.get_job(done).budget == job.budget and store.get_job(done).force_tier is None
 
 
+def test_a_cancelled_job_with_a_checkpoint_is_refused_a_resume_with_the_way_to_continue_it(served):
+    """"has already ended (cancelled): only a failed or budget-stopped job resumes" left a user stuck, though a new
+    submit naming its checkpoint base continues it from its checkpoint."""
+    client, store, _ = served
+    ids = [client.post("/v1/jobs", json=TASK, headers=auth()).json()["id"] for _ in range(2)]
+    for job_id, point in zip(ids, ({"step": 68, "uri": "file:///ckpt/step-68"}, {})):
+        job = store.get_job(job_id)
+        store.commit(Change(job=replace(job, state=JobState.CANCELLED, last_checkpoint=point),
+                            expected_version=job.version))
+    with_one, without = (client.post(f"/v1/jobs/{i}/resume", headers=auth()) for i in ids)
+    base = store.get_job(ids[0]).checkpoint_uri
+    assert with_one.status_code == 409 and with_one.json()["detail"] == (
+        f"{ids[0]} has already ended (cancelled): only a failed or budget-stopped job resumes; to continue it from its "
+        f"checkpoint (step 68), submit its task again with broker.checkpoint: {base}"), with_one.text
+    assert without.status_code == 409 and without.json()["detail"] == (
+        f"{ids[1]} has already ended (cancelled): only a failed or budget-stopped job resumes"), without.text
+    again = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "checkpoint": base}}, headers=auth())
+    assert again.status_code == 201, again.text  # the base is free: the cancelled job writes it no more
+
+
 def test_list_filters_and_bad_filter(client):
     client.post("/v1/jobs", json=TASK, headers=auth())
     assert len(client.get("/v1/jobs?state=queued", headers=auth()).json()["jobs"]) == 1

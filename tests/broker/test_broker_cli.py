@@ -75,8 +75,9 @@ def test_raising_the_budget_of_a_budget_stopped_job_says_how_to_resume_it(cli):
     wait_for(lambda: json.loads(run("--json", "status", job_id).stdout)["state"] == "stopped_budget", timeout=60)
     spent = json.loads(run("--json", "status", job_id).stdout)["spent"]["usd"]
     out = run("budget", job_id, "1").stdout
+    # it saved no checkpoint (sleep 600): "from its last checkpoint" was said of it all the same
     assert out.strip() == f"{job_id}: budget $1.00 (spent {spent}); stopped at its budget: `broker resume {job_id}` " \
-                          "continues it from its last checkpoint", out
+                          "continues it from the start (it saved no checkpoint)", out
     out = run("resume", job_id).stdout
     assert job_id in out
     out = run("budget", job_id, "2").stdout  # queued or running again: nothing to add
