@@ -223,6 +223,14 @@ class _Nodes:
         return size
 
 
+_BASE_60_MEANT = {
+    ("broker", "deadline"): "write a length with its units (1h30m, 90m) or a time with its zone "
+                            "(2026-12-01T18:00Z)",
+    ("broker", "expected_hours"): "write the hours as a decimal number (1.5 for an hour and a half)",
+}
+"""Fields where quoting a ``1:30`` (the advice for text) is refused as well: what to write instead."""
+
+
 def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
     """Refuse an unquoted number that YAML 1.1 (PyYAML's, and SkyPilot's) reads as another one: ``1:30`` is the
     base-60 number 90 (``expected_hours: 1:30`` planned 90 hours, ``budget_usd: 1:30`` capped at $90, an
@@ -231,6 +239,9 @@ def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
     where a leading zero is a file mode written as Kubernetes reads it (``defaultMode: 0755``), octal as meant."""
     if _BASE_60.match(text):
         read = yaml.load(text, Loader=_Loader)
+        meant = _BASE_60_MEANT.get(path)
+        if meant is not None:  # quoted, these are refused too ("must be ..."): say what they take
+            raise SpecError(_field(path), f"is {text}, which YAML reads as the base-60 number {read!r}: {meant}")
         raise SpecError(_field(path), f"is {text}, which YAML reads as the base-60 number {read!r}: quote it "
                                       f"('{text}') to give the text, or write the number meant (1.5 for one and a "
                                       "half)")
