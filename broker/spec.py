@@ -159,7 +159,11 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
             raise SpecError(key, "must be a mapping of names to values")
         for k, v in envs.items():
             if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-                raise SpecError(f"{key}.{k}", "is not a valid environment variable name")
+                if k == "" or not isinstance(k, str):  # "envs.: is not a valid ..." named nothing
+                    raise SpecError(key, f"has a name {k!r}, which is not a valid environment variable name "
+                                         "(letters, digits and _, not starting with a digit)")
+                raise SpecError(f"{key}.{k}", "is not a valid environment variable name (letters, digits and _, "
+                                              "not starting with a digit)")
             if isinstance(v, (dict, list)):
                 raise SpecError(f"{key}.{k}", "must be a string or number")
             if strict and isinstance(v, str):

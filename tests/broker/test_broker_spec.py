@@ -514,3 +514,18 @@ def test_a_stored_job_whose_image_the_submit_check_refuses_is_still_read_by_the_
     for resources in ({"image_id": "ami-0729d913a335efca7"},
                       {"infra": "aws/us-east-2", "image_id": {"us-west-2": "x"}}):
         assert parse({"run": "x", "resources": resources}, now=NOW, strict=False).request.alternatives
+
+
+@pytest.mark.parametrize("envs, field, reason", [
+    ({"": "5"}, "envs", "has a name '', which is not a valid environment variable name (letters, digits and _, not "
+                        "starting with a digit)"),
+    ({"1X": "5"}, "envs.1X", "is not a valid environment variable name (letters, digits and _, not starting with a "
+                             "digit)"),
+    ({"A-B": "5"}, "envs.A-B", "is not a valid environment variable name (letters, digits and _, not starting with a "
+                               "digit)"),
+], ids=["an empty name (broker submit --env =5) is named as such, not as 'envs.'",
+        "a name starting with a digit is named with the rule", "a dash in a name is named with the rule"])
+def test_a_bad_environment_variable_name_is_refused_saying_the_rule(envs, field, reason):
+    with pytest.raises(SpecError) as err:
+        parse({"run": "echo", "envs": envs}, now=NOW)
+    assert (err.value.field, err.value.reason) == (field, reason)
