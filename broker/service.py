@@ -30,7 +30,7 @@ from broker.queue import Waits, positions, waits
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, SpecError, admin_only_settings, checkpoint_base,
-                         host_paths, parse)
+                         checkpoint_uri_problem, host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.views import holders_words
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
@@ -932,7 +932,9 @@ def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:
             if not _whole(v):
                 raise Invalid(key, f"must be a whole number from 0 to {MAX_STEP}")
             point[key] = v
-    metrics = body.get("metrics") or {}
+    metrics = body.get("metrics")
+    if metrics is None:
+        metrics = {}
     if not isinstance(metrics, dict) or len(metrics) > 50 or not all(
             isinstance(k, str) and 0 < len(k) <= 200 and _printable(k) and (v is None or _finite(v) or _nonfinite(v))
             for k, v in metrics.items()):
@@ -949,6 +951,11 @@ def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:
         if not uri.strip() or len(uri) > MAX_CHECKPOINT_URI or not _printable(uri):
             raise Invalid("checkpoint.uri", f"must be 1 to {MAX_CHECKPOINT_URI} characters with no control "
                                             "characters: the next attempt is given it in BROKER_RESUME_FROM")
+        # as a submit's broker.checkpoint is checked: "../x" or "javascript:x" was kept, and handed to the next
+        # attempt as where to resume from
+        problem = checkpoint_uri_problem(uri.strip())
+        if problem:
+            raise Invalid("checkpoint.uri", problem)
         point["checkpoint"] = {"step": ckpt["step"], "uri": uri}
         point.setdefault("step", None)
     if body.get("attempt") is not None:  # sent by the checkpoint library from BROKER_ATTEMPT; older ones send none

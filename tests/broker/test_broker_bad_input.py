@@ -181,11 +181,19 @@ def test_a_job_stored_with_a_lone_surrogate_still_lists(client):
     ('{"checkpoint": {"step": 5, "uri": "s3://b/\\u0000"}}', "checkpoint.uri"),
     ('{"checkpoint": {"step": 5, "uri": "' + "a" * 200_000 + '"}}', "checkpoint.uri"),
     ("[" * 50_000 + "]" * 50_000, "body"),
+    ('{"step": 2, "metrics": []}', "metrics"),
+    ('{"step": 2, "metrics": false}', "metrics"),
+    ('{"step": 2, "metrics": ""}', "metrics"),
+    ('{"checkpoint": {"step": 3, "uri": "../../other"}}', "checkpoint.uri"),
+    ('{"checkpoint": {"step": 3, "uri": "javascript:alert(1)"}}', "checkpoint.uri"),
 ], ids=["a metric past 64 bits", "a metric named by a lone surrogate", "a step past 64 bits",
         "a checkpoint step that is a boolean", "a negative checkpoint step",
         "a checkpoint URI with a NUL (the next attempt could not be given it)",
         "a checkpoint URI of 200 kB (every later attempt failed at launch, E2BIG, and was retried 20 times)",
-        "a body nested 50,000 deep (a RecursionError)"])
+        "a body nested 50,000 deep (a RecursionError)",
+        "metrics that are a list (were kept as no metrics)", "metrics that are false", "metrics that are empty text",
+        "a relative checkpoint URI (was handed to the next attempt as where to resume from)",
+        "a checkpoint URI that names no storage"])
 def test_a_progress_report_that_cannot_be_kept_is_a_422_and_changes_nothing(make_settings, tmp_path, body, field):
     settings = make_settings(config=CONFIG)
     app = create_app(settings, store=open_store(f"sqlite://{tmp_path / 'p.db'}"), engine=False)
