@@ -495,6 +495,9 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
     if not offers:
         return " (no offers are configured)"
     alt = request.alternatives[0]
+    if alt.use_spot is True and not any(o.tier is Tier.SPOT for o in offers):  # said for a GPU, not for CPUs
+        return (" (no offer here is spot: spot needs a spot zone in the broker's config or the clouds priced with "
+                "BROKER_LAUNCHER=skypilot; see docs/deploy.md)")
     if alt.accelerator:
         names = sorted({f"{o.accelerator}" for o in offers if o.accelerator})
         if not any(n.lower() == alt.accelerator.lower() for n in names):

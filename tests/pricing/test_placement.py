@@ -317,3 +317,14 @@ def test_a_price_cap_a_tenth_of_a_cent_under_the_price_says_both_exactly():
     rest = place(job(max_price_per_hour=1_005_000), offers, free_capacity={"us-east-1b": 0})
     assert isinstance(rest, NoFit) and "the rest are over the job's max_price_per_hour of $1.005" in rest.reason, \
         rest.reason
+
+
+def test_spot_asked_of_a_broker_with_no_spot_offer_says_so_and_where_spot_comes_from():
+    """A CPU job with use_spot on a pool-only broker read "no offer has 1+ vCPUs on spot": nothing said that no
+    offer here is spot at all (the GPU case said where GPUs come from)."""
+    result = place(JobRequest(alternatives=(ResourceRequest(cpus=Decimal(1), use_spot=True),)),
+                   [onprem_offer("local", 1, None, "0.20")])
+    assert isinstance(result, NoFit), result
+    assert result.reason == ("no offer has 1+ vCPUs on spot (no offer here is spot: spot needs a spot zone in the "
+                             "broker's config or the clouds priced with BROKER_LAUNCHER=skypilot; see docs/deploy.md)"), \
+        result.reason
