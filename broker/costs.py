@@ -132,7 +132,12 @@ def _is_date(text: str) -> bool:
 def _iso(text: str, field: str) -> float:
     """A bound of the window: a date is that day from its start in UTC (as ``by_day`` counts days); a time must
     say its timezone, as a deadline must. ``2026-11-30T10:00`` was read as UTC, hours off for most people,
-    while the same text as a deadline was refused."""
+    while the same text as a deadline was refused. A control character anywhere (``2026-12-01T10:00Z%00``, a
+    trailing newline) is refused as any other text that is not a date: ``fromisoformat`` skipped a NUL after the time
+    or its timezone, and ``strip`` dropped a newline or a C1 control, so a mangled bound was answered a report."""
+    bad = "must be an ISO date or time, like 2025-01-31 or 2025-01-31T12:00:00Z"
+    if any(ord(ch) < 0x20 or 0x7f <= ord(ch) <= 0x9f for ch in text):  # C0, DEL and C1: Unicode's Cc
+        raise CostQueryError(field, bad)
     text = text.strip()
     try:
         return datetime.combine(date.fromisoformat(text), clock_time(0), timezone.utc).timestamp()
@@ -141,7 +146,7 @@ def _iso(text: str, field: str) -> float:
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise CostQueryError(field, "must be an ISO date or time, like 2025-01-31 or 2025-01-31T12:00:00Z") from None
+        raise CostQueryError(field, bad) from None
     if dt.tzinfo is None:
         shown = dt.isoformat(timespec="minutes")
         raise CostQueryError(field, f"has no timezone: write {shown}Z for UTC, or its offset such as {shown}+01:00")
