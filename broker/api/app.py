@@ -251,6 +251,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     probe = StoreProbe(lambda: store.get_job("healthz-probe"))
 
     @app.get("/v1/healthz", tags=["ops"], **answers(Health))
+    @app.head("/v1/healthz", include_in_schema=False)  # a balancer's check may be a HEAD: it was a 405
     def healthz() -> dict:
         """Liveness: 200 while the process answers, with the store's state in the body. A store outage is
         not the process's fault and restarting it does not help (every broker shares the store), so
@@ -265,6 +266,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         return {"ok": True, "engine": eng is not None, "store": state}
 
     @app.get("/v1/readyz", tags=["ops"], **answers(Health, 503))
+    @app.head("/v1/readyz", include_in_schema=False)  # answered as GET is, without the body
     def readyz() -> dict:
         """Readiness: 200 when the store answers, else 503 (a start-up probe waits for it)."""
         probe.look()

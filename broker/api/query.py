@@ -16,6 +16,10 @@ team) without a word; refused, nothing is lost, and leaving the parameter out as
 probes (``/v1/healthz``, ``/v1/readyz``) take any query string: a load balancer's check is set up once, outside
 the broker, and a refusal there would restart brokers rather than tell anyone. Routes outside ``/v1`` (the dashboard page, ``/metrics``, Slack, the docs) are
 not the JSON API and keep what their callers send them.
+
+A whole-number parameter (``limit``, ``offset``, ``attempt``) is written in the digits 0-9 alone, or it is a 422
+naming it (:func:`loose_number_refusal`): FastAPI reads it with Python's lenient int parsing, so ``?limit=1_0``
+listed ten jobs, and ``+1``, ``1.0`` or a 1 with a space beside it were read as 1.
 """
 
 # no `from __future__ import annotations`: FastAPI must see the real type of the dependency's parameter
@@ -25,7 +29,7 @@ import binascii
 import difflib
 import json
 import math
-from typing import Annotated
+from typing import Annotated, get_args
 
 from fastapi import Query, Request
 from fastapi.routing import APIRoute
@@ -42,16 +46,27 @@ API_PREFIX = "/v1/"
 PROBES = frozenset({"/v1/healthz", "/v1/readyz"})
 
 
-def taken_by(route: APIRoute) -> tuple[str, ...]:
-    """The query parameters ``route`` reads, in the order it declares them: its own and its dependencies'. Walked
-    for each request that has a query string (a few objects; routes are not hashable, so nothing is kept)."""
-    found: list[str] = []
+def _query_fields(route: APIRoute) -> list:
+    """The query parameter fields ``route`` reads, in the order it declares them: its own and its dependencies'.
+    Walked for each request that has a query string (a few objects; routes are not hashable, so nothing is kept)."""
+    found = []
     todo = [route.dependant]
     while todo:
         dependant = todo.pop(0)
-        found.extend(f.alias for f in dependant.query_params)
+        found.extend(dependant.query_params)
         todo.extend(dependant.dependencies)
-    return tuple(dict.fromkeys(found))
+    return found
+
+
+def taken_by(route: APIRoute) -> tuple[str, ...]:
+    """The names of the query parameters ``route`` reads, in the order it declares them."""
+    return tuple(dict.fromkeys(f.alias for f in _query_fields(route)))
+
+
+def whole_numbers_of(route: APIRoute) -> frozenset[str]:
+    """The query parameters of ``route`` declared as ``int`` (or ``int | None``): ``bool`` is a type of its own."""
+    return frozenset(f.alias for f in _query_fields(route)
+                     if f.field_info.annotation is int or int in get_args(f.field_info.annotation))
 
 
 def unknown_query_refusal(method: str, path: str, given: list[str], taken: tuple[str, ...]) -> Invalid | None:
@@ -97,9 +112,22 @@ def empty_query_refusal(items: list[tuple[str, str]]) -> Invalid | None:
     return None
 
 
+def loose_number_refusal(items: list[tuple[str, str]], numbers: frozenset[str]) -> Invalid | None:
+    """The 422 for the first whole-number parameter of ``items`` not written in ASCII digits alone, or ``None``.
+    FastAPI reads such a value with Python's int parsing, which takes ``1_0`` (ten), ``+1``, a space on either
+    side and ``1.0``: ``?limit=1_0`` listed ten jobs where a client meant one, or had a bug it was not told of. None of these
+    parameters takes a negative number, so a sign is refused too (``-0`` was read as offset 0); leading zeros are
+    still digits, and the value's range is FastAPI's to check (``limit=0`` says it must be at least 1)."""
+    for name, value in items:
+        if name in numbers and not (value.isascii() and value.isdigit()):
+            return Invalid(name, "must be written in the digits 0-9 alone: no sign, space, underscore or "
+                                 "decimal point")
+    return None
+
+
 async def refuse_unknown_query(request: Request) -> None:
     """The app's dependency, run before each route's own: a 422 for a query parameter the route does not take,
-    one given more than once, or one given with no value."""
+    one given more than once, one given with no value, or a whole number not written in digits."""
     route = request.scope.get("route")
     if not request.query_params or not isinstance(route, APIRoute):
         return
@@ -110,7 +138,8 @@ async def refuse_unknown_query(request: Request) -> None:
     taken = taken_by(route)
     refusal = (nameless_query_refusal(request.method, route.path, given, taken)
                or unknown_query_refusal(request.method, route.path, given, taken)
-               or repeated_query_refusal(given) or empty_query_refusal(items))
+               or repeated_query_refusal(given) or empty_query_refusal(items)
+               or loose_number_refusal(items, whole_numbers_of(route)))
     if refusal is not None:
         raise refusal
 
@@ -134,9 +163,10 @@ def job_cursor(submitted_at: float, job_id: str) -> str:
 
 
 def read_cursor(cursor: str) -> tuple[float, str]:
-    """The ``(submitted_at, id)`` key that ``cursor`` holds, or a 422 naming ``cursor``: a cursor is only ever one
-    the broker gave as ``next_cursor``, so anything else (cut short, edited, from another API) is refused rather
-    than read as the first page again, which would list the same jobs over and over."""
+    """The ``(submitted_at, id)`` key that ``cursor`` holds, or a 422 naming ``cursor``: one that is not a cursor
+    (cut short, mangled, from another API) is refused rather than read as the first page again, which would list the
+    same jobs over and over. Cursors are not signed: a well-formed one the broker never gave is read as the position
+    it names, which shows only jobs the caller may see anyway."""
     bad = Invalid("cursor", "is not a cursor this broker gave: pass the `next_cursor` of the previous page as it "
                             "is, or leave it out for the first page")
     if len(cursor) > CURSOR_MAX or cursor.strip(_CURSOR_CHARS):
