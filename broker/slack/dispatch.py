@@ -263,9 +263,12 @@ class Dispatcher:
         if kind == "switch_ondemand":
             return self._guard(self._switch, who, job_id, force=data.get("force") is True)
         if kind == "raise_budget":
-            if not isinstance(data.get("budget"), int):
+            # a budget in micro-dollars above nothing, as the broker writes it: `true` (an int to Python) and -5
+            # were answered "Nothing changed: ... this button sets -$0.000005", as if the button were the broker's
+            budget = data.get("budget")
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
                 return blocks.error("That button is out of date.")
-            return self._guard(self._raise, who, job_id, data["budget"], button=True)
+            return self._guard(self._raise, who, job_id, budget, button=True)
         if kind == "cancel":
             return self._guard(self._cmd_cancel, Command("cancel", job_id=job_id), who)
         return blocks.error("Unknown button.")
