@@ -605,6 +605,25 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
 
+def _budget_lasts(job: dict) -> str:
+    """For a job priced per hour (no ``expected_hours``), how long its budget runs it on its cheapest match, when
+    that is under a day: a $0.002 budget was admitted at "$0.20/h" and stopped at it within seconds, the user
+    learning only then what it paid for."""
+    quote = job.get("quote") or {}
+    tiers = [t for t in quote.get("tiers") or [] if isinstance(t.get("price_per_hour"), int) and t["price_per_hour"] > 0]
+    budget = (job.get("budget") or {}).get("micros")
+    if not quote.get("per_hour_only") or not tiers or not isinstance(budget, int):
+        return ""
+    cheapest = min(tiers, key=lambda t: t["price_per_hour"])
+    seconds = budget * 3600 // cheapest["price_per_hour"]
+    if seconds >= 86_400:
+        return ""
+    from broker.views import duration
+
+    return (f" — the budget pays for about {duration(seconds)} on {cheapest['tier']}, a clean stop at its end "
+            "included (give broker.expected_hours for an estimate of the whole run)")
+
+
 def cmd_submit(args) -> int:
     from broker.client import load_task, read_task_file
 
@@ -635,7 +654,7 @@ def cmd_submit(args) -> int:
         else:
             quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
             con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}: "
-                      f"budget {job['budget']['usd']}, estimate {quote}")
+                      f"budget {job['budget']['usd']}, estimate {quote}{_budget_lasts(job)}")
         if args.wait:
             for text in client.follow_logs(job["id"], on_status=_say_status):
                 sys.stdout.write(text)

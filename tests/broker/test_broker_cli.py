@@ -315,6 +315,25 @@ def test_a_refused_resume_names_the_cli_flag_that_forces_it(cli):
     assert json.loads(run("--json", "resume", job_id, "--force").stdout)["state"] == "queued"
 
 
+def test_a_submit_priced_per_hour_says_how_long_a_small_budget_runs_it(cli):
+    """A $0.002 budget with no expected_hours was admitted at "$0.36/h" and stopped at it within seconds: the user
+    learnt only then what it paid for. The submit says it; a budget that runs it a day or more says nothing more."""
+    run, tmp = cli
+    task = tmp / "short.yaml"
+    task.write_text("name: short\nresources: {cpus: 1}\nrun: sleep 600\n")
+    out = run("submit", str(task), "--budget", "0.002").stdout
+    assert "— the budget pays for about 20 s on onprem, a clean stop at its end included (give " \
+           "broker.expected_hours for an estimate of the whole run)" in out, out
+    out = run("submit", str(task), "--budget", "0.50").stdout
+    assert "the budget pays for about 1.3 h on onprem" in out, out
+    out = run("submit", str(task), "--budget", "9").stdout  # 25 h
+    assert "pays for" not in out, out
+    task.write_text("name: long\nresources: {cpus: 1}\nrun: sleep 600\nbroker: {expected_hours: 0.01}\n")
+    assert "pays for" not in run("submit", str(task), "--budget", "0.05").stdout
+    for job in json.loads(run("--json", "status").stdout):
+        run("cancel", job["id"])
+
+
 def test_an_idempotency_key_says_what_it_did(cli):
     run, tmp = cli
     first, second = tmp / "first.yaml", tmp / "second.yaml"
