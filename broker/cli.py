@@ -1117,15 +1117,35 @@ def cmd_resume(args) -> int:
 def cmd_budget(args) -> int:
     with _client(args) as client:
         job = client.set_budget(args.id, args.amount)
+        runs = _budget_runs(client.job(job["id"])) if job["state"] in ("running", "launching") else ""
     # a raise does not restart a job its budget stopped (or is stopping: the stop was under way before the raise)
     # from its checkpoint only when it has one ("from its last checkpoint" was said of a job that saved none)
     where = "from its last checkpoint" if job.get("last_checkpoint") else "from the start (it saved no checkpoint)"
     then = {"stopped_budget": f"; stopped at its budget: `broker resume {job['id']}` continues it {where}",
             "stopping": f"; its stop at the old budget was under way: once it is stopped_budget, `broker resume "
-                        f"{job['id']}` continues it {where}"}.get(job["state"], "")
+                        f"{job['id']}` continues it {where}"}.get(job["state"], runs)
     spent, budget = _spent_of(job)
     _done(args, job, f"{job['id']}: budget {budget} (spent {spent}){then}")
     return 0
+
+
+def _budget_runs(job: dict) -> str:
+    """For a running job, how long its budget left runs it at its attempt's price, when under an hour: a budget
+    lowered to just above the spend was answered "budget $0.0012 (spent $0.0003)", and the job stopped at it a
+    second later, unannounced."""
+    tries = job.get("attempt_list") or []
+    price = ((tries[-1].get("price_per_hour") or {}).get("micros") if tries else None)
+    budget, spent = (job.get("budget") or {}).get("micros"), (job.get("spent") or {}).get("micros")
+    if not all(isinstance(x, int) for x in (price, budget, spent)) or price <= 0:
+        return ""
+    seconds = max(budget - spent, 0) * 3600 // price
+    if seconds >= 3600:
+        return ""
+    from broker.views import duration
+    from pricing.money import fmt
+
+    return (f"; at {fmt(price)}/h the budget left runs it about {duration(seconds)} more, a clean stop "
+            "included: it stops at its budget then (resumable once the budget is raised)")
 
 
 def cmd_ondemand(args) -> int:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 
@@ -332,6 +333,25 @@ def test_a_submit_priced_per_hour_says_how_long_a_small_budget_runs_it(cli):
     assert "pays for" not in run("submit", str(task), "--budget", "0.05").stdout
     for job in json.loads(run("--json", "status").stdout):
         run("cancel", job["id"])
+
+
+def test_lowering_a_running_jobs_budget_near_its_spend_says_how_long_it_runs_now(cli):
+    """`broker budget J 0.0012` printed "budget $0.0012 (spent $0.0003)" and the job stopped at it a second later,
+    unannounced. A running job's new budget that runs it under an hour says how long, and that it stops then."""
+    run, tmp = cli
+    task = tmp / "long.yaml"
+    task.write_text("name: long\nresources: {cpus: 1}\nrun: sleep 600\n")
+    job_id = json.loads(run("--json", "submit", str(task), "--budget", "5").stdout)["id"]
+    try:
+        wait_for(lambda: json.loads(run("--json", "status", job_id).stdout)["state"] == "running", timeout=60)
+        high = run("budget", job_id, "4").stdout
+        assert "runs it" not in high, high  # 11 h at $0.36/h: nothing to say
+        spent = Decimal(json.loads(run("--json", "status", job_id).stdout)["spent"]["micros"]) / 10**6
+        low = run("budget", job_id, str(spent + Decimal("0.004"))).stdout
+        assert "; at $0.36/h the budget left runs it about " in low and " s more, a clean stop included: it stops " \
+               "at its budget then (resumable once the budget is raised)" in low, low
+    finally:
+        run("cancel", job_id)
 
 
 def test_an_idempotency_key_says_what_it_did(cli):
