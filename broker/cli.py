@@ -67,6 +67,9 @@ class _OneWay(argparse.BooleanOptionalAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+TIER_WORDS = {"ondemand": "on-demand", "onprem": "on-prem"}
+"""A tier as a sentence says it (the API's values are one word)."""
+
 KEEP_ALIVE_SECONDS = 75
 """How long ``broker serve`` keeps an idle HTTP connection open: longer than the load balancer in front of it keeps
 its own (AWS's ALB 60 s by default; ``terraform/``), or the broker closes a connection the balancer is about to reuse
@@ -854,7 +857,9 @@ def _show_job(con, job: dict) -> None:
         con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({escape(job['last_checkpoint']['uri'])})")
     spent, budget = _spent_of(job)
     con.print(f"  spent {spent} of {budget}"
-              + (f"  deadline {job['deadline']}" if job.get("deadline") else ""))
+              + (f"  deadline {job['deadline']}" if job.get("deadline") else "")
+              + (f"  pinned to {TIER_WORDS.get(job['pinned_tier'], job['pinned_tier'])}" if job.get("pinned_tier")
+                 else ""))
     attempts = job.get("attempt_list") or []
     for a in attempts:  # lines, not a table: readable at 80 columns, copyable, greppable
         p = a["placement"]

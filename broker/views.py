@@ -179,6 +179,7 @@ def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] |
         "progress": job.progress or None,
         "last_checkpoint": job.last_checkpoint or None,
         "diagnosis": job.diagnosis or None,
+        "pinned_tier": job.force_tier,  # `broker ondemand`'s pin: was said only by an event
         "version": job.version,
     }
     if attempts is not None:

@@ -90,6 +90,8 @@ class JobOut(BaseModel):
     progress: dict[str, Any] | None
     last_checkpoint: dict[str, Any] | None
     diagnosis: dict[str, Any] | None = Field(description="a failure explained in plain words")
+    pinned_tier: str | None = Field(None, description="the tier the job's attempts are held to from now on "
+                                                      "(POST /v1/jobs/{id}/ondemand: ondemand), or null")
     version: int
     attempt_list: list[AttemptOut] | None = Field(None, description="one job's own page only")
 

@@ -605,9 +605,11 @@ def test_a_move_to_on_demand_the_budget_left_cannot_pay_for_is_refused_not_left_
 
     assert moves() == []
     assert client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "5"}, headers=auth()).status_code == 200
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["pinned_tier"] is None
     moved = client.post(f"/v1/jobs/{job['id']}/ondemand", headers=auth())
-    assert moved.status_code == 200, moved.text
+    assert moved.status_code == 200 and moved.json()["pinned_tier"] == "ondemand", moved.text
     assert len(moves()) == 1
+    assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["pinned_tier"] == "ondemand"
 
 
 def test_taking_an_on_demand_zone_down_is_refused_naming_the_spot_zones_not_answered_as_done(make_settings, tmp_path):

@@ -771,6 +771,8 @@ def test_ondemand_on_a_running_spot_job_says_the_running_attempt_stays_where_it_
         assert r.returncode == 0 and r.stdout.strip() == (
             f"{job}: pinned to on-demand; running (the attempt running now stays on spot; the next one runs on "
             "on-demand)"), r.stdout + r.stderr
+        shown = run("status", job).stdout  # the pin was said only by an event
+        assert "pinned to on-demand" in shown, shown
         run("cancel", job)
         task.write_text("name: s\nresources: {accelerators: A10G:1, use_spot: true}\nrun: sleep 30\n")
         job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)["id"]
