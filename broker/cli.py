@@ -177,8 +177,11 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("ondemand", help="run a job on on-demand from its next attempt on (resumes a stopped one)")
     s.add_argument("id")
-    s.add_argument("--force", action="store_true",
-                   help="resume it on on-demand even though it failed for a reason of its own")
+    pin = s.add_mutually_exclusive_group()
+    pin.add_argument("--force", action="store_true",
+                     help="resume it on on-demand even though it failed for a reason of its own")
+    pin.add_argument("--off", action="store_true",
+                     help="take the pin back: its next attempts go where it is cheapest again")
 
     s = client("fault", help="admins, simulated zones only: preempt or kill a job's attempt, or take a "
                                      "zone's capacity away")
@@ -1154,6 +1157,11 @@ def _budget_runs(job: dict) -> str:
 
 
 def cmd_ondemand(args) -> int:
+    if args.off:
+        with _client(args) as client:
+            job = client.unpin(args.id)
+        _done(args, job, f"{job['id']}: not pinned; its next attempts go where it is cheapest; {job['state']}")
+        return 0
     with _client(args) as client:
         job = _forced(client.switch_to_ondemand, "ondemand", args.id, args.force)
     tier = (job.get("placement") or {}).get("tier")

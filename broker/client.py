@@ -300,6 +300,9 @@ class BrokerClient:
     def switch_to_ondemand(self, job_id: str, *, force: bool = False) -> dict:
         return self._call("POST", f"{_job_path(job_id)}/ondemand", params={"force": "true"} if force else None)
 
+    def unpin(self, job_id: str) -> dict:
+        return self._call("DELETE", f"{_job_path(job_id)}/ondemand")
+
     def fault(self, kind: str, *, job_id: str | None = None, zone: str | None = None,
               available: bool | None = None) -> dict:
         return self._call("POST", "/v1/admin/faults",

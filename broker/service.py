@@ -794,6 +794,24 @@ class BrokerService:
 
         return self._retrying(once)
 
+    def unpin(self, principal: Principal, job_id: str) -> Job:
+        """Take back :meth:`switch_to_ondemand`'s pin: the job's next attempts go where placement finds it cheapest
+        again (there was no way back once a job was pinned). A job not pinned is answered as it is."""
+        def once() -> Job:
+            job = self._changeable(self.get(principal, job_id))
+            if job.force_tier is None:
+                return job
+            if job.state.is_final and job.state not in RESUMABLE:
+                raise Conflict(_ended(job, "it runs no more attempts to move"))
+            now = self.clock()
+            note = note_event(job, "switch_tier", f"pin to {job.force_tier} taken back by {principal.name}: placed "
+                                                  "where it is cheapest again", time=now, actor=principal.name,
+                              data={"tier": None})
+            return self._commit(Change(job=replace(job, force_tier=None, updated_at=now),
+                                       expected_version=job.version, events=[note]))
+
+        return self._retrying(once)
+
     def report_progress(self, job_id: str, token: str, body: dict[str, Any]) -> Job:
         """A training script's report (step, total steps, metrics, committed checkpoint), with the job's own token."""
         legacy = not token.startswith(JOB_TOKEN_V2)

@@ -363,6 +363,12 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         failure in the job's own code answers 409 with the diagnosis unless ``force=true``, as resume does."""
         return job_view(service.switch_to_ondemand(caller, job_id, force=force))
 
+    @app.delete("/v1/jobs/{job_id}/ondemand", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422))
+    def unpin_ondemand(job_id: str, caller: Caller) -> dict:
+        """Take back a pin to on-demand: the job's next attempts are placed where it is cheapest again (a job not
+        pinned is answered as it is)."""
+        return job_view(service.unpin(caller, job_id))
+
     @app.post("/v1/jobs/{job_id}/progress", tags=["progress"], **answers(ProgressAck, 401, 403, 404, 409, 422),
               openapi_extra=PROGRESS)
     async def progress(job_id: str, request: Request,

@@ -610,6 +610,14 @@ def test_a_move_to_on_demand_the_budget_left_cannot_pay_for_is_refused_not_left_
     assert moved.status_code == 200 and moved.json()["pinned_tier"] == "ondemand", moved.text
     assert len(moves()) == 1
     assert client.get(f"/v1/jobs/{job['id']}", headers=auth()).json()["pinned_tier"] == "ondemand"
+    # and back: there was no way to take a pin back
+    back = client.delete(f"/v1/jobs/{job['id']}/ondemand", headers=auth())
+    assert back.status_code == 200 and back.json()["pinned_tier"] is None, back.text
+    assert len(moves()) == 2 and moves()[-1]["data"] == {"tier": None}
+    again = client.delete(f"/v1/jobs/{job['id']}/ondemand", headers=auth())  # not pinned: answered as it is
+    assert again.status_code == 200 and len(moves()) == 2
+    assert client.delete(f"/v1/jobs/{job['id']}/ondemand").status_code == 401
+    assert client.delete("/v1/jobs/j-nope/ondemand", headers=auth()).status_code == 404
 
 
 def test_taking_an_on_demand_zone_down_is_refused_naming_the_spot_zones_not_answered_as_done(make_settings, tmp_path):

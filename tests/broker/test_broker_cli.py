@@ -773,6 +773,10 @@ def test_ondemand_on_a_running_spot_job_says_the_running_attempt_stays_where_it_
             "on-demand)"), r.stdout + r.stderr
         shown = run("status", job).stdout  # the pin was said only by an event
         assert "pinned to on-demand" in shown, shown
+        r = run("ondemand", job, "--off")  # and there was no way back
+        assert r.returncode == 0 and r.stdout.strip() == (
+            f"{job}: not pinned; its next attempts go where it is cheapest; running"), r.stdout + r.stderr
+        assert "pinned to" not in run("status", job).stdout
         run("cancel", job)
         task.write_text("name: s\nresources: {accelerators: A10G:1, use_spot: true}\nrun: sleep 30\n")
         job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)["id"]
