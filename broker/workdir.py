@@ -34,6 +34,7 @@ import gzip
 import hashlib
 import io
 import os
+import posixpath
 import re
 import shutil
 import stat
@@ -440,6 +441,7 @@ def unpack(source: str | Path | BinaryIO, destination: str | Path, *, max_bytes:
     counted = {"entries": 0, "files": 0, "bytes": 0}
     at = {"member": ""}  # the member being unpacked, for a message (its name cut short: it may be 4 KiB)
     links: dict[str, str] = {}  # the symbolic links made so far: where each is in the tree → its target
+    seen: set[str] = set()  # the files and links unpacked so far, by their place in the tree
 
     def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
         at["member"] = member.name if len(member.name) <= 100 else member.name[:100] + "…"
@@ -454,6 +456,15 @@ def unpack(source: str | Path | BinaryIO, destination: str | Path, *, max_bytes:
             raise PackError(f"{member.name!r} is an absolute path")
         if member.isdev():
             raise PackError(f"{member.name!r} is a device file or a pipe")
+        if any(ord(c) < 32 or ord(c) == 127 for c in member.name):
+            # unpacked, such a name ("a\nb") reads as two in a listing, a log line or a shell loop over the files
+            raise PackError(f"{member.name!r} has a control character in its name: rename it, or leave it out "
+                            "with .skyignore")
+        place = posixpath.normpath(member.name)
+        if not member.isdir():
+            if place in seen:  # the second silently replaced the first: which one the job runs cannot be told
+                raise PackError(f"{member.name!r} is in the pack twice")
+            seen.add(place)
         try:
             checked = tarfile.data_filter(member, path)
         except tarfile.FilterError as exc:

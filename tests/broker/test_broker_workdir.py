@@ -248,6 +248,10 @@ HOSTILE = [
     pytest.param((member("hard", tarfile.LNKTYPE, "../outside"), None), "out of the workdir", id="hard link out"),
     pytest.param((member("null", tarfile.CHRTYPE), None), "'null' is a device file", id="device file"),
     pytest.param((member("fifo", tarfile.FIFOTYPE), None), "'fifo' is a device file or a pipe", id="pipe"),
+    pytest.param((member("a\nb"), b"x"), "'a\\nb' has a control character in its name: rename it, or leave it out "
+                 "with .skyignore", id="a newline in a name (was stored: it reads as two names in a listing)"),
+    pytest.param((member("./train.py"), b"print(2)\n"), "'./train.py' is in the pack twice",
+                 id="a file twice (was stored: the second silently replaced the first)"),
 ]
 
 
