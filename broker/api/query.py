@@ -58,14 +58,14 @@ def _query_fields(route: APIRoute) -> list:
     return found
 
 
-def taken_by(route: APIRoute) -> tuple[str, ...]:
-    """The names of the query parameters ``route`` reads, in the order it declares them."""
-    return tuple(dict.fromkeys(f.alias for f in _query_fields(route)))
+def taken_by(fields: list) -> tuple[str, ...]:
+    """The names of the query parameters ``fields`` (:func:`_query_fields`) declare, in their order."""
+    return tuple(dict.fromkeys(f.alias for f in fields))
 
 
-def whole_numbers_of(route: APIRoute) -> frozenset[str]:
-    """The query parameters of ``route`` declared as ``int`` (or ``int | None``): ``bool`` is a type of its own."""
-    return frozenset(f.alias for f in _query_fields(route)
+def whole_numbers_of(fields: list) -> frozenset[str]:
+    """The query parameters of ``fields`` declared as ``int`` (or ``int | None``): ``bool`` is a type of its own."""
+    return frozenset(f.alias for f in fields
                      if f.field_info.annotation is int or int in get_args(f.field_info.annotation))
 
 
@@ -135,11 +135,12 @@ async def refuse_unknown_query(request: Request) -> None:
         return
     items = request.query_params.multi_items()
     given = [name for name, _ in items]
-    taken = taken_by(route)
+    fields = _query_fields(route)  # walked once: both checks below read it
+    taken = taken_by(fields)
     refusal = (nameless_query_refusal(request.method, route.path, given, taken)
                or unknown_query_refusal(request.method, route.path, given, taken)
                or repeated_query_refusal(given) or empty_query_refusal(items)
-               or loose_number_refusal(items, whole_numbers_of(route)))
+               or loose_number_refusal(items, whole_numbers_of(fields)))
     if refusal is not None:
         raise refusal
 
