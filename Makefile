@@ -34,7 +34,8 @@ install-test: $(VENV)/.test-installed apt-deps checkov-venv
 # Debian packages the tests drive for real: redis-server (own AOF instances),
 # chromium (dashboard test through Playwright), rsync (SkyPilot file mounts), and the
 # aws CLI (the real SkyPilot API server runs `aws configure list` in its cloud check),
-# prometheus (a real Prometheus scrapes the broker in one test).
+# prometheus (a real Prometheus scrapes the broker in one test). apt waits up to 10 minutes for
+# another apt (an unattended upgrade, a second checkout's install) to let go of its lock.
 apt-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -44,7 +45,8 @@ apt-deps:
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 	fi
 
 # checkov pins an old boto3 that breaks s3fs, so it lives in its own venv.
