@@ -259,8 +259,9 @@ def _main(argv: list[str] | None) -> int:
         from broker.config import ConfigError
 
         if isinstance(exc, (ConfigError, ValueError, OSError)):
-            print(f"error: {exc}", file=sys.stderr)
-            _json_error(args, str(exc), field=_option_blamed(str(exc)))
+            said = exc.located() if isinstance(exc, ConfigError) else str(exc)  # which file, when a file's setting
+            print(f"error: {said}", file=sys.stderr)
+            _json_error(args, said, field=_option_blamed(str(exc)))
             return 1
         raise
 

@@ -36,7 +36,23 @@ MAX_CONFIG_BYTES = 10_000_000
 
 
 class ConfigError(ValueError):
-    """The config file or an environment variable is invalid; the message names it."""
+    """The config file or an environment variable is invalid; the message names it. ``config_path``: the config file
+    :func:`load_settings` read when it was raised (``None``: none was read), which :meth:`located` adds to the
+    message: ``pools[0].slots: must be at least 1`` said which setting, not in which of a host's files."""
+
+    config_path: Path | None = None
+
+    def located(self) -> str:
+        """The message, led by the config file when it names one of that file's settings (not an environment
+        variable's, ``BROKER_PORT: ...``, nor a message that names the file already)."""
+        text = str(self)
+        if self.config_path is None or text.startswith(str(self.config_path)) or text.startswith("config file ") \
+                or _ENV_NAMED.match(text):
+            return text
+        return f"{self.config_path}: {text}"
+
+
+_ENV_NAMED = re.compile(r"^[A-Z][A-Z0-9_]*[A-Z0-9]\b")  # BROKER_PORT, BROKER_TEAM_TOKENS: an environment variable
 
 
 @dataclass(frozen=True)
@@ -172,10 +188,21 @@ STORE_SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
 
 def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_path: str | Path | None = None,
                   create_admin_token: bool = False) -> Settings:
-    """Read settings. With ``create_admin_token`` (``broker serve``), make one if none is set."""
+    """Read settings. With ``create_admin_token`` (``broker serve``), make one if none is set. A
+    :class:`ConfigError` carries the config file read (``config_path``), when there was one."""
     env = os.environ if env is None else env
+    path = Path(config_path or env.get("BROKER_CONFIG") or default_data_dir(env) / "config.yaml").expanduser()
+    try:
+        return _load_settings(env, path, config_path, create_admin_token)
+    except ConfigError as exc:
+        if exc.config_path is None and path.is_file():
+            exc.config_path = path
+        raise
+
+
+def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: str | Path | None,
+                   create_admin_token: bool) -> Settings:
     data_dir = default_data_dir(env)
-    path = Path(config_path or env.get("BROKER_CONFIG") or data_dir / "config.yaml").expanduser()
     raw: dict[str, Any] = {}
     if path.exists():
         from broker.task_text import load_yaml, yaml_error  # (task_text imports spec, as this module does)

@@ -172,3 +172,38 @@ def test_a_zone_named_as_a_pool_is_refused(make_settings):
                                           r"name$"):
         make_settings(config="pools: [{name: sim-1a, slots: 1, price_per_slot_hour: '0.05'}]\n"
                              "zones: [{name: sim-1a, tier: spot, instance_type: g5.xlarge, region: us-east-1}]\n")
+
+
+@pytest.mark.parametrize("config, setting", [
+    ("pools: [{name: p, slots: -2, price_per_slot_hour: '1'}]\n", "pools[0].slots"),
+    ("launcher: lokal\n", "launcher"),
+    ("pools: 3\n", "pools"),
+    (POOL + "teams: {vision: abc123}\n", "teams.vision"),
+], ids=["a pool's slots", "the launcher", "the pools list", "a team"])
+def test_a_config_files_setting_is_named_with_the_file_it_is_in(make_settings, tmp_path, config, setting):
+    """A host may hold several config files (a test broker's, the deployment's): the message a user reads says
+    which one holds the setting, while the message itself stays the setting's."""
+    with pytest.raises(ConfigError) as caught:
+        make_settings(config=config)
+    assert str(caught.value).startswith(f"{setting}: ")
+    assert caught.value.located() == f"{tmp_path / 'config.yaml'}: {caught.value}"
+
+
+def test_an_environment_variables_error_is_not_put_in_the_config_file(make_settings, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        make_settings(config="pools: []\n", BROKER_LAUNCHER="lokal")
+    assert caught.value.config_path == tmp_path / "config.yaml"
+    assert caught.value.located() == str(caught.value) and str(caught.value).startswith("BROKER_LAUNCHER: 'lokal'")
+
+
+def test_broker_serve_says_which_config_file_holds_a_wrong_setting(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = tmp_path / "broker.yaml"
+    config.write_text("pools: [{name: p, slots: -2, price_per_slot_hour: '1'}]\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BROKER_DATA_DIR": str(tmp_path / "data")}
+    r = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "--port", "0", "--config", str(config)],
+                       env=env, cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr == f"error: {config}: pools[0].slots: must be at least 1\n", r.stderr
