@@ -268,15 +268,16 @@ def test_the_guard_stops_the_runs_whole_process_tree_at_its_limit_with_notice_th
               "echo training\n"
               "wait")
     started = time.time()
-    done = _bash(guarded_run(script, stop_at=int(started) + 3, grace_seconds=2), tmp_path)
+    # the limit 5-6 s away: time for a loaded host to start the script, its child and grandchild before the notice
+    done = _bash(guarded_run(script, stop_at=int(started) + 6, grace_seconds=2), tmp_path)
     took = time.time() - started
     out = done.stdout.decode()
     assert done.returncode == BUDGET_EXIT_CODE, "never 0, even when the script exits 0 on the notice"
     assert "training" in out and "saved on notice" in out  # SIGTERM came first, and reached the script
     assert exit_code_in(done.stdout) == 0  # the script's own status, still reported
     stopped = budget_stop_in(done.stdout)
-    assert stopped is not None and started + 1 <= stopped <= time.time() + 1
-    assert 2 <= took < 20, "the limit, then at most the grace period before SIGKILL (and a loaded host's forks)"
+    assert stopped is not None and started + 4 <= stopped <= time.time() + 1
+    assert 5 <= took < 25, "the limit, then at most the grace period before SIGKILL (and a loaded host's forks)"
     for name in ("child", "grandchild"):
         assert not _alive(int((tmp_path / name).read_text())), f"the {name} was left running"
 
