@@ -11,7 +11,7 @@ and its teardown, which its launcher keeps of the budget) is part of the price.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.lifecycle import JobEvent, apply
 from broker.models import Event, Job, event_for
@@ -76,7 +76,7 @@ def admit(
     q = quote(spec.request, offers, after_run_seconds=after_run_seconds)
     if not q.tiers:
         # offers of its shape exist but all cost more than its cap: the cap is what to change
-        field = "broker.max_price_per_hour" if candidates(spec.request, offers) else "resources"
+        field = "broker.max_price_per_hour" if candidates(spec.request, offers) else _resources_field(spec, offers)
         raise Refused(field, f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
     if not q.fits(budget):
         raise Refused("broker.budget_usd", q.refusal(budget))
@@ -112,6 +112,23 @@ def admit(
     event = event_for(job, JobEvent.SUBMIT, job.state, time=now, reason=f"submitted ({note})", actor=actor,
                       from_state=None)
     return Admitted(job=job, event=event)
+
+
+def _resources_field(spec: JobSpec, offers: Sequence[Offer]) -> str:
+    """The field to blame when no offer has the job's shape: its ``local_disk`` when the shape is there but not with
+    that disk (where it is written: ``resources.local_disk``, or the one ``any_of`` / ``ordered`` entry asking it),
+    else ``resources``."""
+    alternatives = spec.request.alternatives
+    if not any(alt.local_disk for alt in alternatives) or not candidates(
+            replace(spec.request, alternatives=tuple(replace(alt, local_disk=None) for alt in alternatives)), offers):
+        return "resources"
+    resources = spec.task.get("resources")
+    resources = resources if isinstance(resources, dict) else {}
+    if "local_disk" in resources:
+        return "resources.local_disk"
+    asking = {src for alt, src in zip(alternatives, spec.sources) if alt.local_disk is not None}
+    listed = "any_of" if "any_of" in resources else "ordered"
+    return f"resources.{listed}[{asking.pop()}].local_disk" if len(asking) == 1 and None not in asking else "resources"
 
 
 def broker_echo(spec: JobSpec) -> dict:

@@ -23,7 +23,7 @@ from typing import Any
 
 from broker.workdir import DIGEST_RE, PackError, parse_mount
 from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, NotPlain, TooPrecise, typed_to_micros
-from pricing.offers import JobRequest, ResourceRequest
+from pricing.offers import LOCAL_DISK_FORMS, JobRequest, LocalDisk, ResourceRequest
 
 MAX_NAME = 128
 MAX_CHECKPOINT_URI = 4096  # a checkpoint URL prefix; the job's environment carries it
@@ -74,10 +74,14 @@ BROKER_DECIDED_RESOURCES = {
                        "instead (US dollars an hour, for all the job's nodes together)",
     "priority": "is the priority of a SkyPilot managed job, which the broker does not read (it orders its own queue): "
                 "give broker.priority instead (a whole number from -1000 to 1000, higher first)",
+    "ephemeral_storage": "is no longer read by SkyPilot, which drops it without a word since 0.14 (it was removed in "
+                         "favour of disk_size): give resources.disk_size instead (GB, such as 256)",
 }
 """SkyPilot ``resources`` keys (in ``resources`` and in each ``any_of`` / ``ordered`` alternative) whose decision is
-the broker's own, refused at submit under every launcher, naming the field and where the broker takes the setting:
-``max_hourly_cost`` was refused only under the SkyPilot launcher and silently dropped under the local one."""
+the broker's own, or that SkyPilot no longer reads, refused at submit (``strict``) under every launcher, naming the
+field and where the setting is taken: ``max_hourly_cost`` was refused only under the SkyPilot launcher and silently
+dropped under the local one, and ``ephemeral_storage`` accepted and dropped by SkyPilot's own parser. (A stored job,
+admitted before, is read as it was.)"""
 
 
 class SpecError(ValueError):
@@ -319,6 +323,7 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
     if instance_type is not None and not isinstance(instance_type, str):
         raise SpecError(f"{where}.instance_type", "must be a string")
     accs = _accelerators(r.get("accelerators"), f"{where}.accelerators", strict=strict)
+    local_disk = _local_disk(r.get("local_disk"), f"{where}.local_disk", strict=strict)
     if strict:
         _launch_settings(r, where)
     regions = _image_regions(r.get("image_id"), cloud, region, f"{where}.image_id", strict=strict)
@@ -326,10 +331,29 @@ def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list
         ResourceRequest(
             accelerator=name, accelerator_count=count, cpus=cpus, memory_gib=memory, use_spot=use_spot,
             cloud=cloud, region=in_region, zone=zone, instance_type=instance_type, cpus_exact=cpus_exact,
-            memory_exact=memory_exact,
+            memory_exact=memory_exact, local_disk=local_disk,
         )
         for name, count in accs for in_region in regions
     ]
+
+
+def _local_disk(value: Any, where: str, *, strict: bool = True) -> LocalDisk | None:
+    """``resources.local_disk`` as SkyPilot normalizes it (:meth:`pricing.offers.LocalDisk.parse`): placement gives
+    it only an instance type known to have that disk (:func:`pricing.placement.local_disk_fits`), so a job no
+    offer can give it is refused at submit (:func:`broker.admission.admit`), not placed on a type SkyPilot then
+    refused to launch. SkyPilot's schema takes a string alone (``local_disk: 1000`` it refuses at launch). A stored
+    job (``strict`` off) admitted before the check is read leniently: a value that is no local disk asks for none,
+    as it was placed."""
+    if value is None:
+        return None
+    if strict and not isinstance(value, str):
+        raise SpecError(where, f"must be a string, one of {LOCAL_DISK_FORMS}")
+    try:
+        return LocalDisk.parse(value)
+    except ValueError as exc:
+        if strict:
+            raise SpecError(where, str(exc)) from None
+        return None
 
 
 _DISK_SIZE = re.compile(r"^[0-9]+(?:[kmgtp][bi])?$", re.I)  # SkyPilot's schema: 100, "100", "100GB", "1Ti"

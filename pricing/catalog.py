@@ -13,6 +13,7 @@ Rules of the catalog format (SkyPilot's ``catalogs/v8/<cloud>/vms.csv``):
 | GCP row with no ``InstanceType`` (a GPU/TPU row) | the accelerator priced alone; a GPU is paired with each host VM in that zone that can carry it, as SkyPilot pairs them (A100, H100, L4, ... only on their own ``a2-``/``a3-``/``g2-`` types by count; other GPUs on every ``n1-`` VM within GCP's limit for the count, each offer marked with SkyPilot's default host size, which placement applies to a task asking no size); a GPU with no such host is no offer; a TPU stands alone; the offer is named ``<host>+<GPU>:<count>`` (``n1-highmem-8+V100:1``) |
 | GCP VM row of a GPU's own type (``a2-``, ``a3-``, ``a4-``, ``g2-``, ``g4-``) | no offer of its own: GCP never runs it without its GPUs, so it is offered only paired with them, at both prices |
 | row with no ``Price`` | skipped (not purchasable on-demand, no shape to price) |
+| ``LocalDiskType`` = ``ssd`` with ``LocalDiskSize``, ``LocalDiskCount`` (and ``NVMeSupported``), optional columns | the offer's local disk, ``nvme:<size x count>`` (``ssd:`` without NVMe), as SkyPilot's ``get_local_disk_from_instance_type_impl`` reads it; another type, an empty cell or no such columns: not known (a GCP GPU offer: its host VM's) |
 | a missing column, or a value that is not a number (``abc``, ``NaN``, a negative or absurd price) | :class:`CatalogError` naming the line and column |
 
 Prices become micro-dollars through ``Decimal`` (never ``float``).
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 
 from pricing.money import MoneyError, Micros, to_micros
-from pricing.offers import Offer, Tier
+from pricing.offers import LocalDisk, Offer, Tier
 
 ONPREM_CLOUD = "local"
 PRICED_CLOUDS = ("aws", "gcp")
@@ -36,6 +37,13 @@ catalog of theirs would be refused, not priced."""
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice",
                     "Region", "AvailabilityZone")
 """The schema v8 ``vms.csv`` columns the price table reads (in any order; others are ignored)."""
+LOCAL_DISK_COLUMNS = ("LocalDiskType", "LocalDiskSize", "LocalDiskCount", "NVMeSupported")
+"""Optional columns of a SkyPilot catalog that say an instance type's local disk (:func:`local_disk_of`); a catalog
+without them (the shipped snapshot) loads as before, every offer's local disk not known."""
+LOCAL_DISK_CLOUDS = frozenset({"aws"})
+"""The priced clouds on which SkyPilot 0.14 selects an instance by its local disk (``CloudImplementationFeatures.
+LOCAL_DISK``: AWS has it; ``sky/clouds/gcp.py`` and ``kubernetes.py`` mark it unsupported), so the only ones where
+an offer can satisfy ``resources.local_disk`` (:func:`pricing.placement.matches`)."""
 
 
 class CatalogError(ValueError):
@@ -90,14 +98,42 @@ def parse_vms_csv(text: str, cloud: str, zone_names: Mapping[str, str] | None = 
             cells = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or ())
             raise CatalogError(f"line {reader.line_num}: {cells} cells where the header has "
                                f"{len(reader.fieldnames or ())} (a line cut off or broken)")
-        for column in ("AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice"):
+        for column in ("AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice", "LocalDiskSize",
+                       "LocalDiskCount"):
             _checked(row.get(column), column, reader.line_num)
+        if _flag(row.get("NVMeSupported")) is None:
+            raise CatalogError(f"line {reader.line_num}: NVMeSupported {row['NVMeSupported'].strip()!r} is not "
+                               "True or False")
         rows.append(row)
     hosts = _gcp_host_vms(rows) if cloud == "gcp" else {}
     offers: list[Offer] = []
     for row in rows:
         offers.extend(_row_offers(row, cloud, zone_names, hosts))
     return offers
+
+
+def local_disk_of(row: Mapping[str, str]) -> LocalDisk | None:
+    """A ``vms.csv`` row's local disk, as SkyPilot reads it when it checks a pinned instance type against a task's
+    ``local_disk`` (``sky/catalog/common.py``, ``get_local_disk_from_instance_type_impl``): only a
+    ``LocalDiskType`` of ``ssd`` with both ``LocalDiskSize`` and ``LocalDiskCount`` is one (SkyPilot takes no HDD),
+    its size their product in whole GB, ``nvme`` where ``NVMeSupported``; anything else is not known."""
+    if (row.get("LocalDiskType") or "").strip() != "ssd":
+        return None
+    size, count = _decimal(row.get("LocalDiskSize")), _decimal(row.get("LocalDiskCount"))
+    if size is None or count is None:
+        return None
+    return LocalDisk("nvme" if _flag(row.get("NVMeSupported")) else "ssd", Decimal(int(size * count)))
+
+
+def _flag(text: str | None) -> bool | None:
+    """``NVMeSupported``: ``True`` / ``False`` as pandas reads them (any case, or 1 / 0), empty as ``False``;
+    ``None`` for anything else, which :func:`parse_vms_csv` refuses naming the line."""
+    value = (text or "").strip().lower()
+    if value in ("", "false", "0", "0.0"):
+        return False
+    if value in ("true", "1", "1.0"):
+        return True
+    return None
 
 
 def _checked(text: str | None, column: str, line: int) -> None:
@@ -138,18 +174,18 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
         if accelerator is None:
             return []
         if accelerator.lower().startswith("tpu"):
-            rows = [(accelerator, price, spot, vcpus, memory)]
+            rows = [(accelerator, price, spot, vcpus, memory, local_disk_of(row))]
         else:  # one offer per VM of the zone that can carry it (none: SkyPilot could not launch it)
             carriers, default_cpus = _gcp_gpu_hosts(hosts.get(zone or "", []), accelerator, count, zone or "")
             rows = [(f"{host['InstanceType'].strip()}+{accelerator}:{count}", price + (_dollars(host["Price"]) or 0),
                      None if spot is None or _dollars(host.get("SpotPrice")) is None
                      else spot + _dollars(host["SpotPrice"]),
-                     _decimal(host.get("vCPUs")), _decimal(host.get("MemoryGiB")))
+                     _decimal(host.get("vCPUs")), _decimal(host.get("MemoryGiB")), local_disk_of(host))
                     for host in carriers]
     else:
-        rows = [(instance_type, price, spot, vcpus, memory)]
+        rows = [(instance_type, price, spot, vcpus, memory, local_disk_of(row))]
     out = []
-    for name, on_demand, spot_price, cpus, mem in rows:
+    for name, on_demand, spot_price, cpus, mem, disk in rows:
         base = dict(
             cloud=cloud,
             region=row.get("Region", "").strip(),
@@ -160,6 +196,7 @@ def _row_offers(row: Mapping[str, str], cloud: str, zone_names: Mapping[str, str
             vcpus=cpus,
             memory_gib=mem,
             default_host_cpus=default_cpus,
+            local_disk=disk,
         )
         out.append(Offer(tier=Tier.ONDEMAND, price_per_hour=_micros(on_demand), **base))
         if spot_price is not None:

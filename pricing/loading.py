@@ -125,7 +125,9 @@ def load_price_table(
     ``catalog_dir``). A file with no rows after its header is passed over as if absent, with a
     warning naming it. A cloud found nowhere contributes no offers. A file that is not a
     readable v8 ``vms.csv`` is a :class:`~pricing.catalog.CatalogError` naming it, the line
-    and the column (never a silently empty or half-read price table).
+    and the column (never a silently empty or half-read price table). A catalog with SkyPilot's optional
+    local-disk columns gives each offer its local disk (:func:`~pricing.catalog.local_disk_of`), which
+    ``resources.local_disk`` is placed by; one without them (the snapshot) loads as before, no disk known.
     """
     offers: list[Offer] = []
     for cloud, root in _found(catalog_dir, clouds, home):

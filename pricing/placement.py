@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from pricing.catalog import GCP_N1_MEMORY_PER_CPU
+from pricing.catalog import GCP_N1_MEMORY_PER_CPU, LOCAL_DISK_CLOUDS
 from pricing.money import Micros, cost_for_seconds, fmt, fmt_left, fmt_limit
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 
@@ -74,6 +74,20 @@ def _gcp_host_fits(offer: Offer, want: ResourceRequest) -> bool:
     return _size_fits(offer.memory_gib, memory, exact and want.memory_exact)
 
 
+def local_disk_fits(offer: Offer, want: ResourceRequest) -> bool:
+    """Whether ``offer`` gives the local disk the shape asks (none asked: any). Only a cloud instance type whose
+    local disk the price table knows can (:attr:`Offer.local_disk`), on a cloud where SkyPilot selects one
+    (:data:`pricing.catalog.LOCAL_DISK_CLOUDS`), as SkyPilot checks the type the launcher pins
+    (``sky.Resources._try_validate_local_disk``): one of unknown disk was placed, and its launch failed with
+    "Specified instance type ... does not have specified local disk" after the job had waited its turn. A pool or a
+    simulated zone is no instance type SkyPilot checks, and has no disk it can promise."""
+    if want.local_disk is None:
+        return True
+    if offer.tier is Tier.ONPREM or offer.simulated or offer.cloud.lower() not in LOCAL_DISK_CLOUDS:
+        return False
+    return offer.local_disk is not None and offer.local_disk.satisfies(want.local_disk)
+
+
 def matches(offer: Offer, want: ResourceRequest) -> bool:
     """Whether ``offer`` satisfies one resource shape. ``cpus`` and ``memory`` are at least, or exactly that size
     when the task wrote them without '+' and the offer is an instance type (:func:`sized_exactly`), as SkyPilot's
@@ -87,7 +101,7 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
     was a placement that paid for a GPU the job never asked for (``cpus: 4, memory: 16`` on the shipped AWS
     price table: a spot ``g4dn.xlarge`` and its T4). An instance type the task names is taken as named; a pool's
     CPU job never takes a GPU slot (:func:`broker.offers.usable_by`); a simulated zone (a process on this host)
-    takes any job."""
+    takes any job. A ``local_disk`` asked is given only by an instance type known to have it (:func:`local_disk_fits`)."""
     if want.accelerator is not None:
         if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
             return False
@@ -123,7 +137,7 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
         names = {offer.instance_type.lower(), offer.instance_type.split("+", 1)[0].lower()}
         if want.instance_type.lower() not in names:
             return False
-    return True
+    return want.local_disk is None or local_disk_fits(offer, want)
 
 
 def candidates(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
@@ -419,11 +433,47 @@ def _price_over(price: Micros, cap: Micros) -> str:
 
 def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:
     """Why no offer has the shape asked. When the shape is there but not of the exact size asked (``cpus: 16``:
-    every type with the GPUs asked has 8 or 32 vCPUs), it says so and how to ask for at least that size."""
+    every type with the GPUs asked has 8 or 32 vCPUs), it says so and how to ask for at least that size; when the
+    shape is there but not with the local disk asked, it says what the price table knows of local disks."""
+    if any(alt.local_disk for alt in request.alternatives):
+        loose = replace(request, alternatives=tuple(replace(alt, local_disk=None) for alt in request.alternatives))
+        fits = candidates(loose, offers)
+        if fits:
+            return _local_disk_text(request, fits, offers)
     if any(alt.cpus_exact or alt.memory_exact for alt in request.alternatives) \
             and candidates(_loosened(request, ("cpus", "memory")), offers):
         return _exact_size_text(request, offers)
     return f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}"
+
+
+def _local_disk_text(request: JobRequest, fits: Sequence[Offer], offers: Sequence[Offer]) -> str:
+    """Why the offers of the shape asked (``fits``: all but its local disk) give no ``local_disk`` it asks: none is on
+    a cloud where SkyPilot selects a local disk, the price table knows no instance's local disk (the shipped snapshot
+    lists none), or the local disks the ones that fit otherwise have are not enough."""
+    head = f"no offer has {_describe_request(request)}: resources.local_disk"
+    able = [o for o in fits if o.tier is not Tier.ONPREM and not o.simulated and o.cloud.lower() in LOCAL_DISK_CLOUDS]
+    if not able:
+        clouds = _series([CLOUD_NAMES.get(c, c) for c in sorted(LOCAL_DISK_CLOUDS)], "or")
+        return (f"{head} is given only by a cloud instance type on {clouds}, where SkyPilot selects one by its local "
+                f"disk, and every offer of that shape here is {_series(sorted({_kind(o) for o in fits}), 'or')}")
+    if not any(o.local_disk is not None for o in offers):
+        return (f"{head} needs an instance type whose local disk the price table knows, and the price table lists "
+                "no instance's local disk: a SkyPilot catalog with the LocalDiskType, LocalDiskSize, LocalDiskCount "
+                "and NVMeSupported columns in ~/.sky/catalogs/v8 provides them")
+    known = sorted({o.local_disk for o in able if o.local_disk is not None}, key=lambda d: (d.size_gb, d.mode))
+    have = [str(d) for d in known[-4:]] + (["not known"] if any(o.local_disk is None for o in able) else [])
+    return (f"{head} fits none of the instance types that fit otherwise, whose local disks are "
+            f"{_series(have, 'or')}")
+
+
+def _kind(offer: Offer) -> str:
+    """What an offer that no local disk fits is, for a sentence: ``an on-prem pool``, ``a simulated zone``, ``on
+    GCP``."""
+    if offer.tier is Tier.ONPREM:
+        return "an on-prem pool"
+    if offer.simulated:
+        return "a simulated zone"
+    return f"on {CLOUD_NAMES.get(offer.cloud.lower(), offer.cloud)}"
 
 
 def _loosened(request: JobRequest, sizes: Sequence[str]) -> JobRequest:
@@ -475,6 +525,8 @@ def _describe_request(request: JobRequest) -> str:
             shape.append(f"instance type {alt.instance_type}")
         size = [_size_text(alt.cpus, alt.cpus_exact, "vCPUs"), _size_text(alt.memory_gib, alt.memory_exact, "GiB of memory")]
         size = [x for x in size if x]
+        if alt.local_disk is not None:
+            size.append(f"local disk {alt.local_disk}")
         text = " ".join(shape) + (" with " if shape and size else "") + " and ".join(size)
         where = "/".join(x for x in (alt.cloud, alt.region, alt.zone) if x)
         text = (text or "the resources asked") + (f" in {where}" if where else "")
