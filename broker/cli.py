@@ -912,6 +912,19 @@ def _spent_of(job: dict) -> tuple[str, str]:
     return spent["usd"], budget["usd"]
 
 
+def _reason_cell(job: dict) -> str:
+    """A listed job's reason, led for a running job by the step it last reported (``step 150/300 · the attempt
+    started``): the reason is the last change of state, which for a job training for hours said nothing of how far
+    it has got until one opened the job itself."""
+    p = job.get("progress") or {}
+    step = p.get("step")
+    if job.get("state") != "running" or not isinstance(step, int) or isinstance(step, bool):
+        return job["reason"]
+    total = p.get("total_steps")
+    of = f"/{total}" if isinstance(total, int) and not isinstance(total, bool) and total > 0 else ""
+    return f"step {step}{of} · {job['reason']}" if job["reason"] else f"step {step}{of}"
+
+
 def cmd_status(args) -> int:
     with _client(args) as client:
         if args.id:
@@ -936,7 +949,7 @@ def cmd_status(args) -> int:
     from rich.text import Text
 
     rows = [[j["id"], j["name"], j["team"], Text(j["state"], style=STATE_STYLE.get(j["state"], "white")),
-             str(j["queue_position"] or ""), _short_time(j.get("estimated_start")), *_spent_of(j), j["reason"]]
+             str(j["queue_position"] or ""), _short_time(j.get("estimated_start")), *_spent_of(j), _reason_cell(j)]
             for j in jobs]
     _print_table(_console(), [("id", "whole"), "name", "team", ("state", "whole"), ("queue", "whole"),
                               ("starts ~", "whole"), ("spent", "whole"), ("budget", "whole"), "reason"], rows,

@@ -978,3 +978,22 @@ def test_status_shows_a_spend_beside_its_budget_at_the_budgets_decimals(spent, b
     assert f"  {line}\n" in con.file.getvalue(), con.file.getvalue()
     # `broker status`'s table takes its spent and budget cells from the same pair
     assert broker_cli._spent_of(job) == tuple(line.removeprefix("spent ").split(" of "))
+
+
+def test_the_status_table_says_how_far_a_running_job_has_got(cli):
+    """The reason of a running job is its last change of state ("the attempt started"), hours old for a long run:
+    the table leads it with the step the job last reported, as `broker status JOB` says it."""
+    run, tmp = cli
+    task = tmp / "progress.yaml"
+    script = "import time; from checkpoint.progress import report; report(7, 20); time.sleep(60)"  # posts on a thread
+    task.write_text(f"name: stepping\nresources: {{cpus: 1}}\nrun: {sys.executable} -c '{script}'\n")
+    job = json.loads(run("--json", "submit", str(task), "--budget", "5").stdout)
+    wait_for(lambda: (json.loads(run("--json", "status", job["id"]).stdout).get("progress") or {}).get("step") == 7,
+             timeout=60)
+    line = next(x for x in _status_table(run, 200).splitlines() if job["id"] in x)
+    assert " running " in line and "step 7/20 · " in line, line
+    run("cancel", job["id"])
+    ended = wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == "cancelled" and j,
+                     timeout=60)
+    line = next(x for x in _status_table(run, 200).splitlines() if job["id"] in x)
+    assert "step 7/20 · " not in line and ended["reason"] in line, "an ended job's row is its reason alone"
