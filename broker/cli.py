@@ -913,16 +913,12 @@ def _spent_of(job: dict) -> tuple[str, str]:
 
 
 def _reason_cell(job: dict) -> str:
-    """A listed job's reason, led for a running job by the step it last reported (``step 150/300 · the attempt
-    started``): the reason is the last change of state, which for a job training for hours said nothing of how far
-    it has got until one opened the job itself."""
-    p = job.get("progress") or {}
-    step = p.get("step")
-    if job.get("state") != "running" or not isinstance(step, int) or isinstance(step, bool):
-        return job["reason"]
-    total = p.get("total_steps")
-    of = f"/{total}" if isinstance(total, int) and not isinstance(total, bool) and total > 0 else ""
-    return f"step {step}{of} · {job['reason']}" if job["reason"] else f"step {step}{of}"
+    """A listed job's reason, led for a running job by the step it last reported (:func:`broker.views.step_words`:
+    ``step 150/300 · the attempt started``)."""
+    from broker.views import step_words
+
+    step = step_words(job.get("state", ""), job.get("progress"))
+    return job["reason"] if step is None else f"{step} · {job['reason']}" if job["reason"] else step
 
 
 def cmd_status(args) -> int:

@@ -156,6 +156,18 @@ def shown_reason(job: Job, estimated_start: float | None = None, waiting: str | 
     return "; ".join([job.reason, *notes]) if job.reason and notes else "; ".join(notes) or job.reason
 
 
+def step_words(state: str, progress: dict | None) -> str | None:
+    """How far a running job has got, from the progress it last reported (``step 150/300``; ``step 150`` with no
+    total); ``None`` for a job not running or that reported no step. Its reason is its last change of state ("the
+    attempt started"), hours old in a long run: lists (``broker status``, Slack) lead it with this."""
+    step = (progress or {}).get("step")
+    if state != JobState.RUNNING.value or not isinstance(step, int) or isinstance(step, bool):
+        return None
+    total = (progress or {}).get("total_steps")
+    return f"step {step}/{total}" if isinstance(total, int) and not isinstance(total, bool) and total > 0 \
+        else f"step {step}"
+
+
 def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] | None = None,
              estimated_start: float | None = None, waiting: str | None = None) -> dict[str, Any]:
     view: dict[str, Any] = {

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import duration, iso, saving_words, shown_reason
+from broker.views import duration, iso, saving_words, shown_reason, step_words
 from pricing.money import fmt, fmt_spent_of
 
 ACTIONS = {
@@ -137,11 +137,14 @@ def clip(text: str, limit: int) -> str:
 def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None) -> str:
     """One job in a line, and its reason on the next as the API shows it (:func:`broker.views.shown_reason`): for a
     queued job, with a start too late for its deadline or why it has no estimate (``waiting``, from
-    :meth:`broker.service.BrokerService.queue_waits`)."""
+    :meth:`broker.service.BrokerService.queue_waits`); for a running one, the step it last reported
+    (:func:`broker.views.step_words`)."""
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:
         pos += f", roughly starting at {iso(start)}"
+    step = step_words(job.state.value, job.progress)
+    pos += f" · {step}" if step else ""
     said = shown_reason(job, start, waiting)
     reason = f"\n      _{esc(clip(said, REASON_CHARS))}_" if said else ""
     spent, budget = fmt_spent_of(job.spent, job.budget)
