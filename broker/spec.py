@@ -770,6 +770,8 @@ def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection
     written for ``sky jobs launch`` keeps its meaning. The ``strategy`` is SkyPilot's own (the broker
     always recovers preemptions, in a zone of its choosing)."""
     recovery = resources.get("job_recovery") if isinstance(resources, dict) else None
+    if strict:
+        _job_recovery_shape(recovery)
     if not isinstance(recovery, dict) or (isinstance(section, dict) and "retry" in section):
         return broker
     given = {k: v for k, v in recovery.items() if k in RETRY_KEYS}
@@ -782,6 +784,36 @@ def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection
             raise
         # a stored job accepted before job_recovery counted (it keeps the retry it was admitted with)
         return broker
+
+
+RECOVERY_STRATEGIES = ("FAILOVER", "EAGER_NEXT_REGION")
+"""The strategies SkyPilot 0.14 registers for ``resources.job_recovery`` (``sky/jobs/recovery_strategy.py``; read in
+any case). The broker recovers every preemption itself, in a zone of its choosing and not the one lost (as
+``EAGER_NEXT_REGION`` does), so either is taken as it is and neither changes what the broker does."""
+RECOVERY_KEYS = frozenset({"strategy", *RETRY_KEYS})
+
+
+def _job_recovery_shape(recovery: Any) -> None:
+    """``resources.job_recovery`` held to SkyPilot's schema at submit: a strategy's name, or a mapping of
+    ``strategy`` and the retry settings. Under the local launcher no SkyPilot check runs, and ``job_recovery: 5``, a
+    misspelt strategy or a misspelt retry setting (``max_restart_on_errors``, whose retries then never happened) were
+    accepted without a word."""
+    if recovery is None:
+        return
+    if isinstance(recovery, dict):
+        unknown = sorted(set(map(str, recovery)) - RECOVERY_KEYS)
+        if unknown:
+            raise SpecError(f"resources.job_recovery.{unknown[0]}",
+                            f"is not a job_recovery setting ({unknown_key_hint(unknown[0], RECOVERY_KEYS)})")
+        strategy, where = recovery.get("strategy"), "resources.job_recovery.strategy"
+    elif isinstance(recovery, str):
+        strategy, where = recovery, "resources.job_recovery"
+    else:
+        raise SpecError("resources.job_recovery", "must be a strategy's name (FAILOVER or EAGER_NEXT_REGION) or a "
+                                                  "mapping of strategy, max_restarts_on_errors and recover_on_exit_codes")
+    if strategy is not None and (not isinstance(strategy, str) or strategy.strip().upper() not in RECOVERY_STRATEGIES):
+        raise SpecError(where, f"{strategy!r} is not a recovery strategy: give FAILOVER or EAGER_NEXT_REGION (the broker "
+                               "recovers a preemption in another zone either way)")
 
 
 def _retry(value: Any, where: str = "broker.retry") -> RetryPolicy:

@@ -278,6 +278,32 @@ def test_skypilots_job_recovery_retry_settings_are_the_retry_policy_unless_broke
     assert bad.value.field == "resources.job_recovery.max_restarts_on_errors"
 
 
+@pytest.mark.parametrize("recovery, field, says", [
+    pytest.param({"max_restart_on_errors": 3}, "resources.job_recovery.max_restart_on_errors",
+                 "did you mean 'max_restarts_on_errors'", id="a misspelt retry setting is named with the likely one"),
+    pytest.param({"strategy": "EAGR"}, "resources.job_recovery.strategy", "give FAILOVER or EAGER_NEXT_REGION",
+                 id="a misspelt strategy names the strategies"),
+    pytest.param("EAGER", "resources.job_recovery", "'EAGER' is not a recovery strategy",
+                 id="a strategy given alone is checked too"),
+    pytest.param(5, "resources.job_recovery", "must be a strategy's name", id="a number is neither form"),
+    pytest.param({"strategy": 1}, "resources.job_recovery.strategy", "is not a recovery strategy",
+                 id="a strategy that is no name"),
+])
+def test_a_job_recovery_skypilot_would_refuse_is_refused_at_submit_under_any_launcher(recovery, field, says):
+    """Under the local launcher no SkyPilot check runs: `max_restart_on_errors: 3` was accepted, and its retries never
+    happened."""
+    with pytest.raises(SpecError) as bad:
+        parse({"run": "x", "resources": {"job_recovery": recovery}}, now=NOW)
+    assert bad.value.field == field and says in bad.value.reason, bad.value
+    parse({"run": "x", "resources": {"job_recovery": recovery}}, now=NOW, strict=False)  # a stored job still reads
+
+
+@pytest.mark.parametrize("recovery", ["FAILOVER", "eager_next_region", {"strategy": None}, {"strategy": "failover"}],
+                         ids=str)
+def test_skypilots_recovery_strategies_are_taken_in_any_case(recovery):
+    assert parse({"run": "x", "resources": {"job_recovery": recovery}}, now=NOW).broker.retry.max_restarts_on_errors == 0
+
+
 def test_a_stored_job_whose_job_recovery_the_retry_check_refuses_is_still_read_by_the_engine():
     """resources.job_recovery was passed through unchecked before it became the retry policy: a job
     accepted then with values that check refuses must still re-read (strict=False) — the engine's
