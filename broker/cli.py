@@ -662,6 +662,8 @@ def cmd_submit(args) -> int:
             quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
             con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}: "
                       f"budget {job['budget']['usd']}, estimate {quote}{_budget_lasts(job)}")
+            if not args.wait:  # --wait says where it stands as it changes
+                _say_behind(con, client, job["id"])
         if args.wait:
             for text in client.follow_logs(job["id"], on_status=_say_status):
                 sys.stdout.write(text)
@@ -670,6 +672,21 @@ def cmd_submit(args) -> int:
             _show_job(con, final)
             return 0 if final["state"] == "succeeded" else 1
     return 0
+
+
+def _say_behind(con, client, job_id: str) -> None:
+    """After a submit, when other jobs wait ahead of it: how many, and where to see roughly when it starts. The submit's
+    answer holds no queue position (working it out on every submit would read the whole queue), so the job is read
+    once more; that read failing takes nothing from the submit, which was accepted."""
+    from broker.client import BrokerError
+
+    try:
+        position = client.job(job_id).get("queue_position")
+    except (BrokerError, OSError):
+        return
+    if isinstance(position, int) and position > 1:
+        ahead = "1 job waits" if position == 2 else f"{position - 1} jobs wait"
+        con.print(f"queued: {ahead} ahead of it (position {position}); `broker queue` shows roughly when it starts")
 
 
 def _on_this_host(url: str) -> bool:

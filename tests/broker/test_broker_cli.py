@@ -997,3 +997,15 @@ def test_the_status_table_says_how_far_a_running_job_has_got(cli):
                      timeout=60)
     line = next(x for x in _status_table(run, 200).splitlines() if job["id"] in x)
     assert "step 7/20 · " not in line and ended["reason"] in line, "an ended job's row is its reason alone"
+
+
+def test_a_submit_behind_waiting_jobs_says_how_many_wait_ahead_of_it(cli):
+    run, tmp = cli
+    first, nxt = _queue_behind_a_blocker(
+        run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.5}\n")
+    said = [run("submit", str(nxt), "--budget", "1").stdout for _ in range(3)]
+    assert "ahead of it" not in said[0], "first in line: nothing waits ahead of it (its reason says what it waits for)"
+    assert "queued: 1 job waits ahead of it (position 2); `broker queue` shows roughly when it starts" in said[1], said
+    assert "queued: 2 jobs wait ahead of it (position 3)" in said[2], said
+    assert "ahead of it" not in json.dumps(json.loads(run("--json", "submit", str(nxt), "--budget", "1").stdout))
+    run("cancel", first["id"])
