@@ -193,7 +193,11 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
     env = os.environ if env is None else env
     path = Path(config_path or env.get("BROKER_CONFIG") or default_data_dir(env) / "config.yaml").expanduser()
     try:
-        return _load_settings(env, path, config_path, create_admin_token)
+        settings = _load_settings(env, path, config_path, create_admin_token)
+        from broker.slack.config import slack_config  # (it imports this module)
+
+        slack_config(settings.extra, env)  # read again where used: checked here, its errors name the file too
+        return settings
     except ConfigError as exc:
         if exc.config_path is None and path.is_file():
             exc.config_path = path

@@ -179,7 +179,9 @@ def test_a_zone_named_as_a_pool_is_refused(make_settings):
     ("launcher: lokal\n", "launcher"),
     ("pools: 3\n", "pools"),
     (POOL + "teams: {vision: abc123}\n", "teams.vision"),
-], ids=["a pool's slots", "the launcher", "the pools list", "a team"])
+    (POOL + "slack: {raise_budget_percent: 0}\n", "slack.raise_budget_percent"),
+    (POOL + "notifications: [started]\n", "notifications"),
+], ids=["a pool's slots", "the launcher", "the pools list", "a team", "slack's section", "the notifications"])
 def test_a_config_files_setting_is_named_with_the_file_it_is_in(make_settings, tmp_path, config, setting):
     """A host may hold several config files (a test broker's, the deployment's): the message a user reads says
     which one holds the setting, while the message itself stays the setting's."""
