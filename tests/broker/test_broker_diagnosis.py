@@ -37,6 +37,51 @@ CASES = [
      "data_not_found", "Could not read s3://bucket/train/part-3.parquet."),
     ("missing module", Ending("failed", 1, log_tail="ModuleNotFoundError: No module named 'transformers'"),
      "dependency_missing", "A Python dependency is missing: transformers."),
+    ("a gated Hugging Face model the job's token cannot open (transformers' words)",
+     Ending("failed", 1, log_tail='Traceback (most recent call last):\n  File "train.py", line 4, in <module>\n'
+                                  "OSError: You are trying to access a gated repo.\nMake sure to have access to it at "
+                                  "https://huggingface.co/meta-llama/Llama-2-7b-hf.\n401 Client Error. (Request ID: "
+                                  "Root=1-65)\n\nCannot access gated repo for url https://huggingface.co/meta-llama/"
+                                  "Llama-2-7b-hf/resolve/main/config.json.\n"),
+     "credentials", "Hugging Face refused the job access to meta-llama/Llama-2-7b-hf: the model is gated or private, "
+                    "and the job's token is missing or has no access to it."),
+    ("a gated model whose access was not granted (huggingface_hub's 403)",
+     Ending("failed", 1, log_tail="step 0\nhuggingface_hub.errors.GatedRepoError: 403 Client Error.\n\nCannot access "
+                                  "gated repo for url https://huggingface.co/google/gemma-7b/resolve/main/config.json."
+                                  "\nAccess to model google/gemma-7b is restricted and you are not in the authorized "
+                                  "list.\n"),
+     "credentials", "Hugging Face refused the job access to google/gemma-7b at step 0: the model is gated or private, "
+                    "and the job's token is missing or has no access to it."),
+    ("a Hugging Face token the Hub refuses",
+     Ending("failed", 1, log_tail="huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: "
+                                  "https://huggingface.co/api/whoami-v2\n\nInvalid credentials in Authorization header\n"),
+     "credentials", "Hugging Face refused the job's token (401: invalid, or none given for a private or gated model)."),
+    ("no AWS credentials on the node (boto3)",
+     Ending("failed", 1, log_tail="step 9\nTraceback (most recent call last):\n  File \"train.py\", line 30, in save\n"
+                                  "botocore.exceptions.NoCredentialsError: Unable to locate credentials\n"),
+     "credentials", "The job has no AWS credentials at step 9: boto3 found none to sign a request with."),
+    ("an AWS key that AWS does not know",
+     Ending("failed", 1, log_tail="botocore.exceptions.ClientError: An error occurred (InvalidAccessKeyId) when calling "
+                                  "the PutObject operation: The AWS Access Key Id you provided does not exist in our "
+                                  "records.\n"),
+     "credentials", "AWS refused the job's credentials (InvalidAccessKeyId)."),
+    ("an S3 call the job's credentials may not make, with no path in the message",
+     Ending("failed", 1, log_tail="botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the "
+                                  "ListObjectsV2 operation: Access Denied\n"),
+     "storage_access", "AWS denied the job's request: ListObjectsV2 (AccessDenied)."),
+    ("no Google Cloud credentials on the node",
+     Ending("failed", 1, log_tail="google.auth.exceptions.DefaultCredentialsError: Your default credentials were not "
+                                  "found. To set up Application Default Credentials, see https://cloud.google.com/docs\n"),
+     "credentials", "The job has no Google Cloud credentials: google-auth found none."),
+    ("wandb with no API key",
+     Ending("failed", 1, log_tail="step 0\nwandb: ERROR api_key not configured (no-tty). call "
+                                  "wandb.login(key=[your_api_key])\nwandb.errors.errors.UsageError: api_key not "
+                                  "configured (no-tty).\n"),
+     "credentials", "Weights & Biases has no API key at step 0, so wandb could not log in."),
+    ("torch finding no NVIDIA driver: the node's GPUs, or a task that asked for none",
+     Ending("failed", 1, log_tail="RuntimeError: Found no NVIDIA driver on your system. Please check that you have an "
+                                  "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n"),
+     "gpu_unavailable", "The node's GPUs were not available to the job."),
     ("nccl", Ending("failed", 1, log_tail="step 77\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error"),
      "nccl_network", "A NCCL/network error stopped the job at step 77."),
     ("python error", Ending("failed", 1, log_tail="Traceback (most recent call last):\nZeroDivisionError: division by zero"),
@@ -142,6 +187,16 @@ def test_shipped_rules(ending, cls, sentence):
     d = diagnose(ending)
     assert (d.cls, d.sentence) == (cls, sentence)
     assert d.hint or cls == "succeeded"  # every failing class says what to do
+
+
+def test_missing_or_refused_credentials_are_the_tasks_to_fix_and_say_a_resume_would_not():
+    """A resume runs with the secrets the job was submitted with: the hint says to submit again, and how to keep the
+    checkpoints; the resume is not offered as the way forward without --force."""
+    for tail in ("botocore.exceptions.NoCredentialsError: Unable to locate credentials",
+                 "wandb.errors.UsageError: api_key not configured (no-tty)"):
+        d = diagnose(Ending("failed", 1, log_tail=tail))
+        assert d.cls == "credentials" and not d.infrastructure
+        assert "submit the task again" in d.hint and "broker.checkpoint" in d.hint and "--secret" in d.hint, d.hint
 
 
 def test_infrastructure_classes_resume_without_question_code_errors_do_not():
