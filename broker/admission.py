@@ -11,14 +11,14 @@ and its teardown, which its launcher keeps of the budget) is part of the price.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from broker.lifecycle import JobEvent, apply
 from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
 from pricing.money import Micros, fmt, fmt_limit, to_decimal
 from pricing.offers import Offer
-from pricing.placement import candidates, nodes_shortfall, start_shortfall
+from pricing.placement import candidates, nodes_shortfall, start_shortfall, without_local_disk
 from pricing.quote import Quote, money_text, quote
 
 
@@ -119,8 +119,7 @@ def _resources_field(spec: JobSpec, offers: Sequence[Offer]) -> str:
     that disk (where it is written: ``resources.local_disk``, or the one ``any_of`` / ``ordered`` entry asking it),
     else ``resources``."""
     alternatives = spec.request.alternatives
-    if not any(alt.local_disk for alt in alternatives) or not candidates(
-            replace(spec.request, alternatives=tuple(replace(alt, local_disk=None) for alt in alternatives)), offers):
+    if not any(alt.local_disk for alt in alternatives) or not candidates(without_local_disk(spec.request), offers):
         return "resources"
     resources = spec.task.get("resources")
     resources = resources if isinstance(resources, dict) else {}

@@ -436,14 +436,19 @@ def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:
     every type with the GPUs asked has 8 or 32 vCPUs), it says so and how to ask for at least that size; when the
     shape is there but not with the local disk asked, it says what the price table knows of local disks."""
     if any(alt.local_disk for alt in request.alternatives):
-        loose = replace(request, alternatives=tuple(replace(alt, local_disk=None) for alt in request.alternatives))
-        fits = candidates(loose, offers)
+        fits = candidates(without_local_disk(request), offers)
         if fits:
             return _local_disk_text(request, fits, offers)
     if any(alt.cpus_exact or alt.memory_exact for alt in request.alternatives) \
             and candidates(_loosened(request, ("cpus", "memory")), offers):
         return _exact_size_text(request, offers)
     return f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}"
+
+
+def without_local_disk(request: JobRequest) -> JobRequest:
+    """``request`` asking no local disk: what has its shape but for the disk (the no-fit sentence, and the field a
+    refused submit blames, :func:`broker.admission.admit`)."""
+    return replace(request, alternatives=tuple(replace(alt, local_disk=None) for alt in request.alternatives))
 
 
 def _local_disk_text(request: JobRequest, fits: Sequence[Offer], offers: Sequence[Offer]) -> str:
