@@ -219,6 +219,12 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "(HF_HUB_OFFLINE, or local_files_only) kept it from being downloaded{at_step}.", HF_OFFLINE_HINT,
        r"outgoing traffic has been disabled|\boffline mode is enabled\b|\bOfflineModeIsEnabled\b"
        r"|unset the `?HF_HUB_OFFLINE`?"),
+    # pip that retried its index for a broken connection and then found no version: the network's, not a package
+    # that does not exist (below). The match runs to pip's last line, where it ranks; it comes before the rule
+    # below, which would match the retry's line alone and leave the rest of the log to later rules
+    _r("network_error", "A server or the network failed{at_step}: {said_net}.", NETWORK_HINT,
+       r"^(?P<said_net>WARNING: Retrying \(Retry\([^\n]*)\n(?:[^\n]*\n)*?[^\n]*No matching distribution found for "
+       r"[^\s]+"),
     # transient failures of a server or the network while fetching data, weights or packages; a 404 or a package
     # that does not exist is the job's (data_not_found, or the code's error)
     _r("network_error", "A server or the network failed{at_step}: {said_net}.", NETWORK_HINT,
@@ -264,6 +270,31 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "Give the job WANDB_API_KEY as a secret (broker submit --secret WANDB_API_KEY), or run it with "
        "WANDB_MODE=offline (broker submit --env WANDB_MODE=offline). " + SUBMIT_AGAIN,
        r"api_key not configured|wandb\.errors\.(?:UsageError|AuthenticationError)[^\n]*(?:api[_ ]key|login)"),
+    # the task's setup or run asking for what the node does not have: the same task fails the same way
+    _r("dependency_missing", "{what} could not install {pkg}: pip found no version of it that fits (a misspelt name, a "
+       "version that does not exist, or none built for this Python and platform).",
+       "Check the name and the version (pip index versions <name> lists them) and the node's Python; fix the task's "
+       "setup and submit it again.",
+       r"No matching distribution found for (?P<pkg>[^\s]+)"),
+    _r("dependency_missing", "{what} could not run {cmd}: there is no such command on the node.",
+       "Install it in the task's setup (torchrun comes with pip install torch, accelerate with pip install "
+       "accelerate), or activate the environment that has it in the run command; then submit the task again.",
+       r"^(?:[^\n]*?: )?(?:line \d+: |\d+: )?(?P<cmd>[\w.+-]+): (?:command )?not found\s*$", codes=[127]),
+    _r("script_not_found", "{what} could not open the script {path}: there is no such file.",
+       "The run command names a file that is not there: check its name, and that the task's workdir holds it (the "
+       "run starts in the workdir); then submit the task again.",
+       r"can't open file '(?P<path>[^'\n]+)': \[Errno 2\]"),
+    _r("cuda_mismatch", "The job's CUDA build does not match the node's driver{at_step}: {said_cuda}.",
+       "Install a PyTorch built for the node's CUDA version (nvidia-smi shows it; pip install torch --index-url "
+       "https://download.pytorch.org/whl/cu121 and the like), or use an image whose driver is new enough; then submit "
+       "the task again.",
+       r"(?P<said_cuda>NVIDIA driver on your system is too old[^\n]*?(?=\. |\.?$)|CUDA driver version is insufficient for "
+       r"CUDA runtime version|libcud(?:art|nn|a)\.so(?:\.\d+)*: cannot open shared object file)"),
+    _r("setup_error", "pip refused to install into the node's system Python (an externally managed environment, "
+       "PEP 668).",
+       "Install into a virtual environment (python -m venv ~/venv, then . ~/venv/bin/activate in both the setup and "
+       "the run), or pass --break-system-packages to pip install; then submit the task again.",
+       r"externally-managed-environment"),
     # pip building a package from source runs its setup.py in an isolated environment that has only its declared
     # build requirements: flash-attn's imports torch, which the task's environment may well have
     _r("dependency_missing", "{what} could not build a Python package from source: its build needs {module}, "

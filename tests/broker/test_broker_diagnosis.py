@@ -78,6 +78,41 @@ CASES = [
                                   "wandb.login(key=[your_api_key])\nwandb.errors.errors.UsageError: api_key not "
                                   "configured (no-tty).\n"),
      "credentials", "Weights & Biases has no API key at step 0, so wandb could not log in."),
+    ("a package pip finds no version of, in the setup",
+     Ending("failed", 1, command="setup", log_tail="ERROR: Could not find a version that satisfies the requirement "
+                                                   "torch==9.9 (from versions: none)\nERROR: No matching distribution "
+                                                   "found for torch==9.9\n"),
+     "dependency_missing", "The setup command could not install torch==9.9: pip found no version of it that fits (a "
+                           "misspelt name, a version that does not exist, or none built for this Python and platform)."),
+    ("a command the node does not have (bash, exit 127)",
+     Ending("failed", 127, command="run", log_tail="bash: line 1: torchrun: command not found\n"),
+     "dependency_missing", "The job could not run torchrun: there is no such command on the node."),
+    ("a command the node does not have (sh's words)",
+     Ending("failed", 127, command="setup", log_tail="sh: 1: accelerate: not found\n"),
+     "dependency_missing", "The setup command could not run accelerate: there is no such command on the node."),
+    ("a command missing long before the job's own error is not its cause",
+     Ending("failed", 1, log_tail="bash: nvidia-smi: command not found\nstep 5\nTraceback (most recent call last):\n"
+                                  "KeyError: 'x'\n"),
+     "user_code_error", "The training script raised KeyError at step 5: 'x'."),
+    ("a misspelt script in the run command",
+     Ending("failed", 2, log_tail="python: can't open file '/home/u/sky_workdir/trian.py': [Errno 2] No such file or "
+                                  "directory\n"),
+     "script_not_found", "The job could not open the script /home/u/sky_workdir/trian.py: there is no such file."),
+    ("a torch built for a newer CUDA than the node's driver (not a bad node: it fails the same everywhere alike)",
+     Ending("failed", 1, log_tail="Traceback (most recent call last):\nRuntimeError: CUDA error: CUDA driver version "
+                                  "is insufficient for CUDA runtime version\n"),
+     "cuda_mismatch", "The job's CUDA build does not match the node's driver: CUDA driver version is insufficient for "
+                      "CUDA runtime version."),
+    ("a CUDA runtime library missing on the node",
+     Ending("failed", 1, log_tail="Traceback (most recent call last):\nImportError: libcudart.so.12: cannot open shared "
+                                  "object file: No such file or directory\n"),
+     "cuda_mismatch", "The job's CUDA build does not match the node's driver: libcudart.so.12: cannot open shared "
+                      "object file."),
+    ("pip refused by an externally managed system Python",
+     Ending("failed", 1, command="setup", log_tail="error: externally-managed-environment\n\n× This environment is "
+                                                   "externally managed\n"),
+     "setup_error", "pip refused to install into the node's system Python (an externally managed environment, PEP "
+                    "668)."),
     ("torch finding no NVIDIA driver: the node's GPUs, or a task that asked for none",
      Ending("failed", 1, log_tail="RuntimeError: Found no NVIDIA driver on your system. Please check that you have an "
                                   "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n"),
@@ -310,8 +345,9 @@ def test_resource_failures_of_real_processes_are_not_called_code_errors(run_and_
      "user_code_error", 'The job was killed by signal 6 (SIGABRT) at step 9: "step 9".'),
     ({"setup": "python -m pip install --no-index --disable-pip-version-check definitely-not-a-package-xyz",
       "run": "echo never"},
-     "user_code_error", 'The setup command exited with code 1: '
-                        '"ERROR: No matching distribution found for definitely-not-a-package-xyz".'),
+     "dependency_missing", "The setup command could not install definitely-not-a-package-xyz: pip found no version of "
+                           "it that fits (a misspelt name, a version that does not exist, or none built for this Python "
+                           "and platform)."),
 ], ids=["torch shape mismatch", "sys.exit(3) after NaN", "segfault", "segfault of the shell", "abort", "setup"])
 def test_a_failure_of_a_real_process_says_what_it_said_and_how_it_ended(run_and_diagnose, task, cls, sentence):
     d, log = run_and_diagnose(task)
