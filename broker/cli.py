@@ -913,7 +913,9 @@ def _next_step(job: dict) -> str | None:
         return None
     if (job.get("diagnosis") or {}).get("infrastructure"):
         return f"`broker resume {jid}` continues it {where} (not the job's own error)"
-    return ("a failure of the job's own: fix it and submit again, or run it again as it is with "
+    keep = f" (with broker.checkpoint: {job['checkpoint_uri']} to continue from step {point})" \
+        if point is not None and job.get("checkpoint_uri") else ""
+    return (f"a failure of the job's own: fix it and submit again{keep}, or run it again as it is with "
             f"`broker resume {jid} --force`")
 
 
