@@ -170,6 +170,12 @@ def _parser() -> argparse.ArgumentParser:
     s = client("resume", help="resume a failed or budget-stopped job from its last checkpoint")
     s.add_argument("id")
     s.add_argument("--force", action="store_true", help="resume even after a failure of the job's own (a bug, out of memory), not the infrastructure's")
+    s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="set one of the task's envs from this attempt on (no value: this shell's); a job given one "
+                        "resumes without --force")
+    s.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="set one of the task's secrets from this attempt on, as submit's --secret (no value: this "
+                        "shell's): a job that failed for a token it lacked goes on from its checkpoint")
 
     s = client("budget", help="set a job's budget cap (a budget-stopped job: raise it, then `broker resume`)")
     s.add_argument("id")
@@ -913,6 +919,9 @@ def _next_step(job: dict) -> str | None:
         return None
     if (job.get("diagnosis") or {}).get("infrastructure"):
         return f"`broker resume {jid}` continues it {where} (not the job's own error)"
+    if (job.get("diagnosis") or {}).get("class") == "credentials":  # the diagnosis names the secret
+        return (f"`broker resume {jid} --secret NAME` gives it the secret it lacked (no value: this shell's) and "
+                f"continues it {where}")
     keep = f" (with broker.checkpoint: {job['checkpoint_uri']} to continue from step {point})" \
         if point is not None and job.get("checkpoint_uri") else ""
     return (f"a failure of the job's own: fix it and submit again{keep}, or run it again as it is with "
@@ -1145,8 +1154,11 @@ def _forced(call, command: str, job_id: str, force: bool) -> dict:
 
 
 def cmd_resume(args) -> int:
+    envs = _assignments(args.env, "--env") if args.env else None
+    secrets = _assignments(args.secret, "--secret") if args.secret else None
     with _client(args) as client:
-        job = _forced(client.resume, "resume", args.id, args.force)
+        job = _forced(lambda job_id, force: client.resume(job_id, force=force, envs=envs, secrets=secrets), "resume",
+                      args.id, args.force)
     _done(args, job, f"{job['id']}: {job['state']} — {job['reason']}")
     return 0
 

@@ -291,8 +291,12 @@ class BrokerClient:
     def cancel(self, job_id: str) -> dict:
         return self._call("POST", f"{_job_path(job_id)}/cancel")
 
-    def resume(self, job_id: str, *, force: bool = False) -> dict:
-        return self._call("POST", f"{_job_path(job_id)}/resume", params={"force": "true"} if force else None)
+    def resume(self, job_id: str, *, force: bool = False, envs: dict | None = None,
+               secrets: dict | None = None) -> dict:
+        """Resume the job; ``envs`` / ``secrets`` set those of its task from this attempt on."""
+        given = {k: v for k, v in (("envs", envs), ("secrets", secrets)) if v}
+        return self._call("POST", f"{_job_path(job_id)}/resume", params={"force": "true"} if force else None,
+                          **({"json": given} if given else {}))
 
     def set_budget(self, job_id: str, budget_usd: str) -> dict:
         return self._call("POST", f"{_job_path(job_id)}/budget", json={"budget_usd": str(budget_usd)})

@@ -127,9 +127,9 @@ HF_OFFLINE_HINT = ("Not the network: the job runs with Hugging Face's offline mo
                    "the cache, and a resume fails the same way. Download the model into the cache the job reads "
                    "(HF_HOME) before it runs, point it at a local copy, or unset HF_HUB_OFFLINE; then resume with "
                    "--force.")
-SUBMIT_AGAIN = ("A resume runs with the secrets and envs the job was submitted with, and would fail the same way: "
-                "submit the task again with them, and broker.checkpoint set to this job's checkpoint_uri (broker "
-                "status JOB --json) to continue from its checkpoints.")
+RESUME_WITH = ("broker resume JOB --secret NAME sets one from the next attempt on (no value: your shell's), which "
+               "continues from the last checkpoint; a resume without it runs with the secrets the job was submitted "
+               "with, and fails the same way.")
 SHM_HINT = "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers."
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
@@ -239,36 +239,36 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"(?:AccessDenied|403 Forbidden|PermissionError)[^\n]{0,300}?(?P<path>(?:s3|gs)://[^\s'\"]+|/[^\s'\":]+)"),
     # credentials the job was not given, or that a service refused: the task's secrets, which a resume meets again
     _r("credentials", "The job has no AWS credentials{at_step}: boto3 found none to sign a request with.",
-       "Give the job its credentials as secrets (broker submit --secret AWS_ACCESS_KEY_ID --secret "
-       "AWS_SECRET_ACCESS_KEY, which reads them from your shell), or run it where an instance role grants them. "
-       + SUBMIT_AGAIN,
+       "Give the job its credentials as secrets, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run it where an "
+       "instance role grants them. " + RESUME_WITH,
        r"NoCredentialsError|Unable to locate credentials"),
     _r("credentials", "AWS refused the job's credentials{at_step} ({aws_code}).",
        "The access key is wrong, revoked or expired (or its clock is off): give the job current credentials as "
-       "secrets (broker submit --secret AWS_ACCESS_KEY_ID --secret AWS_SECRET_ACCESS_KEY, and AWS_SESSION_TOKEN "
-       "for a temporary one). " + SUBMIT_AGAIN,
+       "secrets (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and AWS_SESSION_TOKEN for a temporary one). "
+       + RESUME_WITH,
        r"\((?P<aws_code>InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|ExpiredTokenException|"
        r"InvalidClientTokenId|UnrecognizedClientException|RequestTimeTooSkewed)\)"),
     _r("storage_access", "AWS denied the job's request{at_step}: {aws_call} (AccessDenied).",
        "The job's credentials lack that permission, or the bucket's policy refuses them: check both.",
        r"\(AccessDenied\) when calling the (?P<aws_call>\w+) operation"),
     _r("credentials", "The job has no Google Cloud credentials{at_step}: google-auth found none.",
-       "Give the job a service account key (a secret naming its file in GOOGLE_APPLICATION_CREDENTIALS, the file in "
-       "file_mounts), or run it where the node's service account has access. " + SUBMIT_AGAIN,
+       "Give the job a service account key (GOOGLE_APPLICATION_CREDENTIALS naming a key file in its file_mounts: "
+       "submit the task again with them, broker.checkpoint set to this job's checkpoint_uri to continue from its "
+       "checkpoints), or run it where the node's service account has access.",
        r"DefaultCredentialsError|Could not automatically determine credentials|default credentials were not found"),
     _r("credentials", "Hugging Face refused the job access to {hf_repo}{at_step}: the model is gated or private, and "
        "the job's token is missing or has no access to it.",
        "Accept the model's terms on its Hub page with the account whose token the job uses, and give the job that "
-       "token (broker submit --secret HF_TOKEN). " + SUBMIT_AGAIN,
+       "token as the secret HF_TOKEN. " + RESUME_WITH,
        r"(?:Access to model |have access to it at https://huggingface\.co/|gated repo for url https://huggingface\.co/)"
        r"(?P<hf_repo>[\w-]+/[\w.-]*[\w-])"),
     _r("credentials", "Hugging Face refused the job's token{at_step} (401: invalid, or none given for a private or "
        "gated model).",
-       "Give the job a valid token with access to the model (broker submit --secret HF_TOKEN). " + SUBMIT_AGAIN,
+       "Give the job a valid token with access to the model as the secret HF_TOKEN. " + RESUME_WITH,
        r"401 Client Error[^\n]*huggingface\.co|Invalid user token|Invalid credentials in Authorization header"),
     _r("credentials", "Weights & Biases has no API key{at_step}, so wandb could not log in.",
-       "Give the job WANDB_API_KEY as a secret (broker submit --secret WANDB_API_KEY), or run it with "
-       "WANDB_MODE=offline (broker submit --env WANDB_MODE=offline). " + SUBMIT_AGAIN,
+       "Give the job WANDB_API_KEY as a secret, or WANDB_MODE=offline as an env (broker resume JOB --env "
+       "WANDB_MODE=offline). " + RESUME_WITH,
        r"api_key not configured|wandb\.errors\.(?:UsageError|AuthenticationError)[^\n]*(?:api[_ ]key|login)"),
     # the task's setup or run asking for what the node does not have: the same task fails the same way
     _r("dependency_missing", "{what} could not install {pkg}: pip found no version of it that fits (a misspelt name, a "

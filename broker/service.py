@@ -29,8 +29,8 @@ from broker.offers import after_run, all_offers, market, matching_offers, slots_
 from broker.queue import Waits, positions, waits
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
-from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, SpecError, admin_only_settings, checkpoint_base,
-                         checkpoint_uri_problem, host_paths, parse)
+from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, SpecError, admin_only_settings, check_env_map,
+                         checkpoint_base, checkpoint_uri_problem, host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.views import holders_words
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
@@ -570,13 +570,27 @@ class BrokerService:
     # -- recovery, money and progress ------------------------------------------------------------
 
     def resume(self, principal: Principal, job_id: str, *, force: bool = False,
-               reason: str | None = None, tier: str | None = None) -> Job:
+               reason: str | None = None, tier: str | None = None, envs: dict[str, Any] | None = None,
+               secrets: dict[str, Any] | None = None) -> Job:
         """One-click resume: a failed or budget-stopped job runs again as a new attempt from its last checkpoint.
 
         Infrastructure failures (preempted, node lost, budget stop, network) resume without question; a
         failure in the user's code is refused (409, with the diagnosis) unless ``force``. ``tier`` pins the
-        tier of the attempts from now on, in the same write.
+        tier of the attempts from now on, in the same write. ``envs`` and ``secrets`` set those of the task from
+        now on (checked as a submit checks them; secrets sealed): a job that failed for a token it lacked goes on
+        from its checkpoint with one — it changed, so no ``force`` is asked. Its events name them, never their values.
         """
+        given: dict[str, dict[str, Any]] = {}
+        for key, values in (("envs", envs), ("secrets", secrets)):
+            if values is None:
+                continue
+            try:
+                check_env_map(key, values, "--env" if key == "envs" else "--secret")
+            except SpecError as exc:
+                raise Invalid(exc.field, exc.reason) from None
+            if values:
+                given[key] = values
+
         def once() -> Job:
             job = self._changeable(self.get(principal, job_id))
             if job.state not in RESUMABLE:
@@ -589,7 +603,7 @@ class BrokerService:
                                if job.state.is_final else
                                f"{job.id} is {job.state.value}, not ended: only a failed or budget-stopped job resumes")
             diagnosis = job.diagnosis or {}
-            if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force:
+            if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force and not given:
                 text = diagnosis.get("text") or job.reason
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
                                f"again: {text} Change the job and resubmit, or resume with force to run it again anyway")
@@ -620,16 +634,35 @@ class BrokerService:
                                f"is {sharing.state.value}: two jobs writing one base delete each other's checkpoints. "
                                "Resume it once that job has ended (or cancel that job)")
             step = job.last_checkpoint.get("step")
+            named = "; ".join(f"{key} {', '.join(sorted(values))} set" for key, values in given.items())
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
-                             + (" (forced)" if force else ""))
+                             + (" (forced)" if force else "") + (f" ({named})" if named else ""))
             t = apply(job.state, JobEvent.RESUME)
             new = replace(job, state=t.to_state, reason=why, updated_at=now, errors_retried=0, placement={}, slots=[],
-                          force_tier=tier or job.force_tier, launch_failures=0, launch_retry_at=None)
+                          force_tier=tier or job.force_tier, launch_failures=0, launch_retry_at=None,
+                          spec=self._spec_with(job, given))
+            names = {f"{key}_set": sorted(values) for key, values in given.items()}  # never the values
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
-                              from_state=job.state, data={"checkpoint_step": step, "force": force})
+                              from_state=job.state, data={"checkpoint_step": step, "force": force, **names})
             return self._commit(Change(job=new, expected_version=job.version, events=[event]))
 
         return self._retrying(once)
+
+    def _spec_with(self, job: Job, given: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The job's stored task with ``given`` envs and secrets set over its own, the secrets sealed as a submit seals
+        them (a broker that cannot seal: 409, and nothing changes)."""
+        if not given:
+            return job.spec
+        spec = dict(job.spec)
+        if "envs" in given:
+            spec["envs"] = {**(spec.get("envs") or {}), **given["envs"]}
+        if "secrets" in given:
+            try:
+                sealed = seal_spec({"secrets": given["secrets"]}, sealer_for(self.settings, create=True), job.id)
+            except (KeyInvalid, OSError) as exc:
+                raise Conflict(f"not resumed: this broker cannot seal the job's secrets ({exc})") from None
+            spec["secrets"] = {**(spec.get("secrets") or {}), **sealed["secrets"]}
+        return spec
 
     def _offers_for(self, job: Job, tier: str | None) -> list[Offer]:
         """The offers the job's resources match, on ``tier`` when it is pinned to one."""

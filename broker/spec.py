@@ -132,6 +132,28 @@ class JobSpec:
         return self.task.get("name") or "job"
 
 
+def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True) -> None:
+    """A task's ``envs`` or ``secrets`` (``key``): a mapping of environment variable names to strings or numbers; at
+    submit (``strict``) each value runnable text and none left null (``flag``: the option that gives one). Also what
+    ``broker resume --env/--secret`` gives a job."""
+    if not isinstance(envs, dict):
+        raise SpecError(key, "must be a mapping of names to values")
+    for k, v in envs.items():
+        if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            if k == "" or not isinstance(k, str):  # "envs.: is not a valid ..." named nothing
+                raise SpecError(key, f"has a name {k!r}, which is not a valid environment variable name "
+                                     "(letters, digits and _, not starting with a digit)")
+            raise SpecError(f"{key}.{k}", "is not a valid environment variable name (letters, digits and _, "
+                                          "not starting with a digit)")
+        if isinstance(v, (dict, list)):
+            raise SpecError(f"{key}.{k}", "must be a string or number")
+        if strict and isinstance(v, str):
+            _runnable_text(v, f"{key}.{k}")
+        if v is None and strict:  # SkyPilot's "required": `sky launch` refuses the task until it is given
+            raise SpecError(f"{key}.{k}", f"has no value, so the task requires it at submit: "
+                                          f"`broker submit {flag} {k}=...` (or {k}: \"\" for an empty one)")
+
+
 def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     """Validate a task mapping and read the parts the broker needs.
 
@@ -158,23 +180,7 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     for key, flag in (("envs", "--env"), ("secrets", "--secret")):
         if key not in task or task[key] is None:
             continue
-        envs = task[key]
-        if not isinstance(envs, dict):
-            raise SpecError(key, "must be a mapping of names to values")
-        for k, v in envs.items():
-            if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-                if k == "" or not isinstance(k, str):  # "envs.: is not a valid ..." named nothing
-                    raise SpecError(key, f"has a name {k!r}, which is not a valid environment variable name "
-                                         "(letters, digits and _, not starting with a digit)")
-                raise SpecError(f"{key}.{k}", "is not a valid environment variable name (letters, digits and _, "
-                                              "not starting with a digit)")
-            if isinstance(v, (dict, list)):
-                raise SpecError(f"{key}.{k}", "must be a string or number")
-            if strict and isinstance(v, str):
-                _runnable_text(v, f"{key}.{k}")
-            if v is None and strict:  # SkyPilot's "required": `sky launch` refuses the task until it is given
-                raise SpecError(f"{key}.{k}", f"has no value, so the task requires it at submit: "
-                                              f"`broker submit {flag} {k}=...` (or {k}: \"\" for an empty one)")
+        check_env_map(key, task[key], flag, strict=strict)
     num_nodes = task.get("num_nodes", 1)
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise SpecError("num_nodes", "must be a whole number of at least 1")

@@ -27,8 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker.api.probe import StoreProbe
 from broker.api.query import JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
-from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, TASK, WORKDIR_PACK, EventList, Health, JobList, JobOut,
-                               LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
+from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, EventList, Health, JobList,
+                               JobOut, LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
@@ -331,11 +331,16 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         409 if the job already ended."""
         return job_view(service.cancel(caller, job_id))
 
-    @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422))
-    def resume(job_id: str, caller: Caller, force: bool = False) -> dict:
+    @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422),
+              openapi_extra=RESUME)
+    async def resume(job_id: str, caller: Caller, request: Request, force: bool = False) -> dict:
         """One-click resume of a failed or budget-stopped job, as a new attempt from its latest checkpoint.
-        A failure in the job's own code answers 409 with the diagnosis unless ``force=true``."""
-        return job_view(service.resume(caller, job_id, force=force))
+        A failure in the job's own code answers 409 with the diagnosis unless ``force=true``, or unless the body
+        gives the job ``envs`` or ``secrets`` (``{"secrets": {"HF_TOKEN": "..."}}``), set from this attempt on."""
+        body = await _json_object(request)
+        _only(body, {"envs", "secrets"})
+        return job_view(await run_in_threadpool(service.resume, caller, job_id, force=force, envs=body.get("envs"),
+                                                secrets=body.get("secrets")))
 
     @app.post("/v1/jobs/{job_id}/budget", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422),
               openapi_extra=BUDGET)

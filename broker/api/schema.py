@@ -398,6 +398,13 @@ TASK = body({
 BUDGET = body({"type": "object", "required": ["budget_usd"], "properties": {"budget_usd": _MONEY}},
               example={"budget_usd": "40"})
 
+_ENV_MAP = {"type": "object", "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"}]}}
+RESUME = {"requestBody": {"required": False, "content": {"application/json": {"schema": {
+    "type": "object",
+    "description": "Optional: envs and secrets set on the task from this attempt on (secrets sealed at rest), as "
+                   "`broker submit --env/--secret` give them; a job given them resumes without force.",
+    "properties": {"envs": _ENV_MAP, "secrets": _ENV_MAP}}, "example": {"secrets": {"HF_TOKEN": "hf_..."}}}}}}
+
 PROGRESS = body({
     "type": "object",
     "description": "A step report and/or a committed checkpoint (at least one of `step` and `checkpoint`).",

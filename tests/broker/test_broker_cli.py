@@ -1009,3 +1009,26 @@ def test_a_submit_behind_waiting_jobs_says_how_many_wait_ahead_of_it(cli):
     assert "queued: 2 jobs wait ahead of it (position 3)" in said[2], said
     assert "ahead of it" not in json.dumps(json.loads(run("--json", "submit", str(nxt), "--budget", "1").stdout))
     run("cancel", first["id"])
+
+
+def test_a_job_that_failed_for_a_token_it_lacked_goes_on_with_broker_resume_secret(cli):
+    run, tmp = cli
+    out = tmp / "token.txt"
+    task = tmp / "token.yaml"
+    task.write_text("name: token\nresources: {cpus: 1, use_spot: false}\n"
+                    "run: |\n  [ -n \"$HF_TOKEN\" ] || { echo 'wandb.errors.UsageError: api_key not configured'; "
+                    "exit 1; }\n"
+                    f"  printf %s \"$HF_TOKEN\" > {out}\n")
+    job = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)
+    failed = wait_for(lambda: (j := json.loads(run("--json", "status", job["id"]).stdout))["state"] == "failed" and j,
+                      timeout=60)
+    assert failed["diagnosis"]["class"] == "credentials", failed["diagnosis"]
+    shown = run("status", job["id"]).stdout
+    assert f"broker resume {job['id']} --secret NAME" in " ".join(shown.split()), shown
+    r = run("resume", job["id"], "--secret", "HF_TOKEN", check=False)  # none in this shell: said, nothing sent
+    assert r.returncode == 1 and "--secret HF_TOKEN: no value given and none in this shell" in r.stderr, r.stderr
+    r = run("resume", job["id"], "--secret", "HF_TOKEN", extra_env={"HF_TOKEN": "hf_from_the_shell"})
+    assert f"{job['id']}: queued" in r.stdout and "secrets HF_TOKEN set" in r.stdout, r.stdout
+    wait_for(lambda: json.loads(run("--json", "status", job["id"]).stdout)["state"] == "succeeded", timeout=60)
+    assert out.read_text() == "hf_from_the_shell"
+    assert "hf_from_the_shell" not in run("--json", "events", job["id"]).stdout

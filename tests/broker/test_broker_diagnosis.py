@@ -225,13 +225,13 @@ def test_shipped_rules(ending, cls, sentence):
 
 
 def test_missing_or_refused_credentials_are_the_tasks_to_fix_and_say_a_resume_would_not():
-    """A resume runs with the secrets the job was submitted with: the hint says to submit again, and how to keep the
-    checkpoints; the resume is not offered as the way forward without --force."""
+    """A resume runs with the secrets the job was submitted with: the hint says how one gives it the secret it
+    lacked (broker resume --secret); a plain resume is not offered as the way forward."""
     for tail in ("botocore.exceptions.NoCredentialsError: Unable to locate credentials",
                  "wandb.errors.UsageError: api_key not configured (no-tty)"):
         d = diagnose(Ending("failed", 1, log_tail=tail))
         assert d.cls == "credentials" and not d.infrastructure
-        assert "submit the task again" in d.hint and "broker.checkpoint" in d.hint and "--secret" in d.hint, d.hint
+        assert "broker resume JOB --secret NAME" in d.hint and "fails the same way" in d.hint, d.hint
 
 
 def test_infrastructure_classes_resume_without_question_code_errors_do_not():

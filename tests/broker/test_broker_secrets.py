@@ -312,3 +312,39 @@ def test_redaction_hides_short_secrets_only_as_whole_words(text, values, shown):
     from broker.sealing import redact
 
     assert redact(text, values) == shown
+
+
+def test_a_job_that_failed_for_a_secret_it_lacked_resumes_with_it_given_sealed_like_a_submits(backend, tmp_path,
+                                                                                              redis_server):
+    """The run needs HF_TOKEN and fails without it (named as credentials, the job's own: a plain resume is refused).
+    `broker resume --secret HF_TOKEN` sets it from the next attempt on: no --force asked, as the job changed; the
+    store holds it sealed; the attempt gets it; the events name it, never its value."""
+    kind, settings_of, store = backend
+    settings = settings_of()
+    launcher = open_launcher(settings)
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    out = tmp_path / "seen.txt"
+    needs = {"name": "needs-token", "resources": {"cpus": 1}, "secrets": {"WANDB_API_KEY": VALUE},
+             "run": f'[ -n "$HF_TOKEN" ] || {{ echo "huggingface_hub.errors.HfHubHTTPError: 401 Client Error: '
+                    f'Unauthorized for url: https://huggingface.co/api/x"; echo "Invalid user token"; exit 1; }}; '
+                    f'printf "%s|%s|%s" "$WANDB_API_KEY" "$HF_TOKEN" "$EPOCHS" > {out}',
+             "broker": {"budget_usd": 5}}
+    job = service.submit(ADMIN, needs)[0]
+    failed = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert failed.state is JobState.FAILED and failed.diagnosis["class"] == "credentials", failed.diagnosis
+    with pytest.raises(Exception, match="resume with force"):
+        service.resume(ADMIN, job.id)
+    with pytest.raises(Invalid) as bad:
+        service.resume(ADMIN, job.id, secrets={"HF TOKEN": OTHER})
+    assert bad.value.field == "secrets.HF TOKEN"
+    resumed = service.resume(ADMIN, job.id, secrets={"HF_TOKEN": OTHER}, envs={"EPOCHS": "3"})
+    assert resumed.state is JobState.QUEUED and "secrets HF_TOKEN set" in resumed.reason, resumed.reason
+    stored = store.get_job(job.id).spec
+    assert stored["envs"] == {"EPOCHS": "3"} and set(stored["secrets"]) == {"WANDB_API_KEY", "HF_TOKEN"}
+    assert all(v.startswith("sealed:v1:") for v in stored["secrets"].values())
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    assert final.state is JobState.SUCCEEDED, final.reason
+    assert out.read_text() == f"{VALUE}|{OTHER}|3"
+    event = next(e for e in store.events(job.id) if e.event == "resume")
+    assert event.data["secrets_set"] == ["HF_TOKEN"] and event.data["envs_set"] == ["EPOCHS"]
+    assert OTHER.encode() not in raw_bytes(kind, store, tmp_path, redis_server)

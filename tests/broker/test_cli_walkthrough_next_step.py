@@ -72,11 +72,15 @@ def _job(state: str, diagnosis: dict | None = None, checkpoint: int | None = 120
     (_job("failed", {"class": "spot_preempted", "infrastructure": True, "text": "Lost."}, checkpoint=None),
      "next: `broker resume j-0123456789` continues it from the start (it saved no checkpoint) (not the job's own "
      "error)"),
-    ({**_job("failed", {"class": "credentials", "infrastructure": False, "text": "No API key."}),
+    ({**_job("failed", {"class": "user_code_error", "infrastructure": False, "text": "KeyError."}),
       "checkpoint_uri": "s3://b/run"},  # submitting again starts over unless it names the job's checkpoints
      "next: a failure of the job's own: fix it and submit again (with broker.checkpoint: s3://b/run to continue from "
      "step 1200), or run it again as it is with `broker resume j-0123456789 --force`"),
-], ids=["own failure", "undiagnosed failure", "budget stop", "no checkpoint saved", "own failure, checkpoints kept"])
+    (_job("failed", {"class": "credentials", "infrastructure": False, "text": "No API key."}),
+     "next: `broker resume j-0123456789 --secret NAME` gives it the secret it lacked (no value: this shell's) and "
+     "continues it from its last checkpoint (step 1200)"),
+], ids=["own failure", "undiagnosed failure", "budget stop", "no checkpoint saved", "own failure, checkpoints kept",
+        "credentials it lacked"])
 def test_status_of_an_ended_job_that_may_go_on_says_how(job, says):
     assert says in _shown(job)
 
