@@ -585,7 +585,7 @@ class BrokerService:
             if values is None:
                 continue
             try:
-                check_env_map(key, values, "--env" if key == "envs" else "--secret")
+                check_env_map(key, values, "--env" if key == "envs" else "--secret", command="resume")
             except SpecError as exc:
                 raise Invalid(exc.field, exc.reason) from None
             if values:

@@ -132,7 +132,7 @@ class JobSpec:
         return self.task.get("name") or "job"
 
 
-def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True) -> None:
+def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True, command: str = "submit") -> None:
     """A task's ``envs`` or ``secrets`` (``key``): a mapping of environment variable names to strings or numbers; at
     submit (``strict``) each value runnable text and none left null (``flag``: the option that gives one). Also what
     ``broker resume --env/--secret`` gives a job."""
@@ -150,8 +150,8 @@ def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True) -> Non
         if strict and isinstance(v, str):
             _runnable_text(v, f"{key}.{k}")
         if v is None and strict:  # SkyPilot's "required": `sky launch` refuses the task until it is given
-            raise SpecError(f"{key}.{k}", f"has no value, so the task requires it at submit: "
-                                          f"`broker submit {flag} {k}=...` (or {k}: \"\" for an empty one)")
+            raise SpecError(f"{key}.{k}", f"has no value, so the task requires it at {command}: "
+                                          f"`broker {command} {flag} {k}=...` (or {k}: \"\" for an empty one)")
 
 
 def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:

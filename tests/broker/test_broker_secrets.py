@@ -337,6 +337,9 @@ def test_a_job_that_failed_for_a_secret_it_lacked_resumes_with_it_given_sealed_l
     with pytest.raises(Invalid) as bad:
         service.resume(ADMIN, job.id, secrets={"HF TOKEN": OTHER})
     assert bad.value.field == "secrets.HF TOKEN"
+    with pytest.raises(Invalid) as bad:
+        service.resume(ADMIN, job.id, secrets={"HF_TOKEN": None})
+    assert bad.value.field == "secrets.HF_TOKEN" and "`broker resume --secret HF_TOKEN=...`" in bad.value.reason
     resumed = service.resume(ADMIN, job.id, secrets={"HF_TOKEN": OTHER}, envs={"EPOCHS": "3"})
     assert resumed.state is JobState.QUEUED and "secrets HF_TOKEN set" in resumed.reason, resumed.reason
     stored = store.get_job(job.id).spec
