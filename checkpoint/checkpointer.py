@@ -35,6 +35,7 @@ import logging
 import operator
 import os
 import sys
+import signal
 import threading
 import time
 import warnings
@@ -51,7 +52,7 @@ from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
 from checkpoint.notice_file import NoticeFileWatcher, stop_words
 from checkpoint.preemption import (DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, exiting, finish_detached,
-                                  others_saving, writers_not_saved)
+                                  others_saving, replaced_handler, script_handler, writers_not_saved)
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
 from checkpoint.schedule import SavePolicy, is_due
@@ -280,6 +281,8 @@ class Checkpointer:
         self.preemption.touch(kind)
         if self._deaf_on is not None:
             self._say_deaf()
+        if self.preemption.installed_here:
+            _say_replaced(replaced_handler())
         if not self._base_checked and not self._closed:
             self._check_writable()  # raised again at each call until it passes: caught, the saves would all fail
             self._base_checked = True
@@ -508,6 +511,10 @@ class Checkpointer:
 
     def _exit_after_preemption(self) -> None:
         log.warning("%s: checkpoint %s committed, exiting", self.preemption.ended(), self.last_committed)
+        # the script's own SIGTERM handler, which this library's took the place of, is called now that the save is
+        # in: before, it never ran (a Slurm requeue, a tracker's flush), and called at the signal it could end the
+        # process before the save
+        handler = script_handler() if self.preemption.signalled else None
         exiting()
         # Stop this library's threads before the interpreter finalizes: a daemon thread still
         # alive then is ended by pthread_exit mid-call, and native code on its stack can turn
@@ -516,6 +523,8 @@ class Checkpointer:
         # is committed, so each stop is short; the SIGTERM handler goes back to what it was.
         self._shut_down(upload_timeout=1.0)
         sys.stdout.flush()
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            _call_script_handler(handler)
         # On a training thread of its own, SystemExit ends only that thread, and the process then exited 0 — a
         # preempted run taken for a finished one. The main thread raises it too, from the SIGTERM handler.
         if threading.current_thread() is not threading.main_thread():
@@ -714,6 +723,46 @@ class Checkpointer:
             if manifest.job.get("id") == job_id:
                 own.append(entry)
         return own
+
+#: SIGTERM handlers already said to have taken the place of a checkpointer's (:func:`_say_replaced`), by id
+_said_replaced: set[int] = set()
+
+
+def _say_replaced(handler: object | None) -> None:
+    """Say once per handler, at a ``due()``/``save()`` — long before a preemption — that the script set SIGTERM's
+    handler after making its checkpointer (``handler``, :func:`checkpoint.preemption.replaced_handler`): a handler of
+    its own that exits at once loses the preemption's checkpoint (the process ended with status 0 and nothing
+    saved, the log having said "saving at the next step"); the default ends it at once; ignoring it, no notice."""
+    if handler is None or id(handler) in _said_replaced:
+        return
+    _said_replaced.add(id(handler))
+    if handler == signal.SIG_IGN:
+        what = "SIGTERM is now ignored: a preemption notice by SIGTERM is not heard, and no checkpoint is saved for it"
+    elif handler == signal.SIG_DFL or handler is None:
+        what = "SIGTERM now ends the process at once, without a checkpoint"
+    else:
+        name = getattr(handler, "__qualname__", None) or repr(handler)
+        what = (f"SIGTERM's handler is now {name}: the checkpointer still hears a preemption notice and saves at the "
+                f"next step, unless {name} ends the process first, which loses that checkpoint")
+    message = (f"the script set SIGTERM's handler after making its Checkpointer: {what}. Set your handler before "
+               f"making the Checkpointer: it is then called once the preemption's checkpoint has committed")
+    log.warning(message)
+    warnings.warn(CheckpointWarning(message), stacklevel=4)
+
+
+def _call_script_handler(handler: Callable[..., object]) -> None:
+    """Call the script's own SIGTERM handler after a preemption's checkpoint committed (:func:`script_handler`). The
+    exit that follows is this library's, with the preemption's status: a handler's ``sys.exit(0)`` would have the run
+    taken for a finished one."""
+    name = getattr(handler, "__qualname__", None) or repr(handler)
+    log.info("calling the script's own SIGTERM handler %s, as the checkpoint has committed", name)
+    try:
+        handler(signal.SIGTERM, None)
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    except Exception:  # noqa: BLE001 - the checkpoint is in; the exit goes on whatever the handler did
+        log.exception("the script's own SIGTERM handler %s failed (the checkpoint is committed; exiting)", name)
+
 
 def _local_base(storage: Storage) -> str | None:
     """The directory of a store on this machine's file system, or None (an object store, ``memory://``)."""

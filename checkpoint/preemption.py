@@ -173,6 +173,16 @@ class PreemptionNotice:
     def requested(self) -> bool:
         return self.noticed_at is not None
 
+    @property
+    def signalled(self) -> bool:
+        """Whether a SIGTERM came (the notice's own, or the one after a cloud's or the broker's notice)."""
+        return self._signalled
+
+    @property
+    def installed_here(self) -> bool:
+        """Whether this notice's SIGTERM handler is installed (on the main thread) and not detached."""
+        return self._installed and not self._detached
+
     def seconds_left(self) -> float | None:
         if self.noticed_at is None:
             return None
@@ -462,6 +472,33 @@ def writers_not_saved(notice: PreemptionNotice) -> list[PreemptionNotice]:
     """The other installed notices whose checkpointer writes and has not saved since its notice (active or not)."""
     with _chain_lock:
         return [n for n in _listening() if n is not notice and n.writing and not n.done and n.requested]
+
+
+def script_handler() -> Callable[..., object] | None:
+    """The script's own SIGTERM handler that the first notice installed in this process took the place of (a Python
+    function: a Slurm requeue, a tracker's flush), or None (the default, ignored, or no notice installed). The exit
+    after a notice's checkpoint committed calls it (:meth:`checkpoint.Checkpointer._exit_after_preemption`): before,
+    a handler installed before the checkpointer never ran at all."""
+    with _chain_lock:
+        previous = _chain[0]._previous if _chain else None
+    return previous if callable(previous) else None
+
+
+def replaced_handler() -> object | None:
+    """On the main thread: what SIGTERM's handler was set to after the live notice was installed (a script's own
+    function, ``SIG_DFL``, ``SIG_IGN``), or None while the live notice's own handler is in place (or cannot be told:
+    off the main thread, none installed, a detached one live). The notice still hears SIGTERM through the wakeup
+    descriptor while a Python function of the script's is the handler, unless that function ends the process first."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    with _chain_lock:
+        if not _chain or any(n._detached for n in _chain):
+            return None
+        live = [n for n in _chain if n._installed]
+        if not live:
+            return None
+        current = signal.getsignal(signal.SIGTERM)
+        return None if current == live[-1]._on_signal else current
 
 
 def exiting() -> None:
