@@ -266,7 +266,7 @@ class PreemptionNotice:
                 self._notice_grace = min(grace)
                 self.grace_s = min(self.grace_s, self._notice_grace)
         log.warning("a %s came before this checkpointer was made (%.1f s ago): saving at the next step, exiting "
-                    "within %.0f s", self.name(), self._clock() - first["noticed_at"], self.seconds_left() or 0.0)
+                    "within %s s", self.name(), self._clock() - first["noticed_at"], seconds(self.seconds_left() or 0.0))
 
     def uninstall(self) -> None:
         """Stop handling SIGTERM and put the previous handler back. Off the main thread, where that cannot be
@@ -433,13 +433,19 @@ class PreemptionNotice:
             saved = [n.committed for n in notices if n.done and n.committed]
             unsaved = [n.label for n in notices if n.writing and not n.done and n.requested and n in _listening()]
         if saved:  # a writer's notice save committed; another writer's (or a later one) did not come in time
-            log.warning("preemption grace period (%.0f s) is over: exiting; %s committed after the notice%s",
-                        self.grace_s, " and ".join(saved),
+            log.warning("preemption grace period (%s s) is over: exiting; %s committed after the notice%s",
+                        seconds(self.grace_s), " and ".join(saved),
                         f", none of {', '.join(unsaved)}" if unsaved else "")
         else:
-            log.error("preemption grace period (%.0f s) is over: exiting without a final checkpoint", self.grace_s)
+            log.error("preemption grace period (%s s) is over: exiting without a final checkpoint", seconds(self.grace_s))
         _forget()
         self._force_exit(self.exit_code)
+
+
+def seconds(value: float) -> str:
+    """A grace period or what is left of it, in the log's words: whole seconds, but a tenth under ten (a grace of
+    0.5 s read "exiting within 0 s")."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}".removesuffix(".0")
 
 
 def _listening() -> list[PreemptionNotice]:
@@ -534,10 +540,10 @@ def _act(heard: list[tuple[PreemptionNotice, str]]) -> None:
         _forget()
         leader._force_exit(leader.exit_code)
     elif "new" in outcomes:
-        log.warning("%s: saving at the next step, exiting within %.0f s", leader.name(), leader.seconds_left() or 0.0)
+        log.warning("%s: saving at the next step, exiting within %s s", leader.name(), seconds(leader.seconds_left() or 0.0))
     elif "after" in outcomes:
-        log.warning("SIGTERM after the %s's notice: still saving, exit within %.0f s", leader._source,
-                    leader.seconds_left() or 0.0)
+        log.warning("SIGTERM after the %s's notice: still saving, exit within %s s", leader._source,
+                    seconds(leader.seconds_left() or 0.0))
 
 
 def finish_detached() -> None:

@@ -109,3 +109,9 @@ def test_a_handler_set_after_that_only_prints_still_lets_the_checkpointer_save(t
 def test_ignoring_sigterm_after_the_checkpointer_is_made_is_said_as_no_notice_heard(tmp_path, subprocess_env):
     status, out = _run(tmp_path, subprocess_env, "after_ignored", signal_it=False)
     assert "SIGTERM is now ignored: a preemption notice by SIGTERM is not heard" in out, out
+
+
+def test_a_grace_period_under_ten_seconds_is_said_to_the_tenth_not_rounded_to_zero():
+    from checkpoint.preemption import seconds
+
+    assert [seconds(v) for v in (0.5, 0.04, 2.0, 9.5, 30.0, 119.6)] == ["0.5", "0", "2", "9.5", "30", "120"]
