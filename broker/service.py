@@ -611,16 +611,9 @@ class BrokerService:
                 # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a
                 # $36/h zone while the $0.20/h pool was full was refused a resume the pool would run for hours
                 mine = self._offers_for(job, tier or job.force_tier)
-                price = self._cheapest_price(job, mine)
-                needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
-                if job.budget - job.spent < needed:
-                    # say the figure: "raise the budget" alone left a user guessing by how much
-                    # what is left rounded down (fmt_left), never up to more than is left, nor read as more than the cap
-                    left = fmt_left(job.budget - job.spent, budget=job.budget)
-                    raise Conflict(f"{left if left.startswith('under ') else 'only ' + left} of the "
-                                   f"{fmt_limit(job.budget)} budget is left, not enough to run a minute and stop "
-                                   f"cleanly ({fmt(needed)} at {fmt(price)}/h): raise the budget to at least "
-                                   f"{fmt(job.spent + needed)} first")
+                minute = self._minute_shortfall(job, mine)
+                if minute is not None:
+                    raise Conflict(minute)
                 short = self._start_shortfall(job, mine)
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
                     left = fmt_left(job.budget - job.spent, budget=job.budget)
@@ -675,6 +668,22 @@ class BrokerService:
         or under its ``max_price_per_hour``): what a resume's first minute costs at the least; 0 when none is."""
         request = request_of(job)
         return min((o.price_per_hour * request.num_nodes for o in under_cap(request, mine)), default=0)
+
+    def _minute_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
+        """Why the budget left of a budget-stopped job cannot resume it on ``mine`` (:meth:`_offers_for`): it does not
+        pay for a minute and a clean stop at the cheapest price it may run at, said with the figure to raise it to;
+        ``None`` when it does. Priced at its last attempt's, a job stopped on a $36/h zone while the $0.20/h pool was
+        full was refused a resume the pool would run for hours."""
+        price = self._cheapest_price(job, mine)
+        needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
+        if job.budget - job.spent >= needed:
+            return None
+        # say the figure: "raise the budget" alone left a user guessing by how much; what is left rounded down
+        # (fmt_left), never up to more than is left, nor read as more than the cap
+        left = fmt_left(job.budget - job.spent, budget=job.budget)
+        return (f"{left if left.startswith('under ') else 'only ' + left} of the {fmt_limit(job.budget)} budget is "
+                f"left, not enough to run a minute and stop cleanly ({fmt(needed)} at {fmt(price)}/h): raise the "
+                f"budget to at least {fmt(job.spent + needed)} first")
 
     def _start_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
         """Why the job's budget left cannot start it on any of ``mine`` (:meth:`_offers_for`), as the engine weighs
@@ -812,6 +821,12 @@ class BrokerService:
                                    "fits it: submit it again without use_spot to let it run on on-demand")
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
                                "it there would leave it queued forever")
+            if job.state is JobState.STOPPED_BUDGET:
+                # the resume's own test first, with its figure: refused for a start alone, a user who raised the
+                # budget to pay for that was refused again by the resume, wanting more (a minute and a clean stop)
+                minute = self._minute_shortfall(job, self._offers_for(job, "ondemand"))
+                if minute is not None:
+                    raise Conflict(f"not moved to on-demand: {minute}")
             short = self._budget_shortfall(job, self._offers_for(job, "ondemand"))
             if short is not None:  # pinned, it waited for ever: "the budget left ... does not cover ..."
                 raise Conflict(f"not moved to on-demand: {short}. Raise the budget first (broker budget {job.id} "

@@ -514,6 +514,43 @@ def test_a_budget_stopped_job_resumes_when_the_budget_left_pays_a_minute_on_the_
         store.close()
 
 
+def test_moving_a_budget_stopped_job_to_on_demand_names_the_budget_that_the_move_then_takes(make_settings, tmp_path):
+    """`broker ondemand` on a budget-stopped job was refused for a start alone ("… which costs $0.0042"); the user
+    raised the budget past that, and the resume inside the move refused again, wanting a minute and a clean stop.
+    The first refusal now names the figure the move takes, and the budget raised to it moves the job."""
+    import re
+
+    from broker.auth import Principal
+    from broker.lifecycle import AttemptState
+    from broker.models import Attempt
+    from broker.service import BrokerService, Conflict
+    from broker.store import Change, open_store
+
+    settings = make_settings(config="zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
+                                    "price_per_hour: '1.01'}, {name: sim-spot, tier: spot, instance_type: g5.xlarge, "
+                                    "price_per_hour: '0.30'}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'ondemand.db'}")
+    service = BrokerService(settings, store, clock=lambda: NOW)
+    admin = Principal("admin", None, admin=True)
+    try:
+        job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1"}})[0]
+        zone = {"tier": "spot", "location": "sim-spot", "zone": "sim-spot", "instance_type": "g5.xlarge"}
+        attempt = Attempt(id=f"{job.id}-a1", job_id=job.id, n=1, state=AttemptState.STOPPED, launcher="local",
+                          placement=zone, price_per_hour=300_000, created_at=NOW - 100, started_at=NOW - 100,
+                          ended_at=NOW - 1, cost=1_300, stop_reason="budget")
+        store.commit(Change(job=replace(job, state=JobState.STOPPED_BUDGET, spent=1_300, budget=3_000, attempts=1,
+                                        updated_at=NOW - 1), expected_version=job.version, attempts=(attempt,)))
+        with pytest.raises(Conflict) as refused:
+            service.switch_to_ondemand(admin, job.id)
+        figure = re.search(r"raise the budget to at least \$([0-9.]+) first", str(refused.value))
+        assert figure, refused.value
+        service.raise_budget(admin, job.id, int(float(figure.group(1)) * 1_000_000))
+        moved = service.switch_to_ondemand(admin, job.id)
+        assert moved.state is JobState.QUEUED and moved.force_tier == "ondemand"
+    finally:
+        store.close()
+
+
 def test_a_job_whose_every_zone_is_blocked_says_until_when_each_is():
     """"every matching zone is blocked for this job after recent preemptions" named neither the zones nor when the
     job may go back, while `broker queue` showed it first and it started last."""
