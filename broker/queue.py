@@ -82,6 +82,8 @@ class Holder:
     overdue: float | None = None
     expected_hours: str | None = None
     ahead: bool = False
+    #: the holding job's team: a viewer of another team is told "a job of another team", never its id
+    team: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
         if job.expected_hours:
             bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), where, want), key=lambda e: e[0])
         else:
-            unknown.append(Holder(job.id, where, ahead=True))
+            unknown.append(Holder(job.id, where, ahead=True, team=job.team))
     return out
 
 
@@ -175,8 +177,8 @@ def _holder(job: Job, now: float) -> Holder:
     if job.state is JobState.RUNNING and job.running_since is not None and job.expected_hours:
         past = now - (job.running_since + float(Decimal(job.expected_hours) * 3600))
         if past >= 0:
-            return Holder(job.id, where, overdue=past, expected_hours=job.expected_hours)
-    return Holder(job.id, where)
+            return Holder(job.id, where, overdue=past, expected_hours=job.expected_hours, team=job.team)
+    return Holder(job.id, where, team=job.team)
 
 
 def work_left_seconds(job: Job) -> float | None:

@@ -465,13 +465,15 @@ class BrokerService:
         _, positions_, found = self._waits()
         return positions_, found.starts
 
-    def queue_waits(self) -> QueueWaits:
+    def queue_waits(self, principal: Principal | None = None) -> QueueWaits:
         """:meth:`queue`, and for each queued job waiting for capacity that gets no estimate because what it needs
         is held until ends nobody can tell, what it waits for in words (``waiting``, for
-        :func:`broker.views.job_view`): its estimate vanished unsaid while a job ran past its expected length."""
+        :func:`broker.views.job_view`): its estimate vanished unsaid while a job ran past its expected length.
+        Said to ``principal`` (a team's member: other teams' jobs are not named to it; an admin or None: all are)."""
         jobs, positions_, found = self._waits()
+        team = None if principal is None or principal.admin else principal.team or ""
         waiting = {job_id: words for job_id, holders in found.holders.items()
-                   if (words := holders_words(holders)) is not None}
+                   if (words := holders_words(holders, team)) is not None}
         return QueueWaits(positions_, found.starts, waiting,
                           {j.id: j for j in jobs if j.state is JobState.QUEUED})
 

@@ -121,16 +121,24 @@ def deadline_words(job: Job, estimated_start: float | None) -> str | None:
     return f"estimated to start at {start}, too late for its deadline at {deadline} with {length}"
 
 
-def holders_words(holders: Sequence[Holder]) -> str | None:
+def holders_words(holders: Sequence[Holder], team: str | None = None) -> str | None:
     """Why a queued job waiting for capacity has no start estimate, when the jobs holding what it needs (or queued
     ahead of it to take it) have ends nobody can tell (:func:`broker.queue.waits`): named, with how far past its
-    expected length each one that runs past it is. Its estimate vanished unsaid while a job ran over its length."""
+    expected length each one that runs past it is. Its estimate vanished unsaid while a job ran over its length.
+    Told to a viewer of ``team`` (None: an admin, who sees every job), another team's jobs are not named — that
+    viewer cannot look them up (404), and a team sees only its own jobs — but counted: "a job of another team"."""
     if not holders:
         return None
+
+    def named(h: Holder) -> bool:
+        return team is None or h.team is None or h.team == team
+
     held = [f"{h.job_id} (running {duration(h.overdue)} past its expected "
             f"{duration(float(Decimal(h.expected_hours or 0) * 3600))})" if h.overdue is not None
-            else f"{h.job_id} (with no expected length)" for h in holders if not h.ahead]
-    ahead = [h.job_id for h in holders if h.ahead]
+            else f"{h.job_id} (with no expected length)" for h in holders if not h.ahead and named(h)]
+    held += _others([h for h in holders if not h.ahead and not named(h)])
+    ahead = [h.job_id for h in holders if h.ahead and named(h)] + _others([h for h in holders
+                                                                          if h.ahead and not named(h)])
     parts = []
     if held:
         parts.append(f"what it needs is held by {_series(held)}")
@@ -138,6 +146,13 @@ def holders_words(holders: Sequence[Holder]) -> str | None:
         parts.append(f"it waits behind {_series(ahead)}, ahead of it in the queue with no expected length")
     one = len(holders) == 1
     return f"no start estimate: {', and '.join(parts)}; when {'that ends' if one else 'those end'} cannot be told"
+
+
+def _others(holders: Sequence[Holder]) -> list[str]:
+    """Other teams' jobs among the holders, counted and not named (:func:`holders_words`)."""
+    if not holders:
+        return []
+    return ["a job of another team" if len(holders) == 1 else f"{len(holders)} jobs of other teams"]
 
 
 def _series(names: Sequence[str]) -> str:

@@ -75,7 +75,7 @@ def router(service, settings: Settings) -> APIRouter:
             raise Invalid(exc.field, exc.reason) from None
         scope = team_for(caller, team)
         history = costs.gather(service.store, team=scope, win=win, retention_days=settings.job_retention_days)
-        q = service.queue_waits()
+        q = service.queue_waits(caller)
         body = costs.report(history.jobs, history.attempts, win=win, now=now, positions=q.positions, starts=q.starts,
                             team=scope, ledger=history.ledger, retention_days=history.retention_days)
         # each queued job's reason as its own view says it (a start too late for its deadline, why no estimate), from
@@ -94,7 +94,7 @@ def router(service, settings: Settings) -> APIRouter:
         job = service.get(caller, job_id)
         attempts = service.attempts(caller, job_id)
         points = service.store.metrics(job_id, limit=2000)
-        q = service.queue_waits()
+        q = service.queue_waits(caller)
         return {"job": job_view(job, position=q.positions.get(job.id), estimated_start=q.starts.get(job.id),
                                 waiting=q.waiting.get(job.id)),
                 **costs.job_costs(job, attempts),

@@ -122,7 +122,7 @@ class Dispatcher:
 
     def _cmd_status(self, cmd: Command, who: Principal) -> Reply:
         # the queue's words as the API's job view has them: a start too late for a deadline, why there is no estimate
-        q = self.service.queue_waits()
+        q = self.service.queue_waits(who)
         if cmd.job_id:
             job = self.service.get(who, cmd.job_id)
             reply = blocks.job_reply(job, self.service.attempts(who, job.id), q.positions.get(job.id),
@@ -156,7 +156,7 @@ class Dispatcher:
         return sorted(found, key=lambda j: (j.updated_at, j.id), reverse=True)[:RECENT]
 
     def _cmd_queue(self, cmd: Command, who: Principal) -> Reply:
-        q = self.service.queue_waits()
+        q = self.service.queue_waits(who)
         queued = sorted(self.service.list(who, state="queued", limit=ALL_JOBS), key=lambda j: q.positions.get(j.id, 0))
         return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, q.positions, "Nothing is waiting.", q.starts,
                                  q.waiting)
@@ -189,7 +189,7 @@ class Dispatcher:
         win = costs.window(now=now, period=cmd.period)
         history = costs.gather(self.service.store, team=team, win=win,
                                retention_days=self.service.settings.job_retention_days)
-        q = self.service.queue_waits()  # the reply shows no queue: its positions and starts, as the dashboard's
+        q = self.service.queue_waits(who)  # the reply shows no queue: its positions and starts, as the dashboard's
         report = costs.report(history.jobs, history.attempts, win=win, now=now, positions=q.positions,
                               starts=q.starts, team=team, ledger=history.ledger,
                               retention_days=history.retention_days)

@@ -573,3 +573,43 @@ def test_a_job_whose_every_zone_is_blocked_says_until_when_each_is():
     assert isinstance(decision, Wait)
     assert decision.reason == ("waiting: every matching zone is blocked for this job after recent preemptions; "
                                f"sim-1a until {at[0]}, sim-1f until {at[1]}"), decision.reason
+
+
+def test_a_job_of_another_team_holding_what_a_queued_job_needs_is_counted_not_named_to_that_team(make_settings,
+                                                                                                   tmp_path):
+    """`broker queue` for team nlp said "what it needs is held by j-7aaf… (with no expected length)", a vision job
+    that nlp's `broker status j-7aaf…` then answered 404 for: a team sees only its own jobs. It is "a job of another
+    team" to nlp now; the admin, and vision itself, still see it named."""
+    from broker.auth import Principal
+    from broker.service import BrokerService
+    from broker.store import Change, open_store
+
+    settings = make_settings(config="pools: [{name: cpu, slots: 1, price_per_slot_hour: '0.20'}]\n")
+    pool = {"tier": "onprem", "location": "cpu", "zone": "cpu", "instance_type": "cpu-1slot"}
+    holder = replace(job("j-vision", JobState.RUNNING, since=NOW - 60, slots=[0]), placement=pool, team="vision")
+    queued = replace(job("j-nlp", JobState.QUEUED, at=1, reason="waiting: the pool cpu is full"), team="nlp",
+                     budget=10_000_000, spec={"run": "x", "resources": {"cpus": "1+"}})
+    mine = replace(queued, id="j-vision-2", team="vision", submitted_at=queued.submitted_at + 1)
+    store = open_store(f"sqlite://{tmp_path / 'teams.db'}")
+    try:
+        for j in (holder, queued, mine):
+            store.commit(Change(job=j, expected_version=None))
+        service = BrokerService(settings, store, clock=lambda: NOW)
+        nlp = service.queue_waits(Principal("nlp", "nlp")).waiting
+        assert "j-vision" not in nlp["j-nlp"] and "held by a job of another team" in nlp["j-nlp"], nlp
+        vision = service.queue_waits(Principal("vision", "vision")).waiting
+        assert "held by j-vision (with no expected length)" in vision["j-vision-2"], vision
+        admin = service.queue_waits(Principal("admin", None, admin=True)).waiting
+        assert "held by j-vision" in admin["j-nlp"], admin
+    finally:
+        store.close()
+    # several of other teams are counted; one ahead in the queue too
+    from broker.queue import Holder
+    from broker.views import holders_words
+
+    held = [Holder("j-a", "cpu", team="vision"), Holder("j-b", "cpu", team="vision"), Holder("j-c", "cpu", team="nlp"),
+            Holder("j-d", "cpu", ahead=True, team="vision")]
+    assert holders_words(held, "nlp") == (
+        "no start estimate: what it needs is held by j-c (with no expected length) and 2 jobs of other teams, and it "
+        "waits behind a job of another team, ahead of it in the queue with no expected length; when those end cannot "
+        "be told")
