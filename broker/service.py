@@ -722,17 +722,41 @@ class BrokerService:
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
             if only_up and new_budget <= job.budget:
                 raise Conflict(f"the budget is already {fmt_limit(job.budget)}, not below {fmt_limit(new_budget)}")
+            changed = replace(job, budget=new_budget)
+            if job.state is JobState.QUEUED and new_budget < job.budget:
+                # the scheduler stops a queued job whose budget cannot start it: the lowered budget stopped the job at
+                # once, unsaid, where a submit with that budget is refused
+                short = self._start_shortfall(changed, self._offers_for(changed, changed.force_tier))
+                if short is not None:
+                    left = fmt_left(new_budget - job.spent, budget=new_budget)
+                    raise Invalid("budget_usd", f"{fmt_limit(new_budget)} is too small for the job to start: the "
+                                                f"budget left, {left}, {short}; nothing was changed")
             now = self.clock()
             note = note_event(job, "budget_changed", f"budget {fmt_limit(job.budget)} → {fmt_limit(new_budget)} by {principal.name}",
                               time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})
             had[:] = [job.budget]
-            return self._commit(Change(job=replace(job, budget=new_budget, budget_warned=False, updated_at=now),
-                                            expected_version=job.version, events=[note]))
+            fields: dict[str, Any] = {"budget": new_budget, "budget_warned": False, "updated_at": now}
+            if job.state is JobState.STOPPED_BUDGET and new_budget > job.budget:
+                # its reason still said the old budget left and "raise the budget", under a budget raised already
+                fields["reason"] = self._raised_reason(changed, principal)
+            return self._commit(Change(job=replace(job, **fields), expected_version=job.version, events=[note]))
 
         job = self._retrying(once)
         if had and new_budget < had[0]:
             job = self._lower_limit(job, principal)
         return job
+
+    def _raised_reason(self, job: Job, principal: Principal) -> str:
+        """The reason of a budget-stopped job whose budget ``principal`` just raised (``job`` holds the new budget):
+        whether it now pays for a resume (:meth:`resume`'s own tests), and so what to do next."""
+        mine = self._offers_for(job, job.force_tier)
+        short = self._minute_shortfall(job, mine) or self._start_shortfall(job, mine)
+        raised = f"stopped at its budget, since raised to {fmt_limit(job.budget)} by {principal.name}"
+        if short is not None:
+            return f"{raised}, still not enough to resume: {short}"
+        point = job.last_checkpoint.get("step")
+        return (f"{raised}: resume it to continue "
+                + (f"from its last checkpoint (step {point})" if point is not None else "(it saved no checkpoint)"))
 
     def _lower_limit(self, job: Job, principal: Principal) -> Job:
         """After a budget lowered (committed): move the job's live attempt's own limit — the stop its launcher makes

@@ -613,3 +613,43 @@ def test_a_job_of_another_team_holding_what_a_queued_job_needs_is_counted_not_na
         "no start estimate: what it needs is held by j-c (with no expected length) and 2 jobs of other teams, and it "
         "waits behind a job of another team, ahead of it in the queue with no expected length; when those end cannot "
         "be told")
+
+
+def test_a_queued_jobs_budget_lowered_below_a_start_is_refused_and_a_raised_stopped_jobs_reason_says_so(make_settings,
+                                                                                                          tmp_path):
+    """`broker budget j-x 0.0001` on a queued job was accepted without a word and the scheduler stopped the job at
+    once (a submit with that budget is refused). And once the budget of a budget-stopped job was raised, its reason
+    still said "$0.0001 left … raise the budget to resume" under a $2.00 budget."""
+    from broker.auth import Principal
+    from broker.service import BrokerService, Invalid
+    from broker.store import Change, open_store
+
+    settings = make_settings(config="pools: [{name: cpu, slots: 1, price_per_slot_hour: '0.20'}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'lower.db'}")
+    service = BrokerService(settings, store, clock=lambda: NOW)
+    admin = Principal("admin", None, admin=True)
+    try:
+        job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1"}})[0]
+        with pytest.raises(Invalid) as refused:
+            service.raise_budget(admin, job.id, 100)
+        assert refused.value.field == "budget_usd"
+        assert str(refused.value.reason).startswith("$0.0001 is too small for the job to start: the budget left"), \
+            refused.value.reason
+        kept = store.get_job(job.id)
+        assert (kept.state, kept.budget) == (JobState.QUEUED, 1_000_000)
+        assert service.raise_budget(admin, job.id, 500_000).budget == 500_000  # lowered within reason: taken
+
+        stopped = store.get_job(job.id)
+        store.commit(Change(job=replace(stopped, state=JobState.STOPPED_BUDGET, spent=499_990, budget=500_000,
+                                        reason="stopped: the budget left, $0.0000, cannot pay for a start; raise the "
+                                               "budget to resume", last_checkpoint={"step": 40}),
+                            expected_version=stopped.version))
+        short = service.raise_budget(admin, job.id, 500_100)
+        assert short.reason.startswith("stopped at its budget, since raised to $0.5001 by admin, still not enough "
+                                       "to resume: "), short.reason
+        raised = service.raise_budget(admin, job.id, 2_000_000)
+        assert raised.reason == ("stopped at its budget, since raised to $2.00 by admin: resume it to continue from "
+                                 "its last checkpoint (step 40)"), raised.reason
+        assert service.resume(admin, job.id).state is JobState.QUEUED
+    finally:
+        store.close()

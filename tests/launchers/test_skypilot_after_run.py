@@ -73,11 +73,22 @@ def test_a_budget_that_pays_for_the_billing_after_the_run_takes_the_cheaper_clou
     assert [name for name, _ in cloud.launched] == [cluster_name(f"{job.id}-a1")]
 
 
+def _lowered(service, job_id: str, budget: int) -> None:
+    """The queued job's budget set to ``budget``, written as it stands: `broker budget` refuses to lower a queued
+    job's below a start, but one lowered while it ran and then requeued (a preemption) has such a budget."""
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    job = service.store.get_job(job_id)
+    service.store.commit(Change(job=replace(job, budget=budget), expected_version=job.version))
+
+
 def test_with_no_offer_on_this_host_the_job_stops_at_its_budget_instead_of_launching_a_cluster(broker):
     service, engine, cloud = broker
     task = {**TASK, "resources": {"accelerators": "A10G:1", "use_spot": True}}  # the zone is on-demand
     job, _ = service.submit(ADMIN, {**task, "broker": {"budget_usd": 1}})
-    service.raise_budget(ADMIN, job.id, 50_000)  # $0.05: a start, but not the cluster's 15 minutes after it
+    _lowered(service, job.id, 50_000)  # $0.05: a start, but not the cluster's 15 minutes after it
     engine.tick()
     stopped = service.store.get_job(job.id)
     assert stopped.state is JobState.STOPPED_BUDGET
@@ -133,7 +144,7 @@ def test_a_job_stopped_at_its_budget_before_any_attempt_resumes_only_once_the_bu
     service, engine, cloud = broker
     task = {**TASK, "resources": {"accelerators": "A10G:1", "use_spot": True}}  # cloud spot only: 15 min after its run
     job, _ = service.submit(ADMIN, {**task, "broker": {"budget_usd": 1}})
-    service.raise_budget(ADMIN, job.id, 50_000)
+    _lowered(service, job.id, 50_000)
     engine.tick()
     assert service.store.get_job(job.id).state is JobState.STOPPED_BUDGET
     # no attempt, so no price of its own: the resume is weighed as the engine will weigh the start
@@ -154,7 +165,7 @@ def test_a_job_whose_budget_pays_only_for_an_offer_over_its_max_price_is_stopped
     service, engine, cloud = broker
     # the zone ($1.006/h, nothing after its run) is over the cap; cloud spot ($0.377/h) is under it
     job, _ = service.submit(ADMIN, {**TASK, "broker": {"budget_usd": 1, "max_price_per_hour": "0.50"}})
-    service.raise_budget(ADMIN, job.id, 50_000)  # $0.05: a start on the zone, not spot's 15 minutes after its run
+    _lowered(service, job.id, 50_000)  # $0.05: a start on the zone, not spot's 15 minutes after its run
     engine.tick()
     stopped = service.store.get_job(job.id)
     assert stopped.state is JobState.STOPPED_BUDGET and cloud.launched == []
