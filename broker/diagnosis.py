@@ -33,7 +33,8 @@ import yaml
 from broker.spec import unknown_key_hint
 
 INFRASTRUCTURE = frozenset({"preempted", "node_lost", "stalled", "budget_stop", "cancelled", "nccl_network", "deadline",
-                            "cuda_error", "terminated", "interrupted", "port_in_use", "network_error", "gpu_unavailable"})
+                            "cuda_error", "terminated", "interrupted", "port_in_use", "network_error", "gpu_unavailable",
+                            "mount_busy"})
 """Classes that are not the user's code: a resume needs no confirmation."""
 
 
@@ -48,6 +49,8 @@ class Rule:
     signals: frozenset[int] = frozenset()
     infrastructure: bool | None = None  # a team rule's say; None: the class decides (INFRASTRUCTURE)
     commands: frozenset[str] = frozenset()  # what ended it, as the launcher says (Ending.command; empty: any)
+    # the task's secrets its hint asks for by name (a credentials rule's): Diagnosis.secrets, "secrets" in its dict
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,19 +74,28 @@ class Diagnosis:
     infrastructure: bool
     step: int | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    # the names of the task's secrets to give the job (its hint names them): what `broker resume JOB --secret NAME`
+    # takes. Empty for a failure no secret fixes
+    secrets: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
         return f"{self.sentence} {self.hint}".strip()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"class": self.cls, "sentence": self.sentence, "hint": self.hint, "infrastructure": self.infrastructure,
-                "step": self.step, "text": self.text}
+        """The diagnosis as a job stores it. ``"secrets"`` (a list of names) is there only when it names some: a
+        reader treats it as optional, as a diagnosis a broker of an earlier version stored lacks it."""
+        out = {"class": self.cls, "sentence": self.sentence, "hint": self.hint, "infrastructure": self.infrastructure,
+               "step": self.step, "text": self.text}
+        if self.secrets:
+            out["secrets"] = list(self.secrets)
+        return out
 
 
-def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=(), commands=()) -> Rule:
+def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=(), commands=(), secrets=()) -> Rule:
     return Rule(cls, sentence, hint, re.compile(pattern, re.I | re.M) if pattern else None,
-                frozenset(phases), frozenset(codes), frozenset(signals), commands=frozenset(commands))
+                frozenset(phases), frozenset(codes), frozenset(signals), commands=frozenset(commands),
+                secrets=tuple(secrets))
 
 
 HOST_OOM_HINT = "Use a larger instance, fewer data-loader workers, or a smaller batch size."
@@ -102,6 +114,10 @@ WORKDIR_CLONE_HINT = ("Not the job's code, but a resume clones the same reposito
                       "way: fix the workdir's url or ref (or its credentials in the task's secrets: GIT_TOKEN for an https "
                       "url; for an ssh one GIT_SSH_KEY_PATH on a pool, the key itself as GIT_SSH_KEY on a SkyPilot "
                       "cluster) and submit again; if there was no network for a while, resume with --force.")
+WORKDIR_MISSING_HINT = ("Not the job's code, but a resume looks for the same directory on the same host and fails the "
+                        "same way: submit the task again with its workdir uploaded (broker submit --upload-workdir), "
+                        "or make that directory exist on the host (a path there, not on the machine it was submitted "
+                        "from) and resume with --force.")
 FILES_NOT_SYNCED_HINT = "Not the job's code, but a resume syncs the same files and fails the same way until that is fixed."
 RENDEZVOUS_HINT = ("Not the job's code: usually a node that did not start or join in time, or a flaky network between "
                    "the nodes: resume it; if it repeats, check that every node reaches the master address and port.")
@@ -130,6 +146,12 @@ HF_OFFLINE_HINT = ("Not the network: the job runs with Hugging Face's offline mo
 RESUME_WITH = ("broker resume JOB --secret NAME sets one from the next attempt on (no value: your shell's), which "
                "continues from the last checkpoint; a resume without it runs with the secrets the job was submitted "
                "with, and fails the same way.")
+READ_LOG_HINT = "Read the end of its log for the cause."
+SILENT_HINT = ("It printed nothing before it exited: run its command by hand to see what it does, or add logging before "
+               "the point where it exits.")
+AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+# an expired temporary credential (STS) needs its session token too
+_SESSION_TOKEN_CODES = frozenset({"ExpiredToken", "ExpiredTokenException"})
 SHM_HINT = "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers."
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
@@ -149,6 +171,28 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("budget_stop", "Stopped at its budget{at_step}.", "Raise the budget and resume to continue.",
        phases=["budget"]),
     _r("cancelled", "Cancelled{at_step}.", "", phases=["cancelled"]),
+    # an attempt the local launcher did not run at all (launchers/local_runner.py, NotRun): it says why as its log's
+    # "[spot-broker] …: not run: …" line (which _readable keeps) and ends as its setup exiting 1, though no command
+    # of the task ran. A path workdir is read on the host that runs the job, not where it was submitted: a resume
+    # meets the same missing directory until it is there
+    _r("workdir_missing", "Nothing of the job ran: its workdir {workdir} is not a directory on the host that was to "
+       "run it.", WORKDIR_MISSING_HINT,
+       r"^\[spot-broker\] workdir (?P<workdir>[^\n]+?): not run: there is no such directory on this host",
+       phases=["failed"]),
+    # the pool's run_as user (the broker's config) is not on its host, or its folders cannot be given to it: the
+    # pool's, and a resume on it meets it again
+    _r("run_as_user", "Nothing of the job ran: its pool runs its jobs as the user '{user}', and {why}.",
+       "Not the job's code, but the pool's run_as setting: an administrator makes that user on the pool's host (or "
+       "fixes the pool's run_as in the broker's config); then resume with --force.",
+       r"^\[spot-broker\] not run: its pool runs it as user '(?P<user>[^'\n]+)', and (?P<why>[^\n]+?)\s*$",
+       phases=["failed"]),
+    # a file_mounts destination another job on the host holds now (its uploaded copy mounted there): free once it ends
+    _r("mount_busy", "Nothing of the job ran: its file_mounts destination {dest} is in use on its host by another "
+       "job's mounted copy.",
+       "Jobs on one host share its paths: resume it once the other job has ended, or submit it again with another "
+       "destination for that mount.",
+       r"^\[spot-broker\] file_mounts (?P<dest>[^\n]+?): not run: (?:another job on this host has its own copy "
+       r"mounted|it is under another job's copy mounted)", phases=["failed"]),
     # a git workdir the local launcher could not clone (launchers/local_runner.py): its reason says why in plain words
     _r("workdir_clone", "Its workdir was not cloned, so nothing of the job ran: {reason}.", WORKDIR_CLONE_HINT,
        phases=["failed"], commands=["workdir"]),
@@ -238,16 +282,18 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("storage_access", "Access to {path} was denied{at_step}.", "Check the job's credentials and bucket policy.",
        r"(?:AccessDenied|403 Forbidden|PermissionError)[^\n]{0,300}?(?P<path>(?:s3|gs)://[^\s'\"]+|/[^\s'\":]+)"),
     # credentials the job was not given, or that a service refused: the task's secrets, which a resume meets again
+    # unless it gives them (secrets=: the names its hint asks for, Diagnosis.secrets). Google Cloud's names none: its
+    # key is a file in the task's file_mounts, which a resume with --secret cannot add
     _r("credentials", "The job has no AWS credentials{at_step}: boto3 found none to sign a request with.",
        "Give the job its credentials as secrets, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run it where an "
        "instance role grants them. " + RESUME_WITH,
-       r"NoCredentialsError|Unable to locate credentials"),
+       r"NoCredentialsError|Unable to locate credentials", secrets=AWS_KEYS),
     _r("credentials", "AWS refused the job's credentials{at_step} ({aws_code}).",
        "The access key is wrong, revoked or expired (or its clock is off): give the job current credentials as "
        "secrets (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and AWS_SESSION_TOKEN for a temporary one). "
        + RESUME_WITH,
        r"\((?P<aws_code>InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|ExpiredTokenException|"
-       r"InvalidClientTokenId|UnrecognizedClientException|RequestTimeTooSkewed)\)"),
+       r"InvalidClientTokenId|UnrecognizedClientException|RequestTimeTooSkewed)\)", secrets=AWS_KEYS),
     _r("storage_access", "AWS denied the job's request{at_step}: {aws_call} (AccessDenied).",
        "The job's credentials lack that permission, or the bucket's policy refuses them: check both.",
        r"\(AccessDenied\) when calling the (?P<aws_call>\w+) operation"),
@@ -261,15 +307,17 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "Accept the model's terms on its Hub page with the account whose token the job uses, and give the job that "
        "token as the secret HF_TOKEN. " + RESUME_WITH,
        r"(?:Access to model |have access to it at https://huggingface\.co/|gated repo for url https://huggingface\.co/)"
-       r"(?P<hf_repo>[\w-]+/[\w.-]*[\w-])"),
+       r"(?P<hf_repo>[\w-]+/[\w.-]*[\w-])", secrets=["HF_TOKEN"]),
     _r("credentials", "Hugging Face refused the job's token{at_step} (401: invalid, or none given for a private or "
        "gated model).",
        "Give the job a valid token with access to the model as the secret HF_TOKEN. " + RESUME_WITH,
-       r"401 Client Error[^\n]*huggingface\.co|Invalid user token|Invalid credentials in Authorization header"),
+       r"401 Client Error[^\n]*huggingface\.co|Invalid user token|Invalid credentials in Authorization header",
+       secrets=["HF_TOKEN"]),
     _r("credentials", "Weights & Biases has no API key{at_step}, so wandb could not log in.",
        "Give the job WANDB_API_KEY as a secret, or WANDB_MODE=offline as an env (broker resume JOB --env "
        "WANDB_MODE=offline). " + RESUME_WITH,
-       r"api_key not configured|wandb\.errors\.(?:UsageError|AuthenticationError)[^\n]*(?:api[_ ]key|login)"),
+       r"api_key not configured|wandb\.errors\.(?:UsageError|AuthenticationError)[^\n]*(?:api[_ ]key|login)",
+       secrets=["WANDB_API_KEY"]),
     # the task's setup or run asking for what the node does not have: the same task fails the same way
     _r("dependency_missing", "{what} could not install {pkg}: pip found no version of it that fits (a misspelt name, a "
        "version that does not exist, or none built for this Python and platform).",
@@ -382,7 +430,8 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", phases=["failed"]),
     _r("crash", "{what} crashed with a segmentation fault{at_step}.",
        CRASH_HINT, phases=["failed"], codes=[139], signals=[11]),
-    _r("user_code_error", "{what} {ended}{at_step}{said}.", "Read the end of its log for the cause.",
+    # the catch-all: with a log the job printed nothing to, its hint is SILENT_HINT (diagnose)
+    _r("user_code_error", "{what} {ended}{at_step}{said}.", READ_LOG_HINT,
        phases=["failed"]),
 )
 
@@ -513,9 +562,14 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
         facts.setdefault("timeout", "its timeout")
         sentence, hint = _fill(rule.sentence, facts), _fill(rule.hint, facts)
         sentence, hint = _background_said(rule, match, log_tail, ending, sentence, hint)
+        if rule.hint == READ_LOG_HINT and not _readable(ending.log_tail).strip():
+            hint = SILENT_HINT  # no log to read: the broker's own lines aside, the job printed nothing
+        secrets = rule.secrets
+        if secrets == AWS_KEYS and facts.get("aws_code") in _SESSION_TOKEN_CODES:
+            secrets += ("AWS_SESSION_TOKEN",)
         return Diagnosis(rule.cls, sentence, hint,
                          rule.cls in INFRASTRUCTURE if rule.infrastructure is None else rule.infrastructure, step,
-                         {k: v for k, v in facts.items() if v is not None})
+                         {k: v for k, v in facts.items() if v is not None}, secrets)
     return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
 
 
@@ -853,14 +907,17 @@ def _without_launcher_traceback(log_tail: str) -> str:
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _SKYPILOT_PREFIX = re.compile(r"^\((?:task|head|worker\d*)(?:, [a-z_]+=[^,)\s]+)*\) ?", re.M)
-_BROKER_LINE = re.compile(r"^\[spot-broker\] [^\n]*\n?", re.M)
+# kept: the local launcher's word that the attempt was not run at all ("[spot-broker] workdir /x: not run: …"), which
+# the rules read (nothing of the job ran, so nothing else is in its log)
+_BROKER_LINE = re.compile(r"^\[spot-broker\] (?![^\n]*\bnot run: )[^\n]*\n?", re.M)
 
 
 def _readable(log_tail: str) -> str:
     """The log as the job wrote it: colour codes stripped (``\\x1b[1;91mValueError:``), SkyPilot's line prefix
     (``(task, pid=2101) ``, ``(worker1, rank=1, pid=…, ip=…) ``) dropped, and the broker's own lines
     (``[spot-broker] run exited with status 3``, the wrapper's last word on SkyPilot) left out, so that
-    neither hides the job's exception nor is quoted as the job's last line."""
+    neither hides the job's exception nor is quoted as the job's last line; but for the local launcher's
+    "[spot-broker] …not run: …", said when nothing of the job ran (:data:`_BROKER_LINE`)."""
     return _BROKER_LINE.sub("", _SKYPILOT_PREFIX.sub("", _ANSI.sub("", log_tail)))
 
 
