@@ -607,6 +607,12 @@ class BrokerService:
             diagnosis = job.diagnosis or {}
             if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force and not given:
                 text = diagnosis.get("text") or job.reason
+                asked = diagnosis.get("secrets")  # a credentials failure's (absent from an earlier broker's)
+                names = [n for n in asked if isinstance(n, str) and n] if isinstance(asked, list) else []
+                if names:  # "change the job and resubmit" sent the user to a new submit, "force" to the same failure
+                    flags = " ".join(f"--secret {n}" for n in dict.fromkeys(names))
+                    raise Conflict(f"not resumed: the job failed for credentials it was not given: {text} Resume it "
+                                   f"with them (broker resume {job.id} {flags}), or with force to run it again as it is")
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
                                f"again: {text} Change the job and resubmit, or resume with force to run it again anyway")
             if job.state is JobState.STOPPED_BUDGET:

@@ -351,3 +351,28 @@ def test_a_job_that_failed_for_a_secret_it_lacked_resumes_with_it_given_sealed_l
     event = next(e for e in store.events(job.id) if e.event == "resume")
     assert event.data["secrets_set"] == ["HF_TOKEN"] and event.data["envs_set"] == ["EPOCHS"]
     assert OTHER.encode() not in raw_bytes(kind, store, tmp_path, redis_server)
+
+
+def test_a_resume_refused_after_a_credentials_failure_names_the_secrets_to_give_not_a_resubmit(make_settings, tmp_path):
+    """A job that failed for wandb's missing API key was refused a plain resume with "Change the job and resubmit, or
+    resume with force": a new submit, or the same failure again. It names the resume that goes on now."""
+    from broker.diagnosis import Ending, diagnose
+    from broker.service import Conflict
+
+    store = open_store(f"sqlite://{tmp_path / 'creds.db'}")
+    service = BrokerService(make_settings(), store)
+    admin = Principal("admin", None, admin=True)
+    try:
+        job = service.submit(admin, {"run": "python train.py", "broker": {"budget_usd": "1"}})[0]
+        found = diagnose(Ending(phase="failed", exit_code=1, log_tail="wandb.errors.UsageError: api_key not configured"))
+        assert found.secrets == ("WANDB_API_KEY",)
+        store.commit(Change(job=replace(job, state=JobState.FAILED, reason=found.text, diagnosis=found.to_dict()),
+                            expected_version=job.version))
+        with pytest.raises(Conflict) as refused:
+            service.resume(admin, job.id)
+        said = str(refused.value)
+        assert f"Resume it with them (broker resume {job.id} --secret WANDB_API_KEY)" in said, said
+        assert "resubmit" not in said, said
+        assert service.resume(admin, job.id, secrets={"WANDB_API_KEY": "k-123"}).state is JobState.QUEUED
+    finally:
+        store.close()
