@@ -300,11 +300,10 @@ def run(argv: list[str] | None = None, out=None) -> list[dict]:
     if args.spot_price is None and args.budget is not None and "$" in args.budget:
         raise SystemExit(f"--budget: {args.budget!r} is in dollars, but without --spot-price costs are in spot-hours: "
                          "give --spot-price (spot's $/h) too, or the budget in spot-hours")
-    budget = _dollars("--budget", args.budget) if scale is not None else _spot_hours("--budget", args.budget)
-    if budget is not None:
-        budget = float(budget / scale if scale else budget)
+    given = _dollars("--budget", args.budget) if scale is not None else _spot_hours("--budget", args.budget)
+    budget = None if given is None else float(given / scale if scale else given)
     try:
-        return _replay(args, names, scale, budget, out)
+        return _replay(args, names, scale, budget, out, given)
     except BrokenPipeError:  # the reader went away: broker.cli exits quietly
         raise
     except (OSError, ValueError) as exc:  # a last resort (each file is read, and each window checked, before this)
@@ -371,7 +370,8 @@ def _checked(args, w: dict, where: str, deadline: int, told: int) -> tuple[int, 
     return gap, avail
 
 
-def _replay(args, names: list[str], scale: Decimal | None, budget: float | None, out) -> list[dict]:
+def _replay(args, names: list[str], scale: Decimal | None, budget: float | None, out,
+            given: Decimal | None = None) -> list[dict]:
     """Replay every window and policy. Every refusal comes before the first row is written: a windows file is read
     and each of its windows checked first, and windows sampled from ``--zones`` all share one tick and one shape,
     so the first one checked stands for all. A script reading ``--json`` gets either rows or one error, never
@@ -418,6 +418,9 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
                 "ondemand_only_cost": _money(-(-(work + changeover) // gap) * gap * ratio / 3600, scale),
                 "actions": r.actions,
             }
+            if given is not None:  # a run over the user's budget is flagged, never left to be noticed in the cost;
+                # compared in the budget's own units, as the cost is shown (dollars to the micro-dollar)
+                row["over_budget"] = Decimal(repr(row["cost"])) > given
             if "start_tick" in w:
                 row["start_tick"] = w["start_tick"]
             if args.optimum:
@@ -430,9 +433,27 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
         if not args.optimum:
             print("vs optimum: add --optimum (the omniscient optimum of each window, a dynamic program)", file=out)
         if budget is not None:
-            print(f"budget {args.budget}: the broker's cost cap keeps each of its runs within it when it covers "
-                  f"on-demand only; the paper's baselines run without a cap and ignore it", file=out)
+            print(_budget_words(args.budget, given, results, names, scale), file=out)
     return results
+
+
+def _budget_words(given: str, budget: Decimal, results: list[dict], names: list[str], scale: Decimal | None) -> str:
+    """The footer of a replay with ``--budget``: how many runs of each policy went over it, and whether it could be
+    kept at all. A budget of 30 beside runs costing 49.67 read "the cost cap keeps each run within it", unflagged."""
+    over = {name: sum(1 for r in results if r["policy"] == name and r.get("over_budget")) for name in names}
+    runs = {name: sum(1 for r in results if r["policy"] == name) for name in names}
+    counted = "; ".join(f"{name} {over[name]} of {runs[name]}" for name in names)
+    ondemand = max((r["ondemand_only_cost"] for r in results), default=0.0)  # dollars with --spot-price
+    unit = "" if scale is None else "$"
+    if budget < Decimal(repr(ondemand)):  # both in the units of cost, as shown
+        why = (f"it is below on-demand only ({unit}{ondemand:,.2f}{'' if scale else ' spot-hours'}), so no policy can "
+               f"promise to keep it: where spot runs short the job needs more to meet its deadline. The broker stops "
+               f"such a job at its budget (checkpointed, resumable once the budget is raised), which this replay does "
+               f"not model: here the runs go on to finish")
+    else:
+        why = ("it covers on-demand only, so the broker's cost cap keeps each of its runs within it; the paper's "
+               "baselines run without a cap and ignore it")
+    return f"budget {given}: runs over it: {counted}. {why[0].upper()}{why[1:]}"
 
 
 def _normalized_cost(actions: str, gap: int, ratio: Decimal) -> Decimal:

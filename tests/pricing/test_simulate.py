@@ -186,7 +186,17 @@ def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(
     assert all(r["finished"] and r["spot_hours"] == 0 and Decimal(str(r["cost"])) <= Decimal(str(od_only)) for r in rows)
     table = io.StringIO()
     cli_run(args + ["--budget", str(od_only)], out=table)
-    assert f"budget {od_only}: the broker's cost cap keeps each of its runs within it" in table.getvalue()
+    assert f"budget {od_only}: runs over it: broker 0 of 6. It covers on-demand only, so the broker's cost cap keeps " \
+           "each of its runs within it" in " ".join(table.getvalue().split())
+    assert not any(r["over_budget"] for r in rows)
+    # a budget below on-demand only: the runs that go over it are flagged and counted, never left unsaid
+    low = cli_run(args + ["--json", "--budget", "20"], out=io.StringIO())
+    assert [r["over_budget"] for r in low] == [r["cost"] > 20 for r in low] and any(r["over_budget"] for r in low)
+    table = io.StringIO()
+    cli_run(args + ["--budget", "20"], out=table)
+    said = " ".join(table.getvalue().split())
+    assert f"budget 20: runs over it: broker {sum(r['over_budget'] for r in low)} of 6. It is below on-demand only " \
+           f"(${od_only:,.2f}), so no policy can promise to keep it" in said, said
     for bad, why in (("abc", "is not a number"), ("-1", "must be a number")):
         with pytest.raises(SystemExit, match=why):
             cli_run(args + ["--budget", bad], out=io.StringIO())
