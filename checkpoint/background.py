@@ -30,15 +30,18 @@ class BackgroundRunner:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, task: Task) -> None:
-        """Queue ``task``; replaces a queued (not yet running) one. Does not block."""
+    def submit(self, task: Task) -> Task | None:
+        """Queue ``task``; replaces a queued (not yet running) one, which is returned (None when none was
+        waiting), for the caller to say which was dropped. Does not block."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("checkpointer is closed")
-            if self._pending is not None:
+            replaced = self._pending
+            if replaced is not None:
                 self.superseded += 1
             self._pending = task
             self._cond.notify_all()
+            return replaced
 
     def busy(self) -> bool:
         with self._cond:

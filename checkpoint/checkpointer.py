@@ -14,7 +14,8 @@ Environment read (all optional):
 * ``BROKER_RESUME_FROM`` — URI of one committed checkpoint the broker wants resumed;
   ``restore`` starts there (falling back to older ones in the same place if it is corrupt), or at a
   newer one this same job committed that the broker never heard of; one that is not there is said in a
-  warning, and the newest committed one of that base is restored instead;
+  warning, and the newest committed one of that base is restored instead; ``restore(step=N)`` wins over it (it is
+  then ignored, with a log line);
 * ``BROKER_JOB_ID``, ``BROKER_ATTEMPT`` — recorded in each manifest; together they fence a superseded
   attempt (a zombie) off the base: :func:`checkpoint.commit.check_fence`;
 * ``BROKER_PREEMPTION_GRACE_S`` — seconds from SIGTERM to a forced exit (default 30);
@@ -41,7 +42,7 @@ import time
 import warnings
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -118,7 +119,8 @@ class Checkpointer:
         every_steps: ``due`` is true on multiples of this step count.
         every_seconds: ``due`` is true once this long has passed since the last save
             (default 300 s when neither interval is given).
-        keep_last: committed checkpoints kept (older ones are deleted after a commit).
+        keep_last: committed checkpoints kept (older ones are deleted after a commit); ``None`` keeps every
+            checkpoint (nothing committed is deleted; a save that died is still cleaned up).
         keep_every: additionally keep the first checkpoint of every window of this many steps.
         grace_s: SIGTERM to forced exit; default ``$BROKER_PREEMPTION_GRACE_S`` or 30 s.
         handle_sigterm: install the SIGTERM handler (main thread only) and, where the
@@ -138,7 +140,7 @@ class Checkpointer:
             there, restore reads the checkpoint into memory instead and warns (:mod:`checkpoint.restore`).
         env: environment to read (default ``os.environ``).
 
-    The counts (``every_steps``, ``keep_last``, ``keep_every``: integers ``>= 1``) and durations
+    The counts (``every_steps``, ``keep_last``, ``keep_every``: integers ``>= 1``; ``keep_last`` may be ``None``) and durations
     (``every_seconds > 0``, ``grace_s >= 0``: numbers) are checked here, before anything is opened:
     a ``TypeError`` (a float count, a bool, a numeric string, ``None``) or ``ValueError`` (out of
     range) naming the argument (:mod:`checkpoint.arguments`).
@@ -150,7 +152,7 @@ class Checkpointer:
         *,
         every_steps: int | None = None,
         every_seconds: float | None = None,
-        keep_last: int = 3,
+        keep_last: int | None = 3,
         keep_every: int | None = None,
         grace_s: float | None = None,
         handle_sigterm: bool = True,
@@ -183,7 +185,7 @@ class Checkpointer:
                 raise ValueError("no checkpoint URI: pass one or set BROKER_CHECKPOINT_URI")
             storage = open_storage(uri, storage_options, self._transfer)
         self._storage: Storage = storage
-        problem = _uncreatable(_local_base(storage), files_only=True)
+        problem = _checkpoint_not_base(storage.base_uri) or _uncreatable(_local_base(storage), files_only=True)
         if problem:  # found now, not at the first save, after the steps before it were trained
             raise CheckpointError(problem)
         self._abandoned: frozenset[CheckpointId] = frozenset()  # set by restore: see _own_newer and retention
@@ -307,8 +309,12 @@ class Checkpointer:
         """Snapshot ``state`` now and upload it in the background.
 
         Blocks only while tensors are copied to host memory and the structure is frozen.
-        After a preemption notice it also waits for the commit and exits the process.
-        ``step`` must be an integer (``int``, or anything with ``__index__``); saving the step
+        One upload runs at a time: a save made while one is running waits for it, and a newer save made before it
+        started replaces it (that step is never written, logged at INFO naming it), so the newest state is what
+        commits when saves come faster than uploads. ``save(..., wait=True)`` waits for the commit and keeps every
+        step. After a preemption notice it also waits for the commit and exits the process.
+        ``step`` must be an integer (``int``, a numpy integer, a 0-d integer tensor: recorded as an ``int``; a
+        float, a string, a tensor of another shape is a ``TypeError``); saving the step
         saved last again does nothing — the first save of a step stands, unless its upload failed: then
         saving the step again writes it. Saving the step that was restored writes a second checkpoint of
         it, which restore takes (the newer): whether the objects changed since cannot be told, and a
@@ -346,11 +352,18 @@ class Checkpointer:
             with rng.with_peers(self._peer_rngs(step, state)):
                 captured = snapshot.capture(state)
             self._warn_pickled(step, captured.pickled)
+            self._warn_flattened(step, captured.flattened)
             cid = layout.new_id(step, int(time.time() * 1000), self._last_id)
             self._last_id, self._last_step, self._saved_step, self._last_time = cid, step, step, self._clock()
             self._restored_step = None
             blocked = time.perf_counter() - started
-            self._runner.submit(lambda: self._write(cid, captured, started, blocked))
+            task = lambda: self._write(cid, captured, started, blocked)  # noqa: E731
+            task.step = step  # type: ignore[attr-defined]
+            dropped = self._runner.submit(task)
+            if dropped is not None:
+                log.info("step %s: its snapshot was still waiting for the upload before it, and is dropped for the "
+                         "newer step %d (never written; save(wait=True) keeps every step)",
+                         getattr(dropped, "step", "?"), step)
         if self.preemption.requested:
             # An earlier save may fail only now, while this one waits (it was still uploading at the notice): that
             # failure is logged, as at the top; only the notice's own save failing is raised.
@@ -432,6 +445,18 @@ class Checkpointer:
             f"step {step}: {', '.join(new)} can only be saved pickled, and restore() refuses pickled objects "
             f"unless allow_pickle=True: save plain values (numbers, strings, lists, dicts), tensors or arrays "
             f"there, or an object with state_dict()/load_state_dict()"), stacklevel=3)
+
+    def _warn_flattened(self, step: int, flattened: list[str]) -> None:
+        """Say at the first save that these mappings come back as plain dicts (a defaultdict whose factory is not a
+        builtin type, a dict subclass): a resume that relies on what they were fails later (a KeyError)."""
+        new = [p for p in flattened if p not in self._warned_pickled]
+        if not new:
+            return
+        self._warned_pickled.update(new)
+        warnings.warn(CheckpointWarning(
+            f"step {step}: {', '.join(new)} will be restored as a plain dict: save a dict (and make the "
+            f"defaultdict or your class again from it after restore), a Counter, an OrderedDict, or a defaultdict "
+            f"of list, int, dict, set, float or str, which come back as they were"), stacklevel=3)
 
     def _write(self, cid: CheckpointId, captured: snapshot.Captured, started: float, blocked: float) -> None:
         fence = self._fence
@@ -581,15 +606,25 @@ class Checkpointer:
         into: Mapping[str, Any] | None = None,
         allow_pickle: bool = False,
         strict: bool = True,
+        step: int | None = None,
     ) -> Restored | Any:
         """The newest committed checkpoint whose files verify, or ``default``.
+
+        With ``step``, the committed checkpoint of that step in this base (the newest of that step, should there be
+        two), verified as usual; none of that step that verifies is a :class:`CheckpointError` naming the steps the
+        base holds — never a fallback to another step, nor ``default``. An explicit ``step`` wins over
+        ``$BROKER_RESUME_FROM``, which is then ignored (with a log line).
 
         With ``$BROKER_RESUME_FROM`` set, that checkpoint is tried first and only older ones
         beside it after — unless this same job (``$BROKER_JOB_ID``) committed newer ones the broker
         never heard of: those come first (:meth:`_own_newer`). Committed checkpoints newer than the
         one restored are then left alone by retention (a rollback's abandoned steps). Corrupt or incomplete checkpoints are skipped with a
         :class:`CheckpointWarning` naming them. With ``into`` (same keys as saved, live
-        objects as values), each object that has ``load_state_dict`` is loaded in place.
+        objects as values), each object that has ``load_state_dict`` is loaded in place, and so is each tensor
+        held in a value that is a tensor or a dict, list or tuple of them (``{"model": model.state_dict()}``, whose
+        tensors share the parameters' memory; an EMA tensor): the saved values are copied into it. Every value is
+        checked against the checkpoint before anything is loaded: a module's missing or unexpected keys, and the
+        shapes of tensors (a classifier head of another size).
 
         A ``$BROKER_RESUME_FROM`` naming a checkpoint that is not there (deleted, or a typo) is said in a
         warning, and the newest committed checkpoint of that base is restored instead (this job's first).
@@ -598,18 +633,31 @@ class Checkpointer:
             TypeError: ``into`` is not a mapping (a bare model: ``into={"model": model}`` is meant),
                 before anything is read.
             CheckpointError: a key of ``into`` is not in the checkpoint chosen (a key renamed since it was
-                saved), before anything is loaded; with ``strict=False`` the others are loaded and a
-                :class:`CheckpointWarning` names it.
+                saved), or a value does not match what was saved there (a module's missing or unexpected keys, a
+                tensor of another shape; named with the checkpoint's URI), before anything is loaded; with
+                ``strict=False`` the rest is loaded and a :class:`CheckpointWarning` names what was not. An error
+                of a ``load_state_dict`` itself is raised as one too, naming the key and the checkpoint. ``step``
+                given and no committed checkpoint of that step verifies.
+            TypeError: ``step`` is not an integer.
             UnsafeCheckpointError: the chosen checkpoint contains pickled objects and
                 ``allow_pickle`` is False.
         """
         if into is not None and not isinstance(into, Mapping):  # iterated, a module gave a baffling traceback
             raise TypeError(f"restore(into=...) takes a dict of name → object, like save(), got {type(into).__name__}")
+        if step is not None:
+            step = _step(step)
         own_newer: list[layout.Entry] = []
         # claimed before the listing: a zombie's commit landing between the two was neither seen (restored, or set
         # aside as abandoned) nor fenced, and retention counted it as newest, deleting this attempt's own
         self._claim_at_restore()
-        if self._resume_from:
+        if step is not None:
+            if self._resume_from:
+                log.info("restore(step=%d): BROKER_RESUME_FROM (%s) is ignored, the step asked for wins", step,
+                         self._resume_from)
+            storage = self._storage
+            entries = layout.scan(storage.list())
+            candidates = [e for e in layout.committed_newest_first(entries) if e.id.step == step]
+        elif self._resume_from:
             parent, cid = layout.split_checkpoint_uri(self._resume_from)
             storage = (self._storage if parent.rstrip("/") == self._storage.base_uri
                        else open_storage(parent, self._storage_options, self._transfer))
@@ -628,6 +676,8 @@ class Checkpointer:
         damaged: set[CheckpointId] = set()
         found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle), damaged,
                                          spool_dir=self._spool_dir)
+        if found is None and step is not None:  # the step asked for, or nothing: no other one, no fresh start
+            raise CheckpointError(self._no_such_step(step, entries, candidates))
         if storage is self._storage:
             # Commits newer than the one restored (all of them if none was) are not retention's to count: a rollback's,
             # or ones this version cannot read — left alone — or damaged ones, which retention deletes. Counted, they
@@ -655,6 +705,7 @@ class Checkpointer:
             log.warning("restoring %s: this job committed it after %s, the checkpoint the broker named "
                         "(the broker had not heard of it)", loaded.uri, self._resume_from)
             self._reporter.report_checkpoint(loaded.id.step, loaded.uri)
+        copied: dict[int, Any] = {}  # id of a saved tensor copied into a live one → that live tensor
         if into:
             missing = [k for k in into if k not in state]
             if missing:
@@ -663,17 +714,47 @@ class Checkpointer:
                     raise CheckpointError(f"{has}: nothing was loaded; give restore(into=...) the names it was saved "
                                           f"with, or pass strict=False to load the others and leave those as they are")
                 warnings.warn(CheckpointWarning(f"{has}: those objects were not loaded (strict=False)"), stacklevel=3)
-            for key, target in into.items():  # plain values (an epoch count) are read from the result
-                if key in state and snapshot.is_stateful(target):
-                    cast = _cast_on_load(target, state[key])
-                    if cast:  # torch's load_state_dict casts without a word, strict or not
-                        warnings.warn(CheckpointWarning(_cast_message(key, loaded.uri, cast)), stacklevel=3)
-                    state[key] = _load_into(target, state[key])
-        state = snapshot.materialize(state)
+            # Every target is checked against what was saved before anything is loaded: a model whose head changed
+            # size loaded the objects before it and then raised torch's own error, half loaded
+            plans = {key: _plan(key, target, state[key]) for key, target in into.items() if key in state}
+            for key, plan in plans.items():
+                if plan.problems:
+                    message = _mismatch_message(key, loaded.uri, plan, strict)
+                    if strict:
+                        raise CheckpointError(message)
+                    warnings.warn(CheckpointWarning(message), stacklevel=3)
+            for key, plan in plans.items():  # plain values (an epoch count) are read from the result
+                target = into[key]
+                if plan.cast:  # torch's load_state_dict (and copy_) casts without a word, strict or not
+                    warnings.warn(CheckpointWarning(_cast_message(key, loaded.uri, plan.cast)), stacklevel=3)
+                try:
+                    if plan.module:
+                        state[key] = _load_into(target, state[key], skip=plan.skip, strict=strict)
+                    elif plan.stateful and not plan.problems:  # (with strict=False one that does not fit is left)
+                        state[key] = _load_into(target, state[key])
+                    elif plan.pairs:
+                        copied.update(_copy_tensors(plan.pairs))
+                except CheckpointError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - any load_state_dict's own error, said with where it was
+                    raise CheckpointError(f"{loaded.uri}: loading {key!r} failed: {_describe(e)} (restore(into=...) "
+                                          f"checked the saved shapes and keys first; what loaded before it stays "
+                                          f"loaded)") from e
+        state = snapshot.materialize(state, copied)
         self._last_step, self._last_time = loaded.id.step, self._clock()
         self._restored_step, self._restored_uri = loaded.id.step, loaded.uri
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
+
+    def _no_such_step(self, step: int, entries: list[layout.Entry], tried: list[layout.Entry]) -> str:
+        """``restore(step=step)`` found no committed checkpoint of that step that verifies: why, in a sentence."""
+        steps = sorted({e.id.step for e in layout.committed_newest_first(entries)})
+        holds = (f"it holds step(s) {', '.join(map(str, steps[-10:]))}" + (" and older" if len(steps) > 10 else "")
+                 if steps else "it holds no committed checkpoint")
+        why = ("the checkpoint(s) of that step did not verify (see the warnings)" if tried
+               else "there is no committed checkpoint of that step")
+        return (f"restore(step={step}): {why} in {self.uri} ({holds}); nothing was restored. Pass one of those "
+                f"steps, or no step for the newest")
 
     def _gone(self, storage: Storage, entries: list[layout.Entry], named: CheckpointId,
               own_newer: list[layout.Entry]) -> list[layout.Entry]:
@@ -771,6 +852,19 @@ def _local_base(storage: Storage) -> str | None:
     return None if where is None else os.path.dirname(os.path.abspath(where))
 
 
+def _checkpoint_not_base(uri: str) -> str | None:
+    """Why ``uri`` cannot be a base: it names one checkpoint (``…/step-000000000035-1733011200123``, as
+    ``last_committed``, ``Restored.uri`` and ``checkpoint ls`` print them), in a sentence saying what to pass
+    instead; None for anything else. Taken as a base, it held no checkpoint (restore started afresh) and saves
+    were nested inside that checkpoint."""
+    try:
+        parent, cid = layout.split_checkpoint_uri(uri)
+    except ValueError:
+        return None
+    return (f"{uri} is a checkpoint, not a checkpoint base: pass its parent, Checkpointer({parent!r}), and "
+            f"restore(step={cid.step}) to restore that step (or set BROKER_RESUME_FROM={uri})")
+
+
 def _uncreatable(base: str | None, *, files_only: bool = False) -> str | None:
     """Why the local base ``base`` cannot be made into a directory (a file on its path, a parent this process
     cannot write), in a sentence naming the path; None when it can or is one. Nothing is created: a checkpointer
@@ -825,13 +919,180 @@ def _cast_message(key: str, uri: str, cast: list[tuple[str, str, str]]) -> str:
             f"{shown}{more} (restored all the same; save and restore with one dtype to keep the values as saved)")
 
 
-def _load_into(target: Any, saved: Any) -> Any:
+@dataclass
+class _Plan:
+    """How one value of ``restore(into=...)`` is loaded, found before anything is (:func:`_plan`)."""
+
+    module: bool = False  # a torch module: load_state_dict, a tensor at a time (_load_into)
+    stateful: bool = False  # another object with load_state_dict (an optimizer)
+    pairs: list[tuple[str, Any, Any]] = dataclass_field(default_factory=list)  # (path, live tensor, saved Pending)
+    problems: list[str] = dataclass_field(default_factory=list)  # what does not match, a phrase each
+    skip: set[str] = dataclass_field(default_factory=set)  # a module's saved keys left out (strict=False)
+    cast: list[tuple[str, str, str]] = dataclass_field(default_factory=list)  # loaded with another dtype
+
+
+def _shape(shape: Any) -> str:
+    return str(tuple(shape))
+
+
+def _plan(key: str, target: Any, saved: Any) -> _Plan:
+    """Check ``target`` (a value of ``into``) against ``saved`` (its pending entry) without loading anything: a
+    module's keys (missing, unexpected) and shapes; tensors held in a tensor, dict, list or tuple (a state dict of a
+    model, an EMA tensor) paired with the saved ones, shapes compared. Plain values are no concern here."""
+    plan = _Plan()
+    module = serialization.unwrap_parallel(target)
+    if serialization.is_module(module) and isinstance(saved, dict):
+        plan.module = True
+        live = module.state_dict(keep_vars=True)
+        names: dict[str, str] = {}  # live name → saved key (a save through DDP: every key "module.…")
+        for saved_key in saved:
+            names[saved_key.removeprefix("module.") if saved_key not in live else saved_key] = saved_key
+        migrates = _may_migrate(live, saved)
+        for name in live:
+            if name not in names and not migrates(name):
+                plan.problems.append(f"{name!r} missing from the checkpoint")
+        for name, saved_key in names.items():
+            tensor, value = live.get(name), saved[saved_key]
+            if name not in live:
+                if not migrates(name):
+                    plan.problems.append(f"{saved_key!r} saved, not in the model")
+            elif (serialization.is_tensor(tensor) and isinstance(value, serialization.Pending)
+                  and name.rpartition(".")[2] != "_extra_state" and tuple(value.shape()) != tuple(tensor.shape)):
+                plan.problems.append(f"{name!r} saved {_shape(value.shape())}, live {_shape(tensor.shape)}")
+                plan.skip.add(saved_key)
+        plan.cast = _cast_on_load(target, saved)
+        return plan
+    if snapshot.is_stateful(target):
+        plan.stateful = True
+        groups, saved_groups = _param_groups(target), saved.get("param_groups") if isinstance(saved, dict) else None
+        if groups is not None and isinstance(saved_groups, list):  # an optimizer's own check raises, said below
+            sizes = [len(g.get("params", ())) for g in saved_groups if isinstance(g, dict)]
+            if sizes != groups:
+                plan.problems.append(f"parameter groups of sizes {sizes} saved, {groups} live")
+        return plan
+    _pair(key, target, saved, plan)
+    for path, live, value in plan.pairs:
+        was, now = value.dtype_name(), str(live.dtype).removeprefix("torch.")
+        if was is not None and was != now:
+            plan.cast.append((path, was, now))
+    return plan
+
+
+def _may_migrate(live: Any, saved: Any) -> Callable[[str], bool]:
+    """Whether the submodule holding a key may convert a state of another version as it loads (torch's
+    ``_load_from_state_dict`` with the saved ``_metadata`` version: BatchNorm before version 2 had no
+    ``num_batches_tracked``): its saved version is unknown or not the live one. Such keys are left to
+    ``load_state_dict`` to judge; the others' missing and unexpected keys are found before anything loads."""
+    live_meta = getattr(live, "_metadata", None) or {}
+    saved_meta = getattr(saved, "_metadata", None) or {}
+
+    def version(meta: Any, prefix: str) -> Any:
+        entry = meta.get(prefix)
+        if entry is None:
+            entry = meta.get(f"module.{prefix}" if prefix else "module")
+        return entry.get("version") if isinstance(entry, Mapping) else None
+
+    def migrates(name: str) -> bool:
+        prefix = name.rpartition(".")[0]
+        now = version(live_meta, prefix)
+        return now is not None and version(saved_meta, prefix) != now
+
+    return migrates
+
+
+def _param_groups(target: Any) -> list[int] | None:
+    """The number of parameters in each of an optimizer's groups, or None for anything else."""
+    groups = getattr(target, "param_groups", None)
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        return None
+    return [len(g.get("params", ())) for g in groups]
+
+
+def _holds_tensor(x: Any) -> bool:
+    if serialization.is_tensor(x):
+        return True
+    if isinstance(x, Mapping):
+        return any(_holds_tensor(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return any(_holds_tensor(v) for v in x)
+    return False
+
+
+def _holds_pending(x: Any) -> bool:
+    if isinstance(x, serialization.Pending):
+        return True
+    if isinstance(x, Mapping):
+        return any(_holds_pending(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return any(_holds_pending(v) for v in x)
+    return False
+
+
+def _pair(path: str, live: Any, saved: Any, plan: _Plan) -> None:
+    """Pair each tensor of ``live`` (a tensor, or a dict / list / tuple holding some) with the saved one at the same
+    place, into ``plan.pairs``; what does not match (a key, a length, a shape) into ``plan.problems``."""
+    if serialization.is_tensor(live):
+        if not isinstance(saved, serialization.Pending) or saved.is_array():
+            what = "a numpy array" if isinstance(saved, serialization.Pending) else f"a {type(saved).__name__}"
+            plan.problems.append(f"{path!r} is a tensor here, {what} in the checkpoint")
+        elif tuple(saved.shape()) != tuple(live.shape):
+            plan.problems.append(f"{path!r} saved {_shape(saved.shape())}, live {_shape(live.shape)}")
+        else:
+            plan.pairs.append((path, live, saved))
+        return
+    if isinstance(live, Mapping):
+        if not isinstance(saved, Mapping):
+            plan.problems.append(f"{path!r} is a dict here, a {type(saved).__name__} in the checkpoint")
+            return
+        for k, v in live.items():
+            if not _holds_tensor(v):
+                continue  # a plain value: read from the result
+            if k in saved:
+                _pair(f"{path}.{k}", v, saved[k], plan)
+            else:
+                plan.problems.append(f"{f'{path}.{k}'!r} missing from the checkpoint")
+        for k, v in saved.items():
+            if k not in live and _holds_pending(v):
+                plan.problems.append(f"{f'{path}.{k}'!r} saved, not in the live dict")
+        return
+    if isinstance(live, (list, tuple)):
+        if not isinstance(saved, (list, tuple)) or len(saved) != len(live):
+            what = f"{len(saved)} item(s)" if isinstance(saved, (list, tuple)) else f"a {type(saved).__name__}"
+            plan.problems.append(f"{path!r} holds {len(live)} item(s) here, {what} in the checkpoint")
+            return
+        for i, (v, s) in enumerate(zip(live, saved)):
+            if _holds_tensor(v):
+                _pair(f"{path}[{i}]", v, s, plan)
+
+
+def _mismatch_message(key: str, uri: str, plan: _Plan, strict: bool) -> str:
+    shown = "; ".join(plan.problems[:5]) + (f"; and {len(plan.problems) - 5} more" if len(plan.problems) > 5 else "")
+    if not strict:
+        return (f"{uri}: {key!r} does not match what was saved ({shown}): those tensors were not loaded, the rest "
+                f"were (strict=False)")
+    return (f"{uri}: restore(into=...) {key!r} does not match what was saved: {shown}. Nothing was loaded. A model "
+            f"that changed since this checkpoint was saved should start on a new checkpoint base; or load the matching "
+            f"parts yourself from restore() without into= (or pass strict=False to load everything that matches)")
+
+
+def _copy_tensors(pairs: list[tuple[str, Any, Any]]) -> dict[int, Any]:
+    """Copy each saved tensor into its live one, in place (one read at a time); the live tensors by saved id."""
+    copied = {}
+    for _, live, saved in pairs:
+        serialization.copy_into(live, saved)
+        copied[id(saved)] = live
+    return copied
+
+
+def _load_into(target: Any, saved: Any, *, skip: set[str] = frozenset(), strict: bool = True) -> Any:
     """Load ``saved`` (tensors pending, :func:`snapshot.decode_pending`) into ``target``; what ``Restored`` holds for it.
 
     A module's parameters and buffers are read one at a time as ``load_state_dict`` copies each into place
     (:class:`serialization.LazyTensor`), so the load holds one tensor of the checkpoint at a time; the result is then
     the module's own ``state_dict()`` (its live tensors, no copy). Other objects (an optimizer, which keeps the
-    tensors it is given) get every tensor read first, and the result is what they were given."""
+    tensors it is given) get every tensor read first, and the result is what they were given. ``skip``: a module's
+    saved keys left out (a shape that does not match, with ``strict=False``), which is passed on to
+    ``load_state_dict``."""
     module = serialization.unwrap_parallel(target)
     if serialization.is_module(module) and isinstance(saved, dict):
         live = module.state_dict(keep_vars=True)
@@ -841,10 +1102,11 @@ def _load_into(target: Any, saved: Any) -> Any:
             return (isinstance(value, serialization.Pending) and serialization.is_tensor(live.get(name))
                     and not name.rpartition(".")[2] == "_extra_state")
 
-        given = OrderedDict((k, v.lazy() if lazy(k, v) else snapshot.materialize(v)) for k, v in saved.items())
+        given = OrderedDict((k, v.lazy() if lazy(k, v) else snapshot.materialize(v)) for k, v in saved.items()
+                            if k not in skip)
         if getattr(saved, "_metadata", None) is not None:  # torch's module versions: load_state_dict reads them
             given._metadata = saved._metadata
-        serialization.load_state(target, given)
+        serialization.load_state(target, given, strict=strict)
         return module.state_dict()
     saved = snapshot.materialize(saved)
     serialization.load_state(target, saved)
@@ -877,6 +1139,11 @@ def _grace_from_env(env: Mapping[str, str]) -> float:
 
 
 def _step(step: Any) -> int:
+    """``step`` as a Python ``int`` (what is recorded): an ``int``, a numpy integer, a 0-d integer tensor (its value,
+    read once here). A tensor of any other shape is refused, though torch lets a one-element one index."""
+    if serialization.is_tensor(step) and step.dim() != 0:
+        raise TypeError(f"step must be an integer (or a 0-d integer tensor), got a tensor of shape "
+                        f"{tuple(step.shape)}: pass int(...) of the step")
     try:
         return operator.index(step)
     except TypeError:

@@ -3,7 +3,7 @@
 Rules, applied only right after a new checkpoint committed (so a newer one always exists
 before anything older goes):
 
-* keep the newest ``keep_last`` committed checkpoints;
+* keep the newest ``keep_last`` committed checkpoints (``None``: keep every one);
 * with ``keep_every`` set, also keep the first committed checkpoint in each window of
   ``keep_every`` steps (``[0, K)``, ``[K, 2K)``, …) — works for irregular, time-based saves;
 * an uncommitted directory older than the newest commit is debris of a save that died:
@@ -30,11 +30,13 @@ from checkpoint.layout import CheckpointId, Entry
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    keep_last: int = 3
+    keep_last: int | None = 3  # None: keep every committed checkpoint
     keep_every: int | None = None
 
     def __post_init__(self) -> None:
-        arguments.count("keep_last", self.keep_last, why=" (the newest checkpoint is always kept)")
+        if self.keep_last is not None:
+            arguments.count("keep_last", self.keep_last, why=" (the newest checkpoint is always kept; None keeps "
+                                                              "every one)")
         if self.keep_every is not None:
             arguments.count("keep_every", self.keep_every)
 
@@ -56,7 +58,7 @@ def to_delete(entries: list[Entry], policy: RetentionPolicy,
                        key=lambda e: e.id)
     if not committed:
         return []
-    keep = {e.id for e in committed[-policy.keep_last:]}
+    keep = {e.id for e in (committed if policy.keep_last is None else committed[-policy.keep_last:])}
     if policy.keep_every:
         first_in_window: dict[int, Entry] = {}
         for e in committed:

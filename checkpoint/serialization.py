@@ -65,9 +65,11 @@ def unwrap_parallel(x: Any) -> Any:
     return x
 
 
-def load_state(target: Any, saved: Any) -> None:
+def load_state(target: Any, saved: Any, strict: bool = True) -> None:
     """``target.load_state_dict(saved)``, through a parallel wrapper. A model's state saved through one by an
-    earlier version (every key ``module.…``) loads too, into a wrapped model or a bare one."""
+    earlier version (every key ``module.…``) loads too, into a wrapped model or a bare one. ``strict=False`` is
+    passed on to a module's ``load_state_dict`` (missing and unexpected keys are left alone); other objects are
+    loaded as they are (an optimizer's ``load_state_dict`` takes no ``strict``)."""
     target = unwrap_parallel(target)
     torch = sys.modules.get("torch")
     if (torch is not None and isinstance(target, torch.nn.Module) and isinstance(saved, dict) and saved
@@ -78,7 +80,10 @@ def load_state(target: Any, saved: Any) -> None:
         if metadata is not None:  # torch's module versions, by prefix: "module.0" is "0" now, "module" the root
             saved._metadata = _OrderedDict(("" if k == "module" else k.removeprefix("module."), v)
                                            for k, v in metadata.items() if k == "module" or k.startswith("module."))
-    target.load_state_dict(saved)
+    if not strict and torch is not None and isinstance(target, torch.nn.Module):
+        target.load_state_dict(saved, strict=False)
+    else:
+        target.load_state_dict(saved)
 
 
 def host_copy(x: Any) -> Any:
@@ -250,9 +255,28 @@ class Pending:
         """The saved dtype as torch names it (``float32``, ``bfloat16``), or None for a type torch lacks."""
         return _TORCH_BY_NAME.get(self.file.entries[self.name][0])
 
+    def shape(self) -> tuple[int, ...]:
+        """The saved shape, from the file's header (nothing is read)."""
+        return self.file.entries[self.name][1]
+
+    def is_array(self) -> bool:
+        """Saved as a numpy array (read back as one), not a tensor."""
+        return self.name in self.file._arrays
+
     def lazy(self) -> Any:
         """A stand-in for the tensor, for ``load_state_dict`` (:class:`LazyTensor`); an array is read now."""
         return self.read() if self.name in self.file._arrays else LazyTensor(self)
+
+
+def copy_into(live: Any, saved: Pending) -> None:
+    """Copy the saved tensor into the live tensor ``live`` in place, without autograd (a parameter that requires
+    grad, or a state dict's tensor sharing its memory), read straight into it where dtype, shape and device allow
+    (:meth:`LazyTensor.read_into`); the shapes were checked by the caller."""
+    import torch
+
+    with torch.no_grad():
+        if not LazyTensor(saved).read_into(live):
+            live.copy_(saved.read())
 
 
 class LazyTensor:

@@ -30,6 +30,12 @@ converts a checkpoint of an older version by it. It is kept under ``metadata`` i
 ``_metadata``, so ``load_state_dict`` sees the versions that were saved. Before, it was lost: every module took the
 checkpoint for one of no version, and one that migrates by it converted the state it had just saved. An earlier
 version of this library ignores the list.
+
+A ``collections.Counter``, and a ``defaultdict`` whose factory is a builtin type (``list``, ``int``, ``dict``,
+``set``, ``float``, ``str``), come back as what they were: their places in the tree and what they were are listed
+under ``kinds`` (``[path, "Counter"]``, ``[path, "defaultdict", "list"]``), which an earlier version ignores (a
+dict). Any other mapping that is not a ``dict`` or an ``OrderedDict`` (a ``defaultdict`` of a lambda, a dict
+subclass) is saved as a dict, and is listed in ``Captured.flattened`` for the save to warn about.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
-from collections import OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +73,9 @@ class Captured:
     ordered: list[dict[str, Any]] = field(default_factory=list)  # the nodes of ``tree`` that were OrderedDicts
     # the nodes of ``tree`` whose OrderedDict had torch's ``_metadata`` (a module's state_dict), and it, encoded
     metadata: list[tuple[dict[str, Any], Any]] = field(default_factory=list)
+    # the nodes of ``tree`` that were a Counter or a defaultdict of a builtin factory, and how to make them again
+    kinds: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
+    flattened: list[str] = field(default_factory=list)  # mappings that come back as a dict: where, and their type
 
     @property
     def nbytes(self) -> int:
@@ -83,6 +92,9 @@ class Captured:
         if self.metadata:
             where = _where(self.tree, {id(node) for node, _ in self.metadata})
             doc["metadata"] = [[where[id(node)], meta] for node, meta in self.metadata if id(node) in where]
+        if self.kinds:
+            where = _where(self.tree, {id(node) for node, _ in self.kinds})
+            doc["kinds"] = [[where[id(node)], *kind] for node, kind in self.kinds if id(node) in where]
         out: dict[str, list[Any]] = {layout.STATE: [json.dumps(doc, allow_nan=True).encode()]}
         for filename, group in self.tensors.items():
             out[filename] = serialization.encode_tensors(group)
@@ -153,6 +165,14 @@ class _Encoder:
                 meta = getattr(obj, "_metadata", None)  # torch's, on a module's state_dict (load_state_dict reads it)
                 if isinstance(meta, Mapping):
                     self._captured.metadata.append((node, self._plain(meta, f"{where}._metadata")))
+            kind = _kind_of(obj)
+            if kind is not None:
+                self._captured.kinds.append((node, kind))
+            elif type(obj) not in (dict, OrderedDict):  # a dict subclass, a mapping proxy: said at the save
+                factory = getattr(obj, "default_factory", None) if isinstance(obj, defaultdict) else None
+                why = (f"a defaultdict({getattr(factory, '__qualname__', type(factory).__name__)})"
+                       if isinstance(obj, defaultdict) else f"a {type(obj).__name__}")
+                self._captured.flattened.append(f"{where} ({why})")
             return node
         if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
             return {"__tuple__": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
@@ -203,6 +223,46 @@ class _Encoder:
         return {"__pickle__": len(self._captured.objects) - 1}
 
 
+#: defaultdict factories kept by name (any other factory, a lambda above all, may not even pickle)
+_FACTORIES = {"list": list, "int": int, "dict": dict, "set": set, "float": float, "str": str}
+
+
+def _kind_of(obj: Any) -> list[str] | None:
+    """How ``state.json``'s ``kinds`` says what a mapping was, when it is not a plain dict but can be made again:
+    ``["Counter"]``, ``["defaultdict", "list"]`` (a builtin factory); None otherwise."""
+    if type(obj) is Counter:
+        return ["Counter"]
+    if type(obj) is defaultdict:
+        factory = obj.default_factory
+        name = getattr(factory, "__name__", None)
+        if factory is None or _FACTORIES.get(name) is factory:
+            return ["defaultdict", "None" if factory is None else name]
+    return None
+
+
+def _make_kind(kind: Any) -> Any:
+    """The constructor ``kinds`` names (:func:`_kind_of`) — dict items in, the mapping out — or None."""
+    if kind == ["Counter"]:
+        return lambda items: Counter(dict(items))
+    if isinstance(kind, list) and len(kind) == 2 and kind[0] == "defaultdict":
+        factory = None if kind[1] == "None" else _FACTORIES.get(kind[1])
+        if factory is not None or kind[1] == "None":
+            return lambda items: defaultdict(factory, items)
+    return None
+
+
+def _kinds(tree: Any, entries: Any) -> dict[int, Any]:
+    """The constructors ``state.json``'s ``kinds`` names, by the id of the node each is for. An entry that leads
+    nowhere or names no kind known here is passed over: the node comes back as a dict."""
+    found = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, list) and len(entry) >= 2:
+            node, make = _node(tree, entry[0]), _make_kind(entry[1:])
+            if node is not None and make is not None:
+                found[id(node)] = make
+    return found
+
+
 def _plain_key(key: Any) -> Any:
     """A dict key with its numpy scalars as Python values, as before they were kept (a key is looked up by value:
     ``np.int64(3)`` and ``3`` find the same entry), and stored in ``state.json`` rather than as an array."""
@@ -245,13 +305,14 @@ def decode_pending(blobs: Mapping[str, Any], allow_pickle: bool = False) -> dict
     scalars = {k: set(v) for k, v in doc.get("scalars", {}).items()}
     ordered = _nodes(doc["tree"], doc.get("ordered", []))
     metadata = _metadata(doc["tree"], doc.get("metadata", []))
+    kinds = _kinds(doc["tree"], doc.get("kinds", []))
     out = {}
     for index, (key, value) in enumerate(doc["tree"].items()):
         filename = layout.tensor_file(index, key)
         blob = blobs.get(filename)
         file = (serialization.TensorFile(blob, arrays.get(filename, set()), scalars.get(filename, set()))
                 if blob is not None and blob.size else None)
-        out[key] = _decode(value, file, objects, ordered, metadata)
+        out[key] = _decode(value, file, objects, ordered, metadata, kinds)
     return out
 
 
@@ -318,30 +379,38 @@ def _with_metadata(node: Any, meta: Any) -> Any:
     return node
 
 
-def materialize(tree: Any) -> Any:
-    """``tree`` with every :class:`~checkpoint.serialization.Pending` read (a tensor or array in memory of its own)."""
+def materialize(tree: Any, loaded: Mapping[int, Any] | None = None) -> Any:
+    """``tree`` with every :class:`~checkpoint.serialization.Pending` read (a tensor or array in memory of its own).
+    ``loaded``: pendings already copied into a live tensor (by ``id``), which stands for them (read no second time).
+    A ``Counter`` and a ``defaultdict`` stay what they are, as an ``OrderedDict`` does."""
+    loaded = loaded or {}
     if isinstance(tree, serialization.Pending):
-        return tree.read()
+        return loaded[id(tree)] if id(tree) in loaded else tree.read()
     if isinstance(tree, OrderedDict):
-        return _with_metadata(OrderedDict((k, materialize(v)) for k, v in tree.items()),
+        return _with_metadata(OrderedDict((k, materialize(v, loaded)) for k, v in tree.items()),
                               getattr(tree, "_metadata", None))
+    if isinstance(tree, defaultdict):
+        return defaultdict(tree.default_factory, ((k, materialize(v, loaded)) for k, v in tree.items()))
+    if isinstance(tree, Counter):
+        return Counter({k: materialize(v, loaded) for k, v in tree.items()})
     if isinstance(tree, dict):
-        return {k: materialize(v) for k, v in tree.items()}
+        return {k: materialize(v, loaded) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [materialize(v) for v in tree]
+        return [materialize(v, loaded) for v in tree]
     if isinstance(tree, tuple):
-        return tuple(materialize(v) for v in tree)
+        return tuple(materialize(v, loaded) for v in tree)
     return tree
 
 
 def _decode(obj: Any, file: Any, objects: list[Any] | None, ordered: set[int] = frozenset(),
-            metadata: dict[int, Any] | None = None) -> Any:
+            metadata: dict[int, Any] | None = None, kinds: dict[int, Any] | None = None) -> Any:
     metadata = metadata or {}
+    kinds = kinds or {}
     if isinstance(obj, list):
-        return [_decode(v, file, objects, ordered, metadata) for v in obj]
+        return [_decode(v, file, objects, ordered, metadata, kinds) for v in obj]
     if not isinstance(obj, dict):
         return obj
-    kind = OrderedDict if id(obj) in ordered else dict
+    kind = kinds.get(id(obj)) or (OrderedDict if id(obj) in ordered else dict)
     if len(obj) == 1:
         (tag, value), = obj.items()
         if tag in ("__tensor__", "__ndarray__"):
@@ -349,17 +418,17 @@ def _decode(obj: Any, file: Any, objects: list[Any] | None, ordered: set[int] = 
                 raise KeyError(f"tensor {value!r} is not in the file")
             return file.pending(value)
         if tag == "__tuple__":
-            return tuple(_decode(v, file, objects, ordered, metadata) for v in value)
+            return tuple(_decode(v, file, objects, ordered, metadata, kinds) for v in value)
         if tag == "__dict__":
-            return _with_metadata(kind((_decode(k, file, objects, ordered, metadata),
-                                        _decode(v, file, objects, ordered, metadata)) for k, v in value),
+            return _with_metadata(kind((_decode(k, file, objects, ordered, metadata, kinds),
+                                        _decode(v, file, objects, ordered, metadata, kinds)) for k, v in value),
                                   metadata.get(id(obj)))
         if tag == "__bytes__":
             return base64.b64decode(value)
         if tag == "__pickle__":
             assert objects is not None
             return objects[value]
-    return _with_metadata(kind((k, _decode(v, file, objects, ordered, metadata)) for k, v in obj.items()),
+    return _with_metadata(kind((k, _decode(v, file, objects, ordered, metadata, kinds)) for k, v in obj.items()),
                           metadata.get(id(obj)))
 
 
