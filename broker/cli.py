@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -697,16 +698,9 @@ def _say_behind(con, client, job_id: str) -> None:
 
 def _on_this_host(url: str) -> bool:
     """Whether the broker URL names this machine (loopback), where the broker can read the workdir itself."""
-    import ipaddress
-    from urllib.parse import urlsplit
+    from broker.client import _loopback
 
-    host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return _loopback(url)
 
 
 def _local_source(source: Any) -> bool:
@@ -747,6 +741,12 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
     if not upload:
         if has_workdir and _on_this_host(client.url) and not Path(workdir).expanduser().is_dir():
             raise BrokerError(0, f"workdir {workdir}: no such directory")  # as `sky launch`; the job would fail
+        if _on_this_host(client.url):
+            # the broker reads these paths on this host: one not here ran the job without it, and it could "succeed"
+            for dest, source in sorted(local.items(), key=lambda item: str(item[0])):
+                if not Path(source).expanduser().exists():
+                    raise BrokerError(0, f"file_mounts {dest}: {source}: no such file or directory",
+                                      f"file_mounts.{dest}")
         return
     if not has_workdir and not local:
         raise BrokerError(0, "--upload-workdir: the task has no workdir to upload (workdir: . for this directory), "
@@ -757,7 +757,8 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
     for dest, source in sorted(local.items()):
         if not Path(source).expanduser().exists():
             raise BrokerError(0, f"file_mounts {dest}: {source}: no such file or directory here, so it cannot be "
-                                 "uploaded (--no-upload-workdir leaves it for the broker's host to read)")
+                                 "uploaded (--no-upload-workdir leaves it for the broker's host to read)",
+                              f"file_mounts.{dest}")
     for dest, source in sorted(mounts.items()):
         if not quiet and isinstance(source, dict) and _local_source(source.get("source")):
             print(f"file_mounts {dest}: a bucket SkyPilot makes from local files ({source['source']}) is not "
@@ -920,7 +921,12 @@ def _next_step(job: dict) -> str | None:
     if (job.get("diagnosis") or {}).get("infrastructure"):
         return f"`broker resume {jid}` continues it {where} (not the job's own error)"
     if (job.get("diagnosis") or {}).get("class") == "credentials":  # the diagnosis names the secret
-        return (f"`broker resume {jid} --secret NAME` gives it the secret it lacked (no value: this shell's) and "
+        asked = (job.get("diagnosis") or {}).get("secrets")
+        names = list(dict.fromkeys(n.strip() for n in asked if isinstance(n, str) and n.strip())) \
+            if isinstance(asked, list) else []  # a broker whose diagnosis names none: the placeholder
+        flags = " ".join(f"--secret {shlex.quote(n)}" for n in names) or "--secret NAME"
+        lacked = "the secrets it lacked" if len(names) > 1 else "the secret it lacked"
+        return (f"`broker resume {jid} {flags}` gives it {lacked} (no value: this shell's) and "
                 f"continues it {where}")
     keep = f" (with broker.checkpoint: {job['checkpoint_uri']} to continue from step {point})" \
         if point is not None and job.get("checkpoint_uri") else ""

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from datetime import date
@@ -188,8 +189,11 @@ class BrokerClient:
             except (ValueError, AttributeError):  # a page from something else (a proxy's HTML), not one line
                 detail, field = _not_the_broker(self.url, r), None
             if r.status_code == 401 and not self.token:
+                # a broker on this host started with another BROKER_DATA_DIR wrote its token there, not here
+                other_dir = (", or set BROKER_DATA_DIR to the data dir the broker was started with"
+                             if _loopback(self.url) else "")
                 detail = (f"{detail} (no token was sent: set BROKER_TOKEN or --token, or run this where `broker serve` "
-                          f"wrote {default_data_dir() / 'admin-token'})")
+                          f"wrote {default_data_dir() / 'admin-token'}{other_dir})")
             elif r.status_code == 401 and self._token_file is not None:
                 detail = (f"{detail} (the token sent is the admin token in {self._token_file}, which this broker "
                           "does not take: set BROKER_DATA_DIR to the data dir of the broker you mean, whose admin "
@@ -336,7 +340,7 @@ class BrokerClient:
                           on_status: Callable[[dict], None] | None = None) -> Iterator[dict]:
         """:meth:`follow_logs`, each piece of text as ``{"attempt": n, "data": text, "offset": end}``: the attempt
         that wrote it, and where it ends in that attempt's log (as ``GET /v1/jobs/{id}/logs`` answers)."""
-        offset, seen = 0, None
+        offset, seen, said_at, eager = 0, None, 0.0, True
         while True:
             chunk = self.logs(job_id, offset=offset, attempt=attempt)
             if chunk["attempt"] is not None and attempt is None:
@@ -346,10 +350,18 @@ class BrokerClient:
                 offset = chunk["offset"]
                 continue
             job = self.job(job_id)
-            status = (job["state"], job.get("queue_position"), job.get("reason"))
+            status = (job["state"], job.get("queue_position"), _in_substance(job.get("reason")))
             if on_status is not None and status != seen:
-                seen = status
-                on_status(job)
+                # a new state or place in the queue at once, and the first new reason after it (the engine's first
+                # look at it: "waiting to be placed", then why it waits); a reason that says something else again
+                # at most once a minute (a holder "running 9 s past its expected 10 s" printed a line every
+                # second, and a reason that changes in substance that often would too)
+                now = time.monotonic()
+                moved = seen is None or status[:2] != seen[:2]
+                if moved or eager or now - said_at >= STATUS_EVERY_S:
+                    eager = moved
+                    seen, said_at = status, now
+                    on_status(job)
             moved_on = attempt is not None and job["attempts"] > attempt
             if moved_on or job["state"] in FINAL and (attempt is None or attempt >= job["attempts"]):
                 # what the attempt wrote between the read above and the job's answer (its last lines, as it
@@ -377,6 +389,36 @@ class BrokerClient:
 
     def health(self) -> dict:
         return self._call("GET", "/v1/healthz")
+
+
+STATUS_EVERY_S = 60.0
+"""While following a job with no output, the least time between two lines that say only that its reason changed."""
+
+_TICKING = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?=\s?(?:ms|s|min|h|seconds?|minutes?|hours?)\b)"
+                      r"|(?<![\d:])\d{1,2}:\d{2}(?::\d{2})?(?![\d:])")
+
+
+def _in_substance(reason: Any) -> Any:
+    """A job's reason with its spans of time and clock times masked (``running 9 s past its expected 10 s``,
+    ``retrying at 19:45Z``), so that the seconds ticking by are not read as a change of what it says."""
+    return _TICKING.sub("#", reason) if isinstance(reason, str) else reason
+
+
+def _loopback(url: str) -> bool:
+    """Whether the broker URL names this machine (``localhost``, a loopback address)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _job_path(job_id: str, base: str = "/v1/jobs/") -> str:

@@ -497,6 +497,11 @@ def _local_source(source: object) -> str | None:
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
+def _host_path(source: object) -> bool:
+    """Whether a ``file_mounts`` source names a path (not a bucket, nor ``broker:checkpoint``), there or not."""
+    return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
+
+
 class NotRun(Exception):
     """The attempt cannot run on this host as its task asks: said in its log, and it fails before its setup."""
 
@@ -600,11 +605,22 @@ def host_notes(request: dict) -> list[str]:
     if nodes > 1:
         notes.append(f"num_nodes: {nodes} runs on this host as one node with the GPUs of all {nodes} "
                      f"(SKYPILOT_NUM_NODES=1, SKYPILOT_NUM_GPUS_PER_NODE={gpus_of(request)})")
-    mounts = [str(k) for k, v in (task.get("file_mounts") or {}).items()
-              if not (v == CHECKPOINT_MOUNT and local_checkpoint_dir(request, make=False) is not None)
-              and not (_local_source(v) is not None and isinstance(k, str))]
+    mounts, missing = [], []
+    for k, v in (task.get("file_mounts") or {}).items():
+        if v == CHECKPOINT_MOUNT and local_checkpoint_dir(request, make=False) is not None:
+            continue
+        if _local_source(v) is not None and isinstance(k, str):
+            continue  # linked, or said why not, by link_mounts
+        if _host_path(v) and _local_source(v) is None:
+            # a path that is not there: "only SkyPilot placements mount them" was untrue of it, beside one linked
+            why = "does not exist on this host" if os.path.isabs(os.path.expanduser(v)) else \
+                "is not an absolute path on this host"
+            missing.append(f"file_mounts {k}: not mounted: its source {v} {why}")
+        else:
+            mounts.append(str(k))
     if mounts:
         notes.append(f"file_mounts are not mounted on this host (only SkyPilot placements mount them): {', '.join(mounts)}")
+    notes.extend(missing)
     resources = task.get("resources") if isinstance(task.get("resources"), dict) else {}
     if str(resources.get("image_id") or "").startswith("docker:"):
         notes.append(f"image_id {resources['image_id']} is not used on this host: the job runs in the broker's own "

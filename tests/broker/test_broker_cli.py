@@ -1024,7 +1024,9 @@ def test_a_job_that_failed_for_a_token_it_lacked_goes_on_with_broker_resume_secr
                       timeout=60)
     assert failed["diagnosis"]["class"] == "credentials", failed["diagnosis"]
     shown = run("status", job["id"]).stdout
-    assert f"broker resume {job['id']} --secret NAME" in " ".join(shown.split()), shown
+    # the secrets the diagnosis names, one --secret each (NAME from a broker whose diagnosis names none)
+    flags = " ".join(f"--secret {name}" for name in failed["diagnosis"].get("secrets") or ["NAME"])
+    assert f"next: `broker resume {job['id']} {flags}`" in " ".join(shown.split()), shown
     r = run("resume", job["id"], "--secret", "HF_TOKEN", check=False)  # none in this shell: said, nothing sent
     assert r.returncode == 1 and "--secret HF_TOKEN: no value given and none in this shell" in r.stderr, r.stderr
     r = run("resume", job["id"], "--secret", "HF_TOKEN", extra_env={"HF_TOKEN": "hf_from_the_shell"})
@@ -1032,3 +1034,107 @@ def test_a_job_that_failed_for_a_token_it_lacked_goes_on_with_broker_resume_secr
     wait_for(lambda: json.loads(run("--json", "status", job["id"]).stdout)["state"] == "succeeded", timeout=60)
     assert out.read_text() == "hf_from_the_shell"
     assert "hf_from_the_shell" not in run("--json", "events", job["id"]).stdout
+
+
+def test_a_file_mount_whose_source_is_not_here_is_refused_before_the_submit_naming_the_entry(cli):
+    """`file_mounts: {/tmp/x/mnt: ./nope.txt}` was accepted by a broker on this host and the job ran without it (and
+    could "succeed"), while a missing workdir was refused, and --upload-workdir refused the same mount."""
+    run, tmp = cli
+    home = tmp / "home"
+    home.mkdir()
+    task = tmp / "t.yaml"
+    for source in ("./nope.txt", "~/no-such.yaml"):
+        task.write_text(f"name: typo\nrun: echo hi\nfile_mounts:\n  /tmp/x/mnt: {source}\n")
+        r = run("submit", str(task), "--budget", "1", check=False, extra_env={"HOME": str(home)})
+        assert r.returncode == 1 and r.stderr.strip() == \
+            f"error: file_mounts /tmp/x/mnt: {source}: no such file or directory", r.stderr
+        r = run("--json", "submit", str(task), "--budget", "1", check=False, extra_env={"HOME": str(home)})
+        assert r.returncode == 1 and json.loads(r.stdout) == {
+            "error": f"file_mounts /tmp/x/mnt: {source}: no such file or directory",
+            "field": "file_mounts./tmp/x/mnt"}, r.stdout
+    assert json.loads(run("--json", "status").stdout) == []  # nothing submitted
+    # a bucket and the broker's checkpoint mount are no paths here; a source that is here goes as it did
+    (tmp / "tok.txt").write_text("tok\n")
+    task.write_text(f"name: fine\nrun: cat {tmp}/mnt/tok.txt\nfile_mounts:\n  {tmp}/mnt/tok.txt: {tmp}/tok.txt\n"
+                    "  /data: s3://some-bucket/data\n  /ckpt: broker:checkpoint\n")
+    out = run("submit", str(task), "--budget", "1", "--wait", extra_env={"HOME": str(home)}).stdout
+    assert "tok" in out.splitlines(), out
+
+
+def _serve_on_all_addresses(tmp):
+    """A real `broker serve` listening on every address of this host, and this host's address that is not
+    loopback (the one a route out leaves from); stopped by the caller."""
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.123", 9))  # nothing is sent: only the route is looked up
+        address = probe.getsockname()[0]
+    assert not address.startswith("127."), address
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp / "wide-data"), "BROKER_ADMIN_TOKEN": ADMIN,
+           "BROKER_ENGINE": "off"}
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--host", "0.0.0.0", "--port", str(port)],
+                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://{address}:{port}"
+    import httpx
+
+    def up():
+        try:
+            return httpx.get(f"{url}/v1/healthz", timeout=0.5).status_code == 200
+        except httpx.HTTPError:
+            assert proc.poll() is None, "broker serve exited"
+            return False
+
+    wait_for(up, timeout=30)
+    return proc, url
+
+
+def test_no_token_on_this_host_says_to_point_broker_data_dir_at_the_brokers_own(cli):
+    """A broker started with another BROKER_DATA_DIR: the hint named only the default data dir's token file, and
+    a user on the same host had no way on."""
+    run, tmp = cli
+    elsewhere = tmp / "empty-data"
+    elsewhere.mkdir()
+    hint = "or set BROKER_DATA_DIR to the data dir the broker was started with"
+    for url in (run.url, run.url.replace("127.0.0.1", "localhost")):
+        r = cli_runner(url, token=None)("status", check=False, extra_env={"BROKER_DATA_DIR": str(elsewhere)})
+        assert r.returncode == 1 and r.stderr.startswith("error [401]: "), r.stderr
+        assert f"(no token was sent: set BROKER_TOKEN or --token, or run this where `broker serve` wrote " \
+               f"{elsewhere / 'admin-token'}, {hint})" in r.stderr, r.stderr
+    proc, url = _serve_on_all_addresses(tmp)
+    try:  # a broker on another host reads no data dir of this one
+        r = cli_runner(url, token=None)("status", check=False, extra_env={"BROKER_DATA_DIR": str(elsewhere)})
+        assert r.returncode == 1 and "no token was sent" in r.stderr and "BROKER_DATA_DIR" not in r.stderr, r.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
+def test_following_a_queued_job_says_a_new_line_only_when_it_changes_in_substance(cli):
+    """`broker logs -f` on a job queued behind one running past its expected length printed a line a second: the
+    reason's "running 9 s past its expected 3 s" ticked on. The first line and a change of state come at once."""
+    run, tmp = cli
+    first, nxt = _queue_behind_a_blocker(
+        run, tmp, "name: blocker\nresources: {cpus: 1}\nrun: sleep 60\nbroker: {expected_hours: 0.0003}\n")
+    queued = json.loads(run("--json", "submit", str(nxt), "--budget", "1").stdout)
+    wait_for(lambda: "past its expected" in json.loads(run("--json", "status", queued["id"]).stdout)["reason"],
+             timeout=60)
+    err = tmp / "follow.err"
+    env = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN, "COLUMNS": "200"}
+    with open(err, "w") as stderr:
+        following = subprocess.Popen([sys.executable, "-m", "broker.cli", "logs", "-f", queued["id"]], env=env,
+                                     cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    try:
+        wait_for(lambda: "past its expected" in err.read_text(), timeout=30)
+        reasons = [json.loads(run("--json", "status", queued["id"]).stdout)["reason"]]
+        time.sleep(6)  # the reason ticks on each second meanwhile
+        reasons.append(json.loads(run("--json", "status", queued["id"]).stdout)["reason"])
+        lines = err.read_text().splitlines()
+        assert len(lines) == 1 and "queued, position 1" in lines[0], lines
+        run("cancel", queued["id"])
+        assert following.wait(30) is not None
+    finally:
+        if following.poll() is None:
+            following.kill()
+        run("cancel", first["id"], check=False)
+    lines = err.read_text().splitlines()
+    assert len(lines) == 2 and f"[{queued['id']} cancelled" in lines[1], lines
+    assert reasons[0] != reasons[1] and "past its expected" in reasons[1], reasons  # it did tick

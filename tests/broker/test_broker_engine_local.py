@@ -463,6 +463,26 @@ def test_a_task_written_for_skypilot_sees_its_variables_secrets_and_checkpoint_f
     assert "file_mounts are not mounted on this host (only SkyPilot placements mount them): /data" in log
 
 
+def test_a_mount_whose_source_is_not_on_this_host_is_said_so_beside_one_linked_from_it(broker, tmp_path):
+    """A missing source read "file_mounts are not mounted on this host (only SkyPilot placements mount them)" while a
+    source that exists on the same broker was linked: the log said something untrue of the one it named."""
+    service, engine, store, _ = broker
+    (tmp_path / "tok.txt").write_text("tok\n")
+    mnt = tmp_path / "mnt"
+    task = {"name": "m", "run": f"cat {mnt}/tok.txt", "resources": {"cpus": 1}, "broker": {"budget_usd": 5},
+            "file_mounts": {f"{mnt}/tok.txt": str(tmp_path / "tok.txt"), f"{mnt}/nope": str(tmp_path / "nope.txt"),
+                            "/data": "s3://some-bucket/data"}}
+    job = service.submit(ADMIN, task)[0]
+    final = run_until(engine, store, job.id, {"succeeded", "failed"})
+    log = service.logs(ADMIN, job.id)["data"]
+    assert final.state is JobState.SUCCEEDED, (final.reason, log)
+    assert f"file_mounts {mnt}/tok.txt: a link to {tmp_path / 'tok.txt'} on this host" in log, log
+    assert (f"file_mounts {mnt}/nope: not mounted: its source {tmp_path / 'nope.txt'} does not exist on this host"
+            in log), log
+    # a bucket is still SkyPilot's to mount, and only it is named so
+    assert "file_mounts are not mounted on this host (only SkyPilot placements mount them): /data\n" in log, log
+
+
 def test_a_job_of_several_nodes_is_refused_where_only_a_pool_could_take_it(broker):
     service, _, store, _ = broker
     task = {"num_nodes": 2, "resources": {"accelerators": "A100:1"}, "run": "torchrun train.py",

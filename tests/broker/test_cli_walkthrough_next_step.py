@@ -85,6 +85,22 @@ def test_status_of_an_ended_job_that_may_go_on_says_how(job, says):
     assert says in _shown(job)
 
 
+@pytest.mark.parametrize("secrets, flags, lacked", [
+    (["WANDB_API_KEY"], "--secret WANDB_API_KEY", "the secret it lacked"),
+    (["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"], "--secret AWS_ACCESS_KEY_ID --secret AWS_SECRET_ACCESS_KEY",
+     "the secrets it lacked"),
+    ([], "--secret NAME", "the secret it lacked"),  # none named: the placeholder, as from a broker that names none
+    (None, "--secret NAME", "the secret it lacked"),
+], ids=["one named", "two named", "none named", "no secrets key"])
+def test_the_next_step_of_a_job_that_lacked_secrets_names_those_its_diagnosis_asks_for(secrets, flags, lacked):
+    """`next: broker resume j-x --secret NAME` left the user to find which secret, when the diagnosis named it."""
+    diagnosis = {"class": "credentials", "infrastructure": False, "text": "No API key."}
+    if secrets is not None:
+        diagnosis["secrets"] = secrets
+    assert (f"next: `broker resume j-0123456789 {flags}` gives it {lacked} (no value: this shell's) and continues it "
+            "from its last checkpoint (step 1200)") in _shown(_job("failed", diagnosis))
+
+
 @pytest.mark.parametrize("state", ["queued", "running", "succeeded", "cancelled"])
 def test_status_of_a_job_with_nothing_to_continue_names_no_next_step(state):
     assert "next:" not in _shown(_job(state))
