@@ -165,6 +165,7 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         raise SpecError("body", "must be a mapping (a SkyPilot task)")
     task = {k: v for k, v in raw.items() if k != "broker"}
     if strict:
+        _all_unknown_keys(raw)
         _known_keys(task, TASK_KEYS | {"broker"}, "")
         for key in (k for k in task if k in BROKER_DECIDED_TASK):
             raise SpecError(key, BROKER_DECIDED_TASK[key])
@@ -304,6 +305,38 @@ def unknown_key_hint(key: object, known: frozenset[str] | set[str]) -> str:
     public = sorted(k for k in known if not k.startswith("_"))
     close = difflib.get_close_matches(str(key), public, n=1)
     return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(public)}"
+
+
+def _unknown(mapping: Any, known: frozenset[str] | set[str], prefix: str, what: str) -> list[tuple[str, str, str]]:
+    """The keys of ``mapping`` (when it is one) not in ``known``: (field, reason as :func:`_known_keys` says it, the
+    field with the likely key when there is one) each."""
+    if not isinstance(mapping, dict):
+        return []
+    out = []
+    for key in sorted(mapping, key=str):
+        if key not in known:
+            hint = unknown_key_hint(key, known)
+            out.append((f"{prefix}{key}", f"is not a {what} ({hint})",
+                        f"{prefix}{key}" + (f" ({hint})" if hint.startswith("did you mean") else "")))
+    return out
+
+
+def _all_unknown_keys(raw: dict[str, Any]) -> None:
+    """Every misspelt key of a task at once, where there are several: the task's, its ``broker:`` section's, its
+    resources' and their ``any_of`` / ``ordered`` alternatives'. Said one at a time, a task with `acelerators` and
+    `dedline` took a submit to learn of each. One alone is left to the checks that meet it, in their order."""
+    found = _unknown({k: v for k, v in raw.items() if k != "broker"}, TASK_KEYS | {"broker"}, "", "SkyPilot task key")
+    found += _unknown(raw.get("broker"), BROKER_KEYS, "broker.", "broker setting")
+    resources = raw.get("resources")
+    found += _unknown(resources, RESOURCE_KEYS, "resources.", "SkyPilot resources key")
+    for key in ("any_of", "ordered"):
+        variants = resources.get(key) if isinstance(resources, dict) else None
+        for i, variant in enumerate(variants if isinstance(variants, list) else []):
+            found += _unknown(variant, RESOURCE_KEYS - {"any_of", "ordered"}, f"resources.{key}[{i}].",
+                              "SkyPilot resources key")
+    if len(found) > 1:
+        (field, reason, _), rest = found[0], found[1:]
+        raise SpecError(field, f"{reason}; other unknown keys: " + ", ".join(short for _, _, short in rest))
 
 
 def _known_keys(mapping: dict[str, Any], known: frozenset[str] | set[str], prefix: str) -> None:

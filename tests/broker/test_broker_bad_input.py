@@ -382,6 +382,11 @@ def test_the_parameters_a_route_takes_and_the_probes_query_strings_are_still_ans
                  "no node has more", id="1e300 vCPUs is a 422 naming the field, not a refusal 300 digits long"),
     pytest.param("run: echo hi\nresources: {memory: 99999999999999PB}\n", YAML, "resources.memory", "at most",
                  id="a memory size with a unit past any node is a 422 naming it"),
+    pytest.param("run: echo hi\nresources: {acelerators: 'A10G:1', any_of: [{clud: aws}]}\nbroker: {dedline: 6h, "
+                 "budget_usd: 1}\n", YAML, "broker.dedline",
+                 "is not a broker setting (did you mean 'deadline'?); other unknown keys: resources.acelerators (did "
+                 "you mean 'accelerators'?), resources.any_of[0].clud (did you mean 'cloud'?)",
+                 id="several misspelt keys are said in one 422, not one per submit"),
     pytest.param("run: echo hi\nbroker: {1: a, x: b, budget_usd: 5}\n", YAML, "broker.1", "is not a broker setting",
                  id="a YAML number and a name as unknown keys of broker: are a 422, not a 500 sorting them"),
     pytest.param("run: echo hi\nbroker: {retry: {~: 1, 2: 3}}\n", YAML, "broker.retry.2", "is not a retry setting",
