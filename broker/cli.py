@@ -655,7 +655,7 @@ def cmd_submit(args) -> int:
             _print_json(job)
             return 0
         if args.json:  # --wait --json: the output on stderr, and on stdout only the ended job's JSON, for a script
-            for text in client.follow_logs(job["id"], on_status=_say_status):
+            for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end):
                 sys.stderr.write(text)
                 sys.stderr.flush()
             final = client.job(job["id"])
@@ -672,7 +672,7 @@ def cmd_submit(args) -> int:
             if not args.wait:  # --wait says where it stands as it changes
                 _say_behind(con, client, job["id"])
         if args.wait:
-            for text in client.follow_logs(job["id"], on_status=_say_status):
+            for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             final = client.job(job["id"])
@@ -853,6 +853,23 @@ def _say_status(job: dict) -> None:
     eta = f", roughly starting at {job['estimated_start']}" if job.get("estimated_start") else ""
     reason = f": {job['reason']}" if job.get("reason") else ""
     print(f"[{job['id']} {job['state']}{where}{eta}{reason}]", file=sys.stderr, flush=True)
+
+
+def _say_attempt_end(job: dict, n: int) -> None:
+    """While following a job's output: one line on stderr where an attempt's output ends and the next one's begins —
+    how it ended (preempted, and where) and from which checkpoint the next goes on. The two logs ran on as one."""
+    ended = next((a for a in job.get("attempt_list") or [] if a.get("n") == n), None)
+    how = ""
+    if ended is not None:
+        where = _where(ended.get("placement") or {})
+        how = f" {ended.get('state')}" + (f" on {where}" if where else "") \
+            + (f": {ended['reason']}" if ended.get("reason") else "")
+    nxt = next((a for a in job.get("attempt_list") or [] if a.get("n") == n + 1), None)
+    resume = (nxt or {}).get("resume_from")
+    step = re.search(r"/step-0*(\d+)-\d+/?$", resume) if isinstance(resume, str) else None
+    then = f"; attempt {n + 1} follows" + (f", from its checkpoint at step {step.group(1)}" if step else
+                                           f", from {resume}" if resume else "")
+    print(f"[{job['id']} attempt {n}{how}{then}]", file=sys.stderr, flush=True)
 
 
 def _short_time(iso: str | None, today: str | None = None) -> str:
@@ -1104,11 +1121,11 @@ def _attempt_number(text: str) -> int:
 def cmd_logs(args) -> int:
     with _client(args) as client:
         if args.follow and args.json:  # JSON Lines: one object per piece of output, as it comes, for a script to read
-            for chunk in client.follow_log_chunks(args.id, attempt=args.attempt, on_status=_say_status):
+            for chunk in client.follow_log_chunks(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end):
                 print(json.dumps(chunk), flush=True)
             return 0
         if args.follow:
-            for text in client.follow_logs(args.id, attempt=args.attempt, on_status=_say_status):
+            for text in client.follow_logs(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             return 0

@@ -329,15 +329,20 @@ class BrokerClient:
         return self._call("GET", f"{_job_path(job_id)}/logs", params=params)
 
     def follow_logs(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
-                    on_status: Callable[[dict], None] | None = None) -> Iterator[str]:
+                    on_status: Callable[[dict], None] | None = None,
+                    on_attempt_end: Callable[[dict, int], None] | None = None) -> Iterator[str]:
         """Yield log text as it appears, across attempts (from ``attempt`` on, else from the newest), until the
         job ends. ``on_status`` is called with the job whenever its state, queue position or reason changes
-        while there is no output (so a queued job says why it waits instead of looking hung)."""
-        for chunk in self.follow_log_chunks(job_id, attempt=attempt, poll=poll, on_status=on_status):
+        while there is no output (so a queued job says why it waits instead of looking hung); ``on_attempt_end``
+        with the job and the number of the attempt whose output ended as the follower moves on to the next (a
+        preemption read as one log running on into "launching attempt 2")."""
+        for chunk in self.follow_log_chunks(job_id, attempt=attempt, poll=poll, on_status=on_status,
+                                            on_attempt_end=on_attempt_end):
             yield chunk["data"]
 
     def follow_log_chunks(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
-                          on_status: Callable[[dict], None] | None = None) -> Iterator[dict]:
+                          on_status: Callable[[dict], None] | None = None,
+                          on_attempt_end: Callable[[dict, int], None] | None = None) -> Iterator[dict]:
         """:meth:`follow_logs`, each piece of text as ``{"attempt": n, "data": text, "offset": end}``: the attempt
         that wrote it, and where it ends in that attempt's log (as ``GET /v1/jobs/{id}/logs`` answers)."""
         offset, seen, said_at, eager = 0, None, 0.0, True
@@ -372,6 +377,8 @@ class BrokerClient:
                     offset = rest["offset"]
                     continue
                 if moved_on:
+                    if on_attempt_end is not None:
+                        on_attempt_end(job, attempt)
                     attempt, offset = attempt + 1, 0
                     continue
                 return

@@ -557,9 +557,13 @@ def test_logs_attempt_counts_from_one_and_follow_starts_at_the_attempt_given(cli
     job = submitted(cli, "retry", "name: r\nresources: {cpus: 1}\nrun: echo \"out of attempt $BROKER_ATTEMPT\"; "
                     "test \"$BROKER_ATTEMPT\" -ge 2\nbroker: {retry: {max_restarts_on_errors: 1}}\n", "succeeded",
                     timeout=60)
-    followed = run("logs", job["id"], "-f", "--attempt", "1").stdout
+    following = run("logs", job["id"], "-f", "--attempt", "1")
+    followed = following.stdout
     assert "out of attempt 1" in followed and "out of attempt 2" in followed, followed
     assert followed.index("out of attempt 1") < followed.index("out of attempt 2")
+    # where one attempt's output ends and the next one's begins is said (the two ran on as one log)
+    assert f"[{job['id']} attempt 1 failed on onprem " in following.stderr, following.stderr
+    assert "; attempt 2 follows]" in following.stderr, following.stderr
     r = run("logs", job["id"], "--attempt", "0", check=False)
     assert r.returncode == 2 and "attempts count from 1" in r.stderr and not r.stdout, r.stderr
 
@@ -861,6 +865,20 @@ class _ScriptedBroker:
 
     def job(self, job_id):
         return self.jobs.pop(0) if len(self.jobs) > 1 else self.jobs[0]
+
+
+def test_following_a_preempted_job_says_where_its_attempt_ended_and_which_checkpoint_the_next_resumes(capsys):
+    from broker.cli import _say_attempt_end
+
+    job = {"id": "j-1", "attempt_list": [
+        {"n": 1, "state": "preempted", "reason": "spot capacity was reclaimed",
+         "placement": {"tier": "spot", "instance_type": "g5.xlarge", "zone": "sim-a", "simulated": True}},
+        {"n": 2, "state": "launching", "resume_from": "file:///tmp/ck/j-1/step-000000000130-1764972000123"}]}
+    _say_attempt_end(job, 1)
+    assert capsys.readouterr().err == ("[j-1 attempt 1 preempted on spot g5.xlarge in sim-a (simulated): spot capacity "
+                                       "was reclaimed; attempt 2 follows, from its checkpoint at step 130]\n")
+    _say_attempt_end({"id": "j-1"}, 3)  # an answer with no attempt list: the line still says where the output ends
+    assert capsys.readouterr().err == "[j-1 attempt 3; attempt 4 follows]\n"
 
 
 @pytest.mark.parametrize("then", ["ended", "next attempt"])
