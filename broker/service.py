@@ -601,6 +601,8 @@ class BrokerService:
                     # the way forward, which a user found only by reading the docs
                     again = (f"; to continue it from its checkpoint (step {job.last_checkpoint.get('step', '?')}), "
                              f"submit its task again with broker.checkpoint: {job.checkpoint_uri}")
+                elif job.state is JobState.CANCELLED:  # no checkpoint to go on from: said, not left to be guessed
+                    again = "; it saved no checkpoint, so to run it again, submit its task again (it starts over)"
                 raise Conflict(_ended(job, "only a failed or budget-stopped job resumes" + again)
                                if job.state.is_final else
                                f"{job.id} is {job.state.value}, not ended: only a failed or budget-stopped job resumes")

@@ -358,7 +358,8 @@ def test_a_cancelled_job_with_a_checkpoint_is_refused_a_resume_with_the_way_to_c
         f"{ids[0]} has already ended (cancelled): only a failed or budget-stopped job resumes; to continue it from its "
         f"checkpoint (step 68), submit its task again with broker.checkpoint: {base}"), with_one.text
     assert without.status_code == 409 and without.json()["detail"] == (
-        f"{ids[1]} has already ended (cancelled): only a failed or budget-stopped job resumes"), without.text
+        f"{ids[1]} has already ended (cancelled): only a failed or budget-stopped job resumes; it saved no "
+        "checkpoint, so to run it again, submit its task again (it starts over)"), without.text
     again = client.post("/v1/jobs", json={**TASK, "broker": {**TASK["broker"], "checkpoint": base}}, headers=auth())
     assert again.status_code == 201, again.text  # the base is free: the cancelled job writes it no more
 
