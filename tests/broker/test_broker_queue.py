@@ -471,6 +471,24 @@ def test_the_queue_says_a_job_starts_now_exactly_when_the_scheduler_would_place_
     assert (starts.get("queued") == pytest.approx(NOW)) is places, (starts, decision)
 
 
+def _budget_stopped(service, store, admin, zone: str, tier: str, price: int, spent: int, budget: int | None = None):
+    """A job submitted with $1, then stopped at its budget (``budget``, else the $1) after one attempt on ``zone``
+    that cost ``spent``."""
+    from broker.lifecycle import AttemptState
+    from broker.models import Attempt
+    from broker.store import Change
+
+    job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1"}})[0]
+    placement = {"tier": tier, "location": zone, "zone": zone, "instance_type": "g5.xlarge"}
+    attempt = Attempt(id=f"{job.id}-a1", job_id=job.id, n=1, state=AttemptState.STOPPED, launcher="local",
+                      placement=placement, price_per_hour=price, created_at=NOW - 100, started_at=NOW - 100,
+                      ended_at=NOW - 1, cost=spent, stop_reason="budget")
+    stopped = replace(job, state=JobState.STOPPED_BUDGET, spent=spent, budget=budget or job.budget, attempts=1,
+                      updated_at=NOW - 1)
+    store.commit(Change(job=stopped, expected_version=job.version, attempts=(attempt,)))
+    return stopped
+
+
 @pytest.mark.parametrize("spent, says", [
     pytest.param(700_000, None, id="$0.30 left, its last attempt on a $36/h zone: resumed, the $0.20/h pool runs it for hours"),
     pytest.param(996_000, "only $0.0040 of the $1.00 budget is left, not enough to run a minute and stop cleanly "
@@ -485,10 +503,8 @@ def test_a_budget_stopped_job_resumes_when_the_budget_left_pays_a_minute_on_the_
     full then) and was stopped at its $1 budget. A resume was priced at its last attempt's $36/h: with $0.30 left it
     was refused ("raise the budget to at least $1.60"), though the pool, which placement would take, runs it 90 min."""
     from broker.auth import Principal
-    from broker.lifecycle import AttemptState
-    from broker.models import Attempt
     from broker.service import BrokerService, Conflict
-    from broker.store import Change, open_store
+    from broker.store import open_store
 
     settings = make_settings(config="pools: [{name: cpu, slots: 1, price_per_slot_hour: '0.20'}]\n"
                                     "zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
@@ -497,13 +513,7 @@ def test_a_budget_stopped_job_resumes_when_the_budget_left_pays_a_minute_on_the_
     service = BrokerService(settings, store, clock=lambda: NOW)
     admin = Principal("admin", None, admin=True)
     try:
-        job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1"}})[0]
-        zone = {"tier": "ondemand", "location": "sim-od", "zone": "sim-od", "instance_type": "g5.xlarge"}
-        attempt = Attempt(id=f"{job.id}-a1", job_id=job.id, n=1, state=AttemptState.STOPPED, launcher="local",
-                          placement=zone, price_per_hour=36_000_000, created_at=NOW - 100, started_at=NOW - 100,
-                          ended_at=NOW - 1, cost=spent, stop_reason="budget")
-        store.commit(Change(job=replace(job, state=JobState.STOPPED_BUDGET, spent=spent, attempts=1, updated_at=NOW - 1),
-                            expected_version=job.version, attempts=(attempt,)))
+        job = _budget_stopped(service, store, admin, "sim-od", "ondemand", 36_000_000, spent)
         if says is None:
             assert service.resume(admin, job.id).state is JobState.QUEUED
         else:
@@ -521,10 +531,8 @@ def test_moving_a_budget_stopped_job_to_on_demand_names_the_budget_that_the_move
     import re
 
     from broker.auth import Principal
-    from broker.lifecycle import AttemptState
-    from broker.models import Attempt
     from broker.service import BrokerService, Conflict
-    from broker.store import Change, open_store
+    from broker.store import open_store
 
     settings = make_settings(config="zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
                                     "price_per_hour: '1.01'}, {name: sim-spot, tier: spot, instance_type: g5.xlarge, "
@@ -533,13 +541,7 @@ def test_moving_a_budget_stopped_job_to_on_demand_names_the_budget_that_the_move
     service = BrokerService(settings, store, clock=lambda: NOW)
     admin = Principal("admin", None, admin=True)
     try:
-        job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1"}})[0]
-        zone = {"tier": "spot", "location": "sim-spot", "zone": "sim-spot", "instance_type": "g5.xlarge"}
-        attempt = Attempt(id=f"{job.id}-a1", job_id=job.id, n=1, state=AttemptState.STOPPED, launcher="local",
-                          placement=zone, price_per_hour=300_000, created_at=NOW - 100, started_at=NOW - 100,
-                          ended_at=NOW - 1, cost=1_300, stop_reason="budget")
-        store.commit(Change(job=replace(job, state=JobState.STOPPED_BUDGET, spent=1_300, budget=3_000, attempts=1,
-                                        updated_at=NOW - 1), expected_version=job.version, attempts=(attempt,)))
+        job = _budget_stopped(service, store, admin, "sim-spot", "spot", 300_000, 1_300, budget=3_000)
         with pytest.raises(Conflict) as refused:
             service.switch_to_ondemand(admin, job.id)
         figure = re.search(r"raise the budget to at least \$([0-9.]+) first", str(refused.value))
