@@ -407,8 +407,8 @@ def cmd_serve(args) -> int:
     gc.collect()
     gc.freeze()
     print(f"spot-broker on http://{_host_port(args.host, port)}  store={redacted_url(settings.store_url)}  "
-          f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}",
-          file=sys.stderr)
+          f"launcher={settings.launcher}  engine={'off' if args.no_engine or not settings.engine else 'on'}  "
+          f"{_config_words(settings)}", file=sys.stderr)
     if key_warning:
         print(key_warning, file=sys.stderr)
     token_file = _admin_token_file(settings)
@@ -524,10 +524,17 @@ def cmd_worker(args) -> int:
     from broker.runtime import open_launcher
     from broker.store import open_store
 
+    from broker.config import redacted_url
+
     logging.basicConfig(level=logging.INFO)
     settings = load_settings(config_path=args.config)
     _check_prices(settings)
     key_warning = _check_secrets_key(settings)
+    # what this engine places jobs with, said: a worker started without the API's config placed them on the default
+    # pool `local`, billed at its price, beside the API's quotes on the pools it knew, and its log said nothing
+    print(f"spot-broker worker  store={redacted_url(settings.store_url)}  launcher={settings.launcher}  "
+          f"{_config_words(settings)}  pools: {', '.join(p.name for p in settings.pools) or 'none'}; zones: "
+          f"{', '.join(z.name for z in settings.zones) or 'none'}", file=sys.stderr)
     if key_warning:
         print(key_warning, file=sys.stderr)
     engine, notifier = worker_engine(settings, open_store(settings.store_url), open_launcher(settings))
@@ -547,6 +554,14 @@ def cmd_worker(args) -> int:
         retention.stop()
         if notifier is not None:
             notifier.close()
+
+
+def _config_words(settings) -> str:
+    """The start line's word on the config file: the one read, or that none was (the built-in defaults: a process of
+    a deployment started without its BROKER_CONFIG runs with other pools and prices than the rest)."""
+    if settings.config_file is not None:
+        return f"config={settings.config_file}"
+    return "config=none (the defaults; BROKER_CONFIG or --config names a file)"
 
 
 def worker_engine(settings, store, launcher):

@@ -130,6 +130,8 @@ class Settings:
     secrets_key: bytes | None = field(default=None, repr=False)
     secrets_old_keys: tuple[bytes, ...] = field(default=(), repr=False)  # still open what they sealed
     extra: dict[str, Any] = field(default_factory=dict)
+    # the config file read (None: none was there, the defaults and the environment): said at start
+    config_file: Path | None = None
 
     def team_for_token(self, token: str) -> str | None:
         digest = hash_token(token)
@@ -261,6 +263,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         with os.fdopen(fd, "w") as fh:
             fh.write(token + "\n")
         admin_hashes.add(hash_token(token))
+    _tokens_apart(teams, admin_hashes)
     store_url = env.get("BROKER_STORE_URL") or _text(raw, "store_url") or f"sqlite://{data_dir / 'broker.db'}"
     if not store_url.startswith(STORE_SCHEMES):
         where = "BROKER_STORE_URL" if env.get("BROKER_STORE_URL") else "store_url"
@@ -295,7 +298,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         checkpoint_root=checkpoint_root,
         public_url=public_url,
         launcher=launcher,
-        engine=(env.get("BROKER_ENGINE") or str(raw.get("engine", "on"))).lower() not in ("off", "false", "0"),
+        engine=_engine(env, raw),
         tick_seconds=_number(raw, "tick_seconds", 1.0, positive=True),
         stop_grace_seconds=_number(raw, "stop_grace_seconds", 30.0),
         max_body_bytes=int(_number(raw, "max_body_bytes", 1_000_000, positive=True, whole=True)),
@@ -313,7 +316,44 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         secrets_key=secrets_key,
         secrets_old_keys=secrets_old_keys,
         extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
+        config_file=path if path.exists() else None,
     )
+
+
+ENGINE_ON = ("on", "true", "yes", "1")
+ENGINE_OFF = ("off", "false", "no", "0")
+
+
+def _engine(env: Any, raw: dict[str, Any]) -> bool:
+    """``BROKER_ENGINE`` (else ``engine``): on or off. Anything else was read as on: `BROKER_ENGINE=disabled` ran an
+    engine beside the worker, with this process's config, and it took queued jobs of the shared store."""
+    where = "BROKER_ENGINE" if env.get("BROKER_ENGINE") else "engine"
+    value = env.get("BROKER_ENGINE") or raw.get("engine", "on")
+    text = str(value).strip().lower()  # YAML reads `engine: off` as false, `on` as true
+    if text in ENGINE_ON:
+        return True
+    if text in ENGINE_OFF:
+        return False
+    raise ConfigError(f"{where}: {value!r} is neither on nor off: give on (this process runs the engine) or off (the "
+                      "API only, beside a `broker worker`)")
+
+
+def _tokens_apart(teams: dict[str, Team], admin_hashes: set[str]) -> None:
+    """Refuse a token that two teams share, or that a team shares with the admin. Taken for the first team it was
+    found for (or for the admin: the admin is asked first), the other team lost its jobs to it — a team whose token
+    was also the admin's submitted as the admin, host paths and all."""
+    owner: dict[str, str] = {}
+    for name in sorted(teams):
+        for digest in teams[name].token_hashes:
+            if digest in admin_hashes:
+                raise ConfigError(f"teams.{name}: one of its tokens is also an admin token (BROKER_ADMIN_TOKEN, "
+                                  "admin_token_sha256 or the data dir's admin-token): it would act as the admin, not as "
+                                  f"team {name}; give the team a token of its own")
+            if digest in owner:
+                raise ConfigError(f"teams.{name}: one of its tokens is also one of team {owner[digest]}'s (teams: or "
+                                  f"BROKER_TEAM_TOKENS): it would be taken for {owner[digest]} alone; give each team a "
+                                  "token of its own")
+            owner[digest] = name
 
 
 def _secrets_keys(env: Any, raw: dict[str, Any]) -> tuple[bytes | None, tuple[bytes, ...]]:

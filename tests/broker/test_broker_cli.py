@@ -1156,3 +1156,28 @@ def test_following_a_queued_job_says_a_new_line_only_when_it_changes_in_substanc
     lines = err.read_text().splitlines()
     assert len(lines) == 2 and f"[{queued['id']} cancelled" in lines[1], lines
     assert reasons[0] != reasons[1] and "past its expected" in reasons[1], reasons  # it did tick
+
+
+def test_serve_and_worker_say_at_start_which_config_file_they_read_or_that_none_was(tmp_path):
+    """A `broker worker` started without the API's BROKER_CONFIG placed jobs on the built-in pool `local` at its price,
+    beside the API's quotes on the pools it knew; its log said nothing of the kind, and serve's named no config."""
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}
+    env.pop("BROKER_CONFIG", None)
+    cfg = tmp_path / "broker.yaml"
+    cfg.write_text("pools: [{name: dgx, slots: 2, price_per_slot_hour: '1.10'}]\n"
+                   "zones: [{name: sim-a, tier: spot, instance_type: g5.xlarge, price_per_hour: '0.42'}]\n")
+    worker = subprocess.run([sys.executable, "-m", "broker.cli", "worker", "--burst", "--config", str(cfg)], env=env,
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert worker.returncode == 0, worker.stderr
+    assert f"config={cfg}  pools: dgx; zones: sim-a" in worker.stderr, worker.stderr
+    bare = subprocess.run([sys.executable, "-m", "broker.cli", "worker", "--burst"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert "config=none (the defaults; BROKER_CONFIG or --config names a file)  pools: local" in bare.stderr, bare.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "--port", "0", "--config", str(cfg)], env=env,
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert first.rstrip().endswith(f"engine=on  config={cfg}"), first

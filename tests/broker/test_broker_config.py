@@ -119,9 +119,9 @@ def test_an_empty_pools_list_means_no_pools_and_no_section_the_default(make_sett
 def test_a_sha256_digest_is_accepted_as_written_by_sha256sum(make_settings):
     import hashlib
 
-    digest = hashlib.sha256(b"ops-token").hexdigest()
-    settings = make_settings(config=POOL + f"admin_token_sha256: ['{digest.upper()}']\nteams: {{ml: {{token_sha256: {digest}}}}}\n")
-    assert settings.is_admin_token("ops-token") and settings.team_for_token("ops-token") == "ml"
+    digest, ml = hashlib.sha256(b"ops-token").hexdigest(), hashlib.sha256(b"ml-token").hexdigest()
+    settings = make_settings(config=POOL + f"admin_token_sha256: ['{digest.upper()}']\nteams: {{ml: {{token_sha256: {ml}}}}}\n")
+    assert settings.is_admin_token("ops-token") and settings.team_for_token("ml-token") == "ml"
 
 
 def test_the_priced_clouds_are_aws_and_gcp_unless_set(make_settings):
@@ -209,3 +209,40 @@ def test_broker_serve_says_which_config_file_holds_a_wrong_setting(tmp_path):
     r = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "--port", "0", "--config", str(config)],
                        env=env, cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stderr == f"error: {config}: pools[0].slots: must be at least 1\n", r.stderr
+
+
+def test_a_token_two_teams_share_or_a_team_shares_with_the_admin_is_refused_at_start(make_settings):
+    """A team whose token was also the admin's submitted as the admin (host paths and all), and a token listed for
+    two teams was always the first's: the second team lost its own jobs to it. Both started without a word."""
+    with pytest.raises(ConfigError, match=r"^teams\.vision: one of its tokens is also an admin token"):
+        make_settings(BROKER_TEAM_TOKENS='{"vision": "same-token-abcdef"}', BROKER_ADMIN_TOKEN="same-token-abcdef")
+    with pytest.raises(ConfigError, match=r"^teams\.vision: one of its tokens is also one of team nlp's"):
+        make_settings(config="teams:\n  vision: {tokens: [shared-token-123]}\n  nlp: {tokens: [shared-token-123]}\n",
+                      BROKER_TEAM_TOKENS="{}")
+    with pytest.raises(ConfigError, match=r"one of its tokens is also one of team"):  # one in the file, one in the env
+        make_settings(config="teams:\n  nlp: {tokens: [vision-token]}\n")
+    assert set(make_settings().teams) == {"vision", "nlp"}  # tokens of their own: taken
+
+
+@pytest.mark.parametrize("value, on", [("on", True), ("off", False), ("OFF", False), ("false", False), ("no", False),
+                                       ("0", False), ("yes", True), ("1", True)])
+def test_the_engine_setting_is_on_or_off(make_settings, value, on):
+    assert make_settings(BROKER_ENGINE=value).engine is on
+    assert make_settings(config=f"engine: {value}\n").engine is on  # YAML reads on/off/yes/no as true/false
+
+
+@pytest.mark.parametrize("env, config, where", [
+    ({"BROKER_ENGINE": "disabled"}, None, "BROKER_ENGINE"),
+    ({}, "engine: disabled\n", "engine"),
+    ({}, "engine: 2\n", "engine"),
+])
+def test_an_engine_setting_that_is_neither_on_nor_off_is_refused_not_read_as_on(make_settings, env, config, where):
+    """`BROKER_ENGINE=disabled` ran an engine (read as on) beside the worker, with that process's config, and it took
+    the shared store's queued jobs."""
+    with pytest.raises(ConfigError, match=rf"{where}: .* is neither on nor off"):
+        make_settings(config=config, **env)
+
+
+def test_the_config_file_read_is_kept_to_be_said_at_start(make_settings, tmp_path):
+    assert make_settings().config_file is None
+    assert make_settings(config="tick_seconds: 2\n").config_file == tmp_path / "config.yaml"
