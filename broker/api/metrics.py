@@ -188,6 +188,14 @@ class StoreCollector:
                              sums, totals.RECOVERY)
             yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
                              sums, totals.QUEUE_WAIT)
+        beats = GaugeMetricFamily("broker_engine_last_beat_timestamp_seconds",
+                                  "When each engine sharing the store (by its launcher's domain) last said it was "
+                                  "alive, on its own clock: time() minus the newest is how long no engine has placed "
+                                  "or watched a job (an API with BROKER_ENGINE=off whose worker is down looks healthy "
+                                  "otherwise).", labels=["domain"])
+        for domain, seen in sorted(self.service.store.beats().items()):
+            beats.add_metric([domain], float(seen))
+        yield beats
         gone = CounterMetricFamily("broker_jobs_pruned", "Finished jobs deleted by the retention policy "
                                    "(job_retention_days), by every broker sharing the store.")
         gone.add_metric([], pruned_jobs)

@@ -287,3 +287,14 @@ def test_no_created_series_reads_as_a_family_of_its_own(client):
     samples = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     assert "broker_http_request_duration_seconds" in names
     assert not [n for n in names | samples if n.endswith("_created")], sorted(names | samples)
+
+
+def test_each_engines_last_beat_is_scraped_so_no_engine_running_can_be_alerted_on(client, store):
+    """An API with BROKER_ENGINE=off whose `broker worker` was down answered healthz and readyz as healthy, and no
+    series said that nothing placed or watched the jobs."""
+    assert not any(name == "broker_engine_last_beat_timestamp_seconds" for name, _ in scrape(client))
+    store.beat("local#worker-1", 1_700_000_000.5)
+    store.beat("skypilot#api", 1_700_000_060.0)
+    m = scrape(client)
+    assert m[("broker_engine_last_beat_timestamp_seconds", (("domain", "local#worker-1"),))] == 1_700_000_000.5
+    assert m[("broker_engine_last_beat_timestamp_seconds", (("domain", "skypilot#api"),))] == 1_700_000_060.0
