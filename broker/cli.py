@@ -428,10 +428,22 @@ def _broker_logs() -> None:
     import logging
 
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    handler.setFormatter(_log_format())
     logger = logging.getLogger("broker")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+
+
+def _log_format():
+    """The broker's log lines, ``serve``'s and ``worker``'s alike: a UTC time first, as the events' times are written
+    (``2026-12-05T22:27:29Z WARNING broker.engine: ...``), so a line can be matched to a job's events; without it a
+    log read outside journald or a container's runtime had no time at all."""
+    import logging
+    import time as _time
+
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = _time.gmtime
+    return formatter
 
 
 def _host_port(host: str, port: int) -> str:
@@ -527,6 +539,8 @@ def cmd_worker(args) -> int:
     from broker.config import redacted_url
 
     logging.basicConfig(level=logging.INFO)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_log_format())
     settings = load_settings(config_path=args.config)
     _check_prices(settings)
     key_warning = _check_secrets_key(settings)
