@@ -227,7 +227,9 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
             if key not in CONFIG_KEYS:  # a typo would otherwise be dropped without a word
                 raise ConfigError(f"{path}: {key} is not a setting ({unknown_key_hint(key, CONFIG_KEYS)})")
     elif config_path or env.get("BROKER_CONFIG"):
-        raise ConfigError(f"config file {path} does not exist")
+        named = "--config" if config_path else "BROKER_CONFIG"
+        raise ConfigError(f"config file {path.absolute()} does not exist ({named} names it): correct the path, or "
+                          f"leave {named} out to run with the defaults")
     data_dir = Path(_text(raw, "data_dir") or data_dir).expanduser() if not env.get("BROKER_DATA_DIR") else data_dir
     raw_pools = raw.get("pools")
     if raw_pools is not None and not isinstance(raw_pools, list):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pricing.money import MoneyError, to_decimal, typed_to_micros
+from pricing.money import DecimalComma, MoneyError, NotPlain, to_decimal, typed_to_micros
 
 NOTICE_SECONDS = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
 """How long each cloud's spot preemption notice lasts."""
@@ -144,6 +144,8 @@ def zones_from_config(raw: Any, *, base_dir: Path | None = None) -> tuple[SimZon
                 micros = typed_to_micros(price)
                 if micros <= 0:
                     raise MoneyError("not more than $0")
+            except (DecimalComma, NotPlain) as exc:  # said as a pool's price says it: "0,45" is a decimal comma
+                raise ValueError(f"{where}.price_per_hour: {exc}") from None
             except MoneyError:
                 raise ValueError(f"{where}.price_per_hour: must be an amount of dollars, more than $0") from None
             # dollars as text with no exponent: YAML's 0.00005 is a float whose str() is "5e-05", which the price

@@ -246,3 +246,22 @@ def test_an_engine_setting_that_is_neither_on_nor_off_is_refused_not_read_as_on(
 def test_the_config_file_read_is_kept_to_be_said_at_start(make_settings, tmp_path):
     assert make_settings().config_file is None
     assert make_settings(config="tick_seconds: 2\n").config_file == tmp_path / "config.yaml"
+
+
+def test_a_zones_price_with_a_decimal_comma_is_said_as_a_pools_is(make_settings):
+    with pytest.raises(ConfigError, match=r"zones\[0\]\.price_per_hour: has a comma, which groups thousands only "
+                                          r"\(1,000\): write 0\.45"):
+        make_settings(config="zones: [{name: sim-a, tier: spot, instance_type: g5.xlarge, price_per_hour: '0,45'}]\n")
+
+
+def test_a_config_file_named_that_is_not_there_is_said_with_its_whole_path_and_what_to_do(make_settings, tmp_path,
+                                                                                          monkeypatch):
+    from broker.config import load_settings
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as named:
+        load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_CONFIG": "cfg/nope.yaml"})
+    assert str(named.value) == (f"config file {tmp_path / 'cfg' / 'nope.yaml'} does not exist (BROKER_CONFIG names it): "
+                                "correct the path, or leave BROKER_CONFIG out to run with the defaults")
+    with pytest.raises(ConfigError, match=r"\(--config names it\): correct the path, or leave --config out"):
+        load_settings({"BROKER_DATA_DIR": str(tmp_path / "data")}, config_path="nope.yaml")
