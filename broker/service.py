@@ -855,6 +855,15 @@ class BrokerService:
                                    "fits it: submit it again without use_spot to let it run on on-demand")
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
                                "it there would leave it queued forever")
+            ondemand = self._offers_for(job, "ondemand")
+            if request.max_price_per_hour is not None and not under_cap(request, ondemand):
+                # pinned, it waited for ever over its own cap, and a budget-stopped job passed the budget's test (no
+                # offer it may take, so none to price)
+                cheapest = min(o.price_per_hour * request.num_nodes for o in ondemand)
+                raise Conflict(f"not moved to on-demand: its cheapest on-demand offer costs {fmt(cheapest)}/h, over "
+                               f"the job's max_price_per_hour of {fmt(request.max_price_per_hour)}, so pinned there it "
+                               "would wait for ever: submit it again with a max_price_per_hour that covers on-demand "
+                               "(or none)")
             if job.state is JobState.STOPPED_BUDGET:
                 # the resume's own test first, with its figure: refused for a start alone, a user who raised the
                 # budget to pay for that was refused again by the resume, wanting more (a minute and a clean stop)

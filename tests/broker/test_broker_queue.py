@@ -471,14 +471,15 @@ def test_the_queue_says_a_job_starts_now_exactly_when_the_scheduler_would_place_
     assert (starts.get("queued") == pytest.approx(NOW)) is places, (starts, decision)
 
 
-def _budget_stopped(service, store, admin, zone: str, tier: str, price: int, spent: int, budget: int | None = None):
-    """A job submitted with $1, then stopped at its budget (``budget``, else the $1) after one attempt on ``zone``
-    that cost ``spent``."""
+def _budget_stopped(service, store, admin, zone: str, tier: str, price: int, spent: int, budget: int | None = None,
+                    **broker):
+    """A job submitted with $1 (and ``broker``'s settings), then stopped at its budget (``budget``, else the $1) after
+    one attempt on ``zone`` that cost ``spent``."""
     from broker.lifecycle import AttemptState
     from broker.models import Attempt
     from broker.store import Change
 
-    job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1"}})[0]
+    job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"}, "broker": {"budget_usd": "1", **broker}})[0]
     placement = {"tier": tier, "location": zone, "zone": zone, "instance_type": "g5.xlarge"}
     attempt = Attempt(id=f"{job.id}-a1", job_id=job.id, n=1, state=AttemptState.STOPPED, launcher="local",
                       placement=placement, price_per_hour=price, created_at=NOW - 100, started_at=NOW - 100,
@@ -653,5 +654,37 @@ def test_a_queued_jobs_budget_lowered_below_a_start_is_refused_and_a_raised_stop
         assert raised.reason == ("stopped at its budget, since raised to $2.00 by admin: resume it to continue from "
                                  "its last checkpoint (step 40)"), raised.reason
         assert service.resume(admin, job.id).state is JobState.QUEUED
+    finally:
+        store.close()
+
+
+def test_a_job_whose_max_price_rules_out_on_demand_is_refused_a_move_there_not_left_queued_for_ever(make_settings,
+                                                                                                       tmp_path):
+    """`broker ondemand` (and Slack's button) on a budget-stopped job whose max_price_per_hour is under every
+    on-demand offer was accepted: with no offer it may take, the budget's test priced none and passed, and the job
+    sat queued, pinned over its own cap."""
+    from broker.auth import Principal
+    from broker.service import BrokerService, Conflict
+    from broker.store import open_store
+
+    settings = make_settings(config="zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
+                                    "price_per_hour: '1.01'}, {name: sim-spot, tier: spot, instance_type: g5.xlarge, "
+                                    "price_per_hour: '0.20'}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'cap.db'}")
+    service = BrokerService(settings, store, clock=lambda: NOW)
+    admin = Principal("admin", None, admin=True)
+    try:
+        job = service.submit(admin, {"run": "x", "resources": {"cpus": "1+"},
+                                     "broker": {"budget_usd": "1", "max_price_per_hour": "0.30"}})[0]
+        for state in ("queued", "stopped"):
+            if state == "stopped":
+                stopped = _budget_stopped(service, store, admin, "sim-spot", "spot", 200_000, 900, budget=1_200,
+                                          max_price_per_hour="0.30")
+                job = replace(job, id=stopped.id)
+            with pytest.raises(Conflict) as refused:
+                service.switch_to_ondemand(admin, job.id)
+            assert str(refused.value).startswith("not moved to on-demand: its cheapest on-demand offer costs $1.01/h, "
+                                                 "over the job's max_price_per_hour of $0.30"), refused.value
+            assert store.get_job(job.id).force_tier is None
     finally:
         store.close()
