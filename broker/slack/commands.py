@@ -18,6 +18,7 @@ these cannot be undone. ``help`` alone answers whatever follows it: its answer i
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 
@@ -90,7 +91,9 @@ def parse(text: str) -> Command:
     words = first.split()
     name, args = words[0].lower(), words[1:]
     if name not in USAGE:
-        raise CommandError(f"I don't know `{words[0]}`. Try `help`.")
+        close = difflib.get_close_matches(name, sorted(USAGE), n=1)  # `stauts` was "Try help", with no word of status
+        likely = f" Did you mean `{close[0]}`?" if close else ""
+        raise CommandError(f"I don't know `{words[0]}`.{likely} Try `help`.")
     if name == "submit":
         return _submit(first.strip()[len(words[0]):], rest)
     if rest.strip():
@@ -135,7 +138,7 @@ def parse(text: str) -> Command:
             team = a
         else:
             raise _unused(name, [a])
-    return Command(name, team=team, period=period or "7d")
+    return Command(name, team=team, period=period)  # none given: the report's default (7d), a job's whole life
 
 
 def _submit(line: str, rest: str) -> Command:
@@ -195,9 +198,11 @@ def _stray(word: str, after: str | None) -> str:
 
 
 def _job_id(text: str, name: str) -> str:
-    if not _JOB_ID.match(text):
+    # an id pasted as Slack shows code (`j-12b398a7b9`), or closing a sentence (`j-12b398a7b9.`), is that id
+    cleaned = text.strip("`'\"").rstrip(".,;:!?)")
+    if not _JOB_ID.match(cleaned):
         raise CommandError(f"`{text}` is not a job id. Usage: `{USAGE[name]}`")
-    return text
+    return cleaned
 
 
 def _money(text: str, what: str) -> Micros:

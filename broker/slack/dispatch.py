@@ -176,6 +176,9 @@ class Dispatcher:
 
     def _cmd_costs(self, cmd: Command, who: Principal) -> Reply:
         job = self._job_named(cmd.team, who)
+        if job is not None and cmd.period is not None:  # answered with the whole life, the period unsaid
+            return blocks.error(f"A job's costs are its whole life: `costs {job.id}` takes no period "
+                                f"(`{cmd.period}`).")
         if job is not None:  # `costs j-a1` was read as a team: "You can see only your team's costs"
             return blocks.job_costs_reply(job, costs.job_costs(job, self.service.attempts(who, job.id)),
                                           self.dashboard_url)
@@ -186,7 +189,7 @@ class Dispatcher:
             team = who.team
         self.service.check_team(team)  # a typo'd team was an empty report, as if it had spent nothing
         now = self.service.clock()
-        win = costs.window(now=now, period=cmd.period)
+        win = costs.window(now=now, period=cmd.period or "7d")
         history = costs.gather(self.service.store, team=team, win=win,
                                retention_days=self.service.settings.job_retention_days)
         q = self.service.queue_waits(who)  # the reply shows no queue: its positions and starts, as the dashboard's

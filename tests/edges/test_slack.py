@@ -170,14 +170,18 @@ def test_a_body_changed_after_signing_is_refused(slack):
     ("resume j-b1 force", commands.Command("resume", job_id="j-b1", force=True)),
     ("budget j-a2 $12.50", commands.Command("budget", job_id="j-a2", amount=12_500_000)),
     ("costs 30d team-b", commands.Command("costs", team="team-b", period="30d")),
-    ("costs", commands.Command("costs", period="7d")),
+    ("costs", commands.Command("costs")),
+    ("status `j-a1`", commands.Command("status", job_id="j-a1")),
+    ("status j-a1.", commands.Command("status", job_id="j-a1")),
     ("submit <https://example.com/t.yaml> budget=$50",
      commands.Command("submit", url="https://example.com/t.yaml", options={"budget_usd": "50"})),
     ("submit budget=$5 priority=3\n```\nname: x\nrun: echo &lt;hi&gt;\n```",
      commands.Command("submit", yaml="name: x\nrun: echo <hi>", options={"budget_usd": "5", "priority": "3"})),
 ], ids=["nothing → help", "status alone → my jobs", "status with an id", "resume with force",
         "budget with dollars and cents → micro-dollars", "costs with period and team in any order",
-        "costs defaults to 7 days", "submit a Slack-wrapped link with a budget",
+        "costs with no period: none (the report's 7 days; a job's whole life)",
+        "an id pasted as Slack shows code is that id", "an id closing a sentence is that id",
+        "submit a Slack-wrapped link with a budget",
         "submit fenced inline YAML, unescaping Slack's &lt; &gt;"])
 def test_command_text_parses(text, expected):
     assert commands.parse(text) == expected
@@ -310,6 +314,16 @@ def test_costs_of_a_job_id_is_that_jobs_cost_not_a_team(slack):
     assert "No job `j-b1` that you can see." in other and "$0.40" not in other  # as `status j-b1` answers
     # a team is still a team
     assert "Spend for team-a, last 30d" in text_of(command(slack, "costs team-a 30d", user="U_ADMIN").json())
+    # a period with a job is refused, as `broker costs JOB --period` is: it was answered with the whole life, unsaid
+    with_period = text_of(command(slack, "costs j-a1 7d").json())
+    assert "A job's costs are its whole life: `costs j-a1` takes no period (`7d`)." in with_period, with_period
+    assert "$5.00" not in with_period
+
+
+def test_a_mistyped_command_is_answered_with_the_likely_one(slack):
+    said = text_of(command(slack, "stauts j-a1").json())
+    assert "I don't know `stauts`. Did you mean `status`? Try `help`." in said, said
+    assert "Did you mean" not in text_of(command(slack, "frobnicate").json())
 
 
 def last_event(store, job_id: str) -> Event:
