@@ -32,7 +32,7 @@ from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.slack.blocks import Reply, actions, button, context, esc, fit_escaped, section, where
 from broker.views import saving_words
-from pricing.money import Micros, fmt_limit, fmt_spent_of
+from pricing.money import Micros, fmt_left, fmt_limit, fmt_spent_of
 
 INTERRUPTIONS = {"preempted": "was preempted", "node_lost": "lost its node"}
 """``diagnosis_class`` values of a ``recover`` that was the infrastructure's doing."""
@@ -175,9 +175,14 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
                                                confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]),
                     foot)
     if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
-        return _msg(f":money_with_wings: {head} was stopped: it spent its budget "
-                    "({} of {}). ".format(*fmt_spent_of(job.spent, job.budget)) +
-                    f"Raise the budget to let it resume from {frm}.",
+        left = job.budget - job.spent
+        spent, budget = fmt_spent_of(job.spent, job.budget)
+        # "it spent its budget" with a quarter of it left (a budget lowered to under a start's cost) read as a wrong
+        # figure: what is left is said when it is more than a hundredth of the budget
+        why = (f"it spent its budget ({spent} of {budget})" if left * 100 <= job.budget else
+               f"it spent {spent} of its {budget} budget, and what is left ({fmt_left(left, budget=job.budget)}) does "
+               "not pay for more running and a clean stop")
+        return _msg(f":money_with_wings: {head} was stopped: {why}. Raise the budget to let it resume from {frm}.",
                     *_present(continue_buttons(job, step, raise_percent, state=JobState.STOPPED_BUDGET)), foot)
     if name == "stop_budget":
         return _msg(f":money_with_wings: {head} reached its budget "

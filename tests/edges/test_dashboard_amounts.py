@@ -150,3 +150,20 @@ def test_a_budget_warning_in_slack_says_the_spend_beside_the_budget_alike(spent,
                   reason="", actor="engine", data={"percent": spent * 100 // budget})
     text = str(notification(event, job, [], [], dashboard_url="http://x/dashboard"))
     assert says in text, text
+
+
+@pytest.mark.parametrize("spent, budget, says", [
+    pytest.param(3_600_000, 3_604_000, "was stopped: it spent its budget ($3.600 of $3.604).",
+                 id="all but a hundredth spent: it spent its budget"),
+    pytest.param(900, 1_200, "was stopped: it spent $0.0009 of its $0.0012 budget, and what is left ($0.0003) does not "
+                             "pay for more running and a clean stop.", id="a quarter left: said, not 'spent its budget'"),
+])
+def test_a_budget_stop_in_slack_says_what_is_left_when_it_is_more_than_a_hundredth(spent, budget, says):
+    from broker.models import Event
+    from broker.slack.messages import notification
+
+    job = world.job("j-w", "team-a", JobState.STOPPED_BUDGET, submitted=0, budget=budget, spent=spent, attempts=1)
+    event = Event(job_id="j-w", time=60.0, event="ended", from_state="stopping", to_state="stopped_budget",
+                  reason="", actor="engine", data={})
+    text = str(notification(event, job, [], [], dashboard_url="http://x/dashboard"))
+    assert says in text, text
