@@ -1311,6 +1311,8 @@ def cmd_costs(args) -> int:
         _print_table(con, [("#", "whole"), ("state", "whole"), ("tier", "whole"), "zone", "instance", ("$/h", "whole"),
                            ("seconds", "whole"), ("cost", "whole"), ("on-demand would be", "whole")], rows,
                      drop=("instance", "zone", "seconds"))
+        if data.get("rounding_note"):
+            con.print(f"  {data['rounding_note']}", soft_wrap=True)
         return 0
     tot, win = data["totals"], data["window"]
     con.print(f"[bold]{data['team'] or 'all teams'}[/], {win['since']} → {win['until']} ({win['period']})")

@@ -394,9 +394,13 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
                      "ondemand_equivalent": money(e), "seconds": seconds,
                      "started_at": _iso_out(att.started_at), "ended_at": _iso_out(att.ended_at),
                      "reason": att.reason})
+    # each attempt's cost (and equivalent) rounded up on its own need not add up, as shown, to the job's: said, as the
+    # report says it of its rows (two attempts of $0.0040 and $0.0168 beside a total of $0.0207, unsaid)
+    off = sum(shown(r["cost"]["micros"]) for r in rows) != shown(spent) or \
+        sum(shown(r["ondemand_equivalent"]["micros"]) for r in rows) != shown(equiv)
     return {"spent": money(spent), "ondemand_equivalent": money(equiv), "saving": saving(spent, equiv),
             "saving_percent": percent(equiv - spent, equiv), "spent_of_budget": spent_of_budget(spent, job.budget),
-            "attempts": rows}
+            "attempts": rows, "rounding_note": ROUNDING_NOTE if off else None}
 
 
 def burn(job: Job, attempts: Sequence[Attempt], now: float) -> dict:

@@ -319,6 +319,8 @@ class JobCosts(BaseModel):
     saving_percent: int | None
     spent_of_budget: SpentOfBudget
     attempts: list[AttemptCost]
+    rounding_note: str | None = Field(default=None, description="a sentence when the attempts' costs shown, each "
+                                      "rounded up on its own, do not add up to the job's total shown; else null")
     metrics: list[MetricPoint]
 
 

@@ -230,6 +230,8 @@ def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
         more = len(c["attempts"]) - len(rows)
         out = [section(f"{head}\n{saved[0].upper()}{saved[1:]}."),
                section("*Attempts*\n" + "\n".join(rows) + (f"\n…and {more} earlier" if more else ""))]
+        if c.get("rounding_note"):
+            out.append(context(c["rounding_note"]))
     out.append(context(f"<{dashboard_url}|Open the cost dashboard>"))
     return Reply(f"Cost of {esc(job.id)}: {c['spent']['usd']}, {saving_words(c['saving'], c['saving_percent'])}", out)
 

@@ -47,3 +47,18 @@ def test_an_end_seen_after_a_later_accrual_keeps_the_span_the_cost_paid_for():
     a = accrue(attempt(), T0 + 11)  # the tick saw it running at 11 s
     ended = accrue(attempt(cost=a.cost, billed_until=a.billed_until, ended_at=T0 + 10), T0 + 12)
     assert ended.cost == 110_000 and costs.billed_span(ended) == (int(T0), 11)
+
+
+@pytest.mark.parametrize("first, second, noted", [
+    pytest.param(3_913, 16_767, True, id="$0.0040 and $0.0168 shown beside a total of $0.0207: the note says why"),
+    pytest.param(4_000, 16_700, False, id="rows that add up as shown: no note"),
+])
+def test_one_jobs_attempts_that_do_not_add_up_as_shown_carry_the_rounding_note(first, second, noted):
+    """`broker costs JOB` showed attempts of $0.0040 and $0.0168 and a total of $0.0207 with no word of why, though
+    the cost report says it of its own rows; the job's costs now carry the same note, and every edge shows it."""
+    rows = [Attempt(id=f"j-a{n}", job_id="j", n=n, state=AttemptState.STOPPED, launcher="local",
+                    placement={"tier": "ondemand", "zone": "z"}, price_per_hour=PRICE, created_at=T0,
+                    ended_at=T0 + 10, cost=cost) for n, cost in ((1, first), (2, second))]
+    c = costs.job_costs(JOB, rows)
+    assert [a["cost"]["usd"] for a in c["attempts"]] == [costs.money(first)["usd"], costs.money(second)["usd"]]
+    assert (c["rounding_note"] == costs.ROUNDING_NOTE) is noted and (c["rounding_note"] is None) is not noted

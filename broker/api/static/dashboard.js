@@ -342,7 +342,8 @@ async function showJob(id, scroll = true) {
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
   $("job-summary").textContent = `${j.job.state} · spent ${j.spent_of_budget.spent} of ${j.spent_of_budget.budget} · ` +
     `on-demand would have cost ${j.ondemand_equivalent.usd}, ${savingWords(j.saving, j.saving_percent, "on-demand")}` +
-    (j.job.reason ? " · " + j.job.reason : "");
+    (j.job.reason ? " · " + j.job.reason : "") +
+    (j.rounding_note ? " · " + j.rounding_note : "");  // attempts that do not add up, as shown, to the total: said
   fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
     a.state + (a.reason ? " — " + a.reason : ""), { text: duration(a.seconds), num: 1 },  // 15 s read "0.00" hours
     { text: a.cost.usd, num: 1 }, { text: a.ondemand_equivalent.usd, num: 1 }])), "No attempts yet.");
