@@ -156,6 +156,9 @@ def router(service, settings: Settings) -> APIRouter:
             return JSONResponse(status_code=400, content={"detail": form[1], "field": form[0]})
         if form.get("command") and form["command"] != cfg.command:
             return JSONResponse(error(f"This broker answers `{cfg.command}`, not `{form['command']}`.").payload())
+        if not form.get("user_id"):  # Slack always sends one: a signed request without it is malformed, not a user
+            return JSONResponse(status_code=400, content={"detail": "a slash command carries user_id: none was sent",
+                                                          "field": "user_id"})
         who = cfg.principal(form.get("user_id", ""))
         if who is None:
             return JSONResponse(error(

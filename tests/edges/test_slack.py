@@ -253,6 +253,9 @@ def test_a_user_acts_only_on_their_teams_jobs(slack, store):
     assert store.get_job("j-a2").state is JobState.RUNNING
     assert "only your team" in text_of(command(slack, "costs team-a", user="U_B").json())
     assert "not mapped to a team" in text_of(command(slack, "status", user="U_NOBODY").json())
+    nobody = command(slack, "status", user="")  # signed, but no user: malformed, not "Your Slack user `None`"
+    assert nobody.status_code == 400 and nobody.json() == {"detail": "a slash command carries user_id: none was sent",
+                                                           "field": "user_id"}, nobody.text
     admin = text_of(command(slack, "costs team-a", user="U_ADMIN").json())
     assert "$6.50" in admin
     assert "there is no team 'team-z' (teams: " in text_of(command(slack, "costs team-z", user="U_ADMIN").json())
