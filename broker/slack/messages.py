@@ -92,9 +92,11 @@ def continue_buttons(job: Job, step: int | None, raise_percent: int, failure: st
     state = state or job.state
     frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
     resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
+    # a job pinned to on-demand already runs its next attempt there: a "Switch to on-demand" beside it changes nothing
+    pinned = job.force_tier == "ondemand"
     if state is JobState.STOPPED_BUDGET:
         return actions([raise_button(job, raise_percent), button("resume", resume_label, job.id, style="primary"),
-                        ondemand_button(job.id, frm)])
+                        *([] if pinned else [ondemand_button(job.id, frm)])])
     if state is not JobState.FAILED:
         return None
     text = failure or (job.diagnosis or {}).get("text") or job.reason
@@ -105,7 +107,7 @@ def continue_buttons(job: Job, step: int | None, raise_percent: int, failure: st
         resume = button("resume", resume_label, job.id, style="primary", force=True,
                         confirm=recur_warning(text, f"Run it again anyway from {frm}?"))
         ondemand = ondemand_button(job.id, frm, own_failure=text)
-    return actions([resume, ondemand, raise_button(job, raise_percent)])
+    return actions([resume, *([] if pinned else [ondemand]), raise_button(job, raise_percent)])
 
 
 def last_step(points: Sequence[dict], until: float | None = None) -> int | None:

@@ -167,3 +167,16 @@ def test_a_budget_stop_in_slack_says_what_is_left_when_it_is_more_than_a_hundred
                   reason="", actor="engine", data={})
     text = str(notification(event, job, [], [], dashboard_url="http://x/dashboard"))
     assert says in text, text
+
+
+@pytest.mark.parametrize("pinned", [None, "ondemand"])
+def test_a_job_already_pinned_to_on_demand_is_not_offered_a_switch_there(pinned):
+    from dataclasses import replace
+
+    from broker.slack.messages import continue_buttons
+
+    job = replace(world.job("j-w", "team-a", JobState.STOPPED_BUDGET, submitted=0, budget=1_200, spent=900,
+                            attempts=1), force_tier=pinned)
+    labels = [b["text"]["text"] for b in continue_buttons(job, 40, 50)["elements"]]
+    assert ("Switch to on-demand" in labels) is (pinned is None), labels
+    assert "Resume from step 40" in labels
