@@ -139,6 +139,7 @@ class Engine:
         #: the attempts whose recorded stop this engine has sent to the launcher (:meth:`_send_stop`)
         self._stops_sent: set[str] = set()
         self._last_superseded = float("-inf")  # when :meth:`_stop_superseded` last looked
+        self._said_start = False  # the first tick logs what this engine found to watch (a restart said nothing)
         #: the attempts whose run on this host was live at that look, and not yet ended in the store then
         self._live_seen: set[str] = set()
         #: the superseded runs this engine has billed and asked to stop (:meth:`_end_superseded`), not yet ended:
@@ -157,6 +158,13 @@ class Engine:
             self._last_superseded = now
             self._guard(self._stop_superseded, now)
         jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
+        if not self._said_start:  # what this engine found at its start, in its log: a restart looked like nothing
+            self._said_start = True
+            watched = [j.id for j in jobs if j.state in MONITORED]
+            if watched:
+                log.info("engine started: watching %d job(s) placed, launching or running (%s), its own attempts and "
+                         "those another broker sharing the store may be silent on", len(watched),
+                         ", ".join(watched[:10]) + (f" and {len(watched) - 10} more" if len(watched) > 10 else ""))
         for job in jobs:  # 1. monitor what runs
             if job.state in MONITORED:
                 self._guard(self._monitor, job, now)
@@ -729,11 +737,15 @@ class Engine:
             silence = self._owner_silence(job, attempt, now)
             if silence is None:
                 return  # the engine that launched it watches it
+            # in this broker's log too, not only the job's events ("by engine"): which broker took which job over
+            log.warning("job %s: taken over from the broker that launched attempt %s: %s", job.id, attempt.id, silence)
             status = AttemptStatus(Phase.LOST, reason=silence)
             attempt = replace(attempt, stop_reason="owner_silent")
         else:
             status = self.launcher.status(attempt.id)
         if status.phase is Phase.GONE and job.state is JobState.LAUNCHING:
+            log.info("job %s: launching attempt %s again: a broker stopped between its record and its launch", job.id,
+                     attempt.id)
             self._start(job, attempt, now)  # re-adopt: the broker stopped between commit and launch
             return
         notes: list[Event] = []

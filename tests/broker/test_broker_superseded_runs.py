@@ -70,7 +70,9 @@ def _exit(launcher: LocalLauncher, attempt_id: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def test_a_run_recorded_lost_is_stopped_when_its_broker_comes_back_and_its_overrun_is_said(two_hosts, tmp_path):
+def test_a_run_recorded_lost_is_stopped_when_its_broker_comes_back_and_its_overrun_is_said(two_hosts, tmp_path,
+                                                                                             caplog):
+    caplog.set_level("INFO", logger="broker.engine")
     clock = [time.time()]
     store, hosts, engine, service = two_hosts(12, 300, clock)
     marks = tmp_path / "marks"
@@ -88,6 +90,11 @@ def test_a_run_recorded_lost_is_stopped_when_its_broker_comes_back_and_its_overr
     lost = store.attempts(job_id)[0]
     assert lost.state.value == "lost" and lost.stop_reason == "owner_silent"
     assert hosts["a"].status(first).phase is Phase.RUNNING  # it still runs, beside attempt 2
+    # B's log says what it found at its start and which job it took over (it said neither: only the job's events)
+    said = caplog.text
+    assert f"engine started: watching 1 job(s) placed, launching or running ({job_id})" in said, said
+    assert f"job {job_id}: taken over from the broker that launched attempt {first}: the broker that launched it " \
+           in said, said
     for _ in range(77):  # both run on
         clock[0] += 5
         b.tick()
