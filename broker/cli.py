@@ -1340,8 +1340,10 @@ def cmd_costs(args) -> int:
 
 
 def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:
-    from broker.views import saving_words
+    from broker.views import NOTHING_TO_COMPARE, saving_words
 
+    if percent is None and saving["micros"] == 0:  # no on-demand figure: none is named ("on on-demand: $0.0023")
+        return f"  spent {spent['usd']}; {NOTHING_TO_COMPARE}"
     return f"  spent {spent['usd']}; the same work on on-demand: {equivalent['usd']}; {saving_words(saving, percent)}"
 
 

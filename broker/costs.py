@@ -174,6 +174,16 @@ def ondemand_price(attempt: Attempt, job: Job) -> Micros:
     return attempt.price_per_hour
 
 
+def ondemand_known(attempt: Attempt, job: Job) -> bool:
+    """Whether :func:`ondemand_price` found an on-demand price for the attempt's shape, rather than falling back to
+    the attempt's own (a pool with no cloud shape like it, or a job whose ``max_price_per_hour`` kept on-demand out of
+    its quote): then its "saving" is $0 by construction, not a comparison."""
+    if attempt.placement.get("ondemand_price_per_hour") is not None or tier_of(attempt) == "ondemand":
+        return True
+    return any(t.get("tier") == "ondemand" and t.get("price_per_hour") is not None
+               for t in (job.quote or {}).get("tiers") or [])
+
+
 def billed_span(attempt: Attempt) -> tuple[int, int]:
     """(start, whole seconds billed): the span ``attempt.cost`` covers."""
     start = int(attempt.created_at)
@@ -383,7 +393,9 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
     """One job, all time: spend, on-demand equivalent and saving, plus each attempt's part."""
     rows = []
     spent = equiv = 0
+    compared = False  # some attempt had an on-demand price to compare with (ondemand_known)
     for att in attempts:
+        compared = compared or ondemand_known(att, job)
         e = ondemand_equivalent(att, job)
         spent += att.cost
         equiv += e
@@ -398,8 +410,11 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
     # report says it of its rows (two attempts of $0.0040 and $0.0168 beside a total of $0.0207, unsaid)
     off = sum(shown(r["cost"]["micros"]) for r in rows) != shown(spent) or \
         sum(shown(r["ondemand_equivalent"]["micros"]) for r in rows) != shown(equiv)
+    # with no on-demand price for any attempt, the equivalent is the spend itself: "saved $0.00 (0%) against
+    # on-demand ($0.0023)" named a price no on-demand offer has; said as nothing to compare (percent null) instead
     return {"spent": money(spent), "ondemand_equivalent": money(equiv), "saving": saving(spent, equiv),
-            "saving_percent": percent(equiv - spent, equiv), "spent_of_budget": spent_of_budget(spent, job.budget),
+            "saving_percent": percent(equiv - spent, equiv) if compared else None,
+            "spent_of_budget": spent_of_budget(spent, job.budget),
             "attempts": rows, "rounding_note": ROUNDING_NOTE if off else None}
 
 

@@ -62,3 +62,22 @@ def test_one_jobs_attempts_that_do_not_add_up_as_shown_carry_the_rounding_note(f
     c = costs.job_costs(JOB, rows)
     assert [a["cost"]["usd"] for a in c["attempts"]] == [costs.money(first)["usd"], costs.money(second)["usd"]]
     assert (c["rounding_note"] == costs.ROUNDING_NOTE) is noted and (c["rounding_note"] is None) is not noted
+
+
+def test_a_job_with_no_on_demand_price_for_any_attempt_has_nothing_to_compare_not_a_saving_of_0_percent():
+    """An on-prem job whose max_price_per_hour kept on-demand out of its quote read "saved $0.00 (0%) against on-demand
+    ($0.0023)", the pool's own price named as on-demand's; the same job without the cap, "saved $0.0089 (80%)"."""
+    from dataclasses import replace
+
+    from broker.cli import _saving_line
+    from broker.views import NOTHING_TO_COMPARE
+
+    pool = Attempt(id="j-a1", job_id="j", n=1, state=AttemptState.SUCCEEDED, launcher="local",
+                   placement={"tier": "onprem", "zone": "cpu"}, price_per_hour=200_000, created_at=T0,
+                   ended_at=T0 + 41, cost=2_300)
+    capped = costs.job_costs(replace(JOB, quote={"tiers": [{"tier": "onprem", "price_per_hour": 200_000}]}), [pool])
+    assert capped["saving_percent"] is None and capped["saving"]["micros"] == 0
+    line = _saving_line(capped["spent"], capped["ondemand_equivalent"], capped["saving"], capped["saving_percent"])
+    assert line == f"  spent $0.0023; {NOTHING_TO_COMPARE}", line
+    quoted = costs.job_costs(replace(JOB, quote={"tiers": [{"tier": "ondemand", "price_per_hour": 1_000_000}]}), [pool])
+    assert quoted["saving_percent"] == 79, quoted  # an on-demand price in its quote: compared, as before

@@ -340,8 +340,10 @@ async function showJob(id, scroll = true) {
   if (mine !== jobs) return;
   $("job").hidden = false;
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
+  const compared = !(j.saving_percent === null && j.saving.micros === 0);  // no on-demand figure: none named
   $("job-summary").textContent = `${j.job.state} · spent ${j.spent_of_budget.spent} of ${j.spent_of_budget.budget} · ` +
-    `on-demand would have cost ${j.ondemand_equivalent.usd}, ${savingWords(j.saving, j.saving_percent, "on-demand")}` +
+    (compared ? `on-demand would have cost ${j.ondemand_equivalent.usd}, ` : "") +
+    savingWords(j.saving, j.saving_percent, "on-demand") +
     (j.job.reason ? " · " + j.job.reason : "") +
     (j.rounding_note ? " · " + j.rounding_note : "");  // attempts that do not add up, as shown, to the total: said
   fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
