@@ -9,6 +9,7 @@ acknowledges at once and posts the result to the ``response_url``.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable
@@ -185,6 +186,12 @@ class Dispatcher:
         team = cmd.team
         if not who.admin:
             if team and team != who.team:
+                known = {*self.service.settings.teams, self.service.settings.default_team}
+                if team not in known:  # `costs visoin`: a typo read as a question of permission
+                    close = difflib.get_close_matches(team, [who.team] if who.team else [], n=1)
+                    likely = f" Did you mean `{close[0]}`?" if close else ""
+                    return blocks.error(f"There is no team `{esc(team)}`.{likely} You can see your team's costs "
+                                        f"({who.team}).")
                 return blocks.error(f"You can see only your team's costs ({who.team}).")
             team = who.team
         self.service.check_team(team)  # a typo'd team was an empty report, as if it had spent nothing

@@ -252,6 +252,8 @@ def test_a_user_acts_only_on_their_teams_jobs(slack, store):
     assert "Did you mean `j-a2`?" in text_of(command(slack, "status a2", user="U_A").json())  # the j- left out
     assert store.get_job("j-a2").state is JobState.RUNNING
     assert "only your team" in text_of(command(slack, "costs team-a", user="U_B").json())
+    typo = text_of(command(slack, "costs taem-b", user="U_B").json())  # no such team: a typo, not a permission
+    assert "There is no team `taem-b`. Did you mean `team-b`? You can see your team's costs (team-b)." in typo, typo
     assert "not mapped to a team" in text_of(command(slack, "status", user="U_NOBODY").json())
     nobody = command(slack, "status", user="")  # signed, but no user: malformed, not "Your Slack user `None`"
     assert nobody.status_code == 400 and nobody.json() == {"detail": "a slash command carries user_id: none was sent",
