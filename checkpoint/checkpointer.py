@@ -437,26 +437,27 @@ class Checkpointer:
 
     def _warn_pickled(self, step: int, pickled: list[str]) -> None:
         """Say at the first save, not at the resume after a preemption, that restore will refuse this state."""
-        new = [p for p in pickled if p not in self._warned_pickled]
-        if not new:
-            return
-        self._warned_pickled.update(new)
-        warnings.warn(CheckpointWarning(
-            f"step {step}: {', '.join(new)} can only be saved pickled, and restore() refuses pickled objects "
+        self._warn_once(pickled, lambda new: (
+            f"step {step}: {new} can only be saved pickled, and restore() refuses pickled objects "
             f"unless allow_pickle=True: save plain values (numbers, strings, lists, dicts), tensors or arrays "
-            f"there, or an object with state_dict()/load_state_dict()"), stacklevel=3)
+            f"there, or an object with state_dict()/load_state_dict()"))
 
     def _warn_flattened(self, step: int, flattened: list[str]) -> None:
         """Say at the first save that these mappings come back as plain dicts (a defaultdict whose factory is not a
         builtin type, a dict subclass): a resume that relies on what they were fails later (a KeyError)."""
-        new = [p for p in flattened if p not in self._warned_pickled]
+        self._warn_once(flattened, lambda new: (
+            f"step {step}: {new} will be restored as a plain dict: save a dict (and make the "
+            f"defaultdict or your class again from it after restore), a Counter, an OrderedDict, or a defaultdict "
+            f"of list, int, dict, set, float or str, which come back as they were"))
+
+    def _warn_once(self, places: list[str], message: Callable[[str], str]) -> None:
+        """One :class:`CheckpointWarning` (``message`` of the places, joined) for the ``places`` of the state not yet
+        warned about by this checkpointer; nothing when there are none: said at the first save, not at every one."""
+        new = [p for p in places if p not in self._warned_pickled]
         if not new:
             return
         self._warned_pickled.update(new)
-        warnings.warn(CheckpointWarning(
-            f"step {step}: {', '.join(new)} will be restored as a plain dict: save a dict (and make the "
-            f"defaultdict or your class again from it after restore), a Counter, an OrderedDict, or a defaultdict "
-            f"of list, int, dict, set, float or str, which come back as they were"), stacklevel=3)
+        warnings.warn(CheckpointWarning(message(", ".join(new))), stacklevel=4)
 
     def _write(self, cid: CheckpointId, captured: snapshot.Captured, started: float, blocked: float) -> None:
         fence = self._fence
