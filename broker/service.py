@@ -867,10 +867,10 @@ class BrokerService:
             if job.state is JobState.STOPPED_BUDGET:
                 # the resume's own test first, with its figure: refused for a start alone, a user who raised the
                 # budget to pay for that was refused again by the resume, wanting more (a minute and a clean stop)
-                minute = self._minute_shortfall(job, self._offers_for(job, "ondemand"))
+                minute = self._minute_shortfall(job, ondemand)
                 if minute is not None:
                     raise Conflict(f"not moved to on-demand: {minute}")
-            short = self._budget_shortfall(job, self._offers_for(job, "ondemand"))
+            short = self._budget_shortfall(job, ondemand)
             if short is not None:  # pinned, it waited for ever: "the budget left ... does not cover ..."
                 raise Conflict(f"not moved to on-demand: {short}. Raise the budget first (broker budget {job.id} "
                                "<dollars>), then move it")
