@@ -1009,24 +1009,23 @@ def _param_groups(target: Any) -> list[int] | None:
     return [len(g.get("params", ())) for g in groups]
 
 
-def _holds_tensor(x: Any) -> bool:
-    if serialization.is_tensor(x):
+def _holds(x: Any, leaf: Callable[[Any], bool]) -> bool:
+    """Whether ``x``, or anything in the dicts, lists and tuples it is made of, is a ``leaf``."""
+    if leaf(x):
         return True
     if isinstance(x, Mapping):
-        return any(_holds_tensor(v) for v in x.values())
+        return any(_holds(v, leaf) for v in x.values())
     if isinstance(x, (list, tuple)):
-        return any(_holds_tensor(v) for v in x)
+        return any(_holds(v, leaf) for v in x)
     return False
+
+
+def _holds_tensor(x: Any) -> bool:
+    return _holds(x, serialization.is_tensor)
 
 
 def _holds_pending(x: Any) -> bool:
-    if isinstance(x, serialization.Pending):
-        return True
-    if isinstance(x, Mapping):
-        return any(_holds_pending(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return any(_holds_pending(v) for v in x)
-    return False
+    return _holds(x, lambda v: isinstance(v, serialization.Pending))
 
 
 def _pair(path: str, live: Any, saved: Any, plan: _Plan) -> None:
