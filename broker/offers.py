@@ -174,11 +174,16 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
         every.extend(shapes)
         capacity[pool.name] = 1 if fitting else 0
     pooled = len(offers)  # the offers after the pools' are the same in both lists
+    spot_up = set()
     if settings.launcher == "skypilot":
-        offers.extend(_price_table(settings.clouds))  # clouds: capacity unknown until tried; preempted zones get blocked
+        cloud = _price_table(settings.clouds)  # clouds: capacity unknown until tried; preempted zones get blocked
+        offers.extend(cloud)
+        # a cloud's spot zone counts as up for the spot policy until a preemption or a failed launch there blocks it
+        # for the job (``Job.blocked_at``): left out, every cloud job with a deadline was told "no spot" and waited
+        # through its slack, or went to on-demand, while spot was there to be tried
+        spot_up.update(o.zone for o in cloud if o.tier is Tier.SPOT and o.zone)
     used = nodes_in_use(active_jobs)
     availability = availability or {}
-    spot_up = set()
     for zone in settings.zones:
         offers.append(zone_offer(zone))
         up = availability.get(zone.name, True)
