@@ -39,13 +39,12 @@ sys.path.insert(0, str(ROOT))
 
 from pricing.loading import read_trace, read_windows  # noqa: E402
 from pricing.optimum import min_cost_by_tick  # noqa: E402
-from pricing.policy import make_policy  # noqa: E402
+from pricing.policy import CAPPED_POLICIES, make_policy  # noqa: E402
 from pricing.simulate import simulate  # noqa: E402
 from pricing.simulate_cli import resample  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 POLICIES = ("ondemand", "greedy", "uniform_progress", "slack_reserve", "broker")
-CAPPED = ("slack_reserve", "broker")  # the broker's own policies, previous and current, run with the cost cap
 DEADLINES = (52, 56, 60, 64, 70, 80)
 C, D, K = 48 * 3600, 720, 3.145
 TWO_MONTH = DATA / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"
@@ -98,7 +97,7 @@ def od_only_cost(gap: int, work: int = C, changeover: int = D) -> float:
 
 def policy(name: str):
     """The broker's policies with the cost cap; the paper's baselines as published (deadline net only)."""
-    return make_policy(name, cost_cap=name in CAPPED)
+    return make_policy(name, cost_cap=name in CAPPED_POLICIES)
 
 
 def single_zone(w: dict) -> list[tuple]:

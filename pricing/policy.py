@@ -78,6 +78,9 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "uniform_progress": UniformProgress,
 }
 DEFAULT_POLICY = "broker"
+#: The broker's own policies, current and previous: run with the cost cap wherever they run (the live engine, ``broker
+#: simulate``, the benchmark). The others are the paper's baselines, replayed as published with the deadline net only.
+CAPPED_POLICIES = (DEFAULT_POLICY, "slack_reserve")
 
 
 def make_policy(name: str = DEFAULT_POLICY, *, cost_cap: bool = True) -> SafetyNet:

@@ -28,7 +28,7 @@ import random
 import re
 import sys
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +37,7 @@ from pricing.loading import read_trace, window
 from pricing.money import (MAX_DOLLARS, MICROS_PER_DOLLAR, AmountTooLarge, DecimalComma, MoneyError, NotPlain, TooPrecise,
                            to_micros)
 from pricing.optimum import min_cost_by_tick
-from pricing.policy import DEFAULT_POLICY, POLICIES, make_policy
+from pricing.policy import CAPPED_POLICIES, DEFAULT_POLICY, POLICIES, make_policy
 from pricing.simulate import simulate
 
 
@@ -70,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--windows", required=True, help="a windows .jsonl file, or with --zones the number of windows to sample")
     p.add_argument("--zones", help="comma-separated spot-traces .json files aligned in time, one per zone")
     p.add_argument("--seed", type=int, help="seed for sampling windows from --zones (default 0)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"one or more of {', '.join(POLICIES)} (comma-separated; default {DEFAULT_POLICY})")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"one or more of {', '.join(POLICIES)} (comma-separated; default {DEFAULT_POLICY}); "
+                        f"{' and '.join(CAPPED_POLICIES)} run with the cost cap, the paper's baselines without")
     p.add_argument("--job-hours", type=float, default=48.0, help="the job's useful work C (default 48)")
     p.add_argument("--deadline-hours", type=float, default=60.0, help="the deadline R from the window's start (default 60)")
     p.add_argument("--changeover-hours", type=float, default=0.2, help="the changeover delay d of every move (default 0.2)")
@@ -289,9 +290,11 @@ def run(argv: list[str] | None = None, out=None) -> list[dict]:
     import: the rows of a second ``main`` in one process went to the first one's, maybe closed, stream)."""
     out = sys.stdout if out is None else out
     args = parser().parse_args(argv)
-    names = [n.strip() for n in args.policy.split(",") if n.strip()]
-    if not names:
+    names = [n.strip() for n in args.policy.split(",")]
+    if not any(names):
         raise SystemExit(f"--policy: name at least one of {', '.join(POLICIES)}")
+    if not all(names):  # as --zones refuses one: "broker," ran broker alone, a name meant after the comma unsaid
+        raise SystemExit(f"--policy: an empty name in {args.policy!r} (a comma too many?)")
     for name in names:
         if name not in POLICIES:
             raise SystemExit(f"--policy: unknown policy {name!r}; known: {', '.join(POLICIES)}")
@@ -403,7 +406,7 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
             optimum = float(best[-1]) if np.isfinite(best[-1]) else None
         for name in names:
             r = simulate(
-                make_policy(name, cost_cap=name == DEFAULT_POLICY), avail, gap=gap, work=work, deadline=deadline, changeover=changeover,
+                make_policy(name, cost_cap=name in CAPPED_POLICIES), avail, gap=gap, work=work, deadline=deadline, changeover=changeover,
                 price_ratio=args.price_ratio, zones=zones,
                 work_told=seconds(args.told_job_hours) if args.told_job_hours else None,
                 changeover_told=None if args.told_changeover_hours is None else seconds(args.told_changeover_hours),
@@ -419,8 +422,8 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
                 "actions": r.actions,
             }
             if given is not None:  # a run over the user's budget is flagged, never left to be noticed in the cost;
-                # compared in the budget's own units, as the cost is shown (dollars to the micro-dollar)
-                row["over_budget"] = Decimal(repr(row["cost"])) > given
+                # compared in the budget's own units and to its precision, the millionth (dollars: the micro-dollar)
+                row["over_budget"] = _as_budget(row["cost"]) > given
             if "start_tick" in w:
                 row["start_tick"] = w["start_tick"]
             if args.optimum:
@@ -437,6 +440,12 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
     return results
 
 
+def _as_budget(cost: float) -> Decimal:
+    """A run's cost as a budget is read: to the millionth, half to even (dollars are already micro-dollars). A run that
+    cost on-demand only, 152.008333333 spot-hours, is within a budget of 152.008333, the closest one can type."""
+    return Decimal(repr(cost)).quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN)
+
+
 def _budget_words(given: str, budget: Decimal, results: list[dict], names: list[str], scale: Decimal | None) -> str:
     """The footer of a replay with ``--budget``: how many runs of each policy went over it, and whether it could be
     kept at all. A budget of 30 beside runs costing 49.67 read "the cost cap keeps each run within it", unflagged."""
@@ -445,14 +454,17 @@ def _budget_words(given: str, budget: Decimal, results: list[dict], names: list[
     counted = "; ".join(f"{name} {over[name]} of {runs[name]}" for name in names)
     ondemand = max((r["ondemand_only_cost"] for r in results), default=0.0)  # dollars with --spot-price
     unit = "" if scale is None else "$"
-    if budget < Decimal(repr(ondemand)):  # both in the units of cost, as shown
-        why = (f"it is below on-demand only ({unit}{ondemand:,.2f}{'' if scale else ' spot-hours'}), so no policy can "
+    if budget < _as_budget(ondemand):  # both in the units of cost, to the budget's precision
+        # to the millionth: on-demand only in spot-hours is often a repeating decimal (152.008333…), and a budget of
+        # 152.008333, on-demand only as a budget can be typed, read "below on-demand only (152.01 spot-hours)"
+        shown = f"{unit}{_as_budget(ondemand):,.2f}" if scale else f"{_as_budget(ondemand):,} spot-hours"
+        why = (f"it is below on-demand only ({shown}), so no policy can "
                f"promise to keep it: where spot runs short the job needs more to meet its deadline. The broker stops "
                f"such a job at its budget (checkpointed, resumable once the budget is raised), which this replay does "
                f"not model: here the runs go on to finish")
     else:
-        why = ("it covers on-demand only, so the broker's cost cap keeps each of its runs within it; the paper's "
-               "baselines run without a cap and ignore it")
+        why = ("it covers on-demand only, so the cost cap keeps each run of the broker's policies (broker, slack_reserve) "
+               "within it; the paper's baselines run without a cap and ignore it")
     return f"budget {given}: runs over it: {counted}. {why[0].upper()}{why[1:]}"
 
 

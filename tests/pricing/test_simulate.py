@@ -186,8 +186,8 @@ def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(
     assert all(r["finished"] and r["spot_hours"] == 0 and Decimal(str(r["cost"])) <= Decimal(str(od_only)) for r in rows)
     table = io.StringIO()
     cli_run(args + ["--budget", str(od_only)], out=table)
-    assert f"budget {od_only}: runs over it: broker 0 of 6. It covers on-demand only, so the broker's cost cap keeps " \
-           "each of its runs within it" in " ".join(table.getvalue().split())
+    assert f"budget {od_only}: runs over it: broker 0 of 6. It covers on-demand only, so the cost cap keeps each run " \
+           "of the broker's policies (broker, slack_reserve) within it" in " ".join(table.getvalue().split())
     assert not any(r["over_budget"] for r in rows)
     # a budget below on-demand only: the runs that go over it are flagged and counted, never left unsaid
     low = cli_run(args + ["--json", "--budget", "20"], out=io.StringIO())
@@ -200,6 +200,49 @@ def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(
     for bad, why in (("abc", "is not a number"), ("-1", "must be a number")):
         with pytest.raises(SystemExit, match=why):
             cli_run(args + ["--budget", bad], out=io.StringIO())
+
+
+@pytest.mark.parametrize("available", [
+    pytest.param([1, 1] + [0] * 552, id="spot for two ticks at the start, then never again"),
+    pytest.param([1 if (t // 2) % 2 == 0 else 0 for t in range(554)], id="spot that flickers two ticks on, two off"),
+])
+def test_the_previous_default_policy_keeps_a_budget_that_covers_on_demand_only_in_the_simulator_too(tmp_path, available):
+    """`broker simulate --policy slack_reserve` ran the broker's previous policy without the cost cap the benchmark and
+    the live broker give it: a budget a tenth of a spot-hour above on-demand only was exceeded by a spot tick that
+    made no progress (the changeover is longer than a tick) before spot was gone."""
+    windows = tmp_path / "w.jsonl"
+    windows.write_text(json.dumps({"trace": "t", "window": 0, "gap_seconds": 600, "available": available}) + "\n")
+    args = ["--windows", str(windows), "--deadline-hours", "52", "--json"]
+    od_only = cli_run(args + ["--policy", "ondemand"], out=io.StringIO())[0]["ondemand_only_cost"]
+    budget = Decimal(str(od_only)).quantize(Decimal("0.000001")) + Decimal("0.1")  # read to the millionth
+    for name in ("slack_reserve", "broker"):
+        [row] = cli_run(args + ["--policy", name, "--budget", str(budget)], out=io.StringIO())
+        assert row["finished"] and Decimal(str(row["cost"])) <= budget and not row["over_budget"], row
+
+
+def test_a_budget_of_on_demand_only_in_spot_hours_as_it_can_be_typed_is_kept_by_a_run_that_never_takes_spot():
+    """On-demand only is 152.008333… spot-hours; a budget is read to the millionth, so 152.008333 is the closest one
+    can type. Every run that cost exactly on-demand only was flagged over it, and the footer said the budget was
+    below on-demand only "(152.01 spot-hours)"."""
+    args = ["--windows", str(WINDOWS_FILE), "--limit", "4", "--deadline-hours", "52", "--json"]
+    od_only = cli_run(args + ["--policy", "ondemand"], out=io.StringIO())[0]["ondemand_only_cost"]
+    typed = str(Decimal(str(od_only)).quantize(Decimal("0.000001")))
+    assert Decimal(typed) < Decimal(str(od_only))  # the premise: not typeable exactly
+    rows = cli_run(args + ["--budget", typed], out=io.StringIO())
+    assert rows and all(r["spot_hours"] == 0 and not r["over_budget"] for r in rows), rows
+    table = io.StringIO()
+    cli_run(args[:-1] + ["--budget", typed], out=table)
+    assert "It covers on-demand only" in table.getvalue()
+    # a millionth below it is below on-demand only, said to the millionth
+    below = str(Decimal(typed) - Decimal("0.000001"))
+    table = io.StringIO()
+    cli_run(args[:-1] + ["--budget", below], out=table)
+    assert f"below on-demand only ({typed} spot-hours)" in " ".join(table.getvalue().split())
+
+
+def test_a_policy_list_with_an_empty_name_is_refused_as_a_zone_list_is():
+    with pytest.raises(SystemExit, match="--policy: an empty name in 'broker,' \\(a comma too many\\?\\)"):
+        cli_run(["--windows", str(WINDOWS_FILE), "--limit", "1", "--policy", "broker,"], out=io.StringIO())
 
 
 @pytest.mark.parametrize("written, plain", [("$140", "140"), ("140$", "140"), ("$1,000.50", "1000.50")],
