@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -21,8 +22,14 @@ log = logging.getLogger("pricing.loading")
 
 
 def skypilot_catalog_dir(home: Path | None = None) -> Path:
-    """Where SkyPilot keeps its downloaded catalog: ``~/.sky/catalogs/v8``."""
-    return (home or Path.home()) / ".sky" / "catalogs" / SCHEMA
+    """Where SkyPilot keeps its downloaded catalog: ``~/.sky/catalogs/v8``, under ``$SKY_RUNTIME_DIR`` instead of the
+    home folder when that is set, as SkyPilot itself reads it (``sky.skylet.runtime_utils.get_runtime_dir_path``).
+    Read from the home folder alone, a broker run with ``SKY_RUNTIME_DIR`` quoted prices SkyPilot's optimizer did not
+    see, and never saw the GCP catalog ``sky show-gpus --cloud gcp`` fetched. ``home``: that folder, given (tests)."""
+    if home is None:
+        runtime = os.environ.get("SKY_RUNTIME_DIR")
+        home = Path(runtime).expanduser() if runtime else Path.home()
+    return home / ".sky" / "catalogs" / SCHEMA
 
 
 def has_no_rows(path: Path) -> bool:

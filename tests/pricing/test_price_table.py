@@ -279,6 +279,7 @@ def broker_table(tmp_path, monkeypatch):
     from broker import offers as broker_offers
 
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("SKY_RUNTIME_DIR", raising=False)  # SkyPilot's catalog in HOME, as without it
     for cache in ("_tables", "_checked", "_joined"):
         monkeypatch.setattr(broker_offers, cache, {})
     clock = [1000.0]
@@ -345,6 +346,21 @@ def _gcp_catalog(home: Path, gpu_price: str = "2.48", gpu_spot: str = "0.992") -
     vms.parent.mkdir(parents=True, exist_ok=True)
     vms.write_text(GCP_HEADER + "\n".join([*GCP_VMS, GCP_V100.format(price=gpu_price, spot=gpu_spot)]) + "\n")
     return vms
+
+
+def test_skypilots_catalog_is_read_under_its_runtime_folder_when_sky_runtime_dir_is_set(tmp_path, monkeypatch):
+    """SkyPilot reads and writes its catalog under ``$SKY_RUNTIME_DIR`` when that is set; the broker read HOME's,
+    quoting prices the optimizer did not see and never finding the GCP catalog ``sky show-gpus`` had fetched."""
+    home, runtime = tmp_path / "home", tmp_path / "runtime"
+    stale = _gcp_catalog(home, gpu_spot="0.10")  # a catalog SkyPilot no longer reads
+    vms = _gcp_catalog(runtime)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SKY_RUNTIME_DIR", str(runtime))
+    assert [f[0] for f in catalog_files(clouds=("gcp",))] == [str(vms)]
+    monkeypatch.setenv("SKY_RUNTIME_DIR", "")  # set but empty: as unset, the home folder's
+    assert [f[0] for f in catalog_files(clouds=("gcp",))] == [str(stale)]
+    monkeypatch.delenv("SKY_RUNTIME_DIR")
+    assert [f[0] for f in catalog_files(clouds=("gcp",))] == [str(stale)]
 
 
 def test_gcp_is_priced_from_skypilots_catalog_beside_aws(tmp_path):
