@@ -273,7 +273,7 @@ def place(
             return affordable
         available = affordable
     def preference(o: Offer) -> int:
-        return next(i for i, alt in enumerate(request.alternatives) if matches(o, alt)) if request.ordered else 0
+        return alternative_rank(request, o)
 
     after = after_run_seconds or {}
 
@@ -290,6 +290,12 @@ def place(
         key=lambda o: (preference(o), cost(o), TIER_ORDER[o.tier], o.cloud, o.location, o.instance_type),
     )
     return Placement(offer=best, num_nodes=n)
+
+
+def alternative_rank(request: JobRequest, offer: Offer) -> int:
+    """With ``ordered`` alternatives, the index of the first one ``offer`` matches (placement takes the earliest that
+    has an offer it may take); 0 for every offer otherwise."""
+    return next(i for i, alt in enumerate(request.alternatives) if matches(offer, alt)) if request.ordered else 0
 
 
 def _run_seconds(request: JobRequest, min_run_seconds: int = 0) -> Decimal:

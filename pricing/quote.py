@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, candidates, effective_price, holds, place
+from pricing.placement import NoFit, alternative_rank, candidates, effective_price, holds, place
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class Quote:
     expected_hours: Decimal | None
     best: TierQuote | None
     no_fit: str | None = None
+    #: with ``ordered`` alternatives, the cheapest way of any of them when no tier's quote is it (a later alternative,
+    #: which placement falls back to when the budget left cannot pay the earlier): what the budget must cover at least
+    least: TierQuote | None = None
 
     @property
     def per_hour(self) -> bool:
@@ -42,7 +45,7 @@ class Quote:
     def cheapest(self) -> TierQuote | None:
         if not self.tiers:
             return None
-        return min(self.tiers, key=_figure)
+        return min((*self.tiers, *((self.least,) if self.least is not None else ())), key=_figure)
 
     def summary(self) -> str:
         """One sentence: the estimate of the offer placement would choose now."""
@@ -68,7 +71,8 @@ class Quote:
         spot is estimated at $10.00"), which read as though $30.60 were needed."""
         if not self.tiers:
             return self.no_fit or "no offer matches the job's resources"
-        head, *rest = sorted(self.tiers, key=_figure)
+        head = self.cheapest()
+        rest = sorted((t for t in self.tiers if t is not head), key=_figure)
         text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt_limit(budget)}"
         others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
         return text + (f"; {others}" if others else "")
@@ -145,9 +149,12 @@ def quote(
     def figure(t: TierQuote) -> tuple:
         return t.estimate if t.estimate is not None else 0, effective_price(t.offer, request.num_nodes, risk)
 
+    # with ``ordered`` alternatives a tier is quoted on its earliest alternative, as placement takes it: quoted on the
+    # cheapest of them, an A10G listed second priced a job placed on the A100s listed first at a twentieth of it
     per_tier: dict[Tier, TierQuote] = {}
-    for t in sorted(quoted, key=lambda t: (figure(t), t.offer.location)):
+    for t in sorted(quoted, key=lambda t: (alternative_rank(request, t.offer), figure(t), t.offer.location)):
         per_tier.setdefault(t.tier, t)
+    least = min(quoted, key=lambda t: (figure(t), t.offer.location), default=None)
     tiers = tuple(replace(t, also=tuple(o.offer for o in quoted
                                         if o.tier is t.tier and o is not t and figure(o) == figure(t)))
                   for t in per_tier.values())
@@ -159,7 +166,8 @@ def quote(
         no_fit = chosen.reason
     else:
         best = _tier_quote(chosen.offer, request, risk, after)
-    return Quote(tiers=tiers, expected_hours=request.expected_hours, best=best, no_fit=no_fit)
+    return Quote(tiers=tiers, expected_hours=request.expected_hours, best=best, no_fit=no_fit,
+                 least=least if least is not None and least.offer not in {t.offer for t in tiers} else None)
 
 
 def _tier_quote(offer: Offer, request: JobRequest, risk: Mapping[str, Decimal],
