@@ -557,6 +557,14 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
     """A hint at what the offers do have, for the alternative's first unmet want."""
     if not offers:
         return " (no offers are configured)"
+    asked = {alt.cloud.lower() for alt in request.alternatives if alt.cloud}
+    if asked and len(asked) == len([a for a in request.alternatives if a.cloud]) == len(request.alternatives) \
+            and not any(o.cloud.lower() in asked for o in offers):
+        # "no offer has 1x V100 in gcp (an offer here has 4 V100)" named an AWS offer, and not why gcp had none
+        clouds = _series(sorted(asked), "or")
+        fetch = "; for GCP, `sky show-gpus --cloud gcp` fetches it" if "gcp" in asked else ""
+        return (f" (no offer is priced in {clouds} at all: with BROKER_LAUNCHER=skypilot the broker prices each cloud "
+                f"of its `clouds` setting that has SkyPilot's catalog on the broker's host{fetch}; see docs/deploy.md)")
     alt = request.alternatives[0]
     if alt.use_spot is True and not any(o.tier is Tier.SPOT for o in offers):  # said for a GPU, not for CPUs
         return (" (no offer here is spot: spot needs a spot zone in the broker's config or the clouds priced with "

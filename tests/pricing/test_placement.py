@@ -80,6 +80,11 @@ CASES = [
      "NoFit no offer has 8x V100 (an offer here has 1 or 4 V100)"),
     ("a GPU count is matched exactly: one A100 is not an offer of eight, which would bill all eight",
      job(alternatives=(ResourceRequest("A100", 1),)), {}, "NoFit no offer has 1x A100 (an offer here has 8 A100)"),
+    ("a cloud with no offer at all is said to have no prices, and how GCP gets them, not what another cloud has",
+     job(alternatives=(ResourceRequest("V100", 1, cloud="gcp"),)), {},
+     "NoFit no offer has 1x V100 in gcp (no offer is priced in gcp at all: with BROKER_LAUNCHER=skypilot the broker "
+     "prices each cloud of its `clouds` setting that has SkyPilot's catalog on the broker's host; for GCP, "
+     "`sky show-gpus --cloud gcp` fetches it; see docs/deploy.md)"),
     ("a GPU count between those offered names them all",
      job(alternatives=(ResourceRequest("V100", 2),)), {}, "NoFit no offer has 2x V100 (an offer here has 1 or 4 V100)"),
     ("an offer with more GPUs than asked is not taken when one with the count asked exists",
