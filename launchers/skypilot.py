@@ -696,6 +696,11 @@ SWEEP_LISTING = "the listing of the broker's clusters"
 """The requests :meth:`SkyPilotLauncher._unreachable` names when the API server does not answer them."""
 
 
+CATALOG_FETCH = re.compile(r"raw\.githubusercontent\.com|skypilot-catalog|catalogs/v\d+/")
+"""What SkyPilot's error names when it failed fetching a price catalog (its ``sky/catalog/common.py`` downloads one
+from GitHub the first time a cloud is planned on a host without it)."""
+
+
 def api_refusal(exc: BaseException, what: str) -> LaunchError | None:
     """What the launcher says when SkyPilot's API server, or a proxy in front of it, refused or could not answer a
     request a launch waits on (``what`` names it: the SDK's health check, the listing of the attempt's cluster), read
@@ -722,6 +727,13 @@ def api_refusal(exc: BaseException, what: str) -> LaunchError | None:
                           sky_errors.ApiServerConnectionError)):
         answer = _health_answer()
     elif isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+        if CATALOG_FETCH.search(_one_line(exc, limit=2000)):
+            # SkyPilot fetching a cloud's price catalog it has none of, from a host with no way out: read as "the API
+            # server cannot be reached" it sent the operator to a server that was up
+            return LaunchError(f"SkyPilot could not download its price catalog ({said}): the host its API server runs "
+                               f"on has no catalog for this cloud and cannot fetch one; put the catalog in "
+                               f"~/.sky/catalogs/v8 (under $SKY_RUNTIME_DIR when set) of that host, or let it reach "
+                               f"raw.githubusercontent.com; tried again later")
         answer = None
     else:
         return None
