@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from typing import TextIO
 
@@ -33,6 +34,12 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         if args.command == "ls":
             return _ls(open_storage(args.uri), out)
         return _verify(args.uri, out)
+    except BrokenPipeError:
+        # the reader went away (`checkpoint ls URI | head -2`): stop quietly, as Unix tools do, not "error: [Errno 32]
+        # Broken pipe" and status 2 as though the store had failed; stdout points at /dev/null for the final flush
+        if out is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     except (OSError, ValueError) as e:  # a store that cannot be reached, a URL that cannot be read
         print(f"error: {e}", file=sys.stderr)
         return 2

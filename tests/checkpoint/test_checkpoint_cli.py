@@ -39,3 +39,22 @@ def test_ls_and_verify_name_the_corrupt_checkpoint_and_fail(store_uri):
 
     code, out = run("verify", uris[0])  # one checkpoint by its own URI
     assert code == 0 and out.startswith(f"OK       {uris[0]}")
+
+
+def test_ls_piped_into_a_reader_that_stops_early_exits_quietly(tmp_path, capsys):
+    """`checkpoint ls URI | head -2` said "error: [Errno 32] Broken pipe" and exited 2, as though the store had
+    failed; now it stops as Unix tools do: nothing on stderr, status 141 (128 + SIGPIPE)."""
+    base = (tmp_path / "ck").as_uri()
+    with Checkpointer(base, env={}, handle_sigterm=False, every_steps=1) as ckpt:
+        for step in (1, 2, 3):
+            ckpt.save(step, {"w": torch.ones(2) * step}, wait=True)
+
+    class GoneReader(io.StringIO):
+        def write(self, text):  # the reader read its lines and left
+            if self.tell() > 0:
+                raise BrokenPipeError(32, "Broken pipe")
+            return super().write(text)
+
+    out = GoneReader()
+    assert main(["ls", base], out=out) == 141
+    assert out.getvalue().startswith("      STEP") and capsys.readouterr().err == ""
