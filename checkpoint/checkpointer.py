@@ -1162,6 +1162,11 @@ _HINTS = {
     errno.EFBIG: " (a file is over the size limit: the process's `ulimit -f`, or the file system's largest file)",
     errno.EROFS: " (a read-only file system)",
     errno.EACCES: " (no permission to write there)",
+    # its own folder gone while it was written: another process's retention on the same base took it as the debris of
+    # an older step (a run by hand, with no BROKER_ATTEMPT, is not fenced against another writer: one base per run)
+    errno.ENOENT: (" (the checkpoint's folder was deleted while it was written: is another process saving checkpoints "
+                   "to this base? Runs started by hand, with no BROKER_ATTEMPT, are not fenced against each other: "
+                   "give each run a base of its own)"),
 }
 
 

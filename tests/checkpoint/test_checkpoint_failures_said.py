@@ -50,6 +50,23 @@ def test_a_read_only_local_base_restores_but_is_refused_at_the_first_due(tmp_pat
         ckpt.close()
 
 
+def test_a_save_whose_folder_was_deleted_under_it_asks_whether_another_process_writes_to_the_base():
+    """Two runs started by hand on one base (no BROKER_ATTEMPT: not fenced): the one ahead in steps took the other's
+    save in progress for an older step's debris and deleted it, and the other died of a bare FileNotFoundError."""
+    class FolderGone(FailingStorage):
+        def write(self, path, data):
+            raise FileNotFoundError(2, "No such file or directory", f"{self.uri()}/{path}")
+
+    storage = FolderGone(memory_store())
+    with checkpointer(storage) as ckpt:
+        ckpt.save(60, {"w": np.ones(2)})
+        with pytest.raises(CheckpointError) as failed:
+            ckpt.wait()
+        said = str(failed.value)
+        assert "step 60" in said and "No such file or directory" in said, said
+        assert "deleted while it was written: is another process saving checkpoints to this base?" in said, said
+
+
 def test_a_failed_background_save_names_its_step_and_where_it_went():
     storage = FailingStorage(memory_store())
     with checkpointer(storage) as ckpt:
