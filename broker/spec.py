@@ -191,8 +191,11 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         if key in task and task[key] is not None and not isinstance(task[key], dict):
             raise SpecError(key, "must be a mapping")
     for dest, source in (task.get("file_mounts") or {}).items() if strict else ():
+        _file_mount_shape(dest, source)
         _shell_quotable(dest, f"file_mounts.{dest}")
         _shell_quotable(source, f"file_mounts.{dest}", "source")
+    if strict:
+        _config_shape(task.get("config"))
     if "workdir" in task and task["workdir"] is not None and not isinstance(task["workdir"], (str, dict)):
         raise SpecError("workdir", "must be a path, or a git repository as {url: ..., ref: ...}")
     if strict:
@@ -639,6 +642,8 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
     expected = section.get("expected_hours")
     expected_hours = None
     if expected is not None:
+        if strict and isinstance(expected, str):  # Decimal("٥") is 5 too
+            _ascii_digits(expected, "broker.expected_hours")
         try:
             expected_hours = Decimal(str(expected))
         except InvalidOperation:
@@ -697,6 +702,166 @@ def is_local_path(source: Any) -> bool:
     """Whether a ``workdir`` or ``file_mounts`` source is a path on the machine that reads the task: not a bucket
     URL (``s3://...``) nor a ``broker:`` value (``broker:checkpoint``)."""
     return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
+
+
+STORAGE_STORES = ("S3", "GCS", "AZURE", "R2", "IBM", "OCI", "NEBIUS", "COREWEAVE", "VASTDATA", "HF", "VOLUME")
+STORAGE_MODES = ("MOUNT", "COPY", "MOUNT_CACHED")
+STORAGE_TYPES = ("MODEL_CHECKPOINT_RO", "MODEL_CHECKPOINT_RW", "DATASET_RO", "DATASET_RW")
+STORAGE_KEYS = frozenset({"name", "source", "store", "persistent", "mode", "type", "config", "_is_sky_managed",
+                          "_bucket_sub_path", "_force_delete"})
+"""SkyPilot 0.14.1's storage mapping, a ``file_mounts`` source given as ``{source: ..., mode: ...}``
+(``sky.utils.schemas.get_storage_schema``; a test holds these to the installed SkyPilot)."""
+_MOUNT_SOURCE = "a path, a bucket URL (s3://bucket/data) or a storage mapping such as {source: s3://bucket/data, mode: MOUNT}"
+
+
+def _file_mount_shape(dest: Any, source: Any) -> None:
+    """One ``file_mounts`` entry held at submit to what SkyPilot takes: a destination path and a source that is a
+    string or a storage mapping. Under the local launcher nothing else checked it, and ``{/x: null}``, ``{/x: 5}``
+    or ``{/x: {source: 5}}`` were accepted and run with the mount skipped without a word (under SkyPilot the job
+    failed at launch, after it had waited its turn and been placed). A destination SkyPilot would take as a number
+    (``{5: s3://b/x}``) is refused too: the local launcher could only skip it, and a path is what was meant."""
+    if not isinstance(dest, str) or not dest:
+        raise SpecError(f"file_mounts.{dest}" if dest != "" else "file_mounts",
+                        f"must be mounted at a path on the node, such as /data: {dest!r} is not one")
+    where = f"file_mounts.{dest}"
+    if source is None:
+        raise SpecError(where, f"has no source: give {_MOUNT_SOURCE}")
+    if isinstance(source, str):
+        return
+    if not isinstance(source, dict):
+        raise SpecError(where, f"must be {_MOUNT_SOURCE}, not {source!r}")
+    unknown = sorted(set(map(str, source)) - STORAGE_KEYS)
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}", "is not a setting of a storage mount "
+                                                 f"({unknown_key_hint(unknown[0], STORAGE_KEYS)})")
+    inner = source.get("source")
+    if "source" in source and not (isinstance(inner, str) or (
+            isinstance(inner, list) and inner and all(isinstance(s, str) for s in inner))):
+        raise SpecError(f"{where}.source", f"must be a path or a bucket URL, or a list of them, not {inner!r}")
+    for key, values in (("store", STORAGE_STORES), ("mode", STORAGE_MODES), ("type", STORAGE_TYPES)):
+        if key in source and not (isinstance(source[key], str) and source[key].upper() in values):
+            raise SpecError(f"{where}.{key}", f"must be one of {', '.join(values)}, not {source[key]!r}")
+    for key in ("persistent", "_is_sky_managed", "_force_delete"):
+        if key in source and not isinstance(source[key], bool):
+            raise SpecError(f"{where}.{key}", f"must be true or false, not {source[key]!r}")
+    for key in ("name", "_bucket_sub_path"):
+        if key in source and not isinstance(source[key], str):
+            raise SpecError(f"{where}.{key}", f"must be a string, not {source[key]!r}")
+    if "config" in source and not isinstance(source["config"], dict):
+        raise SpecError(f"{where}.config", f"must be a mapping of the store's settings, not {source['config']!r}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(s, str) for s in v)
+
+
+CONFIG_SECTIONS = {"docker": True, "nvidia_gpus": True, "gcp": True, "azure": True, "ssh": True, "vast": True,
+                   "kubernetes": False, "slurm": False}
+"""The ``config:`` sections a task may give (SkyPilot's ``OVERRIDEABLE_CONFIG_KEYS_IN_TASK``), each a mapping, and
+whether SkyPilot's schema refuses a key in it that is not its own (``True``: ``docker: {run_option: ...}``)."""
+CONFIG_VALUES = {
+    ("docker", "run_options"): (lambda v: isinstance(v, str) or _is_strings(v), "a string or a list of strings"),
+    ("nvidia_gpus", "disable_ecc"): (lambda v: isinstance(v, bool), "true or false"),
+    ("ssh", "custom_metadata"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("ssh", "pod_config"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("ssh", "provision_timeout"): (_is_int, "a whole number of seconds"),
+    ("kubernetes", "custom_metadata"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("kubernetes", "pod_config"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("kubernetes", "provision_timeout"): (_is_int, "a whole number of seconds"),
+    ("kubernetes", "dws"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("kubernetes", "kueue"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("kubernetes", "quota"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("kubernetes", "remote_identity"): (lambda v: isinstance(v, (str, dict)), "a string or a mapping"),
+    ("kubernetes", "set_pod_resource_limits"): (lambda v: isinstance(v, bool) or (
+        isinstance(v, (int, float)) and v >= 1), "true, false or a number of at least 1"),
+    ("kubernetes", "enable_docker"): (lambda v: isinstance(v, (bool, dict)) or v in ("ALL", "BUILD"),
+                                      "true, false, ALL, BUILD or a mapping"),
+    ("azure", "remote_identity"): (lambda v: (isinstance(v, str) and bool(v)) or (
+        isinstance(v, list) and all(isinstance(i, dict) for i in v)), "a string or a list of mappings"),
+    ("azure", "vpc_name"): (lambda v: v is None or isinstance(v, str), "a string"),
+    ("gcp", "vpc_name"): (lambda v: v is None or isinstance(v, str), "a string"),
+    ("gcp", "subnet_names"): (lambda v: v is None or isinstance(v, str) or _is_strings(v),
+                              "a string or a list of strings"),
+    ("gcp", "managed_instance_group"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("gcp", "enable_gvnic"): (lambda v: isinstance(v, bool), "true or false"),
+    ("gcp", "enable_gpu_direct"): (lambda v: isinstance(v, bool), "true or false"),
+    ("gcp", "placement_policy"): (lambda v: isinstance(v, str), "a string"),
+    ("vast", "datacenter_only"): (lambda v: isinstance(v, bool), "true or false"),
+    ("vast", "create_instance_kwargs"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("slurm", "sbatch_options"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("slurm", "quota"): (lambda v: isinstance(v, dict), "a mapping"),
+    ("slurm", "cpu_partition"): (lambda v: isinstance(v, str), "a string"),
+}
+"""The type SkyPilot 0.14.1's schema gives each task-level ``config:`` setting (the outer shape only: what lies
+inside a ``pod_config`` is Kubernetes's)."""
+HOOK_EVENTS = ("stop", "preemption", "down")
+HOOK_KEYS = frozenset({"run", "events", "timeout"})
+MAX_TASK_HOOKS = 31  # SkyPilot takes 32, and on Kubernetes the broker's notice hook goes first
+MAX_HOOK_RUN = 16 * 1024
+
+
+def _config_shape(config: Any) -> None:
+    """A task's ``config:`` held at submit to the shapes SkyPilot's schema gives it: a mapping, each section a
+    mapping of its own settings of their types, and ``hooks`` a list of ``{run, events, timeout}``. The local
+    launcher reads none of it, so ``config: []`` or ``docker: {run_options: 5}`` were accepted there and refused by
+    SkyPilot only at launch, after the job was placed. A section SkyPilot does not know is left to it (it passes
+    them on to a server that may know them), and admin-only settings are :func:`admin_only_settings`'s."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise SpecError("config", "must be a mapping of SkyPilot settings, such as {docker: {run_options: ...}}")
+    for section, inner in config.items():
+        where = f"config.{section}"
+        if section == "hooks":
+            _hooks_shape(inner)
+        elif section == "active_workspace":
+            if not isinstance(inner, str):
+                raise SpecError(where, f"must be a workspace's name, not {inner!r}")
+        elif section in CONFIG_SECTIONS:
+            if not isinstance(inner, dict):
+                raise SpecError(where, f"must be a mapping of {section} settings, not {inner!r}")
+            known = {key for sec, key in CONFIG_VALUES if sec == section}
+            for key, value in inner.items():
+                if (section, key) in CONFIG_VALUES:
+                    check, words = CONFIG_VALUES[(section, key)]
+                    if not check(value):
+                        raise SpecError(f"{where}.{key}", f"must be {words}, not {value!r}")
+                elif CONFIG_SECTIONS[section]:
+                    raise SpecError(f"{where}.{key}", f"is not a setting a task may give in {where} "
+                                                      f"({unknown_key_hint(key, known)})")
+
+
+def _hooks_shape(hooks: Any) -> None:
+    """``config.hooks``: SkyPilot's lifecycle hooks, each a shell script run on the job's cluster at ``events``."""
+    if not isinstance(hooks, list):
+        raise SpecError("config.hooks", "must be a list of hooks, each such as {run: ./save.sh, events: [preemption], "
+                                        "timeout: 60}")
+    if len(hooks) > MAX_TASK_HOOKS:
+        raise SpecError("config.hooks", f"must hold at most {MAX_TASK_HOOKS} hooks: SkyPilot takes 32, and the "
+                                        "broker's own preemption notice goes first")
+    for i, hook in enumerate(hooks):
+        where = f"config.hooks[{i}]"
+        if not isinstance(hook, dict):
+            raise SpecError(where, "must be a mapping such as {run: ./save.sh, events: [preemption], timeout: 60}")
+        unknown = sorted(set(map(str, hook)) - HOOK_KEYS)
+        if unknown:
+            raise SpecError(f"{where}.{unknown[0]}", f"is not a setting of a hook ({unknown_key_hint(unknown[0], HOOK_KEYS)})")
+        run = hook.get("run")
+        if not isinstance(run, str) or not run or len(run) > MAX_HOOK_RUN:
+            raise SpecError(f"{where}.run", f"is required: the shell script the hook runs, 1 to {MAX_HOOK_RUN} "
+                                            "characters (a longer one belongs in a file the workdir brings)")
+        events = hook.get("events", list(HOOK_EVENTS))
+        if not isinstance(events, list) or not events or len(set(map(repr, events))) < len(events) \
+                or any(e not in HOOK_EVENTS for e in events):
+            raise SpecError(f"{where}.events", f"must be a list of distinct events from {', '.join(HOOK_EVENTS)}, "
+                                               f"not {events!r}")
+        timeout = hook.get("timeout", 1)
+        if not _is_int(timeout) or timeout < 1:
+            raise SpecError(f"{where}.timeout", f"must be a whole number of seconds, at least 1, not {timeout!r}")
 
 
 TEAM_CONFIG_KEYS = frozenset({
@@ -956,12 +1121,24 @@ _DURATION_EXAMPLES = "6h, 1d12h, 90m, 45min, 2 days"
 _ISO_DURATION = re.compile(r"^P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.I)
 
 
+def _ascii_digits(text: str, where: str) -> None:
+    """A number the user writes is in the digits 0-9 alone, as every other number the broker reads: Python's
+    ``\\d``, ``int`` and ``Decimal`` also read the digits of other scripts, and ``deadline: ٥h`` (an Arabic-Indic
+    five) was taken as 5 hours, where a reader of the job sees a character they may not know as a number."""
+    other = next((c for c in text if c.isnumeric() and c not in "0123456789"), None)
+    if other is not None:
+        raise SpecError(where, f"must be written in the digits 0-9 alone: {other!r} is not one of them "
+                               "(write 6h, 90m or 2026-12-01T18:00:00Z)")
+
+
 def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: bool = True) -> float:
     """A deadline as epoch seconds: an ISO time with its timezone (``2026-12-01T18:00Z``,
     ``2026-12-01T18:00+01:00``) or a duration from now (``6h``, ``1d12h``, ``90m``, ``PT6H``). Must lie
     in the future, at most ``MAX_DEADLINE_DAYS`` away (``bounded``, at submit). A time without a timezone
     is refused at submit: the broker cannot know the submitter's clock, and reading it as UTC would
     move the deadline by hours for most people (a stored one is read as UTC, as it was admitted)."""
+    if bounded and isinstance(value, str):  # a stored deadline is read as it was admitted
+        _ascii_digits(value, where)
     if bounded and isinstance(value, str) and re.fullmatch(r"\s*\d{4}-\d{2}-\d{2}\s*", value):  # the same, as JSON text
         try:
             value = date.fromisoformat(value.strip())
