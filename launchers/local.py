@@ -33,7 +33,7 @@ from typing import Any
 
 from launchers.base import (AttemptStatus, Capabilities, Keep, LaunchError, LaunchRequest, Phase, next_round,
                             state_domain)
-from launchers.local_runner import NOTICE, kill_processes_of
+from launchers.local_runner import NOTICE, kill_processes_of, read_output
 from launchers.run_as import job_folder
 from launchers.simzones import SimZone
 
@@ -477,15 +477,9 @@ class LocalLauncher:
     # -- logs -----------------------------------------------------------------------------------
 
     def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
-        path = self._dir(attempt_id) / "output.log"
-        if not path.exists():
-            return b"", offset
-        with open(path, "rb") as fh:
-            if offset >= os.fstat(fh.fileno()).st_size:  # past the end: seeking there fails on most filesystems
-                return b"", offset                         # (ext4 takes no offset past 16 TiB: EINVAL, a 500)
-            fh.seek(offset)
-            data = fh.read(limit)
-        return data, offset + len(data)
+        """The attempt's output from ``offset`` on: its log is capped on disk (``BROKER_LOCAL_OUTPUT_CAP``), its
+        start and newest output kept, and a line says where output was left out (local_runner.read_output)."""
+        return read_output(self._dir(attempt_id), offset, limit)
 
 
 def _kill_left_behind(run_dir: Path) -> int:

@@ -17,7 +17,10 @@ reports lives in ``RUN_DIR``:
   reads each new ``stop_at`` as seconds from then and counts them on its monotonic clock, so that the host's
   wall clock stepping back does not put the stop off (nor a step forward bring it early).
 * ``output.log`` — setup and run output (and, first, the clone of a workdir given as a git repository:
-  :mod:`launchers.git_workdir`, credentials hidden).
+  :mod:`launchers.git_workdir`, credentials hidden), through a pipe the runner drains. Capped (:class:`CappedLog`,
+  ``BROKER_LOCAL_OUTPUT_CAP``, 64 MiB by default): past its first quarter, the output goes on in
+  ``output.log.tail.<offset>`` segments, of which only the two newest are kept; :func:`read_output` reads them as
+  one log, with a line saying how much was left out between.
 * ``notice.json`` — the stop notice, written when the runner is told to stop; its path is
   the job's ``BROKER_NOTICE_FILE``. ``notice.json.listeners/<pid>`` — processes whose
   checkpoint library watches that file (:mod:`checkpoint.notice_file`). A job run as another
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -57,6 +61,17 @@ LOCK_WAIT_S = 2.0
 #: With a listener, the group's SIGTERM comes this long (at most a quarter of the grace) before the SIGKILL.
 LAST_WARNING_S = 5.0
 NOTICE = "notice.json"
+#: The most of one attempt's output kept on disk (bytes; ``K``/``M``/``G`` suffixes are KiB/MiB/GiB), read by the
+#: runner from its environment (the broker's): a job printing without end (``run: yes``) filled the broker host's
+#: disk. The first quarter of it is kept (the setup, the start of the run), and the newest output after it.
+OUTPUT_CAP_ENV = "BROKER_LOCAL_OUTPUT_CAP"
+DEFAULT_OUTPUT_CAP = 64 << 20
+MIN_OUTPUT_CAP = 4096
+OUTPUT_LOG = "output.log"
+TAIL_PREFIX = OUTPUT_LOG + ".tail."  # + the offset in the whole output where the segment starts
+CAP_FILE = OUTPUT_LOG + ".cap"  # the cap, written once output was left out (for the line that says so)
+#: How long the runner waits, after a command exits, for the rest of its output (from what of it still runs).
+PUMP_LINGER_S = 2.0
 #: The broker's own secrets, left out of a job's environment: a job here runs in the broker's environment (its
 #: PATH, its cloud's variables), and any team's ``run: env`` printed these into logs the team reads — the admin
 #: token, every team's token, the store's password, the key that seals every job's secrets. (Running as the broker's
@@ -289,7 +304,7 @@ class Runner:
         return str(folder)
 
     def _steps(self, task: dict, cwd: str, result: dict, link_notes: list[str], repo: GitWorkdir | None) -> None:
-        with open(self.dir / "output.log", "ab", buffering=0) as log:
+        with CappedLog(self.dir, output_cap()) as log:
             for note in host_notes(self.request) + link_notes:
                 log.write(f"[spot-broker] {note}\n".encode())
             if repo is not None and (task.get("setup") or task.get("run")) \
@@ -308,13 +323,26 @@ class Runner:
                 if self.stop_reason or self._read_stop():
                     break
                 result["step"] = step
-                self.child = subprocess.Popen(
-                    ["bash", "-c", script], cwd=cwd, env=self.env(step), stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True, **(self.user.popen() if self.user else {}),
-                )
+                # through a pipe the runner drains into the capped log: never a file the job writes without end
+                read_end, write_end = os.pipe()
+                try:
+                    self.child = subprocess.Popen(
+                        ["bash", "-c", script], cwd=cwd, env=self.env(step), stdout=write_end,
+                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                        **(self.user.popen() if self.user else {}),
+                    )
+                except BaseException:
+                    os.close(read_end)
+                    raise
+                finally:
+                    os.close(write_end)
+                pump = threading.Thread(target=log.drain, args=(read_end,), name=f"output-{step}", daemon=True)
+                pump.start()
                 if self.stop_reason is not None:
                     self._stop_child()  # the stop came while the command was being started
                 code = self.child.wait()
+                # the rest of its output; a process of it left running (`cmd &`) may hold the pipe: not waited for
+                pump.join(PUMP_LINGER_S)
                 if code < 0:
                     result.update(exit_code=128 - code, signal=-code)
                 else:
@@ -398,6 +426,187 @@ class Runner:
             return None, (f"it took longer than {CLONE_TIMEOUT_S:.0f} s and was stopped (a host without network, or "
                           "a server that does not answer)")
         return code, said
+
+
+def output_cap(environ: Mapping[str, str] = os.environ) -> int:
+    """The cap on an attempt's output kept on disk: ``BROKER_LOCAL_OUTPUT_CAP`` (bytes, or with a ``K``, ``M`` or
+    ``G`` suffix), else :data:`DEFAULT_OUTPUT_CAP`; at least :data:`MIN_OUTPUT_CAP`."""
+    text = (environ.get(OUTPUT_CAP_ENV) or "").strip().upper().removesuffix("IB").removesuffix("B")
+    scale = 1
+    if text[-1:] in ("K", "M", "G"):
+        scale, text = 1 << {"K": 10, "M": 20, "G": 30}[text[-1]], text[:-1]
+    try:
+        cap = int(float(text) * scale)
+    except ValueError:
+        return DEFAULT_OUTPUT_CAP
+    return max(MIN_OUTPUT_CAP, cap)
+
+
+def cap_text(cap: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if cap >= 1 << shift:
+            return f"{cap / (1 << shift):.4g} {unit}"
+    return f"{cap} bytes"
+
+
+class CappedLog:
+    """An attempt's ``output.log``, kept to at most ``cap`` bytes on disk however much the job prints: its first
+    quarter in ``output.log``; past it, segments of (up to) 3/8 of the cap, ``output.log.tail.<offset>`` (where
+    it starts in the whole output), of which the two newest are kept — the newest output, which a failure's
+    diagnosis reads. Offsets are those of the whole output, so that a reader following it (:func:`read_output`)
+    goes on across what was left out. ``write`` is thread-safe; a write that fails (a full disk) drops its output
+    and never stops the draining."""
+
+    def __init__(self, run_dir: Path, cap: int = DEFAULT_OUTPUT_CAP):
+        self.dir, self.cap = run_dir, cap
+        self.head_size = cap // 4
+        self.segment_size = max(1, (cap - self.head_size) // 2)
+        self._lock = threading.Lock()
+        self.head = open(run_dir / OUTPUT_LOG, "ab", buffering=0)
+        self.written = os.fstat(self.head.fileno()).st_size  # where the whole output is (an earlier runner's)
+        self.segment = None
+        self.segment_start = 0
+        starts = _segments(run_dir)
+        if starts:  # an earlier runner of this attempt's (it never ran to its exit): go on after its output
+            self.segment_start = starts[-1]
+            self.segment = open(run_dir / f"{TAIL_PREFIX}{starts[-1]}", "ab", buffering=0)
+            self.written = self.segment_start + os.fstat(self.segment.fileno()).st_size
+
+    def __enter__(self) -> "CappedLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for fh in (self.head, self.segment):
+                if fh is not None:
+                    fh.close()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            try:
+                self._write(memoryview(data))
+            except (OSError, ValueError):  # a full disk (dropped), or closed meanwhile (a command's lingering output)
+                pass
+
+    def _write(self, data: memoryview) -> None:
+        if self.segment is None and self.written < self.head_size:
+            n = min(len(data), self.head_size - self.written)
+            _write_all(self.head, data[:n])
+            self.written += n
+            data = data[n:]
+        while len(data):
+            if self.segment is None or self.written - self.segment_start >= self.segment_size:
+                self._rotate()
+            n = min(len(data), self.segment_size - (self.written - self.segment_start))
+            _write_all(self.segment, data[:n])
+            self.written += n
+            data = data[n:]
+
+    def _rotate(self) -> None:
+        if self.segment is None:
+            try:
+                (self.dir / CAP_FILE).write_text(str(self.cap))
+            except OSError:
+                pass
+        segment = open(self.dir / f"{TAIL_PREFIX}{self.written}", "ab", buffering=0)
+        if self.segment is not None:
+            self.segment.close()
+        self.segment, self.segment_start = segment, self.written
+        for start in _segments(self.dir)[:-2]:  # the two newest are kept: the one just begun, and the one before
+            try:
+                os.unlink(self.dir / f"{TAIL_PREFIX}{start}")
+            except OSError:
+                pass
+
+    def drain(self, fd: int) -> None:
+        """Thread body: copy what comes from the pipe ``fd`` into the log until its end, then close it. Never
+        stops before the end: a job whose pipe was not read would hang."""
+        try:
+            while True:
+                try:
+                    data = os.read(fd, 1 << 16)
+                except InterruptedError:
+                    continue
+                if not data:
+                    return
+                self.write(data)
+        finally:
+            os.close(fd)
+
+
+def _write_all(fh, data: memoryview) -> None:
+    while len(data):
+        n = fh.write(data)
+        data = data[n if n else len(data):]  # a regular file takes it all (None: never, for one)
+
+
+def _segments(run_dir: Path) -> list[int]:
+    """The offsets where the kept tail segments of an attempt's output start, oldest first."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    return sorted(int(n[len(TAIL_PREFIX):]) for n in names
+                  if n.startswith(TAIL_PREFIX) and n[len(TAIL_PREFIX):].isdigit())
+
+
+def read_output(run_dir: Path, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+    """What an attempt wrote from ``offset`` of its whole output on (at most about ``limit`` bytes), and the offset
+    to read on from: the kept head (``output.log``), then, where output was left out (:class:`CappedLog`), a line
+    saying so and the kept tail. An offset in what was left out reads on from the oldest output kept."""
+    for _ in range(5):
+        try:
+            return _read_output(run_dir, offset, limit)
+        except FileNotFoundError:  # a segment removed as it was read: the runner went on to a new one
+            continue
+    return b"", offset
+
+
+def _read_output(run_dir: Path, offset: int, limit: int) -> tuple[bytes, int]:
+    starts = _segments(run_dir)
+    try:
+        head = open(run_dir / OUTPUT_LOG, "rb")
+    except FileNotFoundError:
+        return b"", offset
+    out, pos, last = bytearray(), offset, b"\n"
+    with head:
+        size = os.fstat(head.fileno()).st_size
+        if pos < size:  # past the end: seeking there fails on most filesystems (ext4: past 16 TiB, EINVAL)
+            head.seek(pos)
+            out += head.read(limit)
+            pos += len(out)
+        elif starts and 0 < pos <= size:  # a follower at the end of the head: did its last read end a line?
+            head.seek(pos - 1)
+            last = head.read(1)
+    for start in starts:
+        if len(out) >= limit:
+            break
+        with open(run_dir / f"{TAIL_PREFIX}{start}", "rb") as seg:
+            end = start + os.fstat(seg.fileno()).st_size
+            if pos >= end:
+                continue
+            if pos < start:
+                # on a line of its own (a follower whose last read ended in what is now left out: a line anew)
+                ended = out.endswith(b"\n") if out else last == b"\n" and pos == size
+                out += _left_out_line(run_dir, start - pos, newline=not ended)
+                pos = start
+            seg.seek(pos - start)
+            data = seg.read(limit - len(out) if len(out) < limit else 0)
+            out += data
+            pos += len(data)
+    return bytes(out), pos
+
+
+def _left_out_line(run_dir: Path, n: int, newline: bool) -> bytes:
+    try:
+        cap = f"its cap of {cap_text(int((run_dir / CAP_FILE).read_text()))}"
+    except (OSError, ValueError):
+        cap = "its cap"
+    return (("\n" if newline else "") + f"[spot-broker] {n} bytes of output left out here: the attempt's output "
+            f"passed {cap} (BROKER_LOCAL_OUTPUT_CAP); its start and its newest output are kept\n").encode()
 
 
 def processes_of(notices: list[Path]) -> list[int]:
