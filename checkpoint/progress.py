@@ -17,7 +17,15 @@ word, as every error here is. So such a metric is left out of the report (the re
 built at run time (``f"eval/{dataset}"``) first seen hours into a run must not end it.
 
 The checkpointer also reports each commit — ``{"checkpoint": {"step": s, "uri": ...}}`` —
-through :func:`report_checkpoint`, which is never rate-limited.
+through :func:`report_checkpoint`, which is never rate-limited. A commit the broker could not be told of (it was
+down, or did not answer) is not dropped: the latest such one is kept and sent again with the next report or commit,
+and tried once more at exit (within a second or so). And it is said on stderr — which is the attempt's log — in one
+plain line of a stable format, :data:`UNDELIVERED_LINE`::
+
+    [checkpoint] committed step 900: file:///ckpt/job/step-000000000900-... (not yet told to the broker: <why>)
+
+so that a broker that comes back after the run ended still learns the last checkpoint it committed, from the log
+(the broker reads this line when it reconciles an attempt that ended while it was not watching).
 
 Every report names the attempt that sends it (``"attempt"``: ``BROKER_ATTEMPT``), so the broker can refuse one from
 an attempt it has moved past — a process of a preempted attempt still running beside the next one, whose steps
@@ -30,8 +38,10 @@ import atexit
 import json
 import logging
 import os
+import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 import warnings
@@ -49,6 +59,54 @@ MAX_METRICS = 50
 MAX_METRIC_NAME = 200
 #: Whole numbers the broker stores as such (a larger int is sent as a float).
 _MAX_INT = 2**63 - 1
+#: The line written to stderr (the attempt's log) for a committed checkpoint the broker was not told of. Its format
+#: is stable: the broker parses it (``broker/engine/reconcile.py``); keep the two in step.
+UNDELIVERED_LINE = "[checkpoint] committed step {step}: {uri} (not yet told to the broker: {why})"
+#: How long the exit tries once more to deliver a checkpoint report that was not delivered.
+EXIT_RETRY_S = 1.0
+
+
+class _Held:
+    """The latest checkpoint report of one broker URL, until the broker took it. Shared by every :class:`Reporter` of
+    that URL (the checkpointer's own and :func:`report`'s), so that the next report of either sends it again."""
+
+    def __init__(self) -> None:
+        self.payload: dict | None = None
+        self.delivered = True
+        self.said = False  # its UNDELIVERED_LINE is on stderr
+
+
+_held: dict[tuple, _Held] = {}
+_held_lock = threading.Lock()
+_exit_hook = False
+
+
+def _held_for(key: tuple) -> _Held:
+    global _exit_hook
+    with _held_lock:
+        held = _held.setdefault(key, _Held())
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(_deliver_held_at_exit)
+        return held
+
+
+def _deliver_held_at_exit(budget_s: float = EXIT_RETRY_S) -> None:
+    """At exit: each checkpoint report not (yet) taken by the broker is tried once more, within ``budget_s`` in all;
+    one still not delivered is said on stderr, if it was not yet. Never raises."""
+    try:
+        deadline = time.monotonic() + budget_s
+        with _held_lock:
+            pending = [(key, h) for key, h in _held.items() if h.payload is not None and not h.delivered]
+        for (url, token, attempt), held in pending:
+            left = deadline - time.monotonic()
+            reporter = Reporter(url, token, attempt=attempt)
+            if left > 0.05:
+                reporter._deliver(held.payload, timeout=left)
+            else:
+                reporter._said(held, held.payload, "no time left at exit to tell it")
+    except Exception:  # noqa: BLE001 - progress must never fail training
+        pass
 
 
 class Reporter:
@@ -100,8 +158,52 @@ class Reporter:
                 return False
             self._last = now
             self._pending = None
-        self._send_async(_payload(step, total_steps, metrics))
+        payload = _payload(step, total_steps, metrics)
+        if self._undelivered() is not None:
+            threading.Thread(target=self._resend_then, args=(payload,), name="progress-report", daemon=True).start()
+        else:
+            self._send_async(payload)
         return True
+
+    @property
+    def _key(self) -> tuple:
+        return (self.url, self.token, self.attempt)
+
+    def _undelivered(self) -> dict | None:
+        """The latest checkpoint report the broker could not be told of (kept to be sent again), or None."""
+        if not self.enabled:
+            return None
+        held = _held.get(self._key)
+        return held.payload if held is not None and not held.delivered else None
+
+    def _resend_then(self, payload: Mapping[str, Any], timeout: float = TIMEOUT_S) -> bool:
+        """Send the undelivered checkpoint report (if one is still held), then ``payload``. Never raises."""
+        held = self._undelivered()
+        if held is not None:
+            self._deliver(held, timeout=timeout)
+        return self.post(payload, timeout=timeout)
+
+    def _deliver(self, payload: dict, timeout: float = TIMEOUT_S) -> bool:
+        """POST a checkpoint report. One that did not reach the broker stays held (the latest only), to be sent again
+        with the next report or commit and at exit, and is said on stderr once. Never raises."""
+        ok, why = self._post(payload, timeout)
+        held = _held_for(self._key)
+        with _held_lock:
+            if held.payload is not payload:
+                return ok  # a newer commit replaced it: that one is what is sent again
+            if ok or why is None:  # taken, or refused by the broker (sending it again would change nothing)
+                held.delivered = True
+                return ok
+        self._said(held, payload, why)
+        return False
+
+    def _said(self, held: _Held, payload: dict, why: str) -> None:
+        with _held_lock:
+            if held.said or held.payload is not payload:
+                return
+            held.said = True
+        checkpoint = payload["checkpoint"]
+        _say(UNDELIVERED_LINE.format(step=checkpoint["step"], uri=checkpoint["uri"], why=why))
 
     def _within_limits(self, metrics: Mapping[Any, Any]) -> dict[str, Any]:
         """The metrics the broker takes, by name (values untouched); each one left out is warned about once."""
@@ -125,20 +227,36 @@ class Reporter:
         """Send the last report the rate limit held back, now, on this thread (at exit). Never raises."""
         with self._lock:
             held, self._pending = self._pending, None
-        return self.post(_payload(*held), timeout=timeout) if held is not None and self.enabled else False
+        if not self.enabled:
+            return False
+        undelivered = self._undelivered()
+        if undelivered is not None:
+            self._deliver(undelivered, timeout=min(timeout, EXIT_RETRY_S))
+        return self.post(_payload(*held), timeout=timeout) if held is not None else False
 
     def report_checkpoint(self, step: int, uri: str, wait: bool = False) -> bool:
         """Announce a committed checkpoint (always sent, not rate-limited)."""
         if not self.enabled:
             return False
         payload = {"checkpoint": {"step": int(step), "uri": uri}}
+        held = _held_for(self._key)
+        with _held_lock:  # the latest commit is the one held until the broker takes it; an older one is not sent again
+            older = held.payload is not None and held.payload["checkpoint"]["step"] > int(step)
+            if not older:
+                held.payload, held.delivered, held.said = payload, False, False
+        if older:
+            return self.post(payload) if wait else (self._send_async(payload) or True)
         if wait:
-            return self.post(payload)
-        self._send_async(payload)
+            return self._deliver(payload)
+        threading.Thread(target=self._deliver, args=(payload,), name="progress-report", daemon=True).start()
         return True
 
     def post(self, payload: Mapping[str, Any], timeout: float = TIMEOUT_S) -> bool:
         """POST now, on this thread. True on a 2xx answer; never raises."""
+        return self._post(payload, timeout)[0]
+
+    def _post(self, payload: Mapping[str, Any], timeout: float = TIMEOUT_S) -> tuple[bool, str | None]:
+        """POST now: (delivered, why not — None where the broker answered and refused it). Never raises."""
         if self.attempt is not None:
             payload = {**payload, "attempt": self.attempt}
         try:
@@ -147,13 +265,31 @@ class Reporter:
                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
             )
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return 200 <= response.status < 300
+                ok = 200 <= response.status < 300
+                return ok, None if ok or response.status < 500 else f"HTTP {response.status}"
+        except urllib.error.HTTPError as e:  # the broker answered: a 4xx is a refusal, a 5xx may pass later
+            log.debug("progress report to %s failed: %s", self.url, e)
+            return False, None if e.code < 500 else f"HTTP {e.code}"
         except Exception as e:  # noqa: BLE001 - progress must never fail training
             log.debug("progress report to %s failed: %s", self.url, e)
-            return False
+            return False, _why(e)
 
     def _send_async(self, payload: Mapping[str, Any]) -> None:
         threading.Thread(target=self.post, args=(payload,), name="progress-report", daemon=True).start()
+
+
+def _why(e: BaseException) -> str:
+    """A short, one-line reason a report did not reach the broker."""
+    reason = getattr(e, "reason", None)
+    text = str(reason if reason is not None else e) or type(e).__name__
+    return " ".join(text.split())[:200]
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except Exception:  # noqa: BLE001 - a closed stderr must never fail training
+        pass
 
 
 def _payload(step: int, total_steps: int | None, metrics: Mapping[str, Any] | None) -> dict[str, Any]:

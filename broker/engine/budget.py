@@ -31,6 +31,20 @@ def reserve_seconds(grace_seconds: float, tick_seconds: float) -> int:
     return int(grace_seconds + 2 * tick_seconds + 1) + LAUNCHER_STOP_MARGIN_SECONDS
 
 
+MIN_RUN_SECONDS = 60
+"""What a job that has run before must be able to pay for on an offer beyond its clean stop to be placed on it again
+(after a preemption, a lost node, a resume): a minute's run. The rule a manual ``broker resume`` is held to
+(``BrokerService._minute_shortfall``: "a minute and a clean stop"); without it, a job preempted with a few cents left
+was placed on on-demand for the two seconds its budget paid for there, and never reached a step."""
+
+
+def rerun_seconds(grace_seconds: float, tick_seconds: float) -> int:
+    """What a placement of a job that has run before must pay for (:data:`MIN_RUN_SECONDS` and a clean stop): as a
+    resume weighs it, the grace period and a minute, and never less than what a first start pays for
+    (:func:`reserve_seconds`)."""
+    return max(reserve_seconds(grace_seconds, tick_seconds), int(grace_seconds) + MIN_RUN_SECONDS)
+
+
 def check(*, spent: Micros, budget: Micros, price_per_hour: Micros, grace_seconds: float, tick_seconds: float,
           warned: bool) -> BudgetCheck:
     """Whether to warn, and whether to stop now so that stopping still fits in the budget."""

@@ -190,7 +190,9 @@ class Engine:
                              changeover=self.settings.changeover_seconds,
                              min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
                                                                           self.settings.tick_seconds),
-                             after_run_seconds=after_run(self.launcher, mk.every_offer) if queued else {})
+                             after_run_seconds=after_run(self.launcher, mk.every_offer) if queued else {},
+                             rerun_seconds=budget_rules.rerun_seconds(self.settings.stop_grace_seconds,
+                                                                      self.settings.tick_seconds))
         for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
         for job in self._drivable(self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000)):  # 3. launch
@@ -810,8 +812,12 @@ class Engine:
         fields["spent"] = others + attempt.cost
         event, reason, data = outcome.event, outcome.reason or job.reason, None
         if event in (JobEvent.SUCCEED, JobEvent.FAIL, JobEvent.RECOVER, JobEvent.ENDED):
-            reason, data = self._ended(job, attempts, attempt, status, outcome, now, fields)
+            text = _log_text(self.launcher, attempt.id)
+            # a commit its library could not tell the broker of (down while it ran on): the log says it
+            job, attempt = _committed_unreported(job, attempt, text, fields, at=status.ended_at or now)
+            reason, data = self._ended(job, attempts, attempt, status, outcome, now, fields, tail=text[-_TAIL:])
             attempt = replace(attempt, reason=reason, steps_lost=data.get("steps_lost"))
+            attempt = _reached_at_end(job, attempt, fields, at=status.ended_at or now)
             fields.setdefault("slots", [])
             if event is JobEvent.RECOVER:
                 fields["placement"] = {}
@@ -1026,9 +1032,9 @@ class Engine:
         return RELIABLE[decision.action].value if decision.action in RELIABLE else None
 
     def _ended(self, job: Job, attempts: list[Attempt], attempt: Attempt, status, outcome, now: float,
-               fields: dict) -> tuple[str, dict]:
+               fields: dict, tail: str | None = None) -> tuple[str, dict]:
         """Diagnose how the attempt ended; on a preemption, block the zone and count the steps lost."""
-        tail = _log_tail(self.launcher, attempt.id)
+        tail = _log_tail(self.launcher, attempt.id) if tail is None else tail
         phase = ENDED_PHASE_NAME.get(status.phase, status.phase.value)
         if status.phase is Phase.SUCCEEDED:
             pass  # it finished before the stop asked of it reached it: diagnosed as what it did, not the stop
@@ -1169,10 +1175,83 @@ def _provisioned(launcher: Launcher, attempt: Attempt) -> str:
     return "its cluster" if after_run_seconds(launcher, attempt.placement) else "it"
 
 
-def _log_tail(launcher: Launcher, attempt_id: str, size: int = 16_384) -> str:
+_TAIL = 16_384  # the end of an attempt's log its diagnosis reads
+
+
+def _log_tail(launcher: Launcher, attempt_id: str, size: int = _TAIL) -> str:
     """The end of an attempt's output, for its diagnosis (best effort: no logs, no patterns)."""
+    return _log_text(launcher, attempt_id)[-size:]
+
+
+_LOG_PAGE = 1 << 22  # 4 MiB
+
+
+def _log_text(launcher: Launcher, attempt_id: str, pages: int = 24) -> str:
+    """The end of an attempt's output, its last 4 MiB, read in pages of 4 MiB from the start (at most ``pages``:
+    a longer log gives the page that far in; the local launcher keeps at most 64 MiB of an attempt's output by
+    default, its start and its newest, which 24 pages cover). Best effort: "" without logs. The first page alone was
+    read before: a run with more output had its diagnosis, and its last commit's line, read from the middle of its
+    log. A short page is not taken for the end (a capped log's start ends short of a page, its newest output after
+    it): only an empty page, or an offset that does not move, is."""
+    data, offset = b"", 0
     try:
-        data, _ = launcher.logs(attempt_id, offset=0, limit=1 << 22)
+        for _ in range(pages):
+            page, nxt = launcher.logs(attempt_id, offset=offset, limit=_LOG_PAGE)
+            if page:
+                data = (data + page)[-_LOG_PAGE:]
+            if not page or nxt <= offset:
+                break
+            offset = nxt
     except Exception:
-        return ""
-    return data[-size:].decode("utf-8", "replace")
+        if not data:
+            return ""
+    return data.decode("utf-8", "replace")
+
+
+# The checkpoint library's line for a commit it could not tell the broker of (checkpoint/progress.py,
+# UNDELIVERED_LINE: "[checkpoint] committed step 900: file:///…/step-000000000900-… (not yet told to the broker: …)").
+# Matched here, not imported: the broker never imports the checkpoint library; the two formats are kept in step.
+_UNREPORTED_COMMIT = re.compile(r"^\[checkpoint\] committed step (\d+): (\S.*?) \(not yet told to the broker: "
+                                r"[^\n]*\)[ \t]*$", re.M)
+
+
+def committed_in_log(text: str) -> tuple[int, str] | None:
+    """The newest checkpoint (step, uri) the log says its run committed without telling the broker, or None."""
+    found = [(int(m.group(1)), m.group(2)) for m in _UNREPORTED_COMMIT.finditer(text.replace("\r", "\n"))]
+    return max(found, key=lambda f: f[0]) if found else None
+
+
+def _committed_unreported(job: Job, attempt: Attempt, text: str, fields: dict, *, at: float) -> tuple[Job, Attempt]:
+    """An attempt that ended while the broker was not told of its last commit: where its log names a checkpoint
+    ahead of the job's last one, that one is the job's (and the attempt's) last checkpoint — else the job resumed
+    from, and showed as its last checkpoint, an older one. The job is returned as it will be stored (its texts say
+    "resumes from step N" of it); ``fields`` gets the change."""
+    seen = committed_in_log(text)
+    if seen is None:
+        return job, attempt
+    step, uri = seen
+    last = job.last_checkpoint or {}
+    if last.get("step") is not None and last["step"] >= step:
+        return job, attempt
+    record = {"step": step, "uri": uri, "at": at, "attempt": attempt.n}
+    fields["last_checkpoint"] = record
+    return replace(job, last_checkpoint=record), replace(attempt, checkpoint=record)
+
+
+def _reached_at_end(job: Job, attempt: Attempt, fields: dict, *, at: float) -> Attempt:
+    """The step an ended attempt reached, where the checkpoint its log names (:func:`_committed_unreported`) is ahead
+    of the progress last reported: a commit at step N means the run reached N (as a checkpoint report says, in
+    ``BrokerService.report_progress``). The job's progress and the attempt's last step say it, not the step before
+    the outage. A step the log merely prints is left to the diagnosis (progress is what the run reported)."""
+    step = (fields.get("last_checkpoint") or {}).get("step")
+    if not isinstance(step, int):
+        return attempt
+    progress = job.progress or {}
+    if progress.get("step") is not None and progress["step"] >= step:
+        return attempt
+    if progress.get("attempt") not in (None, attempt.n):  # another attempt's: its rate's first step is not this one's
+        progress = {"total_steps": progress.get("total_steps"), "metrics": {}}
+    fields["progress"] = {**progress, "step": step, "at": at, "attempt": attempt.n}
+    if attempt.last_step is None or attempt.last_step < step:
+        attempt = replace(attempt, last_step=step)
+    return attempt

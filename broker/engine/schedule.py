@@ -124,13 +124,20 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
              policies: Mapping[str, Policy] | None = None,
              attempts_of: Callable[[str], Sequence[Attempt]] = lambda _id: (),
              changeover: float = 120.0, min_run_seconds: int = 60,
-             after_run_seconds: Mapping[Offer, int] | None = None) -> list[Place | Wait]:
+             after_run_seconds: Mapping[Offer, int] | None = None,
+             rerun_seconds: int | None = None) -> list[Place | Wait]:
     """One decision per queued job, in queue order. A job whose budget left cannot buy
     ``min_run_seconds`` on any of its offers at or under its ``max_price_per_hour`` (it would be stopped at
     once, or wait for ever for an offer it may not take) is stopped, not queued;
     ``after_run_seconds[offer]`` (:func:`broker.offers.after_run`) is what that offer is billed after
     the run on top, which the budget left must pay for as well (a cloud cluster's idle minutes and
-    teardown: its launcher stops the run that much before the budget runs out)."""
+    teardown: its launcher stops the run that much before the budget runs out).
+
+    ``rerun_seconds`` (:func:`broker.engine.budget.rerun_seconds`): what a job that has run before — placed again
+    after a preemption, a lost node, a resume — must pay for instead, a minute's run and a clean stop, as a manual
+    resume is held to: an offer its budget left cannot pay that on is not taken (it waits for one it can pay, busy
+    now, or is stopped at its budget when there is none). A preempted job with $0.02 left was placed on a $7.20/h
+    on-demand zone for the 2 s its budget paid there."""
     after = after_run_seconds or {}
     free_slots = {k: list(v) for k, v in mk.free_slots.items()}
     capacity = dict(mk.free_capacity)
@@ -144,6 +151,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             decisions.append(Wait(job, job.reason))
             continue
         request = left_to_run(job, request_of(job))
+        need = max(min_run_seconds, rerun_seconds) if rerun_seconds is not None and job.attempts else min_run_seconds
         mine = offers_for(job, request, offers)
         blocked = job.blocked_at(now)
         policy = policies.get(job.id)
@@ -162,19 +170,20 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 chosen_tier = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
                                                                       or o.zone == d.zone)]
                 if not isinstance(place(request, chosen_tier, free_capacity=capacity, blocked_zones=blocked,
-                                        budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds,
+                                        budget_left=job.budget - job.spent, min_run_seconds=need,
                                         after_run_seconds=after), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
         # weighed on every offer the job may take, a pool's busy shapes too: slots come free, a budget does not grow
         short = start_shortfall(request, offers_for(job, request, mk.every_offer or mk.offers),
-                                job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
+                                job.budget - job.spent, min_run_seconds=need, after_run_seconds=after)
         if short is not None:
+            short = _rerun_words(short, need, min_run_seconds)
             decisions.append(Wait(job, f"the budget left, {fmt_left(job.budget - job.spent, budget=job.budget)}, {short}", budget_spent=True))
             continue
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
-                       budget_left=job.budget - job.spent, min_run_seconds=min_run_seconds, after_run_seconds=after)
+                       budget_left=job.budget - job.spent, min_run_seconds=need, after_run_seconds=after)
         if isinstance(chosen, NoFit):
-            said = _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
+            said = _pools_busy(job, request, mk, free_slots, mine) or _rerun_words(chosen.reason, need, min_run_seconds)
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             continue
         offer = chosen.offer
@@ -197,6 +206,15 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         decisions.append(Place(job, record, slots,
                                f"placed on {offer.describe()}{note}"))
     return decisions
+
+
+def _rerun_words(text: str, need: int, min_run_seconds: int) -> str:
+    """``text`` (pricing's "a start and a clean stop (N s)") as what a job placed again pays for: a minute's run and a
+    clean stop, where that (``need``) is more than a first start's ``min_run_seconds``."""
+    if need <= min_run_seconds:
+        return text
+    return text.replace(f"a start and a clean stop ({need} s)",
+                        f"a minute's run and a clean stop ({need} s, as a job placed again must)")
 
 
 def _pools_busy(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[str, list[int]],
