@@ -902,9 +902,20 @@ def _say_attempt_end(job: dict, n: int) -> None:
 
 
 def _short_time(iso: str | None, today: str | None = None) -> str:
-    """"2026-11-30T19:45:12Z" → "19:45Z" today (UTC), "12-01 19:45Z" on another day; "" for none."""
+    """"2026-11-30T19:45:12Z" → "19:45Z" today (UTC), "12-01 19:45Z" on another day; "" for none. Rounded to the
+    nearest minute (cut, 00:34:55 read "00:34Z")."""
+    from datetime import datetime, timedelta, timezone
+
     if not iso or len(iso) < 16:
         return iso or ""
+    try:
+        when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    when = (when + timedelta(seconds=30)).replace(second=0, microsecond=0)
+    iso = when.strftime("%Y-%m-%dT%H:%M")
     today = today or time.strftime("%Y-%m-%d", time.gmtime())
     clock = iso[11:16] + "Z"
     return clock if iso[:10] == today else f"{iso[5:10]} {clock}"
@@ -1331,7 +1342,9 @@ def cmd_costs(args) -> int:
                       for j in data["top_jobs"]], drop=("attempts", "team", "against on-demand"))
     pre = data["preemptions"]
     zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
-    con.print(f"  {pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover" + (f" ({zones})" if zones else ""))
+    lost = f", {pre['lost']} node(s) lost (not preempted)" if pre.get("lost") else ""
+    con.print(f"  {pre['count']} preemption(s){lost}, {duration(pre['recovery_seconds'])} to recover"
+              + (f" ({zones})" if zones else ""))
     if data.get("rounding_note"):
         con.print(f"  {data['rounding_note']}", soft_wrap=True)
     if data.get("retention_note"):

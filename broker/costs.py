@@ -26,8 +26,10 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   exact as the rows are, and no cost is understated. So shown rows can add up
   to a cent or so more (or less) than their shown total; when they do, the
   report says so in ``rounding_note``, and every edge shows that line.
-* **Preemption**: an attempt that ended ``preempted`` or ``lost``. Its
-  recovery time runs from its end to the start of the next attempt (still
+* **Preemption**: an attempt that ended ``preempted`` or ``lost``; ``count``
+  and ``by_zone`` count those preempted, ``lost`` the nodes lost without notice
+  (an on-prem pool node that went away: a pool is never preempted), and the
+  events say which (``state``). Its recovery time runs from its end to the start of the next attempt (still
   counting while the job waits, and stopping when the job ended if it never
   resumed); that is the time lost to it.
 * **Pruned jobs.** A job the retention policy deleted (``job_retention_days``,
@@ -69,6 +71,8 @@ DAY = 86_400
 FIRST = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()
 LAST = datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp()
 PREEMPTED_STATES = ("preempted", "lost")
+LOST_STATE = "lost"
+"""Of :data:`PREEMPTED_STATES`, a node lost without notice: its time to recover counts, but it is not a preemption."""
 RUNNING_STATES = (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING)
 TOP_JOBS = 10
 
@@ -334,8 +338,10 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     spent = sum(tier_total.values())
     top = sorted((p for p in per_job if p[1] > 0), key=lambda p: (-p[1], p[0].id))[:TOP_JOBS]
     zones: dict[str, int] = {}
+    lost = sum(1 for p in preemptions if p["state"] == LOST_STATE)
     for p in preemptions:
-        zones[p["zone"]] = zones.get(p["zone"], 0) + 1
+        if p["state"] != LOST_STATE:
+            zones[p["zone"]] = zones.get(p["zone"], 0) + 1
     return {
         "team": team,
         "window": {"since": _iso_out(win.since), "until": _iso_out(win.until), "period": win.label},
@@ -369,7 +375,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             for j, c, e, n in top
         ],
         "preemptions": {
-            "count": len(preemptions),
+            "count": len(preemptions) - lost,
+            "lost": lost,
             "recovery_seconds": sum(p["recovery_seconds"] for p in preemptions),
             "by_zone": [{"zone": z, "count": n} for z, n in sorted(zones.items(), key=lambda x: (-x[1], x[0]))],
             "events": sorted(preemptions, key=lambda p: p["time"], reverse=True)[:50],
@@ -418,13 +425,21 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
             "attempts": rows, "rounding_note": ROUNDING_NOTE if off else None}
 
 
+def _hours_left(hours: Decimal) -> str:
+    """Rounded down, so what is left lasts at least this (Slack's "About N h left" counts on it): to a tenth from an
+    hour on, to two significant figures under one. To a tenth alone, $1.383 left at $7.20/h (0.192 h) read "0.1"."""
+    if hours >= 1 or hours <= 0:
+        return str(hours.quantize(Decimal("0.1"), rounding=ROUND_FLOOR))
+    return format(hours.quantize(Decimal(1).scaleb(hours.adjusted() - 1), rounding=ROUND_FLOOR), "f")
+
+
 def burn(job: Job, attempts: Sequence[Attempt], now: float) -> dict:
     """How fast a running job eats its budget, and how long what is left lasts at the current price."""
     price = attempts[-1].price_per_hour if attempts else int(job.placement.get("price_per_hour") or 0)
     left = max(0, job.budget - job.spent)
     hours_left = None
     if price > 0:
-        hours_left = str((Decimal(left) / Decimal(price)).quantize(Decimal("0.1"), rounding=ROUND_FLOOR))
+        hours_left = _hours_left(Decimal(left) / Decimal(price))
     return {"id": job.id, "name": job.name, "team": job.team, "state": job.state.value,
             "spent": money(job.spent), "budget": {"micros": job.budget, "usd": fmt_limit(job.budget)},
             "spent_of_budget": spent_of_budget(job.spent, job.budget), "percent": percent(job.spent, job.budget),

@@ -848,6 +848,10 @@ class BrokerService:
                 raise Conflict(f"{job.id} is being cancelled: there is nothing to move to on-demand")
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
                 raise Conflict(_ended(job, "there is nothing to move to on-demand"))
+            if job.force_tier == "ondemand" and job.state not in RESUMABLE:
+                # already pinned (by this call's twin, whose write made ours a version conflict): answered as it is,
+                # with no second "pinned to on-demand" event
+                return job
             request = request_of(job)
             if not any(o.tier is Tier.ONDEMAND for o in matching_offers(request, all_offers(self.settings))):
                 if request.alternatives and all(alt.use_spot is True for alt in request.alternatives):
@@ -963,7 +967,7 @@ class BrokerService:
                      zone: str | None = None, available: bool | None = None) -> dict[str, Any]:
         """Admins only: preempt an attempt (notice, grace, kill), kill a node (no notice), or change a zone's capacity."""
         if not principal.admin:
-            raise Invalid("authorization", "fault injection is for admins", status=403)
+            raise Invalid("Authorization", "fault injection is for admins", status=403)
         launcher = self.launcher
         if launcher is None or not launcher.capabilities.simulated:
             raise Conflict("fault injection needs the local launcher with simulated zones (zones: in the config)")

@@ -1,7 +1,7 @@
 """What one job adds to the broker's counters on ``/metrics``. Pure.
 
 ``broker_spend_dollars_total{team, tier}``, ``broker_ondemand_equivalent_dollars_total{team}``,
-``broker_preemptions_total{zone, tier}`` and the histograms ``broker_recovery_seconds`` and
+``broker_preemptions_total{zone, tier}``, ``broker_attempts_lost_total{zone, tier}`` and the histograms ``broker_recovery_seconds`` and
 ``broker_queue_wait_seconds`` are sums over jobs. Two places add a job in: ``/metrics``
 (``broker/api/metrics.py``), for each job in the store, and the retention policy's deletion
 (``JobStore.prune``), which adds a deleted job's part to running totals kept in the store, in the same atomic
@@ -9,7 +9,7 @@ write as the deletion — so the sums do not fall when a job is pruned. Both cal
 never count a job differently.
 
 A total is keyed by the counter and its label values, in the metric's label order (:data:`SPEND`: team, tier;
-:data:`ONDEMAND_EQUIVALENT`: team; :data:`PREEMPTIONS`: zone, tier), and valued as an exact integer: micro-dollars
+:data:`ONDEMAND_EQUIVALENT`: team; :data:`PREEMPTIONS`, :data:`LOST`: zone, tier), and valued as an exact integer: micro-dollars
 for money (``pricing/money.py``), a count of attempts for preemptions. A histogram is kept as one count per bucket
 (:data:`RECOVERY`, :data:`QUEUE_WAIT`: the bucket's upper bound as written by :func:`bound`, or ``"+Inf"``; each
 observation counted once, in the first bucket that holds it, not cumulated) and its sum in microseconds (key
@@ -32,7 +32,11 @@ SPEND = "spend"
 ONDEMAND_EQUIVALENT = "ondemand_equivalent"
 """Micro-dollars the same attempts would have cost on-demand, by (team,)."""
 PREEMPTIONS = "preemptions"
-"""Attempts preempted or lost, by (zone, tier)."""
+"""Attempts preempted (the cloud took the spot VM back), by (zone, tier). A total a pruned job added before lost
+nodes were counted apart (:data:`LOST`) holds its lost attempts too."""
+LOST = "lost"
+"""Attempts whose node was lost without notice (an on-prem pool node that went away, a VM that vanished), by (zone,
+tier): a pool is not preempted, and its lost nodes were counted as preemptions."""
 RECOVERY = "recovery_seconds"
 """Seconds from each preemption (or lost node) to the next attempt running, by (bucket,); and ``(RECOVERY, "sum")``."""
 QUEUE_WAIT = "queue_wait_seconds"
@@ -59,7 +63,7 @@ def of_job(job: Job, attempts: Iterable[Attempt]) -> dict[Key, int]:
         tier = costs.tier_of(a)
         add(out, {(SPEND, job.team, tier): a.cost, (ONDEMAND_EQUIVALENT, job.team): costs.ondemand_equivalent(a, job)})
         if a.state.value in costs.PREEMPTED_STATES:
-            add(out, {(PREEMPTIONS, costs.location(a), tier): 1})
+            add(out, {(LOST if a.state.value == costs.LOST_STATE else PREEMPTIONS, costs.location(a), tier): 1})
     for seconds in costs.recoveries(tries):
         observe(out, RECOVERY, seconds)
     if tries:

@@ -193,7 +193,10 @@ def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] |
         "reason": shown_reason(job, estimated_start, waiting),
         "priority": job.priority,
         "submitted_at": iso(job.submitted_at),
-        "updated_at": iso(job.updated_at),
+        # never before its submit: the engine stamps a tick's changes with the time the tick began, and a job
+        # submitted during that tick read a second before its own submit (…:59Z beside :00Z) when the two fell
+        # either side of a second
+        "updated_at": iso(max(job.updated_at, job.submitted_at) if job.updated_at else job.updated_at),
         "deadline": iso(job.deadline),
         "budget": limit(job.budget),
         "spent": money(job.spent),

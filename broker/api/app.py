@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from broker.api.probe import StoreProbe
 from broker.api.query import JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
@@ -135,7 +136,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.exception_handler(Unauthorized)
     async def _unauthorized(request: Request, exc: Unauthorized):
-        return _JSON(status_code=401, content={"detail": str(exc)}, headers={"WWW-Authenticate": "Bearer"})
+        # the field it is about, as the 403s name it (a 401 named none)
+        return _JSON(status_code=401, content={"detail": str(exc), "field": "Authorization"},
+                     headers={"WWW-Authenticate": "Bearer"})
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -160,6 +163,16 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         response = _error(503, detail)
         response.headers["Retry-After"] = "1"
         return response
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect):
+        # the caller closed the connection before its body was all sent: nothing to answer and nothing went wrong
+        # here (it was an ERROR with two tracebacks). Nothing was done: the route had not read its input yet
+        log.info("client went away before sending its whole body on %s %s; nothing was done", request.method,
+                 request.url.path)
+        answer = _error(400, "body: the client closed the connection before sending all of it")
+        answer.headers["Connection"] = "close"
+        return answer
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -402,6 +415,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     async def fault(caller: Caller, request: Request) -> dict:
         """Admins, simulated zones only: ``{"kind": "preempt"|"kill", "job_id": ...}`` or
         ``{"kind": "zone", "zone": ..., "available": false|true|null}``."""
+        if not caller.admin:  # decided before the body is read: a caller who may not do this learns nothing of it
+            raise Invalid("Authorization", "fault injection is for admins", status=403)
         body = await _json_object(request)
         _only(body, {"kind", "job_id", "zone", "available"})
         kind = body.get("kind")

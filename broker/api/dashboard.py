@@ -83,10 +83,18 @@ def router(service, settings: Settings) -> APIRouter:
         for row in body["queue"]:
             if (job := q.queued.get(row["id"])) is not None:
                 row["reason"] = shown_reason(job, q.starts.get(job.id), q.waiting.get(job.id))
-        # the admin's own jobs go to the default team: it is one to filter on too
-        body["teams"] = sorted({*settings.teams, settings.default_team}) if caller.admin else [caller.team]
+        body["teams"] = _teams(history.jobs) if caller.admin else [caller.team]
         body["viewer"] = {"admin": caller.admin, "team": caller.team}
         return body
+
+    def _teams(window_jobs) -> list[str]:
+        """The teams an admin may filter on: those the config names, those with jobs in the window (a team taken
+        out of the config still has its spend there), and the default team, where the admin's own jobs go, once it
+        has a job. Named always, it was listed beside the configured teams on a broker where nothing used it."""
+        teams = {*settings.teams, *(j.team for j in window_jobs)}
+        if settings.default_team not in teams and service.store.list_jobs(team=settings.default_team, limit=1):
+            teams.add(settings.default_team)
+        return sorted(teams)
 
     @r.get("/v1/costs/jobs/{job_id}", tags=["costs"], **answers(JobCosts, 401, 404, 422))
     def get_job_costs(job_id: str, caller: Caller) -> dict:

@@ -167,8 +167,12 @@ class StoreCollector:
                                         "What the same work would have cost all on-demand, by team.", labels=["team"])
             saved = GaugeMetricFamily("broker_saved_vs_ondemand_dollars",
                                       "On-demand equivalent minus actual spend, by team.", labels=["team"])
-            preempt = CounterMetricFamily("broker_preemptions", "Attempts preempted or lost, by zone and tier.",
+            preempt = CounterMetricFamily("broker_preemptions", "Attempts preempted, by zone and tier.",
                                           labels=["zone", "tier"])
+            # a node lost without notice (an on-prem pool's, which is never preempted) is not a preemption
+            lost = CounterMetricFamily("broker_attempts_lost", "Attempts whose node was lost without notice (an "
+                                       "on-prem pool node gone, a VM vanished), by zone and tier.",
+                                       labels=["zone", "tier"])
             for team in teams:
                 for tier in costs.TIERS:
                     spend.add_metric([team, tier], sums.get((totals.SPEND, team, tier), 0) / 1_000_000)
@@ -179,12 +183,16 @@ class StoreCollector:
             for key, n in sorted(sums.items()):
                 if key[0] == totals.PREEMPTIONS:
                     preempt.add_metric(list(key[1:]), n)
+                elif key[0] == totals.LOST:
+                    lost.add_metric(list(key[1:]), n)
             yield spend
             yield equiv
             yield saved
             yield preempt
+            yield lost
             # the histograms too: without the jobs pruned meanwhile their counts would fall
-            yield _histogram("broker_recovery_seconds", "Time from a preemption to the next attempt running.",
+            yield _histogram("broker_recovery_seconds", "Time from a preemption or a lost node to the next attempt "
+                                                        "running.",
                              sums, totals.RECOVERY)
             yield _histogram("broker_queue_wait_seconds", "Time from submit to a job's first launch.",
                              sums, totals.QUEUE_WAIT)

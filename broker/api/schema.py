@@ -220,9 +220,11 @@ class ZoneCount(BaseModel):
 
 
 class Preemptions(BaseModel):
-    count: int
-    recovery_seconds: int
-    by_zone: list[ZoneCount]
+    count: int = Field(description="attempts preempted (a node lost without notice is counted in `lost`)")
+    lost: int = Field(description="attempts whose node was lost without notice: an on-prem pool node that went "
+                                  "away (a pool is not preempted), a VM that vanished")
+    recovery_seconds: int = Field(description="from each preemption and each lost node (`events` says which)")
+    by_zone: list[ZoneCount] = Field(description="preemptions by zone")
     events: list[Preemption] = Field(description="the newest 50")
 
 
@@ -244,7 +246,8 @@ class BudgetBurn(BaseModel):
     spent_of_budget: SpentOfBudget
     percent: int | None
     price_per_hour: Money
-    hours_left: str | None = Field(description="at the current price, rounded down to a tenth")
+    hours_left: str | None = Field(description="at the current price, rounded down: to a tenth from an hour on, to "
+                                                 "two significant figures under one (\"0.19\")")
 
 
 class QueuedJob(BaseModel):

@@ -104,7 +104,7 @@ def test_admin_sees_every_team_and_the_hand_worked_totals(client):
     # preempted at t0+4h, the next attempt started at t0+5h+60s
     assert body["preemptions"]["recovery_seconds"] == 3600 + 60
     assert [(b["id"], b["percent"]) for b in body["budget_burn"]] == [("j-a2", 75)]
-    assert body["budget_burn"][0]["hours_left"] == "0.1"
+    assert body["budget_burn"][0]["hours_left"] == "0.16"  # $0.50 left at $3/h: 0.167 h, rounded down
     assert [(q["id"], q["position"]) for q in body["queue"]] == [("j-a3", 1)]
     assert "no capacity for 8x H100" in body["queue"][0]["reason"]
     CostReport.model_validate_json(r.text, strict=True)  # the shape /openapi.json documents, on a report with every part filled

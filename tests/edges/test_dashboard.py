@@ -206,6 +206,9 @@ def test_the_chart_dates_every_period_and_writes_money_as_the_broker_does(server
                       spent=4_567, attempts=1, updated=now - 3600)
     world._commit(store, short, [world.attempt("j-b4", 1, AttemptState.SUCCEEDED, world.onprem(200_000),
                                                start=now - 7200, seconds=82, cost=4_567)])
+    # the default team (an admin's own jobs) is offered once it has a job: one queued, with nothing spent
+    world._commit(store, world.job("j-d1", "default", JobState.QUEUED, submitted=now - 60, budget=1_000_000,
+                                   spent=0, attempts=0), [])
     seen = {}
     with chromium() as browser:
         page = browser.new_page()

@@ -221,7 +221,10 @@ function render(r) {
     : pct < 0 ? -pct + "% more than all on-demand" : pct + "% less than all on-demand";
   $("total-saving").parentElement.classList.toggle("good", t.saving.micros >= 0 && pct !== null);
   $("preempt-count").textContent = r.preemptions.count;
-  $("preempt-lost").textContent = duration(r.preemptions.recovery_seconds) + " lost waiting to resume";
+  // a node lost without notice (an on-prem pool's: a pool is not preempted) is not counted as a preemption
+  const lostNodes = r.preemptions.lost || 0;
+  $("preempt-lost").textContent = duration(r.preemptions.recovery_seconds) + " lost waiting to resume"
+    + (lostNodes ? ` · ${lostNodes} node${lostNodes === 1 ? "" : "s"} lost, not preempted` : "");
   $("tiers").replaceChildren(...TIERS.map((k) => {
     const s = el("span", ({ onprem: "On-prem ", ondemand: "On-demand ", spot: "Spot " })[k] + t.by_tier[k].usd);
     s.dataset.tier = k; s.dataset.micros = String(t.by_tier[k].micros);
@@ -253,9 +256,9 @@ function render(r) {
     { text: savingCell(j.saving, j.saving_percent), num: 1, wrap: 1 }], () => openJob(j.id))), "No spend in this period.");
   const after = (p) => p.waiting ? " (waiting)" : p.recovered ? "" : " (job ended)";  // ended: it never resumed
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
-    p.job_id + " #" + p.attempt, p.zone, { text: duration(p.recovery_seconds) + after(p), num: 1, wrap: 1 }],
+    p.job_id + " #" + p.attempt, p.zone + (p.state === "lost" ? " (node lost)" : ""), { text: duration(p.recovery_seconds) + after(p), num: 1, wrap: 1 }],
     () => openJob(p.job_id))), "No preemptions in this period.", ROWS,
-    (n) => `and ${r.preemptions.count - ROWS} more in this period`);
+    (n) => `and ${r.preemptions.count + lostNodes - ROWS} more in this period`);
   $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
 }
 
