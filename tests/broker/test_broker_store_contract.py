@@ -798,7 +798,7 @@ BIG = 2**53 + 1  # micro-dollars no float holds: a total that passed through one
 
 
 def test_a_pruned_job_adds_exactly_what_it_counted_for_to_the_totals_by_counter_and_labels(store):
-    """Spend by (team, tier), the on-demand equivalent by team, preemptions by (zone, tier) and the recovery and
+    """Spend by (team, tier), the on-demand equivalent by team, preemptions and lost nodes by (zone, tier) and the recovery and
     queue-wait histograms, as /metrics counts a job: so a sum over the jobs left plus the totals stays what it was."""
     spot = {"tier": "spot", "zone": "us-east-1a"}
     vision = finished(store, make_job("j-vision", team="vision"), [
@@ -820,7 +820,8 @@ def test_a_pruned_job_adds_exactly_what_it_counted_for_to_the_totals_by_counter_
 
     assert store.prune([vision]) == ["j-vision"]
     first = {("spend", "vision", "spot"): 750_000, ("spend", "vision", "ondemand"): BIG,
-             ("ondemand_equivalent", "vision"): 2_000_000 + BIG + 250_000, ("preemptions", "us-east-1a", "spot"): 2,
+             ("ondemand_equivalent", "vision"): 2_000_000 + BIG + 250_000, ("preemptions", "us-east-1a", "spot"): 1,
+             ("lost", "us-east-1a", "spot"): 1,  # a node lost without notice is not a preemption
              ("recovery_seconds", "120.0"): 1, ("recovery_seconds", "sum"): 90_000_000, **waited(1, 999.0)}
     assert store.pruned_totals() == Pruned(1, first)
     assert store.prune([vision]) == []  # gone already: nothing added twice
