@@ -684,7 +684,8 @@ def cmd_submit(args) -> int:
             _print_json(job)
             return 0
         if args.json:  # --wait --json: the output on stderr, and on stdout only the ended job's JSON, for a script
-            for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end):
+            for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end,
+                                                on_unreachable=_say_unreachable):
                 sys.stderr.write(text)
                 sys.stderr.flush()
             final = client.job(job["id"])
@@ -701,7 +702,8 @@ def cmd_submit(args) -> int:
             if not args.wait:  # --wait says where it stands as it changes
                 _say_behind(con, client, job["id"])
         if args.wait:
-            for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end):
+            for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end,
+                                                on_unreachable=_say_unreachable):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             final = client.job(job["id"])
@@ -899,6 +901,18 @@ def _say_attempt_end(job: dict, n: int) -> None:
     then = f"; attempt {n + 1} follows" + (f", from its checkpoint at step {step.group(1)}" if step else
                                            f", from {resume}" if resume else "")
     print(f"[{job['id']} attempt {n}{how}{then}]", file=sys.stderr, flush=True)
+
+
+def _say_unreachable(detail: str | None) -> None:
+    """While following a job's output: one line on stderr when the broker goes out of reach (a restart), and one
+    when it is back; the follower asks again meanwhile (``RECONNECT_SECONDS``) instead of ending."""
+    from broker.client import RECONNECT_SECONDS
+
+    if detail is None:
+        print("[the broker answers again; following on]", file=sys.stderr, flush=True)
+    else:
+        print(f"[{detail.rstrip('.')}: asking again for up to {int(RECONNECT_SECONDS)} s; the job runs on meanwhile]",
+              file=sys.stderr, flush=True)
 
 
 def _short_time(iso: str | None, today: str | None = None) -> str:
@@ -1161,11 +1175,13 @@ def _attempt_number(text: str) -> int:
 def cmd_logs(args) -> int:
     with _client(args) as client:
         if args.follow and args.json:  # JSON Lines: one object per piece of output, as it comes, for a script to read
-            for chunk in client.follow_log_chunks(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end):
+            for chunk in client.follow_log_chunks(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end,
+                                                on_unreachable=_say_unreachable):
                 print(json.dumps(chunk), flush=True)
             return 0
         if args.follow:
-            for text in client.follow_logs(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end):
+            for text in client.follow_logs(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end,
+                                                on_unreachable=_say_unreachable):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             return 0

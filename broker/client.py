@@ -122,6 +122,10 @@ def load_task(text: str) -> dict:
     return task
 
 
+RECONNECT_SECONDS = 120.0
+"""How long a follower (``logs -f``, ``submit --wait``) asks again for a broker it cannot reach before giving up."""
+
+
 class BrokerClient:
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
         # an empty url or token is refused, not read as "not given": `--token "$UNSET"` went as this host's admin
@@ -330,31 +334,63 @@ class BrokerClient:
 
     def follow_logs(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
                     on_status: Callable[[dict], None] | None = None,
-                    on_attempt_end: Callable[[dict, int], None] | None = None) -> Iterator[str]:
+                    on_attempt_end: Callable[[dict, int], None] | None = None,
+                    on_unreachable: Callable[[str | None], None] | None = None,
+                    reconnect_seconds: float = RECONNECT_SECONDS) -> Iterator[str]:
         """Yield log text as it appears, across attempts (from ``attempt`` on, else from the newest), until the
         job ends. ``on_status`` is called with the job whenever its state, queue position or reason changes
         while there is no output (so a queued job says why it waits instead of looking hung); ``on_attempt_end``
         with the job and the number of the attempt whose output ended as the follower moves on to the next (a
         preemption read as one log running on into "launching attempt 2")."""
         for chunk in self.follow_log_chunks(job_id, attempt=attempt, poll=poll, on_status=on_status,
-                                            on_attempt_end=on_attempt_end):
+                                            on_attempt_end=on_attempt_end, on_unreachable=on_unreachable,
+                                            reconnect_seconds=reconnect_seconds):
             yield chunk["data"]
 
     def follow_log_chunks(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
                           on_status: Callable[[dict], None] | None = None,
-                          on_attempt_end: Callable[[dict, int], None] | None = None) -> Iterator[dict]:
+                          on_attempt_end: Callable[[dict, int], None] | None = None,
+                          on_unreachable: Callable[[str | None], None] | None = None,
+                          reconnect_seconds: float = RECONNECT_SECONDS) -> Iterator[dict]:
         """:meth:`follow_logs`, each piece of text as ``{"attempt": n, "data": text, "offset": end}``: the attempt
-        that wrote it, and where it ends in that attempt's log (as ``GET /v1/jobs/{id}/logs`` answers)."""
+        that wrote it, and where it ends in that attempt's log (as ``GET /v1/jobs/{id}/logs`` answers).
+
+        A broker that cannot be reached (restarted, or a network blip) is asked again for up to ``reconnect_seconds``
+        before the error is raised: a follower ended with "cannot reach the broker" at every broker restart, while
+        the job ran on. ``on_unreachable`` is told once when it goes (with why) and once when it is back (None)."""
         offset, seen, said_at, eager = 0, None, 0.0, True
+        gone: list[float] = []  # when the broker went out of reach, while it is
+
+        def asked(call: Callable[[], dict]) -> dict:
+            while True:
+                try:
+                    answer = call()
+                except BrokerError as exc:
+                    if exc.status != 0:  # an answer, not a broker out of reach: said as it is
+                        raise
+                    if not gone:
+                        gone.append(time.monotonic())
+                        if on_unreachable is not None:
+                            on_unreachable(exc.detail)
+                    if time.monotonic() - gone[0] > reconnect_seconds:
+                        raise
+                    time.sleep(max(poll, 1.0))
+                    continue
+                if gone:
+                    gone.clear()
+                    if on_unreachable is not None:
+                        on_unreachable(None)
+                return answer
+
         while True:
-            chunk = self.logs(job_id, offset=offset, attempt=attempt)
+            chunk = asked(lambda: self.logs(job_id, offset=offset, attempt=attempt))
             if chunk["attempt"] is not None and attempt is None:
                 attempt = chunk["attempt"]
             if chunk["data"]:
                 yield {"attempt": chunk["attempt"], "data": chunk["data"], "offset": chunk["offset"]}
                 offset = chunk["offset"]
                 continue
-            job = self.job(job_id)
+            job = asked(lambda: self.job(job_id))
             status = (job["state"], job.get("queue_position"), _in_substance(job.get("reason")))
             if on_status is not None and status != seen:
                 # a new state or place in the queue at once, and the first new reason after it (the engine's first
@@ -371,7 +407,7 @@ class BrokerClient:
             if moved_on or job["state"] in FINAL and (attempt is None or attempt >= job["attempts"]):
                 # what the attempt wrote between the read above and the job's answer (its last lines, as it
                 # ended) is read before the follower moves on or returns
-                rest = self.logs(job_id, offset=offset, attempt=attempt)
+                rest = asked(lambda: self.logs(job_id, offset=offset, attempt=attempt))
                 if rest["data"]:
                     yield {"attempt": rest["attempt"], "data": rest["data"], "offset": rest["offset"]}
                     offset = rest["offset"]
