@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from pricing.catalog import GCP_N1_MEMORY_PER_CPU, LOCAL_DISK_CLOUDS
 from pricing.money import Micros, cost_for_seconds, fmt, fmt_left, fmt_limit
@@ -23,6 +23,10 @@ class Placement:
 
     offer: Offer
     num_nodes: int = 1
+    #: with ``ordered`` alternatives, the clause naming the cheapest offer of a later alternative that placement
+    #: passed over for ``offer`` though it fit (:func:`_passed_over`), else empty: a placement that says only where it
+    #: went never told a user who listed the alternatives in the wrong order
+    note: str = ""
 
     @property
     def tier(self) -> Tier:
@@ -206,11 +210,14 @@ def place(
     preemption_risk: Mapping[str, Decimal] | None = None,
     min_run_seconds: int = 0,
     after_run_seconds: Mapping[Offer, int] | None = None,
+    placed_again: bool = False,
 ) -> Placement | NoFit:
     """Choose where the job runs now.
 
     ``min_run_seconds``: what a start must be able to pay for (the broker's clean stop: the grace
-    period and the ticks to see the end). ``after_run_seconds[offer]``: what an attempt on that offer
+    period and the ticks to see the end); with ``placed_again``, what a job that has run before must pay
+    for instead, a minute's run and a clean stop, as the sentence of a budget short of it says
+    (:func:`start_words`). ``after_run_seconds[offer]``: what an attempt on that offer
     is billed after its run ends — a cloud cluster's idle minutes before autodown and its teardown —
     which its launcher keeps out of the budget before the run may start (an offer missing from it is
     billed nothing after its run: a pool or simulated zone on this host).
@@ -232,7 +239,8 @@ def place(
     6. with ``ordered`` alternatives (SkyPilot's ``resources.ordered``), the earliest alternative that
        still has an offer after steps 1–5; then the lowest :func:`effective_price` — with
        ``expected_hours``, the lowest estimate for the whole run: that price for the hours plus the
-       offer's billing after its run —, then the more reliable tier, then name.
+       offer's billing after its run —, then the more reliable tier, then name; a cheaper offer of a later
+       ``ordered`` alternative that fit is named in :attr:`Placement.note`.
     """
     free_capacity = free_capacity or {}
     preemption_risk = preemption_risk or {}
@@ -268,7 +276,8 @@ def place(
     if budget_left is not None:
         if budget_left <= 0:
             return NoFit(f"the budget left, {fmt_left(budget_left)}, is spent")
-        affordable = _affordable(request, available, budget_left, min_run_seconds, after_run_seconds or {})
+        affordable = _affordable(request, available, budget_left, min_run_seconds, after_run_seconds or {},
+                                 placed_again=placed_again)
         if isinstance(affordable, NoFit):
             return affordable
         available = affordable
@@ -285,17 +294,42 @@ def place(
             return hourly
         return hourly * request.expected_hours + Decimal(o.price_per_hour * n * after.get(o, 0)) / 3600
 
-    best = min(
-        available,
-        key=lambda o: (preference(o), cost(o), TIER_ORDER[o.tier], o.cloud, o.location, o.instance_type),
-    )
-    return Placement(offer=best, num_nodes=n)
+    def rank(o: Offer) -> tuple:
+        return cost(o), TIER_ORDER[o.tier], o.cloud, o.location, o.instance_type
+
+    best = min(available, key=lambda o: (preference(o), *rank(o)))
+    # with ``ordered``, the cheapest offer of a later alternative that fits, by placement's own measure
+    cheaper = min((o for o in available if preference(o) > preference(best) and cost(o) < cost(best)),
+                  key=rank, default=None)
+    return Placement(offer=best, num_nodes=n,
+                     note=_passed_over(cheaper, request, cost(cheaper)) if cheaper is not None else "")
+
+
+def _passed_over(offer: Offer, request: JobRequest, cost: Decimal) -> str:
+    """The clause a placement of ``ordered`` alternatives adds when ``offer``, of a later alternative, fit and cost
+    less (``cost``: placement's measure, the whole run's estimate with ``expected_hours``): ``; spot 1x A10G A10Gx1
+    in aws/us-east-2a at $0.1389/h is cheaper but comes later in `ordered```."""
+    if request.expected_hours is None:
+        figure = f"at {fmt(offer.price_per_hour * request.num_nodes)}/h"
+    else:
+        estimate = int(cost.to_integral_value(rounding=ROUND_CEILING))  # rounded up, as the quote's estimates are
+        figure = f"estimated at {fmt(estimate)} for {request.expected_hours} h"
+    return f"; {offer.describe()} {figure} is cheaper but comes later in `ordered`"
 
 
 def alternative_rank(request: JobRequest, offer: Offer) -> int:
     """With ``ordered`` alternatives, the index of the first one ``offer`` matches (placement takes the earliest that
     has an offer it may take); 0 for every offer otherwise."""
     return next(i for i, alt in enumerate(request.alternatives) if matches(offer, alt)) if request.ordered else 0
+
+
+def start_words(min_run_seconds: int, *, placed_again: bool = False) -> str:
+    """What a start must pay for, in a sentence: ``a start and a clean stop (64 s)``; for a job placed again (after a
+    preemption, a lost node, a resume), held to more than a first start, ``a minute's run and a clean stop (61 s, as a
+    job placed again must)``."""
+    if placed_again:
+        return f"a minute's run and a clean stop ({min_run_seconds} s, as a job placed again must)"
+    return f"a start and a clean stop ({min_run_seconds} s)"
 
 
 def _run_seconds(request: JobRequest, min_run_seconds: int = 0) -> Decimal:
@@ -307,14 +341,14 @@ def _run_seconds(request: JobRequest, min_run_seconds: int = 0) -> Decimal:
 
 
 def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros, *, min_run_seconds: int,
-                    after_run_seconds: Mapping[Offer, int] | None = None) -> str | None:
+                    after_run_seconds: Mapping[Offer, int] | None = None, placed_again: bool = False) -> str | None:
     """Why ``budget`` can start the job on none of ``offers``, whatever their capacity — it would be
     stopped at once (a cloud cluster's launcher would launch none) — or ``None`` when it can start on one.
     A start pays for ``min_run_seconds`` (a start and a clean stop) and the offer's billing after its
     run. Only offers at or under the job's ``max_price_per_hour`` count: one over it is never taken, so
     a budget that pays only for such offers can start nothing. Capacity and blocked zones do not count:
     they pass, a budget does not grow by itself. The words follow "the budget of $X": ``cannot pay
-    for a start and a clean stop (36 s) ...``."""
+    for a start and a clean stop (36 s) ...`` (``placed_again``: :func:`start_words`)."""
     after = after_run_seconds or {}
     n = request.num_nodes
     cap = request.max_price_per_hour
@@ -327,7 +361,7 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
     over_cap = [o for o in offers if o not in priced and total[o] <= budget]
     beyond = (f" (it could pay for {min(over_cap, key=lambda x: total[x]).describe()}, over the job's "
               f"max_price_per_hour of {fmt(cap or 0)})") if over_cap else ""
-    text = f"cannot pay for a start and a clean stop ({min_run_seconds} s)"
+    text = f"cannot pay for {start_words(min_run_seconds, placed_again=placed_again)}"
     held_back = [o for o in priced if run[o] <= budget]  # ruled out by their billing after the run alone
     if held_back:
         o = min(held_back, key=lambda x: total[x])
@@ -374,8 +408,9 @@ def budget_shortfall(request: JobRequest, offers: Sequence[Offer], budget_left: 
 
 
 def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micros, min_run_seconds: int,
-                after_run: Mapping[Offer, int]) -> list[Offer] | NoFit:
-    """The offers whose run (:func:`_run_seconds`) and billing after it the budget left pays for, or why none."""
+                after_run: Mapping[Offer, int], *, placed_again: bool = False) -> list[Offer] | NoFit:
+    """The offers whose run (:func:`_run_seconds`) and billing after it the budget left pays for, or why none
+    (``placed_again``: the run named as :func:`start_words` names it)."""
     n = request.num_nodes
     seconds = _run_seconds(request, min_run_seconds)
     run = {o: cost_for_seconds(o.price_per_hour * n, seconds) for o in offers}
@@ -384,7 +419,7 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
     if affordable or not offers:
         return affordable
     what = (f"{request.expected_hours} h" if request.expected_hours is not None
-            else f"a start and a clean stop ({min_run_seconds} s)")
+            else start_words(min_run_seconds, placed_again=placed_again))
     # the billing after the run is what rules out an offer whose run alone the budget would pay for
     held_back = [o for o in offers if after_run.get(o, 0) > 0 and run[o] <= budget_left]
     if held_back:

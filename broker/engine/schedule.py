@@ -152,6 +152,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             continue
         request = left_to_run(job, request_of(job))
         need = max(min_run_seconds, rerun_seconds) if rerun_seconds is not None and job.attempts else min_run_seconds
+        again = need > min_run_seconds  # held to a minute's run, which pricing's sentences then name
         mine = offers_for(job, request, offers)
         blocked = job.blocked_at(now)
         policy = policies.get(job.id)
@@ -171,19 +172,20 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                                                                       or o.zone == d.zone)]
                 if not isinstance(place(request, chosen_tier, free_capacity=capacity, blocked_zones=blocked,
                                         budget_left=job.budget - job.spent, min_run_seconds=need,
-                                        after_run_seconds=after), NoFit):
+                                        after_run_seconds=after, placed_again=again), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
         # weighed on every offer the job may take, a pool's busy shapes too: slots come free, a budget does not grow
         short = start_shortfall(request, offers_for(job, request, mk.every_offer or mk.offers),
-                                job.budget - job.spent, min_run_seconds=need, after_run_seconds=after)
+                                job.budget - job.spent, min_run_seconds=need, after_run_seconds=after,
+                                placed_again=again)
         if short is not None:
-            short = _rerun_words(short, need, min_run_seconds)
             decisions.append(Wait(job, f"the budget left, {fmt_left(job.budget - job.spent, budget=job.budget)}, {short}", budget_spent=True))
             continue
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
-                       budget_left=job.budget - job.spent, min_run_seconds=need, after_run_seconds=after)
+                       budget_left=job.budget - job.spent, min_run_seconds=need, after_run_seconds=after,
+                       placed_again=again)
         if isinstance(chosen, NoFit):
-            said = _pools_busy(job, request, mk, free_slots, mine) or _rerun_words(chosen.reason, need, min_run_seconds)
+            said = _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             continue
         offer = chosen.offer
@@ -204,17 +206,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         record = placement_record(offer, chosen.num_nodes, mk.offers,
                                   alternative=placed_alternative(job.spec, request, offer))
         decisions.append(Place(job, record, slots,
-                               f"placed on {offer.describe()}{note}"))
+                               f"placed on {offer.describe()}{note}{chosen.note}"))
     return decisions
-
-
-def _rerun_words(text: str, need: int, min_run_seconds: int) -> str:
-    """``text`` (pricing's "a start and a clean stop (N s)") as what a job placed again pays for: a minute's run and a
-    clean stop, where that (``need``) is more than a first start's ``min_run_seconds``."""
-    if need <= min_run_seconds:
-        return text
-    return text.replace(f"a start and a clean stop ({need} s)",
-                        f"a minute's run and a clean stop ({need} s, as a job placed again must)")
 
 
 def _pools_busy(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[str, list[int]],
