@@ -108,7 +108,9 @@ def admit(
         reason="waiting to be placed",
     )
     cheapest = q.cheapest()
-    note = f"budget {fmt_limit(budget)}; cheapest {cheapest.tier.value} at {quote_record(q)['tiers'][0]['text']}" if cheapest else ""
+    # the cheapest way's own figure: the tiers listed first by $/h could be another offer (an ``ordered`` job's later
+    # alternative, or billing after the run that makes the lowest $/h not the lowest estimate)
+    note = f"budget {fmt_limit(budget)}; cheapest {cheapest.tier.value} at {money_text(cheapest)}" if cheapest else ""
     event = event_for(job, JobEvent.SUBMIT, job.state, time=now, reason=f"submitted ({note})", actor=actor,
                       from_state=None)
     return Admitted(job=job, event=event)
