@@ -16,10 +16,10 @@ import pwd
 import re
 import secrets
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
@@ -29,6 +29,9 @@ from broker.spec import SpecError, unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.catalog import PRICED_CLOUDS
 from pricing.money import DecimalComma, Micros, MoneyError, NotPlain, typed_to_micros
+
+if TYPE_CHECKING:
+    from broker.slack.config import SlackConfig
 
 
 MAX_CONFIG_BYTES = 10_000_000
@@ -132,6 +135,9 @@ class Settings:
     extra: dict[str, Any] = field(default_factory=dict)
     # the config file read (None: none was there, the defaults and the environment): said at start
     config_file: Path | None = None
+    # the slack: and notifications: sections as load_settings read them, with its environment (None: Settings
+    # built in code, read from extra where used: broker.slack.config.slack_of)
+    slack: SlackConfig | None = field(default=None, repr=False, compare=False)
 
     def team_for_token(self, token: str) -> str | None:
         digest = hash_token(token)
@@ -198,8 +204,8 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         settings = _load_settings(env, path, config_path, create_admin_token)
         from broker.slack.config import slack_config  # (it imports this module)
 
-        slack_config(settings.extra, env)  # read again where used: checked here, its errors name the file too
-        return settings
+        # read once, here: a mistake is refused at start naming its setting and the file, and the edges use this
+        return replace(settings, slack=slack_config(settings.extra, env))
     except ConfigError as exc:
         if exc.config_path is None and path.is_file():
             exc.config_path = path

@@ -27,7 +27,7 @@ from broker.config import Settings
 from broker.slack import sdk, spec_url
 from broker.slack.blocks import Reply, error
 from broker.slack.commands import CommandError, parse
-from broker.slack.config import SlackConfig, slack_config
+from broker.slack.config import SlackConfig, slack_of
 from broker.slack.dispatch import Deferred, Dispatcher
 from broker.slack.notify import Notifier
 
@@ -81,7 +81,7 @@ def dashboard_url(settings: Settings) -> str:
 def notifier_for(store, settings: Settings) -> Notifier | None:
     """A started-on-demand :class:`Notifier` when the config names a channel or webhook, else ``None``
     (the API app's, and ``broker worker``'s for its engine)."""
-    cfg = slack_config(settings.extra)
+    cfg = slack_of(settings)
     if not cfg.notifications_enabled:
         return None
     return Notifier(cfg, store, dashboard_url=dashboard_url(settings))
@@ -112,7 +112,7 @@ def slack_form(body: bytes) -> dict[str, str] | tuple[str, str]:
 
 def router(service, settings: Settings) -> APIRouter:
     r = APIRouter(tags=["slack"])
-    cfg = slack_config(settings.extra)
+    cfg = slack_of(settings)
     dispatcher = Dispatcher(service, cfg, dashboard_url=dashboard_url(settings),
                             fetch=spec_fetcher(cfg, settings.max_body_bytes))
     replays = Replays()

@@ -134,15 +134,18 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
-def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None) -> str:
+def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None,
+             ended: float | None = None) -> str:
     """One job in a line, and its reason on the next as the API shows it (:func:`broker.views.shown_reason`): for a
     queued job, with a start too late for its deadline or why it has no estimate (``waiting``, from
     :meth:`broker.service.BrokerService.queue_waits`); for a running one, the step it last reported
-    (:func:`broker.views.step_words`)."""
+    (:func:`broker.views.step_words`); for an ended one, when it ended (``ended``), which orders a list of them."""
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:
         pos += f", roughly starting at {iso(start)}"
+    if ended is not None:
+        pos += f" · ended {iso(ended)}"
     step = step_words(job.state.value, job.progress)
     pos += f" · {step}" if step else ""
     said = shown_reason(job, start, waiting)
@@ -166,15 +169,18 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
 
 
 def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty: str,
-               starts: dict[str, float] | None = None, waiting: dict[str, str] | None = None) -> Reply:
+               starts: dict[str, float] | None = None, waiting: dict[str, str] | None = None,
+               ended: dict[str, float] | None = None) -> Reply:
     """A titled list of jobs: as many lines as fit in one section (at most ``LIST_LINES``), then how many more;
-    ``starts`` and ``waiting`` as :meth:`broker.service.BrokerService.queue_waits` gives them (:func:`job_line`)."""
+    ``starts`` and ``waiting`` as :meth:`broker.service.BrokerService.queue_waits` gives them, ``ended`` the ended
+    jobs' ends (:func:`job_line`)."""
     if not jobs:
         return Reply(empty, [section(empty)])
     lines: list[str] = []
     size = -1  # the joining newlines: one fewer than the lines
     for j in jobs[:LIST_LINES]:
-        line = job_line(j, positions.get(j.id), (starts or {}).get(j.id), (waiting or {}).get(j.id))
+        line = job_line(j, positions.get(j.id), (starts or {}).get(j.id), (waiting or {}).get(j.id),
+                        (ended or {}).get(j.id))
         more = len(jobs) - len(lines) - 1
         room = TEXT_CHARS - (len(_more(more)) if more else 0)
         if size + 1 + len(line) > room:
@@ -209,8 +215,11 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     for note in ("rounding_note", "retention_note"):
         if report.get(note):
             blocks.append(context(report[note]))
-    blocks.append(context(f"{pre['count']} preemption(s), {duration(pre['recovery_seconds'])} to recover · "
-                          f"<{dashboard_url}|Open the dashboard>"))
+    # a node lost without notice (an on-prem pool's) is no preemption, and its recovery is in the time: as the CLI says
+    lost = f", {pre['lost']} node(s) lost (not preempted)" if pre.get("lost") else ""
+    said = (f"{pre['count']} preemption(s){lost}, {duration(pre['recovery_seconds'])} to recover"
+            if pre["count"] or pre.get("lost") else "No preemptions or lost nodes")  # not "0 s to recover"
+    blocks.append(context(f"{said} · <{dashboard_url}|Open the dashboard>"))
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], t['saving_percent'])}", blocks)
 
 

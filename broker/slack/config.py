@@ -1,5 +1,9 @@
 """The ``slack:`` and ``notifications:`` config sections, read once. Pure.
 
+:func:`broker.config.load_settings` reads them when the broker starts (a mistake stops ``broker serve`` naming the
+setting) and keeps the result as ``Settings.slack``; the routes and the notifier take it from there
+(:func:`slack_of`), with the environment the settings were read with.
+
 Environment variables ``BROKER_SLACK_SIGNING_SECRET`` and
 ``BROKER_SLACK_BOT_TOKEN`` take precedence over the file, so secrets can stay
 out of it. The full shape is documented in ``docs/slack.md``.
@@ -8,12 +12,14 @@ out of it. The full shape is documented in ``docs/slack.md``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.auth import Principal
-from broker.config import ConfigError
+from broker.config import ConfigError, Settings
+from broker.spec import unknown_key_hint
 
 DEFAULT_EVENTS = ("start", "recover", "resume", "budget_warning", "ended", "fail", "succeed", "cancel")
 """Events that notify a team's channel unless ``notifications.events`` says otherwise."""
@@ -59,8 +65,23 @@ class SlackConfig:
         return None
 
 
+SLACK_KEYS = frozenset({"signing_secret", "bot_token", "command", "users", "admins", "channels", "webhook_urls",
+                        "api_url", "spec_url_prefixes", "raise_budget_percent"})
+NOTIFICATION_KEYS = frozenset({"events", "retries"})
+EVENTS = frozenset({*DEFAULT_EVENTS, "stop_budget"})
+"""The events a notification is written for (``broker/slack/messages.py``)."""
+
+
+def slack_of(settings: Settings) -> SlackConfig:
+    """The Slack config of ``settings``: as :func:`broker.config.load_settings` read it (once, at start, where a
+    mistake is refused naming its setting), else, for settings built in code, read from their ``extra``."""
+    return settings.slack if settings.slack is not None else slack_config(settings.extra)
+
+
 def slack_config(extra: Mapping[str, Any], env: Mapping[str, str] | None = None) -> SlackConfig:
-    """Read ``settings.extra['slack']`` and ``['notifications']``; raise :class:`ConfigError` naming the key."""
+    """Read ``settings.extra['slack']`` and ``['notifications']``; raise :class:`ConfigError` naming the setting.
+    Every value is checked here, so a mistake stops ``broker serve`` at start rather than the first Slack request
+    (a secret YAML read as a number) or nobody's notice (``user:`` for ``users:``, an event named ``started``)."""
     env = os.environ if env is None else env
     raw = extra.get("slack") or {}
     notes = extra.get("notifications") or {}
@@ -68,40 +89,78 @@ def slack_config(extra: Mapping[str, Any], env: Mapping[str, str] | None = None)
         raise ConfigError("slack: must be a mapping")
     if not isinstance(notes, dict):
         raise ConfigError("notifications: must be a mapping")
-    command = str(raw.get("command") or "/broker")
+    for section, given, known in (("slack", raw, SLACK_KEYS), ("notifications", notes, NOTIFICATION_KEYS)):
+        for key in sorted(map(str, given)):
+            if key not in known:
+                raise ConfigError(f"{section}.{key}: is not a setting ({unknown_key_hint(key, known)})")
+    command = _text(raw, "command") or "/broker"
+    if any(c.isspace() for c in command):
+        raise ConfigError(f"slack.command: must be one word, the slash command's name (/broker), not {command!r}")
     events = notes.get("events", DEFAULT_EVENTS)
     if not isinstance(events, list | tuple) or not all(isinstance(e, str) for e in events):
         raise ConfigError("notifications.events: must be a list of event names")
-    try:
-        retries = int(notes.get("retries", 5))
-        raise_pct = int(raw.get("raise_budget_percent", 50))
-    except (TypeError, ValueError):
-        raise ConfigError("notifications.retries / slack.raise_budget_percent: must be whole numbers") from None
+    for name in events:
+        if name not in EVENTS:
+            raise ConfigError(f"notifications.events: {name!r} is not an event ({unknown_key_hint(name, EVENTS)})")
+    retries = _whole(notes, "retries", 5, "notifications")
+    raise_pct = _whole(raw, "raise_budget_percent", 50, "slack")
     if not 0 <= retries <= 20:
         raise ConfigError("notifications.retries: must be from 0 to 20")
     if raise_pct < 1:
         raise ConfigError("slack.raise_budget_percent: must be at least 1")
-    prefixes = raw.get("spec_url_prefixes", ["https://"])
-    if isinstance(prefixes, str):
-        prefixes = [prefixes]
     return SlackConfig(
-        signing_secret=env.get("BROKER_SLACK_SIGNING_SECRET") or raw.get("signing_secret"),
-        bot_token=env.get("BROKER_SLACK_BOT_TOKEN") or raw.get("bot_token"),
+        signing_secret=env.get("BROKER_SLACK_SIGNING_SECRET") or _text(raw, "signing_secret"),
+        bot_token=env.get("BROKER_SLACK_BOT_TOKEN") or _text(raw, "bot_token"),
         command=command if command.startswith("/") else "/" + command,
-        users={str(k): str(v) for k, v in _mapping(raw, "users").items()},
-        admins=frozenset(str(a) for a in raw.get("admins") or []),
-        channels={str(k): str(v) for k, v in _mapping(raw, "channels").items()},
-        webhook_urls={str(k): str(v) for k, v in _mapping(raw, "webhook_urls").items()},
-        api_url=str(raw.get("api_url") or "https://slack.com/api/"),
-        spec_url_prefixes=tuple(str(p) for p in prefixes),
+        users=_names(raw, "users", "a team's name"),
+        admins=frozenset(_texts(raw, "admins", (), "Slack member ids")),
+        channels=_names(raw, "channels", "a channel id (C…)"),
+        webhook_urls=_names(raw, "webhook_urls", "a webhook URL"),
+        api_url=_text(raw, "api_url") or "https://slack.com/api/",
+        spec_url_prefixes=_texts(raw, "spec_url_prefixes", ("https://",), "URL prefixes"),
         events=frozenset(events),
         retries=retries,
         raise_budget_percent=raise_pct,
     )
 
 
-def _mapping(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def _text(raw: Mapping[str, Any], key: str) -> str | None:
+    """A text setting, or ``None`` when absent or empty. YAML reads an unquoted secret of digits as a number: refused
+    here, at start, where the signature check refused it on every Slack request (each a 500)."""
+    value = raw.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"slack.{key}: must be text (put it in quotes)")
+    return value
+
+
+def _whole(raw: Mapping[str, Any], key: str, default: int, section: str) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not (isinstance(value, int) or isinstance(value, str)
+                                       and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value)):
+        raise ConfigError(f"{section}.{key}: must be a whole number")
+    return int(value)
+
+
+def _texts(raw: Mapping[str, Any], key: str, default: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """A list of text, one text standing for a list of one (``admins: U0999``, which was read letter by letter)."""
+    value = raw.get(key)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"slack.{key}: must be a list of {what}")
+    return tuple(value)
+
+
+def _names(raw: Mapping[str, Any], key: str, what: str) -> dict[str, str]:
+    """A mapping whose keys are read as text (YAML may read an id as a number) and whose values must be text."""
     value = raw.get(key) or {}
     if not isinstance(value, dict):
         raise ConfigError(f"slack.{key}: must be a mapping")
-    return value
+    for k, v in value.items():
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"slack.{key}.{k}: must be {what}")
+    return {str(k): v for k, v in value.items()}

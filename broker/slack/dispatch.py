@@ -19,6 +19,7 @@ from typing import Any
 from broker import costs
 from broker.auth import Principal
 from broker.lifecycle import FINAL_STATES, JobState
+from broker.models import Job
 from broker.service import Conflict, Invalid, NotFound
 from broker.slack import blocks, messages
 from broker.slack.blocks import Reply, esc
@@ -38,6 +39,7 @@ ACTION_KINDS = {v: k for k, v in blocks.ACTIONS.items()}
 
 ACTIVE = [s for s in JobState if s not in FINAL_STATES]
 ENDED = list(FINAL_STATES)
+ENDED_NAMES = frozenset(s.value for s in FINAL_STATES)
 ALL_JOBS = 100_000
 """Read them all (as the service's queue does): a count of what a capped list returned was the cap."""
 RECENT = 5
@@ -135,26 +137,55 @@ class Dispatcher:
             return Reply(reply.text, [*reply.blocks[:-1], buttons, reply.blocks[-1]])
         active = self.service.list(who, states=ACTIVE, limit=ALL_JOBS)
         recent = self._recently_ended(who)
-        return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended", active + recent,
-                                 q.positions, "No jobs yet. Submit one with `submit`.", q.starts, q.waiting)
+        return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended",
+                                 active + [job for _, job in recent], q.positions,
+                                 "No jobs yet. Submit one with `submit`.", q.starts, q.waiting,
+                                 ended={job.id: end for end, job in recent})
 
-    def _recently_ended(self, who: Principal) -> list:
-        """The :data:`RECENT` jobs ``who`` can see that ended last, latest first. A final job is last written when it
-        ends, so its ``updated_at`` is its end: the store's listing is newest-submitted first, and its first few
-        ended jobs left out a long job that had just failed. Read from the store's update-time index, over ten
-        minutes, then wider windows (:data:`RECENT_WINDOWS`) up to a month back, until that many are found: each
-        that ended later than the window's start is in it; beyond a month, the ended jobs submitted last (what a
-        month holds no more of) are added to those, and all sorted by their end."""
+    def _recently_ended(self, who: Principal) -> list[tuple[float, Job]]:
+        """The :data:`RECENT` jobs ``who`` can see that ended last, as ``(end, job)``: newest end first, jobs that
+        ended at the same moment by id. A job's end is when it last moved to a final state (its event), not its
+        ``updated_at``: a budget raised on a job that stopped at its budget yesterday changes the job, not when it
+        ended, and listed it first as if it had just ended. A job is last written no earlier than it ended, so the
+        store's update-time index still finds every job that ended in a window: read over ten minutes, then wider
+        windows (:data:`RECENT_WINDOWS`) up to a month back, until that many ended in the window; beyond a month,
+        the ended jobs submitted last (what a month holds no more of) are added to those."""
         now = self.service.clock()
-        found: list = []
+        found: list[Job] = []
+        ends: dict[str, float] = {}  # each job's end, read once however many windows hold it
         for seconds in RECENT_WINDOWS:
             found = self.service.list(who, states=ENDED, limit=ALL_JOBS, active_since=now - seconds)
-            if len(found) >= RECENT:
+            latest = self._ended_last(who, found, ends)
+            if len(latest) >= RECENT and latest[-1][0] >= now - seconds:  # none written before it ended later
+                return latest
+        seen = {j.id for j in found}
+        found += [j for j in self.service.list(who, states=ENDED, limit=RECENT_OLDER) if j.id not in seen]
+        return self._ended_last(who, found, ends)
+
+    def _ended_last(self, who: Principal, jobs: list[Job], ends: dict[str, float]) -> list[tuple[float, Job]]:
+        """The :data:`RECENT` of ``jobs`` that ended last, as ``(end, job)``, newest end first and ties by id.
+        Each job's events are read latest-written first, and no further once the next was last written before
+        the last of those found ended (it cannot have ended later): a few reads, not one per job."""
+        best: list[tuple[float, Job]] = []
+        for job in sorted(jobs, key=lambda j: j.updated_at, reverse=True):
+            if len(best) >= RECENT and job.updated_at < best[-1][0]:
                 break
-        else:
-            seen = {j.id for j in found}
-            found += [j for j in self.service.list(who, states=ENDED, limit=RECENT_OLDER) if j.id not in seen]
-        return sorted(found, key=lambda j: (j.updated_at, j.id), reverse=True)[:RECENT]
+            if job.id not in ends:
+                ends[job.id] = self._end_of(who, job)
+            best.append((ends[job.id], job))
+            best = sorted(best, key=lambda e: (-e[0], e[1].id))[:RECENT]
+        return best
+
+    def _end_of(self, who: Principal, job: Job) -> float:
+        """When ``job`` (ended) last moved to a final state: its latest event into one (a note, such as a budget
+        change, stays in the state it found); its ``updated_at`` where no event says (a job stored without its
+        events, or pruned since it was listed)."""
+        try:
+            events = self.service.events(who, job.id)
+        except NotFound:
+            return job.updated_at
+        ends = [e.time for e in events if e.to_state in ENDED_NAMES and e.from_state != e.to_state]
+        return min(max(ends), job.updated_at) if ends else job.updated_at
 
     def _cmd_queue(self, cmd: Command, who: Principal) -> Reply:
         q = self.service.queue_waits(who)
@@ -230,7 +261,10 @@ class Dispatcher:
             text = self.fetch(cmd.url) if cmd.url else cmd.yaml
             raw = load_text(text or "", max_bytes=self.service.settings.max_body_bytes)
         except ValueError as exc:  # SpecError is a ValueError too
-            msg = f"{exc.field}: {exc.reason}" if isinstance(exc, SpecError) else str(exc)
+            msg = str(exc)
+            if isinstance(exc, SpecError):  # `body` is the API's word for what a Slack user pasted: its YAML
+                where = exc.field.removeprefix("body").lstrip(".")
+                msg = f"{where}: {exc.reason}" if where else f"its YAML {exc.reason}"
             return blocks.error(f"Could not read the task: {msg}")
         opts = dict(cmd.options)
         if "name" in opts:
