@@ -96,7 +96,8 @@ class Window:
 
 
 def window(*, now: float, period: str | None = None, since: str | None = None, until: str | None = None) -> Window:
-    """The window a query asks for: ``period`` (``7d`` default) or ISO ``since``/``until``."""
+    """The window a query asks for: ``period`` (``7d`` default) or ISO ``since``/``until``. It starts before ``now``
+    (it may end after it) and spans at most 400 days, or the bound that breaks that is named."""
     if period is not None and (since or until):
         raise CostQueryError("period", "give either period or since/until, not both")
     end = _iso(until, "until") if until else now
@@ -120,8 +121,17 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
                                        "start of its day, so one day is since=D until=the day after" if same_day else
                                        "must be before until") if until else
                              "is not in the past: with no until, the window ends now")
+    if start >= now:
+        # a window wholly after now holds no spend: until=9999-12-31 was answered a report of the week before it, all
+        # zeros, as if that were the spend. A window may still end after now (this month, given as its dates)
+        if since:
+            raise CostQueryError("since", "is not in the past: the window starts after now, so nothing was spent in "
+                                          "it yet")
+        raise CostQueryError("until", f"is more than {label} after now: the {label} window ending then starts after "
+                                      "now, so nothing was spent in it yet; give an until nearer now, or a since")
     if end - start > 400 * DAY:
-        raise CostQueryError("since", "the window can be at most 400 days")
+        # named by the bound past now when there is one (since=2026-12-01&until=9999-12-31 was blamed on since)
+        raise CostQueryError("until" if until and end > now else "since", "the window can be at most 400 days")
     return Window(start, end, label)
 
 

@@ -84,7 +84,13 @@ class Invalid(Exception):
 
 
 class Conflict(Exception):
-    """The request is not allowed in the job's current state."""
+    """The request is not allowed in the job's current state: the reason, and the field it is about where there is one
+    (the job's ``state``, ``budget``, ``broker.checkpoint``, the ``Idempotency-Key``, ...), which the API's 409 names
+    as its 4xx answers do."""
+
+    def __init__(self, reason: str, field: str | None = None):
+        super().__init__(reason)
+        self.field = field
 
 
 class QueueWaits(NamedTuple):
@@ -109,7 +115,7 @@ def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
         opened = open_task(existing.spec, settings, existing.id)
     except Unsealable as exc:
         raise Conflict(f"the Idempotency-Key was already used for job {existing.id}, whose task this broker cannot "
-                       f"compare with this one: {exc}") from None
+                       f"compare with this one: {exc}", field="Idempotency-Key") from None
     stored = {k: v for k, v in opened.items() if k != "broker"}
     same_task = json.dumps(spec.task, sort_keys=True, default=str) == json.dumps(stored, sort_keys=True, default=str)
     section, echo = existing.spec.get("broker") or {}, broker_echo(spec)
@@ -193,7 +199,7 @@ class BrokerService:
         try:
             stored = self.store.commit(change)
         except ForeignRecord as exc:
-            raise Conflict(str(exc)) from None
+            raise Conflict(str(exc), field="state") from None
         if self.on_event:
             for e in change.events:
                 try:
@@ -211,7 +217,7 @@ class BrokerService:
         try:
             check_writable(Change(job=job, expected_version=job.version, attempts=attempts))
         except ForeignRecord as exc:
-            raise Conflict(str(exc)) from None
+            raise Conflict(str(exc), field="state") from None
         return job
 
     # -- submit ----------------------------------------------------------------------------------
@@ -363,11 +369,12 @@ class BrokerService:
             except PackError:  # a form this version cannot read (a newer broker's): the launch will say so
                 continue
         for what, digest in named:
+            field = "broker." + what.replace(" ", ".")  # broker.workdir, broker.file_mounts.<dest>: a submit's names
             if self._stored_size(digest, f"broker.{what.split()[0]}") is None:
                 days = self.settings.workdir_retention_seconds / 86400
                 raise Conflict(f"not resumed: its uploaded {what} {digest} is no longer stored (a pack is kept "
                                f"{days:g} days after the last job naming it ended: workdir_retention_seconds); submit "
-                               f"the job again with its files")
+                               f"the job again with its files", field=field)
 
     def workdir(self, principal: Principal, digest: str) -> dict[str, Any]:
         """An uploaded pack's size; 404 when there is none. Packs are named by their content's SHA-256,
@@ -550,7 +557,7 @@ class BrokerService:
                 return once()
             except VersionConflict:
                 continue
-        raise Conflict("the job is changing too fast; try again")
+        raise Conflict("the job is changing too fast; try again", field="state")
 
     def cancel(self, principal: Principal, job_id: str, *, reason: str = "cancelled by the user") -> Job:
         def once() -> Job:
@@ -558,7 +565,7 @@ class BrokerService:
             try:
                 t = apply(job.state, JobEvent.CANCEL)
             except IllegalTransition as exc:
-                raise Conflict(_why_not_cancelled(job) or str(exc)) from None
+                raise Conflict(_why_not_cancelled(job) or str(exc), field="state") from None
             now = self.clock()
             new = replace(job, state=t.to_state, reason=reason, updated_at=now)
             if t.to_state is JobState.CANCELLED:
@@ -605,7 +612,8 @@ class BrokerService:
                     again = "; it saved no checkpoint, so to run it again, submit its task again (it starts over)"
                 raise Conflict(_ended(job, "only a failed or budget-stopped job resumes" + again)
                                if job.state.is_final else
-                               f"{job.id} is {job.state.value}, not ended: only a failed or budget-stopped job resumes")
+                               f"{job.id} is {job.state.value}, not ended: only a failed or budget-stopped job resumes",
+                               field="state")
             diagnosis = job.diagnosis or {}
             if job.state is JobState.FAILED and not diagnosis.get("infrastructure") and not force and not given:
                 text = diagnosis.get("text") or job.reason
@@ -614,20 +622,23 @@ class BrokerService:
                 if names:  # "change the job and resubmit" sent the user to a new submit, "force" to the same failure
                     flags = " ".join(f"--secret {n}" for n in dict.fromkeys(names))
                     raise Conflict(f"not resumed: the job failed for credentials it was not given: {text} Resume it "
-                                   f"with them (broker resume {job.id} {flags}), or with force to run it again as it is")
+                                   f"with them (broker resume {job.id} {flags}), or with force to run it again as it is",
+                                   field="secrets")
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
-                               f"again: {text} Change the job and resubmit, or resume with force to run it again anyway")
+                               f"again: {text} Change the job and resubmit, or resume with force to run it again anyway",
+                               field="force")
             if job.state is JobState.STOPPED_BUDGET:
                 # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a
                 # $36/h zone while the $0.20/h pool was full was refused a resume the pool would run for hours
                 mine = self._offers_for(job, tier or job.force_tier)
                 minute = self._minute_shortfall(job, mine)
                 if minute is not None:
-                    raise Conflict(minute)
+                    raise Conflict(minute, field="budget")
                 short = self._start_shortfall(job, mine)
                 if short is not None:  # the engine would stop it again at once (a job stopped before any attempt)
                     left = fmt_left(job.budget - job.spent, budget=job.budget)
-                    raise Conflict(f"not resumed: the budget left, {left}, {short}: raise the budget first")
+                    raise Conflict(f"not resumed: the budget left, {left}, {short}: raise the budget first",
+                                   field="budget")
             self._resumable_workdir(job)
             now = self.clock()
             sharing = self._sharing(job.checkpoint_uri, now, but=job.id) if job.checkpoint_uri else None
@@ -635,7 +646,7 @@ class BrokerService:
                 who = f"job {sharing.id}" if principal.admin or sharing.team == job.team else "a job of another team"
                 raise Conflict(f"not resumed: its checkpoint base {job.checkpoint_uri!r} is also that of {who}, which "
                                f"is {sharing.state.value}: two jobs writing one base delete each other's checkpoints. "
-                               "Resume it once that job has ended (or cancel that job)")
+                               "Resume it once that job has ended (or cancel that job)", field="broker.checkpoint")
             step = job.last_checkpoint.get("step")
             named = "; ".join(f"{key} {', '.join(sorted(values))} set" for key, values in given.items())
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
@@ -663,7 +674,8 @@ class BrokerService:
             try:
                 sealed = seal_spec({"secrets": given["secrets"]}, sealer_for(self.settings, create=True), job.id)
             except (KeyInvalid, OSError) as exc:
-                raise Conflict(f"not resumed: this broker cannot seal the job's secrets ({exc})") from None
+                raise Conflict(f"not resumed: this broker cannot seal the job's secrets ({exc})",
+                               field="secrets") from None
             spec["secrets"] = {**(spec.get("secrets") or {}), **sealed["secrets"]}
         return spec
 
@@ -725,11 +737,12 @@ class BrokerService:
             job = self.get(principal, job_id)
             if job.state.is_final and job.state not in RESUMABLE:
                 raise Conflict(_ended(job, "its budget no longer changes (only a failed or budget-stopped job's does, "
-                                           "as it may resume)"))
+                                           "as it may resume)"), field="state")
             if new_budget < job.spent:
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
             if only_up and new_budget <= job.budget:
-                raise Conflict(f"the budget is already {fmt_limit(job.budget)}, not below {fmt_limit(new_budget)}")
+                raise Conflict(f"the budget is already {fmt_limit(job.budget)}, not below {fmt_limit(new_budget)}",
+                               field="budget_usd")
             changed = replace(job, budget=new_budget)
             if job.state is JobState.QUEUED and new_budget < job.budget:
                 # the scheduler stops a queued job whose budget cannot start it: the lowered budget stopped the job at
@@ -845,9 +858,9 @@ class BrokerService:
         def once() -> Job:
             job = self._changeable(self.get(principal, job_id))
             if job.state is JobState.CANCELLING:
-                raise Conflict(f"{job.id} is being cancelled: there is nothing to move to on-demand")
+                raise Conflict(f"{job.id} is being cancelled: there is nothing to move to on-demand", field="state")
             if job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
-                raise Conflict(_ended(job, "there is nothing to move to on-demand"))
+                raise Conflict(_ended(job, "there is nothing to move to on-demand"), field="state")
             if job.force_tier == "ondemand" and job.state not in RESUMABLE:
                 # already pinned (by this call's twin, whose write made ours a version conflict): answered as it is,
                 # with no second "pinned to on-demand" event
@@ -856,9 +869,10 @@ class BrokerService:
             if not any(o.tier is Tier.ONDEMAND for o in matching_offers(request, all_offers(self.settings))):
                 if request.alternatives and all(alt.use_spot is True for alt in request.alternatives):
                     raise Conflict("its task asks for spot only (resources.use_spot: true), so no on-demand offer "
-                                   "fits it: submit it again without use_spot to let it run on on-demand")
+                                   "fits it: submit it again without use_spot to let it run on on-demand",
+                                   field="resources.use_spot")
                 raise Conflict("no on-demand offer fits this job (none is configured for its resources), so pinning "
-                               "it there would leave it queued forever")
+                               "it there would leave it queued forever", field="resources")
             ondemand = self._offers_for(job, "ondemand")
             if request.max_price_per_hour is not None and not under_cap(request, ondemand):
                 # pinned, it waited for ever over its own cap, and a budget-stopped job passed the budget's test (no
@@ -867,17 +881,17 @@ class BrokerService:
                 raise Conflict(f"not moved to on-demand: its cheapest on-demand offer costs {fmt(cheapest)}/h, over "
                                f"the job's max_price_per_hour of {fmt(request.max_price_per_hour)}, so pinned there it "
                                "would wait for ever: submit it again with a max_price_per_hour that covers on-demand "
-                               "(or none)")
+                               "(or none)", field="broker.max_price_per_hour")
             if job.state is JobState.STOPPED_BUDGET:
                 # the resume's own test first, with its figure: refused for a start alone, a user who raised the
                 # budget to pay for that was refused again by the resume, wanting more (a minute and a clean stop)
                 minute = self._minute_shortfall(job, ondemand)
                 if minute is not None:
-                    raise Conflict(f"not moved to on-demand: {minute}")
+                    raise Conflict(f"not moved to on-demand: {minute}", field="budget")
             short = self._budget_shortfall(job, ondemand)
             if short is not None:  # pinned, it waited for ever: "the budget left ... does not cover ..."
                 raise Conflict(f"not moved to on-demand: {short}. Raise the budget first (broker budget {job.id} "
-                               "<dollars>), then move it")
+                               "<dollars>), then move it", field="budget")
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind
                 return self.resume(principal, job_id, force=force, tier="ondemand",
                                    reason=f"resumed on on-demand by {principal.name}")
@@ -897,7 +911,7 @@ class BrokerService:
             if job.force_tier is None:
                 return job
             if job.state.is_final and job.state not in RESUMABLE:
-                raise Conflict(_ended(job, "it runs no more attempts to move"))
+                raise Conflict(_ended(job, "it runs no more attempts to move"), field="state")
             now = self.clock()
             note = note_event(job, "switch_tier", f"pin to {job.force_tier} taken back by {principal.name}: placed "
                                                   "where it is cheapest again", time=now, actor=principal.name,
@@ -923,12 +937,13 @@ class BrokerService:
             if job is None:
                 raise NotFound(job_id)
             if job.state.is_final:
-                raise Conflict(f"the job is {job.state.value}")
+                raise Conflict(f"the job is {job.state.value}", field="state")
             if point.get("attempt") is not None and point["attempt"] != job.attempts:
                 # a process of an attempt the job moved past (preempted or lost, still running beside the next):
                 # its steps and checkpoint would be taken for the new attempt's, and resumed from
                 raise Conflict(f"the report is from attempt {point['attempt']}, and the job is at attempt "
-                               f"{job.attempts}: a report of an attempt that is not the job's latest is not kept")
+                               f"{job.attempts}: a report of an attempt that is not the job's latest is not kept",
+                               field="attempt")
             attempts = self.store.attempts(job_id)
             changes: dict[str, Any] = {"updated_at": point["time"]}
             records = []
@@ -970,7 +985,8 @@ class BrokerService:
             raise Invalid("Authorization", "fault injection is for admins", status=403)
         launcher = self.launcher
         if launcher is None or not launcher.capabilities.simulated:
-            raise Conflict("fault injection needs the local launcher with simulated zones (zones: in the config)")
+            raise Conflict("fault injection needs the local launcher with simulated zones (zones: in the config)",
+                           field="kind")
         if kind == "zone":
             try:
                 launcher.set_zone_available(zone or "", available)
@@ -979,10 +995,13 @@ class BrokerService:
                 raise Invalid("zone", f"no simulated zone {zone!r} (zones: {names})", status=404) from None
             except ValueError as exc:
                 raise Invalid("zone", str(exc)) from None
+            # no job to note it on: the serve log says who, so a zone's spot capacity gone is not read as the cloud's
+            log.info("fault injected by %s: spot capacity in zone %s set %s", principal.name, zone,
+                     "available" if available else "unavailable")
             return {"zone": zone, "available": available}
         job = self.get(principal, job_id or "")
         if job.state not in (JobState.RUNNING, JobState.LAUNCHING):
-            raise Conflict(f"the job is {job.state.value}, not running")
+            raise Conflict(f"the job is {job.state.value}, not running", field="state")
         attempt_id = f"{job.id}-a{job.attempts}"
         if kind == "preempt":
             _check_preemptible(next((a for a in self.store.attempts(job.id) if a.id == attempt_id), None))
@@ -993,20 +1012,46 @@ class BrokerService:
             done = True
         else:
             raise Invalid("kind", "must be preempt, kill or zone")
+        if done:
+            self._note_fault(principal, job.id, kind, job.attempts)
         return {"job": job.id, "attempt": attempt_id, "fault": kind, "applied": bool(done)}
+
+    def _note_fault(self, principal: Principal, job_id: str, kind: str, n: int) -> None:
+        """A ``fault_injected`` event on the job, as a budget change is noted: an injected preemption or lost node
+        left no trace in its events, and read as the cloud's (or the pool's) everywhere. Written after the fault is
+        applied (nothing is noted that did not happen); the fault stands if the note cannot be written, said in the
+        log."""
+        what = "a preemption (notice, then its grace)" if kind == "preempt" else "a lost node (killed without notice)"
+
+        def once() -> Job:
+            job = self.store.get_job(job_id)
+            if job is None:
+                raise Conflict("the job is no longer stored", field="state")
+            now = self.clock()
+            note = note_event(job, "fault_injected", f"{what} injected into attempt {n} by {principal.name} "
+                                                     f"(broker fault {kind})", time=now, actor=principal.name,
+                              data={"fault": kind, "attempt": n})
+            return self._commit(Change(job=replace(job, updated_at=now), expected_version=job.version,
+                                       events=[replace(note, attempt=n)]))
+
+        try:
+            self._retrying(once)
+        except Conflict as exc:
+            log.warning("fault %s injected into %s-a%d by %s, but not noted on the job: %s", kind, job_id, n,
+                        principal.name, exc)
 
 
 def _check_on_this_host(attempt: Attempt | None) -> None:
     """A lost node is simulated by killing the attempt's process here: a cloud attempt (the SkyPilot launcher beside
     the local one) has none, and the kill was reported applied while nothing happened."""
     if attempt is None:
-        raise Conflict("the job has no attempt to kill yet")
+        raise Conflict("the job has no attempt to kill yet", field="state")
     p = attempt.placement
     if p.get("tier") == Tier.ONPREM.value or p.get("simulated"):
         return
     raise Conflict(f"attempt {attempt.n} runs on {p.get('tier')} capacity in {p.get('cloud')}/"
                    f"{p.get('zone') or p.get('region')}, not on this host: only a pool's or a simulated zone's "
-                   "node can be killed from here")
+                   "node can be killed from here", field="kind")
 
 
 def _check_preemptible(attempt: Attempt | None) -> None:
@@ -1014,7 +1059,7 @@ def _check_preemptible(attempt: Attempt | None) -> None:
     carried out, then diagnosed as "Spot capacity was preempted ... in local", a fault no such placement has.
     (A lost node, ``kill``, can befall any of them.) A real cloud's spot VM is preempted by its cloud alone."""
     if attempt is None:
-        raise Conflict("the job has no attempt to preempt yet")
+        raise Conflict("the job has no attempt to preempt yet", field="state")
     p = attempt.placement
     if p.get("tier") == Tier.SPOT.value and p.get("simulated"):
         return
@@ -1025,7 +1070,7 @@ def _check_preemptible(attempt: Attempt | None) -> None:
     else:
         where = f"{p.get('tier')} capacity in {p.get('cloud')}/{p.get('zone') or p.get('region')}, not a simulated zone"
     raise Conflict(f"attempt {attempt.n} runs on {where}: only a simulated spot zone's capacity is preempted "
-                   "(the kill fault simulates a lost node)")
+                   "(the kill fault simulates a lost node)", field="kind")
 
 
 MAX_STEP = 2**63 - 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -249,4 +250,40 @@ def event_view(e: Event) -> dict[str, Any]:
         "actor": e.actor,
         "attempt": e.attempt,
         "data": e.data,
+    }
+
+
+def dry_run_view(run: Any) -> dict[str, Any]:
+    """A dry run's answer (:class:`broker.service.DryRun`): the quote as the job would keep it (``quote``, as a
+    job's), its cheapest way as one figure (a total with ``expected_hours``, else per hour), what the budget covers,
+    where the scheduler would place it now, and where it would stand in the queue. Nothing of it was stored."""
+    job: Job = run.job
+    quote = job.quote or {}
+    tiers = [t for t in quote.get("tiers") or [] if isinstance(t.get("price_per_hour"), int)]
+    per_hour = bool(quote.get("per_hour_only", True))
+    # the tier admission weighs the budget on: its estimate, or per hour its price (pricing.quote._figure)
+    cheapest = min(tiers, key=lambda t: (t["price_per_hour"] if per_hour or t.get("estimate") is None
+                                         else t["estimate"], t["price_per_hour"]), default=None)
+    lasts = None
+    if per_hour and cheapest is not None and cheapest["price_per_hour"] > 0:
+        lasts = job.budget * 3600 // cheapest["price_per_hour"]
+    return {
+        "dry_run": True,
+        "existing_job": job.id if run.existing else None,
+        "name": job.name,
+        "team": job.team,
+        "priority": job.priority,
+        "budget": limit(job.budget),
+        "deadline": iso(job.deadline),
+        "expected_hours": job.expected_hours,
+        "quote": job.quote,
+        "estimate": money(cheapest.get("estimate")) if cheapest is not None and not per_hour else None,
+        "price_per_hour": money(cheapest["price_per_hour"]) if cheapest is not None else None,
+        "budget_covers": None if per_hour else {t["tier"]: t.get("estimate") is not None and t["estimate"] <= job.budget
+                                                for t in tiers},
+        "budget_lasts_seconds": lasts,
+        "placement": run.placement,
+        "reason": shown_reason(replace(job, reason=run.reason), run.start, run.waiting),
+        "queue_position": run.position,
+        "estimated_start": iso(run.start),
     }

@@ -25,11 +25,12 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from broker.api.probe import StoreProbe
-from broker.api.query import JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
-from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, EventList, Health, JobList,
-                               JobOut, LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
+from broker.api.query import API_PREFIX, JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
+from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, DryRunOut, EventList,
+                               Health, JobList, JobOut, LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
@@ -39,7 +40,7 @@ from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import SpecError, unknown_key_hint
 from broker.store import JobStore, StoreUnavailable, open_store
 from broker.task_text import load_json, load_text
-from broker.views import event_view, job_view
+from broker.views import dry_run_view, event_view, job_view
 from broker.workdir import UNPACK_RATIO, PackError, human, parse_digest
 from pricing.money import AmountTooLarge, DecimalComma, MoneyError, NotPlain, TooPrecise, typed_to_micros
 
@@ -132,7 +133,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict):
-        return _error(409, str(exc))
+        return _error(409, str(exc), exc.field)
 
     @app.exception_handler(Unauthorized)
     async def _unauthorized(request: Request, exc: Unauthorized):
@@ -148,7 +149,14 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        return _error(exc.status_code, str(exc.detail))
+        # the router's own 404 and 405 said "Not Found" and "Method Not Allowed", naming nothing, and the 405 lost
+        # its Allow header here (which named one route's methods: POST alone for /v1/jobs, which GET reads too)
+        allowed = methods_at(request.app.router.routes, request.scope) if exc.status_code == 405 else []
+        answer = _error(exc.status_code, *routing_refusal(request.method, request.url.path, exc, allowed))
+        answer.headers.update(exc.headers or {})
+        if allowed:
+            answer.headers["Allow"] = ", ".join(allowed)
+        return answer
 
     @app.exception_handler(StoreUnavailable)
     async def _store_down(request: Request, exc: StoreUnavailable):
@@ -192,7 +200,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     async def _body_limit(request: Request, call_next):
         """Before anything reads a header (this its Content-Length, a route its token or key): one that decides what
         the request does, sent twice with different values, is a 400 naming it, on every route, and nothing is done;
-        then a body over its limit is a 413. (One middleware for both: each is a layer every request goes through.)"""
+        then a body over its limit is a 413, and one this API does not read (:func:`body_refusal`) a 415 naming the
+        header. (One middleware for all three: each is a layer every request goes through.)"""
         repeated = repeated_header(request.scope["headers"])
         if repeated is not None:
             name, reason = repeated
@@ -207,6 +216,13 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                     return _error(413, _pack_too_large(size), "body")
             elif size > settings.max_body_bytes:
                 return _error(413, f"body: larger than {settings.max_body_bytes} bytes", "body")
+        refused = body_refusal(request.url.path, request.headers)
+        if refused is not None:
+            name, reason = refused
+            answer = _error(415, f"{name}: {reason}", name)
+            if name == "Content-Encoding":
+                answer.headers["Accept-Encoding"] = "identity"  # RFC 7694: the codings a request may use here
+            return answer
         return await call_next(request)
 
     def _pack_too_large(size: int | None) -> str:
@@ -519,6 +535,57 @@ def repeated_header(raw: list[tuple[bytes, bytes]]) -> tuple[str, str] | None:
             return ONE_VALUE_HEADERS[key], (f"was sent {times} with different values; send one (a proxy on the way "
                                             "may be adding its own)")
     return None
+
+
+BODY_TYPES = frozenset({"application/json", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml",
+                        "text/plain", "application/x-www-form-urlencoded"})
+"""The media types a ``/v1`` body is read as (with any ``+json`` or ``+yaml`` type, and none at all): a task is read as
+JSON when its type says JSON and as YAML (of which JSON is a part) otherwise, the other bodies as JSON. curl's ``-d``
+sends ``application/x-www-form-urlencoded`` with a task file's text, which reads as it always has."""
+
+
+def body_refusal(path: str, headers) -> tuple[str, str] | None:
+    """The header and the reason for a 415, when a ``/v1`` request's body is one the API does not read; ``None`` when
+    it reads it (or there is no body). Any type was read as a task, so a ``multipart/form-data`` upload (curl's
+    ``-F``) or a gzip file was answered a parse error about its bytes. A coded body (``Content-Encoding: gzip``) is
+    refused rather than decoded: no client of the broker compresses what it sends (the CLI, the checkpoint library's
+    reports, Slack), the bodies are small, and decoding would hand ``max_body_bytes`` a second size to hold. The
+    workdir upload (``PUT /v1/workdirs/...``) is left as it is: a pack is a tar.gz whatever its header calls it."""
+    if not path.startswith(API_PREFIX) or path.startswith("/v1/workdirs/"):
+        return None
+    length = headers.get("content-length")
+    if headers.get("transfer-encoding") is None and (length is None or not length.strip("0")):
+        return None  # no body: a bodyless POST with a header left over reads nothing
+    coding = headers.get("content-encoding", "")
+    if any(c.strip().lower() not in ("", "identity") for c in coding.split(",")):
+        return "Content-Encoding", (f"{coding.strip()[:80]!r} is not read here: send the body uncompressed, with no "
+                                    "Content-Encoding")
+    media = headers.get("content-type", "").split(";")[0].strip().lower()
+    if not media or media in BODY_TYPES or media.endswith(("+json", "+yaml")):
+        return None
+    return "Content-Type", (f"{media[:80]!r} is not a body this API reads: send JSON (application/json) or, for a "
+                            "task, YAML (application/yaml)")
+
+
+def methods_at(routes: list, scope: dict) -> list[str]:
+    """The methods the routes at the path of ``scope`` (an ASGI request's) take, sorted."""
+    return sorted({m for r in routes if isinstance(getattr(r, "methods", None), set)
+                   and r.matches(scope)[0] is Match.PARTIAL for m in r.methods})
+
+
+def routing_refusal(method: str, path: str, exc: StarletteHTTPException,
+                    allowed: list[str]) -> tuple[str, str | None]:
+    """The detail and field of an ``HTTPException`` (the router's own among them): a request to no route (404) names
+    the ``path`` (its detail stays Starlette's "Not Found": ``broker`` adds to that one its hint that ``--url`` is
+    the base URL, in every CLI version), one with a method the path does not take (405) the ``method`` and the
+    ``allowed`` ones; any other keeps its detail."""
+    detail, shown = str(exc.detail), path if len(path) <= 200 else path[:200] + "..."
+    if exc.status_code == 404 and detail == "Not Found":
+        return detail, "path"
+    if exc.status_code == 405 and detail == "Method Not Allowed":
+        takes = f" (it takes {', '.join(allowed)})" if allowed else ""
+        return f"method: {shown} does not take {method}{takes}", "method"
+    return detail, None
 
 
 def _only(body: dict, takes: set[str]) -> None:

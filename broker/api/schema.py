@@ -100,6 +100,37 @@ class JobList(BaseModel):
     jobs: list[JobOut]
 
 
+class DryRunOut(BaseModel):
+    """``POST /v1/jobs?dry_run=true``: what the submit would do, nothing stored (no job, no event, the
+    Idempotency-Key not taken). A task the submit would refuse gets the submit's own error instead (same status,
+    ``field`` and ``detail``), so a dry run checks a task file."""
+
+    dry_run: bool = Field(description="always true: nothing was stored")
+    existing_job: str | None = Field(description="the job a submit with this Idempotency-Key already made, which the "
+                                                 "submit would answer with (nothing new would be queued); else null")
+    name: str
+    team: str
+    priority: int
+    budget: Money
+    deadline: str | None
+    expected_hours: str | None
+    quote: dict[str, Any] | None = Field(description="the admission quote, as a submit stores it on the job "
+                                                     "(JobOut.quote): per tier, $/h, the estimate and after_run")
+    estimate: Money | None = Field(description="the cheapest tier's estimate for expected_hours (after_run "
+                                               "included); null when no expected_hours is given (see price_per_hour)")
+    price_per_hour: Money | None = Field(description="the cheapest tier's price per hour, all nodes")
+    budget_covers: dict[str, bool] | None = Field(description="per tier quoted, whether the budget covers its "
+                                                              "estimate; null without expected_hours")
+    budget_lasts_seconds: int | None = Field(description="without expected_hours: how long the budget pays for the "
+                                                         "cheapest tier, a clean stop included; else null")
+    placement: dict[str, Any] | None = Field(description="where the scheduler would place it now (tier, cloud, "
+                                                         "region, zone or pool, instance type, $/h), as the job's "
+                                                         "placement; null: it would wait (reason says why)")
+    reason: str | None = Field(description="the scheduler's word on it now: 'placed on ...', or why it would wait")
+    queue_position: int | None = Field(description="where it would stand among the queued jobs (1: next)")
+    estimated_start: str | None = Field(description=ESTIMATED_START)
+
+
 class EventOut(BaseModel):
     seq: int
     time: str | None
@@ -343,16 +374,19 @@ WHY = {
          "Authorization sent twice with different values: `field` names it)",
     401: "no bearer token, or one the broker does not know",
     403: "the token may not do this (another team's jobs or costs; admins only)",
-    404: "no such job (or attempt, or zone) that this token can see",
-    409: "the job's state does not allow this now; `detail` says why",
+    404: "no such job (or attempt, or zone) that this token can see; or no such route (`field` names the `path`)",
+    409: "the job's state does not allow this now: `detail` says why, and `field` names what it is about where there "
+         "is one (the job's `state`, its `budget`, `broker.checkpoint`, `Idempotency-Key`, ...)",
     413: "the body is larger than the broker accepts",
+    415: "a body the API does not read: `field` names `Content-Type` (JSON, or YAML for a task) or `Content-Encoding` "
+         "(send it uncompressed)",
     422: "bad input: `field` names it and `detail` says why",
     500: "an unexpected error, logged by the broker; a read can be retried, a change checked first (`detail` says)",
     503: "the job store did not answer (a `Retry-After` header says when to try again; `detail` says whether a "
          "change may have been made), or this broker process cannot serve it (no launcher to read logs from)",
 }
 
-COMMON = (400, 413, 500, 503)  # any request: the body-size check runs before routing, the last-resort handler, a store that is down
+COMMON = (400, 413, 415, 500, 503)  # any request: the body checks run before routing, the last-resort handler, a store that is down
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:

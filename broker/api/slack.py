@@ -132,7 +132,8 @@ def router(service, settings: Settings) -> APIRouter:
         except sdk.SlackUnavailable as exc:
             return JSONResponse(status_code=503, content={"detail": str(exc)})
         if not ok:
-            return JSONResponse(status_code=401, content={"detail": "invalid Slack signature or stale timestamp"})
+            return JSONResponse(status_code=401, content={"detail": "invalid Slack signature or stale timestamp",
+                                                          "field": "X-Slack-Signature"})
         return body
 
     def respond_later(url: str, reply: Reply) -> None:
