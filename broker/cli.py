@@ -146,6 +146,10 @@ def _parser() -> argparse.ArgumentParser:
                         "runs with those files (default: when the broker URL is not on this host; "
                         "--no-upload-workdir: the broker reads the paths itself)")
     s.add_argument("--wait", action="store_true", help="follow the job until it ends")
+    s.add_argument("--dry-run", action="store_true",
+                   help="store nothing and upload nothing: print where the job would go, its quote per tier, the "
+                        "estimate, whether the budget covers it and where it would stand in the queue (exit 0), or "
+                        "the error the submit would give (a check of a task file for CI)")
 
     s = client("status", help="list jobs, or show one")
     s.add_argument("id", nargs="?", type=_given, help="one job: its attempts, where they ran, cost")
@@ -322,6 +326,8 @@ def _dash_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
 def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     """Options that each parse but do not go together, refused as a usage error rather than silently ignored."""
     commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if args.command == "submit" and args.dry_run and args.wait:
+        raise _Usage(commands["submit"], "--wait: a dry run makes no job to follow; leave out --wait or --dry-run")
     if args.command == "costs" and args.id:
         given = [f"--{k}" for k in ("period", "since", "until", "team") if getattr(args, k)]
         if given:  # `broker costs JOB --period 7d` showed the job's whole life as if it were the last 7 days
@@ -677,6 +683,8 @@ def cmd_submit(args) -> int:
             task[key] = {**(task.get(key) or {}), **_assignments(given, "--" + key.rstrip("s"))}
     _resolve_local_paths(task)
     with _client(args) as client:
+        if args.dry_run:
+            return _submit_dry_run(task, client, args)
         _ship_workdir(task, client, args.upload_workdir, quiet=args.json)
         job = client.submit(task, budget=args.budget, team=args.team,
                             deadline=args.deadline, idempotency_key=args.idempotency_key)
@@ -712,19 +720,94 @@ def cmd_submit(args) -> int:
     return 0
 
 
+def _submit_dry_run(task: dict, client, args) -> int:
+    """``broker submit --dry-run``: the broker's answer to ``POST /v1/jobs?dry_run=true`` in a few lines (``--json``:
+    the object as it is). The workdir and file_mounts a submit would upload are checked here as a submit checks them
+    and left out of what is sent, never packed nor uploaded (a dry run against a remote broker leaves nothing there);
+    the broker checks the rest of the task as the submit's own."""
+    from pricing.money import fmt
+
+    _ship_workdir(task, client, args.upload_workdir, quiet=args.json, dry_run=True)
+    run = client.submit_dry_run(task, budget=args.budget, team=args.team, deadline=args.deadline,
+                                idempotency_key=args.idempotency_key)
+    if args.json:
+        _print_json(run)
+        return 0
+    con = _console()
+    con.print("[dim]dry run: nothing was submitted, stored or uploaded[/]", highlight=False)
+    if run.get("existing_job"):
+        con.print(f"already submitted with this idempotency key: [bold]{run['existing_job']}[/] ({run['name']}); a "
+                  "submit would answer with it and queue nothing new", highlight=False)
+    quote = "; ".join(f"{t['tier']} {t['text']}" for t in (run.get("quote") or {}).get("tiers", []))
+    con.print(f"would queue {run['name']} for team {run['team']}: budget {run['budget']['usd']}, "
+              f"estimate {quote}{_budget_lasts(run)}", highlight=False)
+    covers = run.get("budget_covers")
+    if run.get("estimate") and covers:
+        said = ", ".join(TIER_WORDS.get(t, t) for t, ok in covers.items() if ok)
+        short = ", ".join(TIER_WORDS.get(t, t) for t, ok in covers.items() if not ok)
+        con.print(f"for {run['expected_hours']} h: {run['estimate']['usd']} at the cheapest; the budget covers "
+                  f"{said or 'no tier'}" + (f", not {short}" if short else ""), highlight=False)
+    placement = run.get("placement")
+    if placement:
+        con.print(f"would be {run['reason']}, at {fmt(placement['price_per_hour'])}/h", highlight=False)
+    else:
+        con.print(f"would wait: {(run.get('reason') or '').removeprefix('waiting: ')}", highlight=False)
+    position = run.get("queue_position")
+    if isinstance(position, int):
+        ahead = "no job waits ahead of it" if position == 1 else \
+            "1 job waits ahead of it" if position == 2 else f"{position - 1} jobs wait ahead of it"
+        if placement and position > 1:  # best-effort FIFO: they wait for capacity this job does without
+            ahead += ", for capacity it does without"
+        start = f"; estimated start {_short_time(run['estimated_start'])}" if run.get("estimated_start") else ""
+        con.print(f"queue: position {position} ({ahead}){start}", highlight=False)
+    return 0
+
+
+SUBMIT_SETTLE_SECONDS = 3.0
+"""How long ``broker submit`` waits at most for the engine to decide on a job submitted behind waiting jobs before it
+says where the job stands (:func:`_say_behind`): the engine ticks once a second by default, and a tick on a busy host
+takes longer."""
+
+
 def _say_behind(con, client, job_id: str) -> None:
     """After a submit, when other jobs wait ahead of it: how many, and where to see roughly when it starts. The submit's
     answer holds no queue position (working it out on every submit would read the whole queue), so the job is read
-    once more; that read failing takes nothing from the submit, which was accepted."""
+    once more; that read failing takes nothing from the submit, which was accepted.
+
+    The position counts the whole queue, and the scheduler starts a job past those ahead of it that wait for capacity
+    it can do without (best-effort FIFO, :mod:`broker.queue`): "2 jobs wait ahead of it" was said of a job that the
+    engine placed at its next tick on a free spot zone, the pool those two waited for being full. So a job with jobs
+    ahead of it is read again until the engine has decided on it (written since the submit's own write, the store's
+    version 1 of it: placed, or given a reason of its own), for at most :data:`SUBMIT_SETTLE_SECONDS`: placed, nothing
+    more is said, as of a job first in line; still queued, how many wait ahead of it; not decided yet (an engine with
+    long ticks, or none in this broker process), that it starts at the engine's next tick if capacity it can use is
+    free."""
     from broker.client import BrokerError
 
+    def behind(job: dict) -> int | None:
+        position = job.get("queue_position")
+        return position if job.get("state") == "queued" and isinstance(position, int) and position > 1 else None
+
+    def decided(job: dict) -> bool:
+        return not isinstance(job.get("version"), int) or job["version"] > 1
+
     try:
-        position = client.job(job_id).get("queue_position")
+        job = client.job(job_id)
+        until = time.monotonic() + SUBMIT_SETTLE_SECONDS
+        while behind(job) and not decided(job) and time.monotonic() < until:
+            time.sleep(0.2)
+            job = client.job(job_id)
     except (BrokerError, OSError):
         return
-    if isinstance(position, int) and position > 1:
-        ahead = "1 job waits" if position == 2 else f"{position - 1} jobs wait"
+    position = behind(job)
+    if position is None:
+        return
+    ahead = "1 job waits" if position == 2 else f"{position - 1} jobs wait"
+    if decided(job):
         con.print(f"queued: {ahead} ahead of it (position {position}); `broker queue` shows roughly when it starts")
+    else:
+        con.print(f"queued at position {position} ({ahead} ahead of it): it starts at the engine's next tick if "
+                  "capacity it can use is free; `broker queue` shows roughly when it starts")
 
 
 def _on_this_host(url: str) -> bool:
@@ -754,12 +837,13 @@ def _may_name_host_paths(client) -> bool:
         raise
 
 
-def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = False) -> None:
+def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = False, dry_run: bool = False) -> None:
     """A broker on another host cannot read the submitter's disk: the ``workdir``, and each ``file_mounts``
     source that is a path here (a directory or a single file), is packed, uploaded once (named by its
     SHA-256) and named instead in ``broker.workdir`` and ``broker.file_mounts`` — so the spec keeps no
     path of this machine. ``upload`` None: only for a remote broker. Each pack is held to the broker's
-    ``max_workdir_bytes`` on its own."""
+    ``max_workdir_bytes`` on its own. ``dry_run``: the same checks, then what would be uploaded is left out of
+    the task instead, and nothing is packed nor sent."""
     from broker.client import BrokerError
 
     workdir = task.get("workdir")
@@ -794,6 +878,17 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
         if not quiet and isinstance(source, dict) and _local_source(source.get("source")):
             print(f"file_mounts {dest}: a bucket SkyPilot makes from local files ({source['source']}) is not "
                   "uploaded: the broker's host must read them", file=sys.stderr)
+    if dry_run:
+        said = [f"workdir {workdir}"] * has_workdir + [f"file_mounts {d} ({s})" for d, s in sorted(local.items())]
+        if not quiet:
+            print(f"dry run: {', '.join(said)} would be uploaded by a submit; nothing is uploaded", file=sys.stderr)
+        if has_workdir:
+            task.pop("workdir")
+        for dest in local:
+            del mounts[dest]
+        if local and not mounts:
+            task.pop("file_mounts")
+        return
     from broker.workdir import PackError, human, pack, pack_file
 
     try:

@@ -126,6 +126,24 @@ RECONNECT_SECONDS = 120.0
 """How long a follower (``logs -f``, ``submit --wait``) asks again for a broker it cannot reach before giving up."""
 
 
+def _submit_task(spec: str | dict, budget: str | None, team: str | None, deadline: str | None) -> dict:
+    """The task a submit sends: ``spec`` (YAML text or a mapping) with ``budget``/``team``/``deadline`` set in its
+    broker: section over what it says."""
+    task = load_task(spec) if isinstance(spec, str) else dict(spec)
+    overrides = {k: v for k, v in {"budget_usd": budget, "team": team, "deadline": deadline}.items() if v is not None}
+    if overrides:
+        task["broker"] = {**(task.get("broker") or {}), **overrides}
+    return task
+
+
+def _check_key(idempotency_key: str | None) -> None:
+    """A malformed Idempotency-Key refused before anything is sent: sent, it failed as a dropped connection, and a
+    submit was retried."""
+    problem = idempotency_key_problem(idempotency_key) if idempotency_key is not None else None
+    if problem:
+        raise BrokerError(0, f"the idempotency key {problem}", "Idempotency-Key")
+
+
 class BrokerClient:
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
         # an empty url or token is refused, not read as "not given": `--token "$UNSET"` went as this host's admin
@@ -210,16 +228,10 @@ class BrokerClient:
     def submit(self, spec: str | dict, *, budget: str | None = None, team: str | None = None,
                deadline: str | None = None, idempotency_key: str | None = None) -> dict:
         """Submit a task (YAML text or a mapping); ``budget``/``team``/``deadline`` override its broker: section."""
-        task = load_task(spec) if isinstance(spec, str) else dict(spec)
-        overrides = {k: v for k, v in {"budget_usd": budget, "team": team, "deadline": deadline}.items() if v is not None}
-        if overrides:
-            task["broker"] = {**(task.get("broker") or {}), **overrides}
+        task = _submit_task(spec, budget, team, deadline)
         # Every submit carries a key (a fresh one unless given), so a submit whose answer was lost — a
         # timeout, the store briefly down — is retried here without making a second job.
-        if idempotency_key is not None:
-            problem = idempotency_key_problem(idempotency_key)
-            if problem:  # said before anything is sent: sent, it failed as a dropped connection, retried
-                raise BrokerError(0, f"the idempotency key {problem}", "Idempotency-Key")
+        _check_key(idempotency_key)
         key = idempotency_key or uuid.uuid4().hex
         retried = False
         for delay in (*SUBMIT_RETRY_DELAYS, None):
@@ -238,6 +250,17 @@ class BrokerClient:
         # after a retry, a 200 may be this very call's job (its first answer lost): unknown then
         self.last_submit_created = True if r.status_code == 201 else None if retried else False
         return self._json(r)
+
+    def submit_dry_run(self, spec: str | dict, *, budget: str | None = None, team: str | None = None,
+                       deadline: str | None = None, idempotency_key: str | None = None) -> dict:
+        """What :meth:`submit` would do with the same arguments, storing nothing (``POST /v1/jobs?dry_run=true``): the
+        quote, where the job would be placed now and where it would stand in the queue; the submit's own refusal is
+        raised (:class:`BrokerError`, its status and field) as the submit would raise it. No key is made up: with
+        nothing stored, a dry run needs none to be retried, and ``idempotency_key`` asks whether that key was used."""
+        task = _submit_task(spec, budget, team, deadline)
+        _check_key(idempotency_key)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        return self._call("POST", "/v1/jobs", params={"dry_run": "true"}, json=task, headers=headers)
 
     # -- workdir packs ---------------------------------------------------------------------------
 

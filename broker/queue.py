@@ -99,6 +99,15 @@ def waits_for_capacity(job: Job) -> bool:
     return any(words in job.reason for words in WAITS_FOR_CAPACITY)
 
 
+def backoff_until(job: Job, now: float) -> float | None:
+    """When a queued job waiting out a backoff may be placed again (``launch_retry_at``: its launch was refused for a
+    reason that may pass, or its run failed and is retried), while that is still to come; ``None`` otherwise. The
+    scheduler does not place it before (:func:`broker.engine.schedule.schedule`), so no estimate says it starts
+    earlier."""
+    until = job.launch_retry_at
+    return until if until is not None and until > now else None
+
+
 def estimated_starts(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, int]] | None = None,
                      free: Mapping[str, int] | None = None, grace_seconds: float = 0.0,
                      stops_asked: Mapping[str, float] | None = None,
@@ -125,7 +134,13 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
     estimate when it waits for another reason (the spot policy, its budget: :func:`waits_for_capacity`), or when
     the units it needs come free only at ends nobody can tell: a job running past its ``expected_hours`` has no
     end to follow, and neither has one that gives neither a length nor a step total; those are its
-    ``holders``, so that it can be told what it waits for rather than losing its estimate unsaid."""
+    ``holders``, so that it can be told what it waits for rather than losing its estimate unsaid.
+
+    A job waiting out a launch backoff (:func:`backoff_until`) starts no earlier than its backoff ends, wherever it
+    may run, and gets an estimate whatever its reason says (that its launch failed, and when it tries again): then
+    it waits for capacity like any other. Like a blocked zone, the backoff keeps its place in the queue here, while
+    the scheduler hands capacity that comes free before the backoff ends to the jobs behind it: the estimates of
+    those are rough the same way."""
     jobs = list(jobs)
     ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
     unknown: list[Holder] = []  # capacity held until ends nobody can tell
@@ -140,10 +155,13 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
     ends.sort(key=lambda end: end[0])
     out = Waits()
     for job in ordered(jobs):
-        if not waits_for_capacity(job):
+        retry = backoff_until(job, now)
+        if retry is None and not waits_for_capacity(job):
             continue
         need = usable(job) if usable is not None else None
         after = not_before(job) if not_before is not None else {}
+        if retry is not None:
+            after = {where: max(retry, at) for where, at in after.items()}
         best: tuple[float, str | None, int] | None = None  # (start, where, units needed)
         for where in ({loc for _, loc, _ in ends} if need is None else need):
             want, got = (1 if need is None else need[where]), 0
@@ -151,7 +169,7 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
                 if loc == where:
                     got += n
                     if got >= want:
-                        start = max(end, after.get(where, now))
+                        start = max(end, after.get(where, retry or now))
                         if best is None or start < best[0]:
                             best = (start, where, want)
                         break

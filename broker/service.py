@@ -21,15 +21,15 @@ from typing import Any, NamedTuple
 from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
-from broker.engine.budget import attempt_limit, reserve_seconds
-from broker.engine.schedule import left_to_run, placeable, request_of
+from broker.engine.budget import attempt_limit, rerun_seconds, reserve_seconds
+from broker.engine.schedule import Place, Wait, left_to_run, placeable, request_of, schedule
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import Waits, positions, waits
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
-from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, SpecError, admin_only_settings, check_env_map,
+from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
                          checkpoint_base, checkpoint_uri_problem, host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.views import holders_words
@@ -38,6 +38,7 @@ from launchers.base import Launcher, domains_of
 from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit
 from pricing.offers import Offer, Tier
 from pricing.placement import budget_shortfall, start_shortfall, under_cap
+from pricing.policy import make_policy
 
 
 RESUMABLE = (JobState.FAILED, JobState.STOPPED_BUDGET)
@@ -102,6 +103,30 @@ class QueueWaits(NamedTuple):
     starts: dict[str, float]
     waiting: dict[str, str]
     queued: dict[str, Job]
+
+
+class _Admission(NamedTuple):
+    """:meth:`BrokerService._admission`: the parsed task, its team, and what admission made of it, not stored
+    (``admitted``); or, for a retry of a used Idempotency-Key, the job that key made (``existing``)."""
+    spec: JobSpec
+    team: str
+    admitted: Admitted | None
+    existing: Job | None
+
+
+class DryRun(NamedTuple):
+    """:meth:`BrokerService.submit_dry_run`: the job a submit would queue (``job``, never stored: its id is drawn and
+    thrown away), or with ``existing`` the job a used Idempotency-Key made, which the submit would answer with; where
+    the scheduler would place it now (``placement``, a placement record), or ``None`` and ``reason`` (the
+    scheduler's) why it would wait; its queue position, rough start (epoch seconds) and, waiting for capacity held
+    until ends nobody can tell, what it waits for in words (``waiting``), as :meth:`BrokerService.queue_waits`."""
+    job: Job
+    existing: bool
+    placement: dict[str, Any] | None
+    reason: str
+    position: int | None
+    start: float | None
+    waiting: str | None
 
 
 def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
@@ -225,6 +250,30 @@ class BrokerService:
     def submit(self, principal: Principal, raw: dict[str, Any], *, idempotency_key: str | None = None) -> tuple[Job, bool]:
         """Admit a job; returns (job, created). A repeated Idempotency-Key returns the first job."""
         now = self.clock()
+        found = self._admission(principal, raw, idempotency_key=idempotency_key, now=now)
+        if found.existing is not None:
+            return found.existing, False
+        spec, team, admitted = found.spec, found.team, found.admitted
+        job_id = admitted.job.id
+        sealed = self._sealed(admitted.job.spec, job_id)
+        try:
+            job = self._commit(Change(job=replace(admitted.job, spec=sealed), expected_version=None,
+                                      events=[admitted.event]))
+        except DuplicateJob as dup:
+            existing = self.store.get_job(dup.existing_id)
+            if existing is not None and idempotency_key is not None and existing.team == team \
+                    and existing.idempotency_key == idempotency_key:  # the same key's submit, committed first
+                return _same_submit(existing, spec, self.settings, now), False
+            # the random id drawn is taken (another job's, or a pruned job's still being deleted): never answer
+            # with that job; submit again under a new id
+            return self.submit(principal, raw, idempotency_key=idempotency_key)
+        return job, True
+
+    def _admission(self, principal: Principal, raw: dict[str, Any], *, idempotency_key: str | None,
+                   now: float) -> _Admission:
+        """Every check of a submit, and its admission (:func:`broker.admission.admit`), writing nothing: shared by
+        :meth:`submit` and :meth:`submit_dry_run`, so that a dry run is refused exactly where a submit is, with the
+        same field and sentence, and quotes what the submit then stores."""
         try:
             spec = parse(raw, now=now)
         except SpecError as exc:
@@ -256,7 +305,7 @@ class BrokerService:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
-                return _same_submit(existing, spec, self.settings, now), False
+                return _Admission(spec, team, None, _same_submit(existing, spec, self.settings, now))
         if spec.broker.checkpoint is not None:
             self._check_base_free(principal, spec.broker.checkpoint, team, now)
         if spec.broker.workdir is not None:
@@ -281,23 +330,69 @@ class BrokerService:
             )
         except Refused as exc:
             raise Invalid(exc.field, str(exc)) from None
-        try:  # the secrets' values are stored sealed, opened only for a launch (broker/sealing.py)
-            sealed = seal_spec(admitted.job.spec, sealer_for(self.settings, create=True), job_id) \
-                if admitted.job.spec.get("secrets") else admitted.job.spec
+        return _Admission(spec, team, admitted, None)
+
+    def _sealed(self, spec: dict[str, Any], job_id: str, *, create: bool = True) -> dict[str, Any]:
+        """``spec`` with its secrets' values sealed, as they are stored (broker/sealing.py), opened only for a launch.
+        ``create=False`` (a dry run): no key file is made where there is none yet, and the secrets stay as given;
+        a key that is there but cannot be used refuses the dry run as it refuses the submit."""
+        if not spec.get("secrets"):
+            return spec
+        try:
+            sealer = sealer_for(self.settings, create=create)
+            return seal_spec(spec, sealer, job_id) if sealer is not None else spec
         except (KeyInvalid, OSError) as exc:
             raise Conflict(f"the job was not stored: this broker cannot seal its secrets ({exc})") from None
-        try:
-            job = self._commit(Change(job=replace(admitted.job, spec=sealed), expected_version=None,
-                                      events=[admitted.event]))
-        except DuplicateJob as dup:
-            existing = self.store.get_job(dup.existing_id)
-            if existing is not None and idempotency_key is not None and existing.team == team \
-                    and existing.idempotency_key == idempotency_key:  # the same key's submit, committed first
-                return _same_submit(existing, spec, self.settings, now), False
-            # the random id drawn is taken (another job's, or a pruned job's still being deleted): never answer
-            # with that job; submit again under a new id
-            return self.submit(principal, raw, idempotency_key=idempotency_key)
-        return job, True
+
+    def submit_dry_run(self, principal: Principal, raw: dict[str, Any], *,
+                       idempotency_key: str | None = None) -> DryRun:
+        """What :meth:`submit` would do with this task, storing nothing: no job, no event, no Idempotency-Key taken,
+        no secrets key made (``sky launch --dryrun`` for the broker). Refused where the submit is refused, with the
+        same :class:`Invalid` or :class:`Conflict` (both go through :meth:`_admission`), so a CI job can check task
+        files with it; else the job the submit would queue, with the quote the submit stores, where the scheduler
+        would place it now and where it would stand in the queue. Two brokers, or a submit between the dry run and
+        the real one, may change the placement and the queue; the quote and the refusals follow the task alone."""
+        now = self.clock()
+        found = self._admission(principal, raw, idempotency_key=idempotency_key, now=now)
+        if found.existing is not None:
+            job = found.existing
+            q = self.queue_waits(principal)
+            return DryRun(job, True, job.placement or None, job.reason or "", q.positions.get(job.id),
+                          q.starts.get(job.id), q.waiting.get(job.id))
+        job = found.admitted.job
+        self._sealed(job.spec, job.id, create=False)
+        decision = self._decision_now(job, now)
+        if isinstance(decision, Place):
+            _, positions_, _ = self._waits(extra=[job])
+            return DryRun(job, False, decision.placement, decision.reason, positions_.get(job.id), now, None)
+        job = replace(job, reason=decision.reason)  # what the queue's estimate reads: whether it waits for capacity
+        _, positions_, found_waits = self._waits(extra=[job])
+        team = None if principal.admin else principal.team or ""
+        holders = found_waits.holders.get(job.id)
+        return DryRun(job, False, None, decision.reason, positions_.get(job.id), found_waits.starts.get(job.id),
+                      holders_words(holders, team) if holders else None)
+
+    def _decision_now(self, job: Job, now: float) -> Place | Wait:
+        """What the scheduler would decide for ``job`` (not stored) if the engine's tick ran now: its own
+        :func:`~broker.engine.schedule.schedule`, over the queue with the job in it, against the capacity the jobs
+        placed and running hold, with the engine's settings. Each queued job's spot policy starts fresh here (the
+        engine's have watched spot capacity a while), so a deadline job's tier is its policy's first word."""
+        holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING,
+                   JobState.STOPPING)
+        jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
+        mk = market(self.settings, [j for j in jobs if j.state.is_active],
+                    getattr(self.launcher, "availability", dict)())
+        queued = [*(j for j in jobs if j.state is JobState.QUEUED), job]
+        ran = [j.id for j in queued if j.attempts]
+        attempts = self.store.attempts_of(ran) if ran else {}
+        grace, tick = self.settings.stop_grace_seconds, self.settings.tick_seconds
+        decisions = schedule(queued, mk, now=now, policies={j.id: make_policy() for j in queued},
+                             attempts_of=lambda job_id: attempts.get(job_id, ()),
+                             changeover=self.settings.changeover_seconds,
+                             min_run_seconds=reserve_seconds(grace, tick),
+                             after_run_seconds=after_run(self.launcher, mk.every_offer),
+                             rerun_seconds=rerun_seconds(grace, tick))
+        return next(d for d in decisions if d.job.id == job.id)
 
     def _sharing(self, base: str, now: float, but: str | None = None) -> Job | None:
         """A job not final (other than ``but``) whose checkpoint base is ``base``, as the library reads bases."""
@@ -484,11 +579,12 @@ class BrokerService:
         return QueueWaits(positions_, found.starts, waiting,
                           {j.id: j for j in jobs if j.state is JobState.QUEUED})
 
-    def _waits(self) -> tuple[list[Job], dict[str, int], Waits]:
+    def _waits(self, extra: Sequence[Job] = ()) -> tuple[list[Job], dict[str, int], Waits]:
+        """``extra``: jobs not stored counted as queued too (a dry run's: :meth:`submit_dry_run`)."""
         # a job being cancelled or stopped holds its slots until its process is gone (the grace period)
         holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING,
                    JobState.STOPPING)
-        jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
+        jobs = [*self.store.list_jobs(states=[s.value for s in holding], limit=100_000), *extra]
         offers = all_offers(self.settings)
         # a spot zone down now (its trace, a fault) has no free nodes: counting them would say "now", tick after tick
         mk = market(self.settings, jobs, getattr(self.launcher, "availability", dict)())

@@ -303,17 +303,27 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.post("/v1/jobs", status_code=201, tags=["jobs"], openapi_extra=TASK,
               responses={**ok(JobOut, "the job, queued", status=201),
-                         **ok(JobOut, "a retry with the same Idempotency-Key: the job it created first"),
+                         **ok(JobOut | DryRunOut, "a retry with the same Idempotency-Key: the job it created first "
+                                                  "(JobOut); with dry_run=true: what the submit would do (DryRunOut)"),
                          **errors(401, 403, 409, 422)})
     async def submit(request: Request, caller: Caller,
-                     idempotency_key: Annotated[str | None, Header()] = None) -> JSONResponse:
+                     idempotency_key: Annotated[str | None, Header()] = None,
+                     dry_run: Annotated[bool, Query(description="price and check the task, storing nothing: "
+                                                                "answers 200 with a DryRunOut, or the very error "
+                                                                "the submit would")] = False) -> JSONResponse:
         """Submit a SkyPilot task (JSON or YAML) with an optional ``broker:`` section.
 
         Refused with 422 and a sentence when the budget cannot cover the cheapest placement, and with 409 when
         its ``broker.checkpoint`` is the checkpoint base of a job that has not ended.
         A retried request with the same ``Idempotency-Key`` returns the first job (200).
+        With ``dry_run=true`` nothing is stored (no job, no event, the Idempotency-Key not taken): the answer (200)
+        is the quote, where the job would be placed now and where it would stand in the queue, or the refusal
+        the submit would answer.
         """
         raw = await read_spec(request)
+        if dry_run:
+            run = await run_in_threadpool(service.submit_dry_run, caller, raw, idempotency_key=idempotency_key)
+            return _JSON(status_code=200, content=dry_run_view(run))
         # the store write blocks (fsync): run it off the event loop so other requests go on
         job, created = await run_in_threadpool(service.submit, caller, raw, idempotency_key=idempotency_key)
         return _JSON(status_code=201 if created else 200, content=job_view(job),
