@@ -1427,11 +1427,13 @@ def cmd_costs(args) -> int:
         if not data["attempts"]:  # an empty table said nothing of why
             con.print("  no attempt has run, so it has cost nothing")
             return 0
+        # nothing to compare: each attempt's "equivalent" is its own cost, which the line above no longer names
+        compared = not (data["saving_percent"] is None and data["saving"]["micros"] == 0)
         rows = [[str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",
                  a["price_per_hour"]["usd"] if a["price_per_hour"] else "", str(a["seconds"]), a["cost"]["usd"],
-                 a["ondemand_equivalent"]["usd"]] for a in data["attempts"]]
+                 a["ondemand_equivalent"]["usd"] if compared else "—"] for a in data["attempts"]]
         _print_table(con, [("#", "whole"), ("state", "whole"), ("tier", "whole"), "zone", "instance", ("$/h", "whole"),
-                           ("seconds", "whole"), ("cost", "whole"), ("on-demand would be", "whole")], rows,
+                           ("seconds", "whole"), ("cost", "whole"), ("same time on-demand", "whole")], rows,
                      drop=("instance", "zone", "seconds"))
         if data.get("rounding_note"):
             con.print(f"  {data['rounding_note']}", soft_wrap=True)
@@ -1441,7 +1443,7 @@ def cmd_costs(args) -> int:
     con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], tot["saving"], tot["saving_percent"]))
     con.print("  by tier: " + " · ".join(f"{k} {v['usd']}" for k, v in tot["by_tier"].items()))
     if len(data["by_team"]) > 1:
-        _print_table(con, [("team", "whole"), ("spent", "whole"), ("on-demand would be", "whole"),
+        _print_table(con, [("team", "whole"), ("spent", "whole"), ("same time on-demand", "whole"),
                            ("against on-demand", "whole")],
                      [[r["team"], r["spent"]["usd"], r["ondemand_equivalent"]["usd"],
                        saving_cell(r["saving"], r["saving_percent"])] for r in data["by_team"]])
@@ -1468,7 +1470,9 @@ def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:
 
     if percent is None and saving["micros"] == 0:  # no on-demand figure: none is named ("on on-demand: $0.0023")
         return f"  spent {spent['usd']}; {NOTHING_TO_COMPARE}"
-    return f"  spent {spent['usd']}; the same work on on-demand: {equivalent['usd']}; {saving_words(saving, percent)}"
+    # the same billed seconds at on-demand prices (broker.costs.ondemand_equivalent), time redone after a preemption
+    # included: "the same work" claimed a saving over work on-demand would not have had to redo
+    return f"  spent {spent['usd']}; the same time on on-demand: {equivalent['usd']}; {saving_words(saving, percent)}"
 
 
 COMMANDS = {

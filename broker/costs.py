@@ -31,7 +31,9 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   (an on-prem pool node that went away: a pool is never preempted), and the
   events say which (``state``). Its recovery time runs from its end to the start of the next attempt (still
   counting while the job waits, and stopping when the job ended if it never
-  resumed); that is the time lost to it.
+  resumed); that is the time lost to it. Each is shown in whole seconds rounded up, and their total is the exact
+  sum rounded up once (as ``/metrics``' ``broker_recovery_seconds_sum`` holds it), so a time lost is never
+  understated and a recovery under a second never reads "0 s".
 * **Pruned jobs.** A job the retention policy deleted (``job_retention_days``,
   ``broker/retention.py``) is listed nowhere (not in ``top_jobs``, nor its
   preemptions), but its cost is not lost: the deletion adds each attempt's
@@ -48,6 +50,7 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -296,12 +299,15 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     tier_total = dict.fromkeys(TIERS, 0)
     equiv_total = 0
     teams: dict[str, dict[str, int]] = {}
-    per_job: list[tuple[Job, int, int, int]] = []
+    per_job: list[tuple[Job, int, int, int, bool]] = []
     preemptions: list[dict] = []
+    lost_seconds = 0.0  # the exact time to recover of every preemption listed, rounded once for the total
     for job in jobs:
         job_cost = job_equiv = 0
+        compared = False  # as job_costs: some attempt had an on-demand price to compare with
         tries = list(attempts.get(job.id, ()))
         for i, att in enumerate(tries):
+            compared = compared or ondemand_known(att, job)
             tier = tier_of(att)
             equiv = ondemand_equivalent(att, job)
             start, seconds = billed_span(att)
@@ -326,9 +332,11 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             t[tier] += cost_in
             t["ondemand_equivalent"] += equiv_in
             if att.state.value in PREEMPTED_STATES and att.ended_at is not None and win.since <= att.ended_at < win.until:
-                preemptions.append(_preemption(job, att, tries[i + 1] if i + 1 < len(tries) else None, now))
+                nxt = tries[i + 1] if i + 1 < len(tries) else None
+                preemptions.append(_preemption(job, att, nxt, now))
+                lost_seconds += _time_lost(job, att, nxt, now)[0]
         if tries:
-            per_job.append((job, job_cost, job_equiv, len(tries)))
+            per_job.append((job, job_cost, job_equiv, len(tries), compared))
     pruned_spent = 0
     for who, tier, hour, cost, equiv in (ledger.buckets if ledger is not None else ()):
         # the hour's start is in the window, and so in one of its UTC days (hours align with days)
@@ -347,6 +355,9 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         t["ondemand_equivalent"] += equiv
     spent = sum(tier_total.values())
     top = sorted((p for p in per_job if p[1] > 0), key=lambda p: (-p[1], p[0].id))[:TOP_JOBS]
+    # the exact seconds summed, then rounded up once (as a total of money is): each event rounded down first read
+    # "18 s to recover" beside /metrics' broker_recovery_seconds_sum of 20.54, and a recovery of 0.4 s "0 s"
+    recovery = _seconds_up(lost_seconds)
     zones: dict[str, int] = {}
     lost = sum(1 for p in preemptions if p["state"] == LOST_STATE)
     for p in preemptions:
@@ -379,15 +390,17 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             for name, v in sorted(teams.items())
         ],
         "top_jobs": [
+            # a job none of whose attempts had an on-demand price read "saved $0.00 (0%)" here and "nothing to
+            # compare" in its own costs (job_costs): percent null, as there, so every edge shows "—"
             {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money(c),
-             "ondemand_equivalent": money(e), "saving": saving(c, e), "saving_percent": percent(e - c, e),
-             "attempts": n}
-            for j, c, e, n in top
+             "ondemand_equivalent": money(e), "saving": saving(c, e),
+             "saving_percent": percent(e - c, e) if compared else None, "attempts": n}
+            for j, c, e, n, compared in top
         ],
         "preemptions": {
             "count": len(preemptions) - lost,
             "lost": lost,
-            "recovery_seconds": sum(p["recovery_seconds"] for p in preemptions),
+            "recovery_seconds": recovery,
             "by_zone": [{"zone": z, "count": n} for z, n in sorted(zones.items(), key=lambda x: (-x[1], x[0]))],
             "events": sorted(preemptions, key=lambda p: p["time"], reverse=True)[:50],
         },
@@ -465,15 +478,29 @@ def _preemption(job: Job | CostJob, att: Attempt | CostAttempt, nxt: Attempt | C
                 now: float) -> dict:
     """A preemption and the time lost to it: until the next attempt ran, else until now while the job waits, else
     (the job ended without resuming: cancelled, stopped at its budget) until the job ended. It ran on to now for
-    good, "72 h lost waiting to resume" for a job cancelled days before."""
+    good, "72 h lost waiting to resume" for a job cancelled days before. Its seconds are rounded up, as a cost
+    is (a recovery of 0.4 s read "0 s"); :func:`report` sums the exact ones (:func:`_time_lost`) for its total."""
+    lost, recovered, waiting = _time_lost(job, att, nxt, now)
+    return {"job_id": job.id, "team": job.team, "attempt": att.n, "zone": location(att), "tier": tier_of(att),
+            "state": att.state.value, "time": _iso_out(att.ended_at), "recovery_seconds": _seconds_up(lost),
+            "recovered": recovered, "waiting": waiting}
+
+
+def _time_lost(job: Job | CostJob, att: Attempt | CostAttempt, nxt: Attempt | CostAttempt | None,
+               now: float) -> tuple[float, bool, bool]:
+    """(the exact seconds lost to a preemption, whether the job resumed from it, whether it still waits to):
+    :func:`_preemption`'s rule."""
     assert att.ended_at is not None
     back = (nxt.started_at or None) if nxt else None
     waiting = back is None and not job.state.is_final
     until = back if back is not None else now if waiting or job.updated_at is None else job.updated_at
-    recovery = max(0, int(until - att.ended_at))
-    return {"job_id": job.id, "team": job.team, "attempt": att.n, "zone": location(att), "tier": tier_of(att),
-            "state": att.state.value, "time": _iso_out(att.ended_at), "recovery_seconds": recovery,
-            "recovered": back is not None, "waiting": waiting}
+    return max(0.0, until - att.ended_at), back is not None, waiting
+
+
+def _seconds_up(seconds: float) -> int:
+    """Whole seconds, rounded up: to the millisecond first, so the float noise of a difference of timestamps
+    (3.0000000004) does not add a second."""
+    return math.ceil(round(seconds, 3))
 
 
 def recoveries(attempts: Sequence[Attempt]) -> list[float]:

@@ -492,5 +492,7 @@ class WorkdirStore:
                 else:
                     Path(e.path).unlink(missing_ok=True)
         if removed:
-            log.info("removed the workdirs of %d ended attempts: %s", len(removed), ", ".join(removed))
+            what = "the workdir of 1 ended attempt" if len(removed) == 1 else \
+                f"the workdirs of {len(removed)} ended attempts"
+            log.info("removed %s: %s", what, ", ".join(removed))
         return removed

@@ -201,7 +201,7 @@ def _more(n: int) -> str:
 def costs_reply(report: dict, dashboard_url: str) -> Reply:
     t = report["totals"]
     who = esc(report["team"] or "all teams")
-    saved = saving_words(t["saving"], t["saving_percent"], f"running the same work on on-demand ({t['ondemand_equivalent']['usd']})")
+    saved = saving_words(t["saving"], t["saving_percent"], f"the same time on on-demand ({t['ondemand_equivalent']['usd']})")
     tiers = " · ".join(f"{k} {v['usd']}" for k, v in t["by_tier"].items())
     pre = report["preemptions"]
     blocks = [
@@ -227,7 +227,7 @@ def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
     """One job's cost over its whole life (:func:`broker.costs.job_costs`), attempt by attempt, as
     ``broker costs <job id>`` shows it."""
     saved = saving_words(c["saving"], c["saving_percent"],
-                         f"running it on on-demand ({c['ondemand_equivalent']['usd']})")
+                         f"the same time on on-demand ({c['ondemand_equivalent']['usd']})")
     head = (f"*Cost of {esc(job.name)}* `{esc(job.id)}` ({esc(job.team)}, {job.state.value}), over its whole life: "
             f"{c['spent_of_budget']['spent']} of its {c['spent_of_budget']['budget']} budget")
     if not c["attempts"]:

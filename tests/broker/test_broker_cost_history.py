@@ -35,6 +35,12 @@ def test_the_narrow_read_gives_exactly_the_report_of_whole_records(store):
         got = costs.report(read.jobs, read.attempts, win=win, now=NOW, positions=positions, team=team,
                            ledger=read.ledger)
         assert [j.id for j in read.jobs] == [j.id for j in jobs], case
+        # the time to recover is the exact sum rounded up once since, where the report from before summed each
+        # event's whole seconds (as_before leaves it out): checked against the report now over the whole records
+        whole = costs.report(jobs, attempts, win=win, now=NOW, positions=positions, team=team)
+        assert got["preemptions"]["recovery_seconds"] == whole["preemptions"]["recovery_seconds"], case
+        each = expected["preemptions"]["recovery_seconds"]
+        assert each - max(expected["preemptions"]["count"], 1) < got["preemptions"]["recovery_seconds"] <= each, case
         assert as_before(got) == zones_apart(expected), case
         assert got["totals"]["spent"]["micros"] > 0, case
     assert expected["preemptions"]["count"] > 0

@@ -197,14 +197,14 @@ def test_a_sweep_counts_and_logs_only_the_workdirs_it_removed_itself(broker, mon
         monkeypatch.setattr(ws.os, "rename", taken_first)
     with caplog.at_level(logging.INFO, logger="broker.workdirs"):
         assert engine.sweep_workdirs() == ["j-0000000002-a1"]
-    assert [r.getMessage() for r in caplog.records if "removed the workdirs" in r.getMessage()] == [
-        "removed the workdirs of 1 ended attempts: j-0000000002-a1"]
+    assert [r.getMessage() for r in caplog.records if "removed the workdir" in r.getMessage()] == [
+        "removed the workdir of 1 ended attempt: j-0000000002-a1"]
     assert os.listdir(base) == []
     caplog.clear()
     (base / "j-0000000001-a1").mkdir()  # listed again, and taken again by the other broker: nothing of this one's
     with caplog.at_level(logging.INFO, logger="broker.workdirs"):
         assert engine.sweep_workdirs() == []
-    assert not [r for r in caplog.records if "removed the workdirs" in r.getMessage()]
+    assert not [r for r in caplog.records if "removed the workdir" in r.getMessage()]
     assert os.listdir(base) == []
 
 def test_a_large_pack_is_unpacked_beside_the_ticks_not_in_them(broker, tmp_path, monkeypatch):

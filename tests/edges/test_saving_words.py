@@ -93,10 +93,10 @@ def test_the_cli_says_the_saving_rounded_down_and_nothing_to_compare_for_a_job_b
     for job_id in ("j-s1", "j-s2", "j-z"):
         assert main(["costs", "--url", server, "--token", world.ADMIN, job_id]) == 0
         said[job_id] = capsys.readouterr().out
-    assert "spent $0.0001; the same work on on-demand: $0.0003; saved $0.0002 (80%)" in said["j-s1"], said["j-s1"]
-    assert "spent $0.0047; the same work on on-demand: $0.0109; saved $0.0062 (57%)" in said["j-s2"], said["j-s2"]
+    assert "spent $0.0001; the same time on on-demand: $0.0003; saved $0.0002 (80%)" in said["j-s1"], said["j-s1"]
+    assert "spent $0.0047; the same time on on-demand: $0.0109; saved $0.0062 (57%)" in said["j-s2"], said["j-s2"]
     # nothing to compare: no on-demand figure is named beside it
-    assert f"spent $0.00; {NOTHING}" in said["j-z"] and "the same work on on-demand" not in said["j-z"], said["j-z"]
+    assert f"spent $0.00; {NOTHING}" in said["j-z"] and "the same time on on-demand" not in said["j-z"], said["j-z"]
     assert "saved $0.00" not in said["j-z"]
 
 
@@ -107,14 +107,14 @@ def test_an_empty_broker_s_costs_say_nothing_to_compare(tmp_path, store, capsys)
     with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port) as url:
         assert main(["costs", "--url", url, "--token", world.ADMIN]) == 0
     out = capsys.readouterr().out
-    assert f"spent $0.00; {NOTHING}" in out and "the same work on on-demand" not in out, out
+    assert f"spent $0.00; {NOTHING}" in out and "the same time on on-demand" not in out, out
     assert "saved $0.00" not in out
 
 
 def test_slack_says_the_saving_rounded_down_and_nothing_to_compare(slack_app, slack, store, stub):  # noqa: F811
     _auditors(store, store.get_job("j-a1").submitted_at + 3 * 86_400)
     reply = text_of(command(slack, "costs j-s2").json())
-    assert "Saved $0.0062 (57%) against running it on on-demand ($0.0109)." in reply, reply
+    assert "Saved $0.0062 (57%) against the same time on on-demand ($0.0109)." in reply, reply
     zero = text_of(command(slack, "costs j-z").json())
     assert NOTHING in zero.lower() and "saved $0.00" not in zero.lower(), zero
 
@@ -137,7 +137,7 @@ def test_the_dashboard_s_job_panel_says_the_saving_as_the_cli_does(server):
         page.wait_for_function("document.getElementById('job-title').textContent.includes('j-s1')")
         s1 = page.text_content("#job-summary")
     assert f"of $1.00 · {NOTHING}" in zero and "saved $0.00" not in zero and "would have cost" not in zero, zero
-    assert "on-demand would have cost $0.0003, saved $0.0002 (80%)" in s1, s1
+    assert "the same time on on-demand would have cost $0.0003, saved $0.0002 (80%)" in s1, s1
 
 
 def test_the_dashboard_s_saving_words_agree_with_the_cli_s(server):

@@ -308,7 +308,7 @@ def test_costs_of_a_job_id_is_that_jobs_cost_not_a_team(slack):
     reply = text_of(command(slack, "costs j-a1").json())
     assert "only your team" not in reply
     assert "`j-a1` (team-a, succeeded), over its whole life: $5.00 of its $20.00 budget" in reply, reply
-    assert "Saved $15.00 (75%) against running it on on-demand ($20.00)." in reply
+    assert "Saved $15.00 (75%) against the same time on on-demand ($20.00)." in reply
     assert "1. preempted on spot in us-east-1a at $0.50/h, 4.0 h — $2.00" in reply
     assert "2. succeeded on spot in us-east-1b at $0.50/h, 6.0 h — $3.00" in reply
     assert "no attempt has run, so it has cost nothing" in text_of(command(slack, "costs j-a3").json()).lower()

@@ -345,15 +345,24 @@ async function showJob(id, scroll = true) {
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
   const compared = !(j.saving_percent === null && j.saving.micros === 0);  // no on-demand figure: none named
   $("job-summary").textContent = `${j.job.state} · spent ${j.spent_of_budget.spent} of ${j.spent_of_budget.budget} · ` +
-    (compared ? `on-demand would have cost ${j.ondemand_equivalent.usd}, ` : "") +
+    // the same billed seconds at on-demand prices, time redone after a preemption included: not "the same work"
+    (compared ? `the same time on on-demand would have cost ${j.ondemand_equivalent.usd}, ` : "") +
     savingWords(j.saving, j.saving_percent, "on-demand") +
     (j.job.reason ? " · " + j.job.reason : "") +
     (j.rounding_note ? " · " + j.rounding_note : "");  // attempts that do not add up, as shown, to the total: said
   fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
-    a.state + (a.reason ? " — " + a.reason : ""), { text: duration(a.seconds), num: 1 },  // 15 s read "0.00" hours
-    { text: a.cost.usd, num: 1 }, { text: a.ondemand_equivalent.usd, num: 1 }])), "No attempts yet.");
+    attemptState(a), { text: duration(a.seconds), num: 1 },  // 15 s read "0.00" hours
+    // nothing to compare: each attempt's "equivalent" is its own cost, which the summary no longer names
+    { text: a.cost.usd, num: 1 }, { text: compared ? a.ondemand_equivalent.usd : "—", num: 1 }])), "No attempts yet.");
   drawLoss(j.metrics);
   if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
+}
+
+// an attempt's state and why: a reason that begins with the state ("succeeded: the run command exited 0") is
+// shown alone, where "succeeded — succeeded: ..." said it twice
+function attemptState(a) {
+  if (!a.reason) return a.state;
+  return new RegExp("^" + a.state + "\\b").test(a.reason) ? a.reason : a.state + " — " + a.reason;
 }
 
 let lastLoss = null;  // the points drawn, as lastDays
