@@ -1,28 +1,37 @@
-"""One background thread that runs uploads, one at a time, newest wins.
+"""One background thread that runs uploads, one at a time, newest wins — but never drops a key.
 
 ``submit`` never waits for the network. While an upload runs, a newer submission replaces
-any older one still waiting (the older snapshot is dropped, never half-written); the running
-one is allowed to finish, so something always commits even when saves come faster than
-uploads. The first failure is kept and re-raised by the next ``check``/``wait``.
+an older one still waiting when it holds every key the older one holds (the older snapshot is
+dropped, never half-written: nothing in it is lost that the newer one lacks); the running one
+is allowed to finish, so something always commits even when saves come faster than uploads.
+A waiting snapshot with a key no newer one holds (an EMA saved every other step) is kept and
+uploaded, in order. The first failure is kept and re-raised by the next ``check``/``wait``.
 
-Event sequence, for two saves racing one slow upload::
+Event sequence, for saves racing one slow upload::
 
-    save(100) → runs        save(200) → waits        save(300) → replaces 200
-    100 commits → 300 runs → 300 commits             (200 is never written)
+    save(100, {model, ema}) → runs     save(200, {model, ema}) → waits     save(300, {model, ema}) → replaces 200
+    100 commits → 300 runs → 300 commits                                    (200 is never written)
+
+    save(100, {model, ema}) → runs     save(200, {model, ema}) → waits     save(300, {model}) → waits too
+    100 commits → 200 runs → 200 commits → 300 runs → 300 commits          (200 holds the newest ema)
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 Task = Callable[[], None]
+
+MAX_WAITING = 4
+"""The most snapshots that wait for the upload running (each held in memory): past it the oldest is dropped even
+when it holds a key no newer one holds (:meth:`BackgroundRunner.submit`)."""
 
 
 class BackgroundRunner:
     def __init__(self, name: str = "checkpoint-upload"):
         self._cond = threading.Condition()
-        self._pending: Task | None = None
+        self._pending: list[tuple[Task, Set[str] | None]] = []  # waiting, oldest first, each with its keys
         self._running = False
         self._error: BaseException | None = None
         self._closed = False
@@ -30,27 +39,46 @@ class BackgroundRunner:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, task: Task) -> Task | None:
-        """Queue ``task``; replaces a queued (not yet running) one, which is returned (None when none was
-        waiting), for the caller to say which was dropped. Does not block."""
+    def submit(self, task: Task, keys: Set[str] | None = None) -> list[tuple[Task, frozenset[str]]]:
+        """Queue ``task``, whose snapshot holds ``keys`` (None: unknown, as though it held every key). Returns the
+        waiting (not yet running) tasks it replaces, each with the keys of its snapshot that no snapshot queued after
+        it holds (empty: nothing of it is lost), for the caller to say which were dropped. A waiting task is dropped
+        when a snapshot queued after it (this one, or one kept before it) holds each of its keys; and past
+        :data:`MAX_WAITING` waiting snapshots the oldest goes even so, its lost keys named — a script whose every
+        save has a key of its own (``f"metrics_{step}"``) kept each snapshot in memory while uploads lagged. Does
+        not block."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("checkpointer is closed")
-            replaced = self._pending
-            if replaced is not None:
-                self.superseded += 1
-            self._pending = task
+            queue = [*self._pending, (task, keys)]
+            kept: list[tuple[Task, Set[str] | None]] = []
+            dropped: list[tuple[Task, frozenset[str]]] = []
+            newer: set[str] = set()
+            everything = False  # a newer task of unknown keys covers any
+            for queued, held in reversed(queue):
+                covered = everything or (held is not None and held <= newer)
+                if queued is not task and (covered or len(kept) >= MAX_WAITING):
+                    lost = frozenset() if covered else frozenset(held - newer) if held is not None else frozenset()
+                    dropped.append((queued, lost))
+                    continue
+                kept.append((queued, held))
+                if held is None:
+                    everything = True
+                else:
+                    newer |= held
+            self._pending = kept[::-1]
+            self.superseded += len(dropped)
             self._cond.notify_all()
-            return replaced
+            return dropped[::-1]
 
     def busy(self) -> bool:
         with self._cond:
-            return self._running or self._pending is not None
+            return self._running or bool(self._pending)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until nothing is queued or running. False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._running and self._pending is None, timeout)
+            return self._cond.wait_for(lambda: not self._running and not self._pending, timeout)
 
     def take_error(self) -> BaseException | None:
         """The first failure since the last call, cleared."""
@@ -70,10 +98,10 @@ class BackgroundRunner:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending is not None or self._closed)
-                if self._pending is None:
+                self._cond.wait_for(lambda: bool(self._pending) or self._closed)
+                if not self._pending:
                     return
-                task, self._pending = self._pending, None
+                task = self._pending.pop(0)[0]
                 self._running = True
             try:
                 task()

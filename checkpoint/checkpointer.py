@@ -57,7 +57,7 @@ from checkpoint.preemption import (DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice,
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
 from checkpoint.schedule import SavePolicy, is_due
-from checkpoint.background import BackgroundRunner
+from checkpoint.background import MAX_WAITING, BackgroundRunner
 from checkpoint.storage import Storage, TransferOptions, as_uri, open_storage
 
 log = logging.getLogger("checkpoint")
@@ -310,9 +310,11 @@ class Checkpointer:
 
         Blocks only while tensors are copied to host memory and the structure is frozen.
         One upload runs at a time: a save made while one is running waits for it, and a newer save made before it
-        started replaces it (that step is never written, logged at INFO naming it), so the newest state is what
-        commits when saves come faster than uploads. ``save(..., wait=True)`` waits for the commit and keeps every
-        step. After a preemption notice it also waits for the commit and exits the process.
+        started replaces it when the newer one holds every top-level key it holds (that step is never written,
+        logged at INFO naming it), so the newest state is what commits when saves come faster than uploads. A
+        waiting save with a key the newer one lacks (``{"model", "ema"}`` then ``{"model"}``) is kept and written
+        first: dropped, that key's newest value was in no checkpoint. ``save(..., wait=True)`` waits for the commit
+        and keeps every step. After a preemption notice it also waits for the commit and exits the process.
         ``step`` must be an integer (``int``, a numpy integer, a 0-d integer tensor: recorded as an ``int``; a
         float, a string, a tensor of another shape is a ``TypeError``); saving the step
         saved last again does nothing — the first save of a step stands, unless its upload failed: then
@@ -359,11 +361,16 @@ class Checkpointer:
             blocked = time.perf_counter() - started
             task = lambda: self._write(cid, captured, started, blocked)  # noqa: E731
             task.step = step  # type: ignore[attr-defined]
-            dropped = self._runner.submit(task)
-            if dropped is not None:
-                log.info("step %s: its snapshot was still waiting for the upload before it, and is dropped for the "
-                         "newer step %d (never written; save(wait=True) keeps every step)",
-                         getattr(dropped, "step", "?"), step)
+            for dropped, lost in self._runner.submit(task, frozenset(captured.tree)):
+                if lost:  # more snapshots waited than memory is kept for: what only it held is in no checkpoint
+                    log.warning("step %s: its snapshot was still waiting for the upload before it, and is dropped "
+                                "for step %d, as more than %d snapshots waited: its %s are in no checkpoint "
+                                "(save(wait=True) keeps every step)", getattr(dropped, "step", "?"), step, MAX_WAITING,
+                                ", ".join(sorted(map(repr, lost))))
+                else:
+                    log.info("step %s: its snapshot was still waiting for the upload before it, and is dropped for "
+                             "the newer step %d, which holds each of its keys (never written; save(wait=True) keeps "
+                             "every step)", getattr(dropped, "step", "?"), step)
         if self.preemption.requested:
             # An earlier save may fail only now, while this one waits (it was still uploading at the notice): that
             # failure is logged, as at the top; only the notice's own save failing is raised.

@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from checkpoint import layout
@@ -32,7 +33,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "ls":
-            return _ls(open_storage(args.uri), out)
+            try:
+                parent, _ = layout.split_checkpoint_uri(args.uri)
+            except ValueError:
+                return _ls(open_storage(args.uri), out)
+            # taken as a base, a checkpoint holds no checkpoints: "no checkpoints under …" and 0 read as an empty run
+            print(f"error: {args.uri} is a checkpoint, not a checkpoint base: list its base, checkpoint ls {parent} "
+                  f"(or check this one: checkpoint verify {args.uri})", file=sys.stderr)
+            return 2
         return _verify(args.uri, out)
     except BrokenPipeError:
         # the reader went away (`checkpoint ls URI | head -2`): stop quietly, as Unix tools do, not "error: [Errno 32]
@@ -45,22 +53,39 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         return 2
 
 
+#: Manifests ``ls`` reads at once: one after another, 320 checkpoints on S3 took 9 s to list. ``verify`` still goes
+#: one checkpoint at a time: each is downloaded whole to local disk to be hashed, and several at once needed that
+#: much more disk.
+READERS = 8
+
+
 def _ls(storage: Storage, out: TextIO) -> int:
-    entries = layout.scan(storage.list())
+    paths = storage.list()
+    entries = layout.scan(paths)
     if not entries:
-        print(f"no checkpoints under {storage.uri()}", file=out)
+        local = storage.local_path("") if hasattr(storage, "local_path") else None
+        gone = " (it does not exist)" if not paths and local is not None and not os.path.exists(local) else ""
+        print(f"no checkpoints under {storage.uri()}{gone}", file=out)
         return 0
+
+    def size_of(e: layout.Entry) -> str:
+        if not e.committed:
+            return ""
+        try:
+            return _human(Manifest.from_json(storage.read(layout.path(e.id, layout.MANIFEST))).total_bytes)
+        except (FileNotFoundError, ValueError):
+            return "?"
+
+    newest_first = list(reversed(entries))
     print(f"{'STEP':>10}  {'CREATED (UTC)':<19}  {'SIZE':>10}  {'STATE':<10}  URI", file=out)
-    for e in reversed(entries):
-        size = ""
-        if e.committed:
-            try:
-                size = _human(Manifest.from_json(storage.read(layout.path(e.id, layout.MANIFEST))).total_bytes)
-            except (FileNotFoundError, ValueError):
-                size = "?"
-        created = dt.datetime.fromtimestamp(e.id.created_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        state = "committed" if e.committed else "incomplete"
-        print(f"{e.id.step:>10}  {created:<19}  {size:>10}  {state:<10}  {storage.uri(e.name)}", file=out)
+    pool = ThreadPoolExecutor(READERS)
+    try:  # in order, each row printed once it and those above it are read
+        for e, size in zip(newest_first, pool.map(size_of, newest_first)):
+            created = dt.datetime.fromtimestamp(e.id.created_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+            state = "committed" if e.committed else "incomplete"
+            print(f"{e.id.step:>10}  {created:<19}  {size:>10}  {state:<10}  {storage.uri(e.name)}", file=out)
+    finally:  # a reader gone (`| head -2`) or a store failing: the reads not started are not made
+        pool.shutdown(cancel_futures=True)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The commit protocol: files, then manifest, then the commit marker — and retention.
+"""The commit protocol: files, then manifest, then a listing that finds them all there, then the commit marker — and
+retention.
 
 Crash anywhere before the marker is written and the directory stays uncommitted, which
 restore ignores and retention later removes. Deleting goes the other way round: the marker
@@ -55,8 +56,48 @@ def write_checkpoint(
     storage.write(layout.path(cid, layout.MANIFEST), manifest_bytes)
     if before_commit is not None:
         before_commit()
+    expected = {layout.path(cid, name): entry.size for name, entry in entries.items()}
+    expected[layout.path(cid, layout.MANIFEST)] = len(manifest_bytes)
+    check_present(storage, cid, expected)
     storage.write(layout.path(cid, layout.COMMIT), commit_marker(manifest_bytes))
     return manifest
+
+
+class IncompleteCheckpointError(OSError):
+    """Files a checkpoint's manifest names are not in the store (or not whole) at its commit: no marker is written."""
+
+
+def check_present(storage: Storage, cid: CheckpointId, expected: Mapping[str, int]) -> None:
+    """Raise :class:`IncompleteCheckpointError` unless every path in ``expected`` is in the store with its size.
+
+    One listing of the checkpoint's own directory, right before its marker. Each upload had succeeded, yet files
+    went missing before the commit: a store that lost them (an S3-compatible server restarted without its data
+    while the upload retried), or another process writing under the same base whose retention deleted this save's
+    files in flight as debris. Committed anyway, restore took that torn checkpoint over the previous whole one."""
+    listed = _sizes(storage, cid)
+    missing = sorted(p for p in expected if p not in listed)
+    wrong = sorted(p for p in expected if listed.get(p, expected[p]) not in (expected[p], None))
+    if not missing and not wrong:
+        return
+    said = []
+    if missing:
+        said.append(f"{len(missing)} missing ({', '.join(p.split('/', 1)[1] for p in missing)})")
+    if wrong:
+        said.append(", ".join(f"{p.split('/', 1)[1]} has {listed[p]} bytes, not {expected[p]}" for p in wrong))
+    raise IncompleteCheckpointError(
+        f"{storage.uri(cid.name)}: not committed: of the {len(expected)} files written, {'; '.join(said)}. "
+        f"The store lost them after they were written (a server restarted without its data?) or another process "
+        f"deleted them (a second writer under this base, whose retention removed this save's files in flight: give "
+        f"each job a base of its own). No commit marker was written: restore takes the checkpoint before it")
+
+
+def _sizes(storage: Storage, cid: CheckpointId) -> dict[str, int | None]:
+    """The checkpoint directory's objects and sizes; a store without ``sizes`` (a wrapper of an older protocol)
+    answers with a listing of the whole base, which has no sizes: presence only."""
+    sizes = getattr(storage, "sizes", None)
+    if sizes is not None:
+        return sizes(cid.name)
+    return {p: None for p in storage.list() if p.startswith(cid.name + "/")}
 
 
 def delete_entries(storage: Storage, entries: list[Entry]) -> None:

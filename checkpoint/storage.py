@@ -95,6 +95,13 @@ class Storage(Protocol):
         (a typo in its name must not read as a fresh start).
         """
 
+    def sizes(self, directory: str) -> dict[str, int]:
+        """Every object under ``directory`` (a path relative to the base: one checkpoint's directory) → its size
+        in bytes, paths relative to the base, freshly listed (no cache). One listing of that directory alone, not
+        of the base: the commit checks a checkpoint's files with it before writing its marker. An absent directory
+        is an empty dict.
+        """
+
     def delete(self, paths: list[str]) -> None:
         """Remove the objects. Idempotent: paths already gone are ignored."""
 
@@ -337,8 +344,8 @@ def check_uri(uri: str) -> None:
 
 def _said_unanswered_gcs(uri: str) -> Any:
     """An aiohttp trace that logs a GCS request that got no answer (a timeout, a connection refused or dropped), at
-    most once every 10 s: gcsfs retries each request 6 times, logging only at DEBUG, so a store that hangs was
-    silent for minutes."""
+    most once every 10 s: gcsfs retries each request 6 times, logging only at DEBUG (and the last try's failure as
+    a traceback, condensed to a line: :class:`_GcsfsCondensed`), so a store that hangs was silent for minutes."""
     import aiohttp
 
     throttle = _Throttled(10.0)
@@ -352,6 +359,38 @@ def _said_unanswered_gcs(uri: str) -> Any:
     trace = aiohttp.TraceConfig()
     trace.on_request_exception.append(failed)
     return trace
+
+
+class _GcsfsCondensed(logging.Filter):
+    """On gcsfs's logger while this library's GCS calls run: its ERROR with a traceback (``logger.exception``) when
+    a request runs out of retries or fails for good becomes one WARNING line. During an outage the library then
+    retries, or reports as a failed save, each gave some 60 lines of traceback, logged on fsspec's IO thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._calls += 1
+
+    def __exit__(self, *_: Any) -> None:
+        with self._lock:
+            self._calls -= 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._calls and record.levelno >= logging.ERROR and record.exc_info:
+            error = record.exc_info[1]
+            record.msg, record.args = "%s (%s; the checkpoint library says what it does next)", (
+                record.getMessage(), type(error).__name__)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        return True
+
+
+_gcsfs_condensed = _GcsfsCondensed()
+logging.getLogger("gcsfs").addFilter(_gcsfs_condensed)
 
 
 def _protocol(fs: Any) -> str:
@@ -451,6 +490,35 @@ class FsspecStorage:
         prefix = self._root + "/"
         return sorted(p[len(prefix):] for p in found if p.startswith(prefix))
 
+    def sizes(self, directory: str) -> dict[str, int]:
+        full = self._full(directory.strip("/"))
+        prefix = self._root + "/"
+        if self._kind == "local":
+            def scan() -> dict[str, int]:
+                found = {}
+                for dirpath, _, names in os.walk(full):
+                    for name in names:
+                        if not name.startswith(".tmp-"):  # a write in flight (renamed into place when whole)
+                            path = os.path.join(dirpath, name)
+                            found[path[len(prefix):].replace(os.sep, "/")] = os.stat(path).st_size
+                return found
+
+            try:
+                return self._retrying(scan, directory)
+            except OSError as e:
+                raise _naming(e, full) from e
+        self._fs.invalidate_cache()
+        try:
+            found = self._retrying(lambda: self._fs.find(full, detail=True), directory)
+        except FileNotFoundError as e:
+            if self._kind == "gcs":
+                raise self._no_bucket(e) from e
+            return {}
+        except OSError as e:
+            raise _naming(e, self.uri(directory)) from e
+        return {p[len(prefix):]: int(info.get("size") or 0) for p, info in found.items()
+                if p.startswith(full + "/") and info.get("type", "file") != "directory"}
+
     def delete(self, paths: list[str]) -> None:
         if not paths:
             return
@@ -487,6 +555,9 @@ class FsspecStorage:
         attempts = max(1, self._transfer.retries)
         for attempt in range(attempts):
             try:
+                if self._kind == "gcs":
+                    with _gcsfs_condensed:
+                        return call()
                 return call()
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
                 raise
@@ -704,6 +775,16 @@ class S3Storage:
             return [o["Key"][len(prefix):] for page in pages for o in page.get("Contents", [])]
 
         return sorted(self._call(keys, ""))
+
+    def sizes(self, directory: str) -> dict[str, int]:
+        prefix = f"{self._prefix}/" if self._prefix else ""
+        within = f"{prefix}{directory.strip('/')}/"
+
+        def objects() -> dict[str, int]:
+            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=within)
+            return {o["Key"][len(prefix):]: int(o["Size"]) for page in pages for o in page.get("Contents", [])}
+
+        return self._call(objects, directory)
 
     def delete(self, paths: list[str]) -> None:
         """Delete in requests of at most 1,000 keys. S3 answers a DeleteObjects request 200 even when it deleted

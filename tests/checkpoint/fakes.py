@@ -48,6 +48,9 @@ class GatedStorage:
     def list(self) -> list[str]:
         return self._inner.list()
 
+    def sizes(self, directory: str) -> dict[str, int]:
+        return self._inner.sizes(directory)
+
     def delete(self, paths: list[str]) -> None:
         self._inner.delete(paths)
 
