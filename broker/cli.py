@@ -973,23 +973,27 @@ def _assignments(given: list[str], flag: str) -> dict[str, str]:
 
 def _say_status(job: dict) -> None:
     """While following a job with no output yet: one line on stderr each time where it stands changes."""
+    from broker.views import beside_state
+
     if job["state"] in ("running", "succeeded"):
         return
     where = f", position {job['queue_position']} in the queue" if job.get("queue_position") else ""
     eta = f", roughly starting at {job['estimated_start']}" if job.get("estimated_start") else ""
-    reason = f": {job['reason']}" if job.get("reason") else ""
+    reason = f": {beside_state(job['state'], job['reason'])}" if job.get("reason") else ""
     print(f"[{job['id']} {job['state']}{where}{eta}{reason}]", file=sys.stderr, flush=True)
 
 
 def _say_attempt_end(job: dict, n: int) -> None:
     """While following a job's output: one line on stderr where an attempt's output ends and the next one's begins —
     how it ended (preempted, and where) and from which checkpoint the next goes on. The two logs ran on as one."""
+    from broker.views import beside_state
+
     ended = next((a for a in job.get("attempt_list") or [] if a.get("n") == n), None)
     how = ""
     if ended is not None:
         where = _where(ended.get("placement") or {})
         how = f" {ended.get('state')}" + (f" on {where}" if where else "") \
-            + (f": {ended['reason']}" if ended.get("reason") else "")
+            + (f": {beside_state(str(ended.get('state')), ended['reason'])}" if ended.get("reason") else "")
     nxt = next((a for a in job.get("attempt_list") or [] if a.get("n") == n + 1), None)
     resume = (nxt or {}).get("resume_from")
     step = re.search(r"/step-0*(\d+)-\d+/?$", resume) if isinstance(resume, str) else None
@@ -1035,10 +1039,12 @@ def _show_job(con, job: dict) -> None:
     as text: read as markup, ``[rank1]`` vanished from the diagnosis and a ``[/x]`` stopped the CLI."""
     from rich.markup import escape
 
+    from broker.views import beside_state
+
     style = STATE_STYLE.get(job["state"], "white")
     con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state=[{style}]{job['state']}[/]")
     if job.get("reason"):
-        con.print(f"  {escape(job['reason'])}")
+        con.print(f"  {escape(beside_state(job['state'], job['reason']))}")
     if job.get("queue_position"):
         eta = f", roughly starting at {job['estimated_start']}" if job.get("estimated_start") else ""
         con.print(f"  queue position: {job['queue_position']}{eta}")
@@ -1064,7 +1070,7 @@ def _show_job(con, job: dict) -> None:
         if a.get("started_at"):
             con.print(f"    {a['started_at']} → {a.get('ended_at') or 'now'}", soft_wrap=True)
         if a.get("reason"):
-            con.print(f"    {escape(a['reason'])}", soft_wrap=True)
+            con.print(f"    {escape(beside_state(a['state'], a['reason']))}", soft_wrap=True)
     step = _next_step(job)
     if step:
         con.print(f"  [bold]next:[/] {escape(step)}", soft_wrap=True)
@@ -1114,11 +1120,13 @@ def _spent_of(job: dict) -> tuple[str, str]:
 
 def _reason_cell(job: dict) -> str:
     """A listed job's reason, led for a running job by the step it last reported (:func:`broker.views.step_words`:
-    ``step 150/300 · the attempt started``)."""
-    from broker.views import step_words
+    ``step 150/300 · the attempt started``), and without a lead that says its state again
+    (:func:`broker.views.beside_state`)."""
+    from broker.views import beside_state, step_words
 
     step = step_words(job.get("state", ""), job.get("progress"))
-    return job["reason"] if step is None else f"{step} · {job['reason']}" if job["reason"] else step
+    reason = beside_state(job.get("state", ""), job["reason"] or "")
+    return reason if step is None else f"{step} · {reason}" if reason else step
 
 
 def cmd_status(args) -> int:

@@ -17,7 +17,12 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   the job's quote for tier ``ondemand``; the attempt's own price. When that
   price *is* the attempt's own price the equivalent is the attempt's cost, so
   on-demand work saves exactly $0. ``saving = equivalent - spend`` (negative
-  when the cheaper-looking choice cost more).
+  when the cheaper-looking choice cost more). With no on-demand price found
+  (:func:`ondemand_known`) there is nothing to compare: ``saving_percent`` is
+  null for such a job, and for a team or the totals when none of their spend
+  in the window had one (a pruned job's ledger entry, which keeps no such flag,
+  counts as compared when its equivalent differs from its cost or it ran
+  on-demand).
 * **Rounding.** Every cost is shown rounded up on its own (``fmt``: to the
   cent, under $1 to a hundredth of a cent) and every saving rounded down
   (``fmt_saving``: a claim, never overstated, and never more than the
@@ -300,6 +305,9 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     equiv_total = 0
     teams: dict[str, dict[str, int]] = {}
     per_job: list[tuple[Job, int, int, int, bool]] = []
+    # the teams with some spend in the window weighed against an on-demand price (ondemand_known): a team, or a
+    # whole report, of on-prem jobs with no on-demand shape read "saved $0.00 (0%)", as top_jobs rows did
+    compared_teams: set[str] = set()
     preemptions: list[dict] = []
     lost_seconds = 0.0  # the exact time to recover of every preemption listed, rounded once for the total
     for job in jobs:
@@ -323,6 +331,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
                     by_day[key][tier] += cost_at[d + 1] - cost_at[d]
                     by_day[key]["ondemand_equivalent"] += equiv_at[d + 1] - equiv_at[d]
                 cost_in, equiv_in = cost_at[-1] - cost_at[0], equiv_at[-1] - equiv_at[0]
+                if ondemand_known(att, job):
+                    compared_teams.add(job.team)
             tier_total[tier] += cost_in
             equiv_total += equiv_in
             job_cost += cost_in
@@ -349,6 +359,10 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         tier_total[tier] += cost
         equiv_total += equiv
         pruned_spent += cost
+        # a ledger entry keeps no ondemand_known: an equivalent other than its cost was one, and on-demand is its
+        # own (an on-prem shape whose on-demand price equals its own reads as nothing compared, saving $0 either way)
+        if tier == "ondemand" or equiv != cost:
+            compared_teams.add(who)
         t = teams.setdefault(who, {"spent": 0, "ondemand_equivalent": 0, **dict.fromkeys(TIERS, 0)})
         t["spent"] += cost
         t[tier] += cost
@@ -371,7 +385,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             "spent": money(spent),
             "ondemand_equivalent": money(equiv_total),
             "saving": saving(spent, equiv_total),
-            "saving_percent": percent(equiv_total - spent, equiv_total),
+            "saving_percent": percent(equiv_total - spent, equiv_total) if compared_teams else None,
             "by_tier": {t: money(tier_total[t]) for t in TIERS},
         },
         "by_day": [
@@ -385,7 +399,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "by_team": [
             {"team": name, "spent": money(v["spent"]), "ondemand_equivalent": money(v["ondemand_equivalent"]),
              "saving": saving(v["spent"], v["ondemand_equivalent"]),
-             "saving_percent": percent(v["ondemand_equivalent"] - v["spent"], v["ondemand_equivalent"]),
+             "saving_percent": percent(v["ondemand_equivalent"] - v["spent"], v["ondemand_equivalent"])
+             if name in compared_teams else None,
              "by_tier": {t: money(v[t]) for t in TIERS}}
             for name, v in sorted(teams.items())
         ],

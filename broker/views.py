@@ -172,6 +172,14 @@ def shown_reason(job: Job, estimated_start: float | None = None, waiting: str | 
     return "; ".join([job.reason, *notes]) if job.reason and notes else "; ".join(notes) or job.reason
 
 
+def beside_state(state: str, reason: str) -> str:
+    """A job's or attempt's reason shown beside its state, less a lead that says the state again: "succeeded │
+    succeeded: the run command exited 0" read twice (the dashboard shows such a reason alone, in place of its
+    state). Only ``<state>: `` goes: a reason that merely begins with the word ("failed for ...") is kept whole."""
+    rest = reason[len(state) + 2:] if state and reason and reason.startswith(f"{state}: ") else ""
+    return rest or reason
+
+
 def step_words(state: str, progress: dict | None) -> str | None:
     """How far a running job has got, from the progress it last reported (``step 150/300``; ``step 150`` with no
     total); ``None`` for a job not running or that reported no step. Its reason is its last change of state ("the

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import duration, iso, saving_words, shown_reason, step_words
+from broker.views import beside_state, duration, iso, saving_words, shown_reason, step_words
 from pricing.money import fmt, fmt_spent_of
 
 ACTIONS = {
@@ -148,7 +148,7 @@ def job_line(job: Job, position: int | None = None, start: float | None = None, 
         pos += f" · ended {iso(ended)}"
     step = step_words(job.state.value, job.progress)
     pos += f" · {step}" if step else ""
-    said = shown_reason(job, start, waiting)
+    said = beside_state(job.state.value, shown_reason(job, start, waiting))  # "— succeeded" then "succeeded: ..."
     reason = f"\n      _{esc(clip(said, REASON_CHARS))}_" if said else ""
     spent, budget = fmt_spent_of(job.spent, job.budget)
     return f"{emoji} *{esc(job.name)}* `{esc(job.id)}` — {job.state.value}{pos} · spent {spent} of {budget}{reason}"
@@ -162,7 +162,8 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
                       ("Attempts", str(len(attempts))), ("Budget", "{} of {}".format(*fmt_spent_of(job.spent, job.budget)))])]
     if attempts:
         rows = [f"{a.n}. {a.state.value} on {esc(where(a.placement))} — {fmt(a.cost)}"
-                + (f" ({esc(clip(a.reason, REASON_CHARS))})" if a.reason else "") for a in attempts[-5:]]
+                + (f" ({esc(clip(beside_state(a.state.value, a.reason), REASON_CHARS))})" if a.reason else "")
+                for a in attempts[-5:]]
         blocks.append(section("*Attempts*\n" + "\n".join(rows)))
     blocks.append(context(f"<{dashboard_url}|Open the cost dashboard>"))
     return Reply(f"{esc(job.name)} ({esc(job.id)}): {job.state.value}", blocks)

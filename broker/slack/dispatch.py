@@ -75,6 +75,19 @@ def for_slack(reason: str) -> str:
     return reason
 
 
+def _queue_words(position: int | None) -> str:
+    """A submitted job's place in the queue, for the submit's reply. The position counts the whole queue, and the
+    scheduler starts a job past those ahead of it that wait for capacity it can do without (best-effort FIFO,
+    :mod:`broker.queue`): "#3 in queue" was said of a job placed at the next tick. A reply does not wait for that
+    tick (``broker submit`` does: ``broker.cli._say_behind``), so it says the position may not hold."""
+    if not position:
+        return ""
+    if position == 1:
+        return " · #1 in queue"
+    ahead = "the job ahead of it does" if position == 2 else "the jobs ahead of it do"
+    return f" · #{position} in queue; it may start sooner on capacity {ahead} not use"
+
+
 @dataclass(frozen=True)
 class Deferred:
     """Acknowledge with ``ack`` now; run ``work`` after answering and post what it returns."""
@@ -286,7 +299,7 @@ class Dispatcher:
         verb = "Submitted" if created else "Already submitted"
         return Reply(f"{verb} {job.id}", [
             blocks.section(f":inbox_tray: {verb} *{esc(job.name)}* `{job.id}` for team {esc(job.team)} — budget "
-                           f"{fmt_limit(job.budget)}{esc(est)}" + (f" · #{pos} in queue" if pos else "")),
+                           f"{fmt_limit(job.budget)}{esc(est)}" + _queue_words(pos)),
             blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
                            f"channel."),
         ])
