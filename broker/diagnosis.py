@@ -16,7 +16,8 @@ progress reports show, whichever is later), ``{batch_size}``, ``{path}`` (a path
 matched line), ``{code}``, ``{signal}``, ``{ended}`` ("exited with code 3", "was killed by
 signal 6 (SIGABRT)"), ``{what}`` ("The job", or "The setup command" when the task's setup
 failed), ``{said}`` (the log's last line, quoted after a colon) and ``{reason}`` (the launcher's
-reason for the end).
+reason for the end); a rule whose pattern has an ``exception`` group also ``{where}`` (a SyntaxError's file and
+line, a RecursionError's repeated call) and ``{cause}`` (the exception a chain began with: " (caused by …)").
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ SILENT_HINT = ("It printed nothing before it exited: run its command by hand to 
 AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 # an expired temporary credential (STS) needs its session token too
 _SESSION_TOKEN_CODES = frozenset({"ExpiredToken", "ExpiredTokenException"})
+DIVERGED_HINT = ("Not a crash of the code but of the numbers: lower the learning rate, add warmup or gradient "
+                 "clipping, check the data for bad values, and under fp16 use a GradScaler (or bf16). A resume with "
+                 "--force continues from the last checkpoint with the same settings, and most often diverges again "
+                 "at about the same step.")
 SHM_HINT = "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers."
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
@@ -425,9 +430,30 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"(?:preempted|stopped \([^)]*\)): checkpoint (?P<ckpt>\S+) committed, exiting", phases=["failed"]),
     _r("interrupted", INTERRUPTED,
        INTERRUPTED_HINT, r"SignalException: Process \d+ got signal: 2\b", phases=["failed"]),
-    _r("user_code_error", "The training script raised {exception}{at_step}{message}.",
+    # Python turns SIGINT into a KeyboardInterrupt; uncaught, its traceback ends the log, and the process often exits
+    # 1 rather than by the signal (a wrapper, a handler that re-raised it): still a SIGINT, not the code's error
+    _r("interrupted", INTERRUPTED,
+       INTERRUPTED_HINT, r"^KeyboardInterrupt\s*$", phases=["failed"]),
+    # a loss or gradient that became NaN or infinite, which the script (or torch's anomaly detection, clip_grad_norm_'s
+    # error_if_nonfinite, DeepSpeed's fp16 loss scaler) raised on: the training diverged, which a resume as it is
+    # repeats from the same checkpoint
+    _r("diverged", "The training diverged{at_step}: the loss or gradients became NaN or infinite "
+       "({exception}{message}).", DIVERGED_HINT,
+       r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)|Exception): (?P<message>[^\n]*?(?:\b(?:loss|grad\w*)\b[^\n]*?"
+       r"(?<![\w-])(?:nan|inf|infinite|non-finite|not finite)\b|(?<![\w-])(?:nan|inf|infinite|non-finite|not finite)\b"
+       r"[^\n]*?\b(?:loss|grad\w*)\b|returned nan values|loss scale already at minimum)[^\n]*)$", phases=["failed"]),
+    # an exception with no message (a bare `assert`, `raise StopIteration`): the line that raised it is what says why
+    _r("user_code_error", "The training script raised {exception}{at_step}, with no message, at {file}, line "
+       "{lineno}{src}{cause}.",
        "Fix the error in the code; the log shows the traceback.",
-       r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<message>.*)$", phases=["failed"]),
+       r"^[ \t]*File \"(?P<file>[^\"\n]+)\", line (?P<lineno>\d+)[^\n]*\n(?:[ \t]+(?P<src>\S[^\n]*?)[ \t]*\n)?"
+       r"(?:[ \t]*[\^~][\^~ \t]*\n)*(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)|Exception|StopIteration)[ \t]*$"
+       r"(?!\n[ \t]*\n(?:During handling of the above|The above exception))",  # not the first of a chain
+       phases=["failed"]),
+    # {where}: a SyntaxError's file and line; {cause}: the exception it was chained to (diagnose)
+    _r("user_code_error", "The training script raised {exception}{at_step}{message}{where}{cause}.",
+       "Fix the error in the code; the log shows the traceback.",
+       r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)|Exception): (?P<message>.*)$", phases=["failed"]),
     _r("crash", "{what} crashed with a segmentation fault{at_step}.",
        CRASH_HINT, phases=["failed"], codes=[139], signals=[11]),
     # the catch-all: with a log the job printed nothing to, its hint is SILENT_HINT (diagnose)
@@ -492,6 +518,19 @@ def last_step(log_tail: str) -> int | None:
     return int(max(found)[1]) if found else None
 
 
+# "step 1200/3000", "Step: 1200 / 3000", "iter 1200/3000": a count the script prints against its own total
+_STEP_OF = re.compile(r"(?:\b(?:global_)?step|\biter(?:ation)?)['\"]?[ =:]+\d+\s*/\s*(\d+)\b", re.I)
+SHORT_HINT = ("If it was meant to train to the end, see what ended its loop early (a break or sys.exit(0), a data "
+              "iterator that ran out, a max_steps or epochs setting); its last checkpoint is kept, and the task "
+              "submitted again with broker.checkpoint set to this job's checkpoint_uri continues from it.")
+
+
+def _last_total(log_tail: str) -> int | None:
+    """The total of the last "step N/M" the log prints (the script's own count of its steps), if any."""
+    last = _last_match(_STEP_OF, log_tail)
+    return int(last.group(1)) if last is not None else None
+
+
 def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
     """The rule that explains how the ending's log ends, rendered as a sentence and a hint.
 
@@ -527,6 +566,10 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     log_tail = _without_hang_fallout(
         _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail)))))
     if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
+        total = _last_total(_readable(ending.log_tail))
+        if step is not None and total is not None and step < total:  # but it may have stopped short of its end
+            return Diagnosis("succeeded", f"The job succeeded (its command exited 0), but the last step it showed was "
+                             f"{step} of {total}.", SHORT_HINT, False, step, {"step": step, "total_steps": total})
         return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
                          False, step)
     rule, match = _choose(ending, rules, log_tail)
@@ -541,6 +584,10 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
         if facts.get("message"):
             facts["message"] = ": " + _clip(facts["message"]).rstrip(".")
+        if facts.get("src"):
+            facts["src"] = ": " + _clip(facts["src"], 160).rstrip(".")
+        if match is not None and "exception" in match.re.groupindex and match.group("exception"):
+            facts.update(_raised_where(log_tail, match))
         if facts.get("said_net"):
             facts["said_net"] = '"' + _clip(facts["said_net"]) + '"'
         if match is not None and "timeout_ms" in match.re.groupindex:  # the abort's line repeats the timeout's, or not
@@ -560,6 +607,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
         facts.setdefault("message", "")
         facts.setdefault("op", "")
         facts.setdefault("timeout", "its timeout")
+        for key in ("where", "cause", "src"):
+            facts.setdefault(key, "")
         sentence, hint = _fill(rule.sentence, facts), _fill(rule.hint, facts)
         sentence, hint = _background_said(rule, match, log_tail, ending, sentence, hint)
         if rule.hint == READ_LOG_HINT and not _readable(ending.log_tail).strip():
@@ -724,11 +773,53 @@ def _background_deaths(log_tail: str) -> list[_Died]:
     return deaths
 
 
+_SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+_FRAME = re.compile(r'^[ \t]*File "(?P<file>[^"\n]+)", line (?P<lineno>\d+)', re.M)
+# a recursion's frame as Python prints it once, then the count of the times it left out
+_REPEATED = re.compile(r'^[ \t]*File "(?P<file>[^"\n]+)", line (?P<lineno>\d+), in (?P<func>[^\n]+)\n'
+                       r'(?:[ \t]+[^\n]*\n)*?[ \t]*\[Previous line repeated (?P<times>\d+) more times\]', re.M)
+
+
+def _raised_where(log_tail: str, match: re.Match) -> dict[str, str]:
+    """What the log says about the exception a rule matched, beyond its own line: ``where``, a SyntaxError's file and
+    line (" (train.py, line 3)": its message rarely names them, and it has no frame of the code that ran), or the
+    call a RecursionError repeated (its message names none, and its traceback is a thousand frames); ``cause``,
+    the first exception of a chain it ends (" (caused by KeyError: 'shard_7')", " (while handling …)"): the
+    exception Python printed last is often a wrapper's, and the one that started it says what went wrong."""
+    out, at = {}, match.start("exception")
+    if match.group("exception").rsplit(".", 1)[-1] in _SYNTAX_ERRORS:
+        before = log_tail[:at].split("\n")[-6:]
+        frame = _last_match(_FRAME, "\n".join(before))
+        if frame is not None:
+            out["where"] = f" ({frame.group('file')}, line {frame.group('lineno')})"
+    elif match.group("exception") == "RecursionError":
+        before = log_tail[:at].split("\n")[-12:]
+        repeated = _last_match(_REPEATED, "\n".join(before))
+        if repeated is not None:
+            out["where"] = (f" (the call at {repeated.group('file')}, line {repeated.group('lineno')}, in "
+                            f"{repeated.group('func')}, repeated {repeated.group('times')} more times)")
+    places = _Places(log_tail)
+    line = bisect.bisect_right(places.starts, at) - 1
+    first = places.places[line]
+    if first < line:
+        first_exc, last_exc, link = _chain_parts(log_tail.split("\n")[first:line + 1])
+        if link and first_exc != last_exc:
+            out["cause"] = f" ({link} {_clip(first_exc, 160)})"
+    return out
+
+
 def _chain_end(body: list[str]) -> str:
     """The exception a traceback's ``body`` (the lines after its first "Traceback" line) ends in: its first exception
     line, or where Python printed a chain (oldest first, each exception line followed by "During handling of the above
     exception" or "The above exception was the direct cause"), the last one's, naming the first as what it happened
     while handling or was caused by. Another process's lines may come between (one pipe, no prefix)."""
+    first, last, link = _chain_parts(body)
+    return first if last == first else f"{last} ({link} {first})"
+
+
+def _chain_parts(body: list[str]) -> tuple[str, str, str]:
+    """A traceback's first and last exception lines, and how the last was chained to the first ("caused by", "while
+    handling"; empty when it is one exception): see :func:`_chain_end`."""
     first = last = link = ""
     chained = False  # the line before (blank lines aside) was an exception line: a chain's marker may follow
     for each in body:
@@ -741,7 +832,7 @@ def _chain_end(body: list[str]) -> str:
             link, chained = ("caused by" if line.startswith("The above") else "while handling"), False
         elif _EXCEPTION_LINE.match(each):  # never a chain's marker, which has no colon after its first word
             first, last, chained = first or line, line, True
-    return first if last == first else f"{last} ({link} {first})"
+    return first, last, link
 
 
 class _Places:
