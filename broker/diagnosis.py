@@ -356,7 +356,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "flash-attn's instructions say), or pin a version that has a prebuilt wheel for this Python.",
        r"^[ \t]+ModuleNotFoundError: No module named '(?P<module>[^']+)'\n[ \t]+\[end of output\]"),
     _r("dependency_missing", "A Python dependency is missing: {module}.",
-       "Add it to the task's setup (pip install ...).", r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
+       "Add it to the task's setup: {pip_install}.", r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
     _r("host_oom", "Out of host memory{at_step}: the kernel killed the process.",
        HOST_OOM_HINT,
        r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
@@ -525,6 +525,27 @@ SHORT_HINT = ("If it was meant to train to the end, see what ended its loop earl
               "submitted again with broker.checkpoint set to this job's checkpoint_uri continues from it.")
 
 
+PIP_NAMES = {
+    "cv2": "opencv-python", "sklearn": "scikit-learn", "skimage": "scikit-image", "PIL": "pillow", "yaml": "pyyaml",
+    "bs4": "beautifulsoup4", "Crypto": "pycryptodome", "dateutil": "python-dateutil", "dotenv": "python-dotenv",
+    "attr": "attrs", "google.protobuf": "protobuf", "jwt": "pyjwt", "magic": "python-magic", "git": "gitpython",
+    "Levenshtein": "python-levenshtein", "faiss": "faiss-cpu", "serial": "pyserial", "fitz": "pymupdf",
+    "docx": "python-docx",
+}
+"""Imports whose package on PyPI has another name (``import cv2`` comes with ``pip install opencv-python``)."""
+
+
+def _pip_install(module: str) -> str:
+    """What installs ``module``, for the hint: ``pip install opencv-python`` for cv2; for a module inside a package
+    (``transformers.models.llama4``), that package, in a version that has it — the package is likely there already, in
+    a version without that module."""
+    top = module.split(".")[0]
+    name = PIP_NAMES.get(module) or PIP_NAMES.get(top) or top.replace("_", "-")
+    if "." in module and module not in PIP_NAMES:
+        return f"pip install {name} (a version of it that has {module}; an older one may be installed)"
+    return f"pip install {name}" + (f" (the package {module} comes in)" if name != top.replace("_", "-") else "")
+
+
 def _last_total(log_tail: str) -> int | None:
     """The total of the last "step N/M" the log prints (the script's own count of its steps), if any."""
     last = _last_match(_STEP_OF, log_tail)
@@ -590,6 +611,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
             facts.update(_raised_where(log_tail, match))
         if facts.get("said_net"):
             facts["said_net"] = '"' + _clip(facts["said_net"]) + '"'
+        if facts.get("module"):
+            facts["pip_install"] = _pip_install(facts["module"])
         if match is not None and "timeout_ms" in match.re.groupindex:  # the abort's line repeats the timeout's, or not
             for each in match.re.finditer(log_tail):
                 for key, value in each.groupdict().items():

@@ -355,4 +355,5 @@ def test_a_package_whose_source_build_lacks_torch_is_told_to_build_without_isola
     # the script's own import stays as it was
     missing = diagnose(Ending("failed", 1, log_tail="Traceback (most recent call last):\n  File \"train.py\", line 1, "
                                                     "in <module>\nModuleNotFoundError: No module named 'flash_attn'\n"))
-    assert missing.text == "A Python dependency is missing: flash_attn. Add it to the task's setup (pip install ...)."
+    assert missing.text == ("A Python dependency is missing: flash_attn. Add it to the task's setup: pip install "
+                            "flash-attn.")

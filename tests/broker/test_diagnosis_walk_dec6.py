@@ -290,3 +290,21 @@ def test_a_real_job_interrupted_by_sigint_is_resumed_with_one_click(make_setting
         finally:
             for run in launcher.runs_dir.glob("j*"):
                 launcher.kill(run.name)
+
+
+@pytest.mark.parametrize("module, install", [
+    pytest.param("cv2", "pip install opencv-python (the package cv2 comes in)", id="cv2 is installed as opencv-python"),
+    pytest.param("sklearn", "pip install scikit-learn (the package sklearn comes in)", id="sklearn as scikit-learn"),
+    pytest.param("einops", "pip install einops", id="a package named as its import is installed by that name"),
+    pytest.param("transformers.models.llama4", "pip install transformers (a version of it that has "
+                 "transformers.models.llama4; an older one may be installed)",
+                 id="a module inside a package asks for a version of the package that has it"),
+    pytest.param("google.protobuf", "pip install protobuf (the package google.protobuf comes in)",
+                 id="a dotted import with a known package is installed by the package's name"),
+])
+def test_a_missing_module_hint_names_what_pip_installs_it(module, install):
+    from broker.diagnosis import Ending, diagnose
+
+    d = diagnose(Ending("failed", 1, log_tail=f"Traceback (most recent call last):\n  File \"train.py\", line 1, in "
+                                              f"<module>\nModuleNotFoundError: No module named '{module}'\n"))
+    assert d.cls == "dependency_missing" and d.hint == f"Add it to the task's setup: {install}.", d
