@@ -1045,6 +1045,11 @@ def _show_job(con, job: dict) -> None:
     con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state=[{style}]{job['state']}[/]")
     if job.get("reason"):
         con.print(f"  {escape(beside_state(job['state'], job['reason']))}")
+    said = job.get("diagnosis") or {}
+    if job["state"] == "succeeded" and said.get("class") == "succeeded" and said.get("hint"):
+        # a success with something to say (it stopped short of the step count it printed): the reason says only that
+        # its command exited 0
+        con.print(f"  {escape(said.get('text') or said.get('sentence') or '')}", soft_wrap=True)
     if job.get("queue_position"):
         eta = f", roughly starting at {job['estimated_start']}" if job.get("estimated_start") else ""
         con.print(f"  queue position: {job['queue_position']}{eta}")

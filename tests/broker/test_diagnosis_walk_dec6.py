@@ -308,3 +308,25 @@ def test_a_missing_module_hint_names_what_pip_installs_it(module, install):
     d = diagnose(Ending("failed", 1, log_tail=f"Traceback (most recent call last):\n  File \"train.py\", line 1, in "
                                               f"<module>\nModuleNotFoundError: No module named '{module}'\n"))
     assert d.cls == "dependency_missing" and d.hint == f"Add it to the task's setup: {install}.", d
+
+
+def test_broker_status_of_a_job_that_stopped_short_of_its_steps_says_so():
+    """The engine's reason for a success is only that its command exited 0: the diagnosis that it stopped at step 30
+    of the 60 it counted reached the API, not `broker status JOB`."""
+    import io
+
+    from rich.console import Console
+
+    from broker.cli import _show_job
+
+    said = diagnose(Ending("succeeded", 0, log_tail="step 10/60\nstep 20/60\nstep 30/60\n")).to_dict()
+    job = {"id": "j-1", "name": "short", "team": "ml", "state": "succeeded",
+           "reason": "succeeded: the run command exited 0", "diagnosis": said, "spent": {"usd": "$0.01"},
+           "budget": {"usd": "$1.00"}, "attempts": []}
+    out = io.StringIO()
+    _show_job(Console(file=out, width=200), job)
+    assert "the last step it showed was 30 of 60" in out.getvalue(), out.getvalue()
+    plain = {**job, "diagnosis": diagnose(Ending("succeeded", 0, log_tail="step 60/60\n")).to_dict()}
+    out = io.StringIO()
+    _show_job(Console(file=out, width=200), plain)
+    assert "last step" not in out.getvalue() and "The job succeeded" not in out.getvalue()
