@@ -135,11 +135,12 @@ def clip(text: str, limit: int) -> str:
 
 
 def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None,
-             ended: float | None = None) -> str:
+             ended: float | None = None, team: bool = False) -> str:
     """One job in a line, and its reason on the next as the API shows it (:func:`broker.views.shown_reason`): for a
     queued job, with a start too late for its deadline or why it has no estimate (``waiting``, from
     :meth:`broker.service.BrokerService.queue_waits`); for a running one, the step it last reported
-    (:func:`broker.views.step_words`); for an ended one, when it ended (``ended``), which orders a list of them."""
+    (:func:`broker.views.step_words`); for an ended one, when it ended (``ended``), which orders a list of them;
+    with ``team``, whose job it is (an admin's list of several teams' jobs)."""
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:
@@ -151,7 +152,9 @@ def job_line(job: Job, position: int | None = None, start: float | None = None, 
     said = beside_state(job.state.value, shown_reason(job, start, waiting))  # "— succeeded" then "succeeded: ..."
     reason = f"\n      _{esc(clip(said, REASON_CHARS))}_" if said else ""
     spent, budget = fmt_spent_of(job.spent, job.budget)
-    return f"{emoji} *{esc(job.name)}* `{esc(job.id)}` — {job.state.value}{pos} · spent {spent} of {budget}{reason}"
+    whose = f" ({esc(job.team)})" if team else ""
+    return (f"{emoji} *{esc(job.name)}* `{esc(job.id)}`{whose} — {job.state.value}{pos} · spent {spent} of "
+            f"{budget}{reason}")
 
 
 def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
@@ -179,9 +182,10 @@ def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty
         return Reply(empty, [section(empty)])
     lines: list[str] = []
     size = -1  # the joining newlines: one fewer than the lines
+    teams = len({j.team for j in jobs}) > 1  # an admin's list: which team's each job is, as `broker status` shows
     for j in jobs[:LIST_LINES]:
         line = job_line(j, positions.get(j.id), (starts or {}).get(j.id), (waiting or {}).get(j.id),
-                        (ended or {}).get(j.id))
+                        (ended or {}).get(j.id), team=teams)
         more = len(jobs) - len(lines) - 1
         room = TEXT_CHARS - (len(_more(more)) if more else 0)
         if size + 1 + len(line) > room:

@@ -1044,3 +1044,12 @@ def test_help_lists_every_submit_option_and_budget_as_optional(slack):
 def test_a_refused_submit_says_what_to_do_in_slack_not_a_cli_flag(slack, store, yaml, says, cli):
     said = text_of(command(slack, f"submit budget=$1\n{yaml}").json())
     assert says in said and cli not in said
+
+
+def test_an_admins_status_of_several_teams_says_whose_each_job_is(slack):
+    """An admin's list mixed team-a's and team-b's jobs with nothing to tell them apart; a team's own list, of one
+    team, does not repeat it on every line."""
+    admin = text_of(command(slack, "status", user="U_ADMIN").json())
+    assert "`j-a1` (team-a)" in admin and "`j-b1` (team-b)" in admin, admin
+    own = text_of(command(slack, "status").json())
+    assert "`j-a1`" in own and "(team-a)" not in own, own
