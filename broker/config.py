@@ -205,7 +205,14 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         from broker.slack.config import slack_config  # (it imports this module)
 
         # read once, here: a mistake is refused at start naming its setting and the file, and the edges use this
-        return replace(settings, slack=slack_config(settings.extra, env))
+        slack = slack_config(settings.extra, env)
+        if settings.teams:  # a member mapped to a team the config lacks was refused only at their first command
+            known = {*settings.teams, settings.default_team}
+            for user, team in sorted(slack.users.items()):
+                if team not in known:
+                    raise ConfigError(f"slack.users.{user}: {team!r} is not a team of this config "
+                                      f"({unknown_key_hint(team, known)})")
+        return replace(settings, slack=slack)
     except ConfigError as exc:
         if exc.config_path is None and path.is_file():
             exc.config_path = path

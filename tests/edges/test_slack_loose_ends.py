@@ -180,3 +180,15 @@ def test_costs_of_a_team_with_no_preemptions_says_so_not_0_s_to_recover(slack):
 def test_a_task_slack_cannot_read_is_named_as_its_yaml_not_the_apis_body(slack, yaml, says):
     said = text_of(command(slack, f"submit budget=$5\n{yaml}").json())
     assert says in said and "body" not in said, said
+
+
+def test_a_slack_member_mapped_to_a_team_the_config_lacks_is_refused_at_load(tmp_path):
+    """Mapped to a misspelt team, a member's every command was refused ("there is no team") only once they used it."""
+    path = tmp_path / "config.yaml"
+    path.write_text("teams: {team-a: {tokens: [tok-a-123456]}}\nslack: {users: {U1: team-a, U2: taem-a}}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"BROKER_DATA_DIR": str(tmp_path / "data")}, config_path=path)
+    assert str(caught.value).startswith("slack.users.U2: 'taem-a' is not a team of this config (did you mean "
+                                        "'team-a'?"), str(caught.value)
+    path.write_text("teams: {team-a: {tokens: [tok-a-123456]}}\nslack: {users: {U1: team-a}}\n")
+    assert load_settings({"BROKER_DATA_DIR": str(tmp_path / "data")}, config_path=path).slack.users == {"U1": "team-a"}
