@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
-from broker.engine.budget import attempt_limit, rerun_seconds, reserve_seconds
-from broker.engine.schedule import Place, Wait, left_to_run, placeable, request_of, schedule
+from broker.engine.budget import attempt_limit, reserve_seconds
+from broker.engine.schedule import Place, Wait, left_to_run, placeable, request_of, schedule_now
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
@@ -385,13 +385,9 @@ class BrokerService:
         queued = [*(j for j in jobs if j.state is JobState.QUEUED), job]
         ran = [j.id for j in queued if j.attempts]
         attempts = self.store.attempts_of(ran) if ran else {}
-        grace, tick = self.settings.stop_grace_seconds, self.settings.tick_seconds
-        decisions = schedule(queued, mk, now=now, policies={j.id: make_policy() for j in queued},
-                             attempts_of=lambda job_id: attempts.get(job_id, ()),
-                             changeover=self.settings.changeover_seconds,
-                             min_run_seconds=reserve_seconds(grace, tick),
-                             after_run_seconds=after_run(self.launcher, mk.every_offer),
-                             rerun_seconds=rerun_seconds(grace, tick))
+        decisions = schedule_now(queued, mk, self.settings, self.launcher, now=now,
+                                 policies={j.id: make_policy() for j in queued},
+                                 attempts_of=lambda job_id: attempts.get(job_id, ()))
         return next(d for d in decisions if d.job.id == job.id)
 
     def _sharing(self, base: str, now: float, but: str | None = None) -> Job | None:

@@ -39,13 +39,13 @@ from broker.engine.billing import accrue
 from broker.engine.launch import launch_request, run_as_for
 from broker.engine.monitor import silence, stalled_again
 from broker.engine.recover import block_zone, launch_backoff, steps_lost
-from broker.engine.schedule import Place, Wait, request_of, schedule
+from broker.engine.schedule import Place, Wait, request_of, schedule_now
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.engine.workdir_refs import PackReferences
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
-from broker.offers import after_run, market, matching_offers
+from broker.offers import market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from broker.views import duration as fmt_duration
@@ -185,14 +185,8 @@ class Engine:
         queued = self._drivable([j for j in jobs if j.state is JobState.QUEUED], read=queued_attempts)
         for job in queued:
             self._policy(job.id)
-        decisions = schedule(queued, mk, now=now, policies=self.policies,
-                             attempts_of=lambda job_id: queued_attempts.get(job_id, ()),
-                             changeover=self.settings.changeover_seconds,
-                             min_run_seconds=budget_rules.reserve_seconds(self.settings.stop_grace_seconds,
-                                                                          self.settings.tick_seconds),
-                             after_run_seconds=after_run(self.launcher, mk.every_offer) if queued else {},
-                             rerun_seconds=budget_rules.rerun_seconds(self.settings.stop_grace_seconds,
-                                                                      self.settings.tick_seconds))
+        decisions = schedule_now(queued, mk, self.settings, self.launcher, now=now, policies=self.policies,
+                                 attempts_of=lambda job_id: queued_attempts.get(job_id, ()))
         for decision in decisions:  # 2. place the queue
             self._guard(self._apply_schedule, decision, now)
         for job in self._drivable(self.store.list_jobs(states=[JobState.PLACED.value], limit=100_000)):  # 3. launch

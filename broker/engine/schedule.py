@@ -24,10 +24,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 
+from broker.config import Settings
+from broker.engine import budget as budget_rules
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.models import Attempt, Job
-from broker.offers import Market, matching_offers, placed_alternative, placement_record, slots_of
+from broker.offers import Market, after_run, matching_offers, placed_alternative, placement_record, slots_of
 from broker.queue import ordered
 from broker.spec import parse
 from pricing.money import fmt, fmt_left
@@ -118,6 +120,18 @@ def placeable(job: Job, request: JobRequest, offers: Sequence[Offer], *, now: fl
     waited for the jobs on a zone of 4, which can never hold it."""
     mine = [o for o in offers_for(job, request, offers) if holds(o, request.num_nodes)]
     return unblocked(under_cap(request, mine), job.blocked_at(now))
+
+
+def schedule_now(jobs: Sequence[Job], mk: Market, settings: Settings, launcher, *, now: float,
+                 policies: Mapping[str, Policy], attempts_of: Callable[[str], Sequence[Attempt]]) -> list[Place | Wait]:
+    """:func:`schedule` with what the broker's settings and launcher make of its rules (the changeover, what a start
+    and a start again must pay for, each offer's billing after its run): the engine's tick, and the service's dry
+    run, which so decides as the next tick would."""
+    grace, tick = settings.stop_grace_seconds, settings.tick_seconds
+    return schedule(jobs, mk, now=now, policies=policies, attempts_of=attempts_of,
+                    changeover=settings.changeover_seconds, min_run_seconds=budget_rules.reserve_seconds(grace, tick),
+                    after_run_seconds=after_run(launcher, mk.every_offer) if jobs else {},
+                    rerun_seconds=budget_rules.rerun_seconds(grace, tick))
 
 
 def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
