@@ -18,6 +18,15 @@ TEAM_TOKENS = {"vision": "vision-token", "nlp": "nlp-token"}
 DAY = 86400.0
 WORKDIR_GRACE = DAY  # workdir_grace_seconds' default
 WORKDIR_RETENTION = 30 * DAY  # workdir_retention_seconds' default
+POOL_AND_SPOT = """
+pools:
+  - {name: local, slots: 1, price_per_slot_hour: "0.36"}
+zones:
+  - {name: sim-a, tier: spot, instance_type: g5.xlarge, grace_seconds: 2}
+tick_seconds: 0.2
+stop_grace_seconds: 2
+"""
+"""A broker config of one pool slot and one simulated spot zone, fast ticks (the CLI tests' broker)."""
 
 
 class RedisServer:

@@ -13,17 +13,10 @@ from decimal import Decimal
 
 import pytest
 
-from broker_testing import ADMIN, REPO, cli_runner, start_broker, wait_for
+from broker_testing import ADMIN, POOL_AND_SPOT, REPO, cli_runner, start_broker, wait_for
 from testports import free_port
 
-CONFIG = """
-pools:
-  - {name: local, slots: 1, price_per_slot_hour: "0.36"}
-zones:
-  - {name: sim-a, tier: spot, instance_type: g5.xlarge, grace_seconds: 2}
-tick_seconds: 0.2
-stop_grace_seconds: 2
-"""
+CONFIG = POOL_AND_SPOT
 
 
 @pytest.fixture

@@ -19,16 +19,9 @@ import time
 
 import httpx
 import pytest
-from broker_testing import ADMIN, cli_runner, start_broker, wait_for
+from broker_testing import ADMIN, POOL_AND_SPOT, cli_runner, start_broker, wait_for
 
-CONFIG = """
-pools:
-  - {name: local, slots: 1, price_per_slot_hour: "0.36"}
-zones:
-  - {name: sim-a, tier: spot, instance_type: g5.xlarge, grace_seconds: 2}
-tick_seconds: 0.2
-stop_grace_seconds: 2
-"""
+CONFIG = POOL_AND_SPOT
 POOL_ONLY = "name: {name}\nresources: {{cpus: 1, use_spot: false}}\nrun: sleep 60\nbroker: {{expected_hours: 0.5}}\n"
 
 
