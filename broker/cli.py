@@ -1455,6 +1455,8 @@ def cmd_costs(args) -> int:
     con.print(f"[bold]{data['team'] or 'all teams'}[/], {win['since']} → {win['until']} ({win['period']})")
     con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], tot["saving"], tot["saving_percent"]))
     con.print("  by tier: " + " · ".join(f"{k} {v['usd']}" for k, v in tot["by_tier"].items()))
+    for cap in data.get("monthly_caps") or ():  # this month's, whatever the window
+        con.print(f"  team {cap['team']}: {cap['text']}", soft_wrap=True)
     if len(data["by_team"]) > 1:
         _print_table(con, [("team", "whole"), ("spent", "whole"), ("same time on-demand", "whole"),
                            ("against on-demand", "whole")],

@@ -28,7 +28,7 @@ from broker.sealing import OLD_SETTING, SETTING, KeyInvalid, parse_key
 from broker.spec import SpecError, unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.catalog import PRICED_CLOUDS
-from pricing.money import DecimalComma, Micros, MoneyError, NotPlain, typed_to_micros
+from pricing.money import DecimalComma, Micros, MoneyError, NotPlain, fmt_limit, typed_to_micros
 
 if TYPE_CHECKING:
     from broker.slack.config import SlackConfig
@@ -91,6 +91,9 @@ class Team:
     name: str
     token_hashes: frozenset[str] = frozenset()
     default_budget: Micros | None = None
+    # what the team's jobs may spend in a calendar month (UTC) at most, all of them together: a submit, resume or
+    # budget raise that could take the month past it is refused (broker/team_budget.py); None: no cap
+    monthly_budget: Micros | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,7 @@ DEFAULT_POOLS = ({"name": "local", "slots": 2, "accelerator": None, "price_per_s
 
 POOL_KEYS = frozenset({"name", "slots", "gpus", "accelerator", "price_per_slot_hour", "price_per_gpu_hour",
                        "cpus_per_slot", "memory_gib_per_slot", "kubernetes_context", "run_as"})
-TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd"})
+TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd", "monthly_budget_usd"})
 STORE_SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
 
 
@@ -264,7 +267,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         if not isinstance(token, str) or not token.strip():
             raise ConfigError(f"BROKER_TEAM_TOKENS: the token of team {team!r} must be a non-empty string")
         t = teams.get(team, Team(team))
-        teams[team] = Team(team, t.token_hashes | {hash_token(token)}, t.default_budget)
+        teams[team] = replace(t, token_hashes=t.token_hashes | {hash_token(token)})
     admin_hashes = set(_sha256_list(raw.get("admin_token_sha256"), "admin_token_sha256"))
     if env.get("BROKER_ADMIN_TOKEN"):
         admin_hashes.add(hash_token(env["BROKER_ADMIN_TOKEN"]))
@@ -296,6 +299,11 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
     default_budget = _money(raw.get("default_budget_usd", "10"), "default_budget_usd")
     if default_budget <= 0:
         raise ConfigError("default_budget_usd: must be more than $0")
+    for t in teams.values():
+        if t.monthly_budget is not None and t.default_budget is None and default_budget > t.monthly_budget:
+            raise ConfigError(f"teams.{t.name}.monthly_budget_usd: is {fmt_limit(t.monthly_budget)}, less than "
+                              f"default_budget_usd ({fmt_limit(default_budget)}), the budget of the team's jobs that "
+                              f"give none: every such job would be refused; give the team a default_budget_usd")
     public_url = env.get("BROKER_PUBLIC_URL") or _text(raw, "public_url")
     if not public_url:  # this host's, on BROKER_PORT: the URL jobs report their progress to (`broker worker`'s too)
         port = (env.get("BROKER_PORT") or "").strip() or "8000"  # as the CLI reads it (broker.client.env_port)
@@ -609,8 +617,15 @@ def _teams(raw: Any) -> dict[str, Team]:
         budget = t.get("default_budget_usd")
         if budget is not None and _money(budget, f"teams.{name}.default_budget_usd") <= 0:
             raise ConfigError(f"teams.{name}.default_budget_usd: must be more than $0")
-        out[str(name)] = Team(str(name), frozenset(hashes),
-                              _money(budget, f"teams.{name}.default_budget_usd") if budget is not None else None)
+        default = _money(budget, f"teams.{name}.default_budget_usd") if budget is not None else None
+        monthly = t.get("monthly_budget_usd")
+        cap = _money(monthly, f"teams.{name}.monthly_budget_usd") if monthly is not None else None
+        if cap is not None and cap <= 0:
+            raise ConfigError(f"teams.{name}.monthly_budget_usd: must be more than $0")
+        if cap is not None and default is not None and default > cap:
+            raise ConfigError(f"teams.{name}.default_budget_usd: is {fmt_limit(default)}, more than the team's "
+                              f"monthly_budget_usd ({fmt_limit(cap)}): every job given no budget would be refused")
+        out[str(name)] = Team(str(name), frozenset(hashes), default, cap)
     return out
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from broker.admission import Admitted, Refused, admit, broker_echo
+from broker import costs
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
 from broker.engine.budget import attempt_limit, reserve_seconds
@@ -32,6 +33,7 @@ from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec,
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
                          checkpoint_base, checkpoint_uri_problem, host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
+from broker.team_budget import TeamMonth, month_of, refusal, team_month
 from broker.views import holders_words
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
@@ -112,6 +114,7 @@ class _Admission(NamedTuple):
     team: str
     admitted: Admitted | None
     existing: Job | None
+    fence: tuple[str, int] | None = None  # the team's admissions count read before its monthly cap was weighed
 
 
 class DryRun(NamedTuple):
@@ -249,24 +252,31 @@ class BrokerService:
 
     def submit(self, principal: Principal, raw: dict[str, Any], *, idempotency_key: str | None = None) -> tuple[Job, bool]:
         """Admit a job; returns (job, created). A repeated Idempotency-Key returns the first job."""
-        now = self.clock()
-        found = self._admission(principal, raw, idempotency_key=idempotency_key, now=now)
-        if found.existing is not None:
-            return found.existing, False
-        spec, team, admitted = found.spec, found.team, found.admitted
-        job_id = admitted.job.id
-        sealed = self._sealed(admitted.job.spec, job_id)
-        try:
-            job = self._commit(Change(job=replace(admitted.job, spec=sealed), expected_version=None,
-                                      events=[admitted.event]))
-        except DuplicateJob as dup:
-            existing = self.store.get_job(dup.existing_id)
-            if existing is not None and idempotency_key is not None and existing.team == team \
-                    and existing.idempotency_key == idempotency_key:  # the same key's submit, committed first
-                return _same_submit(existing, spec, self.settings, now), False
-            # the random id drawn is taken (another job's, or a pruned job's still being deleted): never answer
-            # with that job; submit again under a new id
-            return self.submit(principal, raw, idempotency_key=idempotency_key)
+        for _ in range(CAS_RETRIES):
+            now = self.clock()
+            found = self._admission(principal, raw, idempotency_key=idempotency_key, now=now)
+            if found.existing is not None:
+                return found.existing, False
+            spec, team, admitted = found.spec, found.team, found.admitted
+            job_id = admitted.job.id
+            sealed = self._sealed(admitted.job.spec, job_id)
+            try:
+                job = self._commit(Change(job=replace(admitted.job, spec=sealed), expected_version=None,
+                                          events=[admitted.event], team_fence=found.fence))
+                break
+            except VersionConflict:  # another submit, resume or raise of the team was weighed against its cap since
+                continue
+            except DuplicateJob as dup:
+                existing = self.store.get_job(dup.existing_id)
+                if existing is not None and idempotency_key is not None and existing.team == team \
+                        and existing.idempotency_key == idempotency_key:  # the same key's submit, committed first
+                    return _same_submit(existing, spec, self.settings, now), False
+                # the random id drawn is taken (another job's, or a pruned job's still being deleted): never answer
+                # with that job; submit again under a new id
+                return self.submit(principal, raw, idempotency_key=idempotency_key)
+        else:
+            raise Conflict(f"team {team}'s jobs are being submitted too fast to weigh this one against the team's "
+                           "monthly cap; try again", field="broker.budget_usd")
         return job, True
 
     def _admission(self, principal: Principal, raw: dict[str, Any], *, idempotency_key: str | None,
@@ -330,7 +340,29 @@ class BrokerService:
             )
         except Refused as exc:
             raise Invalid(exc.field, str(exc)) from None
-        return _Admission(spec, team, admitted, None)
+        fence = self.store.team_admissions(team)  # read before the standing: a change committed after it conflicts
+        standing = self.team_standing(team, now)
+        if standing is not None:
+            why = refusal(standing, budget, what=f"this job's {fmt_limit(budget)} budget",
+                          instead=lambda fits: f"give broker.budget_usd at most {fmt_left(fits)}, or wait for the "
+                                               "team's jobs to end")
+            if why is not None:
+                raise Invalid("broker.budget_usd", why)
+        return _Admission(spec, team, admitted, None, (team, fence) if standing is not None else None)
+
+    def team_standing(self, team: str, now: float) -> TeamMonth | None:
+        """Where ``team`` stands against its monthly cap (:mod:`broker.team_budget`); ``None`` when it has none. Its jobs not ended are read before its spend, so spending between
+        the two reads is counted twice (never in neither): the standing errs toward less free."""
+        cap = self.settings.teams[team].monthly_budget if team in self.settings.teams else None
+        if cap is None:
+            return None
+        jobs = self.store.list_jobs(team=team, active_since=now, limit=100_000)  # those not final (and a few more)
+        month = month_of(now)
+        win = costs.Window(month.since, month.until, month.name)
+        history = costs.gather(self.store, team=team, win=win, retention_days=self.settings.job_retention_days)
+        spent = costs.report(history.jobs, history.attempts, win=win, now=now, positions={}, team=team,
+                             ledger=history.ledger)["totals"]["spent"]["micros"]
+        return team_month(team, cap, month, jobs, spent)
 
     def _sealed(self, spec: dict[str, Any], job_id: str, *, create: bool = True) -> dict[str, Any]:
         """``spec`` with its secrets' values sealed, as they are stored (broker/sealing.py), opened only for a launch.
@@ -739,6 +771,7 @@ class BrokerService:
                 raise Conflict(f"not resumed: its checkpoint base {job.checkpoint_uri!r} is also that of {who}, which "
                                f"is {sharing.state.value}: two jobs writing one base delete each other's checkpoints. "
                                "Resume it once that job has ended (or cancel that job)", field="broker.checkpoint")
+            fence = self._fits_team_cap(job, max(job.budget - job.spent, 0), now, resume=True)
             step = job.last_checkpoint.get("step")
             named = "; ".join(f"{key} {', '.join(sorted(values))} set" for key, values in given.items())
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
@@ -750,9 +783,31 @@ class BrokerService:
             names = {f"{key}_set": sorted(values) for key, values in given.items()}  # never the values
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
                               from_state=job.state, data={"checkpoint_step": step, "force": force, **names})
-            return self._commit(Change(job=new, expected_version=job.version, events=[event]))
+            return self._commit(Change(job=new, expected_version=job.version, events=[event], team_fence=fence))
 
         return self._retrying(once)
+
+    def _fits_team_cap(self, job: Job, adding: int, now: float, *, resume: bool) -> tuple[str, int] | None:
+        """Refuse (409 on ``budget``, 422 on ``budget_usd`` for a raise) a resume of ``job`` or a raise of its budget
+        by ``adding`` that could take its team's month past the team's cap; else the fence its write carries
+        (``Change.team_fence``), ``None`` when the team has no cap."""
+        fence = self.store.team_admissions(job.team)
+        standing = self.team_standing(job.team, now)
+        if standing is None:
+            return None
+        if resume:
+            unspent = fmt_left(adding, budget=job.budget)
+            why = refusal(standing, adding, what=f"resuming it, with {unspent} of its budget unspent,",
+                          instead=lambda fits: f"lower its budget to {fmt_left(job.spent + fits)} first "
+                                               f"(broker budget {job.id} AMOUNT), or wait for the team's jobs to end")
+            if why is not None:
+                raise Conflict(f"not resumed: {why}", field="budget")
+        else:
+            why = refusal(standing, adding, what=f"raising the budget by {fmt(adding)}",
+                          instead=lambda fits: f"raise it to at most {fmt_left(job.budget + fits)}")
+            if why is not None:
+                raise Invalid("budget_usd", why)
+        return job.team, fence
 
     def _spec_with(self, job: Job, given: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The job's stored task with ``given`` envs and secrets set over its own, the secrets sealed as a submit seals
@@ -845,6 +900,10 @@ class BrokerService:
                     raise Invalid("budget_usd", f"{fmt_limit(new_budget)} is too small for the job to start: the "
                                                 f"budget left, {left}, {short}; nothing was changed")
             now = self.clock()
+            # a job not ended holds its unspent budget against its team's monthly cap: a raise holds more (an ended
+            # job's is weighed when it is resumed)
+            fence = None if job.state.is_final or new_budget <= job.budget else \
+                self._fits_team_cap(job, new_budget - job.budget, now, resume=False)
             note = note_event(job, "budget_changed", f"budget {fmt_limit(job.budget)} → {fmt_limit(new_budget)} by {principal.name}",
                               time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})
             had[:] = [job.budget]
@@ -852,7 +911,8 @@ class BrokerService:
             if job.state is JobState.STOPPED_BUDGET and new_budget > job.budget:
                 # its reason still said the old budget left and "raise the budget", under a budget raised already
                 fields["reason"] = self._raised_reason(changed, principal)
-            return self._commit(Change(job=replace(job, **fields), expected_version=job.version, events=[note]))
+            return self._commit(Change(job=replace(job, **fields), expected_version=job.version, events=[note],
+                                       team_fence=fence))
 
         job = self._retrying(once)
         if had and new_budget < had[0]:

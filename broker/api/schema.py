@@ -297,6 +297,21 @@ class Viewer(BaseModel):
     team: str | None
 
 
+class MonthlyCap(BaseModel):
+    """A team's monthly cap (``teams.<team>.monthly_budget_usd``) and where the team stands against it this month."""
+
+    team: str
+    month: str = Field(description="the calendar month in UTC, e.g. 2026-12")
+    cap: Money
+    spent: Money = Field(description="what the team's jobs spent this month (this report's figure for the month)")
+    held: Money = Field(description="the unspent budgets of the team's jobs not ended: what they may still spend")
+    holders: int = Field(description="how many jobs not ended hold some of it")
+    free: Money = Field(description="cap - spent - held: the most a new job's budget (or a raise, or a resume's "
+                                    "unspent budget) may be; micros is negative only if the cap was lowered below "
+                                    "what is held")
+    text: str
+
+
 class CostReport(BaseModel):
     """``GET /v1/costs``: money is exact micro-dollars with a display string."""
 
@@ -319,6 +334,8 @@ class CostReport(BaseModel):
     queue: list[QueuedJob]
     teams: list[str]
     viewer: Viewer
+    monthly_caps: list[MonthlyCap] = Field(
+        description="the teams in view that have a monthly cap: where each stands this month, whatever the window")
 
 
 class AttemptCost(BaseModel):

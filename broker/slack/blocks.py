@@ -213,6 +213,7 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
         section(f"*Spend for {who}, last {report['window']['period']}*: {t['spent']['usd']}\n"
                 f"{saved[0].upper()}{saved[1:]}."),
         context(tiers),
+        *(context(f"Team {esc(c['team'])}: {esc(c['text'])}") for c in report.get("monthly_caps") or ()),
     ]
     if report["top_jobs"]:
         blocks.append(section("*Most expensive*\n" + "\n".join(

@@ -100,6 +100,11 @@ class Change:
     placements (:meth:`JobStore.placements`) the caller read before the snapshot it decided on; the store
     writes only if no placement was committed since, and counts this one. Two engines deciding on
     snapshots a moment apart so never hand one slot to two jobs: the later write conflicts.
+
+    ``team_fence``, for a change that may raise what a team's jobs can spend (a submit, a resume, a budget raised):
+    ``(team, the count of such changes the caller read)`` (:meth:`JobStore.team_admissions`) before it weighed the
+    team's monthly cap; the store writes only if no such change of that team was committed since, and counts this
+    one. Two brokers admitting jobs of one team a moment apart so never both fit under the cap's last dollars.
     """
 
     job: Job
@@ -108,6 +113,7 @@ class Change:
     attempts: Sequence[Attempt] = ()
     metrics: Sequence[dict] = field(default_factory=tuple)
     expected_placements: int | None = None
+    team_fence: tuple[str, int] | None = None
 
 
 def check_writable(change: Change) -> None:
@@ -198,6 +204,9 @@ class JobStore(Protocol):
     def placements(self) -> int:
         """How many changes with ``expected_placements`` were committed: read before a snapshot that
         placements are decided on (see :class:`Change`)."""
+
+    def team_admissions(self, team: str) -> int:
+        """How many changes carrying a ``team_fence`` of ``team`` were committed (the fence of ``Change.team_fence``)."""
 
     def expired(self, *, before: float, limit: int) -> list[Job]:
         """Up to ``limit`` jobs in a final state of this version last updated before ``before``, the least recently

@@ -40,11 +40,11 @@ from broker.store.redis_keys import Keys, escaped, ledger_part, month_start
 COMMIT_SCRIPT = """
 -- KEYS: job, all jobs, team jobs, idempotency key (or the job key again), attempts, events, metrics,
 --       jobs by update time, state names, placements, the idempotency key as written before team names were
---       escaped (or the job key again: none, or the same key)
+--       escaped (or the job key again: none, or the same key), the team's admissions count (or the job key again)
 -- ARGV: expected version ('' = create), job JSON, job id, submitted_at, new state, state-set prefix,
 --       has idempotency key ('1'/'0'), team, idempotency key, job-key prefix, idempotency-key prefix,
 --       n attempts, (n, JSON)..., n events, JSON..., n metrics, JSON..., updated_at,
---       expected placements ('' = not a placement)
+--       expected placements ('' = not a placement), expected team admissions ('' = no team fence)
 local function stored(id)
   local body = redis.call('GET', ARGV[10] .. id)
   return body and cjson.decode(body)
@@ -82,12 +82,18 @@ else
   if tostring(stored['version']) ~= ARGV[1] then return {'CONFLICT', tostring(stored['version'])} end
   old_state = stored['state']
 end
-local placements = ARGV[#ARGV]
+local placements = ARGV[#ARGV - 1]
 if placements ~= '' then
   local placed = redis.call('GET', KEYS[10]) or '0'
   if placed ~= placements then return {'PLACED', placed} end
-  redis.call('INCR', KEYS[10])
 end
+local admissions = ARGV[#ARGV]
+if admissions ~= '' then
+  local admitted = redis.call('GET', KEYS[12]) or '0'
+  if admitted ~= admissions then return {'TEAM', admitted} end
+  redis.call('INCR', KEYS[12])
+end
+if placements ~= '' then redis.call('INCR', KEYS[10]) end
 redis.call('SET', KEYS[1], ARGV[2])
 if ARGV[1] == '' then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[3])
@@ -265,9 +271,11 @@ class RedisStore:
         args += [len(change.metrics), *(json.dumps(m) for m in change.metrics)]
         args.append(repr(float(stored.updated_at)))
         args.append("" if change.expected_placements is None else str(change.expected_placements))
+        args.append("" if change.team_fence is None else str(change.team_fence[1]))
         idem, legacy = self._idempotency_keys(job)
         keys = [k.job(job.id), k.all_jobs(), k.by_team(job.team), idem, k.attempts(job.id), k.events(job.id),
-                k.metrics(job.id), k.updated(), k.state_names(), k.placements(), legacy]
+                k.metrics(job.id), k.updated(), k.state_names(), k.placements(), legacy,
+                k.job(job.id) if change.team_fence is None else k.team_admissions(change.team_fence[0])]
         return Slot(_Change(change, keys, args), result=stored)
 
     def _idempotency_keys(self, job: Job) -> tuple[str, str]:
@@ -334,6 +342,12 @@ class RedisStore:
             slot.result, slot.error = None, VersionConflict(
                 f"{int(detail) - (change.expected_placements or 0)} placement(s) were committed since the snapshot "
                 f"job {change.job.id} was placed on")
+        elif outcome == "TEAM":
+            change = slot.item.change
+            team, expected = change.team_fence or ("", 0)
+            slot.result, slot.error = None, VersionConflict(
+                f"{int(detail) - expected} change(s) to what team {team}'s jobs may spend were committed since job "
+                f"{change.job.id}'s was weighed against its monthly cap")
 
     def get_job(self, job_id: str) -> Job | None:
         raw = self._r.get(self.keys.job(job_id))
@@ -482,6 +496,9 @@ class RedisStore:
 
     def placements(self) -> int:
         return int(self._r.get(self.keys.placements()) or 0)
+
+    def team_admissions(self, team: str) -> int:
+        return int(self._r.get(self.keys.team_admissions(team)) or 0)
 
     def expired(self, *, before: float, limit: int) -> list[Job]:
         """Ids from the update-time index, scored before ``before``, a page at a time; each job is checked as

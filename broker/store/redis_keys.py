@@ -73,6 +73,11 @@ class Keys:
         """Integer: how many placements were committed (the fence of ``Change.expected_placements``)."""
         return f"{self.prefix}:placements"
 
+    def team_admissions(self, team: str) -> str:
+        """Integer: how many changes fenced by the team's monthly cap were committed (``Change.team_fence``); the
+        team's ``%`` and ``:`` escaped, as in :meth:`idempotency`."""
+        return f"{self.prefix}:team_admissions:{escaped(team)}"
+
     def pruned(self) -> str:
         """Integer: how many jobs the retention policy deleted (``JobStore.pruned``)."""
         return f"{self.prefix}:pruned"

@@ -254,6 +254,16 @@ class SqliteStore:
                                       f"snapshot job {job.id} was placed on")
             db.execute("INSERT INTO counters (name, value) VALUES ('placements', 1) "
                        "ON CONFLICT(name) DO UPDATE SET value = value + 1")
+        if change.team_fence is not None:
+            team, expected = change.team_fence
+            name = f"team_admissions:{team}"
+            row = db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+            admitted = row[0] if row else 0
+            if admitted != expected:
+                raise VersionConflict(f"{admitted - expected} change(s) to what team {team}'s jobs may spend were "
+                                      f"committed since job {job.id}'s was weighed against its monthly cap")
+            db.execute("INSERT INTO counters (name, value) VALUES (?, 1) "
+                       "ON CONFLICT(name) DO UPDATE SET value = value + 1", (name,))
         stored = replace(job, version=new_version)
         # an upsert, not INSERT OR REPLACE: a replace deletes the row first, resetting any column a newer broker
         # sharing the file added (and firing its delete triggers); an update changes only the columns named here
@@ -514,6 +524,10 @@ class SqliteStore:
 
     def placements(self) -> int:
         rows = self._query("SELECT value FROM counters WHERE name = 'placements'")
+        return rows[0][0] if rows else 0
+
+    def team_admissions(self, team: str) -> int:
+        rows = self._query("SELECT value FROM counters WHERE name = ?", (f"team_admissions:{team}",))
         return rows[0][0] if rows else 0
 
     def expired(self, *, before: float, limit: int) -> list[Job]:

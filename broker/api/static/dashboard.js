@@ -240,6 +240,13 @@ function render(r) {
   // jobs the retention policy deleted are in no total: said when the window reaches back past its horizon
   $("retention-note").textContent = r.retention_note || "";
   $("retention-note").hidden = !r.retention_note;
+  // each team in view with a monthly cap: this month's spend, what its jobs not ended hold, what is free
+  $("monthly-caps").replaceChildren(...(r.monthly_caps || []).map((c) => {
+    const p = el("p", `Team ${c.team}: ${c.text}`);
+    p.dataset.team = c.team; p.dataset.free = String(c.free.micros);
+    return p;
+  }));
+  $("monthly-caps").hidden = !(r.monthly_caps || []).length;
   const hottest = [...r.budget_burn].sort((a, b) => (b.percent ?? -1) - (a.percent ?? -1) || (a.id < b.id ? -1 : 1));
   fill("burn", hottest.map((b) => {
     const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });

@@ -1,0 +1,100 @@
+"""A team's monthly cap: what all of a team's jobs together may spend in a calendar month (UTC). Pure.
+
+A job's own budget is never exceeded (``broker/engine/budget.py``), so what a team's jobs can still spend is at most
+the unspent budgets of its jobs not ended. Admission keeps, for a team with ``monthly_budget_usd``,
+
+    spent by the team this month + the unspent budgets of its jobs not ended  <=  the cap
+
+at every change that can make the left side grow: a submit, a resume (an ended job holds its unspent budget again)
+and a budget raised on a job not ended. Nothing else makes it grow: a job's spending moves money from the second term
+to the first, and a job that ends (or whose budget is lowered) lets its part go. So the month's spend never passes
+the cap, whatever the engine does, with no check at run time. A job running across the end of a month holds its
+unspent budget in the new month too (it may spend all of it there). "Spent this month" is the team's cost report for
+the month (``broker/costs.py``), pruned jobs' ledger included: the figure `broker costs` shows.
+
+Two brokers admitting one team's jobs at once are kept apart by the store (``Change.team_fence``): each reads the
+team's admissions count before it weighs the cap, and the later write conflicts and is weighed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from broker.models import Job
+from pricing.money import Micros, fmt, fmt_left, fmt_limit
+
+
+@dataclass(frozen=True)
+class Month:
+    """A calendar month in UTC: ``[since, until)`` in epoch seconds, and its name (``2026-12``)."""
+
+    since: float
+    until: float
+    name: str
+
+
+def month_of(now: float) -> Month:
+    t = datetime.fromtimestamp(now, timezone.utc)
+    start = datetime(t.year, t.month, 1, tzinfo=timezone.utc)
+    end = datetime(t.year + t.month // 12, t.month % 12 + 1, 1, tzinfo=timezone.utc)
+    return Month(start.timestamp(), end.timestamp(), f"{t.year:04d}-{t.month:02d}")
+
+
+def held_by(job: Job) -> Micros:
+    """What ``job`` may still spend: its unspent budget while it has not ended, else nothing (an ended job spends no
+    more; a resume holds its part again, and is weighed then)."""
+    return 0 if job.state.is_final else max(job.budget - job.spent, 0)
+
+
+@dataclass(frozen=True)
+class TeamMonth:
+    """Where a team stands against its monthly cap: ``spent`` this month, ``held`` by the unspent budgets of its
+    ``holders`` jobs not ended, and what is ``free`` (negative only if the cap was lowered under what is held)."""
+
+    team: str
+    cap: Micros
+    month: Month
+    spent: Micros
+    held: Micros
+    holders: int
+
+    @property
+    def free(self) -> Micros:
+        return self.cap - self.spent - self.held
+
+    def record(self) -> dict:
+        """As ``GET /v1/costs`` shows it (money as micro-dollars with a display string, as elsewhere there)."""
+        return {"team": self.team, "month": self.month.name,
+                "cap": {"micros": self.cap, "usd": fmt_limit(self.cap)},
+                "spent": {"micros": self.spent, "usd": fmt(self.spent)},
+                "held": {"micros": self.held, "usd": fmt(self.held)}, "holders": self.holders,
+                "free": {"micros": self.free, "usd": fmt_left(max(self.free, 0))}, "text": self.words()}
+
+    def words(self) -> str:
+        """``$412.10 spent in 2026-12 and $180.00 held by 3 jobs not ended, of a $1,000.00 monthly cap: $407.90 free``"""
+        jobs = "1 job" if self.holders == 1 else f"{self.holders} jobs"
+        held = f" and {fmt(self.held)} held by {jobs} not ended" if self.holders else ""
+        return (f"{fmt(self.spent)} spent in {self.month.name}{held}, of a {fmt_limit(self.cap)} monthly cap: "
+                f"{fmt_left(max(self.free, 0))} free")
+
+
+def team_month(team: str, cap: Micros, month: Month, jobs: Iterable[Job], spent: Micros) -> TeamMonth:
+    """The team's standing from its ``jobs`` (any: other teams' are left out) and what it ``spent`` in ``month`` (its
+    cost report's total)."""
+    holding = [held_by(j) for j in jobs if j.team == team and held_by(j) > 0]
+    return TeamMonth(team, cap, month, spent, sum(holding), len(holding))
+
+
+def refusal(standing: TeamMonth, adding: Micros, *, what: str, instead: Callable[[Micros], str]) -> str | None:
+    """Why ``adding`` more to what the team's jobs may spend would pass its cap (``what`` says what would add it:
+    "this job's $50.00 budget"), with what to do (``instead(fits)``, given the most that would fit, when some would);
+    ``None`` when it fits."""
+    if adding <= standing.free:
+        return None
+    fits = max(standing.free, 0)
+    way = instead(fits) if fits > 0 else (
+        "nothing more fits: wait for the team's jobs to end, or cancel one or lower its budget (an admin may raise "
+        f"the cap: teams.{standing.team}.monthly_budget_usd)")
+    return f"{what} would let team {standing.team}'s jobs spend more than its monthly cap ({standing.words()}): {way}"
