@@ -723,7 +723,8 @@ def cmd_submit(args) -> int:
 def _submit_dry_run(task: dict, client, args) -> int:
     """``broker submit --dry-run``: the broker's answer to ``POST /v1/jobs?dry_run=true`` in a few lines (``--json``:
     the object as it is). The workdir and file_mounts a submit would upload are checked here as a submit checks them
-    and left out of what is sent, never packed nor uploaded (a dry run against a remote broker leaves nothing there);
+    (packed and held to the broker's ``max_workdir_bytes``) and left out of what is sent, never uploaded (a dry run
+    against a remote broker leaves nothing there);
     the broker checks the rest of the task as the submit's own."""
     from pricing.money import fmt
 
@@ -843,7 +844,8 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
     SHA-256) and named instead in ``broker.workdir`` and ``broker.file_mounts`` — so the spec keeps no
     path of this machine. ``upload`` None: only for a remote broker. Each pack is held to the broker's
     ``max_workdir_bytes`` on its own. ``dry_run``: the same checks, then what would be uploaded is left out of
-    the task instead, and nothing is packed nor sent."""
+    the task instead: each is packed and held to the limit as a submit would (a pack too large is refused as the
+    submit refuses it), then thrown away; nothing is sent."""
     from broker.client import BrokerError
 
     workdir = task.get("workdir")
@@ -878,17 +880,6 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
         if not quiet and isinstance(source, dict) and _local_source(source.get("source")):
             print(f"file_mounts {dest}: a bucket SkyPilot makes from local files ({source['source']}) is not "
                   "uploaded: the broker's host must read them", file=sys.stderr)
-    if dry_run:
-        said = [f"workdir {workdir}"] * has_workdir + [f"file_mounts {d} ({s})" for d, s in sorted(local.items())]
-        if not quiet:
-            print(f"dry run: {', '.join(said)} would be uploaded by a submit; nothing is uploaded", file=sys.stderr)
-        if has_workdir:
-            task.pop("workdir")
-        for dest in local:
-            del mounts[dest]
-        if local and not mounts:
-            task.pop("file_mounts")
-        return
     from broker.workdir import PackError, human, pack, pack_file
 
     try:
@@ -898,6 +889,27 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
             exc.detail = (f"the broker at {client.url} takes no workdir uploads (an older version): update it, or "
                           "submit with --no-upload-workdir if it can read this directory itself")
         raise
+    if dry_run:
+        # packed as a submit packs it, against the broker's limit, and thrown away: a workdir too large for the broker
+        # is said now, not at the submit (a CI job checking task files with --dry-run missed it)
+        for path, what in [(Path(workdir), f"workdir {workdir}")] * has_workdir + [
+                (Path(src).expanduser(), f"file_mounts {d} ({src})") for d, src in sorted(local.items())]:
+            try:
+                packed = pack(path, limit=limit, what=what) if path.is_dir() else \
+                    pack_file(path, limit=limit, what=what)
+            except PackError as exc:
+                raise BrokerError(0, str(exc)) from None
+            packed.path.unlink(missing_ok=True)
+            if not quiet:
+                print(f"dry run: {what}: {packed.files} files, {human(packed.size)} packed (the broker takes "
+                      f"{human(limit)}), would be uploaded by a submit; nothing is uploaded", file=sys.stderr)
+        if has_workdir:
+            task.pop("workdir")
+        for dest in local:
+            del mounts[dest]
+        if local and not mounts:
+            task.pop("file_mounts")
+        return
 
     def ship(path: Path, what: str) -> str:
         try:

@@ -22,6 +22,7 @@ pools:
 zones:
   - {name: sim-a, tier: spot, instance_type: g5.xlarge}
 default_budget_usd: "10"
+max_workdir_bytes: 20000
 """
 TASK = {"name": "train", "resources": {"accelerators": "A100:1"}, "run": "echo hi",
         "broker": {"budget_usd": "50", "expected_hours": 2}}
@@ -226,13 +227,33 @@ def test_cli_dry_run_uploads_no_workdir_to_a_broker_it_would_upload_to(cli):
     task.write_text(f"name: train\nworkdir: {work}\nresources: {{accelerators: A100:1}}\nrun: python train.py\n"
                     "broker: {budget_usd: 50, expected_hours: 2}\n")
     out = run("submit", str(task), "--dry-run")
-    assert f"dry run: workdir {work} would be uploaded by a submit; nothing is uploaded" in out.stderr
+    assert re.search(rf"dry run: workdir {work}: 1 files, .* packed \(the broker takes 19\.5 KiB\), would be "
+                     "uploaded by a submit; nothing is uploaded", out.stderr), out.stderr
     assert "would queue train for team vision" in out.stdout
     assert not list((tmp / "data").rglob("*.tar.gz"))  # packs are kept under <data>/checkpoints/workdirs
     missing = tmp / "t2.yaml"
     missing.write_text(task.read_text().replace(str(work), str(tmp / "gone")))
     r = run("submit", str(missing), "--dry-run", check=False)
     assert r.returncode == 1 and "no such directory here" in r.stderr
+
+
+def test_cli_dry_run_of_a_workdir_too_large_for_the_broker_is_refused_as_the_submit_is(cli):
+    """The dry run packs the workdir as a submit does and holds it to the broker's max_workdir_bytes: a task file a
+    CI job checked with --dry-run was refused at the submit for its workdir."""
+    import os
+
+    run, tmp = cli
+    work = tmp / "big"
+    work.mkdir()
+    (work / "weights.bin").write_bytes(os.urandom(60_000))  # does not compress
+    task = tmp / "t.yaml"
+    task.write_text(f"name: train\nworkdir: {work}\nresources: {{accelerators: A100:1}}\nrun: echo\n"
+                    "broker: {budget_usd: 50, expected_hours: 2}\n")
+    dry = run("submit", str(task), "--dry-run", check=False)
+    real = run("submit", str(task), check=False)
+    assert dry.returncode == real.returncode == 1
+    assert dry.stderr == real.stderr and "weights.bin" in dry.stderr, dry.stderr
+    assert json.loads(run("--json", "status", extra_env={"BROKER_TOKEN": ADMIN}).stdout) == []
 
 
 def test_cli_dry_run_with_wait_is_a_usage_error_naming_the_option(cli):
