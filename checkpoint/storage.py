@@ -62,6 +62,14 @@ _GCS_MAX_COMPOSE = 32
 #: ``requests_timeout`` overrides them.
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 20
+#: S3: how long one request rides out a store it cannot reach — the connection refused, dropped or not made within
+#: ``CONNECT_TIMEOUT_S`` (an endpoint restarting, a network blip) — counted from its first such failure: after
+#: botocore's own 3 tries, tried again after 2, 4, then every ``UNREACHABLE_BACKOFF_MAX_S`` seconds. Each of the
+#: library's ``TransferOptions.retries`` tries of a call does so: 3 × 20 s, about a minute, by default (gcsfs's own
+#: 6 tries of a request, some 33 s, are what each try rides out on GCS). botocore alone gave up within 3 s, and the
+#: library's 3 tries within about 10 s: a restart of the store failed the save. ``retries=0``: not ridden out.
+UNREACHABLE_RIDE_OUT_S = 20.0
+UNREACHABLE_BACKOFF_MAX_S = 5.0
 #: Disk errors a retry cannot get past: a full disk or quota, a file over the size limit, a read-only file system.
 _PERMANENT_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "ENAMETOOLONG")
                               if hasattr(errno, name))
@@ -245,6 +253,9 @@ class TransferOptions:
 
     part_size: int = DEFAULT_PART_SIZE
     concurrency: int = DEFAULT_CONCURRENCY
+    #: Tries of each store call (0 is one try): a call that fails is tried again after ``retry_backoff_s``, then 4
+    #: times that, and so on. On S3 each try also rides out a store it cannot reach for ``UNREACHABLE_RIDE_OUT_S``
+    #: (about a minute in all by default); ``retries=0`` does not.
     retries: int = 3
     retry_backoff_s: float = 0.2
 
@@ -679,22 +690,53 @@ class S3Storage:
         # only where required (some S3-compatible stores refuse them: AWS_REQUEST_CHECKSUM_CALCULATION)
         when = getattr(self._client.meta.config, "request_checksum_calculation", None)
         self._checksum = {"ChecksumAlgorithm": "CRC32"} if when == "when_supported" else {}
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import (BotoCoreError, ClientError, ConnectionClosedError, EndpointConnectionError,
+                                         SSLError)
 
         self._errors = (BotoCoreError, ClientError)
+        # no connection (refused, not made in time: ConnectTimeoutError is one) or one dropped before the answer; a
+        # TLS handshake refused is no outage. A read timeout (a store that takes the request and hangs) is not either:
+        # botocore's and the library's tries of READ_TIMEOUT_S each bound it (see docs/checkpoint.md)
+        self._unreachable = (EndpointConnectionError, ConnectionClosedError)
+        self._not_unreachable = (SSLError,)
 
     def uri(self, path: str = "") -> str:
         return f"{self.base_uri}/{path}" if path else self.base_uri
 
     def _said_retry(self, caught_exception: BaseException | None = None, attempts: int = 0,
-                    operation: Any = None, **_: Any) -> None:
+                    operation: Any = None, request_dict: dict[str, Any] | None = None, **_: Any) -> float | None:
         """botocore's hook after each try of a request: a try that got no answer (a timeout, a connection refused
         or dropped) is logged, at most once every 10 s, so a store that hangs is seen while botocore retries it.
-        Returns None: botocore's own retry handler decides."""
-        if caught_exception is not None and self._unanswered.due():
+
+        Returns the seconds to wait before trying a store that could not be reached again (:meth:`_ride_out`), else
+        None. botocore takes the first handler's answer that is not None: its own retry handler's, while it has tries
+        left (3 in all), then this one's."""
+        if caught_exception is None:
+            return None
+        delay = self._ride_out(caught_exception, attempts, request_dict)
+        if self._unanswered.due():
             name = getattr(operation, "name", "request")
-            log.warning("%s: S3 %s got no answer on try %d: %s: %s%s", self.base_uri, name,
-                        attempts, type(caught_exception).__name__, caught_exception, self._unanswered.suppressed())
+            more = f"; trying again for up to {delay[1]:.0f} s more" if delay else ""
+            log.warning("%s: S3 %s got no answer on try %d: %s: %s%s%s", self.base_uri, name, attempts,
+                        type(caught_exception).__name__, caught_exception, more, self._unanswered.suppressed())
+        return delay[0] if delay else None
+
+    def _ride_out(self, error: BaseException, attempts: int,
+                  request_dict: dict[str, Any] | None) -> tuple[float, float] | None:
+        """(seconds to wait, seconds left) before the next try of a request whose store could not be reached, for
+        up to ``UNREACHABLE_RIDE_OUT_S`` from its first such failure; None once that has passed, for any other
+        error, and with ``retries=0``. The time is kept in the request's own context, so each request (and each of
+        the library's tries of a call, a new request) has the whole of it."""
+        if (self._transfer.retries == 0 or not isinstance(error, self._unreachable)
+                or isinstance(error, self._not_unreachable)):
+            return None
+        context = (request_dict or {}).get("context")
+        if context is None:
+            return None
+        now = time.monotonic()
+        since = context.setdefault("checkpoint_unreachable_since", now)
+        wait_s = unreachable_wait(since, now, attempts)
+        return None if wait_s is None else (wait_s, since + UNREACHABLE_RIDE_OUT_S - now)
 
     def _key(self, path: str) -> str:
         return f"{self._prefix}/{path}" if self._prefix else path
@@ -806,8 +848,10 @@ class S3Storage:
                               f"{shown}{more}")
 
     def _call(self, call, path: str):
-        """Run a boto3 call; missing objects become FileNotFoundError, the rest OSError after retries."""
+        """Run a boto3 call; missing objects become FileNotFoundError, the rest OSError after retries (a store
+        that could not be reached says for how long: each try rode it out, :meth:`_ride_out`)."""
         attempts = max(1, self._transfer.retries)
+        started = time.monotonic()
         for attempt in range(attempts):
             try:
                 return call()
@@ -817,11 +861,25 @@ class S3Storage:
                 if code in ("NoSuchKey", "404", "NotFound"):
                     raise FileNotFoundError(self.uri(path)) from e
                 if code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId") or attempt == attempts - 1:
-                    raise OSError(f"{self.uri(path)}: {e}") from e
+                    unreachable = isinstance(e, self._unreachable) and not isinstance(e, self._not_unreachable)
+                    said = (f" (the store could not be reached for {time.monotonic() - started:.0f} s, over "
+                            f"{attempts} {'try' if attempts == 1 else 'tries'}: is the endpoint right, and up?)"
+                            if unreachable else "")
+                    raise OSError(f"{self.uri(path)}: {e}{said}") from e
                 delay = self._transfer.retry_backoff_s * (4**attempt)
                 _log_retry(self.uri(path), e, delay, attempt + 2, attempts)
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+
+def unreachable_wait(since: float, now: float, attempts: int) -> float | None:
+    """Seconds to wait before try ``attempts + 1`` of a request whose store could not be reached from ``since`` to
+    ``now`` (monotonic seconds): 1 s after tries 1 and 2, then 2, 4, then ``UNREACHABLE_BACKOFF_MAX_S`` each time,
+    never past ``since + UNREACHABLE_RIDE_OUT_S``; None once that has come: the request fails. Pure (no clock)."""
+    left = since + UNREACHABLE_RIDE_OUT_S - now
+    if left <= 0:
+        return None
+    return min(left, UNREACHABLE_BACKOFF_MAX_S, 2.0 ** min(max(0, attempts - 2), 16))
 
 
 def _naming(error: OSError, where: str) -> OSError:
