@@ -450,7 +450,9 @@ class ModelPredictive:
             return self.zones.decide(inp)
         n = min(math.floor((inp.deadline - inp.now) / step + 1e-9), t.horizon_steps)
         if n <= 0:
-            return reliable(inp, "no planning step left before the deadline")
+            # "no planning step left" was the model's word, not the user's
+            return reliable(inp, f"the deadline is {span(max(inp.deadline - inp.now, 0))} away, less than the "
+                                 f"{span(step)} this policy plans spot in: too close to risk losing spot")
         dc = max(round(inp.changeover / unit), 0)
         plan = self.plan(round(k, 3), dc, w_max)
         w = min(math.ceil(inp.remaining / unit - 1e-9), w_max)

@@ -351,3 +351,15 @@ def test_a_reasons_durations_read_as_a_person_would_write_them(seconds, text):
     from pricing.spot_policy import span
 
     assert span(seconds) == text
+
+
+def test_a_deadline_too_close_to_plan_spot_for_is_said_in_minutes_not_in_the_models_words():
+    """A 150 s deadline's job read "(no planning step left before the deadline)" in its dry run and place event."""
+    policy = make_policy()
+    short = PolicyInput(now=0.0, deadline=150.0, work_total=60.0, work_done=0.0, changeover=20.0, tick=1.0,
+                        price_ratio=3.145, spot_zones_available=frozenset({"a"}))
+    policy.observe(short)
+    decision = policy.decide(short)
+    assert decision.action is Action.ONDEMAND
+    assert decision.reason == ("the deadline is 2 min away, less than the 10 min this policy plans spot in: too close "
+                               "to risk losing spot"), decision.reason
