@@ -655,22 +655,27 @@ def _print_json(data: Any) -> None:
 
 
 def _budget_lasts(job: dict) -> str:
-    """For a job priced per hour (no ``expected_hours``), how long its budget runs it on its cheapest match, when
-    that is under a day: a $0.002 budget was admitted at "$0.20/h" and stopped at it within seconds, the user
-    learning only then what it paid for."""
+    """For a job priced per hour (no ``expected_hours``), how long its budget runs it on each tier it may run on (at
+    the tier's cheapest match, cheapest tier first), when one of them is under a day: a $0.002 budget was admitted
+    at "$0.20/h" and stopped at it within seconds, the user learning only then what it paid for."""
     quote = job.get("quote") or {}
     tiers = [t for t in quote.get("tiers") or [] if isinstance(t.get("price_per_hour"), int) and t["price_per_hour"] > 0]
     budget = (job.get("budget") or {}).get("micros")
     if not quote.get("per_hour_only") or not tiers or not isinstance(budget, int):
         return ""
-    cheapest = min(tiers, key=lambda t: t["price_per_hour"])
-    seconds = budget * 3600 // cheapest["price_per_hour"]
-    if seconds >= 86_400:
-        return ""
     from broker.views import duration
 
-    return (f" — the budget pays for about {duration(seconds)} on {cheapest['tier']}, a clean stop at its end "
-            "included (give broker.expected_hours for an estimate of the whole run)")
+    # each tier it may run on, cheapest first: named for the cheapest alone, a job the full pool sent to spot was
+    # stopped in a third of the time said
+    lasts = {}
+    for t in sorted(tiers, key=lambda t: t["price_per_hour"]):
+        lasts.setdefault(t["tier"], budget * 3600 // t["price_per_hour"])
+    if min(lasts.values()) >= 86_400:
+        return ""
+    said = [f"{duration(seconds)} on {tier}" for tier, seconds in lasts.items()]
+    listed = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
+    return (f" — the budget pays for about {listed}, a clean stop at its end included (give broker.expected_hours "
+            "for an estimate of the whole run)")
 
 
 def cmd_submit(args) -> int:
