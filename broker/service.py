@@ -317,6 +317,7 @@ class BrokerService:
             if existing is not None:
                 return _Admission(spec, team, None, _same_submit(existing, spec, self.settings, now))
         if spec.broker.checkpoint is not None:
+            self._check_base_theirs(principal, spec.broker.checkpoint, team)
             self._check_base_free(principal, spec.broker.checkpoint, team, now)
         if spec.broker.workdir is not None:
             self._check_workdir(spec.broker.workdir)
@@ -430,6 +431,32 @@ class BrokerService:
                     and checkpoint_base(other.checkpoint_uri) == wanted:
                 return other
         return None
+
+    def _check_base_theirs(self, principal: Principal, base: str, team: str) -> None:
+        """A team's ``broker.checkpoint`` (403 otherwise, an admin's is not held to this): not the broker's checkpoint
+        root itself, nor inside the base the broker gave another team's job there (a team continued, and wrote into,
+        another team's finished job's checkpoints), nor a path on the broker's host outside the root (the runner
+        wrote ``step-*`` folders into ``/etc``). A base under the root for one of the team's own jobs (to continue a
+        cancelled one), a new name under it, and a bucket URL are the team's to name."""
+        if principal.admin:
+            return
+        given, root = checkpoint_base(base), checkpoint_base(self.settings.checkpoint_root)
+        if given == root:
+            raise Invalid("broker.checkpoint", f"{base!r} is the broker's checkpoint root, which holds every job's "
+                                               "checkpoints: leave broker.checkpoint out (the job gets a base of its "
+                                               "own inside it) or name a base of your own", status=403)
+        if given.startswith(root.rstrip("/") + "/"):
+            first = given[len(root.rstrip("/")) + 1:].split("/", 1)[0]
+            other = self.store.get_job(first)
+            if other is not None and other.team != team:
+                raise Invalid("broker.checkpoint", f"{base!r} is inside the checkpoint base of a job of another team: "
+                                                   "leave broker.checkpoint out, or name a base of your own",
+                              status=403)
+        elif given.startswith("file://"):
+            raise Invalid("broker.checkpoint", f"{base!r} is a path on the broker's host outside its checkpoint root "
+                                               f"({self.settings.checkpoint_root}), which only an admin's submit may "
+                                               "name: leave broker.checkpoint out, or name a bucket (s3://, gs://) "
+                                               "or a base inside the root", status=403)
 
     def _check_base_free(self, principal: Principal, base: str, team: str, now: float) -> None:
         """Two live jobs on one checkpoint base lose each other's checkpoints (each one's retention takes the

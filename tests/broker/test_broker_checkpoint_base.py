@@ -72,9 +72,10 @@ def test_a_base_inside_another_or_beside_it_and_a_default_base_are_accepted(serv
 
 def test_once_the_first_job_ended_its_base_may_be_used_again_and_the_ended_job_is_then_not_resumed(served):
     client, store = served
-    first = client.post("/v1/jobs", json=task("/data/ckpt/exp1"), headers=VISION).json()
+    # paths on the broker's host outside its checkpoint root: an admin's to name (for team vision)
+    first = client.post("/v1/jobs", json=task("/data/ckpt/exp1", team="vision"), headers=ADMIN_H).json()
     end(store, first["id"], JobState.FAILED)
-    second = client.post("/v1/jobs", json=task("file:///data/ckpt/./exp1/"), headers=VISION)
+    second = client.post("/v1/jobs", json=task("file:///data/ckpt/./exp1/", team="vision"), headers=ADMIN_H)
     assert second.status_code == 201, second.text  # continues from the failed job's checkpoints: not refused
     r = client.post(f"/v1/jobs/{first['id']}/resume?force=true", headers=VISION)
     assert r.status_code == 409 and second.json()["id"] in r.text and "not resumed" in r.text, r.text
@@ -100,3 +101,34 @@ def test_a_job_resumed_on_its_default_base_that_another_job_named_is_refused(ser
 ], ids=lambda v: str(v))
 def test_checkpoint_bases_compare_as_the_library_reads_them(a, b, same):
     assert (checkpoint_base(a) == checkpoint_base(b)) is same
+
+
+def test_a_teams_base_is_its_own_not_the_root_another_teams_job_or_a_host_path(served, make_settings):
+    """A team's token pointed broker.checkpoint at another team's finished job's base (restoring its weights, then
+    writing into it) and at /etc (the runner wrote step-* folders there): each is a 403 naming the field."""
+    client, store = served
+    root = make_settings(config=CONFIG).checkpoint_root.rstrip("/")
+    theirs = client.post("/v1/jobs", json=task(None), headers=NLP).json()
+    end(store, theirs["id"], JobState.SUCCEEDED)
+    mine = client.post("/v1/jobs", json=task(None), headers=VISION).json()
+    end(store, mine["id"], JobState.CANCELLED)
+    for base, says in [
+        (theirs["checkpoint_uri"], "inside the checkpoint base of a job of another team"),
+        (theirs["checkpoint_uri"] + "/../" + theirs["id"] + "/sub", "inside the checkpoint base of a job of another team"),
+        (root, "is the broker's checkpoint root"),
+        (root + "/", "is the broker's checkpoint root"),
+        ("/etc", "a path on the broker's host outside its checkpoint root"),
+        ("file:///tmp/x", "a path on the broker's host outside its checkpoint root"),
+    ]:
+        r = client.post("/v1/jobs", json=task(base), headers=VISION)
+        assert r.status_code == 403 and r.json()["field"] == "broker.checkpoint", (base, r.text)
+        assert says in r.json()["detail"], (base, r.text)
+        assert f"job {theirs['id']}" not in r.json()["detail"]  # the base given is quoted, the job not named
+    # the team's own ended job (to continue it), a new name under the root and a bucket are its own to name
+    for base in (mine["checkpoint_uri"], root + "/vision-run-7", "s3://vision-bucket/run"):
+        r = client.post("/v1/jobs", json=task(base), headers=VISION)
+        assert r.status_code == 201, (base, r.text)
+        end(store, r.json()["id"], JobState.CANCELLED)
+    # an admin is not held to it
+    r = client.post("/v1/jobs", json=task(theirs["checkpoint_uri"], team="vision"), headers=ADMIN_H)
+    assert r.status_code == 201, r.text
