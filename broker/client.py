@@ -214,8 +214,13 @@ class BrokerClient:
                 # a broker on this host started with another BROKER_DATA_DIR wrote its token there, not here
                 other_dir = (", or set BROKER_DATA_DIR to the data dir the broker was started with"
                              if _loopback(self.url) else "")
-                detail = (f"{detail} (no token was sent: set BROKER_TOKEN or --token, or run this where `broker serve` "
-                          f"wrote {default_data_dir() / 'admin-token'}{other_dir})")
+                # the admin-token file is named only where it is: a broker given its admin token (BROKER_ADMIN_TOKEN,
+                # admin_token_sha256) writes none, and "run this where `broker serve` wrote <file>" sent the user
+                # looking for a file that was nowhere (here, one that is there and was not sent holds no token)
+                token_file = default_data_dir() / "admin-token"
+                empty = f"; {token_file} holds no token" if token_file.exists() else ""
+                detail = (f"{detail} (no token was sent{empty}: set BROKER_TOKEN or --token to the admin token the "
+                          f"broker was given, or a team token{other_dir})")
             elif r.status_code == 401 and self._token_file is not None:
                 detail = (f"{detail} (the token sent is the admin token in {self._token_file}, which this broker "
                           "does not take: set BROKER_DATA_DIR to the data dir of the broker you mean, whose admin "
