@@ -213,6 +213,11 @@ function render(r) {
   // spend dearer than on-demand (on-prem against a cheap quote) read "Saved -$12.00": it says what it is
   const dearer = t.saving.micros < 0;
   const pct = t.saving_percent;
+  // no on-demand price for any of the spend: its "equivalent" is the spend itself, which read as if on-demand would
+  // have cost the same; `broker costs` says there is nothing to compare, and so does this card
+  const compared = !(pct === null && t.saving.micros === 0);
+  if (!compared) $("total-ondemand").textContent = "—";
+  $("total-ondemand-note").textContent = compared ? "" : NOTHING_TO_COMPARE;
   $("total-saving-label").textContent = dearer ? "Paid more than on-demand" : "Saved";
   if (dearer) $("total-saving").textContent = t.saving.usd.replace(/^-/, "");
   if (pct === null) $("total-saving").textContent = "—";  // nothing ran at a price: no on-demand figure to weigh
