@@ -814,9 +814,22 @@ def host_notes(request: dict) -> list[str]:
     if nodes > 1:
         notes.append(f"num_nodes: {nodes} runs on this host as one node with the GPUs of all {nodes} "
                      f"(SKYPILOT_NUM_NODES=1, SKYPILOT_NUM_GPUS_PER_NODE={gpus_of(request)})")
-    mounts, missing = [], []
+    mounts, missing, checkpoint = [], [], []
     for k, v in (task.get("file_mounts") or {}).items():
-        if v == CHECKPOINT_MOUNT and local_checkpoint_dir(request, make=False) is not None:
+        if v == CHECKPOINT_MOUNT and (folder := local_checkpoint_dir(request, make=False)) is not None:
+            # nothing is made at its destination here (a path such as /ckpt needs root, and a link there would be
+            # the host's, shared by every job): said, with where the checkpoints are instead, as SkyPilot's
+            # /ckpt/<prefix> is BROKER_CHECKPOINT_DIR there too
+            checkpoint.append(f"file_mounts {k}: not mounted: {CHECKPOINT_MOUNT} is mounted by SkyPilot placements "
+                              f"only; on this host nothing is made at {k}, and the job's checkpoint folder is "
+                              f"BROKER_CHECKPOINT_DIR={folder} (read it from $BROKER_CHECKPOINT_DIR, not {k})")
+            continue
+        if v == CHECKPOINT_MOUNT:  # a bucket: nothing on this host to name, and no BROKER_CHECKPOINT_DIR
+            store = (request.get("envs") or {}).get("BROKER_CHECKPOINT_URI") or "the checkpoint store"
+            checkpoint.append(f"file_mounts {k}: not mounted: {CHECKPOINT_MOUNT} is mounted by SkyPilot placements "
+                              f"only; on this host nothing is made at {k} and BROKER_CHECKPOINT_DIR is not set, as "
+                              f"the job's checkpoints are in {store}, not on this host (the checkpoint library "
+                              f"saves there from $BROKER_CHECKPOINT_URI)")
             continue
         if _local_source(v) is not None and isinstance(k, str):
             continue  # linked, or said why not, by link_mounts
@@ -830,6 +843,7 @@ def host_notes(request: dict) -> list[str]:
     if mounts:
         notes.append(f"file_mounts are not mounted on this host (only SkyPilot placements mount them): {', '.join(mounts)}")
     notes.extend(missing)
+    notes.extend(checkpoint)
     resources = task.get("resources") if isinstance(task.get("resources"), dict) else {}
     if str(resources.get("image_id") or "").startswith("docker:"):
         notes.append(f"image_id {resources['image_id']} is not used on this host: the job runs in the broker's own "
