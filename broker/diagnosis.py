@@ -64,6 +64,9 @@ class Ending:
     reason: str = ""
     log_tail: str = ""
     step: int | None = None  # the last step the progress reports or checkpoints gave
+    # the job reported no step to the broker during the attempt (no progress report, no checkpoint), so its running
+    # view showed none: a step the sentence reads from its log for a stop or preemption says it came from there
+    unreported: bool = False
     command: str | None = None  # which of the task's commands ended it: "setup" or "run" (or "workdir": its clone)
 
 
@@ -552,6 +555,16 @@ def _last_total(log_tail: str) -> int | None:
     return int(last.group(1)) if last is not None else None
 
 
+# Where a stop the broker made (its budget, a cancel) or a preemption names a step the job never reported (it prints
+# "step 36/100" but reports through neither the checkpoint library nor BROKER_PROGRESS_URL), the sentence says so: the
+# job's status showed no step while it ran ("the attempt started"), and "Stopped at its budget at step 36" read as the
+# broker having known one. The running view is not fed from the log: its step is what the run reported (it is what
+# heartbeat_timeout_seconds, the rate and the steps lost go by), and reading every running attempt's log each tick is
+# a whole download on SkyPilot (its API server's tail_logs). A failure is diagnosed from its log anyway, and says so.
+LOG_STEP_SAID = frozenset({"budget", "cancelled", "preempted"})
+LOG_STEP_NOTE = "read from its log: the job reported no progress to the broker, so none was shown while it ran"
+
+
 def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
     """The rule that explains how the ending's log ends, rendered as a sentence and a hint.
 
@@ -583,6 +596,9 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     # progress reports are rate-limited and checkpoints periodic: the log often shows a later step
     known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
     step = max(known) if known else None
+    at_step = f" at step {step}" if step is not None else ""
+    if step is not None and ending.step is None and ending.unreported and ending.phase in LOG_STEP_SAID:
+        at_step += f" ({LOG_STEP_NOTE})"
     batch = _BATCH.findall(ending.log_tail)
     log_tail = _without_hang_fallout(
         _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail)))))
@@ -597,7 +613,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     if rule is not None:
         facts = {"step": step, "code": ending.exit_code, "signal": ending.signal,
                  "batch_size": batch[-1] if batch else None,
-                 "at_step": f" at step {step}" if step is not None else "",
+                 "at_step": at_step,
                  "batch": f" (batch size {batch[-1]})" if batch else "",
                  "ended": _ended(ending), "what": "The setup command" if ending.command == "setup" else "The job",
                  "said": f': "{line}"' if (line := _last_line(log_tail)) else "",

@@ -1043,7 +1043,8 @@ class Engine:
             said = fmt_duration(quiet) if quiet is not None else "longer than heartbeat_timeout_seconds"
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
                                                reason=said, log_tail=tail,
-                                               step=max(known) if known else None, command=status.step))
+                                               step=max(known) if known else None, command=status.step,
+                                               unreported=not known))
         if attempt.stop_reason == "budget" and job.state is JobState.STOPPING \
                 and job.reason.startswith(PROVISIONING_STOP) and status.phase is not Phase.SUCCEEDED:
             diagnosis = Diagnosis("budget_stop", f"Stopped at its budget while {_provisioned(self.launcher, attempt)} "
