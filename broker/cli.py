@@ -787,12 +787,14 @@ def _say_behind(con, client, job_id: str) -> None:
     version 1 of it: placed, or given a reason of its own), for at most :data:`SUBMIT_SETTLE_SECONDS`: placed, nothing
     more is said, as of a job first in line; still queued, how many wait ahead of it; not decided yet (an engine with
     long ticks, or none in this broker process), that it starts at the engine's next tick if capacity it can use is
-    free."""
+    free. A job first in line that the engine left queued is said to be so, with its reason and rough start: it said
+    nothing, as of a job placed, while every slot it could use was full."""
     from broker.client import BrokerError
 
     def behind(job: dict) -> int | None:
+        """Its queue position while it is queued (1: first in line, which said nothing and read as starting)."""
         position = job.get("queue_position")
-        return position if job.get("state") == "queued" and isinstance(position, int) and position > 1 else None
+        return position if job.get("state") == "queued" and isinstance(position, int) else None
 
     def decided(job: dict) -> bool:
         return not isinstance(job.get("version"), int) or job["version"] > 1
@@ -807,6 +809,15 @@ def _say_behind(con, client, job_id: str) -> None:
         return
     position = behind(job)
     if position is None:
+        return
+    if position == 1:  # first in line, yet not started: said, with why and roughly when, as of a job behind others
+        start = f"; estimated start {_short_time(job['estimated_start'])}" if job.get("estimated_start") else ""
+        why = (job.get("reason") or "").removeprefix("waiting: ")
+        if decided(job):
+            con.print(f"queued first in line{': ' + why if why else ''}{start}", highlight=False)
+        else:
+            con.print("queued first in line: it starts at the engine's next tick if capacity it can use is free; "
+                      "`broker queue` shows roughly when it starts", highlight=False)
         return
     ahead = "1 job waits" if position == 2 else f"{position - 1} jobs wait"
     if decided(job):

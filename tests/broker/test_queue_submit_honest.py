@@ -14,6 +14,7 @@ what it needs is held (``broker/queue.py::waits``).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -60,7 +61,9 @@ def test_a_job_that_starts_at_once_on_capacity_nobody_ahead_waits_for_is_not_tol
                              "--budget", "2").stdout)
     wait_for(lambda: json.loads(run("--json", "status", blocker["id"]).stdout)["state"] == "running", timeout=30)
     pool_only = _task(tmp_path, "pool-only", POOL_ONLY.format(name="pool-only"))
-    assert "ahead of it" not in run("submit", pool_only, "--budget", "2").stdout  # first in line
+    said = run("submit", pool_only, "--budget", "2").stdout  # first in line, the pool full: it waits, and is told so
+    assert "ahead of it" not in said and "queued first in line: the pool local is full right now" in said, said
+    assert re.search(r"; estimated start \S+$", said.strip()), said
     said = run("submit", pool_only, "--budget", "2").stdout
     # it does wait behind the first for the pool, the only capacity it may use
     assert "queued: 1 job waits ahead of it (position 2); `broker queue` shows roughly when it starts" in said, said
