@@ -420,7 +420,10 @@ class BrokerClient:
                 continue
             job = asked(lambda: self.job(job_id))
             status = (job["state"], job.get("queue_position"), _in_substance(job.get("reason")))
-            if on_status is not None and status != seen:
+            moved_on = attempt is not None and job["attempts"] > attempt
+            # a job moved on to its next attempt: the end of this one is said first (its last lines, then how it
+            # ended), and where the next stands after it ("launching attempt 2 …" came before "attempt 1 preempted")
+            if on_status is not None and status != seen and not moved_on:
                 # a new state or place in the queue at once, and the first new reason after it (the engine's first
                 # look at it: "waiting to be placed", then why it waits); a reason that says something else again
                 # at most once a minute (a holder "running 9 s past its expected 10 s" printed a line every
@@ -431,7 +434,6 @@ class BrokerClient:
                     eager = moved
                     seen, said_at = status, now
                     on_status(job)
-            moved_on = attempt is not None and job["attempts"] > attempt
             if moved_on or job["state"] in FINAL and (attempt is None or attempt >= job["attempts"]):
                 # what the attempt wrote between the read above and the job's answer (its last lines, as it
                 # ended) is read before the follower moves on or returns

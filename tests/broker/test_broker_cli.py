@@ -896,6 +896,23 @@ def test_following_a_job_reads_the_lines_an_attempt_wrote_as_it_ended(then):
     assert seen == expected
 
 
+def test_following_a_preempted_job_says_the_attempt_ended_before_where_the_next_one_stands():
+    """`broker logs -f` printed "[j-1 launching: launching attempt 2 on spot sim-b, resuming from step 32]" before
+    "[j-1 attempt 1 preempted …; attempt 2 follows]": the job read for its status had moved on already."""
+    from broker.client import BrokerClient
+
+    said: list[str] = []
+    broker = _ScriptedBroker(
+        logs=[(1, "step 1\n"), (1, ""), (1, ""), (2, ""), (2, "resumed at step 1\n")],
+        jobs=[{"state": "launching", "attempts": 2, "reason": "launching attempt 2 on spot sim-b"}] * 2
+        + [{"state": "succeeded", "attempts": 2}])
+    client = BrokerClient("http://127.0.0.1:9")
+    client.logs, client.job = broker.logs, broker.job
+    list(client.follow_log_chunks("j-1", poll=0, on_status=lambda job: said.append(f"status {job['state']}"),
+                                  on_attempt_end=lambda job, n: said.append(f"attempt {n} ended")))
+    assert said[:2] == ["attempt 1 ended", "status launching"], said
+
+
 @pytest.mark.parametrize("width, says", [
     (40, "(to fit 40 columns, without: reason; piped or --json: all)"),
     (20, "(33 columns wide, its ids, states, times and amounts whole, on 20, without: reason; piped or --json: all)"),
