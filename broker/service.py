@@ -1072,8 +1072,16 @@ class BrokerService:
                 raise Conflict(f"not moved to on-demand: {short}. Raise the budget first (broker budget {job.id} "
                                "<dollars>), then move it", field="budget")
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind
-                return self.resume(principal, job_id, force=force, tier="ondemand",
-                                   reason=f"resumed on on-demand by {principal.name}")
+                try:
+                    return self.resume(principal, job_id, force=force, tier="ondemand",
+                                       reason=f"resumed on on-demand by {principal.name}")
+                except Conflict:
+                    # its twin (the same click on another broker) resumed it on on-demand first: answered as it is,
+                    # not with the resume's "is queued, not ended" to a user who asked for on-demand
+                    again = self.get(principal, job_id)
+                    if again.force_tier == "ondemand" and again.state not in RESUMABLE and not again.state.is_final:
+                        return again
+                    raise
             now = self.clock()
             note = note_event(job, "switch_tier", f"pinned to on-demand by {principal.name}", time=now,
                               actor=principal.name, data={"tier": "ondemand"})

@@ -554,6 +554,35 @@ def test_moving_a_budget_stopped_job_to_on_demand_names_the_budget_that_the_move
         store.close()
 
 
+def test_the_same_move_to_on_demand_on_two_brokers_at_once_answers_both_with_the_job_moved(make_settings, tmp_path):
+    """`broker ondemand` on a budget-stopped job sent to two brokers at once: the one whose resume lost the race was
+    answered 409 "… is queued, not ended: only a failed or budget-stopped job resumes", to a user who asked for
+    on-demand and got it. The twin's resume is made to land between this one's read and its resume."""
+    from broker.auth import Principal
+    from broker.service import BrokerService
+    from broker.store import open_store
+
+    settings = make_settings(config="zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
+                                    "price_per_hour: '1.01'}, {name: sim-spot, tier: spot, instance_type: g5.xlarge, "
+                                    "price_per_hour: '0.30'}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'twins.db'}")
+    admin = Principal("admin", None, admin=True)
+
+    class Late(BrokerService):
+        def resume(self, *args, **kwargs):
+            twin.switch_to_ondemand(admin, job.id)  # the other broker's click lands first
+            return super().resume(*args, **kwargs)
+
+    service, twin = Late(settings, store, clock=lambda: NOW), BrokerService(settings, store, clock=lambda: NOW)
+    try:
+        job = _budget_stopped(service, store, admin, "sim-spot", "spot", 300_000, 1_300, budget=5_000_000)
+        moved = service.switch_to_ondemand(admin, job.id)
+        assert moved.state is JobState.QUEUED and moved.force_tier == "ondemand"
+        assert [e.event for e in store.events(job.id)].count("resume") == 1  # resumed once, by the twin
+    finally:
+        store.close()
+
+
 def test_a_job_whose_every_zone_is_blocked_says_until_when_each_is():
     """"every matching zone is blocked for this job after recent preemptions" named neither the zones nor when the
     job may go back, while `broker queue` showed it first and it started last."""
