@@ -129,7 +129,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             # a pruned job is a 404 like a mistyped id: say that it may have been deleted, and when that happens
             detail += (f"; finished jobs are deleted {days:g} day{'' if days == 1 else 's'} after they end "
                        "(job_retention_days), so this one may have been pruned")
-        return _error(404, detail)
+        return _error(404, detail, "job_id")  # the job id in the path (a bad-input answer names its field)
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict):
@@ -161,7 +161,9 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     @app.exception_handler(StoreUnavailable)
     async def _store_down(request: Request, exc: StoreUnavailable):
         log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-        if request.method in ("GET", "HEAD") or exc.written is False:
+        if request.method in ("GET", "HEAD"):  # a read changes nothing: "nothing was changed" read oddly there
+            detail = "the job store did not answer: retry in a moment"
+        elif exc.written is False:
             detail = "the job store did not answer; nothing was changed: retry in a moment"
         elif request.url.path == "/v1/jobs":
             detail = ("the job store did not answer, so this submit may or may not have been stored: retry it with the "

@@ -295,6 +295,7 @@ def test_a_part_of_an_id_is_a_404_that_names_the_callers_job_it_begins_never_ano
         assert r.status_code == 404 and r.json()["detail"] == f"no job {given} (did you mean {mine}?)", r.text
     r = client.post(f"/v1/jobs/{theirs[:6]}/cancel", headers=auth("vision-token"))
     assert r.status_code == 404 and r.json()["detail"] == f"no job {theirs[:6]}", r.text  # ids don't leak
+    assert r.json()["field"] == "job_id"  # as every bad input names its field
     assert client.get(f"/v1/jobs/{theirs}", headers=auth("vision-token")).json()["detail"] == f"no job {theirs}"
     r = client.get(f"/v1/jobs/{theirs[:6]}/logs", headers=auth())  # an admin sees every team's
     assert r.status_code == 404 and f"(did you mean {theirs}?)" in r.json()["detail"], r.text

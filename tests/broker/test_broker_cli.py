@@ -241,7 +241,7 @@ def test_with_json_an_error_is_also_one_json_object_on_stdout(cli):
         "field": "broker.budget_usd"}, r.stdout
     assert r.stderr.startswith("error [422]: broker.budget_usd: must be"), r.stderr  # the human line stays
     r = run("status", "j-nope", "--json", check=False)
-    assert r.returncode == 1 and json.loads(r.stdout) == {"error": "no job j-nope", "status": 404}, r.stdout
+    assert r.returncode == 1 and json.loads(r.stdout) == {"error": "no job j-nope", "status": 404, "field": "job_id"}, r.stdout
     r = run("--json", "submit", str(tmp / "missing.yaml"), check=False)  # refused here, before any request
     assert r.returncode == 1 and json.loads(r.stdout) == {"error": f"{tmp / 'missing.yaml'}: no such file"}, r.stdout
     r = run("status", "j-nope", check=False)
