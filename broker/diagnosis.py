@@ -15,8 +15,9 @@ A rule's sentence may use ``{step}`` (the last training step the log or the
 progress reports show, whichever is later), ``{batch_size}``, ``{path}`` (a path or URL in the
 matched line), ``{code}``, ``{signal}``, ``{ended}`` ("exited with code 3", "was killed by
 signal 6 (SIGABRT)"), ``{what}`` ("The job", or "The setup command" when the task's setup
-failed), ``{said}`` (the log's last line, quoted after a colon) and ``{reason}`` (the launcher's
-reason for the end); a rule whose pattern has an ``exception`` group also ``{where}`` (a SyntaxError's file and
+failed), ``{command_said}`` ("The run command", or "The setup command") and ``{command_word}`` ("run",
+"setup"), ``{said}`` (the log's last line, quoted after a colon) and ``{reason}`` (the launcher's reason for the
+end); a rule whose pattern has an ``exception`` group also ``{where}`` (a SyntaxError's file and
 line, a RecursionError's repeated call) and ``{cause}`` (the exception a chain began with: " (caused by …)").
 """
 
@@ -103,7 +104,11 @@ def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=(), co
 
 
 HOST_OOM_HINT = "Use a larger instance, fewer data-loader workers, or a smaller batch size."
-MAYBE_HOST_OOM_HINT = "If memory ran out: use a larger instance, fewer data-loader workers, or a smaller batch size."
+MAYBE_HOST_OOM_HINT = ("If memory ran out (the node's kernel log, dmesg, says \"Out of memory: Killed process\"): "
+                       "use a larger instance, fewer data-loader workers, or a smaller batch size. A SIGKILL also "
+                       "comes from a person or a tool on the node (kill -9), or from the script itself.")
+# a SIGKILL the log gives no reason for: the broker cannot tell who sent it (the kernel's OOM killer or anyone else)
+UNCONFIRMED_OOM = "often the kernel's out-of-memory killer, but nothing in the log confirms it"
 CRASH_HINT = ("Usually native code: a torch/CUDA build that does not match the node, a custom op or a C extension; "
               "the log's last lines show what it was doing.")
 PORT_HINT = ("On a shared host another job may hold it: give each job its own port (torchrun --master_port), or "
@@ -161,6 +166,12 @@ DIVERGED_HINT = ("Not a crash of the code but of the numbers: lower the learning
                  "--force continues from the last checkpoint with the same settings, and most often diverges again "
                  "at about the same step.")
 SHM_HINT = "Give the node more shared memory (a container's --shm-size), or use fewer data-loader workers."
+# a script's own command-line parser (argparse, click) refusing the arguments it was given: it exits 2 before doing
+# anything, and the same command fails the same way
+BAD_ARGUMENTS_HINT = ("A resume runs the same command and fails the same way: fix the task's {command_word} command "
+                      "(or the file it reads its arguments from) and submit the task again; if the argument comes from "
+                      "one of the task's envs, resume with that env changed instead (broker resume JOB --env "
+                      "NAME=value).")
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
@@ -340,6 +351,24 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "The run command names a file that is not there: check its name, and that the task's workdir holds it (the "
        "run starts in the workdir); then submit the task again.",
        r"can't open file '(?P<path>[^'\n]+)': \[Errno 2\]"),
+    # argparse's usage error ("usage: train.py [-h] …" then "train.py: error: …", exit 2); torchrun's own parser says
+    # it as "torchrun: error: …", so {prog} names whose arguments they were
+    _r("bad_arguments", "{command_said} passes {prog} arguments it does not take: {args} (argparse's usage error).",
+       BAD_ARGUMENTS_HINT, r"^(?P<prog>[^\s:][^\n:]*): error: unrecognized arguments: (?P<args>[^\n]*?)\s*$",
+       phases=["failed"]),
+    _r("bad_arguments", "{command_said} leaves out arguments that {prog} requires: {args} (argparse's usage error).",
+       BAD_ARGUMENTS_HINT,
+       r"^(?P<prog>[^\s:][^\n:]*): error: the following arguments are required: (?P<args>[^\n]*?)\s*$",
+       phases=["failed"]),
+    _r("bad_arguments", "{command_said} gives {prog} an argument it does not accept: {argerr} (argparse's usage "
+       "error).", BAD_ARGUMENTS_HINT,
+       r"^(?P<prog>[^\s:][^\n:]*): error: (?P<argerr>(?:argument [^\n:]+|ambiguous option): [^\n]*?)\s*$",
+       phases=["failed"]),
+    # click's ("Usage: train.py [OPTIONS]", "Try 'train.py --help' for help.", then "Error: No such option: --stepz")
+    _r("bad_arguments", "{command_said} passes the script an argument it does not accept (click's usage error): "
+       "{argerr}.", BAD_ARGUMENTS_HINT,
+       r"^Error: (?P<argerr>(?:No such option|Missing (?:option|argument|parameter)|Invalid value for|Got unexpected "
+       r"extra arguments?)\b[^\n]*?)\.?\s*$", phases=["failed"]),
     _r("cuda_mismatch", "The job's CUDA build does not match the node's driver{at_step}: {said_cuda}.",
        "Install a PyTorch built for the node's CUDA version (nvidia-smi shows it; pip install torch --index-url "
        "https://download.pytorch.org/whl/cu121 and the like), or use an image whose driver is new enough; then submit "
@@ -358,19 +387,21 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "Install {module} earlier in the setup, then build the package with pip install --no-build-isolation (as "
        "flash-attn's instructions say), or pin a version that has a prebuilt wheel for this Python.",
        r"^[ \t]+ModuleNotFoundError: No module named '(?P<module>[^']+)'\n[ \t]+\[end of output\]"),
-    _r("dependency_missing", "A Python dependency is missing: {module}.",
-       "Add it to the task's setup: {pip_install}.", r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
+    # {missing_said}, {missing_hint}: a well-known package's name is told to pip; another name may be the user's own
+    # code left out of the workdir, which `pip install` of that name would not bring (see _missing_module)
+    _r("dependency_missing", "{missing_said}", "{missing_hint}",
+       r"ModuleNotFoundError: No module named '(?P<module>[^']+)'"),
     _r("host_oom", "Out of host memory{at_step}: the kernel killed the process.",
        HOST_OOM_HINT,
        r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
-    # SIGKILL with nothing in the log to say why: memory is the likeliest cause, not a certain one
-    _r("host_oom", "The process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host memory.",
+    # SIGKILL with nothing in the log to say why: memory is a likely cause, not a certain one (a script that kills
+    # itself, or kill -9 on the node, ends the same way)
+    _r("host_oom", "The process was killed by SIGKILL{at_step}: " + UNCONFIRMED_OOM + ".",
        MAYBE_HOST_OOM_HINT,
        codes=[137], signals=[9]),
     # torchrun exits 1 and names a worker's signal only in its summary ("exitcode : -9", "Signal 9 (SIGKILL)");
     # `accelerate launch` (one process) in its CalledProcessError ("Command '[…]' died with <Signals.SIGKILL: 9>.")
-    _r("host_oom", "A training process was killed (SIGKILL){at_step}, most likely by the kernel for lack of host "
-       "memory.", MAYBE_HOST_OOM_HINT,
+    _r("host_oom", "A training process was killed by SIGKILL{at_step}: " + UNCONFIRMED_OOM + ".", MAYBE_HOST_OOM_HINT,
        r"Signal 9 \(SIGKILL\) received by PID|^\s*exitcode\s*:\s*-9\b|CalledProcessError: .* died with "
        r"<Signals\.SIGKILL: 9>", phases=["failed"]),
     _r("crash", "A training process crashed with a segmentation fault{at_step}.",
@@ -388,7 +419,8 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("host_oom", "A data-loader worker was killed{at_step}, most likely by the kernel for lack of host memory.",
        HOST_OOM_HINT, r"DataLoader worker \(pid[^)]*\) (?:is killed by signal: Killed|exited unexpectedly)",
        phases=["failed"]),
-    _r("host_oom", "Out of host memory{at_step}{batch}: an allocation failed.",
+    # {allocation}: the size the log names ("the job could not allocate 64.0 GiB"), else "an allocation failed"
+    _r("host_oom", "Out of host memory{at_step}{batch}: {allocation}.",
        HOST_OOM_HINT,
        r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory"
        r"|_ArrayMemoryError\b|Unable to allocate [\d.]+ [KMGTPE]?i?B for an array", phases=["failed"]),
@@ -549,6 +581,59 @@ def _pip_install(module: str) -> str:
     return f"pip install {name}" + (f" (the package {module} comes in)" if name != top.replace("_", "-") else "")
 
 
+WELL_KNOWN = frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "torchmetrics", "transformers", "datasets",
+    "tokenizers", "accelerate", "peft", "trl", "deepspeed", "einops", "flash_attn", "xformers", "bitsandbytes",
+    "safetensors", "huggingface_hub", "sentencepiece", "tiktoken", "evaluate", "timm", "lightning",
+    "pytorch_lightning", "triton", "vllm", "numpy", "scipy", "pandas", "polars", "pyarrow", "matplotlib", "seaborn",
+    "wandb", "mlflow", "tensorboard", "tensorboardX", "tqdm", "omegaconf", "requests", "boto3", "botocore", "s3fs",
+    "fsspec", "gcsfs", "h5py", "zarr", "numba", "jax", "flax", "optax", "tensorflow", "keras", "onnx", "onnxruntime",
+    "fairscale", "nltk", "spacy", "sympy", "networkx", "rich", "click", "pydantic", "fire", "jsonlines",
+    "webdataset", "sacrebleu", "jsonargparse", "psutil", "xgboost", "lightgbm", "gymnasium", "opt_einsum",
+})
+"""Imports known to be published on PyPI under their own name (``_`` as ``-``): with :data:`PIP_NAMES`, the names a
+missing module's hint tells to ``pip install``. Any other may be the user's own code left out of the workdir, which
+``pip install`` of that name would not bring (but would install whatever PyPI has under it)."""
+
+
+def _missing_module(module: str, what: str) -> tuple[str, str]:
+    """The sentence and hint for ``ModuleNotFoundError: No module named 'module'``. A well-known package
+    (:data:`WELL_KNOWN`, :data:`PIP_NAMES`) is told to pip by name; another name is as likely the user's own code (a
+    package of the workdir not uploaded, or not on the import path), so that comes first, and the package that
+    provides it is not guessed: PyPI may well have something else under that name."""
+    top = module.split(".")[0]
+    if module in PIP_NAMES or top in PIP_NAMES or top in WELL_KNOWN:
+        return f"A Python dependency is missing: {module}.", f"Add it to the task's setup: {_pip_install(module)}."
+    return (f"{what} could not import {module}: Python found no module of that name.",
+            f"If {module} is your own code, check that it is in the task's workdir (and not left out by a "
+            f".gitignore or .skyignore, which the upload follows) and on the import path (the run starts in the "
+            f"workdir; a package elsewhere needs PYTHONPATH or pip install -e); otherwise add the package that "
+            f"provides it to the task's setup. Then submit the task again.")
+
+
+_ALLOCATION_SIZE = re.compile(r"Unable to allocate (?P<size>[\d.]+ [KMGTPE]?i?B)\b"
+                              r"|you tried to allocate (?P<bytes>\d+) bytes", re.I)
+
+
+def _allocation_size(log_tail: str, match: re.Match) -> str | None:
+    """The size a failed host allocation asked for, as its line says it (numpy's "Unable to allocate 64.0 GiB for an
+    array …"; torch's "DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736 bytes", as
+    "64.0 GiB"), or None."""
+    start = log_tail.rfind("\n", 0, match.start()) + 1
+    end = log_tail.find("\n", match.end())
+    found = _ALLOCATION_SIZE.search(log_tail[start:] if end < 0 else log_tail[start:end])
+    if found is None:
+        return None
+    if found.group("size"):
+        return found.group("size")
+    size, unit = float(found.group("bytes")), "bytes"
+    for each in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, each
+    return f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+
+
 def _last_total(log_tail: str) -> int | None:
     """The total of the last "step N/M" the log prints (the script's own count of its steps), if any."""
     last = _last_match(_STEP_OF, log_tail)
@@ -616,6 +701,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  "at_step": at_step,
                  "batch": f" (batch size {batch[-1]})" if batch else "",
                  "ended": _ended(ending), "what": "The setup command" if ending.command == "setup" else "The job",
+                 "command_word": "setup" if ending.command == "setup" else "run",
+                 "command_said": "The setup command" if ending.command == "setup" else "The run command",
                  "said": f': "{line}"' if (line := _last_line(log_tail)) else "",
                  "reason": ending.reason.rstrip(".") or "?",
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
@@ -629,6 +716,10 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
             facts["said_net"] = '"' + _clip(facts["said_net"]) + '"'
         if facts.get("module"):
             facts["pip_install"] = _pip_install(facts["module"])
+            facts["missing_said"], facts["missing_hint"] = _missing_module(facts["module"], facts["what"])
+        if match is not None and "{allocation}" in rule.sentence:
+            size = _allocation_size(log_tail, match)
+            facts["allocation"] = f"the job could not allocate {size}" if size else "an allocation failed"
         if match is not None and "timeout_ms" in match.re.groupindex:  # the abort's line repeats the timeout's, or not
             for each in match.re.finditer(log_tail):
                 for key, value in each.groupdict().items():

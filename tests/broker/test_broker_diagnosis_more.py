@@ -280,7 +280,7 @@ MISREAD = [
      "step 12\nTraceback (most recent call last):\n  File \"/workspace/data.py\", line 9, in load\n"
      "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 7.45 GiB for an array with shape (1000000000,) and "
      "data type float64\n",
-     "host_oom", False, "Out of host memory at step 12: an allocation failed."),
+     "host_oom", False, "Out of host memory at step 12: the job could not allocate 7.45 GiB."),
     ("the Hugging Face hub unreachable (was 'The training script raised OSError')",
      "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 12, in <module>\n"
      "    model = AutoModelForCausalLM.from_pretrained(\"gpt2\")\nOSError: We couldn't connect to "

@@ -258,8 +258,8 @@ LATER_CAUSE = [
     # an exit status is the last thing that happened: it outranks a line the job got past
     ("SIGKILLed (no line of its own) after a caught CUDA OOM",
      Ending("failed", 137, 9, log_tail=CAUGHT_OOM),
-     "host_oom", False, "The process was killed (SIGKILL) at step 1203, most likely by the kernel for lack of host "
-                        "memory."),
+     "host_oom", False, "The process was killed by SIGKILL at step 1203: "
+                        "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("SIGTERM from the node after a NCCL connect retried at start-up",
      Ending("failed", 143, 15, log_tail=NCCL_CONNECT_RETRIED),
      "terminated", True, "The job was stopped by SIGTERM at step 200, which the broker did not send: most likely the "
@@ -396,8 +396,8 @@ SAME_CAUSE = [
         [rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by \
         peer [10.0.0.2]:13706. This is typically caused by a remote worker crashing.
         """) + torchrun_summary(killed_rank(1), root_rank=0)),
-     "host_oom", "A training process was killed (SIGKILL) at step 880, most likely by the kernel for lack of host "
-                 "memory."),
+     "host_oom", "A training process was killed by SIGKILL at step 880: "
+                 "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     # Python's shutdown runs atexit callbacks after the traceback; one that fails prints its own traceback last
     ("a CUDA OOM, then an atexit callback's BrokenPipeError (Python 3.10)",
      Ending("failed", 1, log_tail="step 450 batch_size 64\n" + CAUGHT_OOM.split("\n", 1)[1].split("OOM at")[0]
@@ -537,8 +537,8 @@ UNDER_ACCELERATE = [
     # summary does, after a traceback the child got past
     ("the child SIGKILLed after a caught CUDA OOM",
      Ending("failed", 1, log_tail=CAUGHT_OOM + accelerate_child_died("SIGKILL", 9)),
-     "host_oom", False, "A training process was killed (SIGKILL) at step 1203, most likely by the kernel for lack of "
-                        "host memory."),
+     "host_oom", False, "A training process was killed by SIGKILL at step 1203: "
+                        "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("the child segfaulted",
      Ending("failed", 1, log_tail="step 3\n" + accelerate_child_died("SIGSEGV", 11)),
      "crash", False, "A training process crashed with a segmentation fault at step 3."),
@@ -587,8 +587,8 @@ UNDER_TORCHRUN = [
     ("rank 0 lost its peer, rank 1 was SIGKILLed (by the kernel), ranks 2 and 3 printed the start-up warning",
      Ending("failed", 1, log_tail=STARTUP_WARNINGS + "step 1200 loss 2.01\n" + RANK0_LOST_PEER
             + torchrun_summary(killed_and_stopped(1, 2), root_rank=0)),
-     "host_oom", "A training process was killed (SIGKILL) at step 1200, most likely by the kernel for lack of host "
-                 "memory."),
+     "host_oom", "A training process was killed by SIGKILL at step 1200: "
+                 "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("rank 0 lost its peer, rank 2 printed the start-up warning, rank 3 raised a KeyError",
      Ending("failed", 1, log_tail=STARTUP_WARNINGS.split("\n", 1)[0] + "\nstep 1200 loss 2.01\n" + RANK0_LOST_PEER
             + "[rank3]:Traceback (most recent call last):\n"
