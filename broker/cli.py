@@ -1135,8 +1135,8 @@ def _next_step(job: dict) -> str | None:
                 f"continues it {where}")
     keep = f" (with broker.checkpoint: {job['checkpoint_uri']} to continue from step {point})" \
         if point is not None and job.get("checkpoint_uri") else ""
-    return (f"a failure of the job's own: fix it and submit again{keep}, or run it again as it is with "
-            f"`broker resume {jid} --force`")
+    return (f"a failure of the job's own: fix it and submit again{keep}; `broker resume {jid} --force` runs it "
+            "again unchanged, which fails the same way unless what it depends on outside the task changed")
 
 
 def _spent_of(job: dict) -> tuple[str, str]:

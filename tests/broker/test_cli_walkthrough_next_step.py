@@ -62,8 +62,8 @@ def _job(state: str, diagnosis: dict | None = None, checkpoint: int | None = 120
 
 @pytest.mark.parametrize("job, says", [
     (_job("failed", {"class": "gpu_oom", "infrastructure": False, "text": "Out of GPU memory."}),
-     "next: a failure of the job's own: fix it and submit again, or run it again as it is with "
-     "`broker resume j-0123456789 --force`"),
+     "next: a failure of the job's own: fix it and submit again; `broker resume j-0123456789 --force` runs it again "
+     "unchanged, which fails the same way unless what it depends on outside the task changed"),
     (_job("failed", None),  # failed before anything diagnosed it: the broker asks for --force too
      "`broker resume j-0123456789 --force`"),
     (_job("stopped_budget", {"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."}),
@@ -75,7 +75,8 @@ def _job(state: str, diagnosis: dict | None = None, checkpoint: int | None = 120
     ({**_job("failed", {"class": "user_code_error", "infrastructure": False, "text": "KeyError."}),
       "checkpoint_uri": "s3://b/run"},  # submitting again starts over unless it names the job's checkpoints
      "next: a failure of the job's own: fix it and submit again (with broker.checkpoint: s3://b/run to continue from "
-     "step 1200), or run it again as it is with `broker resume j-0123456789 --force`"),
+     "step 1200); `broker resume j-0123456789 --force` runs it again unchanged, which fails the same way unless what "
+     "it depends on outside the task changed"),
     (_job("failed", {"class": "credentials", "infrastructure": False, "text": "No API key."}),
      "next: `broker resume j-0123456789 --secret NAME` gives it the secret it lacked (no value: this shell's) and "
      "continues it from its last checkpoint (step 1200)"),
