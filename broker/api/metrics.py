@@ -133,6 +133,29 @@ class StoreCollector:
             return pruned
         return None
 
+    def _caps(self):
+        """Each team with a monthly cap: the cap, this month's spend and what its jobs not ended hold (what
+        :mod:`broker.team_budget` weighs at admission), so an alert can fire before a team's submits are refused."""
+        settings = getattr(self.service, "settings", None)
+        capped = sorted(t.name for t in (settings.teams.values() if settings else ()) if t.monthly_budget is not None)
+        if not capped:
+            return
+        families = {
+            "cap": GaugeMetricFamily("broker_team_monthly_cap_dollars", "A team's monthly_budget_usd.",
+                                     labels=["team"]),
+            "spent": GaugeMetricFamily("broker_team_month_spent_dollars", "What a team with a monthly cap spent "
+                                       "this calendar month (UTC).", labels=["team"]),
+            "held": GaugeMetricFamily("broker_team_month_held_dollars", "The unspent budgets of a capped team's jobs "
+                                      "not ended: what they may still spend.", labels=["team"]),
+        }
+        now = self.clock()
+        for team in capped:
+            standing = self.service.team_standing(team, now)
+            families["cap"].add_metric([team], standing.cap / 1_000_000)
+            families["spent"].add_metric([team], standing.spent / 1_000_000)
+            families["held"].add_metric([team], standing.held / 1_000_000)
+        yield from families.values()
+
     def collect(self):
         up = GaugeMetricFamily("broker_store_up", "1 when this scrape could read the store, else 0 (the figures "
                                "read from it are then left out, the process's own ones are not).")
@@ -159,6 +182,7 @@ class StoreCollector:
             for st in JobState:
                 by_state.add_metric([st.value, team], counts.get((st.value, team), 0))
         yield by_state
+        yield from self._caps()
 
         if pruned is not None:  # else left out this once: a sum without the jobs pruned meanwhile would fall
             spend = CounterMetricFamily("broker_spend_dollars", "Cost accrued by all attempts, by team and tier.",

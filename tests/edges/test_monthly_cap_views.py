@@ -1,6 +1,6 @@
 """A team's monthly cap as a team lead reads it: the dashboard (headless Chromium), ``broker costs`` and Slack's
 ``costs`` say this month's spend, what the team's jobs not ended hold and what is free, the figures of
-``GET /v1/costs``' ``monthly_caps``; a team without a cap shows none."""
+``GET /v1/costs``' ``monthly_caps`` and ``/metrics``; a team without a cap shows none."""
 
 from __future__ import annotations
 
@@ -46,6 +46,16 @@ def test_the_page_the_cli_and_slack_say_where_a_capped_team_stands(tmp_path, sto
             _choose(page, "team-b", "7d")
             page.wait_for_function("() => document.getElementById('monthly-caps').hidden")
         assert visible and shown == [f"Team team-a: {cap['text']}"]
+
+        # /metrics: the same figures, for an alert before a team's submits are refused
+        from prometheus_client.parser import text_string_to_metric_families
+
+        scraped = {(smp.name, tuple(smp.labels.items())): smp.value
+                   for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics").text) for smp in fam.samples}
+        for name, key in (("broker_team_monthly_cap_dollars", "cap"), ("broker_team_month_spent_dollars", "spent"),
+                          ("broker_team_month_held_dollars", "held")):
+            assert round(scraped[(name, (("team", "team-a"),))] * 1_000_000) == cap[key]["micros"], name
+            assert (name, (("team", "team-b"),)) not in scraped  # no cap, no series
 
         assert main(["costs", "--url", url, "--token", world.ADMIN, "--period", "7d"]) == 0
         out = " ".join(capsys.readouterr().out.split())
