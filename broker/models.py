@@ -112,6 +112,9 @@ class Attempt:
     steps_lost: int | None = None
     launched_in: str = ""  # the launcher's view it was launched in (``Launcher.domain``); "" = any
     limit_at: float | None = None  # when the launcher stops it by itself to keep the budget (engine clock)
+    # a workdir that is a path on the broker's host, as this attempt's launch found it (broker.workdir.fingerprint):
+    # the next attempt's launch says so when it differs. {}: no such workdir (a pack, a git ref), or an older broker's
+    workdir: dict[str, Any] = field(default_factory=dict, repr=False)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # fields a newer broker stored (EXTRA)
 
     @property

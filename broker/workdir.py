@@ -42,7 +42,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 DEFAULT_MAX_BYTES = 100 * 2**20
 """A pack's largest size (compressed) by default: ``max_workdir_bytes`` in the broker's config."""
@@ -606,3 +606,111 @@ def _plain(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
     if isinstance(exc, tarfile.LinkOutsideDestinationError):
         return f"{name!r} is a link to {member.linkname!r}, out of the workdir"
     return f"{name!r}: {exc}"
+
+
+# -- a workdir on the broker's host, read at each launch: its fingerprint -------------------------
+
+FINGERPRINT_MAX_FILES = 10_000
+"""The most files (and links) of a host workdir :func:`fingerprint` looks at, in the order it walks them: a workdir
+that is a folder of datasets would otherwise hold the engine's tick. Past it the fingerprint is ``partial``."""
+FINGERPRINT_LISTED = 300
+"""The most files whose own fingerprints are kept beside the digest, to say how many differ and which: a workdir with
+more keeps its digest only (an attempt's record stays small)."""
+NOT_FINGERPRINTED = frozenset({".git", "__pycache__"})
+"""Folders a fingerprint leaves out: git's own records (a fetch is no change of the code) and Python's byte-code
+caches, which a job importing its own modules writes into its workdir each run."""
+
+
+def fingerprint(directory: str) -> dict[str, Any]:
+    """What a workdir given as a path on the broker's host (an admin's submit, never packed) holds when an attempt
+    is launched, cheaply: the digest of each file's (path, size, mtime) and each link's target, walked as a pack
+    is (:func:`files_of`: the same ``.skyignore``/``.gitignore`` rules; links out of the tree are fine here, their
+    target is what counts), ``.git`` and ``__pycache__`` left out. ``{"path", "digest", "files"}``, with ``listing``
+    (path → 8 hex digits of its size and mtime) for at most :data:`FINGERPRINT_LISTED` files and ``partial`` when
+    it stopped at :data:`FINGERPRINT_MAX_FILES`. ``{}`` when it is no directory this host can read. The contents
+    are not read: an edit that keeps a file's size and time (rare) is not seen, a ``touch`` is."""
+    root = Path(os.path.expanduser(directory))
+    if not root.is_dir():
+        return {}
+    ignore_name = ".skyignore" if (root / ".skyignore").is_file() else ".gitignore"
+    top_rules = [] if ignore_name == ".skyignore" else _rules(_read(root / ".git" / "info" / "exclude"), "")
+    digest = hashlib.sha256()
+    listing: dict[str, str] | None = {}
+    count = 0
+
+    def walk(folder: Path, rel_dir: str, rules: list[_Rule]) -> bool:  # False: stopped at the cap
+        nonlocal count, listing
+        here = folder / ignore_name
+        if here.is_file():
+            rules = rules + _rules(_read(here), rel_dir)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:  # vanished or unreadable since its parent was listed: nothing of it is read either
+            return True
+        for name in names:
+            path, rel = folder / name, f"{rel_dir}/{name}" if rel_dir else name
+            try:
+                st = path.lstat()
+                if stat.S_ISDIR(st.st_mode):
+                    if name not in NOT_FINGERPRINTED and not _ignored(rel, True, rules) and not walk(path, rel, rules):
+                        return False
+                    continue
+                if stat.S_ISLNK(st.st_mode) and not _ignored(rel, False, rules):
+                    what = "link " + os.readlink(path)
+                elif stat.S_ISREG(st.st_mode) and not _ignored(rel, False, rules):
+                    what = f"{st.st_size} {st.st_mtime_ns}"
+                else:
+                    continue
+            except OSError:  # vanished since the folder was listed
+                continue
+            if count >= FINGERPRINT_MAX_FILES:
+                return False
+            count += 1
+            digest.update(f"{rel}\0{what}\n".encode("utf-8", "surrogateescape"))
+            if count > FINGERPRINT_LISTED:
+                listing = None
+            elif listing is not None:
+                listing[rel] = hashlib.sha256(what.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+        return True
+
+    try:
+        whole = walk(root, "", top_rules)
+    except RecursionError:  # folders nested deeper than Python recurses: what was walked till then is the fingerprint
+        whole = False
+    out: dict[str, Any] = {"path": directory, "digest": digest.hexdigest(), "files": count}
+    if listing is not None:
+        out["listing"] = listing
+    if not whole:
+        out["partial"] = True
+    return out
+
+
+def fingerprint_changes(before: dict[str, Any], after: dict[str, Any]) -> str | None:
+    """How the workdir of fingerprint ``after`` differs from that of ``before``, in a few words (``2 files differ:
+    train.py changed, notes.txt added``); ``None`` when it is the same, or when either is not known (``{}``: not a
+    host workdir, or a broker before fingerprints recorded none)."""
+    if not before.get("digest") or not after.get("digest") or before["digest"] == after["digest"]:
+        return None
+    a, b = before.get("listing"), after.get("listing")
+    if a is None or b is None:
+        many = max(before.get("files", 0), after.get("files", 0))
+        looked = f"; only its first {FINGERPRINT_MAX_FILES:,} files were compared" \
+            if before.get("partial") or after.get("partial") else ""
+        return f"it has {many:,} files, too many to say which differ{looked}"
+    changed = [f"{k} changed" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
+    added = [f"{k} added" for k in sorted(b.keys() - a.keys())]
+    removed = [f"{k} removed" for k in sorted(a.keys() - b.keys())]
+    said = changed + added + removed
+    more = f", and {len(said) - 3} more" if len(said) > 3 else ""
+    return f"{len(said)} file{' differs' if len(said) == 1 else 's differ'}: {', '.join(said[:3])}{more}"
+
+
+def changed_note(before: dict[str, Any], after: dict[str, Any], *, since: int, resumes: str) -> str | None:
+    """The sentence an attempt's launch (its event, the job's reason, the first lines of its log) says when its host
+    workdir is not what attempt ``since`` read: the code it runs is the code as it is now, not the code that made the
+    checkpoint. ``resumes``: how it starts (``on the checkpoint from step 40``). ``None`` when nothing differs."""
+    changes = fingerprint_changes(before, after)
+    if changes is None:
+        return None
+    return (f"the workdir {after.get('path') or before.get('path')} changed since attempt {since} ({changes}): this "
+            f"attempt runs the code as it is now, {resumes}")

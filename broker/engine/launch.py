@@ -1,4 +1,5 @@
-"""Launch step: build the launcher request for a job's next attempt. Pure.
+"""Launch step: build the launcher request for a job's next attempt. Pure, but for :func:`workdir_seen`, which
+lists a host workdir's files.
 
 The attempt id is derived from the job id and the attempt number, so the
 launcher can make launching idempotent.
@@ -11,6 +12,7 @@ from urllib.parse import urlsplit
 
 from broker.config import Pool
 from broker.models import Attempt, Job
+from broker.workdir import changed_note, fingerprint
 from launchers.base import LaunchRequest, RunAs
 
 
@@ -27,6 +29,42 @@ def broker_envs(job: Job, attempt: Attempt, *, public_url: str, job_token: str |
     if job_token:
         envs["BROKER_JOB_TOKEN"] = job_token
     return envs
+
+
+def host_workdir(job: Job) -> str | None:
+    """The job's workdir when it is a path on the broker's host (an admin's submit): read from there at each launch,
+    so what an attempt runs is the directory as it is then. ``None`` for an uploaded pack (``broker.workdir``: the
+    same files every attempt) and a git repository (``{url, ref}``: its ref pins them)."""
+    workdir = job.spec.get("workdir")
+    if not isinstance(workdir, str) or not workdir or (job.spec.get("broker") or {}).get("workdir"):
+        return None
+    return workdir
+
+
+def workdir_seen(job: Job) -> dict:
+    """The fingerprint of the job's host workdir now (:func:`broker.workdir.fingerprint`), for the attempt being
+    launched (``Attempt.workdir``); ``{}`` when it has none. Lists the files (a capped walk), never reads them."""
+    workdir = host_workdir(job)
+    try:  # never what stops a launch: the directory's own absence is the launcher's to say (before the setup)
+        return fingerprint(workdir) if workdir is not None else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def workdir_changed(job: Job, seen: dict, attempts: Iterable[Attempt]) -> str | None:
+    """What the launch of an attempt whose host workdir is ``seen`` says when the directory differs from what the job's
+    latest earlier attempt with a fingerprint found (the user edited ``train.py`` since): the attempt runs the code as
+    it is now, on a checkpoint the older code wrote. ``None`` when nothing differs or nothing is known to compare."""
+    if not seen:
+        return None
+    before = max((a for a in attempts if a.workdir and a.n <= job.attempts), key=lambda a: a.n, default=None)
+    if before is None:
+        return None
+    step = job.last_checkpoint.get("step")
+    resumes = f"on the checkpoint from step {step}" if job.last_checkpoint.get("uri") and step is not None else \
+        "on the checkpoint it resumes from" if job.last_checkpoint.get("uri") else \
+        "from the start (no checkpoint was committed)"
+    return changed_note(before.workdir, seen, since=before.n, resumes=resumes)
 
 
 def run_as_for(job: Job, pools: Iterable[Pool], checkpoint_root: str) -> RunAs | None:

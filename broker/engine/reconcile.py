@@ -36,7 +36,7 @@ from broker.diagnosis import Diagnosis, Ending, RuleBook
 from broker.engine import budget as budget_rules
 from broker.engine import monitor
 from broker.engine.billing import accrue
-from broker.engine.launch import launch_request, run_as_for
+from broker.engine.launch import launch_request, run_as_for, workdir_changed, workdir_seen
 from broker.engine.monitor import silence, stalled_again
 from broker.engine.recover import block_zone, launch_backoff, steps_lost
 from broker.engine.schedule import Place, Wait, request_of, schedule_now
@@ -478,14 +478,18 @@ class Engine:
             launcher=self.launcher.name, placement=dict(job.placement),
             price_per_hour=int(job.placement.get("price_per_hour", 0)), created_at=now, slots=list(job.slots),
             resume_from=job.last_checkpoint.get("uri") or None,
-            launched_in=domain_for(self.launcher, job.placement),
+            launched_in=domain_for(self.launcher, job.placement), workdir=workdir_seen(job),
         )
-        attempt = replace(attempt, limit_at=self._limit_at(job, attempt, self.store.attempts(job.id)))
+        earlier = self.store.attempts(job.id)
+        attempt = replace(attempt, limit_at=self._limit_at(job, attempt, earlier))
         where = job.placement.get("zone") or job.placement.get("instance_type", "?")
         resume = f", resuming from step {job.last_checkpoint.get('step')}" if attempt.resume_from else ""
-        reason = f"launching attempt {n} on {job.placement.get('tier')} {where}{resume}"
+        changed = workdir_changed(job, attempt.workdir, earlier)  # a host workdir edited since the last attempt
+        reason = f"launching attempt {n} on {job.placement.get('tier')} {where}{resume}" + \
+            (f"; {changed}" if changed else "")
         job = self._commit(job, JobEvent.LAUNCH, reason, now, records=(attempt,),
-                           data={"attempt_id": attempt.id, "resume_from": attempt.resume_from}, attempts=n,
+                           data={"attempt_id": attempt.id, "resume_from": attempt.resume_from,
+                                 **({"workdir_changed": changed} if changed else {})}, attempts=n,
                            job_token_version=job_token_version(self.settings))  # what a report's token must be
         self._accrued[attempt.id] = (None, attempt.created_at, self.monotonic())
         self._start(job, attempt, now)
