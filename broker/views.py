@@ -96,11 +96,28 @@ NAMED_HOLDERS = 3
 """How many jobs holding what a queued job waits for its reason names (then "and N more")."""
 
 
-def _minute(t: float, up: bool) -> str:
-    """A time to the minute, UTC: a start rounded up and a deadline down, so a start seconds after a deadline never
-    reads as the same minute."""
-    t = math.ceil(t / 60) * 60 if up else math.floor(t / 60) * 60
-    return time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(t))
+def _minute(t: float) -> str:
+    """A time to the nearest minute, UTC, of its whole second: as ``broker queue``'s ``starts ~`` column reads the
+    ``estimated_start`` (``broker.cli._short_time`` of :func:`iso`), so that the reason beside it names the same
+    minute (it rounded the start up, and read "06:06Z" beside "starts ~ 06:05Z")."""
+    return time.strftime("%Y-%m-%d %H:%MZ", time.gmtime((math.floor(t) + 30) // 60 * 60))
+
+
+def _second(t: float) -> str:
+    """A time to the second, UTC, as :func:`iso` (``broker status``) gives it."""
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(math.floor(t)))
+
+
+def _start_and_deadline(start: float, deadline: float) -> tuple[str, str]:
+    """An estimated start and a deadline as a reason names them: to the minute, the start as the queue's column
+    shows it; to the second, as ``broker status`` shows the start, when the two fall in the same minute, or minutes
+    would not tell them apart or would put them in the wrong order. The start rounded up and the deadline down read
+    "estimated to start at 06:06Z, too late for its deadline at 06:06Z" beside a column's "starts ~ 06:05Z" and a
+    status's 06:05:28Z."""
+    shown = _minute(start), time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(math.floor(deadline) // 60 * 60))
+    if shown[0] == shown[1] or (shown[0] < shown[1]) != (start <= deadline) or start // 60 == deadline // 60:
+        return _second(start), _second(deadline)
+    return shown
 
 
 def deadline_words(job: Job, estimated_start: float | None) -> str | None:
@@ -110,7 +127,7 @@ def deadline_words(job: Job, estimated_start: float | None) -> str | None:
     the scheduler goes on as before (its spot policy already weighs the deadline for a job it may place on spot)."""
     if job.state is not JobState.QUEUED or not estimated_start or job.deadline is None:
         return None
-    start, deadline = _minute(estimated_start, up=True), _minute(job.deadline, up=False)
+    start, deadline = _start_and_deadline(estimated_start, job.deadline)
     if estimated_start > job.deadline:
         return f"estimated to start at {start}, after its deadline at {deadline}"
     work = work_left_seconds(job)

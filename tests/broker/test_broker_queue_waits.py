@@ -34,7 +34,8 @@ NOW = 1_000_000.0
 def _minute(t: float, up: bool) -> str:
     import math
 
-    t = math.ceil(t / 60) * 60 if up else math.floor(t / 60) * 60
+    # a start to the nearest minute of its whole second, as `broker queue`'s "starts ~" column reads it; a deadline down
+    t = (math.floor(t) + 30) // 60 * 60 if up else math.floor(t / 60) * 60
     return time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(t))
 
 
