@@ -7,6 +7,7 @@ always recover (up to :data:`MAX_ATTEMPTS`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from broker.lifecycle import AttemptState, JobEvent, JobState
@@ -67,6 +68,59 @@ def unseen_reason(reason: str, status: AttemptStatus) -> str | None:
     return want if want != reason else None
 
 
+RETRYING = "no need to resume it: the broker is "
+"""Leads the retry a job's retry settings call for (:func:`decide`): a queued job's reason said the diagnosis's "resume
+it to try again" beside "retrying (retry 2 of 2)", and a resume was refused (409: it is queued, not ended)."""
+
+
+def retrying_reason(sentence: str, reason: str) -> str:
+    """The reason of a job the broker retries itself after an error exit (:func:`decide`'s ``reason``: what ended,
+    then why it is retried): its diagnosis's ``sentence`` (what went wrong), and that the broker retries it, which
+    retry — never the diagnosis's hint, which tells the user to resume it: the engine adds when it tries again.
+    ``A server or the network failed at step 60: connection refused. No need to resume it: the broker is retrying
+    (automatic retry 2 of 2)``."""
+    at = reason.find(f"; {RETRYING}")  # what ended may hold a "; " of its own (a launcher's words)
+    said = (reason[at + 2:] if at >= 0 else reason.split(";", 1)[-1]).strip()
+    return f"{sentence.strip()} {said[:1].upper()}{said[1:]}".strip()
+
+
+def retries_used(job: Job) -> str | None:
+    """For a job failing by an error exit its retry settings no longer retry, that they did (``its 2 automatic
+    retries are used up``); None for a job with none (``max_restarts_on_errors`` 0), or with some left."""
+    most = int((job.retry or {}).get("max_restarts_on_errors") or 0)
+    if most <= 0 or job.errors_retried < most:
+        return None
+    return f"its {'automatic retry is' if most == 1 else f'{most} automatic retries are'} used up"
+
+
+def used_up_reason(job: Job, attempts: list[Attempt], attempt: Attempt, sentence: str, hint: str) -> str | None:
+    """The reason of a job that failed once more after its automatic retries (``max_restarts_on_errors``) were used
+    up: its diagnosis's ``sentence``, how many times it failed and whether each time alike (the same diagnosis, at
+    the same step), that the retries are used up, then the diagnosis's ``hint`` — a resume is the user's now.
+    "A server or the network failed at step 60: connection refused. It failed 3 times, each at step 60 with the same
+    error; its 2 automatic retries are used up. Not the job's code: … resume it to try again." — it read as one
+    failure, "failed for a while". ``attempts``: the job's attempts, ``attempt`` the one that ended now (its last).
+    None when the job had no automatic retries to use up (:func:`retries_used`)."""
+    used = retries_used(job)
+    if used is None:
+        return None
+    times = job.errors_retried + 1  # the error exits retried since the job was last resumed (a resume restarts them)
+    earlier = [a for a in attempts if a.id != attempt.id and a.state is AttemptState.FAILED][-max(times - 1, 1):]
+    head = sentence.strip().rstrip(".")
+    alike = len(earlier) == job.errors_retried and bool(head) and all(
+        (a.reason or "").startswith(head) and a.exit_code == attempt.exit_code for a in earlier)
+    step = _step_in(head)
+    each = (f", each at step {step} with the same error" if step is not None else ", each with the same error") \
+        if alike else ""
+    return f"{head}. It failed {times} times{each}; {used}. {hint.strip()}".strip()
+
+
+def _step_in(sentence: str) -> int | None:
+    """The step a diagnosis's sentence names (``… failed at step 60: …``), when it names one."""
+    found = re.search(r"\bat step (\d+)\b", sentence)
+    return int(found.group(1)) if found else None
+
+
 def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated: bool = False) -> Outcome:
     """The job event an attempt status calls for, given the job's state and retry settings.
     ``limit_outdated``: a launcher's own budget stop came at a limit the budget has outgrown since."""
@@ -99,12 +153,13 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated:
         under_limit = job.errors_retried < int(retry.get("max_restarts_on_errors") or 0)
         if (code_listed or under_limit) and job.attempts_run < MAX_ATTEMPTS:
             why = "its exit code is in recover_on_exit_codes" if code_listed else \
-                f"retry {job.errors_retried + 1} of {retry.get('max_restarts_on_errors')}"
-            return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; retrying ({why})", retried_error=True)
+                f"automatic retry {job.errors_retried + 1} of {retry.get('max_restarts_on_errors')}"
+            return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; {RETRYING}retrying ({why})", retried_error=True)
         if code_listed or under_limit:  # the retry settings would retry it: say why they did not (was "failed: ...")
             return Outcome(JobEvent.FAIL, attempt_state, f"failed: {end}; not retried: the job already used its "
                                                          f"{MAX_ATTEMPTS} attempts, the most a job gets")
-        return Outcome(JobEvent.FAIL, attempt_state, "failed: " + end)
+        used = retries_used(job)
+        return Outcome(JobEvent.FAIL, attempt_state, f"failed: {end}" + (f"; {used}" if used else ""))
     # preempted, lost, gone, or stopped by something other than a cancel: infrastructure, recover
     if job.attempts_run >= MAX_ATTEMPTS:
         return Outcome(JobEvent.FAIL, attempt_state,

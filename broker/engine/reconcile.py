@@ -1091,8 +1091,12 @@ class Engine:
                                       "restarts from the beginning")), info
             if attempt.stop_reason == "migrating":
                 return f"moved off spot to meet the deadline; resumes from step {job.last_checkpoint.get('step')}", info
+            if outcome.retried_error:  # the broker retries it itself: not the hint's "resume it"
+                return monitor.retrying_reason(diagnosis.sentence, outcome.reason), info
             return f"{diagnosis.text} {outcome.reason.split(';', 1)[-1].strip()}".strip(), info
-        return diagnosis.text, info
+        used_up = monitor.used_up_reason(job, attempts, attempt, diagnosis.sentence, diagnosis.hint) \
+            if outcome.event is JobEvent.FAIL and status.phase is Phase.FAILED else None
+        return used_up or diagnosis.text, info
 
     # -- running in the background ---------------------------------------------------------------
 
