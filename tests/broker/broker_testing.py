@@ -27,6 +27,14 @@ tick_seconds: 0.2
 stop_grace_seconds: 2
 """
 """A broker config of one pool slot and one simulated spot zone, fast ticks (the CLI tests' broker)."""
+CENT_A_SECOND = """
+pools:
+  - {name: cpu, slots: 1, price_per_slot_hour: "36"}
+stop_grace_seconds: 2
+tick_seconds: 0.05
+"""
+"""A broker config of one pool slot at $36/h, one cent a second (a budget stop comes seconds in), a 2 s grace and
+fast ticks: the budget-stop, clock-step and step-words tests' broker."""
 
 
 class RedisServer:

@@ -19,17 +19,12 @@ from broker.runtime import open_launcher
 from broker.service import BrokerService
 from broker.store import open_store
 
-from broker_testing import run_until, wait_for
+from broker_testing import CENT_A_SECOND, run_until, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 # $36/h is one cent a second: a $1 budget holds 100 s. The budget stop is asked when what is spent and the
 # reserve (the 2 s grace, two ticks and a second, the launcher's 3 s margin: 6 s) reach the budget: at 94 s
-CONFIG = """
-pools:
-  - {name: cpu, slots: 1, price_per_slot_hour: "36"}
-stop_grace_seconds: 2
-tick_seconds: 0.05
-"""
+CONFIG = CENT_A_SECOND
 BUDGET = 1_000_000
 NEARLY_USED = 95  # seconds billed when the engine looks: $0.95 spent, the reserve no longer fits in $1
 

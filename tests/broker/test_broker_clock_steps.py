@@ -14,15 +14,10 @@ from broker.service import BrokerService
 from broker.store import open_store
 from launchers.local_runner import Runner
 
-from broker_testing import run_until
+from broker_testing import CENT_A_SECOND, run_until
 
 ADMIN = Principal("admin", None, admin=True)
-CONFIG = """
-pools:
-  - {name: cpu, slots: 1, price_per_slot_hour: "36"}
-stop_grace_seconds: 2
-tick_seconds: 0.05
-"""
+CONFIG = CENT_A_SECOND
 HOUR = 3600.0
 
 

@@ -17,16 +17,11 @@ from broker.service import BrokerService
 from broker.store import open_store
 from broker.views import job_view, step_words
 
-from broker_testing import run_until, wait_for
+from broker_testing import CENT_A_SECOND, run_until, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 # $36/h: one cent a second, so a $0.12 budget is stopped some seconds in
-CONFIG = """
-pools:
-  - {name: cpu, slots: 1, price_per_slot_hour: "36"}
-stop_grace_seconds: 2
-tick_seconds: 0.05
-"""
+CONFIG = CENT_A_SECOND
 STEPS = "for i in $(seq 1 1000); do echo \"step $i/1000 loss=0.5\"; sleep 0.1; done"
 NOTE = "(read from its log: the job reported no progress to the broker, so none was shown while it ran)"
 
