@@ -11,15 +11,16 @@ import torch
 from checkpoint import Checkpointer, CheckpointError, layout
 from checkpoint.storage import open_storage
 
+from fakes import PassThrough
 
-class OtherClientDeletes:
+
+class OtherClientDeletes(PassThrough):
     """The real store, and beside it a second client of the same base that deletes (or cuts short) one of step 2's
     files once its manifest is written: another writer's retention, or a store that lost it, at the worst moment."""
 
     def __init__(self, uri: str, victim: str, cut: bool = False):
-        self._inner = open_storage(uri)
+        super().__init__(open_storage(uri))
         self._other = open_storage(uri)
-        self.base_uri = self._inner.base_uri
         self._victim, self._cut = victim, cut
 
     def write(self, path, data):
@@ -31,21 +32,6 @@ class OtherClientDeletes:
                 self._other.write(target, self._other.read(target)[:-1])
             else:
                 self._other.delete([target])
-
-    def read(self, path):
-        return self._inner.read(path)
-
-    def list(self):
-        return self._inner.list()
-
-    def sizes(self, directory):
-        return self._inner.sizes(directory)
-
-    def delete(self, paths):
-        self._inner.delete(paths)
-
-    def uri(self, path=""):
-        return self._inner.uri(path)
 
 
 def _state(step: int) -> dict:

@@ -21,6 +21,7 @@ from checkpoint import Checkpointer, CheckpointError, TransferOptions, layout
 from checkpoint.storage import UNREACHABLE_BACKOFF_MAX_S, UNREACHABLE_RIDE_OUT_S, open_storage, unreachable_wait
 
 from conftest import cloud_env
+from fakes import PassThrough
 
 
 class RestartingMoto:
@@ -74,14 +75,13 @@ class RestartingMoto:
         return again
 
 
-class OutageAt:
+class OutageAt(PassThrough):
     """The real store, whose server goes away right after ``trigger(path)`` is written, once, for ``outage_s``;
     ``lose`` first deletes those of the step's files already written (a server restarted without its data)."""
 
     def __init__(self, uri: str, server: RestartingMoto, outage_s: float, trigger, lose: bool = False):
-        self._inner = open_storage(uri)
+        super().__init__(open_storage(uri))
         self._other = open_storage(uri, transfer=TransferOptions(retries=0))
-        self.base_uri = self._inner.base_uri
         self._server, self._outage_s, self._trigger, self._lose = server, outage_s, trigger, lose
         self._lock = threading.Lock()
         self.went_at: float | None = None
@@ -96,21 +96,6 @@ class OutageAt:
                     self._other.delete([p for p in self._other.list() if p.startswith(step_dir + "/") and p != path])
                 self.went_at = time.monotonic()
                 self.back = self._server.restart_after(self._outage_s)
-
-    def read(self, path):
-        return self._inner.read(path)
-
-    def list(self):
-        return self._inner.list()
-
-    def sizes(self, directory):
-        return self._inner.sizes(directory)
-
-    def delete(self, paths):
-        self._inner.delete(paths)
-
-    def uri(self, path=""):
-        return self._inner.uri(path)
 
 
 @pytest.fixture
