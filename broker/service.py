@@ -773,12 +773,12 @@ class BrokerService:
                 if names:  # "change the job and resubmit" sent the user to a new submit, "force" to the same failure
                     flags = " ".join(f"--secret {n}" for n in dict.fromkeys(names))
                     raise Conflict(f"not resumed: the job failed for credentials it was not given: {text} Resume it "
-                                   f"with them (broker resume {job.id} {flags}); force runs it again unchanged, which fails the "
-                                   "same way unless the credentials outside the task changed",
+                                   f"with them (broker resume {job.id} {flags}); resumed with force it runs again unchanged, which "
+                                   "fails the same way unless the credentials outside the task changed",
                                    field="secrets")
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
-                               f"again: {text} Change the job and submit it again; force runs it again unchanged, which fails "
-                               "the same way unless what it depends on outside the task changed",
+                               f"again: {text} Change the job and submit it again; resumed with force it runs again unchanged, "
+                               "which fails the same way unless what it depends on outside the task changed",
                                field="force")
             if job.state is JobState.STOPPED_BUDGET:
                 # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a

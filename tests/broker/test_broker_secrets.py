@@ -332,8 +332,8 @@ def test_a_job_that_failed_for_a_secret_it_lacked_resumes_with_it_given_sealed_l
     job = service.submit(ADMIN, needs)[0]
     failed = run_until(engine, store, job.id, {"succeeded", "failed"})
     assert failed.state is JobState.FAILED and failed.diagnosis["class"] == "credentials", failed.diagnosis
-    with pytest.raises(Exception, match=rf"Resume it with them \(broker resume {job.id} --secret HF_TOKEN\); force "
-                                        "runs it again unchanged, which fails the same way unless the credentials "
+    with pytest.raises(Exception, match=rf"Resume it with them \(broker resume {job.id} --secret HF_TOKEN\); resumed "
+                                        "with force it runs again unchanged, which fails the same way unless the credentials "
                                         "outside the task changed"):
         service.resume(ADMIN, job.id)
     with pytest.raises(Invalid) as bad:
