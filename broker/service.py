@@ -916,6 +916,21 @@ class BrokerService:
                                            "as it may resume)"), field="state")
             if new_budget < job.spent:
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
+            price = job.placement.get("price_per_hour")
+            if job.state in (JobState.LAUNCHING, JobState.RUNNING) and new_budget < job.budget \
+                    and isinstance(price, int) and price > 0:
+                # a running job stopped at a budget lowered to its spend ran on through its stop (the grace period to
+                # checkpoint, the ticks to notice), billed beyond the budget and counted nowhere: its team's monthly
+                # cap could pass unseen. It keeps what a budget stop keeps (broker/engine/budget.py::check)
+                least = job.spent + cost_for_seconds(price, reserve_seconds(self.settings.stop_grace_seconds,
+                                                                            self.settings.tick_seconds))
+                if new_budget < least:
+                    raise Invalid("budget_usd", f"{fmt_limit(new_budget)} would not pay for the running job's clean "
+                                                f"stop: it has spent {fmt(job.spent)}, and stopping it (its "
+                                                f"{self.settings.stop_grace_seconds:g} s grace period to checkpoint, "
+                                                f"and the moments to notice) costs up to {fmt(least - job.spent)} at "
+                                                f"{fmt(price)}/h: lower it to no less than {fmt(least)}, or cancel "
+                                                "the job")
             if only_up and new_budget <= job.budget:
                 raise Conflict(f"the budget is already {fmt_limit(job.budget)}, not below {fmt_limit(new_budget)}",
                                field="budget_usd")

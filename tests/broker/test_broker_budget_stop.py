@@ -16,7 +16,7 @@ from broker.auth import Principal
 from broker.engine.reconcile import Engine
 from broker.lifecycle import JobState
 from broker.runtime import open_launcher
-from broker.service import BrokerService
+from broker.service import BrokerService, Invalid
 from broker.store import open_store
 
 from broker_testing import CENT_A_SECOND, run_until, wait_for
@@ -183,3 +183,24 @@ def test_a_progress_report_landing_during_the_tick_that_read_the_job_as_silent_k
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
         store.close()
+
+
+def test_a_running_jobs_budget_lowered_keeps_what_its_clean_stop_costs(parts):
+    """A running job's budget lowered to what it had spent (plus a micro-dollar) was taken: the job then ran on through
+    its stop — its grace period, the ticks to notice — billed beyond the budget and counted nowhere, so a team's
+    monthly cap could pass unseen. A lowered budget keeps what a budget stop keeps."""
+    settings, store, launcher, service, now = parts
+    engine, job, attempt, _ = _running(settings, store, launcher, service, now, launcher)
+    now[0] = attempt.created_at + 30
+    engine.tick()
+    job = store.get_job(job.id)
+    assert job.spent >= 300_000  # 30 s at a cent a second
+    # the reserve: the 2 s grace, two 0.05 s ticks and a second (3 s, rounded as budget.reserve_seconds does), the
+    # launcher's 3 s margin: 6 s, six cents at $36/h
+    least = job.spent + 60_000
+    with pytest.raises(Invalid) as refused:
+        service.raise_budget(ADMIN, job.id, job.spent + 1)
+    assert refused.value.field == "budget_usd"
+    assert f"lower it to no less than ${least / 1_000_000:.2f}" in str(refused.value), refused.value
+    assert store.get_job(job.id).budget == 1_000_000  # nothing changed
+    assert service.raise_budget(ADMIN, job.id, least).budget == least
