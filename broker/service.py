@@ -351,6 +351,12 @@ class BrokerService:
                 raise Invalid("broker.budget_usd", why)
         return _Admission(spec, team, admitted, None, (team, fence) if standing is not None else None)
 
+    def monthly_caps(self, team: str | None, now: float) -> list[dict]:
+        """Where each team in view (``team``; ``None``: every configured team) with a monthly cap stands this month,
+        as ``GET /v1/costs``' ``monthly_caps`` and Slack's ``costs`` show it."""
+        capped = [team] if team is not None else sorted(self.settings.teams)
+        return [s.record() for t in capped if (s := self.team_standing(t, now)) is not None]
+
     def team_standing(self, team: str, now: float) -> TeamMonth | None:
         """Where ``team`` stands against its monthly cap (:mod:`broker.team_budget`); ``None`` when it has none. Its jobs not ended are read before its spend, so spending between
         the two reads is counted twice (never in neither): the standing errs toward less free."""

@@ -84,9 +84,7 @@ def router(service, settings: Settings) -> APIRouter:
             if (job := q.queued.get(row["id"])) is not None:
                 row["reason"] = shown_reason(job, q.starts.get(job.id), q.waiting.get(job.id))
         body["teams"] = _teams(history.jobs) if caller.admin else [caller.team]
-        # where each team in view stands against its monthly cap, this month (whatever the window)
-        capped = [scope] if scope is not None else sorted(settings.teams)
-        body["monthly_caps"] = [s.record() for t in capped if (s := service.team_standing(t, now)) is not None]
+        body["monthly_caps"] = service.monthly_caps(scope, now)  # this month's, whatever the window
         body["viewer"] = {"admin": caller.admin, "team": caller.team}
         return body
 

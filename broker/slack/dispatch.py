@@ -247,6 +247,7 @@ class Dispatcher:
         report = costs.report(history.jobs, history.attempts, win=win, now=now, positions=q.positions,
                               starts=q.starts, team=team, ledger=history.ledger,
                               retention_days=history.retention_days)
+        report["monthly_caps"] = self.service.monthly_caps(team, now)  # as GET /v1/costs has it
         return blocks.costs_reply(report, self.dashboard_url)
 
     def _job_named(self, word: str | None, who: Principal):

@@ -61,3 +61,25 @@ def test_the_page_the_cli_and_slack_say_where_a_capped_team_stands(tmp_path, sto
         out = " ".join(capsys.readouterr().out.split())
         assert f"team team-a: {cap['text']}" in out, out
     assert f"Team team-a: {cap['text']}" in str(blocks.costs_reply(report, "http://x/dashboard").blocks)
+
+
+def test_slacks_costs_says_where_a_capped_team_stands(tmp_path, store, seeded):
+    """Slack's `costs` never set the report's monthly_caps, so its cap line, which the reply renders, never showed."""
+    from fastapi.testclient import TestClient
+
+    from .test_slack import SlackStub, command, slack_settings, text_of
+
+    stub = SlackStub()
+    try:
+        base = slack_settings(tmp_path, stub)
+        teams = {**base.teams, "team-a": replace(base.teams["team-a"], monthly_budget=50_000_000)}
+        app = build_app(replace(base, teams=teams), store)
+        with TestClient(app) as client:
+            [cap] = client.get("/v1/costs", headers=auth(world.ADMIN)).json()["monthly_caps"]
+            reply = text_of(command(client, "costs", user="U_A").json())
+            other = text_of(command(client, "costs", user="U_B").json())
+        app.state.notifier.close()
+    finally:
+        stub.close()
+    assert f"Team team-a: {cap['text']}" in reply, reply
+    assert "monthly cap" not in other, other
