@@ -332,21 +332,30 @@ class BrokerService:
                                        "with all the GPUs in resources.accelerators")
         budget = spec.broker.budget if spec.broker.budget is not None else self.settings.budget_for(team)
         checkpoint = spec.broker.checkpoint or f"{self.settings.checkpoint_root.rstrip('/')}/{job_id}"
+        def admitted_with(amount: int) -> Admitted:
+            return admit(spec, job_id=job_id, team=team, budget=amount, offers=usable_by(offers, spec.request), now=now,
+                         actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
+                         min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
+                         after_run_seconds=after_run(self.launcher, offers))
+
         try:
-            admitted: Admitted = admit(
-                spec, job_id=job_id, team=team, budget=budget, offers=usable_by(offers, spec.request), now=now,
-                actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
-                min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
-                after_run_seconds=after_run(self.launcher, offers),
-            )
+            admitted = admitted_with(budget)
         except Refused as exc:
             raise Invalid(exc.field, str(exc)) from None
+
+        def fits_words(fits: int) -> str:
+            """What fits, when it runs the job: "give it at most $0.0008" was then refused for the estimate."""
+            try:
+                admitted_with(fits)
+            except Refused as exc:
+                return (f"the {fmt_left(fits)} free would not run this job ({exc}): wait for the team's jobs to end, "
+                        "or cancel one or lower its budget")
+            return f"give broker.budget_usd at most {fmt_left(fits)}, or wait for the team's jobs to end"
+
         fence = self.store.team_admissions(team)  # read before the standing: a change committed after it conflicts
         standing = self.team_standing(team, now)
         if standing is not None:
-            why = refusal(standing, budget, what=f"this job's {fmt_limit(budget)} budget",
-                          instead=lambda fits: f"give broker.budget_usd at most {fmt_left(fits)}, or wait for the "
-                                               "team's jobs to end")
+            why = refusal(standing, budget, what=f"this job's {fmt_limit(budget)} budget", instead=fits_words)
             if why is not None:
                 raise Invalid("broker.budget_usd", why)
         return _Admission(spec, team, admitted, None, (team, fence) if standing is not None else None)
@@ -832,9 +841,16 @@ class BrokerService:
             return None
         if resume:
             unspent = fmt_left(adding, budget=job.budget)
-            why = refusal(standing, adding, what=f"resuming it, with {unspent} of its budget unspent,",
-                          instead=lambda fits: f"lower its budget to {fmt_left(job.spent + fits)} first "
-                                               f"(broker budget {job.id} AMOUNT), or wait for the team's jobs to end")
+            def lower_to(fits: int) -> str:
+                """Lowered to what fits, when that still pays for a minute's run and a clean stop (the resume's own
+                test next): "lower it to $0.0616" was followed by "raise the budget to at least $0.0924"."""
+                if self._minute_shortfall(replace(job, budget=job.spent + fits), self._offers_for(job, job.force_tier)):
+                    return (f"the {fmt_left(fits)} free would not pay for a minute's run and a clean stop: wait for "
+                            "the team's jobs to end, or cancel one or lower its budget")
+                return (f"lower its budget to {fmt_left(job.spent + fits)} first (broker budget {job.id} AMOUNT), or "
+                        "wait for the team's jobs to end")
+
+            why = refusal(standing, adding, what=f"resuming it, with {unspent} of its budget unspent,", instead=lower_to)
             if why is not None:
                 raise Conflict(f"not resumed: {why}", field="budget")
         else:
@@ -977,6 +993,13 @@ class BrokerService:
         raised = f"stopped at its budget, since raised to {fmt_limit(job.budget)} by {principal.name}"
         if short is not None:
             return f"{raised}, still not enough to resume: {short}"
+        standing = self.team_standing(job.team, self.clock())
+        unspent = max(job.budget - job.spent, 0)
+        if standing is not None and unspent > standing.free:
+            # "resume it to continue" was then refused by the team's monthly cap
+            return (f"{raised}; a resume would hold its {fmt_left(unspent, budget=job.budget)} unspent against team "
+                    f"{job.team}'s monthly cap, which has {fmt_left(max(standing.free, 0))} free ({standing.words()}): "
+                    "it resumes once that covers it")
         point = job.last_checkpoint.get("step")
         return (f"{raised}: resume it to continue "
                 + (f"from its last checkpoint (step {point})" if point is not None else "(it saved no checkpoint)"))

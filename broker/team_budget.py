@@ -94,7 +94,13 @@ def refusal(standing: TeamMonth, adding: Micros, *, what: str, instead: Callable
     if adding <= standing.free:
         return None
     fits = max(standing.free, 0)
+    raise_it = f"an admin may raise the cap: teams.{standing.team}.monthly_budget_usd"
+    next_month = datetime.fromtimestamp(standing.month.until, timezone.utc).strftime("%Y-%m-%d")
     way = instead(fits) if fits > 0 else (
-        "nothing more fits: wait for the team's jobs to end, or cancel one or lower its budget (an admin may raise "
-        f"the cap: teams.{standing.team}.monthly_budget_usd)")
-    return f"{what} would let team {standing.team}'s jobs spend more than its monthly cap ({standing.words()}): {way}"
+        # jobs that end give their part back; a month's spend comes back only with the next month
+        f"nothing more fits: wait for the team's jobs to end, or cancel one or lower its budget ({raise_it})"
+        if standing.holders and standing.spent < standing.cap else
+        f"nothing fits until {next_month} (UTC), when a new month begins, unless {raise_it}")
+    over = f"; it is over the cap by {fmt(-standing.free)} (the cap was lowered since)" if standing.free < 0 else ""
+    return (f"{what} would let team {standing.team}'s jobs spend more than its monthly cap ({standing.words()}{over}): "
+            f"{way}")

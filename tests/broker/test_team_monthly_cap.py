@@ -213,3 +213,43 @@ def test_a_cap_that_could_not_work_is_refused_at_start(make_settings, teams, fie
 def test_team_tokens_from_the_environment_keep_the_configs_cap(make_settings):
     settings = make_settings(config=CONFIG)  # BROKER_TEAM_TOKENS names vision too
     assert settings.teams["vision"].monthly_budget == 100_000_000 and settings.teams["vision"].token_hashes
+
+
+def test_what_fits_is_offered_only_when_it_runs_the_job_and_a_month_spent_says_when_room_comes(served, make_settings,
+                                                                                                 store):
+    client, _, _ = served
+    assert client.post("/v1/jobs", json=task("99"), headers=VISION).status_code == 201
+    r = client.post("/v1/jobs", json=task("5"), headers=VISION)  # $1 free; the job's hour on the pool is $2
+    assert r.status_code == 422 and r.json()["field"] == "broker.budget_usd"
+    assert "the $1.00 free would not run this job (estimated $2.00 on onprem" in r.json()["detail"], r.text
+    assert "at most" not in r.json()["detail"]
+
+    # the month spent past a cap lowered since (a restart with a smaller one): over it, and room only next month
+    job = store.list_jobs(team="vision", limit=1)[0]
+    spend(store, job.id, 80_000_000, time.time() - 7200)  # $80 spent this month, the job ended
+    lowered = make_settings(config=CONFIG.replace('monthly_budget_usd: "100"', 'monthly_budget_usd: "50"'))
+    with TestClient(create_app(lowered, store=store, engine=False), raise_server_exceptions=False) as again:
+        r = again.post("/v1/jobs", json=task("5"), headers=VISION)
+    month = month_of(time.time())
+    next_month = time.strftime("%Y-%m-%d", time.gmtime(month.until))
+    assert r.status_code == 422, r.text
+    assert "$80.00 spent in " + month.name in r.json()["detail"]
+    assert "it is over the cap by $30.00 (the cap was lowered since)" in r.json()["detail"], r.text
+    assert f"nothing fits until {next_month} (UTC), when a new month begins" in r.json()["detail"], r.text
+
+
+def test_a_budget_stopped_jobs_raise_says_the_cap_holds_its_resume_back(served, store):
+    """A raise on a budget-stopped job read "resume it to continue", and the resume was then refused by the cap."""
+    client, _, _ = served
+    stopped = client.post("/v1/jobs", json=task("20", "stopped"), headers=VISION).json()["id"]
+    spend(store, stopped, 20_000_000, time.time() - 7200)
+    job = store.get_job(stopped)
+    store.commit(Change(job=replace(job, state=JobState.STOPPED_BUDGET, reason="stopped at its budget"),
+                        expected_version=job.version))
+    assert client.post("/v1/jobs", json=task("75"), headers=VISION).status_code == 201  # $20 + $75: $5 free
+    r = client.post(f"/v1/jobs/{stopped}/budget", json={"budget_usd": "40"}, headers=VISION)
+    assert r.status_code == 200, r.text  # an ended job holds nothing: the raise is taken
+    assert "a resume would hold its $20.00 unspent against team vision's monthly cap, which has $5.00 free" \
+        in r.json()["reason"], r.json()["reason"]
+    assert "resume it to continue" not in r.json()["reason"]
+    assert client.post(f"/v1/jobs/{stopped}/resume", headers=VISION).status_code == 409
