@@ -847,8 +847,8 @@ class BrokerService:
                 if self._minute_shortfall(replace(job, budget=job.spent + fits), self._offers_for(job, job.force_tier)):
                     return (f"the {fmt_left(fits)} free would not pay for a minute's run and a clean stop: wait for "
                             "the team's jobs to end, or cancel one or lower its budget")
-                return (f"lower its budget to {fmt_left(job.spent + fits)} first (broker budget {job.id} AMOUNT), or "
-                        "wait for the team's jobs to end")
+                return (f"lower its budget to {fmt_left(job.spent + fits)} first, or wait for the team's jobs to "
+                        "end")  # no CLI syntax: Slack and the dashboard say this too
 
             why = refusal(standing, adding, what=f"resuming it, with {unspent} of its budget unspent,", instead=lower_to)
             if why is not None:
