@@ -352,8 +352,10 @@ class BrokerService:
                         "or cancel one or lower its budget")
             return f"give broker.budget_usd at most {fmt_left(fits)}, or wait for the team's jobs to end"
 
-        fence = self.store.team_admissions(team)  # read before the standing: a change committed after it conflicts
-        standing = self.team_standing(team, now)
+        capped = self._capped(team)
+        # the count read before the standing: a change committed after it conflicts (no read for a team with no cap)
+        fence = self.store.team_admissions(team) if capped else 0
+        standing = self.team_standing(team, now) if capped else None
         if standing is not None:
             why = refusal(standing, budget, what=f"this job's {fmt_limit(budget)} budget", instead=fits_words)
             if why is not None:
@@ -366,12 +368,15 @@ class BrokerService:
         capped = [team] if team is not None else sorted(self.settings.teams)
         return [s.record() for t in capped if (s := self.team_standing(t, now)) is not None]
 
+    def _capped(self, team: str) -> bool:
+        return team in self.settings.teams and self.settings.teams[team].monthly_budget is not None
+
     def team_standing(self, team: str, now: float) -> TeamMonth | None:
         """Where ``team`` stands against its monthly cap (:mod:`broker.team_budget`); ``None`` when it has none. Its jobs not ended are read before its spend, so spending between
         the two reads is counted twice (never in neither): the standing errs toward less free."""
-        cap = self.settings.teams[team].monthly_budget if team in self.settings.teams else None
-        if cap is None:
+        if not self._capped(team):
             return None
+        cap = self.settings.teams[team].monthly_budget
         jobs = self.store.list_jobs(team=team, active_since=now, limit=100_000)  # those not final (and a few more)
         month = month_of(now)
         win = costs.Window(month.since, month.until, month.name)
@@ -835,7 +840,9 @@ class BrokerService:
         """Refuse (409 on ``budget``, 422 on ``budget_usd`` for a raise) a resume of ``job`` or a raise of its budget
         by ``adding`` that could take its team's month past the team's cap; else the fence its write carries
         (``Change.team_fence``), ``None`` when the team has no cap."""
-        fence = self.store.team_admissions(job.team)
+        if not self._capped(job.team):
+            return None
+        fence = self.store.team_admissions(job.team)  # before the standing, as a submit reads it
         standing = self.team_standing(job.team, now)
         if standing is None:
             return None
