@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from broker.admission import Admitted, Refused, admit, broker_echo
 from broker import costs
+from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
 from broker.engine.budget import attempt_limit, reserve_seconds
@@ -332,6 +332,7 @@ class BrokerService:
                                        "with all the GPUs in resources.accelerators")
         budget = spec.broker.budget if spec.broker.budget is not None else self.settings.budget_for(team)
         checkpoint = spec.broker.checkpoint or f"{self.settings.checkpoint_root.rstrip('/')}/{job_id}"
+
         def admitted_with(amount: int) -> Admitted:
             return admit(spec, job_id=job_id, team=team, budget=amount, offers=usable_by(offers, spec.request), now=now,
                          actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
@@ -372,8 +373,9 @@ class BrokerService:
         return team in self.settings.teams and self.settings.teams[team].monthly_budget is not None
 
     def team_standing(self, team: str, now: float) -> TeamMonth | None:
-        """Where ``team`` stands against its monthly cap (:mod:`broker.team_budget`); ``None`` when it has none. Its jobs not ended are read before its spend, so spending between
-        the two reads is counted twice (never in neither): the standing errs toward less free."""
+        """Where ``team`` stands against its monthly cap (:mod:`broker.team_budget`); ``None`` when it has none. Its
+        jobs not ended are read before its spend, so spending between the two reads is counted twice (never in
+        neither): the standing errs toward less free."""
         if not self._capped(team):
             return None
         cap = self.settings.teams[team].monthly_budget
@@ -793,12 +795,14 @@ class BrokerService:
                 if names:  # "change the job and resubmit" sent the user to a new submit, "force" to the same failure
                     flags = " ".join(f"--secret {n}" for n in dict.fromkeys(names))
                     raise Conflict(f"not resumed: the job failed for credentials it was not given: {text} Resume it "
-                                   f"with them (broker resume {job.id} {flags}); resumed with force it runs again unchanged, which "
-                                   "fails the same way unless the credentials outside the task changed",
+                                   f"with them (broker resume {job.id} {flags}); resumed with force it runs again "
+                                   "unchanged, which fails the same way unless the credentials outside the task "
+                                   "changed",
                                    field="secrets")
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
-                               f"again: {text} Change the job and submit it again; resumed with force it runs again unchanged, "
-                               "which fails the same way unless what it depends on outside the task changed",
+                               f"again: {text} Change the job and submit it again; resumed with force it runs again "
+                               "unchanged, which fails the same way unless what it depends on outside the task "
+                               "changed",
                                field="force")
             if job.state is JobState.STOPPED_BUDGET:
                 # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a
@@ -848,6 +852,7 @@ class BrokerService:
             return None
         if resume:
             unspent = fmt_left(adding, budget=job.budget)
+
             def lower_to(fits: int) -> str:
                 """Lowered to what fits, when that still pays for a minute's run and a clean stop (the resume's own
                 test next): "lower it to $0.0616" was followed by "raise the budget to at least $0.0924"."""
@@ -857,7 +862,8 @@ class BrokerService:
                 return (f"lower its budget to {fmt_left(job.spent + fits)} first, or wait for the team's jobs to "
                         "end")  # no CLI syntax: Slack and the dashboard say this too
 
-            why = refusal(standing, adding, what=f"resuming it, with {unspent} of its budget unspent,", instead=lower_to)
+            why = refusal(standing, adding, what=f"resuming it, with {unspent} of its budget unspent,",
+                          instead=lower_to)
             if why is not None:
                 raise Conflict(f"not resumed: {why}", field="budget")
         else:
