@@ -27,6 +27,14 @@ tick_seconds: 0.2
 stop_grace_seconds: 2
 """
 """A broker config of one pool slot and one simulated spot zone, fast ticks (the CLI tests' broker)."""
+ONE_CHEAP_SLOT = """
+pools:
+  - {name: cpu, slots: 1, price_per_slot_hour: "0.36"}
+stop_grace_seconds: 1
+tick_seconds: 0.05
+"""
+"""A broker config of one pool slot at $0.36/h, a 1 s grace and fast ticks: the crash-window and diagnosis tests'
+broker, where money does not matter."""
 CENT_A_SECOND = """
 pools:
   - {name: cpu, slots: 1, price_per_slot_hour: "36"}

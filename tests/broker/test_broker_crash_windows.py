@@ -16,15 +16,10 @@ from broker.store import open_store
 from launchers.base import Phase
 from launchers.local import LocalLauncher
 
-from broker_testing import kill_runner_alone, wait_for
+from broker_testing import ONE_CHEAP_SLOT, kill_runner_alone, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
-CONFIG = """
-pools:
-  - {name: cpu, slots: 1, price_per_slot_hour: "0.36"}
-stop_grace_seconds: 1
-tick_seconds: 0.05
-"""
+CONFIG = ONE_CHEAP_SLOT
 
 
 def slow_python(tmp_path, seconds):

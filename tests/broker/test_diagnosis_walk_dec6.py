@@ -17,7 +17,7 @@ from broker.auth import Principal
 from broker.diagnosis import Ending, diagnose
 from broker.lifecycle import JobState
 
-from broker_testing import local_broker, wait_for
+from broker_testing import ONE_CHEAP_SLOT, local_broker, wait_for
 
 STEPS = "training with batch_size=64\n" + "".join(f"step {n}/60 loss 1.4{n:03d}\n" for n in range(5, 35, 5))
 
@@ -251,12 +251,7 @@ def test_an_exception_with_a_message_is_not_read_as_a_bare_one():
 # -- through a real broker and runner ---------------------------------------------------------------------------------
 
 ADMIN = Principal("admin", None, admin=True)
-CONFIG = """
-pools:
-  - {name: cpu, slots: 1, price_per_slot_hour: "0.36"}
-stop_grace_seconds: 1
-tick_seconds: 0.05
-"""
+CONFIG = ONE_CHEAP_SLOT
 # a PyTorch script with an optimizer: torch.optim imports torch._dynamo, after which Python exits 1 on an uncaught
 # KeyboardInterrupt rather than by the signal (130), so only the traceback's last line says it was a SIGINT
 INTERRUPTS_ITSELF = textwrap.dedent("""\
