@@ -40,6 +40,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -197,8 +198,62 @@ class Entry:
     target: str = ""  # a link's, as listed (checked to lead inside the workdir)
 
 
+@dataclass(frozen=True)
+class _Found:
+    """A directory, file or link :func:`_tree` found, with its ``lstat`` (read once) and, for a link, its target."""
+
+    rel: str
+    path: Path
+    st: os.stat_result
+    target: str = ""
+
+
+def _tree(root: Path, *, skip: frozenset[str] = frozenset(), skip_unreadable: bool = False) -> Iterator[_Found]:
+    """What under ``root`` a pack may hold, lazily, in order (a directory before what is in it, names sorted): the
+    ``.skyignore`` rules, else ``.gitignore``'s (and ``.git/info/exclude``), leave out what they ignore; directories
+    named in ``skip`` are left out too. Sockets and pipes are left out, as are entries that vanish while the tree is
+    read, and a directory is given only once it could be listed. A directory that cannot be listed raises the
+    ``OSError`` (``root`` always; another, unless ``skip_unreadable``: then it is left out). :func:`files_of` and
+    :func:`fingerprint` both walk it."""
+    ignore_name = ".skyignore" if (root / ".skyignore").is_file() else ".gitignore"
+    top_rules = [] if ignore_name == ".skyignore" else _rules(_read(root / ".git" / "info" / "exclude"), "")
+
+    def walk(directory: Path, rel_dir: str, rules: list[_Rule], names: list[str]) -> Iterator[_Found]:
+        here = directory / ignore_name
+        if here.is_file():
+            rules = rules + _rules(_read(here), rel_dir)
+        for name in names:
+            path = directory / name
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            try:  # what it is, once: each of is_dir, is_file looked again, and a file gone since was a traceback
+                st = path.lstat()
+                target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""
+            except FileNotFoundError:
+                continue  # vanished since the directory was listed
+            if stat.S_ISLNK(st.st_mode):
+                if not _ignored(rel, False, rules):
+                    yield _Found(rel, path, st, target)
+            elif stat.S_ISDIR(st.st_mode):
+                if name in skip or _ignored(rel, True, rules):
+                    continue
+                try:
+                    inner = sorted(os.listdir(path))
+                except FileNotFoundError:
+                    continue  # vanished since its parent was listed: not there to take
+                except OSError:
+                    if skip_unreadable:
+                        continue
+                    raise
+                yield _Found(rel, path, st)
+                yield from walk(path, rel, rules, inner)
+            elif stat.S_ISREG(st.st_mode) and not _ignored(rel, False, rules):
+                yield _Found(rel, path, st)
+
+    yield from walk(root, "", top_rules, sorted(os.listdir(root)))
+
+
 def files_of(root: Path) -> list[Entry]:
-    """What a pack of ``root`` holds, in order: directories, files and links, the ignored ones left out.
+    """What a pack of ``root`` holds, in order: directories, files and links, the ignored ones left out (:func:`_tree`).
 
     A link is kept as a link when it points inside the directory; one that points out of it
     (``data -> /mnt/datasets``) is refused, naming it: it could not be unpacked on another host.
@@ -206,49 +261,25 @@ def files_of(root: Path) -> list[Entry]:
     read (a build writing and deleting files as it runs) is left out, as rsync says of a file that vanished: it is
     not there to pack."""
     ignore_name = ".skyignore" if (root / ".skyignore").is_file() else ".gitignore"
-    top_rules = [] if ignore_name == ".skyignore" else _rules(_read(root / ".git" / "info" / "exclude"), "")
     out: list[Entry] = []
-
-    def walk(directory: Path, rel_dir: str, rules: list[_Rule]) -> None:
-        here = directory / ignore_name
-        if here.is_file():
-            rules = rules + _rules(_read(here), rel_dir)
-        try:
-            names = sorted(os.listdir(directory))
-        except FileNotFoundError:
-            if rel_dir:  # the directory vanished since its parent was listed: it is not packed
-                out.pop()  # its own entry, the last one added (see below)
-                return
-            raise PackError(f"cannot read {directory}: it is not there") from None
-        except OSError as exc:
-            raise PackError(f"cannot read {directory}: {exc.strerror}") from None
-        for name in names:
-            path = directory / name
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            try:  # what it is, once: each of is_dir, is_file looked again, and a file gone since was a traceback
-                st = path.lstat()
-                if stat.S_ISLNK(st.st_mode):
-                    if _ignored(rel, False, rules):
-                        continue
-                    target = os.readlink(path)
-            except FileNotFoundError:
-                continue  # vanished since the directory was listed
-            if stat.S_ISLNK(st.st_mode):
+    try:
+        for found in _tree(root):
+            mode = found.st.st_mode
+            if stat.S_ISLNK(mode):
+                rel, target = found.rel, found.target
                 inside = os.path.normpath(os.path.join(os.path.dirname(rel), target))
                 if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
                     raise PackError(f"{rel} is a link to {target}, out of the workdir, which cannot be shipped to "
                                     f"the broker: leave it out ({ignore_name}) or mount it with file_mounts")
-                out.append(Entry(rel, path, "link", 0, target))
-            elif stat.S_ISDIR(st.st_mode):
-                if _ignored(rel, True, rules):
-                    continue
-                out.append(Entry(rel, path, "dir", 0))
-                walk(path, rel, rules)
-            elif stat.S_ISREG(st.st_mode):
-                if not _ignored(rel, False, rules):
-                    out.append(Entry(rel, path, "file", st.st_size))
-
-    walk(root, "", top_rules)
+                out.append(Entry(rel, found.path, "link", 0, target))
+            elif stat.S_ISDIR(mode):
+                out.append(Entry(found.rel, found.path, "dir", 0))
+            else:
+                out.append(Entry(found.rel, found.path, "file", found.st.st_size))
+    except FileNotFoundError as exc:
+        raise PackError(f"cannot read {exc.filename or root}: it is not there") from None
+    except OSError as exc:
+        raise PackError(f"cannot read {exc.filename or root}: {exc.strerror}") from None
     return out
 
 
@@ -632,51 +663,26 @@ def fingerprint(directory: str) -> dict[str, Any]:
     root = Path(os.path.expanduser(directory))
     if not root.is_dir():
         return {}
-    ignore_name = ".skyignore" if (root / ".skyignore").is_file() else ".gitignore"
-    top_rules = [] if ignore_name == ".skyignore" else _rules(_read(root / ".git" / "info" / "exclude"), "")
     digest = hashlib.sha256()
     listing: dict[str, str] | None = {}
-    count = 0
-
-    def walk(folder: Path, rel_dir: str, rules: list[_Rule]) -> bool:  # False: stopped at the cap
-        nonlocal count, listing
-        here = folder / ignore_name
-        if here.is_file():
-            rules = rules + _rules(_read(here), rel_dir)
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:  # vanished or unreadable since its parent was listed: nothing of it is read either
-            return True
-        for name in names:
-            path, rel = folder / name, f"{rel_dir}/{name}" if rel_dir else name
-            try:
-                st = path.lstat()
-                if stat.S_ISDIR(st.st_mode):
-                    if name not in NOT_FINGERPRINTED and not _ignored(rel, True, rules) and not walk(path, rel, rules):
-                        return False
-                    continue
-                if stat.S_ISLNK(st.st_mode) and not _ignored(rel, False, rules):
-                    what = "link " + os.readlink(path)
-                elif stat.S_ISREG(st.st_mode) and not _ignored(rel, False, rules):
-                    what = f"{st.st_size} {st.st_mtime_ns}"
-                else:
-                    continue
-            except OSError:  # vanished since the folder was listed
+    count, whole = 0, True
+    try:
+        for found in _tree(root, skip=NOT_FINGERPRINTED, skip_unreadable=True):
+            if stat.S_ISDIR(found.st.st_mode):
                 continue
             if count >= FINGERPRINT_MAX_FILES:
-                return False
+                whole = False
+                break
             count += 1
-            digest.update(f"{rel}\0{what}\n".encode("utf-8", "surrogateescape"))
+            what = ("link " + found.target if stat.S_ISLNK(found.st.st_mode) else
+                    f"{found.st.st_size} {found.st.st_mtime_ns}")
+            digest.update(f"{found.rel}\0{what}\n".encode("utf-8", "surrogateescape"))
             if count > FINGERPRINT_LISTED:
                 listing = None
             elif listing is not None:
-                listing[rel] = hashlib.sha256(what.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-        return True
-
-    try:
-        whole = walk(root, "", top_rules)
-    except RecursionError:  # folders nested deeper than Python recurses: what was walked till then is the fingerprint
-        whole = False
+                listing[found.rel] = hashlib.sha256(what.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    except (OSError, RecursionError):  # a folder that could not be read, or nested deeper than Python recurses: what
+        whole = False                  # was walked till then is the fingerprint
     out: dict[str, Any] = {"path": directory, "digest": digest.hexdigest(), "files": count}
     if listing is not None:
         out["listing"] = listing
