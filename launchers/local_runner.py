@@ -38,9 +38,11 @@ other process of the job (found by its ``BROKER_NOTICE_FILE``: torchrun's worker
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +87,19 @@ BROKER_SECRETS = ("BROKER_ADMIN_TOKEN", "BROKER_TEAM_TOKENS", "BROKER_SECRETS_KE
 #: Python, libraries, GPUs, locale), none of what the broker holds. The rest it has from its task and the broker.
 HOST_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "TERM")
 HOST_ENV_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_")
+
+
+def host_program(name: str) -> str:
+    """``name`` (``bash``, ``git``) as an absolute path, looked up in the runner's own PATH (the broker's), never in
+    the job's: a job setting PATH in its ``envs`` or ``secrets`` changes what its own script finds, not which bash
+    runs that script. With the job's PATH, ``bash`` was not found, the runner died without recording an exit, and the
+    attempt read as a node lost, retried as the infrastructure's fault. The name itself where it is not found (the
+    command then cannot be started, and the attempt fails saying so)."""
+    return shutil.which(name) or name
+
+
+def errno_name(number: int | None) -> str:
+    return errno.errorcode.get(number or 0, str(number))
 
 
 def _write_atomic(path: Path, data: dict, tmp: Path | None = None) -> None:
@@ -327,13 +342,16 @@ class Runner:
                 read_end, write_end = os.pipe()
                 try:
                     self.child = subprocess.Popen(
-                        ["bash", "-c", script], cwd=cwd, env=self.env(step), stdout=write_end,
+                        [host_program("bash"), "-c", script], cwd=cwd, env=self.env(step), stdout=write_end,
                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                         **(self.user.popen() if self.user else {}),
                     )
-                except BaseException:
+                except BaseException as exc:
                     os.close(read_end)
-                    raise
+                    if not isinstance(exc, (OSError, subprocess.SubprocessError)):
+                        raise
+                    self._launch_failed(step, exc, log, result)
+                    break
                 finally:
                     os.close(write_end)
                 pump = threading.Thread(target=log.drain, args=(read_end,), name=f"output-{step}", daemon=True)
@@ -349,6 +367,21 @@ class Runner:
                     result.update(exit_code=code, signal=None)
                 if code != 0:
                     break
+
+    def _launch_failed(self, step: str, exc: BaseException, log, result: dict) -> None:
+        """The job's ``step`` command could not be started (``exc``, from ``Popen``): said in its log (a line the
+        broker's diagnosis keeps and quotes, as nothing of the command ran) and in ``runner.log`` (the runner's
+        stderr), and recorded as the command failing (no exit code: nothing ran; ``reason`` says why) — never a runner
+        dying without an exit, which reads as a node lost and is retried as the infrastructure's fault."""
+        why = (f"{exc.strerror} ({errno_name(exc.errno)})" if isinstance(exc, OSError) and exc.strerror
+               else f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, OSError) and exc.errno == errno.E2BIG:
+            why += ": its environment and its script together are larger than this host's kernel takes"
+        reason = f"the {step} command could not be started on this host: {why}"
+        log.write(f"[spot-broker] {step} command: not run: it could not be started on this host: {why}\n".encode())
+        print(f"local_runner: attempt {self.request.get('attempt_id')}: {reason}", file=sys.stderr, flush=True)
+        self.child = None
+        result.update(exit_code=None, signal=None, reason=reason)
 
     def _clone(self, repo: GitWorkdir, cwd: str, log, result: dict) -> str | None:
         """Make ``cwd``, the attempt's fresh folder, a clone of the task's git workdir at its ref, as the job's user
@@ -400,6 +433,7 @@ class Runner:
         """Run one git command of a clone as the job's commands are run (its own session, the job's user, stopped
         by a stop), its output kept and written to the log with credentials hidden (``quiet``: only if it failed):
         (its exit code, the output), or (None, why) when it could not run or ran past ``deadline``."""
+        command = [host_program(command[0]), *command[1:]]  # git from the runner's PATH, not the job's
         try:
             self.child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True,
