@@ -23,9 +23,9 @@ from broker.models import Job
 from broker.service import Conflict, Invalid, NotFound
 from broker.slack import blocks, messages
 from broker.slack.blocks import Reply, esc
-from broker.slack.commands import Command
+from broker.slack.commands import SUBMIT_OPTIONS, Command
 from broker.slack.config import SlackConfig
-from broker.spec import SpecError
+from broker.spec import SpecError, _parse_broker
 from broker.task_text import load_text
 from pricing.money import fmt, fmt_limit
 
@@ -86,6 +86,39 @@ def _queue_words(position: int | None) -> str:
         return " · #1 in queue"
     ahead = "the job ahead of it does" if position == 2 else "the jobs ahead of it do"
     return f" · #{position} in queue; it may start sooner on capacity {ahead} not use"
+
+
+_SECTION_FIELD = {"budget_usd": "budget", "max_price_per_hour": "max_price_per_hour", "priority": "priority",
+                  "deadline": "deadline", "expected_hours": "expected_hours", "team": "team"}
+"""Each submit option's ``broker:`` key, and the field of the API's parsed section it sets."""
+_OPTION_OF = {key: option for option, key in SUBMIT_OPTIONS.items() if key}
+_DOLLARS = {"budget_usd", "max_price_per_hour"}
+
+
+def _meaning(key: str, value: Any, now: float) -> Any:
+    """What the API reads ``value`` of ``broker.<key>`` as (a budget in micro-dollars, a deadline as a moment, ...),
+    so that ``budget=$2`` and ``budget_usd: '2.00'`` agree; the text itself where it reads as nothing (refused
+    later, in the API's words)."""
+    try:
+        return getattr(_parse_broker({key: value}, now=now, strict=False), _SECTION_FIELD[key])
+    except (ValueError, TypeError, KeyError, ArithmeticError, AttributeError):  # SpecError is a ValueError
+        return str(value).strip()
+
+
+def _disagreements(opts: dict[str, Any], section: dict, *, now: float) -> list[str]:
+    """The options that set a ``broker:`` key the YAML sets to another value, each said as "budget=$1 and the YAML's
+    broker.budget_usd '2' disagree"; none where they agree (the same value given twice is one value)."""
+    said = []
+    for key, value in opts.items():
+        theirs = section.get(key)
+        if key not in _SECTION_FIELD or theirs is None or _meaning(key, value, now) == _meaning(key, theirs, now):
+            continue
+        shown = f"'{theirs}'" if isinstance(theirs, str) else str(theirs).lower() if isinstance(theirs, bool) \
+            else str(theirs)
+        # `budget=$1` comes as "1", `max_price=$2` as typed
+        typed = f"${str(value).removeprefix('$')}" if key in _DOLLARS else value
+        said.append(f"{_OPTION_OF.get(key, key)}={typed} and the YAML's broker.{key} {shown} disagree")
+    return said
 
 
 @dataclass(frozen=True)
@@ -284,13 +317,22 @@ class Dispatcher:
         if "name" in opts:
             raw["name"] = opts.pop("name")
         if "priority" in opts:
-            # ASCII digits only, as the API reads it (int() also reads "١٢" as 12)
-            if not re.fullmatch(r"[+-]?[0-9]+", opts["priority"]):
-                return blocks.error("priority: must be a whole number")
-            opts["priority"] = int(opts["priority"])
+            # ASCII digits only, as the API reads it (int() also reads "١٢" as 12); anything else is left as text,
+            # which the API's own check refuses, and its words (the range it takes) are the reply's
+            if re.fullmatch(r"[+-]?[0-9]{1,50}", opts["priority"]):
+                opts["priority"] = int(opts["priority"])
+            try:
+                _parse_broker({"priority": opts["priority"]}, now=self.service.clock())
+            except SpecError as exc:
+                return blocks.error(f"priority: {exc.reason}")
         if opts and not isinstance(raw.get("broker"), (dict, type(None))):
             # the options were merged into an empty section in its place: `broker: 5` was dropped unsaid
             return blocks.error("broker: must be a mapping")
+        clashes = _disagreements(opts, raw.get("broker") or {}, now=self.service.clock())
+        if clashes:
+            # the option won unsaid: `budget=$1` with the YAML's `budget_usd: '2'` submitted at $1
+            return blocks.error(f"{', and '.join(clashes)}: give {'it' if len(clashes) == 1 else 'each'} once; "
+                                f"nothing was submitted")
         if opts:
             raw["broker"] = {**(raw.get("broker") or {}), **opts}
         job, created = self.service.submit(who, raw, idempotency_key=idempotency_key)
