@@ -154,10 +154,17 @@ def load_price_table(
 def read_trace(path: Path) -> tuple[int, list[int]]:
     """A spot-traces file as ``(gap_seconds, availability per tick)``; >0 means spot is up.
     ``ValueError`` naming the file and what is wrong with it for anything else."""
+    text = Path(path).read_text()
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
+        if _a_window(text):  # the natural mistake, the reverse of :func:`window`'s: windows where a trace goes
+            raise ValueError(f"{path}: this looks like a windows JSONL file (one window a line), not a spot-traces "
+                             "file: give it to --windows, without --zones") from None
         raise ValueError(f"{path}: not a spot-traces JSON file ({exc})") from None
+    if isinstance(doc, dict) and "available" in doc and "metadata" not in doc:  # a windows file of one line
+        raise ValueError(f"{path}: this looks like a windows JSONL file (one window a line), not a spot-traces "
+                         "file: give it to --windows, without --zones")
     try:
         gap, data = doc["metadata"]["gap_seconds"], doc["data"]
     except (KeyError, TypeError):
@@ -174,6 +181,15 @@ def read_trace(path: Path) -> tuple[int, list[int]]:
     if gap <= 0 or not data:
         raise ValueError(f"{path}: gap_seconds must be > 0 and data must not be empty")
     return gap, data
+
+
+def _a_window(text: str) -> bool:
+    """Whether the first line of ``text`` is a JSON object with ``available``, as a windows JSONL line is."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        return isinstance(w := json.loads(first), dict) and "available" in w
+    except (json.JSONDecodeError, RecursionError):
+        return False
 
 
 def read_windows(path: Path) -> Iterator[dict]:
@@ -206,8 +222,16 @@ def window(line: str, where: str) -> dict:
     if not isinstance(gap, int) or isinstance(gap, bool) or gap <= 0:
         raise ValueError(f"{where}: gap_seconds must be a whole number of seconds > 0, got {gap!r}")
     rows = avail if isinstance(avail, list) and avail and all(isinstance(r, list) for r in avail) else [avail]
-    if not all(isinstance(r, list) and r and all(isinstance(x, int) and not isinstance(x, bool) for x in r) for r in rows):
-        raise ValueError(f"{where}: available must be a non-empty list of 0/1 per tick, or one such list per zone")
+    if not all(isinstance(r, list) and r for r in rows):
+        raise ValueError(f"{where}: available must be a non-empty list of whole numbers per tick (the spot instances "
+                         "available then, ≥ 0: >0 = spot is up), or one such list per zone")
+    for zone, r in enumerate(rows):  # whole JSON numbers only: 0.5, true, null and "1" named where they are
+        tick = next((t for t, x in enumerate(r) if not _whole(x)), None)
+        if tick is not None:
+            shown = json.dumps(r[tick])
+            raise ValueError(f"{where}: available holds {shown if len(shown) <= 40 else shown[:37] + '...'} at tick {tick}"
+                             f"{f' of zone {zone}' if len(rows) > 1 else ''}: each tick is a whole number of spot "
+                             "instances available then, ≥ 0 (>0 = spot is up)")
     if len({len(r) for r in rows}) > 1:
         raise ValueError(f"{where}: the zones' available lists differ in length ({sorted({len(r) for r in rows})})")
     names = w.get("zones")

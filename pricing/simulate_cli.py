@@ -65,26 +65,65 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(self, message)
 
 
+class _Typed(float):
+    """A number as ``float`` reads it that keeps the text typed (``typed``), for a refusal to echo: `--job-hours 0`
+    said "got 0.0"."""
+
+    typed: str
+
+
+def _float(text: str) -> float:
+    value = _Typed(text)
+    value.typed = text.strip()
+    return value
+
+
+_float.__name__ = "float"  # argparse's "invalid float value: 'lots'"
+
+
+def _said(value: float) -> str:
+    """``value`` as it was typed, or as ``:g`` writes a default."""
+    return getattr(value, "typed", None) or f"{value:g}"
+
+
+class _Once(argparse.Action):
+    """An option that takes one value, refused when given twice, as ``broker``'s other commands refuse one
+    (``broker.cli._Once``, which ``pricing`` cannot import): argparse kept the last, so `--job-hours 6 --job-hours 7`
+    replayed a 7-hour job without a word."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("_given_once", set())
+        if self.dest in given:
+            before = getattr(namespace, self.dest)
+            raise argparse.ArgumentError(self, f"given twice ({getattr(before, 'typed', before)}, then "
+                                               f"{getattr(values, 'typed', values)}): give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="broker simulate", description="Replay spot availability traces through a spot/on-demand policy.")
-    p.add_argument("--windows", required=True, help="a windows .jsonl file, or with --zones the number of windows to sample")
-    p.add_argument("--zones", help="comma-separated spot-traces .json files aligned in time, one per zone")
-    p.add_argument("--seed", type=int, help="seed for sampling windows from --zones (default 0)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"one or more of {', '.join(POLICIES)} (comma-separated; default {DEFAULT_POLICY}); "
+    p.register("action", "once", _Once)
+    p.add_argument("--windows", required=True, action="once", help="a windows .jsonl file, or with --zones the number of windows to sample")
+    p.add_argument("--zones", action="once", help="comma-separated spot-traces .json files, one per zone, aligned by their "
+                   "first tick only (the files hold no timestamps)")
+    p.add_argument("--seed", type=int, action="once", help="seed for sampling windows from --zones (default 0)")
+    p.add_argument("--policy", default=DEFAULT_POLICY, action="once", help=f"one or more of {', '.join(POLICIES)} (comma-separated; default {DEFAULT_POLICY}); "
                         f"{' and '.join(CAPPED_POLICIES)} run with the cost cap, the paper's baselines without")
-    p.add_argument("--job-hours", type=float, default=48.0, help="the job's useful work C (default 48)")
-    p.add_argument("--deadline-hours", type=float, default=60.0, help="the deadline R from the window's start (default 60)")
-    p.add_argument("--changeover-hours", type=float, default=0.2, help="the changeover delay d of every move (default 0.2)")
-    p.add_argument("--price-ratio", type=float, default=3.145, help="on-demand price ÷ spot price (k; default 3.145)")
-    p.add_argument("--spot-price", help="spot $/h (2.50 or $2.50); costs are then reported in dollars")
-    p.add_argument("--budget", help="the user's budget, in the units of cost: dollars with --spot-price, read as "
+    p.add_argument("--job-hours", type=_float, default=48.0, action="once", help="the job's useful work C (default 48)")
+    p.add_argument("--deadline-hours", type=_float, default=60.0, action="once", help="the deadline R from the window's start (default 60)")
+    p.add_argument("--changeover-hours", type=_float, default=0.2, action="once", help="the changeover delay d of every move (default 0.2)")
+    p.add_argument("--price-ratio", type=_float, default=3.145, action="once", help="on-demand price ÷ spot price (k; default 3.145); "
+                   "below 1 on-demand is the cheaper tier, which the policies are not built for (k > 1)")
+    p.add_argument("--spot-price", action="once", help="spot $/h (2.50 or $2.50); costs are then reported in dollars")
+    p.add_argument("--budget", action="once", help="the user's budget, in the units of cost: dollars with --spot-price, read as "
                    "`broker submit --budget` reads them ($100, 1,000.50), else spot-hours, written the same way "
                    "without the $ (no exponent); one that covers on-demand only is never exceeded")
-    p.add_argument("--gap-seconds", type=int, help="the job's tick with --zones (default: the traces' finest tick)")
-    p.add_argument("--told-job-hours", type=float, help="job length the policy is told (default: the real one)")
-    p.add_argument("--told-changeover-hours", type=float, help="changeover the policy is told (default: the real one)")
+    p.add_argument("--gap-seconds", type=int, action="once", help="the job's tick with --zones (default: the traces' finest tick)")
+    p.add_argument("--told-job-hours", type=_float, action="once", help="job length the policy is told (default: the real one)")
+    p.add_argument("--told-changeover-hours", type=_float, action="once", help="changeover the policy is told (default: the real one)")
     p.add_argument("--optimum", action="store_true", help="also report the omniscient optimum per window")
-    p.add_argument("--limit", type=int, help="only the first N windows of a file")
+    p.add_argument("--limit", type=int, action="once", help="only the first N windows of a file")
     p.add_argument("--json", action="store_true", help="one JSON object per window and policy")
     return p
 
@@ -189,25 +228,27 @@ def _check(args) -> None:
                 "--gap-seconds": args.gap_seconds, "--told-job-hours": args.told_job_hours}
     for flag, value in positive.items():
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise SystemExit(f"{flag}: must be a number > 0, got {value!r}")
+            raise SystemExit(f"{flag}: must be a number > 0, got {_said(value)}")
     for flag, value in {"--changeover-hours": args.changeover_hours, "--told-changeover-hours": args.told_changeover_hours}.items():
         if value is not None and not (math.isfinite(value) and value >= 0):
-            raise SystemExit(f"{flag}: must be a number ≥ 0, got {value!r}")
+            raise SystemExit(f"{flag}: must be a number ≥ 0, got {_said(value)}")
     for name in HOURS_OPTIONS:
         value = getattr(args, name)
         exact = None if value is None else Decimal(repr(value)) * 3600
         # (not ``exact % 1``: past 28 digits, ``--job-hours 1e300``, that is DivisionImpossible, a traceback)
         if exact is not None and exact != exact.to_integral_value():
-            raise SystemExit(f"--{name.replace('_', '-')}: {value!r} h is {exact.normalize():f} s; the replay counts time "
+            raise SystemExit(f"--{name.replace('_', '-')}: {_said(value)} h is {exact.normalize():f} s; the replay counts time "
                              "in whole seconds (ticks, changeovers and progress): give a whole number of seconds")
     if args.limit is not None and args.limit < 1:
         raise SystemExit(f"--limit: the number of windows to replay, ≥ 1 (leave it out for all), got {args.limit}")
     # What the policy is told must fit (a real job longer than it was told may run past the deadline:
     # that is the robustness replay); a job that cannot fit even as told is a mistake in the options.
+    # In whole seconds, as replayed: in floats 2.1 + 0.2 > 2.3, and a deadline of exactly the job and one changeover
+    # was refused as shorter.
     told_job, told_changeover = _told(args)
-    if args.deadline_hours < told_job + told_changeover:
-        raise SystemExit(f"--deadline-hours: {args.deadline_hours:g} h is shorter than the job ({told_job:g} h) plus one "
-                         f"changeover ({told_changeover:g} h): no policy can finish in time")
+    if seconds(args.deadline_hours) < seconds(told_job) + seconds(told_changeover):
+        raise SystemExit(f"--deadline-hours: {_said(args.deadline_hours)} h is shorter than the job ({_said(told_job)} h) "
+                         f"plus one changeover ({_said(told_changeover)} h): no policy can finish in time")
     if args.zones is not None and not any(_zone_files(args)):
         raise SystemExit("--zones: name at least one spot-traces .json file (comma-separated)")
     if args.zones is not None and not all(_zone_files(args)):
@@ -298,7 +339,13 @@ def run(argv: list[str] | None = None, out=None) -> list[dict]:
     for name in names:
         if name not in POLICIES:
             raise SystemExit(f"--policy: unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:  # "broker,broker" replayed it twice, its windows and its rows counted twice
+        raise SystemExit(f"--policy: {twice!r} is named twice in {args.policy!r}: name each policy once")
     _check(args)
+    if args.price_ratio < 1:
+        print(f"note: --price-ratio {_said(args.price_ratio)} is below 1, so on-demand is the cheaper tier; the "
+              "policies are built for on-demand costing more (k > 1)", file=sys.stderr)
     scale = _dollars("--spot-price", args.spot_price, positive=True)
     if args.spot_price is None and args.budget is not None and "$" in args.budget:
         raise SystemExit(f"--budget: {args.budget!r} is in dollars, but without --spot-price costs are in spot-hours: "
@@ -363,11 +410,13 @@ def _checked(args, w: dict, where: str, deadline: int, told: int) -> tuple[int, 
                        "--windows")
     if avail.shape[1] * gap < deadline:
         raise _Refused(f"{where}: {avail.shape[1]} ticks of {gap} s ({avail.shape[1] * gap / 3600:g} h) end before the "
-                       f"deadline ({args.deadline_hours:g} h), so runs would be cut off there: use a shorter "
+                       f"deadline ({_said(args.deadline_hours)} h), so runs would be cut off there: use a shorter "
                        "--deadline-hours", "--windows")
     needed = -(-told // gap)  # as the policy is told (a longer real job is the robustness replay)
     if needed > deadline // gap:
-        raise SystemExit(f"--deadline-hours: with {gap} s ticks the job needs {needed} whole ticks "
+        # the tick the user chose is to blame, not the deadline (which _check found long enough)
+        flag = "--gap-seconds" if args.zones is not None and args.gap_seconds is not None else "--deadline-hours"
+        raise SystemExit(f"{flag}: with {gap} s ticks the job needs {needed} whole tick{'s' if needed != 1 else ''} "
                          f"({needed * gap / 3600:g} h, ticks are billed and progress whole) but the deadline "
                          f"holds {deadline // gap}: no policy can finish in time")
     return gap, avail
@@ -416,8 +465,8 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
             row = {
                 "trace": w.get("trace"), "window": w.get("window", n), "policy": name, "gap_seconds": gap,
                 "cost": _money(_normalized_cost(r.actions, gap, ratio), scale), "finished": r.finished,
-                "finish_hours": None if r.finish_seconds is None else r.finish_seconds / 3600,
-                "spot_hours": r.spot_hours, "ondemand_hours": r.ondemand_hours,
+                "finish_hours": None if r.finish_seconds is None else _hours(r.finish_seconds / 3600),
+                "spot_hours": _hours(r.spot_hours), "ondemand_hours": _hours(r.ondemand_hours),
                 "ondemand_only_cost": _money(-(-(work + changeover) // gap) * gap * ratio / 3600, scale),
                 "actions": r.actions,
             }
@@ -426,6 +475,10 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
                 row["over_budget"] = _as_budget(row["cost"]) > given
             if "start_tick" in w:
                 row["start_tick"] = w["start_tick"]
+            if r.finish_seconds is None:  # not done (within twice the deadline or the window): how far it got
+                row["progress_hours"] = _hours(r.progress / 3600)
+            if w.get("zones"):  # the names the digits of actions stand for
+                row["zones"] = list(w["zones"])
             if args.optimum:
                 row["optimum"] = None if optimum is None else _money(optimum, scale)
             results.append(row)
@@ -433,11 +486,33 @@ def _replay(args, names: list[str], scale: Decimal | None, budget: float | None,
                 print(json.dumps(row), file=out)
     if not args.json:
         print(summary(results, dollars=args.spot_price is not None), file=out)
+        print(_legend(args, results, scale), file=out)
         if not args.optimum:
             print("vs optimum: add --optimum (the omniscient optimum of each window, a dynamic program)", file=out)
         if budget is not None:
             print(_budget_words(args.budget, given, results, names, scale), file=out)
     return results
+
+
+def _hours(hours: float) -> float:
+    """Hours to 9 decimals, as a normalized cost is rounded (49.666666667, not 49.666666666666664)."""
+    return float(Decimal(repr(hours)).quantize(Decimal("1e-9")))
+
+
+def _legend(args, results: list[dict], scale: Decimal | None) -> str:
+    """What the table's columns compare, and the run they replayed."""
+    unit = "$" if scale is not None else ""
+    spent = sorted({r["ondemand_only_cost"] for r in results})
+    ondemand = f"{unit}{spent[0]:,.2f}" if len(spent) == 1 else f"{unit}{spent[0]:,.2f} to {unit}{spent[-1]:,.2f}"
+    lines = [f"> on-demand: runs costing more than on-demand only ({ondemand}{'' if scale else ' spot-h'}: the job and "
+             "one changeover, whole ticks)" + ("; vs optimum: total cost ÷ the optimum's" if args.optimum else ""),
+             f"replayed: job {_said(args.job_hours)} h, deadline {_said(args.deadline_hours)} h, changeover "
+             f"{_said(args.changeover_hours)} h, price ratio {_said(args.price_ratio)}"]
+    unfinished = sum(r["finish_hours"] is None for r in results)
+    if unfinished:
+        lines.append(f"mean cost includes {unfinished} run{'s' if unfinished != 1 else ''} not done within twice the "
+                     "deadline or the window's end (their cost so far; progress_hours in --json)")
+    return "\n".join(lines)
 
 
 def _as_budget(cost: float) -> Decimal:
@@ -465,6 +540,8 @@ def _budget_words(given: str, budget: Decimal, results: list[dict], names: list[
     else:
         why = ("it covers on-demand only, so the cost cap keeps each run of the broker's policies (broker, slack_reserve) "
                "within it; the paper's baselines run without a cap and ignore it")
+    if scale is not None and "$" not in given:
+        given = f"${given.strip()}"  # dollars, as the costs are: "budget 44:" beside dollar costs
     return f"budget {given}: runs over it: {counted}. {why[0].upper()}{why[1:]}"
 
 

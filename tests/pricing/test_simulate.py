@@ -123,7 +123,7 @@ def test_cli_prints_one_json_object_per_window_whose_cost_recosts_exactly():
 def test_the_table_names_the_unit_of_its_costs_and_how_to_get_the_ratio_to_the_optimum(extra, unit):
     buf = io.StringIO()
     rows = cli_run(["--windows", str(WINDOWS_FILE), "--limit", "2", "--policy", "greedy", *extra], out=buf)
-    head, line, hint = buf.getvalue().splitlines()
+    head, line, _legend, _replayed, hint = buf.getvalue().splitlines()
     assert unit in head and "vs optimum" in head and "--optimum" in hint
     scale = 0.9 if extra else 1
     assert line.split()[2] == f"{sum(r['cost'] for r in rows) / 2:.2f}" and rows[0]["cost"] > 40 * scale
@@ -186,7 +186,7 @@ def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(
     assert all(r["finished"] and r["spot_hours"] == 0 and Decimal(str(r["cost"])) <= Decimal(str(od_only)) for r in rows)
     table = io.StringIO()
     cli_run(args + ["--budget", str(od_only)], out=table)
-    assert f"budget {od_only}: runs over it: broker 0 of 6. It covers on-demand only, so the cost cap keeps each run " \
+    assert f"budget ${od_only}: runs over it: broker 0 of 6. It covers on-demand only, so the cost cap keeps each run " \
            "of the broker's policies (broker, slack_reserve) within it" in " ".join(table.getvalue().split())
     assert not any(r["over_budget"] for r in rows)
     # a budget below on-demand only: the runs that go over it are flagged and counted, never left unsaid
@@ -195,7 +195,7 @@ def test_simulate_cli_takes_a_budget_in_the_units_of_cost_and_refuses_a_bad_one(
     table = io.StringIO()
     cli_run(args + ["--budget", "20"], out=table)
     said = " ".join(table.getvalue().split())
-    assert f"budget 20: runs over it: broker {sum(r['over_budget'] for r in low)} of 6. It is below on-demand only " \
+    assert f"budget $20: runs over it: broker {sum(r['over_budget'] for r in low)} of 6. It is below on-demand only " \
            f"(${od_only:,.2f}), so no policy can promise to keep it" in said, said
     for bad, why in (("abc", "is not a number"), ("-1", "must be a number")):
         with pytest.raises(SystemExit, match=why):
@@ -373,7 +373,8 @@ def test_piped_into_a_reader_that_stops_early_the_cli_exits_quietly():
         "a deadline between the job and its last whole tick", "a seed without zones", "a tick without zones"])
 def test_simulate_refuses_bad_options_naming_the_option_and_the_reason(args, message):
     with pytest.raises(SystemExit, match=message):
-        cli_run(["--windows", str(WINDOWS_FILE), "--limit", "1", *args], out=io.StringIO())
+        cli_run(["--windows", str(WINDOWS_FILE), *([] if "--limit" in args else ["--limit", "1"]), *args],
+                out=io.StringIO())
 
 
 @pytest.mark.parametrize("content, message", [

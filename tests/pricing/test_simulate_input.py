@@ -4,6 +4,7 @@ its amounts are read as `broker submit --budget` reads them."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -242,3 +243,167 @@ def test_zones_sampled_without_a_seed_are_those_of_seed_0(capsys):
     args = ["--zones", ZONE, "--windows", "2", "--policy", "greedy", "--deadline-hours", "52"]
     code, rows, _ = simulate(capsys, *args)
     assert code == 0 and rows == simulate(capsys, *args, "--seed", "0")[1] and len(rows) == 2
+
+
+# -- 6. what a walkthrough of `broker simulate` found ------------------------------------------------------------------
+
+def _steady(tmp_path, ticks: int = 200, gap: int = 60, **extra) -> Path:
+    """A windows file of one window: spot up at every one of ``ticks`` ticks of ``gap`` s."""
+    f = tmp_path / "steady.jsonl"
+    f.write_text(json.dumps({"trace": "steady", "window": 0, "gap_seconds": gap, "available": [1] * ticks, **extra}) + "\n")
+    return f
+
+
+def test_a_deadline_of_exactly_the_job_and_one_changeover_is_never_refused_as_shorter(capsys, tmp_path):
+    """`--job-hours 2.1 --changeover-hours 0.2 --deadline-hours 2.3` was "2.3 h is shorter than the job (2.1 h) plus
+    one changeover (0.2 h)": compared in floats, 2.1 + 0.2 is 2.3000000000000003. The replay counts whole seconds."""
+    from decimal import Decimal
+
+    from pricing.simulate_cli import _check, parser
+
+    for tenths, d in itertools.product(range(1, 800), ("0.1", "0.2", "0.3", "0.5")):
+        job = f"{tenths / 10:.1f}"
+        args = parser().parse_args(["--windows", "w.jsonl", "--job-hours", job, "--changeover-hours", d,
+                                    "--deadline-hours", str(Decimal(job) + Decimal(d))])
+        _check(args)  # no SystemExit
+    code, rows, err = simulate(capsys, "--windows", str(_steady(tmp_path)), "--policy", "greedy", "--job-hours", "2.1",
+                               "--changeover-hours", "0.2", "--deadline-hours", "2.3")
+    assert code == 0 and rows[0]["finished"] and rows[0]["finish_hours"] == 2.3, (rows, err)
+
+
+@pytest.mark.parametrize("policy", ["broker,broker", "greedy, broker,greedy"])
+def test_a_policy_named_twice_is_refused(capsys, policy):
+    """`--policy broker,broker` replayed broker twice: the table counted 2 windows for one, --json wrote each row
+    twice, and the budget footer said "broker 0 of 2; broker 0 of 2"."""
+    twice = "broker" if policy == "broker,broker" else "greedy"
+    assert refused(capsys, "--windows", str(WINDOWS_FILE), "--limit", "1", "--policy", policy) == (
+        f"--policy: {twice!r} is named twice in {policy!r}: name each policy once", "--policy")
+
+
+@pytest.mark.parametrize("option, first, second", [
+    ("--job-hours", "6", "7"), ("--deadline-hours", "60", "61"), ("--seed", "1", "2"), ("--policy", "broker", "greedy"),
+    ("--limit", "1", "2"), ("--spot-price", "0.9", "1"), ("--budget", "1", "2"), ("--price-ratio", "3", "3.5"),
+    ("--windows", "a.jsonl", "b.jsonl"),
+])
+def test_an_option_given_twice_is_refused_as_the_other_commands_refuse_one(capsys, option, first, second):
+    """`--job-hours 6 --job-hours 7` replayed a 7-hour job without a word; `broker submit --budget 1 --budget 2` is
+    refused, and so is this, in the same words."""
+    zones = ["--zones", ZONE, "--windows", "2"] if option == "--seed" else ["--windows", str(WINDOWS_FILE)]
+    if option == "--windows":
+        zones = []
+    assert refused(capsys, *zones, option, first, option, second) == (
+        f"argument {option}: given twice ({first}, then {second}): give it once", option)
+
+
+@pytest.mark.parametrize("bad", ["0.5", "true", "null", '"1"', "NaN", "[1]"])
+def test_an_availability_that_is_not_a_whole_number_is_named_with_its_tick(capsys, tmp_path, bad):
+    """A bad `available` value got only "available must be a non-empty list of 0/1 per tick, or one such list per
+    zone": no tick, no value, and 0/1 where any whole number ≥ 0 is taken."""
+    w = json.loads(FIRST)
+    f = tmp_path / "w.jsonl"
+    f.write_text(FIRST + "\n" + json.dumps(w)[:-1].replace('"available": [', '"available": [1, 1, 1, 1, ' + bad + ", ", 1)
+                 + "}\n")
+    sentence, field = refused(capsys, "--windows", str(f))
+    assert sentence == f"{f} line 2: available holds {bad} at tick 4: each tick is a whole number of spot instances " \
+                       "available then, ≥ 0 (>0 = spot is up)" and field == "--windows", sentence
+
+
+def test_an_availability_that_is_not_a_whole_number_names_its_zone_too(capsys, tmp_path):
+    w = json.loads(FIRST)
+    f = tmp_path / "w.jsonl"
+    f.write_text(json.dumps({**w, "available": [w["available"], [0, 0.5, *w["available"][2:]]]}) + "\n")
+    assert refused(capsys, "--windows", str(f))[0].startswith(f"{f} line 1: available holds 0.5 at tick 1 of zone 1: ")
+    f.write_text(json.dumps({**w, "available": []}) + "\n")
+    said = refused(capsys, "--windows", str(f))[0]
+    assert "0/1" not in said and "whole numbers per tick" in said and ">0 = spot is up" in said, said
+
+
+def test_the_table_says_what_its_columns_compare_and_the_run_it_replayed(capsys):
+    """The table had no legend: what "> on-demand" and "vs optimum" compare, against which on-demand-only cost, and
+    the job, deadline, changeover and price ratio replayed were nowhere."""
+    code = main(["simulate", "--windows", str(WINDOWS_FILE), "--limit", "2", "--policy", "greedy", "--optimum",
+                 "--job-hours", "47", "--deadline-hours", "60.5", "--changeover-hours", "0.10", "--price-ratio", "3"])
+    out = capsys.readouterr().out
+    _, rows, _ = simulate(capsys, "--windows", str(WINDOWS_FILE), "--limit", "1", "--policy", "greedy",
+                          "--job-hours", "47", "--changeover-hours", "0.10", "--price-ratio", "3")
+    assert code == 0 and f"> on-demand: runs costing more than on-demand only ({rows[0]['ondemand_only_cost']:,.2f} " \
+                         "spot-h: the job and one changeover, whole ticks); vs optimum: total cost ÷ the optimum's" in out
+    assert "replayed: job 47 h, deadline 60.5 h, changeover 0.10 h, price ratio 3\n" in out, out
+
+
+def test_a_run_not_done_says_how_far_it_got_and_the_table_says_its_cost_is_in_the_mean(capsys, tmp_path):
+    """A run cut off at the window's end (a job longer than the policy was told) was averaged into "mean cost" with
+    the cost of its ticks so far, unsaid, and its row said nothing of how far it got."""
+    args = ["--windows", str(_steady(tmp_path, ticks=72, gap=600)), "--policy", "greedy", "--job-hours", "48",
+            "--told-job-hours", "10", "--deadline-hours", "12"]
+    code, rows, err = simulate(capsys, *args)
+    assert code == 0 and rows[0]["finish_hours"] is None and 0 < rows[0]["progress_hours"] <= 12, (rows, err)
+    assert main(["simulate", *args]) == 0
+    assert "mean cost includes 1 run not done within twice the deadline or the window's end (their cost so far; " \
+           "progress_hours in --json)" in capsys.readouterr().out
+    # a row that is done keeps the keys it had, and gets none of these
+    _, rows, _ = simulate(capsys, "--windows", str(WINDOWS_FILE), "--limit", "1", "--policy", "greedy")
+    assert set(rows[0]) == {"trace", "window", "policy", "gap_seconds", "cost", "finished", "finish_hours",
+                            "spot_hours", "ondemand_hours", "ondemand_only_cost", "actions", "start_tick"}
+
+
+def test_a_tick_given_too_long_for_the_deadline_blames_gap_seconds_in_the_singular(capsys, tmp_path):
+    """`--zones a.json --gap-seconds 100000` said "--deadline-hours: ... the job needs 1 whole ticks", blaming the
+    deadline for the tick the user chose."""
+    zone = tmp_path / "a.json"
+    zone.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0, 1, 1, 0] * 1000}))
+    assert refused(capsys, "--zones", str(zone), "--windows", "1", "--gap-seconds", "100000", "--job-hours", "10",
+                   "--deadline-hours", "20") == (
+        "--gap-seconds: with 100000 s ticks the job needs 1 whole tick (27.7778 h, ticks are billed and progress whole) "
+        "but the deadline holds 0: no policy can finish in time", "--gap-seconds")
+
+
+@pytest.mark.parametrize("lines", [2, 1], ids=["a windows file", "a windows file of one line"])
+def test_a_windows_file_given_to_zones_says_to_give_it_to_windows(capsys, tmp_path, lines):
+    """The reverse mistake (a trace given to --windows) said where to give it; this said "not a spot-traces JSON file
+    (Extra data: line 2 column 1 (char 3311))", or that the file needs metadata.gap_seconds."""
+    f = tmp_path / "w.jsonl"
+    f.write_text("".join(WINDOWS_FILE.open().readlines()[:lines]))
+    assert refused(capsys, "--zones", str(f), "--windows", "2") == (
+        f"{f}: this looks like a windows JSONL file (one window a line), not a spot-traces file: give it to --windows, "
+        "without --zones", "--zones")
+
+
+@pytest.mark.parametrize("option, typed", [("--job-hours", "0"), ("--price-ratio", "0.00"), ("--changeover-hours", "-1")])
+def test_a_number_refused_is_echoed_as_typed(capsys, option, typed):
+    """`--job-hours 0` said "got 0.0"."""
+    assert refused(capsys, "--windows", str(WINDOWS_FILE), option, typed)[0].endswith(f", got {typed}")
+
+
+def test_a_price_ratio_below_1_says_on_demand_is_the_cheaper_tier(capsys):
+    code, _, err = simulate(capsys, "--windows", str(WINDOWS_FILE), "--limit", "1", "--policy", "greedy",
+                            "--price-ratio", "0.5")
+    assert code == 0 and err == "note: --price-ratio 0.5 is below 1, so on-demand is the cheaper tier; the policies " \
+                                "are built for on-demand costing more (k > 1)\n"
+    assert simulate(capsys, "--windows", str(WINDOWS_FILE), "--limit", "1", "--policy", "greedy")[2] == ""
+
+
+def test_hours_in_a_row_are_rounded_as_its_cost_and_a_windows_zones_are_echoed(capsys, tmp_path):
+    """`spot_hours` and `finish_hours` were raw floats (49.666666666666664) beside a cost rounded to 9 decimals; a
+    windows line's `zones` names were not in its rows, so the digits of `actions` could not be mapped back."""
+    from decimal import Decimal
+
+    _, rows, _ = simulate(capsys, "--windows", str(WINDOWS_FILE), "--limit", "20", "--policy", "broker,greedy")
+    for row in rows:
+        for key in ("spot_hours", "ondemand_hours", "finish_hours"):
+            assert Decimal(repr(row[key])) == Decimal(repr(row[key])).quantize(Decimal("1e-9")), (key, row[key])
+    w = json.loads(FIRST)
+    f = tmp_path / "w.jsonl"
+    f.write_text(json.dumps({**w, "available": [w["available"], w["available"]], "zones": ["east", "west"]}) + "\n")
+    code, rows, _ = simulate(capsys, "--windows", str(f), "--policy", "greedy")
+    assert code == 0 and rows[0]["zones"] == ["east", "west"]
+    code, rows, _ = simulate(capsys, "--zones", ZONE, "--windows", "1", "--policy", "greedy", "--deadline-hours", "52")
+    assert code == 0 and rows[0]["zones"] == [Path(ZONE).stem]
+
+
+def test_the_help_says_how_zones_are_aligned_and_what_a_price_ratio_below_1_means():
+    from pricing.simulate_cli import parser
+
+    text = " ".join(parser().format_help().split())
+    assert "aligned by their first tick only (the files hold no timestamps)" in text
+    assert "below 1 on-demand is the cheaper tier" in text
