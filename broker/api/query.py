@@ -148,6 +148,7 @@ async def refuse_unknown_query(request: Request) -> None:
 # -- the job listing's cursor ------------------------------------------------------------------------------------
 
 CURSOR_MAX = 512  # characters: a cursor the broker made is well under 100
+CURSOR_ID_MAX = 128  # characters of the job id a cursor holds: the broker's are 12 (j-2bb07170b9)
 _CURSOR_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"  # base64url, unpadded
 
 
@@ -180,8 +181,20 @@ def read_cursor(cursor: str) -> tuple[float, str]:
     if not (isinstance(key, list) and len(key) == 2):
         raise bad
     when, job_id = key
-    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+    if isinstance(when, bool) or not isinstance(when, (int, float)):
         raise bad
-    if not isinstance(job_id, str) or not job_id:
+    try:  # a whole number of 320 digits is no float (OverflowError, a 500), and NaN or Infinity no place in the order
+        when = float(when)
+    except OverflowError:
+        raise bad from None
+    if not math.isfinite(when):
         raise bad
-    return float(when), job_id
+    # the id as a stored job's may be: printable text of a bounded length (a lone surrogate, "\ud800", cannot be
+    # written to the store and was a 500)
+    if not isinstance(job_id, str) or not job_id or len(job_id) > CURSOR_ID_MAX or not job_id.isprintable():
+        raise bad
+    try:
+        job_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad from None
+    return when, job_id
