@@ -27,6 +27,13 @@ from pricing.offers import LOCAL_DISK_FORMS, JobRequest, LocalDisk, ResourceRequ
 
 MAX_NAME = 128
 MAX_CHECKPOINT_URI = 4096  # a checkpoint URL prefix; the job's environment carries it
+MAX_ARG_BYTES = 131_071
+"""Bytes (UTF-8) of one argument or one ``NAME=value`` environment string a process can be started with: Linux's
+MAX_ARG_STRLEN (131,072, its closing NUL among them). A ``run`` or ``setup`` script is one argument
+(``bash -c SCRIPT``), each of ``envs`` and ``secrets`` one environment string."""
+MAX_ENV_BYTES = 1 << 20
+"""Bytes of all of a task's ``envs`` and ``secrets`` together (``NAME=value`` each): Linux starts a process with about
+2 MiB of arguments and environment in all (ARG_MAX), and the launcher's own variables and the script need the rest."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 BROKER_KEYS = {
     "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours", "workdir",
@@ -148,10 +155,28 @@ def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True, comman
         if isinstance(v, (dict, list)):
             raise SpecError(f"{key}.{k}", "must be a string or number")
         if strict and isinstance(v, str):
-            _runnable_text(v, f"{key}.{k}")
+            _runnable_text(v, f"{key}.{k}", env_name=k)
         if v is None and strict:  # SkyPilot's "required": `sky launch` refuses the task until it is given
             raise SpecError(f"{key}.{k}", f"has no value, so the task requires it at {command}: "
                                           f"`broker {command} {flag} {k}=...` (or {k}: \"\" for an empty one)")
+    if strict:
+        _env_total(env_bytes(envs), key)
+
+
+def env_bytes(envs: Any) -> int:
+    """Bytes of the environment strings (``NAME=value``, UTF-8, each with its closing NUL) ``envs`` gives a process."""
+    if not isinstance(envs, dict):
+        return 0
+    return sum(len(f"{k}={v}".encode("utf-8", "replace")) + 1 for k, v in envs.items() if v is not None)
+
+
+def _env_total(size: int, where: str, *, what: str = "the variables") -> None:
+    """Refuse ``envs`` / ``secrets`` (``where``) whose environment strings come to more than :data:`MAX_ENV_BYTES`."""
+    if size > MAX_ENV_BYTES:
+        raise SpecError(where, f"{what} come to {size:,} bytes as NAME=value, more than the {MAX_ENV_BYTES:,} "
+                               "(1 MiB) a job's environment may take: Linux starts a process with about 2 MiB of "
+                               "arguments and environment in all, so every launch would fail. Put large values in "
+                               "a file (file_mounts, or a bucket) and pass its path")
 
 
 def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
@@ -182,6 +207,9 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         if key not in task or task[key] is None:
             continue
         check_env_map(key, task[key], flag, strict=strict)
+    if strict and task.get("envs") and task.get("secrets"):  # each was held to the limit alone: now both together
+        _env_total(env_bytes(task["envs"]) + env_bytes(task["secrets"]), "secrets",
+                   what="with envs, the variables")
     num_nodes = task.get("num_nodes", 1)
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise SpecError("num_nodes", "must be a whole number of at least 1")
@@ -241,17 +269,28 @@ def _ordered(resources: Any) -> bool:
     return "ordered" in resources or isinstance(resources.get("accelerators"), list)
 
 
-def _runnable_text(text: str, where: str) -> None:
-    """A command or an environment value must reach the shell whole: a NUL byte cannot be passed to a
-    process at all, and a lone surrogate (``"\\ud800"`` in JSON) cannot be written as UTF-8. Either
-    would be accepted, then fail every attempt at launch as if the node had been lost."""
+def _runnable_text(text: str, where: str, *, env_name: str | None = None) -> None:
+    """A command or an environment value (of the variable ``env_name``) must reach the shell whole: a NUL byte
+    cannot be passed to a process at all, a lone surrogate (``"\\ud800"`` in JSON) cannot be written as UTF-8, and
+    Linux starts no process with one argument or environment string over :data:`MAX_ARG_BYTES` ("Argument list too
+    long"). Each would be accepted, then fail every attempt at launch as if the node had been lost."""
     if "\x00" in text:
         raise SpecError(where, "contains a NUL character (\\u0000), which no command or environment variable can hold")
     try:
-        text.encode("utf-8")
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise SpecError(where, f"contains {text[exc.start]!r} at character {exc.start + 1}, which is not a Unicode "
                                "character (a lone surrogate) and cannot be written as UTF-8") from None
+    if env_name is not None:
+        size += len(env_name.encode("utf-8")) + 1  # NAME=value is one string
+        if size > MAX_ARG_BYTES:
+            raise SpecError(where, f"must be at most {MAX_ARG_BYTES:,} bytes as {env_name}=value (UTF-8), the most "
+                                   f"Linux puts in one environment variable; it is {size:,}, so every launch would "
+                                   "fail: put a large value in a file (file_mounts, or a bucket) and pass its path")
+    elif size > MAX_ARG_BYTES:
+        raise SpecError(where, f"must be at most {MAX_ARG_BYTES:,} bytes (UTF-8), the most Linux passes a command in "
+                               f"one argument; it is {size:,}, so every launch would fail: put the script in a file "
+                               "in the workdir and run that file")
 
 
 # --- resources ---------------------------------------------------------------------------------
@@ -310,6 +349,18 @@ def unknown_key_hint(key: object, known: frozenset[str] | set[str]) -> str:
     return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(public)}"
 
 
+EMPTY_KEY = "holds an empty key (\"\"), and an empty key is not a field: remove it, or name the one meant"
+
+
+def unknown_key_refusal(where: str, key: object, reason: str) -> SpecError:
+    """The refusal of ``key``, not one the mapping at ``where`` takes (``""``: the task itself), as ``where.key``;
+    an empty key is refused as the mapping that holds it, which named no field (``broker.: is not a broker
+    setting``, and a key of the task ``: is not a SkyPilot task key`` with no field at all)."""
+    if key == "":
+        return SpecError(where or "body", EMPTY_KEY)
+    return SpecError(f"{where}.{key}" if where else str(key), reason)
+
+
 def _unknown(mapping: Any, known: frozenset[str] | set[str], prefix: str, what: str) -> list[tuple[str, str, str]]:
     """The keys of ``mapping`` (when it is one) not in ``known``: (field, reason as :func:`_known_keys` says it, the
     field with the likely key when there is one) each."""
@@ -317,7 +368,10 @@ def _unknown(mapping: Any, known: frozenset[str] | set[str], prefix: str, what: 
         return []
     out = []
     for key in sorted(mapping, key=str):
-        if key not in known:
+        if key == "":
+            field = prefix.rstrip(".") or "body"
+            out.append((field, EMPTY_KEY, f"an empty key in {field}"))
+        elif key not in known:
             hint = unknown_key_hint(key, known)
             out.append((f"{prefix}{key}", f"is not a {what} ({hint})",
                         f"{prefix}{key}" + (f" ({hint})" if hint.startswith("did you mean") else "")))
@@ -346,8 +400,8 @@ def _known_keys(mapping: dict[str, Any], known: frozenset[str] | set[str], prefi
     """Refuse a key SkyPilot does not know (a typo would otherwise be dropped, or refused only at launch)."""
     for key in sorted(mapping, key=str):
         if key not in known:
-            raise SpecError(f"{prefix}{key}", f"is not a SkyPilot {'resources' if prefix else 'task'} key "
-                                              f"({unknown_key_hint(key, known)})")
+            raise unknown_key_refusal(prefix.rstrip("."), key, f"is not a SkyPilot "
+                                      f"{'resources' if prefix else 'task'} key ({unknown_key_hint(key, known)})")
 
 
 def _one_resource(r: dict[str, Any], where: str, *, strict: bool = True) -> list[ResourceRequest]:
@@ -614,7 +668,8 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
         raise SpecError("broker", "must be a mapping")
     unknown = sorted(set(section) - BROKER_KEYS, key=str)  # YAML keys may be numbers too: `{1: a, x: b}` was a 500
     if unknown and strict:  # a stored spec may hold a newer broker's setting: read leniently, it is left as it is
-        raise SpecError(f"broker.{unknown[0]}", f"is not a broker setting ({unknown_key_hint(unknown[0], BROKER_KEYS)})")
+        raise unknown_key_refusal("broker", unknown[0],
+                                  f"is not a broker setting ({unknown_key_hint(unknown[0], BROKER_KEYS)})")
     team = section.get("team")
     if team is not None and (not isinstance(team, str) or not NAME_RE.match(team)):
         raise SpecError("broker.team", "must be a team name (letters, digits, '-', '_', '.')")
@@ -732,8 +787,8 @@ def _file_mount_shape(dest: Any, source: Any) -> None:
         raise SpecError(where, f"must be {_MOUNT_SOURCE}, not {source!r}")
     unknown = sorted(set(map(str, source)) - STORAGE_KEYS)
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]}", "is not a setting of a storage mount "
-                                                 f"({unknown_key_hint(unknown[0], STORAGE_KEYS)})")
+        raise unknown_key_refusal(where, unknown[0], "is not a setting of a storage mount "
+                                                     f"({unknown_key_hint(unknown[0], STORAGE_KEYS)})")
     inner = source.get("source")
     if "source" in source and not (isinstance(inner, str) or (
             isinstance(inner, list) and inner and all(isinstance(s, str) for s in inner))):
@@ -831,8 +886,8 @@ def _config_shape(config: Any) -> None:
                     if not check(value):
                         raise SpecError(f"{where}.{key}", f"must be {words}, not {value!r}")
                 elif CONFIG_SECTIONS[section]:
-                    raise SpecError(f"{where}.{key}", f"is not a setting a task may give in {where} "
-                                                      f"({unknown_key_hint(key, known)})")
+                    raise unknown_key_refusal(where, key, f"is not a setting a task may give in {where} "
+                                                          f"({unknown_key_hint(key, known)})")
 
 
 def _hooks_shape(hooks: Any) -> None:
@@ -849,7 +904,8 @@ def _hooks_shape(hooks: Any) -> None:
             raise SpecError(where, "must be a mapping such as {run: ./save.sh, events: [preemption], timeout: 60}")
         unknown = sorted(set(map(str, hook)) - HOOK_KEYS)
         if unknown:
-            raise SpecError(f"{where}.{unknown[0]}", f"is not a setting of a hook ({unknown_key_hint(unknown[0], HOOK_KEYS)})")
+            raise unknown_key_refusal(where, unknown[0],
+                                      f"is not a setting of a hook ({unknown_key_hint(unknown[0], HOOK_KEYS)})")
         run = hook.get("run")
         if not isinstance(run, str) or not run or len(run) > MAX_HOOK_RUN:
             raise SpecError(f"{where}.run", f"is required: the shell script the hook runs, 1 to {MAX_HOOK_RUN} "
@@ -918,8 +974,8 @@ def _git_workdir(workdir: dict[str, Any]) -> None:
     else), and each a single argument to git: a value starting with ``-`` would be read as an option."""
     for key in sorted(workdir, key=str):
         if key not in ("url", "ref"):
-            raise SpecError(f"workdir.{key}", "is not a key of a git workdir (url, and ref: a branch, a tag or a "
-                                              "commit hash)")
+            raise unknown_key_refusal("workdir", key, "is not a key of a git workdir (url, and ref: a branch, a tag "
+                                                      "or a commit hash)")
     for key in ("url", "ref"):
         value = workdir.get(key)
         if value is None and key == "ref":
@@ -1007,8 +1063,8 @@ def _job_recovery_shape(recovery: Any) -> None:
     if isinstance(recovery, dict):
         unknown = sorted(set(map(str, recovery)) - RECOVERY_KEYS)
         if unknown:
-            raise SpecError(f"resources.job_recovery.{unknown[0]}",
-                            f"is not a job_recovery setting ({unknown_key_hint(unknown[0], RECOVERY_KEYS)})")
+            raise unknown_key_refusal("resources.job_recovery", unknown[0],
+                                      f"is not a job_recovery setting ({unknown_key_hint(unknown[0], RECOVERY_KEYS)})")
         strategy, where = recovery.get("strategy"), "resources.job_recovery.strategy"
     elif isinstance(recovery, str):
         strategy, where = recovery, "resources.job_recovery"
@@ -1027,7 +1083,8 @@ def _retry(value: Any, where: str = "broker.retry") -> RetryPolicy:
         raise SpecError(where, "must be a mapping")
     unknown = sorted(set(value) - RETRY_KEYS, key=str)
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]}", f"is not a retry setting ({unknown_key_hint(unknown[0], RETRY_KEYS)})")
+        raise unknown_key_refusal(where, unknown[0],
+                                  f"is not a retry setting ({unknown_key_hint(unknown[0], RETRY_KEYS)})")
     restarts = value.get("max_restarts_on_errors", 0)
     if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 100:
         raise SpecError(f"{where}.max_restarts_on_errors", "must be a whole number from 0 to 100")

@@ -90,8 +90,11 @@ def load_yaml(text: str, *, max_bytes: int) -> Any:
         _Nodes(max_bytes).check(node)
         try:
             data = loader.construct_document(node)
-        except ValueError:  # a number Python will not read (the checks above leave none it knows of)
-            raise SpecError("body", "holds a value that cannot be read as a number") from None
+        except (ValueError, KeyError, AttributeError, TypeError, OverflowError):
+            # a scalar its tag's constructor cannot read: `!!timestamp 2020-13-45` (ValueError), `!!bool yes-ish`
+            # (KeyError) and `!!timestamp soon` (AttributeError) were "cannot be read as a number" naming the body,
+            # or a 500; found again here, named with its field and line
+            raise _unreadable(node) from None
     finally:
         loader.dispose()
     check_plain(data)
@@ -229,6 +232,52 @@ _BASE_60_MEANT = {
     ("broker", "expected_hours"): "write the hours as a decimal number (1.5 for an hour and a half)",
 }
 """Fields where quoting a ``1:30`` (the advice for text) is refused as well: what to write instead."""
+
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_BOOL = "tag:yaml.org,2002:bool"
+
+
+def _unreadable(root: yaml.Node) -> SpecError:
+    """The refusal of the first scalar under ``root`` that YAML's constructor for its tag cannot read (a walk made
+    only once a document has failed to load, so a task that loads pays nothing for it)."""
+    constructor = yaml.constructor.SafeConstructor()
+    stack: list[tuple[yaml.Node, tuple]] = [(root, ())]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                stack += [(value, (*path, name)), (key, (*path, name))]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(item, (*path, i)) for i, item in reversed(list(enumerate(node.value)))]
+        elif isinstance(node, yaml.ScalarNode):
+            try:
+                constructor.construct_object(node)
+            except Exception as exc:  # whatever the constructor raised: said as what the tag needs
+                return _unreadable_scalar(node, path, exc)
+    return SpecError("body", "holds a value that cannot be read as a number")
+
+
+def _unreadable_scalar(node: yaml.ScalarNode, path: tuple, exc: Exception) -> SpecError:
+    line = node.start_mark.line + 1
+    value = node.value if len(node.value) <= 80 else node.value[:80] + "..."
+    tag = node.tag.removeprefix("tag:yaml.org,2002:")
+    if node.tag == _TIMESTAMP:
+        why = f" ({exc})" if isinstance(exc, ValueError) else ""  # "month must be in 1..12"
+        return SpecError(_field(path), f"is {value!r} (line {line}), which YAML reads as a date but is not one{why}: "
+                                       "write a real date and time with its zone (2026-12-01T18:00Z), or quote it "
+                                       "to give the text")
+    if node.tag == _BOOL:
+        return SpecError(_field(path), f"is !!bool {value!r} (line {line}), which is not true or false")
+    if node.tag in (_INT, _FLOAT):
+        return SpecError(_field(path), f"is {value!r} (line {line}), which cannot be read as a number "
+                                       f"(!!{tag})")
+    return SpecError(_field(path), f"is {value!r} (line {line}), which cannot be read as !!{tag}")
 
 
 def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
