@@ -15,12 +15,14 @@ import logging
 import os
 import tempfile
 from contextlib import asynccontextmanager
+from urllib.parse import unquote
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -37,7 +39,7 @@ from broker.engine.reconcile import Engine
 from broker.retention import Retention
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Conflict, Invalid, NotFound
-from broker.spec import SpecError, unknown_key_hint
+from broker.spec import EMPTY_KEY, SpecError, unknown_key_hint
 from broker.store import JobStore, StoreUnavailable, open_store
 from broker.task_text import load_json, load_text
 from broker.views import dry_run_view, event_view, job_view
@@ -46,7 +48,7 @@ from pricing.money import AmountTooLarge, DecimalComma, MoneyError, NotPlain, To
 
 MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek takes no more
 ONE_VALUE_HEADERS = {name.lower(): name for name in (
-    "Authorization", "Idempotency-Key", "Content-Type", "Content-Length", "X-Slack-Signature",
+    "Authorization", "Idempotency-Key", "Content-Type", "Content-Length", "Content-Encoding", "X-Slack-Signature",
     "X-Slack-Request-Timestamp")}
 """Headers whose value decides what a request does. Starlette's ``headers.get`` reads the first of a header sent
 twice, so a second ``Idempotency-Key`` (a proxy's or a client's own) was dropped without a word, and a retry could
@@ -203,11 +205,17 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         """Before anything reads a header (this its Content-Length, a route its token or key): one that decides what
         the request does, sent twice with different values, is a 400 naming it, on every route, and nothing is done;
         then a body over its limit is a 413, and one this API does not read (:func:`body_refusal`) a 415 naming the
-        header. (One middleware for all three: each is a layer every request goes through.)"""
+        header. (One middleware for all three: each is a layer every request goes through.) A job id holding a
+        '/' (sent as %2F) is answered as an unknown id is. And an unexpected error is answered here
+        (:func:`_unexpected`), so it goes no further: Starlette's last handler raises it again once answered, and the
+        server logged it a second time, with this middleware's exception group and a chained copy (~200 lines)."""
         repeated = repeated_header(request.scope["headers"])
         if repeated is not None:
             name, reason = repeated
             return _error(400, f"{name}: {reason}", name)
+        slashed = slashed_job_id(request.app.router.routes, request.scope)
+        if slashed is not None:  # no job's id holds a '/': nothing to look up, and nothing is told of any job
+            return _error(404, str(NotFound(slashed)), "job_id")
         length = request.headers.get("content-length")
         if length is not None:
             if not (length.isascii() and length.isdigit()):  # HTTP's 1*DIGIT: int() also takes "-1", "1_000", " 9"
@@ -225,7 +233,10 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             if name == "Content-Encoding":
                 answer.headers["Accept-Encoding"] = "identity"  # RFC 7694: the codings a request may use here
             return answer
-        return await call_next(request)
+        try:
+            return await call_next(request)
+        except Exception as exc:  # noqa: BLE001 - the handler of last resort: logged once, answered 500
+            return await _unexpected(request, exc)
 
     def _pack_too_large(size: int | None) -> str:
         what = f"is {human(size)} ({size} bytes)" if size is not None else "is larger than that"
@@ -388,6 +399,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     async def set_budget(job_id: str, caller: Caller, request: Request) -> dict:
         """Change the budget cap: ``{"budget_usd": "40"}``. Raising it lets a budget-stopped job resume."""
         body = await _json_object(request)
+        if "" in body:  # before the required field: "'' is not a field this takes" read as a broken answer
+            raise Invalid("body", EMPTY_KEY)
         if body.get("budget_usd") is None:
             # {"budget": 40} was told "must be an amount of dollars", as if 40 were wrong rather than the key
             others = [k for k in body if k != "budget_usd"]
@@ -533,6 +546,29 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     return app
 
 
+def slashed_job_id(routes: list, scope: dict) -> str | None:
+    """The job id of a request whose path names one with a '/' in it (``/v1/jobs/a%2Fb/cancel``), decoded; ``None``
+    for any other. The router reads the path decoded, so such an id matched no route: ``GET /v1/jobs/%2F`` was
+    redirected to the job list (a client asking for one job got them all) and ``POST /v1/jobs/a%2Fb/cancel`` was a
+    404 naming the path. Matched here on the path as sent, segment by segment."""
+    raw = scope.get("raw_path")
+    if not raw or b"%2f" not in raw.lower():
+        return None
+    sent = raw.decode("latin-1").split("?", 1)[0].split("/")
+    methods = {scope["method"], "GET"} if scope["method"] == "HEAD" else {scope["method"]}
+    for route in routes:
+        if not isinstance(route, APIRoute) or "{job_id}" not in route.path or not methods & route.methods:
+            continue
+        template = route.path.split("/")
+        if len(template) != len(sent):
+            continue
+        if all((given != "") if part.startswith("{") else part == unquote(given) for part, given in zip(template, sent)):
+            job_id = unquote(sent[template.index("{job_id}")])
+            if "/" in job_id:
+                return job_id
+    return None
+
+
 def repeated_header(raw: list[tuple[bytes, bytes]]) -> tuple[str, str] | None:
     """The first of :data:`ONE_VALUE_HEADERS` that ``raw`` (an ASGI scope's headers) holds with different values, and
     the reason to give; ``None`` when each is sent once, or again with the same value (read as once)."""
@@ -605,6 +641,8 @@ def _only(body: dict, takes: set[str]) -> None:
     unknown parameters are: ``{"budget_usd": 40, "deadline": "6h"}`` answered 200 with the deadline dropped. (A
     progress report is read leniently: a newer checkpoint library may send more than this broker reads.)"""
     for key in body:
+        if key == "":  # ": is not a field this takes", naming no field
+            raise Invalid("body", EMPTY_KEY)
         if key not in takes:
             raise Invalid(key, f"is not a field this takes ({unknown_key_hint(key, takes)})")
 

@@ -411,9 +411,12 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ApiError, "description": WHY[code]} for code in codes}
 
 
-def body(schema: dict[str, Any], *, yaml: bool = False, example: Any = None) -> dict[str, Any]:
-    """``openapi_extra=`` declaring a JSON request body (and its YAML text form with ``yaml``)."""
-    content: dict[str, Any] = {"application/json": {"schema": schema, **({"example": example} if example else {})}}
+def body(schema: dict[str, Any], *, yaml: bool = False, example: Any = None,
+         examples: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``openapi_extra=`` declaring a JSON request body (and its YAML text form with ``yaml``); ``examples``: named
+    ones (``summary`` and ``value`` each), the first the one Swagger UI's "Try it out" fills in."""
+    shown = {"example": example} if example else {"examples": examples} if examples else {}
+    content: dict[str, Any] = {"application/json": {"schema": schema, **shown}}
     if yaml:
         content["application/yaml"] = {"schema": {"type": "string", "description": "the same task as YAML text"}}
     return {"requestBody": {"required": True, "content": content}}
@@ -448,8 +451,17 @@ TASK = body({
             },
         },
     },
-}, yaml=True, example={"name": "finetune", "resources": {"accelerators": "A100:1"}, "run": "python train.py",
-                       "broker": {"budget_usd": "20", "deadline": "12h", "expected_hours": 4}})
+}, yaml=True, examples={
+    # the first is what "Try it out" sends: one the broker's default config (one CPU pool, `local`) accepts; the A100
+    # example was refused 422 there ("no offer has 1x A100"), by the very broker serving the document
+    "cpu": {"summary": "a CPU job: runs on the default config's local pool",
+            "value": {"name": "finetune", "resources": {"cpus": 1}, "run": "python train.py",
+                      "broker": {"budget_usd": "20", "deadline": "12h", "expected_hours": 4}}},
+    "gpu": {"summary": "a GPU job: needs a pool or zone with A100s in the broker's config, or the clouds "
+                       "(BROKER_LAUNCHER=skypilot); the default config has none, and refuses it 422",
+            "value": {"name": "finetune", "resources": {"accelerators": "A100:1"}, "run": "python train.py",
+                      "broker": {"budget_usd": "20", "deadline": "12h", "expected_hours": 4}}},
+})
 
 BUDGET = body({"type": "object", "required": ["budget_usd"], "properties": {"budget_usd": _MONEY}},
               example={"budget_usd": "40"})
