@@ -105,9 +105,9 @@ def _meaning(key: str, value: Any, now: float) -> Any:
         return str(value).strip()
 
 
-def _disagreements(opts: dict[str, Any], section: dict, *, now: float) -> list[str]:
-    """The options that set a ``broker:`` key the YAML sets to another value, each said as "budget=$1 and the YAML's
-    broker.budget_usd '2' disagree"; none where they agree (the same value given twice is one value)."""
+def _overridden(opts: dict[str, Any], section: dict, *, now: float) -> list[str]:
+    """The options that set a ``broker:`` key the YAML sets to another value, each said as "budget=$1 overrides the
+    YAML's broker.budget_usd '2'"; none where they agree (the same value given twice is one value)."""
     said = []
     for key, value in opts.items():
         theirs = section.get(key)
@@ -117,7 +117,7 @@ def _disagreements(opts: dict[str, Any], section: dict, *, now: float) -> list[s
             else str(theirs)
         # `budget=$1` comes as "1", `max_price=$2` as typed
         typed = f"${str(value).removeprefix('$')}" if key in _DOLLARS else value
-        said.append(f"{_OPTION_OF.get(key, key)}={typed} and the YAML's broker.{key} {shown} disagree")
+        said.append(f"{_OPTION_OF.get(key, key)}={typed} overrides the YAML's broker.{key} {shown}")
     return said
 
 
@@ -328,11 +328,9 @@ class Dispatcher:
         if opts and not isinstance(raw.get("broker"), (dict, type(None))):
             # the options were merged into an empty section in its place: `broker: 5` was dropped unsaid
             return blocks.error("broker: must be a mapping")
-        clashes = _disagreements(opts, raw.get("broker") or {}, now=self.service.clock())
-        if clashes:
-            # the option won unsaid: `budget=$1` with the YAML's `budget_usd: '2'` submitted at $1
-            return blocks.error(f"{', and '.join(clashes)}: give {'it' if len(clashes) == 1 else 'each'} once; "
-                                f"nothing was submitted")
+        # an option wins over the YAML, as `broker submit --budget` does over broker.budget_usd; said in the reply
+        # (`budget=$1` with the YAML's `budget_usd: '2'` was submitted at $1 without a word)
+        overridden = _overridden(opts, raw.get("broker") or {}, now=self.service.clock())
         if opts:
             raw["broker"] = {**(raw.get("broker") or {}), **opts}
         job, created = self.service.submit(who, raw, idempotency_key=idempotency_key)
@@ -343,6 +341,7 @@ class Dispatcher:
         return Reply(f"{verb} {job.id}", [
             blocks.section(f":inbox_tray: {verb} *{esc(job.name)}* `{job.id}` for team {esc(job.team)} — budget "
                            f"{fmt_limit(job.budget)}{esc(est)}" + _queue_words(pos)),
+            *([blocks.context(esc(f"{'; '.join(overridden)}."))] if overridden else []),
             blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
                            f"channel."),
         ])
