@@ -29,6 +29,10 @@ def _known(cls, d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k in names}
 
 
+DEADLINE_PIN = "deadline"
+"""``Job.pinned_by`` of a job the engine moved off spot to meet its deadline (its policy's safety net), held there
+(``force_tier``) as a user's pin holds a job, and taken back the same way (``broker ondemand --off``)."""
+
 EXTRA = "extra"
 """The field of a :class:`Job` and an :class:`Attempt` that holds what a newer broker stored and this version
 does not know. It is never stored under its own name: its entries are written back beside the known fields."""
@@ -171,7 +175,8 @@ class Job:
     last_checkpoint: dict[str, Any] = field(default_factory=dict)  # {"step", "uri", "at"}: latest committed
     blocked_zones: dict[str, float] = field(default_factory=dict)  # zone → blocked until (after preemptions)
     budget_warned: bool = False
-    force_tier: str | None = None  # "ondemand" after a user's "switch to on-demand"
+    force_tier: str | None = None  # "ondemand" after a user's "switch to on-demand"; the reliable tier the engine moved it to
+    pinned_by: str | None = None  # who set force_tier: a user's name, or DEADLINE_PIN (the engine, to meet the deadline)
     diagnosis: dict[str, Any] = field(default_factory=dict)  # how the last attempt ended, in plain words
     running_since: float | None = None  # when the current attempt started training
     checkpoint_uri: str = ""

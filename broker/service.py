@@ -831,7 +831,8 @@ class BrokerService:
                              + (" (forced)" if force else "") + (f" ({named})" if named else ""))
             t = apply(job.state, JobEvent.RESUME)
             new = replace(job, state=t.to_state, reason=why, updated_at=now, errors_retried=0, placement={}, slots=[],
-                          force_tier=tier or job.force_tier, launch_failures=0, launch_retry_at=None,
+                          force_tier=tier or job.force_tier, pinned_by=principal.name if tier else job.pinned_by,
+                          launch_failures=0, launch_retry_at=None,
                           spec=self._spec_with(job, given))
             names = {f"{key}_set": sorted(values) for key, values in given.items()}  # never the values
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
@@ -1144,7 +1145,7 @@ class BrokerService:
             now = self.clock()
             note = note_event(job, "switch_tier", f"pinned to on-demand by {principal.name}", time=now,
                               actor=principal.name, data={"tier": "ondemand"})
-            return self._commit(Change(job=replace(job, force_tier="ondemand", updated_at=now),
+            return self._commit(Change(job=replace(job, force_tier="ondemand", pinned_by=principal.name, updated_at=now),
                                             expected_version=job.version, events=[note]))
 
         return self._retrying(once)
@@ -1162,7 +1163,7 @@ class BrokerService:
             note = note_event(job, "switch_tier", f"pin to {job.force_tier} taken back by {principal.name}: placed "
                                                   "where it is cheapest again", time=now, actor=principal.name,
                               data={"tier": None})
-            return self._commit(Change(job=replace(job, force_tier=None, updated_at=now),
+            return self._commit(Change(job=replace(job, force_tier=None, pinned_by=None, updated_at=now),
                                        expected_version=job.version, events=[note]))
 
         return self._retrying(once)

@@ -236,6 +236,8 @@ def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] |
         "last_checkpoint": job.last_checkpoint or None,
         "diagnosis": job.diagnosis or None,
         "pinned_tier": job.force_tier,  # `broker ondemand`'s pin: was said only by an event
+        # who pinned it: a user, or the engine leaving spot to meet the deadline ("pinned to on-prem" read as the user's)
+        "pinned_by": job.pinned_by if job.force_tier else None,
         "version": job.version,
     }
     if attempts is not None:

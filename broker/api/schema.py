@@ -91,7 +91,12 @@ class JobOut(BaseModel):
     last_checkpoint: dict[str, Any] | None
     diagnosis: dict[str, Any] | None = Field(description="a failure explained in plain words")
     pinned_tier: str | None = Field(None, description="the tier the job's attempts are held to from now on "
-                                                      "(POST /v1/jobs/{id}/ondemand: ondemand), or null")
+                                                      "(POST /v1/jobs/{id}/ondemand: ondemand; or the reliable tier "
+                                                      "the broker moved it to, leaving spot to meet its deadline), or "
+                                                      "null; DELETE /v1/jobs/{id}/ondemand takes either back")
+    pinned_by: str | None = Field(None, description="who pinned it: the user's name, or `deadline` (the broker, "
+                                                    "leaving spot to meet the deadline); null when not pinned or "
+                                                    "pinned by a broker of an earlier version")
     version: int
     attempt_list: list[AttemptOut] | None = Field(None, description="one job's own page only")
 

@@ -44,7 +44,7 @@ from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.engine.workdir_refs import PackReferences
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
-from broker.models import Attempt, Event, Job, attempt_id, event_for, note_event
+from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
@@ -953,7 +953,7 @@ class Engine:
             elif self._silent(job, attempts, attempt, now):
                 reason = "heartbeat"
             elif (migrate := self._leave_spot(job, attempts, attempt, now)) is not None:
-                fields["force_tier"] = migrate
+                fields["force_tier"], fields["pinned_by"] = migrate, DEADLINE_PIN
                 notes.append(self._note(job, "migrate", f"leaving spot for {migrate} to meet the deadline", now))
                 reason = "migrating"
         if reason is None:
