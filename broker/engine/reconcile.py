@@ -744,8 +744,11 @@ class Engine:
         else:
             status = self.launcher.status(attempt.id)
         if status.phase is Phase.GONE and job.state is JobState.LAUNCHING:
-            log.info("job %s: launching attempt %s again: a broker stopped between its record and its launch", job.id,
-                     attempt.id)
+            if attempt.id not in self._preparing:
+                # (not while this engine unpacks its workdir: launched once that is done, as planned — said at every
+                # launch with a workdir pack, it read as a broker crash to whoever watched the log)
+                log.info("job %s: launching attempt %s again: a broker stopped between its record and its launch",
+                         job.id, attempt.id)
             self._start(job, attempt, now)  # re-adopt: the broker stopped between commit and launch
             return
         notes: list[Event] = []
