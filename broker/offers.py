@@ -167,7 +167,12 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
     capacity: dict[str, int] = {}
     free: dict[str, list[int]] = {}
     for pool in settings.pools:
-        free[pool.name] = [i for i in range(pool.slots) if i not in held.get(pool.name, set())]
+        mine = held.get(pool.name, set())
+        open_slots = [i for i in range(pool.slots) if i not in mine]
+        # jobs still on slots a pool lowered since (a restart with fewer `slots`) hold capacity all the same: counted
+        # only by index, a pool cut from 3 slots to 1 under 3 running jobs placed a fourth as soon as slot 0 came free
+        beyond = sum(1 for i in mine if i >= pool.slots)
+        free[pool.name] = open_slots[:max(len(open_slots) - beyond, 0)]
         shapes = pool_offers(pool)
         fitting = [o for o in shapes if slots_of(o) <= len(free[pool.name])]
         offers.extend(fitting or shapes)
