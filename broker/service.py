@@ -988,9 +988,10 @@ class BrokerService:
                               time=now, actor=principal.name, data={"old": job.budget, "new": new_budget})
             had[:] = [job.budget]
             fields: dict[str, Any] = {"budget": new_budget, "budget_warned": False, "updated_at": now}
-            if job.state is JobState.STOPPED_BUDGET and new_budget > job.budget:
-                # its reason still said the old budget left and "raise the budget", under a budget raised already
-                fields["reason"] = self._raised_reason(changed, principal)
+            if job.state is JobState.STOPPED_BUDGET and new_budget != job.budget:
+                # its reason still said the old budget left and "raise the budget", under a budget raised already (and,
+                # lowered after a raise, "since raised to $0.004: resume it to continue" under $0.003 a resume refused)
+                fields["reason"] = self._raised_reason(changed, principal, lowered=new_budget < job.budget)
             return self._commit(Change(job=replace(job, **fields), expected_version=job.version, events=[note],
                                        team_fence=fence))
 
@@ -999,14 +1000,15 @@ class BrokerService:
             job = self._lower_limit(job, principal)
         return job
 
-    def _raised_reason(self, job: Job, principal: Principal) -> str:
-        """The reason of a budget-stopped job whose budget ``principal`` just raised (``job`` holds the new budget):
-        whether it now pays for a resume (:meth:`resume`'s own tests), and so what to do next."""
+    def _raised_reason(self, job: Job, principal: Principal, *, lowered: bool = False) -> str:
+        """The reason of a budget-stopped job whose budget ``principal`` just raised (or ``lowered``; ``job`` holds the
+        new budget): whether it now pays for a resume (:meth:`resume`'s own tests), and so what to do next."""
         mine = self._offers_for(job, job.force_tier)
         short = self._minute_shortfall(job, mine) or self._start_shortfall(job, mine)
-        raised = f"stopped at its budget, since raised to {fmt_limit(job.budget)} by {principal.name}"
+        raised = (f"stopped at its budget, since {'lowered' if lowered else 'raised'} to {fmt_limit(job.budget)} by "
+                  f"{principal.name}")
         if short is not None:
-            return f"{raised}, still not enough to resume: {short}"
+            return f"{raised}, {'' if lowered else 'still '}not enough to resume: {short}"
         standing = self.team_standing(job.team, self.clock())
         unspent = max(job.budget - job.spent, 0)
         if standing is not None and unspent > standing.free:

@@ -682,6 +682,11 @@ def test_a_queued_jobs_budget_lowered_below_a_start_is_refused_and_a_raised_stop
         raised = service.raise_budget(admin, job.id, 2_000_000)
         assert raised.reason == ("stopped at its budget, since raised to $2.00 by admin: resume it to continue from "
                                  "its last checkpoint (step 40)"), raised.reason
+        # lowered again: "since raised to $2.00: resume it to continue" stayed under a budget a resume refused
+        lowered = service.raise_budget(admin, job.id, 500_100)
+        assert lowered.reason.startswith("stopped at its budget, since lowered to $0.5001 by admin, not enough to "
+                                         "resume: "), lowered.reason
+        assert service.raise_budget(admin, job.id, 2_000_000).reason == raised.reason
         assert service.resume(admin, job.id).state is JobState.QUEUED
     finally:
         store.close()
