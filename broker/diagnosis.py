@@ -228,6 +228,15 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "a resume continues from the last checkpoint that was saved.",
        r"^The last checkpoint \(step (?P<ckpt_step>\d+)\) was not saved to (?P<store>\S+?): (?P<why>.+?); the "
        r"script ended without calling close\(\)", phases=["failed"]),
+    # the checkpoint library's restore() refusing to start over when every committed checkpoint it found is damaged
+    # (checkpoint/checkpointer.py, _all_damaged): not the code's error, and a resume fails the same way until they are
+    # checked and moved away
+    _r("checkpoints_damaged", "The training could not resume: {which} checkpoint under {store} {how}: {why}.",
+       "Check them with `checkpoint verify {store}`; restore an intact copy there, or move them away (or delete them) "
+       "to start the training afresh, then resume the job with --force (its task is unchanged: what it read is "
+       "what was fixed).",
+       r"CheckpointError: (?P<which>every|no) checkpoint under (?P<store>\S+) (?P<how>is damaged|can be restored, "
+       r"and some are damaged): (?P<why>.+?)\. Nothing was restored", phases=["failed"]),
     # a resume runs the task as it was submitted: the batch size is changed where the run reads it, not by resuming
     _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing. A resume continues from the last "

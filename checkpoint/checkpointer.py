@@ -53,7 +53,7 @@ from checkpoint.manifest import Manifest
 from checkpoint.cloud_notice import MetadataWatcher
 from checkpoint.notice_file import NoticeFileWatcher, stop_words
 from checkpoint.preemption import (DEFAULT_GRACE_S, EXIT_CODE, PreemptionNotice, exiting, finish_detached,
-                                  others_saving, replaced_handler, script_handler, writers_not_saved)
+                                  others_saving, replaced_handler, script_ended, script_handler, writers_not_saved)
 from checkpoint.progress import Reporter
 from checkpoint.retention import RetentionPolicy
 from checkpoint.schedule import SavePolicy, is_due
@@ -70,6 +70,10 @@ log = logging.getLogger("checkpoint")
 EXIT_TIMEOUT_S: float | None = None
 #: The status of a script that ended without ``close()`` and otherwise cleanly, whose last save was not kept.
 EXIT_SAVE_LOST = 1
+#: How long the exit flush waits for the saves still queued of a script that died of a save's error (raised by
+#: ``due()``, ``save()``, ``wait()``): its store just failed, and one that could not be reached was retried for minutes
+#: more (S3 rides out about a minute a request) before the process could exit.
+DEAD_SCRIPT_EXIT_WAIT_S = 5.0
 
 
 class Restored(Mapping[str, Any]):
@@ -227,6 +231,8 @@ class Checkpointer:
         self._failed_why: BaseException | None = None  # and why
         self._failed_steps: list[tuple[BaseException, CheckpointId]] = []  # each failure and its save, until raised
         self._raised: CheckpointError | None = None  # the error raised to the script for the save _failed_id
+        self._raised_id: CheckpointId | None = None  # and that save
+        self._resume_point: tuple[int, str] | None = None  # (step, uri) committed or restored last: what a resume uses
         self.last_committed: str | None = None  # URI of the newest checkpoint this process committed
         self.last_stats: SaveStats | None = None
         self._closed = False
@@ -468,6 +474,7 @@ class Checkpointer:
 
     def _write(self, cid: CheckpointId, captured: snapshot.Captured, started: float, blocked: float) -> None:
         fence = self._fence
+        files: Mapping[str, bytes] = {}
         try:
             if fence is not None and not self._claimed:
                 commit.claim(self._storage, fence)  # before the upload: a zombie's retention must not eat it
@@ -480,10 +487,12 @@ class Checkpointer:
             self._failed_id, self._failed_why = cid, e  # read by _raise_pending once the runner hands the error over
             if not self._failed_steps:  # the runner hands over the first failure (its step is looked up by it)
                 self._failed_steps.append((e, cid))
+            self._remove_partial(cid, list(files), e)
             raise
         uri = self._storage.uri(cid.name)
         self.last_stats = SaveStats(cid.step, uri, manifest.total_bytes, blocked, time.perf_counter() - started)
         self.last_committed = uri
+        self._resumes_at(cid.step, uri)
         log.info("committed checkpoint %s (%d bytes, %.1f MiB/s)", uri, manifest.total_bytes,
                  self.last_stats.throughput_mib_s)
         self._reporter.report_checkpoint(cid.step, uri, wait=self.preemption.requested)
@@ -497,6 +506,26 @@ class Checkpointer:
             log.error("retention after %s skipped: %s", uri, e)
         except OSError as e:  # the new checkpoint is safe; old ones are cleaned next time
             log.warning("retention after %s failed: %s", uri, e)
+
+    def _remove_partial(self, cid: CheckpointId, names: list[str], error: BaseException) -> None:
+        """Delete what the failed save of ``cid`` wrote (best effort: its own error is the one raised). Left there, a
+        full disk stayed full, and each restart that failed again added another partial directory. Only on a local
+        disk, or for a store that answered (full, over a quota or a size limit): one that could not be reached would
+        hold the error back for another round of retries, and retention removes the debris after the next commit. A
+        superseded writer (a zombie) deletes nothing under the base."""
+        if isinstance(error, SupersededError) or not isinstance(error, OSError):
+            return
+        if _local_base(self._storage) is None and getattr(error, "errno", None) not in _DISK_ERRNOS:
+            return
+        paths = [layout.path(cid, layout.COMMIT)] + [layout.path(cid, n) for n in [*names, layout.MANIFEST]]
+        try:
+            self._storage.delete(paths[:1])  # the marker first, as commit.delete_entries does
+            self._storage.delete(paths[1:])
+        except Exception as e:  # noqa: BLE001 - the save's own error is what is raised
+            log.warning("the failed save of step %d left files in %s, which could not be removed: %s", cid.step,
+                        self._storage.uri(cid.name), _describe(e))
+        else:
+            log.info("removed what the failed save of step %d had written to %s", cid.step, self._storage.uri(cid.name))
 
     def _raise_pending(self, *, unless_preempted: bool = False) -> None:
         """Raise a background save's failure. ``unless_preempted`` (before the save a preemption notice
@@ -514,7 +543,7 @@ class Checkpointer:
             return
         raised = CheckpointError(what)
         if cid is not None and cid == self._failed_id:
-            self._raised = raised  # the exit flush does not say it again after the script's traceback
+            self._raised, self._raised_id = raised, cid  # the exit flush does not say it again after the traceback
         raise raised from error
 
     def _failure(self, error: BaseException, cid: CheckpointId | None) -> str:
@@ -578,17 +607,45 @@ class Checkpointer:
         self.preemption.uninstall()
         return finished
 
+    def _resumes_at(self, step: int, uri: str) -> None:
+        """``uri`` (of ``step``) was committed or restored: what a resume uses, said when an exit loses a save."""
+        self._resume_point = (step, uri)
+        self.preemption.resume_point = f"the checkpoint of step {step} ({uri})"
+
+    def _resume_words(self) -> str:
+        if self._resume_point is None:
+            return f"this process committed no checkpoint: a resume starts from the newest one under {self.uri}, if any"
+        return f"a resume uses the checkpoint of step {self._resume_point[0]} ({self._resume_point[1]})"
+
     def _close_at_exit(self) -> str | None:
         """``close()`` for a script that ended without it: waits at most ``exit_timeout_s``, and instead of raising
         says in a sentence why the newest save was not kept (None when it was, or when nothing was saved).
 
+        A script that died of a save's error raised to it waits at most :data:`DEAD_SCRIPT_EXIT_WAIT_S` for the saves
+        still queued (its store just failed), and a later one not kept is said with the checkpoint a resume uses.
+
         Only the newest save counts: an earlier one that failed is logged, as the checkpoint a resume reads exists."""
-        finished = self._shut_down(upload_timeout=self._exit_timeout_s)
+        died = self._raised is not None and _ended_by(self._raised)
+        timeout = self._exit_timeout_s
+        if died:
+            timeout = DEAD_SCRIPT_EXIT_WAIT_S if timeout is None else min(timeout, DEAD_SCRIPT_EXIT_WAIT_S)
+        finished = self._shut_down(upload_timeout=timeout)
         error = self._runner.take_error()
         newest = self._last_id
         if newest is None:
             return None
         where = f"The last checkpoint (step {newest.step}) was not saved to {self.uri}: "
+        if died:
+            if newest == self._raised_id:
+                return None  # raised to the script (by due(), save(), wait()), whose traceback ends with it already
+            failed = self._raised_id.step if self._raised_id is not None else "?"
+            dead = (f"the script died of the failed save of step {failed} (its traceback above), so the store was "
+                    f"not waited on longer; {self._resume_words()}.")
+            if not finished:
+                return where + f"still uploading {timeout:g} s after the script ended, given up: " + dead
+            if self._failed_id == newest:
+                return where + f"{_describe(self._failed_why or error)}; " + dead
+            return None
         status = _lost_save_status()
         own = "not 0" if status == EXIT_SAVE_LOST else f"the script's own sys.exit({status})"
         said = (f"the script ended without calling close() (which raises this), so the process exits with status "
@@ -597,8 +654,6 @@ class Checkpointer:
             return (where + f"still uploading {self._exit_timeout_s:g} s after the script ended "
                     f"(exit_timeout_s), given up; " + said)
         if self._failed_id == newest:
-            if self._raised is not None and _ended_by(self._raised):
-                return None  # raised to the script (by due(), save(), wait()), whose traceback ends with it already
             return where + f"{_describe(self._failed_why or error)}; " + said
         if error is not None:
             log.warning("an earlier checkpoint upload failed (%s); the last one, %s, committed", _describe(error),
@@ -682,10 +737,15 @@ class Checkpointer:
             entries = layout.scan(storage.list())
             candidates = layout.committed_newest_first(entries)
         damaged: set[CheckpointId] = set()
+        skipped: list[tuple[layout.Entry, str]] = []
         found = restoring.first_verified(storage, candidates, lambda loaded: _decode(loaded, allow_pickle), damaged,
-                                         spool_dir=self._spool_dir)
+                                         spool_dir=self._spool_dir, skipped=skipped)
         if found is None and step is not None:  # the step asked for, or nothing: no other one, no fresh start
             raise CheckpointError(self._no_such_step(step, entries, candidates))
+        if found is None and damaged:
+            # committed checkpoints there, none usable and some damaged: returning ``default`` started the run over
+            # from step 0, and its first commit's retention deleted the damaged ones, whose other files were whole
+            raise CheckpointError(_all_damaged(storage.base_uri, skipped, damaged))
         if storage is self._storage:
             # Commits newer than the one restored (all of them if none was) are not retention's to count: a rollback's,
             # or ones this version cannot read — left alone — or damaged ones, which retention deletes. Counted, they
@@ -751,6 +811,7 @@ class Checkpointer:
         state = snapshot.materialize(state, copied)
         self._last_step, self._last_time = loaded.id.step, self._clock()
         self._restored_step, self._restored_uri = loaded.id.step, loaded.uri
+        self._resumes_at(loaded.id.step, loaded.uri)
         log.info("restored checkpoint %s", loaded.uri)
         return Restored(state, loaded.id.step, loaded.uri, loaded.manifest)
 
@@ -812,6 +873,18 @@ class Checkpointer:
             if manifest.job.get("id") == job_id:
                 own.append(entry)
         return own
+
+def _all_damaged(base: str, skipped: list[tuple[layout.Entry, str]], damaged: set[CheckpointId]) -> str:
+    """``restore()`` found committed checkpoints under ``base`` and none that verifies, some ``damaged`` (``skipped``:
+    each with why): the sentence of the :class:`CheckpointError` it raises instead of returning ``default``."""
+    shown = "; ".join(f"step {e.id.step} ({e.name}): {why}" for e, why in skipped[:5])
+    more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+    every = ("every checkpoint under {base} is damaged" if all(e.id in damaged for e, _ in skipped)
+             else "no checkpoint under {base} can be restored, and some are damaged").format(base=base)
+    return (f"{every}: {shown}{more}. Nothing was restored, and the run does not "
+            f"start over (its retention would delete them). Check them with `checkpoint verify {base}`; "
+            f"to start afresh, move them away or delete them (or pass another base)")
+
 
 #: SIGTERM handlers already said to have taken the place of a checkpointer's (:func:`_say_replaced`), by id
 _said_replaced: set[int] = set()
@@ -977,6 +1050,8 @@ def _plan(key: str, target: Any, saved: Any) -> _Plan:
             sizes = [len(g.get("params", ())) for g in saved_groups if isinstance(g, dict)]
             if sizes != groups:
                 plan.problems.append(f"parameter groups of sizes {sizes} saved, {groups} live")
+            else:
+                plan.problems.extend(_optimizer_problems(target, saved))
         return plan
     _pair(key, target, saved, plan)
     for path, live, value in plan.pairs:
@@ -1006,6 +1081,38 @@ def _may_migrate(live: Any, saved: Any) -> Callable[[str], bool]:
         return now is not None and version(saved_meta, prefix) != now
 
     return migrates
+
+
+def _optimizer_problems(target: Any, saved: dict) -> list[str]:
+    """What an optimizer's saved state holds that does not fit ``target`` (groups of the same sizes), though its own
+    ``load_state_dict`` takes it without a word and the first ``step()`` then fails inside torch: another optimizer's
+    (AdamW's groups in an SGD: ``KeyError: 'momentum'``) — its groups' settings both lack some of this one's and hold
+    some it does not know (a newer torch's added setting is only one way, and ``load_state_dict`` fills it in) — and
+    state tensors of another shape than the parameter they are paired with (a layer that changed size: "The size of
+    tensor a (64) must match…"). Torch pairs the saved parameters with the live ones in order, group by group."""
+    problems: list[str] = []
+    live_groups, saved_groups = target.param_groups, saved.get("param_groups") or []
+    live_keys = {k for g in live_groups for k in g if k != "params"}
+    saved_keys = {k for g in saved_groups if isinstance(g, dict) for k in g if k != "params"}
+    lacks, unknown = sorted(live_keys - saved_keys), sorted(saved_keys - live_keys)
+    if lacks and unknown:
+        problems.append(f"saved by another optimizer than this {type(target).__name__}: its parameter groups hold "
+                        f"{', '.join(unknown)}, not {', '.join(lacks)}")
+    states = saved.get("state")
+    if not isinstance(states, Mapping):
+        return problems
+    index = 0
+    for live_group, saved_group in zip(live_groups, saved_groups):
+        for param, saved_id in zip(live_group.get("params", ()), saved_group.get("params", ())):
+            entry = states.get(saved_id)
+            if isinstance(entry, Mapping) and serialization.is_tensor(param):
+                for name, value in entry.items():
+                    if (isinstance(value, serialization.Pending) and tuple(value.shape()) != ()
+                            and tuple(value.shape()) != tuple(param.shape)):
+                        problems.append(f"the state {name!r} of parameter {index} saved {_shape(value.shape())}, "
+                                        f"the parameter is {_shape(param.shape)}")
+            index += 1
+    return problems
 
 
 def _param_groups(target: Any) -> list[int] | None:
@@ -1074,6 +1181,9 @@ def _pair(path: str, live: Any, saved: Any, plan: _Plan) -> None:
 
 def _mismatch_message(key: str, uri: str, plan: _Plan, strict: bool) -> str:
     shown = "; ".join(plan.problems[:5]) + (f"; and {len(plan.problems) - 5} more" if len(plan.problems) > 5 else "")
+    if not strict and plan.stateful:
+        return (f"{uri}: {key!r} does not match what was saved ({shown}): it was not loaded, and keeps the state it "
+                f"has (an optimizer's starts afresh); the rest were loaded (strict=False)")
     if not strict:
         return (f"{uri}: {key!r} does not match what was saved ({shown}): those tensors were not loaded, the rest "
                 f"were (strict=False)")
@@ -1163,12 +1273,19 @@ def _distributed_rank() -> int | None:
     return None if group is None else group[0]
 
 
+#: A store that answered, refusing the write for its room or size: a failed save's partial files are removed then
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
 _HINTS = {
-    errno.ENOSPC: " (the disk is full: free space there, or checkpoint to another disk or a bucket)",
+    errno.ENOSPC: (" (the disk is full: free space there, or checkpoint to another disk or a bucket; keep_last=N "
+                   "needs room for N + 1 checkpoints, the N kept and the one being written, so a lower keep_last "
+                   "frees room)"),
     errno.EDQUOT: " (over the disk quota there)",
     errno.EFBIG: " (a file is over the size limit: the process's `ulimit -f`, or the file system's largest file)",
     errno.EROFS: " (a read-only file system)",
     errno.EACCES: " (no permission to write there)",
+    errno.EPERM: (" (the operation is not permitted there: a file made immutable or append-only (chattr), a mount or "
+                  "security policy that forbids it, or a directory owned by another user)"),
     # its own folder gone while it was written: another process's retention on the same base took it as the debris of
     # an older step (a run by hand, with no BROKER_ATTEMPT, is not fenced against another writer: one base per run)
     errno.ENOENT: (" (the checkpoint's folder was deleted while it was written: is another process saving checkpoints "
@@ -1210,6 +1327,9 @@ def _flush_at_exit() -> None:
     shutdown noise after the real error. A script ended by ``sys.exit(n)`` (``n`` 1 to 255) keeps ``n``
     (:func:`_watch_sys_exit`); ``sys.exit(0)`` becomes 1, as a normal end does."""
     lost, hung = [], False
+    ended_by_exception = getattr(sys, "last_value", None) is not None  # set as the uncaught traceback was printed
+    if _live:  # a SIGTERM from now on finds no next step to save at, and keeps the script's status
+        script_ended(1 if ended_by_exception else _lost_save_status())
     for ckpt in list(_live):
         try:
             sentence = ckpt._close_at_exit()
@@ -1222,7 +1342,6 @@ def _flush_at_exit() -> None:
     finish_detached()  # a checkpointer closed on a training thread could not put the SIGTERM handler back
     if not lost:
         return
-    ended_by_exception = getattr(sys, "last_value", None) is not None  # set as the uncaught traceback was printed
     for sentence in lost:
         print(f"checkpoint upload failed at exit: {sentence}" if ended_by_exception else sentence,
               file=sys.stderr, flush=True)

@@ -94,6 +94,27 @@ def _remember(notice: PreemptionNotice) -> None:
                                "why": notice.why}
 
 
+#: The status the process ends with once its script has ended (its exit flush runs): set by
+#: :func:`script_ended`. A SIGTERM then saves nothing more (there is no next step), and a forced exit keeps it.
+_ended_status: int | None = None
+
+
+def script_ended(status: int) -> None:
+    """The script has ended (the checkpointer's exit flush runs), with ``status`` as it stands (1 after an uncaught
+    exception): a SIGTERM from now on is not "saving at the next step", and an exit it forces keeps ``status``,
+    not the preemption's 143 (a crash then read as a preemption)."""
+    global _ended_status
+    _ended_status = status
+
+
+def _resume_words(notices: list[PreemptionNotice]) -> str:
+    """Which committed checkpoint a resume uses, in the log's words, from the notices' :attr:`resume_point`."""
+    points = list(dict.fromkeys(n.resume_point for n in notices if n.resume_point))
+    if points:
+        return f"a resume uses {' and '.join(points)}"
+    return "this process committed (or restored) no checkpoint: a resume starts from the newest one there, if any"
+
+
 def _forget() -> None:
     """The process exits (or, in a test, stands for one that did): its notice is spent."""
     global _process_notice
@@ -161,6 +182,9 @@ class PreemptionNotice:
         #: the wait for the other writers (:meth:`idle_wait_s`).
         self.committed: str | None = None
         self.committed_at: float | None = None
+        #: The committed checkpoint a resume uses as things stand ("the checkpoint of step 5 (uri)": the one its
+        #: checkpointer committed or restored last), set by the checkpointer: said when the exit loses a save.
+        self.resume_point: str | None = None
         #: Who this notice is for (the checkpointer's base), in messages.
         self.label = "a checkpointer"
         self.touched_at: float | None = None  # its checkpointer's last due() or save()
@@ -437,9 +461,10 @@ class PreemptionNotice:
                         seconds(self.grace_s), " and ".join(saved),
                         f", none of {', '.join(unsaved)}" if unsaved else "")
         else:
-            log.error("preemption grace period (%s s) is over: exiting without a final checkpoint", seconds(self.grace_s))
+            log.error("preemption grace period (%s s) is over: exiting without a final checkpoint; %s",
+                      seconds(self.grace_s), _resume_words(notices))
         _forget()
-        self._force_exit(self.exit_code)
+        self._force_exit(self.exit_code if _ended_status is None else _ended_status)
 
 
 def seconds(value: float) -> str:
@@ -536,9 +561,18 @@ def _act(heard: list[tuple[PreemptionNotice, str]]) -> None:
         notices = [n for n, _ in heard]
         leader = _governing(notices) or notices[0]
     if "again" in outcomes:
-        log.warning("second preemption notice: exiting now")
+        with _chain_lock:
+            said = _resume_words([*_chain, *notices])
+        if _ended_status is not None:
+            log.warning("second SIGTERM after the script ended: exiting now with status %d; %s", _ended_status, said)
+        else:
+            log.warning("second preemption notice: exiting now; a checkpoint still being saved is lost, %s", said)
         _forget()
-        leader._force_exit(leader.exit_code)
+        leader._force_exit(leader.exit_code if _ended_status is None else _ended_status)
+    elif "new" in outcomes and _ended_status is not None:
+        # the script is over (an uncaught error, or its end without close()): there is no next step to save at
+        log.warning("%s after the script ended: nothing more is saved; the exit goes on for at most %s s and keeps "
+                    "status %d", leader.name(), seconds(leader.seconds_left() or 0.0), _ended_status)
     elif "new" in outcomes:
         log.warning("%s: saving at the next step, exiting within %s s", leader.name(), seconds(leader.seconds_left() or 0.0))
     elif "after" in outcomes:

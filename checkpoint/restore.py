@@ -158,10 +158,12 @@ def first_verified(
     decode: Callable[[Loaded], T],
     damaged: set[CheckpointId] | None = None,
     spool_dir: str | None = None,
+    skipped: list[tuple[Entry, str]] | None = None,
 ) -> tuple[Loaded, T] | None:
-    """The newest candidate that verifies and decodes; skipped ones are warned about, and those whose
-    bytes are damaged (:class:`CorruptCheckpoint`'s ``damaged``) are added to ``damaged``. The caller closes
-    the :class:`Loaded` returned (its files stay open for ``decode``'s pending tensors)."""
+    """The newest candidate that verifies and decodes; skipped ones are warned about (one
+    :class:`CheckpointWarning` each) and added to ``skipped`` with why, and those whose bytes are damaged
+    (:class:`CorruptCheckpoint`'s ``damaged``) are added to ``damaged``. The caller closes the :class:`Loaded`
+    returned (its files stay open for ``decode``'s pending tensors)."""
     for entry in candidates:
         uri = storage.uri(entry.name)
         loaded = None
@@ -180,9 +182,12 @@ def first_verified(
             raise
         if loaded is not None:
             loaded.close()
-        message = f"skipping checkpoint {uri}: {reason}"
-        log.warning(message)
-        warnings.warn(message, CheckpointWarning, stacklevel=3)
+        if skipped is not None:
+            skipped.append((entry, reason))
+        # said once: the warning (on stderr without a logging set-up, as the log's warning was too: each skip was
+        # printed twice, and with logging at INFO too); the log keeps it at DEBUG
+        log.debug("skipping checkpoint %s: %s", uri, reason)
+        warnings.warn(f"skipping checkpoint {uri}: {reason}", CheckpointWarning, stacklevel=3)
     return None
 
 

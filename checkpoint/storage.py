@@ -564,6 +564,7 @@ class FsspecStorage:
         size limit, or read-only (``ENOSPC``, ``EDQUOT``, ``EFBIG``, ``EROFS``): a retry cannot pass, and backing
         off only delayed the error (and a preemption's last save)."""
         attempts = max(1, self._transfer.retries)
+        started = time.monotonic()
         for attempt in range(attempts):
             try:
                 if self._kind == "gcs":
@@ -573,10 +574,13 @@ class FsspecStorage:
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
                 raise
             except OSError as e:
-                if attempt == attempts - 1 or e.errno in _PERMANENT_ERRNOS:
-                    raise
-                if self._kind == "gcs" and isinstance(e, TimeoutError):  # gcsfs has tried it 6 times already
-                    raise
+                # the last try (gcsfs's TimeoutError: it has tried it 6 times already)
+                if (attempt == attempts - 1 or e.errno in _PERMANENT_ERRNOS
+                        or (self._kind == "gcs" and isinstance(e, TimeoutError))):
+                    said = _unreachable_said(e, self.uri(path), started, attempt + 1)
+                    if said is e:
+                        raise
+                    raise said from e
                 delay = self._transfer.retry_backoff_s * (4**attempt)
                 _log_retry(self.uri(path), e, delay, attempt + 2, attempts)
                 time.sleep(delay)
@@ -681,6 +685,7 @@ class S3Storage:
             config = config.merge(theirs)
         self._client = boto3.session.Session().client("s3", config=config, **client_kwargs)
         self._unanswered = _Throttled(10.0)
+        self._quick = threading.local()  # .on: this thread's requests are not ridden out (a failed upload's abort)
         self._client.meta.events.register("needs-retry.s3", self._said_retry)
         self._config = TransferConfig(  # downloads (boto3's transfer manager); uploads are our own, see write
             multipart_threshold=2 * transfer.part_size, multipart_chunksize=transfer.part_size,
@@ -728,7 +733,7 @@ class S3Storage:
         error, and with ``retries=0``. The time is kept in the request's own context, so each request (and each of
         the library's tries of a call, a new request) has the whole of it."""
         if (self._transfer.retries == 0 or not isinstance(error, self._unreachable)
-                or isinstance(error, self._not_unreachable)):
+                or isinstance(error, self._not_unreachable) or getattr(self._quick, "on", False)):
             return None
         context = (request_dict or {}).get("context")
         if context is None:
@@ -774,10 +779,16 @@ class S3Storage:
             self._client.complete_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id,
                                                    MultipartUpload={"Parts": done})
         except BaseException:
-            try:  # the parts uploaded would otherwise be stored (and billed) until a lifecycle rule ends them
+            # the parts uploaded would otherwise be stored (and billed) until a lifecycle rule ends them. Not ridden
+            # out (botocore's own tries only, a few seconds): a part that failed has ridden out the store's absence
+            # already, and the abort's own 20 s made a save in an outage fail after 82 s, not the minute said
+            self._quick.on = True
+            try:
                 self._client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
             except Exception:  # noqa: BLE001 - the upload's own error is the one to raise
                 pass
+            finally:
+                self._quick.on = False
             raise
 
     def read(self, path: str) -> bytes:
@@ -870,6 +881,28 @@ class S3Storage:
                 _log_retry(self.uri(path), e, delay, attempt + 2, attempts)
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+
+def _unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says the store could not be reached (a connection refused, dropped or timed out): Python's
+    own (a local mount's), or aiohttp's (gcsfs's)."""
+    if isinstance(error, (ConnectionError, TimeoutError)):
+        return True
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - gcsfs brings it
+        return False
+    return isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ServerTimeoutError))
+
+
+def _unreachable_said(error: OSError, where: str, started: float, tries: int) -> OSError:
+    """``error``, once a call's last try failed; one that says the store could not be reached also says for how long
+    and over how many tries, as S3's does (:meth:`S3Storage._call`), in an ``OSError`` naming ``where``."""
+    if not _unreachable(error):
+        return error
+    said = (f" (the store could not be reached for {time.monotonic() - started:.0f} s, over {tries} "
+            f"{'try' if tries == 1 else 'tries'}: is the endpoint right, and up?)")
+    return OSError(f"{where}: {type(error).__name__}: {error}{said}")
 
 
 def unreachable_wait(since: float, now: float, attempts: int) -> float | None:

@@ -130,11 +130,12 @@ def test_when_every_checkpoint_is_corrupt_restore_returns_the_default(store_uri)
     storage = open_storage(store_uri)
     storage.delete([f"{uris[0].rsplit('/', 1)[1]}/state.json"])
     with checkpointer(store_uri, keep_last=1) as ckpt, pytest.warns(CheckpointWarning, match="state.json is missing"):
-        assert ckpt.restore(default=FRESH) is FRESH
+        with pytest.raises(CheckpointError, match="every checkpoint under .* is damaged"):  # not FRESH: no start over
+            ckpt.restore(default=FRESH)
         ckpt.save(1, {"w": torch.full((64,), 1.0), "step": 1}, wait=True)  # training starts afresh
     # counted as the newest (keep_last=1), the corrupt step 10 had the fresh run's checkpoints deleted as each
     # committed, until the run passed step 10: a preemption before then lost everything
-    assert [(e.id.step, e.committed) for e in layout.scan(storage.list())] == [(1, True)]
+    assert [(e.id.step, e.committed) for e in layout.scan(storage.list())] == [(1, True), (10, True)]
     with checkpointer(store_uri) as ckpt:
         assert ckpt.restore().step == 1
 
@@ -280,11 +281,12 @@ def test_a_checkpoint_from_a_newer_format_is_skipped_saying_to_upgrade(store_uri
 
     storage.delete([f"{uris[0].rsplit('/', 1)[1]}/state.json"])  # now nothing this version can read is left
     with checkpointer(store_uri, keep_last=1) as ckpt, pytest.warns(CheckpointWarning):
-        assert ckpt.restore(default=FRESH) is FRESH
+        with pytest.raises(CheckpointError, match="no checkpoint under .* can be restored, and some are damaged"):
+            ckpt.restore(default=FRESH)
         ckpt.save(1, {"w": torch.full((64,), 1.0), "step": 1}, wait=True)
     # the newer version's checkpoint is neither deleted (it is not damaged) nor counted: counted (keep_last=1),
     # it had the fresh run's own checkpoint deleted right after its commit
-    assert [e.id.step for e in layout.scan(storage.list())] == [1, 20]
+    assert [e.id.step for e in layout.scan(storage.list())] == [1, 10, 20]
 
 
 def test_an_s3_part_size_under_5_mib_goes_up_in_5_mib_parts_as_boto3_sent_it(make_uri):
