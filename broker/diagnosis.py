@@ -354,8 +354,17 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"No matching distribution found for (?P<pkg>[^\s]+)"),
     _r("dependency_missing", "{what} could not run {cmd}: there is no such command on the node.",
        "Install it in the task's setup (torchrun comes with pip install torch, accelerate with pip install "
-       "accelerate), or activate the environment that has it in the run command; then submit the task again.",
+       "accelerate), or activate the environment that has it in the run command (a PATH the task sets in its envs "
+       "or secrets must still hold the command's directory); then submit the task again.",
        r"^(?:[^\n]*?: )?(?:line \d+: |\d+: )?(?P<cmd>[\w.+-]+): (?:command )?not found\s*$", codes=[127]),
+    # the local runner could not start the command at all (launchers/local_runner.py, Runner._launch_failed): the
+    # task's own doing (its environment and script too large for the kernel, ...), and nothing of it ran
+    _r("not_started", "The {step} command could not be started on the node, so nothing of it ran: {why}.",
+       "If the argument list is too long, the task's envs, secrets and script together are too large for the node: "
+       "put large values in a file (file_mounts, or a bucket) and pass its path, or the script in a file in the "
+       "workdir. Then submit the task again.",
+       r"^\[spot-broker\] (?P<step>setup|run) command: not run: it could not be started on this host: "
+       r"(?P<why>[^\n]+?)\.?\s*$"),
     _r("script_not_found", "{what} could not open the script {path}: there is no such file.",
        "The run command names a file that is not there: check its name, and that the task's workdir holds it (the "
        "run starts in the workdir); then submit the task again.",

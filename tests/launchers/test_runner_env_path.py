@@ -93,5 +93,7 @@ def test_a_command_the_host_cannot_start_is_the_attempts_failure_said_in_its_log
     assert said in log
     assert "could not be started on this host: Argument list too long (E2BIG)" in (run_dir / "runner.log").read_text()
     assert "Traceback" not in (run_dir / "runner.log").read_text()
-    assert d.cls != "node_lost" and not d.infrastructure, d
-    assert "not run: it could not be started on this host" in d.sentence, d
+    assert d.cls == "not_started" and not d.infrastructure, d
+    assert d.sentence.startswith("The setup command could not be started on the node, so nothing of it ran: Argument "
+                                 "list too long (E2BIG)"), d.sentence
+    assert "put large values in a file" in d.hint, d.hint
