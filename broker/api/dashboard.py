@@ -20,7 +20,11 @@ from broker.api.schema import CostReport, JobCosts, answers
 from broker.auth import Principal, authenticate
 from broker.config import Settings
 from broker.service import Invalid
-from broker.views import job_view, shown_reason
+from broker.views import beside_state, iso, job_view, shown_reason
+
+FAILURES = 10
+"""The most jobs the page's "Recent failures and budget stops" lists (``failures.count`` says how many there are)."""
+FAILED_STATES = ("failed", "stopped_budget")
 
 STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
                 ".svg": "image/svg+xml"}
@@ -83,10 +87,30 @@ def router(service, settings: Settings) -> APIRouter:
         for row in body["queue"]:
             if (job := q.queued.get(row["id"])) is not None:
                 row["reason"] = shown_reason(job, q.starts.get(job.id), q.waiting.get(job.id))
+        body["failures"] = _failures(history.jobs, win)
         body["teams"] = _teams(history.jobs) if caller.admin else [caller.team]
         body["monthly_caps"] = service.monthly_caps(scope, now)  # this month's, whatever the window
         body["viewer"] = {"admin": caller.admin, "team": caller.team}
         return body
+
+    def _failures(window_jobs, win) -> dict:
+        """The jobs of the report that ended failed or stopped at their budget inside the window, newest end first:
+        how many, and the :data:`FAILURES` newest, each with its reason in plain words (the diagnosis of its last
+        attempt, else its stored reason) and its spend. A job that failed having spent nothing is in no other table
+        of the page, and one that spent a little only among the most expensive. Reads at most :data:`FAILURES` whole
+        jobs (for their diagnosis); the rest comes from the report's own read."""
+        ended = [j for j in window_jobs if j.state.value in FAILED_STATES and j.updated_at is not None
+                 and win.since <= j.updated_at < win.until]
+        ended.sort(key=lambda j: (j.updated_at, j.id), reverse=True)
+        rows = []
+        for j in ended[:FAILURES]:
+            full = service.store.get_job(j.id)
+            diagnosis = (full.diagnosis if full is not None else None) or {}
+            reason = str(diagnosis.get("text") or diagnosis.get("sentence") or "") \
+                or beside_state(j.state.value, full.reason if full is not None else j.reason)
+            rows.append({"id": j.id, "name": j.name, "team": j.team, "state": j.state.value,
+                         "ended": iso(j.updated_at), "reason": reason, "spent": costs.money(j.spent)})
+        return {"count": len(ended), "jobs": rows}
 
     def _teams(window_jobs) -> list[str]:
         """The teams an admin may filter on: those the config names, those with jobs in the window (a team taken

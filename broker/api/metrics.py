@@ -59,11 +59,35 @@ class _JobFigures:
     state: str
     team: str
     totals: tuple  # ((key, value), ...): what it adds to the counters and histograms, broker.totals.of_job
+    ended: bool = True  # a final state (or one a newer broker wrote, which this one leaves alone)
+    queued_since: float = 0.0  # submitted, or requeued: its last attempt's end (broker_queue_oldest_seconds)
+    budget: int = 0  # micro-dollars
+    spent: int = 0
 
 
 def _figures(job, tries) -> _JobFigures:
+    tries = list(tries)
+    ends = [a.ended_at for a in tries if a.ended_at is not None]
     return _JobFigures(
-        state=job.state.value, team=job.team, totals=tuple(sorted(totals.of_job(job, tries).items())))
+        state=job.state.value, team=job.team, totals=tuple(sorted(totals.of_job(job, tries).items())),
+        ended=bool(job.state.is_final or getattr(job.state, "foreign", False)), queued_since=max([float(job.submitted_at), *ends]),
+        budget=int(job.budget or 0), spent=int(job.spent or 0))
+
+
+NEAR_BUDGET = 0.8
+"""``broker_jobs_near_budget`` counts the jobs not ended that have spent at least this share of their budget."""
+
+
+def configured_places(settings) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """The (zone, tier) label pairs the config names, each given its series at 0 from the first scrape (a series
+    that appears at 1 is no increase to Prometheus: a preemption storm's first events went unseen): for
+    ``broker_preemptions_total`` the simulated zones; for ``broker_attempts_lost_total`` those and the on-prem
+    pools (a pool's node can be lost, never preempted). A cloud's zones (SkyPilot) are known only once used."""
+    if settings is None:
+        return set(), set()
+    zones = {(z.name, z.tier if z.tier in costs.TIERS else "onprem") for z in getattr(settings, "zones", ())}
+    pools = {(p.name, "onprem") for p in getattr(settings, "pools", ())}
+    return zones, zones | pools
 
 
 class StoreCollector:
@@ -88,8 +112,11 @@ class StoreCollector:
     """Reads of the pruned totals a scrape makes at most, each time a prune lands in between; after that it leaves
     the counters out (a gap in the series) rather than report a sum that could fall at the next."""
 
-    def __init__(self, service, engine_of=lambda: None, teams=()):
+    def __init__(self, service, engine_of=lambda: None, teams=(), settings=None):
         self.service = service
+        # the configured zones and pools: each has its preemption and lost-node series from the start, at 0
+        self.zones, self.places = configured_places(settings if settings is not None
+                                                    else getattr(service, "settings", None))
         # the configured teams: each has its series from the start, at 0, not only once it has a job — without them
         # increase(broker_spend_dollars_total[1h]) missed a team's first spend, and its panels read "no data"
         self.teams = tuple(teams)
@@ -133,6 +160,40 @@ class StoreCollector:
             return pruned
         return None
 
+    def _live(self, figures: list[_JobFigures], teams: list[str]):
+        """Per team, from the jobs not ended (read fresh at every scrape): how long the oldest queued job has
+        waited, how many have spent :data:`NEAR_BUDGET` of their budget or more, and their budgets and spend. Every
+        team has each series, at 0 when it has no such job, so an alert's expression always has a value."""
+        now = self.clock()
+        oldest = GaugeMetricFamily("broker_queue_oldest_seconds", "How long the longest-waiting queued job has "
+                                   "waited, by team: since its submit, or since its last attempt ended (a requeue "
+                                   "after a preemption, a resume); 0 when none is queued.", labels=["team"])
+        near = GaugeMetricFamily("broker_jobs_near_budget", f"Jobs not ended that have spent {NEAR_BUDGET:.0%} "
+                                 "of their budget or more, by team.", labels=["team"])
+        budget = GaugeMetricFamily("broker_team_active_budget_dollars", "The budgets of a team's jobs not ended.",
+                                   labels=["team"])
+        spent = GaugeMetricFamily("broker_team_active_spent_dollars", "What a team's jobs not ended have spent.",
+                                  labels=["team"])
+        waits = dict.fromkeys(teams, 0.0)
+        nears = dict.fromkeys(teams, 0)
+        budgets = dict.fromkeys(teams, 0)
+        spends = dict.fromkeys(teams, 0)
+        for f in figures:
+            if f.ended:
+                continue
+            if f.state == JobState.QUEUED.value:
+                waits[f.team] = max(waits.get(f.team, 0.0), now - f.queued_since)
+            if f.budget > 0 and f.spent >= NEAR_BUDGET * f.budget:
+                nears[f.team] = nears.get(f.team, 0) + 1
+            budgets[f.team] = budgets.get(f.team, 0) + f.budget
+            spends[f.team] = spends.get(f.team, 0) + f.spent
+        for team in sorted(waits):
+            oldest.add_metric([team], max(0.0, waits[team]))
+            near.add_metric([team], nears[team])
+            budget.add_metric([team], budgets[team] / 1_000_000)
+            spent.add_metric([team], spends[team] / 1_000_000)
+        yield from (oldest, near, budget, spent)
+
     def _caps(self):
         """Each team with a monthly cap: the cap, this month's spend and what its jobs not ended hold (what
         :mod:`broker.team_budget` weighs at admission), so an alert can fire before a team's submits are refused."""
@@ -174,7 +235,10 @@ class StoreCollector:
             totals.add(sums, dict(f.totals))
         teams = sorted({f.team for f in figures} | set(self.teams)
                        | {k[1] for k in sums if k[0] in (totals.SPEND, totals.ONDEMAND_EQUIVALENT)})
-        by_state = GaugeMetricFamily("broker_jobs", "Jobs by state and team.", labels=["state", "team"])
+        by_state = GaugeMetricFamily("broker_jobs", "Jobs stored, by state and team: every job the store holds, "
+                                     "ended ones included, until the retention policy prunes it (a gauge: it falls "
+                                     "when a job is pruned or resumed; broker_jobs_pruned_total counts the pruned).",
+                                     labels=["state", "team"])
         counts: dict[tuple[str, str], int] = {}
         for f in figures:
             counts[(f.state, f.team)] = counts.get((f.state, f.team), 0) + 1
@@ -182,6 +246,7 @@ class StoreCollector:
             for st in JobState:
                 by_state.add_metric([st.value, team], counts.get((st.value, team), 0))
         yield by_state
+        yield from self._live(figures, teams)
         yield from self._caps()
 
         if pruned is not None:  # else left out this once: a sum without the jobs pruned meanwhile would fall
@@ -204,11 +269,15 @@ class StoreCollector:
                 equivalent = sums.get((totals.ONDEMAND_EQUIVALENT, team), 0)
                 equiv.add_metric([team], equivalent / 1_000_000)
                 saved.add_metric([team], (equivalent - total) / 1_000_000)
-            for key, n in sorted(sums.items()):
-                if key[0] == totals.PREEMPTIONS:
-                    preempt.add_metric(list(key[1:]), n)
-                elif key[0] == totals.LOST:
-                    lost.add_metric(list(key[1:]), n)
+            # every zone and pool the config names has its series from the first scrape, at 0
+            counted = {totals.PREEMPTIONS: dict.fromkeys(self.zones, 0), totals.LOST: dict.fromkeys(self.places, 0)}
+            for key, n in sums.items():
+                if key[0] in counted:
+                    counted[key[0]][tuple(key[1:])] = n
+            for labels, n in sorted(counted[totals.PREEMPTIONS].items()):
+                preempt.add_metric(list(labels), n)
+            for labels, n in sorted(counted[totals.LOST].items()):
+                lost.add_metric(list(labels), n)
             yield spend
             yield equiv
             yield saved
@@ -285,7 +354,7 @@ def router(service, settings: Settings, *, app=None) -> APIRouter:
     else:
         reg = CollectorRegistry(auto_describe=True)
         engine_of = lambda: None  # noqa: E731
-    reg.register(StoreCollector(service, engine_of, teams=settings.teams))
+    reg.register(StoreCollector(service, engine_of, teams=settings.teams, settings=settings))
     token = os.environ.get("BROKER_METRICS_TOKEN")
 
     @r.get("/metrics", include_in_schema=False)

@@ -317,6 +317,21 @@ class MonthlyCap(BaseModel):
     text: str
 
 
+class FailedJob(BaseModel):
+    id: str
+    name: str
+    team: str
+    state: str = Field(description="failed, or stopped_budget")
+    ended: str | None = Field(description="when it ended (ISO 8601, UTC)")
+    reason: str = Field(description="why, in plain words (the diagnosis of its last attempt, else its reason)")
+    spent: Money
+
+
+class Failures(BaseModel):
+    count: int = Field(description="jobs in view that ended failed or stopped at their budget inside the window")
+    jobs: list[FailedJob] = Field(description="the newest 10 of them, newest first")
+
+
 class CostReport(BaseModel):
     """``GET /v1/costs``: money is exact micro-dollars with a display string."""
 
@@ -341,6 +356,9 @@ class CostReport(BaseModel):
     viewer: Viewer
     monthly_caps: list[MonthlyCap] = Field(
         description="the teams in view that have a monthly cap: where each stands this month, whatever the window")
+    failures: Failures | None = Field(
+        default=None, description="the jobs in view that ended failed or stopped at their budget in the window "
+                                  "(the dashboard's \"Recent failures and budget stops\")")
 
 
 class AttemptCost(BaseModel):

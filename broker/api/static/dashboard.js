@@ -98,6 +98,16 @@ function svg(tag, attrs) {
   return e;
 }
 
+// a job's cell: its name on one line, cut with an ellipsis where long (the whole in its title), then its id, never
+// broken; reads "name (id)"
+function jobCell(name, id) {
+  const td = el("td", null, { class: "name" });
+  td.appendChild(el("span", name, { class: "jobname", title: name }));
+  td.appendChild(document.createTextNode(" "));
+  td.appendChild(el("span", "(" + id + ")", { class: "jobid" }));
+  return { node: td };
+}
+
 function row(cells, onClick) {
   const tr = el("tr");
   for (const c of cells) {
@@ -137,6 +147,16 @@ function fill(tableId, rows, empty, limit, more) {
     tbody.replaceChildren(...rows);
   }
   if (!rows.length) tbody.appendChild(note(empty));
+}
+
+// The cards side by side to the same decimals: under a dollar the broker writes a hundredth of a cent unless the
+// amount is a whole cent, so a total of 89,942 micro-dollars (rounded up to $0.0900) read "$0.09" beside "$0.2357".
+// Where one card shows four decimals, an amount under a dollar in whole cents shows them too ("$0.0900": the same
+// value, neither rounded again nor overstated)
+function sameDecimals(nodes) {
+  const four = /^-?\$0\.\d{4}$/, two = /^-?\$0\.\d{2}$/;
+  if (!nodes.some((n) => four.test(n.textContent))) return;
+  for (const n of nodes) if (two.test(n.textContent)) n.textContent += "00";
 }
 
 function money(id, m) {
@@ -225,6 +245,7 @@ function render(r) {
     : manyTimes(pct) ? `over ${MANY_TIMES} times the cost of all on-demand`
     : pct < 0 ? -pct + "% more than all on-demand" : pct + "% less than all on-demand";
   $("total-saving").parentElement.classList.toggle("good", t.saving.micros >= 0 && pct !== null);
+  sameDecimals([$("total-spent"), $("total-ondemand"), $("total-saving")]);
   $("preempt-count").textContent = r.preemptions.count;
   // a node lost without notice (an on-prem pool's: a pool is not preempted) is not counted as a preemption
   const lostNodes = r.preemptions.lost || 0;
@@ -257,20 +278,30 @@ function render(r) {
     const bar = el("div", null, { class: "bar" + (b.percent >= 80 ? " hot" : "") });
     const inner = el("div"); inner.style.width = Math.min(100, b.percent || 0) + "%"; bar.appendChild(inner);
     const td = el("td"); td.appendChild(bar); td.appendChild(el("span", (b.percent ?? 0) + "%"));
-    return row([{ text: b.name + " (" + b.id + ")", name: 1 }, { node: td }, { text: b.spent_of_budget.spent + " / " + b.spent_of_budget.budget, num: 1, wrap: 1 },
+    return row([jobCell(b.name, b.id), { node: td }, { text: b.spent_of_budget.spent + " / " + b.spent_of_budget.budget, num: 1, wrap: 1 },
       { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1, wrap: 1 }],
       () => openJob(b.id));
   }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
-  fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, { text: q.name + " (" + q.id + ")", name: 1 },
+  fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, jobCell(q.name, q.id),
     q.estimated_start ? utc(q.estimated_start) : "–", { text: q.reason || "", clip: 1 }],
     () => openJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
-  fill("top", r.top_jobs.map((j) => row([{ text: j.name + " (" + j.id + ")", name: 1 }, j.team, j.state, { text: j.spent.usd, num: 1 },
+  fill("top", r.top_jobs.map((j) => row([jobCell(j.name, j.id), j.team, j.state, { text: j.spent.usd, num: 1 },
     { text: savingCell(j.saving, j.saving_percent), num: 1, wrap: 1 }], () => openJob(j.id))), "No spend in this period.");
   const after = (p) => p.waiting ? " (waiting)" : p.recovered ? "" : " (job ended)";  // ended: it never resumed
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
-    p.job_id + " #" + p.attempt, p.zone + (p.state === "lost" ? " (node lost)" : ""), { text: duration(p.recovery_seconds) + after(p), num: 1, wrap: 1 }],
+    { node: el("td", p.job_id + " #" + p.attempt, { class: "jobid" }) }, p.zone + (p.state === "lost" ? " (node lost)" : ""), { text: duration(p.recovery_seconds) + after(p), num: 1, wrap: 1 }],
     () => openJob(p.job_id))), "No preemptions in this period.", ROWS,
     (n) => `and ${r.preemptions.count + lostNodes - ROWS} more in this period`);
+  // jobs that failed or were stopped at their budget: one that spent nothing was in no other table
+  const failures = r.failures || { count: 0, jobs: [] };
+  fill("failures", failures.jobs.map((f) => row([f.ended ? utc(f.ended) : "–", jobCell(f.name, f.id),
+    { text: (f.state === "stopped_budget" ? "Stopped at its budget" : "Failed") + (f.reason ? ": " + f.reason : ""), clip: 1 },
+    { text: f.spent.usd, num: 1 }], () => openJob(f.id))), "No failures or budget stops in this period.");
+  if (failures.count > failures.jobs.length) {
+    const tr = el("tr");
+    tr.appendChild(el("td", `and ${failures.count - failures.jobs.length} more in this period`, { colspan: 4, class: "empty" }));
+    $("failures").querySelector("tbody").appendChild(tr);
+  }
   $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
 }
 

@@ -1,0 +1,81 @@
+"""``/metrics`` for alerting: series known from the config at 0 from the first scrape, and the per-team gauges an
+alert needs (oldest queued job, jobs near their budget, budgets and spend of jobs not ended)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.lifecycle import JobState
+from launchers.simzones import SimZone
+
+from . import world
+from .conftest import build_app
+from .test_metrics import scrape
+
+
+def _settings(tmp_path):
+    return replace(world.settings(tmp_path), zones=(SimZone("sim-spot-a", "spot"), SimZone("sim-od", "ondemand")))
+
+
+def test_every_configured_zone_and_pool_has_its_preemption_and_lost_series_at_zero_from_the_first_scrape(
+        tmp_path, store, seeded):
+    """The series of a zone appeared only with its first preemption, at 1: increase() and rate() saw no jump, so a
+    preemption-storm alert missed the first events of a zone."""
+    with TestClient(build_app(_settings(tmp_path), store)) as c:
+        m = scrape(c)
+    assert m[("broker_preemptions_total", (("tier", "spot"), ("zone", "sim-spot-a")))] == 0
+    assert m[("broker_preemptions_total", (("tier", "ondemand"), ("zone", "sim-od")))] == 0
+    for zone, tier in (("sim-spot-a", "spot"), ("sim-od", "ondemand"), ("local", "onprem")):
+        assert m[("broker_attempts_lost_total", (("tier", tier), ("zone", zone)))] == 0
+    # a pool is never preempted: no series that can only read 0
+    assert ("broker_preemptions_total", (("tier", "onprem"), ("zone", "local"))) not in m
+    # the zones that had preemptions keep their counts
+    assert m[("broker_preemptions_total", (("tier", "spot"), ("zone", "us-east-1a")))] == 1
+
+
+def test_a_configured_zones_first_preemption_is_counted_on_the_series_it_already_had(tmp_path, store, seeded):
+    import time
+
+    with TestClient(build_app(_settings(tmp_path), store)) as c:
+        before = scrape(c)
+        now = time.time()
+        j = world.job("j-z1", "team-a", JobState.QUEUED, submitted=now - 900, budget=5_000_000, spent=100_000,
+                      attempts=1)
+        from broker.lifecycle import AttemptState
+        place = {**world.spot("sim-spot-a", 400_000), "zone": "sim-spot-a", "location": "sim-spot-a"}
+        world._commit(store, j, [world.attempt("j-z1", 1, AttemptState.PREEMPTED, place, start=now - 800,
+                                               seconds=600, cost=100_000)])
+        after = scrape(c)
+    key = ("broker_preemptions_total", (("tier", "spot"), ("zone", "sim-spot-a")))
+    assert (before[key], after[key]) == (0, 1)
+
+
+def test_the_oldest_queued_job_and_the_jobs_near_their_budget_are_scraped_per_team(tmp_path, store, seeded):
+    """No series said how long the queue had held a job, nor how many jobs were about to be stopped at their
+    budget: neither "stuck in the queue" nor "budget nearly used" could be alerted on."""
+    now = seeded.now
+    # team A: a running job at 90% of its budget (j-a2 is at 75%: not near)
+    hot = world.job("j-a4", "team-a", JobState.RUNNING, submitted=now - 3600, budget=1_000_000, spent=900_000,
+                    attempts=1)
+    world._commit(store, hot, [])
+    with TestClient(build_app(world.settings(tmp_path), store)) as c:
+        m = scrape(c)
+    oldest = m[("broker_queue_oldest_seconds", (("team", "team-a"),))]
+    assert 300 <= oldest < 400  # j-a3, queued 5 min ago
+    assert m[("broker_queue_oldest_seconds", (("team", "team-b"),))] == 0  # nothing queued: 0, not absent
+    assert m[("broker_jobs_near_budget", (("team", "team-a"),))] == 1
+    assert m[("broker_jobs_near_budget", (("team", "team-b"),))] == 0
+    # jobs not ended: j-a2 ($2 budget, $1.50 spent), j-a3 ($5, $0), j-a4 ($1, $0.90); team B's only job failed
+    assert m[("broker_team_active_budget_dollars", (("team", "team-a"),))] == 8.0
+    assert round(m[("broker_team_active_spent_dollars", (("team", "team-a"),))] * 1_000_000) == 2_400_000
+    assert m[("broker_team_active_budget_dollars", (("team", "team-b"),))] == 0
+    assert m[("broker_team_active_spent_dollars", (("team", "team-b"),))] == 0
+
+
+def test_the_jobs_gauge_says_it_counts_ended_jobs_until_they_are_pruned(client):
+    text = client.get("/metrics").text
+    (fam,) = [f for f in text_string_to_metric_families(text) if f.name == "broker_jobs"]
+    assert "ended ones included" in fam.documentation and "pruned" in fam.documentation
