@@ -16,8 +16,15 @@ to store with it; an event the table does not allow raises
                   │                                              stopping ──ended (checkpointed, stopped)──▶ stopped_budget
                   └──resume── failed | stopped_budget
 
+      from launching as from running (a short job, a launch that fails or is lost, a budget stop before the
+      start): succeed ▶ succeeded, fail ▶ failed, recover ▶ queued, stop_budget ▶ stopping
+
+      stop_budget: queued | placed ──▶ stopped_budget (nothing runs: nothing to stop)
+
       cancel: queued | placed ──▶ cancelled
-              launching | running ──▶ cancelling ──ended (the attempt stopped)──▶ cancelled
+              launching | running | stopping ──▶ cancelling ──ended (the attempt stopped)──▶ cancelled
+
+      succeed: cancelling | stopping ──▶ succeeded (the run finished before the stop reached it)
 
 Final states: succeeded, cancelled, failed, stopped_budget — the engine leaves
 them alone; a user may ``resume`` a failed or budget-stopped job.

@@ -60,6 +60,8 @@ SDK_RULES = [
     ("s3fs", lambda f: f == "checkpoint/storage.py", "object storage through one storage module"),
     ("gcsfs", lambda f: f == "checkpoint/storage.py", "object storage through one storage module"),
     ("boto3", lambda f: f == "checkpoint/storage.py", "cloud SDKs only in the checkpoint storage module"),
+    ("botocore", lambda f: f == "checkpoint/storage.py", "cloud SDKs only in the checkpoint storage module"),
+    ("aiohttp", lambda f: f == "checkpoint/storage.py", "gcsfs's transport errors read in the storage module only"),
     ("slack_sdk", lambda f: f == "broker/slack/sdk.py", "Slack's SDK in one module"),
     ("cryptography", lambda f: f == "broker/sealing.py", "the cipher that seals task secrets in one module"),
     ("torch", lambda f: f == "checkpoint/serialization.py" or f.startswith("checkpoint/rng"),
