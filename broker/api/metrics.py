@@ -309,6 +309,11 @@ class StoreCollector:
             g = GaugeMetricFamily("broker_engine_tick_seconds", "Duration of the engine's last reconcile loop.")
             g.add_metric([], float(getattr(engine, "last_tick_seconds", 0.0)))
             yield g
+            durations = getattr(engine, "tick_durations", None)
+            if durations is not None:  # every loop since this broker started (the gauge: the last only)
+                yield HistogramMetricFamily("broker_engine_tick_duration_seconds",
+                                            "Durations of the engine's reconcile loops since this broker started.",
+                                            buckets=durations.cumulative(), sum_value=durations.total)
 
 
 def _histogram(name: str, doc: str, sums: dict, key: str) -> HistogramMetricFamily:

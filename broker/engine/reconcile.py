@@ -117,6 +117,7 @@ class Engine:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_tick_seconds = 0.0
+        self.tick_durations = TickDurations()  # every loop's, for /metrics' histogram (the gauge holds the last only)
         self._last_sweep = 0.0
         #: every view it has (a router: this host's and the cloud's); attempts launched in one are this engine's
         self.domains: frozenset[str] = domains_of(launcher)
@@ -200,6 +201,7 @@ class Engine:
             self._guard(self._sweep, sweep)
         self._workdir_housekeeping(jobs, now)  # 5. no workdir, nor a gone job's files, left behind
         self.last_tick_seconds = time.perf_counter() - started
+        self.tick_durations.add(self.last_tick_seconds)
 
     def _sweep(self, sweep) -> None:
         """Hand the launcher's sweep the attempts whose clusters must stay: the latest of each job that may hold
@@ -1130,6 +1132,32 @@ class Engine:
 
 
 _PREPARING = object()
+
+
+TICK_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds (seconds) of ``broker_engine_tick_duration_seconds``' buckets: a loop takes milliseconds with a few
+jobs; seconds mean a slow store or launcher; a loop near ``tick_seconds`` or beyond falls behind."""
+
+
+class TickDurations:
+    """How long the engine's loops took, as a Prometheus histogram counts them (since this process started): the
+    count in each bucket of :data:`TICK_BUCKETS` (not cumulative; +Inf last), their number and their sum."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(TICK_BUCKETS) + 1)
+        self.total = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.counts[next((i for i, bound in enumerate(TICK_BUCKETS) if seconds <= bound), len(TICK_BUCKETS))] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``[(le, count of loops at most that long), ...]``, ``+Inf`` last: a histogram's buckets."""
+        out, running = [], 0
+        for bound, n in zip([*map(str, TICK_BUCKETS), "+Inf"], self.counts):
+            running += n
+            out.append((bound, running))
+        return out
 """What :meth:`Engine._files` answers while the attempt's workdir and file_mounts are being unpacked."""
 
 

@@ -79,3 +79,28 @@ def test_the_jobs_gauge_says_it_counts_ended_jobs_until_they_are_pruned(client):
     text = client.get("/metrics").text
     (fam,) = [f for f in text_string_to_metric_families(text) if f.name == "broker_jobs"]
     assert "ended ones included" in fam.documentation and "pruned" in fam.documentation
+
+
+def test_every_engine_loop_is_counted_in_a_histogram_not_only_the_last(tmp_path, store, seeded):
+    """``broker_engine_tick_seconds`` held the last loop only: a slow loop between two scrapes was never seen, and no
+    p99 could be drawn. Each loop of a real engine now lands in ``broker_engine_tick_duration_seconds``."""
+    from broker.engine.reconcile import TICK_BUCKETS, Engine
+
+    settings = _settings(tmp_path)
+    app = build_app(settings, store)
+    with TestClient(app) as c:
+        from broker.runtime import open_launcher
+        engine = Engine(settings, store, open_launcher(settings))
+        for _ in range(3):
+            engine.tick()
+        engine.tick_durations.add(7.0)  # a slow loop, as a stuck store makes one
+        app.state.engine = engine
+        families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+    hist = families["broker_engine_tick_duration_seconds"]
+    samples = {(s.name, s.labels.get("le")): s.value for s in hist.samples}
+    assert samples[("broker_engine_tick_duration_seconds_count", None)] == 4
+    assert samples[("broker_engine_tick_duration_seconds_bucket", "+Inf")] == 4
+    assert samples[("broker_engine_tick_duration_seconds_bucket", "5.0")] == 3  # the 7 s loop is above 5 s
+    assert samples[("broker_engine_tick_duration_seconds_bucket", "10.0")] == 4
+    assert samples[("broker_engine_tick_duration_seconds_sum", None)] >= 7.0
+    assert len([s for s in hist.samples if s.name.endswith("_bucket")]) == len(TICK_BUCKETS) + 1
