@@ -33,8 +33,36 @@ class _Usage(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # no prefix matching: `--stat` was read as --state without a word (and would change meaning the day an option
+        # beginning so is added); an option misspelt or cut short is refused, naming the one meant (:func:`_meant`)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # type: ignore[override]
         raise _Usage(self, message)
+
+    def _print_message(self, message, file=None):  # argparse's drops a write's OSError: `--help | true` exited 0
+        if message:
+            (file or sys.stderr).write(message)
+
+
+class _Version(argparse.Action):
+    """``broker --version``: the installed package's version, read only when asked (``broker --help`` stays
+    instant)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            said = version("spot-broker")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            said = "(not installed: run from a checkout)"
+        print(f"broker {said}")
+        parser.exit(0)
 
 
 class _Once(argparse.Action):
@@ -85,9 +113,15 @@ def _meant(message: str, argv: list[str], parser: argparse.ArgumentParser) -> tu
 
     commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
     command = next((commands[x] for x in argv if x in commands), None)
-    if not message.startswith("unrecognized arguments:") or command is None:
+    choice = re.match(r"argument [^:]+: invalid choice: '(.*)' \(choose from (.*)\)$", message, re.S)
+    if choice:  # `broker stauts`, `broker fault premept`: the command or the kind meant, as for an option
+        choices = re.findall(r"'([^']*)'", choice.group(2))
+        close = difflib.get_close_matches(choice.group(1), choices, n=1, cutoff=0.6)
+        return (f" (did you mean {close[0]}?)" if close else ""), parser
+    if not message.startswith("unrecognized arguments:"):
         return "", parser
-    known = [o for q in (parser, command) for o in q._option_string_actions if o.startswith("--")]
+    known = [o for q in (parser, command) if q is not None for o in q._option_string_actions if o.startswith("--")]
+    command = command or parser
     meant = {given.split("=")[0]: close[0] for given in argv if given.startswith("--")
              and given.split("=")[0] not in known
              for close in [difflib.get_close_matches(given.split("=")[0], known, n=1, cutoff=0.6)] if close}
@@ -99,9 +133,10 @@ def _meant(message: str, argv: list[str], parser: argparse.ArgumentParser) -> tu
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="broker", description="spot-broker: run ML training where it is cheapest, "
-                                "within budget and deadline, and resume it after preemption.")
+                                "within budget and deadline, and resume it after preemption.", epilog=EXIT_CODES)
     # The client options are taken before the command or after it (`broker status --json`); given
     # after it, they override: SUPPRESS keeps a subcommand from resetting what was given before.
+    p.add_argument("--version", action=_Version, help="print the version of spot-broker installed, and exit")
     common = _Parser(add_help=False)
     for parser, unset in ((p, None), (common, argparse.SUPPRESS)):
         parser.add_argument("--url", default=unset, type=_given, action=_Once,
@@ -218,9 +253,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+EXIT_CODES = """exit codes: 0 done (submit --wait, logs -f: the job succeeded); 1 refused, or the broker could not be
+reached; 2 a usage error; 3 the job followed (submit --wait, logs -f) ended failed, cancelled or stopped at its
+budget; 130 interrupted (Ctrl-C: a job followed is left as it is); 141 the reader of the output went away
+(`broker status | head -1`), as a shell says of a tool SIGPIPE ends"""
+
+JOB_NOT_SUCCEEDED = 3
+"""The exit code of ``submit --wait`` and ``logs -f`` when the job they followed ended other than succeeded: 1 said
+it as it said a broker out of reach or a refused submit, so a script could not tell a failed run from one never
+started."""
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        try:
+            code = _main(argv)
+        except SystemExit as exc:  # --help, --version: printed; their flush below, as a command's
+            if exc.code not in (0, None):
+                raise
+            code = 0
+        # written out here, not at the interpreter's exit: a reader gone by then (`broker status | head -1` on a short
+        # table) was a BrokenPipeError's traceback and exit 120, where a longer output's was 141 without a word
+        sys.stdout.flush()
+        return code
     except BrokenPipeError:
         # The reader went away (`broker simulate ... | head`): stop quietly, as Unix tools do.
         # Point stdout at /dev/null so the interpreter's final flush does not raise again.
@@ -233,8 +288,11 @@ def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     simulate_argv = _simulate_argv(argv)
     if simulate_argv is not None:
-        from pricing.simulate_cli import main as simulate
+        from pricing.simulate_cli import main as simulate, parser as simulate_parser
 
+        unknown = _unknown_simulate_options(simulate_argv, simulate_parser())
+        if unknown:
+            return unknown
         return simulate(simulate_argv)
     parser = _parser()
     argv = _dash_values(argv, parser)
@@ -255,6 +313,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
+        _say_left(args)
         return 130
     except BrokenPipeError:
         raise
@@ -275,6 +334,56 @@ def _main(argv: list[str] | None) -> int:
             _json_error(args, said, field=_option_blamed(str(exc)))
             return 1
         raise
+
+
+def _unknown_simulate_options(argv: list[str], parser: argparse.ArgumentParser) -> int:
+    """``broker simulate --windos x``: the option not known, named with the one meant, as the other commands name
+    one (exit 2; 0 when every option is known, or when ``--windows`` is given and simulate's parser names it).
+    Argparse said first "the following arguments are required: --windows", as if the one typed were not there."""
+    import difflib
+
+    known = [o for o in parser._option_string_actions if o.startswith("--")]
+    given = []
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg.startswith("--") and arg.split("=")[0] not in known:
+            given.append(arg.split("=")[0])
+    if not given or any(a == "--windows" or a.startswith("--windows=") for a in argv):
+        return 0  # simulate's own parser names it then ("unrecognized arguments: --budegt 5")
+    meant = {g: close[0] for g in given for close in [difflib.get_close_matches(g, known, n=1, cutoff=0.6)] if close}
+    hint = (f" (did you mean {next(iter(meant.values()))}?)" if len(given) == 1 and meant else
+            f" (did you mean {', '.join(f'{c} for {g}' for g, c in meant.items())}?)" if meant else "")
+    message = f"unrecognized arguments: {' '.join(given)}{hint}"
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    if "--json" in argv:
+        _print_json({"error": message})
+    return 2
+
+
+def _say_left(args) -> None:
+    """After Ctrl-C while following a job (``logs -f``, ``submit --wait``): one line on stderr saying the job was left
+    as it is, where it stands when the broker says so at once, and how to follow it again. The CLI exited 130 without
+    a word, and a user could not tell whether the interrupt had cancelled the job."""
+    job_id = getattr(args, "following", None)
+    if not job_id:
+        return
+    state = None
+    try:
+        from broker.client import BrokerClient
+
+        with BrokerClient(args.url, args.token, timeout=2.0) as client:
+            state = client.job(job_id).get("state")
+    except (Exception, KeyboardInterrupt):  # a broker out of reach, or a second Ctrl-C: the line without it
+        pass
+    from broker.client import FINAL
+
+    where = f"it is still {state}" if state and state not in FINAL else f"it ended {state}" if state else \
+        "it was left as it is"
+    then = f"`broker status {job_id}` shows it" if state in FINAL else \
+        f"`broker logs -f {job_id}` follows it again, `broker cancel {job_id}` stops it"
+    print(f"stopped following {job_id}; {where}: {then}", file=sys.stderr, flush=True)
 
 
 def _simulate_argv(argv: list[str]) -> list[str] | None:
@@ -328,6 +437,10 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if args.command == "submit" and args.dry_run and args.wait:
         raise _Usage(commands["submit"], "--wait: a dry run makes no job to follow; leave out --wait or --dry-run")
+    if args.command == "fault" and args.kind != "zone" and args.available is not None:
+        flag = "--up" if args.available else "--down"  # ignored: `fault kill J --down` killed it and said nothing of it
+        raise _Usage(commands["fault"], f"{flag}: only a zone's fault takes it (`broker fault zone ZONE {flag}`); "
+                                        f"leave it out of `broker fault {args.kind}`")
     if args.command == "costs" and args.id:
         given = [f"--{k}" for k in ("period", "since", "until", "team") if getattr(args, k)]
         if given:  # `broker costs JOB --period 7d` showed the job's whole life as if it were the last 7 days
@@ -606,7 +719,13 @@ def _console():
     row stays on one line for ``grep``. On a terminal, its width."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=100_000)
+    if sys.stdout.isatty():
+        # NO_COLOR (no-color.org): no escape codes at all; rich's own reading of it dropped the colours alone, and a
+        # terminal that shows no escapes still got the bold and dim ones
+        return Console(color_system=None) if os.environ.get("NO_COLOR") else Console()
+    con = Console(width=100_000)
+    con.plain_tables = True  # :func:`_print_table`: columns, no borders
+    return con
 
 
 def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, ...] = ()) -> None:
@@ -621,6 +740,9 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
     # holding "[/x]" stopped the CLI with a MarkupError; a cell styled on purpose comes as a rich Text
     rows = [[c if isinstance(c, Text) else Text(str(c)) for c in row] for row in rows]
     names = [c if isinstance(c, str) else c[0] for c in columns]
+    if getattr(con, "plain_tables", False):
+        _print_plain(names, [[" ".join(c.plain.split()) for c in row] for row in rows])
+        return
     whole = {c[0] for c in columns if not isinstance(c, str)}
 
     def width(i: int, least: bool) -> int:
@@ -648,6 +770,24 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
         fit = f"to fit {con.width} columns" if needed(keep) <= con.width else \
             f"{needed(keep)} columns wide, its ids, states, times and amounts whole, on {con.width}"
         con.print(f"[dim]({fit}, without: {', '.join(left_out)}; piped or --json: all)[/]")
+
+
+def _pinned_by(job: dict) -> str:
+    """Who pinned the job's tier, for its status line: the broker moved it off spot to meet the deadline (which read as
+    "pinned to on-prem" as if the user had asked for it), or a user by name; nothing from a broker that does not say."""
+    by = job.get("pinned_by")
+    if by == "deadline":
+        return f" (by the broker, to meet the deadline; `broker ondemand {job['id']} --off` lets it use spot again)"
+    return f" (by {by})" if by else ""
+
+
+def _print_plain(names: list[str], rows: list[list[str]]) -> None:
+    """A table piped or redirected, as ``kubectl get`` prints one: a header line, then one line per row, the columns
+    at their full width three spaces apart, no borders and no trailing spaces; so ``awk '{print $1}'`` reads the
+    ids. Drawn with its terminal borders (``┃ j-… │``), ``$1`` was a border and ``cut`` read box characters."""
+    widths = [max(len(x) for x in [name, *(row[i] for row in rows)]) for i, name in enumerate(names)]
+    for line in [names, *rows]:
+        print("   ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
 def _print_json(data: Any) -> None:
@@ -687,14 +827,19 @@ def cmd_submit(args) -> int:
         if given:
             task[key] = {**(task.get(key) or {}), **_assignments(given, "--" + key.rstrip("s"))}
     _resolve_local_paths(task)
-    with _client(args) as client:
+    with _client(args) as client, _options_named(args):
         if args.dry_run:
             return _submit_dry_run(task, client, args)
         _ship_workdir(task, client, args.upload_workdir, quiet=args.json)
         job = client.submit(task, budget=args.budget, team=args.team,
                             deadline=args.deadline, idempotency_key=args.idempotency_key)
+        if args.wait:
+            args.following = job["id"]  # what a Ctrl-C leaves running (:func:`_say_left`)
+        # the job a retry with this key answered with, as the dry run names it: a replayed submit's JSON was the job
+        # alone, which a script could not tell from a new one (the human line says "already submitted")
+        existing = {"existing_job": job["id"] if client.last_submit_created is False else None}
         if args.json and not args.wait:
-            _print_json(job)
+            _print_json({**job, **existing})
             return 0
         if args.json:  # --wait --json: the output on stderr, and on stdout only the ended job's JSON, for a script
             for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end,
@@ -702,8 +847,8 @@ def cmd_submit(args) -> int:
                 sys.stderr.write(text)
                 sys.stderr.flush()
             final = client.job(job["id"])
-            _print_json(final)
-            return 0 if final["state"] == "succeeded" else 1
+            _print_json({**final, **existing})
+            return 0 if final["state"] == "succeeded" else JOB_NOT_SUCCEEDED
         con = _console()
         if client.last_submit_created is False and args.idempotency_key:
             con.print(f"already submitted with this idempotency key: [bold]{job['id']}[/] ({job['name']}), "
@@ -721,8 +866,35 @@ def cmd_submit(args) -> int:
                 sys.stdout.flush()
             final = client.job(job["id"])
             _show_job(con, final)
-            return 0 if final["state"] == "succeeded" else 1
+            return 0 if final["state"] == "succeeded" else JOB_NOT_SUCCEEDED
     return 0
+
+
+_OPTION_FIELDS = {"budget": "broker.budget_usd", "team": "broker.team", "deadline": "broker.deadline"}
+"""The task field each of submit's options sets (:func:`broker.client._submit_task`)."""
+
+
+class _options_named:
+    """Around a submit: a refusal of a field that one of its options set (``--budget abc``) names the option, not
+    the field the CLI put it in (``broker.budget_usd: ...``, which the task file did not hold)."""
+
+    def __init__(self, args):
+        self.args = args
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        from broker.client import BrokerError
+
+        if not isinstance(exc, BrokerError) or not exc.field:
+            return False
+        for option, field in _OPTION_FIELDS.items():
+            if exc.field == field and getattr(self.args, option, None) is not None:
+                exc.field = f"--{option}"
+                if exc.detail.startswith(f"{field}: "):
+                    exc.detail = f"--{option}: " + exc.detail.removeprefix(f"{field}: ")
+        return False
 
 
 def _submit_dry_run(task: dict, client, args) -> int:
@@ -991,6 +1163,9 @@ def _assignments(given: list[str], flag: str) -> dict[str, str]:
     out = {}
     for item in given:
         name, eq, value = item.partition("=")
+        if name in out:  # `--env FOO=1 --env FOO=2` ran with the last, as an option given twice did
+            said = "" if flag == "--secret" else f" ({out[name]}, then {value if eq else '$' + name})"  # not echoed
+            raise BrokerError(0, f"{flag} {name}: given twice{said}: give it once")
         if not eq:
             if name not in os.environ:
                 raise BrokerError(0, f"{flag} {name}: no value given and none in this shell; use {flag} {name}=VALUE")
@@ -1091,8 +1266,8 @@ def _show_job(con, job: dict) -> None:
     spent, budget = _spent_of(job)
     con.print(f"  spent {spent} of {budget}"
               + (f"  deadline {job['deadline']}" if job.get("deadline") else "")
-              + (f"  pinned to {TIER_WORDS.get(job['pinned_tier'], job['pinned_tier'])}" if job.get("pinned_tier")
-                 else ""))
+              + (f"  pinned to {TIER_WORDS.get(job['pinned_tier'], job['pinned_tier'])}{_pinned_by(job)}"
+                 if job.get("pinned_tier") else ""))
     attempts = job.get("attempt_list") or []
     for a in attempts:  # lines, not a table: readable at 80 columns, copyable, greppable
         p = a["placement"]
@@ -1308,21 +1483,35 @@ def _attempt_number(text: str) -> int:
     return n
 
 
+def _ended(client, job_id: str) -> int:
+    """The exit code of ``logs -f`` once the job followed has ended: as ``submit --wait``'s, 0 for a success and
+    :data:`JOB_NOT_SUCCEEDED` for any other end, so following again after a Ctrl-C tells a script what the wait would
+    have."""
+    return 0 if client.job(job_id)["state"] == "succeeded" else JOB_NOT_SUCCEEDED
+
+
 def cmd_logs(args) -> int:
+    if args.follow:
+        args.following = args.id  # what a Ctrl-C leaves running (:func:`_say_left`)
     with _client(args) as client:
         if args.follow and args.json:  # JSON Lines: one object per piece of output, as it comes, for a script to read
             for chunk in client.follow_log_chunks(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end,
                                                 on_unreachable=_say_unreachable):
                 print(json.dumps(chunk), flush=True)
-            return 0
+            return _ended(client, args.id)
         if args.follow:
             for text in client.follow_logs(args.id, attempt=args.attempt, on_status=_say_status, on_attempt_end=_say_attempt_end,
                                                 on_unreachable=_say_unreachable):
                 sys.stdout.write(text)
                 sys.stdout.flush()
-            return 0
-        chunk = client.logs(args.id, attempt=args.attempt)
+            return _ended(client, args.id)
+        # every page of the attempt's output, not the broker's first 1 MiB alone (the last line cut, nothing said);
+        # with --json one object of it all, `done` the last page's (the attempt ended and nothing is left to read)
+        pages = client.log_pages(args.id, attempt=args.attempt)
+        chunk = next(pages)
         if args.json:
+            for page in pages:
+                chunk = {**page, "data": chunk["data"] + page["data"]}
             _print_json(chunk)
         elif chunk["attempt"] is None:  # nothing has run yet: say where it stands, not an empty answer
             _say_status(client.job(args.id))
@@ -1330,6 +1519,8 @@ def cmd_logs(args) -> int:
                   "(no output yet: `broker logs -f` follows it from its start)", file=sys.stderr)
         else:
             sys.stdout.write(chunk["data"])
+            for page in pages:
+                sys.stdout.write(page["data"])
     return 0
 
 

@@ -360,6 +360,19 @@ class BrokerClient:
             params["attempt"] = attempt
         return self._call("GET", f"{_job_path(job_id)}/logs", params=params)
 
+    def log_pages(self, job_id: str, *, attempt: int | None = None) -> Iterator[dict]:
+        """An attempt's output as it is now (the newest attempt's unless ``attempt``), page by page: the broker
+        answers at most 1 MiB a read, and one read cut a longer log in the middle of a line, saying nothing. The
+        first page always (``attempt`` None in it: nothing has run yet), then each next one along ``offset`` while
+        it holds output; the attempt read is the first page's throughout, though a newer one starts meanwhile."""
+        page = self.logs(job_id, attempt=attempt)
+        yield page
+        while page["data"] and page["attempt"] is not None:
+            page = self.logs(job_id, offset=page["offset"], attempt=page["attempt"])
+            if not page["data"]:
+                return
+            yield page
+
     def follow_logs(self, job_id: str, *, attempt: int | None = None, poll: float = 0.5,
                     on_status: Callable[[dict], None] | None = None,
                     on_attempt_end: Callable[[dict, int], None] | None = None,

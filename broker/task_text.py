@@ -74,7 +74,25 @@ def yaml_error(exc: yaml.YAMLError) -> str:
     said = f"is not valid YAML{where}" + (f": {problem}" if problem else "")
     if (problem or "").startswith("mapping values are not allowed"):  # "here" (PyYAML), "in this context" (libyaml)
         said += " (a value holding ': ' is quoted whole, or written as a block: `run: |` and the command below it)"
+    elif "tab character" in (problem or ""):  # a file from an editor that indents with tabs
+        said += " (YAML indents with spaces, never tabs: replace the tab with spaces)"
     return said
+
+
+_TAB_PROBLEM = "found a tab character that cannot start any token"
+
+
+def _name_tab(exc: yaml.YAMLError, text: str) -> None:
+    """A tab where YAML reads a token is said to be a tab: libyaml said "found character that cannot start any token"
+    of the tab indenting a line (``resources:`` then ``<TAB>cpus: 1``), naming no character, so that :func:`yaml_error`
+    says YAML indents with spaces."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None or getattr(exc, "problem", None) != "found character that cannot start any token":
+        return
+    lines = re.split(r"\r\n|\r|\n", text)
+    line = lines[mark.line] if 0 <= mark.line < len(lines) else ""
+    if 0 <= mark.column < len(line) and line[mark.column] == "\t":
+        exc.problem = _TAB_PROBLEM
 
 
 def load_yaml(text: str, *, max_bytes: int) -> Any:
@@ -85,6 +103,9 @@ def load_yaml(text: str, *, max_bytes: int) -> Any:
             node = loader.get_single_node()
         except RecursionError:
             raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
+        except yaml.YAMLError as exc:
+            _name_tab(exc, text)
+            raise
         if node is None:
             return None
         _Nodes(max_bytes).check(node)

@@ -105,7 +105,7 @@ def test_submit_wait_with_json_writes_the_ended_job_as_json_and_the_output_to_st
     assert json.loads(out.stdout)["state"] == "succeeded" and "hello-from-cli" in out.stderr, out.stdout
     task.write_text("name: hi\nresources: {cpus: 1}\nrun: exit 3\n")
     out = run("--json", "submit", str(task), "--budget", "2", "--wait", check=False)
-    assert out.returncode == 1 and json.loads(out.stdout)["state"] == "failed", out.stdout
+    assert out.returncode == 3 and json.loads(out.stdout)["state"] == "failed", out.stdout  # 3: the job failed
 
 
 def test_required_envs_and_secrets_are_given_at_submit_as_with_sky_launch(cli):

@@ -131,7 +131,7 @@ def test_status_of_more_jobs_than_the_broker_lists_at_once_shows_every_job_not_e
     r = broker_cli("status", env=env)
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stdout.splitlines() if " running " in line]
-    assert sorted(line.split()[1] for line in lines) == running, r.stdout  # `broker status | grep running`: all
+    assert sorted(line.split()[0] for line in lines) == running, r.stdout  # `broker status | grep running`: all
     # a broker from before cursors (no next_cursor): the newest page and each live state, and the note says so
     assert "shown are the 1000 newest jobs and every job that has not ended" in r.stderr, r.stderr
     r = broker_cli("--json", "status", env=env)
@@ -378,8 +378,8 @@ def test_a_value_that_begins_with_a_dash_is_read_as_the_value_not_as_an_option(b
     assert r.stderr.splitlines()[-1] == "broker submit: error: argument --deadline: '-1h' is negative: a deadline is " \
                                         "a duration from now (6h, 1d12h) or a time to come with its timezone " \
                                         "(2026-12-01T18:00Z)", r.stderr
-    r = broker_cli("submit", str(task), "--budget", "-5", env=env)  # the broker's own refusal, naming the field
-    assert r.returncode == 1 and r.stderr.startswith("error [422]: broker.budget_usd: "), r.stderr
+    r = broker_cli("submit", str(task), "--budget", "-5", env=env)  # the broker's own refusal, naming the option
+    assert r.returncode == 1 and r.stderr.startswith("error [422]: --budget: "), r.stderr
     assert job_ids(url) == before
     r = broker_cli("--token", DASH_TOKEN, "--json", "status", env={"BROKER_URL": url})  # a token may begin with '-'
     assert r.returncode == 0 and json.loads(r.stdout) == [], r.stderr

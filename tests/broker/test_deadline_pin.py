@@ -51,6 +51,10 @@ def test_a_job_the_engine_moves_off_spot_for_its_deadline_says_the_deadline_pinn
             assert any(e.event == "migrate" and "to meet the deadline" in e.reason for e in store.events(job.id))
             view = job_view(moved)
             assert (view["pinned_tier"], view["pinned_by"]) == ("ondemand", "deadline")
+            # `broker status JOB` says it was the broker, and how to let it use spot again
+            from broker.cli import _pinned_by
+            assert _pinned_by(view) == (f" (by the broker, to meet the deadline; `broker ondemand {job.id} --off` "
+                                        "lets it use spot again)")
             # taken back as a user's pin is: placed where it is cheapest again
             back = service.unpin(ADMIN, job.id)
             assert (job_view(back)["pinned_tier"], job_view(back)["pinned_by"]) == (None, None)
@@ -67,4 +71,6 @@ def test_a_users_pin_names_the_user(make_settings, tmp_path):
         pinned = service.switch_to_ondemand(ADMIN, job.id)
         assert (pinned.force_tier, pinned.pinned_by) == ("ondemand", "admin")
         assert job_view(pinned)["pinned_by"] == "admin"
+        from broker.cli import _pinned_by
+        assert _pinned_by(job_view(pinned)) == " (by admin)"
         assert store.get_job(job.id).state is JobState.QUEUED

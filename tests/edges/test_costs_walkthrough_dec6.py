@@ -56,7 +56,7 @@ def test_a_top_job_with_nothing_to_compare_has_no_saving_percent_as_its_own_cost
 
 
 def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("│").split("│")] if line.strip().startswith("│") else []
+    return [c.strip() for c in line.strip().split("   ") if c.strip()]  # piped: plain columns, 3 spaces apart
 
 
 def test_the_cli_shows_a_dash_for_a_top_job_and_for_attempts_with_nothing_to_compare(server, capsys):

@@ -51,7 +51,7 @@ def server(tmp_path, store, seeded):
 
 
 def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("│").split("│")] if line.strip().startswith("│") else []
+    return [c.strip() for c in line.strip().split("   ") if c.strip()]  # piped: plain columns, 3 spaces apart
 
 
 def test_broker_status_says_a_state_once_beside_a_reason_that_begins_with_it(server, capsys):
