@@ -68,12 +68,37 @@ LIKE_RECENT = 1000
 
 
 def ids_like(given: str, ids: Sequence[str]) -> list[str]:
-    """The ``ids`` that ``given`` begins (a part of one, ``j-`` left out or not): a user copies a part of an id."""
+    """The ``ids`` that ``given`` begins (a part of one, ``j-`` left out or not): a user copies a part of an id; else
+    the whole ids one or two characters off it (a typo, a character dropped or swapped: `j-a9f5e61915` for
+    `j-a9f5e61914` was told only "no job")."""
     given = given.strip().lower()
     if not given.removeprefix("j-"):
         return []  # `j-` begins every id
     heads = {given, given if given.startswith("j-") else "j-" + given}
-    return [i for i in ids if any(i.startswith(h) for h in heads)]  # the whole id in capitals too
+    begun = [i for i in ids if any(i.startswith(h) for h in heads)]  # the whole id in capitals too
+    if begun:
+        return begun
+    whole = given if given.startswith("j-") else "j-" + given
+    near = [(distance, i) for i in ids if (distance := _edits(whole, i.lower(), most=2)) is not None]
+    return [i for distance, i in near if distance == min(d for d, _ in near)]  # the nearest: one off, else two
+
+
+def _edits(a: str, b: str, *, most: int) -> int | None:
+    """The edit distance (insert, delete, change, or swap two neighbours) of ``a`` and ``b`` when it is at most
+    ``most``; ``None`` beyond (and early: the length alone may say so)."""
+    if abs(len(a) - len(b)) > most:
+        return None
+    before, row = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        now = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            now[j] = min(row[j] + 1, now[j - 1] + 1, row[j - 1] + (ca != cb))
+            if before is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                now[j] = min(now[j], before[j - 2] + 1)
+        if min(now) > most:
+            return None
+        before, row = row, now
+    return row[-1] if row[-1] <= most else None
 
 
 class Invalid(Exception):

@@ -302,6 +302,26 @@ def test_a_part_of_an_id_is_a_404_that_names_the_callers_job_it_begins_never_ano
     assert client.get("/v1/jobs/j-/events", headers=auth()).json()["detail"] == "no job j-"  # begins every id
 
 
+def test_an_id_one_or_two_characters_off_is_a_404_that_names_the_callers_job_never_another_teams(client):
+    """`broker status j-a9f5e61915` for j-a9f5e61914 (a typo in the last character) said only 'no job'."""
+    mine = client.post("/v1/jobs", json={"run": "x"}, headers=auth("vision-token")).json()["id"]
+    theirs = client.post("/v1/jobs", json={"run": "x"}, headers=auth("nlp-token")).json()["id"]
+    other = "0" if mine[-1] != "0" else "1"
+    for given in (mine[:-1] + other,  # one changed
+                  mine[:-2] + mine[-1] + mine[-2],  # the last two swapped
+                  mine[:4] + mine[5:],  # one dropped
+                  mine[:-2] + other + other):  # two changed
+        r = client.get(f"/v1/jobs/{given}", headers=auth("vision-token"))
+        if given == mine:
+            continue
+        assert r.status_code == 404 and r.json()["detail"] == f"no job {given} (did you mean {mine}?)", r.text
+    far = mine[:-3] + "xyz"  # three off (ids are hex): no guess
+    assert client.get(f"/v1/jobs/{far}", headers=auth("vision-token")).json()["detail"] == f"no job {far}"
+    near_theirs = theirs[:-1] + ("0" if theirs[-1] != "0" else "1")
+    assert client.get(f"/v1/jobs/{near_theirs}", headers=auth("vision-token")).json()["detail"] == \
+        f"no job {near_theirs}"  # another team's ids do not leak
+
+
 def test_cancel_then_cancel_again_is_a_409(client):
     job = client.post("/v1/jobs", json=TASK, headers=auth()).json()
     r = client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth())
