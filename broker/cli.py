@@ -831,6 +831,7 @@ def cmd_submit(args) -> int:
         if args.dry_run:
             return _submit_dry_run(task, client, args)
         _ship_workdir(task, client, args.upload_workdir, quiet=args.json)
+        _say_overridden(task, args)
         job = client.submit(task, budget=args.budget, team=args.team,
                             deadline=args.deadline, idempotency_key=args.idempotency_key)
         if args.wait:
@@ -868,6 +869,22 @@ def cmd_submit(args) -> int:
             _show_job(con, final)
             return 0 if final["state"] == "succeeded" else JOB_NOT_SUCCEEDED
     return 0
+
+
+def _say_overridden(task: dict, args) -> None:
+    """A note on stderr for each of submit's options that overrides another value the task file's ``broker:`` gives
+    (``--budget 5`` over ``budget_usd: '2'``), as Slack's reply says it: the option wins, as its help says, but the
+    file's value went unsaid. None where both say the same (``--budget 2`` and ``budget_usd: 2.00``)."""
+    from broker.spec import same_setting
+
+    section = task.get("broker") if isinstance(task.get("broker"), dict) else {}
+    now = time.time()
+    for option, key in (("budget", "budget_usd"), ("team", "team"), ("deadline", "deadline")):
+        given, theirs = getattr(args, option, None), section.get(key)
+        if given is None or theirs is None or same_setting(key, given, theirs, now=now):
+            continue
+        shown = f"'{theirs}'" if isinstance(theirs, str) else str(theirs)
+        print(f"note: --{option} {given} overrides the task's broker.{key} {shown}", file=sys.stderr)
 
 
 _OPTION_FIELDS = {"budget": "broker.budget_usd", "team": "broker.team", "deadline": "broker.deadline"}

@@ -661,6 +661,25 @@ def _memory(value: Any, where: str, *, strict: bool = True) -> Decimal | None:
 # --- broker section ----------------------------------------------------------------------------
 
 
+SETTING_FIELDS = {"budget_usd": "budget", "max_price_per_hour": "max_price_per_hour", "priority": "priority",
+                  "deadline": "deadline", "expected_hours": "expected_hours", "team": "team"}
+"""The ``broker:`` settings a submit's options may set (the CLI's ``--budget``, Slack's ``budget=``), and the field
+of the parsed section each sets."""
+
+
+def same_setting(key: str, a: Any, b: Any, *, now: float) -> bool:
+    """Whether ``a`` and ``b``, two values of ``broker.<key>``, read as one setting (``$2`` and ``2.00``, ``6h`` and
+    ``360min`` at ``now``): what the API reads each as, or the text itself where one reads as nothing (refused later,
+    in the API's words)."""
+    def meaning(value: Any) -> Any:
+        try:
+            return getattr(_parse_broker({key: value}, now=now, strict=False), SETTING_FIELDS[key])
+        except (ValueError, TypeError, KeyError, ArithmeticError, AttributeError):  # SpecError is a ValueError
+            return str(value).strip()
+
+    return meaning(a) == meaning(b)
+
+
 def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSection:
     if section is None:
         return BrokerSection()

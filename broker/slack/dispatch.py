@@ -25,7 +25,7 @@ from broker.slack import blocks, messages
 from broker.slack.blocks import Reply, esc
 from broker.slack.commands import SUBMIT_OPTIONS, Command
 from broker.slack.config import SlackConfig
-from broker.spec import SpecError, _parse_broker
+from broker.spec import SETTING_FIELDS, SpecError, _parse_broker, same_setting
 from broker.task_text import load_text
 from pricing.money import fmt, fmt_limit
 
@@ -88,21 +88,8 @@ def _queue_words(position: int | None) -> str:
     return f" · #{position} in queue; it may start sooner on capacity {ahead} not use"
 
 
-_SECTION_FIELD = {"budget_usd": "budget", "max_price_per_hour": "max_price_per_hour", "priority": "priority",
-                  "deadline": "deadline", "expected_hours": "expected_hours", "team": "team"}
-"""Each submit option's ``broker:`` key, and the field of the API's parsed section it sets."""
 _OPTION_OF = {key: option for option, key in SUBMIT_OPTIONS.items() if key}
 _DOLLARS = {"budget_usd", "max_price_per_hour"}
-
-
-def _meaning(key: str, value: Any, now: float) -> Any:
-    """What the API reads ``value`` of ``broker.<key>`` as (a budget in micro-dollars, a deadline as a moment, ...),
-    so that ``budget=$2`` and ``budget_usd: '2.00'`` agree; the text itself where it reads as nothing (refused
-    later, in the API's words)."""
-    try:
-        return getattr(_parse_broker({key: value}, now=now, strict=False), _SECTION_FIELD[key])
-    except (ValueError, TypeError, KeyError, ArithmeticError, AttributeError):  # SpecError is a ValueError
-        return str(value).strip()
 
 
 def _overridden(opts: dict[str, Any], section: dict, *, now: float) -> list[str]:
@@ -111,7 +98,7 @@ def _overridden(opts: dict[str, Any], section: dict, *, now: float) -> list[str]
     said = []
     for key, value in opts.items():
         theirs = section.get(key)
-        if key not in _SECTION_FIELD or theirs is None or _meaning(key, value, now) == _meaning(key, theirs, now):
+        if key not in SETTING_FIELDS or theirs is None or same_setting(key, value, theirs, now=now):
             continue
         shown = f"'{theirs}'" if isinstance(theirs, str) else str(theirs).lower() if isinstance(theirs, bool) \
             else str(theirs)

@@ -240,3 +240,17 @@ def test_a_budget_option_the_broker_refuses_is_named_as_the_option(server, tmp_p
     task.write_text("name: t\nresources: {cpus: 1}\nrun: echo\nbroker: {budget_usd: abc}\n")
     assert cli.main([*_at(server), "--json", "submit", str(task)]) == 1  # from the file: named as the file's field
     assert json.loads(capsys.readouterr().out)["field"] == "broker.budget_usd"
+
+
+def test_an_option_that_overrides_the_task_files_broker_setting_says_so(server, tmp_path, capsys):
+    """`--budget 5` over the file's `budget_usd: '2'` won unsaid (Slack's reply says it now); the same value written
+    another way overrides nothing, and says nothing."""
+    task = tmp_path / "t.yaml"
+    task.write_text("name: t\nresources: {cpus: 1}\nrun: echo\nbroker: {budget_usd: '2', deadline: 6h}\n")
+    assert cli.main([*_at(server), "--json", "submit", str(task), "--budget", "5", "--deadline", "12h"]) == 0
+    out, err = capsys.readouterr()
+    assert "note: --budget 5 overrides the task's broker.budget_usd '2'" in err, err
+    assert "note: --deadline 12h overrides the task's broker.deadline '6h'" in err, err
+    assert json.loads(out)["budget"]["micros"] == 5_000_000
+    assert cli.main([*_at(server), "--json", "submit", str(task), "--budget", "$2.00", "--deadline", "360min"]) == 0
+    assert "overrides" not in capsys.readouterr().err
