@@ -61,8 +61,31 @@ class _Refused(SystemExit):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # `--job 6` was read as --job-hours; the rest of the CLI refuses it
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # type: ignore[override]
-        raise _Usage(self, message)
+        raise _Usage(self, message + self._meant(message))
+
+    def _meant(self, message: str) -> str:
+        """`` (did you mean --budget?)`` after "unrecognized arguments: --budegt 5", as the rest of the CLI says it."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        given = [a.split("=")[0] for a in message.removeprefix("unrecognized arguments:").split() if a.startswith("--")]
+        # one it begins first (`--job`: --job-hours, not --json), else the closest
+        meant = [(g, close[0]) for g in given
+                 for close in [[o for o in known if o.startswith(g)][:1] or difflib.get_close_matches(g, known, n=1,
+                                                                                                     cutoff=0.6)]
+                 if close]
+        if not meant:
+            return ""
+        if len(given) == 1:
+            return f" (did you mean {meant[0][1]}?)"
+        return f" (did you mean {', '.join(f'{c} for {g}' for g, c in meant)}?)"
 
 
 class _Typed(float):

@@ -261,10 +261,11 @@ def test_simulate_reads_a_budget_in_dollars_as_submit_does(written, plain):
     (["--budget", "$100"], "--budget", "is in dollars, but without --spot-price costs are in spot-hours"),
     (["--spot-price", "1", "--budget", "0,50"], "--budget", "write 0.50, with a point before the cents"),
     (["--job-hours", "-1"], "--job-hours", "must be a number > 0"),
-    (["--budegt", "5"], None, "unrecognized arguments: --budegt 5"),
+    (["--budegt", "5"], None, "unrecognized arguments: --budegt 5 (did you mean --budget?)"),
+    (["--job", "5"], None, "unrecognized arguments: --job 5 (did you mean --job-hours?)"),
     (["--job-hours", "many"], "--job-hours", "invalid float value: 'many'"),
 ], ids=["dollars with no spot price to count them in", "a decimal comma", "a negative job", "an unknown option",
-        "a number in words"])
+        "an option cut short, not read as the one it begins", "a number in words"])
 def test_simulate_with_json_says_a_refusal_as_one_json_object_too(capsys, args, field, message):
     """`broker simulate --json` refused with exit 2 and a line on stderr alone: a script had nothing to parse."""
     from broker.cli import main
