@@ -37,6 +37,9 @@ nodes were counted apart (:data:`LOST`) holds its lost attempts too."""
 LOST = "lost"
 """Attempts whose node was lost without notice (an on-prem pool node that went away, a VM that vanished), by (zone,
 tier): a pool is not preempted, and its lost nodes were counted as preemptions."""
+ATTEMPTS_ENDED = "attempts_ended"
+"""Attempts that ended, by (team, state: succeeded, failed, preempted, lost, stopped — a stop the broker asked for: a
+cancel, a budget stop, a move): what a failure alert counts. Jobs pruned before this counter existed are not in it."""
 RECOVERY = "recovery_seconds"
 """Seconds from each preemption (or lost node) to the next attempt running, by (bucket,); and ``(RECOVERY, "sum")``."""
 QUEUE_WAIT = "queue_wait_seconds"
@@ -64,6 +67,8 @@ def of_job(job: Job, attempts: Iterable[Attempt]) -> dict[Key, int]:
         add(out, {(SPEND, job.team, tier): a.cost, (ONDEMAND_EQUIVALENT, job.team): costs.ondemand_equivalent(a, job)})
         if a.state.value in costs.PREEMPTED_STATES:
             add(out, {(LOST if a.state.value == costs.LOST_STATE else PREEMPTIONS, costs.location(a), tier): 1})
+        if getattr(a.state, "is_final", False):  # (a newer broker's own state: not counted here)
+            add(out, {(ATTEMPTS_ENDED, job.team, a.state.value): 1})
     for seconds in costs.recoveries(tries):
         observe(out, RECOVERY, seconds)
     if tries:

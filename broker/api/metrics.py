@@ -30,8 +30,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from broker import costs, totals
 from broker.config import Settings
-from broker.lifecycle import JobState
+from broker.lifecycle import AttemptState, JobState
 from broker.store import Pruned, StoreUnavailable
+
+ENDED_ATTEMPT_STATES = tuple(s.value for s in AttemptState if s.is_final)
+"""The ``state`` label values of ``broker_attempts_ended_total``: each team has every one from the first scrape."""
 
 # A histogram's creation time is exported as a family of its own, broker_http_request_duration_seconds_created, that
 # reads as one more gauge of the broker's: no panel or rule uses it (Prometheus keeps a counter's reset by itself), so
@@ -278,11 +281,20 @@ class StoreCollector:
                 preempt.add_metric(list(labels), n)
             for labels, n in sorted(counted[totals.LOST].items()):
                 lost.add_metric(list(labels), n)
+            ended = CounterMetricFamily("broker_attempts_ended", "Attempts that ended, by team and how: succeeded, "
+                                        "failed, preempted, lost, stopped (a stop the broker asked for: a cancel, a "
+                                        "budget stop, a move).", labels=["team", "state"])
+            # each team's every end from the first scrape, at 0: a failure alert's increase() sees the first one
+            counts = {(team, state): 0 for team in teams for state in ENDED_ATTEMPT_STATES}
+            counts.update({tuple(k[1:]): n for k, n in sums.items() if k[0] == totals.ATTEMPTS_ENDED})
+            for labels, n in sorted(counts.items()):
+                ended.add_metric(list(labels), n)
             yield spend
             yield equiv
             yield saved
             yield preempt
             yield lost
+            yield ended
             # the histograms too: without the jobs pruned meanwhile their counts would fall
             yield _histogram("broker_recovery_seconds", "Time from a preemption or a lost node to the next attempt "
                                                         "running.",

@@ -141,7 +141,7 @@ def test_a_method_no_route_knows_is_one_label_value(tmp_path, store, seeded):
 
 
 COUNTERS = ("broker_spend_dollars_total", "broker_ondemand_equivalent_dollars_total", "broker_preemptions_total",
-            "broker_saved_vs_ondemand_dollars")
+            "broker_saved_vs_ondemand_dollars", "broker_attempts_ended_total")
 
 
 def counters(m: dict) -> dict:

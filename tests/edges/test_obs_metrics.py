@@ -104,3 +104,26 @@ def test_every_engine_loop_is_counted_in_a_histogram_not_only_the_last(tmp_path,
     assert samples[("broker_engine_tick_duration_seconds_bucket", "10.0")] == 4
     assert samples[("broker_engine_tick_duration_seconds_sum", None)] >= 7.0
     assert len([s for s in hist.samples if s.name.endswith("_bucket")]) == len(TICK_BUCKETS) + 1
+
+
+def test_ended_attempts_are_counted_by_team_and_how_with_every_teams_series_from_the_first_scrape(tmp_path, store,
+                                                                                                 seeded):
+    """A failure alert had only the broker_jobs gauge, which falls when a job is resumed or pruned. Attempts that
+    ended are counted by team and state, as the store holds them, and each configured team has each state's series
+    at 0 before its first such end, so increase() sees the first failure."""
+    from collections import Counter
+
+    from broker.api.metrics import ENDED_ATTEMPT_STATES
+
+    settings = _settings(tmp_path)
+    with TestClient(build_app(settings, store)) as c:
+        m = scrape(c)
+    jobs = store.list_jobs(limit=10_000)
+    expected = Counter((j.team, a.state.value) for j in jobs for a in store.attempts(j.id) if a.state.is_final)
+    assert sum(expected.values()) > 0  # the seeded world has ended attempts
+    for team in settings.teams:
+        for state in ENDED_ATTEMPT_STATES:
+            assert m[("broker_attempts_ended_total", (("state", state), ("team", team)))] == expected.get((team, state),
+                                                                                                          0)
+    for (team, state), n in expected.items():
+        assert m[("broker_attempts_ended_total", (("state", state), ("team", team)))] == n
