@@ -589,12 +589,12 @@ def test_a_job_changed_after_it_was_read_for_pruning_stays_whole(store):
     assert store.pruned() == 1
     # what the jobs that stayed spent is not in the totals: only the one deleted's 7 micro-dollars of spot
     assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7,
-                                               **waited(1)})
+                                               ("attempts_ended", "vision", "failed"): 1, **waited(1)})
     # read again, the budget-raised job is due (final, old) at its new version; the resumed one is not final
     assert store.prune(store.expired(before=100.0, limit=10)) == ["j-raised"]
     assert store.get_job("j-resumed") is not None
     assert store.pruned_totals() == Pruned(2, {("spend", "vision", "spot"): 14, ("ondemand_equivalent", "vision"): 14,
-                                               **waited(2)})
+                                               ("attempts_ended", "vision", "failed"): 2, **waited(2)})
 
 
 def with_points(store, job: Job, n: int) -> Job:
@@ -623,7 +623,7 @@ def test_a_write_bounded_by_rows_deletes_the_job_first_and_its_other_points_afte
     assert store.get_job("j-long") is None and store.find_idempotent("vision", "k-long") is None
     assert store.existing(["j-long"]) == set() and store.list_jobs() == []
     assert store.pruned_totals() == Pruned(1, {("spend", "vision", "spot"): 7, ("ondemand_equivalent", "vision"): 7,
-                                               **waited(1)})
+                                               ("attempts_ended", "vision", "failed"): 1, **waited(1)})
     if isinstance(store, SqliteStore):  # 30 records: its row, its attempt, 2 events and 26 points
         assert len([t for t in traces(store, "j-long") if t.startswith("metrics:")]) == 102 - 26
         assert drained(store, 30) == [30, 30, 16, 0]
@@ -716,6 +716,7 @@ def test_two_brokers_pruning_the_same_jobs_at_once_delete_each_one_once(store):
         # each job's 7 micro-dollars added once, by whichever broker deleted it
         assert store.pruned_totals() == other.pruned_totals() == Pruned(40, {("spend", "vision", "spot"): 280,
                                                                             ("ondemand_equivalent", "vision"): 280,
+                                                                            ("attempts_ended", "vision", "failed"): 40,
                                                                             **waited(40)})
         assert store.list_jobs() == [] and all(traces(store, j.id) == [] for j in jobs)
     finally:
@@ -770,7 +771,8 @@ def test_a_redis_server_at_its_maxmemory_can_still_be_pruned_back_under_it(tmp_p
         assert len(store.prune(store.expired(before=1e9, limit=500))) == 300
         # every deletion's count and totals were written, in the script that deleted it
         assert store.pruned_totals() == Pruned(300, {("spend", "vision", "spot"): 2100,
-                                                     ("ondemand_equivalent", "vision"): 2100, **waited(300)})
+                                                     ("ondemand_equivalent", "vision"): 2100,
+                                                     ("attempts_ended", "vision", "failed"): 300, **waited(300)})
         assert create(store, make_job("j-new")).version == 1
         assert traces(store, "j-000") == []
     finally:
@@ -798,8 +800,8 @@ BIG = 2**53 + 1  # micro-dollars no float holds: a total that passed through one
 
 
 def test_a_pruned_job_adds_exactly_what_it_counted_for_to_the_totals_by_counter_and_labels(store):
-    """Spend by (team, tier), the on-demand equivalent by team, preemptions and lost nodes by (zone, tier) and the recovery and
-    queue-wait histograms, as /metrics counts a job: so a sum over the jobs left plus the totals stays what it was."""
+    """Spend by (team, tier), the on-demand equivalent by team, preemptions and lost nodes by (zone, tier), attempts ended by
+    (team, state) and the recovery and queue-wait histograms, as /metrics counts a job: so a sum over the jobs left plus the totals stays what it was."""
     spot = {"tier": "spot", "zone": "us-east-1a"}
     vision = finished(store, make_job("j-vision", team="vision"), [
         # preempted spot: its equivalent at the placement's on-demand price, 2.00/h for an hour
@@ -822,13 +824,16 @@ def test_a_pruned_job_adds_exactly_what_it_counted_for_to_the_totals_by_counter_
     first = {("spend", "vision", "spot"): 750_000, ("spend", "vision", "ondemand"): BIG,
              ("ondemand_equivalent", "vision"): 2_000_000 + BIG + 250_000, ("preemptions", "us-east-1a", "spot"): 1,
              ("lost", "us-east-1a", "spot"): 1,  # a node lost without notice is not a preemption
-             ("recovery_seconds", "120.0"): 1, ("recovery_seconds", "sum"): 90_000_000, **waited(1, 999.0)}
+             ("recovery_seconds", "120.0"): 1, ("recovery_seconds", "sum"): 90_000_000, **waited(1, 999.0),
+             ("attempts_ended", "vision", "preempted"): 1, ("attempts_ended", "vision", "succeeded"): 1,
+             ("attempts_ended", "vision", "lost"): 1}
     assert store.pruned_totals() == Pruned(1, first)
     assert store.prune([vision]) == []  # gone already: nothing added twice
     assert store.prune(store.expired(before=100.0, limit=10)) == ["j-onprem"]
     assert store.pruned_totals() == Pruned(2, {**first, ("spend", "a:b", "onprem"): 400_000,
                                                 ("ondemand_equivalent", "a:b"): 2_000_000,
-                                                ("preemptions", pool, "onprem"): 1, **waited(2, 999.0)})
+                                                ("preemptions", pool, "onprem"): 1, **waited(2, 999.0),
+                                                ("attempts_ended", "a:b", "preempted"): 1})
     other = twin(store)  # another broker (or one started later) reads the same totals
     try:
         assert other.pruned_totals() == store.pruned_totals()
