@@ -262,8 +262,12 @@ class LaunchError(Exception):
 
     ``permanent``: the task itself cannot be run (no command, a config SkyPilot rejects), so
     trying again elsewhere cannot help and the job fails; otherwise (no capacity, no cloud access
-    yet) the job goes back to the queue to be placed again."""
+    yet) the job goes back to the queue to be placed again. ``scope``: what the refusal rules out for a while,
+    so that the job is placed elsewhere meanwhile rather than refused at the same place again and again —
+    ``"zone"`` (no capacity there now), ``"cloud"`` (the broker cannot use that cloud: no access, or SkyPilot lacks
+    its dependencies), or ``None`` (nothing in particular)."""
 
-    def __init__(self, message: str, *, permanent: bool = False):
+    def __init__(self, message: str, *, permanent: bool = False, scope: str | None = None):
         super().__init__(message)
         self.permanent = permanent
+        self.scope = scope

@@ -296,7 +296,8 @@ def build_task(config: Mapping[str, Any]) -> Any:
         return sky.Task.from_yaml_config(copy.deepcopy(dict(config)))
     except Exception as exc:  # SkyPilot rejects the task itself (no other placement would take it) — unless
         # it is about reaching the cloud, which an admin may fix: then the job waits in the queue
-        raise LaunchError(refusal(exc, config), permanent=type(exc).__name__ not in TRANSIENT_REFUSALS) from None
+        raise LaunchError(refusal(exc, config), permanent=type(exc).__name__ not in TRANSIENT_REFUSALS,
+                          scope=refusal_scope(exc)) from None
 
 
 def placed_on(placement: Mapping[str, Any]) -> str:
@@ -323,6 +324,25 @@ on a 16 GB type). Placement already took the offers that meet the task's size, s
 the same way and refused again: the job fails, with SkyPilot's reason. Every other refusal — no capacity or
 quota, no cloud access, a missing bucket, a zone, region or instance type SkyPilot's catalog does not know
 (the broker's price table is older) — sends the job back to the queue."""
+
+
+CLOUD_REFUSALS = frozenset({"NoCloudAccessError", "CloudUserIdentityError"})
+"""SkyPilot errors that rule a whole cloud out for the broker until an admin acts (``sky check``)."""
+MISSING_DEPENDENCIES = re.compile(r"Failed to import dependencies for (?P<cloud>\w+)")
+"""SkyPilot installed without the extra a cloud needs (``skypilot[kubernetes]``, ``[gcp]``): that cloud is out."""
+
+
+def refusal_scope(exc: BaseException) -> str | None:
+    """What SkyPilot's refusal ``exc`` rules out for a while (:attr:`LaunchError.scope`): ``"cloud"`` for no access
+    to the cloud or its missing dependencies, ``"zone"`` for no capacity there, else ``None``. Placed again at the
+    same place, a job was refused there again and again, a new attempt each time, while another cloud, zone or a
+    free pool could have run it."""
+    kind = type(exc).__name__
+    if kind in CLOUD_REFUSALS or MISSING_DEPENDENCIES.search(_one_line(exc, limit=2000)):
+        return "cloud"
+    if kind == "ResourcesUnavailableError":
+        return "zone"
+    return None
 
 
 def never_satisfiable(exc: BaseException) -> bool:
@@ -1084,7 +1104,7 @@ class SkyPilotLauncher:
                 raise unsent_refusal(exc, config) from None
             except Exception as exc:
                 raise api_refusal(exc, "the dry run of the launch") or \
-                    LaunchError(refusal(exc, config), permanent=never_satisfiable(exc)) from None
+                    LaunchError(refusal(exc, config), permanent=never_satisfiable(exc), scope=refusal_scope(exc)) from None
             state.update(cluster=name, spot=bool(config["resources"].get("use_spot")), pod=pod, phase=None, stop_at=stop_at,
                          grace_seconds=request.stop_grace_seconds, **kept)
             self._save(request.attempt_id, state)  # the intent, before the request exists

@@ -178,9 +178,16 @@ def nodes_shortfall(request: JobRequest, offers: Sequence[Offer]) -> str | None:
     return f"{which}, {largest.location}, has {most} node{'s' if most != 1 else ''}"
 
 
+def cloud_block(cloud: str) -> str:
+    """The entry of a job's blocked zones that blocks a whole cloud (``cloud:aws``): a launch there was refused for want
+    of access to it (or of SkyPilot's support for it), which another zone of it would meet as well."""
+    return f"cloud:{cloud}"
+
+
 def unblocked(offers: Sequence[Offer], blocked_zones: frozenset[str]) -> list[Offer]:
-    """The offers not in a zone (or pool: an offer's ``location``) blocked for the job after a preemption there."""
-    return [o for o in offers if o.location not in blocked_zones]
+    """The offers not in a zone (or pool: an offer's ``location``) blocked for the job after a preemption there (or a
+    launch refused there for want of capacity), nor in a cloud blocked for it (:func:`cloud_block`)."""
+    return [o for o in offers if o.location not in blocked_zones and cloud_block(o.cloud) not in blocked_zones]
 
 
 TIER_ORDER = {Tier.ONPREM: 0, Tier.ONDEMAND: 1, Tier.SPOT: 2}
@@ -265,8 +272,8 @@ def place(
             if len(priced) < len(matching) else "")
     if not allowed:
         if not over:
-            return NoFit("every matching zone is blocked for this job after recent preemptions")
-        return NoFit(f"{_places(priced)} blocked for this job after recent preemptions and {over}")
+            return NoFit("every matching zone is blocked for this job after recent preemptions or refused launches")
+        return NoFit(f"{_places(priced)} blocked for this job after recent preemptions or refused launches and {over}")
     available = [o for o in allowed if free_capacity.get(o.location, n) >= n]
     if not available:
         blocked = [o for o in priced if o not in allowed]

@@ -55,6 +55,7 @@ from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_r
 from pricing.deadline import RELIABLE
 from pricing.money import fmt, fmt_left, fmt_spent_of
 from pricing.offers import Tier
+from pricing.placement import cloud_block
 from pricing.policy import Holding, make_policy
 
 log = logging.getLogger("broker.engine")
@@ -518,7 +519,7 @@ class Engine:
             self._stop_if_moved_on(attempt)
         except LaunchError as exc:
             # a launcher's (or SkyPilot's) message is kept and shown: never with a secret's value in it
-            exc = LaunchError(redact(str(exc), secret_values(task)), permanent=exc.permanent)
+            exc = LaunchError(redact(str(exc), secret_values(task)), permanent=exc.permanent, scope=exc.scope)
             failed = replace(attempt, state=AttemptState.FAILED, ended_at=now, reason=str(exc))
             if exc.permanent:  # the task itself cannot run: another placement would be refused the same way
                 refused = Diagnosis("launch_refused", f"The launcher cannot run this task: {str(exc).rstrip('.')}.",
@@ -530,10 +531,35 @@ class Engine:
                 n = job.launch_failures + 1
                 retry_at = now + launch_backoff(n)
                 again = f"; tries again at {iso(retry_at)}" + (f" ({n} refused in a row)" if n > 1 else "")
+                # what the refusal rules out (no capacity in the zone, no access to the cloud) is blocked for the job
+                # for a cool-down, as a zone is after a preemption: placed again at the same place, it was refused
+                # there again and again while another zone, cloud or a free pool could run it
+                blocked = self._refused_at(job, attempt, exc.scope, now)
+                if blocked is not None:
+                    what, until = blocked
+                    again = f"; {what} is left out for this job until {iso(until)}{again}"
                 self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {str(exc).rstrip('.')}{again}", now,
                              records=(failed,), placement={}, slots=[], launch_failures=n,
-                             launches_failed=job.launches_failed + 1, launch_retry_at=retry_at)
+                             launches_failed=job.launches_failed + 1, launch_retry_at=retry_at,
+                             **({"blocked_zones": self._blocked_after(job, attempt, exc.scope, now)}
+                                if blocked is not None else {}))
             self._attempt_ended(job, failed)
+
+    def _refused_at(self, job: Job, attempt: Attempt, scope: str | None, now: float) -> tuple[str, float] | None:
+        """What a launch refused with ``scope`` (:attr:`launchers.base.LaunchError.scope`) blocks for the job — the
+        zone (``"zone"``), or the whole cloud (``"cloud"``) — as words, and until when; ``None``: nothing."""
+        p = attempt.placement
+        until = now + self.settings.zone_cooldown_seconds
+        if scope == "zone" and p.get("location"):
+            return f"{p['location']}", until
+        if scope == "cloud" and p.get("cloud"):
+            return f"the cloud {p['cloud']}", until
+        return None
+
+    def _blocked_after(self, job: Job, attempt: Attempt, scope: str | None, now: float) -> dict[str, float]:
+        p = attempt.placement
+        key = p.get("location") if scope == "zone" else cloud_block(str(p.get("cloud"))) if scope == "cloud" else None
+        return block_zone(job, key, now=now, cooldown=self.settings.zone_cooldown_seconds)
 
     def _billed_from_launch(self, job: Job, attempt: Attempt, now: float) -> tuple[Job, Attempt]:
         """An attempt launched later than it was recorded — by a broker started again after it stopped between

@@ -34,7 +34,7 @@ from broker.queue import ordered
 from broker.spec import parse
 from pricing.money import fmt, fmt_left
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, holds, place, start_shortfall, unblocked, under_cap
+from pricing.placement import NoFit, cloud_block, holds, place, start_shortfall, unblocked, under_cap
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -93,11 +93,13 @@ def _blocked_until(offers: Sequence[Offer], blocked: frozenset[str], job: Job) -
     """Until when each zone the job may not use for now is blocked for it, for a reason that says zones are
     blocked: "every matching zone is blocked for this job after recent preemptions" named neither the zones nor
     when the job may go back."""
-    zones = sorted({o.zone for o in offers if o.zone in blocked and o.zone in job.blocked_zones})
+    zones = sorted({o.zone for o in offers if o.zone in blocked and o.zone in job.blocked_zones}
+                   | {cloud_block(o.cloud) for o in offers if cloud_block(o.cloud) in blocked
+                      and cloud_block(o.cloud) in job.blocked_zones})  # a cloud a launch was refused access to
     if not zones:
         return ""
-    return "; " + ", ".join(f"{z} until {time.strftime('%H:%M:%SZ', time.gmtime(job.blocked_zones[z]))}"
-                            for z in zones)
+    return "; " + ", ".join(f"{z.replace('cloud:', 'the cloud ')} until "
+                            f"{time.strftime('%H:%M:%SZ', time.gmtime(job.blocked_zones[z]))}" for z in zones)
 
 
 def offers_for(job: Job, request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:

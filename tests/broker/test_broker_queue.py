@@ -603,7 +603,7 @@ def test_a_job_whose_every_zone_is_blocked_says_until_when_each_is():
     (decision,) = schedule([job], mk, now=NOW)
     at = [time.strftime('%H:%M:%SZ', time.gmtime(NOW + s)) for s in (600, 608)]
     assert isinstance(decision, Wait)
-    assert decision.reason == ("waiting: every matching zone is blocked for this job after recent preemptions; "
+    assert decision.reason == ("waiting: every matching zone is blocked for this job after recent preemptions or refused launches; "
                                f"sim-1a until {at[0]}, sim-1f until {at[1]}"), decision.reason
 
 

@@ -93,8 +93,8 @@ CASES = [
     ("the one zone under the price cap blocked says the rest are over the cap, not that every zone is blocked",
      job(alternatives=(ResourceRequest("V100", 1, use_spot=True),), max_price_per_hour=920_000),
      dict(blocked_zones=frozenset({"us-east-1b"})),
-     "NoFit zone us-east-1b is blocked for this job after recent preemptions and the rest are over the job's "
-     "max_price_per_hour of $0.92"),
+     "NoFit zone us-east-1b is blocked for this job after recent preemptions or refused launches and the rest are "
+     "over the job's max_price_per_hour of $0.92"),
     ("a full pool beside blocked zones says which is full and which blocked, not that all are full",
      job(max_price_per_hour=1_000_000),
      dict(free_capacity={"lab": 0}, blocked_zones=frozenset({"us-east-1a", "us-east-1b", "us-west-2a"})),
