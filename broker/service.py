@@ -79,7 +79,9 @@ def ids_like(given: str, ids: Sequence[str]) -> list[str]:
     if begun:
         return begun
     whole = given if given.startswith("j-") else "j-" + given
-    near = [(distance, i) for i in ids if (distance := _edits(whole, i.lower(), most=2)) is not None]
+    # two edits off a whole id of the broker's (12 characters); one off a shorter one, which two would match too often
+    near = [(distance, i) for i in ids if (distance := _edits(whole, i.lower(), most=2 if len(i) >= 10 else 1))
+            is not None]
     return [i for distance, i in near if distance == min(d for d, _ in near)]  # the nearest: one off, else two
 
 

@@ -50,7 +50,9 @@ def test_a_job_id_with_a_slash_is_refused_not_sent_as_the_path_of_another_job(br
         r = broker_cli("status", "?state=failed", url=url)
         assert (r.returncode, r.stderr.strip()) == (1, "error [404]: no job ?state=failed"), r.stderr
         r = broker_cli("status", f"{job_id}#x", url=url)
-        assert (r.returncode, r.stderr.strip()) == (1, f"error [404]: no job {job_id}#x"), r.stderr
+        # (two characters off the job's id: named as the one likely meant)
+        assert (r.returncode, r.stderr.strip()) == (1, f"error [404]: no job {job_id}#x (did you mean {job_id}?)"), \
+            r.stderr
     finally:
         broker_cli("cancel", job_id, url=url)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from testports import free_port
+from loopback import cloud_env  # noqa: F401  (kept here for the fixtures below; tests import it from loopback)
 
 # gcsfs picks its experimental filesystem class at import time; the emulator needs the plain one.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -50,17 +51,6 @@ def gcs_endpoint():
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
-
-
-def cloud_env(s3: str | None = None, gcs: str | None = None) -> dict[str, str]:
-    """Variables that point s3fs / gcsfs at the loopback servers (and nowhere else)."""
-    env = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "AWS_EC2_METADATA_DISABLED": "true"}
-    if s3:
-        env |= {"AWS_ENDPOINT_URL": s3, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                "AWS_DEFAULT_REGION": "us-east-1"}
-    if gcs:
-        env |= {"STORAGE_EMULATOR_HOST": gcs}
-    return env
 
 
 @pytest.fixture

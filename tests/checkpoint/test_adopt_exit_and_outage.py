@@ -16,6 +16,8 @@ from testports import free_port
 
 from checkpoint.storage import TransferOptions, open_storage
 
+from loopback import cloud_env
+
 TESTS = str(Path(__file__).resolve().parent)
 
 # a store whose step 20 fails once the script has queued step 30 behind it, and whose step 30 hangs (an unreachable
@@ -134,8 +136,6 @@ def test_a_failed_s3_multipart_upload_aborts_without_riding_the_outage_out_again
     """Each part rides an unreachable store out (20 s); its abort did too, so a multipart save in an outage failed after
     82 s, not the minute the docs said."""
     from botocore.exceptions import EndpointConnectionError
-
-    from conftest import cloud_env
 
     for k, v in cloud_env(s3=f"http://127.0.0.1:{free_port()}").items():
         monkeypatch.setenv(k, v)

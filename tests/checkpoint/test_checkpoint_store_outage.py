@@ -20,7 +20,7 @@ from testports import free_port
 from checkpoint import Checkpointer, CheckpointError, TransferOptions, layout
 from checkpoint.storage import UNREACHABLE_BACKOFF_MAX_S, UNREACHABLE_RIDE_OUT_S, open_storage, unreachable_wait
 
-from conftest import cloud_env
+from loopback import cloud_env
 from fakes import PassThrough
 
 
