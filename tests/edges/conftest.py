@@ -69,3 +69,15 @@ def serving(app, port: int, **config) -> Iterator[str]:
     finally:
         srv.should_exit = True
         thread.join(5)
+
+
+@contextmanager
+def serving_world(tmp_path, store, **config) -> Iterator[str]:
+    """The test world's broker on ``store`` served by :func:`serving` on a free loopback port, its ``public_url`` that
+    port's URL (``config``: more of uvicorn's settings, ``lifespan="on"`` for the page's start-up)."""
+    from testports import free_port
+
+    port = free_port()
+    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port,
+                 **config) as url:
+        yield url

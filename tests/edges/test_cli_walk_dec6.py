@@ -14,13 +14,12 @@ import sys
 from importlib.metadata import version
 
 import pytest
-from testports import free_port
 
 from broker import cli
 from broker.client import BrokerClient, BrokerError
 
 from . import world
-from .conftest import build_app, serving
+from .conftest import serving_world
 
 OFFLINE = ["--url", "http://127.0.0.1:9", "--token", "t"]  # a port nothing listens on: no request may be needed
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,8 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture
 def server(tmp_path, store, seeded):
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port) as url:
+    with serving_world(tmp_path, store) as url:
         yield url
 
 

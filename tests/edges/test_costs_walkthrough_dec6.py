@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from testports import free_port
 
 from broker import costs
 from broker.api.schema import CostReport
 from broker.lifecycle import AttemptState, JobState
 
 from . import world
-from .conftest import auth, build_app, serving
+from .conftest import auth, serving_world
 from .test_dashboard import chromium
 
 NOTHING = "nothing to compare with on-demand"
@@ -39,8 +38,7 @@ def _pool_job(store, now: float) -> None:
 @pytest.fixture
 def server(tmp_path, store, seeded):
     _pool_job(store, seeded.now)
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port) as url:
+    with serving_world(tmp_path, store) as url:
         yield url
 
 

@@ -17,7 +17,7 @@ from testports import free_port
 from broker.lifecycle import AttemptState, JobState
 
 from . import world
-from .conftest import auth, build_app, serving
+from .conftest import auth, build_app, serving, serving_world
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -41,9 +41,7 @@ def chromium():
 
 @pytest.fixture
 def server(tmp_path, store, seeded):
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port,
-                 lifespan="on") as url:
+    with serving_world(tmp_path, store, lifespan="on") as url:
         yield url
 
 

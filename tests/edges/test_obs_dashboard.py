@@ -9,12 +9,11 @@ from dataclasses import replace
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from testports import free_port
 
 from broker.lifecycle import AttemptState, JobState
 
 from . import world
-from .conftest import auth, build_app, serving
+from .conftest import auth, serving_world
 from .test_dashboard import chromium
 
 
@@ -51,9 +50,7 @@ def test_the_costs_report_lists_the_newest_failures_and_budget_stops_bounded(cli
 
 @pytest.fixture
 def server(tmp_path, store, seeded):
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port,
-                 lifespan="on") as url:
+    with serving_world(tmp_path, store, lifespan="on") as url:
         yield url
 
 
@@ -101,9 +98,7 @@ def _small_world(store, now):
 @pytest.fixture
 def small(tmp_path, store):
     _small_world(store, time.time())
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port,
-                 lifespan="on") as url:
+    with serving_world(tmp_path, store, lifespan="on") as url:
         yield url
 
 

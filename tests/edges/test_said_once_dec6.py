@@ -12,7 +12,6 @@ import io
 
 import pytest
 from rich.console import Console
-from testports import free_port
 
 from broker import costs
 from broker.lifecycle import AttemptState, JobState
@@ -20,7 +19,7 @@ from broker.store.base import PrunedCosts
 from broker.views import NOTHING_TO_COMPARE
 
 from . import world
-from .conftest import build_app, serving
+from .conftest import serving_world
 from .test_slack import command, slack, slack_app, stub, text_of  # noqa: F401  (fixtures)
 
 # -- Slack's submit reply: the place in the queue, and that it may not hold ---------------------------------------
@@ -45,8 +44,7 @@ def test_the_submit_replys_queue_words_first_in_line_and_behind_several():
 
 @pytest.fixture
 def server(tmp_path, store, seeded):
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port) as url:
+    with serving_world(tmp_path, store) as url:
         yield url
 
 
@@ -163,8 +161,7 @@ def test_the_api_answers_such_a_team_with_a_null_saving_percent(tmp_path, store,
     from .conftest import auth
 
     world._commit(store, *_pool_only(seeded.now))
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port) as url:
+    with serving_world(tmp_path, store) as url:
         r = httpx.get(f"{url}/v1/costs?period=7d&team=team-c", headers=auth(world.ADMIN))
     assert r.status_code == 200, r.text
     CostReport.model_validate_json(r.text, strict=True)

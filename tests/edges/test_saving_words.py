@@ -22,7 +22,7 @@ from broker.lifecycle import AttemptState, JobState
 from pricing.money import shown, to_micros
 
 from . import world
-from .conftest import auth, build_app, serving
+from .conftest import auth, build_app, serving, serving_world
 from .test_dashboard import chromium
 from .test_slack import command, engine_event, slack, slack_app, stub, text_of  # noqa: F401  (fixtures, reused)
 
@@ -49,8 +49,7 @@ def _auditors(store, now: float) -> None:
 @pytest.fixture
 def server(tmp_path, store, seeded):
     _auditors(store, seeded.now)
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port) as url:
+    with serving_world(tmp_path, store) as url:
         yield url
 
 
@@ -103,8 +102,7 @@ def test_the_cli_says_the_saving_rounded_down_and_nothing_to_compare_for_a_job_b
 def test_an_empty_broker_s_costs_say_nothing_to_compare(tmp_path, store, capsys):
     from broker.cli import main
 
-    port = free_port()
-    with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port) as url:
+    with serving_world(tmp_path, store) as url:
         assert main(["costs", "--url", url, "--token", world.ADMIN]) == 0
     out = capsys.readouterr().out
     assert f"spent $0.00; {NOTHING}" in out and "the same time on on-demand" not in out, out
