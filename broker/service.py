@@ -930,13 +930,26 @@ class BrokerService:
         request = request_of(job)
         return min((o.price_per_hour * request.num_nodes for o in under_cap(request, mine)), default=0)
 
+    def resume_needs(self, job: Job) -> int | None:
+        """The least budget (micro-dollars) a resume of budget-stopped ``job`` needs — a minute's run and a clean stop
+        at the cheapest price it may run at, :meth:`resume`'s own test — or ``None`` when its budget pays for that (or
+        it is not stopped at its budget): the figure Slack's *Raise budget* button proposes at least."""
+        if job.state is not JobState.STOPPED_BUDGET:
+            return None
+        needed = self._minute_needed(job, self._offers_for(job, job.force_tier))
+        return None if job.budget - job.spent >= needed else job.spent + needed
+
+    def _minute_needed(self, job: Job, mine: list[Offer]) -> int:
+        """A minute's run and a clean stop at the cheapest price ``job`` may run at on ``mine``, micro-dollars."""
+        return cost_for_seconds(self._cheapest_price(job, mine), int(self.settings.stop_grace_seconds) + 60)
+
     def _minute_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
         """Why the budget left of a budget-stopped job cannot resume it on ``mine`` (:meth:`_offers_for`): it does not
         pay for a minute and a clean stop at the cheapest price it may run at, said with the figure to raise it to;
         ``None`` when it does. Priced at its last attempt's, a job stopped on a $36/h zone while the $0.20/h pool was
         full was refused a resume the pool would run for hours."""
         price = self._cheapest_price(job, mine)
-        needed = cost_for_seconds(price, int(self.settings.stop_grace_seconds) + 60)
+        needed = self._minute_needed(job, mine)
         if job.budget - job.spent >= needed:
             return None
         # say the figure: "raise the budget" alone left a user guessing by how much; what is left rounded down

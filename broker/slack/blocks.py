@@ -135,12 +135,13 @@ def clip(text: str, limit: int) -> str:
 
 
 def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None,
-             ended: float | None = None, team: bool = False) -> str:
+             ended: float | None = None, team: bool = False, said: str | None = None) -> str:
     """One job in a line, and its reason on the next as the API shows it (:func:`broker.views.shown_reason`): for a
     queued job, with a start too late for its deadline or why it has no estimate (``waiting``, from
     :meth:`broker.service.BrokerService.queue_waits`); for a running one, the step it last reported
     (:func:`broker.views.step_words`); for an ended one, when it ended (``ended``), which orders a list of them;
-    with ``team``, whose job it is (an admin's list of several teams' jobs)."""
+    with ``team``, whose job it is (an admin's list of several teams' jobs); ``said``, the reason to show in place
+    of the job's own (``""``: none, as in a list that says a reason shared by several lines once)."""
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:
@@ -149,12 +150,19 @@ def job_line(job: Job, position: int | None = None, start: float | None = None, 
         pos += f" · ended {iso(ended)}"
     step = step_words(job.state.value, job.progress)
     pos += f" · {step}" if step else ""
-    said = beside_state(job.state.value, shown_reason(job, start, waiting))  # "— succeeded" then "succeeded: ..."
+    if said is None:
+        said = line_reason(job, start, waiting)
     reason = f"\n      _{esc(clip(said, REASON_CHARS))}_" if said else ""
     spent, budget = fmt_spent_of(job.spent, job.budget)
     whose = f" ({esc(job.team)})" if team else ""
     return (f"{emoji} *{esc(job.name)}* `{esc(job.id)}`{whose} — {job.state.value}{pos} · spent {spent} of "
             f"{budget}{reason}")
+
+
+def line_reason(job: Job, start: float | None = None, waiting: str | None = None) -> str:
+    """The reason :func:`job_line` shows under a job: less a lead that says its state ("— succeeded" then
+    "succeeded: ...")."""
+    return beside_state(job.state.value, shown_reason(job, start, waiting))
 
 
 def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
@@ -174,33 +182,53 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
 
 def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty: str,
                starts: dict[str, float] | None = None, waiting: dict[str, str] | None = None,
-               ended: dict[str, float] | None = None) -> Reply:
-    """A titled list of jobs: as many lines as fit in one section (at most ``LIST_LINES``), then how many more;
-    ``starts`` and ``waiting`` as :meth:`broker.service.BrokerService.queue_waits` gives them, ``ended`` the ended
-    jobs' ends (:func:`job_line`)."""
+               ended: dict[str, float] | None = None, see_all: str = "") -> Reply:
+    """A titled list of jobs: as many lines as fit in one section (at most ``LIST_LINES``), then how many more and
+    where to see them (``see_all``); ``starts`` and ``waiting`` as :meth:`broker.service.BrokerService.queue_waits`
+    gives them, ``ended`` the ended jobs' ends (:func:`job_line`). A reason that several queued jobs share (the
+    same wait, hundreds of characters long) is said once, above the list, not under each of them: repeated, it
+    filled the section with a handful of queued jobs and pushed the rest off."""
     if not jobs:
         return Reply(empty, [section(empty)])
-    lines: list[str] = []
-    size = -1  # the joining newlines: one fewer than the lines
+    starts, waiting, ended = starts or {}, waiting or {}, ended or {}
+    # the jobs that ended lately (last in ``jobs``) keep their lines however long the queue before them is
+    last = [j for j in jobs if j.id in ended]
+    first = [j for j in jobs if j.id not in ended]
+    first = first[:LIST_LINES - min(len(last), ENDED_LINES)]
+    shown = first + last[:LIST_LINES - len(first)]
+    reasons = {j.id: line_reason(j, starts.get(j.id), waiting.get(j.id)) for j in shown}
+    queued = [reasons[j.id] for j in shown if j.state.value == "queued" and reasons[j.id]]
+    shared = max(set(queued), key=queued.count) if queued else ""
+    shared = shared if queued.count(shared) > 1 else ""
+    head = f"▸ _queued jobs marked ▸ are waiting: {esc(clip(shared, REASON_CHARS))}_" if shared else ""
+    lines: list[str] = [head] if head else []
+    size = len(head) if head else -1  # the joining newlines: one fewer than the lines
     teams = len({j.team for j in jobs}) > 1  # an admin's list: which team's each job is, as `broker status` shows
-    for j in jobs[:LIST_LINES]:
-        line = job_line(j, positions.get(j.id), (starts or {}).get(j.id), (waiting or {}).get(j.id),
-                        (ended or {}).get(j.id), team=teams)
-        more = len(jobs) - len(lines) - 1
-        room = TEXT_CHARS - (len(_more(more)) if more else 0)
+    listed = 0
+    for j in shown:
+        common = shared and j.state.value == "queued" and reasons[j.id] == shared
+        line = job_line(j, positions.get(j.id), starts.get(j.id), waiting.get(j.id), ended.get(j.id), team=teams,
+                        said="" if common else reasons[j.id])
+        line = f"▸ {line}" if common else line
+        more = len(jobs) - listed - 1
+        room = TEXT_CHARS - (len(_more(more, see_all)) if more else 0)
         if size + 1 + len(line) > room:
             break
         lines.append(line)
+        listed += 1
         size += 1 + len(line)
-    return Reply(title, [section(f"*{title}*"), section("\n".join(lines) + _more(len(jobs) - len(lines)))])
+    return Reply(title, [section(f"*{title}*"), section("\n".join(lines) + _more(len(jobs) - listed, see_all))])
 
 
 LIST_LINES = 15
 """The most jobs a list shows; ``status <id>`` shows one, ``/v1/jobs`` and ``broker status`` all."""
 
+ENDED_LINES = 5
+"""The lines of a list kept for the jobs that ended lately, however many active jobs come before them."""
 
-def _more(n: int) -> str:
-    return f"\n…and {n} more" if n > 0 else ""
+
+def _more(n: int, see_all: str = "") -> str:
+    return f"\n…and {n} more{f' ({see_all})' if see_all else ''}" if n > 0 else ""
 
 
 def costs_reply(report: dict, dashboard_url: str) -> Reply:

@@ -27,6 +27,7 @@ from broker.slack.commands import SUBMIT_OPTIONS, Command
 from broker.slack.config import SlackConfig
 from broker.spec import SETTING_FIELDS, SpecError, _parse_broker, same_setting
 from broker.task_text import load_text
+from broker.views import iso
 from pricing.money import fmt, fmt_limit
 
 JOB_ID_TEXT = re.compile(r"[\x21-\x7e]{1,200}")
@@ -50,6 +51,9 @@ minutes: each window's read is every ended job in it (the store lists by submiss
 0.2 s of each `status` with 5,000 jobs ended that day; the few reads of a short window cost a millisecond each."""
 RECENT_OLDER = 200
 """Where fewer ended in the last month: how many of the ended jobs submitted last are read besides."""
+
+SLACK_WORDS = {"budget_usd": "budget"}
+"""The API's field names a refusal in Slack says in the command's own words (``budget j-1 $5``: "budget")."""
 
 NOT_RESUMED = re.compile(r"^not resumed:\s*", re.I)
 """How the service begins some refusals of a resume; the Slack reply says "Not resumed:" once."""
@@ -149,7 +153,7 @@ class Dispatcher:
                 return blocks.error(f"Not resumed: {NOT_RESUMED.sub('', text)}.")
             return blocks.error(f"{text if JOB_ID_FIRST.match(text) else text[:1].upper() + text[1:]}.")
         except Invalid as exc:
-            return blocks.error(f"{exc.field}: {for_slack(exc.reason)}")
+            return blocks.error(f"{SLACK_WORDS.get(exc.field, exc.field)}: {for_slack(exc.reason)}")
         except costs.CostQueryError as exc:
             return blocks.error(str(exc))
 
@@ -164,16 +168,29 @@ class Dispatcher:
             reply = blocks.job_reply(job, self.service.attempts(who, job.id), q.positions.get(job.id),
                                      self.dashboard_url, q.starts.get(job.id), q.waiting.get(job.id))
             # a failed or budget-stopped job goes on in one click from here too, not only from its notification
-            buttons = messages.continue_buttons(job, messages.resume_step(None, job), self.cfg.raise_budget_percent)
+            buttons = messages.continue_buttons(job, messages.resume_step(None, job), self.cfg.raise_budget_percent,
+                                                at_least=self._resume_needs(job))
             if buttons is None:
                 return reply
             return Reply(reply.text, [*reply.blocks[:-1], buttons, reply.blocks[-1]])
-        active = self.service.list(who, states=ACTIVE, limit=ALL_JOBS)
+        # what runs first (running, launching, stopping), then the queue in its order, then what ended last: in
+        # listing order, a long queue's newest jobs filled the message and pushed the running ones off
+        active = sorted(self.service.list(who, states=ACTIVE, limit=ALL_JOBS),
+                        key=lambda j: (j.state is JobState.QUEUED, q.positions.get(j.id, 0)))
         recent = self._recently_ended(who)
         return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended",
                                  active + [job for _, job in recent], q.positions,
                                  "No jobs yet. Submit one with `submit`.", q.starts, q.waiting,
-                                 ended={job.id: end for end, job in recent})
+                                 ended={job.id: end for end, job in recent}, see_all=self._see_all())
+
+    def _see_all(self) -> str:
+        """Where a list cut short in Slack is seen whole."""
+        return f"`broker status` in a terminal lists them all, as does <{self.dashboard_url}|the dashboard>"
+
+    def _resume_needs(self, job: Job) -> int | None:
+        """The budget a resume of budget-stopped ``job`` needs, as the service's refusal would say it ("raise the
+        budget to at least $X"); ``None`` where it needs no more, or says no figure."""
+        return self.service.resume_needs(job)
 
     def _recently_ended(self, who: Principal) -> list[tuple[float, Job]]:
         """The :data:`RECENT` jobs ``who`` can see that ended last, as ``(end, job)``: newest end first, jobs that
@@ -224,7 +241,7 @@ class Dispatcher:
         q = self.service.queue_waits(who)
         queued = sorted(self.service.list(who, state="queued", limit=ALL_JOBS), key=lambda j: q.positions.get(j.id, 0))
         return blocks.jobs_reply(f"{len(queued)} job(s) waiting", queued, q.positions, "Nothing is waiting.", q.starts,
-                                 q.waiting)
+                                 q.waiting, see_all=self._see_all())
 
     def _cmd_logs(self, cmd: Command, who: Principal) -> Reply:
         return blocks.logs_reply(cmd.job_id, self.service.logs(who, cmd.job_id))
@@ -365,6 +382,9 @@ class Dispatcher:
         except Conflict as exc:
             # the service refuses a failure in the job's own code unless forced: say how to force it here
             job = self.service.get(who, job_id)
+            again = self._resumed_already(who, job)
+            if again is not None:
+                return again
             if force or job.state is not JobState.FAILED:
                 raise
             text = esc(NOT_RESUMED.sub("", str(exc)))  # the service's words begin "not resumed:" (the API's too)
@@ -373,6 +393,21 @@ class Dispatcher:
                 blocks.context(f"To run it again anyway: `{self.cfg.command} resume {job.id} force`"),
             ])
         return self._done("Resumed", job)
+
+    def _resumed_already(self, who: Principal, job: Job) -> Reply | None:
+        """The answer to a resume of a job resumed since it ended (a second press of *Resume*, a colleague's): who
+        resumed it, when, and where it is now; the service's "is queued, not ended: only a failed or
+        budget-stopped job resumes" read as if the press had failed. ``None`` for a job that is not so."""
+        if job.state.is_final:
+            return None
+        try:
+            last = next((e for e in reversed(self.service.events(who, job.id)) if e.event == "resume"), None)
+        except NotFound:
+            return None
+        if last is None:
+            return None
+        said = f"`{esc(job.id)}` was already resumed by {esc(last.actor)} at {iso(last.time)}: it is {job.state.value}."
+        return Reply(f":information_source: {said}", [blocks.section(f":information_source: {said}")], refused=True)
 
     def _switch(self, who: Principal, job_id: str, *, force: bool = False) -> Reply:
         try:

@@ -25,6 +25,7 @@ and ``last_checkpoint`` (``step``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from broker import costs
@@ -32,7 +33,7 @@ from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.slack.blocks import Reply, actions, button, context, esc, fit_escaped, section, where
 from broker.views import saving_words
-from pricing.money import Micros, fmt_left, fmt_limit, fmt_spent_of
+from pricing.money import Micros, fmt_left, fmt_limit, fmt_spent_of, to_micros
 
 INTERRUPTIONS = {"preempted": "was preempted", "node_lost": "lost its node"}
 """``diagnosis_class`` values of a ``recover`` that was the infrastructure's doing."""
@@ -60,10 +61,25 @@ def ondemand_button(job_id: str, frm: str, own_failure: str | None = None) -> di
                   confirm="Resume on on-demand capacity (no preemptions, higher price)?")
 
 
-def raised_budget(budget: Micros, percent: int) -> Micros:
-    """The budget the "Raise budget" button proposes: ``percent`` more, rounded up to whole dollars."""
-    new = budget + budget * percent // 100
-    return -(-new // 1_000_000) * 1_000_000
+def raised_budget(budget: Micros, percent: int, at_least: Micros | None = None) -> Micros:
+    """The budget the "Raise budget" button proposes: ``percent`` more, and no less than ``at_least`` (what a resume
+    needs, as the service says it), rounded up to a readable amount at the budget's own precision — whole dollars
+    from a dollar up, two significant digits under it: a $0.0005 budget was offered $1.00, 2,000 times itself."""
+    new = max(budget + budget * percent // 100, at_least or 0, budget + 1)
+    if new >= 1_000_000:
+        return -(-new // 1_000_000) * 1_000_000
+    step = 10 ** max(len(str(new)) - 2, 0)  # micros: two significant digits
+    return -(-new // step) * step
+
+
+NEEDED = re.compile(r"at least \$([0-9][0-9,]*(?:\.[0-9]+)?)")
+"""The figure in the service's "raise the budget to at least $X" (a resume's refusal, a raised job's reason)."""
+
+
+def needed_to_resume(text: str | None) -> Micros | None:
+    """The budget the service said a resume needs, "at least $X", in ``text``; ``None`` where it says none."""
+    m = NEEDED.search(text or "")
+    return to_micros(m.group(1).replace(",", "")) if m else None
 
 
 def resume_step(event: Event | None, job: Job) -> int | None:
@@ -74,28 +90,38 @@ def resume_step(event: Event | None, job: Job) -> int | None:
     return None
 
 
-def raise_button(job: Job, raise_percent: int) -> dict:
-    """*Raise budget* by ``raise_percent`` (rounded up to whole dollars), confirmed first."""
-    new_budget = raised_budget(job.budget, raise_percent)
+def raise_button(job: Job, raise_percent: int, at_least: Micros | None = None) -> dict:
+    """*Raise budget* by ``raise_percent``, and to no less than a resume needs (``at_least``, else the figure the
+    job's reason quotes from the service), rounded to a readable amount (:func:`raised_budget`), confirmed first."""
+    new_budget = raised_budget(job.budget, raise_percent, at_least if at_least is not None
+                               else needed_to_resume(job.reason))
     return button("raise_budget", f"Raise budget to {fmt_limit(new_budget)}", job.id, budget=new_budget,
                   confirm=f"Raise the budget of {esc(job.name)} from {fmt_limit(job.budget)} to "
                           f"{fmt_limit(new_budget)}?")
 
 
+def about_money(job: Job, failure: str | None = None) -> bool:
+    """Whether a failed job failed for its budget (a diagnosis of a budget's class, or a reason that says so): a
+    failure of the job's own (out of memory) or of its node is not helped by more money, and offers no raise."""
+    cls = str((job.diagnosis or {}).get("class") or "")
+    return "budget" in cls or any("budget" in (t or "").lower() for t in (failure, job.reason))
+
+
 def continue_buttons(job: Job, step: int | None, raise_percent: int, failure: str | None = None, *,
-                     state: JobState | None = None) -> dict | None:
+                     state: JobState | None = None, at_least: Micros | None = None) -> dict | None:
     """The buttons that continue a job that ended but may go on — resume, on-demand, raise budget — or ``None`` for
     a job in another state. The same in the notification of its end and in ``status <id>``, where a user who comes
     back later looks (it had no button: the one click was only in a message that may have scrolled away).
     ``failure``: a failed job's diagnosis, shown before a button runs again a job that failed for a reason of its own.
-    ``state``: how the job ended, for a notification (the job may have been resumed since); else its state now."""
+    ``state``: how the job ended, for a notification (the job may have been resumed since); else its state now.
+    ``at_least``: what a resume needs (the service's figure), the least the raise button proposes."""
     state = state or job.state
     frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
     resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
     # a job pinned to on-demand already runs its next attempt there: a "Switch to on-demand" beside it changes nothing
     pinned = job.force_tier == "ondemand"
     if state is JobState.STOPPED_BUDGET:
-        return actions([raise_button(job, raise_percent), button("resume", resume_label, job.id, style="primary"),
+        return actions([raise_button(job, raise_percent, at_least), button("resume", resume_label, job.id, style="primary"),
                         *([] if pinned else [ondemand_button(job.id, frm)])])
     if state is not JobState.FAILED:
         return None
@@ -107,7 +133,8 @@ def continue_buttons(job: Job, step: int | None, raise_percent: int, failure: st
         resume = button("resume", resume_label, job.id, style="primary", force=True,
                         confirm=recur_warning(text, f"Run it again anyway from {frm}?"))
         ondemand = ondemand_button(job.id, frm, own_failure=text)
-    return actions([resume, *([] if pinned else [ondemand]), raise_button(job, raise_percent)])
+    money = [raise_button(job, raise_percent, at_least)] if about_money(job, text) else []
+    return actions([resume, *([] if pinned else [ondemand]), *money])
 
 
 def last_step(points: Sequence[dict], until: float | None = None) -> int | None:
@@ -133,8 +160,10 @@ def _zone(event: Event, att: Attempt | None) -> str:
 
 
 def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Sequence[dict], *,
-                 dashboard_url: str, raise_percent: int = 50, command: str = "/broker") -> Reply | None:
-    """The message for ``event``, or ``None`` when the event is not worth a message. Whatever comes from the job,
+                 dashboard_url: str, raise_percent: int = 50, command: str = "/broker",
+                 cancelled_by: str | None = None) -> Reply | None:
+    """The message for ``event``, or ``None`` when the event is not worth a message (``cancelled_by``: who cancelled
+    the job, for the end of a cancelled job that the engine records). Whatever comes from the job,
     its output or a person (names, reasons, diagnoses, who acted) is escaped: only the bot's own markup is mrkdwn."""
     att = _attempt(event, attempts)
     head = f"*{esc(job.name)}* `{esc(job.id)}` ({esc(job.team)})"
@@ -158,8 +187,10 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         what = INTERRUPTIONS.get(event.data.get("diagnosis_class"))
         if what is not None:
             zone, tier = event.data.get("zone"), event.data.get("tier")
-            place = esc(f"{zone} ({tier})" if tier else zone) if zone else _zone(event, att)
-            return _msg(f":zap: {head} {what} in {place} (attempt {event.attempt or '?'}).\n"
+            # "in sim-us-east-1a (spot, attempt 1)": "(spot) (attempt 1)" read as two afterthoughts
+            place, also = (esc(zone), f"{esc(tier)}, ") if zone and tier else (esc(zone), "") if zone \
+                else (_zone(event, att), "")
+            return _msg(f":zap: {head} {what} in {place} ({also}attempt {event.attempt or '?'}).\n"
                         f"{lost_text}; it is queued to resume from {frm}.", foot)
         why = esc(event.data.get("diagnosis") or event.reason)
         return _msg(f":repeat: {head} attempt {event.attempt or '?'} on {_zone(event, att)} ended: {why}\n"
@@ -200,7 +231,9 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         return _msg(f":white_check_mark: {head} finished. Cost {c['spent']['usd']}; {saved} over {len(attempts)} attempt(s).",
                     foot)
     if name in ("cancel", "ended") and event.to_state == "cancelled":
-        by = f" by {esc(event.actor)}" if event.event == "cancel" else ""
+        # the engine's "ended" once a running job stopped is not who cancelled it: the cancel's actor (``cancelled_by``)
+        who = event.actor if event.event == "cancel" else cancelled_by
+        by = f" by {esc(who)}" if who else ""
         return _msg(f":no_entry_sign: {head} was cancelled{by}.", foot)
     return None
 

@@ -112,8 +112,12 @@ class Notifier:
     def _deliver(self, event: Event, job: Job) -> None:
         attempts = self.store.attempts(job.id)
         points = self.store.metrics(job.id, limit=500)
+        cancelled_by = None
+        if event.event == "ended" and event.to_state == "cancelled":  # the engine's, once it stopped: who asked?
+            cancelled_by = next((e.actor for e in reversed(self.store.events(job.id)) if e.event == "cancel"), None)
         reply = notification(event, job, attempts, points, dashboard_url=self.dashboard_url,
-                             raise_percent=self.cfg.raise_budget_percent, command=self.cfg.command)
+                             raise_percent=self.cfg.raise_budget_percent, command=self.cfg.command,
+                             cancelled_by=cancelled_by)
         dest = self.cfg.destination(job.team)
         if reply is None or dest is None:
             return

@@ -72,7 +72,7 @@ def test_status_lists_jobs_by_when_they_ended_not_by_submission_or_a_later_budge
     said = text_of(command(slack, "status").json())
     assert "2 active job(s), 5 recently ended" in said
     ids = listed(said)
-    assert ids[:2] == ["j-a3", "j-a2"]  # the active ones first (newest submitted first)
+    assert ids[:2] == ["j-a2", "j-a3"]  # the active ones first (running, then the queue)
     assert ids[2:] == [second, first, third, "j-stopped", "j-a1"], said
     # each says when it ended, which is what orders them
     assert f"`j-stopped` — stopped_budget · ended {iso(now - H)} · " in said
