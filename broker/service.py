@@ -1176,7 +1176,8 @@ class BrokerService:
             if job.state in RESUMABLE:  # pin and resume in one write: a refused resume leaves no pin behind
                 try:
                     return self.resume(principal, job_id, force=force, tier="ondemand",
-                                       reason=f"resumed on on-demand by {principal.name}")
+                                       reason=f"resumed on on-demand by {principal.name}"
+                                       + (" (forced)" if force else ""))  # as a forced resume says it
                 except Conflict:
                     # its twin (the same click on another broker) resumed it on on-demand first: answered as it is,
                     # not with the resume's "is queued, not ended" to a user who asked for on-demand

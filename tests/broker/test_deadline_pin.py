@@ -74,3 +74,15 @@ def test_a_users_pin_names_the_user(make_settings, tmp_path):
         from broker.cli import _pinned_by
         assert _pinned_by(job_view(pinned)) == " (by admin)"
         assert store.get_job(job.id).state is JobState.QUEUED
+
+
+def test_a_forced_move_to_on_demand_says_it_was_forced_as_a_forced_resume_does(make_settings, tmp_path):
+    with local_broker(make_settings, tmp_path, CONFIG) as (service, engine, store, launcher):
+        task = {"name": "own", "run": "exit 3", "resources": {"instance_type": "g5.xlarge"},
+                "broker": {"budget_usd": 50}}
+        job = service.submit(ADMIN, task)[0]
+        failed = run_until(engine, store, job.id, {"failed"})
+        assert not failed.diagnosis.get("infrastructure"), failed.diagnosis
+        moved = service.switch_to_ondemand(ADMIN, job.id, force=True)
+        assert moved.reason == "resumed on on-demand by admin (forced)", moved.reason
+        assert (moved.force_tier, moved.pinned_by) == ("ondemand", "admin")
