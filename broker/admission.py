@@ -96,6 +96,7 @@ def admit(
         priority=spec.broker.priority,
         submitted_at=now,
         updated_at=now,
+        queued_at=now,
         deadline=spec.broker.deadline,
         max_price_per_hour=spec.broker.max_price_per_hour,
         expected_hours=str(spec.broker.expected_hours) if spec.broker.expected_hours is not None else None,

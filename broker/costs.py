@@ -427,7 +427,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "queue": sorted(
             ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
               "estimated_start": _iso_out((starts or {}).get(j.id)), "priority": j.priority, "reason": j.reason,
-              "waiting_seconds": max(0, int(now - j.submitted_at))}
+              # since it last entered the queue: a job resumed after days waited days from its submit, said so
+              "waiting_seconds": max(0, int(now - (getattr(j, "queued_at", None) or j.submitted_at)))}
              for j in jobs if j.state is JobState.QUEUED),
             key=lambda q: (q["position"] is None, q["position"] or 0, q["id"]),
         ),

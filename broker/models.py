@@ -179,6 +179,7 @@ class Job:
     pinned_by: str | None = None  # who set force_tier: a user's name, or DEADLINE_PIN (the engine, to meet the deadline)
     diagnosis: dict[str, Any] = field(default_factory=dict)  # how the last attempt ended, in plain words
     running_since: float | None = None  # when the current attempt started training
+    queued_at: float | None = None  # when it last entered the queue (submitted, requeued, resumed); None: before 12-06
     checkpoint_uri: str = ""
     idempotency_key: str | None = None
     submitted_by: str = ""
@@ -258,6 +259,7 @@ class CostJob:
     placement: dict[str, Any]
     quote_tiers: str | list | None
     updated_at: float | None = None  # a final job's end: a preemption it never resumed from stops counting there
+    queued_at: float | None = None  # when it last entered the queue (Job.queued_at)
 
     @cached_property
     def quote(self) -> dict[str, Any]:

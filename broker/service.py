@@ -857,7 +857,8 @@ class BrokerService:
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
                              + (" (forced)" if force else "") + (f" ({named})" if named else ""))
             t = apply(job.state, JobEvent.RESUME)
-            new = replace(job, state=t.to_state, reason=why, updated_at=now, errors_retried=0, placement={}, slots=[],
+            new = replace(job, state=t.to_state, reason=why, updated_at=now, queued_at=now, errors_retried=0,
+                          placement={}, slots=[],
                           force_tier=tier or job.force_tier, pinned_by=principal.name if tier else job.pinned_by,
                           launch_failures=0, launch_retry_at=None,
                           spec=self._spec_with(job, given))

@@ -73,7 +73,9 @@ def _figures(job, tries) -> _JobFigures:
     ends = [a.ended_at for a in tries if a.ended_at is not None]
     return _JobFigures(
         state=job.state.value, team=job.team, totals=tuple(sorted(totals.of_job(job, tries).items())),
-        ended=bool(job.state.is_final or getattr(job.state, "foreign", False)), queued_since=max([float(job.submitted_at), *ends]),
+        ended=bool(job.state.is_final or getattr(job.state, "foreign", False)),
+        # when it last entered the queue; a job stored before that was kept: submitted, or requeued at its last end
+        queued_since=float(job.queued_at) if job.queued_at is not None else max([float(job.submitted_at), *ends]),
         budget=int(job.budget or 0), spent=int(job.spent or 0))
 
 

@@ -294,7 +294,9 @@ class QueuedJob(BaseModel):
     estimated_start: str | None = Field(description=ESTIMATED_START)
     priority: int
     reason: str | None = Field(description=REASON)
-    waiting_seconds: int
+    waiting_seconds: int = Field(description="since the job last entered the queue (its submit, its resume, or its "
+                                             "requeue after a run): a job resumed days after its submit has waited "
+                                             "since its resume")
 
 
 class Viewer(BaseModel):

@@ -434,6 +434,10 @@ class Engine:
         if event is not None:
             t = apply(job.state, event)
             new = replace(new, state=t.to_state, reason=reason)
+            if event is JobEvent.RECOVER:
+                # back in the queue after running: how long it has waited counts from here (not after a placement
+                # undone or a launch refused, which leave it waiting as it was: a job refused at every launch is stuck)
+                new = replace(new, queued_at=now)
             events.append(event_for(new, event, t.to_state, time=now, reason=reason, actor=self.actor,
                                     from_state=job.state, data=data))
             if then is not None:

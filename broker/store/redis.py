@@ -475,7 +475,8 @@ class RedisStore:
                         jobs.append(CostJob(d["id"], d["name"], d["team"], state, d["submitted_at"], d["priority"],
                                             d.get("reason", ""), d["budget"], d.get("spent", 0),
                                             {"price_per_hour": (d.get("placement") or {}).get("price_per_hour")},
-                                            (d.get("quote") or {}).get("tiers"), d.get("updated_at")))
+                                            (d.get("quote") or {}).get("tiers"), d.get("updated_at"),
+                                            d.get("queued_at")))
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
         attempts: dict[str, list[CostAttempt]] = {}
         for start in range(0, len(jobs), BATCH_IDS):

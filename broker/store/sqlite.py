@@ -114,7 +114,7 @@ _FINAL_ARGS = ",".join("?" * len(FINAL))
 # into one small JSON array per row, copying each value's text as stored, so decoding the array gives exactly
 # the values decoding the whole body would (numbers are not re-parsed in SQL).
 _JOB_COST = ("id", "name", "team", "state", "submitted_at", "priority", "reason", "budget", "spent",
-             "placement.price_per_hour", "updated_at")
+             "placement.price_per_hour", "updated_at", "queued_at")
 _ATTEMPT_COST = ("n", "state", "price_per_hour", "created_at", "started_at", "ended_at", "billed_until", "cost",
                  *(f"placement.{k}" for k in COST_PLACEMENT_KEYS))
 
@@ -505,9 +505,10 @@ class SqliteStore:
                 self._db.execute("COMMIT")
         jobs = []
         for values, tiers in job_rows:
-            jid, name, team_, state, submitted, priority, reason, budget, spent, price, updated = _DECODE(values)[0]
+            jid, name, team_, state, submitted, priority, reason, budget, spent, price, updated, queued = \
+                _DECODE(values)[0]
             jobs.append(CostJob(jid, name, team_, job_state(state), submitted, priority, "" if reason is None else reason,
-                                budget, spent or 0, {"price_per_hour": price}, tiers, updated))
+                                budget, spent or 0, {"price_per_hour": price}, tiers, updated, queued))
         attempts: dict[str, list[CostAttempt]] = {j.id: [] for j in jobs}
         for job_id, values in attempt_rows:
             n, state, price, created, started, ended, billed, cost, *place = _DECODE(values)[0]

@@ -127,3 +127,17 @@ def test_ended_attempts_are_counted_by_team_and_how_with_every_teams_series_from
                                                                                                           0)
     for (team, state), n in expected.items():
         assert m[("broker_attempts_ended_total", (("state", state), ("team", team)))] == n
+
+
+def test_a_job_resumed_long_after_it_was_submitted_is_not_an_old_queued_job(tmp_path, store, seeded):
+    """broker_queue_oldest_seconds counted a job resumed today from its submit (or last attempt's end) days ago: a
+    stuck-queue alert fired at every resume. It counts from when the job last entered the queue."""
+    from dataclasses import replace as dc_replace
+
+    now = seeded.now
+    back = dc_replace(world.job("j-b9", "team-b", JobState.QUEUED, submitted=now - 5 * 86_400, budget=1_000_000,
+                                spent=0, attempts=1), queued_at=now - 60)
+    world._commit(store, back, [])
+    with TestClient(build_app(world.settings(tmp_path), store)) as c:
+        m = scrape(c)
+    assert 50 <= m[("broker_queue_oldest_seconds", (("team", "team-b"),))] < 200
