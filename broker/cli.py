@@ -519,6 +519,7 @@ def cmd_serve(args) -> int:
         # jobs on this host report progress to the port we actually listen on
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
         settings = dataclasses.replace(settings, public_url=f"http://{_host_port(host, port)}")
+    _broker_logs()  # before the app opens its launcher, whose start-up warnings are then said as the broker's lines
     app = create_app(settings, engine=False if args.no_engine else None)
     # What exists now (modules, the app, settings) lives as long as the process: freeze it so the
     # collector's full passes under load scan only what requests leave behind. Unfrozen, each full
@@ -534,7 +535,6 @@ def cmd_serve(args) -> int:
     if token_file:
         print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
               "or send it as Authorization: Bearer)", file=sys.stderr)
-    _broker_logs()
     config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
     uvicorn.Server(config).run(sockets=[listener])
     return 0

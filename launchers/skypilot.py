@@ -66,7 +66,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -984,6 +984,112 @@ def _launch_body(payload: Any) -> dict[str, Any]:
     except (TypeError, ValueError):
         return {}
     return body if isinstance(body, dict) else {}
+
+
+# --- start-up checks ----------------------------------------------------------------------------------
+
+SKYPILOT_PIN = "0.14.1"
+"""The SkyPilot version the ``skypilot`` extra pins (pyproject.toml): what an install hint names."""
+
+
+def setup_warning_sentences(*, clouds: Sequence[str], kubernetes_contexts: Sequence[str],
+                            kubernetes_installed: bool, clouds_without_catalog: Sequence[str],
+                            enabled_clouds: Sequence[str] | None) -> list[str]:
+    """What a broker starting with the SkyPilot launcher is told about its setting, each a sentence saying what to
+    do; pure: the facts are given (:func:`setup_warnings` gathers them). Without these, each mistake showed only
+    job by job, at launch.
+
+    ``kubernetes_contexts``: the pools' ``kubernetes_context`` values; ``clouds``: the ``clouds`` setting;
+    ``clouds_without_catalog``: those of ``clouds`` with no ``vms.csv`` anywhere in the price table's search path;
+    ``enabled_clouds``: the clouds SkyPilot's last ``sky check`` found enabled (lower case), ``None`` when that is
+    not known here (no check cached, or an API server elsewhere)."""
+    out = []
+    contexts = list(dict.fromkeys(kubernetes_contexts))
+    if contexts and not kubernetes_installed:
+        out.append(f"pools on Kubernetes ({', '.join(contexts)}) need SkyPilot's Kubernetes support, which is not "
+                   f"installed (import kubernetes fails): every launch there is refused until you run "
+                   f"pip install \"skypilot[kubernetes]=={SKYPILOT_PIN}\" in the broker's environment")
+    for cloud in dict.fromkeys(clouds_without_catalog):
+        out.append(f"clouds: {cloud} has no price catalog on this host ({_catalog_hint(cloud)}): jobs for {cloud} "
+                   f"are refused (and any-cloud jobs placed elsewhere) until SkyPilot fetches it: run "
+                   f"sky show-gpus --cloud {cloud} as the broker's user")
+    if enabled_clouds is not None:
+        enabled = {c.lower() for c in enabled_clouds}
+        off = [c for c in dict.fromkeys(clouds) if c.lower() not in enabled]
+        if off:
+            out.append(f"clouds: {', '.join(off)} {'is' if len(off) == 1 else 'are'} not enabled in SkyPilot (its "
+                       f"last sky check): jobs placed there are refused at launch; run sky check as the broker's "
+                       f"user and give it credentials, or leave {'it' if len(off) == 1 else 'them'} out of clouds:")
+    return out
+
+
+def _catalog_hint(cloud: str) -> str:
+    from pricing.loading import skypilot_catalog_dir
+
+    return str(skypilot_catalog_dir() / cloud / "vms.csv")
+
+
+def kubernetes_installed() -> bool:
+    """Whether SkyPilot's Kubernetes support can be imported (``import kubernetes``), looked up without importing
+    it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("kubernetes") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def clouds_without_catalog(clouds: Sequence[str], home: Path | None = None) -> list[str]:
+    """Those of ``clouds`` with no catalog the price table would read (SkyPilot's, under ``$SKY_RUNTIME_DIR`` when
+    set, or the shipped snapshot): the same search :func:`pricing.loading.catalog_files` makes."""
+    from pricing.loading import catalog_files
+
+    return [c for c in dict.fromkeys(clouds) if not catalog_files(clouds=(c,), home=home)]
+
+
+def cached_enabled_clouds(env: Mapping[str, str] | None = None) -> list[str] | None:
+    """The clouds SkyPilot's last ``sky check`` found enabled for compute, read from its local state database
+    (``$SKY_RUNTIME_DIR/.sky/state.db``, table ``config``: what ``sky.global_user_state.get_cached_enabled_clouds``
+    reads), opened read-only: no network, no API server, no check run, nothing written. ``None`` when not known
+    here: an API server elsewhere (``SKYPILOT_API_SERVER_ENDPOINT``, or ``api_server.endpoint`` in SkyPilot's
+    config: its enabled clouds are on that server), no database, no check cached, or anything unreadable."""
+    import sqlite3
+
+    env = os.environ if env is None else env
+    if (env.get("SKYPILOT_API_SERVER_ENDPOINT") or "").strip():
+        return None
+    runtime = env.get("SKY_RUNTIME_DIR")
+    db = (Path(runtime).expanduser() if runtime else Path.home()) / ".sky" / "state.db"
+    if not db.is_file():
+        return None
+    try:
+        from sky import skypilot_config
+
+        if skypilot_config.get_nested(("api_server", "endpoint"), None):
+            return None
+        key = f"enabled_clouds_{skypilot_config.get_active_workspace()}_compute"
+        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            row = conn.execute("SELECT value FROM config WHERE key = ?", (key,)).fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            return None
+        names = json.loads(row[0])
+        return [str(n).lower() for n in names] if isinstance(names, list) else None
+    except Exception:  # an unreadable cache says nothing: the warning is a help, never a reason not to start
+        log.debug("SkyPilot's cached enabled clouds not read", exc_info=True)
+        return None
+
+
+def setup_warnings(*, clouds: Sequence[str], kubernetes_contexts: Sequence[str]) -> list[str]:
+    """:func:`setup_warning_sentences` for this host: the facts gathered offline and cheaply (a module looked up,
+    catalog files looked at, SkyPilot's local cache read)."""
+    return setup_warning_sentences(
+        clouds=clouds, kubernetes_contexts=kubernetes_contexts,
+        kubernetes_installed=kubernetes_installed() if kubernetes_contexts else True,
+        clouds_without_catalog=clouds_without_catalog(clouds), enabled_clouds=cached_enabled_clouds())
 
 
 # --- the launcher ----------------------------------------------------------------------------------
