@@ -1,4 +1,5 @@
-"""Notifications: one stored :class:`~broker.models.Event` → one Slack message (or none). Pure.
+"""Notifications: one stored :class:`~broker.models.Event` → one Slack message (or none), and :func:`summary`: many
+of one kind (:func:`notice_kind`) → one message, for a burst. Pure.
 
 =============  ===============================================================  ===============================
 event          says                                                             buttons
@@ -236,6 +237,64 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         by = f" by {esc(who)}" if who else ""
         return _msg(f":no_entry_sign: {head} was cancelled{by}.", foot)
     return None
+
+
+SUMMARY_HEADS = {
+    "start": (":rocket:", "started"),
+    "preempted": (":zap:", "were preempted; each is queued to resume from its last checkpoint"),
+    "node_lost": (":zap:", "lost their node; each is queued to resume from its last checkpoint"),
+    "retried": (":repeat:", "had an attempt end in an error; each is queued again"),
+    "resume": (":repeat:", "were resumed"),
+    "budget_warning": (":warning:", "are near their budget"),
+    "stop_budget": (":money_with_wings:", "reached their budget and are checkpointing and stopping"),
+    "stopped_budget": (":money_with_wings:", "were stopped at their budget"),
+    "fail": (":x:", "failed"),
+    "succeed": (":white_check_mark:", "finished"),
+    "cancelled": (":no_entry_sign:", "were cancelled"),
+}
+"""A summary's emoji and words per :func:`notice_kind`: "12 jobs *were cancelled*"."""
+
+SUMMARY_LISTED = 10
+"""How many jobs a summary names before "and N more"."""
+
+SUMMARY_NAME_CHARS = 40
+"""The most characters of a job's name a summary shows (escaped), so ten of them fit one message."""
+
+
+def notice_kind(event: Event) -> str:
+    """What a notification says, as one word, for folding many of them into one summary: the event's name, but
+    ``cancelled`` for a ``cancel`` or an ``ended`` that cancelled, ``stopped_budget`` for an ``ended`` at the
+    budget, and ``preempted``/``node_lost``/``retried`` for a ``recover`` (the table above)."""
+    name = event.event
+    if name in ("cancel", "ended") and event.to_state == "cancelled":
+        return "cancelled"
+    if name in ("stop_budget", "ended") and event.to_state == "stopped_budget":
+        return "stopped_budget"
+    if name == "recover":
+        cls = event.data.get("diagnosis_class")
+        return cls if cls in INTERRUPTIONS else "retried"
+    return name
+
+
+def summary(kind: str, jobs: Sequence[Job], *, dashboard_url: str, command: str = "/broker",
+            by: str | None = None) -> Reply:
+    """One message for many notifications of one :func:`notice_kind` to one channel ("12 jobs were cancelled:
+    *a* `j-1`, … and 2 more"), in place of a message each: a burst (200 jobs cancelled at once) posted one a job
+    floods the channel and runs into Slack's rate limit of about a message a second. It names the first
+    :data:`SUMMARY_LISTED` jobs and counts the rest, and says where each is seen — with its buttons, for a failed
+    or budget-stopped one — one at a time. ``by``: who acted, when one person did for them all."""
+    emoji, says = SUMMARY_HEADS.get(kind, (":information_source:", f"had a {esc(kind)} event"))
+    teams = {j.team for j in jobs}
+    listed = ", ".join(f"*{fit_escaped(j.name, SUMMARY_NAME_CHARS)}* `{esc(j.id)}`"
+                       + (f" ({esc(j.team)})" if len(teams) > 1 else "") for j in jobs[:SUMMARY_LISTED])
+    more = len(jobs) - SUMMARY_LISTED
+    rest = f", and {more} more" if more > 0 else ""
+    who = f" by {esc(by)}" if by else ""
+    team = f" ({esc(next(iter(teams)))})" if len(teams) == 1 else ""
+    again = " (with the buttons that continue it)" if kind in ("fail", "stopped_budget", "budget_warning") else ""
+    foot = context(f"`{command} status <job id>` shows one{again}; `broker status` in a terminal lists them all, "
+                   f"as does <{dashboard_url}|the dashboard>")
+    return _msg(f"{emoji} {len(jobs)} jobs{team} {says}{who}: {listed}{rest}.", foot)
 
 
 def time_left(job: Job, burn: dict) -> str:
