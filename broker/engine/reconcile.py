@@ -538,32 +538,17 @@ class Engine:
                 # what the refusal rules out (no capacity in the zone, no access to the cloud) is blocked for the job
                 # for a cool-down, as a zone is after a preemption: placed again at the same place, it was refused
                 # there again and again while another zone, cloud or a free pool could run it
-                blocked = self._refused_at(job, attempt, exc.scope, now)
-                if blocked is not None:
-                    what, until = blocked
-                    again = f"; {what} is left out for this job until {iso(until)}{again}"
+                blocked = {}
+                ruled_out = refused_place(attempt, exc.scope)
+                if ruled_out is not None:
+                    key, words = ruled_out
+                    cooldown = self.settings.zone_cooldown_seconds
+                    blocked = {"blocked_zones": block_zone(job, key, now=now, cooldown=cooldown)}
+                    again = f"; {words} is left out for this job until {iso(now + cooldown)}{again}"
                 self._commit(job, JobEvent.LAUNCH_FAILED, f"launch failed: {str(exc).rstrip('.')}{again}", now,
                              records=(failed,), placement={}, slots=[], launch_failures=n,
-                             launches_failed=job.launches_failed + 1, launch_retry_at=retry_at,
-                             **({"blocked_zones": self._blocked_after(job, attempt, exc.scope, now)}
-                                if blocked is not None else {}))
+                             launches_failed=job.launches_failed + 1, launch_retry_at=retry_at, **blocked)
             self._attempt_ended(job, failed)
-
-    def _refused_at(self, job: Job, attempt: Attempt, scope: str | None, now: float) -> tuple[str, float] | None:
-        """What a launch refused with ``scope`` (:attr:`launchers.base.LaunchError.scope`) blocks for the job — the
-        zone (``"zone"``), or the whole cloud (``"cloud"``) — as words, and until when; ``None``: nothing."""
-        p = attempt.placement
-        until = now + self.settings.zone_cooldown_seconds
-        if scope == "zone" and p.get("location"):
-            return f"{p['location']}", until
-        if scope == "cloud" and p.get("cloud"):
-            return f"the cloud {p['cloud']}", until
-        return None
-
-    def _blocked_after(self, job: Job, attempt: Attempt, scope: str | None, now: float) -> dict[str, float]:
-        p = attempt.placement
-        key = p.get("location") if scope == "zone" else cloud_block(str(p.get("cloud"))) if scope == "cloud" else None
-        return block_zone(job, key, now=now, cooldown=self.settings.zone_cooldown_seconds)
 
     def _billed_from_launch(self, job: Job, attempt: Attempt, now: float) -> tuple[Job, Attempt]:
         """An attempt launched later than it was recorded — by a broker started again after it stopped between
@@ -1161,7 +1146,20 @@ class Engine:
             self._stop.wait(self.settings.tick_seconds)
 
 
+def refused_place(attempt: Attempt, scope: str | None) -> tuple[str, str] | None:
+    """What a launch refused with ``scope`` (:attr:`launchers.base.LaunchError.scope`) rules out for the job: its
+    entry in the job's blocked zones — the attempt's zone (``"zone"``) or its whole cloud (``"cloud"``,
+    :func:`pricing.placement.cloud_block`) — and the words for it; ``None``: nothing."""
+    p = attempt.placement
+    if scope == "zone" and p.get("location"):
+        return str(p["location"]), str(p["location"])
+    if scope == "cloud" and p.get("cloud"):
+        return cloud_block(str(p["cloud"])), f"the cloud {p['cloud']}"
+    return None
+
+
 _PREPARING = object()
+"""What :meth:`Engine._files` answers while the attempt's workdir and file_mounts are being unpacked."""
 
 
 TICK_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -1188,7 +1186,6 @@ class TickDurations:
             running += n
             out.append((bound, running))
         return out
-"""What :meth:`Engine._files` answers while the attempt's workdir and file_mounts are being unpacked."""
 
 
 def _ready(store, attempt_id: str, digest: str | None, mounts: list[tuple[str, str]]):
