@@ -131,8 +131,11 @@ def test_a_superseded_run_already_stopping_keeps_its_grace_and_is_said_once(two_
     store, hosts, engine, service = two_hosts(13, 300, clock)
     marks = tmp_path / "marks"
     task = {"name": "t", "broker": {"budget_usd": 10},
-            # (ends by itself within 5 minutes: a run left behind by a failed test does not run for ever)
-            "run": f"trap 'echo term >> {marks}' TERM; echo start >> {marks}; for i in $(seq 300); do sleep 1; done"}
+            # (ends by itself within 5 minutes: a run left behind by a failed test does not run for ever). Counted in
+            # bash itself: a `$(seq 300)` the stop's SIGTERM reached before it had printed gave the loop nothing to
+            # run, and the run ended at once, on a loaded machine, as if its grace period had been cut short
+            "run": f"trap 'echo term >> {marks}' TERM; echo start >> {marks}; "
+                   "i=0; while [ $i -lt 300 ]; do sleep 1; i=$((i + 1)); done"}
     job_id = service.submit(ADMIN, task)[0].id
     a, b = engine("a"), engine("b")
     wait_for(lambda: a.tick() or (store.get_job(job_id).state.value == "running" and marks.exists()), timeout=20)
