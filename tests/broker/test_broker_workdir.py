@@ -504,10 +504,6 @@ def test_a_job_submitted_with_its_workdir_runs_from_the_pack_and_a_resume_runs_t
         assert "already on the broker" in r2.stderr, r2.stderr
         for j in (again["id"], r2.stdout.split()[1]):
             cli("cancel", j, cwd=code)
-        # launched once unpacked, as planned: not logged as a broker that stopped between record and launch (said at
-        # every launch with a pack, it read as a crash to whoever watched the log)
-        said = "".join(p.read_text() for p in tmp_path.glob("broker-*.log"))
-        assert "launching attempt" not in said and "a broker stopped between" not in said, said
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)
