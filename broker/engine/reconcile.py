@@ -131,6 +131,7 @@ class Engine:
         self._workdirs = None  # broker.workdir_store.WorkdirStore, opened for the first job with a workdir pack
         #: attempt id → its workdir being fetched and unpacked beside the ticks (only the engine's thread touches it)
         self._preparing: dict[str, Future] = {}
+        self._preparing_missing: set[str] = set()  # done, and not launching at the last housekeeping
         self._unpacks = threading.BoundedSemaphore(UNPACKS_AT_ONCE)
         self._housekeeping: Future | None = None  # the sweep of workdirs, or the hourly round, under way
         self._last_workdir_sweep = float("-inf")  # at start: what a broker stopped before left behind goes first
@@ -675,8 +676,14 @@ class Engine:
         whose job is gone (:meth:`sweep_attempt_files`). One at a time."""
         launching = {f"{j.id}-a{j.attempts + (j.state is JobState.PLACED)}" for j in jobs
                      if j.state in (JobState.PLACED, JobState.LAUNCHING)}  # read before this tick launched
-        for attempt_id in [a for a, f in self._preparing.items() if a not in launching and f.done()]:
-            del self._preparing[attempt_id]  # cancelled while it was unpacked: the sweep removes its directory
+        # cancelled while it was unpacked: forgotten (the sweep removes its directory) once two ticks in a row found
+        # it not launching — ``jobs`` was read before this tick placed and launched, so an unpack this tick started
+        # (and, a small pack, finished) is missing from it once; forgetting it then made the next tick launch it as
+        # if a broker had stopped between its record and its launch, and say so in the log
+        missing = {a for a, f in self._preparing.items() if a not in launching and f.done()}
+        for attempt_id in missing & self._preparing_missing:
+            del self._preparing[attempt_id]
+        self._preparing_missing = missing - self._preparing_missing
         if self._housekeeping is not None and not self._housekeeping.done():
             return
         if now - self._last_collect >= WORKDIR_GC_SECONDS:

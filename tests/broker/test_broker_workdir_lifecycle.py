@@ -234,6 +234,35 @@ def test_a_large_pack_is_unpacked_beside_the_ticks_not_in_them(broker, tmp_path,
     assert "code v1" in client.get(f"/v1/jobs/{job['id']}/logs", headers=H).json()["data"]
 
 
+def test_a_pack_unpacked_within_the_tick_that_placed_its_job_is_launched_without_a_relaunch_line(broker, tmp_path,
+                                                                                                   monkeypatch, caplog):
+    """The tick's housekeeping reads the jobs before that tick places and launches: an unpack it started and that is
+    already done (a small pack) is not forgotten as if its job had been cancelled, which made the next tick launch it
+    as a broker that stopped between its record and its launch, and say so in the log."""
+    from concurrent.futures import Future
+
+    from broker.engine import reconcile
+
+    client, service, engine = broker
+    real = reconcile._background
+
+    def unpack_at_once(fn, *args):
+        if getattr(fn, "__name__", "") != "_unpack":
+            return real(fn, *args)
+        done = Future()
+        done.set_result(fn(*args))  # done before this tick's housekeeping looks
+        return done
+
+    monkeypatch.setattr(reconcile, "_background", unpack_at_once)
+    job = submit(client, upload(client, code(tmp_path / "c")))
+    with caplog.at_level(logging.INFO, logger="broker.engine"):
+        until(engine, service, job["id"], JobState.SUCCEEDED)
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "a broker stopped between its record and its launch" in m], said
+    assert "code v1" in client.get(f"/v1/jobs/{job['id']}/logs", headers=H).json()["data"]
+    assert client.get(f"/v1/jobs/{job['id']}", headers=H).json()["attempts"] == 1
+
+
 # -- packs in the object store ----------------------------------------------------------------------
 
 
