@@ -31,6 +31,7 @@ from broker.queue import Waits, positions, waits
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
+                         check_env_total,
                          checkpoint_base, checkpoint_uri_problem, host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, month_of, refusal, team_month
@@ -856,12 +857,14 @@ class BrokerService:
             named = "; ".join(f"{key} {', '.join(sorted(values))} set" for key, values in given.items())
             why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
                              + (" (forced)" if force else "") + (f" ({named})" if named else ""))
+            spec = self._spec_with(job, given)
+            if given:
+                self._check_env_total(job, spec, "secrets" if "secrets" in given else "envs")
             t = apply(job.state, JobEvent.RESUME)
             new = replace(job, state=t.to_state, reason=why, updated_at=now, queued_at=now, errors_retried=0,
                           placement={}, slots=[],
                           force_tier=tier or job.force_tier, pinned_by=principal.name if tier else job.pinned_by,
-                          launch_failures=0, launch_retry_at=None,
-                          spec=self._spec_with(job, given))
+                          launch_failures=0, launch_retry_at=None, spec=spec)
             names = {f"{key}_set": sorted(values) for key, values in given.items()}  # never the values
             event = event_for(new, JobEvent.RESUME, t.to_state, time=now, reason=why, actor=principal.name,
                               from_state=job.state, data={"checkpoint_step": step, "force": force, **names})
@@ -918,6 +921,19 @@ class BrokerService:
                                field="secrets") from None
             spec["secrets"] = {**(spec.get("secrets") or {}), **sealed["secrets"]}
         return spec
+
+    def _check_env_total(self, job: Job, spec: dict[str, Any], where: str) -> None:
+        """A resume's envs or secrets, set over the job's own: all of them together within the environment a process
+        may be started with (each given map alone was checked before). Its sealed secrets are opened to be counted;
+        a broker that cannot open them leaves the check to the launch (which fails saying why)."""
+        try:
+            opened = open_task(spec, self.settings, job.id)
+        except Unsealable:
+            return
+        try:
+            check_env_total(opened.get("envs"), opened.get("secrets"), where)
+        except SpecError as exc:
+            raise Invalid(exc.field, exc.reason) from None
 
     def _offers_for(self, job: Job, tier: str | None) -> list[Offer]:
         """The offers the job's resources match, on ``tier`` when it is pinned to one."""

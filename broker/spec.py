@@ -170,6 +170,12 @@ def env_bytes(envs: Any) -> int:
     return sum(len(f"{k}={v}".encode("utf-8", "replace")) + 1 for k, v in envs.items() if v is not None)
 
 
+def check_env_total(envs: Any, secrets: Any, where: str) -> None:
+    """Refuse a task whose ``envs`` and (opened) ``secrets`` together are more than :data:`MAX_ENV_BYTES`, naming
+    ``where`` (a resume that adds to a stored task: each map given alone was checked by :func:`check_env_map`)."""
+    _env_total(env_bytes(envs) + env_bytes(secrets), where, what="with the job's other envs and secrets, the variables")
+
+
 def _env_total(size: int, where: str, *, what: str = "the variables") -> None:
     """Refuse ``envs`` / ``secrets`` (``where``) whose environment strings come to more than :data:`MAX_ENV_BYTES`."""
     if size > MAX_ENV_BYTES:

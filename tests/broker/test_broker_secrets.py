@@ -378,3 +378,32 @@ def test_a_resume_refused_after_a_credentials_failure_names_the_secrets_to_give_
         assert service.resume(admin, job.id, secrets={"WANDB_API_KEY": "k-123"}).state is JobState.QUEUED
     finally:
         store.close()
+
+
+def test_a_resume_whose_envs_with_the_jobs_sealed_secrets_are_too_large_together_is_refused_and_nothing_changes(
+        make_settings, tmp_path):
+    """Each map a resume sets was held to the 1 MiB environment limit alone; with the job's stored (sealed) secrets it
+    could come to more, accepted and then failed at every launch ("Argument list too long"). The sealed values are
+    opened to be counted; refused naming the field and the limit, the job left as it was."""
+    from broker.spec import MAX_ARG_BYTES, MAX_ENV_BYTES
+
+    store = open_store(f"sqlite://{tmp_path / 'envs.db'}")
+    service = BrokerService(make_settings(), store)
+    big = "x" * (MAX_ARG_BYTES - 20)  # one variable, under the per-string limit
+    stored_secrets = {f"S{i}": big for i in range(5)}  # ~640 KiB, sealed in the store
+    try:
+        job = service.submit(ADMIN, {"run": "python train.py", "secrets": stored_secrets,
+                                     "broker": {"budget_usd": "1"}})[0]
+        assert all(v.startswith("sealed:v1:") for v in store.get_job(job.id).spec["secrets"].values())
+        failed = replace(job, state=JobState.FAILED, reason="node lost", diagnosis={"infrastructure": True})
+        store.commit(Change(job=failed, expected_version=job.version))
+        envs = {f"E{i}": big for i in range(4)}  # ~512 KiB: under the limit alone, over it with the secrets
+        with pytest.raises(Invalid) as bad:
+            service.resume(ADMIN, job.id, envs=envs)
+        assert bad.value.field == "envs" and f"{MAX_ENV_BYTES:,}" in bad.value.reason, bad.value.reason
+        assert "with the job's other envs and secrets" in bad.value.reason, bad.value.reason
+        after = store.get_job(job.id)
+        assert after.state is JobState.FAILED and "envs" not in after.spec
+        assert service.resume(ADMIN, job.id, envs={"E0": big}).state is JobState.QUEUED  # within it together
+    finally:
+        store.close()
