@@ -1054,7 +1054,12 @@ class Engine:
         if inp is None or inp.remaining <= inp.changeover:
             return None  # no deadline, or about to finish: moving now costs more than it saves
         decision = policy_decide(policy, inp)
-        return RELIABLE[decision.action].value if decision.action in RELIABLE else None
+        if decision.action not in RELIABLE:
+            return None
+        tier = RELIABLE[decision.action]
+        # a job that may run on spot only (use_spot: true) has no offer there: pinned to it, it waited for ever, its
+        # deadline missed all the same ("no offer ... on spot") — it stays where it can run
+        return tier.value if any(o.tier is tier for o in offers) else None
 
     def _ended(self, job: Job, attempts: list[Attempt], attempt: Attempt, status, outcome, now: float,
                fields: dict, tail: str | None = None) -> tuple[str, dict]:

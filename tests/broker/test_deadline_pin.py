@@ -87,3 +87,25 @@ def test_a_forced_move_to_on_demand_says_it_was_forced_as_a_forced_resume_does(m
         assert moved.reason == "resumed on on-demand by admin (forced)", moved.reason
         assert (moved.force_tier, moved.pinned_by) == ("ondemand", "admin")
 
+
+
+def test_a_spot_only_job_is_not_moved_to_a_tier_it_cannot_run_on_for_its_deadline(make_settings, tmp_path):
+    """``use_spot: true`` has no on-demand offer: pinned there for its deadline, it waited for ever ("no offer ... on
+    spot") with on-demand idle, its deadline missed all the same. It stays on spot, the only place it can run."""
+    with local_broker(make_settings, tmp_path, CONFIG) as (service, engine, store, launcher):
+        task = {"name": "spot-only", "run": "sleep 60", "resources": {"instance_type": "g5.xlarge", "use_spot": True},
+                "broker": {"budget_usd": 50, "deadline": "6h", "expected_hours": "0.05"}}
+        job = service.submit(ADMIN, task)[0]
+        try:
+            running = run_until(engine, store, job.id, {"running"})
+            store.commit(Change(job=replace(running, deadline=time.time() + 200), expected_version=running.version))
+            for _ in range(40):  # the ticks in which a job that may use on-demand was moved (the test above)
+                engine.tick()
+                time.sleep(0.05)
+            kept = store.get_job(job.id)
+            assert kept.state is JobState.RUNNING and kept.force_tier is None and kept.pinned_by is None, kept.reason
+            assert not [e for e in store.events(job.id) if e.event == "migrate"]
+            assert [a.placement["tier"] for a in store.attempts(job.id)] == ["spot"]
+        finally:
+            for attempt in store.attempts(job.id):
+                launcher.kill(attempt.id)
