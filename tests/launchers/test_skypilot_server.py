@@ -49,6 +49,7 @@ ENVS = {"BROKER_JOB_ID": "j-5e7e000001", "BROKER_ATTEMPT": "1"}
 # Limits, not waits (each poll returns as soon as its condition holds): a real API server and moto are CPU-heavy
 # Python, slow to start and to provision beside the other test worker on a loaded 2-core host.
 SERVER_START_SECONDS = 240
+PORT_TRIES = 3  # starts on a fresh port pair when the server exits because one of its ports was taken
 PROVISION_SECONDS = 150
 
 
@@ -128,25 +129,31 @@ def server(sky_env, sky, tmp_path_factory):
     _prepare_moto(sky_env["endpoint"])
 
     trap = Trap()
-    port = sky_api_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "HOME": str(home), "SKY_RUNTIME_DIR": str(home), "SKYPILOT_API_SERVER_LOCAL_PORT": str(port),
-           "HTTP_PROXY": trap.url, "HTTPS_PROXY": trap.url, "http_proxy": trap.url, "https_proxy": trap.url,
-           "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
-    env.pop("SKYPILOT_API_SERVER_ENDPOINT", None)
-    log = home / "server.out"
     sky_cli = Path(sys.executable).with_name("sky")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(sky_cli), "api", "start", "--foreground", "--host", "127.0.0.1", "--port", str(port)],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+    log = home / "server.out"
+    for tries_left in reversed(range(PORT_TRIES)):
+        port = sky_api_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "HOME": str(home), "SKY_RUNTIME_DIR": str(home), "SKYPILOT_API_SERVER_LOCAL_PORT": str(port),
+               "HTTP_PROXY": trap.url, "HTTPS_PROXY": trap.url, "http_proxy": trap.url, "https_proxy": trap.url,
+               "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+        env.pop("SKYPILOT_API_SERVER_ENDPOINT", None)
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([str(sky_cli), "api", "start", "--foreground", "--host", "127.0.0.1", "--port",
+                                     str(port)], env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        deadline = time.monotonic() + SERVER_START_SECONDS
+        while not _healthy(url) and proc.poll() is None and time.monotonic() <= deadline:
+            time.sleep(0.3)
+        if proc.poll() is None or not tries_left or "already in use" not in log.read_text(errors="replace"):
+            break
+        # Its queue manager's port lies in the ephemeral range, where a client socket of any process (the other
+        # xdist worker's servers and clients) may take it between sky_api_port's check and the server's bind.
+        _stop_group(proc)
     mp = pytest.MonkeyPatch()
     try:
-        deadline = time.monotonic() + SERVER_START_SECONDS
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the SkyPilot API server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.3)
+        if not _healthy(url):
+            pytest.fail(f"the SkyPilot API server did not start:\n{log.read_text()[-3000:]}")
         mp.setenv("SKYPILOT_API_SERVER_ENDPOINT", url)
         mp.setenv("SKYPILOT_API_SERVER_LOCAL_PORT", str(port))
         clear_server_caches()
