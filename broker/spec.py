@@ -778,10 +778,17 @@ def _uploaded_mounts(mounts: Any, *, strict: bool = True) -> dict[str, str] | No
     return dict(mounts)
 
 
+_NOT_A_PATH = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]|(?:broker|sha256):")
+"""A bucket URL with its bucket (``s3://b/...``: what SkyPilot reads as a store, a URL with a host part), a ``broker:``
+value or an uploaded pack's copy — at the start of the source."""
+
+
 def is_local_path(source: Any) -> bool:
     """Whether a ``workdir`` or ``file_mounts`` source is a path on the machine that reads the task: not a bucket
-    URL (``s3://...``) nor a ``broker:`` value (``broker:checkpoint``)."""
-    return isinstance(source, str) and bool(source) and "://" not in source and ":" not in source.split("/", 1)[0]
+    URL (``s3://...``) nor a ``broker:`` value (``broker:checkpoint``). Read as SkyPilot reads it: a ``://`` or a
+    ``:`` elsewhere (``/data/x://../key``, ``x:/../../etc/key``) is part of a path, which SkyPilot normalises and
+    uploads from the broker's host — a team's submit named the broker's own secrets that way."""
+    return isinstance(source, str) and bool(source) and not _NOT_A_PATH.match(source)
 
 
 STORAGE_STORES = ("S3", "GCS", "AZURE", "R2", "IBM", "OCI", "NEBIUS", "COREWEAVE", "VASTDATA", "HF", "VOLUME")
