@@ -1061,10 +1061,21 @@ class Engine:
         # deadline missed all the same ("no offer ... on spot") — it stays where it can run
         return tier.value if any(o.tier is tier for o in offers) else None
 
+    def _secret_values(self, job: Job) -> list[str]:
+        """The values of the job's secrets (opened: sealed in the store), to hide in what the broker quotes from its
+        run; only the plain ones where this broker cannot open them (its launch failed saying so)."""
+        try:
+            return secret_values(open_task(job.spec, self.settings, job.id))
+        except Unsealable:
+            return secret_values(job.spec)
+
     def _ended(self, job: Job, attempts: list[Attempt], attempt: Attempt, status, outcome, now: float,
                fields: dict, tail: str | None = None) -> tuple[str, dict]:
         """Diagnose how the attempt ended; on a preemption, block the zone and count the steps lost."""
         tail = _log_tail(self.launcher, attempt.id) if tail is None else tail
+        hidden = self._secret_values(job)
+        if hidden and tail:  # a line the diagnosis quotes (`set -x` prints a token) goes to events, Slack, the dashboard
+            tail = redact(tail, hidden)
         phase = ENDED_PHASE_NAME.get(status.phase, status.phase.value)
         if status.phase is Phase.SUCCEEDED:
             pass  # it finished before the stop asked of it reached it: diagnosed as what it did, not the stop
@@ -1073,7 +1084,7 @@ class Engine:
         elif attempt.stop_reason == "heartbeat":
             phase = "silent_again" if outcome.event is JobEvent.FAIL and stalled_again(attempts) else "silent"
         known = [s for s in (attempt.last_step, (attempt.checkpoint or {}).get("step")) if s is not None]
-        said = status.reason
+        said = redact(status.reason, hidden) if hidden and status.reason else status.reason
         if phase.startswith("silent"):  # how long it had been silent when the broker stopped it
             quiet = silence(job, attempts, attempt, attempt.stop_requested_at or now)
             said = fmt_duration(quiet) if quiet is not None else "longer than heartbeat_timeout_seconds"

@@ -407,3 +407,25 @@ def test_a_resume_whose_envs_with_the_jobs_sealed_secrets_are_too_large_together
         assert service.resume(ADMIN, job.id, envs={"E0": big}).state is JobState.QUEUED  # within it together
     finally:
         store.close()
+
+
+def test_a_failure_quoting_a_line_that_printed_a_secret_hides_its_value_in_the_reason_and_events(make_settings,
+                                                                                                   tmp_path):
+    """`set -x` prints the command with the token in it; the diagnosis quoted that last line into the job's reason,
+    its events, Slack's notice and the dashboard, and the store kept it unsealed. The broker knows the values (it
+    opens them at launch) and hides them as it does in a launcher's refusal; the log itself is the job's own."""
+    settings = make_settings(store_url=f"sqlite://{tmp_path / 'quoted.db'}", config=CONFIG)
+    store = open_store(settings.store_url)
+    launcher = open_launcher(settings)
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    try:
+        job = service.submit(ADMIN, {"name": "traced", "resources": {"cpus": 1}, "secrets": {"HF_TOKEN": VALUE},
+                                     "run": 'set -x\nfalse --token "$HF_TOKEN"', "broker": {"budget_usd": 5}})[0]
+        failed = run_until(engine, store, job.id, {"succeeded", "failed"})
+        assert failed.state is JobState.FAILED
+        assert "false --token ***" in failed.reason, failed.reason
+        kept = json.dumps([failed.reason, failed.diagnosis, [e.reason for e in store.events(job.id)],
+                           [a.stop_reason for a in store.attempts(job.id)]])
+        assert VALUE not in kept, kept
+    finally:
+        store.close()
