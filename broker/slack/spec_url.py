@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -124,7 +125,9 @@ def system_resolver(host: str, port: int) -> list[str]:
 
 def fetch(url: str, prefixes: Iterable[str], *, max_bytes: int, timeout: float = 10,
           resolve: Resolver = system_resolver, public: Callable[[str], bool] = _public) -> str:
-    """The body of ``url`` as text, at most ``max_bytes``; :class:`SpecURLRefused` with the reason otherwise."""
+    """The body of ``url`` as text, at most ``max_bytes``, all of it within ``timeout`` seconds (httpx's own timeout
+    holds each read: a server sending a byte every few seconds held a broker thread for as long as it liked);
+    :class:`SpecURLRefused` with the reason otherwise."""
     p = permit(url, prefixes)
     target, headers, extensions = p.url.geturl(), {}, {}
     if not p.host_named:
@@ -142,6 +145,7 @@ def fetch(url: str, prefixes: Iterable[str], *, max_bytes: int, timeout: float =
         headers["Host"] = p.url.netloc
         if p.url.scheme.lower() == "https":
             extensions["sni_hostname"] = host  # TLS and its certificate check still use the name
+    until = time.monotonic() + timeout
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client, \
                 client.stream("GET", target, headers=headers, extensions=extensions) as resp:
@@ -152,6 +156,8 @@ def fetch(url: str, prefixes: Iterable[str], *, max_bytes: int, timeout: float =
                 body.extend(chunk)
                 if len(body) > max_bytes:
                     raise SpecURLRefused(f"{url} is larger than {max_bytes} bytes")
+                if time.monotonic() > until:
+                    raise SpecURLRefused(f"{url} took more than {timeout:g} s to send its {len(body)} bytes so far")
     except httpx.HTTPError as exc:
         raise SpecURLRefused(f"could not fetch {url}: {exc}") from None
     return body.decode("utf-8", "replace")

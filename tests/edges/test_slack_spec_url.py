@@ -119,3 +119,42 @@ def test_a_public_address_however_written_is_public(address):
     from broker.slack.spec_url import _public
 
     assert _public(address)
+
+
+def test_a_server_dripping_its_body_is_cut_off_at_the_timeout_for_the_whole_fetch():
+    """httpx's timeout holds each read: a server sending a byte every 0.3 s held a broker thread for as long as it
+    kept sending (a 1 MB limit at that pace: days). The whole fetch is held to the timeout."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+            while not stop.is_set():
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+                time.sleep(0.3)
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}/specs/slow.yaml"
+    started = time.monotonic()
+    try:
+        with pytest.raises(SpecURLRefused, match=r"took more than 1 s to send its \d+ bytes so far"):
+            fetch(url, [f"http://127.0.0.1:{port}/specs/"], max_bytes=1000, timeout=1)
+        assert time.monotonic() - started < 5
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
