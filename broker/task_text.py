@@ -284,8 +284,15 @@ def _unreadable(root: yaml.Node) -> SpecError:
     return SpecError("body", "holds a value that cannot be read as a number")
 
 
+_NOT_SHOWN = "its value is not shown, being a secret"
+
+
 def _unreadable_scalar(node: yaml.ScalarNode, path: tuple, exc: Exception) -> SpecError:
     line = node.start_mark.line + 1
+    if path[:1] == ("secrets",):  # the error goes back to the submitter's terminal, CI log or Slack channel
+        tag = node.tag.removeprefix("tag:yaml.org,2002:")
+        return SpecError(_field(path), f"cannot be read as !!{tag} (line {line}; {_NOT_SHOWN}): quote it, without "
+                                       "the tag, to give the text")
     value = node.value if len(node.value) <= 80 else node.value[:80] + "..."
     tag = node.tag.removeprefix("tag:yaml.org,2002:")
     if node.tag == _TIMESTAMP:
@@ -307,6 +314,11 @@ def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
     environment value ``1:30`` came out as "90"), and ``010`` is octal 8. Said with what was read, and how to
     write what was meant. ``octal=False``: the task's ``config`` (SkyPilot's settings, a Kubernetes ``pod_config``),
     where a leading zero is a file mode written as Kubernetes reads it (``defaultMode: 0755``), octal as meant."""
+    if path[:1] == ("secrets",) and (_BASE_60.match(text) or (
+            octal and _OCTAL.match(text) and int(text.replace("_", "").lstrip("+-"), 8)
+            != int(text.replace("_", "").lstrip("+-"), 10))):
+        raise SpecError(_field(path), f"is a number YAML reads as another one, base-60 or octal ({_NOT_SHOWN}): "
+                                      "quote it to give the text as written")
     if _BASE_60.match(text):
         read = yaml.load(text, Loader=_Loader)
         meant = _BASE_60_MEANT.get(path)

@@ -125,6 +125,20 @@ def test_a_yaml_value_its_tag_cannot_read_is_refused_naming_its_field(api, text,
     assert r.json()["field"] == field and said in r.json()["detail"], r.text
 
 
+@pytest.mark.parametrize("value", ["!!int s3cr3t-TAG-9x", "!!timestamp s3cr3t-TAG-9x", "!!float s3cr3t-TAG-9x",
+                                   "0123456", "190:20:34"])
+def test_a_secret_yaml_cannot_read_is_refused_without_echoing_its_value(api, value):
+    """The refusal goes back to the submitter's terminal, a CI log or a Slack channel: for a secret it names the
+    field and what to do, not the value (nor the number YAML read it as, which gives the value away)."""
+    text = f"run: x\nsecrets:\n  WANDB_API_KEY: {value}\n"
+    r = api.post("/v1/jobs?dry_run=true", content=text, headers={**AUTH, "Content-Type": "application/yaml"})
+    assert r.status_code == 422 and r.json()["field"] == "secrets.WANDB_API_KEY", r.text
+    shown = value.split()[-1]
+    assert shown not in r.text and "not shown" in r.json()["detail"] and "quote it" in r.json()["detail"], r.text
+    if value == "0123456":
+        assert str(int(value, 8)) not in r.text, r.text
+
+
 # -- a job id holding a '/' -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("method, path, shown", [
