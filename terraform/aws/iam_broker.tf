@@ -137,6 +137,23 @@ data "aws_iam_policy_document" "task_skypilot" {
     }
   }
   statement {
+    # SkyPilot tags the root volume in RunInstances' own TagSpecifications; without this every launch was refused
+    # once ("Volumes will not be tagged"), retried without them, and the volumes left out of tag-based cost reports
+    sid       = "TagVolumesAtLaunch"
+    actions   = ["ec2:CreateTags"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:volume/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:CreateAction"
+      values   = ["RunInstances"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
     sid     = "SkyPilotSecurityGroups"
     actions = ["ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress"]
     resources = [
