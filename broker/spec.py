@@ -1238,8 +1238,24 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
                                f"{value.isoformat()}T18:00:00Z")
     if not isinstance(value, bool) and isinstance(value, (int, float, str)) and \
             re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", str(value)):  # `--deadline 6`: hours? days?
-        raise SpecError(where, f"{str(value).strip()} has no unit: write {str(value).strip()}h for hours from now "
-                               "(or d, m, s), or an ISO time with its timezone")
+        number = str(value).strip()
+        if float(number) >= 1e8:  # `--deadline 1733500000`: "write 1733500000h" pointed at 197,000 years
+            raise SpecError(where, f"{number} has no unit, and looks like a Unix time: a deadline is an ISO time "
+                                   "with its timezone (2026-12-01T18:00Z; `date -u -d @SECONDS +%FT%TZ` writes one) "
+                                   "or a duration from now (6h, 90m)")
+        if float(number) <= 168:  # up to a week of hours: the likely reading
+            raise SpecError(where, f"{number} has no unit: write {number}h for hours from now (or d, m, s), or an ISO "
+                                   "time with its timezone")
+
+        def words(seconds: float) -> str:
+            if seconds >= 2 * 86400:
+                return f"{seconds / 86400:.3g} days"
+            return f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds / 60:.3g} min"
+
+        readings = [f"{number}{u} is {words(float(number) * k)}" for u, k in (("h", 3600), ("m", 60), ("s", 1))
+                    if float(number) * k <= MAX_DEADLINE_DAYS * 86400 and float(number) * k >= 60]
+        raise SpecError(where, f"{number} has no unit: {', '.join(readings)} from now; write the one meant, or an "
+                               "ISO time with its timezone")
     if isinstance(value, datetime):
         moment = _with_zone(value, where, bounded)
         seconds = moment.timestamp()

@@ -344,6 +344,13 @@ def test_a_deadline_of_no_time_from_now_asks_for_one_after_now(deadline):
                  id="--deadline 6 is asked for its unit"),
     pytest.param(6, "6 has no unit: write 6h for hours from now (or d, m, s), or an ISO time with its timezone",
                  id="a YAML deadline: 6 too"),
+    pytest.param(3600, "3600 has no unit: 3600h is 150 days, 3600m is 2.5 days, 3600s is 1 h from now; write the one "
+                       "meant, or an ISO time with its timezone",
+                 id="a number too large to be likely hours is given each reading, not only hours (150 days)"),
+    pytest.param("1733500000", "1733500000 has no unit, and looks like a Unix time: a deadline is an ISO time with its "
+                               "timezone (2026-12-01T18:00Z; `date -u -d @SECONDS +%FT%TZ` writes one) or a duration "
+                               "from now (6h, 90m)",
+                 id="a Unix time is said to be one, not sent to write 1733500000h"),
     pytest.param("2026-09-28", "is a date (2026-09-28); give the time and its timezone too, such as 2026-09-28T18:00:00Z",
                  id="a date sent as text is told as a YAML date is, not 'has no timezone' at midnight"),
 ])
