@@ -36,8 +36,9 @@ def expected_end(job: Job, now: float, grace_seconds: float = 0.0, stop_asked_at
     placed or launching (it holds its capacity already) from ``expected_hours`` counted from now; a job
     being cancelled or stopped when its stop's grace period ends (counted from ``stop_asked_at``, when its
     attempt was asked to stop, else from its last change, the cancel itself; no earlier than now). ``None``
-    when it cannot be told: no rate and no length, or a job running past its ``expected_hours`` (overdue: it
-    may end any moment or in hours, and "now" would be a guess that is wrong tick after tick)."""
+    when it cannot be told: no rate and no length, or a job running past its ``expected_hours`` by more than
+    :func:`overdue_grace` (overdue: it may end any moment or in hours, and "now" would be a guess that is wrong tick
+    after tick)."""
     if job.state in (JobState.CANCELLING, JobState.STOPPING):
         return max((stop_asked_at if stop_asked_at is not None else job.updated_at) + grace_seconds, now)
     if job.state in (JobState.PLACED, JobState.LAUNCHING):
@@ -56,9 +57,19 @@ def expected_end(job: Job, now: float, grace_seconds: float = 0.0, stop_asked_at
         rate = (step - (first or 0)) / elapsed
         return now + max(total - step, 0) / rate
     if job.expected_hours:
-        end = job.running_since + float(Decimal(job.expected_hours) * 3600)
-        return end if end >= now else None
+        length = float(Decimal(job.expected_hours) * 3600)
+        end = job.running_since + length
+        # a run a little past its length (a process's start and exit, the tick that sees it end) is read as ending
+        # now: dropped at once, every job behind lost its estimate, or had it pushed back by hours, for a second
+        # at nearly every end
+        return max(end, now) if now - end <= overdue_grace(length) else None
     return None
+
+
+def overdue_grace(length: float) -> float:
+    """How long past its ``expected_hours`` (``length`` seconds) a running job is still read as ending now: a
+    twentieth of its length, at least 15 s and at most half an hour."""
+    return min(max(15.0, length / 20), 1800.0)
 
 
 def held(job: Job) -> int:

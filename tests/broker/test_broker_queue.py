@@ -722,3 +722,19 @@ def test_a_job_whose_max_price_rules_out_on_demand_is_refused_a_move_there_not_l
             assert store.get_job(job.id).force_tier is None
     finally:
         store.close()
+
+
+def test_a_job_a_little_past_its_expected_length_is_read_as_ending_now_not_dropped():
+    """Every run ends a moment past its ``expected_hours`` (its process's start and exit, the tick that sees it):
+    dropping its end at once took every estimate behind it away, or pushed it back by hours, at nearly every end.
+    Within a twentieth of its length (at least 15 s, at most 30 min) it is read as ending now; past that, unknown."""
+    from broker.queue import expected_end, overdue_grace
+
+    hour = job("run", JobState.RUNNING, hours="1", since=NOW - 3600 - 60)  # a minute over an hour
+    assert expected_end(hour, NOW) == NOW
+    assert estimated_starts([hour, job("a", JobState.QUEUED, at=1)], NOW) == {"a": NOW}
+    late = job("run", JobState.RUNNING, hours="1", since=NOW - 3600 - overdue_grace(3600) - 1)
+    assert overdue_grace(3600) == 180 and expected_end(late, NOW) is None
+    short = job("run", JobState.RUNNING, hours="0.01", since=NOW - 36 - 10)  # 10 s over 36 s
+    assert expected_end(short, NOW) == NOW and expected_end(short, NOW + 6) is None
+    assert overdue_grace(10 * 24 * 3600) == 1800
