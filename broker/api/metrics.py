@@ -29,6 +29,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from broker import costs, totals
+from broker.api.probe import StoreProbe
 from broker.config import Settings
 from broker.lifecycle import AttemptState, JobState
 from broker.store import Pruned, StoreUnavailable
@@ -131,6 +132,10 @@ class StoreCollector:
         self._pruned_jobs: int | None = None  # the store's count of pruned jobs as of the figures
         self._read_at: float | None = None
         self._lock = threading.Lock()
+        # a store that stalls without refusing (a Redis paused, packets dropped) held a scrape for the client's socket
+        # timeout, 10 s, Prometheus's own scrape timeout: the target read as down (BrokerDown) and broker_store_up
+        # was never 0 (BrokerStoreDown never fired). A bounded look first, as the health probes take
+        self._probe = StoreProbe(lambda: service.store.get_job("metrics-probe"))
 
     def describe(self):
         return []  # read the store only on scrape, not at registration
@@ -226,6 +231,7 @@ class StoreCollector:
         up = GaugeMetricFamily("broker_store_up", "1 when this scrape could read the store, else 0 (the figures "
                                "read from it are then left out, the process's own ones are not).")
         try:
+            self._probe.look()
             figures, pruned = self._refresh()
             pruned_jobs = self.service.store.pruned() if pruned is None else pruned.jobs
         except StoreUnavailable:

@@ -387,3 +387,37 @@ def test_a_sqlite_disk_that_fills_as_a_batch_commits_is_store_unavailable_not_th
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"outcome": "unavailable", "written": None, "stored_after": True}
+
+
+def test_a_scrape_of_a_stalled_redis_says_the_store_is_down_within_the_probes_bound(make_settings, tmp_path):
+    """A Redis that stops answering without refusing (SIGSTOP: paused, or behind dropped packets) held /metrics for
+    the client's 10 s socket timeout — Prometheus's own scrape timeout, so the target went down and
+    broker_store_up was never 0. The scrape looks at the store within the health probes' bound first."""
+    import os
+    import signal
+    import time
+
+    from broker.api.probe import PROBE_SECONDS
+
+    server = RedisServer(tmp_path / "redis").start()
+    store = open_store(server.url)
+    app = create_app(make_settings(config=CONFIG), store=store, engine=False)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            assert client.post("/v1/jobs", json=TASK, headers=AUTH).status_code == 201
+            assert "broker_store_up 1.0" in client.get("/metrics").text
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                metrics = client.get("/metrics")
+                took = time.monotonic() - started
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            assert metrics.status_code == 200 and "broker_store_up 0.0" in metrics.text, metrics.text[-500:]
+            assert took < PROBE_SECONDS + 3, took
+            assert "broker_http_request_duration_seconds_bucket" in metrics.text
+            time.sleep(0.5)
+            assert "broker_store_up 1.0" in client.get("/metrics").text  # answering again: read again
+    finally:
+        store.close()
+        server.stop()
