@@ -13,8 +13,14 @@ const $ = (id) => document.getElementById(id);
 function token() { return localStorage.getItem(TOKEN_KEY); }
 
 function takeTokenFromUrl() {
+  // #token=… is never sent to the server (a ?token=… is, and lands in a load balancer's request log); both are taken
   const url = new URL(window.location.href);
-  const t = url.searchParams.get("token");
+  const m = /^#token=(.+)$/.exec(url.hash);
+  let t = url.searchParams.get("token");
+  if (m) {
+    try { t = decodeURIComponent(m[1]); } catch (err) { t = m[1]; }
+    url.hash = "";
+  }
   if (t) {
     localStorage.setItem(TOKEN_KEY, t);
     url.searchParams.delete("token");
