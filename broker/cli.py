@@ -1091,7 +1091,7 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
         limit = int(client.workdir_limits()["max_bytes"])
     except BrokerError as exc:
         if exc.status in (404, 405):
-            exc.detail = (f"the broker at {client.url} takes no workdir uploads (an older version): update it, or "
+            exc.detail = (f"the broker at {client.shown_url} takes no workdir uploads (an older version): update it, or "
                           "submit with --no-upload-workdir if it can read this directory itself")
         raise
     if dry_run:

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
-from broker.config import default_data_dir
+from broker.config import default_data_dir, redacted_url
 from broker.spec import SpecError
 from broker.task_text import DEFAULT_MAX_BYTES, load_yaml, yaml_error
 
@@ -145,6 +145,14 @@ def _check_key(idempotency_key: str | None) -> None:
 
 
 class BrokerClient:
+    @staticmethod
+    def _shown(url: str) -> str:
+        """``url`` as the CLI says it: a ``user:password@`` part's password (a proxy's basic auth) as ``***``."""
+        try:
+            return redacted_url(url)
+        except ValueError:  # not a URL: said as such below, with the password still hidden
+            return re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", url)
+
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
         # an empty url or token is refused, not read as "not given": `--token "$UNSET"` went as this host's admin
         if url is not None and not url.strip():
@@ -154,8 +162,9 @@ class BrokerClient:
             raise BrokerError(0, "the token (--token) is empty: give it, or leave it out for BROKER_TOKEN or the "
                                  "admin token of a broker on this host")
         self.url = (url.strip() if url is not None else default_url()).rstrip("/")
+        self.shown_url = self._shown(self.url)  # in what it says: a terminal, a CI log
         if not self.url.lower().startswith(("http://", "https://")):
-            raise BrokerError(0, f"the broker URL {self.url!r} must start with http:// or https://, "
+            raise BrokerError(0, f"the broker URL {self.shown_url!r} must start with http:// or https://, "
                                  "like http://127.0.0.1:8000")
         self.last_submit_created: bool | None = None  # whether the last submit made a job (False: its Idempotency-Key had; None: unknown)
         self.token = _header_token(token if token is not None else default_token())
@@ -166,7 +175,7 @@ class BrokerClient:
         try:
             self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         except httpx.InvalidURL as exc:  # `--url http://[::1` was a traceback
-            raise BrokerError(0, f"the broker URL {self.url!r} is not a URL: {exc}; give it as "
+            raise BrokerError(0, f"the broker URL {self.shown_url!r} is not a URL: {exc}; give it as "
                                  "http://127.0.0.1:8000") from None
 
     def close(self) -> None:
@@ -185,31 +194,31 @@ class BrokerClient:
         try:
             return r.json()
         except ValueError:  # "Expecting value: line 1 column 1 (char 0)" said nothing of what answered
-            raise BrokerError(0, _not_the_broker(self.url, r)) from None
+            raise BrokerError(0, _not_the_broker(self.shown_url, r)) from None
 
     def _request(self, method: str, path: str, **kw) -> httpx.Response:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.ConnectError:
-            raise BrokerError(0, f"cannot reach the broker at {self.url} (is `broker serve` running?)") from None
+            raise BrokerError(0, f"cannot reach the broker at {self.shown_url} (is `broker serve` running?)") from None
         except httpx.TimeoutException:
-            raise BrokerError(0, f"the broker at {self.url} did not answer in time", unknown_outcome=True) from None
+            raise BrokerError(0, f"the broker at {self.shown_url} did not answer in time", unknown_outcome=True) from None
         except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:
             # the request could not be written (a header HTTP cannot carry): nothing was sent, so nothing was done;
             # read as a dropped connection below, a submit was retried three times and said it "may have been stored"
-            raise BrokerError(0, f"cannot send the request to the broker at {self.url}: {exc} (nothing was sent)") \
+            raise BrokerError(0, f"cannot send the request to the broker at {self.shown_url}: {exc} (nothing was sent)") \
                 from None
         except httpx.TransportError as exc:  # sent, then the connection dropped: it may have been carried out
-            raise BrokerError(0, f"the connection to the broker at {self.url} dropped before it answered: {exc}",
+            raise BrokerError(0, f"the connection to the broker at {self.shown_url} dropped before it answered: {exc}",
                               unknown_outcome=True) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise BrokerError(0, f"cannot talk to the broker at {self.url}: {exc}") from None
+            raise BrokerError(0, f"cannot talk to the broker at {self.shown_url}: {exc}") from None
         if r.status_code >= 400:
             try:
                 body = r.json()
                 detail, field = body.get("detail", r.text), body.get("field")
             except (ValueError, AttributeError):  # a page from something else (a proxy's HTML), not one line
-                detail, field = _not_the_broker(self.url, r), None
+                detail, field = _not_the_broker(self.shown_url, r), None
             if r.status_code == 401 and not self.token:
                 # a broker on this host started with another BROKER_DATA_DIR wrote its token there, not here
                 other_dir = (", or set BROKER_DATA_DIR to the data dir the broker was started with"

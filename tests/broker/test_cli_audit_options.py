@@ -385,3 +385,18 @@ def test_a_value_that_begins_with_a_dash_is_read_as_the_value_not_as_an_option(b
     assert r.returncode == 0 and json.loads(r.stdout) == [], r.stderr
     r = broker_cli("status", "--team", "--state", "queued", env=env)  # a value left out is still said so
     assert r.returncode == 2 and r.stderr.splitlines()[-1].endswith("argument --team: expected one argument"), r.stderr
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://alice:p4ss-Wd@127.0.0.1:{port}", "http://alice:***@127.0.0.1:{port}"),
+    ("http://alice:p4ss-Wd@[::1", "http://alice:***@[::1"),
+], ids=["a broker it cannot reach", "a URL that does not parse"])
+def test_a_password_in_the_broker_url_is_not_said_back(url, shown):
+    """A proxy's basic auth in --url (http://user:password@host) came back whole in "cannot reach the broker at ...",
+    on a terminal or in a CI log; the broker's own store URL was already said that way."""
+    from testports import free_port
+
+    port = free_port()
+    r = broker_cli("--url", url.format(port=port), "--token", "x", "--json", "status", env={})
+    assert r.returncode == 1 and "p4ss-Wd" not in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert shown.format(port=port) in r.stderr, r.stderr
