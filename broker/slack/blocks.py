@@ -200,7 +200,8 @@ def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty
     queued = [reasons[j.id] for j in shown if j.state.value == "queued" and reasons[j.id]]
     shared = max(set(queued), key=queued.count) if queued else ""
     shared = shared if queued.count(shared) > 1 else ""
-    head = f"▸ _queued jobs marked ▸ are waiting: {esc(clip(shared, REASON_CHARS))}_" if shared else ""
+    said = shared.removeprefix("waiting: ")  # the reason's own word: "are waiting: waiting: the pool ..." said it twice
+    head = f"▸ _queued jobs marked ▸ are waiting: {esc(clip(said, REASON_CHARS))}_" if shared else ""
     lines: list[str] = [head] if head else []
     size = len(head) if head else -1  # the joining newlines: one fewer than the lines
     teams = len({j.team for j in jobs}) > 1  # an admin's list: which team's each job is, as `broker status` shows

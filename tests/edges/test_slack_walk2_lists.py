@@ -16,6 +16,7 @@ def test_status_with_a_long_queue_lists_running_then_queued_then_ended_and_says_
     states = [line.split(" — ")[1].split(" ")[0] for line in lines]
     assert states == sorted(states, key=["running", "queued", "succeeded"].index)
     assert listing.count("no start estimate") == 1  # the wait a dozen queued jobs share said once, not under each
+    assert "are waiting: " in listing and "waiting: waiting:" not in listing, listing.split("\n")[0]
     assert sum(1 for s in states if s == "queued") >= 10  # and so a dozen queued lines fit, not five
 
 
