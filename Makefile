@@ -35,7 +35,8 @@ install-test: $(VENV)/.test-installed apt-deps checkov-venv
 # chromium (dashboard test through Playwright), rsync (SkyPilot file mounts), and the
 # aws CLI (the real SkyPilot API server runs `aws configure list` in its cloud check),
 # prometheus (a real Prometheus scrapes the broker in one test). apt waits up to 10 minutes for
-# another apt (an unattended upgrade, a second checkout's install) to let go of its lock.
+# another apt (an unattended upgrade, a second checkout's install) to let go of its lock; apt-get
+# update's list lock does not honour DPkg::Lock::Timeout (apt 2.6), so update is tried again itself.
 apt-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -45,7 +46,10 @@ apt-deps:
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
-	  apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+	  tries=0; until apt-get -o DPkg::Lock::Timeout=600 update -qq; do \
+	    tries=$$((tries + 1)); [ $$tries -lt 60 ] || exit 1; \
+	    echo "apt's list lock is held (another apt-get update): trying again in 10 s"; sleep 10; \
+	  done && \
 	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 	fi
 

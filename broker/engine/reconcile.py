@@ -125,6 +125,8 @@ class Engine:
         self._last_beat = float("-inf")
         #: domain → (its beat's value, when this engine first read that value, on this engine's clock)
         self._beat_seen: dict[str, tuple[float, float]] = {}
+        #: attempt id → when this engine first found it naming no view and unseen by its launcher (``_unclaimed``)
+        self._unclaimed_since: dict[str, float] = {}
         #: since when this engine has read the beats without a gap (start, or back from a store outage):
         #: a beat older than that may be old only because nobody could write it
         self._watching_since = float("inf")
@@ -365,6 +367,27 @@ class Engine:
             return None
         return (f"the broker that launched it ({owner}) and the job have been silent for {int(now - last)} s, and "
                 f"its attempts cannot be seen from here")
+
+    def _unclaimed(self, job: Job, attempt: Attempt, status: AttemptStatus,
+                   now: float) -> tuple[Attempt, AttemptStatus | None]:
+        """An attempt that names no launcher view (``launched_in`` empty: recorded by a broker older than that
+        field). One this engine's launcher can see is claimed: its view is written with this tick's commit, so that
+        the other engines sharing the store leave it alone from then on. One it cannot see may run on another
+        host whose engine has not claimed it yet: while any other engine beats, it is left alone (``None``) until
+        it has stayed unclaimed, and the job silent, for ``owner_timeout_seconds`` since this engine first saw it
+        so — then it is lost, as before. With no other engine beating (one broker), it is judged at once."""
+        if status.phase is not Phase.GONE:
+            self._unclaimed_since.pop(attempt.id, None)
+            return replace(attempt, launched_in=domain_for(self.launcher, job.placement)), status
+        timeout = self.settings.owner_timeout_seconds
+        others = any(domain not in self.domains and now - seen < timeout
+                     for domain, (_, seen) in self._beat_seen.items())
+        first = self._unclaimed_since.setdefault(attempt.id, now)
+        last = max(first, float(job.progress.get("at") or float("-inf")), self._watching_since)
+        if others and now - last < timeout:
+            return attempt, None
+        self._unclaimed_since.pop(attempt.id, None)
+        return attempt, status
 
     def _drivable(self, jobs: list[Job], read: dict[str, list[Attempt]] | None = None) -> list[Job]:
         """The queued or placed jobs this version may place and launch: not one with an attempt in a state a newer
@@ -767,6 +790,10 @@ class Engine:
             attempt = replace(attempt, stop_reason="owner_silent")
         else:
             status = self.launcher.status(attempt.id)
+            if not attempt.launched_in:  # recorded by a broker older than ``launched_in``: whose is it?
+                attempt, status = self._unclaimed(job, attempt, status, now)
+                if status is None:
+                    return  # another engine's, maybe: it claims it at its next tick
         if status.phase is Phase.GONE and job.state is JobState.LAUNCHING:
             if attempt.id not in self._preparing:
                 # (not while this engine unpacks its workdir: launched once that is done, as planned — said at every

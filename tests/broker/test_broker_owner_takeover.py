@@ -136,3 +136,68 @@ def test_an_owner_whose_clock_steps_back_keeps_its_attempt(tmp_path, make_settin
         clocks["b"][0] += 5
         engines["b"].tick()
     assert store.get_job(job_id).attempts == 2 and hosts["b"].launched == [f"{job_id}-a2"]
+
+
+def _as_before_launched_in(store, job_id):
+    """Rewrite the job's attempt as a broker older than ``launched_in`` recorded it: naming no launcher view."""
+    from dataclasses import replace
+
+    from broker.store import Change
+    job = store.get_job(job_id)
+    attempt = store.attempts(job_id)[-1]
+    store.commit(Change(job=job, expected_version=job.version, attempts=(replace(attempt, launched_in=""),)))
+    assert store.attempts(job_id)[-1].launched_in == ""
+
+
+def test_an_attempt_from_before_launched_in_is_claimed_by_the_engine_that_sees_it(tmp_path, make_settings):
+    # Two hosts upgraded from a broker that did not record launched_in. Before, B (whose launcher cannot see A's
+    # process) read A's running attempt as lost at its first tick and launched the job again beside it.
+    store, clock, hosts, engines, job_id = _world(tmp_path, make_settings)
+    _as_before_launched_in(store, job_id)
+    engines["b"].tick()  # B first: A beats, so the attempt may be A's
+    assert store.get_job(job_id).attempts == 1, "B took an unclaimed attempt for lost while another engine beats"
+    clock[0] += 1
+    engines["a"].tick()  # A sees it: claims it
+    assert store.attempts(job_id)[-1].launched_in == "view:a"
+    for _ in range(100):
+        clock[0] += 5
+        engines["b"].tick()
+        engines["a"].tick()
+    assert store.get_job(job_id).attempts == 1 and store.get_job(job_id).state.value == "running"
+    assert hosts["b"].launched == []
+
+
+def test_an_unclaimed_attempt_no_engine_sees_is_lost_after_the_timeout(tmp_path, make_settings):
+    store, clock, hosts, engines, job_id = _world(tmp_path, make_settings)
+    _as_before_launched_in(store, job_id)
+    hosts["a"].launched.clear()  # its process died across the upgrade: no engine sees it
+    for _ in range(55):  # both alive, each waiting for the other to claim it: under the timeout
+        clock[0] += 5
+        engines["b"].tick()
+        engines["a"].tick()
+    assert store.get_job(job_id).attempts == 1
+    for _ in range(10):
+        clock[0] += 5
+        engines["b"].tick()
+        engines["a"].tick()
+    assert store.get_job(job_id).attempts == 2 and store.attempts(job_id)[0].state.value == "lost"
+    assert len(hosts["a"].launched) + len(hosts["b"].launched) == 1
+
+
+def test_one_broker_judges_an_unclaimed_attempt_it_cannot_see_at_once(tmp_path, make_settings):
+    settings = make_settings(f"sqlite://{tmp_path / 'broker.db'}", config=CONFIG)
+    store = open_store(settings.store_url)
+    clock = [time.time()]
+    host = ViewLauncher("view:a")
+    engine = Engine(settings, store, host, clock=lambda: clock[0])
+    service = BrokerService(settings, store, host, clock=lambda: clock[0])
+    job_id = service.submit(Principal("admin", None, admin=True),
+                            {"name": "j", "run": "sleep 1000", "broker": {"budget_usd": 5}})[0].id
+    for _ in range(3):
+        engine.tick()
+        clock[0] += 1
+    _as_before_launched_in(store, job_id)
+    host.launched.clear()
+    clock[0] += 5
+    engine.tick()
+    assert store.attempts(job_id)[0].state.value == "lost"
