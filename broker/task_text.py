@@ -7,6 +7,7 @@ the field and the reason (:class:`broker.spec.SpecError`), before any of it is p
   few hundred bytes), which PyYAML shares but storing the job as JSON writes out in full — one submit held
   the whole broker, its health check too, while its memory grew; and an alias inside itself (a loop);
 - **nesting deeper than** :data:`MAX_DEPTH` (the parsers recurse, as does the store's JSON);
+- **more nodes than** :data:`MAX_NODES` (each costs CPU to build, whatever its bytes);
 - **values JSON cannot hold**: YAML's ``!!binary``, ``!!set`` and unquoted dates and times (only
   ``broker.deadline`` may be a time, :func:`broker.spec.parse_deadline` reads it), a number that is
   not finite (``.nan``, ``.inf``, ``1e999``, JSON's ``NaN``: stored, it made SQLite's JSON unreadable
@@ -39,6 +40,9 @@ MAX_DEPTH = 100
 MAX_INT_DIGITS = 4000
 """Digits of a whole number (Python refuses to read one of more than 4,300 as text)."""
 _INT_LIMIT = 10**MAX_INT_DIGITS
+MAX_NODES = 50_000
+"""Keys, values and items a task may hold (SkyPilot's own tasks hold tens to hundreds): counted on libyaml's event
+stream, a fifth of what building the node graph costs, before that graph is built."""
 DEFAULT_MAX_BYTES = 1_000_000  # the broker's max_body_bytes unless its config says otherwise
 DEADLINE = ("broker", "deadline")  # the one place a YAML time is a value the broker reads
 
@@ -97,6 +101,7 @@ def _name_tab(exc: yaml.YAMLError, text: str) -> None:
 
 def load_yaml(text: str, *, max_bytes: int) -> Any:
     """YAML (or JSON, which is YAML) to plain data; what aliases expand to is held to ``max_bytes``."""
+    _count_nodes(text)
     loader = _Loader(text)
     try:
         try:
@@ -120,6 +125,28 @@ def load_yaml(text: str, *, max_bytes: int) -> Any:
         loader.dispose()
     check_plain(data)
     return data
+
+
+def _count_nodes(text: str) -> None:
+    """Refuse a text of more than :data:`MAX_NODES` nodes before its graph is built: a megabyte of ``1,1,1,…``
+    is 450,000 of them, and building them, checking them and then the data took 4–5 s of the broker's CPU for each
+    such body any team could send. Broken YAML is left to the composer, which says where."""
+    loader = _Loader(text)
+    try:
+        count = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+                count += 1
+                if count > MAX_NODES:
+                    mark = event.start_mark
+                    raise SpecError("body", f"holds more than {MAX_NODES:,} keys, values and items (line "
+                                            f"{mark.line + 1}): a task holds tens to hundreds; put bulk data in a "
+                                            "file the job reads (file_mounts, workdir)")
+    except yaml.YAMLError:
+        return
+    finally:
+        loader.dispose()
 
 
 def load_json(text: str | bytes, *, finite: bool = True) -> Any:

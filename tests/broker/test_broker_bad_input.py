@@ -57,6 +57,8 @@ def _still_answers(client) -> None:
                  id="JSON nested 50,000 deep is a 422, not a RecursionError"),
     pytest.param('{"run": "echo hi", "config": ' + "[" * 150 + "]" * 150 + "}", JSON, "config", "levels deep",
                  id="JSON nested 150 deep names its top-level field"),
+    pytest.param("run: echo hi\nfile_mounts: [" + "1," * 450_000 + "1]\n", YAML, "body", "more than 50,000 keys",
+                 id="a YAML body of 450,000 tiny values is a 422 before 4-5 s of CPU builds them"),
     pytest.param("run: echo hi\nnum_nodes: " + "9" * 5000 + "\n", YAML, "num_nodes", "digits",
                  id="a YAML number of 5000 digits is a 422 naming it"),
     pytest.param("run: echo hi\nenvs: {SEED: 0x" + "f" * 5000 + "}\n", YAML, "envs.SEED", "digits",
@@ -532,3 +534,15 @@ def test_a_stored_task_is_read_as_it_was_admitted_past_the_submit_checks_added_l
     assert [(a.accelerator, a.cpus) for a in alternatives] == [("", 20000), ("A100", 20000)]
     with pytest.raises(SpecError):
         parse(raw, now=0)
+
+
+def test_a_task_of_exactly_max_nodes_is_read_and_one_more_is_refused():
+    from broker.spec import SpecError
+    from broker.task_text import MAX_NODES, load_text
+
+    def task(items):  # the mapping, run, its value, config, the list: 5 nodes, then the items
+        return "run: echo hi\nconfig: [" + ",".join(["1"] * items) + "]\n"
+
+    assert len(load_text(task(MAX_NODES - 5))["config"]) == MAX_NODES - 5
+    with pytest.raises(SpecError, match="more than 50,000"):
+        load_text(task(MAX_NODES - 4))
