@@ -672,11 +672,16 @@ class BrokerService:
         _, positions_, found = self._waits()
         return positions_, found.starts
 
-    def queue_waits(self, principal: Principal | None = None) -> QueueWaits:
+    def queue_waits(self, principal: Principal | None = None, *, of: Sequence[Job] | None = None) -> QueueWaits:
         """:meth:`queue`, and for each queued job waiting for capacity that gets no estimate because what it needs
         is held until ends nobody can tell, what it waits for in words (``waiting``, for
         :func:`broker.views.job_view`): its estimate vanished unsaid while a job ran past its expected length.
-        Said to ``principal`` (a team's member: other teams' jobs are not named to it; an admin or None: all are)."""
+        Said to ``principal`` (a team's member: other teams' jobs are not named to it; an admin or None: all are).
+        ``of``: the jobs a view shows; when none of them is queued, the queue is not worked out (nothing of it is
+        shown), and the answer is empty — reading a running or ended job read and weighed every active job, a
+        quarter of a second at 3,000 queued."""
+        if of is not None and not any(job.state is JobState.QUEUED for job in of):
+            return QueueWaits({}, {}, {}, {})
         jobs, positions_, found = self._waits()
         team = None if principal is None or principal.admin else principal.team or ""
         waiting = {job_id: words for job_id, holders in found.holders.items()

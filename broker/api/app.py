@@ -353,7 +353,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         jobs = service.list(caller, state=state, team=team, limit=limit + 1, before=before)
         more = len(jobs) > limit
         jobs = jobs[:limit]
-        q = service.queue_waits(caller)
+        q = service.queue_waits(caller, of=jobs)
         return {"jobs": [job_view(j, position=q.positions.get(j.id), estimated_start=q.starts.get(j.id),
                                   waiting=q.waiting.get(j.id)) for j in jobs],
                 "next_cursor": job_cursor(jobs[-1].submitted_at, jobs[-1].id) if more else None}
@@ -362,7 +362,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     def get_job(job_id: str, caller: Caller) -> dict:
         """One job with its attempts, queue position and reason."""
         job = service.get(caller, job_id)
-        q = service.queue_waits(caller)
+        q = service.queue_waits(caller, of=[job])
         return job_view(job, position=q.positions.get(job.id), estimated_start=q.starts.get(job.id),
                         waiting=q.waiting.get(job.id), attempts=service.attempts(caller, job_id))
 

@@ -127,7 +127,7 @@ def router(service, settings: Settings) -> APIRouter:
         job = service.get(caller, job_id)
         attempts = service.attempts(caller, job_id)
         points = service.store.metrics(job_id, limit=2000)
-        q = service.queue_waits(caller)
+        q = service.queue_waits(caller, of=[job])
         return {"job": job_view(job, position=q.positions.get(job.id), estimated_start=q.starts.get(job.id),
                                 waiting=q.waiting.get(job.id)),
                 **costs.job_costs(job, attempts),

@@ -162,9 +162,9 @@ class Dispatcher:
 
     def _cmd_status(self, cmd: Command, who: Principal) -> Reply:
         # the queue's words as the API's job view has them: a start too late for a deadline, why there is no estimate
-        q = self.service.queue_waits(who)
         if cmd.job_id:
             job = self.service.get(who, cmd.job_id)
+            q = self.service.queue_waits(who, of=[job])
             reply = blocks.job_reply(job, self.service.attempts(who, job.id), q.positions.get(job.id),
                                      self.dashboard_url, q.starts.get(job.id), q.waiting.get(job.id))
             # a failed or budget-stopped job goes on in one click from here too, not only from its notification
@@ -175,8 +175,9 @@ class Dispatcher:
             return Reply(reply.text, [*reply.blocks[:-1], buttons, reply.blocks[-1]])
         # what runs first (running, launching, stopping), then the queue in its order, then what ended last: in
         # listing order, a long queue's newest jobs filled the message and pushed the running ones off
-        active = sorted(self.service.list(who, states=ACTIVE, limit=ALL_JOBS),
-                        key=lambda j: (j.state is JobState.QUEUED, q.positions.get(j.id, 0)))
+        active = self.service.list(who, states=ACTIVE, limit=ALL_JOBS)
+        q = self.service.queue_waits(who, of=active)
+        active.sort(key=lambda j: (j.state is JobState.QUEUED, q.positions.get(j.id, 0)))
         recent = self._recently_ended(who)
         return blocks.jobs_reply(f"{len(active)} active job(s), {len(recent)} recently ended",
                                  active + [job for _, job in recent], q.positions,
