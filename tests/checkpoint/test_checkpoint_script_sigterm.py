@@ -25,7 +25,9 @@ SCRIPT = textwrap.dedent("""
         # where the checkpoints stood when the script's handler ran
         base = os.environ["BROKER_CHECKPOINT_URI"]
         done = [p for p in os.listdir(base) if p.startswith("step-")] if os.path.isdir(base) else []
-        print("my handler ran; committed:", len(done), flush=True)
+        # one write: the checkpointer's notice, on stderr into the same pipe, came between print's pieces
+        sys.stdout.write(f"my handler ran; committed: {len(done)}\\n")
+        sys.stdout.flush()
         if mode.endswith("_exit"):
             sys.exit(0)
 
