@@ -19,12 +19,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
 from broker.config import Pool, Settings
 from broker.models import Job
+from broker.queue import expected_end
 from broker.spec import SpecError, alternative_sources
 from launchers.base import after_run_seconds
 from launchers.simzones import SimZone
@@ -157,9 +158,16 @@ class Market:
     #: the budget stop before a start weighs, since busy slots come free and a budget does not grow by itself;
     #: empty: ``offers``
     every_offer: tuple[Offer, ...] = ()
+    #: per pool, each job holding slots there: (when it is expected to hand them back, epoch seconds, or ``None`` when
+    #: that cannot be told; how many) — what a reservation for a job kept waiting for several slots is timed by
+    #: (:func:`broker.engine.schedule.schedule`); empty when the market was read without a time
+    slot_ends: Mapping[str, tuple[tuple[float | None, int], ...]] = field(default_factory=dict)
 
 
-def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping[str, bool] | None = None) -> Market:
+def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping[str, bool] | None = None, *,
+           now: float | None = None) -> Market:
+    """What placement decides over; with ``now``, also when the slots each pool's jobs hold come free
+    (``slot_ends``, from :func:`broker.queue.expected_end`)."""
     active_jobs = list(active_jobs)
     held = held_slots(active_jobs)
     offers: list[Offer] = []
@@ -195,8 +203,14 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
         capacity[zone.name] = max(zone.nodes - used.get(zone.name, 0), 0) if up else 0
         if zone.tier == "spot" and up:
             spot_up.add(zone.name)
+    ends: dict[str, list[tuple[float | None, int]]] = {}
+    if now is not None:
+        for job in active_jobs:
+            if job.state.is_active and job.placement.get("tier") == Tier.ONPREM.value and job.slots:
+                ends.setdefault(job.placement.get("location", ""), []).append(
+                    (expected_end(job, now, settings.stop_grace_seconds), len(job.slots)))
     return Market(offers=tuple(offers), free_capacity=capacity, free_slots=free, spot_available=frozenset(spot_up),
-                  every_offer=(*every, *offers[pooled:]))
+                  every_offer=(*every, *offers[pooled:]), slot_ends={k: tuple(v) for k, v in ends.items()})
 
 
 def all_offers(settings: Settings) -> list[Offer]:

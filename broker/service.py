@@ -464,7 +464,7 @@ class BrokerService:
                    JobState.STOPPING)
         jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
         mk = market(self.settings, [j for j in jobs if j.state.is_active],
-                    getattr(self.launcher, "availability", dict)())
+                    getattr(self.launcher, "availability", dict)(), now=now)
         queued = [*(j for j in jobs if j.state is JobState.QUEUED), job]
         ran = [j.id for j in queued if j.attempts]
         attempts = self.store.attempts_of(ran) if ran else {}

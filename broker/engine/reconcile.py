@@ -185,7 +185,7 @@ class Engine:
             del self._limits_written[stale]
         active = [j for j in jobs if j.state.is_active]
         availability = getattr(self.launcher, "availability", dict)()
-        mk = market(self.settings, active, availability)
+        mk = market(self.settings, active, availability, now=now)
         queued_attempts: dict[str, list[Attempt]] = {}
         queued = self._drivable([j for j in jobs if j.state is JobState.QUEUED], read=queued_attempts)
         for job in queued:

@@ -30,7 +30,7 @@ from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
 from broker.models import Attempt, Job
 from broker.offers import Market, after_run, matching_offers, placed_alternative, placement_record, slots_of
-from broker.queue import ordered
+from broker.queue import ordered, work_left_seconds
 from broker.spec import parse
 from pricing.money import fmt, fmt_left
 from pricing.offers import JobRequest, Offer, Tier
@@ -136,6 +136,47 @@ def schedule_now(jobs: Sequence[Job], mk: Market, settings: Settings, launcher, 
                     rerun_seconds=budget_rules.rerun_seconds(grace, tick))
 
 
+@dataclass
+class _Kept:
+    """A pool's slots kept for the first job in the queue that waits for more of them than are free (``job_id``, which
+    needs ``need``): enough come free for it at ``start`` (the jobs holding them expected to end by then), with
+    ``extra`` free then beyond its need. A job behind it takes that pool's free slots only where doing so cannot
+    delay it — it is expected to end by ``start``, or it takes no more than ``extra`` — as a batch scheduler's EASY
+    backfill does: before, a 2-slot job at the head of a 2-slot pool waited for ever behind a stream of 1-slot jobs
+    that each took the slot the other left free, while its start estimate slid on tick after tick."""
+    job_id: str
+    need: int
+    start: float
+    extra: int
+
+
+def _keep_for(job: Job, need: int, free: int, ends: Sequence[tuple[float | None, int]]) -> _Kept | None:
+    """A pool's slots kept for ``job`` (``need`` of them, ``free`` free now), timed by when the jobs holding the
+    rest are expected to hand them back; ``None`` when that cannot be told (a job holding them gives no length): then
+    nothing is kept, and the jobs behind take what is free, as the queue's estimate then says nothing either."""
+    for end, n in sorted((e for e in ends if e[0] is not None), key=lambda e: e[0]):
+        free += n
+        if free >= need:
+            return _Kept(job.id, need, end, free - need)
+    return None
+
+
+def _not_kept(job: Job, request: JobRequest, offers: Sequence[Offer], kept: Mapping[str, _Kept],
+              now: float) -> tuple[list[Offer], dict[str, _Kept]]:
+    """``offers`` less the on-prem shapes whose slots are kept for a job ahead of ``job`` (:class:`_Kept`) and that
+    it may not take without delaying that job; and those reservations, by pool, for its reason."""
+    length = work_left_seconds(job)
+    left, held_back = [], {}
+    for o in offers:
+        k = kept.get(o.location) if o.tier is Tier.ONPREM else None
+        if k is not None and k.job_id != job.id and not (
+                (length is not None and now + length <= k.start) or slots_of(o) * request.num_nodes <= k.extra):
+            held_back[o.location] = k
+            continue
+        left.append(o)
+    return left, held_back
+
+
 def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
              policies: Mapping[str, Policy] | None = None,
              attempts_of: Callable[[str], Sequence[Attempt]] = lambda _id: (),
@@ -160,6 +201,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     offers = list(mk.offers)
     policies = policies or {}
     decisions: list[Place | Wait] = []
+    ends = {pool: list(held) for pool, held in mk.slot_ends.items()}  # and those placed by this pass, as it goes
+    kept: dict[str, _Kept] = {}
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
         if job.launch_retry_at is not None and now < job.launch_retry_at:
             # its last launch was refused for a reason that may pass: not placed again before its backoff ends (its
@@ -169,7 +212,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         request = left_to_run(job, request_of(job))
         need = max(min_run_seconds, rerun_seconds) if rerun_seconds is not None and job.attempts else min_run_seconds
         again = need > min_run_seconds  # held to a minute's run, which pricing's sentences then name
-        mine = offers_for(job, request, offers)
+        mine, held_back = _not_kept(job, request, offers_for(job, request, offers), kept, now)
         blocked = job.blocked_at(now)
         policy = policies.get(job.id)
         note = ""
@@ -201,8 +244,11 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                        budget_left=job.budget - job.spent, min_run_seconds=need, after_run_seconds=after,
                        placed_again=again)
         if isinstance(chosen, NoFit):
-            said = _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
+            said = (_kept_words(held_back, free_slots) if held_back else None) or \
+                _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
+            if job.launch_retry_at is None:
+                _keep_pools(job, request, mk, free_slots, ends, kept, now)
             continue
         offer = chosen.offer
         slots: tuple[int, ...] = ()
@@ -211,6 +257,11 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             k = slots_of(offer) * chosen.num_nodes
             slots = tuple(free_slots[pool][:k])
             free_slots[pool] = free_slots[pool][k:]
+            length = work_left_seconds(job)
+            ends.setdefault(pool, []).append((now + length if length is not None else None, k))
+            if pool in kept and kept[pool].job_id != job.id and not (length is not None
+                                                                      and now + length <= kept[pool].start):
+                kept[pool] = replace(kept[pool], extra=kept[pool].extra - k)  # it took slots beyond the kept job's
             # shapes that no longer fit leave the market; a pool with none left is full
             offers = [o for o in offers if o.tier is not Tier.ONPREM or o.location != pool
                       or slots_of(o) <= len(free_slots[pool])]
@@ -224,6 +275,30 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         decisions.append(Place(job, record, slots,
                                f"placed on {offer.describe()}{note}{chosen.note}"))
     return decisions
+
+
+def _keep_pools(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[str, list[int]],
+                ends: Mapping[str, Sequence[tuple[float | None, int]]], kept: dict[str, _Kept], now: float) -> None:
+    """Keep slots for ``job``, which waits, in each pool it may run in that none is kept in yet and that has fewer
+    slots free than it needs (:class:`_Kept`): the first such job in the queue has the pool kept for it."""
+    shapes = [o for o in placeable(job, request, mk.every_offer or mk.offers, now=now) if o.tier is Tier.ONPREM]
+    for pool in sorted({o.location for o in shapes} - kept.keys()):
+        need = min(slots_of(o) for o in shapes if o.location == pool) * request.num_nodes
+        free = len(free_slots.get(pool, ()))
+        if free < need and (k := _keep_for(job, need, free, ends.get(pool, ()))) is not None:
+            kept[pool] = k
+
+
+def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]]) -> str:
+    """Why a job waits while a pool has free slots it could use: they are kept for a job ahead of it."""
+    said = []
+    for pool, k in sorted(held_back.items()):
+        free = len(free_slots.get(pool, ()))
+        said.append(f"pool {pool} is full for it right now: its {free} free slot{'s' if free != 1 else ''} "
+                    f"{'are' if free != 1 else 'is'} kept for {k.job_id}, ahead of it in the queue and waiting for "
+                    f"{k.need} (a job expected to end before that one starts may still take "
+                    f"{'them' if free != 1 else 'it'})")
+    return "; ".join(said)
 
 
 def _pools_busy(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[str, list[int]],

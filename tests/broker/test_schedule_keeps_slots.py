@@ -1,0 +1,111 @@
+"""A pool's free slots are kept for the first job in the queue that waits for more of them than are free
+(``broker/engine/schedule.py::_Kept``, EASY backfill). Before, a 2-slot job at the head of a 2-slot pool waited for
+ever behind a stream of 1-slot jobs, each taking the slot the other left free; its start estimate slid on at every
+tick. A job behind it still takes a free slot where that cannot delay it: it is expected to end before the kept job
+can start. Pure: the engine's own ``market`` and ``schedule_now`` over jobs committed as the engine leaves them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from broker.auth import Principal
+from broker.engine.schedule import Place, Wait, schedule_now
+from broker.lifecycle import JobState
+from broker.offers import market
+from broker.service import BrokerService
+from broker.store import Change, open_store
+
+CONFIG = """\
+pools:
+  - {name: dgx, slots: 2, accelerator: A100, price_per_slot_hour: '1.00'}
+"""
+VISION = Principal("vision", "vision")
+H = 3600
+
+
+def _set(store, job, **kw):
+    now = store.get_job(job.id)
+    store.commit(Change(job=replace(now, **kw), expected_version=now.version))
+    return store.get_job(job.id)
+
+
+@pytest.fixture
+def pool(make_settings, tmp_path):
+    settings = make_settings(config=CONFIG)
+    store = open_store(f"sqlite://{tmp_path / 'keep.db'}")
+    service = BrokerService(settings, store)
+    now = time.time()
+
+    def submit(gpus: int, **broker):
+        return service.submit(VISION, {"run": "sleep 60", "resources": {"accelerators": f"A100:{gpus}"},
+                                       "broker": {"budget_usd": "50", **broker}})[0]
+
+    def running(**broker):
+        job = submit(1, **broker)
+        return _set(store, job, state=JobState.RUNNING, slots=[0], running_since=now - 600, attempts=1,
+                    reason="running attempt 1",
+                    placement={"tier": "onprem", "cloud": "local", "region": "dgx", "zone": "dgx", "location": "dgx",
+                               "instance_type": "dgx-1slot", "num_nodes": 1, "price_per_hour": 1_000_000})
+
+    def decide():
+        jobs = store.list_jobs(states=["queued", "running"])
+        mk = market(settings, [j for j in jobs if j.state.is_active], now=now)
+        queued = [j for j in jobs if j.state is JobState.QUEUED]
+        return {d.job.id: d for d in schedule_now(queued, mk, settings, None, now=now, policies={},
+                                                  attempts_of=lambda _id: ())}
+
+    try:
+        yield submit, running, decide
+    finally:
+        store.close()
+
+
+def test_a_job_behind_a_waiting_2_slot_job_does_not_take_the_slot_it_waits_for(pool):
+    submit, running, decide = pool
+    running(expected_hours=1)  # ends in 50 min: then both slots are free for `head`
+    head = submit(2, expected_hours=1)
+    longer = submit(1, expected_hours=2)  # would still run when `head` could start
+    unknown = submit(1)  # says no length: it may run past that
+    decided = decide()
+    assert isinstance(decided[head.id], Wait)
+    for job in (longer, unknown):
+        assert isinstance(decided[job.id], Wait), decided[job.id]
+        assert decided[job.id].reason == (
+            f"waiting: pool dgx is full for it right now: its 1 free slot is kept for {head.id}, ahead of it in the "
+            "queue and waiting for 2 (a job expected to end before that one starts may still take it)")
+
+
+def test_a_job_that_ends_before_the_waiting_job_can_start_still_takes_the_free_slot(pool):
+    submit, running, decide = pool
+    running(expected_hours=1)
+    head = submit(2, expected_hours=1)
+    longer = submit(1, expected_hours=2)
+    short = submit(1, expected_hours=0.5)  # done in 30 min, 20 min before `head` can start
+    decided = decide()
+    assert isinstance(decided[head.id], Wait) and isinstance(decided[longer.id], Wait)
+    assert isinstance(decided[short.id], Place) and decided[short.id].slots == (1,)
+
+
+def test_nothing_is_kept_when_the_slots_holder_gives_no_length(pool):
+    """When the waiting job's start cannot be told (the job holding the other slot gives no length), a slot kept for it
+    might stay idle for ever: the job behind takes it, as before (and the queue gives the waiting job no estimate)."""
+    submit, running, decide = pool
+    running()
+    head = submit(2, expected_hours=1)
+    behind = submit(1, expected_hours=2)
+    decided = decide()
+    assert isinstance(decided[head.id], Wait)
+    assert isinstance(decided[behind.id], Place), decided[behind.id]
+
+
+def test_a_job_ahead_of_the_waiting_one_is_not_held_back(pool):
+    submit, running, decide = pool
+    running(expected_hours=1)
+    first = submit(1, expected_hours=3)
+    head = submit(2, expected_hours=1)
+    decided = decide()
+    assert isinstance(decided[first.id], Place)
+    assert isinstance(decided[head.id], Wait)
