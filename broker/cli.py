@@ -168,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--budget", type=_given, action=_Once, help="budget cap in dollars (overrides broker.budget_usd)")
     s.add_argument("--team", type=_given, action=_Once, help="submit for this team (admins; default: your token's team)")
-    s.add_argument("--deadline", type=_deadline, action=_Once, help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00)")
+    s.add_argument("--deadline", type=_deadline, action=_Once, help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00, '2026-12-01 18:00 Europe/Berlin')")
     s.add_argument("--idempotency-key", type=_idempotency_key, action=_Once,
                    help="a retry with the same key returns the first job instead of a second one")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",

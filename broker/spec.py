@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from typing import Any
 
 from broker.workdir import DIGEST_RE, PackError, parse_mount
@@ -1267,6 +1268,8 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
             if d * 86400 + h * 3600 + mi * 60 + s <= 0:  # not "in the past: 03:35Z, and it is 03:35Z now"
                 raise SpecError(where, f"{text} from now is now: give a deadline after now, such as 6h")
             seconds = now + d * 86400 + h * 3600 + mi * 60 + s
+        elif (named := _NAMED_ZONE.fullmatch(text)) is not None:
+            seconds = _in_named_zone(named["time"], named["zone"], where).timestamp()
         else:
             try:
                 moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -1302,10 +1305,34 @@ def _utc_minute(seconds: float) -> str:
         return "before 0001-01-01T00:00Z" if seconds < 0 else "after 9999-12-31T23:59Z"
 
 
+_NAMED_ZONE = re.compile(r"(?P<time>\S+(?:[ T]\S+)?)\s+(?P<zone>UTC|[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)+)")
+"""A local time and the IANA name of its time zone: ``2026-12-07T09:00 Europe/Berlin``, ``2026-12-07 09:00 UTC``."""
+
+
+def _in_named_zone(text: str, zone: str, where: str) -> datetime:
+    """``text`` (an ISO time with no offset) as the wall clock of the IANA time zone ``zone`` reads it, that zone's
+    summer time included (a time its clocks skip or repeat is read as before the change, as :mod:`zoneinfo` does)."""
+    try:
+        tz = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SpecError(where, f"names the time zone {zone!r}, which the broker does not know: give an IANA name "
+                               "such as Europe/Berlin or America/New_York, or the time's offset "
+                               "(2026-12-01T18:00+01:00)") from None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise SpecError(where, f"must be an ISO time before its time zone ({text} {zone} is not: write "
+                               f"2026-12-01T18:00 {zone})") from None
+    if moment.tzinfo is not None:
+        raise SpecError(where, f"gives both an offset and a time zone ({text} {zone}): give one of them")
+    return moment.replace(tzinfo=tz)
+
+
 def _with_zone(moment: datetime, where: str, strict: bool) -> datetime:
     if moment.tzinfo is not None:
         return moment
     if strict:
         text = moment.isoformat(timespec="minutes")
-        raise SpecError(where, f"has no timezone: write {text}Z for UTC, or its offset such as {text}+01:00")
+        raise SpecError(where, f"has no timezone: write {text}Z for UTC, its offset such as {text}+01:00, or its "
+                               f"time zone's name such as '{text} Europe/Berlin'")
     return moment.replace(tzinfo=timezone.utc)

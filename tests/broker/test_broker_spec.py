@@ -1,6 +1,6 @@
 """Reading job specs: any SkyPilot task is accepted; bad fields are named."""
 
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from decimal import Decimal
 
 import pytest
@@ -365,7 +365,34 @@ def test_a_deadline_without_its_unit_or_its_time_says_what_to_add(deadline, said
 def test_a_timezone_less_deadline_says_how_to_write_it():
     with pytest.raises(SpecError) as info:
         parse({"run": "python train.py", "broker": {"deadline": "2026-09-28T18:00"}}, now=NOW)
-    assert info.value.reason == "has no timezone: write 2026-09-28T18:00Z for UTC, or its offset such as 2026-09-28T18:00+01:00"
+    assert info.value.reason == ("has no timezone: write 2026-09-28T18:00Z for UTC, its offset such as "
+                                 "2026-09-28T18:00+01:00, or its time zone's name such as '2026-09-28T18:00 Europe/Berlin'")
+
+
+@pytest.mark.parametrize("deadline, utc", [
+    pytest.param("2026-09-28T18:00 Europe/Berlin", "2026-09-28T16:00Z", id="Berlin in summer time is UTC+2"),
+    pytest.param("2026-11-28 18:00 Europe/Berlin", "2026-11-28T17:00Z", id="and UTC+1 in winter, a space as well"),
+    pytest.param("2026-09-28T18:00 America/New_York", "2026-09-28T22:00Z", id="New York in summer time"),
+    pytest.param("2026-09-28T18:00 UTC", "2026-09-28T18:00Z", id="UTC by name"),
+])
+def test_a_deadline_in_a_named_time_zone_is_read_on_that_zones_clock(deadline, utc):
+    """"2026-09-28T18:00 Europe/Berlin" was refused with the generic message: a user had to work out the offset,
+    and the summer-time one at that."""
+    job = parse({"run": "x", "broker": {"deadline": deadline}}, now=NOW)
+    assert datetime.fromtimestamp(job.broker.deadline, timezone.utc).strftime("%Y-%m-%dT%H:%MZ") == utc
+
+
+@pytest.mark.parametrize("deadline, said", [
+    pytest.param("2026-09-28T18:00 Mars/Olympus", "names the time zone 'Mars/Olympus', which the broker does not know",
+                 id="an unknown zone is named"),
+    pytest.param("2026-09-28T18:00+01:00 Europe/Berlin", "gives both an offset and a time zone",
+                 id="an offset and a zone: which one is meant cannot be told"),
+    pytest.param("tomorrow Europe/Berlin", "must be an ISO time before its time zone", id="a zone after no time"),
+])
+def test_a_named_zone_deadline_that_cannot_be_read_says_why(deadline, said):
+    with pytest.raises(SpecError) as info:
+        parse({"run": "x", "broker": {"deadline": deadline}}, now=NOW)
+    assert info.value.field == "broker.deadline" and info.value.reason.startswith(said), info.value.reason
 
 
 @pytest.mark.parametrize("deadline, epoch", [
