@@ -857,7 +857,7 @@ def cmd_submit(args) -> int:
         else:
             quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
             con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}: "
-                      f"budget {job['budget']['usd']}, estimate {quote}{_budget_lasts(job)}")
+                      f"budget {job['budget']['usd']}{_deadline_said(job)}, estimate {quote}{_budget_lasts(job)}")
             if not args.wait:  # --wait says where it stands as it changes
                 _say_behind(con, client, job["id"])
         if args.wait:
@@ -869,6 +869,24 @@ def cmd_submit(args) -> int:
             _show_job(con, final)
             return 0 if final["state"] == "succeeded" else JOB_NOT_SUCCEEDED
     return 0
+
+
+def _deadline_said(view: dict) -> str:
+    """``, deadline 2026-12-07 08:00Z (in 16.0 h)`` for a job (or a dry run) with a deadline: the moment the broker
+    read, in UTC and from now, so that a misread unit or time zone shows at submit rather than when the job is late.
+    The deadline went unsaid at submit and in the dry run."""
+    from datetime import datetime
+
+    from broker.views import duration
+
+    given = view.get("deadline")
+    if not given:
+        return ""
+    try:
+        when = datetime.fromisoformat(given.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return f", deadline {given}"
+    return f", deadline {time.strftime('%Y-%m-%d %H:%MZ', time.gmtime(when))} (in {duration(max(when - time.time(), 0))})"
 
 
 def _say_overridden(task: dict, args) -> None:
@@ -934,8 +952,8 @@ def _submit_dry_run(task: dict, client, args) -> int:
         con.print(f"already submitted with this idempotency key: [bold]{run['existing_job']}[/] ({run['name']}); a "
                   "submit would answer with it and queue nothing new", highlight=False)
     quote = "; ".join(f"{t['tier']} {t['text']}" for t in (run.get("quote") or {}).get("tiers", []))
-    con.print(f"would queue {run['name']} for team {run['team']}: budget {run['budget']['usd']}, "
-              f"estimate {quote}{_budget_lasts(run)}", highlight=False)
+    con.print(f"would queue {run['name']} for team {run['team']}: budget {run['budget']['usd']}"
+              f"{_deadline_said(run)}, estimate {quote}{_budget_lasts(run)}", highlight=False)
     covers = run.get("budget_covers")
     if run.get("estimate") and covers:
         said = ", ".join(TIER_WORDS.get(t, t) for t, ok in covers.items() if ok)

@@ -1202,3 +1202,19 @@ def _minute_z(iso: str) -> str:
 
     when = datetime.fromisoformat(iso.replace("Z", "+00:00")) + timedelta(seconds=30)
     return when.strftime("%H:%M") + "Z"
+
+
+def test_a_submit_and_its_dry_run_say_the_deadline_the_broker_read(cli):
+    """The deadline went unsaid at submit and in the dry run: a misread unit or time zone showed only when the job
+    ran late. Both now say it in UTC and from now."""
+    run, tmp = cli
+    task = tmp / "due.yaml"
+    task.write_text("name: due\nresources: {cpus: 1}\nrun: sleep 600\n")
+    when = datetime.now(timezone.utc) + timedelta(days=2)
+    berlin = when.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Berlin")).strftime("%Y-%m-%d %H:%M")
+    utc = when.strftime("%Y-%m-%d %H:%MZ")
+    out = run("submit", str(task), "--budget", "5", "--deadline", f"{berlin} Europe/Berlin", "--dry-run").stdout
+    assert f"budget $5.00, deadline {utc} (in 47." in out, out
+    out = run("submit", str(task), "--budget", "5", "--deadline", "6h").stdout
+    assert re.search(r"budget \$5\.00, deadline \d{4}-\d\d-\d\d \d\d:\d\dZ \(in 5\.9 h\), estimate", out), out
+    assert "deadline" not in run("submit", str(task), "--budget", "5").stdout
