@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,13 @@ def esc(text: object) -> str:
     """Text from a job, a user or a log, made literal in mrkdwn: Slack's three escapes (``&``, ``<``, ``>``), so
     ``<!channel>`` or ``<https://evil|click>`` in a job's output reads as written and neither pings nor links."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def local_time(epoch: float) -> str:
+    """A moment as Slack shows it to each reader, on their own clock (its ``<!date^…>`` token: "Tomorrow 09:00"),
+    with the UTC minute as the text a client that cannot render it shows (a notification's preview)."""
+    fallback = time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(epoch))
+    return f"<!date^{int(epoch)}^{{date_short_pretty}} {{time}}|{fallback}>"
 
 
 def shorten(text: str, limit: int) -> str:

@@ -343,9 +343,11 @@ class Dispatcher:
         tiers = (job.quote or {}).get("tiers") or []
         est = f" · cheapest: {tiers[0]['tier']} {tiers[0]['text']}" if tiers else ""
         verb = "Submitted" if created else "Already submitted"
+        # the moment the broker read, on the reader's own clock: a misread unit or time zone shows now, not when late
+        due = f" · due {blocks.local_time(job.deadline)}" if job.deadline is not None else ""
         return Reply(f"{verb} {job.id}", [
             blocks.section(f":inbox_tray: {verb} *{esc(job.name)}* `{job.id}` for team {esc(job.team)} — budget "
-                           f"{fmt_limit(job.budget)}{esc(est)}" + _queue_words(pos)),
+                           f"{fmt_limit(job.budget)}{due}{esc(est)}" + _queue_words(pos)),
             *([blocks.context(esc(f"{'; '.join(overridden)}."))] if overridden else []),
             blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
                            f"channel."),

@@ -227,6 +227,17 @@ def test_submit_reads_a_deadline_as_the_cli_and_the_api_do(slack, store):
     assert r.status_code == 200 and "Submitted" in text_of(r.json()), text_of(r.json())
     job = next(j for j in store.list_jobs() if j.name == "soon")
     assert before + 45 * 60 <= job.deadline <= time.time() + 45 * 60
+    # the moment read is said back, on each reader's own clock, the UTC minute for a client that cannot show that
+    due = time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(job.deadline))
+    assert f" · due <!date^{int(job.deadline)}^{{date_short_pretty}} {{time}}|{due}>" in text_of(r.json())
+
+
+def test_submit_reads_a_deadline_in_a_named_time_zone(slack, store):
+    day = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 2 * 86400))
+    r = command(slack, f'submit budget=$4 deadline="{day} 09:00 Asia/Tokyo"\nname: tokyo\nrun: echo hi')
+    assert "Submitted" in text_of(r.json()), text_of(r.json())
+    job = next(j for j in store.list_jobs() if j.name == "tokyo")
+    assert time.strftime("%Y-%m-%d %H:%M", time.gmtime(job.deadline + 9 * 3600)) == f"{day} 09:00"  # Tokyo: UTC+9
 
 
 def test_submit_from_a_url_replies_later_through_response_url(slack, store, stub):
