@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import secrets
 import tempfile
 import time
@@ -237,6 +238,10 @@ def _ended(job: Job, so: str) -> str:
 
 def new_job_id() -> str:
     return "j-" + secrets.token_hex(5)
+
+
+_JOB_ID_FORM = re.compile(r"j-[0-9a-f]+")
+"""The form of the broker's job ids (:func:`new_job_id`): a checkpoint base under the root by that name is a job's."""
 
 
 class BrokerService:
@@ -498,10 +503,15 @@ class BrokerService:
         if given.startswith(root.rstrip("/") + "/"):
             first = given[len(root.rstrip("/")) + 1:].split("/", 1)[0]
             other = self.store.get_job(first)
-            if other is not None and other.team != team:
-                raise Invalid("broker.checkpoint", f"{base!r} is inside the checkpoint base of a job of another team: "
-                                                   "leave broker.checkpoint out, or name a base of your own",
-                              status=403)
+            # a name of the broker's job ids that is no job of the team's is refused whether or not the job exists:
+            # refused only where it existed, the answer told a team which other teams' job ids there were (and a
+            # name of that form taken now could be a later job's own base)
+            if (other is not None and other.team != team) or (other is None and _JOB_ID_FORM.fullmatch(first)):
+                raise Invalid("broker.checkpoint", f"{base!r} is inside the checkpoint base of a job of another team "
+                                                   "or of no job: under the broker's checkpoint root, a team names "
+                                                   "the base of one of its own jobs, or a name not of the job-id "
+                                                   "form (j-…); leave broker.checkpoint out, or name a base of your "
+                                                   "own", status=403)
         elif given.startswith("file://"):
             raise Invalid("broker.checkpoint", f"{base!r} is a path on the broker's host outside its checkpoint root "
                                                f"({self.settings.checkpoint_root}), which only an admin's submit may "

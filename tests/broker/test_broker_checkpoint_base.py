@@ -119,6 +119,8 @@ def test_a_teams_base_is_its_own_not_the_root_another_teams_job_or_a_host_path(s
         (root + "/", "is the broker's checkpoint root"),
         ("/etc", "a path on the broker's host outside its checkpoint root"),
         ("file:///tmp/x", "a path on the broker's host outside its checkpoint root"),
+        # no such job: refused the same, so that the answer does not tell which of another team's job ids exist
+        (root + "/j-0123456789", "inside the checkpoint base of a job of another team or of no job"),
     ]:
         r = client.post("/v1/jobs", json=task(base), headers=VISION)
         assert r.status_code == 403 and r.json()["field"] == "broker.checkpoint", (base, r.text)
@@ -132,3 +134,4 @@ def test_a_teams_base_is_its_own_not_the_root_another_teams_job_or_a_host_path(s
     # an admin is not held to it
     r = client.post("/v1/jobs", json=task(theirs["checkpoint_uri"], team="vision"), headers=ADMIN_H)
     assert r.status_code == 201, r.text
+
