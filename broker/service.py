@@ -24,11 +24,11 @@ from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
 from broker.engine.budget import attempt_limit, reserve_seconds
-from broker.engine.schedule import Place, Wait, left_to_run, placeable, request_of, schedule_now
+from broker.engine.schedule import SPOT_WAIT, Place, Wait, left_to_run, placeable, request_of, schedule_now
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
-from broker.queue import Waits, positions, waits
+from broker.queue import Waits, positions, waits, work_left_seconds
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
@@ -36,7 +36,7 @@ from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecErro
                          checkpoint_base, checkpoint_uri_problem, host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, month_of, refusal, team_month
-from broker.views import holders_words
+from broker.views import holders_words, minute
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit
@@ -685,7 +685,8 @@ class BrokerService:
     def queue_waits(self, principal: Principal | None = None, *, of: Sequence[Job] | None = None) -> QueueWaits:
         """:meth:`queue`, and for each queued job waiting for capacity that gets no estimate because what it needs
         is held until ends nobody can tell, what it waits for in words (``waiting``, for
-        :func:`broker.views.job_view`): its estimate vanished unsaid while a job ran past its expected length.
+        :func:`broker.views.job_view`): its estimate vanished unsaid while a job ran past its expected length; and for
+        one its spot policy keeps waiting for spot with a deadline, by when it moves off (:meth:`_spot_latest`).
         Said to ``principal`` (a team's member: other teams' jobs are not named to it; an admin or None: all are).
         ``of``: the jobs a view shows; when none of them is queued, the queue is not worked out (nothing of it is
         shown), and the answer is empty — reading a running or ended job read and weighed every active job, a
@@ -696,8 +697,29 @@ class BrokerService:
         team = None if principal is None or principal.admin else principal.team or ""
         waiting = {job_id: words for job_id, holders in found.holders.items()
                    if (words := holders_words(holders, team)) is not None}
+        now = self.clock()
+        for job in jobs:
+            if job.state is JobState.QUEUED and job.id not in waiting and (words := self._spot_latest(job, now)):
+                waiting[job.id] = words
         return QueueWaits(positions_, found.starts, waiting,
                           {j.id: j for j in jobs if j.state is JobState.QUEUED})
+
+    def _spot_latest(self, job: Job, now: float) -> str | None:
+        """For a queued job with a deadline that its spot policy keeps waiting for spot: roughly when, if spot does
+        not come, its safety net moves it to the reliable tier to meet the deadline — its deadline less its work left,
+        a changeover and a tick (:func:`pricing.deadline.is_safe`; the changeover the job measured may differ).
+        Such a job gets no start estimate, and "waits for spot" alone left its user to guess whether it would start
+        in time."""
+        if job.deadline is None or not job.reason.startswith(SPOT_WAIT):
+            return None
+        work = work_left_seconds(job)
+        if work is None:
+            return None
+        latest = job.deadline - work - self.settings.changeover_seconds - self.settings.tick_seconds
+        if latest <= now:
+            return None
+        return f"if spot does not come, it moves to on-demand (or a free pool) by about {minute(latest)} to meet its " \
+               "deadline"
 
     def _waits(self, extra: Sequence[Job] = ()) -> tuple[list[Job], dict[str, int], Waits]:
         """``extra``: jobs not stored counted as queued too (a dry run's: :meth:`submit_dry_run`)."""

@@ -96,7 +96,7 @@ NAMED_HOLDERS = 3
 """How many jobs holding what a queued job waits for its reason names (then "and N more")."""
 
 
-def _minute(t: float) -> str:
+def minute(t: float) -> str:
     """A time to the nearest minute, UTC, of its whole second: as ``broker queue``'s ``starts ~`` column reads the
     ``estimated_start`` (``broker.cli._short_time`` of :func:`iso`), so that the reason beside it names the same
     minute (it rounded the start up, and read "06:06Z" beside "starts ~ 06:05Z")."""
@@ -114,7 +114,7 @@ def _start_and_deadline(start: float, deadline: float) -> tuple[str, str]:
     would not tell them apart or would put them in the wrong order. The start rounded up and the deadline down read
     "estimated to start at 06:06Z, too late for its deadline at 06:06Z" beside a column's "starts ~ 06:05Z" and a
     status's 06:05:28Z."""
-    shown = _minute(start), time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(math.floor(deadline) // 60 * 60))
+    shown = minute(start), time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(math.floor(deadline) // 60 * 60))
     if shown[0] == shown[1] or (shown[0] < shown[1]) != (start <= deadline) or start // 60 == deadline // 60:
         return _second(start), _second(deadline)
     return shown

@@ -39,6 +39,10 @@ from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
 
+SPOT_WAIT = "waiting: the spot policy waits for spot capacity"
+"""How the reason of a queued job its spot policy keeps waiting for spot begins."""
+
+
 @dataclass(frozen=True)
 class Place:
     job: Job
@@ -223,7 +227,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 d = policy_decide(policy, inp)
                 note = f" ({d.reason})" if d.reason else ""
                 if d.action is Action.WAIT:
-                    decisions.append(Wait(job, f"waiting: the spot policy waits for spot capacity{note}"
+                    decisions.append(Wait(job, f"{SPOT_WAIT}{note}"
                                                f"{_blocked_note(mine, blocked, job, mk.spot_available)}"))
                     continue
                 tier = ACTION_TIER[d.action]

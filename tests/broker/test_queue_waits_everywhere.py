@@ -193,3 +193,31 @@ def test_the_queue_is_worked_out_only_for_a_view_that_shows_a_queued_job(world, 
         listed = {j["id"]: j for j in client.get("/v1/jobs", headers=auth).json()["jobs"]}
         assert listed[late]["queue_position"] == 2 and listed[busy]["queue_position"] is None
         assert len(worked) == 2
+
+
+def test_a_job_waiting_for_spot_with_a_deadline_is_told_by_when_it_moves_off_spot(make_settings, tmp_path):
+    """A job its spot policy keeps waiting for spot gets no start estimate; "waits for spot capacity" alone left its
+    user to guess whether it would start in time. Its reason now says by when, if spot does not come, the safety net
+    moves it to the reliable tier: its deadline less its work, a changeover and a tick."""
+    from broker.api.app import create_app
+    from broker.views import minute
+
+    settings = make_settings(config="pools: []\nzones:\n  - {name: sim-a, tier: spot, instance_type: g5.xlarge, "
+                                    "nodes: 1}\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge, nodes: 1}\n")
+    store = open_store(f"sqlite://{tmp_path / 'spot.db'}")
+    service = BrokerService(settings, store)
+    job = service.submit(VISION, {"run": "sleep 60", "resources": {"accelerators": "A10G:1"},
+                                  "broker": {"budget_usd": "50", "expected_hours": 2, "deadline": "10h"}})[0]
+    job = _set(store, job, reason="waiting: the spot policy waits for spot capacity (plan: wait for spot)")
+    plain = service.submit(VISION, {"run": "sleep 60", "resources": {"accelerators": "A10G:1"},
+                                    "broker": {"budget_usd": "50", "expected_hours": 2}})[0]
+    plain = _set(store, plain, reason="waiting: the spot policy waits for spot capacity (plan: wait for spot)")
+    latest = job.deadline - 2 * H - settings.changeover_seconds - settings.tick_seconds
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with TestClient(create_app(settings, store=store, engine=False)) as client:
+        said = client.get(f"/v1/jobs/{job.id}", headers=auth).json()["reason"]
+        assert said == ("waiting: the spot policy waits for spot capacity (plan: wait for spot); if spot does not "
+                        f"come, it moves to on-demand (or a free pool) by about {minute(latest)} to meet its deadline")
+        # no deadline: nothing to move off spot for
+        assert client.get(f"/v1/jobs/{plain.id}", headers=auth).json()["reason"] == plain.reason
+    store.close()
