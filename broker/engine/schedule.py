@@ -169,6 +169,8 @@ def _not_kept(job: Job, request: JobRequest, offers: Sequence[Offer], kept: Mapp
               now: float) -> tuple[list[Offer], dict[str, _Kept]]:
     """``offers`` less the on-prem shapes whose slots are kept for a job ahead of ``job`` (:class:`_Kept`) and that
     it may not take without delaying that job; and those reservations, by pool, for its reason."""
+    if not kept:
+        return list(offers), {}
     length = work_left_seconds(job)
     left, held_back = [], {}
     for o in offers:
@@ -207,6 +209,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     decisions: list[Place | Wait] = []
     ends = {pool: list(held) for pool, held in mk.slot_ends.items()}  # and those placed by this pass, as it goes
     kept: dict[str, _Kept] = {}
+    pools = {o.location for o in mk.every_offer or mk.offers if o.tier is Tier.ONPREM}  # none left to keep: skipped
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
         if job.launch_retry_at is not None and now < job.launch_retry_at:
             # its last launch was refused for a reason that may pass: not placed again before its backoff ends (its
@@ -251,7 +254,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             said = (_kept_words(held_back, free_slots) if held_back else None) or \
                 _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
-            if job.launch_retry_at is None:
+            if job.launch_retry_at is None and not kept.keys() >= pools:
                 _keep_pools(job, request, mk, free_slots, ends, kept, now)
             continue
         offer = chosen.offer
