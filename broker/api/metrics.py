@@ -114,6 +114,8 @@ class StoreCollector:
     """
 
     SKEW_S = 300.0
+    PAGE = 1000
+    """Jobs read (with their attempts) at a time."""
     SETTLE_TRIES = 5
     """Reads of the pruned totals a scrape makes at most, each time a prune lands in between; after that it leaves
     the counters out (a gap in the series) rather than report a sum that could fall at the next."""
@@ -147,10 +149,18 @@ class StoreCollector:
         with self._lock:  # one refresh at a time; scrapes are rare
             now = self.clock()
             since = None if self._read_at is None else self._read_at - self.SKEW_S
-            jobs = store.list_jobs(limit=10**9, active_since=since)
-            attempts = store.attempts_of([j.id for j in jobs])
-            for j in jobs:
-                self._figures[j.id] = _figures(j, attempts[j.id])
+            # a page at a time: read whole, the first scrape of a store of 50,000 jobs held every job and attempt at
+            # once (about 1 GB more, kept by the process after), where only their figures are kept
+            before = None
+            while True:
+                jobs = store.list_jobs(limit=self.PAGE, active_since=since, before=before)
+                attempts = store.attempts_of([j.id for j in jobs]) if jobs else {}
+                for j in jobs:
+                    self._figures[j.id] = _figures(j, attempts[j.id])
+                if len(jobs) < self.PAGE:
+                    break
+                before = (jobs[-1].submitted_at, jobs[-1].id)
+                del jobs, attempts
             self._read_at = now
             pruned = self._settle(store)
             return list(self._figures.values()), pruned
