@@ -12,6 +12,7 @@ which Slack never sends, is a 400 and nothing is done (:func:`slack_form`). Setu
 
 # no `from __future__ import annotations`: FastAPI must see the real types of local aliases
 
+import asyncio
 import json
 import logging
 import threading
@@ -32,6 +33,10 @@ from broker.slack.dispatch import Deferred, Dispatcher
 from broker.slack.notify import Notifier
 
 log = logging.getLogger("broker.slack")
+
+INLINE_SECONDS = 2.0
+"""How long a slash command may work before its answer goes to ``response_url`` instead (Slack waits 3 s for the
+HTTP answer, the network included)."""
 
 
 class Replays:
@@ -147,6 +152,18 @@ def router(service, settings: Settings) -> APIRouter:
                 if exc.permanent:
                     return
 
+    async def finish_later(work: "asyncio.Future", url: str, kept: str | None) -> None:
+        """Post the answer of a command acknowledged before it was done (:data:`INLINE_SECONDS`)."""
+        try:
+            outcome = await work
+            reply = await run_in_threadpool(outcome.work) if isinstance(outcome, Deferred) else outcome
+        except Exception as exc:  # the answer was sent: Slack will not retry, so the user is told
+            log.warning("slack command failed after it was acknowledged: %s", exc, exc_info=True)
+            if kept:
+                replays.forget(kept)
+            reply = error("That command failed on the broker (its log says why); try it again.")
+        await run_in_threadpool(respond_later, url, reply)
+
     @r.post("/slack/commands", include_in_schema=False)
     async def commands(request: Request, background: BackgroundTasks) -> Response:
         body = await verified(request)
@@ -175,14 +192,21 @@ def router(service, settings: Settings) -> APIRouter:
         kept = trigger if trigger and cmd.name != "submit" and cmd.name not in READ_ONLY else None
         if kept and not replays.first(kept):
             return JSONResponse(Reply(RETRIED.format(command=cfg.command)).payload())
+        url = form.get("response_url")
+        work = asyncio.ensure_future(run_in_threadpool(dispatcher.command, cmd, who, trigger_id=trigger))
+        # Slack gives up on an answer after 3 s ("operation_timeout"): a command still at work past INLINE_SECONDS (a
+        # cost report over a large store, a status read at scale) is acknowledged, and its answer posted when done
+        done, _ = await asyncio.wait({work}, timeout=INLINE_SECONDS if url else None)
+        if not done:
+            background.add_task(finish_later, work, url, kept)
+            return JSONResponse(Reply(f":hourglass: Working on `{cmd.name}`… the answer follows here.").payload())
         try:
-            outcome = await run_in_threadpool(dispatcher.command, cmd, who, trigger_id=trigger)
+            outcome = work.result()
         except BaseException:  # the store down (a 503), a bug (a 500): Slack's retry of it runs
             if kept:
                 replays.forget(kept)
             raise
         if isinstance(outcome, Deferred):
-            url = form.get("response_url")
             if url:
                 background.add_task(lambda: respond_later(url, outcome.work()))
             return JSONResponse(outcome.ack.payload())

@@ -1064,3 +1064,41 @@ def test_an_admins_status_of_several_teams_says_whose_each_job_is(slack):
     assert "`j-a1` (team-a)" in admin and "`j-b1` (team-b)" in admin, admin
     own = text_of(command(slack, "status").json())
     assert "`j-a1`" in own and "(team-a)" not in own, own
+
+
+def test_a_command_still_at_work_near_slacks_timeout_answers_through_response_url(slack, stub, monkeypatch):
+    """Slack gives up on an answer after 3 s. `costs` over a large store took up to 1.9 s, and `status` more at
+    scale; past the edge's inline time, a command is acknowledged and its answer posted to response_url when done.
+    Here the inline time is made short and `costs` slow, rather than the store large."""
+    from broker.api import slack as edge
+    from broker.slack.dispatch import Dispatcher
+
+    real = Dispatcher._cmd_costs
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.5)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(edge, "INLINE_SECONDS", 0.1)
+    monkeypatch.setattr(Dispatcher, "_cmd_costs", slow)
+    r = command(slack, "costs", response_url=stub.url + "/respond/slow")
+    assert r.status_code == 200 and r.json()["text"] == ":hourglass: Working on `costs`… the answer follows here."
+    (later,) = stub.wait_for("/respond/slow")
+    assert later["replace_original"] is False and "Spend" in text_of(later), text_of(later)
+    # with no response_url to post to, the answer waits for the command, as before
+    assert "Spend" in text_of(command(slack, "costs").json())
+
+
+def test_a_command_that_fails_after_it_was_acknowledged_says_so_through_response_url(slack, stub, monkeypatch):
+    from broker.api import slack as edge
+    from broker.slack.dispatch import Dispatcher
+
+    def broken(self, *args, **kwargs):
+        time.sleep(0.3)
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(edge, "INLINE_SECONDS", 0.05)
+    monkeypatch.setattr(Dispatcher, "_cmd_queue", broken)
+    assert "Working on `queue`" in command(slack, "queue", response_url=stub.url + "/respond/broken").json()["text"]
+    (later,) = stub.wait_for("/respond/broken")
+    assert "That command failed on the broker" in text_of(later)
