@@ -1395,12 +1395,17 @@ def cmd_status(args) -> int:
         return 0
     from rich.text import Text
 
+    # a deadline column only where a job not ended has one: an ended job's deadline is history
+    due = any(j.get("deadline") and j["state"] in LIVE_STATES for j in jobs)
     rows = [[j["id"], j["name"], j["team"], Text(j["state"], style=STATE_STYLE.get(j["state"], "white")),
-             str(j["queue_position"] or ""), _short_time(j.get("estimated_start")), *_spent_of(j), _reason_cell(j)]
+             str(j["queue_position"] or ""), _short_time(j.get("estimated_start")),
+             *([_short_time(j.get("deadline")) if j["state"] in LIVE_STATES else ""] if due else []),
+             *_spent_of(j), _reason_cell(j)]
             for j in jobs]
     _print_table(_console(), [("id", "whole"), "name", "team", ("state", "whole"), ("queue", "whole"),
-                              ("starts ~", "whole"), ("spent", "whole"), ("budget", "whole"), "reason"], rows,
-                 drop=("starts ~", "queue", "team", "budget"))
+                              ("starts ~", "whole"), *([("due", "whole")] if due else []), ("spent", "whole"),
+                              ("budget", "whole"), "reason"], rows,
+                 drop=("due", "starts ~", "queue", "team", "budget"))
     return 0
 
 
@@ -1457,10 +1462,12 @@ def cmd_queue(args) -> int:
     if not jobs:
         print("Nothing is waiting.")
         return 0
+    due = any(j.get("deadline") for j in jobs)  # a column of its own only where a job has a deadline
     rows = [[str(j["queue_position"] or ""), j["id"], j["name"], j["team"], _short_time(j.get("estimated_start")),
-             j["budget"]["usd"], j["reason"]] for j in jobs]
+             *([_short_time(j.get("deadline"))] if due else []), j["budget"]["usd"], j["reason"]] for j in jobs]
     _print_table(_console(), [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
-                              ("budget", "whole"), "waiting because"], rows, drop=("team", "budget"))
+                              *([("due", "whole")] if due else []), ("budget", "whole"), "waiting because"], rows,
+                 drop=("team", "budget", "due"))
     if not whole:
         print(f"More jobs wait than the broker lists at once ({MAX_JOBS_LISTED}): those submitted first are not shown.")
     return 0

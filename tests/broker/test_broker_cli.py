@@ -1218,3 +1218,17 @@ def test_a_submit_and_its_dry_run_say_the_deadline_the_broker_read(cli):
     out = run("submit", str(task), "--budget", "5", "--deadline", "6h").stdout
     assert re.search(r"budget \$5\.00, deadline \d{4}-\d\d-\d\d \d\d:\d\dZ \(in 5\.9 h\), estimate", out), out
     assert "deadline" not in run("submit", str(task), "--budget", "5").stdout
+
+
+def test_status_shows_a_due_column_where_a_job_not_ended_has_a_deadline(cli):
+    run, tmp = cli
+    task = tmp / "due.yaml"
+    task.write_text("name: train\nresources: {cpus: 1}\nrun: sleep 600\n")
+    run("submit", str(task), "--budget", "5")
+    header = run("status").stdout.splitlines()[0]
+    assert " due " not in f" {header} ", header  # no job has a deadline: no column
+    job = json.loads(run("--json", "submit", str(task), "--budget", "5", "--deadline", "6h").stdout)
+    out = run("status").stdout
+    assert " due " in f" {out.splitlines()[0]} ", out
+    due = datetime.fromisoformat(job["deadline"].replace("Z", "+00:00")) + timedelta(seconds=30)
+    assert due.strftime("%H:%MZ") in next(line for line in out.splitlines() if job["id"] in line), out
