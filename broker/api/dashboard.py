@@ -87,6 +87,7 @@ def router(service, settings: Settings) -> APIRouter:
         for row in body["queue"]:
             if (job := q.queued.get(row["id"])) is not None:
                 row["reason"] = shown_reason(job, q.starts.get(job.id), q.waiting.get(job.id))
+                row["deadline"] = iso(job.deadline)
         body["failures"] = _failures(history.jobs, win)
         body["teams"] = _teams(history.jobs) if caller.admin else [caller.team]
         body["monthly_caps"] = service.monthly_caps(scope, now)  # this month's, whatever the window

@@ -294,6 +294,7 @@ class QueuedJob(BaseModel):
     estimated_start: str | None = Field(description=ESTIMATED_START)
     priority: int
     reason: str | None = Field(description=REASON)
+    deadline: str | None = Field(None, description="when it must be done (ISO, UTC), if it has a deadline")
     waiting_seconds: int = Field(description="since the job last entered the queue (its submit, its resume, or its "
                                              "requeue after a run): a job resumed days after its submit has waited "
                                              "since its resume")

@@ -130,6 +130,25 @@ def test_the_queue_says_roughly_when_a_waiting_job_starts(server, store, seeded)
     assert cells[0] == "1" and "j-a3" in cells[1] and cells[2] == expected and "full" in cells[3]
 
 
+def test_the_queue_says_a_waiting_jobs_deadline_beside_its_start(server, store, seeded):
+    """The deadline went unshown in the dashboard's queue: a job starting too late for it read the same as any."""
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    start = world.wait_behind_a_running_job(store, seeded)
+    a3 = store.get_job("j-a3")
+    store.commit(Change(job=replace(a3, deadline=float(int(start + 7200))), expected_version=a3.version))
+    shown = (datetime.fromtimestamp(start, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") + " · due "
+             + datetime.fromtimestamp(int(start + 7200), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{server}/dashboard#token={world.TOKENS['team-a']}")
+        page.wait_for_selector("#queue tbody tr td:nth-child(3)")
+        cells = page.locator("#queue tbody tr").first.locator("td").all_text_contents()
+    assert cells[2] == shown, cells
+
+
 def _offline(page, server: str, outside: list[tuple[str, str]]) -> None:
     """Let the page reach the broker only, as on a host with no internet: every other request fails."""
     def route(r):

@@ -288,8 +288,10 @@ function render(r) {
       { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1, wrap: 1 }],
       () => openJob(b.id));
   }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
+  // a deadline beside the start it must follow: "due" only where the job has one
   fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, jobCell(q.name, q.id),
-    q.estimated_start ? utc(q.estimated_start) : "–", { text: q.reason || "", clip: 1 }],
+    (q.estimated_start ? utc(q.estimated_start) : "–") + (q.deadline ? " · due " + utc(q.deadline) : ""),
+    { text: q.reason || "", clip: 1 }],
     () => openJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
   fill("top", r.top_jobs.map((j) => row([jobCell(j.name, j.id), j.team, j.state, { text: j.spent.usd, num: 1 },
     { text: savingCell(j.saving, j.saving_percent), num: 1, wrap: 1 }], () => openJob(j.id))), "No spend in this period.");
