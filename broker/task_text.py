@@ -261,6 +261,9 @@ class _Nodes:
                             raise SpecError(_field((*path, name)), f"is given twice in the same mapping (line "
                                                                    f"{key.start_mark.line + 1}): give it once")
                         seen.add(name)
+                    if path in (("envs",), ("secrets",)) and isinstance(value, yaml.ScalarNode) \
+                            and value.tag in (_INT, _BOOL):  # a value, not its name
+                        _env_not_misread(value.value, value.tag, (*path, name))
                     size += self._size(key, (*path, name), open_) + self._size(value, (*path, name), open_)
                     if size > self.max_bytes * 4:  # far past any limit: stop before walking the rest
                         break
@@ -361,6 +364,28 @@ def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
                                           f"quote it ('{text}') to give the text as written, or write the number "
                                           f"meant without a leading zero ({sign}{int(digits)} for ten-based, "
                                           f"{sign}{int(digits, 8)} for the octal reading)")
+
+
+_HEX_OR_BINARY = re.compile(r"^[-+]?0[xXbB][0-9a-fA-F_]+$")
+
+
+def _env_not_misread(text: str, tag: str, path: tuple) -> None:
+    """Refuse an unquoted environment value (``envs``, ``secrets``) that YAML 1.1 reads as another: ``0x1F`` is the
+    number 31 and ``0b101`` is 5, so the job's variable held "31" or "5"; ``yes``, ``no``, ``on`` and ``off`` are
+    booleans, so it held "True" or "False" — a token or a flag silently not what was written (SkyPilot reads its
+    tasks the same way). ``true`` and ``false`` are left as YAML reads them. A secret's value is not echoed."""
+    if tag == _INT and _HEX_OR_BINARY.match(text) and len(text) <= 66:  # (longer: refused for its digits later)
+        read = str(yaml.load(text, Loader=_Loader))
+    elif tag == _BOOL and text.lower() not in ("true", "false"):
+        read = str(yaml.load(text, Loader=_Loader))
+    else:
+        return
+    if path[0] == "secrets":
+        raise SpecError(_field(path), f"is a value YAML reads as another one ({_NOT_SHOWN}): quote it to give the text "
+                                      "as written")
+    what = "number" if tag == _INT else "boolean"
+    raise SpecError(_field(path), f"is {text}, which YAML reads as the {what} {read}: the variable would hold "
+                                  f"'{read}'; quote it ('{text}') to give the text as written")
 
 
 def _plain_amount(node: yaml.ScalarNode, path: tuple) -> None:

@@ -59,6 +59,14 @@ def _still_answers(client) -> None:
                  id="JSON nested 150 deep names its top-level field"),
     pytest.param("run: echo hi\nfile_mounts: [" + "1," * 450_000 + "1]\n", YAML, "body", "more than 50,000 keys",
                  id="a YAML body of 450,000 tiny values is a 422 before 4-5 s of CPU builds them"),
+    pytest.param("run: echo hi\nenvs: {MASK: 0x1F}\n", YAML, "envs.MASK",
+                 "is 0x1F, which YAML reads as the number 31: the variable would hold '31'",
+                 id="an unquoted hex environment value is a 422, not a variable holding 31"),
+    pytest.param("run: echo hi\nenvs: {DEBUG: yes}\n", YAML, "envs.DEBUG",
+                 "is yes, which YAML reads as the boolean True: the variable would hold 'True'",
+                 id="an unquoted yes is a 422, not a variable holding True"),
+    pytest.param("run: echo hi\nsecrets: {TOKEN: 0b1011}\n", YAML, "secrets.TOKEN", "its value is not shown",
+                 id="a secret YAML would read as another value is refused without echoing it"),
     pytest.param("run: echo hi\nnum_nodes: " + "9" * 5000 + "\n", YAML, "num_nodes", "digits",
                  id="a YAML number of 5000 digits is a 422 naming it"),
     pytest.param("run: echo hi\nenvs: {SEED: 0x" + "f" * 5000 + "}\n", YAML, "envs.SEED", "digits",
@@ -431,14 +439,15 @@ def test_a_task_misread_or_a_500_before_is_a_422_naming_where_and_leaves_its_key
 
 
 def test_numbers_yaml_would_misread_are_kept_as_written_when_quoted_and_others_as_they_were(client):
-    """Refusing what YAML 1.1 misreads takes nothing else: quoted, 1:30 and 010 are the text; 07 (the same number in
-    octal), 09 (not octal: text) and 0x10 read as before, as does ordered without any_of."""
-    body = ("run: echo hi\nenvs: {T: '1:30', Z: '010', SEVEN: 07, NINE: 09, HEX: 0x10, HOURS: 1.5}\n"
+    """Refusing what YAML 1.1 misreads takes nothing else: quoted, 1:30, 010 and 0x10 are the text; 07 (the same
+    number in octal), 09 (not octal: text) and true read as before, as does ordered without any_of."""
+    body = ("run: echo hi\nenvs: {T: '1:30', Z: '010', SEVEN: 07, NINE: 09, HEX: '0x10', HOURS: 1.5, ENABLED: true}\n"
             "resources: {ordered: [{cpus: 1}, {cpus: 2}]}\nbroker: {expected_hours: 1.5, deadline: 6h}\n")
     r = client.post("/v1/jobs", content=body, headers=YAML)
     assert r.status_code == 201, r.text
     job = client.app.state.service.store.get_job(r.json()["id"])
-    assert job.spec["envs"] == {"T": "1:30", "Z": "010", "SEVEN": 7, "NINE": "09", "HEX": 16, "HOURS": 1.5}
+    assert job.spec["envs"] == {"T": "1:30", "Z": "010", "SEVEN": 7, "NINE": "09", "HEX": "0x10", "HOURS": 1.5,
+                                "ENABLED": True}
     assert job.expected_hours == "1.5"
 
 
