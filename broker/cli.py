@@ -142,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
         parser.add_argument("--url", default=unset, type=_given, action=_Once,
                             help="broker URL (default $BROKER_URL or http://127.0.0.1:${BROKER_PORT:-8000})")
         parser.add_argument("--token", default=unset, type=_given, action=_Once,
-                            help="bearer token (default $BROKER_TOKEN or the local admin token)")
+                            help="bearer token (default $BROKER_TOKEN or the local admin token); given here it is "
+                                 "visible to other users of the host in `ps`: prefer $BROKER_TOKEN")
         parser.add_argument("--json", action="store_true", default=unset or False, help="machine-readable output")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
