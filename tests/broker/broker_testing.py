@@ -207,3 +207,15 @@ def start_broker(tmp_path, store_url=None, port=None, *, engine="on", config: st
 
     wait_for(up, timeout=30)
     return proc, url
+
+
+def set_fields(store, job, **fields):
+    """``job`` as stored, with ``fields`` changed and committed (the state the engine would have left); the job as
+    stored after."""
+    from dataclasses import replace
+
+    from broker.store import Change
+
+    now = store.get_job(job.id)
+    store.commit(Change(job=replace(now, **fields), expected_version=now.version))
+    return store.get_job(job.id)

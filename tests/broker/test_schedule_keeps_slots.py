@@ -7,16 +7,16 @@ can start. Pure: the engine's own ``market`` and ``schedule_now`` over jobs comm
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import pytest
+from broker_testing import set_fields
 
 from broker.auth import Principal
 from broker.engine.schedule import Place, Wait, schedule_now
 from broker.lifecycle import JobState
 from broker.offers import market
 from broker.service import BrokerService
-from broker.store import Change, open_store
+from broker.store import open_store
 
 CONFIG = """\
 pools:
@@ -24,12 +24,6 @@ pools:
 """
 VISION = Principal("vision", "vision")
 H = 3600
-
-
-def _set(store, job, **kw):
-    now = store.get_job(job.id)
-    store.commit(Change(job=replace(now, **kw), expected_version=now.version))
-    return store.get_job(job.id)
 
 
 @pytest.fixture
@@ -45,10 +39,11 @@ def pool(make_settings, tmp_path):
 
     def running(**broker):
         job = submit(1, **broker)
-        return _set(store, job, state=JobState.RUNNING, slots=[0], running_since=now - 600, attempts=1,
-                    reason="running attempt 1",
-                    placement={"tier": "onprem", "cloud": "local", "region": "dgx", "zone": "dgx", "location": "dgx",
-                               "instance_type": "dgx-1slot", "num_nodes": 1, "price_per_hour": 1_000_000})
+        return set_fields(store, job, state=JobState.RUNNING, slots=[0], running_since=now - 600, attempts=1,
+                          reason="running attempt 1",
+                          placement={"tier": "onprem", "cloud": "local", "region": "dgx", "zone": "dgx",
+                                     "location": "dgx", "instance_type": "dgx-1slot", "num_nodes": 1,
+                                     "price_per_hour": 1_000_000})
 
     def decide():
         jobs = store.list_jobs(states=["queued", "running"])
