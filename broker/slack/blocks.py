@@ -178,7 +178,10 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
     placement = job.placement or (attempts[-1].placement if attempts else None)
     blocks = [section(job_line(job, position, start, waiting)),
               fields([("Team", esc(job.team)), ("Where", esc(where(placement))),
-                      ("Attempts", str(len(attempts))), ("Budget", "{} of {}".format(*fmt_spent_of(job.spent, job.budget)))])]
+                      ("Attempts", str(len(attempts))), ("Budget", "{} of {}".format(*fmt_spent_of(job.spent, job.budget))),
+                      # on each reader's own clock; an ended job's deadline is history
+                      *([("Due", local_time(job.deadline))] if job.deadline is not None
+                        and not job.state.is_final else [])])]
     if attempts:
         rows = [f"{a.n}. {a.state.value} on {esc(where(a.placement))} — {fmt(a.cost)}"
                 + (f" ({esc(clip(beside_state(a.state.value, a.reason), REASON_CHARS))})" if a.reason else "")

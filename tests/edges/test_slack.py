@@ -230,6 +230,9 @@ def test_submit_reads_a_deadline_as_the_cli_and_the_api_do(slack, store):
     # the moment read is said back, on each reader's own clock, the UTC minute for a client that cannot show that
     due = time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(job.deadline))
     assert f" · due <!date^{int(job.deadline)}^{{date_short_pretty}} {{time}}|{due}>" in text_of(r.json())
+    status = command(slack, f"status {job.id}").json()
+    said = [f["text"] for b in status["blocks"] for f in b.get("fields", [])]
+    assert f"*Due*\n<!date^{int(job.deadline)}^{{date_short_pretty}} {{time}}|{due}>" in said, said
 
 
 def test_submit_reads_a_deadline_in_a_named_time_zone(slack, store):
