@@ -104,3 +104,33 @@ def test_a_job_ahead_of_the_waiting_one_is_not_held_back(pool):
     decided = decide()
     assert isinstance(decided[first.id], Place)
     assert isinstance(decided[head.id], Wait)
+
+
+def test_with_real_processes_a_2_gpu_job_starts_before_the_longer_1_gpu_jobs_queued_behind_it(make_settings,
+                                                                                                tmp_path):
+    """End to end on the local launcher: a box of 2 GPUs, one running a 4-second job; a 2-GPU job waits; three 1-GPU
+    jobs of half a minute each are queued behind it. Before, the first of those took the free GPU at once, the next
+    the one that came free, and the 2-GPU job waited behind them all; now it starts when the short job ends."""
+    from broker_testing import local_broker, wait_for
+
+    config = ("pools:\n  - {name: box, slots: 2, accelerator: A100, price_per_slot_hour: '1.00'}\n"
+              "stop_grace_seconds: 1\ntick_seconds: 0.05\n")
+    admin = Principal("admin", None, admin=True)
+    with local_broker(make_settings, tmp_path, config) as (service, engine, store, launcher):
+        def submit(gpus, run, hours):
+            return service.submit(admin, {"run": run, "resources": {"accelerators": f"A100:{gpus}"},
+                                          "broker": {"budget_usd": "5", "expected_hours": hours}})[0]
+
+        try:
+            short = submit(1, "sleep 4", "0.0015")  # 5.4 s expected
+            wait_for(lambda: engine.tick() or store.get_job(short.id).state is JobState.RUNNING)
+            head = submit(2, "sleep 1", "0.001")
+            longer = [submit(1, "sleep 30", "0.01") for _ in range(3)]  # 36 s expected each
+            engine.tick()
+            assert all(store.get_job(j.id).state is JobState.QUEUED for j in longer), "one took the kept GPU"
+            started = wait_for(lambda: engine.tick() or store.get_job(head.id).running_since, timeout=40)
+            firsts = [store.get_job(j.id).running_since for j in longer]
+            assert all(t is None or t >= started for t in firsts), (started, firsts)
+        finally:
+            for run in launcher.runs_dir.glob("j*"):
+                launcher.kill(run.name)
