@@ -152,10 +152,10 @@ def job_line(job: Job, position: int | None = None, start: float | None = None, 
     of the job's own (``""``: none, as in a list that says a reason shared by several lines once)."""
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
-    if position and start is not None:
-        pos += f", roughly starting at {iso(start)}"
+    if position and start is not None:  # on each reader's own clock, as Slack shows a date token
+        pos += f", roughly starting at {local_time(start)}"
     if ended is not None:
-        pos += f" · ended {iso(ended)}"
+        pos += f" · ended {local_time(ended)}"
     step = step_words(job.state.value, job.progress)
     pos += f" · {step}" if step else ""
     if said is None:

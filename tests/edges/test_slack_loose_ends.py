@@ -19,7 +19,7 @@ from broker.config import ConfigError, load_settings
 from broker.lifecycle import AttemptState, JobEvent, JobState
 from broker.models import event_for
 from broker.store import Change
-from broker.views import iso
+from broker.slack.blocks import local_time
 
 from . import world
 from .conftest import build_app
@@ -75,7 +75,7 @@ def test_status_lists_jobs_by_when_they_ended_not_by_submission_or_a_later_budge
     assert ids[:2] == ["j-a2", "j-a3"]  # the active ones first (running, then the queue)
     assert ids[2:] == [second, first, third, "j-stopped", "j-a1"], said
     # each says when it ended, which is what orders them
-    assert f"`j-stopped` — stopped_budget · ended {iso(now - H)} · " in said
+    assert f"`j-stopped` — stopped_budget · ended {local_time(now - H)} · " in said
 
 
 def test_jobs_that_ended_at_the_same_moment_are_listed_by_id(slack, store):
