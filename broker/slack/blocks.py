@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import beside_state, duration, iso, saving_words, shown_reason, step_words
+from broker.views import beside_state, duration, saving_words, shown_reason, step_words
 from pricing.money import fmt, fmt_spent_of
 
 ACTIONS = {
