@@ -154,6 +154,12 @@ class _Kept:
     extra: int
 
 
+STARVED_SECONDS = 1800.0
+"""How long a job may wait for a pool whose holders give no end before that pool's free slots are kept for it even
+so (:func:`_keep_pools`): until then the jobs behind take them, as nothing tells how long keeping them would idle
+them; after, it no longer waits behind a stream of smaller jobs for ever."""
+
+
 def _keep_for(job: Job, need: int, free: int, ends: Sequence[tuple[float | None, int]]) -> _Kept | None:
     """A pool's slots kept for ``job`` (``need`` of them, ``free`` free now), timed by when the jobs holding the
     rest are expected to hand them back; ``None`` when that cannot be told (a job holding them gives no length): then
@@ -251,7 +257,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                        budget_left=job.budget - job.spent, min_run_seconds=need, after_run_seconds=after,
                        placed_again=again)
         if isinstance(chosen, NoFit):
-            said = (_kept_words(held_back, free_slots) if held_back else None) or \
+            said = (_kept_words(held_back, free_slots, now) if held_back else None) or \
                 _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             if job.launch_retry_at is None and not kept.keys() >= pools:
@@ -292,19 +298,27 @@ def _keep_pools(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[s
     for pool in sorted({o.location for o in shapes} - kept.keys()):
         need = min(slots_of(o) for o in shapes if o.location == pool) * request.num_nodes
         free = len(free_slots.get(pool, ()))
-        if free < need and (k := _keep_for(job, need, free, ends.get(pool, ()))) is not None:
+        if free >= need:
+            continue
+        k = _keep_for(job, need, free, ends.get(pool, ()))
+        if k is None and now - (job.queued_at or job.submitted_at) >= STARVED_SECONDS:
+            k = _Kept(job.id, need, now, 0)  # when the slots come free cannot be told: kept all the same
+        if k is not None:
             kept[pool] = k
 
 
-def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]]) -> str:
+def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]], now: float) -> str:
     """Why a job waits while a pool has free slots it could use: they are kept for a job ahead of it."""
     said = []
     for pool, k in sorted(held_back.items()):
         free = len(free_slots.get(pool, ()))
-        said.append(f"pool {pool} is full for it right now: its {free} free slot{'s' if free != 1 else ''} "
-                    f"{'are' if free != 1 else 'is'} kept for {k.job_id}, ahead of it in the queue and waiting for "
-                    f"{k.need} (a job expected to end before that one starts may still take "
-                    f"{'them' if free != 1 else 'it'})")
+        lead = (f"pool {pool} is full for it right now: its {free} free slot{'s' if free != 1 else ''} "
+                f"{'are' if free != 1 else 'is'} kept for {k.job_id}, ahead of it in the queue and waiting for {k.need}")
+        if k.start > now:
+            said.append(f"{lead} (a job expected to end before that one starts may still take "
+                        f"{'them' if free != 1 else 'it'})")
+        else:  # kept for a job starved of them: nothing may take them
+            said.append(f"{lead} for more than {STARVED_SECONDS / 60:.0f} min")
     return "; ".join(said)
 
 

@@ -52,6 +52,7 @@ def pool(make_settings, tmp_path):
         return {d.job.id: d for d in schedule_now(queued, mk, settings, None, now=now, policies={},
                                                   attempts_of=lambda _id: ())}
 
+    submit.store = store
     try:
         yield submit, running, decide
     finally:
@@ -94,6 +95,24 @@ def test_nothing_is_kept_when_the_slots_holder_gives_no_length(pool):
     decided = decide()
     assert isinstance(decided[head.id], Wait)
     assert isinstance(decided[behind.id], Place), decided[behind.id]
+
+
+def test_a_job_that_has_waited_half_an_hour_has_the_slots_kept_even_when_their_holder_gives_no_length(pool):
+    """Left to the jobs behind for ever, a slot whose holder gives no end let a stream of 1-slot jobs starve a 2-slot
+    job without limit; after STARVED_SECONDS of waiting, the free slot is kept for it all the same."""
+    from broker.engine.schedule import STARVED_SECONDS
+
+    submit, running, decide = pool
+    running()  # gives no length
+    head = submit(2, expected_hours=1)
+    behind = submit(1, expected_hours=0.1)
+    assert isinstance(decide()[behind.id], Place)  # not yet starved: it takes the free slot, as before
+    set_fields(submit.store, head, queued_at=time.time() - STARVED_SECONDS - 60)  # (decide() stores nothing)
+    decided = decide()
+    assert isinstance(decided[head.id], Wait) and isinstance(decided[behind.id], Wait), decided[behind.id]
+    assert decided[behind.id].reason == (
+        f"waiting: pool dgx is full for it right now: its 1 free slot is kept for {head.id}, ahead of it in the "
+        "queue and waiting for 2 for more than 30 min")
 
 
 def test_a_job_ahead_of_the_waiting_one_is_not_held_back(pool):
