@@ -312,13 +312,14 @@ def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[in
     said = []
     for pool, k in sorted(held_back.items()):
         free = len(free_slots.get(pool, ()))
-        lead = (f"pool {pool} is full for it right now: its {free} free slot{'s' if free != 1 else ''} "
-                f"{'are' if free != 1 else 'is'} kept for {k.job_id}, ahead of it in the queue and waiting for {k.need}")
+        slots = f"{free} free slot{'s' if free != 1 else ''} {'are' if free != 1 else 'is'}"
         if k.start > now:
-            said.append(f"{lead} (a job expected to end before that one starts may still take "
-                        f"{'them' if free != 1 else 'it'})")
-        else:  # kept for a job starved of them: nothing may take them
-            said.append(f"{lead} for more than {STARVED_SECONDS / 60:.0f} min")
+            said.append(f"pool {pool} is full for it right now: its {slots} kept for {k.job_id}, ahead of it in the "
+                        f"queue and waiting for {k.need} (a job expected to end before that one starts may still "
+                        f"take {'them' if free != 1 else 'it'})")
+        else:  # kept for a job starved of them, until it starts: no "full", so the queue gives it no start estimate
+            said.append(f"pool {pool}'s {slots} kept for {k.job_id}, ahead of it in the queue, which has waited "
+                        f"more than {STARVED_SECONDS / 60:.0f} min for {k.need}: this job starts after it")
     return "; ".join(said)
 
 

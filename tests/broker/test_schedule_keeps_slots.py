@@ -7,6 +7,7 @@ can start. Pure: the engine's own ``market`` and ``schedule_now`` over jobs comm
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from broker_testing import set_fields
@@ -111,8 +112,11 @@ def test_a_job_that_has_waited_half_an_hour_has_the_slots_kept_even_when_their_h
     decided = decide()
     assert isinstance(decided[head.id], Wait) and isinstance(decided[behind.id], Wait), decided[behind.id]
     assert decided[behind.id].reason == (
-        f"waiting: pool dgx is full for it right now: its 1 free slot is kept for {head.id}, ahead of it in the "
-        "queue and waiting for 2 for more than 30 min")
+        f"waiting: pool dgx's 1 free slot is kept for {head.id}, ahead of it in the queue, which has waited more than "
+        "30 min for 2: this job starts after it")
+    # no start estimate for it, rather than "now" tick after tick while the slot is kept
+    from broker.queue import waits_for_capacity
+    assert not waits_for_capacity(replace(submit.store.get_job(behind.id), reason=decided[behind.id].reason))
 
 
 def test_a_job_ahead_of_the_waiting_one_is_not_held_back(pool):
