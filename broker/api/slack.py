@@ -86,10 +86,13 @@ def dashboard_url(settings: Settings) -> str:
 def notifier_for(store, settings: Settings) -> Notifier | None:
     """A started-on-demand :class:`Notifier` when the config names a channel or webhook, else ``None``
     (the API app's, and ``broker worker``'s for its engine)."""
+    from broker.service import BrokerService  # (the figure a Raise budget button proposes at least)
+
     cfg = slack_of(settings)
     if not cfg.notifications_enabled:
         return None
-    return Notifier(cfg, store, dashboard_url=dashboard_url(settings))
+    return Notifier(cfg, store, dashboard_url=dashboard_url(settings),
+                    resume_needs=BrokerService(settings, store).resume_needs)
 
 
 def spec_fetcher(cfg: SlackConfig, max_bytes: int):

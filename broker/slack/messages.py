@@ -162,16 +162,18 @@ def _zone(event: Event, att: Attempt | None) -> str:
 
 def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Sequence[dict], *,
                  dashboard_url: str, raise_percent: int = 50, command: str = "/broker",
-                 cancelled_by: str | None = None) -> Reply | None:
+                 cancelled_by: str | None = None, at_least: Micros | None = None) -> Reply | None:
     """The message for ``event``, or ``None`` when the event is not worth a message (``cancelled_by``: who cancelled
     the job, for the end of a cancelled job that the engine records). Whatever comes from the job,
-    its output or a person (names, reasons, diagnoses, who acted) is escaped: only the bot's own markup is mrkdwn."""
+    its output or a person (names, reasons, diagnoses, who acted) is escaped: only the bot's own markup is mrkdwn.
+    ``at_least``: the budget a resume of the job needs (:meth:`broker.service.BrokerService.resume_needs`), which its
+    *Raise budget* button proposes at least; ``None``: the figure its reason quotes, if any."""
     att = _attempt(event, attempts)
     head = f"*{esc(job.name)}* `{esc(job.id)}` ({esc(job.team)})"
     foot = context(f"<{dashboard_url}|Dashboard> · `{command} status {job.id}`")
     step = resume_step(event, job)
     frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
-    raise_btn = raise_button(job, raise_percent)
+    raise_btn = raise_button(job, raise_percent, at_least)
     name = event.event
 
     if name == "start":
@@ -217,14 +219,15 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
                f"it spent {spent} of its {budget} budget, and what is left ({fmt_left(left, budget=job.budget)}) does "
                "not pay for more running and a clean stop")
         return _msg(f":money_with_wings: {head} was stopped: {why}. Raise the budget to let it resume from {frm}.",
-                    *_present(continue_buttons(job, step, raise_percent, state=JobState.STOPPED_BUDGET)), foot)
+                    *_present(continue_buttons(job, step, raise_percent, state=JobState.STOPPED_BUDGET,
+                                               at_least=at_least)), foot)
     if name == "stop_budget":
         return _msg(f":money_with_wings: {head} reached its budget "
                     "({} of {}): it is checkpointing and stopping.".format(*fmt_spent_of(job.spent, job.budget)), foot)
     if name == "fail":
         diagnosis = job.diagnosis or {}
         text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason
-        buttons = continue_buttons(job, step, raise_percent, text, state=JobState.FAILED)
+        buttons = continue_buttons(job, step, raise_percent, text, state=JobState.FAILED, at_least=at_least)
         return _msg(f":x: {head} failed: {esc(text)}", *_present(buttons), foot)
     if name == "succeed":
         c = costs.job_costs(job, attempts)

@@ -64,9 +64,11 @@ def slack_sender(cfg: SlackConfig) -> Sender:
 class Notifier:
     def __init__(self, cfg: SlackConfig, store, *, dashboard_url: str, send: Sender | None = None,
                  sleep: Callable[[float], None] = time.sleep, max_queue: int = 1000, max_backoff: float = 30.0,
-                 summarize_over: int = 5, pace: float = 1.0):
+                 summarize_over: int = 5, pace: float = 1.0, resume_needs: Callable[[Job], int | None] | None = None):
         self.cfg = cfg
         self.store = store
+        #: the budget a resume of a budget-stopped job needs (BrokerService.resume_needs), for its Raise budget button
+        self.resume_needs = resume_needs
         self.dashboard_url = dashboard_url
         self.send = send or slack_sender(cfg)
         self.sleep = sleep
@@ -158,9 +160,15 @@ class Notifier:
         cancelled_by = None
         if event.event == "ended" and event.to_state == "cancelled":  # the engine's, once it stopped: who asked?
             cancelled_by = next((e.actor for e in reversed(self.store.events(job.id)) if e.event == "cancel"), None)
+        at_least = None
+        if self.resume_needs is not None:
+            try:
+                at_least = self.resume_needs(job)
+            except Exception:  # the figure is a help: never a reason to drop the notification
+                log.warning("job %s: the budget a resume needs could not be worked out", job.id, exc_info=True)
         reply = notification(event, job, attempts, points, dashboard_url=self.dashboard_url,
                              raise_percent=self.cfg.raise_budget_percent, command=self.cfg.command,
-                             cancelled_by=cancelled_by)
+                             cancelled_by=cancelled_by, at_least=at_least)
         return self.cfg.destination(job.team), reply, (event.actor if event.event == "cancel" else cancelled_by)
 
     def _deliver_batch(self, batch: list[tuple[Event, Job]]) -> None:
