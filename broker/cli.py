@@ -532,6 +532,9 @@ def cmd_serve(args) -> int:
           f"{_config_words(settings)}", file=sys.stderr)
     if key_warning:
         print(key_warning, file=sys.stderr)
+    short = short_tokens_warning(os.environ)
+    if short:
+        print(short, file=sys.stderr)
     token_file = _admin_token_file(settings)
     if token_file:
         print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
@@ -539,6 +542,33 @@ def cmd_serve(args) -> int:
     config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
     uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+SHORT_TOKEN = 16
+"""Characters under which ``broker serve`` warns that a token given in its environment may be guessed."""
+
+
+def short_tokens_warning(env) -> str | None:
+    """A warning naming the tokens in ``BROKER_ADMIN_TOKEN`` and ``BROKER_TEAM_TOKENS`` shorter than
+    :data:`SHORT_TOKEN` characters (the broker took a one-character team token without a word; anyone who can reach
+    its port may guess it), with how to make a good one; ``None`` when there are none. Warned, not refused: a broker
+    upgraded in place keeps the tokens its teams hold."""
+    short = []
+    admin = env.get("BROKER_ADMIN_TOKEN") or ""
+    if admin and len(admin) < SHORT_TOKEN:
+        short.append("BROKER_ADMIN_TOKEN")
+    try:
+        teams = json.loads(env.get("BROKER_TEAM_TOKENS") or "{}")
+    except ValueError:
+        teams = {}  # (load_settings has refused it already)
+    if isinstance(teams, dict):
+        short += [f"team {team}'s" for team, token in sorted(teams.items())
+                  if isinstance(token, str) and len(token) < SHORT_TOKEN]
+    if not short:
+        return None
+    return (f"warning: {', '.join(short)} token{'s are' if len(short) > 1 else ' is'} shorter than {SHORT_TOKEN} "
+            f"characters, which anyone who reaches this port may guess: give {'each' if len(short) > 1 else 'it'} 32 random characters "
+            "(`openssl rand -hex 16`)")
 
 
 def _broker_logs() -> None:

@@ -1232,3 +1232,15 @@ def test_status_shows_a_due_column_where_a_job_not_ended_has_a_deadline(cli):
     assert " due " in f" {out.splitlines()[0]} ", out
     due = datetime.fromisoformat(job["deadline"].replace("Z", "+00:00")) + timedelta(seconds=30)
     assert due.strftime("%H:%MZ") in next(line for line in out.splitlines() if job["id"] in line), out
+
+
+def test_serve_warns_of_a_token_short_enough_to_guess(tmp_path):
+    """A one-character team token was taken without a word."""
+    proc, _ = start_broker(tmp_path, f"sqlite://{tmp_path / 'w.db'}",
+                           env_extra={"BROKER_TEAM_TOKENS": json.dumps({"vision": "v", "nlp": "n" * 40})})
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(15)
+    log = "".join(p.read_text() for p in tmp_path.glob("broker-*.log"))
+    assert ("warning: team vision's token is shorter than 16 characters, which anyone who reaches this port may "
+            "guess: give it 32 random characters (`openssl rand -hex 16`)") in log, log
+    assert "nlp" not in log
