@@ -427,7 +427,6 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "queue": sorted(
             ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
               "estimated_start": _iso_out((starts or {}).get(j.id)), "priority": j.priority, "reason": j.reason,
-              "deadline": None,  # the report reads no deadline; GET /v1/costs fills it from the queue's own read
               # since it last entered the queue: a job resumed after days waited days from its submit, said so
               "waiting_seconds": max(0, int(now - (getattr(j, "queued_at", None) or j.submitted_at)))}
              for j in jobs if j.state is JobState.QUEUED),

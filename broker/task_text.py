@@ -376,7 +376,7 @@ def _env_not_misread(text: str, tag: str, path: tuple) -> None:
     tasks the same way). ``true`` and ``false`` are left as YAML reads them. A secret's value is not echoed."""
     if tag == _INT and _HEX_OR_BINARY.match(text) and len(text) <= 66:  # (longer: refused for its digits later)
         read = str(yaml.load(text, Loader=_Loader))
-    elif tag == _BOOL and text.lower() not in ("true", "false"):
+    elif tag == _BOOL and text.lower() in ("yes", "no", "on", "off"):  # (an explicit `!!bool maybe`: its own error)
         read = str(yaml.load(text, Loader=_Loader))
     else:
         return

@@ -85,9 +85,10 @@ def router(service, settings: Settings) -> APIRouter:
         # each queued job's reason as its own view says it (a start too late for its deadline, why no estimate), from
         # the whole job the queue read: the report's rows hold only the fields the costs need
         for row in body["queue"]:
-            if (job := q.queued.get(row["id"])) is not None:
+            job = q.queued.get(row["id"])
+            row["deadline"] = iso(job.deadline) if job is not None else None  # (the report reads no deadline)
+            if job is not None:
                 row["reason"] = shown_reason(job, q.starts.get(job.id), q.waiting.get(job.id))
-                row["deadline"] = iso(job.deadline)
         body["failures"] = _failures(history.jobs, win)
         body["teams"] = _teams(history.jobs) if caller.admin else [caller.team]
         body["monthly_caps"] = service.monthly_caps(scope, now)  # this month's, whatever the window
