@@ -532,9 +532,9 @@ def cmd_serve(args) -> int:
           f"{_config_words(settings)}", file=sys.stderr)
     if key_warning:
         print(key_warning, file=sys.stderr)
-    short = short_tokens_warning(os.environ)
-    if short:
-        print(short, file=sys.stderr)
+    for warning in (short_tokens_warning(os.environ), open_data_dir_warning(settings.data_dir)):
+        if warning:
+            print(warning, file=sys.stderr)
     token_file = _admin_token_file(settings)
     if token_file:
         print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
@@ -569,6 +569,20 @@ def short_tokens_warning(env) -> str | None:
     return (f"warning: {', '.join(short)} token{'s are' if len(short) > 1 else ' is'} shorter than {SHORT_TOKEN} "
             f"characters, which anyone who reaches this port may guess: give {'each' if len(short) > 1 else 'it'} 32 random characters "
             "(`openssl rand -hex 16`)")
+
+
+def open_data_dir_warning(data_dir) -> str | None:
+    """A warning when the broker's data directory lets other users of the host in (group or other bits set): the
+    broker makes it 0700 — its store, admin token, secrets key, jobs' output and checkpoints are in it — but a
+    directory that existed before keeps its mode. ``None`` when it is the owner's alone, or missing."""
+    try:
+        mode = data_dir.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (f"warning: the data directory {data_dir} is mode {mode:04o}: other users of this host may read its jobs' "
+            f"output and checkpoints, and its store; `chmod 700 {data_dir}` keeps them the broker's user's")
 
 
 def _broker_logs() -> None:

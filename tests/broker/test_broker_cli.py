@@ -1244,3 +1244,23 @@ def test_serve_warns_of_a_token_short_enough_to_guess(tmp_path):
     assert ("warning: team vision's token is shorter than 16 characters, which anyone who reaches this port may "
             "guess: give it 32 random characters (`openssl rand -hex 16`)") in log, log
     assert "nlp" not in log
+
+
+def test_serve_warns_of_a_data_directory_other_users_may_read(tmp_path):
+    """The broker makes its data directory 0700, but one that existed before kept its mode (0755 from a `mkdir`):
+    every job's output and checkpoints were readable by any user of the host, without a word."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    proc, _ = start_broker(tmp_path, f"sqlite://{tmp_path / 'd.db'}")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(15)
+    log = "".join(p.read_text() for p in tmp_path.glob("broker-*.log"))
+    assert f"warning: the data directory {data} is mode 0755: other users of this host may read" in log, log
+    assert f"`chmod 700 {data}`" in log
+    data.chmod(0o700)
+    proc, _ = start_broker(tmp_path, f"sqlite://{tmp_path / 'd.db'}")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(15)
+    logs = "".join(p.read_text() for p in tmp_path.glob("broker-*.log"))  # both starts' logs
+    assert logs.count("warning: the data directory") == 1, logs  # the first start's only: 0700 is not warned of
