@@ -553,17 +553,14 @@ def short_tokens_warning(env) -> str | None:
     :data:`SHORT_TOKEN` characters (the broker took a one-character team token without a word; anyone who can reach
     its port may guess it), with how to make a good one; ``None`` when there are none. Warned, not refused: a broker
     upgraded in place keeps the tokens its teams hold."""
+    from broker.config import _json_env  # as load_settings read them (it has refused a malformed one already)
+
     short = []
     admin = env.get("BROKER_ADMIN_TOKEN") or ""
     if admin and len(admin) < SHORT_TOKEN:
         short.append("BROKER_ADMIN_TOKEN")
-    try:
-        teams = json.loads(env.get("BROKER_TEAM_TOKENS") or "{}")
-    except ValueError:
-        teams = {}  # (load_settings has refused it already)
-    if isinstance(teams, dict):
-        short += [f"team {team}'s" for team, token in sorted(teams.items())
-                  if isinstance(token, str) and len(token) < SHORT_TOKEN]
+    short += [f"team {team}'s" for team, token in sorted(_json_env(env, "BROKER_TEAM_TOKENS").items())
+              if isinstance(token, str) and len(token) < SHORT_TOKEN]
     if not short:
         return None
     return (f"warning: {', '.join(short)} token{'s are' if len(short) > 1 else ' is'} shorter than {SHORT_TOKEN} "

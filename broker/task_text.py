@@ -374,12 +374,11 @@ def _env_not_misread(text: str, tag: str, path: tuple) -> None:
     number 31 and ``0b101`` is 5, so the job's variable held "31" or "5"; ``yes``, ``no``, ``on`` and ``off`` are
     booleans, so it held "True" or "False" — a token or a flag silently not what was written (SkyPilot reads its
     tasks the same way). ``true`` and ``false`` are left as YAML reads them. A secret's value is not echoed."""
-    if tag == _INT and _HEX_OR_BINARY.match(text) and len(text) <= 66:  # (longer: refused for its digits later)
-        read = str(yaml.load(text, Loader=_Loader))
-    elif tag == _BOOL and text.lower() in ("yes", "no", "on", "off"):  # (an explicit `!!bool maybe`: its own error)
-        read = str(yaml.load(text, Loader=_Loader))
-    else:
+    hex_or_binary = tag == _INT and _HEX_OR_BINARY.match(text) and len(text) <= 66  # (longer: refused for its digits)
+    word = tag == _BOOL and text.lower() in ("yes", "no", "on", "off")  # (an explicit `!!bool maybe`: its own error)
+    if not (hex_or_binary or word):
         return
+    read = str(yaml.load(text, Loader=_Loader))
     if path[0] == "secrets":
         raise SpecError(_field(path), f"is a value YAML reads as another one ({_NOT_SHOWN}): quote it to give the text "
                                       "as written")
