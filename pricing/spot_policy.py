@@ -56,6 +56,21 @@ def span(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def no_dearer_than_spot(inp: PolicyInput) -> Decision | None:
+    """Off spot, when the reliable tier to hand (a free on-prem pool, or on-demand) costs no more an hour than spot:
+    take it now. Spot could only cost as much or more for the same work, with a changeover and a loss besides, and a
+    wait makes nothing cheaper — the job would run on the same tier later at the same price — so it only delays the
+    job. Weighed by the plan, running now and waiting tie, and a float's rounding chose: in a sweep, queued jobs with
+    deadlines waited for spot, at random by their history, beside a free pool at half spot's price."""
+    if inp.on_spot or inp.reliable_ratio > 1.0:
+        return None
+    if not (inp.onprem_available if inp.reliable is Action.ONPREM else inp.ondemand_available):
+        return None
+    what = "the free on-prem pool" if inp.reliable is Action.ONPREM else "on-demand"
+    return reliable(inp, f"{what} costs no more an hour than spot: run there now (waiting for spot could not make "
+                         f"the job cheaper)")
+
+
 @dataclass(frozen=True)
 class Tuning:
     """The policy's few constants, in units of the changeover ``d`` or hours; not per trace."""
@@ -136,6 +151,8 @@ class SlackReserve:
         tick_h = inp.tick / 3600
         if inp.on_spot:
             return Decision(Action.SPOT, inp.holding.zone, "stay on spot while it lasts")  # type: ignore[union-attr]
+        if (cheap := no_dearer_than_spot(inp)) is not None:
+            return cheap
         zone = self.best_zone(inp)
         if zone is not None:
             up_for = self.zones[zone].up_for if zone in self.zones else 0.0
@@ -441,6 +458,8 @@ class ModelPredictive:
             return reliable(inp, "work estimate used up: finish on the reliable tier")
         if inp.on_spot:
             return Decision(Action.SPOT, inp.holding.zone, "stay on spot while it lasts")  # type: ignore[union-attr]
+        if (cheap := no_dearer_than_spot(inp)) is not None:
+            return cheap
         t = self.tuning
         step = self.step or max(t.plan_step, inp.tick)
         unit = step / t.work_units
