@@ -41,7 +41,7 @@ from broker.engine.monitor import silence, stalled_again
 from broker.engine.recover import block_zone, launch_backoff, steps_lost
 from broker.engine.schedule import Place, Wait, request_of, schedule_now
 from broker.engine.spot import decide as policy_decide
-from broker.engine.spot import policy_input
+from broker.engine.spot import RealTime, policy_input
 from broker.engine.workdir_refs import PackReferences
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_for, note_event
@@ -417,7 +417,7 @@ class Engine:
         """The job's own spot policy object (it keeps what it has observed of spot availability)."""
         policy = self.policies.get(job_id)
         if policy is None:
-            policy = self.policies[job_id] = make_policy()
+            policy = self.policies[job_id] = RealTime(make_policy())
         return policy
 
     def _guard(self, step: Callable, *args) -> None:

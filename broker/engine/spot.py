@@ -9,6 +9,7 @@ state (what it has observed of spot availability), one per job.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from broker.models import Attempt, Job
@@ -17,6 +18,35 @@ from pricing.policy import Decision, Holding, Policy, PolicyInput
 
 POLICY_TICK_SECONDS = 60.0
 """The granularity the policy plans in (the engine may tick faster)."""
+
+
+@dataclass
+class RealTime:
+    """A job's policy as the live engine asks it: at every engine tick (a second by default), while its
+    :class:`PolicyInput` says ``tick`` = :data:`POLICY_TICK_SECONDS`, the time until the policy must be asked again
+    at the latest, which the safety net counts in. What the policy learns of spot availability is counted in the
+    seconds that passed since it last looked, not in ticks: the simulator asks once a tick, the engine far more often,
+    and each look counted as a whole tick made a spot run seen for 10 s "up for 10 min", and the runs the model
+    learnt 60 times longer than they were (spot that flickered every 30 s looked like half-hour runs). Its first look
+    counts as one tick, as in the simulator."""
+
+    policy: Policy
+    seen_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def observe(self, inp: PolicyInput) -> None:
+        elapsed = inp.tick if self.seen_at is None else inp.now - self.seen_at
+        if elapsed <= 0:  # asked twice at the same moment: nothing new; the clock stepped back: counted from now on
+            self.seen_at = inp.now if elapsed < 0 else self.seen_at
+            return
+        self.seen_at = inp.now
+        self.policy.observe(replace(inp, tick=elapsed))
+
+    def decide(self, inp: PolicyInput) -> Decision:
+        return self.policy.decide(inp)
 
 
 def measured_changeover(attempts: Sequence[Attempt], default: float) -> float:
