@@ -167,6 +167,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("submit", help="submit a SkyPilot task YAML")
     s.add_argument("file")
+    s.add_argument("--name", type=_job_name, action=_Once,
+                   help="the job's name, over the task's `name:` (as `sky jobs launch -n`): one per run of a sweep")
     s.add_argument("--budget", type=_given, action=_Once, help="budget cap in dollars (overrides broker.budget_usd)")
     s.add_argument("--team", type=_given, action=_Once, help="submit for this team (admins; default: your token's team)")
     s.add_argument("--deadline", type=_deadline, action=_Once, help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00, '2026-12-01 18:00 Europe/Berlin')")
@@ -868,6 +870,10 @@ def cmd_submit(args) -> int:
     for key, given in (("envs", args.env), ("secrets", args.secret)):
         if given:
             task[key] = {**(task.get(key) or {}), **_assignments(given, "--" + key.rstrip("s"))}
+    if args.name is not None:
+        if task.get("name") not in (None, args.name) and not args.json:
+            print(f"note: --name {args.name} overrides the task's name {task['name']!r}", file=sys.stderr)
+        task["name"] = args.name
     _resolve_local_paths(task)
     with _client(args) as client, _options_named(args):
         if args.dry_run:
@@ -898,7 +904,7 @@ def cmd_submit(args) -> int:
                       f"{job['state']}; nothing new was submitted")
         else:
             quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
-            con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}: "
+            con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}{_envs_said(args.env)}: "
                       f"budget {job['budget']['usd']}{_deadline_said(job)}, estimate {quote}{_budget_lasts(job)}")
             if not args.wait:  # --wait says where it stands as it changes
                 _say_behind(con, client, job["id"])
@@ -911,6 +917,17 @@ def cmd_submit(args) -> int:
             _show_job(con, final)
             return 0 if final["state"] == "succeeded" else JOB_NOT_SUCCEEDED
     return 0
+
+
+def _envs_said(given: list[str]) -> str:
+    """`` with LR=0.02 SEED=0`` for a submit's ``--env`` options, so that the runs of a sweep (one task, its envs
+    told apart) can be told apart in their submit lines. A value written on the command line is said as given (it
+    is in the shell's history already); one taken from this shell (``--env HF_TOKEN``) is named, never echoed: it
+    may be a token. ``--secret`` is never said."""
+    from rich.markup import escape
+
+    said = [item if "=" in item else f"{item} (this shell's)" for item in given]
+    return f" with {escape(' '.join(said))}" if said else ""
 
 
 def _deadline_said(view: dict) -> str:
@@ -947,7 +964,7 @@ def _say_overridden(task: dict, args) -> None:
         print(f"note: --{option} {given} overrides the task's broker.{key} {shown}", file=sys.stderr)
 
 
-_OPTION_FIELDS = {"budget": "broker.budget_usd", "team": "broker.team", "deadline": "broker.deadline"}
+_OPTION_FIELDS = {"budget": "broker.budget_usd", "team": "broker.team", "deadline": "broker.deadline", "name": "name"}
 """The task field each of submit's options sets (:func:`broker.client._submit_task`)."""
 
 
@@ -1521,6 +1538,18 @@ def _given(text: str) -> str:
     fresh key, each as if nothing had been typed. A usage error instead, as the API refuses `?team=`."""
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty: give it a value, or leave it out for the default")
+    return text
+
+
+def _job_name(text: str) -> str:
+    """``submit --name``, held to the rules of a task's ``name:`` (:func:`broker.spec.check_name`) here, before a
+    workdir is packed and uploaded for a submit the broker would refuse."""
+    from broker.spec import SpecError, check_name
+
+    try:
+        check_name(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc.reason}") from None
     return text
 
 

@@ -101,6 +101,13 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {reason}")
 
 
+def check_name(name: Any, field: str = "name") -> None:
+    """A job's name (a task's ``name:``, ``broker submit --name``), or the start of one (``GET /v1/jobs?name=``, a
+    prefix: every prefix of a name is one); refused with :class:`SpecError` naming ``field``."""
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name):
+        raise SpecError(field, f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', starting with a letter or digit")
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """When an error exit (not a preemption) is retried. Preemptions always are."""
@@ -201,10 +208,8 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         _known_keys(task, TASK_KEYS | {"broker"}, "")
         for key in (k for k in task if k in BROKER_DECIDED_TASK):
             raise SpecError(key, BROKER_DECIDED_TASK[key])
-    name = task.get("name")
-    if name is not None:
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name):
-            raise SpecError("name", f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', starting with a letter or digit")
+    if task.get("name") is not None:
+        check_name(task["name"])
     for key in ("setup", "run"):
         if key in task and task[key] is not None and not isinstance(task[key], str):
             raise SpecError(key, "must be a shell script (a string)")
