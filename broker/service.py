@@ -23,6 +23,7 @@ from broker import costs
 from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
+from broker.engine.billing import accrue
 from broker.engine.budget import attempt_limit, reserve_seconds
 from broker.engine.schedule import SPOT_WAIT, Place, Wait, left_to_run, placeable, request_of, schedule_now
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
@@ -1044,21 +1045,22 @@ class BrokerService:
             if job.state.is_final and job.state not in RESUMABLE:
                 raise Conflict(_ended(job, "its budget no longer changes (only a failed or budget-stopped job's does, "
                                            "as it may resume)"), field="state")
-            if new_budget < job.spent:
-                raise Invalid("budget_usd", f"is below what the job already spent ({fmt(job.spent)})")
-            price = job.placement.get("price_per_hour")
-            if job.state in (JobState.LAUNCHING, JobState.RUNNING) and new_budget < job.budget \
-                    and isinstance(price, int) and price > 0:
+            live, spent = self._spent_to_now(job)
+            if new_budget < spent:
+                raise Invalid("budget_usd", f"is below what the job already spent ({fmt(spent)})")
+            price = live.price_per_hour if live is not None else None
+            if live is not None and new_budget < job.budget and price > 0:
                 # a running job stopped at a budget lowered to its spend ran on through its stop (the grace period to
                 # checkpoint, the ticks to notice), billed beyond the budget and counted nowhere: its team's monthly
-                # cap could pass unseen. It keeps what a budget stop keeps (broker/engine/budget.py::check)
-                least = job.spent + cost_for_seconds(price, reserve_seconds(self.settings.stop_grace_seconds,
-                                                                            self.settings.tick_seconds))
+                # cap could pass unseen. It keeps what a budget stop keeps (broker/engine/budget.py::check) — a job
+                # being cancelled or stopped too, whose run goes on through its grace period all the same
+                least = spent + cost_for_seconds(price, reserve_seconds(self.settings.stop_grace_seconds,
+                                                                        self.settings.tick_seconds))
                 if new_budget < least:
                     raise Invalid("budget_usd", f"{fmt_limit(new_budget)} would not pay for the running job's clean "
-                                                f"stop: it has spent {fmt(job.spent)}, and stopping it (its "
+                                                f"stop: it has spent {fmt(spent)}, and stopping it (its "
                                                 f"{self.settings.stop_grace_seconds:g} s grace period to checkpoint, "
-                                                f"and the moments to notice) costs up to {fmt(least - job.spent)} at "
+                                                f"and the moments to notice) costs up to {fmt(least - spent)} at "
                                                 f"{fmt(price)}/h: lower it to no less than {fmt(least)}, or cancel "
                                                 "the job")
             if only_up and new_budget <= job.budget:
@@ -1093,6 +1095,19 @@ class BrokerService:
         if had and new_budget < had[0]:
             job = self._lower_limit(job, principal)
         return job
+
+    def _spent_to_now(self, job: Job) -> tuple[Attempt | None, int]:
+        """The job's live attempt (its newest, not ended: launching, running, or being stopped or cancelled through
+        its grace period), if it has one, and what the job has spent to now, that attempt billed to this moment as
+        the engine bills it (:func:`broker.engine.billing.accrue`). The stored ``spent`` moves only when an engine
+        looks: with none watching (the API with its engine off, the worker down), a budget was lowered under a spend
+        24 s stale, the run was stopped at once, and what it had run under the old budget was counted nowhere."""
+        attempts = self.store.attempts(job.id) if job.attempts else []
+        live = attempts[-1] if attempts and attempts[-1].n == job.attempts \
+            and not getattr(attempts[-1].state, "is_final", False) else None
+        if live is None:
+            return None, job.spent
+        return live, max(job.spent, sum(a.cost for a in attempts[:-1]) + accrue(live, self.clock()).cost)
 
     def _raised_reason(self, job: Job, principal: Principal, *, lowered: bool = False) -> str:
         """The reason of a budget-stopped job whose budget ``principal`` just raised (or ``lowered``; ``job`` holds the

@@ -204,3 +204,47 @@ def test_a_running_jobs_budget_lowered_keeps_what_its_clean_stop_costs(parts):
     assert f"lower it to no less than ${least / 1_000_000:.2f}" in str(refused.value), refused.value
     assert store.get_job(job.id).budget == 1_000_000  # nothing changed
     assert service.raise_budget(ADMIN, job.id, least).budget == least
+
+
+def test_a_budget_lowered_under_a_spend_no_engine_has_recorded_yet_keeps_the_spend_to_now(parts):
+    """The stored spend moves only when an engine looks. With none watching (the API with its engine off, the worker
+    down) a budget was lowered under a spend 24 s stale: the run was stopped at once, and the seconds it had run under
+    the old budget were counted nowhere, in its spend or in its team's monthly cap. The floor counts the live attempt
+    to now, as the engine bills it."""
+    settings, store, launcher, service, now = parts
+    engine, job, attempt, _ = _running(settings, store, launcher, service, now, launcher)
+    now[0] = attempt.created_at + 10
+    engine.tick()
+    recorded = store.get_job(job.id).spent
+    assert 100_000 <= recorded < 120_000  # 10 s at a cent a second
+    now[0] = attempt.created_at + 40  # 30 s more, no engine looks
+    assert service.raise_budget(ADMIN, job.id, 900_000).budget == 900_000  # lowered, far above its spend
+    with pytest.raises(Invalid) as refused:
+        service.raise_budget(ADMIN, job.id, 410_000)  # above what the stale spend and its clean stop would ask
+    assert refused.value.field == "budget_usd"
+    assert "it has spent $0.40" in str(refused.value) and "lower it to no less than $0.46" in str(refused.value), \
+        refused.value
+    with pytest.raises(Invalid) as below:
+        service.raise_budget(ADMIN, job.id, 300_000)
+    assert "is below what the job already spent ($0.40)" in str(below.value), below.value
+    assert store.get_job(job.id).budget == 900_000  # nothing changed
+    assert service.raise_budget(ADMIN, job.id, 460_000).budget == 460_000
+
+
+@pytest.mark.parametrize("stop", ["cancel", "budget stop"])
+def test_a_job_being_stopped_keeps_what_its_stop_costs_when_its_budget_is_lowered(parts, stop):
+    """A job being cancelled (or stopped at its budget) still runs through its grace period; its budget lowered to its
+    spend and a cent was taken, and the grace period it then ran, billed beyond the budget, was counted nowhere."""
+    settings, store, launcher, service, now = parts
+    engine, job, attempt, _ = _running(settings, store, launcher, service, now, launcher)
+    now[0] = attempt.created_at + (20 if stop == "cancel" else NEARLY_USED)
+    engine.tick()
+    if stop == "cancel":
+        service.cancel(ADMIN, job.id)
+        engine.tick()
+    job = store.get_job(job.id)
+    assert job.state is (JobState.CANCELLING if stop == "cancel" else JobState.STOPPING), job.state
+    with pytest.raises(Invalid) as refused:
+        service.raise_budget(ADMIN, job.id, job.spent + 10_000)
+    assert refused.value.field == "budget_usd" and "clean stop" in str(refused.value), refused.value
+    assert store.get_job(job.id).budget == BUDGET
