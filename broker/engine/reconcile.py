@@ -26,7 +26,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 
@@ -170,6 +170,11 @@ class Engine:
                 log.info("engine started: watching %d job(s) placed, launching or running (%s), its own attempts and "
                          "those another broker sharing the store may be silent on", len(watched),
                          ", ".join(watched[:10]) + (f" and {len(watched) - 10} more" if len(watched) > 10 else ""))
+            for pool, held in sorted(_pools_gone(jobs, self.settings).items()):
+                log.warning("pool %r is not in this config, yet %s still hold%s its slots (%s): they are counted in no "
+                            "pool now. If the pool was renamed, its GPUs are the same, and a job placed on the new "
+                            "name can share one with them; put the old name back until they end, or cancel them",
+                            pool, _jobs_words(held), "s" if len(held) == 1 else "", ", ".join(held))
         for job in jobs:  # 1. monitor what runs
             if job.state in MONITORED:
                 self._guard(self._monitor, job, now)
@@ -1269,6 +1274,24 @@ def _background(fn: Callable, *args) -> Future:
     future.set_running_or_notify_cancel()
     threading.Thread(target=run, name=f"broker-{getattr(fn, '__name__', 'bg')}", daemon=True).start()
     return future
+
+
+def _pools_gone(jobs: Iterable[Job], settings: Settings) -> dict[str, list[str]]:
+    """The on-prem pools that jobs still hold slots on (placed, launching, running or being stopped) but that the
+    config no longer names, each with those jobs' ids: the market counts held slots per pool name, so the slots of
+    a pool renamed under running jobs were free again under its new name, and a second job was placed on a GPU of a
+    1-slot pool beside the first."""
+    names = {pool.name for pool in settings.pools}
+    gone: dict[str, list[str]] = {}
+    for pool, job in ((j.placement.get("location", ""), j) for j in jobs
+                      if j.state.is_active and j.placement.get("tier") == Tier.ONPREM.value and j.slots):
+        if pool not in names:
+            gone.setdefault(pool, []).append(job.id)
+    return gone
+
+
+def _jobs_words(ids: Sequence[str]) -> str:
+    return "1 job" if len(ids) == 1 else f"{len(ids)} jobs"
 
 
 def _beyond(over: int, attempt: Attempt) -> str:
