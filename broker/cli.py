@@ -191,11 +191,14 @@ def _parser() -> argparse.ArgumentParser:
 
     s = client("status", help="list jobs, or show one")
     s.add_argument("id", nargs="?", type=_given, help="one job: its attempts, where they ran, cost")
-    s.add_argument("--state", type=_given, action=_Once, help="only jobs in this state (queued, running, failed, stopped_budget, ...)")
+    s.add_argument("--state", type=_given, action=_Once,
+                   help="only jobs in this state, or these with commas (queued,running; failed, stopped_budget, ...)")
     s.add_argument("--team", type=_given, action=_Once, help="admins: only this team's jobs")
+    s.add_argument("--name", type=_given, action=_Once, help="only jobs whose name begins so (sweep3: sweep3-lr0.1, ...)")
 
     s = client("queue", help="the jobs waiting, in the order they start, with roughly when")
     s.add_argument("--team", type=_given, action=_Once, help="admins: only this team's jobs")
+    s.add_argument("--name", type=_given, action=_Once, help="only jobs whose name begins so (sweep3: sweep3-lr0.1, ...)")
 
     s = client("logs", help="show a job's output")
     s.add_argument("id")
@@ -1440,15 +1443,17 @@ def cmd_status(args) -> int:
             else:
                 _show_job(_console(), job)
             return 0
-        jobs, cut = _listed_jobs(client, state=args.state, team=args.team)
+        jobs, cut = _listed_jobs(client, state=args.state, team=args.team, name=args.name)
     if cut:  # on stderr: `broker status | grep running` and `--json | jq` read on, and the note is still seen
         print(cut, file=sys.stderr)
     if args.json:
         _print_json(jobs)
         return 0
     if not jobs:  # an empty table's borders said nothing (`broker queue` says "Nothing is waiting.")
-        if args.state or args.team:
-            print(" ".join(x for x in ("No", args.state, "jobs", f"of team {args.team}" if args.team else "") if x) + ".")
+        if args.state or args.team or args.name:
+            states = " or ".join(args.state.split(",")) if args.state else ""
+            print(" ".join(x for x in ("No", states, "jobs", f"named {args.name}*" if args.name else "",
+                                       f"of team {args.team}" if args.team else "") if x) + ".")
         else:
             print("No jobs yet: submit one with `broker submit task.yaml`.")
         return 0
@@ -1472,7 +1477,8 @@ LIVE_STATES = ("queued", "placed", "launching", "running", "stopping", "cancelli
 """The states of a job that has not ended, each asked for on its own when the listing of every job is full."""
 
 
-def _listed_jobs(client, *, state: str | None, team: str | None) -> tuple[list[dict], str | None]:
+def _listed_jobs(client, *, state: str | None, team: str | None,
+                 name: str | None = None) -> tuple[list[dict], str | None]:
     """The jobs ``broker status`` lists, newest first, and a note when some are left out (``None`` when none are).
 
     The broker answers a page of at most ``MAX_JOBS_LISTED`` jobs at a time, newest first, with a cursor to the next.
@@ -1484,17 +1490,17 @@ def _listed_jobs(client, *, state: str | None, team: str | None) -> tuple[list[d
     from broker.client import MAX_JOBS_LISTED as most
 
     if state:
-        jobs, complete = client.all_jobs(state=state, team=team)
+        jobs, complete = client.all_jobs(state=state, team=team, name=name)
         return jobs, None if complete else (
             f"(this broker lists at most {most} jobs and has no cursor to read on: these are the {most} newest "
             f"{state} jobs; older ones are left out — narrow it with --team, or upgrade the broker)")
-    first = client.jobs_page(team=team, limit=most)
+    first = client.jobs_page(team=team, limit=most, name=name)
     jobs = first["jobs"]
     if len(jobs) < most or (first.get("next_cursor", "") is None):
         return jobs, None
     seen, cut = {j["id"] for j in jobs}, []
     for live in LIVE_STATES:
-        more, complete = client.all_jobs(state=live, team=team)
+        more, complete = client.all_jobs(state=live, team=team, name=name)
         if not complete:
             cut.append(live)
         jobs += [j for j in more if j["id"] not in seen]
@@ -1513,13 +1519,13 @@ def cmd_queue(args) -> int:
     # every queued job, page by page: the broker lists the newest first, and one page left out the jobs submitted
     # first, the next to start, from a queue of more
     with _client(args) as client:
-        jobs, whole = client.all_jobs(state="queued", team=args.team)
+        jobs, whole = client.all_jobs(state="queued", team=args.team, name=args.name)
     jobs.sort(key=lambda j: (j["queue_position"] is None, j["queue_position"] or 0))
     if args.json:
         _print_json(jobs)
         return 0
     if not jobs:
-        print("Nothing is waiting.")
+        print(f"No job named {args.name}* is waiting." if args.name else "Nothing is waiting.")
         return 0
     due = any(j.get("deadline") for j in jobs)  # a column of its own only where a job has a deadline
     rows = [[str(j["queue_position"] or ""), j["id"], j["name"], j["team"], _short_time(j.get("estimated_start")),

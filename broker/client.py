@@ -307,19 +307,22 @@ class BrokerClient:
         return self.jobs_page(state=state, team=team, limit=limit)["jobs"]
 
     def jobs_page(self, *, state: str | None = None, team: str | None = None, limit: int | None = None,
-                  cursor: str | None = None) -> dict:
+                  cursor: str | None = None, name: str | None = None) -> dict:
         """One page of the listing: ``{"jobs": [...], "next_cursor": ...}``; pass ``next_cursor`` back as ``cursor``
-        for the next page (``None``: the last page). A broker from before cursors answers no ``next_cursor``."""
-        params = {k: v for k, v in {"state": state, "team": team, "limit": limit, "cursor": cursor}.items() if v}
+        for the next page (``None``: the last page). A broker from before cursors answers no ``next_cursor``.
+        ``state``: one state or several with commas (``queued,running``); ``name``: the start of the jobs' names."""
+        params = {k: v for k, v in {"state": state, "team": team, "name": name, "limit": limit,
+                                    "cursor": cursor}.items() if v}
         return self._call("GET", "/v1/jobs", params=params)
 
-    def all_jobs(self, *, state: str | None = None, team: str | None = None) -> tuple[list[dict], bool]:
+    def all_jobs(self, *, state: str | None = None, team: str | None = None,
+                 name: str | None = None) -> tuple[list[dict], bool]:
         """Every job matching, newest first, read page by page along the cursor; and whether that is all of them
         (``False`` only from a broker from before cursors, whose one page of :data:`MAX_JOBS_LISTED` was full)."""
         jobs: list[dict] = []
         cursor = None
         while True:
-            page = self.jobs_page(state=state, team=team, limit=MAX_JOBS_LISTED, cursor=cursor)
+            page = self.jobs_page(state=state, team=team, limit=MAX_JOBS_LISTED, cursor=cursor, name=name)
             jobs += page["jobs"]
             if "next_cursor" not in page:
                 return jobs, len(page["jobs"]) < MAX_JOBS_LISTED

@@ -33,7 +33,7 @@ from broker.queue import Waits, positions, waits, work_left_seconds
 from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
-                         check_env_total,
+                         check_env_total, check_name,
                          checkpoint_base, checkpoint_uri_problem, host_paths, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, month_of, refusal, team_month
@@ -235,6 +235,18 @@ def _ended(job: Job, so: str) -> str:
     """A refusal for a job that has ended, in the words a cancel's has: "the job is succeeded" (a switch to
     on-demand) and "cannot change the budget of a job that is succeeded" read as slips of grammar."""
     return f"{job.id} has already ended ({job.state.value}): {so}"
+
+
+def typed_states(given: str) -> list[str]:
+    """The job states a user named, one or several with commas between (``queued,running``), each checked: a 422
+    naming the first that is not one (a state said twice is read once)."""
+    known = [s.value for s in JobState]
+    wanted = [part.strip() for part in given.split(",")]
+    for part in wanted:
+        if part not in known:
+            said = f"{part!r} is not a job state" if part else "holds an empty state (a comma too many)"
+            raise Invalid("state", f"{said}: each must be one of {', '.join(known)}")
+    return list(dict.fromkeys(wanted))
 
 
 def new_job_id() -> str:
@@ -636,20 +648,28 @@ class BrokerService:
 
     def list(self, principal: Principal, *, state: str | None = None, team: str | None = None,
              limit: int = 200, states: Sequence[JobState] | None = None,
-             active_since: float | None = None, before: tuple[float, str] | None = None) -> list[Job]:
+             active_since: float | None = None, before: tuple[float, str] | None = None,
+             name: str | None = None) -> list[Job]:
         """``principal``'s jobs (an admin's: any team's, or ``team``'s), newest first; ``state`` is a job state's
-        name as a user typed it (checked), ``states`` a set of them from code. ``active_since``: only jobs still
-        live or last changed since then (:meth:`JobStore.list_jobs`: an ended job's last change is its end).
-        ``before``: only jobs after this place in the order, ``(submitted_at, id)`` (a page's cursor)."""
-        if state is not None and state not in {s.value for s in JobState}:
-            raise Invalid("state", f"must be one of {', '.join(s.value for s in JobState)}")
+        name as a user typed it, or several with commas between (``queued,running``, as ``squeue -t PD,R``; each
+        checked), ``states`` a set of them from code. ``name``: only jobs whose name begins so (checked as a name
+        is: a prefix of a name is one). ``active_since``: only jobs still live or last changed since then
+        (:meth:`JobStore.list_jobs`: an ended job's last change is its end). ``before``: only jobs after this place
+        in the order, ``(submitted_at, id)`` (a page's cursor)."""
+        wanted = (typed_states(state) if state is not None
+                  else [s.value for s in states] if states is not None else None)
+        if name is not None:
+            try:
+                check_name(name)
+            except SpecError as exc:
+                raise Invalid("name", f"is the start of a job's name, so it {exc.reason}") from None
         if not principal.admin:
             if team and team != principal.team:  # was an empty list, as if that team had no jobs
                 raise Invalid("team", f"you can see only your team's jobs ({principal.team})", status=403)
             team = principal.team
         self.check_team(team)
-        wanted = [state] if state else [s.value for s in states] if states is not None else None
-        return self.store.list_jobs(states=wanted, team=team, limit=limit, active_since=active_since, before=before)
+        return self.store.list_jobs(states=wanted, team=team, limit=limit, active_since=active_since, before=before,
+                                    name_prefix=name)
 
     @staticmethod
     def may_name_host_paths(principal: Principal) -> bool:

@@ -343,14 +343,15 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                             headers={"Location": f"/v1/jobs/{job.id}"})
 
     @app.get("/v1/jobs", tags=["jobs"], **answers(JobPage, 401, 403, 422))
-    def list_jobs(caller: Caller, state: Text = None, team: Text = None,
+    def list_jobs(caller: Caller, state: Text = None, team: Text = None, name: Text = None,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 200, cursor: Text = None) -> dict:
-        """Jobs you can see, newest first (by submit time, then id); filter by ``state`` and ``team``.
-        ``next_cursor`` is set when more jobs follow: pass it as ``cursor`` (with the same filters) for the next
-        page, until it is ``null``. A cursor holds a place in the order, so jobs submitted meanwhile are not
-        repeated and none is skipped."""
+        """Jobs you can see, newest first (by submit time, then id); filter by ``state`` (one, or several with
+        commas: ``queued,running``), ``team`` and ``name`` (the start of the job's name: ``sweep3`` lists
+        ``sweep3-lr0.1``, case-sensitive). ``next_cursor`` is set when more jobs follow: pass it as ``cursor``
+        (with the same filters) for the next page, until it is ``null``. A cursor holds a place in the order, so
+        jobs submitted meanwhile are not repeated and none is skipped."""
         before = read_cursor(cursor) if cursor is not None else None
-        jobs = service.list(caller, state=state, team=team, limit=limit + 1, before=before)
+        jobs = service.list(caller, state=state, team=team, limit=limit + 1, before=before, name=name)
         more = len(jobs) > limit
         jobs = jobs[:limit]
         q = service.queue_waits(caller, of=jobs)

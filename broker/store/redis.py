@@ -418,7 +418,7 @@ class RedisStore:
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
                   limit: int = 1000, active_since: float | None = None,
-                  before: tuple[float, str] | None = None) -> list[Job]:
+                  before: tuple[float, str] | None = None, name_prefix: str | None = None) -> list[Job]:
         """Filters are answered from the indexes (state sets, the update-time index), so only the
         jobs that match are fetched and decoded; the team's (or all jobs') sorted set orders them, and
         a page's key (``before``) is a range of it."""
@@ -436,7 +436,8 @@ class RedisStore:
                     job = Job.from_dict(json.loads(raw))
                     if (not states or job.state.value in states) and (
                             active_since is None or not job.state.is_final or job.updated_at >= active_since) and (
-                            before is None or (job.submitted_at, job.id) < before):
+                            before is None or (job.submitted_at, job.id) < before) and (
+                            not name_prefix or job.name.startswith(name_prefix)):
                         jobs.append(job)
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
         return jobs[:limit]

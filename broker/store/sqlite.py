@@ -437,8 +437,13 @@ class SqliteStore:
 
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
                   limit: int = 1000, active_since: float | None = None,
-                  before: tuple[float, str] | None = None) -> list[Job]:
+                  before: tuple[float, str] | None = None, name_prefix: str | None = None) -> list[Job]:
         sql, args = "SELECT body FROM jobs WHERE 1=1", []
+        if name_prefix:
+            # the name is in the body alone: read in the listing's order until the limit of those that match (a
+            # binary compare, not LIKE, whose '_' is a wildcard and which ignores case)
+            sql += " AND substr(json_extract(body, '$.name'), 1, ?) = ?"
+            args += [len(name_prefix), name_prefix]
         if before is not None:
             # the next page: a row-value comparison in the listing's own order, so the index that orders it seeks
             # straight to the key (no OFFSET re-reading the pages before)

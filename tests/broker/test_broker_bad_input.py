@@ -349,7 +349,7 @@ def test_every_api_route_refuses_a_query_parameter_it_does_not_take_and_lists_th
 @pytest.mark.parametrize("url, field, says", [
     pytest.param("/v1/costs?perod=30d", "perod", "(did you mean 'period'?); it takes team, period, since, until",
                  id="a typo in the cost report's window is a 422 saying the one meant, not the default week"),
-    pytest.param("/v1/jobs?stat=queued&tem=a", "stat", "(did you mean 'state'?); nor is tem; it takes state, team, limit, cursor",
+    pytest.param("/v1/jobs?stat=queued&tem=a", "stat", "(did you mean 'state'?); nor is tem; it takes state, team, name, limit, cursor",
                  id="a job list's typos are named, the first as the field"),
     pytest.param("/v1/jobs/j-nope/logs?ofset=10", "ofset", "(did you mean 'offset'?); it takes offset, attempt",
                  id="a log offset misspelt is not read from 0"),

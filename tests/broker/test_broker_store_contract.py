@@ -231,6 +231,23 @@ def test_list_filters_by_state_and_team_newest_first(store):
     assert [x.id for x in store.list_jobs(limit=1)] == ["j-c"]
 
 
+def test_list_filters_by_the_start_of_the_name_and_pages_along_the_matches(store):
+    for i, name in enumerate(["sweep-a", "other", "sweep-b", "Sweep-c", "sweep_x", "sweepy", "sweep-d"]):
+        create(store, replace(make_job(f"j-{i}", t=float(i)), name=name))
+    assert [x.name for x in store.list_jobs(name_prefix="sweep-")] == ["sweep-d", "sweep-b", "sweep-a"]
+    assert [x.name for x in store.list_jobs(name_prefix="sweep")] == ["sweep-d", "sweepy", "sweep_x", "sweep-b",
+                                                                       "sweep-a"]
+    assert [x.name for x in store.list_jobs(name_prefix="sweep-a")] == ["sweep-a"]  # a whole name is its own start
+    assert store.list_jobs(name_prefix="sweep-ab") == []
+    # a page is full while more match, and the next reads on from the last one given
+    first = store.list_jobs(name_prefix="sweep-", limit=2)
+    assert [x.name for x in first] == ["sweep-d", "sweep-b"]
+    rest = store.list_jobs(name_prefix="sweep-", limit=2, before=(first[-1].submitted_at, first[-1].id))
+    assert [x.name for x in rest] == ["sweep-a"]
+    assert [x.name for x in store.list_jobs(name_prefix="sweep", states=["queued"], team="vision", limit=1)] == [
+        "sweep-d"]
+
+
 def test_active_since_skips_finished_history_but_keeps_live_and_recent_jobs(store):
     old_done = create(store, make_job("j-old", t=1.0))
     store.commit(Change(job=replace(old_done, state=JobState.SUCCEEDED, updated_at=50.0), expected_version=1))

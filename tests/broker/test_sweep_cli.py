@@ -55,3 +55,39 @@ def test_submit_name_given_twice_is_refused(cli):
     run, task = cli
     r = run("submit", str(task), "--name", "a", "--name", "b", check=False)
     assert r.returncode == 2 and "--name: given twice (a, then b): give it once" in r.stderr
+
+
+def _submit(run, task, *names, team=None):
+    ids = []
+    for name in names:
+        extra = ["--team", team] if team else []
+        ids.append(json.loads(run("--json", "submit", str(task), "--name", name, "--env", "LR=1", "--budget", "1",
+                                  *extra).stdout)["id"])
+    return ids
+
+
+def test_status_and_queue_list_the_jobs_whose_name_begins_so(cli):
+    run, task = cli
+    a, b, other, c = _submit(run, task, "sweep3-lr0.1", "sweep3-lr0.3", "other", "sweep3-lr1")
+    run("cancel", b)
+    assert [j["id"] for j in json.loads(run("--json", "status", "--name", "sweep3-").stdout)] == [c, b, a]
+    out = run("status", "--name", "sweep3").stdout  # piped: one line a job
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [c, b, a] and "other" not in out
+    assert [j["id"] for j in json.loads(run("--json", "status", "--name", "sweep3-", "--state", "queued").stdout)] == [c, a]
+    assert [j["id"] for j in json.loads(run("--json", "queue", "--name", "sweep3-").stdout)] == [a, c]  # start order
+    assert run("status", "--name", "nope").stdout.strip() == "No jobs named nope*."
+    assert run("queue", "--name", "nope").stdout.strip() == "No job named nope* is waiting."
+    r = run("--json", "status", "--name", "bad name", check=False)
+    assert r.returncode == 1 and json.loads(r.stdout)["field"] == "name"
+    r = run("status", "--name", "a", "--name", "b", check=False)
+    assert r.returncode == 2 and "--name: given twice (a, then b): give it once" in r.stderr
+
+
+def test_status_state_takes_several_states_with_commas(cli):
+    run, task = cli
+    a, b = _submit(run, task, "one", "two")
+    run("cancel", b)
+    assert [j["id"] for j in json.loads(run("--json", "status", "--state", "queued,cancelled").stdout)] == [b, a]
+    assert run("status", "--state", "running,failed").stdout.strip() == "No running or failed jobs."
+    r = run("status", "--state", "queued,runing", check=False)
+    assert r.returncode == 1 and "'runing' is not a job state" in r.stderr, r.stderr

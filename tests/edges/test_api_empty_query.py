@@ -129,9 +129,9 @@ def test_the_cli_refuses_an_empty_option_before_asking_the_broker(capsys, argv, 
 
 
 @pytest.mark.parametrize("method, url, takes", [
-    pytest.param("GET", "/v1/jobs?=", "GET /v1/jobs takes state, team, limit, cursor", id="?= names the problem, not ''"),
-    pytest.param("GET", "/v1/jobs?=queued", "GET /v1/jobs takes state, team, limit, cursor", id="a value with no name"),
-    pytest.param("GET", "/v1/jobs?state=queued&=", "GET /v1/jobs takes state, team, limit, cursor",
+    pytest.param("GET", "/v1/jobs?=", "GET /v1/jobs takes state, team, name, limit, cursor", id="?= names the problem, not ''"),
+    pytest.param("GET", "/v1/jobs?=queued", "GET /v1/jobs takes state, team, name, limit, cursor", id="a value with no name"),
+    pytest.param("GET", "/v1/jobs?state=queued&=", "GET /v1/jobs takes state, team, name, limit, cursor",
                  id="a nameless one beside a good one"),
     pytest.param("GET", "/v1/costs?=", "GET /v1/costs takes team, period, since, until", id="on the cost report"),
     pytest.param("POST", "/v1/jobs/j-b1/resume?=", "POST /v1/jobs/{job_id}/resume takes force",
