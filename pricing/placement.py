@@ -479,6 +479,12 @@ def _price_over(price: Micros, cap: Micros) -> str:
     return fmt_limit(price) if fmt(price) == fmt(cap) else fmt(price)
 
 
+def why_no_offer(request: JobRequest, offers: Sequence[Offer]) -> str:
+    """Why none of ``offers`` has the shape ``request`` asks (the submit's own words: "no offer has 1x A100
+    (accelerators offered: A10G)")."""
+    return _no_match(request, offers)
+
+
 def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:
     """Why no offer has the shape asked. When the shape is there but not of the exact size asked (``cpus: 16``:
     every type with the GPUs asked has 8 or 32 vCPUs), it says so and how to ask for at least that size; when the

@@ -34,7 +34,8 @@ from broker.queue import ordered, work_left_seconds
 from broker.spec import parse
 from pricing.money import fmt, fmt_left
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import NoFit, cloud_block, holds, place, start_shortfall, unblocked, under_cap
+from pricing.placement import (NoFit, cloud_block, holds, place, start_shortfall, unblocked, under_cap,
+                               why_no_offer)
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -258,7 +259,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                        placed_again=again)
         if isinstance(chosen, NoFit):
             said = (_kept_words(held_back, free_slots, now) if held_back else None) or \
-                _pools_busy(job, request, mk, free_slots, mine) or chosen.reason
+                _pools_busy(job, request, mk, free_slots, mine) or _gone(job, request, mk) or chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             if job.launch_retry_at is None and not kept.keys() >= pools:
                 _keep_pools(job, request, mk, free_slots, ends, kept, now)
@@ -288,6 +289,18 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         decisions.append(Place(job, record, slots,
                                f"placed on {offer.describe()}{note}{chosen.note}"))
     return decisions
+
+
+def _gone(job: Job, request: JobRequest, mk: Market) -> str | None:
+    """Why a job accepted at its submit waits when nothing the broker offers now has its shape at all: its config or
+    price table changed since (a pool removed or renamed, a zone dropped). Its reason said "no offers are configured"
+    of a broker with a pool and a zone, tick after tick, and nothing said it would never start as things are."""
+    every = mk.every_offer or mk.offers
+    if job.force_tier or offers_for(job, request, every):
+        return None
+    return (f"{why_no_offer(request, every)}. Nothing this broker offers now has what it asks, though an offer did "
+            f"when it was accepted (the broker's config or price table changed since): it waits until one does; "
+            f"cancel it, or have a pool or zone with it added")
 
 
 def _keep_pools(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[str, list[int]],

@@ -61,3 +61,32 @@ def test_nothing_is_said_while_every_held_pool_is_configured(make_settings, tmp_
     finally:
         launcher.kill(f"{job.id}-a1")
         store.close()
+
+
+def test_a_queued_job_whose_pool_was_removed_says_nothing_offered_now_has_what_it_asks(make_settings, tmp_path):
+    """Its reason said "no offer has 1x A100 (no offers are configured)" of a broker with a pool and a zone, tick
+    after tick, and nothing said it would not start as the config stood."""
+    store = open_store(f"sqlite://{tmp_path / 'e.db'}")
+    settings = make_settings(config=BEFORE)
+    launcher = open_launcher(settings)
+    try:
+        service = BrokerService(settings, store, launcher)
+        first = service.submit(ADMIN, {"name": "t", "run": "sleep 30", "resources": {"accelerators": "A100:1"},
+                                       "broker": {"budget_usd": 5}})[0]
+        second = service.submit(ADMIN, {"name": "u", "run": "echo hi", "resources": {"accelerators": "A100:1"},
+                                        "broker": {"budget_usd": 5}})[0]
+        run_until(Engine(settings, store, launcher), store, first.id, {"running"})
+        without = make_settings(config="pools:\n  - {name: cpu, slots: 2, price_per_slot_hour: '0.10'}\n"
+                                        "zones:\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge}\n"
+                                        "tick_seconds: 0.05\n")
+        engine = Engine(without, store, open_launcher(without))
+        engine.tick()
+        waiting = store.get_job(second.id)
+        assert waiting.state is JobState.QUEUED
+        assert waiting.reason.startswith("waiting: no offer has 1x A100 (accelerators offered: A10G). Nothing this "
+                                         "broker offers now has what it asks"), waiting.reason
+        assert "no offers are configured" not in waiting.reason
+        assert "cancel it, or have a pool or zone with it added" in waiting.reason
+    finally:
+        launcher.kill(f"{first.id}-a1")
+        store.close()
