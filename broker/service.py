@@ -525,11 +525,20 @@ class BrokerService:
                                                    "the base of one of its own jobs, or a name not of the job-id "
                                                    "form (j-…); leave broker.checkpoint out, or name a base of your "
                                                    "own", status=403)
-        elif given.startswith("file://"):
+        elif given.startswith("file://") and not self._own_base(given, team):
             raise Invalid("broker.checkpoint", f"{base!r} is a path on the broker's host outside its checkpoint root "
                                                f"({self.settings.checkpoint_root}), which only an admin's submit may "
                                                "name: leave broker.checkpoint out, or name a bucket (s3://, gs://) "
                                                "or a base inside the root", status=403)
+
+    def _own_base(self, given: str, team: str) -> bool:
+        """Whether ``given`` is the very checkpoint base the broker gave one of ``team``'s own jobs, under a checkpoint
+        root since moved: ``broker status`` tells a cancelled or failed job to be submitted again with it, and the
+        team was refused (403) for naming it once the operator changed ``checkpoint_root``."""
+        name = given.rstrip("/").rsplit("/", 1)[-1]
+        job = self.store.get_job(name) if _JOB_ID_FORM.fullmatch(name) else None
+        return job is not None and job.team == team and bool(job.checkpoint_uri) \
+            and checkpoint_base(job.checkpoint_uri) == given
 
     def _check_base_free(self, principal: Principal, base: str, team: str, now: float) -> None:
         """Two live jobs on one checkpoint base lose each other's checkpoints (each one's retention takes the

@@ -135,3 +135,27 @@ def test_a_teams_base_is_its_own_not_the_root_another_teams_job_or_a_host_path(s
     r = client.post("/v1/jobs", json=task(theirs["checkpoint_uri"], team="vision"), headers=ADMIN_H)
     assert r.status_code == 201, r.text
 
+
+
+def test_a_teams_own_jobs_base_stays_its_own_after_the_checkpoint_root_moved(make_settings, store, tmp_path):
+    """`broker status` tells a cancelled job to be submitted again with `broker.checkpoint: <its base>`; once the
+    operator moved `checkpoint_root`, that base was a path outside the root, and the team was refused (403) for
+    naming its own job's checkpoints."""
+    with TestClient(create_app(make_settings(config=CONFIG), store=store, engine=False),
+                    raise_server_exceptions=False) as client:
+        mine = client.post("/v1/jobs", json=task(None), headers=VISION).json()
+        theirs = client.post("/v1/jobs", json=task(None), headers=NLP).json()
+    end(store, mine["id"], JobState.CANCELLED)
+    end(store, theirs["id"], JobState.CANCELLED)
+    moved = CONFIG + f"checkpoint_root: file://{tmp_path / 'elsewhere'}\n"
+    with TestClient(create_app(make_settings(config=moved), store=store, engine=False),
+                    raise_server_exceptions=False) as client:
+        old = mine["checkpoint_uri"].rstrip("/")
+        for base, team in [(theirs["checkpoint_uri"], VISION),  # another team's job's base
+                           (old + "/sub", VISION),  # inside its own, not its base
+                           (old.rsplit("/", 1)[0] + "/j-0123456789", VISION)]:  # of no job
+            r = client.post("/v1/jobs", json=task(base), headers=team)
+            assert r.status_code == 403 and "outside its checkpoint root" in r.json()["detail"], (base, r.text)
+        r = client.post("/v1/jobs", json=task(mine["checkpoint_uri"]), headers=VISION)
+        assert r.status_code == 201, r.text
+        assert checkpoint_base(r.json()["checkpoint_uri"]) == checkpoint_base(mine["checkpoint_uri"])
