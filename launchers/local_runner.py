@@ -42,6 +42,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -49,6 +50,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -463,17 +465,33 @@ class Runner:
 
 
 def output_cap(environ: Mapping[str, str] = os.environ) -> int:
-    """The cap on an attempt's output kept on disk: ``BROKER_LOCAL_OUTPUT_CAP`` (bytes, or with a ``K``, ``M`` or
-    ``G`` suffix), else :data:`DEFAULT_OUTPUT_CAP`; at least :data:`MIN_OUTPUT_CAP`."""
-    text = (environ.get(OUTPUT_CAP_ENV) or "").strip().upper().removesuffix("IB").removesuffix("B")
-    scale = 1
-    if text[-1:] in ("K", "M", "G"):
-        scale, text = 1 << {"K": 10, "M": 20, "G": 30}[text[-1]], text[:-1]
+    """The cap on an attempt's output kept on disk: ``BROKER_LOCAL_OUTPUT_CAP`` (:func:`parse_output_cap`), else
+    :data:`DEFAULT_OUTPUT_CAP`. Never raises: ``broker serve`` and ``broker worker`` refuse a value that is no size
+    at start (``broker.config``), and a runner given one anyway (a broker started before that check) keeps the
+    default. ``inf`` raised an ``OverflowError`` here, and every launch of every job ended as a lost node."""
     try:
-        cap = int(float(text) * scale)
+        return parse_output_cap(environ.get(OUTPUT_CAP_ENV) or "")
     except ValueError:
         return DEFAULT_OUTPUT_CAP
-    return max(MIN_OUTPUT_CAP, cap)
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMG])(?:I?B)?|B)?", re.ASCII)
+_SCALE = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_output_cap(text: str) -> int:
+    """A size of output, as ``BROKER_LOCAL_OUTPUT_CAP`` takes it: bytes, or a number with a ``K``, ``M`` or ``G``
+    suffix (KiB, MiB, GiB; ``KiB``/``KB`` read alike), at least :data:`MIN_OUTPUT_CAP`; empty: the default. A value
+    that is not one (``64X``, ``1T``, ``inf``, ``-1``) raises a ``ValueError`` saying what is taken: read as the
+    default, a typo went unseen, and ``inf`` (which ``float`` takes) overflowed."""
+    text = text.strip()
+    if not text:
+        return DEFAULT_OUTPUT_CAP
+    found = _SIZE.fullmatch(text.upper())
+    if found is None:
+        raise ValueError(f"{text!r} is not a size: give bytes, or a number with K, M or G (256K, 64M, 1G)")
+    number, unit = found.groups()
+    return max(MIN_OUTPUT_CAP, int(Decimal(number) * _SCALE.get(unit or "", 1)))
 
 
 def cap_text(cap: int) -> str:
