@@ -78,8 +78,8 @@ def admit(
         # offers of its shape exist but all cost more than its cap: the cap is what to change
         field = "broker.max_price_per_hour" if candidates(spec.request, offers) else _resources_field(spec, offers)
         raise Refused(field, f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
-    if not q.fits(budget):
-        raise Refused("broker.budget_usd", q.refusal(budget))
+    if not q.fits(budget, stop_seconds=min_run_seconds):
+        raise Refused("broker.budget_usd", q.refusal(budget, stop_seconds=min_run_seconds))
     # only offers at or under the job's max price count: start_shortfall weighs them, as the engine does
     short = start_shortfall(spec.request, candidates(spec.request, offers), budget, min_run_seconds=min_run_seconds,
                             after_run_seconds=after_run_seconds)

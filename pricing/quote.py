@@ -55,16 +55,18 @@ class Quote:
             return f"{money_text(self.best)} on {offer_text(self.best)} (no expected_hours given, so this is per hour)"
         return f"estimated {money_text(self.best)} for {self.expected_hours} h on {offer_text(self.best)}"
 
-    def fits(self, budget: Micros) -> bool:
-        """Whether the budget covers the cheapest tier for the expected length."""
+    def fits(self, budget: Micros, *, stop_seconds: int = 0) -> bool:
+        """Whether the budget covers the cheapest tier for the expected length, and ``stop_seconds`` more at its
+        price: the clean stop the engine keeps of every budget (it stops a job once what is left pays only for
+        that), so a budget of exactly the estimate stopped the job that much before the end of its expected run."""
         cheapest = self.cheapest()
         if cheapest is None:
             return False
         if cheapest.estimate is None:
             return budget > 0
-        return cheapest.estimate <= budget
+        return cheapest.estimate + cost_for_seconds(cheapest.price_per_hour, stop_seconds) <= budget
 
-    def refusal(self, budget: Micros) -> str:
+    def refusal(self, budget: Micros, *, stop_seconds: int = 0) -> str:
         """The sentence a user reads when the budget does not cover the job: the cheapest way first — the one
         :meth:`fits` weighs, so its figure is the least budget that would do — then the other tiers, cheapest
         first. It led with the dearest tier ("estimated $30.60 on ondemand ... exceeds the budget of $5.00; ...;
@@ -73,6 +75,15 @@ class Quote:
             return self.no_fit or "no offer matches the job's resources"
         head = self.cheapest()
         rest = sorted((t for t in self.tiers if t is not head), key=_figure)
+        stop = cost_for_seconds(head.price_per_hour, stop_seconds) if head.estimate is not None else 0
+        if stop and head.estimate is not None and head.estimate <= budget:
+            # the estimate alone fits: what is short is the clean stop the engine keeps of the budget
+            text = (f"estimated {money_text(head)} on {offer_text(head)}, plus {fmt(stop)} for a clean stop at its "
+                    f"end ({stop_seconds} s, which the broker keeps of every budget: it stops a job once what is left "
+                    f"pays only for that), is more than the budget of {fmt_limit(budget)}: give at least "
+                    f"{fmt(head.estimate + stop)}")
+            others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
+            return text + (f"; {others}" if others else "")
         text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt_limit(budget)}"
         others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
         return text + (f"; {others}" if others else "")

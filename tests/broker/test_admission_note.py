@@ -29,3 +29,24 @@ def test_an_ordered_jobs_submit_note_quotes_the_later_cheaper_alternative_it_nam
     reason = admitted.event.reason
     assert "cheapest spot at $0.1389" in reason, reason
     assert "$0.4829" not in reason, "the figure is the cheapest way's, not the first tier's by $/h"
+
+
+def test_a_budget_of_exactly_the_estimate_is_refused_for_the_clean_stop_it_must_keep_saying_how_much_to_give():
+    """The engine stops a job once what is left of its budget pays only for a clean stop (the grace period, two
+    ticks, the launcher's margin): a budget of exactly the estimate was taken, and the job that ran its expected
+    length was stopped short of its end (29 of 35 steps at $1 a second)."""
+    from broker.admission import Refused
+    import pytest
+
+    pool = [Offer(Tier.ONPREM, "local", "local", "prem", "prem-1slot", "H100", 1, 3_600_000_000)]  # $1 a second
+    spec = parse({"run": "python train.py", "resources": {"accelerators": "H100"},
+                  "broker": {"expected_hours": "0.01"}}, now=0.0)  # 36 s: $36.00
+    kw = dict(job_id="j-1", team="ml", offers=pool, now=0.0, actor="t", checkpoint_uri="file:///tmp/x",
+              idempotency_key=None, min_run_seconds=7)
+    with pytest.raises(Refused) as refused:
+        admit(spec, budget=36_000_000, **kw)
+    assert refused.value.field == "broker.budget_usd"
+    assert "estimated $36.00 on onprem 1x H100" in str(refused.value)
+    assert "plus $7.00 for a clean stop at its end (7 s" in str(refused.value)
+    assert "give at least $43.00" in str(refused.value), refused.value
+    assert admit(spec, budget=43_000_000, **kw).job.budget == 43_000_000

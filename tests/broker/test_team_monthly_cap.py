@@ -36,9 +36,9 @@ VISION = {"Authorization": f"Bearer {TEAM_TOKENS['vision']}"}
 NLP = {"Authorization": f"Bearer {TEAM_TOKENS['nlp']}"}
 
 
-def task(budget: str, name: str = "train") -> dict:
+def task(budget: str, name: str = "train", hours: float = 1) -> dict:
     return {"name": name, "resources": {"accelerators": "A100:1"}, "run": "echo hi",
-            "broker": {"budget_usd": budget, "expected_hours": 1}}
+            "broker": {"budget_usd": budget, "expected_hours": hours}}
 
 
 @pytest.fixture
@@ -177,7 +177,8 @@ def test_two_brokers_admitting_one_teams_jobs_at_once_stay_under_the_cap(make_se
 
     def submit(service: BrokerService) -> None:
         try:
-            admitted.append(service.submit(vision, task("7", "last"))[0].id)
+            # half an hour ($1.00, and its clean stop): what is left after the other's $7 runs it
+            admitted.append(service.submit(vision, task("7", "last", hours=0.5))[0].id)
         except Invalid as exc:
             refused.append(str(exc))
         except Exception as exc:  # noqa: BLE001 - reported below
