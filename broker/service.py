@@ -160,6 +160,7 @@ class DryRun(NamedTuple):
     position: int | None
     start: float | None
     waiting: str | None
+    stop_seconds: int = 0  # the clean stop the engine keeps of a budget: a tier's estimate and it are what it covers
 
 
 def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
@@ -459,19 +460,24 @@ class BrokerService:
             job = found.existing
             q = self.queue_waits(principal)
             return DryRun(job, True, job.placement or None, job.reason or "", q.positions.get(job.id),
-                          q.starts.get(job.id), q.waiting.get(job.id))
+                          q.starts.get(job.id), q.waiting.get(job.id), self._stop_seconds())
         job = found.admitted.job
         self._sealed(job.spec, job.id, create=False)
         decision = self._decision_now(job, now)
         if isinstance(decision, Place):
             _, positions_, _ = self._waits(extra=[job])
-            return DryRun(job, False, decision.placement, decision.reason, positions_.get(job.id), now, None)
+            return DryRun(job, False, decision.placement, decision.reason, positions_.get(job.id), now, None,
+                          self._stop_seconds())
         job = replace(job, reason=decision.reason)  # what the queue's estimate reads: whether it waits for capacity
         _, positions_, found_waits = self._waits(extra=[job])
         team = None if principal.admin else principal.team or ""
         holders = found_waits.holders.get(job.id)
         return DryRun(job, False, None, decision.reason, positions_.get(job.id), found_waits.starts.get(job.id),
-                      holders_words(holders, team) if holders else None)
+                      holders_words(holders, team) if holders else None, self._stop_seconds())
+
+    def _stop_seconds(self) -> int:
+        """What a clean stop takes, as the engine keeps it of every budget (:func:`broker.engine.budget.reserve_seconds`)."""
+        return reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds)
 
     def _decision_now(self, job: Job, now: float) -> Place | Wait:
         """What the scheduler would decide for ``job`` (not stored) if the engine's tick ran now: its own

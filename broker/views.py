@@ -13,7 +13,7 @@ from typing import Any
 from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.queue import Holder, work_left_seconds
-from pricing.money import fmt, fmt_limit
+from pricing.money import cost_for_seconds, fmt, fmt_limit
 
 
 def iso(t: float | None) -> str | None:
@@ -306,8 +306,10 @@ def dry_run_view(run: Any) -> dict[str, Any]:
         "quote": job.quote,
         "estimate": money(cheapest.get("estimate")) if cheapest is not None and not per_hour else None,
         "price_per_hour": money(cheapest["price_per_hour"]) if cheapest is not None else None,
-        "budget_covers": None if per_hour else {t["tier"]: t.get("estimate") is not None and t["estimate"] <= job.budget
-                                                for t in tiers},
+        # with the clean stop the engine keeps of the budget, as admission weighs it (pricing.quote.Quote.fits)
+        "budget_covers": None if per_hour else {
+            t["tier"]: t.get("estimate") is not None
+            and t["estimate"] + cost_for_seconds(t["price_per_hour"], run.stop_seconds) <= job.budget for t in tiers},
         "budget_lasts_seconds": lasts,
         "placement": run.placement,
         "reason": shown_reason(replace(job, reason=run.reason), run.start, run.waiting),

@@ -264,3 +264,20 @@ def test_cli_dry_run_with_wait_is_a_usage_error_naming_the_option(cli):
     assert r.returncode == 2 and "--wait: a dry run makes no job to follow" in r.stderr
     r = run("--json", "submit", str(task), "--dry-run", "--wait", check=False)
     assert r.returncode == 2 and json.loads(r.stdout)["field"] == "--wait"
+
+
+def test_a_tier_whose_estimate_leaves_nothing_for_the_clean_stop_is_not_covered(make_settings, tmp_path):
+    """The engine stops a job once what is left pays only for a clean stop: a tier quoted at exactly the budget was
+    said covered, and a job placed there would have been stopped short of its expected end."""
+    config = CONFIG + "zones:\n  - {name: sim-od, tier: ondemand, instance_type: g5.xlarge, price_per_hour: '4.00'}\n"
+    config = config.replace("zones:\n  - {name: sim-a, tier: spot, instance_type: g5.xlarge}\n", "")
+    store = open_store(f"sqlite://{tmp_path / 'dry.db'}")
+    with TestClient(create_app(make_settings(config=config), store=store, engine=False),
+                    raise_server_exceptions=False) as client:
+        task = {"name": "t", "resources": {"any_of": [{"accelerators": "A100:1"}, {"accelerators": "A10G:1"}]},
+                "run": "echo hi", "broker": {"budget_usd": "8", "expected_hours": 2}}  # pool $4, on-demand $8
+        run = client.post("/v1/jobs?dry_run=true", json=task, headers=auth()).json()
+        assert run["budget_covers"] == {"onprem": True, "ondemand": False}, run
+        task["broker"]["budget_usd"] = "8.04"  # and the 36 s clean stop at $4.00/h
+        run = client.post("/v1/jobs?dry_run=true", json=task, headers=auth()).json()
+        assert run["budget_covers"] == {"onprem": True, "ondemand": True}, run
