@@ -53,7 +53,7 @@ from broker.views import iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
                             elapsed, live_attempts, sweep_attempt_files)
 from pricing.deadline import RELIABLE
-from pricing.money import fmt, fmt_left, fmt_spent_of
+from pricing.money import fmt, fmt_left, fmt_limit, fmt_spent_of
 from pricing.offers import Tier
 from pricing.placement import cloud_block
 from pricing.policy import Holding, make_policy
@@ -865,8 +865,19 @@ class Engine:
                               started_at=attempt.started_at or status.started_at)
         others = sum(a.cost for a in attempts[:-1])
         attempt = accrue(attempt, until)
+        ran = attempt.cost
         attempt = replace(attempt, cost=budget_rules.capped(attempt.cost, others=others, budget=job.budget))
         fields["spent"] = others + attempt.cost
+        if ran > attempt.cost and outcome.attempt_state is not None and job.state in (
+                JobState.CANCELLING, JobState.STOPPING) and not any(n.data.get("beyond_budget") for n in notes):
+            # a stop that ran on past the budget (a grace period longer than the budget left, a host too slow to
+            # stop it): the recorded spend stops at the budget, and this says the rest, as the engine says a run
+            # past its budget elsewhere — it was capped without a word
+            notes.append(self._note(job, "beyond_budget", f"its stop ran past the budget: {fmt(ran - attempt.cost)} "
+                                    f"more at {fmt(attempt.price_per_hour)}/h is beyond the budget of "
+                                    f"{fmt_limit(job.budget)}, said here and not counted in its spend", now,
+                                    {"spent": fields["spent"], "budget": job.budget,
+                                     "beyond_budget": ran - attempt.cost}))
         event, reason, data = outcome.event, outcome.reason or job.reason, None
         if event in (JobEvent.SUCCEED, JobEvent.FAIL, JobEvent.RECOVER, JobEvent.ENDED):
             text = _log_text(self.launcher, attempt.id)

@@ -248,3 +248,30 @@ def test_a_job_being_stopped_keeps_what_its_stop_costs_when_its_budget_is_lowere
         service.raise_budget(ADMIN, job.id, job.spent + 10_000)
     assert refused.value.field == "budget_usd" and "clean stop" in str(refused.value), refused.value
     assert store.get_job(job.id).budget == BUDGET
+
+
+def test_a_stop_that_ran_past_the_budget_says_by_how_much_rather_than_capping_it_unsaid(parts):
+    """The recorded spend stops at the budget; a cancel whose stop ran on past it (here its end comes 20 s past the
+    budget, as with a grace period longer than what was left) was capped without a word, where a run past its
+    budget is said everywhere else."""
+    from launchers.base import AttemptStatus, Phase
+
+    settings, store, launcher, service, now = parts
+    hooked = _Launcher(launcher)
+    engine, job, attempt, _ = _running(settings, store, launcher, service, now, hooked)
+    now[0] = attempt.created_at + 90
+    engine.tick()
+    service.cancel(ADMIN, job.id)
+    engine.tick()
+    assert store.get_job(job.id).state is JobState.CANCELLING
+    ended = AttemptStatus(Phase.STOPPED, reason="cancelled", started_at=attempt.created_at,
+                          ended_at=attempt.created_at + 120)
+    hooked.status = lambda attempt_id: ended  # the run ended 120 s in: $1.20 at a cent a second, of a $1 budget
+    now[0] = attempt.created_at + 121
+    engine.tick()
+    job = store.get_job(job.id)
+    assert job.state is JobState.CANCELLED and job.spent == BUDGET  # the recorded spend stops at the budget
+    (note,) = [e for e in store.events(job.id) if e.event == "beyond_budget"]
+    assert note.data["beyond_budget"] == 200_000, note.data
+    assert note.reason == ("its stop ran past the budget: $0.20 more at $36.00/h is beyond the budget of $1.00, "
+                           "said here and not counted in its spend")
