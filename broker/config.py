@@ -1,7 +1,9 @@
 """One settings object for the broker, read from a YAML file and the environment.
 
 Precedence: environment variables (the names ``terraform/`` outputs and
-``docs/deploy.md`` documents) over the config file over built-in defaults. The
+``docs/deploy.md`` documents) over the config file over built-in defaults; but a
+team's tokens are those of both ``BROKER_TEAM_TOKENS`` and the file, with a warning
+at start where the two may disagree (:func:`_add_env_team_tokens`). The
 built-in default runs out of the box: an embedded SQLite store under the
 user's data dir, the local launcher with one CPU pool, and a generated admin
 token the local CLI picks up by itself.
@@ -9,13 +11,16 @@ token the local CLI picks up by itself.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import logging
 import os
 import pwd
 import re
 import secrets
 import stat
+import sys
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +38,8 @@ from pricing.money import DecimalComma, Micros, MoneyError, NotPlain, fmt_limit,
 if TYPE_CHECKING:
     from broker.slack.config import SlackConfig
 
+
+log = logging.getLogger(__name__)
 
 MAX_CONFIG_BYTES = 10_000_000
 """What a config file's aliases may expand to."""
@@ -138,6 +145,9 @@ class Settings:
     extra: dict[str, Any] = field(default_factory=dict)
     # the config file read (None: none was there, the defaults and the environment): said at start
     config_file: Path | None = None
+    # what in the settings is taken but may not be meant (a team named only in BROKER_TEAM_TOKENS): load_settings
+    # says each when it reads them (_say), so that `broker serve` and `broker worker` say them at start
+    warnings: tuple[str, ...] = ()
     # the slack: and notifications: sections as load_settings read them, with its environment (None: Settings
     # built in code, read from extra where used: broker.slack.config.slack_of)
     slack: SlackConfig | None = field(default=None, repr=False, compare=False)
@@ -215,11 +225,23 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
                 if team not in known:
                     raise ConfigError(f"slack.users.{user}: {team!r} is not a team of this config "
                                       f"({unknown_key_hint(team, known)})")
+        _say(settings.warnings)
         return replace(settings, slack=slack)
     except ConfigError as exc:
         if exc.config_path is None and path.is_file():
             exc.config_path = path
         raise
+
+
+def _say(warnings: tuple[str, ...]) -> None:
+    """Each warning as a WARNING of this module's logger (``broker worker``'s log); where no logging is set up yet
+    (``broker serve`` reads its settings before its log lines are), as ``warning: ...`` on stderr, as serve's other
+    start-up warnings are said."""
+    for warning in warnings:
+        if log.hasHandlers():
+            log.warning("%s", warning)
+        else:
+            print(f"warning: {warning}", file=sys.stderr)
 
 
 def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: str | Path | None,
@@ -228,15 +250,27 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
     raw: dict[str, Any] = {}
     if path.exists():
         from broker.task_text import load_yaml, yaml_error  # (task_text imports spec, as this module does)
+        named = "--config" if config_path else "BROKER_CONFIG" if env.get("BROKER_CONFIG") else None
+        text = _config_text(path, named)
         try:
             # the tasks' own reader: a key given twice (two `teams:` blocks, the second silently replacing the
             # first), `1:30` read as base 60 and the like are refused naming the line, not read as something else
-            raw = load_yaml(path.read_text(), max_bytes=MAX_CONFIG_BYTES) or {}
+            raw = load_yaml(text, max_bytes=MAX_CONFIG_BYTES)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: {yaml_error(exc)}") from None
         except SpecError as exc:
             raise ConfigError(f"{path}: {exc.field.removeprefix('body').lstrip('.') or 'the file'}: {exc.reason}") \
                 from None
+        if raw is None:
+            # an emptied file (a failed write, an editor's accident) was read as "all defaults": every team's token
+            # answered 401 and the pools became the built-in `local`, without a word. The data dir's config.yaml
+            # too: a file put there is one the broker reads (left out, the defaults)
+            what = ("is empty" if not text.strip() else "is empty (comments only)"
+                    if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines())
+                    else "holds no settings (YAML's null)")
+            instead = "write {} in it" if named else "remove it (or write {} in it)"
+            raise ConfigError(f"{path}: {what}: the broker reads its config file for its settings; restore them, or "
+                              f"{instead} to run with the built-in defaults (pool local, no teams)")
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: must be a mapping")
         for key in sorted(map(str, raw)):
@@ -260,14 +294,9 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         raw_pools = list(DEFAULT_POOLS) if launcher == "local" else []
     pools = tuple(_pool(p, i) for i, p in enumerate(raw_pools))
     names = [p.name for p in pools]
-    if len(set(names)) != len(names):
-        raise ConfigError("pools: pool names must be unique")
+    _unique(names, "pools")
     teams = _teams(raw.get("teams") or {})
-    for team, token in _json_env(env, "BROKER_TEAM_TOKENS").items():
-        if not isinstance(token, str) or not token.strip():
-            raise ConfigError(f"BROKER_TEAM_TOKENS: the token of team {team!r} must be a non-empty string")
-        t = teams.get(team, Team(team))
-        teams[team] = replace(t, token_hashes=t.token_hashes | {hash_token(token)})
+    warnings = _add_env_team_tokens(teams, _json_env(env, "BROKER_TEAM_TOKENS"))
     admin_hashes = set(_sha256_list(raw.get("admin_token_sha256"), "admin_token_sha256"))
     if env.get("BROKER_ADMIN_TOKEN"):
         admin_hashes.add(hash_token(env["BROKER_ADMIN_TOKEN"]))
@@ -311,6 +340,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
             raise ConfigError(f"BROKER_PORT: {port!r} is not a port: give a number from 0 to 65535")
         public_url = f"http://127.0.0.1:{port}"
     secrets_key, secrets_old_keys = _secrets_keys(env, raw)
+    _output_cap(env)
     return Settings(
         data_dir=data_dir,
         store_url=store_url,
@@ -340,6 +370,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         secrets_old_keys=secrets_old_keys,
         extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
         config_file=path if path.exists() else None,
+        warnings=tuple(warnings),
     )
 
 
@@ -475,6 +506,8 @@ def _text(raw: dict[str, Any], key: str) -> str | None:
 
 
 def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
+    if isinstance(raw, list):  # named with both places, before zones_from_config's "zones: names must be unique"
+        _unique([str(z["name"]) if isinstance(z, dict) and z.get("name") else None for z in raw], "zones")
     try:
         zones = zones_from_config(raw, base_dir=base)
     except ValueError as exc:
@@ -484,7 +517,77 @@ def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
         # pool's slots (a 1-slot pool ran three jobs at once)
         if zone.name in pools:
             raise ConfigError(f"zones[{i}].name: {zone.name!r} is also a pool's name: give the zone another name")
+        if zone.price_per_hour is None:
+            _zone_priced(zone, i)
     return zones
+
+
+def _unique(names: list[str | None], where: str) -> None:
+    """Refuse a name two entries of ``where`` (``pools``, ``zones``) share, naming it and both entries: capacity is
+    kept by name, and "pool names must be unique" left the operator to find which two in a long list."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name is None:
+            continue
+        if name in first:
+            raise ConfigError(f"{where}[{i}].name: {name!r} is also the name of {where}[{first[name]}]: each of "
+                              f"the {where} needs a name of its own")
+        first[name] = i
+
+
+def _zone_priced(zone: SimZone, i: int) -> None:
+    """Refuse a simulated zone the price table has no price for, naming the setting that is likely wrong
+    (``zones[0].instance_type: 'g5.xlarg' ... did you mean 'g5.xlarge'?``): "set price_per_hour" alone, for a typo,
+    would have hidden it under a made-up price. A catalog that cannot be read is left to the start's price check
+    (``broker serve``/``broker worker``), which names its file and line."""
+    from broker.offers import zone_offer  # (it imports this module)
+    from pricing.catalog import CatalogError
+
+    try:
+        zone_offer(zone)
+    except CatalogError:
+        return
+    except ValueError:
+        raise ConfigError(_no_price_words(zone, i)) from None
+
+
+def _no_price_words(zone: SimZone, i: int) -> str:
+    """Why the price table prices no ``zone``: its cloud, instance type, region or cloud zone is not one the table
+    has (with the closest one it has), else its tier."""
+    from pricing.loading import load_price_table
+
+    where, tier = f"zones[{i}]", zone.tier
+    rows = load_price_table(clouds=(zone.cloud,)) if zone.cloud in PRICED_CLOUDS else ()
+    unless = "; set price_per_hour only for a zone that stands for an instance the table lacks"
+    if not rows:
+        return (f"{where}.cloud: there is no {zone.cloud} price table on this host to price {zone.instance_type} "
+                f"from (the broker prices {', '.join(PRICED_CLOUDS)}): set price_per_hour")
+    types = {o.instance_type for o in rows}
+    if zone.instance_type not in types:
+        return (f"{where}.instance_type: {zone.instance_type!r} is not an instance type of the {zone.cloud} price "
+                f"table{_close(zone.instance_type, types)}{unless}")
+    rows = [o for o in rows if o.instance_type == zone.instance_type]
+    regions = {o.region for o in rows}
+    if zone.region not in regions:
+        return (f"{where}.region: the {zone.cloud} price table has no {zone.instance_type} in {zone.region!r}"
+                f"{_close(zone.region, regions, list_them=True)}{unless}")
+    rows = [o for o in rows if o.region == zone.region]
+    if zone.cloud_zone is not None and zone.cloud_zone not in {o.zone for o in rows}:
+        return (f"{where}.cloud_zone: the {zone.cloud} price table has no {zone.instance_type} in "
+                f"{zone.cloud_zone!r}{_close(zone.cloud_zone, {o.zone for o in rows}, list_them=True)}{unless}")
+    return (f"{where}.tier: the {zone.cloud} price table has no {tier} price for {zone.instance_type} in "
+            f"{zone.region}: set price_per_hour")
+
+
+def _close(given: str, known: set[str], *, list_them: bool = False) -> str:
+    """`` (did you mean 'x'?)``, else with ``list_them`` the ones there are (`` (it has: a, b)``), else nothing."""
+    close = difflib.get_close_matches(given, sorted(known), n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    if list_them:
+        shown = sorted(known)
+        return f" (it has: {', '.join(shown[:8])}{', ...' if len(shown) > 8 else ''})"
+    return ""
 
 
 def _pool(p: Any, i: int) -> Pool:
@@ -627,6 +730,63 @@ def _teams(raw: Any) -> dict[str, Team]:
                               f"monthly_budget_usd ({fmt_limit(cap)}): every job given no budget would be refused")
         out[str(name)] = Team(str(name), frozenset(hashes), default, cap)
     return out
+
+
+def _add_env_team_tokens(teams: dict[str, Team], given: dict[str, Any]) -> list[str]:
+    """Add each of ``BROKER_TEAM_TOKENS``' tokens to its team's (``teams``, the file's): the file's tokens stay valid
+    beside it, as deployments rely on (terraform/ puts every team's token in the variable, the file gives budgets
+    and members' own tokens). Returns a warning (naming the team, never a token) where that union may not be what the
+    operator means: a team given a token here besides other tokens in the file (a token rotated in the file alone
+    still works from the variable), and, when the file names teams, a team it does not name (``nlpp`` for ``nlp``
+    was made a team of its own, with the default budget and no monthly cap)."""
+    warnings, in_file = [], frozenset(teams)
+    for team, token in given.items():
+        if not isinstance(token, str) or not token.strip():
+            raise ConfigError(f"BROKER_TEAM_TOKENS: the token of team {team!r} must be a non-empty string")
+        digest = hash_token(token)
+        t = teams.get(team)
+        if t is None and in_file:
+            warnings.append(f"BROKER_TEAM_TOKENS: team {team!r} is not one of the config file's teams "
+                            f"({unknown_key_hint(team, in_file)}): its token is taken as a team of that name, with "
+                            f"the broker's default budget and no monthly cap; correct the name, or add the team to "
+                            f"the file's teams:")
+        elif t is not None and t.token_hashes and digest not in t.token_hashes:
+            warnings.append(f"BROKER_TEAM_TOKENS: team {team!r} has a token there besides its tokens in the config "
+                            f"file (teams.{team}): the tokens of both are accepted, so a token replaced in one of "
+                            f"them alone still works from the other; keep each team's tokens in one of the two")
+        t = t or Team(team)
+        teams[team] = replace(t, token_hashes=t.token_hashes | {digest})
+    return warnings
+
+
+def _output_cap(env: Any) -> None:
+    """Refuse a ``BROKER_LOCAL_OUTPUT_CAP`` that is no size at start, naming it: every local runner read ``inf`` as a
+    crash (the job relaunched until its attempts ran out, "node lost"), and ``64X`` as the default, without a
+    word. The runner reads it itself, from the broker's environment (:func:`launchers.local_runner.output_cap`)."""
+    from launchers.local_runner import OUTPUT_CAP_ENV, parse_output_cap
+
+    try:
+        parse_output_cap(env.get(OUTPUT_CAP_ENV) or "")
+    except ValueError as exc:
+        raise ConfigError(f"{OUTPUT_CAP_ENV}: {exc}") from None
+
+
+def _config_text(path: Path, named: str | None) -> str:
+    """The config file's text, or a :class:`ConfigError` that says it is the config file (named by ``named``,
+    ``--config`` or ``BROKER_CONFIG``; ``None``: the data dir's) and why it cannot be read: ``[Errno 21] Is a
+    directory: 'cfgs'`` did not say which setting named it."""
+    by = f" ({named} names it)" if named else ""
+    try:
+        return path.read_text()
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path.absolute()} is a directory{by}: name the YAML file itself") from None
+    except PermissionError:
+        raise ConfigError(f"config file {path.absolute()} cannot be read by this user{by}: let the broker's user "
+                          "read it (chmod, chown)") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path.absolute()} is not UTF-8 text{by}: is it the YAML config?") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path.absolute()} cannot be read{by}: {exc.strerror or exc}") from None
 
 
 def _sha256_list(value: Any, where: str) -> list[str]:

@@ -575,7 +575,7 @@ def test_logs_attempt_counts_from_one_and_follow_starts_at_the_attempt_given(cli
                      "not a SkyPilot v8 vms.csv: no column InstanceType",
                      id="a catalog with another header stops serve at start when a simulated zone is priced from it"),
         pytest.param("local", None, "[{name: sim-x, tier: spot, instance_type: g9.mega}]",
-                     "zones: no spot price for g9.mega in us-east-1 in the price table; set price_per_hour",
+                     "zones[0].instance_type: 'g9.mega' is not an instance type of the aws price table; set price_per_hour",
                      id="a simulated zone with no price stops serve at start instead of failing each submit with a 500"),
     ],
 )
