@@ -207,8 +207,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--attempt", type=_attempt_number, action=_Once,
                    help="this attempt's output (default: the newest); with -f, from this attempt on")
 
-    s = client("cancel", help="cancel a job")
-    s.add_argument("id")
+    s = client("cancel", help="cancel jobs: by id, by the start of their name, or all of a team's not ended")
+    s.add_argument("ids", nargs="*", metavar="ID", type=_given, help="the jobs to cancel")
+    s.add_argument("--name", type=_given, action=_Once,
+                   help="every job not ended whose name begins so (as `sky jobs cancel -n`, `scancel --name`)")
+    s.add_argument("--all", action="store_true",
+                   help="every job not ended of your team (an admin's: of --team, which an admin must give)")
+    s.add_argument("--team", type=_given, action=_Once, help="with --name or --all: only this team's jobs (admins)")
 
     s = client("events", help="a job's state changes")
     s.add_argument("id")
@@ -447,6 +452,15 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
         flag = "--up" if args.available else "--down"  # ignored: `fault kill J --down` killed it and said nothing of it
         raise _Usage(commands["fault"], f"{flag}: only a zone's fault takes it (`broker fault zone ZONE {flag}`); "
                                         f"leave it out of `broker fault {args.kind}`")
+    if args.command == "cancel":
+        ways = [way for way, given in (("ID", args.ids), ("--name", args.name), ("--all", args.all)) if given]
+        if not ways:
+            raise _Usage(commands["cancel"], "give the jobs to cancel: their ids, --name PREFIX or --all")
+        if len(ways) > 1:
+            raise _Usage(commands["cancel"], f"{' and '.join(ways)} each pick the jobs to cancel: give one")
+        if args.ids and args.team:  # it read as "only those of team T", which a cancel by id is not
+            raise _Usage(commands["cancel"], "--team: is for --name or --all; jobs given by id are cancelled "
+                                             "whichever team's they are")
     if args.command == "costs" and args.id:
         given = [f"--{k}" for k in ("period", "since", "until", "team") if getattr(args, k)]
         if given:  # `broker costs JOB --period 7d` showed the job's whole life as if it were the last 7 days
@@ -1644,13 +1658,41 @@ def cmd_logs(args) -> int:
 
 
 def cmd_cancel(args) -> int:
+    """``broker cancel ID [ID ...]``, ``--name PREFIX``, ``--all``: each job cancelled, or skipped as already ended
+    (not an error: a cancel run again over the same jobs exits 0, as ``scancel`` does), or refused (exit 1)."""
     with _client(args) as client:
-        job = client.cancel(args.id)
+        done = client.cancel_many(ids=args.ids, name=args.name, team=args.team, every=args.all)
+    cancelled, ended, refused = done["cancelled"], done["already_ended"], done["refused"]
     if args.json:
-        _print_json(job)
-    else:
-        print(f"{job['id']}: {job['state']}")
-    return 0
+        _print_json(done)
+        return 1 if refused else 0
+    for job in cancelled:
+        print(f"{job['id']} ({job['name']}): {job['state']}")
+    for job in ended:
+        print(f"{job['id']} ({job['name']}): had already ended ({job['state']}); skipped")
+    for job in refused:
+        print(f"error: {job['id']} not cancelled: {job['detail']}", file=sys.stderr)
+    if len(args.ids) != 1:  # one job's line says it all
+        print(_cancel_summary(args, len(cancelled), len(ended), len(refused)))
+    return 1 if refused else 0
+
+
+def _cancel_summary(args, cancelled: int, ended: int, refused: int) -> str:
+    """``cancelled 12 jobs; 3 had already ended``, or what was looked for when no job was found."""
+    if not (cancelled or ended or refused):
+        team = f" of team {args.team}" if args.team else ""
+        return (f"nothing to cancel: no job{team} that has not ended is named {args.name}*" if args.name
+                else f"nothing to cancel: no job{team} has not ended")
+
+    def jobs(n: int) -> str:
+        return f"{n} job{'' if n == 1 else 's'}"
+
+    parts = [f"cancelled {jobs(cancelled)}"]
+    if ended:
+        parts.append(f"{ended} had already ended" if ended > 1 else "1 had already ended")
+    if refused:
+        parts.append(f"{jobs(refused)} refused (above)")
+    return "; ".join(parts)
 
 
 def cmd_events(args) -> int:

@@ -339,6 +339,24 @@ class BrokerClient:
     def cancel(self, job_id: str) -> dict:
         return self._call("POST", f"{_job_path(job_id)}/cancel")
 
+    def cancel_many(self, *, ids: list[str] | tuple[str, ...] = (), name: str | None = None,
+                    team: str | None = None, every: bool = False) -> dict:
+        """Cancel the jobs ``ids``, or every job not ended whose name begins with ``name``, or (``every``) all of a
+        team's (``POST /v1/jobs/cancel``): ``{"cancelled": [...], "already_ended": [...], "refused": [...]}``. An id
+        that is no job id is refused here, as :meth:`cancel` refuses it, before any job is cancelled; more ids than
+        the broker takes at once go in parts, their answers put together."""
+        for job_id in ids:
+            _job_path(job_id)
+        if not ids:
+            body: dict[str, Any] = {"name": name} if name is not None else {"all": True} if every else {}
+            return self._call("POST", "/v1/jobs/cancel", json={**body, **({"team": team} if team else {})})
+        out: dict[str, list] = {"cancelled": [], "already_ended": [], "refused": []}
+        for start in range(0, len(ids), MAX_CANCEL_IDS):
+            part = self._call("POST", "/v1/jobs/cancel", json={"ids": list(ids[start:start + MAX_CANCEL_IDS])})
+            for key in out:
+                out[key] += part[key]
+        return out
+
     def resume(self, job_id: str, *, force: bool = False, envs: dict | None = None,
                secrets: dict | None = None) -> dict:
         """Resume the job; ``envs`` / ``secrets`` set those of its task from this attempt on."""
@@ -517,6 +535,10 @@ def _loopback(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+MAX_CANCEL_IDS = 1000
+"""Job ids one ``POST /v1/jobs/cancel`` takes (the broker's ``MAX_CANCEL_IDS``)."""
 
 
 def _job_path(job_id: str, base: str = "/v1/jobs/") -> str:

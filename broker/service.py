@@ -137,6 +137,18 @@ class QueueWaits(NamedTuple):
     queued: dict[str, Job]
 
 
+class CancelBatch(NamedTuple):
+    """What :meth:`BrokerService.cancel_many` did: the jobs cancelled (or being cancelled), those that had already
+    ended, and each refused with why (``(job id, the refusal's sentence)``: not found, not the caller's, ...)."""
+    cancelled: list[Job]
+    ended: list[Job]
+    refused: list[tuple[str, str]]
+
+
+CANCEL_PAGE = 1000
+"""Jobs read at a time when a cancel picks them by name or takes all."""
+
+
 class _Admission(NamedTuple):
     """:meth:`BrokerService._admission`: the parsed task, its team, and what admission made of it, not stored
     (``admitted``); or, for a retry of a used Idempotency-Key, the job that key made (``existing``)."""
@@ -849,6 +861,47 @@ class BrokerService:
             return self._commit(Change(job=new, expected_version=job.version, events=[event]))
 
         return self._retrying(once)
+
+    def cancel_many(self, principal: Principal, *, ids: Sequence[str] = (), name: str | None = None,
+                    team: str | None = None, every: bool = False,
+                    reason: str = "cancelled by the user") -> CancelBatch:
+        """Cancel the jobs ``ids``, or every job not ended whose name begins with ``name``, or (``every``) every job
+        not ended of the caller's team (an admin's: of ``team``, which an admin must give, so that one slip does not
+        cancel every team's jobs), as ``sky jobs cancel`` and ``scancel --name`` do. Each is :meth:`cancel`'s own
+        step; a job that has ended (before or while this ran) is skipped as such, not refused, so a cancel run again
+        over the same jobs does what it did; a job another cancel is already stopping counts as cancelled."""
+        if sum((bool(ids), name is not None, every)) != 1:
+            raise Invalid("ids", "give the jobs to cancel one way: their ids, the start of their name (name), or "
+                                 "all (every job of a team that has not ended)")
+        if ids and team is not None:
+            raise Invalid("team", "is for name or all; jobs given by id are cancelled whichever team's they are")
+        if every and principal.admin and not team:
+            raise Invalid("team", "an admin cancelling all must name the team (--team T): all, alone, would "
+                                  "cancel every team's jobs")
+        if not ids:
+            live = [st for st in JobState if not st.is_final]
+            ids, before = [], None
+            while True:  # page by page, every match: a sweep may be thousands of jobs
+                page = self.list(principal, states=live, team=team, name=name, limit=CANCEL_PAGE, before=before)
+                ids += [j.id for j in page]
+                if len(page) < CANCEL_PAGE:
+                    break
+                before = (page[-1].submitted_at, page[-1].id)
+        cancelled, ended, refused = [], [], []
+        for job_id in dict.fromkeys(ids):
+            try:
+                cancelled.append(self.cancel(principal, job_id, reason=reason))
+            except Conflict as exc:
+                job = self.store.get_job(job_id)
+                if job is not None and job.state is JobState.CANCELLING:
+                    cancelled.append(job)
+                elif job is not None and isinstance(job.state, JobState) and job.state.is_final:
+                    ended.append(job)
+                else:
+                    refused.append((job_id, str(exc)))
+            except (NotFound, Invalid) as exc:
+                refused.append((job_id, str(exc)))
+        return CancelBatch(cancelled, ended, refused)
 
     # -- recovery, money and progress ------------------------------------------------------------
 

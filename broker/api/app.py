@@ -31,7 +31,8 @@ from starlette.routing import Match
 
 from broker.api.probe import StoreProbe
 from broker.api.query import API_PREFIX, JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
-from broker.api.schema import (BUDGET, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, DryRunOut, EventList,
+from broker.api.schema import (BUDGET, CANCEL_MANY, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, CancelBatchOut,
+                               DryRunOut, EventList,
                                Health, JobList, JobOut, LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
@@ -47,6 +48,7 @@ from broker.workdir import UNPACK_RATIO, PackError, human, parse_digest
 from pricing.money import AmountTooLarge, DecimalComma, MoneyError, NotPlain, TooPrecise, typed_to_micros
 
 MAX_LOG_OFFSET = 1 << 62  # a byte offset into an attempt's output; a file seek takes no more
+MAX_CANCEL_IDS = 1000  # job ids one POST /v1/jobs/cancel takes (its documented maxItems); the CLI sends more in parts
 ONE_VALUE_HEADERS = {name.lower(): name for name in (
     "Authorization", "Idempotency-Key", "Content-Type", "Content-Length", "Content-Encoding", "X-Slack-Signature",
     "X-Slack-Request-Timestamp")}
@@ -383,6 +385,33 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         """Cancel a job. A running attempt is stopped (SIGTERM, then SIGKILL after the grace period).
         409 if the job already ended."""
         return job_view(service.cancel(caller, job_id))
+
+    @app.post("/v1/jobs/cancel", tags=["jobs"], **answers(CancelBatchOut, 401, 403, 422), openapi_extra=CANCEL_MANY)
+    async def cancel_many(caller: Caller, request: Request) -> dict:
+        """Cancel several jobs: ``{"ids": [...]}``, ``{"name": "sweep3-"}`` (every job not ended whose name begins
+        so) or ``{"all": true}`` (every job not ended of your team; an admin gives ``"team"`` too, or it is a 422).
+        Answers 200 with each job in ``cancelled``, ``already_ended`` (skipped: nothing to cancel) or ``refused``
+        (with why: no such job, ...)."""
+        body = await _json_object(request)
+        _only(body, {"ids", "name", "all", "team"})
+        ids = body.get("ids")
+        if ids is not None and not (isinstance(ids, list) and 0 < len(ids) <= MAX_CANCEL_IDS
+                                    and all(isinstance(i, str) and i for i in ids)):
+            raise Invalid("ids", f"must be a list of 1 to {MAX_CANCEL_IDS:,} job ids")
+        for key in ("name", "team"):
+            if body.get(key) is not None and not (isinstance(body[key], str) and body[key]):
+                raise Invalid(key, "must be a non-empty string")
+        every = body.get("all", False)
+        if not isinstance(every, bool):
+            raise Invalid("all", "must be true or false")
+        batch = await run_in_threadpool(service.cancel_many, caller, ids=ids or (), name=body.get("name"),
+                                        team=body.get("team"), every=every)
+
+        def brief(job) -> dict:
+            return {"id": job.id, "name": job.name, "state": job.state.value}
+
+        return {"cancelled": [brief(j) for j in batch.cancelled], "already_ended": [brief(j) for j in batch.ended],
+                "refused": [{"id": i, "detail": why} for i, why in batch.refused]}
 
     @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422),
               openapi_extra=RESUME)

@@ -105,6 +105,24 @@ class JobList(BaseModel):
     jobs: list[JobOut]
 
 
+class JobBrief(BaseModel):
+    id: str
+    name: str
+    state: str
+
+
+class CancelRefused(BaseModel):
+    id: str
+    detail: str = Field(description="why it was not cancelled: no such job this token sees, ...")
+
+
+class CancelBatchOut(BaseModel):
+    """``POST /v1/jobs/cancel``: each job picked, in one of three lists."""
+    cancelled: list[JobBrief] = Field(description="cancelled now, or already being cancelled (`cancelling`)")
+    already_ended: list[JobBrief] = Field(description="had ended (succeeded, failed, ...): nothing to cancel")
+    refused: list[CancelRefused]
+
+
 class DryRunOut(BaseModel):
     """``POST /v1/jobs?dry_run=true``: what the submit would do, nothing stored (no job, no event, the
     Idempotency-Key not taken). A task the submit would refuse gets the submit's own error instead (same status,
@@ -517,6 +535,18 @@ WORKDIR_PACK = {"requestBody": {"required": True, "content": {"application/octet
     "schema": {"type": "string", "format": "binary"},
     "description": "the workdir as a tar.gz whose SHA-256 is the digest in the path (`broker submit` makes it): "
                    "regular files, directories and links within it only; at most max_bytes"}}}}
+
+CANCEL_MANY = body({
+    "type": "object",
+    "description": "The jobs to cancel, one way: `ids`, `name` (every job not ended whose name begins so) or "
+                   "`all: true` (every job not ended of your team; an admin names the `team`).",
+    "properties": {
+        "ids": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 1000},
+        "name": {"type": "string", "minLength": 1, "description": "the start of the jobs' names"},
+        "all": {"type": "boolean"},
+        "team": {"type": "string", "minLength": 1, "description": "with name or all: this team's jobs (admins)"},
+    },
+}, example={"name": "sweep3-"})
 
 FAULT = body({
     "type": "object",

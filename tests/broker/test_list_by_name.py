@@ -96,3 +96,32 @@ def test_the_route_declares_name_among_its_parameters(api):
         "(did you mean 'name'?); it takes state, team, name, limit, cursor"), r.text
     params = api.get("/openapi.json").json()["paths"]["/v1/jobs"]["get"]["parameters"]
     assert "name" in [p["name"] for p in params]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({}, "ids"), ({"ids": []}, "ids"), ({"ids": "j-00"}, "ids"), ({"ids": [""]}, "ids"), ({"ids": [1]}, "ids"),
+    ({"ids": ["j-00"], "name": "s"}, "ids"), ({"name": ""}, "name"), ({"name": "a b"}, "name"),
+    ({"all": "yes"}, "all"), ({"all": True}, "team"), ({"ids": ["j-00"], "team": "vision"}, "team"),
+    ({"nmae": "s"}, "nmae"),
+])
+def test_a_cancel_of_several_is_given_one_way_to_pick_them(api, body, field):
+    r = api.post("/v1/jobs/cancel", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+    assert api.get("/v1/jobs", params={"state": "cancelled"},
+                   headers={"Authorization": f"Bearer {ADMIN}"}).json()["jobs"][0]["id"] == "j-06"  # nothing more
+
+
+def test_a_cancel_by_name_answers_each_job_in_its_list(api):
+    r = api.post("/v1/jobs/cancel", json={"name": "sweep3-", "team": "vision"},
+                 headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200
+    assert [j["name"] for j in r.json()["cancelled"]] == ["sweep3-lr30", "sweep3-lr0.3", "sweep3-lr0.1"]
+    r = api.post("/v1/jobs/cancel", json={"ids": ["j-00", "j-03", "j-04", "j-nope"]},
+                 headers={"Authorization": "Bearer vision-token"})
+    body = r.json()
+    assert body["cancelled"] == [] and body["already_ended"] == [
+        {"id": "j-00", "name": "sweep3-lr0.1", "state": "cancelled"},
+        {"id": "j-03", "name": "sweep3-lr1", "state": "failed"}]
+    # another team's job is no job this token sees
+    assert [(x["id"], x["detail"].split(" (")[0]) for x in body["refused"]] == [("j-04", "no job j-04"),
+                                                                               ("j-nope", "no job j-nope")]

@@ -91,3 +91,65 @@ def test_status_state_takes_several_states_with_commas(cli):
     assert run("status", "--state", "running,failed").stdout.strip() == "No running or failed jobs."
     r = run("status", "--state", "queued,runing", check=False)
     assert r.returncode == 1 and "'runing' is not a job state" in r.stderr, r.stderr
+
+
+def test_cancel_takes_several_ids_and_skips_a_job_already_ended(cli):
+    run, task = cli
+    a, b, c = _submit(run, task, "s-a", "s-b", "s-c")
+    run("cancel", a)
+    r = run("cancel", a, b, c)  # a second time over a: skipped, not an error (set -e scripts go on)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{b} (s-b): cancelled", f"{c} (s-c): cancelled",
+                                     f"{a} (s-a): had already ended (cancelled); skipped",
+                                     "cancelled 2 jobs; 1 had already ended"]
+    assert run("cancel", a).stdout.strip() == f"{a} (s-a): had already ended (cancelled); skipped"
+    # a job that is not there is refused, the others cancelled all the same; exit 1
+    d, = _submit(run, task, "s-d")
+    r = run("--json", "cancel", d, "j-0000000000", check=False)
+    assert r.returncode == 1
+    body = json.loads(r.stdout)
+    assert [j["id"] for j in body["cancelled"]] == [d] and body["already_ended"] == []
+    assert body["refused"] == [{"id": "j-0000000000", "detail": "no job j-0000000000"}]
+
+
+def test_cancel_name_cancels_the_jobs_not_ended_whose_name_begins_so(cli):
+    run, task = cli
+    a, b, other, c = _submit(run, task, "sweep3-lr0.1", "sweep3-lr0.3", "sweep30", "sweep3-lr1")
+    run("cancel", b)
+    r = run("cancel", "--name", "sweep3-")
+    assert r.stdout.splitlines() == [f"{c} (sweep3-lr1): cancelled", f"{a} (sweep3-lr0.1): cancelled",
+                                     "cancelled 2 jobs"], r.stdout
+    assert json.loads(run("--json", "status", other).stdout)["state"] == "queued"
+    assert run("cancel", "--name", "sweep3-").stdout.strip() == (
+        "nothing to cancel: no job that has not ended is named sweep3-*")
+    r = run("--json", "cancel", "--name", "sweep3")
+    assert json.loads(r.stdout) == {"cancelled": [{"id": other, "name": "sweep30", "state": "cancelled"}],
+                                    "already_ended": [], "refused": []}
+
+
+def test_cancel_all_takes_the_callers_team_and_an_admin_must_name_one(cli):
+    run, task = cli
+    mine = _submit(run, task, "v1", "v2", team="vision")
+    theirs, = _submit(run, task, "n1", team="nlp")
+    r = run("--json", "cancel", "--all", check=False)  # the admin's token: every team's jobs, by one slip
+    assert r.returncode == 1 and json.loads(r.stdout)["field"] == "team"
+    assert "an admin cancelling all must name the team (--team T)" in r.stderr
+    team_run = cli_runner(run.url, token="vision-token")
+    assert team_run("cancel", "--all").stdout.splitlines()[-1] == "cancelled 2 jobs"
+    assert json.loads(run("--json", "status", theirs).stdout)["state"] == "queued"
+    assert {json.loads(run("--json", "status", j).stdout)["state"] for j in mine} == {"cancelled"}
+    r = team_run("cancel", "--all", "--team", "nlp", check=False)  # not its team
+    assert r.returncode == 1 and "you can see only your team's jobs (vision)" in r.stderr
+    assert run("cancel", "--all", "--team", "nlp").stdout.splitlines()[-1] == "cancelled 1 job"
+
+
+@pytest.mark.parametrize("argv, says", [
+    ([], "give the jobs to cancel: their ids, --name PREFIX or --all"),
+    (["j-1", "--all"], "ID and --all each pick the jobs to cancel: give one"),
+    (["--name", "x", "--all"], "--name and --all each pick the jobs to cancel: give one"),
+    (["j-1", "--team", "vision"], "--team: is for --name or --all"),
+])
+def test_cancel_is_given_one_way_to_pick_its_jobs(cli, argv, says):
+    run, _ = cli
+    r = run("cancel", *argv, check=False)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
