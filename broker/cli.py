@@ -1437,6 +1437,22 @@ def _spent_of(job: dict) -> tuple[str, str]:
     return spent["usd"], budget["usd"]
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\[])")
+
+
+def _diagnosis_first_sentence(job: dict) -> str | None:
+    """For a failed job in a list (``broker status``, no id): its diagnosis's first sentence, what went wrong, with
+    ``broker status ID`` for the rest (the hint: what to change, how to resume); ``None`` for any other job, or one
+    whose diagnosis says nothing."""
+    diagnosis = job.get("diagnosis")
+    if job.get("state") != "failed" or not isinstance(diagnosis, dict):
+        return None
+    sentence = diagnosis.get("sentence")
+    if not isinstance(sentence, str) or not sentence.strip():
+        return None
+    return _SENTENCE_END.split(sentence.strip(), maxsplit=1)[0]
+
+
 def _reason_cell(job: dict) -> str:
     """A listed job's reason, led for a running job by the step it last reported (:func:`broker.views.step_words`:
     ``step 150/300 · the attempt started``), and without a lead that says its state again
@@ -1445,6 +1461,9 @@ def _reason_cell(job: dict) -> str:
 
     step = step_words(job.get("state", ""), job.get("progress"))
     reason = beside_state(job.get("state", ""), job["reason"] or "")
+    first = _diagnosis_first_sentence(job)
+    if first:  # a failed job's reason held the whole hint: 3 failed jobs of a sweep took 40 lines of the table
+        reason = first
     return reason if step is None else f"{step} · {reason}" if reason else step
 
 
@@ -1484,6 +1503,9 @@ def cmd_status(args) -> int:
                               ("starts ~", "whole"), *([("due", "whole")] if due else []), ("spent", "whole"),
                               ("budget", "whole"), "reason"], rows,
                  drop=("due", "starts ~", "queue", "team", "budget"))
+    if any(_diagnosis_first_sentence(j) for j in jobs):  # on stderr: `| awk '{print $1}'` reads ids alone
+        print("(a failed job's reason here is what went wrong, in a sentence: `broker status ID` says the rest and "
+              "what to do)", file=sys.stderr)
     return 0
 
 

@@ -153,3 +153,29 @@ def test_cancel_is_given_one_way_to_pick_its_jobs(cli, argv, says):
     run, _ = cli
     r = run("cancel", *argv, check=False)
     assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+def test_a_failed_job_in_the_status_table_is_its_diagnosis_first_sentence(tmp_path):
+    from broker_testing import POOL_AND_SPOT, wait_for
+
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'f.db'}", config=POOL_AND_SPOT)
+    try:
+        run = cli_runner(url)
+        task = tmp_path / "nan.yaml"
+        task.write_text("name: sweep-nan\nresources: {cpus: 1}\n"
+                        "run: python3 -c \"raise FloatingPointError('loss is nan at step 3')\"\n")
+        job_id = json.loads(run("--json", "submit", str(task), "--budget", "1").stdout)["id"]
+        wait_for(lambda: json.loads(run("--json", "status", job_id).stdout)["state"] == "failed", timeout=60)
+        job = json.loads(run("--json", "status", job_id).stdout)
+        assert job["diagnosis"]["class"] == "diverged" and job["diagnosis"]["hint"], job["diagnosis"]
+        r = run("status", "--state", "failed")  # piped: one line a job, the reason whole
+        row = r.stdout.splitlines()[1]
+        assert row.startswith(job_id) and row.endswith(job["diagnosis"]["sentence"]), row
+        assert job["diagnosis"]["hint"][:30] not in r.stdout
+        assert "`broker status ID` says the rest and what to do" in r.stderr
+        # the job alone still says it all, and so does --json
+        assert job["diagnosis"]["hint"][:30] in " ".join(run("status", job_id).stdout.split())
+        assert json.loads(run("--json", "status").stdout)[0]["reason"] == job["reason"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
