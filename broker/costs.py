@@ -407,7 +407,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "top_jobs": [
             # a job none of whose attempts had an on-demand price read "saved $0.00 (0%)" here and "nothing to
             # compare" in its own costs (job_costs): percent null, as there, so every edge shows "—"
-            {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money(c),
+            {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money_in(c, j.budget),
              "ondemand_equivalent": money(e), "saving": saving(c, e),
              "saving_percent": percent(e - c, e) if compared else None, "attempts": n}
             for j, c, e, n, compared in top
@@ -448,7 +448,7 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
         start, seconds = billed_span(att)
         rows.append({"n": att.n, "state": att.state.value, "tier": tier_of(att),
                      "zone": location(att), "instance_type": att.placement.get("instance_type"),
-                     "price_per_hour": money(att.price_per_hour), "cost": money(att.cost),
+                     "price_per_hour": money(att.price_per_hour), "cost": money_in(att.cost, job.budget),
                      "ondemand_equivalent": money(e), "seconds": seconds,
                      "started_at": _iso_out(att.started_at), "ended_at": _iso_out(att.ended_at),
                      "reason": att.reason})
@@ -458,7 +458,7 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
         sum(shown(r["ondemand_equivalent"]["micros"]) for r in rows) != shown(equiv)
     # with no on-demand price for any attempt, the equivalent is the spend itself: "saved $0.00 (0%) against
     # on-demand ($0.0023)" named a price no on-demand offer has; said as nothing to compare (percent null) instead
-    return {"spent": money(spent), "ondemand_equivalent": money(equiv), "saving": saving(spent, equiv),
+    return {"spent": money_in(spent, job.budget), "ondemand_equivalent": money(equiv), "saving": saving(spent, equiv),
             "saving_percent": percent(equiv - spent, equiv) if compared else None,
             "spent_of_budget": spent_of_budget(spent, job.budget),
             "attempts": rows, "rounding_note": ROUNDING_NOTE if off else None}
@@ -530,6 +530,13 @@ def recoveries(attempts: Sequence[Attempt]) -> list[float]:
 
 def money(micros: int) -> dict:
     return {"micros": micros, "usd": fmt(micros)}
+
+
+def money_in(micros: int, budget: Micros) -> dict:
+    """A job's spend (or part of it) on the wire beside its budget: shown to the budget's decimals where it has more
+    than cents (:func:`pricing.money.fmt_spent_of`), still rounded up. Rounded up to the cent, all of a budget of
+    $11.005 read "$11.01" spent, a cent over the cap, in the cost report and the job's attempts."""
+    return {"micros": micros, "usd": fmt_spent_of(micros, budget)[0]}
 
 
 def saving(spent: Micros, equivalent: Micros) -> dict:

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from broker import costs
 from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.queue import Holder, work_left_seconds
@@ -241,11 +242,12 @@ def job_view(job: Job, *, position: int | None = None, attempts: list[Attempt] |
         "version": job.version,
     }
     if attempts is not None:
-        view["attempt_list"] = [attempt_view(a) for a in attempts]
+        view["attempt_list"] = [attempt_view(a, budget=job.budget) for a in attempts]
     return view
 
 
-def attempt_view(a: Attempt) -> dict[str, Any]:
+def attempt_view(a: Attempt, *, budget: int | None = None) -> dict[str, Any]:
+    """An attempt on the wire; its cost shown to its job's ``budget``'s decimals where given (:func:`costs.money_in`)."""
     return {
         "id": a.id,
         "n": a.n,
@@ -258,7 +260,7 @@ def attempt_view(a: Attempt) -> dict[str, Any]:
         "ended_at": iso(a.ended_at),
         "exit_code": a.exit_code,
         "reason": a.reason,
-        "cost": money(a.cost),
+        "cost": money(a.cost) if budget is None else costs.money_in(a.cost, budget),
         "resume_from": a.resume_from,
         "checkpoint": a.checkpoint or None,  # the latest checkpoint this attempt committed
         "last_step": a.last_step,

@@ -81,3 +81,24 @@ def test_a_job_with_no_on_demand_price_for_any_attempt_has_nothing_to_compare_no
     assert line == f"  spent $0.0023; {NOTHING_TO_COMPARE}", line
     quoted = costs.job_costs(replace(JOB, quote={"tiers": [{"tier": "ondemand", "price_per_hour": 1_000_000}]}), [pool])
     assert quoted["saving_percent"] == 79, quoted  # an on-demand price in its quote: compared, as before
+
+
+def test_a_spend_beside_a_budget_of_more_than_cents_is_shown_to_its_decimals_never_above_it():
+    """A budget of $11.005 all spent read "$11.005 of $11.005" in `broker status`, but "$11.01" in `broker costs`, the
+    cost report's top jobs, the dashboard and the job's attempt lines: a cent over the cap the user set."""
+    from dataclasses import replace
+
+    from broker.views import job_view
+
+    job = replace(JOB, budget=11_005_000, spent=11_005_000, attempts=1)
+    spent = Attempt(id="j-a1", job_id="j", n=1, state=AttemptState.STOPPED, launcher="local",
+                    placement={"tier": "onprem", "zone": "prem"}, price_per_hour=3_600_000_000, created_at=T0,
+                    ended_at=T0 + 12, cost=11_005_000)
+    c = costs.job_costs(job, [spent])
+    assert c["spent"]["usd"] == "$11.005" and c["attempts"][0]["cost"]["usd"] == "$11.005"
+    assert job_view(job, attempts=[spent])["attempt_list"][0]["cost"]["usd"] == "$11.005"
+    # a budget in whole cents: as before, rounded up to the cent
+    assert costs.job_costs(replace(job, budget=20_000_000), [spent])["spent"]["usd"] == "$11.01"
+    report = costs.report([job], {"j": [spent]}, win=costs.Window(T0 - 10, T0 + 100, "x"), now=T0 + 100,
+                          positions={}, team=None)
+    assert report["top_jobs"][0]["spent"]["usd"] == "$11.005"
