@@ -1440,17 +1440,19 @@ def _spent_of(job: dict) -> tuple[str, str]:
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\[])")
 
 
-def _diagnosis_first_sentence(job: dict) -> str | None:
-    """For a failed job in a list (``broker status``, no id): its diagnosis's first sentence, what went wrong, with
-    ``broker status ID`` for the rest (the hint: what to change, how to resume); ``None`` for any other job, or one
-    whose diagnosis says nothing."""
+def _short_failure(job: dict, reason: str) -> str | None:
+    """For a failed job in a list (``broker status``, no id) whose ``reason`` is its diagnosis and more (the hint:
+    what to change, how to resume; 8 to 13 lines in a table): the diagnosis's first sentence, what went wrong, with
+    ``broker status ID`` for the rest. ``None`` for any other job, or a reason that is not led by its diagnosis."""
     diagnosis = job.get("diagnosis")
     if job.get("state") != "failed" or not isinstance(diagnosis, dict):
         return None
     sentence = diagnosis.get("sentence")
     if not isinstance(sentence, str) or not sentence.strip():
         return None
-    return _SENTENCE_END.split(sentence.strip(), maxsplit=1)[0]
+    first = _SENTENCE_END.split(sentence.strip(), maxsplit=1)[0]
+    said = reason.removeprefix("failed: ")
+    return first if said.startswith(first) and len(said) > len(first) else None
 
 
 def _reason_cell(job: dict) -> str:
@@ -1461,9 +1463,7 @@ def _reason_cell(job: dict) -> str:
 
     step = step_words(job.get("state", ""), job.get("progress"))
     reason = beside_state(job.get("state", ""), job["reason"] or "")
-    first = _diagnosis_first_sentence(job)
-    if first:  # a failed job's reason held the whole hint: 3 failed jobs of a sweep took 40 lines of the table
-        reason = first
+    reason = _short_failure(job, reason) or reason
     return reason if step is None else f"{step} · {reason}" if reason else step
 
 
@@ -1503,7 +1503,7 @@ def cmd_status(args) -> int:
                               ("starts ~", "whole"), *([("due", "whole")] if due else []), ("spent", "whole"),
                               ("budget", "whole"), "reason"], rows,
                  drop=("due", "starts ~", "queue", "team", "budget"))
-    if any(_diagnosis_first_sentence(j) for j in jobs):  # on stderr: `| awk '{print $1}'` reads ids alone
+    if any(_short_failure(j, j["reason"] or "") for j in jobs):  # on stderr: `| awk '{print $1}'` reads ids alone
         print("(a failed job's reason here is what went wrong, in a sentence: `broker status ID` says the rest and "
               "what to do)", file=sys.stderr)
     return 0
