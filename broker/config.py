@@ -228,8 +228,11 @@ def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_pat
         _say(settings.warnings)
         return replace(settings, slack=slack)
     except ConfigError as exc:
-        if exc.config_path is None and path.is_file():
-            exc.config_path = path
+        try:
+            if exc.config_path is None and path.is_file():
+                exc.config_path = path
+        except OSError:  # a file this user may not look at: said by the error itself
+            pass
         raise
 
 
@@ -248,9 +251,15 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
                    create_admin_token: bool) -> Settings:
     data_dir = default_data_dir(env)
     raw: dict[str, Any] = {}
-    if path.exists():
+    named = "--config" if config_path else "BROKER_CONFIG" if env.get("BROKER_CONFIG") else None
+    try:
+        there = path.exists()
+    except PermissionError:  # a folder on its way the broker's user may not enter: a traceback, not the config's name
+        raise ConfigError(f"config file {path.absolute()} cannot be read by this user"
+                          f"{f' ({named} names it)' if named else ''}: let the broker's user read it and enter the "
+                          "folders it is in (chmod, chown)") from None
+    if there:
         from broker.task_text import load_yaml, yaml_error  # (task_text imports spec, as this module does)
-        named = "--config" if config_path else "BROKER_CONFIG" if env.get("BROKER_CONFIG") else None
         text = _config_text(path, named)
         try:
             # the tasks' own reader: a key given twice (two `teams:` blocks, the second silently replacing the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -129,13 +130,37 @@ def test_a_config_file_that_is_not_text_is_said_to_be_the_config_file(tmp_path):
         load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}, config_path=config)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
 def test_a_config_file_the_broker_cannot_read_is_said_to_be_the_config_file(tmp_path):
     config = tmp_path / "broker.yaml"
     config.write_text(POOL)
     config.chmod(0)
-    with pytest.raises(ConfigError, match=r"^config file .*/broker.yaml cannot be read by this user \(--config"):
-        load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}, config_path=config)
+    env = {"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}
+    if os.geteuid() != 0:
+        with pytest.raises(ConfigError, match=r"^config file .*/broker.yaml cannot be read by this user \(--config"):
+            load_settings(env, config_path=config)
+        return
+    # root reads a file of mode 000: read by a forked child that has dropped to nobody's uid, as a broker run as a
+    # user without the right to the file would
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery, only the answer down the pipe
+        os.close(read)
+        said = "no error"
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            load_settings(env, config_path=config)
+        except ConfigError as exc:
+            said = str(exc)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            said = f"{type(exc).__name__}: {exc}"
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        said = answer.read()
+    os.waitpid(pid, 0)
+    assert re.match(r"^config file .*/broker.yaml cannot be read by this user \(--config", said), said
 
 
 # -- duplicate names, and a zone the price table has no price for ---------------------------------------------------
