@@ -214,6 +214,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true",
                    help="every job not ended of your team (an admin's: of --team, which an admin must give)")
     s.add_argument("--team", type=_given, action=_Once, help="with --name or --all: only this team's jobs (admins)")
+    s.add_argument("-y", "--yes", action="store_true",
+                   help="with --name or --all: cancel without asking first (off a terminal, as in a script, it must "
+                        "be given)")
 
     s = client("events", help="a job's state changes")
     s.add_argument("id")
@@ -461,6 +464,12 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
         if args.ids and args.team:  # it read as "only those of team T", which a cancel by id is not
             raise _Usage(commands["cancel"], "--team: is for --name or --all; jobs given by id are cancelled "
                                              "whichever team's they are")
+        if (args.name or args.all) and not args.yes and (args.json or not sys.stdin.isatty()):
+            # as `sky jobs cancel --all` asks first: a prefix too short or --all on a team's token (every job of the
+            # team, whoever submitted it) cancels more than meant, and a cancelled job does not resume with a click
+            raise _Usage(commands["cancel"], f"{ways[0]} cancels every job it matches: add --yes to cancel them "
+                                             "without being asked (a script), or run it on a terminal to see them "
+                                             "and be asked first")
     if args.command == "costs" and args.id:
         given = [f"--{k}" for k in ("period", "since", "until", "team") if getattr(args, k)]
         if given:  # `broker costs JOB --period 7d` showed the job's whole life as if it were the last 7 days
@@ -1683,6 +1692,9 @@ def cmd_cancel(args) -> int:
     """``broker cancel ID [ID ...]``, ``--name PREFIX``, ``--all``: each job cancelled, or skipped as already ended
     (not an error: a cancel run again over the same jobs exits 0, as ``scancel`` does), or refused (exit 1)."""
     with _client(args) as client:
+        if (args.name or args.all) and not args.yes and not _cancel_confirmed(client, args):
+            print("nothing cancelled", file=sys.stderr)
+            return 1
         done = client.cancel_many(ids=args.ids, name=args.name, team=args.team, every=args.all)
     cancelled, ended, refused = done["cancelled"], done["already_ended"], done["refused"]
     if args.json:
@@ -1697,6 +1709,29 @@ def cmd_cancel(args) -> int:
     if len(args.ids) != 1:  # one job's line says it all
         print(_cancel_summary(args, len(cancelled), len(ended), len(refused)))
     return 1 if refused else 0
+
+
+def _cancel_confirmed(client, args) -> bool:
+    """On a terminal, before ``cancel --name``/``--all``: the jobs it would cancel, and the user's yes. None to cancel
+    asks nothing (the cancel then says so)."""
+    from broker.lifecycle import JobState
+
+    live = ",".join(state.value for state in JobState if not state.is_final)
+    jobs, _ = client.all_jobs(state=live, team=args.team, name=args.name)
+    if not jobs:
+        return True
+    shown = ", ".join(f"{j['id']} ({j['name']})" for j in jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5
+                                                                      else "")
+    teams = sorted({j["team"] for j in jobs})
+    whose = f"team {teams[0]}'s" if len(teams) == 1 else f"teams {', '.join(teams)}'"
+    what = f"named {args.name}*" if args.name else "not ended"
+    print(f"{len(jobs)} job{'s' if len(jobs) != 1 else ''} of {whose} {what}, whoever submitted them: {shown}",
+          file=sys.stderr)
+    try:
+        answer = input(f"cancel {'them' if len(jobs) != 1 else 'it'}? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _cancel_summary(args, cancelled: int, ended: int, refused: int) -> str:

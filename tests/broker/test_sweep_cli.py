@@ -116,13 +116,13 @@ def test_cancel_name_cancels_the_jobs_not_ended_whose_name_begins_so(cli):
     run, task = cli
     a, b, other, c = _submit(run, task, "sweep3-lr0.1", "sweep3-lr0.3", "sweep30", "sweep3-lr1")
     run("cancel", b)
-    r = run("cancel", "--name", "sweep3-")
+    r = run("cancel", "--name", "sweep3-", "--yes")
     assert r.stdout.splitlines() == [f"{c} (sweep3-lr1): cancelled", f"{a} (sweep3-lr0.1): cancelled",
                                      "cancelled 2 jobs"], r.stdout
     assert json.loads(run("--json", "status", other).stdout)["state"] == "queued"
-    assert run("cancel", "--name", "sweep3-").stdout.strip() == (
+    assert run("cancel", "--name", "sweep3-", "--yes").stdout.strip() == (
         "nothing to cancel: no job that has not ended is named sweep3-*")
-    r = run("--json", "cancel", "--name", "sweep3")
+    r = run("--json", "cancel", "--name", "sweep3", "--yes")
     assert json.loads(r.stdout) == {"cancelled": [{"id": other, "name": "sweep30", "state": "cancelled"}],
                                     "already_ended": [], "refused": []}
 
@@ -131,16 +131,16 @@ def test_cancel_all_takes_the_callers_team_and_an_admin_must_name_one(cli):
     run, task = cli
     mine = _submit(run, task, "v1", "v2", team="vision")
     theirs, = _submit(run, task, "n1", team="nlp")
-    r = run("--json", "cancel", "--all", check=False)  # the admin's token: every team's jobs, by one slip
+    r = run("--json", "cancel", "--all", "--yes", check=False)  # the admin's token: every team's jobs, by one slip
     assert r.returncode == 1 and json.loads(r.stdout)["field"] == "team"
     assert "an admin cancelling all must name the team (--team T)" in r.stderr
     team_run = cli_runner(run.url, token="vision-token")
-    assert team_run("cancel", "--all").stdout.splitlines()[-1] == "cancelled 2 jobs"
+    assert team_run("cancel", "--all", "--yes").stdout.splitlines()[-1] == "cancelled 2 jobs"
     assert json.loads(run("--json", "status", theirs).stdout)["state"] == "queued"
     assert {json.loads(run("--json", "status", j).stdout)["state"] for j in mine} == {"cancelled"}
-    r = team_run("cancel", "--all", "--team", "nlp", check=False)  # not its team
+    r = team_run("cancel", "--all", "--team", "nlp", "--yes", check=False)  # not its team
     assert r.returncode == 1 and "you can see only your team's jobs (vision)" in r.stderr
-    assert run("cancel", "--all", "--team", "nlp").stdout.splitlines()[-1] == "cancelled 1 job"
+    assert run("cancel", "--all", "--team", "nlp", "--yes").stdout.splitlines()[-1] == "cancelled 1 job"
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -179,3 +179,37 @@ def test_a_failed_job_in_the_status_table_is_its_diagnosis_first_sentence(tmp_pa
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)
+
+
+def test_cancel_by_name_or_all_asks_first_and_off_a_terminal_needs_yes(cli):
+    """As `sky jobs cancel --all` asks: a prefix too short, or --all on a team's token (every job of the team, whoever
+    submitted it), cancels more than meant, and a cancelled job does not resume with a click."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    run, task = cli
+    a, b = _submit(run, task, "sweep4-a", "sweep4-b")
+    r = run("cancel", "--name", "sweep4", check=False)  # a script: no terminal to ask on
+    assert r.returncode == 2 and "--name cancels every job it matches: add --yes" in r.stderr, r.stderr
+    assert {json.loads(run("--json", "status", j).stdout)["state"] for j in (a, b)} == {"queued"}
+
+    def on_a_terminal(answer: str) -> tuple[int, str, str]:
+        leader, follower = pty.openpty()
+        env = {**os.environ, "BROKER_URL": run.url, "BROKER_TOKEN": ADMIN}
+        proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "cancel", "--name", "sweep4"], stdin=follower,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        os.close(follower)
+        os.write(leader, answer.encode())
+        out, err = proc.communicate(timeout=60)
+        os.close(leader)
+        return proc.returncode, out, err
+
+    code, out, err = on_a_terminal("n\n")
+    assert code == 1 and "nothing cancelled" in err, (out, err)
+    assert f"2 jobs of team default's named sweep4*, whoever submitted them: {b} (sweep4-b), {a} (sweep4-a)" in err
+    assert {json.loads(run("--json", "status", j).stdout)["state"] for j in (a, b)} == {"queued"}
+    code, out, err = on_a_terminal("y\n")
+    assert code == 0 and out.splitlines()[-1] == "cancelled 2 jobs", (out, err)
+    assert {json.loads(run("--json", "status", j).stdout)["state"] for j in (a, b)} == {"cancelled"}
