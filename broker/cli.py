@@ -572,16 +572,13 @@ def cmd_serve(args) -> int:
     return 0
 
 
-SHORT_TOKEN = 16
-"""Characters under which ``broker serve`` warns that a token given in its environment may be guessed."""
-
-
 def short_tokens_warning(env) -> str | None:
     """A warning naming the tokens in ``BROKER_ADMIN_TOKEN`` and ``BROKER_TEAM_TOKENS`` shorter than
-    :data:`SHORT_TOKEN` characters (the broker took a one-character team token without a word; anyone who can reach
-    its port may guess it), with how to make a good one; ``None`` when there are none. Warned, not refused: a broker
-    upgraded in place keeps the tokens its teams hold."""
-    from broker.config import _json_env  # as load_settings read them (it has refused a malformed one already)
+    :data:`broker.config.SHORT_TOKEN` characters (the broker took a one-character team token without a word; anyone
+    who can reach its port may guess it), with how to make a good one; ``None`` when there are none. Warned, not
+    refused: a broker upgraded in place keeps the tokens its teams hold. The config file's are warned of as it is
+    read (``Settings.warnings``)."""
+    from broker.config import SHORT_TOKEN, _json_env  # as load_settings read them (it refused a malformed one)
 
     short = []
     admin = env.get("BROKER_ADMIN_TOKEN") or ""

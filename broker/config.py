@@ -305,7 +305,8 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
     names = [p.name for p in pools]
     _unique(names, "pools")
     teams = _teams(raw.get("teams") or {})
-    warnings = _add_env_team_tokens(teams, _json_env(env, "BROKER_TEAM_TOKENS"))
+    warnings = _short_file_tokens(raw.get("teams") or {}) + \
+        _add_env_team_tokens(teams, _json_env(env, "BROKER_TEAM_TOKENS"))
     admin_hashes = set(_sha256_list(raw.get("admin_token_sha256"), "admin_token_sha256"))
     if env.get("BROKER_ADMIN_TOKEN"):
         admin_hashes.add(hash_token(env["BROKER_ADMIN_TOKEN"]))
@@ -708,6 +709,21 @@ def _reachable_by_others(data_dir: Path, checkpoint_root: str, where: str) -> No
                 raise ConfigError(f"{where}: a job run as another user cannot reach {name} {top}: {folder} does not "
                                   f"let other users pass (mode {stat.S_IMODE(mode):04o}); put {name} where they may "
                                   f"(e.g. /var/lib/spot-broker), or chmod o+x {folder}")
+
+
+SHORT_TOKEN = 16
+"""A token shorter than this is warned of at start (``broker serve``): anyone who can reach the port may guess it."""
+
+
+def _short_file_tokens(raw: dict) -> list[str]:
+    """A warning per team of the config file with a token (``teams.<team>.tokens``) shorter than :data:`SHORT_TOKEN`
+    characters, naming the team, never the token: ``BROKER_ADMIN_TOKEN`` and ``BROKER_TEAM_TOKENS`` were warned of,
+    and a three-letter token in the file started silently."""
+    return [f"teams.{name}.tokens: a token is shorter than {SHORT_TOKEN} characters, which anyone who reaches the "
+            f"broker's port may guess: give it 32 random characters (`openssl rand -hex 16`)"
+            for name, t in sorted(raw.items(), key=lambda kv: str(kv[0])) if isinstance(t, dict)
+            and isinstance(t.get("tokens"), list) and any(isinstance(x, str) and len(x) < SHORT_TOKEN
+                                                           for x in t["tokens"])]
 
 
 def _teams(raw: Any) -> dict[str, Team]:

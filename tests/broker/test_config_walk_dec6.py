@@ -261,3 +261,14 @@ def test_broker_serve_says_the_token_warnings_at_start(tmp_path):
     assert "BROKER_TEAM_TOKENS: team 'nlp' has a token there besides its tokens in the config file" in r.stderr
     assert "BROKER_TEAM_TOKENS: team 'nlpp' is not one of the config file's teams (did you mean 'nlp'?)" in r.stderr
     assert not any(token in r.stderr for token in (OLD, NEW, TYPO))
+
+
+def test_a_short_token_in_the_config_file_is_warned_at_start_naming_the_team_never_the_token(tmp_path, caplog):
+    """BROKER_ADMIN_TOKEN and BROKER_TEAM_TOKENS under 16 characters were warned of; `teams: {vision: {tokens: [abc]}}`
+    in the file started silently."""
+    with caplog.at_level(logging.WARNING, logger="broker.config"):
+        settings = _with_tokens(tmp_path, f"teams: {{vision: {{tokens: [abc]}}, nlp: {{tokens: [{NEW}]}}}}\n", {})
+    said = ("teams.vision.tokens: a token is shorter than 16 characters, which anyone who reaches the broker's port "
+            "may guess: give it 32 random characters (`openssl rand -hex 16`)")
+    assert settings.warnings == (said,) and [r.getMessage() for r in caplog.records] == [said]
+    assert settings.team_for_token("abc") == "vision", "taken as before: warned, not refused"
