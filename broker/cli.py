@@ -1512,7 +1512,18 @@ def cmd_status(args) -> int:
     if any(_short_failure(j, j["reason"] or "") for j in jobs):  # on stderr: `| awk '{print $1}'` reads ids alone
         print("(a failed job's reason here is what went wrong, in a sentence: `broker status ID` says the rest and "
               "what to do)", file=sys.stderr)
+    if args.name and len(jobs) > 1:  # a sweep's runs: what they cost together (on stderr, as the notes above)
+        print(_spent_together(jobs, args.name), file=sys.stderr)
     return 0
+
+
+def _spent_together(jobs: list[dict], name: str) -> str:
+    """``12 jobs named sweep2*: $0.0966 spent in all, of $12.00 of budgets`` — a sweep's total, which took a jq sum."""
+    from pricing.money import fmt, fmt_limit
+
+    spent = sum(j["spent"]["micros"] for j in jobs if isinstance(j["spent"].get("micros"), int))
+    budgets = sum(j["budget"]["micros"] for j in jobs if isinstance(j["budget"].get("micros"), int))
+    return f"{len(jobs)} jobs named {name}*: {fmt(spent)} spent in all, of {fmt_limit(budgets)} of budgets"
 
 
 LIVE_STATES = ("queued", "placed", "launching", "running", "stopping", "cancelling")

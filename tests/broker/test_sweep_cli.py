@@ -71,8 +71,11 @@ def test_status_and_queue_list_the_jobs_whose_name_begins_so(cli):
     a, b, other, c = _submit(run, task, "sweep3-lr0.1", "sweep3-lr0.3", "other", "sweep3-lr1")
     run("cancel", b)
     assert [j["id"] for j in json.loads(run("--json", "status", "--name", "sweep3-").stdout)] == [c, b, a]
-    out = run("status", "--name", "sweep3").stdout  # piped: one line a job
+    listed = run("status", "--name", "sweep3")
+    out = listed.stdout  # piped: one line a job
     assert [line.split()[0] for line in out.splitlines()[1:]] == [c, b, a] and "other" not in out
+    # what the sweep's runs cost together, on stderr beside the table (nothing has run: $0.00 of three $1 budgets)
+    assert "3 jobs named sweep3*: $0.00 spent in all, of $3.00 of budgets" in listed.stderr, listed.stderr
     assert [j["id"] for j in json.loads(run("--json", "status", "--name", "sweep3-", "--state", "queued").stdout)] == [c, a]
     assert [j["id"] for j in json.loads(run("--json", "queue", "--name", "sweep3-").stdout)] == [a, c]  # start order
     assert run("status", "--name", "nope").stdout.strip() == "No jobs named nope*."
@@ -213,3 +216,11 @@ def test_cancel_by_name_or_all_asks_first_and_off_a_terminal_needs_yes(cli):
     code, out, err = on_a_terminal("y\n")
     assert code == 0 and out.splitlines()[-1] == "cancelled 2 jobs", (out, err)
     assert {json.loads(run("--json", "status", j).stdout)["state"] for j in (a, b)} == {"cancelled"}
+
+
+def test_the_sweeps_total_adds_each_runs_exact_spend_and_budget():
+    from broker.cli import _spent_together
+
+    runs = [{"spent": {"micros": m, "usd": "x"}, "budget": {"micros": 1_000_500, "usd": "y"}}
+            for m in (48_330, 48_284, 1)]
+    assert _spent_together(runs, "sweep2") == "3 jobs named sweep2*: $0.0967 spent in all, of $3.0015 of budgets"
