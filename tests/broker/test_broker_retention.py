@@ -34,7 +34,7 @@ def job_at(store, job_id: str, state: JobState, updated: float, team: str = "vis
 
 
 @pytest.mark.parametrize("config, days", [
-    ("", None),
+    ("{}\n", None),
     ("job_retention_days: null\n", None),
     ("job_retention_days: 180\n", 180.0),
     ("job_retention_days: 1\n", 1.0),

@@ -77,7 +77,6 @@ def test_queue_with_a_team_from_slack_answers_the_usage_not_the_users_own_queue(
 
 
 @pytest.mark.parametrize("argv, extra", [
-    (["cancel", "j-1", "j-2"], "j-2"),
     (["status", "j-1", "extra"], "extra"),
     (["logs", "j-1", "200"], "200"),
     (["resume", "j-1", "force"], "force"),
