@@ -101,10 +101,16 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {reason}")
 
 
-def check_name(name: Any, field: str = "name") -> None:
+def _name_like(text: str, strict: bool = True) -> bool:
+    """Whether ``text`` is of :data:`NAME_RE`'s form, to its end: ``$`` also matches before a last newline, so
+    ``"evil\n"`` was a name, shown as ``evil`` in a table. A stored spec (``strict=False``) is read as it was taken."""
+    return bool(NAME_RE.fullmatch(text) if strict else NAME_RE.match(text))
+
+
+def check_name(name: Any, field: str = "name", *, strict: bool = True) -> None:
     """A job's name (a task's ``name:``, ``broker submit --name``), or the start of one (``GET /v1/jobs?name=``, a
     prefix: every prefix of a name is one); refused with :class:`SpecError` naming ``field``."""
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name):
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME or not _name_like(name, strict):
         raise SpecError(field, f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', starting with a letter or digit")
 
 
@@ -209,7 +215,7 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         for key in (k for k in task if k in BROKER_DECIDED_TASK):
             raise SpecError(key, BROKER_DECIDED_TASK[key])
     if task.get("name") is not None:
-        check_name(task["name"])
+        check_name(task["name"], strict=strict)
     for key in ("setup", "run"):
         if key in task and task[key] is not None and not isinstance(task[key], str):
             raise SpecError(key, "must be a shell script (a string)")
@@ -702,7 +708,7 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
         raise unknown_key_refusal("broker", unknown[0],
                                   f"is not a broker setting ({unknown_key_hint(unknown[0], BROKER_KEYS)})")
     team = section.get("team")
-    if team is not None and (not isinstance(team, str) or not NAME_RE.match(team)):
+    if team is not None and (not isinstance(team, str) or not _name_like(team, strict)):
         raise SpecError("broker.team", "must be a team name (letters, digits, '-', '_', '.')")
     budget = _money(section.get("budget_usd"), "broker.budget_usd", strict=strict)
     if budget is not None and budget <= 0:

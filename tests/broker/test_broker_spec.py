@@ -589,3 +589,16 @@ def test_a_bad_environment_variable_name_is_refused_saying_the_rule(envs, field,
     with pytest.raises(SpecError) as err:
         parse({"run": "echo", "envs": envs}, now=NOW)
     assert (err.value.field, err.value.reason) == (field, reason)
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"name": "evil\n", "run": "x"}, "name"),
+    ({"name": "ok", "run": "x", "broker": {"team": "vision\n"}}, "broker.team"),
+], ids=["a name ending in a newline", "a team ending in a newline"])
+def test_a_name_that_ends_in_a_newline_is_refused_but_a_stored_one_is_still_read(raw, field):
+    """``$`` matches before a last newline: ``name: "evil\\n"`` was taken, and shown as ``evil`` in a table. A job
+    stored before is read as it was taken (``strict=False``), never stranded."""
+    with pytest.raises(SpecError) as refused:
+        parse(raw, now=0.0)
+    assert refused.value.field == field
+    parse(raw, now=0.0, strict=False)
