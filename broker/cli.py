@@ -1696,14 +1696,38 @@ def cmd_logs(args) -> int:
     return 0
 
 
+CANCEL_BATCH = 200
+"""Job ids the CLI cancels in one request: each part is answered well within the client's timeout even on a slow
+store (1,000 at once, behind a locked SQLite store, timed out with 750 cancelled and nothing said of them)."""
+
+
 def cmd_cancel(args) -> int:
     """``broker cancel ID [ID ...]``, ``--name PREFIX``, ``--all``: each job cancelled, or skipped as already ended
-    (not an error: a cancel run again over the same jobs exits 0, as ``scancel`` does), or refused (exit 1)."""
+    (not an error: a cancel run again over the same jobs exits 0, as ``scancel`` does), or refused (exit 1).
+    ``--name`` and ``--all`` are resolved to the jobs they match here, listed and (on a terminal) confirmed, and
+    those very jobs are cancelled, by id: not jobs the broker would match a moment later."""
+    from broker.client import BrokerError
+
     with _client(args) as client:
-        if (args.name or args.all) and not args.yes and not _cancel_confirmed(client, args):
-            print("nothing cancelled", file=sys.stderr)
-            return 1
-        done = client.cancel_many(ids=args.ids, name=args.name, team=args.team, every=args.all)
+        ids = list(args.ids)
+        if args.name or args.all:
+            picked = _cancel_picks(client, args)
+            if picked is None:
+                print("nothing cancelled", file=sys.stderr)
+                return 1
+            ids = picked
+        done: dict[str, list] = {"cancelled": [], "already_ended": [], "refused": []}
+        try:
+            for start in range(0, len(ids), CANCEL_BATCH):
+                part = client.cancel_many(ids=ids[start:start + CANCEL_BATCH])
+                for key in done:
+                    done[key] += part[key]
+        except BrokerError:
+            if len(ids) > 1:
+                print(f"error: of the {len(ids)} jobs, {len(done['cancelled'])} were cancelled before this error, and "
+                      "the broker may have cancelled more: run the same command again to cancel the rest (a job "
+                      "already cancelled is skipped)", file=sys.stderr)
+            raise
     cancelled, ended, refused = done["cancelled"], done["already_ended"], done["refused"]
     if args.json:
         _print_json(done)
@@ -1719,15 +1743,21 @@ def cmd_cancel(args) -> int:
     return 1 if refused else 0
 
 
-def _cancel_confirmed(client, args) -> bool:
-    """On a terminal, before ``cancel --name``/``--all``: the jobs it would cancel, and the user's yes. None to cancel
-    asks nothing (the cancel then says so)."""
+def _cancel_picks(client, args) -> list[str] | None:
+    """The ids of the jobs ``cancel --name``/``--all`` matches (not ended, newest first), once the user has said yes
+    to them on a terminal (``--yes``: without asking); ``None`` when the user says no. An admin's ``--all`` without
+    ``--team`` is refused by the broker before anything is listed or asked."""
     from broker.lifecycle import JobState
 
     live = ",".join(state.value for state in JobState if not state.is_final)
     jobs, _ = client.all_jobs(state=live, team=args.team, name=args.name)
-    if not jobs:
-        return True
+    if args.all and not args.team and len({j["team"] for j in jobs}) > 1:  # an admin's token: a team's sees its own
+        from broker.client import BrokerError
+
+        raise BrokerError(422, "team: an admin cancelling all must name the team (--team T): all, alone, would "
+                               "cancel every team's jobs", field="team")
+    if not jobs or args.yes:
+        return [j["id"] for j in jobs]
     shown = ", ".join(f"{j['id']} ({j['name']})" for j in jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5
                                                                       else "")
     teams = sorted({j["team"] for j in jobs})
@@ -1735,19 +1765,19 @@ def _cancel_confirmed(client, args) -> bool:
     what = f"named {args.name}*" if args.name else "not ended"
     print(f"{len(jobs)} job{'s' if len(jobs) != 1 else ''} of {whose} {what}, whoever submitted them: {shown}",
           file=sys.stderr)
-    try:
-        answer = input(f"cancel {'them' if len(jobs) != 1 else 'it'}? [y/N] ")
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
+    # on stderr, as the list: with stdout redirected (`> done.txt`) the question was in the file and the terminal
+    # seemed to hang
+    print(f"cancel {'them' if len(jobs) != 1 else 'it'}? [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()  # "" at the end of input: no
+    return [j["id"] for j in jobs] if answer.strip().lower() in ("y", "yes") else None
 
 
 def _cancel_summary(args, cancelled: int, ended: int, refused: int) -> str:
     """``cancelled 12 jobs; 3 had already ended``, or what was looked for when no job was found."""
     if not (cancelled or ended or refused):
         team = f" of team {args.team}" if args.team else ""
-        return (f"nothing to cancel: no job{team} that has not ended is named {args.name}*" if args.name
-                else f"nothing to cancel: no job{team} has not ended")
+        return (f"nothing to cancel: no job{team} named {args.name}* is waiting or running" if args.name
+                else f"nothing to cancel: no job{team} is waiting or running")
 
     def jobs(n: int) -> str:
         return f"{n} job{'' if n == 1 else 's'}"

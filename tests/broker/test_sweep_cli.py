@@ -124,7 +124,7 @@ def test_cancel_name_cancels_the_jobs_not_ended_whose_name_begins_so(cli):
                                      "cancelled 2 jobs"], r.stdout
     assert json.loads(run("--json", "status", other).stdout)["state"] == "queued"
     assert run("cancel", "--name", "sweep3-", "--yes").stdout.strip() == (
-        "nothing to cancel: no job that has not ended is named sweep3-*")
+        "nothing to cancel: no job named sweep3-* is waiting or running")
     r = run("--json", "cancel", "--name", "sweep3", "--yes")
     assert json.loads(r.stdout) == {"cancelled": [{"id": other, "name": "sweep30", "state": "cancelled"}],
                                     "already_ended": [], "refused": []}
