@@ -97,6 +97,15 @@ class Diagnosis:
         return out
 
 
+# torchrun's summary of the rank it saw fail first, to its exit code: "Root Cause (first observed failure):", "[0]:",
+# its time and host, "rank : 1 (local_rank: 1)", then "exitcode : 143 (pid: 1958)"
+_TORCHRUN_ROOT = (r"^Root Cause \(first observed failure\):\n(?:[^\n]*\n){0,4}?\s*rank\s*:\s*(?P<rank>\d+)[^\n]*\n"
+                  r"\s*exitcode\s*:\s*")
+# to the end of that rank's entry (its error_file and traceback lines), so that it is the latest match in the log: the
+# entry's "Signal 9 (SIGKILL) received by PID" is what the unnamed SIGKILL rule matches
+_TORCHRUN_ENTRY_END = r"[^\n]*(?:\n[ \t]+(?:error_file|traceback)\s*:[^\n]*){0,2}"
+
+
 def _r(cls, sentence, hint="", pattern=None, phases=(), codes=(), signals=(), commands=(), secrets=()) -> Rule:
     return Rule(cls, sentence, hint, re.compile(pattern, re.I | re.M) if pattern else None,
                 frozenset(phases), frozenset(codes), frozenset(signals), commands=frozenset(commands),
@@ -417,6 +426,11 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     _r("host_oom", "The process was killed by SIGKILL{at_step}: " + UNCONFIRMED_OOM + ".",
        MAYBE_HOST_OOM_HINT,
        codes=[137], signals=[9]),
+    # the rank torchrun saw killed first, named: its peers were stopped by torchrun after it
+    _r("host_oom", "Rank {rank} (pid {pid}) was killed by SIGKILL{at_step}, and torchrun stopped the other ranks: "
+       + UNCONFIRMED_OOM + ".", MAYBE_HOST_OOM_HINT,
+       _TORCHRUN_ROOT + r"-9\s*\(pid:\s*(?P<pid>\d+)\)" + _TORCHRUN_ENTRY_END,
+       phases=["failed"]),
     # torchrun exits 1 and names a worker's signal only in its summary ("exitcode : -9", "Signal 9 (SIGKILL)");
     # `accelerate launch` (one process) in its CalledProcessError ("Command '[…]' died with <Signals.SIGKILL: 9>.")
     _r("host_oom", "A training process was killed by SIGKILL{at_step}: " + UNCONFIRMED_OOM + ".", MAYBE_HOST_OOM_HINT,
@@ -472,6 +486,13 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # from elsewhere. torchrun turns either into a SignalException and exits 1, which read as the script's own error
     _r("terminated", TERMINATED, TERMINATED_HINT, phases=["failed"],
        codes=[143], signals=[15]),
+    # one rank SIGTERMed on the node (`kill PID`): its peers die of the lost peer ("Connection closed by peer … a
+    # remote worker crashing"), whose traceback read as the script's own error, to resume only with --force; torchrun's
+    # summary names the rank it saw fail first, and how (exit 143, or -15)
+    _r("terminated", "Rank {rank} (pid {pid}) was stopped by SIGTERM{at_step}, which the broker did not send, and the "
+       "other ranks lost it: most likely the node was shutting down, or a person or process on it stopped that "
+       "process.", TERMINATED_HINT,
+       _TORCHRUN_ROOT + r"(?:143|-15)\s*\(pid:\s*(?P<pid>\d+)\)" + _TORCHRUN_ENTRY_END, phases=["failed"]),
     _r("terminated", TERMINATED, TERMINATED_HINT,
        r"SignalException: Process \d+ got signal: 15\b", phases=["failed"]),
     _r("interrupted", INTERRUPTED,

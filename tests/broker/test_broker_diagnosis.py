@@ -179,7 +179,7 @@ AssertionError: can only test a child process
 REAL_LOGS = [
     ("a worker SIGKILLed under torchrun is host memory, not the code",
      Ending("failed", 1, log_tail="step 880\n" + TORCHRUN_SUMMARY.format(code=-9, signal=9, name="SIGKILL")),
-     "host_oom", "A training process was killed by SIGKILL at step 880: "
+     "host_oom", "Rank 0 (pid 1234) was killed by SIGKILL at step 880, and torchrun stopped the other ranks: "
                  "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("a worker segfault under torchrun is a crash",
      Ending("failed", 1, log_tail=TORCHRUN_SUMMARY.format(code=-11, signal=11, name="SIGSEGV")),
