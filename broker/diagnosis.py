@@ -380,6 +380,14 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"can't open file '(?P<path>[^'\n]+)': \[Errno 2\]"),
     # argparse's usage error ("usage: train.py [-h] …" then "train.py: error: …", exit 2); torchrun's own parser says
     # it as "torchrun: error: …", so {prog} names whose arguments they were
+    # torchrun's own check of --nproc_per_node, an AssertionError with no message raised in torch's elastic agent: read
+    # as "the training script raised AssertionError", where the script never started (SKYPILOT_NUM_GPUS_PER_NODE is 0
+    # on a CPU instance, and --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE gave torchrun 0 processes a node)
+    _r("bad_arguments", "{command_said} gives torchrun no process to start on a node (--nproc_per_node is 0 or less), "
+       "so the training script never ran.", "On an instance without GPUs SKYPILOT_NUM_GPUS_PER_NODE is 0: give "
+       "--nproc_per_node=1 (or the number of processes you want) there, or ask for a GPU instance, and submit again.",
+       r"WorkerSpec\($(?:\n[^\n]*){0,6}?\n[^\n]*elastic/agent/server/api\.py\", line \d+, in __post_init__\n\s*"
+       r"raise AssertionError\s*\nAssertionError\s*$", phases=["failed"]),
     _r("bad_arguments", "{command_said} passes {prog} arguments it does not take: {args} (argparse's usage error).",
        BAD_ARGUMENTS_HINT, r"^(?P<prog>[^\s:][^\n:]*): error: unrecognized arguments: (?P<args>[^\n]*?)\s*$",
        phases=["failed"]),

@@ -79,3 +79,34 @@ def test_a_rank_that_raised_of_its_own_is_still_diagnosed_by_its_own_exception()
     d = diagnose(Ending(phase="failed", exit_code=1, signal=None, reason="", command="run", step=None, unreported=False,
                         log_tail=own.format(code="1", said="", traceback="To enable traceback see: …")))
     assert d.cls != "terminated" and "shape '[64, 10]' is invalid" in d.sentence, d
+
+
+NO_PROCESS = """\
+SKYPILOT_NUM_GPUS_PER_NODE=0
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1019, in run
+    elastic_launch(
+  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 194, in __call__
+    return launch_agent(
+           ^^^^^^^^^^^^^
+  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 338, in launch_agent
+    spec = WorkerSpec(
+           ^^^^^^^^^^^
+  File "<string>", line 19, in __init__
+  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/agent/server/api.py", line 109, in __post_init__
+    raise AssertionError
+AssertionError
+"""
+
+
+def test_torchrun_given_no_process_a_node_is_its_arguments_not_the_scripts_error():
+    """`--nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE` on a CPU instance gave torchrun 0: its own check raised an
+    AssertionError with no message, said as "The training script raised AssertionError", which never started."""
+    d = diagnose(Ending(phase="failed", exit_code=1, signal=None, reason="", command="run", step=None,
+                        unreported=False, log_tail=NO_PROCESS))
+    assert d.cls == "bad_arguments" and not d.infrastructure, d
+    assert d.sentence == ("The run command gives torchrun no process to start on a node (--nproc_per_node is 0 or "
+                          "less), so the training script never ran.")
+    assert "--nproc_per_node=1" in d.hint
