@@ -470,6 +470,12 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
             raise _Usage(commands["cancel"], f"{ways[0]} cancels every job it matches: add --yes to cancel them "
                                              "without being asked (a script), or run it on a terminal to see them "
                                              "and be asked first")
+    if args.command == "status" and args.id:
+        given = [f"--{k}" for k in ("state", "name", "team") if getattr(args, k, None)]
+        if given:  # `broker status J --state queued` showed J whatever its state, the filters dropped without a word
+            raise _Usage(commands["status"], f"{', '.join(given)}: filter the list of jobs; a job given by its id is "
+                                             f"shown whatever {'they say' if len(given) > 1 else 'it says'}: leave "
+                                             f"{'them' if len(given) > 1 else 'it'} out, or the id")
     if args.command == "costs" and args.id:
         given = [f"--{k}" for k in ("period", "since", "until", "team") if getattr(args, k)]
         if given:  # `broker costs JOB --period 7d` showed the job's whole life as if it were the last 7 days
@@ -1443,12 +1449,9 @@ def _spent_of(job: dict) -> tuple[str, str]:
     return spent["usd"], budget["usd"]
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\[])")
-
-
 def _short_failure(job: dict, reason: str) -> str | None:
     """For a failed job in a list (``broker status``, no id) whose ``reason`` is its diagnosis and more (the hint:
-    what to change, how to resume; 8 to 13 lines in a table): the diagnosis's first sentence, what went wrong, with
+    what to change, how to resume; 8 to 13 lines in a table): the diagnosis's sentence, what went wrong, with
     ``broker status ID`` for the rest. ``None`` for any other job, or a reason that is not led by its diagnosis."""
     diagnosis = job.get("diagnosis")
     if job.get("state") != "failed" or not isinstance(diagnosis, dict):
@@ -1456,7 +1459,9 @@ def _short_failure(job: dict, reason: str) -> str | None:
     sentence = diagnosis.get("sentence")
     if not isinstance(sentence, str) or not sentence.strip():
         return None
-    first = _SENTENCE_END.split(sentence.strip(), maxsplit=1)[0]
+    # the whole sentence: cut at its first full stop, it cut the user's own exception message ("Learning rate 3e-4 too
+    # high." without its "Use at most 1e-4.")
+    first = sentence.strip()
     said = reason.removeprefix("failed: ")
     return first if said.startswith(first) and len(said) > len(first) else None
 
@@ -1513,16 +1518,21 @@ def cmd_status(args) -> int:
         print("(a failed job's reason here is what went wrong, in a sentence: `broker status ID` says the rest and "
               "what to do)", file=sys.stderr)
     if args.name and len(jobs) > 1:  # a sweep's runs: what they cost together (on stderr, as the notes above)
-        print(_spent_together(jobs, args.name), file=sys.stderr)
+        print(_spent_together(jobs, args.name, listed_only=bool(cut)), file=sys.stderr)
     return 0
 
 
-def _spent_together(jobs: list[dict], name: str) -> str:
-    """``12 jobs named sweep2*: $0.0966 spent in all, of $12.00 of budgets`` — a sweep's total, which took a jq sum."""
+def _spent_together(jobs: list[dict], name: str, *, listed_only: bool = False) -> str:
+    """``12 jobs named sweep2*: $0.0966 spent in all, of $12.00 of budgets`` — a sweep's total, which took a jq sum.
+    ``listed_only``: older ended jobs were left out of the listing (said above it), so the total is of those listed,
+    and says so: it read as the sweep's whole cost with the oldest runs, those that ran, left out."""
     from pricing.money import fmt, fmt_limit
 
     spent = sum(j["spent"]["micros"] for j in jobs if isinstance(j["spent"].get("micros"), int))
     budgets = sum(j["budget"]["micros"] for j in jobs if isinstance(j["budget"].get("micros"), int))
+    if listed_only:
+        return (f"the {len(jobs)} jobs listed named {name}*: {fmt(spent)} spent together, of {fmt_limit(budgets)} "
+                f"of budgets (not the older ended ones left out: list them with --state)")
     return f"{len(jobs)} jobs named {name}*: {fmt(spent)} spent in all, of {fmt_limit(budgets)} of budgets"
 
 

@@ -224,3 +224,31 @@ def test_the_sweeps_total_adds_each_runs_exact_spend_and_budget():
     runs = [{"spent": {"micros": m, "usd": "x"}, "budget": {"micros": 1_000_500, "usd": "y"}}
             for m in (48_330, 48_284, 1)]
     assert _spent_together(runs, "sweep2") == "3 jobs named sweep2*: $0.0967 spent in all, of $3.0015 of budgets"
+
+
+def test_a_failed_jobs_short_reason_keeps_the_users_own_message_whole():
+    """Cut at its first full stop, "The training script raised ValueError: Learning rate 3e-4 too high." lost the
+    message's "Use at most 1e-4.", the part that says what to do."""
+    from broker.cli import _short_failure
+
+    sentence = "The training script raised ValueError: Learning rate 3e-4 too high. Use at most 1e-4."
+    job = {"state": "failed", "diagnosis": {"sentence": sentence}}
+    assert _short_failure(job, f"failed: {sentence} Fix the error in the code; the log shows the traceback.") == sentence
+    assert _short_failure(job, "failed: something else") is None
+
+
+def test_a_sweeps_total_over_a_listing_that_left_older_jobs_out_says_so():
+    from broker.cli import _spent_together
+
+    runs = [{"spent": {"micros": 0, "usd": "x"}, "budget": {"micros": 1_000_000, "usd": "y"}}] * 2
+    assert _spent_together(runs, "huge", listed_only=True) == (
+        "the 2 jobs listed named huge*: $0.00 spent together, of $2.00 of budgets (not the older ended ones left "
+        "out: list them with --state)")
+
+
+def test_status_of_one_job_with_a_filter_is_a_usage_error_not_a_filter_dropped(cli):
+    run, task = cli
+    (a,) = _submit(run, task, "one")
+    r = run("status", a, "--state", "running", "--name", "zzz", check=False)
+    assert r.returncode == 2, r.stderr
+    assert "--state, --name: filter the list of jobs; a job given by its id is shown whatever they say" in r.stderr
