@@ -686,6 +686,9 @@ def _where(p: dict) -> str:
     """``spot n1-highmem-8+V100:1 in gcp/us-central1-a`` from a placement record: the cloud named, as in
     Slack (zones of two clouds may look alike), not for a pool (``onprem local-1slot in local``)."""
     where = " ".join(str(x) for x in (p.get("tier"), p.get("instance_type")) if x)
+    nodes = p.get("num_nodes")
+    if isinstance(nodes, int) and nodes > 1:  # its price is all of them: "g5.xlarge, $0.8492/h" read as one's, doubled
+        where = f"{p.get('tier')} {nodes} nodes of {p.get('instance_type')}"
     loc = p.get("zone") or p.get("region")
     if loc:
         cloud = p.get("cloud")

@@ -287,8 +287,18 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         record = placement_record(offer, chosen.num_nodes, mk.offers,
                                   alternative=placed_alternative(job.spec, request, offer))
         decisions.append(Place(job, record, slots,
-                               f"placed on {offer.describe()}{note}{chosen.note}"))
+                               f"placed on {offer.describe()}{_nodes(chosen.num_nodes, record)}{note}"
+                               f"{chosen.note}"))
     return decisions
+
+
+def _nodes(n: int, record: dict) -> str:
+    """``, 2 nodes, $0.8492/h for both`` after a placement of several nodes: its price is all of them, and "placed on
+    spot 1x A10G g5.xlarge" beside a price twice the instance's read as one node's."""
+    if n <= 1:
+        return ""
+    price = record.get("price_per_hour")
+    return f", {n} nodes" + (f", {fmt(price)}/h for {'both' if n == 2 else f'all {n}'}" if isinstance(price, int) else "")
 
 
 def _gone(job: Job, request: JobRequest, mk: Market) -> str | None:

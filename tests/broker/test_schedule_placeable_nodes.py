@@ -100,3 +100,20 @@ def test_the_8_node_job_starts_when_the_big_zone_frees_and_the_small_zones_ends_
     assert q.starts == {four.id: pytest.approx(small.running_since + 1800, abs=1),
                         eight.id: pytest.approx(big.running_since + H, abs=1)}
     assert q.waiting == {}
+
+
+def test_a_placement_of_several_nodes_says_so_and_that_its_price_is_for_all_of_them(broker):
+    """ "placed on spot 1x A10G g5.xlarge …" beside a price twice the instance's read as one node's, doubled; `broker
+    status` read "spot g5.xlarge …, $0.8492/h" the same way."""
+    from broker.cli import _where
+    from broker.engine.schedule import Place
+
+    settings, store, service, submit = broker
+    job = submit(2)
+    decision = service._decision_now(job, time.time())  # what the engine's next tick decides for it
+    assert isinstance(decision, Place), decision
+    each = decision.placement["price_per_hour"] // 2
+    assert ", 2 nodes, $" in decision.reason and "/h for both" in decision.reason, decision.reason
+    assert decision.placement["num_nodes"] == 2 and each > 0
+    assert _where(decision.placement).startswith("spot 2 nodes of g5.xlarge in "), _where(decision.placement)
+    assert _where({**decision.placement, "num_nodes": 1}).startswith("spot g5.xlarge in ")
