@@ -38,6 +38,22 @@ from checkpoint import serialization
 
 log = logging.getLogger("checkpoint")
 
+
+class RankTag(logging.Filter):
+    """Leads each of the library's lines with the rank that said it (``[rank 1] preemption notice: …``) in a run of
+    several ranks (torchrun's ``RANK`` and ``WORLD_SIZE``): every rank says its notice, its grace period and its
+    stop, and the log of a 2-rank run had each line twice with no way to tell whose it was."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if rank and world and world != "1" and not getattr(record, "rank_tagged", False):
+            record.msg, record.rank_tagged = f"[rank {rank}] {record.msg}", True
+        return True
+
+
+for _name in ("checkpoint", "checkpoint.progress"):  # a child's lines skip the parent's filters
+    logging.getLogger(_name).addFilter(RankTag())
+
 #: The longest rank 0's save waits for another rank's random state of the step it saves (seconds). In DDP the
 #: ranks are within one step of each other, and the rank waited for needs nothing from rank 0 to get there.
 WAIT_S = 10.0
