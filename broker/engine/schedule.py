@@ -259,7 +259,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                        placed_again=again)
         if isinstance(chosen, NoFit):
             said = (_kept_words(held_back, free_slots, now) if held_back else None) or \
-                _pools_busy(job, request, mk, free_slots, mine) or _gone(job, request, mk) or chosen.reason
+                _pools_busy(job, request, mk, free_slots, mine) or (None if mine else _gone(job, request, mk)) or \
+                chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             if job.launch_retry_at is None and not kept.keys() >= pools:
                 _keep_pools(job, request, mk, free_slots, ends, kept, now)
