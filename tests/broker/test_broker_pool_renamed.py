@@ -21,16 +21,21 @@ BEFORE = "pools:\n  - {name: gpu, slots: 1, accelerator: A100, price_per_slot_ho
 AFTER = BEFORE.replace("name: gpu,", "name: gpu-a100,")
 
 
+def _running(settings, store, launcher):
+    """A job on the pool's one A100, running (a real process)."""
+    job = BrokerService(settings, store, launcher).submit(
+        ADMIN, {"name": "t", "run": "sleep 30", "resources": {"accelerators": "A100:1"}, "broker": {"budget_usd": 5}})[0]
+    run_until(Engine(settings, store, launcher), store, job.id, {"running"})
+    return job
+
+
 def test_the_engine_says_at_its_start_which_jobs_hold_slots_on_a_pool_the_config_no_longer_names(
         make_settings, tmp_path, caplog):
     store = open_store(f"sqlite://{tmp_path / 'e.db'}")
     settings = make_settings(config=BEFORE)
     launcher = open_launcher(settings)
     try:
-        job = BrokerService(settings, store, launcher).submit(
-            ADMIN, {"name": "t", "run": "sleep 30", "resources": {"accelerators": "A100:1"},
-                    "broker": {"budget_usd": 5}})[0]
-        run_until(Engine(settings, store, launcher), store, job.id, {"running"})
+        job = _running(settings, store, launcher)
         renamed = make_settings(config=AFTER)
         with caplog.at_level(logging.WARNING, logger="broker.engine.reconcile"):
             engine = Engine(renamed, store, open_launcher(renamed))
@@ -42,7 +47,8 @@ def test_the_engine_says_at_its_start_which_jobs_hold_slots_on_a_pool_the_config
         assert "If the pool was renamed" in said[0] and "put the old name back until they end" in said[0]
         assert store.get_job(job.id).state is JobState.RUNNING  # left running: nothing is decided for the operator
     finally:
-        launcher.kill(f"{job.id}-a1")
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
         store.close()
 
 
@@ -51,15 +57,13 @@ def test_nothing_is_said_while_every_held_pool_is_configured(make_settings, tmp_
     settings = make_settings(config=BEFORE)
     launcher = open_launcher(settings)
     try:
-        job = BrokerService(settings, store, launcher).submit(
-            ADMIN, {"name": "t", "run": "sleep 30", "resources": {"accelerators": "A100:1"},
-                    "broker": {"budget_usd": 5}})[0]
-        run_until(Engine(settings, store, launcher), store, job.id, {"running"})
+        job = _running(settings, store, launcher)
         with caplog.at_level(logging.WARNING, logger="broker.engine.reconcile"):
             Engine(settings, store, launcher).tick()
         assert not [r for r in caplog.records if "is not in this config" in r.getMessage()]
     finally:
-        launcher.kill(f"{job.id}-a1")
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
         store.close()
 
 
@@ -88,5 +92,6 @@ def test_a_queued_job_whose_pool_was_removed_says_nothing_offered_now_has_what_i
         assert "no offers are configured" not in waiting.reason
         assert "cancel it, or have a pool or zone with it added" in waiting.reason
     finally:
-        launcher.kill(f"{first.id}-a1")
+        for run in launcher.runs_dir.glob("j*"):
+            launcher.kill(run.name)
         store.close()
