@@ -574,7 +574,18 @@ def _act(heard: list[tuple[PreemptionNotice, str]]) -> None:
         log.warning("%s after the script ended: nothing more is saved; the exit goes on for at most %s s and keeps "
                     "status %d", leader.name(), seconds(leader.seconds_left() or 0.0), _ended_status)
     elif "new" in outcomes:
-        log.warning("%s: saving at the next step, exiting within %s s", leader.name(), seconds(leader.seconds_left() or 0.0))
+        from checkpoint.ranks import group  # (torch is not imported for it)
+
+        ranked = group()
+        if ranked is not None and ranked[0] != 0 and ranked[1] > 1:
+            # only rank 0 writes: "saving at the next step" on rank 1 promised a save it never makes, and rank 0 saves
+            # only if the notice reached it too (a preemption's does; a `kill` of this process does not)
+            log.warning("%s: rank 0 writes the checkpoint, if the notice reached it too; this rank goes on until rank "
+                        "0 exits or the grace period ends, within %s s", leader.name(),
+                        seconds(leader.seconds_left() or 0.0))
+        else:
+            log.warning("%s: saving at the next step, exiting within %s s", leader.name(),
+                        seconds(leader.seconds_left() or 0.0))
     elif "after" in outcomes:
         log.warning("SIGTERM after the %s's notice: still saving, exit within %s s", leader._source,
                     seconds(leader.seconds_left() or 0.0))
