@@ -177,8 +177,9 @@ class JobStore(Protocol):
                   before: tuple[float, str] | None = None, name_prefix: str | None = None) -> list[Job]:
         """Jobs, newest first (``submitted_at`` then ``id``, both descending), optionally filtered by state(s),
         team and the start of their name (``name_prefix``: case-sensitive, as given; the limit counts the jobs that
-        match, so a page of a filtered listing is full while more match). With ``active_since``, only jobs not in a final state or last updated at or after that time
-        (what a cost window or an incremental scrape needs; finished history is not read). With ``before``
+        match, so a page of a filtered listing is full while more match). With ``active_since``, only jobs not in a
+        final state or last updated at or after that time (what a cost window or an incremental scrape needs;
+        finished history is not read). With ``before``
         (a ``(submitted_at, id)`` key, the last job of a page), only the jobs after it in that order: the next
         page, read on from the key itself, so a job submitted or deleted meanwhile neither repeats nor skips one."""
 
