@@ -219,3 +219,22 @@ def set_fields(store, job, **fields):
     now = store.get_job(job.id)
     store.commit(Change(job=replace(now, **fields), expected_version=now.version))
     return store.get_job(job.id)
+
+
+def stored_job(store, job_id: str, name: str = "train", *, team: str = "vision", t: float = 100.0, state=None):
+    """A job as a submit stores it (its submit event too), at ``t``, then moved to ``state`` (queued by default):
+    what a listing's tests read."""
+    from dataclasses import replace
+
+    from broker.lifecycle import JobEvent, JobState
+    from broker.models import Event, Job
+    from broker.store import Change
+
+    job = Job(id=job_id, name=name, team=team, state=JobState.QUEUED, spec={"run": "echo"}, budget=5_000_000,
+              priority=0, submitted_at=t, updated_at=t)
+    ev = Event(job_id=job_id, time=t, event=JobEvent.SUBMIT.value, from_state=None, to_state="queued", reason="r",
+               actor="test")
+    job = store.commit(Change(job=job, expected_version=None, events=[ev]))
+    if state is not None and state is not JobState.QUEUED:
+        job = store.commit(Change(job=replace(job, state=state, updated_at=t), expected_version=job.version))
+    return job

@@ -1,34 +1,20 @@
 """``GET /v1/jobs?name=`` (the start of the jobs' names, as ``squeue --name``) and ``?state=queued,running`` (as
 ``squeue -t PD,R``): each filter checked, and the cursor reading on along the jobs that match."""
 
-from dataclasses import replace
-
 import pytest
 from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
-from broker.lifecycle import JobEvent, JobState
-from broker.models import Event, Job
-from broker.store import Change, open_store
+from broker.lifecycle import JobState
+from broker.store import open_store
 
-from broker_testing import ADMIN
+from broker_testing import ADMIN, stored_job as create
 
 CONFIG = """
 pools:
   - {name: gpu-box, slots: 4, accelerator: A100, price_per_slot_hour: "2.00"}
 default_budget_usd: "10"
 """
-
-
-def create(store, job_id, name, *, team="vision", t=100.0, state=JobState.QUEUED) -> Job:
-    job = Job(id=job_id, name=name, team=team, state=JobState.QUEUED, spec={"run": "echo"}, budget=5_000_000,
-              priority=0, submitted_at=t, updated_at=t)
-    ev = Event(job_id=job_id, time=t, event=JobEvent.SUBMIT.value, from_state=None, to_state="queued", reason="r",
-               actor="test")
-    job = store.commit(Change(job=job, expected_version=None, events=[ev]))
-    if state is not JobState.QUEUED:
-        job = store.commit(Change(job=replace(job, state=state, updated_at=t), expected_version=job.version))
-    return job
 
 
 @pytest.fixture

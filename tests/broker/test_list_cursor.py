@@ -1,19 +1,16 @@
 """The job listing reads on past one page: ``list_jobs(before=...)`` in each store, a ``cursor`` and ``next_cursor``
 on ``GET /v1/jobs``, and ``broker status`` following it, so no job past the first 1,000 of a state goes unlisted."""
 
-from dataclasses import replace
-
 import pytest
 from fastapi.testclient import TestClient
 
 import broker.client
 from broker.api.app import create_app
 from broker.client import BrokerClient
-from broker.lifecycle import JobEvent, JobState
-from broker.models import Event, Job
-from broker.store import Change, open_store
+from broker.lifecycle import JobState
+from broker.store import open_store
 
-from broker_testing import ADMIN
+from broker_testing import ADMIN, stored_job as create
 
 CONFIG = """
 pools:
@@ -22,17 +19,6 @@ zones:
   - {name: sim-a, tier: spot, instance_type: g5.xlarge}
 default_budget_usd: "10"
 """
-
-
-def create(store, job_id, *, team="vision", t=100.0, state=JobState.QUEUED) -> Job:
-    job = Job(id=job_id, name="train", team=team, state=JobState.QUEUED, spec={"run": "echo"}, budget=5_000_000,
-              priority=0, submitted_at=t, updated_at=t)
-    ev = Event(job_id=job_id, time=t, event=JobEvent.SUBMIT.value, from_state=None, to_state="queued", reason="r",
-               actor="test")
-    job = store.commit(Change(job=job, expected_version=None, events=[ev]))
-    if state is not JobState.QUEUED:
-        job = store.commit(Change(job=replace(job, state=state, updated_at=t), expected_version=job.version))
-    return job
 
 
 def fill(store):
