@@ -1760,10 +1760,7 @@ def _cancel_picks(client, args) -> list[str] | None:
     """The ids of the jobs ``cancel --name``/``--all`` matches (not ended, newest first), once the user has said yes
     to them on a terminal (``--yes``: without asking); ``None`` when the user says no. An admin's ``--all`` without
     ``--team`` is refused by the broker before anything is listed or asked."""
-    from broker.lifecycle import JobState
-
-    live = ",".join(state.value for state in JobState if not state.is_final)
-    jobs, _ = client.all_jobs(state=live, team=args.team, name=args.name)
+    jobs, _ = client.all_jobs(state=",".join(LIVE_STATES), team=args.team, name=args.name)
     if args.all and not args.team and len({j["team"] for j in jobs}) > 1:  # an admin's token: a team's sees its own
         from broker.client import BrokerError
 

@@ -395,7 +395,7 @@ class BrokerService:
         def admitted_with(amount: int) -> Admitted:
             return admit(spec, job_id=job_id, team=team, budget=amount, offers=usable_by(offers, spec.request), now=now,
                          actor=principal.name, checkpoint_uri=checkpoint, idempotency_key=idempotency_key,
-                         min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
+                         min_run_seconds=self._stop_seconds(),
                          after_run_seconds=after_run(self.launcher, offers))
 
         try:
@@ -488,7 +488,8 @@ class BrokerService:
                       holders_words(holders, team) if holders else None, self._stop_seconds())
 
     def _stop_seconds(self) -> int:
-        """What a clean stop takes, as the engine keeps it of every budget (:func:`broker.engine.budget.reserve_seconds`)."""
+        """What a clean stop takes, as the engine keeps it of every budget (:func:`broker.engine.budget.reserve_seconds`):
+        what a start, a resume and a lowered budget must leave room for, and what a dry run's tiers are covered with."""
         return reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds)
 
     def _decision_now(self, job: Job, now: float) -> Place | Wait:
@@ -1107,15 +1108,14 @@ class BrokerService:
         a start (a start and a clean stop, plus a cloud cluster's billing after its run): ``None`` when it can."""
         request = request_of(job)
         return start_shortfall(request, mine, job.budget - job.spent,
-                               min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds, self.settings.tick_seconds),
+                               min_run_seconds=self._stop_seconds(),
                                after_run_seconds=after_run(self.launcher, mine))
 
     def _budget_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
         """Why the job's budget left pays for its next attempt on none of ``mine``, as placement weighs it (what is
         left of its ``expected_hours``, else a start and a clean stop, plus a cluster's billing after its run)."""
         return budget_shortfall(left_to_run(job, request_of(job)), mine, job.budget - job.spent,
-                                min_run_seconds=reserve_seconds(self.settings.stop_grace_seconds,
-                                                                self.settings.tick_seconds),
+                                min_run_seconds=self._stop_seconds(),
                                 after_run_seconds=after_run(self.launcher, mine))
 
     def raise_budget(self, principal: Principal, job_id: str, new_budget: int, *, only_up: bool = False) -> Job:
@@ -1142,8 +1142,7 @@ class BrokerService:
                 # checkpoint, the ticks to notice), billed beyond the budget and counted nowhere: its team's monthly
                 # cap could pass unseen. It keeps what a budget stop keeps (broker/engine/budget.py::check) — a job
                 # being cancelled or stopped too, whose run goes on through its grace period all the same
-                least = spent + cost_for_seconds(price, reserve_seconds(self.settings.stop_grace_seconds,
-                                                                        self.settings.tick_seconds))
+                least = spent + cost_for_seconds(price, self._stop_seconds())
                 if new_budget < least:
                     raise Invalid("budget_usd", f"{fmt_limit(new_budget)} would not pay for the running job's clean "
                                                 f"stop: it has spent {fmt(spent)}, and stopping it (its "
