@@ -171,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="the job's name, over the task's `name:` (as `sky jobs launch -n`): one per run of a sweep")
     s.add_argument("--budget", type=_given, action=_Once, help="budget cap in dollars (overrides broker.budget_usd)")
     s.add_argument("--team", type=_given, action=_Once, help="submit for this team (admins; default: your token's team)")
-    s.add_argument("--deadline", type=_deadline, action=_Once, help="duration from now (6h, 45min, 1d12h, 2 days) or ISO time with its timezone (2026-12-01T18:00Z, ...+01:00, '2026-12-01 18:00 Europe/Berlin')")
+    s.add_argument("--deadline", type=_deadline, action=_Once, help="duration from now (6h, 45min, 1d12h, 2 days) or a time with its timezone (2026-12-01T18:00Z, ...+01:00, '2026-12-01 18:00 Europe/Berlin'); a time without one ('2026-12-01 18:00') is read on this machine's clock (TZ, else the system's zone)")
     s.add_argument("--idempotency-key", type=_idempotency_key, action=_Once,
                    help="a retry with the same key returns the first job instead of a second one")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
@@ -907,6 +907,7 @@ def cmd_submit(args) -> int:
             print(f"note: --name {args.name} overrides the task's name {task['name']!r}", file=sys.stderr)
         task["name"] = args.name
     _resolve_local_paths(task)
+    args.deadline = _on_this_clock(args.deadline, quiet=args.json)
     with _client(args) as client, _options_named(args):
         if args.dry_run:
             return _submit_dry_run(task, client, args)
@@ -978,6 +979,56 @@ def _deadline_said(view: dict) -> str:
     except ValueError:
         return f", deadline {given}"
     return f", deadline {time.strftime('%Y-%m-%d %H:%MZ', time.gmtime(when))} (in {duration(max(when - time.time(), 0))})"
+
+
+_ZONELESS_TIME = re.compile(r"\s*\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*")
+"""A deadline that is a date and a time with no offset and no time zone's name: ``2026-12-07 09:00``."""
+
+
+def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
+    """``--deadline`` given as a time with no time zone (``2026-12-07 09:00``), read on this machine's clock and sent
+    with that moment's offset (``2026-12-07T09:00+01:00``, summer time included), as ``date``, ``at`` and Slurm's
+    ``--deadline`` read a time. The broker refuses a time without its zone: it cannot know the submitter's clock
+    (:func:`broker.spec.parse_deadline`). The CLI can, and a user at a terminal means their own: ``TZ`` (an IANA
+    name, or a POSIX rule such as ``CET-1CEST,M3.5.0,M10.5.0/3``), else the system's zone. A note on stderr says how it
+    was read, and the submit line says the moment in UTC and from now, so a machine on another clock than its user
+    (a server on UTC) shows at once. A task file's ``broker.deadline`` is not read so: a file is shared and submitted
+    from machines on other clocks, and one without its zone stays refused. Anything else is sent as given, for the
+    broker to read or refuse."""
+    if given is None or not _ZONELESS_TIME.fullmatch(given):
+        return given
+    from datetime import datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from broker.client import BrokerError
+
+    try:
+        moment = datetime.fromisoformat(given.strip())
+    except ValueError:  # 2026-02-30 09:00: the broker's refusal says what is wrong with it
+        return given
+    name = os.environ.get("TZ", "").removeprefix(":")
+    named = bool(name) and not any(c.isdigit() for c in name)  # an IANA name (a POSIX rule has its offset's digits)
+    if named:
+        try:
+            local = moment.replace(tzinfo=ZoneInfo(name))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise BrokerError(0, f"--deadline {given.strip()} gives no time zone, so it is read on this machine's "
+                                 f"clock, but TZ={name} names no time zone this machine knows: set TZ to an IANA name "
+                                 "such as Europe/Berlin, or give the deadline's zone "
+                                 "('2026-12-01 18:00 Europe/Berlin', 2026-12-01T18:00Z)", field="--deadline") from None
+    else:
+        try:
+            local = moment.astimezone()  # the C library's reading of TZ or the system's zone, for that day
+        except (OverflowError, ValueError, OSError):  # 0001-01-01 00:00 west of UTC is in year 0
+            return given  # the broker refuses it, far out of a deadline's range as it is
+    try:
+        sent = local.isoformat(timespec="minutes" if not (moment.second or moment.microsecond) else "auto")
+    except (OverflowError, ValueError):
+        return given
+    if not quiet:
+        print(f"note: --deadline {given.strip()} gives no time zone: read on this machine's clock "
+              f"({name if named else local.tzname()}), as {sent}", file=sys.stderr)
+    return sent
 
 
 def _say_overridden(task: dict, args) -> None:

@@ -143,17 +143,21 @@ def clip(text: str, limit: int) -> str:
 
 
 def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None,
-             ended: float | None = None, team: bool = False, said: str | None = None) -> str:
+             ended: float | None = None, team: bool = False, said: str | None = None, due: bool = False) -> str:
     """One job in a line, and its reason on the next as the API shows it (:func:`broker.views.shown_reason`): for a
     queued job, with a start too late for its deadline or why it has no estimate (``waiting``, from
     :meth:`broker.service.BrokerService.queue_waits`); for a running one, the step it last reported
     (:func:`broker.views.step_words`); for an ended one, when it ended (``ended``), which orders a list of them;
     with ``team``, whose job it is (an admin's list of several teams' jobs); ``said``, the reason to show in place
-    of the job's own (``""``: none, as in a list that says a reason shared by several lines once)."""
+    of the job's own (``""``: none, as in a list that says a reason shared by several lines once); with ``due``, the
+    deadline of a job not ended, beside its rough start (a list: ``broker status`` has its due column, and a job's
+    own reply its Due field)."""
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:  # on each reader's own clock, as Slack shows a date token
         pos += f", roughly starting at {local_time(start)}"
+    if due and job.deadline is not None and not job.state.is_final:  # an ended job's deadline is history
+        pos += f" · due {local_time(job.deadline)}"
     if ended is not None:
         pos += f" · ended {local_time(ended)}"
     step = step_words(job.state.value, job.progress)
@@ -220,7 +224,7 @@ def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty
     for j in shown:
         common = shared and j.state.value == "queued" and reasons[j.id] == shared
         line = job_line(j, positions.get(j.id), starts.get(j.id), waiting.get(j.id), ended.get(j.id), team=teams,
-                        said="" if common else reasons[j.id])
+                        said="" if common else reasons[j.id], due=True)
         line = f"▸ {line}" if common else line
         more = len(jobs) - listed - 1
         room = TEXT_CHARS - (len(_more(more, see_all)) if more else 0)

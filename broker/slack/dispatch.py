@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,13 +80,25 @@ def for_slack(reason: str) -> str:
     return reason
 
 
-def _queue_words(position: int | None) -> str:
-    """A submitted job's place in the queue, for the submit's reply. The position counts the whole queue, and the
+SUBMIT_SETTLE_SECONDS = 1.5
+"""How long the submit's reply waits at most for this broker's engine to look at the job
+(:meth:`Dispatcher._looked_at`): short of ``broker submit``'s 3 s (:data:`broker.cli.SUBMIT_SETTLE_SECONDS`), since
+Slack takes an answer within 3 s and one later than the edge's ``INLINE_SECONDS`` (2 s, ``broker/api/slack.py``)
+comes as a second message."""
+
+
+def _queue_words(position: int | None, start: float | None = None) -> str:
+    """A submitted job's place in the queue, for the submit's reply, and its rough start where one is known
+    (``start``, as ``status`` says it: on each reader's own clock). The position counts the whole queue, and the
     scheduler starts a job past those ahead of it that wait for capacity it can do without (best-effort FIFO,
-    :mod:`broker.queue`): "#3 in queue" was said of a job placed at the next tick. A reply does not wait for that
-    tick (``broker submit`` does: ``broker.cli._say_behind``), so it says the position may not hold."""
+    :mod:`broker.queue`): "#3 in queue" was said of a job placed at the next tick. With a start, the engine has
+    weighed the job and the estimate what the jobs ahead of it need. Without one (not weighed yet: a new job's reason
+    says nothing of capacity; or waiting for something else, spot or its budget, or for ends nobody can tell, which
+    ``status`` says), the reply says the position may not hold."""
     if not position:
         return ""
+    if start is not None:
+        return f" · #{position} in queue, roughly starting at {blocks.local_time(start)}"
     if position == 1:
         return " · #1 in queue"
     ahead = "the job ahead of it does" if position == 2 else "the jobs ahead of it do"
@@ -339,7 +352,8 @@ class Dispatcher:
         if opts:
             raw["broker"] = {**(raw.get("broker") or {}), **opts}
         job, created = self.service.submit(who, raw, idempotency_key=idempotency_key)
-        pos = self.service.queue_positions().get(job.id)
+        job = self._looked_at(who, job) if created else job
+        q = self.service.queue_waits(who, of=[job])  # its place and rough start, as `status` reads them
         tiers = (job.quote or {}).get("tiers") or []
         est = f" · cheapest: {tiers[0]['tier']} {tiers[0]['text']}" if tiers else ""
         verb = "Submitted" if created else "Already submitted"
@@ -347,11 +361,30 @@ class Dispatcher:
         due = f" · due {blocks.local_time(job.deadline)}" if job.deadline is not None else ""
         return Reply(f"{verb} {job.id}", [
             blocks.section(f":inbox_tray: {verb} *{esc(job.name)}* `{job.id}` for team {esc(job.team)} — budget "
-                           f"{fmt_limit(job.budget)}{due}{esc(est)}" + _queue_words(pos)),
+                           f"{fmt_limit(job.budget)}{due}{esc(est)}"
+                           + _queue_words(q.positions.get(job.id), q.starts.get(job.id))),
             *([blocks.context(esc(f"{'; '.join(overridden)}."))] if overridden else []),
             blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
                            f"channel."),
         ])
+
+    def _looked_at(self, who: Principal, job: Job) -> Job:
+        """``job``, just submitted, read again until this broker's engine has looked at it (written since the
+        submit's own write, the store's version 1: placed, or given a reason of its own), for at most
+        :data:`SUBMIT_SETTLE_SECONDS`: its rough start is known only then, as ``broker submit`` waits for it
+        (``broker.cli._say_behind``). The CLI said an estimated start; Slack's reply gave the position alone. A
+        broker process that runs no engine (``engine: off``, an API worker beside another process's engine) does not
+        wait, and its reply says the position as before."""
+        if not self.service.settings.engine:
+            return job
+        until = time.monotonic() + SUBMIT_SETTLE_SECONDS
+        while job.state is JobState.QUEUED and job.version <= 1 and time.monotonic() < until:
+            time.sleep(0.1)
+            try:
+                job = self.service.get(who, job.id)
+            except NotFound:  # cancelled and pruned meanwhile: the submit was taken all the same
+                break
+        return job
 
     # -- buttons --------------------------------------------------------------------------------
 

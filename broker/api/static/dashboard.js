@@ -88,6 +88,9 @@ function duration(seconds) {
   return Math.floor(tenths / 10) + "." + (tenths % 10) + " h";
 }
 
+// broker/lifecycle.py's FINAL_STATES: a job in one has ended
+const ENDED_STATES = new Set(["succeeded", "failed", "cancelled", "stopped_budget"]);
+
 // "2025-01-30T12:00:00Z" → "2025-01-30 12:00:00 UTC"
 function utc(iso) { return iso.replace("T", " ").replace("Z", " UTC"); }
 
@@ -395,7 +398,9 @@ async function showJob(id, scroll = true) {
   $("job").hidden = false;
   $("job-title").textContent = j.job.name + " (" + j.job.id + ")";
   const compared = !(j.saving_percent === null && j.saving.micros === 0);  // no on-demand figure: none named
-  $("job-summary").textContent = `${j.job.state} · spent ${j.spent_of_budget.spent} of ${j.spent_of_budget.budget} · ` +
+  // a job not ended with a deadline says it, as the queue's row does; an ended job's deadline is history
+  const due = j.job.deadline && !ENDED_STATES.has(j.job.state) ? " · due " + utc(j.job.deadline) : "";
+  $("job-summary").textContent = `${j.job.state}${due} · spent ${j.spent_of_budget.spent} of ${j.spent_of_budget.budget} · ` +
     // the same billed seconds at on-demand prices, time redone after a preemption included: not "the same work"
     (compared ? `the same time on on-demand would have cost ${j.ondemand_equivalent.usd}, ` : "") +
     savingWords(j.saving, j.saving_percent, "on-demand") +
