@@ -967,18 +967,24 @@ def _deadline_said(view: dict) -> str:
     """``, deadline 2026-12-07 08:00Z (in 16.0 h)`` for a job (or a dry run) with a deadline: the moment the broker
     read, in UTC and from now, so that a misread unit or time zone shows at submit rather than when the job is late.
     The deadline went unsaid at submit and in the dry run."""
+    given = view.get("deadline")
+    return f", deadline {_deadline_moment(given)}" if given else ""
+
+
+def _deadline_moment(given: str) -> str:
+    """``2026-12-07 08:00Z (in 16.0 h)``, or ``(2.5 h ago)`` once passed: a deadline as submit says it, and as
+    ``broker status ID`` says it (it printed the stored ISO text, ``2026-12-07T08:00:00Z``, with nothing from now)."""
     from datetime import datetime
 
     from broker.views import duration
 
-    given = view.get("deadline")
-    if not given:
-        return ""
     try:
         when = datetime.fromisoformat(given.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        return f", deadline {given}"
-    return f", deadline {time.strftime('%Y-%m-%d %H:%MZ', time.gmtime(when))} (in {duration(max(when - time.time(), 0))})"
+        return given
+    left = when - time.time()
+    return (f"{time.strftime('%Y-%m-%d %H:%MZ', time.gmtime(when))} "
+            + (f"(in {duration(left)})" if left >= 0 else f"({duration(-left)} ago)"))
 
 
 _ZONELESS_TIME = re.compile(r"\s*\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*")
@@ -1442,7 +1448,7 @@ def _show_job(con, job: dict) -> None:
         con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({escape(job['last_checkpoint']['uri'])})")
     spent, budget = _spent_of(job)
     con.print(f"  spent {spent} of {budget}"
-              + (f"  deadline {job['deadline']}" if job.get("deadline") else "")
+              + (f"  deadline {_deadline_moment(job['deadline'])}" if job.get("deadline") else "")
               + (f"  pinned to {TIER_WORDS.get(job['pinned_tier'], job['pinned_tier'])}{_pinned_by(job)}"
                  if job.get("pinned_tier") else ""))
     attempts = job.get("attempt_list") or []

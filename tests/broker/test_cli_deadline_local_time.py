@@ -79,3 +79,22 @@ def test_the_help_says_how_a_time_without_its_zone_is_read(cli):
     said = " ".join(run("submit", "--help").stdout.split())
     assert "a time without one ('2026-12-01 18:00') is read on this machine's clock (TZ, else the system's zone)" \
         in said, said
+
+
+def test_status_of_one_job_says_its_deadline_as_submit_did(cli):
+    """`broker status ID` printed the stored ISO text (`deadline 2026-12-07T08:00:00Z`): now the UTC minute and how
+    far off it is, as the submit line says it."""
+    run, task = cli
+    job = json.loads(run("--json", "submit", str(task), "--budget", "1", "--deadline", "6h").stdout)
+    due = datetime.fromisoformat(job["deadline"].replace("Z", "+00:00"))
+    out = run("status", job["id"]).stdout
+    assert f"deadline {due:%Y-%m-%d %H:%M}Z (in 5.9 h)" in out, out
+    assert job["deadline"] not in out, out
+
+
+def test_a_deadline_passed_is_said_as_how_long_ago():
+    from broker.cli import _deadline_moment
+
+    past = datetime.now(timezone.utc) - timedelta(hours=2, minutes=31)
+    assert _deadline_moment(past.isoformat()) == f"{past:%Y-%m-%d %H:%M}Z (2.5 h ago)"
+    assert _deadline_moment("not a time") == "not a time"
