@@ -2,14 +2,20 @@
 
 Order: higher ``priority`` first, then earlier submit time (then id, for a
 total order). The scheduler walks the queue in this order and lets a later job
-start when an earlier one does not fit (best-effort FIFO, as Kueue's default):
-capacity is never left idle behind a job that cannot start.
+start when an earlier one does not fit (best-effort FIFO, as Kueue's default),
+with one exception, as Slurm's backfill makes: the first job waiting for more of
+a pool's slots than are free (the pool's head) has them kept for it until its
+estimated start, and a later job takes them only if it is expected to end by
+then (:class:`broker.engine.schedule._Kept`). Else a stream of 1-slot jobs took
+each slot as it came free, and a 2-slot job at the head never started. The
+start estimates here (:func:`waits`) follow the same rule, so they are the starts
+the scheduler keeps to.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -122,15 +128,17 @@ def backoff_until(job: Job, now: float) -> float | None:
 def estimated_starts(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, int]] | None = None,
                      free: Mapping[str, int] | None = None, grace_seconds: float = 0.0,
                      stops_asked: Mapping[str, float] | None = None,
-                     not_before: Callable[[Job], Mapping[str, float]] | None = None) -> dict[str, float]:
+                     not_before: Callable[[Job], Mapping[str, float]] | None = None,
+                     kept_in: Collection[str] = ()) -> dict[str, float]:
     """Roughly when each queued job waiting for capacity starts: :func:`waits`' ``starts``."""
-    return waits(jobs, now, usable, free, grace_seconds, stops_asked, not_before).starts
+    return waits(jobs, now, usable, free, grace_seconds, stops_asked, not_before, kept_in).starts
 
 
 def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, int]] | None = None,
           free: Mapping[str, int] | None = None, grace_seconds: float = 0.0,
           stops_asked: Mapping[str, float] | None = None,
-          not_before: Callable[[Job], Mapping[str, float]] | None = None) -> Waits:
+          not_before: Callable[[Job], Mapping[str, float]] | None = None,
+          kept_in: Collection[str] = ()) -> Waits:
     """Roughly when each queued job waiting for capacity starts. Capacity is counted in units, a pool's
     slots or a zone's nodes: ``free`` now per pool or zone, and those that running, launching and placed
     jobs hold, handed back at their expected ends (a job being cancelled or stopped at the end of its stop's
@@ -151,7 +159,13 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
     may run, and gets an estimate whatever its reason says (that its launch failed, and when it tries again): then
     it waits for capacity like any other. Like a blocked zone, the backoff keeps its place in the queue here, while
     the scheduler hands capacity that comes free before the backoff ends to the jobs behind it: the estimates of
-    those are rough the same way."""
+    those are rough the same way.
+
+    In each of ``kept_in`` (the pools: :class:`broker.engine.schedule._Kept`) the first job that has to wait there is
+    its head, and the units it will take are kept for it from now to its start. A job behind it starts on them before
+    then only if its own expected length (:func:`work_left_seconds`) ends by that start — the one rule the scheduler
+    lets it take them by — and hands them back as it ends: counted in strict order instead, such a job was estimated
+    to start after the head, hours late, and told it would miss its deadline when it started at the next end."""
     jobs = list(jobs)
     ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
     unknown: list[Holder] = []  # capacity held until ends nobody can tell
@@ -165,6 +179,9 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
             unknown.append(_holder(j, now))
     ends.sort(key=lambda end: end[0])
     out = Waits()
+    #: per pool with a head: (the head's start, the units it takes then: (free from, how many)), which a job behind
+    #: may use until that start
+    heads: dict[str, tuple[float, list[tuple[float, int]]]] = {}
     for job in ordered(jobs):
         retry = backoff_until(job, now)
         if retry is None and not waits_for_capacity(job):
@@ -174,7 +191,7 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
         if retry is not None:
             after = {where: max(retry, at) for where, at in after.items()}
         best: tuple[float, str | None, int] | None = None  # (start, where, units needed)
-        for where in ({loc for _, loc, _ in ends} if need is None else need):
+        for where in sorted({loc for _, loc, _ in ends} if need is None else need, key=str):
             want, got = (1 if need is None else need[where]), 0
             for end, loc, n in ends:
                 if loc == where:
@@ -184,6 +201,16 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
                         if best is None or start < best[0]:
                             best = (start, where, want)
                         break
+        length = work_left_seconds(job)
+        gap = _before_head(heads, need, after, retry or now, length) if length is not None else None
+        if gap is not None and (best is None or gap[0] < best[0]):
+            start, where, want = gap
+            out.starts[job.id] = max(start, now)
+            head_start, units = heads[where]
+            units = [(at, n) for at, _, n in _take([(at, where, n) for at, n in units], where, want, start)[0]]
+            bisect.insort(units, (start + length, want))
+            heads[where] = (head_start, units)
+            continue
         if best is None:
             mine = [h for h in unknown if need is None or h.location in need]
             if mine:
@@ -191,12 +218,32 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
             continue
         start, where, want = best
         out.starts[job.id] = max(start, now)
-        ends = _take(ends, where, want, start)
+        ends, taken = _take(ends, where, want, start)
+        if where in kept_in and where not in heads and start > now and retry is None:
+            heads[where] = (start, sorted(taken))
         if job.expected_hours:
             bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), where, want), key=lambda e: e[0])
         else:
             unknown.append(Holder(job.id, where, ahead=True, team=job.team))
     return out
+
+
+def _before_head(heads: Mapping[str, tuple[float, list[tuple[float, int]]]], need: Mapping[str, int] | None,
+                 after: Mapping[str, float], earliest: float, length: float) -> tuple[float, str, int] | None:
+    """The earliest start (start, pool, units) a job of ``length`` seconds gets on the units kept for a pool's head
+    before the head starts, ending by then (:func:`waits`); ``None`` where it gets none."""
+    best = None
+    for where in sorted(heads if need is None else heads.keys() & need.keys()):
+        head_start, units = heads[where]
+        want, got = (1 if need is None else need[where]), 0
+        for at, n in units:
+            got += n
+            if got >= want:
+                start = max(at, after.get(where, earliest))
+                if start + length <= head_start and (best is None or start < best[0]):
+                    best = (start, where, want)
+                break
+    return best
 
 
 def _holder(job: Job, now: float) -> Holder:
@@ -227,16 +274,18 @@ def work_left_seconds(job: Job) -> float | None:
 
 
 def _take(ends: list[tuple[float, str | None, int]], where: str | None, want: int,
-          start: float) -> list[tuple[float, str | None, int]]:
+          start: float) -> tuple[list[tuple[float, str | None, int]], list[tuple[float, int]]]:
     """``ends`` less ``want`` units of ``where`` taken at ``start``, the earliest first; what the last end
-    hands back beyond them stays free from ``start`` on."""
+    hands back beyond them stays free from ``start`` on. And those taken: (free from, how many)."""
     left: list[tuple[float, str | None, int]] = []
+    taken_: list[tuple[float, int]] = []
     for end, loc, n in ends:
         if loc == where and want > 0 and end <= start:
             taken = min(n, want)
             want -= taken
+            taken_.append((end, taken))
             if n > taken:
                 left.append((end, loc, n - taken))
         else:
             left.append((end, loc, n))
-    return left
+    return left, taken_

@@ -807,8 +807,9 @@ class BrokerService:
                 attempts = self.store.attempts(job.id)
                 if attempts and attempts[-1].stop_requested_at is not None:
                     stops_asked[job.id] = attempts[-1].stop_requested_at
+        # a pool's slots are kept for the first job that waits for them, as the scheduler keeps them
         return jobs, positions(jobs), waits(jobs, now, usable, free, self.settings.stop_grace_seconds, stops_asked,
-                                            blocked)
+                                            blocked, kept_in={pool.name for pool in self.settings.pools})
 
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)

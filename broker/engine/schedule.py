@@ -8,7 +8,11 @@ For each queued job, in queue order:
    tier (or says wait) — the same policy the simulator replays;
 3. :func:`pricing.placement.place` picks the offer within that tier, budget and capacity — the budget
    paying for a start and a clean stop plus what the offer is billed after its run (a cloud cluster's
-   idle minutes and teardown, as the launcher says: ``after_run_seconds``).
+   idle minutes and teardown, as the launcher says: ``after_run_seconds``) — but not a pool's slots kept
+   for the pool's head, the first job ahead of it that waits for more of them than are free, unless it is
+   expected to end before the head can start (:class:`_Kept`: backfill, as Slurm's; the queue's estimate,
+   :func:`broker.queue.waits`, keeps the same rule);
+4. a job that waits and is the first to wait for a pool becomes its head (:func:`_keep_pools`).
 
 Decides against a snapshot (the :class:`~broker.offers.Market`), reserving
 what it hands out so two jobs are never placed on the same capacity in one
@@ -143,28 +147,34 @@ def schedule_now(jobs: Sequence[Job], mk: Market, settings: Settings, launcher, 
 
 @dataclass
 class _Kept:
-    """A pool's slots kept for the first job in the queue that waits for more of them than are free (``job_id``, which
-    needs ``need``): enough come free for it at ``start`` (the jobs holding them expected to end by then), with
-    ``extra`` free then beyond its need. A job behind it takes that pool's free slots only where doing so cannot
-    delay it — it is expected to end by ``start``, or it takes no more than ``extra`` — as a batch scheduler's EASY
-    backfill does: before, a 2-slot job at the head of a 2-slot pool waited for ever behind a stream of 1-slot jobs
-    that each took the slot the other left free, while its start estimate slid on tick after tick."""
+    """A pool's slots kept for the pool's head: the first job in the queue that waits for more of them than are free
+    (``job_id``, which needs ``need``). Enough come free for it at ``start`` (the jobs holding them expected to end by
+    then), with ``extra`` free then beyond its need. A job behind it takes that pool's free slots only where doing so
+    cannot delay it — it is expected to end by ``start``, or it takes no more than ``extra`` — as a batch scheduler's
+    backfill does (Slurm's, Kueue's head of line): before, a 2-slot job at the head of a 2-slot pool waited for ever
+    behind a stream of 1-slot jobs that each took the slot the other left free, while its start estimate slid on tick
+    after tick. ``start`` is ``inf`` when it cannot be told (a job holding the rest gives no length): then a job
+    behind that gives a length still takes a free slot, as nothing tells how long keeping it would idle it, but one
+    that gives none does not — it might hold the slot for ever. ``starved``: kept from every job behind, ``start``
+    being now, as the head has waited :data:`STARVED_SECONDS` for slots whose start cannot be told. ``unit``: what a
+    slot is, in the reasons' words."""
     job_id: str
     need: int
     start: float
     extra: int
+    starved: bool = False
+    unit: str = "slot"
 
 
 STARVED_SECONDS = 1800.0
 """How long a job may wait for a pool whose holders give no end before that pool's free slots are kept for it even
-so (:func:`_keep_pools`): until then the jobs behind take them, as nothing tells how long keeping them would idle
-them; after, it no longer waits behind a stream of smaller jobs for ever."""
+from jobs behind that give a length (:func:`_keep_pools`): until then they take them, as nothing tells how long
+keeping them would idle them; after, it no longer waits behind a stream of smaller jobs for ever."""
 
 
 def _keep_for(job: Job, need: int, free: int, ends: Sequence[tuple[float | None, int]]) -> _Kept | None:
     """A pool's slots kept for ``job`` (``need`` of them, ``free`` free now), timed by when the jobs holding the
-    rest are expected to hand them back; ``None`` when that cannot be told (a job holding them gives no length): then
-    nothing is kept, and the jobs behind take what is free, as the queue's estimate then says nothing either."""
+    rest are expected to hand them back; ``None`` when that cannot be told (a job holding them gives no length)."""
     for end, n in sorted((e for e in ends if e[0] is not None), key=lambda e: e[0]):
         free += n
         if free >= need:
@@ -316,34 +326,48 @@ def _gone(job: Job, request: JobRequest, mk: Market) -> str | None:
 
 def _keep_pools(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[str, list[int]],
                 ends: Mapping[str, Sequence[tuple[float | None, int]]], kept: dict[str, _Kept], now: float) -> None:
-    """Keep slots for ``job``, which waits, in each pool it may run in that none is kept in yet and that has fewer
-    slots free than it needs (:class:`_Kept`): the first such job in the queue has the pool kept for it."""
+    """Make ``job``, which waits, the head of one pool (:class:`_Kept`): of the pools it may run in that have no head
+    yet and fewer slots free than it needs, the one where it can start earliest (the earlier name on a tie), as the
+    queue's estimate picks (:func:`broker.queue.waits`). One pool, not each it may use: it starts in one, and slots kept
+    in the others idled them for nothing, while the estimate of a job behind it said "now" of a slot kept from it.
+    Where no start can be told, the pool with the most slots free — kept from the jobs behind that give no length,
+    and from every job behind once it has waited :data:`STARVED_SECONDS`."""
     shapes = [o for o in placeable(job, request, mk.every_offer or mk.offers, now=now) if o.tier is Tier.ONPREM]
+    found: list[tuple[float, int, str, _Kept]] = []
     for pool in sorted({o.location for o in shapes} - kept.keys()):
         need = min(slots_of(o) for o in shapes if o.location == pool) * request.num_nodes
         free = len(free_slots.get(pool, ()))
         if free >= need:
             continue
+        unit = "GPU" if any(o.accelerator for o in shapes if o.location == pool) else "slot"
         k = _keep_for(job, need, free, ends.get(pool, ()))
-        if k is None and now - (job.queued_at or job.submitted_at) >= STARVED_SECONDS:
-            k = _Kept(job.id, need, now, 0)  # when the slots come free cannot be told: kept all the same
-        if k is not None:
-            kept[pool] = k
+        if k is None:
+            starved = now - (job.queued_at or job.submitted_at) >= STARVED_SECONDS
+            k = _Kept(job.id, need, now if starved else float("inf"), 0, starved=starved)
+        found.append((float("inf") if k.starved else k.start, -free, pool, replace(k, unit=unit)))  # known first
+    if found:
+        _, _, pool, k = min(found)
+        kept[pool] = k
 
 
 def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]], now: float) -> str:
-    """Why a job waits while a pool has free slots it could use: they are kept for a job ahead of it."""
+    """Why a job waits while a pool has free slots it could use: they are kept for the pool's head, ahead of it. A
+    head whose start is known makes the pool "full" for the job until then — the words the queue's estimate follows
+    (:data:`broker.queue.WAITS_FOR_CAPACITY`); one whose start cannot be told gives the job no estimate either."""
     said = []
     for pool, k in sorted(held_back.items()):
         free = len(free_slots.get(pool, ()))
-        slots = f"{free} free slot{'s' if free != 1 else ''} {'are' if free != 1 else 'is'}"
-        if k.start > now:
-            said.append(f"pool {pool} is full for it right now: its {slots} kept for {k.job_id}, ahead of it in the "
-                        f"queue and waiting for {k.need} (a job expected to end before that one starts may still "
-                        f"take {'them' if free != 1 else 'it'})")
-        else:  # kept for a job starved of them, until it starts: no "full", so the queue gives it no start estimate
-            said.append(f"pool {pool}'s {slots} kept for {k.job_id}, ahead of it in the queue, which has waited "
-                        f"more than {STARVED_SECONDS / 60:.0f} min for {k.need}: this job starts after it")
+        them = f"its {free} free {k.unit}{'s' if free != 1 else ''}"
+        behind = f"behind {k.job_id}, which needs {k.need} {k.unit}{'s' if k.need != 1 else ''} of pool {pool}"
+        if not k.starved and k.start < float("inf"):  # (a start of now: the holder is read as ending now)
+            said.append(f"{behind}: the pool is full for this job until that one starts ({them} kept for it; a job "
+                        f"expected to end before then may still take {'them' if free != 1 else 'it'})")
+        elif not k.starved:  # when the head starts cannot be told: no "full", so no estimate of this job's start
+            said.append(f"{behind} and whose start cannot be told (a job holding the rest gives no length): {them} "
+                        f"kept for it from jobs that give no length, as this one does")
+        else:  # kept for a job starved of them, until it starts: no "full" either
+            said.append(f"{behind} and has waited more than {STARVED_SECONDS / 60:.0f} min for them: {them} kept "
+                        f"for it, and this job starts after it")
     return "; ".join(said)
 
 

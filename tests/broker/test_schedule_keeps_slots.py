@@ -71,8 +71,8 @@ def test_a_job_behind_a_waiting_2_slot_job_does_not_take_the_slot_it_waits_for(p
     for job in (longer, unknown):
         assert isinstance(decided[job.id], Wait), decided[job.id]
         assert decided[job.id].reason == (
-            f"waiting: pool dgx is full for it right now: its 1 free slot is kept for {head.id}, ahead of it in the "
-            "queue and waiting for 2 (a job expected to end before that one starts may still take it)")
+            f"waiting: behind {head.id}, which needs 2 GPUs of pool dgx: the pool is full for this job until that one "
+            "starts (its 1 free GPU kept for it; a job expected to end before then may still take it)")
 
 
 def test_a_job_that_ends_before_the_waiting_job_can_start_still_takes_the_free_slot(pool):
@@ -112,8 +112,8 @@ def test_a_job_that_has_waited_half_an_hour_has_the_slots_kept_even_when_their_h
     decided = decide()
     assert isinstance(decided[head.id], Wait) and isinstance(decided[behind.id], Wait), decided[behind.id]
     assert decided[behind.id].reason == (
-        f"waiting: pool dgx's 1 free slot is kept for {head.id}, ahead of it in the queue, which has waited more than "
-        "30 min for 2: this job starts after it")
+        f"waiting: behind {head.id}, which needs 2 GPUs of pool dgx and has waited more than 30 min for them: its 1 "
+        "free GPU kept for it, and this job starts after it")
     # no start estimate for it, rather than "now" tick after tick while the slot is kept
     from broker.queue import waits_for_capacity
     assert not waits_for_capacity(replace(submit.store.get_job(behind.id), reason=decided[behind.id].reason))
@@ -157,3 +157,18 @@ def test_with_real_processes_a_2_gpu_job_starts_before_the_longer_1_gpu_jobs_que
         finally:
             for run in launcher.runs_dir.glob("j*"):
                 launcher.kill(run.name)
+
+
+def test_a_holder_read_as_ending_now_does_not_make_the_waiting_job_starved(pool):
+    """The job holding the other slot is a few seconds past its expected length, which is read as ending now: the
+    waiting job starts at the next end, and the job held back behind it is told that, not that it has waited more
+    than half an hour (it had waited none of it)."""
+    submit, running, decide = pool
+    running(expected_hours="0.165")  # 594 s, run for 600: within its grace
+    head = submit(2, expected_hours=1)
+    behind = submit(1, expected_hours=2)
+    decided = decide()
+    assert isinstance(decided[behind.id], Wait)
+    assert decided[behind.id].reason.startswith(
+        f"waiting: behind {head.id}, which needs 2 GPUs of pool dgx: the pool is full for this job until that one "
+        "starts"), decided[behind.id].reason
