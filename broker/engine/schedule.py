@@ -164,6 +164,7 @@ class _Kept:
     extra: int
     starved: bool = False
     unit: str = "slot"
+    team: str = ""  # the head's: a job of another team held back behind it is not told its id
 
 
 STARVED_SECONDS = 1800.0
@@ -178,7 +179,7 @@ def _keep_for(job: Job, need: int, free: int, ends: Sequence[tuple[float | None,
     for end, n in sorted((e for e in ends if e[0] is not None), key=lambda e: e[0]):
         free += n
         if free >= need:
-            return _Kept(job.id, need, end, free - need)
+            return _Kept(job.id, need, end, free - need, team=job.team)
     return None
 
 
@@ -268,7 +269,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                        budget_left=job.budget - job.spent, min_run_seconds=need, after_run_seconds=after,
                        placed_again=again)
         if isinstance(chosen, NoFit):
-            said = (_kept_words(held_back, free_slots, now) if held_back else None) or \
+            said = (_kept_words(held_back, free_slots, now, job.team) if held_back else None) or \
                 _pools_busy(job, request, mk, free_slots, mine) or (None if mine else _gone(job, request, mk)) or \
                 chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
@@ -343,22 +344,26 @@ def _keep_pools(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[s
         k = _keep_for(job, need, free, ends.get(pool, ()))
         if k is None:
             starved = now - (job.queued_at or job.submitted_at) >= STARVED_SECONDS
-            k = _Kept(job.id, need, now if starved else float("inf"), 0, starved=starved)
+            k = _Kept(job.id, need, now if starved else float("inf"), 0, starved=starved, team=job.team)
         found.append((float("inf") if k.starved else k.start, -free, pool, replace(k, unit=unit)))  # known first
     if found:
         _, _, pool, k = min(found)
         kept[pool] = k
 
 
-def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]], now: float) -> str:
-    """Why a job waits while a pool has free slots it could use: they are kept for the pool's head, ahead of it. A
-    head whose start is known makes the pool "full" for the job until then — the words the queue's estimate follows
-    (:data:`broker.queue.WAITS_FOR_CAPACITY`); one whose start cannot be told gives the job no estimate either."""
+def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]], now: float, team: str) -> str:
+    """Why a job of ``team`` waits while a pool has free slots it could use: they are kept for the pool's head, ahead
+    of it. A head whose start is known makes the pool "full" for the job until then — the words the queue's estimate
+    follows (:data:`broker.queue.WAITS_FOR_CAPACITY`); one whose start cannot be told gives the job no estimate
+    either. A head of another team is "a job of another team", as the queue's holders are said
+    (:func:`broker.views.holders_words`): the reason is stored and shown to the job's team, which cannot look that
+    job up."""
     said = []
     for pool, k in sorted(held_back.items()):
         free = len(free_slots.get(pool, ()))
         them = f"its {free} free {k.unit}{'s' if free != 1 else ''}"
-        behind = f"behind {k.job_id}, which needs {k.need} {k.unit}{'s' if k.need != 1 else ''} of pool {pool}"
+        head = k.job_id if k.team == team else "a job of another team"
+        behind = f"behind {head}, which needs {k.need} {k.unit}{'s' if k.need != 1 else ''} of pool {pool}"
         if not k.starved and k.start < float("inf"):  # (a start of now: the holder is read as ending now)
             said.append(f"{behind}: the pool is full for this job until that one starts ({them} kept for it; a job "
                         f"expected to end before then may still take {'them' if free != 1 else 'it'})")

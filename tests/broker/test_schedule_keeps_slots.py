@@ -54,6 +54,7 @@ def pool(make_settings, tmp_path):
                                                   attempts_of=lambda _id: ())}
 
     submit.store = store
+    submit.service = service
     try:
         yield submit, running, decide
     finally:
@@ -172,3 +173,18 @@ def test_a_holder_read_as_ending_now_does_not_make_the_waiting_job_starved(pool)
     assert decided[behind.id].reason.startswith(
         f"waiting: behind {head.id}, which needs 2 GPUs of pool dgx: the pool is full for this job until that one "
         "starts"), decided[behind.id].reason
+
+
+def test_a_job_held_back_behind_another_teams_head_is_not_told_its_id(pool):
+    """The reason is stored and shown to the held-back job's team, which cannot look the head up (another team's
+    jobs are 404 to it): it is "a job of another team", as the queue says of holders."""
+    submit, running, decide = pool
+    running(expected_hours=1)
+    head = submit(2, expected_hours=1)
+    nlp = submit.service.submit(Principal("nlp", "nlp"), {"run": "sleep 60", "resources": {"accelerators": "A100:1"},
+                                                          "broker": {"budget_usd": "50", "expected_hours": 2}})[0]
+    decided = decide()
+    assert decided[nlp.id].reason == (
+        "waiting: behind a job of another team, which needs 2 GPUs of pool dgx: the pool is full for this job until "
+        "that one starts (its 1 free GPU kept for it; a job expected to end before then may still take it)")
+    assert head.id not in decided[nlp.id].reason
