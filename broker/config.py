@@ -311,10 +311,13 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
     if env.get("BROKER_ADMIN_TOKEN"):
         admin_hashes.add(hash_token(env["BROKER_ADMIN_TOKEN"]))
     token_file = data_dir / "admin-token"
+    if create_admin_token:  # `broker serve`: its data dir the broker's user's alone (tokens, keys, store, jobs' output
+        # and checkpoints) — made only with a token to write, one given in BROKER_ADMIN_TOKEN left it to the first
+        # of the others to make it, and the secrets key's made it 0755
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not admin_hashes and token_file.exists():
         admin_hashes.add(hash_token(token_file.read_text().strip()))
     if not admin_hashes and create_admin_token:
-        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the broker's user's alone: tokens, keys, store
         token = secrets.token_urlsafe(32)
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -684,7 +687,8 @@ def _reachable_by_others(data_dir: Path, checkpoint_root: str, where: str) -> No
     root): every folder above them must let others pass (``o+x``), and they must be the broker's own (not
     written in by others, not ``/``), since the runner closes to others what else is in them. The runner opens the data dir and the
     root themselves (``launchers/run_as.py``); what is above them is the host's, and not changed by the broker."""
-    tops = [("data_dir", data_dir.expanduser().absolute())]
+    data = data_dir.expanduser().absolute()
+    tops = [("data_dir", data)]
     parts = urlsplit(checkpoint_root)
     if parts.scheme == "file" and parts.path:
         tops.append(("checkpoint_root", Path(parts.path)))
@@ -701,6 +705,8 @@ def _reachable_by_others(data_dir: Path, checkpoint_root: str, where: str) -> No
                               f"folder in it, and the rest of it is then closed to others; give the broker a "
                               f"folder of its own (e.g. /var/lib/spot-broker)")
         for folder in top.parents:
+            if folder == data or data in folder.parents:
+                continue  # opened by the runner as the data dir is (the default root, <data dir>/checkpoints, in it)
             try:
                 mode = folder.stat().st_mode
             except FileNotFoundError:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from broker.config import Settings
 from launchers.base import Launcher
@@ -15,6 +17,7 @@ def open_launcher(settings: Settings) -> Launcher:
     SkyPilot, with the local pools and simulated zones still served on this host."""
     from launchers.local import LocalLauncher
 
+    private_folders(settings)
     local = LocalLauncher(settings.data_dir / "runs", zones=settings.zones)
     if settings.launcher == "local":
         return local
@@ -25,6 +28,30 @@ def open_launcher(settings: Settings) -> Launcher:
         warn_skypilot_setup(settings)
         return RoutingLauncher(local, SkyPilotLauncher(settings.data_dir / "skypilot", prefix=settings.cluster_prefix))
     raise ValueError(f"unknown launcher {settings.launcher!r} (BROKER_LAUNCHER): use 'local' or 'skypilot'")
+
+
+def private_folders(settings: Settings) -> None:
+    """The data dir and a ``file://`` checkpoint root on this host, made the broker's user's alone (0700) where the
+    broker makes them: the checkpoint library made the root as a job's first save did, 0755, so any user of the host
+    could read every job's checkpoints. The root the broker made before (``<data dir>/checkpoints``, where it is by
+    default) is closed to others too, unless a pool runs jobs as other users (``run_as``), whose launches open the
+    way to each job's own folder through it (``launchers/run_as.py``). A root elsewhere that exists is the
+    operator's, left as it is."""
+    from launchers.local import private_dir
+
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    parts = urlsplit(settings.checkpoint_root)
+    if parts.scheme != "file" or not parts.path:
+        return
+    root = Path(parts.path)
+    try:
+        if root == settings.data_dir / "checkpoints" and not any(p.run_as for p in settings.pools):
+            private_dir(root)
+        elif not root.exists():
+            root.parent.mkdir(parents=True, exist_ok=True)  # the host's folders above it: as mkdir -p makes them
+            root.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:  # the job that saves there says so, as before; never a reason not to start
+        log.warning("checkpoint_root %s: could not be made: %s", root, exc)
 
 
 def warn_skypilot_setup(settings: Settings) -> list[str]:

@@ -1394,6 +1394,8 @@ class BrokerService:
             attempts = self.store.attempts(job_id)
             changes: dict[str, Any] = {"updated_at": point["time"]}
             records = []
+            outside = point.get("checkpoint") and not _in_own_base(job, point["checkpoint"]["uri"])
+            notes = [self._outside_note(job, point)] if outside and not self._outside_noted(job) else []
             if point.get("step") is not None:
                 # the first report's step and time, kept as a pair: progress stored before first_at was (an
                 # upgrade) starts both afresh, or the queue took its old first step over seconds for its rate
@@ -1403,7 +1405,7 @@ class BrokerService:
                                        "metrics": point.get("metrics", {}), "attempt": job.attempts,
                                        "first_step": job.progress.get("first_step") if keep else point["step"],
                                        "first_at": job.progress["first_at"] if keep else point["time"]}
-            if point.get("checkpoint"):
+            if point.get("checkpoint") and not outside:
                 changes["last_checkpoint"] = {**point["checkpoint"], "at": point["time"], "attempt": job.attempts}
             reached = _checkpoint_step_ahead(job, point) if point.get("step") is None else None
             if reached is not None:
@@ -1419,11 +1421,30 @@ class BrokerService:
             elif attempts and point.get("checkpoint"):
                 a = attempts[-1]
                 ahead = reached is not None and a.last_step is not None and a.last_step < reached
-                records.append(replace(a, checkpoint=changes["last_checkpoint"], last_step=reached if ahead else a.last_step))
-            return self._commit(Change(job=replace(job, **changes), expected_version=job.version,
-                                            attempts=records, metrics=[point] if point.get("step") is not None else []))
+                records.append(replace(a, checkpoint=changes.get("last_checkpoint", a.checkpoint),
+                                       last_step=reached if ahead else a.last_step))
+            kept = {k: v for k, v in point.items() if k != "checkpoint"} if outside else point
+            return self._commit(Change(job=replace(job, **changes), expected_version=job.version, attempts=records,
+                                       metrics=[kept] if point.get("step") is not None else [], events=notes))
 
         return self._retrying(once)
+
+    def _outside_noted(self, job: Job) -> bool:
+        """Whether this attempt of ``job`` already has its note of a checkpoint reported outside its base: one note
+        an attempt, not one per commit of a run that saves every few minutes for days."""
+        return any(e.event == OUTSIDE_BASE_EVENT and e.attempt == (job.attempts or None)
+                   for e in self.store.events(job.id))
+
+    @staticmethod
+    def _outside_note(job: Job, point: dict[str, Any]) -> Event:
+        uri = point["checkpoint"]["uri"]
+        shown = uri if len(uri) <= 200 else uri[:200] + "…"
+        return note_event(job, OUTSIDE_BASE_EVENT,
+                          f"a checkpoint of step {point['checkpoint']['step']} was reported at {shown}, outside this "
+                          f"job's checkpoint base {job.checkpoint_uri}: it is not kept as the job's last checkpoint, "
+                          "and a resume is not sent there (BROKER_RESUME_FROM). Save under $BROKER_CHECKPOINT_URI "
+                          "(Checkpointer() with no uri), or name the base you save to in broker.checkpoint",
+                          time=point["time"], actor="job", data={"step": point["checkpoint"]["step"], "uri": shown})
 
     def inject_fault(self, principal: Principal, kind: str, *, job_id: str | None = None,
                      zone: str | None = None, available: bool | None = None) -> dict[str, Any]:
@@ -1525,6 +1546,37 @@ MAX_STEP = 2**63 - 1
 # MAX_CHECKPOINT_URI (broker.spec's, as for broker.checkpoint) is also the longest checkpoint URI a report may give:
 # it is handed to the next attempt in BROKER_RESUME_FROM, and the kernel refuses an environment string over 128 KiB
 # (E2BIG): one report of a longer URI failed every attempt after it at launch, each read as a lost node.
+
+
+OUTSIDE_BASE_EVENT = "checkpoint_outside_base"
+"""The note on a job whose run reported a committed checkpoint outside its own base (:func:`_in_own_base`)."""
+
+
+def _in_own_base(job: Job, uri: str) -> bool:
+    """Whether a reported checkpoint (``<base>/step-…``) lies right in ``job``'s own checkpoint base, the base the
+    broker gave it or its ``broker.checkpoint`` — or in that base as a ``broker:checkpoint`` mount shows it on a
+    SkyPilot node (``$BROKER_CHECKPOINT_DIR``, ``/ckpt/<the base's path in the bucket>``). The next attempt is handed
+    the last one as ``BROKER_RESUME_FROM``: one anywhere the job's own token named — another team's job's base, a path
+    on the broker's host that only an admin's submit may name as ``broker.checkpoint`` — was restored from as the
+    job's own, and shown as its last checkpoint. A job stored with no base keeps what it reports, as it did."""
+    if not job.checkpoint_uri:
+        return True
+    parent = checkpoint_base(uri).rpartition("/")[0]
+    return parent in _report_bases(job)
+
+
+def _report_bases(job: Job) -> set[str]:
+    from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, checkpoint_mount
+
+    bases = {checkpoint_base(job.checkpoint_uri)}
+    mounts = (job.spec or {}).get("file_mounts")
+    for destination, source in (mounts.items() if isinstance(mounts, dict) else ()):
+        if source == CHECKPOINT_MOUNT and isinstance(destination, str) and destination.startswith("/"):
+            try:
+                bases.add(checkpoint_base(checkpoint_mount(job.checkpoint_uri, destination)[1]))
+            except TaskConfigError:  # a file:// store: the folder on this host is the base itself
+                pass
+    return bases
 
 
 def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:

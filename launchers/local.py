@@ -33,7 +33,7 @@ from typing import Any
 
 from launchers.base import (AttemptStatus, Capabilities, Keep, LaunchError, LaunchRequest, Phase, next_round,
                             state_domain)
-from launchers.local_runner import NOTICE, kill_processes_of, read_output
+from launchers.local_runner import NOTICE, kill_processes_of, private_open, private_write, read_output
 from launchers.run_as import job_folder
 from launchers.simzones import SimZone
 
@@ -50,6 +50,22 @@ folder is ever read as an attempt's; one a removal cut short left is removed by 
 log = logging.getLogger(__name__)
 
 
+def private_dir(folder: Path) -> None:
+    """Make ``folder`` (and the folders above it that are missing) the broker's user's alone, 0700: the run folders
+    hold every attempt's output, its request (the task's secrets, the job's token) and its exit, and were made 0755,
+    so any user of the host could read a job's output wherever the data dir let them pass (one made by hand, or
+    by a broker before its data dir was made 0700). One an older broker made open is closed here too: a job run as
+    another user (``run_as``) never reads the run folders, and the launcher reads them as the broker's user. One the
+    broker's user cannot change (another's) is left, said in the log."""
+    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the data dir, where missing: the broker's too
+    folder.mkdir(mode=0o700, exist_ok=True)
+    try:
+        if folder.stat().st_mode & 0o077:
+            os.chmod(folder, 0o700)
+    except OSError as exc:
+        log.warning("%s is open to other users of this host and could not be made 0700: %s", folder, exc)
+
+
 class LocalLauncher:
     """:class:`~launchers.base.Launcher` running attempts as local processes."""
 
@@ -59,7 +75,7 @@ class LocalLauncher:
     def __init__(self, runs_dir: str | Path, *, zones: tuple[SimZone, ...] = (), python: str = sys.executable,
                  clock=time.time):
         self.runs_dir = Path(runs_dir)
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.runs_dir)
         #: every broker process using this runs directory sees the same attempts
         self.domain = state_domain("local", self.runs_dir)
         self.python = python
@@ -68,7 +84,7 @@ class LocalLauncher:
         if zones:
             self.capabilities = Capabilities(simulated=True, preemption_notice=True, follow_logs=True)
         self._zone_dir = self.runs_dir.parent / "zones"
-        self._zone_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self._zone_dir)
         self._epoch = self._replay_epoch()
         self._children: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
@@ -81,7 +97,7 @@ class LocalLauncher:
         """When trace replay started: shared by every broker process on this data dir."""
         path = self._zone_dir / "epoch"
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(repr(self.clock()))
         except FileExistsError:
@@ -105,7 +121,7 @@ class LocalLauncher:
             path.unlink(missing_ok=True)
         else:
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"available": available}))
+            private_write(tmp, json.dumps({"available": available}))
             os.replace(tmp, path)
 
     def zone_available(self, zone: str, now: float | None = None) -> bool:
@@ -162,8 +178,8 @@ class LocalLauncher:
         run_dir = self._dir(request.attempt_id)
         if not request.task.get("run") and not request.task.get("setup"):
             raise LaunchError("the task has no run command", permanent=True)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with open(run_dir / "launch.lock", "a+") as guard:
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with private_open(run_dir / "launch.lock", "a+") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)  # one launch() at a time per attempt, across processes
             if (run_dir / "exit.json").exists() or self._runner_alive(run_dir):
                 return
@@ -187,13 +203,13 @@ class LocalLauncher:
             os.replace(tmp, run_dir / "request.json")
             if request.stop_in_seconds is not None:
                 self._write_limit(run_dir, request.stop_in_seconds)
-            with open(run_dir / "runner.log", "ab") as out:
+            with private_open(run_dir / "runner.log", "ab") as out:
                 child = subprocess.Popen(
                     [self.python, "-m", "launchers.local_runner", str(run_dir)],
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
                 )
-            (run_dir / "spawned").write_text(str(child.pid))
+            private_write(run_dir / "spawned", str(child.pid))
         with self._lock:
             self._children[request.attempt_id] = child
 
@@ -210,7 +226,7 @@ class LocalLauncher:
         lock_path = run_dir / "runner.lock"
         if not lock_path.exists():
             return False
-        with open(lock_path, "a+") as fh:
+        with private_open(lock_path, "a+") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -300,7 +316,7 @@ class LocalLauncher:
         launch() between making the folder and taking the lock is not mistaken for one cut short)."""
         if time.time() - run_dir.stat().st_mtime < STARTUP_GRACE_SECONDS:
             return False
-        with open(run_dir / "launch.lock", "a+") as fh:
+        with private_open(run_dir / "launch.lock", "a+") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -334,7 +350,7 @@ class LocalLauncher:
         if stop_file.exists():
             return  # already stopping: a second SIGTERM would cut the grace period short
         tmp = run_dir / "stop.json.tmp"
-        tmp.write_text(json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
+        private_write(tmp, json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
         os.replace(tmp, stop_file)
         self._signal_runner(run_dir, signal.SIGTERM)
 
@@ -355,7 +371,7 @@ class LocalLauncher:
     @staticmethod
     def _write_limit(run_dir: Path, seconds: float) -> None:
         tmp = run_dir / "limit.json.tmp"
-        tmp.write_text(json.dumps({"stop_at": time.time() + seconds, "reason": "budget"}))
+        private_write(tmp, json.dumps({"stop_at": time.time() + seconds, "reason": "budget"}))
         os.replace(tmp, run_dir / "limit.json")
 
     def kill(self, attempt_id: str) -> None:
@@ -445,7 +461,7 @@ class LocalLauncher:
         or a ``launch()`` of it holds its lock; whether this call removed it."""
         run_dir = self._dir(attempt_id)
         try:
-            guard = open(run_dir / "launch.lock", "a+")
+            guard = private_open(run_dir / "launch.lock", "a+")
         except OSError:  # removed meanwhile, by another broker on this data dir (or not the broker's to open)
             return False
         with guard:

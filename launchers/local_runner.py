@@ -100,13 +100,36 @@ def host_program(name: str) -> str:
     return shutil.which(name) or name
 
 
+def private_open(path: str | Path, mode: str = "ab", buffering: int = -1):
+    """``open(path, mode)`` for a file of the launcher's own, made readable by the broker's user alone (0600): an
+    attempt's output, its exit and the runner's pid and log were 0644, readable by any user of the host wherever
+    the folders above let them pass. ``mode``: ``ab``, ``a+``, ``w`` or ``wb``; a file already there keeps its mode."""
+    flags = {"a": os.O_WRONLY | os.O_APPEND, "a+": os.O_RDWR | os.O_APPEND, "w": os.O_WRONLY | os.O_TRUNC}[
+        mode.replace("b", "")]
+    fd = os.open(path, flags | os.O_CREAT, 0o600)
+    try:
+        return os.fdopen(fd, mode, buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def private_write(path: str | Path, text: str) -> None:
+    """``Path.write_text`` for a file of the launcher's own, 0600 (:func:`private_open`)."""
+    with private_open(path, "w") as fh:
+        fh.write(text)
+
+
 def errno_name(number: int | None) -> str:
     return errno.errorcode.get(number or 0, str(number))
 
 
-def _write_atomic(path: Path, data: dict, tmp: Path | None = None) -> None:
+def _write_atomic(path: Path, data: dict, tmp: Path | None = None, mode: int = 0o600) -> None:
+    """``data`` as JSON at ``path``, whole or not at all; the file's ``mode`` (the notice, which a job run as another
+    user reads: 0644, as it always was; the runner's own files the broker's user's alone)."""
     tmp = tmp or path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
+    with private_open(tmp, "w") as fh:
+        os.fchmod(fh.fileno(), mode)  # a tmp an earlier runner left keeps its mode otherwise
         json.dump(data, fh)
         fh.flush()
         os.fsync(fh.fileno())
@@ -145,7 +168,7 @@ class Runner:
         self.stop_grace = float(stop.get("grace_seconds", self.grace))
         # written in the run folder and renamed into place: the job's user may own the notice's folder
         _write_atomic(self.notice, {"reason": self.stop_reason, "grace_seconds": self.stop_grace, "at": time.time()},
-                      tmp=self.dir / "notice.tmp")
+                      tmp=self.dir / "notice.tmp", mode=0o644)
         self._stop_child()
 
     def _stop_child(self) -> None:
@@ -514,14 +537,14 @@ class CappedLog:
         self.head_size = cap // 4
         self.segment_size = max(1, (cap - self.head_size) // 2)
         self._lock = threading.Lock()
-        self.head = open(run_dir / OUTPUT_LOG, "ab", buffering=0)
+        self.head = private_open(run_dir / OUTPUT_LOG, "ab", buffering=0)
         self.written = os.fstat(self.head.fileno()).st_size  # where the whole output is (an earlier runner's)
         self.segment = None
         self.segment_start = 0
         starts = _segments(run_dir)
         if starts:  # an earlier runner of this attempt's (it never ran to its exit): go on after its output
             self.segment_start = starts[-1]
-            self.segment = open(run_dir / f"{TAIL_PREFIX}{starts[-1]}", "ab", buffering=0)
+            self.segment = private_open(run_dir / f"{TAIL_PREFIX}{starts[-1]}", "ab", buffering=0)
             self.written = self.segment_start + os.fstat(self.segment.fileno()).st_size
 
     def __enter__(self) -> "CappedLog":
@@ -560,10 +583,10 @@ class CappedLog:
     def _rotate(self) -> None:
         if self.segment is None:
             try:
-                (self.dir / CAP_FILE).write_text(str(self.cap))
+                private_write(self.dir / CAP_FILE, str(self.cap))
             except OSError:
                 pass
-        segment = open(self.dir / f"{TAIL_PREFIX}{self.written}", "ab", buffering=0)
+        segment = private_open(self.dir / f"{TAIL_PREFIX}{self.written}", "ab", buffering=0)
         if self.segment is not None:
             self.segment.close()
         self.segment, self.segment_start = segment, self.written
@@ -945,7 +968,7 @@ def _take(lock, wait: float = LOCK_WAIT_S) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
-    lock = open(run_dir / "runner.lock", "a+")
+    lock = private_open(run_dir / "runner.lock", "a+")
     if not _take(lock):
         return 0  # another runner holds this attempt: it runs once
     if (run_dir / "exit.json").exists():
@@ -953,7 +976,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(run_dir)
     forget_secrets(run_dir, runner.request)
     signal.signal(signal.SIGTERM, runner.on_sigterm)
-    (run_dir / "runner.pid").write_text(str(os.getpid()))
+    private_write(run_dir / "runner.pid", str(os.getpid()))
     threading.Thread(target=runner.watch_limit, name="budget-limit", daemon=True).start()
     result = runner.run()
     _write_atomic(run_dir / "exit.json", result)

@@ -71,7 +71,8 @@ def test_a_silent_job_is_said_to_have_stalled_and_is_resumed_once(broker):
     job = _submit(service)
     token = job_token(service.settings, job.id)
     _running(engine, store, job.id, 1)
-    service.report_progress(job.id, token, {"step": 7, "checkpoint": {"step": 5, "uri": "file:///tmp/ck/5"}})
+    point = {"step": 5, "uri": f"{job.checkpoint_uri}/step-5"}  # in the job's own base: kept as its last
+    service.report_progress(job.id, token, {"step": 7, "checkpoint": point})
     after = _stalled(engine, store, job.id, 1)
     first = store.attempts(job.id)[0]
     assert first.stop_reason == "heartbeat"
