@@ -34,7 +34,7 @@ from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
                          check_env_total, check_name,
-                         checkpoint_base, checkpoint_uri_problem, host_paths, parse)
+                         checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, month_of, refusal, team_month
 from broker.views import holders_words, minute
@@ -1394,7 +1394,7 @@ class BrokerService:
             attempts = self.store.attempts(job_id)
             changes: dict[str, Any] = {"updated_at": point["time"]}
             records = []
-            outside = point.get("checkpoint") and not _in_own_base(job, point["checkpoint"]["uri"])
+            outside = point.get("checkpoint") and not in_own_base(job, point["checkpoint"]["uri"])
             notes = [self._outside_note(job, point)] if outside and not self._outside_noted(job) else []
             if point.get("step") is not None:
                 # the first report's step and time, kept as a pair: progress stored before first_at was (an
@@ -1549,34 +1549,7 @@ MAX_STEP = 2**63 - 1
 
 
 OUTSIDE_BASE_EVENT = "checkpoint_outside_base"
-"""The note on a job whose run reported a committed checkpoint outside its own base (:func:`_in_own_base`)."""
-
-
-def _in_own_base(job: Job, uri: str) -> bool:
-    """Whether a reported checkpoint (``<base>/step-…``) lies right in ``job``'s own checkpoint base, the base the
-    broker gave it or its ``broker.checkpoint`` — or in that base as a ``broker:checkpoint`` mount shows it on a
-    SkyPilot node (``$BROKER_CHECKPOINT_DIR``, ``/ckpt/<the base's path in the bucket>``). The next attempt is handed
-    the last one as ``BROKER_RESUME_FROM``: one anywhere the job's own token named — another team's job's base, a path
-    on the broker's host that only an admin's submit may name as ``broker.checkpoint`` — was restored from as the
-    job's own, and shown as its last checkpoint. A job stored with no base keeps what it reports, as it did."""
-    if not job.checkpoint_uri:
-        return True
-    parent = checkpoint_base(uri).rpartition("/")[0]
-    return parent in _report_bases(job)
-
-
-def _report_bases(job: Job) -> set[str]:
-    from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, checkpoint_mount
-
-    bases = {checkpoint_base(job.checkpoint_uri)}
-    mounts = (job.spec or {}).get("file_mounts")
-    for destination, source in (mounts.items() if isinstance(mounts, dict) else ()):
-        if source == CHECKPOINT_MOUNT and isinstance(destination, str) and destination.startswith("/"):
-            try:
-                bases.add(checkpoint_base(checkpoint_mount(job.checkpoint_uri, destination)[1]))
-            except TaskConfigError:  # a file:// store: the folder on this host is the base itself
-                pass
-    return bases
+"""The note on a job whose run reported a committed checkpoint outside its own base (:func:`broker.spec.in_own_base`)."""
 
 
 def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:

@@ -20,11 +20,14 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.workdir import DIGEST_RE, PackError, parse_mount
 from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, NotPlain, TooPrecise, typed_to_micros
 from pricing.offers import LOCAL_DISK_FORMS, JobRequest, LocalDisk, ResourceRequest
+
+if TYPE_CHECKING:
+    from broker.models import Job
 
 MAX_NAME = 128
 MAX_CHECKPOINT_URI = 4096  # a checkpoint URL prefix; the job's environment carries it
@@ -1214,6 +1217,33 @@ def checkpoint_base(uri: str) -> str:
         scheme = m.group(1).lower()
         return f"{_SAME_STORE.get(scheme, scheme)}://{m.group(2).rstrip('/')}"
     return "file://" + posixpath.normpath(re.sub(r"/{2,}", "/", m.group(2) if m else text))
+
+
+def in_own_base(job: Job, uri: str) -> bool:
+    """Whether a reported checkpoint (``<base>/step-…``) lies right in ``job``'s own checkpoint base, the base the
+    broker gave it or its ``broker.checkpoint`` — or in that base as a ``broker:checkpoint`` mount shows it on a
+    SkyPilot node (``$BROKER_CHECKPOINT_DIR``, ``/ckpt/<the base's path in the bucket>``). The next attempt is handed
+    the last one as ``BROKER_RESUME_FROM``: one anywhere the job's own token named — another team's job's base, a path
+    on the broker's host that only an admin's submit may name as ``broker.checkpoint`` — was restored from as the
+    job's own, and shown as its last checkpoint. A job stored with no base keeps what it reports, as it did."""
+    if not job.checkpoint_uri:
+        return True
+    parent = checkpoint_base(uri).rpartition("/")[0]
+    return parent in _report_bases(job)
+
+
+def _report_bases(job: Job) -> set[str]:
+    from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, checkpoint_mount
+
+    bases = {checkpoint_base(job.checkpoint_uri)}
+    mounts = (job.spec or {}).get("file_mounts")
+    for destination, source in (mounts.items() if isinstance(mounts, dict) else ()):
+        if source == CHECKPOINT_MOUNT and isinstance(destination, str) and destination.startswith("/"):
+            try:
+                bases.add(checkpoint_base(checkpoint_mount(job.checkpoint_uri, destination)[1]))
+            except TaskConfigError:  # a file:// store: the folder on this host is the base itself
+                pass
+    return bases
 
 
 _DURATION = re.compile(r"^\s*" + r"\s*".join(rf"(?:(\d+(?:\.\d+)?)\s*(?:{'|'.join(spellings)})(?![a-z]))?"

@@ -47,6 +47,7 @@ from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, matching_offers
 from broker.sealing import Unsealable, open_task, redact, secret_values
+from broker.spec import in_own_base
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from broker.views import duration as fmt_duration
 from broker.views import iso
@@ -1377,6 +1378,8 @@ def _committed_unreported(job: Job, attempt: Attempt, text: str, fields: dict, *
     step, uri = seen
     last = job.last_checkpoint or {}
     if last.get("step") is not None and last["step"] >= step:
+        return job, attempt
+    if not in_own_base(job, uri):  # the run prints what it likes: held to the job's base, as a report is
         return job, attempt
     record = {"step": step, "uri": uri, "at": at, "attempt": attempt.n}
     fields["last_checkpoint"] = record

@@ -175,3 +175,31 @@ def test_the_line_is_found_at_the_end_of_a_log_longer_than_one_page_read():
     assert committed_in_log(_log_text(launcher, "j-a1")) == (900, "file:///c/j/step-000000000900-bb")
     assert _log_tail(launcher, "j-a1").endswith("finished\n")
     assert _log_text(Launcher(b""), "j-a1") == ""
+
+
+@pytest.mark.parametrize("uri, kept", [
+    ("file:///c/j-1/step-000000000900-bb", True),
+    ("file:///c/j-1//step-000000000900-bb", True),  # another spelling of the same base
+    ("file:///c/j-2/step-000000000900-bb", False),  # another job's base
+    ("file:///etc/step-000000000900-bb", False),
+], ids=["a commit in the job's own base is its last checkpoint",
+        "another spelling of the job's base is the same base",
+        "a commit the log names in another job's base is not taken",
+        "a commit the log names anywhere else is not taken"])
+def test_a_commit_line_in_the_log_is_held_to_the_jobs_own_base(uri, kept):
+    """The run prints what it likes: a line naming a commit in another job's base became this job's last checkpoint
+    and its next attempt's BROKER_RESUME_FROM, which a progress report outside the base no longer does."""
+    from broker.engine.reconcile import _committed_unreported
+    from broker.lifecycle import AttemptState, JobState
+    from broker.models import Attempt, Job
+
+    job = Job(id="j-1", name="t", team="vision", state=JobState.RUNNING, spec={"run": "echo"}, budget=5_000_000,
+              priority=0, submitted_at=1.0, updated_at=1.0, checkpoint_uri="file:///c/j-1")
+    attempt = Attempt(id="j-1-a1", job_id="j-1", n=1, state=AttemptState.RUNNING, launcher="local", placement={},
+                      price_per_hour=0, created_at=1.0)
+    fields: dict = {}
+    text = UNDELIVERED_LINE.format(step=900, uri=uri, why="refused") + "\n"
+    job2, attempt2 = _committed_unreported(job, attempt, text, fields, at=5.0)
+    assert ("last_checkpoint" in fields) is kept
+    assert (job2.last_checkpoint or {}).get("uri") == (uri if kept else None)
+    assert attempt2.checkpoint.get("uri") == (uri if kept else None)
