@@ -79,7 +79,7 @@ def data_dir_key(data_dir: Path, *, create: bool) -> bytes | None:
     path = Path(data_dir) / KEY_FILE
     if path.exists() or not create:
         return _read_key_file(path) if path.exists() else None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a data dir made here (`broker worker`) is private too
     tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

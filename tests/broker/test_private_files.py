@@ -126,3 +126,18 @@ def test_the_notice_a_job_run_as_another_user_reads_is_still_readable_by_it(tmp_
     _write_atomic(tmp_path / "exit.json", {"exit_code": 0})
     assert _mode(tmp_path / "notice.json") == 0o644 and json.loads((tmp_path / "notice.json").read_text())
     assert _mode(tmp_path / "exit.json") == 0o600
+
+
+def test_a_data_dir_the_secrets_key_makes_is_private(tmp_path):
+    """`broker worker` makes no data dir of its own before the secrets key does: it was made with the umask's mode."""
+    import os
+    import stat
+
+    from broker.sealing import data_dir_key
+
+    old = os.umask(0o022)
+    try:
+        assert data_dir_key(tmp_path / "fresh", create=True)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "fresh").stat().st_mode) == 0o700
