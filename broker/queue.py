@@ -106,7 +106,10 @@ class Holder:
 @dataclass(frozen=True)
 class Waits:
     """:func:`waits`' answer: ``starts``, each queued job's rough start (epoch seconds), and for a job waiting for
-    capacity that gets none, ``holders``: the jobs holding what it needs whose ends cannot be told."""
+    capacity that gets none, ``holders``: the jobs holding what it needs whose ends cannot be told. Jobs that wait for
+    the same holders share one list of them (to be read, never changed): thousands of jobs behind a job with no
+    length would otherwise each have a copy, and each be put in words again
+    (:meth:`broker.service.BrokerService.queue_waits` words each list once)."""
     starts: dict[str, float] = field(default_factory=dict)
     holders: dict[str, list[Holder]] = field(default_factory=dict)
 
@@ -167,21 +170,29 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
     lets it take them by — and hands them back as it ends: counted in strict order instead, such a job was estimated
     to start after the head, hours late, and told it would miss its deadline when it started at the next end."""
     jobs = list(jobs)
-    ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
+    held_ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
     unknown: list[Holder] = []  # capacity held until ends nobody can tell
     for j in jobs:
         if j.state is JobState.QUEUED:
             continue
         e = expected_end(j, now, grace_seconds, (stops_asked or {}).get(j.id))
         if e is not None:
-            ends.append((e, j.placement.get("location"), held(j)))
+            held_ends.append((e, j.placement.get("location"), held(j)))
         elif j.state in (JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING):
             unknown.append(_holder(j, now))
-    ends.sort(key=lambda end: end[0])
+    held_ends.sort(key=lambda end: end[0])
+    #: per pool or zone, the units that come free there: (from when, how many), earliest first (a tie in the order
+    #: they were counted). One list for every location was scanned whole for each location of each queued job, and
+    #: rebuilt whole at each take: O(queued x (running + queued)), on every read of a queued job
+    ends: dict[str | None, list[tuple[float, int]]] = {}
+    for end, where, n in held_ends:
+        ends.setdefault(where, []).append((end, n))
     out = Waits()
     #: per pool with a head: (the head's start, the units it takes then: (free from, how many)), which a job behind
     #: may use until that start
     heads: dict[str, tuple[float, list[tuple[float, int]]]] = {}
+    #: per set of locations (``None``: any), how many of ``unknown`` were looked at and those in them
+    holders_in: dict[frozenset[str] | None, tuple[int, list[Holder]]] = {}
     for job in ordered(jobs):
         retry = backoff_until(job, now)
         if retry is None and not waits_for_capacity(job):
@@ -191,38 +202,45 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
         if retry is not None:
             after = {where: max(retry, at) for where, at in after.items()}
         best: tuple[float, str | None, int] | None = None  # (start, where, units needed)
-        for where in sorted({loc for _, loc, _ in ends} if need is None else need, key=str):
+        for where in sorted(ends if need is None else need, key=str):
             want, got = (1 if need is None else need[where]), 0
-            for end, loc, n in ends:
-                if loc == where:
-                    got += n
-                    if got >= want:
-                        start = max(end, after.get(where, retry or now))
-                        if best is None or start < best[0]:
-                            best = (start, where, want)
-                        break
+            for end, n in ends.get(where, ()):
+                got += n
+                if got >= want:
+                    start = max(end, after.get(where, retry or now))
+                    if best is None or start < best[0]:
+                        best = (start, where, want)
+                    break
         length = work_left_seconds(job)
         gap = _before_head(heads, need, after, retry or now, length) if length is not None else None
         if gap is not None and (best is None or gap[0] < best[0]):
             start, where, want = gap
             out.starts[job.id] = max(start, now)
-            head_start, units = heads[where]
-            units = [(at, n) for at, _, n in _take([(at, where, n) for at, n in units], where, want, start)[0]]
+            units = heads[where][1]
+            _take(units, want, start)
             bisect.insort(units, (start + length, want))
-            heads[where] = (head_start, units)
             continue
         if best is None:
-            mine = [h for h in unknown if need is None or h.location in need]
+            # the holders in the locations it may use, kept per set of them as ``unknown`` grows: worked out anew for
+            # each job without an estimate, it was a scan of every holder for each (queued x holders), and as many
+            # lists, each then put in words
+            where_ = None if need is None else frozenset(need)
+            counted, mine = holders_in.get(where_, (0, []))
+            if counted < len(unknown):
+                new = [h for h in unknown[counted:] if need is None or h.location in need]
+                holders_in[where_] = (len(unknown), mine + new if new else mine)
+                mine = holders_in[where_][1]
             if mine:
                 out.holders[job.id] = mine
             continue
         start, where, want = best
         out.starts[job.id] = max(start, now)
-        ends, taken = _take(ends, where, want, start)
+        taken = _take(ends[where], want, start)
         if where in kept_in and where not in heads and start > now and retry is None:
             heads[where] = (start, sorted(taken))
         if job.expected_hours:
-            bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), where, want), key=lambda e: e[0])
+            bisect.insort(ends.setdefault(where, []), (start + float(Decimal(job.expected_hours) * 3600), want),
+                          key=lambda e: e[0])
         else:
             unknown.append(Holder(job.id, where, ahead=True, team=job.team))
     return out
@@ -273,19 +291,19 @@ def work_left_seconds(job: Job) -> float | None:
     return None
 
 
-def _take(ends: list[tuple[float, str | None, int]], where: str | None, want: int,
-          start: float) -> tuple[list[tuple[float, str | None, int]], list[tuple[float, int]]]:
-    """``ends`` less ``want`` units of ``where`` taken at ``start``, the earliest first; what the last end
-    hands back beyond them stays free from ``start`` on. And those taken: (free from, how many)."""
-    left: list[tuple[float, str | None, int]] = []
+def _take(units: list[tuple[float, int]], want: int, start: float) -> list[tuple[float, int]]:
+    """Take ``want`` units from one location's ``units`` (from when, how many; earliest first) at ``start``, the
+    earliest first, in place: what the last end taken hands back beyond them stays, free from that end on. Those
+    taken: (free from, how many). Only a prefix is touched — every unit free by ``start`` comes before any that is
+    not — so a take costs what it takes, not the length of the list (rebuilt whole, it did, for every job)."""
     taken_: list[tuple[float, int]] = []
-    for end, loc, n in ends:
-        if loc == where and want > 0 and end <= start:
-            taken = min(n, want)
-            want -= taken
-            taken_.append((end, taken))
-            if n > taken:
-                left.append((end, loc, n - taken))
-        else:
-            left.append((end, loc, n))
-    return left, taken_
+    i, rest = 0, None
+    while want > 0 and i < len(units) and units[i][0] <= start:
+        end, n = units[i]
+        taken = min(n, want)
+        want -= taken
+        taken_.append((end, taken))
+        rest = (end, n - taken) if n > taken else None
+        i += 1
+    units[:i] = [rest] if rest is not None else []
+    return taken_

@@ -25,7 +25,8 @@ from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
 from broker.engine.billing import accrue
 from broker.engine.budget import attempt_limit, reserve_seconds
-from broker.engine.schedule import SPOT_WAIT, Place, Wait, left_to_run, placeable, request_of, schedule_now
+from broker.engine.schedule import (SPOT_WAIT, Place, Wait, left_to_run, placeable, placeable_key, request_of,
+                                    schedule_now)
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
@@ -744,8 +745,13 @@ class BrokerService:
             return QueueWaits({}, {}, {}, {})
         jobs, positions_, found = self._waits()
         team = None if principal is None or principal.admin else principal.team or ""
-        waiting = {job_id: words for job_id, holders in found.holders.items()
-                   if (words := holders_words(holders, team)) is not None}
+        said: dict[int, str | None] = {}  # by list: the jobs waiting for the same holders share one (Waits)
+        waiting = {}
+        for job_id, holders in found.holders.items():
+            if id(holders) not in said:
+                said[id(holders)] = holders_words(holders, team)
+            if said[id(holders)] is not None:
+                waiting[job_id] = said[id(holders)]
         now = self.clock()
         for job in jobs:
             if job.state is JobState.QUEUED and job.id not in waiting and (words := self._spot_latest(job, now)):
@@ -792,12 +798,19 @@ class BrokerService:
             the block ends (``blocked``), as placement takes it (a free zone it may not take yet read as "starts
             now", tick after tick, for a job waiting for a full pool)."""
             request = request_of(job)
-            need: dict[str, int] = {}
-            # the scheduler's own rules, at the time the last block ends: never drift apart
-            for o in placeable(job, request, offers, now=max(blocked(job).values(), default=now)):
-                units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes
-                need[o.location] = min(need.get(o.location, units), units)
-            return need
+            at = max(blocked(job).values(), default=now)
+            # once per shape (what placeable reads of a job), not per job: thousands queued are a few shapes
+            key = placeable_key(job, request, now=at)
+            need = shapes.get(key)
+            if need is None:
+                need = shapes[key] = {}
+                # the scheduler's own rules, at the time the last block ends: never drift apart
+                for o in placeable(job, request, offers, now=at):
+                    units = slots_of(o) * request.num_nodes if o.tier is Tier.ONPREM else request.num_nodes
+                    need[o.location] = min(need.get(o.location, units), units)
+            return need  # shared by the jobs of its shape: waits only reads it
+
+        shapes: dict[tuple, dict[str, int]] = {}
 
         # a stop's grace period runs from when the attempt was asked to stop: the job's updated_at moves on with
         # each write of the engine (every tick bills the attempt), so counted from it the end never came nearer

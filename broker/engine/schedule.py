@@ -23,10 +23,13 @@ snapshot (so no two engines place two jobs on one slot either).
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
+from itertools import islice
 
 from broker.config import Settings
 from broker.engine import budget as budget_rules
@@ -66,9 +69,46 @@ class Wait:
 def request_of(job: Job) -> JobRequest:
     """What to place for a stored job: its spec re-read (``strict=False``: see :func:`broker.spec.parse`),
     with the price cap the job keeps as a field of its own (the stored ``broker:`` section does not
-    repeat it)."""
+    repeat it).
+
+    Remembered by what it is made of (:data:`_REQUESTS`): each tick and each read of the queue's estimates parsed
+    every queued job's spec again (at 3,000 queued, 3,000 parses each time: about 60 ms, more than the estimate's own
+    work) for specs that never change. The key is a digest of the ``repr`` of all the answer depends on — the
+    spec whole (``repr`` tells apart what ``==`` does not: ``1`` from ``True``, a list from a tuple, the order of a
+    mapping's keys), the time it is read at (``now`` of :func:`~broker.spec.parse`, which a deadline is read
+    against) and the price cap — so a remembered request is never stale, whichever broker process wrote the job and
+    however long ago. A spec that fails to parse is not remembered: it fails again, as before. Requests alike to the
+    letter (their ``repr``: ``2.0`` hours is not ``2``, whose words differ) are one object (:data:`_SAME`), so the
+    thousands of jobs of a sweep hold one."""
+    try:
+        text = repr((job.spec, job.submitted_at, job.max_price_per_hour)).encode("utf-8", "backslashreplace")
+    except (RecursionError, ValueError):  # nothing a stored (JSON) spec holds; read as before
+        return _request_of(job)
+    key = hashlib.blake2b(text, digest_size=16).digest()
+    found = _REQUESTS.get(key)
+    if found is None:
+        found = _request_of(job)
+        with _REQUESTS_LOCK:  # the engine's thread and the API's both read jobs
+            if len(_REQUESTS) >= REQUESTS_KEPT:
+                for old in list(islice(_REQUESTS, REQUESTS_KEPT // 2)):  # the oldest half
+                    del _REQUESTS[old]
+                _SAME.clear()
+            found = _REQUESTS[key] = _SAME.setdefault(repr(found), found)
+    return found
+
+
+def _request_of(job: Job) -> JobRequest:
     return replace(parse(job.spec, now=job.submitted_at, strict=False).request,
                    max_price_per_hour=job.max_price_per_hour)
+
+
+REQUESTS_KEPT = 50_000
+"""How many jobs' requests :func:`request_of` remembers (a digest each, about 150 bytes, and the few distinct
+requests they share): more than a queue this broker is measured at holds, so a tick and a read each find every queued
+job's; past it the oldest half go."""
+_REQUESTS: dict[bytes, JobRequest] = {}
+_SAME: dict[str, JobRequest] = {}
+_REQUESTS_LOCK = threading.Lock()
 
 
 def left_to_run(job: Job, request: JobRequest) -> JobRequest:
@@ -131,6 +171,14 @@ def placeable(job: Job, request: JobRequest, offers: Sequence[Offer], *, now: fl
     waited for the jobs on a zone of 4, which can never hold it."""
     mine = [o for o in offers_for(job, request, offers) if holds(o, request.num_nodes)]
     return unblocked(under_cap(request, mine), job.blocked_at(now))
+
+
+def placeable_key(job: Job, request: JobRequest, *, now: float) -> tuple:
+    """All that :func:`placeable` reads of a job at ``now`` (its request, its forced tier, the zones blocked for it
+    then): two jobs with the same key may be placed on the same offers. The queue's estimate works the offers out once
+    per key (:meth:`broker.service.BrokerService._waits`), not once per queued job — a queue of thousands holds a few
+    shapes. Whatever :func:`placeable` comes to read of the job goes here too."""
+    return request, job.force_tier, job.blocked_at(now)
 
 
 def schedule_now(jobs: Sequence[Job], mk: Market, settings: Settings, launcher, *, now: float,
@@ -227,6 +275,12 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
     decisions: list[Place | Wait] = []
     ends = {pool: list(held) for pool, held in mk.slot_ends.items()}  # and those placed by this pass, as it goes
     kept: dict[str, _Kept] = {}
+    #: :func:`offers_for` per shape (the request, the forced tier: all it reads of a job), on the offers open now
+    #: (``open_``, emptied whenever they change) and on every offer (``every``): worked out for each of 3,000 queued
+    #: jobs it was a sixth of a tick, for the few shapes they come in. Each list is only read (``_not_kept`` copies).
+    open_: dict[tuple, list[Offer]] = {}
+    every: dict[tuple, list[Offer]] = {}
+    shortfalls: dict[tuple, str | None] = {}  # start_shortfall per shape and budget left: a sweep's jobs share both
     pools = {o.location for o in mk.every_offer or mk.offers if o.tier is Tier.ONPREM}  # none left to keep: skipped
     for job in ordered(jobs):  # the queue position is the job's own field; a reason that named it would go stale
         if job.launch_retry_at is not None and now < job.launch_retry_at:
@@ -237,7 +291,10 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         request = left_to_run(job, request_of(job))
         need = max(min_run_seconds, rerun_seconds) if rerun_seconds is not None and job.attempts else min_run_seconds
         again = need > min_run_seconds  # held to a minute's run, which pricing's sentences then name
-        mine, held_back = _not_kept(job, request, offers_for(job, request, offers), kept, now)
+        shape = (request, job.force_tier)
+        if (fit := open_.get(shape)) is None:
+            fit = open_[shape] = offers_for(job, request, offers)
+        mine, held_back = _not_kept(job, request, fit, kept, now)
         blocked = job.blocked_at(now)
         policy = policies.get(job.id)
         note = ""
@@ -259,9 +316,14 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                                         after_run_seconds=after, placed_again=again), NoFit):
                     mine = chosen_tier  # else the cheapest placement that fits at all
         # weighed on every offer the job may take, a pool's busy shapes too: slots come free, a budget does not grow
-        short = start_shortfall(request, offers_for(job, request, mk.every_offer or mk.offers),
-                                job.budget - job.spent, min_run_seconds=need, after_run_seconds=after,
-                                placed_again=again)
+        if (fit := every.get(shape)) is None:
+            fit = every[shape] = offers_for(job, request, mk.every_offer or mk.offers)
+        weighed = (shape, job.budget - job.spent, need, again)  # all it depends on, the pass's after_run aside
+        if weighed in shortfalls:
+            short = shortfalls[weighed]
+        else:
+            short = shortfalls[weighed] = start_shortfall(request, fit, job.budget - job.spent, min_run_seconds=need,
+                                                          after_run_seconds=after, placed_again=again)
         if short is not None:
             decisions.append(Wait(job, f"the budget left, {fmt_left(job.budget - job.spent, budget=job.budget)}, {short}", budget_spent=True))
             continue
@@ -294,6 +356,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             if not any(o.tier is Tier.ONPREM and o.location == pool for o in offers):
                 offers.extend(x for x in mk.offers if x.tier is Tier.ONPREM and x.location == pool)
                 capacity[pool] = 0
+            open_.clear()
         else:
             capacity[offer.location] = capacity.get(offer.location, chosen.num_nodes) - chosen.num_nodes
         record = placement_record(offer, chosen.num_nodes, mk.offers,
