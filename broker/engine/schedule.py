@@ -424,6 +424,8 @@ def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[in
     said = []
     for pool, k in sorted(held_back.items()):
         free = len(free_slots.get(pool, ()))
+        if not free:  # nothing kept from it there: the pool is full, which :func:`_pools_busy` says
+            continue
         them = f"its {free} free {k.unit}{'s' if free != 1 else ''}"
         head = k.job_id if k.team == team else "a job of another team"
         behind = f"behind {head}, which needs {k.need} {k.unit}{'s' if k.need != 1 else ''} of pool {pool}"
