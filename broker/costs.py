@@ -185,25 +185,28 @@ def tier_of(attempt: Attempt) -> str:
 
 def ondemand_price(attempt: Attempt, job: Job) -> Micros:
     """Per hour, all nodes: the on-demand price of the attempt's shape (rule in the module docstring)."""
-    explicit = attempt.placement.get("ondemand_price_per_hour")
-    if explicit is not None:
-        return int(explicit)
-    if tier_of(attempt) == "ondemand":
-        return attempt.price_per_hour
-    for t in (job.quote or {}).get("tiers") or []:
-        if t.get("tier") == "ondemand" and t.get("price_per_hour") is not None:
-            return int(t["price_per_hour"])
-    return attempt.price_per_hour
+    return _ondemand(attempt, job, tier_of(attempt))[0]
 
 
 def ondemand_known(attempt: Attempt, job: Job) -> bool:
     """Whether :func:`ondemand_price` found an on-demand price for the attempt's shape, rather than falling back to
     the attempt's own (a pool with no cloud shape like it, or a job whose ``max_price_per_hour`` kept on-demand out of
     its quote): then its "saving" is $0 by construction, not a comparison."""
-    if attempt.placement.get("ondemand_price_per_hour") is not None or tier_of(attempt) == "ondemand":
-        return True
-    return any(t.get("tier") == "ondemand" and t.get("price_per_hour") is not None
-               for t in (job.quote or {}).get("tiers") or [])
+    return _ondemand(attempt, job, tier_of(attempt))[1]
+
+
+def _ondemand(attempt: Attempt, job: Job, tier: str) -> tuple[Micros, bool]:
+    """(:func:`ondemand_price`, :func:`ondemand_known`) of an attempt of ``tier`` (:func:`tier_of`): the one rule
+    both read, found once where a report needs both."""
+    explicit = attempt.placement.get("ondemand_price_per_hour")
+    if explicit is not None:
+        return int(explicit), True
+    if tier == "ondemand":
+        return attempt.price_per_hour, True
+    for t in (job.quote or {}).get("tiers") or []:
+        if t.get("tier") == "ondemand" and t.get("price_per_hour") is not None:
+            return int(t["price_per_hour"]), True
+    return attempt.price_per_hour, False
 
 
 def billed_span(attempt: Attempt) -> tuple[int, int]:
@@ -308,42 +311,55 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     # the teams with some spend in the window weighed against an on-demand price (ondemand_known): a team, or a
     # whole report, of on-prem jobs with no on-demand shape read "saved $0.00 (0%)", as top_jobs rows did
     compared_teams: set[str] = set()
-    preemptions: list[dict] = []
     lost_seconds = 0.0  # the exact time to recover of every preemption listed, rounded once for the total
+    # each preemption in the window as (the second its time is shown at, job, attempt, next attempt): the report
+    # lists only the newest 50, so only those are made into rows; the counts and the time lost are taken from all
+    preempted: list[tuple[int, Job | CostJob, Attempt | CostAttempt, Attempt | CostAttempt | None]] = []
     for job in jobs:
         job_cost = job_equiv = 0
         compared = False  # as job_costs: some attempt had an on-demand price to compare with
         tries = list(attempts.get(job.id, ()))
+        t = teams.get(job.team)
         for i, att in enumerate(tries):
-            compared = compared or ondemand_known(att, job)
             tier = tier_of(att)
-            equiv = ondemand_equivalent(att, job)
+            price, known = _ondemand(att, job, tier)
+            compared = compared or known
             start, seconds = billed_span(att)
+            # ondemand_equivalent, with the price and the span found once
+            equiv = att.cost if price == att.price_per_hour else cost_for_seconds(price, seconds)
             first, last = _days_of(day_starts, day_ends, start, seconds)
             cost_in = equiv_in = 0
             if first < last:
                 # A day's share is F(its end) - F(its start), a day ends where the next starts, and the days
                 # left out hold exactly 0: so F is taken once per boundary, and the window's share is the sum.
+                # (F written out, as _part: the time between two bounds, clamped to the span, times the total.)
                 bounds = [day_starts[first], *day_ends[first:last]]
-                cost_at = [_part(att.cost, start, seconds, t) for t in bounds]
-                equiv_at = cost_at if equiv == att.cost else [_part(equiv, start, seconds, t) for t in bounds]
+                if seconds == 0:  # all of it once a bound is past its start
+                    elapsed, span = [1 if b > start else 0 for b in bounds], 1
+                else:
+                    elapsed, span = [min(max(int(b) - start, 0), seconds) for b in bounds], seconds
+                cost = att.cost
+                cost_at = [cost * e // span for e in elapsed]
+                equiv_at = cost_at if equiv == cost else [equiv * e // span for e in elapsed]
                 for d, (key, _, _) in enumerate(days[first:last]):
-                    by_day[key][tier] += cost_at[d + 1] - cost_at[d]
-                    by_day[key]["ondemand_equivalent"] += equiv_at[d + 1] - equiv_at[d]
+                    day = by_day[key]
+                    day[tier] += cost_at[d + 1] - cost_at[d]
+                    day["ondemand_equivalent"] += equiv_at[d + 1] - equiv_at[d]
                 cost_in, equiv_in = cost_at[-1] - cost_at[0], equiv_at[-1] - equiv_at[0]
-                if ondemand_known(att, job):
+                if known:
                     compared_teams.add(job.team)
             tier_total[tier] += cost_in
             equiv_total += equiv_in
             job_cost += cost_in
             job_equiv += equiv_in
-            t = teams.setdefault(job.team, {"spent": 0, "ondemand_equivalent": 0, **dict.fromkeys(TIERS, 0)})
+            if t is None:
+                t = teams[job.team] = {"spent": 0, "ondemand_equivalent": 0, **dict.fromkeys(TIERS, 0)}
             t["spent"] += cost_in
             t[tier] += cost_in
             t["ondemand_equivalent"] += equiv_in
             if att.state.value in PREEMPTED_STATES and att.ended_at is not None and win.since <= att.ended_at < win.until:
                 nxt = tries[i + 1] if i + 1 < len(tries) else None
-                preemptions.append(_preemption(job, att, nxt, now))
+                preempted.append((_second(att.ended_at), job, att, nxt))
                 lost_seconds += _time_lost(job, att, nxt, now)[0]
         if tries:
             per_job.append((job, job_cost, job_equiv, len(tries), compared))
@@ -373,10 +389,17 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     # "18 s to recover" beside /metrics' broker_recovery_seconds_sum of 20.54, and a recovery of 0.4 s "0 s"
     recovery = _seconds_up(lost_seconds)
     zones: dict[str, int] = {}
-    lost = sum(1 for p in preemptions if p["state"] == LOST_STATE)
-    for p in preemptions:
-        if p["state"] != LOST_STATE:
-            zones[p["zone"]] = zones.get(p["zone"], 0) + 1
+    lost = 0
+    for _, _, att, _ in preempted:
+        if att.state.value == LOST_STATE:
+            lost += 1
+        else:
+            zone = location(att)
+            zones[zone] = zones.get(zone, 0) + 1
+    # newest first by the time as shown (to the second), in the order read within one second, as sorting the rows
+    # by their "time" did; the rows of the newest 50 only
+    preempted.sort(key=lambda p: p[0], reverse=True)
+    preemptions = [_preemption(job, att, nxt, now) for _, job, att, nxt in preempted[:50]]
     return {
         "team": team,
         "window": {"since": _iso_out(win.since), "until": _iso_out(win.until), "period": win.label},
@@ -413,11 +436,11 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             for j, c, e, n, compared in top
         ],
         "preemptions": {
-            "count": len(preemptions) - lost,
+            "count": len(preempted) - lost,
             "lost": lost,
             "recovery_seconds": recovery,
             "by_zone": [{"zone": z, "count": n} for z, n in sorted(zones.items(), key=lambda x: (-x[1], x[0]))],
-            "events": sorted(preemptions, key=lambda p: p["time"], reverse=True)[:50],
+            "events": preemptions,
         },
         "rounding_note": rounding_note(spent, equiv_total, tier_total.values(),
                                        [(v["spent"], v["ondemand_equivalent"]) for v in teams.values()]),
@@ -629,6 +652,15 @@ def _days(win: Window) -> list[tuple[str, float, float]]:
         out.append((day.date().isoformat(), a, b))
         day += timedelta(days=1)
     return out
+
+
+def _second(t: float) -> int:
+    """The whole second :func:`_iso_out` shows ``t`` at, as a number (to sort by it without making the text):
+    ``datetime.fromtimestamp`` rounds ``t`` to the microsecond, half to even, carrying into the second, and the
+    text leaves the microseconds out."""
+    frac, whole = math.modf(t)
+    micros = round(frac * 1_000_000)
+    return int(whole) + (1 if micros >= 1_000_000 else -1 if micros < 0 else 0)
 
 
 def _iso_out(t: float | None) -> str | None:

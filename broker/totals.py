@@ -59,21 +59,45 @@ Key = tuple[str, ...]
 
 def of_job(job: Job, attempts: Iterable[Attempt]) -> dict[Key, int]:
     """What ``job`` and its ``attempts`` (in order) add to each counter and histogram (the rules of
-    ``broker/costs.py``); no zero entries."""
+    ``broker/costs.py``); no zero entries. Each key is the one :func:`key` keeps (equal keys, one tuple), so that
+    ``/metrics``, which holds every job's figures, holds each key once. (Written out rather than through
+    :func:`add` and a dict per attempt: ``/metrics``' first read calls it for every job stored.)"""
     tries = list(attempts)
     out: dict[Key, int] = {}
+    team = job.team
     for a in tries:
         tier = costs.tier_of(a)
-        add(out, {(SPEND, job.team, tier): a.cost, (ONDEMAND_EQUIVALENT, job.team): costs.ondemand_equivalent(a, job)})
-        if a.state.value in costs.PREEMPTED_STATES:
-            add(out, {(LOST if a.state.value == costs.LOST_STATE else PREEMPTIONS, costs.location(a), tier): 1})
+        state = a.state.value
+        for k, value in ((key((SPEND, team, tier)), a.cost),
+                         (key((ONDEMAND_EQUIVALENT, team)), costs.ondemand_equivalent(a, job))):
+            if value:
+                out[k] = out.get(k, 0) + value
+        if state in costs.PREEMPTED_STATES:
+            k = key((LOST if state == costs.LOST_STATE else PREEMPTIONS, costs.location(a), tier))
+            out[k] = out.get(k, 0) + 1
         if getattr(a.state, "is_final", False):  # (a newer broker's own state: not counted here)
-            add(out, {(ATTEMPTS_ENDED, job.team, a.state.value): 1})
+            k = key((ATTEMPTS_ENDED, team, state))
+            out[k] = out.get(k, 0) + 1
     for seconds in costs.recoveries(tries):
         observe(out, RECOVERY, seconds)
     if tries:
         observe(out, QUEUE_WAIT, max(0.0, min(a.created_at for a in tries) - job.submitted_at))
     return out
+
+
+_KEYS: dict[Key, Key] = {}
+_KEYS_MAX = 100_000
+
+
+def key(k: Key) -> Key:
+    """``k``, as the one tuple kept for keys equal to it (bounded: past :data:`_KEYS_MAX` distinct keys, a zone or
+    team named anew each time, ``k`` itself)."""
+    kept = _KEYS.get(k)
+    if kept is None:
+        if len(_KEYS) >= _KEYS_MAX:
+            return k
+        kept = _KEYS.setdefault(k, k)
+    return kept
 
 
 def bound(b: float) -> str:
@@ -84,9 +108,21 @@ def bound(b: float) -> str:
 def observe(into: dict[Key, int], name: str, seconds: float) -> None:
     """Count ``seconds`` in histogram ``name``: one in the first bucket that holds it, and its microseconds in the
     sum (a count is kept even when the sum adds nothing: zero seconds is an observation)."""
-    where = next((bound(b) for b in BUCKETS[name] if seconds <= b), INF)
-    into[(name, where)] = into.get((name, where), 0) + 1
-    add(into, {(name, SUM): round(seconds * 1_000_000)})
+    where = _INF[name]
+    for b, k in _BOUNDS[name]:
+        if seconds <= b:
+            where = k
+            break
+    into[where] = into.get(where, 0) + 1
+    micros = round(seconds * 1_000_000)
+    if micros:
+        into[_SUM[name]] = into.get(_SUM[name], 0) + micros
+
+
+_BOUNDS = {name: tuple((b, (name, bound(b))) for b in bounds) for name, bounds in BUCKETS.items()}
+_INF = {name: (name, INF) for name in BUCKETS}
+_SUM = {name: (name, SUM) for name in BUCKETS}
+"""Each histogram's keys, made once: :func:`observe` runs for every attempt of every job /metrics reads."""
 
 
 def histogram(sums: Mapping[Key, int], name: str) -> tuple[list[tuple[str, int]], float]:

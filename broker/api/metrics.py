@@ -73,7 +73,7 @@ def _figures(job, tries) -> _JobFigures:
     tries = list(tries)
     ends = [a.ended_at for a in tries if a.ended_at is not None]
     return _JobFigures(
-        state=job.state.value, team=job.team, totals=tuple(sorted(totals.of_job(job, tries).items())),
+        state=job.state.value, team=job.team, totals=tuple(totals.of_job(job, tries).items()),
         ended=bool(job.state.is_final or getattr(job.state, "foreign", False)),
         # when it last entered the queue; a job stored before that was kept: submitted, or requeued at its last end
         queued_since=float(job.queued_at) if job.queued_at is not None else max([float(job.submitted_at), *ends]),
@@ -103,6 +103,15 @@ class StoreCollector:
     final or were updated since the previous scrape (less ``SKEW_S``, for other broker
     processes' clocks) — a finished job cannot change without its ``updated_at`` moving —
     and keep each job's figures in memory, so a scrape does not decode the whole history.
+    Each job is read as its cost record (:meth:`JobStore.cost_page`), a page at a time. What
+    an update time before the scrape's ``since`` would hide is read by id: a job held as not
+    ended that the listing no longer names (it ended, stamped by a clock behind by more than
+    ``SKEW_S``), and, when the store's count of jobs differs from the jobs held, each stored
+    job not held (one imported or restored with its old update time; :meth:`JobStore.job_count`
+    is one count, the ids are read only then). A finished job rewritten, still finished, with
+    an update time before ``since`` is the one change still unseen until a restart: finding it
+    would take a sequence every commit advances, which a broker of an older version sharing
+    the store would not advance (docs/deploy.md, "Upgrading brokers that share a store").
 
     The counters (spend, on-demand equivalent, preemptions) and the histograms (recovery, queue wait) are these
     figures plus the store's totals of the jobs the retention policy deleted (:meth:`JobStore.pruned_totals`), so
@@ -149,21 +158,40 @@ class StoreCollector:
         with self._lock:  # one refresh at a time; scrapes are rare
             now = self.clock()
             since = None if self._read_at is None else self._read_at - self.SKEW_S
-            # a page at a time: read whole, the first scrape of a store of 50,000 jobs held every job and attempt at
-            # once (about 1 GB more, kept by the process after), where only their figures are kept
+            live = {i for i, f in self._figures.items() if not f.ended}
+            # a page at a time, each job as its cost record (JobStore.cost_page: only what of_job reads): read whole,
+            # the first scrape of a store of 50,000 jobs held every job and attempt at once (about 1 GB more, kept
+            # by the process after), and decoding whole records was most of its time
             before = None
             while True:
-                jobs = store.list_jobs(limit=self.PAGE, active_since=since, before=before)
-                attempts = store.attempts_of([j.id for j in jobs]) if jobs else {}
+                jobs, attempts = store.cost_page(limit=self.PAGE, active_since=since, before=before)
                 for j in jobs:
                     self._figures[j.id] = _figures(j, attempts[j.id])
+                    live.discard(j.id)
                 if len(jobs) < self.PAGE:
                     break
                 before = (jobs[-1].submitted_at, jobs[-1].id)
                 del jobs, attempts
+            if live:
+                # jobs held as not ended that the listing no longer names: they ended with an update time before
+                # ``since`` (a broker whose clock lags by more than SKEW_S); read by id, or they would stay running
+                self._read(store, live)
             self._read_at = now
             pruned = self._settle(store)
+            if since is not None and pruned is not None and store.job_count() != len(self._figures):
+                # a job no listing since the last scrape named: written with an update time before ``since`` (an
+                # import, a store restored, a lagging clock). Only the ids are read, and only when the counts differ
+                self._read(store, store.job_ids() - self._figures.keys())
             return list(self._figures.values()), pruned
+
+    def _read(self, store, job_ids) -> None:
+        """The figures of ``job_ids`` read again, by id (a job no longer stored is left as it is: :meth:`_settle`
+        drops it with the pruned totals that hold it)."""
+        ids = sorted(job_ids)
+        for i in range(0, len(ids), self.PAGE):
+            jobs, attempts = store.cost_records(ids[i:i + self.PAGE])
+            for j in jobs:
+                self._figures[j.id] = _figures(j, attempts[j.id])
 
     def _settle(self, store) -> Pruned | None:
         """The pruned totals, with the figures of every job pruned until they were read dropped."""
@@ -253,7 +281,8 @@ class StoreCollector:
         yield up
         sums: dict[totals.Key, int] = dict(pruned.totals) if pruned is not None else {}
         for f in figures:
-            totals.add(sums, dict(f.totals))
+            for key, value in f.totals:  # (no zeros: of_job leaves them out)
+                sums[key] = sums.get(key, 0) + value
         teams = sorted({f.team for f in figures} | set(self.teams)
                        | {k[1] for k in sums if k[0] in (totals.SPEND, totals.ONDEMAND_EQUIVALENT)})
         by_state = GaugeMetricFamily("broker_jobs", "Jobs stored, by state and team: every job the store holds, "

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from broker.store.base import (Change, DuplicateJob, ForeignRecord, JobStore, Pruned, PrunedCosts, StoreError,
+from broker.store.base import (Change, DuplicateJob, Expired, ForeignRecord, JobStore, Pruned, PrunedCosts, StoreError,
                                StoreUnavailable, VersionConflict, check_writable)
 
 log = logging.getLogger("broker.store")
 
-__all__ = ["Change", "DuplicateJob", "ForeignRecord", "JobStore", "Pruned", "PrunedCosts", "StoreError",
+__all__ = ["Change", "DuplicateJob", "Expired", "ForeignRecord", "JobStore", "Pruned", "PrunedCosts", "StoreError",
            "StoreUnavailable", "VersionConflict", "check_writable", "open_store"]
 
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol, runtime_checkable
 
+from broker.lifecycle import ForeignState, JobState
 from broker.models import Attempt, CostAttempt, CostJob, Event, Job
 
 
@@ -131,6 +134,30 @@ def check_writable(change: Change) -> None:
                                 "change it through a broker of that version")
 
 
+@dataclass
+class Expired:
+    """What the retention policy reads of a job it may delete (:meth:`JobStore.expired`): what :meth:`JobStore.prune`
+    needs of it — its id, version and state (the compare-and-set), its team and idempotency key (the keys it
+    deletes), and what :func:`broker.totals.of_job` and :func:`broker.costs.ledger_of` read (its submit time, its
+    quote's tiers) — with the same names and values as on the :class:`~broker.models.Job`, and nothing else: a batch
+    of 500 jobs decoded whole, spec and all, was most of the read. ``quote_tiers`` as the store gave them (JSON text,
+    or the list), decoded only if the on-demand price rule needs them (as :class:`~broker.models.CostJob`)."""
+
+    id: str
+    team: str
+    state: JobState | ForeignState
+    version: int
+    submitted_at: float
+    updated_at: float
+    idempotency_key: str | None
+    quote_tiers: str | list | None = None
+
+    @cached_property
+    def quote(self) -> dict:
+        tiers = json.loads(self.quote_tiers) if isinstance(self.quote_tiers, str) else self.quote_tiers
+        return {"tiers": tiers or []}
+
+
 @dataclass(frozen=True)
 class Pruned:
     """What the retention policy has deleted, read at one moment: how many jobs (:meth:`JobStore.pruned`), and what
@@ -200,6 +227,26 @@ class JobStore(Protocol):
         order: newest first), with each one's attempts, oldest first — only the fields the report
         shows (:class:`~broker.models.CostJob`, :class:`~broker.models.CostAttempt`), no limit."""
 
+    def cost_page(self, *, limit: int, active_since: float | None = None,
+                  before: tuple[float, str] | None = None) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        """A page of :meth:`list_jobs` of every team (the same ``active_since`` filter, order, ``limit`` and
+        ``before`` key) as :meth:`cost_history` gives its jobs — only the fields a cost report shows — with each
+        one's attempts, oldest first (every job a key): what ``/metrics`` reads of each job (``broker.totals.of_job``
+        needs nothing else), without decoding whole jobs and attempts (most of the time of its first read, when it
+        reads every job)."""
+
+    def cost_records(self, job_ids: Sequence[str]) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        """:meth:`cost_page`'s records of those of ``job_ids`` still stored (newest first; a missing id is left out):
+        how ``/metrics`` reads again the jobs it was not shown by the update-time index (:meth:`job_ids`)."""
+
+    def job_count(self) -> int:
+        """How many jobs are stored, from an index (one count, nothing decoded): what ``/metrics`` compares with the
+        jobs it holds, to find those written with an update time it had already read past (an import, a broker
+        whose clock lags)."""
+
+    def job_ids(self) -> set[str]:
+        """The ids of every job stored, from an index (nothing decoded)."""
+
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         """Reported progress/metric points, oldest first."""
 
@@ -210,18 +257,19 @@ class JobStore(Protocol):
     def team_admissions(self, team: str) -> int:
         """How many changes carrying a ``team_fence`` of ``team`` were committed (the fence of ``Change.team_fence``)."""
 
-    def expired(self, *, before: float, limit: int) -> list[Job]:
+    def expired(self, *, before: float, limit: int) -> list[Expired]:
         """Up to ``limit`` jobs in a final state of this version last updated before ``before``, the least recently
         updated first: what the retention policy deletes (:meth:`prune`, ``broker/retention.py``). Read from the
-        update-time index; a job not final, in a state a newer broker set among them, is never one of them."""
+        update-time index; a job not final, in a state a newer broker set among them, is never one of them. Each as
+        an :class:`Expired`, what :meth:`prune` needs of it (which takes a whole :class:`Job` as well)."""
 
-    def prune_sizes(self, jobs: Sequence[Job]) -> list[int]:
+    def prune_sizes(self, jobs: Sequence[Job | Expired]) -> list[int]:
         """What deleting each of ``jobs`` weighs in one write of :meth:`prune`, in records, from counts the store
         keeps (nothing decoded): what the retention policy sizes its writes by, so that each holds the store about
         as long. SQLite: the job's row, its attempts, events and metric points (each counted by a seek or two in its
         index); Redis: 1 (a job is one script whose ``UNLINK`` leaves freeing its lists to the server's background)."""
 
-    def prune(self, jobs: Sequence[Job], *, rows: int | None = None) -> list[str]:
+    def prune(self, jobs: Sequence[Job | Expired], *, rows: int | None = None) -> list[str]:
         """Delete each of ``jobs`` with everything of it — its attempts, events, metric points, its idempotency key
         (a new job may take it) and its entries in every index — if it is still stored at the version it was read
         at, in a final state; return the ids deleted. Compare-and-set, as :meth:`commit`: a job changed since it was

@@ -31,8 +31,8 @@ from redis.exceptions import MasterDownError, NoScriptError, OutOfMemoryError, R
 from broker import costs, totals
 from broker.lifecycle import FINAL_STATES, JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Pruned, PrunedCosts, StoreError, StoreUnavailable,
-                               VersionConflict, check_writable, unavailable_on)
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Expired, Pruned, PrunedCosts, StoreError,
+                               StoreUnavailable, VersionConflict, check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 from broker.store.redis_keys import Keys, escaped, ledger_part, month_start
 
@@ -212,6 +212,12 @@ class _Change:
         self.change = change
         self.keys = keys
         self.args = args
+
+
+def _cost_job(d: dict, state) -> CostJob:
+    return CostJob(d["id"], d["name"], d["team"], state, d["submitted_at"], d["priority"], d.get("reason", ""),
+                   d["budget"], d.get("spent", 0), {"price_per_hour": (d.get("placement") or {}).get("price_per_hour")},
+                   (d.get("quote") or {}).get("tiers"), d.get("updated_at"), d.get("queued_at"))
 
 
 def _cost_attempt(d: dict) -> CostAttempt:
@@ -473,21 +479,90 @@ class RedisStore:
                     d = json.loads(raw)
                     state = job_state(d["state"])
                     if not state.is_final or d["updated_at"] >= since:
-                        jobs.append(CostJob(d["id"], d["name"], d["team"], state, d["submitted_at"], d["priority"],
-                                            d.get("reason", ""), d["budget"], d.get("spent", 0),
-                                            {"price_per_hour": (d.get("placement") or {}).get("price_per_hour")},
-                                            (d.get("quote") or {}).get("tiers"), d.get("updated_at"),
-                                            d.get("queued_at")))
+                        jobs.append(_cost_job(d, state))
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
+        return jobs, self._cost_attempts([j.id for j in jobs])
+
+    def _index_pages(self, before: tuple[float, str] | None) -> Iterator[list[str]]:
+        """Every job's id, newest submitted first, after the ``(submitted_at, id)`` key ``before``, ``BATCH_IDS``
+        at a time: each read goes on from the last pair read (its score, and how many ids of that score were read,
+        for a run of jobs submitted at one time), so a page of a listing of every job reads the ids it needs,
+        where ``_ids`` reads every id after the key. A job deleted meanwhile at the very score read last may let one
+        id be skipped: ``/metrics``, which reads its pages so, finds such a job by :meth:`job_count`."""
+        index = self.keys.all_jobs()
+        top, skip = ("+inf", 0) if before is None else (repr(float(before[0])), 0)
+        last: tuple[float, str] | None = before
+        while True:
+            pairs = self._r.zrevrangebyscore(index, top, "-inf", start=skip, num=BATCH_IDS, withscores=True)
+            ids = [i for i, sc in pairs if last is None or (sc, i) < last]
+            if ids:
+                yield ids
+            if len(pairs) < BATCH_IDS:
+                return
+            score = pairs[-1][1]
+            ties = sum(1 for _, sc in pairs if sc == score)
+            skip = skip + ties if repr(score) == top else ties
+            top = repr(score)
+            last = (score, pairs[-1][0]) if last is None or (score, pairs[-1][0]) < last else last
+
+    def cost_page(self, *, limit: int, active_since: float | None = None,
+                  before: tuple[float, str] | None = None) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        """Redis has no extraction of fields (see ``cost_history``): each job and attempt is decoded whole, and
+        only the dataclasses are skipped."""
+        k = self.keys
+        if before is not None:
+            before = (float(before[0]), str(before[1]))
+        if active_since is None:
+            pages: Iterable[list[str]] = self._index_pages(before)
+        else:
+            ids = self._ids(team=None, states=None, active_since=active_since, before=before)
+            pages = (ids[i:i + BATCH_IDS] for i in range(0, len(ids), BATCH_IDS))
+        jobs: list[CostJob] = []
+        seen: set[str] = set()
+        for chunk in pages:  # newest first: stop once ``limit`` matched
+            if len(jobs) >= limit:
+                break
+            for raw in self._r.mget([k.job(i) for i in chunk]):
+                if raw:
+                    d = json.loads(raw)
+                    state = job_state(d["state"])
+                    if d["id"] not in seen and (
+                            active_since is None or not state.is_final or d["updated_at"] >= active_since) and (
+                            before is None or (d["submitted_at"], d["id"]) < before):
+                        seen.add(d["id"])
+                        jobs.append(_cost_job(d, state))
+        jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
+        jobs = jobs[:limit]
+        return jobs, self._cost_attempts([j.id for j in jobs])
+
+    def cost_records(self, job_ids: Sequence[str]) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        k = self.keys
+        ids = list(dict.fromkeys(job_ids))
+        jobs: list[CostJob] = []
+        for start in range(0, len(ids), BATCH_IDS):
+            for raw in self._r.mget([k.job(i) for i in ids[start:start + BATCH_IDS]]):
+                if raw:
+                    d = json.loads(raw)
+                    jobs.append(_cost_job(d, job_state(d["state"])))
+        jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
+        return jobs, self._cost_attempts([j.id for j in jobs])
+
+    def _cost_attempts(self, job_ids: Sequence[str]) -> dict[str, list[CostAttempt]]:
         attempts: dict[str, list[CostAttempt]] = {}
-        for start in range(0, len(jobs), BATCH_IDS):
-            chunk = [j.id for j in jobs[start:start + BATCH_IDS]]
+        for start in range(0, len(job_ids), BATCH_IDS):
+            chunk = job_ids[start:start + BATCH_IDS]
             with self._r.pipeline(transaction=False) as p:
                 for job_id in chunk:
-                    p.hgetall(k.attempts(job_id))
+                    p.hgetall(self.keys.attempts(job_id))
                 for job_id, raws in zip(chunk, p.execute()):
                     attempts[job_id] = sorted((_cost_attempt(json.loads(v)) for v in raws.values()), key=lambda a: a.n)
-        return jobs, attempts
+        return attempts
+
+    def job_count(self) -> int:
+        return int(self._r.zcard(self.keys.all_jobs()))
+
+    def job_ids(self) -> set[str]:
+        return set(self._r.zrange(self.keys.all_jobs(), 0, -1))
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         key = self.keys.metrics(job_id)
@@ -502,7 +577,7 @@ class RedisStore:
     def team_admissions(self, team: str) -> int:
         return int(self._r.get(self.keys.team_admissions(team)) or 0)
 
-    def expired(self, *, before: float, limit: int) -> list[Job]:
+    def expired(self, *, before: float, limit: int) -> list[Expired]:
         """Ids from the update-time index, scored before ``before``, a page at a time; each job is checked as
         stored, so one whose score lags its body (an older broker's commit does not move it) is not taken."""
         try:
@@ -519,18 +594,21 @@ class RedisStore:
             offset += len(ids)  # live jobs this old (few: a job left queued for months) are paged past
             for raw in self._r.mget([k.job(i) for i in ids]):
                 if raw:
-                    job = Job.from_dict(json.loads(raw))
-                    if job.state.is_final and job.updated_at < before:
-                        jobs.append(job)
+                    d = json.loads(raw)  # (no extraction of fields in Redis: what prune needs is taken from it)
+                    state = job_state(d["state"])
+                    if state.is_final and d["updated_at"] < before:
+                        jobs.append(Expired(d["id"], d["team"], state, d["version"], d["submitted_at"],
+                                            d["updated_at"], d.get("idempotency_key"),
+                                            (d.get("quote") or {}).get("tiers")))
         jobs.sort(key=lambda j: (j.updated_at, j.id))
         return jobs[:limit]
 
-    def prune_sizes(self, jobs: Sequence[Job]) -> list[int]:
+    def prune_sizes(self, jobs: Sequence[Job | Expired]) -> list[int]:
         """1 each: a job's script ``UNLINK``s its lists, which the server frees in the background, so what it holds
         does not make the script longer."""
         return [1] * len(jobs)
 
-    def prune(self, jobs: Sequence[Job], *, rows: int | None = None) -> list[str]:
+    def prune(self, jobs: Sequence[Job | Expired], *, rows: int | None = None) -> list[str]:
         """One script run per job (atomic: the version check, every key of the job, and what it adds to the pruned
         count and totals), sent in pipelined round trips. What a job adds is computed here from its attempts, read
         just before: a commit that changed them since also moved the job's version, and the script then deletes
@@ -543,7 +621,7 @@ class RedisStore:
         deleted: list[str] = []
         for start in range(0, len(jobs), BATCH_IDS):
             chunk = jobs[start:start + BATCH_IDS]
-            tries = self.attempts_of([job.id for job in chunk])
+            tries = self._cost_attempts([job.id for job in chunk])  # all that of_job and ledger_of read of them
             with self._r.pipeline(transaction=False) as pipe:
                 for job in chunk:
                     idem, legacy = self._idempotency_keys(job)

@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from broker import costs, totals
-from broker.lifecycle import FINAL_STATES, attempt_state, job_state
+from broker.lifecycle import FINAL_STATES, AttemptState, JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Pruned, PrunedCosts, VersionConflict, check_writable,
-                               unavailable_on)
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Expired, Pruned, PrunedCosts, VersionConflict,
+                               check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -124,6 +124,37 @@ _DECODE = json.JSONDecoder().raw_decode  # json.loads less its whitespace scans:
 
 def _paths(names: Sequence[str]) -> str:
     return ", ".join(f"'$.{n}'" for n in names)
+
+
+_COST_COLUMNS = f"json_extract(body, {_paths(_JOB_COST)}), json_extract(body, '$.quote.tiers')"
+"""What ``cost_page`` and ``cost_records`` select of a job's row: ``cost_history``'s two columns."""
+_JOB_STATES = {s.value: s for s in JobState}
+_ATTEMPT_STATES = {s.value: s for s in AttemptState}
+"""A stored state's name to its state, looked up (an ``Enum`` call is most of the time a decoded row takes); a name
+not among them (a newer broker's) goes to ``job_state``/``attempt_state``, which read it as a foreign state."""
+
+
+def _cost_jobs(rows: Sequence[tuple]) -> list[CostJob]:
+    """``CostJob``s of rows of ``_COST_COLUMNS``, in their order."""
+    jobs = []
+    for values, tiers in rows:
+        jid, name, team, state, submitted, priority, reason, budget, spent, price, updated, queued = _DECODE(values)[0]
+        jobs.append(CostJob(jid, name, team, _JOB_STATES.get(state) or job_state(state), submitted, priority,
+                            "" if reason is None else reason, budget, spent or 0, {"price_per_hour": price}, tiers,
+                            updated, queued))
+    return jobs
+
+
+def _cost_attempts(jobs: Sequence[CostJob], rows: Sequence[tuple]) -> dict[str, list[CostAttempt]]:
+    """Each of ``jobs``' attempts (every job a key), from rows ``(job_id, the attempt's cost fields)`` in the
+    order of ``n``."""
+    attempts: dict[str, list[CostAttempt]] = {j.id: [] for j in jobs}
+    for job_id, values in rows:
+        n, state, price, created, started, ended, billed, cost, *place = _DECODE(values)[0]
+        attempts[job_id].append(CostAttempt(n, _ATTEMPT_STATES.get(state) or attempt_state(state),
+                                            dict(zip(COST_PLACEMENT_KEYS, place)), price, created, started, ended,
+                                            billed, cost or 0))
+    return attempts
 
 
 _LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # locked past the timeout
@@ -294,7 +325,7 @@ class SqliteStore:
             body = {**body, "seq": i}
             db.execute(f"INSERT INTO {table} (job_id, seq, body) VALUES (?, ?, ?)", (job_id, i, json.dumps(body)))
 
-    def prune(self, jobs: Sequence[Job], *, rows: int | None = None) -> list[str]:
+    def prune(self, jobs: Sequence[Job | Expired], *, rows: int | None = None) -> list[str]:
         """One ``BEGIN IMMEDIATE`` transaction for the batch: each job's row goes only while its version and a final
         state are still the ones read (its idempotency key is a column of that row), then its attempts — read first,
         for what the job adds to the running totals (``pruned_totals``, in the same transaction) — events and metric
@@ -316,9 +347,11 @@ class SqliteStore:
                                       (job.id, job.version, *FINAL)).rowcount
                     if not gone:
                         continue
-                    # the job as read is the job as stored (same version): its attempts are those of it
-                    tries = [Attempt.from_dict(json.loads(body)) for (body,) in db.execute(
-                        "SELECT body FROM attempts WHERE job_id = ? ORDER BY n", (job.id,))]
+                    # the job as read is the job as stored (same version): its attempts are those of it, read as
+                    # cost records (all that of_job and ledger_of read of them)
+                    tries = _cost_attempts([job], db.execute(
+                        f"SELECT job_id, json_extract(body, {_paths(_ATTEMPT_COST)}) FROM attempts WHERE job_id = ? "
+                        "ORDER BY n", (job.id,)).fetchall())[job.id]
                     totals.add(added, totals.of_job(job, tries))
                     for key, value in costs.ledger_of(job, tries).items():
                         ledger[key] = ledger.get(key, 0) + value
@@ -377,7 +410,7 @@ class SqliteStore:
             return 0
         return db.execute("DELETE FROM metrics WHERE job_id = ? AND seq < ?", (job_id, low + int(left))).rowcount
 
-    def prune_sizes(self, jobs: Sequence[Job]) -> list[int]:
+    def prune_sizes(self, jobs: Sequence[Job | Expired]) -> list[int]:
         """The job's row, its attempts (a count in their index), events and metric points (the span of their seqs,
         which are consecutive: a seek at each end of it)."""
         sizes = []
@@ -438,7 +471,17 @@ class SqliteStore:
     def list_jobs(self, *, states: Sequence[str] | None = None, team: str | None = None,
                   limit: int = 1000, active_since: float | None = None,
                   before: tuple[float, str] | None = None, name_prefix: str | None = None) -> list[Job]:
-        sql, args = "SELECT body FROM jobs WHERE 1=1", []
+        sql, args = self._listing("body", states=states, team=team, limit=limit, active_since=active_since,
+                                  before=before, name_prefix=name_prefix)
+        return [Job.from_dict(json.loads(r[0])) for r in self._query(sql, args)]
+
+    @staticmethod
+    def _listing(columns: str, *, states: Sequence[str] | None = None, team: str | None = None, limit: int = 1000,
+                 active_since: float | None = None, before: tuple[float, str] | None = None,
+                 name_prefix: str | None = None) -> tuple[str, list]:
+        """The statement of a ``list_jobs`` listing that selects ``columns`` of each row (one statement for
+        ``list_jobs`` and ``cost_page``, so that both read the same rows by the same plan)."""
+        sql, args = f"SELECT {columns} FROM jobs WHERE 1=1", []
         if name_prefix:
             # the name is in the body alone: read in the listing's order until the limit of those that match (a
             # binary compare, not LIKE, whose '_' is a wildcard and which ignores case)
@@ -468,7 +511,7 @@ class SqliteStore:
             args.append(team)
         sql += f" ORDER BY {order} LIMIT ?"
         args.append(limit)
-        return [Job.from_dict(json.loads(r[0])) for r in self._query(sql, args)]
+        return sql, args
 
     def events(self, job_id: str, *, after_seq: int = 0) -> list[Event]:
         rows = self._query("SELECT body FROM events WHERE job_id = ? AND seq > ? ORDER BY seq", (job_id, after_seq))
@@ -508,18 +551,56 @@ class SqliteStore:
                     f"JOIN jobs j ON j.id = a.job_id WHERE {where} ORDER BY a.job_id, a.n", args).fetchall()
             finally:
                 self._db.execute("COMMIT")
-        jobs = []
-        for values, tiers in job_rows:
-            jid, name, team_, state, submitted, priority, reason, budget, spent, price, updated, queued = \
-                _DECODE(values)[0]
-            jobs.append(CostJob(jid, name, team_, job_state(state), submitted, priority, "" if reason is None else reason,
-                                budget, spent or 0, {"price_per_hour": price}, tiers, updated, queued))
-        attempts: dict[str, list[CostAttempt]] = {j.id: [] for j in jobs}
-        for job_id, values in attempt_rows:
-            n, state, price, created, started, ended, billed, cost, *place = _DECODE(values)[0]
-            attempts[job_id].append(CostAttempt(n, attempt_state(state), dict(zip(COST_PLACEMENT_KEYS, place)), price,
-                                                created, started, ended, billed, cost or 0))
-        return jobs, attempts
+        jobs = _cost_jobs(job_rows)
+        return jobs, _cost_attempts(jobs, attempt_rows)
+
+    def cost_page(self, *, limit: int, active_since: float | None = None,
+                  before: tuple[float, str] | None = None) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        sql, args = self._listing(_COST_COLUMNS, limit=limit, active_since=active_since, before=before)
+        with self._lock:
+            self._db.execute("BEGIN")  # one snapshot for the page and its attempts
+            try:
+                jobs = _cost_jobs(self._db.execute(sql, args).fetchall())
+                attempt_rows = self._attempt_rows([j.id for j in jobs])
+            finally:
+                self._db.execute("COMMIT")
+        return jobs, _cost_attempts(jobs, attempt_rows)
+
+    def cost_records(self, job_ids: Sequence[str]) -> tuple[list[CostJob], dict[str, list[CostAttempt]]]:
+        ids = list(dict.fromkeys(job_ids))
+        jobs: list[CostJob] = []
+        attempt_rows: list[tuple] = []
+        for i in range(0, len(ids), BATCH_IDS):
+            chunk = ids[i : i + BATCH_IDS]
+            with self._lock:
+                self._db.execute("BEGIN")
+                try:
+                    part = _cost_jobs(self._db.execute(
+                        f"SELECT {_COST_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
+                        " ORDER BY submitted_at DESC, id DESC", chunk).fetchall())
+                    attempt_rows += self._attempt_rows([j.id for j in part])
+                finally:
+                    self._db.execute("COMMIT")
+            jobs += part
+        jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
+        return jobs, _cost_attempts(jobs, attempt_rows)
+
+    def _attempt_rows(self, job_ids: Sequence[str]) -> list[tuple]:
+        """``(job_id, the cost fields as one JSON array)`` of the attempts of ``job_ids``, in a transaction the
+        caller holds (with the lock)."""
+        rows: list[tuple] = []
+        for i in range(0, len(job_ids), BATCH_IDS):
+            chunk = job_ids[i : i + BATCH_IDS]
+            rows += self._db.execute(
+                f"SELECT job_id, json_extract(body, {_paths(_ATTEMPT_COST)}) FROM attempts "
+                f"WHERE job_id IN ({','.join('?' * len(chunk))}) ORDER BY job_id, n", chunk).fetchall()
+        return rows
+
+    def job_count(self) -> int:
+        return self._query("SELECT COUNT(*) FROM jobs")[0][0]
+
+    def job_ids(self) -> set[str]:
+        return {r[0] for r in self._query("SELECT id FROM jobs")}
 
     def metrics(self, job_id: str, *, limit: int = 10_000) -> list[dict]:
         rows = self._query(
@@ -536,12 +617,17 @@ class SqliteStore:
         rows = self._query("SELECT value FROM counters WHERE name = ?", (f"team_admissions:{team}",))
         return rows[0][0] if rows else 0
 
-    def expired(self, *, before: float, limit: int) -> list[Job]:
+    def expired(self, *, before: float, limit: int) -> list[Expired]:
         # by the update-time index, whatever the planner would guess: nothing due is one seek, and a backlog is read
         # oldest first up to the limit (by jobs_state_time it would read and sort every final job, most of the table)
-        rows = self._query(f"SELECT body FROM jobs INDEXED BY jobs_updated WHERE updated_at < ? AND state IN "
-                           f"({_FINAL_ARGS}) ORDER BY updated_at LIMIT ?", (before, *FINAL, limit))
-        return [Job.from_dict(json.loads(r[0])) for r in rows]
+        # what prune needs of each, from the row's columns (written from the body by every commit) and the quote's
+        # tiers extracted as stored, rather than each body decoded whole
+        rows = self._query(f"SELECT id, team, state, version, submitted_at, updated_at, idempotency_key, "
+                           f"json_extract(body, '$.quote.tiers') FROM jobs INDEXED BY jobs_updated "
+                           f"WHERE updated_at < ? AND state IN ({_FINAL_ARGS}) ORDER BY updated_at LIMIT ?",
+                           (before, *FINAL, limit))
+        return [Expired(i, team, _JOB_STATES.get(state) or job_state(state), version, submitted, updated, idem, tiers)
+                for i, team, state, version, submitted, updated, idem, tiers in rows]
 
     def pruned(self) -> int:
         rows = self._query("SELECT value FROM counters WHERE name = 'pruned'")

@@ -89,15 +89,14 @@ def test_a_later_scrape_reads_only_live_and_recent_jobs_and_still_sees_every_cha
     from broker.store import Change
 
     read = []
-    list_jobs = store.list_jobs
+    cost_page = store.cost_page
 
-    def spy(**kw):
-        out = list_jobs(**kw)
-        if not kw.get("states"):  # the collector's reads (the queue view asks for states)
-            read.append((kw.get("active_since"), sorted(j.id for j in out)))
+    def spy(**kw):  # the collector's reads: a page of cost records at a time
+        out = cost_page(**kw)
+        read.append((kw.get("active_since"), sorted(j.id for j in out[0])))
         return out
 
-    store.list_jobs = spy
+    store.cost_page = spy
     with TestClient(app) as client:
         first = scrape(client)
         # between scrapes: the running on-demand job is billed more and then cancelled
@@ -316,8 +315,8 @@ def test_a_first_scrape_read_a_page_at_a_time_counts_every_job_once(tmp_path, st
     with TestClient(build_app(world.settings(tmp_path), store)) as c:
         whole = store_series(scrape(c))
     pages = []
-    real = store.list_jobs
-    monkeypatch.setattr(store, "list_jobs", lambda **kw: pages.append(kw.get("before")) or real(**kw))
+    real = store.cost_page
+    monkeypatch.setattr(store, "cost_page", lambda **kw: pages.append(kw.get("before")) or real(**kw))
     monkeypatch.setattr(StoreCollector, "PAGE", 2)
     with TestClient(build_app(world.settings(tmp_path), store)) as c:
         paged = store_series(scrape(c))
