@@ -65,6 +65,8 @@ ENGINE_STATES = [s.value for s in (JobState.QUEUED, JobState.PLACED, JobState.LA
                                    JobState.CANCELLING, JobState.STOPPING)]
 MONITORED = (JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING, JobState.STOPPING)
 """The states of a job whose latest attempt the engine watches (status, billing, stops)."""
+HOLDING_STATES = [s for s in ENGINE_STATES if s != JobState.QUEUED.value]
+"""The engine's states of a job that holds capacity: placed, or :data:`MONITORED`."""
 SWEEP_SECONDS = 60.0
 """How often the engine asks a cloud launcher to tear down clusters no active attempt owns."""
 WORKDIR_GC_SECONDS = 3600.0
@@ -163,7 +165,9 @@ class Engine:
         if not 0 <= now - self._last_superseded < SUPERSEDED_SECONDS:  # 0. no run beside its job's next attempt
             self._last_superseded = now
             self._guard(self._stop_superseded, now)
-        jobs = self.store.list_jobs(states=ENGINE_STATES, limit=100_000)
+        # the jobs that hold capacity (a queued one holds none): to monitor, and at the start to say what it found.
+        # Queued jobs are read below, after the monitoring: read here too, the queue was decoded twice a tick
+        jobs = self.store.list_jobs(states=HOLDING_STATES, limit=100_000)
         if not self._said_start:  # what this engine found at its start, in its log: a restart looked like nothing
             self._said_start = True
             watched = [j.id for j in jobs if j.state in MONITORED]
