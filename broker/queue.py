@@ -278,7 +278,11 @@ def _holder(job: Job, now: float) -> Holder:
 def work_left_seconds(job: Job) -> float | None:
     """How long a queued job is expected to run once it starts: its ``expected_hours``, or for a job that has run
     before and reported a step total, the share of them after its last checkpoint (as the scheduler prices its
-    next attempt, :func:`broker.engine.schedule.left_to_run`); ``None`` when that cannot be told."""
+    next attempt, :func:`broker.engine.schedule.left_to_run`); ``None`` when it gives no length. A job that ran
+    before with no step total (most jobs that do not report steps) is given its whole length, the most it has
+    left: read as having no length, a resumed job of 36 s was kept off a pool's free GPU for a head starting
+    minutes later, told "a job expected to end before then may still take it", while its end was counted at its
+    whole length all the same (:func:`waits`)."""
     if not job.expected_hours:
         return None
     hours = Decimal(job.expected_hours)
@@ -288,7 +292,7 @@ def work_left_seconds(job: Job) -> float | None:
     done = (job.last_checkpoint or {}).get("step") or 0
     if isinstance(total, int) and not isinstance(total, bool) and total > 0 and isinstance(done, int):
         return float(hours * 3600 * Decimal(max(total - done, 0)) / Decimal(total))
-    return None
+    return float(hours * 3600)
 
 
 def _take(units: list[tuple[float, int]], want: int, start: float) -> list[tuple[float, int]]:

@@ -188,3 +188,18 @@ def test_a_job_held_back_behind_another_teams_head_is_not_told_its_id(pool):
         "waiting: behind a job of another team, which needs 2 GPUs of pool dgx: the pool is full for this job until "
         "that one starts (its 1 free GPU kept for it; a job expected to end before then may still take it)")
     assert head.id not in decided[nlp.id].reason
+
+
+def test_a_job_that_ran_before_without_reporting_steps_is_judged_on_its_whole_length(pool):
+    """A job resumed after a failure, which never reported a step total, read as having no length: it was kept off
+    the free slot although its whole length ends long before the head can start, and told that a job expected to
+    end before then may still take it."""
+    submit, running, decide = pool
+    running(expected_hours=1)  # both slots free for `head` in 50 min
+    head = submit(2, expected_hours=1)
+    resumed = set_fields(submit.store, submit(1, expected_hours=0.25), attempts=1)  # ran once, no steps reported
+    longer = set_fields(submit.store, submit(1, expected_hours=2), attempts=1)  # its whole length is past the start
+    decided = decide()
+    assert isinstance(decided[head.id], Wait)
+    assert isinstance(decided[resumed.id], Place), decided[resumed.id]
+    assert isinstance(decided[longer.id], Wait), decided[longer.id]
