@@ -180,6 +180,7 @@ class Job:
     diagnosis: dict[str, Any] = field(default_factory=dict)  # how the last attempt ended, in plain words
     running_since: float | None = None  # when the current attempt started training
     queued_at: float | None = None  # when it last entered the queue (submitted, requeued, resumed); None: before 12-06
+    resumed_at: float | None = None  # when a user last resumed it: its place in the queue counts from then (queue.order_key)
     checkpoint_uri: str = ""
     idempotency_key: str | None = None
     submitted_by: str = ""

@@ -1,7 +1,7 @@
 """Queue order and positions. Pure.
 
-Order: higher ``priority`` first, then earlier submit time (then id, for a
-total order). The scheduler walks the queue in this order and lets a later job
+Order: higher ``priority`` first, then earlier submit time, or resume by a
+user (:func:`order_key`; then id, for a total order). The scheduler walks the queue in this order and lets a later job
 start when an earlier one does not fit (best-effort FIFO, as Kueue's default),
 with one exception, as Slurm's backfill makes: the first job waiting for more of
 a pool's slots than are free (the pool's head) has them kept for it until its
@@ -24,7 +24,11 @@ from broker.models import Job
 
 
 def order_key(job: Job) -> tuple:
-    return (-job.priority, job.submitted_at, job.id)
+    """Higher priority first, then the earlier to have joined the queue: when it was submitted, or when a user last
+    resumed it (``resumed_at``) — a job that failed or was stopped at its budget had left the queue, and resumed
+    hours later it went ahead of every job submitted since, a pool's head that had waited included (it took the
+    GPU kept for it). The broker's own requeues (a preemption, a lost node, a retry) keep the job's place."""
+    return (-job.priority, job.resumed_at or job.submitted_at, job.id)
 
 
 def ordered(jobs: Iterable[Job]) -> list[Job]:

@@ -1002,8 +1002,8 @@ class BrokerService:
             if given:
                 self._check_env_total(job, spec, "secrets" if "secrets" in given else "envs")
             t = apply(job.state, JobEvent.RESUME)
-            new = replace(job, state=t.to_state, reason=why, updated_at=now, queued_at=now, errors_retried=0,
-                          placement={}, slots=[],
+            new = replace(job, state=t.to_state, reason=why, updated_at=now, queued_at=now, resumed_at=now,
+                          errors_retried=0, placement={}, slots=[],
                           force_tier=tier or job.force_tier, pinned_by=principal.name if tier else job.pinned_by,
                           launch_failures=0, launch_retry_at=None, spec=spec)
             names = {f"{key}_set": sorted(values) for key, values in given.items()}  # never the values
