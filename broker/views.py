@@ -171,7 +171,10 @@ def _others(holders: Sequence[Holder]) -> list[str]:
     """Other teams' jobs among the holders, counted and not named (:func:`holders_words`)."""
     if not holders:
         return []
-    return ["a job of another team" if len(holders) == 1 else f"{len(holders)} jobs of other teams"]
+    if len(holders) == 1:
+        return ["a job of another team"]
+    # "of other teams" of two jobs of one team read as two teams; which team it is stays unsaid
+    return [f"{len(holders)} jobs of {'another team' if len({h.team for h in holders}) == 1 else 'other teams'}"]
 
 
 def _series(names: Sequence[str]) -> str:

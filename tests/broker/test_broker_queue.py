@@ -642,9 +642,12 @@ def test_a_job_of_another_team_holding_what_a_queued_job_needs_is_counted_not_na
     held = [Holder("j-a", "cpu", team="vision"), Holder("j-b", "cpu", team="vision"), Holder("j-c", "cpu", team="nlp"),
             Holder("j-d", "cpu", ahead=True, team="vision")]
     assert holders_words(held, "nlp") == (
-        "no start estimate: what it needs is held by j-c (with no expected length) and 2 jobs of other teams, and it "
+        "no start estimate: what it needs is held by j-c (with no expected length) and 2 jobs of another team, and it "
         "waits behind a job of another team, ahead of it in the queue with no expected length; when those end cannot "
         "be told")
+    # two jobs of one other team are not "of other teams"; of two teams they are
+    assert "held by 2 jobs of another team;" in holders_words(held[:2], "nlp")
+    assert "held by 2 jobs of other teams;" in holders_words([held[0], replace(held[1], team="audio")], "nlp")
 
 
 def test_a_queued_jobs_budget_lowered_below_a_start_is_refused_and_a_raised_stopped_jobs_reason_says_so(make_settings,
