@@ -331,7 +331,8 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                        budget_left=job.budget - job.spent, min_run_seconds=need, after_run_seconds=after,
                        placed_again=again)
         if isinstance(chosen, NoFit):
-            said = (_kept_words(held_back, free_slots, now, job.team) if held_back else None) or \
+            said = (_kept_words(held_back, free_slots, now, job.team, work_left_seconds(job) is None)
+                    if held_back else None) or \
                 _pools_busy(job, request, mk, free_slots, mine) or (None if mine else _gone(job, request, mk)) or \
                 chosen.reason
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
@@ -414,14 +415,17 @@ def _keep_pools(job: Job, request: JobRequest, mk: Market, free_slots: Mapping[s
         kept[pool] = k
 
 
-def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]], now: float, team: str) -> str:
+def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[int]], now: float, team: str,
+                no_length: bool = False) -> str:
     """Why a job of ``team`` waits while a pool has free slots it could use: they are kept for the pool's head, ahead
     of it. A head whose start is known makes the pool "full" for the job until then — the words the queue's estimate
     follows (:data:`broker.queue.WAITS_FOR_CAPACITY`); one whose start cannot be told gives the job no estimate
     either. A head of another team is "a job of another team", as the queue's holders are said
     (:func:`broker.views.holders_words`): the reason is stored and shown to the job's team, which cannot look that
-    job up."""
+    job up. A job that gives no length (``no_length``) is told what would let it take them: "may still take it"
+    left its user to guess why this one did not."""
     said = []
+    hint = " (this one gives no `broker: expected_hours`)" if no_length else ""
     for pool, k in sorted(held_back.items()):
         free = len(free_slots.get(pool, ()))
         if not free:  # nothing kept from it there: the pool is full, which :func:`_pools_busy` says
@@ -431,10 +435,10 @@ def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[in
         behind = f"behind {head}, which needs {k.need} {k.unit}{'s' if k.need != 1 else ''} of pool {pool}"
         if not k.starved and k.start < float("inf"):  # (a start of now: the holder is read as ending now)
             said.append(f"{behind}: the pool is full for this job until that one starts ({them} kept for it; a job "
-                        f"expected to end before then may still take {'them' if free != 1 else 'it'})")
+                        f"expected to end before then may still take {'them' if free != 1 else 'it'}{hint})")
         elif not k.starved:  # when the head starts cannot be told: no "full", so no estimate of this job's start
             said.append(f"{behind} and whose start cannot be told (a job holding the rest gives no length): {them} "
-                        f"kept for it from jobs that give no length, as this one does")
+                        f"kept for it from jobs that give no length (`broker: expected_hours`), as this one does")
         else:  # kept for a job starved of them, until it starts: no "full" either
             said.append(f"{behind} and has waited more than {STARVED_SECONDS / 60:.0f} min for them: {them} kept "
                         f"for it, and this job starts after it")

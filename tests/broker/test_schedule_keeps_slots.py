@@ -69,11 +69,11 @@ def test_a_job_behind_a_waiting_2_slot_job_does_not_take_the_slot_it_waits_for(p
     unknown = submit(1)  # says no length: it may run past that
     decided = decide()
     assert isinstance(decided[head.id], Wait)
-    for job in (longer, unknown):
+    for job, hint in ((longer, ""), (unknown, " (this one gives no `broker: expected_hours`)")):
         assert isinstance(decided[job.id], Wait), decided[job.id]
         assert decided[job.id].reason == (
             f"waiting: behind {head.id}, which needs 2 GPUs of pool dgx: the pool is full for this job until that one "
-            "starts (its 1 free GPU kept for it; a job expected to end before then may still take it)")
+            f"starts (its 1 free GPU kept for it; a job expected to end before then may still take it{hint})")
 
 
 def test_a_job_that_ends_before_the_waiting_job_can_start_still_takes_the_free_slot(pool):
