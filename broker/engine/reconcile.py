@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
+from decimal import Decimal
 
 from broker.auth import job_token, job_token_version
 from broker.config import Settings
@@ -46,6 +47,7 @@ from broker.engine.workdir_refs import PackReferences
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_for, note_event
 from broker.offers import market, matching_offers
+from broker.queue import expected_end
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.spec import in_own_base
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
@@ -146,6 +148,8 @@ class Engine:
         self._placements = 0  # the store's count of placements as of this tick's snapshot, and this tick's own
         #: the attempts whose recorded stop this engine has sent to the launcher (:meth:`_send_stop`)
         self._stops_sent: set[str] = set()
+        #: the attempts said to run past their expected length (:func:`_past_length`), once each
+        self._past_length_said: set[str] = set()
         self._last_superseded = float("-inf")  # when :meth:`_stop_superseded` last looked
         self._said_start = False  # the first tick logs what this engine found to watch (a restart said nothing)
         #: the attempts whose run on this host was live at that look, and not yet ended in the store then
@@ -191,6 +195,7 @@ class Engine:
         for stale in [a for a in self._accrued if a not in latest]:
             del self._accrued[stale]
         self._stops_sent &= latest
+        self._past_length_said &= latest
         for stale in [a for a in self._limits_written if a not in latest]:
             del self._limits_written[stale]
         active = [j for j in jobs if j.state.is_active]
@@ -859,6 +864,11 @@ class Engine:
             fields["reason_shown"] = unseen
             notes.append(self._note(job, "attempt_unseen", status.reason, now) if status.unseen else
                          self._note(job, "attempt_seen", "its launcher can look at the attempt again", now))
+        if outcome.event is None and attempt.id not in self._past_length_said and (
+                past := _past_length(job, now)) is not None:
+            self._past_length_said.add(attempt.id)  # and said once an attempt, whichever engine saw it first:
+            if not any(e.event == PAST_LENGTH and e.attempt == job.attempts for e in self.store.events(job.id)):
+                notes.append(self._note(job, PAST_LENGTH, past, now, {"expected_hours": job.expected_hours}))
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
             fields["running_since"] = attempt.started_at
@@ -1369,6 +1379,28 @@ def committed_in_log(text: str) -> tuple[int, str] | None:
     """The newest checkpoint (step, uri) the log says its run committed without telling the broker, or None."""
     found = [(int(m.group(1)), m.group(2)) for m in _UNREPORTED_COMMIT.finditer(text.replace("\r", "\n"))]
     return max(found, key=lambda f: f[0]) if found else None
+
+
+PAST_LENGTH = "past_expected_length"
+"""The note on a job whose attempt runs past its ``expected_hours`` (:func:`_past_length`)."""
+
+
+def _past_length(job: Job, now: float) -> str | None:
+    """For a running job past its ``expected_hours`` by more than the queue's grace, with no step rate to follow
+    (:func:`broker.queue.expected_end` gives it no end): what its events say, once an attempt. A job that said 18 s
+    ran on for minutes, unsaid: the queue had let it take GPUs kept for a pool's head on that length, and the head
+    started minutes late with its estimate gone. The length is no limit — the job runs on — but its team is told,
+    and what the jobs behind it were told of it no longer holds."""
+    if job.state is not JobState.RUNNING or job.running_since is None or not job.expected_hours:
+        return None
+    if expected_end(job, now) is not None:  # within its length (and the grace), or followed by its step rate
+        return None
+    length = float(Decimal(job.expected_hours) * 3600)
+    return (f"running {fmt_duration(now - job.running_since)}, past its expected {fmt_duration(length)} "
+            f"(broker: expected_hours {job.expected_hours}): the queue no longer counts on its end, so jobs waiting for "
+            f"what it holds get no start estimate, and any let in ahead of a waiting job on that length delay it. It "
+            f"runs on; give the next run a longer expected_hours, or report its steps (the checkpoint library's "
+            f"progress) so its end follows its rate")
 
 
 def _committed_unreported(job: Job, attempt: Attempt, text: str, fields: dict, *, at: float) -> tuple[Job, Attempt]:

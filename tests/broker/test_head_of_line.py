@@ -208,3 +208,22 @@ def test_a_job_that_fits_before_the_head_starts_is_estimated_to_start_then_not_a
         tick(MIN)
     assert started(store, short) is not None and started(store, short) <= T0 + 11 * MIN
     assert started(store, head) is None
+
+
+def test_a_job_running_past_its_expected_length_is_said_to_once_an_attempt(broker):
+    """A job that said 18 s ran on for minutes, unsaid, while a head waited behind the GPU its length let it take.
+    It runs on (the length is no limit), and its events say so once — not at every tick."""
+    from broker.engine.reconcile import PAST_LENGTH
+
+    submit, tick, service, store, now = broker(ONE_POOL)
+    liar = submit(1, runs=10 * MIN, hours=0.005)  # says 18 s, runs 10 min
+    honest = submit(1, runs=5 * MIN, hours=0.1)
+    tick()
+    for _ in range(12):  # 6 min, at 30 s a tick
+        tick(30)
+    said = [e for e in store.events(liar.id) if e.event == PAST_LENGTH]
+    assert len(said) == 1, said
+    assert said[0].reason.startswith("running ") and "past its expected 18 s (broker: expected_hours 0.005)" in \
+        said[0].reason, said[0].reason
+    assert store.get_job(liar.id).state is JobState.RUNNING  # not stopped
+    assert not [e for e in store.events(honest.id) if e.event == PAST_LENGTH]  # within its length
