@@ -1,20 +1,22 @@
 """Notifications: one stored :class:`~broker.models.Event` → one Slack message (or none), and :func:`summary`: many
 of one kind (:func:`notice_kind`) → one message, for a burst. Pure.
 
-=============  ===============================================================  ===============================
-event          says                                                             buttons
-=============  ===============================================================  ===============================
-start          started on <where> (attempt 1) / resumed from step N on <where>  —
-recover        preempted (or node lost) in <zone>; N steps lost; resumes from   —
-               step N — or, for a retried error or a move off spot, why
-resume         resumed by <who>                                                 —
-budget_warning at N% of its budget, time left at this price (stopping, if so)   raise budget, cancel
-stop_budget    reached its budget: checkpointing and stopping (not by default)  —
-ended          stopped at its budget                                            raise budget, resume, on-demand
-cancel/ended   cancelled (by <who>)                                             —
-fail           failed: the job's diagnosis in plain words                       resume, on-demand, raise budget
-succeed        finished: cost, saving against on-demand                         —
-=============  ===============================================================  ===============================
+====================  ===============================================================  ===============================
+event                 says                                                             buttons
+====================  ===============================================================  ===============================
+start                 started on <where> (attempt 1) / resumed from step N on <where>  —
+recover               preempted (or node lost) in <zone>; N steps lost; resumes from   —
+                      step N — or, for a retried error or a move off spot, why
+resume                resumed by <who>                                                 —
+budget_warning        at N% of its budget, time left at this price (stopping, if so)   raise budget, cancel
+stop_budget           reached its budget: checkpointing and stopping (not by default)  —
+past_expected_length  running past its expected_hours: how far, what to do (not by     cancel
+                      default)
+ended                 stopped at its budget                                            raise budget, resume, on-demand
+cancel/ended          cancelled (by <who>)                                             —
+fail                  failed: the job's diagnosis in plain words                       resume, on-demand, raise budget
+succeed               finished: cost, saving against on-demand                         —
+====================  ===============================================================  ===============================
 
 What the engine puts in ``event.data`` and is used here: on ``recover``,
 ``fail`` and ``ended``: ``zone``, ``tier``, ``diagnosis`` (text),
@@ -224,6 +226,10 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     if name == "stop_budget":
         return _msg(f":money_with_wings: {head} reached its budget "
                     "({} of {}): it is checkpointing and stopping.".format(*fmt_spent_of(job.spent, job.budget)), foot)
+    if name == "past_expected_length":  # opt-in (notifications.events): the reason says how far past, and what to do
+        return _msg(f":hourglass_flowing_sand: {head} is {esc(event.reason)}.",
+                    actions([button("cancel", "Cancel", job.id, style="danger",
+                                    confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]), foot)
     if name == "fail":
         diagnosis = job.diagnosis or {}
         text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason
@@ -250,6 +256,7 @@ SUMMARY_HEADS = {
     "resume": (":repeat:", "were resumed"),
     "budget_warning": (":warning:", "are near their budget"),
     "stop_budget": (":money_with_wings:", "reached their budget and are checkpointing and stopping"),
+    "past_expected_length": (":hourglass_flowing_sand:", "are running past their expected length"),
     "stopped_budget": (":money_with_wings:", "were stopped at their budget"),
     "fail": (":x:", "failed"),
     "succeed": (":white_check_mark:", "finished"),

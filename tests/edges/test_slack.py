@@ -1107,3 +1107,21 @@ def test_a_command_that_fails_after_it_was_acknowledged_says_so_through_response
     assert "Working on `queue`" in command(slack, "queue", response_url=stub.url + "/respond/broken").json()["text"]
     (later,) = stub.wait_for("/respond/broken")
     assert "That command failed on the broker" in text_of(later)
+
+
+def test_a_job_past_its_expected_length_is_told_to_a_team_that_asked_for_it(tmp_path, store, seeded, stub):
+    """Opt-in (`notifications.events`): a job running past its `expected_hours` delays the jobs the queue let in
+    on that length; its team hears it, with a cancel button."""
+    app = build_app(slack_settings(tmp_path, stub, events=["past_expected_length", "fail"]), store)
+    app.state.notifier.sleep = lambda s: None
+    try:
+        job = store.get_job("j-a2")
+        event = engine_event(job, "past_expected_length")
+        event.reason = "running 5 min, past its expected 18 s (broker: expected_hours 0.005): …"
+        app.state.notifier.handle(event, job)
+        (msg,) = stub.wait_for("/api/chat.postMessage")
+        assert msg["channel"] == "C_A" and "is running 5 min, past its expected" in text_of(msg), text_of(msg)
+        assert any(e["action_id"] == "broker_cancel" for b in msg["blocks"] if b["type"] == "actions"
+                   for e in b["elements"])
+    finally:
+        app.state.notifier.close()
