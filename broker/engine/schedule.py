@@ -338,6 +338,14 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             if job.launch_retry_at is None and not kept.keys() >= pools:
                 _keep_pools(job, request, mk, free_slots, ends, kept, now)
+                head = next(((pool, k) for pool, k in kept.items() if k.job_id == job.id), None)
+                if head is not None and (free := len(free_slots.get(head[0], ()))):
+                    # the head is told too: its reason said only "full", and its user could not tell that the GPUs
+                    # free meanwhile were being kept for it rather than given to the jobs behind
+                    unit = f"{head[1].unit}{'s' if free != 1 else ''}"
+                    decisions[-1] = replace(decisions[-1], reason=f"{decisions[-1].reason}; the {free} free {unit} "
+                                                                  f"of pool {head[0]} {'are' if free != 1 else 'is'} "
+                                                                  "kept for it meanwhile")
             continue
         offer = chosen.offer
         slots: tuple[int, ...] = ()
