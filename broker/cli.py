@@ -1400,9 +1400,11 @@ def _say_unreachable(detail: str | None) -> None:
               file=sys.stderr, flush=True)
 
 
-def _short_time(iso: str | None, today: str | None = None) -> str:
+def _short_time(iso: str | None, today: str | None = None, *, cut: bool = False) -> str:
     """"2026-11-30T19:45:12Z" → "19:45Z" today (UTC), "12-01 19:45Z" on another day; "" for none. Rounded to the
-    nearest minute (cut, 00:34:55 read "00:34Z")."""
+    nearest minute (cut, an estimated start of 00:34:55 read "00:34Z"); ``cut`` for a deadline, which is never shown
+    later than it is, as a reason names it (:func:`broker.views.deadline_words`): rounded, a deadline of 21:20:58
+    read "due 21:21Z" beside "too late for its deadline at 21:20Z"."""
     from datetime import datetime, timedelta, timezone
 
     if not iso or len(iso) < 16:
@@ -1413,7 +1415,7 @@ def _short_time(iso: str | None, today: str | None = None) -> str:
         return iso
     if when.tzinfo is not None:
         when = when.astimezone(timezone.utc)
-    when = (when + timedelta(seconds=30)).replace(second=0, microsecond=0)
+    when = (when + timedelta(seconds=0 if cut else 30)).replace(second=0, microsecond=0)
     iso = when.strftime("%Y-%m-%dT%H:%M")
     today = today or time.strftime("%Y-%m-%d", time.gmtime())
     clock = iso[11:16] + "Z"
@@ -1567,7 +1569,7 @@ def cmd_status(args) -> int:
     due = any(j.get("deadline") and j["state"] in LIVE_STATES for j in jobs)
     rows = [[j["id"], j["name"], j["team"], Text(j["state"], style=STATE_STYLE.get(j["state"], "white")),
              str(j["queue_position"] or ""), _short_time(j.get("estimated_start")),
-             *([_short_time(j.get("deadline")) if j["state"] in LIVE_STATES else ""] if due else []),
+             *([_short_time(j.get("deadline"), cut=True) if j["state"] in LIVE_STATES else ""] if due else []),
              *_spent_of(j), _reason_cell(j)]
             for j in jobs]
     _print_table(_console(), [("id", "whole"), "name", "team", ("state", "whole"), ("queue", "whole"),
@@ -1652,7 +1654,7 @@ def cmd_queue(args) -> int:
         return 0
     due = any(j.get("deadline") for j in jobs)  # a column of its own only where a job has a deadline
     rows = [[str(j["queue_position"] or ""), j["id"], j["name"], j["team"], _short_time(j.get("estimated_start")),
-             *([_short_time(j.get("deadline"))] if due else []), j["budget"]["usd"], j["reason"]] for j in jobs]
+             *([_short_time(j.get("deadline"), cut=True)] if due else []), j["budget"]["usd"], j["reason"]] for j in jobs]
     _print_table(_console(), [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
                               *([("due", "whole")] if due else []), ("budget", "whole"), "waiting because"], rows,
                  drop=("team", "budget", "due"))

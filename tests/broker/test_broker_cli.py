@@ -1230,8 +1230,16 @@ def test_status_shows_a_due_column_where_a_job_not_ended_has_a_deadline(cli):
     job = json.loads(run("--json", "submit", str(task), "--budget", "5", "--deadline", "6h").stdout)
     out = run("status").stdout
     assert " due " in f" {out.splitlines()[0]} ", out
-    due = datetime.fromisoformat(job["deadline"].replace("Z", "+00:00")) + timedelta(seconds=30)
+    due = datetime.fromisoformat(job["deadline"].replace("Z", "+00:00"))  # cut to its minute, never shown later
     assert due.strftime("%H:%MZ") in next(line for line in out.splitlines() if job["id"] in line), out
+
+
+def test_a_deadline_in_a_table_is_cut_to_its_minute_where_a_start_is_rounded():
+    """A deadline of 21:20:58 read "due 21:21Z" beside its reason's "too late for its deadline at 21:20Z"."""
+    from broker.cli import _short_time
+
+    assert _short_time("2026-12-06T21:20:58Z", "2026-12-06", cut=True) == "21:20Z"
+    assert _short_time("2026-12-06T21:20:58Z", "2026-12-06") == "21:21Z"  # an estimated start, to the nearest
 
 
 def test_serve_warns_of_a_token_short_enough_to_guess(tmp_path):
