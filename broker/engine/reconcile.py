@@ -1399,8 +1399,8 @@ def _past_length(job: Job, now: float) -> str | None:
     return (f"running {fmt_duration(now - job.running_since)}, past its expected {fmt_duration(length)} "
             f"(broker: expected_hours {job.expected_hours}): the queue no longer counts on its end, so jobs waiting for "
             f"what it holds get no start estimate, and any let in ahead of a waiting job on that length delay it. It "
-            f"runs on; give the next run a longer expected_hours, or report its steps (the checkpoint library's "
-            f"progress) so its end follows its rate")
+            f"runs on; give the next run a longer expected_hours, or report its steps with their total "
+            f"(`report(step, total_steps)` of the checkpoint library's progress) so its end follows its rate")
 
 
 def _committed_unreported(job: Job, attempt: Attempt, text: str, fields: dict, *, at: float) -> tuple[Job, Attempt]:

@@ -232,15 +232,20 @@ def _keep_for(job: Job, need: int, free: int, ends: Sequence[tuple[float | None,
 
 
 def _not_kept(job: Job, request: JobRequest, offers: Sequence[Offer], kept: Mapping[str, _Kept],
-              now: float) -> tuple[list[Offer], dict[str, _Kept]]:
+              now: float, free_slots: Mapping[str, Sequence[int]] | None = None) -> tuple[list[Offer], dict[str, _Kept]]:
     """``offers`` less the on-prem shapes whose slots are kept for a job ahead of ``job`` (:class:`_Kept`) and that
-    it may not take without delaying that job; and those reservations, by pool, for its reason."""
+    it may not take without delaying that job; and those reservations, by pool, for its reason. A pool with no slot
+    free (``free_slots``) keeps nothing from it: its shapes stay, for the placement to say the pool is full — held
+    back, the second job waiting for a full pool was told of the next offer instead ("the cheapest match, spot …,
+    over the job's max_price_per_hour"), as if the pool were not there."""
     if not kept:
         return list(offers), {}
     length = work_left_seconds(job)
     left, held_back = [], {}
     for o in offers:
         k = kept.get(o.location) if o.tier is Tier.ONPREM else None
+        if free_slots is not None and k is not None and not free_slots.get(o.location):
+            k = None
         if k is not None and k.job_id != job.id and not (
                 (length is not None and now + length <= k.start) or slots_of(o) * request.num_nodes <= k.extra):
             held_back[o.location] = k
@@ -294,7 +299,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         shape = (request, job.force_tier)
         if (fit := open_.get(shape)) is None:
             fit = open_[shape] = offers_for(job, request, offers)
-        mine, held_back = _not_kept(job, request, fit, kept, now)
+        mine, held_back = _not_kept(job, request, fit, kept, now, free_slots)
         blocked = job.blocked_at(now)
         policy = policies.get(job.id)
         note = ""
@@ -341,11 +346,14 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 head = next(((pool, k) for pool, k in kept.items() if k.job_id == job.id), None)
                 if head is not None and (free := len(free_slots.get(head[0], ()))):
                     # the head is told too: its reason said only "full", and its user could not tell that the GPUs
-                    # free meanwhile were being kept for it rather than given to the jobs behind
+                    # free meanwhile were being kept for it rather than given to the jobs behind — from all of
+                    # them, or, while its start cannot be told, from those that give no length
                     unit = f"{head[1].unit}{'s' if free != 1 else ''}"
+                    whom = "" if head[1].starved or head[1].start < float("inf") else \
+                        " from the jobs behind that give no expected_hours"
                     decisions[-1] = replace(decisions[-1], reason=f"{decisions[-1].reason}; the {free} free {unit} "
                                                                   f"of pool {head[0]} {'are' if free != 1 else 'is'} "
-                                                                  "kept for it meanwhile")
+                                                                  f"kept for it{whom} meanwhile")
             continue
         offer = chosen.offer
         slots: tuple[int, ...] = ()
@@ -445,8 +453,10 @@ def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[in
             said.append(f"{behind}: the pool is full for this job until that one starts ({them} kept for it; a job "
                         f"expected to end before then may still take {'them' if free != 1 else 'it'}{hint})")
         elif not k.starved:  # when the head starts cannot be told: no "full", so no estimate of this job's start
-            said.append(f"{behind} and whose start cannot be told (a job holding the rest gives no length): {them} "
-                        f"kept for it from jobs that give no length (`broker: expected_hours`), as this one does")
+            # (only a job of no length is held back then: one that gives a length takes the free ones)
+            said.append(f"{behind} and whose start cannot be told (a job holding the rest gives no length, or runs "
+                        f"past it): {them} kept for it from the jobs that give no `broker: expected_hours`, as this "
+                        f"one gives none")
         else:  # kept for a job starved of them, until it starts: no "full" either
             said.append(f"{behind} and has waited more than {STARVED_SECONDS / 60:.0f} min for them: {them} kept "
                         f"for it, and this job starts after it")

@@ -150,7 +150,12 @@ def test_the_reason_of_a_job_held_back_names_the_job_it_waits_behind(broker):
     tick(1)
     assert store.get_job(held.id).reason == (
         f"waiting: behind {head.id}, which needs 2 GPUs of pool dgx and whose start cannot be told (a job holding the "
-        "rest gives no length): its 1 free GPU kept for it from jobs that give no length (`broker: expected_hours`), as this one does")
+        "rest gives no length, or runs past it): its 1 free GPU kept for it from the jobs that give no "
+        "`broker: expected_hours`, as this one gives none")
+    # and the head is told they are kept from those alone, not "kept for it meanwhile" as when its start is known
+    assert store.get_job(head.id).reason.endswith(
+        "; the 1 free GPU of pool dgx is kept for it from the jobs behind that give no expected_hours meanwhile"), \
+        store.get_job(head.id).reason
     assert held.id not in service.queue()[1]  # no estimate: the head's own start cannot be told
 
 

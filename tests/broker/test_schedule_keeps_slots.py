@@ -205,3 +205,33 @@ def test_a_job_that_ran_before_without_reporting_steps_is_judged_on_its_whole_le
     assert isinstance(decided[head.id], Wait)
     assert isinstance(decided[resumed.id], Place), decided[resumed.id]
     assert isinstance(decided[longer.id], Wait), decided[longer.id]
+
+
+def test_the_second_job_waiting_for_a_full_pool_is_told_the_pool_is_full(make_settings, tmp_path):
+    """With the pool's one slot taken and a head waiting for it, the job behind was told of the next offer — "the
+    cheapest match, spot … costs $0.4246/h, over the job's max_price_per_hour" — as if the pool were not there."""
+    settings = make_settings(config="pools: [{name: p1, slots: 1, price_per_slot_hour: '0.20'}]\n"
+                                     "zones: [{name: sim-a, tier: spot, instance_type: g5.xlarge}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'full.db'}")
+    service = BrokerService(settings, store)
+    now = time.time()
+    try:
+        def submit(**broker):
+            return service.submit(VISION, {"run": "sleep 60", "resources": {"cpus": 1},
+                                           "broker": {"budget_usd": "5", "max_price_per_hour": "0.30", **broker}})[0]
+
+        holder = submit(expected_hours=1)
+        set_fields(store, holder, state=JobState.RUNNING, slots=[0], running_since=now - 60, attempts=1,
+                   placement={"tier": "onprem", "cloud": "local", "region": "p1", "zone": "p1", "location": "p1",
+                              "instance_type": "p1-1slot", "num_nodes": 1, "price_per_hour": 200_000})
+        first, second = submit(), submit()
+        jobs = store.list_jobs(states=["queued", "running"])
+        mk = market(settings, [j for j in jobs if j.state.is_active], now=now)
+        decided = {d.job.id: d for d in schedule_now([j for j in jobs if j.state is JobState.QUEUED], mk, settings,
+                                                     None, now=now, policies={}, attempts_of=lambda _id: ())}
+        for job in (first, second):
+            assert isinstance(decided[job.id], Wait)
+            assert "p1 is full" in decided[job.id].reason and "spot" not in decided[job.id].reason, \
+                decided[job.id].reason
+    finally:
+        store.close()
