@@ -1016,8 +1016,13 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
     named = bool(name) and not any(c.isdigit() for c in name)  # an IANA name (a POSIX rule has its offset's digits)
     if named:
         try:
-            local = moment.replace(tzinfo=ZoneInfo(name))
-        except (ZoneInfoNotFoundError, ValueError):
+            if name.startswith("/"):  # TZ=/usr/share/zoneinfo/Asia/Tokyo, as `date` reads it
+                with open(name, "rb") as fh:
+                    zone = ZoneInfo.from_file(fh, key=name)
+            else:
+                zone = ZoneInfo(name)
+            local = moment.replace(tzinfo=zone)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             raise BrokerError(0, f"--deadline {given.strip()} gives no time zone, so it is read on this machine's "
                                  f"clock, but TZ={name} names no time zone this machine knows: set TZ to an IANA name "
                                  "such as Europe/Berlin, or give the deadline's zone "
@@ -1032,9 +1037,25 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
     except (OverflowError, ValueError):
         return given
     if not quiet:
+        # the clock as TZ names it: a POSIX rule's tzname is its letters alone ("UTC" of TZ=UTC-3, 3 h east of it)
+        clock = name if named else (f"TZ={os.environ['TZ']}" if os.environ.get("TZ") else local.tzname())
         print(f"note: --deadline {given.strip()} gives no time zone: read on this machine's clock "
-              f"({name if named else local.tzname()}), as {sent}", file=sys.stderr)
+              f"({clock}), as {sent}{_summer_time(moment, local) if named else ''}", file=sys.stderr)
     return sent
+
+
+def _summer_time(moment, local) -> str:
+    """What the note adds when ``moment`` (a wall-clock time) is not one moment on its zone's clock: skipped (the hour
+    summer time begins) or read twice (the hour it ends). ``zoneinfo`` picks an offset without a word."""
+    from datetime import timezone
+
+    zone = local.tzinfo
+    if local.astimezone(timezone.utc).astimezone(zone).replace(tzinfo=None) != moment:
+        return " — that time does not exist on this clock (summer time skips it): give the offset if another is meant"
+    if moment.replace(tzinfo=zone, fold=1).utcoffset() != local.utcoffset():
+        return (" — that time comes twice on this clock (summer time ends): the first is taken; give the offset if "
+                "the second is meant")
+    return ""
 
 
 def _say_overridden(task: dict, args) -> None:

@@ -98,3 +98,25 @@ def test_a_deadline_passed_is_said_as_how_long_ago():
     past = datetime.now(timezone.utc) - timedelta(hours=2, minutes=31)
     assert _deadline_moment(past.isoformat()) == f"{past:%Y-%m-%d %H:%M}Z (2.5 h ago)"
     assert _deadline_moment("not a time") == "not a time"
+
+
+@pytest.mark.parametrize("tz, typed, sent, said", [
+    ("/usr/share/zoneinfo/Asia/Tokyo", "2027-01-05 09:00", "2027-01-05T09:00+09:00", "(/usr/share/zoneinfo/Asia/Tokyo)"),
+    (":/usr/share/zoneinfo/Asia/Tokyo", "2027-01-05 09:00", "2027-01-05T09:00+09:00", "(/usr/share/zoneinfo/Asia/Tokyo)"),
+    ("UTC-3", "2027-01-05 09:00", "2027-01-05T09:00+03:00", "(TZ=UTC-3)"),
+    ("Europe/Berlin", "2027-03-28 02:30", "2027-03-28T02:30+01:00", "does not exist on this clock"),
+    ("Europe/Berlin", "2027-10-31 02:30", "2027-10-31T02:30+02:00", "comes twice on this clock"),
+], ids=["a zone file's path, as date reads TZ", "the same with POSIX's leading colon",
+        "a POSIX rule is named as TZ gives it, not by its letters (UTC)",
+        "a time summer time skips is said", "a time summer time repeats is said"])
+def test_tz_as_date_reads_it_and_summer_times_edges(tz, typed, sent, said, monkeypatch, capsys):
+    from broker.cli import _on_this_clock
+
+    monkeypatch.setenv("TZ", tz)
+    __import__("time").tzset()
+    try:
+        assert _on_this_clock(typed, quiet=False) == sent
+    finally:
+        monkeypatch.delenv("TZ")
+        __import__("time").tzset()
+    assert said in capsys.readouterr().err
