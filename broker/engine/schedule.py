@@ -441,7 +441,7 @@ def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[in
     job up. A job that gives no length (``no_length``) is told what would let it take them: "may still take it"
     left its user to guess why this one did not."""
     said = []
-    hint = " (this one gives no `broker: expected_hours`)" if no_length else ""
+    hint = ", and this one gives no `broker: expected_hours`" if no_length else ""
     for pool, k in sorted(held_back.items()):
         free = len(free_slots.get(pool, ()))
         if not free:  # nothing kept from it there: the pool is full, which :func:`_pools_busy` says

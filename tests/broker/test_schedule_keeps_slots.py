@@ -71,7 +71,7 @@ def test_a_job_behind_a_waiting_2_slot_job_does_not_take_the_slot_it_waits_for(p
     assert isinstance(decided[head.id], Wait)
     assert decided[head.id].reason.endswith("; the 1 free GPU of pool dgx is kept for it meanwhile"), \
         decided[head.id].reason  # the head is told so too
-    for job, hint in ((longer, ""), (unknown, " (this one gives no `broker: expected_hours`)")):
+    for job, hint in ((longer, ""), (unknown, ", and this one gives no `broker: expected_hours`")):
         assert isinstance(decided[job.id], Wait), decided[job.id]
         assert decided[job.id].reason == (
             f"waiting: behind {head.id}, which needs 2 GPUs of pool dgx: the pool is full for this job until that one "
