@@ -36,8 +36,9 @@ def test_a_job_needing_more_slots_than_a_pool_has_free_says_the_pool_is_full_for
         engine.tick()
         waiting = store.get_job(four.id)
         assert waiting.state is JobState.QUEUED
-        assert waiting.reason == "waiting: pool dgx is full for it right now (3 slots free, the job needs 4)", \
-            waiting.reason
+        # and, as the pool's head, that its free GPUs are kept for it (broker/engine/schedule.py::_Kept)
+        assert waiting.reason == ("waiting: pool dgx is full for it right now (3 slots free, the job needs 4); the 3 "
+                                  "free GPUs of pool dgx are kept for it meanwhile"), waiting.reason
         _, starts = service.queue()
         assert four.id in starts, "no start estimate for a job the pool will take once the first one ends"
     finally:
