@@ -232,7 +232,7 @@ def _keep_for(job: Job, need: int, free: int, ends: Sequence[tuple[float | None,
 
 
 def _not_kept(job: Job, request: JobRequest, offers: Sequence[Offer], kept: Mapping[str, _Kept],
-              now: float, free_slots: Mapping[str, Sequence[int]] | None = None) -> tuple[list[Offer], dict[str, _Kept]]:
+              now: float, free_slots: Mapping[str, Sequence[int]]) -> tuple[list[Offer], dict[str, _Kept]]:
     """``offers`` less the on-prem shapes whose slots are kept for a job ahead of ``job`` (:class:`_Kept`) and that
     it may not take without delaying that job; and those reservations, by pool, for its reason. A pool with no slot
     free (``free_slots``) keeps nothing from it: its shapes stay, for the placement to say the pool is full — held
@@ -244,7 +244,7 @@ def _not_kept(job: Job, request: JobRequest, offers: Sequence[Offer], kept: Mapp
     left, held_back = [], {}
     for o in offers:
         k = kept.get(o.location) if o.tier is Tier.ONPREM else None
-        if free_slots is not None and k is not None and not free_slots.get(o.location):
+        if k is not None and not free_slots.get(o.location):
             k = None
         if k is not None and k.job_id != job.id and not (
                 (length is not None and now + length <= k.start) or slots_of(o) * request.num_nodes <= k.extra):
@@ -443,9 +443,7 @@ def _kept_words(held_back: Mapping[str, _Kept], free_slots: Mapping[str, list[in
     said = []
     hint = ", and this one gives no `broker: expected_hours`" if no_length else ""
     for pool, k in sorted(held_back.items()):
-        free = len(free_slots.get(pool, ()))
-        if not free:  # nothing kept from it there: the pool is full, which :func:`_pools_busy` says
-            continue
+        free = len(free_slots.get(pool, ()))  # never 0: a full pool keeps nothing from a job (:func:`_not_kept`)
         them = f"its {free} free {k.unit}{'s' if free != 1 else ''}"
         head = k.job_id if k.team == team else "a job of another team"
         behind = f"behind {head}, which needs {k.need} {k.unit}{'s' if k.need != 1 else ''} of pool {pool}"
