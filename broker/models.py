@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from functools import cache, cached_property
 from typing import Any
@@ -288,6 +289,12 @@ def event_for(job: Job, event: JobEvent, to_state: JobState, *, time: float, rea
         attempt=job.attempts or None,
         data=data or {},
     )
+
+
+def noted(events: Iterable[Event], name: str, job: Job) -> bool:
+    """Whether ``events`` already hold the note ``name`` of ``job``'s current attempt: for a note said once an
+    attempt, whichever broker saw it first (:func:`note_event` records the attempt)."""
+    return any(e.event == name and e.attempt == (job.attempts or None) for e in events)
 
 
 def note_event(job: Job, name: str, reason: str, *, time: float, actor: str, data: dict[str, Any] | None = None) -> Event:

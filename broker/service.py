@@ -28,7 +28,7 @@ from broker.engine.budget import attempt_limit, reserve_seconds
 from broker.engine.schedule import (SPOT_WAIT, Place, Wait, left_to_run, placeable, placeable_key, request_of,
                                     schedule_now)
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
-from broker.models import Attempt, Event, Job, event_for, note_event
+from broker.models import Attempt, Event, Job, event_for, note_event, noted
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import Waits, positions, waits, work_left_seconds
 from broker.runtime import validate_task
@@ -1445,8 +1445,7 @@ class BrokerService:
     def _outside_noted(self, job: Job) -> bool:
         """Whether this attempt of ``job`` already has its note of a checkpoint reported outside its base: one note
         an attempt, not one per commit of a run that saves every few minutes for days."""
-        return any(e.event == OUTSIDE_BASE_EVENT and e.attempt == (job.attempts or None)
-                   for e in self.store.events(job.id))
+        return noted(self.store.events(job.id), OUTSIDE_BASE_EVENT, job)
 
     @staticmethod
     def _outside_note(job: Job, point: dict[str, Any]) -> Event:

@@ -45,7 +45,7 @@ from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import RealTime, policy_input
 from broker.engine.workdir_refs import PackReferences
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
-from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_for, note_event
+from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_for, note_event, noted
 from broker.offers import market, matching_offers
 from broker.queue import expected_end
 from broker.sealing import Unsealable, open_task, redact, secret_values
@@ -867,7 +867,7 @@ class Engine:
         if outcome.event is None and attempt.id not in self._past_length_said and (
                 past := _past_length(job, now)) is not None:
             self._past_length_said.add(attempt.id)  # and said once an attempt, whichever engine saw it first:
-            if not any(e.event == PAST_LENGTH and e.attempt == job.attempts for e in self.store.events(job.id)):
+            if not noted(self.store.events(job.id), PAST_LENGTH, job):
                 notes.append(self._note(job, PAST_LENGTH, past, now, {"expected_hours": job.expected_hours}))
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
