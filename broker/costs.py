@@ -218,10 +218,13 @@ def billed_span(attempt: Attempt) -> tuple[int, int]:
 
 
 def ondemand_equivalent(attempt: Attempt, job: Job) -> Micros:
-    price = ondemand_price(attempt, job)
-    if price == attempt.price_per_hour:
-        return attempt.cost
-    return cost_for_seconds(price, billed_span(attempt)[1])
+    return _equivalent(attempt, ondemand_price(attempt, job), billed_span(attempt)[1])
+
+
+def _equivalent(attempt: Attempt, price: Micros, seconds: int) -> Micros:
+    """:func:`ondemand_equivalent` of ``attempt`` at the on-demand ``price``, over its billed ``seconds``: its own
+    cost where it ran at that price (what it was billed, to the micro-dollar), else that price for its span."""
+    return attempt.cost if price == attempt.price_per_hour else cost_for_seconds(price, seconds)
 
 
 def share(total: Micros, attempt: Attempt, a: float, b: float) -> Micros:
@@ -325,8 +328,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             price, known = _ondemand(att, job, tier)
             compared = compared or known
             start, seconds = billed_span(att)
-            # ondemand_equivalent, with the price and the span found once
-            equiv = att.cost if price == att.price_per_hour else cost_for_seconds(price, seconds)
+            equiv = _equivalent(att, price, seconds)  # ondemand_equivalent, the price and the span found once
             first, last = _days_of(day_starts, day_ends, start, seconds)
             cost_in = equiv_in = 0
             if first < last:
