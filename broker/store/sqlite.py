@@ -349,9 +349,7 @@ class SqliteStore:
                         continue
                     # the job as read is the job as stored (same version): its attempts are those of it, read as
                     # cost records (all that of_job and ledger_of read of them)
-                    tries = _cost_attempts([job], db.execute(
-                        f"SELECT job_id, json_extract(body, {_paths(_ATTEMPT_COST)}) FROM attempts WHERE job_id = ? "
-                        "ORDER BY n", (job.id,)).fetchall())[job.id]
+                    tries = _cost_attempts([job], self._attempt_rows([job.id]))[job.id]
                     totals.add(added, totals.of_job(job, tries))
                     for key, value in costs.ledger_of(job, tries).items():
                         ledger[key] = ledger.get(key, 0) + value
