@@ -32,7 +32,11 @@ def test_a_follower_goes_on_through_a_broker_restart_and_reads_the_job_to_its_en
     proc, http = broker(config())
     reader.join(120)
     assert not reader.is_alive() and not failed, failed
-    assert len(told) == 2 and "cannot reach the broker" in told[0] and told[1] is None, told
+    # told once that the broker went (as the client's error says it: refused between two polls, or, when the kill -9
+    # lands while a poll is in flight, the connection reset under it — both seen on a loaded host) and once it is back
+    assert len(told) == 2 and told[1] is None, told
+    assert "cannot reach the broker" in told[0] or (
+        "dropped before it answered" in told[0] and "Connection reset by peer" in told[0]), told
     seen = [int(s) for s in re.findall(r"^step (\d+)$", "".join(text), re.M)]
     assert seen and seen[-1] == 80 and seen == sorted(set(seen)), seen[-5:]
 
