@@ -17,10 +17,10 @@ import pytest
 from broker.engine.reconcile import committed_in_log
 from broker_testing import ADMIN, start_broker, wait_for
 from checkpoint.progress import UNDELIVERED_LINE
+from testports import free_port
 
 TRAINER = Path(__file__).with_name("trainer.py")
 H = {"Authorization": f"Bearer {ADMIN}"}
-PORTS = iter(range(18610, 18640))
 
 
 def config(price=None, grace=2):
@@ -45,7 +45,10 @@ def task(steps, pause, every, budget="5"):
 
 @pytest.fixture
 def broker(tmp_path):
-    procs, port = [], next(PORTS)
+    # a port of this worker's own slice (the broker restarts on it within the test): a fixed range, iterated afresh
+    # in each worker that imported this module (test_follow_through_restart.py imports the fixture), could hand two
+    # workers the same port at once
+    procs, port = [], free_port()
 
     def start(cfg):
         proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'r.db'}", port, config=cfg)

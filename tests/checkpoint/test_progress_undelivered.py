@@ -17,9 +17,9 @@ import pytest
 
 from checkpoint import progress
 from checkpoint.progress import UNDELIVERED_LINE, Reporter
+from testports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-PORTS = iter(range(18640, 18660))
 
 
 class Broker:
@@ -71,7 +71,7 @@ def wait_for(predicate, timeout: float = 10.0):
 
 @pytest.fixture
 def broker():
-    b = Broker(next(PORTS))
+    b = Broker(free_port())  # this worker's own slice: a fixed range collided with another test file's
     yield b
     b.stop()
 
