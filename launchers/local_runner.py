@@ -43,6 +43,7 @@ import fcntl
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -74,8 +75,12 @@ MIN_OUTPUT_CAP = 4096
 OUTPUT_LOG = "output.log"
 TAIL_PREFIX = OUTPUT_LOG + ".tail."  # + the offset in the whole output where the segment starts
 CAP_FILE = OUTPUT_LOG + ".cap"  # the cap, written once output was left out (for the line that says so)
-#: How long the runner waits, after a command exits, for the rest of its output (from what of it still runs).
+#: After a command exits, the runner reads on what a process of it left running (`cmd &`, a DataLoader's workers)
+#: still writes to its output until that output has been quiet this long, and at most ``PUMP_MAX_S``. Quiet is
+#: judged by the reading thread itself: a loaded host that let it fall behind (it had read only as far as a
+#: "step 6" line's predecessor when a fixed 2 s wait ran out) costs time, never lines already written.
 PUMP_LINGER_S = 2.0
+PUMP_MAX_S = 10.0
 #: The broker's own secrets, left out of a job's environment: a job here runs in the broker's environment (its
 #: PATH, its cloud's variables), and any team's ``run: env`` printed these into logs the team reads — the admin
 #: token, every team's token, the store's password, the key that seals every job's secrets. (Running as the broker's
@@ -379,13 +384,17 @@ class Runner:
                     break
                 finally:
                     os.close(write_end)
-                pump = threading.Thread(target=log.drain, args=(read_end,), name=f"output-{step}", daemon=True)
+                exited = threading.Event()
+                pump = threading.Thread(target=log.drain, args=(read_end, exited), name=f"output-{step}",
+                                        daemon=True)
                 pump.start()
                 if self.stop_reason is not None:
                     self._stop_child()  # the stop came while the command was being started
                 code = self.child.wait()
-                # the rest of its output; a process of it left running (`cmd &`) may hold the pipe: not waited for
-                pump.join(PUMP_LINGER_S)
+                # the rest of its output; a process of it left running (`cmd &`) may hold the pipe: read until it is
+                # quiet (the pump's own judgement, PUMP_LINGER_S), then not waited for
+                exited.set()
+                pump.join(PUMP_MAX_S + PUMP_LINGER_S)
                 if code < 0:
                     result.update(exit_code=128 - code, signal=-code)
                 else:
@@ -596,11 +605,32 @@ class CappedLog:
             except OSError:
                 pass
 
-    def drain(self, fd: int) -> None:
+    def drain(self, fd: int, exited: threading.Event | None = None) -> None:
         """Thread body: copy what comes from the pipe ``fd`` into the log until its end, then close it. Never
-        stops before the end: a job whose pipe was not read would hang."""
+        stops before the end while the command runs: a job whose pipe was not read would hang. Once ``exited`` is
+        set (the command has exited; a process it left may hold the pipe open), it stops at the end, or once nothing
+        came for ``PUMP_LINGER_S``, or ``PUMP_MAX_S`` after it saw the exit; what is already in the pipe is read
+        first whenever this thread gets to run."""
+        seen_exit = None
         try:
             while True:
+                if exited is not None and exited.is_set():
+                    now = time.monotonic()
+                    seen_exit = seen_exit or now
+                    if now - seen_exit >= PUMP_MAX_S:
+                        return
+                    wait = PUMP_LINGER_S
+                else:
+                    wait = 0.2 if exited is not None else None  # to notice the exit while a holder is silent
+                if wait is not None:
+                    try:
+                        ready, _, _ = select.select([fd], [], [], wait)
+                    except InterruptedError:
+                        continue
+                    if not ready:
+                        if seen_exit is not None:
+                            return  # quiet for PUMP_LINGER_S since the exit
+                        continue
                 try:
                     data = os.read(fd, 1 << 16)
                 except InterruptedError:
