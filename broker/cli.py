@@ -1151,10 +1151,10 @@ says where the job stands (:func:`_say_behind`): the engine ticks once a second 
 takes longer."""
 
 
-def _say_behind(con, client, job_id: str) -> None:
-    """After a submit, when other jobs wait ahead of it: how many, and where to see roughly when it starts. The submit's
-    answer holds no queue position (working it out on every submit would read the whole queue), so the job is read
-    once more; that read failing takes nothing from the submit, which was accepted.
+def _say_behind(con, client, job_id: str, *, since: int | None = 1) -> None:
+    """After a submit (or a resume), when other jobs wait ahead of it: how many, and where to see roughly when it
+    starts. The submit's answer holds no queue position (working it out on every submit would read the whole queue), so
+    the job is read once more; that read failing takes nothing from the submit, which was accepted.
 
     The position counts the whole queue, and the scheduler starts a job past those ahead of it that wait for capacity
     it can do without (best-effort FIFO, :mod:`broker.queue`): "2 jobs wait ahead of it" was said of a job that the
@@ -1164,7 +1164,11 @@ def _say_behind(con, client, job_id: str) -> None:
     more is said, as of a job first in line; still queued, how many wait ahead of it; not decided yet (an engine with
     long ticks, or none in this broker process), that it starts at the engine's next tick if capacity it can use is
     free. A job first in line that the engine left queued is said to be so, with its reason and rough start: it said
-    nothing, as of a job placed, while every slot it could use was full."""
+    nothing, as of a job placed, while every slot it could use was full.
+
+    ``since``: the store's version of the job that the command's own answer holds (1 for a submit; a resumed job's
+    is its version after the resume, written many times before), so that "decided" is a write after it. ``None`` (a
+    broker too old to say a version): decided at once, as a job whose reads hold no version is."""
     from broker.client import BrokerError
 
     def behind(job: dict) -> int | None:
@@ -1173,7 +1177,7 @@ def _say_behind(con, client, job_id: str) -> None:
         return position if job.get("state") == "queued" and isinstance(position, int) else None
 
     def decided(job: dict) -> bool:
-        return not isinstance(job.get("version"), int) or job["version"] > 1
+        return since is None or not isinstance(job.get("version"), int) or job["version"] > since
 
     try:
         job = client.job(job_id)
@@ -1911,7 +1915,11 @@ def cmd_resume(args) -> int:
     with _client(args) as client:
         job = _forced(lambda job_id, force: client.resume(job_id, force=force, envs=envs, secrets=secrets), "resume",
                       args.id, args.force)
-    _done(args, job, f"{job['id']}: {job['state']} — {job['reason']}")
+        _done(args, job, f"{job['id']}: {job['state']} — {job['reason']}")
+        if not args.json:  # where it stands once the engine has weighed it, as a submit says (a resumed job's
+            # answer, "queued — resumed by …", said neither its place in the queue nor roughly when it starts)
+            version = job.get("version")
+            _say_behind(_console(), client, job["id"], since=version if isinstance(version, int) else None)
     return 0
 
 

@@ -369,8 +369,8 @@ class Dispatcher:
         ])
 
     def _looked_at(self, who: Principal, job: Job) -> Job:
-        """``job``, just submitted, read again until this broker's engine has looked at it (written since the
-        submit's own write, the store's version 1: placed, or given a reason of its own), for at most
+        """``job``, just submitted or resumed, read again until this broker's engine has looked at it (written since
+        the command's own write, the version ``job`` holds: placed, or given a reason of its own), for at most
         :data:`SUBMIT_SETTLE_SECONDS`: its rough start is known only then, as ``broker submit`` waits for it
         (``broker.cli._say_behind``). The CLI said an estimated start; Slack's reply gave the position alone. A
         broker process that runs no engine (``engine: off``, an API worker beside another process's engine) does not
@@ -378,7 +378,8 @@ class Dispatcher:
         if not self.service.settings.engine:
             return job
         until = time.monotonic() + SUBMIT_SETTLE_SECONDS
-        while job.state is JobState.QUEUED and job.version <= 1 and time.monotonic() < until:
+        since = job.version
+        while job.state is JobState.QUEUED and job.version <= since and time.monotonic() < until:
             time.sleep(0.1)
             try:
                 job = self.service.get(who, job.id)
@@ -428,7 +429,13 @@ class Dispatcher:
                 blocks.section(f":warning: Not resumed: {text}"),
                 blocks.context(f"To run it again anyway: `{self.cfg.command} resume {job.id} force`"),
             ])
-        return self._done("Resumed", job)
+        # its place in the queue and rough start once the engine has weighed it, as a submit's reply says them:
+        # "Resumed … — queued" said neither
+        job = self._looked_at(who, job)
+        q = self.service.queue_waits(who, of=[job])
+        return Reply(f"Resumed {esc(job.id)}", [blocks.section(
+            f"Resumed `{esc(job.id)}`.\n"
+            + blocks.job_line(job, q.positions.get(job.id), q.starts.get(job.id), q.waiting.get(job.id)))])
 
     def _resumed_already(self, who: Principal, job: Job) -> Reply | None:
         """The answer to a resume of a job resumed since it ended (a second press of *Resume*, a colleague's): who
