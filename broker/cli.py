@@ -973,10 +973,11 @@ def _deadline_said(view: dict) -> str:
 
 def _deadline_moment(given: str) -> str:
     """``2026-12-07 08:00Z (in 16.0 h)``, or ``(2.5 h ago)`` once passed: a deadline as submit says it, and as
-    ``broker status ID`` says it (it printed the stored ISO text, ``2026-12-07T08:00:00Z``, with nothing from now)."""
+    ``broker status ID`` says it (it printed the stored ISO text, ``2026-12-07T08:00:00Z``, with nothing from now).
+    From 48 h away on, in days (``in 111 days``: a deadline months away read "in 2667.4 h"), either side of now."""
     from datetime import datetime
 
-    from broker.views import duration
+    from broker.views import far_duration as duration
 
     try:
         when = datetime.fromisoformat(given.replace("Z", "+00:00")).timestamp()
@@ -1001,6 +1002,7 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
     (a server on UTC) shows at once. A task file's ``broker.deadline`` is not read so: a file is shared and submitted
     from machines on other clocks, and one without its zone stays refused. Anything else is sent as given, for the
     broker to read or refuse."""
+    _date_or_time_alone(given)
     if given is None or not _ZONELESS_TIME.fullmatch(given):
         return given
     from datetime import datetime
@@ -1042,6 +1044,40 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
         print(f"note: --deadline {given.strip()} gives no time zone: read on this machine's clock "
               f"({clock}), as {sent}{_summer_time(moment, local) if named else ''}", file=sys.stderr)
     return sent
+
+
+_TIME_ALONE = re.compile(r"\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*")
+"""A deadline that is a time of day with no date: ``9:00``, ``18:30``."""
+_DATE_ALONE = re.compile(r"\s*\d{4}-\d{2}-\d{2}\s*")
+"""A deadline that is a date with no time of day: ``2026-12-07``."""
+
+
+def _date_or_time_alone(given: str | None) -> None:
+    """Refuse ``--deadline 9:00`` (a time with no date) and ``--deadline 2026-12-07`` (a date with no time), saying
+    what is missing and forms the CLI takes, on this machine's clock first (:func:`_on_this_clock`). The broker's
+    refusals were "must be an ISO time or a duration" for the one, and for the other a time *and* its timezone,
+    which the CLI does not need. The time's example is its next coming on this clock (today's, else tomorrow's)."""
+    from datetime import datetime, timedelta
+
+    from broker.client import BrokerError
+
+    if given is None:
+        return
+    shown = given.strip()
+    if (alone := _TIME_ALONE.fullmatch(given)) is not None:
+        hour, minute, second = (int(g) if g else 0 for g in alone.groups())
+        if hour > 23 or minute > 59 or second > 59:
+            return  # not a time of day: the broker's refusal says what it takes
+        now = datetime.now().astimezone()
+        at = now.replace(hour=hour, minute=minute, second=second, microsecond=0)
+        day = (at if at > now else at + timedelta(days=1)).date().isoformat()
+        clock = f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second else "")
+        raise BrokerError(0, f"--deadline '{shown}': a time needs its date: '{day} {clock}' (read on this machine's "
+                             f"clock), '{day}T{clock}Z' (UTC), or a duration such as '6h'", field="--deadline")
+    if _DATE_ALONE.fullmatch(given):
+        raise BrokerError(0, f"--deadline '{shown}': a date needs its time of day: '{shown} 18:00' (read on this "
+                             f"machine's clock), '{shown}T18:00Z' (UTC), or a duration such as '6h'",
+                          field="--deadline")
 
 
 def _summer_time(moment, local) -> str:

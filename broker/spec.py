@@ -1315,6 +1315,8 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
             try:
                 moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError:
+                if bounded and (alone := _time_alone(text, now)) is not None:
+                    raise SpecError(where, alone) from None
                 raise SpecError(where, f"must be an ISO time (2026-12-01T18:00:00Z) or a duration ({_DURATION_EXAMPLES})") from None
             seconds = _with_zone(moment, where, bounded).timestamp()
     else:
@@ -1325,6 +1327,33 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
     if bounded and seconds > now + MAX_DEADLINE_DAYS * 86400:
         raise SpecError(where, f"is more than {MAX_DEADLINE_DAYS} days away; leave it out for a job with no deadline")
     return seconds
+
+
+_TIME_ALONE = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(Z|[+-]\d{2}:?\d{2})?", re.I)
+"""A time of day with no date, its offset or not: ``9:00``, ``18:30Z``, ``09:00+01:00``."""
+
+
+def _time_alone(text: str, now: float) -> str | None:
+    """Why ``text``, a time of day with no date (``9:00``), is refused, with the form that gives it: its next
+    coming after ``now`` (on its offset's clock, else UTC's), which "must be an ISO time or a duration" left to be
+    worked out. ``None`` for anything else."""
+    alone = _TIME_ALONE.fullmatch(text)
+    if alone is None:
+        return None
+    hour, minute, second = (int(g) if g else 0 for g in alone.groups()[:3])
+    offset = (alone[4] or "Z").upper()
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    try:
+        zone = timezone.utc if offset == "Z" else datetime.fromisoformat(f"2000-01-01T00:00{offset}").tzinfo
+        today = datetime.fromtimestamp(now, zone)
+    except (ValueError, OverflowError, OSError):
+        return None
+    at = today.replace(hour=hour, minute=minute, second=second, microsecond=0)
+    day = datetime.fromtimestamp(at.timestamp() + (0 if at > today else 86400), zone).date().isoformat()
+    clock = f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second else "")
+    return (f"is a time alone ({text}): give its date too, such as {day}T{clock}{offset}, or a duration from now "
+            "such as 6h")
 
 
 def _span(seconds: float) -> str:

@@ -46,6 +46,21 @@ def duration(seconds: int | float) -> str:
     return f"{tenths // 10}.{tenths % 10} h"
 
 
+DAYS_FROM_HOURS = 48
+"""From this many hours on, :func:`far_duration` says a span in days: a deadline months away read "in 2667.4 h"."""
+
+
+def far_duration(seconds: int | float) -> str:
+    """A span from now to a moment that may be months away (a deadline), as :func:`duration` says it below
+    :data:`DAYS_FROM_HOURS` hours (``16.0 h``, ``47.9 h``) and in days from there: to a tenth, rounded down as the
+    hours are, under ten days (``2 days``, ``2.5 days``), in whole days from ten (``111 days``)."""
+    seconds = int(seconds)
+    if seconds < DAYS_FROM_HOURS * 3600:
+        return duration(seconds)
+    days, tenth = divmod(seconds // 8640, 10)
+    return f"{days} days" if days >= 10 or not tenth else f"{days}.{tenth} days"
+
+
 MANY_TIMES = 10
 """Past this many times the on-demand cost, a share of it is said as "over 10 times": a job whose on-demand
 equivalent is a few micro-dollars read "paid $0.0045 (449900%) more"."""

@@ -7,6 +7,7 @@ system's zone) and sends it with that moment's offset, saying so on stderr; a `T
 """
 
 import json
+import re
 import signal
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -120,3 +121,66 @@ def test_tz_as_date_reads_it_and_summer_times_edges(tz, typed, sent, said, monke
         monkeypatch.delenv("TZ")
         __import__("time").tzset()
     assert said in capsys.readouterr().err
+
+
+# -- a deadline far off, in days --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hours, said", [
+    pytest.param(16, "16.0 h", id="16 h away is said in hours, as before"),
+    pytest.param(47.99, "47.9 h", id="just under 48 h is still hours, rounded down"),
+    pytest.param(48, "2 days", id="48 h is 2 days, with no .0"),
+    pytest.param(60, "2.5 days", id="60 h is 2.5 days, to a tenth under ten days"),
+    pytest.param(239.9, "9.9 days", id="under ten days, rounded down like the hours"),
+    pytest.param(2667.4, "111 days", id="months away is whole days, not 2667.4 h"),
+])
+def test_a_far_span_is_said_in_days_and_a_near_one_in_hours(hours, said):
+    from broker.views import far_duration
+
+    assert far_duration(hours * 3600) == said
+
+
+def test_a_deadline_months_away_is_said_in_days_either_side_of_now(cli):
+    """A deadline months away read "(in 2667.4 h)" at submit and in `broker status ID`."""
+    from broker.cli import _deadline_moment
+
+    run, task = cli
+    r = run("submit", str(task), "--budget", "5", "--deadline", "111d1h", "--dry-run")
+    assert re.search(r"deadline \d{4}-\d\d-\d\d \d\d:\d\dZ \(in 111 days\)", r.stdout), r.stdout
+    past = datetime.now(timezone.utc) - timedelta(days=111, hours=1)
+    assert _deadline_moment(past.isoformat()) == f"{past:%Y-%m-%d %H:%M}Z (111 days ago)"
+    soon = datetime.now(timezone.utc) + timedelta(hours=60, minutes=5)
+    assert _deadline_moment(soon.isoformat()).endswith("(in 2.5 days)")
+
+
+# -- a time alone, a date alone -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typed, said", [
+    pytest.param("9:00", r"--deadline '9:00': a time needs its date: '(\d{4}-\d\d-\d\d) 09:00' \(read on this "
+                         r"machine's clock\), '\1T09:00Z' \(UTC\), or a duration such as '6h'",
+                 id="a time alone is asked for its date, its next coming shown"),
+    pytest.param("2026-12-07", r"--deadline '2026-12-07': a date needs its time of day: '2026-12-07 18:00' \(read on "
+                               r"this machine's clock\), '2026-12-07T18:00Z' \(UTC\), or a duration such as '6h'",
+                 id="a date alone is asked for its time of day, not for a timezone the CLI does not need"),
+])
+def test_a_time_or_a_date_alone_says_what_is_missing_and_a_form_taken(cli, typed, said):
+    """`--deadline 9:00` was refused "must be an ISO time (2026-12-01T18:00:00Z) or a duration (...)"."""
+    run, task = cli
+    r = run("submit", str(task), "--budget", "5", "--deadline", typed, check=False)
+    assert r.returncode == 1 and re.fullmatch(f"error: {said}\n", r.stderr), r.stderr
+    r = run("--json", "submit", str(task), "--budget", "5", "--deadline", typed, "--dry-run", check=False)
+    error = json.loads(r.stdout)
+    assert r.returncode == 1 and error["field"] == "--deadline" and re.fullmatch(said, error["error"]), r.stdout
+
+
+def test_the_api_refuses_a_time_alone_naming_the_field_and_its_next_date(cli, tmp_path):
+    """A task file's `broker.deadline: '9:00'`, read by the broker: its 422 names the field and gives a date."""
+    run, _ = cli
+    task = tmp_path / "alone.yaml"
+    task.write_text("name: due\nresources: {cpus: 1}\nrun: sleep 600\nbroker: {deadline: '9:00'}\n")
+    r = run("--json", "submit", str(task), "--budget", "5", "--dry-run", check=False)
+    error = json.loads(r.stdout)
+    assert (r.returncode, error["status"], error["field"]) == (1, 422, "broker.deadline"), r.stdout
+    assert re.fullmatch(r"broker\.deadline: is a time alone \(9:00\): give its date too, such as "
+                        r"\d{4}-\d\d-\d\dT09:00Z, or a duration from now such as 6h", error["error"]), error
