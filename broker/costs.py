@@ -460,6 +460,33 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
     }
 
 
+def billed_in(spans: Iterable[tuple[int, int, Micros]], win: Window) -> Micros:
+    """What the billed ``spans`` (each ``(start, seconds, cost)``: :func:`span_of` an attempt) cost in ``win``: each
+    one's ``F(until) - F(since)`` (:func:`_part`). The report's share of an attempt in its window to the
+    micro-dollar: its days add up to that, the days before the span holding 0 and those after it the whole."""
+    return sum(_part(cost, start, seconds, win.until) - _part(cost, start, seconds, win.since)
+               for start, seconds, cost in spans)
+
+
+def span_of(attempt: Attempt | CostAttempt) -> tuple[int, int, Micros]:
+    """``(start, seconds billed, cost)``: all :func:`billed_in` needs of an attempt, as it stands now."""
+    return (*billed_span(attempt), attempt.cost)
+
+
+def ledger_spent(ledger: PrunedCosts | None, win: Window, team: str | None) -> Micros:
+    """What the pruned-cost ledger adds to a report's spend in ``win`` for ``team`` (``None``: every team): its
+    buckets whose hour begins in the window, as :func:`report` counts them."""
+    return sum(cost for who, _, hour, cost, _ in (ledger.buckets if ledger is not None else ())
+               if win.since <= hour < win.until and (team is None or who == team))
+
+
+def spent(jobs: Iterable[Job | CostJob], attempts: Mapping[str, Sequence[Attempt | CostAttempt]], *, win: Window,
+          team: str | None, ledger: PrunedCosts | None) -> Micros:
+    """:func:`report`'s ``totals.spent`` alone, in micro-dollars, from the same arguments (``jobs`` as :func:`gather`
+    reads them): what a team's monthly cap weighs (``broker/team_budget.py``), without the rest of the report."""
+    return sum(billed_in(map(span_of, attempts.get(j.id, ())), win) for j in jobs) + ledger_spent(ledger, win, team)
+
+
 def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
     """One job, all time: spend, on-demand equivalent and saving, plus each attempt's part."""
     rows = []

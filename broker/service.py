@@ -432,19 +432,22 @@ class BrokerService:
     def _capped(self, team: str) -> bool:
         return team in self.settings.teams and self.settings.teams[team].monthly_budget is not None
 
-    def team_standing(self, team: str, now: float) -> TeamMonth | None:
+    def team_standing(self, team: str, now: float, *, spent: int | None = None) -> TeamMonth | None:
         """Where ``team`` stands against its monthly cap (:mod:`broker.team_budget`); ``None`` when it has none. Its
         jobs not ended are read before its spend, so spending between the two reads is counted twice (never in
-        neither): the standing errs toward less free."""
+        neither): the standing errs toward less free. ``spent``: the team's spend this month where the caller read
+        it already (``/metrics``, from the cost records its scrape reads: read before the jobs, it may err toward
+        more free, which a gauge may and an admission must not), else it is read here: the month's cost report's
+        total (:func:`broker.costs.spent`: the report's figure, without the rest of the report)."""
         if not self._capped(team):
             return None
         cap = self.settings.teams[team].monthly_budget
         jobs = self.store.list_jobs(team=team, active_since=now, limit=100_000)  # those not final (and a few more)
         month = month_of(now)
-        win = costs.Window(month.since, month.until, month.name)
-        history = costs.gather(self.store, team=team, win=win, retention_days=self.settings.job_retention_days)
-        spent = costs.report(history.jobs, history.attempts, win=win, now=now, positions={}, team=team,
-                             ledger=history.ledger)["totals"]["spent"]["micros"]
+        if spent is None:
+            win = costs.Window(month.since, month.until, month.name)
+            history = costs.gather(self.store, team=team, win=win, retention_days=self.settings.job_retention_days)
+            spent = costs.spent(history.jobs, history.attempts, win=win, team=team, ledger=history.ledger)
         return team_month(team, cap, month, jobs, spent)
 
     def _sealed(self, spec: dict[str, Any], job_id: str, *, create: bool = True) -> dict[str, Any]:
