@@ -33,6 +33,7 @@ from broker.api.probe import StoreProbe
 from broker.config import Settings
 from broker.lifecycle import AttemptState, JobState
 from broker.store import Pruned, StoreUnavailable
+from broker.team_budget import Month, month_of
 
 ENDED_ATTEMPT_STATES = tuple(s.value for s in AttemptState if s.is_final)
 """The ``state`` label values of ``broker_attempts_ended_total``: each team has every one from the first scrape."""
@@ -67,21 +68,47 @@ class _JobFigures:
     queued_since: float = 0.0  # submitted, or requeued: its last attempt's end (broker_queue_oldest_seconds)
     budget: int = 0  # micro-dollars
     spent: int = 0
+    month: str = ""  # the calendar month (UTC) ``month_spent`` is of: the one it was read in; "" for no capped team's
+    month_spent: int = 0  # micro-dollars its attempts cost in ``month``, as its team's cost report counts them
 
 
-def _figures(job, tries) -> _JobFigures:
+def _figures(job, tries, month: Month | None = None) -> _JobFigures:
+    """``month``: the month of the read, for a job of a capped team (``broker_team_month_spent_dollars``)."""
     tries = list(tries)
     ends = [a.ended_at for a in tries if a.ended_at is not None]
+    month_name, month_spent = (month.name, _spent_in_month(job, tries, month)) if month is not None else ("", 0)
     return _JobFigures(
         state=job.state.value, team=job.team, totals=tuple(totals.of_job(job, tries).items()),
         ended=bool(job.state.is_final or getattr(job.state, "foreign", False)),
         # when it last entered the queue; a job stored before that was kept: submitted, or requeued at its last end
         queued_since=float(job.queued_at) if job.queued_at is not None else max([float(job.submitted_at), *ends]),
-        budget=int(job.budget or 0), spent=int(job.spent or 0))
+        budget=int(job.budget or 0), spent=int(job.spent or 0),
+        month=month_name, month_spent=month_spent)
+
+
+def _spent_in_month(job, tries, month: Month) -> int:
+    """What ``job``'s attempts cost in ``month`` as its team's cost report for the month counts it: a job is in the
+    report's read (:func:`broker.costs.gather`: ``JobStore.cost_history``) when it is not final or was updated since
+    the month began, and was submitted before it ended; then its attempts' share of the month
+    (:func:`broker.costs.billed_in`). Kept with the job's figures, it holds for every later scrape of the same month:
+    a job not final is read again at every scrape, and a final one at every scrape until one after its last update
+    (its ``updated_at`` at or after the listing's ``since``): so it was last read in the month of that update or
+    later, and in any month after the one it was last read in, the report leaves it out (updated before the month
+    began), which is the 0 a figure of another month stands for (:meth:`StoreCollector._month_spent`)."""
+    final = bool(getattr(job.state, "is_final", False))  # a newer broker's state: not final, as the store filters
+    if final and (job.updated_at is None or job.updated_at < month.since) or job.submitted_at >= month.until:
+        return 0
+    return costs.billed_in(map(costs.span_of, tries), costs.Window(month.since, month.until, month.name))
 
 
 NEAR_BUDGET = 0.8
 """``broker_jobs_near_budget`` counts the jobs not ended that have spent at least this share of their budget."""
+
+
+def capped_teams(settings) -> frozenset[str]:
+    """The teams the config gives a monthly cap (``teams.<team>.monthly_budget_usd``)."""
+    teams = getattr(settings, "teams", None) or {}
+    return frozenset(t.name for t in teams.values() if t.monthly_budget is not None)
 
 
 def configured_places(settings) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
@@ -137,11 +164,15 @@ class StoreCollector:
         # the configured teams: each has its series from the start, at 0, not only once it has a job — without them
         # increase(broker_spend_dollars_total[1h]) missed a team's first spend, and its panels read "no data"
         self.teams = tuple(teams)
+        # the teams with a monthly cap: each job of theirs is kept with what it cost in the month it was read in, so
+        # that a scrape's broker_team_month_spent_dollars is summed from the records it reads anyway
+        self.capped = capped_teams(settings if settings is not None else getattr(service, "settings", None))
         self.engine_of = engine_of
         self.clock = getattr(service, "clock", time.time)  # the clock that stamps updated_at
         self._figures: dict[str, _JobFigures] = {}
         self._pruned_jobs: int | None = None  # the store's count of pruned jobs as of the figures
         self._read_at: float | None = None
+        self._month: Month | None = None  # the month of the last read: that of each job read then not final
         self._lock = threading.Lock()
         # a store that stalls without refusing (a Redis paused, packets dropped) held a scrape for the client's socket
         # timeout, 10 s, Prometheus's own scrape timeout: the target read as down (BrokerDown) and broker_store_up
@@ -158,6 +189,7 @@ class StoreCollector:
         with self._lock:  # one refresh at a time; scrapes are rare
             now = self.clock()
             since = None if self._read_at is None else self._read_at - self.SKEW_S
+            self._month = month_of(now)
             live = {i for i, f in self._figures.items() if not f.ended}
             # a page at a time, each job as its cost record (JobStore.cost_page: only what of_job reads): read whole,
             # the first scrape of a store of 50,000 jobs held every job and attempt at once (about 1 GB more, kept
@@ -166,7 +198,7 @@ class StoreCollector:
             while True:
                 jobs, attempts = store.cost_page(limit=self.PAGE, active_since=since, before=before)
                 for j in jobs:
-                    self._figures[j.id] = _figures(j, attempts[j.id])
+                    self._figures[j.id] = self._figures_of(j, attempts[j.id])
                     live.discard(j.id)
                 if len(jobs) < self.PAGE:
                     break
@@ -191,7 +223,10 @@ class StoreCollector:
         for i in range(0, len(ids), self.PAGE):
             jobs, attempts = store.cost_records(ids[i:i + self.PAGE])
             for j in jobs:
-                self._figures[j.id] = _figures(j, attempts[j.id])
+                self._figures[j.id] = self._figures_of(j, attempts[j.id])
+
+    def _figures_of(self, job, tries) -> _JobFigures:
+        return _figures(job, tries, self._month if job.team in self.capped else None)
 
     def _settle(self, store) -> Pruned | None:
         """The pruned totals, with the figures of every job pruned until they were read dropped."""
@@ -242,12 +277,16 @@ class StoreCollector:
             spent.add_metric([team], spends[team] / 1_000_000)
         yield from (oldest, near, budget, spent)
 
-    def _caps(self):
+    def _caps(self, figures: list[_JobFigures], settled: bool):
         """Each team with a monthly cap: the cap, this month's spend and what its jobs not ended hold (what
-        :mod:`broker.team_budget` weighs at admission), so an alert can fire before a team's submits are refused."""
-        settings = getattr(self.service, "settings", None)
-        capped = sorted(t.name for t in (settings.teams.values() if settings else ()) if t.monthly_budget is not None)
-        if not capped:
+        :mod:`broker.team_budget` weighs at admission), so an alert can fire before a team's submits are refused.
+
+        The spend is the team's cost report's total for the month (``service.team_standing``), summed from the cost
+        records this scrape read (each job's share of the month, kept with its figures: :func:`_spent_in_month`) and
+        the pruned-cost ledger of the month, read once for every team: a cost report's read of the month per capped
+        team was a scan of the jobs at every scrape. When this scrape's read was of another month (a scrape at
+        midnight on the 1st), or left prunes unsettled, the standing reads the spend itself, as admission does."""
+        if not self.capped:
             return
         families = {
             "cap": GaugeMetricFamily("broker_team_monthly_cap_dollars", "A team's monthly_budget_usd.",
@@ -258,12 +297,26 @@ class StoreCollector:
                                       "not ended: what they may still spend.", labels=["team"]),
         }
         now = self.clock()
-        for team in capped:
-            standing = self.service.team_standing(team, now)
+        spent = self._month_spent(figures, month_of(now)) if settled else {}
+        for team in sorted(self.capped):
+            standing = self.service.team_standing(team, now, spent=spent.get(team))
             families["cap"].add_metric([team], standing.cap / 1_000_000)
             families["spent"].add_metric([team], standing.spent / 1_000_000)
             families["held"].add_metric([team], standing.held / 1_000_000)
         yield from families.values()
+
+    def _month_spent(self, figures: list[_JobFigures], month: Month) -> dict[str, int]:
+        """Each capped team's spend in ``month`` (micro-dollars), from the figures held and the pruned-cost ledger;
+        empty when the last read was of another month (each job not final was read then)."""
+        if self._month is None or self._month.name != month.name:
+            return {}
+        win = costs.Window(month.since, month.until, month.name)
+        out = dict.fromkeys(self.capped, 0)
+        for f in figures:
+            if f.team in out and f.month == month.name:  # (a figure of an earlier month: a job the report leaves out)
+                out[f.team] += f.month_spent
+        ledger = self.service.store.pruned_costs(team=None, since=month.since, until=month.until)
+        return {team: n + costs.ledger_spent(ledger, win, team) for team, n in out.items()}
 
     def collect(self):
         up = GaugeMetricFamily("broker_store_up", "1 when this scrape could read the store, else 0 (the figures "
@@ -297,7 +350,7 @@ class StoreCollector:
                 by_state.add_metric([st.value, team], counts.get((st.value, team), 0))
         yield by_state
         yield from self._live(figures, teams)
-        yield from self._caps()
+        yield from self._caps(figures, pruned is not None)
 
         if pruned is not None:  # else left out this once: a sum without the jobs pruned meanwhile would fall
             spend = CounterMetricFamily("broker_spend_dollars", "Cost accrued by all attempts, by team and tier.",
