@@ -1879,13 +1879,17 @@ def cmd_cancel(args) -> int:
 def _cancel_picks(client, args) -> list[str] | None:
     """The ids of the jobs ``cancel --name``/``--all`` matches (not ended, newest first), once the user has said yes
     to them on a terminal (``--yes``: without asking); ``None`` when the user says no. An admin's ``--all`` without
-    ``--team`` is refused by the broker before anything is listed or asked."""
+    ``--team`` is refused before anything is listed or asked, as the broker refuses ``{"all": true}`` alone: the
+    token is asked who it is (``GET /v1/whoami``). Guessed from the teams of the jobs listed, it was refused only
+    while two teams had jobs not ended, and with one team's it cancelled them unnamed. A broker too old to say is
+    still judged by those teams."""
+    if args.all and not args.team:
+        me = client.whoami()
+        if me is not None and me.get("admin"):
+            _refuse_all_alone()
     jobs, _ = client.all_jobs(state=",".join(LIVE_STATES), team=args.team, name=args.name)
     if args.all and not args.team and len({j["team"] for j in jobs}) > 1:  # an admin's token: a team's sees its own
-        from broker.client import BrokerError
-
-        raise BrokerError(422, "team: an admin cancelling all must name the team (--team T): all, alone, would "
-                               "cancel every team's jobs", field="team")
+        _refuse_all_alone()
     if not jobs or args.yes:
         return [j["id"] for j in jobs]
     shown = ", ".join(f"{j['id']} ({j['name']})" for j in jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5
@@ -1900,6 +1904,13 @@ def _cancel_picks(client, args) -> list[str] | None:
     print(f"cancel {'them' if len(jobs) != 1 else 'it'}? [y/N] ", end="", file=sys.stderr, flush=True)
     answer = sys.stdin.readline()  # "" at the end of input: no
     return [j["id"] for j in jobs] if answer.strip().lower() in ("y", "yes") else None
+
+
+def _refuse_all_alone() -> None:
+    from broker.client import BrokerError
+
+    raise BrokerError(422, "team: an admin cancelling all must name the team (--team T): all, alone, would cancel "
+                           "every team's jobs", field="team")
 
 
 def _cancel_summary(args, cancelled: int, ended: int, refused: int) -> str:

@@ -330,6 +330,15 @@ class BrokerClient:
             if not cursor:
                 return jobs, True
 
+    def whoami(self) -> dict | None:
+        """``{"name", "team", "admin"}``: who this client's token is; ``None`` from a broker too old to say (404)."""
+        try:
+            return self._call("GET", "/v1/whoami")
+        except BrokerError as exc:
+            if exc.status in (404, 405):
+                return None
+            raise
+
     def job(self, job_id: str) -> dict:
         return self._call("GET", _job_path(job_id))
 

@@ -33,7 +33,8 @@ from broker.api.probe import StoreProbe
 from broker.api.query import API_PREFIX, JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
 from broker.api.schema import (BUDGET, CANCEL_MANY, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, CancelBatchOut,
                                DryRunOut, EventList,
-                               Health, JobList, JobOut, LogsOut, ProgressAck, WorkdirLimits, WorkdirOut, answers, errors, ok)
+                               Health, JobList, JobOut, LogsOut, ProgressAck, WhoAmI, WorkdirLimits, WorkdirOut, answers,
+                               errors, ok)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
@@ -315,6 +316,13 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         """Readiness: 200 when the store answers, else 503 (a start-up probe waits for it)."""
         probe.look()
         return {"ok": True, "engine": eng is not None, "store": "ok"}
+
+    @app.get("/v1/whoami", tags=["ops"], **answers(WhoAmI, 401))
+    def whoami(caller: Caller) -> dict:
+        """Who the token is: its team, or the admin. The CLI asks before an admin's ``cancel --all``: guessed from
+        the teams of the jobs listed, an admin's ``--all`` without ``--team`` was refused only while two teams had
+        jobs not ended, and with one it cancelled that team's jobs unnamed."""
+        return {"name": caller.name, "team": caller.team, "admin": caller.admin}
 
     @app.post("/v1/jobs", status_code=201, tags=["jobs"], openapi_extra=TASK,
               responses={**ok(JobOut, "the job, queued", status=201),

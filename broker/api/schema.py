@@ -189,6 +189,12 @@ class Health(BaseModel):
     store: str = Field(description="'ok', or why the store did not answer")
 
 
+class WhoAmI(BaseModel):
+    name: str = Field(description="who the token is: 'admin', or 'team:<team>'")
+    team: str | None = Field(description="the caller's team; null for an admin, who sees every team")
+    admin: bool = Field(description="whether the token is the admin's")
+
+
 class WorkdirOut(BaseModel):
     """An uploaded workdir pack (a tar.gz of the task's directory), named by its content's SHA-256."""
 

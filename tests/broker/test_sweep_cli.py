@@ -4,6 +4,7 @@ runs listed and cancelled by the start of their names, several states at once, a
 import json
 import signal
 
+import httpx
 import pytest
 
 from broker_testing import ADMIN, cli_runner, start_broker
@@ -144,6 +145,20 @@ def test_cancel_all_takes_the_callers_team_and_an_admin_must_name_one(cli):
     r = team_run("cancel", "--all", "--team", "nlp", "--yes", check=False)  # not its team
     assert r.returncode == 1 and "you can see only your team's jobs (vision)" in r.stderr
     assert run("cancel", "--all", "--team", "nlp", "--yes").stdout.splitlines()[-1] == "cancelled 1 job"
+
+
+def test_an_admins_cancel_all_without_a_team_is_refused_while_one_team_alone_has_jobs(cli):
+    """With one team's jobs not ended, the admin's `cancel --all --yes` cancelled them, unnamed: the CLI guessed the
+    admin from two teams in the list. It now asks the broker who the token is (`GET /v1/whoami`)."""
+    run, task = cli
+    mine = _submit(run, task, "v1", "v2", team="vision")
+    r = run("cancel", "--all", "--yes", check=False)
+    assert r.returncode == 1 and "an admin cancelling all must name the team (--team T)" in r.stderr, r.stderr
+    assert {json.loads(run("--json", "status", j).stdout)["state"] for j in mine} == {"queued"}
+    assert httpx.get(f"{run.url}/v1/whoami", headers={"Authorization": "Bearer vision-token"}).json() == {
+        "name": "team:vision", "team": "vision", "admin": False}
+    assert cli_runner(run.url, token="vision-token")("cancel", "--all", "--yes").stdout.splitlines()[-1] == \
+        "cancelled 2 jobs"
 
 
 @pytest.mark.parametrize("argv, says", [
