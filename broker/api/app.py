@@ -317,7 +317,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         probe.look()
         return {"ok": True, "engine": eng is not None, "store": "ok"}
 
-    @app.get("/v1/whoami", tags=["ops"], **answers(WhoAmI, 401))
+    @app.get("/v1/whoami", tags=["ops"], **answers(WhoAmI, 401, 422))
     def whoami(caller: Caller) -> dict:
         """Who the token is: its team, or the admin. The CLI asks before an admin's ``cancel --all``: guessed from
         the teams of the jobs listed, an admin's ``--all`` without ``--team`` was refused only while two teams had

@@ -81,6 +81,7 @@ OPERATIONS = [
     "POST /v1/jobs/{job_id}/progress",
     "GET /v1/jobs/{job_id}/metrics", "POST /v1/admin/faults", "GET /v1/zones", "GET /v1/costs",
     "GET /v1/costs/jobs/{job_id}", "GET /v1/workdirs", "GET /v1/workdirs/{digest}", "PUT /v1/workdirs/{digest}",
+    "GET /v1/whoami",
     "POST /v1/jobs/cancel",  # last: it may cancel the world's jobs that the operations before it read
 ]
 
