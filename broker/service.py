@@ -1170,6 +1170,8 @@ class BrokerService:
             if only_up and new_budget <= job.budget:
                 raise Conflict(f"the budget is already {fmt_limit(job.budget)}, not below {fmt_limit(new_budget)}",
                                field="budget_usd")
+            if new_budget == job.budget:  # nothing to change: no write, and no "budget $0.20 → $0.20" event
+                return job
             changed = replace(job, budget=new_budget)
             if job.state is JobState.QUEUED and new_budget < job.budget:
                 # the scheduler stops a queued job whose budget cannot start it: the lowered budget stopped the job at

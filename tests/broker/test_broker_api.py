@@ -71,6 +71,18 @@ def test_a_budget_with_more_than_cents_is_shown_as_set_and_its_raise_names_both_
     assert any("budget $12.345 → $20.0001" in m for m in said), said
 
 
+def test_a_budget_set_to_what_it_is_already_writes_nothing_and_says_no_change(client):
+    """`broker budget J 0.2` twice logged "budget $0.20 → $0.20" the second time (and two concurrent raises to one
+    figure, one such event each)."""
+    job = client.post("/v1/jobs", json={**TASK, "broker": {"budget_usd": "5"}}, headers=auth()).json()
+    for _ in range(2):
+        r = client.post(f"/v1/jobs/{job['id']}/budget", json={"budget_usd": "7.50"}, headers=auth())
+        assert r.status_code == 200 and r.json()["budget"]["usd"] == "$7.50", r.text
+    changes = [e["reason"] for e in client.get(f"/v1/jobs/{job['id']}/events", headers=auth()).json()["events"]
+               if e["event"] == "budget_changed"]
+    assert len(changes) == 1 and "budget $5.00 → $7.50" in changes[0], changes
+
+
 def test_submit_yaml_text_is_accepted(client):
     yaml_text = "name: y\nrun: echo hi\nresources: {cpus: 1}\n"
     r = client.post("/v1/jobs", content=yaml_text, headers={**auth(), "Content-Type": "application/yaml"})
