@@ -1556,8 +1556,10 @@ def _next_step(job: dict) -> str | None:
                 f"continues it {where}")
     keep = f" (with broker.checkpoint: {job['checkpoint_uri']} to continue from step {point})" \
         if point is not None and job.get("checkpoint_uri") else ""
-    return (f"a failure of the job's own: fix it and submit again{keep}; `broker resume {jid} --force` runs it "
-            "again unchanged, which fails the same way unless what it depends on outside the task changed")
+    # "--force runs it again unchanged" was not so: a workdir on the broker's host is read anew at each attempt
+    return (f"a failure of the job's own: fix what made it fail, then `broker resume {jid} --force` continues it "
+            f"{where} with the code as it is then (a workdir on the broker's host is read anew at each attempt); "
+            f"an uploaded workdir stays as it was: submit again{keep}")
 
 
 def _spent_of(job: dict) -> tuple[str, str]:

@@ -12,7 +12,8 @@ that matches wins over every shipped one. Pure, except :class:`RuleBook`, which
 reads that file.
 
 A rule's sentence may use ``{step}`` (the last training step the log or the
-progress reports show, whichever is later), ``{batch_size}``, ``{path}`` (a path or URL in the
+progress reports show, whichever is later), ``{at_step}`` (" after step 30 (the last the job reported)": never
+"at step", as that step is the last the job showed, not the one it failed at), ``{batch_size}``, ``{path}`` (a path or URL in the
 matched line), ``{code}``, ``{signal}``, ``{ended}`` ("exited with code 3", "was killed by
 signal 6 (SIGABRT)"), ``{what}`` ("The job", or "The setup command" when the task's setup
 failed), ``{command_said}`` ("The run command", or "The setup command") and ``{command_word}`` ("run",
@@ -36,7 +37,7 @@ from broker.spec import unknown_key_hint
 
 INFRASTRUCTURE = frozenset({"preempted", "node_lost", "stalled", "budget_stop", "cancelled", "nccl_network", "deadline",
                             "cuda_error", "terminated", "interrupted", "port_in_use", "network_error", "gpu_unavailable",
-                            "mount_busy"})
+                            "mount_busy", "checkpoint_location"})
 """Classes that are not the user's code: a resume needs no confirmation."""
 
 
@@ -122,9 +123,9 @@ CRASH_HINT = ("Usually native code: a torch/CUDA build that does not match the n
               "the log's last lines show what it was doing.")
 PORT_HINT = ("On a shared host another job may hold it: give each job its own port (torchrun --master_port), or "
              "--standalone for one node, and resume.")
-TERMINATED = ("{what} was stopped by SIGTERM{at_step}, which the broker did not send: most likely the node was "
+TERMINATED = ("{what} was stopped{at_step} by SIGTERM, which the broker did not send: most likely the node was "
               "shutting down, or a person or process on it stopped the job.")
-INTERRUPTED = "{what} was interrupted by SIGINT{at_step} (what Ctrl-C sends), which the broker did not send."
+INTERRUPTED = "{what} was interrupted{at_step} by SIGINT (what Ctrl-C sends), which the broker did not send."
 TERMINATED_HINT = "Not the job's own error: resume it to continue from its last checkpoint."
 INTERRUPTED_HINT = ("Something on the node interrupted it (a person at a terminal, or a tool that stops processes): "
                     "resume it to continue from its last checkpoint.")
@@ -184,10 +185,16 @@ BAD_ARGUMENTS_HINT = ("A resume runs the same command and fails the same way: fi
 DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
                   "(keep_last) or write them to object storage.")
 
+# the checkpoint location (broker.checkpoint) a task names: the broker does not create a bucket, and a resume goes on
+# with the same location, so the bucket is fixed where it is, or the task is submitted again with another
+CHECKPOINT_LOCATION_HINT = ("Not the job's code, but its checkpoint location (broker.checkpoint): {fix}; then resume "
+                            "it (no --force needed). Or submit the task again with broker.checkpoint pointing at a "
+                            "location it can use.")
+
 SHIPPED_RULES: tuple[Rule, ...] = (
     _r("preempted", "Spot capacity was preempted{at_step}.",
        "The broker resumes it from its last checkpoint elsewhere.", phases=["preempted"]),
-    _r("node_lost", "The node running the job was lost{at_step} (no exit was recorded).",
+    _r("node_lost", "The node running the job was lost{at_step}, and no exit was recorded.",
        "The broker resumes it from its last checkpoint.", phases=["lost", "gone"]),
     # the broker stopped a job that fell silent past heartbeat_timeout_seconds (broker/engine/reconcile.py): its
     # reason is how long it had been silent; a second time with no step gained between, it is not resumed
@@ -246,11 +253,35 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "what was fixed).",
        r"CheckpointError: (?P<which>every|no) checkpoint under (?P<store>\S+) (?P<how>is damaged|can be restored, "
        r"and some are damaged): (?P<why>.+?)\. Nothing was restored", phases=["failed"]),
+    # the checkpoint library's own error for its base (checkpoint/storage.py: S3Storage._call's "OSError: <uri>: An
+    # error occurred (NoSuchBucket) …", an fsspec store's "OSError: <uri>: bucket 'b' does not exist, or these
+    # credentials cannot see it"), whatever raised it on (restore, a save, close): the task's broker.checkpoint, not
+    # the code. A resume once the bucket is there (or the credentials may use it) runs: no --force
+    # (INFRASTRUCTURE). Credentials missing altogether are the credentials rules' (they name the secrets to give)
+    _r("checkpoint_location", "The checkpoint location {ckpt_base} cannot be used{at_step}: the bucket {bucket} does "
+       "not exist.", CHECKPOINT_LOCATION_HINT.format(fix="create the bucket (where the job's credentials may write)"),
+       r"\bOSError: (?P<ckpt_uri>[a-z][a-z0-9+]*://(?P<bucket>[^/\s:]+)[^\s:]*): An error occurred \(NoSuchBucket\)",
+       phases=["failed"]),
+    _r("checkpoint_location", "The checkpoint location {ckpt_base} cannot be used{at_step}: the bucket {bucket} does "
+       "not exist, or the job's credentials cannot see it.",
+       CHECKPOINT_LOCATION_HINT.format(fix="create the bucket, or give the job credentials that can see it ("
+                                           "broker resume JOB --secret NAME)"),
+       r"\bOSError: (?P<ckpt_uri>[a-z][a-z0-9+]*://[^\s:]+): bucket '(?P<bucket>[^'\n]+)' does not exist, or these "
+       r"credentials cannot see it", phases=["failed"]),
+    _r("checkpoint_location", "The checkpoint location {ckpt_base} cannot be used{at_step}: the job's credentials are "
+       "denied access to it ({aws_call}: {ckpt_code}).",
+       CHECKPOINT_LOCATION_HINT.format(fix="let the job's credentials read and write there (the bucket's policy, the "
+                                           "role's or user's permissions), or give it others (broker resume JOB "
+                                           "--secret NAME)"),
+       r"\bOSError: (?P<ckpt_uri>[a-z][a-z0-9+]*://(?P<bucket>[^/\s:]+)[^\s:]*): An error occurred \((?P<ckpt_code>"
+       r"AccessDenied|AllAccessDisabled|Forbidden|403)\) when calling the (?P<aws_call>\w+) operation",
+       phases=["failed"]),
     # a resume runs the task as it was submitted: the batch size is changed where the run reads it, not by resuming
-    _r("gpu_oom", "Out of GPU memory{at_step}{batch}.",
+    _r("gpu_oom", "Out of GPU memory{batch}{at_step}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing. A resume continues from the last "
        "checkpoint (if one was saved) with the task as it was submitted: change the batch size where the run reads it "
-       "(its workdir, a config file) first.",
+       "first, then resume with --force (a workdir that is a path on the broker's host is read anew at each attempt; "
+       "an uploaded one is not: submit the task again); where an env sets it, resume with --env NAME=value instead.",
        # an allocation outside PyTorch's caching allocator (a CUDA context, a library's workspace) fails as
        # "CUDA error: out of memory"
        # NCCL's own buffers: torch's "NCCL error … unhandled cuda error", "Last error:", "Cuda failure 'out of memory'"
@@ -258,17 +289,17 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"|Cuda failure (?:\d+ )?'out of memory'"),
     # NCCL refusing how it was called is the job's set-up, not the network: most often two processes on one GPU (no
     # torch.cuda.set_device(LOCAL_RANK), or more processes than GPUs); a resume fails the same way
-    _r("user_code_error", "Two of the job's processes used the same GPU{at_step} (NCCL: Duplicate GPU detected).",
+    _r("user_code_error", "Two of the job's processes used the same GPU (NCCL: Duplicate GPU detected){at_step}.",
        "Give each process its own GPU: torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"])) before "
        "init_process_group, and no more processes on a node than it has GPUs (torchrun --nproc_per_node).",
        r"Duplicate GPU detected"),
-    _r("user_code_error", "NCCL refused how the job called it{at_step} (invalid usage or argument).",
+    _r("user_code_error", "NCCL refused how the job called it (invalid usage or argument){at_step}.",
        "Not the network: the code's calls or its devices are wrong for NCCL; run with NCCL_DEBUG=WARN to see why.",
        r"NCCL error[^\n]*\binvalid (?:usage|argument)|\bnccl(?:InvalidUsage|InvalidArgument)\b"),
     # NCCL's buffers between the GPUs of one node live in /dev/shm: a container's 64 MB one is too small (torch prints
     # "unhandled system error", then NCCL's "Last error:"), which a resume on the same kind of node meets again
-    _r("host_oom", "NCCL could not create its shared memory segment{at_step} in /dev/shm (too small, or not "
-       "writable).", "Give the node more shared memory (a container's --shm-size, or --ipc=host), or set "
+    _r("host_oom", "NCCL could not create its shared memory segment in /dev/shm (too small, or not "
+       "writable){at_step}.", "Give the node more shared memory (a container's --shm-size, or --ipc=host), or set "
        "NCCL_SHM_DISABLE=1 so that NCCL does without it.",
        r"Error while creating shared memory segment|failed to extend /dev/shm/"),
     # a collective that a process never joined in time (NCCL's watchdog; NCCL_BLOCKING_WAIT; gloo): a symptom. When
@@ -286,8 +317,8 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # torch.distributed's store and rendezvous: the ranks could not reach each other (a DistNetworkError's "client
     # socket has timed out", a DistStoreError's "waiting for clients. 1/2 clients joined"); not a port another process
     # holds (port_in_use)
-    _r("nccl_network", "The job's processes could not connect to each other{at_step} (torch.distributed "
-       "rendezvous).", RENDEZVOUS_HINT,
+    _r("nccl_network", "The job's processes could not connect to each other (torch.distributed "
+       "rendezvous){at_step}.", RENDEZVOUS_HINT,
        r"\b(?:Dist(?:Network|Store)Error|Rendezvous(?:Timeout|Connection|Closed)Error)\b"
        r"(?![^\n]*(?:EADDRINUSE|Address already in use))"),
     # Hugging Face's offline mode (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1, or local_files_only=True) and a model or
@@ -325,7 +356,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "Give the job its credentials as secrets, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run it where an "
        "instance role grants them. " + RESUME_WITH,
        r"NoCredentialsError|Unable to locate credentials", secrets=AWS_KEYS),
-    _r("credentials", "AWS refused the job's credentials{at_step} ({aws_code}).",
+    _r("credentials", "AWS refused the job's credentials ({aws_code}){at_step}.",
        "The access key is wrong, revoked or expired (or its clock is off): give the job current credentials as "
        "secrets (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and AWS_SESSION_TOKEN for a temporary one). "
        + RESUME_WITH,
@@ -345,8 +376,8 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        "token as the secret HF_TOKEN. " + RESUME_WITH,
        r"(?:Access to model |have access to it at https://huggingface\.co/|gated repo for url https://huggingface\.co/)"
        r"(?P<hf_repo>[\w-]+/[\w.-]*[\w-])", secrets=["HF_TOKEN"]),
-    _r("credentials", "Hugging Face refused the job's token{at_step} (401: invalid, or none given for a private or "
-       "gated model).",
+    _r("credentials", "Hugging Face refused the job's token (401: invalid, or none given for a private or "
+       "gated model){at_step}.",
        "Give the job a valid token with access to the model as the secret HF_TOKEN. " + RESUME_WITH,
        r"401 Client Error[^\n]*huggingface\.co|Invalid user token|Invalid credentials in Authorization header",
        secrets=["HF_TOKEN"]),
@@ -451,16 +482,16 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # a data-loader worker's death is re-raised in the main process as a RuntimeError: not the code's error
     # torch passes a tensor between processes (a data-loader worker's batch) through a file in /dev/shm: a container's
     # 64 MB one fills, and the write fails with ENOSPC, which is not the disk
-    _r("host_oom", "The job ran out of shared memory{at_step} (/dev/shm): torch could not pass a tensor between its "
+    _r("host_oom", "The job ran out of shared memory (/dev/shm){at_step}: torch could not pass a tensor between its "
        "processes.", SHM_HINT, r"unable to write to file </torch_[^>\n]*>", phases=["failed"]),
-    _r("host_oom", "A data-loader worker ran out of shared memory{at_step} (/dev/shm).",
+    _r("host_oom", "A data-loader worker ran out of shared memory (/dev/shm){at_step}.",
        SHM_HINT, r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|insufficient shared memory \(shm\)",
        phases=["failed"]),
     _r("host_oom", "A data-loader worker was killed{at_step}, most likely by the kernel for lack of host memory.",
        HOST_OOM_HINT, r"DataLoader worker \(pid[^)]*\) (?:is killed by signal: Killed|exited unexpectedly)",
        phases=["failed"]),
     # {allocation}: the size the log names ("the job could not allocate 64.0 GiB"), else "an allocation failed"
-    _r("host_oom", "Out of host memory{at_step}{batch}: {allocation}.",
+    _r("host_oom", "Out of host memory{batch}{at_step}: {allocation}.",
        HOST_OOM_HINT,
        r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory"
        r"|_ArrayMemoryError\b|Unable to allocate [\d.]+ [KMGTPE]?i?B for an array", phases=["failed"]),
@@ -471,7 +502,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        DISK_FULL_HINT,
        r"inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing file"),
     # a device-side assert is the job's own indexing (a label >= the number of classes), not the node
-    _r("user_code_error", "A CUDA kernel's assertion failed{at_step} (device-side assert).",
+    _r("user_code_error", "A CUDA kernel's assertion failed (device-side assert){at_step}.",
        "Usually an index out of range, such as a label >= the number of classes; run a step on CPU, or with "
        "CUDA_LAUNCH_BLOCKING=1, to see which op.",
        # not "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", which ends every CUDA error
@@ -497,7 +528,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
     # one rank SIGTERMed on the node (`kill PID`): its peers die of the lost peer ("Connection closed by peer … a
     # remote worker crashing"), whose traceback read as the script's own error, to resume only with --force; torchrun's
     # summary names the rank it saw fail first, and how (exit 143, or -15)
-    _r("terminated", "Rank {rank} (pid {pid}) was stopped by SIGTERM{at_step}, which the broker did not send, and the "
+    _r("terminated", "Rank {rank} (pid {pid}) was stopped{at_step} by SIGTERM, which the broker did not send, and the "
        "other ranks lost it: most likely the node was shutting down, or a person or process on it stopped that "
        "process.", TERMINATED_HINT,
        _TORCHRUN_ROOT + r"(?:143|-15)\s*\(pid:\s*(?P<pid>\d+)\)" + _TORCHRUN_ENTRY_END, phases=["failed"]),
@@ -600,6 +631,28 @@ def last_step(log_tail: str) -> int | None:
     return int(max(found)[1]) if found else None
 
 
+# an exception's line ("ValueError: loss is nan at step 37", "[rank1]: RuntimeError: …"), wherever it is printed
+_ERROR_LINE = re.compile(r"^\s*(?:\[(?:default)?rank\d+\]:\s?)?[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b:")
+
+
+def _without_errors(log_tail: str) -> str:
+    """The log without its tracebacks (their frames and exception lines) and any other exception's line: the steps
+    a sentence may name are those the job showed it got past. A step an error names ("loss is nan at step 37", a
+    failed save's "the checkpoint of step 10 …") is not one: the one the job failed at, or another it was about;
+    "after step 37" read as if it had got past the step it failed at."""
+    if "Error" not in log_tail and "Exception" not in log_tail and "Interrupt" not in log_tail:
+        return log_tail
+    kept, inside = [], False
+    for line in log_tail.replace("\r", "\n").split("\n"):
+        if line.strip().endswith(_TRACEBACK):
+            inside = True
+        elif inside and line.strip() and not line[:1].isspace():
+            inside = False  # its exception line, the last of it
+        elif not inside and not _ERROR_LINE.match(line):
+            kept.append(line)
+    return "\n".join(kept)
+
+
 # "step 1200/3000", "Step: 1200 / 3000", "iter 1200/3000": a count the script prints against its own total
 _STEP_OF = re.compile(r"(?:\b(?:global_)?step|\biter(?:ation)?)['\"]?[ =:]+\d+\s*/\s*(\d+)\b", re.I)
 SHORT_HINT = ("If it was meant to train to the end, see what ended its loop early (a break or sys.exit(0), a data "
@@ -693,8 +746,28 @@ def _last_total(log_tail: str) -> int | None:
 # broker having known one. The running view is not fed from the log: its step is what the run reported (it is what
 # heartbeat_timeout_seconds, the rate and the steps lost go by), and reading every running attempt's log each tick is
 # a whole download on SkyPilot (its API server's tail_logs). A failure is diagnosed from its log anyway, and says so.
+# a checkpoint's own directory, or an attempt's fence, under a checkpoint base (checkpoint/layout.py)
+_CHECKPOINT_PART = re.compile(r"/(?:step-\d{12,}-\d{13,}|ATTEMPT-[^/]+)(?:/.*)?$")
 LOG_STEP_SAID = frozenset({"budget", "cancelled", "preempted"})
-LOG_STEP_NOTE = "read from its log: the job reported no progress to the broker, so none was shown while it ran"
+LOG_STEP_NOTE = "the job reported no progress to the broker, so none was shown while it ran"
+# The step a sentence names is the last one the job showed, never the one it failed at: a script reports (and prints)
+# every so many steps, and one that failed at step 37 showed 30 last; the log's traceback names no step. So a sentence
+# says "after step 30" and where that step came from: the job's own report to the broker (its progress reports, its
+# checkpoints), or else the last step its log names. "Out of GPU memory at step 30" claimed a step it did not fail at.
+STEP_REPORTED = "the last the job reported"
+STEP_IN_LOG = "the last in the job's log"
+
+
+def _after_step(step: int | None, ending: Ending) -> str:
+    """What a sentence's ``{at_step}`` says: `` after step 30 (the last the job reported)``, or `` after step 36 (the
+    last in the job's log)`` for a step only its log names; with :data:`LOG_STEP_NOTE` for a stop or preemption of a
+    job that reported none; empty for no step. "After": the job got that far, and failed or stopped some time later."""
+    if step is None:
+        return ""
+    said = STEP_REPORTED if ending.step == step else STEP_IN_LOG
+    if ending.step is None and ending.unreported and ending.phase in LOG_STEP_SAID:
+        said += f": {LOG_STEP_NOTE}"
+    return f" after step {step} ({said})"
 
 
 def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnosis:
@@ -726,11 +799,9 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     catch-all), only when nothing else matched.
     """
     # progress reports are rate-limited and checkpoints periodic: the log often shows a later step
-    known = [s for s in (ending.step, last_step(ending.log_tail)) if s is not None]
+    known = [s for s in (ending.step, last_step(_without_errors(ending.log_tail))) if s is not None]
     step = max(known) if known else None
-    at_step = f" at step {step}" if step is not None else ""
-    if step is not None and ending.step is None and ending.unreported and ending.phase in LOG_STEP_SAID:
-        at_step += f" ({LOG_STEP_NOTE})"
+    at_step = _after_step(step, ending)
     batch = _BATCH.findall(ending.log_tail)
     log_tail = _without_hang_fallout(
         _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail)))))
@@ -776,6 +847,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
             facts["op"] = f" ({facts['op']})"
         if (ms := facts.get("timeout_ms") or facts.get("gloo_ms")) is not None:
             facts["timeout"] = f"its timeout of {_duration(int(ms))}"
+        if facts.get("ckpt_uri"):  # a save names its checkpoint's directory (…/step-…-…/…): the location is above it
+            facts["ckpt_base"] = _CHECKPOINT_PART.sub("", facts["ckpt_uri"].rstrip("/"))
         if match is not None and match.groupdict().get("path"):
             facts["path"] = _whole_path(match)
         facts.setdefault("path", "a file")
@@ -980,7 +1053,11 @@ def _raised_where(log_tail: str, match: re.Match) -> dict[str, str]:
     first = places.places[line]
     if first < line:
         first_exc, last_exc, link = _chain_parts(log_tail.split("\n")[first:line + 1])
-        if link and first_exc != last_exc:
+        # not when the last repeats the first's message ("OSError: s3://b/x: An error occurred (NoSuchBucket) …"
+        # caused by "botocore.errorfactory.NoSuchBucket: An error occurred (NoSuchBucket) …"): said twice, it told
+        # nothing more
+        said = first_exc.split(": ", 1)[1].strip() if ": " in first_exc else ""
+        if link and first_exc != last_exc and not (said and said in last_exc):
             out["cause"] = f" ({link} {_clip(first_exc, 160)})"
     return out
 

@@ -971,10 +971,15 @@ class BrokerService:
                                    "unchanged, which fails the same way unless the credentials outside the task "
                                    "changed",
                                    field="secrets")
+                # "resumed with force it runs again unchanged" was not so: a workdir on this host is read anew at each
+                # attempt (its launch says what changed), a git one cloned again at its ref; an uploaded one is not
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
-                               f"again: {text} Change the job and submit it again; resumed with force it runs again "
-                               "unchanged, which fails the same way unless what it depends on outside the task "
-                               "changed",
+                               f"again: {text} Change what made it fail, then resume it with --force: it goes on from "
+                               "its last checkpoint with the code as it is then (a workdir that is a path on this "
+                               "host is read anew at each attempt, a git workdir cloned again at its ref; an uploaded "
+                               f"one stays as it was, so submit the job again); where an env is the cause, broker "
+                               f"resume {job.id} --env NAME=value needs no --force. Resumed with force and nothing "
+                               "changed, it fails the same way",
                                field="force")
             if job.state is JobState.STOPPED_BUDGET:
                 # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a

@@ -110,14 +110,15 @@ def used_up_reason(job: Job, attempts: list[Attempt], attempt: Attempt, sentence
     alike = len(earlier) == job.errors_retried and bool(head) and all(
         (a.reason or "").startswith(head) and a.exit_code == attempt.exit_code for a in earlier)
     step = _step_in(head)
-    each = (f", each at step {step} with the same error" if step is not None else ", each with the same error") \
+    each = (f", each after step {step} with the same error" if step is not None else ", each with the same error") \
         if alike else ""
     return f"{head}. It failed {times} times{each}; {used}. {hint.strip()}".strip()
 
 
 def _step_in(sentence: str) -> int | None:
-    """The step a diagnosis's sentence names (``… failed at step 60: …``), when it names one."""
-    found = re.search(r"\bat step (\d+)\b", sentence)
+    """The step a diagnosis's sentence names (``… failed after step 60 (the last the job reported): …``; "at step
+    60" from a broker of an earlier version), when it names one."""
+    found = re.search(r"\b(?:at|after) step (\d+)\b", sentence)
     return int(found.group(1)) if found else None
 
 

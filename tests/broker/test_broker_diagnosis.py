@@ -12,28 +12,28 @@ from launchers.base import LaunchRequest
 from launchers.local import LocalLauncher
 
 CASES = [
-    ("preempted", Ending("preempted", log_tail="step 400\n"), "preempted", "Spot capacity was preempted at step 400."),
-    ("node lost", Ending("lost"), "node_lost", "The node running the job was lost (no exit was recorded)."),
-    ("budget", Ending("budget", log_tail="step 90"), "budget_stop", "Stopped at its budget at step 90."),
+    ("preempted", Ending("preempted", log_tail="step 400\n"), "preempted", "Spot capacity was preempted after step 400 (the last in the job's log)."),
+    ("node lost", Ending("lost"), "node_lost", "The node running the job was lost, and no exit was recorded."),
+    ("budget", Ending("budget", log_tail="step 90"), "budget_stop", "Stopped at its budget after step 90 (the last in the job's log)."),
     ("gpu oom", Ending("failed", 1, log_tail="step 1200 batch_size 64\nRuntimeError: CUDA out of memory. Tried to allocate"),
-     "gpu_oom", "Out of GPU memory at step 1200 (batch size 64)."),
+     "gpu_oom", "Out of GPU memory (batch size 64) after step 1200 (the last in the job's log)."),
     ("host oom", Ending("failed", 137, 9, log_tail="step 5\nKilled"), "host_oom",
-     "Out of host memory at step 5: the kernel killed the process."),
+     "Out of host memory after step 5 (the last in the job's log): the kernel killed the process."),
     ("killed, log silent", Ending("failed", 137, 9, log_tail="step 5\n"), "host_oom",
-     "The process was killed by SIGKILL at step 5: "
+     "The process was killed by SIGKILL after step 5 (the last in the job's log): "
      "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("succeeded after a caught OOM", Ending("succeeded", 0, log_tail="CUDA out of memory: retrying with batch 32\nstep 900\n"),
      "succeeded", "The job succeeded at step 900."),
     ("an allocation outside PyTorch's caching allocator: 'CUDA error: out of memory'",
      Ending("failed", 1, log_tail='step 40\nTraceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
                                   'RuntimeError: CUDA error: out of memory\n'),
-     "gpu_oom", "Out of GPU memory at step 40."),
+     "gpu_oom", "Out of GPU memory after step 40 (the last in the job's log)."),
     ("the checkpoint library's at-exit save failing after the job's own error is not the cause",
      Ending("failed", 1, log_tail='step 12\nTraceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
                                   "KeyError: 'label'\nERROR:checkpoint.checkpointer:checkpoint upload failed at exit: "
                                   "An error occurred (AccessDenied) when calling the PutObject operation: Access Denied "
                                   "for s3://bucket/ck/step-12\n"),
-     "user_code_error", "The training script raised KeyError at step 12: 'label'."),
+     "user_code_error", "The training script raised KeyError after step 12 (the last in the job's log): 'label'."),
     ("missing data", Ending("failed", 1, log_tail="FileNotFoundError: [Errno 2] No such file or directory: 's3://bucket/train/part-3.parquet'"),
      "data_not_found", "Could not read s3://bucket/train/part-3.parquet."),
     ("missing module", Ending("failed", 1, log_tail="ModuleNotFoundError: No module named 'transformers'"),
@@ -51,7 +51,7 @@ CASES = [
                                   "gated repo for url https://huggingface.co/google/gemma-7b/resolve/main/config.json."
                                   "\nAccess to model google/gemma-7b is restricted and you are not in the authorized "
                                   "list.\n"),
-     "credentials", "Hugging Face refused the job access to google/gemma-7b at step 0: the model is gated or private, "
+     "credentials", "Hugging Face refused the job access to google/gemma-7b after step 0 (the last in the job's log): the model is gated or private, "
                     "and the job's token is missing or has no access to it."),
     ("a Hugging Face token the Hub refuses",
      Ending("failed", 1, log_tail="huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: "
@@ -60,7 +60,7 @@ CASES = [
     ("no AWS credentials on the node (boto3)",
      Ending("failed", 1, log_tail="step 9\nTraceback (most recent call last):\n  File \"train.py\", line 30, in save\n"
                                   "botocore.exceptions.NoCredentialsError: Unable to locate credentials\n"),
-     "credentials", "The job has no AWS credentials at step 9: boto3 found none to sign a request with."),
+     "credentials", "The job has no AWS credentials after step 9 (the last in the job's log): boto3 found none to sign a request with."),
     ("an AWS key that AWS does not know",
      Ending("failed", 1, log_tail="botocore.exceptions.ClientError: An error occurred (InvalidAccessKeyId) when calling "
                                   "the PutObject operation: The AWS Access Key Id you provided does not exist in our "
@@ -78,7 +78,7 @@ CASES = [
      Ending("failed", 1, log_tail="step 0\nwandb: ERROR api_key not configured (no-tty). call "
                                   "wandb.login(key=[your_api_key])\nwandb.errors.errors.UsageError: api_key not "
                                   "configured (no-tty).\n"),
-     "credentials", "Weights & Biases has no API key at step 0, so wandb could not log in."),
+     "credentials", "Weights & Biases has no API key after step 0 (the last in the job's log), so wandb could not log in."),
     ("a package pip finds no version of, in the setup",
      Ending("failed", 1, command="setup", log_tail="ERROR: Could not find a version that satisfies the requirement "
                                                    "torch==9.9 (from versions: none)\nERROR: No matching distribution "
@@ -94,7 +94,7 @@ CASES = [
     ("a command missing long before the job's own error is not its cause",
      Ending("failed", 1, log_tail="bash: nvidia-smi: command not found\nstep 5\nTraceback (most recent call last):\n"
                                   "KeyError: 'x'\n"),
-     "user_code_error", "The training script raised KeyError at step 5: 'x'."),
+     "user_code_error", "The training script raised KeyError after step 5 (the last in the job's log): 'x'."),
     ("a misspelt script in the run command",
      Ending("failed", 2, log_tail="python: can't open file '/home/u/sky_workdir/trian.py': [Errno 2] No such file or "
                                   "directory\n"),
@@ -119,21 +119,21 @@ CASES = [
                                   "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n"),
      "gpu_unavailable", "The node's GPUs were not available to the job."),
     ("nccl", Ending("failed", 1, log_tail="step 77\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error"),
-     "nccl_network", "A NCCL/network error stopped the job at step 77."),
+     "nccl_network", "A NCCL/network error stopped the job after step 77 (the last in the job's log)."),
     ("python error", Ending("failed", 1, log_tail="Traceback (most recent call last):\nZeroDivisionError: division by zero"),
      "user_code_error", "The training script raised ZeroDivisionError: division by zero."),
     ("plain exit code", Ending("failed", 3, log_tail="bye"), "user_code_error", 'The job exited with code 3: "bye".'),
     ("a SIGTERM the broker did not send (was 'killed by signal 15 … read the end of its log')",
      Ending("failed", 143, 15, log_tail="step 300\n"), "terminated",
-     "The job was stopped by SIGTERM at step 300, which the broker did not send: most likely the node was shutting "
+     "The job was stopped after step 300 (the last in the job's log) by SIGTERM, which the broker did not send: most likely the node was shutting "
      "down, or a person or process on it stopped the job."),
     ("a SIGINT (Ctrl-C) from someone on the node",
      Ending("failed", 130, log_tail="step 12\nTraceback (most recent call last):\nKeyboardInterrupt\n"), "interrupted",
-     "The job was interrupted by SIGINT at step 12 (what Ctrl-C sends), which the broker did not send."),
+     "The job was interrupted after step 12 (the last in the job's log) by SIGINT (what Ctrl-C sends), which the broker did not send."),
     ("torchrun told SIGTERM exits 1 with a SignalException, not the script's own error",
      Ending("failed", 1, log_tail="step 40\ntorch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 "
                                   "got signal: 15\n"), "terminated",
-     "The job was stopped by SIGTERM at step 40, which the broker did not send: most likely the node was shutting "
+     "The job was stopped after step 40 (the last in the job's log) by SIGTERM, which the broker did not send: most likely the node was shutting "
      "down, or a person or process on it stopped the job."),
     ("two torchruns on one host with one --master_port: the port, not the code",
      Ending("failed", 1, log_tail="torch.distributed.DistNetworkError: The server socket has failed to listen on any "
@@ -142,7 +142,7 @@ CASES = [
      "The job could not listen on port 8008: another process on its host holds it."),
     ("a Python server's [Errno 98] names no port",
      Ending("failed", 1, log_tail="step 3\nOSError: [Errno 98] Address already in use\n"), "port_in_use",
-     "The job could not listen on a port at step 3: another process on its host holds it."),
+     "The job could not listen on a port after step 3 (the last in the job's log): another process on its host holds it."),
     ("torchrun told SIGINT exits 1 with a SignalException",
      Ending("failed", 1, log_tail="torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 2"),
      "interrupted", "The job was interrupted by SIGINT (what Ctrl-C sends), which the broker did not send."),
@@ -179,7 +179,7 @@ AssertionError: can only test a child process
 REAL_LOGS = [
     ("a worker SIGKILLed under torchrun is host memory, not the code",
      Ending("failed", 1, log_tail="step 880\n" + TORCHRUN_SUMMARY.format(code=-9, signal=9, name="SIGKILL")),
-     "host_oom", "Rank 0 (pid 1234) was killed by SIGKILL at step 880, and torchrun stopped the other ranks: "
+     "host_oom", "Rank 0 (pid 1234) was killed by SIGKILL after step 880 (the last in the job's log), and torchrun stopped the other ranks: "
                  "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("a worker segfault under torchrun is a crash",
      Ending("failed", 1, log_tail=TORCHRUN_SUMMARY.format(code=-11, signal=11, name="SIGSEGV")),
@@ -196,10 +196,10 @@ REAL_LOGS = [
      Ending("failed", 1, log_tail="(task, pid=2101) step 300\n(task, pid=2101) Traceback (most recent call last):\n"
             "(task, pid=2101) ValueError: labels must be in [0, 10), got 12\n"
             "(task, pid=2101) [spot-broker] run exited with status 1\n"),
-     "user_code_error", "The training script raised ValueError at step 300: labels must be in [0, 10), got 12."),
+     "user_code_error", "The training script raised ValueError after step 300 (the last in the job's log): labels must be in [0, 10), got 12."),
     ("the job's own last line is quoted, not the wrapper's exit line",
      Ending("failed", 3, log_tail="step 300\nloss is NaN, stopping\n[spot-broker] run exited with status 3\n"),
-     "user_code_error", 'The job exited with code 3 at step 300: "loss is NaN, stopping".'),
+     "user_code_error", "The job exited with code 3 after step 300 (the last in the job's log): \"loss is NaN, stopping\"."),
     ("colour codes neither hide the exception nor reach the sentence",
      Ending("failed", 1, log_tail="\x1b[1;91mValueError: \x1b[0mExpected input batch_size (32) to match target (16)"),
      "user_code_error", "The training script raised ValueError: Expected input batch_size (32) to match target (16)."),
@@ -252,7 +252,7 @@ def test_a_class_whose_hint_says_resume_it_resumes_without_force():
     # a device-side assert is the job's own indexing, not the node's
     assert_ = diagnose(Ending("failed", 1, log_tail="step 3\nRuntimeError: CUDA error: device-side assert triggered"))
     assert assert_.cls == "user_code_error" and not assert_.infrastructure
-    assert assert_.sentence == "A CUDA kernel's assertion failed at step 3 (device-side assert)."
+    assert assert_.sentence == "A CUDA kernel's assertion failed (device-side assert) after step 3 (the last in the job's log)."
 
 
 def test_team_rules_are_read_without_a_restart_and_come_first(tmp_path):
@@ -289,7 +289,7 @@ def test_the_step_is_the_latest_known_the_logs_when_the_rate_limited_reports_lag
     assert diagnose(Ending("failed", 1, log_tail=log, step=248)).step == 375
     assert diagnose(Ending("failed", 1, log_tail="no step here\nValueError: bad batch\n", step=248)).step == 248
     assert diagnose(Ending("preempted", log_tail="step 90\n", step=120)).sentence == \
-        "Spot capacity was preempted at step 120."
+        "Spot capacity was preempted after step 120 (the last the job reported)."
 
 
 @pytest.fixture
@@ -314,14 +314,14 @@ def run_and_diagnose(tmp_path):
     # torch's CPU allocator raises a RuntimeError when the address space (or RAM) runs out
     ("ulimit -v 4000000; python -c \"import torch; print('step 5 batch_size=4096', flush=True); "
      "torch.empty(64 * 1024 ** 3, dtype=torch.uint8)\"",
-     "host_oom", "Out of host memory at step 5 (batch size 4096): the job could not allocate 64.0 GiB."),
+     "host_oom", "Out of host memory (batch size 4096) after step 5 (the last in the job's log): the job could not allocate 64.0 GiB."),
     ("ulimit -v 1000000; python -c \"print('step 7', flush=True); bytearray(1 << 40)\"",
-     "host_oom", "Out of host memory at step 7: an allocation failed."),
+     "host_oom", "Out of host memory after step 7 (the last in the job's log): an allocation failed."),
     # /dev/full answers every write with ENOSPC, as a full disk does
     ("python -c \"print('step 800', flush=True); open('/dev/full', 'w').write('x' * 100000)\"",
-     "disk_full", "The disk is full at step 800: could not write a file."),
+     "disk_full", "The disk is full after step 800 (the last in the job's log): could not write a file."),
     ("python -c \"import torch; print('step 800', flush=True); torch.save(torch.zeros(1 << 20), '/dev/full')\"",
-     "disk_full", "torch.save could not finish writing a checkpoint at step 800; most often the disk is full."),
+     "disk_full", "torch.save could not finish writing a checkpoint after step 800 (the last in the job's log); most often the disk is full."),
     ("python -c \"import errno, os; raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), '/scratch/ckpt/800.pt')\"",
      "disk_full", "The disk is full: could not write /scratch/ckpt/800.pt."),
 ], ids=["torch CPU allocator", "MemoryError", "a write to a full disk", "torch.save to a full disk", "ENOSPC with a path"])
@@ -335,16 +335,16 @@ def test_resource_failures_of_real_processes_are_not_called_code_errors(run_and_
     # the exception's own words are the useful part of a traceback
     ({"run": "python -c \"import torch; print('step 37', flush=True); "
              "torch.nn.Linear(8, 4)(torch.randn(16, 9))\""},
-     "user_code_error", "The training script raised RuntimeError at step 37: "
+     "user_code_error", "The training script raised RuntimeError after step 37 (the last in the job's log): "
                         "mat1 and mat2 shapes cannot be multiplied (16x9 and 8x4)"),
     # a script that checks its loss and exits says why on its last line
     ({"run": "python -c \"import sys; print('step 250 loss nan'); print('loss is NaN, stopping'); sys.exit(3)\""},
-     "user_code_error", 'The job exited with code 3 at step 250: "loss is NaN, stopping".'),
+     "user_code_error", "The job exited with code 3 after step 250 (the last in the job's log): \"loss is NaN, stopping\"."),
     ({"run": "python -c \"import ctypes; print('step 42', flush=True); ctypes.string_at(0)\""},
-     "crash", "The job crashed with a segmentation fault at step 42."),
-    ({"run": "echo step 7; kill -SEGV $$"}, "crash", "The job crashed with a segmentation fault at step 7."),
+     "crash", "The job crashed with a segmentation fault after step 42 (the last in the job's log)."),
+    ({"run": "echo step 7; kill -SEGV $$"}, "crash", "The job crashed with a segmentation fault after step 7 (the last in the job's log)."),
     ({"run": "python -c \"import os; print('step 9', flush=True); os.abort()\""},
-     "user_code_error", 'The job was killed by signal 6 (SIGABRT) at step 9: "step 9".'),
+     "user_code_error", "The job was killed by signal 6 (SIGABRT) after step 9 (the last in the job's log): \"step 9\"."),
     ({"setup": "python -m pip install --no-index --disable-pip-version-check definitely-not-a-package-xyz",
       "run": "echo never"},
      "dependency_missing", "The setup command could not install definitely-not-a-package-xyz: pip found no version of "
@@ -377,13 +377,13 @@ def test_a_rank_that_raises_under_torchrun_is_named_by_its_own_exception_not_tor
     script.write_text(DDP_CRASH)
     d, log = run_and_diagnose({"run": f"torchrun --standalone --nproc_per_node=2 {script}"})
     assert "[rank1]: ValueError" in log and "ChildFailedError" in log, log[-3000:]
-    assert (d.cls, d.sentence) == ("user_code_error", "The training script raised ValueError at step 29: "
+    assert (d.cls, d.sentence) == ("user_code_error", "The training script raised ValueError after step 29 (the last in the job's log): "
                                                       "batch 30 has labels outside [0, 10)."), log[-3000:]
 
 
 def test_a_python_error_with_an_empty_message_leaves_no_placeholder():
     d = diagnose(Ending("failed", 1, log_tail="step 3\nTraceback (most recent call last):\nRuntimeError: \n"))
-    assert d.sentence == "The training script raised RuntimeError at step 3."
+    assert d.sentence == "The training script raised RuntimeError after step 3 (the last in the job's log)."
 
 
 def test_under_torchrun_a_rank_that_only_lost_its_peer_is_not_taken_for_the_cause():
@@ -393,4 +393,4 @@ def test_under_torchrun_a_rank_that_only_lost_its_peer_is_not_taken_for_the_caus
            "by a remote worker crashing.\nRoot Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
     assert diagnose(Ending("failed", 1, log_tail=log)).sentence == \
-        "The training script raised ValueError at step 12: bad labels."
+        "The training script raised ValueError after step 12 (the last in the job's log): bad labels."

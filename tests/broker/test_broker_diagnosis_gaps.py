@@ -59,7 +59,7 @@ def test_an_out_of_memory_during_evaluation_in_a_stripped_log_names_the_training
         "\nTraceback (most recent call last):\n  File \"/workspace/train.py\", line 80, in <module>\n"
         "    trainer.train()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. "
         "GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n")
-    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "Out of GPU memory at step 1200."
+    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "Out of GPU memory after step 1200 (the last in the job's log)."
 
 
 def test_an_announced_evaluation_is_not_read_even_after_the_training_bar_finished():
@@ -121,7 +121,7 @@ def test_a_thread_that_died_before_a_real_hang_is_told_but_the_hang_is_the_diagn
         (1, True, True), log
     d = diagnose(Ending("failed", done.returncode, log_tail=log[-16_384:], command="run"))
     assert (d.cls, d.infrastructure) == ("nccl_network", True), d
-    assert d.sentence.startswith("The job's processes stopped waiting for each other at step 4: a collective "
+    assert d.sentence.startswith("The job's processes stopped waiting for each other after step 4 (the last in the job's log): a collective "
                                  "operation did not finish within its timeout of 3 seconds. Before that, the job's "
                                  "thread 'prefetch' died"), d
     assert d.sentence.endswith(": ValueError: bad record 5."), d
@@ -153,7 +153,7 @@ WATCHDOG = ("[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective op
 def test_a_collective_timeout_after_a_threads_death_in_one_process_is_the_hang():
     d = diagnose(Ending("failed", 134, 6, log_tail=THREAD_DIED + WATCHDOG + "Aborted (core dumped)\n"))
     assert (d.cls, d.infrastructure) == ("nccl_network", True), d
-    assert d.sentence == ("The job's processes stopped waiting for each other at step 9: a collective operation "
+    assert d.sentence == ("The job's processes stopped waiting for each other after step 9 (the last in the job's log): a collective operation "
                           "(ALLREDUCE) did not finish within its timeout of 10 minutes. Before that, the job's thread "
                           "'Thread-2 (log_metrics)' died: KeyError: 'loss'.")
 
@@ -161,7 +161,7 @@ def test_a_collective_timeout_after_a_threads_death_in_one_process_is_the_hang()
 def test_a_job_silent_past_its_heartbeat_after_a_threads_death_says_so():
     d = diagnose(Ending("silent", reason="12 min", log_tail=THREAD_DIED))
     assert (d.cls, d.infrastructure) == ("stalled", True), d
-    assert d.sentence == ("The job stalled at step 9: it reported no progress for 12 min, so the broker stopped it. "
+    assert d.sentence == ("The job stalled after step 9 (the last in the job's log): it reported no progress for 12 min, so the broker stopped it. "
                           "Before that, the job's thread 'Thread-2 (log_metrics)' died: KeyError: 'loss'.")
     assert d.hint.startswith("If the job waited on that thread")
 
@@ -210,13 +210,13 @@ def test_a_segfault_after_a_threads_death_is_a_crash_not_the_threads_error():
     log = "step 9\n" + THREAD_DIED.split("step 8")[0].removeprefix("step 7\n") + "Segmentation fault (core dumped)\n"
     assert log.startswith("step 9\nException in thread") and "step 8" not in log
     d = diagnose(Ending("failed", 139, 11, log_tail=log))
-    assert (d.cls, d.sentence) == ("crash", "The job crashed with a segmentation fault at step 9."), d
+    assert (d.cls, d.sentence) == ("crash", "The job crashed with a segmentation fault after step 9 (the last in the job's log)."), d
 
 
 def test_a_threads_error_with_nothing_else_to_explain_the_end_is_named_as_the_threads():
     d = diagnose(Ending("failed", 1, log_tail=THREAD_DIED))
     assert (d.cls, d.infrastructure) == ("user_code_error", False), d
-    assert d.sentence == "The training script's thread 'Thread-2 (log_metrics)' raised KeyError at step 9: 'loss'."
+    assert d.sentence == "The training script's thread 'Thread-2 (log_metrics)' raised KeyError after step 9 (the last in the job's log): 'loss'."
     assert "Only its thread died of it" in d.hint
 
 
@@ -225,7 +225,7 @@ def test_the_main_threads_error_before_a_hang_is_still_the_cause():
     log = ("step 9\nTraceback (most recent call last):\n  File \"/workspace/train.py\", line 40, in <module>\n"
            "    loss = batch[\"labels\"]\nKeyError: 'labels'\n" + WATCHDOG)
     d = diagnose(Ending("failed", 1, log_tail=log))
-    assert (d.cls, d.sentence) == ("user_code_error", "The training script raised KeyError at step 9: 'labels'."), d
+    assert (d.cls, d.sentence) == ("user_code_error", "The training script raised KeyError after step 9 (the last in the job's log): 'labels'."), d
 
 
 # -- 3. Hugging Face's offline mode ---------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def test_transformers_offline_mode_with_a_model_not_in_the_cache_is_the_jobs_set
 
 
 def test_huggingface_hubs_offline_error_is_the_jobs_setting_in_either_wording():
-    for log, sentence_end in ((HUB_OFFLINE, " at step 3."), (HUB_OFFLINE_OLDER, ".")):
+    for log, sentence_end in ((HUB_OFFLINE, " after step 3 (the last in the job's log)."), (HUB_OFFLINE_OLDER, ".")):
         d = diagnose(Ending("failed", 1, log_tail=log, command="run"))
         assert (d.cls, d.infrastructure) == ("hf_offline", False), d
         assert d.sentence.endswith("kept it from being downloaded" + sentence_end), d

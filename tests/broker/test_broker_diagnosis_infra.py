@@ -57,7 +57,7 @@ def test_a_failure_of_the_node_or_the_network_resumes_without_force(log_tail, cl
 
 def test_the_nccl_watchdog_names_the_cause_and_the_step():
     d = diagnose(Ending(phase="failed", exit_code=1, command="run", log_tail=WATCHDOG))
-    assert d.sentence == "A NCCL/network error stopped the job at step 3000."
+    assert d.sentence == "A NCCL/network error stopped the job after step 3000 (the last in the job's log)."
 
 
 def test_setup_whose_package_index_could_not_be_resolved_is_the_network():
@@ -89,7 +89,7 @@ def test_a_preemption_the_checkpoint_library_handled_is_not_a_code_error_whateve
            f"WARNING:checkpoint.checkpointer:{ended}: checkpoint step-800 committed, exiting\n")
     d = diagnose(Ending(phase="failed", exit_code=124, command="run", log_tail=log))  # `timeout -s TERM` exits 124
     assert (d.cls, d.infrastructure) == ("terminated", True), d
-    assert d.sentence == ("The job was stopped by a notice (a preemption or SIGTERM) at step 800 and exited after "
+    assert d.sentence == ("The job was stopped by a notice (a preemption or SIGTERM) after step 800 (the last in the job's log) and exited after "
                           "committing its checkpoint step-800; it exited with code 124.")
     assert "Fix the error" not in d.text
 
@@ -119,6 +119,6 @@ def test_the_diagnosis_names_a_progress_bars_step():
            " 40%|████      | 1200/3000 [10:00<15:00,  2.00it/s]\n"
            "Traceback (most recent call last):\n"
            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
-    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "Out of GPU memory at step 1200."
+    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "Out of GPU memory after step 1200 (the last in the job's log)."
     setup = "Step 2/7 : RUN pip install -r requirements.txt\nERROR: failed to build\n"
     assert diagnose(Ending("failed", 1, log_tail=setup, command="setup")).step is None

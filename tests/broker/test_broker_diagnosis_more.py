@@ -42,7 +42,7 @@ Traceback (most recent call last):
     return torch.stack([s["input_ids"] for s in samples])
 RuntimeError: stack expects each tensor to be equal size, but got [512] at entry 0 and [511] at entry 3
 """
-STACK_SENTENCE = ("The training script raised RuntimeError at step 3400: stack expects each tensor to be equal size, "
+STACK_SENTENCE = ("The training script raised RuntimeError after step 3400 (the last in the job's log): stack expects each tensor to be equal size, "
                   "but got [512] at entry 0 and [511] at entry 3.")
 
 
@@ -123,24 +123,24 @@ HANG_ALONE = [
     ("torch 2.x under torchrun: the watchdog, the abort, torchrun's summary",
      Ending("failed", 1, log_tail="[rank0]:step 3400 loss 1.87\n" + as_rank(0, WATCHDOG_ABORT)
             + as_rank(1, WATCHDOG_ABORT) + torchrun_summary(0, -6, "Signal 6 (SIGABRT) received by PID 2101")),
-     "The job's processes stopped waiting for each other at step 3400: a collective operation (ALLREDUCE) did not "
+     "The job's processes stopped waiting for each other after step 3400 (the last in the job's log): a collective operation (ALLREDUCE) did not "
      "finish within its timeout of 10 minutes."),
     ("plain python, taken down by SIGABRT",
      Ending("failed", 134, 6, log_tail="step 3400 loss 1.87\n" + WATCHDOG_ABORT + "Aborted (core dumped)\n"),
-     "The job's processes stopped waiting for each other at step 3400: a collective operation (ALLREDUCE) did not "
+     "The job's processes stopped waiting for each other after step 3400 (the last in the job's log): a collective operation (ALLREDUCE) did not "
      "finish within its timeout of 10 minutes."),
     ("torch 1.x with NCCL_BLOCKING_WAIT=1 (was 'The training script raised RuntimeError')",
      Ending("failed", 1, log_tail="step 90\nTraceback (most recent call last):\n  File \"train.py\", line 40, in "
             "<module>\n    dist.broadcast(t, 0)\nRuntimeError: [Rank 1] Caught collective operation timeout: "
             "WorkNCCL(OpType=BROADCAST, TensorShape=[1], Timeout(ms)=1800000) ran for 1800305 milliseconds before "
             "timing out.\n"),
-     "The job's processes stopped waiting for each other at step 90: a collective operation (BROADCAST) did not "
+     "The job's processes stopped waiting for each other after step 90 (the last in the job's log): a collective operation (BROADCAST) did not "
      "finish within its timeout of 30 minutes."),
     ("gloo (was 'The training script raised RuntimeError')",
      Ending("failed", 1, log_tail="step 90\nTraceback (most recent call last):\n  File \"train.py\", line 40, in "
             "<module>\n    dist.barrier()\nRuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/"
             "unbound_buffer.cc:78] Timed out waiting 1800000ms for recv operation to complete\n"),
-     "The job's processes stopped waiting for each other at step 90: a collective operation did not finish within its "
+     "The job's processes stopped waiting for each other after step 90 (the last in the job's log): a collective operation did not finish within its "
      "timeout of 30 minutes."),
 ]
 
@@ -176,7 +176,7 @@ def test_a_real_collective_timeout_under_torchrun(tmp_path):
     assert done.returncode == 1 and "Timed out waiting 3000ms" in log, log[-3000:]
     d = diagnose(Ending("failed", done.returncode, log_tail=log[-16_384:], command="run"))
     assert (d.cls, d.infrastructure, d.sentence) == (
-        "nccl_network", True, "The job's processes stopped waiting for each other at step 4: a collective operation "
+        "nccl_network", True, "The job's processes stopped waiting for each other after step 4 (the last in the job's log): a collective operation "
                               "did not finish within its timeout of 3 seconds."), log[-3000:]
 
 
@@ -225,7 +225,7 @@ def test_an_out_of_memory_during_hf_trainers_evaluation_names_the_training_step(
     log = HF_EVAL + ("\nTraceback (most recent call last):\n  File \"/workspace/train.py\", line 80, in <module>\n"
                      "    trainer.train()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. "
                      "GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n")
-    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "Out of GPU memory at step 1200."
+    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "Out of GPU memory after step 1200 (the last in the job's log)."
 
 
 def test_a_megatron_iteration_after_a_caught_error_shows_the_job_went_on():
@@ -236,7 +236,7 @@ def test_a_megatron_iteration_after_a_caught_error_shows_the_job_went_on():
            " iteration      202/    1000 | consumed samples:        25856 | lm loss: 2.305E+00 |\n"
            "Segmentation fault (core dumped)\n")
     d = diagnose(Ending("failed", 139, 11, log_tail=log))
-    assert (d.cls, d.sentence) == ("crash", "The job crashed with a segmentation fault at step 202."), d
+    assert (d.cls, d.sentence) == ("crash", "The job crashed with a segmentation fault after step 202 (the last in the job's log)."), d
 
 
 MISREAD = [
@@ -258,14 +258,14 @@ MISREAD = [
      "    dist.all_reduce(grad)\ntorch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
      "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
      "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 2 'out of memory'\n",
-     "gpu_oom", False, "Out of GPU memory at step 95."),
+     "gpu_oom", False, "Out of GPU memory after step 95 (the last in the job's log)."),
     # /dev/shm full (a container's 64 MB): torch's write of a shared tensor fails with ENOSPC, which is not the disk
     ("a tensor not passed through a full /dev/shm (was 'The disk is full')",
      "step 120\nTraceback (most recent call last):\n  File \"/usr/lib/python3.10/multiprocessing/queues.py\", "
      "line 244, in _feed\n    obj = _ForkingPickler.dumps(obj)\n  File \"/usr/local/lib/python3.10/dist-packages/torch/"
      "storage.py\", line 525, in _share_fd_cpu_\n    return super()._share_fd_cpu_(*args, **kwargs)\n"
      "RuntimeError: unable to write to file </torch_169035_1920244589_10>: No space left on device (28)\n",
-     "host_oom", False, "The job ran out of shared memory at step 120 (/dev/shm): torch could not pass a tensor "
+     "host_oom", False, "The job ran out of shared memory (/dev/shm) after step 120 (the last in the job's log): torch could not pass a tensor "
                         "between its processes."),
     ("NCCL's shared memory segment not created (was a NCCL/network error, resumed in one click)",
      "step 5\nTraceback (most recent call last):\n  File \"/workspace/train.py\", line 31, in <module>\n"
@@ -274,13 +274,13 @@ MISREAD = [
      "details), NCCL version 2.20.5\nncclSystemError: System call (e.g. socket, malloc) or external library call "
      "failed or device error.\nLast error:\nError while creating shared memory segment /dev/shm/nccl-vzIpS6 (size "
      "9637888)\n",
-     "host_oom", False, "NCCL could not create its shared memory segment at step 5 in /dev/shm (too small, or not "
-                        "writable)."),
+     "host_oom", False, "NCCL could not create its shared memory segment in /dev/shm (too small, or not "
+                        "writable) after step 5 (the last in the job's log)."),
     ("numpy could not allocate (was 'The training script raised numpy…_ArrayMemoryError')",
      "step 12\nTraceback (most recent call last):\n  File \"/workspace/data.py\", line 9, in load\n"
      "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 7.45 GiB for an array with shape (1000000000,) and "
      "data type float64\n",
-     "host_oom", False, "Out of host memory at step 12: the job could not allocate 7.45 GiB."),
+     "host_oom", False, "Out of host memory after step 12 (the last in the job's log): the job could not allocate 7.45 GiB."),
     ("the Hugging Face hub unreachable (was 'The training script raised OSError')",
      "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 12, in <module>\n"
      "    model = AutoModelForCausalLM.from_pretrained(\"gpt2\")\nOSError: We couldn't connect to "
@@ -304,7 +304,7 @@ def test_common_failures_are_classed_by_what_they_are(log_tail, cls, infrastruct
 def test_the_out_of_gpu_memory_advice_says_what_a_resume_continues_from_and_with():
     d = diagnose(Ending("failed", 1, log_tail="step 1200 batch_size 64\nRuntimeError: CUDA out of memory. Tried to "
                                               "allocate 2.00 GiB"))
-    assert d.text.startswith("Out of GPU memory at step 1200 (batch size 64). Try a smaller batch size")
+    assert d.text.startswith("Out of GPU memory (batch size 64) after step 1200 (the last in the job's log). Try a smaller batch size")
     # a resume runs the task as it was submitted: from its last checkpoint, the batch size changed where it is read
     assert "continues from the last checkpoint (if one was saved)" in d.hint
     assert "change the batch size where the run reads it" in d.hint

@@ -236,38 +236,38 @@ def killed_rank(rank: int) -> str:
 LATER_CAUSE = [
     ("a caught CUDA OOM, then a shard missing in a data-loader worker",
      Ending("failed", 1, log_tail=CAUGHT_OOM + MISSING_SHARD_IN_A_WORKER),
-     "data_not_found", False, "Could not read data/shards/train-00040.bin at step 1203."),
+     "data_not_found", False, "Could not read data/shards/train-00040.bin after step 1203 (the last in the job's log)."),
     ("a caught CUDA OOM, then a KeyError in the user's code",
      Ending("failed", 1, log_tail=CAUGHT_OOM + KEY_ERROR),
-     "user_code_error", False, "The training script raised KeyError at step 1203: 'labels'."),
+     "user_code_error", False, "The training script raised KeyError after step 1203 (the last in the job's log): 'labels'."),
     ("a NCCL connect retried at start-up, then a KeyError: the code's, so no resume without --force",
      Ending("failed", 1, log_tail=NCCL_CONNECT_RETRIED + KEY_ERROR),
-     "user_code_error", False, "The training script raised KeyError at step 200: 'labels'."),
+     "user_code_error", False, "The training script raised KeyError after step 200 (the last in the job's log): 'labels'."),
     ("a sample skipped for a missing file, then a device-side assert",
      Ending("failed", 1, log_tail=SKIPPED_SAMPLE + DEVICE_SIDE_ASSERT),
-     "user_code_error", False, "A CUDA kernel's assertion failed at step 4100 (device-side assert)."),
+     "user_code_error", False, "A CUDA kernel's assertion failed (device-side assert) after step 4100 (the last in the job's log)."),
     ("a sample skipped for a missing file, then an illegal memory access: the node's, resumed with one click",
      Ending("failed", 1, log_tail=SKIPPED_SAMPLE + ILLEGAL_ADDRESS),
-     "cuda_error", True, "A CUDA error stopped the job at step 4100."),
+     "cuda_error", True, "A CUDA error stopped the job after step 4100 (the last in the job's log)."),
     ("under torchrun, the root rank's caught OOM, then its KeyError",
      Ending("failed", 1, log_tail=TORCHRUN_CAUGHT_OOM_THEN_KEYERROR),
-     "user_code_error", False, "The training script raised KeyError at step 29: 'labels'."),
+     "user_code_error", False, "The training script raised KeyError after step 29 (the last in the job's log): 'labels'."),
     ("under `accelerate launch`, a caught CUDA OOM, then a missing shard",
      Ending("failed", 1, log_tail=CAUGHT_OOM + MISSING_SHARD_IN_A_WORKER + ACCELERATE_CHILD_FAILED),
-     "data_not_found", False, "Could not read data/shards/train-00040.bin at step 1203."),
+     "data_not_found", False, "Could not read data/shards/train-00040.bin after step 1203 (the last in the job's log)."),
     # an exit status is the last thing that happened: it outranks a line the job got past
     ("SIGKILLed (no line of its own) after a caught CUDA OOM",
      Ending("failed", 137, 9, log_tail=CAUGHT_OOM),
-     "host_oom", False, "The process was killed by SIGKILL at step 1203: "
+     "host_oom", False, "The process was killed by SIGKILL after step 1203 (the last in the job's log): "
                         "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("SIGTERM from the node after a NCCL connect retried at start-up",
      Ending("failed", 143, 15, log_tail=NCCL_CONNECT_RETRIED),
-     "terminated", True, "The job was stopped by SIGTERM at step 200, which the broker did not send: most likely the "
+     "terminated", True, "The job was stopped after step 200 (the last in the job's log) by SIGTERM, which the broker did not send: most likely the "
                          "node was shutting down, or a person or process on it stopped the job."),
     # a line of its own at the end ("Killed") and the exit status agree: the line's rule, the first of the two
     ("the shell's 'Killed' after a caught CUDA OOM, and exit 137",
      Ending("failed", 137, 9, log_tail=CAUGHT_OOM + "Killed\n"),
-     "host_oom", False, "Out of host memory at step 1203: the kernel killed the process."),
+     "host_oom", False, "Out of host memory after step 1203 (the last in the job's log): the kernel killed the process."),
 ]
 
 
@@ -292,7 +292,7 @@ def test_an_illegal_memory_access_is_not_taken_for_a_device_side_assert():
 SAME_CAUSE = [
     ("a CUDA OOM's exception line (also an uncaught exception's)",
      Ending("failed", 1, log_tail="step 40 batch_size 64\n" + CAUGHT_OOM.split("\n", 1)[1].split("OOM at")[0]),
-     "gpu_oom", "Out of GPU memory at step 40 (batch size 64)."),
+     "gpu_oom", "Out of GPU memory (batch size 64) after step 40 (the last in the job's log)."),
     # a real run: the worker's bus error, then "exited unexpectedly" chained to it ("The above exception was the
     # direct cause"), whose rule says memory of another kind
     ("a data-loader worker's bus error chained to 'exited unexpectedly'",
@@ -318,7 +318,7 @@ SAME_CAUSE = [
             raise RuntimeError(
         RuntimeError: DataLoader worker (pid(s) 14499) exited unexpectedly
         """)),
-     "host_oom", "A data-loader worker ran out of shared memory at step 3 (/dev/shm)."),
+     "host_oom", "A data-loader worker ran out of shared memory (/dev/shm) after step 3 (the last in the job's log)."),
     ("a missing file re-raised as the script's own RuntimeError ('raise ... from exc')",
      Ending("failed", 1, log_tail=textwrap.dedent("""\
         step 0
@@ -337,7 +337,7 @@ SAME_CAUSE = [
             raise RuntimeError(f"could not load the dataset index") from exc
         RuntimeError: could not load the dataset index
         """)),
-     "data_not_found", "Could not read /mnt/data/openwebtext/index.json at step 0."),
+     "data_not_found", "Could not read /mnt/data/openwebtext/index.json after step 0 (the last in the job's log)."),
     ("an exception raised while handling a disk-full one ('During handling of the above exception')",
      Ending("failed", 1, log_tail=textwrap.dedent("""\
         step 800
@@ -353,7 +353,7 @@ SAME_CAUSE = [
             raise ValueError("checkpoint 800 not saved")
         ValueError: checkpoint 800 not saved
         """)),
-     "disk_full", "The disk is full at step 800: could not write a file."),
+     "disk_full", "The disk is full after step 800 (the last in the job's log): could not write a file."),
     # torch prints a NCCL failure as the error, then NCCL's own result name on the next line
     ("NCCL's result name on the line after torch's NCCL error",
      Ending("failed", 1, log_tail="step 77\n" + textwrap.dedent("""\
@@ -366,12 +366,12 @@ SAME_CAUSE = [
         Last error:
         NET/IB : Got completion from peer 10.0.0.2<51234> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0
         """)),
-     "nccl_network", "A NCCL/network error stopped the job at step 77."),
+     "nccl_network", "A NCCL/network error stopped the job after step 77 (the last in the job's log)."),
     # the launcher's own exception reports its child's failure, printed just before it: that is the cause
     ("a CUDA OOM under `accelerate launch`, whose CalledProcessError comes last",
      Ending("failed", 1, log_tail="step 40 batch_size 64\n" + CAUGHT_OOM.split("\n", 1)[1].split("OOM at")[0]
             + ACCELERATE_CHILD_FAILED),
-     "gpu_oom", "Out of GPU memory at step 40 (batch size 64)."),
+     "gpu_oom", "Out of GPU memory (batch size 64) after step 40 (the last in the job's log)."),
     # torchrun's summary comes last and lists a rank it SIGKILLed once rank 1 had failed (rank 0 did not stop on its
     # SIGTERM): the summary reports rank 1's failure, it is not a cause after it
     ("under torchrun, rank 1's CUDA OOM, and rank 0 SIGKILLed by torchrun afterwards",
@@ -386,7 +386,7 @@ SAME_CAUSE = [
         W1204 07:46:22.910000 14525 torch/distributed/elastic/multiprocessing/api.py:1045] Unable to shutdown \
         process 14560 via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL
         """) + torchrun_summary(killed_rank(0), root_rank=1)),
-     "gpu_oom", "Out of GPU memory at step 450 (batch size 64)."),
+     "gpu_oom", "Out of GPU memory (batch size 64) after step 450 (the last in the job's log)."),
     # …but a rank that only lost its peer names no cause: the peer torchrun lists as SIGKILLed is it
     ("under torchrun, rank 0 lost its peer, and rank 1 was SIGKILLed (by the kernel)",
      Ending("failed", 1, log_tail="step 880\n" + textwrap.dedent("""\
@@ -396,7 +396,7 @@ SAME_CAUSE = [
         [rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by \
         peer [10.0.0.2]:13706. This is typically caused by a remote worker crashing.
         """) + torchrun_summary(killed_rank(1), root_rank=0)),
-     "host_oom", "A training process was killed by SIGKILL at step 880: "
+     "host_oom", "A training process was killed by SIGKILL after step 880 (the last in the job's log): "
                  "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     # Python's shutdown runs atexit callbacks after the traceback; one that fails prints its own traceback last
     ("a CUDA OOM, then an atexit callback's BrokenPipeError (Python 3.10)",
@@ -404,18 +404,18 @@ SAME_CAUSE = [
             + "Error in atexit._run_exitfuncs:\nTraceback (most recent call last):\n"
               "  File \"/usr/local/lib/python3.10/site-packages/wandb/sdk/lib/sock_client.py\", line 142, in _send\n"
               "    self._sock.sendall(data)\nBrokenPipeError: [Errno 32] Broken pipe\n"),
-     "gpu_oom", "Out of GPU memory at step 450 (batch size 64)."),
+     "gpu_oom", "Out of GPU memory (batch size 64) after step 450 (the last in the job's log)."),
     ("a CUDA OOM, then an atexit callback's BrokenPipeError (Python 3.11)",
      Ending("failed", 1, log_tail="step 450 batch_size 64\n" + CAUGHT_OOM.split("\n", 1)[1].split("OOM at")[0]
             + "Exception ignored in atexit callback: <function flush_logger at 0x7fa2d79b84a0>\n"
               "Traceback (most recent call last):\n  File \"/workspace/train.py\", line 3, in flush_logger\n"
               "    raise BrokenPipeError(32, \"Broken pipe\")\nBrokenPipeError: [Errno 32] Broken pipe\n"),
-     "gpu_oom", "Out of GPU memory at step 450 (batch size 64)."),
+     "gpu_oom", "Out of GPU memory (batch size 64) after step 450 (the last in the job's log)."),
     # the exit ranks as the last line, not after it: a segfault rule placed below the generic one does not take a
     # Python exception printed last (a native extension that crashed while the interpreter exited after it)
     ("exit 139 after the script's own exception",
      Ending("failed", 139, 11, log_tail="step 12\n" + KEY_ERROR),
-     "user_code_error", "The training script raised KeyError at step 12: 'labels'."),
+     "user_code_error", "The training script raised KeyError after step 12 (the last in the job's log): 'labels'."),
 ]
 
 
@@ -453,7 +453,7 @@ def test_a_team_rule_that_matches_beats_every_shipped_one_wherever_it_matched(tm
     assert (later.cls, later.infrastructure) == ("nfs_gone", True), later
     # the shipped rules rank as ever when no rule of the team's matches
     assert book.diagnose(Ending("failed", 1, log_tail=CAUGHT_OOM + KEY_ERROR)).sentence == \
-        "The training script raised KeyError at step 1203: 'labels'."
+        "The training script raised KeyError after step 1203 (the last in the job's log): 'labels'."
 
 
 def test_a_16_kib_tail_of_a_real_failure_is_read_for_its_last_cause(tmp_path):
@@ -490,7 +490,7 @@ def test_a_16_kib_tail_of_a_real_failure_is_read_for_its_last_cause(tmp_path):
     log = done.stdout
     assert done.returncode == 1 and "CUDA out of memory" in log, log[-3000:]
     d = diagnose(Ending("failed", done.returncode, log_tail=log[-16_384:]))
-    assert (d.cls, d.sentence) == ("data_not_found", "Could not read data/shards/train-02000.bin at step 1450."), \
+    assert (d.cls, d.sentence) == ("data_not_found", "Could not read data/shards/train-02000.bin after step 1450 (the last in the job's log)."), \
         log[-3000:]
 
 
@@ -519,29 +519,29 @@ def accelerate_child_died(name: str, number: int) -> str:
 UNDER_ACCELERATE = [
     ("a CUDA OOM, wandb's exit summary, then accelerate's CalledProcessError",
      Ending("failed", 1, log_tail=OOM_40 + WANDB_SUMMARY + ACCELERATE_CHILD_FAILED),
-     "gpu_oom", False, "Out of GPU memory at step 40 (batch size 64)."),
+     "gpu_oom", False, "Out of GPU memory (batch size 64) after step 40 (the last in the job's log)."),
     ("a CUDA OOM, the resource tracker's leaked-semaphore warning, then accelerate's CalledProcessError",
      Ending("failed", 1, log_tail=OOM_40 + LEAKED_SEMAPHORE + ACCELERATE_CHILD_FAILED),
-     "gpu_oom", False, "Out of GPU memory at step 40 (batch size 64)."),
+     "gpu_oom", False, "Out of GPU memory (batch size 64) after step 40 (the last in the job's log)."),
     ("an illegal memory access, wandb's summary, then accelerate's error: the node's, resumed with one click",
      Ending("failed", 1, log_tail="step 7\n" + ILLEGAL_ADDRESS + WANDB_SUMMARY + ACCELERATE_CHILD_FAILED),
-     "cuda_error", True, "A CUDA error stopped the job at step 7."),
+     "cuda_error", True, "A CUDA error stopped the job after step 7 (the last in the job's log)."),
     # the generic rule quotes the child's exception, not the launcher's
     ("the child's KeyError right before accelerate's CalledProcessError",
      Ending("failed", 1, log_tail="step 12\n" + KEY_ERROR + ACCELERATE_CHILD_FAILED),
-     "user_code_error", False, "The training script raised KeyError at step 12: 'labels'."),
+     "user_code_error", False, "The training script raised KeyError after step 12 (the last in the job's log): 'labels'."),
     ("the child's KeyError, wandb's summary, then accelerate's CalledProcessError",
      Ending("failed", 1, log_tail="step 12\n" + KEY_ERROR + WANDB_SUMMARY + ACCELERATE_CHILD_FAILED),
-     "user_code_error", False, "The training script raised KeyError at step 12: 'labels'."),
+     "user_code_error", False, "The training script raised KeyError after step 12 (the last in the job's log): 'labels'."),
     # a child killed prints nothing of it: the launcher's "died with <Signals.SIGKILL: 9>" says it, as torchrun's
     # summary does, after a traceback the child got past
     ("the child SIGKILLed after a caught CUDA OOM",
      Ending("failed", 1, log_tail=CAUGHT_OOM + accelerate_child_died("SIGKILL", 9)),
-     "host_oom", False, "A training process was killed by SIGKILL at step 1203: "
+     "host_oom", False, "A training process was killed by SIGKILL after step 1203 (the last in the job's log): "
                         "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("the child segfaulted",
      Ending("failed", 1, log_tail="step 3\n" + accelerate_child_died("SIGSEGV", 11)),
-     "crash", False, "A training process crashed with a segmentation fault at step 3."),
+     "crash", False, "A training process crashed with a segmentation fault after step 3 (the last in the job's log)."),
     # with no traceback before it, a CalledProcessError (the script's own check=True) reads the line before it
     ("the script's own check=True after tar found the disk full",
      Ending("failed", 1, log_tail="step 42\ntar: /ckpt/step-42.tar: Cannot write: No space left on device\n"
@@ -550,7 +550,7 @@ UNDER_ACCELERATE = [
                                   "    subprocess.run(['tar', 'cf', '/ckpt/step-42.tar', 'out'], check=True)\n"
                                   "subprocess.CalledProcessError: Command '['tar', 'cf', '/ckpt/step-42.tar', 'out']' "
                                   "returned non-zero exit status 2.\n"),
-     "disk_full", False, "The disk is full at step 42: could not write a file."),
+     "disk_full", False, "The disk is full after step 42 (the last in the job's log): could not write a file."),
 ]
 
 
@@ -587,19 +587,19 @@ UNDER_TORCHRUN = [
     ("rank 0 lost its peer, rank 1 was SIGKILLed (by the kernel), ranks 2 and 3 printed the start-up warning",
      Ending("failed", 1, log_tail=STARTUP_WARNINGS + "step 1200 loss 2.01\n" + RANK0_LOST_PEER
             + torchrun_summary(killed_and_stopped(1, 2), root_rank=0)),
-     "host_oom", "A training process was killed by SIGKILL at step 1200: "
+     "host_oom", "A training process was killed by SIGKILL after step 1200 (the last in the job's log): "
                  "often the kernel's out-of-memory killer, but nothing in the log confirms it."),
     ("rank 0 lost its peer, rank 2 printed the start-up warning, rank 3 raised a KeyError",
      Ending("failed", 1, log_tail=STARTUP_WARNINGS.split("\n", 1)[0] + "\nstep 1200 loss 2.01\n" + RANK0_LOST_PEER
             + "[rank3]:Traceback (most recent call last):\n"
               "[rank3]:  File \"/workspace/train.py\", line 14, in <module>\n"
               "[rank3]:KeyError: 'labels'\n" + torchrun_summary(killed_and_stopped(1, 2), root_rank=0)),
-     "user_code_error", "The training script raised KeyError at step 1200: 'labels'."),
+     "user_code_error", "The training script raised KeyError after step 1200 (the last in the job's log): 'labels'."),
     # the root rank's own failure, and a rank torchrun SIGKILLed once it had failed: the list is dropped as before
     ("rank 1's CUDA OOM, ranks 2 and 3's start-up warning, rank 0 SIGKILLed by torchrun afterwards",
      Ending("failed", 1, log_tail=STARTUP_WARNINGS + "step 450 batch_size 64\n"
             + "".join(f"[rank1]:{line}\n" for line in OOM_40.splitlines()[1:]) + torchrun_summary(killed_rank(0), 1)),
-     "gpu_oom", "Out of GPU memory at step 450 (batch size 64)."),
+     "gpu_oom", "Out of GPU memory (batch size 64) after step 450 (the last in the job's log)."),
 ]
 
 
@@ -631,36 +631,36 @@ BASH_SEGFAULT = "bash: line 1:  4963 Segmentation fault      (core dumped) pytho
 TEARDOWN = [
     ("a NCCL error, then the shell's 'Segmentation fault (core dumped)', exit 139",
      Ending("failed", 139, log_tail=NCCL_ERROR + SEGFAULT),
-     "nccl_network", True, "A NCCL/network error stopped the job at step 3400."),
+     "nccl_network", True, "A NCCL/network error stopped the job after step 3400 (the last in the job's log)."),
     ("a NCCL error, then SIGSEGV with no line of its own",
      Ending("failed", 139, 11, log_tail=NCCL_ERROR),
-     "nccl_network", True, "A NCCL/network error stopped the job at step 3400."),
+     "nccl_network", True, "A NCCL/network error stopped the job after step 3400 (the last in the job's log)."),
     ("the script's KeyError, then bash's segfault line",
      Ending("failed", 139, 11, log_tail="step 12\n" + KEY_ERROR + BASH_SEGFAULT),
-     "user_code_error", False, "The training script raised KeyError at step 12: 'labels'."),
+     "user_code_error", False, "The training script raised KeyError after step 12 (the last in the job's log): 'labels'."),
     ("a CUDA OOM, wandb's summary, then a segfault",
      Ending("failed", 139, 11, log_tail=OOM_40 + WANDB_SUMMARY + SEGFAULT),
-     "gpu_oom", False, "Out of GPU memory at step 40 (batch size 64)."),
+     "gpu_oom", False, "Out of GPU memory (batch size 64) after step 40 (the last in the job's log)."),
     # …but a native crash with no Python error is a crash, and so is one after a traceback the job got past
     ("a segfault and no traceback",
      Ending("failed", 139, 11, log_tail="step 42\n" + SEGFAULT),
-     "crash", False, "The job crashed with a segmentation fault at step 42."),
+     "crash", False, "The job crashed with a segmentation fault after step 42 (the last in the job's log)."),
     ("faulthandler's dump of a segfault, no traceback",
      Ending("failed", 139, 11, log_tail="step 42\nFatal Python error: Segmentation fault\n\nCurrent thread "
                                         "0x00007f3b2a1ff740 (most recent call first):\n  File \"/workspace/ext.py\", "
                                         "line 8 in forward\n" + SEGFAULT),
-     "crash", False, "The job crashed with a segmentation fault at step 42."),
+     "crash", False, "The job crashed with a segmentation fault after step 42 (the last in the job's log)."),
     ("a caught CUDA OOM, training went on, then a segfault",
      Ending("failed", 139, 11, log_tail=CAUGHT_OOM + SEGFAULT),
-     "crash", False, "The job crashed with a segmentation fault at step 1203."),
+     "crash", False, "The job crashed with a segmentation fault after step 1203 (the last in the job's log)."),
     ("a caught CUDA OOM, a progress bar went on, then a segfault",
      Ending("failed", 139, 11, log_tail=OOM_40 + "Epoch 0:  12%|#2        | 120/1000 [01:02<07:35,  1.93it/s]\n"
             + SEGFAULT),
-     "crash", False, "The job crashed with a segmentation fault at step 120."),
+     "crash", False, "The job crashed with a segmentation fault after step 120 (the last in the job's log)."),
     # a signal from outside (SIGTERM, SIGKILL) is not the process's own teardown: it often causes the traceback
     ("a caught CUDA OOM, a line of the job's, then a SIGTERM from the node",
      Ending("failed", 143, 15, log_tail=OOM_40 + "retrying with a smaller batch\n"),
-     "terminated", True, "The job was stopped by SIGTERM at step 40, which the broker did not send: most likely the "
+     "terminated", True, "The job was stopped after step 40 (the last in the job's log) by SIGTERM, which the broker did not send: most likely the "
                          "node was shutting down, or a person or process on it stopped the job."),
 ]
 

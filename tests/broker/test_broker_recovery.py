@@ -186,7 +186,8 @@ def test_a_code_error_is_explained_and_resume_needs_force(serve):
     job = client.post("/v1/jobs", json=oom).json()
     final = until_state(client, job["id"], {"failed", "succeeded"})
     assert final["state"] == "failed"
-    assert final["reason"].startswith("Out of GPU memory at step 1200 (batch size 64). Try a smaller batch size")
+    assert final["reason"].startswith("Out of GPU memory (batch size 64) after step 1200 (the last in the job's log). Try a "
+                                    "smaller batch size")
     refused = client.post(f"/v1/jobs/{job['id']}/resume")
     assert refused.status_code == 409 and "Out of GPU memory" in refused.json()["detail"]
     # on-demand capacity does not change a failure of the job's own: pinning it there asks for force too
@@ -217,7 +218,8 @@ def test_a_script_that_reports_progress_and_fails_later_is_diagnosed_at_the_step
     final = until_state(client, job["id"], {"failed", "succeeded"})
     assert final["state"] == "failed" and final["progress"]["step"] == 0
     assert final["diagnosis"]["step"] == 50
-    assert final["reason"].startswith("The training script raised ValueError at step 50")
+    # it failed at step 55: the sentence names the last step it showed, and says so
+    assert final["reason"].startswith("The training script raised ValueError after step 50 (the last in the job's log)")
 
 
 def test_a_failed_setup_is_named_with_its_last_line(serve):

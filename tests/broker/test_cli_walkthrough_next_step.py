@@ -62,8 +62,9 @@ def _job(state: str, diagnosis: dict | None = None, checkpoint: int | None = 120
 
 @pytest.mark.parametrize("job, says", [
     (_job("failed", {"class": "gpu_oom", "infrastructure": False, "text": "Out of GPU memory."}),
-     "next: a failure of the job's own: fix it and submit again; `broker resume j-0123456789 --force` runs it again "
-     "unchanged, which fails the same way unless what it depends on outside the task changed"),
+     "next: a failure of the job's own: fix what made it fail, then `broker resume j-0123456789 --force` continues "
+     "it from its last checkpoint (step 1200) with the code as it is then (a workdir on the broker's host is read "
+     "anew at each attempt); an uploaded workdir stays as it was: submit again"),
     (_job("failed", None),  # failed before anything diagnosed it: the broker asks for --force too
      "`broker resume j-0123456789 --force`"),
     (_job("stopped_budget", {"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."}),
@@ -74,9 +75,10 @@ def _job(state: str, diagnosis: dict | None = None, checkpoint: int | None = 120
      "error)"),
     ({**_job("failed", {"class": "user_code_error", "infrastructure": False, "text": "KeyError."}),
       "checkpoint_uri": "s3://b/run"},  # submitting again starts over unless it names the job's checkpoints
-     "next: a failure of the job's own: fix it and submit again (with broker.checkpoint: s3://b/run to continue from "
-     "step 1200); `broker resume j-0123456789 --force` runs it again unchanged, which fails the same way unless what "
-     "it depends on outside the task changed"),
+     "next: a failure of the job's own: fix what made it fail, then `broker resume j-0123456789 --force` continues "
+     "it from its last checkpoint (step 1200) with the code as it is then (a workdir on the broker's host is read "
+     "anew at each attempt); an uploaded workdir stays as it was: submit again (with broker.checkpoint: s3://b/run "
+     "to continue from step 1200)"),
     (_job("failed", {"class": "credentials", "infrastructure": False, "text": "No API key."}),
      "next: `broker resume j-0123456789 --secret NAME` gives it the secret it lacked (no value: this shell's) and "
      "continues it from its last checkpoint (step 1200)"),

@@ -60,7 +60,7 @@ def ending(code: str, said: str, traceback: str) -> Ending:
 def test_a_rank_sigtermed_on_the_node_is_named_and_resumes_without_force(code, said, traceback):
     d = diagnose(ending(code, said, traceback))
     assert d.cls == "terminated" and d.infrastructure, d
-    assert d.sentence.startswith("Rank 1 (pid 32234) was stopped by SIGTERM at step 150, which the broker did not "
+    assert d.sentence.startswith("Rank 1 (pid 32234) was stopped after step 150 (the last in the job's log) by SIGTERM, which the broker did not "
                                  "send, and the other ranks lost it"), d.sentence
     assert "RuntimeError" not in d.sentence and "Connection closed" not in d.sentence
 
@@ -68,7 +68,7 @@ def test_a_rank_sigtermed_on_the_node_is_named_and_resumes_without_force(code, s
 def test_a_rank_sigkilled_on_the_node_is_named():
     d = diagnose(ending("-9", " (SIGKILL)", "Signal 9 (SIGKILL) received by PID 32234"))
     assert d.cls == "host_oom", d
-    assert d.sentence.startswith("Rank 1 (pid 32234) was killed by SIGKILL at step 150, and torchrun stopped the "
+    assert d.sentence.startswith("Rank 1 (pid 32234) was killed by SIGKILL after step 150 (the last in the job's log), and torchrun stopped the "
                                  "other ranks: often the kernel's out-of-memory killer"), d.sentence
 
 

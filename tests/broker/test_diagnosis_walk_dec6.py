@@ -130,8 +130,8 @@ ANOMALY = STEPS + textwrap.dedent("""\
     RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.
     """)
 
-INTERRUPTED = ("The job was interrupted by SIGINT at step 30 (what Ctrl-C sends), which the broker did not send.")
-DIVERGED = "The training diverged at step 30: the loss or gradients became NaN or infinite ({})."
+INTERRUPTED = ("The job was interrupted after step 30 (the last the job reported) by SIGINT (what Ctrl-C sends), which the broker did not send.")
+DIVERGED = "The training diverged after step 30 (the last the job reported): the loss or gradients became NaN or infinite ({})."
 
 CASES = [
     ("a KeyboardInterrupt traceback from a SIGINT, though the process exited 1, is an interruption, not the code's "
@@ -139,15 +139,15 @@ CASES = [
      Ending("failed", 1, log_tail=KEYBOARD_INTERRUPT, step=30), "interrupted", INTERRUPTED),
     ("a bare assert names the line that failed (was 'exited with code 1 … \"AssertionError\"')",
      Ending("failed", 1, log_tail=BARE_ASSERT, step=30), "user_code_error",
-     "The training script raised AssertionError at step 30, with no message, at /tmp/walkQ/work/fail.py, line 86: "
+     "The training script raised AssertionError after step 30 (the last the job reported), with no message, at /tmp/walkQ/work/fail.py, line 86: "
      "assert loss.item() < 0."),
     ("an exception raised from another names the one that started it (was only the RuntimeError)",
      Ending("failed", 1, log_tail=CAUSED_BY, step=30), "user_code_error",
-     "The training script raised RuntimeError at step 30: could not build batch from the shard index (caused by "
+     "The training script raised RuntimeError after step 30 (the last the job reported): could not build batch from the shard index (caused by "
      "KeyError: 'shard_7')."),
     ("an exception raised while handling another names that one too",
      Ending("failed", 1, log_tail=DURING_HANDLING, step=30), "user_code_error",
-     "The training script raised ValueError at step 30: invalid literal for int() with base 10: 'not-a-number' "
+     "The training script raised ValueError after step 30 (the last the job reported): invalid literal for int() with base 10: 'not-a-number' "
      "(while handling KeyError: 'shard_7')."),
     ("a bare assert while handling another exception names both",
      Ending("failed", 1, log_tail=STEPS + textwrap.dedent("""\
@@ -165,14 +165,14 @@ CASES = [
                     ^^^^^^^^^^^^
          AssertionError
          """), step=30), "user_code_error",
-     "The training script raised AssertionError at step 30, with no message, at /workspace/train.py, line 52: assert "
+     "The training script raised AssertionError after step 30 (the last the job reported), with no message, at /workspace/train.py, line 52: assert "
      "key in index (while handling KeyError: 'shard_7')."),
     ("a bare exception that another was raised from is the cause, not the diagnosis",
      Ending("failed", 1, log_tail=GENERATOR, step=30), "user_code_error",
-     "The training script raised RuntimeError at step 30: generator raised StopIteration (caused by StopIteration)."),
+     "The training script raised RuntimeError after step 30 (the last the job reported): generator raised StopIteration (caused by StopIteration)."),
     ("a recursion error names the call it repeated (was only 'maximum recursion depth exceeded')",
      Ending("failed", 1, log_tail=RECURSION, step=30), "user_code_error",
-     "The training script raised RecursionError at step 30: maximum recursion depth exceeded (the call at "
+     "The training script raised RecursionError after step 30 (the last the job reported): maximum recursion depth exceeded (the call at "
      "/tmp/walkQ/work/fail.py, line 24, in recurse, repeated 996 more times)."),
     ("a syntax error names its file and line (was only its message)",
      Ending("failed", 1, log_tail=SYNTAX), "user_code_error",
@@ -206,11 +206,11 @@ CASES = [
      Ending("failed", 1, log_tail=STEPS + 'Traceback (most recent call last):\n  File "/workspace/train.py", line 70, '
                                           'in <module>\n    raise Exception(f"bad batch at step {step}")\n'
                                           "Exception: bad batch at step 30\n", step=30), "user_code_error",
-     "The training script raised Exception at step 30: bad batch at step 30."),
+     "The training script raised Exception after step 30 (the last the job reported): bad batch at step 30."),
     ("a NaN in an error that is not of the loss or gradients is the code's error",
      Ending("failed", 1, log_tail=STEPS + "ValueError: Input contains NaN, infinity or a value too large for "
                                           "dtype('float64').\n", step=30), "user_code_error",
-     "The training script raised ValueError at step 30: Input contains NaN, infinity or a value too large for "
+     "The training script raised ValueError after step 30 (the last the job reported): Input contains NaN, infinity or a value too large for "
      "dtype('float64')."),
     ("a job that exited 0 half way through the steps it counts says it stopped short (was 'The job succeeded at "
      "step 30.')",
@@ -245,7 +245,7 @@ def test_a_stopped_short_job_is_told_what_to_look_at():
 
 def test_an_exception_with_a_message_is_not_read_as_a_bare_one():
     log = STEPS + 'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n    f()\nKeyError: \'x\'\n'
-    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "The training script raised KeyError at step 30: 'x'."
+    assert diagnose(Ending("failed", 1, log_tail=log)).sentence == "The training script raised KeyError after step 30 (the last in the job's log): 'x'."
 
 
 # -- through a real broker and runner ---------------------------------------------------------------------------------
@@ -280,7 +280,8 @@ def test_a_real_job_interrupted_by_sigint_is_resumed_with_one_click(make_setting
             assert failed.state is JobState.FAILED
             assert store.attempts(job.id)[0].exit_code == 1  # not 130: the KeyboardInterrupt's traceback says it
             assert failed.diagnosis["class"] == "interrupted" and failed.diagnosis["infrastructure"] is True
-            assert failed.diagnosis["sentence"] == INTERRUPTED
+            # it printed its steps, and reported none: the step is its log's
+            assert failed.diagnosis["sentence"] == INTERRUPTED.replace("the last the job reported", "the last in the job's log")
             assert service.resume(ADMIN, job.id).state is JobState.QUEUED  # no --force asked
         finally:
             for run in launcher.runs_dir.glob("j*"):

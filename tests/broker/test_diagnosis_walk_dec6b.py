@@ -100,11 +100,11 @@ def run_locally(tmp_path):
                  id="click's unknown option is a bad argument too"),
     pytest.param("ulimit -v 4000000; python -c \"import numpy; print('step 3', flush=True); "
                  "numpy.ones(8 * 1024 ** 3)\"", {},
-                 "host_oom", "Out of host memory at step 3: the job could not allocate 64.0 GiB.",
+                 "host_oom", "Out of host memory after step 3 (the last in the job's log): the job could not allocate 64.0 GiB.",
                  "Use a larger instance, fewer data-loader workers, or a smaller batch size.",
                  id="numpy's failed allocation keeps its size in the sentence"),
     pytest.param("python -c \"import os; print('step 5', flush=True); os.kill(os.getpid(), 9)\"", {},
-                 "host_oom", "The process was killed by SIGKILL at step 5: often the kernel's out-of-memory killer, "
+                 "host_oom", "The process was killed by SIGKILL after step 5 (the last in the job's log): often the kernel's out-of-memory killer, "
                              "but nothing in the log confirms it.", UNCONFIRMED_HINT,
                  id="a SIGKILL with no out-of-memory evidence in the log is not said to be the kernel's"),
 ])
@@ -156,7 +156,7 @@ def test_a_missing_module_offers_pip_install_only_for_a_name_it_knows(module, se
                  id="torch's CPU allocator's size in bytes is said in GiB"),
     pytest.param(Ending("failed", 1, log_tail="step 880\n  exitcode  : -9 (pid: 1234)\n  error_file: <N/A>\n"
                                               "  traceback : Signal 9 (SIGKILL) received by PID 1234\n"),
-                 "A training process was killed by SIGKILL at step 880: often the kernel's out-of-memory killer, but "
+                 "A training process was killed by SIGKILL after step 880 (the last in the job's log): often the kernel's out-of-memory killer, but "
                  "nothing in the log confirms it.", "from the script itself",
                  id="a worker torchrun saw SIGKILLed is not said to be the kernel's either"),
 ])

@@ -79,10 +79,10 @@ def test_a_silent_job_is_said_to_have_stalled_and_is_resumed_once(broker):
     assert after.state in (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING), after.reason
     assert after.diagnosis["class"] == "stalled" and after.diagnosis["infrastructure"] is True, after.diagnosis
     text = after.diagnosis["text"]
-    assert text.startswith("The job stalled at step 7: it reported no progress for ") and "was lost" not in text
+    assert text.startswith("The job stalled after step 7 (the last the job reported): it reported no progress for ") and "was lost" not in text
     assert "so the broker stopped it" in text
     (recover,) = [e for e in store.events(job.id) if e.event == "recover"]
-    assert recover.reason.startswith("The job stalled at step 7") and "resumes from step 5" in recover.reason
+    assert recover.reason.startswith("The job stalled after step 7 (the last the job reported)") and "resumes from step 5" in recover.reason
     assert recover.data["diagnosis_class"] == "stalled"
 
 
@@ -93,7 +93,7 @@ def test_stalled_again_with_no_step_gained_is_failed_and_needs_force_to_resume(b
     assert final.state is JobState.FAILED, final.reason
     assert final.attempts == 2
     assert final.diagnosis["class"] == "stalled_again" and final.diagnosis["infrastructure"] is False
-    assert final.reason.startswith("The job stalled again at step 7, with no progress since it last stalled")
+    assert final.reason.startswith("The job stalled again after step 7 (the last the job reported), with no progress since it last stalled")
     assert "resume with --force" in final.reason
     with pytest.raises(Conflict):
         service.resume(ADMIN, job_id)  # its own hang: not resumed with one click
@@ -106,7 +106,7 @@ def test_a_job_that_got_past_the_step_it_stalled_at_is_resumed_again(broker):
     job_id = _stalled_at_7_then_reporting(service, engine, store, 9)  # further this time: a node that hung
     after = _stalled(engine, store, job_id, 2)
     assert after.state is not JobState.FAILED, after.reason
-    assert after.diagnosis["class"] == "stalled" and after.diagnosis["text"].startswith("The job stalled at step 9")
+    assert after.diagnosis["class"] == "stalled" and after.diagnosis["text"].startswith("The job stalled after step 9 (the last the job reported)")
 
 
 def test_a_resumed_attempt_is_not_taken_for_silent_on_the_report_of_the_one_before(broker):

@@ -72,7 +72,7 @@ def test_a_job_the_broker_retries_itself_is_never_told_to_resume_and_says_when_i
             wait_for(waiting_for(n), timeout=30)
             assert n in seen, f"the job was never seen queued after attempt {n}"
             said = seen[n]
-            assert said.startswith("A server or the network failed at step 60: "), said
+            assert said.startswith("A server or the network failed after step 60 (the last in the job's log): "), said
             assert "resume it to try again" not in said and "throttling" not in said, said  # the hint: none
             assert f"No need to resume it: the broker is retrying (automatic retry {n} of 2); tries again at " \
                 in said, said
@@ -80,8 +80,9 @@ def test_a_job_the_broker_retries_itself_is_never_told_to_resume_and_says_when_i
             assert refused[n] == f"{job.id} is queued, not ended: only a failed or budget-stopped job resumes"
         final = run_until(engine, store, job.id, {"failed", "succeeded"}, timeout=40)
         assert final.state is JobState.FAILED and final.attempts == 3
-        assert final.reason.startswith("A server or the network failed at step 60: "), final.reason
-        assert ". It failed 3 times, each at step 60 with the same error; its 2 automatic retries are used up. " \
+        assert final.reason.startswith("A server or the network failed after step 60 (the last in the job's log): "), \
+            final.reason
+        assert ". It failed 3 times, each after step 60 with the same error; its 2 automatic retries are used up. " \
                "Not the job's code" in final.reason, final.reason
         assert final.reason.endswith("resume it to try again."), final.reason  # the user's to resume now
         resumed = service.resume(ADMIN, job.id)  # and a resume goes through, as the reason says
@@ -104,18 +105,19 @@ def _failed(n: int, reason: str, exit_code: int = 1) -> Attempt:
                    price_per_hour=0, created_at=float(n), exit_code=exit_code, reason=reason)
 
 
-SENTENCE = "A server or the network failed at step 60: connection refused."
+SENTENCE = "A server or the network failed after step 60 (the last in the job's log): connection refused."
 HINT = "Not the job's code: a server or the network failed for a while; resume it to try again."
 
 
 @pytest.mark.parametrize("earlier, said", [
     pytest.param([f"{SENTENCE} No need to resume it: the broker is retrying (automatic retry 1 of 2)"] * 2,
-                 f"{SENTENCE[:-1]}. It failed 3 times, each at step 60 with the same error; its 2 automatic retries "
+                 f"{SENTENCE[:-1]}. It failed 3 times, each after step 60 with the same error; its 2 automatic retries "
                  f"are used up. {HINT}", id="three failures alike at step 60 say so, then the resume advice"),
     pytest.param([f"{SENTENCE} {HINT} retrying (retry 1 of 2)"] * 2,
-                 f"{SENTENCE[:-1]}. It failed 3 times, each at step 60 with the same error; its 2 automatic retries "
+                 f"{SENTENCE[:-1]}. It failed 3 times, each after step 60 with the same error; its 2 automatic retries "
                  f"are used up. {HINT}", id="attempts a broker of an earlier version stored read as alike too"),
-    pytest.param(["A server or the network failed at step 40: connection refused. No need to resume it",
+    pytest.param(["A server or the network failed after step 40 (the last in the job's log): connection refused. No need to "
+                  "resume it",
                   f"{SENTENCE} No need to resume it"],
                  f"{SENTENCE[:-1]}. It failed 3 times; its 2 automatic retries are used up. {HINT}",
                  id="failures at different steps are counted, not called the same"),

@@ -23,7 +23,7 @@ ADMIN = Principal("admin", None, admin=True)
 # $36/h: one cent a second, so a $0.12 budget is stopped some seconds in
 CONFIG = CENT_A_SECOND
 STEPS = "for i in $(seq 1 1000); do echo \"step $i/1000 loss=0.5\"; sleep 0.1; done"
-NOTE = "(read from its log: the job reported no progress to the broker, so none was shown while it ran)"
+NOTE = "(the last in the job's log: the job reported no progress to the broker, so none was shown while it ran)"
 
 
 def _broker(make_settings, tmp_path):
@@ -50,7 +50,7 @@ def test_a_budget_stop_says_the_step_came_from_the_log_of_a_job_that_reported_no
         final = run_until(engine, store, job.id, {"stopped_budget", "failed", "succeeded"}, timeout=40)
         assert final.state is JobState.STOPPED_BUDGET, final.reason
         step = _steps_in_log(service, job.id)
-        assert f"Stopped at its budget at step {step} {NOTE}." in final.reason, final.reason
+        assert f"Stopped at its budget after step {step} {NOTE}." in final.reason, final.reason
         assert final.diagnosis["step"] == step and NOTE in final.diagnosis["sentence"]
     finally:
         for run in launcher.runs_dir.glob("j*"):
@@ -68,7 +68,7 @@ def test_a_cancel_of_a_job_that_only_prints_steps_says_where_its_step_came_from(
         final = run_until(engine, store, job.id, {"cancelled", "failed", "succeeded"}, timeout=30)
         assert final.state is JobState.CANCELLED, final.reason
         step = _steps_in_log(service, job.id)
-        assert f"Cancelled at step {step} {NOTE}." in final.reason, final.reason
+        assert f"Cancelled after step {step} {NOTE}." in final.reason, final.reason
     finally:
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
@@ -89,7 +89,7 @@ def test_a_job_that_reported_its_step_is_stopped_at_it_without_the_note(make_set
         service.cancel(ADMIN, job.id)
         final = run_until(engine, store, job.id, {"cancelled", "failed", "succeeded"}, timeout=30)
         step = _steps_in_log(service, job.id)  # the log is ahead of the report (reports are rate-limited)
-        assert f"Cancelled at step {step}." in final.reason and NOTE not in final.reason, final.reason
+        assert f"Cancelled after step {step} (the last " in final.reason and NOTE not in final.reason, final.reason
     finally:
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
@@ -99,11 +99,11 @@ def test_a_job_that_reported_its_step_is_stopped_at_it_without_the_note(make_set
 def test_a_failure_read_from_the_log_and_an_ending_without_the_engines_word_are_as_before():
     # a failure is diagnosed from its log anyway: no note there
     failed = diagnose(Ending("failed", exit_code=1, log_tail="step 12\nKilled\n", unreported=True))
-    assert "read from its log" not in failed.sentence
+    assert "reported no progress" not in failed.sentence
     # an Ending that does not say whether the job reported (a team's tool, older callers) reads as before
-    assert diagnose(Ending("budget", log_tail="step 90")).sentence == "Stopped at its budget at step 90."
+    assert diagnose(Ending("budget", log_tail="step 90")).sentence == "Stopped at its budget after step 90 (the last in the job's log)."
     assert diagnose(Ending("preempted", log_tail="step 7\n", unreported=True)).sentence == \
-        f"Spot capacity was preempted at step 7 {NOTE}."
+        f"Spot capacity was preempted after step 7 {NOTE}."
 
 
 SPOT = """
@@ -133,7 +133,7 @@ def test_a_preemption_of_a_job_that_only_prints_steps_says_where_its_step_came_f
         wait_for(lambda: engine.tick() or store.attempts(job.id)[0].ended_at is not None, timeout=30)
         first = store.attempts(job.id)[0]
         step = max(int(n) for n in re.findall(r"^step (\d+)/1000", launcher.logs(first.id)[0].decode(), re.M))
-        assert first.reason.startswith(f"Spot capacity was preempted at step {step} {NOTE} in sim-a; "
+        assert first.reason.startswith(f"Spot capacity was preempted after step {step} {NOTE} in sim-a; "
                                        f"restarts from the beginning"), first.reason
     finally:
         for run in launcher.runs_dir.glob("j*"):

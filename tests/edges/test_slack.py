@@ -554,7 +554,7 @@ def test_an_engine_failure_posts_the_diagnosis_and_its_buttons_act_as_the_presse
     assert not job.diagnosis["infrastructure"]
     (msg,) = stub.wait_for("/webhook/b")  # team-b posts through its webhook
     assert f"failed: {job.diagnosis['text']}" in text_of(msg)
-    assert "Out of GPU memory at step 450 (batch size 64)" in job.diagnosis["text"]
+    assert "Out of GPU memory (batch size 64) after step 450 (the last the job reported)" in job.diagnosis["text"]
     buttons = buttons_of(msg)
     assert set(buttons) == {"Resume from step 400", "Switch to on-demand"}  # out of memory: no raise budget
     resume = buttons["Resume from step 400"]
@@ -596,7 +596,7 @@ def test_switch_to_on_demand_after_a_failure_of_the_jobs_own_shows_the_diagnosis
     (msg,) = stub.wait_for("/webhook/b")
     ondemand = buttons_of(msg)["Switch to on-demand"]
     confirm = ondemand["confirm"]["text"]["text"]
-    assert confirm.startswith("It failed for a reason of its own, likely to recur: Out of GPU memory at step 450")
+    assert confirm.startswith("It failed for a reason of its own, likely to recur: Out of GPU memory (batch size 64) after step 450")
     assert confirm.endswith("On-demand will not change that. Run it again anyway, on on-demand, from step 400?")
     assert json.loads(ondemand["value"]) == {"job": "j-oom", "force": True}
 
