@@ -38,7 +38,7 @@ from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecErro
                          checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, month_of, refusal, team_month
-from broker.views import holders_words, minute
+from broker.views import holders_words, minute, passed_words
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit
@@ -756,18 +756,26 @@ class BrokerService:
             if said[id(holders)] is not None:
                 waiting[job_id] = said[id(holders)]
         now = self.clock()
+        reliable: dict[tuple, bool] = {}  # per shape (placeable_key): whether an on-demand or pool offer fits it
         for job in jobs:
-            if job.state is JobState.QUEUED and job.id not in waiting and (words := self._spot_latest(job, now)):
+            if job.state is not JobState.QUEUED:
+                continue
+            if job.id not in waiting and (words := self._spot_latest(job, now, reliable)):
                 waiting[job.id] = words
+            if passed := passed_words(job, now):  # first: what it waits for after it, as before
+                waiting[job.id] = f"{passed}; {waiting[job.id]}" if job.id in waiting else passed
         return QueueWaits(positions_, found.starts, waiting,
                           {j.id: j for j in jobs if j.state is JobState.QUEUED})
 
-    def _spot_latest(self, job: Job, now: float) -> str | None:
+    def _spot_latest(self, job: Job, now: float, reliable: dict[tuple, bool] | None = None) -> str | None:
         """For a queued job with a deadline that its spot policy keeps waiting for spot: roughly when, if spot does
         not come, its safety net moves it to the reliable tier to meet the deadline — its deadline less its work left,
         a changeover and a tick (:func:`pricing.deadline.is_safe`; the changeover the job measured may differ).
         Such a job gets no start estimate, and "waits for spot" alone left its user to guess whether it would start
-        in time."""
+        in time. A job no on-demand or pool offer fits (``use_spot: true``: spot only) has nowhere to move to — it
+        was told it would move to on-demand, which ``broker ondemand`` then refused — and is told that, if spot has
+        not come by then, it cannot meet its deadline. ``reliable``: whether a reliable offer fits, by
+        :func:`~broker.engine.schedule.placeable_key`, kept across the jobs of one read."""
         if job.deadline is None or not job.reason.startswith(SPOT_WAIT):
             return None
         work = work_left_seconds(job)
@@ -776,8 +784,21 @@ class BrokerService:
         latest = job.deadline - work - self.settings.changeover_seconds - self.settings.tick_seconds
         if latest <= now:
             return None
+        if not self._reliable_fits(job, now, {} if reliable is None else reliable):
+            return f"it may run only on spot (no on-demand or pool offer fits it): if spot does not come by about " \
+                   f"{minute(latest)}, it cannot meet its deadline"
         return f"if spot does not come, it moves to on-demand (or a free pool) by about {minute(latest)} to meet its " \
                "deadline"
+
+    def _reliable_fits(self, job: Job, now: float, seen: dict[tuple, bool]) -> bool:
+        """Whether an on-demand or pool offer is among those the scheduler may place ``job`` on
+        (:func:`~broker.engine.schedule.placeable`, by the shape it reads: ``seen``)."""
+        request = request_of(job)
+        key = placeable_key(job, request, now=now)
+        if key not in seen:
+            seen[key] = any(o.tier in (Tier.ONDEMAND, Tier.ONPREM)
+                            for o in placeable(job, request, all_offers(self.settings), now=now))
+        return seen[key]
 
     def _waits(self, extra: Sequence[Job] = ()) -> tuple[list[Job], dict[str, int], Waits]:
         """``extra``: jobs not stored counted as queued too (a dry run's: :meth:`submit_dry_run`)."""

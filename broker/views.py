@@ -155,6 +155,27 @@ def deadline_words(job: Job, estimated_start: float | None) -> str | None:
     return f"estimated to start at {start}, too late for its deadline at {deadline} with {length}"
 
 
+DEADLINE_PASSED = "its deadline at "
+"""How the words begin that say a queued job's deadline has passed (:func:`passed_words`)."""
+
+
+def deadline_at(deadline: float) -> str:
+    """A deadline as the words saying it has passed name it: to the second, as ``broker status`` shows it — to the
+    minute, rounded, a deadline of 00:10:40 read "00:11" when it had passed at 00:10:50."""
+    return _second(deadline)
+
+
+def passed_words(job: Job, now: float) -> str | None:
+    """For a queued job whose deadline has passed: that it has, how long ago, and that the job still runs. Its
+    reason went on saying what it waited for ("zones … are full right now"), and ``broker status`` "deadline …
+    (24 s ago)", with nothing to say the job waited on past it. ``None`` for a job not queued, with no deadline, or
+    before it. The scheduler goes on as before: a late run may still be of use, and its user may cancel it."""
+    if job.state is not JobState.QUEUED or job.deadline is None or now < job.deadline:
+        return None
+    return (f"{DEADLINE_PASSED}{deadline_at(job.deadline)} passed {duration(now - job.deadline)} ago: it still runs "
+            f"when it can start, late (cancel it if a late run is of no use)")
+
+
 def holders_words(holders: Sequence[Holder], team: str | None = None) -> str | None:
     """Why a queued job waiting for capacity has no start estimate, when the jobs holding what it needs (or queued
     ahead of it to take it) have ends nobody can tell (:func:`broker.queue.waits`): named, with how far past its
@@ -203,8 +224,11 @@ def _series(names: Sequence[str]) -> str:
 def shown_reason(job: Job, estimated_start: float | None = None, waiting: str | None = None) -> str:
     """A job's reason as it is shown: its stored reason, and for a queued job, what its estimate leaves unsaid —
     that it starts too late for its deadline (:func:`deadline_words`), or why it has no estimate (``waiting``:
-    :func:`holders_words`, from :meth:`broker.service.BrokerService.queue_waits`). Not stored: it is as of now."""
-    notes = [n for n in (deadline_words(job, estimated_start), waiting if job.state is JobState.QUEUED else None) if n]
+    :func:`holders_words`, from :meth:`broker.service.BrokerService.queue_waits`), and that its deadline has passed
+    (:func:`passed_words`, in ``waiting`` too). Not stored: it is as of now."""
+    # a deadline already passed is said by ``waiting`` (:func:`passed_words`): not again as a start "after" it
+    late = None if waiting and waiting.startswith(DEADLINE_PASSED) else deadline_words(job, estimated_start)
+    notes = [n for n in (late, waiting if job.state is JobState.QUEUED else None) if n]
     return "; ".join([job.reason, *notes]) if job.reason and notes else "; ".join(notes) or job.reason
 
 

@@ -158,7 +158,16 @@ class SlackReserve:
             up_for = self.zones[zone].up_for if zone in self.zones else 0.0
             if not inp.on_reliable:
                 if saved < tick_h and up_for < t.confirm_ticks * inp.tick - 1e-6 and spare - inp.tick >= 0:
-                    return Decision(Action.WAIT, None, f"spot just appeared in {zone} and nothing is saved yet: wait a tick to see it last")
+                    # not "just appeared": up_for counts from this job's first look (its submit, or the broker's
+                    # start), and the zone may have been up long before. Words that stay the same while it waits
+                    # (a count of seconds left rewrote the job's stored reason at every engine tick), and no
+                    # parentheses: the engine puts the reason in its own
+                    return Decision(Action.WAIT, None, f"spot in {zone} has not yet been seen to last: this job's "
+                                                       f"policy has watched it only since the job's submit or the "
+                                                       f"broker's start, and nothing is saved yet; it takes spot once "
+                                                       f"it has seen it up for {span(t.confirm_ticks * inp.tick)}, "
+                                                       f"{t.confirm_ticks} ticks of its policy — a zone up at its "
+                                                       f"first look counts as up for one")
                 return Decision(Action.SPOT, zone, f"spot is available in {zone}")
             run = self.expected_run(zone)
             worth = (k - 1) * min(run, inp.remaining) > d * (1 + k)

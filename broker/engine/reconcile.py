@@ -52,7 +52,7 @@ from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.spec import in_own_base
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from broker.views import duration as fmt_duration
-from broker.views import iso
+from broker.views import deadline_at, iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
                             elapsed, live_attempts, sweep_attempt_files)
 from pricing.deadline import RELIABLE
@@ -150,6 +150,8 @@ class Engine:
         self._stops_sent: set[str] = set()
         #: the attempts said to run past their expected length (:func:`_past_length`), once each
         self._past_length_said: set[str] = set()
+        #: the jobs whose ``deadline_passed`` note the store holds (:meth:`_deadline_passed`): not read again
+        self._deadline_said: set[str] = set()
         self._last_superseded = float("-inf")  # when :meth:`_stop_superseded` last looked
         self._said_start = False  # the first tick logs what this engine found to watch (a restart said nothing)
         #: the attempts whose run on this host was live at that look, and not yet ended in the store then
@@ -196,6 +198,7 @@ class Engine:
             del self._accrued[stale]
         self._stops_sent &= latest
         self._past_length_said &= latest
+        self._deadline_said &= {j.id for j in jobs}
         for stale in [a for a in self._limits_written if a not in latest]:
             del self._limits_written[stale]
         active = [j for j in jobs if j.state.is_active]
@@ -498,15 +501,32 @@ class Engine:
     def _note(self, job: Job, name: str, reason: str, now: float, data: dict | None = None) -> Event:
         return note_event(job, name, reason, time=now, actor=self.actor, data=data)
 
+    def _deadline_passed(self, job: Job, now: float, words: str) -> tuple[Event, ...]:
+        """The ``deadline_passed`` note (``words``) of a job not ended whose deadline has passed, once per job —
+        whichever broker saw it first, and across restarts (its events are read until they hold it; a note whose
+        commit failed is made again at the next tick). Nothing said it: a job queued past its deadline kept the
+        reason of what it waited for, and ran late with no word that it had missed it."""
+        if job.deadline is None or now < job.deadline or job.id in self._deadline_said:
+            return ()
+        if any(e.event == DEADLINE_PASSED for e in self.store.events(job.id)):
+            self._deadline_said.add(job.id)
+            return ()
+        return (self._note(job, DEADLINE_PASSED, words, now, {"deadline": iso(job.deadline),
+                                                              "state": job.state.value}),)
+
     def _apply_schedule(self, decision: Place | Wait, now: float) -> None:
         job = decision.job
+        notes = () if isinstance(decision, Wait) and decision.budget_spent else \
+            self._deadline_passed(job, now, _passed_in_queue(decision))
         if isinstance(decision, Wait):
             if decision.budget_spent:
                 self._commit(job, JobEvent.STOP_BUDGET, f"stopped: {decision.reason}; raise the budget to resume", now,
                              diagnosis=Diagnosis("budget_stop", "Stopped at its budget.",
                                                  "Raise the budget and resume to continue.", infrastructure=True).to_dict())
                 return
-            if job.reason != decision.reason:
+            if notes:  # with the job's reason, through the event hook (Slack)
+                self._commit(job, None, "", now, notes=notes, reason_shown=decision.reason)
+            elif job.reason != decision.reason:
                 self.store.commit(Change(job=replace(job, reason=decision.reason, updated_at=now),
                                          expected_version=job.version))
             return
@@ -514,7 +534,7 @@ class Engine:
         # free) makes this write conflict, and the job is placed again on the next tick's snapshot
         self._commit(job, JobEvent.PLACE, decision.reason, now, placement=decision.placement,
                      slots=list(decision.slots), data={"placement": decision.placement},
-                     placements=self._placements)
+                     placements=self._placements, notes=notes)
         self._placements += 1
 
     def _launch(self, job: Job, now: float) -> None:
@@ -869,6 +889,8 @@ class Engine:
             self._past_length_said.add(attempt.id)  # and said once an attempt, whichever engine saw it first:
             if not noted(self.store.events(job.id), PAST_LENGTH, job):
                 notes.append(self._note(job, PAST_LENGTH, past, now, {"expected_hours": job.expected_hours}))
+        if outcome.event is None and job.state in (JobState.LAUNCHING, JobState.RUNNING):
+            notes += self._deadline_passed(job, now, _passed_running(job))
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
             fields["running_since"] = attempt.started_at
@@ -1379,6 +1401,30 @@ def committed_in_log(text: str) -> tuple[int, str] | None:
     """The newest checkpoint (step, uri) the log says its run committed without telling the broker, or None."""
     found = [(int(m.group(1)), m.group(2)) for m in _UNREPORTED_COMMIT.finditer(text.replace("\r", "\n"))]
     return max(found, key=lambda f: f[0]) if found else None
+
+
+DEADLINE_PASSED = "deadline_passed"
+"""The note on a job not ended whose deadline has passed, once per job (:meth:`Engine._deadline_passed`)."""
+
+
+def _passed_in_queue(decision: Place | Wait) -> str:
+    """A ``deadline_passed`` note's words for a job the scheduler weighed after its deadline: placed now, or what
+    it waits for (its reason, less its lead)."""
+    at = deadline_at(decision.job.deadline or 0)
+    if isinstance(decision, Place):
+        return f"its deadline at {at} passed while it waited in the queue; placed now, it runs late"
+    what = decision.reason.removeprefix("waiting: ")
+    return (f"its deadline at {at} passed while it waited in the queue ({what}); it stays queued and runs when it can "
+            f"start, late — cancel it if a late run is of no use")
+
+
+def _passed_running(job: Job) -> str:
+    """A ``deadline_passed`` note's words for a job launching or running when its deadline passed."""
+    doing = "was being launched" if job.state is JobState.LAUNCHING else "ran"
+    step = job.progress.get("step") if job.progress else None
+    at_step = f", at step {step}" if isinstance(step, int) and not isinstance(step, bool) else ""
+    return (f"its deadline at {deadline_at(job.deadline or 0)} passed while it {doing} (attempt {job.attempts}"
+            f"{at_step}); it runs on to its end, late — cancel it if a late run is of no use")
 
 
 PAST_LENGTH = "past_expected_length"

@@ -39,6 +39,7 @@ from broker.models import Attempt, Job
 from broker.offers import Market, after_run, matching_offers, placed_alternative, placement_record, slots_of
 from broker.queue import ordered, work_left_seconds
 from broker.spec import parse
+from broker.views import deadline_at
 from pricing.money import fmt, fmt_left
 from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import (NoFit, cloud_block, holds, place, start_shortfall, unblocked, under_cap,
@@ -309,6 +310,10 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             if inp is not None:
                 d = policy_decide(policy, inp)
                 note = f" ({d.reason})" if d.reason else ""
+                if now >= job.deadline:  # (policy_input gives no input without one)
+                    # past it, the safety net sends every job to the reliable tier, saying "anything else could miss
+                    # the deadline" — missed already, and a job that may run only on spot is placed there anyway
+                    note = f" ({deadline_passed_note(job.deadline)})"
                 if d.action is Action.WAIT:
                     decisions.append(Wait(job, f"{SPOT_WAIT}{note}"
                                                f"{_blocked_note(mine, blocked, job, mk.spot_available)}"))
@@ -382,6 +387,12 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                                f"placed on {offer.describe()}{_nodes(chosen.num_nodes, record)}{note}"
                                f"{chosen.note}"))
     return decisions
+
+
+def deadline_passed_note(deadline: float) -> str:
+    """What a placement after the job's deadline says of it, in place of its spot policy's reason, which after the
+    deadline is the safety net's "anything else could miss the deadline": it has passed, and the job runs late."""
+    return f"its deadline at {deadline_at(deadline)} has passed: it runs now, late"
 
 
 def _nodes(n: int, record: dict) -> str:

@@ -12,6 +12,8 @@ budget_warning        at N% of its budget, time left at this price (stopping, if
 stop_budget           reached its budget: checkpointing and stopping (not by default)  —
 past_expected_length  running past its expected_hours: how far, what to do (not by     cancel
                       default)
+deadline_passed       its deadline passed while it waited or ran: it runs on, late     cancel
+                      (not by default)
 ended                 stopped at its budget                                            raise budget, resume, on-demand
 cancel/ended          cancelled (by <who>)                                             —
 fail                  failed: the job's diagnosis in plain words                       resume, on-demand, raise budget
@@ -230,6 +232,10 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         return _msg(f":hourglass_flowing_sand: {head} is {esc(event.reason)}.",
                     actions([button("cancel", "Cancel", job.id, style="danger",
                                     confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]), foot)
+    if name == "deadline_passed":  # opt-in (notifications.events): the reason says when, and where the job stands
+        return _msg(f":alarm_clock: {head}: {esc(event.reason)}.",
+                    actions([button("cancel", "Cancel", job.id, style="danger",
+                                    confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]), foot)
     if name == "fail":
         diagnosis = job.diagnosis or {}
         text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason
@@ -257,6 +263,7 @@ SUMMARY_HEADS = {
     "budget_warning": (":warning:", "are near their budget"),
     "stop_budget": (":money_with_wings:", "reached their budget and are checkpointing and stopping"),
     "past_expected_length": (":hourglass_flowing_sand:", "are running past their expected length"),
+    "deadline_passed": (":alarm_clock:", "passed their deadline; each runs on, late"),
     "stopped_budget": (":money_with_wings:", "were stopped at their budget"),
     "fail": (":x:", "failed"),
     "succeed": (":white_check_mark:", "finished"),

@@ -1,0 +1,35 @@
+"""A spot policy's words for waiting to see spot last say what is true.
+
+A job submitted while a zone had had spot for minutes sat a minute with the reason "spot just appeared in sim-spot-a
+and nothing is saved yet: wait a tick to see it last": the zone had not just appeared — the job's own watch of it
+began at its submit. The decision is the same (the simulator and the benchmark replay it bit for bit); the words now
+say whose watch is short, and how long it must see the zone up: two ticks of its policy, of which a zone up at its
+first look has one already (a job submitted while the zone is up waits one tick; one that saw it come back, two).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pricing.deadline import Action, PolicyInput
+from pricing.policy import make_policy
+
+H = 3600.0
+
+
+@pytest.mark.parametrize("tick, said", [(60.0, "2 min"), (600.0, "20 min")],
+                         ids=["the engine's policy tick of a minute → says 2 min, two ticks",
+                              "the simulator's tick of 10 min → says 20 min, two ticks"])
+def test_a_spot_only_job_waiting_to_see_spot_last_is_not_told_spot_just_appeared(tick, said):
+    # as the engine builds it for a job that may run only on spot: no on-demand price, none available
+    inp = PolicyInput(now=0.0, deadline=6 * H, work_total=72.0, work_done=0.0, changeover=120.0, tick=tick,
+                      spot_zones_available=frozenset({"sim-spot-a"}), ondemand_available=False, price_ratio=1e9)
+    policy = make_policy()
+    policy.observe(inp)
+    decision = policy.decide(inp)
+    assert decision.action is Action.WAIT and decision.zone is None
+    assert "just appeared" not in decision.reason, decision.reason
+    assert decision.reason == (
+        "spot in sim-spot-a has not yet been seen to last: this job's policy has watched it only since the job's "
+        f"submit or the broker's start, and nothing is saved yet; it takes spot once it has seen it up for {said}, 2 "
+        "ticks of its policy — a zone up at its first look counts as up for one")
