@@ -111,7 +111,10 @@ def admit(
     cheapest = q.cheapest()
     # the cheapest way's own figure: the tiers listed first by $/h could be another offer (an ``ordered`` job's later
     # alternative, or billing after the run that makes the lowest $/h not the lowest estimate)
-    note = f"budget {fmt_limit(budget)}; cheapest {cheapest.tier.value} at {money_text(cheapest)}" if cheapest else ""
+    # an estimate is the whole run's, not a price: "cheapest spot at $0.0085" read as its $/h
+    figure = (f", estimated {money_text(cheapest)} for the run" if cheapest and cheapest.estimate is not None else
+              f" at {money_text(cheapest)}" if cheapest else "")
+    note = f"budget {fmt_limit(budget)}; cheapest {cheapest.tier.value}{figure}" if cheapest else ""
     event = event_for(job, JobEvent.SUBMIT, job.state, time=now, reason=f"submitted ({note})", actor=actor,
                       from_state=None)
     return Admitted(job=job, event=event)
@@ -120,8 +123,12 @@ def admit(
 def _resources_field(spec: JobSpec, offers: Sequence[Offer]) -> str:
     """The field to blame when no offer has the job's shape: its ``local_disk`` when the shape is there but not with
     that disk (where it is written: ``resources.local_disk``, or the one ``any_of`` / ``ordered`` entry asking it),
-    else ``resources``."""
+    its ``accelerators`` when no offer has any accelerator it asks (``A1000:1`` blamed ``resources``), else
+    ``resources``."""
     alternatives = spec.request.alternatives
+    accelerators = _accelerators_field(spec, offers)
+    if accelerators:
+        return accelerators
     if not any(alt.local_disk for alt in alternatives) or not candidates(without_local_disk(spec.request), offers):
         return "resources"
     resources = spec.task.get("resources")
@@ -131,6 +138,27 @@ def _resources_field(spec: JobSpec, offers: Sequence[Offer]) -> str:
     asking = {src for alt, src in zip(alternatives, spec.sources) if alt.local_disk is not None}
     listed = "any_of" if "any_of" in resources else "ordered"
     return f"resources.{listed}[{asking.pop()}].local_disk" if len(asking) == 1 and None not in asking else "resources"
+
+
+def _accelerators_field(spec: JobSpec, offers: Sequence[Offer]) -> str | None:
+    """Where the accelerators are written (``resources.accelerators``, or the one ``any_of`` / ``ordered`` entry's),
+    when every alternative asks an accelerator (name and count) that no offer has; else ``None``."""
+    def offered(name: str, count: int) -> bool:
+        return any(o.accelerator and o.accelerator.lower() == name.lower() and o.accelerator_count == max(count, 1)
+                   for o in offers)
+
+    alternatives = spec.request.alternatives
+    if not alternatives or not all(a.accelerator and not offered(a.accelerator, a.accelerator_count)
+                                   for a in alternatives):
+        return None
+    resources = spec.task.get("resources")
+    resources = resources if isinstance(resources, dict) else {}
+    listed = "any_of" if "any_of" in resources else "ordered"
+    variants = resources.get(listed) if isinstance(resources.get(listed), list) else []
+    wheres = {f"resources.{listed}[{i}].accelerators"
+              if i is not None and i < len(variants) and isinstance(variants[i], dict) and "accelerators" in variants[i]
+              else "resources.accelerators" for i in (spec.sources or (None,) * len(alternatives))}
+    return wheres.pop() if len(wheres) == 1 else None
 
 
 def broker_echo(spec: JobSpec) -> dict:

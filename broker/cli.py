@@ -254,7 +254,8 @@ def _parser() -> argparse.ArgumentParser:
     s = client("costs", help="spend, saving against on-demand and preemptions, for a team and a window, or one job")
     s.add_argument("id", nargs="?", type=_given, help="a job: its attempts and what each cost")
     s.add_argument("--team", type=_given, action=_Once, help="admins: one team (default: all); others see their own team (not with a job id)")
-    s.add_argument("--period", type=_given, action=_Once, help="24h, 7d (default), 30d or 90d, ending now (a team's window: not with a job id, "
+    s.add_argument("--period", type=_given, action=_Once, help="24h, 7d (default), 30d or 90d, ending now (or 1d, 1w, 168h, 720h, 2160h, "
+                                    "the same spelled otherwise; a team's window: not with a job id, "
                                     "whose costs are its whole life)")
     s.add_argument("--since", type=_given, action=_Once, help="ISO date (that day in UTC) or time with its timezone, as a deadline "
                                    "(2026-11-30T10:00Z, ...+01:00), instead of --period")
@@ -804,11 +805,16 @@ def _console():
     return con
 
 
-def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, ...] = ()) -> None:
+def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, ...] = (),
+                 same: tuple[str, ...] = ()) -> None:
     """Print a table whose ``(name, "whole")`` columns (ids, states, times, amounts) are never cut or wrapped:
     ``broker status`` at 80 columns showed a state as "que…", a budget of $100.00 as "$10…". When they do not
-    fit the console, the columns named in ``drop`` are left out, in that order (and a line says which); the
-    other columns wrap. Still too narrow, the table is printed wider than the terminal rather than cut."""
+    fit the console, the columns that say nothing go first: those named in ``drop`` whose every cell is blank, and
+    those named in ``same`` whose every cell holds one value (the line under the table says it: "every team
+    default"). Then the columns named in ``drop`` are left out, in that order (and a line says which); the
+    other columns wrap. Still too narrow, the table is printed wider than the terminal rather than cut. (At 80
+    columns, 8 failed jobs took 98 lines: a blank queue, a blank starts ~ and a team column of "default" kept,
+    the reason 13 wide.)"""
     from rich.table import Column, Table
     from rich.text import Text
 
@@ -829,11 +835,19 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
     def needed(keep: list[int]) -> int:  # each column: its text, a space each side, one rule; and the last edge
         return sum(width(i, least=True) + 3 for i in keep) + 1
 
-    keep, left_out = list(range(len(names))), []
+    keep, left_out, said = list(range(len(names))), [], []
+    if sum(width(i, least=False) + 3 for i in keep) + 1 > con.width:  # something wraps: first what says nothing
+        for i, name in enumerate(names):
+            cells = {row[i].plain.strip() for row in rows}
+            if name in drop and cells <= {""}:
+                keep.remove(i)
+            elif name in same and len(cells) == 1 and "" not in cells:
+                keep.remove(i)
+                said.append(f"every {name} {cells.pop()}")
     for name in drop:
         if needed(keep) <= con.width:
             break
-        if name in names:
+        if name in names and names.index(name) in keep:
             keep.remove(names.index(name))
             left_out.append(name)
     table = Table(*(Column(names[i], no_wrap=True, min_width=width(i, least=True)) if names[i] in whole
@@ -841,11 +855,12 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
     for row in rows:
         table.add_row(*(row[i] for i in keep))
     con.print(table, width=max(con.width, needed(keep)), crop=False)
-    if left_out:
+    if left_out or said:
         # "to fit 50 columns" under a table 61 wide said what had not happened
         fit = f"to fit {con.width} columns" if needed(keep) <= con.width else \
             f"{needed(keep)} columns wide, its ids, states, times and amounts whole, on {con.width}"
-        con.print(f"[dim]({fit}, without: {', '.join(left_out)}; piped or --json: all)[/]")
+        parts = [*said, *([f"{fit}, without: {', '.join(left_out)}"] if left_out else [])]
+        con.print(Text(f"({'; '.join(parts)}; piped or --json: all)", style="dim"))
 
 
 def _pinned_by(job: dict) -> str:
@@ -907,6 +922,7 @@ def cmd_submit(args) -> int:
             print(f"note: --name {args.name} overrides the task's name {task['name']!r}", file=sys.stderr)
         task["name"] = args.name
     _resolve_local_paths(task)
+    _not_negative(args.deadline)
     args.deadline = _on_this_clock(args.deadline, quiet=args.json)
     with _client(args) as client, _options_named(args):
         if args.dry_run:
@@ -985,11 +1001,13 @@ def _deadline_moment(given: str) -> str:
         return given
     left = when - time.time()
     return (f"{time.strftime('%Y-%m-%d %H:%MZ', time.gmtime(when))} "
-            + (f"(in {duration(left)})" if left >= 0 else f"({duration(-left)} ago)"))
+            # to the nearest, either side: `--deadline 2h` read "(in 1.9 h)" just after, and 10m "(in 9 min)"
+            + (f"(in {duration(left, nearest=True)})" if left >= 0 else f"({duration(-left, nearest=True)} ago)"))
 
 
-_ZONELESS_TIME = re.compile(r"\s*\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*")
-"""A deadline that is a date and a time with no offset and no time zone's name: ``2026-12-07 09:00``."""
+_ZONELESS_TIME = re.compile(r"\s*\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*")
+"""A deadline that is a date and a time with no offset and no time zone's name: ``2026-12-07 09:00``, or with an
+hour of one digit (``2026-12-07 9:00``, read as ``09:00``: :func:`broker.spec.two_digit_hour`)."""
 
 
 def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
@@ -1009,9 +1027,10 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     from broker.client import BrokerError
+    from broker.spec import two_digit_hour
 
     try:
-        moment = datetime.fromisoformat(given.strip())
+        moment = datetime.fromisoformat(two_digit_hour(given.strip()))
     except ValueError:  # 2026-02-30 09:00: the broker's refusal says what is wrong with it
         return given
     name = os.environ.get("TZ", "").removeprefix(":")
@@ -1137,6 +1156,19 @@ class _options_named:
         return False
 
 
+def _price_said(placement: dict) -> str:
+    """``, at $0.4246/h`` after a dry run's placement; of several nodes, each node's price (``, $0.4246/h a node``): the
+    reason already gives all of them' ("2 nodes, $0.8492/h for both"), and ", at $0.8492/h" after it read as a node's."""
+    from pricing.money import fmt
+
+    price, nodes = placement.get("price_per_hour"), placement.get("num_nodes")
+    if not isinstance(price, int):
+        return ""
+    if isinstance(nodes, int) and nodes > 1:
+        return f", {fmt(price // nodes)}/h a node" if price % nodes == 0 else ""
+    return f", at {fmt(price)}/h"
+
+
 def _submit_dry_run(task: dict, client, args) -> int:
     """``broker submit --dry-run``: the broker's answer to ``POST /v1/jobs?dry_run=true`` in a few lines (``--json``:
     the object as it is). The workdir and file_mounts a submit would upload are checked here as a submit checks them
@@ -1167,7 +1199,7 @@ def _submit_dry_run(task: dict, client, args) -> int:
                   f"{said or 'no tier'}" + (f", not {short}" if short else ""), highlight=False)
     placement = run.get("placement")
     if placement:
-        con.print(f"would be {run['reason']}, at {fmt(placement['price_per_hour'])}/h", highlight=False)
+        con.print(f"would be {run['reason']}{_price_said(placement)}", highlight=False)
     else:
         con.print(f"would wait: {(run.get('reason') or '').removeprefix('waiting: ')}", highlight=False)
     position = run.get("queue_position")
@@ -1638,7 +1670,7 @@ def cmd_status(args) -> int:
     _print_table(_console(), [("id", "whole"), "name", "team", ("state", "whole"), ("queue", "whole"),
                               ("starts ~", "whole"), *([("due", "whole")] if due else []), ("spent", "whole"),
                               ("budget", "whole"), "reason"], rows,
-                 drop=("due", "starts ~", "queue", "team", "budget"))
+                 drop=("due", "starts ~", "queue", "team", "budget"), same=("team",))
     if any(_short_failure(j, j["reason"] or "") for j in jobs):  # on stderr: `| awk '{print $1}'` reads ids alone
         print("(a failed job's reason here is what went wrong, in a sentence: `broker status ID` says the rest and "
               "what to do)", file=sys.stderr)
@@ -1720,7 +1752,7 @@ def cmd_queue(args) -> int:
              *([_short_time(j.get("deadline"), cut=True)] if due else []), j["budget"]["usd"], j["reason"]] for j in jobs]
     _print_table(_console(), [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
                               *([("due", "whole")] if due else []), ("budget", "whole"), "waiting because"], rows,
-                 drop=("team", "budget", "due"))
+                 drop=("team", "budget", "due"), same=("team",))
     if not whole:
         print(f"More jobs wait than the broker lists at once ({MAX_JOBS_LISTED}): those submitted first are not shown.")
     return 0
@@ -1748,13 +1780,20 @@ def _job_name(text: str) -> str:
 
 
 def _deadline(text: str) -> str:
-    """``--deadline``: a duration or a time, checked by the broker; one that begins with '-' is refused here, saying
-    why (``--deadline -1h`` was argparse's "expected one argument": it read the value as an option)."""
-    text = _given(text)
-    if text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(f"{text!r} is negative: a deadline is a duration from now (6h, 1d12h) or a "
-                                         "time to come with its timezone (2026-12-01T18:00Z)")
-    return text
+    """``--deadline``: a duration or a time, checked by the broker (a negative one by :func:`_not_negative` first, as
+    the submit's other refusals of it are: ``--deadline -1h`` was a usage error, exit 2, where they exit 1)."""
+    return _given(text)
+
+
+def _not_negative(deadline: str | None) -> None:
+    """Refuse ``--deadline -1h`` before anything is packed or sent, in the broker's words for a task's ``-1h``
+    (``--deadline -1h`` was argparse's "expected one argument": it read the value as an option)."""
+    from broker.client import BrokerError
+    from broker.spec import negative_duration
+
+    said = negative_duration(deadline) if deadline is not None else None
+    if said is not None:
+        raise BrokerError(0, f"--deadline: {said}", field="--deadline")
 
 
 def _idempotency_key(text: str) -> str:
@@ -2012,12 +2051,23 @@ def cmd_ondemand(args) -> int:
             job = client.unpin(args.id)
         _done(args, job, f"{job['id']}: not pinned; its next attempts go where it is cheapest; {job['state']}")
         return 0
+    from broker.client import BrokerError
+
     with _client(args) as client:
+        try:  # whether the switch puts it back in the queue (a stopped or failed job is resumed), said below
+            was = None if args.json else client.job(args.id).get("state")
+        except (BrokerError, OSError):  # the switch's own answer says what is wrong
+            was = None
         job = _forced(client.switch_to_ondemand, "ondemand", args.id, args.force)
-    tier = (job.get("placement") or {}).get("tier")
-    now = (f" (the attempt running now stays on {tier}; the next one runs on on-demand)"
-           if job["state"] in ("placed", "launching", "running") and tier and tier != "ondemand" else "")
-    _done(args, job, f"{job['id']}: pinned to on-demand; {job['state']}{now}")
+        tier = (job.get("placement") or {}).get("tier")
+        now = (f" (the attempt running now stays on {tier}; the next one runs on on-demand)"
+               if job["state"] in ("placed", "launching", "running") and tier and tier != "ondemand" else "")
+        _done(args, job, f"{job['id']}: pinned to on-demand; {job['state']}{now}")
+        if was is not None and was != "queued" and job["state"] == "queued":
+            # resumed by the switch: where it stands once the engine has weighed it, as `broker resume` says
+            # ("pinned to on-demand; queued" said neither its place in the queue nor roughly when it starts)
+            version = job.get("version")
+            _say_behind(_console(), client, job["id"], since=version if isinstance(version, int) else None)
     return 0
 
 

@@ -73,6 +73,9 @@ if TYPE_CHECKING:  # the stores import this module (JobStore.prune: ledger_of)
 
 TIERS = ("onprem", "ondemand", "spot")
 PERIODS = {"24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}
+PERIOD_SPELLINGS = {"1d": "24h", "1w": "7d", "168h": "7d", "720h": "30d", "2160h": "90d"}
+"""Other spellings of exactly those periods (a deadline takes ``1d``; ``--period 1d`` was refused), read as the
+period they spell: the report labels its window by the period's own name."""
 DAY = 86_400
 # the report counts whole UTC days: a window starts no earlier than the first date there is, and ends a day before
 # the last (past either, a day is out of datetime's range: a 500)
@@ -103,6 +106,15 @@ class Window:
     label: str
 
 
+def period_choices() -> str:
+    """``24h (or 1d), 7d (or 1w, 168h), 30d (or 720h), 90d (or 2160h)``: what a period may be, as a refusal lists it."""
+    def spelled(name: str) -> str:
+        also = [s for s, p in PERIOD_SPELLINGS.items() if p == name]
+        return f"{name} (or {', '.join(also)})" if also else name
+
+    return ", ".join(spelled(p) for p in PERIODS)
+
+
 def window(*, now: float, period: str | None = None, since: str | None = None, until: str | None = None) -> Window:
     """The window a query asks for: ``period`` (``7d`` default) or ISO ``since``/``until``. It starts before ``now``
     (it may end after it) and spans at most 400 days, or the bound that breaks that is named."""
@@ -113,9 +125,9 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
         start = _iso(since, "since")
         label = "custom"
     else:
-        period = period or "7d"
+        period = PERIOD_SPELLINGS.get(period or "7d", period or "7d")
         if period not in PERIODS:
-            raise CostQueryError("period", f"must be one of {', '.join(PERIODS)}")
+            raise CostQueryError("period", f"must be one of {period_choices()}")
         start, label = end - PERIODS[period], period
     if start < FIRST:
         raise CostQueryError("since" if since else "until",

@@ -7,6 +7,7 @@ compare-and-set; the engine does the rest.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -258,7 +259,10 @@ def typed_states(given: str) -> list[str]:
     wanted = [part.strip() for part in given.split(",")]
     for part in wanted:
         if part not in known:
-            said = f"{part!r} is not a job state" if part else "holds an empty state (a comma too many)"
+            # "succeded" listed the states and left the reader to find it among them, as no other typo does
+            close = difflib.get_close_matches(part.lower(), known, n=1)
+            meant = f" (did you mean {close[0]!r}?)" if close else ""
+            said = f"{part!r} is not a job state{meant}" if part else "holds an empty state (a comma too many)"
             raise Invalid("state", f"{said}: each must be one of {', '.join(known)}")
     return list(dict.fromkeys(wanted))
 
@@ -1507,8 +1511,9 @@ class BrokerService:
             except ValueError as exc:
                 raise Invalid("zone", str(exc)) from None
             # no job to note it on: the serve log says who, so a zone's spot capacity gone is not read as the cloud's
-            log.info("fault injected by %s: spot capacity in zone %s set %s", principal.name, zone,
-                     "available" if available else "unavailable")
+            # None gives the zone back to its trace: "set unavailable" was logged for it, while /v1/zones said available
+            log.info("fault injected by %s: spot capacity in zone %s %s", principal.name, zone,
+                     {None: "follows its trace again", True: "set available", False: "set unavailable"}[available])
             return {"zone": zone, "available": available}
         job = self.get(principal, job_id or "")
         if job.state not in (JobState.RUNNING, JobState.LAUNCHING):

@@ -742,7 +742,8 @@ def _parse_broker(section: Any, *, now: float, strict: bool = True) -> BrokerSec
         try:
             expected_hours = Decimal(str(expected))
         except InvalidOperation:
-            raise SpecError("broker.expected_hours", "must be a number of hours") from None
+            raise SpecError("broker.expected_hours", _hours_and_minutes(expected) or "must be a number of hours") \
+                from None
         if isinstance(expected, bool) or not expected_hours.is_finite() or expected_hours <= 0:
             raise SpecError("broker.expected_hours", "must be a positive number of hours")
         if strict and expected_hours < ONE_SECOND_IN_HOURS:  # 1e-30 h planned as no work: the spot policy waited for ever
@@ -1143,6 +1144,20 @@ def _retry(value: Any, where: str = "broker.retry") -> RetryPolicy:
     return RetryPolicy(max_restarts_on_errors=restarts, recover_on_exit_codes=tuple(codes))
 
 
+_HOURS_AND_MINUTES = re.compile(r"\s*(\d+):([0-5]\d)(?::([0-5]\d))?\s*")
+
+
+def _hours_and_minutes(value: Any) -> str | None:
+    """Why ``expected_hours: 1:30`` (hours and minutes, which YAML 1.1 read as the base-60 number 90 and
+    :mod:`broker.task_text` reads as the text) is refused, with the number it means. ``None`` for anything else."""
+    found = _HOURS_AND_MINUTES.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        return None
+    hours = int(found[1]) + int(found[2]) / 60 + int(found[3] or 0) / 3600
+    return (f"is {value.strip()}, hours and minutes: write the hours as a decimal number ({hours:.4g} for "
+            f"{value.strip()})")
+
+
 def _money(value: Any, where: str, *, strict: bool = True) -> Micros | None:
     """A cap the user gives, in micro-dollars; at submit (``strict``) a fraction of a micro-dollar is
     refused rather than rounded up past what the user wrote."""
@@ -1262,6 +1277,18 @@ def _ascii_digits(text: str, where: str) -> None:
                                "(write 6h, 90m or 2026-12-01T18:00:00Z)")
 
 
+def negative_duration(text: str) -> str | None:
+    """Why ``text`` is no deadline when it is a duration with a minus sign (``-2h``, ``-PT6H``), else ``None``: the
+    broker's refusal of a task's and the CLI's of ``--deadline`` say the same."""
+    shown = text.strip()
+    rest = shown.removeprefix("-").strip()
+    m = (_ISO_DURATION if rest.upper().startswith("P") else _DURATION).match(rest)
+    if not shown.startswith("-") or not (m and any(m.groups())):
+        return None
+    return (f"{shown} is negative: a deadline is a duration from now (6h, 1d12h) or a time to come with its timezone "
+            "(2026-12-01T18:00Z)")
+
+
 def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: bool = True) -> float:
     """A deadline as epoch seconds: an ISO time with its timezone (``2026-12-01T18:00Z``,
     ``2026-12-01T18:00+01:00``) or a duration from now (``6h``, ``1d12h``, ``90m``, ``PT6H``). Must lie
@@ -1302,7 +1329,9 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
         moment = _with_zone(value, where, bounded)
         seconds = moment.timestamp()
     elif isinstance(value, str) and value.strip():
-        text = value.strip()
+        text = two_digit_hour(value.strip())
+        if (negative := negative_duration(text)) is not None:  # "-2h" was "must be an ISO time ... or a duration"
+            raise SpecError(where, negative)
         m = _ISO_DURATION.match(text) if text.upper().startswith("P") else _DURATION.match(text)
         if m and any(m.groups()):
             d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
@@ -1327,6 +1356,17 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
     if bounded and seconds > now + MAX_DEADLINE_DAYS * 86400:
         raise SpecError(where, f"is more than {MAX_DEADLINE_DAYS} days away; leave it out for a job with no deadline")
     return seconds
+
+
+_ONE_DIGIT_HOUR = re.compile(r"^(\s*\d{4}-\d{2}-\d{2}[Tt ])(\d:\d{2})")
+
+
+def two_digit_hour(text: str) -> str:
+    """``2026-12-07 9:00`` as ``2026-12-07 09:00``, the rest as given: :meth:`datetime.fromisoformat` takes an hour
+    of two digits alone, and a one-digit hour, as people write one, was refused "must be an ISO time or a duration"
+    as if the time were not one. The broker's deadline and the CLI's reading on this machine's clock
+    (``broker.cli._on_this_clock``) both read it so."""
+    return _ONE_DIGIT_HOUR.sub(r"\g<1>0\g<2>", text)
 
 
 _TIME_ALONE = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(Z|[+-]\d{2}:?\d{2})?", re.I)

@@ -16,8 +16,9 @@ the field and the reason (:class:`broker.spec.SpecError`), before any of it is p
   job list of its team, for one) failed to encode;
 - **a key given twice** in one mapping: YAML (1.2) forbids it and PyYAML kept the last, so
   ``budget_usd: 1`` then ``budget_usd: 1000`` silently set the larger cap;
-- **a number YAML 1.1 reads as another**: ``1:30`` is base 60 (90: ``expected_hours: 1:30`` planned 90 hours)
-  and ``010`` octal (8); quoted, each is the text as written;
+- **a number YAML 1.1 reads as another**: ``010`` is octal (8); quoted, it is the text as written. A base-60
+  ``1:30`` (90 to YAML 1.1: ``expected_hours: 1:30`` planned 90 hours) is not refused but read as the text, as YAML
+  1.2 reads it (:class:`_Loader`), and each field says what it takes of it;
 - **an amount of money with an exponent** (``budget_usd: 1.0e+3``): YAML reads it as the float 1000.0, so it was
   a $1,000 budget, where ``budget_usd: 1e3`` (text to YAML 1.1) and ``--budget 1e3`` are refused as amounts written
   with an exponent (:mod:`pricing.money`); refused the same way, with its line.
@@ -47,10 +48,27 @@ event stream, a fifth of what building the node graph costs, before that graph i
 DEFAULT_MAX_BYTES = 1_000_000  # the broker's max_body_bytes unless its config says otherwise
 DEADLINE = ("broker", "deadline")  # the one place a YAML time is a value the broker reads
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a megabyte in 0.2 s, not 1.6 s
+_YAML_1_1 = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a megabyte in 0.2 s, not 1.6 s
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _BASE_60 = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")  # PyYAML's (YAML 1.1) int and float
+
+
+class _Loader(_YAML_1_1):
+    """PyYAML's safe loader, but an unquoted base-60 number (``1:30``, ``9:00``, ``1:30:00``) is the text as written,
+    as YAML 1.2 reads it. YAML 1.1 reads ``expected_hours: 1:30`` as 90 hours and ``deadline: 9:00`` as 540: refused
+    as such, the deadline was not said to be a time alone, and an environment value ``1:30`` had to be quoted. As
+    text, each field says what it takes of it (:func:`broker.spec.parse`), and an environment value is what was
+    typed. The API's YAML body, ``broker submit``'s task file, Slack's submit and the broker's config file are all
+    read here. Only the int and float resolvers change (the base-60 form taken out of PyYAML's own patterns): every
+    other number, ``!!timestamp`` and an explicit ``!!int 1:30`` read as before."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, re.compile(f"(?!{_BASE_60.pattern})" + regexp.pattern, regexp.flags) if tag in (_INT, _FLOAT)
+             else regexp) for tag, regexp in resolvers]
+    for first, resolvers in _YAML_1_1.yaml_implicit_resolvers.items()}
+
 _OCTAL = re.compile(r"^[-+]?0[0-7_]+$")
 _MERGE = "tag:yaml.org,2002:merge"
 MONEY = frozenset({("broker", "budget_usd"), ("broker", "max_price_per_hour")})
@@ -293,7 +311,8 @@ _BASE_60_MEANT = {
                             "(2026-12-01T18:00Z)",
     ("broker", "expected_hours"): "write the hours as a decimal number (1.5 for an hour and a half)",
 }
-"""Fields where quoting a ``1:30`` (the advice for text) is refused as well: what to write instead."""
+"""Fields where a ``!!int 1:30`` is refused with what to write instead (quoting it, the advice for text, is refused
+there as well)."""
 
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
@@ -350,18 +369,18 @@ def _unreadable_scalar(node: yaml.ScalarNode, path: tuple, exc: Exception) -> Sp
 
 
 def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
-    """Refuse an unquoted number that YAML 1.1 (PyYAML's, and SkyPilot's) reads as another one: ``1:30`` is the
-    base-60 number 90 (``expected_hours: 1:30`` planned 90 hours, ``budget_usd: 1:30`` capped at $90, an
-    environment value ``1:30`` came out as "90"), and ``010`` is octal 8. Said with what was read, and how to
-    write what was meant. ``octal=False``: the task's ``config`` (SkyPilot's settings, a Kubernetes ``pod_config``),
-    where a leading zero is a file mode written as Kubernetes reads it (``defaultMode: 0755``), octal as meant."""
+    """Refuse an unquoted number that YAML 1.1 (PyYAML's, and SkyPilot's) reads as another one: ``010`` is octal 8,
+    and a base-60 ``1:30`` tagged ``!!int`` or ``!!float`` is 90 (untagged, :class:`_Loader` reads it as the text).
+    Said with what was read, and how to write what was meant. ``octal=False``: the task's ``config`` (SkyPilot's
+    settings, a Kubernetes ``pod_config``), where a leading zero is a file mode written as Kubernetes reads it
+    (``defaultMode: 0755``), octal as meant."""
     if path[:1] == ("secrets",) and (_BASE_60.match(text) or (
             octal and _OCTAL.match(text) and int(text.replace("_", "").lstrip("+-"), 8)
             != int(text.replace("_", "").lstrip("+-"), 10))):
         raise SpecError(_field(path), f"is a number YAML reads as another one, base-60 or octal ({_NOT_SHOWN}): "
                                       "quote it to give the text as written")
-    if _BASE_60.match(text):
-        read = yaml.load(text, Loader=_Loader)
+    if _BASE_60.match(text):  # an explicit `!!int 1:30` (unquoted, :class:`_Loader` reads it as text)
+        read = yaml.load(text, Loader=_YAML_1_1)
         meant = _BASE_60_MEANT.get(path)
         if meant is not None:  # quoted, these are refused too ("must be ..."): say what they take
             raise SpecError(_field(path), f"is {text}, which YAML reads as the base-60 number {read!r}: {meant}")

@@ -33,10 +33,21 @@ def money(micros: int | None) -> dict[str, Any] | None:
     return {"micros": micros, "usd": fmt(micros)}
 
 
-def duration(seconds: int | float) -> str:
+def duration(seconds: int | float, *, nearest: bool = False) -> str:
     """``45 s``, ``12 min``, ``6.0 h``: a span at a glance (a recovery of 40 s read "0 min"), rounded down like the
     minutes, in whole tenths of an hour, as the dashboard's ``duration`` (4,500 s read 1.2 h here, rounded half to
-    even, and 1.3 h there, rounded half up)."""
+    even, and 1.3 h there, rounded half up).
+
+    ``nearest``: each unit rounded to its nearest, half up, for a span to a moment set from now (a deadline given as
+    ``2h``, shown just after as "in 1.9 h": milliseconds had passed), which rounding down shows short of it."""
+    if nearest:
+        seconds = int(seconds + 0.5)
+        if seconds < 60:
+            return f"{seconds} s"
+        if (seconds + 30) // 60 < 60:
+            return f"{(seconds + 30) // 60} min"
+        tenths = (seconds + 180) // 360
+        return f"{tenths // 10}.{tenths % 10} h"
     seconds = int(seconds)
     if seconds < 60:
         return f"{seconds} s"
@@ -50,14 +61,17 @@ DAYS_FROM_HOURS = 48
 """From this many hours on, :func:`far_duration` says a span in days: a deadline months away read "in 2667.4 h"."""
 
 
-def far_duration(seconds: int | float) -> str:
+def far_duration(seconds: int | float, *, nearest: bool = False) -> str:
     """A span from now to a moment that may be months away (a deadline), as :func:`duration` says it below
     :data:`DAYS_FROM_HOURS` hours (``16.0 h``, ``47.9 h``) and in days from there: to a tenth, rounded down as the
-    hours are, under ten days (``2 days``, ``2.5 days``), in whole days from ten (``111 days``)."""
-    seconds = int(seconds)
+    hours are, under ten days (``2 days``, ``2.5 days``), in whole days from ten (``111 days``). ``nearest``: each
+    rounded to its nearest instead, as :func:`duration` does."""
+    seconds = int(seconds + 0.5) if nearest else int(seconds)
     if seconds < DAYS_FROM_HOURS * 3600:
-        return duration(seconds)
-    days, tenth = divmod(seconds // 8640, 10)
+        return duration(seconds, nearest=nearest)
+    days, tenth = divmod((seconds + 4320 * nearest) // 8640, 10)
+    if nearest and days >= 10:  # whole days: 10.6 days is 11
+        return f"{(seconds + 43200) // 86400} days"
     return f"{days} days" if days >= 10 or not tenth else f"{days}.{tenth} days"
 
 

@@ -8,6 +8,7 @@ and so does the simulator.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
@@ -620,7 +621,11 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
     if alt.accelerator:
         names = sorted({f"{o.accelerator}" for o in offers if o.accelerator})
         if not any(n.lower() == alt.accelerator.lower() for n in names):
-            return (f" (accelerators offered: {', '.join(names[:12])})" if names else
+            # "A1000" for A100: the likely one first, as an unknown key is answered; not "A10G" for A100 nor "L40"
+            # for L4, other GPUs whose names are as close (0.75, 0.8)
+            close = difflib.get_close_matches(alt.accelerator.lower(), [n.lower() for n in names], n=1, cutoff=0.85)
+            meant = next((f"did you mean {n}? " for n in names if close and n.lower() == close[0]), "")
+            return (f" ({meant}accelerators offered: {', '.join(names[:12])})" if names else
                     " (every offer here is CPU only: a GPU needs a pool with an accelerator or a GPU zone in the "
                     "broker's config, or the clouds priced with BROKER_LAUNCHER=skypilot; see docs/deploy.md)")
         counts = sorted({o.accelerator_count for o in offers

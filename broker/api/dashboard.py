@@ -67,7 +67,8 @@ def router(service, settings: Settings) -> APIRouter:
                   until: Text = None) -> dict:
         """Spend, saving against on-demand, preemptions, budget burn and the queue, for a team and a window.
 
-        ``period`` is ``24h``, ``7d`` (default), ``30d`` or ``90d`` ending now; or give ISO ``since``
+        ``period`` is ``24h``, ``7d`` (default), ``30d`` or ``90d`` ending now (or ``1d``, ``1w``, ``168h``, ``720h``,
+        ``2160h``, the same periods spelled otherwise: the report names them as those); or give ISO ``since``
         (and optionally ``until``): a date is that day from its start in UTC, a time needs its timezone
         (``2026-11-30T10:00Z`` or ``+01:00``; without one it is a 422, as a deadline is). Money is integer micro-dollars (``micros``) with a display string
         (``usd``). Non-admin tokens see only their own team.

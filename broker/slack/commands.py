@@ -22,6 +22,8 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from broker.costs import PERIOD_SPELLINGS, period_choices
+from broker.costs import PERIODS as REPORT_PERIODS
 from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, TooPrecise, to_decimal, to_micros
 
 USAGE = {
@@ -37,7 +39,9 @@ USAGE = {
 }
 SUBMIT_OPTIONS = {"budget": "budget_usd", "team": "team", "priority": "priority", "deadline": "deadline",
                   "expected_hours": "expected_hours", "max_price": "max_price_per_hour", "name": None}
-PERIODS = ("24h", "7d", "30d", "90d")
+PERIODS = tuple(REPORT_PERIODS)
+"""The cost report's periods; their other spellings (``1d``, ``1w``…: :data:`broker.costs.PERIOD_SPELLINGS`) are
+read as the period they spell, as ``broker costs --period 1d`` reads them."""
 _SLACK_MARKUP = re.compile(r"<([@#!]?)([^|>]*)(?:\|([^>]*))?>")
 """Slack's markup in the text it sends (a ``<`` typed by the user comes as ``&lt;``): links, mentions."""
 _WORD = re.compile(r"""[a-z_]+=(?:"[^"]*"|'[^']*'|“[^”]*”|‘[^’]*’)|\S+""")
@@ -129,12 +133,13 @@ def parse(text: str) -> Command:
     # costs [team] [period], in either order; the dispatcher reads a "team" that is a job of the user's as that job
     team = period = None
     for a in args:
-        if a.lower() in PERIODS and period is None:
-            period = a.lower()
-        elif _PERIODISH.match(a) and a.lower() not in PERIODS:  # `costs 1y` was read as a team named "1y"
-            raise CommandError(f"`{a}` is not a period I know: costs takes {', '.join(PERIODS)}. "
+        spelled = PERIOD_SPELLINGS.get(a.lower(), a.lower())
+        if spelled in PERIODS and period is None:
+            period = spelled
+        elif _PERIODISH.match(a) and spelled not in PERIODS:  # `costs 1y` was read as a team named "1y"
+            raise CommandError(f"`{a}` is not a period I know: costs takes {period_choices()}. "
                                f"Usage: `{USAGE[name]}`")
-        elif team is None and a.lower() not in PERIODS:
+        elif team is None and spelled not in PERIODS:
             team = a
         else:
             raise _unused(name, [a])

@@ -53,8 +53,10 @@ minutes: each window's read is every ended job in it (the store lists by submiss
 RECENT_OLDER = 200
 """Where fewer ended in the last month: how many of the ended jobs submitted last are read besides."""
 
-SLACK_WORDS = {"budget_usd": "budget"}
-"""The API's field names a refusal in Slack says in the command's own words (``budget j-1 $5``: "budget")."""
+SLACK_WORDS = {"budget_usd": "budget", "broker.budget_usd": "budget"}
+"""The API's field names a refusal in Slack says in the command's own words (``budget j-1 $5``, ``submit budget=$5``:
+"budget"). A submit's refusals name ``broker.budget_usd``, the task's field, in their field and in their text ("give
+broker.budget_usd at most $2.94"): both said "budget" (:func:`for_slack`)."""
 
 NOT_RESUMED = re.compile(r"^not resumed:\s*", re.I)
 """How the service begins some refusals of a resume; the Slack reply says "Not resumed:" once."""
@@ -77,7 +79,7 @@ CLI_ADVICE = [
 def for_slack(reason: str) -> str:
     for pattern, instead in CLI_ADVICE:
         reason = pattern.sub(instead, reason)
-    return reason
+    return reason.replace("broker.budget_usd", "budget")
 
 
 SUBMIT_SETTLE_SECONDS = 1.5
@@ -453,6 +455,7 @@ class Dispatcher:
         return Reply(f":information_source: {said}", [blocks.section(f":information_source: {said}")], refused=True)
 
     def _switch(self, who: Principal, job_id: str, *, force: bool = False) -> Reply:
+        was_queued = self.service.get(who, job_id).state is JobState.QUEUED
         try:
             job = self.service.switch_to_ondemand(who, job_id, force=force)
         except Conflict:
@@ -469,7 +472,15 @@ class Dispatcher:
                                f"likely to recur: {esc(text)}"),
                 blocks.actions([messages.ondemand_button(job.id, frm, own_failure=text)]),
             ])
-        return self._done("Switched to on-demand", job)
+        if job.state is not JobState.QUEUED or was_queued:
+            return self._done("Switched to on-demand", job)
+        # a stopped or failed job the switch resumed: its place in the queue and rough start once the engine has
+        # weighed it, as the resume's reply says them ("Switched … — queued" said neither)
+        job = self._looked_at(who, job)
+        q = self.service.queue_waits(who, of=[job])
+        return Reply(f"Switched to on-demand {esc(job.id)}", [blocks.section(
+            f"Switched to on-demand `{esc(job.id)}`.\n"
+            + blocks.job_line(job, q.positions.get(job.id), q.starts.get(job.id), q.waiting.get(job.id)))])
 
     def _raise(self, who: Principal, job_id: str, amount: int, *, button: bool = False) -> Reply:
         before = self.service.get(who, job_id).budget

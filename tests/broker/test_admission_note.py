@@ -27,7 +27,7 @@ def test_an_ordered_jobs_submit_note_quotes_the_later_cheaper_alternative_it_nam
     admitted = admit(spec, job_id="j-1", team="ml", budget=5_000_000, offers=OFFERS, now=0.0, actor="t",
                      checkpoint_uri="file:///tmp/x", idempotency_key=None)
     reason = admitted.event.reason
-    assert "cheapest spot at $0.1389" in reason, reason
+    assert "cheapest spot, estimated $0.1389 for the run" in reason, reason
     assert "$0.4829" not in reason, "the figure is the cheapest way's, not the first tier's by $/h"
 
 
@@ -50,3 +50,13 @@ def test_a_budget_of_exactly_the_estimate_is_refused_for_the_clean_stop_it_must_
     assert "plus $7.00 for a clean stop at its end (7 s" in str(refused.value)
     assert "give at least $43.00" in str(refused.value), refused.value
     assert admit(spec, budget=43_000_000, **kw).job.budget == 43_000_000
+
+
+def test_the_submit_note_says_an_estimate_is_the_runs_and_a_price_per_hour_is_a_price():
+    """"cheapest spot at $0.0085" was the estimate for the whole run, read as a price."""
+    kw = dict(job_id="j-1", team="ml", budget=5_000_000, offers=OFFERS, now=0.0, actor="t",
+              checkpoint_uri="file:///tmp/x", idempotency_key=None)
+    estimated = parse({"run": "x", "resources": {"accelerators": "A10G"}, "broker": {"expected_hours": 1}}, now=0.0)
+    per_hour = parse({"run": "x", "resources": {"accelerators": "A10G"}}, now=0.0)
+    assert admit(estimated, **kw).event.reason == "submitted (budget $5.00; cheapest spot, estimated $0.1389 for the run)"
+    assert admit(per_hour, **kw).event.reason == "submitted (budget $5.00; cheapest spot at $0.1389/h)"

@@ -108,7 +108,7 @@ def test_over_budget_is_refused_with_the_estimates(client):
 
 def test_a_job_nothing_can_run_is_refused_naming_resources(client):
     r = client.post("/v1/jobs", json={"run": "x", "resources": {"accelerators": "H100:8"}}, headers=auth())
-    assert r.status_code == 422 and r.json()["field"] == "resources"
+    assert r.status_code == 422 and r.json()["field"] == "resources.accelerators"  # no offer has H100
     assert "H100" in r.json()["detail"]
 
 

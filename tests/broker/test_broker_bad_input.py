@@ -402,13 +402,13 @@ def test_the_parameters_a_route_takes_and_the_probes_query_strings_are_still_ans
     pytest.param("run: echo hi\nbroker: {retry: {~: 1, 2: 3}}\n", YAML, "broker.retry.2", "is not a retry setting",
                  id="keys of mixed YAML types in broker.retry are a 422, not a 500"),
     pytest.param("run: echo hi\nbroker: {expected_hours: 1:30}\n", YAML, "broker.expected_hours",
-                 "YAML reads as the base-60 number 90: write the hours as a decimal number (1.5 for an hour and a "
-                 "half)", id="expected_hours 1:30 is a 422, not planned as 90 hours, saying what to write instead"),
+                 "is 1:30, hours and minutes: write the hours as a decimal number (1.5 for 1:30)",
+                 id="expected_hours 1:30 is a 422, not planned as 90 hours, saying what to write instead"),
     pytest.param("run: echo hi\nbroker: {deadline: 1:30}\n", YAML, "broker.deadline",
-                 "YAML reads as the base-60 number 90: write a length with its units (1h30m, 90m) or a time with its "
-                 "zone", id="a deadline of 1:30 is a 422 saying to write 1h30m, not to quote it (refused too)"),
-    pytest.param("run: echo hi\nbroker: {budget_usd: 1:30}\n", YAML, "broker.budget_usd", "base-60 number 90",
-                 id="a budget of 1:30 is a 422, not a cap of $90"),
+                 "is a time alone (1:30): give its date too",
+                 id="a deadline of 1:30 is a 422 asking for its date, not read as the base-60 number 90"),
+    pytest.param("run: echo hi\nbroker: {budget_usd: 1:30}\n", YAML, "broker.budget_usd",
+                 "must be an amount of dollars", id="a budget of 1:30 is a 422, not a cap of $90"),
     pytest.param("run: echo hi\nenvs: {ZIP: 010}\n", YAML, "envs.ZIP", "reads as the octal number 8: quote it ('010') to give the text as written, or write the number meant "
                  "without a leading zero (10 for ten-based, 8 for the octal reading)",
                  id="an environment value 010 is a 422, not run as 8"),

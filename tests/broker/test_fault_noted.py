@@ -78,3 +78,17 @@ def test_a_zone_fault_has_no_job_and_is_a_line_in_the_log(make_settings, store, 
     with caplog.at_level(logging.INFO, logger="broker.service"):
         service.inject_fault(ADMIN, "zone", zone="sim-spot", available=False)
     assert "fault injected by admin: spot capacity in zone sim-spot set unavailable" in caplog.text
+
+
+@pytest.mark.parametrize("available, says", [
+    (None, "spot capacity in zone sim-spot follows its trace again"),
+    (True, "spot capacity in zone sim-spot set available"),
+    (False, "spot capacity in zone sim-spot set unavailable"),
+], ids=["no flag gives the zone back to its trace, not 'unavailable'", "--available is logged as available",
+        "--unavailable is logged as unavailable"])
+def test_the_zone_fault_log_line_says_what_was_done(make_settings, store, caplog, available, says):
+    settings = make_settings(config=CONFIG)
+    service = BrokerService(settings, store, open_launcher(settings))
+    with caplog.at_level(logging.INFO, logger="broker.service"):
+        service.inject_fault(ADMIN, "zone", zone="sim-spot", available=available)
+    assert f"fault injected by admin: {says}" in caplog.text

@@ -64,7 +64,8 @@ def test_state_takes_several_with_commas(api):
 
 
 @pytest.mark.parametrize("params, field, says", [
-    ({"state": "queued,runing"}, "state", "state: 'runing' is not a job state: each must be one of queued, "),
+    ({"state": "queued,runing"}, "state", "state: 'runing' is not a job state (did you mean 'running'?): each must be "
+                                          "one of queued, "),
     ({"state": "queued,"}, "state", "state: holds an empty state (a comma too many): each must be one of "),
     ({"state": "PD,R"}, "state", "state: 'PD' is not a job state"),
     ({"name": "sweep 3"}, "name", "name: is the start of a job's name, so it must be 1-128 letters, digits"),

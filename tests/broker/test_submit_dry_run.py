@@ -124,7 +124,7 @@ def test_without_expected_hours_a_dry_run_is_priced_per_hour_with_how_long_the_b
 
 @pytest.mark.parametrize("body, token, status, field", [
     ({**TASK, "broker": {"budget_usd": "1", "expected_hours": 2}}, ADMIN, 422, "broker.budget_usd"),
-    ({**TASK, "resources": {"accelerators": "H100:8"}}, ADMIN, 422, "resources"),
+    ({**TASK, "resources": {"accelerators": "H100:8"}}, ADMIN, 422, "resources.accelerators"),
     ({**TASK, "broker": {"team": "nlp"}}, "vision-token", 403, "broker.team"),
     ({**TASK, "broker": {"budget_usd": "lots"}}, ADMIN, 422, "broker.budget_usd"),
     ({**TASK, "num_nodes": 0}, ADMIN, 422, "num_nodes"),

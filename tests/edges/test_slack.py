@@ -170,6 +170,7 @@ def test_a_body_changed_after_signing_is_refused(slack):
     ("resume j-b1 force", commands.Command("resume", job_id="j-b1", force=True)),
     ("budget j-a2 $12.50", commands.Command("budget", job_id="j-a2", amount=12_500_000)),
     ("costs 30d team-b", commands.Command("costs", team="team-b", period="30d")),
+    ("costs 1d team-b", commands.Command("costs", team="team-b", period="24h")),  # as `broker costs --period 1d`
     ("costs", commands.Command("costs")),
     ("status `j-a1`", commands.Command("status", job_id="j-a1")),
     ("status j-a1.", commands.Command("status", job_id="j-a1")),
@@ -179,6 +180,7 @@ def test_a_body_changed_after_signing_is_refused(slack):
      commands.Command("submit", yaml="name: x\nrun: echo <hi>", options={"budget_usd": "5", "priority": "3"})),
 ], ids=["nothing → help", "status alone → my jobs", "status with an id", "resume with force",
         "budget with dollars and cents → micro-dollars", "costs with period and team in any order",
+        "costs with another spelling of a period → its own name",
         "costs with no period: none (the report's 7 days; a job's whole life)",
         "an id pasted as Slack shows code is that id", "an id closing a sentence is that id",
         "submit a Slack-wrapped link with a budget",
@@ -1022,7 +1024,7 @@ def test_slack_markup_and_quoted_options_parse_as_typed(text, expected):
     ('submit deadline="1 hour\nrun: x', "the quote after `deadline=` is not closed"),
     ("submit budget=$1 name: x\nrun: y", "`name:` is not an option (key=value) or a URL: put the YAML on the lines"),
     ("submit https://a.example/t.yaml\nrun: x", "as a URL or as YAML, not both"),
-    ("costs 1y", "`1y` is not a period I know: costs takes 24h, 7d, 30d, 90d"),
+    ("costs 1y", "`1y` is not a period I know: costs takes 24h (or 1d), 7d (or 1w, 168h), 30d (or 720h), 90d (or 2160h)"),
     ("costs team-b 12h", "`12h` is not a period I know"),
     ("submit budget=$5 budget=$6\nrun: x", "`budget` is given twice: give it once; nothing was submitted"),
     ("submit name=a priority=1 name=b\nrun: x", "`name` is given twice"),
@@ -1036,7 +1038,7 @@ def test_words_that_do_not_fit_are_refused_with_a_sentence_naming_them(text, say
 
 def test_costs_of_an_unknown_period_names_the_periods_not_another_team(slack):
     said = text_of(command(slack, "costs 1y", user="U_B").json())
-    assert "`1y` is not a period I know: costs takes 24h, 7d, 30d, 90d" in said and "only your team" not in said
+    assert "`1y` is not a period I know: costs takes 24h (or 1d), 7d (or 1w, 168h), 30d (or 720h), 90d (or 2160h)" in said and "only your team" not in said
 
 
 def test_a_refused_resume_says_not_resumed_once(slack):

@@ -32,3 +32,11 @@ def test_a_cancelled_jobs_end_says_who_cancelled_it(slack_app, slack, store, stu
     slack_app.state.notifier.handle(ended, job)
     (msg,) = stub.wait_for("/api/chat.postMessage")
     assert "train-j-a2 j-a2 (team-a) was cancelled by slack:U_A." in msg["text"], msg["text"]
+
+
+def test_a_submit_budget_too_small_is_refused_in_the_commands_word(slack):
+    """A submit's refusal named the task's field, "broker.budget_usd: the budget of $0.00001 cannot pay for a start",
+    where docs/slack.md promises the command's own word, `budget`, as `budget=$0` was answered."""
+    said = text_of(command(slack, "submit budget=$0.00001\nname: tiny\nrun: echo hi").json())
+    assert said.startswith(":warning: budget: ") and "cannot pay for a start" in said, said
+    assert "budget_usd" not in said, said
