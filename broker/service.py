@@ -1519,15 +1519,21 @@ class BrokerService:
         if job.state not in (JobState.RUNNING, JobState.LAUNCHING):
             raise Conflict(f"the job is {job.state.value}, not running", field="state")
         attempt_id = f"{job.id}-a{job.attempts}"
+        attempt = next((a for a in self.store.attempts(job.id) if a.id == attempt_id), None)
+        if kind not in ("preempt", "kill"):
+            raise Invalid("kind", "must be preempt, kill or zone")
+        (_check_preemptible if kind == "preempt" else _check_on_this_host)(attempt)
+        # a run another broker launched (brokers on other hosts, a data dir each) is not this launcher's to touch:
+        # the fault was answered "it was already ending" (applied: false) while the job ran on, as logs says it
+        where = attempt.launched_in if attempt is not None else ""
+        if where and where not in domains_of(self.launcher):
+            raise Conflict(f"attempt {job.attempts} was launched by another broker process, whose launcher ({where}) "
+                           f"runs it: send the fault to that broker", field="job_id")
         if kind == "preempt":
-            _check_preemptible(next((a for a in self.store.attempts(job.id) if a.id == attempt_id), None))
             done = launcher.preempt(attempt_id)
-        elif kind == "kill":
-            _check_on_this_host(next((a for a in self.store.attempts(job.id) if a.id == attempt_id), None))
+        else:
             launcher.kill(attempt_id)
             done = True
-        else:
-            raise Invalid("kind", "must be preempt, kill or zone")
         if done:
             self._note_fault(principal, job.id, kind, job.attempts)
         return {"job": job.id, "attempt": attempt_id, "fault": kind, "applied": bool(done)}

@@ -16,7 +16,7 @@ from broker.auth import Principal
 from broker.engine.reconcile import Engine
 from broker.lifecycle import JobState
 from broker.runtime import open_launcher
-from broker.service import BrokerService
+from broker.service import BrokerService, Conflict
 
 ADMIN = Principal("admin", None, admin=True)
 
@@ -92,3 +92,28 @@ def test_the_zone_fault_log_line_says_what_was_done(make_settings, store, caplog
     with caplog.at_level(logging.INFO, logger="broker.service"):
         service.inject_fault(ADMIN, "zone", zone="sim-spot", available=available)
     assert f"fault injected by admin: {says}" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["preempt", "kill"])
+def test_a_fault_sent_to_a_broker_that_did_not_launch_the_run_is_refused_naming_the_one_that_did(
+        make_settings, store, tmp_path, kind):
+    """Two brokers on one store, each on its own host (a data dir each): `broker fault preempt J` sent to the one
+    that did not launch the run answered "it was already ending" (applied: false) while the job ran on."""
+    here = make_settings(config=CONFIG)
+    there = make_settings(config=CONFIG, BROKER_DATA_DIR=str(tmp_path / "other-host"))
+    launcher, other = open_launcher(here), open_launcher(there)
+    engine, service = Engine(here, store, launcher), BrokerService(here, store, launcher)
+    job = service.submit(ADMIN, {"run": "sleep 60", "resources": {"accelerators": "A10G:1", "use_spot": True},
+                                 "broker": {"budget_usd": "5"}})[0]
+    try:
+        _running(engine, store, job.id)
+        with pytest.raises(Conflict, match=r"attempt 1 was launched by another broker process, whose launcher "
+                                           r"\(local#\w+\) runs it: send the fault to that broker") as refused:
+            BrokerService(there, store, other).inject_fault(ADMIN, kind, job_id=job.id)
+        assert refused.value.field == "job_id"
+        assert not [e for e in store.events(job.id) if e.event == "fault_injected"]
+        assert store.get_job(job.id).state is JobState.RUNNING
+        assert service.inject_fault(ADMIN, kind, job_id=job.id)["applied"]  # the broker that launched it applies it
+    finally:
+        for a in store.attempts(job.id):
+            launcher.stop(a.id, grace_seconds=0)
