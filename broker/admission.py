@@ -142,14 +142,17 @@ def _resources_field(spec: JobSpec, offers: Sequence[Offer]) -> str:
 
 def _accelerators_field(spec: JobSpec, offers: Sequence[Offer]) -> str | None:
     """Where the accelerators are written (``resources.accelerators``, or the one ``any_of`` / ``ordered`` entry's),
-    when every alternative asks an accelerator (name and count) that no offer has; else ``None``."""
-    def offered(name: str, count: int) -> bool:
-        return any(o.accelerator and o.accelerator.lower() == name.lower() and o.accelerator_count == max(count, 1)
-                   for o in offers)
+    when every alternative asks an accelerator (name and count) that no offer has — at any count (a name mistyped:
+    ``A1000``), or at its count where it pins no cloud, region, zone or instance type; else ``None``. An alternative
+    pinned to a place is refused for the place as much (``cloud: gcp`` on a broker that prices no GCP offer asked
+    ``V100:1`` that only AWS had at another count), and ``resources`` is named."""
+    def offered(alt) -> bool:
+        pinned = alt.cloud or alt.region or alt.zone or alt.instance_type
+        return any(o.accelerator and o.accelerator.lower() == alt.accelerator.lower()
+                   and (pinned or o.accelerator_count == max(alt.accelerator_count, 1)) for o in offers)
 
     alternatives = spec.request.alternatives
-    if not alternatives or not all(a.accelerator and not offered(a.accelerator, a.accelerator_count)
-                                   for a in alternatives):
+    if not alternatives or not all(a.accelerator and not offered(a) for a in alternatives):
         return None
     resources = spec.task.get("resources")
     resources = resources if isinstance(resources, dict) else {}
