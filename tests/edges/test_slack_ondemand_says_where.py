@@ -18,7 +18,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.lifecycle import AttemptState, JobState
-from broker.models import Event
 from broker.slack import blocks, dispatch
 from broker.store import Change
 from broker.store.sqlite import SqliteStore
@@ -29,12 +28,12 @@ from . import world
 from .conftest import build_app
 from .fakes import FakeLauncher
 from .test_slack import press, slack_settings, stub, text_of  # noqa: F401
+from .test_slack_resume_says_where import _failed  # a job failed for the infrastructure, checkpoint at 400
 
 SWITCH = blocks.ACTIONS["switch_ondemand"]
 ZONE = {"name": "sim-od", "tier": "ondemand", "instance_type": "g5.xlarge", "nodes": 1, "price_per_hour": "1.00"}
 ON_ZONE = {"tier": "ondemand", "cloud": "aws", "region": "us-east-1", "zone": "sim-od", "location": "sim-od",
            "instance_type": "g5.xlarge", "price_per_hour": 1_000_000}
-NODE_LOST = {"class": "node_lost", "infrastructure": True, "text": "The node was lost."}
 
 
 def _switched(client, stub, job_id: str, user: str, name: str, *, force: bool = False) -> str:  # noqa: F811
@@ -71,17 +70,6 @@ def test_a_switch_that_only_pins_a_waiting_job_is_answered_as_before(no_engine, 
     said = _switched(no_engine, stub, "j-a3", "U_A", "a3")
     assert "Switched to on-demand `j-a3`" in said and "in queue" not in said, said
     assert store.get_job("j-a3").force_tier == "ondemand"
-
-
-def _failed(store, job_id: str, at: float) -> None:
-    """A job of team A that failed for the infrastructure's doing (a switch needs no force), checkpoint at step 400."""
-    job = world.job(job_id, "team-a", JobState.FAILED, submitted=at, budget=5_000_000, spent=100_000, attempts=1,
-                    reason="failed: the node was lost", diagnosis=NODE_LOST, updated=at + 600,
-                    checkpoint={"step": 400, "uri": f"file:///ckpt/{job_id}/400", "at": at + 300})
-    store.commit(Change(job=job, expected_version=None, events=[Event(
-        job_id=job_id, time=at, event="submit", from_state=None, to_state="queued", reason="submitted", actor="test")],
-        attempts=[world.attempt(job_id, 1, AttemptState.FAILED, world.onprem(200_000), start=at, seconds=600,
-                                cost=100_000)]))
 
 
 @pytest.fixture
