@@ -1124,6 +1124,10 @@ class Engine:
         """The policy's safety net, tick by tick, for a job running on spot with a deadline."""
         if attempt.placement.get("tier") != Tier.SPOT.value or job.deadline is None:
             return None
+        if now >= job.deadline:
+            # missed already: a move costs a changeover and the reliable tier's price, and meets no deadline (it
+            # was noted "leaving spot for ondemand to meet the deadline"); it runs on where it is, as a job without one
+            return None
         policy = self._policy(job.id)
         request = request_of(job)
         mk = market(self.settings, [], getattr(self.launcher, "availability", dict)())

@@ -305,15 +305,17 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         policy = policies.get(job.id)
         note = ""
         if policy is not None and not job.force_tier:
-            inp = policy_input(job, attempts_of(job.id), mine, capacity, mk.spot_available, now=now,
-                               changeover=changeover)
+            # past its deadline there is none left to keep: placed as a job without one is, on the cheapest offer
+            # that fits now. The safety net sent it to the reliable tier at its price, "anything else could miss the
+            # deadline", missed already (and a job that may run only on spot was placed there anyway)
+            past = job.deadline is not None and now >= job.deadline
+            inp = None if past else policy_input(job, attempts_of(job.id), mine, capacity, mk.spot_available,
+                                                 now=now, changeover=changeover)
+            if past:
+                note = f" ({deadline_passed_note(job.deadline)})"
             if inp is not None:
                 d = policy_decide(policy, inp)
                 note = f" ({d.reason})" if d.reason else ""
-                if now >= job.deadline:  # (policy_input gives no input without one)
-                    # past it, the safety net sends every job to the reliable tier, saying "anything else could miss
-                    # the deadline" — missed already, and a job that may run only on spot is placed there anyway
-                    note = f" ({deadline_passed_note(job.deadline)})"
                 if d.action is Action.WAIT:
                     decisions.append(Wait(job, f"{SPOT_WAIT}{note}"
                                                f"{_blocked_note(mine, blocked, job, mk.spot_available)}"))

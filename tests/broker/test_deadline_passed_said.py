@@ -169,3 +169,25 @@ def test_a_running_job_whose_deadline_passes_is_told_once_and_a_late_placement_o
             for job in (running, late):
                 for attempt in store.attempts(job.id) if job else ():
                     launcher.kill(attempt.id)
+
+
+def test_past_its_deadline_a_job_is_placed_as_one_without_a_deadline_and_is_not_moved_off_spot(make_settings,
+                                                                                              tmp_path):
+    """Past its deadline the safety net still sent a job to on-demand — placed there over spot that was up, or
+    moved off spot mid-run ("leaving spot for ondemand to meet the deadline"), a changeover and the reliable tier's
+    price spent on a deadline missed already. Now it is placed, and runs on, as a job without a deadline."""
+    with local_broker(make_settings, tmp_path, CONFIG) as (service, engine, store, launcher):
+        late = service.submit(ADMIN, ANY_TIER)[0]
+        try:
+            _due(store, late.id, time.time() - 1)
+            run_until(engine, store, late.id, {"running"})
+            (place,) = [e for e in store.events(late.id) if e.event == "place"]
+            assert place.reason.startswith("placed on spot "), place.reason  # the cheapest: spot is up
+            assert "has passed: it runs now, late)" in place.reason, place.reason
+            _ticks(engine, 20)
+            job = store.get_job(late.id)
+            assert (job.state.value, job.force_tier, job.attempts) == ("running", None, 1), job
+            assert not [e for e in store.events(late.id) if e.event == "migrate"]
+        finally:
+            for attempt in store.attempts(late.id):
+                launcher.kill(attempt.id)
