@@ -501,7 +501,7 @@ class Engine:
     def _note(self, job: Job, name: str, reason: str, now: float, data: dict | None = None) -> Event:
         return note_event(job, name, reason, time=now, actor=self.actor, data=data)
 
-    def _deadline_passed(self, job: Job, now: float, words: str) -> tuple[Event, ...]:
+    def _deadline_passed(self, job: Job, now: float, words: Callable[[], str]) -> tuple[Event, ...]:
         """The ``deadline_passed`` note (``words``) of a job not ended whose deadline has passed, once per job —
         whichever broker saw it first, and across restarts (its events are read until they hold it; a note whose
         commit failed is made again at the next tick). Nothing said it: a job queued past its deadline kept the
@@ -511,13 +511,13 @@ class Engine:
         if any(e.event == DEADLINE_PASSED for e in self.store.events(job.id)):
             self._deadline_said.add(job.id)
             return ()
-        return (self._note(job, DEADLINE_PASSED, words, now, {"deadline": iso(job.deadline),
+        return (self._note(job, DEADLINE_PASSED, words(), now, {"deadline": iso(job.deadline),
                                                               "state": job.state.value}),)
 
     def _apply_schedule(self, decision: Place | Wait, now: float) -> None:
         job = decision.job
         notes = () if isinstance(decision, Wait) and decision.budget_spent else \
-            self._deadline_passed(job, now, _passed_in_queue(decision))
+            self._deadline_passed(job, now, lambda: _passed_in_queue(decision))  # words made only when said
         if isinstance(decision, Wait):
             if decision.budget_spent:
                 self._commit(job, JobEvent.STOP_BUDGET, f"stopped: {decision.reason}; raise the budget to resume", now,
@@ -890,7 +890,7 @@ class Engine:
             if not noted(self.store.events(job.id), PAST_LENGTH, job):
                 notes.append(self._note(job, PAST_LENGTH, past, now, {"expected_hours": job.expected_hours}))
         if outcome.event is None and job.state in (JobState.LAUNCHING, JobState.RUNNING):
-            notes += self._deadline_passed(job, now, _passed_running(job))
+            notes += self._deadline_passed(job, now, lambda: _passed_running(job))
         if outcome.event is JobEvent.START:
             attempt = replace(attempt, state=AttemptState.RUNNING, started_at=status.started_at or now)
             fields["running_since"] = attempt.started_at
