@@ -40,20 +40,13 @@ def duration(seconds: int | float, *, nearest: bool = False) -> str:
 
     ``nearest``: each unit rounded to its nearest, half up, for a span to a moment set from now (a deadline given as
     ``2h``, shown just after as "in 1.9 h": milliseconds had passed), which rounding down shows short of it."""
-    if nearest:
-        seconds = int(seconds + 0.5)
-        if seconds < 60:
-            return f"{seconds} s"
-        if (seconds + 30) // 60 < 60:
-            return f"{(seconds + 30) // 60} min"
-        tenths = (seconds + 180) // 360
-        return f"{tenths // 10}.{tenths % 10} h"
-    seconds = int(seconds)
+    seconds = int(seconds + 0.5) if nearest else int(seconds)
     if seconds < 60:
         return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    tenths = seconds // 360
+    minutes = (seconds + 30 * nearest) // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    tenths = (seconds + 180 * nearest) // 360
     return f"{tenths // 10}.{tenths % 10} h"
 
 
