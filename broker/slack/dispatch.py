@@ -433,10 +433,15 @@ class Dispatcher:
             ])
         # its place in the queue and rough start once the engine has weighed it, as a submit's reply says them:
         # "Resumed … — queued" said neither
+        return self._where("Resumed", who, job)
+
+    def _where(self, did: str, who: Principal, job: Job) -> Reply:
+        """``did`` (a resume, a switch that resumed) said with where ``job``, back in the queue, stands once this
+        broker's engine has weighed it (:meth:`_looked_at`): its place in the queue and rough start."""
         job = self._looked_at(who, job)
         q = self.service.queue_waits(who, of=[job])
-        return Reply(f"Resumed {esc(job.id)}", [blocks.section(
-            f"Resumed `{esc(job.id)}`.\n"
+        return Reply(f"{did} {esc(job.id)}", [blocks.section(
+            f"{did} `{esc(job.id)}`.\n"
             + blocks.job_line(job, q.positions.get(job.id), q.starts.get(job.id), q.waiting.get(job.id)))])
 
     def _resumed_already(self, who: Principal, job: Job) -> Reply | None:
@@ -474,13 +479,9 @@ class Dispatcher:
             ])
         if job.state is not JobState.QUEUED or was_queued:
             return self._done("Switched to on-demand", job)
-        # a stopped or failed job the switch resumed: its place in the queue and rough start once the engine has
-        # weighed it, as the resume's reply says them ("Switched … — queued" said neither)
-        job = self._looked_at(who, job)
-        q = self.service.queue_waits(who, of=[job])
-        return Reply(f"Switched to on-demand {esc(job.id)}", [blocks.section(
-            f"Switched to on-demand `{esc(job.id)}`.\n"
-            + blocks.job_line(job, q.positions.get(job.id), q.starts.get(job.id), q.waiting.get(job.id)))])
+        # a stopped or failed job the switch resumed: where it stands, as the resume's reply says it ("Switched … —
+        # queued" said neither)
+        return self._where("Switched to on-demand", who, job)
 
     def _raise(self, who: Principal, job_id: str, amount: int, *, button: bool = False) -> Reply:
         before = self.service.get(who, job_id).budget
