@@ -1275,6 +1275,13 @@ def _say_behind(con, client, job_id: str, *, since: int | None = 1) -> None:
                   "capacity it can use is free; `broker queue` shows roughly when it starts")
 
 
+def _version_of(job: dict) -> int | None:
+    """The store's version a command's answer holds of the job (``_say_behind``'s ``since``); ``None`` from a broker
+    too old to say one."""
+    version = job.get("version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
 def _on_this_host(url: str) -> bool:
     """Whether the broker URL names this machine (loopback), where the broker can read the workdir itself."""
     from broker.client import _loopback
@@ -2006,8 +2013,7 @@ def cmd_resume(args) -> int:
         _done(args, job, f"{job['id']}: {job['state']} — {job['reason']}")
         if not args.json:  # where it stands once the engine has weighed it, as a submit says (a resumed job's
             # answer, "queued — resumed by …", said neither its place in the queue nor roughly when it starts)
-            version = job.get("version")
-            _say_behind(_console(), client, job["id"], since=version if isinstance(version, int) else None)
+            _say_behind(_console(), client, job["id"], since=_version_of(job))
     return 0
 
 
@@ -2066,8 +2072,7 @@ def cmd_ondemand(args) -> int:
         if was is not None and was != "queued" and job["state"] == "queued":
             # resumed by the switch: where it stands once the engine has weighed it, as `broker resume` says
             # ("pinned to on-demand; queued" said neither its place in the queue nor roughly when it starts)
-            version = job.get("version")
-            _say_behind(_console(), client, job["id"], since=version if isinstance(version, int) else None)
+            _say_behind(_console(), client, job["id"], since=_version_of(job))
     return 0
 
 
