@@ -378,10 +378,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         if tries:
             per_job.append((job, job_cost, job_equiv, len(tries), compared))
     pruned_spent = 0
-    for who, tier, hour, cost, equiv in (ledger.buckets if ledger is not None else ()):
-        # the hour's start is in the window, and so in one of its UTC days (hours align with days)
-        if not (win.since <= hour < win.until) or (team is not None and who != team):
-            continue
+    for who, tier, hour, cost, equiv in _buckets_in(ledger, win, team):
         tier = tier if tier in TIERS else "onprem"
         key = datetime.fromtimestamp(hour, tz=timezone.utc).date().isoformat()
         by_day[key][tier] += cost
@@ -485,11 +482,18 @@ def span_of(attempt: Attempt | CostAttempt) -> tuple[int, int, Micros]:
     return (*billed_span(attempt), attempt.cost)
 
 
+def _buckets_in(ledger: PrunedCosts | None, win: Window, team: str | None):
+    """The pruned-cost ledger's buckets a report of ``win`` for ``team`` (``None``: every team) counts: those whose
+    hour begins in the window, and so in one of its UTC days (hours align with days)."""
+    for bucket in (ledger.buckets if ledger is not None else ()):
+        if win.since <= bucket[2] < win.until and (team is None or bucket[0] == team):
+            yield bucket
+
+
 def ledger_spent(ledger: PrunedCosts | None, win: Window, team: str | None) -> Micros:
-    """What the pruned-cost ledger adds to a report's spend in ``win`` for ``team`` (``None``: every team): its
-    buckets whose hour begins in the window, as :func:`report` counts them."""
-    return sum(cost for who, _, hour, cost, _ in (ledger.buckets if ledger is not None else ())
-               if win.since <= hour < win.until and (team is None or who == team))
+    """What the pruned-cost ledger adds to a report's spend in ``win`` for ``team`` (``None``: every team), as
+    :func:`report` counts it."""
+    return sum(cost for _, _, _, cost, _ in _buckets_in(ledger, win, team))
 
 
 def spent(jobs: Iterable[Job | CostJob], attempts: Mapping[str, Sequence[Attempt | CostAttempt]], *, win: Window,
