@@ -852,6 +852,12 @@ class BrokerService:
         return jobs, positions(jobs), waits(jobs, now, usable, free, self.settings.stop_grace_seconds, stops_asked,
                                             blocked, kept_in={pool.name for pool in self.settings.pools})
 
+    def _launched_elsewhere(self, launched_in: str) -> bool:
+        """Whether an attempt launched in the view ``launched_in`` (``Attempt.launched_in``) is another broker
+        process's, which this one's launcher does not see (a host's data dir of its own): its logs and its faults
+        are that broker's. An attempt that names no view (an older broker's) is taken for this one's."""
+        return bool(launched_in) and launched_in not in domains_of(self.launcher)
+
     def logs(self, principal: Principal, job_id: str, *, attempt: int | None = None, offset: int = 0) -> dict:
         job = self.get(principal, job_id)
         n = attempt or job.attempts
@@ -866,9 +872,8 @@ class BrokerService:
                                      f"{'s' if job.attempts > 1 else ''}: give {which}", status=404)
         if self.launcher is None:
             raise Invalid("logs", "this broker process has no launcher to read logs from", status=503)
-        mine = domains_of(self.launcher)
         where = next((a.launched_in for a in self.store.attempts(job.id) if a.n == n), "")
-        if where and where not in mine:
+        if self._launched_elsewhere(where):
             raise Invalid("logs", f"attempt {n} was launched by another broker process, whose launcher ({where}) "
                           "keeps its output; read it through that broker, or give the brokers one shared launcher "
                           "state (docs/architecture.md, 'Several broker processes')", status=409)
@@ -1526,7 +1531,7 @@ class BrokerService:
         # a run another broker launched (brokers on other hosts, a data dir each) is not this launcher's to touch:
         # the fault was answered "it was already ending" (applied: false) while the job ran on, as logs says it
         where = attempt.launched_in if attempt is not None else ""
-        if where and where not in domains_of(self.launcher):
+        if self._launched_elsewhere(where):
             raise Conflict(f"attempt {job.attempts} was launched by another broker process, whose launcher ({where}) "
                            f"runs it: send the fault to that broker", field="job_id")
         if kind == "preempt":
