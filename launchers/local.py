@@ -370,7 +370,10 @@ class LocalLauncher:
 
     @staticmethod
     def _write_limit(run_dir: Path, seconds: float) -> None:
-        tmp = run_dir / "limit.json.tmp"
+        # a temporary file of this writer's own: the API's lowered budget (BrokerService._lower_limit) and the
+        # engine's next look (Engine._keep_limit) write the same limit at once by design, and with one shared
+        # "limit.json.tmp" the second os.replace found it gone (FileNotFoundError: a 500 on `broker budget`)
+        tmp = run_dir / f"limit.json.tmp.{os.getpid()}.{threading.get_ident()}"
         private_write(tmp, json.dumps({"stop_at": time.time() + seconds, "reason": "budget"}))
         os.replace(tmp, run_dir / "limit.json")
 
