@@ -349,9 +349,18 @@ class LocalLauncher:
         stop_file = run_dir / "stop.json"
         if stop_file.exists():
             return  # already stopping: a second SIGTERM would cut the grace period short
-        tmp = run_dir / "stop.json.tmp"
+        # two stops of one attempt can come at once (an API fault and the engine's budget stop): each writes a
+        # temporary file of its own and links it in only where no stop.json is yet, so the first stop's reason and
+        # grace are the ones kept, and only its writer signals the runner (one shared "stop.json.tmp" made the
+        # second os.replace find it gone, as limit.json's did)
+        tmp = run_dir / f"stop.json.tmp.{os.getpid()}.{threading.get_ident()}"
         private_write(tmp, json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time()}))
-        os.replace(tmp, stop_file)
+        try:
+            os.link(tmp, stop_file)
+        except FileExistsError:
+            return  # another stop came first
+        finally:
+            tmp.unlink(missing_ok=True)
         self._signal_runner(run_dir, signal.SIGTERM)
 
     def after_run_seconds(self, placement: Mapping[str, Any] | None = None) -> int:
