@@ -1297,8 +1297,7 @@ class BrokerService:
             return job
         now = self.clock()
         until = now if attempt.billed_until is None else max(now, attempt.billed_until)  # the attempt's timeline
-        mine = self.launcher is not None and (not attempt.launched_in
-                                              or attempt.launched_in in domains_of(self.launcher))
+        mine = self.launcher is not None and not self._launched_elsewhere(attempt.launched_in)
         setter = getattr(self.launcher, "set_stop_in", None) if mine else None
         if setter is not None and setter(attempt.id, limit - until) is not False:
             return self._record_limit(job, attempt.id, limit)
