@@ -26,8 +26,8 @@ from functools import partial
 from typing import Protocol
 
 from pricing.baselines import Greedy, OnDemandOnly, UniformProgress
-from pricing.deadline import Action, Decision, Holding, PolicyInput, is_safe, reliable, within_cost_cap
-from pricing.spot_policy import ModelPredictive, SlackReserve
+from pricing.deadline import RELIABLE, Action, Decision, Holding, PolicyInput, is_safe, reliable, slack, within_cost_cap
+from pricing.spot_policy import ModelPredictive, SlackReserve, span
 
 __all__ = ["Action", "Decision", "Holding", "PolicyInput", "Policy", "POLICIES", "DEFAULT_POLICY", "make_policy", "SafetyNet"]
 
@@ -63,6 +63,18 @@ class SafetyNet:
             decision = Decision(Action.WAIT, None, f"no spot capacity in {decision.zone}; {decision.reason}")
         if inp.remaining <= 0 and decision.action is Action.WAIT:
             return reliable(inp, "work estimate used up but the job runs on: finish on the reliable tier")
+        short = -slack(inp)
+        if short > 1e-6 and inp.remaining > 0:
+            # out of reach even on the reliable tier, which finishes the job soonest: said so, where it was "anything
+            # else could miss the deadline" (as if on-demand would meet it) or the plan's "cheaper in expectation"
+            if decision.action not in RELIABLE:
+                decision = reliable(inp, "")
+            tier = "on-prem" if decision.action is Action.ONPREM else "on-demand"
+            if not (inp.onprem_available if decision.action is Action.ONPREM else inp.ondemand_available):
+                return Decision(decision.action, decision.zone,
+                                f"safety net: the deadline can no longer be met ({span(short)} short)")
+            return Decision(decision.action, decision.zone, f"safety net: the deadline can no longer be met, even on "
+                                                            f"{tier} ({span(short)} short): {tier} finishes the job soonest")
         if not is_safe(inp, decision.action, decision.zone):
             return reliable(inp, "safety net: anything else could miss the deadline")
         if self.cost_cap and not within_cost_cap(inp, decision.action, decision.zone):
