@@ -598,7 +598,37 @@ _EVAL_END = re.compile(r"['\"](?:eval|test|predict)_\w+['\"] *:|^ *(?:eval|test|
                        re.I | re.M)
 # Lightning's bar counts the batches of its epoch: only the first epoch's count is the step
 _LATER_EPOCH = re.compile(r"\bEpoch\s+0*[1-9]", re.I)
-_BATCH = re.compile(r"\bbatch[_ ]size[ =:]+(\d+)", re.I)
+# a batch size the log names ("batch_size 64", "batch size: 64", "'batch_size': 64", "--batch-size 64",
+# "per_device_train_batch_size=8", HF Trainer's "Instantaneous batch size per device = 8"), with the words joined to
+# it before (``qualifier``: "per_device_train_", "eval "), which say whose batch it is (:func:`training_batch_size`)
+_BATCH = re.compile(r"(?<!\w)(?P<qualifier>(?:[a-z]+[_ -]){0,3}?)batch[_ -]size(?:[_ ]per[_ ](?:device|gpu))?['\"]?"
+                    r"[ =:]+(?P<size>\d+)(?!\d|\.\d)", re.I)
+# a batch size of evaluation, not of training: "eval batch size 64", "per_device_eval_batch_size=8", "--val-batch-size"
+_NOT_TRAINING_BATCH = frozenset({"eval", "evaluation", "evaluate", "val", "valid", "validation", "test", "testing",
+                                 "inference", "infer", "predict", "prediction"})
+
+
+def training_batch_size(log_tail: str) -> str | None:
+    """The last training batch size the log names, for the out-of-memory sentences ("Out of GPU memory (batch size
+    64)"), whose hint is to make it smaller: not an evaluation's ("eval batch size 128", "per_device_eval_batch_size=
+    128", "--val-batch-size 128"), nor one printed in an evaluation the log announced (HF Trainer's "***** Running
+    Evaluation *****" then "Batch size = 128"), which the sentence quoted as if the training's. ``None`` when it
+    names none."""
+    text = log_tail.replace("\r", "\n")
+    evaluating = _evaluations(text)
+    found = [m.group("size") for m in _BATCH.finditer(text)
+             if not _NOT_TRAINING_BATCH.intersection(re.split(r"[_ -]+", m.group("qualifier").lower()))
+             and not any(start <= m.start() < end for start, end in evaluating)]
+    return found[-1] if found else None
+
+
+def _evaluations(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each evaluation the log announced (:data:`_EVAL_START` to :data:`_EVAL_END`, or the log's end)."""
+    spans = []
+    for start in _EVAL_START.finditer(text):
+        end = _EVAL_END.search(text, start.end())
+        spans.append((start.start(), end.start() if end else len(text)))
+    return spans
 
 
 def last_step(log_tail: str) -> int | None:
@@ -611,10 +641,7 @@ def last_step(log_tail: str) -> int | None:
     is drawn again. A bar that starts after the one before it finished (an epoch's bar, then the next's) is read."""
     text = log_tail.replace("\r", "\n")  # a progress bar redraws itself after a carriage return
     found = [(m.start(), m.group(1)) for m in _STEP.finditer(text)]
-    evaluating = []  # (start, end) of each evaluation the log announced
-    for start in _EVAL_START.finditer(text):
-        end = _EVAL_END.search(text, start.end())
-        evaluating.append((start.start(), end.start() if end else len(text)))
+    evaluating = _evaluations(text)  # (start, end) of each evaluation the log announced
     bars = [(m.start(), m.group(2), int(m.group("total")), _CURSOR_UP in m.group("rest"))
             for m in _BAR.finditer(text)
             if not _NOT_TRAINING_BAR.search(m.group("what")) and not _LATER_EPOCH.search(m.group("what"))
@@ -802,7 +829,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     known = [s for s in (ending.step, last_step(_without_errors(ending.log_tail))) if s is not None]
     step = max(known) if known else None
     at_step = _after_step(step, ending)
-    batch = _BATCH.findall(ending.log_tail)
+    batch = training_batch_size(ending.log_tail)
     log_tail = _without_hang_fallout(
         _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail)))))
     if ending.phase == "succeeded":  # whatever the log says (a caught OOM, a warning), nothing went wrong
@@ -815,9 +842,9 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     rule, match = _choose(ending, rules, log_tail)
     if rule is not None:
         facts = {"step": step, "code": ending.exit_code, "signal": ending.signal,
-                 "batch_size": batch[-1] if batch else None,
+                 "batch_size": batch,
                  "at_step": at_step,
-                 "batch": f" (batch size {batch[-1]})" if batch else "",
+                 "batch": f" (batch size {batch})" if batch else "",
                  "ended": _ended(ending), "what": "The setup command" if ending.command == "setup" else "The job",
                  "command_word": "setup" if ending.command == "setup" else "run",
                  "command_said": "The setup command" if ending.command == "setup" else "The run command",
