@@ -21,6 +21,7 @@ from decimal import Decimal
 
 from broker.lifecycle import JobState
 from broker.models import Job
+from pricing.placement import BLOCKED_WORDS
 
 
 def order_key(job: Job) -> tuple:
@@ -87,10 +88,12 @@ def held(job: Job) -> int:
     return len(job.slots) or int(job.placement.get("num_nodes") or 1)
 
 
-WAITS_FOR_CAPACITY = ("full", "blocked for this job after recent preemptions")
+WAITS_FOR_CAPACITY = ("full", *BLOCKED_WORDS)
 """Words of a queued job's reason that say it waits for capacity (the scheduler's and placement's): a pool or zone
-full for it, or every zone it may use blocked for it after its preemptions there, until a time its reason names.
-Such a job gets a start estimate; one waiting for anything else (the spot policy, its budget) does not."""
+full for it, or every zone it may use blocked for it (after a preemption or a refused launch there: placement's own
+:data:`~pricing.placement.BLOCKED_WORDS`, whatever cause its sentence names — and those of a broker of an earlier
+version, "… is blocked for this job after recent preemptions"), until a time its reason names. Such a job gets a start
+estimate; one waiting for anything else (the spot policy, its budget) does not."""
 
 
 @dataclass(frozen=True)

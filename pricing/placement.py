@@ -9,7 +9,7 @@ and so does the simulator.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 
@@ -185,7 +185,81 @@ def cloud_block(cloud: str) -> str:
     return f"cloud:{cloud}"
 
 
-def unblocked(offers: Sequence[Offer], blocked_zones: frozenset[str]) -> list[Offer]:
+@dataclass(frozen=True)
+class Blocked:
+    """What happened in a zone (or pool, or a cloud: :func:`cloud_block`) that is blocked for a job, as far as is
+    known: how many of its runs there were preempted, lost their node or went silent, and how many of its launches
+    there were refused. All 0: not known (only the zone's name was given), said as :data:`UNKNOWN_CAUSE`."""
+
+    preemptions: int = 0
+    lost: int = 0
+    silent: int = 0
+    refused: int = 0
+
+    @property
+    def known(self) -> bool:
+        """Whether anything is known of why the zone is blocked."""
+        return any((self.preemptions, self.lost, self.silent, self.refused))
+
+    def words(self, where: str = "there") -> str:
+        """``a preemption there``, ``2 preemptions and a refused launch in each``; :data:`UNKNOWN_CAUSE` when
+        nothing is known."""
+        said = [_counted(self.preemptions, "preemption"), _counted(self.lost, "lost node"),
+                _counted(self.silent, "run that went silent", "runs that went silent"),
+                _counted(self.refused, "refused launch", "refused launches")]
+        return f"{_series(said)} {where}" if self.known else UNKNOWN_CAUSE
+
+
+UNKNOWN_CAUSE = "recent preemptions or refused launches"
+"""What blocked a zone, where :class:`Blocked` does not say: the only ways a zone gets blocked for a job."""
+
+BLOCKED_WORDS = ("is blocked for this job", "are blocked for this job")
+"""Every sentence :func:`place` says of zones blocked for the job holds one of these (and nothing else it says
+does): what tells a job waiting for a block to end, which gets a start estimate (``broker.queue.WAITS_FOR_CAPACITY``),
+from one waiting for anything else, whatever the cause the sentence names."""
+
+
+def _counted(n: int, one: str, many: str | None = None) -> str:
+    """``a preemption``, ``2 preemptions``; empty for 0."""
+    if n <= 0:
+        return ""
+    return f"{'an' if one[0] in 'aeiou' else 'a'} {one}" if n == 1 else f"{n} {many or one + 's'}"
+
+
+def block_of(offer: Offer, blocked_zones: Collection[str] | Mapping[str, Blocked]) -> tuple[str, Blocked] | None:
+    """The entry of ``blocked_zones`` that blocks ``offer`` — its location's, else its cloud's (:func:`cloud_block`) —
+    and what is known of why (an empty :class:`Blocked` where only the names are given); ``None``: not blocked."""
+    for key in (offer.location, cloud_block(offer.cloud)):
+        if key in blocked_zones:
+            cause = blocked_zones.get(key) if isinstance(blocked_zones, Mapping) else None
+            return key, cause if isinstance(cause, Blocked) else Blocked()
+    return None
+
+
+def blocked_words(offers: Sequence[Offer], blocked_zones: Collection[str] | Mapping[str, Blocked],
+                  *, verb: bool = True) -> str:
+    """The zones (and pools) of ``offers`` that ``blocked_zones`` blocks, each with what happened there:
+    ``zone us-east-1a is blocked for this job after a preemption there, zones us-east-1b and us-east-1c after a
+    refused launch in each``; zones blocked with their whole cloud, ``… after a refused launch in aws``; where the
+    cause is not known, :data:`UNKNOWN_CAUSE`. Without ``verb``, the places and causes only (``zone us-east-1a after a
+    preemption there``), for a sentence that says they are blocked itself."""
+    groups: dict[tuple[str, Blocked], list[Offer]] = {}
+    for o in offers:
+        found = block_of(o, blocked_zones)
+        if found is not None:
+            key, cause = found
+            groups.setdefault((key if key == cloud_block(o.cloud) else "", cause), []).append(o)
+    said = []
+    for (cloud, cause), group in sorted(groups.items(), key=lambda g: (not g[0][1].known,
+                                                                         min(o.location for o in g[1]))):
+        many = len({o.location for o in group}) > 1
+        where = f"in {cloud.removeprefix('cloud:')}" if cloud else "in each" if many else "there"
+        places = _places(group) if verb and not said else _places(group, verb=False)
+        said.append(f"{places}{' blocked for this job' if verb and not said else ''} after {cause.words(where)}")
+    return ", ".join(said)
+
+
+def unblocked(offers: Sequence[Offer], blocked_zones: Collection[str] | Mapping[str, Blocked]) -> list[Offer]:
     """The offers not in a zone (or pool: an offer's ``location``) blocked for the job after a preemption there (or a
     launch refused there for want of capacity), nor in a cloud blocked for it (:func:`cloud_block`)."""
     return [o for o in offers if o.location not in blocked_zones and cloud_block(o.cloud) not in blocked_zones]
@@ -214,7 +288,7 @@ def place(
     *,
     free_capacity: Mapping[str, int] | None = None,
     budget_left: Micros | None = None,
-    blocked_zones: frozenset[str] = frozenset(),
+    blocked_zones: Collection[str] | Mapping[str, Blocked] = frozenset(),
     preemption_risk: Mapping[str, Decimal] | None = None,
     min_run_seconds: int = 0,
     after_run_seconds: Mapping[Offer, int] | None = None,
@@ -236,7 +310,9 @@ def place(
        cloud/region/zone/instance type) on an allowed tier, in a location that ever has
        ``num_nodes`` nodes (:func:`holds`);
     2. at or under ``max_price_per_hour`` (all nodes);
-    3. not in a zone (or pool) blocked for this job after a preemption;
+    3. not in a zone (or pool) blocked for this job after a preemption or a refused launch there — ``blocked_zones``,
+       the names, or a mapping of each to what is known of why (:class:`Blocked`), which the sentence then says
+       (:func:`blocked_words`: "after 2 preemptions there", "after a refused launch there");
     4. capacity the job can actually get now: ``free_capacity`` maps an offer's
        ``location`` to free nodes (a full on-prem pool is not a choice); a
        location missing from it is taken as unconstrained (a cloud region);
@@ -272,15 +348,16 @@ def place(
     over = (f"the rest are over the job's max_price_per_hour of {fmt_limit(request.max_price_per_hour or 0)}"
             if len(priced) < len(matching) else "")
     if not allowed:
-        if not over:
-            return NoFit("every matching zone is blocked for this job after recent preemptions or refused launches")
-        return NoFit(f"{_places(priced)} blocked for this job after recent preemptions or refused launches and {over}")
+        if over:
+            return NoFit(f"{blocked_words(priced, blocked_zones)} and {over}")
+        if not any(block_of(o, blocked_zones)[1].known for o in priced):  # nothing known of why any is blocked
+            return NoFit(f"every matching zone is blocked for this job after {UNKNOWN_CAUSE}")
+        return NoFit(f"every matching zone is blocked for this job: {blocked_words(priced, blocked_zones, verb=False)}")
     available = [o for o in allowed if free_capacity.get(o.location, n) >= n]
     if not available:
         blocked = [o for o in priced if o not in allowed]
         return NoFit(_series([f"{_places(allowed)} full right now",
-                              f"{_places(blocked)} blocked for this job after recent preemptions" if blocked else "",
-                              over]))
+                              blocked_words(blocked, blocked_zones) if blocked else "", over]))
     if budget_left is not None:
         if budget_left <= 0:
             return NoFit(f"the budget left, {fmt_left(budget_left)}, is spent")
@@ -447,9 +524,10 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
                  f"{o.describe()}, which costs {fmt(run[o])}{after}")
 
 
-def _places(offers: Sequence[Offer]) -> str:
+def _places(offers: Sequence[Offer], verb: bool = True) -> str:
     """The pools and zones of ``offers`` for a sentence, with its verb: ``the pool lab is``, ``zones
-    us-east-1a and us-east-1b are``; past four, ``and N more``."""
+    us-east-1a and us-east-1b are``; past four, ``and N more``. Without ``verb``: ``zones us-east-1a and
+    us-east-1b``."""
     pools = sorted({o.location for o in offers if o.tier is Tier.ONPREM})
     zones = sorted({o.location for o in offers if o.tier is not Tier.ONPREM})
 
@@ -458,7 +536,8 @@ def _places(offers: Sequence[Offer]) -> str:
 
     words = [f"{'the pool' if len(pools) == 1 else 'pools'} {listed(pools)}" if pools else "",
              f"{'zone' if len(zones) == 1 else 'zones'} {listed(zones)}" if zones else ""]
-    return f"{' and '.join(w for w in words if w)} {'is' if len(pools) + len(zones) == 1 else 'are'}"
+    named = " and ".join(w for w in words if w)
+    return f"{named} {'is' if len(pools) + len(zones) == 1 else 'are'}" if verb else named
 
 
 def _series(items: Sequence[str], last: str = "and") -> str:

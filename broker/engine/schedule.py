@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from itertools import islice
@@ -35,6 +35,7 @@ from broker.config import Settings
 from broker.engine import budget as budget_rules
 from broker.engine.spot import decide as policy_decide
 from broker.engine.spot import policy_input
+from broker.lifecycle import AttemptState
 from broker.models import Attempt, Job
 from broker.offers import Market, after_run, matching_offers, placed_alternative, placement_record, slots_of
 from broker.queue import ordered, work_left_seconds
@@ -42,8 +43,8 @@ from broker.spec import parse
 from broker.views import deadline_at
 from pricing.money import fmt, fmt_left
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import (NoFit, cloud_block, holds, place, start_shortfall, unblocked, under_cap,
-                               why_no_offer)
+from pricing.placement import (Blocked, NoFit, cloud_block, holds, place, start_shortfall, unblocked,
+                               under_cap, why_no_offer)
 from pricing.deadline import ACTION_TIER
 from pricing.policy import Action, Policy
 
@@ -128,21 +129,63 @@ def left_to_run(job: Job, request: JobRequest) -> JobRequest:
     return replace(request, expected_hours=None)
 
 
-def _blocked_note(offers: Sequence[Offer], blocked: frozenset[str], job: Job, spot_up: frozenset[str]) -> str:
-    """When spot is up in zones this job may not use for now (blocked after its preemptions there): say
-    which, and until when — a job that 'waits for spot' while spot is up elsewhere needs the reason."""
+def block_causes(job: Job, attempts: Sequence[Attempt], blocked: Iterable[str]) -> dict[str, Blocked]:
+    """What happened in each zone (or cloud: :func:`~pricing.placement.cloud_block`) of ``blocked`` to block it for
+    ``job``, read from its ``attempts``: those on spot there that were preempted, lost their node or went silent
+    (what :meth:`~broker.engine.reconcile.Engine` blocks a zone after), and those whose launch there was refused
+    (failed before they ran); for a cloud, its refused launches. Counted up to when the block ends, so "after 2
+    preemptions there" is every preemption of the job there, the one that blocked it last. A zone none of them
+    explains (its attempts not read) maps to an empty :class:`~pricing.placement.Blocked`, said as "recent
+    preemptions or refused launches" — the reason said so of every blocked zone, even after one refused launch."""
+    causes: dict[str, Blocked] = {}
+    for key in blocked:
+        until = job.blocked_zones.get(key, float("inf"))
+        counts = dict(preemptions=0, lost=0, silent=0, refused=0)
+        for a in attempts:
+            p = a.placement or {}
+            if a.ended_at is None or a.ended_at > until:
+                continue
+            refused = a.state is AttemptState.FAILED and a.started_at is None
+            if key.startswith("cloud:"):  # only a refused launch blocks a whole cloud
+                if refused and p.get("cloud") is not None and cloud_block(str(p["cloud"])) == key:
+                    counts["refused"] += 1
+                continue
+            if key not in (p.get("location"), p.get("zone")):
+                continue
+            spot = p.get("tier") == Tier.SPOT.value and a.stop_reason != "owner_silent"  # a silent broker: not the zone
+            if refused:
+                counts["refused"] += 1
+            elif spot and a.stop_reason == "heartbeat" and a.state is not AttemptState.SUCCEEDED:
+                counts["silent"] += 1
+            elif spot and a.state is AttemptState.PREEMPTED:
+                counts["preemptions"] += 1
+            elif spot and a.state is AttemptState.LOST:
+                counts["lost"] += 1
+        causes[key] = Blocked(**counts)
+    return causes
+
+
+def _blocked_note(offers: Sequence[Offer], blocked: Mapping[str, Blocked], job: Job, spot_up: frozenset[str]) -> str:
+    """When spot is up in zones this job may not use for now (blocked after what happened there: its preemptions, a
+    refused launch): say which, why and until when — a job that 'waits for spot' while spot is up elsewhere needs the
+    reason. Not in the words of :data:`~pricing.placement.BLOCKED_WORDS`: the job waits for its spot policy, not for
+    capacity (:data:`broker.queue.WAITS_FOR_CAPACITY`)."""
     zones = sorted({o.zone for o in offers if o.tier is Tier.SPOT and o.zone in blocked and o.zone in spot_up})
     if not zones:
         return ""
     until = min(job.blocked_zones[z] for z in zones)
-    return (f"; spot is up in {', '.join(zones)}, blocked for this job after its preemptions there until "
-            f"{time.strftime('%H:%M:%SZ', time.gmtime(until))}")
+    why = [blocked.get(z) if isinstance(blocked, Mapping) and isinstance(blocked.get(z), Blocked) else Blocked()
+           for z in zones]
+    after = f", after {why[0].words()}" if len(zones) == 1 else \
+        f" ({', '.join(f'{z} after {w.words()}' for z, w in zip(zones, why))})"
+    return (f"; spot is up in {', '.join(zones)}, which this job may not use until "
+            f"{time.strftime('%H:%M:%SZ', time.gmtime(until))}{after}")
 
 
-def _blocked_until(offers: Sequence[Offer], blocked: frozenset[str], job: Job) -> str:
+def _blocked_until(offers: Sequence[Offer], blocked: Collection[str], job: Job) -> str:
     """Until when each zone the job may not use for now is blocked for it, for a reason that says zones are
     blocked: "every matching zone is blocked for this job after recent preemptions" named neither the zones nor
-    when the job may go back."""
+    when the job may go back (what blocked each, :func:`block_causes`, the placement's sentence names)."""
     zones = sorted({o.zone for o in offers if o.zone in blocked and o.zone in job.blocked_zones}
                    | {cloud_block(o.cloud) for o in offers if cloud_block(o.cloud) in blocked
                       and cloud_block(o.cloud) in job.blocked_zones})  # a cloud a launch was refused access to
@@ -301,7 +344,9 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
         if (fit := open_.get(shape)) is None:
             fit = open_[shape] = offers_for(job, request, offers)
         mine, held_back = _not_kept(job, request, fit, kept, now, free_slots)
+        # the zones blocked for it, each with what happened there, for the sentence of a job that waits for them
         blocked = job.blocked_at(now)
+        blocked = block_causes(job, attempts_of(job.id), blocked) if blocked else blocked
         policy = policies.get(job.id)
         note = ""
         if policy is not None and not job.force_tier:

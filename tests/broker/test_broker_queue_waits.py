@@ -266,8 +266,9 @@ def test_a_job_waiting_for_a_zone_blocked_for_it_is_estimated_to_start_when_the_
             raise AssertionError(store.get_job(job.id))
         until = back.blocked_zones["sim-a"]
         assert until > time.time() + 60
-        assert back.reason == ("waiting: every matching zone is blocked for this job after recent preemptions or refused launches; "
-                               f"sim-a until {time.strftime('%H:%M:%SZ', time.gmtime(until))}"), back.reason
+        # what blocked it, read from its attempts: one preemption, said as one (not "recent preemptions")
+        assert back.reason == ("waiting: every matching zone is blocked for this job: zone sim-a after a preemption "
+                               f"there; sim-a until {time.strftime('%H:%M:%SZ', time.gmtime(until))}"), back.reason
         assert service.queue() == ({job.id: 1}, {job.id: pytest.approx(until, abs=1)})
         launcher.set_zone_available("sim-a", False)
         assert service.queue() == ({job.id: 1}, {})

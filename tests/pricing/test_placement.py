@@ -99,7 +99,7 @@ CASES = [
      job(max_price_per_hour=1_000_000),
      dict(free_capacity={"lab": 0}, blocked_zones=frozenset({"us-east-1a", "us-east-1b", "us-west-2a"})),
      "NoFit the pool lab is full right now, zones us-east-1a, us-east-1b and us-west-2a are blocked for this job "
-     "after recent preemptions and the rest are over the job's max_price_per_hour of $1.00"),
+     "after recent preemptions or refused launches and the rest are over the job's max_price_per_hour of $1.00"),
     ("every match full is said as such", job(), dict(free_capacity={"lab": 0, "us-east-1a": 0, "us-east-1b": 0,
                                                                       "us-west-2a": 0, "us-west-2b": 0}),
      "NoFit the pool lab and zones us-east-1a, us-east-1b and us-west-2a are full right now"),
