@@ -276,6 +276,15 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"\bOSError: (?P<ckpt_uri>[a-z][a-z0-9+]*://(?P<bucket>[^/\s:]+)[^\s:]*): An error occurred \((?P<ckpt_code>"
        r"AccessDenied|AllAccessDisabled|Forbidden|403)\) when calling the (?P<aws_call>\w+) operation",
        phases=["failed"]),
+    # GCS's 403, as the checkpoint library says it (checkpoint.storage: gcsfs's "Forbidden: <URL>" on one line with the
+    # object, the bucket and GCS's reason): was "The training script raised OSError … Fix the error in the code"
+    _r("checkpoint_location", "The checkpoint location {ckpt_base} cannot be used{at_step}: GCS denies the job's "
+       "credentials access to the bucket {bucket} (403 Forbidden).",
+       CHECKPOINT_LOCATION_HINT.format(fix="let the job's credentials read and write there (the bucket's IAM roles, "
+                                           "such as Storage Object User for its service account), or give it others "
+                                           "(broker resume JOB --secret NAME)"),
+       r"\bPermissionError: (?P<ckpt_uri>gs://[^\s:]+): GCS denied these credentials access to bucket "
+       r"'(?P<bucket>[^'\n]+)' \(403 Forbidden\)", phases=["failed"]),
     # a resume runs the task as it was submitted: the batch size is changed where the run reads it, not by resuming
     _r("gpu_oom", "Out of GPU memory{batch}{at_step}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing. A resume continues from the last "

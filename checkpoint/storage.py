@@ -71,6 +71,9 @@ READ_TIMEOUT_S = 20
 UNREACHABLE_RIDE_OUT_S = 20.0
 UNREACHABLE_BACKOFF_MAX_S = 5.0
 #: Disk errors a retry cannot get past: a full disk or quota, a file over the size limit, a read-only file system.
+_GCS_FORBIDDEN = "Forbidden: "
+"""How gcsfs's error for an HTTP 403 begins (``gcsfs.retry.validate_response``): a permission, not retried."""
+
 _PERMANENT_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "ENAMETOOLONG")
                               if hasattr(errno, name))
 
@@ -555,6 +558,15 @@ class FsspecStorage:
         return OSError(f"{self.base_uri}: bucket {bucket!r} does not exist, or these credentials cannot see it "
                        f"({type(error).__name__}: {error})")
 
+    def _denied(self, error: OSError, path: str) -> PermissionError:
+        """gcsfs's answer to a 403 (``OSError("Forbidden: <request URL>\n<GCS's message>")``) as a
+        ``PermissionError`` naming the object and the bucket on one line, with what GCS said: it read
+        ``OSError: Forbidden: http://…/upload/storage/v1/b/<bucket>/o`` and GCS's reason on the next line."""
+        said = str(error)[len(_GCS_FORBIDDEN):].partition("\n")[2].strip()
+        bucket = self._root.split("/", 1)[0]
+        return PermissionError(f"{self.uri(path)}: GCS denied these credentials access to bucket {bucket!r} (403 "
+                               f"Forbidden){': ' + ' '.join(said.split()) if said else ''}")
+
     def _full(self, path: str) -> str:
         return f"{self._root}/{path}"
 
@@ -574,6 +586,8 @@ class FsspecStorage:
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
                 raise
             except OSError as e:
+                if self._kind == "gcs" and str(e).startswith(_GCS_FORBIDDEN):
+                    raise self._denied(e, path) from e  # a permission: retried, it was refused the same way each time
                 # the last try (gcsfs's TimeoutError: it has tried it 6 times already)
                 if (attempt == attempts - 1 or e.errno in _PERMANENT_ERRNOS
                         or (self._kind == "gcs" and isinstance(e, TimeoutError))):
