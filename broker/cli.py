@@ -1561,7 +1561,11 @@ def _show_job(con, job: dict) -> None:
         con.print(f"  attempt {a['n']}: [{style}]{a['state']}[/] on {escape(where)}, {a['price_per_hour']['usd']}/h, "
                   f"cost {a['cost']['usd']}", soft_wrap=True)
         if a.get("started_at"):
-            con.print(f"    {a['started_at']} → {a.get('ended_at') or 'now'}", soft_wrap=True)
+            # its cost counts to when it was billed: a run that went on after the broker ended it (another broker
+            # took its job over, and stopped it later) showed 28 s beside a cost of 60 s
+            billed = a.get("billed_until")
+            beyond = f", billed to {billed}" if billed and a.get("ended_at") and billed > a["ended_at"] else ""
+            con.print(f"    {a['started_at']} → {a.get('ended_at') or 'now'}{beyond}", soft_wrap=True)
         if a.get("reason"):
             con.print(f"    {escape(beside_state(a['state'], a['reason']))}", soft_wrap=True)
     step = _next_step(job)

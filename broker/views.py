@@ -307,6 +307,9 @@ def attempt_view(a: Attempt, *, budget: int | None = None) -> dict[str, Any]:
         "created_at": iso(a.created_at),
         "started_at": iso(a.started_at),
         "ended_at": iso(a.ended_at),
+        # billed to: past its end where its run went on after the broker ended it (a run another broker took over
+        # and stopped later, a cloud cluster torn down after its run), which its cost counts
+        "billed_until": iso(a.billed_until),
         "exit_code": a.exit_code,
         "reason": a.reason,
         "cost": money(a.cost) if budget is None else costs.money_in(a.cost, budget),

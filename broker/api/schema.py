@@ -41,6 +41,9 @@ class AttemptOut(BaseModel):
     created_at: str | None
     started_at: str | None
     ended_at: str | None
+    billed_until: str | None = Field(None, description="when its cost was counted to: after ended_at where its run "
+                                                      "went on after the broker ended it (another broker took its "
+                                                      "job over), or its cluster was torn down after its run")
     exit_code: int | None
     reason: str | None
     cost: Money | None
