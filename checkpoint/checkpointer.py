@@ -836,9 +836,12 @@ class Checkpointer:
         steps = sorted({e.id.step for e in committed})
         holds = (f"it holds step(s) {', '.join(map(str, steps[-5:]))}" + (" and older" if len(steps) > 5 else "")
                  if steps else "it holds no committed checkpoint")
+        instead = ("restoring the newest committed checkpoint there instead" if committed or own_newer else
+                   "nothing is restored: the run starts from the beginning, its steps up to that checkpoint's trained "
+                   "again")  # it said "restoring the newest committed checkpoint there" of none
         message = (f"BROKER_RESUME_FROM names {self._resume_from}, which "
                    f"{'is not committed (no commit marker)' if present else 'does not exist'} in {storage.base_uri} "
-                   f"({holds}): restoring the newest committed checkpoint there instead")
+                   f"({holds}): {instead}")
         log.warning(message)
         warnings.warn(CheckpointWarning(message), stacklevel=3)
         return own_newer + [e for e in committed if e not in own_newer]

@@ -90,3 +90,18 @@ def test_a_resume_from_a_checkpoint_that_exists_still_rolls_back_to_it(tmp_path)
     fifteen = next(p.split("/")[0] for p in open_storage(uri).list() if p.startswith("step-000000000015-"))
     with Checkpointer(uri, env={"BROKER_RESUME_FROM": f"{uri}/{fifteen}"}, handle_sigterm=False) as ckpt:
         assert ckpt.restore().step == 15
+
+
+def test_a_resume_from_a_checkpoint_on_an_empty_base_says_the_run_starts_from_the_beginning(tmp_path):
+    """A store that lost its data (a bucket emptied, re-created): the warning said "restoring the newest committed
+    checkpoint there instead" of a base holding none, and the run then trained from step 0 beside it."""
+    uri = str(tmp_path / "run")
+    resume = f"{uri}/step-000000000100-1796416711111"
+    with Checkpointer(uri, env={"BROKER_RESUME_FROM": resume}, handle_sigterm=False) as ckpt, \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        restored = ckpt.restore()
+    texts = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
+    assert restored is None
+    assert len(texts) == 1 and resume in texts[0] and "it holds no committed checkpoint" in texts[0], texts
+    assert "restoring the newest" not in texts[0] and "starts from the beginning" in texts[0], texts
