@@ -492,11 +492,13 @@ class ModelPredictive:
         a = plan.get(n, j, s, w)
         zone = self.best_zone(inp)
         if a == 1 and zone is not None and self.unproven_hop_on_credit(inp, zone):
-            return reliable(inp, f"spot in {zone} has lasted {span(self.zones.zones[zone].up_for)} and nothing saved "
+            return reliable(inp, f"spot in {zone} has been seen up for {span(self.zones.zones[zone].up_for)} and nothing saved "
                                  f"would pay for losing it: wait for it to last {self.tuning.proof_minutes:.0f} min")
         if a == 1 and zone is not None:
             up = self.zones.zones[zone].up_for
-            seen = f"up for {span(up)}" if up > 0 else "just up"
+            # what this job's policy has seen of the zone, since its submit or the broker's start: "up for 1 min" was
+            # read as the zone's own uptime, of a zone up for an hour before the job came
+            seen = f"seen up for {span(up)}" if up > 0 else "just seen up"
             return Decision(Action.SPOT, zone, f"plan: spot in {zone} ({seen}) is cheapest in expectation, with "
                                                f"{span(max(slack(inp), 0.0))} to spare before on-demand would have to "
                                                f"finish the job")

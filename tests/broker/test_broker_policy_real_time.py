@@ -51,8 +51,8 @@ def decisions(policy, every: float, period: float, until: float) -> dict[float, 
 
 
 def age_said(reason: str) -> float | None:
-    """The age of the spot run a decision's reason gives ("spot in z (up for 3 min)"), in seconds."""
-    m = re.search(r"\(up for ([\d.]+) (s|min|h)\)", reason)
+    """The age of the spot run a decision's reason gives ("spot in z (seen up for 3 min)"), in seconds."""
+    m = re.search(r"\(seen up for ([\d.]+) (s|min|h)\)", reason)
     return float(m.group(1)) * {"s": 1, "min": 60, "h": 3600}[m.group(2)] if m else None
 
 
@@ -71,7 +71,7 @@ def test_asked_every_second_the_policy_sees_spot_runs_as_long_as_asked_once_a_mi
 
 def test_a_spot_run_watched_for_three_minutes_is_said_to_have_lasted_three_minutes():
     said = decisions(RealTime(make_policy()), 1.0, 4 * H, 180.0)[120.0][1]
-    assert "(up for 3 min)" in said  # its first look counts a policy tick, as in the simulator: 60 s + 120 s
+    assert "(seen up for 3 min)" in said  # its first look counts a policy tick, as in the simulator: 60 s + 120 s
 
 
 def test_a_second_question_at_the_same_moment_or_a_clock_stepped_back_teaches_nothing():
@@ -80,7 +80,7 @@ def test_a_second_question_at_the_same_moment_or_a_clock_stepped_back_teaches_no
         policy.observe(policy_input(job(), [], OFFERS, {"z": 1, "od": 1}, frozenset({"z"}), now=t, changeover=120))
     last = policy_input(job(), [], OFFERS, {"z": 1, "od": 1}, frozenset({"z"}), now=900.0, changeover=120)
     # 60 s (its first look) + 600 s + 600 s from the step back on: 21 min
-    assert "(up for 21 min)" in policy.decide(last).reason
+    assert "(seen up for 21 min)" in policy.decide(last).reason
 
 
 @pytest.fixture

@@ -337,7 +337,7 @@ def test_a_spot_decision_says_in_plain_words_how_long_the_zone_has_been_up_and_t
     1.00)", the model's inner numbers; it says how long the zone's spot has lasted and the slack left instead."""
     _, d = mpc_zones_after([{"b"}] * 12, work_done=0.0)
     assert (d.action, d.zone) == (Action.SPOT, "b"), d.reason
-    assert d.reason.startswith("plan: spot in b (up for 2.0 h) is cheapest in expectation, with "), d.reason
+    assert d.reason.startswith("plan: spot in b (seen up for 2.0 h) is cheapest in expectation, with "), d.reason
     assert "hazard" not in d.reason and d.reason.endswith("to spare before on-demand would have to finish the job")
     # 80 h to the deadline from 1 h 50 min in, 48 h of work and one 0.2 h changeover: 30.0 h to spare
     assert "with 30.0 h to spare" in d.reason, d.reason
