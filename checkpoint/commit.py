@@ -158,8 +158,12 @@ def apply_retention(storage: Storage, policy: retention.RetentionPolicy,
         if others:
             if (storage.uri(), fence[0]) not in _said_shared:
                 _said_shared.add((storage.uri(), fence[0]))
-                log.warning("%s is also claimed by job %s: retention keeps to job %s's own checkpoints (give each "
-                            "job a base of its own)", storage.uri(), ", ".join(others), fence[0])
+                # said as what it is, not as a mistake: the broker tells a cancelled job's user to continue it by
+                # submitting its task again with this base, and "give each job a base of its own" then read as wrong
+                log.warning("%s also holds checkpoints of job %s: retention deletes only job %s's own there, and "
+                            "leaves the other's alone (right for a job that continues an ended one's checkpoints; two "
+                            "jobs running at once should each have a base of their own)", storage.uri(),
+                            ", ".join(others), fence[0])
             cache = {} if owners is None else owners
             abandoned = abandoned | {e.id for e in entries if _owner(storage, e, cache) != fence[0]}
     if just_committed is not None:

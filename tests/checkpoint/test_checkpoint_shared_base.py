@@ -121,3 +121,20 @@ def test_a_job_that_restored_another_jobs_checkpoint_deletes_none_of_that_jobs(t
     assert layout.path(in_flight, "00-w.safetensors") in storage.list()
     with run(uri, "job-a", attempt=2, resume_from=newest) as resumed:
         assert resumed.restore().step == 110
+
+
+def test_a_job_continuing_an_ended_jobs_base_is_told_what_retention_does_not_that_it_is_wrong(tmp_path, caplog):
+    """The broker tells the user of a cancelled job to continue it by submitting its task again with its base; the
+    new job's first save then warned "is also claimed by job …: … (give each job a base of its own)", which read as
+    the advice just given being wrong."""
+    uri = str(tmp_path / "run")
+    with run(uri, "job-a") as first:
+        first.save(100, state(100), wait=True)
+    with run(uri, "job-b") as second, caplog.at_level("WARNING", logger="checkpoint"):
+        assert second.restore().step == 100
+        second.save(101, state(101), wait=True)
+    said = [r.getMessage() for r in caplog.records if "also holds checkpoints of job job-a" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "retention deletes only job job-b's own there, and leaves the other's alone" in said[0]
+    assert "right for a job that continues an ended one's checkpoints" in said[0]
+    assert committed(uri) == [100, 101]
