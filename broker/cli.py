@@ -1153,6 +1153,8 @@ class _options_named:
                 exc.field = f"--{option}"
                 if exc.detail.startswith(f"{field}: "):
                     exc.detail = f"--{option}: " + exc.detail.removeprefix(f"{field}: ")
+                if "." in field:  # named in the sentence too: a monthly cap's "give broker.budget_usd at most $1.81"
+                    exc.detail = exc.detail.replace(field, f"--{option}")
         return False
 
 
@@ -2031,6 +2033,12 @@ def cmd_budget(args) -> int:
     then = {"stopped_budget": f"; stopped at its budget: `broker resume {job['id']}` continues it {where}",
             "stopping": f"; its stop at the old budget was under way: once it is stopped_budget, `broker resume "
                         f"{job['id']}` continues it {where}"}.get(job["state"], runs)
+    reason = job.get("reason") or ""
+    if job["state"] == "stopped_budget" and reason.startswith("stopped at its budget, since ") \
+            and ": resume it to continue" not in reason:
+        # the broker's word on the budget just set (broker/service.py::_raised_reason): it still does not pay for a
+        # resume, or the team's monthly cap refuses one; "`broker resume` continues it" was then refused with a 409
+        then = f"; {reason}"
     spent, budget = _spent_of(job)
     _done(args, job, f"{job['id']}: budget {budget} (spent {spent}){then}")
     return 0

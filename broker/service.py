@@ -38,7 +38,7 @@ from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecErro
                          check_env_total, check_name,
                          checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
-from broker.team_budget import TeamMonth, month_of, refusal, team_month
+from broker.team_budget import TeamMonth, as_of, month_of, refusal, room_later, team_month
 from broker.views import holders_words, minute, passed_words
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
@@ -1063,18 +1063,8 @@ class BrokerService:
             return None
         if resume:
             unspent = fmt_left(adding, budget=job.budget)
-
-            def lower_to(fits: int) -> str:
-                """Lowered to what fits, when that still pays for a minute's run and a clean stop (the resume's own
-                test next): "lower it to $0.0616" was followed by "raise the budget to at least $0.0924"."""
-                if self._minute_shortfall(replace(job, budget=job.spent + fits), self._offers_for(job, job.force_tier)):
-                    return (f"the {fmt_left(fits)} free would not pay for a minute's run and a clean stop: wait for "
-                            "the team's jobs to end, or cancel one or lower its budget")
-                return (f"lower its budget to {fmt_left(job.spent + fits)} first, or wait for the team's jobs to "
-                        "end")  # no CLI syntax: Slack and the dashboard say this too
-
             why = refusal(standing, adding, what=f"resuming it, with {unspent} of its budget unspent,",
-                          instead=lower_to)
+                          instead=lambda fits: self._resume_room(job, standing))
             if why is not None:
                 raise Conflict(f"not resumed: {why}", field="budget")
         else:
@@ -1083,6 +1073,20 @@ class BrokerService:
             if why is not None:
                 raise Invalid("budget_usd", why)
         return job.team, fence
+
+    def _resume_room(self, job: Job, standing: TeamMonth) -> str:
+        """What lets a resume of ``job`` go on that its team's cap (``standing``) refuses: its budget lowered to what
+        is free, when that still pays for a minute's run and a clean stop (the resume's own test next: "lower it to
+        $0.0616" was followed by "raise the budget to at least $0.0924"), or room made later (:func:`room_later`:
+        "wait for the team's jobs to end" was said to a team with no job holding anything). No CLI syntax: Slack and
+        the dashboard say this too."""
+        fits = max(standing.free, 0)
+        later = f"wait until {room_later(standing)}"
+        if fits <= 0:
+            return later
+        if self._minute_shortfall(replace(job, budget=job.spent + fits), self._offers_for(job, job.force_tier)):
+            return f"the {fmt_left(fits)} free would not pay for a minute's run and a clean stop: {later}"
+        return f"lower its budget to {fmt_left(job.spent + fits)} first, or {later}"
 
     def _spec_with(self, job: Job, given: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The job's stored task with ``given`` envs and secrets set over its own, the secrets sealed as a submit seals
@@ -1259,13 +1263,16 @@ class BrokerService:
                   f"{principal.name}")
         if short is not None:
             return f"{raised}, {'' if lowered else 'still '}not enough to resume: {short}"
-        standing = self.team_standing(job.team, self.clock())
+        now = self.clock()
+        standing = self.team_standing(job.team, now)
         unspent = max(job.budget - job.spent, 0)
         if standing is not None and unspent > standing.free:
-            # "resume it to continue" was then refused by the team's monthly cap
-            return (f"{raised}; a resume would hold its {fmt_left(unspent, budget=job.budget)} unspent against team "
-                    f"{job.team}'s monthly cap, which has {fmt_left(max(standing.free, 0))} free ({standing.words()}): "
-                    "it resumes once that covers it")
+            # "resume it to continue" was then refused by the team's monthly cap. Nothing resumes a stopped job by
+            # itself ("it resumes once that covers it" promised what never came), and the standing is dated: kept in
+            # the reason, it goes stale as the team's jobs run and its cap changes
+            return (f"{raised}; a resume is refused while team {job.team}'s monthly cap has no room for its "
+                    f"{fmt_left(unspent, budget=job.budget)} unspent (as of {as_of(now)}: {standing.words()}): "
+                    f"{self._resume_room(job, standing)}; then resume it (it does not resume by itself)")
         point = job.last_checkpoint.get("step")
         return (f"{raised}: resume it to continue "
                 + (f"from its last checkpoint (step {point})" if point is not None else "(it saved no checkpoint)"))

@@ -87,6 +87,25 @@ def team_month(team: str, cap: Micros, month: Month, jobs: Iterable[Job], spent:
     return TeamMonth(team, cap, month, spent, sum(holding), len(holding))
 
 
+def room_later(standing: TeamMonth) -> str:
+    """What makes room under the cap later, as the team stands (to follow "wait until"): its jobs ending, where some
+    hold part of it; a new month, where the month's spend took part of it (that comes back only then); an admin
+    raising the cap. "Wait for the team's jobs to end" was said to a team with no job holding anything."""
+    ways = []
+    if standing.holders:
+        ways.append("the team's jobs end (or one is cancelled or has its budget lowered)")
+    if standing.spent > 0:
+        day = datetime.fromtimestamp(standing.month.until, timezone.utc).strftime("%Y-%m-%d")
+        ways.append(f"a new month begins ({day} UTC)")
+    ways.append(f"an admin raises teams.{standing.team}.monthly_budget_usd")
+    return ways[0] if len(ways) == 1 else ", ".join(ways[:-1]) + " or " + ways[-1]
+
+
+def as_of(now: float) -> str:
+    """``2026-12-03 10:15 UTC``: when a standing stored in words was read (it goes stale as the team's jobs run)."""
+    return datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def refusal(standing: TeamMonth, adding: Micros, *, what: str, instead: Callable[[Micros], str]) -> str | None:
     """Why ``adding`` more to what the team's jobs may spend would pass its cap (``what`` says what would add it:
     "this job's $50.00 budget"), with what to do (``instead(fits)``, given the most that would fit, when some would);

@@ -250,7 +250,10 @@ def test_a_budget_stopped_jobs_raise_says_the_cap_holds_its_resume_back(served, 
     assert client.post("/v1/jobs", json=task("75"), headers=VISION).status_code == 201  # $20 + $75: $5 free
     r = client.post(f"/v1/jobs/{stopped}/budget", json={"budget_usd": "40"}, headers=VISION)
     assert r.status_code == 200, r.text  # an ended job holds nothing: the raise is taken
-    assert "a resume would hold its $20.00 unspent against team vision's monthly cap, which has $5.00 free" \
-        in r.json()["reason"], r.json()["reason"]
+    # dated, and no promise that it resumes by itself (nothing resumes a stopped job when the cap makes room)
+    assert "a resume is refused while team vision's monthly cap has no room for its $20.00 unspent (as of " \
+        in r.json()["reason"] and "$5.00 free): lower its budget to $25.00 first" in r.json()["reason"], \
+        r.json()["reason"]
+    assert "it does not resume by itself" in r.json()["reason"]
     assert "resume it to continue" not in r.json()["reason"]
     assert client.post(f"/v1/jobs/{stopped}/resume", headers=VISION).status_code == 409
