@@ -306,7 +306,7 @@ function render(r) {
   // jobs that failed or were stopped at their budget: one that spent nothing was in no other table
   const failures = r.failures || { count: 0, jobs: [] };
   fill("failures", failures.jobs.map((f) => row([f.ended ? utc(f.ended) : "–", jobCell(f.name, f.id),
-    { text: (f.state === "stopped_budget" ? "Stopped at its budget" : "Failed") + (f.reason ? ": " + f.reason : ""), clip: 1 },
+    { text: failureText(f), clip: 1 },
     { text: f.spent.usd, num: 1 }], () => openJob(f.id))), "No failures or budget stops in this period.");
   if (failures.count > failures.jobs.length) {
     const tr = el("tr");
@@ -412,6 +412,16 @@ async function showJob(id, scroll = true) {
     { text: a.cost.usd, num: 1 }, { text: compared ? a.ondemand_equivalent.usd : "—", num: 1 }])), "No attempts yet.");
   drawLoss(j.metrics);
   if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
+}
+
+// a failure's or budget stop's words: "Failed: <reason>", "Stopped at its budget: <reason>", but a reason that
+// already begins with those words ("Stopped at its budget after step 469 …", "failed: exit 1") is shown alone, where
+// "Stopped at its budget: Stopped at its budget after step 469" said it twice
+function failureText(f) {
+  const lead = f.state === "stopped_budget" ? "Stopped at its budget" : "Failed";
+  if (!f.reason) return lead;
+  if (!new RegExp("^" + lead + "(?![A-Za-z])", "i").test(f.reason)) return lead + ": " + f.reason;
+  return f.reason.charAt(0).toUpperCase() + f.reason.slice(1);
 }
 
 // an attempt's state and why: a reason that begins with the state ("succeeded: the run command exited 0") is
