@@ -258,7 +258,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "the same spelled otherwise; a team's window: not with a job id, "
                                     "whose costs are its whole life)")
     s.add_argument("--since", type=_given, action=_Once, help="ISO date (that day in UTC) or time with its timezone, as a deadline "
-                                   "(2026-11-30T10:00Z, ...+01:00), instead of --period")
+                                   "(2026-11-30T10:00Z, ...+01:00, '2026-11-30 10:00 Europe/Berlin'), instead of --period")
     s.add_argument("--until", type=_given, action=_Once,
                    help="ISO date or time with its timezone, as --since (default now); the window ends before it, so a "
                         "date leaves that day out: --since 2026-12-01 --until 2026-12-08 is 1 to 7 December")

@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING
 
 from broker.lifecycle import JobState
 from broker.models import Attempt, CostAttempt, CostJob, Job
+from broker.spec import SpecError, is_duration, moment_of
 from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit, fmt_saving, fmt_spent_of, shown
 
 if TYPE_CHECKING:  # the stores import this module (JobStore.prune: ledger_of)
@@ -165,7 +166,8 @@ def _is_date(text: str) -> bool:
 
 def _iso(text: str, field: str) -> float:
     """A bound of the window: a date is that day from its start in UTC (as ``by_day`` counts days); a time must
-    say its timezone, as a deadline must. ``2026-11-30T10:00`` was read as UTC, hours off for most people,
+    say its timezone, as a deadline must, and is read by the deadline's own parser (an offset, or the IANA name of
+    its zone: ``2026-12-07 01:00 Europe/Berlin``). ``2026-11-30T10:00`` was read as UTC, hours off for most people,
     while the same text as a deadline was refused. A control character anywhere (``2026-12-01T10:00Z%00``, a
     trailing newline) is refused as any other text that is not a date: ``fromisoformat`` skipped a NUL after the time
     or its timezone, and ``strip`` dropped a newline or a C1 control, so a mangled bound was answered a report."""
@@ -177,14 +179,19 @@ def _iso(text: str, field: str) -> float:
         return datetime.combine(date.fromisoformat(text), clock_time(0), timezone.utc).timestamp()
     except ValueError:
         pass
+    # the rest as a deadline's time is read (spec.moment_of): `2026-12-07 01:00 Europe/Berlin` was refused "must
+    # be an ISO date or time" here while the docs say a bound is written as a deadline is, and a deadline takes it
     try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise CostQueryError(field, bad) from None
-    if dt.tzinfo is None:
-        shown = dt.isoformat(timespec="minutes")
-        raise CostQueryError(field, f"has no timezone: write {shown}Z for UTC, or its offset such as {shown}+01:00")
-    return dt.timestamp()
+        at = moment_of(text, field)
+    except SpecError as e:
+        # "write ...Z for UTC, or its offset such as ...+01:00", as the bound said before, and now its zone's name
+        raise CostQueryError(field, e.reason.replace("for UTC, its offset", "for UTC, or its offset", 1)) from None
+    if at is None:
+        if is_duration(text):  # `since=6h`: a deadline's duration counts from now, forward
+            raise CostQueryError(field, f"{text} is a duration, and a bound is a moment: give a date or a time with "
+                                        f"its timezone, or a period (24h, 7d, 30d, 90d) for the window ending now")
+        raise CostQueryError(field, bad)
+    return at
 
 
 # -- one attempt -----------------------------------------------------------------------------------

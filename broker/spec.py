@@ -1277,6 +1277,13 @@ def _ascii_digits(text: str, where: str) -> None:
                                "(write 6h, 90m or 2026-12-01T18:00:00Z)")
 
 
+def is_duration(text: str) -> bool:
+    """Whether ``text`` is a duration as a deadline reads one (``6h``, ``1d12h``, ``PT6H``), a sign before it or not."""
+    rest = text.strip().removeprefix("-").strip()
+    m = (_ISO_DURATION if rest.upper().startswith("P") else _DURATION).match(rest)
+    return bool(m and any(m.groups()))
+
+
 def negative_duration(text: str) -> str | None:
     """Why ``text`` is no deadline when it is a duration with a minus sign (``-2h``, ``-PT6H``), else ``None``: the
     broker's refusal of a task's and the CLI's of ``--deadline`` say the same."""
@@ -1338,16 +1345,12 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
             if d * 86400 + h * 3600 + mi * 60 + s <= 0:  # not "in the past: 03:35Z, and it is 03:35Z now"
                 raise SpecError(where, f"{text} from now is now: give a deadline after now, such as 6h")
             seconds = now + d * 86400 + h * 3600 + mi * 60 + s
-        elif (named := _NAMED_ZONE.fullmatch(text)) is not None:
-            seconds = _in_named_zone(named["time"], named["zone"], where).timestamp()
+        elif (at := moment_of(text, where, strict=bounded)) is not None:
+            seconds = at
         else:
-            try:
-                moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-            except ValueError:
-                if bounded and (alone := _time_alone(text, now)) is not None:
-                    raise SpecError(where, alone) from None
-                raise SpecError(where, f"must be an ISO time (2026-12-01T18:00:00Z) or a duration ({_DURATION_EXAMPLES})") from None
-            seconds = _with_zone(moment, where, bounded).timestamp()
+            if bounded and (alone := _time_alone(text, now)) is not None:
+                raise SpecError(where, alone)
+            raise SpecError(where, f"must be an ISO time (2026-12-01T18:00:00Z) or a duration ({_DURATION_EXAMPLES})")
     else:
         raise SpecError(where, f"must be an ISO time (2026-12-01T18:00:00Z) or a duration ({_DURATION_EXAMPLES})")
     if seconds <= now:
@@ -1356,6 +1359,23 @@ def parse_deadline(value: Any, *, now: float, where: str = "deadline", bounded: 
     if bounded and seconds > now + MAX_DEADLINE_DAYS * 86400:
         raise SpecError(where, f"is more than {MAX_DEADLINE_DAYS} days away; leave it out for a job with no deadline")
     return seconds
+
+
+def moment_of(text: str, where: str, *, strict: bool = True) -> float | None:
+    """The moment a time written as a deadline's is names, in epoch seconds: an ISO time with its offset
+    (``2026-12-01T18:00Z``, ``+01:00``) or followed by the IANA name of its time zone (``2026-12-07 09:00
+    Europe/Berlin``), a one-digit hour as people write one. ``None`` when ``text`` is no ISO time at all (a
+    duration, a word); a time with neither offset nor zone is refused when ``strict`` (else read as UTC), and a
+    zone the broker does not know always, each naming ``where``. The deadline and a cost window's ``since`` and
+    ``until`` (:func:`broker.costs.window`) read a time so, one parser for both."""
+    text = two_digit_hour(text.strip())
+    if (named := _NAMED_ZONE.fullmatch(text)) is not None:
+        return _in_named_zone(named["time"], named["zone"], where).timestamp()
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return _with_zone(moment, where, strict).timestamp()
 
 
 _ONE_DIGIT_HOUR = re.compile(r"^(\s*\d{4}-\d{2}-\d{2}[Tt ])(\d:\d{2})")
