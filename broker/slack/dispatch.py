@@ -127,6 +127,20 @@ def _overridden(opts: dict[str, Any], section: dict, *, now: float) -> list[str]
     return said
 
 
+def _in_option_words(exc: Invalid, given: set[str]) -> Invalid:
+    """A submit's refusal of a ``broker:`` setting that a Slack option gave (``given``: the keys the options set), in
+    the option's own word, as docs/slack.md promises: `deadline=yesterday` was answered "broker.deadline: ...",
+    `team=nlp` "broker.team: you can submit only for your team", where `budget=` already said "budget". The field and
+    the sentence both (a deadline refused against `expected_hours=` names that option too); a setting the YAML's own
+    ``broker:`` gave keeps its field's name."""
+    words = {key: _OPTION_OF[key] for key in given if key in _OPTION_OF}
+    if not words:
+        return exc
+    field = exc.field.removeprefix("broker.") if exc.field.startswith("broker.") else None
+    reason = re.sub(r"\bbroker\.(" + "|".join(map(re.escape, words)) + r")\b", lambda m: words[m[1]], exc.reason)
+    return Invalid(words[field] if field in words else exc.field, reason, exc.status)
+
+
 @dataclass(frozen=True)
 class Deferred:
     """Acknowledge with ``ack`` now; run ``work`` after answering and post what it returns."""
@@ -353,7 +367,10 @@ class Dispatcher:
         overridden = _overridden(opts, raw.get("broker") or {}, now=self.service.clock())
         if opts:
             raw["broker"] = {**(raw.get("broker") or {}), **opts}
-        job, created = self.service.submit(who, raw, idempotency_key=idempotency_key)
+        try:
+            job, created = self.service.submit(who, raw, idempotency_key=idempotency_key)
+        except Invalid as exc:
+            raise _in_option_words(exc, set(opts)) from None
         job = self._looked_at(who, job) if created else job
         q = self.service.queue_waits(who, of=[job])  # its place and rough start, as `status` reads them
         tiers = (job.quote or {}).get("tiers") or []
