@@ -214,7 +214,9 @@ def check_plain(data: Any, path: tuple = (), *, finite: bool = True, most: int |
             # YAML's hex (0x...) and binary (0b...) are read whatever their length, and then cannot be written out
             raise SpecError(_field(where), f"is a number of more than {MAX_INT_DIGITS} digits")
         elif isinstance(value, float) and finite and not math.isfinite(value):
-            raise SpecError(_field(where), f"is {value}, not a finite number")
+            # a number typed too large (JSON's 1e400) reads as inf: "is inf" named a value nobody typed
+            typed = getattr(value, "typed", None)
+            raise SpecError(_field(where), _too_large(typed, where) if typed else f"is {value}, not a finite number")
         elif isinstance(value, date) and where != DEADLINE:  # datetime is a date too
             raise SpecError(_field(where), f"is a date or time ({value.isoformat()}), which YAML reads from an "
                                            f"unquoted one: quote it to give the text")
@@ -222,6 +224,16 @@ def check_plain(data: Any, path: tuple = (), *, finite: bool = True, most: int |
             kind = {bytes: "binary data (!!binary)", set: "a set (!!set)"}.get(type(value), f"a {type(value).__name__}")
             raise SpecError(_field(where), f"is {kind}, which a task cannot hold: give a string, number, list or "
                                            "mapping")
+
+
+def _too_large(typed: str, where: tuple, line: str = "") -> str:
+    """Why a number typed too large for a float (``1e400``, 400 digits before a point) is refused: named as typed
+    (``line``: where YAML has one), where Python read it as ``inf``; an amount of dollars says how much it may be."""
+    shown = typed if len(typed) <= 40 else f"{typed[:20]}... ({len(typed)} characters)"
+    if where and where[-1] in ("budget_usd", "max_price_per_hour"):
+        from pricing.money import MAX_DOLLARS
+        return f"is {shown}{line}, too large: give at most ${MAX_DOLLARS:,}"
+    return f"is {shown}{line}, too large to be a number (it reads as infinity)"
 
 
 def _field(path: tuple) -> str:
@@ -277,6 +289,8 @@ class _Nodes:
                 raise SpecError(_field(path), f"is a number of more than {MAX_INT_DIGITS} digits")
             if node.tag in (_INT, _FLOAT):
                 _not_misread(node.value, path, octal=path[:1] != ("config",))
+            if node.tag == _FLOAT and _overflows(node.value):  # `1.0e+400` was "is inf, not a finite number"
+                raise SpecError(_field(path), _too_large(node.value, path, f" (line {node.start_mark.line + 1})"))
             size = len(node.value) + 1
         else:
             open_.add(id(node))
@@ -473,8 +487,20 @@ class TypedFloat(float):
         return number
 
 
+def _overflows(text: str) -> bool:
+    """Whether a YAML float's text is a number too large for a float (``1.0e+400``), not ``.inf`` or ``.nan``."""
+    plain = text.replace("_", "").lower()
+    if "inf" in plain or "nan" in plain:
+        return False
+    try:
+        return not math.isfinite(float(plain))
+    except ValueError:  # base 60 and the like: refused or read elsewhere
+        return False
+
+
 def _json_float(text: str) -> float:
-    return TypedFloat(text) if "e" in text.lower() else float(text)
+    # a number too large for a float (1e400, or 400 digits and a point) keeps its text too, to be refused as typed
+    return TypedFloat(text) if "e" in text.lower() or not math.isfinite(float(text)) else float(text)
 
 
 def _json_int(text: str) -> int | _LongNumber:
