@@ -234,6 +234,11 @@ def window(line: str, where: str) -> dict:
                              "instances available then, ≥ 0 (>0 = spot is up)")
     if len({len(r) for r in rows}) > 1:
         raise ValueError(f"{where}: the zones' available lists differ in length ({sorted({len(r) for r in rows})})")
+    trace = w.get("trace")  # optional (a window of one's own): the row then names its file and line instead
+    if trace is not None and not (isinstance(trace, str) and trace.strip()):
+        shown = json.dumps(trace)
+        raise ValueError(f"{where}: trace must be the name of the trace the window was cut from (text), got "
+                         f"{shown if len(shown) <= 40 else shown[:37] + '...'}")
     names = w.get("zones")
     if names is not None and not (isinstance(names, list) and len(names) == len(rows) and len(set(names)) == len(names)
                                   and all(isinstance(z, str) and z for z in names)):

@@ -130,7 +130,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--windows", required=True, action="once", help="a windows .jsonl file, or with --zones the number of windows to sample")
     p.add_argument("--zones", action="once", help="comma-separated spot-traces .json files, one per zone, aligned by their "
                    "first tick only (the files hold no timestamps)")
-    p.add_argument("--seed", type=int, action="once", help="seed for sampling windows from --zones (default 0)")
+    p.add_argument("--seed", type=int, action="once", help="seed for sampling windows from --zones (default 0); none is drawn twice, so "
+                   "--windows is at most the number of different windows the traces hold")
     p.add_argument("--policy", default=DEFAULT_POLICY, action="once", help=f"one or more of {', '.join(POLICIES)} (comma-separated; default {DEFAULT_POLICY}); "
                         f"{' and '.join(CAPPED_POLICIES)} run with the cost cap, the paper's baselines without")
     p.add_argument("--job-hours", type=_float, default=48.0, action="once", help="the job's useful work C (default 48)")
@@ -212,12 +213,15 @@ def zone_windows(files: list[str], count: int, seed: int, deadline: int, gap: in
         raise SystemExit(f"--zones: the traces hold {length} ticks of {job_gap} s ({length * job_gap / 3600:g} h), fewer "
                          f"than the {ticks} a window needs to reach the deadline ({deadline / 3600:g} h): use a "
                          "shorter --deadline-hours")
+    starts = length - ticks + 1
+    if count > starts:  # drawn without repeats: more than there are ran for ever (a million asked of 19,000)
+        raise SystemExit(f"--windows: {count} windows asked, but the traces hold {starts} different windows of "
+                         f"{ticks} ticks of {job_gap} s (one per first tick): ask for at most {starts}")
     rng = random.Random(seed)
     names = zone_names(files)
 
     def gen() -> Iterator[dict]:
-        for i in range(count):
-            start = rng.randrange(0, length - ticks + 1)
+        for i, start in enumerate(rng.sample(range(starts), count)):
             yield {"trace": "+".join(names), "window": i, "gap_seconds": job_gap, "start_tick": start, "zones": names, "available": matrix[:, start : start + ticks]}
 
     return job_gap, gen()
@@ -404,7 +408,10 @@ def _read_windows(args) -> list[tuple[str, dict]]:
                 if not line.strip():
                     continue
                 try:
-                    found.append((where, window(line, where)))
+                    w = window(line, where)
+                    if w.get("trace") is None:  # a window of one's own, unnamed: its row said "trace": null
+                        w["trace"] = f"{Path(path).name} line {n}"
+                    found.append((where, w))
                 except RecursionError:
                     raise _Refused(f"error: {where}: not JSON (lists nested too deeply to read)", "--windows") from None
                 except ValueError as exc:  # it names the file and the line
@@ -605,6 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         run(argv)
+    except KeyboardInterrupt:  # Ctrl-C: a line, as the other commands say it, not a traceback
+        print("interrupted", file=sys.stderr)
+        return 130
     except _Usage as exc:
         exc.parser.print_usage(sys.stderr)
         print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)

@@ -216,16 +216,15 @@ def test_a_directory_or_an_empty_name_given_as_a_file_is_refused(capsys, tmp_pat
         "No such file or directory: 20 (a number of windows to sample needs --zones)", "--windows")
 
 
-@pytest.mark.parametrize("trace", [None, ["a", "list"], ""], ids=["no trace", "a trace that is a list", "an empty trace"])
-def test_a_window_whose_trace_is_no_name_is_still_replayed(capsys, tmp_path, trace):
-    """A windows line with no "trace" was a KeyError, one whose trace is a list a TypeError (tracebacks); the trace is
-    only a label, echoed in each row."""
+def test_a_window_with_no_trace_is_still_replayed_named_by_its_file_and_line(capsys, tmp_path):
+    """A windows line with no "trace" was a KeyError (a traceback), then a row with "trace": null; one whose trace is
+    not a name (a list, empty text) is refused naming its line (test_simulate_qa_dec7.py)."""
     w = {k: v for k, v in json.loads(FIRST).items() if k != "trace"}
     f = tmp_path / "w.jsonl"
-    f.write_text(json.dumps(w if trace is None else {**w, "trace": trace}) + "\n")
+    f.write_text(json.dumps(w) + "\n")
     code, rows, err = simulate(capsys, "--windows", str(f), "--policy", "greedy")
     _, named, _ = simulate(capsys, "--windows", str(WINDOWS_FILE), "--limit", "1", "--policy", "greedy")
-    assert code == 0 and rows[0]["trace"] == trace and rows[0]["actions"] == named[0]["actions"], err
+    assert code == 0 and rows[0]["trace"] == "w.jsonl line 1" and rows[0]["actions"] == named[0]["actions"], err
 
 
 def test_files_with_unicode_names_are_read(capsys, tmp_path):
