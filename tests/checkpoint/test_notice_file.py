@@ -121,15 +121,17 @@ def test_the_job_log_says_a_stop_is_a_stop_from_the_notice_to_the_exit(tmp_path,
     """A stop at the budget was logged as "the broker announces a stop: the job is at its budget", then "preemption
     notice: saving" and "preempted: checkpoint … committed, exiting": the user read their job as preempted."""
     script = textwrap.dedent("""
-        import json, sys, time
+        import json, os, sys, time
         import numpy as np
         from checkpoint import Checkpointer
         with Checkpointer(every_steps=10**6, grace_s=30) as ckpt:
             for step in range(1, 10**6):
                 time.sleep(0.01)
-                if step == 20:
-                    with open(sys.argv[1], "w") as f:
+                if step == 20:  # written whole, as the runner writes it: a watcher that read it half-written took
+                    # it for a notice with no reason, a preemption (seen once in a full run)
+                    with open(sys.argv[1] + ".tmp", "w") as f:
                         json.dump({"reason": sys.argv[2], "grace_seconds": 30, "at": time.time()}, f)
+                    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
                 if ckpt.due(step):
                     ckpt.save(step, {"w": np.full(4, step)})
         print("the loop ended without the notice's save", flush=True)
