@@ -130,9 +130,24 @@ class NoticeFileWatcher:
             return None
         return said if isinstance(said, str) and said else None
 
+    def _written_whole(self, wait_s: float = 0.5) -> None:
+        """Wait, up to ``wait_s``, for a notice seen half-written to be JSON: the runner writes it whole, but a
+        notice written in place (a user's own tooling, a test) read as it was written had no reason, and a stop at
+        the budget was taken for a preemption."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                json.loads(self.path.read_text())
+                return
+            except ValueError:
+                time.sleep(0.02)
+            except OSError:
+                return
+
     def _run(self) -> None:
         while not self._stop.is_set():
             if self.path.exists():
+                self._written_whole()
                 # the reason first: a stop at the budget, said only as a "preemption notice", read as a preemption
                 why = self.reason()
                 log.warning("the broker announces a stop%s (%s)", f": {STOP_REASONS.get(why, why)}" if why else "",

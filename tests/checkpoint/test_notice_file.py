@@ -143,3 +143,23 @@ def test_the_job_log_says_a_stop_is_a_stop_from_the_notice_to_the_exit(tmp_path,
     assert notice in done.stderr and ended in done.stderr, done.stderr[-2000:]
     if reason in ("budget", "cancelled"):
         assert "preempt" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_notice_seen_half_written_is_read_once_whole(tmp_path, caplog):
+    """A notice written in place (not through a temporary file, as the runner writes it) and seen half-written had
+    no reason: a stop at the budget was logged, and handled, as a preemption."""
+    notice = tmp_path / "notice.json"
+    whole = json.dumps({"reason": "budget", "grace_seconds": 10, "at": time.time()})
+    heard = []
+    with caplog.at_level("WARNING", logger="checkpoint"):
+        watcher = NoticeFileWatcher(notice, heard.append, poll_s=0.01).start()
+        with notice.open("w") as fh:
+            fh.write(whole[:12])
+            fh.flush()
+            time.sleep(0.15)  # the watcher polls every 10 ms: it sees the half
+            fh.write(whole[12:])
+        assert _until(lambda: heard)
+        watcher.stop()
+    assert any(r.getMessage() == f"the broker announces a stop: the job is at its budget ({notice})"
+               for r in caplog.records), caplog.text
+    assert heard[0] is not None and 0 < heard[0] <= 10
