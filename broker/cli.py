@@ -1999,14 +1999,17 @@ def cmd_events(args) -> int:
 
 
 def _forced(call, command: str, job_id: str, force: bool) -> dict:
-    """``call(job_id, force=force)``; a 409 that asks for force names the CLI's flag instead of the API's."""
+    """``call(job_id, force=force)``; a 409 that asks for force names the command that forces it, once, where it first
+    asks ("with force", the API's word, or "with --force"). Every "with force" was replaced: "Resumed with force and
+    nothing changed" read "Resumed with --force (broker ondemand j-… --force) and nothing changed"."""
     from broker.client import BrokerError
 
     try:
         return call(job_id, force=force)
     except BrokerError as exc:
-        if exc.status == 409 and "with force" in exc.detail:  # the API's word for it; here it is a flag
-            exc.detail = exc.detail.replace("with force", f"with --force (broker {command} {job_id} --force)")
+        forcing = f"broker {command} {job_id} --force"
+        if exc.status == 409 and forcing not in exc.detail:
+            exc.detail = re.sub(r"\bwith (?:--)?force\b", f"with --force ({forcing})", exc.detail, count=1)
         raise
 
 

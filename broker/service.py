@@ -24,10 +24,11 @@ from broker import costs
 from broker.admission import Admitted, Refused, admit, broker_echo
 from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
 from broker.config import Settings
+from broker.engine import budget as budget_rules
 from broker.engine.billing import accrue
 from broker.engine.budget import attempt_limit, reserve_seconds
-from broker.engine.schedule import (SPOT_WAIT, Place, Wait, left_to_run, placeable, placeable_key, request_of,
-                                    schedule_now)
+from broker.engine.schedule import (SPOT_WAIT, Place, Wait, block_causes, left_to_run, placeable, placeable_key,
+                                    request_of, schedule_now)
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
 from broker.models import Attempt, Event, Job, event_for, note_event, noted
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
@@ -955,7 +956,7 @@ class BrokerService:
 
     def resume(self, principal: Principal, job_id: str, *, force: bool = False,
                reason: str | None = None, tier: str | None = None, envs: dict[str, Any] | None = None,
-               secrets: dict[str, Any] | None = None) -> Job:
+               secrets: dict[str, Any] | None = None, switching: bool = False) -> Job:
         """One-click resume: a failed or budget-stopped job runs again as a new attempt from its last checkpoint.
 
         Infrastructure failures (preempted, node lost, budget stop, network) resume without question; a
@@ -963,6 +964,8 @@ class BrokerService:
         tier of the attempts from now on, in the same write. ``envs`` and ``secrets`` set those of the task from
         now on (checked as a submit checks them; secrets sealed): a job that failed for a token it lacked goes on
         from its checkpoint with one — it changed, so no ``force`` is asked. Its events name them, never their values.
+        ``switching``: the resume is :meth:`switch_to_ondemand`'s, whose refusals speak of the switch (a switch was
+        told to "resume it with --force", and the CLI spliced its ``broker ondemand … --force`` into that).
         """
         given: dict[str, dict[str, Any]] = {}
         for key, values in (("envs", envs), ("secrets", secrets)):
@@ -994,6 +997,23 @@ class BrokerService:
                 text = diagnosis.get("text") or job.reason
                 asked = diagnosis.get("secrets")  # a credentials failure's (absent from an earlier broker's)
                 names = [n for n in asked if isinstance(n, str) and n] if isinstance(asked, list) else []
+                if names and switching:  # a switch cannot give secrets: the resume that does, then the switch
+                    flags = " ".join(f"--secret {n}" for n in dict.fromkeys(names))
+                    raise Conflict(f"not switched to on-demand: the job failed for credentials it was not given: "
+                                   f"{text} Resume it with them (broker resume {job.id} {flags}), then switch it "
+                                   f"(broker ondemand {job.id}); switched with force it runs again unchanged, which "
+                                   "fails the same way unless the credentials outside the task changed",
+                                   field="secrets")
+                if switching:
+                    raise Conflict(f"not switched to on-demand: the job failed for a reason of its own that on-demand "
+                                   f"capacity would not change: {text} Change what made it fail, then switch it with "
+                                   "--force: it goes on from its last checkpoint on on-demand with the code as it is "
+                                   "then (a workdir that is a path on this host is read anew at each attempt, a git "
+                                   "workdir cloned again at its ref; an uploaded one stays as it was, so submit the "
+                                   f"job again); where an env is the cause, broker resume {job.id} --env NAME=value "
+                                   f"needs no --force, and broker ondemand {job.id} then pins it to on-demand. "
+                                   "Forced with nothing changed, it fails the same way",
+                                   field="force")
                 if names:  # "change the job and resubmit" sent the user to a new submit, "force" to the same failure
                     flags = " ".join(f"--secret {n}" for n in dict.fromkeys(names))
                     raise Conflict(f"not resumed: the job failed for credentials it was not given: {text} Resume it "
@@ -1008,9 +1028,10 @@ class BrokerService:
                                "its last checkpoint with the code as it is then (a workdir that is a path on this "
                                "host is read anew at each attempt, a git workdir cloned again at its ref; an uploaded "
                                f"one stays as it was, so submit the job again); where an env is the cause, broker "
-                               f"resume {job.id} --env NAME=value needs no --force. Resumed with force and nothing "
+                               f"resume {job.id} --env NAME=value needs no --force. Forced with nothing "
                                "changed, it fails the same way",
                                field="force")
+            waits = None
             if job.state is JobState.STOPPED_BUDGET:
                 # a minute at the cheapest price it may run at: priced at its last attempt's, a job stopped on a
                 # $36/h zone while the $0.20/h pool was full was refused a resume the pool would run for hours
@@ -1023,6 +1044,7 @@ class BrokerService:
                     left = fmt_left(job.budget - job.spent, budget=job.budget)
                     raise Conflict(f"not resumed: the budget left, {left}, {short}: raise the budget first",
                                    field="budget")
+                waits = self._blocked_wait(job, mine)  # resumed, it waits for a zone blocked for it: said
             self._resumable_workdir(job)
             now = self.clock()
             sharing = self._sharing(job.checkpoint_uri, now, but=job.id) if job.checkpoint_uri else None
@@ -1034,8 +1056,9 @@ class BrokerService:
             fence = self._fits_team_cap(job, max(job.budget - job.spent, 0), now, resume=True)
             step = job.last_checkpoint.get("step")
             named = "; ".join(f"{key} {', '.join(sorted(values))} set" for key, values in given.items())
-            why = reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
-                             + (" (forced)" if force else "") + (f" ({named})" if named else ""))
+            why = (reason or (f"resumed by {principal.name}" + (f" from step {step}" if step is not None else "")
+                              + (" (forced)" if force else "") + (f" ({named})" if named else ""))) \
+                + (f"; {waits}" if waits else "")
             spec = self._spec_with(job, given)
             if given:
                 self._check_env_total(job, spec, "secrets" if "secrets" in given else "envs")
@@ -1131,13 +1154,53 @@ class BrokerService:
         return min((o.price_per_hour * request.num_nodes for o in under_cap(request, mine)), default=0)
 
     def resume_needs(self, job: Job) -> int | None:
-        """The least budget (micro-dollars) a resume of budget-stopped ``job`` needs — a minute's run and a clean stop
-        at the cheapest price it may run at, :meth:`resume`'s own test — or ``None`` when its budget pays for that (or
-        it is not stopped at its budget): the figure Slack's *Raise budget* button proposes at least."""
+        """The least budget (micro-dollars) a resume of budget-stopped ``job`` needs to run now — a minute's run and a
+        clean stop at the cheapest price it may run at, :meth:`resume`'s own test, on the offers it may use now: a
+        zone blocked for it after a preemption there is not (:meth:`_usable_now`; every offer when it may use none) —
+        or ``None`` when its budget pays for that (or it is not stopped at its budget): the figure Slack's *Raise
+        budget* button proposes at least. Priced on a blocked zone, the figure resumed a job that then waited, unsaid,
+        for that zone's block to end."""
         if job.state is not JobState.STOPPED_BUDGET:
             return None
-        needed = self._minute_needed(job, self._offers_for(job, job.force_tier))
+        mine = self._offers_for(job, job.force_tier)
+        needed = max(self._minute_needed(job, mine), self._minute_needed(job, self._usable_now(job, mine) or mine))
         return None if job.budget - job.spent >= needed else job.spent + needed
+
+    def _usable_now(self, job: Job, mine: list[Offer]) -> list[Offer]:
+        """Those of ``mine`` in no zone (nor cloud) blocked for ``job`` now (after a preemption or a refused launch)."""
+        return budget_rules.usable_now(mine, job.blocked_zones, self.clock())
+
+    def _blocked_cheaper(self, job: Job, mine: list[Offer]) -> tuple[str, list[Offer]] | None:
+        """When the cheapest of ``mine`` the job may take is in a zone blocked for it now: that zone in words
+        (:func:`broker.engine.budget.blocked_words`, with what blocked it) and the offers it may use now; else
+        ``None``."""
+        request = request_of(job)
+        priced = under_cap(request, mine)
+        if not priced:
+            return None
+        now = self.clock()
+        cheapest = min(priced, key=lambda o: o.price_per_hour)
+        if budget_rules.block_on(cheapest, job.blocked_zones, now) is None:
+            return None
+        blocked = job.blocked_at(now)
+        causes = block_causes(job, self.store.attempts(job.id), blocked)
+        return budget_rules.blocked_words(cheapest, job.blocked_zones, now, causes), \
+            budget_rules.usable_now(mine, job.blocked_zones, now)
+
+    def _blocked_wait(self, job: Job, mine: list[Offer]) -> str | None:
+        """For a budget-stopped job whose budget left pays for a minute's run and a clean stop only in a zone blocked
+        for it (:meth:`_minute_shortfall` passes on it): that it waits for that zone, until when, and what runs it now;
+        ``None`` otherwise (nothing it may use now: its queued reason says every zone is blocked, and until when)."""
+        found = self._blocked_cheaper(job, mine)
+        if found is None or not under_cap(request_of(job), found[1]):
+            return None
+        words, free = found
+        needed = self._minute_needed(job, free)
+        if job.budget - job.spent >= needed:
+            return None
+        return (f"its budget left pays for a minute's run and a clean stop only in {words}: it waits for it; "
+                f"a budget of {fmt(job.spent + needed)} runs it now ({fmt(needed)} at "
+                f"{fmt(self._cheapest_price(job, free))}/h)")
 
     def _minute_needed(self, job: Job, mine: list[Offer]) -> int:
         """A minute's run and a clean stop at the cheapest price ``job`` may run at on ``mine``, micro-dollars."""
@@ -1155,8 +1218,22 @@ class BrokerService:
         # say the figure: "raise the budget" alone left a user guessing by how much; what is left rounded down
         # (fmt_left), never up to more than is left, nor read as more than the cap
         left = fmt_left(job.budget - job.spent, budget=job.budget)
-        return (f"{left if left.startswith('under ') else 'only ' + left} of the {fmt_limit(job.budget)} budget is "
-                f"left, not enough to run a minute and stop cleanly ({fmt(needed)} at {fmt(price)}/h): raise the "
+        head = (f"{left if left.startswith('under ') else 'only ' + left} of the {fmt_limit(job.budget)} budget is "
+                "left, not enough to run a minute and stop cleanly")
+        # priced on the zone that just preempted it, blocked for it, the figure resumed a job that then waited for
+        # that zone unsaid: the figure that runs it now first (Slack's Raise button reads the first "at least $X")
+        found = self._blocked_cheaper(job, mine)
+        free = found[1] if found is not None and under_cap(request_of(job), found[1]) else []
+        if found is not None and not free:
+            return (f"{head} ({fmt(needed)} at {fmt(price)}/h, in {found[0]}): raise the budget to at least "
+                    f"{fmt(job.spent + needed)} first; it runs there once it may")
+        if found is not None:
+            now_needed = self._minute_needed(job, free)
+            return (f"{head}: raise the budget to at least {fmt(job.spent + now_needed)} first to run now "
+                    f"({fmt(now_needed)} at {fmt(self._cheapest_price(job, free))}/h), or to "
+                    f"{fmt(job.spent + needed)} to wait for {found[0]}, and run there ({fmt(needed)} at "
+                    f"{fmt(price)}/h)")
+        return (f"{head} ({fmt(needed)} at {fmt(price)}/h): raise the "
                 f"budget to at least {fmt(job.spent + needed)} first")
 
     def _start_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
@@ -1274,8 +1351,10 @@ class BrokerService:
                     f"{fmt_left(unspent, budget=job.budget)} unspent (as of {as_of(now)}: {standing.words()}): "
                     f"{self._resume_room(job, standing)}; then resume it (it does not resume by itself)")
         point = job.last_checkpoint.get("step")
+        waits = self._blocked_wait(job, mine)  # resumed, it would wait for a zone blocked for it
         return (f"{raised}: resume it to continue "
-                + (f"from its last checkpoint (step {point})" if point is not None else "(it saved no checkpoint)"))
+                + (f"from its last checkpoint (step {point})" if point is not None else "(it saved no checkpoint)")
+                + (f"; {waits}" if waits else ""))
 
     def _lower_limit(self, job: Job, principal: Principal) -> Job:
         """After a budget lowered (committed): move the job's live attempt's own limit — the stop its launcher makes
@@ -1393,13 +1472,18 @@ class BrokerService:
                 try:
                     return self.resume(principal, job_id, force=force, tier="ondemand",
                                        reason=f"resumed on on-demand by {principal.name}"
-                                       + (" (forced)" if force else ""))  # as a forced resume says it
-                except Conflict:
+                                       + (" (forced)" if force else ""),  # as a forced resume says it
+                                       switching=True)
+                except Conflict as exc:
                     # its twin (the same click on another broker) resumed it on on-demand first: answered as it is,
                     # not with the resume's "is queued, not ended" to a user who asked for on-demand
                     again = self.get(principal, job_id)
                     if again.force_tier == "ondemand" and again.state not in RESUMABLE and not again.state.is_final:
                         return again
+                    said = str(exc)
+                    if said.startswith("not resumed: "):  # the resume's other refusals, said of the switch
+                        said = said.removeprefix("not resumed: ").replace("Resume it once", "Switch it once")
+                        raise Conflict("not switched to on-demand: " + said, field=exc.field) from None
                     raise
             now = self.clock()
             note = note_event(job, "switch_tier", f"pinned to on-demand by {principal.name}", time=now,
@@ -1455,6 +1539,7 @@ class BrokerService:
             records = []
             outside = point.get("checkpoint") and not in_own_base(job, point["checkpoint"]["uri"])
             notes = [self._outside_note(job, point)] if outside and not self._outside_noted(job) else []
+            notes += self._not_restored(job, attempts, point)
             if point.get("step") is not None:
                 # the first report's step and time, kept as a pair: progress stored before first_at was (an
                 # upgrade) starts both afresh, or the queue took its old first step over seconds for its rate
@@ -1469,8 +1554,10 @@ class BrokerService:
             reached = _checkpoint_step_ahead(job, point) if point.get("step") is None else None
             if reached is not None:
                 # step reports are rate-limited, commits are not: a commit at step 50 after a report of step 10
-                # means the run reached 50 (status said "step 10/300" beside "last checkpoint: step 50")
-                changes["progress"] = {**job.progress, "step": reached, "at": point["time"]}
+                # means the run reached 50 (status said "step 10/300" beside "last checkpoint: step 50"). The
+                # metrics are step 10's, not 50's: kept, status showed "step 50/300, loss 1.281" of step 10's
+                # loss. Dropped until the next report (the metric points keep step 10's)
+                changes["progress"] = {**job.progress, "step": reached, "at": point["time"], "metrics": {}}
             if attempts and point.get("step") is not None:
                 a = attempts[-1]
                 records.append(replace(a, last_step=point["step"],
@@ -1487,6 +1574,36 @@ class BrokerService:
                                        metrics=[kept] if point.get("step") is not None else [], events=notes))
 
         return self._retrying(once)
+
+    def _not_restored(self, job: Job, attempts: Sequence[Attempt], point: dict[str, Any]) -> list[Event]:
+        """The note, once an attempt, that the job's current attempt, launched to resume from the checkpoint of step S
+        (``Attempt.resume_from``), did not restore it: its first step report, or its first commit, is of a step below
+        S (the checkpoint was not found in the store, say, and the run began again). A script that reports step S
+        itself just after its restore did restore it. The broker said "resuming from step 100" and status went from
+        step 450 back to 50 with no word of why."""
+        a = attempts[-1] if attempts else None
+        if a is None or a.n != job.attempts or not a.resume_from:
+            return []
+        seen = []
+        if point.get("step") is not None and a.first_step is None:
+            seen.append(("step", point["step"]))
+        if point.get("checkpoint") and not a.checkpoint:
+            seen.append(("checkpoint", point["checkpoint"]["step"]))
+        resumed = _resumed_step(job, attempts, a) if seen else None
+        below = [(kind, step) for kind, step in seen if resumed is not None and step < resumed]
+        if not below or noted(self.store.events(job.id), NOT_RESTORED_EVENT, job):
+            return []
+        kind, step = min(below, key=lambda k: k[1])
+        first = f"its first report was of step {step}" if kind == "step" else \
+            f"its first checkpoint was of step {step}"
+        return [note_event(
+            job, NOT_RESTORED_EVENT,
+            f"attempt {a.n} did not restore the checkpoint of step {resumed} it was launched to resume from "
+            f"({_shown_uri(a.resume_from)}): {first}, so it trained again from step {step} or before, and at least "
+            f"{resumed - step} steps are trained again. See its log (broker logs {job.id} --attempt {a.n}): the "
+            "checkpoint may not have been found in the store",
+            time=point["time"], actor="job",
+            data={"resume_step": resumed, "first_step": step, "steps_again": resumed - step, "uri": a.resume_from})]
 
     def _outside_noted(self, job: Job) -> bool:
         """Whether this attempt of ``job`` already has its note of a checkpoint reported outside its base: one note
@@ -1615,6 +1732,26 @@ MAX_STEP = 2**63 - 1
 
 OUTSIDE_BASE_EVENT = "checkpoint_outside_base"
 """The note on a job whose run reported a committed checkpoint outside its own base (:func:`broker.spec.in_own_base`)."""
+NOT_RESTORED_EVENT = "resume_not_restored"
+"""The note on a job whose attempt, launched to resume from a checkpoint, began below that checkpoint's step
+(:meth:`BrokerService._not_restored`)."""
+
+
+def _resumed_step(job: Job, attempts: Sequence[Attempt], attempt: Attempt) -> int | None:
+    """The step of the checkpoint ``attempt`` was launched to resume from (its ``resume_from``): the job's last
+    checkpoint at its launch, while the attempt has committed none of its own, else the attempt that committed it."""
+    last = job.last_checkpoint or {}
+    if last.get("uri") == attempt.resume_from and last.get("attempt") != attempt.n and _whole(last.get("step")):
+        return last["step"]
+    for earlier in reversed(attempts):
+        if earlier.n < attempt.n and (earlier.checkpoint or {}).get("uri") == attempt.resume_from \
+                and _whole(earlier.checkpoint.get("step")):
+            return earlier.checkpoint["step"]
+    return None
+
+
+def _shown_uri(uri: str) -> str:
+    return uri if len(uri) <= 200 else uri[:200] + "…"
 
 
 def _progress_point(body: dict[str, Any], now: float) -> dict[str, Any]:

@@ -7,9 +7,13 @@ is also capped at the budget, so a job's spend can never exceed it.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pricing.money import Micros, affordable_seconds, cost_for_seconds
+from pricing.money import Micros, affordable_seconds, cost_for_seconds, fmt
+from pricing.offers import JobRequest, Offer, Tier
+from pricing.placement import Blocked, NoFit, cloud_block, holds, place, under_cap
 
 WARN_FRACTION_PERCENT = 80
 
@@ -86,3 +90,82 @@ def attempt_limit(*, attempt, attempts, budget: Micros, grace_seconds: float) ->
     others = sum(a.cost for a in attempts if a.id != attempt.id)
     return launcher_stop_at(created_at=attempt.created_at, others=others, budget=budget,
                             price_per_hour=attempt.price_per_hour, grace_seconds=grace_seconds)
+
+
+# -- a zone blocked for the job, in the budget's sentences ----------------------------------------------------------
+# After a spot preemption the zone is blocked for the job for a cool-down: a budget stop that priced the cheapest offer
+# named that zone ("the cheapest, spot … in aws/sim-a, costs $0.4246/h") and a resume was told to raise the budget to
+# what a minute there costs, then waited, unsaid, until the zone was free for it again.
+
+
+def block_on(offer: Offer, blocked_until: Mapping[str, float], now: float) -> tuple[str, float] | None:
+    """The entry of a job's ``blocked_zones`` (place → blocked until) that blocks ``offer`` at ``now`` — its location's,
+    else its cloud's (:func:`~pricing.placement.cloud_block`) — and when that block ends; ``None``: not blocked."""
+    for key in (offer.location, cloud_block(offer.cloud)):
+        until = blocked_until.get(key)
+        if until is not None and until > now:
+            return key, until
+    return None
+
+
+def usable_now(offers: Sequence[Offer], blocked_until: Mapping[str, float], now: float) -> list[Offer]:
+    """The ``offers`` in no zone (nor cloud) blocked for the job at ``now``."""
+    return [o for o in offers if block_on(o, blocked_until, now) is None]
+
+
+def blocked_words(offer: Offer, blocked_until: Mapping[str, float], now: float,
+                  causes: Mapping[str, Blocked] | None = None) -> str:
+    """``zone sim-a, which this job may not use until 03:14:36Z (after a preemption there)``, for ``offer`` blocked for
+    the job (:func:`block_on`); empty when it is not. Not in the words of
+    :data:`~pricing.placement.BLOCKED_WORDS`, which tell the queue a job waits for capacity."""
+    found = block_on(offer, blocked_until, now)
+    if found is None:
+        return ""
+    key, until = found
+    cause = (causes or {}).get(key)
+    why = f" (after {cause.words()})" if isinstance(cause, Blocked) and cause.known else ""
+    place_ = f"the cloud {key.removeprefix('cloud:')}" if key.startswith("cloud:") else \
+        f"{'pool' if offer.tier is Tier.ONPREM else 'zone'} {offer.location}"
+    return f"{place_}, which this job may not use until {time.strftime('%H:%M:%SZ', time.gmtime(until))}{why}"
+
+
+def blocked_cheapest(request: JobRequest, offers: Sequence[Offer], *, blocked_until: Mapping[str, float], now: float,
+                     causes: Mapping[str, Blocked] | None = None) -> str:
+    """What a budget stop's sentence (``cannot pay for … on any offer: the cheapest, <offer>, costs $X/h``,
+    :func:`~pricing.placement.start_shortfall` over every offer the job may take) adds when that cheapest offer is in a
+    zone blocked for the job: that it may not use it until when, and the cheapest it may use now — the stop is right
+    (the budget pays for a minute on none of them), but the sentence priced the zone that had just preempted it.
+    Empty when the cheapest is not blocked."""
+    n = request.num_nodes
+    priced = under_cap(request, [o for o in offers if holds(o, n)])
+    if not priced:
+        return ""
+    cheapest = min(priced, key=lambda o: o.price_per_hour)
+    said = blocked_words(cheapest, blocked_until, now, causes)
+    if not said:
+        return ""
+    free = usable_now(priced, blocked_until, now)
+    if not free:
+        return f"; that is {said}, as is every other offer it may take"
+    other = min(free, key=lambda o: o.price_per_hour)
+    return (f"; that is {said}: the cheapest it may use now, {other.describe()}, costs "
+            f"{fmt(other.price_per_hour * n)}/h")
+
+
+def pays_once_free(request: JobRequest, offers: Sequence[Offer], *, blocked_until: Mapping[str, float], now: float,
+                   budget_left: Micros, min_run_seconds: int, after_run_seconds: Mapping[Offer, int] | None = None,
+                   placed_again: bool = False, causes: Mapping[str, Blocked] | None = None) -> str:
+    """What a queued job's reason adds when the budget left pays for none of the offers it may use now but does for one
+    in a zone blocked for it (placement's own test, :func:`~pricing.placement.place`, on those alone): where, and
+    from when — it waited with "cannot pay … on the cheapest free match, sim-b", and no word that it would start in
+    sim-a once its block ended. Empty otherwise."""
+    blocked = [o for o in offers if block_on(o, blocked_until, now) is not None]
+    if not blocked:
+        return ""
+    got = place(request, blocked, budget_left=budget_left, min_run_seconds=min_run_seconds,
+                after_run_seconds=after_run_seconds, placed_again=placed_again)
+    if isinstance(got, NoFit):
+        return ""
+    return (f"; what is left pays for one on {got.offer.describe()}, in "
+            f"{blocked_words(got.offer, blocked_until, now, causes)}: it can start there then, or now once its budget "
+            "is raised to pay for one it may use now")

@@ -382,6 +382,10 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             short = shortfalls[weighed] = start_shortfall(request, fit, job.budget - job.spent, min_run_seconds=need,
                                                           after_run_seconds=after, placed_again=again)
         if short is not None:
+            # the cheapest offer it names may be the zone that just preempted it, blocked for it: said, with the
+            # cheapest it may use now (what a resume is then priced at first: BrokerService._minute_shortfall)
+            short += budget_rules.blocked_cheapest(request, fit, blocked_until=job.blocked_zones, now=now,
+                                                   causes=blocked if isinstance(blocked, Mapping) else None)
             decisions.append(Wait(job, f"the budget left, {fmt_left(job.budget - job.spent, budget=job.budget)}, {short}", budget_spent=True))
             continue
         chosen = place(request, mine, free_capacity=capacity, blocked_zones=blocked,
@@ -392,6 +396,12 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                     if held_back else None) or \
                 _pools_busy(job, request, mk, free_slots, mine) or (None if mine else _gone(job, request, mk)) or \
                 chosen.reason
+            if said is chosen.reason and said.startswith("the budget left") and blocked:
+                # what it may use now it cannot pay for, but a zone blocked for it it can: said, with from when
+                said += budget_rules.pays_once_free(
+                    request, mine, blocked_until=job.blocked_zones, now=now, budget_left=job.budget - job.spent,
+                    min_run_seconds=need, after_run_seconds=after, placed_again=again,
+                    causes=blocked if isinstance(blocked, Mapping) else None)
             decisions.append(Wait(job, f"waiting: {said}{_blocked_until(mine, blocked, job) if 'blocked' in said else ''}"))
             if job.launch_retry_at is None and not kept.keys() >= pools:
                 _keep_pools(job, request, mk, free_slots, ends, kept, now)
