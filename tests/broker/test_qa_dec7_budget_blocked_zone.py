@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import time
 
 import httpx
@@ -45,20 +44,10 @@ MINUTE = 2 + 60  # a minute's run and a clean stop: the grace period and a minut
 ON_A, ON_B = cost_for_seconds(3_600_000, MINUTE), cost_for_seconds(4_000_000, MINUTE)
 
 
-def _port(lo: int = 18240, hi: int = 18259) -> int:
-    for port in range(lo, hi + 1):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {lo}-{hi}")
-
 
 @pytest.fixture
 def broker(tmp_path):
-    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", port=_port(), config=CONFIG)
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", config=CONFIG)
     with httpx.Client(base_url=url, headers=H, timeout=10) as client:
         yield client, cli_runner(url)
         for job in client.get("/v1/jobs").json()["jobs"]:

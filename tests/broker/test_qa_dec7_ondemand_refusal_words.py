@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 
 import httpx
 import pytest
@@ -34,20 +33,10 @@ NO_TOKEN = ("name: {name}\nresources: {{cpus: 1}}\nrun: |\n"
             "https://huggingface.co/api/x'; echo 'Invalid user token'; exit 1\n")
 
 
-def _port(lo: int = 18260, hi: int = 18279) -> int:
-    for port in range(lo, hi + 1):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {lo}-{hi}")
-
 
 @pytest.fixture
 def run(tmp_path):
-    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", port=_port(), config=CONFIG)
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", config=CONFIG)
     yield cli_runner(url)
     with httpx.Client(base_url=url, headers=H, timeout=10) as client:
         for job in client.get("/v1/jobs").json()["jobs"]:

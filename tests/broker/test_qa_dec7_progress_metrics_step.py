@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 
 import httpx
 import pytest
@@ -42,20 +41,10 @@ time.sleep(600)  # held here, as a run killed before its next report
 """
 
 
-def _port(lo: int = 18220, hi: int = 18239) -> int:
-    for port in range(lo, hi + 1):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {lo}-{hi}")
-
 
 @pytest.fixture
 def broker(tmp_path):
-    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", port=_port(), config=CONFIG)
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", config=CONFIG)
     with httpx.Client(base_url=url, headers=H, timeout=10) as client:
         yield client, cli_runner(url)
         for job in client.get("/v1/jobs").json()["jobs"]:

@@ -15,7 +15,6 @@ The boundaries (step S itself, a first commit below S, once an attempt) against 
 from __future__ import annotations
 
 import signal
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,20 +35,10 @@ zone_cooldown_seconds: 600
 """
 
 
-def _port(lo: int = 18200, hi: int = 18219) -> int:
-    for port in range(lo, hi + 1):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {lo}-{hi}")
-
 
 @pytest.fixture
 def client(tmp_path):
-    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'r.db'}", port=_port(), config=CONFIG)
+    proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'r.db'}", config=CONFIG)
     with httpx.Client(base_url=url, headers=H, timeout=10) as c:
         yield c
         for job in c.get("/v1/jobs").json()["jobs"]:
