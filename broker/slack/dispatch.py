@@ -436,12 +436,14 @@ class Dispatcher:
         try:
             job = self.service.resume(who, job_id, force=force)
         except Conflict as exc:
-            # the service refuses a failure in the job's own code unless forced: say how to force it here
+            # the service refuses a failure in the job's own code unless forced: say how to force it here. Only that
+            # refusal (on "force"): one for credentials, a shared checkpoint base, the team's cap, ... is the service's
+            # own sentence, which says what to do ("resume … force" under it forced what force does not fix)
             job = self.service.get(who, job_id)
             again = self._resumed_already(who, job)
             if again is not None:
                 return again
-            if force or job.state is not JobState.FAILED:
+            if force or job.state is not JobState.FAILED or exc.field != "force":
                 raise
             text = esc(NOT_RESUMED.sub("", str(exc)))  # the service's words begin "not resumed:" (the API's too)
             return Reply(f":warning: Not resumed: {text}", [
@@ -480,11 +482,13 @@ class Dispatcher:
         was_queued = self.service.get(who, job_id).state is JobState.QUEUED
         try:
             job = self.service.switch_to_ondemand(who, job_id, force=force)
-        except Conflict:
+        except Conflict as exc:
             # a button whose confirmation did not show the diagnosis (a budget message's, or one posted before
-            # the failure's showed it): show it now, with a button that asks again and forces
+            # the failure's showed it): show it now, with a button that asks again and forces. Only for the refusal
+            # force gets past (on "force"): credentials, a budget, a spot-only task, ... are the service's own
+            # sentence, with no button ("failed for a reason of its own" was said of a lost node too)
             job = self.service.get(who, job_id)
-            if force or job.state is not JobState.FAILED:
+            if force or job.state is not JobState.FAILED or exc.field != "force":
                 raise
             text = (job.diagnosis or {}).get("text") or job.reason
             step = job.last_checkpoint.get("step")
