@@ -212,8 +212,17 @@ class Runner:
             self._limit = (limit["stop_at"], self.monotonic() + limit["stop_at"] - self.wall())
         if self.monotonic() < self._limit[1] or self._read_stop() is not None:
             return False
-        _write_atomic(self.dir / "stop.json", {"reason": limit.get("reason") or "budget", "grace_seconds": self.grace,
-                                               "at": time.time(), "by": "runner"})
+        # linked in only where no stop.json is yet (as LocalLauncher.stop does): a stop the broker asked for between
+        # the look above and this write (a preemption injected at the budget's limit) keeps its reason and grace
+        mine = self.dir / "stop.json.runner"
+        _write_atomic(mine, {"reason": limit.get("reason") or "budget", "grace_seconds": self.grace,
+                             "at": time.time(), "by": "runner"}, tmp=self.dir / "stop.runner.tmp")
+        try:
+            os.link(mine, self.dir / "stop.json")
+        except FileExistsError:
+            return False  # the broker's stop came first: it is the one under way
+        finally:
+            mine.unlink(missing_ok=True)
         return True
 
     def watch_limit(self) -> None:

@@ -248,3 +248,26 @@ def test_a_broker_restarted_after_its_clock_stepped_back_bills_on_and_keeps_the_
         for run in launcher.runs_dir.glob("j*"):
             launcher.kill(run.name)
         store.close()
+
+
+def test_a_stop_the_broker_asked_for_just_before_the_runners_limit_keeps_its_reason(tmp_path):
+    """The runner looked for a stop, found none, and wrote its own budget stop over one the broker had just linked in
+    (a preemption injected at the budget's limit): the attempt ended as stopped at its budget, not preempted."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "request.json").write_text(json.dumps({"attempt_id": "j-1-a1", "task": {"run": "true"},
+                                                      "placement": {}, "stop_grace_seconds": 2}))
+    wall, mono = [1_700_000_000.0], [50.0]
+    (run_dir / "limit.json").write_text(json.dumps({"stop_at": wall[0] - 1, "reason": "budget"}))
+    runner = Runner(run_dir, wall=lambda: wall[0], monotonic=lambda: mono[0])
+    looked = runner._read_stop
+
+    def look_then_the_broker_stops() -> dict | None:
+        found = looked()
+        (run_dir / "stop.json").write_text(json.dumps({"reason": "preempted", "grace_seconds": 30, "at": wall[0]}))
+        return found
+
+    runner._read_stop = look_then_the_broker_stops
+    assert not runner.limit_reached()  # the broker's stop is the one under way
+    assert json.loads((run_dir / "stop.json").read_text())["reason"] == "preempted"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["limit.json", "request.json", "stop.json"]
