@@ -18,7 +18,8 @@ from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
 from pricing.money import Micros, fmt, fmt_limit, to_decimal
 from pricing.offers import Offer
-from pricing.placement import candidates, nodes_shortfall, start_shortfall, without_local_disk
+from pricing.placement import (candidates, least_start_budget, nodes_shortfall, start_shortfall,
+                               without_local_disk)
 from pricing.quote import Quote, money_text, quote
 
 
@@ -78,13 +79,18 @@ def admit(
         # offers of its shape exist but all cost more than its cap: the cap is what to change
         field = "broker.max_price_per_hour" if candidates(spec.request, offers) else _resources_field(spec, offers)
         raise Refused(field, f"cannot place this job: {q.no_fit or 'no offer matches its resources'}")
+    # the least budget both checks below accept, for a refusal to say what to give
+    start_least = least_start_budget(spec.request, candidates(spec.request, offers), min_run_seconds=min_run_seconds,
+                                     after_run_seconds=after_run_seconds)
+    least = max(q.least_budget(stop_seconds=min_run_seconds) or 0, start_least or 0) or None
     if not q.fits(budget, stop_seconds=min_run_seconds):
-        raise Refused("broker.budget_usd", q.refusal(budget, stop_seconds=min_run_seconds))
+        raise Refused("broker.budget_usd", q.refusal(budget, stop_seconds=min_run_seconds, least=least))
     # only offers at or under the job's max price count: start_shortfall weighs them, as the engine does
     short = start_shortfall(spec.request, candidates(spec.request, offers), budget, min_run_seconds=min_run_seconds,
                             after_run_seconds=after_run_seconds)
     if short is not None:
-        raise Refused("broker.budget_usd", f"the budget of {fmt_limit(budget)} {short}")
+        give = f": give at least {fmt(least)}" if least is not None and least > budget else ""
+        raise Refused("broker.budget_usd", f"the budget of {fmt_limit(budget)} {short}{give}")
     transition = apply(None, JobEvent.SUBMIT)
     job = Job(
         id=job_id,

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 
-from pricing.catalog import GCP_N1_MEMORY_PER_CPU, LOCAL_DISK_CLOUDS
+from pricing.catalog import GCP_N1_MEMORY_PER_CPU, LOCAL_DISK_CLOUDS, PRICED_CLOUDS
 from pricing.money import Micros, cost_for_seconds, fmt, fmt_left, fmt_limit
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 
@@ -449,13 +449,34 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
     text = f"cannot pay for {start_words(min_run_seconds, placed_again=placed_again)}"
     held_back = [o for o in priced if run[o] <= budget]  # ruled out by their billing after the run alone
     if held_back:
-        o = min(held_back, key=lambda x: total[x])
+        o = min(held_back, key=lambda x: (total[x], *_cheapest_rank(x, n, min_run_seconds + after.get(x, 0))))
         return (f"{text} and the billing after its run on any offer: on the cheapest, {o.describe()}, that is "
                 f"{fmt(run[o])} and {fmt(total[o] - run[o])} for {billed_after_run(o)} {duration_text(after[o])} "
                 f"of billing after its run{beyond}")
-    cheapest = min(priced, key=lambda o: (o.price_per_hour, total[o]))
+    cheapest = min(priced, key=lambda o: (o.price_per_hour, total[o], *_cheapest_rank(o, n, min_run_seconds)))
     return (f"{text} on any offer: the cheapest, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h"
             f"{beyond}")
+
+
+def _cheapest_rank(offer: Offer, num_nodes: int, seconds: int | Decimal) -> tuple:
+    """How a sentence's "the cheapest" breaks a tie of rounded figures, as :func:`place` ranks offers: the exact cost
+    of ``seconds`` on ``offer`` (micro-dollars rounded up made $21.957642/h and $21.957640/h the same figure, and the
+    sentence named the dearer zone, not the one placement took), then the more reliable tier, cloud, location and
+    instance type."""
+    exact = Decimal(offer.price_per_hour * num_nodes) * Decimal(seconds) / 3600
+    return exact, offer.price_per_hour, TIER_ORDER[offer.tier], offer.cloud, offer.location, offer.instance_type
+
+
+def least_start_budget(request: JobRequest, offers: Sequence[Offer], *, min_run_seconds: int,
+                       after_run_seconds: Mapping[Offer, int] | None = None) -> Micros | None:
+    """The least budget :func:`start_shortfall` lets start the job on one of ``offers`` (those at or under its
+    ``max_price_per_hour`` whose location holds its nodes): the least of ``min_run_seconds`` and the offer's billing
+    after its run, as it weighs them, in micro-dollars rounded up; ``None`` when no offer counts."""
+    after = after_run_seconds or {}
+    n = request.num_nodes
+    priced = under_cap(request, [o for o in offers if holds(o, n)])
+    return min((cost_for_seconds(o.price_per_hour * n, min_run_seconds + after.get(o, 0)) for o in priced),
+               default=None)
 
 
 CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure", "oci": "OCI", "ibm": "IBM", "lambda": "Lambda",
@@ -508,13 +529,13 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
     # the billing after the run is what rules out an offer whose run alone the budget would pay for
     held_back = [o for o in offers if after_run.get(o, 0) > 0 and run[o] <= budget_left]
     if held_back:
-        o = min(held_back, key=lambda x: total[x])
+        o = min(held_back, key=lambda x: (total[x], *_cheapest_rank(x, n, seconds + after_run.get(x, 0))))
         return NoFit(
             f"the budget left, {fmt_left(budget_left)}, cannot pay {billed_after_run(o)} {duration_text(after_run[o])} of "
             f"billing after its run on the cheapest free match, {o.describe()}: {fmt(total[o] - run[o])}"
             + (f" on top of {fmt(run[o])} for {what}" if run[o] else "")
         )
-    o = min(offers, key=lambda x: total[x])
+    o = min(offers, key=lambda x: (total[x], *_cheapest_rank(x, n, seconds + after_run.get(x, 0))))
     after = (f" and {fmt(total[o] - run[o])} for {billed_after_run(o)} billing after its run"
              if after_run.get(o, 0) > 0 else "")
     if request.expected_hours is not None:
@@ -681,6 +702,27 @@ def _size_text(value: Decimal | None, exact: bool, unit: str) -> str:
     return f"exactly {_num(value)} {unit}" if exact else f"{_num(value)}+ {unit}"
 
 
+def _how_to_price(asked: Collection[str]) -> str:
+    """What gives the broker offers in the ``asked`` clouds, for a sentence of a job that asked for them and has none:
+    a cloud it prices (:data:`pricing.catalog.PRICED_CLOUDS`), its `clouds` setting and SkyPilot's catalog;
+    Kubernetes, an on-prem pool with a ``kubernetes_context``; any other, that the broker cannot price it at all. It told every
+    cloud to be put in `clouds` with SkyPilot's catalog, which for Azure stops the broker ("cannot price 'azure'"),
+    and is no way to Kubernetes."""
+    said = []
+    if any(c in PRICED_CLOUDS for c in asked):
+        fetch = "; for GCP, `sky show-gpus --cloud gcp` fetches it" if "gcp" in asked else ""
+        said.append(f"with BROKER_LAUNCHER=skypilot the broker prices each cloud of its `clouds` setting that has "
+                    f"SkyPilot's catalog on the broker's host{fetch}")
+    if "kubernetes" in asked:
+        said.append("Kubernetes takes an on-prem pool with a `kubernetes_context` in the broker's `pools` (with "
+                    "BROKER_LAUNCHER=skypilot), not a catalog")
+    other = sorted(c for c in asked if c not in PRICED_CLOUDS and c != "kubernetes")
+    if other:
+        priced = _series([*PRICED_CLOUDS, "on-prem pools"])
+        said.append(f"the broker cannot price {_series(other, 'or')}: it prices {priced}, so ask for one of those")
+    return "; ".join([*said, "see docs/deploy.md"])
+
+
 def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
     """A hint at what the offers do have, for the alternative's first unmet want."""
     if not offers:
@@ -690,9 +732,7 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
             and not any(o.cloud.lower() in asked for o in offers):
         # "no offer has 1x V100 in gcp (an offer here has 4 V100)" named an AWS offer, and not why gcp had none
         clouds = _series(sorted(asked), "or")
-        fetch = "; for GCP, `sky show-gpus --cloud gcp` fetches it" if "gcp" in asked else ""
-        return (f" (no offer is priced in {clouds} at all: with BROKER_LAUNCHER=skypilot the broker prices each cloud "
-                f"of its `clouds` setting that has SkyPilot's catalog on the broker's host{fetch}; see docs/deploy.md)")
+        return f" (no offer is priced in {clouds} at all: {_how_to_price(asked)})"
     alt = request.alternatives[0]
     if alt.use_spot is True and not any(o.tier is Tier.SPOT for o in offers):  # said for a GPU, not for CPUs
         return (" (no offer here is spot: spot needs a spot zone in the broker's config or the clouds priced with "

@@ -66,11 +66,24 @@ class Quote:
             return budget > 0
         return cheapest.estimate + cost_for_seconds(cheapest.price_per_hour, stop_seconds) <= budget
 
-    def refusal(self, budget: Micros, *, stop_seconds: int = 0) -> str:
+    def least_budget(self, *, stop_seconds: int = 0) -> Micros | None:
+        """The least budget :meth:`fits` accepts, in micro-dollars: the cheapest tier's estimate and ``stop_seconds``
+        at its price, each rounded up as :meth:`fits` adds them; a micro-dollar for a quote per hour (any budget
+        above nothing); ``None`` with no tier."""
+        cheapest = self.cheapest()
+        if cheapest is None:
+            return None
+        if cheapest.estimate is None:
+            return 1
+        return cheapest.estimate + cost_for_seconds(cheapest.price_per_hour, stop_seconds)
+
+    def refusal(self, budget: Micros, *, stop_seconds: int = 0, least: Micros | None = None) -> str:
         """The sentence a user reads when the budget does not cover the job: the cheapest way first — the one
         :meth:`fits` weighs, so its figure is the least budget that would do — then the other tiers, cheapest
         first. It led with the dearest tier ("estimated $30.60 on ondemand ... exceeds the budget of $5.00; ...;
-        spot is estimated at $10.00"), which read as though $30.60 were needed."""
+        spot is estimated at $10.00"), which read as though $30.60 were needed. After the budget it says what to
+        give: ``least`` (the least budget every check of the submit accepts, which may ask more than this quote: a
+        start's billing after its run), else :meth:`least_budget` — shown rounded up, so that figure is accepted."""
         if not self.tiers:
             return self.no_fit or "no offer matches the job's resources"
         head = self.cheapest()
@@ -81,10 +94,13 @@ class Quote:
             text = (f"estimated {money_text(head)} on {offer_text(head)}, plus {fmt(stop)} for a clean stop at its "
                     f"end ({stop_seconds} s, which the broker keeps of every budget: it stops a job once what is left "
                     f"pays only for that), is more than the budget of {fmt_limit(budget)}: give at least "
-                    f"{fmt(head.estimate + stop)}")
+                    f"{fmt(max(head.estimate + stop, least or 0))}")
             others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
             return text + (f"; {others}" if others else "")
         text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt_limit(budget)}"
+        give = max(least or 0, self.least_budget(stop_seconds=stop_seconds) or 0)
+        if head.estimate is not None and give > budget:
+            text += f": give at least {fmt(give)}"
         others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
         return text + (f"; {others}" if others else "")
 

@@ -183,12 +183,12 @@ ONDEMAND = Offer(Tier.ONDEMAND, "aws", "us-east-1", "us-east-1a", "p3.2xlarge", 
 
 @pytest.mark.parametrize("offers, after, expected", [
     pytest.param([ONPREM, SPOT, ONDEMAND], {},
-                 "estimated $10.00 on spot 1x V100 p3.2xlarge in aws/us-east-1a exceeds the budget of $5.00; "
-                 "on-prem is estimated at $20.00; on-demand is estimated at $30.60",
+                 "estimated $10.00 on spot 1x V100 p3.2xlarge in aws/us-east-1a exceeds the budget of $5.00: "
+                 "give at least $10.00; on-prem is estimated at $20.00; on-demand is estimated at $30.60",
                  id="the cheapest tier leads: its estimate is the least budget that would do, the dearer follow"),
     pytest.param([ONPREM, SPOT, ONDEMAND], {SPOT: 39_600},
-                 "estimated $20.00 on onprem 1x V100 lab-1slot in local/lab exceeds the budget of $5.00; "
-                 "spot is estimated at $21.00 ($11.00 of it billed after the run); on-demand is estimated at $30.60",
+                 "estimated $20.00 on onprem 1x V100 lab-1slot in local/lab exceeds the budget of $5.00: "
+                 "give at least $20.00; spot is estimated at $21.00 ($11.00 of it billed after the run); on-demand is estimated at $30.60",
                  id="a tier's billing after its run counts: the cheaper hourly price is not the cheaper estimate"),
 ])
 def test_a_budget_refusal_leads_with_the_cheapest_way_to_run_the_job(offers, after, expected):

@@ -70,8 +70,8 @@ def _offer(tier: Tier, cloud: str, region: str, zone: str, price: int, kind: str
 def test_a_budget_refusal_names_the_offers_cloud_and_zone(ondemand, named):
     offers = [*ondemand, _offer(Tier.SPOT, "aws", "us-east-1", "us-east-1a", 4_000_000)]  # dearer: on-demand leads
     q = quote(JobRequest(alternatives=(ResourceRequest("V100", 1),), expected_hours=Decimal(10)), offers)
-    assert q.refusal(5_000_000) == (f"estimated $30.60 on {named} exceeds the budget of $5.00; "
-                                    f"spot is estimated at $40.00")
+    assert q.refusal(5_000_000) == (f"estimated $30.60 on {named} exceeds the budget of $5.00: give at least "
+                                    f"$30.60; spot is estimated at $40.00")
 
 
 # A cloud cluster is billed 15 minutes after its run (idle before autodown, then the teardown); a
