@@ -43,11 +43,16 @@ class Reply:
     refused: bool = False
 
     def payload(self) -> dict:
-        body: dict = {"response_type": "in_channel" if self.in_channel else "ephemeral", "text": self.text}
+        # Slack takes at most 40,000 characters of ``text``: a safety net, each reply is sized by its maker
+        body: dict = {"response_type": "in_channel" if self.in_channel else "ephemeral",
+                      "text": shorten(self.text, MESSAGE_TEXT_CHARS)}
         if self.blocks:
             body["blocks"] = self.blocks
         return body
 
+
+MESSAGE_TEXT_CHARS = 4000
+"""The most of a message's fallback ``text`` sent: Slack truncates past 40,000 and advises at most 4,000."""
 
 TEXT_CHARS = 3000
 """The most text Slack takes in a section or context element."""
@@ -109,8 +114,10 @@ def actions(buttons: Sequence[dict]) -> dict:
 
 
 def error(text: str) -> Reply:
-    """A refusal. ``text`` is plain (it may quote what the user typed or a job's reason): escaped here."""
-    return Reply(f":warning: {esc(text)}", [section(f":warning: {esc(text)}")], refused=True)
+    """A refusal. ``text`` is plain (it may quote what the user typed or a job's reason): escaped here, and its
+    fallback text cut as its section is (Slack refuses a message's ``text`` over 40,000 characters)."""
+    said = fit_escaped(text, TEXT_CHARS - len(":warning: "))
+    return Reply(f":warning: {said}", [section(f":warning: {said}")], refused=True)
 
 
 def help_reply(command: str) -> Reply:

@@ -37,6 +37,9 @@ USAGE = {
     "budget": "budget <job id> <$ new budget>",
     "help": "help",
 }
+_EXAMPLES = {"budget": "budget=$50", "team": "team=nlp", "priority": "priority=10", "deadline": 'deadline="in 6 hours"',
+             "expected_hours": "expected_hours=4", "max_price": "max_price=$2", "name": "name=bert-ft"}
+"""An example of each submit option, for a refusal of one given with no value."""
 SUBMIT_OPTIONS = {"budget": "budget_usd", "team": "team", "priority": "priority", "deadline": "deadline",
                   "expected_hours": "expected_hours", "max_price": "max_price_per_hour", "name": None}
 PERIODS = tuple(REPORT_PERIODS)
@@ -44,10 +47,10 @@ PERIODS = tuple(REPORT_PERIODS)
 read as the period they spell, as ``broker costs --period 1d`` reads them."""
 _SLACK_MARKUP = re.compile(r"<([@#!]?)([^|>]*)(?:\|([^>]*))?>")
 """Slack's markup in the text it sends (a ``<`` typed by the user comes as ``&lt;``): links, mentions."""
-_WORD = re.compile(r"""[a-z_]+=(?:"[^"]*"|'[^']*'|“[^”]*”|‘[^’]*’)|\S+""")
+_WORD = re.compile(r"""[a-z_]+=(?:"[^"]*"|'[^']*'|“[^”]*”|‘[^’]*’)|\S+""", re.I)
 """A word of the first line: an option with a quoted value (spaces and all), or a run of non-spaces."""
 _QUOTES = {'"': '"', "'": "'", "“": "”", "‘": "’"}
-_OPTION = re.compile(r"^([a-z_]+)=(.+)$", re.S)
+_OPTION = re.compile(r"^([a-z_]+)=(.*)$", re.S | re.I)
 _PERIODISH = re.compile(r"^\d+(?:\.\d+)?[a-z]*$", re.I)
 """A word that means a length of time (``1y``, ``12h``, ``30``), not a team."""
 _JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -97,7 +100,7 @@ def parse(text: str) -> Command:
     if name not in USAGE:
         close = difflib.get_close_matches(name, sorted(USAGE), n=1)  # `stauts` was "Try help", with no word of status
         likely = f" Did you mean `{close[0]}`?" if close else ""
-        raise CommandError(f"I don't know `{words[0]}`.{likely} Try `help`.")
+        raise CommandError(f"I don't know `{shown(words[0])}`.{likely} Try `help`.")
     if name == "submit":
         return _submit(first.strip()[len(words[0]):], rest)
     if rest.strip():
@@ -122,7 +125,11 @@ def parse(text: str) -> Command:
         if not args:
             raise _usage(name)
         if len(args) > 2 or (len(args) == 2 and args[1].lower() != "force"):
-            raise _unused(name, args[1:] if len(args) == 2 else args[2:])
+            unused = args[1:] if len(args) == 2 else args[2:]
+            if len(args) == 2 and difflib.get_close_matches(args[1].lower(), ["force"], n=1):  # `forse`, `foce`
+                raise CommandError(f"`{shown(args[1])}` is not a word `resume` takes: did you mean `force`? Nothing "
+                                   f"was done. Usage: `{USAGE[name]}`")
+            raise _unused(name, unused)
         return Command(name, job_id=_job_id(args[0], name), force=len(args) == 2)
     if name == "budget":
         if len(args) < 2:
@@ -137,7 +144,7 @@ def parse(text: str) -> Command:
         if spelled in PERIODS and period is None:
             period = spelled
         elif _PERIODISH.match(a) and spelled not in PERIODS:  # `costs 1y` was read as a team named "1y"
-            raise CommandError(f"`{a}` is not a period I know: costs takes {period_choices()}. "
+            raise CommandError(f"`{shown(a)}` is not a period I know: costs takes {period_choices()}. "
                                f"Usage: `{USAGE[name]}`")
         elif team is None and spelled not in PERIODS:
             team = a
@@ -157,13 +164,20 @@ def _submit(line: str, rest: str) -> Command:
             fence = line[w.start():]
             break
         m = _OPTION.match(a)
-        if m and m.group(1) in SUBMIT_OPTIONS:
+        if m and m.group(1).lower() in SUBMIT_OPTIONS:  # `Budget=$5` (a phone's capital) is budget
+            m = _OPTION.match(m.group(1).lower() + "=" + m.group(2))
+            if not m.group(2):  # `budget=` was "not an option (key=value) or a URL"
+                raise CommandError(f"`{m.group(1)}=` has no value: give one (like {_EXAMPLES[m.group(1)]}), or leave "
+                                   f"`{m.group(1)}=` out for the default; nothing was submitted")
             if m.group(1) in options:  # the last one won without a word (budget=$5 budget=$6 submitted at $6)
                 raise CommandError(f"`{m.group(1)}` is given twice: give it once; nothing was submitted")
             options[m.group(1)] = _unquote(m.group(1), m.group(2))
             after = a
         elif m:
-            raise CommandError(f"`{m.group(1)}` is not a submit option (known: {', '.join(SUBMIT_OPTIONS)})")
+            close = difflib.get_close_matches(m.group(1).lower(), list(SUBMIT_OPTIONS), n=1)
+            likely = f" Did you mean `{close[0]}`?" if close else ""
+            raise CommandError(f"`{shown(m.group(1))}` is not a submit option.{likely} "
+                               f"(known: {', '.join(SUBMIT_OPTIONS)})")
         elif url is None and re.fullmatch(r"https?://\S+", a):
             url, after = a, None
         else:
@@ -196,9 +210,10 @@ def _stray(word: str, after: str | None) -> str:
     """A sentence for a word on submit's first line that is no option, URL or fence."""
     if after is not None and not word.endswith(":"):  # `name:` begins YAML, not a value's second word
         key = after.partition("=")[0]
-        return (f"`{word}` after `{after}` is not an option: a value with spaces goes in quotes "
-                f"({key}=\"{after.partition('=')[2]} {word}\"), and the YAML on the lines after the first")
-    return (f"`{word}` is not an option (key=value) or a URL: put the YAML on the lines after "
+        return (f"`{shown(word)}` after `{shown(after)}` is not an option: a value with spaces goes in quotes "
+                f"({key}=\"{shown(after.partition('=')[2] + ' ' + word)}\"), and the YAML on the lines after the "
+                "first")
+    return (f"`{shown(word)}` is not an option (key=value) or a URL: put the YAML on the lines after "
             f"`submit` and its options, or give one URL. Usage: `{USAGE['submit']}`")
 
 
@@ -206,7 +221,7 @@ def _job_id(text: str, name: str) -> str:
     # an id pasted as Slack shows code (`j-12b398a7b9`), or closing a sentence (`j-12b398a7b9.`), is that id
     cleaned = text.strip("`'\"").rstrip(".,;:!?)")
     if not _JOB_ID.match(cleaned):
-        raise CommandError(f"`{text}` is not a job id. Usage: `{USAGE[name]}`")
+        raise CommandError(f"`{shown(text)}` is not a job id. Usage: `{USAGE[name]}`")
     return cleaned
 
 
@@ -230,6 +245,20 @@ def _usage(name: str) -> CommandError:
 
 def _unused(name: str, words: list[str]) -> CommandError:
     """A command given ``words`` it does not use: refused whole, naming them, rather than run on the rest."""
-    said = " ".join(f"`{w}`" for w in words)
+    said = " ".join(f"`{shown(w)}`" for w in words[:SHOWN_WORDS])
+    if len(words) > SHOWN_WORDS:  # 15,000 words each in backticks pushed the reason and the usage off the message
+        said += f" … ({len(words):,} words in all)"
     return CommandError(f"{said} {'is' if len(words) == 1 else 'are'} more than `{name}` takes, so nothing was done. "
                         f"Usage: `{USAGE[name]}`")
+
+
+SHOWN_CHARS = 60
+"""The most of one word the user typed that a refusal quotes back (a 5,000-character job id, a pasted log line)."""
+SHOWN_WORDS = 5
+"""The most of the words a refusal names as unused that it quotes back; the rest are counted."""
+
+
+def shown(word: str, limit: int = SHOWN_CHARS) -> str:
+    """What the user typed, quoted back in a refusal: its first ``limit`` characters, then ``…``. Quoted whole, a long
+    word filled Slack's 3,000-character section and cut off the reason and the usage after it."""
+    return word if len(word) <= limit else word[:limit - 1] + "…"

@@ -24,7 +24,7 @@ from broker.models import Job
 from broker.service import Conflict, Invalid, NotFound
 from broker.slack import blocks, messages
 from broker.slack.blocks import Reply, esc
-from broker.slack.commands import SUBMIT_OPTIONS, Command
+from broker.slack.commands import SUBMIT_OPTIONS, Command, shown
 from broker.slack.config import SlackConfig
 from broker.spec import SETTING_FIELDS, SpecError, _parse_broker, same_setting
 from broker.task_text import load_text
@@ -72,6 +72,17 @@ CLI_ADVICE = [
     (re.compile(r"`broker submit` uploads the workdir and local file_mounts sources instead \(--upload-workdir\)"),
      "from Slack, give the workdir as a git repository (workdir: {url: …, ref: …}) and sources as bucket URLs, "
      "or submit from a terminal with `broker submit`, which uploads local files"),
+    # service.py: a resume or switch refused for a failure of the job's own, which --force gets past (Slack: "force",
+    # the word after `resume <job id>`, or the button that asks first); an env is set on resume only by the CLI/API
+    (re.compile(r"\b(resume|switch) it with --force\b"), r"\1 it with force"),
+    (re.compile(r"broker resume (\S+) --env NAME=value needs no --force"),
+     r"a resume from a terminal sets it with no force needed (`broker resume \1 --env NAME=value`; Slack's resume "
+     r"sets no env)"),
+    (re.compile(r"\band broker ondemand \S+ then pins it to on-demand"),
+     "and its *Switch to on-demand* button then pins it to on-demand"),
+    # service.py: the on-demand switch over the job's own price cap
+    (re.compile(r"\bwith a max_price_per_hour that\b"), "with a `max_price=` that"),
+    (re.compile(r"\bthe job's max_price_per_hour of\b"), "the job's max_price of"),
 ]
 """The service's refusals that advise a CLI flag, and what a Slack user can do instead (the API keeps its words)."""
 
@@ -177,7 +188,7 @@ class Dispatcher:
         except Conflict as exc:
             # the service's sentence says why, and whether it passes ("… is running, not ended", "try again"):
             # "Not now:" led every one, also those that never pass ("has already ended (succeeded)")
-            text = str(exc).rstrip(".")
+            text = for_slack(str(exc)).rstrip(".")
             if NOT_RESUMED.match(text):
                 return blocks.error(f"Not resumed: {NOT_RESUMED.sub('', text)}.")
             return blocks.error(f"{text if JOB_ID_FIRST.match(text) else text[:1].upper() + text[1:]}.")
@@ -299,10 +310,15 @@ class Dispatcher:
             if team and team != who.team:
                 known = {*self.service.settings.teams, self.service.settings.default_team}
                 if team not in known:  # `costs visoin`: a typo read as a question of permission
-                    close = difflib.get_close_matches(team, [who.team] if who.team else [], n=1)
+                    # the closest of every team, as `costs <that team>` would be answered: `costs teamb` from team-a
+                    # was asked "Did you mean `team-a`?"
+                    teams = sorted(t for t in known if t)
+                    close = difflib.get_close_matches(team, teams, n=1) or \
+                        difflib.get_close_matches(team.lower(), teams, n=1)
                     likely = f" Did you mean `{close[0]}`?" if close else ""
-                    return blocks.error(f"There is no team `{esc(team)}`.{likely} You can see your team's costs "
-                                        f"({who.team}).")
+                    then = ("You can see only your team's costs" if close and close[0] != who.team
+                            else "You can see your team's costs")
+                    return blocks.error(f"There is no team `{shown(team)}`.{likely} {then} ({who.team}).")
                 return blocks.error(f"You can see only your team's costs ({who.team}).")
             team = who.team
         self.service.check_team(team)  # a typo'd team was an empty report, as if it had spent nothing
@@ -383,9 +399,22 @@ class Dispatcher:
                            f"{fmt_limit(job.budget)}{due}{esc(est)}"
                            + _queue_words(q.positions.get(job.id), q.starts.get(job.id))),
             *([blocks.context(esc(f"{'; '.join(overridden)}."))] if overridden else []),
-            blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; notifications go to your team's "
-                           f"channel."),
+            blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; {self._notified(job, who, opts)}."),
         ])
+
+    def _notified(self, job: Job, who: Principal, opts: dict) -> str:
+        """Where a submitted job's notifications go, in the submit's reply. An admin's submit without ``team=`` goes
+        to the broker's default team, as the API's does: "notifications go to your team's channel" was said of it, for
+        a team with no channel, and of an admin, who has no team of their own."""
+        if job.team == who.team:
+            return "notifications go to your team's channel"
+        unsaid = "" if "team" in opts else f" (no team= given: the broker's default team, {esc(job.team)})"
+        where = self.cfg.destination(job.team)
+        if where is None:
+            known = ", ".join(sorted(t for t in self.service.settings.teams if t))
+            other = f"; give team= for another ({esc(known)})" if known and "team" not in opts else ""
+            return f"team {esc(job.team)}{unsaid} has no Slack channel, so nothing is posted about it{other}"
+        return f"notifications go to team {esc(job.team)}'s channel{unsaid}"
 
     def _looked_at(self, who: Principal, job: Job) -> Job:
         """``job``, just submitted or resumed, read again until this broker's engine has looked at it (written since
@@ -443,9 +472,15 @@ class Dispatcher:
             again = self._resumed_already(who, job)
             if again is not None:
                 return again
-            if force or job.state is not JobState.FAILED or exc.field != "force":
+            if exc.field == "state":  # "j-a2 is running, not ended: …" says itself what did not happen
                 raise
-            text = esc(NOT_RESUMED.sub("", str(exc)))  # the service's words begin "not resumed:" (the API's too)
+            if force or job.state is not JobState.FAILED or exc.field != "force":
+                # every refusal of a resume leads "Not resumed:", as docs/slack.md says (a budget-stopped job's
+                # "Only $0.0005 of the $0.002 budget is left…" did not), as a switch's leads "Not moved to on-demand:"
+                said = NOT_RESUMED.sub("", str(exc)).rstrip(".")
+                said = said if JOB_ID_FIRST.match(said) else said[:1].lower() + said[1:]
+                return blocks.error(f"Not resumed: {for_slack(said)}.")
+            text = esc(for_slack(NOT_RESUMED.sub("", str(exc))))  # the service's words begin "not resumed:" (the API's too)
             return Reply(f":warning: Not resumed: {text}", [
                 blocks.section(f":warning: Not resumed: {text}"),
                 blocks.context(f"To run it again anyway: `{self.cfg.command} resume {job.id} force`"),
@@ -511,7 +546,13 @@ class Dispatcher:
                                 f"sets {fmt_limit(amount)}). To set another: `{self.cfg.command} budget {job_id} <$>`")
         job = self.service.raise_budget(who, job_id, amount, only_up=button)
         verb = "raised" if job.budget > before else "lowered" if job.budget < before else "kept"
-        return self._done(f"Budget {verb} from {fmt_limit(before)} to {fmt_limit(job.budget)} for", job)
+        done = self._done(f"Budget {verb} from {fmt_limit(before)} to {fmt_limit(job.budget)} for", job)
+        if job.state is not JobState.STOPPED_BUDGET or self._resume_needs(job) is not None:
+            return done
+        # its reason says "resume it to continue from its last checkpoint": the button that does it, here
+        step = messages.resume_step(None, job)
+        label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
+        return Reply(done.text, [*done.blocks, blocks.actions([blocks.button("resume", label, job.id, style="primary")])])
 
     @staticmethod
     def _done(what: str, job) -> Reply:

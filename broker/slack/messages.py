@@ -126,6 +126,12 @@ def continue_buttons(job: Job, step: int | None, raise_percent: int, failure: st
     # a job pinned to on-demand already runs its next attempt there: a "Switch to on-demand" beside it changes nothing
     pinned = job.force_tier == "ondemand"
     if state is JobState.STOPPED_BUDGET:
+        if at_least is not None and job.state is JobState.STOPPED_BUDGET:
+            # what is left pays for no minute's run and clean stop (the service's figure): Resume and Switch would only
+            # answer "raise the budget to at least $X first", so the raise is the one way on
+            return actions([{**raise_button(job, raise_percent, at_least), "style": "primary"},
+                            button("cancel", "Cancel", job.id, style="danger",
+                                   confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")])
         return actions([raise_button(job, raise_percent, at_least), button("resume", resume_label, job.id, style="primary"),
                         *([] if pinned else [ondemand_button(job.id, frm)])])
     if state is not JobState.FAILED:

@@ -411,7 +411,7 @@ def test_a_budget_stopped_job_resumes_once_its_budget_is_raised(slack, store):
     set_job(store, "j-b1", state=JobState.STOPPED_BUDGET, spent=3_000_000,
             diagnosis={"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."})
     reply = text_of(command(slack, "resume j-b1", user="U_B").json())
-    assert "Only $0.00 of the $3.00 budget is left" in reply
+    assert "Not resumed: only $0.00 of the $3.00 budget is left" in reply
     assert store.get_job("j-b1").state is JobState.STOPPED_BUDGET
     assert "Budget raised from $3.00 to $4.00" in text_of(command(slack, "budget j-b1 $4", user="U_B").json())
     assert "Resumed `j-b1`" in text_of(command(slack, "resume j-b1", user="U_B").json())
@@ -452,9 +452,15 @@ def test_status_of_a_budget_stopped_job_offers_a_raise_then_a_resume(slack, stor
             diagnosis={"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."})
     reply = command(slack, "status j-b1", user="U_B").json()
     buttons = {e["text"]["text"]: e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]}
-    assert set(buttons) == {"Raise budget to $5.00", "Resume from step 400", "Switch to on-demand"}
-    for label in ("Raise budget to $5.00", "Resume from step 400"):
-        assert press(slack, buttons[label]["action_id"], buttons[label]["value"], user="U_B").status_code == 200
+    # what is left pays for no resume: the raise alone goes on (Resume and Switch could only be refused)
+    assert set(buttons) == {"Raise budget to $5.00", "Cancel"}
+    label = "Raise budget to $5.00"
+    assert press(slack, buttons[label]["action_id"], buttons[label]["value"], user="U_B").status_code == 200
+    reply = command(slack, "status j-b1", user="U_B").json()
+    buttons = {e["text"]["text"]: e for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]}
+    assert {"Resume from step 400", "Switch to on-demand"} <= set(buttons)
+    label = "Resume from step 400"
+    assert press(slack, buttons[label]["action_id"], buttons[label]["value"], user="U_B").status_code == 200
     job = store.get_job("j-b1")
     assert (job.state, job.budget) == (JobState.QUEUED, 5_000_000)
 
@@ -685,12 +691,14 @@ def test_an_engine_budget_stop_posts_buttons_that_resume_only_once_the_budget_is
     stopped = stub.wait_for("/webhook/b", 2)[1]
     assert "was stopped: it spent its budget" in text_of(stopped) and "resume from step 900" in text_of(stopped)
     buttons = buttons_of(stopped)
-    assert set(buttons) == {"Raise budget to $6.00", "Resume from step 900", "Switch to on-demand"}
+    # what is left pays for no resume: the raise alone goes on (Resume and Switch could only be refused)
+    assert set(buttons) == {"Raise budget to $6.00", "Cancel"}
 
     slack = TestClient(engine_app)
-    assert "raise the budget to at least $" in pressed(slack, stub, buttons["Resume from step 900"], "U_B", "early")
-    assert store.get_job("j-cap").state is JobState.STOPPED_BUDGET
     pressed(slack, stub, buttons["Raise budget to $6.00"], "U_B", "raise")
+    assert "Resume from step 900" in buttons_of(stub.wait_for("/respond/raise")[0])  # the resume it now pays for
+    now = command(slack, "status j-cap", user="U_B").json()
+    buttons = {e["text"]["text"]: e for b in now["blocks"] if b["type"] == "actions" for e in b["elements"]}
     assert "Switched to on-demand `j-cap`" in pressed(slack, stub, buttons["Switch to on-demand"], "U_B", "od")
     job = store.get_job("j-cap")
     assert (job.state, job.budget, job.force_tier) == (JobState.QUEUED, 6_000_000, "ondemand")

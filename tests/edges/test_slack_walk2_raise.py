@@ -65,7 +65,8 @@ def test_the_engines_budget_stop_notification_proposes_what_the_resume_needs(eng
     from fastapi.testclient import TestClient
 
     slack = TestClient(engine_app)  # (not entered: the engine runs only when the test ticks it)
-    pressed(slack, stub, raise_btn, "U_B", "raise")
-    resume = next(b for label, b in buttons_of(stopped).items() if label.startswith("Resume"))
+    pressed(slack, stub, raise_btn, "U_B", "raise")  # the notification offered no Resume its budget could not pay
+    raised = stub.wait_for("/respond/raise")[0]
+    resume = next(b for label, b in buttons_of(raised).items() if label.startswith("Resume"))
     said = pressed(slack, stub, resume, "U_B", "resume")
     assert service.store.get_job("j-tiny").state is JobState.QUEUED, said  # the raise was enough to resume
