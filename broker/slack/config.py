@@ -68,7 +68,7 @@ class SlackConfig:
 SLACK_KEYS = frozenset({"signing_secret", "bot_token", "command", "users", "admins", "channels", "webhook_urls",
                         "api_url", "spec_url_prefixes", "raise_budget_percent"})
 NOTIFICATION_KEYS = frozenset({"events", "retries"})
-EVENTS = frozenset({*DEFAULT_EVENTS, "stop_budget", "past_expected_length", "deadline_passed"})
+EVENTS = frozenset({*DEFAULT_EVENTS, "stop_budget", "past_expected_length", "deadline_passed", "resume_not_restored"})
 """The events a notification is written for (``broker/slack/messages.py``)."""
 
 

@@ -14,6 +14,8 @@ past_expected_length  running past its expected_hours: how far, what to do (not 
                       default)
 deadline_passed       its deadline passed while it waited or ran: it runs on, late     cancel
                       (not by default)
+resume_not_restored   its attempt did not restore the checkpoint it resumed from: how  cancel
+                      many steps it trains again (not by default)
 ended                 stopped at its budget                                            raise budget, resume, on-demand
 cancel/ended          cancelled (by <who>)                                             —
 fail                  failed: the job's diagnosis in plain words                       resume, on-demand, raise budget
@@ -242,6 +244,10 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
         return _msg(f":alarm_clock: {head}: {esc(event.reason)}.",
                     actions([button("cancel", "Cancel", job.id, style="danger",
                                     confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]), foot)
+    if name == "resume_not_restored":  # opt-in: the reason says which checkpoint, how many steps again, where to look
+        return _msg(f":warning: {head}: {esc(event.reason)}.",
+                    actions([button("cancel", "Cancel", job.id, style="danger",
+                                    confirm=f"Cancel {esc(job.name)}? Its last checkpoint is kept.")]), foot)
     if name == "fail":
         diagnosis = job.diagnosis or {}
         text = diagnosis.get("text") or event.data.get("diagnosis") or event.reason or job.reason
@@ -270,6 +276,7 @@ SUMMARY_HEADS = {
     "stop_budget": (":money_with_wings:", "reached their budget and are checkpointing and stopping"),
     "past_expected_length": (":hourglass_flowing_sand:", "are running past their expected length"),
     "deadline_passed": (":alarm_clock:", "passed their deadline; each runs on, late"),
+    "resume_not_restored": (":warning:", "did not restore the checkpoint they were resumed from; each trains again"),
     "stopped_budget": (":money_with_wings:", "were stopped at their budget"),
     "fail": (":x:", "failed"),
     "succeed": (":white_check_mark:", "finished"),

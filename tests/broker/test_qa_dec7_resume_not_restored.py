@@ -175,3 +175,21 @@ def test_a_first_commit_below_the_checkpoint_is_noted_when_it_comes_before_any_s
     assert "at least 80 steps are trained again" in notes[0].reason
     report({"step": 21})
     assert len(_noted(store, job_id)) == 1
+
+
+def test_slack_tells_a_team_that_asked_for_it(launched_again):
+    """Opt-in in `notifications.events`, as `deadline_passed`: the event's words, with a Cancel button; and many at
+    once fold into one summary."""
+    from broker.slack.config import DEFAULT_EVENTS, EVENTS
+    from broker.slack.messages import SUMMARY_HEADS, notice_kind, notification
+
+    service, store, job_id, report = launched_again
+    report({"step": 7})
+    (event,) = _noted(store, job_id)
+    assert "resume_not_restored" in EVENTS and "resume_not_restored" not in DEFAULT_EVENTS
+    reply = notification(event, store.get_job(job_id), store.attempts(job_id), [], dashboard_url="http://127.0.0.1:1/")
+    assert reply is not None and reply.text.startswith(":warning: "), reply
+    assert "did not restore the checkpoint of step 100" in reply.text and "93 steps are trained again" in reply.text
+    assert any(e["action_id"] == "broker_cancel" for b in reply.blocks if b["type"] == "actions"
+               for e in b["elements"]), reply.blocks
+    assert notice_kind(event) in SUMMARY_HEADS
