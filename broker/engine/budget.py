@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pricing.money import Micros, affordable_seconds, cost_for_seconds, fmt
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import Blocked, NoFit, cloud_block, holds, place, under_cap
+from pricing.placement import Blocked, NoFit, block_of, holds, place, unblocked, under_cap
 
 WARN_FRACTION_PERCENT = 80
 
@@ -101,16 +101,18 @@ def attempt_limit(*, attempt, attempts, budget: Micros, grace_seconds: float) ->
 def block_on(offer: Offer, blocked_until: Mapping[str, float], now: float) -> tuple[str, float] | None:
     """The entry of a job's ``blocked_zones`` (place → blocked until) that blocks ``offer`` at ``now`` — its location's,
     else its cloud's (:func:`~pricing.placement.cloud_block`) — and when that block ends; ``None``: not blocked."""
-    for key in (offer.location, cloud_block(offer.cloud)):
-        until = blocked_until.get(key)
-        if until is not None and until > now:
-            return key, until
-    return None
+    found = block_of(offer, _blocked_at(blocked_until, now))
+    return None if found is None else (found[0], blocked_until[found[0]])
 
 
 def usable_now(offers: Sequence[Offer], blocked_until: Mapping[str, float], now: float) -> list[Offer]:
-    """The ``offers`` in no zone (nor cloud) blocked for the job at ``now``."""
-    return [o for o in offers if block_on(o, blocked_until, now) is None]
+    """The ``offers`` in no zone (nor cloud) blocked for the job at ``now`` (placement's own :func:`unblocked`)."""
+    return unblocked(offers, _blocked_at(blocked_until, now))
+
+
+def _blocked_at(blocked_until: Mapping[str, float], now: float) -> frozenset[str]:
+    """The places of ``blocked_until`` blocked at ``now``, as ``Job.blocked_at`` reads a job's."""
+    return frozenset(key for key, until in blocked_until.items() if until > now)
 
 
 def blocked_words(offer: Offer, blocked_until: Mapping[str, float], now: float,
