@@ -209,6 +209,27 @@ def start_broker(tmp_path, store_url=None, port=None, *, engine="on", config: st
     return proc, url
 
 
+def stop_broker(proc, url: str, *, wait_runs: bool = True, timeout: float = 20.0) -> None:
+    """Stop a ``start_broker`` process and leave no local run behind: its jobs not ended are cancelled, and (with
+    ``wait_runs``, for a broker whose engine runs) their runs gone, before the broker gets SIGTERM."""
+    import signal
+
+    import httpx
+
+    if proc.poll() is not None:
+        return
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+        for job in client.get("/v1/jobs").json()["jobs"]:
+            if job["state"] in ("queued", "placed", "launching", "running"):
+                client.post(f"/v1/jobs/{job['id']}/cancel")
+        if wait_runs:
+            wait_for(lambda: all(j["state"] != "cancelling" for j in client.get("/v1/jobs").json()["jobs"]),
+                     timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout)
+
+
 def set_fields(store, job, **fields):
     """``job`` as stored, with ``fields`` changed and committed (the state the engine would have left); the job as
     stored after."""

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 
-import httpx
 import pytest
-from broker_testing import ADMIN, cli_runner, start_broker, wait_for
+from broker_testing import cli_runner, start_broker, stop_broker, wait_for
 
 CONFIG = """
 pools:
@@ -28,7 +26,6 @@ stop_grace_seconds: 2
 """
 FAILS = "name: {name}\nresources: {{cpus: 1, use_spot: false}}\nrun: exit 1\n"
 HOLDS = "name: holder\nresources: {accelerators: A10G:1}\nrun: sleep 120\nbroker: {expected_hours: 0.5}\n"
-HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
 
 @pytest.fixture
@@ -37,13 +34,7 @@ def run(tmp_path):
     local run left behind."""
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", config=CONFIG)
     yield cli_runner(url)
-    for job in httpx.get(f"{url}/v1/jobs", headers=HEADERS).json()["jobs"]:
-        if job["state"] in ("queued", "placed", "launching", "running"):
-            httpx.post(f"{url}/v1/jobs/{job['id']}/cancel", headers=HEADERS)
-    wait_for(lambda: all(j["state"] != "cancelling" for j in httpx.get(
-        f"{url}/v1/jobs", headers=HEADERS).json()["jobs"]), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(15)
+    stop_broker(proc, url, timeout=15)
 
 
 def _submitted(run, tmp_path, name: str, text: str) -> str:

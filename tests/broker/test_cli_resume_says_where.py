@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 
-import httpx
 import pytest
-from broker_testing import ADMIN, POOL_AND_SPOT, cli_runner, start_broker, wait_for
+from broker_testing import POOL_AND_SPOT, cli_runner, start_broker, stop_broker, wait_for
 
 FAILS = "name: {name}\nresources: {{cpus: 1, use_spot: false}}\nrun: exit 1\n"
 HOLDS = "name: holder\nresources: {cpus: 1, use_spot: false}\nrun: sleep 120\nbroker: {expected_hours: 0.5}\n"
-HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
 
 @pytest.fixture
@@ -34,16 +31,7 @@ def brokers(tmp_path):
         return cli_runner(url)
 
     def stop(proc, url, engine):
-        if proc.poll() is not None:
-            return
-        for job in httpx.get(f"{url}/v1/jobs", headers=HEADERS).json()["jobs"]:
-            if job["state"] in ("queued", "placed", "launching", "running"):
-                httpx.post(f"{url}/v1/jobs/{job['id']}/cancel", headers=HEADERS)
-        if engine == "on":  # its local runs gone before it stops
-            wait_for(lambda: all(j["state"] != "cancelling" for j in httpx.get(
-                f"{url}/v1/jobs", headers=HEADERS).json()["jobs"]), timeout=30)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(15)
+        stop_broker(proc, url, wait_runs=engine == "on", timeout=15)  # its local runs gone before it stops
 
     start.stop = lambda: stop(*started[-1])
     yield start

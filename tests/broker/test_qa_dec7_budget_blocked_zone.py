@@ -18,13 +18,11 @@ preemption, and the CLI as typed.
 from __future__ import annotations
 
 import json
-import re
-import signal
 import time
 
 import httpx
 import pytest
-from broker_testing import ADMIN, cli_runner, start_broker, wait_for
+from broker_testing import ADMIN, cli_runner, start_broker, stop_broker, wait_for
 
 from pricing.money import cost_for_seconds, fmt
 
@@ -50,12 +48,7 @@ def broker(tmp_path):
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", config=CONFIG)
     with httpx.Client(base_url=url, headers=H, timeout=10) as client:
         yield client, cli_runner(url)
-        for job in client.get("/v1/jobs").json()["jobs"]:
-            if job["state"] in ("queued", "placed", "launching", "running"):
-                client.post(f"/v1/jobs/{job['id']}/cancel")
-        wait_for(lambda: all(j["state"] != "cancelling" for j in client.get("/v1/jobs").json()["jobs"]), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(20)
+    stop_broker(proc, url)
 
 
 def _hms(epoch: float) -> str:

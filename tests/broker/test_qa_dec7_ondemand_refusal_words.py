@@ -12,11 +12,9 @@ Against a real ``broker serve`` (local launcher, a pool slot and a simulated on-
 from __future__ import annotations
 
 import json
-import signal
 
-import httpx
 import pytest
-from broker_testing import ADMIN, cli_runner, start_broker, wait_for
+from broker_testing import cli_runner, start_broker, stop_broker, wait_for
 
 CONFIG = """
 pools:
@@ -26,7 +24,6 @@ zones:
 tick_seconds: 0.2
 stop_grace_seconds: 2
 """
-H = {"Authorization": f"Bearer {ADMIN}"}
 OWN_ERROR = "name: {name}\nresources: {{cpus: 1}}\nrun: |\n  echo 'ValueError: bad label' >&2; exit 3\n"
 NO_TOKEN = ("name: {name}\nresources: {{cpus: 1}}\nrun: |\n"
             "  echo 'huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: "
@@ -38,13 +35,7 @@ NO_TOKEN = ("name: {name}\nresources: {{cpus: 1}}\nrun: |\n"
 def run(tmp_path):
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", config=CONFIG)
     yield cli_runner(url)
-    with httpx.Client(base_url=url, headers=H, timeout=10) as client:
-        for job in client.get("/v1/jobs").json()["jobs"]:
-            if job["state"] in ("queued", "placed", "launching", "running"):
-                client.post(f"/v1/jobs/{job['id']}/cancel")
-        wait_for(lambda: all(j["state"] != "cancelling" for j in client.get("/v1/jobs").json()["jobs"]), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(20)
+    stop_broker(proc, url)
 
 
 def _failed(run, tmp_path, name: str, text: str) -> str:

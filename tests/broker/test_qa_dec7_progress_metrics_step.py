@@ -13,11 +13,10 @@ step reports after the first are held back by the rate limit, and the CLI as typ
 from __future__ import annotations
 
 import json
-import signal
 
 import httpx
 import pytest
-from broker_testing import ADMIN, cli_runner, start_broker, wait_for
+from broker_testing import ADMIN, cli_runner, start_broker, stop_broker, wait_for
 
 CONFIG = """
 pools:
@@ -47,12 +46,7 @@ def broker(tmp_path):
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'b.db'}", config=CONFIG)
     with httpx.Client(base_url=url, headers=H, timeout=10) as client:
         yield client, cli_runner(url)
-        for job in client.get("/v1/jobs").json()["jobs"]:
-            if job["state"] in ("queued", "placed", "launching", "running"):
-                client.post(f"/v1/jobs/{job['id']}/cancel")
-        wait_for(lambda: all(j["state"] != "cancelling" for j in client.get("/v1/jobs").json()["jobs"]), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(20)
+    stop_broker(proc, url)
 
 
 def test_a_commit_past_the_last_report_shows_its_step_without_the_older_reports_loss(broker, tmp_path):

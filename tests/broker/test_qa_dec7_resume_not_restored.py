@@ -14,13 +14,12 @@ The boundaries (step S itself, a first commit below S, once an attempt) against 
 
 from __future__ import annotations
 
-import signal
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
-from broker_testing import ADMIN, start_broker, wait_for
+from broker_testing import ADMIN, start_broker, stop_broker, wait_for
 
 TRAINER = Path(__file__).with_name("trainer.py")
 H = {"Authorization": f"Bearer {ADMIN}"}
@@ -41,11 +40,7 @@ def client(tmp_path):
     proc, url = start_broker(tmp_path, f"sqlite://{tmp_path / 'r.db'}", config=CONFIG)
     with httpx.Client(base_url=url, headers=H, timeout=10) as c:
         yield c
-        for job in c.get("/v1/jobs").json()["jobs"]:
-            if job["state"] in ("queued", "placed", "launching", "running"):
-                c.post(f"/v1/jobs/{job['id']}/cancel")
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(20)
+    stop_broker(proc, url, wait_runs=False)
 
 
 def _job(client, job_id):

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import time
 
 import httpx
 import pytest
-from broker_testing import ADMIN, POOL_AND_SPOT, cli_runner, start_broker, wait_for
+from broker_testing import ADMIN, POOL_AND_SPOT, cli_runner, start_broker, stop_broker, wait_for
 
 CONFIG = POOL_AND_SPOT
 POOL_ONLY = "name: {name}\nresources: {{cpus: 1, use_spot: false}}\nrun: sleep 60\nbroker: {{expected_hours: 0.5}}\n"
@@ -38,15 +37,8 @@ def broker(tmp_path):
         return cli_runner(url)
 
     yield start
-    headers = {"Authorization": f"Bearer {ADMIN}"}
     for proc, url in started:  # no local run left behind: cancelled, and gone before the broker stops
-        for job in httpx.get(f"{url}/v1/jobs", headers=headers).json()["jobs"]:
-            if job["state"] in ("queued", "placed", "launching", "running"):
-                httpx.post(f"{url}/v1/jobs/{job['id']}/cancel", headers=headers)
-        wait_for(lambda: all(j["state"] != "cancelling" for j in httpx.get(  # noqa: B023
-            f"{url}/v1/jobs", headers=headers).json()["jobs"]), timeout=30)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(15)
+        stop_broker(proc, url, timeout=15)
 
 
 def _task(tmp_path, name, text):
