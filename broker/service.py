@@ -1172,7 +1172,7 @@ class BrokerService:
 
     def _blocked_cheaper(self, job: Job, mine: list[Offer]) -> tuple[str, list[Offer]] | None:
         """When the cheapest of ``mine`` the job may take is in a zone blocked for it now: that zone in words
-        (:func:`broker.engine.budget.blocked_words`, with what blocked it) and the offers it may use now; else
+        (:func:`broker.engine.budget.block_until_words`, with what blocked it) and the offers it may use now; else
         ``None``."""
         request = request_of(job)
         priced = under_cap(request, mine)
@@ -1184,7 +1184,7 @@ class BrokerService:
             return None
         blocked = job.blocked_at(now)
         causes = block_causes(job, self.store.attempts(job.id), blocked)
-        return budget_rules.blocked_words(cheapest, job.blocked_zones, now, causes), \
+        return budget_rules.block_until_words(cheapest, job.blocked_zones, now, causes), \
             budget_rules.usable_now(mine, job.blocked_zones, now)
 
     def _blocked_wait(self, job: Job, mine: list[Offer]) -> str | None:

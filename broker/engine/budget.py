@@ -115,8 +115,8 @@ def _blocked_at(blocked_until: Mapping[str, float], now: float) -> frozenset[str
     return frozenset(key for key, until in blocked_until.items() if until > now)
 
 
-def blocked_words(offer: Offer, blocked_until: Mapping[str, float], now: float,
-                  causes: Mapping[str, Blocked] | None = None) -> str:
+def block_until_words(offer: Offer, blocked_until: Mapping[str, float], now: float,
+                      causes: Mapping[str, Blocked] | None = None) -> str:
     """``zone sim-a, which this job may not use until 03:14:36Z (after a preemption there)``, for ``offer`` blocked for
     the job (:func:`block_on`); empty when it is not. Not in the words of
     :data:`~pricing.placement.BLOCKED_WORDS`, which tell the queue a job waits for capacity."""
@@ -143,7 +143,7 @@ def blocked_cheapest(request: JobRequest, offers: Sequence[Offer], *, blocked_un
     if not priced:
         return ""
     cheapest = min(priced, key=lambda o: o.price_per_hour)
-    said = blocked_words(cheapest, blocked_until, now, causes)
+    said = block_until_words(cheapest, blocked_until, now, causes)
     if not said:
         return ""
     free = usable_now(priced, blocked_until, now)
@@ -169,5 +169,5 @@ def pays_once_free(request: JobRequest, offers: Sequence[Offer], *, blocked_unti
     if isinstance(got, NoFit):
         return ""
     return (f"; what is left pays for one on {got.offer.describe()}, in "
-            f"{blocked_words(got.offer, blocked_until, now, causes)}: it can start there then, or now once its budget "
+            f"{block_until_words(got.offer, blocked_until, now, causes)}: it can start there then, or now once its budget "
             "is raised to pay for one it may use now")
