@@ -14,7 +14,8 @@ reliable tier (one changeover) still finishes by the deadline.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
 from pricing.offers import Tier
@@ -52,6 +53,8 @@ class PolicyInput:
         holding: what the job runs on now (``None``: idle, or just preempted).
         changeover_left: the part of the current instance's changeover still to run.
         spot_zones_available: zones where spot capacity is available now.
+        spot_prices: a zone's spot $/h ÷ the spot $/h the figures here are in, for zones
+            priced apart (absent: 1, as in a trace replay, where every zone costs the same).
         ondemand_available, onprem_available: whether those tiers can be had now.
         tick: seconds until the policy is asked again.
         price_ratio: on-demand $/h ÷ spot $/h.
@@ -77,6 +80,11 @@ class PolicyInput:
     onprem_ratio: float | None = None
     spent: float = 0.0
     budget: float | None = None
+    spot_prices: Mapping[str, float] = field(default_factory=dict, hash=False)
+
+    def spot_price(self, zone: str) -> float:
+        """``zone``'s spot price in the unit of these figures (1 unless priced apart)."""
+        return self.spot_prices.get(zone, 1.0)
 
     @property
     def remaining(self) -> float:

@@ -128,9 +128,10 @@ class SlackReserve:
         return inp.changeover * (t.reserve_base + t.reserve_per_preemption * min(inp.remaining / run, t.preemptions_cap))
 
     def best_zone(self, inp: PolicyInput) -> str | None:
+        """The cheapest zone with spot now, then the one with the longest expected run."""
         if not inp.spot_zones_available:
             return None
-        return max(sorted(inp.spot_zones_available), key=self.expected_run)
+        return max(sorted(inp.spot_zones_available), key=lambda z: (-inp.spot_price(z), self.expected_run(z)))
 
     def best_known_zone(self) -> str | None:
         return max(sorted(self.zones), key=self.expected_run) if self.zones else None
@@ -397,7 +398,7 @@ class ModelPredictive:
 
     def observe(self, inp: PolicyInput) -> None:
         was_up = {z: h.up_for > 0 for z, h in self.zones.zones.items()}
-        held = self._preferred(z for z, up in was_up.items() if up)  # the zone a job would have held
+        held = self._preferred((z for z, up in was_up.items() if up), inp)  # the zone a job would have held
         self.zones.observe(inp)
         t, m = self.tuning, self.model
         if held is not None and held not in inp.spot_zones_available:
@@ -423,13 +424,16 @@ class ModelPredictive:
             m.exposure[False] += (inp.tick / self.step) / (t.beta + max(m.age_seconds / self.step, 1.0))
 
     def best_zone(self, inp: PolicyInput) -> str | None:
-        """The zone whose spot run has lasted longest (the hazard falls with age), then the
-        one with the longest expected run; the plan's up-run age is that zone's."""
-        return self._preferred(inp.spot_zones_available)
+        """The cheapest zone with spot now (zones are priced apart live, never in a trace
+        replay); among those, the one whose spot run has lasted longest (the hazard falls
+        with age), then the one with the longest expected run; the plan's up-run age is
+        that zone's."""
+        return self._preferred(inp.spot_zones_available, inp)
 
-    def _preferred(self, zones) -> str | None:
+    def _preferred(self, zones, inp: PolicyInput) -> str | None:
         runs = self.zones.zones
-        return max(sorted(zones), key=lambda z: (runs[z].up_for, self.zones.expected_run(z)), default=None)
+        return max(sorted(zones), key=lambda z: (-inp.spot_price(z), runs[z].up_for, self.zones.expected_run(z)),
+                   default=None)
 
     def unproven_hop_on_credit(self, inp: PolicyInput, zone: str) -> bool:
         """Whether a hop off the reliable tier to spot in ``zone`` would be paid on credit — its

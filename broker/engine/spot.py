@@ -95,14 +95,23 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
     spot = by_tier.get(Tier.SPOT, [])
     if not spot and (holding is None or holding.tier is not Tier.SPOT):
         return None
-    cheapest_spot = min((o.price_per_hour for o in spot), default=None)
+    zone_price: dict[str, int] = {}  # each spot zone at its cheapest match: zones are priced apart
+    for o in spot:
+        if o.zone:
+            zone_price[o.zone] = min(o.price_per_hour, zone_price.get(o.zone, o.price_per_hour))
     ondemand = min((o.price_per_hour for o in by_tier.get(Tier.ONDEMAND, [])), default=None)
     onprem = min((o.price_per_hour for o in by_tier.get(Tier.ONPREM, [])), default=None)
-    base = cheapest_spot or ondemand or onprem or 1
     zones = frozenset(o.zone for o in spot if o.zone and o.zone in spot_available and o.zone not in blocked
                       and capacity.get(o.location, 1) > 0)
-    if holding is not None and holding.tier is Tier.SPOT and holding.zone in spot_available:
-        zones = zones | {holding.zone}
+    held = holding.zone if holding is not None and holding.tier is Tier.SPOT else None
+    if held is not None and held in spot_available:
+        zones = zones | {held}
+    # The policy's figures are in the spot price of the zone it would run on: the one held, else the cheapest up now
+    # (it takes the cheapest: ``spot_prices``), else the cheapest of all; a spot zone dearer than another costs more
+    # than the unit, and priced so, is taken only when no cheaper one is up.
+    up_prices = [zone_price[z] for z in zones if z in zone_price]
+    unit = zone_price.get(held) if held in zones else min(up_prices, default=None)
+    base = unit or min(zone_price.values(), default=None) or ondemand or onprem or 1
     changeover = measured_changeover(attempts, changeover)
     return PolicyInput(
         now=now, deadline=job.deadline, work_total=total,
@@ -115,6 +124,7 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
         onprem_ratio=float(onprem / base) if onprem else None,
         spent=float(job.spent) / float(base) if base else 0.0,
         budget=float(job.budget) / float(base) if base else None,
+        spot_prices={z: p / base for z, p in zone_price.items() if p != base},
     )
 
 
