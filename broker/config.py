@@ -101,6 +101,9 @@ class Team:
     # what the team's jobs may spend in a calendar month (UTC) at most, all of them together: a submit, resume or
     # budget raise that could take the month past it is refused (broker/team_budget.py); None: no cap
     monthly_budget: Micros | None = None
+    # the highest broker.priority the team's own token may give (a pool shared with other teams: a team that could
+    # give 1000 went ahead of every other team's queued jobs); an admin may give any; None: up to 1000
+    max_priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ DEFAULT_POOLS = ({"name": "local", "slots": 2, "accelerator": None, "price_per_s
 
 POOL_KEYS = frozenset({"name", "slots", "gpus", "accelerator", "price_per_slot_hour", "price_per_gpu_hour",
                        "cpus_per_slot", "memory_gib_per_slot", "kubernetes_context", "run_as"})
-TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd", "monthly_budget_usd"})
+TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd", "monthly_budget_usd", "max_priority"})
 STORE_SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
 
 
@@ -759,7 +762,11 @@ def _teams(raw: Any) -> dict[str, Team]:
         if cap is not None and default is not None and default > cap:
             raise ConfigError(f"teams.{name}.default_budget_usd: is {fmt_limit(default)}, more than the team's "
                               f"monthly_budget_usd ({fmt_limit(cap)}): every job given no budget would be refused")
-        out[str(name)] = Team(str(name), frozenset(hashes), default, cap)
+        most = t.get("max_priority")
+        if most is not None and (isinstance(most, bool) or not isinstance(most, int) or not -1000 <= most <= 1000):
+            raise ConfigError(f"teams.{name}.max_priority: is {most!r}, not a whole number from -1000 to 1000 (the "
+                              "range of broker.priority)")
+        out[str(name)] = Team(str(name), frozenset(hashes), default, cap, most)
     return out
 
 

@@ -364,6 +364,11 @@ class BrokerService:
         if self.settings.teams and team not in self.settings.teams and team != self.settings.default_team:
             known = ", ".join(sorted({*self.settings.teams, self.settings.default_team}))
             raise Invalid("broker.team", f"there is no team {team!r} (teams: {known})")
+        most = getattr(self.settings.teams.get(team), "max_priority", None)
+        if not principal.admin and most is not None and spec.broker.priority > most:
+            raise Invalid("broker.priority", f"is {spec.broker.priority}, above the most team {team} may give, {most} "
+                                             f"(teams.{team}.max_priority in the broker's config): give at most "
+                                             f"{most}, or ask an admin to submit it", status=403)
         if not self.may_name_host_paths(principal):
             for field, path in host_paths(spec.task)[:1]:
                 raise Invalid(field, f"names {path!r}, a path on the broker's host, which only an admin's submit may "
