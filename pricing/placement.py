@@ -719,7 +719,8 @@ def _how_to_price(asked: Collection[str]) -> str:
     other = sorted(c for c in asked if c not in PRICED_CLOUDS and c != "kubernetes")
     if other:
         priced = _series([*PRICED_CLOUDS, "on-prem pools"])
-        said.append(f"the broker cannot price {_series(other, 'or')}: it prices {priced}, so ask for one of those")
+        said.append(f"the broker cannot price {_series(other, 'or')}: it prices {priced}, so ask for one of those "
+                    "(a pool is `infra: local`, or `local/<pool>` for one of them)")
     return "; ".join([*said, "see docs/deploy.md"])
 
 

@@ -96,6 +96,8 @@ def test_a_refusals_cheapest_is_the_offer_placement_takes(offers, after, budget)
 @pytest.mark.parametrize("cloud, says, never", [
     pytest.param("azure", "the broker cannot price azure: it prices aws, gcp and on-prem pools",
                  "`clouds` setting", id="azure: the broker cannot price it, not 'put it in clouds'"),
+    pytest.param("onprem", "so ask for one of those (a pool is `infra: local`, or `local/<pool>` for one of them)",
+                 "`clouds` setting", id="onprem, not how a pool is asked for: how it is"),
     pytest.param("k8s", "Kubernetes takes an on-prem pool with a `kubernetes_context`",
                  "SkyPilot's catalog on", id="kubernetes: a pool with a kubernetes_context, not a catalog"),
     pytest.param("gcp", "`clouds` setting that has SkyPilot's catalog", "cannot price",
