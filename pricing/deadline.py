@@ -182,7 +182,7 @@ def cap_margin(inp: PolicyInput, action: Action, zone: str | None = None) -> flo
     the reliable tier) in the worst case after a tick of ``action``: the tick makes the
     progress it must and then the job finishes on the reliable tier, from a new changeover."""
     tick_hours = inp.tick / 3600
-    price = 1.0 if action is Action.SPOT else 0.0
+    price = (inp.spot_price(zone) if zone is not None else 1.0) if action is Action.SPOT else 0.0
     after = inp.remaining - progress_this_tick(inp, action, zone)
     finish = _reliable_ticks(inp, max(after, 0.0), inp.changeover) * tick_hours * inp.reliable_ratio if after > 0 else 0.0
     allowance = 0.0 if action is Action.WAIT and inp.on_reliable else changeover_allowance(inp)

@@ -53,3 +53,10 @@ def test_held_spot_is_kept_even_where_another_zone_is_cheaper():
     decision = decide(make_policy("broker"), inp(holding=Holding(Tier.SPOT, "a"), spot_zones_available=frozenset(
         {"a", "b"}), spot_prices={"a": 1.5}, **SAVED))
     assert (decision.action, decision.zone) == (Action.SPOT, "a")  # a move spends a changeover
+
+
+def test_the_cost_cap_weighs_a_tick_of_spot_at_its_zones_price():
+    from pricing.deadline import cap_margin
+
+    i = inp(spot_zones_available=frozenset({"a", "b"}), spot_prices={"b": 1.5}, **SAVED)
+    assert cap_margin(i, Action.SPOT, "a") - cap_margin(i, Action.SPOT, "b") == pytest.approx(0.5 * 600 / 3600)
