@@ -575,7 +575,14 @@ def cmd_serve(args) -> int:
         print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
               "or send it as Authorization: Bearer)", file=sys.stderr)
     config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
-    uvicorn.Server(config).run(sockets=[listener])
+    from broker.peers import register, unregister
+
+    # where the jobs launched on this data dir report when their own broker does not answer (broker/peers.py)
+    peer = register(settings.data_dir, settings.public_url)
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        unregister(peer)
     return 0
 
 
@@ -748,6 +755,16 @@ def cmd_worker(args) -> int:
     if key_warning:
         print(key_warning, file=sys.stderr)
     engine, notifier = worker_engine(settings, open_store(settings.store_url), open_launcher(settings))
+    if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
+        # it serves no API: its jobs report to the brokers serving it on this data dir (broker/peers.py), not to
+        # BROKER_PORT's default, 8000, which a worker beside `broker serve --port 18060 --no-engine` handed them
+        from broker.peers import serving
+
+        engine.own_url = None
+        found = serving(settings.data_dir)
+        print(f"jobs report their progress to the broker serving the API on {settings.data_dir} "
+              f"({found[0] if found else 'none now: until one starts, to ' + settings.public_url}); "
+              "set BROKER_PUBLIC_URL where the API is elsewhere", file=sys.stderr)
     retention = Retention.of(settings, engine.store)  # prunes finished jobs beside the ticks (job_retention_days)
     try:
         if args.burst:

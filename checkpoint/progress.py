@@ -43,7 +43,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 import warnings
 from typing import Any
 
@@ -79,6 +79,26 @@ class _Held:
 _held: dict[tuple, _Held] = {}
 _held_lock = threading.Lock()
 _exit_hook = False
+#: A broker URL → the URLs its reports may go to: it and the other brokers serving on its data dir
+#: (``BROKER_PROGRESS_URLS``), the one that answered last first. Shared by every :class:`Reporter` of that URL.
+_routes: dict[str, list[str]] = {}
+_routes_lock = threading.Lock()
+
+
+def _route(url: str, fallbacks: Sequence[str] = ()) -> list[str]:
+    with _routes_lock:
+        route = _routes.setdefault(url, [url])
+        route.extend(u for u in fallbacks if u and u not in route)
+        return list(route)
+
+
+def _answered(url: str, target: str) -> None:
+    """``target`` answered for ``url``: it is tried first from now on."""
+    with _routes_lock:
+        route = _routes.get(url)
+        if route and route[0] != target and target in route:
+            route.remove(target)
+            route.insert(0, target)
 
 
 def _held_for(key: tuple) -> _Held:
@@ -110,7 +130,8 @@ def _deliver_held_at_exit(budget_s: float = EXIT_RETRY_S) -> None:
 
 
 class Reporter:
-    """POSTs progress JSON to one URL; rate-limited; fire-and-forget."""
+    """POSTs progress JSON to the broker's URL (or, when it does not answer, to another broker serving on its data
+    dir: ``fallbacks``, ``BROKER_PROGRESS_URLS``); rate-limited; fire-and-forget."""
 
     def __init__(
         self,
@@ -119,7 +140,10 @@ class Reporter:
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         attempt: int | None = None,
+        fallbacks: Sequence[str] = (),
     ):
+        if url:
+            _route(url, fallbacks)
         self.url = url
         self.token = token
         self.attempt = attempt
@@ -138,8 +162,9 @@ class Reporter:
         except ValueError:
             interval = DEFAULT_INTERVAL_S
         attempt = env.get("BROKER_ATTEMPT", "")
+        fallbacks = [u.strip() for u in env.get("BROKER_PROGRESS_URLS", "").split(",") if u.strip()]
         return cls(env.get("BROKER_PROGRESS_URL") or None, env.get("BROKER_JOB_TOKEN") or None, interval,
-                   attempt=int(attempt) if attempt.isdigit() and int(attempt) > 0 else None)
+                   attempt=int(attempt) if attempt.isdigit() and int(attempt) > 0 else None, fallbacks=fallbacks)
 
     @property
     def enabled(self) -> bool:
@@ -256,23 +281,31 @@ class Reporter:
         return self._post(payload, timeout)[0]
 
     def _post(self, payload: Mapping[str, Any], timeout: float = TIMEOUT_S) -> tuple[bool, str | None]:
-        """POST now: (delivered, why not — None where the broker answered and refused it). Never raises."""
+        """POST now: (delivered, why not — None where the broker answered and refused it). Never raises. A broker
+        that does not answer (gone, or unreachable) is passed over for the next one serving on its data dir; the one
+        that answered is asked first from then on."""
         if self.attempt is not None:
             payload = {**payload, "attempt": self.attempt}
-        try:
-            request = urllib.request.Request(
-                self.url, data=json.dumps(payload).encode(), method="POST",
-                headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
-            )
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                ok = 200 <= response.status < 300
-                return ok, None if ok or response.status < 500 else f"HTTP {response.status}"
-        except urllib.error.HTTPError as e:  # the broker answered: a 4xx is a refusal, a 5xx may pass later
-            log.debug("progress report to %s failed: %s", self.url, e)
-            return False, None if e.code < 500 else f"HTTP {e.code}"
-        except Exception as e:  # noqa: BLE001 - progress must never fail training
-            log.debug("progress report to %s failed: %s", self.url, e)
-            return False, _why(e)
+        why = "no broker URL"
+        for target in _route(self.url) if self.url else ():
+            try:
+                request = urllib.request.Request(
+                    target, data=json.dumps(payload).encode(), method="POST",
+                    headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
+                )
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    _answered(self.url, target)
+                    ok = 200 <= response.status < 300
+                    return ok, None if ok or response.status < 500 else f"HTTP {response.status}"
+            except urllib.error.HTTPError as e:  # the broker answered: a 4xx is a refusal, a 5xx may pass later
+                log.debug("progress report to %s failed: %s", target, e)
+                _answered(self.url, target)
+                return False, None if e.code < 500 else f"HTTP {e.code}"
+            except Exception as e:  # noqa: BLE001 - progress must never fail training
+                log.debug("progress report to %s failed: %s", target, e)
+                if target == self.url or why == "no broker URL":  # said: why the broker's own did not answer
+                    why = _why(e)
+        return False, why
 
     def _send_async(self, payload: Mapping[str, Any]) -> None:
         threading.Thread(target=self.post, args=(payload,), name="progress-report", daemon=True).start()

@@ -7,7 +7,7 @@ launcher can make launching idempotent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
 from broker.config import Pool
@@ -16,14 +16,18 @@ from broker.workdir import changed_note, fingerprint
 from launchers.base import LaunchRequest, RunAs
 
 
-def broker_envs(job: Job, attempt: Attempt, *, public_url: str, job_token: str | None = None) -> dict[str, str]:
-    """The variables every attempt sees (names documented in the README)."""
+def broker_envs(job: Job, attempt: Attempt, *, public_url: str, job_token: str | None = None,
+                fallback_urls: Sequence[str] = ()) -> dict[str, str]:
+    """The variables every attempt sees (names documented in the README); ``fallback_urls``, the other brokers a
+    job's reports may go to when ``public_url``'s does not answer (``BROKER_PROGRESS_URLS``)."""
     envs = {
         "BROKER_JOB_ID": job.id,
         "BROKER_ATTEMPT": str(attempt.n),
         "BROKER_CHECKPOINT_URI": job.checkpoint_uri,
         "BROKER_PROGRESS_URL": f"{public_url.rstrip('/')}/v1/jobs/{job.id}/progress",
     }
+    if fallback_urls:
+        envs["BROKER_PROGRESS_URLS"] = ",".join(f"{u.rstrip('/')}/v1/jobs/{job.id}/progress" for u in fallback_urls)
     if attempt.resume_from:
         envs["BROKER_RESUME_FROM"] = attempt.resume_from
     if job_token:
@@ -85,7 +89,8 @@ def run_as_for(job: Job, pools: Iterable[Pool], checkpoint_root: str) -> RunAs |
 
 def launch_request(job: Job, attempt: Attempt, *, public_url: str, stop_grace_seconds: float,
                    job_token: str | None = None, now: float | None = None, workdir: str | None = None,
-                   mounts: dict[str, str] | None = None, run_as: RunAs | None = None) -> LaunchRequest:
+                   mounts: dict[str, str] | None = None, run_as: RunAs | None = None,
+                   fallback_urls: Sequence[str] = ()) -> LaunchRequest:
     """``workdir``: the attempt's local copy of the job's uploaded workdir pack (``broker.workdir``), given
     to the launcher as the task's ``workdir`` — the local launcher runs the job there, SkyPilot syncs it.
     ``mounts``: destination → the attempt's local copy of each uploaded file_mounts source
@@ -102,7 +107,7 @@ def launch_request(job: Job, attempt: Attempt, *, public_url: str, stop_grace_se
         attempt=attempt.n,
         task=task,
         placement=dict(attempt.placement),
-        envs=broker_envs(job, attempt, public_url=public_url, job_token=job_token),
+        envs=broker_envs(job, attempt, public_url=public_url, job_token=job_token, fallback_urls=fallback_urls),
         slots=tuple(attempt.slots),
         stop_grace_seconds=stop_grace_seconds,
         stop_in_seconds=None if attempt.limit_at is None or now is None else attempt.limit_at - now,

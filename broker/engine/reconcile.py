@@ -47,6 +47,7 @@ from broker.engine.workdir_refs import PackReferences
 from broker.lifecycle import AttemptState, JobEvent, JobState, apply
 from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_for, note_event, noted
 from broker.offers import market, matching_offers
+from broker.peers import report_urls
 from broker.queue import expected_end
 from broker.sealing import Unsealable, open_task, redact, secret_values
 from broker.spec import in_own_base
@@ -119,6 +120,9 @@ class Engine:
         self.actor = actor
         self.on_event = on_event
         self.rules = RuleBook(settings.extra.get("failure_rules"))
+        #: the URL this broker's jobs report to, its own (``None``: an engine serving no API, a ``broker worker``
+        #: given no public URL); a launch adds the other brokers serving on its data dir (``broker/peers.py``)
+        self.own_url: str | None = settings.public_url
         self.policies: dict[str, object] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -573,8 +577,9 @@ class Engine:
             workdir, mounts = files
             if now > attempt.created_at and attempt.billed_until is None:
                 job, attempt = self._billed_from_launch(job, attempt, now)
-            request = launch_request(replace(job, spec=task), attempt, public_url=self.settings.public_url,
-                                     stop_grace_seconds=self.settings.stop_grace_seconds,
+            primary, others = report_urls(self.own_url, self.settings.data_dir)
+            request = launch_request(replace(job, spec=task), attempt, public_url=primary or self.settings.public_url,
+                                     fallback_urls=others, stop_grace_seconds=self.settings.stop_grace_seconds,
                                      job_token=job_token(self.settings, job.id), now=now, workdir=workdir,
                                      mounts=mounts,
                                      run_as=run_as_for(job, self.settings.pools, self.settings.checkpoint_root))
