@@ -182,8 +182,17 @@ BAD_ARGUMENTS_HINT = ("A resume runs the same command and fails the same way: fi
                       "(or the file it reads its arguments from) and submit the task again; if the argument comes from "
                       "one of the task's envs, resume with that env changed instead (broker resume JOB --env "
                       "NAME=value).")
-DISK_FULL_HINT = ("Free space on the node or give the job a larger disk (resources.disk_size); keep fewer checkpoints "
-                  "(keep_last) or write them to object storage.")
+# a resume runs on a disk of the task's resources.disk_size, which it does not change: "resume --force" alone meets the
+# same full disk. keep_last is the checkpoint library's, said only where the file was a checkpoint's
+DISK_FULL_AGAIN = ("A resume gets a disk of the same size (resources.disk_size is the task's, which a resume does not "
+                   "change): for a larger one, submit the task again with a larger resources.disk_size (and "
+                   "broker.checkpoint set to this job's location to continue from its last checkpoint); once the job "
+                   "writes less there, a resume with --force continues it.")
+DISK_FULL_HINT = ("Free space on that disk: have the job write less there, or write its outputs to object storage. "
+                  + DISK_FULL_AGAIN)
+DISK_FULL_CHECKPOINT_HINT = ("Keep fewer checkpoints (keep_last=N needs room for N + 1: the N kept and the one being "
+                             "written), or write them to object storage (broker.checkpoint: s3://… or gs://…). "
+                             + DISK_FULL_AGAIN)
 
 # the checkpoint location (broker.checkpoint) a task names: the broker does not create a bucket, and a resume goes on
 # with the same location, so the bucket is fixed where it is, or the task is submitted again with another
@@ -285,6 +294,36 @@ SHIPPED_RULES: tuple[Rule, ...] = (
                                            "(broker resume JOB --secret NAME)"),
        r"\bPermissionError: (?P<ckpt_uri>gs://[^\s:]+): GCS denied these credentials access to bucket "
        r"'(?P<bucket>[^'\n]+)' \(403 Forbidden\)", phases=["failed"]),
+    # the checkpoint library's own errors for a local base (checkpoint/checkpointer.py: _uncreatable, _unwritable,
+    # and a background save refused for a size limit, a read-only file system or a permission, with its note): the
+    # place the checkpoints go, not the code. Read as the script's CheckpointError, it asked for --force, and a
+    # /proc/… base's FileNotFoundError read as "Could not read" though it was a write
+    _r("checkpoint_location", "The checkpoint location {ckpt_base} cannot be used{at_step}: the checkpoint library "
+       "says it {ckpt_why}.",
+       CHECKPOINT_LOCATION_HINT.format(fix="make it a directory the job can write on the node that runs it, or "
+                                           "one the job can create (a path under no file, on a file system mounted "
+                                           "read-write)"),
+       r"\bCheckpointError: checkpoint base (?P<ckpt_base>/[^\n]*?) (?P<ckpt_why>cannot be created: [^\n]*?|is a "
+       r"file, not a directory|is not writable by this process[^\n]*?)\.?[ \t]*$", phases=["failed"]),
+    _r("checkpoint_location", "The checkpoint location {ckpt_base} cannot be used{at_step}: the checkpoint of step "
+       "{ckpt_step} could not be written there: {ckpt_error}{ckpt_note}.",
+       "Not the job's code, but where its checkpoints are written: a file of a checkpoint is over the size limit, "
+       "the process's (a `ulimit -f` in the task's commands, or the node's limits) or the file system's. Raise that "
+       "limit, or checkpoint to another file system or to object storage (broker.checkpoint); a resume needs no "
+       "--force, but runs the task's commands as they were submitted: a limit set there needs the task submitted "
+       "again.",
+       r"\bCheckpointError: background checkpoint save failed: the checkpoint of step (?P<ckpt_step>\d+) could not "
+       r"be written(?: to (?P<ckpt_to>/[^\n]*?))?: (?P<ckpt_error>\w*Error: \[Errno 27\] [^\n]*?)"
+       r"(?P<ckpt_note> \(a file is over the size limit[^\n]*\))?[ \t]*$", phases=["failed"]),
+    _r("checkpoint_location", "The checkpoint location {ckpt_base} cannot be used{at_step}: the checkpoint of step "
+       "{ckpt_step} could not be written there: {ckpt_error}{ckpt_note}.",
+       CHECKPOINT_LOCATION_HINT.format(fix="let the job write there (the directory's owner and permissions, a file "
+                                           "system mounted read-write, no other run saving to the same base)"),
+       r"\bCheckpointError: background checkpoint save failed: the checkpoint of step (?P<ckpt_step>\d+) could not "
+       r"be written(?: to (?P<ckpt_to>/[^\n]*?))?: (?P<ckpt_error>\w*Error: \[Errno (?:30|13|1|2)\] [^\n]*?)"
+       r"(?P<ckpt_note> \((?:a read-only file system|no permission to write there|the operation is not permitted "
+       r"there|the checkpoint's folder was deleted|the folder it goes in could not be created)[^\n]*\))?[ \t]*$",
+       phases=["failed"]),
     # a resume runs the task as it was submitted: the batch size is changed where the run reads it, not by resuming
     _r("gpu_oom", "Out of GPU memory{batch}{at_step}.",
        "Try a smaller batch size, gradient accumulation or activation checkpointing. A resume continues from the last "
@@ -504,6 +543,11 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        HOST_OOM_HINT,
        r"DefaultCPUAllocator: can't allocate memory|^MemoryError\b|Cannot allocate memory"
        r"|_ArrayMemoryError\b|Unable to allocate [\d.]+ [KMGTPE]?i?B for an array", phases=["failed"]),
+    # a file of a checkpoint (the library's …/step-<12 digits>-<13 digits>/… folder, or its exit sentence's store)
+    _r("disk_full", "The disk is full{at_step}: the checkpoint could not write {path}.",
+       DISK_FULL_CHECKPOINT_HINT,
+       r"(?:No space left on device|Disk quota exceeded)[^\n]{0,300}?(?P<path>(?:(?:s3|gs|gcs|file)://[^\s'\"]*?|/"
+       r"[^\s'\":]*?)/step-\d{12,}-\d{13,}(?:/[^\s'\":]*)?)"),
     _r("disk_full", "The disk is full{at_step}: could not write {path}.",
        DISK_FULL_HINT,
        r"(?:No space left on device|Disk quota exceeded)(?:[^\n]{0,300}?(?P<path>(?:s3|gs|gcs|file)://[^\s'\"]+|/[^\s'\":]+))?"),
@@ -861,7 +905,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  "reason": ending.reason.rstrip(".") or "?",
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
         if facts.get("message"):
-            facts["message"] = ": " + _clip(facts["message"]).rstrip(".")
+            facts["message"] = ": " + _clip_message(facts["message"]).rstrip(".")
         if facts.get("src"):
             facts["src"] = ": " + _clip(facts["src"], 160).rstrip(".")
         if match is not None and "exception" in match.re.groupindex and match.group("exception"):
@@ -883,8 +927,13 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
             facts["op"] = f" ({facts['op']})"
         if (ms := facts.get("timeout_ms") or facts.get("gloo_ms")) is not None:
             facts["timeout"] = f"its timeout of {_duration(int(ms))}"
+        if facts.get("ckpt_error") and not facts.get("ckpt_base"):  # a local save's: the folder, or the file named
+            facts["ckpt_uri"] = facts.get("ckpt_to") or _quoted_path(facts["ckpt_error"])
+            facts.setdefault("ckpt_note", "")
         if facts.get("ckpt_uri"):  # a save names its checkpoint's directory (…/step-…-…/…): the location is above it
             facts["ckpt_base"] = _CHECKPOINT_PART.sub("", facts["ckpt_uri"].rstrip("/"))
+        if facts.get("ckpt_error") and not facts.get("ckpt_base"):  # an error that named no path
+            facts["ckpt_base"] = "of the job (broker.checkpoint)"
         if match is not None and match.groupdict().get("path"):
             facts["path"] = _whole_path(match)
         facts.setdefault("path", "a file")
@@ -1343,6 +1392,13 @@ def _whole_path(match: re.Match) -> str:
     return text[start:match.end("path")].rstrip(".,;")
 
 
+def _quoted_path(said: str) -> str:
+    """The path an OSError's message ends with (``[Errno 27] File too large: '/ckpt/run/step-…/00-w.safetensors'``),
+    or "" when it names none."""
+    named = re.search(r": '(/[^'\n]+)'\s*$", said)
+    return named.group(1) if named else ""
+
+
 def _duration(ms: int) -> str:
     """600000 → "10 minutes", 90000 → "90 seconds", 1 → "1 ms"."""
     if ms < 1000:
@@ -1393,6 +1449,21 @@ def _last_line(log_tail: str) -> str:
 def _clip(text: str, size: int = 200) -> str:
     text = text.strip()
     return text if len(text) <= size else text[:size - 1] + "…"
+
+
+def _clip_message(text: str, size: int = 200) -> str:
+    """An exception's message, clipped as :func:`_clip` does, but keeping its closing note in parentheses (the
+    checkpoint library's "(a file is over the size limit: …)", which says what the error means) and cut where a word
+    ends, not inside the path before it."""
+    text = text.strip()
+    note = re.search(r" \([^()\n]{1,200}\)\.?$", text)
+    if len(text) <= size or note is None:
+        return _clip(text, size)
+    head, budget = text[:note.start()], max(size - len(note.group()), 80)
+    if len(head) > budget:
+        cut = head.rfind(" ", 0, budget)
+        head = head[:cut if cut > budget // 2 else budget].rstrip(" :,;") + " …"
+    return head + note.group()
 
 
 def _last_match(pattern: re.Pattern, text: str, since: int = 0) -> re.Match | None:

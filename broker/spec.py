@@ -1206,7 +1206,7 @@ def checkpoint_uri_problem(uri: str) -> str | None:
         if scheme not in storage_schemes():
             return (f"{uri!r}: unknown storage scheme '{m.group(1)}://' (use s3://bucket/run, gs://bucket/run, "
                     "file:// or a local path)")
-        if scheme != "file" or rest[2:].startswith("/"):
+        if scheme != "file":
             return None
         path = rest[2:]
     else:
@@ -1214,7 +1214,20 @@ def checkpoint_uri_problem(uri: str) -> str | None:
         if first in _BUCKET_STORES and uri[len(first):].startswith("//"):
             return f"{uri!r}: looks like a URL missing ':' (like {first}://bucket/run)"
         path = uri
-    if path.startswith(("/", "~")):
+    if path.startswith("/"):
+        # the library's refusal when the checkpointer is made (checkpoint/checkpointer.py, _uncreatable), read on the
+        # broker's host: /dev/null/run was taken, placed and paid for, and failed there at once
+        import os
+
+        if os.path.exists(path) and not os.path.isdir(path):
+            return f"{uri!r}: checkpoint base {path} is a file, not a directory"
+        parent = path
+        while not os.path.exists(parent) and posixpath.dirname(parent) != parent:
+            parent = posixpath.dirname(parent)
+        if parent != path and not os.path.isdir(parent):
+            return f"{uri!r}: checkpoint base {path} cannot be created: {parent} is a file, not a directory"
+        return None
+    if path.startswith("~"):
         return None
     return (f"{uri!r} is a relative path: each attempt runs in a folder of its own, so a resume would not find the "
             "checkpoints of the attempt before; give a bucket (s3://bucket/run, gs://bucket/run) or an absolute path "

@@ -49,6 +49,18 @@ def seconds(name: str, value: Any, *, zero: bool = False) -> float:
     return number
 
 
+def flag(name: str, value: Any) -> bool:
+    """``value``, which must be ``True`` or ``False`` itself: anything else (``"no"``, ``0``, ``None``) is a
+    ``TypeError`` naming ``name``. Read for its truth, ``allow_pickle="no"`` turned unpickling on.
+
+    Raises:
+        TypeError: not a bool.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {_kind(value)}")
+    return value
+
+
 def _kind(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"

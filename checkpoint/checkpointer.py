@@ -340,6 +340,7 @@ class Checkpointer:
         be lost to an earlier, perhaps passing, error. The notice's own save failing is raised.
         """
         step = _step(step)
+        arguments.flag("wait", wait)  # read for its truth, wait="no" waited
         self._writes("save")
         self._raise_pending(unless_preempted=True)
         if self._closed:
@@ -552,9 +553,22 @@ class Checkpointer:
         where = self.uri if cid is None else self._storage.uri(cid.name)
         step = "a checkpoint" if cid is None else f"the checkpoint of step {cid.step}"
         hint = _HINTS.get(getattr(error, "errno", None), "")
+        if hint and getattr(error, "errno", None) == errno.ENOENT and not self._in_folder(error, cid):
+            # a folder on the way that was never there (Checkpointer("/proc/x")): not one deleted under the save
+            hint = " (the folder it goes in could not be created there)"
         said = _describe(error)
         to = "" if where in said else f" to {where}"  # the store's error names the file already
         return f"background checkpoint save failed: {step} could not be written{to}: {said}{hint}"
+
+    def _in_folder(self, error: BaseException, cid: CheckpointId | None) -> bool:
+        """Whether the file a save's ``FileNotFoundError`` names is in the checkpoint's own folder: made by the save,
+        then gone under it. A path above it (``/proc/h2``, which cannot hold a folder) was never there."""
+        named = getattr(error, "filename", None)
+        if named is None or cid is None:
+            return False
+        local = getattr(self._storage, "local_path", None)
+        folders = {self._storage.uri(cid.name), local(cid.name) if callable(local) else None} - {None}
+        return any(str(named) == f or str(named).startswith(f.rstrip("/") + "/") for f in folders)
 
     def _exit_once_others_saved(self) -> None:
         """``due()`` after this checkpointer's notice save committed (it returned: other writers were to save too):
@@ -705,6 +719,8 @@ class Checkpointer:
             UnsafeCheckpointError: the chosen checkpoint contains pickled objects and
                 ``allow_pickle`` is False.
         """
+        arguments.flag("allow_pickle", allow_pickle)  # read for its truth, allow_pickle="no" unpickled
+        arguments.flag("strict", strict)
         if into is not None and not isinstance(into, Mapping):  # iterated, a module gave a baffling traceback
             raise TypeError(f"restore(into=...) takes a dict of name → object, like save(), got {type(into).__name__}")
         if step is not None:
@@ -951,8 +967,9 @@ def _checkpoint_not_base(uri: str) -> str | None:
 
 def _uncreatable(base: str | None, *, files_only: bool = False) -> str | None:
     """Why the local base ``base`` cannot be made into a directory (a file on its path, a parent this process
-    cannot write), in a sentence naming the path; None when it can or is one. Nothing is created: a checkpointer
-    opened only to read leaves no trace, and the first save makes the directories. ``files_only`` (when the
+    cannot write), in a sentence naming the path; None when it can or is one. Nothing is left behind (whether the
+    parent can be written is tried with a file made and removed there): a checkpointer opened only to read leaves
+    no trace, and the first save makes the directories. ``files_only`` (when the
     checkpointer is made, before anyone knows it writes): only a file on the path, which no checkpoint can be
     read from either; a parent that cannot be written is said at the first ``due()``/``save()``."""
     if base is None:
@@ -964,18 +981,37 @@ def _uncreatable(base: str | None, *, files_only: bool = False) -> str | None:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         return f"checkpoint base {base} cannot be created: {parent} is a file, not a directory"
-    if not files_only and not os.access(parent, os.W_OK | os.X_OK):
-        return f"checkpoint base {base} cannot be created: this process cannot write in {parent}"
+    if not files_only and (failed := _cannot_write_in(parent)):
+        return f"checkpoint base {base} cannot be created: this process cannot write in {parent} ({failed})"
     return None
 
 
 def _unwritable(base: str | None) -> str | None:
     """Why checkpoints cannot be written in the existing local directory ``base`` (read-only), or None. Asked at
     the first ``due()``/``save()``, not before: a read-only directory is a fine place to restore weights from."""
-    if base is None or not os.path.isdir(base) or os.access(base, os.W_OK | os.X_OK):
+    if base is None or not os.path.isdir(base) or not (failed := _cannot_write_in(base)):
         return None
     return (f"checkpoint base {base} is not writable by this process (its permissions, or a read-only file "
-            f"system): no checkpoint could be saved there")
+            f"system: {failed}): no checkpoint could be saved there")
+
+
+def _cannot_write_in(directory: str) -> str | None:
+    """Why a file cannot be made in ``directory`` (``[Errno 30] Read-only file system``), found by making one and
+    removing it; None when it can. Not ``os.access``, which passes for root whatever the mode, and for a directory
+    in which nothing can be made (``/proc``): root is what a container runs as."""
+    probe = os.path.join(directory, f".checkpoint-probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # a probe of this thread's left by a kill: the directory took it
+        return None
+    except OSError as e:
+        return f"[Errno {e.errno}] {e.strerror}" if e.errno is not None else str(e)
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:  # made, so the directory can be written; its removal is best effort
+        pass
+    return None
 
 
 def _cast_on_load(target: Any, saved: Any) -> list[tuple[str, str, str]]:
@@ -1264,6 +1300,8 @@ def _step(step: Any) -> int:
     if serialization.is_tensor(step) and step.dim() != 0:
         raise TypeError(f"step must be an integer (or a 0-d integer tensor), got a tensor of shape "
                         f"{tuple(step.shape)}: pass int(...) of the step")
+    if isinstance(step, bool):  # an int to Python: save(True, state) was saved as step 1
+        raise TypeError(f"step must be an integer, got bool {step!r}")
     try:
         return operator.index(step)
     except TypeError:

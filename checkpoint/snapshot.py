@@ -180,6 +180,9 @@ class _Encoder:
             return [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
         if isinstance(obj, (bytes, bytearray)):
             return {"__bytes__": base64.b64encode(obj).decode()}
+        if isinstance(obj, type) and is_stateful(obj):  # GlobalRNG for GlobalRNG(): "state_dict() missing 'self'"
+            raise TypeError(f"{where}: {obj.__qualname__} is a class, not an object of it, and cannot be checkpointed: "
+                            f"give an instance of it ({obj.__qualname__}(...), not {obj.__qualname__})")
         if is_stateful(obj):  # a DDP-wrapped model is saved as the model inside: see unwrap_parallel
             return self.encode(serialization.unwrap_parallel(obj).state_dict(), where)
         return self._pickle(obj, where)
@@ -216,11 +219,16 @@ class _Encoder:
         try:
             data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001 - pickle raises many kinds; each is "cannot be saved"
-            raise TypeError(f"{where}: a {type(obj).__name__} cannot be checkpointed (not a tensor, array, "
+            raise TypeError(f"{where}: {_a(type(obj).__name__)} cannot be checkpointed (not a tensor, array, "
                             f"plain value or object with state_dict(), and pickle refuses it: {e})") from None
         self._captured.objects.append(data)
-        self._captured.pickled.append(f"{where} (a {type(obj).__name__})")
+        self._captured.pickled.append(f"{where} ({_a(type(obj).__name__)})")
         return {"__pickle__": len(self._captured.objects) - 1}
+
+
+def _a(name: str) -> str:
+    """``name`` with its article: "a Cfg", "an object" (was "a object")."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 #: defaultdict factories kept by name (any other factory, a lambda above all, may not even pickle)

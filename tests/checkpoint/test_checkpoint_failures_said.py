@@ -17,6 +17,17 @@ from fakes import FailingStorage, checkpointer, memory_store
 from checkpoint import Checkpointer, CheckpointError
 
 
+def refuse_new_files_in(directory, monkeypatch):
+    """``directory`` as a read-only one is, for whoever runs the tests (root too): a new file there is refused."""
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and os.path.dirname(os.fspath(path)) == directory:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "open", refusing)
+
+
 def test_a_local_base_under_a_file_is_refused_when_the_checkpointer_is_made(tmp_path):
     (tmp_path / "afile").write_text("hi")
     base = tmp_path / "afile" / "run"
@@ -38,9 +49,7 @@ def test_a_read_only_local_base_restores_but_is_refused_at_the_first_due(tmp_pat
     base = str(tmp_path / "run")
     with Checkpointer(base, env={}, handle_sigterm=False) as ckpt:
         ckpt.save(3, {"w": np.ones(2)}, wait=True)
-    real_access = os.access
-    monkeypatch.setattr(os, "access",
-                        lambda p, mode, **kw: False if os.fspath(p) == base else real_access(p, mode, **kw))
+    refuse_new_files_in(base, monkeypatch)
     ckpt = Checkpointer(base, every_steps=5, env={}, handle_sigterm=False)
     try:
         assert ckpt.restore().step == 3
@@ -142,9 +151,7 @@ def test_a_local_base_whose_parent_cannot_be_written_is_refused_at_the_first_due
     parent = str(tmp_path / "ro")
     os.mkdir(parent)
     base = os.path.join(parent, "run")
-    real_access = os.access
-    monkeypatch.setattr(os, "access",
-                        lambda p, mode, **kw: False if os.fspath(p) == parent else real_access(p, mode, **kw))
+    refuse_new_files_in(parent, monkeypatch)
     ckpt = Checkpointer(base, every_steps=5, env={}, handle_sigterm=False)
     try:
         assert ckpt.restore() is None
