@@ -1618,6 +1618,9 @@ def _next_step(job: dict) -> str | None:
                 f"continues it {where}")
     keep = f" (with broker.checkpoint: {job['checkpoint_uri']} to continue from step {point})" \
         if point is not None and job.get("checkpoint_uri") else ""
+    if (job.get("diagnosis") or {}).get("class") == "disk_full":  # a resume gets the same disk: --force alone fills it
+        return (f"a full disk: once the job writes less there, `broker resume {jid} --force` continues it {where} on "
+                f"a disk of the same size; for a larger one, submit again with a larger resources.disk_size{keep}")
     # "--force runs it again unchanged" was not so: a workdir on the broker's host is read anew at each attempt
     return (f"a failure of the job's own: fix what made it fail, then `broker resume {jid} --force` continues it "
             f"{where} with the code as it is then (a workdir on the broker's host is read anew at each attempt); "

@@ -147,8 +147,10 @@ class DryRunOut(BaseModel):
     price_per_hour: Money | None = Field(description="the cheapest tier's price per hour, all nodes")
     budget_covers: dict[str, bool] | None = Field(description="per tier quoted, whether the budget covers its "
                                                               "estimate; null without expected_hours")
-    budget_lasts_seconds: int | None = Field(description="without expected_hours: how long the budget pays for the "
-                                                         "cheapest tier, a clean stop included; else null")
+    budget_lasts_seconds: int | None = Field(description="without expected_hours: how long the budget runs the job "
+                                                         "until its budget stop on the cheapest tier it can start on "
+                                                         "(the clean stop and any billing after the run kept out); "
+                                                         "else null")
     placement: dict[str, Any] | None = Field(description="where the scheduler would place it now (tier, cloud, "
                                                          "region, zone or pool, instance type, $/h), as the job's "
                                                          "placement; null: it would wait (reason says why)")

@@ -104,6 +104,15 @@ def test_the_next_step_of_a_job_that_lacked_secrets_names_those_its_diagnosis_as
             "from its last checkpoint (step 1200)") in _shown(_job("failed", diagnosis))
 
 
+def test_the_next_step_of_a_full_disk_says_what_a_resume_cannot_change():
+    """It offered `broker resume --force` alone, which runs on a disk of the same size and fills it again."""
+    said = " ".join(_shown(_job("failed", {"class": "disk_full", "infrastructure": False, "text": "The disk is full."}))
+                    .split())
+    assert ("next: a full disk: once the job writes less there, `broker resume j-0123456789 --force` continues it from "
+            "its last checkpoint (step 1200) on a disk of the same size; for a larger one, submit again with a larger "
+            "resources.disk_size") in said, said
+
+
 @pytest.mark.parametrize("state", ["queued", "running", "succeeded", "cancelled"])
 def test_status_of_a_job_with_nothing_to_continue_names_no_next_step(state):
     assert "next:" not in _shown(_job(state))
