@@ -1009,15 +1009,19 @@ class BrokerService:
                                    f"(broker ondemand {job.id}); switched with force it runs again unchanged, which "
                                    "fails the same way unless the credentials outside the task changed",
                                    field="secrets")
+                step = (job.last_checkpoint or {}).get("step")
+                # it said "it goes on from its last checkpoint" of a job that saved none
+                goes_on = f"it goes on from its last checkpoint (step {step})" if step is not None else \
+                    "it starts over (it saved no checkpoint)"
                 if switching:
                     raise Conflict(f"not switched to on-demand: the job failed for a reason of its own that on-demand "
                                    f"capacity would not change: {text} Change what made it fail, then switch it with "
-                                   "--force: it goes on from its last checkpoint on on-demand with the code as it is "
+                                   f"--force: {goes_on} on on-demand with the code as it is "
                                    "then (a workdir that is a path on this host is read anew at each attempt, a git "
                                    "workdir cloned again at its ref; an uploaded one stays as it was, so submit the "
                                    f"job again); where an env is the cause, broker resume {job.id} --env NAME=value "
                                    f"needs no --force, and broker ondemand {job.id} then pins it to on-demand. "
-                                   "Forced with nothing changed, it fails the same way",
+                                   "Forced with nothing changed, it fails the same way.",
                                    field="force")
                 if names:  # "change the job and resubmit" sent the user to a new submit, "force" to the same failure
                     flags = " ".join(f"--secret {n}" for n in dict.fromkeys(names))
@@ -1028,13 +1032,18 @@ class BrokerService:
                                    field="secrets")
                 # "resumed with force it runs again unchanged" was not so: a workdir on this host is read anew at each
                 # attempt (its launch says what changed), a git one cloned again at its ref; an uploaded one is not
+                if "--force" in str(diagnosis.get("hint") or ""):
+                    # its hint says already how to go on (with --force, or an env): said once, not twice over
+                    raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely "
+                                   f"meet again: {text} Resumed with --force, {goes_on}; forced with nothing changed, "
+                                   "it fails the same way.", field="force")
                 raise Conflict(f"not resumed: the job failed for a reason of its own that a resume would likely meet "
-                               f"again: {text} Change what made it fail, then resume it with --force: it goes on from "
-                               "its last checkpoint with the code as it is then (a workdir that is a path on this "
+                               f"again: {text} Change what made it fail, then resume it with --force: {goes_on} "
+                               "with the code as it is then (a workdir that is a path on this "
                                "host is read anew at each attempt, a git workdir cloned again at its ref; an uploaded "
                                f"one stays as it was, so submit the job again); where an env is the cause, broker "
                                f"resume {job.id} --env NAME=value needs no --force. Forced with nothing "
-                               "changed, it fails the same way",
+                               "changed, it fails the same way.",
                                field="force")
             waits = None
             if job.state is JobState.STOPPED_BUDGET:

@@ -57,8 +57,8 @@ def test_a_switch_of_a_job_that_failed_in_its_own_code_speaks_of_the_switch(run,
     said = _said(r)
     assert r.returncode == 1 and "not switched to on-demand: the job failed for a reason of its own that on-demand " \
                                  "capacity would not change:" in said, said
-    assert f"Change what made it fail, then switch it with --force (broker ondemand {jid} --force): it goes on from " \
-           "its last checkpoint on on-demand" in said, said
+    assert f"Change what made it fail, then switch it with --force (broker ondemand {jid} --force): it starts over " \
+           "(it saved no checkpoint) on on-demand" in said, said  # it said "from its last checkpoint" of none
     assert f"broker resume {jid} --env NAME=value needs no --force, and broker ondemand {jid} then pins it to " \
            "on-demand. Forced with nothing changed, it fails the same way" in said, said
     assert said.count("--force (broker") == 1 and "resume it with --force" not in said, said
@@ -66,7 +66,8 @@ def test_a_switch_of_a_job_that_failed_in_its_own_code_speaks_of_the_switch(run,
 
     # the resume's own refusal, the command spliced once where it first asks for force
     said = _said(r := run("resume", jid, check=False))
-    assert r.returncode == 1 and f"then resume it with --force (broker resume {jid} --force): it goes on" in said, said
+    assert r.returncode == 1 and f"then resume it with --force (broker resume {jid} --force): it starts over" in said, \
+        said
     assert said.count("--force (broker") == 1 and "Forced with nothing changed, it fails the same way" in said, said
 
     # forced, the switch resumes it on on-demand
