@@ -20,7 +20,7 @@ from pricing.money import Micros, fmt, fmt_limit, to_decimal
 from pricing.offers import Offer
 from pricing.placement import (candidates, least_start_budget, nodes_shortfall, start_shortfall,
                                without_local_disk)
-from pricing.quote import Quote, money_text, quote
+from pricing.quote import Quote, money_text, quote, run_until_budget_stop
 
 
 class Refused(Exception):
@@ -37,19 +37,46 @@ class Admitted:
     event: Event
 
 
-def quote_record(q: Quote) -> dict:
-    """The quote as stored on the job and shown to the user (money as micro-dollars and text)."""
+def quote_record(q: Quote, *, stop_seconds: int = 0) -> dict:
+    """The quote as stored on the job and shown to the user (money as micro-dollars and text). ``stop_seconds``: the
+    clean stop the engine keeps of every budget, and per tier ``after_run_seconds``, what its billing after the run
+    is for: what :func:`budget_lasts` needs to tell how long a budget runs the job."""
     return {
         "expected_hours": str(q.expected_hours) if q.expected_hours is not None else None,
         "per_hour_only": q.expected_hours is None,
+        "stop_seconds": stop_seconds,
         "tiers": [
             {
                 "tier": t.tier.value, "offer": t.offer.describe(), "price_per_hour": t.price_per_hour,
-                "estimate": t.estimate, "after_run": t.after_run, "text": money_text(t),
+                "estimate": t.estimate, "after_run": t.after_run, "after_run_seconds": t.after_run_seconds,
+                "text": money_text(t),
             }
             for t in sorted(q.tiers, key=lambda t: t.price_per_hour)
         ],
     }
+
+
+def budget_lasts(quote: Mapping | None, budget: Micros) -> dict[str, int | None] | None:
+    """For a job priced per hour (no ``expected_hours``), how long ``budget`` runs it on each tier of its stored
+    ``quote`` (:func:`quote_record`), cheapest tier first: seconds until its budget stop there
+    (:func:`pricing.quote.run_until_budget_stop`: what is left after the tier's billing after the run and the clean
+    stop), or ``None`` for a tier the budget cannot start it on at all. ``None`` for a quote of the whole run, or none.
+    The one computation of the CLI's "the budget runs it for about …" and a dry run's ``budget_lasts_seconds``: they
+    said the budget over the price, where the engine stops a job once what is left pays only for the clean stop."""
+    if not isinstance(quote, Mapping) or not quote.get("per_hour_only") or not isinstance(budget, int):
+        return None
+    lasts: dict[str, int | None] = {}
+    tiers = [t for t in quote.get("tiers") or [] if isinstance(t, Mapping)
+             and isinstance(t.get("price_per_hour"), int) and t["price_per_hour"] > 0]
+    stop = quote.get("stop_seconds") if isinstance(quote.get("stop_seconds"), int) else 0
+    for t in sorted(tiers, key=lambda t: t["price_per_hour"]):
+        after = t.get("after_run_seconds")
+        if not isinstance(after, int):  # stored before the seconds were: from the figure, rounded up
+            billed = t.get("after_run") if isinstance(t.get("after_run"), int) else 0
+            after = -(-billed * 3600 // t["price_per_hour"])
+        lasts.setdefault(t["tier"], run_until_budget_stop(budget, t["price_per_hour"], after_run_seconds=after,
+                                                          stop_seconds=stop))
+    return lasts
 
 
 def admit(
@@ -74,7 +101,9 @@ def admit(
     too_few = nodes_shortfall(spec.request, offers)
     if too_few is not None:  # else it waited for ever, "full right now"
         raise Refused("num_nodes", f"is {n}, but {too_few}: ask for at most that many nodes")
-    q = quote(spec.request, offers, after_run_seconds=after_run_seconds)
+    # with ``ordered``, each tier on the alternative placement takes with this budget (a later one where the budget
+    # cannot pay the earlier), so that the quote, its budget check and the placement tell of one offer
+    q = quote(spec.request, offers, after_run_seconds=after_run_seconds, budget=budget, stop_seconds=min_run_seconds)
     if not q.tiers:
         # offers of its shape exist but all cost more than its cap: the cap is what to change
         field = "broker.max_price_per_hour" if candidates(spec.request, offers) else _resources_field(spec, offers)
@@ -106,7 +135,7 @@ def admit(
         deadline=spec.broker.deadline,
         max_price_per_hour=spec.broker.max_price_per_hour,
         expected_hours=str(spec.broker.expected_hours) if spec.broker.expected_hours is not None else None,
-        quote=quote_record(q),
+        quote=quote_record(q, stop_seconds=min_run_seconds),
         checkpoint_uri=checkpoint_uri,
         idempotency_key=idempotency_key,
         submitted_by=actor,

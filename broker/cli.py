@@ -629,9 +629,15 @@ def _broker_logs() -> None:
 
     handler = logging.StreamHandler()
     handler.setFormatter(_log_format())
-    logger = logging.getLogger("broker")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    # the price table's own lines (pricing.loading: a catalog passed over) are the broker's too. Said by this handler
+    # alone: passed on to the root logger as well, they were said twice wherever it has a handler — importing SkyPilot
+    # gives it one (sky/catalog/data_fetchers/fetch_vsphere.py calls logging.basicConfig()), so each catalog warning
+    # came once with its time and once as "WARNING:broker.offers:..."
+    for name in ("broker", "pricing"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def _log_format():
@@ -904,26 +910,60 @@ def _print_json(data: Any) -> None:
 
 def _budget_lasts(job: dict) -> str:
     """For a job priced per hour (no ``expected_hours``), how long its budget runs it on each tier it may run on (at
-    the tier's cheapest match, cheapest tier first), when one of them is under a day: a $0.002 budget was admitted
-    at "$0.20/h" and stopped at it within seconds, the user learning only then what it paid for."""
-    quote = job.get("quote") or {}
-    tiers = [t for t in quote.get("tiers") or [] if isinstance(t.get("price_per_hour"), int) and t["price_per_hour"] > 0]
-    budget = (job.get("budget") or {}).get("micros")
-    if not quote.get("per_hour_only") or not tiers or not isinstance(budget, int):
-        return ""
+    the tier's cheapest match, cheapest tier first) before its budget stop, when one of them is under a day, and each
+    tier the budget cannot start it on at all: a $0.002 budget was admitted at "$0.20/h" and stopped at it within
+    seconds, the user learning only then what it paid for. Until the budget stop, not the budget over the price: the
+    engine stops a job once what is left pays only for a clean stop, and a SkyPilot cluster's billing after its run
+    is kept of the budget too (:func:`broker.admission.budget_lasts`, which a dry run's ``budget_lasts_seconds`` reads
+    as well)."""
+    from broker.admission import budget_lasts
     from broker.views import duration
 
+    quote = job.get("quote") or {}
+    budget = (job.get("budget") or {}).get("micros")
     # each tier it may run on, cheapest first: named for the cheapest alone, a job the full pool sent to spot was
     # stopped in a third of the time said
-    lasts = {}
-    for t in sorted(tiers, key=lambda t: t["price_per_hour"]):
-        lasts.setdefault(t["tier"], budget * 3600 // t["price_per_hour"])
-    if min(lasts.values()) >= 86_400:
+    lasts = budget_lasts(quote, budget) if isinstance(budget, int) else None
+    if not lasts:
         return ""
-    said = [f"{duration(seconds)} on {tier}" for tier, seconds in lasts.items()]
+    runs = {tier: seconds for tier, seconds in lasts.items() if seconds is not None}
+    cannot = [TIER_WORDS.get(tier, tier) for tier, seconds in lasts.items() if seconds is None]
+    if not cannot and min(runs.values()) >= 86_400:
+        return ""
+    after = any(t.get("after_run") for t in quote.get("tiers") or [] if isinstance(t, dict) and t.get("tier") in runs)
+    kept = "a clean stop and the billing after its run" if after else "a clean stop"
+    said = [f"{duration(seconds)} on {TIER_WORDS.get(tier, tier)}" for tier, seconds in runs.items()]
     listed = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
-    return (f" — the budget pays for about {listed}, a clean stop at its end included (give broker.expected_hours "
-            "for an estimate of the whole run)")
+    ran = f"runs it for about {listed} until its budget stop, {kept} kept out of it" if said else ""
+    none = f"cannot start it on {' or '.join(cannot)} at all" if cannot else ""
+    return (f" — the budget {ran}{'; it ' if ran and none else ''}{none} (give broker.expected_hours for an estimate "
+            "of the whole run)")
+
+
+def _placed_said(reason: str, price: str) -> str:
+    """A dry run's placement sentence with its price (``, at $11.26/h``) after the offer placed on, before the clause
+    naming a cheaper offer of a later ``ordered`` alternative passed over: added at the end, it read as that offer's
+    ("spot 8x A100 … is cheaper but comes later in `ordered`, at $11.26/h", the H100's price)."""
+    from pricing.placement import LATER_IN_ORDERED
+
+    head, sep, passed = reason.rpartition("; ")
+    if sep and passed.endswith(LATER_IN_ORDERED):
+        return f"{head}{price}; {passed}"
+    return f"{reason}{price}"
+
+
+def _tiers_covered(covers: dict) -> str:
+    """``the budget covers spot, not on-prem or on-demand``; ``the budget covers no tier: not spot or on-demand``:
+    a dry run's ``budget_covers`` in words. Said as two lists joined by commas it read "covers no tier, not spot,
+    on-demand", and "covers spot, not on-prem, on-demand" as if on-demand were covered."""
+    def series(tiers: list[str], last: str) -> str:
+        return f"{', '.join(tiers[:-1])} {last} {tiers[-1]}" if len(tiers) > 1 else "".join(tiers)
+
+    said = [TIER_WORDS.get(t, t) for t, ok in covers.items() if ok]
+    short = [TIER_WORDS.get(t, t) for t, ok in covers.items() if not ok]
+    if not said:
+        return f"the budget covers no tier: not {series(short, 'or')}"
+    return f"the budget covers {series(said, 'and')}" + (f", not {series(short, 'or')}" if short else "")
 
 
 def cmd_submit(args) -> int:
@@ -1212,21 +1252,23 @@ def _submit_dry_run(task: dict, client, args) -> int:
               f"{_deadline_said(run)}, estimate {quote}{_budget_lasts(run)}", highlight=False)
     covers = run.get("budget_covers")
     if run.get("estimate") and covers:
-        said = ", ".join(TIER_WORDS.get(t, t) for t, ok in covers.items() if ok)
-        short = ", ".join(TIER_WORDS.get(t, t) for t, ok in covers.items() if not ok)
-        con.print(f"for {run['expected_hours']} h: {run['estimate']['usd']} at the cheapest; the budget covers "
-                  f"{said or 'no tier'}" + (f", not {short}" if short else ""), highlight=False)
+        con.print(f"for {run['expected_hours']} h: {run['estimate']['usd']} at the cheapest; "
+                  f"{_tiers_covered(covers)}", highlight=False)
     placement = run.get("placement")
     if placement:
-        con.print(f"would be {run['reason']}{_price_said(placement)}", highlight=False)
+        con.print(f"would be {_placed_said(run['reason'], _price_said(placement))}", highlight=False)
     else:
         con.print(f"would wait: {(run.get('reason') or '').removeprefix('waiting: ')}", highlight=False)
     position = run.get("queue_position")
-    if isinstance(position, int):
+    if isinstance(position, int) and placement:
+        # placed at the next tick, it starts now: "queue: position 1 (no job waits ahead of it)" read as waiting
+        past = " (no job waits ahead of it)" if position == 1 else \
+            f", past the {'1 job that waits' if position == 2 else f'{position - 1} jobs that wait'} ahead of it " \
+            "for capacity it does without"
+        con.print(f"queue: it would start now{past}", highlight=False)
+    elif isinstance(position, int):
         ahead = "no job waits ahead of it" if position == 1 else \
             "1 job waits ahead of it" if position == 2 else f"{position - 1} jobs wait ahead of it"
-        if placement and position > 1:  # best-effort FIFO: they wait for capacity this job does without
-            ahead += ", for capacity it does without"
         start = f"; estimated start {_short_time(run['estimated_start'])}" if run.get("estimated_start") else ""
         con.print(f"queue: position {position} ({ahead}){start}", highlight=False)
     return 0

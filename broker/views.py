@@ -345,9 +345,12 @@ def dry_run_view(run: Any) -> dict[str, Any]:
     # the tier admission weighs the budget on: its estimate, or per hour its price (pricing.quote._figure)
     cheapest = min(tiers, key=lambda t: (t["price_per_hour"] if per_hour or t.get("estimate") is None
                                          else t["estimate"], t["price_per_hour"]), default=None)
-    lasts = None
-    if per_hour and cheapest is not None and cheapest["price_per_hour"] > 0:
-        lasts = job.budget * 3600 // cheapest["price_per_hour"]
+    from broker.admission import budget_lasts
+
+    # until its budget stop on the cheapest tier it can start on (after the tier's billing after the run and the
+    # clean stop: broker.admission.budget_lasts, what the CLI says per tier), as placement takes the lowest $/h
+    lasts = next((s for s in (budget_lasts({"stop_seconds": run.stop_seconds, **quote}, job.budget) or {}).values()
+                  if s is not None), None) if per_hour else None
     return {
         "dry_run": True,
         "existing_job": job.id if run.existing else None,

@@ -399,7 +399,12 @@ def _passed_over(offer: Offer, request: JobRequest, cost: Decimal) -> str:
     else:
         estimate = int(cost.to_integral_value(rounding=ROUND_CEILING))  # rounded up, as the quote's estimates are
         figure = f"estimated at {fmt(estimate)} for {request.expected_hours} h"
-    return f"; {offer.describe()} {figure} is cheaper but comes later in `ordered`"
+    return f"; {offer.describe()} {figure} {LATER_IN_ORDERED}"
+
+
+LATER_IN_ORDERED = "is cheaper but comes later in `ordered`"
+"""How :func:`_passed_over`'s clause ends, the last of a placement's sentence: what tells a reader of the sentence (the
+CLI's dry run, adding the placement's price) where the offer placed on ends and the one passed over begins."""
 
 
 def alternative_rank(request: JobRequest, offer: Offer) -> int:
@@ -594,10 +599,44 @@ def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:
         fits = candidates(without_local_disk(request), offers)
         if fits:
             return _local_disk_text(request, fits, offers)
+    held = _host_memory_text(request, offers)
+    if held:
+        return held
     if any(alt.cpus_exact or alt.memory_exact for alt in request.alternatives) \
             and candidates(_loosened(request, ("cpus", "memory")), offers):
         return _exact_size_text(request, offers)
     return f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}"
+
+
+def _host_memory_text(request: JobRequest, offers: Sequence[Offer]) -> str | None:
+    """Why a GCP GPU's ``n1-`` host of the vCPUs asked is no fit when the task gives ``cpus`` without ``memory``: SkyPilot
+    then asks 4 GiB per vCPU of it (:func:`_gcp_host_fits`), which the host lacks — with what to write to take it, and
+    what ``cpus: N+`` would take. ``None`` when that rule rules out no host. "no instance type has 1x T4 with exactly 4
+    vCPUs in gcp (the ones that fit otherwise have 8 or 16 vCPUs)" was said while n1-standard-4 has 4 vCPUs, and only
+    its 15 GiB, under the 16 GiB asked, kept it out."""
+    for alt in request.alternatives:
+        if alt.accelerator is None or alt.cpus is None or alt.memory_gib is not None or alt.instance_type is not None:
+            continue
+        freed = replace(request, alternatives=(replace(alt, memory_gib=Decimal(0)),))
+        need = alt.cpus * GCP_N1_MEMORY_PER_CPU
+        held = [o for o in candidates(freed, offers) if o.default_host_cpus is not None
+                and o.memory_gib is not None and o.memory_gib < need]
+        if not held:
+            continue
+        host = max(held, key=lambda o: (o.memory_gib, -o.price_per_hour, o.instance_type))
+        text = (f"no instance type has {_describe_request(request)}: {host.instance_type.split('+', 1)[0]} has "
+                f"{_num(host.vcpus)} vCPUs but {_num(host.memory_gib)} GiB of memory, under the {_num(need)} GiB "
+                f"SkyPilot asks of a GCP GPU's host for cpus: {_num(alt.cpus)}{'' if alt.cpus_exact else '+'} without "
+                f"memory ({GCP_N1_MEMORY_PER_CPU} GiB a vCPU); write memory: {_num(host.memory_gib)}+ to take it")
+        if alt.cpus_exact:
+            loose = [o for o in candidates(_loosened(request, ("cpus",)), offers) if o.vcpus is not None]
+            have = sorted({o.vcpus for o in loose})
+            if have:
+                listed = [_num(v) for v in have[:4]] + (["more"] if len(have) > 4 else [])
+                text += (f", or cpus: {_num(alt.cpus)}+ for at least {_num(alt.cpus)} vCPUs (the ones that fit then "
+                         f"have {_series(listed, 'or')} vCPUs)")
+        return text
+    return None
 
 
 def without_local_disk(request: JobRequest) -> JobRequest:
@@ -752,10 +791,25 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
                          if o.accelerator and o.accelerator.lower() == alt.accelerator.lower()})
         if max(alt.accelerator_count, 1) not in counts:
             return f" (an offer here has {_series([str(c) for c in counts], 'or')} {alt.accelerator})"
-    if not alt.accelerator and alt.instance_type is None:  # a GPU type is none of its sizes (:func:`matches`)
-        offers = [o for o in offers if not (o.accelerator and sized_exactly(o))]
+    # the largest size where the alternative asks (its cloud, region, zone): "no offer has 64+ vCPUs in aws (the
+    # largest offer has 32.0 vCPUs)" named GCP's n2d-standard-32 where AWS's largest had 8
+    where = {a: str(getattr(alt, a)).lower() for a in ("cloud", "region", "zone") if getattr(alt, a) is not None}
+    there = [o for o in offers if all(str(getattr(o, a)).lower() == v for a, v in where.items())]
+    cpu_only = not alt.accelerator and alt.instance_type is None
+    # a GPU type is none of a CPU-only task's sizes (:func:`matches`), and is left out, saying so where one has it: "the
+    # largest offer has 128.0 GiB" was said of a memory p5.48xlarge has sixteen times over
+    kept = [o for o in there if not (o.accelerator and sized_exactly(o))] if cpu_only else there
+    in_ = f" in {'/'.join(getattr(alt, a) for a in ('cloud', 'region', 'zone') if a in where)}" if where else ""
     for want, attr, unit in ((alt.cpus, "vcpus", "vCPUs"), (alt.memory_gib, "memory_gib", "GiB of memory")):
-        known = [getattr(o, attr) for o in offers if getattr(o, attr) is not None]
-        if want is not None and known and max(known) < want:
-            return f" (the largest offer has {max(known)} {unit})"
+        if want is None:
+            continue
+        known = [getattr(o, attr) for o in kept if getattr(o, attr) is not None]
+        gpu = [o for o in there if o not in kept and getattr(o, attr) is not None and getattr(o, attr) >= want]
+        if known and max(known) < want:
+            largest = f"the largest {'CPU-only ' if gpu else ''}offer{in_} has {_num(max(known))} {unit}"
+            if not gpu:
+                return f" ({largest})"
+            big = max(gpu, key=lambda o: (getattr(o, attr), o.instance_type))
+            return (f" ({largest}; GPU instance types such as {big.instance_type}, with {_num(getattr(big, attr))} "
+                    f"{unit}, are left out: a task asking for no accelerator never takes one, as SkyPilot launches it)")
     return ""

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit
+from pricing.money import Micros, affordable_seconds, cost_for_seconds, fmt, fmt_limit
 from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import NoFit, alternative_rank, candidates, effective_price, holds, place
 
@@ -23,6 +23,7 @@ class TierQuote:
     estimate: Micros | None  # total for expected_hours (after_run included), None when the length is unknown
     after_run: Micros = 0  # billed after the run ends (a cloud cluster's idle minutes and teardown), all nodes
     also: tuple[Offer, ...] = ()  # the tier's other offers at the same figure: a sentence names no one zone of them
+    after_run_seconds: int = 0  # the seconds ``after_run`` is billed for (what its launcher keeps of the budget)
 
 
 @dataclass(frozen=True)
@@ -152,8 +153,17 @@ def quote(
     blocked_zones: frozenset[str] = frozenset(),
     preemption_risk: Mapping[str, Decimal] | None = None,
     after_run_seconds: Mapping[Offer, int] | None = None,
+    budget: Micros | None = None,
+    stop_seconds: int = 0,
 ) -> Quote:
     """Price the job on every tier it may use; capacity only affects ``best``.
+
+    With ``ordered`` alternatives a tier is quoted on the alternative placement takes there: the earliest whose offer
+    ``budget`` pays for as placement weighs it (:func:`pricing.placement.place`, ``stop_seconds`` its clean stop),
+    else — no alternative the budget pays for on that tier — its cheapest way, the least the budget must cover to
+    run on it. Without a budget, the earliest alternative. Quoted on the earliest alone whatever the budget, a job
+    of A100s listed first on GCP and then on AWS was quoted at GCP's $14.70, "the budget covers no tier", and then
+    admitted and placed on AWS's at $2.47/h.
 
     An estimate is the job's total for ``expected_hours`` (all nodes); a spot
     estimate adds its zone's ``preemption_risk`` (the expected fraction of time
@@ -181,6 +191,13 @@ def quote(
     per_tier: dict[Tier, TierQuote] = {}
     for t in sorted(quoted, key=lambda t: (alternative_rank(request, t.offer), figure(t), t.offer.location)):
         per_tier.setdefault(t.tier, t)
+    if request.ordered and budget is not None:
+        for tier in per_tier:
+            on_tier = [t for t in quoted if t.tier is tier]
+            got = place(request, [t.offer for t in on_tier], budget_left=budget, preemption_risk=risk,
+                        min_run_seconds=stop_seconds, after_run_seconds=after)
+            per_tier[tier] = (next(t for t in on_tier if t.offer == got.offer) if not isinstance(got, NoFit)
+                              else min(on_tier, key=lambda t: (figure(t), t.offer.location)))
     least = min(quoted, key=lambda t: (figure(t), t.offer.location), default=None)
     tiers = tuple(replace(t, also=tuple(o.offer for o in quoted
                                         if o.tier is t.tier and o is not t and figure(o) == figure(t)))
@@ -210,4 +227,19 @@ def _tier_quote(offer: Offer, request: JobRequest, risk: Mapping[str, Decimal],
         # rounded apart made the quote up to $0.000001 dearer, refusing a budget placement would fit
         estimate = cost_for_seconds(hourly, run + after_seconds)
         after = estimate - cost_for_seconds(hourly, run)
-    return TierQuote(tier=offer.tier, offer=offer, price_per_hour=hourly, estimate=estimate, after_run=after)
+    return TierQuote(tier=offer.tier, offer=offer, price_per_hour=hourly, estimate=estimate, after_run=after,
+                     after_run_seconds=after_seconds)
+
+
+def run_until_budget_stop(budget: Micros, price_per_hour: Micros, *, after_run_seconds: int = 0,
+                          stop_seconds: int = 0) -> int | None:
+    """How long ``budget`` runs a job at ``price_per_hour`` (all nodes) before the engine stops it at its budget, in
+    whole seconds: what the budget pays for, less what the offer is billed after its run (``after_run_seconds``: a
+    cloud cluster's idle minutes before autodown and its teardown, which its launcher keeps of the budget) and the
+    clean stop the engine keeps of every budget (``stop_seconds``: :meth:`Quote.fits`'s). ``None`` when the budget
+    cannot start the job there at all — it pays for less than the clean stop and the billing after the run, the start
+    placement refuses (:func:`pricing.placement.start_shortfall`). A price above nothing only (a free offer has no
+    budget stop). It was the budget over the price alone: a $0.0495
+    budget on a spot T4 was said to run it 15 min, of which SkyPilot's cluster billed $0.0476 after the run."""
+    left = affordable_seconds(price_per_hour, max(budget, 0)) - after_run_seconds - stop_seconds
+    return left if left >= 0 else None

@@ -118,7 +118,9 @@ def test_without_expected_hours_a_dry_run_is_priced_per_hour_with_how_long_the_b
     run = client.post("/v1/jobs?dry_run=true", json=body, headers=auth()).json()
     assert run["estimate"] is None and run["budget_covers"] is None
     assert run["price_per_hour"]["micros"] == min(t["price_per_hour"] for t in run["quote"]["tiers"])
-    assert run["budget_lasts_seconds"] == 500_000 * 3600 // run["price_per_hour"]["micros"]
+    # until the engine's budget stop: the clean stop it keeps of every budget left out
+    assert run["budget_lasts_seconds"] == 500_000 * 3600 // run["price_per_hour"]["micros"] - run["quote"]["stop_seconds"]
+    assert run["quote"]["stop_seconds"] > 0
     assert run["quote"]["per_hour_only"] is True
 
 
@@ -193,7 +195,7 @@ def test_cli_dry_run_prints_where_and_what_and_submits_nothing(cli):
     assert lines[1].startswith("would queue train for team default: budget $50.00, estimate onprem $4.00")
     assert "for 2 h: $4.00 at the cheapest; the budget covers on-prem" in out.stdout
     assert re.search(r"^would be placed on onprem 1x A100 .*gpu-box, at \$2\.00/h$", out.stdout, re.M), out.stdout
-    assert "queue: position 1 (no job waits ahead of it)" in out.stdout
+    assert "queue: it would start now (no job waits ahead of it)" in out.stdout  # placed: it starts now
     as_json = json.loads(run("--json", "submit", str(task), "--dry-run", extra_env={"BROKER_TOKEN": ADMIN}).stdout)
     assert as_json["dry_run"] is True and as_json["estimate"]["usd"] == "$4.00"
     assert json.loads(run("--json", "status", extra_env={"BROKER_TOKEN": ADMIN}).stdout) == []

@@ -181,8 +181,10 @@ NO_FIT = [
                  "no offer has 1x A10G with exactly 12 vCPUs (the largest offer has 4 vCPUs)",
                  id="a simulated zone smaller than the size asked is no fit, and '+' would not help there"),
     pytest.param(job(want("T4", 1, cpus="1")), GCP,
-                 "no instance type has 1x T4 with exactly 1 vCPUs (the ones that fit otherwise have 2, 4, 8 or 16 "
-                 "vCPUs); write cpus: 1+ for at least 1 vCPUs",
+                 "no instance type has 1x T4 with exactly 1 vCPUs: n1-standard-1 has 1 vCPUs but 3.75 GiB of memory, "
+                 "under the 4 GiB SkyPilot asks of a GCP GPU's host for cpus: 1 without memory (4 GiB a vCPU); write "
+                 "memory: 3.75+ to take it, or cpus: 1+ for at least 1 vCPUs (the ones that fit then have 2, 4, 8 or "
+                 "16 vCPUs)",
                  id="T4:1 with cpus: 1 is no fit: n1-standard-1 has 3.75 GiB, under the 4 GiB SkyPilot asks with it"),
     pytest.param(job(want("V100", 1, cpus="16")), GCP, "no offer has 1x V100 with exactly 16 vCPUs",
                  id="V100:1 with cpus: 16 is no fit, past GCP's 12 vCPUs for one V100"),
