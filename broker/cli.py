@@ -1044,18 +1044,29 @@ def _deadline_said(view: dict) -> str:
     return f", deadline {_deadline_moment(given)}" if given else ""
 
 
-def _deadline_moment(given: str) -> str:
+def _deadline_moment(given: str, job: dict | None = None) -> str:
     """``2026-12-07 08:00Z (in 16.0 h)``, or ``(2.5 h ago)`` once passed: a deadline as submit says it, and as
     ``broker status ID`` says it (it printed the stored ISO text, ``2026-12-07T08:00:00Z``, with nothing from now).
-    From 48 h away on, in days (``in 111 days``: a deadline months away read "in 2667.4 h"), either side of now."""
+    From 48 h away on, in days (``in 111 days``: a deadline months away read "in 2667.4 h"), either side of now.
+    Of a ``job`` (its view) that has ended, whether it met it (``met, 2 min before it``, ``missed by 5 min``:
+    :func:`broker.views.deadline_met_words`, at its ``updated_at``, which the engine keeps as its end): it counted
+    down "(in 51 s)" to the deadline of a job that had succeeded."""
     from datetime import datetime
 
+    from broker.views import deadline_met_words
     from broker.views import far_duration as duration
 
     try:
         when = datetime.fromisoformat(given.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return given
+    try:
+        ended = datetime.fromisoformat(job["updated_at"].replace("Z", "+00:00")).timestamp() \
+            if job and isinstance(job.get("updated_at"), str) else None
+    except ValueError:
+        ended = None
+    if ended is not None and (said := deadline_met_words(str(job.get("state")), when, ended)):
+        return f"{time.strftime('%Y-%m-%d %H:%MZ', time.gmtime(when))} ({said})"
     left = when - time.time()
     return (f"{time.strftime('%Y-%m-%d %H:%MZ', time.gmtime(when))} "
             # to the nearest, either side: `--deadline 2h` read "(in 1.9 h)" just after, and 10m "(in 9 min)"
@@ -1330,7 +1341,14 @@ def _say_behind(con, client, job_id: str, *, since: int | None = 1) -> None:
         return
     ahead = "1 job waits" if position == 2 else f"{position - 1} jobs wait"
     if decided(job):
-        con.print(f"queued: {ahead} ahead of it (position {position}); `broker queue` shows roughly when it starts")
+        # a start too late for its deadline, in the words `queue` and `status` say it (broker.views.deadline_words, in
+        # the job's reason as shown): a job due in 2 min, fourth in line, was told only how many waited ahead of it
+        from broker.views import DEADLINE_PASSED, LATE_START
+
+        late = "".join(f"; {part}" for part in (job.get("reason") or "").split("; ")
+                       if part.startswith((LATE_START, DEADLINE_PASSED)))
+        con.print(f"queued: {ahead} ahead of it (position {position}){late}; `broker queue` shows roughly when it "
+                  "starts", highlight=False)
     else:
         con.print(f"queued at position {position} ({ahead} ahead of it): it starts at the engine's next tick if "
                   "capacity it can use is free; `broker queue` shows roughly when it starts")
@@ -1611,7 +1629,7 @@ def _show_job(con, job: dict) -> None:
         con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({escape(job['last_checkpoint']['uri'])})")
     spent, budget = _spent_of(job)
     con.print(f"  spent {spent} of {budget}"
-              + (f"  deadline {_deadline_moment(job['deadline'])}" if job.get("deadline") else "")
+              + (f"  deadline {_deadline_moment(job['deadline'], job)}" if job.get("deadline") else "")
               + (f"  pinned to {TIER_WORDS.get(job['pinned_tier'], job['pinned_tier'])}{_pinned_by(job)}"
                  if job.get("pinned_tier") else ""))
     attempts = job.get("attempt_list") or []

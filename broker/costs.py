@@ -17,12 +17,13 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   the job's quote for tier ``ondemand``; the attempt's own price. When that
   price *is* the attempt's own price the equivalent is the attempt's cost, so
   on-demand work saves exactly $0. ``saving = equivalent - spend`` (negative
-  when the cheaper-looking choice cost more). With no on-demand price found
-  (:func:`ondemand_known`) there is nothing to compare: ``saving_percent`` is
+  when the cheaper-looking choice cost more). With no on-demand price found, or
+  for work that ran on on-demand itself (:func:`ondemand_known`), there is
+  nothing to compare: ``saving_percent`` is
   null for such a job, and for a team or the totals when none of their spend
   in the window had one (a pruned job's ledger entry, which keeps no such flag,
-  counts as compared when its equivalent differs from its cost or it ran
-  on-demand).
+  counts as compared when its equivalent differs from its cost and it did not
+  run on-demand).
 * **Rounding.** Every cost is shown rounded up on its own (``fmt``: to the
   cent, under $1 to a hundredth of a cent) and every saving rounded down
   (``fmt_saving``: a claim, never overstated, and never more than the
@@ -208,9 +209,11 @@ def ondemand_price(attempt: Attempt, job: Job) -> Micros:
 
 
 def ondemand_known(attempt: Attempt, job: Job) -> bool:
-    """Whether :func:`ondemand_price` found an on-demand price for the attempt's shape, rather than falling back to
-    the attempt's own (a pool with no cloud shape like it, or a job whose ``max_price_per_hour`` kept on-demand out of
-    its quote): then its "saving" is $0 by construction, not a comparison."""
+    """Whether :func:`ondemand_price` found an on-demand price for the attempt's shape to weigh it against, rather than
+    falling back to the attempt's own (a pool with no cloud shape like it, or a job whose ``max_price_per_hour`` kept
+    on-demand out of its quote): then its "saving" is $0 by construction, not a comparison. Nor is an attempt that ran
+    on on-demand compared: its equivalent is its own cost (the figures stay so, and add up), and on-demand has nothing
+    to compare with on-demand — such a job read "saved $0.00 (0%)" beside the on-prem jobs' "—"."""
     return _ondemand(attempt, job, tier_of(attempt))[1]
 
 
@@ -219,9 +222,9 @@ def _ondemand(attempt: Attempt, job: Job, tier: str) -> tuple[Micros, bool]:
     both read, found once where a report needs both."""
     explicit = attempt.placement.get("ondemand_price_per_hour")
     if explicit is not None:
-        return int(explicit), True
+        return int(explicit), tier != "ondemand"  # on-demand is its own: nothing compared (ondemand_known)
     if tier == "ondemand":
-        return attempt.price_per_hour, True
+        return attempt.price_per_hour, False
     for t in (job.quote or {}).get("tiers") or []:
         if t.get("tier") == "ondemand" and t.get("price_per_hour") is not None:
             return int(t["price_per_hour"]), True
@@ -393,9 +396,9 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         tier_total[tier] += cost
         equiv_total += equiv
         pruned_spent += cost
-        # a ledger entry keeps no ondemand_known: an equivalent other than its cost was one, and on-demand is its
-        # own (an on-prem shape whose on-demand price equals its own reads as nothing compared, saving $0 either way)
-        if tier == "ondemand" or equiv != cost:
+        # a ledger entry keeps no ondemand_known: an equivalent other than its cost was one; on-demand is its own,
+        # nothing compared (an on-prem shape whose on-demand price equals its own reads so too, saving $0 either way)
+        if tier != "ondemand" and equiv != cost:
             compared_teams.add(who)
         t = teams.setdefault(who, {"spent": 0, "ondemand_equivalent": 0, **dict.fromkeys(TIERS, 0)})
         t["spent"] += cost

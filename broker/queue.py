@@ -88,6 +88,13 @@ def held(job: Job) -> int:
     return len(job.slots) or int(job.placement.get("num_nodes") or 1)
 
 
+STARVED_SECONDS = 1800.0
+"""How long a job may wait for a pool whose holders give no end before that pool's free slots are kept for it even
+from jobs behind that give a length (:func:`broker.engine.schedule._keep_pools`): until then they take them, as nothing
+tells how long keeping them would idle them; after, it no longer waits behind a stream of smaller jobs for ever. The
+queue's estimate (:func:`waits`) keeps the same rule."""
+
+
 WAITS_FOR_CAPACITY = ("full", *BLOCKED_WORDS)
 """Words of a queued job's reason that say it waits for capacity (the scheduler's and placement's): a pool or zone
 full for it, or every zone it may use blocked for it (after a preemption or a refused launch there: placement's own
@@ -108,6 +115,10 @@ class Holder:
     ahead: bool = False
     #: the holding job's team: a viewer of another team is told "a job of another team", never its id
     team: str | None = field(default=None, compare=False)
+    #: a pool's head (queued ahead) whose start cannot be told, which keeps the pool ``location`` from the waiting job
+    #: (:func:`waits`): it gives no length, or the head is ``starved`` (kept from every job behind)
+    head: bool = False
+    starved: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,7 +186,14 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
     its head, and the units it will take are kept for it from now to its start. A job behind it starts on them before
     then only if its own expected length (:func:`work_left_seconds`) ends by that start — the one rule the scheduler
     lets it take them by — and hands them back as it ends: counted in strict order instead, such a job was estimated
-    to start after the head, hours late, and told it would miss its deadline when it started at the next end."""
+    to start after the head, hours late, and told it would miss its deadline when it started at the next end.
+
+    A head whose start cannot be told (the units it waits for are held until ends nobody can tell) keeps its pool as
+    the scheduler keeps it: from the jobs behind that give no length — they get no start there, and its ``holders``
+    name the head (``Holder.head``) — while a job behind that gives a length takes what comes free there; and from
+    every job behind once the head has waited :data:`STARVED_SECONDS`. While the pool was full the scheduler's reason
+    said only "full", and a job of no length behind such a head was estimated to start at the next end, which the
+    scheduler would never let it take (and a job of a length behind it lost its estimate to it)."""
     jobs = list(jobs)
     held_ends: list[tuple[float, str | None, int]] = [(now, where, n) for where, n in (free or {}).items() if n > 0]
     unknown: list[Holder] = []  # capacity held until ends nobody can tell
@@ -200,6 +218,11 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
     heads: dict[str, tuple[float, list[tuple[float, int]]]] = {}
     #: per set of locations (``None``: any), how many of ``unknown`` were looked at and those in them
     holders_in: dict[frozenset[str] | None, tuple[int, list[Holder]]] = {}
+    #: per pool whose head's start cannot be told: the head (``Holder.head``), which keeps the pool from the jobs
+    #: behind that give no length, and from every one once it is ``starved`` (:class:`broker.engine.schedule._Kept`)
+    untold: dict[str, Holder] = {}
+    #: the holders of a job kept off pools by their heads, per (locations, pools kept from it): shared as ``holders_in``
+    kept_from: dict[tuple, tuple[int, list[Holder]]] = {}
     for job in ordered(jobs):
         retry = backoff_until(job, now)
         if retry is None and not waits_for_capacity(job):
@@ -208,17 +231,25 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
         after = not_before(job) if not_before is not None else {}
         if retry is not None:
             after = {where: max(retry, at) for where, at in after.items()}
+        length = work_left_seconds(job)
+        barred = sorted(where for where, head in untold.items()
+                        if (length is None or head.starved) and (need is None or where in need))
         best: tuple[float, str | None, int] | None = None  # (start, where, units needed)
+        told: set[str | None] = set()  # the locations where it gets a start
         for where in sorted(ends if need is None else need, key=str):
+            if barred and where in barred:
+                continue
             want, got = (1 if need is None else need[where]), 0
             for end, n in ends.get(where, ()):
                 got += n
                 if got >= want:
                     start = max(end, after.get(where, retry or now))
+                    told.add(where)
                     if best is None or start < best[0]:
                         best = (start, where, want)
                     break
-        length = work_left_seconds(job)
+        if retry is None and (best is None or (best[0] > now and best[1] not in kept_in)):
+            _head_untold(job, need, kept_in, heads, untold, told, ends, now)
         gap = _before_head(heads, need, after, retry or now, length) if length is not None else None
         if gap is not None and (best is None or gap[0] < best[0]):
             start, where, want = gap
@@ -237,13 +268,21 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
                 new = [h for h in unknown[counted:] if need is None or h.location in need]
                 holders_in[where_] = (len(unknown), mine + new if new else mine)
                 mine = holders_in[where_][1]
+            if barred:
+                # the heads that keep their pools from it, then what holds the locations it may use
+                key = (where_, tuple(barred))
+                counted, listed = kept_from.get(key, (-1, []))
+                if counted != len(unknown):
+                    listed = [*(untold[where] for where in barred), *mine]
+                    kept_from[key] = (len(unknown), listed)
+                mine = listed
             if mine:
                 out.holders[job.id] = mine
             continue
         start, where, want = best
         out.starts[job.id] = max(start, now)
         taken = _take(ends[where], want, start)
-        if where in kept_in and where not in heads and start > now and retry is None:
+        if where in kept_in and where not in heads and where not in untold and start > now and retry is None:
             heads[where] = (start, sorted(taken))
         if job.expected_hours:
             bisect.insort(ends.setdefault(where, []), (start + float(Decimal(job.expected_hours) * 3600), want),
@@ -251,6 +290,31 @@ def waits(jobs: Iterable[Job], now: float, usable: Callable[[Job], Mapping[str, 
         else:
             unknown.append(Holder(job.id, where, ahead=True, team=job.team))
     return out
+
+
+def _head_untold(job: Job, need: Mapping[str, int] | None, kept_in: Collection[str], heads: Mapping[str, object],
+                 untold: dict[str, Holder], told: Collection[str | None],
+                 ends: Mapping[str | None, list[tuple[float, int]]], now: float) -> None:
+    """Make ``job``, which waits, the head of a kept pool it gets no start in (:func:`waits`), as the scheduler makes it
+    (:func:`broker.engine.schedule._keep_pools`): of the pools it may use that have no head yet, the one with the most
+    units free now (the earlier name on a tie), kept from every job behind once it has waited
+    :data:`STARVED_SECONDS`. None where such a pool gives it a start (the scheduler keeps that one, by its start)."""
+    pools = [p for p in (sorted(kept_in) if need is None else need)
+             if p in kept_in and p not in heads and p not in untold]
+    if not pools or any(p in told for p in pools):
+        return
+
+    def free(pool: str) -> int:
+        n = 0
+        for at, units in ends.get(pool, ()):
+            if at > now:
+                break
+            n += units
+        return n
+
+    pool = min(pools, key=lambda p: (-free(p), p))
+    starved = now - (job.queued_at or job.submitted_at) >= STARVED_SECONDS
+    untold[pool] = Holder(job.id, pool, team=job.team, head=True, starved=starved)
 
 
 def _before_head(heads: Mapping[str, tuple[float, list[tuple[float, int]]]], need: Mapping[str, int] | None,

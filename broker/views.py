@@ -13,7 +13,7 @@ from typing import Any
 from broker import costs
 from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
-from broker.queue import Holder, work_left_seconds
+from broker.queue import STARVED_SECONDS, Holder, work_left_seconds
 from pricing.money import cost_for_seconds, fmt, fmt_limit
 
 
@@ -143,6 +143,11 @@ def _start_and_deadline(start: float, deadline: float) -> tuple[str, str]:
     return shown
 
 
+LATE_START = "estimated to start at "
+"""How the words begin that say a queued job's estimated start is too late for its deadline (:func:`deadline_words`):
+what a submit's answer picks out of the job's reason (``broker.cli._say_behind``)."""
+
+
 def deadline_words(job: Job, estimated_start: float | None) -> str | None:
     """For a queued job with a deadline, when its estimated start is too late to meet it: after the deadline, or
     with its expected length (for a job that ran before, what is left of it after its last checkpoint:
@@ -152,14 +157,14 @@ def deadline_words(job: Job, estimated_start: float | None) -> str | None:
         return None
     start, deadline = _start_and_deadline(estimated_start, job.deadline)
     if estimated_start > job.deadline:
-        return f"estimated to start at {start}, after its deadline at {deadline}"
+        return f"{LATE_START}{start}, after its deadline at {deadline}"
     work = work_left_seconds(job)
     if work is None or estimated_start + work <= job.deadline:
         return None
     whole = float(Decimal(job.expected_hours or 0) * 3600)
     length = f"its expected {duration(work)}" if work >= whole else \
         f"the {duration(work)} left of its expected {duration(whole)}"
-    return f"estimated to start at {start}, too late for its deadline at {deadline} with {length}"
+    return f"{LATE_START}{start}, too late for its deadline at {deadline} with {length}"
 
 
 DEADLINE_PASSED = "its deadline at "
@@ -170,6 +175,25 @@ def deadline_at(deadline: float) -> str:
     """A deadline as the words saying it has passed name it: to the second, as ``broker status`` shows it — to the
     minute, rounded, a deadline of 00:10:40 read "00:11" when it had passed at 00:10:50."""
     return _second(deadline)
+
+
+ENDED_AS = {JobState.FAILED.value: "it failed", JobState.CANCELLED.value: "it was cancelled",
+            JobState.STOPPED_BUDGET.value: "it was stopped at its budget"}
+"""How a job that ended otherwise than succeeding ended, for :func:`deadline_met_words`."""
+
+
+def deadline_met_words(state: str, deadline: float, ended: float) -> str | None:
+    """For a job that has ended (``state``, at ``ended``: its last change, which the engine keeps as its end), whether
+    it met its ``deadline``: ``met, 2 min before it`` (it succeeded by then), ``missed by 5 min`` (it ended after it),
+    or for one that ended otherwise before it, ``not met: it failed 3 min before it``. ``None`` for a job not ended,
+    whose deadline is still ahead of it or passed (``in 51 s``, ``5 min ago``): ``broker status`` of an ended job went
+    on counting down to its deadline, as if it still ran."""
+    if state not in ENDED_AS and state != JobState.SUCCEEDED.value:
+        return None
+    if ended > deadline:
+        return f"missed by {far_duration(ended - deadline)}"
+    before = f"{far_duration(deadline - ended)} before it"
+    return f"met, {before}" if state == JobState.SUCCEEDED.value else f"not met: {ENDED_AS[state]} {before}"
 
 
 def passed_words(job: Job, now: float) -> str | None:
@@ -195,6 +219,17 @@ def holders_words(holders: Sequence[Holder], team: str | None = None) -> str | N
     def named(h: Holder) -> bool:
         return team is None or h.team is None or h.team == team
 
+    # a pool's head whose start cannot be told, which keeps the pool from this job (broker.queue.waits), as the
+    # scheduler's reason says it once the pool has a free slot (broker.engine.schedule._kept_words)
+    kept = [f"it waits behind {h.job_id if named(h) else 'a job of another team'}, "
+            + (f"which has waited more than {STARVED_SECONDS / 60:.0f} min for pool {h.location}: what comes free "
+               "there is kept for it, and this job starts after it" if h.starved else
+               f"first in line for pool {h.location}, whose start cannot be told: what comes free there is kept for "
+               "it from the jobs that give no `broker: expected_hours`, as this one gives none") for h in holders
+            if h.head]
+    holders = [h for h in holders if not h.head]
+    if not holders:
+        return f"no start estimate: {'; '.join(kept)}"
     held = [f"{h.job_id} (running {duration(h.overdue)} past its expected "
             f"{duration(float(Decimal(h.expected_hours or 0) * 3600))})" if h.overdue is not None
             else f"{h.job_id} (with no expected length)" for h in holders if not h.ahead and named(h)]
@@ -207,7 +242,8 @@ def holders_words(holders: Sequence[Holder], team: str | None = None) -> str | N
     if ahead:
         parts.append(f"it waits behind {_series(ahead)}, ahead of it in the queue with no expected length")
     one = len(holders) == 1
-    return f"no start estimate: {', and '.join(parts)}; when {'that ends' if one else 'those end'} cannot be told"
+    said = f"{', and '.join(parts)}; when {'that ends' if one else 'those end'} cannot be told"
+    return f"no start estimate: {'; '.join([*kept, said])}"
 
 
 def _others(holders: Sequence[Holder]) -> list[str]:

@@ -38,7 +38,7 @@ from broker.engine.spot import policy_input
 from broker.lifecycle import AttemptState
 from broker.models import Attempt, Job
 from broker.offers import Market, after_run, matching_offers, placed_alternative, placement_record, slots_of
-from broker.queue import ordered, work_left_seconds
+from broker.queue import STARVED_SECONDS, ordered, work_left_seconds
 from broker.spec import parse
 from broker.views import deadline_at
 from pricing.money import fmt, fmt_left
@@ -259,10 +259,9 @@ class _Kept:
     team: str = ""  # the head's: a job of another team held back behind it is not told its id
 
 
-STARVED_SECONDS = 1800.0
-"""How long a job may wait for a pool whose holders give no end before that pool's free slots are kept for it even
-from jobs behind that give a length (:func:`_keep_pools`): until then they take them, as nothing tells how long
-keeping them would idle them; after, it no longer waits behind a stream of smaller jobs for ever."""
+# How long a job may wait for a pool whose holders give no end before that pool's free slots are kept for it even from
+# jobs behind that give a length (:func:`_keep_pools`): :data:`broker.queue.STARVED_SECONDS`, the one the queue's
+# estimate keeps too (it is imported here, as this module imports that one).
 
 
 def _keep_for(job: Job, need: int, free: int, ends: Sequence[tuple[float | None, int]]) -> _Kept | None:

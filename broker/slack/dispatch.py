@@ -28,7 +28,7 @@ from broker.slack.commands import SUBMIT_OPTIONS, Command, shown
 from broker.slack.config import SlackConfig
 from broker.spec import SETTING_FIELDS, SpecError, _parse_broker, same_setting
 from broker.task_text import load_text
-from broker.views import iso
+from broker.views import deadline_words, iso
 from pricing.money import fmt, fmt_limit
 
 JOB_ID_TEXT = re.compile(r"[\x21-\x7e]{1,200}")
@@ -397,7 +397,9 @@ class Dispatcher:
         return Reply(f"{verb} {job.id}", [
             blocks.section(f":inbox_tray: {verb} *{esc(job.name)}* `{job.id}` for team {esc(job.team)} — budget "
                            f"{fmt_limit(job.budget)}{due}{esc(est)}"
-                           + _queue_words(q.positions.get(job.id), q.starts.get(job.id))),
+                           + _queue_words(q.positions.get(job.id), q.starts.get(job.id))
+                           # a start too late for its deadline, as `status` and `queue` say it
+                           + (f"; {esc(late)}" if (late := deadline_words(job, q.starts.get(job.id))) else "")),
             *([blocks.context(esc(f"{'; '.join(overridden)}."))] if overridden else []),
             blocks.context(f"Follow it with `{self.cfg.command} status {job.id}`; {self._notified(job, who, opts)}."),
         ])

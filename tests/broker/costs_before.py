@@ -159,7 +159,10 @@ def as_before(report: dict) -> dict:
         for row in out[table]:
             row = _saving_as_before({**row})
             equivalent = row["ondemand_equivalent"]["micros"]
-            assert row.pop("saving_percent") == costs.percent(row["saving"]["micros"], equivalent), row
+            # null where nothing was compared (work on on-demand alone, whose equivalent is its cost: saving $0)
+            pct = row.pop("saving_percent")
+            assert pct == costs.percent(row["saving"]["micros"], equivalent) or \
+                (pct is None and row["saving"]["micros"] == 0), row
             rows.append(row)
         out[table] = rows
     # lost nodes are counted apart from preemptions since (``lost``), and ``by_zone`` counts preemptions alone: the

@@ -19,7 +19,7 @@ from broker.engine import schedule as schedule_module
 from broker.engine.schedule import request_of
 from broker.lifecycle import JobState
 from broker.models import Job
-from broker.queue import (Holder, Waits, _before_head, _holder, backoff_until, expected_end, held, ordered, waits,
+from broker.queue import (STARVED_SECONDS, Holder, Waits, _before_head, _holder, backoff_until, expected_end, held, ordered, waits,
                           waits_for_capacity, work_left_seconds)
 from broker.spec import parse
 
@@ -28,7 +28,9 @@ NOW = 1_000_000.0
 
 def reference_waits(jobs, now, usable=None, free=None, grace_seconds=0.0, stops_asked=None, not_before=None,
                     kept_in=()):
-    """``waits`` as it was before each location had its own list of ends (commit 6d0e20c), word for word."""
+    """``waits`` as it was before each location had its own list of ends (commit 6d0e20c), word for word; with the rule
+    added since, kept here the straightforward way too: a pool's head whose start cannot be told keeps the pool from
+    the jobs behind that give no length, and from every one once it has waited ``STARVED_SECONDS`` (``untold``)."""
     jobs = list(jobs)
     ends = [(now, where, n) for where, n in (free or {}).items() if n > 0]
     unknown = []
@@ -43,6 +45,7 @@ def reference_waits(jobs, now, usable=None, free=None, grace_seconds=0.0, stops_
     ends.sort(key=lambda end: end[0])
     out = Waits()
     heads = {}
+    untold = {}
     for job in ordered(jobs):
         retry = backoff_until(job, now)
         if retry is None and not waits_for_capacity(job):
@@ -51,18 +54,30 @@ def reference_waits(jobs, now, usable=None, free=None, grace_seconds=0.0, stops_
         after = not_before(job) if not_before is not None else {}
         if retry is not None:
             after = {where: max(retry, at) for where, at in after.items()}
+        length = work_left_seconds(job)
+        barred = sorted(w for w, h in untold.items() if (length is None or h.starved) and (need is None or w in need))
         best = None
+        told = set()
         for where in sorted({loc for _, loc, _ in ends} if need is None else need, key=str):
+            if where in barred:
+                continue
             want, got = (1 if need is None else need[where]), 0
             for end, loc, n in ends:
                 if loc == where:
                     got += n
                     if got >= want:
                         start = max(end, after.get(where, retry or now))
+                        told.add(where)
                         if best is None or start < best[0]:
                             best = (start, where, want)
                         break
-        length = work_left_seconds(job)
+        if retry is None and (best is None or (best[0] > now and best[1] not in kept_in)):
+            pools = [p for p in (sorted(kept_in) if need is None else need)
+                     if p in kept_in and p not in heads and p not in untold]
+            if pools and not any(p in told for p in pools):
+                pool = min(pools, key=lambda p: (-sum(n for at, loc, n in ends if loc == p and at <= now), p))
+                untold[pool] = Holder(job.id, pool, team=job.team, head=True,
+                                      starved=now - (job.queued_at or job.submitted_at) >= STARVED_SECONDS)
         gap = _before_head(heads, need, after, retry or now, length) if length is not None else None
         if gap is not None and (best is None or gap[0] < best[0]):
             start, where, want = gap
@@ -75,13 +90,15 @@ def reference_waits(jobs, now, usable=None, free=None, grace_seconds=0.0, stops_
             continue
         if best is None:
             mine = [h for h in unknown if need is None or h.location in need]
+            if barred:
+                mine = [untold[w] for w in barred] + mine
             if mine:
                 out.holders[job.id] = mine
             continue
         start, where, want = best
         out.starts[job.id] = max(start, now)
         ends, taken = _reference_take(ends, where, want, start)
-        if where in kept_in and where not in heads and start > now and retry is None:
+        if where in kept_in and where not in heads and where not in untold and start > now and retry is None:
             heads[where] = (start, sorted(taken))
         if job.expected_hours:
             bisect.insort(ends, (start + float(Decimal(job.expected_hours) * 3600), where, want), key=lambda e: e[0])

@@ -140,10 +140,11 @@ def test_the_cli_and_slack_say_nothing_to_compare_for_such_a_team(store, seeded)
 @pytest.mark.parametrize("tier, equiv, compared", [
     ("onprem", 700_000, False),  # its equivalent is its cost: an on-prem pool with no on-demand shape
     ("onprem", 2_000_000, True),  # an equivalent of its own: it was weighed against on-demand
-    ("ondemand", 300_000, True),  # on-demand is its own equivalent: a true 0%
+    # on-demand is its own equivalent: nothing to compare with on-demand, "—" as a job that ran there shows
+    ("ondemand", 300_000, False),
 ], ids=["pruned on-prem, equivalent = cost → nothing compared", "pruned on-prem with an on-demand price → compared",
-        "pruned on-demand → compared"])
-def test_a_pruned_jobs_ledger_entry_counts_as_compared_when_its_equivalent_differs_or_it_ran_on_demand(
+        "pruned on-demand → nothing compared"])
+def test_a_pruned_jobs_ledger_entry_counts_as_compared_when_its_equivalent_differs_and_it_did_not_run_on_demand(
         store, seeded, tier, equiv, compared):
     hour = int(seeded.now - 2 * 86400) // 3600 * 3600
     cost = 700_000 if tier == "onprem" else 300_000
