@@ -572,7 +572,7 @@ def cmd_serve(args) -> int:
             print(warning, file=sys.stderr)
     token_file = _admin_token_file(settings)
     if token_file:
-        print(f"admin token in {token_file} (the CLI on this host reads it; paste it into /dashboard, "
+        print(f"admin token in {token_file} ({_cli_reads_it(settings.data_dir)}; paste it into /dashboard, "
               "or send it as Authorization: Bearer)", file=sys.stderr)
     config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
     from broker.peers import register, unregister
@@ -682,6 +682,19 @@ def _listen(host: str, port: int):
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def _cli_reads_it(data_dir: Path) -> str:
+    """How the CLI on this host finds the admin token file in ``data_dir``: by itself when it is the data dir the
+    CLI looks in (``BROKER_DATA_DIR``, else the default), else with ``BROKER_DATA_DIR`` set to it. A data dir given by
+    the config file's ``data_dir:`` was said to be read by the CLI, which knows nothing of the server's config file
+    and looked in the default one: every command was a 401."""
+    from broker.config import default_data_dir
+
+    if os.path.realpath(default_data_dir(os.environ)) == os.path.realpath(data_dir.expanduser()):
+        return "the CLI on this host reads it"
+    return (f"the data dir is the config file's data_dir: for the CLI on this host to read it, set "
+            f"BROKER_DATA_DIR={shlex.quote(str(data_dir))}")
 
 
 def _admin_token_file(settings) -> Path | None:
@@ -1193,8 +1206,21 @@ def _say_overridden(task: dict, args) -> None:
         given, theirs = getattr(args, option, None), section.get(key)
         if given is None or theirs is None or same_setting(key, given, theirs, now=now):
             continue
-        shown = f"'{theirs}'" if isinstance(theirs, str) else str(theirs)
+        shown = f"'{theirs}'" if isinstance(theirs, str) else _file_number(key, theirs)
         print(f"note: --{option} {given} overrides the task's broker.{key} {shown}", file=sys.stderr)
+
+
+def _file_number(key: str, value: Any) -> str:
+    """A task file's unquoted value as the note shows it: YAML gave the number, not its text, so an amount of dollars
+    is shown as money (``budget_usd: 1.00`` is ``$1.00``: "1.0" was not what the file says), anything else as read."""
+    if key == "budget_usd" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        from pricing.money import MoneyError, fmt_limit, typed_to_micros
+
+        try:
+            return fmt_limit(typed_to_micros(value))
+        except MoneyError:
+            pass
+    return str(value)
 
 
 _OPTION_FIELDS = {"budget": "broker.budget_usd", "team": "broker.team", "deadline": "broker.deadline", "name": "name"}
@@ -2192,7 +2218,7 @@ def _done(args, data, text: str) -> None:
 
 
 def cmd_costs(args) -> int:
-    from broker.views import duration, saving_cell
+    from broker.views import saving_cell
 
     with _client(args) as client:
         if args.id:
@@ -2240,16 +2266,51 @@ def cmd_costs(args) -> int:
                      [[j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"],
                        saving_cell(j["saving"], j["saving_percent"])]
                       for j in data["top_jobs"]], drop=("attempts", "team", "against on-demand"))
-    pre = data["preemptions"]
-    zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
-    lost = f", {pre['lost']} node(s) lost (not preempted)" if pre.get("lost") else ""
-    con.print(f"  {pre['count']} preemption(s){lost}, {duration(pre['recovery_seconds'])} to recover"
-              + (f" ({zones})" if zones else ""))
+    con.print(f"  {_preemptions_line(data['preemptions'])}")
     if data.get("rounding_note"):
         con.print(f"  {data['rounding_note']}", soft_wrap=True)
     if data.get("retention_note"):
         con.print(f"  {data['retention_note']}", soft_wrap=True)
     return 0
+
+
+def _counted(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _preemptions_line(pre: dict) -> str:
+    """``broker costs``' line of the window's preemptions (``/v1/costs``' ``preemptions``): the time to recover is
+    said of the jobs that resumed, and a job still queued after one is said to wait, for how long so far, as each
+    event's ``recovered`` and ``waiting`` tell them apart: "1 preemption(s), 14 s to recover" was said of a job that
+    had not resumed. Only the newest events are listed; where some are not, the total alone is said, as time lost."""
+    from broker.views import duration
+
+    count, lost = pre["count"], pre.get("lost") or 0
+    if not count and not lost:
+        return "no preemptions or lost nodes"
+    zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
+    head = _counted(count, "preemption") + (f", {_counted(lost, 'node')} lost (not preempted)" if lost else "")
+    tail = f" ({zones})" if zones else ""
+    events = pre.get("events") or []
+    if len(events) != count + lost:  # the newest listed only: which of the others resumed is not known here
+        return f"{head}, {duration(pre['recovery_seconds'])} lost to them{tail}"
+    kinds = {"recovered": [], "waiting": [], "ended": []}
+    for e in events:
+        kinds["recovered" if e.get("recovered") else "waiting" if e.get("waiting") else "ended"].append(
+            e.get("recovery_seconds") or 0)
+    took = {k: duration(sum(v)) for k, v in kinds.items()}
+    if len(kinds["recovered"]) == len(events):
+        return f"{head}, {took['recovered']} to recover{tail}"
+    if len(kinds["waiting"]) == len(events):
+        return f"{head}, waiting {took['waiting']} so far to resume{tail}"
+    parts = []
+    if kinds["recovered"]:
+        parts.append(f"{len(kinds['recovered'])} recovered in {took['recovered']}")
+    if kinds["waiting"]:
+        parts.append(f"{len(kinds['waiting'])} waiting {took['waiting']} so far")
+    if kinds["ended"]:
+        parts.append(f"{len(kinds['ended'])} ended without resuming")
+    return f"{head}{tail}: {', '.join(parts)}"
 
 
 def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:

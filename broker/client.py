@@ -44,6 +44,14 @@ class BrokerError(Exception):
         return self.detail
 
 
+MADE_ITS_OWN = ("or, if the broker made its own admin token (it was given none: no BROKER_ADMIN_TOKEN, no "
+                "admin_token_sha256), set BROKER_DATA_DIR to the data dir it was started with, where it keeps that token "
+                "(`broker serve` names it at start)")
+"""A 401's hint on this host: where a broker keeps the admin token it made. A broker given its admin token keeps it in
+no file, and "set BROKER_DATA_DIR to the data dir the broker was started with" sent the user after a file that was
+nowhere: said only as a condition."""
+
+
 def default_token(env: dict[str, str] | os._Environ = os.environ) -> str | None:
     """``BROKER_TOKEN``, else the admin token a local ``broker serve`` wrote to its data dir.
 
@@ -221,8 +229,9 @@ class BrokerClient:
                 detail, field = _not_the_broker(self.shown_url, r), None
             if r.status_code == 401 and not self.token:
                 # a broker on this host started with another BROKER_DATA_DIR wrote its token there, not here
-                other_dir = (", or set BROKER_DATA_DIR to the data dir the broker was started with"
-                             if _loopback(self.url) else "")
+                # -- only where it generated its admin token: one given it (BROKER_ADMIN_TOKEN, admin_token_sha256)
+                # is in no file, and "set BROKER_DATA_DIR" sent the user after a file that was nowhere
+                other_dir = (f"; {MADE_ITS_OWN}" if _loopback(self.url) else "")
                 # the admin-token file is named only where it is: a broker given its admin token (BROKER_ADMIN_TOKEN,
                 # admin_token_sha256) writes none, and "run this where `broker serve` wrote <file>" sent the user
                 # looking for a file that was nowhere (here, one that is there and was not sent holds no token)
@@ -232,8 +241,7 @@ class BrokerClient:
                           f"broker was given, or a team token{other_dir})")
             elif r.status_code == 401 and self._token_file is not None:
                 detail = (f"{detail} (the token sent is the admin token in {self._token_file}, which this broker "
-                          "does not take: set BROKER_DATA_DIR to the data dir of the broker you mean, whose admin "
-                          "token file `broker serve` printed, or set BROKER_TOKEN)")
+                          f"does not take: set BROKER_TOKEN to a token it takes; {MADE_ITS_OWN})")
             raise BrokerError(r.status_code, str(detail), field, unknown_outcome=r.status_code in (500, 503))
         return r
 

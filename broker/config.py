@@ -268,6 +268,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
             # the tasks' own reader: a key given twice (two `teams:` blocks, the second silently replacing the
             # first), `1:30` read as base 60 and the like are refused naming the line, not read as something else
             raw = load_yaml(text, max_bytes=MAX_CONFIG_BYTES)
+            _plain_money(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: {yaml_error(exc)}") from None
         except SpecError as exc:
@@ -338,6 +339,8 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
                               "set launcher: skypilot (or BROKER_LAUNCHER=skypilot)")
     checkpoint_root = (env.get("BROKER_CHECKPOINT_ROOT") or _text(raw, "checkpoint_root")
                        or (data_dir / "checkpoints").as_uri())
+    _checkpoint_root_usable(checkpoint_root, "BROKER_CHECKPOINT_ROOT" if env.get("BROKER_CHECKPOINT_ROOT")
+                            else "checkpoint_root")
     for i, pool in enumerate(pools):
         if pool.run_as:
             _reachable_by_others(data_dir, checkpoint_root, f"pools[{i}].run_as")
@@ -375,7 +378,9 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         workdir_retention_seconds=_number(raw, "workdir_retention_seconds", 30 * 86400.0),
         workdir_grace_seconds=_number(raw, "workdir_grace_seconds", 86400.0, positive=True),
         job_retention_days=_retention_days(raw),
-        zones=_zones(raw.get("zones"), path.parent, names),
+        # relative paths in the file (a zone's trace, failure_rules) are the config file's folder's, wherever the
+        # broker was started from: `cannot read nope.json` named no folder
+        zones=_zones(raw.get("zones"), path.absolute().parent, names),
         heartbeat_timeout_seconds=_number(raw, "heartbeat_timeout_seconds", 0.0),
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
         owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
@@ -384,7 +389,8 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         cluster_prefix=_cluster_prefix(env, raw),
         secrets_key=secrets_key,
         secrets_old_keys=secrets_old_keys,
-        extra={k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
+        extra={**{k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
+               **({"failure_rules": _failure_rules(raw, path.absolute().parent)} if "failure_rules" in raw else {})},
         config_file=path if path.exists() else None,
         warnings=tuple(warnings),
     )
@@ -521,6 +527,55 @@ def _text(raw: dict[str, Any], key: str) -> str | None:
     return value or None
 
 
+def _checkpoint_root_usable(root: str, where: str) -> None:
+    """Refuse a checkpoint root no job could resume from, by the rules a task's own ``broker.checkpoint`` is held to
+    at submit (:func:`broker.spec.checkpoint_uri_problem`): a relative path (``relative/ck``, ``file://relative/ck``)
+    was read in each attempt's own run folder, so every resume started from scratch; a typo'd scheme, a file. A
+    bucket (``s3://``, ``gs://``), ``file:///abs`` and an absolute path are taken as before."""
+    from broker.spec import checkpoint_uri_problem
+
+    problem = checkpoint_uri_problem(root.strip())
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+
+
+def _failure_rules(raw: dict[str, Any], base: Path) -> str | None:
+    """``failure_rules``: the path of the team's rules file, relative to the config file's folder (``base``) as a
+    zone's ``trace`` is, read once here so that one that cannot be used stops the start naming the setting, the
+    file and why: a missing file, or one with a key the rules do not have, was ignored without a word (the
+    shipped rules alone diagnosed every failure). The engine reads it again when it changes
+    (:class:`broker.diagnosis.RuleBook`). Returns the absolute path."""
+    value = raw.get("failure_rules")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"failure_rules: must be the path of a YAML file of rules, not {value!r}")
+    path = Path(value.strip()).expanduser()
+    read_from = ""
+    if not path.is_absolute():
+        path, read_from = base / path, f" (a relative path is read from the config file's folder, {base})"
+    from broker.diagnosis import rules_from_yaml  # (it imports broker.spec, as this module does)
+
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"failure_rules: {path} does not exist{read_from}: correct the path, or leave "
+                          "failure_rules out") from None
+    except IsADirectoryError:
+        raise ConfigError(f"failure_rules: {path} is a directory: name the YAML file of rules itself") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"failure_rules: {path} is not UTF-8 text: is it the YAML file of rules?") from None
+    except OSError as exc:
+        raise ConfigError(f"failure_rules: {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        rules_from_yaml(text, where=str(path))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"failure_rules: {path} is not valid YAML: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"failure_rules: {exc}") from None
+    return str(path)
+
+
 def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
     if isinstance(raw, list):  # named with both places, before zones_from_config's "zones: names must be unique"
         _unique([str(z["name"]) if isinstance(z, dict) and z.get("name") else None for z in raw], "zones")
@@ -533,6 +588,12 @@ def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
         # pool's slots (a 1-slot pool ran three jobs at once)
         if zone.name in pools:
             raise ConfigError(f"zones[{i}].name: {zone.name!r} is also a pool's name: give the zone another name")
+        if zone.tier == "ondemand" and (zone.schedule or zone.trace):
+            # preemptions are a spot zone's: on an on-demand zone the simulator never reads them, and the zone ran
+            # every job through without the preemptions the operator scripted
+            key = "schedule" if zone.schedule else "trace"
+            raise ConfigError(f"zones[{i}].{key}: zone {zone.name!r} is on-demand, which is never preempted: a "
+                              f"{key} is for a spot zone (tier: spot); take it out, or make the zone spot")
         if zone.price_per_hour is None:
             _zone_priced(zone, i)
     return zones
@@ -740,6 +801,9 @@ def _teams(raw: Any) -> dict[str, Team]:
         raise ConfigError("teams: must be a mapping of team name to settings")
     out = {}
     for name, t in raw.items():
+        if name is None or not str(name).strip():
+            # a team named "" (or null) took tokens and budgets, and no command could name it (--team "")
+            raise ConfigError(f"teams: a team is named {name!r}: give each team a name")
         t = t or {}
         if not isinstance(t, dict):
             raise ConfigError(f"teams.{name}: must be a mapping like {{tokens: [...], default_budget_usd: \"200\"}}")
@@ -858,6 +922,37 @@ def _json_env(env: Any, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{name}: must be a JSON object like {{\"team\": \"token\"}}")
     return value
+
+
+CONFIG_MONEY = (("default_budget_usd",), ("teams", None, "default_budget_usd"), ("teams", None, "monthly_budget_usd"),
+                ("pools", None, "price_per_slot_hour"), ("pools", None, "price_per_gpu_hour"),
+                ("zones", None, "price_per_hour"))
+"""Where the config file gives an amount of dollars (``None``: any team, any list entry)."""
+
+
+def _plain_money(text: str) -> None:
+    """Refuse an amount of dollars of the config file that YAML reads as a float from an exponent
+    (``default_budget_usd: 1.0e+3``), in the words and by the rule a task's ``broker.budget_usd`` is refused with
+    (:func:`broker.task_text._plain_amount`): YAML made it 1000.0, a $1,000.00 budget, where ``"1e3"`` was refused
+    as written with an exponent. A float written plainly (``0.5``) is taken, as in a task."""
+    from broker.task_text import _FLOAT, _Loader, _plain_amount
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == _FLOAT and any(len(path) == len(m) and all(w is None or w == p for w, p in zip(m, path))
+                                          for m in CONFIG_MONEY):
+                _plain_amount(node, path)
+        elif len(path) < 3 and isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    walk(value, (*path, key.value))
+        elif len(path) < 3 and isinstance(node, yaml.SequenceNode):
+            for i, value in enumerate(node.value):
+                walk(value, (*path, i))
+
+    root = _Loader(text).get_single_node()
+    if root is not None:
+        walk(root, ())
 
 
 def _money(value: Any, where: str) -> Micros:

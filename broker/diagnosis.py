@@ -1511,7 +1511,10 @@ def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, .
 
 
 class RuleBook:
-    """Team rules from a file, re-read when it changes (no restart), before the shipped rules."""
+    """Team rules from a file, re-read when it changes (no restart), before the shipped rules. The config's
+    ``failure_rules`` is checked at start (:func:`broker.config._failure_rules`: a file missing or invalid stops it);
+    an edit made since that cannot be used, or the file removed, is logged (a WARNING of ``broker.diagnosis``) once
+    when it is seen, and ``error`` says why: it was kept in ``error``, which nothing read."""
 
     def __init__(self, path: str | Path | None):
         self.path = Path(path).expanduser() if path else None
@@ -1525,15 +1528,27 @@ class RuleBook:
         try:
             mtime = self.path.stat().st_mtime
         except FileNotFoundError:
+            if self._mtime is not None and self.error != "missing":
+                self.error = "missing"
+                self._say(f"failure_rules: {self.path} is gone: diagnosing with the shipped rules alone until it is "
+                          "back")
+            self._mtime = None
             return SHIPPED_RULES
         if mtime != self._mtime:
             self._mtime = mtime
             try:
                 self._rules = rules_from_yaml(self.path.read_text(), where=str(self.path)) + SHIPPED_RULES
                 self.error = None
-            except (ValueError, yaml.YAMLError) as exc:
+            except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
                 self.error = str(exc)  # keep the last good rules
+                self._say(f"failure_rules: {self.path} cannot be used, the rules read before are kept: {exc}")
         return self._rules
+
+    @staticmethod
+    def _say(warning: str) -> None:
+        import logging
+
+        logging.getLogger("broker.diagnosis").warning("%s", warning)
 
     def diagnose(self, ending: Ending) -> Diagnosis:
         return diagnose(ending, self.rules())

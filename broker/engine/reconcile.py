@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from broker.auth import job_token, job_token_version
@@ -158,6 +158,7 @@ class Engine:
         self._deadline_said: set[str] = set()
         self._last_superseded = float("-inf")  # when :meth:`_stop_superseded` last looked
         self._said_start = False  # the first tick logs what this engine found to watch (a restart said nothing)
+        self._outage: StoreOutage | None = None  # the store not answering the ticks, since when (tick_safely)
         #: the attempts whose run on this host was live at that look, and not yet ended in the store then
         self._live_seen: set[str] = set()
         #: the superseded runs this engine has billed and asked to stop (:meth:`_end_superseded`), not yet ended:
@@ -1248,14 +1249,54 @@ class Engine:
         try:
             self.tick()
         except StoreUnavailable as exc:
-            log.warning("engine tick skipped: %s", exc)
+            self._store_not_answering(exc)
         except Exception:
             log.exception("engine tick failed")
+        else:
+            self._store_answers()
+
+    def _store_not_answering(self, exc: StoreUnavailable) -> None:
+        """Say a tick skipped for the store: when the outage starts, then at most once every
+        :data:`OUTAGE_REPEAT_SECONDS` while it lasts (each broker logged a line every tick: 39 in 28 s at
+        ``tick_seconds`` 0.5), with how long it has lasted and how many ticks it skipped."""
+        now = self.monotonic()
+        outage = self._outage
+        if outage is None:
+            self._outage = StoreOutage(since=now, said_at=now)
+            log.warning("engine tick skipped: %s (said again at most once a minute while the store does not answer, "
+                        "and when it answers again)", exc)
+            return
+        outage.skipped += 1
+        if now - outage.said_at >= OUTAGE_REPEAT_SECONDS:
+            outage.said_at = now
+            log.warning("engine tick skipped: %s (the store has not answered for %.0f s: %d tick%s skipped)", exc,
+                        now - outage.since, outage.skipped, "" if outage.skipped == 1 else "s")
+
+    def _store_answers(self) -> None:
+        """Say, once, that the store answers the ticks again after an outage :meth:`_store_not_answering` said."""
+        outage, self._outage = self._outage, None
+        if outage is not None:
+            log.warning("engine ticks resumed: the job store answers again, after %.0f s without it (%d tick%s "
+                        "skipped)", self.monotonic() - outage.since, outage.skipped, "" if outage.skipped == 1 else "s")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.tick_safely()
             self._stop.wait(self.settings.tick_seconds)
+
+
+OUTAGE_REPEAT_SECONDS = 60.0
+"""While the store does not answer, how often a broker's engine says again that its ticks are skipped."""
+
+
+@dataclass
+class StoreOutage:
+    """The store not answering an engine's ticks: since when and when it was last said (monotonic), and how many
+    ticks it has skipped."""
+
+    since: float
+    said_at: float
+    skipped: int = 1
 
 
 def refused_place(attempt: Attempt, scope: str | None) -> tuple[str, str] | None:

@@ -1126,12 +1126,14 @@ def test_no_token_on_this_host_says_to_point_broker_data_dir_at_the_brokers_own(
     run, tmp = cli
     elsewhere = tmp / "empty-data"
     elsewhere.mkdir()
-    hint = "or set BROKER_DATA_DIR to the data dir the broker was started with"
+    from broker.client import MADE_ITS_OWN
+
+    hint = MADE_ITS_OWN  # (not "or set BROKER_DATA_DIR to ...": a broker given its admin token keeps it in no file)
     for url in (run.url, run.url.replace("127.0.0.1", "localhost")):
         r = cli_runner(url, token=None)("status", check=False, extra_env={"BROKER_DATA_DIR": str(elsewhere)})
         assert r.returncode == 1 and r.stderr.startswith("error [401]: "), r.stderr
         assert f"(no token was sent: set BROKER_TOKEN or --token to the admin token the broker was given, or a " \
-               f"team token, {hint})" in r.stderr, r.stderr
+               f"team token; {hint})" in r.stderr, r.stderr
     proc, url = _serve_on_all_addresses(tmp)
     try:  # a broker on another host reads no data dir of this one
         r = cli_runner(url, token=None)("status", check=False, extra_env={"BROKER_DATA_DIR": str(elsewhere)})

@@ -33,14 +33,16 @@ def test_a_broker_given_its_admin_token_is_not_said_to_have_written_a_file(tmp_p
         assert not (data / "admin-token").exists()
         r = cli_runner(url, token=None)("status", check=False, extra_env={"BROKER_DATA_DIR": str(data)})
         assert r.returncode == 1 and r.stderr.startswith("error [401]: "), r.stderr
-        assert f"(no token was sent: {GIVEN}, or set BROKER_DATA_DIR to the data dir the broker was started with)" \
+        # the data dir is said only as where a broker that made its own admin token keeps it: this one keeps none
+        assert f"(no token was sent: {GIVEN}; or, if the broker made its own admin token (it was given none: no " \
+            "BROKER_ADMIN_TOKEN, no admin_token_sha256), set BROKER_DATA_DIR to the data dir it was started with" \
             in r.stderr, r.stderr
         assert "admin-token" not in r.stderr and "wrote" not in r.stderr, r.stderr
 
         # a file that is there on this host, but holds no token (so none was sent), is named as what it is
         (data / "admin-token").write_text("\n")
         r = cli_runner(url, token=None)("status", check=False, extra_env={"BROKER_DATA_DIR": str(data)})
-        assert r.returncode == 1 and f"(no token was sent; {data / 'admin-token'} holds no token: {GIVEN}, " \
+        assert r.returncode == 1 and f"(no token was sent; {data / 'admin-token'} holds no token: {GIVEN}; " \
             in r.stderr, r.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
