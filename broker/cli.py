@@ -1271,8 +1271,6 @@ def _submit_dry_run(task: dict, client, args) -> int:
     (packed and held to the broker's ``max_workdir_bytes``) and left out of what is sent, never uploaded (a dry run
     against a remote broker leaves nothing there);
     the broker checks the rest of the task as the submit's own."""
-    from pricing.money import fmt
-
     _ship_workdir(task, client, args.upload_workdir, quiet=args.json, dry_run=True)
     run = client.submit_dry_run(task, budget=args.budget, team=args.team, deadline=args.deadline,
                                 idempotency_key=args.idempotency_key)
@@ -2274,43 +2272,12 @@ def cmd_costs(args) -> int:
     return 0
 
 
-def _counted(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else many or one + 's'}"
-
-
 def _preemptions_line(pre: dict) -> str:
-    """``broker costs``' line of the window's preemptions (``/v1/costs``' ``preemptions``): the time to recover is
-    said of the jobs that resumed, and a job still queued after one is said to wait, for how long so far, as each
-    event's ``recovered`` and ``waiting`` tell them apart: "1 preemption(s), 14 s to recover" was said of a job that
-    had not resumed. Only the newest events are listed; where some are not, the total alone is said, as time lost."""
-    from broker.views import duration
+    """``broker costs``' line of the window's preemptions: :func:`broker.views.preemptions_words`, which Slack's
+    ``costs`` says too."""
+    from broker.views import preemptions_words
 
-    count, lost = pre["count"], pre.get("lost") or 0
-    if not count and not lost:
-        return "no preemptions or lost nodes"
-    zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
-    head = _counted(count, "preemption") + (f", {_counted(lost, 'node')} lost (not preempted)" if lost else "")
-    tail = f" ({zones})" if zones else ""
-    events = pre.get("events") or []
-    if len(events) != count + lost:  # the newest listed only: which of the others resumed is not known here
-        return f"{head}, {duration(pre['recovery_seconds'])} lost to them{tail}"
-    kinds = {"recovered": [], "waiting": [], "ended": []}
-    for e in events:
-        kinds["recovered" if e.get("recovered") else "waiting" if e.get("waiting") else "ended"].append(
-            e.get("recovery_seconds") or 0)
-    took = {k: duration(sum(v)) for k, v in kinds.items()}
-    if len(kinds["recovered"]) == len(events):
-        return f"{head}, {took['recovered']} to recover{tail}"
-    if len(kinds["waiting"]) == len(events):
-        return f"{head}, waiting {took['waiting']} so far to resume{tail}"
-    parts = []
-    if kinds["recovered"]:
-        parts.append(f"{len(kinds['recovered'])} recovered in {took['recovered']}")
-    if kinds["waiting"]:
-        parts.append(f"{len(kinds['waiting'])} waiting {took['waiting']} so far")
-    if kinds["ended"]:
-        parts.append(f"{len(kinds['ended'])} ended without resuming")
-    return f"{head}{tail}: {', '.join(parts)}"
+    return preemptions_words(pre)
 
 
 def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:

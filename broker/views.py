@@ -409,3 +409,41 @@ def dry_run_view(run: Any) -> dict[str, Any]:
         "queue_position": run.position,
         "estimated_start": iso(run.start),
     }
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def preemptions_words(pre: dict) -> str:
+    """The line of a cost report's preemptions (``/v1/costs``' ``preemptions``), as ``broker costs`` and Slack's
+    ``costs`` say it: the time to recover is
+    said of the jobs that resumed, and a job still queued after one is said to wait, for how long so far, as each
+    event's ``recovered`` and ``waiting`` tell them apart: "1 preemption(s), 14 s to recover" was said of a job that
+    had not resumed. Only the newest events are listed; where some are not, the total alone is said, as time lost."""
+    count, lost = pre["count"], pre.get("lost") or 0
+    if not count and not lost:
+        return "no preemptions or lost nodes"
+    zones = ", ".join(f"{z['zone']} {z['count']}" for z in pre["by_zone"])
+    head = counted(count, "preemption") + (f", {counted(lost, 'node')} lost (not preempted)" if lost else "")
+    tail = f" ({zones})" if zones else ""
+    events = pre.get("events") or []
+    if len(events) != count + lost:  # the newest listed only: which of the others resumed is not known here
+        return f"{head}, {duration(pre['recovery_seconds'])} lost to them{tail}"
+    kinds = {"recovered": [], "waiting": [], "ended": []}
+    for e in events:
+        kinds["recovered" if e.get("recovered") else "waiting" if e.get("waiting") else "ended"].append(
+            e.get("recovery_seconds") or 0)
+    took = {k: duration(sum(v)) for k, v in kinds.items()}
+    if len(kinds["recovered"]) == len(events):
+        return f"{head}, {took['recovered']} to recover{tail}"
+    if len(kinds["waiting"]) == len(events):
+        return f"{head}, waiting {took['waiting']} so far to resume{tail}"
+    parts = []
+    if kinds["recovered"]:
+        parts.append(f"{len(kinds['recovered'])} recovered in {took['recovered']}")
+    if kinds["waiting"]:
+        parts.append(f"{len(kinds['waiting'])} waiting {took['waiting']} so far")
+    if kinds["ended"]:
+        parts.append(f"{len(kinds['ended'])} ended without resuming")
+    return f"{head}{tail}: {', '.join(parts)}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import beside_state, duration, saving_words, shown_reason, step_words
+from broker.views import beside_state, duration, preemptions_words, saving_words, shown_reason, step_words
 from pricing.money import fmt, fmt_spent_of
 
 ACTIONS = {
@@ -272,10 +272,10 @@ def costs_reply(report: dict, dashboard_url: str) -> Reply:
     for note in ("rounding_note", "retention_note"):
         if report.get(note):
             blocks.append(context(report[note]))
-    # a node lost without notice (an on-prem pool's) is no preemption, and its recovery is in the time: as the CLI says
-    lost = f", {pre['lost']} node(s) lost (not preempted)" if pre.get("lost") else ""
-    said = (f"{pre['count']} preemption(s){lost}, {duration(pre['recovery_seconds'])} to recover"
-            if pre["count"] or pre.get("lost") else "No preemptions or lost nodes")  # not "0 s to recover"
+    # a node lost without notice (an on-prem pool's) is no preemption; a job that has not resumed since waits, not
+    # "recovers" (it said "1 preemption(s), 14 s to recover" of a job still queued): as the CLI says it
+    said = preemptions_words(pre)
+    said = said[0].upper() + said[1:]
     blocks.append(context(f"{said} · <{dashboard_url}|Open the dashboard>"))
     return Reply(f"Spend for {who}: {t['spent']['usd']}, {saving_words(t['saving'], t['saving_percent'])}", blocks)
 

@@ -164,7 +164,7 @@ def test_costs_counts_a_lost_pool_node_apart_from_preemptions(slack, store):
         world.attempt("j-lost", 2, AttemptState.SUCCEEDED, world.onprem(100_000), start=now - 2 * H + 60,
                       seconds=H - 60, cost=100_000)]))
     said = text_of(command(slack, "costs").json())
-    assert "1 preemption(s), 1 node(s) lost (not preempted), " in said, said
+    assert "1 preemption, 1 node lost (not preempted), " in said, said
 
 
 def test_costs_of_a_team_with_no_preemptions_says_so_not_0_s_to_recover(slack):
