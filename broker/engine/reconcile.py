@@ -1143,6 +1143,11 @@ class Engine:
                            holding=Holding(Tier.SPOT, attempt.placement.get("zone")))
         if inp is None or inp.remaining <= inp.changeover:
             return None  # no deadline, or about to finish: moving now costs more than it saves
+        if not inp.on_spot:
+            # its zone has no spot now: the preemption comes, and the job is placed again after it. Moved now, it was
+            # pinned to on-demand "to meet the deadline" with hours to spare: the policy, seeing only the dearer zone
+            # up, found on-demand no dearer than spot — a reason for its next placement, not for a pin
+            return None
         decision = policy_decide(policy, inp)
         if decision.action not in RELIABLE:
             return None
