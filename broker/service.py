@@ -366,9 +366,15 @@ class BrokerService:
             raise Invalid("broker.team", f"there is no team {team!r} (teams: {known})")
         most = getattr(self.settings.teams.get(team), "max_priority", None)
         if not principal.admin and most is not None and spec.broker.priority > most:
-            raise Invalid("broker.priority", f"is {spec.broker.priority}, above the most team {team} may give, {most} "
-                                             f"(teams.{team}.max_priority in the broker's config): give at most "
-                                             f"{most}, or ask an admin to submit it", status=403)
+            section = raw.get("broker") if isinstance(raw, dict) else None
+            if not (isinstance(section, dict) and "priority" in section):
+                # none given: the team's highest, below the default 0 (every submit of a team capped at -10 that gave
+                # no priority was refused for a broker.priority it did not give)
+                spec = replace(spec, broker=replace(spec.broker, priority=most))
+            else:
+                raise Invalid("broker.priority", f"is {spec.broker.priority}, above the most team {team} may give, "
+                                                 f"{most} (teams.{team}.max_priority in the broker's config): give at "
+                                                 f"most {most}, or ask an admin to submit it", status=403)
         if not self.may_name_host_paths(principal):
             for field, path in host_paths(spec.task)[:1]:
                 raise Invalid(field, f"names {path!r}, a path on the broker's host, which only an admin's submit may "

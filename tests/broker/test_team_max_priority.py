@@ -62,3 +62,16 @@ def test_a_max_priority_that_is_no_priority_stops_the_broker_naming_it(tmp_path,
     with pytest.raises(ConfigError) as caught:
         settings(tmp_path, f"  alpha: {{max_priority: {value}}}\n")
     assert "teams.alpha.max_priority" in str(caught.value) and "-1000 to 1000" in str(caught.value)
+
+
+def test_a_team_capped_below_zero_that_gives_no_priority_gets_its_cap_and_one_that_gives_zero_is_refused(tmp_path):
+    """QA walkthrough (Dec 8): with `max_priority: -10`, every submit that gave no priority was refused: "is 0, above
+    the most team gamma may give", of a broker.priority its task did not have."""
+    s = settings(tmp_path, f"  alpha: {{tokens: [{ALPHA}], max_priority: -10}}\n")
+    with TestClient(create_app(s, engine=False), raise_server_exceptions=False) as api:
+        task = {"name": "t", "resources": {"cpus": 1}, "run": "true", "broker": {"budget_usd": "1"}}
+        r = api.post("/v1/jobs", json=task, headers={"Authorization": f"Bearer {ALPHA}"})
+        assert r.status_code == 201, r.text
+        assert api.get(f"/v1/jobs/{r.json()['id']}", headers={"Authorization": f"Bearer {ADMIN}"}).json()[
+            "priority"] == -10
+        assert submit(api, ALPHA, 0).status_code == 403  # given, and above the cap
