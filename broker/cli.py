@@ -946,9 +946,10 @@ def _budget_lasts(job: dict) -> str:
     after = any(t.get("after_run") for t in quote.get("tiers") or [] if isinstance(t, dict) and t.get("tier") in runs)
     kept = "a clean stop and the billing after its run" if after else "a clean stop"
     said = [f"{duration(seconds)} on {TIER_WORDS.get(tier, tier)}" for tier, seconds in runs.items()]
-    listed = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
+    listed = f"{', '.join(said[:-1])} or {said[-1]}" if len(said) > 1 else "".join(said)  # (none: said[0] raised)
     ran = f"runs it for about {listed} until its budget stop, {kept} kept out of it" if said else ""
-    none = f"cannot start it on {' or '.join(cannot)} at all" if cannot else ""
+    # after "runs it for …; it", a second "it": "it cannot start it on on-demand at all"
+    none = f"cannot start {'' if ran else 'it '}on {' or '.join(cannot)} at all" if cannot else ""
     return (f" — the budget {ran}{'; it ' if ran and none else ''}{none} (give broker.expected_hours for an estimate "
             "of the whole run)")
 
@@ -1355,8 +1356,14 @@ def _say_behind(con, client, job_id: str, *, since: int | None = 1) -> None:
     if position is None:
         return
     if position == 1:  # first in line, yet not started: said, with why and roughly when, as of a job behind others
-        start = f"; estimated start {_short_time(job['estimated_start'])}" if job.get("estimated_start") else ""
+        from broker.views import LATE_START
+
         why = (job.get("reason") or "").removeprefix("waiting: ")
+        # a reason that says its start too late for its deadline ("estimated to start at 07:40Z, after its deadline
+        # at …") says the start: "; estimated start 07:40Z" after it said it twice
+        said_start = any(part.startswith(LATE_START) for part in why.split("; "))
+        start = f"; estimated start {_short_time(job['estimated_start'])}" \
+            if job.get("estimated_start") and not said_start else ""
         if decided(job):
             con.print(f"queued first in line{': ' + why if why else ''}{start}", highlight=False)
         else:
@@ -1691,7 +1698,7 @@ def _next_step(job: dict) -> str | None:
     if job["state"] != "failed":
         return None
     if (job.get("diagnosis") or {}).get("infrastructure"):
-        return f"`broker resume {jid}` continues it {where} (not the job's own error)"
+        return f"not the job's own error: `broker resume {jid}` continues it {where}"  # one bracket, not two
     if (job.get("diagnosis") or {}).get("class") == "credentials":  # the diagnosis names the secret
         asked = (job.get("diagnosis") or {}).get("secrets")
         names = list(dict.fromkeys(n.strip() for n in asked if isinstance(n, str) and n.strip())) \

@@ -568,9 +568,7 @@ def _failure_rules(raw: dict[str, Any], base: Path) -> str | None:
     except OSError as exc:
         raise ConfigError(f"failure_rules: {path} cannot be read: {exc.strerror or exc}") from None
     try:
-        rules_from_yaml(text, where=str(path))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"failure_rules: {path} is not valid YAML: {exc}") from None
+        rules_from_yaml(text, where=str(path))  # a YAML error too, in one line: "<path>: is not valid YAML at line …"
     except ValueError as exc:
         raise ConfigError(f"failure_rules: {exc}") from None
     return str(path)
@@ -803,7 +801,8 @@ def _teams(raw: Any) -> dict[str, Team]:
     for name, t in raw.items():
         if name is None or not str(name).strip():
             # a team named "" (or null) took tokens and budgets, and no command could name it (--team "")
-            raise ConfigError(f"teams: a team is named {name!r}: give each team a name")
+            # YAML's null (`~`) said as YAML writes it, not Python's None
+            raise ConfigError(f"teams: a team is named {'null' if name is None else repr(name)}: give each team a name")
         t = t or {}
         if not isinstance(t, dict):
             raise ConfigError(f"teams.{name}: must be a mapping like {{tokens: [...], default_budget_usd: \"200\"}}")

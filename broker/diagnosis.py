@@ -1482,11 +1482,67 @@ def _fill(template: str, facts: dict[str, Any]) -> str:
 
 
 RULE_KEYS = frozenset({"class", "pattern", "phases", "exit_codes", "sentence", "hint", "infrastructure"})
+# the phases a diagnosis is asked about (:class:`Ending`, from the engine): a rule's ``phases`` names some of them
+ENDING_PHASES = ("failed", "preempted", "lost", "gone", "stopped", "budget", "cancelled", "silent", "silent_again")
+# the facts :func:`diagnose` may give as a number (a step, an exit code, a signal, a batch size), else "" when not
+# known: a format spec of a sentence's field that names one must suit both
+_NUMBER_FACTS = frozenset({"step", "code", "signal", "batch_size", "total_steps"})
+
+
+def _fillable(template: str) -> str | None:
+    """Why a rule's sentence or hint cannot be filled as :func:`_fill` fills it, or None when it can. A field is a
+    plain name (``{step}``; one no diagnosis gives fills as "?", as :func:`_fill` does), with at most a conversion
+    (``!r``) and a format spec that suits every value that fact may take; a brace of the text's own is doubled. One
+    that could not be filled raised in the engine at every tick for every job whose log the rule matched, and the job
+    stayed where it was."""
+    import string
+
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"{exc} (a fact is written {{step}}; a brace of the text's own is doubled: {{{{ or }}}})"
+    for _, name, spec, conversion in fields:
+        if name is None:
+            continue
+        if not name or name.isdigit():
+            return (f"{{{name}}} is not a fact's name (a fact is written by name, {{step}}; a brace of the text's own "
+                    "is doubled: {{ or }})")
+        if not name.isidentifier():
+            return f"{{{name}}}: a fact is written by its name alone ({{step}}), with no attribute or index"
+        if conversion not in (None, "r", "s", "a"):
+            return f"{{{name}!{conversion}}}: a conversion is !r, !s or !a"
+        if spec:
+            if "{" in spec or "}" in spec:
+                return f"{{{name}:{spec}}}: a format spec is written out, with no field inside it"
+            try:
+                format("", spec)
+                if name in _NUMBER_FACTS:
+                    format(1, spec)
+            except (ValueError, TypeError) as exc:
+                return f"{{{name}:{spec}}}: the format spec does not suit the fact ({exc})"
+    return None
+
+
+def _list_of(value: Any, kind: type, what: str) -> str | None:
+    """Why a rule's list setting is not a list of ``kind``, or None when it is: a string read as a set of its
+    characters, and a number made the rule raise."""
+    if not isinstance(value, list):
+        return f"must be a list of {what}, not {value!r} (write [{value}])" if isinstance(value, (str, int)) \
+            else f"must be a list of {what}, not {value!r}"
+    for item in value:
+        if not isinstance(item, kind) or isinstance(item, bool):
+            return f"must be a list of {what}: {item!r} is not one"
+    return None
 
 
 def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, ...]:
     """Team rules: a list of ``{class, pattern?, phases?, exit_codes?, sentence, hint?, infrastructure?}``."""
-    raw = yaml.safe_load(text) or []
+    try:
+        raw = yaml.safe_load(text) or []
+    except yaml.YAMLError as exc:  # in one line, naming the file's line and column, not "<unicode string>"
+        from broker.task_text import yaml_error  # (it imports broker.spec, as this module does)
+
+        raise ValueError(f"{where}: {yaml_error(exc)}") from None
     if isinstance(raw, dict):
         raw = raw.get("rules", [])
     if not isinstance(raw, list):
@@ -1501,9 +1557,25 @@ def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, .
         infrastructure = r.get("infrastructure")
         if infrastructure is not None and not isinstance(infrastructure, bool):
             raise ValueError(f"{where}[{i}].infrastructure: must be true or false")
+        sentence, hint = str(r["sentence"]), "" if r.get("hint") is None else str(r["hint"])
+        for key, text in (("sentence", sentence), ("hint", hint)):
+            if (why := _fillable(text)) is not None:
+                raise ValueError(f"{where}[{i}].{key}: {why}")
+        pattern = r.get("pattern")
+        if pattern is not None and not isinstance(pattern, str):
+            raise ValueError(f"{where}[{i}].pattern: must be a regular expression (text), not {pattern!r}: quote it "
+                             f"('{pattern}')")
+        phases, codes = r.get("phases"), r.get("exit_codes")
+        if phases is not None:
+            if (why := _list_of(phases, str, "phases")) is not None:
+                raise ValueError(f"{where}[{i}].phases: {why}")
+            if unknown := [p for p in phases if p not in ENDING_PHASES]:
+                raise ValueError(f"{where}[{i}].phases: {unknown[0]!r} is not a phase an attempt ends in (one of "
+                                 f"{', '.join(ENDING_PHASES)})")
+        if codes is not None and (why := _list_of(codes, int, "exit codes (integers)")) is not None:
+            raise ValueError(f"{where}[{i}].exit_codes: {why}")
         try:
-            rule = _r(str(r["class"]), str(r["sentence"]), str(r.get("hint", "")), r.get("pattern"),
-                      r.get("phases") or (), r.get("exit_codes") or ())
+            rule = _r(str(r["class"]), sentence, hint, pattern, phases or (), codes or ())
         except re.error as exc:
             raise ValueError(f"{where}[{i}].pattern: {exc}") from None
         out.append(replace(rule, infrastructure=infrastructure))
@@ -1521,6 +1593,7 @@ class RuleBook:
         self._mtime: float | None = None
         self._rules: tuple[Rule, ...] = SHIPPED_RULES
         self.error: str | None = None
+        self._raised_at: float | None = None  # the file's mtime when its rules last raised in diagnose (said once)
 
     def rules(self) -> tuple[Rule, ...]:
         if self.path is None:
@@ -1551,4 +1624,18 @@ class RuleBook:
         logging.getLogger("broker.diagnosis").warning("%s", warning)
 
     def diagnose(self, ending: Ending) -> Diagnosis:
-        return diagnose(ending, self.rules())
+        """The ending diagnosed with the team's rules before the shipped ones. Should they raise (a rule the load's
+        checks let through), the shipped rules alone diagnose it, and that is logged once until the file changes: a
+        diagnosis that raised left the job where it was (``launching``, ``cancelling``), at every tick."""
+        rules = self.rules()
+        try:
+            return diagnose(ending, rules)
+        except Exception as exc:
+            if rules is SHIPPED_RULES:
+                raise
+            if self._raised_at != self._mtime:
+                self._raised_at = self._mtime
+                self._say(f"failure_rules: {self.path}: a rule raised diagnosing how an attempt ended "
+                          f"({type(exc).__name__}: {exc}): the shipped rules diagnose it instead, until the file "
+                          "changes (said once)")
+            return diagnose(ending, SHIPPED_RULES)

@@ -287,8 +287,8 @@ def matching_offers(request: JobRequest, offers: Iterable[Offer]) -> list[Offer]
 
 
 def usable_by(offers: Iterable[Offer], request: JobRequest) -> list[Offer]:
-    """Offers this job may take: a CPU-only job never holds an on-prem GPU slot, and a job of several
-    nodes never an on-prem pool (a pool is one node: its capacity in :func:`market`)."""
-    wants_gpu = any(alt.accelerator for alt in request.alternatives)
-    return [o for o in offers if o.tier is not Tier.ONPREM
-            or ((wants_gpu or not o.accelerator) and request.num_nodes == 1)]
+    """Offers this job may take: a job of several nodes never an on-prem pool (a pool is one node: its capacity in
+    :func:`market`). That a CPU-only job never holds a pool's GPU slot is the shape's rule
+    (:func:`pricing.placement.matches`): dropped here, the GPU pools were not there for the sentence of a CPU job
+    that no offer fits, which said "no offer is priced in local at all" of `infra: local`."""
+    return [o for o in offers if o.tier is not Tier.ONPREM or request.num_nodes == 1]

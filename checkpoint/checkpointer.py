@@ -147,7 +147,8 @@ class Checkpointer:
     The counts (``every_steps``, ``keep_last``, ``keep_every``: integers ``>= 1``; ``keep_last`` may be ``None``) and durations
     (``every_seconds > 0``, ``grace_s >= 0``: numbers) are checked here, before anything is opened:
     a ``TypeError`` (a float count, a bool, a numeric string, ``None``) or ``ValueError`` (out of
-    range) naming the argument (:mod:`checkpoint.arguments`).
+    range) naming the argument (:mod:`checkpoint.arguments`); so is ``handle_sigterm``, which is ``True`` or ``False``
+    itself (``"no"`` read for its truth installed the handler).
     """
 
     def __init__(
@@ -170,7 +171,8 @@ class Checkpointer:
         spool_dir: str | os.PathLike[str] | None = None,
     ):
         env = os.environ if env is None else env
-        # the counts and durations first (checkpoint.arguments), before any store is opened or thread started
+        # the counts, durations and flags first (checkpoint.arguments), before any store is opened or thread started
+        arguments.flag("handle_sigterm", handle_sigterm)  # read for its truth, handle_sigterm="no" installed it
         if every_steps is None and every_seconds is None:
             every_seconds = 300.0
         self._policy = SavePolicy(every_steps, every_seconds)
@@ -982,7 +984,16 @@ def _uncreatable(base: str | None, *, files_only: bool = False) -> str | None:
     if not os.path.isdir(parent):
         return f"checkpoint base {base} cannot be created: {parent} is a file, not a directory"
     if not files_only and (failed := _cannot_write_in(parent)):
-        return f"checkpoint base {base} cannot be created: this process cannot write in {parent} ({failed})"
+        # worded by the errno: "this process cannot write in /proc ([Errno 2] No such file or directory)" gave a
+        # reason the error did not
+        said = f"[Errno {failed.errno}] {failed.strerror}" if failed.errno is not None else str(failed)
+        if failed.errno in (errno.EACCES, errno.EPERM):
+            return f"checkpoint base {base} cannot be created: this process cannot write in {parent} ({said})"
+        if failed.errno == errno.EROFS:
+            return f"checkpoint base {base} cannot be created: {parent} is on a read-only file system ({said})"
+        child = os.path.join(parent, os.path.relpath(base, parent).split(os.sep)[0])
+        return (f"checkpoint base {base} cannot be created: cannot create {child}: {said} (a folder cannot be made "
+                "there)")
     return None
 
 
@@ -991,21 +1002,23 @@ def _unwritable(base: str | None) -> str | None:
     the first ``due()``/``save()``, not before: a read-only directory is a fine place to restore weights from."""
     if base is None or not os.path.isdir(base) or not (failed := _cannot_write_in(base)):
         return None
-    return (f"checkpoint base {base} is not writable by this process (its permissions, or a read-only file "
-            f"system: {failed}): no checkpoint could be saved there")
+    said = f"[Errno {failed.errno}] {failed.strerror}" if failed.errno is not None else str(failed)
+    why = ("its permissions" if failed.errno in (errno.EACCES, errno.EPERM) else
+           "a read-only file system" if failed.errno == errno.EROFS else "nothing can be made in it")
+    return f"checkpoint base {base} is not writable by this process ({why}: {said}): no checkpoint could be saved there"
 
 
-def _cannot_write_in(directory: str) -> str | None:
-    """Why a file cannot be made in ``directory`` (``[Errno 30] Read-only file system``), found by making one and
-    removing it; None when it can. Not ``os.access``, which passes for root whatever the mode, and for a directory
-    in which nothing can be made (``/proc``): root is what a container runs as."""
+def _cannot_write_in(directory: str) -> OSError | None:
+    """Why a file cannot be made in ``directory`` (the ``OSError``: ``[Errno 30] Read-only file system``), found by
+    making one and removing it; None when it can. Not ``os.access``, which passes for root whatever the mode, and for
+    a directory in which nothing can be made (``/proc``): root is what a container runs as."""
     probe = os.path.join(directory, f".checkpoint-probe-{os.getpid()}-{threading.get_ident()}")
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # a probe of this thread's left by a kill: the directory took it
         return None
     except OSError as e:
-        return f"[Errno {e.errno}] {e.strerror}" if e.errno is not None else str(e)
+        return e
     os.close(fd)
     try:
         os.unlink(probe)

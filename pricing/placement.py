@@ -104,16 +104,18 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
     launches such a task on a CPU type of its default families, never on a GPU type that happens to have the size
     (``sky/clouds/aws.py``, ``_get_feasible_launchable_resources``: ``get_default_instance_type``), so a GPU type
     was a placement that paid for a GPU the job never asked for (``cpus: 4, memory: 16`` on the shipped AWS
-    price table: a spot ``g4dn.xlarge`` and its T4). An instance type the task names is taken as named; a pool's
-    CPU job never takes a GPU slot (:func:`broker.offers.usable_by`); a simulated zone (a process on this host)
-    takes any job. A ``local_disk`` asked is given only by an instance type known to have it (:func:`local_disk_fits`)."""
+    price table: a spot ``g4dn.xlarge`` and its T4). An instance type the task names is taken as named; a CPU job
+    never takes a pool's GPU slot (here, so that the sentence of a job no offer fits sees the pool, and says why:
+    :func:`_gpu_pools_text`); a simulated zone (a process on this host) takes any job. A ``local_disk`` asked is
+    given only by an instance type known to have it (:func:`local_disk_fits`)."""
     if want.accelerator is not None:
         if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
             return False
         if offer.accelerator_count != max(want.accelerator_count, 1):
             return False  # exactly the count asked, as SkyPilot's catalog lookup matches it: A100:1 is not 8 A100s
-    elif offer.accelerator is not None and want.instance_type is None and sized_exactly(offer):
-        return False  # no GPU asked: never an instance type that carries one
+    elif offer.accelerator is not None and (offer.tier is Tier.ONPREM or want.instance_type is None
+                                            and sized_exactly(offer)):
+        return False  # no GPU asked: never a pool's GPU slot, nor an instance type that carries one
     if offer.default_host_cpus is not None and want.instance_type is None:
         if not _gcp_host_fits(offer, want):
             return False
@@ -755,12 +757,28 @@ def _how_to_price(asked: Collection[str]) -> str:
     if "kubernetes" in asked:
         said.append("Kubernetes takes an on-prem pool with a `kubernetes_context` in the broker's `pools` (with "
                     "BROKER_LAUNCHER=skypilot), not a catalog")
-    other = sorted(c for c in asked if c not in PRICED_CLOUDS and c != "kubernetes")
+    if "local" in asked:  # "the broker cannot price local: … (a pool is `infra: local` …)" told it to write what it did
+        said.append("`infra: local` names the broker's on-prem pools, and it has none: add one to `pools` in its "
+                    "config")
+    other = sorted(c for c in asked if c not in PRICED_CLOUDS and c not in ("kubernetes", "local"))
     if other:
         priced = _series([*PRICED_CLOUDS, "on-prem pools"])
         said.append(f"the broker cannot price {_series(other, 'or')}: it prices {priced}, so ask for one of those "
                     "(a pool is `infra: local`, or `local/<pool>` for one of them)")
     return "; ".join([*said, "see docs/deploy.md"])
+
+
+def _gpu_pools_text(there: Sequence[Offer]) -> str:
+    """Why a task asking for no accelerator has no offer where every offer it may look at (``there``: those of the
+    place it asks for) is a pool's GPU slot, which such a task never takes (:func:`matches`), or "" when some offer
+    is not. It was told "no offer is priced in local at all", to write the `infra: local` it had written."""
+    if not there or any(o.tier is not Tier.ONPREM or o.accelerator is None for o in there):
+        return ""
+    names = sorted({o.zone for o in there})
+    gpus = sorted({o.accelerator for o in there})
+    return (f" (the pool{'s' if len(names) > 1 else ''} here ({', '.join(names)}) "
+            f"{'have' if len(names) > 1 else 'has'} GPUs, which a task asking for no accelerator does not take: ask "
+            f"for one (accelerators: {_series([f'{g}:1' for g in gpus], 'or')}), or add a CPU pool)")
 
 
 def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
@@ -774,6 +792,14 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
         clouds = _series(sorted(asked), "or")
         return f" (no offer is priced in {clouds} at all: {_how_to_price(asked)})"
     alt = request.alternatives[0]
+    pools = sorted({o.region for o in offers if o.tier is Tier.ONPREM and o.cloud.lower() == "local"})
+    if (alt.cloud or "").lower() == "local" and alt.region is not None \
+            and alt.region.lower() not in {p.lower() for p in pools}:
+        close = difflib.get_close_matches(alt.region, pools, n=1, cutoff=0.75) if len(pools) > 1 else []
+        meant = f"did you mean local/{close[0]}? " if close else ""
+        named = f"the pools are {_series(pools)}" if len(pools) > 1 else f"the only pool is {pools[0]}" if pools else ""
+        return (f" (there is no pool {alt.region} here: {meant}{named})" if pools else
+                f" (there is no pool {alt.region} here, nor any: `pools` in the broker's config has none)")
     if alt.use_spot is True and not any(o.tier is Tier.SPOT for o in offers):  # said for a GPU, not for CPUs
         return (" (no offer here is spot: spot needs a spot zone in the broker's config or the clouds priced with "
                 "BROKER_LAUNCHER=skypilot; see docs/deploy.md)")
@@ -796,9 +822,12 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
     where = {a: str(getattr(alt, a)).lower() for a in ("cloud", "region", "zone") if getattr(alt, a) is not None}
     there = [o for o in offers if all(str(getattr(o, a)).lower() == v for a, v in where.items())]
     cpu_only = not alt.accelerator and alt.instance_type is None
+    if not alt.accelerator and (gpu_pools := _gpu_pools_text(there)):
+        return gpu_pools
     # a GPU type is none of a CPU-only task's sizes (:func:`matches`), and is left out, saying so where one has it: "the
     # largest offer has 128.0 GiB" was said of a memory p5.48xlarge has sixteen times over
-    kept = [o for o in there if not (o.accelerator and sized_exactly(o))] if cpu_only else there
+    kept = [o for o in there if not (o.accelerator and (sized_exactly(o) or o.tier is Tier.ONPREM))] \
+        if cpu_only else there
     in_ = f" in {'/'.join(getattr(alt, a) for a in ('cloud', 'region', 'zone') if a in where)}" if where else ""
     for want, attr, unit in ((alt.cpus, "vcpus", "vCPUs"), (alt.memory_gib, "memory_gib", "GiB of memory")):
         if want is None:

@@ -41,8 +41,8 @@ def test_status_of_a_job_stopped_by_a_signal_it_did_not_send_names_the_command_t
     out = run("status", job_id).stdout
     next_line = [line for line in out.splitlines() if line.strip().startswith("next:")]
     # it saved no checkpoint: the resume starts it over, and says so (it said "from its last checkpoint")
-    assert next_line == [f"  next: `broker resume {job_id}` continues it from the start (it saved no checkpoint) (not "
-                         "the job's own error)"], out
+    assert next_line == [f"  next: not the job's own error: `broker resume {job_id}` continues it from the start (it "
+                         "saved no checkpoint)"], out
     # the command said is the one that does it, with no --force
     r = run("resume", job_id)
     assert f"{job_id}: queued" in r.stdout, r.stdout
@@ -71,8 +71,8 @@ def _job(state: str, diagnosis: dict | None = None, checkpoint: int | None = 120
      "next: `broker resume j-0123456789` continues it from its last checkpoint (step 1200) once its budget has room: "
      "`broker budget j-0123456789 <dollars>` raises it"),
     (_job("failed", {"class": "spot_preempted", "infrastructure": True, "text": "Lost."}, checkpoint=None),
-     "next: `broker resume j-0123456789` continues it from the start (it saved no checkpoint) (not the job's own "
-     "error)"),
+     "next: not the job's own error: `broker resume j-0123456789` continues it from the start (it saved no "
+     "checkpoint)"),
     ({**_job("failed", {"class": "user_code_error", "infrastructure": False, "text": "KeyError."}),
       "checkpoint_uri": "s3://b/run"},  # submitting again starts over unless it names the job's checkpoints
      "next: a failure of the job's own: fix what made it fail, then `broker resume j-0123456789 --force` continues "

@@ -62,7 +62,7 @@ def test_a_t4_on_a_skypilot_cluster_runs_until_its_budget_less_the_billing_after
     assert lasts["spot"] == whole - after_seconds - STOP
     assert lasts["ondemand"] is None, "on-demand's billing after the run alone is more than the budget"
     said = _budget_lasts({"quote": job.quote, "budget": {"micros": job.budget}})
-    assert "15 min" not in said and "it cannot start it on on-demand at all" in said, said
+    assert "15 min" not in said and "; it cannot start on on-demand at all" in said, said
     assert "a clean stop and the billing after its run kept out of it" in said, said
 
 

@@ -87,7 +87,8 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("shell, base, said", [
     ("ulimit -f 12 && ", "{tmp}/run", SIZE_NOTE),
     ("", "/dev/null/run", "cannot be created: /dev/null is a file, not a directory"),
-    ("", "/proc/h6_qa_dec8/run", "cannot be created: this process cannot write in /proc"),
+    ("", "/proc/h6_qa_dec8/run", "cannot be created: cannot create /proc/h6_qa_dec8: [Errno 2] No such file or "
+                                 "directory (a folder cannot be made there)"),
 ], ids=["a ulimit -f under the run command", "a base under /dev/null", "a base under /proc"])
 def test_a_real_script_whose_local_checkpoint_location_cannot_be_written_is_that_location_not_its_code(
         tmp_path, shell, base, said):

@@ -179,7 +179,7 @@ def test_the_config_and_a_task_read_an_amount_of_dollars_alike(tmp_path):
 @pytest.mark.parametrize("name", ['""', "' '", "null"])
 def test_a_team_with_no_name_is_refused(tmp_path, name):
     said = _refused(tmp_path, f"teams: {{{name}: {{default_budget_usd: '5'}}}}\n")
-    assert said.endswith("teams: a team is named " + ("None" if name == "null" else repr(name.strip('"\'') or "")
+    assert said.endswith("teams: a team is named " + ("null" if name == "null" else repr(name.strip('"\'') or "")
                                                      if name != "' '" else "' '") + ": give each team a name"), said
 
 
