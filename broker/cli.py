@@ -970,8 +970,7 @@ def _tiers_covered(covers: dict) -> str:
     """``the budget covers spot, not on-prem or on-demand``; ``the budget covers no tier: not spot or on-demand``:
     a dry run's ``budget_covers`` in words. Said as two lists joined by commas it read "covers no tier, not spot,
     on-demand", and "covers spot, not on-prem, on-demand" as if on-demand were covered."""
-    def series(tiers: list[str], last: str) -> str:
-        return f"{', '.join(tiers[:-1])} {last} {tiers[-1]}" if len(tiers) > 1 else "".join(tiers)
+    from pricing.placement import _series as series  # "a, b and c", as placement's sentences list offers
 
     said = [TIER_WORDS.get(t, t) for t, ok in covers.items() if ok]
     short = [TIER_WORDS.get(t, t) for t, ok in covers.items() if not ok]
