@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from broker.spec import unknown_key_hint
+from launchers.base import Phase
 
 INFRASTRUCTURE = frozenset({"preempted", "node_lost", "stalled", "budget_stop", "cancelled", "nccl_network", "deadline",
                             "cuda_error", "terminated", "interrupted", "port_in_use", "network_error", "gpu_unavailable",
@@ -1482,8 +1483,11 @@ def _fill(template: str, facts: dict[str, Any]) -> str:
 
 
 RULE_KEYS = frozenset({"class", "pattern", "phases", "exit_codes", "sentence", "hint", "infrastructure"})
-# the phases a diagnosis is asked about (:class:`Ending`, from the engine): a rule's ``phases`` names some of them
-ENDING_PHASES = ("failed", "preempted", "lost", "gone", "stopped", "budget", "cancelled", "silent", "silent_again")
+# the phases a rule's ``phases`` may name: every final phase a launcher reports but ``succeeded`` (:func:`diagnose`
+# says a succeeded attempt succeeded whatever its log says, before any rule), then the engine's own names for a stop
+# it asked for (``broker/engine/reconcile.py::_ended``)
+ENDING_PHASES = tuple(p.value for p in Phase if p.is_final and p is not Phase.SUCCEEDED) + (
+    "budget", "cancelled", "silent", "silent_again")
 # the facts :func:`diagnose` may give as a number (a step, an exit code, a signal, a batch size), else "" when not
 # known: a format spec of a sentence's field that names one must suit both
 _NUMBER_FACTS = frozenset({"step", "code", "signal", "batch_size", "total_steps"})
@@ -1569,6 +1573,9 @@ def rules_from_yaml(text: str, *, where: str = "failure_rules") -> tuple[Rule, .
         if phases is not None:
             if (why := _list_of(phases, str, "phases")) is not None:
                 raise ValueError(f"{where}[{i}].phases: {why}")
+            if Phase.SUCCEEDED.value in phases:
+                raise ValueError(f"{where}[{i}].phases: 'succeeded' is never diagnosed by a rule (an attempt whose "
+                                 f"command exited 0 succeeded, whatever its log says)")
             if unknown := [p for p in phases if p not in ENDING_PHASES]:
                 raise ValueError(f"{where}[{i}].phases: {unknown[0]!r} is not a phase an attempt ends in (one of "
                                  f"{', '.join(ENDING_PHASES)})")

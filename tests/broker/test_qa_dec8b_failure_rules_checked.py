@@ -19,6 +19,7 @@ from broker_testing import ADMIN, local_broker, run_until
 from broker.auth import Principal
 from broker.config import ConfigError, load_settings
 from broker.diagnosis import SHIPPED_RULES, Ending, RuleBook, _r, diagnose, rules_from_yaml
+from launchers.base import Phase
 
 REPO = Path(__file__).parents[2]
 
@@ -162,3 +163,25 @@ def test_a_job_whose_diagnosis_raises_ends_rather_than_staying_launching_for_eve
                 launcher.kill(run.name)
             if engine._housekeeping is not None:
                 engine._housekeeping.result(timeout=30)
+
+
+
+@pytest.mark.parametrize("phase", [p.value for p in Phase if p.is_final and p is not Phase.SUCCEEDED]
+                         + ["budget", "cancelled", "silent", "silent_again"])
+def test_every_phase_a_rule_is_asked_about_may_be_named_by_one(phase):
+    """The list of phases a rule may name was written by hand; it is now the launchers' final phases and the engine's
+    own, so a phase added to either is not refused at start."""
+    rules = rules_from_yaml(f"- {{class: my, sentence: 'It ended as {phase}.', phases: [{phase}]}}\n")
+    got = diagnose(Ending(phase, 1, log_tail="done\n"), rules + SHIPPED_RULES)
+    assert (got.cls, got.sentence) == ("my", f"It ended as {phase}.")
+
+
+def test_a_rule_for_succeeded_is_refused_saying_a_success_is_never_diagnosed_by_a_rule():
+    """A succeeded attempt is said to have succeeded before any rule is looked at: a rule naming that phase would never
+    apply, and the refusal says why rather than that no attempt ends so."""
+    with pytest.raises(ValueError) as caught:
+        rules_from_yaml("- {class: my, sentence: x, phases: [failed, succeeded]}\n", where="rules.yaml")
+    assert str(caught.value) == ("rules.yaml[0].phases: 'succeeded' is never diagnosed by a rule (an attempt whose "
+                                 "command exited 0 succeeded, whatever its log says)"), str(caught.value)
+    rules = rules_from_yaml("- {class: my, sentence: x, pattern: boom}\n")
+    assert diagnose(Ending("succeeded", 0, log_tail="boom\n"), rules + SHIPPED_RULES).cls == "succeeded"
