@@ -890,8 +890,15 @@ class BrokerService:
                           "keeps its output; read it through that broker, or give the brokers one shared launcher "
                           "state (docs/architecture.md, 'Several broker processes')", status=409)
         data, next_offset = self.launcher.logs(f"{job.id}-a{n}", offset=offset)
-        return {"attempt": n, "data": data.decode("utf-8", "replace"), "offset": next_offset,
-                "done": job.state.is_final and n == job.attempts}
+        # an older attempt has ended (a newer one ran after it): its output grows no more. Reported "not done" for
+        # ever, a client following one attempt never stopped
+        done = n < job.attempts or job.state.is_final
+        # a page ends on a character: one cut mid-character read as two U+FFFD, one at the end of this page and one
+        # at the start of the next, and the character was lost. The partial one is left to the next read (the
+        # writer may be in the middle of it), unless it is all that is left of an attempt that has ended
+        if (cut := _partial_utf8_tail(data)) and (cut < len(data) or not done):
+            data, next_offset = data[:-cut], next_offset - cut
+        return {"attempt": n, "data": data.decode("utf-8", "replace"), "offset": next_offset, "done": done}
 
     # -- change ----------------------------------------------------------------------------------
 
@@ -1843,3 +1850,14 @@ def _printable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _partial_utf8_tail(data: bytes) -> int:
+    """How many bytes at the end of ``data`` are the start of a UTF-8 character whose rest is not there (0 when it
+    ends on a whole character, or on bytes that are not UTF-8 at all, which no further read would complete)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: the character's first byte, or ASCII
+            need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+            return back if need > back else 0
+    return 0

@@ -176,10 +176,13 @@ class EventList(BaseModel):
 
 
 class LogsOut(BaseModel):
-    attempt: int | None
-    data: str
-    offset: int = Field(description="pass it back as ?offset= to read on")
-    done: bool
+    attempt: int | None = Field(description="the attempt read (the newest unless ?attempt= named one); null: none "
+                                            "has run yet. Pass it back as ?attempt= with ?offset=: an offset is "
+                                            "into one attempt's output")
+    data: str = Field(description="the output from ?offset= on, at most 1 MiB, ending on a whole UTF-8 character")
+    offset: int = Field(description="pass it back as ?offset= (with ?attempt=) to read on")
+    done: bool = Field(description="the attempt has ended (or the job ended before any ran): its output grows no "
+                                   "more, so a page with no data is its end")
 
 
 class ProgressAck(BaseModel):
