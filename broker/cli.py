@@ -1653,7 +1653,10 @@ def _show_job(con, job: dict) -> None:
     if job.get("progress"):
         p = job["progress"]
         total = f"/{p['total_steps']}" if p.get("total_steps") else ""
-        loss = f", loss {p['metrics']['loss']:.4g}" if "loss" in (p.get("metrics") or {}) else ""
+        loss = (p.get("metrics") or {}).get("loss", "")
+        # a loss that is not finite (a diverged run's NaN) is stored as null: said as such, where it was a traceback
+        loss = f", loss {loss:.4g}" if isinstance(loss, (int, float)) and not isinstance(loss, bool) else \
+            ", loss not a number (NaN or infinite)" if loss is None else ""
         con.print(f"  progress: step {p['step']}{total}{loss}")
     if job.get("last_checkpoint"):
         con.print(f"  last checkpoint: step {job['last_checkpoint']['step']} ({escape(job['last_checkpoint']['uri'])})")
