@@ -122,9 +122,11 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
     (it may end after it) and spans at most 400 days, or the bound that breaks that is named."""
     if period is not None and (since or until):
         raise CostQueryError("period", "give either period or since/until, not both")
-    end = _iso(until, "until") if until else now
+    # a bound given is read to the whole second, as the report shows it: since=…00.5Z until=…00.6Z was a window of a
+    # tenth of a second, shown and answered as since == until, where the same bounds written so are refused
+    end = math.floor(_iso(until, "until")) if until else now
     if since:
-        start = _iso(since, "since")
+        start = math.floor(_iso(since, "since"))
         label = "custom"
     else:
         period = PERIOD_SPELLINGS.get(period or "7d", period or "7d")

@@ -37,7 +37,7 @@ from broker.runtime import validate_task
 from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
                          check_env_total, check_name,
-                         checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse)
+                         checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse, typed_text)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, as_of, month_of, refusal, room_later, team_month
 from broker.views import holders_words, minute, passed_words
@@ -191,7 +191,11 @@ def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
         raise Conflict(f"the Idempotency-Key was already used for job {existing.id}, whose task this broker cannot "
                        f"compare with this one: {exc}", field="Idempotency-Key") from None
     stored = {k: v for k, v in opened.items() if k != "broker"}
-    same_task = json.dumps(spec.task, sort_keys=True, default=str) == json.dumps(stored, sort_keys=True, default=str)
+    # a key left empty (`envs: {}`, `file_mounts: null`) runs as one left out: a retry written either way is the same
+    # task (it was a 422 "with a different task")
+    given = {k: v for k, v in spec.task.items() if v not in (None, {}, [])}
+    stored = {k: v for k, v in stored.items() if v not in (None, {}, [])}
+    same_task = json.dumps(given, sort_keys=True, default=str) == json.dumps(stored, sort_keys=True, default=str)
     section, echo = existing.spec.get("broker") or {}, broker_echo(spec)
     if "budget_usd" not in section:  # stored by a broker that kept no budget here: compared without it, as then
         echo.pop("budget_usd", None)
@@ -993,8 +997,8 @@ class BrokerService:
                 check_env_map(key, values, "--env" if key == "envs" else "--secret", command="resume")
             except SpecError as exc:
                 raise Invalid(exc.field, exc.reason) from None
-            if values:
-                given[key] = values
+            if values:  # a number typed with an exponent is that text, as at submit (broker.spec.typed_text)
+                given[key] = {k: typed_text(v) or v for k, v in values.items()}
 
         def once() -> Job:
             job = self._changeable(self.get(principal, job_id))
@@ -1507,6 +1511,11 @@ class BrokerService:
                     again = self.get(principal, job_id)
                     if again.force_tier == "ondemand" and again.state not in RESUMABLE and not again.state.is_final:
                         return again
+                    if again.version != job.version and again.state not in RESUMABLE and not again.state.is_final:
+                        # another request resumed it (a plain resume) between our read and ours: decided again on the
+                        # job as it is now, which pins it. It was refused with the resume's "is queued, not ended",
+                        # and the job went on unpinned
+                        raise VersionConflict(f"{job_id} was resumed meanwhile")
                     said = str(exc)
                     if said.startswith("not resumed: "):  # the resume's other refusals, said of the switch
                         said = said.removeprefix("not resumed: ").replace("Resume it once", "Switch it once")

@@ -156,6 +156,16 @@ class JobSpec:
         return self.task.get("name") or "job"
 
 
+def typed_text(value: Any) -> str | None:
+    """The text a JSON number was typed as, where :mod:`broker.task_text` kept it (one with an exponent) and YAML 1.1
+    reads that text as text (``1e3``, ``1.0e2``), else None: the number it is. YAML reads a number with a point and a
+    signed exponent (``1.0E-2``) as the number, and so does this, so that a task means the same in either."""
+    typed = getattr(value, "typed", None) if isinstance(value, float) else None
+    if not isinstance(typed, str) or re.fullmatch(r"-?\d+\.\d*[eE][-+]\d+", typed):
+        return None
+    return typed
+
+
 def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True, command: str = "submit") -> None:
     """A task's ``envs`` or ``secrets`` (``key``): a mapping of environment variable names to strings or numbers; at
     submit (``strict``) each value runnable text and none left null (``flag``: the option that gives one). Also what
@@ -228,6 +238,10 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         if key not in task or task[key] is None:
             continue
         check_env_map(key, task[key], flag, strict=strict)
+        if isinstance(task[key], dict) and any(typed_text(v) for v in task[key].values()):
+            # a JSON number written with an exponent (broker.task_text.TypedFloat) is the text typed, as YAML reads
+            # `1e3` (a string there): the same body sent as JSON set A=1000.0, and sent as text A=1e3
+            task[key] = {k: typed_text(v) or v for k, v in task[key].items()}
     if strict and task.get("envs") and task.get("secrets"):  # each was held to the limit alone: now both together
         _env_total(env_bytes(task["envs"]) + env_bytes(task["secrets"]), "secrets",
                    what="with envs, the variables")
@@ -641,7 +655,9 @@ def _amount(value: Any, where: str, unreadable: str = "must be a number, optiona
     value that is no number is told; ``most``: the largest taken at submit (``strict``), in ``unit``."""
     if value is None:
         return None
-    text = str(value).strip().rstrip("+")
+    # one '+' at most, as SkyPilot's Resources takes ("2++" raises there, and was admitted here to fail at launch);
+    # a job stored before that was refused is read as it was admitted
+    text = str(value).strip().removesuffix("+") if strict else str(value).strip().rstrip("+")
     if isinstance(value, bool):
         raise SpecError(where, unreadable)
     try:
@@ -830,6 +846,7 @@ def _file_mount_shape(dest: Any, source: Any) -> None:
     if source is None:
         raise SpecError(where, f"has no source: give {_MOUNT_SOURCE}")
     if isinstance(source, str):
+        _bucket_named(source, where)
         return
     if not isinstance(source, dict):
         raise SpecError(where, f"must be {_MOUNT_SOURCE}, not {source!r}")
@@ -841,6 +858,8 @@ def _file_mount_shape(dest: Any, source: Any) -> None:
     if "source" in source and not (isinstance(inner, str) or (
             isinstance(inner, list) and inner and all(isinstance(s, str) for s in inner))):
         raise SpecError(f"{where}.source", f"must be a path or a bucket URL, or a list of them, not {inner!r}")
+    for one in [inner] if isinstance(inner, str) else inner if isinstance(inner, list) else []:
+        _bucket_named(one, f"{where}.source")
     for key, values in (("store", STORAGE_STORES), ("mode", STORAGE_MODES), ("type", STORAGE_TYPES)):
         if key in source and not (isinstance(source[key], str) and source[key].upper() in values):
             raise SpecError(f"{where}.{key}", f"must be one of {', '.join(values)}, not {source[key]!r}")
@@ -852,6 +871,17 @@ def _file_mount_shape(dest: Any, source: Any) -> None:
             raise SpecError(f"{where}.{key}", f"must be a string, not {source[key]!r}")
     if "config" in source and not isinstance(source["config"], dict):
         raise SpecError(f"{where}.config", f"must be a mapping of the store's settings, not {source['config']!r}")
+
+
+_NO_BUCKET = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(?:/|$)")
+
+
+def _bucket_named(source: str, where: str) -> None:
+    """A bucket URL that names no bucket (``s3://``, ``gs:///data``) is refused as such: read as a path on the broker's
+    host, it was a 403 saying only an admin's submit may name one."""
+    if m := _NO_BUCKET.match(source):
+        raise SpecError(where, f"is {source!r}, a bucket URL that names no bucket: write "
+                               f"{m.group(1)}://BUCKET or {m.group(1)}://BUCKET/path")
 
 
 def _is_int(v: Any) -> bool:

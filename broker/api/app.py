@@ -111,8 +111,11 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                 notifier_box["notifier"].close()
 
     # every route, the edges' too: a query parameter a /v1 route does not take is a 422 (broker/api/query.py)
+    # no redirect of a path with a trailing slash: `POST /v1/jobs/` was a 307 to a URL built from the request's Host
+    # header (any host the client named), with an empty body; it is a 404 naming the path, as any path no route takes
     app = FastAPIOffline(title="spot-broker", version="0.1.0", lifespan=lifespan, responses=errors(*COMMON),
                          default_response_class=_JSON, dependencies=[Depends(refuse_unknown_query)],
+                         redirect_slashes=False,
                          static_url="/docs/static",
                          description="Submit ML training jobs with a budget cap and a deadline; the broker runs "
                                      "each where it is cheapest and resumes it after preemption.")

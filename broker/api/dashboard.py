@@ -140,6 +140,12 @@ def router(service, settings: Settings) -> APIRouter:
     def dashboard() -> HTMLResponse:
         return HTMLResponse(_static("dashboard.html").decode(), headers=PAGE_HEADERS)
 
+    @r.get("/dashboard/", include_in_schema=False)
+    def dashboard_slash() -> Response:
+        # a browser's /dashboard/ (the router redirects no path: broker/api/app.py), to the page by a relative URL,
+        # so that it stays on the host and under any prefix a proxy serves the broker at
+        return Response(status_code=308, headers={"Location": "../dashboard"})
+
     @r.get("/dashboard/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
         body = _static(name)

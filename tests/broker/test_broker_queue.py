@@ -585,6 +585,37 @@ def test_the_same_move_to_on_demand_on_two_brokers_at_once_answers_both_with_the
         store.close()
 
 
+def test_a_move_to_on_demand_that_a_plain_resume_beats_pins_the_job_it_resumed(make_settings, tmp_path):
+    """`broker resume` and `broker ondemand` on a budget-stopped job at once: where the plain resume landed between the
+    switch's read and its own resume, the switch was refused 409 "… is queued, not ended: only a failed or
+    budget-stopped job resumes", and the job went on unpinned, though its user had asked for on-demand."""
+    from broker.auth import Principal
+    from broker.service import BrokerService
+    from broker.store import open_store
+
+    settings = make_settings(config="zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
+                                    "price_per_hour: '1.01'}, {name: sim-spot, tier: spot, instance_type: g5.xlarge, "
+                                    "price_per_hour: '0.30'}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'race.db'}")
+    admin = Principal("admin", None, admin=True)
+
+    class Late(BrokerService):
+        def resume(self, *args, **kwargs):
+            if kwargs.get("switching"):
+                other.resume(admin, job.id)  # the other request's plain resume lands first
+            return super().resume(*args, **kwargs)
+
+    service, other = Late(settings, store, clock=lambda: NOW), BrokerService(settings, store, clock=lambda: NOW)
+    try:
+        job = _budget_stopped(service, store, admin, "sim-spot", "spot", 300_000, 1_300, budget=5_000_000)
+        moved = service.switch_to_ondemand(admin, job.id)
+        assert moved.state is JobState.QUEUED and moved.force_tier == "ondemand", (moved.state, moved.force_tier)
+        assert store.get_job(job.id).force_tier == "ondemand"
+        assert [e.event for e in store.events(job.id)].count("resume") == 1  # resumed once, by the other request
+    finally:
+        store.close()
+
+
 def test_a_job_whose_every_zone_is_blocked_says_until_when_each_is():
     """"every matching zone is blocked for this job after recent preemptions" named neither the zones nor when the
     job may go back, while `broker queue` showed it first and it started last."""
