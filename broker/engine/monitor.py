@@ -168,14 +168,19 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated:
     return Outcome(JobEvent.RECOVER, attempt_state, f"{end}; requeued to resume from its last checkpoint")
 
 
-def silence(job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> float | None:
+def silence(job: Job, attempts: list[Attempt], attempt: Attempt, now: float, *,
+            watching_since: float = float("-inf")) -> float | None:
     """How long the running ``attempt`` has been silent at ``now``, in seconds; None for a job that never reported
     progress (nothing says how often it would, so it is not watched).
 
     From its last report, when it made one. Before its first, from its start plus the longest time any earlier
     attempt of the job took from its start to its first report (setup, the restore): before, the report of
     the attempt a resume replaced was read as this one's, and a job resumed after a wait longer than the timeout
-    was stopped as silent in its first tick."""
+    was stopped as silent in its first tick. Never from before ``watching_since``, when the engine asking began
+    to watch (its start): while no broker ran, the job's reports were refused ("not yet told to the broker:
+    Connection refused"), which is no silence of the job's — a restarted broker stopped healthy jobs as stalled
+    on its first tick, and failed them as stalled again at the next restart. Another broker may have watched
+    meanwhile: it stops a job silent on its watch; this one gives it a full timeout from its own start."""
     last = job.progress.get("at")
     if not last:
         return None
@@ -184,17 +189,26 @@ def silence(job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> 
         startup = max((a.first_report_at - a.started_at for a in attempts
                        if a.id != attempt.id and a.first_report_at and a.started_at), default=0.0)
         since = (attempt.started_at or attempt.created_at) + max(startup, 0.0)
-    return max(now - since, 0.0)
+    return max(now - max(since, watching_since), 0.0)
 
 
 def stalled_again(attempts: list[Attempt]) -> bool:
     """Whether the last of ``attempts``, stopped as silent, follows one stopped as silent too, with no step gained
-    between: its last step (None: it reported none) is not past the step the one before stalled at. A hang that
-    comes back at the same place is the job's own (a data loader, a collective, a lock), and resuming it again
-    would only burn its budget a heartbeat timeout at a time (up to :data:`MAX_ATTEMPTS` times)."""
+    between: the step it reached (:func:`step_reached`; None: it told of none) is not past the step the one before
+    stalled at. A hang that comes back at the same place is the job's own (a data loader, a collective, a lock), and
+    resuming it again would only burn its budget a heartbeat timeout at a time (up to :data:`MAX_ATTEMPTS` times)."""
     if len(attempts) < 2:
         return False
     before, last = attempts[-2], attempts[-1]
     if before.stop_reason != "heartbeat" or before.state is AttemptState.SUCCEEDED:
         return False
-    return last.last_step is None or (before.last_step is not None and last.last_step <= before.last_step)
+    got, stalled_at = step_reached(last), step_reached(before)
+    return got is None or (stalled_at is not None and got <= stalled_at)
+
+
+def step_reached(attempt: Attempt) -> int | None:
+    """The furthest step ``attempt`` is known to have reached: its last reported step, or the step of a checkpoint it
+    committed, when further (a commit at step N means the run got to N). Its last step alone read a job that told of
+    a later checkpoint only (its step reports refused while no broker ran) as one with no progress: "stalled again"."""
+    steps = [s for s in (attempt.last_step, (attempt.checkpoint or {}).get("step")) if isinstance(s, int)]
+    return max(steps) if steps else None

@@ -1121,9 +1121,11 @@ class Engine:
         return limit is not None and attempt.limit_at is not None and limit >= attempt.limit_at + 1
 
     def _silent(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> bool:
-        """Whether a running job has been silent past ``heartbeat_timeout_seconds`` (:func:`silence`)."""
+        """Whether a running job has been silent past ``heartbeat_timeout_seconds`` (:func:`silence`), counted from
+        no earlier than when this engine began to watch (its start, or back from a store outage: ``_watching_since``):
+        while no broker ran, the job's reports were refused, and a restarted broker stopped it on its first tick."""
         timeout = self.settings.heartbeat_timeout_seconds
-        quiet = silence(job, attempts, attempt, now) if timeout else None
+        quiet = silence(job, attempts, attempt, now, watching_since=self._watching_since) if timeout else None
         return quiet is not None and quiet > timeout
 
     def _leave_spot(self, job: Job, attempts: list[Attempt], attempt: Attempt, now: float) -> str | None:

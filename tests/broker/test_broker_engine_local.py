@@ -781,6 +781,7 @@ def test_a_run_that_exits_0_just_after_it_was_stopped_as_silent_is_a_success_not
         store.commit(Change(job=replace(running, progress={"step": 7, "at": time.time() - 100}),
                             expected_version=running.version,
                             attempts=[replace(started, created_at=time.time() - 200, started_at=time.time() - 200)]))
+        engine._watching_since -= 200  # and the engine has watched it all that time (one just started waits a timeout)
         engine.tick()
         (attempt,) = store.attempts(job.id)
         assert launcher.stopped == [(attempt.id, "heartbeat")]
