@@ -1689,6 +1689,8 @@ def _next_step(job: dict) -> str | None:
     """For a job that ended but may go on (failed, or stopped at its budget), the one command that continues it.
     The reason said "resume it to continue" or "raise the budget and resume" and left the user to find which
     command, and that a failure of the job's own needs ``--force``; Slack shows buttons for the same step."""
+    from broker.views import TASK_FIX_CLASSES, task_fix_words
+
     jid = job["id"]
     # from where: a job that saved no checkpoint starts over (it said "from its last checkpoint" of none)
     point = (job.get("last_checkpoint") or {}).get("step")
@@ -1714,6 +1716,8 @@ def _next_step(job: dict) -> str | None:
     if (job.get("diagnosis") or {}).get("class") == "disk_full":  # a resume gets the same disk: --force alone fills it
         return (f"a full disk: once the job writes less there, `broker resume {jid} --force` continues it {where} on "
                 f"a disk of the same size; for a larger one, submit again with a larger resources.disk_size{keep}")
+    if (job.get("diagnosis") or {}).get("class") in TASK_FIX_CLASSES:  # "resume --force" fails the same way
+        return task_fix_words(jid, where, keep)
     # "--force runs it again unchanged" was not so: a workdir on the broker's host is read anew at each attempt
     return (f"a failure of the job's own: fix what made it fail, then `broker resume {jid} --force` continues it "
             f"{where} with the code as it is then (a workdir on the broker's host is read anew at each attempt); "

@@ -177,6 +177,22 @@ def deadline_at(deadline: float) -> str:
     return _second(deadline)
 
 
+TASK_FIX_CLASSES = frozenset({"bad_arguments", "dependency_missing", "script_not_found", "setup_error", "cuda_mismatch",
+                              "not_started"})
+"""Diagnoses of a failure whose fix is, most likely, in the task itself: its setup or run command, which a resume runs
+as submitted (each hint says to submit the task again). ``next:`` and a refused resume sent the user to
+``broker resume --force`` for them, which fails the same way."""
+
+
+def task_fix_words(job_id: str, where: str, keep: str) -> str:
+    """What continues a job whose failure is of :data:`TASK_FIX_CLASSES`: a new submit, and ``--force`` only where the
+    fix is in the files a workdir on the broker's host holds (read anew at each attempt). ``where``: from what it
+    resumes; ``keep``: how a new submit goes on from its checkpoint, or ""."""
+    return (f"the fix is in the task (its setup or run command), which a resume runs as it was submitted: fix it and "
+            f"submit the task again{keep}; only where the fix is in the files of a workdir on the broker's host (read "
+            f"anew at each attempt) does `broker resume {job_id} --force` continue it {where}")
+
+
 ENDED_AS = {JobState.FAILED.value: "it failed", JobState.CANCELLED.value: "it was cancelled",
             JobState.STOPPED_BUDGET.value: "it was stopped at its budget"}
 """How a job that ended otherwise than succeeding ended, for :func:`deadline_met_words`."""
