@@ -348,7 +348,10 @@ class LocalLauncher:
             return
         stop_file = run_dir / "stop.json"
         if stop_file.exists():
-            return  # already stopping: a second SIGTERM would cut the grace period short
+            # already stopping: a second SIGTERM would cut the grace period short, but a stop whose SIGKILL comes
+            # sooner (a budget stop or a cancel during a preemption's long grace) must not be dropped
+            self._stop_sooner(run_dir, grace_seconds=grace_seconds, reason=reason)
+            return
         # two stops of one attempt can come at once (an API fault and the engine's budget stop): each writes a
         # temporary file of its own and links it in only where no stop.json is yet, so the first stop's reason and
         # grace are the ones kept, and only its writer signals the runner (one shared "stop.json.tmp" made the
@@ -358,10 +361,42 @@ class LocalLauncher:
         try:
             os.link(tmp, stop_file)
         except FileExistsError:
-            return  # another stop came first
+            self._stop_sooner(run_dir, grace_seconds=grace_seconds, reason=reason)  # another stop came first
+            return
         finally:
             tmp.unlink(missing_ok=True)
         self._signal_runner(run_dir, signal.SIGTERM)
+
+    @staticmethod
+    def _stop_sooner(run_dir: Path, *, grace_seconds: float, reason: str) -> None:
+        """A stop of an attempt already stopping: no second SIGTERM, but where its SIGKILL (``grace_seconds`` from
+        now) comes sooner than the first stop's and than any such stop's before, ``stop.sooner.json`` says when, and
+        the runner brings its SIGKILL forward to then (``Runner.keep_deadline``). A preemption's notice gave a job
+        that ignored its SIGTERM the zone's whole grace (40 s at $36/h), past its budget, and a budget stop or a
+        cancel then changed nothing. The first stop's reason stays the one the attempt ends with (``stop.json``)."""
+        try:
+            first = open(run_dir / "stop.json", "rb")
+        except FileNotFoundError:
+            return
+        with first:
+            fcntl.flock(first, fcntl.LOCK_EX)  # its writers one at a time: the soonest SIGKILL is the one kept
+            kill_at = time.time() + max(0.0, float(grace_seconds))  # read after stop.json was linked in
+            try:
+                stop = json.loads(first.read())
+                soonest = float(stop["at"]) + float(stop["grace_seconds"])
+            except (ValueError, KeyError, TypeError):
+                soonest = float("inf")
+            sooner = run_dir / "stop.sooner.json"
+            try:
+                soonest = min(soonest, float(json.loads(sooner.read_text())["kill_at"]))
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                pass
+            if kill_at >= soonest:
+                return
+            tmp = run_dir / f"stop.sooner.json.tmp.{os.getpid()}.{threading.get_ident()}"
+            private_write(tmp, json.dumps({"reason": reason, "grace_seconds": grace_seconds, "at": time.time(),
+                                           "kill_at": kill_at}))
+            os.replace(tmp, sooner)
 
     def after_run_seconds(self, placement: Mapping[str, Any] | None = None) -> int:
         """Nothing is billed after the run: a pool's or simulated zone's slots are free when the runner ends."""

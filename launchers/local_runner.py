@@ -12,6 +12,10 @@ reports lives in ``RUN_DIR``:
   probe holds it for an instant too): an attempt runs once.
 * ``runner.pid`` — whom to signal.
 * ``stop.json`` — a stop request: ``{"reason": ..., "grace_seconds": ...}``.
+* ``stop.sooner.json`` — ``{"reason": ..., "grace_seconds": ..., "at": ..., "kill_at": <epoch seconds>}``: a stop
+  asked for while the attempt was already stopping (a budget stop or a cancel during a preemption's notice), whose
+  SIGKILL comes sooner than the first stop's. No second SIGTERM is sent (it would cut a checkpoint's save short):
+  the runner reads it (as it reads ``limit.json``) and brings the SIGKILL forward to ``kill_at``.
 * ``limit.json`` — ``{"stop_at": <epoch seconds>, "reason": "budget"}``: when the runner stops the
   attempt by itself, as if asked, if nobody has (the job's budget, kept while no broker runs). The runner
   reads each new ``stop_at`` as seconds from then and counts them on its monotonic clock, so that the host's
@@ -34,6 +38,9 @@ otherwise only ``LAST_WARNING_S`` before the grace period ends, as a VM's shutdo
 the cloud's notice, so that helper processes (``DataLoader`` workers, which die of SIGTERM)
 live until the training loop has saved. At the end of the grace period it SIGKILLs the group, and every
 other process of the job (found by its ``BROKER_NOTICE_FILE``: torchrun's workers run in sessions of their own).
+While stopping, the SIGKILL comes sooner where a later stop (``stop.sooner.json``) or the attempt's limit
+(``limit.json``'s ``stop_at`` and the stop grace after it) says so: a preemption's long grace never outlasts the
+budget.
 """
 
 from __future__ import annotations
@@ -154,6 +161,9 @@ class Runner:
         self.grace = float(self.request.get("stop_grace_seconds", 30))
         self.stop_grace = self.grace  # the grace period of the stop asked for (its stop.json's)
         self._killer: threading.Timer | None = None
+        self._kill_at: float | None = None  # when the stop's SIGKILL comes (time.monotonic), once the killer is set
+        self._term_at = 0.0  # when a group's SIGTERM held back for a listener comes at the latest (time.monotonic)
+        self._sooner: tuple[float, float] | None = None  # (stop.sooner.json's kill_at read last, on ``monotonic``)
         self.finished = False  # the commands are done: a limit reached now stops nothing
         self.notice = self.dir / NOTICE  # a job run as another user has it in its own folder (launchers/run_as.py)
         self.user: JobUser | None = None  # a job run as another user: set by run()
@@ -184,15 +194,70 @@ class Runner:
         if self._killer is not None or not (self.child and self.child.poll() is None):
             return
         grace = self.stop_grace
+        now = time.monotonic()
+        self._kill_at = now + grace
         if self._listening():
-            hold = max(0.0, grace - min(LAST_WARNING_S, grace / 4))
-            threading.Thread(target=self._term_when_unheard, args=(self.child, time.monotonic() + hold),
+            self._term_at = now + max(0.0, grace - min(LAST_WARNING_S, grace / 4))
+            threading.Thread(target=self._term_when_unheard, args=(self.child,),
                              name="last-warning", daemon=True).start()
         else:
             self._term(self.child)
-        self._killer = threading.Timer(grace, self._kill_now)
-        self._killer.daemon = True
-        self._killer.start()
+        killer = threading.Timer(grace, self._kill_now)
+        killer.daemon = True
+        killer.start()
+        self._killer = killer  # set last: the watcher (_kill_within) moves only a killer whose moment is set
+
+    def _kill_within(self, seconds: float) -> None:
+        """Bring the stop under way's SIGKILL forward to ``seconds`` from now, where that is sooner than the one set:
+        a later stop with a shorter grace (a budget stop or a cancel during a preemption's notice), or the attempt's
+        limit, came while it was already stopping. Its job is not sent a second SIGTERM (that would cut a checkpoint's
+        save short); a group's SIGTERM held back for a listener comes before the new SIGKILL, and the notice says the
+        time left. Called by the watcher thread alone (never by the signal handler's thread: no lock to take)."""
+        killer, kill_at = self._killer, self._kill_at
+        if killer is None or kill_at is None:
+            return
+        now = time.monotonic()
+        at = now + max(0.0, seconds)
+        if at >= kill_at - 0.5:  # not sooner (a stop asked again, a limit the stop came at)
+            return
+        self._kill_at = at
+        self._term_at = min(self._term_at, at - min(LAST_WARNING_S, (at - now) / 4))
+        sooner = threading.Timer(at - now, self._kill_now)
+        sooner.daemon = True
+        sooner.start()
+        self._killer = sooner  # before the old one is cancelled: run() waiting on that one then finds this one
+        killer.cancel()
+        print(f"local_runner: attempt {self.request.get('attempt_id')}: its stop's SIGKILL comes sooner, in "
+              f"{at - now:.1f} s", file=sys.stderr, flush=True)
+        try:  # what the job's checkpointer reads as the time it has left (the reason stays the first stop's)
+            _write_atomic(self.notice, {"reason": self.stop_reason, "grace_seconds": at - now, "at": time.time()},
+                          tmp=self.dir / "notice.tmp", mode=0o644)
+        except OSError:
+            pass
+
+    def _read_sooner(self) -> float | None:
+        try:
+            kill_at = json.loads((self.dir / "stop.sooner.json").read_text())["kill_at"]
+            return float(kill_at) if isinstance(kill_at, (int, float)) else None
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+            return None
+
+    def keep_deadline(self) -> None:
+        """While stopping: the SIGKILL no later than a later stop's (``stop.sooner.json``) nor than the attempt's
+        limit's (its ``stop_at`` and the stop grace after it, when the runner's own stop would have killed it), each
+        read as seconds from then and counted on the monotonic clock, as :meth:`limit_reached` does."""
+        if self._killer is None:
+            return
+        limit = self._read_limit()
+        if limit is not None:
+            if self._limit is None or self._limit[0] != limit["stop_at"]:
+                self._limit = (limit["stop_at"], self.monotonic() + limit["stop_at"] - self.wall())
+            self._kill_within(self._limit[1] + self.grace - self.monotonic())
+        kill_at = self._read_sooner()
+        if kill_at is not None:
+            if self._sooner is None or self._sooner[0] != kill_at:
+                self._sooner = (kill_at, self.monotonic() + kill_at - self.wall())
+            self._kill_within(self._sooner[1] - self.monotonic())
 
     def _read_limit(self) -> dict | None:
         try:
@@ -226,11 +291,14 @@ class Runner:
         return True
 
     def watch_limit(self) -> None:
-        """Thread body: stop the attempt (the SIGTERM path) once its limit comes."""
-        while self.stop_reason is None and not self.finished:
-            if self.limit_reached():
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
+        """Thread body: stop the attempt (the SIGTERM path) once its limit comes; while it is stopping, bring the
+        SIGKILL forward where its limit or a later stop says so (:meth:`keep_deadline`)."""
+        while not self.finished or self._killer is not None:
+            if self.stop_reason is None:
+                if not self.finished and self.limit_reached():
+                    os.kill(os.getpid(), signal.SIGTERM)
+            else:
+                self.keep_deadline()
             time.sleep(0.5)
 
     def _listening(self) -> bool:
@@ -249,10 +317,10 @@ class Runner:
             return True
         return False
 
-    def _term_when_unheard(self, child: subprocess.Popen, at: float) -> None:
-        """SIGTERM the group at ``at``, or sooner once no listener is left (it closed its
-        checkpointer, say, and the script goes on without one)."""
-        while child.poll() is None and time.monotonic() < at and self._listening():
+    def _term_when_unheard(self, child: subprocess.Popen) -> None:
+        """SIGTERM the group at ``_term_at`` (brought forward with the SIGKILL by a sooner stop), or sooner once no
+        listener is left (it closed its checkpointer, say, and the script goes on without one)."""
+        while child.poll() is None and time.monotonic() < self._term_at and self._listening():
             time.sleep(0.1)
         self._term(child)
 
@@ -331,8 +399,11 @@ class Runner:
                 unlink_mounts(links)
         self.finished = True
         if self._killer:
-            if self.stop_reason is not None and processes_of([self.notice]):
-                self._killer.join()  # a stop: what of the job outlived its command goes at the end of the grace
+            while self.stop_reason is not None and processes_of([self.notice]):
+                killer = self._killer
+                killer.join()  # a stop: what of the job outlived its command goes at the end of the grace
+                if killer is self._killer:
+                    break  # else the SIGKILL was brought forward (_kill_within): wait for that one
             self._killer.cancel()
         stop = self._read_stop()
         if self.stop_reason is None and stop and result["step"] is None:
