@@ -71,6 +71,12 @@ class Ending:
     # view showed none: a step the sentence reads from its log for a stop or preemption says it came from there
     unreported: bool = False
     command: str | None = None  # which of the task's commands ended it: "setup" or "run" (or "workdir": its clone)
+    # whether the job has a checkpoint a resume continues from (the job's last_checkpoint, of any attempt); None: not
+    # known, and a hint that sends it on from "its last checkpoint" says so only if it saved one
+    checkpoint: bool | None = None
+    # "silent_again": the step the attempt before stalled after (the last it reported), said where this attempt shows
+    # none, as it most often does: it gained no step, which is why it was not resumed
+    stalled_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,9 +133,14 @@ PORT_HINT = ("On a shared host another job may hold it: give each job its own po
 TERMINATED = ("{what} was stopped{at_step} by SIGTERM, which the broker did not send: most likely the node was "
               "shutting down, or a person or process on it stopped the job.")
 INTERRUPTED = "{what} was interrupted{at_step} by SIGINT (what Ctrl-C sends), which the broker did not send."
-TERMINATED_HINT = "Not the job's own error: resume it to continue from its last checkpoint."
+TERMINATED_HINT = "Not the job's own error: {resume_it}."
 INTERRUPTED_HINT = ("Something on the node interrupted it (a person at a terminal, or a tool that stops processes): "
-                    "resume it to continue from its last checkpoint.")
+                    "{resume_it}.")
+# {resume_it}, by Ending.checkpoint: a job that saved no checkpoint starts over, which "resume it to continue from
+# its last checkpoint" promised otherwise
+RESUME_IT = {True: "resume it to continue from its last checkpoint",
+             None: "resume it to continue from its last checkpoint, if it saved one (else it starts over)",
+             False: "resume it to run it again (it saved no checkpoint, so it starts over)"}
 WORKDIR_CLONE_HINT = ("Not the job's code, but a resume clones the same repository at the same ref, and fails the same "
                       "way: fix the workdir's url or ref (or its credentials in the task's secrets: GIT_TOKEN for an https "
                       "url; for an ssh one GIT_SSH_KEY_PATH on a pool, the key itself as GIT_SSH_KEY on a SkyPilot "
@@ -511,7 +522,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"Killed\s*$|MemoryError|Cannot allocate memory|oom-kill", codes=[137], signals=[9]),
     # SIGKILL with nothing in the log to say why: memory is a likely cause, not a certain one (a script that kills
     # itself, or kill -9 on the node, ends the same way)
-    _r("host_oom", "The process was killed by SIGKILL{at_step}: " + UNCONFIRMED_OOM + ".",
+    _r("host_oom", "{killed}: " + UNCONFIRMED_OOM + ".",
        MAYBE_HOST_OOM_HINT,
        codes=[137], signals=[9]),
     # the rank torchrun saw killed first, named: its peers were stopped by torchrun after it
@@ -610,7 +621,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"(?<![\w-])(?:nan|inf|infinite|non-finite|not finite)\b|(?<![\w-])(?:nan|inf|infinite|non-finite|not finite)\b"
        r"[^\n]*?\b(?:loss|grad\w*)\b|returned nan values|loss scale already at minimum)[^\n]*)$", phases=["failed"]),
     # an exception with no message (a bare `assert`, `raise StopIteration`): the line that raised it is what says why
-    _r("user_code_error", "The training script raised {exception}{at_step}, with no message, at {file}, line "
+    _r("user_code_error", "{script} raised {exception}{at_step}, with no message, at {file}, line "
        "{lineno}{src}{cause}.",
        "Fix the error in the code; the log shows the traceback.",
        r"^[ \t]*File \"(?P<file>[^\"\n]+)\", line (?P<lineno>\d+)[^\n]*\n(?:[ \t]+(?P<src>\S[^\n]*?)[ \t]*\n)?"
@@ -618,7 +629,7 @@ SHIPPED_RULES: tuple[Rule, ...] = (
        r"(?!\n[ \t]*\n(?:During handling of the above|The above exception))",  # not the first of a chain
        phases=["failed"]),
     # {where}: a SyntaxError's file and line; {cause}: the exception it was chained to (diagnose)
-    _r("user_code_error", "The training script raised {exception}{at_step}{message}{where}{cause}.",
+    _r("user_code_error", "{script} raised {exception}{at_step}{message}{where}{cause}.",
        "Fix the error in the code; the log shows the traceback.",
        r"^(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)|Exception): (?P<message>.*)$", phases=["failed"]),
     _r("crash", "{what} crashed with a segmentation fault{at_step}.",
@@ -692,9 +703,14 @@ def last_step(log_tail: str) -> int | None:
     log collector stripped the escape codes, the evaluation bar is known otherwise: drawn between "***** Running
     Evaluation *****" and its metrics (``'eval_loss':``), or, without those, a bar of another total drawn while the
     training bar was unfinished (HF's at 1200/3000, then 45/100: the evaluation's batches), until the training bar
-    is drawn again. A bar that starts after the one before it finished (an epoch's bar, then the next's) is read."""
+    is drawn again. A bar that starts after the one before it finished (an epoch's bar, then the next's) is read.
+    A bar drawn after the script's own "step N/TOTAL" lines is read only where it has their total: one of another
+    total counts something else (a plain ``tqdm(range(313))`` over the evaluation's batches, which has no
+    description), whose 140 read as step 140 after "step 1200/5000". After step lines with no total, a bar is read
+    as before: nothing tells its count from a step's."""
     text = log_tail.replace("\r", "\n")  # a progress bar redraws itself after a carriage return
     found = [(m.start(), m.group(1)) for m in _STEP.finditer(text)]
+    totals = [(m.start(), int(m.group(1))) for m in _STEP_OF.finditer(text)]  # their "step N/TOTAL"
     evaluating = _evaluations(text)  # (start, end) of each evaluation the log announced
     bars = [(m.start(), m.group(2), int(m.group("total")), _CURSOR_UP in m.group("rest"))
             for m in _BAR.finditer(text)
@@ -707,9 +723,19 @@ def last_step(log_tail: str) -> int | None:
             continue
         if training is not None and total != training[0] and training[1]:
             continue  # drawn below the unfinished training bar, its escape codes stripped
+        if not _fits_steps(at, total, totals):
+            continue  # not a count of the steps the script's own lines count
         training = (total, int(count) < total)
         found.append((at, count))
     return int(max(found)[1]) if found else None
+
+
+def _fits_steps(at: int, total: int, totals: list[tuple[int, int]]) -> bool:
+    """Whether a bar of ``total`` drawn at ``at`` may go on from the "step N/TOTAL" lines printed before it
+    (:func:`last_step`): it has their total ("step 1200/5000", then a bar of 5000). With no such line before it, the
+    bar may be the log's count of steps."""
+    said = [of for place, of in totals if place < at]
+    return not said or said[-1] == total
 
 
 # an exception's line ("ValueError: loss is nan at step 37", "[rank1]: RuntimeError: …"), wherever it is printed
@@ -737,8 +763,13 @@ def _without_errors(log_tail: str) -> str:
 # "step 1200/3000", "Step: 1200 / 3000", "iter 1200/3000": a count the script prints against its own total
 _STEP_OF = re.compile(r"(?:\b(?:global_)?step|\biter(?:ation)?)['\"]?[ =:]+\d+\s*/\s*(\d+)\b", re.I)
 SHORT_HINT = ("If it was meant to train to the end, see what ended its loop early (a break or sys.exit(0), a data "
-              "iterator that ran out, a max_steps or epochs setting); its last checkpoint is kept, and the task "
-              "submitted again with broker.checkpoint set to this job's checkpoint_uri continues from it.")
+              "iterator that ran out, a max_steps or epochs setting); {kept}")
+# {kept}, by Ending.checkpoint: a job that saved none has no checkpoint to go on from
+SHORT_KEPT = {True: "its last checkpoint is kept, and the task submitted again with broker.checkpoint set to this "
+                    "job's checkpoint_uri continues from it.",
+              None: "if it saved a checkpoint, its last one is kept, and the task submitted again with "
+                    "broker.checkpoint set to this job's checkpoint_uri continues from it.",
+              False: "it saved no checkpoint, so the task submitted again trains from the beginning."}
 
 
 PIP_NAMES = {
@@ -883,6 +914,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     known = [s for s in (ending.step, last_step(_without_errors(ending.log_tail))) if s is not None]
     step = max(known) if known else None
     at_step = _after_step(step, ending)
+    if step is None and ending.stalled_at is not None and ending.phase == "silent_again":
+        at_step = f" after step {ending.stalled_at} (where it stalled the time before)"
     batch = training_batch_size(ending.log_tail)
     log_tail = _without_hang_fallout(
         _without_launcher_traceback(_after_shutdown_noise(_root_cause(_readable(ending.log_tail)))))
@@ -890,7 +923,8 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
         total = _last_total(_readable(ending.log_tail))
         if step is not None and total is not None and step < total:  # but it may have stopped short of its end
             return Diagnosis("succeeded", f"The job succeeded (its command exited 0), but the last step it showed was "
-                             f"{step} of {total}.", SHORT_HINT, False, step, {"step": step, "total_steps": total})
+                             f"{step} of {total}.", SHORT_HINT.format(kept=SHORT_KEPT[_has_checkpoint(ending)]),
+                             False, step, {"step": step, "total_steps": total})
         return Diagnosis("succeeded", f"The job succeeded{f' at step {step}' if step is not None else ''}.", "",
                          False, step)
     rule, match = _choose(ending, rules, log_tail)
@@ -902,6 +936,9 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
                  "ended": _ended(ending), "what": "The setup command" if ending.command == "setup" else "The job",
                  "command_word": "setup" if ending.command == "setup" else "run",
                  "command_said": "The setup command" if ending.command == "setup" else "The run command",
+                 "script": _script(ending),
+                 "resume_it": RESUME_IT[_has_checkpoint(ending)],
+                 "killed": _killed(ending, at_step),
                  "said": f': "{line}"' if (line := _last_line(log_tail)) else "",
                  "reason": ending.reason.rstrip(".") or "?",
                  **({k: v for k, v in match.groupdict().items() if v} if match else {})}
@@ -912,7 +949,7 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
         if match is not None and "exception" in match.re.groupindex and match.group("exception"):
             facts.update(_raised_where(log_tail, match))
         if facts.get("said_net"):
-            facts["said_net"] = '"' + _clip(facts["said_net"]) + '"'
+            facts["said_net"] = '"' + _said_net(facts["said_net"]) + '"'
         if facts.get("module"):
             facts["pip_install"] = _pip_install(facts["module"])
             facts["missing_said"], facts["missing_hint"] = _missing_module(facts["module"], facts["what"])
@@ -958,6 +995,26 @@ def diagnose(ending: Ending, rules: tuple[Rule, ...] = SHIPPED_RULES) -> Diagnos
     return Diagnosis("unknown", f"The job ended ({ending.phase}).", "", False, step)
 
 
+def _has_checkpoint(ending: Ending) -> bool | None:
+    return None if ending.checkpoint is None else bool(ending.checkpoint)
+
+
+def _killed(ending: Ending, at_step: str) -> str:
+    """How a SIGKILL with no reason in the log is said: as the launcher's own word where it saw the signal; where it
+    saw only exit code 137 (``bash -c`` running the command reports its child's SIGKILL so, and so does a script's own
+    ``exit 137``), as that code, which "The process was killed by SIGKILL" said as fact."""
+    if ending.signal is None and ending.exit_code == 137:
+        who = "The setup command" if ending.command == "setup" else "The run command" if ending.command else "The job"
+        return f"{who} exited with code 137{at_step}, which is how a shell reports a process killed by SIGKILL"
+    return f"The process was killed by SIGKILL{at_step}"
+
+
+def _script(ending: Ending) -> str:
+    """Who raised a Python exception, for the user_code_error sentences: the setup command's own (a data
+    preparation script it runs) is not the training script's, which "The training script raised" said it was."""
+    return "The setup command" if ending.command == "setup" else "The training script"
+
+
 BACKGROUND_HANG_HINT = ("If the job waited on that {kind} (it fed the data, or filled a queue the training loop "
                         "reads), that is the cause, and a resume stops the same way: fix it first. ")
 
@@ -982,15 +1039,15 @@ def _background_said(rule: Rule, match: re.Match | None, log_tail: str, ending: 
             return (f"{sentence.rstrip('.')}. Before that, the job's {died.who} died{on}: {died.said}.",
                     BACKGROUND_HANG_HINT.format(kind=kind) + hint)
         return sentence, hint
-    if match is not None and rule.sentence.startswith("The training script raised"):
+    if match is not None and rule.sentence.startswith("{script} raised"):
         places = _Places(log_tail)
         if places.of(match) in places.background:
             header = _last_match(_BACKGROUND_LINES, log_tail[:match.start()])
             if header is not None:
                 who = header.group("thread") or header.group("started") or header.group("process")
                 kind = "process" if header.group("process") else "thread"
-                sentence = sentence.replace("The training script raised",
-                                            f"The training script's {kind} {who!r} raised", 1)
+                script = _script(ending)
+                sentence = sentence.replace(f"{script} raised", f"{script}'s {kind} {who!r} raised", 1)
                 hint = (f"{hint} Only its {kind} died of it, and the script went on without it: what ended the "
                         f"job after that is not in the log.")
     return sentence, hint
@@ -1439,6 +1496,28 @@ def _ended(ending: Ending) -> str:
             name = "unknown"
         return f"was killed by signal {ending.signal} ({name})"
     return "failed" if ending.exit_code is None else f"exited with code {ending.exit_code}"
+
+
+# pip's (urllib3's) noise in a network failure's line: an object's repr ("<pip._vendor.urllib3.connection.
+# HTTPSConnection object at 0x7f64a1b2c3d0>") and its Retry's arguments, which filled the quote before what failed
+_NET_OBJECT = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+_NET_RETRY = re.compile(r"\b(Retry\(total=\d+), [^()]*\)")
+# what failed, in such a line: the part a quote keeps
+_NET_CAUSE = re.compile(r"Failed to (?:establish a new connection|resolve)[^'\"\n]*|\[Errno -?\d+\][^'\"\n]*"
+                        r"|Connection (?:refused|reset by peer)|Name or service not known|Temporary failure in name "
+                        r"resolution|(?:Read|Connection to \S+) timed out[^'\"\n]*")
+
+
+def _said_net(line: str, size: int = 200) -> str:
+    """A network failure's line, for a quote: without pip's noise (:data:`_NET_OBJECT`, :data:`_NET_RETRY`, marked
+    "…"), and cut in the middle, not the end, where the end says what failed: pip's "WARNING: Retrying (Retry(total=4,
+    connect=None, …" was cut at its object's address, before "Connection refused"."""
+    text = _NET_RETRY.sub(r"\1, …)", _NET_OBJECT.sub("<…>", line.strip()))
+    cause = _last_match(_NET_CAUSE, text)
+    if len(text) <= size or cause is None or cause.end() < size:
+        return _clip(text, size)
+    tail = _clip(text[cause.start():], size // 2)
+    return text[:size - len(tail) - 3].rstrip() + " … " + tail
 
 
 def _last_line(log_tail: str) -> str:

@@ -38,7 +38,7 @@ from broker.engine import budget as budget_rules
 from broker.engine import monitor
 from broker.engine.billing import accrue
 from broker.engine.launch import launch_request, run_as_for, workdir_changed, workdir_seen
-from broker.engine.monitor import silence, stalled_again
+from broker.engine.monitor import silence, stalled_again, step_reached
 from broker.engine.recover import block_zone, launch_backoff, steps_lost
 from broker.engine.schedule import Place, Wait, request_of, schedule_now
 from broker.engine.spot import decide as policy_decide
@@ -1188,7 +1188,11 @@ class Engine:
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
                                                reason=said, log_tail=tail,
                                                step=max(known) if known else None, command=status.step,
-                                               unreported=not known))
+                                               unreported=not known,
+                                               # a hint sends a job on from "its last checkpoint" only if it has one
+                                               checkpoint=bool(job.last_checkpoint or attempt.checkpoint),
+                                               stalled_at=step_reached(attempts[-2])
+                                               if phase == "silent_again" and len(attempts) > 1 else None))
         if attempt.stop_reason == "budget" and job.state is JobState.STOPPING \
                 and job.reason.startswith(PROVISIONING_STOP) and status.phase is not Phase.SUCCEEDED:
             diagnosis = Diagnosis("budget_stop", f"Stopped at its budget while {_provisioned(self.launcher, attempt)} "
