@@ -543,8 +543,15 @@ def cmd_serve(args) -> int:
 
     port = args.port if args.port is not None else env_port()  # a BROKER_PORT that is no port: one line, naming it
     # the port it serves on, whatever BROKER_PORT holds: it is pasted into the URL jobs report to
-    settings = load_settings({**os.environ, "BROKER_PORT": str(port)}, config_path=args.config,
-                             create_admin_token=True)
+    try:
+        settings = load_settings({**os.environ, "BROKER_PORT": str(port)}, config_path=args.config,
+                                 create_admin_token=True)
+    except FileExistsError as exc:  # the data dir made where a file is: it said only "[Errno 17] File exists: …"
+        if not exc.filename or os.path.basename(exc.filename) == "admin-token" or os.path.isdir(exc.filename):
+            raise  # the admin token made by another broker starting at the same moment: said as it is
+        print(f"error: the data directory {exc.filename} is a file, not a directory: set BROKER_DATA_DIR (or the "
+              "config file's data_dir) to a directory", file=sys.stderr)
+        return 1
     _check_prices(settings)
     key_warning = _check_secrets_key(settings)
     # Listen first: uvicorn starts the app (its engine, ticking on the store) before it binds, so a second
@@ -556,7 +563,13 @@ def cmd_serve(args) -> int:
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
         settings = dataclasses.replace(settings, public_url=f"http://{_host_port(host, port)}")
     _broker_logs()  # before the app opens its launcher, whose start-up warnings are then said as the broker's lines
-    app = create_app(settings, engine=False if args.no_engine else None)
+    from broker.store import StoreError
+
+    try:
+        app = create_app(settings, engine=False if args.no_engine else None)
+    except StoreError as exc:  # a store file damaged, read-only or not to be opened: one line naming it, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     # What exists now (modules, the app, settings) lives as long as the process: freeze it so the
     # collector's full passes under load scan only what requests leave behind. Unfrozen, each full
     # pass walked ~80k startup objects and stalled every request for 30-70 ms on the shared VM.
@@ -756,7 +769,7 @@ def cmd_worker(args) -> int:
     from broker.config import load_settings
     from broker.retention import Retention
     from broker.runtime import open_launcher
-    from broker.store import open_store
+    from broker.store import StoreError, open_store
 
     from broker.config import redacted_url
 
@@ -773,7 +786,12 @@ def cmd_worker(args) -> int:
           f"{', '.join(z.name for z in settings.zones) or 'none'}", file=sys.stderr)
     if key_warning:
         print(key_warning, file=sys.stderr)
-    engine, notifier = worker_engine(settings, open_store(settings.store_url), open_launcher(settings))
+    try:
+        store = open_store(settings.store_url)
+    except StoreError as exc:  # a store file damaged, read-only or not to be opened: one line naming it, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    engine, notifier = worker_engine(settings, store, open_launcher(settings))
     if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
         # it serves no API: its jobs report to the brokers serving it on this data dir (broker/peers.py), not to
         # BROKER_PORT's default, 8000, which a worker beside `broker serve --port 18060 --no-engine` handed them

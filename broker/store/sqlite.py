@@ -10,6 +10,7 @@ per change so a conflict in one leaves the others alone.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -20,8 +21,8 @@ from pathlib import Path
 from broker import costs, totals
 from broker.lifecycle import FINAL_STATES, AttemptState, JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Expired, Pruned, PrunedCosts, VersionConflict,
-                               check_writable, unavailable_on)
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Expired, Pruned, PrunedCosts, StoreError,
+                               VersionConflict, check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -158,7 +159,9 @@ def _cost_attempts(jobs: Sequence[CostJob], rows: Sequence[tuple]) -> dict[str, 
 
 
 _LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")  # locked past the timeout
+_READONLY = ("SQLITE_READONLY",)  # the file or its file system turned read-only (remounted so after disk errors)
 _DISK = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")  # the disk fails
+_UNREADABLE = ("SQLITE_NOTADB", "SQLITE_CORRUPT")  # not a database, or one damaged (random bytes, cut short)
 
 
 def _error_name(exc: BaseException) -> str:
@@ -166,14 +169,54 @@ def _error_name(exc: BaseException) -> str:
 
 
 def _unavailable(exc: BaseException) -> bool:
-    """Locked or a failing disk: not a bug in what was asked (those stay errors of their own)."""
-    return _error_name(exc).startswith(_LOCKED + _DISK)
+    """Locked, read-only or a failing disk: not a bug in what was asked (those stay errors of their own). A
+    read-only file was a plain ``OperationalError``: a 500 per submit and a traceback per engine tick, for ever."""
+    return _error_name(exc).startswith(_LOCKED + _READONLY + _DISK)
 
 
 def _written(exc: BaseException) -> bool | None:
-    """Locked: the transaction never began or was rolled back (nothing stored); a disk error may strike as
-    the commit reaches the WAL, which recovery may still replay (unknown)."""
-    return False if _error_name(exc).startswith(_LOCKED) else None
+    """Locked or read-only: the transaction never began or was rolled back (nothing stored); a disk error may
+    strike as the commit reaches the WAL, which recovery may still replay (unknown)."""
+    return False if _error_name(exc).startswith(_LOCKED + _READONLY) else None
+
+
+class StoreUnusable(StoreError):
+    """The store's file cannot serve as one at all (not a database, damaged, not to be opened or written): the
+    message names the file, why, and what to do. Raised as the store opens, so the broker refuses to start in one
+    line instead of a traceback (or, read-only, of a traceback per engine tick once started)."""
+
+
+def _unusable(path: str, exc: BaseException) -> StoreUnusable | None:
+    """What ``exc``, raised as the store at ``path`` opened, says of the file; ``None`` for an error of another
+    kind (locked past the timeout), which stays as raised."""
+    name = _error_name(exc)
+    if name.startswith(_UNREADABLE):
+        return StoreUnusable(f"{path}: the job store is not a SQLite database it can read ({exc}): restore it from "
+                             "a backup, or move it aside to start with an empty store")
+    if name.startswith(_READONLY):
+        return StoreUnusable(f"{path}: the job store cannot be written ({exc}): its file or its file system is "
+                             "read-only (remounted so after disk errors?) or not writable by the broker's user")
+    if name.startswith("SQLITE_CANTOPEN"):
+        return StoreUnusable(f"{path}: the job store cannot be opened ({exc}): {_why_not_opened(path)}")
+    return None
+
+
+def _why_not_opened(path: str) -> str:
+    """The likely cause SQLite's "unable to open database file" leaves unsaid."""
+    if os.path.isdir(path):
+        return "it is a directory, not a file"
+    try:
+        os.close(os.open(path, os.O_RDWR))
+    except OSError as err:
+        if err.errno == errno.EROFS:
+            return "its file system is read-only (remounted so after disk errors?)"
+        return (f"the broker's user (uid {os.geteuid()}) may not read and write it ({err.strerror}): check its owner "
+                "and mode")
+    parent = os.path.dirname(path) or "."
+    if not os.access(parent, os.W_OK):  # a WAL database needs its -wal and -shm files beside it
+        return (f"its directory {parent} is not writable by the broker's user, or is on a read-only file system "
+                "(SQLite keeps its -wal and -shm files there)")
+    return "check its owner and mode, and its directory's"
 
 
 @unavailable_on((sqlite3.OperationalError,), written=_written, when=_unavailable)
@@ -185,20 +228,45 @@ class SqliteStore:
         if self.path != ":memory:":
             # the store holds every team's jobs, logs' places and sealed secrets: readable by the broker's user
             # alone (SQLite gives its -wal and -shm files the database file's mode)
-            Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            parent = Path(self.path).parent
+            try:
+                parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise StoreUnusable(f"{self.path}: the job store's directory {parent} is (or is under) a file, "
+                                    "not a directory") from None
             try:
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             except FileExistsError:
                 pass  # an existing store keeps the mode it has
         self._group = GroupCommit(self._write_batch)
         self._lock = self._group.lock  # one connection: reads wait for the batch being written
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(SCHEMA)
-        self._migrate()
-        self._db.executescript(INDEXES)
+        self._db = None
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.executescript(SCHEMA)
+            self._migrate()
+            self._db.executescript(INDEXES)
+            # A file that reads but cannot be written (a file system remounted read-only after disk errors, a file
+            # not the broker's user's) opened without a word, and then failed every write: refused here instead.
+            # A row written and rolled back stores nothing (the write lock alone, BEGIN IMMEDIATE, is granted on a
+            # read-only file: only a write to a page is refused).
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT INTO counters (name, value) VALUES ('write check', 0) "
+                                 "ON CONFLICT(name) DO UPDATE SET value = value")
+            finally:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            if self._db is not None:
+                self._db.close()
+            unusable = _unusable(self.path, exc)
+            if unusable is None:
+                raise
+            raise unusable from None
 
     def _migrate(self) -> None:
         """Bring a file written by an older broker up to this schema (in one transaction)."""
