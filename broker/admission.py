@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from broker.engine.budget import MIN_RUN_SECONDS
 from broker.lifecycle import JobEvent, apply
 from broker.models import Event, Job, event_for
 from broker.spec import JobSpec
@@ -111,15 +112,28 @@ def admit(
     # the least budget both checks below accept, for a refusal to say what to give
     start_least = least_start_budget(spec.request, candidates(spec.request, offers), min_run_seconds=min_run_seconds,
                                      after_run_seconds=after_run_seconds)
-    least = max(q.least_budget(stop_seconds=min_run_seconds) or 0, start_least or 0) or None
+    # Priced per hour, a refusal names what runs the job a minute, the least the engine then holds a job placed again
+    # to (broker.engine.budget.rerun_seconds): "give at least $0.04" named the clean stop alone, which ran it 0 s
+    # (with expected_hours the estimate asked covers the run)
+    minute = least_start_budget(spec.request, candidates(spec.request, offers),
+                                min_run_seconds=min_run_seconds + MIN_RUN_SECONDS,
+                                after_run_seconds=after_run_seconds) if spec.request.expected_hours is None else None
+    least = max(q.least_budget(stop_seconds=min_run_seconds) or 0, start_least or 0, minute or 0) or None
     if not q.fits(budget, stop_seconds=min_run_seconds):
         raise Refused("broker.budget_usd", q.refusal(budget, stop_seconds=min_run_seconds, least=least))
+    give = f": give at least {fmt(least)}{' (a minute and a clean stop)' if minute else ''}" \
+        if least is not None and least > budget else ""
     # only offers at or under the job's max price count: start_shortfall weighs them, as the engine does
     short = start_shortfall(spec.request, candidates(spec.request, offers), budget, min_run_seconds=min_run_seconds,
                             after_run_seconds=after_run_seconds)
     if short is not None:
-        give = f": give at least {fmt(least)}" if least is not None and least > budget else ""
         raise Refused("broker.budget_usd", f"the budget of {fmt_limit(budget)} {short}{give}")
+    if start_least is not None and budget <= start_least:
+        # it pays for the clean stop and not a moment more: the engine stops a job once what is left pays only for
+        # that, so $0.04 given as told was taken and the job stopped at once
+        raise Refused("broker.budget_usd", f"the budget of {fmt_limit(budget)} pays for a clean stop "
+                                           f"({min_run_seconds} s) and no run: the broker stops a job once what is "
+                                           f"left pays only for that{give}")
     transition = apply(None, JobEvent.SUBMIT)
     job = Job(
         id=job_id,

@@ -62,6 +62,8 @@ class PolicyInput:
         spent: what the job has cost so far, in spot-hours (cost ÷ spot $/h).
         budget: the user's budget for the whole job, in spot-hours (``None``: none set).
             When it covers on-demand only, the cost cap's allowance shrinks to fit in it.
+        stop_seconds: the clean stop the live engine keeps of every budget (it stops a job once what is left pays
+            only for that), which a tier must leave room for to finish the job within its budget; 0 in a trace replay.
     """
 
     now: float
@@ -81,6 +83,7 @@ class PolicyInput:
     spent: float = 0.0
     budget: float | None = None
     spot_prices: Mapping[str, float] = field(default_factory=dict, hash=False)
+    stop_seconds: float = 0.0
 
     def spot_price(self, zone: str) -> float:
         """``zone``'s spot price in the unit of these figures (1 unless priced apart)."""
@@ -132,10 +135,21 @@ def progress_this_tick(inp: PolicyInput, action: Action, zone: str | None = None
     return max(inp.tick - left, 0.0)
 
 
+def time_left(inp: PolicyInput) -> float:
+    """Seconds before the deadline, as :func:`slack` counts them: whole ticks (:func:`ticks_left`) on the tick grid, as
+    a trace replay runs, and the time itself where the deadline falls between ticks, as it does live. Rounded down to
+    whole ticks there, 45 s left counted as none, and a 30 s job was told "the deadline can no longer be met, even on
+    on-demand (32 s short)" — and met it, 14 s before it. The reliable tier, once taken, runs on to the end: it needs
+    no tick of its own."""
+    whole = ticks_left(inp) * inp.tick
+    left = inp.deadline - inp.now
+    return left if left - whole > 1e-6 * inp.tick else whole
+
+
 def slack(inp: PolicyInput) -> float:
     """Time to spare if the job went (or stayed) reliable now and ran to the end."""
     need = inp.remaining + (inp.changeover_left if inp.on_reliable else inp.changeover)
-    return ticks_left(inp) * inp.tick - need
+    return time_left(inp) - need
 
 
 def is_safe(inp: PolicyInput, action: Action, zone: str | None = None) -> bool:

@@ -482,9 +482,21 @@ class ModelPredictive:
             return self.zones.decide(inp)
         n = min(math.floor((inp.deadline - inp.now) / step + 1e-9), t.horizon_steps)
         if n <= 0:
-            # "no planning step left" was the model's word, not the user's
-            return reliable(inp, f"the deadline is {span(max(inp.deadline - inp.now, 0))} away, less than the "
-                                 f"{span(step)} this policy plans spot in: too close to risk losing spot")
+            # Under a planning step left the plan has no grid to weigh spot on. Spot is still no risk to the deadline
+            # where losing it just before the job's end leaves on-demand the time to run all of it again: a 30 s job
+            # 10 min before its deadline went to on-demand as "too close to risk losing spot", and a dry run a second
+            # earlier, a whole step left, said spot. "no planning step left" was the model's word, not the user's
+            left, zone, spare = max(inp.deadline - inp.now, 0), self.best_zone(inp), slack(inp)
+            close = f"the deadline is {span(left)} away, less than the {span(step)} this policy plans spot in"
+            if spare < inp.remaining + inp.changeover - 1e-6:
+                return reliable(inp, f"{close}: too close to risk losing spot")
+            if left > 0 and zone is not None and not inp.on_reliable:
+                return Decision(Action.SPOT, zone, f"spot in {zone}: {close}, but spot lost just before the job's end "
+                                                   f"would still leave on-demand the time to run all of it "
+                                                   f"({span(spare)} to spare)")
+            why = "no spot is up" if zone is None else "it runs on the reliable tier already" if inp.on_reliable \
+                else "it has passed"
+            return reliable(inp, f"{close}, and {why}: it finishes on the reliable tier")
         dc = max(round(inp.changeover / unit), 0)
         plan = self.plan(round(k, 3), dc, w_max)
         w = min(math.ceil(inp.remaining / unit - 1e-9), w_max)

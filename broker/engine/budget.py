@@ -7,9 +7,11 @@ is also capped at the budget, so a job's spend can never exceed it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from pricing.money import Micros, affordable_seconds, cost_for_seconds, fmt
 from pricing.offers import JobRequest, Offer, Tier
@@ -47,6 +49,17 @@ def rerun_seconds(grace_seconds: float, tick_seconds: float) -> int:
     resume weighs it, the grace period and a minute, and never less than what a first start pays for
     (:func:`reserve_seconds`)."""
     return max(reserve_seconds(grace_seconds, tick_seconds), int(grace_seconds) + MIN_RUN_SECONDS)
+
+
+def rerun_for(rerun_seconds: int, min_run_seconds: int, expected_hours: Decimal | None) -> int:
+    """:func:`rerun_seconds` for a job whose expected run left (``expected_hours``, ``None`` when not known) is shorter
+    than a minute: its minute's run shortened to that, and never less than a first start's ``min_run_seconds``
+    (:func:`reserve_seconds`). A 30 s job preempted 5 s in with $0.2750 of $0.30 left, which paid for its 25 s more
+    on spot ($0.15) and a clean stop ($0.04), was stopped: "cannot pay for a minute's run and a clean stop (63 s…)"."""
+    if expected_hours is None:
+        return max(min_run_seconds, rerun_seconds)
+    short = MIN_RUN_SECONDS - math.ceil(expected_hours * 3600)
+    return max(min_run_seconds, rerun_seconds - max(short, 0))
 
 
 def check(*, spent: Micros, budget: Micros, price_per_hour: Micros, grace_seconds: float, tick_seconds: float,

@@ -337,7 +337,9 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             decisions.append(Wait(job, job.reason))
             continue
         request = left_to_run(job, request_of(job))
-        need = max(min_run_seconds, rerun_seconds) if rerun_seconds is not None and job.attempts else min_run_seconds
+        # placed again, a minute's run and its stop, or the expected run left where that is shorter
+        need = budget_rules.rerun_for(rerun_seconds, min_run_seconds, request.expected_hours) \
+            if rerun_seconds is not None and job.attempts else min_run_seconds
         again = need > min_run_seconds  # held to a minute's run, which pricing's sentences then name
         shape = (request, job.force_tier)
         if (fit := open_.get(shape)) is None:

@@ -38,11 +38,14 @@ def test_a_budget_short_of_a_start_says_the_least_budget_to_give_and_that_one_is
     spec = parse({"run": "echo"}, now=0.0)
     refused = _refused(spec, 500, [POOL], min_run_seconds=10)
     assert "cannot pay for a start and a clean stop (10 s)" in str(refused), refused
-    # 10 s at $0.20/h: $0.000555..., rounded up to $0.000556, the least taken; shown rounded up as a cost is
-    assert _least(str(refused)) == 600 and str(refused).endswith("costs $0.20/h: give at least $0.0006"), refused
-    for budget in (600, 556):
+    # 10 s at $0.20/h: $0.000555..., rounded up to $0.000556, the clean stop: a budget of exactly that runs nothing, so
+    # the figure given is a minute and the clean stop, 70 s: $0.003889, shown rounded up as a cost is
+    assert _least(str(refused)) == 3_900 and str(refused).endswith(
+        "costs $0.20/h: give at least $0.0039 (a minute and a clean stop)"), refused
+    for budget in (3_900, 3_889, 557):
         assert admit(spec, budget=budget, offers=[POOL], min_run_seconds=10, **KW).job.budget == budget
-    assert "give at least $0.0006" in str(_refused(spec, 555, [POOL], min_run_seconds=10))
+    assert "pays for a clean stop (10 s) and no run" in str(_refused(spec, 556, [POOL], min_run_seconds=10))
+    assert "give at least $0.0039" in str(_refused(spec, 555, [POOL], min_run_seconds=10))
 
 
 def test_a_budget_short_of_the_estimate_says_the_least_budget_to_give_and_that_one_is_taken():
