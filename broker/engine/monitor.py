@@ -136,7 +136,11 @@ def decide(job: Job, attempt: Attempt, status: AttemptStatus, *, limit_outdated:
     if job.state in (JobState.CANCELLING, JobState.STOPPING):
         what = "cancelled" if job.state is JobState.CANCELLING else "stopped at its budget"
         if status.phase is Phase.SUCCEEDED:  # it finished on its own before the stop reached it
-            return Outcome(JobEvent.SUCCEED, attempt_state, f"succeeded: {end}, before it could be {what}")
+            # not "before it could be cancelled": a cancel accepted while no broker ran reached the run only at the
+            # next tick, and it may have run on for a while after the user asked
+            stop = "cancel" if job.state is JobState.CANCELLING else "budget stop"
+            return Outcome(JobEvent.SUCCEED, attempt_state, f"succeeded: {end}, before the {stop} asked of it "
+                                                            f"reached it")
         return Outcome(JobEvent.ENDED, attempt_state, f"{what}; {end}")
     if status.phase is Phase.STOPPED and status.reason == "budget":
         if limit_outdated and job.attempts_run < MAX_ATTEMPTS:

@@ -1222,6 +1222,10 @@ class Engine:
             saved = job.last_checkpoint.get("step")
             where = attempt.placement.get("zone") or attempt.placement.get("instance_type")
             text = f"{diagnosis.sentence.rstrip('.')} {'on' if phase == 'silent' else 'in'} {where}"
+            if outcome.event is not JobEvent.RECOVER:
+                # cancelled or stopped at its budget as it ended (or out of attempts): it goes on no more, where its
+                # reason said "restarts from the beginning (52 steps lost)" of a job the user had cancelled
+                return f"{text}; {outcome.reason.split(';', 1)[0]}", info
             text += f"; resumes from step {saved}" if saved is not None else "; restarts from the beginning"
             text += f" ({lost} steps lost)" if lost is not None else ""
             return text, info

@@ -623,7 +623,7 @@ def test_a_cancel_that_comes_after_the_run_finished_on_its_own_leaves_the_job_su
     assert store.get_job(job.id).state is JobState.CANCELLING
     final = run_until(engine, store, job.id, {"succeeded", "cancelled", "failed"})
     assert final.state is JobState.SUCCEEDED, final.reason
-    assert "before it could be cancelled" in store.events(job.id)[-1].reason
+    assert "before the cancel asked of it reached it" in store.events(job.id)[-1].reason
     assert [e.event for e in store.events(job.id)][-2:] == ["cancel", "succeed"]
 
 
@@ -760,6 +760,29 @@ def test_a_run_that_exits_0_just_after_its_cancel_was_asked_is_diagnosed_succeed
         final = run_until(engine, store, job.id, {"succeeded", "cancelled"})
         assert final.state is JobState.SUCCEEDED, final.reason
         assert final.diagnosis["class"] == "succeeded" and final.diagnosis["text"] == "The job succeeded."
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("phase", [Phase.PREEMPTED, Phase.LOST])
+def test_a_cancelled_job_whose_capacity_went_as_it_stopped_does_not_say_it_restarts(make_settings, tmp_path, phase):
+    """A cancel during a spot preemption's notice: the job's reason read "Cancelled after step 52 … in slowg; restarts
+    from the beginning (52 steps lost)", of a job that restarts no more."""
+    settings = make_settings(config=CONFIG)
+    store, launcher = open_store(f"sqlite://{tmp_path / 'gone.db'}"), _Scripted()
+    service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
+    try:
+        job = submit(service, "true")
+        run_until(engine, store, job.id, {"running"})
+        service.cancel(ADMIN, job.id)
+        engine.tick()
+        (attempt,) = store.attempts(job.id)
+        launcher.statuses[attempt.id] = AttemptStatus(phase, reason="the capacity was taken back")
+        final = run_until(engine, store, job.id, {"cancelled", "queued", "failed"})
+        assert final.state is JobState.CANCELLED, final.reason
+        said = store.attempts(job.id)[0].reason
+        assert "restarts from the beginning" not in said and "resumes from" not in said, said
+        assert said.endswith("; cancelled"), said
     finally:
         store.close()
 
