@@ -529,7 +529,7 @@ class Dispatcher:
                 raise
             text = (job.diagnosis or {}).get("text") or job.reason
             step = job.last_checkpoint.get("step")
-            frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
+            frm = f"step {step}" if step is not None else "the beginning (it saved no checkpoint)"
             return Reply(f":warning: Not switched: {esc(text)}", [
                 blocks.section(f":warning: Not switched to on-demand: `{esc(job.id)}` failed for a reason of its own, "
                                f"likely to recur: {esc(text)}"),
@@ -553,7 +553,7 @@ class Dispatcher:
             return done
         # its reason says "resume it to continue from its last checkpoint": the button that does it, here
         step = messages.resume_step(None, job)
-        label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
+        label = f"Resume from step {step}" if step is not None else "Resume from the start"
         return Reply(done.text, [*done.blocks, blocks.actions([blocks.button("resume", label, job.id, style="primary")])])
 
     @staticmethod

@@ -123,8 +123,8 @@ def continue_buttons(job: Job, step: int | None, raise_percent: int, failure: st
     ``state``: how the job ended, for a notification (the job may have been resumed since); else its state now.
     ``at_least``: what a resume needs (the service's figure), the least the raise button proposes."""
     state = state or job.state
-    frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
-    resume_label = f"Resume from step {step}" if step is not None else "Resume (no checkpoint yet)"
+    frm = f"step {step}" if step is not None else "the beginning (it saved no checkpoint)"
+    resume_label = f"Resume from step {step}" if step is not None else "Resume from the start"
     # a job pinned to on-demand already runs its next attempt there: a "Switch to on-demand" beside it changes nothing
     pinned = job.force_tier == "ondemand"
     if state is JobState.STOPPED_BUDGET:
@@ -184,7 +184,7 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     head = f"*{esc(job.name)}* `{esc(job.id)}` ({esc(job.team)})"
     foot = context(f"<{dashboard_url}|Dashboard> · `{command} status {job.id}`")
     step = resume_step(event, job)
-    frm = f"step {step}" if step is not None else "the beginning (no checkpoint yet)"
+    frm = f"step {step}" if step is not None else "the beginning (it saved no checkpoint)"
     raise_btn = raise_button(job, raise_percent, at_least)
     name = event.event
 

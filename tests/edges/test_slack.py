@@ -420,6 +420,16 @@ def test_a_budget_stopped_job_resumes_once_its_budget_is_raised(slack, store):
                                                                       ("resume", "slack:U_B")]
 
 
+def test_a_stopped_job_that_saved_no_checkpoint_is_offered_a_resume_from_the_start(slack, store):
+    """Its button read "Resume (no checkpoint yet)", of a job that has ended and saves nothing more until resumed."""
+    set_job(store, "j-b1", state=JobState.STOPPED_BUDGET, spent=1_000_000, last_checkpoint={},
+            diagnosis={"class": "budget_stop", "infrastructure": True, "text": "Stopped at its budget."})
+    reply = command(slack, "status j-b1", user="U_B").json()
+    buttons = {e["text"]["text"] for b in reply["blocks"] if b["type"] == "actions" for e in b["elements"]}
+    assert "Resume from the start" in buttons, buttons
+    assert not any("yet" in b for b in buttons), buttons
+
+
 def test_status_of_a_failed_job_has_the_buttons_that_continue_it_in_one_click(slack, store, stub):
     # the buttons were only in the failure's notification: a user who came back later and asked `status` had to
     # find and type the command; a failure of the job's own asks before it runs again, with the diagnosis
@@ -757,7 +767,7 @@ def test_a_preemption_before_any_checkpoint_says_the_job_restarts_from_the_begin
     slack_app.state.notifier.handle(engine_event(job, "recover", attempt=1, **{**PREEMPTED, "checkpoint_step": None}),
                                     job)
     (msg,) = stub.wait_for("/api/chat.postMessage")
-    assert "it is queued to resume from the beginning (no checkpoint yet)" in text_of(msg)
+    assert "it is queued to resume from the beginning (it saved no checkpoint)" in text_of(msg)
     assert "last checkpoint" not in text_of(msg)
 
 
