@@ -33,8 +33,8 @@ from broker.api.probe import StoreProbe
 from broker.api.query import API_PREFIX, JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
 from broker.api.schema import (BUDGET, CANCEL_MANY, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, CancelBatchOut,
                                DryRunOut, EventList,
-                               Health, JobList, JobOut, LogsOut, ProgressAck, WhoAmI, WorkdirLimits, WorkdirOut, answers,
-                               errors, ok)
+                               Health, JobList, JobOut, LogsOut, MetricsOut, ProgressAck, WhoAmI, WorkdirLimits,
+                               WorkdirOut, answers, errors, ok, secured)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
@@ -119,6 +119,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                          static_url="/docs/static",
                          description="Submit ML training jobs with a budget cap and a deadline; the broker runs "
                                      "each where it is cheapest and resumes it after preemption.")
+    built = app.openapi
+    app.openapi = lambda: secured(built())  # the bearer tokens as security schemes, not a header parameter of each route
     app.state.service = service
     app.state.engine = eng
     app.state.settings = settings
@@ -487,7 +489,7 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         job = service.report_progress(job_id, token, await _json_object(request, finite=False))
         return {"ok": True, "state": job.state.value, "stop": job.state.value in ("cancelling", "stopping")}
 
-    @app.get("/v1/jobs/{job_id}/metrics", tags=["progress"], responses=errors(401, 404, 422))
+    @app.get("/v1/jobs/{job_id}/metrics", tags=["progress"], **answers(MetricsOut, 401, 404, 422))
     def job_metrics(job_id: str, caller: Caller) -> dict:
         """The progress and metric points the job reported, oldest first."""
         service.get(caller, job_id)

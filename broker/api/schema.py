@@ -48,7 +48,8 @@ class AttemptOut(BaseModel):
     reason: str | None
     cost: Money | None
     resume_from: str | None = Field(description="the checkpoint this attempt resumed from")
-    checkpoint: dict[str, Any] | None = Field(description="the latest checkpoint this attempt committed")
+    checkpoint: dict[str, Any] | None = Field(description="the latest checkpoint this attempt committed (step, uri; "
+                                                         "`at`: Unix epoch seconds)")
     last_step: int | None
     steps_lost: int | None
 
@@ -69,7 +70,10 @@ REASON = ("why it is in this state, in a sentence; for a queued job, as of this 
 
 
 class JobOut(BaseModel):
-    """A job as the API shows it; times are ISO 8601 UTC (``...Z``)."""
+    """A job as the API shows it. Its own times (``submitted_at``, ``updated_at``, ``deadline``, ``estimated_start``,
+    an attempt's ``*_at``) are ISO 8601 UTC (``...Z``); the times inside what a job's script reported,
+    ``progress.at``, ``progress.first_at``, ``last_checkpoint.at`` and an attempt's ``checkpoint.at``, are Unix
+    epoch seconds (a number), as the points of ``GET /v1/jobs/{id}/metrics`` are."""
 
     id: str
     name: str
@@ -90,8 +94,11 @@ class JobOut(BaseModel):
     checkpoint_uri: str | None
     queue_position: int | None
     estimated_start: str | None = Field(description=ESTIMATED_START)
-    progress: dict[str, Any] | None
-    last_checkpoint: dict[str, Any] | None
+    progress: dict[str, Any] | None = Field(description="the latest step report: step, total_steps, metrics (a value "
+                                                        "sent as NaN or Infinity is null), attempt, first_step; "
+                                                        "`at` and `first_at` are Unix epoch seconds")
+    last_checkpoint: dict[str, Any] | None = Field(description="the latest committed checkpoint: step, uri, attempt; "
+                                                               "`at` is Unix epoch seconds")
     diagnosis: dict[str, Any] | None = Field(description="a failure explained in plain words")
     pinned_tier: str | None = Field(None, description="the tier the job's attempts are held to from now on "
                                                       "(POST /v1/jobs/{id}/ondemand: ondemand; or the reliable tier "
@@ -412,10 +419,30 @@ class AttemptCost(BaseModel):
 
 
 class MetricPoint(BaseModel):
-    time: float | str | None
+    time: float | str | None = Field(description="when the broker received the report: Unix epoch seconds")
     step: int | None
     total_steps: int | None
     metrics: dict[str, float]
+
+
+class ReportedPoint(BaseModel):
+    """One step report of a job's script (``POST /v1/jobs/{id}/progress``), as the broker keeps it."""
+
+    seq: int = Field(description="its place among the job's points, from 1")
+    time: float = Field(description="when the broker received it: Unix epoch seconds (not ISO 8601)")
+    step: int | None
+    total_steps: int | None = Field(None, description="only when the report gave it")
+    metrics: dict[str, float | None] = Field(description="as reported; null: a value sent as NaN or Infinity (a "
+                                                         "diverged loss), kept with the rest of the report")
+    attempt: int | None = Field(None, description="the attempt that sent it, when the script named it "
+                                                  "($BROKER_ATTEMPT)")
+    checkpoint: dict[str, Any] | None = Field(None, description="a checkpoint committed with it: step and uri")
+
+
+class MetricsOut(BaseModel):
+    """``GET /v1/jobs/{id}/metrics``: the points the job reported (the newest 10,000), oldest first."""
+
+    points: list[ReportedPoint]
 
 
 class JobCosts(BaseModel):
@@ -521,17 +548,23 @@ TASK = body({
                       "broker": {"budget_usd": "20", "deadline": "12h", "expected_hours": 4}}},
 })
 
-BUDGET = body({"type": "object", "required": ["budget_usd"], "properties": {"budget_usd": _MONEY}},
+# a key other than budget_usd is refused (422, naming it): {"budget_usd": 40, "deadline": "6h"} is not half-applied
+BUDGET = body({"type": "object", "required": ["budget_usd"], "properties": {"budget_usd": _MONEY},
+               "additionalProperties": False,
+               "description": "The new cap; any other key is refused (422, naming it)."},
               example={"budget_usd": "40"})
 
-_ENV_MAP = {"type": "object", "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"}]}}
+# a boolean is taken too, as its text ("True"), as SkyPilot does with a task's envs
+_ENV_MAP = {"type": "object", "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"},
+                                                                 {"type": "boolean"}]},
+            "description": "names to values: a string, a number or a boolean (set as its text: true is \"True\")"}
 RESUME = {"requestBody": {"required": False, "content": {"application/json": {"schema": {
     "type": "object",
     "description": "Optional: envs and secrets set on the task from this attempt on (secrets sealed at rest), as "
                    "`broker submit --env/--secret` give them; a job given them resumes without force.",
     "properties": {"envs": _ENV_MAP, "secrets": _ENV_MAP}}, "example": {"secrets": {"HF_TOKEN": "hf_..."}}}}}}
 
-PROGRESS = body({
+PROGRESS = {"security": [{"jobToken": []}], **body({
     "type": "object",
     "description": "A step report and/or a committed checkpoint (at least one of `step` and `checkpoint`).",
     "properties": {
@@ -543,7 +576,7 @@ PROGRESS = body({
                     "description": "the sending attempt ($BROKER_ATTEMPT): a report of one the job has moved past "
                                    "is refused (409) and changes nothing"},
     },
-}, example={"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}, "attempt": 1})
+}, example={"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}, "attempt": 1})}
 
 WORKDIR_PACK = {"requestBody": {"required": True, "content": {"application/octet-stream": {
     "schema": {"type": "string", "format": "binary"},
@@ -572,3 +605,45 @@ FAULT = body({
         "available": {"type": ["boolean", "null"], "description": "zone: capacity off, on, or back to its trace"},
     },
 }, example={"kind": "preempt", "job_id": "j-3fa9c1b2e0"})
+
+SECURITY_SCHEMES = {
+    "bearerAuth": {"type": "http", "scheme": "bearer",
+                   "description": "a team's token or the admin token: `Authorization: Bearer <token>`; without one, "
+                                  "or with one the broker does not know, a route asking for it answers 401"},
+    "jobToken": {"type": "http", "scheme": "bearer",
+                 "description": "a job's own token ($BROKER_JOB_TOKEN in its environment), for its progress reports "
+                                "only; a team's or the admin token is refused there (403)"},
+}
+
+IDEMPOTENCY_KEY = ("1 to 200 characters (an empty one is refused, 422), naming this submit within the team: a retry "
+                   "with the same key answers the job the first one made (200) instead of queueing a second; one "
+                   "already used for a different task is refused (422). Sent twice with different values: 400")
+
+
+def secured(document: dict[str, Any]) -> dict[str, Any]:
+    """The built OpenAPI ``document`` with its bearer tokens said the way clients read them: ``bearerAuth`` on every
+    route (``jobToken`` where its ``openapi_extra`` names it), none on a route that reads no ``Authorization`` header
+    (health and readiness), and that header taken out of each route's parameters. The routes read it as a plain
+    header, which the document listed as an optional parameter of each, so Swagger UI had no "Authorize" and a
+    generated client no token setting, though every call without it is a 401. Changed in place, once."""
+    components = document.setdefault("components", {})
+    if "securitySchemes" in components:
+        return document
+    components["securitySchemes"] = SECURITY_SCHEMES
+    document["security"] = [{"bearerAuth": []}]
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict):
+                continue
+            params = operation.get("parameters", [])
+            token = [p for p in params if p.get("in") == "header" and p.get("name", "").lower() == "authorization"]
+            if not token:
+                operation.setdefault("security", [])  # asks no token
+            for p in params:
+                if p.get("in") == "header" and p.get("name", "").lower() == "idempotency-key":
+                    p["description"] = IDEMPOTENCY_KEY
+            if token:
+                operation["parameters"] = [p for p in params if p not in token]
+                if not operation["parameters"]:
+                    del operation["parameters"]
+    return document
