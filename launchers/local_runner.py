@@ -207,7 +207,7 @@ class Runner:
         killer.start()
         self._killer = killer  # set last: the watcher (_kill_within) moves only a killer whose moment is set
 
-    def _kill_within(self, seconds: float) -> None:
+    def _kill_within(self, seconds: float, cause: str | None = None) -> None:
         """Bring the stop under way's SIGKILL forward to ``seconds`` from now, where that is sooner than the one set:
         a later stop with a shorter grace (a budget stop or a cancel during a preemption's notice), or the attempt's
         limit, came while it was already stopping. Its job is not sent a second SIGTERM (that would cut a checkpoint's
@@ -222,7 +222,9 @@ class Runner:
             return
         self._kill_at = at
         self._term_at = min(self._term_at, at - min(LAST_WARNING_S, (at - now) / 4))
-        sooner = threading.Timer(at - now, self._kill_now)
+        # what ends the attempt if this SIGKILL is the one that fires: the attempt's limit is a budget stop, whatever
+        # stop came first (a preemption's notice, read so, had the job "restart from the beginning", then stopped)
+        sooner = threading.Timer(at - now, self._kill_now, kwargs={"cause": cause})
         sooner.daemon = True
         sooner.start()
         self._killer = sooner  # before the old one is cancelled: run() waiting on that one then finds this one
@@ -252,7 +254,7 @@ class Runner:
         if limit is not None:
             if self._limit is None or self._limit[0] != limit["stop_at"]:
                 self._limit = (limit["stop_at"], self.monotonic() + limit["stop_at"] - self.wall())
-            self._kill_within(self._limit[1] + self.grace - self.monotonic())
+            self._kill_within(self._limit[1] + self.grace - self.monotonic(), cause=limit.get("reason") or "budget")
         kill_at = self._read_sooner()
         if kill_at is not None:
             if self._sooner is None or self._sooner[0] != kill_at:
@@ -332,7 +334,9 @@ class Runner:
             except ProcessLookupError:
                 pass
 
-    def _kill_now(self) -> None:
+    def _kill_now(self, cause: str | None = None) -> None:
+        if cause is not None and self.child and self.child.poll() is None:
+            self.stop_reason = cause  # it ends killed at its limit: the budget's stop, not the first stop's
         if self.child and self.child.poll() is None:
             try:
                 os.killpg(self.child.pid, signal.SIGKILL)
