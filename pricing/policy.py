@@ -70,11 +70,15 @@ class SafetyNet:
             if decision.action not in RELIABLE:
                 decision = reliable(inp, "")
             tier = "on-prem" if decision.action is Action.ONPREM else "on-demand"
+            # the changeover counted is an estimate (changeover_seconds, 2 min by default): a 30 s job told it was
+            # "2 min short" 45 s before its deadline met it, on a zone that started it at once — said, so it reads so
+            change = inp.changeover_left if inp.on_reliable else inp.changeover
+            short_by = f"{span(short)} short" + (f", counting a changeover of {span(change)}" if change > 0 else "")
             if not (inp.onprem_available if decision.action is Action.ONPREM else inp.ondemand_available):
                 return Decision(decision.action, decision.zone,
-                                f"safety net: the deadline can no longer be met ({span(short)} short)")
+                                f"safety net: the deadline can no longer be met ({short_by})")
             return Decision(decision.action, decision.zone, f"safety net: the deadline can no longer be met, even on "
-                                                            f"{tier} ({span(short)} short): {tier} finishes the job soonest")
+                                                            f"{tier} ({short_by}): {tier} finishes the job soonest")
         if not is_safe(inp, decision.action, decision.zone):
             return reliable(inp, "safety net: anything else could miss the deadline")
         if self.cost_cap and not within_cost_cap(inp, decision.action, decision.zone):

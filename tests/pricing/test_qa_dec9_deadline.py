@@ -54,3 +54,17 @@ def test_under_a_planning_step_spot_is_refused_where_losing_it_would_leave_on_de
     # 150 s a run (30 s of work and a 120 s changeover): spot lost just before the end leaves 250 - 150 = 100 s
     d = decide(job(250.0, changeover=120.0))
     assert d.action is Action.ONDEMAND and "too close to risk losing spot" in d.reason, d
+
+
+def test_a_deadline_out_of_reach_says_the_changeover_it_counted():
+    """A 30 s job 45 s before its deadline, with the default 2 min changeover: "the deadline can no longer be met, even
+    on on-demand (2 min short)" — then a zone that starts a job at once met it. The changeover is the broker's estimate,
+    and the words now say it was counted."""
+    from pricing.policy import SafetyNet, make_policy
+
+    inp = PolicyInput(now=0.0, deadline=45.0, work_total=30.0, work_done=0.0, changeover=120.0, tick=60.0)
+    policy = SafetyNet(make_policy("broker"))
+    policy.observe(inp)
+    decision = policy.decide(inp)
+    assert decision.reason.startswith("safety net: the deadline can no longer be met, even on on-demand ("), decision
+    assert ", counting a changeover of 2 min)" in decision.reason, decision.reason
