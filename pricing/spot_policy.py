@@ -368,6 +368,17 @@ class RunModel:
     failovers: float = 0.0  # ... and how many of them found another zone with spot at that moment
 
 
+def _unpaid(inp: PolicyInput) -> str:
+    """Where the budget left would not pay for on-demand to finish the job, the words that say so beside a reason that
+    counts on on-demand's time: "9 min to spare before on-demand would have to finish the job" was said of a job whose
+    budget covered spot only, as if on-demand were its way out. "" otherwise (no budget, or one that pays for it)."""
+    if inp.budget is None:
+        return ""
+    need = (inp.remaining + inp.changeover) / 3600 * inp.reliable_ratio
+    return "; in time, not in money: the budget left would not pay for on-demand" \
+        if inp.budget - inp.spent < need - 1e-9 else ""
+
+
 @dataclass
 class ModelPredictive:
     """Model-predictive control: each tick, the least-expected-cost action under a
@@ -493,7 +504,7 @@ class ModelPredictive:
             if left > 0 and zone is not None and not inp.on_reliable:
                 return Decision(Action.SPOT, zone, f"spot in {zone}: {close}, but spot lost just before the job's end "
                                                    f"would still leave on-demand the time to run all of it "
-                                                   f"({span(spare)} to spare)")
+                                                   f"({span(spare)} to spare{_unpaid(inp)})")
             why = "no spot is up" if zone is None else "it runs on the reliable tier already" if inp.on_reliable \
                 else "it has passed"
             return reliable(inp, f"{close}, and {why}: it finishes on the reliable tier")
@@ -517,7 +528,7 @@ class ModelPredictive:
             seen = f"seen up for {span(up)}" if up > 0 else "just seen up"
             return Decision(Action.SPOT, zone, f"plan: spot in {zone} ({seen}) is cheapest in expectation, with "
                                                f"{span(max(slack(inp), 0.0))} to spare before on-demand would have to "
-                                               f"finish the job")
+                                               f"finish the job{_unpaid(inp)}")
         if a == 0:
             return Decision(Action.WAIT, None, f"plan: wait for spot ({span(inp.remaining)} of work, {span(inp.deadline - inp.now)} left)")
         return reliable(inp, "plan: the reliable tier is cheaper in expectation than waiting for spot")

@@ -68,3 +68,20 @@ def test_a_deadline_out_of_reach_says_the_changeover_it_counted():
     decision = policy.decide(inp)
     assert decision.reason.startswith("safety net: the deadline can no longer be met, even on on-demand ("), decision
     assert ", counting a changeover of 2 min)" in decision.reason, decision.reason
+
+
+@pytest.mark.parametrize("deadline", [600.0, 599.0], ids=["a whole planning step left", "under a step left"])
+@pytest.mark.parametrize("budget, unpaid", [(0.015, True), (1.0, False), (None, False)],
+                         ids=["a budget that pays for spot only", "one that pays for on-demand", "no budget"])
+def test_spot_taken_on_the_time_on_demand_would_need_says_where_the_budget_would_not_pay_for_it(deadline, budget,
+                                                                                                 unpaid):
+    """A 30 s job with a budget that covers spot only was told "9 min to spare before on-demand would have to finish
+    the job" (or that losing spot "would still leave on-demand the time"), as if on-demand were its way out."""
+    inp = PolicyInput(now=0.0, deadline=deadline, work_total=30.0, work_done=0.0, changeover=2.0, tick=60.0,
+                      spot_zones_available=frozenset({"sim-a"}), price_ratio=3.0, budget=budget)
+    policy = make_policy("broker")
+    policy.observe(inp)
+    decision = policy.decide(inp)
+    assert decision.action is Action.SPOT, decision
+    assert ("in time, not in money: the budget left would not pay for on-demand" in decision.reason) is unpaid, \
+        decision.reason
