@@ -141,9 +141,13 @@ def window(*, now: float, period: str | None = None, since: str | None = None, u
     if start >= end:
         # with no until the window ends now: "must be before until" named a bound the caller never gave
         same_day = bool(since and until) and _is_date(since) and _is_date(until) and start == end
+        # bounds within one second of each other, read to the whole second (above): "must be before until" of a since
+        # that was before it
+        same_second = bool(since and until) and start == end and _iso(since, "since") < _iso(until, "until")
         raise CostQueryError("since", ("must be before until: the window ends before until, and a date is the "
                                        "start of its day, so one day is since=D until=the day after" if same_day else
-                                       "must be before until") if until else
+                                       "must be at least a second before until: the report counts whole seconds"
+                                       if same_second else "must be before until") if until else
                              "is not in the past: with no until, the window ends now")
     if start >= now:
         # a window wholly after now holds no spend: until=9999-12-31 was answered a report of the week before it, all

@@ -498,7 +498,9 @@ class ModelPredictive:
             # 10 min before its deadline went to on-demand as "too close to risk losing spot", and a dry run a second
             # earlier, a whole step left, said spot. "no planning step left" was the model's word, not the user's
             left, zone, spare = max(inp.deadline - inp.now, 0), self.best_zone(inp), slack(inp)
-            close = f"the deadline is {span(left)} away, less than the {span(step)} this policy plans spot in"
+            # to the second where rounding would say it is as far as the step ("10 min away, less than the 10 min")
+            away = span(left) if span(left) != span(step) else f"{left:.0f} s"
+            close = f"the deadline is {away} away, less than the {span(step)} this policy plans spot in"
             if spare < inp.remaining + inp.changeover - 1e-6:
                 return reliable(inp, f"{close}: too close to risk losing spot")
             if left > 0 and zone is not None and not inp.on_reliable:

@@ -11,7 +11,7 @@ token may see: a team its own spend, the admin every team's.
 from importlib import resources
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import HTMLResponse, Response
 
 from broker import costs
@@ -141,10 +141,13 @@ def router(service, settings: Settings) -> APIRouter:
         return HTMLResponse(_static("dashboard.html").decode(), headers=PAGE_HEADERS)
 
     @r.get("/dashboard/", include_in_schema=False)
-    def dashboard_slash() -> Response:
-        # a browser's /dashboard/ (the router redirects no path: broker/api/app.py), to the page by a relative URL,
-        # so that it stays on the host and under any prefix a proxy serves the broker at
-        return Response(status_code=308, headers={"Location": "../dashboard"})
+    @r.get("/docs/", include_in_schema=False)
+    @r.get("/redoc/", include_in_schema=False)
+    def page_slash(request: Request) -> Response:
+        # a browser's /dashboard/, /docs/ or /redoc/ (the router redirects no path: broker/api/app.py), to the page by
+        # a relative URL, so that it stays on the host and under any prefix a proxy serves the broker at
+        page = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+        return Response(status_code=308, headers={"Location": f"../{page}"})
 
     @r.get("/dashboard/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:

@@ -1224,8 +1224,9 @@ class Engine:
             text = f"{diagnosis.sentence.rstrip('.')} {'on' if phase == 'silent' else 'in'} {where}"
             if outcome.event is not JobEvent.RECOVER:
                 # cancelled or stopped at its budget as it ended (or out of attempts): it goes on no more, where its
-                # reason said "restarts from the beginning (52 steps lost)" of a job the user had cancelled
-                return f"{text}; {outcome.reason.split(';', 1)[0]}", info
+                # reason said "restarts from the beginning (52 steps lost)" of a job the user had cancelled. A
+                # diagnosis of the stop itself says so already ("Cancelled in sim-a; cancelled" said it twice)
+                return (text if phase in ("budget", "cancelled") else f"{text}; {outcome.reason.split(';', 1)[0]}"), info
             text += f"; resumes from step {saved}" if saved is not None else "; restarts from the beginning"
             text += f" ({lost} steps lost)" if lost is not None else ""
             return text, info

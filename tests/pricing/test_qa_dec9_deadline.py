@@ -85,3 +85,13 @@ def test_spot_taken_on_the_time_on_demand_would_need_says_where_the_budget_would
     assert decision.action is Action.SPOT, decision
     assert ("in time, not in money: the budget left would not pay for on-demand" in decision.reason) is unpaid, \
         decision.reason
+
+
+def test_a_deadline_under_a_planning_step_away_is_said_to_the_second_where_rounded_it_reads_as_far_as_the_step():
+    """"the deadline is 10 min away, less than the 10 min this policy plans spot in", with 9 min 52 s left."""
+    inp = PolicyInput(now=0.0, deadline=592.0, work_total=30.0, work_done=0.0, changeover=2.0, tick=60.0,
+                      spot_zones_available=frozenset({"sim-a"}), price_ratio=3.0)
+    policy = make_policy("broker")
+    policy.observe(inp)
+    decision = policy.decide(inp)
+    assert "the deadline is 592 s away, less than the 10 min this policy plans spot in" in decision.reason, decision
