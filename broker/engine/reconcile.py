@@ -1276,6 +1276,9 @@ class Engine:
         :data:`OUTAGE_REPEAT_SECONDS` while it lasts (each broker logged a line every tick: 39 in 28 s at
         ``tick_seconds`` 0.5), with how long it has lasted and how many ticks it skipped."""
         now = self.monotonic()
+        # the next beat counts from then (``_beat``): no one could beat nor report meanwhile, and a job's progress
+        # reports were refused with a 503, which is no silence of the job's — the first tick back stopped it as silent
+        self._last_beat = float("-inf")
         outage = self._outage
         if outage is None:
             self._outage = StoreOutage(since=now, said_at=now)

@@ -108,3 +108,39 @@ def test_a_job_that_told_of_a_later_checkpoint_after_a_restart_is_not_failed_as_
     assert store.attempts(job.id)[1].stop_reason == "heartbeat"
     assert after.state is not JobState.FAILED, after.reason
     assert after.diagnosis["class"] == "stalled", after.diagnosis
+
+
+def test_a_store_outage_longer_than_the_timeout_is_no_silence_of_the_jobs_either(broker):
+    """The store down longer than ``heartbeat_timeout_seconds`` (but not so long that the engine's beats counted it as
+    a gap): the job's reports were refused (503) all that time, and the first tick with the store back stopped it as
+    silent. The outage restarts the engine's watch, as a restart does."""
+    from broker.store import StoreUnavailable
+
+    service, engine, store, launcher = broker
+    job = _submit(service)
+    token = job_token(service.settings, job.id)
+    _running(engine, store, job.id, 1)
+    service.report_progress(job.id, token, {"step": 7})
+    real_tick = engine.tick
+
+    def down():
+        raise StoreUnavailable("the job store did not answer (test: down)")
+
+    engine.tick = down
+    try:
+        until = time.time() + TIMEOUT + 1
+        while time.time() < until:
+            engine.tick_safely()
+            time.sleep(0.05)
+    finally:
+        engine.tick = real_tick
+    back = time.time()
+    for _ in range(5):
+        engine.tick_safely()
+        time.sleep(0.05)
+    assert time.time() - back < TIMEOUT / 2
+    first = store.attempts(job.id)[0]
+    assert first.stop_requested_at is None and first.stop_reason == "", \
+        "the engine stopped a job as silent for the time the store was down"
+    after = _stalled(engine, store, job.id, 1)  # silent a full timeout with the store up: stopped all the same
+    assert store.attempts(job.id)[0].stop_reason == "heartbeat" and after.diagnosis["class"] == "stalled"
