@@ -1499,7 +1499,7 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
                 raise BrokerError(0, str(exc)) from None
             packed.path.unlink(missing_ok=True)
             if not quiet:
-                print(f"dry run: {what}: {packed.files} files, {human(packed.size)} packed (the broker takes "
+                print(f"dry run: {what}: {_files(packed.files)}, {human(packed.size)} packed (the broker takes "
                       f"{human(limit)}), would be uploaded by a submit; nothing is uploaded", file=sys.stderr)
         if has_workdir:
             task.pop("workdir")
@@ -1520,7 +1520,7 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
             packed.path.unlink(missing_ok=True)
         if not quiet:
             how = "uploaded" if sent["uploaded"] else "already on the broker"
-            print(f"{what}: {packed.files} files, {human(packed.size)} packed, {how} "
+            print(f"{what}: {_files(packed.files)}, {human(packed.size)} packed, {how} "
                   f"({packed.digest[:19]}…)", file=sys.stderr)
         return packed.digest
 
@@ -1740,6 +1740,11 @@ def _next_step(job: dict) -> str | None:
     return (f"a failure of the job's own: fix what made it fail, then `broker resume {jid} --force` continues it "
             f"{where} with the code as it is then (a workdir on the broker's host is read anew at each attempt); "
             f"an uploaded workdir stays as it was: submit again{keep}")
+
+
+def _files(n: int) -> str:
+    """``1 file``, ``37 files``: an upload's count ("1 files" was said of a single file's mount)."""
+    return f"{n:,} file{'' if n == 1 else 's'}"
 
 
 def _spent_of(job: dict) -> tuple[str, str]:

@@ -229,7 +229,7 @@ def test_cli_dry_run_uploads_no_workdir_to_a_broker_it_would_upload_to(cli):
     task.write_text(f"name: train\nworkdir: {work}\nresources: {{accelerators: A100:1}}\nrun: python train.py\n"
                     "broker: {budget_usd: 50, expected_hours: 2}\n")
     out = run("submit", str(task), "--dry-run")
-    assert re.search(rf"dry run: workdir {work}: 1 files, .* packed \(the broker takes 19\.5 KiB\), would be "
+    assert re.search(rf"dry run: workdir {work}: 1 file, .* packed \(the broker takes 19\.5 KiB\), would be "
                      "uploaded by a submit; nothing is uploaded", out.stderr), out.stderr
     assert "would queue train for team vision" in out.stdout
     assert not list((tmp / "data").rglob("*.tar.gz"))  # packs are kept under <data>/checkpoints/workdirs
