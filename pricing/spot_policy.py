@@ -165,7 +165,7 @@ class SlackReserve:
                     # parentheses: the engine puts the reason in its own
                     return Decision(Action.WAIT, None, f"spot in {zone} has not yet been seen to last: this job's "
                                                        f"policy has watched it only since the job's submit or the "
-                                                       f"broker's start, and nothing is saved yet; it takes spot once "
+                                                       f"broker's start, and no money is saved yet against on-demand; it takes spot once "
                                                        f"it has seen it up for {span(t.confirm_ticks * inp.tick)}, "
                                                        f"{t.confirm_ticks} ticks of its policy — a zone up at its "
                                                        f"first look counts as up for one")
@@ -521,8 +521,8 @@ class ModelPredictive:
         a = plan.get(n, j, s, w)
         zone = self.best_zone(inp)
         if a == 1 and zone is not None and self.unproven_hop_on_credit(inp, zone):
-            return reliable(inp, f"spot in {zone} has been seen up for {span(self.zones.zones[zone].up_for)} and nothing saved "
-                                 f"would pay for losing it: wait for it to last {self.tuning.proof_minutes:.0f} min")
+            return reliable(inp, f"spot in {zone} has been seen up for {span(self.zones.zones[zone].up_for)} and no money saved "
+                                 f"against on-demand would pay for losing it: wait for it to last {self.tuning.proof_minutes:.0f} min")
         if a == 1 and zone is not None:
             up = self.zones.zones[zone].up_for
             # what this job's policy has seen of the zone, since its submit or the broker's start: "up for 1 min" was

@@ -31,7 +31,7 @@ def test_a_spot_only_job_waiting_to_see_spot_last_is_not_told_spot_just_appeared
     assert "just appeared" not in decision.reason, decision.reason
     assert decision.reason == (
         "spot in sim-spot-a has not yet been seen to last: this job's policy has watched it only since the job's "
-        f"submit or the broker's start, and nothing is saved yet; it takes spot once it has seen it up for {said}, 2 "
+        f"submit or the broker's start, and no money is saved yet against on-demand; it takes spot once it has seen it up for {said}, 2 "
         "ticks of its policy — a zone up at its first look counts as up for one")
 
 
