@@ -1707,13 +1707,12 @@ def _next_step(job: dict) -> str | None:
     """For a job that ended but may go on (failed, or stopped at its budget), the one command that continues it.
     The reason said "resume it to continue" or "raise the budget and resume" and left the user to find which
     command, and that a failure of the job's own needs ``--force``; Slack shows buttons for the same step."""
-    from broker.views import TASK_FIX_CLASSES, task_fix_words
+    from broker.views import TASK_FIX_CLASSES, resubmit_keep_words, resume_from_words, task_fix_words
 
     jid = job["id"]
     # from where: a job that saved no checkpoint starts over (it said "from its last checkpoint" of none)
     point = (job.get("last_checkpoint") or {}).get("step")
-    where = f"from its last checkpoint (step {point})" if point is not None else \
-        "from the start (it saved no checkpoint)"
+    where = resume_from_words(point)
     if job["state"] == "stopped_budget":
         return (f"`broker resume {jid}` continues it {where} once its budget has room: "
                 f"`broker budget {jid} <dollars>` raises it")
@@ -1729,8 +1728,7 @@ def _next_step(job: dict) -> str | None:
         lacked = "the secrets it lacked" if len(names) > 1 else "the secret it lacked"
         return (f"`broker resume {jid} {flags}` gives it {lacked} (no value: this shell's) and "
                 f"continues it {where}")
-    keep = f" (with broker.checkpoint: {job['checkpoint_uri']} to continue from step {point})" \
-        if point is not None and job.get("checkpoint_uri") else ""
+    keep = resubmit_keep_words(job.get("checkpoint_uri"), point)
     if (job.get("diagnosis") or {}).get("class") == "disk_full":  # a resume gets the same disk: --force alone fills it
         return (f"a full disk: once the job writes less there, `broker resume {jid} --force` continues it {where} on "
                 f"a disk of the same size; for a larger one, submit again with a larger resources.disk_size{keep}")

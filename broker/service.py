@@ -40,7 +40,8 @@ from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecErro
                          checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse, typed_text)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, as_of, month_of, refusal, room_later, team_month
-from broker.views import TASK_FIX_CLASSES, holders_words, minute, passed_words, task_fix_words
+from broker.views import (TASK_FIX_CLASSES, holders_words, minute, passed_words, resubmit_keep_words,
+                          resume_from_words, task_fix_words)
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
 from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit
@@ -1048,11 +1049,8 @@ class BrokerService:
                                    "changed",
                                    field="secrets")
                 if diagnosis.get("class") in TASK_FIX_CLASSES:  # "change it, then resume with --force" failed alike
-                    keep = (f" (with broker.checkpoint: {job.checkpoint_uri} to continue from step {step})"
-                            if step is not None and job.checkpoint_uri else "")
-                    where = f"from its last checkpoint (step {step})" if step is not None else \
-                        "from the start (it saved no checkpoint)"
-                    raise Conflict(f"not resumed: {text} {task_fix_words(job.id, where, keep)}.", field="force")
+                    said = task_fix_words(job.id, resume_from_words(step), resubmit_keep_words(job.checkpoint_uri, step))
+                    raise Conflict(f"not resumed: {text} {said}.", field="force")
                 # "resumed with force it runs again unchanged" was not so: a workdir on this host is read anew at each
                 # attempt (its launch says what changed), a git one cloned again at its ref; an uploaded one is not
                 if "--force" in str(diagnosis.get("hint") or ""):

@@ -184,6 +184,19 @@ as submitted (each hint says to submit the task again). ``next:`` and a refused 
 ``broker resume --force`` for them, which fails the same way."""
 
 
+def resume_from_words(step: int | None) -> str:
+    """From where a resume continues a job: ``from its last checkpoint (step 300)``, or, for a job that saved none,
+    ``from the start (it saved no checkpoint)``."""
+    return f"from its last checkpoint (step {step})" if step is not None else "from the start (it saved no checkpoint)"
+
+
+def resubmit_keep_words(checkpoint_uri: str | None, step: int | None) -> str:
+    """How a new submit of a job's task goes on from its checkpoint (`` (with broker.checkpoint: URI to continue
+    from step 300)``), or "" for a job that saved none."""
+    return f" (with broker.checkpoint: {checkpoint_uri} to continue from step {step})" \
+        if step is not None and checkpoint_uri else ""
+
+
 def task_fix_words(job_id: str, where: str, keep: str) -> str:
     """What continues a job whose failure is of :data:`TASK_FIX_CLASSES`: a new submit, and ``--force`` only where the
     fix is in the files a workdir on the broker's host holds (read anew at each attempt). ``where``: from what it
