@@ -111,6 +111,23 @@ def run_until(engine, store, job_id, states, timeout: float = 20.0):
     return wait_for(done, timeout=timeout)
 
 
+def attempt_running(engine, store, job_id, n: int, timeout: float = 30.0):
+    """Tick ``engine`` until the job runs its attempt ``n``; the job then."""
+    from broker.lifecycle import JobState
+
+    return wait_for(lambda: engine.tick() or ((j := store.get_job(job_id)).state is JobState.RUNNING
+                                              and j.attempts == n and j), timeout=timeout)
+
+
+def attempt_ended(engine, store, job_id, n: int, timeout: float = 30.0):
+    """Tick ``engine`` until the job's attempt ``n`` has ended; the job then."""
+    def ended():
+        engine.tick()
+        attempts = store.attempts(job_id)
+        return len(attempts) >= n and attempts[n - 1].state.is_final and store.get_job(job_id)
+    return wait_for(ended, timeout=timeout)
+
+
 def kill_runner_alone(service, engine, store, launcher, principal, marks: Path):
     """Submit a job that writes its start and end into ``marks`` (each line with its attempt), SIGKILL attempt 1's
     runner alone once the job runs (the job runs in a session of its own, so it is not killed with it), and tick

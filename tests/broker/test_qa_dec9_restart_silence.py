@@ -13,7 +13,7 @@ from broker.auth import Principal, job_token
 from broker.engine.reconcile import Engine
 from broker.lifecycle import JobState
 
-from broker_testing import local_broker, wait_for
+from broker_testing import attempt_ended, attempt_running, local_broker
 
 ADMIN = Principal("admin", None, admin=True)
 TIMEOUT = 2.0
@@ -42,19 +42,6 @@ def _submit(service):
     return service.submit(ADMIN, task)[0]
 
 
-def _running(engine, store, job_id, attempt_n):
-    return wait_for(lambda: engine.tick() or ((j := store.get_job(job_id)).state is JobState.RUNNING
-                                              and j.attempts == attempt_n and j), timeout=30)
-
-
-def _stalled(engine, store, job_id, attempt_n):
-    def ended():
-        engine.tick()
-        attempts = store.attempts(job_id)
-        return len(attempts) >= attempt_n and attempts[attempt_n - 1].state.is_final and store.get_job(job_id)
-    return wait_for(ended, timeout=30)
-
-
 def _restarted(service, store, launcher):
     """The broker down for longer than the timeout while its job runs on, then started again: a new engine."""
     time.sleep(TIMEOUT + 1)
@@ -75,7 +62,7 @@ def test_a_restarted_broker_gives_a_running_job_a_full_timeout_before_calling_it
     service, engine, store, launcher = broker
     job = _submit(service)
     token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
+    attempt_running(engine, store, job.id, 1)
     service.report_progress(job.id, token, {"step": 7})
     restarted = _restarted(service, store, launcher)
     assert time.time() - store.get_job(job.id).progress["at"] > TIMEOUT  # its last report is older than that
@@ -85,7 +72,7 @@ def test_a_restarted_broker_gives_a_running_job_a_full_timeout_before_calling_it
         "the restarted broker stopped a job as silent for the time it was down itself"
     assert store.get_job(job.id).state is JobState.RUNNING
     # a job silent a full timeout on the restarted broker's watch is stopped all the same
-    after = _stalled(restarted, store, job.id, 1)
+    after = attempt_ended(restarted, store, job.id, 1)
     first = store.attempts(job.id)[0]
     assert first.stop_reason == "heartbeat" and first.stop_requested_at >= started + TIMEOUT
     assert after.diagnosis["class"] == "stalled", after.diagnosis
@@ -95,16 +82,16 @@ def test_a_job_that_told_of_a_later_checkpoint_after_a_restart_is_not_failed_as_
     service, engine, store, launcher = broker
     job = _submit(service)
     token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
+    attempt_running(engine, store, job.id, 1)
     service.report_progress(job.id, token, {"step": 7})
-    _stalled(engine, store, job.id, 1)  # stalled after step 7: resumed
-    _running(engine, store, job.id, 2)
+    attempt_ended(engine, store, job.id, 1)  # stalled after step 7: resumed
+    attempt_running(engine, store, job.id, 2)
     restarted = _restarted(service, store, launcher)  # down through attempt 2's start: none of its reports came
     _first_ticks(restarted)
     assert store.attempts(job.id)[1].stop_reason == ""
     # back, the broker is told the commit it could not take while down (the library sends the latest one again)
     service.report_progress(job.id, token, {"checkpoint": {"step": 9, "uri": f"{job.checkpoint_uri}/step-9"}})
-    after = _stalled(restarted, store, job.id, 2)  # then it hangs: past step 7 this time, a node's, not its own
+    after = attempt_ended(restarted, store, job.id, 2)  # then it hangs: past step 7 this time, a node's, not its own
     assert store.attempts(job.id)[1].stop_reason == "heartbeat"
     assert after.state is not JobState.FAILED, after.reason
     assert after.diagnosis["class"] == "stalled", after.diagnosis
@@ -119,7 +106,7 @@ def test_a_store_outage_longer_than_the_timeout_is_no_silence_of_the_jobs_either
     service, engine, store, launcher = broker
     job = _submit(service)
     token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
+    attempt_running(engine, store, job.id, 1)
     service.report_progress(job.id, token, {"step": 7})
     real_tick = engine.tick
 
@@ -142,5 +129,5 @@ def test_a_store_outage_longer_than_the_timeout_is_no_silence_of_the_jobs_either
     first = store.attempts(job.id)[0]
     assert first.stop_requested_at is None and first.stop_reason == "", \
         "the engine stopped a job as silent for the time the store was down"
-    after = _stalled(engine, store, job.id, 1)  # silent a full timeout with the store up: stopped all the same
+    after = attempt_ended(engine, store, job.id, 1)  # silent a full timeout with the store up: stopped all the same
     assert store.attempts(job.id)[0].stop_reason == "heartbeat" and after.diagnosis["class"] == "stalled"

@@ -10,7 +10,7 @@ from broker.auth import Principal, job_token
 from broker.lifecycle import JobState
 from broker.service import Conflict
 
-from broker_testing import local_broker, wait_for
+from broker_testing import attempt_ended, attempt_running, local_broker, wait_for
 
 ADMIN = Principal("admin", None, admin=True)
 TIMEOUT = 2.0
@@ -39,29 +39,14 @@ def _submit(service):
     return service.submit(ADMIN, task)[0]
 
 
-def _running(engine, store, job_id, attempt_n):
-    """Tick until the job runs its attempt ``attempt_n``."""
-    return wait_for(lambda: engine.tick() or ((j := store.get_job(job_id)).state is JobState.RUNNING
-                                              and j.attempts == attempt_n and j), timeout=30)
-
-
-def _stalled(engine, store, job_id, attempt_n):
-    """Tick until attempt ``attempt_n`` has ended, and return the job then."""
-    def ended():
-        engine.tick()
-        attempts = store.attempts(job_id)
-        return len(attempts) >= attempt_n and attempts[attempt_n - 1].state.is_final and store.get_job(job_id)
-    return wait_for(ended, timeout=30)
-
-
 def _stalled_at_7_then_reporting(service, engine, store, step):
     """A job that reported step 7 and stalled, resumed, whose second attempt reports ``step``: its id."""
     job = _submit(service)
     token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
+    attempt_running(engine, store, job.id, 1)
     service.report_progress(job.id, token, {"step": 7})
-    _stalled(engine, store, job.id, 1)
-    _running(engine, store, job.id, 2)
+    attempt_ended(engine, store, job.id, 1)
+    attempt_running(engine, store, job.id, 2)
     service.report_progress(job.id, token, {"step": step})
     return job.id
 
@@ -70,10 +55,10 @@ def test_a_silent_job_is_said_to_have_stalled_and_is_resumed_once(broker):
     service, engine, store, launcher = broker
     job = _submit(service)
     token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
+    attempt_running(engine, store, job.id, 1)
     point = {"step": 5, "uri": f"{job.checkpoint_uri}/step-5"}  # in the job's own base: kept as its last
     service.report_progress(job.id, token, {"step": 7, "checkpoint": point})
-    after = _stalled(engine, store, job.id, 1)
+    after = attempt_ended(engine, store, job.id, 1)
     first = store.attempts(job.id)[0]
     assert first.stop_reason == "heartbeat"
     assert after.state in (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING), after.reason
@@ -104,7 +89,7 @@ def test_stalled_again_with_no_step_gained_is_failed_and_needs_force_to_resume(b
 def test_a_job_that_got_past_the_step_it_stalled_at_is_resumed_again(broker):
     service, engine, store, launcher = broker
     job_id = _stalled_at_7_then_reporting(service, engine, store, 9)  # further this time: a node that hung
-    after = _stalled(engine, store, job_id, 2)
+    after = attempt_ended(engine, store, job_id, 2)
     assert after.state is not JobState.FAILED, after.reason
     assert after.diagnosis["class"] == "stalled" and after.diagnosis["text"].startswith("The job stalled after step 9 (the last the job reported)")
 
@@ -113,22 +98,22 @@ def test_a_resumed_attempt_is_not_taken_for_silent_on_the_report_of_the_one_befo
     service, engine, store, launcher = broker
     job = _submit(service)
     token = job_token(service.settings, job.id)
-    _running(engine, store, job.id, 1)
+    attempt_running(engine, store, job.id, 1)
     service.report_progress(job.id, token, {"step": 3})
     # a job ahead of it in the queue takes the pool's one slot once the node is lost, for longer than the timeout
     ahead = service.submit(ADMIN, {"name": "ahead", "run": f"sleep {TIMEOUT + 1.5}", "resources": {"cpus": 1},
                                    "broker": {"budget_usd": 5, "priority": 10}})[0]
     launcher.kill(store.attempts(job.id)[0].id)  # no exit recorded: the node is lost, and the job requeued
-    lost = _stalled(engine, store, job.id, 1)
+    lost = attempt_ended(engine, store, job.id, 1)
     assert lost.diagnosis["class"] == "node_lost", lost.diagnosis
     wait_for(lambda: engine.tick() or store.get_job(ahead.id).state is JobState.SUCCEEDED, timeout=30)
-    _running(engine, store, job.id, 2)
+    attempt_running(engine, store, job.id, 2)
     assert time.time() - store.get_job(job.id).progress["at"] > TIMEOUT  # its last report is older than that
     for _ in range(5):
         engine.tick()
     second = store.attempts(job.id)[1]
     assert second.stop_reason == "", "the new attempt was stopped as silent on its first ticks"
     # and it is watched all the same: silent from its start, it is stopped as stalled
-    after = _stalled(engine, store, job.id, 2)
+    after = attempt_ended(engine, store, job.id, 2)
     assert store.attempts(job.id)[1].stop_reason == "heartbeat"
     assert after.diagnosis["class"] == "stalled", after.diagnosis
