@@ -1180,15 +1180,15 @@ class Engine:
             phase = attempt.stop_reason
         elif attempt.stop_reason == "heartbeat":
             phase = "silent_again" if outcome.event is JobEvent.FAIL and stalled_again(attempts) else "silent"
-        known = [s for s in (attempt.last_step, (attempt.checkpoint or {}).get("step")) if s is not None]
+        known = step_reached(attempt)  # its last reported step, or its committed checkpoint's when further
         said = redact(status.reason, hidden) if hidden and status.reason else status.reason
         if phase.startswith("silent"):  # how long it had been silent when the broker stopped it
             quiet = silence(job, attempts, attempt, attempt.stop_requested_at or now)
             said = fmt_duration(quiet) if quiet is not None else "longer than heartbeat_timeout_seconds"
         diagnosis = self.rules.diagnose(Ending(phase=phase, exit_code=status.exit_code, signal=status.signal,
                                                reason=said, log_tail=tail,
-                                               step=max(known) if known else None, command=status.step,
-                                               unreported=not known,
+                                               step=known, command=status.step,
+                                               unreported=known is None,
                                                # a hint sends a job on from "its last checkpoint" only if it has one
                                                checkpoint=bool(job.last_checkpoint or attempt.checkpoint),
                                                stalled_at=step_reached(attempts[-2])
