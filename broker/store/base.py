@@ -31,6 +31,12 @@ class StoreError(Exception):
     """Base for store failures the caller may handle."""
 
 
+class StoreUnusable(StoreError):
+    """The store's file cannot serve as one at all (not a database, damaged, not to be opened or written): the
+    message names the file, why, and what to do. Raised as a store opens (SQLite's file), so the broker refuses to start in one
+    line instead of a traceback (or, read-only, of a traceback per engine tick once started)."""
+
+
 class StoreUnavailable(StoreError):
     """The store could not be reached or did not answer in time. For a write, ``written`` says what
     became of it: ``False`` (rolled back: nothing was stored) or ``None`` (unknown: the request may

@@ -21,8 +21,8 @@ from pathlib import Path
 from broker import costs, totals
 from broker.lifecycle import FINAL_STATES, AttemptState, JobState, attempt_state, job_state
 from broker.models import COST_PLACEMENT_KEYS, Attempt, CostAttempt, CostJob, Event, Job
-from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Expired, Pruned, PrunedCosts, StoreError,
-                               VersionConflict, check_writable, unavailable_on)
+from broker.store.base import (BATCH_IDS, Change, DuplicateJob, Expired, Pruned, PrunedCosts,
+                               StoreUnusable, VersionConflict, check_writable, unavailable_on)
 from broker.store.group_commit import GroupCommit, Slot
 
 SCHEMA = """
@@ -178,12 +178,6 @@ def _written(exc: BaseException) -> bool | None:
     """Locked or read-only: the transaction never began or was rolled back (nothing stored); a disk error may
     strike as the commit reaches the WAL, which recovery may still replay (unknown)."""
     return False if _error_name(exc).startswith(_LOCKED + _READONLY) else None
-
-
-class StoreUnusable(StoreError):
-    """The store's file cannot serve as one at all (not a database, damaged, not to be opened or written): the
-    message names the file, why, and what to do. Raised as the store opens, so the broker refuses to start in one
-    line instead of a traceback (or, read-only, of a traceback per engine tick once started)."""
 
 
 def _unusable(path: str, exc: BaseException) -> StoreUnusable | None:
