@@ -305,7 +305,7 @@ class _Nodes:
                                                                    f"{key.start_mark.line + 1}): give it once")
                         seen.add(name)
                     if path in (("envs",), ("secrets",)) and isinstance(value, yaml.ScalarNode) \
-                            and value.tag in (_INT, _BOOL):  # a value, not its name
+                            and value.tag in (_INT, _FLOAT, _BOOL):  # a value, not its name
                         _env_not_misread(value.value, value.tag, (*path, name))
                     size += self._size(key, (*path, name), open_) + self._size(value, (*path, name), open_)
                     if size > self.max_bytes * 4:  # far past any limit: stop before walking the rest
@@ -413,20 +413,39 @@ def _not_misread(text: str, path: tuple, *, octal: bool = True) -> None:
 _HEX_OR_BINARY = re.compile(r"^[-+]?0[xXbB][0-9a-fA-F_]+$")
 
 
+def _number(text: str) -> Any:
+    """The number YAML 1.1 reads from ``text`` (neither base-60 nor octal: checked before), or the text itself where
+    it reads no finite one: ``.nan`` and ``.inf`` are refused as not finite, in their own words."""
+    try:
+        read = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError:
+        return text
+    return read if isinstance(read, int) or (isinstance(read, float) and math.isfinite(read)) else text
+
+
 def _env_not_misread(text: str, tag: str, path: tuple) -> None:
     """Refuse an unquoted environment value (``envs``, ``secrets``) that YAML 1.1 reads as another: ``0x1F`` is the
     number 31 and ``0b101`` is 5, so the job's variable held "31" or "5"; ``yes``, ``no``, ``on`` and ``off`` are
     booleans, so it held "True" or "False" — a token or a flag silently not what was written (SkyPilot reads its
-    tasks the same way). ``true`` and ``false`` are left as YAML reads them. A secret's value is not echoed."""
+    tasks the same way). So is any other number whose text the variable would not keep: ``3.10`` is the float 3.1
+    (a Python version, ``PYTHON_VERSION: 3.10``, became 3.1), ``1.50`` 1.5, ``.5`` 0.5 and ``1_000`` 1000. A float
+    written with an exponent (``1.0e-4``, a learning rate) is left as YAML reads it, 0.0001, as ``true`` and ``false``
+    are: the number is what is meant there. A secret's value is not echoed. (Octal and
+    base-60 numbers are :func:`_not_misread`'s, with their own words.)"""
     hex_or_binary = tag == _INT and _HEX_OR_BINARY.match(text) and len(text) <= 66  # (longer: refused for its digits)
     word = tag == _BOOL and text.lower() in ("yes", "no", "on", "off")  # (an explicit `!!bool maybe`: its own error)
-    if not (hex_or_binary or word):
+    # an exponent says a number is meant (a learning rate's 1.0e-4, read as 0.0001): its spelling is not what is lost
+    # (a number of more digits than a whole number may hold is refused for them, as the node is sized)
+    number = tag in (_INT, _FLOAT) and not _HEX_OR_BINARY.match(text) and not _BASE_60.match(text) \
+        and not _OCTAL.match(text) and "e" not in text.lower() and sum(c.isdigit() for c in text) <= MAX_INT_DIGITS \
+        and not _overflows(text) and str(_number(text)) != text
+    if not (hex_or_binary or word or number):
         return
     read = str(yaml.load(text, Loader=_Loader))
     if path[0] == "secrets":
         raise SpecError(_field(path), f"is a value YAML reads as another one ({_NOT_SHOWN}): quote it to give the text "
                                       "as written")
-    what = "number" if tag == _INT else "boolean"
+    what = "boolean" if tag == _BOOL else "number"
     raise SpecError(_field(path), f"is {text}, which YAML reads as the {what} {read}: the variable would hold "
                                   f"'{read}'; quote it ('{text}') to give the text as written")
 
