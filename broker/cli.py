@@ -805,6 +805,9 @@ def cmd_worker(args) -> int:
     retention = Retention.of(settings, engine.store)  # prunes finished jobs beside the ticks (job_retention_days)
     try:
         if args.burst:
+            # it prunes as it starts, as every engine does (README): a burst run from cron was the one engine whose
+            # store kept its finished jobs for ever
+            retention.tick_safely()
             engine.run_until_idle(timeout=24 * 3600)
             return 0
         stop = threading.Event()

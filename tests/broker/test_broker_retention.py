@@ -295,6 +295,29 @@ def test_broker_worker_prunes_a_shared_redis_and_logs_how_many(tmp_path):
         server.stop()
 
 
+def test_broker_worker_burst_prunes_as_it_starts_too(tmp_path):
+    """``broker worker --burst`` (run from cron until no job is active) prunes as every engine does as it starts: it
+    went straight to its ticks, and a store served by burst runs alone kept its finished jobs for ever."""
+    now = time.time()
+    store = open_store(f"sqlite://{tmp_path / 'data' / 'broker.db'}")
+    job_at(store, "j-old", JobState.CANCELLED, now - 3 * DAY)
+    job_at(store, "j-recent", JobState.SUCCEEDED, now - 2 * HOUR)
+    store.close()
+    cfg = tmp_path / "worker.yaml"
+    cfg.write_text("pools: []\njob_retention_days: 1\n")
+    env = {**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}
+    env.pop("BROKER_STORE_URL", None)
+    done = subprocess.run([sys.executable, "-m", "broker.cli", "worker", "--burst", "--config", str(cfg)], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "retention: deleted 1 finished job(s)" in done.stderr, done.stderr
+    store = open_store(f"sqlite://{tmp_path / 'data' / 'broker.db'}")
+    try:
+        assert store.get_job("j-old") is None and store.get_job("j-recent") is not None
+    finally:
+        store.close()
+
+
 COUNTERS = ("broker_spend_dollars_total", "broker_ondemand_equivalent_dollars_total", "broker_preemptions_total",
             "broker_saved_vs_ondemand_dollars")
 
