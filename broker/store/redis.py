@@ -431,12 +431,16 @@ class RedisStore:
         k = self.keys
         if before is not None:
             before = (float(before[0]), str(before[1]))
-        ids = self._ids(team=team, states=states, active_since=active_since, before=before)
+        if states or active_since is not None:
+            ids = self._ids(team=team, states=states, active_since=active_since, before=before)
+            chunks = (ids[start:start + BATCH_IDS] for start in range(0, len(ids), BATCH_IDS))
+        else:
+            # a first read of a page's size when every id read is listed (no name to match): a page of one job
+            # read and decoded one
+            first = BATCH_IDS if name_prefix else max(1, min(limit, BATCH_IDS))
+            chunks = self._index_pages(before, k.by_team(team) if team else None, first=first)
         jobs: list[Job] = []
-        for start in range(0, len(ids), BATCH_IDS):  # ids are newest first: stop once ``limit`` matched
-            if len(jobs) >= limit:
-                break
-            chunk = ids[start:start + BATCH_IDS]
+        for chunk in chunks:  # ids are newest first: stop once ``limit`` matched
             for raw in self._r.mget([k.job(i) for i in chunk]):
                 if raw:
                     job = Job.from_dict(json.loads(raw))
@@ -445,6 +449,8 @@ class RedisStore:
                             before is None or (job.submitted_at, job.id) < before) and (
                             not name_prefix or job.name.startswith(name_prefix)):
                         jobs.append(job)
+            if len(jobs) >= limit:  # before the next round trip is read
+                break
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
         return jobs[:limit]
 
@@ -483,22 +489,27 @@ class RedisStore:
         jobs.sort(key=lambda j: (j.submitted_at, j.id), reverse=True)
         return jobs, self._cost_attempts([j.id for j in jobs])
 
-    def _index_pages(self, before: tuple[float, str] | None) -> Iterator[list[str]]:
-        """Every job's id, newest submitted first, after the ``(submitted_at, id)`` key ``before``, ``BATCH_IDS``
-        at a time: each read goes on from the last pair read (its score, and how many ids of that score were read,
-        for a run of jobs submitted at one time), so a page of a listing of every job reads the ids it needs,
-        where ``_ids`` reads every id after the key. A job deleted meanwhile at the very score read last may let one
-        id be skipped: ``/metrics``, which reads its pages so, finds such a job by :meth:`job_count`."""
-        index = self.keys.all_jobs()
+    def _index_pages(self, before: tuple[float, str] | None, index: str | None = None, *,
+                     first: int = BATCH_IDS) -> Iterator[list[str]]:
+        """Every job's id (of the sorted set ``index``: a team's; every job's when none), newest submitted first,
+        after the ``(submitted_at, id)`` key ``before``, ``BATCH_IDS`` at a time: each read goes on from the last pair
+        read (its score, and how many ids of that score were read, for a run of jobs submitted at one time), so a page
+        of a listing reads the ids it needs, where ``_ids`` reads every id after the key (a listing of one job of a
+        store of 5,000 read all 5,000 ids first). ``first``: how many the first read reads (a short page's). A job
+        deleted meanwhile at the very score read last may let one id be skipped: ``/metrics``, which reads its pages
+        so, finds such a job by :meth:`job_count`."""
+        index = index or self.keys.all_jobs()
+        num = first
         top, skip = ("+inf", 0) if before is None else (repr(float(before[0])), 0)
         last: tuple[float, str] | None = before
         while True:
-            pairs = self._r.zrevrangebyscore(index, top, "-inf", start=skip, num=BATCH_IDS, withscores=True)
+            pairs = self._r.zrevrangebyscore(index, top, "-inf", start=skip, num=num, withscores=True)
             ids = [i for i, sc in pairs if last is None or (sc, i) < last]
             if ids:
                 yield ids
-            if len(pairs) < BATCH_IDS:
+            if len(pairs) < num:
                 return
+            num = BATCH_IDS
             score = pairs[-1][1]
             ties = sum(1 for _, sc in pairs if sc == score)
             skip = skip + ties if repr(score) == top else ties

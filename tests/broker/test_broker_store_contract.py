@@ -248,6 +248,61 @@ def test_list_filters_by_the_start_of_the_name_and_pages_along_the_matches(store
         "sweep-d"]
 
 
+def test_a_teams_listing_pages_through_jobs_submitted_at_one_time_past_a_round_trips_worth(store):
+    """A team's listing read page by page gives each of its jobs once, in order, where more jobs than one round trip
+    reads (``BATCH_IDS``) share one submit time and another team's jobs lie between them in the store's order."""
+    from broker.store.base import BATCH_IDS
+
+    jobs = [replace(make_job(f"j-{i:04d}", team="vision" if i % 3 else "nlp", t=7.0)) for i in range(BATCH_IDS + 260)]
+    jobs += [make_job(f"j-late{i}", t=9.0 + i) for i in range(3)]
+    for job in jobs:
+        store.commit(Change(job=job, expected_version=None))
+    wanted = [j.id for j in sorted((j for j in jobs if j.team == "vision"), key=lambda j: (j.submitted_at, j.id),
+                                   reverse=True)]
+    seen, before = [], None
+    while True:
+        page = store.list_jobs(team="vision", limit=97, before=before)
+        if not page:
+            break
+        seen += [j.id for j in page]
+        before = (page[-1].submitted_at, page[-1].id)
+    assert seen == wanted
+
+
+def test_a_redis_listing_of_a_few_jobs_reads_a_round_trip_of_ids_not_every_id_stored(redis_server):
+    """Listing one job (``broker status``, a dashboard's first page) of a Redis store of 1,200 read all 1,200 ids
+    before the first job (0.1 s at 5,000 jobs); it now reads the ids a page needs, a round trip's worth at most."""
+    from broker.store.base import BATCH_IDS
+    from broker.store.redis import RedisStore
+
+    store = RedisStore(redis_server.url, prefix=f"ids-{id(object())}")
+    try:
+        for i in range(1200):
+            store.commit(Change(job=make_job(f"j-{i:04d}", t=float(i)), expected_version=None))
+        read = []
+        client = store._r
+
+        class Counting:
+            def __getattr__(self, name):
+                fn = getattr(client, name)
+                if not name.startswith("zrev"):
+                    return fn
+
+                def counted(*args, **kwargs):
+                    out = fn(*args, **kwargs)
+                    read.append(len(out))
+                    return out
+                return counted
+
+        store._r = Counting()
+        assert [j.id for j in store.list_jobs(limit=1)] == ["j-1199"]
+        assert [j.id for j in store.list_jobs(team="vision", limit=2)] == ["j-1199", "j-1198"]
+        assert read and sum(read) <= 2 * BATCH_IDS, read
+    finally:
+        store._r = client
+        store.close()
+
+
 def test_active_since_skips_finished_history_but_keeps_live_and_recent_jobs(store):
     old_done = create(store, make_job("j-old", t=1.0))
     store.commit(Change(job=replace(old_done, state=JobState.SUCCEEDED, updated_at=50.0), expected_version=1))
