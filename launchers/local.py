@@ -86,8 +86,6 @@ class LocalLauncher:
         self._zone_dir = self.runs_dir.parent / "zones"
         private_dir(self._zone_dir)
         self._epoch = self._replay_epoch()
-        self._children: dict[str, subprocess.Popen] = {}
-        self._lock = threading.Lock()
         self._swept_after = ""  # where the last sweep of run folders stopped (next_round)
         self._ended_seen: set[str] = set()  # run folders seen with their exit.json: never live again
 
@@ -210,16 +208,9 @@ class LocalLauncher:
                     start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
                 )
             private_write(run_dir / "spawned", str(child.pid))
-        with self._lock:
-            self._children[request.attempt_id] = child
+        _collect_when_it_exits(child, request.attempt_id)
 
     # -- status ---------------------------------------------------------------------------------
-
-    def _reap(self, attempt_id: str) -> None:
-        with self._lock:
-            child = self._children.get(attempt_id)
-            if child is not None and child.poll() is not None:
-                del self._children[attempt_id]
 
     @staticmethod
     def _runner_alive(run_dir: Path) -> bool:
@@ -235,7 +226,6 @@ class LocalLauncher:
             return False
 
     def status(self, attempt_id: str) -> AttemptStatus:
-        self._reap(attempt_id)
         run_dir = self._dir(attempt_id)
         if not run_dir.exists():
             return AttemptStatus(Phase.GONE, reason="no such attempt on this host")
@@ -425,7 +415,8 @@ class LocalLauncher:
         """SIGKILL the attempt and its runner with no notice (a node lost). For fault injection."""
         run_dir = self._dir(attempt_id)
         pid = self._runner_pid(run_dir)
-        if pid is None:
+        # a runner that has ended is collected at once (_collect_when_it_exits): its pid may be another process's now
+        if pid is None or not self._runner_alive(run_dir):
             return
         groups = _child_pgids(pid)  # looked up while the runner is their parent
         # the runner first: killed after its job, a runner on a busy host could see the job die by SIGKILL and
@@ -435,7 +426,6 @@ class LocalLauncher:
                 kill(target, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self._reap(attempt_id)
 
     @staticmethod
     def _runner_pid(run_dir: Path) -> int | None:
@@ -524,8 +514,6 @@ class LocalLauncher:
             except OSError:
                 return False
         shutil.rmtree(doomed, ignore_errors=True)
-        with self._lock:
-            self._children.pop(attempt_id, None)
         return True
 
     def _remove_leftovers(self) -> None:
@@ -543,6 +531,29 @@ class LocalLauncher:
         """The attempt's output from ``offset`` on: its log is capped on disk (``BROKER_LOCAL_OUTPUT_CAP``), its
         start and newest output kept, and a line says where output was left out (local_runner.read_output)."""
         return read_output(self._dir(attempt_id), offset, limit)
+
+
+def _collect_when_it_exits(child: subprocess.Popen, attempt_id: str) -> None:
+    """Wait for a runner this process spawned, in a thread of its own, so that it is collected as soon as it exits.
+
+    A runner is this process's child, and a child that exits stays a zombie, holding its pid, until its parent
+    waits for it. The runner was waited for only when this launcher asked the status of its attempt and found it
+    exited, which it seldom did: the runner writes ``exit.json`` just before it exits, so the look that reads the
+    attempt's end found it still alive, and nothing looked again; the attempts another broker on this data dir
+    watches are never asked of this one at all. A QA run left 75 zombies under one of two brokers after 230 jobs,
+    on the way to using up the host's pids. Waiting in a thread collects the runner whoever watches its attempt and
+    whatever ends or removes it, at no cost while it runs (a thread blocked in ``waitpid``, one per runner this
+    process spawned and that still runs). Nothing else changes: the runner keeps its own session and is still
+    found, stopped and signalled by the pid it writes in its run folder, and it outlives this process as before (a
+    broker that restarts adopts it by its folder; it is then the host's init's to collect). A double fork would
+    have kept the runner from being this process's child, but its pid would then have to be passed back, and in a
+    container whose first process is the broker (deploy/Dockerfile) the orphaned runners are its children again,
+    with nothing waiting for them."""
+    try:
+        threading.Thread(target=child.wait, name=f"wait-{attempt_id}", daemon=True).start()
+    except RuntimeError as exc:  # no thread to be had (the host at its limit): Popen's own clean-up collects it
+        log.warning("the runner of attempt %s (pid %d) will be collected late: no thread to wait for it: %s",
+                    attempt_id, child.pid, exc)
 
 
 def _kill_left_behind(run_dir: Path) -> int:
