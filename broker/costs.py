@@ -26,8 +26,9 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   run on-demand).
 * **Rounding.** Every cost is shown rounded up on its own (``fmt``: to the
   cent, under $1 to a hundredth of a cent) and every saving rounded down
-  (``fmt_saving``: a claim, never overstated, and never more than the
-  on-demand figure shown less the spend shown), and a total is the exact sum of
+  (``fmt_saving``: a claim, never overstated); the on-demand equivalent shown
+  beside them is the spend shown plus the saving shown (``fmt_ondemand``), so
+  the three add up as shown, and a total is the exact sum of
   its rows rounded once, never the sum of the rounded rows: the total is as
   exact as the rows are, and no cost is understated. So shown rows can add up
   to a cent or so more (or less) than their shown total; when they do, the
@@ -49,8 +50,9 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
   counts the hours that begin in its window in its totals, by day, by team and
   by tier — to the hour, where a job's own attempts count to the second. The
   report says how much of it is there in ``retention_note``, which every edge
-  shows (:func:`retention_note`); and, for jobs pruned before the ledger was
-  kept (the store's pruned count beyond the jobs the ledger holds), that a
+  shows (:func:`retention_note`); what they spent in the hour a window begins
+  inside of, which the window does not count, is said there too; and, for jobs
+  pruned before the ledger was kept (the store's pruned count beyond the jobs the ledger holds), that a
   window beginning before the retention horizon has its totals short of them.
 """
 
@@ -68,7 +70,8 @@ from typing import TYPE_CHECKING
 from broker.lifecycle import JobState
 from broker.models import Attempt, CostAttempt, CostJob, Job
 from broker.spec import SpecError, is_duration, moment_of
-from pricing.money import Micros, cost_for_seconds, fmt, fmt_limit, fmt_saving, fmt_spent_of, shown
+from pricing.money import (Micros, amount_shown, cost_for_seconds, fmt, fmt_limit, fmt_ondemand, fmt_saving,
+                           fmt_spent_of, ondemand_shown, shown)
 
 if TYPE_CHECKING:  # the stores import this module (JobStore.prune: ledger_of)
     from broker.store.base import PrunedCosts
@@ -411,6 +414,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         t[tier] += cost
         t["ondemand_equivalent"] += equiv
     spent = sum(tier_total.values())
+    cut_hour, cut_spent = _hour_cut(ledger, win, team)
     top = sorted((p for p in per_job if p[1] > 0), key=lambda p: (-p[1], p[0].id))[:TOP_JOBS]
     # the exact seconds summed, then rounded up once (as a total of money is): each event rounded down first read
     # "18 s to recover" beside /metrics' broker_recovery_seconds_sum of 20.54, and a recovery of 0.4 s "0 s"
@@ -433,7 +437,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "currency": "USD",
         "totals": {
             "spent": money(spent),
-            "ondemand_equivalent": money(equiv_total),
+            "ondemand_equivalent": ondemand(spent, equiv_total),
             "saving": saving(spent, equiv_total),
             "saving_percent": percent(equiv_total - spent, equiv_total) if compared_teams else None,
             "by_tier": {t: money(tier_total[t]) for t in TIERS},
@@ -441,13 +445,14 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "by_day": [
             {"date": key, **{t: money(v[t]) for t in TIERS},
              "total": money(sum(v[t] for t in TIERS)),
-             "ondemand_equivalent": money(v["ondemand_equivalent"]),
+             "ondemand_equivalent": ondemand(sum(v[t] for t in TIERS), v["ondemand_equivalent"]),
              "saving": saving(sum(v[t] for t in TIERS), v["ondemand_equivalent"]),
              "saving_percent": percent(v["ondemand_equivalent"] - sum(v[t] for t in TIERS), v["ondemand_equivalent"])}
             for key, v in by_day.items()
         ],
         "by_team": [
-            {"team": name, "spent": money(v["spent"]), "ondemand_equivalent": money(v["ondemand_equivalent"]),
+            {"team": name, "spent": money(v["spent"]),
+             "ondemand_equivalent": ondemand(v["spent"], v["ondemand_equivalent"]),
              "saving": saving(v["spent"], v["ondemand_equivalent"]),
              "saving_percent": percent(v["ondemand_equivalent"] - v["spent"], v["ondemand_equivalent"])
              if name in compared_teams else None,
@@ -458,7 +463,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             # a job none of whose attempts had an on-demand price read "saved $0.00 (0%)" here and "nothing to
             # compare" in its own costs (job_costs): percent null, as there, so every edge shows "—"
             {"id": j.id, "name": j.name, "team": j.team, "state": j.state.value, "spent": money_in(c, j.budget),
-             "ondemand_equivalent": money(e), "saving": saving(c, e),
+             "ondemand_equivalent": ondemand(c, e, budget=j.budget), "saving": saving(c, e),
              "saving_percent": percent(e - c, e) if compared else None, "attempts": n}
             for j, c, e, n, compared in top
         ],
@@ -472,7 +477,8 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
         "rounding_note": rounding_note(spent, equiv_total, tier_total.values(),
                                        [(v["spent"], v["ondemand_equivalent"]) for v in teams.values()]),
         "retention_note": retention_note(win, now, pruned or 0, retention_days,
-                                         counted=ledger.ledger_jobs if ledger is not None else 0, spent=pruned_spent),
+                                         counted=ledger.ledger_jobs if ledger is not None else 0, spent=pruned_spent,
+                                         cut_hour=cut_hour, cut_spent=cut_spent),
         "budget_burn": [burn(j, attempts.get(j.id, ()), now) for j in jobs if j.state in RUNNING_STATES],
         "queue": sorted(
             ({"id": j.id, "name": j.name, "team": j.team, "position": positions.get(j.id),
@@ -504,6 +510,20 @@ def _buckets_in(ledger: PrunedCosts | None, win: Window, team: str | None):
     for bucket in (ledger.buckets if ledger is not None else ()):
         if win.since <= bucket[2] < win.until and (team is None or bucket[0] == team):
             yield bucket
+
+
+def _hour_cut(ledger: PrunedCosts | None, win: Window, team: str | None) -> tuple[int | None, Micros]:
+    """(the UTC hour the window begins inside of, what the jobs pruned spent in that whole hour), or ``(None, 0)``:
+    the ledger keeps whole hours and a report counts those that begin in its window (:func:`_buckets_in`), so the
+    part of that hour inside the window is left out, and :func:`retention_note` says so. A window within one hour
+    (10:15 to 10:45) counted none of it, and said nothing. Only a ledger read from that hour's start on holds it
+    (:func:`gather` reads so)."""
+    hour = int(win.since // HOUR * HOUR)
+    if hour == win.since:
+        return None, 0
+    cut = sum(b[3] for b in (ledger.buckets if ledger is not None else ())
+              if b[2] == hour and (team is None or b[0] == team))
+    return (hour, cut) if cut > 0 else (None, 0)
 
 
 def ledger_spent(ledger: PrunedCosts | None, win: Window, team: str | None) -> Micros:
@@ -538,11 +558,12 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
                      "reason": att.reason})
     # each attempt's cost (and equivalent) rounded up on its own need not add up, as shown, to the job's: said, as the
     # report says it of its rows (two attempts of $0.0040 and $0.0168 beside a total of $0.0207, unsaid)
+    total = ondemand(spent, equiv, budget=job.budget)
     off = sum(shown(r["cost"]["micros"]) for r in rows) != shown(spent) or \
-        sum(shown(r["ondemand_equivalent"]["micros"]) for r in rows) != shown(equiv)
+        sum(shown(r["ondemand_equivalent"]["micros"]) for r in rows) != amount_shown(total["usd"])
     # with no on-demand price for any attempt, the equivalent is the spend itself: "saved $0.00 (0%) against
     # on-demand ($0.0023)" named a price no on-demand offer has; said as nothing to compare (percent null) instead
-    return {"spent": money_in(spent, job.budget), "ondemand_equivalent": money(equiv), "saving": saving(spent, equiv),
+    return {"spent": money_in(spent, job.budget), "ondemand_equivalent": total, "saving": saving(spent, equiv),
             "saving_percent": percent(equiv - spent, equiv) if compared else None,
             "spent_of_budget": spent_of_budget(spent, job.budget),
             "attempts": rows, "rounding_note": ROUNDING_NOTE if off else None}
@@ -623,6 +644,15 @@ def money_in(micros: int, budget: Micros) -> dict:
     return {"micros": micros, "usd": fmt_spent_of(micros, budget)[0]}
 
 
+def ondemand(spent: Micros, equivalent: Micros, *, budget: Micros | None = None) -> dict:
+    """An on-demand equivalent on the wire beside its spend and saving: the exact ``equivalent`` in micro-dollars, and
+    a display string that is the spend shown plus the saving shown (``pricing.money.fmt_ondemand``), so the three
+    read side by side add up wherever they are shown together. ``budget``: the spend is shown beside it
+    (:func:`money_in`), to its decimals."""
+    spent_shown = None if budget is None else amount_shown(money_in(spent, budget)["usd"])
+    return {"micros": equivalent, "usd": fmt_ondemand(spent, equivalent, spent_shown=spent_shown)}
+
+
 def saving(spent: Micros, equivalent: Micros) -> dict:
     """A saving against on-demand on the wire: the exact ``equivalent - spent`` in micro-dollars, and a display
     string rounded *down* (``pricing.money.fmt_saving``: a saving is a claim, never overstated), no more than the
@@ -650,12 +680,12 @@ def rounding_note(spent: Micros, equivalent: Micros, tiers: Iterable[Micros],
     off = sum(map(shown, tiers)) != shown(spent)
     if len(teams) > 1:
         off = off or sum(shown(s) for s, _ in teams) != shown(spent) or \
-            sum(shown(e) for _, e in teams) != shown(equivalent)
+            sum(ondemand_shown(s, e) for s, e in teams) != ondemand_shown(spent, equivalent)
     return ROUNDING_NOTE if off else None
 
 
 def retention_note(win: Window, now: float, pruned: int, retention_days: float | None, *, counted: int = 0,
-                   spent: Micros = 0) -> str | None:
+                   spent: Micros = 0, cut_hour: int | None = None, cut_spent: Micros = 0) -> str | None:
     """What a report says of the jobs the retention policy deleted (``job_retention_days``, ``broker/retention.py``),
     or ``None`` when there is nothing to say.
 
@@ -664,7 +694,10 @@ def retention_note(win: Window, now: float, pruned: int, retention_days: float |
     pruned that the ledger does not hold (deleted by a broker before it kept one): what they spent is in no total,
     said when the window begins before the retention horizon (``retention_days`` before ``now``) — a window within it
     loses nothing, a pruned job having ended before it began — or, with ``retention_days`` not known (a broker without
-    it set, sharing a store another one prunes), whatever the window."""
+    it set, sharing a store another one prunes), whatever the window. ``cut_spent``: what the jobs pruned spent in
+    the UTC hour from ``cut_hour``, which begins before the window and ends in it (:func:`_hour_cut`): the ledger
+    keeps whole hours and the report counts those that begin in its window, so their spend in the part of that hour
+    inside the window is left out, said with that hour's whole spend (the most that can be missing)."""
     notes = []
     days = "" if retention_days is None else \
         f": finished jobs are deleted {retention_days:g} day{'' if retention_days == 1 else 's'} after they end"
@@ -672,6 +705,12 @@ def retention_note(win: Window, now: float, pruned: int, retention_days: float |
         notes.append(f"Includes {fmt(spent)} spent in this window by jobs since pruned (job_retention_days{days}), "
                      "counted to the hour they were billed in: in the totals, by day, team and tier, but not among the "
                      "jobs listed.")
+    if cut_hour is not None and cut_spent > 0:
+        start = datetime.fromtimestamp(cut_hour, tz=timezone.utc)
+        notes.append(f"Leaves out what jobs since pruned (job_retention_days{days}) spent in this window before "
+                     f"{(start + timedelta(hours=1)):%H:%M} UTC, if anything: their costs are kept by the hour, and the "
+                     f"hour from {start:%Y-%m-%d %H:%M} UTC (they spent {fmt(cut_spent)} in all of it) begins before "
+                     "this window, so none of it is counted; a window from the start of an hour counts it all.")
     missing = pruned - counted
     if missing > 0:
         jobs = f"{missing} finished job{'' if missing == 1 else 's'}"
@@ -754,11 +793,14 @@ def gather(store, *, team: str | None, win: Window, retention_days: float | None
     submitted after it. Only the fields the report shows are read
     (``JobStore.cost_history``): decoding whole jobs and attempts was most of
     a long window's time. With them come the pruned-cost ledger of the window
-    (what the jobs pruned cost in it, by hour: ``JobStore.pruned_costs``),
+    (what the jobs pruned cost in it, by hour: ``JobStore.pruned_costs``, from
+    the start of the hour it begins in, which it does not count but names),
     which holds the store's count of pruned jobs, and ``retention_days`` (the
     broker's ``job_retention_days``): the rest of what :func:`report` needs,
     for its totals and :func:`retention_note`.
     """
     jobs, attempts = store.cost_history(team=team, since=win.since, until=win.until)
-    ledger = store.pruned_costs(team=team, since=win.since, until=win.until)
+    # from the start of the hour the window begins in: that hour is not counted (its start is not in the window), but
+    # the report says what it left out of it (:func:`_hour_cut`)
+    ledger = store.pruned_costs(team=team, since=win.since // HOUR * HOUR, until=win.until)
     return CostHistory(jobs=jobs, attempts=attempts, ledger=ledger, retention_days=retention_days)

@@ -196,16 +196,69 @@ def fmt_saving(spent: Micros, equivalent: Micros) -> str:
 
     A saving is a claim in the user's favour, like an amount left (:func:`fmt_left`): rounded up, as :func:`fmt`
     rounds a cost, it overstated what the broker saved ("saved $0.0003" of an exact $0.000224; now "$0.0002").
-    It is also never more than the on-demand figure shown less the spend shown (:func:`shown`, both rounded up), so
-    the three read side by side add up: "spent $0.0047; on-demand $0.0109; saved $0.0062" for an exact $0.006289;
-    a spend of $1.0001 shown as $1.01 beside an on-demand $1.0099 shown as $1.01 saved "$0.00", not "$0.0098". A
+    It is also never more than the on-demand figure rounded up less the spend shown (:func:`shown`), and the
+    on-demand figure shown beside it is the spend shown plus this (:func:`fmt_ondemand`), so the three read side by
+    side add up: "spent $0.0047; on-demand $0.0109; saved $0.0062" for an exact $0.006289, "spent $0.0962; on-demand
+    $0.2705; saved $0.1743" for an exact $0.174367 (the on-demand $0.270512 rounded up read $0.2706); a spend of
+    $1.0001 shown as $1.01 beside an on-demand $1.0099 saved "$0.00", not "$0.0098". A
     saving too small to show is ``under $0.0001``; nothing saved reads ``$0.00``; below zero (the work cost more)
     it is a cost, and reads as :func:`fmt` writes it, rounded up.
     """
     saving = equivalent - spent
     if saving <= 0:
         return fmt(saving)
-    return fmt_left(min(saving, shown(equivalent) - shown(spent)))
+    return fmt_left(_claimed(spent, equivalent))
+
+
+def _claimed(spent: Micros, equivalent: Micros) -> Micros:
+    """A saving above zero as :func:`fmt_saving` bounds it, before :func:`fmt_left` rounds it down."""
+    return min(equivalent - spent, shown(equivalent) - shown(spent))
+
+
+def saving_shown(spent: Micros, equivalent: Micros) -> Micros:
+    """The amount :func:`fmt_saving` shows, in micro-dollars: a cost (below zero) rounded up as :func:`shown` rounds
+    it, a saving rounded down as :func:`fmt_left` rounds it; ``under $0.0001`` counts as nothing."""
+    saving = equivalent - spent
+    if saving <= 0:
+        return shown(saving)
+    claimed = _claimed(spent, equivalent)
+    if claimed < 100:
+        return 0
+    if claimed < MICROS_PER_DOLLAR and (claimed // 100) % 100:
+        return claimed // 100 * 100
+    return claimed // 10_000 * 10_000
+
+
+def ondemand_shown(spent: Micros, equivalent: Micros, *, spent_shown: Micros | None = None) -> Micros:
+    """The on-demand equivalent shown beside a spend and its saving, in micro-dollars: the spend shown plus the
+    saving shown (:func:`saving_shown`), so the three read side by side add up exactly.
+
+    Each rounded on its own (the equivalent up, as a cost, the saving down) they did not: $0.096145 spent against
+    $0.270512 read "spent $0.0962; on-demand $0.2706; saved $0.1743", a hundredth of a cent apart. The saving keeps
+    its rule (never overstated) and the spend its own (never understated); the on-demand figure, which is neither
+    billed nor claimed, gives way: it is within a rounding step or so (a hundredth of a cent, or a cent) of the
+    exact one.
+    ``spent_shown``: the spend as its edge shows it, when not as :func:`shown` rounds it (a spend shown to its
+    budget's decimals: :func:`fmt_spent_of`).
+    """
+    if equivalent == spent:  # work on on-demand, or with nothing to compare: its equivalent is its cost, as shown
+        return shown(spent) if spent_shown is None else spent_shown
+    return (shown(spent) if spent_shown is None else spent_shown) + saving_shown(spent, equivalent)
+
+
+def fmt_ondemand(spent: Micros, equivalent: Micros, *, spent_shown: Micros | None = None) -> str:
+    """:func:`ondemand_shown` for people: as :func:`fmt` writes it where that is exact, else every decimal it has
+    (``$1.0049``: a spend of $0.50 beside a saving of $0.5049), never rounded again, which would undo the sum."""
+    amount = ondemand_shown(spent, equivalent, spent_shown=spent_shown)
+    return fmt(amount) if shown(amount) == amount else fmt_limit(amount)
+
+
+def amount_shown(text: str) -> Micros:
+    """The micro-dollars a shown amount (``$1,234.56``, ``-$0.0045``, as :func:`fmt` or :func:`fmt_spent_of` write
+    it) reads as: what a reader adds up."""
+    negative = text.startswith("-")
+    micros = to_micros(text.removeprefix("-"), exact=True)
+    return -micros if negative else micros
 
 
 def fmt_spent_of(spent: Micros, budget: Micros) -> tuple[str, str]:

@@ -11,7 +11,7 @@ status class — never a job id.
 Money is exact in ``/v1/costs`` (micro-dollars); here it is dollars as
 Prometheus floats, which is what dashboards add and rate over.
 
-Set ``BROKER_METRICS_TOKEN`` to require ``Authorization: Bearer <it>`` on a scrape.
+Set ``BROKER_METRICS_TOKEN`` to require ``Authorization: Bearer <it>`` on a scrape (:func:`metrics_token`).
 """
 
 # no `from __future__ import annotations`: FastAPI must see the real types of local aliases
@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from broker import costs, totals
 from broker.api.probe import StoreProbe
-from broker.config import Settings
+from broker.config import ConfigError, Settings
 from broker.lifecycle import AttemptState, JobState
 from broker.store import Pruned, StoreUnavailable
 from broker.team_budget import Month, month_of
@@ -249,8 +249,8 @@ class StoreCollector:
         team has each series, at 0 when it has no such job, so an alert's expression always has a value."""
         now = self.clock()
         oldest = GaugeMetricFamily("broker_queue_oldest_seconds", "How long the longest-waiting queued job has "
-                                   "waited, by team: since its submit, or since its last attempt ended (a requeue "
-                                   "after a preemption, a resume); 0 when none is queued.", labels=["team"])
+                                   "waited, by team: since it last entered the queue (its submit, its resume, or its "
+                                   "requeue after a preemption or a retried error); 0 when none is queued.", labels=["team"])
         near = GaugeMetricFamily("broker_jobs_near_budget", f"Jobs not ended that have spent {NEAR_BUDGET:.0%} "
                                  "of their budget or more, by team.", labels=["team"])
         budget = GaugeMetricFamily("broker_team_active_budget_dollars", "The budgets of a team's jobs not ended.",
@@ -462,6 +462,26 @@ def install_latency_middleware(app) -> None:
             hist.labels(method, template, status).observe(time.perf_counter() - started)
 
 
+def metrics_token(env) -> str | None:
+    """The token ``/metrics`` asks for, from ``BROKER_METRICS_TOKEN`` in ``env``; ``None`` when it is unset (open).
+
+    Surrounding whitespace is stripped, as Prometheus strips its ``credentials_file``: a token written to a file with
+    a trailing newline (``echo tok >file``, ``$(cat file)``) and given to both left every scrape refused for ever.
+    Set but empty, or only whitespace, is refused (:class:`ConfigError`, so ``broker serve`` stops with one line
+    naming it), as the CLI refuses an empty ``BROKER_TOKEN``: read as unset, ``BROKER_METRICS_TOKEN=$UNSET_VAR``
+    served every team's spend to anyone, with nothing said at start. A refusal rather than a warning, because the
+    variable being set says its operator meant ``/metrics`` to be closed, and a start-up line is easily missed.
+    """
+    raw = env.get("BROKER_METRICS_TOKEN")
+    if raw is None:
+        return None
+    token = raw.strip()
+    if not token:
+        raise ConfigError("BROKER_METRICS_TOKEN is set but empty: give it the token Prometheus sends (Authorization: "
+                          "Bearer), or unset it (unset BROKER_METRICS_TOKEN) to leave /metrics open")
+    return token
+
+
 def router(service, settings: Settings, *, app=None) -> APIRouter:
     """``/metrics``. ``app`` gives the registry (with the latency histogram) and the engine."""
     r = APIRouter()
@@ -472,12 +492,12 @@ def router(service, settings: Settings, *, app=None) -> APIRouter:
         reg = CollectorRegistry(auto_describe=True)
         engine_of = lambda: None  # noqa: E731
     reg.register(StoreCollector(service, engine_of, teams=settings.teams, settings=settings))
-    token = os.environ.get("BROKER_METRICS_TOKEN")
+    token = metrics_token(os.environ)  # refused here, at start, when set but empty
 
     @r.get("/metrics", include_in_schema=False)
     def metrics(authorization: str | None = Header(default=None)) -> Response:
         if token and not (authorization and authorization.lower().startswith("bearer ")
-                          and secrets.compare_digest(authorization[7:].strip().encode(), str(token).encode())):
+                          and secrets.compare_digest(authorization[7:].strip().encode(), token.encode())):
             return Response(status_code=401, content=b"send Authorization: Bearer <BROKER_METRICS_TOKEN>\n",
                             headers={"WWW-Authenticate": "Bearer"})
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)

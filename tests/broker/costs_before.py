@@ -15,7 +15,7 @@ from broker.costs import (PREEMPTED_STATES, RUNNING_STATES, TIERS, TOP_JOBS, Win
                           billed_span, burn, money, ondemand_equivalent, percent, tier_of)
 from broker.lifecycle import JobState
 from broker.models import Attempt, Job
-from pricing.money import Micros
+from pricing.money import Micros, amount_shown
 
 
 def report(jobs: Sequence[Job], attempts: Mapping[str, Sequence[Attempt]], *, win: Window, now: float,
@@ -190,5 +190,27 @@ def zones_apart(before: dict) -> dict:
 def _saving_as_before(row: dict) -> dict:
     spent = row["total"] if "total" in row else row["spent"]
     assert row["saving"] == costs.saving(spent["micros"], row["ondemand_equivalent"]["micros"]), row
+    _ondemand_as_before(row)
     row["saving"] = costs.money(row["saving"]["micros"])
     return row
+
+
+def _ondemand_as_before(row: dict) -> dict:
+    """A row's on-demand equivalent as the reports from before wrote it (its exact amount rounded up on its own),
+    once its display string now is checked to be the spend shown plus the saving shown (``costs.ondemand``)."""
+    spent = row["total"] if "total" in row else row["spent"]
+    saved = row["saving"]["usd"]
+    saved_micros = 0 if saved.startswith("under") else amount_shown(saved)
+    assert amount_shown(row["ondemand_equivalent"]["usd"]) == amount_shown(spent["usd"]) + saved_micros, row
+    row["ondemand_equivalent"] = costs.money(row["ondemand_equivalent"]["micros"])
+    return row
+
+
+def ondemand_as_before(report: dict) -> dict:
+    """``report`` with each on-demand equivalent written as before (:func:`_ondemand_as_before`, which checks the
+    one now), and its ``rounding_note`` left out: it compares the on-demand figures shown, which are written
+    otherwise since; every other field as it is."""
+    out = {**report, "totals": _ondemand_as_before({**report["totals"]}), "rounding_note": None}
+    for table in ("by_day", "by_team", "top_jobs"):
+        out[table] = [_ondemand_as_before({**row}) for row in report[table]]
+    return out
