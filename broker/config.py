@@ -33,7 +33,17 @@ from broker.sealing import OLD_SETTING, SETTING, KeyInvalid, parse_key
 from broker.spec import SpecError, unknown_key_hint
 from launchers.simzones import SimZone, zones_from_config
 from pricing.catalog import PRICED_CLOUDS
-from pricing.money import DecimalComma, Micros, MoneyError, NotPlain, fmt_limit, typed_to_micros
+from pricing.money import (
+    MAX_DOLLARS,
+    MICROS_PER_DOLLAR,
+    AmountTooLarge,
+    DecimalComma,
+    Micros,
+    MoneyError,
+    NotPlain,
+    fmt_limit,
+    typed_to_micros,
+)
 
 if TYPE_CHECKING:
     from broker.slack.config import SlackConfig
@@ -209,6 +219,13 @@ POOL_KEYS = frozenset({"name", "slots", "gpus", "accelerator", "price_per_slot_h
 TEAM_KEYS = frozenset({"tokens", "token_sha256", "default_budget_usd", "monthly_budget_usd", "max_priority"})
 STORE_SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
 
+MAX_POOL_SLOTS = 4096
+"""The most ``slots`` (``gpus``) a pool takes. A pool is offered in every size from 1 to all its slots
+(:func:`broker.offers.pool_offers`), rebuilt at start and at each engine tick, so the time both take grows with it:
+100,000,000 hung the start. 4096 is a large on-prem cluster (512 eight-GPU nodes) and far above one host's GPUs or
+cores; and at most $1,000,000,000 an hour a slot, a whole pool's price per hour stays within a 64-bit integer of
+micro-dollars, as the stores keep it."""
+
 
 def load_settings(env: dict[str, str] | os._Environ | None = None, *, config_path: str | Path | None = None,
                   create_admin_token: bool = False) -> Settings:
@@ -294,6 +311,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         raise ConfigError(f"config file {path.absolute()} does not exist ({named} names it): correct the path, or "
                           f"leave {named} out to run with the defaults")
     data_dir = Path(_text(raw, "data_dir") or data_dir).expanduser() if not env.get("BROKER_DATA_DIR") else data_dir
+    _no_null_sections(raw)
     raw_pools = raw.get("pools")
     if raw_pools is not None and not isinstance(raw_pools, list):
         raise ConfigError("pools: must be a list of pools ([] for none)")
@@ -398,6 +416,27 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
 
 ENGINE_ON = ("on", "true", "yes", "1")
 ENGINE_OFF = ("off", "false", "no", "0")
+
+
+NULL_SECTIONS = {
+    "pools": "list the pools, or write [] for none",
+    "zones": "list the zones, or write [] for none",
+    "teams": "list the teams, or write {} for none",
+    "clouds": "list the clouds to price, or write [] for none",
+    "admin_token_sha256": "list the digests, or write [] for none",
+    "secrets_old_keys": "list the keys, or write [] for none",
+}
+"""The config's lists and mappings, and what to write instead of YAML's null (:func:`_no_null_sections`)."""
+
+
+def _no_null_sections(raw: dict[str, Any]) -> None:
+    """Refuse a list or mapping section given as YAML's null: a ``pools:`` whose every entry was commented out is
+    null, which read as "left out" and ran the built-in pool ``local`` at $0.20/h (``clouds:``, every cloud) where
+    ``[]`` means none; and a section emptied by accident (``teams:``, each team's tokens then refused) is refused
+    as an emptied config file is. A key left out still gives its default."""
+    for key, fix in NULL_SECTIONS.items():
+        if key in raw and raw[key] is None:
+            raise ConfigError(f"{key}: is empty (null): {fix}")
 
 
 def _engine(env: Any, raw: dict[str, Any]) -> bool:
@@ -577,6 +616,9 @@ def _failure_rules(raw: dict[str, Any], base: Path) -> str | None:
 def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
     if isinstance(raw, list):  # named with both places, before zones_from_config's "zones: names must be unique"
         _unique([str(z["name"]) if isinstance(z, dict) and z.get("name") else None for z in raw], "zones")
+        for i, z in enumerate(raw):  # said as a pool's price is, with the value and the fix
+            if isinstance(z, dict) and z.get("price_per_hour") is not None:
+                _money(z["price_per_hour"], f"zones[{i}].price_per_hour")
     try:
         zones = zones_from_config(raw, base_dir=base)
     except ValueError as exc:
@@ -584,8 +626,11 @@ def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
     for i, zone in enumerate(zones):
         # a pool's capacity and a zone's are kept by name: one name for both, and the zone's free nodes stood for the
         # pool's slots (a 1-slot pool ran three jobs at once)
-        if zone.name in pools:
-            raise ConfigError(f"zones[{i}].name: {zone.name!r} is also a pool's name: give the zone another name")
+        pool = next((p for p in pools if p.casefold() == zone.name.casefold()), None)  # as placement reads them
+        if pool is not None:
+            same = "" if pool == zone.name else f" (as {pool!r}, names are read ignoring case)"
+            raise ConfigError(f"zones[{i}].name: {zone.name!r} is also a pool's name{same}: give the zone another "
+                              "name")
         if zone.tier == "ondemand" and (zone.schedule or zone.trace):
             # preemptions are a spot zone's: on an on-demand zone the simulator never reads them, and the zone ran
             # every job through without the preemptions the operator scripted
@@ -598,16 +643,21 @@ def _zones(raw: Any, base: Path, pools: list[str]) -> tuple[SimZone, ...]:
 
 
 def _unique(names: list[str | None], where: str) -> None:
-    """Refuse a name two entries of ``where`` (``pools``, ``zones``) share, naming it and both entries: capacity is
-    kept by name, and "pool names must be unique" left the operator to find which two in a long list."""
-    first: dict[str, int] = {}
+    """Refuse a name two entries of ``where`` (``pools``, ``zones``) share, ignoring case, naming it and both
+    entries: capacity is kept by name, and "pool names must be unique" left the operator to find which two in a long
+    list."""
+    first: dict[str, tuple[int, str]] = {}
     for i, name in enumerate(names):
         if name is None:
             continue
-        if name in first:
-            raise ConfigError(f"{where}[{i}].name: {name!r} is also the name of {where}[{first[name]}]: each of "
+        # placement reads a task's `infra: local/DGX` ignoring case: `dgx` and `DGX` were both that pool, and a job
+        # quoted at one's price ran on the other
+        if name.casefold() in first:
+            j, other = first[name.casefold()]
+            same = "" if other == name else f" (as {other!r}, names are read ignoring case)"
+            raise ConfigError(f"{where}[{i}].name: {name!r} is also the name of {where}[{j}]{same}: each of "
                               f"the {where} needs a name of its own")
-        first[name] = i
+        first[name.casefold()] = (i, name)
 
 
 def _zone_priced(zone: SimZone, i: int) -> None:
@@ -678,6 +728,9 @@ def _pool(p: Any, i: int) -> Pool:
         raise ConfigError(f"{where}.{slots_key}: must be a whole number, not {slots!r}")
     if slots < 1:
         raise ConfigError(f"{where}.{slots_key}: must be at least 1")
+    if slots > MAX_POOL_SLOTS:
+        raise ConfigError(f"{where}.{slots_key}: is {slots:,}, more than the {MAX_POOL_SLOTS:,} a pool takes at most: "
+                          f"give the pool's real size, or split a larger cluster into pools of {MAX_POOL_SLOTS:,}")
     price_key = _one_of(p, ("price_per_slot_hour", "price_per_gpu_hour"), where)
     price = p.get(price_key)
     if price is None:
@@ -685,6 +738,7 @@ def _pool(p: Any, i: int) -> Pool:
     micros = _money(price, f"{where}.{price_key}")
     if micros <= 0:
         raise ConfigError(f"{where}.{price_key}: must be more than $0 (on-prem GPUs are not free)")
+    accelerator = _accelerator(p, where, slots_key, price_key)
     context = p.get("kubernetes_context")
     if context is not None and (not isinstance(context, str) or not context.strip() or "/" in context):
         raise ConfigError(f"{where}.kubernetes_context: must be the name of a kubeconfig context, not {context!r}")
@@ -692,12 +746,33 @@ def _pool(p: Any, i: int) -> Pool:
         raise ConfigError(f"{where}.run_as: a Kubernetes pool's jobs run in pods, not on this host: run_as is for "
                           "a pool on the broker's host (set the pod's user in the cluster instead)")
     return Pool(
-        name=str(p["name"]), slots=slots, accelerator=p.get("accelerator"), price_per_slot_hour=micros,
+        name=str(p["name"]), slots=slots, accelerator=accelerator, price_per_slot_hour=micros,
         cpus_per_slot=Decimal(str(_number(p, "cpus_per_slot", 2, positive=True, where=where))),
         memory_gib_per_slot=Decimal(str(_number(p, "memory_gib_per_slot", 8, positive=True, where=where))),
         kubernetes_context=context.strip() if context else None,
         run_as=_run_as(p.get("run_as"), f"{where}.run_as"),
     )
+
+
+def _accelerator(p: dict[str, Any], where: str, slots_key: str, price_key: str) -> str | None:
+    """A pool's ``accelerator``: the name of its GPU (``A10G``), or ``None`` for a CPU pool. Each mistake here
+    started and then refused every GPU job: ``A10G:8`` (a count in the name) matched no task's ``A10G``, and a
+    pool given ``gpus`` or ``price_per_gpu_hour`` but no accelerator was read as a CPU pool."""
+    value = p.get("accelerator")
+    if value is None:
+        gpu_keys = [k for k in (slots_key, price_key) if k in ("gpus", "price_per_gpu_hour")]
+        if gpu_keys:
+            raise ConfigError(f"{where}.accelerator: is not given, but the pool has {' and '.join(gpu_keys)}: name "
+                              "its GPU (accelerator: A100), or write slots and price_per_slot_hour for a CPU pool")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}.accelerator: must be the GPU's name, like A100, not {value!r} (leave it out for "
+                          "a CPU pool)")
+    name, colon, count = value.strip().partition(":")
+    if colon:
+        raise ConfigError(f"{where}.accelerator: {value!r} is a name, not a count: write accelerator: "
+                          f"{name.strip() or 'A100'} and gpus: {count.strip() or 8}")
+    return name
 
 
 def _one_of(p: dict[str, Any], keys: tuple[str, str], where: str) -> str:
@@ -954,10 +1029,24 @@ def _plain_money(text: str) -> None:
         walk(root, ())
 
 
+PER = {"price_per_gpu_hour": "the price is per GPU-hour", "price_per_slot_hour": "the price is per slot-hour",
+       "price_per_hour": "the price is per hour"}
+"""What a price key's amount is of, said where one is written with its unit (``"$2.50/h"``)."""
+
+
 def _money(value: Any, where: str) -> Micros:
+    """An amount of dollars of the config, or a :class:`ConfigError` that says the value as written and how to write
+    it: "must be an amount of dollars" alone left ``"$2.50/h"`` and ``99999999999999`` (an amount, too large) to
+    be guessed at."""
     try:
         return typed_to_micros(value)
     except (DecimalComma, NotPlain) as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    except AmountTooLarge:
+        most = fmt_limit(MAX_DOLLARS * MICROS_PER_DOLLAR)
+        raise ConfigError(f"{where}: {value!r} is more than the most taken, {most}") from None
     except MoneyError:
-        raise ConfigError(f"{where}: must be an amount of dollars") from None
+        unit = PER.get(where.rsplit(".", 1)[-1], "in US dollars")
+        amounts = re.findall(r"\d+(?:\.\d+)?", value) if isinstance(value, str) else []
+        fix = f"write {amounts[0]}" if len(amounts) == 1 else "write digits with a point before the cents, like 2.50"
+        raise ConfigError(f"{where}: {value!r} is not an amount of dollars: {fix} ({unit})") from None

@@ -92,7 +92,7 @@ POOL = "pools: [{name: p, slots: 1, price_per_slot_hour: '0.10'}]\n"
     ("zones: [{name: z, teir: ondemand}]\n", r"^zones\[0\]\.teir: is not a zone setting \(did you mean 'tier'\?\)"),
     ("zones: [{name: z, nodes: many}]\n", r"^zones\[0\]\.nodes: must be a whole number"),
     ("zones: [{name: z, grace_seconds: soon}]\n", r"^zones\[0\]\.grace_seconds: must be a number"),
-    ("zones: [{name: z, price_per_hour: cheap}]\n", r"^zones\[0\]\.price_per_hour: must be an amount of dollars"),
+    ("zones: [{name: z, price_per_hour: cheap}]\n", r"^zones\[0\]\.price_per_hour: 'cheap' is not an amount of dollars"),
     ("clouds: gcp\n", r"^clouds: must be a list of cloud names like \[aws, gcp\]"),
     ("clouds: [aws, gpc]\n", r"^clouds: the broker cannot price 'gpc'; it prices aws, gcp$"),
     ("clouds: [azure]\n", r"^clouds: the broker cannot price 'azure' \(its catalog prices VMs per region, with no "

@@ -92,7 +92,7 @@ def test_a_pool_given_one_setting_under_both_its_names_is_refused_naming_both(ma
 
 
 @pytest.mark.parametrize("pool, slots, micros", [
-    pytest.param('{name: lab, gpus: 3, price_per_gpu_hour: "2.00"}', 3, 2_000_000,
+    pytest.param('{name: lab, gpus: 3, accelerator: A100, price_per_gpu_hour: "2.00"}', 3, 2_000_000,
                  id="a pool given gpus and price_per_gpu_hour alone is read as before"),
     pytest.param('{name: lab, slots: 3, price_per_slot_hour: "0.50"}', 3, 500_000,
                  id="a pool given slots and price_per_slot_hour alone is read as before"),
