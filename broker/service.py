@@ -14,6 +14,7 @@ import math
 import re
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 
 from broker import costs
 from broker.admission import Admitted, Refused, admit, broker_echo
-from broker.auth import JOB_TOKEN_V2, Principal, job_token_valid
+from broker.auth import JOB_TOKEN_V2, Principal, Unauthorized, job_token_valid
 from broker.config import Settings
 from broker.engine import budget as budget_rules
 from broker.engine.billing import accrue
@@ -34,7 +35,8 @@ from broker.models import Attempt, Event, Job, event_for, note_event, noted
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import Waits, positions, waits, work_left_seconds
 from broker.runtime import validate_task
-from broker.sealing import KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for, secret_values
+from broker.sealing import (SHORT_SECRET, KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for,
+                            secret_values)
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
                          check_env_total, check_name,
                          checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse, typed_text)
@@ -281,6 +283,19 @@ _JOB_ID_FORM = re.compile(r"j-[0-9a-f]+")
 """The form of the broker's job ids (:func:`new_job_id`): a checkpoint base under the root by that name is a job's."""
 
 
+_BASES_ONE_BY_ONE = 100
+"""Jobs stored since a process last read the checkpoint bases up to this many are read one by one; more, in pages of
+the whole listing (:meth:`BrokerService._stored_bases`)."""
+
+
+def _others_base(base: str) -> Invalid:
+    """A team's refusal of a checkpoint base another team's job has used: which job, and in what state, is not the
+    team's to know (it was told "cancel it, and continue from its checkpoints")."""
+    return Invalid("broker.checkpoint", f"{base!r} is, or is inside, a checkpoint base a job of another team has "
+                                        "used: its checkpoints are that team's to read and write. Name another base, "
+                                        "or leave broker.checkpoint out (the job gets a base of its own)", status=403)
+
+
 class BrokerService:
     def __init__(self, settings: Settings, store: JobStore, launcher: Launcher | None = None, *,
                  clock: Callable[[], float] = time.time, on_event: Callable[[Event, Job], None] | None = None):
@@ -290,6 +305,10 @@ class BrokerService:
         self.clock = clock
         self.on_event = on_event  # as the engine's: the app's Slack notifier sees a cancel or resume too
         self._workdirs = None
+        # each stored job's team and checkpoint base, by id (both are set at submit and never change): a submit
+        # naming a base reads only the jobs stored since the last one, not every job (the store has no index of bases)
+        self._bases: dict[str, tuple[str, str]] = {}
+        self._bases_lock = threading.Lock()
 
     def _commit(self, change: Change) -> Job:
         """Commit, then hand each of its events to ``on_event`` (which queues and returns). A job or attempt in a
@@ -354,6 +373,7 @@ class BrokerService:
         """Every check of a submit, and its admission (:func:`broker.admission.admit`), writing nothing: shared by
         :meth:`submit` and :meth:`submit_dry_run`, so that a dry run is refused exactly where a submit is, with the
         same field and sentence, and quotes what the submit then stores."""
+        checked = self._check_named_base_first(principal, raw)
         try:
             spec = parse(raw, now=now)
         except SpecError as exc:
@@ -398,7 +418,8 @@ class BrokerService:
             if existing is not None:
                 return _Admission(spec, team, None, _same_submit(existing, spec, self.settings, now))
         if spec.broker.checkpoint is not None:
-            self._check_base_theirs(principal, spec.broker.checkpoint, team)
+            if spec.broker.checkpoint != checked:
+                self._check_base_theirs(principal, spec.broker.checkpoint, team)
             self._check_base_free(principal, spec.broker.checkpoint, team, now)
         if spec.broker.workdir is not None:
             self._check_workdir(spec.broker.workdir)
@@ -545,14 +566,32 @@ class BrokerService:
         return None
 
     def _check_base_theirs(self, principal: Principal, base: str, team: str) -> None:
-        """A team's ``broker.checkpoint`` (403 otherwise, an admin's is not held to this): not the broker's checkpoint
-        root itself, nor inside the base the broker gave another team's job there (a team continued, and wrote into,
-        another team's finished job's checkpoints), nor a path on the broker's host outside the root (the runner
-        wrote ``step-*`` folders into ``/etc``). A base under the root for one of the team's own jobs (to continue a
-        cancelled one), a new name under it, and a bucket URL are the team's to name."""
+        """A ``broker.checkpoint`` the submitter may name (403 or 422 otherwise): :meth:`_check_base_place`, and for
+        a team, no base another team's job still stored has used, whether that job lives or has ended (a team named
+        the base another team chose, once that job had succeeded, and its first attempt restored the other team's
+        weights). The refusal names neither that job nor its state: it tells the team to name another base."""
+        self._check_base_place(principal, base, team)
+        if not principal.admin and self._used_by_another_team(base, team):
+            raise _others_base(base)
+
+    def _check_base_place(self, principal: Principal, base: str, team: str) -> None:
+        """Where a ``broker.checkpoint`` may be, read from its text alone (nothing on the host or in a bucket is
+        looked at). For every submitter, not in the broker's store of workdir packs (a team read every team's code
+        there, and a job's retention or a partial write would damage packs). For a team (403 otherwise, an admin's
+        is not held to this): not the broker's checkpoint root itself, nor inside the base the broker gave another
+        team's job there (a team continued, and wrote into, another team's finished job's checkpoints), nor a path
+        on the broker's host outside the root (the runner wrote ``step-*`` folders into ``/etc``). A base under the
+        root for one of the team's own jobs (to continue a cancelled one), a new name under it, and a bucket URL
+        are the team's to name."""
+        given, root = checkpoint_base(base), checkpoint_base(self.settings.checkpoint_root)
+        packs = checkpoint_base(f"{self.settings.checkpoint_root.rstrip('/')}/workdirs")  # broker.workdir_store's
+        if given == packs or given.startswith(packs + "/"):
+            raise Invalid("broker.checkpoint", f"{base!r} is in the broker's store of uploaded workdir packs "
+                                               f"({packs}), which holds every team's code: a job's checkpoints may "
+                                               "not be read or written there. Leave broker.checkpoint out (the job "
+                                               "gets a base of its own) or name another base")
         if principal.admin:
             return
-        given, root = checkpoint_base(base), checkpoint_base(self.settings.checkpoint_root)
         if given == root:
             raise Invalid("broker.checkpoint", f"{base!r} is the broker's checkpoint root, which holds every job's "
                                                "checkpoints: leave broker.checkpoint out (the job gets a base of its "
@@ -575,6 +614,60 @@ class BrokerService:
                                                "name: leave broker.checkpoint out, or name a bucket (s3://, gs://) "
                                                "or a base inside the root", status=403)
 
+    def _check_named_base_first(self, principal: Principal, raw: Any) -> str | None:
+        """A team's ``broker.checkpoint`` that is a path on the broker's host, checked by :meth:`_check_base_theirs`
+        before the task is parsed, and returned (``None`` where there is none to check). The parse looks at the
+        path on the host (:func:`broker.spec.checkpoint_uri_problem`: a file there is refused, 422), and a team's
+        token learned from the two answers which files the host had outside the checkpoint root
+        (``file:///etc/passwd``: "a file"; ``file:///etc/nonexistent``: "outside its checkpoint root"). Refused
+        first, a team is answered the same whatever is there. A value the parse refuses by its text alone (too long,
+        not a string) is left to the parse, which says so."""
+        section = raw.get("broker") if isinstance(raw, dict) else None
+        given = section.get("checkpoint") if isinstance(section, dict) else None
+        if principal.admin or not isinstance(given, str) or not given.strip() or len(given) > MAX_CHECKPOINT_URI:
+            return None
+        given = given.strip()
+        if not checkpoint_base(given).startswith("file:///"):  # a bucket, or a relative path: nothing on the host
+            return None
+        self._check_base_theirs(principal, given, principal.team or self.settings.default_team)
+        return given
+
+    def _used_by_another_team(self, base: str, team: str) -> bool:
+        """Whether a stored job of a team other than ``team`` has ``base`` as its checkpoint base, or a base that
+        ``base`` is inside (a base inside another's is written into that job's folders, and one of its ``step-*``
+        folders is its checkpoint), as the library reads bases."""
+        wanted = checkpoint_base(base)
+        for other_team, used in self._stored_bases().values():
+            if used and other_team != team and (wanted == used
+                                                or wanted.startswith(used if used.endswith("/") else used + "/")):
+                return True
+        return False
+
+    def _stored_bases(self) -> dict[str, tuple[str, str]]:
+        """Every stored job's team and checkpoint base (``""``: none), by id. The store has no index of bases, and
+        a submit decoding every job stored was slow with many: the ids are read from the store's index (nothing
+        decoded), a pruned job's base is forgotten (free again), and only the jobs this process has not read are
+        decoded — one by one while they are few (those submitted since the last submit that named a base), else
+        in pages of the whole listing (the first, after a start)."""
+        def entry(job: Job) -> tuple[str, str]:
+            return job.team, checkpoint_base(job.checkpoint_uri) if job.checkpoint_uri else ""
+
+        with self._bases_lock:
+            ids = self.store.job_ids()
+            known = {job_id: seen for job_id, seen in self._bases.items() if job_id in ids}
+            new = ids - known.keys()
+            if len(new) > _BASES_ONE_BY_ONE:
+                page = self.store.list_jobs(limit=1000)
+                while page:
+                    known.update((job.id, entry(job)) for job in page if job.id in ids)
+                    page = self.store.list_jobs(limit=1000, before=(page[-1].submitted_at, page[-1].id))
+            else:
+                for job_id in new:
+                    if (job := self.store.get_job(job_id)) is not None:
+                        known[job_id] = entry(job)
+            self._bases = known
+            return known
+
     def _own_base(self, given: str, team: str) -> bool:
         """Whether ``given`` is the very checkpoint base the broker gave one of ``team``'s own jobs, under a checkpoint
         root since moved: ``broker status`` tells a cancelled or failed job to be submitted again with it, and the
@@ -588,16 +681,19 @@ class BrokerService:
         """Two live jobs on one checkpoint base lose each other's checkpoints (each one's retention takes the
         other's for its own) and a restore may take the other's. The check is a read before the submit's write,
         not part of it: two submits racing on two brokers may both pass; the checkpoint library then keeps each
-        job's retention to its own checkpoints (docs/checkpoint.md)."""
+        job's retention to its own checkpoints (docs/checkpoint.md). Another team's job is refused to a team by
+        :meth:`_check_base_theirs` already (one stored between the two reads too, here), never named."""
         other = self._sharing(base, now)
         if other is None:
             return
-        who = f"job {other.id}" if principal.admin or other.team == team else "a job of another team"
-        raise Invalid("broker.checkpoint", f"{base!r} is the checkpoint base of {who}, which is {other.state.value}: two "
-                                           "jobs writing one base delete each other's checkpoints, and a restore may "
-                                           "take the other's. Leave broker.checkpoint out (each job gets a base of its "
-                                           "own), name another base, or wait until that job ends (cancel it) and "
-                                           "submit again to continue from its checkpoints", status=409)
+        if not principal.admin and other.team != team:
+            raise _others_base(base)
+        raise Invalid("broker.checkpoint", f"{base!r} is the checkpoint base of job {other.id}, which is "
+                                           f"{other.state.value}: two jobs writing one base delete each other's "
+                                           "checkpoints, and a restore may take the other's. Leave broker.checkpoint "
+                                           "out (each job gets a base of its own), name another base, or wait until "
+                                           "that job ends (cancel it) and submit again to continue from its "
+                                           "checkpoints", status=409)
 
     # -- workdir packs ---------------------------------------------------------------------------
 
@@ -894,6 +990,7 @@ class BrokerService:
             raise Invalid("logs", f"attempt {n} was launched by another broker process, whose launcher ({where}) "
                           "keeps its output; read it through that broker, or give the brokers one shared launcher "
                           "state (docs/architecture.md, 'Several broker processes')", status=409)
+        hidden = [v.encode("utf-8", "surrogatepass") for v in self._secret_values(job)]
         data, next_offset = self.launcher.logs(f"{job.id}-a{n}", offset=offset)
         # an older attempt has ended (a newer one ran after it): its output grows no more. Reported "not done" for
         # ever, a client following one attempt never stopped
@@ -901,9 +998,34 @@ class BrokerService:
         # a page ends on a character: one cut mid-character read as two U+FFFD, one at the end of this page and one
         # at the start of the next, and the character was lost. The partial one is left to the next read (the
         # writer may be in the middle of it), unless it is all that is left of an attempt that has ended
-        if (cut := _partial_utf8_tail(data)) and (cut < len(data) or not done):
-            data, next_offset = data[:-cut], next_offset - cut
-        return {"attempt": n, "data": data.decode("utf-8", "replace"), "offset": next_offset, "done": done}
+        cut = _partial_utf8_tail(data)
+        if cut and cut == len(data) and done:
+            cut = 0
+        if not hidden:
+            data, next_offset = data[:len(data) - cut], next_offset - cut
+            return {"attempt": n, "data": data.decode("utf-8", "replace"), "offset": next_offset, "done": done}
+        # the job's secrets are hidden as in its events (`set -x` printed a token), the offsets still the raw
+        # output's, which a follower reads on from. A secret is matched with what came before the page (up to one
+        # secret's length, where the output runs on there), so that a page starting inside one shows none of it,
+        # and a page ending in what may be the start of one leaves that to the next read
+        back = min(offset, max(len(v) for v in hidden) - 1)
+        before = b""
+        if back:
+            before, at = self.launcher.logs(f"{job.id}-a{n}", offset=offset - back, limit=back)
+            if at != offset or len(before) != back:  # not the bytes right before: a capped log's left-out line
+                before = b""
+        if not done:
+            cut = max(cut, min(len(data), _secret_start_tail(before + data, hidden)))
+        text = _hide_secrets(before + data[:len(data) - cut], len(before), hidden)
+        return {"attempt": n, "data": text, "offset": next_offset - cut, "done": done}
+
+    def _secret_values(self, job: Job) -> list[str]:
+        """The values of the job's secrets (opened: sealed in the store), to hide in its output; only the plain ones
+        where this broker cannot open them (as the engine hides them in what it quotes of the output)."""
+        try:
+            return secret_values(open_task(job.spec, self.settings, job.id))
+        except Unsealable:
+            return secret_values(job.spec)
 
     # -- change ----------------------------------------------------------------------------------
 
@@ -1552,14 +1674,20 @@ class BrokerService:
         return self._retrying(once)
 
     def report_progress(self, job_id: str, token: str, body: dict[str, Any]) -> Job:
-        """A training script's report (step, total steps, metrics, committed checkpoint), with the job's own token."""
+        """A training script's report (step, total steps, metrics, committed checkpoint), with the job's own token.
+
+        A token that is not the job's is a 401 whether or not the job exists (so it tells nothing of which ids do),
+        saying why: answered "no job", an operator whose brokers hold different ``BROKER_SECRETS_KEY`` values looked
+        for a job that was there. A 404 is left for a token that is the job's, of a job no longer stored."""
         legacy = not token.startswith(JOB_TOKEN_V2)
         if not job_token_valid(self.settings, job_id, token, legacy_allowed=legacy):
-            raise NotFound(job_id)
+            raise _not_the_jobs_token(job_id)
         if legacy:  # a version 1 token (minted from the admin tokens' hashes) only for a job whose attempt holds one
             job = self.store.get_job(job_id)
-            if job is None or job.job_token_version >= 2:
+            if job is None:
                 raise NotFound(job_id)
+            if job.job_token_version >= 2:
+                raise _not_the_jobs_token(job_id)
         point = _progress_point(body, self.clock())
 
         def once() -> Job:
@@ -1731,6 +1859,12 @@ class BrokerService:
                         principal.name, exc)
 
 
+def _not_the_jobs_token(job_id: str) -> Unauthorized:
+    return Unauthorized(f"the job token sent is not valid for job {job_id}: send that job's own BROKER_JOB_TOKEN, "
+                        "as the broker that launched it set it. Brokers sharing a store need one BROKER_SECRETS_KEY "
+                        "(BROKER_SECRETS_OLD_KEYS for a key rotated out), or each refuses the tokens the others mint")
+
+
 def _check_on_this_host(attempt: Attempt | None) -> None:
     """A lost node is simulated by killing the attempt's process here: a cloud attempt (the SkyPilot launcher beside
     the local one) has none, and the kill was reported applied while nothing happened."""
@@ -1863,6 +1997,38 @@ def _printable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _secret_start_tail(data: bytes, values: Sequence[bytes]) -> int:
+    """How many bytes at the end of ``data`` may be the start of a secret value whose rest is not written yet (the
+    longest such part; 0 for none): a page ending there showed the start of the secret, and the next one its rest,
+    neither of them the value to hide."""
+    return max((k for v in values for k in range(min(len(v) - 1, len(data)), 0, -1) if data.endswith(v[:k])),
+               default=0)
+
+
+def _hide_secrets(data: bytes, start: int, values: Sequence[bytes]) -> str:
+    """``data`` from ``start`` on, as text, with each secret value in it shown as ``***`` (the bytes before
+    ``start`` only tell whether one began there). As :func:`broker.sealing.redact`: a value shorter than
+    ``SHORT_SECRET`` (4) is hidden only where it stands alone, not inside a longer word or number — a secret ``1``
+    hidden everywhere hid every ``1`` of the log, and so short a value inside a word gives nothing away."""
+    spans: list[list[int]] = []
+    for value in values:
+        short = len(value.decode("utf-8", "surrogatepass")) < SHORT_SECRET
+        pattern = rb"(?<!\w)" + re.escape(value) + rb"(?!\w)" if short else re.escape(value)
+        spans += [list(m.span()) for m in re.finditer(pattern, data) if m.end() > start]
+    merged: list[list[int]] = []
+    for span in sorted(spans):  # two values that overlap, or follow one another, are one ***
+        if merged and span[0] <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], span[1])
+        else:
+            merged.append(span)
+    pieces, at = [], start
+    for begin, end in merged:
+        pieces += [data[at:max(begin, at)].decode("utf-8", "replace"), "***"]
+        at = end
+    pieces.append(data[at:].decode("utf-8", "replace"))
+    return "".join(pieces)
 
 
 def _partial_utf8_tail(data: bytes) -> int:

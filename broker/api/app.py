@@ -477,7 +477,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
                        authorization: Annotated[str | None, Header()] = None) -> dict:
         """Called by the training script with the job's own token (``BROKER_JOB_TOKEN``):
         ``{"step": 1200, "total_steps": 5000, "metrics": {"loss": 0.71}}`` and/or
-        ``{"checkpoint": {"step": 1200, "uri": "s3://..."}}`` after a checkpoint commits."""
+        ``{"checkpoint": {"step": 1200, "uri": "s3://..."}}`` after a checkpoint commits. A token that is not the
+        job's is a 401 (``Unauthorized`` from the service) whether or not the job exists, never a 404 "no job"."""
         token = (authorization or "")[7:].strip() if (authorization or "").lower().startswith("bearer ") else ""
         if not token:
             raise Unauthorized("send the job's token: Authorization: Bearer $BROKER_JOB_TOKEN")

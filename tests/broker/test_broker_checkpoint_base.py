@@ -60,7 +60,9 @@ def test_another_teams_job_is_not_named_to_a_team(served):
     client, _ = served
     mine = client.post("/v1/jobs", json=task("gs://shared/run"), headers=NLP).json()
     r = client.post("/v1/jobs", json=task("gcs://shared/run/"), headers=VISION)
-    assert r.status_code == 409 and "a job of another team" in r.text and mine["id"] not in r.text, r.text
+    # refused as another team's base (403), not as a live job's (409: it said the job's state, and to cancel it)
+    assert r.status_code == 403 and "a job of another team" in r.text and mine["id"] not in r.text, r.text
+    assert "queued" not in r.json()["detail"], r.text
 
 
 def test_a_base_inside_another_or_beside_it_and_a_default_base_are_accepted(served):
