@@ -1660,10 +1660,12 @@ class BrokerService:
         again (there was no way back once a job was pinned). A job not pinned is answered as it is."""
         def once() -> Job:
             job = self._changeable(self.get(principal, job_id))
-            if job.force_tier is None:
-                return job
+            # an ended job first, pinned or not: "not pinned; its next attempts go where it is cheapest" was said,
+            # exit 0, of a job that has none, where pinning the same job is refused
             if job.state.is_final and job.state not in RESUMABLE:
                 raise Conflict(_ended(job, "it runs no more attempts to move"), field="state")
+            if job.force_tier is None:
+                return job
             now = self.clock()
             note = note_event(job, "switch_tier", f"pin to {job.force_tier} taken back by {principal.name}: placed "
                                                   "where it is cheapest again", time=now, actor=principal.name,

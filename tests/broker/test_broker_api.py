@@ -655,6 +655,10 @@ def test_a_move_to_on_demand_the_budget_left_cannot_pay_for_is_refused_not_left_
     assert again.status_code == 200 and len(moves()) == 2
     assert client.delete(f"/v1/jobs/{job['id']}/ondemand").status_code == 401
     assert client.delete("/v1/jobs/j-nope/ondemand", headers=auth()).status_code == 404
+    # an ended job, pinned or not, has no next attempts to place: refused as pinning it is, not "not pinned" (200)
+    assert client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth()).status_code == 200
+    ended = client.delete(f"/v1/jobs/{job['id']}/ondemand", headers=auth())
+    assert ended.status_code == 409 and "it runs no more attempts to move" in ended.json()["detail"], ended.text
 
 
 def test_taking_an_on_demand_zone_down_is_refused_naming_the_spot_zones_not_answered_as_done(make_settings, tmp_path):
