@@ -137,8 +137,10 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         days = settings.job_retention_days
         if days is not None and request.url.path.startswith(("/v1/jobs/", "/v1/costs/jobs/")):
             # a pruned job is a 404 like a mistyped id: say that it may have been deleted, and when that happens
+            # said as what may be, of any id: "this one may have been pruned" was said of a made-up id too, and of
+            # another team's job (which is not this team's to know of)
             detail += (f"; finished jobs are deleted {days:g} day{'' if days == 1 else 's'} after they end "
-                       "(job_retention_days), so this one may have been pruned")
+                       "(job_retention_days), so if it ended before that it may have been pruned")
         return _error(404, detail, "job_id")  # the job id in the path (a bad-input answer names its field)
 
     @app.exception_handler(Conflict)

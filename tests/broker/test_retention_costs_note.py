@@ -150,7 +150,7 @@ def test_a_pruned_jobs_404_says_finished_jobs_are_deleted_after_job_retention_da
             assert r.status_code == 404, (path, r.text)
             detail = r.json()["detail"]
             assert detail.startswith("no job j-old") and "deleted 30 days after they end (job_retention_days)" in \
-                detail and "may have been pruned" in detail, detail
+                detail and "so if it ended before that it may have been pruned" in detail, detail
 
 
 def test_without_retention_a_404_says_nothing_of_pruning(make_settings, store):
