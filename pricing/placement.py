@@ -366,6 +366,13 @@ def place(
         affordable = _affordable(request, available, budget_left, min_run_seconds, after_run_seconds or {},
                                  placed_again=placed_again)
         if isinstance(affordable, NoFit):
+            # a full pool (or zone) the budget covers is what the job waits for: told only that the free offers
+            # were over its budget, its user was pushed to raise a budget that sufficed
+            full = [o for o in allowed if o not in available]
+            covered = _affordable(request, full, budget_left, min_run_seconds, after_run_seconds or {},
+                                  placed_again=placed_again) if full else []
+            if not isinstance(covered, NoFit) and covered:
+                return NoFit(_full_within_budget(covered, affordable))
             return affordable
         available = affordable
     def preference(o: Offer) -> int:
@@ -390,6 +397,17 @@ def place(
                   key=rank, default=None)
     return Placement(offer=best, num_nodes=n,
                      note=_passed_over(cheaper, request, cost(cheaper)) if cheaper is not None else "")
+
+
+def _full_within_budget(covered: Sequence[Offer], free: NoFit) -> str:
+    """Why a job waits whose budget covers only offers that have no room now (``covered``), where ``free`` says why it
+    covers none of the free ones: ``the pool dgx is busy right now, and it is what the budget covers: the budget left,
+    $0.0060, does not cover 0.01 h and a clean stop (10 s) on the cheapest free match, ondemand …``. Not "full", the
+    word the queue gives a start estimate by (``broker.queue.WAITS_FOR_CAPACITY``): that estimate counts every offer
+    the job may take whatever its budget, the free one over it too, and said "starts now", tick after tick."""
+    one = len({o.location for o in covered}) == 1
+    return (f"{_places(covered)} busy right now, and {'it is' if one else 'they are'} what the budget covers: "
+            f"{free.reason}")
 
 
 def _passed_over(offer: Offer, request: JobRequest, cost: Decimal) -> str:
@@ -424,12 +442,19 @@ def start_words(min_run_seconds: int, *, placed_again: bool = False) -> str:
     return f"a start and a clean stop ({min_run_seconds} s)"
 
 
-def _run_seconds(request: JobRequest, min_run_seconds: int = 0) -> Decimal:
-    """The run a start must be able to pay for: the expected length, when given, and never less than
-    ``min_run_seconds`` (a start and a clean stop)."""
+def _run_seconds(request: JobRequest, min_run_seconds: int = 0, *, placed_again: bool = False) -> Decimal:
+    """The run a start must be able to pay for: without ``expected_hours``, ``min_run_seconds`` (a start and a clean
+    stop); with it, the expected length and the clean stop after it, as the quote's :meth:`~pricing.quote.Quote.fits`
+    and the submit weigh it — the engine stops a job once what is left pays only for that stop, so a budget of the
+    run alone on spot was placed there and stopped just short of its end, while the pool it did cover came free
+    seconds later. A job placed again is held to ``min_run_seconds`` of its own (a minute's run and a clean stop,
+    shortened to the run left: :func:`broker.engine.budget.rerun_for`), which counts part of its run already, so its
+    run is never less than that, as before."""
     if request.expected_hours is None:
         return Decimal(min_run_seconds)
-    return max(request.expected_hours * 3600, Decimal(min_run_seconds))
+    if placed_again:
+        return max(request.expected_hours * 3600, Decimal(min_run_seconds))
+    return request.expected_hours * 3600 + min_run_seconds
 
 
 def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros, *, min_run_seconds: int,
@@ -525,14 +550,16 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
     """The offers whose run (:func:`_run_seconds`) and billing after it the budget left pays for, or why none
     (``placed_again``: the run named as :func:`start_words` names it)."""
     n = request.num_nodes
-    seconds = _run_seconds(request, min_run_seconds)
+    seconds = _run_seconds(request, min_run_seconds, placed_again=placed_again)
     run = {o: cost_for_seconds(o.price_per_hour * n, seconds) for o in offers}
     total = {o: cost_for_seconds(o.price_per_hour * n, seconds + after_run.get(o, 0)) for o in offers}
     affordable = [o for o in offers if total[o] <= budget_left]
     if affordable or not offers:
         return affordable
-    what = (f"{request.expected_hours} h" if request.expected_hours is not None
-            else start_words(min_run_seconds, placed_again=placed_again))
+    # with expected_hours, the clean stop after the run is part of what it must cover (:func:`_run_seconds`)
+    stopped = request.expected_hours is not None and not placed_again and min_run_seconds > 0
+    what = (f"{request.expected_hours} h" + (f" and a clean stop ({min_run_seconds} s)" if stopped else "")
+            if request.expected_hours is not None else start_words(min_run_seconds, placed_again=placed_again))
     # the billing after the run is what rules out an offer whose run alone the budget would pay for
     held_back = [o for o in offers if after_run.get(o, 0) > 0 and run[o] <= budget_left]
     if held_back:
@@ -546,8 +573,14 @@ def _affordable(request: JobRequest, offers: Sequence[Offer], budget_left: Micro
     after = (f" and {fmt(total[o] - run[o])} for {billed_after_run(o)} billing after its run"
              if after_run.get(o, 0) > 0 else "")
     if request.expected_hours is not None:
+        # the run's estimate as the quote says it, then what the budget must cover beyond it
+        alone = cost_for_seconds(o.price_per_hour * n, request.expected_hours * 3600) if stopped else run[o]
+        beyond = [f"{fmt(run[o] - alone)} for the stop" if run[o] > alone else "",
+                  f"{fmt(total[o] - run[o])} for {billed_after_run(o)} billing after its run"
+                  if after_run.get(o, 0) > 0 else ""]
+        plus = f", plus {_series(beyond)}" if beyond[0] else f" and {beyond[1]}" if beyond[1] else ""
         return NoFit(f"the budget left, {fmt_left(budget_left)}, does not cover {what} on the cheapest free match, "
-                     f"{o.describe()}, estimated at {fmt(run[o])}{after}")
+                     f"{o.describe()}, estimated at {fmt(alone)}{plus}")
     return NoFit(f"the budget left, {fmt_left(budget_left)}, cannot pay for {what} on the cheapest free match, "
                  f"{o.describe()}, which costs {fmt(run[o])}{after}")
 
@@ -781,6 +814,29 @@ def _gpu_pools_text(there: Sequence[Offer]) -> str:
             f"for one (accelerators: {_series([f'{g}:1' for g in gpus], 'or')}), or add a CPU pool)")
 
 
+def _no_zone_text(alt: ResourceRequest, offers: Sequence[Offer]) -> str:
+    """Why a zone pinned (``infra: aws/us-east-1/sim-spott``) matches nothing when no offer in its cloud and region
+    is in that zone: the zones there are, the likely one meant first, as a pool mistyped is answered; "" when one is
+    (the shape is what is missing, said after). A simulated zone is a process on this host named by its ``name``: its
+    ``cloud_zone`` is only the real zone it takes its price from (docs/deploy.md, ``zones``), so pinning that one
+    is told to name the simulated zone. It was "no offer has 1x A10G in aws/us-east-1/sim-spott", bare."""
+    scope = {a: str(getattr(alt, a)).lower() for a in ("cloud", "region") if getattr(alt, a) is not None}
+    inside = [o for o in offers if o.tier is not Tier.ONPREM and o.zone
+              and all(str(getattr(o, a)).lower() == v for a, v in scope.items())]
+    names = sorted({o.zone for o in inside})
+    if not names or alt.zone.lower() in {z.lower() for z in names}:
+        return ""
+    where = "/".join(getattr(alt, a) for a in ("cloud", "region") if a in scope)
+    close = difflib.get_close_matches(alt.zone, names, n=1, cutoff=0.75)
+    meant = f"did you mean {where + '/' if where else ''}{close[0]}? " if close else ""
+    listed = _series(names[:6] + ([f"{len(names) - 6} more"] if len(names) > 6 else []))
+    zones = f"the zones{' in ' + where if where else ''} are {listed}" if len(names) > 1 else \
+        f"the only zone{' in ' + where if where else ''} is {listed}"
+    sim = ("; a simulated zone is named by its name, not by the cloud_zone it takes its price from"
+           if any(o.simulated for o in inside) and not close else "")
+    return f" (there is no zone {alt.zone} here: {meant}{zones}{sim})"
+
+
 def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
     """A hint at what the offers do have, for the alternative's first unmet want."""
     if not offers:
@@ -800,6 +856,8 @@ def _what_there_is(request: JobRequest, offers: Sequence[Offer]) -> str:
         named = f"the pools are {_series(pools)}" if len(pools) > 1 else f"the only pool is {pools[0]}" if pools else ""
         return (f" (there is no pool {alt.region} here: {meant}{named})" if pools else
                 f" (there is no pool {alt.region} here, nor any: `pools` in the broker's config has none)")
+    if alt.zone is not None and (alt.cloud or "").lower() != "local" and (zone := _no_zone_text(alt, offers)):
+        return zone
     if alt.use_spot is True and not any(o.tier is Tier.SPOT for o in offers):  # said for a GPU, not for CPUs
         return (" (no offer here is spot: spot needs a spot zone in the broker's config or the clouds priced with "
                 "BROKER_LAUNCHER=skypilot; see docs/deploy.md)")

@@ -633,8 +633,8 @@ def test_a_move_to_on_demand_the_budget_left_cannot_pay_for_is_refused_not_left_
     job = job.json()
     r = client.post(f"/v1/jobs/{job['id']}/ondemand", headers=auth())
     assert r.status_code == 409, r.text
-    assert r.json()["detail"].startswith("not moved to on-demand: the budget left, $0.02, does not cover 0.1 h on "
-                                         "the cheapest free match, "), r.text
+    assert r.json()["detail"].startswith("not moved to on-demand: the budget left, $0.02, does not cover 0.1 h and a "
+                                         "clean stop (36 s) on the cheapest free match, "), r.text
     assert r.json()["detail"].endswith(f"Raise the budget first (broker budget {job['id']} <dollars>), then move it")
     def moves() -> list:
         events = client.get(f"/v1/jobs/{job['id']}/events", headers=auth()).json()["events"]

@@ -177,7 +177,8 @@ def test_a_job_the_policy_holds_while_spot_is_up_only_in_zones_blocked_for_it_is
 @pytest.mark.parametrize("zone_nodes, with_zone, expected", [
     pytest.param(1, True, "placed on ondemand 1x A10G g5.xlarge in aws/sim-od (simulated)",
                  id="a budget left short of a cluster's billing after its run takes the simulated zone"),
-    pytest.param(0, True, "waiting: the budget left, $0.05, cannot pay an AWS cluster's 15 minutes of billing after its run",
+    pytest.param(0, True, "waiting: zone sim-od is busy right now, and it is what the budget covers: the budget left, "
+                          "$0.05, cannot pay an AWS cluster's 15 minutes of billing after its run",
                  id="with the simulated zone full it waits for it, saying what rules the cloud out"),
     pytest.param(0, False, "stop: the budget left, $0.05, cannot pay for a start and a clean stop (64 s) and the "
                            "billing after its run on any offer: on the cheapest, spot 1x A10G g5.xlarge in "

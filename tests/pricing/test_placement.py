@@ -190,6 +190,10 @@ HERE_AND_CLOUD = [DEAR_POOL, SIM_ZONE, CLOUD_SPOT, CLOUD_OD]
 AFTER_RUN = {CLOUD_SPOT: 900, CLOUD_OD: 900}
 START = 64  # a start and a clean stop, as the broker counts it with its defaults
 
+SIM_OD_BUSY = "zone sim-od is busy right now, and it is what the budget covers: "
+"""What a job waits for when the budget left pays for the simulated zone, full now, and none of the free offers: that
+zone, not a bigger budget."""
+
 AFTER_RUN_CASES = [
     pytest.param(job(), dict(budget_left=200_000, free_capacity={"sim-od": 0}), "onprem lab",
                  id="a budget left that cannot pay a cluster's 15 minutes after its run takes the dearer pool that can run"),
@@ -197,10 +201,17 @@ AFTER_RUN_CASES = [
                  id="a budget left that pays for them takes the cheaper cloud offer"),
     pytest.param(job(), dict(budget_left=200_000, after_run_seconds={}), "spot us-east-1b",
                  id="without after-run figures the cheapest offer is taken as before"),
-    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_000_000, free_capacity={"lab": 0}), "ondemand sim-od",
+    # with the hours known, the budget must cover them, the clean stop after them (64 s) and any billing after the run
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_020_000, free_capacity={"lab": 0}), "ondemand sim-od",
                  id="an hour that the budget pays on spot but not with the billing after it takes the simulated zone"),
-    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_125_000, free_capacity={"lab": 0, "sim-od": 0}),
-                 "spot us-east-1b", id="the estimate plus the billing after the run exactly at the budget left fits"),
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_141_000, free_capacity={"lab": 0, "sim-od": 0}),
+                 "spot us-east-1b",
+                 id="the estimate, a clean stop and the billing after the run exactly at the budget left fits"),
+    pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_140_999, free_capacity={"lab": 0, "sim-od": 0}),
+                 f"NoFit {SIM_OD_BUSY}the budget left, $1.14, cannot pay an AWS cluster's 15 minutes of billing "
+                 "after its run on the cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.9160 for 1 h and a "
+                 "clean stop (64 s)",
+                 id="a micro-dollar short of the estimate, a clean stop and the billing after the run does not fit"),
     pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=50_000_000), "ondemand sim-od",
                  id="with the hours known, a cheaper rate whose billing after the run makes the job dearer loses"),
     pytest.param(job(expected_hours=Decimal(10)), dict(budget_left=50_000_000), "spot us-east-1b",
@@ -208,25 +219,28 @@ AFTER_RUN_CASES = [
     pytest.param(job(), dict(budget_left=50_000_000), "spot us-east-1b",
                  id="without the hours the lowest rate is taken, the billing after the run aside"),
     pytest.param(job(), dict(budget_left=200_000, free_capacity={"lab": 0, "sim-od": 0}),
-                 "NoFit the budget left, $0.20, cannot pay an AWS cluster's 15 minutes of billing after its run on the "
-                 "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.0160 for a start and a "
-                 "clean stop (64 s)",
+                 "NoFit the pool lab and zone sim-od are busy right now, and they are what the budget covers: the "
+                 "budget left, $0.20, cannot pay an AWS cluster's 15 minutes of billing after its run on the "
+                 "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.0160 for a start "
+                 "and a clean stop (64 s)",
                  id="only cloud offers free and a budget left short of their billing after the run says so"),
     pytest.param(job(expected_hours=Decimal(1)), dict(budget_left=1_000_000, free_capacity={"lab": 0, "sim-od": 0}),
                  "NoFit the budget left, $1.00, cannot pay an AWS cluster's 15 minutes of billing after its run on the "
-                 "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.90 for 1 h",
+                 "cheapest free match, spot 1x V100 V100x1 in aws/us-east-1b: $0.2250 on top of $0.9160 for 1 h and a "
+                 "clean stop (64 s)",
                  id="an hour the budget left pays on spot but not the billing after it names that billing"),
     pytest.param(job(expected_hours=Decimal(10)), dict(budget_left=5_000_000, free_capacity={"lab": 0, "sim-od": 0}),
-                 "NoFit the budget left, $5.00, does not cover 10 h on the cheapest free match, spot 1x V100 V100x1 in "
-                 "aws/us-east-1b, estimated at $9.00 and $0.2250 for an AWS cluster's billing after its run",
+                 "NoFit the budget left, $5.00, does not cover 10 h and a clean stop (64 s) on the cheapest free "
+                 "match, spot 1x V100 V100x1 in aws/us-east-1b, estimated at $9.00, plus $0.0160 for the stop and "
+                 "$0.2250 for an AWS cluster's billing after its run",
                  id="a budget left short of the hours themselves says so and adds the billing after them"),
     pytest.param(job(), dict(budget_left=30_000, free_capacity={"sim-od": 0, "us-east-1a": 0, "us-east-1b": 0}),
-                 "NoFit the budget left, $0.03, cannot pay for a start and a clean stop (64 s) on the cheapest free "
-                 "match, onprem 1x V100 lab-1gpu in local/lab, which costs $0.0356",
+                 f"NoFit {SIM_OD_BUSY}the budget left, $0.03, cannot pay for a start and a clean stop (64 s) on the "
+                 "cheapest free match, onprem 1x V100 lab-1gpu in local/lab, which costs $0.0356",
                  id="a budget left short of a start on the only free offer on this host waits, saying so"),
     pytest.param(job(), dict(budget_left=29_995, free_capacity={"sim-od": 0, "us-east-1a": 0, "us-east-1b": 0}),
-                 "NoFit the budget left, $0.0299, cannot pay for a start and a clean stop (64 s) on the cheapest free "
-                 "match, onprem 1x V100 lab-1gpu in local/lab, which costs $0.0356",
+                 f"NoFit {SIM_OD_BUSY}the budget left, $0.0299, cannot pay for a start and a clean stop (64 s) on "
+                 "the cheapest free match, onprem 1x V100 lab-1gpu in local/lab, which costs $0.0356",
                  id="the budget left is rounded down, never up to more than is left ($0.03), nor said to the micro"),
 ]
 
