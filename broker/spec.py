@@ -21,6 +21,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from broker.workdir import DIGEST_RE, PackError, parse_mount
 from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, NotPlain, TooPrecise, typed_to_micros
@@ -39,6 +40,16 @@ MAX_ENV_BYTES = 1 << 20
 """Bytes of all of a task's ``envs`` and ``secrets`` together (``NAME=value`` each): Linux starts a process with about
 2 MiB of arguments and environment in all (ARG_MAX), and the launcher's own variables and the script need the rest."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RESERVED_ENVS = frozenset({
+    "BROKER_JOB_ID", "BROKER_ATTEMPT", "BROKER_CHECKPOINT_URI", "BROKER_PROGRESS_URL", "BROKER_PROGRESS_URLS",
+    "BROKER_RESUME_FROM", "BROKER_JOB_TOKEN", "BROKER_CHECKPOINT_DIR", "BROKER_NOTICE_FILE",
+})
+"""The variables the broker sets for each attempt itself (``broker.engine.launch.broker_envs``, and the launchers'
+``BROKER_CHECKPOINT_DIR`` and ``BROKER_NOTICE_FILE``), which a task's ``envs`` or ``secrets`` may not name: the
+broker's value wins, so a task's was dropped without a word (``BROKER_JOB_TOKEN``), or where the broker sets none it
+reached the job (``BROKER_RESUME_FROM`` naming another job's checkpoint, restored as this one's). The spot notice
+settings (``BROKER_PREEMPTION_*``) are not here: the broker sets them only where the task left them out. A test holds
+this set to what the engine and the launchers set."""
 BROKER_KEYS = {
     "team", "budget_usd", "deadline", "priority", "max_price_per_hour", "checkpoint", "retry", "expected_hours", "workdir",
     "file_mounts",
@@ -168,8 +179,8 @@ def typed_text(value: Any) -> str | None:
 
 def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True, command: str = "submit") -> None:
     """A task's ``envs`` or ``secrets`` (``key``): a mapping of environment variable names to strings or numbers; at
-    submit (``strict``) each value runnable text and none left null (``flag``: the option that gives one). Also what
-    ``broker resume --env/--secret`` gives a job."""
+    submit (``strict``) each value runnable text, none left null (``flag``: the option that gives one) and no name the
+    broker sets itself (:data:`RESERVED_ENVS`). Also what ``broker resume --env/--secret`` gives a job."""
     if not isinstance(envs, dict):
         raise SpecError(key, "must be a mapping of names to values")
     for k, v in envs.items():
@@ -179,6 +190,10 @@ def check_env_map(key: str, envs: Any, flag: str, *, strict: bool = True, comman
                                      "(letters, digits and _, not starting with a digit)")
             raise SpecError(f"{key}.{k}", "is not a valid environment variable name (letters, digits and _, "
                                           "not starting with a digit)")
+        if strict and k in RESERVED_ENVS:  # a stored spec that named one is read as it was admitted
+            raise SpecError(f"{key}.{k}", f"is set by the broker itself for each attempt, so a task may not set it "
+                                          f"(the job would run with the broker's value, or with yours where the "
+                                          f"broker gives none): leave {k} out of {key}, or give yours another name")
         if isinstance(v, (dict, list)):
             raise SpecError(f"{key}.{k}", "must be a string or number")
         if strict and isinstance(v, str):
@@ -795,12 +810,7 @@ def _uploaded_mounts(mounts: Any, *, strict: bool = True) -> dict[str, str] | No
                                               "uploads the task's local file_mounts sources and sets it)")
     for dest, value in mounts.items():
         where = f"broker.file_mounts.{dest}"
-        if not isinstance(dest, str) or not dest.startswith(("/", "~")) or (dest.endswith("/") and dest != "/") \
-                or "\x00" in dest:
-            raise SpecError(where, "must be mounted at an absolute path or one under ~, with no trailing slash (as "
-                                   "SkyPilot's file_mounts)")
-        if strict and dest == "/":  # SkyPilot refuses it at launch, after the job waited its turn
-            raise SpecError(where, "cannot be / itself: mount the files at a folder, such as /data")
+        _mount_destination(dest, where, strict=strict)
         if strict:  # a check added after the field: a stored spec is read as it was admitted
             _shell_quotable(dest, where)
         try:
@@ -810,17 +820,68 @@ def _uploaded_mounts(mounts: Any, *, strict: bool = True) -> dict[str, str] | No
     return dict(mounts)
 
 
-_NOT_A_PATH = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]|(?:broker|sha256):")
-"""A bucket URL with its bucket (``s3://b/...``: what SkyPilot reads as a store, a URL with a host part), a ``broker:``
-value or an uploaded pack's copy — at the start of the source."""
+def _mount_destination(dest: Any, where: str, *, strict: bool = True) -> None:
+    """A ``file_mounts`` destination (the task's or ``broker.file_mounts``'): a path on the node, absolute or under
+    ``~`` — SkyPilot's rule for a mount's destination (``Task._validate_mount_dest_is_absolute``) — and, as SkyPilot
+    refuses at launch, with no trailing slash. A relative one (``../../../tmp/x``) is read from wherever the job
+    runs: on the local launcher, the broker's own host."""
+    if not isinstance(dest, str) or not dest.startswith(("/", "~")) or (dest.endswith("/") and dest != "/") \
+            or "\x00" in dest:
+        raise SpecError(where, "must be mounted at an absolute path or one under ~, with no trailing slash (as "
+                               "SkyPilot's file_mounts)")
+    if strict and dest == "/":  # SkyPilot refuses it at launch, after the job waited its turn
+        raise SpecError(where, "cannot be / itself: mount the files at a folder, such as /data")
+
+
+_BUCKET_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]")
+"""A bucket URL with its bucket at the start of a source (``s3://b/...``): what SkyPilot reads as a store, a URL with
+a host part."""
+CHECKPOINT_SOURCE = "broker:checkpoint"
+"""The one ``broker:`` value a ``file_mounts`` source may be: the job's checkpoint folder, mounted at launch
+(``launchers.skypilot_task.CHECKPOINT_MOUNT``)."""
+_BROKER_PREFIXES = ("broker:", "sha256:")
+
+
+def _broker_value(source: str) -> bool:
+    """Whether ``source`` is, exactly, a value the broker resolves itself: ``broker:checkpoint`` or an uploaded pack
+    (``sha256:<hex>``, or ``sha256:<hex>/<name>`` for one file, as :func:`broker.workdir.parse_mount` reads it)."""
+    if source == CHECKPOINT_SOURCE:
+        return True
+    try:
+        parse_mount(source)
+    except PackError:
+        return False
+    return True
 
 
 def is_local_path(source: Any) -> bool:
     """Whether a ``workdir`` or ``file_mounts`` source is a path on the machine that reads the task: not a bucket
-    URL (``s3://...``) nor a ``broker:`` value (``broker:checkpoint``). Read as SkyPilot reads it: a ``://`` or a
-    ``:`` elsewhere (``/data/x://../key``, ``x:/../../etc/key``) is part of a path, which SkyPilot normalises and
-    uploads from the broker's host — a team's submit named the broker's own secrets that way."""
-    return isinstance(source, str) and bool(source) and not _NOT_A_PATH.match(source)
+    URL (``s3://...``) nor a value the broker resolves (``broker:checkpoint``, ``sha256:<hex>``). Read as SkyPilot
+    reads it: a ``://`` or a ``:`` elsewhere (``/data/x://../key``, ``x:/../../etc/key``) is part of a path, which
+    SkyPilot normalises and uploads from the broker's host — a team's submit named the broker's own secrets that
+    way. Only the exact values count, for the same reason: SkyPilot reads ``sha256:/../../etc/hosts`` as the path
+    ``/etc/hosts``."""
+    return isinstance(source, str) and bool(source) and not _BUCKET_URL.match(source) and not _broker_value(source)
+
+
+def _broker_source(source: str, where: str, *, storage: bool = False) -> None:
+    """A ``file_mounts`` source that starts as a broker value (``broker:``, ``sha256:``) must be one exactly: anything
+    else there is a path to SkyPilot, read on the broker's host. In a storage mapping (``storage``) it is never one:
+    the broker resolves only a mount's value given alone."""
+    if not source.startswith(_BROKER_PREFIXES):
+        return
+    if storage:
+        raise SpecError(where, f"is {source[:80]!r}, but a storage mapping's source is a path or a bucket URL: give "
+                               f"{CHECKPOINT_SOURCE} or an uploaded pack as the mount's value itself "
+                               f"(file_mounts: {{/data: {CHECKPOINT_SOURCE}}})")
+    if source.startswith("broker:") and source != CHECKPOINT_SOURCE:
+        raise SpecError(where, f"is {source[:80]!r}, but the only broker: source is {CHECKPOINT_SOURCE} (the job's "
+                               "checkpoint folder); give that, a path or a bucket URL (s3://bucket/data)")
+    if source.startswith("sha256:"):
+        try:
+            parse_mount(source)
+        except PackError as exc:
+            raise SpecError(where, str(exc)) from None
 
 
 STORAGE_STORES = ("S3", "GCS", "AZURE", "R2", "IBM", "OCI", "NEBIUS", "COREWEAVE", "VASTDATA", "HF", "VOLUME")
@@ -843,10 +904,12 @@ def _file_mount_shape(dest: Any, source: Any) -> None:
         raise SpecError(f"file_mounts.{dest}" if dest != "" else "file_mounts",
                         f"must be mounted at a path on the node, such as /data: {dest!r} is not one")
     where = f"file_mounts.{dest}"
+    _mount_destination(dest, where)
     if source is None:
         raise SpecError(where, f"has no source: give {_MOUNT_SOURCE}")
     if isinstance(source, str):
         _bucket_named(source, where)
+        _broker_source(source, where)
         return
     if not isinstance(source, dict):
         raise SpecError(where, f"must be {_MOUNT_SOURCE}, not {source!r}")
@@ -860,6 +923,7 @@ def _file_mount_shape(dest: Any, source: Any) -> None:
         raise SpecError(f"{where}.source", f"must be a path or a bucket URL, or a list of them, not {inner!r}")
     for one in [inner] if isinstance(inner, str) else inner if isinstance(inner, list) else []:
         _bucket_named(one, f"{where}.source")
+        _broker_source(one, f"{where}.source", storage=True)
     for key, values in (("store", STORAGE_STORES), ("mode", STORAGE_MODES), ("type", STORAGE_TYPES)):
         if key in source and not (isinstance(source[key], str) and source[key].upper() in values):
             raise SpecError(f"{where}.{key}", f"must be one of {', '.join(values)}, not {source[key]!r}")
@@ -878,7 +942,13 @@ _NO_BUCKET = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(?:/|$)")
 
 def _bucket_named(source: str, where: str) -> None:
     """A bucket URL that names no bucket (``s3://``, ``gs:///data``) is refused as such: read as a path on the broker's
-    host, it was a 403 saying only an admin's submit may name one."""
+    host, it was a 403 saying only an admin's submit may name one. A ``file:`` URL is no bucket at all: SkyPilot reads
+    ``file:///data`` as a path named so in the broker's folder, and ``file://host/data`` as a store it does not know."""
+    if source[:5].lower() == "file:":
+        path = urlsplit(source).path or "/data"
+        raise SpecError(where, f"is {source[:80]!r}, a file: URL, which SkyPilot does not read as a file_mounts "
+                               f"source: give the path itself ({path[:80]}; `broker submit` uploads a path on your "
+                               "machine) or a bucket URL (s3://bucket/data)")
     if m := _NO_BUCKET.match(source):
         raise SpecError(where, f"is {source!r}, a bucket URL that names no bucket: write "
                                f"{m.group(1)}://BUCKET or {m.group(1)}://BUCKET/path")
