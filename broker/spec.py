@@ -125,7 +125,9 @@ def check_name(name: Any, field: str = "name", *, strict: bool = True) -> None:
     """A job's name (a task's ``name:``, ``broker submit --name``), or the start of one (``GET /v1/jobs?name=``, a
     prefix: every prefix of a name is one); refused with :class:`SpecError` naming ``field``."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME or not _name_like(name, strict):
-        raise SpecError(field, f"must be 1-{MAX_NAME} letters, digits, '-', '_' or '.', starting with a letter or digit")
+        # ASCII, said so: "letters" read as any, and `café` was refused with no word of why
+        raise SpecError(field, f"must be 1-{MAX_NAME} ASCII letters (a-z, A-Z), digits, '-', '_' or '.', starting "
+                               "with a letter or digit")
 
 
 @dataclass(frozen=True)

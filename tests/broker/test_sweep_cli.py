@@ -42,12 +42,12 @@ def test_submit_name_overrides_the_tasks_name_and_the_line_says_the_envs_given(c
     assert "s3cr3t" not in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("name", ["-x", "bad name", "a/b", "x" * 129])
+@pytest.mark.parametrize("name", ["-x", "bad name", "a/b", "x" * 129, "caf\u00e9"])
 def test_submit_name_is_held_to_a_tasks_name_rules_before_anything_is_sent(cli, name):
     run, task = cli
     r = run("--json", "submit", str(task), f"--name={name}", "--env", "LR=1", check=False)
     assert r.returncode == 2, r.stderr
-    assert "argument --name: " in r.stderr and "letters, digits, '-', '_' or '.'" in r.stderr
+    assert "argument --name: " in r.stderr and "ASCII letters (a-z, A-Z), digits, '-', '_' or '.'" in r.stderr
     assert json.loads(r.stdout)["field"] == "--name"
     assert json.loads(run("--json", "status").stdout) == []
 
