@@ -16,6 +16,7 @@ import re
 import shlex
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,9 @@ def _meant(message: str, argv: list[str], parser: argparse.ArgumentParser) -> tu
     choice = re.match(r"argument [^:]+: invalid choice: '(.*)' \(choose from (.*)\)$", message, re.S)
     if choice:  # `broker stauts`, `broker fault premept`: the command or the kind meant, as for an option
         choices = re.findall(r"'([^']*)'", choice.group(2))
+        misplaced = _command_option_first(choice.group(1), argv, parser, commands)
+        if misplaced:
+            return misplaced, parser
         close = difflib.get_close_matches(choice.group(1), choices, n=1, cutoff=0.6)
         return (f" (did you mean {close[0]}?)" if close else ""), parser
     if not message.startswith("unrecognized arguments:"):
@@ -129,6 +133,20 @@ def _meant(message: str, argv: list[str], parser: argparse.ArgumentParser) -> tu
         return f" (did you mean {next(iter(meant.values()))}?)", command
     said = ", ".join(f"{close} for {given}" for given, close in meant.items())
     return (f" (did you mean {said}?)" if said else ""), command
+
+
+def _command_option_first(value: str, argv: list[str], parser: argparse.ArgumentParser, commands: dict) -> str:
+    """For ``broker --team x status``: a command's own option given before the command, whose value argparse read
+    as the command ("invalid choice: 'x' (choose from 'serve', …)"), as words saying where it goes; "" otherwise."""
+    i = argv.index(value) if value in argv else -1
+    option = argv[i - 1] if i > 0 else ""
+    if not option.startswith("-") or option in parser._option_string_actions:
+        return ""
+    command = next((x for x in argv[i + 1:] if x in commands), None)
+    if command is None or option not in commands[command]._option_string_actions:
+        return ""
+    return (f" ({option} is an option of `broker {command}`: give it after the command, as "
+            f"`broker {command} {option} {value}`)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -190,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
                         "the error the submit would give (a check of a task file for CI)")
 
     s = client("status", help="list jobs, or show one")
-    s.add_argument("id", nargs="?", type=_given, help="one job: its attempts, where they ran, cost")
+    s.add_argument("id", nargs="?", type=_job_id, help="one job: its attempts, where they ran, cost")
     s.add_argument("--state", type=_given, action=_Once,
                    help="only jobs in this state, or these with commas (queued,running; failed, stopped_budget, ...)")
     s.add_argument("--team", type=_given, action=_Once, help="admins: only this team's jobs")
@@ -201,14 +219,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--name", type=_given, action=_Once, help="only jobs whose name begins so (sweep3: sweep3-lr0.1, ...)")
 
     s = client("logs", help="show a job's output")
-    s.add_argument("id")
+    s.add_argument("id", type=_job_id)
     s.add_argument("-f", "--follow", action="store_true", help="keep following the output until the job ends (with "
                    "--json: JSON Lines, one {\"attempt\", \"data\", \"offset\"} object per piece of output)")
     s.add_argument("--attempt", type=_attempt_number, action=_Once,
                    help="this attempt's output (default: the newest); with -f, from this attempt on")
 
     s = client("cancel", help="cancel jobs: by id, by the start of their name, or all of a team's not ended")
-    s.add_argument("ids", nargs="*", metavar="ID", type=_given, help="the jobs to cancel")
+    s.add_argument("ids", nargs="*", metavar="ID", type=_job_id, help="the jobs to cancel")
     s.add_argument("--name", type=_given, action=_Once,
                    help="every job not ended whose name begins so (as `sky jobs cancel -n`, `scancel --name`)")
     s.add_argument("--all", action="store_true",
@@ -219,10 +237,10 @@ def _parser() -> argparse.ArgumentParser:
                         "be given)")
 
     s = client("events", help="a job's state changes")
-    s.add_argument("id")
+    s.add_argument("id", type=_job_id)
 
     s = client("resume", help="resume a failed or budget-stopped job from its last checkpoint")
-    s.add_argument("id")
+    s.add_argument("id", type=_job_id)
     s.add_argument("--force", action="store_true", help="resume even after a failure of the job's own (a bug, out of memory), not the infrastructure's")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set one of the task's envs from this attempt on (no value: this shell's); a job given one "
@@ -232,11 +250,11 @@ def _parser() -> argparse.ArgumentParser:
                         "shell's): a job that failed for a token it lacked goes on from its checkpoint")
 
     s = client("budget", help="set a job's budget cap (a budget-stopped job: raise it, then `broker resume`)")
-    s.add_argument("id")
+    s.add_argument("id", type=_job_id)
     s.add_argument("amount", help="dollars, e.g. 40 or 12.50")
 
     s = client("ondemand", help="run a job on on-demand from its next attempt on (resumes a stopped one)")
-    s.add_argument("id")
+    s.add_argument("id", type=_job_id)
     pin = s.add_mutually_exclusive_group()
     pin.add_argument("--force", action="store_true",
                      help="resume it on on-demand even though it failed for a reason of its own")
@@ -252,7 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--up", dest="available", action="store_true", help="zone: capacity held up whatever its trace says (neither flag: back to its trace)")
 
     s = client("costs", help="spend, saving against on-demand and preemptions, for a team and a window, or one job")
-    s.add_argument("id", nargs="?", type=_given, help="a job: its attempts and what each cost")
+    s.add_argument("id", nargs="?", type=_job_id, help="a job: its attempts and what each cost")
     s.add_argument("--team", type=_given, action=_Once, help="admins: one team (default: all); others see their own team (not with a job id)")
     s.add_argument("--period", type=_given, action=_Once, help="24h, 7d (default), 30d or 90d, ending now (or 1d, 1w, 168h, 720h, 2160h, "
                                     "the same spelled otherwise; a team's window: not with a job id, "
@@ -289,14 +307,54 @@ def main(argv: list[str] | None = None) -> int:
             code = 0
         # written out here, not at the interpreter's exit: a reader gone by then (`broker status | head -1` on a short
         # table) was a BrokenPipeError's traceback and exit 120, where a longer output's was 141 without a word
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
         return code
     except BrokenPipeError:
         # The reader went away (`broker simulate ... | head`): stop quietly, as Unix tools do.
-        # Point stdout at /dev/null so the interpreter's final flush does not raise again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _drop_output()
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
+    except OSError as exc:  # the output could not be written (`> /dev/full`): one line, not a traceback
+        if not _output_failed(exc):
+            raise
+        _drop_output()
+        print(f"error: {_cannot_write(exc)}", file=sys.stderr)
+        return 1
+
+
+def _drop_output() -> None:
+    """Point stdout at /dev/null once it cannot be written (its reader gone, its disk full), so that what is left in
+    its buffer is dropped at the interpreter's final flush rather than raising there again ("Exception ignored")."""
+    if sys.stdout is None:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+_WRITE_ERRNOS = {"ENOSPC", "EDQUOT", "EFBIG", "EIO", "EBADF"}
+"""The errors of a write to an output that cannot take it: a full disk or quota, a file too large, a device gone."""
+
+
+def _output_failed(exc: OSError) -> bool:
+    """Whether ``exc`` is a write to stdout failing, not a file the command reads (which names its file)."""
+    import errno
+
+    return exc.filename is None and errno.errorcode.get(exc.errno or 0) in _WRITE_ERRNOS
+
+
+def _cannot_write(exc: OSError) -> str:
+    return (f"cannot write the output (stdout): {exc.strerror or exc}; send it where it can be written (a file on a "
+            "disk with room, or a pipe)")
+
+
+def _stored_said(args) -> str:
+    """For an error after a submit was stored: which job it made, so that a script does not submit it again."""
+    job_id = getattr(args, "submitted", None)
+    if not job_id:
+        return ""
+    return (f"; the job was submitted all the same, as {job_id}: `broker status {job_id}` shows it (do not submit "
+            "it again)")
 
 
 def _main(argv: list[str] | None) -> int:
@@ -323,17 +381,41 @@ def _main(argv: list[str] | None) -> int:
             _print_json({"error": message, **({"field": f} if (f := _option_blamed(message)) else {})})
         return 2
     if args.command is None:
-        _parser().print_help()
+        if args.json:  # a script reads one object, as for every other usage error, and the usage is said on stderr
+            parser.print_usage(sys.stderr)
+            message = "give a command (broker --json status, ...): `broker --help` lists them"
+            print(f"broker: error: {message}", file=sys.stderr)
+            _print_json({"error": message})
+        else:
+            _parser().print_help()
         return 2
+    if sys.stdout is None and args.command not in ("serve", "worker"):
+        # stdout closed (`>&-`): nothing written could be read, and a submit made a job then a traceback; refused
+        # before anything is done instead
+        print(f"error: the output (stdout) is closed, so nothing `broker {args.command}` says could be read: nothing "
+              "was done; send it to /dev/null to drop it (> /dev/null)", file=sys.stderr)
+        return 1
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # here, so that a failing write is said with what was done (a submit's job id)
+        return code
     except KeyboardInterrupt:
         _say_left(args)
         return 130
     except BrokenPipeError:
+        if getattr(args, "submitted", None):  # the reader went before it read the id: a script could submit twice
+            print(f"note: the reader of the output went away; the job was submitted all the same, as "
+                  f"{args.submitted}: `broker status {args.submitted}` shows it", file=sys.stderr, flush=True)
         raise
     except Exception as exc:  # one clear line, never a traceback
         from broker.client import BrokerError
+
+        if isinstance(exc, OSError) and _output_failed(exc):
+            # said on stderr alone: the --json error object would go to the same output that just failed
+            _drop_output()
+            print(f"error: {_cannot_write(exc)}{_stored_said(args)}", file=sys.stderr)
+            return 1
 
         if isinstance(exc, BrokerError):
             where = f" [{exc.status}]" if exc.status else ""
@@ -527,7 +609,9 @@ def _json_error(args, sentence: str, status: int = 0, field: str | None = None) 
         body["status"] = status
     if field:
         body["field"] = field
-    _print_json(body)
+    # in a JSON Lines stream (`logs -f --json`) one line, as each object before it: indented, a reader of lines
+    # broke on it
+    _print_json(body, one_line=getattr(args, "command", None) == "logs" and getattr(args, "follow", False))
 
 
 # -- commands -------------------------------------------------------------------------------------
@@ -853,23 +937,31 @@ def _console():
     row stays on one line for ``grep``. On a terminal, its width."""
     from rich.console import Console
 
+    class Out(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own exits with SystemExit(1), read by :func:`main` as a refusal: `broker status J | true`
+            # exited 1 where a plain print's 141 says the reader went away, and a submit piped so said nothing
+            self.quiet = True
+            raise BrokenPipeError(32, "the reader of the output went away")
+
     if sys.stdout.isatty():
         # NO_COLOR (no-color.org): no escape codes at all; rich's own reading of it dropped the colours alone, and a
         # terminal that shows no escapes still got the bold and dim ones
-        return Console(color_system=None) if os.environ.get("NO_COLOR") else Console()
-    con = Console(width=100_000)
+        return Out(color_system=None) if os.environ.get("NO_COLOR") else Out()
+    con = Out(width=100_000)
     con.plain_tables = True  # :func:`_print_table`: columns, no borders
     return con
 
 
 def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, ...] = (),
-                 same: tuple[str, ...] = ()) -> None:
+                 same: tuple[str, ...] = (), one_line: bool = False) -> None:
     """Print a table whose ``(name, "whole")`` columns (ids, states, times, amounts) are never cut or wrapped:
     ``broker status`` at 80 columns showed a state as "que…", a budget of $100.00 as "$10…". When they do not
     fit the console, the columns that say nothing go first: those named in ``drop`` whose every cell is blank, and
     those named in ``same`` whose every cell holds one value (the line under the table says it: "every team
     default"). Then the columns named in ``drop`` are left out, in that order (and a line says which); the
-    other columns wrap. Still too narrow, the table is printed wider than the terminal rather than cut. (At 80
+    other columns wrap (``one_line``: are cut with "…" instead, a row to a line). Still too narrow, the table is
+    printed wider than the terminal rather than cut. (At 80
     columns, 8 failed jobs took 98 lines: a blank queue, a blank starts ~ and a team column of "default" kept,
     the reason 13 wide.)"""
     from rich.table import Column, Table
@@ -907,8 +999,15 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
         if name in names and names.index(name) in keep:
             keep.remove(names.index(name))
             left_out.append(name)
+    cut_at = _one_line_widths(con.width, [names[i] for i in keep], [width(i, least=False) for i in keep], whole) \
+        if one_line else {}
     table = Table(*(Column(names[i], no_wrap=True, min_width=width(i, least=True)) if names[i] in whole
-                    else Column(names[i], overflow="fold", min_width=width(i, least=True)) for i in keep))
+                    else Column(names[i], no_wrap=True, overflow="ellipsis", width=cut_at[names[i]])
+                    if one_line else Column(names[i], overflow="fold", min_width=width(i, least=True)) for i in keep))
+    if needed(keep) > con.width:
+        # rich draws a table no wider than the console whatever print's width says, and squeezed the columns that
+        # wrap to nothing (`broker events` at 40 columns: a reason zero wide); its own width is what it keeps to
+        table.width = needed(keep)
     for row in rows:
         table.add_row(*(row[i] for i in keep))
     con.print(table, width=max(con.width, needed(keep)), crop=False)
@@ -918,6 +1017,23 @@ def _print_table(con, columns: list, rows: list[list[str]], *, drop: tuple[str, 
             f"{needed(keep)} columns wide, its ids, states, times and amounts whole, on {con.width}"
         parts = [*said, *([f"{fit}, without: {', '.join(left_out)}"] if left_out else [])]
         con.print(Text(f"({'; '.join(parts)}; piped or --json: all)", style="dim"))
+
+
+def _one_line_widths(room: int, names: list[str], longest: list[int], whole: set[str]) -> dict[str, int]:
+    """The widths of the columns a one-line table cuts (those not whole): each at most :data:`CUT_COLUMN` wide but the
+    last, which takes the room left (at least 10). Left to rich, a cut column took the width of its longest cell and
+    the table was then squeezed to the console, drawing the short columns (``#``, a name) zero wide."""
+    taken = sum(n + 3 for name, n in zip(names, longest) if name in whole) + 1
+    cut = [i for i, name in enumerate(names) if name not in whole]
+    widths = {names[i]: min(longest[i], CUT_COLUMN) for i in cut[:-1]}
+    if cut:
+        left = room - taken - sum(w + 3 for w in widths.values()) - 3
+        widths[names[cut[-1]]] = max(10, min(longest[cut[-1]], left))
+    return widths
+
+
+CUT_COLUMN = 24
+"""The widest a one-line table's cut column is drawn (a name), the last one (a reason) aside."""
 
 
 def _pinned_by(job: dict) -> str:
@@ -938,8 +1054,8 @@ def _print_plain(names: list[str], rows: list[list[str]]) -> None:
         print("   ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
+def _print_json(data: Any, *, one_line: bool = False) -> None:
+    print(json.dumps(data) if one_line else json.dumps(data, indent=2))
 
 
 def _budget_lasts(job: dict) -> str:
@@ -1020,8 +1136,17 @@ def cmd_submit(args) -> int:
             return _submit_dry_run(task, client, args)
         _ship_workdir(task, client, args.upload_workdir, quiet=args.json)
         _say_overridden(task, args)
-        job = client.submit(task, budget=args.budget, team=args.team,
-                            deadline=args.deadline, idempotency_key=args.idempotency_key)
+        # the key made here rather than in the client, so that a Ctrl-C while the broker is slow to answer can name it
+        key = args.idempotency_key or uuid.uuid4().hex
+        try:
+            job = client.submit(task, budget=args.budget, team=args.team, deadline=args.deadline, idempotency_key=key)
+        except KeyboardInterrupt:
+            # as the timeout says it: the request may have reached the broker, and exit 130 alone left a script
+            # unable to tell whether to submit again
+            print(f"interrupted: the submit may have been stored; retrying with --idempotency-key {key} "
+                  "(Idempotency-Key header) cannot submit it twice", file=sys.stderr, flush=True)
+            raise
+        args.submitted = job["id"]  # what an output that fails from here on names (:func:`_stored_said`)
         if args.wait:
             args.following = job["id"]  # what a Ctrl-C leaves running (:func:`_say_left`)
         # the job a retry with this key answered with, as the dry run names it: a replayed submit's JSON was the job
@@ -1049,11 +1174,15 @@ def cmd_submit(args) -> int:
             if not args.wait:  # --wait says where it stands as it changes
                 _say_behind(con, client, job["id"])
         if args.wait:
+            ended_line = True
             for text in client.follow_logs(job["id"], on_status=_say_status, on_attempt_end=_say_attempt_end,
                                                 on_unreachable=_say_unreachable):
                 sys.stdout.write(text)
                 sys.stdout.flush()
+                ended_line = text.endswith("\n")
             final = client.job(job["id"])
+            if not ended_line:  # output whose last line has no line end: the summary was glued onto it
+                con.print()
             _show_job(con, final)
             return 0 if final["state"] == "succeeded" else JOB_NOT_SUCCEEDED
     return 0
@@ -1413,10 +1542,60 @@ def _version_of(job: dict) -> int | None:
 
 
 def _on_this_host(url: str) -> bool:
-    """Whether the broker URL names this machine (loopback), where the broker can read the workdir itself."""
+    """Whether the broker URL names this machine (loopback), where the broker can read the workdir itself: named so
+    (``localhost``, ``127.0.0.1``), or a name or address that reaches it all the same (``vm`` in /etc/hosts as
+    127.0.0.1, ``0.0.0.0``), which was read as a remote broker and had the workdir packed and uploaded at every
+    submit. A name that does not resolve in a moment is read as remote, as before."""
+    from urllib.parse import urlsplit
+
     from broker.client import _loopback
 
-    return _loopback(url)
+    if _loopback(url):
+        return True
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
+    return bool(host) and _resolves_here(host)
+
+
+RESOLVE_SECONDS = 1.0
+"""How long the CLI waits for a broker URL's host name to resolve before reading it as a remote broker."""
+
+
+_RESOLVED: dict[str, bool] = {}
+
+
+def _resolves_here(host: str) -> bool:
+    """Whether every address ``host`` resolves to is this machine (loopback, or the unspecified 0.0.0.0 / ::, which
+    a connection takes as this machine); False when it does not resolve within :data:`RESOLVE_SECONDS`. The lookup
+    runs in a thread of its own because the system's resolver takes no timeout; it is asked once per host."""
+    import ipaddress
+    import socket
+    import threading
+
+    if host in _RESOLVED:
+        return _RESOLVED[host]
+    found: list[set[str]] = []
+
+    def resolve() -> None:
+        try:
+            found.append({info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+        except (OSError, UnicodeError):
+            pass
+
+    looker = threading.Thread(target=resolve, daemon=True)  # left behind, not waited on, when the resolver hangs
+    looker.start()
+    looker.join(RESOLVE_SECONDS)
+    here = False
+    if found and found[0]:
+        try:
+            addresses = [ipaddress.ip_address(a.split("%")[0]) for a in found[0]]
+        except ValueError:
+            addresses = []
+        here = bool(addresses) and all(a.is_loopback or a.is_unspecified for a in addresses)
+    _RESOLVED[host] = here
+    return here
 
 
 def _local_source(source: Any) -> bool:
@@ -1856,18 +2035,21 @@ def _listed_jobs(client, *, state: str | None, team: str | None,
     """The jobs ``broker status`` lists, newest first, and a note when some are left out (``None`` when none are).
 
     The broker answers a page of at most ``MAX_JOBS_LISTED`` jobs at a time, newest first, with a cursor to the next.
-    With ``--state``, every job in that state is listed, page after page. Without it, the newest ``MAX_JOBS_LISTED``
+    With ``--state`` or ``--name``, every job matching is listed, page after page. Without them, the newest ``MAX_JOBS_LISTED``
     of all jobs and every job that has not ended (each live state read to its end: a queue of 5,000 is listed whole,
     where it was cut at the 1,000 newest); left out are only ended jobs older than those newest, a history that
     grows without end (100,000 jobs is minutes of paging) — the note says so, and `--state succeeded` (or failed,
     cancelled) lists them all."""
     from broker.client import MAX_JOBS_LISTED as most
 
-    if state:
+    if state or name:
+        # with --name too, every page: a sweep is bounded by its runs, and its total ("spent together") was of the
+        # newest 1,000 alone, the older runs that had spent most left out
         jobs, complete = client.all_jobs(state=state, team=team, name=name)
+        which = " ".join(x for x in (state, "jobs", f"named {name}*" if name else "") if x)
         return jobs, None if complete else (
             f"(this broker lists at most {most} jobs and has no cursor to read on: these are the {most} newest "
-            f"{state} jobs; older ones are left out — narrow it with --team, or upgrade the broker)")
+            f"{which}; older ones are left out — narrow it with --team, or upgrade the broker)")
     first = client.jobs_page(team=team, limit=most, name=name)
     jobs = first["jobs"]
     if len(jobs) < most or (first.get("next_cursor", "") is None):
@@ -1902,14 +2084,64 @@ def cmd_queue(args) -> int:
         print(f"No job named {args.name}* is waiting." if args.name else "Nothing is waiting.")
         return 0
     due = any(j.get("deadline") for j in jobs)  # a column of its own only where a job has a deadline
+    con = _console()
+    # on a terminal a row to a line, its reason short, and what the short reasons leave out said once under the
+    # table: at a sweep's size nearly every row wrapped one long sentence over 6 lines. Piped (`| grep`) and --json
+    # each reason whole, as the broker says it.
+    terminal = not getattr(con, "plain_tables", False)
+    reasons = [_short_wait(j["reason"] or "") if terminal else j["reason"] for j in jobs]
     rows = [[str(j["queue_position"] or ""), j["id"], j["name"], j["team"], _short_time(j.get("estimated_start")),
-             *([_short_time(j.get("deadline"), cut=True)] if due else []), j["budget"]["usd"], j["reason"]] for j in jobs]
-    _print_table(_console(), [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
-                              *([("due", "whole")] if due else []), ("budget", "whole"), "waiting because"], rows,
-                 drop=("team", "budget", "due"), same=("team",))
+             *([_short_time(j.get("deadline"), cut=True)] if due else []), j["budget"]["usd"], reason]
+            for j, reason in zip(jobs, reasons)]
+    _print_table(con, [("#", "whole"), ("id", "whole"), "name", "team", ("starts ~", "whole"),
+                       *([("due", "whole")] if due else []), ("budget", "whole"), "waiting because"], rows,
+                 drop=("team", "budget", "due", "starts ~"), same=("team",), one_line=terminal)
+    notes = [note for mark, note in WAIT_NOTES if terminal and any(mark in r for r in reasons)]
+    if notes:
+        from rich.text import Text
+
+        con.print(Text(f"({'; '.join(notes)}; `broker status ID`, piped or --json: each reason whole)", style="dim"))
     if not whole:
         print(f"More jobs wait than the broker lists at once ({MAX_JOBS_LISTED}): those submitted first are not shown.")
     return 0
+
+
+_SHORT_WAITS = (
+    (re.compile(r"^waiting: "), ""),
+    (re.compile(r"\bthe (pools?) (.+?) (?:is|are) full right now"), r"\1 \2 full"),
+    (re.compile(r" and the rest are over the job's max_price_per_hour of (\S+?)(?=;|$)"), r", rest over max price \1"),
+    (re.compile(r"\bno start estimate: "), "no estimate: "),
+    (re.compile(r"it waits behind (\S+), first in line for pool (\S+), whose start cannot be told: what comes free "
+                r"there is kept for it from the jobs that give no `broker: expected_hours`, as this one gives none"),
+     r"behind \1 (first for pool \2)"),
+    (re.compile(r"it waits behind (\S+), which has waited more than (\d+) min for pool (\S+): what comes free there "
+                r"is kept for it, and this job starts after it"), r"behind \1 (waited > \2 min for pool \3)"),
+    (re.compile(r"it waits behind (.+?), ahead of it in the queue with no expected length"),
+     r"behind \1 (no expected length)"),
+    (re.compile(r"what it needs is held by "), "held by "),
+    (re.compile(r"\(with no expected length\)"), "(no expected length)"),
+    (re.compile(r"; when (?:that ends|those end) cannot be told"), ""),
+)
+"""A queued job's reason as ``broker queue`` shows it on a terminal, one line a row: the broker's sentences cut to
+their facts, in order (:func:`_short_wait`); what they leave out is said once under the table (:data:`WAIT_NOTES`)."""
+
+WAIT_NOTES = (
+    ("no expected length", "no expected length: a job gives no broker.expected_hours, so when it ends cannot be "
+                           "told, nor when those behind it start"),
+    ("first for pool", "first for pool: what comes free there is kept for the first in line, from the jobs that give "
+                       "no broker.expected_hours"),
+)
+"""What the short reasons of ``broker queue`` leave out, each said once under the table when a row needs it."""
+
+
+def _short_wait(reason: str) -> str:
+    """``waiting: the pool local is full right now; no start estimate: what it needs is held by j-… (with no expected
+    length), and it waits behind j-…, ahead of it in the queue with no expected length; when those end cannot be
+    told`` → ``pool local full; no estimate: held by j-… (no expected length), and behind j-… (no expected
+    length)``. A sentence none of :data:`_SHORT_WAITS` knows is left as it is."""
+    for pattern, short in _SHORT_WAITS:
+        reason = pattern.sub(short, reason)
+    return reason
 
 
 def _given(text: str) -> str:
@@ -1919,6 +2151,18 @@ def _given(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty: give it a value, or leave it out for the default")
     return text
+
+
+_JOB_ID = re.compile(r"(?:j-)?[0-9a-f]+", re.IGNORECASE)
+
+
+def _job_id(text: str) -> str:
+    """A job id as typed or pasted, as the broker spells its ids (``j-`` and lowercase hex): the spaces, tab or line
+    end (``\\r\\n``) a copy brings are left out, and an id typed in capitals is lowered. Sent as given,
+    ``"j-184ba8c494 "`` was a 404 "no job j-184ba8c494  (did you mean j-184ba8c494?)", a pasted line end split the
+    error over two lines, and ``J-184BA8C494`` was a 404. Anything else is sent as it is, for the broker to say."""
+    text = _given(text).strip()
+    return text.lower() if _JOB_ID.fullmatch(text) else text
 
 
 def _job_name(text: str) -> str:
@@ -2134,8 +2378,10 @@ def cmd_events(args) -> int:
         return 0
     rows = [[str(e["seq"]), e["time"], e["event"], e["from"] or "", e["to"] or "", e["actor"], e["reason"]]
             for e in events]
+    # on a narrow terminal the reason, what the event says, is kept longest: at 40 columns the table kept its time,
+    # event and state columns and drew the reason zero wide
     _print_table(_console(), [("#", "whole"), ("time", "whole"), ("event", "whole"), ("from", "whole"),
-                              ("to", "whole"), "by", "reason"], rows, drop=("by", "from", "#"))
+                              ("to", "whole"), "by", "reason"], rows, drop=("by", "from", "#", "to", "time"))
     return 0
 
 
@@ -2239,7 +2485,7 @@ def cmd_fault(args) -> int:
             text = f"zone {args.target}: " + {None: "follows its trace again", True: "capacity back",
                                                False: "no capacity"}[args.available]
         else:
-            result = client.fault(args.kind, job_id=args.target)
+            result = client.fault(args.kind, job_id=_job_id(args.target) if args.target.strip() else args.target)
             text = f"{args.kind} {result['attempt']}: " + ("done" if result["applied"] else "it was already ending")
     _done(args, result, text)
     return 0

@@ -33,11 +33,13 @@ MAX_JOBS_LISTED = 1000
 class BrokerError(Exception):
     """The broker refused a request; ``status`` is the HTTP status, ``field`` the field it names."""
 
-    def __init__(self, status: int, detail: str, field: str | None = None, *, unknown_outcome: bool = False):
+    def __init__(self, status: int, detail: str, field: str | None = None, *, unknown_outcome: bool = False,
+                 retry_after: float | None = None):
         self.status = status
         self.detail = detail
         self.field = field
         self.unknown_outcome = unknown_outcome  # the request may have been carried out (no answer came)
+        self.retry_after = retry_after  # seconds the answer's Retry-After header asked to wait, when it gave one
         super().__init__(detail)
 
     def __str__(self) -> str:
@@ -132,6 +134,21 @@ def load_task(text: str) -> dict:
 
 RECONNECT_SECONDS = 120.0
 """How long a follower (``logs -f``, ``submit --wait``) asks again for a broker it cannot reach before giving up."""
+
+PASSING_STATUSES = (502, 503, 504)
+"""Answers a follower reads as the broker out of reach for a moment, not as a refusal: a load balancer's 502 or 504
+while the broker behind it restarts (``terraform/`` puts one in front), the broker's own 503 while its job store is
+briefly down. The job runs on meanwhile, and a follower that ended at the first of them left it unwatched."""
+
+
+def _retry_after(r: httpx.Response) -> float | None:
+    """The seconds an answer's ``Retry-After`` header asks to wait, when it gives them as a number (the broker's 503
+    does); ``None`` for none, or an HTTP date, which the follower's own pace stands in for."""
+    try:
+        seconds = float(r.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
 
 
 def _submit_task(spec: str | dict, budget: str | None, team: str | None, deadline: str | None) -> dict:
@@ -242,7 +259,8 @@ class BrokerClient:
             elif r.status_code == 401 and self._token_file is not None:
                 detail = (f"{detail} (the token sent is the admin token in {self._token_file}, which this broker "
                           f"does not take: set BROKER_TOKEN to a token it takes; {MADE_ITS_OWN})")
-            raise BrokerError(r.status_code, str(detail), field, unknown_outcome=r.status_code in (500, 503))
+            raise BrokerError(r.status_code, str(detail), field, unknown_outcome=r.status_code in (500, 503),
+                              retry_after=_retry_after(r))
         return r
 
     # -- jobs ------------------------------------------------------------------------------------
@@ -443,9 +461,10 @@ class BrokerClient:
         """:meth:`follow_logs`, each piece of text as ``{"attempt": n, "data": text, "offset": end}``: the attempt
         that wrote it, and where it ends in that attempt's log (as ``GET /v1/jobs/{id}/logs`` answers).
 
-        A broker that cannot be reached (restarted, or a network blip) is asked again for up to ``reconnect_seconds``
-        before the error is raised: a follower ended with "cannot reach the broker" at every broker restart, while
-        the job ran on. ``on_unreachable`` is told once when it goes (with why) and once when it is back (None)."""
+        A broker that cannot be reached (restarted, or a network blip), or answers one of :data:`PASSING_STATUSES` (a
+        proxy's 502 meanwhile, its own 503 while its store is down), is asked again for up to ``reconnect_seconds``,
+        no sooner than a ``Retry-After`` asks, before the error is raised: a follower ended with "cannot reach the
+        broker" at every broker restart, while the job ran on. ``on_unreachable`` is told once when it goes (with why) and once when it is back (None)."""
         offset, seen, said_at, eager = 0, None, 0.0, True
         gone: list[float] = []  # when the broker went out of reach, while it is
 
@@ -454,15 +473,17 @@ class BrokerClient:
                 try:
                     answer = call()
                 except BrokerError as exc:
-                    if exc.status != 0:  # an answer, not a broker out of reach: said as it is
+                    if exc.status not in (0, *PASSING_STATUSES):  # a refusal, not a broker out of reach: said as it is
                         raise
                     if not gone:
                         gone.append(time.monotonic())
                         if on_unreachable is not None:
-                            on_unreachable(exc.detail)
-                    if time.monotonic() - gone[0] > reconnect_seconds:
+                            on_unreachable(_out_of_reach(exc, self.shown_url))
+                    left = gone[0] + reconnect_seconds - time.monotonic()
+                    if left < 0:
                         raise
-                    time.sleep(max(poll, 1.0))
+                    # as long as the answer's Retry-After asks, but never past the end of the wait
+                    time.sleep(min(max(poll, 1.0, exc.retry_after or 0.0), left + 0.1))
                     continue
                 if gone:
                     gone.clear()
@@ -535,6 +556,14 @@ def _in_substance(reason: Any) -> Any:
     """A job's reason with its spans of time and clock times masked (``running 9 s past its expected 10 s``,
     ``retrying at 19:45Z``), so that the seconds ticking by are not read as a change of what it says."""
     return _TICKING.sub("#", reason) if isinstance(reason, str) else reason
+
+
+def _out_of_reach(exc: BrokerError, url: str) -> str:
+    """Why a follower cannot read the broker, as it tells the user: the error's sentence, with the status of an answer
+    that stood in for the broker's (a proxy's 502, the broker's 503) where the sentence does not give it already."""
+    if exc.status == 0 or f"answered {exc.status}" in exc.detail:
+        return exc.detail
+    return f"the broker at {url} answered {exc.status}: {exc.detail}"
 
 
 def _loopback(url: str) -> bool:
