@@ -32,6 +32,7 @@ from broker import costs, totals
 from broker.api.probe import StoreProbe
 from broker.config import ConfigError, Settings
 from broker.lifecycle import AttemptState, JobState
+from broker.offers import held_slots
 from broker.store import Pruned, StoreUnavailable
 from broker.team_budget import Month, month_of
 
@@ -167,6 +168,9 @@ class StoreCollector:
         # the teams with a monthly cap: each job of theirs is kept with what it cost in the month it was read in, so
         # that a scrape's broker_team_month_spent_dollars is summed from the records it reads anyway
         self.capped = capped_teams(settings if settings is not None else getattr(service, "settings", None))
+        # the configured pools' sizes: each has its slots and slots-in-use series from the start
+        self.pools = {p.name: p.slots for p in getattr(settings if settings is not None
+                                                       else getattr(service, "settings", None), "pools", ())}
         self.engine_of = engine_of
         self.clock = getattr(service, "clock", time.time)  # the clock that stamps updated_at
         self._figures: dict[str, _JobFigures] = {}
@@ -277,6 +281,23 @@ class StoreCollector:
             spent.add_metric([team], spends[team] / 1_000_000)
         yield from (oldest, near, budget, spent)
 
+    def _pools(self, holding):
+        """Each configured on-prem pool's size and the slots its jobs hold now (placed, launching, running,
+        cancelling, stopping: what placement counts as taken, :func:`broker.offers.held_slots`), so an admin sees
+        how full the team's own GPUs are without adding up job placements; a pool the config no longer names shows
+        while jobs still hold its slots. ``holding``: the jobs that hold capacity, read beside the cost records (which
+        keep no slots): a few, however many jobs the store holds."""
+        size = GaugeMetricFamily("broker_pool_slots", "An on-prem pool's slots (GPUs, or CPU slots), as configured.",
+                                 labels=["pool"])
+        used = GaugeMetricFamily("broker_pool_slots_in_use", "The slots of an on-prem pool its jobs hold now "
+                                 "(placed, launching, running, cancelling or stopping).", labels=["pool"])
+        held = {pool: len(slots) for pool, slots in held_slots(holding).items()}
+        for pool in sorted(self.pools):
+            size.add_metric([pool], self.pools[pool])
+        for pool in sorted({**dict.fromkeys(self.pools, 0), **held}):
+            used.add_metric([pool], held.get(pool, 0))
+        yield from (size, used)
+
     def _caps(self, figures: list[_JobFigures], settled: bool):
         """Each team with a monthly cap: the cap, this month's spend and what its jobs not ended hold (what
         :mod:`broker.team_budget` weighs at admission), so an alert can fire before a team's submits are refused.
@@ -325,6 +346,7 @@ class StoreCollector:
             self._probe.look()
             figures, pruned = self._refresh()
             pruned_jobs = self.service.store.pruned() if pruned is None else pruned.jobs
+            holding = self.service.store.list_jobs(states=[s.value for s in JobState if s.is_active], limit=100_000)
         except StoreUnavailable:
             up.add_metric([], 0)
             yield up
@@ -350,6 +372,7 @@ class StoreCollector:
                 by_state.add_metric([st.value, team], counts.get((st.value, team), 0))
         yield by_state
         yield from self._live(figures, teams)
+        yield from self._pools(holding)
         yield from self._caps(figures, pruned is not None)
 
         if pruned is not None:  # else left out this once: a sum without the jobs pruned meanwhile would fall

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import world
@@ -322,3 +324,25 @@ def test_a_first_scrape_read_a_page_at_a_time_counts_every_job_once(tmp_path, st
         paged = store_series(scrape(c))
     assert len([p for p in pages if p is not None]) >= 2, pages  # read in pages, each after the last one's end
     assert paged == whole
+
+
+def test_each_pools_size_and_the_slots_its_jobs_hold_now_are_scraped(tmp_path, store, seeded):
+    """An admin of an on-prem pool could tell how full it was only by adding up job placements: each configured pool
+    now has its size and the slots its jobs hold (placed to stopping, as placement counts them), at 0 when none."""
+    from fastapi.testclient import TestClient
+
+    from broker.lifecycle import JobState
+    from broker.store import Change
+
+    from .conftest import build_app
+
+    with TestClient(build_app(world.settings(tmp_path), store)) as c:
+        before = scrape(c)
+        assert before[("broker_pool_slots", (("pool", "local"),))] == 2
+        assert before[("broker_pool_slots_in_use", (("pool", "local"),))] == 0
+        world.wait_behind_a_running_job(store, seeded)  # team B's job holds both slots of the pool `local`
+        assert scrape(c)[("broker_pool_slots_in_use", (("pool", "local"),))] == 2
+        running = store.get_job("j-b2")
+        store.commit(Change(job=replace(running, state=JobState.SUCCEEDED, updated_at=running.updated_at + 1),
+                            expected_version=running.version))
+        assert scrape(c)[("broker_pool_slots_in_use", (("pool", "local"),))] == 0
