@@ -177,8 +177,8 @@ def test_the_queue_is_worked_out_only_for_a_view_that_shows_a_queued_job(world, 
     weighed the whole queue for a position it never shows: a quarter of a second per read at 3,000 queued. A view
     holding a queued job still gets its position and start."""
     worked = []
-    real = BrokerService._waits
-    monkeypatch.setattr(BrokerService, "_waits", lambda self, *a, **kw: worked.append(1) or real(self, *a, **kw))
+    real = BrokerService._weigh
+    monkeypatch.setattr(BrokerService, "_weigh", lambda self, *a, **kw: worked.append(1) or real(self, *a, **kw))
     auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     busy, late = world["busy"].id, world["late"].id
     with TestClient(world["app"]) as client:
@@ -192,7 +192,9 @@ def test_the_queue_is_worked_out_only_for_a_view_that_shows_a_queued_job(world, 
         assert view["queue_position"] == 2 and view["estimated_start"], view
         listed = {j["id"]: j for j in client.get("/v1/jobs", headers=auth).json()["jobs"]}
         assert listed[late]["queue_position"] == 2 and listed[busy]["queue_position"] is None
-        assert len(worked) == 2
+        # the second view reuses the queue the first worked out while nothing changed (the clock is the real one:
+        # worked out again when a second has passed between them, test_qa_dec7_qperf.py)
+        assert 1 <= len(worked) <= 2
 
 
 def test_a_job_waiting_for_spot_with_a_deadline_is_told_by_when_it_moves_off_spot(make_settings, tmp_path):
