@@ -68,7 +68,7 @@ def test_state_takes_several_with_commas(api):
                                           "one of queued, "),
     ({"state": "queued,"}, "state", "state: holds an empty state (a comma too many): each must be one of "),
     ({"state": "PD,R"}, "state", "state: 'PD' is not a job state"),
-    ({"name": "sweep 3"}, "name", "name: is the start of a job's name, so it must be 1-128 letters, digits"),
+    ({"name": "sweep 3"}, "name", "name: is the start of a job's name, so it must be 1-128 ASCII letters (a-z, A-Z), digits"),
     ({"name": "-lr"}, "name", "name: is the start of a job's name, so it must be 1-128"),
     ({"name": "x" * 129}, "name", "name: is the start of a job's name, so it must be 1-128"),
 ])
