@@ -14,7 +14,8 @@ from broker.lifecycle import JobState
 from broker.sealing import new_key_text
 from broker.store import Change
 
-from broker_testing import ADMIN, local_broker, run_until, wait_for
+from broker_testing import local_broker, run_until, wait_for
+from test_broker_checkpoint_base import ADMIN_H, NLP, VISION, task  # the same teams and task
 
 CONFIG = """
 pools:
@@ -22,14 +23,6 @@ pools:
 default_budget_usd: "10"
 tick_seconds: 0.05
 """
-ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
-VISION = {"Authorization": "Bearer vision-token"}
-NLP = {"Authorization": "Bearer nlp-token"}
-
-
-def task(base: str | None, **broker) -> dict:
-    section = {"budget_usd": 5, **({"checkpoint": base} if base is not None else {}), **broker}
-    return {"name": "train", "resources": {"cpus": 1}, "run": "echo hi", "broker": section}
 
 
 @pytest.fixture
