@@ -2288,12 +2288,12 @@ def cmd_cancel(args) -> int:
                 print("nothing cancelled", file=sys.stderr)
                 return 1
             ids = picked
-        done: dict[str, list] = {"cancelled": [], "already_ended": [], "refused": []}
+        done: dict[str, list] = {"cancelled": [], "already_ended": [], "refused": [], "already_cancelling": []}
         try:
             for start in range(0, len(ids), CANCEL_BATCH):
                 part = client.cancel_many(ids=ids[start:start + CANCEL_BATCH])
                 for key in done:
-                    done[key] += part[key]
+                    done[key] += part.get(key, [])  # already_cancelling: not from a broker of before it
         except BrokerError:
             if len(ids) > 1:
                 print(f"error: of the {len(ids)} jobs, {len(done['cancelled'])} were cancelled before this error, and "
@@ -2301,17 +2301,20 @@ def cmd_cancel(args) -> int:
                       "already cancelled is skipped)", file=sys.stderr)
             raise
     cancelled, ended, refused = done["cancelled"], done["already_ended"], done["refused"]
+    already = set(done["already_cancelling"])
     if args.json:
         _print_json(done)
         return 1 if refused else 0
     for job in cancelled:
-        print(f"{job['id']} ({job['name']}): {job['state']}")
+        # one another cancel was stopping already: two `cancel --name` at once each said it had cancelled it
+        print(f"{job['id']} ({job['name']}): {job['state']}" + (" (already being cancelled)" if job["id"] in already
+                                                                 else ""))
     for job in ended:
         print(f"{job['id']} ({job['name']}): had already ended ({job['state']}); skipped")
     for job in refused:
         print(f"error: {job['id']} not cancelled: {job['detail']}", file=sys.stderr)
     if len(args.ids) != 1:  # one job's line says it all
-        print(_cancel_summary(args, len(cancelled), len(ended), len(refused)))
+        print(_cancel_summary(args, len(cancelled) - len(already), len(ended), len(refused), len(already)))
     return 1 if refused else 0
 
 
@@ -2352,9 +2355,10 @@ def _refuse_all_alone() -> None:
                            "every team's jobs", field="team")
 
 
-def _cancel_summary(args, cancelled: int, ended: int, refused: int) -> str:
-    """``cancelled 12 jobs; 3 had already ended``, or what was looked for when no job was found."""
-    if not (cancelled or ended or refused):
+def _cancel_summary(args, cancelled: int, ended: int, refused: int, already: int = 0) -> str:
+    """``cancelled 12 jobs; 3 had already ended``, or what was looked for when no job was found. ``already``: jobs
+    another cancel was already stopping, not counted as this one's."""
+    if not (cancelled or ended or refused or already):
         team = f" of team {args.team}" if args.team else ""
         return (f"nothing to cancel: no job{team} named {args.name}* is waiting or running" if args.name
                 else f"nothing to cancel: no job{team} is waiting or running")
@@ -2363,6 +2367,8 @@ def _cancel_summary(args, cancelled: int, ended: int, refused: int) -> str:
         return f"{n} job{'' if n == 1 else 's'}"
 
     parts = [f"cancelled {jobs(cancelled)}"]
+    if already:
+        parts.append(f"{already} {'were' if already > 1 else 'was'} already being cancelled")
     if ended:
         parts.append(f"{ended} had already ended" if ended > 1 else "1 had already ended")
     if refused:

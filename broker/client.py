@@ -385,11 +385,11 @@ class BrokerClient:
         if not ids:
             body: dict[str, Any] = {"name": name} if name is not None else {"all": True} if every else {}
             return self._call("POST", "/v1/jobs/cancel", json={**body, **({"team": team} if team else {})})
-        out: dict[str, list] = {"cancelled": [], "already_ended": [], "refused": []}
+        out: dict[str, list] = {"cancelled": [], "already_ended": [], "refused": [], "already_cancelling": []}
         for start in range(0, len(ids), MAX_CANCEL_IDS):
             part = self._call("POST", "/v1/jobs/cancel", json={"ids": list(ids[start:start + MAX_CANCEL_IDS])})
             for key in out:
-                out[key] += part[key]
+                out[key] += part.get(key, [])  # already_cancelling: not from a broker of before it
         return out
 
     def resume(self, job_id: str, *, force: bool = False, envs: dict | None = None,

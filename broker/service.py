@@ -145,10 +145,13 @@ class QueueWaits(NamedTuple):
 
 class CancelBatch(NamedTuple):
     """What :meth:`BrokerService.cancel_many` did: the jobs cancelled (or being cancelled), those that had already
-    ended, and each refused with why (``(job id, the refusal's sentence)``: not found, not the caller's, ...)."""
+    ended, and each refused with why (``(job id, the refusal's sentence)``: not found, not the caller's, ...);
+    ``already``: the ids of those in ``cancelled`` that another cancel was stopping before this one came (two bulk
+    cancels at once each counted them as their own)."""
     cancelled: list[Job]
     ended: list[Job]
     refused: list[tuple[str, str]]
+    already: Sequence[str] = ()
 
 
 CANCEL_PAGE = 1000
@@ -1212,7 +1215,7 @@ class BrokerService:
                 if len(page) < CANCEL_PAGE:
                     break
                 before = (page[-1].submitted_at, page[-1].id)
-        cancelled, ended, refused = [], [], []
+        cancelled, ended, refused, already = [], [], [], []
         for job_id in dict.fromkeys(ids):
             try:
                 cancelled.append(self.cancel(principal, job_id, reason=reason))
@@ -1220,13 +1223,14 @@ class BrokerService:
                 job = self.store.get_job(job_id)
                 if job is not None and job.state is JobState.CANCELLING:
                     cancelled.append(job)
+                    already.append(job.id)
                 elif job is not None and isinstance(job.state, JobState) and job.state.is_final:
                     ended.append(job)
                 else:
                     refused.append((job_id, str(exc)))
             except (NotFound, Invalid) as exc:
                 refused.append((job_id, str(exc)))
-        return CancelBatch(cancelled, ended, refused)
+        return CancelBatch(cancelled, ended, refused, already)
 
     # -- recovery, money and progress ------------------------------------------------------------
 

@@ -406,7 +406,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         """Cancel several jobs: ``{"ids": [...]}``, ``{"name": "sweep3-"}`` (every job not ended whose name begins
         so) or ``{"all": true}`` (every job not ended of your team; an admin gives ``"team"`` too, or it is a 422).
         Answers 200 with each job in ``cancelled``, ``already_ended`` (skipped: nothing to cancel) or ``refused``
-        (with why: no such job, ...)."""
+        (with why: no such job, ...); ``already_cancelling`` names those of ``cancelled`` another cancel was already
+        stopping."""
         body = await _json_object(request)
         _only(body, {"ids", "name", "all", "team"})
         ids = body.get("ids")
@@ -426,7 +427,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
             return {"id": job.id, "name": job.name, "state": job.state.value}
 
         return {"cancelled": [brief(j) for j in batch.cancelled], "already_ended": [brief(j) for j in batch.ended],
-                "refused": [{"id": i, "detail": why} for i, why in batch.refused]}
+                "refused": [{"id": i, "detail": why} for i, why in batch.refused],
+                "already_cancelling": list(batch.already)}
 
     @app.post("/v1/jobs/{job_id}/resume", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422),
               openapi_extra=RESUME)

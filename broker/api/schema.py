@@ -131,6 +131,8 @@ class CancelBatchOut(BaseModel):
     cancelled: list[JobBrief] = Field(description="cancelled now, or already being cancelled (`cancelling`)")
     already_ended: list[JobBrief] = Field(description="had ended (succeeded, failed, ...): nothing to cancel")
     refused: list[CancelRefused]
+    already_cancelling: list[str] = Field(description="the ids of the jobs in `cancelled` that another cancel was "
+                                                      "already stopping: not cancelled by this request")
 
 
 class DryRunOut(BaseModel):

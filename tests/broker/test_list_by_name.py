@@ -112,3 +112,15 @@ def test_a_cancel_by_name_answers_each_job_in_its_list(api):
     # another team's job is no job this token sees
     assert [(x["id"], x["detail"].split(" (")[0]) for x in body["refused"]] == [("j-04", "no job j-04"),
                                                                                ("j-nope", "no job j-nope")]
+
+
+def test_a_job_another_cancel_is_already_stopping_is_named_so_not_counted_as_this_ones(api):
+    """Two ``cancel --name`` at once each listed the running jobs both were stopping as cancelled by it (134
+    cancels claimed for 132 jobs): a job already being cancelled is still in ``cancelled``, as before, and named in
+    ``already_cancelling`` too."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    first = api.post("/v1/jobs/cancel", json={"ids": ["j-02"]}, headers=admin).json()
+    assert [j["state"] for j in first["cancelled"]] == ["cancelling"] and first["already_cancelling"] == []
+    again = api.post("/v1/jobs/cancel", json={"ids": ["j-02", "j-00"]}, headers=admin).json()
+    assert [j["id"] for j in again["cancelled"]] == ["j-02", "j-00"], again
+    assert again["already_cancelling"] == ["j-02"], again

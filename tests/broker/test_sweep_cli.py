@@ -128,7 +128,7 @@ def test_cancel_name_cancels_the_jobs_not_ended_whose_name_begins_so(cli):
         "nothing to cancel: no job named sweep3-* is waiting or running")
     r = run("--json", "cancel", "--name", "sweep3", "--yes")
     assert json.loads(r.stdout) == {"cancelled": [{"id": other, "name": "sweep30", "state": "cancelled"}],
-                                    "already_ended": [], "refused": []}
+                                    "already_ended": [], "refused": [], "already_cancelling": []}
 
 
 def test_cancel_all_takes_the_callers_team_and_an_admin_must_name_one(cli):
@@ -267,3 +267,17 @@ def test_status_of_one_job_with_a_filter_is_a_usage_error_not_a_filter_dropped(c
     r = run("status", a, "--state", "running", "--name", "zzz", check=False)
     assert r.returncode == 2, r.stderr
     assert "--state, --name: filter the list of jobs; a job given by its id is shown whatever they say" in r.stderr
+
+
+def test_a_cancels_summary_does_not_count_as_its_own_the_jobs_another_cancel_was_stopping():
+    """Two bulk cancels at once had said "cancelled 113 jobs" and "cancelled 21 jobs" of 132: the jobs the other
+    was already stopping are said apart (``already_cancelling`` in the broker's answer)."""
+    from argparse import Namespace
+
+    from broker.cli import _cancel_summary
+
+    args = Namespace(name="sweep", team=None)
+    assert _cancel_summary(args, 19, 102, 0, 2) == ("cancelled 19 jobs; 2 were already being cancelled; "
+                                                    "102 had already ended")
+    assert _cancel_summary(args, 0, 0, 0, 1) == "cancelled 0 jobs; 1 was already being cancelled"
+    assert _cancel_summary(args, 3, 0, 0) == "cancelled 3 jobs"
