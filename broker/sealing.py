@@ -210,6 +210,15 @@ def secret_values(spec: dict[str, Any]) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+def job_secret_values(spec: dict[str, Any], settings: Any, job_id: str) -> list[str]:
+    """The values of a job's secrets, to hide in what the broker shows of its run (its log, a reason quoting it):
+    opened where sealed (:func:`open_task`); only the plain ones where this broker cannot open them."""
+    try:
+        return secret_values(open_task(spec, settings, job_id))
+    except Unsealable:
+        return secret_values(spec)
+
+
 SHORT_SECRET = 4
 """A secret value shorter than this is hidden only where it stands alone (not inside a longer word or number): a
 secret ``1`` or ``on`` hidden everywhere turned ``attempt 1 on spot`` into ``attempt *** *** spot``, and what

@@ -35,8 +35,8 @@ from broker.models import Attempt, Event, Job, event_for, note_event, noted
 from broker.offers import after_run, all_offers, market, matching_offers, slots_of, usable_by
 from broker.queue import Waits, positions, waits, work_left_seconds
 from broker.runtime import validate_task
-from broker.sealing import (SHORT_SECRET, KeyInvalid, Unsealable, open_task, redact, seal_spec, sealer_for,
-                            secret_values)
+from broker.sealing import (SHORT_SECRET, KeyInvalid, Unsealable, job_secret_values, open_task, redact, seal_spec,
+                            sealer_for, secret_values)
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
                          check_env_total, check_name,
                          checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse, typed_text)
@@ -630,9 +630,7 @@ class BrokerService:
         :func:`~broker.engine.schedule.schedule`, over the queue with the job in it, against the capacity the jobs
         placed and running hold, with the engine's settings. Each queued job's spot policy starts fresh here (the
         engine's have watched spot capacity a while), so a deadline job's tier is its policy's first word."""
-        holding = (JobState.QUEUED, JobState.PLACED, JobState.LAUNCHING, JobState.RUNNING, JobState.CANCELLING,
-                   JobState.STOPPING)
-        jobs = self.store.list_jobs(states=[s.value for s in holding], limit=100_000)
+        jobs = self.store.list_jobs(states=[s.value for s in _HOLDING], limit=100_000)
         mk = market(self.settings, [j for j in jobs if j.state.is_active],
                     getattr(self.launcher, "availability", dict)(), now=now)
         queued = [*(j for j in jobs if j.state is JobState.QUEUED), job]
@@ -1124,7 +1122,7 @@ class BrokerService:
             raise Invalid("logs", f"attempt {n} was launched by another broker process, whose launcher ({where}) "
                           "keeps its output; read it through that broker, or give the brokers one shared launcher "
                           "state (docs/architecture.md, 'Several broker processes')", status=409)
-        hidden = [v.encode("utf-8", "surrogatepass") for v in self._secret_values(job)]
+        hidden = [v.encode("utf-8", "surrogatepass") for v in job_secret_values(job.spec, self.settings, job.id)]
         data, next_offset = self.launcher.logs(f"{job.id}-a{n}", offset=offset)
         # an older attempt has ended (a newer one ran after it): its output grows no more. Reported "not done" for
         # ever, a client following one attempt never stopped
@@ -1153,13 +1151,6 @@ class BrokerService:
         text = _hide_secrets(before + data[:len(data) - cut], len(before), hidden)
         return {"attempt": n, "data": text, "offset": next_offset - cut, "done": done}
 
-    def _secret_values(self, job: Job) -> list[str]:
-        """The values of the job's secrets (opened: sealed in the store), to hide in its output; only the plain ones
-        where this broker cannot open them (as the engine hides them in what it quotes of the output)."""
-        try:
-            return secret_values(open_task(job.spec, self.settings, job.id))
-        except Unsealable:
-            return secret_values(job.spec)
 
     # -- change ----------------------------------------------------------------------------------
 

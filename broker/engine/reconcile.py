@@ -49,7 +49,7 @@ from broker.models import DEADLINE_PIN, Attempt, Event, Job, attempt_id, event_f
 from broker.offers import market, matching_offers
 from broker.peers import report_urls
 from broker.queue import expected_end
-from broker.sealing import Unsealable, open_task, redact, secret_values
+from broker.sealing import Unsealable, job_secret_values, open_task, redact, secret_values
 from broker.spec import in_own_base
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
 from broker.views import duration as fmt_duration
@@ -1159,12 +1159,9 @@ class Engine:
         return tier.value if any(o.tier is tier for o in offers) else None
 
     def _secret_values(self, job: Job) -> list[str]:
-        """The values of the job's secrets (opened: sealed in the store), to hide in what the broker quotes from its
-        run; only the plain ones where this broker cannot open them (its launch failed saying so)."""
-        try:
-            return secret_values(open_task(job.spec, self.settings, job.id))
-        except Unsealable:
-            return secret_values(job.spec)
+        """The values of the job's secrets, to hide in what the broker quotes from its run (its launch failed saying
+        so where this broker cannot open sealed ones)."""
+        return job_secret_values(job.spec, self.settings, job.id)
 
     def _ended(self, job: Job, attempts: list[Attempt], attempt: Attempt, status, outcome, now: float,
                fields: dict, tail: str | None = None) -> tuple[str, dict]:
