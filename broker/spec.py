@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from broker.workdir import DIGEST_RE, PackError, parse_mount
+from launchers.skypilot_task import CHECKPOINT_MOUNT
 from pricing.money import AmountTooLarge, DecimalComma, Micros, MoneyError, NotPlain, TooPrecise, typed_to_micros
 from pricing.offers import LOCAL_DISK_FORMS, JobRequest, LocalDisk, ResourceRequest
 
@@ -838,9 +839,9 @@ def _mount_destination(dest: Any, where: str, *, strict: bool = True) -> None:
 _BUCKET_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]")
 """A bucket URL with its bucket at the start of a source (``s3://b/...``): what SkyPilot reads as a store, a URL with
 a host part."""
-CHECKPOINT_SOURCE = "broker:checkpoint"
-"""The one ``broker:`` value a ``file_mounts`` source may be: the job's checkpoint folder, mounted at launch
-(``launchers.skypilot_task.CHECKPOINT_MOUNT``)."""
+CHECKPOINT_SOURCE = CHECKPOINT_MOUNT
+"""The one ``broker:`` value a ``file_mounts`` source may be: the job's checkpoint folder, which the SkyPilot
+launcher mounts at launch."""
 _BROKER_PREFIXES = ("broker:", "sha256:")
 
 
@@ -1363,7 +1364,7 @@ def in_own_base(job: Job, uri: str) -> bool:
 
 
 def _report_bases(job: Job) -> set[str]:
-    from launchers.skypilot_task import CHECKPOINT_MOUNT, TaskConfigError, checkpoint_mount
+    from launchers.skypilot_task import TaskConfigError, checkpoint_mount
 
     bases = {checkpoint_base(job.checkpoint_uri)}
     mounts = (job.spec or {}).get("file_mounts")
