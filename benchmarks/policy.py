@@ -25,7 +25,6 @@ on the October traces; see docs/policy.md.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time

@@ -33,7 +33,7 @@ from broker.api.probe import StoreProbe
 from broker.api.query import API_PREFIX, JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
 from broker.api.schema import (BUDGET, CANCEL_MANY, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, CancelBatchOut,
                                DryRunOut, EventList,
-                               Health, JobList, JobOut, LogsOut, MetricsOut, ProgressAck, WhoAmI, WorkdirLimits,
+                               Health, JobOut, LogsOut, MetricsOut, ProgressAck, WhoAmI, WorkdirLimits,
                                WorkdirOut, answers, errors, ok, secured)
 from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings

@@ -1232,8 +1232,8 @@ class Engine:
         if outcome.event is JobEvent.RECOVER:
             if attempt.stop_reason == "budget":  # an outdated limit (monitor.decide)
                 saved = job.last_checkpoint.get("step")
-                return (f"stopped by its launcher at the limit of the budget it had at launch; the budget was raised "
-                        f"since: " + (f"resumes from step {saved}" if saved is not None else
+                return ("stopped by its launcher at the limit of the budget it had at launch; the budget was raised "
+                        "since: " + (f"resumes from step {saved}" if saved is not None else
                                       "restarts from the beginning")), info
             if attempt.stop_reason == "migrating":
                 return f"moved off spot to meet the deadline; resumes from step {job.last_checkpoint.get('step')}", info

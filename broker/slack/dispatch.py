@@ -29,7 +29,7 @@ from broker.slack.config import SlackConfig
 from broker.spec import SETTING_FIELDS, SpecError, _parse_broker, same_setting
 from broker.task_text import load_text
 from broker.views import deadline_words, iso
-from pricing.money import fmt, fmt_limit
+from pricing.money import fmt_limit
 
 JOB_ID_TEXT = re.compile(r"[\x21-\x7e]{1,200}")
 """A job id as a button carries it: printable ASCII, no space (the broker's ids are ``j-`` and hex)."""
