@@ -152,6 +152,11 @@ class Settings:
     clouds: tuple[str, ...] = PRICED_CLOUDS
     # names this deployment's SkyPilot clusters (``<prefix>-<attempt id>``); the sweep tears down only its own
     cluster_prefix: str = "broker"
+    # what its cloud role may launch (terraform's gpu_instance_types and launch_regions): instance type patterns
+    # (fnmatch, ``g5.*``) and region names; a cloud offer outside them is never quoted nor placed
+    # (:func:`broker.offers.cloud_offers`). Empty: no limit
+    instance_types: tuple[str, ...] = ()
+    launch_regions: tuple[str, ...] = ()
     # seals the task's secrets at rest (broker/sealing.py); None: the data directory's key file
     secrets_key: bytes | None = field(default=None, repr=False)
     secrets_old_keys: tuple[bytes, ...] = field(default=(), repr=False)  # still open what they sealed
@@ -207,7 +212,7 @@ CONFIG_KEYS = frozenset({
     "launcher", "engine", "tick_seconds", "stop_grace_seconds", "max_body_bytes", "max_workdir_bytes",
     "workdir_retention_seconds", "workdir_grace_seconds", "job_retention_days", "zones", "heartbeat_timeout_seconds",
     "zone_cooldown_seconds", "owner_timeout_seconds", "changeover_seconds", "failure_rules", "slack", "notifications",
-    "clouds", "cluster_prefix",
+    "clouds", "cluster_prefix", "instance_types", "launch_regions",
     "secrets_key", "secrets_old_keys",
 })
 """The config file's top-level settings (docs/deploy.md); anything else is refused, naming the likely one."""
@@ -378,6 +383,10 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         public_url = f"http://127.0.0.1:{port}"
     secrets_key, secrets_old_keys = _secrets_keys(env, raw)
     _output_cap(env)
+    clouds = _clouds(env, raw)
+    instance_types = _limit_list(env, raw, "instance_types", "BROKER_INSTANCE_TYPES")
+    launch_regions = _limit_list(env, raw, "launch_regions", "BROKER_LAUNCH_REGIONS")
+    warnings += _limits_checked(env, instance_types, launch_regions, launcher, clouds)
     return Settings(
         data_dir=data_dir,
         store_url=store_url,
@@ -403,8 +412,10 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
         owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
         changeover_seconds=_number(raw, "changeover_seconds", 120.0),
-        clouds=_clouds(env, raw),
+        clouds=clouds,
         cluster_prefix=_cluster_prefix(env, raw),
+        instance_types=instance_types,
+        launch_regions=launch_regions,
         secrets_key=secrets_key,
         secrets_old_keys=secrets_old_keys,
         extra={**{k: v for k, v in raw.items() if k in ("failure_rules", "slack", "notifications", "public_url")},
@@ -542,6 +553,76 @@ def _clouds(env: Any, raw: dict[str, Any]) -> tuple[str, ...]:
             raise ConfigError(f"{where}: the broker cannot price {cloud!r}{why}; "
                               f"it prices {', '.join(PRICED_CLOUDS)}")
     return clouds
+
+
+LIMITS = {
+    "instance_types": ("instance type patterns", "[g5.*, p4d.*]", "g5.*,p4d.*", "every instance type"),
+    "launch_regions": ("region names", "[us-east-1, us-west-2]", "us-east-1,us-west-2", "every region"),
+}
+"""The broker's limits on cloud placement (:func:`_limit_list`): what each lists, and how it is written."""
+
+
+def _limit_list(env: Any, raw: dict[str, Any], key: str, name: str) -> tuple[str, ...]:
+    """``instance_types`` or ``launch_regions``, from the environment variable ``name`` (comma-separated, spaces
+    around the commas allowed) or the config file's list ``key``; ``()`` when neither is given (no limit). An empty
+    one is refused rather than read as "no limit" or "nothing": it would say the opposite of the other (a broker that
+    may launch nothing), and an emptied variable is more likely a deployment's mistake than either."""
+    what, listed, joined, every = LIMITS[key]
+    if env.get(name) is not None:
+        where, text = name, env[name]
+        if not text.strip():
+            raise ConfigError(f"{name}: is set but empty: give {what} separated by commas ({joined}), or leave it "
+                              f"unset for {every}")
+        value = [v.strip() for v in text.split(",")]
+        if not all(value):
+            raise ConfigError(f"{name}: {text!r} has an empty entry between its commas: give {what} separated by "
+                              f"single commas ({joined})")
+    elif key in raw:
+        where, value = key, raw[key]
+        if value is None or value == []:
+            raise ConfigError(f"{key}: is empty: list the {what} ({key}: {listed}), or leave it out for {every}")
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise ConfigError(f"{key}: must be a list of {what} like {listed}, not {value!r}")
+        value = [v.strip() for v in value]
+    else:
+        return ()
+    for v in value:
+        if re.search(r"[\s,]", v):
+            raise ConfigError(f"{where}: {v!r} is not one of the {what}: it holds a space or a comma; give each as "
+                              f"an entry of its own ({listed if where == key else joined})")
+    return tuple(dict.fromkeys(value))
+
+
+def _limits_checked(env: Any, instance_types: tuple[str, ...], launch_regions: tuple[str, ...], launcher: str,
+                    clouds: tuple[str, ...]) -> list[str]:
+    """Refuse a launch region that the price table of the ``clouds`` setting has no offer in, naming the close ones,
+    as a zone's region is (``us-est-1``: every cloud offer would be outside the limits, and each job refused); warn
+    that the limits limit nothing where the launcher places on no cloud. A price table that cannot be read is left
+    to the start's price check, which names its file."""
+    given = [(name, key) for name, key, value in (("BROKER_INSTANCE_TYPES", "instance_types", instance_types),
+                                                  ("BROKER_LAUNCH_REGIONS", "launch_regions", launch_regions)) if value]
+    if not given:
+        return []
+    if launcher != "skypilot":
+        return [f"{name if env.get(name) else key}: the {launcher} launcher places jobs on pools and simulated zones "
+                "only, which no cloud role launches: it limits nothing here (it limits the cloud offers of "
+                "launcher skypilot)" for name, key in given]
+    if not launch_regions:
+        return []
+    from broker.offers import _price_table  # (it imports this module)
+    from pricing.catalog import CatalogError
+
+    try:
+        regions = {o.region for o in _price_table(clouds)}
+    except CatalogError:
+        return []
+    where = "BROKER_LAUNCH_REGIONS" if env.get("BROKER_LAUNCH_REGIONS") else "launch_regions"
+    known = {r.lower(): r for r in regions}
+    for region in launch_regions:
+        if regions and region.lower() not in known:
+            raise ConfigError(f"{where}: the price table of {', '.join(clouds)} has no region {region!r}"
+                              f"{_close(region, regions, list_them=True)}: the broker could place nothing there")
+    return []
 
 
 CLUSTER_PREFIX = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")

@@ -9,6 +9,10 @@
   type at the price table's spot or on-demand price for that region, marked
   ``simulated``; its capacity is its free nodes, and a spot zone the launcher
   reports without capacity has none.
+* With the SkyPilot launcher, each offer of the price table of the ``clouds``
+  setting; one outside the broker's ``instance_types`` / ``launch_regions``
+  (what its cloud role may launch) is marked :class:`pricing.placement.Barred`:
+  never quoted nor placed, but named in the sentence of a job only it would fit.
 
 Pure, given the price table.
 """
@@ -32,7 +36,7 @@ from launchers.simzones import SimZone
 from pricing.catalog import PRICED_CLOUDS, CatalogError
 from pricing.money import to_micros
 from pricing.offers import JobRequest, Offer, Tier
-from pricing.placement import candidates, matches
+from pricing.placement import Barred, Limits, candidates, matches, within_limits
 
 
 def pool_offers(pool: Pool) -> list[Offer]:
@@ -99,6 +103,36 @@ def _price_table(clouds: Sequence[str] = PRICED_CLOUDS) -> tuple[Offer, ...]:
         if clouds not in _joined or _joined[clouds][0] != key:
             _joined[clouds] = (key, tuple(o for c in clouds for o in _tables[c][1]))
         return _joined[clouds][1]
+
+
+def limits_of(settings: Settings) -> Limits:
+    """The broker's limits on cloud placement (``instance_types``, ``launch_regions``): what its cloud role may launch."""
+    return Limits(instance_types=settings.instance_types, launch_regions=settings.launch_regions)
+
+
+_limited: dict[Limits, tuple[tuple[Offer, ...], tuple[Offer, ...]]] = {}
+"""Per limits: the price table last held to them and the offers it gave (:func:`cloud_offers`)."""
+
+
+def cloud_offers(settings: Settings) -> tuple[Offer, ...]:
+    """The price table of the ``clouds`` setting (:func:`_price_table`), each offer outside the broker's limits
+    (:func:`limits_of`) marked :class:`~pricing.placement.Barred`: placement never takes one, and names the limit to a
+    job that only one would fit. Worked out again only when the table or the limits change: the engine reads this at
+    every tick."""
+    table = _price_table(settings.clouds)
+    limits = limits_of(settings)
+    if not limits:
+        return table
+    with _table_lock:
+        held = _limited.get(limits)
+        if held is not None and held[0] is table:
+            return held[1]
+    out = within_limits(table, limits)
+    with _table_lock:
+        if len(_limited) > 8:  # a process holds one set of limits; tests make many
+            _limited.clear()
+        _limited[limits] = (table, out)
+    return out
 
 
 def zone_offer(zone: SimZone, table: Iterable[Offer] | None = None) -> Offer:
@@ -189,12 +223,13 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
     pooled = len(offers)  # the offers after the pools' are the same in both lists
     spot_up = set()
     if settings.launcher == "skypilot":
-        cloud = _price_table(settings.clouds)  # clouds: capacity unknown until tried; preempted zones get blocked
+        cloud = cloud_offers(settings)  # clouds: capacity unknown until tried; preempted zones get blocked
         offers.extend(cloud)
         # a cloud's spot zone counts as up for the spot policy until a preemption or a failed launch there blocks it
         # for the job (``Job.blocked_at``): left out, every cloud job with a deadline was told "no spot" and waited
-        # through its slack, or went to on-demand, while spot was there to be tried
-        spot_up.update(o.zone for o in cloud if o.tier is Tier.SPOT and o.zone)
+        # through its slack, or went to on-demand, while spot was there to be tried; a zone only of offers outside
+        # the broker's limits is none it may launch in
+        spot_up.update(o.zone for o in cloud if o.tier is Tier.SPOT and o.zone and not isinstance(o, Barred))
     used = nodes_in_use(active_jobs)
     availability = availability or {}
     for zone in settings.zones:
@@ -214,8 +249,9 @@ def market(settings: Settings, active_jobs: Iterable[Job], availability: Mapping
 
 
 def all_offers(settings: Settings) -> list[Offer]:
-    """Every offer with all capacity free: what the admission quote prices against."""
-    cloud = list(_price_table(settings.clouds)) if settings.launcher == "skypilot" else []
+    """Every offer with all capacity free: what the admission quote prices against (a cloud offer outside the
+    broker's limits marked :class:`~pricing.placement.Barred`, which it never quotes)."""
+    cloud = list(cloud_offers(settings)) if settings.launcher == "skypilot" else []
     return [o for pool in settings.pools for o in pool_offers(pool)] + [zone_offer(z) for z in settings.zones] + cloud
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from fnmatch import fnmatchcase
 from decimal import ROUND_CEILING, Decimal
 
 from pricing.catalog import GCP_N1_MEMORY_PER_CPU, LOCAL_DISK_CLOUDS, PRICED_CLOUDS
@@ -43,6 +44,64 @@ class NoFit:
     """Nothing fits; ``reason`` is one sentence for a person."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Where this deployment may launch cloud instances, as its cloud role allows (the broker's ``instance_types`` and
+    ``launch_regions`` settings): ``instance_types``, patterns an instance type must match (``fnmatch``, ``g5.*``;
+    a GCP GPU offer, ``<host VM>+<GPU>:<count>``, by its whole name or its VM's), and ``launch_regions``, the regions it
+    may launch in; empty: no limit. Only cloud offers are held to them: a pool (on this host or a Kubernetes one) and a
+    simulated zone (a process on this host) launch no cloud instance."""
+
+    instance_types: tuple[str, ...] = ()
+    launch_regions: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.instance_types or self.launch_regions)
+
+    def type_allowed(self, instance_type: str) -> bool:
+        """Whether ``instance_type`` matches one of :attr:`instance_types` (any, when none is given)."""
+        if not self.instance_types:
+            return True
+        names = {instance_type.lower(), instance_type.split("+", 1)[0].lower()}
+        return any(fnmatchcase(name, pattern.lower()) for name in names for pattern in self.instance_types)
+
+    def region_allowed(self, region: str) -> bool:
+        """Whether ``region`` is one of :attr:`launch_regions` (any, when none is given)."""
+        return not self.launch_regions or region.lower() in {r.lower() for r in self.launch_regions}
+
+    def allows(self, offer: Offer) -> bool:
+        """Whether ``offer`` is within the limits: a cloud offer whose instance type and region they allow, or an
+        offer that is no cloud instance (a pool, a simulated zone)."""
+        if offer.tier is Tier.ONPREM or offer.simulated:
+            return True
+        return self.type_allowed(offer.instance_type) and self.region_allowed(offer.region)
+
+
+@dataclass(frozen=True)
+class Barred(Offer):
+    """A cloud offer of the price table outside the broker's :class:`Limits`, which its cloud role may not launch:
+    never matched (:func:`matches`), so never quoted nor placed, but kept among the offers so that a job only such
+    offers would fit is told which limit rules them out (:func:`_no_match`), not "no offer has ..."; placed there,
+    its launch was refused by the cloud and the job requeued with zone cooldowns, tick after tick."""
+
+    limits: Limits = Limits()
+
+
+_OFFER_FIELDS = tuple(f.name for f in fields(Offer))
+
+
+def barred(offer: Offer, limits: Limits) -> Barred:
+    """``offer`` marked as outside ``limits`` (:class:`Barred`)."""
+    return Barred(**{name: getattr(offer, name) for name in _OFFER_FIELDS}, limits=limits)
+
+
+def within_limits(offers: Sequence[Offer], limits: Limits) -> tuple[Offer, ...]:
+    """``offers``, each one ``limits`` do not allow marked :class:`Barred`; ``offers`` as they are without limits."""
+    if not limits:
+        return tuple(offers)
+    return tuple(o if isinstance(o, Barred) or limits.allows(o) else barred(o, limits) for o in offers)
 
 
 def sized_exactly(offer: Offer) -> bool:
@@ -107,7 +166,13 @@ def matches(offer: Offer, want: ResourceRequest) -> bool:
     price table: a spot ``g4dn.xlarge`` and its T4). An instance type the task names is taken as named; a CPU job
     never takes a pool's GPU slot (here, so that the sentence of a job no offer fits sees the pool, and says why:
     :func:`_gpu_pools_text`); a simulated zone (a process on this host) takes any job. A ``local_disk`` asked is
-    given only by an instance type known to have it (:func:`local_disk_fits`)."""
+    given only by an instance type known to have it (:func:`local_disk_fits`). An offer outside the broker's limits
+    (:class:`Barred`) matches nothing."""
+    return not isinstance(offer, Barred) and _shape_fits(offer, want)
+
+
+def _shape_fits(offer: Offer, want: ResourceRequest) -> bool:
+    """Whether ``offer`` has the shape ``want`` asks, whatever the broker's limits (:func:`matches`)."""
     if want.accelerator is not None:
         if offer.accelerator is None or offer.accelerator.lower() != want.accelerator.lower():
             return False
@@ -629,7 +694,14 @@ def why_no_offer(request: JobRequest, offers: Sequence[Offer]) -> str:
 def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:
     """Why no offer has the shape asked. When the shape is there but not of the exact size asked (``cpus: 16``:
     every type with the GPUs asked has 8 or 32 vCPUs), it says so and how to ask for at least that size; when the
-    shape is there but not with the local disk asked, it says what the price table knows of local disks."""
+    shape is there but not with the local disk asked, it says what the price table knows of local disks. When only
+    offers outside the broker's limits (:class:`Barred`) have it, it names the limit that rules them out
+    (:func:`_barred_text`); else those offers are not spoken of, as they are not there to be taken."""
+    if any(isinstance(o, Barred) for o in offers):
+        outside = _barred_text(request, [o for o in offers if isinstance(o, Barred)])
+        if outside:
+            return outside
+        offers = [o for o in offers if not isinstance(o, Barred)]
     if any(alt.local_disk for alt in request.alternatives):
         fits = candidates(without_local_disk(request), offers)
         if fits:
@@ -641,6 +713,45 @@ def _no_match(request: JobRequest, offers: Sequence[Offer]) -> str:
             and candidates(_loosened(request, ("cpus", "memory")), offers):
         return _exact_size_text(request, offers)
     return f"no offer has {_describe_request(request)}{_what_there_is(request, offers)}"
+
+
+def _barred_text(request: JobRequest, outside: Sequence[Barred]) -> str | None:
+    """Why a job has no offer when offers outside the broker's limits (``outside``) would fit it: each limit that rules
+    them out, named as its setting, with what it allows — ``no offer this broker may launch has 1+ vCPUs: m6i.2xlarge
+    is outside this broker's instance_types (g5.*, p4d.*); the cheapest that has it is spot CPU m6i.2xlarge in
+    aws/us-east-1a``: the limit one of them is kept out by alone, or, where each is outside both, both. ``None``
+    when none of them would fit either (the sentence is then the shape's). It was "would be
+    placed on spot CPU m6i.2xlarge", whose launch the cloud role refused, or a bare "no offer has ..."."""
+    tiers = request.allowed_tiers
+    fits = [o for o in outside if o.tier in tiers and holds(o, request.num_nodes)
+            and any(_shape_fits(o, alt) for alt in request.alternatives)]
+    if not fits:
+        return None
+    fits.sort(key=lambda o: (o.price_per_hour, TIER_ORDER[o.tier], o.cloud, o.location, o.instance_type))
+    limits = fits[0].limits
+    # the offers one setting alone keeps out (widened, it lets them in) are what to name; only where every one is
+    # outside both, both for all (a CPU task under GPU-only instance_types was told of the regions too, where the
+    # instance types it may launch have no CPU type in any region)
+    alone = [o for o in fits if limits.type_allowed(o.instance_type) != limits.region_allowed(o.region)] or fits
+    fits = alone
+    said = []
+    types = list(dict.fromkeys(o.instance_type for o in fits if not limits.type_allowed(o.instance_type)))
+    if types:
+        said.append(f"{_listed(types)} {'is' if len(types) == 1 else 'are'} outside this broker's instance_types "
+                    f"({', '.join(limits.instance_types)})")
+    regions = list(dict.fromkeys(o.region for o in fits if not limits.region_allowed(o.region)))
+    if regions:
+        whose = "its" if said else "this broker's"
+        said.append(f"region{'s' if len(regions) > 1 else ''} {_listed(regions)} "
+                    f"{'is' if len(regions) == 1 else 'are'} outside {whose} launch_regions "
+                    f"({', '.join(limits.launch_regions)})")
+    return (f"no offer this broker may launch has {_describe_request(request)}: {' and '.join(said)}; the cheapest "
+            f"that has it is {fits[0].describe()}")
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a, b and c``; past three, ``a, b, c and 4 more``."""
+    return _series(list(names[:3]) + ([f"{len(names) - 3} more"] if len(names) > 3 else []))
 
 
 def _host_memory_text(request: JobRequest, offers: Sequence[Offer]) -> str | None:

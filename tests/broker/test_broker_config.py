@@ -53,7 +53,8 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
               "workdir_retention_seconds": 3600, "workdir_grace_seconds": 600, "zones": [], "heartbeat_timeout_seconds": 0,
               "zone_cooldown_seconds": 60, "changeover_seconds": 30, "failure_rules": None, "slack": None,
               "notifications": None, "owner_timeout_seconds": 90, "clouds": ["gcp"],
-              "cluster_prefix": "broker-staging", "secrets_key": base64.b64encode(bytes(range(32))).decode(),
+              "cluster_prefix": "broker-staging", "instance_types": ["g5.*"], "launch_regions": ["us-east-1"],
+              "secrets_key": base64.b64encode(bytes(range(32))).decode(),
               "secrets_old_keys": [base64.b64encode(b"o" * 32).decode()], "job_retention_days": 90}
     assert set(values) == CONFIG_KEYS
     import yaml
@@ -64,6 +65,7 @@ def test_every_known_setting_is_accepted(make_settings, tmp_path):
     assert settings.workdir_retention_seconds == 3600 and settings.workdir_grace_seconds == 600
     assert settings.job_retention_days == 90
     assert settings.clouds == ("gcp",) and settings.cluster_prefix == "broker-staging"
+    assert settings.instance_types == ("g5.*",) and settings.launch_regions == ("us-east-1",)
     assert settings.secrets_key == bytes(range(32)) and settings.secrets_old_keys == (b"o" * 32,)
 
 
