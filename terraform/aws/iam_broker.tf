@@ -104,6 +104,13 @@ data "aws_iam_policy_document" "task_skypilot" {
       values   = var.gpu_instance_types
     }
     condition {
+      # SkyPilot names the cluster in RunInstances' own tags: an instance launched with this role
+      # is always one of the broker's clusters, which the rights below are scoped to.
+      test     = "StringLike"
+      variable = "aws:RequestTag/ray-cluster-name"
+      values   = [local.own_cluster_names]
+    }
+    condition {
       test     = "StringEquals"
       variable = "aws:RequestedRegion"
       values   = var.launch_regions
@@ -127,9 +134,61 @@ data "aws_iam_policy_document" "task_skypilot" {
     }
   }
   statement {
-    sid       = "ManageLaunchedInstances"
-    actions   = ["ec2:TerminateInstances", "ec2:StartInstances", "ec2:StopInstances", "ec2:CreateTags", "ec2:DeleteTags"]
+    # Only the broker's own clusters (SkyPilot's ray-cluster-name tag, set at launch above).
+    # ModifyInstanceAttribute: SkyPilot moves a cluster onto another security group when it
+    # opens ports, and onto the default one before terminating a cluster that had ports.
+    sid       = "ManageOwnClusters"
+    actions   = ["ec2:TerminateInstances", "ec2:StartInstances", "ec2:StopInstances", "ec2:ModifyInstanceAttribute"]
     resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:instance/*"]
+    condition {
+      test     = "StringLike"
+      variable = "ec2:ResourceTag/ray-cluster-name"
+      values   = [local.own_cluster_names]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    # Tags in RunInstances' own TagSpecifications (the launch statement checks them).
+    sid       = "TagInstancesAtLaunch"
+    actions   = ["ec2:CreateTags"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:instance/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:CreateAction"
+      values   = ["RunInstances"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    # SkyPilot re-tags its head node and the instances it restarts (with the tags they
+    # carry): only the broker's clusters, and never renamed to a cluster not the broker's.
+    # No DeleteTags: SkyPilot never removes a tag.
+    sid       = "TagOwnClusters"
+    actions   = ["ec2:CreateTags"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:instance/*"]
+    condition {
+      test     = "StringLike"
+      variable = "ec2:ResourceTag/ray-cluster-name"
+      values   = [local.own_cluster_names]
+    }
+    condition {
+      test     = "StringLikeIfExists"
+      variable = "aws:RequestTag/ray-cluster-name"
+      values   = [local.own_cluster_names]
+    }
+    condition {
+      test     = "StringLikeIfExists"
+      variable = "aws:RequestTag/skypilot-cluster-name"
+      values   = [local.own_cluster_names]
+    }
     condition {
       test     = "StringEquals"
       variable = "aws:RequestedRegion"
@@ -154,12 +213,60 @@ data "aws_iam_policy_document" "task_skypilot" {
     }
   }
   statement {
-    sid     = "SkyPilotSecurityGroups"
-    actions = ["ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress"]
-    resources = [
-      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:security-group/*",
-      "arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:vpc/*",
-    ]
+    # SkyPilot creates its security groups (sky-sg-<user hash>, or sky-sg-<cluster> for a
+    # cluster with ports) tagged skypilot=true (sky/provision/aws/config.py); the vpc is the
+    # other resource CreateSecurityGroup is authorized on.
+    sid       = "CreateSecurityGroupsInVpcs"
+    actions   = ["ec2:CreateSecurityGroup"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:vpc/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    sid       = "CreateSkyPilotSecurityGroups"
+    actions   = ["ec2:CreateSecurityGroup"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:security-group/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/skypilot"
+      values   = ["true"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    # Tagging at creation is authorized as CreateTags too.
+    sid       = "TagSecurityGroupsAtCreation"
+    actions   = ["ec2:CreateTags"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:security-group/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:CreateAction"
+      values   = ["CreateSecurityGroup"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestedRegion"
+      values   = var.launch_regions
+    }
+  }
+  statement {
+    # Open ingress (SSH, the cluster's own traffic, a task's ports) and move instances onto
+    # SkyPilot's own groups only, never any other security group of the account.
+    sid       = "UseSkyPilotSecurityGroups"
+    actions   = ["ec2:AuthorizeSecurityGroupIngress", "ec2:ModifyInstanceAttribute"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:*:${data.aws_caller_identity.current.account_id}:security-group/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:ResourceTag/skypilot"
+      values   = ["true"]
+    }
     condition {
       test     = "StringEquals"
       variable = "aws:RequestedRegion"

@@ -138,8 +138,8 @@ variable "task_cpu" {
 
 variable "task_memory" {
   type        = number
-  description = "Fargate memory (MiB) per broker task; must be valid for task_cpu."
-  default     = 2048
+  description = "Fargate memory (MiB) per broker task; must be valid for task_cpu (1024 CPU takes 2048-8192). 4096: an idle broker with SkyPilot's API server holds about 1.2 GiB (the broker ~185 MB, 8 SkyPilot server processes at 110-180 MB each), SkyPilot's API server warns of 2 GB or less and wants more for its requests (sky/server/constants.py MIN_AVAIL_MEM_GB), and a workdir pack may unpack to 640 MiB."
+  default     = 4096
 
   validation {
     condition     = var.task_memory >= 1024 && var.task_memory <= 30720 && var.task_memory % 1024 == 0
@@ -245,5 +245,17 @@ variable "gpu_instance_types" {
   validation {
     condition     = length(var.gpu_instance_types) > 0 && alltrue([for t in var.gpu_instance_types : can(regex("^[a-z0-9-]+\\.[a-z0-9*]+$", t))])
     error_message = "gpu_instance_types must be patterns like g5.* or p4d.24xlarge."
+  }
+}
+
+variable "cluster_prefix" {
+  type        = string
+  description = "The broker's cluster_prefix setting (its SkyPilot clusters are <cluster_prefix>-j-...; default broker): the training identity may stop and delete, and the broker's identity may manage, only instances of those clusters. Set it to the same value as the broker's config."
+  default     = "broker"
+
+  validation {
+    # broker/config.py: up to 20 lowercase letters, digits and single hyphens, starting with a letter
+    condition     = length(var.cluster_prefix) <= 20 && can(regex("^[a-z][a-z0-9]*(-[a-z0-9]+)*$", var.cluster_prefix))
+    error_message = "cluster_prefix must be up to 20 lowercase letters, digits and single hyphens, starting with a letter (broker-staging), as the broker's cluster_prefix setting."
   }
 }

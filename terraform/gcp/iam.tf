@@ -1,6 +1,16 @@
 # Two service accounts: the broker's (its bucket, its secrets, and what
 # SkyPilot needs to launch GPU instances) and the one training instances run
-# as (their checkpoint prefix only).
+# as (their checkpoint prefix, and stopping or deleting the broker's own
+# clusters: SkyPilot's autostop/autodown runs on the cluster as this account).
+
+locals {
+  # Instance-level rights hold only on the broker's own clusters: SkyPilot names each
+  # instance after the cluster (<cluster_prefix>-j-<job>-a<n>..., launchers/skypilot.py
+  # cluster_name; the "-j-" keeps broker-staging's clusters out of broker's). Every
+  # other resource type (the project, disks, firewalls, operations) is not narrowed
+  # by it: the condition applies only where the resource is an instance.
+  own_instances_only = "resource.type != 'compute.googleapis.com/Instance' || resource.name.extract('/instances/{name}').startsWith('${var.cluster_prefix}-j-')"
+}
 
 resource "google_service_account" "broker" {
   account_id   = "${var.name}-broker"
@@ -76,14 +86,50 @@ resource "google_project_iam_custom_role" "skypilot" {
   ]
 }
 
+# compute.instances.* (setMetadata, which adds SSH keys, included) only on the broker's
+# own instances. compute.instances.list cannot be narrowed: it is checked on the project.
 resource "google_project_iam_member" "broker_skypilot" {
   project = var.project_id
   role    = google_project_iam_custom_role.skypilot.id
   member  = "serviceAccount:${google_service_account.broker.email}"
+
+  condition {
+    title       = "own-clusters-only"
+    description = "Instances whose name begins with ${var.cluster_prefix}-j-; any other resource type."
+    expression  = local.own_instances_only
+  }
 }
 
 resource "google_service_account_iam_member" "broker_acts_as_training" {
   service_account_id = google_service_account.training.name
   role               = "roles/iam.serviceAccountUser"
   member             = "serviceAccount:${google_service_account.broker.email}"
+}
+
+# SkyPilot's autostop/autodown on the cluster (sky/skylet/events.py) calls
+# sky/provision/gcp/instance.py stop_instances or terminate_instances as this account:
+# instances.list (by the cluster's label), instances.stop or instances.delete, and
+# zoneOperations.get to wait for them.
+resource "google_project_iam_custom_role" "training_autodown" {
+  role_id     = "${replace(var.name, "-", "_")}_training_autodown"
+  title       = "${var.name} training autodown"
+  description = "Stop or delete the broker's own clusters from the cluster itself (SkyPilot autostop/autodown)."
+  permissions = [
+    "compute.instances.delete",
+    "compute.instances.list",
+    "compute.instances.stop",
+    "compute.zoneOperations.get",
+  ]
+}
+
+resource "google_project_iam_member" "training_autodown" {
+  project = var.project_id
+  role    = google_project_iam_custom_role.training_autodown.id
+  member  = "serviceAccount:${google_service_account.training.email}"
+
+  condition {
+    title       = "own-clusters-only"
+    description = "Instances whose name begins with ${var.cluster_prefix}-j-; the listing and the operations."
+    expression  = local.own_instances_only
+  }
 }

@@ -118,8 +118,8 @@ variable "cpu" {
 
 variable "memory" {
   type        = string
-  description = "Memory limit of each Cloud Run instance."
-  default     = "2Gi"
+  description = "Memory limit of each Cloud Run instance. 4Gi (1 CPU takes up to 4Gi; more needs cpu 2): an idle broker with SkyPilot's API server holds about 1.2 GiB (the broker ~185 MB, 8 SkyPilot server processes at 110-180 MB each), SkyPilot's API server warns of 2 GB or less and wants more for its requests (sky/server/constants.py MIN_AVAIL_MEM_GB), and Cloud Run's filesystem is in this memory (a workdir pack may unpack to 640 MiB)."
+  default     = "4Gi"
 
   validation {
     condition     = can(regex("^[0-9]+(Mi|Gi)$", var.memory))
@@ -186,5 +186,29 @@ variable "slack_bot_token" {
   validation {
     condition     = var.slack_bot_token == "" || startswith(var.slack_bot_token, "xoxb-")
     error_message = "slack_bot_token must be empty or a bot token starting with xoxb-."
+  }
+}
+
+variable "deletion_protection" {
+  type        = bool
+  description = "Protect the Cloud Run service from deletion (the google provider's default since 6.0); set false and apply once before `terraform destroy`."
+  default     = true
+}
+
+variable "redis_persistence" {
+  type        = bool
+  description = "RDB snapshots of the store every hour (Memorystore's persistence_config, on the Standard tier the module uses): a primary and replica lost together recover from the last snapshot rather than empty. Memorystore keeps them for its own recovery (no restore by hand: export for that). False turns them off and deletes them."
+  default     = true
+}
+
+variable "cluster_prefix" {
+  type        = string
+  description = "The broker's cluster_prefix setting (its SkyPilot clusters are <cluster_prefix>-j-...; default broker): the training identity may stop and delete, and the broker's identity may manage, only instances of those clusters. Set it to the same value as the broker's config."
+  default     = "broker"
+
+  validation {
+    # broker/config.py: up to 20 lowercase letters, digits and single hyphens, starting with a letter
+    condition     = length(var.cluster_prefix) <= 20 && can(regex("^[a-z][a-z0-9]*(-[a-z0-9]+)*$", var.cluster_prefix))
+    error_message = "cluster_prefix must be up to 20 lowercase letters, digits and single hyphens, starting with a letter (broker-staging), as the broker's cluster_prefix setting."
   }
 }
