@@ -18,6 +18,16 @@ locals {
     BROKER_PUBLIC_URL      = local.public_url
     BROKER_LAUNCHER        = "skypilot"
     BROKER_ENGINE          = "on"
+    # the clouds priced: this module grants SkyPilot AWS alone, and a gcp it priced would log
+    # "clouds: gcp has no price catalog" at every start (the image ships AWS's prices only)
+    BROKER_CLOUDS = "aws"
+    # where the task role may launch (iam_broker.tf): the broker places cloud attempts only there, rather
+    # than quote an offer IAM then refuses at launch
+    BROKER_LAUNCH_REGIONS = join(",", var.launch_regions)
+    BROKER_INSTANCE_TYPES = join(",", var.gpu_instance_types)
+    # the clusters the roles may manage and autodown are named <cluster_prefix>-j-... (iam_*.tf): the broker
+    # names them with the same prefix, so the two cannot disagree
+    BROKER_CLUSTER_PREFIX = var.cluster_prefix
   }
 
   # Secret settings: one Secrets Manager entry each, injected by ECS.

@@ -18,6 +18,14 @@ locals {
   # from a mounted secret (redis-py takes ssl_ca_certs from the URL).
   redis_ca_dir = "/etc/spot-broker/redis-ca"
 
+  # ssl_check_hostname=false: the certificate is still verified against that CA, but not matched to the
+  # host. Memorystore's server certificate names its IP in the subject CN only, with no IP subjectAltName
+  # (envoyproxy/ratelimit#409: "GCP Memorystore which sets the CN to an IP address"), and OpenSSL matches
+  # an IP against IP SANs alone, so redis-py (hostname checks on by default since 6.0, redis-py#3629)
+  # refused every connection: "CERTIFICATE_VERIFY_FAILED ... IP address mismatch". The CA is the
+  # instance's own, so a certificate it signed is this instance's.
+  redis_tls_query = "ssl_ca_certs=${local.redis_ca_dir}/ca.pem&ssl_check_hostname=false"
+
   # Plain settings, passed as container environment.
   environment = {
     BROKER_CONFIG          = var.broker_config_path
@@ -25,6 +33,12 @@ locals {
     BROKER_PUBLIC_URL      = local.public_url
     BROKER_LAUNCHER        = "skypilot"
     BROKER_ENGINE          = "on"
+    # the clouds priced: this module grants SkyPilot GCP alone, and an aws it priced would log
+    # "clouds: aws has no price catalog" at every start and quote offers it cannot launch
+    BROKER_CLOUDS = "gcp"
+    # the instances the accounts may manage and autodown are named <cluster_prefix>-j-... (iam.tf): the broker
+    # names them with the same prefix, so the two cannot disagree
+    BROKER_CLUSTER_PREFIX = var.cluster_prefix
   }
 
   # Secret settings: one Secret Manager secret each, read by Cloud Run.
@@ -35,7 +49,7 @@ locals {
   )
 
   secret_values = {
-    BROKER_STORE_URL            = "rediss://:${google_redis_instance.store.auth_string}@${google_redis_instance.store.host}:${google_redis_instance.store.port}/0?ssl_ca_certs=${local.redis_ca_dir}/ca.pem"
+    BROKER_STORE_URL            = "rediss://:${google_redis_instance.store.auth_string}@${google_redis_instance.store.host}:${google_redis_instance.store.port}/0?${local.redis_tls_query}"
     BROKER_ADMIN_TOKEN          = random_password.admin_token.result
     BROKER_TEAM_TOKENS          = jsonencode({ for team in var.teams : team => random_password.team_token[team].result })
     BROKER_SECRETS_KEY          = random_id.secrets_key.b64_std

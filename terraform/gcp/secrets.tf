@@ -67,9 +67,14 @@ resource "google_secret_manager_secret" "redis_ca" {
   depends_on = [google_project_service.needed]
 }
 
+# Every CA Memorystore lists, in one PEM bundle (redis-py's ssl_ca_certs reads a bundle): five years after
+# creation an instance lists the next CA beside the old one and later moves its server certificate to it
+# (Memorystore for Redis, "Certificate Authority rotation"); with only server_ca_certs[0] mounted, every TLS
+# connection fails from that move on. An apply after the new CA appears (the old one stays valid for years
+# beside it) mounts both.
 resource "google_secret_manager_secret_version" "redis_ca" {
   secret      = google_secret_manager_secret.redis_ca.id
-  secret_data = google_redis_instance.store.server_ca_certs[0].cert
+  secret_data = join("\n", [for ca in google_redis_instance.store.server_ca_certs : trimspace(ca.cert)])
 
   lifecycle {
     create_before_destroy = true

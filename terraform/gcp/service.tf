@@ -6,6 +6,9 @@ resource "google_cloud_run_v2_service" "broker" {
   name     = var.name
   location = var.region
   ingress  = "INGRESS_TRAFFIC_ALL"
+  # google provider 6.0 made it true by default, so `terraform destroy` failed on the service; the
+  # variable keeps that default and says how to destroy (README: set it false and apply first).
+  deletion_protection = var.deletion_protection
 
   template {
     service_account = google_service_account.broker.email
@@ -24,9 +27,10 @@ resource "google_cloud_run_v2_service" "broker" {
     }
 
     containers {
-      image   = var.broker_image
-      command = ["broker"]
-      args    = ["serve", "--host", "0.0.0.0", "--port", tostring(local.broker_port)]
+      image = var.broker_image
+      # No `command`: Cloud Run's command replaces the image's ENTRYPOINT, tini (deploy/Dockerfile), which
+      # reaps the processes SkyPilot and the local runners leave behind; args replace CMD alone.
+      args = ["broker", "serve", "--host", "0.0.0.0", "--port", tostring(local.broker_port)]
 
       ports {
         container_port = local.broker_port
@@ -68,17 +72,20 @@ resource "google_cloud_run_v2_service" "broker" {
         mount_path = local.redis_ca_dir
       }
 
+      # Each probe waits up to 2 s for a stalled store before answering (PROBE_SECONDS, broker/api/probe.py),
+      # so each timeout is longer than that: Cloud Run's default 1 s would read a slow store as a dead instance
+      # (the startup probe would fail a new revision's start; the liveness probe would restart every instance).
+      # Cloud Run takes a timeout of at most the probe's period.
       startup_probe {
         http_get {
           path = "/v1/readyz"
           port = local.broker_port
         }
         period_seconds    = 5
+        timeout_seconds   = 4
         failure_threshold = 12
       }
 
-      # the broker waits up to 2 s for a stalled store before answering 200 (broker/api/probe.py): Cloud Run's
-      # default 1 s timeout would read that as a dead instance and restart every one
       liveness_probe {
         http_get {
           path = "/v1/healthz"

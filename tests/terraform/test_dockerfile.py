@@ -100,6 +100,10 @@ class Dockerfile:
         assert args, "the Dockerfile has no CMD"
         return exec_form(args, "CMD")
 
+    def entrypoint(self) -> list[str]:
+        args = self.last("ENTRYPOINT")
+        return exec_form(args, "ENTRYPOINT") if args else []
+
     def copies(self) -> list[tuple[list[str], str]]:
         """``[(sources, destination)]`` of every COPY (flags such as --chown dropped)."""
         out = []
@@ -302,11 +306,27 @@ def parse_broker_argv(argv: list[str]):
     return _parser().parse_args(argv[1:])
 
 
+# Inits that reap orphans as PID 1 and forward signals, by the Debian package that installs them (bookworm).
+INITS = {"tini": "tini", "dumb-init": "dumb-init"}
+
+
+def test_the_image_runs_the_broker_under_an_init_that_reaps_orphans():
+    """The broker starts SkyPilot's API server and the local launcher's runners; their children, orphaned,
+    are reparented to PID 1, which must reap them. The broker as PID 1 did not: zombies piled up. An init
+    (tini, or dumb-init) as the ENTRYPOINT reaps them and forwards SIGTERM to the broker; ECS's `command`
+    replaces CMD only, and Cloud Run cannot take `--init`, so the image carries it for both modules."""
+    image = dockerfile()
+    entrypoint = image.entrypoint()
+    assert entrypoint, "no ENTRYPOINT: the broker runs as PID 1 and never reaps the orphans of its children"
+    assert entrypoint[0] in INITS, f"ENTRYPOINT {entrypoint}: expected an init ({sorted(INITS)})"
+    assert entrypoint[-1] == "--" or entrypoint[0] == "dumb-init", "end the init's options with --"
+    runs = " ".join(image.all("RUN"))
+    package = INITS[entrypoint[0]]
+    assert re.search(rf"apt-get install [^&;]*\b{re.escape(package)}\b", runs), f"{package} is not installed"
+
+
 def test_the_image_serves_the_api_on_its_exposed_port():
     image = dockerfile()
-    assert image.last("ENTRYPOINT") is None, (
-        "ECS's command replaces CMD and keeps ENTRYPOINT: the module's ['broker', 'serve', ...] would run "
-        "after it")
     args = parse_broker_argv(image.cmd())
     assert args.command == "serve" and args.host == "0.0.0.0" and not args.no_engine
     exposed = image.all("EXPOSE")
@@ -323,16 +343,20 @@ def resolve(text: str, module_dir: Path) -> str:
 
 
 def module_argv(module_dir: Path) -> list[str]:
-    """What the container runs under the module: ECS's ``command`` (after the image's ENTRYPOINT, which is
-    none), Cloud Run's ``command`` (replacing the ENTRYPOINT) and ``args`` (replacing CMD)."""
+    """What the container runs under the module, whole: ECS runs the image's ENTRYPOINT with its ``command`` (which
+    replaces CMD); Cloud Run runs its ``command`` in place of the ENTRYPOINT (the ENTRYPOINT when it gives none)
+    with its ``args`` in place of CMD."""
     module = cached_module(module_dir)
+    entrypoint = dockerfile().entrypoint()
     if module_dir == AWS:
         text = module.resources[("aws_ecs_task_definition", "broker")]["container_definitions"]
+        assert not re.search(r"\bentryPoint\s*=", text), "the container definition replaces the image's ENTRYPOINT"
         command = re.search(r"\bcommand\s*=\s*\[(.*?)\]", text, re.S)
         assert command, "the container definition has no command"
-        return [resolve(word.strip(), module_dir) for word in command.group(1).split(",")]
+        return entrypoint + [resolve(word.strip(), module_dir) for word in command.group(1).split(",")]
     container = module.resources[("google_cloud_run_v2_service", "broker")]["template"][0]["containers"][0]
-    return [resolve(w, module_dir) for w in container.get("command", []) + container.get("args", [])]
+    command = [resolve(w, module_dir) for w in container["command"]] if "command" in container else entrypoint
+    return command + [resolve(w, module_dir) for w in container.get("args", [])]
 
 
 def module_port(module_dir: Path) -> int:
@@ -349,11 +373,12 @@ def module_port(module_dir: Path) -> int:
     return int(module.locals["broker_port"])
 
 
-@module_cases("{} runs the image's command on the image's port")
+@module_cases("{} runs the image's command, under its init, on the image's port")
 def test_the_module_runs_what_the_image_runs(module_dir):
     argv = module_argv(module_dir)
-    assert argv == dockerfile().cmd(), f"{rel(module_dir)} runs {argv}, the image's CMD is {dockerfile().cmd()}"
-    args = parse_broker_argv(argv)
+    image = dockerfile().entrypoint() + dockerfile().cmd()
+    assert argv == image, f"{rel(module_dir)} runs {argv}, the image {image}"
+    args = parse_broker_argv(argv[len(dockerfile().entrypoint()):])
     assert args.command == "serve" and args.port == module_port(module_dir)
     assert dockerfile().all("EXPOSE") == [str(module_port(module_dir))]
 

@@ -158,14 +158,119 @@ def test_training_identity_follows_the_name(module_dir):
     assert cached_module(module_dir).locals[local] == '"${var.name}-training"'
 
 
-def test_gcp_liveness_probe_waits_longer_than_the_broker_waits_for_a_stalled_store():
-    """/v1/healthz answers 200 within PROBE_SECONDS even while the store stalls; Cloud Run's liveness probe
-    times out after 1 s unless told otherwise, and would restart every instance for a store outage."""
+# -- health checks outlast the broker's wait for a stalled store --------------------------------------------
+
+# What each check gives up after when the module sets no timeout: Cloud Run's probes 1 s (its API reference,
+# timeoutSeconds); an ALB target group of target type ip 5 s (ELB developer guide, "Health checks for target
+# groups", HealthCheckTimeoutSeconds).
+CLOUD_RUN_DEFAULT_TIMEOUT = 1
+ALB_IP_TARGET_DEFAULT_TIMEOUT = 5
+
+
+def _gcp_probes() -> dict[str, dict]:
+    container = cached_module(GCP).resources[("google_cloud_run_v2_service", "broker")]["template"][0]["containers"][0]
+    return {name: container[name][0] for name in ("startup_probe", "liveness_probe") if container.get(name)}
+
+
+def test_gcp_has_the_startup_and_the_liveness_probe():
+    assert set(_gcp_probes()) == {"startup_probe", "liveness_probe"}
+
+
+@pytest.mark.parametrize("probe", ["startup_probe", "liveness_probe"],
+                         ids=["the GCP startup probe waits longer than the broker waits for a stalled store",
+                              "the GCP liveness probe waits longer than the broker waits for a stalled store"])
+def test_gcp_probes_wait_longer_than_the_broker_waits_for_a_stalled_store(probe):
+    """/v1/healthz and /v1/readyz answer within PROBE_SECONDS even while the store stalls; a Cloud Run probe times
+    out after 1 s unless told otherwise. The liveness probe would then restart every instance for a store outage,
+    and the startup probe fail a new revision whose store answers slowly. Cloud Run takes a timeout of at most the
+    probe's period."""
     from broker.api.probe import PROBE_SECONDS
 
-    text = str(cached_module(GCP).resources[("google_cloud_run_v2_service", "broker")])
-    at = text.find("'liveness_probe'")
-    assert at >= 0, "no liveness probe"
-    block = text[at:text.find("'__is_block__': True}]", text.find("'period_seconds'", at))]  # the probe's own keys
-    timeout = re.search(r"'timeout_seconds': '?(\d+)", block)
-    assert timeout and int(timeout.group(1)) > PROBE_SECONDS, block[:300]
+    block = _gcp_probes()[probe]
+    timeout = int(block.get("timeout_seconds", CLOUD_RUN_DEFAULT_TIMEOUT))
+    assert timeout > PROBE_SECONDS, f"{probe}: timeout_seconds {timeout}"
+    assert timeout <= int(block.get("period_seconds", 10)), f"{probe}: the timeout exceeds the period"
+
+
+def test_aws_load_balancer_check_waits_longer_than_the_broker_waits_for_a_stalled_store():
+    from broker.api.probe import PROBE_SECONDS
+
+    group = cached_module(AWS).resources[("aws_lb_target_group", "broker")]
+    assert unquote(group["target_type"]) == "ip"  # the default below is that of ip targets
+    for check in group["health_check"]:
+        timeout = int(check.get("timeout", ALB_IP_TARGET_DEFAULT_TIMEOUT))
+        assert PROBE_SECONDS < timeout < int(check.get("interval", 30)), check
+
+
+def test_the_images_healthcheck_waits_longer_than_the_broker_waits_for_a_stalled_store():
+    """`docker run` of the image (ECS and Cloud Run ignore it): its HEALTHCHECK and the urlopen inside it."""
+    from broker.api.probe import PROBE_SECONDS
+
+    text = (TERRAFORM.parent / "deploy" / "Dockerfile").read_text()
+    line = re.search(r"^HEALTHCHECK (.*?)\\?\n\s*CMD (.*)$", text, re.M)
+    assert line, "no HEALTHCHECK"
+    docker_timeout = int(re.search(r"--timeout=(\d+)s", line.group(1)).group(1))
+    client_timeout = float(re.search(r"timeout=(\d+(?:\.\d+)?)\)", line.group(2)).group(1))
+    assert PROBE_SECONDS < client_timeout < docker_timeout
+
+
+# -- what a destroy and a long life need -------------------------------------------------------------------
+
+def test_gcp_service_deletion_protection_is_a_variable_the_readme_says_to_turn_off():
+    """google provider 6.0 made deletion_protection default to true on google_cloud_run_v2_service: the README's
+    `terraform destroy` failed on the service. The module names it (as the AWS module does for its load
+    balancer), and the README says to set it false and apply before destroying."""
+    service = cached_module(GCP).resources[("google_cloud_run_v2_service", "broker")]
+    assert service.get("deletion_protection") == "${var.deletion_protection}"
+    variable = cached_module(GCP).variables["deletion_protection"]
+    assert unquote(variable["type"]).strip("${}") == "bool"
+    readme = (GCP / "README.md").read_text()
+    blocks = [b for b in re.findall(r"^```sh\n(.*?)^```", readme, flags=re.M | re.S) if "terraform destroy" in b]
+    assert blocks, "the README shows no `terraform destroy`"
+    lines = [line.split("#")[0].split() for line in blocks[0].splitlines()]
+    destroy = next(i for i, words in enumerate(lines) if words[:2] == ["terraform", "destroy"])
+    assert any(words[:2] == ["terraform", "apply"] and "deletion_protection=false" in words
+               for words in lines[:destroy]), blocks[0]
+
+
+# Fargate's sizes and Cloud Run's: a CPU takes memory up to these (MiB). Cloud Run: more than 4 GiB needs 2 CPUs.
+CLOUD_RUN_MAX_MEMORY = {"1": 4096, "2": 8192, "4": 16384, "8": 32768}
+
+
+def _mebibytes(size: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", size).groups()
+    return int(number) * (1024 if unit == "Gi" else 1)
+
+
+def test_the_default_memory_holds_skypilots_api_server_beside_the_broker():
+    """An idle broker with SkyPilot's API server measured ~1.2 GiB; SkyPilot's server warns at 2 GB or less
+    (MIN_AVAIL_MEM_GB) and Cloud Run's filesystem is in memory (a workdir unpacks to 640 MiB): 2 GiB left
+    nothing for a launch. Both modules default to 4 GiB, at a CPU size that runs it."""
+    from sky.server import constants
+
+    aws = cached_module(AWS).variables
+    gcp = cached_module(GCP).variables
+    aws_memory, aws_cpu = int(aws["task_memory"]["default"]), int(aws["task_cpu"]["default"])
+    gcp_memory, gcp_cpu = _mebibytes(unquote(gcp["memory"]["default"])), unquote(gcp["cpu"]["default"])
+    for memory in (aws_memory, gcp_memory):
+        assert memory >= 4096 and memory > constants.MIN_AVAIL_MEM_GB * 1024
+    assert FARGATE_MEMORY[aws_cpu][0] <= aws_memory <= FARGATE_MEMORY[aws_cpu][1]
+    assert gcp_memory <= CLOUD_RUN_MAX_MEMORY[gcp_cpu]
+
+
+def test_gcp_store_keeps_rdb_snapshots_by_default():
+    """ElastiCache keeps snapshot_retention_limit days of snapshots; Memorystore had no persistence, so a primary and
+    replica lost together restarted the store empty. redis_persistence (default true) turns on hourly RDB snapshots."""
+    module = cached_module(GCP)
+    assert module.variables["redis_persistence"]["default"] is True
+    config = module.resources[("google_redis_instance", "store")]["persistence_config"][0]
+    assert config["persistence_mode"] == '${var.redis_persistence ? "RDB" : "DISABLED"}'
+    assert config["rdb_snapshot_period"] == '${var.redis_persistence ? "ONE_HOUR" : null}'
+
+
+def test_gcp_mounts_every_redis_ca_for_a_rotation():
+    """Memorystore lists a second CA five years in and moves its certificate to it; a file of server_ca_certs[0]
+    alone failed every connection from then on."""
+    data = cached_module(GCP).resources[("google_secret_manager_secret_version", "redis_ca")]["secret_data"]
+    assert "[0]" not in data
+    assert re.search(r"for \w+ in google_redis_instance\.store\.server_ca_certs\s*:", data), data
