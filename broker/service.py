@@ -617,8 +617,10 @@ class BrokerService:
         _, positions_, found_waits = self._waits(extra=[job])
         team = None if principal.admin else principal.team or ""
         holders = found_waits.holders.get(job.id)
+        # what the queue would add (queue_waits): what holds its capacity, or by when it moves off spot's wait
+        waiting = holders_words(holders, team) if holders else None
         return DryRun(job, False, None, decision.reason, positions_.get(job.id), found_waits.starts.get(job.id),
-                      holders_words(holders, team) if holders else None, self._stop_seconds())
+                      waiting if waiting is not None else self._spot_latest(job, now), self._stop_seconds())
 
     def _stop_seconds(self) -> int:
         """What a clean stop takes, as the engine keeps it of every budget (:func:`broker.engine.budget.reserve_seconds`):
@@ -1007,43 +1009,78 @@ class BrokerService:
     def _queue_at(self, jobs: list[Job], availability: dict, now: float) -> _Queue:
         """The queue worked out from what :meth:`_queue_read` read: what of it is the same for every viewer."""
         positions_, found = self._weigh(jobs, availability, now)
-        reliable: dict[tuple, bool] = {}  # per shape (placeable_key): whether an on-demand or pool offer fits it
+        reliable: dict[tuple, Any] = {}  # per shape (placeable_key): the on-demand or pool offers that fit it
         spot = {job.id: words for job in jobs
                 if job.state is JobState.QUEUED and (words := self._spot_latest(job, now, reliable))}
         return _Queue(tuple((job.id, job.version) for job in jobs), availability, self.settings, now, jobs,
                       positions_, found, spot, {})
 
-    def _spot_latest(self, job: Job, now: float, reliable: dict[tuple, bool] | None = None) -> str | None:
+    def _spot_latest(self, job: Job, now: float, reliable: dict[tuple, Any] | None = None) -> str | None:
         """For a queued job with a deadline that its spot policy keeps waiting for spot: roughly when, if spot does
         not come, its safety net moves it to the reliable tier to meet the deadline — its deadline less its work left,
         a changeover and a tick (:func:`pricing.deadline.is_safe`; the changeover the job measured may differ).
         Such a job gets no start estimate, and "waits for spot" alone left its user to guess whether it would start
-        in time. A job no on-demand or pool offer fits (``use_spot: true``: spot only) has nowhere to move to — it
-        was told it would move to on-demand, which ``broker ondemand`` then refused — and is told that, if spot has
-        not come by then, it cannot meet its deadline. ``reliable``: whether a reliable offer fits, by
-        :func:`~broker.engine.schedule.placeable_key`, kept across the jobs of one read."""
-        if job.deadline is None or not job.reason.startswith(SPOT_WAIT):
+        in time. A job that has no reliable tier to move to is told instead that, if spot has not come by then, it
+        cannot meet its deadline, and why: no on-demand or pool offer fits it (``use_spot: true``: spot only), or its
+        budget left does not pay for one (the expected run left and a clean stop, as ``broker ondemand`` refuses it:
+        :meth:`_budget_shortfall`) — both were told they would move to on-demand, which ``broker ondemand`` then
+        refused. Such a job is told so too once its policy has sent it to the reliable tier it cannot use, and it waits
+        for the spot zones its budget covers ("zones … are busy right now, and they are what the budget covers" said
+        nothing of its deadline). ``reliable``: what is worked out per shape, kept across the jobs of one read.
+        The dry run says the same of the job it would queue (:meth:`submit_dry_run`)."""
+        if job.deadline is None or now >= job.deadline or not job.reason.startswith("waiting: "):
             return None
+        spot_wait = job.reason.startswith(SPOT_WAIT)
         work = work_left_seconds(job)
         if work is None:
             return None
+        seen = {} if reliable is None else reliable
+        fallback = self._no_fallback(job, now, seen)
+        if not spot_wait and (fallback is None or not self._spot_payable(job, now, seen)):
+            return None  # it waits for something else than spot (a pool, its budget), or it has a tier to move to
         latest = job.deadline - work - self.settings.changeover_seconds - self.settings.tick_seconds
+        if fallback is None:
+            if latest <= now:
+                return None
+            return f"if spot does not come, it moves to on-demand (or a free pool) by about {minute(latest)} to meet " \
+                   "its deadline"
+        if not spot_wait and fallback.startswith("its budget does not cover"):
+            fallback = "its budget covers only spot"  # its reason says already what the budget does not cover
         if latest <= now:
-            return None
-        if not self._reliable_fits(job, now, {} if reliable is None else reliable):
-            return f"it may run only on spot (no on-demand or pool offer fits it): if spot does not come by about " \
-                   f"{minute(latest)}, it cannot meet its deadline"
-        return f"if spot does not come, it moves to on-demand (or a free pool) by about {minute(latest)} to meet its " \
-               "deadline"
+            return f"{fallback}: it needed spot by about {minute(latest)} to meet its deadline, and may miss it now"
+        return f"{fallback}: if spot does not come by about {minute(latest)}, it cannot meet its deadline"
 
-    def _reliable_fits(self, job: Job, now: float, seen: dict[tuple, bool]) -> bool:
-        """Whether an on-demand or pool offer is among those the scheduler may place ``job`` on
-        (:func:`~broker.engine.schedule.placeable`, by the shape it reads: ``seen``)."""
+    def _no_fallback(self, job: Job, now: float, seen: dict[tuple, Any]) -> str | None:
+        """Why ``job`` has no reliable tier to move to if spot does not come, in words, or ``None`` when it has one:
+        no on-demand or pool offer is among those the scheduler may place it on
+        (:func:`~broker.engine.schedule.placeable`), or its budget left pays for none of them — the expected run
+        left and a clean stop, as :meth:`switch_to_ondemand` refuses the move (:meth:`_budget_shortfall`)."""
         request = request_of(job)
-        key = placeable_key(job, request, now=now)
+        key = ("reliable", placeable_key(job, request, now=now))
         if key not in seen:
-            seen[key] = any(o.tier in (Tier.ONDEMAND, Tier.ONPREM)
-                            for o in placeable(job, request, all_offers(self.settings), now=now))
+            seen[key] = [o for o in placeable(job, request, all_offers(self.settings), now=now)
+                         if o.tier in (Tier.ONDEMAND, Tier.ONPREM)]
+        mine = seen[key]
+        if not mine:
+            return "it may run only on spot (no on-demand or pool offer fits it)"
+        paid = (key, job.budget - job.spent, left_to_run(job, request))
+        if paid not in seen:
+            seen[paid] = self._budget_shortfall(job, mine)
+        if seen[paid] is None:
+            return None
+        what = "on-demand or a pool" if any(o.tier is Tier.ONPREM for o in mine) else "on-demand"
+        if all(o.tier is Tier.ONPREM for o in mine):
+            what = "a pool"
+        return f"its budget does not cover {what} ({seen[paid]})"
+
+    def _spot_payable(self, job: Job, now: float, seen: dict[tuple, Any]) -> bool:
+        """Whether the budget left of ``job`` pays for one of the spot offers the scheduler may place it on (what it
+        waits for when its policy has sent it to a reliable tier it has none of)."""
+        request = request_of(job)
+        key = ("spot", placeable_key(job, request, now=now), job.budget - job.spent, left_to_run(job, request))
+        if key not in seen:
+            spot = [o for o in placeable(job, request, all_offers(self.settings), now=now) if o.tier is Tier.SPOT]
+            seen[key] = bool(spot) and self._budget_shortfall(job, spot) is None
         return seen[key]
 
     def _waits(self, extra: Sequence[Job] = ()) -> tuple[list[Job], dict[str, int], Waits]:

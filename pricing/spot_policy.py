@@ -71,6 +71,14 @@ def no_dearer_than_spot(inp: PolicyInput) -> Decision | None:
                          f"the job cheaper)")
 
 
+def no_reliable_tier(inp: PolicyInput) -> bool:
+    """Whether the job has no reliable tier at all: no on-demand price (no on-demand offer fits it: a task that asks
+    for spot only, ``use_spot: true``) and no on-prem pool. Then there is nothing to fall back on and no on-demand
+    line to save money against: waiting for spot only spends slack. (An on-demand zone or pool that is merely full
+    now is still a tier: its price is known.)"""
+    return inp.onprem_ratio is None and not inp.ondemand_available and not inp.price_ratio < 1e3
+
+
 @dataclass(frozen=True)
 class Tuning:
     """The policy's few constants, in units of the changeover ``d`` or hours; not per trace."""
@@ -158,7 +166,11 @@ class SlackReserve:
         if zone is not None:
             up_for = self.zones[zone].up_for if zone in self.zones else 0.0
             if not inp.on_reliable:
-                if saved < tick_h and up_for < t.confirm_ticks * inp.tick - 1e-6 and spare - inp.tick >= 0:
+                # with no reliable tier there is neither money to save against on-demand nor a fallback: waiting for
+                # spot to prove itself only spent the job's slack (a spot-only job 5 min from its deadline waited 2 min,
+                # placed at last by the safety net)
+                if saved < tick_h and up_for < t.confirm_ticks * inp.tick - 1e-6 and spare - inp.tick >= 0 \
+                        and not no_reliable_tier(inp):
                     # not "just appeared": up_for counts from this job's first look (its submit, or the broker's
                     # start), and the zone may have been up long before. Words that stay the same while it waits
                     # (a count of seconds left rewrote the job's stored reason at every engine tick), and no
@@ -169,6 +181,9 @@ class SlackReserve:
                                                        f"it has seen it up for {span(t.confirm_ticks * inp.tick)}, "
                                                        f"{t.confirm_ticks} ticks of its policy — a zone up at its "
                                                        f"first look counts as up for one")
+                if no_reliable_tier(inp):
+                    return Decision(Action.SPOT, zone, f"spot is available in {zone}, and the job may run only on spot "
+                                                       f"(no on-demand or pool offer fits it): taken at once")
                 return Decision(Action.SPOT, zone, f"spot is available in {zone}")
             run = self.expected_run(zone)
             worth = (k - 1) * min(run, inp.remaining) > d * (1 + k)

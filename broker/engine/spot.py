@@ -16,6 +16,7 @@ from broker.models import Attempt, Job
 from pricing.offers import Offer, Tier
 from pricing.deadline import RELIABLE
 from pricing.policy import Action, Decision, Holding, Policy, PolicyInput
+from pricing.spot_policy import no_reliable_tier
 
 POLICY_TICK_SECONDS = 60.0
 """The granularity the policy plans in (the engine may tick faster)."""
@@ -149,7 +150,18 @@ def within_budget(inp: PolicyInput, decision: Decision) -> Decision:
     placed on on-demand and stopped at step 28 of 30; and a job placed on spot because its budget covered nothing else
     said the safety net's "too close to risk losing spot". Live only: a trace replay has no clean stop and runs the
     policy as it is."""
-    if decision.action not in RELIABLE or inp.budget is None or inp.remaining <= 0:
+    if decision.action not in RELIABLE:
+        return decision
+    if no_reliable_tier(inp):
+        # no on-demand or pool offer fits the job (a task that asks for spot only): there is no reliable tier to go to,
+        # whatever the budget — "the budget left pays for ... spot only" was said of a $1.00 budget that on-demand,
+        # had the task allowed it, would have cost $0.02 of
+        zone = min(sorted(inp.spot_zones_available), key=inp.spot_price, default=None)
+        if zone is None:
+            return decision
+        return Decision(Action.SPOT, zone, f"the job may run only on spot (no on-demand or pool offer fits it), where "
+                                           f"its policy chose the reliable tier ({decision.reason})")
+    if inp.budget is None or inp.remaining <= 0:
         return decision
     left = inp.budget - inp.spent
     hours = (inp.remaining + inp.stop_seconds) / 3600

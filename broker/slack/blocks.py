@@ -7,6 +7,7 @@ clients that cannot draw blocks.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 
 from broker.models import Attempt, Job
 from broker.slack.commands import USAGE
-from broker.views import beside_state, duration, preemptions_words, saving_words, shown_reason, step_words
+from broker.views import (beside_state, deadline_met_words, duration, minute, preemptions_words, saving_words,
+                          shown_reason, step_words)
 from pricing.money import fmt, fmt_spent_of
 
 ACTIONS = {
@@ -69,6 +71,15 @@ def local_time(epoch: float) -> str:
     with the UTC minute as the text a client that cannot render it shows (a notification's preview)."""
     fallback = time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(epoch))
     return f"<!date^{int(epoch)}^{{date_short_pretty}} {{time}}|{fallback}>"
+
+
+def start_time(epoch: float) -> str:
+    """An estimated start as :func:`local_time` gives a moment, but at the nearest minute, as the reason beside it names
+    it (:func:`broker.views.minute`, which the queue's ``starts ~`` column reads too): Slack shows a date token's time
+    cut to its minute, and a submit's reply read "roughly starting at 15:44" (a start at 15:44:34) beside "estimated
+    to start at 2026-12-07 15:45Z, after its deadline"."""
+    rounded = (math.floor(epoch) + 30) // 60 * 60
+    return f"<!date^{rounded}^{{date_short_pretty}} {{time}}|{minute(epoch)}>"
 
 
 def shorten(text: str, limit: int) -> str:
@@ -162,7 +173,7 @@ def job_line(job: Job, position: int | None = None, start: float | None = None, 
     emoji = STATE_EMOJI.get(job.state.value, "")
     pos = f" · #{position} in queue" if position else ""
     if position and start is not None:  # on each reader's own clock, as Slack shows a date token
-        pos += f", roughly starting at {local_time(start)}"
+        pos += f", roughly starting at {start_time(start)}"
     if due and job.deadline is not None and not job.state.is_final:  # an ended job's deadline is history
         pos += f" · due {local_time(job.deadline)}"
     if ended is not None:
@@ -186,13 +197,15 @@ def line_reason(job: Job, start: float | None = None, waiting: str | None = None
 
 def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashboard_url: str,
               start: float | None = None, waiting: str | None = None) -> Reply:
-    placement = job.placement or (attempts[-1].placement if attempts else None)
     blocks = [section(job_line(job, position, start, waiting)),
-              fields([("Team", esc(job.team)), ("Where", esc(where(placement))),
+              fields([("Team", esc(job.team)), where_field(job, attempts),
                       ("Attempts", str(len(attempts))), ("Budget", "{} of {}".format(*fmt_spent_of(job.spent, job.budget))),
-                      # on each reader's own clock; an ended job's deadline is history
+                      # on each reader's own clock; an ended job's deadline is history: whether it met it, as
+                      # `broker status ID` says it
                       *([("Due", local_time(job.deadline))] if job.deadline is not None
-                        and not job.state.is_final else [])])]
+                        and not job.state.is_final else []),
+                      *([("Deadline", deadline_field(job))] if job.deadline is not None
+                        and job.state.is_final else [])])]
     if attempts:
         rows = [f"{a.n}. {a.state.value} on {esc(where(a.placement))} — {fmt(a.cost)}"
                 + (f" ({esc(clip(beside_state(a.state.value, a.reason), REASON_CHARS))})" if a.reason else "")
@@ -200,6 +213,27 @@ def job_reply(job: Job, attempts: Sequence[Attempt], position: int | None, dashb
         blocks.append(section("*Attempts*\n" + "\n".join(rows)))
     blocks.append(context(f"<{dashboard_url}|Open the cost dashboard>"))
     return Reply(f"{esc(job.name)} ({esc(job.id)}): {job.state.value}", blocks)
+
+
+def where_field(job: Job, attempts: Sequence[Attempt]) -> tuple[str, str]:
+    """A job's reply's field of where it is: where it is placed (placed, launching, running, stopping, or ended, the
+    placement it last had); for a queued job, where its last attempt ran, said so — "*Where* spot … in aws/sim-b" of a
+    job queued again after a preemption there read as if it ran there still (``broker status ID`` shows no Where of a
+    queued job, only its attempts)."""
+    if job.state.value == "queued":
+        if not attempts:
+            return "Where", where(None)
+        last = attempts[-1]
+        return "Last attempt", esc(f"{where(last.placement)} (attempt {last.n}, {last.state.value})")
+    return "Where", esc(where(job.placement or (attempts[-1].placement if attempts else None)))
+
+
+def deadline_field(job: Job) -> str:
+    """An ended job's deadline, on each reader's own clock, and whether it met it, as ``broker status ID`` says it
+    (:func:`broker.views.deadline_met_words`, at its last change, which the engine keeps as its end): ``… (missed by
+    1 min)``, ``… (met, 5.9 h before it)``."""
+    said = deadline_met_words(job.state.value, job.deadline, job.updated_at) if job.deadline is not None else None
+    return local_time(job.deadline) + (f" ({esc(said)})" if said else "")
 
 
 def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty: str,

@@ -111,7 +111,7 @@ def _queue_words(position: int | None, start: float | None = None) -> str:
     if not position:
         return ""
     if start is not None:
-        return f" · #{position} in queue, roughly starting at {blocks.local_time(start)}"
+        return f" · #{position} in queue, roughly starting at {blocks.start_time(start)}"
     if position == 1:
         return " · #1 in queue"
     ahead = "the job ahead of it does" if position == 2 else "the jobs ahead of it do"

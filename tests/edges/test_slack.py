@@ -25,7 +25,7 @@ from broker.lifecycle import AttemptState, JobEvent, JobState
 from broker.models import Event, event_for
 from broker.service import BrokerService, Conflict
 from broker.slack import commands, messages
-from broker.slack.blocks import local_time
+from broker.slack.blocks import start_time
 from broker.slack.commands import CommandError
 from broker.store import Change
 from broker.store.sqlite import SqliteStore
@@ -845,8 +845,9 @@ def test_delivery_retries_then_gives_up_without_blocking(slack_app, store, stub)
 
 def test_queue_and_status_say_roughly_when_a_waiting_job_starts(slack, store, seeded):
     start = world.wait_behind_a_running_job(store, seeded)
-    # on each reader's own clock (Slack's date token), the UTC minute where a client cannot show it
-    expected = f"#1 in queue, roughly starting at {local_time(start)}"
+    # on each reader's own clock (Slack's date token), the UTC minute where a client cannot show it: at the nearest
+    # minute, as the reason beside it names a start (start_time)
+    expected = f"#1 in queue, roughly starting at {start_time(start)}"
     assert expected in text_of(command(slack, "queue").json())
     assert expected in text_of(command(slack, "status j-a3").json())
     assert expected in text_of(command(slack, "status").json())

@@ -20,11 +20,13 @@ H = 3600.0
 @pytest.mark.parametrize("tick, said", [(60.0, "2 min"), (600.0, "20 min")],
                          ids=["the engine's policy tick of a minute → says 2 min, two ticks",
                               "the simulator's tick of 10 min → says 20 min, two ticks"])
-def test_a_spot_only_job_waiting_to_see_spot_last_is_not_told_spot_just_appeared(tick, said):
-    # as the engine builds it for a job that may run only on spot: no on-demand price, none available
+def test_a_job_waiting_to_see_spot_last_is_not_told_spot_just_appeared(tick, said):
+    # a job that may also run on on-demand (a job that may run only on spot, with no on-demand price and none
+    # available, has nothing to save against nor to fall back on: it takes spot at once, see
+    # tests/broker/test_dl_spot_only_policy.py)
     inp = PolicyInput(now=0.0, deadline=6 * H, work_total=72.0, work_done=0.0, changeover=120.0, tick=tick,
-                      spot_zones_available=frozenset({"sim-spot-a"}), ondemand_available=False, price_ratio=1e9)
-    policy = make_policy()
+                      spot_zones_available=frozenset({"sim-spot-a"}), ondemand_available=True, price_ratio=3.0)
+    policy = make_policy("slack_reserve")  # the rule's own policy (the broker's plan falls back on it)
     policy.observe(inp)
     decision = policy.decide(inp)
     assert decision.action is Action.WAIT and decision.zone is None
