@@ -292,7 +292,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
             raw = load_yaml(text, max_bytes=MAX_CONFIG_BYTES)
             _plain_money(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: {yaml_error(exc)}") from None
+            raise ConfigError(f"{path}: {yaml_error(exc, task=False)}") from None
         except SpecError as exc:
             raise ConfigError(f"{path}: {exc.field.removeprefix('body').lstrip('.') or 'the file'}: {exc.reason}") \
                 from None

@@ -38,7 +38,7 @@ from broker.runtime import validate_task
 from broker.sealing import (SHORT_SECRET, KeyInvalid, Unsealable, job_secret_values, open_task, redact, seal_spec,
                             sealer_for, secret_values)
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
-                         check_env_total, check_name,
+                         check_env_total, check_name, local_pool_refusal,
                          checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse, typed_text)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, as_of, month_of, refusal, room_later, team_month
@@ -465,6 +465,11 @@ class BrokerService:
             spec = parse(raw, now=now)
         except SpecError as exc:
             raise Invalid(exc.field, exc.reason) from None
+        # a pool the broker has not (infra: local/dgx), in its own words before SkyPilot's: to SkyPilot `local` is no
+        # cloud, and a broker with no pools answered with its schema error and its whole pattern of cloud names
+        unknown_pool = local_pool_refusal(spec.task.get("resources"), [pool.name for pool in self.settings.pools])
+        if unknown_pool is not None:
+            raise Invalid(unknown_pool.field, unknown_pool.reason)
         try:
             validate_task(self.settings, spec.task)
         except ValueError as exc:  # SkyPilot's own message, naming the field (never a secret's value)

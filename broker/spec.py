@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from broker.workdir import DIGEST_RE, PackError, parse_mount
@@ -263,6 +263,8 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
     if strict and task.get("envs") and task.get("secrets"):  # each was held to the limit alone: now both together
         _env_total(env_bytes(task["envs"]) + env_bytes(task["secrets"]), "secrets",
                    what="with envs, the variables")
+    if strict:  # a stored spec was filled in when it was admitted (a second fill would fill the values' own $refs)
+        task = _filled_env_refs(task)
     num_nodes = task.get("num_nodes", 1)
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise SpecError("num_nodes", "must be a whole number of at least 1")
@@ -344,6 +346,73 @@ def _runnable_text(text: str, where: str, *, env_name: str | None = None) -> Non
         raise SpecError(where, f"must be at most {MAX_ARG_BYTES:,} bytes (UTF-8), the most Linux passes a command in "
                                f"one argument; it is {size:,}, so every launch would fail: put the script in a file "
                                "in the workdir and run that file")
+
+
+# --- ${VAR} in paths -----------------------------------------------------------------------------
+
+_ENV_REF = re.compile(r"\$\{?\b([a-zA-Z_][a-zA-Z0-9_]*)\b\}?")
+"""A reference to a variable, as SkyPilot finds one in ``workdir``, ``file_mounts`` and ``volumes``
+(``sky/task.py::_fill_in_env_vars``, 0.14.1): ``${VAR}`` or ``$VAR`` (and, as its pattern reads them, ``${VAR`` and
+``$VAR}``)."""
+ENV_FILLED_FIELDS = ("workdir", "file_mounts", "volumes")
+"""The task fields SkyPilot fills the task's variables into when it reads the task (``Task.from_yaml_config``): every
+string in them, a mount's destination (a key) among them, and a storage mapping's ``source`` and ``name``. (It fills
+``service`` too, which the broker refuses.)"""
+
+
+def fill_env_refs(text: str, envs: Mapping[str, Any]) -> str:
+    """``text`` with each ``${VAR}`` or ``$VAR`` naming one of ``envs`` replaced by its value (a number as its text),
+    as SkyPilot fills a task's ``workdir`` and ``file_mounts``; a reference to a variable not in ``envs`` (or set to
+    null there) is left as written, as SkyPilot leaves it. One pass: a value that itself holds ``$OTHER`` is put in as
+    it is. ``broker submit`` calls this to find a ``${VAR}`` workdir before packing it."""
+    def value(match: re.Match[str]) -> str:
+        given = envs.get(match.group(1))
+        return match.group(0) if given is None else str(given)
+
+    return _ENV_REF.sub(value, text)
+
+
+def _filled_env_refs(task: dict[str, Any]) -> dict[str, Any]:
+    """``task`` with its ``envs`` filled into :data:`ENV_FILLED_FIELDS` (:func:`fill_env_refs`), where SkyPilot fills
+    them, so that both launchers and every check of the broker (a path on its host, a ``broker:`` or ``sha256:``
+    source, a mount in use) see the paths the job uses: before, the local launcher made the mount
+    ``~/mnt/llama-${SIZE}b`` as written and the job failed, while SkyPilot filled it in. The task's ``envs`` are its
+    last ones (``broker submit --env`` sets them in the task it sends). SkyPilot fills in the task's ``secrets`` too;
+    the broker refuses a reference to one, naming the field: it keeps secrets sealed, and filled in here the value
+    would be stored, and shown with the job, in the clear."""
+    envs = task.get("envs") if isinstance(task.get("envs"), dict) else {}
+    secrets = task.get("secrets") if isinstance(task.get("secrets"), dict) else {}
+    hidden = {k for k, v in secrets.items() if v is not None}
+    out = dict(task)
+    for key in ENV_FILLED_FIELDS:
+        if task.get(key) is not None:
+            out[key] = _fill_value(task[key], envs, hidden, key)
+    return out
+
+
+def _fill_value(value: Any, envs: Mapping[str, Any], hidden: set[str], where: str) -> Any:
+    """:func:`fill_env_refs` over every string in ``value`` (a mapping's keys too), refusing a reference to one of
+    the ``hidden`` (secret) names at ``where``."""
+    if isinstance(value, str):
+        for match in _ENV_REF.finditer(value):
+            if match.group(1) in hidden:
+                raise SpecError(where, f"refers to {match.group(0)}, one of the task's secrets: SkyPilot fills a "
+                                       "secret in here, but the broker keeps secrets sealed, and filled in, its value "
+                                       "would be stored and shown with the job in the clear: give it in envs "
+                                       "instead, or write the value out")
+        return fill_env_refs(value, envs)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            key = _fill_value(k, envs, hidden, f"{where}.{k}") if isinstance(k, str) else k
+            if key in out:  # two destinations that fill in to one: the one read last was mounted, the other not
+                raise SpecError(f"{where}.{k}", f"and another destination are both {key!r} once the task's envs are "
+                                                "filled in: mount each at a path of its own")
+            out[key] = _fill_value(v, envs, hidden, f"{where}.{key}")
+        return out
+    if isinstance(value, list):
+        return [_fill_value(v, envs, hidden, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 # --- resources ---------------------------------------------------------------------------------
@@ -591,6 +660,44 @@ def _location(r: dict[str, Any], where: str) -> tuple[str | None, str | None, st
             raise SpecError(f"{where}.{key}", "must be a string")
         out.append(_cloud(value) if key == "cloud" and value else value)
     return out[0], out[1], out[2]
+
+
+def local_pool_refusal(resources: Any, pools: Iterable[str]) -> SpecError | None:
+    """The refusal of an on-prem pool asked for (``infra: local/<pool>``, in ``resources`` or an alternative) that
+    the broker has not, ``pools`` being the names of those it has (``local/<name>``: its config's ``pools``), in the
+    words placement says it in (*"there is no pool gpu9 here: the only pool is gpu2"*); None where each pool asked
+    for is one. For the service to ask before SkyPilot checks the task: ``local`` is no cloud to SkyPilot, and a
+    broker with no pools (launcher skypilot, ``pools: []``) answered with SkyPilot's schema error and its whole
+    pattern of clouds (``'local/dgx' does not match '^(?:(?i:(aws|azure|...``)."""
+    names = sorted(set(pools))
+    try:
+        sourced = _sourced_resources(resources, strict=False)
+    except SpecError:
+        return None  # a shape parse refuses itself
+    for alt, index in sourced:
+        if (alt.cloud or "").lower() != "local":
+            continue
+        if alt.region is not None and alt.region.lower() in {n.lower() for n in names}:
+            continue
+        if alt.region is None and names:
+            continue
+        where = "resources" if index is None else \
+            f"resources.{'any_of' if 'any_of' in resources else 'ordered'}[{index}]"
+        merged = {**resources, **(resources.get("any_of") or resources.get("ordered"))[index]} \
+            if index is not None else resources
+        field = f"{where}.infra" if "infra" in merged else f"{where}.{'region' if alt.region else 'cloud'}"
+        if not names:
+            asked = f"the pool {alt.region}, but there is no pool {alt.region} here, nor any" if alt.region else \
+                "an on-prem pool (local), but there is none here"
+            return SpecError(field, f"asks for {asked}: `pools` in the broker's config has none; name a cloud "
+                                    "(infra: aws) or leave infra out")
+        close = difflib.get_close_matches(alt.region, names, n=1, cutoff=0.75) if len(names) > 1 else []
+        meant = f"did you mean local/{close[0]}? " if close else ""
+        listed = f"the pools are {', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else \
+            f"the only pool is {names[0]}"
+        return SpecError(field, f"asks for the pool {alt.region}, but there is no pool {alt.region} here: "
+                                f"{meant}{listed}")
+    return None
 
 
 CLOUD_ALIASES = {"k8s": "kubernetes"}
@@ -1179,22 +1286,102 @@ def _retry_from_job_recovery(resources: Any, section: Any, broker: BrokerSection
     """SkyPilot's ``resources.job_recovery`` retry settings (``max_restarts_on_errors``,
     ``recover_on_exit_codes``) count as the job's retry policy unless ``broker.retry`` gives one: a task
     written for ``sky jobs launch`` keeps its meaning. The ``strategy`` is SkyPilot's own (the broker
-    always recovers preemptions, in a zone of its choosing)."""
-    recovery = resources.get("job_recovery") if isinstance(resources, dict) else None
-    if strict:
-        _job_recovery_shape(recovery)
+    always recovers preemptions, in a zone of its choosing).
+
+    In ``any_of`` / ``ordered`` alternatives it is read from each, over the one in ``resources`` as SkyPilot merges
+    them, and held to the same checks; SkyPilot requires every alternative's to be the same
+    (:func:`_agreed_job_recovery`). Read only from ``resources``, an alternative's was dropped without a word: its
+    ``max_restarts_on_errors: 2`` never retried, and ``strategy: FOO`` was accepted."""
+    try:
+        recovery, where = _agreed_job_recovery(resources, strict=strict)
+    except SpecError:
+        if strict:
+            raise
+        return broker  # a stored job is read as it was admitted (it keeps the retry it was admitted with)
     if not isinstance(recovery, dict) or (isinstance(section, dict) and "retry" in section):
         return broker
     given = {k: v for k, v in recovery.items() if k in RETRY_KEYS}
     if not given:
         return broker
     try:
-        return replace(broker, retry=_retry(given, "resources.job_recovery"))
+        return replace(broker, retry=_retry(given, where))
     except SpecError:
         if strict:
             raise
         # a stored job accepted before job_recovery counted (it keeps the retry it was admitted with)
         return broker
+
+
+def _agreed_job_recovery(resources: Any, *, strict: bool = True) -> tuple[Any, str]:
+    """The job's ``job_recovery`` and the field it was read from: ``resources.job_recovery``, or with ``any_of`` /
+    ``ordered`` alternatives each one's over it (SkyPilot's merge), which must all be the same, as
+    ``sky jobs launch`` refuses them otherwise (``sky/jobs/recovery_strategy.py``: "The job recovery strategy should
+    be the same for all resources"): compared as SkyPilot compares them, a strategy's name as a mapping of it and in
+    capitals. At submit (``strict``) each is held to SkyPilot's schema and the retry checks, naming its field."""
+    if not isinstance(resources, dict):
+        return None, "resources.job_recovery"
+    top = resources.get("job_recovery")
+    if strict:
+        _job_recovery_shape(top)
+        _retry_shape(top, "resources.job_recovery")
+    key = "any_of" if "any_of" in resources else "ordered"
+    variants = resources.get(key)
+    if not isinstance(variants, list) or not any(isinstance(v, dict) and "job_recovery" in v for v in variants):
+        return top, "resources.job_recovery"
+    first: tuple[Any, str, str] | None = None
+    for i, variant in enumerate(variants):
+        if not isinstance(variant, dict):
+            continue
+        own = "job_recovery" in variant
+        recovery = variant["job_recovery"] if own else top
+        where = f"resources.{key}[{i}].job_recovery" if own else "resources.job_recovery"
+        if strict and own:
+            _job_recovery_shape(recovery, where)
+            _retry_shape(recovery, where)
+        said = _recovery_said(recovery) + ("" if own or recovery is None else " (resources.job_recovery)")
+        if first is None:
+            first = (recovery, where, f"resources.{key}[{i}]'s {said}")
+        elif _as_skypilot_compares(recovery) != _as_skypilot_compares(first[0]):
+            this = f"resources.{key}[{i}].job_recovery"
+            raise SpecError(this, f"{said}, but {first[2]}: SkyPilot requires the same job_recovery for every "
+                                  f"alternative (a job recovers one way, wherever it runs) and refuses the task "
+                                  f"otherwise: give the same in each, or give it once as resources.job_recovery")
+    return (first[0], first[1]) if first is not None else (top, "resources.job_recovery")
+
+
+def _as_skypilot_compares(recovery: Any) -> Any:
+    """A ``job_recovery`` as SkyPilot holds it to compare alternatives' (``sky.Resources``): a strategy's name as
+    ``{strategy: NAME}``, a mapping with no strategy as one with ``strategy: null``, a name in capitals."""
+    if recovery is None:
+        return None
+    if isinstance(recovery, str):
+        recovery = {"strategy": recovery}
+    if not isinstance(recovery, dict):
+        return recovery
+    out = {"strategy": None, **recovery}
+    if out["strategy"] == "none":
+        return None
+    if isinstance(out["strategy"], str):
+        out["strategy"] = out["strategy"].upper()
+    return out
+
+
+def _recovery_said(recovery: Any) -> str:
+    """A ``job_recovery`` in a refusal: "is" as written, or "is not given"."""
+    if recovery is None:
+        return "is not given"
+    if isinstance(recovery, dict):
+        return "is {" + ", ".join(f"{k}: {v}" for k, v in recovery.items()) + "}"
+    return f"is {recovery!r}"
+
+
+def _retry_shape(recovery: Any, where: str) -> None:
+    """A ``job_recovery``'s retry settings held to :func:`_retry`'s checks at submit, wherever it is given: the same
+    value refused in ``resources`` was taken in an alternative."""
+    if isinstance(recovery, dict):
+        given = {k: v for k, v in recovery.items() if k in RETRY_KEYS}
+        if given:
+            _retry(given, where)
 
 
 RECOVERY_STRATEGIES = ("FAILOVER", "EAGER_NEXT_REGION")
@@ -1204,24 +1391,24 @@ any case). The broker recovers every preemption itself, in a zone of its choosin
 RECOVERY_KEYS = frozenset({"strategy", *RETRY_KEYS})
 
 
-def _job_recovery_shape(recovery: Any) -> None:
-    """``resources.job_recovery`` held to SkyPilot's schema at submit: a strategy's name, or a mapping of
-    ``strategy`` and the retry settings. Under the local launcher no SkyPilot check runs, and ``job_recovery: 5``, a
-    misspelt strategy or a misspelt retry setting (``max_restart_on_errors``, whose retries then never happened) were
-    accepted without a word."""
+def _job_recovery_shape(recovery: Any, field: str = "resources.job_recovery") -> None:
+    """``resources.job_recovery`` (or an alternative's, at ``field``) held to SkyPilot's schema at submit: a
+    strategy's name, or a mapping of ``strategy`` and the retry settings. Under the local launcher no SkyPilot check
+    runs, and ``job_recovery: 5``, a misspelt strategy or a misspelt retry setting (``max_restart_on_errors``, whose
+    retries then never happened) were accepted without a word."""
     if recovery is None:
         return
     if isinstance(recovery, dict):
         unknown = sorted(set(map(str, recovery)) - RECOVERY_KEYS)
         if unknown:
-            raise unknown_key_refusal("resources.job_recovery", unknown[0],
+            raise unknown_key_refusal(field, unknown[0],
                                       f"is not a job_recovery setting ({unknown_key_hint(unknown[0], RECOVERY_KEYS)})")
-        strategy, where = recovery.get("strategy"), "resources.job_recovery.strategy"
+        strategy, where = recovery.get("strategy"), f"{field}.strategy"
     elif isinstance(recovery, str):
-        strategy, where = recovery, "resources.job_recovery"
+        strategy, where = recovery, field
     else:
-        raise SpecError("resources.job_recovery", "must be a strategy's name (FAILOVER or EAGER_NEXT_REGION) or a "
-                                                  "mapping of strategy, max_restarts_on_errors and recover_on_exit_codes")
+        raise SpecError(field, "must be a strategy's name (FAILOVER or EAGER_NEXT_REGION) or a "
+                               "mapping of strategy, max_restarts_on_errors and recover_on_exit_codes")
     if strategy is not None and (not isinstance(strategy, str) or strategy.strip().upper() not in RECOVERY_STRATEGIES):
         raise SpecError(where, f"{strategy!r} is not a recovery strategy: give FAILOVER or EAGER_NEXT_REGION (the broker "
                                "recovers a preemption in another zone either way)")

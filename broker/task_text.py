@@ -88,9 +88,27 @@ def load_text(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any
     return data
 
 
-def yaml_error(exc: yaml.YAMLError) -> str:
+def yaml_error(exc: yaml.YAMLError, *, task: bool = True) -> str:
     """Where a task's YAML is broken and what broke it, for the CLI and the API alike; for the mistake of a
-    first task — a `run: echo "loss: 0.1"` whose ': ' YAML reads as a key — how to write it."""
+    first task — a `run: echo "loss: 0.1"` whose ': ' YAML reads as a key — how to write it. A text of several
+    documents (:func:`_name_documents`) is said to be a SkyPilot task chain, which the broker does not run (``task``;
+    else, a file such as the broker's config, that it holds one document too many)."""
+    documents = getattr(exc, "documents", None)
+    if documents is not None:
+        count, second, filled = documents
+        if filled <= 1:
+            return (f"holds {count} YAML documents, separated by --- (the second starts at line {second}), but only one "
+                    "with anything in it: remove the --- that starts an empty one (a file of several tasks is a "
+                    "SkyPilot task chain, which the broker does not run)" if task else
+                    f"holds {count} YAML documents (a --- at line {second} starts the second), only one with anything "
+                    "in it: remove the --- that starts an empty one")
+        if not task:
+            return (f"holds {count} YAML documents (a --- at line {second} starts the second), where one is read: "
+                    "keep one")
+        return (f"holds {count} YAML documents, separated by --- (the second starts at line {second}): that is a "
+                "SkyPilot task chain (a pipeline, run by `sky jobs launch` one task after another), which the broker "
+                "does not run: submit each task on its own, as its own job (a first document of only `name:` is the "
+                "chain's name, not a task)")
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
     problem = getattr(exc, "problem", None)
@@ -118,6 +136,33 @@ def _name_tab(exc: yaml.YAMLError, text: str) -> None:
         exc.problem = _TAB_PROBLEM
 
 
+def _name_documents(exc: yaml.YAMLError, text: str) -> None:
+    """A text of several YAML documents (``---`` between them: a SkyPilot task chain) is said to be one, with how many
+    (``exc.documents``: the count and the line the second starts on, for :func:`yaml_error`): it was "not valid YAML
+    at line 2, column 1: but found another document", as if the YAML were broken. Counted on the event stream (the
+    nodes were counted on it before: :func:`_count_nodes`), up to a syntax error in a later document if there is one."""
+    if getattr(exc, "problem", None) != "but found another document":
+        return
+    count, second, empty, starting = 0, None, 0, False
+    loader = _Loader(text)
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if starting and isinstance(event, yaml.ScalarEvent) and event.value == "" and not event.style:
+                empty += 1  # a document of nothing: a --- with nothing after it
+            starting = isinstance(event, yaml.DocumentStartEvent)
+            if starting:
+                count += 1
+                if count == 2:
+                    second = event.start_mark.line + 1
+    except yaml.YAMLError:
+        pass
+    finally:
+        loader.dispose()
+    if count > 1 and second is not None:
+        exc.documents = (count, second, count - empty)
+
+
 def load_yaml(text: str, *, max_bytes: int) -> Any:
     """YAML (or JSON, which is YAML) to plain data; what aliases expand to is held to ``max_bytes``."""
     _count_nodes(text)
@@ -129,6 +174,7 @@ def load_yaml(text: str, *, max_bytes: int) -> Any:
             raise SpecError("body", f"nests more than {MAX_DEPTH} levels deep") from None
         except yaml.YAMLError as exc:
             _name_tab(exc, text)
+            _name_documents(exc, text)
             raise
         if node is None:
             return None

@@ -21,7 +21,8 @@ HAS_GPUS = ("(the pool here (gpu2) has GPUs, which a task asking for no accelera
 @pytest.mark.parametrize("infra, said", [
     pytest.param("local", HAS_GPUS, id="infra local is told the pool has GPUs"),
     pytest.param("local/gpu2", HAS_GPUS, id="infra local slash gpu2 is told the pool has GPUs"),
-    pytest.param("local/gpu9", "(there is no pool gpu9 here: the only pool is gpu2)",
+    # refused on resources.infra before placement (broker.spec.local_pool_refusal), in placement's words
+    pytest.param("local/gpu9", "there is no pool gpu9 here: the only pool is gpu2",
                  id="a pool that does not exist is said not to, naming the pool there is"),
 ])
 def test_a_cpu_task_on_a_broker_of_a_gpu_pool_is_told_why_not_to_write_what_it_wrote(make_settings, tmp_path, zones,
