@@ -1939,7 +1939,7 @@ class BrokerService:
             f"attempt {a.n} did not restore the checkpoint of step {resumed} it was launched to resume from "
             f"({_shown_uri(a.resume_from)}): {first}, so it trained again from step {step} or before, and at least "
             f"{resumed - step} steps are trained again. See its log (broker logs {job.id} --attempt {a.n}): the "
-            "checkpoint may not have been found in the store",
+            "checkpoint may not have been found in the store, or was damaged (the log names why)",
             time=point["time"], actor="job",
             data={"resume_step": resumed, "first_step": step, "steps_again": resumed - step, "uri": a.resume_from})]
 

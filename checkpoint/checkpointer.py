@@ -43,7 +43,7 @@ import warnings
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field as dataclass_field
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from checkpoint import arguments, commit, layout, ranks, restore as restoring, rng, serialization, snapshot
@@ -699,11 +699,14 @@ class Checkpointer:
         never heard of: those come first (:meth:`_own_newer`). Committed checkpoints newer than the
         one restored are then left alone by retention (a rollback's abandoned steps). Corrupt or incomplete checkpoints are skipped with a
         :class:`CheckpointWarning` naming them. With ``into`` (same keys as saved, live
-        objects as values), each object that has ``load_state_dict`` is loaded in place, and so is each tensor
-        held in a value that is a tensor or a dict, list or tuple of them (``{"model": model.state_dict()}``, whose
-        tensors share the parameters' memory; an EMA tensor): the saved values are copied into it. Every value is
-        checked against the checkpoint before anything is loaded: a module's missing or unexpected keys, and the
-        shapes of tensors (a classifier head of another size).
+        objects as values), each object that has ``load_state_dict`` is loaded in place (one held in a dict too),
+        and so is each tensor and numpy array held in a value that is one or a dict, list or tuple of them
+        (``{"model": model.state_dict()}``, whose tensors share the parameters' memory; an EMA tensor or array): the
+        saved values are copied into it. The plain values of a dict or list given (an epoch count, a list of
+        losses) are put into it, so it holds what was saved; one held where nothing can be set is named in a
+        :class:`CheckpointWarning`; a plain value of ``into`` itself is read from the result (:func:`_pair`). Every
+        value is checked against the checkpoint before anything is loaded: a module's missing or unexpected keys,
+        and the shapes of tensors and arrays (a classifier head of another size).
 
         A ``$BROKER_RESUME_FROM`` naming a checkpoint that is not there (deleted, or a typo) is said in a
         warning, and the newest committed checkpoint of that base is restored instead (this job's first).
@@ -728,6 +731,7 @@ class Checkpointer:
         if step is not None:
             step = _step(step)
         own_newer: list[layout.Entry] = []
+        named: CheckpointId | None = None  # the checkpoint BROKER_RESUME_FROM names, when it is what restore starts at
         # claimed before the listing: a zombie's commit landing between the two was neither seen (restored, or set
         # aside as abandoned) nor fenced, and retention counted it as newest, deleting this attempt's own
         self._claim_at_restore()
@@ -740,6 +744,7 @@ class Checkpointer:
             candidates = [e for e in layout.committed_newest_first(entries) if e.id.step == step]
         elif self._resume_from:
             parent, cid = layout.split_checkpoint_uri(self._resume_from)
+            named = cid
             storage = (self._storage if parent.rstrip("/") == self._storage.base_uri
                        else open_storage(parent, self._storage_options, self._transfer))
             entries = layout.scan(storage.list())
@@ -775,14 +780,16 @@ class Checkpointer:
             return default
         loaded, state = found
         try:
-            return self._restored(loaded, state, into, own_newer, strict)
+            return self._restored(loaded, state, into, own_newer, strict, named)
         finally:
             loaded.close()
 
     def _restored(self, loaded: restoring.Loaded, state: dict[str, Any], into: Mapping[str, Any] | None,
-                  own_newer: list[layout.Entry], strict: bool = True) -> Restored:
+                  own_newer: list[layout.Entry], strict: bool = True, named: CheckpointId | None = None) -> Restored:
         """Load the verified checkpoint ``loaded`` (its tensors not read yet, in ``state``) into ``into``'s objects,
-        read the rest, and say where it came from."""
+        read the rest, and say where it came from. ``named``: the checkpoint ``$BROKER_RESUME_FROM`` names; another
+        one restored (it was damaged, or gone, and an older one was taken) is reported to the broker, whose status
+        and events otherwise kept naming the one it asked for as the job's last checkpoint."""
         author = loaded.manifest.job.get("id")
         if self._fence is not None and author and author != self._fence[0]:
             log.warning("restoring %s, which job %s committed, not this job (%s): the two share a checkpoint base",
@@ -790,6 +797,11 @@ class Checkpointer:
         if any(e.id == loaded.id for e in own_newer):
             log.warning("restoring %s: this job committed it after %s, the checkpoint the broker named "
                         "(the broker had not heard of it)", loaded.uri, self._resume_from)
+            self._reporter.report_checkpoint(loaded.id.step, loaded.uri)
+        elif named is not None and loaded.id != named:
+            log.warning("restoring %s (step %d), not %s, the checkpoint the broker named: that one could not be "
+                        "restored (see the warnings); the broker is told which was", loaded.uri, loaded.id.step,
+                        self._resume_from)
             self._reporter.report_checkpoint(loaded.id.step, loaded.uri)
         copied: dict[int, Any] = {}  # id of a saved tensor copied into a live one → that live tensor
         if into:
@@ -809,7 +821,8 @@ class Checkpointer:
                     if strict:
                         raise CheckpointError(message)
                     warnings.warn(CheckpointWarning(message), stacklevel=3)
-            for key, plan in plans.items():  # plain values (an epoch count) are read from the result
+            stale: list[str] = []
+            for key, plan in plans.items():
                 target = into[key]
                 if plan.cast:  # torch's load_state_dict (and copy_) casts without a word, strict or not
                     warnings.warn(CheckpointWarning(_cast_message(key, loaded.uri, plan.cast)), stacklevel=3)
@@ -818,14 +831,25 @@ class Checkpointer:
                         state[key] = _load_into(target, state[key], skip=plan.skip, strict=strict)
                     elif plan.stateful and not plan.problems:  # (with strict=False one that does not fit is left)
                         state[key] = _load_into(target, state[key])
-                    elif plan.pairs:
+                    else:
                         copied.update(_copy_tensors(plan.pairs))
+                        for _, live, saved, sub in plan.nested:
+                            if sub.module:
+                                _load_into(live, saved, skip=sub.skip, strict=strict)
+                            elif not sub.problems:
+                                _load_into(live, saved)
+                        # plain values (an epoch count, a list of losses) put where they are held: the dict given
+                        # ends up holding what was saved (before, only its tensors were loaded, the rest left stale)
+                        _put_values(plan, copied)
+                        stale += plan.stale
                 except CheckpointError:
                     raise
                 except Exception as e:  # noqa: BLE001 - any load_state_dict's own error, said with where it was
                     raise CheckpointError(f"{loaded.uri}: loading {key!r} failed: {_describe(e)} (restore(into=...) "
                                           f"checked the saved shapes and keys first; what loaded before it stays "
                                           f"loaded)") from e
+            if stale:  # said, not left stale without a word
+                warnings.warn(CheckpointWarning(_stale_message(loaded.uri, stale)), stacklevel=3)
         state = snapshot.materialize(state, copied)
         self._last_step, self._last_time = loaded.id.step, self._clock()
         self._restored_step, self._restored_uri = loaded.id.step, loaded.uri
@@ -1058,7 +1082,14 @@ class _Plan:
 
     module: bool = False  # a torch module: load_state_dict, a tensor at a time (_load_into)
     stateful: bool = False  # another object with load_state_dict (an optimizer)
-    pairs: list[tuple[str, Any, Any]] = dataclass_field(default_factory=list)  # (path, live tensor, saved Pending)
+    # (path, live tensor or array, saved Pending)
+    pairs: list[tuple[str, Any, Any]] = dataclass_field(default_factory=list)
+    # plain values put where they are held: (path, dict or list, its key / index or slice(None) for a list's contents,
+    # saved value)
+    sets: list[tuple[str, Any, Any, Any]] = dataclass_field(default_factory=list)
+    # objects with load_state_dict held inside a value (a scheduler in a dict): (path, live object, saved, its plan)
+    nested: list[tuple[str, Any, Any, Any]] = dataclass_field(default_factory=list)
+    stale: list[str] = dataclass_field(default_factory=list)  # plain values held where they cannot be set
     problems: list[str] = dataclass_field(default_factory=list)  # what does not match, a phrase each
     skip: set[str] = dataclass_field(default_factory=set)  # a module's saved keys left out (strict=False)
     cast: list[tuple[str, str, str]] = dataclass_field(default_factory=list)  # loaded with another dtype
@@ -1070,8 +1101,9 @@ def _shape(shape: Any) -> str:
 
 def _plan(key: str, target: Any, saved: Any) -> _Plan:
     """Check ``target`` (a value of ``into``) against ``saved`` (its pending entry) without loading anything: a
-    module's keys (missing, unexpected) and shapes; tensors held in a tensor, dict, list or tuple (a state dict of a
-    model, an EMA tensor) paired with the saved ones, shapes compared. Plain values are no concern here."""
+    module's keys (missing, unexpected) and shapes; tensors and numpy arrays held in a tensor, array, dict, list or
+    tuple (a state dict of a model, an EMA tensor) paired with the saved ones, shapes compared; plain values (an epoch count, a list of losses) to be put where they are held
+    (:func:`_pair`)."""
     plan = _Plan()
     module = serialization.unwrap_parallel(target)
     if serialization.is_module(module) and isinstance(saved, dict):
@@ -1107,9 +1139,12 @@ def _plan(key: str, target: Any, saved: Any) -> _Plan:
         return plan
     _pair(key, target, saved, plan)
     for path, live, value in plan.pairs:
-        was, now = value.dtype_name(), str(live.dtype).removeprefix("torch.")
+        was, now = value.dtype_name(), serialization.dtype_name(live)
         if was is not None and was != now:
             plan.cast.append((path, was, now))
+    for _, _, _, sub in plan.nested:
+        plan.problems.extend(sub.problems)
+        plan.cast.extend(sub.cast)
     return plan
 
 
@@ -1186,17 +1221,33 @@ def _holds(x: Any, leaf: Callable[[Any], bool]) -> bool:
     return False
 
 
-def _holds_tensor(x: Any) -> bool:
-    return _holds(x, serialization.is_tensor)
+def _loadable(x: Any) -> bool:
+    """A tensor or a numpy array: loaded in place, the saved values copied into it."""
+    return serialization.is_tensor(x) or serialization.is_ndarray(x)
 
 
-def _holds_pending(x: Any) -> bool:
-    return _holds(x, lambda v: isinstance(v, serialization.Pending))
+def _holds_loadable(x: Any) -> bool:
+    return _holds(x, _loadable)
 
 
-def _pair(path: str, live: Any, saved: Any, plan: _Plan) -> None:
-    """Pair each tensor of ``live`` (a tensor, or a dict / list / tuple holding some) with the saved one at the same
-    place, into ``plan.pairs``; what does not match (a key, a length, a shape) into ``plan.problems``."""
+def _holds_array_data(x: Any) -> bool:
+    """Whether a saved value holds a tensor or an array (a numpy scalar, saved as a 0-d array, is a plain value)."""
+    return _holds(x, lambda v: isinstance(v, serialization.Pending) and not v.is_scalar())
+
+
+def _pair(path: str, live: Any, saved: Any, plan: _Plan, holder: tuple[Any, Any] | None = None) -> None:
+    """Pair each tensor and numpy array of ``live`` (one itself, or a dict / list / tuple holding some) with the
+    saved one at the same place, into ``plan.pairs``; what does not match (a key, a length, a shape, a tensor
+    saved for an array) into ``plan.problems``.
+
+    A plain value (a number, a string, a numpy scalar, a list of them) is put where it is held (``holder``: its
+    dict and key, or list and index) into ``plan.sets``, so a dict given to ``into`` ends up holding what was saved,
+    as its tensors do; a list's own contents are replaced. A tuple is rebuilt around its live tensors where it is
+    held. One held where nothing can be set (an item of a tuple that is itself held nowhere settable, a mapping that
+    cannot change) and not equal to the saved one goes into ``plan.stale``, to be warned about. ``holder`` None: a
+    value of ``into`` itself, whose plain values are read from the result (the mapping given is not changed). An
+    object with ``load_state_dict`` held inside (a scheduler in a dict) is checked as a value of ``into`` is, into
+    ``plan.nested``."""
     if serialization.is_tensor(live):
         if not isinstance(saved, serialization.Pending) or saved.is_array():
             what = "a numpy array" if isinstance(saved, serialization.Pending) else f"a {type(saved).__name__}"
@@ -1206,29 +1257,124 @@ def _pair(path: str, live: Any, saved: Any, plan: _Plan) -> None:
         else:
             plan.pairs.append((path, live, saved))
         return
-    if isinstance(live, Mapping):
+    if serialization.is_ndarray(live):
+        if not isinstance(saved, serialization.Pending) or not saved.is_array():
+            what = "a tensor" if isinstance(saved, serialization.Pending) else f"a {type(saved).__name__}"
+            plan.problems.append(f"{path!r} is a numpy array here, {what} in the checkpoint")
+        elif tuple(saved.shape()) != tuple(live.shape):
+            plan.problems.append(f"{path!r} saved {_shape(saved.shape())}, live {_shape(live.shape)}")
+        elif not serialization.writable(live):
+            plan.problems.append(f"{path!r} is a read-only numpy array here: it cannot be loaded in place (give a "
+                                 f"writeable one, or read it from the result)")
+        else:
+            plan.pairs.append((path, live, saved))
+        return
+    if holder is not None and (snapshot.is_stateful(live) or serialization.is_module(live)) \
+            and not isinstance(live, Mapping):
+        plan.nested.append((path, live, saved, _plan(path, live, saved)))
+        return
+    if isinstance(live, Mapping) and (isinstance(saved, Mapping) or _holds_loadable(live)):
         if not isinstance(saved, Mapping):
             plan.problems.append(f"{path!r} is a dict here, a {type(saved).__name__} in the checkpoint")
             return
         for k, v in live.items():
-            if not _holds_tensor(v):
-                continue  # a plain value: read from the result
             if k in saved:
-                _pair(f"{path}.{k}", v, saved[k], plan)
-            else:
+                _pair(f"{path}.{k}", v, saved[k], plan, (live, k))
+            elif _holds_loadable(v):
                 plan.problems.append(f"{f'{path}.{k}'!r} missing from the checkpoint")
+            # a plain value the checkpoint lacks (a key added since the save) keeps its value
         for k, v in saved.items():
-            if k not in live and _holds_pending(v):
+            if k in live:
+                continue
+            if _holds_array_data(v):
                 plan.problems.append(f"{f'{path}.{k}'!r} saved, not in the live dict")
+            else:  # a plain value saved, not in the live dict: added, so the dict holds what was saved
+                _put(f"{path}.{k}", (live, k), _MISSING, v, plan)
         return
-    if isinstance(live, (list, tuple)):
+    if isinstance(live, (list, tuple)) and _holds_loadable(live):
         if not isinstance(saved, (list, tuple)) or len(saved) != len(live):
             what = f"{len(saved)} item(s)" if isinstance(saved, (list, tuple)) else f"a {type(saved).__name__}"
             plan.problems.append(f"{path!r} holds {len(live)} item(s) here, {what} in the checkpoint")
             return
+        if isinstance(live, list):
+            for i, (v, s) in enumerate(zip(live, saved)):
+                _pair(f"{path}[{i}]", v, s, plan, (live, i))
+            return
+        # a tuple: its items are set in a list, made a tuple again (its live tensors in it) where the tuple is held
+        items, first = list(live), len(plan.sets)
         for i, (v, s) in enumerate(zip(live, saved)):
-            if _holds_tensor(v):
-                _pair(f"{path}[{i}]", v, s, plan)
+            _pair(f"{path}[{i}]", v, s, plan, (items, i))
+        own = [entry for entry in plan.sets[first:] if entry[1] is items]  # (deeper ones set a dict or list in it)
+        if not own:
+            return
+        if holder is not None and isinstance(holder[0], (MutableMapping, list)) and not hasattr(live, "_fields"):
+            plan.sets.append((path, holder[0], holder[1], _Rebuilt(items)))
+            return
+        # held in the mapping given to into, or somewhere that cannot change: those items keep their values
+        plan.sets[first:] = [entry for entry in plan.sets[first:] if entry[1] is not items]
+        plan.stale.extend(where for where, _, i, value in own
+                          if isinstance(value, _Rebuilt) or not _same(live[i], value))
+        return
+    if isinstance(live, list) and isinstance(saved, (list, tuple)):  # its contents, so the list itself holds them
+        plan.sets.append((path, live, slice(None), saved))
+        return
+    if holder is not None:
+        _put(path, holder, live, saved, plan)
+
+
+_MISSING = object()
+
+
+class _Rebuilt:
+    """A tuple of ``restore(into=...)`` to be made again from its items once they are set (:func:`_pair`)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Any]):
+        self.items = items
+
+
+def _put(path: str, holder: tuple[Any, Any], live: Any, saved: Any, plan: _Plan) -> None:
+    """A plain value to be put where it is held (a dict's key, a list's item); one held where nothing can be set
+    (a mapping that cannot change) is stale, unless it equals the saved one."""
+    container, key = holder
+    if isinstance(container, (MutableMapping, list)):
+        plan.sets.append((path, container, key, saved))
+    elif live is _MISSING or not _same(live, saved):
+        plan.stale.append(path)
+
+
+def _same(live: Any, saved: Any) -> bool:
+    """Whether a live plain value already is the saved one (one that cannot be set then loses nothing)."""
+    if _holds(saved, lambda v: isinstance(v, serialization.Pending)):
+        return False
+    try:
+        return type(live) is type(saved) and bool(live == saved)
+    except Exception:  # noqa: BLE001 - a comparison that fails (or is ambiguous) is no proof of sameness
+        return False
+
+
+def _put_values(plan: _Plan, copied: dict[int, Any]) -> None:
+    """Put the plain values of ``plan.sets`` in place, in order (a tuple's items before the tuple), each read from
+    the checkpoint (and the arrays in it with it)."""
+    for _, container, key, saved in plan.sets:
+        if isinstance(saved, _Rebuilt):
+            value = tuple(saved.items)
+        else:
+            value = snapshot.materialize(saved, copied)
+            if isinstance(saved, serialization.Pending):
+                copied[id(saved)] = value
+        if isinstance(key, slice):
+            container[key] = list(value)
+        else:
+            container[key] = value
+
+
+def _stale_message(uri: str, stale: list[str]) -> str:
+    shown = ", ".join(map(repr, stale[:5])) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+    return (f"{uri}: restore(into=...) could not put the saved value of {shown} in place (held in a tuple or a "
+            f"mapping that cannot be changed): they keep the values they had here; read them from the result "
+            f"(restored[...]), or hold them in a dict or a list")
 
 
 def _mismatch_message(key: str, uri: str, plan: _Plan, strict: bool) -> str:

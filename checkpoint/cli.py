@@ -1,7 +1,8 @@
 """``checkpoint ls URI`` and ``checkpoint verify URI``. Parses, calls, renders; no rules here.
 
-``ls`` lists every checkpoint directory under a base URI with its state (committed or
-incomplete), step, creation time and size. ``verify`` checks files against manifests —
+``ls`` lists every checkpoint directory under a base URI with its state (committed, incomplete, or
+damaged with why: by :func:`checkpoint.restore.read_commit`, the rule restore uses), step, creation time and
+size. ``verify`` checks files against manifests —
 every committed checkpoint under a base URI, or one checkpoint given by its own URI — and
 exits 1 if any fails (naming it and why), 0 if all verify.
 """
@@ -17,19 +18,38 @@ from typing import TextIO
 
 from checkpoint import layout
 from checkpoint.errors import CorruptCheckpoint
-from checkpoint.manifest import Manifest
-from checkpoint.restore import load_verified
+from checkpoint.restore import NOT_COMMITTED, load_verified, read_commit
 from checkpoint.storage import Storage, open_storage
+
+
+DESCRIPTION = """\
+List and verify the checkpoints a training script wrote with the checkpoint library
+(checkpoint.Checkpointer), under a base URI: a local directory, s3://… or gs://…."""
+EPILOG = """\
+examples:
+  checkpoint ls s3://bucket/runs/j-3fa9c1b2e0
+      every checkpoint directory, newest first: step, created, size, and state
+      (committed; incomplete: a save not finished; damaged: restore skips it, and why)
+  checkpoint verify s3://bucket/runs/j-3fa9c1b2e0
+      hash every committed checkpoint against its manifest (exit 1 if any fails)
+  checkpoint verify s3://bucket/runs/j-3fa9c1b2e0/step-000000000320-1733011200123
+      just that one checkpoint
+
+exit status: 0 all well, 1 a checkpoint failed verification, 2 the store could not be read.
+"""
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    parser = argparse.ArgumentParser(prog="checkpoint", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    ls = sub.add_parser("ls", help="list checkpoints under a base URI")
-    ls.add_argument("uri")
-    verify = sub.add_parser("verify", help="verify checkpoints (a base URI or one checkpoint URI)")
-    verify.add_argument("uri")
+    parser = argparse.ArgumentParser(prog="checkpoint", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{ls,verify}")
+    ls = sub.add_parser("ls", help="list the checkpoints under a base URI, with their state",
+                        description="List every checkpoint directory under a base URI, newest first.")
+    ls.add_argument("uri", help="the run's checkpoint base (BROKER_CHECKPOINT_URI), e.g. s3://bucket/runs/j-1")
+    verify = sub.add_parser("verify", help="verify checkpoints (a base URI or one checkpoint URI)",
+                            description="Hash checkpoints against their manifests; exit 1 if any fails.")
+    verify.add_argument("uri", help="a checkpoint base (every committed checkpoint) or one checkpoint's own URI")
     args = parser.parse_args(argv)
     try:
         if args.command == "ls":
@@ -68,22 +88,23 @@ def _ls(storage: Storage, out: TextIO) -> int:
         print(f"no checkpoints under {storage.uri()}{gone}", file=out)
         return 0
 
-    def size_of(e: layout.Entry) -> str:
+    def state_of(e: layout.Entry) -> tuple[str, str, str]:
+        """(size, state, why not committed): the commit checked as restore checks it (:func:`read_commit`)."""
         if not e.committed:
-            return ""
+            return "", "incomplete", ""
         try:
-            return _human(Manifest.from_json(storage.read(layout.path(e.id, layout.MANIFEST))).total_bytes)
-        except (FileNotFoundError, ValueError):
-            return "?"
+            manifest = read_commit(storage, e.id)
+        except CorruptCheckpoint as why:  # an empty commit marker was "committed" here, and skipped by restore
+            return "?", "incomplete" if str(why) == NOT_COMMITTED else "damaged", f"  ({why})"
+        return _human(manifest.total_bytes), "committed", ""
 
     newest_first = list(reversed(entries))
     print(f"{'STEP':>10}  {'CREATED (UTC)':<19}  {'SIZE':>10}  {'STATE':<10}  URI", file=out)
     pool = ThreadPoolExecutor(READERS)
     try:  # in order, each row printed once it and those above it are read
-        for e, size in zip(newest_first, pool.map(size_of, newest_first)):
+        for e, (size, state, why) in zip(newest_first, pool.map(state_of, newest_first)):
             created = dt.datetime.fromtimestamp(e.id.created_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-            state = "committed" if e.committed else "incomplete"
-            print(f"{e.id.step:>10}  {created:<19}  {size:>10}  {state:<10}  {storage.uri(e.name)}", file=out)
+            print(f"{e.id.step:>10}  {created:<19}  {size:>10}  {state:<10}  {storage.uri(e.name)}{why}", file=out)
     finally:  # a reader gone (`| head -2`) or a store failing: the reads not started are not made
         pool.shutdown(cancel_futures=True)
     return 0

@@ -110,12 +110,18 @@ def _say(message: str) -> None:
     warnings.warn(message, CheckpointWarning, stacklevel=4)
 
 
-def load_verified(storage: Storage, cid: CheckpointId, concurrency: int = 4,
-                  spool_dir: str | None = None) -> Loaded:
-    """Read and verify one checkpoint. Raises CorruptCheckpoint; other OSErrors propagate."""
+#: Why a checkpoint directory without its commit marker is not restored: a save not finished (or still in flight)
+NOT_COMMITTED = "not committed (no commit marker)"
+
+
+def read_commit(storage: Storage, cid: CheckpointId) -> Manifest:
+    """The manifest of one checkpoint, once its commit marker and manifest agree: the rule that decides, before any
+    file is hashed, whether ``restore`` may take it — and what ``checkpoint ls`` shows, so that ls never calls
+    committed one that restore skips (an empty commit marker). Raises CorruptCheckpoint saying why; other OSErrors
+    propagate."""
     marker = _read_or_none(storage, layout.path(cid, layout.COMMIT))
     if marker is None:
-        raise CorruptCheckpoint("not committed (no commit marker)")
+        raise CorruptCheckpoint(NOT_COMMITTED)
     # from here on it was committed, and the commit marker is written after everything else: what is missing
     # or differs was lost or changed afterwards (damaged), never a save still in flight
     manifest_bytes = _read_or_none(storage, layout.path(cid, layout.MANIFEST))
@@ -130,6 +136,14 @@ def load_verified(storage: Storage, cid: CheckpointId, concurrency: int = 4,
         raise CorruptCheckpoint(str(e)) from e
     if manifest.step != cid.step:
         raise CorruptCheckpoint(f"manifest says step {manifest.step}, directory says {cid.step}")
+    return manifest
+
+
+def load_verified(storage: Storage, cid: CheckpointId, concurrency: int = 4,
+                  spool_dir: str | None = None) -> Loaded:
+    """Read and verify one checkpoint (:func:`read_commit`, then every file's size and sha256). Raises
+    CorruptCheckpoint; other OSErrors propagate."""
+    manifest = read_commit(storage, cid)
     names = sorted(manifest.files)
     directory = _spool_dir(storage, manifest, spool_dir)
     with ThreadPoolExecutor(max(1, min(concurrency, len(names)))) as pool:

@@ -263,15 +263,34 @@ class Pending:
         """Saved as a numpy array (read back as one), not a tensor."""
         return self.name in self.file._arrays
 
+    def is_scalar(self) -> bool:
+        """Saved as a numpy scalar (``np.int64(7)``, read back as one): a plain value, not an array."""
+        return self.name in self.file._scalars and self.name in self.file._arrays
+
     def lazy(self) -> Any:
         """A stand-in for the tensor, for ``load_state_dict`` (:class:`LazyTensor`); an array is read now."""
         return self.read() if self.name in self.file._arrays else LazyTensor(self)
 
 
+def dtype_name(x: Any) -> str:
+    """A live tensor's or array's dtype as torch names it (``float32``), to compare with :meth:`Pending.dtype_name`."""
+    return str(x.dtype).removeprefix("torch.")
+
+
+def writable(x: Any) -> bool:
+    """Whether a live numpy array can be written in place (a view of a read-only buffer cannot)."""
+    return bool(x.flags.writeable)
+
+
 def copy_into(live: Any, saved: Pending) -> None:
     """Copy the saved tensor into the live tensor ``live`` in place, without autograd (a parameter that requires
     grad, or a state dict's tensor sharing its memory), read straight into it where dtype, shape and device allow
-    (:meth:`LazyTensor.read_into`); the shapes were checked by the caller."""
+    (:meth:`LazyTensor.read_into`); the shapes were checked by the caller. A live numpy array is written with
+    ``np.copyto``, cast to its dtype as torch's ``copy_`` casts (the caller warns of a cast); torch is not
+    imported for it."""
+    if is_ndarray(live):
+        sys.modules["numpy"].copyto(live, saved.read(), casting="unsafe")
+        return
     import torch
 
     with torch.no_grad():
