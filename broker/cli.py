@@ -56,14 +56,35 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            said = version("spot-broker")
-        except PackageNotFoundError:  # run from a checkout that was never installed
-            said = "(not installed: run from a checkout)"
+        said = _cli_version() or "(not installed: run from a checkout)"
         print(f"broker {said}")
         parser.exit(0)
+
+
+def _cli_version() -> str | None:
+    """This CLI's installed version; ``None`` run from a checkout that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spot-broker")
+    except PackageNotFoundError:
+        return None
+
+
+UNKNOWN_QUERY_PARAMETER = "is not a query parameter of"
+"""The broker's words for a query parameter it does not take (``broker.api.query.unknown_query_refusal``): from a
+CLI that sent it, most often a broker older than the CLI."""
+
+
+def _older_broker_hint(exc) -> str:
+    """What a 422 for a query parameter the broker does not know adds: the CLI sent it, so the broker is most likely
+    older than the CLI (a laptop upgraded first, a rolling upgrade), which the bare refusal did not say."""
+    if exc.status != 422 or UNKNOWN_QUERY_PARAMETER not in exc.detail:
+        return ""
+    version = _cli_version()
+    this_cli = f"this CLI (spot-broker {version})" if version else "this CLI"
+    return (f". The broker may be older than {this_cli}, which sent that parameter: upgrade the broker, or leave out "
+            "the option that sent it")
 
 
 class _Once(argparse.Action):
@@ -419,7 +440,7 @@ def _main(argv: list[str] | None) -> int:
 
         if isinstance(exc, BrokerError):
             where = f" [{exc.status}]" if exc.status else ""
-            detail = exc.detail + _base_url_hint(args, exc)
+            detail = exc.detail + _base_url_hint(args, exc) + _older_broker_hint(exc)
             print(f"error{where}: {detail}", file=sys.stderr)
             _json_error(args, detail, exc.status, exc.field or (None if exc.status else _option_blamed(exc.detail)))
             return 1
@@ -1128,6 +1149,7 @@ def cmd_submit(args) -> int:
         if task.get("name") not in (None, args.name) and not args.json:
             print(f"note: --name {args.name} overrides the task's name {task['name']!r}", file=sys.stderr)
         task["name"] = args.name
+    _fill_env_refs(task)
     _resolve_local_paths(task)
     _not_negative(args.deadline)
     args.deadline = _on_this_clock(args.deadline, quiet=args.json)
@@ -1171,6 +1193,9 @@ def cmd_submit(args) -> int:
             quote = "; ".join(f"{t['tier']} {t['text']}" for t in job["quote"].get("tiers", []))
             con.print(f"submitted [bold]{job['id']}[/] ({job['name']}) for team {job['team']}{_envs_said(args.env)}: "
                       f"budget {job['budget']['usd']}{_deadline_said(job)}, estimate {quote}{_budget_lasts(job)}")
+            hint = _credential_envs_hint(args.env or [])
+            if hint:
+                print(hint, file=sys.stderr)
             if not args.wait:  # --wait says where it stands as it changes
                 _say_behind(con, client, job["id"])
         if args.wait:
@@ -1191,12 +1216,40 @@ def cmd_submit(args) -> int:
 def _envs_said(given: list[str]) -> str:
     """`` with LR=0.02 SEED=0`` for a submit's ``--env`` options, so that the runs of a sweep (one task, its envs
     told apart) can be told apart in their submit lines. A value written on the command line is said as given (it
-    is in the shell's history already); one taken from this shell (``--env HF_TOKEN``) is named, never echoed: it
-    may be a token. ``--secret`` is never said."""
+    is in the shell's history already), unless its name looks like a credential's (:func:`_credential_name`: it
+    would be on the screen, in a CI log, in a pasted transcript): that one is named alone, as one taken from this
+    shell (``--env HF_TOKEN``) is, never echoed. ``--secret`` is never said."""
     from rich.markup import escape
 
-    said = [item if "=" in item else f"{item} (this shell's)" for item in given]
+    said = []
+    for item in given:
+        name, eq, _ = item.partition("=")
+        said.append(f"{name} (value not shown)" if eq and _credential_name(name) else
+                    item if eq else f"{item} (this shell's)")
     return f" with {escape(' '.join(said))}" if said else ""
+
+
+_CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY")
+
+
+def _credential_name(name: str) -> bool:
+    """Whether an env's name looks like a credential's (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD, AWS_SECRET_ACCESS_KEY,
+    SSH_KEY), case aside: its value is not echoed, and the submit hints at ``--secret``."""
+    upper = name.upper()
+    return any(word in upper for word in _CREDENTIAL_WORDS) or upper.endswith("_KEY")
+
+
+def _credential_envs_hint(given: list[str]) -> str | None:
+    """The one line a submit adds when an ``--env`` looks like a credential: an env is stored and shown as it is,
+    where ``--secret`` seals it and hides it in the logs."""
+    names = [name for name in dict.fromkeys(item.partition("=")[0] for item in given) if _credential_name(name)]
+    if not names:
+        return None
+    flags = " ".join(f"--secret {name}=VALUE" for name in names)
+    them = "it" if len(names) == 1 else "them"
+    looks = "looks like a credential" if len(names) == 1 else "look like credentials"
+    return (f"note: {', '.join(names)} {looks}: {flags} seals {them} and hides {them} in the logs (an --env is kept "
+            "as given)")
 
 
 def _deadline_said(view: dict) -> str:
@@ -1724,6 +1777,31 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
     task["broker"] = section
 
 
+def _fill_env_refs(task: dict) -> None:
+    """``${VAR}`` (or ``$VAR``) in the ``workdir`` and in each ``file_mounts`` source filled from the task's envs (the
+    YAML's, with ``--env`` over them), as SkyPilot fills them when it reads the task
+    (:func:`broker.spec.fill_env_refs`): the directory checked and packed here is the one the job runs in. ``workdir: /tmp/x/${PROJ}`` with ``envs: {PROJ:
+    proj}`` was looked for as written ("no such directory"). A reference to no env is left as written, as SkyPilot
+    leaves it (the broker says what is wrong with it). A mount's destination is filled too: a source uploaded from here
+    moves to ``broker.file_mounts``, which the broker does not fill, and its destination was mounted as written."""
+    from broker.spec import fill_env_refs
+
+    envs = task.get("envs")
+    if not isinstance(envs, dict) or not envs:
+        return
+    secrets = task.get("secrets") if isinstance(task.get("secrets"), dict) else {}
+    envs = {k: v for k, v in envs.items() if k not in secrets}  # a secret's name the broker refuses, never filled in
+    if isinstance(task.get("workdir"), str):
+        task["workdir"] = fill_env_refs(task["workdir"], envs)
+    mounts = task.get("file_mounts")
+    if isinstance(mounts, dict):
+        filled = {(fill_env_refs(dest, envs) if isinstance(dest, str) else dest):
+                  (fill_env_refs(source, envs) if isinstance(source, str) else source)
+                  for dest, source in mounts.items()}
+        if len(filled) == len(mounts):  # two that fill in to one destination: the broker refuses them, as written
+            task["file_mounts"] = filled
+
+
 def _resolve_local_paths(task: dict) -> None:
     """Relative local paths — ``workdir`` and ``file_mounts`` sources — made absolute from where the
     CLI runs, and a ``~/`` workdir from this user's home, as ``sky launch`` reads them: the broker launches
@@ -1756,7 +1834,8 @@ def _assignments(given: list[str], flag: str) -> dict[str, str]:
     for item in given:
         name, eq, value = item.partition("=")
         if name in out:  # `--env FOO=1 --env FOO=2` ran with the last, as an option given twice did
-            said = "" if flag == "--secret" else f" ({out[name]}, then {value if eq else '$' + name})"  # not echoed
+            said = "" if flag == "--secret" or _credential_name(name) else \
+                f" ({out[name]}, then {value if eq else '$' + name})"  # not echoed
             raise BrokerError(0, f"{flag} {name}: given twice{said}: give it once")
         if not eq:
             if name not in os.environ:
@@ -2505,7 +2584,7 @@ def _done(args, data, text: str) -> None:
 
 
 def cmd_costs(args) -> int:
-    from broker.views import saving_cell
+    from broker.views import nothing_to_compare, ondemand_cell, saving_cell
 
     with _client(args) as client:
         if args.id:
@@ -2521,12 +2600,12 @@ def cmd_costs(args) -> int:
     if args.id:
         job = data["job"]
         con.print(f"[bold]{job['id']}[/] {job['name']}  team={job['team']}  state={job['state']}")
-        con.print(_saving_line(data["spent"], data["ondemand_equivalent"], data["saving"], data["saving_percent"]))
+        con.print(_saving_line(data["spent"], data["ondemand_equivalent"], _saving(data), _saving_percent(data)))
         if not data["attempts"]:  # an empty table said nothing of why
             con.print("  no attempt has run, so it has cost nothing")
             return 0
         # nothing to compare: each attempt's "equivalent" is its own cost, which the line above no longer names
-        compared = not (data["saving_percent"] is None and data["saving"]["micros"] == 0)
+        compared = not nothing_to_compare(_saving(data), _saving_percent(data))
         rows = [[str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",
                  a["price_per_hour"]["usd"] if a["price_per_hour"] else "", str(a["seconds"]), a["cost"]["usd"],
                  a["ondemand_equivalent"]["usd"] if compared else "—"] for a in data["attempts"]]
@@ -2538,20 +2617,21 @@ def cmd_costs(args) -> int:
         return 0
     tot, win = data["totals"], data["window"]
     con.print(f"[bold]{data['team'] or 'all teams'}[/], {win['since']} → {win['until']} ({win['period']})")
-    con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], tot["saving"], tot["saving_percent"]))
+    con.print(_saving_line(tot["spent"], tot["ondemand_equivalent"], _saving(tot), _saving_percent(tot)))
     con.print("  by tier: " + " · ".join(f"{k} {v['usd']}" for k, v in tot["by_tier"].items()))
     for cap in data.get("monthly_caps") or ():  # this month's, whatever the window
         con.print(f"  team {cap['team']}: {cap['text']}", soft_wrap=True)
     if len(data["by_team"]) > 1:
         _print_table(con, [("team", "whole"), ("spent", "whole"), ("same time on-demand", "whole"),
                            ("against on-demand", "whole")],
-                     [[r["team"], r["spent"]["usd"], r["ondemand_equivalent"]["usd"],
-                       saving_cell(r["saving"], r["saving_percent"])] for r in data["by_team"]])
+                     [[r["team"], r["spent"]["usd"],
+                       ondemand_cell(r["ondemand_equivalent"], _saving(r), _saving_percent(r)),
+                       saving_cell(_saving(r), _saving_percent(r))] for r in data["by_team"]])
     if data["top_jobs"]:
         _print_table(con, [("most expensive", "whole"), "name", "team", ("state", "whole"), ("attempts", "whole"),
                            ("spent", "whole"), ("against on-demand", "whole")],
                      [[j["id"], j["name"], j["team"], j["state"], str(j["attempts"]), j["spent"]["usd"],
-                       saving_cell(j["saving"], j["saving_percent"])]
+                       saving_cell(_saving(j), _saving_percent(j))]
                       for j in data["top_jobs"]], drop=("attempts", "team", "against on-demand"))
     con.print(f"  {_preemptions_line(data['preemptions'])}")
     if data.get("rounding_note"):
@@ -2559,6 +2639,29 @@ def cmd_costs(args) -> int:
     if data.get("retention_note"):
         con.print(f"  {data['retention_note']}", soft_wrap=True)
     return 0
+
+
+NO_SAVING = {"micros": 0, "usd": ""}
+"""A cost row's ``saving`` where the broker's answer has none: nothing to compare, said as such."""
+
+
+def _saving(row: dict) -> dict:
+    """A cost row's ``saving`` (a money dict), :data:`NO_SAVING` from an answer without one."""
+    return row.get("saving") or NO_SAVING
+
+
+def _saving_percent(row: dict) -> int | None:
+    """A cost row's ``saving_percent``. A broker older than this CLI answers rows without it (its ``by_team`` rows had
+    only team, spent, ondemand_equivalent, saving and by_tier), and ``broker costs`` stopped at a KeyError: worked out
+    here from the exact amounts the row has, as the broker works it out (``broker.costs.percent``, rounded down);
+    ``None`` (nothing to compare, said as such) where nothing was saved, for that old broker's equivalent was then the
+    spend itself (on-prem work), or where the row has no figures to work it out from."""
+    from broker.costs import percent
+
+    if "saving_percent" in row:
+        return row["saving_percent"]
+    saving, equivalent = _saving(row)["micros"], (row.get("ondemand_equivalent") or NO_SAVING)["micros"]
+    return percent(saving, equivalent) if saving else None
 
 
 def _preemptions_line(pre: dict) -> str:
@@ -2570,9 +2673,9 @@ def _preemptions_line(pre: dict) -> str:
 
 
 def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:
-    from broker.views import NOTHING_TO_COMPARE, saving_words
+    from broker.views import NOTHING_TO_COMPARE, nothing_to_compare, saving_words
 
-    if percent is None and saving["micros"] == 0:  # no on-demand figure: none is named ("on on-demand: $0.0023")
+    if nothing_to_compare(saving, percent):  # no on-demand figure: none is named ("on on-demand: $0.0023")
         return f"  spent {spent['usd']}; {NOTHING_TO_COMPARE}"
     # the same billed seconds at on-demand prices (broker.costs.ondemand_equivalent), time redone after a preemption
     # included: "the same work" claimed a saving over work on-demand would not have had to redo

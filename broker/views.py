@@ -101,6 +101,20 @@ def saving_words(saving: dict[str, Any], percent: int | None, versus: str = "") 
     return f"saved {saving['usd']}{pct}" + (f" against {versus}" if versus else "")
 
 
+def nothing_to_compare(saving: dict[str, Any], percent: int | None) -> bool:
+    """Whether a figure has no on-demand price to weigh it against (``percent`` is ``None`` and nothing saved): where
+    the report's on-demand equivalent is the spend itself (on-prem work, work on on-demand itself, nothing run), and
+    every edge says :data:`NOTHING_TO_COMPARE` rather than name it as an on-demand price."""
+    return percent is None and saving["micros"] == 0
+
+
+def ondemand_cell(equivalent: dict[str, Any], saving: dict[str, Any], percent: int | None) -> str:
+    """An on-demand equivalent in a table's cell (a team's row): ``—`` where there is nothing to compare
+    (:func:`nothing_to_compare`, as the line above the table decides it), for it is the spend repeated there: a team
+    of on-prem work read "$2.64" under "same time on-demand" below "nothing to compare with on-demand"."""
+    return "—" if nothing_to_compare(saving, percent) else equivalent["usd"]
+
+
 def saving_cell(saving: dict[str, Any], percent: int | None) -> str:
     """A saving in a table's cell (a team, a job): :func:`saving_words` without what it is against, which the column
     says; ``—`` with no on-demand figure to weigh it against (``percent`` is ``None``: nothing ran, or at no

@@ -199,3 +199,48 @@ def test_a_budget_typed_with_an_exponent_is_refused_on_every_edge(tmp_path, stor
     reply = text_of(command(slack, "budget j-a2 1e3").json())
     assert "`1e3` is not an amount of dollars" in reply and "Budget raised" not in reply, reply
     assert store.get_job("j-a2").budget == 5_500_000
+
+
+# -- on-prem spend alone: nothing to compare, in the headline and in the team table alike ---------------------------
+
+
+def _onprem_job(store, now: float, job_id: str, team: str, cost: int) -> None:
+    """A finished job of ``team`` that ran one hour on an on-prem pool, quoted no on-demand price: nothing to compare."""
+    job = world.job(job_id, team, JobState.SUCCEEDED, submitted=now - 7200, budget=10_000_000, spent=cost,
+                    attempts=1, updated=now - 3600)
+    world._commit(store, job, [world.attempt(job_id, 1, AttemptState.SUCCEEDED, world.onprem(cost),
+                                             start=now - 7000, seconds=3600, cost=cost)])
+
+
+@pytest.fixture
+def onprem_only(tmp_path, store):
+    import time
+
+    now = time.time()
+    _onprem_job(store, now, "j-op1", "team-a", 2_640_000)
+    _onprem_job(store, now, "j-op2", "team-b", 1_390_000)
+    with serving_world(tmp_path, store, lifespan="on") as url:
+        yield url
+
+
+def test_the_cli_s_team_table_names_no_on_demand_figure_where_the_headline_says_nothing_to_compare(onprem_only,
+                                                                                                    capsys):
+    from broker.cli import main
+
+    assert main(["costs", "--url", onprem_only, "--token", world.ADMIN]) == 0
+    out = capsys.readouterr().out
+    assert f"spent $4.03; {NOTHING}" in out, out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("team-")}
+    # the "same time on-demand" column repeated the spend ($2.64, $1.39) under "nothing to compare"
+    assert rows == {"team-a": ["team-a", "$2.64", "—", "—"], "team-b": ["team-b", "$1.39", "—", "—"]}, out
+
+
+def test_the_dashboard_s_team_table_names_no_on_demand_figure_where_the_card_says_nothing_to_compare(onprem_only):
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{onprem_only}/dashboard?token={world.ADMIN}")
+        page.wait_for_selector("#teams tbody tr td")
+        note = page.text_content("#total-ondemand-note")
+        rows = page.eval_on_selector_all("#teams tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    assert note == NOTHING
+    assert rows == [["team-a", "$2.64", "—", "—"], ["team-b", "$1.39", "—", "—"]], rows

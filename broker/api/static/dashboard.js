@@ -79,6 +79,12 @@ function savingWords(saving, pct, versus) {
 // a saving in a table's cell (broker/views.py saving_cell): "—" with no on-demand figure to weigh it against
 function savingCell(saving, pct) { return pct === null ? "—" : savingWords(saving, pct); }
 
+// an on-demand equivalent in a table's cell (broker/views.py ondemand_cell): "—" where there is nothing to compare,
+// as the Saved card decides it: on-prem spend read as its own "same time on-demand" under "nothing to compare"
+function ondemandCell(equivalent, saving, pct) {
+  return pct === null && saving.micros === 0 ? "—" : equivalent.usd;
+}
+
 // "45 s", "12 min", "6.0 h", as the CLI and Slack write a span (broker/views.py duration)
 function duration(seconds) {
   seconds = Math.floor(seconds);
@@ -267,7 +273,8 @@ function render(r) {
   }));
   drawDays(r.by_day);
   $("teams-section").hidden = r.by_team.length < 2 && r.team !== null;
-  fill("teams", r.by_team.map((x) => row([x.team, { text: x.spent.usd, num: 1 }, { text: x.ondemand_equivalent.usd, num: 1 },
+  fill("teams", r.by_team.map((x) => row([x.team, { text: x.spent.usd, num: 1 },
+    { text: ondemandCell(x.ondemand_equivalent, x.saving, x.saving_percent), num: 1 },
     { text: savingCell(x.saving, x.saving_percent), num: 1, wrap: 1 }])), "No spend in this period.");
   // rows are rounded one by one, totals once from the exact sums: said when the shown rows do not add up
   $("rounding-note").textContent = r.rounding_note || "";
