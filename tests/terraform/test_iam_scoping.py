@@ -14,7 +14,10 @@ names are read from the SkyPilot the broker pins, so a SkyPilot that renames the
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -374,16 +377,20 @@ def test_gcp_broker_keeps_its_rights_on_other_resource_types(permission):
     assert gcp_allows("broker", permission, *resource)
 
 
-def test_gcp_cluster_names_keep_the_prefix_on_the_cloud():
+def test_gcp_cluster_names_keep_the_prefix_on_the_cloud(tmp_path):
     """GCP names are cut to 35 characters (a hash and the user hash after): a 20-character prefix and
-    "-j-" still begin every instance name."""
+    "-j-" still begin every instance name. SkyPilot's own name function runs in a process of its own, under a HOME
+    of its own: in this one only the launchers' tests may import ``sky`` (tests/launchers/conftest.py)."""
     assert sky_source("clouds/gcp.py").count("_MAX_CLUSTER_NAME_LEN_LIMIT = 35") == 1
-    from sky.utils.common_utils import make_cluster_name_on_cloud
-
-    from launchers.skypilot import cluster_name
-
     prefix = "a" * 20
-    on_cloud = make_cluster_name_on_cloud(cluster_name("j-0a1b2c3d4e-a12", prefix), 35, add_user_hash=False)
+    code = ("from sky.utils.common_utils import make_cluster_name_on_cloud\n"
+            "from launchers.skypilot import cluster_name\n"
+            f"print(make_cluster_name_on_cloud(cluster_name('j-0a1b2c3d4e-a12', {prefix!r}), 35, add_user_hash=False))")
+    env = {**os.environ, "HOME": str(tmp_path), "SKY_RUNTIME_DIR": str(tmp_path), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=TERRAFORM.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    on_cloud = done.stdout.strip()
     assert on_cloud.startswith(f"{prefix}-j-"), on_cloud
 
 
