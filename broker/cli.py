@@ -211,6 +211,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=_given, action=_Once, help="budget cap in dollars (overrides broker.budget_usd)")
     s.add_argument("--team", type=_given, action=_Once, help="submit for this team (admins; default: your token's team)")
     s.add_argument("--deadline", type=_deadline, action=_Once, help="duration from now (6h, 45min, 1d12h, 2 days) or a time with its timezone (2026-12-01T18:00Z, ...+01:00, '2026-12-01 18:00 Europe/Berlin'); a time without one ('2026-12-01 18:00') is read on this machine's clock (TZ, else the system's zone)")
+    s.add_argument("--expected-hours", type=_given, action=_Once, metavar="H",
+                   help="how long the job runs, in hours (overrides broker.expected_hours): the quote is then a total, "
+                        "and the spot policy plans for the deadline with it")
     s.add_argument("--idempotency-key", type=_idempotency_key, action=_Once,
                    help="a retry with the same key returns the first job instead of a second one")
     s.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
@@ -273,6 +276,14 @@ def _parser() -> argparse.ArgumentParser:
     s = client("budget", help="set a job's budget cap (a budget-stopped job: raise it, then `broker resume`)")
     s.add_argument("id", type=_job_id)
     s.add_argument("amount", help="dollars, e.g. 40 or 12.50")
+
+    s = client("deadline", help="set, move or remove a job's deadline (a job not ended)")
+    s.add_argument("id", type=_job_id)
+    s.add_argument("when", nargs="?", type=_deadline, default=None,
+                   help="duration from now (6h, 45min, 1d12h) or a time with its timezone (2026-12-01T18:00Z, "
+                        "'2026-12-01 18:00 Europe/Berlin'); a time without one is read on this machine's clock, as "
+                        "submit --deadline reads it")
+    s.add_argument("--none", action="store_true", help="remove the deadline")
 
     s = client("ondemand", help="run a job on on-demand from its next attempt on (resumes a stopped one)")
     s.add_argument("id", type=_job_id)
@@ -553,6 +564,10 @@ def _dash_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
 def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     """Options that each parse but do not go together, refused as a usage error rather than silently ignored."""
     commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if args.command == "deadline" and args.none == (args.when is not None):
+        raise _Usage(commands["deadline"], "give the new deadline (6h, '2026-12-08 09:00 Europe/Berlin') or --none "
+                                           "to remove it, not both" if args.none else
+                     "give the new deadline (6h, '2026-12-08 09:00 Europe/Berlin'), or --none to remove it")
     if args.command == "submit" and args.dry_run and args.wait:
         raise _Usage(commands["submit"], "--wait: a dry run makes no job to follow; leave out --wait or --dry-run")
     if args.command == "fault" and args.kind != "zone" and args.available is not None:
@@ -1161,7 +1176,8 @@ def cmd_submit(args) -> int:
         # the key made here rather than in the client, so that a Ctrl-C while the broker is slow to answer can name it
         key = args.idempotency_key or uuid.uuid4().hex
         try:
-            job = client.submit(task, budget=args.budget, team=args.team, deadline=args.deadline, idempotency_key=key)
+            job = client.submit(task, budget=args.budget, team=args.team, deadline=args.deadline, idempotency_key=key,
+                                expected_hours=args.expected_hours)
         except KeyboardInterrupt:
             # as the timeout says it: the request may have reached the broker, and exit 130 alone left a script
             # unable to tell whether to submit again
@@ -1294,7 +1310,7 @@ _ZONELESS_TIME = re.compile(r"\s*\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:\
 hour of one digit (``2026-12-07 9:00``, read as ``09:00``: :func:`broker.spec.two_digit_hour`)."""
 
 
-def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
+def _on_this_clock(given: str | None, *, quiet: bool, flag: str = "--deadline") -> str | None:
     """``--deadline`` given as a time with no time zone (``2026-12-07 09:00``), read on this machine's clock and sent
     with that moment's offset (``2026-12-07T09:00+01:00``, summer time included), as ``date``, ``at`` and Slurm's
     ``--deadline`` read a time. The broker refuses a time without its zone: it cannot know the submitter's clock
@@ -1304,7 +1320,7 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
     (a server on UTC) shows at once. A task file's ``broker.deadline`` is not read so: a file is shared and submitted
     from machines on other clocks, and one without its zone stays refused. Anything else is sent as given, for the
     broker to read or refuse."""
-    _date_or_time_alone(given)
+    _date_or_time_alone(given, flag=flag)
     if given is None or not _ZONELESS_TIME.fullmatch(given):
         return given
     from datetime import datetime
@@ -1328,10 +1344,10 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
                 zone = ZoneInfo(name)
             local = moment.replace(tzinfo=zone)
         except (ZoneInfoNotFoundError, ValueError, OSError):
-            raise BrokerError(0, f"--deadline {given.strip()} gives no time zone, so it is read on this machine's "
+            raise BrokerError(0, f"{flag} {given.strip()} gives no time zone, so it is read on this machine's "
                                  f"clock, but TZ={name} names no time zone this machine knows: set TZ to an IANA name "
                                  "such as Europe/Berlin, or give the deadline's zone "
-                                 "('2026-12-01 18:00 Europe/Berlin', 2026-12-01T18:00Z)", field="--deadline") from None
+                                 "('2026-12-01 18:00 Europe/Berlin', 2026-12-01T18:00Z)", field=flag) from None
     else:
         try:
             local = moment.astimezone()  # the C library's reading of TZ or the system's zone, for that day
@@ -1344,7 +1360,7 @@ def _on_this_clock(given: str | None, *, quiet: bool) -> str | None:
     if not quiet:
         # the clock as TZ names it: a POSIX rule's tzname is its letters alone ("UTC" of TZ=UTC-3, 3 h east of it)
         clock = name if named else (f"TZ={os.environ['TZ']}" if os.environ.get("TZ") else local.tzname())
-        print(f"note: --deadline {given.strip()} gives no time zone: read on this machine's clock "
+        print(f"note: {flag} {given.strip()} gives no time zone: read on this machine's clock "
               f"({clock}), as {sent}{_summer_time(moment, local) if named else ''}", file=sys.stderr)
     return sent
 
@@ -1355,7 +1371,7 @@ _DATE_ALONE = re.compile(r"\s*\d{4}-\d{2}-\d{2}\s*")
 """A deadline that is a date with no time of day: ``2026-12-07``."""
 
 
-def _date_or_time_alone(given: str | None) -> None:
+def _date_or_time_alone(given: str | None, *, flag: str = "--deadline") -> None:
     """Refuse ``--deadline 9:00`` (a time with no date) and ``--deadline 2026-12-07`` (a date with no time), saying
     what is missing and forms the CLI takes, on this machine's clock first (:func:`_on_this_clock`). The broker's
     refusals were "must be an ISO time or a duration" for the one, and for the other a time *and* its timezone,
@@ -1375,12 +1391,12 @@ def _date_or_time_alone(given: str | None) -> None:
         at = now.replace(hour=hour, minute=minute, second=second, microsecond=0)
         day = (at if at > now else at + timedelta(days=1)).date().isoformat()
         clock = f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second else "")
-        raise BrokerError(0, f"--deadline '{shown}': a time needs its date: '{day} {clock}' (read on this machine's "
-                             f"clock), '{day}T{clock}Z' (UTC), or a duration such as '6h'", field="--deadline")
+        raise BrokerError(0, f"{flag} '{shown}': a time needs its date: '{day} {clock}' (read on this machine's "
+                             f"clock), '{day}T{clock}Z' (UTC), or a duration such as '6h'", field=flag)
     if _DATE_ALONE.fullmatch(given):
-        raise BrokerError(0, f"--deadline '{shown}': a date needs its time of day: '{shown} 18:00' (read on this "
+        raise BrokerError(0, f"{flag} '{shown}': a date needs its time of day: '{shown} 18:00' (read on this "
                              f"machine's clock), '{shown}T18:00Z' (UTC), or a duration such as '6h'",
-                          field="--deadline")
+                          field=flag)
 
 
 def _summer_time(moment, local) -> str:
@@ -1405,12 +1421,13 @@ def _say_overridden(task: dict, args) -> None:
 
     section = task.get("broker") if isinstance(task.get("broker"), dict) else {}
     now = time.time()
-    for option, key in (("budget", "budget_usd"), ("team", "team"), ("deadline", "deadline")):
+    for option, key in (("budget", "budget_usd"), ("team", "team"), ("deadline", "deadline"),
+                        ("expected_hours", "expected_hours")):
         given, theirs = getattr(args, option, None), section.get(key)
         if given is None or theirs is None or same_setting(key, given, theirs, now=now):
             continue
         shown = f"'{theirs}'" if isinstance(theirs, str) else _file_number(key, theirs)
-        print(f"note: --{option} {given} overrides the task's broker.{key} {shown}", file=sys.stderr)
+        print(f"note: --{option.replace('_', '-')} {given} overrides the task's broker.{key} {shown}", file=sys.stderr)
 
 
 def _file_number(key: str, value: Any) -> str:
@@ -1426,7 +1443,8 @@ def _file_number(key: str, value: Any) -> str:
     return str(value)
 
 
-_OPTION_FIELDS = {"budget": "broker.budget_usd", "team": "broker.team", "deadline": "broker.deadline", "name": "name"}
+_OPTION_FIELDS = {"budget": "broker.budget_usd", "team": "broker.team", "deadline": "broker.deadline", "name": "name",
+                  "expected_hours": "broker.expected_hours"}
 """The task field each of submit's options sets (:func:`broker.client._submit_task`)."""
 
 
@@ -1447,11 +1465,14 @@ class _options_named:
             return False
         for option, field in _OPTION_FIELDS.items():
             if exc.field == field and getattr(self.args, option, None) is not None:
-                exc.field = f"--{option}"
+                flag = f"--{option.replace('_', '-')}"  # --expected-hours, as it is typed
+                exc.field = flag
                 if exc.detail.startswith(f"{field}: "):
-                    exc.detail = f"--{option}: " + exc.detail.removeprefix(f"{field}: ")
+                    exc.detail = f"{flag}: " + exc.detail.removeprefix(f"{field}: ")
                 if "." in field:  # named in the sentence too: a monthly cap's "give broker.budget_usd at most $1.81"
-                    exc.detail = exc.detail.replace(field, f"--{option}")
+                    exc.detail = exc.detail.replace(field, flag)
+        if getattr(self.args, "expected_hours", None) is not None:  # a deadline refused against it names the option
+            exc.detail = exc.detail.replace("broker.expected_hours", "--expected-hours")
         return False
 
 
@@ -1476,7 +1497,7 @@ def _submit_dry_run(task: dict, client, args) -> int:
     the broker checks the rest of the task as the submit's own."""
     _ship_workdir(task, client, args.upload_workdir, quiet=args.json, dry_run=True)
     run = client.submit_dry_run(task, budget=args.budget, team=args.team, deadline=args.deadline,
-                                idempotency_key=args.idempotency_key)
+                                idempotency_key=args.idempotency_key, expected_hours=args.expected_hours)
     if args.json:
         _print_json(run)
         return 0
@@ -2262,7 +2283,7 @@ def _deadline(text: str) -> str:
     return _given(text)
 
 
-def _not_negative(deadline: str | None) -> None:
+def _not_negative(deadline: str | None, *, flag: str = "--deadline") -> None:
     """Refuse ``--deadline -1h`` before anything is packed or sent, in the broker's words for a task's ``-1h``
     (``--deadline -1h`` was argparse's "expected one argument": it read the value as an option)."""
     from broker.client import BrokerError
@@ -2270,7 +2291,7 @@ def _not_negative(deadline: str | None) -> None:
 
     said = negative_duration(deadline) if deadline is not None else None
     if said is not None:
-        raise BrokerError(0, f"--deadline: {said}", field="--deadline")
+        raise BrokerError(0, f"{flag}: {said}", field=flag)
 
 
 def _idempotency_key(text: str) -> str:
@@ -2519,6 +2540,21 @@ def cmd_budget(args) -> int:
     return 0
 
 
+def cmd_deadline(args) -> int:
+    """``broker deadline JOB WHEN`` (or ``--none``): the job's deadline set, moved or removed, read as ``submit
+    --deadline`` reads one (a time with no zone on this machine's clock: :func:`_on_this_clock`), and said as submit
+    says it (``j-…: deadline 2026-12-08 09:00Z (in 16 h)``)."""
+    when = None
+    if not args.none:
+        _not_negative(args.when, flag="deadline")
+        when = _on_this_clock(args.when, quiet=args.json, flag="deadline")
+    with _client(args) as client:
+        job = client.set_deadline(args.id, when)
+    said = f"deadline {_deadline_moment(job['deadline'])}" if job.get("deadline") else "no deadline"
+    _done(args, job, f"{job['id']}: {said}")
+    return 0
+
+
 def _budget_runs(job: dict) -> str:
     """For a running job, how long its budget left runs it at its attempt's price, when under an hour: a budget
     lowered to just above the spend was answered "budget $0.0012 (spent $0.0003)", and the job stopped at it a
@@ -2684,7 +2720,7 @@ def _saving_line(spent: dict, equivalent: dict, saving: dict, percent) -> str:
 
 COMMANDS = {
     "serve": cmd_serve, "worker": cmd_worker, "submit": cmd_submit, "status": cmd_status, "queue": cmd_queue, "logs": cmd_logs,
-    "cancel": cmd_cancel, "events": cmd_events, "resume": cmd_resume, "budget": cmd_budget,
+    "cancel": cmd_cancel, "events": cmd_events, "resume": cmd_resume, "budget": cmd_budget, "deadline": cmd_deadline,
     "ondemand": cmd_ondemand, "fault": cmd_fault, "costs": cmd_costs,
 }
 

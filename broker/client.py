@@ -151,11 +151,13 @@ def _retry_after(r: httpx.Response) -> float | None:
     return seconds if 0 <= seconds < float("inf") else None
 
 
-def _submit_task(spec: str | dict, budget: str | None, team: str | None, deadline: str | None) -> dict:
-    """The task a submit sends: ``spec`` (YAML text or a mapping) with ``budget``/``team``/``deadline`` set in its
-    broker: section over what it says."""
+def _submit_task(spec: str | dict, budget: str | None, team: str | None, deadline: str | None,
+                 expected_hours: str | None = None) -> dict:
+    """The task a submit sends: ``spec`` (YAML text or a mapping) with ``budget``/``team``/``deadline``/
+    ``expected_hours`` set in its broker: section over what it says."""
     task = load_task(spec) if isinstance(spec, str) else dict(spec)
-    overrides = {k: v for k, v in {"budget_usd": budget, "team": team, "deadline": deadline}.items() if v is not None}
+    overrides = {k: v for k, v in {"budget_usd": budget, "team": team, "deadline": deadline,
+                                   "expected_hours": expected_hours}.items() if v is not None}
     if overrides:
         task["broker"] = {**(task.get("broker") or {}), **overrides}
     return task
@@ -266,9 +268,11 @@ class BrokerClient:
     # -- jobs ------------------------------------------------------------------------------------
 
     def submit(self, spec: str | dict, *, budget: str | None = None, team: str | None = None,
-               deadline: str | None = None, idempotency_key: str | None = None) -> dict:
-        """Submit a task (YAML text or a mapping); ``budget``/``team``/``deadline`` override its broker: section."""
-        task = _submit_task(spec, budget, team, deadline)
+               deadline: str | None = None, idempotency_key: str | None = None,
+               expected_hours: str | None = None) -> dict:
+        """Submit a task (YAML text or a mapping); ``budget``/``team``/``deadline``/``expected_hours`` override its
+        broker: section."""
+        task = _submit_task(spec, budget, team, deadline, expected_hours)
         # Every submit carries a key (a fresh one unless given), so a submit whose answer was lost — a
         # timeout, the store briefly down — is retried here without making a second job.
         _check_key(idempotency_key)
@@ -292,12 +296,13 @@ class BrokerClient:
         return self._json(r)
 
     def submit_dry_run(self, spec: str | dict, *, budget: str | None = None, team: str | None = None,
-                       deadline: str | None = None, idempotency_key: str | None = None) -> dict:
+                       deadline: str | None = None, idempotency_key: str | None = None,
+                       expected_hours: str | None = None) -> dict:
         """What :meth:`submit` would do with the same arguments, storing nothing (``POST /v1/jobs?dry_run=true``): the
         quote, where the job would be placed now and where it would stand in the queue; the submit's own refusal is
         raised (:class:`BrokerError`, its status and field) as the submit would raise it. No key is made up: with
         nothing stored, a dry run needs none to be retried, and ``idempotency_key`` asks whether that key was used."""
-        task = _submit_task(spec, budget, team, deadline)
+        task = _submit_task(spec, budget, team, deadline, expected_hours)
         _check_key(idempotency_key)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
         return self._call("POST", "/v1/jobs", params={"dry_run": "true"}, json=task, headers=headers)
@@ -401,6 +406,10 @@ class BrokerClient:
 
     def set_budget(self, job_id: str, budget_usd: str) -> dict:
         return self._call("POST", f"{_job_path(job_id)}/budget", json={"budget_usd": str(budget_usd)})
+
+    def set_deadline(self, job_id: str, deadline: str | None) -> dict:
+        """Set or move a job's deadline (a duration from now or an ISO time with its timezone), or remove it (``None``)."""
+        return self._call("POST", f"{_job_path(job_id)}/deadline", json={"deadline": deadline})
 
     def switch_to_ondemand(self, job_id: str, *, force: bool = False) -> dict:
         return self._call("POST", f"{_job_path(job_id)}/ondemand", params={"force": "true"} if force else None)

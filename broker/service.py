@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,6 +29,7 @@ from broker.config import Settings
 from broker.engine import budget as budget_rules
 from broker.engine.billing import accrue
 from broker.engine.budget import attempt_limit, reserve_seconds
+from broker.engine.spot import POLICY_TICK_SECONDS, measured_changeover, work_done
 from broker.engine.schedule import (SPOT_WAIT, Place, Wait, block_causes, left_to_run, placeable, placeable_key,
                                     request_of, schedule_now)
 from broker.lifecycle import IllegalTransition, JobEvent, JobState, apply
@@ -38,7 +40,7 @@ from broker.runtime import validate_task
 from broker.sealing import (SHORT_SECRET, KeyInvalid, Unsealable, job_secret_values, open_task, redact, seal_spec,
                             sealer_for, secret_values)
 from broker.spec import (MAX_CHECKPOINT_URI, TEAM_CONFIG_KEYS, JobSpec, SpecError, admin_only_settings, check_env_map,
-                         check_env_total, check_name, local_pool_refusal,
+                         check_env_total, check_name, deadline_out_of_reach, local_pool_refusal, parse_deadline,
                          checkpoint_base, checkpoint_uri_problem, host_paths, in_own_base, parse, typed_text)
 from broker.store import Change, DuplicateJob, ForeignRecord, JobStore, VersionConflict, check_writable
 from broker.team_budget import TeamMonth, as_of, month_of, refusal, room_later, team_month
@@ -46,9 +48,10 @@ from broker.views import (TASK_FIX_CLASSES, holders_words, minute, passed_words,
                           resume_from_words, task_fix_words)
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
-from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit
+from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit, shown
 from pricing.offers import Offer, Tier
 from pricing.placement import budget_shortfall, start_shortfall, under_cap
+from pricing.deadline import Holding, PolicyInput, slack
 from pricing.policy import make_policy
 
 
@@ -263,13 +266,15 @@ class DryRun(NamedTuple):
     stop_seconds: int = 0  # the clean stop the engine keeps of a budget: a tier's estimate and it are what it covers
 
 
-def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
+def _same_submit(existing: Job, spec, settings: Settings, now: float, events: Sequence[Event] = ()) -> Job:
     """The job an Idempotency-Key already made, if this submit asks for the same task (a retry); a
     different task under a used key is refused, never silently answered with the first job
     (as the IETF Idempotency-Key draft asks: 422 for a reused key with another payload). The task is
     compared as stored — everything but the budget, which may have been raised since — its secrets opened
     (a broker that cannot open them cannot tell a retry from another task: 409, naming the key setting),
-    and the deadline as :func:`_same_deadline` reads it."""
+    and the deadline as :func:`_same_deadline` reads it: the one it was admitted with, which a ``deadline_changed``
+    event among the job's ``events`` keeps when it was changed since (as the budget, which may have been raised
+    since: a retry of the submit after ``broker deadline`` was a 422 "with a different task")."""
     try:
         opened = open_task(existing.spec, settings, existing.id)
     except Unsealable as exc:
@@ -285,7 +290,9 @@ def _same_submit(existing: Job, spec, settings: Settings, now: float) -> Job:
     if "budget_usd" not in section:  # stored by a broker that kept no budget here: compared without it, as then
         echo.pop("budget_usd", None)
     differs = _submit_differs(existing, spec, echo, section)
-    if not same_task or echo != section or differs or not _same_deadline(existing, spec.broker.deadline, now):
+    admitted = next((e.data.get("old") for e in events if e.event == "deadline_changed"), existing.deadline)
+    if not same_task or echo != section or differs or \
+            not _same_deadline(existing, spec.broker.deadline, now, admitted):
         raise Invalid("Idempotency-Key", f"was already used for job {existing.id} with a different "
                                          f"{differs or 'task'}; use a new key to submit this one")
     return existing
@@ -304,14 +311,14 @@ def _submit_differs(existing: Job, spec, echo: dict, section: dict) -> str | Non
     return None
 
 
-def _same_deadline(existing: Job, given: float | None, now: float) -> bool:
+def _same_deadline(existing: Job, given: float | None, now: float, admitted: float | None) -> bool:
     """Whether a retry's deadline is the one the job was admitted with: the same time, or the same length from
     each submit (``6h`` retried a minute later is the same submit). The deadline is kept beside the task, not in
     it, so it went uncompared: a retry adding one, dropping it or moving it was answered with the first job, as
     if its deadline were the one asked."""
-    if given is None or existing.deadline is None:
-        return given is None and existing.deadline is None
-    return given == existing.deadline or abs((given - now) - (existing.deadline - existing.submitted_at)) < 1
+    if given is None or admitted is None:
+        return given is None and admitted is None
+    return given == admitted or abs((given - now) - (admitted - existing.submitted_at)) < 1
 
 
 def _checkpoint_step_ahead(job: Job, point: dict[str, Any]) -> int | None:
@@ -334,6 +341,11 @@ def _why_not_cancelled(job: Job) -> str | None:
     if isinstance(job.state, JobState) and job.state.is_final:
         return _ended(job, "there is nothing to cancel")
     return None
+
+
+def _deadline_words(deadline: float | None) -> str:
+    """A deadline as a change of it is recorded: ``2026-12-08 09:00Z``, or ``none``."""
+    return "none" if deadline is None else minute(deadline)
 
 
 def _ended(job: Job, so: str) -> str:
@@ -446,7 +458,7 @@ class BrokerService:
                 existing = self.store.get_job(dup.existing_id)
                 if existing is not None and idempotency_key is not None and existing.team == team \
                         and existing.idempotency_key == idempotency_key:  # the same key's submit, committed first
-                    return _same_submit(existing, spec, self.settings, now), False
+                    return _same_submit(existing, spec, self.settings, now, self.store.events(existing.id)), False
                 # the random id drawn is taken (another job's, or a pruned job's still being deleted): never answer
                 # with that job; submit again under a new id
                 return self.submit(principal, raw, idempotency_key=idempotency_key)
@@ -465,6 +477,11 @@ class BrokerService:
             spec = parse(raw, now=now)
         except SpecError as exc:
             raise Invalid(exc.field, exc.reason) from None
+        if spec.broker.deadline is not None and spec.broker.expected_hours is not None:
+            far = self._out_of_reach(spec.broker.deadline, now, spec.broker.expected_hours,
+                                     offers=matching_offers(spec.request, all_offers(self.settings)))
+            if far is not None:
+                raise Invalid("broker.deadline", far)
         # a pool the broker has not (infra: local/dgx), in its own words before SkyPilot's: to SkyPilot `local` is no
         # cloud, and a broker with no pools answered with its schema error and its whole pattern of cloud names
         unknown_pool = local_pool_refusal(spec.task.get("resources"), [pool.name for pool in self.settings.pools])
@@ -508,7 +525,8 @@ class BrokerService:
                 raise Invalid("Idempotency-Key", "must be 1 to 200 characters")
             existing = self.store.find_idempotent(team, idempotency_key)
             if existing is not None:
-                return _Admission(spec, team, None, _same_submit(existing, spec, self.settings, now))
+                return _Admission(spec, team, None, _same_submit(existing, spec, self.settings, now,
+                                                                 self.store.events(existing.id)))
         if spec.broker.checkpoint is not None:
             if spec.broker.checkpoint != checked:
                 self._check_base_theirs(principal, spec.broker.checkpoint, team)
@@ -1592,22 +1610,29 @@ class BrokerService:
                 raise Conflict(_ended(job, "its budget no longer changes (only a failed or budget-stopped job's does, "
                                            "as it may resume)"), field="state")
             live, spent = self._spent_to_now(job)
-            if new_budget < spent:
-                raise Invalid("budget_usd", f"is below what the job already spent ({fmt(spent)})")
             price = live.price_per_hour if live is not None else None
-            if live is not None and new_budget < job.budget and price > 0:
-                # a running job stopped at a budget lowered to its spend ran on through its stop (the grace period to
-                # checkpoint, the ticks to notice), billed beyond the budget and counted nowhere: its team's monthly
-                # cap could pass unseen. It keeps what a budget stop keeps (broker/engine/budget.py::check) — a job
-                # being cancelled or stopped too, whose run goes on through its grace period all the same
-                least = spent + cost_for_seconds(price, self._stop_seconds())
-                if new_budget < least:
-                    raise Invalid("budget_usd", f"{fmt_limit(new_budget)} would not pay for the running job's clean "
-                                                f"stop: it has spent {fmt(spent)}, and stopping it (its "
-                                                f"{self.settings.stop_grace_seconds:g} s grace period to checkpoint, "
-                                                f"and the moments to notice) costs up to {fmt(least - spent)} at "
-                                                f"{fmt(price)}/h: lower it to no less than {fmt(least)}, or cancel "
-                                                "the job")
+            # a running job stopped at a budget lowered to its spend ran on through its stop (the grace period to
+            # checkpoint, the ticks to notice), billed beyond the budget and counted nowhere: its team's monthly
+            # cap could pass unseen. It keeps what a budget stop keeps (broker/engine/budget.py::check) — a job
+            # being cancelled or stopped too, whose run goes on through its grace period all the same
+            stop = cost_for_seconds(price, self._stop_seconds()) if live is not None and price > 0 else 0
+            least = spent + stop
+            # the least said as the sum of the parts shown beside it, each rounded up for display (pricing.money.fmt):
+            # "spent $0.0004, and stopping it costs up to $0.0010 …: lower it to no less than $0.0013" added up to
+            # $0.0014; never below the exact least, so the figure said is always taken
+            lowest = max(shown(spent) + (shown(stop) if stop else 0), least)
+            stopping = (f"stopping it (its {self.settings.stop_grace_seconds:g} s grace period to checkpoint, and the "
+                        f"moments to notice) costs up to {fmt(stop)} at {fmt(price)}/h") if stop else ""
+            if new_budget < spent:
+                # "is below what the job already spent ($0.0005)" named no budget that works
+                raise Invalid("budget_usd", f"is below what the job already spent ({fmt(spent)})"
+                                            + (f", and {stopping}" if stopping else "")
+                                            + f": lower it to no less than {fmt_limit(lowest)}"
+                                            + (", or cancel the job" if stopping else ""))
+            if stop and new_budget < job.budget and new_budget < least:
+                raise Invalid("budget_usd", f"{fmt_limit(new_budget)} would not pay for the running job's clean "
+                                            f"stop: it has spent {fmt(spent)}, and {stopping}: lower it to no less "
+                                            f"than {fmt_limit(lowest)}, or cancel the job")
             if only_up and new_budget <= job.budget:
                 raise Conflict(f"the budget is already {fmt_limit(job.budget)}, not below {fmt_limit(new_budget)}",
                                field="budget_usd")
@@ -1642,6 +1667,76 @@ class BrokerService:
         if had and new_budget < had[0]:
             job = self._lower_limit(job, principal)
         return job
+
+    def set_deadline(self, principal: Principal, job_id: str, given: Any) -> Job:
+        """Set, move or remove (``given`` ``None``) a job's deadline after its submit: read as a submit's
+        ``broker.deadline`` is (:func:`broker.spec.parse_deadline`: an ISO time with its timezone, or a duration from
+        now), with its refusals (past, more than a year away, no timezone ...) on the field ``deadline``, and refused
+        where the job cannot meet it even on on-demand from now (:meth:`_out_of_reach`, a submit's check). A job not
+        ended may change it (queued, placed, launching, running, and stopping at its budget, which may be resumed);
+        one being cancelled or ended may not (409 naming its state). One compare-and-set write with a
+        ``deadline_changed`` event (who, old → new), as a budget change records its. The engine reads the job's
+        deadline afresh at every tick (its spot policy's input, the safety net, the queue's words), so the new one
+        counts from its next: a running job on spot whose deadline is now tighter is moved by the safety net."""
+        def once() -> Job:
+            job = self.get(principal, job_id)
+            if job.state.is_final:
+                raise Conflict(_ended(job, "its deadline no longer changes"), field="state")
+            if job.state is JobState.CANCELLING:
+                raise Conflict(f"{job.id} is being cancelled (cancelling): its deadline no longer changes",
+                               field="state")
+            now = self.clock()
+            new = None
+            if given is not None:
+                try:
+                    new = parse_deadline(given, now=now, where="deadline")
+                except SpecError as exc:
+                    raise Invalid(exc.field, exc.reason) from None
+                far = self._out_of_reach(new, now, job.expected_hours, offers=self._offers_for(job, job.force_tier),
+                                         job=job)
+                if far is not None:
+                    raise Invalid("deadline", far)
+            if new == job.deadline:  # nothing to change: no write, and no "deadline none → none" event
+                return job
+            note = note_event(job, "deadline_changed", f"deadline {_deadline_words(job.deadline)} → "
+                                                       f"{_deadline_words(new)} by {principal.name}",
+                              time=now, actor=principal.name, data={"old": job.deadline, "new": new})
+            return self._commit(Change(job=replace(job, deadline=new, updated_at=now), expected_version=job.version,
+                                       events=[note]))
+
+        return self._retrying(once)
+
+    def _out_of_reach(self, deadline: float, now: float, expected_hours: Any, *, offers: Sequence[Offer],
+                      job: Job | None = None) -> str | None:
+        """Why a job with ``expected_hours`` of work cannot meet ``deadline`` even on on-demand from ``now``, else
+        ``None`` (and ``None`` with no estimate): the arithmetic of the engine's safety net
+        (:func:`pricing.deadline.slack`: the work left and a changeover against the time left, on the spot policy's
+        tick) with this broker's ``changeover_seconds``. Shared by a submit (and its dry run: :meth:`_admission`) and a
+        deadline changed after it (:meth:`set_deadline`), where ``job`` gives what it did: the work done (its
+        checkpointed fraction, else its time run: :func:`broker.engine.spot.work_done`), the changeover it measured,
+        and none to pay where it runs on a reliable tier already. The changeover counts only where the job has a spot
+        offer among ``offers`` (those it matches): the safety net plans those jobs alone
+        (:func:`broker.engine.spot.policy_input`), and a job on the team's pool alone was refused a deadline it met."""
+        if not expected_hours:
+            return None
+        work = float(Decimal(str(expected_hours)) * 3600)
+        spot = any(o.tier is Tier.SPOT for o in offers)
+        changeover, done, holding = float(self.settings.changeover_seconds) if spot else 0.0, 0.0, None
+        if job is not None and job.attempts:
+            attempts = self.store.attempts(job.id)
+            changeover = measured_changeover(attempts, changeover) if spot else 0.0
+            done = work_done(job, attempts, now, changeover)
+            live = attempts[-1] if attempts and not getattr(attempts[-1].state, "is_final", False) else None
+            tier = live.placement.get("tier") if live is not None and live.started_at is not None else None
+            if tier in (Tier.ONDEMAND.value, Tier.ONPREM.value):
+                holding = Holding(Tier(tier))
+        inp = PolicyInput(now=now, deadline=deadline, work_total=work, work_done=done, changeover=changeover,
+                          holding=holding, tick=POLICY_TICK_SECONDS)
+        short = -slack(inp)
+        if short <= 1e-6 or inp.remaining <= 0:
+            return None
+        return deadline_out_of_reach(deadline - now, work, done, 0.0 if inp.on_reliable else changeover, short,
+                                     even=" even on on-demand" if spot else "")
 
     def _spent_to_now(self, job: Job) -> tuple[Attempt | None, int]:
         """The job's live attempt (its newest, not ended: launching, running, or being stopped or cancelled through

@@ -1674,6 +1674,8 @@ def moment_of(text: str, where: str, *, strict: bool = True) -> float | None:
     text = two_digit_hour(text.strip())
     if (named := _NAMED_ZONE.fullmatch(text)) is not None:
         return _in_named_zone(named["time"], named["zone"], where).timestamp()
+    if (word := _WORD_ZONE.fullmatch(text)) is not None:  # `2026-12-08 09:00 CET`: "must be an ISO time" as if no time
+        return _in_named_zone(word["time"], _zone_of_word(word["time"], word["zone"], where), where).timestamp()
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -1719,6 +1721,26 @@ def _time_alone(text: str, now: float) -> str | None:
             "such as 6h")
 
 
+def deadline_out_of_reach(left: float, work: float, done: float, changeover: float, short: float, *,
+                          even: str = " even on on-demand") -> str:
+    """Why a deadline ``left`` seconds away cannot be met even on on-demand, in the words of the submit's refusal of a
+    deadline nearer than ``broker.expected_hours`` (:func:`parse`): the ``work`` the job needs (``done`` of it done
+    already), the ``changeover`` a start takes (0: it runs on a reliable tier already) and how much it falls ``short``,
+    as the engine's safety net counts them (``broker.service.BrokerService._out_of_reach``); ``even``: the tier it is
+    out of reach on (none named for a job with no spot offer, which the safety net does not plan). Its first placement said
+    "the deadline can no longer be met, even on on-demand (3 s short, counting a changeover of 5 s)" of a deadline
+    the submit had accepted without a word."""
+    def span(seconds: float) -> str:  # seconds up to 10 min: "is 3 min away, but the job needs 3 min" hid the gap
+        return f"{round(seconds)} s" if seconds < 600 else _span(seconds)
+
+    needs = span(work) if done <= 0 else f"{span(max(work - done, 0.0))} more of its {span(work)}"
+    start = " again" if done > 0 else ""
+    return (f"is {span(left)} away, but the job needs {needs} (broker.expected_hours)"
+            + (f" and a changeover of {span(changeover)} to start{start}" if changeover > 0 else "")
+            + f": it cannot be met{even} ({span(math.ceil(short))} short); move the deadline or correct "
+              "the estimate")
+
+
 def _span(seconds: float) -> str:
     """A length in a sentence, in the unit it reads best in: ``30 s``, ``25 min``, ``1.5 h`` (a deadline 30 s
     away read "0.0 h away" when every length was in hours)."""
@@ -1740,6 +1762,37 @@ def _utc_minute(seconds: float) -> str:
 
 _NAMED_ZONE = re.compile(r"(?P<time>\S+(?:[ T]\S+)?)\s+(?P<zone>UTC|[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)+)")
 """A local time and the IANA name of its time zone: ``2026-12-07T09:00 Europe/Berlin``, ``2026-12-07 09:00 UTC``."""
+
+
+_WORD_ZONE = re.compile(r"(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}\S*)\s+(?P<zone>[A-Za-z][A-Za-z0-9_+-]*)")
+"""A date and time and one word after it, that may name its time zone: ``2026-12-08 09:00 CET``, ``… EST5EDT``,
+``… utc``, ``… PST``. Only after a date and a time: ``in 6 hours`` names no zone."""
+
+_NOT_ZONES = frozenset({"localtime", "Factory"})
+"""Names :mod:`zoneinfo` knows that name no clock a deadline is written on: ``localtime`` is the broker host's own
+(which the broker never assumes: it cannot know the submitter's), ``Factory`` a placeholder."""
+
+
+def _zone_of_word(time: str, word: str, where: str) -> str:
+    """The time zone a one-word name after a time names: any name :mod:`zoneinfo` knows (``CET``, ``EST``,
+    ``EST5EDT``, ``Japan``; ``UTC`` and ``GMT`` in any case, and the others as written or in capitals), else refused
+    naming the word. An abbreviation it does not know (``PST``, ``IST``, ``BST``) is often more than one zone's, and was
+    refused "must be an ISO time or a duration", as if the time were none, where ``europe/berlin`` was named."""
+    if word.upper() in ("UTC", "GMT"):
+        return "UTC"
+    for name in dict.fromkeys((word, word.upper())):
+        if name in _NOT_ZONES:
+            continue
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            continue
+        return name
+    shown = time.replace(" ", "T")
+    raise SpecError(where, f"names the time zone {word!r}, which the broker does not know: an abbreviation may be "
+                           "more than one zone's (IST is India's, Israel's and Ireland's; BST British summer time and "
+                           "Bangladesh's), so give an IANA name such as Europe/London or America/Los_Angeles, or the "
+                           f"time's offset ({shown}+01:00)")
 
 
 def _in_named_zone(text: str, zone: str, where: str) -> datetime:

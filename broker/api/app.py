@@ -31,7 +31,7 @@ from starlette.routing import Match
 
 from broker.api.probe import StoreProbe
 from broker.api.query import API_PREFIX, JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
-from broker.api.schema import (BUDGET, CANCEL_MANY, COMMON, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, CancelBatchOut,
+from broker.api.schema import (BUDGET, CANCEL_MANY, COMMON, DEADLINE, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, CancelBatchOut,
                                DryRunOut, EventList,
                                Health, JobOut, LogsOut, MetricsOut, ProgressAck, WhoAmI, WorkdirLimits,
                                WorkdirOut, answers, errors, ok, secured)
@@ -462,6 +462,25 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
         except MoneyError:
             raise Invalid("budget_usd", "must be an amount of dollars such as \"40\"") from None
         return job_view(service.raise_budget(caller, job_id, micros))
+
+    @app.post("/v1/jobs/{job_id}/deadline", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422),
+              openapi_extra=DEADLINE)
+    async def set_deadline(job_id: str, caller: Caller, request: Request) -> dict:
+        """Change a job's deadline after its submit: ``{"deadline": "6h"}`` (read as a submit's ``broker.deadline``:
+        a duration from now, or an ISO time with its timezone), or ``{"deadline": null}`` to remove it. 409 for a job
+        ended or being cancelled; 422 on ``deadline`` for one the job cannot meet even on on-demand from now. The
+        engine's spot policy and safety net use it from their next tick."""
+        body = await _json_object(request)
+        if "" in body:
+            raise Invalid("body", EMPTY_KEY)
+        if "deadline" not in body:
+            others = [k for k in body if k != "deadline"]
+            wrong = "".join(f"; '{k}' is not a field this takes ({unknown_key_hint(k, {'deadline'})})"
+                            for k in others)
+            raise Invalid("deadline", f"is required: send {{\"deadline\": \"6h\"}}, or {{\"deadline\": null}} to "
+                                      f"remove it{wrong}")
+        _only(body, {"deadline"})
+        return job_view(await run_in_threadpool(service.set_deadline, caller, job_id, body["deadline"]))
 
     @app.post("/v1/jobs/{job_id}/ondemand", tags=["recovery"], **answers(JobOut, 401, 404, 409, 422))
     def switch_to_ondemand(job_id: str, caller: Caller, force: bool = False) -> dict:

@@ -556,6 +556,17 @@ BUDGET = body({"type": "object", "required": ["budget_usd"], "properties": {"bud
                "description": "The new cap; any other key is refused (422, naming it)."},
               example={"budget_usd": "40"})
 
+# read as a submit's broker.deadline; null removes it; any other key is refused (422, naming it)
+DEADLINE = body({"type": "object", "required": ["deadline"],
+                 "properties": {"deadline": {"type": ["string", "null"],
+                                             "description": "a duration from now (6h, 1d12h), or an ISO time with its "
+                                                            "timezone (2026-12-01T18:00Z, '2026-12-01 18:00 "
+                                                            "Europe/Berlin'), as a submit's broker.deadline; null "
+                                                            "removes the deadline"}},
+                 "additionalProperties": False,
+                 "description": "The new deadline, or null for none; any other key is refused (422, naming it)."},
+                example={"deadline": "6h"})
+
 # a boolean is taken too, as its text ("True"), as SkyPilot does with a task's envs
 _ENV_MAP = {"type": "object", "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"},
                                                                  {"type": "boolean"}]},

@@ -35,6 +35,7 @@ USAGE = {
     "resume": "resume <job id> [force]",
     "costs": "costs [team] [24h|7d|30d|90d], or costs <job id>",
     "budget": "budget <job id> <$ new budget>",
+    "deadline": "deadline <job id> <6h, 2026-12-08 09:00 Europe/Berlin, or none>",
     "help": "help",
 }
 _EXAMPLES = {"budget": "budget=$50", "team": "team=nlp", "priority": "priority=10", "deadline": 'deadline="in 6 hours"',
@@ -71,6 +72,7 @@ class Command:
     url: str | None = None
     yaml: str | None = None
     options: dict[str, str] = field(default_factory=dict)  # broker: section keys (and "name")
+    when: str | None = None  # `deadline`: the new deadline as typed (None: remove it)
 
 
 def unescape(text: str) -> str:
@@ -137,6 +139,17 @@ def parse(text: str) -> Command:
         if len(args) > 2:
             raise _unused(name, args[2:])
         return Command(name, job_id=_job_id(args[0], name), amount=_money(args[1], "the new budget"))
+    if name == "deadline":
+        # the rest of the line is the deadline, spaces and all (`2026-12-08 09:00 Europe/Berlin`), quotes or not;
+        # `none` removes it
+        if len(args) < 2:
+            raise _usage(name)
+        when = " ".join(args[1:]).strip()
+        if len(when) >= 2 and when[0] in _QUOTES and when[-1] == _QUOTES[when[0]]:
+            when = when[1:-1].strip()
+        if not when:
+            raise _usage(name)
+        return Command(name, job_id=_job_id(args[0], name), when=None if when.lower() == "none" else when)
     # costs [team] [period], in either order; the dispatcher reads a "team" that is a job of the user's as that job
     team = period = None
     for a in args:

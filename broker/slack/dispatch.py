@@ -297,6 +297,19 @@ class Dispatcher:
     def _cmd_budget(self, cmd: Command, who: Principal) -> Reply:
         return self._raise(who, cmd.job_id, cmd.amount)
 
+    def _cmd_deadline(self, cmd: Command, who: Principal) -> Reply:
+        before = self.service.get(who, cmd.job_id).deadline
+        job = self.service.set_deadline(who, cmd.job_id, cmd.when)
+        if job.deadline == before:
+            said = "Deadline kept" + (f" at {blocks.local_time(before)}" if before is not None else " (none)")
+        elif job.deadline is None:
+            said = f"Deadline {blocks.local_time(before)} removed"
+        elif before is None:
+            said = f"Deadline set to {blocks.local_time(job.deadline)}"
+        else:
+            said = f"Deadline moved from {blocks.local_time(before)} to {blocks.local_time(job.deadline)}"
+        return self._done(f"{said} for", job)
+
     def _cmd_costs(self, cmd: Command, who: Principal) -> Reply:
         job = self._job_named(cmd.team, who)
         if job is not None and cmd.period is not None:  # answered with the whole life, the period unsaid

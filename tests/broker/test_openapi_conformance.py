@@ -77,7 +77,7 @@ OPERATIONS = [
     "GET /v1/healthz", "GET /v1/readyz", "POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{job_id}",
     "GET /v1/jobs/{job_id}/events",
     "GET /v1/jobs/{job_id}/logs", "POST /v1/jobs/{job_id}/cancel", "POST /v1/jobs/{job_id}/resume",
-    "POST /v1/jobs/{job_id}/budget", "POST /v1/jobs/{job_id}/ondemand", "DELETE /v1/jobs/{job_id}/ondemand",
+    "POST /v1/jobs/{job_id}/budget", "POST /v1/jobs/{job_id}/deadline", "POST /v1/jobs/{job_id}/ondemand", "DELETE /v1/jobs/{job_id}/ondemand",
     "POST /v1/jobs/{job_id}/progress",
     "GET /v1/jobs/{job_id}/metrics", "POST /v1/admin/faults", "GET /v1/zones", "GET /v1/costs",
     "GET /v1/costs/jobs/{job_id}", "GET /v1/workdirs", "GET /v1/workdirs/{digest}", "PUT /v1/workdirs/{digest}",
