@@ -1239,26 +1239,37 @@ def _envs_said(given: list[str]) -> str:
 
     said = []
     for item in given:
-        name, eq, _ = item.partition("=")
-        said.append(f"{name} (value not shown)" if eq and _credential_name(name) else
+        name, eq, value = item.partition("=")
+        said.append(f"{name} (value not shown)" if eq and _credential_name(name, value) else
                     item if eq else f"{item} (this shell's)")
     return f" with {escape(' '.join(said))}" if said else ""
 
 
-_CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY")
+_CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PAT", "CREDENTIALS", "PRIVATE")
+"""Parts of an env's name (between underscores) that make it a credential's: ``HF_TOKEN``, ``GITHUB_PAT``; a count of
+them (``MAX_TOKENS``, ``NUM_TOKENS``) is not one."""
+_CREDENTIAL_VALUE = re.compile(r"^(?:hf_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|sk-|AKIA|ASIA)[A-Za-z0-9_-]{8,}|"
+                               r"^[a-z][a-z0-9+.-]*://[^/@:\s]*:[^/@\s]+@")
+"""A value that is a credential whatever its name: a token of a service that prefixes them (Hugging Face, GitHub,
+GitLab, Slack, OpenAI-style ``sk-``, an AWS access key id), or a URL with a password in it
+(``postgres://user:pw@host/db``)."""
 
 
-def _credential_name(name: str) -> bool:
-    """Whether an env's name looks like a credential's (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD, AWS_SECRET_ACCESS_KEY,
-    SSH_KEY), case aside: its value is not echoed, and the submit hints at ``--secret``."""
-    upper = name.upper()
-    return any(word in upper for word in _CREDENTIAL_WORDS) or upper.endswith("_KEY")
+def _credential_name(name: str, value: str | None = None) -> bool:
+    """Whether an env looks like a credential: by its name (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD,
+    AWS_SECRET_ACCESS_KEY, SSH_KEY, GITHUB_PAT; case aside; not MAX_TOKENS, a count) or by its ``value``
+    (:data:`_CREDENTIAL_VALUE`: ``ghp_…`` under any name, a URL with a password): its value is not echoed, and the
+    submit hints at ``--secret``."""
+    parts = name.upper().split("_")
+    return any(word in parts for word in _CREDENTIAL_WORDS) or parts[-1] == "KEY" or "APIKEY" in parts or \
+        (value is not None and _CREDENTIAL_VALUE.search(value) is not None)
 
 
 def _credential_envs_hint(given: list[str]) -> str | None:
     """The one line a submit adds when an ``--env`` looks like a credential: an env is stored and shown as it is,
     where ``--secret`` seals it and hides it in the logs."""
-    names = [name for name in dict.fromkeys(item.partition("=")[0] for item in given) if _credential_name(name)]
+    names = list(dict.fromkeys(name for name, eq, value in (item.partition("=") for item in given)
+                               if _credential_name(name, value if eq else None)))
     if not names:
         return None
     flags = " ".join(f"--secret {name}=VALUE" for name in names)
@@ -1709,9 +1720,11 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
         upload = (isinstance(workdir, str) or bool(local)) and (
             not _on_this_host(client.url) or not _may_name_host_paths(client))
     has_workdir = isinstance(workdir, str) and bool(workdir)
+    unfilled = _unfilled_words(workdir, task) if has_workdir else ""
     if not upload:
         if has_workdir and _on_this_host(client.url) and not Path(workdir).expanduser().is_dir():
-            raise BrokerError(0, f"workdir {workdir}: no such directory")  # as `sky launch`; the job would fail
+            # as `sky launch`; the job would fail
+            raise BrokerError(0, f"workdir {workdir}: no such directory{unfilled}")
         if _on_this_host(client.url):
             # the broker reads these paths on this host: one not here ran the job without it, and it could "succeed"
             for dest, source in sorted(local.items(), key=lambda item: str(item[0])):
@@ -1724,7 +1737,7 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
                              "nor file_mounts from this machine")
     if has_workdir and not Path(workdir).expanduser().is_dir():
         raise BrokerError(0, f"workdir {workdir}: no such directory here, so it cannot be uploaded "
-                             "(--no-upload-workdir leaves it for the broker's host to read)")
+                             f"(--no-upload-workdir leaves it for the broker's host to read){unfilled}")
     for dest, source in sorted(local.items()):
         if not Path(source).expanduser().exists():
             raise BrokerError(0, f"file_mounts {dest}: {source}: no such file or directory here, so it cannot be "
@@ -1746,7 +1759,7 @@ def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = Fals
     if dry_run:
         # packed as a submit packs it, against the broker's limit, and thrown away: a workdir too large for the broker
         # is said now, not at the submit (a CI job checking task files with --dry-run missed it)
-        for path, what in [(Path(workdir), f"workdir {workdir}")] * has_workdir + [
+        for path, what in ([(Path(workdir), f"workdir {workdir}")] if has_workdir else []) + [
                 (Path(src).expanduser(), f"file_mounts {d} ({src})") for d, src in sorted(local.items())]:
             try:
                 packed = pack(path, limit=limit, what=what) if path.is_dir() else \
@@ -1805,6 +1818,7 @@ def _fill_env_refs(task: dict) -> None:
     proj}`` was looked for as written ("no such directory"). A reference to no env is left as written, as SkyPilot
     leaves it (the broker says what is wrong with it). A mount's destination is filled too: a source uploaded from here
     moves to ``broker.file_mounts``, which the broker does not fill, and its destination was mounted as written."""
+    from broker.client import BrokerError
     from broker.spec import fill_env_refs
 
     envs = task.get("envs")
@@ -1819,8 +1833,33 @@ def _fill_env_refs(task: dict) -> None:
         filled = {(fill_env_refs(dest, envs) if isinstance(dest, str) else dest):
                   (fill_env_refs(source, envs) if isinstance(source, str) else source)
                   for dest, source in mounts.items()}
-        if len(filled) == len(mounts):  # two that fill in to one destination: the broker refuses them, as written
-            task["file_mounts"] = filled
+        if len(filled) < len(mounts):  # as the broker refuses them: an uploaded one escaped its check
+            seen: dict[Any, Any] = {}
+            for dest in mounts:
+                key = fill_env_refs(dest, envs) if isinstance(dest, str) else dest
+                if key in seen:
+                    raise BrokerError(0, f"file_mounts {dest}: and {seen[key]} are both {key!r} once the task's envs "
+                                         "are filled in: mount each at a path of its own", f"file_mounts.{dest}")
+                seen[key] = dest
+        task["file_mounts"] = filled
+
+
+def _unfilled_words(path: str, task: dict) -> str:
+    """For a path still holding ``${VAR}`` or ``$VAR`` after :func:`_fill_env_refs`: why each was not filled in — a
+    secret (never filled into a path: the broker keeps it sealed), an env left null, or no env of that name — so that
+    "no such directory" of ``/proj/${TOK}`` does not leave its user to guess. ``""`` when none is left."""
+    from broker.spec import _ENV_REF
+
+    envs = task.get("envs") if isinstance(task.get("envs"), dict) else {}
+    secrets = task.get("secrets") if isinstance(task.get("secrets"), dict) else {}
+    said = []
+    for match in dict.fromkeys(m.group(0) for m in _ENV_REF.finditer(path)):
+        name = _ENV_REF.fullmatch(match).group(1)
+        why = ("is one of the task's secrets, which are never filled into a path" if name in secrets else
+               f"is an env left without a value (give it: --env {name}=VALUE)" if name in envs else
+               "names no env of the task, so it is left as written (SkyPilot fills only the task's envs)")
+        said.append(f"{match} {why}")
+    return f"; {'; '.join(said)}" if said else ""
 
 
 def _resolve_local_paths(task: dict) -> None:
@@ -1855,7 +1894,7 @@ def _assignments(given: list[str], flag: str) -> dict[str, str]:
     for item in given:
         name, eq, value = item.partition("=")
         if name in out:  # `--env FOO=1 --env FOO=2` ran with the last, as an option given twice did
-            said = "" if flag == "--secret" or _credential_name(name) else \
+            said = "" if flag == "--secret" or _credential_name(name, value) or _credential_name(name, out[name]) else \
                 f" ({out[name]}, then {value if eq else '$' + name})"  # not echoed
             raise BrokerError(0, f"{flag} {name}: given twice{said}: give it once")
         if not eq:

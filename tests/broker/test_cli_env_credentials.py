@@ -62,3 +62,18 @@ def test_a_credential_given_twice_is_refused_without_its_values(broker):
     r = run("submit", str(task), "--env", "HF_TOKEN=hf_one", "--env", "HF_TOKEN=hf_two", check=False)
     assert r.returncode == 1 and "hf_one" not in r.stderr and "hf_two" not in r.stderr, r.stderr
     assert "--env HF_TOKEN: given twice: give it once" in r.stderr, r.stderr
+
+
+def test_a_count_of_tokens_is_said_and_a_token_under_any_name_is_not(broker):
+    """QA: ``MAX_TOKENS=2048`` (an LLM setting) was hidden as a credential, while ``GITHUB_PAT=ghp_…`` and
+    ``DB_URL=postgres://u:pw@h/db`` were echoed: name words are whole parts of the name, and a value shaped as a
+    service's token or a URL with a password is hidden under any name."""
+    run, task = broker
+    pat, url = "ghp_" + "a1b2c3d4e5" * 3, "postgres://u:pw0rd@h/db"
+    r = run("submit", str(task), "--env", "MAX_TOKENS=2048", "--env", f"GITHUB_PAT={pat}", "--env", f"DB_URL={url}",
+            "--env", "RUN_ID=ghp")
+    said = r.stdout + r.stderr
+    assert pat not in said and "pw0rd" not in said, said
+    assert "with MAX_TOKENS=2048 GITHUB_PAT (value not shown) DB_URL (value not shown) RUN_ID=ghp:" in r.stdout, \
+        r.stdout
+    assert "note: GITHUB_PAT, DB_URL look like credentials" in r.stderr, r.stderr

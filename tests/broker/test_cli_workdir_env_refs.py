@@ -61,3 +61,41 @@ def test_an_uploaded_mount_whose_destination_names_an_env_is_mounted_where_the_e
                        "run: cat ~/mnt-proj/cfg.txt\n")
     r = run("submit", str(mounted), "--wait", "--upload-workdir", check=False)
     assert r.returncode == 0 and "config for the mount" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_uploaded_mounts_that_fill_in_to_one_destination_are_refused(broker, tmp_path):
+    """QA: without upload the broker refused two destinations that fill in to one; uploaded, they moved to
+    ``broker.file_mounts`` unfilled and unchecked, and both were mounted at the literal ``$Y`` and ``${X}``."""
+    run, task = broker
+    (tmp_path / "f.txt").write_text("f\n")
+    clash = tmp_path / "clash.yaml"
+    clash.write_text(f"name: clash\nresources: {{cpus: 1}}\nenvs: {{X: b, Y: b}}\n"
+                     f"file_mounts: {{'/tmp/m/${{X}}': {tmp_path / 'f.txt'}, '/tmp/m/$Y': {tmp_path / 'f.txt'}}}\n"
+                     "run: 'true'\n")
+    r = run("submit", str(clash), "--upload-workdir", check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "are both '/tmp/m/b' once the task's envs are filled in" in r.stderr, r.stderr
+    assert "submitted" not in r.stdout, r.stdout
+
+
+def test_a_dry_run_uploading_file_mounts_with_no_workdir_checks_them_without_a_traceback(broker, tmp_path):
+    """QA: ``Path(None)`` was built for the missing workdir before being dropped: a TypeError traceback."""
+    run, task = broker
+    (tmp_path / "t.txt").write_text("t\n")
+    only = tmp_path / "only-mounts.yaml"
+    only.write_text(f"name: only\nresources: {{cpus: 1}}\nfile_mounts: {{/tmp/mm2/x: {tmp_path / 't.txt'}}}\n"
+                    "run: 'true'\n")
+    r = run("submit", str(only), "--dry-run", "--upload-workdir", check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "would be uploaded by a submit" in r.stderr, r.stderr
+
+
+def test_a_workdir_naming_a_secret_says_why_it_was_not_filled_in(broker, tmp_path):
+    """QA: ``workdir: …/${TOK}`` with ``TOK`` a secret said only "no such directory"."""
+    run, task = broker
+    sec = tmp_path / "sec.yaml"
+    sec.write_text(f"name: sec\nresources: {{cpus: 1}}\nworkdir: {tmp_path}/proj/${{TOK}}\nsecrets: {{TOK: null}}\n"
+                   f"envs: {{SUB: null}}\nrun: 'true'\n")
+    r = run("submit", str(sec), "--secret", "TOK=sub", "--dry-run", check=False)
+    assert r.returncode == 1, r.stderr
+    assert "${TOK} is one of the task's secrets, which are never filled into a path" in r.stderr, r.stderr
