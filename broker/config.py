@@ -289,7 +289,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         try:
             # the tasks' own reader: a key given twice (two `teams:` blocks, the second silently replacing the
             # first), `1:30` read as base 60 and the like are refused naming the line, not read as something else
-            raw = load_yaml(text, max_bytes=MAX_CONFIG_BYTES)
+            raw = load_yaml(text, max_bytes=MAX_CONFIG_BYTES, task=False)  # a `name:` first is no chain
             _plain_money(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: {yaml_error(exc, task=False)}") from None
@@ -596,9 +596,13 @@ def _limit_list(env: Any, raw: dict[str, Any], key: str, name: str) -> tuple[str
 def _limits_checked(env: Any, instance_types: tuple[str, ...], launch_regions: tuple[str, ...], launcher: str,
                     clouds: tuple[str, ...]) -> list[str]:
     """Refuse a launch region that the price table of the ``clouds`` setting has no offer in, naming the close ones,
-    as a zone's region is (``us-est-1``: every cloud offer would be outside the limits, and each job refused); warn
-    that the limits limit nothing where the launcher places on no cloud. A price table that cannot be read is left
-    to the start's price check, which names its file."""
+    as a zone's region is (``us-est-1``: every cloud offer would be outside the limits, and each job refused) — one
+    written in another case too (``US-EAST-1``), naming its spelling: regions match exactly, as IAM's
+    ``aws:RequestedRegion`` does. Warn of each instance type pattern that matches no instance type of that table
+    (``p9.*``; matched case-sensitively, as ``ec2:InstanceType`` is), and, when none matches any, that every cloud
+    job will be refused; a pattern is not refused, as a region is: a deployment's role may allow types a snapshot
+    lacks (terraform's default ``g6.*``). Warn that the limits limit nothing where the launcher places on no cloud.
+    A price table that cannot be read is left to the start's price check, which names its file."""
     given = [(name, key) for name, key, value in (("BROKER_INSTANCE_TYPES", "instance_types", instance_types),
                                                   ("BROKER_LAUNCH_REGIONS", "launch_regions", launch_regions)) if value]
     if not given:
@@ -607,22 +611,51 @@ def _limits_checked(env: Any, instance_types: tuple[str, ...], launch_regions: t
         return [f"{name if env.get(name) else key}: the {launcher} launcher places jobs on pools and simulated zones "
                 "only, which no cloud role launches: it limits nothing here (it limits the cloud offers of "
                 "launcher skypilot)" for name, key in given]
-    if not launch_regions:
-        return []
     from broker.offers import _price_table  # (it imports this module)
     from pricing.catalog import CatalogError
 
     try:
-        regions = {o.region for o in _price_table(clouds)}
+        table = _price_table(clouds)
     except CatalogError:
         return []
+    if not table:
+        return []
+    regions = {o.region for o in table}
     where = "BROKER_LAUNCH_REGIONS" if env.get("BROKER_LAUNCH_REGIONS") else "launch_regions"
     known = {r.lower(): r for r in regions}
     for region in launch_regions:
-        if regions and region.lower() not in known:
-            raise ConfigError(f"{where}: the price table of {', '.join(clouds)} has no region {region!r}"
-                              f"{_close(region, regions, list_them=True)}: the broker could place nothing there")
-    return []
+        if region in regions:
+            continue
+        if region.lower() in known:
+            raise ConfigError(f"{where}: the price table of {', '.join(clouds)} has no region {region!r} (did you mean "
+                              f"{known[region.lower()]!r}? region names are case-sensitive, as the cloud role's "
+                              f"aws:RequestedRegion is): the broker could place nothing there")
+        raise ConfigError(f"{where}: the price table of {', '.join(clouds)} has no region {region!r}"
+                          f"{_close(region, regions, list_them=True)}: the broker could place nothing there")
+    return _patterns_unmatched(env, instance_types, {o.instance_type for o in table}, clouds)
+
+
+def _patterns_unmatched(env: Any, instance_types: tuple[str, ...], types: set[str],
+                        clouds: tuple[str, ...]) -> list[str]:
+    """The start's warnings for the ``instance_types`` patterns that match none of ``types`` (the price table's), as
+    :class:`pricing.placement.Limits` matches them: one per such pattern, and, when no pattern matches any, that
+    every cloud job will be refused."""
+    from pricing.placement import Limits
+
+    where = "BROKER_INSTANCE_TYPES" if env.get("BROKER_INSTANCE_TYPES") else "instance_types"
+    table = f"the price table of {', '.join(clouds)}"
+    unmatched = [p for p in instance_types if not any(Limits(instance_types=(p,)).type_allowed(t) for t in types)]
+    warnings = []
+    for pattern in unmatched:
+        lower = pattern.lower()
+        case = (f" (did you mean {lower!r}? instance type names are case-sensitive, as the cloud role's "
+                f"ec2:InstanceType is)" if lower != pattern
+                and any(Limits(instance_types=(lower,)).type_allowed(t) for t in types) else "")
+        warnings.append(f"{where}: {pattern!r} matches no instance type in {table}{case}: no job is placed by it")
+    if unmatched and len(unmatched) == len(instance_types):
+        warnings.append(f"{where}: no pattern of it ({', '.join(instance_types)}) matches an instance type in {table}: "
+                        "every cloud job will be refused")
+    return warnings
 
 
 CLUSTER_PREFIX = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")

@@ -108,7 +108,7 @@ def yaml_error(exc: yaml.YAMLError, *, task: bool = True) -> str:
         return (f"holds {count} YAML documents, separated by --- (the second starts at line {second}): that is a "
                 "SkyPilot task chain (a pipeline, run by `sky jobs launch` one task after another), which the broker "
                 "does not run: submit each task on its own, as its own job (a first document of only `name:` is the "
-                "chain's name, not a task)")
+                "chain's name, not a task: with one task after it, the file is read as that task)")
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
     problem = getattr(exc, "problem", None)
@@ -163,8 +163,10 @@ def _name_documents(exc: yaml.YAMLError, text: str) -> None:
         exc.documents = (count, second, count - empty)
 
 
-def load_yaml(text: str, *, max_bytes: int) -> Any:
-    """YAML (or JSON, which is YAML) to plain data; what aliases expand to is held to ``max_bytes``."""
+def load_yaml(text: str, *, max_bytes: int, task: bool = True) -> Any:
+    """YAML (or JSON, which is YAML) to plain data; what aliases expand to is held to ``max_bytes``. With ``task``
+    (a task's text, not the broker's config file), a SkyPilot chain of one task — a first document of only ``name:``,
+    then the task (:func:`_one_task_chain`) — is read as that task, as ``sky launch`` reads it."""
     _count_nodes(text)
     loader = _Loader(text)
     try:
@@ -175,21 +177,55 @@ def load_yaml(text: str, *, max_bytes: int) -> Any:
         except yaml.YAMLError as exc:
             _name_tab(exc, text)
             _name_documents(exc, text)
+            if task and getattr(exc, "documents", (0, 0, 0))[::2] == (2, 2):
+                found = _one_task_chain(text, max_bytes)
+                if found is not None:
+                    return found[0]
             raise
         if node is None:
             return None
-        _Nodes(max_bytes).check(node)
-        try:
-            data = loader.construct_document(node)
-        except (ValueError, KeyError, AttributeError, TypeError, OverflowError):
-            # a scalar its tag's constructor cannot read: `!!timestamp 2020-13-45` (ValueError), `!!bool yes-ish`
-            # (KeyError) and `!!timestamp soon` (AttributeError) were "cannot be read as a number" naming the body,
-            # or a 500; found again here, named with its field and line
-            raise _unreadable(node) from None
+        data = _built(loader, node, max_bytes)
     finally:
         loader.dispose()
     check_plain(data)
     return data
+
+
+def _built(loader: yaml.BaseLoader, node: yaml.Node, max_bytes: int) -> Any:
+    """One document's node, checked (:class:`_Nodes`) and built into data."""
+    _Nodes(max_bytes).check(node)
+    try:
+        return loader.construct_document(node)
+    except (ValueError, KeyError, AttributeError, TypeError, OverflowError):
+        # a scalar its tag's constructor cannot read: `!!timestamp 2020-13-45` (ValueError), `!!bool yes-ish`
+        # (KeyError) and `!!timestamp soon` (AttributeError) were "cannot be read as a number" naming the body,
+        # or a 500; found again here, named with its field and line
+        raise _unreadable(node) from None
+
+
+def _one_task_chain(text: str, max_bytes: int) -> tuple[Any] | None:
+    """A text of two documents, the first of only ``name:`` (``name: pipeline``, ``---``, then a task), as SkyPilot
+    reads it (``sky.utils.dag_utils.load_chain_dag_from_yaml``): a chain of one task, the first document its name.
+    The task, in a 1-tuple: its own ``name``, else the header's; None for any other two documents (a chain of two
+    tasks, which :func:`yaml_error` refuses). Each document is checked as a lone one is (:func:`_built`,
+    :func:`check_plain`)."""
+    loader = _Loader(text)
+    try:
+        # (check_node first: it reads past the stream's start)
+        header = loader.get_node() if loader.check_node() else None
+        node = loader.get_node() if loader.check_node() else None
+        if not (isinstance(header, yaml.MappingNode) and len(header.value) == 1
+                and isinstance(header.value[0][0], yaml.ScalarNode) and header.value[0][0].value == "name"):
+            return None
+        name = _built(loader, header, max_bytes)
+        task = _built(loader, node, max_bytes)
+    finally:
+        loader.dispose()
+    check_plain(name)
+    check_plain(task)
+    if isinstance(task, dict) and "name" not in task and name.get("name") is not None:
+        task = {"name": name["name"], **task}
+    return (task,)
 
 
 def _count_nodes(text: str) -> None:

@@ -1,10 +1,10 @@
 """``checkpoint ls URI`` and ``checkpoint verify URI``. Parses, calls, renders; no rules here.
 
 ``ls`` lists every checkpoint directory under a base URI with its state (committed, incomplete, or
-damaged with why: by :func:`checkpoint.restore.read_commit`, the rule restore uses), step, creation time and
-size. ``verify`` checks files against manifests —
-every committed checkpoint under a base URI, or one checkpoint given by its own URI — and
-exits 1 if any fails (naming it and why), 0 if all verify.
+damaged with why: by :func:`checkpoint.restore.read_listed`, restore's own commit rule and the listing's names and
+sizes against the manifest, with no file hashed), step, creation time and size. ``verify`` checks files against
+manifests — every committed checkpoint under a base URI, or one checkpoint given by its own URI — and exits 1 if any
+fails (naming it and why), 0 if all verify, 2 if the store cannot be read or a local path does not exist.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TextIO
 
 from checkpoint import layout
 from checkpoint.errors import CorruptCheckpoint
-from checkpoint.restore import NOT_COMMITTED, load_verified, read_commit
+from checkpoint.restore import NOT_COMMITTED, load_verified, read_listed
 from checkpoint.storage import Storage, open_storage
 
 
@@ -35,7 +35,8 @@ examples:
   checkpoint verify s3://bucket/runs/j-3fa9c1b2e0/step-000000000320-1733011200123
       just that one checkpoint
 
-exit status: 0 all well, 1 a checkpoint failed verification, 2 the store could not be read.
+exit status: 0 all well, 1 a checkpoint failed verification, 2 the store could not be read
+(or the path does not exist).
 """
 
 
@@ -83,17 +84,17 @@ def _ls(storage: Storage, out: TextIO) -> int:
     paths = storage.list()
     entries = layout.scan(paths)
     if not entries:
-        local = storage.local_path("") if hasattr(storage, "local_path") else None
-        gone = " (it does not exist)" if not paths and local is not None and not os.path.exists(local) else ""
-        print(f"no checkpoints under {storage.uri()}{gone}", file=out)
+        print(f"no checkpoints under {storage.uri()}{' (it does not exist)' if _gone(storage, paths) else ''}",
+              file=out)
         return 0
 
     def state_of(e: layout.Entry) -> tuple[str, str, str]:
-        """(size, state, why not committed): the commit checked as restore checks it (:func:`read_commit`)."""
+        """(size, state, why not committed): the commit checked as restore checks it, and its files listed against
+        the manifest (:func:`read_listed`): a file deleted or of another size is damaged, as restore skips it."""
         if not e.committed:
             return "", "incomplete", ""
         try:
-            manifest = read_commit(storage, e.id)
+            manifest = read_listed(storage, e.id)
         except CorruptCheckpoint as why:  # an empty commit marker was "committed" here, and skipped by restore
             return "?", "incomplete" if str(why) == NOT_COMMITTED else "damaged", f"  ({why})"
         return _human(manifest.total_bytes), "committed", ""
@@ -115,13 +116,20 @@ def _verify(uri: str, out: TextIO) -> int:
         parent, cid = layout.split_checkpoint_uri(uri)
     except ValueError:
         storage = open_storage(uri)
-        targets = layout.committed_newest_first(layout.scan(storage.list()))
+        paths = storage.list()
+        targets = layout.committed_newest_first(layout.scan(paths))
+        if not targets and _gone(storage, paths):  # nothing failed verification: there is nothing there (exit 2)
+            print(f"error: no committed checkpoints under {storage.uri()} (it does not exist)", file=sys.stderr)
+            return 2
         if not targets:
             print(f"no committed checkpoints under {storage.uri()}", file=out)
             return 1
         ids = [e.id for e in targets]
     else:
         storage, ids = open_storage(parent), [cid]
+        if _gone(storage, [], cid.name):
+            print(f"error: {storage.uri(cid.name)} is no checkpoint (it does not exist)", file=sys.stderr)
+            return 2
     failed = 0
     for cid in ids:
         try:
@@ -136,6 +144,13 @@ def _verify(uri: str, out: TextIO) -> int:
                   f"{_human(loaded.manifest.total_bytes)})", file=out)
     print(f"{len(ids) - failed} of {len(ids)} verified", file=out)
     return 1 if failed else 0
+
+
+def _gone(storage: Storage, paths: list[str], path: str = "") -> bool:
+    """Whether ``path`` under a local store does not exist, its listing (``paths``) empty: a mistyped path, told
+    apart from an empty run. A remote store has no directories: a prefix with nothing under it is only empty."""
+    local = storage.local_path(path) if hasattr(storage, "local_path") else None
+    return not paths and local is not None and not os.path.exists(local)
 
 
 def _human(n: int) -> str:

@@ -74,7 +74,7 @@ def check_present(storage: Storage, cid: CheckpointId, expected: Mapping[str, in
     went missing before the commit: a store that lost them (an S3-compatible server restarted without its data
     while the upload retried), or another process writing under the same base whose retention deleted this save's
     files in flight as debris. Committed anyway, restore took that torn checkpoint over the previous whole one."""
-    listed = _sizes(storage, cid)
+    listed = listed_sizes(storage, cid)
     missing = sorted(p for p in expected if p not in listed)
     wrong = sorted(p for p in expected if listed.get(p, expected[p]) not in (expected[p], None))
     if not missing and not wrong:
@@ -91,7 +91,7 @@ def check_present(storage: Storage, cid: CheckpointId, expected: Mapping[str, in
         f"each job a base of its own). No commit marker was written: restore takes the checkpoint before it")
 
 
-def _sizes(storage: Storage, cid: CheckpointId) -> dict[str, int | None]:
+def listed_sizes(storage: Storage, cid: CheckpointId) -> dict[str, int | None]:
     """The checkpoint directory's objects and sizes; a store without ``sizes`` (a wrapper of an older protocol)
     answers with a listing of the whole base, which has no sizes: presence only."""
     sizes = getattr(storage, "sizes", None)

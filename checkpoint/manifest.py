@@ -109,10 +109,27 @@ def check_files(manifest: Manifest, observed: Mapping[str, FileEntry | None]) ->
     problems = []
     for name, want in sorted(manifest.files.items()):
         got = observed.get(name)
-        if got is None:
-            problems.append(f"{name} is missing")
-        elif got.size != want.size:
-            problems.append(f"{name} is {got.size} bytes, manifest says {want.size}")
-        elif got.sha256 != want.sha256:
-            problems.append(f"{name} sha256 mismatch (corrupt)")
+        problem = _size_problem(name, want, got.size if got is not None else None, got is not None)
+        if problem is None and got is not None and got.sha256 != want.sha256:
+            problem = f"{name} sha256 mismatch (corrupt)"
+        if problem is not None:
+            problems.append(problem)
     return problems
+
+
+def check_sizes(manifest: Manifest, listed: Mapping[str, int | None]) -> list[str]:
+    """Problems with a listing of the checkpoint's files against the manifest, with no byte read nor hashed: a file
+    missing, or of another size, as :func:`check_files` says them. ``listed`` maps each name listed to its size, or
+    None where the listing has no sizes (presence only)."""
+    problems = [_size_problem(name, want, listed.get(name), name in listed)
+                for name, want in sorted(manifest.files.items())]
+    return [p for p in problems if p is not None]
+
+
+def _size_problem(name: str, want: FileEntry, size: int | None, present: bool) -> str | None:
+    """Why file ``name`` (``size`` bytes, None: not known) is not the one the manifest names, by presence and size."""
+    if not present:
+        return f"{name} is missing"
+    if size is not None and size != want.size:
+        return f"{name} is {size} bytes, manifest says {want.size}"
+    return None

@@ -27,7 +27,8 @@ from checkpoint import layout
 from checkpoint.blobs import FileBlob, MemoryBlob, Spool
 from checkpoint.errors import CheckpointWarning, CorruptCheckpoint
 from checkpoint.layout import CheckpointId, Entry
-from checkpoint.manifest import FileEntry, Manifest, check_files, check_marker
+from checkpoint.commit import listed_sizes
+from checkpoint.manifest import FileEntry, Manifest, check_files, check_marker, check_sizes
 from checkpoint.storage import Storage
 
 log = logging.getLogger("checkpoint")
@@ -136,6 +137,20 @@ def read_commit(storage: Storage, cid: CheckpointId) -> Manifest:
         raise CorruptCheckpoint(str(e)) from e
     if manifest.step != cid.step:
         raise CorruptCheckpoint(f"manifest says step {manifest.step}, directory says {cid.step}")
+    return manifest
+
+
+def read_listed(storage: Storage, cid: CheckpointId) -> Manifest:
+    """:func:`read_commit`, then one listing of the checkpoint's directory against its manifest, with no file read
+    nor hashed: every file there, at its size (what ``checkpoint ls`` shows). A file deleted, or of another size, is
+    what :func:`load_verified` would find too, and restore skip: raises CorruptCheckpoint (damaged) saying it as
+    ``verify`` does. Other OSErrors propagate."""
+    manifest = read_commit(storage, cid)
+    prefix = cid.name + "/"
+    listed = {p[len(prefix):]: size for p, size in listed_sizes(storage, cid).items() if p.startswith(prefix)}
+    problems = check_sizes(manifest, listed)
+    if problems:
+        raise CorruptCheckpoint("; ".join(problems), damaged=True)
     return manifest
 
 

@@ -49,10 +49,12 @@ class NoFit:
 @dataclass(frozen=True)
 class Limits:
     """Where this deployment may launch cloud instances, as its cloud role allows (the broker's ``instance_types`` and
-    ``launch_regions`` settings): ``instance_types``, patterns an instance type must match (``fnmatch``, ``g5.*``;
+    ``launch_regions`` settings): ``instance_types``, patterns an instance type must match (``fnmatchcase``, ``g5.*``;
     a GCP GPU offer, ``<host VM>+<GPU>:<count>``, by its whole name or its VM's), and ``launch_regions``, the regions it
-    may launch in; empty: no limit. Only cloud offers are held to them: a pool (on this host or a Kubernetes one) and a
-    simulated zone (a process on this host) launch no cloud instance."""
+    may launch in; empty: no limit. Both match case-sensitively, as the IAM ``StringLike`` conditions they mirror
+    (``ec2:InstanceType``, ``aws:RequestedRegion``) do: ``G5.*`` allows no ``g5.xlarge`` there, so it must not here.
+    Only cloud offers are held to them: a pool (on this host or a Kubernetes one) and a simulated zone (a process on
+    this host) launch no cloud instance."""
 
     instance_types: tuple[str, ...] = ()
     launch_regions: tuple[str, ...] = ()
@@ -64,12 +66,12 @@ class Limits:
         """Whether ``instance_type`` matches one of :attr:`instance_types` (any, when none is given)."""
         if not self.instance_types:
             return True
-        names = {instance_type.lower(), instance_type.split("+", 1)[0].lower()}
-        return any(fnmatchcase(name, pattern.lower()) for name in names for pattern in self.instance_types)
+        names = {instance_type, instance_type.split("+", 1)[0]}
+        return any(fnmatchcase(name, pattern) for name in names for pattern in self.instance_types)
 
     def region_allowed(self, region: str) -> bool:
-        """Whether ``region`` is one of :attr:`launch_regions` (any, when none is given)."""
-        return not self.launch_regions or region.lower() in {r.lower() for r in self.launch_regions}
+        """Whether ``region`` is one of :attr:`launch_regions`, exactly (any, when none is given)."""
+        return not self.launch_regions or region in self.launch_regions
 
     def allows(self, offer: Offer) -> bool:
         """Whether ``offer`` is within the limits: a cloud offer whose instance type and region they allow, or an

@@ -265,6 +265,63 @@ def test_the_cli_says_the_file_is_a_task_chain(tmp_path):
     assert "SkyPilot task chain" in r.stderr and "found another document" not in r.stderr, r.stderr
 
 
+ONE_TASK_CHAIN = "name: pipeline\n---\nrun: python train.py\n"
+
+
+@pytest.mark.parametrize("text, name", [
+    pytest.param(ONE_TASK_CHAIN, "pipeline", id="a name header then one task is that task, named by the header"),
+    pytest.param("name: pipeline\n---\nname: train\nrun: python train.py\n", "train",
+                 id="a name header then one task that names itself keeps the task's own name"),
+    pytest.param("name:\n---\nrun: python train.py\n", None,
+                 id="an empty name header names nothing and the task is named as one without a name"),
+])
+def test_a_chain_of_one_task_is_read_as_that_task_as_skypilot_reads_it(text, name):
+    task = load_text(text)
+    assert task == ({"run": "python train.py"} if name is None else {"name": name, "run": "python train.py"}), task
+    assert parse(task, now=NOW).name == (name or parse({"run": "python train.py"}, now=NOW).name)
+    from broker.client import load_task
+
+    assert load_task(text) == task, "the CLI reads the task file as the broker does"
+
+
+@pytest.mark.parametrize("text, said", [
+    pytest.param("name: pipeline\nworkdir: .\n---\nrun: python train.py\n", "holds 2 YAML documents",
+                 id="a first document of more than a name is no header: two tasks are refused"),
+    pytest.param("name: pipeline\n---\nrun: x\nrun: y\n", "is given twice in the same mapping",
+                 id="the one task is checked as a lone task is"),
+])
+def test_a_two_document_text_that_is_not_a_named_single_task_is_still_refused(text, said):
+    with pytest.raises(SpecError) as bad:
+        load_text(text)
+    assert said in bad.value.reason, bad.value.reason
+
+
+def test_a_config_file_beginning_with_a_name_document_is_not_read_as_a_chain():
+    with pytest.raises(yaml.YAMLError) as bad:
+        load_yaml("name: x\n---\npools: []\n", max_bytes=10_000, task=False)
+    assert yaml_error(bad.value, task=False).startswith("holds 2 YAML documents")
+
+
+def test_the_brokers_config_file_of_a_name_document_and_another_is_refused_as_two_documents(tmp_path):
+    from broker.config import ConfigError
+
+    path = tmp_path / "config.yaml"
+    path.write_text("name: x\n---\npools: []\n")
+    with pytest.raises(ConfigError, match=r"holds 2 YAML documents \(a --- at line 2 starts the second\), where one "
+                                          r"is read: keep one"):
+        load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": ADMIN}, config_path=path)
+
+
+def test_the_api_accepts_a_chain_of_one_task_as_that_task(api):
+    r = api.post("/v1/jobs", content=ONE_TASK_CHAIN, headers={**TEAM, "Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    job = api.get(f"/v1/jobs/{r.json()['id']}", headers=TEAM).json()
+    assert job["name"] == "pipeline", job
+    r = api.post("/v1/jobs", content="name: pipeline\n---\nname: train\nrun: python train.py\n",
+                 headers={**TEAM, "Content-Type": "application/yaml"})
+    assert r.status_code == 201 and api.get(f"/v1/jobs/{r.json()['id']}", headers=TEAM).json()["name"] == "train"
+
+
 # -- 4. infra: local/<pool> with no such pool -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("resources, pools, field, says", [

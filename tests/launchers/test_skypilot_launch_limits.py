@@ -17,7 +17,7 @@ import yaml
 
 import broker.offers
 from broker.auth import Principal
-from broker.config import ConfigError
+from broker.config import ConfigError, load_settings
 from broker.engine.schedule import schedule_now
 from broker.offers import all_offers, market
 from broker.service import BrokerService, Invalid
@@ -43,7 +43,23 @@ def snapshot_prices(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def service(make_settings, tmp_path):
+def make_settings(tmp_path):
+    """Settings for a broker under ``tmp_path``; keyword arguments become env values, ``config`` the config file."""
+    def make(config: str | None = None, **env):
+        path = None
+        if config is not None:
+            path = tmp_path / "config.yaml"
+            path.write_text(config)
+        return load_settings({"BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_ADMIN_TOKEN": "admin-token",
+                              **env}, config_path=path)
+
+    return make
+
+
+@pytest.fixture
+def service(sky, make_settings, tmp_path):
+    """A broker of the SkyPilot launcher: it checks each task with ``sky``, imported under this folder's HOME (the
+    ``sky`` fixture; outside tests/launchers a test may not import it, tests/conftest.py)."""
     def make(**env) -> BrokerService:
         store = open_store(f"sqlite://{tmp_path / f'limits-{len(stores)}.db'}")
         stores.append(store)
@@ -176,6 +192,13 @@ def test_the_limits_are_read_from_the_environment_over_the_config(make_settings,
     pytest.param({"BROKER_LAUNCH_REGIONS": "us-est-1"}, None,
                  r"^BROKER_LAUNCH_REGIONS: the price table of aws has no region 'us-est-1' \(did you mean 'us-east-1'\?\)",
                  id="a region the price table has none of is refused naming the close one"),
+    pytest.param({"BROKER_LAUNCH_REGIONS": "US-EAST-1"}, None,
+                 r"^BROKER_LAUNCH_REGIONS: the price table of aws has no region 'US-EAST-1' \(did you mean "
+                 r"'us-east-1'\? region names are case-sensitive",
+                 id="a region in another case than the price table's is refused naming its spelling"),
+    pytest.param({}, "launch_regions: [us-east-1, Us-West-2]\n",
+                 r"^launch_regions: the price table of aws has no region 'Us-West-2' \(did you mean 'us-west-2'\?",
+                 id="a region of the config file in another case is refused too"),
 ])
 def test_a_malformed_limit_is_refused_at_start_naming_the_setting(make_settings, env, config, said):
     with pytest.raises(ConfigError, match=said):
@@ -195,3 +218,63 @@ def test_all_offers_marks_the_offers_outside_the_limits_and_keeps_the_rest(servi
     inside = [o for o in offers if not isinstance(o, Barred)]
     assert outside and inside
     assert all(o.region == "us-east-1" and o.instance_type.split(".")[0] in ("g5", "p4d") for o in inside)
+
+
+@pytest.mark.parametrize("limits, instance_type, region, allowed", [
+    pytest.param(Limits(instance_types=("g5.*",)), "g5.xlarge", "us-east-1", True,
+                 id="g5.* allows g5.xlarge"),
+    pytest.param(Limits(instance_types=("G5.*",)), "g5.xlarge", "us-east-1", False,
+                 id="G5.* allows no g5.xlarge, as IAM's case-sensitive StringLike on ec2:InstanceType allows none"),
+    pytest.param(Limits(instance_types=("g5.XLARGE",)), "g5.xlarge", "us-east-1", False,
+                 id="a whole name in another case allows nothing"),
+    pytest.param(Limits(launch_regions=("us-east-1",)), "g5.xlarge", "us-east-1", True,
+                 id="us-east-1 allows us-east-1"),
+    pytest.param(Limits(launch_regions=("US-EAST-1",)), "g5.xlarge", "us-east-1", False,
+                 id="US-EAST-1 allows no us-east-1, as aws:RequestedRegion matches exactly"),
+    pytest.param(Limits(instance_types=("a2-*",)), "a2-highgpu-1g+A100:1", "us-central1", True,
+                 id="a GCP GPU offer matches by its host VM's name"),
+    pytest.param(Limits(instance_types=("A2-*",)), "a2-highgpu-1g+A100:1", "us-central1", False,
+                 id="a GCP GPU offer's host VM in another case matches no pattern"),
+])
+def test_the_limits_match_case_sensitively_as_the_cloud_role_does(limits, instance_type, region, allowed):
+    assert (limits.type_allowed(instance_type) and limits.region_allowed(region)) is allowed
+
+
+def test_an_upper_case_pattern_places_nothing_on_g5_and_the_job_is_refused_naming_it(service):
+    """QA: ``BROKER_INSTANCE_TYPES='G5.*'`` placed on g5.xlarge, which the role's ``StringLike`` refuses."""
+    with pytest.raises(Invalid) as refused:
+        service(BROKER_INSTANCE_TYPES="G5.*").submit_dry_run(ADMIN, A10G)
+    assert "outside this broker's instance_types (G5.*)" in refused.value.reason, refused.value.reason
+
+
+def _unmatched(settings) -> list[str]:
+    return [w for w in settings.warnings if w.startswith("BROKER_INSTANCE_TYPES:")]
+
+
+@pytest.mark.parametrize("types, said", [
+    pytest.param("p9.*", ["BROKER_INSTANCE_TYPES: 'p9.*' matches no instance type in the price table of aws: no job is "
+                          "placed by it",
+                          "BROKER_INSTANCE_TYPES: no pattern of it (p9.*) matches an instance type in the price table "
+                          "of aws: every cloud job will be refused"],
+                 id="a pattern matching nothing is warned of, and that every cloud job will be refused"),
+    pytest.param("g5.*,g6.*", ["BROKER_INSTANCE_TYPES: 'g6.*' matches no instance type in the price table of aws: no "
+                               "job is placed by it"],
+                 id="terraform's g6.* the snapshot lacks is warned of alone and the broker starts"),
+    pytest.param("G5.*", ["BROKER_INSTANCE_TYPES: 'G5.*' matches no instance type in the price table of aws (did you "
+                          "mean 'g5.*'? instance type names are case-sensitive, as the cloud role's ec2:InstanceType "
+                          "is): no job is placed by it",
+                          "BROKER_INSTANCE_TYPES: no pattern of it (G5.*) matches an instance type in the price table "
+                          "of aws: every cloud job will be refused"],
+                 id="a pattern in upper case is warned of naming its lower case spelling"),
+    pytest.param("g5.* , p4d.*", [], id="patterns that each match an instance type are not warned of"),
+])
+def test_an_instance_types_pattern_matching_no_instance_type_is_warned_of_at_start_not_refused(make_settings, types,
+                                                                                              said):
+    settings = make_settings(BROKER_LAUNCHER="skypilot", BROKER_CLOUDS="aws", BROKER_INSTANCE_TYPES=types)
+    assert _unmatched(settings) == said
+
+
+def test_a_pattern_of_the_config_file_matching_nothing_is_warned_of_by_the_files_key(make_settings):
+    settings = make_settings(config="instance_types: [p9.*]\n", BROKER_LAUNCHER="skypilot", BROKER_CLOUDS="aws")
+    assert any(w.startswith("instance_types: 'p9.*' matches no instance type") for w in settings.warnings), \
+        settings.warnings
