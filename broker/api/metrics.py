@@ -451,6 +451,31 @@ class StoreCollector:
                                             buckets=durations.cumulative(), sum_value=durations.total)
 
 
+class NotifierCollector:
+    """This process's Slack notifier's counters (:meth:`broker.slack.notify.Notifier.counters`): a notification given
+    up after its retry window, or dropped from a full queue, was a log line alone, and on call no one could tell a
+    failure had gone unsaid. Nothing when the config sends no notifications."""
+
+    def __init__(self, notifier_of):
+        self.notifier_of = notifier_of
+
+    def collect(self):
+        notifier = self.notifier_of()
+        if notifier is None:
+            return
+        counted = CounterMetricFamily("broker_slack_notifications", "Slack notifications by outcome: sent, failed "
+                                      "(given up after the retry window), dropped (a destination's queue full), "
+                                      "discarded (unsent at shutdown).", labels=["outcome"])
+        for outcome, value in sorted(notifier.counters().items()):
+            if outcome != "summarized":
+                counted.add_metric([outcome], value)
+        yield counted
+        waiting = GaugeMetricFamily("broker_slack_notifications_queued",
+                                    "Slack notifications waiting or being delivered, every destination together.")
+        waiting.add_metric([], notifier.queued())
+        yield waiting
+
+
 def _histogram(name: str, doc: str, sums: dict, key: str) -> HistogramMetricFamily:
     buckets, total = totals.histogram(sums, key)
     return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
@@ -515,6 +540,8 @@ def router(service, settings: Settings, *, app=None) -> APIRouter:
         reg = CollectorRegistry(auto_describe=True)
         engine_of = lambda: None  # noqa: E731
     reg.register(StoreCollector(service, engine_of, teams=settings.teams, settings=settings))
+    if app is not None:
+        reg.register(NotifierCollector(lambda: getattr(app.state, "notifier", None)))
     token = metrics_token(os.environ)  # refused here, at start, when set but empty
 
     @r.get("/metrics", include_in_schema=False)

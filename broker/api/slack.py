@@ -92,7 +92,7 @@ def notifier_for(store, settings: Settings) -> Notifier | None:
     if not cfg.notifications_enabled:
         return None
     return Notifier(cfg, store, dashboard_url=dashboard_url(settings),
-                    resume_needs=BrokerService(settings, store).resume_needs)
+                    resume_needs=BrokerService(settings, store).resume_needs, teams=settings.teams)
 
 
 def spec_fetcher(cfg: SlackConfig, max_bytes: int):

@@ -160,6 +160,47 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
+def clip_reason(text: str, limit: int) -> str:
+    """A reason within ``limit`` characters, its end kept: a reason's last words say what matters now ("if spot does
+    not come by about 18:21Z, it cannot meet its deadline", "it moves to on-demand … by about …"), after a long
+    parenthetical (what an offer is, what it was estimated at). So the parentheticals are shortened first, the longest
+    first, to ``(…)``; then the middle is cut, keeping the start and the last clause; only a last clause too long
+    for the line is cut at its end, as :func:`clip` does."""
+    if len(text) <= limit:
+        return text
+    out = text
+    while len(out) > limit:
+        groups = _parentheticals(out)
+        if not groups:
+            break
+        start, end = max(groups, key=lambda g: g[1] - g[0])
+        if end - start <= len("(…)"):
+            break
+        out = out[:start] + "(…)" + out[end:]
+    if len(out) <= limit:
+        return out
+    cut = max((out.rfind(mark) for mark in ("; ", ": ", ". ", ", ")), default=-1)
+    tail = out[cut:] if cut > 0 else ""  # "; if spot does not come by …", its separator with it
+    if tail and len(tail) <= limit * 2 // 3:
+        return clip(out[:cut].rstrip(), limit - len(tail)) + tail
+    return clip(out, limit)
+
+
+def _parentheticals(text: str) -> list[tuple[int, int]]:
+    """The outermost ``(…)`` groups of ``text`` as (start, end) slices; an unclosed one is left alone."""
+    groups, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif c == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                groups.append((start, i + 1))
+    return groups
+
+
 def job_line(job: Job, position: int | None = None, start: float | None = None, waiting: str | None = None,
              ended: float | None = None, team: bool = False, said: str | None = None, due: bool = False) -> str:
     """One job in a line, and its reason on the next as the API shows it (:func:`broker.views.shown_reason`): for a
@@ -182,7 +223,7 @@ def job_line(job: Job, position: int | None = None, start: float | None = None, 
     pos += f" · {step}" if step else ""
     if said is None:
         said = line_reason(job, start, waiting)
-    reason = f"\n      _{esc(clip(said, REASON_CHARS))}_" if said else ""
+    reason = f"\n      _{esc(clip_reason(said, REASON_CHARS))}_" if said else ""
     spent, budget = fmt_spent_of(job.spent, job.budget)
     whose = f" ({esc(job.team)})" if team else ""
     return (f"{emoji} *{esc(job.name)}* `{esc(job.id)}`{whose} — {job.state.value}{pos} · spent {spent} of "
@@ -257,7 +298,7 @@ def jobs_reply(title: str, jobs: Sequence[Job], positions: dict[str, int], empty
     shared = max(set(queued), key=queued.count) if queued else ""
     shared = shared if queued.count(shared) > 1 else ""
     said = shared.removeprefix("waiting: ")  # the reason's own word: "are waiting: waiting: the pool ..." said it twice
-    head = f"▸ _queued jobs marked ▸ are waiting: {esc(clip(said, REASON_CHARS))}_" if shared else ""
+    head = f"▸ _queued jobs marked ▸ are waiting: {esc(clip_reason(said, REASON_CHARS))}_" if shared else ""
     lines: list[str] = [head] if head else []
     size = len(head) if head else -1  # the joining newlines: one fewer than the lines
     teams = len({j.team for j in jobs}) > 1  # an admin's list: which team's each job is, as `broker status` shows

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import urlsplit
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,7 @@ class SlackConfig:
     api_url: str = "https://slack.com/api/"
     spec_url_prefixes: tuple[str, ...] = ("https://",)
     events: frozenset[str] = frozenset(DEFAULT_EVENTS)
-    retries: int = 5
+    retries: int = 20  # tries after the first, at most; the notifier gives a message up after 10 minutes anyway
     raise_budget_percent: int = 50  # what the "Raise budget" button adds
 
     @property
@@ -102,26 +103,47 @@ def slack_config(extra: Mapping[str, Any], env: Mapping[str, str] | None = None)
     for name in events:
         if name not in EVENTS:
             raise ConfigError(f"notifications.events: {name!r} is not an event ({unknown_key_hint(name, EVENTS)})")
-    retries = _whole(notes, "retries", 5, "notifications")
+    retries = _whole(notes, "retries", 20, "notifications")
     raise_pct = _whole(raw, "raise_budget_percent", 50, "slack")
     if not 0 <= retries <= 20:
         raise ConfigError("notifications.retries: must be from 0 to 20")
     if raise_pct < 1:
         raise ConfigError("slack.raise_budget_percent: must be at least 1")
+    bot_token = env.get("BROKER_SLACK_BOT_TOKEN") or _text(raw, "bot_token")
+    channels = _names(raw, "channels", "a channel id (C…)")
+    if channels and not bot_token:  # posted with the bot token: without one, these teams were told nothing, silently
+        raise ConfigError("slack.channels: needs slack.bot_token (or BROKER_SLACK_BOT_TOKEN) to post to the channels "
+                          "it names; give the bot token, or use slack.webhook_urls instead")
+    webhook_urls = _names(raw, "webhook_urls", "a webhook URL")
+    for team, url in sorted(webhook_urls.items()):
+        _webhook_url(team, url)
     return SlackConfig(
         signing_secret=env.get("BROKER_SLACK_SIGNING_SECRET") or _text(raw, "signing_secret"),
-        bot_token=env.get("BROKER_SLACK_BOT_TOKEN") or _text(raw, "bot_token"),
+        bot_token=bot_token,
         command=command if command.startswith("/") else "/" + command,
         users=_names(raw, "users", "a team's name"),
         admins=frozenset(_texts(raw, "admins", (), "Slack member ids")),
-        channels=_names(raw, "channels", "a channel id (C…)"),
-        webhook_urls=_names(raw, "webhook_urls", "a webhook URL"),
+        channels=channels,
+        webhook_urls=webhook_urls,
         api_url=_text(raw, "api_url") or "https://slack.com/api/",
         spec_url_prefixes=_texts(raw, "spec_url_prefixes", ("https://",), "URL prefixes"),
         events=frozenset(events),
         retries=retries,
         raise_budget_percent=raise_pct,
     )
+
+
+def _webhook_url(team: str, url: str) -> None:
+    """Refuse a webhook URL that is not http(s) with a host; the message names the setting, never the URL (its path
+    is the secret that lets anyone post to the channel)."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        parts, host = None, None
+    if parts is None or parts.scheme not in ("https", "http") or not host or any(c.isspace() for c in url.strip()):
+        raise ConfigError(f"slack.webhook_urls.{team}: must be an http(s) URL with a host, the incoming webhook's "
+                          "(https://hooks.slack.com/services/…)")
 
 
 def _text(raw: Mapping[str, Any], key: str) -> str | None:

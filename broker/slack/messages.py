@@ -181,7 +181,7 @@ def notification(event: Event, job: Job, attempts: Sequence[Attempt], points: Se
     ``at_least``: the budget a resume of the job needs (:meth:`broker.service.BrokerService.resume_needs`), which its
     *Raise budget* button proposes at least; ``None``: the figure its reason quotes, if any."""
     att = _attempt(event, attempts)
-    head = f"*{esc(job.name)}* `{esc(job.id)}` ({esc(job.team)})"
+    head = f"{bold(esc(job.name))} {code(esc(job.id))} ({esc(job.team)})"
     foot = context(f"<{dashboard_url}|Dashboard> · `{command} status {job.id}`")
     step = resume_step(event, job)
     frm = f"step {step}" if step is not None else "the beginning (it saved no checkpoint)"
@@ -315,7 +315,7 @@ def summary(kind: str, jobs: Sequence[Job], *, dashboard_url: str, command: str 
     or budget-stopped one — one at a time. ``by``: who acted, when one person did for them all."""
     emoji, says = SUMMARY_HEADS.get(kind, (":information_source:", f"had a {esc(kind)} event"))
     teams = {j.team for j in jobs}
-    listed = ", ".join(f"*{fit_escaped(j.name, SUMMARY_NAME_CHARS)}* `{esc(j.id)}`"
+    listed = ", ".join(f"{bold(fit_escaped(j.name, SUMMARY_NAME_CHARS))} {code(esc(j.id))}"
                        + (f" ({esc(j.team)})" if len(teams) > 1 else "") for j in jobs[:SUMMARY_LISTED])
     more = len(jobs) - SUMMARY_LISTED
     rest = f", and {more} more" if more > 0 else ""
@@ -352,6 +352,22 @@ def _present(block: dict | None) -> list[dict]:
     return [block] if block is not None else []
 
 
+BOLD, CODE = "\ue000", "\ue001"
+"""Marks (Unicode private use) of the broker's own markup in a message's text, until :func:`_msg` writes it: ``*…*``
+and ``\`…\``` in the blocks, nothing in the plain ``text`` (a phone's push notification). Stripping every ``*`` and
+backtick from the finished text took the job's own with them: a reason "key was '***'" read "key was ''"."""
+
+
+def bold(text: str) -> str:
+    return f"{BOLD}{text}{BOLD}"
+
+
+def code(text: str) -> str:
+    return f"{CODE}{text}{CODE}"
+
+
 def _msg(text: str, *extra: dict) -> Reply:
-    plain = text.replace("*", "").replace("`", "")
-    return Reply(plain, [section(text), *extra])
+    """A message of ``text`` (its markup marked with :func:`bold` and :func:`code`): the blocks' mrkdwn, and the plain
+    text without the broker's markup but with every character of the job's own."""
+    plain = text.replace(BOLD, "").replace(CODE, "")
+    return Reply(plain, [section(text.replace(BOLD, "*").replace(CODE, "`")), *extra])

@@ -9,7 +9,11 @@ job (:mod:`broker.slack.notify`), so slack_sdk's own retry handlers are off.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
+from datetime import timezone
+from email.utils import parsedate_to_datetime
 
 
 class SlackUnavailable(RuntimeError):
@@ -27,6 +31,34 @@ class DeliveryError(Exception):
 
 PERMANENT_ERRORS = {"channel_not_found", "not_in_channel", "invalid_auth", "account_inactive", "token_revoked",
                     "is_archived", "no_permission", "missing_scope", "invalid_blocks"}
+
+
+RETRY_AFTER_CAP = 300.0
+"""The longest ``Retry-After`` taken as said, in seconds: a date far ahead (or a huge number) does not stall a
+destination's notifications for hours; the notifier caps its waits lower still."""
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """A ``Retry-After`` header in seconds, within 0 … :data:`RETRY_AFTER_CAP`: a number of seconds (``30``), or an
+    HTTP date (``Wed, 21 Oct 2026 07:28:00 GMT``), which HTTP allows as well; ``None`` when absent or unreadable
+    (the caller backs off as it would without one). Read as a number only, a date raised ValueError out of the send,
+    and the message was dropped after one try."""
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:  # RFC 5322's "-0000": UTC
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP)
 
 
 def _sdk():
@@ -67,9 +99,9 @@ def post_message(token: str, channel: str, payload: Mapping, *, api_url: str, ti
     except sdk.errors.SlackApiError as exc:
         resp = exc.response
         error = (resp.data or {}).get("error") if isinstance(resp.data, dict) else None
-        retry_after = resp.headers.get("Retry-After") or resp.headers.get("retry-after")
+        retry_after = _header(resp.headers, "Retry-After")
         raise DeliveryError(f"chat.postMessage: {error or resp.status_code}",
-                            retry_after=float(retry_after) if retry_after else None,
+                            retry_after=retry_after_seconds(retry_after),
                             permanent=error in PERMANENT_ERRORS) from None
     except Exception as exc:  # network: urllib errors, timeouts
         raise DeliveryError(f"chat.postMessage: {exc}") from None
@@ -84,8 +116,16 @@ def post_webhook(url: str, payload: Mapping, *, timeout: int = 10) -> None:
     except Exception as exc:
         raise DeliveryError(f"webhook: {exc}") from None
     if resp.status_code == 429:
-        ra = resp.headers.get("Retry-After") or resp.headers.get("retry-after")
-        raise DeliveryError("webhook: rate limited", retry_after=float(ra) if ra else None)
+        raise DeliveryError("webhook: rate limited",
+                            retry_after=retry_after_seconds(_header(resp.headers, "Retry-After")))
     if resp.status_code >= 400:
         raise DeliveryError(f"webhook: HTTP {resp.status_code} {resp.body[:200]}",
                             permanent=400 <= resp.status_code < 500 and resp.status_code not in (408, 429))
+
+
+def _header(headers, name: str) -> str | None:
+    """A response header by name, whatever its case (slack_sdk keeps the server's spelling, or a list of values)."""
+    for key, value in (headers or {}).items():
+        if str(key).lower() == name.lower():
+            return value[0] if isinstance(value, list | tuple) and value else value
+    return None
