@@ -161,7 +161,12 @@ def pytest_runtest_setup(item):
     _apply_sky_env()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
+    """Take sky_env's environment away once this folder's tests are done in this worker: last, after the test's
+    fixtures are torn down. Run before them, a test's own ``monkeypatch.setenv("SKY_RUNTIME_DIR", …)`` was undone
+    after it, putting back sky_env's value, which then stayed for every test of other folders the worker ran next
+    (the price table read from there, not their HOME's catalog)."""
     if nextitem is None or HERE not in Path(nextitem.path).resolve().parents:
         _undo_sky_env()
 
