@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -81,3 +82,38 @@ def serving_world(tmp_path, store, **config) -> Iterator[str]:
     with serving(build_app(world.settings(tmp_path, public_url=f"http://127.0.0.1:{port}"), store), port,
                  **config) as url:
         yield url
+
+
+class Said(logging.Handler):
+    """The ``broker.slack`` logger's lines, caught on the logger itself (the CLI stops the ``broker`` loggers from
+    passing lines on to the root logger, where pytest's caplog listens)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def lines(self, level: int = logging.WARNING) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno == level]
+
+    @property
+    def entries(self) -> list[str]:
+        """Every line, as ``LEVEL message``."""
+        return [f"{r.levelname} {r.getMessage()}" for r in self.records]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(r.getMessage() for r in self.records)
+
+
+@pytest.fixture
+def said():
+    logger = logging.getLogger("broker.slack")
+    handler, level = Said(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -7,7 +7,6 @@ not-a-url}`` was taken; nothing said at start where a team's notifications went,
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -78,47 +77,27 @@ def test_load_settings_refuses_a_webhook_that_is_no_url(tmp_path):
     assert caught.value.located().startswith(f"{path}: slack.webhook_urls.alpha: must be an http(s) URL with a host")
 
 
-class Said(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(f"{record.levelname} {record.getMessage()}")
-
-
-@pytest.fixture
-def said():
-    logger = logging.getLogger("broker.slack")
-    handler, level = Said(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
 def test_the_start_says_once_where_each_teams_notifications_go_and_which_have_none(store, said):
     cfg = slack_config({"slack": {"bot_token": "xoxb-1", "channels": {"team-a": "C0123"},
                                   "webhook_urls": {"team-b": "https://hooks.slack.com/services/T0/B0/s3cr3t"}}},
                        env={})
     Notifier(cfg, store, dashboard_url="http://x/dashboard", teams=["team-a", "team-b", "team-c"])
-    assert said.lines == ["INFO slack notifications: team-a → channel C0123; team-b → webhook hooks.slack.com; no "
+    assert said.entries == ["INFO slack notifications: team-a → channel C0123; team-b → webhook hooks.slack.com; no "
                           "notifications for team-c (no entry in slack.channels or slack.webhook_urls)"]
-    assert "s3cr3t" not in said.lines[0]  # the webhook's path is its secret
+    assert "s3cr3t" not in said.entries[0]  # the webhook's path is its secret
 
 
 def test_a_fallback_channel_is_said_as_every_other_teams(store, said):
     cfg = slack_config({"slack": {"bot_token": "xoxb-1", "channels": {"team-a": "C0123", "*": "C0999"}}}, env={})
     Notifier(cfg, store, dashboard_url="http://x/dashboard", teams=["team-a", "team-b"])
-    assert said.lines == ["INFO slack notifications: team-a → channel C0123; team-b → channel C0999; every other "
+    assert said.entries == ["INFO slack notifications: team-a → channel C0123; team-b → channel C0999; every other "
                           "team → channel C0999"]
 
 
 def test_the_app_says_it_at_start_with_the_configs_teams(tmp_path, store, seeded, said):
     settings = world.settings(tmp_path, slack={"webhook_urls": {"team-b": "https://hooks.slack.com/services/T/B/x"}})
     build_app(settings, store)
-    assert said.lines == ["INFO slack notifications: team-b → webhook hooks.slack.com; no notifications for team-a "
+    assert said.entries == ["INFO slack notifications: team-b → webhook hooks.slack.com; no notifications for team-a "
                           "(no entry in slack.channels or slack.webhook_urls)"]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import email.utils
 import json
-import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -119,36 +118,6 @@ class Waits:
 def notifier_for(store, **webhooks) -> Notifier:
     cfg = SlackConfig(webhook_urls={team.replace("_", "-"): url for team, url in webhooks.items()})
     return Notifier(cfg, store, dashboard_url="http://127.0.0.1:8000/dashboard")
-
-
-class Said(logging.Handler):
-    """The ``broker.slack`` logger's lines, caught on the logger itself (the CLI stops the ``broker`` loggers from
-    passing lines on to the root logger, where pytest's caplog listens)."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-    def lines(self, level: int = logging.WARNING) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno == level]
-
-    @property
-    def text(self) -> str:
-        return "\n".join(r.getMessage() for r in self.records)
-
-
-@pytest.fixture
-def said():
-    logger = logging.getLogger("broker.slack")
-    handler, level = Said(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
 
 
 def test_a_hung_webhook_holds_up_only_its_own_team(store, seeded, receiver, stub):
