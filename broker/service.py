@@ -1078,33 +1078,38 @@ class BrokerService:
         no on-demand or pool offer is among those the scheduler may place it on
         (:func:`~broker.engine.schedule.placeable`), or its budget left pays for none of them — the expected run
         left and a clean stop, as :meth:`switch_to_ondemand` refuses the move (:meth:`_budget_shortfall`)."""
-        request = request_of(job)
-        key = ("reliable", placeable_key(job, request, now=now))
-        if key not in seen:
-            seen[key] = [o for o in placeable(job, request, all_offers(self.settings), now=now)
-                         if o.tier in (Tier.ONDEMAND, Tier.ONPREM)]
-        mine = seen[key]
+        request, key, offers = self._placeable_seen(job, now, seen)
+        mine = [o for o in offers if o.tier in (Tier.ONDEMAND, Tier.ONPREM)]
         if not mine:
             return "it may run only on spot (no on-demand or pool offer fits it)"
-        paid = (key, job.budget - job.spent, left_to_run(job, request))
+        paid = ("reliable", key, job.budget - job.spent, left_to_run(job, request))
         if paid not in seen:
             seen[paid] = self._budget_shortfall(job, mine)
         if seen[paid] is None:
             return None
-        what = "on-demand or a pool" if any(o.tier is Tier.ONPREM for o in mine) else "on-demand"
-        if all(o.tier is Tier.ONPREM for o in mine):
-            what = "a pool"
+        tiers = {o.tier for o in mine}
+        what = "a pool" if tiers == {Tier.ONPREM} else "on-demand or a pool" if Tier.ONPREM in tiers else "on-demand"
         return f"its budget does not cover {what} ({seen[paid]})"
 
     def _spot_payable(self, job: Job, now: float, seen: dict[tuple, Any]) -> bool:
         """Whether the budget left of ``job`` pays for one of the spot offers the scheduler may place it on (what it
         waits for when its policy has sent it to a reliable tier it has none of)."""
+        request, key, offers = self._placeable_seen(job, now, seen)
+        paid = ("spot", key, job.budget - job.spent, left_to_run(job, request))
+        if paid not in seen:
+            spot = [o for o in offers if o.tier is Tier.SPOT]
+            seen[paid] = bool(spot) and self._budget_shortfall(job, spot) is None
+        return seen[paid]
+
+    def _placeable_seen(self, job: Job, now: float, seen: dict[tuple, Any]) -> tuple[Any, tuple, list]:
+        """``job``'s request, its shape (:func:`~broker.engine.schedule.placeable_key`) and the offers the scheduler
+        may place it on, worked out once per shape in ``seen`` (one read of the queue) for :meth:`_no_fallback` and
+        :meth:`_spot_payable` alike."""
         request = request_of(job)
-        key = ("spot", placeable_key(job, request, now=now), job.budget - job.spent, left_to_run(job, request))
-        if key not in seen:
-            spot = [o for o in placeable(job, request, all_offers(self.settings), now=now) if o.tier is Tier.SPOT]
-            seen[key] = bool(spot) and self._budget_shortfall(job, spot) is None
-        return seen[key]
+        key = placeable_key(job, request, now=now)
+        if ("offers", key) not in seen:
+            seen[("offers", key)] = placeable(job, request, all_offers(self.settings), now=now)
+        return request, key, seen[("offers", key)]
 
     def _waits(self, extra: Sequence[Job] = ()) -> tuple[list[Job], dict[str, int], Waits]:
         """The queue worked out for this call alone, with ``extra``: jobs not stored counted as queued too (a dry
