@@ -5,7 +5,8 @@ A launcher knows nothing of jobs, budgets or policies: the engine decides
 :mod:`launchers.local` (real processes on this host: on-prem pools and
 simulated cloud zones) and :mod:`launchers.skypilot` (clouds and Kubernetes).
 
-Contracts every implementation keeps (checked by the launcher contract tests):
+Contracts every implementation keeps (each launcher's own tests in tests/launchers/ check them; there is no
+suite shared by every launcher):
 
 * ``launch`` is **idempotent per attempt id**: asked twice — by a broker that
   crashed and restarted, or by two brokers — it runs the attempt at most once.
@@ -77,8 +78,20 @@ class LaunchRequest:
     ``task`` is the user's SkyPilot task as submitted (without the ``broker:``
     section). ``placement`` is the engine's choice (tier, cloud, region, zone,
     instance_type, location, price_per_hour, simulated). ``envs`` are the
-    broker's variables (``BROKER_JOB_ID``, ``BROKER_ATTEMPT``,
-    ``BROKER_CHECKPOINT_URI``, ...), merged over the task's own ``envs``.
+    broker's variables only (``BROKER_JOB_ID``, ``BROKER_ATTEMPT``, ``BROKER_CHECKPOINT_URI``,
+    ``BROKER_JOB_TOKEN``, ...: ``broker.engine.launch.broker_envs``): the engine does **not** merge the
+    task's own ``envs`` or ``secrets`` into them. Each launcher must give the job's processes, each over
+    the one before: the task's ``envs`` (``task["envs"]``), then its ``secrets`` (``task["secrets"]``, over
+    ``envs`` as SkyPilot sets them), then the variables SkyPilot gives a node (``SKYPILOT_NODE_RANK``,
+    ``SKYPILOT_NUM_NODES``, ...), then these ``envs``. The local runner does the merge itself
+    (``launchers.local_runner.Runner.env``); the SkyPilot launcher gives SkyPilot the task's ``envs`` with
+    these over them and the task's ``secrets`` with the broker's credentials (``BROKER_JOB_TOKEN``) moved
+    into them, which SkyPilot sets over ``envs`` and redacts, and SkyPilot adds its own variables on the node
+    (``launchers.skypilot_task.task_config``). Submit refuses a task whose ``envs`` or ``secrets`` name one
+    of the broker's variables (``broker.spec.RESERVED_ENVS``), so the two orders give the job the same.
+    ``task["secrets"]`` arrives unsealed: the store keeps their values sealed and the engine opens them for
+    this request only (``broker.sealing.open_task``). A launcher keeps them out of what it logs or shows, and
+    what it writes of them readable by the broker's user only (the local launcher's ``request.json``, 0600).
     ``slots`` are the GPU (or CPU-job) slots of an on-prem pool the attempt holds.
     ``run_as``: the user an attempt on a pool of this host runs as; ``None``: the broker's own.
     """
@@ -134,7 +147,11 @@ class AttemptStatus:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """Optional abilities, as data rather than ``NotImplementedError``."""
+    """Optional abilities, as data rather than ``NotImplementedError``.
+
+    Only ``simulated`` is read: the broker allows fault injection (``broker fault``) only with a launcher that
+    has it (``BrokerService.inject_fault``). ``preemption_notice`` and ``follow_logs`` are informational: set by
+    the launchers, read by nothing (``broker logs -f`` follows every launcher's attempts through ``logs``)."""
 
     simulated: bool = False  # processes on this host standing in for cloud capacity
     preemption_notice: bool = True  # SIGTERM before the end
