@@ -39,6 +39,11 @@ def chromium():
             browser.close()
 
 
+def _as_shown(iso: str) -> str:
+    """An API time ("2026-11-30T18:40:48Z") as the page writes it: "2026-11-30 18:40:48 UTC"."""
+    return iso.replace("T", " ").replace("Z", " UTC")
+
+
 @pytest.fixture
 def server(tmp_path, store, seeded):
     with serving_world(tmp_path, store, lifespan="on") as url:
@@ -290,7 +295,8 @@ def _choose(page, team: str, period: str) -> dict:
             with page.expect_response(lambda r: "/v1/costs?" in r.url) as answer:
                 page.select_option(select, value)
             body = answer.value.json()
-            expect(page.locator("#window")).to_contain_text(body["window"]["since"])
+            # the page writes a time as its tables do ("2026-11-30 18:40:48 UTC"), not as the API ("…T18:40:48Z")
+            expect(page.locator("#window")).to_contain_text(_as_shown(body["window"]["since"]))
     assert body is not None and (body["team"] or "", body["window"]["period"]) == (team, period)
     return body
 
@@ -362,7 +368,7 @@ def test_an_answer_that_comes_late_does_not_replace_the_one_for_the_latest_choic
         page.select_option("#team", "team-b")
         with page.expect_response(lambda r: "period=30d" in r.url) as latest:
             page.select_option("#period", "30d")
-        since = latest.value.json()["window"]["since"]
+        since = _as_shown(latest.value.json()["window"]["since"])
         expect(page.locator("#window")).to_contain_text(since)
         assert held and "period=7d" in held[0].request.url
         with page.expect_response(lambda r: "period=7d" in r.url):
@@ -545,12 +551,13 @@ def test_a_job_row_opens_from_the_keyboard(server):
         page = browser.new_page()
         page.goto(f"{server}/dashboard?token={world.ADMIN}")
         page.wait_for_selector("#total-spent[data-micros]")
-        row = page.locator("#top tbody tr:has-text('j-b1')")
+        # the job cell's link, the row's one stop for Tab (the row itself stays a table row)
+        row = page.locator("#top tbody tr:has-text('j-b1') a.open")
         row.focus()
         assert page.evaluate("document.activeElement.textContent").startswith("train-j-b1")
         page.keyboard.press("Enter")
         expect(page.locator("#job-title")).to_contain_text("j-b1")
-        page.locator("#top tbody tr:has-text('j-a1')").focus()
+        page.locator("#top tbody tr:has-text('j-a1') a.open").focus()
         page.keyboard.press(" ")
         expect(page.locator("#job-title")).to_contain_text("j-a1")
 

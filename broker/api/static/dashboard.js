@@ -114,16 +114,32 @@ function svg(tag, attrs) {
 }
 
 // a job's cell: its name on one line, cut with an ellipsis where long (the whole in its title), then its id, never
-// broken; reads "name (id)"
-function jobCell(name, id) {
+// broken; reads "name (id)". The whole is a real link that opens the job (Tab, then Enter or Space): the row stays a
+// table row, whose cells a screen reader reads with their column's header (a row with role="link" was one long link)
+function jobCell(name, id, suffix) {
   const td = el("td", null, { class: "name" });
-  td.appendChild(el("span", name, { class: "jobname", title: name }));
-  td.appendChild(document.createTextNode(" "));
-  td.appendChild(el("span", "(" + id + ")", { class: "jobid" }));
+  const a = el("a", null, { class: "open", href: "#job=" + encodeURIComponent(id) });
+  if (name) {
+    a.appendChild(el("span", name, { class: "jobname", title: name }));
+    a.appendChild(document.createTextNode(" "));
+  }
+  a.appendChild(el("span", (name ? "(" + id + ")" : id) + (suffix || ""), { class: "jobid" }));
+  a.addEventListener("click", (e) => {
+    e.stopPropagation();  // (the row's own click would open it twice)
+    if (e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return;  // a new tab or window: the link's #job=ID opens it
+    e.preventDefault();
+    openJob(id, a);
+  });
+  a.addEventListener("keydown", (e) => {  // a link opens on Enter by itself; Space too, as a row did
+    if (e.key === " ") { e.preventDefault(); openJob(id, a); }
+  });
+  td.appendChild(a);
   return { node: td };
 }
 
-function row(cells, onClick) {
+// a row that opens a job (`job`; `key` tells apart two rows of one job, a job's two preemptions): a click anywhere on
+// it opens the job, the keyboard reaches it through the link in its job cell
+function row(cells, job, key) {
   const tr = el("tr");
   for (const c of cells) {
     const td = typeof c === "object" && c !== null && c.node ? c.node : el("td", c && c.text !== undefined ? c.text : c);
@@ -137,17 +153,31 @@ function row(cells, onClick) {
     }
     tr.appendChild(td);
   }
-  if (onClick) {
-    // reachable from the keyboard too (Tab, then Enter or Space), not by the mouse alone
+  if (job !== undefined) {
     tr.className = "clickable";
-    tr.tabIndex = 0;
-    tr.setAttribute("role", "link");
-    tr.addEventListener("click", onClick);
-    tr.addEventListener("keydown", (e) => {
-      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onClick(); }
-    });
+    tr.dataset.job = job;
+    tr.dataset.key = key === undefined ? job : key;
+    tr.addEventListener("click", () => openJob(job, tr.querySelector("a.open")));
   }
   return tr;
+}
+
+// The row that had the keyboard's focus before its table was built again (every 30 s): focus went to the page's
+// start, and the next Tab landed on another job's row. It goes back to the same job's row, else to the row now in
+// its place, else to the table
+function focusedRow(tbody) {
+  const a = document.activeElement;
+  const tr = a && a !== document.body && tbody.contains(a) ? a.closest("tr") : null;
+  return tr ? { key: tr.dataset.key, index: [...tbody.rows].indexOf(tr) } : null;
+}
+
+function refocus(table, tbody, was) {
+  const rows = [...tbody.querySelectorAll("tr[data-key]")];
+  const same = rows.find((r) => r.dataset.key === was.key) || rows[Math.min(was.index, rows.length - 1)];
+  const target = same ? same.querySelector("a.open") : null;
+  if (target) { target.focus({ preventScroll: true }); return; }
+  table.tabIndex = -1;
+  table.focus({ preventScroll: true });
 }
 
 // The first `limit` rows, then one line saying how many more there are (`more(n)`): a queue of 500 jobs drew 500
@@ -156,12 +186,23 @@ function fill(tableId, rows, empty, limit, more) {
   const tbody = $(tableId).querySelector("tbody");
   const cols = $(tableId).querySelectorAll("th").length;
   const note = (text) => { const tr = el("tr"); tr.appendChild(el("td", text, { colspan: cols, class: "empty" })); return tr; };
+  const was = focusedRow(tbody);
   if (limit !== undefined && rows.length > limit) {
     tbody.replaceChildren(...rows.slice(0, limit), note(more(rows.length - limit)));
   } else {
     tbody.replaceChildren(...rows);
   }
   if (!rows.length) tbody.appendChild(note(empty));
+  if (was) refocus($(tableId), tbody, was);
+}
+
+// Each amount column of a table to the same decimals, as the cards are (sameDecimals): "$0.23" read as rounded or
+// stale beside "$0.0856". Nothing ("$0.00") is left as it is: no rounding to mistake there
+function sameDecimalsByColumn(tableId, columns) {
+  const rows = [...$(tableId).querySelectorAll("tbody tr")];
+  for (const i of columns) {
+    sameDecimals(rows.map((r) => r.cells[i]).filter((c) => c && c.colSpan === 1 && c.textContent !== "$0.00"));
+  }
 }
 
 // The cards side by side to the same decimals: under a dollar the broker writes a hundredth of a cent unless the
@@ -190,8 +231,12 @@ function showLogin(message) {
   $("job").hidden = true;
   $("team").replaceChildren();  // the team the last token picked: another token's first load asked for it (403)
   $("main").hidden = true;
+  $("controls").hidden = true;  // a team list, a period and "Change token" that did nothing before the token field
   $("login").hidden = false;
-  $("login-error").textContent = message || "";
+  $("login-error").textContent = message || "";  // role="alert": a screen reader says it
+  const input = $("token-input");
+  if (message) { input.setAttribute("aria-invalid", "true"); input.setAttribute("aria-describedby", "login-error"); }
+  else { input.removeAttribute("aria-invalid"); input.removeAttribute("aria-describedby"); }
 }
 
 function setTeams(body) {
@@ -217,17 +262,25 @@ async function load() {
   try {
     body = await api("/v1/costs?" + params);
   } catch (err) {
-    if (mine === loads && err.message !== "unauthorized") { $("error").hidden = false; $("error").textContent = err.message; }
+    if (mine === loads && err.message !== "unauthorized") {
+      $("error").hidden = false; $("error").textContent = err.message;
+      $("controls").hidden = false;  // a token, not yet answered (the broker restarting): no sign-in screen
+    }
     return;
   }
   if (mine !== loads) return;
   $("error").hidden = true;
+  // signed in from the form: the keyboard goes on at the report, not from the token field now hidden
+  const signedIn = !$("login").hidden && $("login").contains(document.activeElement);
   $("login").hidden = true;
   $("main").hidden = false;
+  $("controls").hidden = false;
   setTeams(body);
   render(body);
+  if (signedIn) $("content").focus();
   if (shown === null && jobInUrl() !== null) showJob(jobInUrl());  // opened from a link to a job
-  $("updated").textContent = "Updated " + new Date().toTimeString().slice(0, 8) + " · refreshes every " +
+  // in UTC, as every other time on the page: the browser's own clock, unnamed, read "Updated 10:40" beside "19:06 UTC"
+  $("updated").textContent = "Updated " + new Date().toISOString().slice(11, 19) + " UTC · refreshes every " +
     REFRESH_MS / 1000 + " s";
 }
 
@@ -266,16 +319,22 @@ function render(r) {
   const lostNodes = r.preemptions.lost || 0;
   $("preempt-lost").textContent = duration(r.preemptions.recovery_seconds) + " lost waiting to resume"
     + (lostNodes ? ` · ${lostNodes} node${lostNodes === 1 ? "" : "s"} lost, not preempted` : "");
-  $("tiers").replaceChildren(...TIERS.map((k) => {
-    const s = el("span", ({ onprem: "On-prem ", ondemand: "On-demand ", spot: "Spot " })[k] + t.by_tier[k].usd);
+  // " · " between the tiers: with a margin alone they were read "On-prem $0.0437On-demand $0.2516"
+  const amounts = [];
+  $("tiers").replaceChildren(...TIERS.flatMap((k, i) => {
+    const s = el("span", ({ onprem: "On-prem ", ondemand: "On-demand ", spot: "Spot " })[k]);
+    const amount = el("span", t.by_tier[k].usd, { class: "amount" });
+    s.appendChild(amount); amounts.push(amount);
     s.dataset.tier = k; s.dataset.micros = String(t.by_tier[k].micros);
-    return s;
+    return i ? [el("span", " · ", { class: "sep" }), s] : [s];
   }));
+  sameDecimals(amounts.filter((a) => a.textContent !== "$0.00"));
   drawDays(r.by_day);
   $("teams-section").hidden = r.by_team.length < 2 && r.team !== null;
   fill("teams", r.by_team.map((x) => row([x.team, { text: x.spent.usd, num: 1 },
     { text: ondemandCell(x.ondemand_equivalent, x.saving, x.saving_percent), num: 1 },
     { text: savingCell(x.saving, x.saving_percent), num: 1, wrap: 1 }])), "No spend in this period.");
+  sameDecimalsByColumn("teams", [1, 2]);
   // rows are rounded one by one, totals once from the exact sums: said when the shown rows do not add up
   $("rounding-note").textContent = r.rounding_note || "";
   $("rounding-note").hidden = !r.rounding_note;
@@ -296,31 +355,34 @@ function render(r) {
     const td = el("td"); td.appendChild(bar); td.appendChild(el("span", (b.percent ?? 0) + "%"));
     return row([jobCell(b.name, b.id), { node: td }, { text: b.spent_of_budget.spent + " / " + b.spent_of_budget.budget, num: 1, wrap: 1 },
       { text: b.hours_left === null ? "–" : b.hours_left + " h at " + b.price_per_hour.usd + "/h", num: 1, wrap: 1 }],
-      () => openJob(b.id));
+      b.id);
   }), "Nothing running.", ROWS, (n) => `and ${n} more running`);
   // a deadline beside the start it must follow: "due" only where the job has one
   fill("queue", r.queue.map((q) => row([{ text: q.position ?? "–", num: 1 }, jobCell(q.name, q.id),
     (q.estimated_start ? utc(q.estimated_start) : "–") + (q.deadline ? " · due " + utc(q.deadline) : ""),
     { text: q.reason || "", clip: 1 }],
-    () => openJob(q.id))), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
+    q.id)), "Nothing waiting.", ROWS, (n) => `and ${n} more waiting (broker queue lists them all)`);
   fill("top", r.top_jobs.map((j) => row([jobCell(j.name, j.id), j.team, j.state, { text: j.spent.usd, num: 1 },
-    { text: savingCell(j.saving, j.saving_percent), num: 1, wrap: 1 }], () => openJob(j.id))), "No spend in this period.");
+    { text: savingCell(j.saving, j.saving_percent), num: 1, wrap: 1 }], j.id)), "No spend in this period.");
   const after = (p) => p.waiting ? " (waiting)" : p.recovered ? "" : " (job ended)";  // ended: it never resumed
+  // a preempted job's name where the report names it elsewhere (the events carry the id alone): "j-7609f6b079 #1"
+  // alone was read out with no name
+  const failures = r.failures || { count: 0, jobs: [] };
+  const names = new Map([...r.top_jobs, ...r.budget_burn, ...r.queue, ...failures.jobs].map((j) => [j.id, j.name]));
   fill("preemptions", r.preemptions.events.map((p) => row([utc(p.time),
-    { node: el("td", p.job_id + " #" + p.attempt, { class: "jobid" }) }, p.zone + (p.state === "lost" ? " (node lost)" : ""), { text: duration(p.recovery_seconds) + after(p), num: 1, wrap: 1 }],
-    () => openJob(p.job_id))), "No preemptions in this period.", ROWS,
+    jobCell(names.get(p.job_id), p.job_id, " #" + p.attempt), p.zone + (p.state === "lost" ? " (node lost)" : ""), { text: duration(p.recovery_seconds) + after(p), num: 1, wrap: 1 }],
+    p.job_id, p.job_id + "#" + p.attempt)), "No preemptions in this period.", ROWS,
     (n) => `and ${r.preemptions.count + lostNodes - ROWS} more in this period`);
   // jobs that failed or were stopped at their budget: one that spent nothing was in no other table
-  const failures = r.failures || { count: 0, jobs: [] };
   fill("failures", failures.jobs.map((f) => row([f.ended ? utc(f.ended) : "–", jobCell(f.name, f.id),
     { text: failureText(f), clip: 1 },
-    { text: f.spent.usd, num: 1 }], () => openJob(f.id))), "No failures or budget stops in this period.");
+    { text: f.spent.usd, num: 1 }], f.id)), "No failures or budget stops in this period.");
   if (failures.count > failures.jobs.length) {
     const tr = el("tr");
     tr.appendChild(el("td", `and ${failures.count - failures.jobs.length} more in this period`, { colspan: 4, class: "empty" }));
     $("failures").querySelector("tbody").appendChild(tr);
   }
-  $("window").textContent = "From " + r.window.since + " to " + r.window.until + " · " + (r.team || "all teams");
+  $("window").textContent = "From " + utc(r.window.since) + " to " + utc(r.window.until) + " · " + (r.team || "all teams");
 }
 
 // The width a chart is drawn at: its box's own, so a unit of the drawing is a pixel and its 10 px labels stay 10 px.
@@ -330,11 +392,23 @@ const LABEL_PX = 60;  // room for one date ("12-31") and the space around it
 
 let lastDays = null;  // the days drawn, drawn again at the new width when the window is resized
 
+// The chart's figures also as a table, under "Spend by day as a table": they were only in hover titles inside
+// role="img", which neither a screen reader, a keyboard nor a finger reaches
+function dayTable(days) {
+  fill("days", days.map((d) => row([d.date, ...TIERS.map((k) => ({ text: d[k].usd, num: 1 })),
+    { text: d.total.usd, num: 1 }])), "No spend in this period.");
+  sameDecimalsByColumn("days", [1, 2, 3, 4]);
+}
+
 function drawDays(days) {
   lastDays = days;
+  dayTable(days);
   const W = chartWidth("chart"), H = 200, pad = 30;
-  const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "spend by day and tier" });
   const highest = Math.max(0, ...days.map((d) => d.total.micros));
+  const peak = days.find((d) => d.total.micros === highest);
+  const span = days.length ? `, ${days[0].date} to ${days[days.length - 1].date}` : "";
+  const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Spend by day and tier" + span + ": " +
+    (peak && highest ? `highest ${peak.total.usd} on ${peak.date} (every day in the table below)` : "no spend") });
   const max = Math.max(1, highest);
   // about ten dates, whatever the period, fewer where they would not fit side by side (at least two)
   const every = Math.ceil(days.length / Math.max(2, Math.min(10, Math.floor((W - pad) / LABEL_PX))));
@@ -357,7 +431,8 @@ function drawDays(days) {
     }
   });
   const top = svg("text", { x: 0, y: 15 }); top.textContent = usd(highest); box.appendChild(top);
-  $("chart").replaceChildren(box);
+  // an empty axis under "$0.00" said nothing, where every table says its empty state
+  $("chart").replaceChildren(box, ...(highest ? [] : [el("p", "No spend in this period.", { class: "empty" })]));
 }
 
 // The open job is in the address (#job=ID): a link to it can be sent, bookmarked or reloaded, and opens it again
@@ -378,9 +453,34 @@ function setJobInUrl(id) {
   history.replaceState(null, "", url.pathname + url.search + url.hash);
 }
 
-function openJob(id) {
+let opener = null;  // the row a job was opened from ({table, key}): Escape and Close give it the focus back
+
+function openJob(id, from) {
+  const tr = from ? from.closest("tr") : null;
+  opener = tr ? { table: tr.closest("table").id, key: tr.dataset.key } : null;
   setJobInUrl(id);
   showJob(id);
+}
+
+// The job panel closed (its Close button, Escape): the focus back on the row that opened it, built again since
+// maybe (a refresh), else the page's main content
+function closeJob() {
+  jobs++;
+  shown = null;
+  $("job").hidden = true;
+  setJobInUrl(null);
+  const back = opener && $(opener.table)
+    ? [...$(opener.table).querySelectorAll("tbody tr[data-key]")].find((r) => r.dataset.key === opener.key) : null;
+  opener = null;
+  const link = back ? back.querySelector("a.open") : null;
+  if (link) link.focus(); else $("content").focus();
+}
+
+// the panel's heading takes the focus when a job is opened, so that a screen reader says which job, and a keyboard
+// goes on from there (the row that opened it had scrolled off the screen)
+function focusJob() {
+  $("job").scrollIntoView({ behavior: "instant", block: "start" });
+  $("job-heading").focus({ preventScroll: true });
 }
 
 async function showJob(id, scroll = true) {
@@ -397,7 +497,7 @@ async function showJob(id, scroll = true) {
       $("job-summary").textContent = err.message;
       $("attempts").querySelector("tbody").replaceChildren();
       $("loss").replaceChildren();
-      if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
+      if (scroll) focusJob();
     }
     return;
   }
@@ -414,11 +514,11 @@ async function showJob(id, scroll = true) {
     (j.job.reason ? " · " + j.job.reason : "") +
     (j.rounding_note ? " · " + j.rounding_note : "");  // attempts that do not add up, as shown, to the total: said
   fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
-    attemptState(a), { text: duration(a.seconds), num: 1 },  // 15 s read "0.00" hours
+    { text: attemptState(a), clip: 1 }, { text: duration(a.seconds), num: 1 },  // 15 s read "0.00" hours
     // nothing to compare: each attempt's "equivalent" is its own cost, which the summary no longer names
     { text: a.cost.usd, num: 1 }, { text: compared ? a.ondemand_equivalent.usd : "—", num: 1 }])), "No attempts yet.");
   drawLoss(j.metrics);
-  if (scroll) $("job").scrollIntoView({ behavior: "instant", block: "start" });
+  if (scroll) focusJob();
 }
 
 // a failure's or budget stop's words: "Failed: <reason>", "Stopped at its budget: <reason>", but a reason that
@@ -468,6 +568,12 @@ document.addEventListener("DOMContentLoaded", () => {
     load();
   });
   $("logout").addEventListener("click", () => { localStorage.removeItem(TOKEN_KEY); showLogin(""); });
+  $("job-close").addEventListener("click", closeJob);
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && !$("job").hidden && !e.defaultPrevented) { e.preventDefault(); closeJob(); }
+  });
+  // to the main content without a change of address: "#content" there would drop the open job's #job=ID
+  $("skip").addEventListener("click", (e) => { e.preventDefault(); $("content").focus(); });
   $("team").addEventListener("change", () => { jobs++; $("job").hidden = true; setJobInUrl(null); load(); });
   window.addEventListener("hashchange", () => { const id = jobInUrl(); if (id !== null && !$("main").hidden) showJob(id); });
   $("period").addEventListener("change", load);
