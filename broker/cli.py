@@ -1153,7 +1153,7 @@ def _tiers_covered(covers: dict) -> str:
 
 
 def cmd_submit(args) -> int:
-    from broker.client import load_task, read_task_file
+    from broker.client import fill_task_env_refs, load_task, read_task_file, resolve_local_paths
 
     text = read_task_file(args.file)
     task = load_task(text)
@@ -1164,8 +1164,8 @@ def cmd_submit(args) -> int:
         if task.get("name") not in (None, args.name) and not args.json:
             print(f"note: --name {args.name} overrides the task's name {task['name']!r}", file=sys.stderr)
         task["name"] = args.name
-    _fill_env_refs(task)
-    _resolve_local_paths(task)
+    fill_task_env_refs(task)
+    resolve_local_paths(task)
     _not_negative(args.deadline)
     args.deadline = _on_this_clock(args.deadline, quiet=args.json)
     with _client(args) as client, _options_named(args):
@@ -1177,7 +1177,7 @@ def cmd_submit(args) -> int:
         key = args.idempotency_key or uuid.uuid4().hex
         try:
             job = client.submit(task, budget=args.budget, team=args.team, deadline=args.deadline, idempotency_key=key,
-                                expected_hours=args.expected_hours)
+                                expected_hours=args.expected_hours, prepared=True)
         except KeyboardInterrupt:
             # as the timeout says it: the request may have reached the broker, and exit 130 alone left a script
             # unable to tell whether to submit again
@@ -1508,7 +1508,7 @@ def _submit_dry_run(task: dict, client, args) -> int:
     the broker checks the rest of the task as the submit's own."""
     _ship_workdir(task, client, args.upload_workdir, quiet=args.json, dry_run=True)
     run = client.submit_dry_run(task, budget=args.budget, team=args.team, deadline=args.deadline,
-                                idempotency_key=args.idempotency_key, expected_hours=args.expected_hours)
+                                idempotency_key=args.idempotency_key, expected_hours=args.expected_hours, prepared=True)
     if args.json:
         _print_json(run)
         return 0
@@ -1627,263 +1627,18 @@ def _version_of(job: dict) -> int | None:
 
 
 def _on_this_host(url: str) -> bool:
-    """Whether the broker URL names this machine (loopback), where the broker can read the workdir itself: named so
-    (``localhost``, ``127.0.0.1``), or a name or address that reaches it all the same (``vm`` in /etc/hosts as
-    127.0.0.1, ``0.0.0.0``), which was read as a remote broker and had the workdir packed and uploaded at every
-    submit. A name that does not resolve in a moment is read as remote, as before."""
-    from urllib.parse import urlsplit
+    """Whether the broker URL names this machine (:func:`broker.client.on_this_host`)."""
+    from broker.client import on_this_host
 
-    from broker.client import _loopback
-
-    if _loopback(url):
-        return True
-    try:
-        host = (urlsplit(url).hostname or "").lower()
-    except ValueError:
-        return False
-    return bool(host) and _resolves_here(host)
-
-
-RESOLVE_SECONDS = 1.0
-"""How long the CLI waits for a broker URL's host name to resolve before reading it as a remote broker."""
-
-
-_RESOLVED: dict[str, bool] = {}
-
-
-def _resolves_here(host: str) -> bool:
-    """Whether every address ``host`` resolves to is this machine (loopback, or the unspecified 0.0.0.0 / ::, which
-    a connection takes as this machine); False when it does not resolve within :data:`RESOLVE_SECONDS`. The lookup
-    runs in a thread of its own because the system's resolver takes no timeout; it is asked once per host."""
-    import ipaddress
-    import socket
-    import threading
-
-    if host in _RESOLVED:
-        return _RESOLVED[host]
-    found: list[set[str]] = []
-
-    def resolve() -> None:
-        try:
-            found.append({info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
-        except (OSError, UnicodeError):
-            pass
-
-    looker = threading.Thread(target=resolve, daemon=True)  # left behind, not waited on, when the resolver hangs
-    looker.start()
-    looker.join(RESOLVE_SECONDS)
-    here = False
-    if found and found[0]:
-        try:
-            addresses = [ipaddress.ip_address(a.split("%")[0]) for a in found[0]]
-        except ValueError:
-            addresses = []
-        here = bool(addresses) and all(a.is_loopback or a.is_unspecified for a in addresses)
-    _RESOLVED[host] = here
-    return here
-
-
-def _local_source(source: Any) -> bool:
-    """Whether a ``file_mounts`` source is a path on this machine (:func:`broker.spec.is_local_path`)."""
-    from broker.spec import is_local_path
-
-    return is_local_path(source)
-
-
-def _may_name_host_paths(client) -> bool:
-    """Whether the broker on this host reads this caller's paths itself: only an admin's (a team's token
-    uploads, as to a remote broker). A broker too old to say reads them."""
-    from broker.client import BrokerError
-
-    try:
-        return bool(client.workdir_limits().get("host_paths", True))
-    except BrokerError as exc:
-        if exc.status in (404, 405):
-            return True
-        raise
+    return on_this_host(url)
 
 
 def _ship_workdir(task: dict, client, upload: bool | None, *, quiet: bool = False, dry_run: bool = False) -> None:
-    """A broker on another host cannot read the submitter's disk: the ``workdir``, and each ``file_mounts``
-    source that is a path here (a directory or a single file), is packed, uploaded once (named by its
-    SHA-256) and named instead in ``broker.workdir`` and ``broker.file_mounts`` — so the spec keeps no
-    path of this machine. ``upload`` None: only for a remote broker. Each pack is held to the broker's
-    ``max_workdir_bytes`` on its own. ``dry_run``: the same checks, then what would be uploaded is left out of
-    the task instead: each is packed and held to the limit as a submit would (a pack too large is refused as the
-    submit refuses it), then thrown away; nothing is sent."""
-    from broker.client import BrokerError
-
-    workdir = task.get("workdir")
-    mounts = task.get("file_mounts") if isinstance(task.get("file_mounts"), dict) else {}
-    local = {dest: source for dest, source in mounts.items() if _local_source(source)}
-    if upload is None:
-        upload = (isinstance(workdir, str) or bool(local)) and (
-            not _on_this_host(client.url) or not _may_name_host_paths(client))
-    has_workdir = isinstance(workdir, str) and bool(workdir)
-    unfilled = _unfilled_words(workdir, task) if has_workdir else ""
-    if not upload:
-        if has_workdir and _on_this_host(client.url) and not Path(workdir).expanduser().is_dir():
-            # as `sky launch`; the job would fail
-            raise BrokerError(0, f"workdir {workdir}: no such directory{unfilled}")
-        if _on_this_host(client.url):
-            # the broker reads these paths on this host: one not here ran the job without it, and it could "succeed"
-            for dest, source in sorted(local.items(), key=lambda item: str(item[0])):
-                if not Path(source).expanduser().exists():
-                    raise BrokerError(0, f"file_mounts {dest}: {source}: no such file or directory",
-                                      f"file_mounts.{dest}")
-        return
-    if not has_workdir and not local:
-        raise BrokerError(0, "--upload-workdir: the task has no workdir to upload (workdir: . for this directory), "
-                             "nor file_mounts from this machine")
-    if has_workdir and not Path(workdir).expanduser().is_dir():
-        raise BrokerError(0, f"workdir {workdir}: no such directory here, so it cannot be uploaded "
-                             f"(--no-upload-workdir leaves it for the broker's host to read){unfilled}")
-    for dest, source in sorted(local.items()):
-        if not Path(source).expanduser().exists():
-            raise BrokerError(0, f"file_mounts {dest}: {source}: no such file or directory here, so it cannot be "
-                                 "uploaded (--no-upload-workdir leaves it for the broker's host to read)",
-                              f"file_mounts.{dest}")
-    for dest, source in sorted(mounts.items()):
-        if not quiet and isinstance(source, dict) and _local_source(source.get("source")):
-            print(f"file_mounts {dest}: a bucket SkyPilot makes from local files ({source['source']}) is not "
-                  "uploaded: the broker's host must read them", file=sys.stderr)
-    from broker.workdir import PackError, human, pack, pack_file
-
-    try:
-        limit = int(client.workdir_limits()["max_bytes"])
-    except BrokerError as exc:
-        if exc.status in (404, 405):
-            exc.detail = (f"the broker at {client.shown_url} takes no workdir uploads (an older version): update it, or "
-                          "submit with --no-upload-workdir if it can read this directory itself")
-        raise
-    if dry_run:
-        # packed as a submit packs it, against the broker's limit, and thrown away: a workdir too large for the broker
-        # is said now, not at the submit (a CI job checking task files with --dry-run missed it)
-        for path, what in ([(Path(workdir), f"workdir {workdir}")] if has_workdir else []) + [
-                (Path(src).expanduser(), f"file_mounts {d} ({src})") for d, src in sorted(local.items())]:
-            try:
-                packed = pack(path, limit=limit, what=what) if path.is_dir() else \
-                    pack_file(path, limit=limit, what=what)
-            except PackError as exc:
-                raise BrokerError(0, str(exc)) from None
-            packed.path.unlink(missing_ok=True)
-            if not quiet:
-                print(f"dry run: {what}: {_files(packed.files)}, {human(packed.size)} packed (the broker takes "
-                      f"{human(limit)}), would be uploaded by a submit; nothing is uploaded", file=sys.stderr)
-        if has_workdir:
-            task.pop("workdir")
-        for dest in local:
-            del mounts[dest]
-        if local and not mounts:
-            task.pop("file_mounts")
-        return
-
-    def ship(path: Path, what: str) -> str:
-        try:
-            packed = pack(path, limit=limit, what=what) if path.is_dir() else pack_file(path, limit=limit, what=what)
-        except PackError as exc:
-            raise BrokerError(0, str(exc)) from None
-        try:
-            sent = client.upload_workdir(packed.path, packed.digest)
-        finally:
-            packed.path.unlink(missing_ok=True)
-        if not quiet:
-            how = "uploaded" if sent["uploaded"] else "already on the broker"
-            print(f"{what}: {_files(packed.files)}, {human(packed.size)} packed, {how} "
-                  f"({packed.digest[:19]}…)", file=sys.stderr)
-        return packed.digest
-
-    section = dict(task.get("broker") or {})
-    if has_workdir:
-        section["workdir"] = ship(Path(workdir), f"workdir {workdir}")
-        task.pop("workdir")
-    shipped = {}
-    for dest, source in sorted(local.items()):
-        path = Path(source).expanduser()
-        digest = ship(path, f"file_mounts {dest} ({source})")
-        # a single file: its name in the pack follows the digest (the launcher mounts that file, not a directory)
-        shipped[dest] = digest if path.is_dir() else f"{digest}/{path.resolve().name}"
-        del mounts[dest]
-    if shipped:
-        section["file_mounts"] = {**(section.get("file_mounts") or {}), **shipped}
-        if not mounts:
-            task.pop("file_mounts")
-    task["broker"] = section
-
-
-def _fill_env_refs(task: dict) -> None:
-    """``${VAR}`` (or ``$VAR``) in the ``workdir`` and in each ``file_mounts`` source filled from the task's envs (the
-    YAML's, with ``--env`` over them), as SkyPilot fills them when it reads the task
-    (:func:`broker.spec.fill_env_refs`): the directory checked and packed here is the one the job runs in. ``workdir: /tmp/x/${PROJ}`` with ``envs: {PROJ:
-    proj}`` was looked for as written ("no such directory"). A reference to no env is left as written, as SkyPilot
-    leaves it (the broker says what is wrong with it). A mount's destination is filled too: a source uploaded from here
-    moves to ``broker.file_mounts``, which the broker does not fill, and its destination was mounted as written."""
-    from broker.client import BrokerError
-    from broker.spec import fill_env_refs
-
-    envs = task.get("envs")
-    if not isinstance(envs, dict) or not envs:
-        return
-    secrets = task.get("secrets") if isinstance(task.get("secrets"), dict) else {}
-    envs = {k: v for k, v in envs.items() if k not in secrets}  # a secret's name the broker refuses, never filled in
-    if isinstance(task.get("workdir"), str):
-        task["workdir"] = fill_env_refs(task["workdir"], envs)
-    mounts = task.get("file_mounts")
-    if isinstance(mounts, dict):
-        filled = {(fill_env_refs(dest, envs) if isinstance(dest, str) else dest):
-                  (fill_env_refs(source, envs) if isinstance(source, str) else source)
-                  for dest, source in mounts.items()}
-        if len(filled) < len(mounts):  # as the broker refuses them: an uploaded one escaped its check
-            seen: dict[Any, Any] = {}
-            for dest in mounts:
-                key = fill_env_refs(dest, envs) if isinstance(dest, str) else dest
-                if key in seen:
-                    raise BrokerError(0, f"file_mounts {dest}: and {seen[key]} are both {key!r} once the task's envs "
-                                         "are filled in: mount each at a path of its own", f"file_mounts.{dest}")
-                seen[key] = dest
-        task["file_mounts"] = filled
-
-
-def _unfilled_words(path: str, task: dict) -> str:
-    """For a path still holding ``${VAR}`` or ``$VAR`` after :func:`_fill_env_refs`: why each was not filled in — a
-    secret (never filled into a path: the broker keeps it sealed), an env left null, or no env of that name — so that
-    "no such directory" of ``/proj/${TOK}`` does not leave its user to guess. ``""`` when none is left."""
-    from broker.spec import _ENV_REF
-
-    envs = task.get("envs") if isinstance(task.get("envs"), dict) else {}
-    secrets = task.get("secrets") if isinstance(task.get("secrets"), dict) else {}
-    said = []
-    for match in dict.fromkeys(m.group(0) for m in _ENV_REF.finditer(path)):
-        name = _ENV_REF.fullmatch(match).group(1)
-        why = ("is one of the task's secrets, which are never filled into a path" if name in secrets else
-               f"is an env left without a value (give it: --env {name}=VALUE)" if name in envs else
-               "names no env of the task, so it is left as written (SkyPilot fills only the task's envs)")
-        said.append(f"{match} {why}")
-    return f"; {'; '.join(said)}" if said else ""
-
-
-def _resolve_local_paths(task: dict) -> None:
-    """Relative local paths — ``workdir`` and ``file_mounts`` sources — made absolute from where the
-    CLI runs, and a ``~/`` workdir from this user's home, as ``sky launch`` reads them: the broker launches
-    from its own directory, as its own user."""
-    def absolute(path: Any) -> Any:
-        if not _local_source(path):
-            return path  # a bucket URL, or the broker:checkpoint mount
-        p = Path(path)
-        return str(p.resolve()) if not p.is_absolute() and not path.startswith("~") and p.exists() else path
-
-    workdir = Path(task["workdir"]).expanduser() if isinstance(task.get("workdir"), str) and task["workdir"] else None
-    if workdir is not None and workdir.is_dir():  # the local launcher runs from here; `~` is this user's home
-        task["workdir"] = str(workdir if workdir.is_absolute() else workdir.resolve())
-    mounts = task.get("file_mounts")
-    if isinstance(mounts, dict):
-        for destination, source in mounts.items():
-            if isinstance(source, dict) and "source" in source:
-                inner = source["source"]
-                source = {**source, "source": [absolute(x) for x in inner] if isinstance(inner, list) else absolute(inner)}
-                mounts[destination] = source
-            else:
-                mounts[destination] = absolute(source)
+    """The task's workdir and local file_mounts packed and uploaded where the broker cannot read them
+    (:meth:`broker.client.BrokerClient.ship_workdir`), each pack said on stderr unless ``quiet``, and the choice named
+    by this command's flags."""
+    client.ship_workdir(task, upload, dry_run=dry_run, options=("--upload-workdir", "--no-upload-workdir"),
+                        on_upload=None if quiet else lambda line: print(line, file=sys.stderr))
 
 
 def _assignments(given: list[str], flag: str) -> dict[str, str]:
@@ -2061,11 +1816,6 @@ def _next_step(job: dict) -> str | None:
             f"an uploaded workdir stays as it was: submit again{keep}")
 
 
-def _files(n: int) -> str:
-    """``1 file``, ``37 files``: an upload's count ("1 files" was said of a single file's mount)."""
-    return f"{n:,} file{'' if n == 1 else 's'}"
-
-
 def _spent_of(job: dict) -> tuple[str, str]:
     """A job's spend and budget to read side by side, at the same decimals (:func:`pricing.money.fmt_spent_of`):
     the view's own strings, each right alone, read "$0.0020 of $0.002" for a budget all spent. From the exact
@@ -2209,13 +1959,13 @@ def _listed_jobs(client, *, state: str | None, team: str | None,
 
 def cmd_queue(args) -> int:
     """``/broker queue`` in Slack, here: the queued jobs by position, each with its rough start and why it waits."""
-    from broker.client import MAX_JOBS_LISTED
+    from broker.client import MAX_JOBS_LISTED, queue_order
 
     # every queued job, page by page: the broker lists the newest first, and one page left out the jobs submitted
     # first, the next to start, from a queue of more
     with _client(args) as client:
         jobs, whole = client.all_jobs(state="queued", team=args.team, name=args.name)
-    jobs.sort(key=lambda j: (j["queue_position"] is None, j["queue_position"] or 0))
+    jobs = queue_order(jobs)
     if args.json:
         _print_json(jobs)
         return 0

@@ -285,6 +285,11 @@ def parse(raw: dict[str, Any], *, now: float, strict: bool = True) -> JobSpec:
         _shell_quotable(task.get("workdir"), "workdir", "path")
         if isinstance(task.get("workdir"), dict):
             _git_workdir(task["workdir"])
+        _not_relative(task.get("workdir"), "workdir")
+        for dest, source in (task.get("file_mounts") or {}).items():
+            inner = source.get("source") if isinstance(source, dict) else source
+            for one in inner if isinstance(inner, list) else [inner]:
+                _not_relative(one, f"file_mounts.{dest}" if isinstance(source, str) else f"file_mounts.{dest}.source")
     broker = _parse_broker(raw.get("broker"), now=now, strict=strict)
     if broker.workdir is not None and task.get("workdir") is not None:
         raise SpecError("broker.workdir", "names an uploaded workdir, but the task has a workdir of its own too: "
@@ -972,6 +977,19 @@ def is_local_path(source: Any) -> bool:
     way. Only the exact values count, for the same reason: SkyPilot reads ``sha256:/../../etc/hosts`` as the path
     ``/etc/hosts``."""
     return isinstance(source, str) and bool(source) and not _BUCKET_URL.match(source) and not _broker_value(source)
+
+
+def _not_relative(path: Any, where: str) -> None:
+    """A path on the broker's host (a ``workdir``, a ``file_mounts`` source) given relative is refused at submit: the
+    broker would read it from its own folder (the local launcher runs there), not the submitter's — a notebook's
+    ``workdir: .`` ran, and could write into, the broker's install. ``broker submit`` and ``BrokerClient.submit`` make
+    one absolute from where they run before sending it; a body posted by hand must. ``~`` (the broker's user's home),
+    a bucket URL and a value the broker resolves (``broker:checkpoint``, ``sha256:…``) are not relative paths."""
+    if not is_local_path(path) or path.startswith(("/", "~")):
+        return
+    raise SpecError(where, f"is {path[:200]!r}, a relative path, which the broker would read from its own folder, not "
+                           "from the folder you submit from: give an absolute path (`broker submit` and "
+                           "BrokerClient.submit make a relative one absolute from the folder they run in)")
 
 
 def _broker_source(source: str, where: str, *, storage: bool = False) -> None:

@@ -25,7 +25,7 @@ setup: pip install -r requirements.txt
 run: torchrun train.py
 file_mounts:
   /data: s3://bucket/data
-workdir: .
+workdir: /home/ml/llama-finetune  # absolute, as `broker submit` and BrokerClient send it
 """
 
 
