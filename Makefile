@@ -35,7 +35,7 @@ install-test: $(VENV)/.test-installed apt-deps checkov-venv
 # chromium (dashboard test through Playwright), rsync (SkyPilot file mounts), and the
 # aws CLI (the real SkyPilot API server runs `aws configure list` in its cloud check),
 # prometheus (a real Prometheus scrapes the broker in one test), systemd (systemd-analyze verifies
-# deploy/spot-broker.service). apt waits up to 10 minutes for
+# deploy/spot-broker.service), faketime (a broker whose clock is off the store's). apt waits up to 10 minutes for
 # another apt (an unattended upgrade, a second checkout's install) to let go of its lock; apt-get
 # update's list lock does not honour DPkg::Lock::Timeout (apt 2.6), so update is tried again itself.
 apt-deps:
@@ -46,6 +46,7 @@ apt-deps:
 	command -v aws >/dev/null || missing="$$missing awscli"; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	command -v faketime >/dev/null || missing="$$missing faketime"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  tries=0; until apt-get -o DPkg::Lock::Timeout=600 update -qq; do \

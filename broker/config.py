@@ -147,6 +147,9 @@ class Settings:
     zone_cooldown_seconds: float = 1800.0
     # an engine silent this long (several brokers, each seeing only its own launches) no longer owns its attempts
     owner_timeout_seconds: float = 300.0
+    # how far this host's clock may be from the shared store's (Redis ``TIME``) before its engine stops ticking
+    # (BROKER_MAX_CLOCK_OFFSET_S): every time it stamps (deadlines, queue order, billing) would be off by that much
+    max_clock_offset_seconds: float = 30.0
     changeover_seconds: float = 120.0  # provisioning + restore, until the broker has measured it
     # the clouds whose SkyPilot catalog the broker prices (with launcher skypilot): each found catalog's offers
     clouds: tuple[str, ...] = PRICED_CLOUDS
@@ -411,6 +414,7 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         heartbeat_timeout_seconds=_number(raw, "heartbeat_timeout_seconds", 0.0),
         zone_cooldown_seconds=_number(raw, "zone_cooldown_seconds", 1800.0),
         owner_timeout_seconds=_number(raw, "owner_timeout_seconds", 300.0, positive=True),
+        max_clock_offset_seconds=_clock_offset_limit(env),
         changeover_seconds=_number(raw, "changeover_seconds", 120.0),
         clouds=clouds,
         cluster_prefix=_cluster_prefix(env, raw),
@@ -497,6 +501,21 @@ def _secrets_keys(env: Any, raw: dict[str, Any]) -> tuple[bytes | None, tuple[by
     except KeyInvalid as exc:
         raise ConfigError(str(exc)) from None
     return key, tuple(old)
+
+
+def _clock_offset_limit(env: Any) -> float:
+    """``BROKER_MAX_CLOCK_OFFSET_S``: seconds, more than 0 (default 30). An environment variable, as
+    ``BROKER_LOCAL_OUTPUT_CAP`` is: a property of the host the broker runs on, not of the deployment's config."""
+    value = env.get("BROKER_MAX_CLOCK_OFFSET_S")
+    if not value:
+        return 30.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"BROKER_MAX_CLOCK_OFFSET_S: must be a number of seconds more than 0, not {value!r}")
+    return seconds
 
 
 def _number(raw: dict[str, Any], key: str, default: float, *, positive: bool = False, whole: bool = False,

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from contextlib import asynccontextmanager
 from urllib.parse import unquote
 from pathlib import Path
@@ -29,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from broker.api.probe import StoreProbe
+from broker.api.probe import StoreProbe, clock_refusal
 from broker.api.query import API_PREFIX, JobPage, Text, job_cursor, read_cursor, refuse_unknown_query
 from broker.api.schema import (BUDGET, CANCEL_MANY, COMMON, DEADLINE, FAULT, PROGRESS, RESUME, TASK, WORKDIR_PACK, CancelBatchOut,
                                DryRunOut, EventList,
@@ -319,9 +320,15 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
 
     @app.get("/v1/readyz", tags=["ops"], **answers(Health, 503))
     @app.head("/v1/readyz", include_in_schema=False)  # answered as GET is, without the body
-    def readyz() -> dict:
-        """Readiness: 200 when the store answers, else 503 (a start-up probe waits for it)."""
+    def readyz():
+        """Readiness: 200 when the store answers, else 503 (a start-up probe waits for it); 503 too while this host's
+        clock is further from a shared store's than ``max_clock_offset_seconds`` (its engine does not tick then, and a
+        balancer should send its jobs to a broker whose clock is right)."""
         probe.look()
+        if (why := clock_refusal(store, time.time, settings.max_clock_offset_seconds)) is not None:
+            answer = _error(503, why)
+            answer.headers["Retry-After"] = "30"
+            return answer
         return {"ok": True, "engine": eng is not None, "store": "ok"}
 
     @app.get("/v1/whoami", tags=["ops"], **answers(WhoAmI, 401, 422))

@@ -34,6 +34,7 @@ from broker.config import ConfigError, Settings
 from broker.lifecycle import AttemptState, JobState
 from broker.offers import held_slots
 from broker.store import Pruned, StoreUnavailable
+from broker.store.base import clock_offset
 from broker.team_budget import Month, month_of
 
 ENDED_ATTEMPT_STATES = tuple(s.value for s in AttemptState if s.is_final)
@@ -182,6 +183,8 @@ class StoreCollector:
         # timeout, 10 s, Prometheus's own scrape timeout: the target read as down (BrokerDown) and broker_store_up
         # was never 0 (BrokerStoreDown never fired). A bounded look first, as the health probes take
         self._probe = StoreProbe(lambda: service.store.get_job("metrics-probe"))
+        #: domain → (its beat's value, when a scrape first read it, monotonic): for a process without an engine
+        self._beat_seen: dict[str, tuple[float, float]] = {}
 
     def describe(self):
         return []  # read the store only on scrape, not at registration
@@ -429,14 +432,47 @@ class StoreCollector:
                                   "alive, on its own clock: time() minus the newest is how long no engine has placed "
                                   "or watched a job (an API with BROKER_ENGINE=off whose worker is down looks healthy "
                                   "otherwise).", labels=["domain"])
-        for domain, seen in sorted(self.service.store.beats().items()):
+        read = self.service.store.beats()
+        for domain, seen in sorted(read.items()):
             beats.add_metric([domain], float(seen))
         yield beats
+        ages = GaugeMetricFamily("broker_engine_beat_age_seconds",
+                                 "Seconds since this broker saw each engine's beat change (by its launcher's domain), "
+                                 "on this broker's own clock: another host's beat carries its clock, which may be "
+                                 "hours off. min() over it above 120 is no engine placing or watching jobs; one domain "
+                                 "above owner_timeout_seconds, an engine whose jobs the others take over.",
+                                 labels=["domain"])
+        for domain, age in sorted(self._beat_ages(read).items()):
+            ages.add_metric([domain], age)
+        yield ages
+        offset = clock_offset(self.service.store, time.time)  # this host's clock, as the engine measures it
+        if offset is not None:  # a store several hosts share (Redis); SQLite is one process with one clock
+            skew = GaugeMetricFamily("broker_clock_offset_seconds",
+                                     "This host's clock less the job store's (Redis TIME), at this scrape: brokers "
+                                     "sharing a store need synced clocks; beyond BROKER_MAX_CLOCK_OFFSET_S the engine "
+                                     "does not tick.")
+            skew.add_metric([], offset)
+            yield skew
         gone = CounterMetricFamily("broker_jobs_pruned", "Finished jobs deleted by the retention policy "
                                    "(job_retention_days), by every broker sharing the store.")
         gone.add_metric([], pruned_jobs)
         yield gone
         yield from self._engine()
+
+    def _beat_ages(self, beats: dict[str, float]) -> dict[str, float]:
+        """Each domain's seconds since its beat was seen to change: as this process's engine saw it, where it runs
+        one that has beaten; else as this collector saw it from scrape to scrape (an API with ``BROKER_ENGINE=off``,
+        whose worker is the one to watch), from the first scrape that read each value."""
+        engine = self.engine_of()
+        ages = getattr(engine, "beat_ages", None)
+        seen = ages() if ages is not None else {}
+        if seen:
+            return seen
+        now = time.monotonic()
+        for domain, value in beats.items():
+            if self._beat_seen.get(domain, (None,))[0] != value:
+                self._beat_seen[domain] = (value, now)
+        return {domain: now - self._beat_seen[domain][1] for domain in beats}
 
     def _engine(self):
         engine = self.engine_of()

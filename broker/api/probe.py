@@ -15,7 +15,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from broker.engine.reconcile import clock_refusal_words
 from broker.store import StoreUnavailable
+from broker.store.base import clock_offset
 
 PROBE_SECONDS = 2.0
 """How long a probe waits for the store: under the load balancers' check timeouts, over a healthy store's answer."""
@@ -49,3 +51,11 @@ class StoreProbe:
             future.set_exception(exc)
         else:
             future.set_result(None)
+
+
+def clock_refusal(store, clock: Callable[[], float], limit: float) -> str | None:
+    """Why this broker is not ready for work because of its clock, for a readiness check to answer 503 with (so that
+    a load balancer stops sending it jobs to stamp): this host's clock is further than ``limit`` seconds
+    (``max_clock_offset_seconds``) from the store's, measured now (one round trip); ``None`` while within it, or for a
+    store with no clock of its own (SQLite: one process, one clock). Raises :class:`StoreUnavailable` as a read does."""
+    return clock_refusal_words(clock_offset(store, clock), limit)

@@ -52,6 +52,7 @@ from broker.queue import expected_end
 from broker.sealing import Unsealable, job_secret_values, open_task, redact, secret_values
 from broker.spec import in_own_base
 from broker.store import Change, JobStore, StoreUnavailable, VersionConflict
+from broker.store.base import clock_offset
 from broker.views import duration as fmt_duration
 from broker.views import deadline_at, iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
@@ -105,14 +106,19 @@ class Engine:
 
     def __init__(self, settings: Settings, store: JobStore, launcher: Launcher, *,
                  clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = elapsed,
-                 actor: str = "engine", on_event: Callable[[Event, Job], None] | None = None):
+                 actor: str = "engine", on_event: Callable[[Event, Job], None] | None = None,
+                 host_clock: Callable[[], float] = time.time):
         """``clock``: the wall clock (times stored, compared across processes); ``monotonic``: the time an
         attempt is billed for between two of this engine's accruals (:meth:`_billed_until`), which a step
-        of the wall clock does not move and a suspended host's sleep does (:func:`launchers.base.elapsed`)."""
+        of the wall clock does not move and a suspended host's sleep does (:func:`launchers.base.elapsed`);
+        ``host_clock``: this host's clock as it is measured against the store's (:meth:`_measure_clock`) — the
+        wall clock in a broker; a test that moves ``clock`` by hand, to play out minutes in a moment, leaves it
+        real (its ``clock`` is no host's, and comparing it with a real server's would stop the engine)."""
         self.settings = settings
         self.store = store
         self.launcher = launcher
         self.clock = clock
+        self.host_clock = host_clock
         self.monotonic = monotonic
         #: attempt id → (its ``billed_until`` as this engine last wrote it, or None as it launched it; its
         #: ``created_at`` then; the monotonic time then): what :meth:`_billed_until` counts on from
@@ -136,6 +142,16 @@ class Engine:
         self._beat_seen: dict[str, tuple[float, float]] = {}
         #: attempt id → when this engine first found it naming no view and unseen by its launcher (``_unclaimed``)
         self._unclaimed_since: dict[str, float] = {}
+        #: attempt id → when this engine first saw it (another view's, or unclaimed), on this engine's clock: its
+        #: ``created_at`` is its writer's clock, which may be hours off this one's
+        self._attempt_seen: dict[str, float] = {}
+        #: job id → (its progress' ``at``, when this engine first read that value, on its own clock): a report's
+        #: ``at`` is the clock of the broker that took it, so the job's silence is counted from the change seen here
+        self._progress_seen: dict[str, tuple[object, float]] = {}
+        #: this host's clock less the store's (``None``: a store with no clock of its own, SQLite), as last measured at
+        #: a beat (:meth:`_measure_clock`); beyond ``max_clock_offset_seconds`` the engine does not tick
+        self.clock_offset: float | None = None
+        self._clock_said: tuple[str, float] | None = None  # the last clock warning's level and when (monotonic)
         #: since when this engine has read the beats without a gap (start, or back from a store outage):
         #: a beat older than that may be old only because nobody could write it
         self._watching_since = float("inf")
@@ -173,6 +189,8 @@ class Engine:
         started = time.perf_counter()
         now = self.clock()
         self._beat(now)
+        if self.clock_refusal() is not None:  # each time it would stamp is off: it beats (its runs stay its own), only
+            return
         if not 0 <= now - self._last_superseded < SUPERSEDED_SECONDS:  # 0. no run beside its job's next attempt
             self._last_superseded = now
             self._guard(self._stop_superseded, now)
@@ -204,6 +222,11 @@ class Engine:
         self._stops_sent &= latest
         self._past_length_said &= latest
         self._deadline_said &= {j.id for j in jobs}
+        for stale in [a for a in self._attempt_seen if a not in latest]:
+            del self._attempt_seen[stale]
+        live_jobs = {j.id for j in jobs}
+        for stale in [j for j in self._progress_seen if j not in live_jobs]:
+            del self._progress_seen[stale]
         for stale in [a for a in self._limits_written if a not in latest]:
             del self._limits_written[stale]
         active = [j for j in jobs if j.state.is_active]
@@ -365,6 +388,7 @@ class Engine:
             return
         for domain in sorted(self.domains):
             self.store.beat(domain, now)
+        self._measure_clock()
         for domain, value in self.store.beats().items():
             if self._beat_seen.get(domain, (None,))[0] != value:
                 self._beat_seen[domain] = (value, now)
@@ -375,6 +399,62 @@ class Engine:
             self._watching_since = now
         self._last_beat = now
 
+    def beat_ages(self) -> dict[str, float]:
+        """Each engine domain's seconds since this engine saw its beat change, on this engine's clock (``/metrics``:
+        a beat's value is its writer's clock, which a dead host's may hold hours ahead)."""
+        now = self.clock()
+        return {domain: max(now - seen, 0.0) for domain, (_, seen) in self._beat_seen.items()}
+
+    def _progress_seen_at(self, job: Job, now: float) -> float:
+        """When this engine first read the job's latest progress report, on its own clock (as beats are judged,
+        ``_beat_seen``): the report's ``at`` only tells one report from the next. ``-inf``: it reported none."""
+        value = job.progress.get("at") if job.progress else None
+        if value is None:
+            return float("-inf")
+        seen = self._progress_seen.get(job.id)
+        if seen is None or seen[0] != value:
+            seen = self._progress_seen[job.id] = (value, now)
+        return seen[1]
+
+    def _measure_clock(self) -> None:
+        """Measure this host's clock against the store's (a store shared by several hosts: Redis ``TIME``), at each
+        beat, and say in the log when it is off: past :data:`CLOCK_TOLERANCE_SECONDS` a warning, beyond
+        ``max_clock_offset_seconds`` an error (the engine stops ticking: :meth:`clock_refusal`), each when it starts
+        and at most once every :data:`OUTAGE_REPEAT_SECONDS` while it lasts; and once when it is back under."""
+        self.clock_offset = offset = clock_offset(self.store, self.host_clock)
+        if offset is None:
+            return
+        limit = self.settings.max_clock_offset_seconds
+        level = "refused" if abs(offset) > limit else "off" if abs(offset) > CLOCK_TOLERANCE_SECONDS else None
+        said, at = self._clock_said or (None, float("-inf"))
+        if level is None:
+            if said is not None:
+                self._clock_said = None
+                log.warning("clock: this host's clock is back within %g s of the store's (%s it)%s",
+                            CLOCK_TOLERANCE_SECONDS, _offset_words(offset),
+                            ": the engine ticks again" if said == "refused" else "")
+            return
+        ticked = self.monotonic()
+        if level == said and ticked - at < OUTAGE_REPEAT_SECONDS:
+            return
+        self._clock_said = (level, ticked)
+        if level == "refused":
+            log.error("clock: %s", self.clock_refusal())
+        else:
+            log.warning("clock: this host's clock is %s the store's (Redis TIME)%s: brokers sharing a store need "
+                        "synced clocks (NTP: chrony or systemd-timesyncd); beyond BROKER_MAX_CLOCK_OFFSET_S (%g s) "
+                        "this broker's engine stops ticking", _offset_words(offset),
+                        ", within BROKER_MAX_CLOCK_OFFSET_S again: the engine ticks again" if said == "refused" else "",
+                        limit)
+
+    def clock_refusal(self) -> str | None:
+        """Why this engine does not tick: this host's clock is further from the store's than
+        ``max_clock_offset_seconds``, so every time it would stamp — a deadline passed, a place in the queue, a budget
+        billed up to now — would be off by as much; ``None`` while it is within it (or the store has no clock). It
+        still beats, so that no other broker takes its runs over; it ticks again by itself once the offset is back
+        under the limit, billing its runs for the time between on the monotonic clock."""
+        return clock_refusal_words(self.clock_offset, self.settings.max_clock_offset_seconds)
+
     def _owner_silence(self, job: Job, attempt: Attempt, now: float) -> str | None:
         """For an attempt launched in another launcher's view (another host's processes, another
         SkyPilot state), which this engine cannot see: None while the engine that launched it may still
@@ -384,8 +464,10 @@ class Engine:
         counts as lost."""
         timeout = self.settings.owner_timeout_seconds
         owner = attempt.launched_in
-        last = max(self._beat_seen.get(owner, (None, float("-inf")))[1], attempt.created_at,
-                   float(job.progress.get("at") or float("-inf")), self._watching_since)
+        # every time here is this engine's own: when it saw the owner's beat, the attempt, the job's progress change
+        # (``created_at`` and a report's ``at`` are other brokers' clocks: one 2 h ahead held its jobs 2 h after death)
+        last = max(self._beat_seen.get(owner, (None, float("-inf")))[1], self._attempt_seen.setdefault(attempt.id, now),
+                   self._progress_seen_at(job, now), self._watching_since)
         if now - last < timeout:
             return None
         return (f"the broker that launched it ({owner}) and the job have been silent for {int(now - last)} s, and "
@@ -406,7 +488,7 @@ class Engine:
         others = any(domain not in self.domains and now - seen < timeout
                      for domain, (_, seen) in self._beat_seen.items())
         first = self._unclaimed_since.setdefault(attempt.id, now)
-        last = max(first, float(job.progress.get("at") or float("-inf")), self._watching_since)
+        last = max(first, self._progress_seen_at(job, now), self._watching_since)
         if others and now - last < timeout:
             return attempt, None
         self._unclaimed_since.pop(attempt.id, None)
@@ -1303,6 +1385,23 @@ class Engine:
 
 OUTAGE_REPEAT_SECONDS = 60.0
 """While the store does not answer, how often a broker's engine says again that its ticks are skipped."""
+CLOCK_TOLERANCE_SECONDS = 2.0
+"""How far this host's clock may be from the store's before the engine warns (NTP keeps hosts within milliseconds)."""
+
+
+def clock_refusal_words(offset: float | None, limit: float) -> str | None:
+    """Why a broker whose clock is ``offset`` seconds off the store's does not work (its engine does not tick), for
+    the log and a readiness check (:func:`broker.api.probe.clock_refusal`); ``None`` within ``limit`` (or no offset)."""
+    if offset is None or abs(offset) <= limit:
+        return None
+    return (f"this host's clock is {_offset_words(offset)} the job store's (Redis TIME), beyond "
+            f"BROKER_MAX_CLOCK_OFFSET_S ({limit:g} s): this broker's engine does not tick until it is back within it. "
+            f"Sync the clock (NTP: chrony or systemd-timesyncd)")
+
+
+def _offset_words(offset: float) -> str:
+    """``12.3 s ahead of`` / ``0.4 s behind``: this host's clock against another's, for a sentence."""
+    return f"{abs(offset):.1f} s {'ahead of' if offset >= 0 else 'behind'}"
 
 
 @dataclass

@@ -321,5 +321,16 @@ class JobStore(Protocol):
     def beats(self) -> dict[str, float]:
         """Each engine domain's last beat."""
 
+    # Optional: ``clock_offset(clock) -> float``, how far ``clock`` (this host's) is ahead of the store server's own
+    # (negative: behind), read at the middle of one round trip; raises StoreUnavailable as every read does. Only a
+    # store that several hosts share has it (Redis); read through :func:`clock_offset`, which gives None without it.
+
     def close(self) -> None:
         """Release connections. Idempotent."""
+
+
+def clock_offset(store: object, clock) -> float | None:
+    """This host's clock (``clock``) less the store server's, in seconds, where the store is shared by several hosts
+    and can say its time (Redis ``TIME``); ``None`` for a store of one process and one clock (SQLite)."""
+    measure = getattr(store, "clock_offset", None)
+    return None if measure is None else measure(clock)

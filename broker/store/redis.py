@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
@@ -720,6 +721,13 @@ class RedisStore:
 
     def beats(self) -> dict[str, float]:
         return {domain: float(seen) for domain, seen in self._r.hgetall(self.keys.engines()).items()}
+
+    def clock_offset(self, clock) -> float:
+        """``clock()`` less the Redis server's ``TIME``, as if both were read at once: the server's time is taken for
+        the middle of the round trip (timed on a monotonic clock, which a step of the wall clock does not move)."""
+        before, started = clock(), time.perf_counter()
+        seconds, micros = self._r.time()
+        return before + (time.perf_counter() - started) / 2 - (seconds + micros / 1e6)
 
     def ping(self) -> bool:
         return bool(self._r.ping())
