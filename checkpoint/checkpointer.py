@@ -443,7 +443,7 @@ class Checkpointer:
         if self._closed:
             return
         self._shut_down()
-        self._raise_pending()
+        self._raise_pending(closing=True)
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -530,9 +530,10 @@ class Checkpointer:
         else:
             log.info("removed what the failed save of step %d had written to %s", cid.step, self._storage.uri(cid.name))
 
-    def _raise_pending(self, *, unless_preempted: bool = False) -> None:
+    def _raise_pending(self, *, unless_preempted: bool = False, closing: bool = False) -> None:
         """Raise a background save's failure. ``unless_preempted`` (before the save a preemption notice
-        asks for): log it instead, as that save is the last chance to keep the work."""
+        asks for): log it instead, as that save is the last chance to keep the work. ``closing`` (``close()``, no
+        save comes after it): also say whether the last save was lost, and the checkpoint a resume uses."""
         error = self._runner.take_error()
         if error is None:
             return
@@ -540,7 +541,7 @@ class Checkpointer:
             self._last_step = self._saved_step = None  # that step was not saved: saving it again must write it
         cid = next((c for e, c in self._failed_steps if e is error), None)
         self._failed_steps.clear()
-        what = self._failure(error, cid)
+        what = self._failure(error, cid) + (self._lost_at_close(cid) if closing else "")
         if unless_preempted and self.preemption.requested:
             log.error("%s; not raised: the preemption notice's save comes first", what)
             return
@@ -561,6 +562,17 @@ class Checkpointer:
         said = _describe(error)
         to = "" if where in said else f" to {where}"  # the store's error names the file already
         return f"background checkpoint save failed: {step} could not be written{to}: {said}{hint}"
+
+    def _lost_at_close(self, failed: CheckpointId | None) -> str:
+        """What ``close()`` adds to the first failed save it raises: the last save, when it failed too, and the
+        checkpoint a resume uses. The runner keeps only the first failure, so a run whose store went down near its end
+        said "the checkpoint of step 20 could not be written" and nothing of step 30, its final one, also lost, nor
+        that a resume goes back to step 10 (the exit flush of a script without ``close()`` says both)."""
+        newest = self._last_id
+        said = ""
+        if newest is not None and newest != failed and self._failed_id == newest:
+            said = f"; the last checkpoint (step {newest.step}) was not saved either: {_describe(self._failed_why)}"
+        return f"{said}; {self._resume_words()}"
 
     def _in_folder(self, error: BaseException, cid: CheckpointId | None) -> bool:
         """Whether the file a save's ``FileNotFoundError`` names is in the checkpoint's own folder: made by the save,

@@ -19,7 +19,8 @@ Backends are chosen by URL:
   objects at about 0.7× boto3's speed in ``benchmarks/checkpoint.py``. ``storage_options``
   take s3fs's names (``endpoint_url``, ``key``, ``secret``, ``token``, ``client_kwargs``);
 * ``gs://`` / ``gcs://`` — gcsfs; large objects go up as a parallel composite upload
-  (parts uploaded concurrently, then composed server-side). With ``STORAGE_EMULATOR_HOST``
+  (parts uploaded concurrently, then composed server-side), each request (a whole small file, or one part) sent by
+  the library through gcsfs's session from a reader over the caller's buffers, never joined into one ``bytes``. With ``STORAGE_EMULATOR_HOST``
   set and no token given, requests are anonymous, as the emulator expects;
 * ``memory://`` — fsspec's in-process store, for tests and dry runs.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 import bisect
 import errno
 import io
+import json
 import logging
 import os
 import re
@@ -136,38 +138,8 @@ def _joined(data: Data) -> bytes:
     return bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
 
 
-class _ChunkReader(io.RawIOBase):
-    """A read-only, forward-only file over a list of buffers (what boto3 and GCS parts read)."""
-
-    def __init__(self, data: Data):
-        self._chunks = _chunks(data)
-        self._i = 0
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        out = []
-        while self._i < len(self._chunks) and (n < 0 or n > 0):
-            chunk = self._chunks[self._i]
-            take = chunk.nbytes - self._pos if n < 0 else min(n, chunk.nbytes - self._pos)
-            out.append(chunk[self._pos:self._pos + take])
-            self._pos += take
-            if n > 0:
-                n -= take
-            if self._pos == chunk.nbytes:
-                self._i, self._pos = self._i + 1, 0
-        return b"".join(out)
-
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[:len(data)] = data
-        return len(data)
-
-
 class _ViewReader(io.RawIOBase):
-    """A seekable, read-only file over buffers that never copies them whole: the body of one S3 request.
+    """A seekable, read-only file over buffers that never copies them whole: the body of one S3 or GCS request.
 
     botocore reads it in small blocks (to hash it, then to send it) and seeks back to retry, so a part in flight
     costs a few blocks, not a copy of the part (boto3's transfer manager read each part into memory first).
@@ -182,6 +154,11 @@ class _ViewReader(io.RawIOBase):
             offset += c.nbytes
         self._size = offset
         self._pos = 0
+
+    @property
+    def size(self) -> int:
+        """Its length in bytes (a request's ``Content-Length``)."""
+        return self._size
 
     def readable(self) -> bool:
         return True
@@ -309,6 +286,10 @@ def open_storage(
         fs, root = fsspec.core.url_to_fs(uri, **options)
     except ImportError as e:  # fsspec knows the scheme, but its package is not installed
         raise ValueError(f"{uri!r}: {protocol}:// needs a package that is not installed ({e})") from None
+    except Exception as e:
+        if protocol in ("gs", "gcs") and _gcs_credentials_error(e):
+            raise OSError(_gcs_credentials_said(uri, options, e)) from None
+        raise
     return FsspecStorage(fs, root.rstrip("/"), uri, transfer or TransferOptions())
 
 
@@ -356,15 +337,61 @@ def check_uri(uri: str) -> None:
         raise ValueError(f"{uri!r}: looks like a URL missing ':' (like {first}://bucket/run)")
 
 
+def _gcs_credentials_error(error: Exception) -> bool:
+    """Whether gcsfs could not load the credentials it was told to use: google-auth's error (a key file that is not
+    there: ``GOOGLE_APPLICATION_CREDENTIALS=/nope.json`` with ``token="google_default"``), or any raised in gcsfs's
+    credentials module about a token it cannot read (a key file that is not JSON, a dict that is no credentials)."""
+    try:
+        from google.auth.exceptions import GoogleAuthError
+    except ImportError:  # pragma: no cover - gcsfs brings it
+        GoogleAuthError = ()  # noqa: N806
+    if isinstance(error, GoogleAuthError):
+        return True
+    tb = error.__traceback__
+    while tb is not None:  # raised in gcsfs's credentials module, or under it (json's error for a key file)
+        if tb.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("gcsfs/credentials.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _gcs_credentials_said(uri: str, options: dict[str, Any], error: Exception) -> str:
+    """A sentence for credentials gcsfs could not load, naming the checkpoint URI and the setting that chose them,
+    with google-auth's own words: it was some 15 frames of gcsfs and google-auth traceback from ``Checkpointer()``,
+    naming neither the URI nor the setting. A token given as a dict or credentials object is not printed."""
+    token = options.get("token")
+    key_file = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if isinstance(token, str):
+        setting = f"storage_options token {token!r}"
+    elif token is None:
+        setting = "no storage_options token"
+    else:
+        setting = f"storage_options token (a {type(token).__name__})"
+    if token in (None, "google_default"):
+        setting += (f", which reads GOOGLE_APPLICATION_CREDENTIALS={key_file}" if key_file else
+                    ", which reads Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS is not set)")
+    return (f"{uri}: the GCS credentials could not be loaded ({setting}): {type(error).__name__}: {str(error).rstrip('.')}; "
+            f"point GOOGLE_APPLICATION_CREDENTIALS (or the token) at a service account key file (JSON) this process "
+            f"can read")
+
+
 def _said_unanswered_gcs(uri: str) -> Any:
     """An aiohttp trace that logs a GCS request that got no answer (a timeout, a connection refused or dropped), at
     most once every 10 s: gcsfs retries each request 6 times, logging only at DEBUG (and the last try's failure as
-    a traceback, condensed to a line: :class:`_GcsfsCondensed`), so a store that hangs was silent for minutes."""
+    a traceback, condensed to a line: :class:`_GcsfsCondensed`), so a store that hangs was silent for minutes.
+
+    A request the client cancelled itself is no failure of the store (gcsfs's ``_info`` asks for an object and lists
+    its prefix at once, and cancels the one it no longer needs): it was said as ``got no answer: CancelledError``
+    after a listing or a read that went well."""
+    import asyncio
+
     import aiohttp
 
     throttle = _Throttled(10.0)
 
     async def failed(session: Any, context: Any, params: Any) -> None:
+        if isinstance(params.exception, asyncio.CancelledError):
+            return
         if throttle.due():
             log.warning("%s: GCS %s %s got no answer: %s: %s; gcsfs tries again%s", uri, params.method,
                         params.url.path, type(params.exception).__name__, params.exception or "(no message)",
@@ -622,29 +649,30 @@ class FsspecStorage:
         _fsync_dir(directory)
 
     def _write_gcs(self, full: str, data: Data) -> None:
-        size = sum(c.nbytes for c in _chunks(data))
+        chunks = _chunks(data)
+        size = sum(c.nbytes for c in chunks)
         part = self._transfer.part_size
+        put = self._gcs_put if self._gcs_streams(full) else lambda name, views: self._fs.pipe_file(name, _joined(views))
         if size < 2 * part:
-            self._fs.pipe_file(full, _joined(data))
+            put(full, chunks)
             return
         # Parallel composite upload: parts land as temporary objects, then one compose
         # call makes the destination appear whole. Temporary parts sit beside it and are
         # removed afterwards (or with the checkpoint directory if we die first).
         part = max(part, -(-size // _GCS_MAX_COMPOSE))
-        reader = _ChunkReader(data)
+        parts = _parts(chunks, part)  # views of the caller's buffers: nothing copied
         token = uuid.uuid4().hex[:8]
-        names = [f"{full}.part-{token}-{i:03d}" for i in range(-(-size // part))]
+        names = [f"{full}.part-{token}-{i:03d}" for i in range(len(parts))]
         with ThreadPoolExecutor(self._transfer.concurrency) as pool:
-            # Parts are cut in order on this thread and uploaded concurrently, at most `concurrency`
-            # of them cut at a time: Executor.map takes its whole iterable at once, and cut every part
-            # up front, a second copy of the file (and gcsfs's own buffers) held until the last part went up.
+            # At most `concurrency` parts in flight: Executor.map takes its whole iterable at once (with gcsfs's
+            # pipe_file, which needs bytes, that cut every part up front: a second copy of the file).
             in_flight: set[Future] = set()
-            for name in names:
+            for name, views in zip(names, parts):
                 if len(in_flight) >= self._transfer.concurrency:
                     done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
                     for f in done:
                         f.result()
-                in_flight.add(pool.submit(self._fs.pipe_file, name, reader.read(part)))
+                in_flight.add(pool.submit(put, name, views))
             for f in in_flight:
                 f.result()
         try:
@@ -654,6 +682,43 @@ class FsspecStorage:
                 self._fs.rm(names)
             except FileNotFoundError:
                 pass
+
+    def _gcs_streams(self, full: str) -> bool:
+        """Whether an object can go up by :meth:`_gcs_put`: not to a zonal bucket, which gcsfs's experimental
+        filesystem writes over gRPC (its own ``pipe_file`` then, which holds the object whole)."""
+        zonal = getattr(self._fs, "_is_zonal_bucket", None)
+        if zonal is None:
+            return True
+        from fsspec.asyn import sync
+
+        return not sync(self._fs.loop, zonal, self._fs.split_path(full)[0])
+
+    def _gcs_put(self, full: str, chunks: list[memoryview]) -> None:
+        """One object in one request (GCS's multipart upload: its metadata, then its bytes, as gcsfs's
+        ``simple_upload`` sends it), the body read from the caller's buffers in place, 64 KiB at a time, by aiohttp.
+
+        gcsfs's ``pipe_file`` takes the object as one ``bytes`` (the library joined it: a copy), builds its body as
+        ``head + data + tail`` (two more, one at a time) and hands it to aiohttp whole, whose transport kept what the
+        socket had not taken yet (another): a 48 MiB file took 240 MiB above the process, the snapshot included, and
+        a 200 MiB one in 32 MiB parts, 808 MiB. gcsfs's own retries of the request read the body again
+        (``_request`` seeks it to 0); its ``consistency`` setting is checked as ``simple_upload`` does."""
+        from urllib.parse import quote
+
+        from gcsfs.checkers import get_consistency_checker
+
+        bucket, key, _ = self._fs.split_path(full)
+        head = ('--==0==\nContent-Type: application/json; charset=UTF-8\n\n' + json.dumps({"name": key})
+                + '\n--==0==\nContent-Type: application/octet-stream\n\n').encode()
+        body = _ViewReader([memoryview(head), *chunks, memoryview(b"\n--==0==--")])
+        answer = self._fs.call("POST", f"{self._fs._location}/upload/storage/v1/b/{quote(bucket)}/o",
+                               uploadType="multipart", data=body, json_out=True,
+                               headers={"Content-Type": 'multipart/related; boundary="==0=="',
+                                        "Content-Length": str(body.size)})
+        checker = get_consistency_checker(getattr(self._fs, "consistency", None))
+        for chunk in chunks:
+            checker.update(chunk)
+        checker.validate_json_response(answer)
+        self._fs.invalidate_cache(self._fs._parent(full))
 
     def _write_generic(self, full: str, data: Data) -> None:
         self._fs.pipe_file(full, _joined(data))

@@ -124,7 +124,7 @@ def test_a_gcs_store_that_cannot_be_reached_says_so_as_s3_does(make_uri):
     def refuse(*_, **__):
         raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 9)")
 
-    storage._fs.pipe_file = refuse
+    storage._fs.call = refuse  # the request that sends the object (checkpoint/storage.py, FsspecStorage._gcs_put)
     with pytest.raises(OSError) as raised:
         storage.write("step-000000000001-1/00-w.safetensors", b"weights")
     said = str(raised.value)

@@ -12,9 +12,10 @@ import textwrap
 import numpy as np
 import pytest
 from conftest import REPO
-from fakes import FailingStorage, checkpointer, memory_store
+from fakes import FailingStorage, GatedStorage, checkpointer, memory_store
 
 from checkpoint import Checkpointer, CheckpointError
+from checkpoint.storage import open_storage
 
 
 def refuse_new_files_in(directory, monkeypatch):
@@ -88,6 +89,36 @@ def test_a_failed_background_save_names_its_step_and_where_it_went():
         ckpt.save(8, {"w": np.ones(2)})
         with pytest.raises(CheckpointError):
             ckpt.close()
+
+
+def test_close_after_the_store_went_down_names_the_last_step_lost_too_and_the_checkpoint_a_resume_uses(tmp_path):
+    """The store goes down after step 10 commits, with the saves of steps 20 and 30 still to upload (each took minutes
+    of retries on GCS): close() said only that step 20 could not be written — not that step 30, the final checkpoint,
+    was lost too, nor that a resume goes back to step 10, as the exit flush of a script without close() says."""
+    import shutil
+    import threading
+
+    base = tmp_path / "run"
+    storage = GatedStorage(open_storage(str(base)))
+    storage.open()
+    ckpt = checkpointer(storage)
+    ckpt.save(10, {"w": np.ones(2)}, wait=True)
+    kept = ckpt.last_committed
+    storage.gate.clear()  # step 20's upload is under way when the store goes
+    storage.writes_started = threading.Semaphore(0)
+    ckpt.save(20, {"w": np.full(2, 2.0)})
+    assert storage.writes_started.acquire(timeout=10)
+    ckpt.save(30, {"w": np.full(2, 3.0)})  # queued behind it: the run trained on, not waiting
+    shutil.rmtree(base)
+    base.write_text("")  # the base is a file now: every write under it fails, as to a store that is down
+    storage.open()
+    with pytest.raises(CheckpointError) as failed:
+        ckpt.close()
+    said = str(failed.value)
+    assert said.startswith("background checkpoint save failed: the checkpoint of step 20 could not be written"), said
+    assert "; the last checkpoint (step 30) was not saved either: " in said, said
+    assert said.endswith(f"; a resume uses the checkpoint of step 10 ({kept})"), said
+    assert "\n" not in said
 
 
 SCRIPT = """

@@ -59,3 +59,17 @@ def test_gcsfs_errors_outside_the_librarys_calls_are_left_as_they_are(caplog):
         except ValueError:
             logging.getLogger("gcsfs").exception("failed")
     assert [(r.levelno, r.exc_info is not None) for r in caplog.records] == [(logging.ERROR, True)]
+
+
+def test_a_gcs_request_gcsfs_cancels_itself_is_not_said_as_one_that_got_no_answer(make_uri, caplog):
+    """gcsfs's ``_info`` asks for an object and lists its prefix at once and cancels the one it no longer needs: each
+    read (and ``checkpoint ls``) logged "GCS GET … got no answer: CancelledError: ; gcsfs tries again" although the
+    store answered everything, and a user reading it took the store for unhealthy."""
+    storage = open_storage(make_uri("gcs"))
+    with caplog.at_level(logging.DEBUG, logger="checkpoint"):
+        storage.write("step-1/x", b"1" * 3_000_000)
+        for _ in range(3):
+            assert storage.read("step-1/x") == b"1" * 3_000_000
+        assert storage.list() == ["step-1/x"]
+    said = [r.getMessage() for r in caplog.records if r.name == "checkpoint" and r.levelno >= logging.WARNING]
+    assert said == []

@@ -99,3 +99,25 @@ def test_a_training_script_denied_by_gcs_is_diagnosed_as_its_checkpoint_location
     assert d.sentence.startswith("The checkpoint location gs://team-ckpt/runs/x cannot be used"), d.sentence
     assert d.sentence.endswith("GCS denies the job's credentials access to the bucket team-ckpt (403 Forbidden)."), d
     assert "no --force" in d.hint and "Fix the error in the code" not in d.text
+
+
+def test_a_credentials_file_that_is_not_there_is_one_error_naming_the_uri_and_the_setting(make_uri, tmp_path,
+                                                                                         monkeypatch):
+    """GOOGLE_APPLICATION_CREDENTIALS naming a key file that is not there, with ``token="google_default"``: some 15
+    frames of gcsfs and google-auth traceback from ``Checkpointer()``, naming neither the checkpoint URI nor the
+    setting. google-auth fails on the missing file before any request (the emulator is the only endpoint anyway)."""
+    from checkpoint import Checkpointer
+
+    uri = make_uri("gcs")
+    missing = tmp_path / "nope-key.json"
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(missing))
+    with pytest.raises(OSError) as failed:
+        Checkpointer(uri, storage_options={"token": "google_default"}, env={}, handle_sigterm=False)
+    said = str(failed.value)
+    assert said.startswith(f"{uri}: the GCS credentials could not be loaded (storage_options token "
+                           f"'google_default', which reads GOOGLE_APPLICATION_CREDENTIALS={missing}): "
+                           f"DefaultCredentialsError: File {missing} was not found; point GOOGLE_APPLICATION_CREDENTIALS"), said
+    assert failed.value.__cause__ is None and failed.value.__suppress_context__  # google-auth's frames not chained
+    # the broker still reads it as the job's missing credentials, naming what to give it
+    d = diagnose(Ending("failed", 1, log_tail=f"Traceback (most recent call last):\nOSError: {said}\n"))
+    assert d.cls == "credentials", d
