@@ -1490,14 +1490,14 @@ class _options_named:
 def _price_said(placement: dict) -> str:
     """``, at $0.4246/h`` after a dry run's placement; of several nodes, each node's price (``, $0.4246/h a node``): the
     reason already gives all of them' ("2 nodes, $0.8492/h for both"), and ", at $0.8492/h" after it read as a node's."""
-    from pricing.money import fmt
+    from pricing.money import fmt_rate
 
     price, nodes = placement.get("price_per_hour"), placement.get("num_nodes")
     if not isinstance(price, int):
         return ""
     if isinstance(nodes, int) and nodes > 1:
-        return f", {fmt(price // nodes)}/h a node" if price % nodes == 0 else ""
-    return f", at {fmt(price)}/h"
+        return f", {fmt_rate(price // nodes)}/h a node" if price % nodes == 0 else ""
+    return f", at {fmt_rate(price)}/h"
 
 
 def _submit_dry_run(task: dict, client, args) -> int:
@@ -1870,7 +1870,9 @@ def cmd_status(args) -> int:
     if cut:  # on stderr: `broker status | grep running` and `--json | jq` read on, and the note is still seen
         print(cut, file=sys.stderr)
     if args.json:
-        _print_json(jobs)
+        _print_json(jobs)  # the list as it was, for scripts; the sweep's total on stderr, as beside the table
+        if args.name and len(jobs) > 1:
+            print(_spent_together(jobs, args.name, listed_only=bool(cut)), file=sys.stderr)
         return 0
     if not jobs:  # an empty table's borders said nothing (`broker queue` says "Nothing is waiting.")
         if args.state or args.team or args.name:
@@ -2357,9 +2359,9 @@ def _budget_runs(job: dict) -> str:
     if seconds >= 3600:
         return ""
     from broker.views import duration
-    from pricing.money import fmt
+    from pricing.money import fmt_rate
 
-    return (f"; at {fmt(price)}/h the budget left runs it about {duration(seconds)} more, a clean stop "
+    return (f"; at {fmt_rate(price)}/h the budget left runs it about {duration(seconds)} more, a clean stop "
             "included: it stops at its budget then (resumable once the budget is raised)")
 
 

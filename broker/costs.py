@@ -59,6 +59,7 @@ Rules (documented for users in ``docs/slack.md``, "The cost report"):
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,10 +68,11 @@ from datetime import time as clock_time
 from decimal import ROUND_FLOOR, Decimal
 from typing import TYPE_CHECKING
 
+from broker.engine.billing import billed_seconds
 from broker.lifecycle import JobState
 from broker.models import Attempt, CostAttempt, CostJob, Job
 from broker.spec import SpecError, is_duration, moment_of
-from pricing.money import (Micros, amount_shown, cost_for_seconds, fmt, fmt_limit, fmt_ondemand, fmt_saving,
+from pricing.money import (Micros, amount_shown, cost_for_seconds, fmt, fmt_limit, fmt_ondemand, fmt_rate, fmt_saving,
                            fmt_spent_of, ondemand_shown, shown)
 
 if TYPE_CHECKING:  # the stores import this module (JobStore.prune: ledger_of)
@@ -174,6 +176,10 @@ def _is_date(text: str) -> bool:
     return True
 
 
+_PLUS_AS_SPACE = re.compile(r"(\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}(?::?\d{2})?)")
+"""A time whose offset's ``+`` came as a space: ``2026-12-07T19:36:30 01:00``."""
+
+
 def _iso(text: str, field: str) -> float:
     """A bound of the window: a date is that day from its start in UTC (as ``by_day`` counts days); a time must
     say its timezone, as a deadline must, and is read by the deadline's own parser (an offset, or the IANA name of
@@ -200,6 +206,10 @@ def _iso(text: str, field: str) -> float:
         if is_duration(text):  # `since=6h`: a deadline's duration counts from now, forward
             raise CostQueryError(field, f"{text} is a duration, and a bound is a moment: give a date or a time with "
                                         f"its timezone, or a period (24h, 7d, 30d, 90d) for the window ending now")
+        if (spaced := _PLUS_AS_SPACE.fullmatch(text)) is not None:
+            # `?since=2026-12-07T19:36:30+01:00` unencoded: a URL's query reads a + as a space
+            raise CostQueryError(field, f"has a space where its offset's + would be ({text}): in a URL a + reads as a "
+                                        f"space, so write it as %2B ({field}={spaced[1]}%2B{spaced[2]})")
         raise CostQueryError(field, bad)
     return at
 
@@ -241,18 +251,31 @@ def _ondemand(attempt: Attempt, job: Job, tier: str) -> tuple[Micros, bool]:
 
 
 def billed_span(attempt: Attempt) -> tuple[int, int]:
-    """(start, whole seconds billed): the span ``attempt.cost`` covers."""
+    """(start, whole seconds billed): the span ``attempt.cost`` covers, in whole seconds, as a window's share of it is
+    apportioned (:func:`_part`). What it was billed for is the exact span (:func:`billed_exact`)."""
     start = int(attempt.created_at)
     end = attempt.billed_until if attempt.billed_until is not None else attempt.ended_at
     seconds = max(0, int(end - attempt.created_at)) if end is not None else 0
     return start, seconds
 
 
+def billed_exact(attempt: Attempt | CostAttempt) -> Decimal:
+    """The exact seconds ``attempt.cost`` was billed for (``broker/engine/billing.py``): launch to ``billed_until``
+    (or its end, never billed), not whole seconds."""
+    end = attempt.billed_until if attempt.billed_until is not None else attempt.ended_at
+    return billed_seconds(attempt.created_at, end) if end is not None else Decimal(0)
+
+
+def seconds_out(seconds: Decimal) -> int | float:
+    """Billed seconds for JSON: a whole number as an int, else the exact decimal (30.619), as it was billed."""
+    return int(seconds) if seconds == seconds.to_integral_value() else float(seconds)
+
+
 def ondemand_equivalent(attempt: Attempt, job: Job) -> Micros:
-    return _equivalent(attempt, ondemand_price(attempt, job), billed_span(attempt)[1])
+    return _equivalent(attempt, ondemand_price(attempt, job), billed_exact(attempt))
 
 
-def _equivalent(attempt: Attempt, price: Micros, seconds: int) -> Micros:
+def _equivalent(attempt: Attempt, price: Micros, seconds: Decimal) -> Micros:
     """:func:`ondemand_equivalent` of ``attempt`` at the on-demand ``price``, over its billed ``seconds``: its own
     cost where it ran at that price (what it was billed, to the micro-dollar), else that price for its span."""
     return attempt.cost if price == attempt.price_per_hour else cost_for_seconds(price, seconds)
@@ -359,7 +382,7 @@ def report(jobs: Sequence[Job | CostJob], attempts: Mapping[str, Sequence[Attemp
             price, known = _ondemand(att, job, tier)
             compared = compared or known
             start, seconds = billed_span(att)
-            equiv = _equivalent(att, price, seconds)  # ondemand_equivalent, the price and the span found once
+            equiv = _equivalent(att, price, billed_exact(att))  # ondemand_equivalent, the price found once
             first, last = _days_of(day_starts, day_ends, start, seconds)
             cost_in = equiv_in = 0
             if first < last:
@@ -549,11 +572,10 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
         e = ondemand_equivalent(att, job)
         spent += att.cost
         equiv += e
-        start, seconds = billed_span(att)
         rows.append({"n": att.n, "state": att.state.value, "tier": tier_of(att),
                      "zone": location(att), "instance_type": att.placement.get("instance_type"),
-                     "price_per_hour": money(att.price_per_hour), "cost": money_in(att.cost, job.budget),
-                     "ondemand_equivalent": money(e), "seconds": seconds,
+                     "price_per_hour": rate(att.price_per_hour), "cost": money_in(att.cost, job.budget),
+                     "ondemand_equivalent": money(e), "seconds": seconds_out(billed_exact(att)),
                      "started_at": _iso_out(att.started_at), "ended_at": _iso_out(att.ended_at),
                      "reason": att.reason})
     # each attempt's cost (and equivalent) rounded up on its own need not add up, as shown, to the job's: said, as the
@@ -587,7 +609,7 @@ def burn(job: Job, attempts: Sequence[Attempt], now: float) -> dict:
     return {"id": job.id, "name": job.name, "team": job.team, "state": job.state.value,
             "spent": money(job.spent), "budget": {"micros": job.budget, "usd": fmt_limit(job.budget)},
             "spent_of_budget": spent_of_budget(job.spent, job.budget), "percent": percent(job.spent, job.budget),
-            "price_per_hour": money(price), "hours_left": hours_left}
+            "price_per_hour": rate(price), "hours_left": hours_left}
 
 
 def location(att: Attempt) -> str:
@@ -635,6 +657,11 @@ def recoveries(attempts: Sequence[Attempt]) -> list[float]:
 
 def money(micros: int) -> dict:
     return {"micros": micros, "usd": fmt(micros)}
+
+
+def rate(micros: int) -> dict:
+    """A price per hour: as :func:`money`, shown exactly (:func:`~pricing.money.fmt_rate`), not rounded up as a cost."""
+    return {"micros": micros, "usd": fmt_rate(micros)}
 
 
 def money_in(micros: int, budget: Micros) -> dict:

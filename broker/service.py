@@ -48,7 +48,7 @@ from broker.views import (TASK_FIX_CLASSES, holders_words, minute, passed_words,
                           resume_from_words, task_fix_words)
 from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, unpack
 from launchers.base import Launcher, domains_of
-from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit, shown
+from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit, fmt_rate, shown
 from pricing.offers import Offer, Tier
 from pricing.placement import budget_shortfall, start_shortfall, under_cap
 from pricing.deadline import Holding, PolicyInput, slack
@@ -1548,7 +1548,7 @@ class BrokerService:
             return None
         return (f"its budget left pays for a minute's run and a clean stop only in {words}: it waits for it; "
                 f"a budget of {fmt(job.spent + needed)} runs it now ({fmt(needed)} at "
-                f"{fmt(self._cheapest_price(job, free))}/h)")
+                f"{fmt_rate(self._cheapest_price(job, free))}/h)")
 
     def _minute_needed(self, job: Job, mine: list[Offer]) -> int:
         """A minute's run and a clean stop at the cheapest price ``job`` may run at on ``mine``, micro-dollars."""
@@ -1573,15 +1573,15 @@ class BrokerService:
         found = self._blocked_cheaper(job, mine)
         free = found[1] if found is not None and under_cap(request_of(job), found[1]) else []
         if found is not None and not free:
-            return (f"{head} ({fmt(needed)} at {fmt(price)}/h, in {found[0]}): raise the budget to at least "
+            return (f"{head} ({fmt(needed)} at {fmt_rate(price)}/h, in {found[0]}): raise the budget to at least "
                     f"{fmt(job.spent + needed)} first; it runs there once it may")
         if found is not None:
             now_needed = self._minute_needed(job, free)
             return (f"{head}: raise the budget to at least {fmt(job.spent + now_needed)} first to run now "
-                    f"({fmt(now_needed)} at {fmt(self._cheapest_price(job, free))}/h), or to "
+                    f"({fmt(now_needed)} at {fmt_rate(self._cheapest_price(job, free))}/h), or to "
                     f"{fmt(job.spent + needed)} to wait for {found[0]}, and run there ({fmt(needed)} at "
-                    f"{fmt(price)}/h)")
-        return (f"{head} ({fmt(needed)} at {fmt(price)}/h): raise the "
+                    f"{fmt_rate(price)}/h)")
+        return (f"{head} ({fmt(needed)} at {fmt_rate(price)}/h): raise the "
                 f"budget to at least {fmt(job.spent + needed)} first")
 
     def _start_shortfall(self, job: Job, mine: list[Offer]) -> str | None:
@@ -1627,7 +1627,7 @@ class BrokerService:
             # $0.0014; never below the exact least, so the figure said is always taken
             lowest = max(shown(spent) + (shown(stop) if stop else 0), least)
             stopping = (f"stopping it (its {self.settings.stop_grace_seconds:g} s grace period to checkpoint, and the "
-                        f"moments to notice) costs up to {fmt(stop)} at {fmt(price)}/h") if stop else ""
+                        f"moments to notice) costs up to {fmt(stop)} at {fmt_rate(price)}/h") if stop else ""
             if new_budget < spent:
                 # "is below what the job already spent ($0.0005)" named no budget that works
                 raise Invalid("budget_usd", f"is below what the job already spent ({fmt(spent)})"
@@ -1879,7 +1879,7 @@ class BrokerService:
                 # pinned, it waited for ever over its own cap, and a budget-stopped job passed the budget's test (no
                 # offer it may take, so none to price)
                 cheapest = min(o.price_per_hour * request.num_nodes for o in ondemand)
-                raise Conflict(f"not moved to on-demand: its cheapest on-demand offer costs {fmt(cheapest)}/h, over "
+                raise Conflict(f"not moved to on-demand: its cheapest on-demand offer costs {fmt_rate(cheapest)}/h, over "
                                f"the job's max_price_per_hour of {fmt(request.max_price_per_hour)}, so pinned there it "
                                "would wait for ever: submit it again with a max_price_per_hour that covers on-demand "
                                "(or none)", field="broker.max_price_per_hour")

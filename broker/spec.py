@@ -1691,9 +1691,12 @@ def moment_of(text: str, where: str, *, strict: bool = True) -> float | None:
     ``until`` (:func:`broker.costs.window`) read a time so, one parser for both."""
     text = two_digit_hour(text.strip())
     if (named := _NAMED_ZONE.fullmatch(text)) is not None:
-        return _in_named_zone(named["time"], named["zone"], where).timestamp()
+        return _in_named_zone(named["time"], named["zone"], where, strict=strict).timestamp()
     if (word := _WORD_ZONE.fullmatch(text)) is not None:  # `2026-12-08 09:00 CET`: "must be an ISO time" as if no time
-        return _in_named_zone(word["time"], _zone_of_word(word["time"], word["zone"], where), where).timestamp()
+        zone = _zone_of_word(word["time"], word["zone"], where)
+        return _in_named_zone(word["time"], zone, where, strict=strict).timestamp()
+    if text[-1:] == "z":  # `2026-12-07T18:00z`, as RFC 3339 allows (and `… utc` was taken): refused "not an ISO time"
+        text = text[:-1] + "Z"
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -1813,9 +1816,11 @@ def _zone_of_word(time: str, word: str, where: str) -> str:
                            f"time's offset ({shown}+01:00)")
 
 
-def _in_named_zone(text: str, zone: str, where: str) -> datetime:
+def _in_named_zone(text: str, zone: str, where: str, *, strict: bool = True) -> datetime:
     """``text`` (an ISO time with no offset) as the wall clock of the IANA time zone ``zone`` reads it, that zone's
-    summer time included (a time its clocks skip or repeat is read as before the change, as :mod:`zoneinfo` does)."""
+    summer time included. A time its clocks skip or repeat is no one moment: refused when ``strict``, with the offsets
+    that say which is meant (:func:`_summer_time`), else read as before the change, as :mod:`zoneinfo` does (a time
+    stored before this was refused is read as it was admitted)."""
     try:
         tz = ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError):
@@ -1829,7 +1834,31 @@ def _in_named_zone(text: str, zone: str, where: str) -> datetime:
                                f"2026-12-01T18:00 {zone})") from None
     if moment.tzinfo is not None:
         raise SpecError(where, f"gives both an offset and a time zone ({text} {zone}): give one of them")
+    if strict and (why := _summer_time(moment, tz, f"{text} {zone}")) is not None:
+        raise SpecError(where, why)
     return moment.replace(tzinfo=tz)
+
+
+def _summer_time(moment: datetime, tz: ZoneInfo, shown: str) -> str | None:
+    """Why the wall-clock time ``moment`` is no one moment in ``tz``, else ``None``: summer time skips it (the hour its
+    clocks go forward) or it comes twice (the hour they go back), with the offsets to give. ``zoneinfo`` picked one
+    without a word, while the CLI's reading of a time on this machine's clock says so (``broker.cli._summer_time``):
+    for a cost window's bound at a month's end, an hour silently chosen is money counted in the wrong month."""
+    first, second = moment.replace(tzinfo=tz, fold=0), moment.replace(tzinfo=tz, fold=1)
+    try:
+        back = first.astimezone(timezone.utc).astimezone(tz).replace(tzinfo=None)
+    except (OverflowError, ValueError):  # at the ends of datetime's range: no summer time there
+        return None
+    spec = "minutes" if not (moment.second or moment.microsecond) else "auto"
+    if back != moment:
+        after = first.astimezone(timezone.utc).astimezone(tz)
+        return (f"{shown}: that time does not exist on that clock (summer time skips it); give a time outside the "
+                f"hour skipped, or its offset if one is meant ({first.isoformat(timespec=spec)} is "
+                f"{after.isoformat(timespec=spec)} there)")
+    if first.utcoffset() != second.utcoffset():
+        return (f"{shown}: that time comes twice on that clock (summer time ends); give its offset: "
+                f"{first.isoformat(timespec=spec)} for the first, {second.isoformat(timespec=spec)} for the second")
+    return None
 
 
 def _with_zone(moment: datetime, where: str, strict: bool) -> datetime:

@@ -65,19 +65,55 @@ class TeamMonth:
         return self.cap - self.spent - self.held
 
     def record(self) -> dict:
-        """As ``GET /v1/costs`` shows it (money as micro-dollars with a display string, as elsewhere there)."""
+        """As ``GET /v1/costs`` shows it (money as micro-dollars with a display string, as elsewhere there; the
+        strings those of :meth:`words`, which add up to the cap)."""
+        spent, held, free = self.shown()
         return {"team": self.team, "month": self.month.name,
                 "cap": {"micros": self.cap, "usd": fmt_limit(self.cap)},
-                "spent": {"micros": self.spent, "usd": fmt(self.spent)},
-                "held": {"micros": self.held, "usd": fmt(self.held)}, "holders": self.holders,
-                "free": {"micros": self.free, "usd": fmt_left(max(self.free, 0))}, "text": self.words()}
+                "spent": {"micros": self.spent, "usd": spent},
+                "held": {"micros": self.held, "usd": held}, "holders": self.holders,
+                "free": {"micros": self.free, "usd": free}, "text": self.words()}
 
     def words(self) -> str:
         """``$412.10 spent in 2026-12 and $180.00 held by 3 jobs not ended, of a $1,000.00 monthly cap: $407.90 free``"""
+        spent, held, free = self.shown()
         jobs = "1 job" if self.holders == 1 else f"{self.holders} jobs"
-        held = f" and {fmt(self.held)} held by {jobs} not ended" if self.holders else ""
-        return (f"{fmt(self.spent)} spent in {self.month.name}{held}, of a {fmt_limit(self.cap)} monthly cap: "
-                f"{fmt_left(max(self.free, 0))} free")
+        held = f" and {held} held by {jobs} not ended" if self.holders else ""
+        return f"{spent} spent in {self.month.name}{held}, of a {fmt_limit(self.cap)} monthly cap: {free} free"
+
+    def shown(self) -> tuple[str, str, str]:
+        """(spent, held, free) as people read them: to the same decimals, so that the three add up to the cap.
+
+        Each rounded its own way did not: "$0.0677 spent … and $1.94 held …, of a $2.00 monthly cap: $0.0017 free"
+        made $2.0094, held rounded up to the cent beside the others' hundredths of a cent. As a spend, its saving
+        and the on-demand figure do (:func:`pricing.money.ondemand_shown`): the spend is rounded up (a cost, never
+        understated) and what is free rounded down (room, never overstated), each to the decimals the finest of the
+        three (or the cap) needs, and what is held, neither billed nor claimed, is the rest: within one step (a
+        hundredth of a cent, or a cent) of the exact figure. A cap lowered under what is held leaves nothing free
+        ("$0.00"), and the parts, each rounded up, add up to more than it, as they are."""
+        texts = [fmt(self.spent), fmt(self.held), fmt_left(max(self.free, 0))]
+        cap = fmt_limit(self.cap)
+        places = max(_places(t) for t in (*texts, cap))
+        step = 10 ** (6 - places)
+        spent = -(-self.spent // step)
+        if self.free < 0:
+            return _fmt_at(spent, places), _fmt_at(-(-self.held // step), places), _fmt_at(0, 2)
+        free = self.free // step
+        held = self.cap // step - spent - free  # (the cap is whole steps: places covers its decimals)
+        while places > 2 and spent % 10 == held % 10 == free % 10 == 0:
+            spent, held, free, places = spent // 10, held // 10, free // 10, places - 1
+        return _fmt_at(spent, places), _fmt_at(held, places), _fmt_at(free, places)
+
+
+def _places(text: str) -> int:
+    """The decimals an amount as shown has (``$0.0677``: 4; ``under $0.0001``: 6, the finest there is)."""
+    return 6 if text.startswith("under") else len(text) - text.index(".") - 1
+
+
+def _fmt_at(units: int, places: int) -> str:
+    """``units`` of ``10**-places`` dollars as ``$1,234.5670``."""
+    whole, rest = divmod(units, 10 ** places)
+    return f"${whole:,}.{rest:0{places}d}"
 
 
 def team_month(team: str, cap: Micros, month: Month, jobs: Iterable[Job], spent: Micros) -> TeamMonth:

@@ -14,7 +14,7 @@ from broker import costs
 from broker.lifecycle import JobState
 from broker.models import Attempt, Event, Job
 from broker.queue import STARVED_SECONDS, Holder, work_left_seconds
-from pricing.money import cost_for_seconds, fmt, fmt_limit
+from pricing.money import cost_for_seconds, fmt, fmt_limit, fmt_rate
 
 
 def iso(t: float | None) -> str | None:
@@ -31,6 +31,14 @@ def money(micros: int | None) -> dict[str, Any] | None:
     if micros is None:
         return None
     return {"micros": micros, "usd": fmt(micros)}
+
+
+def rate(micros: int | None) -> dict[str, Any] | None:
+    """A price per hour on the wire: as :func:`money`, its string exact (``$3.333``, :func:`fmt_rate`), not a cost
+    rounded up ("$3.34"), so the seconds times the rate shown give the cost shown."""
+    if micros is None:
+        return None
+    return {"micros": micros, "usd": fmt_rate(micros)}
 
 
 def duration(seconds: int | float, *, nearest: bool = False) -> str:
@@ -382,7 +390,7 @@ def attempt_view(a: Attempt, *, budget: int | None = None) -> dict[str, Any]:
         "state": a.state.value,
         "launcher": a.launcher,
         "placement": a.placement,
-        "price_per_hour": money(a.price_per_hour),
+        "price_per_hour": rate(a.price_per_hour),
         "created_at": iso(a.created_at),
         "started_at": iso(a.started_at),
         "ended_at": iso(a.ended_at),
@@ -441,7 +449,7 @@ def dry_run_view(run: Any) -> dict[str, Any]:
         "expected_hours": job.expected_hours,
         "quote": job.quote,
         "estimate": money(cheapest.get("estimate")) if cheapest is not None and not per_hour else None,
-        "price_per_hour": money(cheapest["price_per_hour"]) if cheapest is not None else None,
+        "price_per_hour": rate(cheapest["price_per_hour"]) if cheapest is not None else None,
         # with the clean stop the engine keeps of the budget, as admission weighs it (pricing.quote.Quote.fits)
         "budget_covers": None if per_hour else {
             t["tier"]: t.get("estimate") is not None

@@ -155,6 +155,16 @@ def fmt_limit(micros: Micros) -> str:
     return f"{sign}${dollars:,}.{f'{rest:06d}'.rstrip('0')}"
 
 
+def fmt_rate(micros: Micros) -> str:
+    """A price per hour (``$3.333``, ``$1.006``, ``$0.4246``, ``$0.20``; the caller adds ``/h``), shown exactly, as
+    :func:`fmt_limit` shows a budget.
+
+    A rate is a price set or quoted, not a cost: :func:`fmt` rounded $3.333/h up to "$3.34/h", and 30 s at the rate
+    shown ($0.02783) no longer gave the cost shown beside it ($0.0278 for 30 s at $3.333/h).
+    """
+    return fmt_limit(micros)
+
+
 def shown(micros: Micros) -> Micros:
     """The amount :func:`fmt` shows for ``micros``, in micro-dollars (rounded up as it rounds): what a reader adds
     up when a table's rows are summed by eye."""

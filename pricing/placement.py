@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from decimal import ROUND_CEILING, Decimal
 
 from pricing.catalog import GCP_N1_MEMORY_PER_CPU, LOCAL_DISK_CLOUDS, PRICED_CLOUDS
-from pricing.money import Micros, cost_for_seconds, fmt, fmt_left, fmt_limit
+from pricing.money import Micros, cost_for_seconds, fmt, fmt_left, fmt_limit, fmt_rate
 from pricing.offers import JobRequest, Offer, ResourceRequest, Tier
 
 
@@ -482,7 +482,7 @@ def _passed_over(offer: Offer, request: JobRequest, cost: Decimal) -> str:
     less (``cost``: placement's measure, the whole run's estimate with ``expected_hours``): ``; spot 1x A10G A10Gx1
     in aws/us-east-2a at $0.1389/h is cheaper but comes later in `ordered```."""
     if request.expected_hours is None:
-        figure = f"at {fmt(offer.price_per_hour * request.num_nodes)}/h"
+        figure = f"at {fmt_rate(offer.price_per_hour * request.num_nodes)}/h"
     else:
         estimate = int(cost.to_integral_value(rounding=ROUND_CEILING))  # rounded up, as the quote's estimates are
         figure = f"estimated at {fmt(estimate)} for {request.expected_hours} h"
@@ -553,7 +553,7 @@ def start_shortfall(request: JobRequest, offers: Sequence[Offer], budget: Micros
                 f"{fmt(run[o])} and {fmt(total[o] - run[o])} for {billed_after_run(o)} {duration_text(after[o])} "
                 f"of billing after its run{beyond}")
     cheapest = min(priced, key=lambda o: (o.price_per_hour, total[o], *_cheapest_rank(o, n, min_run_seconds)))
-    return (f"{text} on any offer: the cheapest, {cheapest.describe()}, costs {fmt(cheapest.price_per_hour * n)}/h"
+    return (f"{text} on any offer: the cheapest, {cheapest.describe()}, costs {fmt_rate(cheapest.price_per_hour * n)}/h"
             f"{beyond}")
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from pricing.money import Micros, affordable_seconds, cost_for_seconds, fmt, fmt_limit
+from pricing.money import Micros, affordable_seconds, cost_for_seconds, fmt, fmt_limit, fmt_rate
 from pricing.offers import JobRequest, Offer, Tier
 from pricing.placement import NoFit, alternative_rank, candidates, effective_price, holds, place
 
@@ -142,7 +142,7 @@ def money_text(t: TierQuote) -> str:
     ``$3.06/h + $0.77 billed after the run``; the after-run part only where there is one."""
     if t.estimate is not None:
         return fmt(t.estimate) + (f" ({fmt(t.after_run)} of it billed after the run)" if t.after_run else "")
-    return f"{fmt(t.price_per_hour)}/h" + (f" + {fmt(t.after_run)} billed after the run" if t.after_run else "")
+    return f"{fmt_rate(t.price_per_hour)}/h" + (f" + {fmt(t.after_run)} billed after the run" if t.after_run else "")
 
 
 def quote(

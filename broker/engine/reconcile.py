@@ -58,7 +58,7 @@ from broker.views import deadline_at, iso
 from launchers.base import (AttemptStatus, LaunchError, Launcher, Phase, after_run_seconds, domain_for, domains_of,
                             elapsed, live_attempts, sweep_attempt_files)
 from pricing.deadline import RELIABLE
-from pricing.money import fmt, fmt_left, fmt_limit, fmt_spent_of
+from pricing.money import fmt, fmt_left, fmt_limit, fmt_rate, fmt_spent_of
 from pricing.offers import Tier
 from pricing.placement import cloud_block
 from pricing.policy import Holding, make_policy
@@ -344,7 +344,7 @@ class Engine:
                     f"{attempt.state.value}{after} (the broker that launched it had been away): "
                     + ("stopped now, with no grace period unless a stop was already under way (what it did since is "
                        "not kept); it ran " if stopping else "it ran until it ended, ")
-                    + f"{fmt(ran)} more at {fmt(attempt.price_per_hour)}/h")
+                    + f"{fmt(ran)} more at {fmt_rate(attempt.price_per_hour)}/h")
             if beyond:
                 said += (f"; {fmt(beyond)} of that is beyond the budget, said here and not counted in its spend"
                          + (f" ({fmt(counted - attempt.cost)} counted)" if counted > attempt.cost else ""))
@@ -999,7 +999,7 @@ class Engine:
             # stop it): the recorded spend stops at the budget, and this says the rest, as the engine says a run
             # past its budget elsewhere — it was capped without a word
             notes.append(self._note(job, "beyond_budget", f"its stop ran past the budget: {fmt(ran - attempt.cost)} "
-                                    f"more at {fmt(attempt.price_per_hour)}/h is beyond the budget of "
+                                    f"more at {fmt_rate(attempt.price_per_hour)}/h is beyond the budget of "
                                     f"{fmt_limit(job.budget)}, said here and not counted in its spend", now,
                                     {"spent": fields["spent"], "budget": job.budget,
                                      "beyond_budget": ran - attempt.cost}))
@@ -1513,7 +1513,7 @@ def _beyond(over: int, attempt: Attempt) -> str:
     if not over:
         return ""
     return (f"; it ran on while the broker was not watching (stopped, or its clock jumped): {fmt(over)} more at "
-            f"{fmt(attempt.price_per_hour)}/h is beyond the budget, said here and not counted in its spend")
+            f"{fmt_rate(attempt.price_per_hour)}/h is beyond the budget, said here and not counted in its spend")
 
 
 def _provisioned(launcher: Launcher, attempt: Attempt) -> str:

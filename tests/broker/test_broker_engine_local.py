@@ -8,13 +8,14 @@ from dataclasses import replace
 import pytest
 
 from broker.auth import Principal
+from broker.engine.billing import billed_seconds
 from broker.engine.reconcile import Engine
 from broker.lifecycle import JobState
 from broker.runtime import open_launcher
 from broker.service import BrokerService, Invalid
 from broker.store import open_store
 from launchers.base import AttemptStatus, Capabilities, Phase
-from pricing.money import fmt
+from pricing.money import cost_for_seconds, fmt
 
 from broker_testing import local_broker, run_until, wait_for
 
@@ -577,8 +578,8 @@ def test_the_launcher_keeps_the_budget_by_itself_while_no_broker_watches(make_se
         final = run_until(engine, store, job.id, {"stopped_budget", "failed", "succeeded", "queued"})
         assert final.state is JobState.STOPPED_BUDGET
         (attempt,) = store.attempts(job.id)
-        ran = int(attempt.ended_at - attempt.created_at)
-        assert ran <= 10 - 3 and attempt.cost == ran * 10_000 <= final.budget  # what ran, within the budget
+        ran = billed_seconds(attempt.created_at, attempt.billed_until)  # exact, to where it was billed (the monotonic clock)
+        assert ran <= 10 - 3 and attempt.cost == cost_for_seconds(attempt.price_per_hour, ran) <= final.budget
         assert attempt.stop_reason == "budget" and final.spent == attempt.cost
         events = [e.event for e in store.events(job.id)]
         assert "budget_stop_requested" in events and events[-2:] == ["stop_budget", "ended"]

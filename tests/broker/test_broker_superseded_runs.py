@@ -18,6 +18,7 @@ from broker_testing import wait_for
 
 from broker.auth import Principal
 from broker.engine import reconcile
+from broker.engine.billing import billed_seconds
 from broker.engine.reconcile import Engine
 from broker.service import BrokerService
 from broker.store import open_store
@@ -199,7 +200,8 @@ def test_a_run_recorded_lost_that_ends_by_itself_is_billed_to_its_end(two_hosts,
     assert not ended["stopped"] and ended["exit_code"] == 0  # it ran to its end, beside attempt 2
     a.tick()  # A reaches the store again
     one = store.attempts(job_id)[0]
-    assert one.cost == cost_for_seconds(one.price_per_hour, int(ended["ended_at"] - one.created_at)) > recorded.cost
+    assert one.cost == cost_for_seconds(one.price_per_hour, billed_seconds(one.created_at, ended["ended_at"])) \
+        > recorded.cost  # to its end, the exact span: its last part of a second too
     note = [e for e in store.events(job_id) if e.event == "superseded_run"]
     assert len(note) == 1 and note[0].data["stopped"] is False and note[0].data["beyond_budget"] == 0
     assert note[0].data["cost"] == one.cost - recorded.cost and "it ran until it ended" in note[0].reason

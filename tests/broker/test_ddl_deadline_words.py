@@ -120,6 +120,43 @@ def test_a_one_word_zone_is_read_at_submit_and_a_phrase_without_a_date_keeps_the
     assert r.status_code == 422 and "must be an ISO time" in r.json()["detail"], r.text
 
 
+@pytest.mark.parametrize("text, now, said", [
+    ("2027-03-14 02:30 America/New_York", NOW,
+     "2027-03-14 02:30 America/New_York: that time does not exist on that clock (summer time skips it); give a time "
+     "outside the hour skipped, or its offset if one is meant (2027-03-14T02:30-05:00 is 2027-03-14T03:30-04:00 "
+     "there)"),
+    ("2026-11-01 01:30 America/New_York", datetime(2026, 10, 1, tzinfo=ZoneInfo("UTC")).timestamp(),
+     "2026-11-01 01:30 America/New_York: that time comes twice on that clock (summer time ends); give its offset: "
+     "2026-11-01T01:30-04:00 for the first, 2026-11-01T01:30-05:00 for the second"),
+    ("2027-03-14 02:30 EST5EDT", NOW,
+     "2027-03-14 02:30 EST5EDT: that time does not exist on that clock (summer time skips it); give a time outside "
+     "the hour skipped, or its offset if one is meant (2027-03-14T02:30-05:00 is 2027-03-14T03:30-04:00 there)"),
+], ids=["a time summer time skips, its zone named → refused, with the offsets", "a time that comes twice → refused, "
+        "with the offset of each", "a one-word zone with summer time → the same"])
+def test_a_deadline_summer_time_skips_or_repeats_in_the_zone_it_names_is_refused_with_the_offset_to_give(text, now,
+                                                                                                        said):
+    """With TZ=America/New_York, `--deadline "2027-03-14 02:30"` says the time does not exist on this clock; the same
+    with the zone written out (`2027-03-14 02:30 America/New_York`) was read as 07:30Z without a word."""
+    with pytest.raises(SpecError) as refused:
+        parse_deadline(text, now=now, where="broker.deadline")
+    assert (refused.value.field, refused.value.reason) == ("broker.deadline", said)
+    # one stored before this was refused is read as it was admitted (zoneinfo's first reading), not stranded
+    assert parse_deadline(text, now=now, where="broker.deadline", bounded=False) == \
+        datetime.fromisoformat(text.split(" ")[0] + "T" + text.split(" ")[1]).replace(
+            tzinfo=ZoneInfo(text.split(" ")[2])).timestamp()
+    # a time next to it is one moment, and taken
+    assert parse_deadline(text.replace("02:30", "04:30").replace("01:30", "03:30"), now=now, where="broker.deadline")
+
+
+def test_a_submit_whose_deadline_summer_time_skips_is_refused_naming_the_field(client):
+    task = {**TASK, "broker": {**TASK["broker"], "expected_hours": "1",
+                               "deadline": "2027-03-14 02:30 America/New_York"}}
+    r = client.post("/v1/jobs", json=task, headers=auth())
+    assert (r.status_code, r.json()["field"]) == (422, "broker.deadline"), r.text
+    assert "that time does not exist on that clock (summer time skips it)" in r.json()["detail"], r.text
+    assert client.get("/v1/jobs", headers=auth()).json()["jobs"] == []
+
+
 # -- a budget lowered too far: the figure to lower to -------------------------------------------------------------
 
 ODD_PRICE = """

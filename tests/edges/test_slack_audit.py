@@ -94,15 +94,18 @@ def test_costs_of_a_team_whose_name_begins_like_a_job_id_is_that_team(slack, sto
 
 def test_an_engine_budget_warning_seconds_from_the_end_says_seconds_and_that_it_is_stopping(engine_app, stub):
     store, engine = engine_app.state.service.store, engine_app.state.engine
-    # $3.60/h for an hour: $3.60 of $3.604, four seconds of budget left at that price
+    # $3.60/h for an hour: $3.60 of $3.604, four seconds of budget left at that price (less the part of a second
+    # the tick came after the hour, billed too)
     running(engine_app, "j-cap", "team-b", world.onprem(3_600_000), budget=3_604_000, checkpoint_step=900,
             last_step=950)
     engine.tick()
-    assert store.get_job("j-cap").state is JobState.STOPPING
+    job = store.get_job("j-cap")
+    assert job.state is JobState.STOPPING and 3_600_000 <= job.spent < 3_601_000, job.spent
     said = text_of(stub.wait_for("/webhook/b")[0])
     assert "has used 99% of its budget" in said
     assert "6 minutes" not in said, said
-    assert "Under 5 s left at $3.60/h" in said and "it is checkpointing and stopping now" in said, said
+    left = (job.budget - job.spent) * 3600 // 3_600_000  # whole seconds, rounded down: 4, or 3 a moment past the hour
+    assert f"Under {left + 1} s left at $3.60/h" in said and "it is checkpointing and stopping now" in said, said
 
 
 def warning(slack_app, store, stub, job) -> str:

@@ -89,3 +89,17 @@ def test_an_amount_beyond_a_billion_dollars_is_refused(amount):
 
 def test_a_billion_dollars_is_still_an_amount():
     assert to_micros(1_000_000_000) == 10**15 and to_micros("1000000000") == 10**15
+
+
+@pytest.mark.parametrize("micros, text", [
+    pytest.param(3_333_000, "$3.333", id="$3.333/h is shown so, not rounded up to $3.34 as a cost is"),
+    pytest.param(1_006_000, "$1.006", id="$1.006/h, not $1.01"),
+    pytest.param(424_600, "$0.4246", id="under a dollar, as before"),
+    pytest.param(424_650, "$0.42465", id="every decimal it has"),
+    pytest.param(200_000, "$0.20", id="whole cents, as before"),
+    pytest.param(36_000_000_000, "$36,000.00", id="thousands grouped"),
+])
+def test_a_rate_is_shown_exactly_so_seconds_times_it_give_the_cost(micros, text):
+    from pricing.money import fmt_rate
+
+    assert fmt_rate(micros) == text

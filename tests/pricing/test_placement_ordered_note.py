@@ -44,7 +44,7 @@ NOTE_CASES = [
                  f"; spot 1x A10G A10Gx1 in aws/us-east-2a at $0.1389/h {LATER}",
                  id="eight A100s listed before an A10G name the cheapest A10G they passed over"),
     pytest.param(ordered(A100, A10G_OD), {}, A100_OD,
-                 f"; ondemand 1x A10G A10Gx1 in aws/us-east-2a at $1.01/h {LATER}",
+                 f"; ondemand 1x A10G A10Gx1 in aws/us-east-2a at $1.006/h {LATER}",
                  id="of two later offers at one price the one named is placement's own tie-break"),
     pytest.param(ordered(WEST, EAST), {}, A10G_SPOT_WEST,
                  f"; spot 1x A10G A10Gx1 in aws/us-east-2a at $0.1389/h {LATER}",
@@ -72,7 +72,7 @@ NOTE_CASES = [
     pytest.param(JobRequest(alternatives=(A100, A10G)), {}, A10G_SPOT_EAST, "",
                  id="any_of takes the cheapest and passes over nothing"),
     pytest.param(ordered(A100, A10G), dict(preemption_risk={"us-east-2a": Decimal(200), "us-west-2c": Decimal(100)}),
-                 A100_OD, f"; ondemand 1x A10G A10Gx1 in aws/us-east-2a at $1.01/h {LATER}",
+                 A100_OD, f"; ondemand 1x A10G A10Gx1 in aws/us-east-2a at $1.006/h {LATER}",
                  id="cheaper is weighed as placement weighs it: spot zones risky enough are dearer than on-demand"),
 ]
 
