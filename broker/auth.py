@@ -54,7 +54,7 @@ def job_token(settings: Settings, job_id: str) -> str:
     keys = _token_keys(settings)
     if not keys:
         return _legacy_job_token(settings, job_id)
-    return JOB_TOKEN_V2 + _mac(keys[0], job_id)
+    return JOB_TOKEN_V2 + _mac(keys[0][1], job_id)
 
 
 def job_token_version(settings: Settings) -> int:
@@ -62,15 +62,27 @@ def job_token_version(settings: Settings) -> int:
     return 2 if _token_keys(settings) else 1
 
 
-def job_token_valid(settings: Settings, job_id: str, token: str, *, legacy_allowed: bool) -> bool:
-    """Whether ``token`` is the job's: a version 2 token under the secrets key or an old one (rotated keys
-    still check tokens of jobs launched before the rotation); a version 1 token only while ``legacy_allowed``
-    (the job's current attempt was launched with one). Compared as bytes in constant time: a header is latin-1,
-    and ``compare_digest`` raises on a str outside ASCII."""
+def job_token_key(settings: Settings) -> str | None:
+    """The key id (:func:`broker.sealing.key_id`) of the secrets key the tokens :func:`job_token` mints on this broker
+    are keyed by, recorded on the job at each launch (``Job.job_token_key``) beside :func:`job_token_version`; ``None``
+    where it mints version 1."""
+    keys = _token_keys(settings)
+    return keys[0][0] if keys else None
+
+
+def job_token_valid(settings: Settings, job_id: str, token: str, *, legacy_allowed: bool,
+                    key: str | None = None) -> bool:
+    """Whether ``token`` is the job's: a version 2 token under the secrets key that ``key`` names — the key id
+    recorded when the job's current attempt was launched (:func:`job_token_key`) — so a key rotated out checks only the
+    tokens of jobs launched before the rotation, not those of every job launched since (a leaked old key, kept listed
+    in ``BROKER_SECRETS_OLD_KEYS`` for the secrets it sealed, forged any new job's reports); with ``key`` ``None`` (a
+    job launched before the key was recorded) under any of the broker's keys, as before. A version 1 token only while
+    ``legacy_allowed`` (the job's current attempt was launched with one). Compared as bytes in constant time: a header
+    is latin-1, and ``compare_digest`` raises on a str outside ASCII."""
     given = token.encode("utf-8", "surrogateescape")
     if token.startswith(JOB_TOKEN_V2):
-        return any(hmac.compare_digest(given, (JOB_TOKEN_V2 + _mac(key, job_id)).encode())
-                   for key in _token_keys(settings))
+        return any(hmac.compare_digest(given, (JOB_TOKEN_V2 + _mac(derived, job_id)).encode())
+                   for kid, derived in _token_keys(settings) if key is None or kid == key)
     return legacy_allowed and hmac.compare_digest(given, _legacy_job_token(settings, job_id).encode())
 
 
@@ -82,11 +94,11 @@ def _mac(key: bytes, job_id: str) -> str:
     return hmac.new(key, f"job:{job_id}".encode(), hashlib.sha256).hexdigest()
 
 
-def _token_keys(settings: Settings) -> list[bytes]:
-    """Job-token keys derived from the secrets key and the old ones (newest first); none without a key. Never
-    makes the key file: ``broker serve`` and ``broker worker`` make it at start, and an engine that made one
-    would hold a key that opens no job's secrets."""
-    from broker.sealing import KeyInvalid, sealer_for
+def _token_keys(settings: Settings) -> list[tuple[str, bytes]]:
+    """Job-token keys derived from the secrets key and the old ones (newest first), each with the key id of the secrets
+    key it is derived from; none without a key. Never makes the key file: ``broker serve`` and ``broker worker`` make
+    it at start, and an engine that made one would hold a key that opens no job's secrets."""
+    from broker.sealing import KeyInvalid, key_id, sealer_for
 
     try:
         sealer = sealer_for(settings, create=False)
@@ -94,4 +106,5 @@ def _token_keys(settings: Settings) -> list[bytes]:
         return []
     if sealer is None:
         return []
-    return [hmac.new(key, b"spot-broker job tokens", hashlib.sha256).digest() for key in (sealer.key, *sealer.old)]
+    return [(key_id(key), hmac.new(key, b"spot-broker job tokens", hashlib.sha256).digest())
+            for key in (sealer.key, *sealer.old)]

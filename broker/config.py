@@ -347,6 +347,8 @@ def _load_settings(env: dict[str, str] | os._Environ, path: Path, config_path: s
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not admin_hashes and token_file.exists():
         admin_hashes.add(hash_token(token_file.read_text().strip()))
+    elif env.get("BROKER_ADMIN_TOKEN") and not raw.get("admin_token_sha256"):
+        warnings += _replaced_admin_token(token_file, admin_hashes)
     if not admin_hashes and create_admin_token:
         token = secrets.token_urlsafe(32)
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -484,6 +486,22 @@ def _tokens_apart(teams: dict[str, Team], admin_hashes: set[str]) -> None:
                                   f"BROKER_TEAM_TOKENS): it would be taken for {owner[digest]} alone; give each team a "
                                   "token of its own")
             owner[digest] = name
+
+
+def _replaced_admin_token(token_file: Path, admin_hashes: set[str]) -> list[str]:
+    """The start's warning when the data dir's ``admin-token`` (the token ``broker serve`` made at its first start)
+    holds a token ``BROKER_ADMIN_TOKEN`` replaced: refused now, it is the admin token again for any broker started on
+    this data dir without the variable (and without ``admin_token_sha256``) — a stolen one, silently. Names the file,
+    never the token."""
+    try:
+        old = token_file.read_text().strip()
+    except (OSError, UnicodeDecodeError):  # not ours to read: the broker never falls back to it then either
+        return []
+    if not old or hash_token(old) in admin_hashes:
+        return []
+    return [f"{token_file} holds an admin token other than BROKER_ADMIN_TOKEN: refused now, it is the admin token "
+            "again for a broker started on this data dir without BROKER_ADMIN_TOKEN (or admin_token_sha256); delete "
+            "the file to retire it"]
 
 
 def _secrets_keys(env: Any, raw: dict[str, Any]) -> tuple[bytes | None, tuple[bytes, ...]]:

@@ -186,6 +186,7 @@ class Job:
     idempotency_key: str | None = None
     submitted_by: str = ""
     job_token_version: int = 1  # of the BROKER_JOB_TOKEN its current attempt was launched with (broker/auth.py)
+    job_token_key: str | None = None  # the key id of the secrets key that token is keyed by; None: before 12-07
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # fields a newer broker stored (EXTRA)
 
     @property

@@ -79,3 +79,60 @@ def validate_task(settings: Settings, task: dict) -> None:
     from launchers.skypilot import validate_task as sky_validate
 
     sky_validate(task)
+
+
+KEY_SCAN_LIMIT = 10_000
+"""The most jobs not ended that :func:`key_warnings` reads at start (newest first): a bounded scan, said when cut."""
+
+
+def key_warnings(settings: Settings, store, *, limit: int = KEY_SCAN_LIMIT) -> list[str]:
+    """What the start says of the secrets keys, from the jobs not ended (one read of at most ``limit``, by state):
+
+    * jobs holding secrets sealed with a key this broker does not have (``BROKER_SECRETS_OLD_KEYS`` forgotten at a
+      rotation): each would fail only when it reached the front of the queue, with nothing said at start;
+    * a data dir key file that ``BROKER_SECRETS_KEY`` replaced (:func:`broker.sealing.key_file_left`): it stays a
+      valid key — its secrets open, its job tokens pass — until it is deleted, which is said, with how many jobs not
+      ended still need it.
+
+    The sentences name key ids and counts, never a key. A store that cannot be read, or a key that is no key (the
+    start refuses it elsewhere), gives none."""
+    from broker.lifecycle import JobState
+    from broker.sealing import OLD_SETTING, SETTING, KeyInvalid, key_file_left, key_id, sealed_key_ids, sealer_for
+    from broker.store import StoreError
+
+    try:
+        sealer = sealer_for(settings)
+        left = key_file_left(settings)
+        jobs = store.list_jobs(states=[s.value for s in JobState if not s.is_final], limit=limit)
+    except (KeyInvalid, StoreError):  # said elsewhere (a key refused at start, a store down): never stops a start
+        return []
+    held = {key_id(k) for k in (sealer.key, *sealer.old)} if sealer else set()
+    jobs_of: dict[str, int] = {}  # key id → how many of the jobs hold a secret it sealed
+    for job in jobs:
+        for kid in sealed_key_ids(job.spec):
+            jobs_of[kid] = jobs_of.get(kid, 0) + 1
+    among = f" (of the {len(jobs)} newest jobs not ended, all that were read)" if len(jobs) >= limit else ""
+    said = []
+    missing = sorted(kid for kid in jobs_of if kid not in held)
+    if missing:
+        n = len({job.id for job in jobs if sealed_key_ids(job.spec) & set(missing)})
+        said.append(f"{_jobs_hold(n)} secrets sealed with a key this broker does not have (key id "
+                    f"{', '.join(missing)}){among}: {'it fails' if n == 1 else 'each fails'} when it is launched; list "
+                    f"{'that key' if len(missing) == 1 else 'those keys'} in {OLD_SETTING} (or set {SETTING} to it) "
+                    "and restart")
+    if left is not None:
+        path, kid = left
+        n = jobs_of.get(kid, 0)
+        need = (f"{_jobs_hold(n)} secrets sealed with it{among}: keep the file until "
+                f"{'it has' if n == 1 else 'they have'} launched and ended (and no failed one is to be resumed), then "
+                "delete it" if n else
+                "no job not ended holds secrets sealed with it: delete the file to retire the key, once no job "
+                "launched before the key was set still runs")
+        said.append(f"the key file {path} holds a key other than {SETTING} (key id {kid}): this broker still opens "
+                    "the secrets it sealed and takes the job tokens made from it until the file is deleted (leaving it "
+                    f"out of {OLD_SETTING} does not retire it); {need}")
+    return said
+
+
+def _jobs_hold(n: int) -> str:
+    return f"{n} job{'' if n == 1 else 's'} not ended hold{'s' if n == 1 else ''}"

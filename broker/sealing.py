@@ -143,7 +143,8 @@ def _aad(job_id: str, name: str) -> bytes:
 def sealer_for(settings: Any, *, create: bool = False) -> Sealer | None:
     """The sealer of a broker's settings (``secrets_key``, ``secrets_old_keys``, ``data_dir``): its
     ``BROKER_SECRETS_KEY``, else the data directory's key file (made now with ``create``: at submit).
-    With a key set, a key file left from before still opens the jobs it sealed."""
+    With a key set, a key file left from before still opens the jobs it sealed, until it is deleted
+    (:func:`key_file_left`: ``broker serve`` warns of it at start)."""
     if settings.secrets_key is not None:
         try:
             file_key = data_dir_key(settings.data_dir, create=False)
@@ -157,8 +158,32 @@ def sealer_for(settings: Any, *, create: bool = False) -> Sealer | None:
     return Sealer(file_key, tuple(settings.secrets_old_keys), f"the key file {Path(settings.data_dir) / KEY_FILE}")
 
 
+def key_file_left(settings: Any) -> tuple[Path, str] | None:
+    """The data directory's key file and its key id, where ``BROKER_SECRETS_KEY`` is set and the file holds another
+    key: :func:`sealer_for` keeps it as an old key (it opens the secrets it sealed, and checks the job tokens of jobs
+    launched under it), for as long as it is there — removing the key from ``BROKER_SECRETS_OLD_KEYS`` does not retire
+    it, deleting the file does. ``None`` otherwise (no key set, no file, the same key, a file that is no key)."""
+    if settings.secrets_key is None:
+        return None
+    try:
+        file_key = data_dir_key(settings.data_dir, create=False)
+    except KeyInvalid:
+        return None
+    if file_key is None or file_key == settings.secrets_key:
+        return None
+    return Path(settings.data_dir) / KEY_FILE, key_id(file_key)
+
+
 def is_sealed(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def sealed_key_ids(spec: dict[str, Any]) -> set[str]:
+    """The key ids of the keys that sealed ``spec``'s secrets (read from the sealed text: nothing is opened)."""
+    secrets = spec.get("secrets")
+    if not isinstance(secrets, dict):
+        return set()
+    return {v[len(PREFIX):].partition(":")[0] for v in secrets.values() if is_sealed(v)}
 
 
 def seal_spec(spec: dict[str, Any], sealer: Sealer, job_id: str) -> dict[str, Any]:

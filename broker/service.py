@@ -1950,13 +1950,16 @@ class BrokerService:
         saying why: answered "no job", an operator whose brokers hold different ``BROKER_SECRETS_KEY`` values looked
         for a job that was there. A 404 is left for a token that is the job's, of a job no longer stored."""
         legacy = not token.startswith(JOB_TOKEN_V2)
-        if not job_token_valid(self.settings, job_id, token, legacy_allowed=legacy):
+        stored = self.store.get_job(job_id)
+        # only the key its launch recorded makes its token (after a rotation an old key checks only jobs launched
+        # under it); a job launched before keys were recorded, or no longer stored, is checked against every key
+        key = stored.job_token_key if stored is not None else None
+        if not job_token_valid(self.settings, job_id, token, legacy_allowed=legacy, key=key):
             raise _not_the_jobs_token(job_id)
         if legacy:  # a version 1 token (minted from the admin tokens' hashes) only for a job whose attempt holds one
-            job = self.store.get_job(job_id)
-            if job is None:
+            if stored is None:
                 raise NotFound(job_id)
-            if job.job_token_version >= 2:
+            if stored.job_token_version >= 2:
                 raise _not_the_jobs_token(job_id)
         point = _progress_point(body, self.clock())
 

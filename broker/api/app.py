@@ -40,7 +40,7 @@ from broker.auth import Principal, Unauthorized, authenticate
 from broker.config import Settings, load_settings
 from broker.engine.reconcile import Engine
 from broker.retention import Retention
-from broker.runtime import open_launcher
+from broker.runtime import key_warnings, open_launcher
 from broker.service import BrokerService, Conflict, Invalid, NotFound
 from broker.spec import EMPTY_KEY, SpecError, unknown_key_hint
 from broker.store import JobStore, StoreUnavailable, open_store
@@ -85,6 +85,8 @@ def create_app(settings: Settings | None = None, *, store: JobStore | None = Non
     settings = settings or load_settings(create_admin_token=True)
     store = store or open_store(settings.store_url)
     launcher = launcher or open_launcher(settings)
+    for warning in key_warnings(settings, store):  # a queued job's secrets this broker cannot open, a stale key file
+        log.warning("%s", warning)
     run_engine = settings.engine if engine is None else engine
     notifier_box: dict = {}
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, disable_created_metrics,
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -518,7 +518,11 @@ def _histogram(name: str, doc: str, sums: dict, key: str) -> HistogramMetricFami
 
 
 def install_latency_middleware(app) -> None:
-    """Time every request into ``broker_http_request_duration_seconds{method,route,status}``.
+    """Time every request into ``broker_http_request_duration_seconds{method,route,status}``, and count each one
+    answered 401 (a credential refused: no token, a token that matches nobody, a bad Slack signature, a wrong
+    ``/metrics`` token) into ``broker_http_unauthorized_total{route}``: the histogram's ``status`` is only the class
+    (``4xx``), which mixes them with 403s, 404s and 422s, and an alert on token guessing or a token still in use after
+    its rotation needs them apart.
 
     ``route`` is the route template (``/v1/jobs/{job_id}``), or ``other`` for
     paths no route matched, and ``method`` one of :data:`METHODS` or ``other``,
@@ -530,20 +534,25 @@ def install_latency_middleware(app) -> None:
     app.state.latency_middleware = True
     hist = Histogram("broker_http_request_duration_seconds", "API request latency.",
                      labelnames=["method", "route", "status"], buckets=LATENCY_BUCKETS, registry=registry_of(app))
+    refused = Counter("broker_http_unauthorized", "API requests answered 401 (a credential refused), by route.",
+                      labelnames=["route"], registry=registry_of(app))
 
     @app.middleware("http")
     async def _latency(request: Request, call_next):
         started = time.perf_counter()
-        status = "5xx"
+        status, code = "5xx", 500
         try:
             response = await call_next(request)
-            status = f"{response.status_code // 100}xx"
+            code = response.status_code
+            status = f"{code // 100}xx"
             return response
         finally:
             route = request.scope.get("route")
             template = getattr(route, "path", None) or "other"
             method = request.method if request.method in METHODS else "other"
             hist.labels(method, template, status).observe(time.perf_counter() - started)
+            if code == 401:
+                refused.labels(template).inc()
 
 
 def metrics_token(env) -> str | None:

@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from broker.auth import job_token, job_token_version
+from broker.auth import job_token, job_token_key, job_token_version
 from broker.config import Settings
 from broker.diagnosis import Diagnosis, Ending, RuleBook
 from broker.engine import budget as budget_rules
@@ -643,7 +643,8 @@ class Engine:
         job = self._commit(job, JobEvent.LAUNCH, reason, now, records=(attempt,),
                            data={"attempt_id": attempt.id, "resume_from": attempt.resume_from,
                                  **({"workdir_changed": changed} if changed else {})}, attempts=n,
-                           job_token_version=job_token_version(self.settings))  # what a report's token must be
+                           job_token_version=job_token_version(self.settings),  # what a report's token must be
+                           job_token_key=job_token_key(self.settings))  # and the key it is made from
         self._accrued[attempt.id] = (None, attempt.created_at, self.monotonic())
         self._start(job, attempt, now)
 

@@ -648,12 +648,17 @@ def serve_start_lines(tmp_path, env: dict, *args: str) -> str:
 
 def test_serve_says_where_the_admin_token_it_generated_is(tmp_path):
     """The dashboard and curl need the token a first start writes; the start-up lines say where it is (the path,
-    never the token), and say nothing of it when admins sign in with BROKER_ADMIN_TOKEN."""
+    never the token), and not when admins sign in with BROKER_ADMIN_TOKEN — then they warn that the file's token, no
+    longer taken, is the admin's again for a start without the variable (QA INCIDENT: a stolen one came back)."""
     env = {k: v for k, v in os.environ.items() if k != "BROKER_ADMIN_TOKEN"}
     env.update(BROKER_DATA_DIR=str(tmp_path / "data"))
     lines = serve_start_lines(tmp_path, env)
     token = (tmp_path / "data" / "admin-token").read_text().strip()
     assert f"admin token in {tmp_path / 'data' / 'admin-token'}" in lines and token not in lines, lines
+    lines = serve_start_lines(tmp_path, {**env, "BROKER_ADMIN_TOKEN": ADMIN})
+    assert "admin token in" not in lines and token not in lines, lines
+    assert f"warning: {tmp_path / 'data' / 'admin-token'} holds an admin token other than BROKER_ADMIN_TOKEN" in lines
+    (tmp_path / "data" / "admin-token").unlink()  # retired, as the warning says: nothing more is said of it
     assert "admin token" not in serve_start_lines(tmp_path, {**env, "BROKER_ADMIN_TOKEN": ADMIN})
 
 

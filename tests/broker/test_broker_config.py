@@ -267,3 +267,57 @@ def test_a_config_file_named_that_is_not_there_is_said_with_its_whole_path_and_w
                                 "correct the path, or leave BROKER_CONFIG out to run with the defaults")
     with pytest.raises(ConfigError, match=r"\(--config names it\): correct the path, or leave --config out"):
         load_settings({"BROKER_DATA_DIR": str(tmp_path / "data")}, config_path="nope.yaml")
+
+
+STOLEN = "stolen-admin-token-made-at-first-start-0123456789"
+
+
+def test_an_admin_token_file_that_broker_admin_token_replaced_is_warned_of_at_start_and_its_401s_counted(tmp_path):
+    """QA INCIDENT: the admin token `broker serve` wrote at its first start stayed in <data dir>/admin-token after
+    BROKER_ADMIN_TOKEN replaced it; a restart without the variable made the stolen token the admin again, and nothing
+    said so. The start now names the file (never the token); and /metrics counts the 401s by route, which the
+    request histogram's status class (4xx) mixed with every other refusal."""
+    import signal
+
+    import httpx
+
+    from broker_testing import ADMIN, POOL_AND_SPOT, start_broker
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "admin-token").write_text(STOLEN + "\n")
+    proc, url = start_broker(tmp_path, engine="off", config=POOL_AND_SPOT)  # BROKER_ADMIN_TOKEN set: the new one
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            for _ in range(2):
+                assert client.get("/v1/jobs", headers={"Authorization": f"Bearer {STOLEN}"}).status_code == 401
+            assert client.get("/v1/whoami").status_code == 401  # no token at all
+            r = client.post("/v1/jobs/j-0123456789/progress", json={"step": 1},
+                            headers={"Authorization": "Bearer v2.not-the-jobs"})
+            assert r.status_code == 401, r.text
+            assert client.get("/v1/jobs", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
+            assert client.get("/v1/jobs/j-0123456789", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 404
+            metrics = client.get("/metrics").text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+    counted = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("broker_http_unauthorized_total")}
+    assert counted == {'broker_http_unauthorized_total{route="/v1/jobs"}': 2.0,
+                       'broker_http_unauthorized_total{route="/v1/whoami"}': 1.0,
+                       'broker_http_unauthorized_total{route="/v1/jobs/{job_id}/progress"}': 1.0}, metrics
+    said = next(tmp_path.glob("broker-*.log")).read_text()
+    assert (f"warning: {data / 'admin-token'} holds an admin token other than BROKER_ADMIN_TOKEN: refused now, it is "
+            "the admin token again for a broker started on this data dir without BROKER_ADMIN_TOKEN") in said, said
+    assert "delete the file to retire it" in said and STOLEN not in said
+
+
+def test_an_admin_token_file_holding_the_token_set_or_no_token_set_is_not_warned_of(make_settings, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "admin-token").write_text("the-admin-token-for-tests-0123\n")
+    assert not make_settings(BROKER_ADMIN_TOKEN="the-admin-token-for-tests-0123").warnings  # the same token
+    assert not make_settings(BROKER_ADMIN_TOKEN="").warnings  # none set: the file's is the admin token, as meant
+    replaced = make_settings(BROKER_ADMIN_TOKEN="another-admin-token-0123456789").warnings
+    assert len(replaced) == 1 and "admin-token holds an admin token other than BROKER_ADMIN_TOKEN" in replaced[0]
+    assert "the-admin-token-for-tests" not in replaced[0]

@@ -308,3 +308,103 @@ def test_a_broker_with_no_secrets_key_yet_mints_version_1_tokens_and_takes_them(
     assert job_token_version(settings) == 1 and not job_token(settings, "j-1").startswith("v2.")
     assert job_token_valid(settings, "j-1", job_token(settings, "j-1"), legacy_allowed=True)
     assert not (settings.data_dir / "secrets-key").exists()
+
+
+def _forged(key_text: str, job_id: str) -> str:
+    """A job token minted from a secrets key as broker/auth.py mints one: all that a leaked key takes."""
+    import hashlib
+    import hmac
+
+    from broker.sealing import parse_key
+
+    derived = hmac.new(parse_key(key_text, "key"), b"spot-broker job tokens", hashlib.sha256).digest()
+    return "v2." + hmac.new(derived, f"job:{job_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def test_a_job_token_is_taken_only_from_the_key_recorded_at_its_launch(make_settings):
+    """After a rotation the old key stays listed for what it sealed; it checked the token of any job, launched before
+    the rotation or after. A token from a key other than the one its job was launched under is refused; a job
+    launched before keys were recorded (none on it) takes any of the broker's keys, as before."""
+    from broker.auth import job_token_valid
+    from broker.sealing import key_id, new_key_text, parse_key
+
+    old, new = new_key_text(), new_key_text()
+    old_id, new_id = key_id(parse_key(old, "old")), key_id(parse_key(new, "new"))
+    after = make_settings(BROKER_SECRETS_KEY=new, BROKER_SECRETS_OLD_KEYS=old)
+    before_token, after_token = _forged(old, "j-1"), job_token(after, "j-1")
+    assert job_token_valid(after, "j-1", before_token, legacy_allowed=False, key=old_id)  # launched before: reports
+    assert job_token_valid(after, "j-1", after_token, legacy_allowed=False, key=new_id)
+    assert not job_token_valid(after, "j-1", before_token, legacy_allowed=False, key=new_id)  # launched after: refused
+    assert not job_token_valid(after, "j-1", after_token, legacy_allowed=False, key=old_id)
+    assert job_token_valid(after, "j-1", before_token, legacy_allowed=False, key=None)  # recorded nothing: as before
+    assert not job_token_valid(after, "j-1", before_token, legacy_allowed=False, key="0badc0de")  # a key it lacks
+
+
+@pytest.mark.parametrize("old_in", ["BROKER_SECRETS_OLD_KEYS", "the data dir's key file"])
+def test_a_launch_records_the_key_its_job_token_is_made_from_and_an_old_keys_token_is_not_the_jobs(
+        make_settings, tmp_path, old_in):
+    """QA INCIDENT: with the key rotated, a token made from the old key (listed in BROKER_SECRETS_OLD_KEYS, or the key
+    file left in the data dir, which stays an old key while it is there) is not the token of a job launched since."""
+    from broker.auth import job_token_valid
+    from broker.sealing import KEY_FILE, key_id, new_key_text, parse_key
+    from broker.store import open_store
+
+    old, new = new_key_text(), new_key_text()
+    if old_in == "BROKER_SECRETS_OLD_KEYS":
+        settings = make_settings(store_url=f"sqlite://{tmp_path / 'b.db'}", config=CONFIG, BROKER_SECRETS_KEY=new,
+                                 BROKER_SECRETS_OLD_KEYS=old)
+    else:
+        settings = make_settings(store_url=f"sqlite://{tmp_path / 'b.db'}", config=CONFIG, BROKER_SECRETS_KEY=new)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        (settings.data_dir / KEY_FILE).write_text(old + "\n")
+    store = open_store(settings.store_url)
+    launcher = open_launcher(settings)
+    engine = Engine(settings, store, launcher)
+    try:
+        with TestClient(create_app(settings, store=store, launcher=launcher, engine=False)) as client:
+            job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
+            tick_until(engine, store, job_id, "running")
+            job = store.get_job(job_id)
+            assert (job.job_token_version, job.job_token_key) == (2, key_id(parse_key(new, "new")))
+            assert job_token_valid(settings, job_id, job_token(settings, job_id), legacy_allowed=False,
+                                   key=job.job_token_key)
+            assert not job_token_valid(settings, job_id, _forged(old, job_id), legacy_allowed=False,
+                                       key=job.job_token_key)
+            assert json.loads(store_body(store, job_id))["job_token_key"] == job.job_token_key  # stored, read back
+    finally:
+        launcher.stop(f"{job_id}-a1", grace_seconds=0, reason="test over")
+        store.close()
+
+
+def test_an_old_keys_token_is_refused_over_http_for_a_job_launched_after_the_rotation(make_settings, tmp_path):
+    from broker.sealing import new_key_text
+    from broker.store import open_store
+
+    old, new = new_key_text(), new_key_text()
+    settings = make_settings(store_url=f"sqlite://{tmp_path / 'b.db'}", config=CONFIG, BROKER_SECRETS_KEY=new,
+                             BROKER_SECRETS_OLD_KEYS=old)
+    store = open_store(settings.store_url)
+    launcher = open_launcher(settings)
+    engine = Engine(settings, store, launcher)
+    try:
+        with TestClient(create_app(settings, store=store, launcher=launcher, engine=False)) as client:
+            job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
+            tick_until(engine, store, job_id, "running")
+            r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 42},
+                            headers={"Authorization": f"Bearer {_forged(old, job_id)}"})
+            assert r.status_code == 401, r.text
+            r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 43},
+                            headers={"Authorization": f"Bearer {job_token(settings, job_id)}"})
+            assert r.status_code == 200, r.text
+    finally:
+        launcher.stop(f"{job_id}-a1", grace_seconds=0, reason="test over")
+        store.close()
+
+
+def store_body(store, job_id: str) -> str:
+    """The job's stored JSON text (SQLite)."""
+    db = sqlite3.connect(store.path)
+    try:
+        return db.execute("SELECT body FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+    finally:
+        db.close()

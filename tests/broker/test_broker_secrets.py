@@ -429,3 +429,61 @@ def test_a_failure_quoting_a_line_that_printed_a_secret_hides_its_value_in_the_r
         assert VALUE not in kept, kept
     finally:
         store.close()
+
+
+def _serve(tmp_path, **env):
+    """A real ``broker serve`` (no engine: the job stays queued) on ``tmp_path``'s data dir; its process, URL and the
+    start-up lines it wrote."""
+    from broker_testing import start_broker
+
+    before = set(tmp_path.glob("broker-*.log"))
+    proc, url = start_broker(tmp_path, engine="off", config=CONFIG, env_extra=env)
+    (log,) = set(tmp_path.glob("broker-*.log")) - before
+    return proc, url, log
+
+
+def _stop(proc) -> None:
+    import signal
+
+    proc.send_signal(signal.SIGTERM)  # not stop_broker: that cancels the queued job, which must stay not ended
+    proc.wait(15)
+
+
+def test_at_start_a_key_file_replaced_by_the_key_setting_and_a_queued_jobs_key_the_broker_lacks_are_said(tmp_path):
+    """QA INCIDENT: a key file BROKER_SECRETS_KEY replaced stays a valid key (its job tokens pass, its secrets open)
+    for as long as it is in the data dir, and nothing said so; and a broker given a new key without the old one in
+    BROKER_SECRETS_OLD_KEYS started without a word, each queued job with secrets failing only at its launch."""
+    import httpx
+
+    from broker.sealing import key_id, parse_key
+
+    proc, url, _ = _serve(tmp_path)  # no key set: serve makes the data dir's key file, and seals with it
+    try:
+        r = httpx.post(f"{url}/v1/jobs", json=task(tmp_path / "seen.txt"),
+                       headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert r.status_code == 201, r.text
+    finally:
+        _stop(proc)
+    key_file = tmp_path / "data" / KEY_FILE
+    old = key_file.read_text().strip()
+    old_id, new = key_id(parse_key(old, "old")), key_text()
+
+    proc, url, log = _serve(tmp_path, BROKER_SECRETS_KEY=new)  # the key rotated, the file left where it was
+    _stop(proc)
+    said = log.read_text()
+    assert f"the key file {key_file} holds a key other than BROKER_SECRETS_KEY (key id {old_id})" in said, said
+    assert "1 job not ended holds secrets sealed with it: keep the file until it has launched" in said, said
+    assert "does not have" not in said and old not in said and new not in said
+
+    key_file.unlink()  # the file gone (another host, a data dir not restored) and the old key not listed
+    proc, url, log = _serve(tmp_path, BROKER_SECRETS_KEY=new)
+    _stop(proc)
+    said = log.read_text()
+    assert (f"1 job not ended holds secrets sealed with a key this broker does not have (key id {old_id}): it fails "
+            "when it is launched; list that key in BROKER_SECRETS_OLD_KEYS") in said, said
+    assert "holds a key other than" not in said and old not in said
+
+    proc, url, log = _serve(tmp_path, BROKER_SECRETS_KEY=new, BROKER_SECRETS_OLD_KEYS=old)  # as the docs say
+    _stop(proc)
+    said = log.read_text()
+    assert "does not have" not in said and "holds a key other than" not in said, said
