@@ -2410,6 +2410,13 @@ def _done(args, data, text: str) -> None:
         print(text)
 
 
+def _billed(seconds) -> str:
+    """An attempt's billed seconds (a whole number, or exact: 16.9201335) as a span, :func:`broker.views.duration`."""
+    from broker.views import duration
+
+    return duration(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else str(seconds)
+
+
 def cmd_costs(args) -> int:
     from broker.views import nothing_to_compare, ondemand_cell, saving_cell
 
@@ -2433,12 +2440,21 @@ def cmd_costs(args) -> int:
             return 0
         # nothing to compare: each attempt's "equivalent" is its own cost, which the line above no longer names
         compared = not nothing_to_compare(_saving(data), _saving_percent(data))
+        # the seconds billed, exact since attempts are billed to the part of a second ("16.9201335"), said as every
+        # other span is (broker/views.py's duration, as the dashboard and Slack say them): "16 s", "12 min", "1.5 h";
+        # and, where an attempt held several nodes, how many: its $/h and cost are for all of them
+        nodes = [a.get("num_nodes") if isinstance(a.get("num_nodes"), int) else 1 for a in data["attempts"]]
+        several = any(n > 1 for n in nodes)
         rows = [[str(a["n"]), a["state"], a["tier"], a["zone"] or "", a["instance_type"] or "",
-                 a["price_per_hour"]["usd"] if a["price_per_hour"] else "", str(a["seconds"]), a["cost"]["usd"],
-                 a["ondemand_equivalent"]["usd"] if compared else "—"] for a in data["attempts"]]
-        _print_table(con, [("#", "whole"), ("state", "whole"), ("tier", "whole"), "zone", "instance", ("$/h", "whole"),
-                           ("seconds", "whole"), ("cost", "whole"), ("same time on-demand", "whole")], rows,
-                     drop=("instance", "zone", "seconds"))
+                 *([str(n) if n > 1 else ""] if several else []),
+                 a["price_per_hour"]["usd"] if a["price_per_hour"] else "", _billed(a["seconds"]), a["cost"]["usd"],
+                 a["ondemand_equivalent"]["usd"] if compared else "—"] for a, n in zip(data["attempts"], nodes)]
+        _print_table(con, [("#", "whole"), ("state", "whole"), ("tier", "whole"), "zone", "instance",
+                           *([("nodes", "whole")] if several else []), ("$/h", "whole"),
+                           ("billed", "whole"), ("cost", "whole"), ("same time on-demand", "whole")], rows,
+                     drop=("instance", "zone", "billed"))
+        if several:
+            con.print("  $/h, cost and on-demand are for all the nodes of an attempt together", soft_wrap=True)
         if data.get("rounding_note"):
             con.print(f"  {data['rounding_note']}", soft_wrap=True)
         return 0

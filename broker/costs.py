@@ -574,6 +574,7 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
         equiv += e
         rows.append({"n": att.n, "state": att.state.value, "tier": tier_of(att),
                      "zone": location(att), "instance_type": att.placement.get("instance_type"),
+                     "num_nodes": nodes_of(att),
                      "price_per_hour": rate(att.price_per_hour), "cost": money_in(att.cost, job.budget),
                      "ondemand_equivalent": money(e), "seconds": seconds_out(billed_exact(att)),
                      "started_at": _iso_out(att.started_at), "ended_at": _iso_out(att.ended_at),
@@ -589,6 +590,13 @@ def job_costs(job: Job, attempts: Iterable[Attempt]) -> dict:
             "saving_percent": percent(equiv - spent, equiv) if compared else None,
             "spent_of_budget": spent_of_budget(spent, job.budget),
             "attempts": rows, "rounding_note": ROUNDING_NOTE if off else None}
+
+
+def nodes_of(att: Attempt) -> int:
+    """The nodes an attempt's placement holds (one when it does not say): its price and cost are for all of them, and
+    a 2-node attempt's "$0.8492/h" beside "g5.xlarge" read as one instance's."""
+    n = att.placement.get("num_nodes")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
 def _hours_left(hours: Decimal) -> str:

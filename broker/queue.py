@@ -49,9 +49,31 @@ def expected_end(job: Job, now: float, grace_seconds: float = 0.0, stop_asked_at
     attempt was asked to stop, else from its last change, the cancel itself; no earlier than now). ``None``
     when it cannot be told: no rate and no length, or a job running past its ``expected_hours`` by more than
     :func:`overdue_grace` (overdue: it may end any moment or in hours, and "now" would be a guess that is wrong tick
-    after tick)."""
+    after tick). An end told so is never later than its budget stop (:func:`budget_end`): a 2-node job with $0.02,
+    stopped at its budget a minute later, was read as ending hours later at its step rate, and the 4-node job
+    waiting for its zone was told it would start after its deadline."""
     if job.state in (JobState.CANCELLING, JobState.STOPPING):
         return max((stop_asked_at if stop_asked_at is not None else job.updated_at) + grace_seconds, now)
+    end = _end_of_run(job, now)
+    if end is None:
+        return None
+    stop = budget_end(job, now)
+    return end if stop is None else max(min(end, stop), now)
+
+
+def budget_end(job: Job, now: float) -> float | None:
+    """When a job holding capacity is stopped at its budget at the latest: the budget left (budget less what it has
+    spent) at its placement's price (all its nodes), from now — what "the budget left runs it about N more" says
+    (:func:`broker.costs.burn`'s ``hours_left``); the engine's stop comes a clean stop before it. ``None`` for a
+    placement that costs nothing (never stopped at its budget)."""
+    price = job.placement.get("price_per_hour") if isinstance(job.placement, dict) else None
+    if not isinstance(price, int) or isinstance(price, bool) or price <= 0:
+        return None
+    return now + max(job.budget - job.spent, 0) * 3600 / price
+
+
+def _end_of_run(job: Job, now: float) -> float | None:
+    """:func:`expected_end` of a job placed, launching or running, before its budget stop caps it."""
     if job.state in (JobState.PLACED, JobState.LAUNCHING):
         return now + float(Decimal(job.expected_hours) * 3600) if job.expected_hours else None
     if job.state is not JobState.RUNNING or job.running_since is None:

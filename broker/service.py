@@ -50,7 +50,7 @@ from broker.workdir import UNPACK_RATIO, PackError, parse_digest, parse_mount, u
 from launchers.base import Launcher, domains_of
 from pricing.money import MAX_DOLLARS, MICROS_PER_DOLLAR, cost_for_seconds, fmt, fmt_left, fmt_limit, fmt_rate, shown
 from pricing.offers import Offer, Tier
-from pricing.placement import budget_shortfall, start_shortfall, under_cap
+from pricing.placement import budget_shortfall, cap_for_all, start_shortfall, under_cap
 from pricing.deadline import Holding, PolicyInput, slack
 from pricing.policy import make_policy
 
@@ -1879,8 +1879,10 @@ class BrokerService:
                 # pinned, it waited for ever over its own cap, and a budget-stopped job passed the budget's test (no
                 # offer it may take, so none to price)
                 cheapest = min(o.price_per_hour * request.num_nodes for o in ondemand)
-                raise Conflict(f"not moved to on-demand: its cheapest on-demand offer costs {fmt_rate(cheapest)}/h, over "
-                               f"the job's max_price_per_hour of {fmt(request.max_price_per_hour)}, so pinned there it "
+                n = request.num_nodes
+                raise Conflict(f"not moved to on-demand: its cheapest on-demand offer costs {fmt_rate(cheapest)}/h"
+                               f"{f' for its {n} nodes' if n > 1 else ''}, over the job's max_price_per_hour of "
+                               f"{fmt(request.max_price_per_hour)}{cap_for_all(n)}, so pinned there it "
                                "would wait for ever: submit it again with a max_price_per_hour that covers on-demand "
                                "(or none)", field="broker.max_price_per_hour")
             if job.state is JobState.STOPPED_BUDGET:

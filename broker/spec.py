@@ -584,6 +584,12 @@ _PORT_RANGE = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?$")
 MAX_DISK_GB = 65_536  # no cloud's boot disk is larger (AWS gp3 and GCP pd: 64 TiB)
 
 
+TIERS = {"disk_tier": ("low", "medium", "high", "ultra", "best"), "network_tier": ("standard", "best")}
+"""The names SkyPilot's ``Resources`` takes for each tier (``sky.utils.resources_utils.DiskTier``, ``NetworkTier``),
+in any case, as it lowers them: any other it refuses at launch ("Invalid disk_tier 'superfast'"), after the job had
+been queued and placed. Its schema takes any string."""
+
+
 def _launch_settings(r: dict[str, Any], where: str) -> None:
     """The ``resources`` settings placement does not read but a launch hands to SkyPilot (``disk_size``,
     ``disk_tier``, ``network_tier``, ``ports``, ``labels``, ``image_id``), held to the types SkyPilot's schema takes:
@@ -595,11 +601,12 @@ def _launch_settings(r: dict[str, Any], where: str) -> None:
             raise SpecError(f"{where}.disk_size", "must be a size in GB (256), or with its unit (\"256GB\", \"1TB\")")
         if isinstance(size, int) and not 1 <= size <= MAX_DISK_GB:
             raise SpecError(f"{where}.disk_size", f"must be from 1 to {MAX_DISK_GB:,} (GB)")
-    for key in ("disk_tier", "network_tier"):
+    for key, names in TIERS.items():
         value = r.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip() or not value.isprintable()):
-            raise SpecError(f"{where}.{key}", "must be a name (disk_tier: low, medium, high, ultra or best; "
-                                              "network_tier: standard or best)")
+        if value is not None and (not isinstance(value, str) or value.lower() not in names):
+            shown = f", not {value!r}" if isinstance(value, str) and value.strip() and value.isprintable() else ""
+            raise SpecError(f"{where}.{key}", f"must be {', '.join(names[:-1])} or {names[-1]} (SkyPilot's "
+                                              f"{key.replace('_', ' ')}s){shown}")
     ports = r.get("ports")
     if ports is not None:
         for port in ports if isinstance(ports, list) else [ports]:

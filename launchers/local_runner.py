@@ -994,6 +994,17 @@ def unlink_mounts(links: list[tuple[str, str, str, tuple[str, ...]]]) -> None:
             pass
 
 
+NOT_APPLIED = ("network_tier", "disk_tier", "disk_size", "labels")
+"""A task's ``resources`` settings a SkyPilot cluster is given and this host does not apply (:func:`host_notes`)."""
+
+
+def _said(value) -> str:
+    """A setting's value as the task gave it: ``best``, ``200``, ``{team: ml}``."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
 def host_notes(request: dict) -> list[str]:
     """What of the task this host does not do as a SkyPilot cluster would: said at the top of the log
     (a mount of a path on this host is :func:`link_mounts`' to say)."""
@@ -1039,6 +1050,12 @@ def host_notes(request: dict) -> list[str]:
                      "Python environment")
     if resources.get("ports"):
         notes.append(f"ports {resources['ports']} are not exposed on this host (only SkyPilot placements open them)")
+    unset = [f"{key} {_said(resources[key])}" for key in NOT_APPLIED if resources.get(key) not in (None, "", {})]
+    if unset:
+        # dropped without a word before: a 2-node job's network_tier: best (the fast interconnect its DDP counts on)
+        # ran on this host's network, said nowhere
+        notes.append(f"resources {', '.join(unset)}: not applied on this host (only SkyPilot placements set "
+                     f"{'them' if len(unset) > 1 else 'it'}): the job runs on this host's own network and disk")
     volumes = [str(k) for k in task.get("volumes") or {}] if isinstance(task.get("volumes"), dict) else []
     if volumes or resources.get("volumes"):
         # SkyPilot's named volumes (task-level, by mount path) and a resource's ephemeral ones: a path the job

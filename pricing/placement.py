@@ -229,6 +229,17 @@ def under_cap(request: JobRequest, offers: Sequence[Offer]) -> list[Offer]:
     return [o for o in offers if cap is None or o.price_per_hour * n <= cap]
 
 
+def _for_all(n: int) -> str:
+    """`` for both`` / `` for all 3`` after a price of several nodes' (a placement's words)."""
+    return "" if n <= 1 else " for both" if n == 2 else f" for all {n}"
+
+
+def cap_for_all(n: int) -> str:
+    """What a job of several nodes is told of its ``max_price_per_hour``: a cap on all of its nodes together, not on
+    each (a 2-node job capped at $0.50, told a $0.4246/h instance "costs $0.8492/h, over" it, could not tell why)."""
+    return "" if n <= 1 else f", a cap on {'both' if n == 2 else f'all {n}'} nodes together"
+
+
 def holds(offer: Offer, num_nodes: int) -> bool:
     """Whether ``offer``'s location ever has ``num_nodes`` nodes: a simulated zone has its ``nodes`` and no more
     (:attr:`Offer.max_nodes`); a cloud region has no known limit. A job of more nodes than a zone has waited there
@@ -409,9 +420,9 @@ def place(
     if not priced:
         cheapest = min(matching, key=lambda o: o.price_per_hour)
         return NoFit(
-            f"the cheapest match, {cheapest.describe()}, costs "
-            f"{_price_over(cheapest.price_per_hour * n, request.max_price_per_hour or 0)}/h, "
-            f"over the job's max_price_per_hour of {fmt_limit(request.max_price_per_hour or 0)}"
+            f"the cheapest match, {cheapest.describe()}{f', {n} nodes' if n > 1 else ''}, costs "
+            f"{_price_over(cheapest.price_per_hour * n, request.max_price_per_hour or 0)}/h{_for_all(n)}, "
+            f"over the job's max_price_per_hour of {fmt_limit(request.max_price_per_hour or 0)}{cap_for_all(n)}"
         )
     allowed = unblocked(priced, blocked_zones)
     over = (f"the rest are over the job's max_price_per_hour of {fmt_limit(request.max_price_per_hour or 0)}"

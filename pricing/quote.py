@@ -24,6 +24,7 @@ class TierQuote:
     after_run: Micros = 0  # billed after the run ends (a cloud cluster's idle minutes and teardown), all nodes
     also: tuple[Offer, ...] = ()  # the tier's other offers at the same figure: a sentence names no one zone of them
     after_run_seconds: int = 0  # the seconds ``after_run`` is billed for (what its launcher keeps of the budget)
+    num_nodes: int = 1  # the job's: ``price_per_hour`` and ``estimate`` are for all of them
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class Quote:
                     f"{fmt(max(head.estimate + stop, least or 0))}")
             others = "; ".join(f"{t.tier.value.replace('ondemand', 'on-demand').replace('onprem', 'on-prem')} is estimated at {money_text(t)}" for t in rest)
             return text + (f"; {others}" if others else "")
-        text = f"estimated {money_text(head)} on {offer_text(head)} exceeds the budget of {fmt_limit(budget)}"
+        text = (f"estimated {money_text(head)} on {offer_text(head)}{',' if head.num_nodes > 1 else ''} exceeds the "
+                f"budget of {fmt_limit(budget)}")
         give = max(least or 0, self.least_budget(stop_seconds=stop_seconds) or 0)
         if head.estimate is not None and give > budget:
             text += f": give at least {fmt(give)}"
@@ -115,7 +117,18 @@ def offer_text(t: TierQuote) -> str:
     """The tier's offer in a sentence, as placement's sentences name one (:meth:`Offer.describe`: its
     cloud and zone, ``spot 1x V100 p3.2xlarge in aws/us-east-1a``); where the tier's figure is the same
     in several places, the cloud and what they share, so that no one of them reads as the one
-    (``spot 1x V100 p3.2xlarge in aws/us-east-1 (2 zones)``, ``in aws (2 regions)``, ``in aws or gcp``)."""
+    (``spot 1x V100 p3.2xlarge in aws/us-east-1 (2 zones)``, ``in aws (2 regions)``, ``in aws or gcp``); for a job
+    of several nodes, how many, as its figure is for all of them (``..., 2 nodes``)."""
+    return _offer_words(t) + nodes_words(t.num_nodes)
+
+
+def nodes_words(n: int) -> str:
+    """``, 2 nodes`` after an offer whose figure is for a job of several nodes, as a placement says it: "estimated
+    $0.0170 on spot 1x A10G g5.xlarge" for 2 nodes read as one instance's price, twice what it costs."""
+    return f", {n} nodes" if n > 1 else ""
+
+
+def _offer_words(t: TierQuote) -> str:
     offers = (t.offer, *t.also)
     places = sorted({(o.cloud, o.region, o.location) for o in offers})
     if len(places) == 1:
@@ -228,7 +241,7 @@ def _tier_quote(offer: Offer, request: JobRequest, risk: Mapping[str, Decimal],
         estimate = cost_for_seconds(hourly, run + after_seconds)
         after = estimate - cost_for_seconds(hourly, run)
     return TierQuote(tier=offer.tier, offer=offer, price_per_hour=hourly, estimate=estimate, after_run=after,
-                     after_run_seconds=after_seconds)
+                     after_run_seconds=after_seconds, num_nodes=request.num_nodes)
 
 
 def run_until_budget_stop(budget: Micros, price_per_hour: Micros, *, after_run_seconds: int = 0,

@@ -411,10 +411,12 @@ class AttemptCost(BaseModel):
     tier: str
     zone: str
     instance_type: str | None
+    num_nodes: int = Field(description="the nodes of its placement: `price_per_hour`, `cost` and "
+                                       "`ondemand_equivalent` are for all of them")
     price_per_hour: Money | None
     cost: Money
     ondemand_equivalent: Money
-    seconds: int | float
+    seconds: int | float = Field(description="the seconds it was billed for, exact (a float when not whole)")
     started_at: str | None
     ended_at: str | None
     reason: str | None

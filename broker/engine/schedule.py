@@ -356,7 +356,7 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
             # deadline", missed already (and a job that may run only on spot was placed there anyway)
             past = job.deadline is not None and now >= job.deadline
             inp = None if past else policy_input(job, attempts_of(job.id), mine, capacity, mk.spot_available,
-                                                 now=now, changeover=changeover)
+                                                 now=now, changeover=changeover, num_nodes=request.num_nodes)
             if past:
                 note = f" ({deadline_passed_note(job.deadline)})"
             if inp is not None:
@@ -369,10 +369,15 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                 tier = ACTION_TIER[d.action]
                 chosen_tier = [o for o in mine if o.tier is tier and (d.action is not Action.SPOT or d.zone is None
                                                                       or o.zone == d.zone)]
-                if not isinstance(place(request, chosen_tier, free_capacity=capacity, blocked_zones=blocked,
-                                        budget_left=job.budget - job.spent, min_run_seconds=need,
-                                        after_run_seconds=after, placed_again=again), NoFit):
-                    mine = chosen_tier  # else the cheapest placement that fits at all
+                planned = place(request, chosen_tier, free_capacity=capacity, blocked_zones=blocked,
+                                budget_left=job.budget - job.spent, min_run_seconds=need,
+                                after_run_seconds=after, placed_again=again)
+                if not isinstance(planned, NoFit):
+                    mine = chosen_tier
+                else:  # the cheapest placement that fits at all, saying so: the plan's words alone named a tier
+                    # it was not placed on ("placed on ondemand ... (plan: spot in sim-a ... is cheapest)")
+                    note = f" (its spot policy chose {_plan_words(d)}, which cannot take it now: " \
+                           f"{planned.reason}; so the cheapest offer that fits now{_plan_reason(d)})"
         # weighed on every offer the job may take, a pool's busy shapes too: slots come free, a budget does not grow
         if (fit := every.get(shape)) is None:
             fit = every[shape] = offers_for(job, request, mk.every_offer or mk.offers)
@@ -445,6 +450,20 @@ def schedule(jobs: Iterable[Job], mk: Market, *, now: float,
                                f"placed on {offer.describe()}{_nodes(chosen.num_nodes, record)}{note}"
                                f"{chosen.note}"))
     return decisions
+
+
+def _plan_words(d) -> str:
+    """The tier (and zone) a spot policy's decision names: ``spot in sim-a``, ``on-demand``, ``on-prem``."""
+    if d.action is Action.SPOT:
+        return f"spot in {d.zone}" if d.zone else "spot"
+    return {Action.ONPREM: "on-prem"}.get(d.action, "on-demand")
+
+
+def _plan_reason(d) -> str:
+    """``; its plan: …`` after a fallback from the policy's choice, its own reason kept for what it weighed."""
+    if not d.reason:
+        return ""
+    return f"; its {d.reason}" if d.reason.startswith("plan: ") else f"; as it weighed: {d.reason}"
 
 
 def deadline_passed_note(deadline: float) -> str:

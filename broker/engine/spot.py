@@ -15,6 +15,7 @@ from decimal import Decimal
 from broker.models import Attempt, Job
 from pricing.offers import Offer, Tier
 from pricing.deadline import RELIABLE
+from pricing.placement import holds
 from pricing.policy import Action, Decision, Holding, Policy, PolicyInput
 from pricing.spot_policy import no_reliable_tier
 
@@ -81,11 +82,15 @@ def work_done(job: Job, attempts: Sequence[Attempt], now: float, changeover: flo
 
 def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer], capacity: dict[str, int],
                  spot_available: frozenset[str], *, now: float, changeover: float,
-                 holding: Holding | None = None) -> PolicyInput | None:
+                 holding: Holding | None = None, num_nodes: int | None = None) -> PolicyInput | None:
     """The policy's view of a job, or ``None`` when it has no deadline, no expected length or no spot offer
     (the policy chooses between spot and the reliable tiers; without spot the cheapest placement wins).
 
     ``changeover`` is the configured default; once an attempt has reported, the job's measured one is used.
+    ``num_nodes``: the nodes the job needs (else those of its placement, else one). A location counts as up only
+    with that many free (``capacity``) and when it ever has that many (:func:`pricing.placement.holds`): a zone
+    with 2 of a 4-node job's nodes free counted as "spot up", the policy chose it, placement could not take it, and the
+    job went to on-demand while its event said "plan: spot in sim-a"; one of 2 nodes was planned for a 4-node job.
     """
     total = work_seconds(job)
     if job.deadline is None or total is None:
@@ -103,8 +108,15 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
             zone_price[o.zone] = min(o.price_per_hour, zone_price.get(o.zone, o.price_per_hour))
     ondemand = min((o.price_per_hour for o in by_tier.get(Tier.ONDEMAND, [])), default=None)
     onprem = min((o.price_per_hour for o in by_tier.get(Tier.ONPREM, [])), default=None)
+    if num_nodes is None:
+        placed = job.placement.get("num_nodes") if isinstance(job.placement, dict) else None
+        num_nodes = placed if isinstance(placed, int) and not isinstance(placed, bool) and placed > 0 else 1
+
+    def free(o: Offer) -> bool:  # a location unknown to ``capacity`` (a cloud's) is tried: it may have them
+        return holds(o, num_nodes) and capacity.get(o.location, num_nodes) >= num_nodes
+
     zones = frozenset(o.zone for o in spot if o.zone and o.zone in spot_available and o.zone not in blocked
-                      and capacity.get(o.location, 1) > 0)
+                      and free(o))
     held = holding.zone if holding is not None and holding.tier is Tier.SPOT else None
     if held is not None and held in spot_available:
         zones = zones | {held}
@@ -119,8 +131,8 @@ def policy_input(job: Job, attempts: Sequence[Attempt], offers: Sequence[Offer],
         now=now, deadline=job.deadline, work_total=total,
         work_done=work_done(job, attempts, now, changeover), changeover=changeover, holding=holding,
         spot_zones_available=zones,
-        ondemand_available=any(capacity.get(o.location, 1) > 0 for o in by_tier.get(Tier.ONDEMAND, [])),
-        onprem_available=any(capacity.get(o.location, 1) > 0 for o in by_tier.get(Tier.ONPREM, [])),
+        ondemand_available=any(free(o) for o in by_tier.get(Tier.ONDEMAND, [])),
+        onprem_available=any(free(o) for o in by_tier.get(Tier.ONPREM, [])),
         tick=POLICY_TICK_SECONDS, started_at=job.submitted_at,
         price_ratio=float(ondemand / base) if ondemand else 1e9,
         onprem_ratio=float(onprem / base) if onprem else None,

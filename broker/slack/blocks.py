@@ -366,6 +366,7 @@ def job_costs_reply(job: Job, c: dict, dashboard_url: str) -> Reply:
         out = [section(head), context("No attempt has run, so it has cost nothing.")]
     else:
         rows = [f"{a['n']}. {a['state']} on {esc(a['tier'])} in {esc(a['zone'])}"
+                + (f", {a['num_nodes']} nodes" if (a.get("num_nodes") or 1) > 1 else "")  # its price is all of them
                 + (f" at {a['price_per_hour']['usd']}/h" if a["price_per_hour"] else "")
                 + f", {duration(a['seconds'])} — {a['cost']['usd']}" for a in c["attempts"][-10:]]
         more = len(c["attempts"]) - len(rows)

@@ -501,7 +501,8 @@ def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so
     launcher = open_launcher(settings)
     service, engine = BrokerService(settings, store, launcher), Engine(settings, store, launcher)
     task = {"num_nodes": 2, "run": SKYPILOT_STYLE_RUN, "broker": {"budget_usd": 5}, "volumes": {"/mnt/data": "ds"},
-            "resources": {"accelerators": "A10G:1", "image_id": "docker:pytorch/pytorch:latest", "ports": 8888}}
+            "resources": {"accelerators": "A10G:1", "image_id": "docker:pytorch/pytorch:latest", "ports": 8888,
+                          "network_tier": "best", "disk_tier": "high", "disk_size": 200, "labels": {"team": "ml"}}}
     job = service.submit(ADMIN, task)[0]
     final = run_until(engine, store, job.id, {"succeeded", "failed"})
     assert final.state is JobState.SUCCEEDED, final.reason
@@ -510,6 +511,9 @@ def test_a_job_of_several_nodes_on_a_simulated_zone_runs_as_one_node_and_says_so
     assert "num_nodes: 2 runs on this host as one node with the GPUs of all 2" in log
     assert "image_id docker:pytorch/pytorch:latest is not used on this host" in log
     assert "ports 8888 are not exposed on this host" in log
+    # the settings a SkyPilot cluster is given and this host does not apply were dropped without a word
+    assert ("resources network_tier best, disk_tier high, disk_size 200, labels {team: ml}: not applied on this host "
+            "(only SkyPilot placements set them): the job runs on this host's own network and disk") in log, log
     assert "volumes are not attached on this host (only SkyPilot placements attach them): /mnt/data" in log
     request = settings.data_dir / "runs" / f"{job.id}-a1" / "request.json"
     assert request.stat().st_mode & 0o077 == 0  # the task's secrets and the job's token: this user only

@@ -775,3 +775,56 @@ def test_a_job_a_little_past_its_expected_length_is_read_as_ending_now_not_dropp
     short = job("run", JobState.RUNNING, hours="0.01", since=NOW - 36 - 10)  # 10 s over 36 s
     assert expected_end(short, NOW) == NOW and expected_end(short, NOW + 6) is None
     assert overdue_grace(10 * 24 * 3600) == 1800
+
+
+def test_a_running_job_is_read_as_ending_at_its_budget_stop_when_that_comes_before_its_step_rate_says():
+    """QA: a 2-node spot job with $0.02 at $0.8492/h (stopped at its budget within two minutes) reporting 100,000 steps
+    at 5 a second was read as ending in 5.6 h; the 4-node job waiting for its zone was told it would start after its
+    deadline, "it cannot meet its deadline", and started a minute later."""
+    from broker.queue import expected_end
+
+    progress = {"step": 500, "total_steps": 100_000, "first_step": 0, "first_at": NOW - 100, "at": NOW}
+    two_nodes = replace(job("run", JobState.RUNNING, since=NOW - 100, where="sim-a", progress=progress),
+                        budget=20_000, spent=4_000, placement={"location": "sim-a", "zone": "sim-a",
+                                                               "num_nodes": 2, "price_per_hour": 849_200})
+    # $0.016 left at $0.8492/h: about 68 s, not the 19,900 s its 99,500 steps left take at 5 a second
+    waiting = job("four", JobState.QUEUED, at=1, hours="0.02", where="sim-a", reason="waiting: zone sim-a is full")
+    assert estimated_starts([two_nodes, waiting], NOW)["four"] == pytest.approx(NOW + 67.83, abs=0.01)
+    assert expected_end(two_nodes, NOW) == pytest.approx(NOW + 67.83, abs=0.01)
+    from broker.queue import budget_end
+
+    assert budget_end(two_nodes, NOW) == pytest.approx(NOW + 16_000 * 3600 / 849_200)
+    # a budget that lasts longer than the run leaves the step rate's end; a placement that costs nothing is never
+    # stopped at its budget; nor is a job with no end to follow given one by its budget
+    rich = replace(two_nodes, budget=100_000_000)
+    assert expected_end(rich, NOW) == pytest.approx(NOW + 99_500 / 5)
+    free = replace(two_nodes, placement={**two_nodes.placement, "price_per_hour": 0})
+    assert budget_end(free, NOW) is None and expected_end(free, NOW) == pytest.approx(NOW + 99_500 / 5)
+    assert expected_end(replace(two_nodes, progress={}), NOW) is None
+    # placed or launching: its expected length from now, or its budget's end if sooner
+    placed = replace(two_nodes, state=JobState.LAUNCHING, expected_hours="1", progress={}, running_since=None)
+    assert expected_end(placed, NOW) == pytest.approx(NOW + 67.83, abs=0.01)
+
+
+def test_a_move_to_on_demand_over_the_cap_of_a_job_of_two_nodes_says_the_price_and_the_cap_are_for_both(make_settings,
+                                                                                                        tmp_path):
+    from broker.auth import Principal
+    from broker.service import BrokerService, Conflict
+    from broker.store import open_store
+
+    settings = make_settings(config="zones: [{name: sim-od, tier: ondemand, instance_type: g5.xlarge, "
+                                    "price_per_hour: '1.01'}, {name: sim-spot, tier: spot, instance_type: g5.xlarge, "
+                                    "price_per_hour: '0.20'}]\n")
+    store = open_store(f"sqlite://{tmp_path / 'cap2.db'}")
+    service = BrokerService(settings, store, clock=lambda: NOW)
+    admin = Principal("admin", None, admin=True)
+    try:
+        job = service.submit(admin, {"run": "x", "num_nodes": 2, "resources": {"cpus": "1+"},
+                                     "broker": {"budget_usd": "1", "max_price_per_hour": "0.50"}})[0]
+        with pytest.raises(Conflict) as refused:
+            service.switch_to_ondemand(admin, job.id)
+        assert str(refused.value).startswith(
+            "not moved to on-demand: its cheapest on-demand offer costs $2.02/h for its 2 nodes, over the job's "
+            "max_price_per_hour of $0.50, a cap on both nodes together, so pinned there"), refused.value
+    finally:
+        store.close()

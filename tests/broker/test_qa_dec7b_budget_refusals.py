@@ -111,3 +111,65 @@ def test_a_job_in_a_cloud_with_no_offer_is_told_what_really_works_there(cloud, s
     with pytest.raises(Refused) as refused:
         admit(spec, budget=5_000_000, offers=[SPOT], **KW)
     assert says in str(refused.value) and never not in str(refused.value), refused.value
+
+
+# -- a job of several nodes: its figures are for all of them, and its sentences say so ------------------------------
+
+MULTI_ZONES = """\
+pools: []
+zones:
+  - {name: sim-a, tier: spot, instance_type: g5.xlarge, nodes: 4}
+"""
+
+
+@pytest.fixture
+def zones_service(make_settings, tmp_path):
+    from broker.service import BrokerService
+    from broker.store import open_store
+
+    store = open_store(f"sqlite://{tmp_path / 'nodes.db'}")
+    try:
+        yield BrokerService(make_settings(config=MULTI_ZONES), store)
+    finally:
+        store.close()
+
+
+def _submit_refused(service, broker: dict, nodes: int = 2):
+    from broker.auth import Principal
+    from broker.service import Invalid
+
+    with pytest.raises(Invalid) as refused:
+        service.submit(Principal("vision", "vision"), {"run": "x", "num_nodes": nodes,
+                                                       "resources": {"accelerators": "A10G:1"}, "broker": broker})
+    return refused.value
+
+
+def test_a_budget_refusal_of_several_nodes_names_how_many_its_figure_is_for(zones_service):
+    """QA: "estimated $0.0170 on spot 1x A10G g5.xlarge in aws/sim-a (simulated) exceeds the budget" for 2 nodes: a
+    user who knows one costs $0.4246/h could not tell why it was twice what she expected."""
+    refused = _submit_refused(zones_service, {"budget_usd": "0.012", "expected_hours": 0.02})
+    assert refused.field == "broker.budget_usd"
+    assert re.search(r"estimated \$[0-9.]+ on spot 1x A10G g5\.xlarge in [a-z]+/sim-a \(simulated\), 2 nodes, "
+                     r"exceeds the budget of \$0\.012", refused.reason), refused.reason
+    one = _submit_refused(zones_service, {"budget_usd": "0.001", "expected_hours": 0.02}, nodes=1)
+    assert "nodes" not in one.reason, one.reason  # one node: said as before
+
+
+def test_a_price_cap_refusal_of_several_nodes_says_the_cap_is_for_all_of_them(zones_service):
+    refused = _submit_refused(zones_service, {"budget_usd": "5", "max_price_per_hour": "0.5"})
+    assert refused.field == "broker.max_price_per_hour"
+    assert re.search(r"the cheapest match, spot 1x A10G g5\.xlarge in [a-z]+/sim-a \(simulated\), 2 nodes, costs "
+                     r"\$[0-9.]+/h for both, over the job's max_price_per_hour of \$0\.50, a cap on both nodes "
+                     r"together", refused.reason), refused.reason
+
+
+def test_a_quote_of_several_nodes_says_its_offer_with_how_many_nodes():
+    from pricing.quote import offer_text, quote
+
+    zone = Offer(Tier.SPOT, "aws", "us-east-1", "sim-a", "g5.xlarge", "A10G", 1, 424_600, simulated=True, max_nodes=4)
+    request = JobRequest(alternatives=(ResourceRequest("A10G", 1),), num_nodes=3)
+    (tier,) = quote(request, [zone]).tiers
+    assert tier.price_per_hour == 3 * 424_600
+    assert offer_text(tier) == "spot 1x A10G g5.xlarge in aws/sim-a (simulated), 3 nodes"
+    (single,) = quote(JobRequest(alternatives=(ResourceRequest("A10G", 1),)), [zone]).tiers
+    assert offer_text(single) == "spot 1x A10G g5.xlarge in aws/sim-a (simulated)"

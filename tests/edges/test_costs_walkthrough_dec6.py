@@ -10,6 +10,9 @@ the run command exited 0".
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import httpx
 import pytest
 
@@ -150,3 +153,66 @@ def test_the_float_noise_of_a_difference_of_timestamps_adds_no_second():
     assert costs.report([job], {job.id: tries}, win=win, now=win.until, positions={},
                         team=None)["preemptions"]["recovery_seconds"] == 3
 
+
+
+# -- a job of two nodes billed for 16.9201335 s (QA, Dec 7) -----------------------------------------------------------
+# `broker costs JOB` printed the exact billed seconds raw ("16.9201335"), and no cost view said how many nodes an
+# attempt held, beside a $/h for all of them next to "g5.xlarge".
+
+BILLED = 16.9201335
+
+
+def _two_node_job(store, now: float) -> None:
+    job = world.job("j-n2", "team-b", JobState.SUCCEEDED, submitted=now - 600,
+                    budget=5_000_000, spent=4_000 + 2_400, attempts=2, updated=now - 60)
+    place = {**world.spot("sim-a", 849_200, od=2_012_000), "num_nodes": 2}
+    first = world.attempt("j-n2", 1, AttemptState.PREEMPTED, place, start=now - 500, seconds=17, cost=4_000)
+    first = replace(first, billed_until=now - 500 + BILLED, ended_at=now - 500 + BILLED)
+    second = world.attempt("j-n2", 2, AttemptState.SUCCEEDED, {**place, "zone": "sim-b", "location": "sim-b"},
+                           start=now - 400, seconds=10, cost=2_400)
+    world._commit(store, job, [first, second])
+
+
+@pytest.fixture
+def two_nodes(tmp_path, store, seeded):
+    _two_node_job(store, seeded.now)
+    with serving_world(tmp_path, store) as url:
+        yield url
+
+
+def test_an_attempts_exact_seconds_and_its_nodes_are_said_by_the_api_and_the_cli(two_nodes, capsys):
+    from broker.cli import main
+
+    r = httpx.get(f"{two_nodes}/v1/costs/jobs/j-n2", headers=auth(world.ADMIN))
+    assert r.status_code == 200, r.text
+    rows = r.json()["attempts"]
+    assert [(a["num_nodes"], a["seconds"]) for a in rows] == [(2, pytest.approx(BILLED)), (2, 10)], rows
+    assert all(a["price_per_hour"]["usd"] == "$0.8492" for a in rows)
+    one = httpx.get(f"{two_nodes}/v1/costs/jobs/j-b1", headers=auth(world.ADMIN)).json()["attempts"]
+    assert {a["num_nodes"] for a in one} == {1}
+
+    assert main(["costs", "--url", two_nodes, "--token", world.ADMIN, "j-n2"]) == 0
+    out = capsys.readouterr().out
+    assert "16.92" not in out, out  # the exact seconds, printed raw
+    lines = [_cells(line) for line in out.splitlines() if _cells(line)[:1] in (["1"], ["2"])]
+    assert lines[0][:8] == ["1", "preempted", "spot", "sim-a", "g5.xlarge", "2", "$0.8492", "16 s"], out
+    assert lines[1][6:8] == ["$0.8492", "10 s"], out
+    assert "for all the nodes of an attempt together" in out, out
+    # a job of one node: no nodes column, and its seconds as a span too
+    assert main(["costs", "--url", two_nodes, "--token", world.ADMIN, "j-b1"]) == 0
+    single = capsys.readouterr().out
+    (attempt,) = [_cells(line) for line in single.splitlines() if _cells(line)[:1] == ["1"]]
+    assert "nodes" not in single and re.fullmatch(r"[0-9]+ (s|min)|[0-9]+\.[0-9] h", attempt[6]), single
+
+
+def test_the_dashboards_job_panel_says_an_attempts_nodes_and_its_exact_seconds_as_a_span(two_nodes):
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{two_nodes}/dashboard?token={world.ADMIN}#job=j-n2")
+        expect(page.locator("#job-title")).to_contain_text("j-n2")
+        page.wait_for_selector("#job:not([hidden]) #attempts tbody tr")
+        cells = [[c.inner_text() for c in r.query_selector_all("td")]
+                 for r in page.query_selector_all("#attempts tbody tr")]
+    assert cells[0][2] == "2 nodes of g5.xlarge in sim-a" and cells[0][4] == "16 s", cells

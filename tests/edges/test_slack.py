@@ -1147,3 +1147,15 @@ def test_a_job_past_its_expected_length_is_told_to_a_team_that_asked_for_it(tmp_
                    for e in b["elements"])
     finally:
         app.state.notifier.close()
+
+
+def test_costs_of_a_job_of_two_nodes_says_its_nodes_and_its_exact_seconds_as_a_span(slack, store):
+    # billed to the part of a second (16.9201335 s) and for both nodes: said "16 s" and ", 2 nodes", as the dashboard
+    now = time.time()
+    place = {**world.spot("sim-a", 849_200), "num_nodes": 2}
+    job = world.job("j-n2", "team-a", JobState.SUCCEEDED, submitted=now - 600, budget=5_000_000, spent=4_000,
+                    attempts=1, updated=now - 60)
+    att = world.attempt("j-n2", 1, AttemptState.SUCCEEDED, place, start=now - 500, seconds=17, cost=4_000)
+    world._commit(store, job, [replace(att, billed_until=now - 500 + 16.9201335, ended_at=now - 500 + 16.9201335)])
+    reply = text_of(command(slack, "costs j-n2").json())
+    assert "1. succeeded on spot in sim-a, 2 nodes at $0.8492/h, 16 s — $0.0040" in reply, reply

@@ -513,7 +513,9 @@ async function showJob(id, scroll = true) {
     savingWords(j.saving, j.saving_percent, "on-demand") +
     (j.job.reason ? " · " + j.job.reason : "") +
     (j.rounding_note ? " · " + j.rounding_note : "");  // attempts that do not add up, as shown, to the total: said
-  fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier, (a.instance_type || "") + " in " + a.zone,
+  // an attempt of several nodes says how many: its cost is for all of them ("2 nodes of g5.xlarge in sim-a")
+  fill("attempts", j.attempts.map((a) => row([{ text: a.n, num: 1 }, a.tier,
+    (a.num_nodes > 1 ? a.num_nodes + " nodes of " : "") + (a.instance_type || "") + " in " + a.zone,
     { text: attemptState(a), clip: 1 }, { text: duration(a.seconds), num: 1 },  // 15 s read "0.00" hours
     // nothing to compare: each attempt's "equivalent" is its own cost, which the summary no longer names
     { text: a.cost.usd, num: 1 }, { text: compared ? a.ondemand_equivalent.usd : "—", num: 1 }])), "No attempts yet.");
