@@ -2,12 +2,11 @@
 cloud — blocks that zone or cloud for the job for a cool-down, so the job is placed elsewhere: placed again at the
 same place, it was refused there again and again (a new attempt each time, every backoff up to five minutes) while
 another zone, cloud or a free pool could run it. Real processes of the local launcher; its launch refuses as
-SkyPilot's launcher would (its own refusals are read by :func:`launchers.skypilot.refusal_scope`, tested below on
-SkyPilot's real exceptions)."""
+SkyPilot's launcher would (its own refusals are read by :func:`launchers.skypilot.refusal_scope`, tested on
+SkyPilot's real exceptions in tests/launchers/test_skypilot_refusal_scope.py)."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -77,27 +76,3 @@ def test_a_refusal_with_no_scope_blocks_nothing(make_settings, tmp_path):
                                      "broker": {"budget_usd": 5}})[0]
         run_until(engine, store, job.id, {"succeeded", "failed"}, timeout=30)
         assert calls == ["sim-a", "sim-a"] and store.get_job(job.id).blocked_zones == {}
-
-
-@pytest.fixture
-def sky_exceptions(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("SKY_RUNTIME_DIR", str(tmp_path))
-    monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
-    os.makedirs(tmp_path / ".sky", exist_ok=True)
-    from sky import exceptions
-
-    return exceptions
-
-
-def test_skypilots_refusals_say_what_they_rule_out(sky_exceptions):
-    from launchers.skypilot import refusal_scope
-
-    e = sky_exceptions
-    assert refusal_scope(e.ResourcesUnavailableError("Failed to provision all possible launchable resources.")) == \
-        "zone"
-    assert refusal_scope(e.NoCloudAccessError("Cloud access is not set up. Run: sky check")) == "cloud"
-    assert refusal_scope(e.CloudUserIdentityError("no AWS identity")) == "cloud"
-    missing = ValueError('Failed to import dependencies for Kubernetes. Try running: pip install "skypilot[kubernetes]"')
-    assert refusal_scope(missing) == "cloud"
-    assert refusal_scope(ValueError("Invalid task YAML: unknown field")) is None
