@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from testports import free_port
 
+from launchers.base import AttemptStatus, Capabilities, Phase
+
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token-for-tests"
 TEAM_TOKENS = {"vision": "vision-token", "nlp": "nlp-token"}
@@ -276,3 +278,30 @@ def stored_job(store, job_id: str, name: str = "train", *, team: str = "vision",
     if state is not None and state is not JobState.QUEUED:
         job = store.commit(Change(job=replace(job, state=state, updated_at=t), expected_version=job.version))
     return job
+
+
+class ViewLauncher:
+    """A launcher that sees only what it launched itself (another host's processes are 'gone'): one broker's view,
+    for tests of one engine taking over another's attempts."""
+
+    name = "view"
+    capabilities = Capabilities(simulated=True)
+
+    def __init__(self, domain: str):
+        self.domain = domain
+        self.launched: list[str] = []
+
+    def launch(self, request) -> None:
+        if request.attempt_id not in self.launched:
+            self.launched.append(request.attempt_id)
+
+    def status(self, attempt_id: str) -> AttemptStatus:
+        if attempt_id in self.launched:
+            return AttemptStatus(Phase.RUNNING, started_at=time.time())
+        return AttemptStatus(Phase.GONE)
+
+    def stop(self, attempt_id: str, *, grace_seconds: float = 30.0, reason: str = "") -> None:
+        pass
+
+    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        return b"", offset

@@ -14,38 +14,13 @@ from broker.auth import Principal, job_token
 from broker.engine.reconcile import Engine
 from broker.service import BrokerService
 from broker.store import open_store
-from launchers.base import AttemptStatus, Capabilities, Phase
+
+from broker_testing import ViewLauncher
 
 TIMEOUT = 300
 CONFIG = ("pools:\n  - {name: local, slots: 2, price_per_slot_hour: \"0.10\"}\n"
           f"tick_seconds: 0.05\nowner_timeout_seconds: {TIMEOUT}\n")
 TWO_HOURS = 7200.0
-
-
-class ViewLauncher:
-    """A launcher that sees only what it launched itself (another host's processes are 'gone')."""
-
-    name = "view"
-    capabilities = Capabilities(simulated=True)
-
-    def __init__(self, domain: str):
-        self.domain = domain
-        self.launched: list[str] = []
-
-    def launch(self, request) -> None:
-        if request.attempt_id not in self.launched:
-            self.launched.append(request.attempt_id)
-
-    def status(self, attempt_id: str) -> AttemptStatus:
-        if attempt_id in self.launched:
-            return AttemptStatus(Phase.RUNNING, started_at=time.time())
-        return AttemptStatus(Phase.GONE)
-
-    def stop(self, attempt_id: str, *, grace_seconds: float = 30.0, reason: str = "") -> None:
-        pass
-
-    def logs(self, attempt_id: str, *, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
-        return b"", offset
 
 
 def _hosts(tmp_path, make_settings, skew: dict[str, float]):
