@@ -48,7 +48,9 @@ def quote_record(q: Quote, *, stop_seconds: int = 0) -> dict:
         "stop_seconds": stop_seconds,
         "tiers": [
             {
-                "tier": t.tier.value, "offer": t.offer.describe(), "price_per_hour": t.price_per_hour,
+                # the offer as placement names it (one instance); its price for all ``num_nodes`` of the job
+                "tier": t.tier.value, "offer": t.offer.describe(), "num_nodes": t.num_nodes,
+                "price_per_hour": t.price_per_hour,
                 "estimate": t.estimate, "after_run": t.after_run, "after_run_seconds": t.after_run_seconds,
                 "text": money_text(t),
             }

@@ -173,3 +173,18 @@ def test_a_quote_of_several_nodes_says_its_offer_with_how_many_nodes():
     assert offer_text(tier) == "spot 1x A10G g5.xlarge in aws/sim-a (simulated), 3 nodes"
     (single,) = quote(JobRequest(alternatives=(ResourceRequest("A10G", 1),)), [zone]).tiers
     assert offer_text(single) == "spot 1x A10G g5.xlarge in aws/sim-a (simulated)"
+
+
+def test_a_stored_quote_of_several_nodes_says_how_many_its_price_is_for(zones_service):
+    """QA: the submit reply's ``quote.tiers[].offer`` read "1x A10G g5.xlarge" beside the price of both nodes; each tier
+    now carries the node count its price is for (the offer itself stays as placement names it)."""
+    from broker.auth import Principal
+
+    two = zones_service.submit(Principal("vision", "vision"), {"run": "x", "num_nodes": 2, "resources": {
+        "accelerators": "A10G:1"}, "broker": {"budget_usd": "5", "expected_hours": 0.02}})[0]
+    (spot,) = [t for t in two.quote["tiers"] if t["tier"] == "spot"]
+    assert spot["num_nodes"] == 2 and spot["price_per_hour"] == 2 * 424_600, spot
+    assert spot["offer"].startswith("spot 1x A10G g5.xlarge"), spot
+    one = zones_service.submit(Principal("vision", "vision"), {"run": "x", "resources": {"accelerators": "A10G:1"},
+                                                               "broker": {"budget_usd": "5", "expected_hours": 0.02}})[0]
+    assert {t["num_nodes"] for t in one.quote["tiers"]} == {1}
