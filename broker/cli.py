@@ -888,7 +888,7 @@ def cmd_worker(args) -> int:
 
     from broker.config import load_settings
     from broker.retention import Retention
-    from broker.runtime import open_launcher
+    from broker.runtime import key_warnings, open_launcher
     from broker.store import StoreError, open_store
 
     from broker.config import redacted_url
@@ -911,6 +911,8 @@ def cmd_worker(args) -> int:
     except StoreError as exc:  # a store file damaged, read-only or not to be opened: one line naming it, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    for warning in key_warnings(settings, store):  # as `broker serve` says them: queued jobs' keys, a stale key file
+        logging.getLogger("broker").warning("%s", warning)
     engine, notifier = worker_engine(settings, store, open_launcher(settings))
     if not os.environ.get("BROKER_PUBLIC_URL") and "public_url" not in settings.extra:
         # it serves no API: its jobs report to the brokers serving it on this data dir (broker/peers.py), not to

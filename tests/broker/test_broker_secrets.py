@@ -134,7 +134,7 @@ def test_views_events_and_the_api_show_no_secret_value(make_settings, tmp_path):
         job_id = r.json()["id"]
         run_until(engine, store, job_id, {"succeeded"})
         answers = [client.get(path, headers=auth).text for path in
-                   (f"/v1/jobs/{job_id}", "/v1/jobs", f"/v1/jobs/{job_id}/events", f"/v1/costs?period=1d",
+                   (f"/v1/jobs/{job_id}", "/v1/jobs", f"/v1/jobs/{job_id}/events", "/v1/costs?period=1d",
                     f"/v1/jobs/{job_id}/metrics", "/metrics", "/dashboard")]
     assert all(VALUE not in a and OTHER not in a for a in answers)
     assert "submit" in answers[2] and job_id in answers[0]
@@ -487,3 +487,22 @@ def test_at_start_a_key_file_replaced_by_the_key_setting_and_a_queued_jobs_key_t
     _stop(proc)
     said = log.read_text()
     assert "does not have" not in said and "holds a key other than" not in said, said
+
+    # `broker worker` (an engine apart from the API) says the same at its start: it is the one that would launch it
+    import subprocess
+    import sys
+
+    from broker_testing import REPO
+
+    (tmp_path / "worker.yaml").write_text(CONFIG)
+    err = tmp_path / "worker.err"
+    worker = subprocess.Popen([sys.executable, "-m", "broker.cli", "worker", "--config", str(tmp_path / "worker.yaml")],
+                              env={**os.environ, "BROKER_DATA_DIR": str(tmp_path / "data"), "BROKER_SECRETS_KEY": new,
+                                   "BROKER_ADMIN_TOKEN": ADMIN_TOKEN}, cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=open(err, "wb"))
+    try:
+        wait_for(lambda: "does not have" in err.read_text() or worker.poll() is not None, timeout=30)
+        assert f"sealed with a key this broker does not have (key id {old_id})" in err.read_text(), err.read_text()
+    finally:
+        worker.terminate()
+        worker.wait(15)
