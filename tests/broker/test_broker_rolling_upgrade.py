@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -346,59 +347,60 @@ def test_a_launch_records_the_key_its_job_token_is_made_from_and_an_old_keys_tok
     """QA INCIDENT: with the key rotated, a token made from the old key (listed in BROKER_SECRETS_OLD_KEYS, or the key
     file left in the data dir, which stays an old key while it is there) is not the token of a job launched since."""
     from broker.auth import job_token_valid
-    from broker.sealing import KEY_FILE, key_id, new_key_text, parse_key
-    from broker.store import open_store
+    from broker.sealing import key_id, new_key_text, parse_key
 
     old, new = new_key_text(), new_key_text()
-    if old_in == "BROKER_SECRETS_OLD_KEYS":
-        settings = make_settings(store_url=f"sqlite://{tmp_path / 'b.db'}", config=CONFIG, BROKER_SECRETS_KEY=new,
-                                 BROKER_SECRETS_OLD_KEYS=old)
-    else:
+    key_file = old_in != "BROKER_SECRETS_OLD_KEYS"
+    with _launched_after_rotation(make_settings, tmp_path, old, new, key_file=key_file) as (settings, store, _, job_id):
+        job = store.get_job(job_id)
+        assert (job.job_token_version, job.job_token_key) == (2, key_id(parse_key(new, "new")))
+        assert job_token_valid(settings, job_id, job_token(settings, job_id), legacy_allowed=False,
+                               key=job.job_token_key)
+        assert not job_token_valid(settings, job_id, _forged(old, job_id), legacy_allowed=False, key=job.job_token_key)
+        assert json.loads(store_body(store, job_id))["job_token_key"] == job.job_token_key  # stored, read back
+
+
+@contextmanager
+def _launched_after_rotation(make_settings, tmp_path, old: str, new: str, *, key_file: bool):
+    """A broker whose secrets key is ``new``, ``old`` kept as an old key (in BROKER_SECRETS_OLD_KEYS, or with
+    ``key_file`` as the data dir's key file left in place), with a job submitted and launched since: (its settings, its
+    store, a client of its API, the job's id), the job's run stopped after."""
+    from broker.sealing import KEY_FILE
+    from broker.store import open_store
+
+    if key_file:
         settings = make_settings(store_url=f"sqlite://{tmp_path / 'b.db'}", config=CONFIG, BROKER_SECRETS_KEY=new)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         (settings.data_dir / KEY_FILE).write_text(old + "\n")
+    else:
+        settings = make_settings(store_url=f"sqlite://{tmp_path / 'b.db'}", config=CONFIG, BROKER_SECRETS_KEY=new,
+                                 BROKER_SECRETS_OLD_KEYS=old)
     store = open_store(settings.store_url)
     launcher = open_launcher(settings)
     engine = Engine(settings, store, launcher)
+    job_id = None
     try:
         with TestClient(create_app(settings, store=store, launcher=launcher, engine=False)) as client:
             job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
             tick_until(engine, store, job_id, "running")
-            job = store.get_job(job_id)
-            assert (job.job_token_version, job.job_token_key) == (2, key_id(parse_key(new, "new")))
-            assert job_token_valid(settings, job_id, job_token(settings, job_id), legacy_allowed=False,
-                                   key=job.job_token_key)
-            assert not job_token_valid(settings, job_id, _forged(old, job_id), legacy_allowed=False,
-                                       key=job.job_token_key)
-            assert json.loads(store_body(store, job_id))["job_token_key"] == job.job_token_key  # stored, read back
+            yield settings, store, client, job_id
     finally:
-        launcher.stop(f"{job_id}-a1", grace_seconds=0, reason="test over")
+        if job_id is not None:
+            launcher.stop(f"{job_id}-a1", grace_seconds=0, reason="test over")
         store.close()
 
 
 def test_an_old_keys_token_is_refused_over_http_for_a_job_launched_after_the_rotation(make_settings, tmp_path):
     from broker.sealing import new_key_text
-    from broker.store import open_store
 
     old, new = new_key_text(), new_key_text()
-    settings = make_settings(store_url=f"sqlite://{tmp_path / 'b.db'}", config=CONFIG, BROKER_SECRETS_KEY=new,
-                             BROKER_SECRETS_OLD_KEYS=old)
-    store = open_store(settings.store_url)
-    launcher = open_launcher(settings)
-    engine = Engine(settings, store, launcher)
-    try:
-        with TestClient(create_app(settings, store=store, launcher=launcher, engine=False)) as client:
-            job_id = client.post("/v1/jobs", json=TASK, headers=AUTH).json()["id"]
-            tick_until(engine, store, job_id, "running")
-            r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 42},
-                            headers={"Authorization": f"Bearer {_forged(old, job_id)}"})
-            assert r.status_code == 401, r.text
-            r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 43},
-                            headers={"Authorization": f"Bearer {job_token(settings, job_id)}"})
-            assert r.status_code == 200, r.text
-    finally:
-        launcher.stop(f"{job_id}-a1", grace_seconds=0, reason="test over")
-        store.close()
+    with _launched_after_rotation(make_settings, tmp_path, old, new, key_file=False) as (settings, _, client, job_id):
+        r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 42},
+                        headers={"Authorization": f"Bearer {_forged(old, job_id)}"})
+        assert r.status_code == 401, r.text
+        r = client.post(f"/v1/jobs/{job_id}/progress", json={"step": 43},
+                        headers={"Authorization": f"Bearer {job_token(settings, job_id)}"})
+        assert r.status_code == 200, r.text
 
 
 def store_body(store, job_id: str) -> str:
